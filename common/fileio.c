@@ -1,0 +1,111 @@
+/* fileio.c — whole-file reads, atomic writes, paths and the clock. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "regc_common.h"
+
+int regc_file_read_all(const char *path, char **out, size_t *size)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 65536) {
+            cap = cap ? cap * 2 : 65536;
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) {
+                free(buf);
+                fclose(f);
+                return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading the file", path);
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return regc_error(REGC_ERR_IO, "%s: read error", path);
+    }
+    buf[len] = '\0';
+    *out = buf;
+    if (size)
+        *size = len;
+    return REGC_OK;
+}
+
+int regc_file_write_atomic(const char *path, const void *data, size_t size)
+{
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    snprintf(tmp, plen + 32, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int rc = regc_error(REGC_ERR_IO, "%s: cannot create a temporary file: %s", path,
+                            strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    const char *p = data;
+    size_t left = size;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            goto fail;
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0)
+        goto fail;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto fail;
+    }
+    fd = -1;
+    chmod(tmp, 0644); /* mkstemp makes 0600; checkpoints are ordinary files */
+    if (rename(tmp, path) != 0)
+        goto fail;
+    free(tmp);
+    return REGC_OK;
+fail:;
+    int rc = regc_error(REGC_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int regc_path_join(char *buf, size_t cap, const char *dir, const char *name)
+{
+    size_t dl = strlen(dir);
+    int n = (dl > 0 && dir[dl - 1] == '/') ? snprintf(buf, cap, "%s%s", dir, name)
+                                           : snprintf(buf, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return regc_error(REGC_ERR_ARG, "%s/%s: path too long", dir, name);
+    return REGC_OK;
+}
+
+double regc_time_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}

@@ -1,0 +1,155 @@
+/* regc_backend.h — the backend interface: memory, copies and one entry per
+ * kernel, as a struct of function pointers (cpu/ and cuda/ implement it).
+ *
+ * Contract (the same for every backend):
+ * - Kernel calls are ordered and may be asynchronous; pointers are device
+ *   pointers from alloc(). The host reads device memory only through
+ *   copy_d2h followed by sync(). The CPU backend runs synchronously.
+ * - Matrices are row-major. Every kernel overwrites its outputs, except
+ *   gemm with accumulate = 1 (C += ...).
+ * - fp32 throughout on the CPU; a backend that lacks a kernel leaves its
+ *   pointer NULL and the runtime reports which one is missing.
+ * Kernels know nothing of graphs: shapes arrive as plain integers. */
+#ifndef REGC_BACKEND_H
+#define REGC_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* GEMM epilogues, mirroring cuBLASLt's so the CUDA backend maps each one to
+ * one cuBLASLt epilogue. Let G = alpha * op(A) op(B) (+ C if accumulate).
+ *   NONE            C = G
+ *   BIAS            C = G + bias[n]
+ *   GELU            C = gelu(G)
+ *   GELU_AUX        aux = G;            C = gelu(aux)
+ *   BIAS_GELU_AUX   aux = G + bias[n];  C = gelu(aux)
+ *   DGELU           C = G * gelu'(aux)                      (aux as saved)
+ *   DGELU_BGRAD     C = G * gelu'(aux); bias_grad[n] = sum over rows of C
+ *   BGRAD           C = G;              bias_grad[n] = sum over k of op(B)[k, n]
+ * gelu is the tanh form (GPT-2's gelu_new). */
+typedef enum {
+    REGC_EPI_NONE,
+    REGC_EPI_BIAS,
+    REGC_EPI_GELU,
+    REGC_EPI_GELU_AUX,
+    REGC_EPI_BIAS_GELU_AUX,
+    REGC_EPI_DGELU,
+    REGC_EPI_DGELU_BGRAD,
+    REGC_EPI_BGRAD,
+} regc_epilogue;
+
+/* C[m, n] = op(A)[m, k] op(B)[k, n], op(X) = X or X^T; leading dimensions
+ * are row strides of the matrices as stored (A is [k, m] when trans_a). */
+typedef struct {
+    int trans_a, trans_b;
+    int64_t m, n, k;
+    const float *a; int64_t lda;
+    const float *b; int64_t ldb;
+    float *c;       int64_t ldc;
+    float alpha;
+    int accumulate;         /* 1: C += G instead of C = G */
+    regc_epilogue epilogue;
+    const float *bias;      /* [n], BIAS and BIAS_GELU_AUX */
+    float *aux;             /* [m, n] with row stride ldaux, GELU_AUX/DGELU kinds */
+    int64_t ldaux;
+    float *bias_grad;       /* [n] output, BGRAD and DGELU_BGRAD */
+} regc_gemm;
+
+/* Multi-head attention over row-major [batch, t, heads * head_dim] tensors:
+ * query head h reads key/value head h / (n_head / n_kv_head) (grouped-query
+ * attention when n_kv_head < n_head). lse[batch, n_head, tq] is the
+ * log-sum-exp of each row of scaled scores, saved so backward recomputes the
+ * probabilities instead of storing T x T of them. */
+typedef struct {
+    int64_t batch, tq, tk;
+    int n_head, n_kv_head, head_dim;
+    int causal;   /* query i sees keys 0..i (requires tq == tk) */
+    float scale;  /* multiplies q.k, usually 1/sqrt(head_dim) */
+} regc_attn_shape;
+
+typedef struct regc_backend regc_backend;
+
+struct regc_backend {
+    const char *name;
+    void *ctx; /* the implementation's own state */
+
+    /* memory; alloc returns NULL on failure (the message is set) */
+    void *(*alloc)(regc_backend *be, size_t bytes);
+    void (*free)(regc_backend *be, void *ptr);
+    void (*copy_h2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy_d2h)(regc_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy_d2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
+    void (*fill)(regc_backend *be, float *dst, size_t n, float value);
+    int (*sync)(regc_backend *be); /* waits for all queued work; reports failures */
+
+    /* dst[r, 0:cols] = src[r, 0:cols] for r < rows; strides in elements.
+     * Splits and concatenations along the last axis are this copy. */
+    void (*copy_2d)(regc_backend *be, float *dst, int64_t ld_dst,
+                    const float *src, int64_t ld_src, int64_t rows, int64_t cols);
+    /* out = x with axes permuted: out.shape[i] = shape[perm[i]], ndim <= 6 */
+    void (*transpose)(regc_backend *be, float *out, const float *x,
+                      int ndim, const int64_t *shape, const int *perm);
+
+    int (*gemm)(regc_backend *be, const regc_gemm *g);
+
+    /* out[r, c] = table[ids[r], c]; every id < vocab (checked by the caller) */
+    void (*embedding_fwd)(regc_backend *be, float *out, const int32_t *ids,
+                          const float *table, int64_t rows, int64_t cols);
+    /* dtable = sum over r with ids[r] == v of dout[r, :]  (dtable is [vocab, cols]) */
+    void (*embedding_bwd)(regc_backend *be, float *dtable, const int32_t *ids,
+                          const float *dout, int64_t rows, int64_t cols, int64_t vocab);
+
+    void (*add)(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
+    /* out[r, c] = x[r, c] + b[c] */
+    void (*bias_add)(regc_backend *be, float *out, const float *x, const float *b,
+                     int64_t rows, int64_t cols);
+    /* out[c] = sum over r of x[r, c] */
+    void (*sum_rows)(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols);
+
+    /* y = (x - mean) * rstd * w + b over each row of cols; mean, rstd: [rows] */
+    void (*layernorm_fwd)(regc_backend *be, float *y, float *mean, float *rstd,
+                          const float *x, const float *w, const float *b,
+                          int64_t rows, int64_t cols, float eps);
+    void (*layernorm_bwd)(regc_backend *be, float *dx, float *dw, float *db,
+                          const float *dy, const float *x, const float *w,
+                          const float *mean, const float *rstd, int64_t rows, int64_t cols);
+
+    void (*gelu_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
+    void (*gelu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+
+    /* out, q: [batch, tq, n_head * head_dim]; k, v: [batch, tk, n_kv_head * head_dim] */
+    void (*attention_fwd)(regc_backend *be, float *out, float *lse, const float *q,
+                          const float *k, const float *v, const regc_attn_shape *s);
+    void (*attention_bwd)(regc_backend *be, float *dq, float *dk, float *dv,
+                          const float *dout, const float *q, const float *k, const float *v,
+                          const float *out, const float *lse, const regc_attn_shape *s);
+
+    /* loss[0] = mean over rows with targets[r] >= 0 of
+     * lse[r] - logits[r, targets[r]]; rows with a negative target are ignored
+     * (lse still written). Every non-negative target is < cols. */
+    void (*cross_entropy_fwd)(regc_backend *be, float *loss, float *lse,
+                              const float *logits, const int32_t *targets,
+                              int64_t rows, int64_t cols);
+    /* dlogits = dloss[0] / n_valid * (softmax(logits) - onehot(target)) */
+    void (*cross_entropy_bwd)(regc_backend *be, float *dlogits, const float *dloss,
+                              const float *logits, const int32_t *targets,
+                              const float *lse, int64_t rows, int64_t cols);
+
+    /* torch.optim.AdamW for one contiguous span; step counts from 1 */
+    void (*adamw)(regc_backend *be, float *param, const float *grad, float *m, float *v,
+                  int64_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int step);
+
+    void (*destroy)(regc_backend *be); /* frees ctx; called by regc_backend_free */
+};
+
+/* The CPU backend (OpenBLAS + OpenMP). threads <= 0: OMP_NUM_THREADS or all cores. */
+regc_backend *regc_backend_cpu_new(int threads);
+/* The CUDA backend; NULL with a message when regc was built without CUDA
+ * or no device can be used. */
+regc_backend *regc_backend_cuda_new(int device);
+/* "cpu" or "cuda"; NULL with a message for an unknown or unavailable name */
+regc_backend *regc_backend_new(const char *name, int threads);
+void regc_backend_free(regc_backend *be);
+
+#endif

@@ -1,0 +1,78 @@
+/* graph_dump.c — the readable text form of a graph:
+ *
+ *   input  input_ids         i32 [4, 64]
+ *   param  transformer.wte.weight f32 [50257, 768]
+ *   %3 f32 [4, 64, 768] = embedding(input_ids, transformer.wte.weight)
+ *   %9 f32 [4, 64, 2304] = matmul(%8, transformer.h.0.attn.c_attn.weight) trans_a=0 trans_b=0
+ *   output %120
+ */
+#include <stdio.h>
+
+#include "regc_graph.h"
+
+static void print_shape(FILE *f, const regc_tensor *t)
+{
+    fprintf(f, "%s [", regc_dtype_name(t->dtype));
+    for (int i = 0; i < t->ndim; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    fputc(']', f);
+}
+
+static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
+{
+    const regc_attrs *a = &n->attrs;
+    switch (n->op) {
+    case REGC_OP_MATMUL:
+        fprintf(f, " trans_a=%d trans_b=%d", a->trans_a, a->trans_b);
+        break;
+    case REGC_OP_LAYERNORM:
+        fprintf(f, " eps=%g", a->eps);
+        break;
+    case REGC_OP_ATTENTION:
+    case REGC_OP_ATTENTION_BWD:
+        fprintf(f, " n_head=%d n_kv_head=%d causal=%d scale=%g", a->n_head, a->n_kv_head,
+                a->causal, a->scale);
+        break;
+    case REGC_OP_TRANSPOSE:
+        fprintf(f, " perm=");
+        for (int i = 0; i < regc_graph_tensor(g, n->in[0])->ndim; i++)
+            fprintf(f, "%s%d", i ? "," : "", a->perm[i]);
+        break;
+    case REGC_OP_FILL:
+        fprintf(f, " value=%g", a->value);
+        break;
+    case REGC_OP_EMBEDDING_BWD:
+        fprintf(f, " vocab=%lld", (long long)a->vocab);
+        break;
+    default:
+        break;
+    }
+}
+
+void regc_graph_dump(const regc_graph *g, FILE *f)
+{
+    for (int id = 0; id < regc_graph_n_tensors(g); id++) {
+        const regc_tensor *t = regc_graph_tensor(g, id);
+        if (t->role == REGC_ROLE_ACT)
+            continue;
+        fprintf(f, "%-6s %s ", regc_role_name(t->role), t->name);
+        print_shape(f, t);
+        fputc('\n', f);
+    }
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        for (int o = 0; o < n->n_out; o++) {
+            const regc_tensor *t = regc_graph_tensor(g, n->out[o]);
+            fprintf(f, "%s%s ", o ? ", " : "", t->name);
+            print_shape(f, t);
+        }
+        fprintf(f, " = %s(", regc_op_name(n->op));
+        for (int k = 0; k < n->n_in; k++)
+            fprintf(f, "%s%s", k ? ", " : "", regc_graph_tensor(g, n->in[k])->name);
+        fputc(')', f);
+        print_attrs(f, g, n);
+        fputc('\n', f);
+    }
+    for (int i = 0; i < regc_graph_n_outputs(g); i++)
+        fprintf(f, "output %s\n", regc_graph_tensor(g, regc_graph_output(g, i))->name);
+}

@@ -1,0 +1,150 @@
+/* regc.h — the pipeline: models (frontends), token data, the executor and
+ * the training loop. Everything here sits on the graph IR (regc_graph.h)
+ * and the backend interface (kernels/regc_backend.h). */
+#ifndef REGC_H
+#define REGC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "regc_common.h"
+#include "regc_backend.h"
+#include "regc_graph.h"
+
+/* ======================================================================
+ * Models: an architecture's configuration plus named parameters (shapes
+ * always; host fp32 weights once loaded or initialised).
+ * ====================================================================== */
+typedef struct regc_model regc_model;
+
+/* Load a model from a Hugging Face directory (config.json +
+ * model.safetensors or model.safetensors.index.json) or create a built-in
+ * preset (shape only until regc_model_init_random). */
+int regc_model_load(const char *spec, regc_model **out);
+/* Load only config.json of a Hugging Face directory: shapes, no weights. */
+int regc_model_load_config(const char *dir, regc_model **out);
+int regc_model_is_preset(const char *spec);
+const char *const *regc_model_preset_names(void); /* NULL-terminated */
+void regc_model_free(regc_model *m);
+
+const char *regc_model_arch(const regc_model *m);     /* "gpt2" */
+int64_t regc_model_vocab(const regc_model *m);
+int64_t regc_model_max_seq(const regc_model *m);     /* n_positions */
+int regc_model_has_weights(const regc_model *m);
+/* Print the configuration (and the dropout probabilities, which training
+ * does not apply yet) as one line. */
+void regc_model_describe(const regc_model *m, char *buf, size_t cap);
+
+/* Parameters in checkpoint order; their names are the checkpoint's names. */
+int regc_model_n_params(const regc_model *m);
+const char *regc_model_param_name(const regc_model *m, int i);
+int regc_model_param_shape(const regc_model *m, int i, int64_t *shape); /* returns ndim */
+int64_t regc_model_param_numel(const regc_model *m, int i);
+int64_t regc_model_param_offset(const regc_model *m, int i); /* in floats, in weights() */
+int64_t regc_model_total_numel(const regc_model *m);
+float *regc_model_weights(regc_model *m); /* NULL while shape-only */
+
+/* Deterministic random init (GPT-2's scheme with uniform draws): weights of
+ * std 0.02 (residual projections 0.02 / sqrt(2 n_layer)), norms 1, biases 0. */
+int regc_model_init_random(regc_model *m, uint64_t seed);
+/* The flat forward graph for [batch, seq] token inputs, ending in the mean
+ * cross-entropy loss: inputs "input_ids" [B, T], "position_ids" [T],
+ * "targets" [B, T] (i32); one parameter tensor per model parameter. */
+int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out);
+/* Write config.json and model.safetensors (HF names and layouts) into dir,
+ * creating it; each file is written atomically. */
+int regc_model_save(const regc_model *m, const char *dir);
+
+/* ======================================================================
+ * Safetensors files
+ * ====================================================================== */
+typedef struct {
+    char *name;
+    regc_dtype dtype;
+    int ndim;
+    int64_t shape[REGC_MAX_DIMS];
+    const float *data; /* fp32 host data to write */
+} regc_st_entry;
+
+typedef struct regc_st_file regc_st_file;
+/* Open and validate a .safetensors file (header length, JSON, offsets
+ * within the file). */
+int regc_st_open(const char *path, regc_st_file **out);
+void regc_st_close(regc_st_file *f);
+int regc_st_count(const regc_st_file *f);
+const char *regc_st_name(const regc_st_file *f, int i);
+int regc_st_find(const regc_st_file *f, const char *name); /* index or -1 */
+/* Read tensor i converted to fp32 (F32, BF16, F16 accepted), checking that
+ * its shape is exactly `shape`. */
+int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst);
+/* Write entries (fp32 data stored as F32) to path atomically. */
+int regc_st_write(const char *path, const regc_st_entry *entries, int n);
+
+/* ======================================================================
+ * Token data (llm.c format: 256 int32 header — magic 20240520, version 1,
+ * token count — then uint16 tokens)
+ * ====================================================================== */
+typedef struct regc_tokens regc_tokens;
+/* Open a token file, checking the header, the length and that every token
+ * is < vocab. */
+int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out);
+/* The built-in corpus: a small English text as byte-level tokens (< 256). */
+int regc_tokens_builtin(regc_tokens **out);
+/* Write a token file (for tests and tools). */
+int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
+int64_t regc_tokens_count(const regc_tokens *t);
+/* Batch k: inputs [B, T] = tokens[p .. p+B*T-1], targets = the next tokens,
+ * p advancing by B*T each batch and wrapping to 0 when fewer than B*T+1
+ * tokens remain. Needs count >= B*T + 1. */
+int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq,
+                      int32_t *inputs, int32_t *targets);
+void regc_tokens_free(regc_tokens *t);
+
+/* ======================================================================
+ * Executor (level O0): runs a graph node by node on a backend, allocating
+ * each activation when produced and freeing it after its last reader.
+ * ====================================================================== */
+typedef struct regc_exec regc_exec;
+int regc_exec_new(const regc_graph *g, regc_backend *be, regc_exec **out);
+void regc_exec_free(regc_exec *x);
+/* Make tensor t live in caller-owned device memory (parameters,
+ * gradients, inputs); such memory is never freed by the executor. */
+int regc_exec_bind(regc_exec *x, int tensor, void *device_ptr);
+/* Run every node; graph outputs and bound tensors stay readable after. */
+int regc_exec_run(regc_exec *x);
+/* Device pointer of a bound tensor or a graph output after run, else NULL. */
+void *regc_exec_tensor(regc_exec *x, int tensor);
+/* Largest total of activation bytes allocated at once during the last run. */
+size_t regc_exec_peak_bytes(const regc_exec *x);
+
+/* ======================================================================
+ * Training
+ * ====================================================================== */
+typedef struct {
+    const char *data_path;   /* NULL: the built-in corpus */
+    int64_t batch, seq;
+    int steps;
+    float lr, weight_decay;
+    float beta1, beta2, eps; /* AdamW; 0.9, 0.999, 1e-8 by default */
+    uint64_t seed;           /* random init of presets */
+    const char *save_dir;    /* NULL: do not save */
+    const char *backend;     /* "cpu" */
+    int threads;             /* <= 0: OMP_NUM_THREADS or all cores */
+} regc_train_options;
+
+void regc_train_options_default(regc_train_options *o);
+
+typedef struct {
+    int step;          /* from 0 */
+    float loss;        /* of this step's forward pass, before its update */
+    double ms;         /* wall time of the whole step */
+    double tokens_per_s;
+} regc_step_report;
+
+typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
+
+/* Train m in place for o->steps steps, calling on_step after each. Presets
+ * without weights are initialised from o->seed first. */
+int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user);
+
+#endif

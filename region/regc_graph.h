@@ -1,0 +1,172 @@
+/* regc_graph.h — the graph IR: tensors, nodes and graphs in topological
+ * order. A graph holds shapes only, never data: weights are bound later by
+ * the runtime, so a 70B-shaped graph costs kilobytes.
+ *
+ * Tensors are created as graph inputs, parameters, or as the outputs of a
+ * node (activations); a node may only read tensors that already exist, so
+ * node order is always a valid topological order. Every tensor has a
+ * unique name; parameters carry their checkpoint names. The handle is
+ * opaque; nodes and tensors are read through const views. */
+#ifndef REGC_GRAPH_H
+#define REGC_GRAPH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define REGC_MAX_DIMS 6
+#define REGC_MAX_IO 8 /* inputs or outputs of one node */
+
+typedef enum { REGC_F32, REGC_BF16, REGC_F16, REGC_I32, REGC_DTYPE_COUNT } regc_dtype;
+typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT } regc_role;
+
+/* Forward ops carry a backward rule (region/autodiff.c); the ops after
+ * REGC_OP_FILL appear only in backward graphs. Shapes (x: [..., C] means any
+ * leading dims, flattened to rows):
+ *   EMBEDDING     (ids i32 [...], table [V, C])           -> [..., C]
+ *   ADD           (a, b) same shape                       -> a's shape
+ *   BIAS_ADD      (x [..., S...], b [S...]) b broadcast    -> x's shape
+ *   LAYERNORM     (x [..., C], w [C], b [C]) eps           -> y, mean [...], rstd [...]
+ *   MATMUL        (a, b) trans_a, trans_b; each operand is a matrix of its
+ *                 last dim by the product of the others. Result: op(a) op(b);
+ *                 shape a.shape[:-1] + [N] when !trans_a, else [M, N]
+ *   GELU          (x) tanh form                           -> x's shape
+ *   SPLIT         (x [..., n*C]) into n equal parts on the last axis -> n x [..., C]
+ *   CONCAT        (x1..xn [..., C]) on the last axis       -> [..., n*C]
+ *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D]) n_head, n_kv_head,
+ *                 causal, scale                           -> out [B, Tq, H*D], lse [B, H, Tq]
+ *   RESHAPE       (x) to the output's shape, same element count (a view)
+ *   TRANSPOSE     (x) perm                                -> x.shape[perm[i]]
+ *   CROSS_ENTROPY (logits [..., V], targets i32 [...])    -> loss [] (mean), lse [...]
+ *   FILL          () value                                 -> the given shape
+ *   SUM_ROWS      (x [..., S...])                          -> [S...] summed over leading dims
+ *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
+ *   LAYERNORM_BWD (dy, x, w, mean, rstd)                   -> dx, dw, db
+ *   GELU_BWD      (dy, x)                                  -> dx
+ *   ATTENTION_BWD (dout, q, k, v, out, lse) as ATTENTION   -> dq, dk, dv
+ *   CROSS_ENTROPY_BWD (dloss [], logits, targets, lse)     -> dlogits */
+typedef enum {
+    REGC_OP_EMBEDDING,
+    REGC_OP_ADD,
+    REGC_OP_BIAS_ADD,
+    REGC_OP_LAYERNORM,
+    REGC_OP_MATMUL,
+    REGC_OP_GELU,
+    REGC_OP_SPLIT,
+    REGC_OP_CONCAT,
+    REGC_OP_ATTENTION,
+    REGC_OP_RESHAPE,
+    REGC_OP_TRANSPOSE,
+    REGC_OP_CROSS_ENTROPY,
+    REGC_OP_FILL,
+    REGC_OP_SUM_ROWS,
+    REGC_OP_EMBEDDING_BWD,
+    REGC_OP_LAYERNORM_BWD,
+    REGC_OP_GELU_BWD,
+    REGC_OP_ATTENTION_BWD,
+    REGC_OP_CROSS_ENTROPY_BWD,
+    REGC_OP_COUNT
+} regc_op;
+
+/* Attributes of a node; each op reads only its own fields (the rest stay 0). */
+typedef struct {
+    int trans_a, trans_b;     /* MATMUL */
+    float eps;                /* LAYERNORM */
+    int n_head, n_kv_head;    /* ATTENTION, ATTENTION_BWD */
+    int causal;               /* ATTENTION, ATTENTION_BWD */
+    float scale;              /* ATTENTION, ATTENTION_BWD */
+    int perm[REGC_MAX_DIMS];  /* TRANSPOSE */
+    float value;              /* FILL */
+    int64_t vocab;            /* EMBEDDING_BWD: rows of the table */
+} regc_attrs;
+
+typedef struct {
+    char *name;
+    regc_dtype dtype;
+    regc_role role;
+    int ndim;                        /* 0 for a scalar */
+    int64_t shape[REGC_MAX_DIMS];
+    int producer;                    /* index of the producing node, -1 for inputs and params */
+} regc_tensor;
+
+typedef struct {
+    regc_op op;
+    regc_attrs attrs;
+    int n_in, n_out;
+    int in[REGC_MAX_IO];   /* tensor ids */
+    int out[REGC_MAX_IO];  /* tensor ids */
+} regc_node;
+
+typedef struct regc_graph regc_graph;
+
+regc_graph *regc_graph_new(void);
+void regc_graph_free(regc_graph *g);
+
+/* Add a graph input or a parameter; returns its tensor id, or a negative
+ * status (duplicate name, bad shape). */
+int regc_graph_add_tensor(regc_graph *g, const char *name, regc_dtype dtype, regc_role role,
+                          int ndim, const int64_t *shape);
+/* Add a node: checks the inputs, infers the outputs' shapes and dtypes and
+ * creates them (named "%<id>"). For RESHAPE and FILL the output shape is
+ * given in out_ndim/out_shape (ignored otherwise); for SPLIT n_out is the
+ * number of parts. Returns the node index and writes the output ids to
+ * out, or a negative status with a message naming the op and tensors. */
+int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in,
+                        const int *in, int n_out, int *out, int out_ndim,
+                        const int64_t *out_shape);
+
+/* Graph outputs (a training graph's loss and gradients). */
+int regc_graph_mark_output(regc_graph *g, int tensor);
+int regc_graph_n_outputs(const regc_graph *g);
+int regc_graph_output(const regc_graph *g, int i);
+
+int regc_graph_n_tensors(const regc_graph *g);
+int regc_graph_n_nodes(const regc_graph *g);
+const regc_tensor *regc_graph_tensor(const regc_graph *g, int id);
+const regc_node *regc_graph_node(const regc_graph *g, int index);
+int regc_graph_find_tensor(const regc_graph *g, const char *name); /* id or -1 */
+
+/* ---- one helper per op for frontends: a tensor id, or a negative status */
+int regc_graph_embedding(regc_graph *g, int ids, int table);
+int regc_graph_add(regc_graph *g, int a, int b);
+int regc_graph_bias_add(regc_graph *g, int x, int b);
+int regc_graph_layernorm(regc_graph *g, int x, int w, int b, float eps);
+int regc_graph_matmul(regc_graph *g, int a, int b, int trans_a, int trans_b);
+int regc_graph_gelu(regc_graph *g, int x);
+int regc_graph_split(regc_graph *g, int x, int parts, int *out); /* returns 0 */
+int regc_graph_concat(regc_graph *g, int n, const int *xs);
+int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head,
+                         int causal, float scale);
+int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape);
+int regc_graph_transpose(regc_graph *g, int x, const int *perm);
+int regc_graph_cross_entropy(regc_graph *g, int logits, int targets);
+
+/* ---- facts about ops, dtypes and tensors */
+const char *regc_op_name(regc_op op);
+int regc_op_from_name(const char *name); /* op or -1 */
+const char *regc_dtype_name(regc_dtype t);
+int regc_dtype_from_name(const char *name); /* dtype or -1 */
+size_t regc_dtype_size(regc_dtype t);
+const char *regc_role_name(regc_role r);
+int64_t regc_tensor_numel(const regc_tensor *t);
+
+/* ---- text and JSON forms */
+/* A readable listing: one line per tensor input/parameter, one per node. */
+void regc_graph_dump(const regc_graph *g, FILE *f);
+/* regc's graph JSON; the caller frees the string. Serialising a graph read
+ * back from this text gives the same text. */
+char *regc_graph_to_json(const regc_graph *g);
+/* Parse and check a graph JSON text; errors name `source` (a file name)
+ * and the offending node or tensor. */
+int regc_graph_from_json(const char *text, const char *source, regc_graph **out);
+
+/* ---- autodiff (region/autodiff.c) */
+/* Reverse mode: append to g the nodes computing the vector-Jacobian product
+ * of tensor y with its incoming gradient dy (a tensor of y's shape). On
+ * return grad_of[t] (an array of regc_graph_n_tensors(g) entries as it was
+ * before the call) is the id of the gradient of tensor t, or -1 where y
+ * does not depend on t. Every op before REGC_OP_FILL has a rule. */
+int regc_autodiff_vjp(regc_graph *g, int y, int dy, int *grad_of);
+/* The training form: y is a scalar loss, dy = 1. */
+int regc_autodiff_loss(regc_graph *g, int loss, int *grad_of);
+
+#endif
