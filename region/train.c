@@ -1,0 +1,241 @@
+/* train.c — the training loop: data, forward + backward through the
+ * executor, AdamW, reports, and saving.
+ *
+ * Device memory is one block per kind (llm.c's layout): parameters,
+ * gradients, AdamW's m and v, each [total_numel] in the model's parameter
+ * order, so parameter i lives at the same offset in all four. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "regc.h"
+
+void regc_train_options_default(regc_train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch = 4;
+    o->seq = 64;
+    o->steps = 10;
+    o->lr = 3e-4f;
+    o->weight_decay = 0.0f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+    o->seed = 1337;
+    o->backend = "cpu";
+}
+
+typedef struct {
+    regc_model *model;
+    regc_backend *be;
+    regc_tokens *tokens;
+    regc_graph *graph;
+    regc_exec *exec;
+    int *grad_of;         /* [n_tensors of the forward graph] */
+    int loss;             /* tensor id */
+    int input_ids, targets, position_ids;
+    float *params, *grads, *m, *v; /* device, [total_numel] each */
+    int32_t *d_inputs, *d_targets, *d_positions; /* device, [B*T], [B*T], [T] */
+    int32_t *h_inputs, *h_targets;               /* host, [B*T] */
+} trainer;
+
+static void trainer_free(trainer *t)
+{
+    regc_backend *be = t->be;
+    if (be) {
+        void *blocks[] = {t->params, t->grads, t->m, t->v, t->d_inputs, t->d_targets,
+                          t->d_positions};
+        for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++)
+            if (blocks[i])
+                be->free(be, blocks[i]);
+    }
+    regc_exec_free(t->exec);
+    regc_graph_free(t->graph);
+    regc_tokens_free(t->tokens);
+    regc_backend_free(be);
+    free(t->grad_of);
+    free(t->h_inputs);
+    free(t->h_targets);
+}
+
+static int open_data(trainer *t, const regc_train_options *o)
+{
+    int64_t vocab = regc_model_vocab(t->model);
+    if (o->data_path)
+        return regc_tokens_open(o->data_path, vocab, &t->tokens);
+    if (vocab < 256)
+        return regc_error(REGC_ERR_ARG,
+                          "the built-in corpus is byte-level and needs vocab_size >= 256 (model has "
+                          "%lld); pass --data",
+                          (long long)vocab);
+    return regc_tokens_builtin(&t->tokens);
+}
+
+/* Forward graph + backward graph; parameter gradients become outputs. */
+static int build_program(trainer *t, const regc_train_options *o)
+{
+    int rc = regc_model_build_graph(t->model, o->batch, o->seq, &t->graph);
+    if (rc)
+        return rc;
+    regc_graph *g = t->graph;
+    if (regc_graph_n_outputs(g) < 1)
+        return regc_error(REGC_ERR_ARG, "model graph has no loss output");
+    t->loss = regc_graph_output(g, 0);
+    t->input_ids = regc_graph_find_tensor(g, "input_ids");
+    t->targets = regc_graph_find_tensor(g, "targets");
+    t->position_ids = regc_graph_find_tensor(g, "position_ids");
+    if (t->input_ids < 0 || t->targets < 0)
+        return regc_error(REGC_ERR_ARG, "model graph lacks the input_ids or targets input");
+    t->grad_of = malloc((size_t)regc_graph_n_tensors(g) * sizeof *t->grad_of);
+    if (!t->grad_of)
+        return regc_error(REGC_ERR_MEMORY, "out of memory");
+    if ((rc = regc_autodiff_loss(g, t->loss, t->grad_of)))
+        return rc;
+    for (int i = 0; i < regc_model_n_params(t->model); i++) {
+        int p = regc_graph_find_tensor(g, regc_model_param_name(t->model, i));
+        if (p >= 0 && t->grad_of[p] >= 0 && (rc = regc_graph_mark_output(g, t->grad_of[p])))
+            return rc;
+    }
+    return REGC_OK;
+}
+
+static void *device_alloc(trainer *t, size_t bytes, int *rc)
+{
+    void *p = t->be->alloc(t->be, bytes);
+    if (!p && *rc == REGC_OK)
+        *rc = regc_error(REGC_ERR_MEMORY, "backend %s: out of memory for %zu bytes", t->be->name,
+                         bytes);
+    return p;
+}
+
+/* Allocate the four parameter-shaped blocks and bind every parameter, its
+ * gradient and the inputs into the executor. */
+static int bind_memory(trainer *t, const regc_train_options *o)
+{
+    regc_backend *be = t->be;
+    int64_t total = regc_model_total_numel(t->model), bt = o->batch * o->seq;
+    size_t bytes = (size_t)total * sizeof(float);
+    int rc = REGC_OK;
+    t->params = device_alloc(t, bytes, &rc);
+    t->grads = device_alloc(t, bytes, &rc);
+    t->m = device_alloc(t, bytes, &rc);
+    t->v = device_alloc(t, bytes, &rc);
+    t->d_inputs = device_alloc(t, (size_t)bt * sizeof(int32_t), &rc);
+    t->d_targets = device_alloc(t, (size_t)bt * sizeof(int32_t), &rc);
+    t->d_positions = device_alloc(t, (size_t)o->seq * sizeof(int32_t), &rc);
+    t->h_inputs = malloc((size_t)bt * sizeof(int32_t));
+    t->h_targets = malloc((size_t)bt * sizeof(int32_t));
+    if (rc || !t->h_inputs || !t->h_targets)
+        return rc ? rc : regc_error(REGC_ERR_MEMORY, "out of memory");
+    be->copy_h2d(be, t->params, regc_model_weights(t->model), bytes);
+    be->fill(be, t->grads, (size_t)total, 0.0f);
+    be->fill(be, t->m, (size_t)total, 0.0f);
+    be->fill(be, t->v, (size_t)total, 0.0f);
+    int32_t *pos = t->h_inputs; /* scratch: positions 0..T-1 */
+    for (int64_t i = 0; i < o->seq; i++)
+        pos[i] = (int32_t)i;
+    be->copy_h2d(be, t->d_positions, pos, (size_t)o->seq * sizeof(int32_t));
+
+    if ((rc = regc_exec_new(t->graph, be, &t->exec)))
+        return rc;
+    char *grad_bound = calloc((size_t)regc_graph_n_tensors(t->graph), 1);
+    if (!grad_bound)
+        return regc_error(REGC_ERR_MEMORY, "out of memory");
+    for (int i = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
+        const char *name = regc_model_param_name(t->model, i);
+        int p = regc_graph_find_tensor(t->graph, name);
+        if (p < 0) {
+            rc = regc_error(REGC_ERR_ARG, "model graph has no parameter %s", name);
+            break;
+        }
+        int64_t off = regc_model_param_offset(t->model, i);
+        rc = regc_exec_bind(t->exec, p, t->params + off);
+        int gp = t->grad_of[p];
+        /* a gradient tensor shared by two parameters cannot live in both
+         * slots; the graph never produces one, so refuse rather than guess */
+        if (rc == REGC_OK && gp >= 0 && grad_bound[gp])
+            rc = regc_error(REGC_ERR_UNSUPPORTED, "parameters share the gradient tensor of %s",
+                            name);
+        if (rc == REGC_OK && gp >= 0) {
+            grad_bound[gp] = 1;
+            rc = regc_exec_bind(t->exec, gp, t->grads + off);
+        }
+    }
+    free(grad_bound);
+    if (rc)
+        return rc;
+    if ((rc = regc_exec_bind(t->exec, t->input_ids, t->d_inputs)) ||
+        (rc = regc_exec_bind(t->exec, t->targets, t->d_targets)))
+        return rc;
+    if (t->position_ids >= 0 && (rc = regc_exec_bind(t->exec, t->position_ids, t->d_positions)))
+        return rc;
+    return be->sync(be);
+}
+
+static int train_step(trainer *t, const regc_train_options *o, int step, float *loss)
+{
+    regc_backend *be = t->be;
+    int64_t bt = o->batch * o->seq;
+    int rc = regc_tokens_batch(t->tokens, step, o->batch, o->seq, t->h_inputs, t->h_targets);
+    if (rc)
+        return rc;
+    be->copy_h2d(be, t->d_inputs, t->h_inputs, (size_t)bt * sizeof(int32_t));
+    be->copy_h2d(be, t->d_targets, t->h_targets, (size_t)bt * sizeof(int32_t));
+    if ((rc = regc_exec_run(t->exec)))
+        return rc;
+    be->copy_d2h(be, loss, regc_exec_tensor(t->exec, t->loss), sizeof(float));
+    be->adamw(be, t->params, t->grads, t->m, t->v, regc_model_total_numel(t->model), o->lr,
+              o->beta1, o->beta2, o->eps, o->weight_decay, step + 1);
+    return be->sync(be);
+}
+
+static int check_options(const regc_train_options *o)
+{
+    if (o->batch < 1)
+        return regc_error(REGC_ERR_ARG, "batch size must be at least 1 (got %lld)", (long long)o->batch);
+    if (o->seq < 1)
+        return regc_error(REGC_ERR_ARG, "sequence length must be at least 1 (got %lld)", (long long)o->seq);
+    if (o->steps < 1)
+        return regc_error(REGC_ERR_ARG, "steps must be at least 1 (got %d)", o->steps);
+    if (!(o->lr >= 0.0f) || !(o->weight_decay >= 0.0f))
+        return regc_error(REGC_ERR_ARG, "learning rate and weight decay must be non-negative");
+    return REGC_OK;
+}
+
+int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user)
+{
+    int rc = check_options(o);
+    if (rc)
+        return rc;
+    if (o->seq > regc_model_max_seq(m))
+        return regc_error(REGC_ERR_ARG, "sequence length %lld exceeds n_positions %lld of the model",
+                          (long long)o->seq, (long long)regc_model_max_seq(m));
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.model = m;
+    if (!regc_model_has_weights(m) && (rc = regc_model_init_random(m, o->seed)))
+        return rc;
+    t.be = regc_backend_new(o->backend ? o->backend : "cpu", o->threads);
+    if (!t.be)
+        return REGC_ERR_UNSUPPORTED;
+    if (!(rc = open_data(&t, o)) && !(rc = build_program(&t, o)))
+        rc = bind_memory(&t, o);
+    for (int step = 0; rc == REGC_OK && step < o->steps; step++) {
+        double t0 = regc_time_ms();
+        float loss = 0.0f;
+        rc = train_step(&t, o, step, &loss);
+        if (rc)
+            break;
+        regc_step_report r = {.step = step, .loss = loss, .ms = regc_time_ms() - t0};
+        r.tokens_per_s = (double)(o->batch * o->seq) / (r.ms / 1e3);
+        if (on_step)
+            on_step(&r, user);
+    }
+    if (rc == REGC_OK && o->save_dir) {
+        t.be->copy_d2h(t.be, regc_model_weights(m), t.params,
+                       (size_t)regc_model_total_numel(m) * sizeof(float));
+        if (!(rc = t.be->sync(t.be)))
+            rc = regc_model_save(m, o->save_dir);
+    }
+    trainer_free(&t);
+    return rc;
+}
