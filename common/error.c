@@ -18,15 +18,19 @@ int regc_error(int status, const char *fmt, ...)
 
 void regc_error_prefix(const char *fmt, ...)
 {
-    char prefix[512], old[sizeof error_message];
+    char old[sizeof error_message];
+    memcpy(old, error_message, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(error_message, sizeof error_message, fmt, ap);
     va_end(ap);
-    memcpy(old, error_message, sizeof old);
-    /* a message too long for the buffer is cut, never overrun */
-    int n = snprintf(error_message, sizeof error_message, "%s: %s", prefix, old);
-    (void)n;
+    /* append ": <old message>", cutting what does not fit */
+    size_t used = n < 0 ? 0 : (size_t)n < sizeof error_message ? (size_t)n : sizeof error_message - 1;
+    const char *parts[2] = {": ", old};
+    for (int p = 0; p < 2; p++)
+        for (const char *c = parts[p]; *c && used + 1 < sizeof error_message; c++)
+            error_message[used++] = *c;
+    error_message[used] = '\0';
 }
 
 const char *regc_error_message(void)

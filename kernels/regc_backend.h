@@ -140,7 +140,7 @@ struct regc_backend {
                   int64_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int step);
 
-    void (*destroy)(regc_backend *be); /* frees ctx; called by regc_backend_free */
+    void (*destroy)(regc_backend *be); /* frees ctx and be; called by regc_backend_free */
 };
 
 /* The CPU backend (OpenBLAS + OpenMP). threads <= 0: OMP_NUM_THREADS or all cores. */

@@ -608,7 +608,7 @@ int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int 
 
 static int one_output(regc_graph *g, regc_op op, const regc_attrs *a, int n_in, const int *in)
 {
-    int out[REGC_MAX_IO];
+    int out[REGC_MAX_IO] = {0};
     int rc = regc_graph_add_node(g, op, a, n_in, in, 1, out, 0, NULL);
     return rc < 0 ? rc : out[0];
 }
@@ -631,7 +631,7 @@ int regc_graph_bias_add(regc_graph *g, int x, int b)
 int regc_graph_layernorm(regc_graph *g, int x, int w, int b, float eps)
 {
     regc_attrs a = {.eps = eps};
-    int out[3];
+    int out[3] = {0};
     int rc = regc_graph_add_node(g, REGC_OP_LAYERNORM, &a, 3, (int[]){x, w, b}, 3, out, 0, NULL);
     return rc < 0 ? rc : out[0];
 }
@@ -662,14 +662,14 @@ int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_k
                          int causal, float scale)
 {
     regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
-    int out[2];
+    int out[2] = {0};
     int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 3, (int[]){q, k, v}, 2, out, 0, NULL);
     return rc < 0 ? rc : out[0];
 }
 
 int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape)
 {
-    int out[1];
+    int out[1] = {0};
     int rc = regc_graph_add_node(g, REGC_OP_RESHAPE, NULL, 1, &x, 1, out, ndim, shape);
     return rc < 0 ? rc : out[0];
 }
@@ -685,7 +685,7 @@ int regc_graph_transpose(regc_graph *g, int x, const int *perm)
 
 int regc_graph_cross_entropy(regc_graph *g, int logits, int targets)
 {
-    int out[2];
+    int out[2] = {0};
     int rc = regc_graph_add_node(g, REGC_OP_CROSS_ENTROPY, NULL, 2, (int[]){logits, targets}, 2,
                                  out, 0, NULL);
     return rc < 0 ? rc : out[0];

@@ -220,7 +220,7 @@ static int read_leaf(json_ctx *c, regc_graph *g, const cJSON *o)
 
 static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int next_id)
 {
-    int64_t in64[REGC_MAX_IO], out64[REGC_MAX_IO], shape[REGC_MAX_DIMS] = {0}, v;
+    int64_t in64[REGC_MAX_IO], out64[REGC_MAX_IO], shape[REGC_MAX_DIMS] = {0}, v = 0;
     int n_in, n_out, ndim = 0;
     if (get_ints(c, o, "in", REGC_MAX_IO, 0, INT32_MAX, in64, &n_in) ||
         get_ints(c, o, "out", REGC_MAX_IO, 0, INT32_MAX, out64, &n_out))
@@ -295,7 +295,7 @@ static int read_graph(json_ctx *c, const cJSON *root, regc_graph *g)
     const char *format = get_string(root, "format");
     if (!format || strcmp(format, GRAPH_FORMAT) != 0)
         return fail(c, REGC_ERR_FORMAT, "\"format\" must be \"" GRAPH_FORMAT "\"");
-    int64_t version;
+    int64_t version = 0;
     if (get_int(c, root, "version", 1, 1000000, &version))
         return REGC_ERR_FORMAT;
     if (version != GRAPH_VERSION)
