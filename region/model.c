@@ -1,0 +1,577 @@
+/* model.c — the architecture-independent half of a model: the parameter
+ * list, one contiguous fp32 weights block, Hugging Face directories
+ * (config.json dispatch on model_type, single-file and sharded safetensors)
+ * and presets. Architecture specifics come through regc_arch
+ * (model_internal.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "model_internal.h"
+
+static const regc_arch *const model_archs[] = {&regc_arch_gpt2};
+#define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
+
+/* Presets and the architecture each belongs to (index-aligned). */
+static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", NULL};
+static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2};
+
+/* -------------------------------------------------------- construction */
+
+static int model_new(const regc_arch *arch, const char *source, regc_model **out)
+{
+    regc_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->source = strdup(source))) {
+        free(m);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", source);
+    }
+    m->arch = arch;
+    *out = m;
+    return REGC_OK;
+}
+
+void regc_model_free(regc_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_params; i++)
+        free(m->params[i].name);
+    free(m->params);
+    if (m->cfg && m->arch)
+        m->arch->free_config(m->cfg);
+    free(m->weights);
+    free(m->source);
+    free(m);
+}
+
+int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
+                         float init_center, float init_halfwidth)
+{
+    if (ndim < 0 || ndim > REGC_MAX_DIMS)
+        return regc_error(REGC_ERR_ARG, "%s: parameter %s has %d dimensions", m->source, name,
+                          ndim);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || numel > INT64_MAX / shape[d])
+            return regc_error(REGC_ERR_ARG, "%s: parameter %s has an invalid or too large shape",
+                              m->source, name);
+        numel *= shape[d];
+    }
+    if (m->total_numel > INT64_MAX - numel)
+        return regc_error(REGC_ERR_ARG, "%s: too many parameters", m->source);
+    if (m->n_params == m->cap_params) {
+        int cap = m->cap_params ? m->cap_params * 2 : 64;
+        regc_model_param *grown = realloc(m->params, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+        m->params = grown;
+        m->cap_params = cap;
+    }
+    regc_model_param *p = &m->params[m->n_params];
+    memset(p, 0, sizeof *p);
+    if (!(p->name = strdup(name)))
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    p->ndim = ndim;
+    memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
+    p->numel = numel;
+    p->offset = m->total_numel;
+    p->init_center = init_center;
+    p->init_halfwidth = init_halfwidth;
+    m->total_numel += numel;
+    m->n_params++;
+    return REGC_OK;
+}
+
+/* ------------------------------------------------------ config readers */
+
+static const cJSON *cfg_item(const cJSON *root, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(root, key);
+}
+
+int regc_cfg_int(const cJSON *root, const char *path, const char *key, int required,
+                 int64_t dflt, int64_t lo, int64_t hi, int64_t *out)
+{
+    const cJSON *it = cfg_item(root, key);
+    if (!it || (cJSON_IsNull(it) && !required)) {
+        if (required)
+            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
+        *out = dflt;
+        return REGC_OK;
+    }
+    double d = cJSON_IsNumber(it) ? it->valuedouble : 0.5;
+    if (!cJSON_IsNumber(it) || !(d >= -9e15 && d <= 9e15) || d != (double)(int64_t)d)
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be an integer", path, key);
+    int64_t v = (int64_t)d;
+    if (v < lo || v > hi)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"%s\" is %" PRId64 ", expected %" PRId64 " to %" PRId64, path,
+                          key, v, lo, hi);
+    *out = v;
+    return REGC_OK;
+}
+
+int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required,
+                    double dflt, double lo, double hi, double *out)
+{
+    const cJSON *it = cfg_item(root, key);
+    if (!it || (cJSON_IsNull(it) && !required)) {
+        if (required)
+            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
+        *out = dflt;
+        return REGC_OK;
+    }
+    if (!cJSON_IsNumber(it))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be a number", path, key);
+    double v = it->valuedouble;
+    if (!(v >= lo && v <= hi))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is %g, expected %g to %g", path, key,
+                          v, lo, hi);
+    *out = v;
+    return REGC_OK;
+}
+
+int regc_cfg_bool(const cJSON *root, const char *path, const char *key, int required, int dflt,
+                  int *out)
+{
+    const cJSON *it = cfg_item(root, key);
+    if (!it || (cJSON_IsNull(it) && !required)) {
+        if (required)
+            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
+        *out = dflt;
+        return REGC_OK;
+    }
+    if (!cJSON_IsBool(it))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be true or false", path, key);
+    *out = cJSON_IsTrue(it) ? 1 : 0;
+    return REGC_OK;
+}
+
+int regc_cfg_string(const cJSON *root, const char *path, const char *key, int required,
+                    const char *dflt, const char **out)
+{
+    const cJSON *it = cfg_item(root, key);
+    if (!it || (cJSON_IsNull(it) && !required)) {
+        if (required)
+            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
+        *out = dflt;
+        return REGC_OK;
+    }
+    if (!cJSON_IsString(it))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be a string", path, key);
+    *out = it->valuestring;
+    return REGC_OK;
+}
+
+/* ------------------------------------------------------------- loading */
+
+int regc_model_is_preset(const char *spec)
+{
+    for (int i = 0; preset_names[i]; i++)
+        if (strcmp(spec, preset_names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+const char *const *regc_model_preset_names(void)
+{
+    return preset_names;
+}
+
+static int model_from_preset(const char *name, regc_model **out)
+{
+    for (int i = 0; preset_names[i]; i++) {
+        if (strcmp(name, preset_names[i]) != 0)
+            continue;
+        regc_model *m = NULL;
+        int rc = model_new(preset_archs[i], name, &m);
+        if (rc < 0)
+            return rc;
+        if ((rc = m->arch->preset_config(m, name)) < 0 || (rc = m->arch->list_params(m)) < 0) {
+            regc_model_free(m);
+            return rc;
+        }
+        *out = m;
+        return REGC_OK;
+    }
+    return regc_error(REGC_ERR_ARG, "%s: not a preset", name);
+}
+
+static int path_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int regc_model_load_config(const char *dir, regc_model **out)
+{
+    *out = NULL;
+    char path[4096];
+    int rc = regc_path_join(path, sizeof path, dir, "config.json");
+    if (rc < 0)
+        return rc;
+    char *text = NULL;
+    size_t len = 0;
+    if ((rc = regc_file_read_all(path, &text, &len)) < 0)
+        return rc;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    size_t at = (size_t)(end ? end - text : 0);
+    free(text);
+    if (!root)
+        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON near byte %zu", path, at);
+    regc_model *m = NULL;
+    const char *type = NULL;
+    if (!cJSON_IsObject(root)) {
+        rc = regc_error(REGC_ERR_FORMAT, "%s: not a JSON object", path);
+        goto done;
+    }
+    if ((rc = regc_cfg_string(root, path, "model_type", 1, NULL, &type)) < 0)
+        goto done;
+    const regc_arch *arch = NULL;
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (strcmp(type, model_archs[i]->model_type) == 0)
+            arch = model_archs[i];
+    if (!arch) {
+        char list[256] = "";
+        for (size_t i = 0; i < N_ARCHS; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     model_archs[i]->model_type);
+        rc = regc_error(REGC_ERR_UNSUPPORTED, "%s: unsupported model_type \"%s\" (supported: %s)",
+                        path, type, list);
+        goto done;
+    }
+    if ((rc = model_new(arch, dir, &m)) < 0)
+        goto done;
+    if ((rc = arch->parse_config(m, root, path)) < 0 || (rc = arch->list_params(m)) < 0) {
+        regc_model_free(m);
+        m = NULL;
+    }
+done:
+    cJSON_Delete(root);
+    *out = m;
+    return rc;
+}
+
+/* The checkpoint name to look for when `name` is absent: the name without
+ * the architecture's optional prefix, or NULL. */
+static const char *model_alt_name(const regc_model *m, const char *name)
+{
+    const char *pre = m->arch->optional_prefix;
+    size_t n = pre ? strlen(pre) : 0;
+    return (n && strncmp(name, pre, n) == 0) ? name + n : NULL;
+}
+
+static int model_read_param(regc_model *m, const regc_st_file *f, const char *file, int i)
+{
+    const regc_model_param *p = &m->params[i];
+    int idx = regc_st_find(f, p->name);
+    const char *alt = model_alt_name(m, p->name);
+    if (idx < 0 && alt)
+        idx = regc_st_find(f, alt);
+    if (idx < 0)
+        return regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", file, p->name);
+    return regc_st_read_f32(f, idx, p->ndim, p->shape, m->weights + p->offset);
+}
+
+typedef struct {
+    const char *file; /* as named in the weight map */
+    regc_st_file *st;
+} model_shard;
+
+/* A shard name must stay inside the model directory. */
+static int shard_name_ok(const char *name)
+{
+    if (!name[0] || name[0] == '/')
+        return 0;
+    for (const char *p = name; *p;) {
+        size_t seg = strcspn(p, "/");
+        if (seg == 2 && p[0] == '.' && p[1] == '.')
+            return 0;
+        p += seg;
+        if (*p == '/')
+            p++;
+    }
+    return 1;
+}
+
+static int model_load_sharded(regc_model *m, const char *dir, const char *index_path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = regc_file_read_all(index_path, &text, &len);
+    if (rc < 0)
+        return rc;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root)
+        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON", index_path);
+    model_shard *shards = calloc((size_t)m->n_params + 1, sizeof *shards);
+    int n_shards = 0;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!shards) {
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index_path);
+        goto done;
+    }
+    if (!cJSON_IsObject(map)) {
+        rc = regc_error(REGC_ERR_FORMAT, "%s: missing or invalid \"weight_map\"", index_path);
+        goto done;
+    }
+    for (int i = 0; i < m->n_params; i++) {
+        const char *name = m->params[i].name, *alt = model_alt_name(m, name);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
+        if (!e && alt)
+            e = cJSON_GetObjectItemCaseSensitive(map, alt);
+        if (!e) {
+            rc = regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", index_path, name);
+            goto done;
+        }
+        if (!cJSON_IsString(e) || !shard_name_ok(e->valuestring)) {
+            rc = regc_error(REGC_ERR_FORMAT,
+                            "%s: weight_map entry %s must name a file inside the directory",
+                            index_path, e->string);
+            goto done;
+        }
+        int s = 0;
+        while (s < n_shards && strcmp(shards[s].file, e->valuestring) != 0)
+            s++;
+        if (s == n_shards) {
+            char path[4096];
+            if ((rc = regc_path_join(path, sizeof path, dir, e->valuestring)) < 0 ||
+                (rc = regc_st_open(path, &shards[s].st)) < 0)
+                goto done;
+            shards[s].file = e->valuestring;
+            n_shards++;
+        }
+        char shard_path[4096];
+        regc_path_join(shard_path, sizeof shard_path, dir, shards[s].file);
+        if ((rc = model_read_param(m, shards[s].st, shard_path, i)) < 0)
+            goto done;
+    }
+done:
+    for (int s = 0; s < n_shards; s++)
+        regc_st_close(shards[s].st);
+    free(shards);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int model_alloc_weights(regc_model *m)
+{
+    if (m->weights)
+        return REGC_OK;
+    if ((uint64_t)m->total_numel > SIZE_MAX / sizeof(float))
+        return regc_error(REGC_ERR_MEMORY, "%s: %" PRId64 " parameters do not fit in memory",
+                          m->source, m->total_numel);
+    m->weights = malloc((size_t)m->total_numel * sizeof(float) + 1);
+    if (!m->weights)
+        return regc_error(REGC_ERR_MEMORY,
+                          "%s: out of memory for %" PRId64 " parameters (%.1f GiB of fp32)",
+                          m->source, m->total_numel,
+                          (double)m->total_numel * 4.0 / (1024.0 * 1024.0 * 1024.0));
+    return REGC_OK;
+}
+
+/* HF's loader prefers the single file when both exist; so do we, so that a
+ * directory re-saved by regc_model_save never reads a stale index. */
+static int model_load_weights(regc_model *m, const char *dir)
+{
+    char single[4096], index[4096];
+    int rc;
+    if ((rc = regc_path_join(single, sizeof single, dir, "model.safetensors")) < 0 ||
+        (rc = regc_path_join(index, sizeof index, dir, "model.safetensors.index.json")) < 0)
+        return rc;
+    int have_single = path_exists(single);
+    if (!have_single && !path_exists(index))
+        return regc_error(REGC_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json",
+                          dir);
+    if ((rc = model_alloc_weights(m)) < 0)
+        return rc;
+    if (have_single) {
+        regc_st_file *f;
+        if ((rc = regc_st_open(single, &f)) < 0)
+            goto fail;
+        for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
+            rc = model_read_param(m, f, single, i);
+        regc_st_close(f);
+    } else {
+        rc = model_load_sharded(m, dir, index);
+    }
+    if (rc == REGC_OK)
+        return rc;
+fail:
+    free(m->weights);
+    m->weights = NULL;
+    return rc;
+}
+
+/* A preset name wins over a directory of the same name; "./gpt2-tiny" loads
+ * the directory. */
+int regc_model_load(const char *spec, regc_model **out)
+{
+    *out = NULL;
+    if (regc_model_is_preset(spec))
+        return model_from_preset(spec, out);
+    struct stat st;
+    if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        char list[256] = "";
+        for (int i = 0; preset_names[i]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     preset_names[i]);
+        return regc_error(REGC_ERR_ARG, "%s: not a model directory or a preset (presets: %s)",
+                          spec, list);
+    }
+    regc_model *m;
+    int rc = regc_model_load_config(spec, &m);
+    if (rc < 0)
+        return rc;
+    if ((rc = model_load_weights(m, spec)) < 0) {
+        regc_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return REGC_OK;
+}
+
+/* ----------------------------------------------------------- accessors */
+
+const char *regc_model_arch(const regc_model *m) { return m->arch->model_type; }
+int64_t regc_model_vocab(const regc_model *m) { return m->vocab; }
+int64_t regc_model_max_seq(const regc_model *m) { return m->max_seq; }
+int regc_model_has_weights(const regc_model *m) { return m->weights != NULL; }
+int regc_model_n_params(const regc_model *m) { return m->n_params; }
+int64_t regc_model_total_numel(const regc_model *m) { return m->total_numel; }
+float *regc_model_weights(regc_model *m) { return m->weights; }
+
+void regc_model_describe(const regc_model *m, char *buf, size_t cap)
+{
+    if (cap)
+        m->arch->describe(m, buf, cap);
+}
+
+const char *regc_model_param_name(const regc_model *m, int i)
+{
+    return (i >= 0 && i < m->n_params) ? m->params[i].name : NULL;
+}
+
+int regc_model_param_shape(const regc_model *m, int i, int64_t *shape)
+{
+    if (i < 0 || i >= m->n_params)
+        return regc_error(REGC_ERR_ARG, "%s: no parameter %d", m->source, i);
+    memcpy(shape, m->params[i].shape, (size_t)m->params[i].ndim * sizeof *shape);
+    return m->params[i].ndim;
+}
+
+int64_t regc_model_param_numel(const regc_model *m, int i)
+{
+    return (i >= 0 && i < m->n_params) ? m->params[i].numel : -1;
+}
+
+int64_t regc_model_param_offset(const regc_model *m, int i)
+{
+    return (i >= 0 && i < m->n_params) ? m->params[i].offset : -1;
+}
+
+/* ------------------------------------------------- init, graph, saving */
+
+int regc_model_init_random(regc_model *m, uint64_t seed)
+{
+    int rc = model_alloc_weights(m);
+    if (rc < 0)
+        return rc;
+    for (int t = 0; t < m->n_params; t++) {
+        const regc_model_param *p = &m->params[t];
+        regc_rng_fill_uniform(m->weights + p->offset, (size_t)p->numel,
+                              regc_rng_substream(seed, (uint64_t)t), p->init_center,
+                              p->init_halfwidth);
+    }
+    return REGC_OK;
+}
+
+int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out)
+{
+    *out = NULL;
+    if (batch < 1 || seq < 1)
+        return regc_error(REGC_ERR_ARG, "%s: batch %" PRId64 " and sequence length %" PRId64
+                          " must both be at least 1", m->source, batch, seq);
+    return m->arch->build_graph(m, batch, seq, out);
+}
+
+/* mkdir -p: checkpoints go to fresh nested paths like runs/x/step100. */
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path)
+        return regc_error(REGC_ERR_ARG, "%s: invalid directory name", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char c = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return regc_error(REGC_ERR_IO, "%s: cannot create directory: %s", path,
+                              strerror(errno));
+        path[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return regc_error(REGC_ERR_IO, "%s: not a directory", dir);
+    return REGC_OK;
+}
+
+int regc_model_save(const regc_model *m, const char *dir)
+{
+    if (!m->weights)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: cannot save %s: the model has no weights yet (shape-only)", dir,
+                          m->source);
+    int rc = make_dirs(dir);
+    if (rc < 0)
+        return rc;
+    char path[4096];
+    regc_st_entry *e = calloc((size_t)m->n_params + 1, sizeof *e);
+    if (!e)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", dir);
+    for (int i = 0; i < m->n_params; i++) {
+        const regc_model_param *p = &m->params[i];
+        e[i].name = p->name;
+        e[i].dtype = REGC_F32;
+        e[i].ndim = p->ndim;
+        memcpy(e[i].shape, p->shape, sizeof p->shape);
+        e[i].data = m->weights + p->offset;
+    }
+    /* Weights first: a config.json that names weights not yet written would
+     * make the directory look complete after a crash. */
+    if ((rc = regc_path_join(path, sizeof path, dir, "model.safetensors")) == REGC_OK)
+        rc = regc_st_write(path, e, m->n_params);
+    free(e);
+    if (rc < 0)
+        return rc;
+
+    cJSON *cfg = m->arch->write_config(m);
+    char *text = cfg ? cJSON_Print(cfg) : NULL;
+    cJSON_Delete(cfg);
+    if (!text)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory writing config.json", dir);
+    size_t len = strlen(text);
+    char *with_nl = malloc(len + 2);
+    if (with_nl) {
+        memcpy(with_nl, text, len);
+        with_nl[len] = '\n';
+        with_nl[len + 1] = '\0';
+    }
+    cJSON_free(text);
+    if (!with_nl)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory writing config.json", dir);
+    if ((rc = regc_path_join(path, sizeof path, dir, "config.json")) == REGC_OK)
+        rc = regc_file_write_atomic(path, with_nl, len + 1);
+    free(with_nl);
+    return rc;
+}

@@ -1,0 +1,77 @@
+/* model_internal.h — what model.c (generic: parameters, weights, files)
+ * shares with one file per architecture (gpt2.c, later llama.c, ...).
+ *
+ * An architecture is a small vtable: it turns config.json (or a preset
+ * name) into its own config struct, lists its parameters in checkpoint
+ * order, builds the flat forward graph and writes config.json back.
+ * Everything that does not depend on the architecture — the weights
+ * block, safetensors loading with sharding, saving, random init — lives in
+ * model.c, so a new architecture is one new file plus one table entry. */
+#ifndef REGC_MODEL_INTERNAL_H
+#define REGC_MODEL_INTERNAL_H
+
+#include <cjson/cJSON.h>
+
+#include "regc.h"
+
+typedef struct {
+    char *name; /* the checkpoint name, e.g. "transformer.h.0.ln_1.weight" */
+    int ndim;
+    int64_t shape[REGC_MAX_DIMS];
+    int64_t numel, offset; /* offset in floats into the weights block */
+    /* regc_model_init_random draws uniform on [center - halfwidth, center + halfwidth) */
+    float init_center, init_halfwidth;
+} regc_model_param;
+
+typedef struct regc_arch regc_arch;
+
+struct regc_model {
+    const regc_arch *arch;
+    void *cfg;    /* the architecture's own config struct */
+    char *source; /* the preset name or directory, for messages */
+    int64_t vocab, max_seq;
+    int n_params, cap_params;
+    regc_model_param *params;
+    int64_t total_numel;
+    float *weights; /* total_numel floats, or NULL while shape-only */
+};
+
+struct regc_arch {
+    const char *model_type; /* config.json's "model_type" */
+    /* Checkpoints may omit this prefix of the parameter names (the original
+     * OpenAI GPT-2 files say "h.0.ln_1.weight"); NULL when none. */
+    const char *optional_prefix;
+    /* Fill m->cfg, m->vocab and m->max_seq from a preset or from config.json
+     * (`path` names the file in messages). */
+    int (*preset_config)(regc_model *m, const char *preset);
+    int (*parse_config)(regc_model *m, const cJSON *root, const char *path);
+    void (*free_config)(void *cfg);
+    /* Call regc_model_add_param once per parameter, in checkpoint order. */
+    int (*list_params)(regc_model *m);
+    int (*build_graph)(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out);
+    /* A new config.json object (caller deletes), or NULL when out of memory. */
+    cJSON *(*write_config)(const regc_model *m);
+    void (*describe)(const regc_model *m, char *buf, size_t cap);
+};
+
+extern const regc_arch regc_arch_gpt2;
+
+/* Append a parameter: numel and offset are computed, overflow checked. */
+int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
+                         float init_center, float init_halfwidth);
+
+/* ---- config.json readers for architectures. Each returns REGC_OK with
+ * *out set (the default when the key is absent or null and required is 0),
+ * or an error naming `path` and the key. Integers must be integral numbers
+ * within [lo, hi]. */
+int regc_cfg_int(const cJSON *root, const char *path, const char *key, int required,
+                 int64_t dflt, int64_t lo, int64_t hi, int64_t *out);
+int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required,
+                    double dflt, double lo, double hi, double *out);
+int regc_cfg_bool(const cJSON *root, const char *path, const char *key, int required, int dflt,
+                  int *out);
+/* *out points into root (valid while root lives), or to dflt. */
+int regc_cfg_string(const cJSON *root, const char *path, const char *key, int required,
+                    const char *dflt, const char **out);
+
+#endif

@@ -1,0 +1,605 @@
+/* safetensors.c — reading and writing .safetensors files.
+ *
+ * Layout: u64 little-endian header length N, N bytes of JSON
+ * {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
+ * then the data section; offsets are relative to its start (byte 8 + N).
+ *
+ * Reading uses pread straight into the caller's buffer (F32) or through a
+ * small bounce buffer (BF16/F16), so a 500 MB checkpoint is copied once from
+ * the page cache and never held twice; mmap would add SIGBUS on a file that
+ * shrinks under us for no gain. Everything the header claims is checked at
+ * open, so a read can only fail on a dtype regc cannot convert, a shape the
+ * caller did not expect, or a file changed after open. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "regc.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c reads little-endian data in place; add byte swapping for this host"
+#endif
+
+/* The reference implementation refuses headers over 100 MB; a length past
+ * that is corruption, not a model. */
+#define ST_MAX_HEADER (100u * 1000u * 1000u)
+#define ST_MAX_EXACT 9007199254740992.0 /* 2^53: integers JSON numbers hold exactly */
+#define ST_BOUNCE_ELEMS 65536
+
+typedef struct {
+    char *name;
+    char dtype[16];
+    int esize;       /* bytes per element; 0 for a dtype this file cannot size */
+    int ndim;
+    int64_t *shape;
+    uint64_t begin, end;
+} st_tensor;
+
+typedef struct {
+    const char *name;
+    int index;
+} st_sorted;
+
+struct regc_st_file {
+    char *path;
+    int fd;
+    uint64_t data_start;
+    int n;
+    st_tensor *t;      /* in header order */
+    st_sorted *sorted; /* by name, for regc_st_find */
+};
+
+/* Every dtype of the format, so that offsets are checked for tensors regc
+ * will never read (an I64 buffer in the file is still part of its layout). */
+static int st_dtype_size(const char *dtype)
+{
+    static const struct { const char *name; int size; } table[] = {
+        {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1},
+        {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
+        {"I32", 4}, {"U32", 4}, {"F32", 4},
+        {"I64", 8}, {"U64", 8}, {"F64", 8},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(dtype, table[i].name) == 0)
+            return table[i].size;
+    return 0;
+}
+
+static void st_format_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    len += (size_t)snprintf(buf + len, cap - len, "[");
+    for (int d = 0; d < ndim && len < cap; d++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "]");
+}
+
+static int st_cmp_sorted(const void *a, const void *b)
+{
+    return strcmp(((const st_sorted *)a)->name, ((const st_sorted *)b)->name);
+}
+
+/* A JSON number that is a non-negative integer representable exactly. */
+static int st_json_uint(const cJSON *item, uint64_t *out)
+{
+    if (!cJSON_IsNumber(item))
+        return 0;
+    double d = item->valuedouble;
+    if (!(d >= 0.0 && d <= ST_MAX_EXACT) || d != (double)(uint64_t)d)
+        return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+void regc_st_close(regc_st_file *f)
+{
+    if (!f)
+        return;
+    for (int i = 0; i < f->n; i++) {
+        free(f->t[i].name);
+        free(f->t[i].shape);
+    }
+    free(f->t);
+    free(f->sorted);
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->path);
+    free(f);
+}
+
+/* pread until `size` bytes arrive; a short file is reported as truncation. */
+static int st_pread_full(const regc_st_file *f, void *buf, size_t size, uint64_t offset,
+                         const char *what)
+{
+    char *p = buf;
+    while (size > 0) {
+        ssize_t got = pread(f->fd, p, size, (off_t)offset);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return regc_error(REGC_ERR_IO, "%s: reading %s failed: %s", f->path, what,
+                              strerror(errno));
+        if (got == 0)
+            return regc_error(REGC_ERR_FORMAT, "%s: truncated while reading %s", f->path, what);
+        p += got;
+        size -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return REGC_OK;
+}
+
+static int st_parse_entry(regc_st_file *f, const cJSON *item, uint64_t data_size, st_tensor *t)
+{
+    const char *path = f->path, *name = item->string;
+    if (!cJSON_IsObject(item))
+        return regc_error(REGC_ERR_FORMAT, "%s: tensor %s: header entry is not an object", path,
+                          name);
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    if (!cJSON_IsString(dtype) || strlen(dtype->valuestring) >= sizeof t->dtype)
+        return regc_error(REGC_ERR_FORMAT, "%s: tensor %s: missing or invalid \"dtype\"", path,
+                          name);
+    snprintf(t->dtype, sizeof t->dtype, "%s", dtype->valuestring);
+    t->esize = st_dtype_size(t->dtype);
+
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    if (!cJSON_IsArray(shape))
+        return regc_error(REGC_ERR_FORMAT, "%s: tensor %s: missing or invalid \"shape\"", path,
+                          name);
+    t->ndim = cJSON_GetArraySize(shape);
+    t->shape = calloc((size_t)t->ndim + 1, sizeof *t->shape);
+    if (!t->shape)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    /* numel saturates instead of overflowing: any such tensor fails the
+     * byte-count check below, which is the error worth reporting. */
+    uint64_t numel = 1;
+    int d = 0;
+    const cJSON *dim;
+    cJSON_ArrayForEach(dim, shape) {
+        uint64_t v;
+        if (!st_json_uint(dim, &v))
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: tensor %s: \"shape\" must hold non-negative integers", path,
+                              name);
+        t->shape[d++] = (int64_t)v;
+        numel = (v != 0 && numel > UINT64_MAX / v) ? UINT64_MAX : numel * v;
+    }
+
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+        !st_json_uint(cJSON_GetArrayItem(offs, 0), &t->begin) ||
+        !st_json_uint(cJSON_GetArrayItem(offs, 1), &t->end) || t->begin > t->end)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: tensor %s: \"data_offsets\" must be [begin, end] with "
+                          "0 <= begin <= end",
+                          path, name);
+    if (t->esize > 0) {
+        uint64_t need = numel > UINT64_MAX / (uint64_t)t->esize ? UINT64_MAX
+                                                                 : numel * (uint64_t)t->esize;
+        if (t->end - t->begin != need) {
+            char s[160];
+            st_format_shape(s, sizeof s, t->ndim, t->shape);
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
+                              "] hold %" PRIu64 " bytes but shape %s of %s needs %" PRIu64,
+                              path, name, t->begin, t->end, t->end - t->begin, s, t->dtype,
+                              need);
+        }
+    }
+    if (t->end > data_size)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: truncated or corrupt: tensor %s ends at byte %" PRIu64
+                          " of the data section, which has %" PRIu64 " bytes",
+                          path, name, t->end, data_size);
+    return REGC_OK;
+}
+
+static int st_parse_header(regc_st_file *f, const char *text, size_t len, uint64_t data_size)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root)
+        return regc_error(REGC_ERR_FORMAT, "%s: malformed header JSON near byte %zu", f->path,
+                          (size_t)(end ? end - text : 0) + 8);
+    int rc = REGC_OK;
+    /* The format pads the header with spaces; anything else after the JSON
+     * means the length or the text is wrong. */
+    for (const char *p = end; p < text + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
+            rc = regc_error(REGC_ERR_FORMAT, "%s: malformed header JSON: trailing data at byte %zu",
+                            f->path, (size_t)(p - text) + 8);
+            goto done;
+        }
+    if (!cJSON_IsObject(root)) {
+        rc = regc_error(REGC_ERR_FORMAT, "%s: malformed header: not a JSON object", f->path);
+        goto done;
+    }
+    int count = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root)
+        if (strcmp(item->string, "__metadata__") != 0)
+            count++;
+    f->t = calloc((size_t)count + 1, sizeof *f->t);
+    f->sorted = calloc((size_t)count + 1, sizeof *f->sorted);
+    if (!f->t || !f->sorted) {
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", f->path);
+        goto done;
+    }
+    cJSON_ArrayForEach(item, root) {
+        if (strcmp(item->string, "__metadata__") == 0)
+            continue;
+        st_tensor *t = &f->t[f->n];
+        t->name = strdup(item->string);
+        if (!t->name) {
+            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", f->path);
+            goto done;
+        }
+        f->n++;
+        if ((rc = st_parse_entry(f, item, data_size, t)) < 0)
+            goto done;
+    }
+    for (int i = 0; i < f->n; i++)
+        f->sorted[i] = (st_sorted){f->t[i].name, i};
+    qsort(f->sorted, (size_t)f->n, sizeof *f->sorted, st_cmp_sorted);
+    for (int i = 1; i < f->n; i++)
+        if (strcmp(f->sorted[i - 1].name, f->sorted[i].name) == 0) {
+            rc = regc_error(REGC_ERR_FORMAT, "%s: duplicate tensor %s in the header", f->path,
+                            f->sorted[i].name);
+            goto done;
+        }
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int regc_st_open(const char *path, regc_st_file **out)
+{
+    *out = NULL;
+    regc_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    }
+    char *header = NULL;
+    int rc;
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        rc = regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = regc_error(REGC_ERR_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    uint64_t fsize = (uint64_t)st.st_size;
+    if (fsize < 8) {
+        rc = regc_error(REGC_ERR_FORMAT,
+                        "%s: file is %" PRIu64 " bytes, too short for a safetensors header", path,
+                        fsize);
+        goto fail;
+    }
+    unsigned char lenbuf[8];
+    if ((rc = st_pread_full(f, lenbuf, 8, 0, "the header length")) < 0)
+        goto fail;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | lenbuf[i];
+    if (hlen > fsize - 8) {
+        rc = regc_error(REGC_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds file size %" PRIu64,
+                        path, hlen, fsize);
+        goto fail;
+    }
+    if (hlen > ST_MAX_HEADER || hlen < 2) {
+        rc = regc_error(REGC_ERR_FORMAT,
+                        "%s: header length %" PRIu64 " is implausible (2 to %u bytes expected)",
+                        path, hlen, ST_MAX_HEADER);
+        goto fail;
+    }
+    header = malloc((size_t)hlen + 1);
+    if (!header) {
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for a %" PRIu64 "-byte header", path,
+                        hlen);
+        goto fail;
+    }
+    if ((rc = st_pread_full(f, header, (size_t)hlen, 8, "the header")) < 0)
+        goto fail;
+    header[hlen] = '\0';
+    f->data_start = 8 + hlen;
+    if ((rc = st_parse_header(f, header, (size_t)hlen, fsize - f->data_start)) < 0)
+        goto fail;
+    free(header);
+    *out = f;
+    return REGC_OK;
+fail:
+    free(header);
+    regc_st_close(f);
+    return rc;
+}
+
+int regc_st_count(const regc_st_file *f)
+{
+    return f->n;
+}
+
+const char *regc_st_name(const regc_st_file *f, int i)
+{
+    return (i >= 0 && i < f->n) ? f->t[i].name : NULL;
+}
+
+int regc_st_find(const regc_st_file *f, const char *name)
+{
+    st_sorted key = {name, -1};
+    const st_sorted *hit = bsearch(&key, f->sorted, (size_t)f->n, sizeof key, st_cmp_sorted);
+    return hit ? hit->index : -1;
+}
+
+static float st_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static float st_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+    float v;
+    if (exp == 0) {
+        /* zero or subnormal: mant * 2^-24 is exact in float32 */
+        v = (float)mant * 0x1p-24f;
+        memcpy(&bits, &v, sizeof bits);
+        bits |= sign;
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13); /* inf, or NaN keeping its payload */
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (mant << 13);
+    }
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst)
+{
+    if (i < 0 || i >= f->n)
+        return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", f->path, i);
+    const st_tensor *t = &f->t[i];
+    int is_f32 = strcmp(t->dtype, "F32") == 0, is_bf16 = strcmp(t->dtype, "BF16") == 0,
+        is_f16 = strcmp(t->dtype, "F16") == 0;
+    if (!is_f32 && !is_bf16 && !is_f16)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: tensor %s has dtype %s, which regc cannot read (F32, BF16, F16)",
+                          f->path, t->name, t->dtype);
+    int same = ndim == t->ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = shape[d] == t->shape[d];
+    if (!same) {
+        char want[160], have[160];
+        st_format_shape(want, sizeof want, ndim, shape);
+        st_format_shape(have, sizeof have, t->ndim, t->shape);
+        return regc_error(REGC_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", f->path,
+                          t->name, have, want);
+    }
+    uint64_t bytes = t->end - t->begin, off = f->data_start + t->begin;
+    if (is_f32)
+        return st_pread_full(f, dst, (size_t)bytes, off, t->name);
+
+    uint16_t *bounce = malloc(ST_BOUNCE_ELEMS * sizeof *bounce);
+    if (!bounce)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading %s", f->path, t->name);
+    uint64_t n = bytes / 2, done = 0;
+    int rc = REGC_OK;
+    while (done < n) {
+        size_t chunk = n - done < ST_BOUNCE_ELEMS ? (size_t)(n - done) : ST_BOUNCE_ELEMS;
+        if ((rc = st_pread_full(f, bounce, chunk * 2, off + done * 2, t->name)) < 0)
+            break;
+        float *o = dst + done;
+        if (is_bf16)
+            for (size_t k = 0; k < chunk; k++)
+                o[k] = st_bf16_to_f32(bounce[k]);
+        else
+            for (size_t k = 0; k < chunk; k++)
+                o[k] = st_f16_to_f32(bounce[k]);
+        done += chunk;
+    }
+    free(bounce);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+static uint16_t st_f32_to_bf16(float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((bits >> 16) | 0x40u); /* keep NaN a NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1u);      /* round to nearest even */
+    return (uint16_t)(bits >> 16);
+}
+
+/* Round to nearest even via float arithmetic (the FP16 library's method):
+ * scaling up then down makes the FPU do the rounding, subnormals included. */
+static uint16_t st_f32_to_f16(float v)
+{
+    float base = (v < 0 ? -v : v) * 0x1p+112f * 0x1p-110f;
+    uint32_t w, b;
+    memcpy(&w, &v, sizeof w);
+    uint32_t shl1 = w + w, sign = w & 0x80000000u, bias = shl1 & 0xff000000u;
+    if (bias < 0x71000000u)
+        bias = 0x71000000u;
+    uint32_t bb = (bias >> 1) + 0x07800000u;
+    float fb;
+    memcpy(&fb, &bb, sizeof fb);
+    base = fb + base;
+    memcpy(&b, &base, sizeof b);
+    uint32_t nonsign = ((b >> 13) & 0x7c00u) + (b & 0x0fffu);
+    return (uint16_t)((sign >> 16) | (shl1 > 0xff000000u ? 0x7e00u : nonsign));
+}
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} st_text;
+
+static void st_put(st_text *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void st_put(st_text *s, const char *fmt, ...)
+{
+    if (s->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(s->buf + s->len, s->cap - s->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            s->oom = 1;
+            return;
+        }
+        if ((size_t)n < s->cap - s->len) {
+            s->len += (size_t)n;
+            return;
+        }
+        size_t cap = (s->cap + (size_t)n + 1) * 2;
+        char *grown = realloc(s->buf, cap);
+        if (!grown) {
+            s->oom = 1;
+            return;
+        }
+        s->buf = grown;
+        s->cap = cap;
+    }
+}
+
+static void st_put_json_string(st_text *s, const char *str)
+{
+    st_put(s, "\"");
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            st_put(s, "\\%c", *p);
+        else if (*p < 0x20)
+            st_put(s, "\\u%04x", *p);
+        else
+            st_put(s, "%c", *p);
+    }
+    st_put(s, "\"");
+}
+
+static int st_check_entries(const char *path, const regc_st_entry *e, int n, int64_t *numel)
+{
+    for (int i = 0; i < n; i++) {
+        const char *name = e[i].name;
+        if (!name || !name[0] || strcmp(name, "__metadata__") == 0)
+            return regc_error(REGC_ERR_ARG, "%s: tensor %d has an invalid name \"%s\"", path, i,
+                              name ? name : "(null)");
+        if (e[i].dtype != REGC_F32 && e[i].dtype != REGC_BF16 && e[i].dtype != REGC_F16)
+            return regc_error(REGC_ERR_ARG,
+                              "%s: tensor %s: fp32 data can be stored as F32, BF16 or F16 only",
+                              path, name);
+        if (e[i].ndim < 0 || e[i].ndim > REGC_MAX_DIMS)
+            return regc_error(REGC_ERR_ARG, "%s: tensor %s: %d dimensions", path, name,
+                              e[i].ndim);
+        int64_t k = 1;
+        for (int d = 0; d < e[i].ndim; d++) {
+            if (e[i].shape[d] < 0 || (e[i].shape[d] > 0 && k > INT64_MAX / 8 / e[i].shape[d]))
+                return regc_error(REGC_ERR_ARG, "%s: tensor %s: invalid shape", path, name);
+            k *= e[i].shape[d];
+        }
+        if (k > 0 && !e[i].data)
+            return regc_error(REGC_ERR_ARG, "%s: tensor %s has no data", path, name);
+        numel[i] = k;
+        for (int j = 0; j < i; j++)
+            if (strcmp(e[j].name, name) == 0)
+                return regc_error(REGC_ERR_ARG, "%s: duplicate tensor name %s", path, name);
+    }
+    return REGC_OK;
+}
+
+int regc_st_write(const char *path, const regc_st_entry *entries, int n)
+{
+    if (n < 0 || (n > 0 && !entries))
+        return regc_error(REGC_ERR_ARG, "%s: invalid tensor list", path);
+    int64_t *numel = calloc((size_t)n + 1, sizeof *numel);
+    if (!numel)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    int rc = st_check_entries(path, entries, n, numel);
+    st_text h = {0};
+    char *file = NULL;
+    if (rc < 0)
+        goto done;
+
+    uint64_t off = 0;
+    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; i++) {
+        const regc_st_entry *e = &entries[i];
+        uint64_t bytes = (uint64_t)numel[i] * (e->dtype == REGC_F32 ? 4u : 2u);
+        st_put(&h, ",");
+        st_put_json_string(&h, e->name);
+        st_put(&h, ":{\"dtype\":\"%s\",\"shape\":[", e->dtype == REGC_F32    ? "F32"
+                                                     : e->dtype == REGC_BF16 ? "BF16"
+                                                                             : "F16");
+        for (int d = 0; d < e->ndim; d++)
+            st_put(&h, "%s%" PRId64, d ? "," : "", e->shape[d]);
+        st_put(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + bytes);
+        off += bytes;
+    }
+    st_put(&h, "}");
+    /* Spaces pad the header so the data section starts 8-byte aligned. */
+    while (!h.oom && h.len % 8 != 0)
+        st_put(&h, " ");
+    if (h.oom) {
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory building the header", path);
+        goto done;
+    }
+    if (off > SIZE_MAX - 8 - h.len) {
+        rc = regc_error(REGC_ERR_MEMORY, "%s: %" PRIu64 " bytes of data do not fit in memory",
+                        path, off);
+        goto done;
+    }
+    size_t total = 8 + h.len + (size_t)off;
+    file = malloc(total);
+    if (!file) {
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for %zu bytes", path, total);
+        goto done;
+    }
+    uint64_t hl = h.len;
+    for (int b = 0; b < 8; b++)
+        file[b] = (char)((hl >> (8 * b)) & 0xffu);
+    memcpy(file + 8, h.buf, h.len);
+    char *p = file + 8 + h.len;
+    for (int i = 0; i < n; i++) {
+        const regc_st_entry *e = &entries[i];
+        size_t k = (size_t)numel[i];
+        if (e->dtype == REGC_F32) {
+            if (k)
+                memcpy(p, e->data, k * 4);
+            p += k * 4;
+            continue;
+        }
+        for (size_t j = 0; j < k; j++, p += 2) {
+            uint16_t v = e->dtype == REGC_BF16 ? st_f32_to_bf16(e->data[j])
+                                               : st_f32_to_f16(e->data[j]);
+            memcpy(p, &v, 2);
+        }
+    }
+    rc = regc_file_write_atomic(path, file, total);
+done:
+    free(file);
+    free(h.buf);
+    free(numel);
+    return rc;
+}

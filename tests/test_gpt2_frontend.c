@@ -1,0 +1,631 @@
+/* test_gpt2_frontend.c — GPT-2 models: presets, random init, Hugging Face
+ * directories (single file, sharded, prefix-less names, untied head),
+ * save/load round trips, every config and checkpoint error, and the flat
+ * forward graph, including a 70B-class shape that must cost no weights. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "regc.h"
+#include "test_util.h"
+
+typedef struct {
+    char *dir;
+    char model[1024]; /* dir/model: the HF directory most tests build */
+    char buf[2048];
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    f->dir = regc_test_make_temp_dir("gpt2");
+    if (!f->dir) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->model, sizeof f->model, "%s/model", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    regc_test_remove_tree(f->dir);
+    free(f->dir);
+    free(f);
+    return 0;
+}
+
+/* The last error contains every given fragment and is one line. */
+static void expect_error(const char *a, const char *b)
+{
+    const char *msg = regc_error_message();
+    if (!strstr(msg, a) || (b && !strstr(msg, b)))
+        fail_msg("error \"%s\" should contain \"%s\"%s%s", msg, a, b ? " and " : "", b ? b : "");
+    assert_null(strchr(msg, '\n'));
+}
+
+static const char *path_in(fixture *f, const char *name)
+{
+    snprintf(f->buf, sizeof f->buf, "%s/%s", f->model, name);
+    return f->buf;
+}
+
+/* A small GPT-2 config.json in f->model. `extra` adds keys; a required key
+ * it names replaces the default one (cJSON would read the first of two). */
+static void write_config(fixture *f, const char *extra)
+{
+    static const char *const keys[][2] = {
+        {"vocab_size", "64"}, {"n_positions", "16"}, {"n_embd", "16"},
+        {"n_layer", "2"},     {"n_head", "2"},
+    };
+    char text[2048], quoted[64];
+    size_t len = (size_t)snprintf(text, sizeof text,
+                                  "{\"model_type\": \"gpt2\", \"unknown_key\": [1, 2]");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        snprintf(quoted, sizeof quoted, "\"%s\"", keys[i][0]);
+        if (!extra || !strstr(extra, quoted))
+            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted,
+                                    keys[i][1]);
+    }
+    snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
+    if (mkdir(f->model, 0755) != 0)
+        assert_int_equal(errno, EEXIST);
+    assert_int_equal(regc_test_write_text(f->model, "config.json", text), 0);
+}
+
+/* config.json from write_config plus random weights saved next to it. */
+static regc_model *make_small_model(fixture *f, const char *extra, uint64_t seed)
+{
+    write_config(f, extra);
+    regc_model *m;
+    assert_int_equal(regc_model_load_config(f->model, &m), REGC_OK);
+    assert_false(regc_model_has_weights(m));
+    assert_int_equal(regc_model_init_random(m, seed), REGC_OK);
+    return m;
+}
+
+static void assert_same_weights(regc_model *a, regc_model *b)
+{
+    assert_int_equal(regc_model_n_params(a), regc_model_n_params(b));
+    assert_int_equal(regc_model_total_numel(a), regc_model_total_numel(b));
+    for (int i = 0; i < regc_model_n_params(a); i++)
+        assert_string_equal(regc_model_param_name(a, i), regc_model_param_name(b, i));
+    assert_memory_equal(regc_model_weights(a), regc_model_weights(b),
+                        (size_t)regc_model_total_numel(a) * sizeof(float));
+}
+
+/* ------------------------------------------------------------- presets */
+
+static void test_presets(void **state)
+{
+    (void)state;
+    const char *const *names = regc_model_preset_names();
+    assert_string_equal(names[0], "gpt2-tiny");
+    assert_string_equal(names[1], "gpt2-124m");
+    assert_null(names[2]);
+    assert_true(regc_model_is_preset("gpt2-tiny"));
+    assert_false(regc_model_is_preset("gpt2"));
+
+    regc_model *m;
+    assert_int_equal(regc_model_load("gpt2-124m", &m), REGC_OK);
+    assert_string_equal(regc_model_arch(m), "gpt2");
+    assert_int_equal(regc_model_total_numel(m), 124439808);
+    assert_int_equal(regc_model_n_params(m), 4 + 12 * 12);
+    assert_int_equal(regc_model_vocab(m), 50257);
+    assert_int_equal(regc_model_max_seq(m), 1024);
+    assert_false(regc_model_has_weights(m));
+    assert_null(regc_model_weights(m));
+    int64_t shape[REGC_MAX_DIMS];
+    assert_string_equal(regc_model_param_name(m, 0), "transformer.wte.weight");
+    assert_int_equal(regc_model_param_shape(m, 0, shape), 2);
+    assert_int_equal(shape[0], 50257);
+    assert_int_equal(shape[1], 768);
+    assert_string_equal(regc_model_param_name(m, 4), "transformer.h.0.attn.c_attn.weight");
+    assert_int_equal(regc_model_param_shape(m, 4, shape), 2);
+    assert_int_equal(shape[0], 768);
+    assert_int_equal(shape[1], 3 * 768);
+    assert_string_equal(regc_model_param_name(m, 147), "transformer.ln_f.bias");
+    assert_null(regc_model_param_name(m, 148));
+    int64_t off = 0;
+    for (int i = 0; i < regc_model_n_params(m); i++) {
+        assert_int_equal(regc_model_param_offset(m, i), off);
+        off += regc_model_param_numel(m, i);
+    }
+    assert_int_equal(off, regc_model_total_numel(m));
+    char d[512];
+    regc_model_describe(m, d, sizeof d);
+    assert_non_null(strstr(d, "gpt2-124m"));
+    assert_non_null(strstr(d, "124,439,808 parameters"));
+    assert_non_null(strstr(d, "dropout resid 0.1"));
+    regc_model_free(m);
+
+    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
+    assert_int_equal(regc_model_total_numel(m), 891648);
+    assert_int_equal(regc_model_n_params(m), 52);
+    regc_model_free(m);
+}
+
+static void test_init_random(void **state)
+{
+    (void)state;
+    regc_model *a, *b;
+    assert_int_equal(regc_model_load("gpt2-tiny", &a), REGC_OK);
+    assert_int_equal(regc_model_load("gpt2-tiny", &b), REGC_OK);
+    assert_int_equal(regc_model_init_random(a, 7), REGC_OK);
+    assert_int_equal(regc_model_init_random(b, 7), REGC_OK);
+    assert_true(regc_model_has_weights(a));
+    assert_same_weights(a, b);
+
+    /* Parameter t is stream substream(seed, t) with GPT-2's per-kind scale. */
+    const float *w = regc_model_weights(a);
+    float first[4];
+    regc_rng_fill_uniform(first, 4, regc_rng_substream(7, 0), 0.0f, (float)(0.02 * sqrt(3.0)));
+    assert_memory_equal(w, first, sizeof first);
+    const float proj_hw = (float)(0.02 / sqrt(8.0) * sqrt(3.0));
+    for (int i = 0; i < regc_model_n_params(a); i++) {
+        const char *name = regc_model_param_name(a, i);
+        const float *p = w + regc_model_param_offset(a, i);
+        int64_t n = regc_model_param_numel(a, i);
+        double sum2 = 0;
+        float maxabs = 0;
+        for (int64_t j = 0; j < n; j++) {
+            sum2 += (double)p[j] * p[j];
+            maxabs = fmaxf(maxabs, fabsf(p[j]));
+        }
+        size_t len = strlen(name);
+        if (strstr(name, "ln_") && strcmp(name + len - 7, ".weight") == 0) {
+            for (int64_t j = 0; j < n; j++)
+                assert_true(p[j] == 1.0f);
+        } else if (strcmp(name + len - 5, ".bias") == 0) {
+            for (int64_t j = 0; j < n; j++)
+                assert_true(p[j] == 0.0f);
+        } else if (strstr(name, "c_proj.weight")) {
+            assert_true(maxabs <= proj_hw);
+            assert_true(fabs(sqrt(sum2 / (double)n) - 0.02 / sqrt(8.0)) < 0.001);
+        } else {
+            assert_true(maxabs <= (float)(0.02 * sqrt(3.0)));
+            assert_true(fabs(sqrt(sum2 / (double)n) - 0.02) < 0.002);
+        }
+    }
+    assert_int_equal(regc_model_init_random(b, 8), REGC_OK);
+    assert_memory_not_equal(regc_model_weights(a), regc_model_weights(b), 64);
+    regc_model_free(a);
+    regc_model_free(b);
+}
+
+/* ---------------------------------------------------- save / load files */
+
+static void test_save_load_round_trip(void **state)
+{
+    fixture *f = *state;
+    regc_model *m, *back;
+    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
+    char nested[1200];
+    snprintf(nested, sizeof nested, "%s/runs/a/step1", f->dir);
+    assert_int_equal(regc_model_save(m, nested), REGC_ERR_ARG); /* shape-only */
+    expect_error("no weights", NULL);
+    assert_int_not_equal(access(nested, F_OK), 0);
+
+    assert_int_equal(regc_model_init_random(m, 1234), REGC_OK);
+    assert_int_equal(regc_model_save(m, nested), REGC_OK);
+    assert_int_equal(regc_model_load(nested, &back), REGC_OK);
+    assert_same_weights(m, back);
+    assert_int_equal(regc_model_vocab(back), 512);
+    assert_int_equal(regc_model_max_seq(back), 256);
+
+    char path[1300];
+    snprintf(path, sizeof path, "%s/config.json", nested);
+    char *cfg = regc_test_read_file(path, NULL);
+    assert_non_null(cfg);
+    assert_non_null(strstr(cfg, "\"GPT2LMHeadModel\""));
+    assert_non_null(strstr(cfg, "\"model_type\":\t\"gpt2\""));
+    free(cfg);
+    regc_st_file *st;
+    snprintf(path, sizeof path, "%s/model.safetensors", nested);
+    assert_int_equal(regc_st_open(path, &st), REGC_OK);
+    assert_int_equal(regc_st_count(st), 52);
+    assert_int_equal(regc_st_find(st, "lm_head.weight"), -1);
+    assert_int_equal(regc_st_find(st, "transformer.h.3.mlp.c_proj.bias"), 49);
+    regc_st_close(st);
+
+    /* Saving over an existing checkpoint replaces it; no temp files remain. */
+    assert_int_equal(regc_model_save(back, nested), REGC_OK);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "ls '%s' | wc -l", nested);
+    char *out = NULL;
+    assert_int_equal(regc_test_run_capture(cmd, &out), 0);
+    assert_int_equal(atoi(out), 2);
+    free(out);
+    regc_model_free(back);
+    regc_model_free(m);
+}
+
+/* Checkpoint entries for m's parameters, names optionally stripped. */
+static regc_st_entry *entries_of(regc_model *m, int strip_prefix)
+{
+    int n = regc_model_n_params(m);
+    regc_st_entry *e = calloc((size_t)n, sizeof *e);
+    assert_non_null(e);
+    for (int i = 0; i < n; i++) {
+        const char *name = regc_model_param_name(m, i);
+        if (strip_prefix && strncmp(name, "transformer.", 12) == 0)
+            name += 12;
+        e[i].name = (char *)name;
+        e[i].dtype = REGC_F32;
+        e[i].ndim = regc_model_param_shape(m, i, e[i].shape);
+        e[i].data = regc_model_weights(m) + regc_model_param_offset(m, i);
+    }
+    return e;
+}
+
+static void test_sharded(void **state)
+{
+    fixture *f = *state;
+    regc_model *m = make_small_model(f, NULL, 5), *back;
+    int n = regc_model_n_params(m), half = n / 2;
+    regc_st_entry *e = entries_of(m, 0);
+    assert_int_equal(regc_st_write(path_in(f, "model-00001-of-00002.safetensors"), e, half),
+                     REGC_OK);
+    assert_int_equal(regc_st_write(path_in(f, "model-00002-of-00002.safetensors"), e + half,
+                                   n - half),
+                     REGC_OK);
+    char *index = malloc(65536);
+    assert_non_null(index);
+    size_t len = (size_t)snprintf(index, 65536, "{\"metadata\": {}, \"weight_map\": {");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(index + len, 65536 - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                                i ? ", " : "", e[i].name, i < half ? 1 : 2);
+    snprintf(index + len, 65536 - len, "}}");
+    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json", index), 0);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_OK);
+    assert_same_weights(m, back);
+    regc_model_free(back);
+
+    /* An index that lacks a parameter names the index and the tensor. */
+    char *cut = strstr(index, ", \"transformer.ln_f.bias\"");
+    assert_non_null(cut);
+    strcpy(cut, "}}");
+    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json", index), 0);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
+    expect_error(path_in(f, "model.safetensors.index.json"),
+                 "missing tensor transformer.ln_f.bias");
+
+    /* A shard outside the directory is refused. */
+    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json",
+                                          "{\"weight_map\": {\"transformer.wte.weight\": "
+                                          "\"../x.safetensors\"}}"),
+                     0);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
+    expect_error("transformer.wte.weight", "inside the directory");
+    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json", "{\"weight_"),
+                     0);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
+    expect_error(path_in(f, "model.safetensors.index.json"), "malformed JSON");
+    free(index);
+    free(e);
+    regc_model_free(m);
+}
+
+/* The original OpenAI files say "h.0.ln_1.weight" and carry attn.bias buffers. */
+static void test_names_without_prefix(void **state)
+{
+    fixture *f = *state;
+    regc_model *m = make_small_model(f, NULL, 9), *back;
+    int n = regc_model_n_params(m);
+    regc_st_entry *e = entries_of(m, 1);
+    regc_st_entry *all = calloc((size_t)n + 2, sizeof *all);
+    assert_non_null(all);
+    static const float mask[16 * 16] = {0};
+    all[0] = (regc_st_entry){.name = "h.0.attn.bias", .dtype = REGC_F32, .ndim = 4,
+                             .shape = {1, 1, 16, 16}, .data = mask};
+    memcpy(all + 1, e, (size_t)n * sizeof *e);
+    all[n + 1] = (regc_st_entry){.name = "h.1.attn.bias", .dtype = REGC_BF16, .ndim = 4,
+                                 .shape = {1, 1, 16, 16}, .data = mask};
+    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, n + 2), REGC_OK);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_OK);
+    assert_same_weights(m, back);
+    assert_string_equal(regc_model_param_name(back, 0), "transformer.wte.weight");
+    regc_model_free(back);
+    free(all);
+    free(e);
+    regc_model_free(m);
+}
+
+static void test_untied_head(void **state)
+{
+    fixture *f = *state;
+    regc_model *m = make_small_model(f, "\"tie_word_embeddings\": false", 3), *back;
+    int n = regc_model_n_params(m);
+    assert_int_equal(n, 4 + 12 * 2 + 1);
+    assert_string_equal(regc_model_param_name(m, n - 1), "lm_head.weight");
+    char out[1200];
+    snprintf(out, sizeof out, "%s/saved", f->dir);
+    assert_int_equal(regc_model_save(m, out), REGC_OK);
+    assert_int_equal(regc_model_load(out, &back), REGC_OK);
+    assert_same_weights(m, back);
+    char d[512];
+    regc_model_describe(back, d, sizeof d);
+    assert_non_null(strstr(d, "untied"));
+
+    /* The head is what the logits read. */
+    regc_graph *g;
+    assert_int_equal(regc_model_build_graph(back, 1, 4, &g), REGC_OK);
+    const regc_node *last = regc_graph_node(g, regc_graph_n_nodes(g) - 2);
+    assert_int_equal(last->op, REGC_OP_MATMUL);
+    assert_int_equal(last->attrs.trans_b, 1);
+    assert_string_equal(regc_graph_tensor(g, last->in[1])->name, "lm_head.weight");
+    regc_graph_free(g);
+    regc_model_free(back);
+    regc_model_free(m);
+
+    /* A tied model ignores a stored lm_head.weight. */
+    m = make_small_model(f, NULL, 4);
+    int nt = regc_model_n_params(m);
+    regc_st_entry *e = entries_of(m, 0), *all = calloc((size_t)nt + 1, sizeof *all);
+    assert_non_null(all);
+    memcpy(all, e, (size_t)nt * sizeof *e);
+    all[nt] = all[0];
+    all[nt].name = "lm_head.weight";
+    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, nt + 1), REGC_OK);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_OK);
+    assert_same_weights(m, back);
+    regc_model_free(back);
+    free(all);
+    free(e);
+    regc_model_free(m);
+}
+
+/* -------------------------------------------------------------- errors */
+
+static void expect_config_error(fixture *f, const char *extra, int status, const char *what)
+{
+    write_config(f, extra);
+    regc_model *m = (regc_model *)1;
+    assert_int_equal(regc_model_load_config(f->model, &m), status);
+    assert_null(m);
+    expect_error(path_in(f, "config.json"), what);
+}
+
+static void test_config_errors(void **state)
+{
+    fixture *f = *state;
+    regc_model *m = (regc_model *)1;
+    write_config(f, NULL);
+    unlink(path_in(f, "config.json"));
+    assert_int_equal(regc_model_load(f->model, &m), REGC_ERR_IO);
+    assert_null(m);
+    expect_error(path_in(f, "config.json"), "cannot open");
+
+    assert_int_equal(regc_test_write_text(f->model, "config.json", "{\"model_type\": \"gpt2\","),
+                     0);
+    assert_int_equal(regc_model_load_config(f->model, &m), REGC_ERR_FORMAT);
+    expect_error(path_in(f, "config.json"), "malformed JSON");
+
+    assert_int_equal(regc_test_write_text(f->model, "config.json", "{\"model_type\": \"llama\"}"),
+                     0);
+    assert_int_equal(regc_model_load(f->model, &m), REGC_ERR_UNSUPPORTED);
+    char want[4096];
+    snprintf(want, sizeof want, "%s/config.json: unsupported model_type \"llama\" (supported: gpt2)",
+             f->model);
+    assert_string_equal(regc_error_message(), want);
+
+    assert_int_equal(regc_test_write_text(f->model, "config.json", "{\"vocab_size\": 3}"), 0);
+    assert_int_equal(regc_model_load_config(f->model, &m), REGC_ERR_FORMAT);
+    expect_error(path_in(f, "config.json"), "missing required key \"model_type\"");
+
+    assert_int_equal(regc_test_write_text(f->model, "config.json",
+                                          "{\"model_type\": \"gpt2\", \"vocab_size\": 64, "
+                                          "\"n_positions\": 16, \"n_embd\": 16, \"n_layer\": 2}"),
+                     0);
+    assert_int_equal(regc_model_load_config(f->model, &m), REGC_ERR_FORMAT);
+    expect_error(path_in(f, "config.json"), "missing required key \"n_head\"");
+
+    expect_config_error(f, "\"activation_function\": \"relu\"", REGC_ERR_UNSUPPORTED,
+                        "key \"activation_function\" is \"relu\"");
+    expect_config_error(f, "\"activation_function\": 3", REGC_ERR_FORMAT,
+                        "key \"activation_function\" must be a string");
+    expect_config_error(f, "\"n_embd\": \"16\"", REGC_ERR_FORMAT,
+                        "key \"n_embd\" must be an integer");
+    expect_config_error(f, "\"n_layer\": 2.5", REGC_ERR_FORMAT,
+                        "key \"n_layer\" must be an integer");
+    expect_config_error(f, "\"vocab_size\": 0", REGC_ERR_FORMAT, "key \"vocab_size\" is 0");
+    expect_config_error(f, "\"n_head\": 3", REGC_ERR_FORMAT,
+                        "n_embd 16 is not divisible by n_head 3");
+    expect_config_error(f, "\"scale_attn_weights\": false", REGC_ERR_UNSUPPORTED,
+                        "key \"scale_attn_weights\" = false is not supported");
+    expect_config_error(f, "\"scale_attn_by_inverse_layer_idx\": true", REGC_ERR_UNSUPPORTED,
+                        "scale_attn_by_inverse_layer_idx");
+    expect_config_error(f, "\"reorder_and_upcast_attn\": true", REGC_ERR_UNSUPPORTED,
+                        "reorder_and_upcast_attn");
+    expect_config_error(f, "\"tie_word_embeddings\": 1", REGC_ERR_FORMAT,
+                        "key \"tie_word_embeddings\" must be true or false");
+    expect_config_error(f, "\"attn_pdrop\": 1.5", REGC_ERR_FORMAT, "key \"attn_pdrop\" is 1.5");
+
+    /* Optional keys: null means the default, the rest are reported. */
+    write_config(f, "\"n_inner\": null, \"layer_norm_epsilon\": 1e-6, "
+                    "\"activation_function\": \"gelu_pytorch_tanh\", \"resid_pdrop\": 0.0");
+    assert_int_equal(regc_model_load_config(f->model, &m), REGC_OK);
+    char d[512];
+    regc_model_describe(m, d, sizeof d);
+    assert_non_null(strstr(d, "n_inner 64"));
+    assert_non_null(strstr(d, "layer_norm_epsilon 1e-06"));
+    assert_non_null(strstr(d, "gelu_pytorch_tanh"));
+    assert_non_null(strstr(d, "dropout resid 0 embd 0.1 attn 0.1"));
+    regc_model_free(m);
+
+    char nowhere[1200];
+    snprintf(nowhere, sizeof nowhere, "%s/nope", f->dir);
+    assert_int_equal(regc_model_load(nowhere, &m), REGC_ERR_ARG);
+    expect_error(nowhere, "not a model directory or a preset (presets: gpt2-tiny, gpt2-124m)");
+}
+
+static void test_weight_errors(void **state)
+{
+    fixture *f = *state;
+    regc_model *m = make_small_model(f, NULL, 11), *back = (regc_model *)1;
+    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_IO);
+    assert_null(back);
+    expect_error(f->model, "no model.safetensors or model.safetensors.index.json");
+
+    int n = regc_model_n_params(m);
+    regc_st_entry *e = entries_of(m, 0);
+    int skip = 0;
+    while (strcmp(e[skip].name, "transformer.h.1.mlp.c_fc.weight") != 0)
+        skip++;
+    regc_st_entry *some = calloc((size_t)n, sizeof *some);
+    assert_non_null(some);
+    memcpy(some, e, (size_t)skip * sizeof *e);
+    memcpy(some + skip, e + skip + 1, (size_t)(n - skip - 1) * sizeof *e);
+    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), some, n - 1), REGC_OK);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
+    char want[4096];
+    snprintf(want, sizeof want, "%s: missing tensor transformer.h.1.mlp.c_fc.weight",
+             path_in(f, "model.safetensors"));
+    assert_string_equal(regc_error_message(), want);
+
+    /* ln_1.weight stored as [2, 8] instead of [16] */
+    regc_st_entry *bad = calloc((size_t)n, sizeof *bad);
+    assert_non_null(bad);
+    memcpy(bad, e, (size_t)n * sizeof *e);
+    bad[2].ndim = 2;
+    bad[2].shape[0] = 2;
+    bad[2].shape[1] = 8;
+    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), bad, n), REGC_OK);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_SHAPE);
+    expect_error(path_in(f, "model.safetensors"),
+                 "tensor transformer.h.0.ln_1.weight has shape [2, 8], expected [16]");
+
+    /* A corrupt file is reported by the safetensors reader, with its name. */
+    assert_int_equal(regc_test_write_file(path_in(f, "model.safetensors"), "\xff\xff\0\0\0\0\0\0{}",
+                                          10),
+                     0);
+    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
+    expect_error(path_in(f, "model.safetensors"), "header length 65535 exceeds file size 10");
+    free(bad);
+    free(some);
+    free(e);
+    regc_model_free(m);
+}
+
+/* --------------------------------------------------------------- graph */
+
+static void test_graph_tiny(void **state)
+{
+    (void)state;
+    regc_model *m;
+    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
+    regc_graph *g;
+    assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
+    /* 3 embedding nodes, 15 per layer, 3 for the head and loss */
+    assert_int_equal(regc_graph_n_nodes(g), 3 + 15 * 4 + 3);
+    int inputs = 0, params = 0;
+    for (int t = 0; t < regc_graph_n_tensors(g); t++) {
+        const regc_tensor *x = regc_graph_tensor(g, t);
+        if (x->role == REGC_ROLE_INPUT)
+            inputs++;
+        if (x->role == REGC_ROLE_PARAM) {
+            assert_string_equal(x->name, regc_model_param_name(m, params));
+            int64_t shape[REGC_MAX_DIMS];
+            assert_int_equal(x->ndim, regc_model_param_shape(m, params, shape));
+            assert_memory_equal(x->shape, shape, (size_t)x->ndim * sizeof *shape);
+            params++;
+        }
+        if (x->role == REGC_ROLE_ACT)
+            assert_int_equal(x->name[0], '%');
+    }
+    assert_int_equal(inputs, 3);
+    assert_int_equal(params, 52);
+    const regc_tensor *ids = regc_graph_tensor(g, regc_graph_find_tensor(g, "input_ids"));
+    assert_int_equal(ids->dtype, REGC_I32);
+    assert_int_equal(ids->ndim, 2);
+    assert_int_equal(ids->shape[0], 2);
+    assert_int_equal(ids->shape[1], 8);
+    const regc_tensor *pos = regc_graph_tensor(g, regc_graph_find_tensor(g, "position_ids"));
+    assert_int_equal(pos->ndim, 1);
+    assert_int_equal(pos->shape[0], 8);
+    assert_true(regc_graph_find_tensor(g, "targets") >= 0);
+    assert_int_equal(regc_graph_n_outputs(g), 1);
+    const regc_tensor *loss = regc_graph_tensor(g, regc_graph_output(g, 0));
+    assert_int_equal(loss->ndim, 0);
+    assert_int_equal(loss->dtype, REGC_F32);
+    const regc_node *attn = regc_graph_node(g, 7);
+    assert_int_equal(attn->op, REGC_OP_ATTENTION);
+    assert_int_equal(attn->attrs.n_head, 4);
+    assert_int_equal(attn->attrs.causal, 1);
+    assert_true(fabsf(attn->attrs.scale - 1.0f / sqrtf(32.0f)) < 1e-7f);
+    const regc_node *head = regc_graph_node(g, regc_graph_n_nodes(g) - 2);
+    assert_int_equal(head->attrs.trans_b, 1);
+    assert_string_equal(regc_graph_tensor(g, head->in[1])->name, "transformer.wte.weight");
+    const regc_tensor *logits = regc_graph_tensor(g, head->out[0]);
+    assert_int_equal(logits->ndim, 3);
+    assert_int_equal(logits->shape[2], 512);
+    regc_graph_free(g);
+
+    assert_int_equal(regc_model_build_graph(m, 1, 256, &g), REGC_OK);
+    regc_graph_free(g);
+    g = (regc_graph *)1;
+    assert_int_equal(regc_model_build_graph(m, 1, 257, &g), REGC_ERR_ARG);
+    assert_null(g);
+    assert_string_equal(regc_error_message(),
+                        "sequence length 257 exceeds n_positions 256 of gpt2-tiny");
+    assert_int_equal(regc_model_build_graph(m, 0, 8, &g), REGC_ERR_ARG);
+    expect_error("gpt2-tiny", "at least 1");
+    assert_int_equal(regc_model_build_graph(m, 2, 0, &g), REGC_ERR_ARG);
+    regc_model_free(m);
+}
+
+/* A 70B-class shape: the model and its graph cost shapes only. */
+static void test_graph_huge_shape_only(void **state)
+{
+    fixture *f = *state;
+    write_config(f, NULL);
+    assert_int_equal(regc_test_write_text(f->model, "config.json",
+                                          "{\"model_type\": \"gpt2\", \"vocab_size\": 50257, "
+                                          "\"n_positions\": 4096, \"n_embd\": 8192, "
+                                          "\"n_layer\": 96, \"n_head\": 64}"),
+                     0);
+    double t0 = regc_time_ms();
+    regc_model *m;
+    assert_int_equal(regc_model_load_config(f->model, &m), REGC_OK);
+    assert_false(regc_model_has_weights(m));
+    assert_true(regc_model_total_numel(m) > 77000000000LL);
+    regc_graph *g;
+    assert_int_equal(regc_model_build_graph(m, 8, 4096, &g), REGC_OK);
+    assert_int_equal(regc_graph_n_nodes(g), 3 + 15 * 96 + 3);
+    assert_false(regc_model_has_weights(m));
+    double ms = regc_time_ms() - t0;
+    assert_true(ms < 2000.0);
+    regc_graph_free(g);
+    regc_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_presets),
+        cmocka_unit_test(test_init_random),
+        cmocka_unit_test_setup_teardown(test_save_load_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sharded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_names_without_prefix, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_untied_head, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_weight_errors, setup, teardown),
+        cmocka_unit_test(test_graph_tiny),
+        cmocka_unit_test_setup_teardown(test_graph_huge_shape_only, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
