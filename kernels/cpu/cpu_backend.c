@@ -1,0 +1,134 @@
+/* cpu_backend.c — the CPU backend's creation, memory and copies. Device
+ * memory is host memory, so every call completes before it returns; sync()
+ * only reports failures that void kernels recorded. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "cpu_kernels.h"
+#include "regc_common.h"
+
+/* Cache-line alignment keeps vector loads of any buffer start aligned and
+ * stops two buffers from sharing a line between threads. */
+#define CPU_ALIGN 64
+
+void regc_cpu_set_failure(regc_backend *be, int status)
+{
+    regc_cpu_ctx *ctx = be->ctx;
+    if (ctx->status == REGC_OK)
+        ctx->status = status;
+}
+
+void *regc_cpu_get_scratch(regc_backend *be, size_t bytes)
+{
+    regc_cpu_ctx *ctx = be->ctx;
+    if (bytes <= ctx->scratch_bytes)
+        return ctx->scratch;
+    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    void *p = rounded >= bytes ? aligned_alloc(CPU_ALIGN, rounded) : NULL;
+    if (!p) {
+        regc_cpu_set_failure(be, regc_error(REGC_ERR_MEMORY,
+            "cpu backend: cannot allocate %zu bytes of kernel scratch", bytes));
+        return NULL;
+    }
+    free(ctx->scratch);
+    ctx->scratch = p;
+    ctx->scratch_bytes = rounded;
+    return p;
+}
+
+static void *cpu_alloc(regc_backend *be, size_t bytes)
+{
+    (void)be;
+    /* a zero-byte request still gets a unique pointer, as malloc(0) may not */
+    size_t rounded = bytes ? (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN : CPU_ALIGN;
+    void *p = rounded >= bytes ? aligned_alloc(CPU_ALIGN, rounded) : NULL;
+    if (!p)
+        regc_error(REGC_ERR_MEMORY, "cpu backend: cannot allocate %zu bytes", bytes);
+    return p;
+}
+
+static void cpu_free(regc_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_copy(regc_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    /* memmove: a copy onto itself is harmless here and must not be UB */
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+static int cpu_sync(regc_backend *be)
+{
+    regc_cpu_ctx *ctx = be->ctx;
+    int status = ctx->status;
+    ctx->status = REGC_OK;
+    return status;
+}
+
+static void cpu_destroy(regc_backend *be)
+{
+    regc_cpu_ctx *ctx = be->ctx;
+    if (ctx)
+        free(ctx->scratch);
+    free(ctx);
+    free(be);
+}
+
+regc_backend *regc_backend_cpu_new(int threads)
+{
+    regc_backend *be = calloc(1, sizeof *be);
+    regc_cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        free(be);
+        free(ctx);
+        regc_error(REGC_ERR_MEMORY, "cpu backend: out of memory creating the backend");
+        return NULL;
+    }
+    if (threads > 0)
+        omp_set_num_threads(threads);
+    else
+        threads = omp_get_max_threads(); /* honours OMP_NUM_THREADS, else all cores */
+    if (threads < 1)
+        threads = 1;
+    /* OpenBLAS keeps its own pool; sized alike, the two never oversubscribe
+     * because BLAS is never called from inside an OpenMP region. */
+    openblas_set_num_threads(threads);
+    ctx->threads = threads;
+    ctx->status = REGC_OK;
+
+    be->name = "cpu";
+    be->ctx = ctx;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->copy_h2d = cpu_copy;
+    be->copy_d2h = cpu_copy;
+    be->copy_d2d = cpu_copy;
+    be->fill = regc_cpu_fill_floats;
+    be->sync = cpu_sync;
+    be->copy_2d = regc_cpu_copy_rows;
+    be->transpose = regc_cpu_transpose_tensor;
+    be->gemm = regc_cpu_run_gemm;
+    be->embedding_fwd = regc_cpu_embedding_fwd;
+    be->embedding_bwd = regc_cpu_embedding_bwd;
+    be->add = regc_cpu_add_arrays;
+    be->bias_add = regc_cpu_add_bias;
+    be->sum_rows = regc_cpu_sum_rows;
+    be->layernorm_fwd = regc_cpu_layernorm_fwd;
+    be->layernorm_bwd = regc_cpu_layernorm_bwd;
+    be->gelu_fwd = regc_cpu_gelu_fwd;
+    be->gelu_bwd = regc_cpu_gelu_bwd;
+    be->attention_fwd = regc_cpu_attention_fwd;
+    be->attention_bwd = regc_cpu_attention_bwd;
+    be->cross_entropy_fwd = regc_cpu_cross_entropy_fwd;
+    be->cross_entropy_bwd = regc_cpu_cross_entropy_bwd;
+    be->adamw = regc_cpu_adamw_step;
+    be->destroy = cpu_destroy;
+    return be;
+}

@@ -1,0 +1,126 @@
+/* cpu_elementwise.c — the memory-bound kernels: fill, strided copies,
+ * embedding lookup and its scatter-add, add, bias add, column sums, GELU. */
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "regc_common.h"
+
+void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
+                          int threads)
+{
+    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
+    /* double accumulators: a sum over thousands of rows keeps float accuracy */
+#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t blk = 0; blk < n_blocks; blk++) {
+        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
+        const int64_t w = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
+        double acc[REGC_CPU_COL_BLOCK] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = x + r * ld + c0; /* [w] */
+            for (int64_t j = 0; j < w; j++)
+                acc[j] += row[j];
+        }
+        for (int64_t j = 0; j < w; j++)
+            out[c0 + j] = (float)acc[j];
+    }
+}
+
+void regc_cpu_fill_floats(regc_backend *be, float *dst, size_t n, float value)
+{
+    const int64_t count = (int64_t)n;
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (count >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < count; i++)
+        dst[i] = value;
+}
+
+void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const float *src,
+                        int64_t ld_src, int64_t rows, int64_t cols)
+{
+    if (rows <= 0 || cols <= 0)
+        return;
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        memmove(dst + r * ld_dst, src + r * ld_src, (size_t)cols * sizeof(float));
+}
+
+void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids,
+                            const float *table, int64_t rows, int64_t cols)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(out + r * cols, table + (int64_t)ids[r] * cols, (size_t)cols * sizeof(float));
+}
+
+void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
+                            const float *dout, int64_t rows, int64_t cols, int64_t vocab)
+{
+    const int threads = regc_cpu_threads(be);
+    regc_cpu_fill_floats(be, dtable, (size_t)(vocab * cols), 0.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        if (ids[r] < 0 || ids[r] >= vocab) {
+            regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
+                "embedding_bwd: id %d at row %lld is outside the vocabulary of %lld",
+                (int)ids[r], (long long)r, (long long)vocab));
+            return;
+        }
+    }
+    /* Threads own column blocks, so repeated ids never race and every sum
+     * runs in row order whatever the thread count. */
+    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
+#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t blk = 0; blk < n_blocks; blk++) {
+        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
+        const int64_t w = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
+        for (int64_t r = 0; r < rows; r++) {
+            float *dst = dtable + (int64_t)ids[r] * cols + c0; /* [w] */
+            const float *src = dout + r * cols + c0;           /* [w] */
+            for (int64_t j = 0; j < w; j++)
+                dst[j] += src[j];
+        }
+    }
+}
+
+void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b,
+                       int64_t rows, int64_t cols)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = out + r * cols;     /* [cols] */
+        const float *xr = x + r * cols; /* [cols] */
+        for (int64_t c = 0; c < cols; c++)
+            o[c] = xr[c] + b[c];
+    }
+}
+
+void regc_cpu_sum_rows(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols)
+{
+    regc_cpu_sum_columns(out, x, cols, rows, cols, regc_cpu_threads(be));
+}
+
+void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = regc_cpu_gelu(x[i]);
+}
+
+void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = dy[i] * regc_cpu_gelu_grad(x[i]);
+}

@@ -1,0 +1,170 @@
+/* cpu_gemm.c — the GEMM entry: one cblas_sgemm, then the cuBLASLt-style
+ * epilogue as a row-parallel pass over C (never inside the BLAS call, so the
+ * OpenMP and OpenBLAS thread pools never run at once). */
+#include <limits.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "cpu_kernels.h"
+#include "regc_common.h"
+
+static const char *cpu_epilogue_name(regc_epilogue e)
+{
+    switch (e) {
+    case REGC_EPI_NONE: return "NONE";
+    case REGC_EPI_BIAS: return "BIAS";
+    case REGC_EPI_GELU: return "GELU";
+    case REGC_EPI_GELU_AUX: return "GELU_AUX";
+    case REGC_EPI_BIAS_GELU_AUX: return "BIAS_GELU_AUX";
+    case REGC_EPI_DGELU: return "DGELU";
+    case REGC_EPI_DGELU_BGRAD: return "DGELU_BGRAD";
+    case REGC_EPI_BGRAD: return "BGRAD";
+    }
+    return "?";
+}
+
+/* Everything a malformed call could get wrong is caught here, so a bad
+ * descriptor is an error message rather than a read out of bounds. */
+static int cpu_check_gemm(const regc_gemm *g)
+{
+    if (g->m < 0 || g->n < 0 || g->k < 0)
+        return regc_error(REGC_ERR_ARG, "gemm: negative size m=%lld n=%lld k=%lld",
+                          (long long)g->m, (long long)g->n, (long long)g->k);
+    if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX ||
+        g->ldb > INT_MAX || g->ldc > INT_MAX)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "gemm: a size or leading dimension exceeds the 32-bit BLAS interface");
+    int64_t a_cols = g->trans_a ? g->m : g->k; /* A is stored [k, m] when transposed */
+    int64_t b_cols = g->trans_b ? g->k : g->n;
+    if (g->lda < (a_cols > 1 ? a_cols : 1))
+        return regc_error(REGC_ERR_ARG, "gemm: lda=%lld is less than A's %lld columns",
+                          (long long)g->lda, (long long)a_cols);
+    if (g->ldb < (b_cols > 1 ? b_cols : 1))
+        return regc_error(REGC_ERR_ARG, "gemm: ldb=%lld is less than B's %lld columns",
+                          (long long)g->ldb, (long long)b_cols);
+    if (g->ldc < (g->n > 1 ? g->n : 1))
+        return regc_error(REGC_ERR_ARG, "gemm: ldc=%lld is less than C's %lld columns",
+                          (long long)g->ldc, (long long)g->n);
+    if (!g->c || (g->k > 0 && g->m > 0 && g->n > 0 && (!g->a || !g->b)))
+        return regc_error(REGC_ERR_ARG, "gemm: a NULL matrix pointer");
+
+    int needs_bias = 0, needs_aux = 0, needs_bias_grad = 0;
+    switch (g->epilogue) {
+    case REGC_EPI_NONE: case REGC_EPI_GELU: break;
+    case REGC_EPI_BIAS: needs_bias = 1; break;
+    case REGC_EPI_GELU_AUX: case REGC_EPI_DGELU: needs_aux = 1; break;
+    case REGC_EPI_BIAS_GELU_AUX: needs_bias = 1; needs_aux = 1; break;
+    case REGC_EPI_DGELU_BGRAD: needs_aux = 1; needs_bias_grad = 1; break;
+    case REGC_EPI_BGRAD: needs_bias_grad = 1; break;
+    default:
+        return regc_error(REGC_ERR_ARG, "gemm: unknown epilogue %d", (int)g->epilogue);
+    }
+    const char *name = cpu_epilogue_name(g->epilogue);
+    if (needs_bias && !g->bias)
+        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs a bias", name);
+    if (needs_aux && (!g->aux || g->ldaux < g->n))
+        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs aux with ldaux >= n=%lld",
+                          name, (long long)g->n);
+    if (needs_bias_grad && !g->bias_grad)
+        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs a bias_grad output", name);
+    if (needs_bias_grad && g->epilogue == REGC_EPI_BGRAD && g->k > 0 && !g->b)
+        return regc_error(REGC_ERR_ARG, "gemm: epilogue BGRAD needs B");
+    return REGC_OK;
+}
+
+/* bias_grad[n] = sum over k of op(B)[k, n]   (B: [k, n], or [n, k] when trans_b) */
+static void cpu_bgrad_of_b(const regc_gemm *g, int threads)
+{
+    if (!g->trans_b) {
+        regc_cpu_sum_columns(g->bias_grad, g->b, g->ldb, g->k, g->n, threads);
+        return;
+    }
+    /* op(B) = B^T: column n of op(B) is row n of B, contiguous */
+#pragma omp parallel for num_threads(threads) if (g->n * g->k >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t j = 0; j < g->n; j++) {
+        const float *row = g->b + j * g->ldb;
+        double acc = 0.0;
+        for (int64_t i = 0; i < g->k; i++)
+            acc += row[i];
+        g->bias_grad[j] = (float)acc;
+    }
+}
+
+/* C = epilogue(C) row by row; C already holds G. */
+static void cpu_apply_epilogue(const regc_gemm *g, int threads)
+{
+    const int64_t m = g->m, n = g->n;
+    const regc_epilogue e = g->epilogue;
+    if (e == REGC_EPI_NONE || e == REGC_EPI_BGRAD)
+        return;
+#pragma omp parallel for num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        float *c = g->c + i * g->ldc;                     /* [n] */
+        float *aux = g->aux ? g->aux + i * g->ldaux : NULL; /* [n] */
+        switch (e) {
+        case REGC_EPI_BIAS:
+            for (int64_t j = 0; j < n; j++)
+                c[j] += g->bias[j];
+            break;
+        case REGC_EPI_GELU:
+            for (int64_t j = 0; j < n; j++)
+                c[j] = regc_cpu_gelu(c[j]);
+            break;
+        case REGC_EPI_GELU_AUX:
+            for (int64_t j = 0; j < n; j++) {
+                aux[j] = c[j];
+                c[j] = regc_cpu_gelu(c[j]);
+            }
+            break;
+        case REGC_EPI_BIAS_GELU_AUX:
+            for (int64_t j = 0; j < n; j++) {
+                float pre = c[j] + g->bias[j];
+                aux[j] = pre;
+                c[j] = regc_cpu_gelu(pre);
+            }
+            break;
+        case REGC_EPI_DGELU:
+        case REGC_EPI_DGELU_BGRAD:
+            for (int64_t j = 0; j < n; j++)
+                c[j] *= regc_cpu_gelu_grad(aux[j]);
+            break;
+        default:
+            break;
+        }
+    }
+    if (e == REGC_EPI_DGELU_BGRAD)
+        regc_cpu_sum_columns(g->bias_grad, g->c, g->ldc, m, n, threads);
+}
+
+int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
+{
+    if (!g)
+        return regc_error(REGC_ERR_ARG, "gemm: NULL descriptor");
+    int status = cpu_check_gemm(g);
+    if (status != REGC_OK)
+        return status;
+    const int threads = regc_cpu_threads(be);
+
+    if (g->epilogue == REGC_EPI_BGRAD)
+        cpu_bgrad_of_b(g, threads);
+
+    if (g->m > 0 && g->n > 0) {
+        if (g->k > 0) {
+            /* OpenBLAS's thread count is process-wide: restore this
+             * backend's in case another backend instance changed it */
+            if (openblas_get_num_threads() != threads)
+                openblas_set_num_threads(threads);
+            cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                        g->trans_b ? CblasTrans : CblasNoTrans,
+                        (int)g->m, (int)g->n, (int)g->k, g->alpha, g->a, (int)g->lda,
+                        g->b, (int)g->ldb, g->accumulate ? 1.0f : 0.0f, g->c, (int)g->ldc);
+        } else if (!g->accumulate) {
+            /* an empty product is zero; BLAS implementations disagree on k = 0 */
+            for (int64_t i = 0; i < g->m; i++)
+                memset(g->c + i * g->ldc, 0, (size_t)g->n * sizeof(float));
+        }
+    }
+    cpu_apply_epilogue(g, threads);
+    return REGC_OK;
+}

@@ -1,0 +1,151 @@
+/* cpu_kernels.h — private to the CPU backend: its state, the helpers its
+ * files share and the kernel entry points each file provides. */
+#ifndef REGC_CPU_KERNELS_H
+#define REGC_CPU_KERNELS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "regc_backend.h"
+
+typedef struct {
+    int threads;   /* every parallel region uses exactly this many */
+    int status;    /* first failure of a void kernel, reported by sync() */
+    void *scratch; /* reused between calls so hot kernels never malloc */
+    size_t scratch_bytes;
+} regc_cpu_ctx;
+
+/* Below this many elements a loop stays on one thread: waking the team
+ * costs more than the loop. */
+#define REGC_CPU_PAR_MIN 32768
+
+/* Column block for reductions over rows: each thread owns whole blocks, so
+ * sums are race-free and their order does not depend on the thread count. */
+#define REGC_CPU_COL_BLOCK 64
+
+static inline int regc_cpu_threads(const regc_backend *be)
+{
+    return ((const regc_cpu_ctx *)be->ctx)->threads;
+}
+
+/* Record the first failure of a kernel that cannot return one (the message
+ * is set by the caller through regc_error); sync() returns it. */
+void regc_cpu_set_failure(regc_backend *be, int status);
+/* A buffer of at least `bytes` owned by the backend, valid until the next
+ * call; NULL (failure recorded) when it cannot grow. */
+void *regc_cpu_get_scratch(regc_backend *be, size_t bytes);
+
+/* exp(x) to about one ulp (Cephes' polynomial after Cody-Waite reduction),
+ * branch-free so loops over it vectorise: glibc's expf and tanhf are scalar
+ * calls, and with them softmax and GELU cost as much as the GEMMs beside
+ * them. Inputs are clamped to [-87, 88] (exp(-87) ~ 1.6e-38 stands in for
+ * zero); NaN propagates. The same operations in the same order whether
+ * vectorised or not, so results never depend on the compiler's choice. */
+static inline float regc_cpu_bits_to_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t regc_cpu_float_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float regc_cpu_expf(float x)
+{
+    x = x > 88.0f ? 88.0f : x;
+    x = x < -87.0f ? -87.0f : x;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float t = x * 1.44269504088896341f + magic;
+    float n = t - magic; /* round(x / ln 2) */
+    uint32_t scale = (regc_cpu_float_to_bits(t) - regc_cpu_float_to_bits(magic) + 127u) << 23;
+    float r = x - n * 0.693359375f; /* ln 2 in two parts: r stays exact */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    return p * regc_cpu_bits_to_float(scale);
+}
+
+/* GPT-2's gelu_new, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+ * evaluated as x * s with s = 1 / (1 + exp(-2u)), the same function: it
+ * needs only exp and avoids the cancellation in 1 + tanh(u) for negative x.
+ * The derivative is s + 2 x s (1 - s) du/dx, with s (1 - s) = e / (1 + e)^2
+ * for e = exp(-2u), again free of cancellation. */
+#define REGC_CPU_GELU_BETA 0.7978845608028654f /* sqrt(2 / pi) */
+#define REGC_CPU_GELU_KAPPA 0.044715f
+
+static inline float regc_cpu_gelu(float x)
+{
+    float u = REGC_CPU_GELU_BETA * (x + REGC_CPU_GELU_KAPPA * (x * x * x));
+    return x / (1.0f + regc_cpu_expf(-2.0f * u));
+}
+
+static inline float regc_cpu_gelu_grad(float x)
+{
+    float x_sq = x * x;
+    float u = REGC_CPU_GELU_BETA * (x + REGC_CPU_GELU_KAPPA * (x_sq * x));
+    float e = regc_cpu_expf(-2.0f * u);
+    float d = 1.0f + e;
+    float du = REGC_CPU_GELU_BETA * (1.0f + 3.0f * REGC_CPU_GELU_KAPPA * x_sq);
+    return 1.0f / d + 2.0f * x * (e / (d * d)) * du;
+}
+
+/* out[c] = sum over r < rows of x[r * ld + c]   (x: [rows, ld], out: [cols]) */
+void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
+                          int threads);
+
+/* ---- kernel entry points (signatures as in struct regc_backend) ---- */
+int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g);
+
+void regc_cpu_fill_floats(regc_backend *be, float *dst, size_t n, float value);
+void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const float *src,
+                        int64_t ld_src, int64_t rows, int64_t cols);
+void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int ndim,
+                               const int64_t *shape, const int *perm);
+void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids,
+                            const float *table, int64_t rows, int64_t cols);
+void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
+                            const float *dout, int64_t rows, int64_t cols, int64_t vocab);
+void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
+void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b,
+                       int64_t rows, int64_t cols);
+void regc_cpu_sum_rows(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols);
+void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
+void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+
+void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd,
+                            const float *x, const float *w, const float *b,
+                            int64_t rows, int64_t cols, float eps);
+void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
+                            const float *dy, const float *x, const float *w,
+                            const float *mean, const float *rstd, int64_t rows, int64_t cols);
+
+void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const float *q,
+                            const float *k, const float *v, const regc_attn_shape *s);
+void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv,
+                            const float *dout, const float *q, const float *k, const float *v,
+                            const float *out, const float *lse, const regc_attn_shape *s);
+
+void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
+                                const float *logits, const int32_t *targets,
+                                int64_t rows, int64_t cols);
+void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
+                                const float *logits, const int32_t *targets,
+                                const float *lse, int64_t rows, int64_t cols);
+
+void regc_cpu_adamw_step(regc_backend *be, float *param, const float *grad, float *m, float *v,
+                         int64_t n, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, int step);
+
+#endif

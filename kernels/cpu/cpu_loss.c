@@ -1,0 +1,101 @@
+/* cpu_loss.c — softmax cross-entropy over rows of logits (vocabularies of
+ * 50257 and more), with negative targets ignored. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "regc_common.h"
+
+#define CPU_EXP_BLOCK 256
+
+/* The simd pragma below is a request; clang reports (as an error under
+ * -Werror) when it cannot honour it, and a slower loop is still correct. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+/* log(sum(exp(x))) of one row, written so every loop vectorises without
+ * reassociating a sum: the maximum is exact in any order, the exponentials
+ * go through a small buffer, and eight double partial sums are taken in a
+ * fixed pattern. The result does not depend on how it compiled or on the
+ * thread count. */
+static float cpu_row_logsumexp(const float *x, int64_t cols) /* x: [cols] */
+{
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t c = 0; c < cols; c++)
+        mx = x[c] > mx ? x[c] : mx;
+    if (mx == -INFINITY || mx == INFINITY)
+        return mx; /* every logit -inf (or one +inf): nothing to normalise */
+    /* double sums: 50257 terms summed in float would lose the small ones */
+    double acc[8] = {0};
+    float e[CPU_EXP_BLOCK];
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_EXP_BLOCK) {
+        const int64_t w = cols - c0 < CPU_EXP_BLOCK ? cols - c0 : CPU_EXP_BLOCK;
+        for (int64_t j = 0; j < w; j++)
+            e[j] = regc_cpu_expf(x[c0 + j] - mx);
+        int64_t j = 0;
+        for (; j + 8 <= w; j += 8)
+            for (int u = 0; u < 8; u++)
+                acc[u] += (double)e[j + u];
+        for (; j < w; j++)
+            acc[0] += (double)e[j];
+    }
+    double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    return mx + (float)log(sum);
+}
+
+void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
+                                const float *logits, const int32_t *targets,
+                                int64_t rows, int64_t cols)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = logits + r * cols; /* [cols] */
+        lse[r] = cpu_row_logsumexp(x, cols);
+    }
+    /* the mean runs serially in row order so it does not depend on threads */
+    double total = 0.0;
+    int64_t n_valid = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t t = targets[r];
+        if (t < 0)
+            continue;
+        if (t >= cols) {
+            regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
+                "cross_entropy_fwd: target %d at row %lld is not below %lld classes",
+                (int)t, (long long)r, (long long)cols));
+            continue;
+        }
+        total += (double)lse[r] - (double)logits[r * cols + t];
+        n_valid++;
+    }
+    loss[0] = n_valid > 0 ? (float)(total / (double)n_valid) : 0.0f;
+}
+
+void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
+                                const float *logits, const int32_t *targets,
+                                const float *lse, int64_t rows, int64_t cols)
+{
+    int64_t n_valid = 0;
+    for (int64_t r = 0; r < rows; r++)
+        n_valid += targets[r] >= 0;
+    const float g = n_valid > 0 ? (float)((double)dloss[0] / (double)n_valid) : 0.0f;
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = logits + r * cols; /* [cols] */
+        float *dx = dlogits + r * cols;     /* [cols] */
+        const int32_t t = targets[r];
+        if (t < 0) {
+            memset(dx, 0, (size_t)cols * sizeof(float));
+            continue;
+        }
+        const float l = lse[r];
+        for (int64_t c = 0; c < cols; c++)
+            dx[c] = g * regc_cpu_expf(x[c] - l);
+        if (t < cols)
+            dx[t] = g * (regc_cpu_expf(x[t] - l) - 1.0f);
+    }
+}

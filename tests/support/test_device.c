@@ -1,0 +1,102 @@
+/* test_device.c — see test_device.h. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "regc_common.h"
+#include "test_device.h"
+
+typedef struct {
+    regc_backend *be; /* NULL for host memory */
+    void *ptr;
+} tracked_buffer;
+
+static tracked_buffer *tracked;
+static size_t n_tracked, cap_tracked;
+
+static void *track(regc_backend *be, void *ptr)
+{
+    if (!ptr)
+        fail_msg("allocation failed: %s", be ? regc_error_message() : "out of host memory");
+    if (n_tracked == cap_tracked) {
+        size_t cap = cap_tracked ? cap_tracked * 2 : 64;
+        tracked_buffer *grown = realloc(tracked, cap * sizeof *grown);
+        assert_non_null(grown);
+        tracked = grown;
+        cap_tracked = cap;
+    }
+    tracked[n_tracked++] = (tracked_buffer){be, ptr};
+    return ptr;
+}
+
+void regc_test_release_all(void)
+{
+    while (n_tracked > 0) {
+        tracked_buffer t = tracked[--n_tracked];
+        if (t.be)
+            t.be->free(t.be, t.ptr);
+        else
+            free(t.ptr);
+    }
+    free(tracked);
+    tracked = NULL;
+    cap_tracked = 0;
+}
+
+static void *dev_alloc(regc_backend *be, size_t bytes)
+{
+    return track(be, be->alloc(be, bytes ? bytes : 1));
+}
+
+float *regc_test_dev_nan(regc_backend *be, size_t n)
+{
+    float *d = dev_alloc(be, n * sizeof(float));
+    be->fill(be, d, n, NAN);
+    return d;
+}
+
+float *regc_test_upload(regc_backend *be, const float *host, size_t n)
+{
+    float *d = dev_alloc(be, n * sizeof(float));
+    be->copy_h2d(be, d, host, n * sizeof(float));
+    return d;
+}
+
+int32_t *regc_test_upload_ints(regc_backend *be, const int32_t *host, size_t n)
+{
+    int32_t *d = dev_alloc(be, n * sizeof(int32_t));
+    be->copy_h2d(be, d, host, n * sizeof(int32_t));
+    return d;
+}
+
+float *regc_test_download(regc_backend *be, const float *dev, size_t n)
+{
+    float *h = regc_test_host_floats(n);
+    be->copy_d2h(be, h, dev, n * sizeof(float));
+    int status = be->sync(be);
+    if (status != REGC_OK)
+        fail_msg("sync failed (%d): %s", status, regc_error_message());
+    return h;
+}
+
+float *regc_test_host_floats(size_t n)
+{
+    return track(NULL, malloc((n ? n : 1) * sizeof(float)));
+}
+
+double *regc_test_host_doubles(size_t n)
+{
+    return track(NULL, malloc((n ? n : 1) * sizeof(double)));
+}
+
+float *regc_test_host_uniform(size_t n, uint64_t seed, float center, float halfwidth)
+{
+    float *h = regc_test_host_floats(n);
+    regc_rng_fill_uniform(h, n, seed, center, halfwidth);
+    return h;
+}

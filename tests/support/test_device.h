@@ -1,0 +1,29 @@
+/* test_device.h — buffers for kernel tests that go through a backend's own
+ * memory calls (alloc, copies, sync), as the backend contract requires, so
+ * a test written against them runs unchanged on any backend. Every buffer
+ * made here, host or device, is tracked; regc_test_release_all() frees
+ * them all (call it from a test's teardown). Failures fail the test. */
+#ifndef REGC_TEST_DEVICE_H
+#define REGC_TEST_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "regc_backend.h"
+
+/* n device floats, every one NaN, so an output a kernel forgets to write
+ * shows up in any comparison */
+float *regc_test_dev_nan(regc_backend *be, size_t n);
+float *regc_test_upload(regc_backend *be, const float *host, size_t n);
+int32_t *regc_test_upload_ints(regc_backend *be, const int32_t *host, size_t n);
+/* a host copy of n device floats, after sync() has reported success */
+float *regc_test_download(regc_backend *be, const float *dev, size_t n);
+
+float *regc_test_host_floats(size_t n);
+double *regc_test_host_doubles(size_t n);
+/* n values of regc's random stream `seed`, uniform on center +- halfwidth */
+float *regc_test_host_uniform(size_t n, uint64_t seed, float center, float halfwidth);
+
+void regc_test_release_all(void);
+
+#endif

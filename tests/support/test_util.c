@@ -1,0 +1,289 @@
+/* test_util.c — see test_util.h. */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+char *regc_test_make_temp_dir(const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = "/tmp";
+    size_t cap = strlen(base) + strlen(tag) + 32;
+    char *path = malloc(cap);
+    if (!path)
+        return NULL;
+    snprintf(path, cap, "%s/regc-%s-XXXXXX", base, tag);
+    if (!mkdtemp(path)) {
+        perror(path);
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) == 0 ? 0 : -1;
+}
+
+int regc_test_remove_tree(const char *path)
+{
+    /* Depth first so directories are empty when removed; FTW_PHYS so a
+     * symlink planted in a temp dir cannot lead the removal elsewhere. */
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *regc_test_read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            cap = cap ? cap * 2 : 65536;
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return NULL;
+    }
+    buf[len] = '\0';
+    if (size)
+        *size = len;
+    return buf;
+}
+
+int regc_test_write_file(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t put = fwrite(data, 1, size, f);
+    int closed = fclose(f);
+    return (put == size && closed == 0) ? 0 : -1;
+}
+
+int regc_test_run_capture(const char *cmd, char **out)
+{
+    if (out)
+        *out = NULL;
+    fflush(NULL); /* keep the child's inherited stdio buffers empty */
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            cap = cap ? cap * 2 : 65536;
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) {
+                free(buf);
+                pclose(p);
+                return -1;
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + len, 1, cap - len, p);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    buf[len] = '\0';
+    int status = pclose(p);
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    if (status == -1)
+        return -1;
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return -1;
+}
+
+char *regc_test_shell_quote(const char *s)
+{
+    /* Inside single quotes only ' itself is special: write it as '\''. */
+    size_t n = 3;
+    for (const char *c = s; *c; c++)
+        n += (*c == '\'') ? 4 : 1;
+    char *q = malloc(n);
+    if (!q)
+        return NULL;
+    char *w = q;
+    *w++ = '\'';
+    for (const char *c = s; *c; c++) {
+        if (*c == '\'') {
+            memcpy(w, "'\\''", 4);
+            w += 4;
+        } else {
+            *w++ = *c;
+        }
+    }
+    *w++ = '\'';
+    *w = '\0';
+    return q;
+}
+
+/* ---- running a program with both streams captured ---------------------- */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+
+static int append_bytes(char **buf, size_t *len, size_t *cap, const char *src, size_t n)
+{
+    if (*cap - *len < n + 1) {
+        size_t want = *cap ? *cap : 4096;
+        while (want - *len < n + 1)
+            want *= 2;
+        char *grown = realloc(*buf, want);
+        if (!grown)
+            return -1;
+        *buf = grown;
+        *cap = want;
+    }
+    memcpy(*buf + *len, src, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+int regc_test_run_argv(const char *const *argv, regc_test_proc *r)
+{
+    memset(r, 0, sizeof *r);
+    r->status = -1;
+    int out_pipe[2], err_pipe[2];
+    if (pipe(out_pipe) != 0)
+        return -1;
+    if (pipe(err_pipe) != 0) {
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+        return -1;
+    }
+    fflush(NULL); /* keep the child's inherited stdio buffers empty */
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+        close(err_pipe[0]);
+        close(err_pipe[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0)
+            dup2(devnull, 0);
+        dup2(out_pipe[1], 1);
+        dup2(err_pipe[1], 2);
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+        close(err_pipe[0]);
+        close(err_pipe[1]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+
+    /* Both pipes are drained together: a child that fills one while the
+     * parent blocks on the other would otherwise never finish. */
+    size_t out_cap = 0, err_cap = 0;
+    int failed = append_bytes(&r->out, &r->out_len, &out_cap, "", 0) ||
+                 append_bytes(&r->err, &r->err_len, &err_cap, "", 0);
+    struct pollfd fds[2] = {{.fd = out_pipe[0], .events = POLLIN},
+                            {.fd = err_pipe[0], .events = POLLIN}};
+    int open_fds = 2;
+    while (open_fds > 0) {
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            failed = 1;
+            break;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char chunk[4096];
+            ssize_t got = read(fds[i].fd, chunk, sizeof chunk);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+                continue;
+            }
+            if (i == 0)
+                failed |= append_bytes(&r->out, &r->out_len, &out_cap, chunk, (size_t)got);
+            else
+                failed |= append_bytes(&r->err, &r->err_len, &err_cap, chunk, (size_t)got);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0)
+            close(fds[i].fd);
+
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR)
+            return -1;
+    }
+    if (failed)
+        return -1;
+    if (WIFEXITED(status))
+        r->status = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+        r->status = 128 + WTERMSIG(status);
+    return r->status;
+}
+
+void regc_test_proc_free(regc_test_proc *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+    r->out_len = r->err_len = 0;
+}
+
+/* ---- small text files in a directory ------------------------------------ */
+
+int regc_test_write_text(const char *dir, const char *name, const char *text)
+{
+    size_t cap = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(cap);
+    if (!path)
+        return -1;
+    snprintf(path, cap, "%s/%s", dir, name);
+    int rc = regc_test_write_file(path, text, strlen(text));
+    free(path);
+    return rc;
+}

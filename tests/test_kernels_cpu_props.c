@@ -1,0 +1,669 @@
+/* test_kernels_cpu_props.c — properties of the CPU backend's kernels that
+ * need no recorded values: agreement with naive double-precision loops at
+ * shapes large enough to run multi-threaded, grouped-query attention equal
+ * to attention over repeated heads, results independent of the thread
+ * count, ignored targets, transpose round trips, and errors reported by
+ * sync(). The PyTorch comparisons are in test_kernels_cpu.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "regc_backend.h"
+#include "regc_common.h"
+#include "test_device.h"
+#include "test_reference.h"
+
+static regc_backend *be;     /* OMP_NUM_THREADS (2 under ctest) */
+static regc_backend *serial; /* one thread: the thread-count comparisons */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    be = regc_backend_new("cpu", 0);
+    serial = regc_backend_new("cpu", 1);
+    if (!be || !serial)
+        fprintf(stderr, "cpu backend: %s\n", regc_error_message());
+    return be && serial ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    regc_backend_free(serial);
+    regc_backend_free(be);
+    return 0;
+}
+
+static int test_teardown(void **state)
+{
+    (void)state;
+    regc_test_release_all();
+    return 0;
+}
+
+static void assert_bitwise_equal(const char *what, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            fail_msg("%s: differs at [%zu]: %.9g vs %.9g", what, i, (double)a[i], (double)b[i]);
+}
+
+/* ---- attention ------------------------------------------------------------------ */
+
+static size_t q_count(const regc_attn_shape *s)
+{
+    return (size_t)(s->batch * s->tq * s->n_head * s->head_dim);
+}
+
+static size_t kv_count(const regc_attn_shape *s)
+{
+    return (size_t)(s->batch * s->tk * s->n_kv_head * s->head_dim);
+}
+
+/* Attention written out in double with an explicit probability row: out,
+ * lse and the gradients for upstream gradient dout. */
+static void naive_attention(const regc_attn_shape *s, const float *q, const float *k,
+                            const float *v, const float *dout, double *out, double *lse,
+                            double *dq, double *dk, double *dv)
+{
+    const int64_t H = s->n_head, Hkv = s->n_kv_head, D = s->head_dim, rep = H / Hkv;
+    const int64_t qld = H * D, kvld = Hkv * D;
+    double *p = malloc((size_t)s->tk * sizeof *p), *dp = malloc((size_t)s->tk * sizeof *dp);
+    assert_non_null(p);
+    assert_non_null(dp);
+    memset(dk, 0, kv_count(s) * sizeof *dk);
+    memset(dv, 0, kv_count(s) * sizeof *dv);
+    for (int64_t b = 0; b < s->batch; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < s->tq; i++) {
+                const int64_t g = h / rep, nk = s->causal ? i + 1 : s->tk;
+                const float *qi = q + (b * s->tq + i) * qld + h * D;
+                const float *doi = dout + (b * s->tq + i) * qld + h * D;
+                double mx = -INFINITY, sum = 0.0, delta = 0.0;
+                for (int64_t j = 0; j < nk; j++) {
+                    const float *kj = k + (b * s->tk + j) * kvld + g * D;
+                    double d = 0.0;
+                    for (int64_t e = 0; e < D; e++)
+                        d += (double)qi[e] * kj[e];
+                    p[j] = d * s->scale;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int64_t j = 0; j < nk; j++)
+                    sum += exp(p[j] - mx);
+                lse[(b * H + h) * s->tq + i] = mx + log(sum);
+                double *oi = out + (b * s->tq + i) * qld + h * D;
+                double *dqi = dq + (b * s->tq + i) * qld + h * D;
+                for (int64_t e = 0; e < D; e++)
+                    oi[e] = dqi[e] = 0.0;
+                for (int64_t j = 0; j < nk; j++) {
+                    const float *vj = v + (b * s->tk + j) * kvld + g * D;
+                    p[j] = exp(p[j] - mx) / sum;
+                    dp[j] = 0.0;
+                    for (int64_t e = 0; e < D; e++) {
+                        oi[e] += p[j] * vj[e];
+                        dp[j] += (double)doi[e] * vj[e];
+                    }
+                    delta += p[j] * dp[j];
+                }
+                for (int64_t j = 0; j < nk; j++) {
+                    const float *kj = k + (b * s->tk + j) * kvld + g * D;
+                    double *dkj = dk + (b * s->tk + j) * kvld + g * D;
+                    double *dvj = dv + (b * s->tk + j) * kvld + g * D;
+                    const double ds = p[j] * (dp[j] - delta) * s->scale;
+                    for (int64_t e = 0; e < D; e++) {
+                        dqi[e] += ds * kj[e];
+                        dkj[e] += ds * qi[e];
+                        dvj[e] += p[j] * doi[e];
+                    }
+                }
+            }
+    free(p);
+    free(dp);
+}
+
+/* inputs for an attention shape from `seed`, uploaded to `dev` */
+static void attention_inputs(regc_backend *dev, const regc_attn_shape *s, uint64_t seed,
+                             float **hq, float **hk, float **hv, float **hdo, float **q,
+                             float **k, float **v, float **dout)
+{
+    *hq = regc_test_host_uniform(q_count(s), seed, 0.0f, 1.5f);
+    *hk = regc_test_host_uniform(kv_count(s), seed + 1, 0.0f, 1.5f);
+    *hv = regc_test_host_uniform(kv_count(s), seed + 2, 0.0f, 1.0f);
+    *hdo = regc_test_host_uniform(q_count(s), seed + 3, 0.0f, 1.0f);
+    *q = regc_test_upload(dev, *hq, q_count(s));
+    *k = regc_test_upload(dev, *hk, kv_count(s));
+    *v = regc_test_upload(dev, *hv, kv_count(s));
+    *dout = regc_test_upload(dev, *hdo, q_count(s));
+}
+
+static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed)
+{
+    const size_t nq = q_count(&s), nkv = kv_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
+    float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
+    attention_inputs(be, &s, seed, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
+    float *out = regc_test_dev_nan(be, nq), *lse = regc_test_dev_nan(be, nl);
+    float *dq = regc_test_dev_nan(be, nq), *dk = regc_test_dev_nan(be, nkv);
+    float *dv = regc_test_dev_nan(be, nkv);
+    be->attention_fwd(be, out, lse, q, k, v, &s);
+    be->attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &s);
+    double *w_out = regc_test_host_doubles(nq), *w_lse = regc_test_host_doubles(nl);
+    double *w_dq = regc_test_host_doubles(nq), *w_dk = regc_test_host_doubles(nkv);
+    double *w_dv = regc_test_host_doubles(nkv);
+    naive_attention(&s, hq, hk, hv, hdo, w_out, w_lse, w_dq, w_dk, w_dv);
+    char what[96];
+    snprintf(what, sizeof what, "attention T=%lld D=%d H=%d/%d causal=%d", (long long)s.tq,
+             s.head_dim, s.n_head, s.n_kv_head, s.causal);
+    regc_test_assert_close(what, regc_test_download(be, out, nq), w_out, nq, 3e-5, 3e-5);
+    regc_test_assert_close(what, regc_test_download(be, lse, nl), w_lse, nl, 3e-5, 3e-5);
+    regc_test_assert_close(what, regc_test_download(be, dq, nq), w_dq, nq, 3e-5, 3e-5);
+    regc_test_assert_close(what, regc_test_download(be, dk, nkv), w_dk, nkv, 3e-5, 3e-5);
+    regc_test_assert_close(what, regc_test_download(be, dv, nkv), w_dv, nkv, 3e-5, 3e-5);
+}
+
+static void test_attention_matches_naive(void **state)
+{
+    (void)state;
+    /* head_dim 19: two 8-wide blocks of the dot product plus a tail */
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f}, 100);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f}, 200);
+    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f}, 300);
+}
+
+/* GQA must equal ordinary attention with each kv head repeated for its
+ * query heads; the gradient of a shared kv head is the sum over them. */
+static void test_attention_gqa_equals_repeated_heads(void **state)
+{
+    (void)state;
+    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f};
+    regc_attn_shape mha = gqa;
+    mha.n_kv_head = gqa.n_head;
+    const int rep = gqa.n_head / gqa.n_kv_head, D = gqa.head_dim;
+    const size_t nq = q_count(&gqa), nkv = kv_count(&gqa), nkv_rep = kv_count(&mha);
+    const size_t nl = (size_t)(gqa.batch * gqa.n_head * gqa.tq);
+    float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
+    attention_inputs(be, &gqa, 400, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
+    float *hk_rep = regc_test_host_floats(nkv_rep), *hv_rep = regc_test_host_floats(nkv_rep);
+    for (int64_t r = 0; r < gqa.batch * gqa.tk; r++)
+        for (int h = 0; h < gqa.n_head; h++) {
+            const int64_t src = (r * gqa.n_kv_head + h / rep) * D, dst = (r * gqa.n_head + h) * D;
+            memcpy(hk_rep + dst, hk + src, (size_t)D * sizeof(float));
+            memcpy(hv_rep + dst, hv + src, (size_t)D * sizeof(float));
+        }
+    float *k_rep = regc_test_upload(be, hk_rep, nkv_rep), *v_rep = regc_test_upload(be, hv_rep, nkv_rep);
+    float *out_g = regc_test_dev_nan(be, nq), *lse_g = regc_test_dev_nan(be, nl);
+    float *out_m = regc_test_dev_nan(be, nq), *lse_m = regc_test_dev_nan(be, nl);
+    float *dq_g = regc_test_dev_nan(be, nq), *dk_g = regc_test_dev_nan(be, nkv);
+    float *dv_g = regc_test_dev_nan(be, nkv), *dq_m = regc_test_dev_nan(be, nq);
+    float *dk_m = regc_test_dev_nan(be, nkv_rep), *dv_m = regc_test_dev_nan(be, nkv_rep);
+    be->attention_fwd(be, out_g, lse_g, q, k, v, &gqa);
+    be->attention_fwd(be, out_m, lse_m, q, k_rep, v_rep, &mha);
+    be->attention_bwd(be, dq_g, dk_g, dv_g, dout, q, k, v, out_g, lse_g, &gqa);
+    be->attention_bwd(be, dq_m, dk_m, dv_m, dout, q, k_rep, v_rep, out_m, lse_m, &mha);
+    /* the same arithmetic on the same numbers: identical bits */
+    assert_bitwise_equal("gqa out", regc_test_download(be, out_g, nq), regc_test_download(be, out_m, nq), nq);
+    assert_bitwise_equal("gqa lse", regc_test_download(be, lse_g, nl), regc_test_download(be, lse_m, nl), nl);
+    assert_bitwise_equal("gqa dq", regc_test_download(be, dq_g, nq), regc_test_download(be, dq_m, nq), nq);
+    float *hdk_m = regc_test_download(be, dk_m, nkv_rep), *hdv_m = regc_test_download(be, dv_m, nkv_rep);
+    double *sum_dk = regc_test_host_doubles(nkv), *sum_dv = regc_test_host_doubles(nkv);
+    memset(sum_dk, 0, nkv * sizeof(double));
+    memset(sum_dv, 0, nkv * sizeof(double));
+    for (int64_t r = 0; r < gqa.batch * gqa.tk; r++)
+        for (int h = 0; h < gqa.n_head; h++)
+            for (int e = 0; e < D; e++) {
+                sum_dk[(r * gqa.n_kv_head + h / rep) * D + e] += hdk_m[(r * gqa.n_head + h) * D + e];
+                sum_dv[(r * gqa.n_kv_head + h / rep) * D + e] += hdv_m[(r * gqa.n_head + h) * D + e];
+            }
+    regc_test_assert_close("gqa dk = sum of repeated heads", regc_test_download(be, dk_g, nkv), sum_dk,
+                           nkv, 1e-5, 1e-6);
+    regc_test_assert_close("gqa dv = sum of repeated heads", regc_test_download(be, dv_g, nkv), sum_dv,
+                           nkv, 1e-5, 1e-6);
+}
+
+static void test_attention_causal_first_row_is_v0(void **state)
+{
+    (void)state;
+    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f};
+    const size_t nq = q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
+    float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
+    attention_inputs(be, &s, 500, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
+    float *out = regc_test_dev_nan(be, nq), *lse = regc_test_dev_nan(be, nl);
+    be->attention_fwd(be, out, lse, q, k, v, &s);
+    float *ho = regc_test_download(be, out, nq), *hl = regc_test_download(be, lse, nl);
+    const int rep = s.n_head / s.n_kv_head, D = s.head_dim;
+    for (int64_t b = 0; b < s.batch; b++)
+        for (int h = 0; h < s.n_head; h++) {
+            /* query 0 sees key 0 only: probability exactly 1 */
+            const float *o0 = ho + (b * s.tq) * s.n_head * D + h * D;
+            const float *v0 = hv + (b * s.tk) * s.n_kv_head * D + (h / rep) * D;
+            const float *q0 = hq + (b * s.tq) * s.n_head * D + h * D;
+            const float *k0 = hk + (b * s.tk) * s.n_kv_head * D + (h / rep) * D;
+            for (int e = 0; e < D; e++)
+                assert_float_equal(o0[e], v0[e], 0.0f);
+            double score = 0.0;
+            for (int e = 0; e < D; e++)
+                score += (double)q0[e] * k0[e];
+            assert_float_equal(hl[(b * s.n_head + h) * s.tq], score * s.scale, 1e-5);
+        }
+}
+
+/* ---- cross-entropy -------------------------------------------------------------- */
+
+static void test_cross_entropy_ignored_targets(void **state)
+{
+    (void)state;
+    const int64_t rows = 5, cols = 6;
+    float *hl = regc_test_host_uniform((size_t)(rows * cols), 600, 0.0f, 2.0f);
+    float *logits = regc_test_upload(be, hl, (size_t)(rows * cols));
+    float one = 1.0f, *dloss = regc_test_upload(be, &one, 1);
+    float *loss = regc_test_dev_nan(be, 1), *lse = regc_test_dev_nan(be, (size_t)rows);
+    float *dl = regc_test_dev_nan(be, (size_t)(rows * cols));
+
+    /* every target ignored: loss 0, no gradient, lse still written */
+    int32_t none[5] = {-1, -100, -1, -7, -1};
+    int32_t *t_none = regc_test_upload_ints(be, none, 5);
+    be->cross_entropy_fwd(be, loss, lse, logits, t_none, rows, cols);
+    be->cross_entropy_bwd(be, dl, dloss, logits, t_none, lse, rows, cols);
+    assert_float_equal(regc_test_download(be, loss, 1)[0], 0.0f, 0.0f);
+    float *hlse = regc_test_download(be, lse, (size_t)rows), *hdl = regc_test_download(be, dl, (size_t)(rows * cols));
+    for (int64_t i = 0; i < rows * cols; i++)
+        assert_float_equal(hdl[i], 0.0f, 0.0f);
+    for (int64_t r = 0; r < rows; r++)
+        assert_false(isnan(hlse[r]));
+
+    /* two valid rows out of five: the mean is over those two only */
+    int32_t some[5] = {-100, 4, -1, 0, -1};
+    int32_t *t_some = regc_test_upload_ints(be, some, 5);
+    be->cross_entropy_fwd(be, loss, lse, logits, t_some, rows, cols);
+    be->cross_entropy_bwd(be, dl, dloss, logits, t_some, lse, rows, cols);
+    hdl = regc_test_download(be, dl, (size_t)(rows * cols));
+    double want = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double mx = -INFINITY, sum = 0.0, row_sum = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            mx = fmax(mx, hl[r * cols + c]);
+        for (int64_t c = 0; c < cols; c++)
+            sum += exp(hl[r * cols + c] - mx);
+        for (int64_t c = 0; c < cols; c++) {
+            row_sum += hdl[r * cols + c];
+            if (some[r] < 0) {
+                assert_float_equal(hdl[r * cols + c], 0.0f, 0.0f);
+                continue;
+            }
+            double p = exp(hl[r * cols + c] - mx) / sum;
+            assert_float_equal(hdl[r * cols + c], (p - (c == some[r])) / 2.0, 1e-6);
+        }
+        assert_float_equal(row_sum, 0.0, 1e-6); /* softmax minus one-hot sums to zero */
+        if (some[r] >= 0)
+            want += mx + log(sum) - hl[r * cols + some[r]];
+    }
+    assert_float_equal(regc_test_download(be, loss, 1)[0], want / 2.0, 1e-5);
+}
+
+static void test_cross_entropy_wide_vocab_is_stable(void **state)
+{
+    (void)state;
+    /* GPT-2's vocabulary with logits far from zero: exp() would overflow
+     * without subtracting the row maximum */
+    const int64_t rows = 3, cols = 50257;
+    const size_t n = (size_t)(rows * cols);
+    float *hl = regc_test_host_uniform(n, 700, 0.0f, 4.0f);
+    hl[0 * cols + 17] = 95.0f;
+    for (int64_t c = 0; c < cols; c++)
+        hl[2 * cols + c] += 200.0f;
+    int32_t targets[3] = {17, 50256, 0};
+    float *logits = regc_test_upload(be, hl, n), *loss = regc_test_dev_nan(be, 1);
+    float *lse = regc_test_dev_nan(be, (size_t)rows);
+    be->cross_entropy_fwd(be, loss, lse, logits, regc_test_upload_ints(be, targets, 3), rows, cols);
+    float *hlse = regc_test_download(be, lse, (size_t)rows);
+    double want_loss = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            mx = fmax(mx, hl[r * cols + c]);
+        for (int64_t c = 0; c < cols; c++)
+            sum += exp(hl[r * cols + c] - mx);
+        double want = mx + log(sum);
+        assert_true(isfinite(hlse[r]));
+        assert_float_equal(hlse[r], want, 1e-5 * fabs(want) + 1e-5);
+        want_loss += want - hl[r * cols + targets[r]];
+    }
+    assert_float_equal(regc_test_download(be, loss, 1)[0], want_loss / 3.0, 1e-4);
+}
+
+/* ---- layout kernels ------------------------------------------------------------- */
+
+/* out = x permuted, by explicit index arithmetic */
+static void naive_transpose(double *out, const float *x, int nd, const int64_t *shape, const int *perm)
+{
+    int64_t in_stride[6], oshape[6], total = 1, s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        in_stride[i] = s;
+        s *= shape[i];
+    }
+    for (int i = 0; i < nd; i++) {
+        oshape[i] = shape[perm[i]];
+        total *= oshape[i];
+    }
+    for (int64_t o = 0; o < total; o++) {
+        int64_t rem = o, src = 0;
+        for (int i = nd - 1; i >= 0; i--) {
+            src += (rem % oshape[i]) * in_stride[perm[i]];
+            rem /= oshape[i];
+        }
+        out[o] = x[src];
+    }
+}
+
+static void test_transpose_permutations_and_round_trip(void **state)
+{
+    (void)state;
+    static const struct { int nd; int64_t shape[6]; int perm[6]; } cases[] = {
+        {6, {2, 3, 4, 1, 5, 3}, {4, 1, 5, 0, 3, 2}},
+        {6, {3, 2, 2, 3, 2, 5}, {5, 4, 3, 2, 1, 0}},
+        {4, {4, 33, 12, 7}, {0, 2, 1, 3}},   /* attention heads: rows stay rows */
+        {2, {70, 45}, {1, 0}},               /* tiled, multi-threaded */
+        {3, {3, 130, 97}, {0, 2, 1}},        /* batched, tiled, ragged tiles */
+        {3, {5, 1, 4}, {1, 2, 0}},
+        {1, {17}, {0}},
+        {3, {2, 3, 4}, {0, 1, 2}},           /* the identity */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int nd = cases[ci].nd;
+        const int64_t *shape = cases[ci].shape;
+        const int *perm = cases[ci].perm;
+        size_t total = 1;
+        int64_t oshape[6];
+        int inv[6];
+        for (int i = 0; i < nd; i++) {
+            total *= (size_t)shape[i];
+            oshape[i] = shape[perm[i]];
+            inv[perm[i]] = i;
+        }
+        float *hx = regc_test_host_uniform(total, 800 + ci, 0.0f, 1.0f);
+        float *x = regc_test_upload(be, hx, total), *y = regc_test_dev_nan(be, total);
+        float *back = regc_test_dev_nan(be, total);
+        be->transpose(be, y, x, nd, shape, perm);
+        be->transpose(be, back, y, nd, oshape, inv);
+        double *want = regc_test_host_doubles(total);
+        naive_transpose(want, hx, nd, shape, perm);
+        char what[64];
+        snprintf(what, sizeof what, "transpose case %zu", ci);
+        regc_test_assert_close(what, regc_test_download(be, y, total), want, total, 0.0, 0.0);
+        assert_bitwise_equal(what, regc_test_download(be, back, total), hx, total);
+    }
+}
+
+static void test_copy_2d_fill_and_copies(void **state)
+{
+    (void)state;
+    const int64_t rows = 4, cols = 5, ld_src = 7, ld_dst = 9;
+    float *hs = regc_test_host_uniform((size_t)(rows * ld_src), 900, 0.0f, 1.0f);
+    float *src = regc_test_upload(be, hs, (size_t)(rows * ld_src));
+    float *dst = regc_test_dev_nan(be, (size_t)(rows * ld_dst));
+    be->copy_2d(be, dst, ld_dst, src, ld_src, rows, cols);
+    float *hd = regc_test_download(be, dst, (size_t)(rows * ld_dst));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < ld_dst; c++) {
+            if (c < cols)
+                assert_float_equal(hd[r * ld_dst + c], hs[r * ld_src + c], 0.0f);
+            else
+                assert_true(isnan(hd[r * ld_dst + c])); /* outside the copy: untouched */
+        }
+    float *big = regc_test_dev_nan(be, 100003);
+    be->fill(be, big, 100003, -2.5f);
+    float *copy = regc_test_dev_nan(be, 100003);
+    be->copy_d2d(be, copy, big, 100003 * sizeof(float));
+    float *hb = regc_test_download(be, copy, 100003);
+    for (size_t i = 0; i < 100003; i++)
+        assert_float_equal(hb[i], -2.5f, 0.0f);
+}
+
+/* ---- the rest, at shapes that run multi-threaded ------------------------------------ */
+
+static void test_layernorm_matches_naive(void **state)
+{
+    (void)state;
+    const int64_t rows = 300, cols = 200;
+    const size_t n = (size_t)(rows * cols);
+    float *hx = regc_test_host_uniform(n, 1000, 3.0f, 2.0f); /* off-centre: mean matters */
+    float *hw = regc_test_host_uniform((size_t)cols, 1001, 1.0f, 0.5f);
+    float *hb = regc_test_host_uniform((size_t)cols, 1002, 0.0f, 0.5f);
+    float *hdy = regc_test_host_uniform(n, 1003, 0.0f, 1.0f);
+    float *x = regc_test_upload(be, hx, n), *w = regc_test_upload(be, hw, (size_t)cols);
+    float *b = regc_test_upload(be, hb, (size_t)cols), *dy = regc_test_upload(be, hdy, n);
+    float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, (size_t)rows);
+    float *rstd = regc_test_dev_nan(be, (size_t)rows), *dx = regc_test_dev_nan(be, n);
+    float *dw = regc_test_dev_nan(be, (size_t)cols), *db = regc_test_dev_nan(be, (size_t)cols);
+    be->layernorm_fwd(be, y, mean, rstd, x, w, b, rows, cols, 1e-5f);
+    be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, rows, cols);
+    double *wy = regc_test_host_doubles(n), *wdx = regc_test_host_doubles(n);
+    double *wdw = regc_test_host_doubles((size_t)cols), *wdb = regc_test_host_doubles((size_t)cols);
+    memset(wdw, 0, (size_t)cols * sizeof(double));
+    memset(wdb, 0, (size_t)cols * sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = hx + r * cols, *dyr = hdy + r * cols;
+        double mu = 0.0, var = 0.0, g1 = 0.0, g2 = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            mu += xr[c];
+        mu /= (double)cols;
+        for (int64_t c = 0; c < cols; c++)
+            var += (xr[c] - mu) * (xr[c] - mu);
+        double rs = 1.0 / sqrt(var / (double)cols + 1e-5);
+        for (int64_t c = 0; c < cols; c++) {
+            double xh = (xr[c] - mu) * rs;
+            wy[r * cols + c] = xh * hw[c] + hb[c];
+            g1 += hw[c] * (double)dyr[c];
+            g2 += hw[c] * (double)dyr[c] * xh;
+            wdw[c] += dyr[c] * xh;
+            wdb[c] += dyr[c];
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            double xh = (xr[c] - mu) * rs;
+            wdx[r * cols + c] = (hw[c] * (double)dyr[c] - g1 / (double)cols - xh * g2 / (double)cols) * rs;
+        }
+    }
+    regc_test_assert_close("layernorm y", regc_test_download(be, y, n), wy, n, 1e-5, 1e-5);
+    regc_test_assert_close("layernorm dx", regc_test_download(be, dx, n), wdx, n, 1e-4, 2e-5);
+    regc_test_assert_close("layernorm dw", regc_test_download(be, dw, (size_t)cols), wdw, (size_t)cols, 1e-4, 1e-4);
+    regc_test_assert_close("layernorm db", regc_test_download(be, db, (size_t)cols), wdb, (size_t)cols, 1e-5, 1e-4);
+}
+
+static void test_gelu_and_adamw_match_naive(void **state)
+{
+    (void)state;
+    const size_t n = 200003;
+    float *hx = regc_test_host_uniform(n, 1100, 0.0f, 10.0f);
+    float *hdy = regc_test_host_uniform(n, 1101, 0.0f, 1.0f);
+    float *x = regc_test_upload(be, hx, n), *dy = regc_test_upload(be, hdy, n);
+    float *y = regc_test_dev_nan(be, n), *dx = regc_test_dev_nan(be, n);
+    be->gelu_fwd(be, y, x, (int64_t)n);
+    be->gelu_bwd(be, dx, dy, x, (int64_t)n);
+    double *wy = regc_test_host_doubles(n), *wdx = regc_test_host_doubles(n);
+    const double c = 0.79788456080286535588, kappa = 0.044715;
+    for (size_t i = 0; i < n; i++) {
+        double xi = hx[i], t = tanh(c * (xi + kappa * xi * xi * xi));
+        wy[i] = 0.5 * xi * (1.0 + t);
+        wdx[i] = hdy[i] * (0.5 * (1.0 + t) + 0.5 * xi * (1.0 - t * t) * c * (1.0 + 3.0 * kappa * xi * xi));
+    }
+    regc_test_assert_close("gelu y", regc_test_download(be, y, n), wy, n, 1e-5, 1e-6);
+    regc_test_assert_close("gelu dx", regc_test_download(be, dx, n), wdx, n, 1e-5, 1e-6);
+
+    /* one AdamW step from nonzero moments, in double */
+    float *hp = regc_test_host_uniform(n, 1102, 0.0f, 1.0f), *hm = regc_test_host_uniform(n, 1103, 0.0f, 0.1f);
+    float *hv = regc_test_host_uniform(n, 1104, 0.02f, 0.01f);
+    float *p = regc_test_upload(be, hp, n), *m = regc_test_upload(be, hm, n), *v = regc_test_upload(be, hv, n);
+    be->adamw(be, p, dy, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 5);
+    double *wp = regc_test_host_doubles(n);
+    const double bc1 = 1.0 - pow(0.9f, 5), bc2 = 1.0 - pow(0.999f, 5);
+    for (size_t i = 0; i < n; i++) {
+        double g = hdy[i], mi = 0.9f * (double)hm[i] + (1.0 - 0.9f) * g;
+        double vi = 0.999f * (double)hv[i] + (1.0 - 0.999f) * g * g;
+        wp[i] = hp[i] * (1.0 - 3e-3f * 0.1f) - 3e-3f / bc1 * mi / (sqrt(vi) / sqrt(bc2) + 1e-8f);
+    }
+    regc_test_assert_close("adamw param", regc_test_download(be, p, n), wp, n, 1e-6, 1e-6);
+}
+
+static void test_embedding_and_sum_rows_match_naive(void **state)
+{
+    (void)state;
+    const int64_t rows = 500, cols = 130, vocab = 17;
+    int32_t *ids = malloc((size_t)rows * sizeof *ids);
+    assert_non_null(ids);
+    for (int64_t r = 0; r < rows; r++)
+        ids[r] = (int32_t)(regc_rng_at(1200, (uint64_t)r) % 13); /* ids 13..16 never occur */
+    float *hd = regc_test_host_uniform((size_t)(rows * cols), 1201, 0.0f, 1.0f);
+    float *dout = regc_test_upload(be, hd, (size_t)(rows * cols));
+    float *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols)), *col = regc_test_dev_nan(be, (size_t)cols);
+    be->embedding_bwd(be, dtable, regc_test_upload_ints(be, ids, (size_t)rows), dout, rows, cols, vocab);
+    be->sum_rows(be, col, dout, rows, cols);
+    double *want = regc_test_host_doubles((size_t)(vocab * cols)), *wcol = regc_test_host_doubles((size_t)cols);
+    memset(want, 0, (size_t)(vocab * cols) * sizeof(double));
+    memset(wcol, 0, (size_t)cols * sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            want[ids[r] * cols + c] += hd[r * cols + c];
+            wcol[c] += hd[r * cols + c];
+        }
+    free(ids);
+    regc_test_assert_close("embedding dtable", regc_test_download(be, dtable, (size_t)(vocab * cols)), want,
+                           (size_t)(vocab * cols), 1e-5, 1e-5);
+    regc_test_assert_close("sum_rows", regc_test_download(be, col, (size_t)cols), wcol, (size_t)cols, 1e-5, 1e-5);
+}
+
+/* ---- determinism, creation, errors ---------------------------------------------- */
+
+/* Every reduction is ordered by data, not by thread: one thread and many
+ * give identical bits (regional == full relies on kernels like these). */
+static void test_results_do_not_depend_on_thread_count(void **state)
+{
+    (void)state;
+    enum { N_OUT = 9 };
+    static const char *names[N_OUT] = {"attention out", "lse", "dq", "dk", "dv",
+                                       "layernorm dx", "layernorm dw", "loss", "dlogits"};
+    regc_attn_shape s = {2, 40, 40, 4, 2, 16, 1, 0.25f};
+    const size_t nq = q_count(&s), nkv = kv_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
+    const int64_t rows = 300, cols = 257;
+    const size_t n = (size_t)(rows * cols);
+    const size_t counts[N_OUT] = {nq, nl, nq, nkv, nkv, n, (size_t)cols, 1, n};
+    int32_t tg[300];
+    for (int i = 0; i < 300; i++)
+        tg[i] = (i % 7 == 3) ? -1 : (int32_t)(regc_rng_at(1300, (uint64_t)i) % (uint64_t)cols);
+    regc_backend *bes[2] = {be, serial};
+    float *res[2][N_OUT];
+    for (int t = 0; t < 2; t++) {
+        regc_backend *d = bes[t];
+        float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
+        attention_inputs(d, &s, 1310, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
+        float *out = regc_test_dev_nan(d, nq), *lse = regc_test_dev_nan(d, nl);
+        float *dq = regc_test_dev_nan(d, nq), *dk = regc_test_dev_nan(d, nkv);
+        float *dv = regc_test_dev_nan(d, nkv);
+        d->attention_fwd(d, out, lse, q, k, v, &s);
+        d->attention_bwd(d, dq, dk, dv, dout, q, k, v, out, lse, &s);
+
+        float *x = regc_test_upload(d, regc_test_host_uniform(n, 1320, 0.5f, 2.0f), n);
+        float *w = regc_test_upload(d, regc_test_host_uniform((size_t)cols, 1321, 1.0f, 0.5f),
+                                    (size_t)cols);
+        float *y = regc_test_dev_nan(d, n), *mean = regc_test_dev_nan(d, (size_t)rows);
+        float *rstd = regc_test_dev_nan(d, (size_t)rows), *dx = regc_test_dev_nan(d, n);
+        float *dw = regc_test_dev_nan(d, (size_t)cols), *db = regc_test_dev_nan(d, (size_t)cols);
+        d->layernorm_fwd(d, y, mean, rstd, x, w, w, rows, cols, 1e-5f);
+        d->layernorm_bwd(d, dx, dw, db, y, x, w, mean, rstd, rows, cols); /* y as dy */
+
+        float one = 1.0f, *loss = regc_test_dev_nan(d, 1), *dl = regc_test_dev_nan(d, n);
+        float *ce_lse = regc_test_dev_nan(d, (size_t)rows);
+        int32_t *targets = regc_test_upload_ints(d, tg, 300);
+        d->cross_entropy_fwd(d, loss, ce_lse, x, targets, rows, cols);
+        d->cross_entropy_bwd(d, dl, regc_test_upload(d, &one, 1), x, targets, ce_lse, rows, cols);
+
+        const float *outs[N_OUT] = {out, lse, dq, dk, dv, dx, dw, loss, dl};
+        for (int i = 0; i < N_OUT; i++)
+            res[t][i] = regc_test_download(d, outs[i], counts[i]);
+    }
+    for (int i = 0; i < N_OUT; i++)
+        assert_bitwise_equal(names[i], res[0][i], res[1][i], counts[i]);
+}
+
+static void test_backend_by_name(void **state)
+{
+    (void)state;
+    regc_backend *cpu = regc_backend_new("cpu", 1);
+    assert_non_null(cpu);
+    assert_string_equal(cpu->name, "cpu");
+    /* a NULL entry would be a kernel the runtime cannot run on the CPU */
+#define EXPECT_FN(f) if (!cpu->f) fail_msg("cpu backend: " #f " is NULL")
+    EXPECT_FN(alloc); EXPECT_FN(free); EXPECT_FN(copy_h2d); EXPECT_FN(copy_d2h);
+    EXPECT_FN(copy_d2d); EXPECT_FN(fill); EXPECT_FN(sync); EXPECT_FN(copy_2d);
+    EXPECT_FN(transpose); EXPECT_FN(gemm); EXPECT_FN(embedding_fwd); EXPECT_FN(embedding_bwd);
+    EXPECT_FN(add); EXPECT_FN(bias_add); EXPECT_FN(sum_rows); EXPECT_FN(layernorm_fwd);
+    EXPECT_FN(layernorm_bwd); EXPECT_FN(gelu_fwd); EXPECT_FN(gelu_bwd);
+    EXPECT_FN(attention_fwd); EXPECT_FN(attention_bwd); EXPECT_FN(cross_entropy_fwd);
+    EXPECT_FN(cross_entropy_bwd); EXPECT_FN(adamw); EXPECT_FN(destroy);
+#undef EXPECT_FN
+    regc_backend_free(cpu);
+    regc_backend_free(NULL);
+
+    regc_error_clear();
+    assert_null(regc_backend_new("tpu-9000", 0));
+    assert_non_null(strstr(regc_error_message(), "tpu-9000"));
+    assert_null(regc_backend_new(NULL, 0));
+
+    regc_error_clear();
+    regc_backend *cuda = regc_backend_new("cuda", 0);
+    if (cuda)
+        regc_backend_free(cuda); /* a CUDA build on a machine with a GPU */
+    else
+        assert_true(strlen(regc_error_message()) > 0 && strcmp(regc_error_message(), "no error") != 0);
+}
+
+static void test_sync_reports_kernel_failures(void **state)
+{
+    (void)state;
+    assert_int_equal(be->sync(be), REGC_OK);
+    float *x = regc_test_dev_nan(be, 8), *y = regc_test_dev_nan(be, 8);
+    int64_t shape[2] = {2, 4};
+    int bad_perm[2] = {1, 1};
+    be->transpose(be, y, x, 2, shape, bad_perm);
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "transpose"));
+    assert_int_equal(be->sync(be), REGC_OK); /* reported once, then cleared */
+
+    be->adamw(be, x, x, x, x, 8, 1e-3f, 0.9f, 0.99f, 1e-8f, 0.0f, 0); /* steps count from 1 */
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+
+    int32_t ids[2] = {1, 9};
+    be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4); /* id 9 >= vocab 4 */
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "embedding_bwd"));
+
+    regc_attn_shape s = {1, 3, 4, 2, 2, 2, 1, 1.0f}; /* causal needs tq == tk */
+    be->attention_fwd(be, x, y, x, x, x, &s);
+    assert_int_equal(be->sync(be), REGC_ERR_SHAPE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_attention_matches_naive, test_teardown),
+        cmocka_unit_test_teardown(test_attention_gqa_equals_repeated_heads, test_teardown),
+        cmocka_unit_test_teardown(test_attention_causal_first_row_is_v0, test_teardown),
+        cmocka_unit_test_teardown(test_cross_entropy_ignored_targets, test_teardown),
+        cmocka_unit_test_teardown(test_cross_entropy_wide_vocab_is_stable, test_teardown),
+        cmocka_unit_test_teardown(test_transpose_permutations_and_round_trip, test_teardown),
+        cmocka_unit_test_teardown(test_copy_2d_fill_and_copies, test_teardown),
+        cmocka_unit_test_teardown(test_layernorm_matches_naive, test_teardown),
+        cmocka_unit_test_teardown(test_gelu_and_adamw_match_naive, test_teardown),
+        cmocka_unit_test_teardown(test_embedding_and_sum_rows_match_naive, test_teardown),
+        cmocka_unit_test_teardown(test_results_do_not_depend_on_thread_count, test_teardown),
+        cmocka_unit_test_teardown(test_backend_by_name, test_teardown),
+        cmocka_unit_test_teardown(test_sync_reports_kernel_failures, test_teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

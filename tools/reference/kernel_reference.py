@@ -1,0 +1,318 @@
+#!/usr/bin/python3
+"""kernel_reference.py — expected outputs of the backend kernels, from PyTorch.
+
+Writes tests/data/kernel_reference.json, which tests/test_kernels_cpu.c reads.
+Inputs are not stored: every input tensor is named by (seed, stream, center,
+halfwidth) and both sides draw it from regc's counter-based stream
+(common/rng.c), re-implemented here in numpy bit for bit. The file also holds
+raw draws of the stream so the C test proves the two implementations agree
+before trusting anything else in it.
+
+Expected values are computed in float64 from the float32 inputs (so they are
+the exact answers the float32 kernels approximate), except AdamW, which runs
+torch.optim.AdamW in float32 because matching PyTorch's arithmetic is the
+point there.
+
+Run with Debian's interpreter, which has torch and numpy:
+    /usr/bin/python3 tools/reference/kernel_reference.py [output.json]
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# ---- regc's random stream (common/rng.c) -----------------------------------
+U64 = np.uint64
+GOLDEN = U64(0x9E3779B97F4A7C15)
+
+
+def rng_mix(z):
+    """splitmix64's finaliser on a uint64 array; uint64 arithmetic wraps."""
+    z = np.asarray(z, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> U64(30))) * U64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> U64(27))) * U64(0x94D049BB133111EB)
+    return z ^ (z >> U64(31))
+
+
+def rng_at(seed, i):
+    i = np.asarray(i, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return rng_mix(U64(seed) + (i + U64(1)) * GOLDEN)
+
+
+def rng_substream(seed, index):
+    with np.errstate(over="ignore"):
+        return int(rng_mix(U64(seed) ^ rng_mix(U64(index) + GOLDEN)))
+
+
+def rng_fill_uniform(n, seed, center, halfwidth):
+    """float32 values, two float32 roundings exactly as regc_rng_fill_uniform."""
+    center = np.float32(center)
+    step = np.float32(float(np.float32(halfwidth)) / 8388608.0)
+    k = (rng_at(seed, np.arange(n, dtype=np.uint64)) >> U64(40)).astype(np.int64) - 8388608
+    t = k.astype(np.float32) * step  # exact conversion, one rounding
+    return center + t  # the second rounding
+
+
+# ---- inputs and outputs -------------------------------------------------------
+class Case:
+    """One kernel call: its inputs are stream numbers of `seed`."""
+
+    def __init__(self, seed, **fields):
+        self.seed = seed
+        self.inputs = {}
+        self.out = dict(fields)
+        self.out["seed"] = seed
+        self.out["inputs"] = self.inputs
+        self.expected = self.out["expected"] = {}
+
+    def input(self, name, shape, center=0.0, halfwidth=1.0):
+        stream = len(self.inputs)
+        self.inputs[name] = [stream, center, halfwidth]
+        n = int(np.prod(shape)) if len(shape) else 1
+        vals = rng_fill_uniform(n, rng_substream(self.seed, stream), center, halfwidth)
+        return torch.from_numpy(vals.reshape(shape)).double()
+
+    def expect(self, name, tensor):
+        t = tensor.detach().double().reshape(-1).tolist() if torch.is_tensor(tensor) else [tensor]
+        # 9 significant digits: exact enough for any float32 comparison
+        self.expected[name] = [float("%.9g" % x) for x in t]
+
+
+def gelu(x):
+    return F.gelu(x, approximate="tanh")
+
+
+# ---- GEMM and its epilogues --------------------------------------------------
+EPILOGUES = ["NONE", "BIAS", "GELU", "GELU_AUX", "BIAS_GELU_AUX", "DGELU", "DGELU_BGRAD", "BGRAD"]
+
+
+def gemm_case(seed, epilogue, trans_a, trans_b, accumulate, alpha, m=5, n=7, k=6):
+    c = Case(seed, epilogue=epilogue, trans_a=trans_a, trans_b=trans_b, accumulate=accumulate,
+             alpha=alpha, m=m, n=n, k=k)
+    a = c.input("a", [k, m] if trans_a else [m, k])
+    b = c.input("b", [n, k] if trans_b else [k, n])
+    c0 = c.input("c", [m, n])  # C's prior contents: added when accumulating
+    op_a = a.t() if trans_a else a
+    op_b = b.t() if trans_b else b
+    g = float(np.float32(alpha)) * (op_a @ op_b) + (c0 if accumulate else 0)
+    if epilogue in ("BIAS", "BIAS_GELU_AUX"):
+        bias = c.input("bias", [n], 0.1, 0.5)
+    if epilogue in ("DGELU", "DGELU_BGRAD"):
+        aux_in = c.input("aux", [m, n], 0.0, 3.0)
+    if epilogue == "NONE" or epilogue == "BGRAD":
+        out = g
+    elif epilogue == "BIAS":
+        out = g + bias
+    elif epilogue == "GELU":
+        out = gelu(g)
+    elif epilogue == "GELU_AUX":
+        c.expect("aux", g)
+        out = gelu(g)
+    elif epilogue == "BIAS_GELU_AUX":
+        c.expect("aux", g + bias)
+        out = gelu(g + bias)
+    else:  # DGELU kinds: G * gelu'(aux), gelu' taken by autograd
+        x = aux_in.clone().requires_grad_(True)
+        (out,) = torch.autograd.grad(gelu(x), x, grad_outputs=g)
+    c.expect("c", out)
+    if epilogue == "DGELU_BGRAD":
+        c.expect("bias_grad", out.sum(0))
+    if epilogue == "BGRAD":
+        c.expect("bias_grad", op_b.sum(0))
+    return c.out
+
+
+def gemm_cases():
+    cases = []
+    for i, epi in enumerate(EPILOGUES):
+        # every epilogue once, cycling through the transposes; odd ones accumulate
+        cases.append(gemm_case(100 + i, epi, trans_a=i & 1, trans_b=(i >> 1) & 1,
+                               accumulate=int(i % 3 == 1), alpha=0.75 if i % 2 else 1.0))
+    return cases
+
+
+# ---- the other kernels --------------------------------------------------------
+def layernorm_case():
+    rows, cols, eps = 7, 13, 1e-5
+    c = Case(200, rows=rows, cols=cols, eps=eps)
+    x = c.input("x", [rows, cols], 0.3, 2.0).requires_grad_(True)
+    w = c.input("w", [cols], 1.0, 0.5).requires_grad_(True)
+    b = c.input("b", [cols], 0.0, 0.5).requires_grad_(True)
+    dy = c.input("dy", [rows, cols])
+    y = F.layer_norm(x, (cols,), w, b, float(np.float32(eps)))
+    y.backward(dy)
+    mean = x.detach().mean(-1)
+    var = x.detach().var(-1, unbiased=False)  # biased, as layer_norm uses
+    c.expect("y", y)
+    c.expect("mean", mean)
+    c.expect("rstd", 1.0 / torch.sqrt(var + float(np.float32(eps))))
+    c.expect("dx", x.grad)
+    c.expect("dw", w.grad)
+    c.expect("db", b.grad)
+    return c.out
+
+
+def gelu_case():
+    n = 29
+    c = Case(300, n=n)
+    x = c.input("x", [n], 0.0, 4.0).requires_grad_(True)
+    dy = c.input("dy", [n])
+    y = gelu(x)
+    y.backward(dy)
+    c.expect("y", y)
+    c.expect("dx", x.grad)
+    return c.out
+
+
+def attention_case(seed, batch, tq, tk, n_head, n_kv_head, head_dim, causal):
+    scale = 1.0 / math.sqrt(head_dim)
+    c = Case(seed, batch=batch, tq=tq, tk=tk, n_head=n_head, n_kv_head=n_kv_head,
+             head_dim=head_dim, causal=causal, scale=scale)
+    q = c.input("q", [batch, tq, n_head * head_dim]).requires_grad_(True)
+    k = c.input("k", [batch, tk, n_kv_head * head_dim]).requires_grad_(True)
+    v = c.input("v", [batch, tk, n_kv_head * head_dim]).requires_grad_(True)
+    dout = c.input("dout", [batch, tq, n_head * head_dim])
+    rep = n_head // n_kv_head
+    # [b, t, h*d] -> [b, h, t, d]; kv heads repeated for grouped queries
+    qh = q.view(batch, tq, n_head, head_dim).transpose(1, 2)
+    kh = k.view(batch, tk, n_kv_head, head_dim).transpose(1, 2).repeat_interleave(rep, dim=1)
+    vh = v.view(batch, tk, n_kv_head, head_dim).transpose(1, 2).repeat_interleave(rep, dim=1)
+    s = (qh @ kh.transpose(-1, -2)) * float(np.float32(scale))
+    if causal:
+        mask = torch.ones(tq, tk, dtype=torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # [b, h, tq]
+    out = (torch.softmax(s, dim=-1) @ vh).transpose(1, 2).reshape(batch, tq, n_head * head_dim)
+    out.backward(dout)
+    c.expect("out", out)
+    c.expect("lse", lse)
+    c.expect("dq", q.grad)
+    c.expect("dk", k.grad)
+    c.expect("dv", v.grad)
+    return c.out
+
+
+def cross_entropy_case():
+    rows, vocab = 7, 11
+    targets = [3, -1, 10, 0, 7, -1, 3]
+    dloss = 0.7
+    c = Case(400, rows=rows, cols=vocab, targets=targets, dloss=dloss)
+    logits = c.input("logits", [rows, vocab], 0.0, 3.0).requires_grad_(True)
+    t = torch.tensor(targets)
+    loss = F.cross_entropy(logits, t, ignore_index=-1)
+    loss.backward(torch.tensor(float(np.float32(dloss)), dtype=torch.float64))
+    c.expect("loss", loss)
+    c.expect("lse", torch.logsumexp(logits.detach(), dim=-1))
+    c.expect("dlogits", logits.grad)
+    return c.out
+
+
+def embedding_case():
+    vocab, cols = 11, 5
+    ids = [3, 0, 10, 3, 7, 3, 1]
+    c = Case(500, rows=len(ids), cols=cols, vocab=vocab, ids=ids)
+    table = c.input("table", [vocab, cols]).requires_grad_(True)
+    dout = c.input("dout", [len(ids), cols])
+    out = F.embedding(torch.tensor(ids), table)
+    out.backward(dout)
+    c.expect("out", out)
+    c.expect("dtable", table.grad)
+    return c.out
+
+
+def elementwise_case():
+    rows, cols = 7, 5
+    c = Case(600, rows=rows, cols=cols)
+    a = c.input("a", [rows, cols])
+    b = c.input("b", [rows, cols])
+    bias = c.input("bias", [cols])
+    c.expect("add", a + b)
+    c.expect("bias_add", a + bias)
+    c.expect("sum_rows", a.sum(0))
+    return c.out
+
+
+def transpose_case(seed, shape, perm):
+    c = Case(seed, shape=shape, perm=perm)
+    x = c.input("x", shape)
+    c.expect("out", x.permute(*perm).contiguous())
+    return c.out
+
+
+def adamw_case():
+    n, steps = 13, 3
+    hyper = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+    # the kernel takes float32 hyperparameters: give torch exactly those
+    h = {key: float(np.float32(val)) for key, val in hyper.items()}
+    c = Case(700, n=n, steps=steps, **h)
+    p = torch.nn.Parameter(c.input("param", [n]).float())
+    opt = torch.optim.AdamW([p], lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"],
+                            weight_decay=h["weight_decay"])
+    for step in range(steps):
+        p.grad = c.input("grad%d" % step, [n], 0.0, 0.5 * (step + 1)).float()
+        opt.step()
+    state = opt.state[p]
+    c.expect("param", p)
+    c.expect("m", state["exp_avg"])
+    c.expect("v", state["exp_avg_sq"])
+    return c.out
+
+
+def rng_record():
+    seed, n, index = 20240520, 6, 7
+    center, halfwidth = 0.25, 1.5
+    vals = rng_fill_uniform(n, seed, center, halfwidth)
+    return {
+        "seed": seed,
+        "at": ["0x%016x" % int(x) for x in rng_at(seed, np.arange(n, dtype=np.uint64))],
+        "substream_index": index,
+        "substream": "0x%016x" % rng_substream(seed, index),
+        "center": center,
+        "halfwidth": halfwidth,
+        "uniform_bits": [int(x) for x in vals.view(np.uint32)],
+    }
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "data",
+                                                               "kernel_reference.json")
+    torch.set_default_dtype(torch.float64)
+    doc = {
+        "generator": "tools/reference/kernel_reference.py, torch " + torch.__version__,
+        "rng": rng_record(),
+        "gemm": gemm_cases(),
+        "layernorm": layernorm_case(),
+        "gelu": gelu_case(),
+        "attention": [
+            attention_case(800, 2, 5, 5, 4, 2, 3, causal=1),
+            attention_case(801, 2, 5, 5, 4, 2, 3, causal=0),
+            attention_case(802, 1, 2, 4, 2, 1, 4, causal=0),  # cross-attention, tq != tk
+        ],
+        "cross_entropy": cross_entropy_case(),
+        "embedding": embedding_case(),
+        "elementwise": elementwise_case(),
+        "transpose": [
+            transpose_case(900, [2, 3, 1, 4], [3, 0, 2, 1]),
+            transpose_case(901, [3, 4, 5], [2, 0, 1]),
+        ],
+        "adamw": adamw_case(),
+    }
+    # one top-level entry per line: diffs of a regenerated file stay readable
+    body = ",\n".join("%s: %s" % (json.dumps(key), json.dumps(val, separators=(",", ":")))
+                      for key, val in doc.items())
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("{\n" + body + "\n}\n")
+    os.replace(tmp, path)
+    print("wrote %s (%d bytes)" % (path, os.path.getsize(path)))
+
+
+if __name__ == "__main__":
+    main()
