@@ -583,7 +583,8 @@ int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int 
     node.attrs = *attrs;
     node.n_in = n_in;
     node.n_out = n_out;
-    memcpy(node.in, in, (size_t)n_in * sizeof *in);
+    if (n_in > 0)
+        memcpy(node.in, in, (size_t)n_in * sizeof *in);
     int index = g->n_nodes, first = g->n_tensors;
     for (int i = 0; i < n_out; i++) {
         char name[32];

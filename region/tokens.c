@@ -1,0 +1,266 @@
+/* tokens.c — token data in the llm.c format: a 256 x int32 little-endian
+ * header (magic 20240520, version 1, token count) followed by `count`
+ * uint16 tokens, so that data prepared for llm.c works unchanged. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "regc.h"
+#include "corpus.h"
+
+#define TOKENS_MAGIC 20240520
+#define TOKENS_VERSION 1
+#define TOKENS_HEADER_INTS 256
+#define TOKENS_HEADER_BYTES (TOKENS_HEADER_INTS * 4)
+
+struct regc_tokens {
+    uint16_t *tokens; /* [count] */
+    int64_t count;
+    char *source; /* the file, or "built-in corpus": batch errors name it */
+};
+
+static char *copy_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (c)
+        memcpy(c, s, n);
+    return c;
+}
+
+/* The format is little-endian whatever the host is, so decode bytewise. */
+static int32_t read_le32(const unsigned char *p)
+{
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return (int32_t)v;
+}
+
+static void write_le32(unsigned char *p, int32_t value)
+{
+    uint32_t v = (uint32_t)value;
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+/* The whole file in one buffer: token files are at most a few hundred MB
+ * and every byte is checked anyway, so streaming would buy nothing. */
+static int read_file(const char *path, unsigned char **out, size_t *size)
+{
+    *out = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int rc = regc_error(REGC_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return regc_error(REGC_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *buf = malloc(len ? len : 1);
+    if (!buf) {
+        close(fd);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading %zu bytes", path, len);
+    }
+    /* read() may return less than asked (signals, huge sizes); loop until
+     * the size fstat promised, and treat an early end as a shrinking file. */
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int rc = regc_error(REGC_ERR_IO, "%s: read error: %s", path, strerror(errno));
+            free(buf);
+            close(fd);
+            return rc;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    *out = buf;
+    *size = got;
+    return REGC_OK;
+}
+
+int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
+{
+    *out = NULL;
+    unsigned char *buf;
+    size_t size = 0;
+    int rc = read_file(path, &buf, &size);
+    if (rc)
+        return rc;
+    if (size < TOKENS_HEADER_BYTES) {
+        free(buf);
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: truncated header: file holds %zu bytes, the header needs %d", path,
+                          size, TOKENS_HEADER_BYTES);
+    }
+    int32_t magic = read_le32(buf), version = read_le32(buf + 4), count = read_le32(buf + 8);
+    if (magic != TOKENS_MAGIC) {
+        free(buf);
+        return regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not an llm.c token file",
+                          path, magic, TOKENS_MAGIC);
+    }
+    if (version != TOKENS_VERSION) {
+        free(buf);
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: unsupported version %d (regc reads version %d: uint16 tokens)", path,
+                          version, TOKENS_VERSION);
+    }
+    if (count < 0) {
+        free(buf);
+        return regc_error(REGC_ERR_FORMAT, "%s: negative token count %d in the header", path, count);
+    }
+    size_t body = size - TOKENS_HEADER_BYTES, need = (size_t)count * 2;
+    if (body < need) {
+        free(buf);
+        return regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d tokens, file holds %zu",
+                          path, count, body / 2);
+    }
+    /* Extra bytes mean the header and the data disagree; guessing which is
+     * right would silently train on the wrong data. */
+    if (body > need) {
+        free(buf);
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: header says %d tokens (%zu bytes) but %zu bytes follow the header",
+                          path, count, need, body);
+    }
+    uint16_t *tokens = malloc(need ? need : 1);
+    regc_tokens *t = calloc(1, sizeof *t);
+    char *source = copy_string(path);
+    if (!tokens || !t || !source) {
+        free(tokens);
+        free(t);
+        free(source);
+        free(buf);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %d tokens", path, count);
+    }
+    const unsigned char *p = buf + TOKENS_HEADER_BYTES;
+    for (int64_t i = 0; i < count; i++) {
+        uint16_t tok = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+        /* vocab <= 0 means "no model yet": inspect the file without a bound. */
+        if (vocab > 0 && tok >= vocab) {
+            free(tokens);
+            free(t);
+            free(source);
+            free(buf);
+            return regc_error(REGC_ERR_FORMAT, "%s: token %u at position %lld is >= vocab size %lld",
+                              path, (unsigned)tok, (long long)i, (long long)vocab);
+        }
+        tokens[i] = tok;
+    }
+    free(buf);
+    t->tokens = tokens;
+    t->count = count;
+    t->source = source;
+    *out = t;
+    return REGC_OK;
+}
+
+int regc_tokens_builtin(regc_tokens **out)
+{
+    *out = NULL;
+    size_t n = 0;
+    for (const char *const *part = regc_corpus_parts; *part; part++)
+        n += strlen(*part);
+    regc_tokens *t = calloc(1, sizeof *t);
+    uint16_t *tokens = malloc(n * sizeof *tokens);
+    char *source = copy_string("built-in corpus");
+    if (!t || !tokens || !source) {
+        free(t);
+        free(tokens);
+        free(source);
+        return regc_error(REGC_ERR_MEMORY, "built-in corpus: out of memory for %zu tokens", n);
+    }
+    size_t i = 0;
+    for (const char *const *part = regc_corpus_parts; *part; part++)
+        for (const unsigned char *c = (const unsigned char *)*part; *c; c++)
+            tokens[i++] = *c; /* byte-level: every token id is < 256 */
+    t->tokens = tokens;
+    t->count = (int64_t)n;
+    t->source = source;
+    *out = t;
+    return REGC_OK;
+}
+
+int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
+{
+    if (n < 0 || n > INT32_MAX)
+        return regc_error(REGC_ERR_ARG, "%s: cannot write %lld tokens (the header holds an int32 count)",
+                          path, (long long)n);
+    size_t size = TOKENS_HEADER_BYTES + (size_t)n * 2;
+    unsigned char *buf = calloc(1, size);
+    if (!buf)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %zu bytes", path, size);
+    write_le32(buf, TOKENS_MAGIC);
+    write_le32(buf + 4, TOKENS_VERSION);
+    write_le32(buf + 8, (int32_t)n);
+    unsigned char *p = buf + TOKENS_HEADER_BYTES;
+    for (int64_t i = 0; i < n; i++) {
+        p[2 * i] = (unsigned char)(tokens[i] & 0xff);
+        p[2 * i + 1] = (unsigned char)(tokens[i] >> 8);
+    }
+    int rc = regc_file_write_atomic(path, buf, size);
+    free(buf);
+    return rc;
+}
+
+int64_t regc_tokens_count(const regc_tokens *t)
+{
+    return t->count;
+}
+
+int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq,
+                      int32_t *inputs, int32_t *targets)
+{
+    if (batch <= 0 || seq <= 0 || k < 0)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: batch %lld: batch size (%lld) and sequence length (%lld) must be > 0 "
+                          "and the batch index >= 0",
+                          t->source, (long long)k, (long long)batch, (long long)seq);
+    if (batch > (INT64_MAX - 1) / seq)
+        return regc_error(REGC_ERR_ARG, "%s: batch size %lld x sequence length %lld overflows",
+                          t->source, (long long)batch, (long long)seq);
+    int64_t bt = batch * seq;
+    if (t->count < bt + 1)
+        return regc_error(REGC_ERR_SHAPE,
+                          "%s: %lld tokens are too few for a batch of %lld x %lld, which needs at "
+                          "least %lld (batch x sequence + 1 for the shifted targets)",
+                          t->source, (long long)t->count, (long long)batch, (long long)seq,
+                          (long long)(bt + 1));
+    /* llm.c's loader visits p = 0, bt, 2 bt, ... while p + bt + 1 <= count,
+     * then starts again at 0: a cycle of floor((count - 1) / bt) batches, so
+     * batch k starts at (k mod cycle) * bt with no need to replay the past. */
+    int64_t cycle = (t->count - 1) / bt;
+    int64_t p = (k % cycle) * bt;
+    const uint16_t *src = t->tokens + p;
+    for (int64_t i = 0; i < bt; i++) {
+        inputs[i] = src[i];
+        targets[i] = src[i + 1];
+    }
+    return REGC_OK;
+}
+
+void regc_tokens_free(regc_tokens *t)
+{
+    if (!t)
+        return;
+    free(t->tokens);
+    free(t->source);
+    free(t);
+}

@@ -1,0 +1,367 @@
+/* test_tokens.c — llm.c token files: round trip, batch order (including
+ * the wrap-around), every error message, and the built-in corpus. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "regc.h"
+#include "test_util.h"
+
+typedef struct {
+    char *dir;
+    char path[1024]; /* dir/tokens.bin: the file each test writes */
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    f->dir = regc_test_make_temp_dir("tokens");
+    if (!f->dir) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->path, sizeof f->path, "%s/tokens.bin", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    regc_test_remove_tree(f->dir);
+    free(f->dir);
+    free(f);
+    return 0;
+}
+
+/* The message must name the file and say what is wrong; print it when not,
+ * so a failure explains itself. */
+static void expect_message(const char *path, const char *problem)
+{
+    const char *msg = regc_error_message();
+    if ((path && !strstr(msg, path)) || !strstr(msg, problem)) {
+        print_error("message \"%s\" should name \"%s\" and say \"%s\"\n", msg, path ? path : "",
+                    problem);
+        fail();
+    }
+}
+
+static void put_le32(unsigned char *p, int32_t value)
+{
+    uint32_t v = (uint32_t)value;
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* A file with an arbitrary header and `n_body` tokens (i * 7 % 1000), for
+ * the malformed cases regc_tokens_write cannot produce. */
+static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count, size_t n_body,
+                      size_t header_bytes)
+{
+    size_t size = header_bytes + n_body * 2;
+    unsigned char *buf = calloc(1, size + 1024);
+    assert_non_null(buf);
+    put_le32(buf, magic);
+    put_le32(buf + 4, version);
+    put_le32(buf + 8, count);
+    for (size_t i = 0; i < n_body; i++) {
+        uint16_t tok = (uint16_t)(i * 7 % 1000);
+        buf[header_bytes + 2 * i] = (unsigned char)(tok & 0xff);
+        buf[header_bytes + 2 * i + 1] = (unsigned char)(tok >> 8);
+    }
+    assert_int_equal(regc_test_write_file(path, buf, size), 0);
+    free(buf);
+}
+
+static void test_round_trip(void **state)
+{
+    fixture *f = *state;
+    enum { N = 300 };
+    uint16_t tokens[N];
+    for (int i = 0; i < N; i++)
+        tokens[i] = (uint16_t)(i * 219 + 3); /* wraps through high bytes too */
+    tokens[7] = 65535;
+    assert_int_equal(regc_tokens_write(f->path, tokens, N), REGC_OK);
+
+    /* The bytes on disk are exactly the llm.c layout, little-endian. */
+    size_t size;
+    unsigned char *raw = (unsigned char *)regc_test_read_file(f->path, &size);
+    assert_non_null(raw);
+    assert_int_equal(size, 1024 + 2 * N);
+    unsigned char header[12];
+    put_le32(header, 20240520);
+    put_le32(header + 4, 1);
+    put_le32(header + 8, N);
+    assert_memory_equal(raw, header, sizeof header);
+    for (int i = 3; i < 256; i++)
+        assert_int_equal(raw[4 * i] | raw[4 * i + 1] | raw[4 * i + 2] | raw[4 * i + 3], 0);
+    assert_int_equal(raw[1024 + 14], 0xff);
+    assert_int_equal(raw[1024 + 15], 0xff);
+    free(raw);
+
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 65536, &t), REGC_OK);
+    assert_int_equal(regc_tokens_count(t), N);
+    int32_t in[N - 1], tg[N - 1];
+    assert_int_equal(regc_tokens_batch(t, 0, 1, N - 1, in, tg), REGC_OK);
+    for (int i = 0; i < N - 1; i++) {
+        assert_int_equal(in[i], tokens[i]);
+        assert_int_equal(tg[i], tokens[i + 1]);
+    }
+    regc_tokens_free(t);
+
+    /* An empty file is valid; it just cannot make a batch. */
+    assert_int_equal(regc_tokens_write(f->path, tokens, 0), REGC_OK);
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_OK);
+    assert_int_equal(regc_tokens_count(t), 0);
+    regc_tokens_free(t);
+}
+
+/* Worked by hand: 20 tokens, B=2, T=3 (B*T = 6). Batches start at 0, 6,
+ * 12 (12+6+1 = 19 <= 20), then 18 fails the rule (18+6+1 = 25 > 20), so
+ * the 4th batch starts again at 0. */
+static void test_batch_order_hand_worked(void **state)
+{
+    fixture *f = *state;
+    uint16_t tokens[20];
+    for (int i = 0; i < 20; i++)
+        tokens[i] = (uint16_t)(100 + i);
+    assert_int_equal(regc_tokens_write(f->path, tokens, 20), REGC_OK);
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_OK);
+
+    const int starts[8] = {0, 6, 12, 0, 6, 12, 0, 6};
+    for (int k = 0; k < 8; k++) {
+        int32_t in[6], tg[6];
+        assert_int_equal(regc_tokens_batch(t, k, 2, 3, in, tg), REGC_OK);
+        for (int b = 0; b < 2; b++)
+            for (int s = 0; s < 3; s++) {
+                /* rows of T: row b holds tokens[p + b*T .. p + b*T + T-1] */
+                assert_int_equal(in[b * 3 + s], 100 + starts[k] + b * 3 + s);
+                assert_int_equal(tg[b * 3 + s], 100 + starts[k] + b * 3 + s + 1);
+            }
+    }
+    /* Batch 2 reads tokens 12..18 (inputs 12..17, targets 13..18); token 19
+     * is never used, since a 4th batch at 18 would need 7 more tokens. */
+    int32_t in[6], tg[6];
+    assert_int_equal(regc_tokens_batch(t, 2, 2, 3, in, tg), REGC_OK);
+    assert_int_equal(tg[5], 118);
+    regc_tokens_free(t);
+}
+
+/* The direct formula against a literal replay of llm.c's loader. */
+static void test_batch_order_matches_simulation(void **state)
+{
+    fixture *f = *state;
+    enum { MAXN = 64 };
+    uint16_t tokens[MAXN];
+    for (int i = 0; i < MAXN; i++)
+        tokens[i] = (uint16_t)i;
+    for (int n = 2; n <= MAXN; n += 3) {
+        assert_int_equal(regc_tokens_write(f->path, tokens, n), REGC_OK);
+        regc_tokens *t;
+        assert_int_equal(regc_tokens_open(f->path, 256, &t), REGC_OK);
+        for (int b = 1; b <= 4; b++)
+            for (int s = 1; s <= 7; s++) {
+                int bt = b * s;
+                if (n < bt + 1)
+                    continue;
+                int p = 0;
+                for (int k = 0; k < 40; k++) {
+                    int32_t in[28], tg[28];
+                    assert_int_equal(regc_tokens_batch(t, k, b, s, in, tg), REGC_OK);
+                    assert_int_equal(in[0], p);
+                    assert_int_equal(tg[bt - 1], p + bt);
+                    p += bt;
+                    if (p + bt + 1 > n)
+                        p = 0;
+                }
+            }
+        regc_tokens_free(t);
+    }
+}
+
+static void test_error_cannot_open(void **state)
+{
+    fixture *f = *state;
+    regc_tokens *t = (regc_tokens *)0x1;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_IO); /* never written */
+    assert_null(t);
+    expect_message(f->path, "cannot open");
+}
+
+static void test_error_truncated_header(void **state)
+{
+    fixture *f = *state;
+    write_raw(f->path, 20240520, 1, 0, 0, 1000); /* 24 bytes short of a header */
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
+    assert_null(t);
+    expect_message(f->path, "truncated header");
+
+    assert_int_equal(regc_test_write_file(f->path, "", 0), 0);
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
+    expect_message(f->path, "truncated header");
+}
+
+static void test_error_bad_magic(void **state)
+{
+    fixture *f = *state;
+    write_raw(f->path, 12345678, 1, 10, 10, 1024);
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
+    assert_null(t);
+    expect_message(f->path, "bad magic 12345678");
+}
+
+static void test_error_unsupported_version(void **state)
+{
+    fixture *f = *state;
+    write_raw(f->path, 20240520, 2, 10, 10, 1024); /* llm.c's uint32 (LLaMA 3) files */
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_UNSUPPORTED);
+    assert_null(t);
+    expect_message(f->path, "unsupported version 2");
+}
+
+static void test_error_truncated_body(void **state)
+{
+    fixture *f = *state;
+    write_raw(f->path, 20240520, 1, 50, 10, 1024);
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
+    assert_null(t);
+    expect_message(f->path, "truncated: header says 50 tokens, file holds 10");
+
+    /* A half token at the end counts as missing, not as a token. */
+    write_raw(f->path, 20240520, 1, 50, 10, 1024);
+    FILE *fp = fopen(f->path, "ab");
+    assert_non_null(fp);
+    fputc(1, fp);
+    fclose(fp);
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
+    expect_message(f->path, "truncated: header says 50 tokens, file holds 10");
+}
+
+static void test_error_trailing_bytes(void **state)
+{
+    fixture *f = *state;
+    write_raw(f->path, 20240520, 1, 10, 12, 1024);
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
+    assert_null(t);
+    expect_message(f->path, "header says 10 tokens");
+}
+
+static void test_error_token_out_of_vocab(void **state)
+{
+    fixture *f = *state;
+    uint16_t tokens[200];
+    for (int i = 0; i < 200; i++)
+        tokens[i] = (uint16_t)(i % 50);
+    tokens[123] = 60000;
+    tokens[150] = 65535; /* only the first offender is reported */
+    assert_int_equal(regc_tokens_write(f->path, tokens, 200), REGC_OK);
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
+    assert_null(t);
+    expect_message(f->path, "token 60000 at position 123 is >= vocab size 50257");
+
+    /* The bound is exclusive: vocab-1 is fine, vocab is not. */
+    tokens[123] = 49;
+    tokens[150] = 50;
+    assert_int_equal(regc_tokens_write(f->path, tokens, 200), REGC_OK);
+    assert_int_equal(regc_tokens_open(f->path, 50, &t), REGC_ERR_FORMAT);
+    expect_message(f->path, "token 50 at position 150 is >= vocab size 50");
+    assert_int_equal(regc_tokens_open(f->path, 51, &t), REGC_OK);
+    regc_tokens_free(t);
+}
+
+static void test_error_too_few_tokens_for_batch(void **state)
+{
+    fixture *f = *state;
+    uint16_t tokens[12] = {0};
+    assert_int_equal(regc_tokens_write(f->path, tokens, 12), REGC_OK);
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_OK);
+    int32_t in[16], tg[16];
+    /* 12 tokens make exactly one 11-token batch (plus the shifted target)... */
+    assert_int_equal(regc_tokens_batch(t, 5, 1, 11, in, tg), REGC_OK);
+    /* ...but not 12. */
+    assert_int_equal(regc_tokens_batch(t, 0, 3, 4, in, tg), REGC_ERR_SHAPE);
+    expect_message(f->path, "12 tokens are too few for a batch of 3 x 4");
+    expect_message(f->path, "at least 13");
+    assert_int_equal(regc_tokens_batch(t, 0, 0, 4, in, tg), REGC_ERR_ARG);
+    expect_message(f->path, "must be > 0");
+    assert_int_equal(regc_tokens_batch(t, -1, 1, 4, in, tg), REGC_ERR_ARG);
+    assert_int_equal(regc_tokens_batch(t, 0, INT64_MAX / 2, 4, in, tg), REGC_ERR_ARG);
+    expect_message(f->path, "overflows");
+    regc_tokens_free(t);
+}
+
+static void test_write_error_leaves_nothing(void **state)
+{
+    fixture *f = *state;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/no/such/dir/tokens.bin", f->dir);
+    uint16_t tokens[4] = {1, 2, 3, 4};
+    assert_int_equal(regc_tokens_write(path, tokens, 4), REGC_ERR_IO);
+    expect_message(path, "");
+    assert_int_equal(regc_tokens_write(f->path, tokens, -1), REGC_ERR_ARG);
+    expect_message(f->path, "");
+}
+
+static void test_builtin_corpus(void **state)
+{
+    (void)state;
+    regc_tokens *t;
+    assert_int_equal(regc_tokens_builtin(&t), REGC_OK);
+    int64_t n = regc_tokens_count(t);
+    assert_true(n > 4000);
+    int32_t *in = malloc((size_t)(n - 1) * sizeof *in), *tg = malloc((size_t)(n - 1) * sizeof *tg);
+    assert_non_null(in);
+    assert_non_null(tg);
+    assert_int_equal(regc_tokens_batch(t, 0, 1, n - 1, in, tg), REGC_OK);
+    int spaces = 0;
+    for (int64_t i = 0; i < n - 1; i++) {
+        assert_true(in[i] >= 0 && in[i] < 256);
+        spaces += in[i] == ' ';
+    }
+    assert_true(tg[n - 2] >= 0 && tg[n - 2] < 256);
+    /* Plain English prose: about one byte in six is a space. */
+    assert_true(spaces > n / 10);
+    /* Batch errors name the corpus, as they name a file. */
+    assert_int_equal(regc_tokens_batch(t, 0, 1, n, in, tg), REGC_ERR_SHAPE);
+    expect_message("built-in corpus", "too few");
+    free(in);
+    free(tg);
+    regc_tokens_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_order_hand_worked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_order_matches_simulation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_cannot_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_truncated_header, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_bad_magic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_unsupported_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_truncated_body, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_trailing_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_token_out_of_vocab, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_too_few_tokens_for_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_error_leaves_nothing, setup, teardown),
+        cmocka_unit_test(test_builtin_corpus),
+    };
+    return cmocka_run_group_tests_name("tokens", tests, NULL, NULL);
+}
