@@ -1,0 +1,366 @@
+/* regc.c — the `regc` command: argument parsing and output formatting over
+ * the library in region/regc.h. Everything that does work lives in the
+ * library; this file only turns flags into options and reports into lines.
+ *
+ * Exit codes: 0 success, 1 the library reported an error, 2 a usage error. */
+#define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "regc.h"
+
+#ifndef REGC_VERSION
+#define REGC_VERSION "0.1.0"
+#endif
+
+enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
+
+static void print_usage(FILE *f)
+{
+    fputs("usage: regc <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  train     train a model on token data and report each step\n"
+          "  version   print the version\n"
+          "  help      print this text, or `regc help <command>` for a command's flags\n"
+          "\n"
+          "Run `regc <command> --help` for the options of a command.\n",
+          f);
+}
+
+static void print_train_usage(FILE *f)
+{
+    regc_train_options d;
+    regc_train_options_default(&d);
+    fprintf(f,
+            "usage: regc train --model <hf-dir|preset> [options]\n"
+            "\n"
+            "Train a model for a number of steps with AdamW, printing one line per step.\n"
+            "\n"
+            "options:\n"
+            "  --model <dir|preset>   Hugging Face model directory (config.json + safetensors)\n"
+            "                         or a built-in preset, initialised at random from --seed:\n"
+            "                        ");
+    for (const char *const *p = regc_model_preset_names(); p && *p; p++)
+        fprintf(f, " %s", *p);
+    fprintf(f,
+            "\n"
+            "  --data <tokens.bin>    token file in the llm.c format (default: the built-in corpus)\n"
+            "  --steps <N>            optimizer steps, >= 1 (default %d)\n"
+            "  --batch <B>            sequences per step, >= 1 (default %lld)\n"
+            "  --seq <T>              tokens per sequence, >= 1 (default %lld)\n"
+            "  --lr <LR>              AdamW learning rate, > 0 (default %g)\n"
+            "  --weight-decay <WD>    AdamW decoupled weight decay, >= 0 (default %g)\n"
+            "  --seed <S>             seed of the random init of presets (default %llu)\n"
+            "  --threads <N>          CPU threads; 0 uses OMP_NUM_THREADS or all cores (default 0)\n"
+            "  --backend <name>       compute backend: cpu, or cuda where built (default %s)\n"
+            "  --json                 print one JSON object per step instead of a table:\n"
+            "                         {\"step\": k, \"loss\": L, \"ms\": t, \"tokens_per_s\": r}\n"
+            "  --save <DIR>           after training, write config.json and model.safetensors to DIR\n"
+            "  -h, --help             print this text\n",
+            d.steps, (long long)d.batch, (long long)d.seq, (double)d.lr, (double)d.weight_decay,
+            (unsigned long long)d.seed, d.backend ? d.backend : "cpu");
+}
+
+/* ---- strict number parsing: the whole argument must be the number ------ */
+
+/* One line on stderr, prefixed with the command, and the usage exit code. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("regc train: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+/* Integers in [min, max]; the text must be plain decimal digits (an
+ * optional leading '-' only when min < 0), so " 5", "+5", "5x" and "0x10"
+ * are all refused rather than half-read. */
+static int parse_int(const char *flag, const char *text, long long min, long long max,
+                     const char *what, long long *out)
+{
+    const char *p = text;
+    if (*p == '-' && min < 0)
+        p++;
+    int ok = *p != '\0';
+    for (; *p; p++)
+        if (*p < '0' || *p > '9')
+            ok = 0;
+    if (ok) {
+        errno = 0;
+        char *end;
+        long long v = strtoll(text, &end, 10);
+        if (errno == 0 && *end == '\0' && v >= min && v <= max) {
+            *out = v;
+            return 0;
+        }
+    }
+    usage_error("%s: expected %s, got \"%s\"", flag, what, text);
+    return -1;
+}
+
+/* Seeds span all of uint64 (the library's streams are keyed by 64 bits). */
+static int parse_u64(const char *flag, const char *text, uint64_t *out)
+{
+    int ok = *text != '\0';
+    for (const char *p = text; *p; p++)
+        if (*p < '0' || *p > '9')
+            ok = 0;
+    if (ok) {
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno == 0 && *end == '\0') {
+            *out = (uint64_t)v;
+            return 0;
+        }
+    }
+    usage_error("%s: expected a non-negative integer below 2^64, got \"%s\"", flag, text);
+    return -1;
+}
+
+/* Finite floats, > 0 when `positive`, else >= 0. */
+static int parse_float(const char *flag, const char *text, int positive, float *out)
+{
+    const char *what = positive ? "a positive number" : "a non-negative number";
+    errno = 0;
+    char *end;
+    double v = strtod(text, &end);
+    /* strtod skips leading blanks and reads "inf"/"nan"; neither is a
+     * learning rate someone meant to type. */
+    int ok = text[0] != '\0' && !isspace((unsigned char)text[0]) && end != text &&
+             *end == '\0' && errno == 0 && isfinite(v) && v <= 3.0e38 &&
+             (positive ? v > 0.0 : v >= 0.0);
+    if (!ok) {
+        usage_error("%s: expected %s, got \"%s\"", flag, what, text);
+        return -1;
+    }
+    *out = (float)v;
+    if (positive && *out == 0.0f) { /* below float's range: would silently become 0 */
+        usage_error("%s: %s is too small for a float", flag, text);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- per-step output ---------------------------------------------------- */
+
+typedef struct {
+    int json;
+    int step_width; /* digits of the last step, so the columns line up */
+    int write_failed;
+} step_printer;
+
+/* JSON has no NaN or Infinity; a diverged step must still be a valid line. */
+static void json_number(char *buf, size_t cap, const char *fmt, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, cap, fmt, v);
+    else
+        snprintf(buf, cap, "null");
+}
+
+static void on_step(const regc_step_report *r, void *user)
+{
+    step_printer *p = user;
+    int n;
+    if (p->json) {
+        char loss[48], ms[48], tps[48];
+        /* %.9g round-trips any float, so a reader recovers the exact loss. */
+        json_number(loss, sizeof loss, "%.9g", (double)r->loss);
+        json_number(ms, sizeof ms, "%.6g", r->ms);
+        json_number(tps, sizeof tps, "%.6g", r->tokens_per_s);
+        n = printf("{\"step\": %d, \"loss\": %s, \"ms\": %s, \"tokens_per_s\": %s}\n", r->step,
+                   loss, ms, tps);
+    } else {
+        n = printf("step %*d | loss %7.4f | %8.1f ms | %8.0f tok/s\n", p->step_width, r->step,
+                   (double)r->loss, r->ms, r->tokens_per_s);
+    }
+    /* Flushed per step: the lines are progress, and a reader on a pipe
+     * (a log collector, a test) should see each one as it happens. */
+    if (n < 0 || fflush(stdout) != 0)
+        p->write_failed = 1;
+}
+
+/* ---- regc train --------------------------------------------------------- */
+
+static int cmd_train(int argc, char **argv)
+{
+    regc_train_options o;
+    regc_train_options_default(&o);
+    const char *model_spec = NULL;
+    int json = 0;
+
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            print_train_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(arg, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return usage_error("unexpected argument \"%s\" (options start with --; see "
+                               "regc train --help)",
+                               arg);
+
+        /* Every other flag takes a value, given as "--flag value" or
+         * "--flag=value". */
+        char flag[64];
+        const char *value;
+        const char *eq = strchr(arg, '=');
+        if (eq) {
+            size_t len = (size_t)(eq - arg);
+            if (len >= sizeof flag)
+                len = sizeof flag - 1;
+            memcpy(flag, arg, len);
+            flag[len] = '\0';
+            value = eq + 1;
+        } else {
+            snprintf(flag, sizeof flag, "%s", arg);
+            /* "--model --json" means the value was forgotten, not that the
+             * model is called "--json". */
+            value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 ? argv[i + 1] : NULL;
+        }
+
+        static const char *const valued[] = {"--model", "--data", "--steps", "--batch",
+                                             "--seq", "--lr", "--weight-decay", "--seed",
+                                             "--threads", "--backend", "--save", NULL};
+        int known = 0;
+        for (const char *const *k = valued; *k; k++)
+            if (!strcmp(flag, *k))
+                known = 1;
+        if (!known) {
+            if (!strcmp(flag, "--json") || !strcmp(flag, "--help"))
+                return usage_error("%s takes no value", flag);
+            return usage_error("unknown option %s (see regc train --help)", flag);
+        }
+        if (!value)
+            return usage_error("%s: missing value", flag);
+        if (!eq)
+            i++;
+
+        long long v;
+        if (!strcmp(flag, "--model") || !strcmp(flag, "--data") || !strcmp(flag, "--save") ||
+            !strcmp(flag, "--backend")) {
+            if (value[0] == '\0')
+                return usage_error("%s: expected a non-empty value", flag);
+            if (!strcmp(flag, "--model"))
+                model_spec = value;
+            else if (!strcmp(flag, "--data"))
+                o.data_path = value;
+            else if (!strcmp(flag, "--save"))
+                o.save_dir = value;
+            else
+                o.backend = value;
+        } else if (!strcmp(flag, "--steps")) {
+            if (parse_int(flag, value, 1, INT_MAX, "a positive integer", &v))
+                return EXIT_USAGE;
+            o.steps = (int)v;
+        } else if (!strcmp(flag, "--batch")) {
+            if (parse_int(flag, value, 1, INT32_MAX, "a positive integer", &v))
+                return EXIT_USAGE;
+            o.batch = v;
+        } else if (!strcmp(flag, "--seq")) {
+            if (parse_int(flag, value, 1, INT32_MAX, "a positive integer", &v))
+                return EXIT_USAGE;
+            o.seq = v;
+        } else if (!strcmp(flag, "--threads")) {
+            if (parse_int(flag, value, 0, 4096, "an integer from 0 to 4096", &v))
+                return EXIT_USAGE;
+            o.threads = (int)v;
+        } else if (!strcmp(flag, "--lr")) {
+            if (parse_float(flag, value, 1, &o.lr))
+                return EXIT_USAGE;
+        } else if (!strcmp(flag, "--weight-decay")) {
+            if (parse_float(flag, value, 0, &o.weight_decay))
+                return EXIT_USAGE;
+        } else if (!strcmp(flag, "--seed")) {
+            if (parse_u64(flag, value, &o.seed))
+                return EXIT_USAGE;
+        }
+    }
+    if (!model_spec)
+        return usage_error("--model is required (a Hugging Face directory or a preset; see "
+                           "regc train --help)");
+
+    regc_model *model = NULL;
+    if (regc_model_load(model_spec, &model) != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
+    char desc[1024];
+    regc_model_describe(model, desc, sizeof desc);
+    fprintf(stderr, "%s\n", desc);
+
+    step_printer p = {.json = json, .step_width = 4};
+    for (int last = o.steps - 1, w = 1; last >= 10; last /= 10)
+        if (++w > p.step_width)
+            p.step_width = w;
+
+    int rc = regc_train(model, &o, on_step, &p);
+    regc_model_free(model);
+    if (rc != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
+    if (p.write_failed || fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "regc: writing to standard output failed\n");
+        return EXIT_ERROR;
+    }
+    if (o.save_dir && !json)
+        fprintf(stderr, "saved %s\n", o.save_dir);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "help")) {
+        if (argc == 2) {
+            print_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[2], "train")) {
+            print_train_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[2], "version") || !strcmp(argv[2], "help")) {
+            print_usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "regc help: unknown command \"%s\" (commands: train, version)\n",
+                argv[2]);
+        return EXIT_USAGE;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("regc %s\n", REGC_VERSION);
+        return fflush(stdout) == 0 ? 0 : EXIT_ERROR;
+    }
+    if (!strcmp(cmd, "train"))
+        return cmd_train(argc - 2, argv + 2);
+    fprintf(stderr, "regc: unknown command \"%s\" (commands: train, version; see regc --help)\n",
+            cmd);
+    return EXIT_USAGE;
+}
