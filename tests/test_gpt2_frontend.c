@@ -19,54 +19,21 @@
 #include "regc.h"
 #include "test_util.h"
 
-typedef struct {
-    char *dir;
-    char model[1024]; /* dir/model: the HF directory most tests build */
-    char buf[2048];
-} fixture;
-
+/* f->path is dir/model, the HF directory most tests build. */
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    f->dir = regc_test_make_temp_dir("gpt2");
-    if (!f->dir) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->model, sizeof f->model, "%s/model", f->dir);
-    *state = f;
-    return 0;
+    return regc_test_dir_setup(state, "gpt2", "model");
 }
 
-static int teardown(void **state)
+static const char *path_in(regc_test_dir *f, const char *name)
 {
-    fixture *f = *state;
-    regc_test_remove_tree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
-}
-
-/* The last error contains every given fragment and is one line. */
-static void expect_error(const char *a, const char *b)
-{
-    const char *msg = regc_error_message();
-    if (!strstr(msg, a) || (b && !strstr(msg, b)))
-        fail_msg("error \"%s\" should contain \"%s\"%s%s", msg, a, b ? " and " : "", b ? b : "");
-    assert_null(strchr(msg, '\n'));
-}
-
-static const char *path_in(fixture *f, const char *name)
-{
-    snprintf(f->buf, sizeof f->buf, "%s/%s", f->model, name);
+    snprintf(f->buf, sizeof f->buf, "%s/%s", f->path, name);
     return f->buf;
 }
 
-/* A small GPT-2 config.json in f->model. `extra` adds keys; a required key
+/* A small GPT-2 config.json in f->path. `extra` adds keys; a required key
  * it names replaces the default one (cJSON would read the first of two). */
-static void write_config(fixture *f, const char *extra)
+static void write_config(regc_test_dir *f, const char *extra)
 {
     static const char *const keys[][2] = {
         {"vocab_size", "64"}, {"n_positions", "16"}, {"n_embd", "16"},
@@ -82,17 +49,17 @@ static void write_config(fixture *f, const char *extra)
                                     keys[i][1]);
     }
     snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
-    if (mkdir(f->model, 0755) != 0)
+    if (mkdir(f->path, 0755) != 0)
         assert_int_equal(errno, EEXIST);
-    assert_int_equal(regc_test_write_text(f->model, "config.json", text), 0);
+    assert_int_equal(regc_test_write_text(f->path, "config.json", text), 0);
 }
 
 /* config.json from write_config plus random weights saved next to it. */
-static regc_model *make_small_model(fixture *f, const char *extra, uint64_t seed)
+static regc_model *make_small_model(regc_test_dir *f, const char *extra, uint64_t seed)
 {
     write_config(f, extra);
     regc_model *m;
-    assert_int_equal(regc_model_load_config(f->model, &m), REGC_OK);
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
     assert_false(regc_model_has_weights(m));
     assert_int_equal(regc_model_init_random(m, seed), REGC_OK);
     return m;
@@ -211,13 +178,13 @@ static void test_init_random(void **state)
 
 static void test_save_load_round_trip(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     regc_model *m, *back;
     assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
     char nested[1200];
     snprintf(nested, sizeof nested, "%s/runs/a/step1", f->dir);
     assert_int_equal(regc_model_save(m, nested), REGC_ERR_ARG); /* shape-only */
-    expect_error("no weights", NULL);
+    regc_test_expect_error("no weights", NULL);
     assert_int_not_equal(access(nested, F_OK), 0);
 
     assert_int_equal(regc_model_init_random(m, 1234), REGC_OK);
@@ -274,7 +241,7 @@ static regc_st_entry *entries_of(regc_model *m, int strip_prefix)
 
 static void test_sharded(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     regc_model *m = make_small_model(f, NULL, 5), *back;
     int n = regc_model_n_params(m), half = n / 2;
     regc_st_entry *e = entries_of(m, 0);
@@ -290,8 +257,8 @@ static void test_sharded(void **state)
         len += (size_t)snprintf(index + len, 65536 - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
                                 i ? ", " : "", e[i].name, i < half ? 1 : 2);
     snprintf(index + len, 65536 - len, "}}");
-    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json", index), 0);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_OK);
+    assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     assert_same_weights(m, back);
     regc_model_free(back);
 
@@ -299,22 +266,22 @@ static void test_sharded(void **state)
     char *cut = strstr(index, ", \"transformer.ln_f.bias\"");
     assert_non_null(cut);
     strcpy(cut, "}}");
-    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json", index), 0);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
-    expect_error(path_in(f, "model.safetensors.index.json"),
-                 "missing tensor transformer.ln_f.bias");
+    assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    regc_test_expect_error(path_in(f, "model.safetensors.index.json"),
+                           "missing tensor transformer.ln_f.bias");
 
     /* A shard outside the directory is refused. */
-    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json",
+    assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json",
                                           "{\"weight_map\": {\"transformer.wte.weight\": "
                                           "\"../x.safetensors\"}}"),
                      0);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
-    expect_error("transformer.wte.weight", "inside the directory");
-    assert_int_equal(regc_test_write_text(f->model, "model.safetensors.index.json", "{\"weight_"),
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    regc_test_expect_error("transformer.wte.weight", "inside the directory");
+    assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", "{\"weight_"),
                      0);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
-    expect_error(path_in(f, "model.safetensors.index.json"), "malformed JSON");
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    regc_test_expect_error(path_in(f, "model.safetensors.index.json"), "malformed JSON");
     free(index);
     free(e);
     regc_model_free(m);
@@ -323,7 +290,7 @@ static void test_sharded(void **state)
 /* The original OpenAI files say "h.0.ln_1.weight" and carry attn.bias buffers. */
 static void test_names_without_prefix(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     regc_model *m = make_small_model(f, NULL, 9), *back;
     int n = regc_model_n_params(m);
     regc_st_entry *e = entries_of(m, 1);
@@ -336,7 +303,7 @@ static void test_names_without_prefix(void **state)
     all[n + 1] = (regc_st_entry){.name = "h.1.attn.bias", .dtype = REGC_BF16, .ndim = 4,
                                  .shape = {1, 1, 16, 16}, .data = mask};
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, n + 2), REGC_OK);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_OK);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     assert_same_weights(m, back);
     assert_string_equal(regc_model_param_name(back, 0), "transformer.wte.weight");
     regc_model_free(back);
@@ -347,7 +314,7 @@ static void test_names_without_prefix(void **state)
 
 static void test_untied_head(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     regc_model *m = make_small_model(f, "\"tie_word_embeddings\": false", 3), *back;
     int n = regc_model_n_params(m);
     assert_int_equal(n, 4 + 12 * 2 + 1);
@@ -381,7 +348,7 @@ static void test_untied_head(void **state)
     all[nt] = all[0];
     all[nt].name = "lm_head.weight";
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, nt + 1), REGC_OK);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_OK);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     assert_same_weights(m, back);
     regc_model_free(back);
     free(all);
@@ -391,48 +358,52 @@ static void test_untied_head(void **state)
 
 /* -------------------------------------------------------------- errors */
 
-static void expect_config_error(fixture *f, const char *extra, int status, const char *what)
+/* Loading f->path's config fails with `status` and an error that names
+ * config.json and says `what`. */
+static void expect_load_config_error(regc_test_dir *f, int status, const char *what)
+{
+    regc_model *m = (regc_model *)1;
+    assert_int_equal(regc_model_load_config(f->path, &m), status);
+    assert_null(m);
+    regc_test_expect_error(path_in(f, "config.json"), what);
+}
+
+static void expect_config_error(regc_test_dir *f, const char *extra, int status, const char *what)
 {
     write_config(f, extra);
-    regc_model *m = (regc_model *)1;
-    assert_int_equal(regc_model_load_config(f->model, &m), status);
-    assert_null(m);
-    expect_error(path_in(f, "config.json"), what);
+    expect_load_config_error(f, status, what);
 }
 
 static void test_config_errors(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     regc_model *m = (regc_model *)1;
     write_config(f, NULL);
     unlink(path_in(f, "config.json"));
-    assert_int_equal(regc_model_load(f->model, &m), REGC_ERR_IO);
+    assert_int_equal(regc_model_load(f->path, &m), REGC_ERR_IO);
     assert_null(m);
-    expect_error(path_in(f, "config.json"), "cannot open");
+    regc_test_expect_error(path_in(f, "config.json"), "cannot open");
 
-    assert_int_equal(regc_test_write_text(f->model, "config.json", "{\"model_type\": \"gpt2\","),
+    assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"gpt2\","),
                      0);
-    assert_int_equal(regc_model_load_config(f->model, &m), REGC_ERR_FORMAT);
-    expect_error(path_in(f, "config.json"), "malformed JSON");
+    expect_load_config_error(f, REGC_ERR_FORMAT, "malformed JSON");
 
-    assert_int_equal(regc_test_write_text(f->model, "config.json", "{\"model_type\": \"llama\"}"),
+    assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"llama\"}"),
                      0);
-    assert_int_equal(regc_model_load(f->model, &m), REGC_ERR_UNSUPPORTED);
+    assert_int_equal(regc_model_load(f->path, &m), REGC_ERR_UNSUPPORTED);
     char want[4096];
     snprintf(want, sizeof want, "%s/config.json: unsupported model_type \"llama\" (supported: gpt2)",
-             f->model);
+             f->path);
     assert_string_equal(regc_error_message(), want);
 
-    assert_int_equal(regc_test_write_text(f->model, "config.json", "{\"vocab_size\": 3}"), 0);
-    assert_int_equal(regc_model_load_config(f->model, &m), REGC_ERR_FORMAT);
-    expect_error(path_in(f, "config.json"), "missing required key \"model_type\"");
+    assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"vocab_size\": 3}"), 0);
+    expect_load_config_error(f, REGC_ERR_FORMAT, "missing required key \"model_type\"");
 
-    assert_int_equal(regc_test_write_text(f->model, "config.json",
+    assert_int_equal(regc_test_write_text(f->path, "config.json",
                                           "{\"model_type\": \"gpt2\", \"vocab_size\": 64, "
                                           "\"n_positions\": 16, \"n_embd\": 16, \"n_layer\": 2}"),
                      0);
-    assert_int_equal(regc_model_load_config(f->model, &m), REGC_ERR_FORMAT);
-    expect_error(path_in(f, "config.json"), "missing required key \"n_head\"");
+    expect_load_config_error(f, REGC_ERR_FORMAT, "missing required key \"n_head\"");
 
     expect_config_error(f, "\"activation_function\": \"relu\"", REGC_ERR_UNSUPPORTED,
                         "key \"activation_function\" is \"relu\"");
@@ -458,7 +429,7 @@ static void test_config_errors(void **state)
     /* Optional keys: null means the default, the rest are reported. */
     write_config(f, "\"n_inner\": null, \"layer_norm_epsilon\": 1e-6, "
                     "\"activation_function\": \"gelu_pytorch_tanh\", \"resid_pdrop\": 0.0");
-    assert_int_equal(regc_model_load_config(f->model, &m), REGC_OK);
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
     char d[512];
     regc_model_describe(m, d, sizeof d);
     assert_non_null(strstr(d, "n_inner 64"));
@@ -470,16 +441,17 @@ static void test_config_errors(void **state)
     char nowhere[1200];
     snprintf(nowhere, sizeof nowhere, "%s/nope", f->dir);
     assert_int_equal(regc_model_load(nowhere, &m), REGC_ERR_ARG);
-    expect_error(nowhere, "not a model directory or a preset (presets: gpt2-tiny, gpt2-124m)");
+    regc_test_expect_error(nowhere,
+                           "not a model directory or a preset (presets: gpt2-tiny, gpt2-124m)");
 }
 
 static void test_weight_errors(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     regc_model *m = make_small_model(f, NULL, 11), *back = (regc_model *)1;
-    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_IO);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_IO);
     assert_null(back);
-    expect_error(f->model, "no model.safetensors or model.safetensors.index.json");
+    regc_test_expect_error(f->path, "no model.safetensors or model.safetensors.index.json");
 
     int n = regc_model_n_params(m);
     regc_st_entry *e = entries_of(m, 0);
@@ -491,7 +463,7 @@ static void test_weight_errors(void **state)
     memcpy(some, e, (size_t)skip * sizeof *e);
     memcpy(some + skip, e + skip + 1, (size_t)(n - skip - 1) * sizeof *e);
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), some, n - 1), REGC_OK);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     char want[4096];
     snprintf(want, sizeof want, "%s: missing tensor transformer.h.1.mlp.c_fc.weight",
              path_in(f, "model.safetensors"));
@@ -505,16 +477,17 @@ static void test_weight_errors(void **state)
     bad[2].shape[0] = 2;
     bad[2].shape[1] = 8;
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), bad, n), REGC_OK);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_SHAPE);
-    expect_error(path_in(f, "model.safetensors"),
-                 "tensor transformer.h.0.ln_1.weight has shape [2, 8], expected [16]");
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_SHAPE);
+    regc_test_expect_error(path_in(f, "model.safetensors"),
+                           "tensor transformer.h.0.ln_1.weight has shape [2, 8], expected [16]");
 
     /* A corrupt file is reported by the safetensors reader, with its name. */
     assert_int_equal(regc_test_write_file(path_in(f, "model.safetensors"), "\xff\xff\0\0\0\0\0\0{}",
                                           10),
                      0);
-    assert_int_equal(regc_model_load(f->model, &back), REGC_ERR_FORMAT);
-    expect_error(path_in(f, "model.safetensors"), "header length 65535 exceeds file size 10");
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    regc_test_expect_error(path_in(f, "model.safetensors"),
+                           "header length 65535 exceeds file size 10");
     free(bad);
     free(some);
     free(e);
@@ -583,7 +556,7 @@ static void test_graph_tiny(void **state)
     assert_string_equal(regc_error_message(),
                         "sequence length 257 exceeds n_positions 256 of gpt2-tiny");
     assert_int_equal(regc_model_build_graph(m, 0, 8, &g), REGC_ERR_ARG);
-    expect_error("gpt2-tiny", "at least 1");
+    regc_test_expect_error("gpt2-tiny", "at least 1");
     assert_int_equal(regc_model_build_graph(m, 2, 0, &g), REGC_ERR_ARG);
     regc_model_free(m);
 }
@@ -591,16 +564,16 @@ static void test_graph_tiny(void **state)
 /* A 70B-class shape: the model and its graph cost shapes only. */
 static void test_graph_huge_shape_only(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     write_config(f, NULL);
-    assert_int_equal(regc_test_write_text(f->model, "config.json",
+    assert_int_equal(regc_test_write_text(f->path, "config.json",
                                           "{\"model_type\": \"gpt2\", \"vocab_size\": 50257, "
                                           "\"n_positions\": 4096, \"n_embd\": 8192, "
                                           "\"n_layer\": 96, \"n_head\": 64}"),
                      0);
     double t0 = regc_time_ms();
     regc_model *m;
-    assert_int_equal(regc_model_load_config(f->model, &m), REGC_OK);
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
     assert_false(regc_model_has_weights(m));
     assert_true(regc_model_total_numel(m) > 77000000000LL);
     regc_graph *g;
@@ -618,14 +591,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets),
         cmocka_unit_test(test_init_random),
-        cmocka_unit_test_setup_teardown(test_save_load_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sharded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_names_without_prefix, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_untied_head, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_config_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_weight_errors, setup, teardown),
+        regc_test_in_dir(test_save_load_round_trip, setup),
+        regc_test_in_dir(test_sharded, setup),
+        regc_test_in_dir(test_names_without_prefix, setup),
+        regc_test_in_dir(test_untied_head, setup),
+        regc_test_in_dir(test_config_errors, setup),
+        regc_test_in_dir(test_weight_errors, setup),
         cmocka_unit_test(test_graph_tiny),
-        cmocka_unit_test_setup_teardown(test_graph_huge_shape_only, setup, teardown),
+        regc_test_in_dir(test_graph_huge_shape_only, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,9 +31,7 @@ static int group_setup(void **state)
 {
     (void)state;
     g_ref = regc_test_load_json(REF_PATH);
-    be = regc_backend_new("cpu", 0); /* ctest runs this with OMP_NUM_THREADS=2 */
-    if (!be)
-        fprintf(stderr, "cpu backend: %s\n", regc_error_message());
+    be = regc_test_cpu_backend(0); /* ctest runs this with OMP_NUM_THREADS=2 */
     return be ? 0 : -1;
 }
 
@@ -42,13 +40,6 @@ static int group_teardown(void **state)
     (void)state;
     cJSON_Delete(g_ref);
     regc_backend_free(be);
-    return 0;
-}
-
-static int test_teardown(void **state)
-{
-    (void)state;
-    regc_test_release_all();
     return 0;
 }
 
@@ -534,20 +525,20 @@ static void test_adamw_reference(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_rng_matches_python, test_teardown),
-        cmocka_unit_test_teardown(test_gemm_reference, test_teardown),
-        cmocka_unit_test_teardown(test_gemm_all_transposes_and_epilogues, test_teardown),
-        cmocka_unit_test_teardown(test_gemm_large_parallel_epilogues, test_teardown),
-        cmocka_unit_test_teardown(test_gemm_empty_k, test_teardown),
-        cmocka_unit_test_teardown(test_gemm_rejects_bad_descriptors, test_teardown),
-        cmocka_unit_test_teardown(test_layernorm_reference, test_teardown),
-        cmocka_unit_test_teardown(test_gelu_reference, test_teardown),
-        cmocka_unit_test_teardown(test_attention_reference, test_teardown),
-        cmocka_unit_test_teardown(test_cross_entropy_reference, test_teardown),
-        cmocka_unit_test_teardown(test_embedding_reference, test_teardown),
-        cmocka_unit_test_teardown(test_elementwise_reference, test_teardown),
-        cmocka_unit_test_teardown(test_transpose_reference, test_teardown),
-        cmocka_unit_test_teardown(test_adamw_reference, test_teardown),
+        regc_test_with_buffers(test_rng_matches_python),
+        regc_test_with_buffers(test_gemm_reference),
+        regc_test_with_buffers(test_gemm_all_transposes_and_epilogues),
+        regc_test_with_buffers(test_gemm_large_parallel_epilogues),
+        regc_test_with_buffers(test_gemm_empty_k),
+        regc_test_with_buffers(test_gemm_rejects_bad_descriptors),
+        regc_test_with_buffers(test_layernorm_reference),
+        regc_test_with_buffers(test_gelu_reference),
+        regc_test_with_buffers(test_attention_reference),
+        regc_test_with_buffers(test_cross_entropy_reference),
+        regc_test_with_buffers(test_embedding_reference),
+        regc_test_with_buffers(test_elementwise_reference),
+        regc_test_with_buffers(test_transpose_reference),
+        regc_test_with_buffers(test_adamw_reference),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -27,10 +27,8 @@ static regc_backend *serial; /* one thread: the thread-count comparisons */
 static int group_setup(void **state)
 {
     (void)state;
-    be = regc_backend_new("cpu", 0);
-    serial = regc_backend_new("cpu", 1);
-    if (!be || !serial)
-        fprintf(stderr, "cpu backend: %s\n", regc_error_message());
+    be = regc_test_cpu_backend(0);
+    serial = regc_test_cpu_backend(1);
     return be && serial ? 0 : -1;
 }
 
@@ -39,13 +37,6 @@ static int group_teardown(void **state)
     (void)state;
     regc_backend_free(serial);
     regc_backend_free(be);
-    return 0;
-}
-
-static int test_teardown(void **state)
-{
-    (void)state;
-    regc_test_release_all();
     return 0;
 }
 
@@ -651,19 +642,19 @@ static void test_sync_reports_kernel_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_attention_matches_naive, test_teardown),
-        cmocka_unit_test_teardown(test_attention_gqa_equals_repeated_heads, test_teardown),
-        cmocka_unit_test_teardown(test_attention_causal_first_row_is_v0, test_teardown),
-        cmocka_unit_test_teardown(test_cross_entropy_ignored_targets, test_teardown),
-        cmocka_unit_test_teardown(test_cross_entropy_wide_vocab_is_stable, test_teardown),
-        cmocka_unit_test_teardown(test_transpose_permutations_and_round_trip, test_teardown),
-        cmocka_unit_test_teardown(test_copy_2d_fill_and_copies, test_teardown),
-        cmocka_unit_test_teardown(test_layernorm_matches_naive, test_teardown),
-        cmocka_unit_test_teardown(test_gelu_and_adamw_match_naive, test_teardown),
-        cmocka_unit_test_teardown(test_embedding_and_sum_rows_match_naive, test_teardown),
-        cmocka_unit_test_teardown(test_results_do_not_depend_on_thread_count, test_teardown),
-        cmocka_unit_test_teardown(test_backend_by_name, test_teardown),
-        cmocka_unit_test_teardown(test_sync_reports_kernel_failures, test_teardown),
+        regc_test_with_buffers(test_attention_matches_naive),
+        regc_test_with_buffers(test_attention_gqa_equals_repeated_heads),
+        regc_test_with_buffers(test_attention_causal_first_row_is_v0),
+        regc_test_with_buffers(test_cross_entropy_ignored_targets),
+        regc_test_with_buffers(test_cross_entropy_wide_vocab_is_stable),
+        regc_test_with_buffers(test_transpose_permutations_and_round_trip),
+        regc_test_with_buffers(test_copy_2d_fill_and_copies),
+        regc_test_with_buffers(test_layernorm_matches_naive),
+        regc_test_with_buffers(test_gelu_and_adamw_match_naive),
+        regc_test_with_buffers(test_embedding_and_sum_rows_match_naive),
+        regc_test_with_buffers(test_results_do_not_depend_on_thread_count),
+        regc_test_with_buffers(test_backend_by_name),
+        regc_test_with_buffers(test_sync_reports_kernel_failures),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -16,33 +16,10 @@
 #include "regc.h"
 #include "test_util.h"
 
-typedef struct {
-    char *dir;
-    char path[1024]; /* dir/t.safetensors: the file each test writes */
-} fixture;
-
+/* f->path is dir/t.safetensors, the file each test writes. */
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    f->dir = regc_test_make_temp_dir("safetensors");
-    if (!f->dir) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->path, sizeof f->path, "%s/t.safetensors", f->dir);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    regc_test_remove_tree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
+    return regc_test_dir_setup(state, "safetensors", "t.safetensors");
 }
 
 /* A file with the given header length field, header text and data bytes. */
@@ -66,13 +43,13 @@ static void write_raw(const char *path, const char *header, const void *data, si
     write_raw_len(path, strlen(header), header, data, n);
 }
 
-/* The last error names the file and contains `what`. */
-static void expect_error(const char *path, const char *what)
+/* path fails to open with REGC_ERR_FORMAT and an error that names it and
+ * says `what`. */
+static void expect_open_error(const char *path, const char *what)
 {
-    const char *msg = regc_error_message();
-    if (!strstr(msg, path) || !strstr(msg, what))
-        fail_msg("error \"%s\" should name %s and say \"%s\"", msg, path, what);
-    assert_null(strchr(msg, '\n'));
+    regc_st_file *st;
+    assert_int_equal(regc_st_open(path, &st), REGC_ERR_FORMAT);
+    regc_test_expect_error(path, what);
 }
 
 static uint32_t bits_of(float v)
@@ -84,7 +61,7 @@ static uint32_t bits_of(float v)
 
 static void test_round_trip(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     float a[6] = {1.5f, -2.0f, 0.0f, 3.25e-7f, 1e30f, -0.0f};
     float b[4] = {0.1f, 0.2f, 0.3f, 0.4f};
     float s = 42.0f;
@@ -129,7 +106,7 @@ static void test_round_trip(void **state)
 
 static void test_empty_file_list(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     assert_int_equal(regc_st_write(f->path, NULL, 0), REGC_OK);
     regc_st_file *st;
     assert_int_equal(regc_st_open(f->path, &st), REGC_OK);
@@ -139,7 +116,7 @@ static void test_empty_file_list(void **state)
 
 static void test_bf16_bits(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     /* 1, -2, +inf, the smallest bf16 subnormal (2^-133), pi rounded, -0 */
     const uint16_t v[6] = {0x3f80, 0xc000, 0x7f80, 0x0001, 0x4049, 0x8000};
     write_raw(f->path,
@@ -162,7 +139,7 @@ static void test_bf16_bits(void **state)
 
 static void test_f16_bits(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     const uint16_t v[10] = {
         0x3c00, /* 1 */
         0xc000, /* -2 */
@@ -202,7 +179,7 @@ static void test_f16_bits(void **state)
 /* A tensor longer than the reader's bounce buffer converts every chunk. */
 static void test_f16_large(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     enum { N = 200003 };
     float *src = malloc(N * sizeof *src), *back = malloc(N * sizeof *back);
     assert_non_null(src);
@@ -224,7 +201,7 @@ static void test_f16_large(void **state)
 /* Writing BF16/F16 rounds to nearest even, subnormals and overflow included. */
 static void test_write_half_rounding(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     const float in_b[4] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.5f, 0x1p-130f};
     const float want_b[4] = {1.0f, 1.0f + 0x1p-6f, -1.5f, 0x1p-130f};
     const float in_h[5] = {1.0f + 0x1p-11f, 65520.0f, 0x1p-25f, 3 * 0x1p-25f, -0.333333f};
@@ -249,108 +226,91 @@ static void test_write_half_rounding(void **state)
 
 static void test_err_missing_file(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     regc_st_file *st = (regc_st_file *)1;
     assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_IO);
     assert_null(st);
-    expect_error(f->path, "cannot open");
+    regc_test_expect_error(f->path, "cannot open");
 }
 
 static void test_err_header_length(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     const char *h = "{}      ";
-    regc_st_file *st;
     write_raw_len(f->path, 1000, h, NULL, 0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "header length 1000 exceeds file size 16");
+    expect_open_error(f->path, "header length 1000 exceeds file size 16");
 
     write_raw_len(f->path, UINT64_MAX, h, NULL, 0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "header length 18446744073709551615 exceeds file size 16");
+    expect_open_error(f->path, "header length 18446744073709551615 exceeds file size 16");
 
     write_raw_len(f->path, 0, h, NULL, 0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "header length 0 is implausible");
+    expect_open_error(f->path, "header length 0 is implausible");
 
     assert_int_equal(regc_test_write_file(f->path, "abc", 3), 0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "too short");
+    expect_open_error(f->path, "too short");
 }
 
 static void test_err_malformed_json(void **state)
 {
-    fixture *f = *state;
-    regc_st_file *st;
+    regc_test_dir *f = *state;
     write_raw(f->path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],", NULL, 0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "malformed header JSON");
+    expect_open_error(f->path, "malformed header JSON");
 
     write_raw(f->path, "{}xx", NULL, 0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "trailing data");
+    expect_open_error(f->path, "trailing data");
 
     write_raw(f->path, "[1,2]", NULL, 0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "not a JSON object");
+    expect_open_error(f->path, "not a JSON object");
 
     write_raw(f->path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,0]}}", NULL,
               0);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "tensor w: \"shape\"");
+    expect_open_error(f->path, "tensor w: \"shape\"");
 
     write_raw(f->path, "{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd", 4);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "tensor w: missing or invalid \"dtype\"");
+    expect_open_error(f->path, "tensor w: missing or invalid \"dtype\"");
 
     write_raw(f->path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", "abcd",
               4);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "tensor w: \"data_offsets\"");
+    expect_open_error(f->path, "tensor w: \"data_offsets\"");
 }
 
 static void test_err_truncated(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     float d[3] = {1, 2, 3};
-    regc_st_file *st;
     write_raw(f->path,
               "{\"ok\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
               "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[4,28]}}",
               d, sizeof d);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "truncated");
-    expect_error(f->path, "tensor w ends at byte 28 of the data section, which has 12 bytes");
+    expect_open_error(f->path, "truncated");
+    regc_test_expect_error(f->path,
+                           "tensor w ends at byte 28 of the data section, which has 12 bytes");
 }
 
 static void test_err_offsets_vs_shape(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     float d[6] = {0};
-    regc_st_file *st;
     write_raw(f->path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", d,
               sizeof d);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "tensor w: data_offsets [0, 20] hold 20 bytes but shape [2, 3] of F32 "
-                          "needs 24");
+    expect_open_error(f->path, "tensor w: data_offsets [0, 20] hold 20 bytes but shape [2, 3] "
+                               "of F32 needs 24");
 }
 
 static void test_err_duplicate(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     float d[1] = {0};
-    regc_st_file *st;
     write_raw(f->path,
               "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
               "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
               d, sizeof d);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "duplicate tensor w");
+    expect_open_error(f->path, "duplicate tensor w");
 }
 
 static void test_err_wrong_shape_and_index(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     float d[6] = {0};
     regc_st_entry e = {.name = "w", .dtype = REGC_F32, .ndim = 2, .shape = {2, 3}, .data = d};
     assert_int_equal(regc_st_write(f->path, &e, 1), REGC_OK);
@@ -359,11 +319,11 @@ static void test_err_wrong_shape_and_index(void **state)
     float out[6];
     const int64_t s32[] = {3, 2}, s6[] = {6};
     assert_int_equal(regc_st_read_f32(st, 0, 2, s32, out), REGC_ERR_SHAPE);
-    expect_error(f->path, "tensor w has shape [2, 3], expected [3, 2]");
+    regc_test_expect_error(f->path, "tensor w has shape [2, 3], expected [3, 2]");
     assert_int_equal(regc_st_read_f32(st, 0, 1, s6, out), REGC_ERR_SHAPE);
-    expect_error(f->path, "expected [6]");
+    regc_test_expect_error(f->path, "expected [6]");
     assert_int_equal(regc_st_read_f32(st, 1, 1, s6, out), REGC_ERR_ARG);
-    expect_error(f->path, "no tensor with index 1");
+    regc_test_expect_error(f->path, "no tensor with index 1");
     assert_int_equal(regc_st_find(st, "missing"), -1);
     regc_st_close(st);
 }
@@ -371,7 +331,7 @@ static void test_err_wrong_shape_and_index(void **state)
 /* Other dtypes are part of a valid file; only reading them is an error. */
 static void test_unknown_dtype_on_read(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     unsigned char d[8 + 4 + 3] = {0};
     float one = 1.0f;
     memcpy(d + 8, &one, 4);
@@ -388,58 +348,57 @@ static void test_unknown_dtype_on_read(void **state)
     assert_true(out[0] == 1.0f);
     assert_int_equal(regc_st_read_f32(st, regc_st_find(st, "pos"), 1, s1, out),
                      REGC_ERR_UNSUPPORTED);
-    expect_error(f->path, "tensor pos has dtype I64");
+    regc_test_expect_error(f->path, "tensor pos has dtype I64");
     assert_int_equal(regc_st_read_f32(st, regc_st_find(st, "odd"), 1, s1, out),
                      REGC_ERR_UNSUPPORTED);
-    expect_error(f->path, "dtype X9");
+    regc_test_expect_error(f->path, "dtype X9");
     regc_st_close(st);
 
     /* A known dtype still has its byte count checked at open. */
     write_raw(f->path, "{\"pos\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,4]}}", d, 4);
-    assert_int_equal(regc_st_open(f->path, &st), REGC_ERR_FORMAT);
-    expect_error(f->path, "shape [1] of I64 needs 8");
+    expect_open_error(f->path, "shape [1] of I64 needs 8");
 }
 
 static void test_err_writer(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     float d[2] = {1, 2};
     regc_st_entry dup[2] = {
         {.name = "x", .dtype = REGC_F32, .ndim = 1, .shape = {2}, .data = d},
         {.name = "x", .dtype = REGC_F32, .ndim = 1, .shape = {2}, .data = d},
     };
     assert_int_equal(regc_st_write(f->path, dup, 2), REGC_ERR_ARG);
-    expect_error(f->path, "duplicate tensor name x");
+    regc_test_expect_error(f->path, "duplicate tensor name x");
     assert_int_not_equal(access(f->path, F_OK), 0);
 
     regc_st_entry ints = {.name = "i", .dtype = REGC_I32, .ndim = 1, .shape = {2}, .data = d};
     assert_int_equal(regc_st_write(f->path, &ints, 1), REGC_ERR_ARG);
-    expect_error(f->path, "tensor i");
+    regc_test_expect_error(f->path, "tensor i");
 
     char bad[1200];
     snprintf(bad, sizeof bad, "%s/no/such/dir/t.safetensors", f->dir);
     assert_true(regc_st_write(bad, dup, 1) < 0);
-    expect_error(bad, "t.safetensors");
+    regc_test_expect_error(bad, "t.safetensors");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_empty_file_list, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bf16_bits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_f16_bits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_f16_large, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_write_half_rounding, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_missing_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_header_length, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_malformed_json, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_truncated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_offsets_vs_shape, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_duplicate, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_wrong_shape_and_index, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_dtype_on_read, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_err_writer, setup, teardown),
+        regc_test_in_dir(test_round_trip, setup),
+        regc_test_in_dir(test_empty_file_list, setup),
+        regc_test_in_dir(test_bf16_bits, setup),
+        regc_test_in_dir(test_f16_bits, setup),
+        regc_test_in_dir(test_f16_large, setup),
+        regc_test_in_dir(test_write_half_rounding, setup),
+        regc_test_in_dir(test_err_missing_file, setup),
+        regc_test_in_dir(test_err_header_length, setup),
+        regc_test_in_dir(test_err_malformed_json, setup),
+        regc_test_in_dir(test_err_truncated, setup),
+        regc_test_in_dir(test_err_offsets_vs_shape, setup),
+        regc_test_in_dir(test_err_duplicate, setup),
+        regc_test_in_dir(test_err_wrong_shape_and_index, setup),
+        regc_test_in_dir(test_unknown_dtype_on_read, setup),
+        regc_test_in_dir(test_err_writer, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

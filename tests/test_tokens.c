@@ -13,45 +13,20 @@
 #include "regc.h"
 #include "test_util.h"
 
-typedef struct {
-    char *dir;
-    char path[1024]; /* dir/tokens.bin: the file each test writes */
-} fixture;
-
+/* f->path is dir/tokens.bin, the file each test writes. */
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    f->dir = regc_test_make_temp_dir("tokens");
-    if (!f->dir) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->path, sizeof f->path, "%s/tokens.bin", f->dir);
-    *state = f;
-    return 0;
+    return regc_test_dir_setup(state, "tokens", "tokens.bin");
 }
 
-static int teardown(void **state)
+/* Opening path with `vocab` fails with `status` and no tokens, and the
+ * error names the file and says `problem`. */
+static void expect_open_error(const char *path, int64_t vocab, int status, const char *problem)
 {
-    fixture *f = *state;
-    regc_test_remove_tree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
-}
-
-/* The message must name the file and say what is wrong; print it when not,
- * so a failure explains itself. */
-static void expect_message(const char *path, const char *problem)
-{
-    const char *msg = regc_error_message();
-    if ((path && !strstr(msg, path)) || !strstr(msg, problem)) {
-        print_error("message \"%s\" should name \"%s\" and say \"%s\"\n", msg, path ? path : "",
-                    problem);
-        fail();
-    }
+    regc_tokens *t = (regc_tokens *)0x1;
+    assert_int_equal(regc_tokens_open(path, vocab, &t), status);
+    assert_null(t);
+    regc_test_expect_error(path, problem);
 }
 
 static void put_le32(unsigned char *p, int32_t value)
@@ -83,7 +58,7 @@ static void write_raw(const char *path, int32_t magic, int32_t version, int32_t 
 
 static void test_round_trip(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     enum { N = 300 };
     uint16_t tokens[N];
     for (int i = 0; i < N; i++)
@@ -130,7 +105,7 @@ static void test_round_trip(void **state)
  * the 4th batch starts again at 0. */
 static void test_batch_order_hand_worked(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     uint16_t tokens[20];
     for (int i = 0; i < 20; i++)
         tokens[i] = (uint16_t)(100 + i);
@@ -160,7 +135,7 @@ static void test_batch_order_hand_worked(void **state)
 /* The direct formula against a literal replay of llm.c's loader. */
 static void test_batch_order_matches_simulation(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     enum { MAXN = 64 };
     uint16_t tokens[MAXN];
     for (int i = 0; i < MAXN; i++)
@@ -191,55 +166,40 @@ static void test_batch_order_matches_simulation(void **state)
 
 static void test_error_cannot_open(void **state)
 {
-    fixture *f = *state;
-    regc_tokens *t = (regc_tokens *)0x1;
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_IO); /* never written */
-    assert_null(t);
-    expect_message(f->path, "cannot open");
+    regc_test_dir *f = *state;
+    expect_open_error(f->path, 50257, REGC_ERR_IO, "cannot open"); /* never written */
 }
 
 static void test_error_truncated_header(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     write_raw(f->path, 20240520, 1, 0, 0, 1000); /* 24 bytes short of a header */
-    regc_tokens *t;
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
-    assert_null(t);
-    expect_message(f->path, "truncated header");
+    expect_open_error(f->path, 50257, REGC_ERR_FORMAT, "truncated header");
 
     assert_int_equal(regc_test_write_file(f->path, "", 0), 0);
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
-    expect_message(f->path, "truncated header");
+    expect_open_error(f->path, 50257, REGC_ERR_FORMAT, "truncated header");
 }
 
 static void test_error_bad_magic(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     write_raw(f->path, 12345678, 1, 10, 10, 1024);
-    regc_tokens *t;
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
-    assert_null(t);
-    expect_message(f->path, "bad magic 12345678");
+    expect_open_error(f->path, 50257, REGC_ERR_FORMAT, "bad magic 12345678");
 }
 
 static void test_error_unsupported_version(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     write_raw(f->path, 20240520, 2, 10, 10, 1024); /* llm.c's uint32 (LLaMA 3) files */
-    regc_tokens *t;
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_UNSUPPORTED);
-    assert_null(t);
-    expect_message(f->path, "unsupported version 2");
+    expect_open_error(f->path, 50257, REGC_ERR_UNSUPPORTED, "unsupported version 2");
 }
 
 static void test_error_truncated_body(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     write_raw(f->path, 20240520, 1, 50, 10, 1024);
-    regc_tokens *t;
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
-    assert_null(t);
-    expect_message(f->path, "truncated: header says 50 tokens, file holds 10");
+    expect_open_error(f->path, 50257, REGC_ERR_FORMAT,
+                      "truncated: header says 50 tokens, file holds 10");
 
     /* A half token at the end counts as missing, not as a token. */
     write_raw(f->path, 20240520, 1, 50, 10, 1024);
@@ -247,47 +207,42 @@ static void test_error_truncated_body(void **state)
     assert_non_null(fp);
     fputc(1, fp);
     fclose(fp);
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
-    expect_message(f->path, "truncated: header says 50 tokens, file holds 10");
+    expect_open_error(f->path, 50257, REGC_ERR_FORMAT,
+                      "truncated: header says 50 tokens, file holds 10");
 }
 
 static void test_error_trailing_bytes(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     write_raw(f->path, 20240520, 1, 10, 12, 1024);
-    regc_tokens *t;
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
-    assert_null(t);
-    expect_message(f->path, "header says 10 tokens");
+    expect_open_error(f->path, 50257, REGC_ERR_FORMAT, "header says 10 tokens");
 }
 
 static void test_error_token_out_of_vocab(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     uint16_t tokens[200];
     for (int i = 0; i < 200; i++)
         tokens[i] = (uint16_t)(i % 50);
     tokens[123] = 60000;
     tokens[150] = 65535; /* only the first offender is reported */
     assert_int_equal(regc_tokens_write(f->path, tokens, 200), REGC_OK);
-    regc_tokens *t;
-    assert_int_equal(regc_tokens_open(f->path, 50257, &t), REGC_ERR_FORMAT);
-    assert_null(t);
-    expect_message(f->path, "token 60000 at position 123 is >= vocab size 50257");
+    expect_open_error(f->path, 50257, REGC_ERR_FORMAT,
+                      "token 60000 at position 123 is >= vocab size 50257");
 
     /* The bound is exclusive: vocab-1 is fine, vocab is not. */
     tokens[123] = 49;
     tokens[150] = 50;
     assert_int_equal(regc_tokens_write(f->path, tokens, 200), REGC_OK);
-    assert_int_equal(regc_tokens_open(f->path, 50, &t), REGC_ERR_FORMAT);
-    expect_message(f->path, "token 50 at position 150 is >= vocab size 50");
+    expect_open_error(f->path, 50, REGC_ERR_FORMAT, "token 50 at position 150 is >= vocab size 50");
+    regc_tokens *t;
     assert_int_equal(regc_tokens_open(f->path, 51, &t), REGC_OK);
     regc_tokens_free(t);
 }
 
 static void test_error_too_few_tokens_for_batch(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     uint16_t tokens[12] = {0};
     assert_int_equal(regc_tokens_write(f->path, tokens, 12), REGC_OK);
     regc_tokens *t;
@@ -297,26 +252,26 @@ static void test_error_too_few_tokens_for_batch(void **state)
     assert_int_equal(regc_tokens_batch(t, 5, 1, 11, in, tg), REGC_OK);
     /* ...but not 12. */
     assert_int_equal(regc_tokens_batch(t, 0, 3, 4, in, tg), REGC_ERR_SHAPE);
-    expect_message(f->path, "12 tokens are too few for a batch of 3 x 4");
-    expect_message(f->path, "at least 13");
+    regc_test_expect_error(f->path, "12 tokens are too few for a batch of 3 x 4");
+    regc_test_expect_error(f->path, "at least 13");
     assert_int_equal(regc_tokens_batch(t, 0, 0, 4, in, tg), REGC_ERR_ARG);
-    expect_message(f->path, "must be > 0");
+    regc_test_expect_error(f->path, "must be > 0");
     assert_int_equal(regc_tokens_batch(t, -1, 1, 4, in, tg), REGC_ERR_ARG);
     assert_int_equal(regc_tokens_batch(t, 0, INT64_MAX / 2, 4, in, tg), REGC_ERR_ARG);
-    expect_message(f->path, "overflows");
+    regc_test_expect_error(f->path, "overflows");
     regc_tokens_free(t);
 }
 
 static void test_write_error_leaves_nothing(void **state)
 {
-    fixture *f = *state;
+    regc_test_dir *f = *state;
     char path[1100];
     snprintf(path, sizeof path, "%s/no/such/dir/tokens.bin", f->dir);
     uint16_t tokens[4] = {1, 2, 3, 4};
     assert_int_equal(regc_tokens_write(path, tokens, 4), REGC_ERR_IO);
-    expect_message(path, "");
+    regc_test_expect_error(path, NULL);
     assert_int_equal(regc_tokens_write(f->path, tokens, -1), REGC_ERR_ARG);
-    expect_message(f->path, "");
+    regc_test_expect_error(f->path, NULL);
 }
 
 static void test_builtin_corpus(void **state)
@@ -340,7 +295,7 @@ static void test_builtin_corpus(void **state)
     assert_true(spaces > n / 10);
     /* Batch errors name the corpus, as they name a file. */
     assert_int_equal(regc_tokens_batch(t, 0, 1, n, in, tg), REGC_ERR_SHAPE);
-    expect_message("built-in corpus", "too few");
+    regc_test_expect_error("built-in corpus", "too few");
     free(in);
     free(tg);
     regc_tokens_free(t);
@@ -349,18 +304,18 @@ static void test_builtin_corpus(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_batch_order_hand_worked, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_batch_order_matches_simulation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_cannot_open, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_truncated_header, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_bad_magic, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_unsupported_version, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_truncated_body, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_trailing_bytes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_token_out_of_vocab, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_too_few_tokens_for_batch, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_write_error_leaves_nothing, setup, teardown),
+        regc_test_in_dir(test_round_trip, setup),
+        regc_test_in_dir(test_batch_order_hand_worked, setup),
+        regc_test_in_dir(test_batch_order_matches_simulation, setup),
+        regc_test_in_dir(test_error_cannot_open, setup),
+        regc_test_in_dir(test_error_truncated_header, setup),
+        regc_test_in_dir(test_error_bad_magic, setup),
+        regc_test_in_dir(test_error_unsupported_version, setup),
+        regc_test_in_dir(test_error_truncated_body, setup),
+        regc_test_in_dir(test_error_trailing_bytes, setup),
+        regc_test_in_dir(test_error_token_out_of_vocab, setup),
+        regc_test_in_dir(test_error_too_few_tokens_for_batch, setup),
+        regc_test_in_dir(test_write_error_leaves_nothing, setup),
         cmocka_unit_test(test_builtin_corpus),
     };
     return cmocka_run_group_tests_name("tokens", tests, NULL, NULL);

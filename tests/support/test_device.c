@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cmocka.h>
@@ -46,6 +47,21 @@ void regc_test_release_all(void)
     free(tracked);
     tracked = NULL;
     cap_tracked = 0;
+}
+
+int regc_test_release_teardown(void **state)
+{
+    (void)state;
+    regc_test_release_all();
+    return 0;
+}
+
+regc_backend *regc_test_cpu_backend(int threads)
+{
+    regc_backend *be = regc_backend_new("cpu", threads);
+    if (!be)
+        fprintf(stderr, "cpu backend: %s\n", regc_error_message());
+    return be;
 }
 
 static void *dev_alloc(regc_backend *be, size_t bytes)

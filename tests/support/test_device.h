@@ -25,5 +25,13 @@ double *regc_test_host_doubles(size_t n);
 float *regc_test_host_uniform(size_t n, uint64_t seed, float center, float halfwidth);
 
 void regc_test_release_all(void);
+/* A CMocka teardown that calls regc_test_release_all(); always 0. */
+int regc_test_release_teardown(void **state);
+/* A CMocka test entry whose buffers are released after it runs. */
+#define regc_test_with_buffers(test) cmocka_unit_test_teardown(test, regc_test_release_teardown)
+
+/* A CPU backend with `threads` threads (0: OMP_NUM_THREADS), or NULL after
+ * saying why on stderr; for a test group's setup. */
+regc_backend *regc_test_cpu_backend(int threads);
 
 #endif

@@ -1,6 +1,12 @@
 /* test_util.c — see test_util.h. */
 #define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmocka.h>
+
+#include "regc_common.h"
 #include "test_util.h"
 
 char *regc_test_make_temp_dir(const char *tag)
@@ -45,37 +54,8 @@ int regc_test_remove_tree(const char *path)
 
 char *regc_test_read_file(const char *path, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 65536;
-            char *grown = realloc(buf, cap + 1);
-            if (!grown) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return NULL;
-    }
-    buf[len] = '\0';
-    if (size)
-        *size = len;
-    return buf;
+    char *buf;
+    return regc_file_read_all(path, &buf, size) == REGC_OK ? buf : NULL;
 }
 
 int regc_test_write_file(const char *path, const void *data, size_t size)
@@ -88,6 +68,25 @@ int regc_test_write_file(const char *path, const void *data, size_t size)
     return (put == size && closed == 0) ? 0 : -1;
 }
 
+/* Append n bytes to a growing NUL-terminated buffer; 0, or -1 out of memory. */
+static int append_bytes(char **buf, size_t *len, size_t *cap, const char *src, size_t n)
+{
+    if (*cap - *len < n + 1) {
+        size_t want = *cap ? *cap : 4096;
+        while (want - *len < n + 1)
+            want *= 2;
+        char *grown = realloc(*buf, want);
+        if (!grown)
+            return -1;
+        *buf = grown;
+        *cap = want;
+    }
+    memcpy(*buf + *len, src, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
 int regc_test_run_capture(const char *cmd, char **out)
 {
     if (out)
@@ -96,26 +95,16 @@ int regc_test_run_capture(const char *cmd, char **out)
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 65536;
-            char *grown = realloc(buf, cap + 1);
-            if (!grown) {
-                free(buf);
-                pclose(p);
-                return -1;
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + len, 1, cap - len, p);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    buf[len] = '\0';
+    char *buf = NULL, chunk[4096];
+    size_t len = 0, cap = 0, got;
+    int failed = append_bytes(&buf, &len, &cap, "", 0);
+    while (!failed && (got = fread(chunk, 1, sizeof chunk, p)) > 0)
+        failed = append_bytes(&buf, &len, &cap, chunk, got);
     int status = pclose(p);
+    if (failed) {
+        free(buf);
+        return -1;
+    }
     if (out)
         *out = buf;
     else
@@ -154,28 +143,6 @@ char *regc_test_shell_quote(const char *s)
 }
 
 /* ---- running a program with both streams captured ---------------------- */
-
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-
-static int append_bytes(char **buf, size_t *len, size_t *cap, const char *src, size_t n)
-{
-    if (*cap - *len < n + 1) {
-        size_t want = *cap ? *cap : 4096;
-        while (want - *len < n + 1)
-            want *= 2;
-        char *grown = realloc(*buf, want);
-        if (!grown)
-            return -1;
-        *buf = grown;
-        *cap = want;
-    }
-    memcpy(*buf + *len, src, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    return 0;
-}
 
 int regc_test_run_argv(const char *const *argv, regc_test_proc *r)
 {
@@ -286,4 +253,42 @@ int regc_test_write_text(const char *dir, const char *name, const char *text)
     int rc = regc_test_write_file(path, text, strlen(text));
     free(path);
     return rc;
+}
+
+/* ---- a temporary directory per test, error messages ---------------------- */
+
+int regc_test_dir_setup(void **state, const char *tag, const char *file)
+{
+    regc_test_dir *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    f->dir = regc_test_make_temp_dir(tag);
+    if (!f->dir) {
+        free(f);
+        return -1;
+    }
+    if (file)
+        snprintf(f->path, sizeof f->path, "%s/%s", f->dir, file);
+    *state = f;
+    return 0;
+}
+
+int regc_test_dir_teardown(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_test_remove_tree(f->dir);
+    free(f->dir);
+    free(f);
+    return 0;
+}
+
+void regc_test_expect_error(const char *a, const char *b)
+{
+    const char *msg = regc_error_message();
+    if (!strstr(msg, a))
+        fail_msg("error \"%s\" should contain \"%s\"", msg, a);
+    if (b && !strstr(msg, b))
+        fail_msg("error \"%s\" should contain \"%s\"", msg, b);
+    if (strchr(msg, '\n'))
+        fail_msg("error \"%s\" should be one line", msg);
 }

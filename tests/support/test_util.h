@@ -1,5 +1,6 @@
 /* test_util.h — helpers shared by the CMocka tests (temporary directories,
- * whole-file reads, running the CLI). Append new helpers; keep old names. */
+ * whole-file reads, running the CLI, error messages). Append new helpers;
+ * keep old names. */
 #ifndef REGC_TEST_UTIL_H
 #define REGC_TEST_UTIL_H
 
@@ -40,5 +41,26 @@ void regc_test_proc_free(regc_test_proc *r);
 
 /* Write NUL-terminated `text` to dir/name (e.g. a config.json); 0 on success. */
 int regc_test_write_text(const char *dir, const char *name, const char *text);
+
+/* A CMocka fixture: a fresh temporary directory for each test. */
+typedef struct {
+    char *dir;       /* made by regc_test_dir_setup, removed with its contents */
+    char path[1024]; /* dir/file: what the test works on ("" without a file) */
+    char buf[2048];  /* scratch space for other paths */
+} regc_test_dir;
+
+/* Make *state a new regc_test_dir whose directory is named after `tag` and
+ * whose path is dir/file (file may be NULL); 0 on success, -1 on failure. */
+int regc_test_dir_setup(void **state, const char *tag, const char *file);
+/* Remove the directory tree and free the fixture; always 0. */
+int regc_test_dir_teardown(void **state);
+/* A CMocka test entry run in a regc_test_dir made by `setup` (a function
+ * that calls regc_test_dir_setup) and removed by regc_test_dir_teardown. */
+#define regc_test_in_dir(test, setup) \
+    cmocka_unit_test_setup_teardown(test, setup, regc_test_dir_teardown)
+
+/* Fail the test, showing the message, unless regc's last error message
+ * contains `a` and `b` (b may be NULL) and is a single line. */
+void regc_test_expect_error(const char *a, const char *b);
 
 #endif
