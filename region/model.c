@@ -410,6 +410,62 @@ fail:
     return rc;
 }
 
+/* A graph JSON is named by a file path ending in ".json"; a directory so
+ * named is still a Hugging Face directory. */
+static int is_graph_json(const char *spec)
+{
+    size_t n = strlen(spec);
+    struct stat st;
+    return n > 5 && strcmp(spec + n - 5, ".json") == 0 &&
+           !(stat(spec, &st) == 0 && S_ISDIR(st.st_mode));
+}
+
+static int model_from_graph_json(const char *path, regc_model **out)
+{
+    regc_model *m = NULL;
+    int rc = model_new(&regc_arch_graph, path, &m);
+    if (rc < 0)
+        return rc;
+    if ((rc = regc_graph_model_read(m, path)) < 0) {
+        regc_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return REGC_OK;
+}
+
+int regc_model_load_shapes(const char *spec, regc_model **out)
+{
+    *out = NULL;
+    if (regc_model_is_preset(spec))
+        return model_from_preset(spec, out);
+    if (is_graph_json(spec))
+        return model_from_graph_json(spec, out);
+    struct stat st;
+    if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode))
+        return regc_model_load(spec, out); /* for its message */
+    return regc_model_load_config(spec, out);
+}
+
+int regc_model_read_safetensors(regc_model *m, const char *path)
+{
+    int had_weights = m->weights != NULL;
+    int rc = model_alloc_weights(m);
+    if (rc < 0)
+        return rc;
+    regc_st_file *f = NULL;
+    if ((rc = regc_st_open(path, &f)) == REGC_OK) {
+        for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
+            rc = model_read_param(m, f, path, i);
+        regc_st_close(f);
+    }
+    if (rc < 0 && !had_weights) {
+        free(m->weights);
+        m->weights = NULL;
+    }
+    return rc;
+}
+
 /* A preset name wins over a directory of the same name; "./gpt2-tiny" loads
  * the directory. */
 int regc_model_load(const char *spec, regc_model **out)
@@ -417,6 +473,8 @@ int regc_model_load(const char *spec, regc_model **out)
     *out = NULL;
     if (regc_model_is_preset(spec))
         return model_from_preset(spec, out);
+    if (is_graph_json(spec))
+        return model_from_graph_json(spec, out);
     struct stat st;
     if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode)) {
         char list[256] = "";
@@ -554,6 +612,8 @@ int regc_model_save(const regc_model *m, const char *dir)
     free(e);
     if (rc < 0)
         return rc;
+    if (m->arch->save_files)
+        return m->arch->save_files(m, dir);
 
     cJSON *cfg = m->arch->write_config(m);
     char *text = cfg ? cJSON_Print(cfg) : NULL;

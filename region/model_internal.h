@@ -52,9 +52,18 @@ struct regc_arch {
     /* A new config.json object (caller deletes), or NULL when out of memory. */
     cJSON *(*write_config)(const regc_model *m);
     void (*describe)(const regc_model *m, char *buf, size_t cap);
+    /* Optional: write the files that describe the model (other than
+     * model.safetensors) into dir; when set, it replaces config.json. */
+    int (*save_files)(const regc_model *m, const char *dir);
 };
 
 extern const regc_arch regc_arch_gpt2;
+/* Models read from a regc graph JSON file (graph_model.c); not in the
+ * config.json dispatch: they have no config.json. */
+extern const regc_arch regc_arch_graph;
+/* Read the graph JSON at path into m (made with arch regc_arch_graph): sets
+ * m->cfg, vocab, max_seq and the parameters. */
+int regc_graph_model_read(regc_model *m, const char *path);
 
 /* Append a parameter: numel and offset are computed, overflow checked. */
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,

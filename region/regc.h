@@ -18,16 +18,26 @@
 typedef struct regc_model regc_model;
 
 /* Load a model from a Hugging Face directory (config.json +
- * model.safetensors or model.safetensors.index.json) or create a built-in
- * preset (shape only until regc_model_init_random). */
+ * model.safetensors or model.safetensors.index.json), create a built-in
+ * preset, or read a regc graph JSON file (a path ending in ".json" that is
+ * not a directory: architecture "graph", see region/graph_model.c). Presets
+ * and graph models are shape only until regc_model_init_random or
+ * regc_model_read_safetensors. */
 int regc_model_load(const char *spec, regc_model **out);
 /* Load only config.json of a Hugging Face directory: shapes, no weights. */
 int regc_model_load_config(const char *dir, regc_model **out);
+/* A model's shapes without its weights, from any spec regc_model_load
+ * takes (a preset, a Hugging Face directory, a graph JSON file). */
+int regc_model_load_shapes(const char *spec, regc_model **out);
+/* Read every parameter from one safetensors file, matched by name (a
+ * missing tensor or a wrong shape is an error naming the file and tensor;
+ * extra tensors are ignored). Allocates the weights if needed. */
+int regc_model_read_safetensors(regc_model *m, const char *path);
 int regc_model_is_preset(const char *spec);
 const char *const *regc_model_preset_names(void); /* NULL-terminated */
 void regc_model_free(regc_model *m);
 
-const char *regc_model_arch(const regc_model *m);     /* "gpt2" */
+const char *regc_model_arch(const regc_model *m);     /* "gpt2", "graph" */
 int64_t regc_model_vocab(const regc_model *m);
 int64_t regc_model_max_seq(const regc_model *m);     /* n_positions */
 int regc_model_has_weights(const regc_model *m);
@@ -52,7 +62,8 @@ int regc_model_init_random(regc_model *m, uint64_t seed);
  * "targets" [B, T] (i32); one parameter tensor per model parameter. */
 int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out);
 /* Write config.json and model.safetensors (HF names and layouts) into dir,
- * creating it; each file is written atomically. */
+ * creating it; each file is written atomically. Graph models write
+ * graph.json instead of config.json. */
 int regc_model_save(const regc_model *m, const char *dir);
 
 /* ======================================================================

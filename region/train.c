@@ -206,18 +206,23 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     int rc = check_options(o);
     if (rc)
         return rc;
-    if (o->seq > regc_model_max_seq(m))
-        return regc_error(REGC_ERR_ARG, "sequence length %lld exceeds n_positions %lld of the model",
-                          (long long)o->seq, (long long)regc_model_max_seq(m));
     trainer t;
     memset(&t, 0, sizeof t);
     t.model = m;
-    if (!regc_model_has_weights(m) && (rc = regc_model_init_random(m, o->seed)))
+    /* The graph first: it needs shapes only, and the architecture's own
+     * build_graph says best why a batch or sequence does not fit (n_positions
+     * of gpt2, the fixed shapes of a graph JSON) before any weights exist. */
+    if ((rc = build_program(&t, o)) ||
+        (!regc_model_has_weights(m) && (rc = regc_model_init_random(m, o->seed)))) {
+        trainer_free(&t);
         return rc;
+    }
     t.be = regc_backend_new(o->backend ? o->backend : "cpu", o->threads);
-    if (!t.be)
+    if (!t.be) {
+        trainer_free(&t);
         return REGC_ERR_UNSUPPORTED;
-    if (!(rc = open_data(&t, o)) && !(rc = build_program(&t, o)))
+    }
+    if (!(rc = open_data(&t, o)))
         rc = bind_memory(&t, o);
     for (int step = 0; rc == REGC_OK && step < o->steps; step++) {
         double t0 = regc_time_ms();

@@ -27,9 +27,10 @@ static void print_usage(FILE *f)
     fputs("usage: regc <command> [options]\n"
           "\n"
           "commands:\n"
-          "  train     train a model on token data and report each step\n"
-          "  version   print the version\n"
-          "  help      print this text, or `regc help <command>` for a command's flags\n"
+          "  train       train a model on token data and report each step\n"
+          "  dump-graph  write a model's flat forward graph as regc graph JSON (or text)\n"
+          "  version     print the version\n"
+          "  help        print this text, or `regc help <command>` for a command's flags\n"
           "\n"
           "Run `regc <command> --help` for the options of a command.\n",
           f);
@@ -40,18 +41,24 @@ static void print_train_usage(FILE *f)
     regc_train_options d;
     regc_train_options_default(&d);
     fprintf(f,
-            "usage: regc train --model <hf-dir|preset> [options]\n"
+            "usage: regc train --model <hf-dir|graph.json|preset> [options]\n"
             "\n"
             "Train a model for a number of steps with AdamW, printing one line per step.\n"
             "\n"
             "options:\n"
-            "  --model <dir|preset>   Hugging Face model directory (config.json + safetensors)\n"
-            "                         or a built-in preset, initialised at random from --seed:\n"
+            "  --model <dir|file|preset>\n"
+            "                         Hugging Face model directory (config.json + safetensors),\n"
+            "                         a regc graph JSON file (see regc dump-graph; it trains only\n"
+            "                         at the batch and sequence it was built for, initialised at\n"
+            "                         random from --seed unless --weights is given), or a\n"
+            "                         built-in preset, initialised at random from --seed:\n"
             "                        ");
     for (const char *const *p = regc_model_preset_names(); p && *p; p++)
         fprintf(f, " %s", *p);
     fprintf(f,
             "\n"
+            "  --weights <FILE>       safetensors file with the weights of a graph JSON model,\n"
+            "                         matched by the graph's parameter names (graph models only)\n"
             "  --data <tokens.bin>    token file in the llm.c format (default: the built-in corpus)\n"
             "  --steps <N>            optimizer steps, >= 1 (default %d)\n"
             "  --batch <B>            sequences per step, >= 1 (default %lld)\n"
@@ -64,6 +71,7 @@ static void print_train_usage(FILE *f)
             "  --json                 print one JSON object per step instead of a table:\n"
             "                         {\"step\": k, \"loss\": L, \"ms\": t, \"tokens_per_s\": r}\n"
             "  --save <DIR>           after training, write config.json and model.safetensors to DIR\n"
+            "                         (graph models: graph.json and model.safetensors)\n"
             "  -h, --help             print this text\n",
             d.steps, (long long)d.batch, (long long)d.seq, (double)d.lr, (double)d.weight_decay,
             (unsigned long long)d.seed, d.backend ? d.backend : "cpu");
@@ -71,13 +79,16 @@ static void print_train_usage(FILE *f)
 
 /* ---- strict number parsing: the whole argument must be the number ------ */
 
+/* The command usage errors are reported for ("regc train", ...). */
+static const char *usage_cmd = "regc train";
+
 /* One line on stderr, prefixed with the command, and the usage exit code. */
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("regc train: ", stderr);
+    fprintf(stderr, "%s: ", usage_cmd);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -199,8 +210,9 @@ static int cmd_train(int argc, char **argv)
 {
     regc_train_options o;
     regc_train_options_default(&o);
-    const char *model_spec = NULL;
+    const char *model_spec = NULL, *weights_path = NULL;
     int json = 0;
+    usage_cmd = "regc train";
 
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
@@ -238,7 +250,8 @@ static int cmd_train(int argc, char **argv)
 
         static const char *const valued[] = {"--model", "--data", "--steps", "--batch",
                                              "--seq", "--lr", "--weight-decay", "--seed",
-                                             "--threads", "--backend", "--save", NULL};
+                                             "--threads", "--backend", "--save", "--weights",
+                                             NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
             if (!strcmp(flag, *k))
@@ -255,11 +268,13 @@ static int cmd_train(int argc, char **argv)
 
         long long v;
         if (!strcmp(flag, "--model") || !strcmp(flag, "--data") || !strcmp(flag, "--save") ||
-            !strcmp(flag, "--backend")) {
+            !strcmp(flag, "--backend") || !strcmp(flag, "--weights")) {
             if (value[0] == '\0')
                 return usage_error("%s: expected a non-empty value", flag);
             if (!strcmp(flag, "--model"))
                 model_spec = value;
+            else if (!strcmp(flag, "--weights"))
+                weights_path = value;
             else if (!strcmp(flag, "--data"))
                 o.data_path = value;
             else if (!strcmp(flag, "--save"))
@@ -302,6 +317,19 @@ static int cmd_train(int argc, char **argv)
         fprintf(stderr, "regc: %s\n", regc_error_message());
         return EXIT_ERROR;
     }
+    if (weights_path) {
+        const char *arch = regc_model_arch(model); /* static, outlives the model */
+        if (strcmp(arch, "graph") != 0) {
+            regc_model_free(model);
+            return usage_error("--weights applies to graph JSON models only (%s is a %s model)",
+                               model_spec, arch);
+        }
+        if (regc_model_read_safetensors(model, weights_path) != REGC_OK) {
+            fprintf(stderr, "regc: %s\n", regc_error_message());
+            regc_model_free(model);
+            return EXIT_ERROR;
+        }
+    }
     char desc[1024];
     regc_model_describe(model, desc, sizeof desc);
     fprintf(stderr, "%s\n", desc);
@@ -326,6 +354,145 @@ static int cmd_train(int argc, char **argv)
     return 0;
 }
 
+/* ---- regc dump-graph ---------------------------------------------------- */
+
+static void print_dump_graph_usage(FILE *f)
+{
+    fputs("usage: regc dump-graph --model <hf-dir|graph.json|preset> --out <FILE> [options]\n"
+          "\n"
+          "Write a model's flat forward graph (inputs input_ids, position_ids, targets; one\n"
+          "parameter tensor per model parameter; ending in the mean cross-entropy loss) as\n"
+          "regc graph JSON, which `regc train --model FILE` accepts. Shapes only: no weights\n"
+          "are read or allocated, so any model size dumps instantly.\n"
+          "\n"
+          "options:\n"
+          "  --model <dir|file|preset>  Hugging Face directory (only config.json is read), a\n"
+          "                             regc graph JSON file, or a built-in preset\n"
+          "  --batch <B>                sequences in the graph's batch, >= 1 (default 4)\n"
+          "  --seq <T>                  tokens per sequence, >= 1 (default 64)\n"
+          "  --out <FILE>               where to write; replaced atomically (required)\n"
+          "  --text                     write the readable text listing instead of JSON\n"
+          "  -h, --help                 print this text\n",
+          f);
+}
+
+/* The graph as text: JSON, or regc_graph_dump's listing. */
+static int graph_text(const regc_graph *g, int text, char **out, size_t *len)
+{
+    if (!text) {
+        char *json = regc_graph_to_json(g);
+        if (!json)
+            return regc_error(REGC_ERR_MEMORY, "out of memory writing the graph");
+        size_t n = strlen(json);
+        char *s = (n && json[n - 1] == '\n') ? json : realloc(json, n + 2);
+        if (!s) {
+            free(json);
+            return regc_error(REGC_ERR_MEMORY, "out of memory writing the graph");
+        }
+        if (!n || s[n - 1] != '\n') {
+            s[n++] = '\n';
+            s[n] = '\0';
+        }
+        *out = s;
+        *len = n;
+        return REGC_OK;
+    }
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f)
+        return regc_error(REGC_ERR_MEMORY, "out of memory writing the graph");
+    regc_graph_dump(g, f);
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        return regc_error(REGC_ERR_MEMORY, "out of memory writing the graph");
+    }
+    *out = buf;
+    *len = n;
+    return REGC_OK;
+}
+
+static int cmd_dump_graph(int argc, char **argv)
+{
+    usage_cmd = "regc dump-graph";
+    const char *model_spec = NULL, *out_path = NULL;
+    long long batch = 4, seq = 64;
+    int text = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            print_dump_graph_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(arg, "--text")) {
+            text = 1;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return usage_error("unexpected argument \"%s\" (options start with --; see "
+                               "regc dump-graph --help)",
+                               arg);
+        char flag[64];
+        const char *value;
+        const char *eq = strchr(arg, '=');
+        if (eq) {
+            size_t len = (size_t)(eq - arg);
+            if (len >= sizeof flag)
+                len = sizeof flag - 1;
+            memcpy(flag, arg, len);
+            flag[len] = '\0';
+            value = eq + 1;
+        } else {
+            snprintf(flag, sizeof flag, "%s", arg);
+            value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 ? argv[i + 1] : NULL;
+        }
+        int is_model = !strcmp(flag, "--model"), is_out = !strcmp(flag, "--out");
+        int is_batch = !strcmp(flag, "--batch"), is_seq = !strcmp(flag, "--seq");
+        if (!is_model && !is_out && !is_batch && !is_seq) {
+            if (!strcmp(flag, "--text") || !strcmp(flag, "--help"))
+                return usage_error("%s takes no value", flag);
+            return usage_error("unknown option %s (see regc dump-graph --help)", flag);
+        }
+        if (!value)
+            return usage_error("%s: missing value", flag);
+        if (!eq)
+            i++;
+        if ((is_model || is_out) && value[0] == '\0')
+            return usage_error("%s: expected a non-empty value", flag);
+        if (is_model)
+            model_spec = value;
+        else if (is_out)
+            out_path = value;
+        else if (parse_int(flag, value, 1, INT32_MAX, "a positive integer",
+                           is_batch ? &batch : &seq))
+            return EXIT_USAGE;
+    }
+    if (!model_spec)
+        return usage_error("--model is required (see regc dump-graph --help)");
+    if (!out_path)
+        return usage_error("--out is required (see regc dump-graph --help)");
+
+    regc_model *model = NULL;
+    regc_graph *g = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = regc_model_load_shapes(model_spec, &model);
+    if (rc == REGC_OK)
+        rc = regc_model_build_graph(model, batch, seq, &g);
+    if (rc == REGC_OK)
+        rc = graph_text(g, text, &buf, &len);
+    if (rc == REGC_OK)
+        rc = regc_file_write_atomic(out_path, buf, len);
+    free(buf);
+    regc_graph_free(g);
+    regc_model_free(model);
+    if (rc != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -346,11 +513,16 @@ int main(int argc, char **argv)
             print_train_usage(stdout);
             return 0;
         }
+        if (!strcmp(argv[2], "dump-graph")) {
+            print_dump_graph_usage(stdout);
+            return 0;
+        }
         if (!strcmp(argv[2], "version") || !strcmp(argv[2], "help")) {
             print_usage(stdout);
             return 0;
         }
-        fprintf(stderr, "regc help: unknown command \"%s\" (commands: train, version)\n",
+        fprintf(stderr,
+                "regc help: unknown command \"%s\" (commands: train, dump-graph, version)\n",
                 argv[2]);
         return EXIT_USAGE;
     }
@@ -360,7 +532,11 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "train"))
         return cmd_train(argc - 2, argv + 2);
-    fprintf(stderr, "regc: unknown command \"%s\" (commands: train, version; see regc --help)\n",
+    if (!strcmp(cmd, "dump-graph"))
+        return cmd_dump_graph(argc - 2, argv + 2);
+    fprintf(stderr,
+            "regc: unknown command \"%s\" (commands: train, dump-graph, version; see regc "
+            "--help)\n",
             cmd);
     return EXIT_USAGE;
 }

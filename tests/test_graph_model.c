@@ -1,0 +1,426 @@
+/* test_graph_model.c — models given as regc graph JSON (region/graph_model.c)
+ * and `regc dump-graph`: the exported graph of a model trains bit for bit like
+ * the model itself, and every bad input gets one line naming the file. */
+#define _XOPEN_SOURCE 700
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "regc.h"
+#include "test_util.h"
+
+#define MAX_ARGS 32
+#define N_STEPS 3
+
+static int setup(void **state)
+{
+    return regc_test_dir_setup(state, "graph_model", NULL);
+}
+
+static int run_regc(regc_test_proc *p, ...) __attribute__((sentinel));
+static int run_regc(regc_test_proc *p, ...)
+{
+    const char *argv[MAX_ARGS + 2] = {REGC_BIN};
+    int n = 1;
+    va_list ap;
+    va_start(ap, p);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
+        assert_true(n < MAX_ARGS);
+        argv[n++] = a;
+    }
+    va_end(ap);
+    argv[n] = NULL;
+    return regc_test_run_argv(argv, p);
+}
+
+/* dir/name in a fresh buffer. */
+static char *join(const char *dir, const char *name)
+{
+    size_t cap = strlen(dir) + strlen(name) + 2;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    snprintf(s, cap, "%s/%s", dir, name);
+    return s;
+}
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Exit status `status`, nothing on stdout, and the error as the last stderr
+ * line, naming a and b; regc train describes the model first, so at most one
+ * description line may precede it. */
+static void expect_cli_error(const regc_test_proc *p, int status, const char *a, const char *b)
+{
+    int lines = count_lines(p->err);
+    const char *last = p->err;
+    if (lines == 2)
+        last = strchr(p->err, '\n') + 1;
+    int described = lines == 1 || (lines == 2 && (!strncmp(p->err, "graph ", 6) ||
+                                                  !strncmp(p->err, "gpt2 ", 5)));
+    if (p->status != status || p->out_len != 0 || !described || p->err[p->err_len - 1] != '\n' ||
+        strncmp(last, "regc", 4) != 0 || !strstr(last, a) || (b && !strstr(last, b)))
+        fail_msg("expected exit %d and one stderr error line naming \"%s\" and \"%s\"; got exit "
+                 "%d:\n%s",
+                 status, a, b ? b : "", p->status, p->err);
+}
+
+/* The losses of a --json run, exact (printed with %.9g). */
+static int json_losses(const char *out, float *loss, int max)
+{
+    int n = 0;
+    for (const char *line = out; *line;) {
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        cJSON *o = cJSON_ParseWithLength(line, (size_t)(nl - line));
+        assert_non_null(o);
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        assert_true(cJSON_IsNumber(l));
+        assert_true(n < max);
+        loss[n++] = (float)l->valuedouble;
+        cJSON_Delete(o);
+        line = nl + 1;
+    }
+    return n;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *ta = regc_test_read_file(a, &na), *tb = regc_test_read_file(b, &nb);
+    assert_non_null(ta);
+    assert_non_null(tb);
+    int eq = na == nb && memcmp(ta, tb, na) == 0;
+    free(ta);
+    free(tb);
+    return eq;
+}
+
+/* gpt2-tiny's graph at [2, 16], written through the library. */
+static void write_tiny_graph(const char *path)
+{
+    regc_model *m = NULL;
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
+    char *json = regc_graph_to_json(g);
+    assert_non_null(json);
+    assert_int_equal(regc_test_write_file(path, json, strlen(json)), 0);
+    free(json);
+    regc_graph_free(g);
+    regc_model_free(m);
+}
+
+/* ---- the exported graph is the model ----------------------------------- */
+
+static void test_graph_json_trains_bit_identically(void **state)
+{
+    regc_test_dir *f = *state;
+    char *hf = join(f->dir, "hf"), *graph = join(f->dir, "tiny.json");
+    char *again = join(f->dir, "again.json"), *weights = join(hf, "model.safetensors");
+    char *hf3 = join(f->dir, "hf3"), *gs3 = join(f->dir, "gs3");
+    regc_test_proc p;
+
+    /* Weights to start from: one step of the preset, saved as an HF dir. */
+    assert_int_equal(run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
+                              "--seq", "16", "--json", "--save", hf, NULL),
+                     0);
+    regc_test_proc_free(&p);
+
+    assert_int_equal(run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
+                              "16", "--out", graph, NULL),
+                     0);
+    assert_int_equal(p.out_len, 0);
+    regc_test_proc_free(&p);
+    /* Dumping the graph model again gives the same file. */
+    assert_int_equal(run_regc(&p, "dump-graph", "--model", graph, "--batch", "2", "--seq", "16",
+                              "--out", again, NULL),
+                     0);
+    regc_test_proc_free(&p);
+    assert_true(files_equal(graph, again));
+
+    float a[N_STEPS + 1], b[N_STEPS + 1];
+    assert_int_equal(run_regc(&p, "train", "--model", hf, "--steps", "3", "--batch", "2", "--seq",
+                              "16", "--json", "--save", hf3, NULL),
+                     0);
+    assert_int_equal(json_losses(p.out, a, N_STEPS + 1), N_STEPS);
+    regc_test_proc_free(&p);
+
+    assert_int_equal(run_regc(&p, "train", "--model", graph, "--weights", weights, "--steps", "3",
+                              "--batch", "2", "--seq", "16", "--json", "--save", gs3, NULL),
+                     0);
+    assert_int_equal(json_losses(p.out, b, N_STEPS + 1), N_STEPS);
+    if (!strstr(p.err, "graph ") || !strstr(p.err, graph))
+        fail_msg("the description names neither the architecture nor the file:\n%s", p.err);
+    regc_test_proc_free(&p);
+
+    for (int i = 0; i < N_STEPS; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
+            fail_msg("step %d: loss %.9g from the HF dir, %.9g from the graph JSON", i,
+                     (double)a[i], (double)b[i]);
+    for (int i = 0; i < N_STEPS; i++)
+        assert_true(isfinite(a[i]));
+
+    /* Same names, same order, same values: the saved weights are the same
+     * bytes, and the graph is saved beside them instead of a config.json. */
+    char *w3 = join(hf3, "model.safetensors"), *gw3 = join(gs3, "model.safetensors");
+    char *gg3 = join(gs3, "graph.json"), *gc3 = join(gs3, "config.json");
+    assert_true(files_equal(w3, gw3));
+    assert_true(files_equal(gg3, graph));
+    assert_false(is_file(gc3));
+
+    /* ...and the saved pair loads back. */
+    assert_int_equal(run_regc(&p, "train", "--model", gg3, "--weights", gw3, "--steps", "1",
+                              "--batch", "2", "--seq", "16", "--json", NULL),
+                     0);
+    regc_test_proc_free(&p);
+
+    free(w3), free(gw3), free(gg3), free(gc3);
+    free(hf), free(graph), free(again), free(weights), free(hf3), free(gs3);
+}
+
+/* ---- the library's view of a graph model -------------------------------- */
+
+static void test_graph_model_shapes_and_init(void **state)
+{
+    regc_test_dir *f = *state;
+    char *path = join(f->dir, "g.json");
+    write_tiny_graph(path);
+
+    regc_model *ref = NULL, *m = NULL;
+    assert_int_equal(regc_model_load("gpt2-tiny", &ref), REGC_OK);
+    assert_int_equal(regc_model_load(path, &m), REGC_OK);
+    assert_string_equal(regc_model_arch(m), "graph");
+    assert_int_equal(regc_model_vocab(m), 512);
+    assert_int_equal(regc_model_max_seq(m), 16);
+    assert_false(regc_model_has_weights(m));
+    assert_int_equal(regc_model_n_params(m), regc_model_n_params(ref));
+    assert_int_equal(regc_model_total_numel(m), regc_model_total_numel(ref));
+    for (int i = 0; i < regc_model_n_params(m); i++)
+        assert_string_equal(regc_model_param_name(m, i), regc_model_param_name(ref, i));
+    char desc[512];
+    regc_model_describe(m, desc, sizeof desc);
+    assert_non_null(strstr(desc, "graph "));
+    assert_non_null(strstr(desc, "(shape only)"));
+
+    /* Fixed shapes: only [2, 16] builds. */
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
+    regc_graph_free(g);
+    assert_int_equal(regc_model_build_graph(m, 4, 16, &g), REGC_ERR_SHAPE);
+    assert_null(g);
+    regc_test_expect_error("g.json: the graph is built for batch 2 and sequence 16",
+                           "got batch 4, sequence 16");
+
+    /* The documented init: matrices uniform std 0.02, 1-D "...weight" 1, others 0. */
+    assert_int_equal(regc_model_init_random(m, 7), REGC_OK);
+    const float *w = regc_model_weights(m);
+    const float hw = (float)(0.02 * sqrt(3.0));
+    for (int i = 0; i < regc_model_n_params(m); i++) {
+        int64_t shape[8];
+        int nd = regc_model_param_shape(m, i, shape);
+        const char *name = regc_model_param_name(m, i);
+        const float *v = w + regc_model_param_offset(m, i);
+        int64_t n = regc_model_param_numel(m, i);
+        size_t len = strlen(name);
+        int nonzero = 0;
+        for (int64_t k = 0; k < n; k++) {
+            if (nd >= 2) {
+                assert_true(v[k] >= -hw && v[k] < hw);
+                nonzero |= v[k] != 0.0f;
+            } else {
+                float want = strcmp(name + len - 6, "weight") == 0 ? 1.0f : 0.0f;
+                assert_true(v[k] == want);
+            }
+        }
+        if (nd >= 2)
+            assert_true(nonzero);
+    }
+    regc_model_free(m);
+    regc_model_free(ref);
+    free(path);
+}
+
+/* ---- errors --------------------------------------------------------------- */
+
+static void test_graph_model_errors(void **state)
+{
+    regc_test_dir *f = *state;
+    char *graph = join(f->dir, "g.json"), *bad = join(f->dir, "bad.json");
+    char *noloss = join(f->dir, "noloss.json"), *missing = join(f->dir, "nope.json");
+    char *w1 = join(f->dir, "one.safetensors"), *w2 = join(f->dir, "shape.safetensors");
+    char *out = join(f->dir, "out.json");
+    write_tiny_graph(graph);
+    regc_test_proc p;
+
+    /* The fixed shapes. */
+    run_regc(&p, "train", "--model", graph, "--batch", "3", "--seq", "16", "--steps", "1", NULL);
+    expect_cli_error(&p, 1, graph, "built for batch 2 and sequence 16; got batch 3, sequence 16");
+    regc_test_proc_free(&p);
+    run_regc(&p, "train", "--model", graph, "--batch", "2", "--seq", "32", "--steps", "1", NULL);
+    expect_cli_error(&p, 1, graph, "got batch 2, sequence 32");
+    regc_test_proc_free(&p);
+    run_regc(&p, "dump-graph", "--model", graph, "--out", out, NULL); /* defaults 4 x 64 */
+    expect_cli_error(&p, 1, graph, "got batch 4, sequence 64");
+    regc_test_proc_free(&p);
+    assert_false(is_file(out));
+
+    /* --weights: a missing tensor, a wrong shape, a missing file. */
+    static float data[512 * 128];
+    regc_st_entry e = {.name = "transformer.wte.weight", .dtype = REGC_F32, .ndim = 2,
+                       .shape = {512, 128}, .data = data};
+    assert_int_equal(regc_st_write(w1, &e, 1), REGC_OK);
+    run_regc(&p, "train", "--model", graph, "--weights", w1, "--batch", "2", "--seq", "16",
+             "--steps", "1", NULL);
+    expect_cli_error(&p, 1, w1, "missing tensor transformer.wpe.weight");
+    regc_test_proc_free(&p);
+    e.shape[1] = 64;
+    assert_int_equal(regc_st_write(w2, &e, 1), REGC_OK);
+    run_regc(&p, "train", "--model", graph, "--weights", w2, "--batch", "2", "--seq", "16",
+             "--steps", "1", NULL);
+    expect_cli_error(&p, 1, w2, "transformer.wte.weight");
+    regc_test_proc_free(&p);
+    run_regc(&p, "train", "--model", graph, "--weights", missing, "--batch", "2", "--seq", "16",
+             "--steps", "1", NULL);
+    expect_cli_error(&p, 1, missing, NULL);
+    regc_test_proc_free(&p);
+
+    /* --weights belongs to graph models only. */
+    run_regc(&p, "train", "--model", "gpt2-tiny", "--weights", w1, "--steps", "1", NULL);
+    expect_cli_error(&p, 2, "--weights", "graph JSON");
+    regc_test_proc_free(&p);
+
+    /* A malformed file, a graph without a loss, a file that is not there. */
+    assert_int_equal(regc_test_write_text(f->dir, "bad.json", "{\"format\": \"regc-graph\", "), 0);
+    run_regc(&p, "train", "--model", bad, "--steps", "1", NULL);
+    expect_cli_error(&p, 1, bad, NULL);
+    regc_test_proc_free(&p);
+    run_regc(&p, "dump-graph", "--model", bad, "--out", out, NULL);
+    expect_cli_error(&p, 1, bad, NULL);
+    regc_test_proc_free(&p);
+
+    char *text = regc_test_read_file(graph, NULL);
+    assert_non_null(text);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "outputs", cJSON_CreateArray());
+    text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    assert_int_equal(regc_test_write_file(noloss, text, strlen(text)), 0);
+    cJSON_free(text);
+    run_regc(&p, "train", "--model", noloss, "--batch", "2", "--seq", "16", "--steps", "1", NULL);
+    expect_cli_error(&p, 1, noloss, "no outputs");
+    regc_test_proc_free(&p);
+
+    run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
+    expect_cli_error(&p, 1, missing, NULL);
+    regc_test_proc_free(&p);
+    assert_false(is_file(out));
+
+    free(graph), free(bad), free(noloss), free(missing), free(w1), free(w2), free(out);
+}
+
+/* ---- regc dump-graph -------------------------------------------------------- */
+
+static void test_dump_graph_cli(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_test_proc p;
+    static const char *const flags[] = {"--model", "--batch", "--seq", "--out", "--text",
+                                        "--help"};
+    assert_int_equal(run_regc(&p, "dump-graph", "--help", NULL), 0);
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strstr(p.out, flags[i]))
+            fail_msg("regc dump-graph --help does not mention %s:\n%s", flags[i], p.out);
+    regc_test_proc_free(&p);
+    assert_int_equal(run_regc(&p, "help", "dump-graph", NULL), 0);
+    assert_non_null(strstr(p.out, "--text"));
+    regc_test_proc_free(&p);
+    assert_int_equal(run_regc(&p, "--help", NULL), 0);
+    assert_non_null(strstr(p.out, "dump-graph"));
+    regc_test_proc_free(&p);
+    assert_int_equal(run_regc(&p, "train", "--help", NULL), 0);
+    assert_non_null(strstr(p.out, "--weights"));
+    regc_test_proc_free(&p);
+
+    /* Usage errors. */
+    char *out = join(f->dir, "g.txt");
+    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", NULL);
+    expect_cli_error(&p, 2, "regc dump-graph", "--out");
+    regc_test_proc_free(&p);
+    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--batch", "0", NULL);
+    expect_cli_error(&p, 2, "regc dump-graph", "--batch");
+    regc_test_proc_free(&p);
+    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--frob", "1", NULL);
+    expect_cli_error(&p, 2, "regc dump-graph", "--frob");
+    regc_test_proc_free(&p);
+    /* An error of the model leaves no file. */
+    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--seq", "257", "--out", out, NULL);
+    expect_cli_error(&p, 1, "gpt2-tiny", "exceeds n_positions 256");
+    regc_test_proc_free(&p);
+    assert_false(is_file(out));
+
+    /* --text: the readable listing. */
+    assert_int_equal(run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
+                              "16", "--text", "--out", out, NULL),
+                     0);
+    regc_test_proc_free(&p);
+    char *text = regc_test_read_file(out, NULL);
+    assert_non_null(text);
+    assert_true(text[0] != '{');
+    assert_non_null(strstr(text, "input_ids"));
+    assert_non_null(strstr(text, "transformer.h.3.mlp.c_fc.weight"));
+    free(text);
+
+    /* Shapes only: a 64B-parameter config.json without any weights dumps. */
+    char *big = join(f->dir, "big"), *bigjson = join(f->dir, "big.json");
+    assert_int_equal(mkdir(big, 0755), 0);
+    assert_int_equal(regc_test_write_text(big, "config.json",
+                                          "{\"model_type\": \"gpt2\", \"vocab_size\": 50257, "
+                                          "\"n_positions\": 4096, \"n_embd\": 8192, "
+                                          "\"n_layer\": 80, \"n_head\": 64}"),
+                     0);
+    assert_int_equal(run_regc(&p, "dump-graph", "--model", big, "--batch", "1", "--seq", "8",
+                              "--out", bigjson, NULL),
+                     0);
+    regc_test_proc_free(&p);
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load(bigjson, &m), REGC_OK);
+    assert_int_equal(regc_model_n_params(m), 2 + 80 * 12 + 2);
+    assert_true(regc_model_total_numel(m) > 60000000000LL);
+    assert_false(regc_model_has_weights(m));
+    assert_int_equal(regc_model_vocab(m), 50257);
+    regc_model_free(m);
+    free(big), free(bigjson), free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        regc_test_in_dir(test_graph_json_trains_bit_identically, setup),
+        regc_test_in_dir(test_graph_model_shapes_and_init, setup),
+        regc_test_in_dir(test_graph_model_errors, setup),
+        regc_test_in_dir(test_dump_graph_cli, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
