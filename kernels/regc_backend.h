@@ -117,12 +117,38 @@ struct regc_backend {
     void (*gelu_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
     void (*gelu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 
-    /* out, q: [batch, tq, n_head * head_dim]; k, v: [batch, tk, n_kv_head * head_dim] */
+    /* y = x * rstd * w over each row of cols, rstd = 1 / sqrt(mean(x^2) + eps): [rows] */
+    void (*rmsnorm_fwd)(regc_backend *be, float *y, float *rstd, const float *x, const float *w,
+                        int64_t rows, int64_t cols, float eps);
+    void (*rmsnorm_bwd)(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,
+                        const float *w, const float *rstd, int64_t rows, int64_t cols);
+    /* rotary embedding, HF Llama's rotate_half: x, y [batch, t, n_head * head_dim],
+     * cos, sin [t, head_dim / 2]; per head y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin
+     * over the halves x1 = x[:head_dim/2], x2 = x[head_dim/2:]; inverse = 1
+     * negates sin (the backward). head_dim is even. */
+    void (*rope)(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
+                 int64_t batch, int64_t t, int n_head, int head_dim, int inverse);
+    /* silu(x) = x * sigmoid(x) */
+    void (*silu_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
+    void (*silu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+    /* out = a * b elementwise */
+    void (*mul)(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
+    /* the exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (BERT's "gelu") */
+    void (*gelu_erf_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
+    void (*gelu_erf_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+
+    /* out, q: [batch, tq, n_head * head_dim]; k, v: [batch, tk, n_kv_head * head_dim].
+     * bias [n_head, tq, tk] or NULL: added to the scaled scores before the
+     * causal mask and softmax, the same for every batch row (T5). dbias
+     * [n_head, tq, tk] or NULL: the bias gradient, summed over the batch
+     * (wanted only when the forward had a bias; it needs bias too). */
     void (*attention_fwd)(regc_backend *be, float *out, float *lse, const float *q,
-                          const float *k, const float *v, const regc_attn_shape *s);
-    void (*attention_bwd)(regc_backend *be, float *dq, float *dk, float *dv,
+                          const float *k, const float *v, const float *bias,
+                          const regc_attn_shape *s);
+    void (*attention_bwd)(regc_backend *be, float *dq, float *dk, float *dv, float *dbias,
                           const float *dout, const float *q, const float *k, const float *v,
-                          const float *out, const float *lse, const regc_attn_shape *s);
+                          const float *bias, const float *out, const float *lse,
+                          const regc_attn_shape *s);
 
     /* loss[0] = mean over rows with targets[r] >= 0 of
      * lse[r] - logits[r, targets[r]]; rows with a negative target are ignored

@@ -153,13 +153,50 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
             if (accumulate(c, in[i], out[i]))
                 return REGC_ERR_SHAPE;
         return REGC_OK;
-    case REGC_OP_ATTENTION:
-        if (node_n(c, REGC_OP_ATTENTION_BWD, &n->attrs, 6,
-                   (int[]){dy, in[0], in[1], in[2], n->out[0], n->out[1]}, 3, out))
+    case REGC_OP_ATTENTION: {
+        /* with a score bias (input 3) the backward reads it and returns
+         * its gradient as a 4th output */
+        int has_bias = n->n_in == 4;
+        int bwd_in[7] = {dy, in[0], in[1], in[2], n->out[0], n->out[1], has_bias ? in[3] : -1};
+        if (node_n(c, REGC_OP_ATTENTION_BWD, &n->attrs, 6 + has_bias, bwd_in, 3 + has_bias, out))
             return REGC_ERR_SHAPE;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 3 + has_bias; i++)
             if (accumulate(c, in[i], out[i]))
                 return REGC_ERR_SHAPE;
+        return REGC_OK;
+    }
+    case REGC_OP_RMSNORM:
+        if (node_n(c, REGC_OP_RMSNORM_BWD, NULL, 4, (int[]){dy, in[0], in[1], n->out[1]}, 2, out))
+            return REGC_ERR_SHAPE;
+        for (int i = 0; i < 2; i++)
+            if (accumulate(c, in[i], out[i]))
+                return REGC_ERR_SHAPE;
+        return REGC_OK;
+    case REGC_OP_ROPE: {
+        /* A rotation's transpose is the rotation by the opposite angle: the
+         * same op with sin negated. cos and sin are position tables (graph
+         * inputs or constants shared by every layer), never trained, so
+         * they get no contribution: their gradient stays absent. */
+        regc_attrs a = n->attrs;
+        a.inverse = !a.inverse;
+        if (node_n(c, REGC_OP_ROPE, &a, 3, (int[]){dy, in[1], in[2]}, 1, out))
+            return REGC_ERR_SHAPE;
+        return accumulate(c, in[0], out[0]);
+    }
+    case REGC_OP_SILU:
+        if (node_n(c, REGC_OP_SILU_BWD, NULL, 2, (int[]){dy, in[0]}, 1, out))
+            return REGC_ERR_SHAPE;
+        return accumulate(c, in[0], out[0]);
+    case REGC_OP_GELU_ERF:
+        if (node_n(c, REGC_OP_GELU_ERF_BWD, NULL, 2, (int[]){dy, in[0]}, 1, out))
+            return REGC_ERR_SHAPE;
+        return accumulate(c, in[0], out[0]);
+    case REGC_OP_MUL:
+        /* d(a b) = dy b da + dy a db; each side only where it is needed */
+        if (c->needs[in[0]] && accumulate(c, in[0], regc_graph_mul(g, dy, in[1])))
+            return REGC_ERR_SHAPE;
+        if (c->needs[in[1]] && accumulate(c, in[1], regc_graph_mul(g, dy, in[0])))
+            return REGC_ERR_SHAPE;
         return REGC_OK;
     case REGC_OP_RESHAPE:
         return accumulate(c, in[0], as_shape_of(c, dy, in[0]));

@@ -208,7 +208,7 @@ static int run_node(regc_exec *x, const regc_node *n)
     case REGC_OP_ATTENTION:
         NEED(attention_fwd);
         attn_shape(x, n, n->in[0], n->in[1], &s);
-        be->attention_fwd(be, O(0), O(1), F(0), F(1), F(2), &s);
+        be->attention_fwd(be, O(0), O(1), F(0), F(1), F(2), n->n_in == 4 ? F(3) : NULL, &s);
         return REGC_OK;
     case REGC_OP_RESHAPE:
         be->copy_d2d(be, O(0), F(0), (size_t)numel(x, n->in[0]) *
@@ -226,6 +226,46 @@ static int run_node(regc_exec *x, const regc_node *n)
         be->cross_entropy_fwd(be, O(0), O(1), F(0), I(1), numel(x, n->in[0]) / cols, cols);
         return REGC_OK;
     }
+    case REGC_OP_RMSNORM: {
+        NEED(rmsnorm_fwd);
+        int64_t cols = last_dim(x, n->in[0]);
+        be->rmsnorm_fwd(be, O(0), O(1), F(0), F(1), numel(x, n->in[0]) / cols, cols,
+                        n->attrs.eps);
+        return REGC_OK;
+    }
+    case REGC_OP_RMSNORM_BWD: {
+        NEED(rmsnorm_bwd);
+        int64_t cols = last_dim(x, n->in[1]);
+        be->rmsnorm_bwd(be, O(0), O(1), F(0), F(1), F(2), F(3), numel(x, n->in[1]) / cols, cols);
+        return REGC_OK;
+    }
+    case REGC_OP_ROPE: {
+        NEED(rope);
+        const regc_tensor *t = regc_graph_tensor(x->g, n->in[0]); /* [B, T, H*D] */
+        be->rope(be, O(0), F(0), F(1), F(2), t->shape[0], t->shape[1], n->attrs.n_head,
+                 (int)(t->shape[2] / n->attrs.n_head), n->attrs.inverse);
+        return REGC_OK;
+    }
+    case REGC_OP_SILU:
+        NEED(silu_fwd);
+        be->silu_fwd(be, O(0), F(0), numel(x, n->in[0]));
+        return REGC_OK;
+    case REGC_OP_SILU_BWD:
+        NEED(silu_bwd);
+        be->silu_bwd(be, O(0), F(0), F(1), numel(x, n->in[1]));
+        return REGC_OK;
+    case REGC_OP_MUL:
+        NEED(mul);
+        be->mul(be, O(0), F(0), F(1), numel(x, n->out[0]));
+        return REGC_OK;
+    case REGC_OP_GELU_ERF:
+        NEED(gelu_erf_fwd);
+        be->gelu_erf_fwd(be, O(0), F(0), numel(x, n->in[0]));
+        return REGC_OK;
+    case REGC_OP_GELU_ERF_BWD:
+        NEED(gelu_erf_bwd);
+        be->gelu_erf_bwd(be, O(0), F(0), F(1), numel(x, n->in[1]));
+        return REGC_OK;
     case REGC_OP_FILL:
         be->fill(be, O(0), (size_t)numel(x, n->out[0]), n->attrs.value);
         return REGC_OK;
@@ -254,7 +294,9 @@ static int run_node(regc_exec *x, const regc_node *n)
     case REGC_OP_ATTENTION_BWD:
         NEED(attention_bwd);
         attn_shape(x, n, n->in[1], n->in[2], &s);
-        be->attention_bwd(be, O(0), O(1), O(2), F(0), F(1), F(2), F(3), F(4), F(5), &s);
+        /* 7 inputs: the forward had a score bias, whose gradient is output 3 */
+        be->attention_bwd(be, O(0), O(1), O(2), n->n_in == 7 ? O(3) : NULL, F(0), F(1), F(2),
+                          F(3), n->n_in == 7 ? F(6) : NULL, F(4), F(5), &s);
         return REGC_OK;
     case REGC_OP_CROSS_ENTROPY_BWD: {
         NEED(cross_entropy_bwd);

@@ -37,6 +37,11 @@ static const char *const op_names[REGC_OP_COUNT] = {
     [REGC_OP_RESHAPE] = "reshape",
     [REGC_OP_TRANSPOSE] = "transpose",
     [REGC_OP_CROSS_ENTROPY] = "cross_entropy",
+    [REGC_OP_RMSNORM] = "rmsnorm",
+    [REGC_OP_ROPE] = "rope",
+    [REGC_OP_SILU] = "silu",
+    [REGC_OP_MUL] = "mul",
+    [REGC_OP_GELU_ERF] = "gelu_erf",
     [REGC_OP_FILL] = "fill",
     [REGC_OP_SUM_ROWS] = "sum_rows",
     [REGC_OP_EMBEDDING_BWD] = "embedding_bwd",
@@ -44,6 +49,9 @@ static const char *const op_names[REGC_OP_COUNT] = {
     [REGC_OP_GELU_BWD] = "gelu_bwd",
     [REGC_OP_ATTENTION_BWD] = "attention_bwd",
     [REGC_OP_CROSS_ENTROPY_BWD] = "cross_entropy_bwd",
+    [REGC_OP_RMSNORM_BWD] = "rmsnorm_bwd",
+    [REGC_OP_SILU_BWD] = "silu_bwd",
+    [REGC_OP_GELU_ERF_BWD] = "gelu_erf_bwd",
 };
 
 const char *regc_op_name(regc_op op)
@@ -346,6 +354,14 @@ static int infer_attention(regc_op op, const regc_attrs *a, const regc_tensor *q
     return REGC_OK;
 }
 
+/* Attention's optional score bias: [n_head, Tq, Tk], shared by the batch. */
+static int want_bias(regc_op op, const regc_attrs *a, const regc_tensor *q, const regc_tensor *k,
+                     const regc_tensor *bias)
+{
+    int64_t s[3] = {a->n_head, q->shape[1], k->shape[1]};
+    return want_shape(op, bias, 3, s);
+}
+
 /* The shape rule of each op: checks the inputs and fills the outputs. */
 static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_tensor *const *x,
                          int n_out, out_spec *o, int out_ndim, const int64_t *out_shape)
@@ -353,20 +369,26 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     static const int want_in[REGC_OP_COUNT] = {
         [REGC_OP_EMBEDDING] = 2, [REGC_OP_ADD] = 2, [REGC_OP_BIAS_ADD] = 2,
         [REGC_OP_LAYERNORM] = 3, [REGC_OP_MATMUL] = 2, [REGC_OP_GELU] = 1,
-        [REGC_OP_SPLIT] = 1, [REGC_OP_CONCAT] = -1, [REGC_OP_ATTENTION] = 3,
+        [REGC_OP_SPLIT] = 1, [REGC_OP_CONCAT] = -1, [REGC_OP_ATTENTION] = -1,
         [REGC_OP_RESHAPE] = 1, [REGC_OP_TRANSPOSE] = 1, [REGC_OP_CROSS_ENTROPY] = 2,
+        [REGC_OP_RMSNORM] = 2, [REGC_OP_ROPE] = 3, [REGC_OP_SILU] = 1, [REGC_OP_MUL] = 2,
+        [REGC_OP_GELU_ERF] = 1,
         [REGC_OP_FILL] = 0, [REGC_OP_SUM_ROWS] = 1, [REGC_OP_EMBEDDING_BWD] = 2,
-        [REGC_OP_LAYERNORM_BWD] = 5, [REGC_OP_GELU_BWD] = 2, [REGC_OP_ATTENTION_BWD] = 6,
-        [REGC_OP_CROSS_ENTROPY_BWD] = 4,
+        [REGC_OP_LAYERNORM_BWD] = 5, [REGC_OP_GELU_BWD] = 2, [REGC_OP_ATTENTION_BWD] = -1,
+        [REGC_OP_CROSS_ENTROPY_BWD] = 4, [REGC_OP_RMSNORM_BWD] = 4, [REGC_OP_SILU_BWD] = 2,
+        [REGC_OP_GELU_ERF_BWD] = 2,
     };
     static const int want_out[REGC_OP_COUNT] = {
         [REGC_OP_EMBEDDING] = 1, [REGC_OP_ADD] = 1, [REGC_OP_BIAS_ADD] = 1,
         [REGC_OP_LAYERNORM] = 3, [REGC_OP_MATMUL] = 1, [REGC_OP_GELU] = 1,
         [REGC_OP_SPLIT] = -1, [REGC_OP_CONCAT] = 1, [REGC_OP_ATTENTION] = 2,
         [REGC_OP_RESHAPE] = 1, [REGC_OP_TRANSPOSE] = 1, [REGC_OP_CROSS_ENTROPY] = 2,
+        [REGC_OP_RMSNORM] = 2, [REGC_OP_ROPE] = 1, [REGC_OP_SILU] = 1, [REGC_OP_MUL] = 1,
+        [REGC_OP_GELU_ERF] = 1,
         [REGC_OP_FILL] = 1, [REGC_OP_SUM_ROWS] = 1, [REGC_OP_EMBEDDING_BWD] = 1,
-        [REGC_OP_LAYERNORM_BWD] = 3, [REGC_OP_GELU_BWD] = 1, [REGC_OP_ATTENTION_BWD] = 3,
-        [REGC_OP_CROSS_ENTROPY_BWD] = 1,
+        [REGC_OP_LAYERNORM_BWD] = 3, [REGC_OP_GELU_BWD] = 1, [REGC_OP_ATTENTION_BWD] = -1,
+        [REGC_OP_CROSS_ENTROPY_BWD] = 1, [REGC_OP_RMSNORM_BWD] = 2, [REGC_OP_SILU_BWD] = 1,
+        [REGC_OP_GELU_ERF_BWD] = 1,
     };
     const char *name = regc_op_name(op);
     if (want_in[op] >= 0 ? n_in != want_in[op] : (n_in < 1 || n_in > REGC_MAX_IO))
@@ -394,7 +416,10 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         spec_set(&o[0], REGC_F32, x[0]->ndim + 1, s);
         return REGC_OK;
     case REGC_OP_ADD:
+    case REGC_OP_MUL:
     case REGC_OP_GELU_BWD:
+    case REGC_OP_SILU_BWD:
+    case REGC_OP_GELU_ERF_BWD:
         if (!same_shape(x[0], x[1]))
             return bad(op, x[1], "shape differs from the first input");
         spec_like(&o[0], x[0]);
@@ -440,6 +465,8 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         return REGC_OK;
     }
     case REGC_OP_GELU:
+    case REGC_OP_SILU:
+    case REGC_OP_GELU_ERF:
         spec_like(&o[0], x[0]);
         return REGC_OK;
     case REGC_OP_SPLIT:
@@ -460,7 +487,12 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         o[0].shape[x[0]->ndim - 1] *= n_in;
         return REGC_OK;
     case REGC_OP_ATTENTION: {
-        if (infer_attention(op, a, x[0], x[1], x[2]))
+        /* q, k, v and optionally T5's additive score bias */
+        if (n_in != 3 && n_in != 4)
+            return regc_error(REGC_ERR_ARG, "%s: %d inputs given (3, or 4 with a bias)", name,
+                              n_in);
+        if (infer_attention(op, a, x[0], x[1], x[2]) ||
+            (n_in == 4 && want_bias(op, a, x[0], x[1], x[3])))
             return REGC_ERR_SHAPE;
         spec_like(&o[0], x[0]);
         int64_t lse[3] = {x[0]->shape[0], a->n_head, x[0]->shape[1]};
@@ -496,6 +528,39 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         spec_set(&o[0], REGC_F32, 0, NULL);
         spec_set(&o[1], REGC_F32, x[1]->ndim, x[1]->shape);
         return REGC_OK;
+    case REGC_OP_RMSNORM: {
+        int64_t c = last_dim(x[0]);
+        if (x[0]->ndim < 1 || want_shape(op, x[1], 1, &c))
+            return x[0]->ndim < 1 ? bad(op, x[0], "a scalar has no last axis") : REGC_ERR_SHAPE;
+        if (!(a->eps > 0.0f))
+            return regc_error(REGC_ERR_ARG, "%s: eps must be positive", name);
+        spec_like(&o[0], x[0]);
+        spec_set(&o[1], REGC_F32, x[0]->ndim - 1, x[0]->shape);
+        return REGC_OK;
+    }
+    case REGC_OP_ROPE: {
+        if (a->n_head < 1)
+            return regc_error(REGC_ERR_ARG, "%s: n_head %d must be positive", name, a->n_head);
+        if (a->inverse != 0 && a->inverse != 1)
+            return regc_error(REGC_ERR_ARG, "%s: inverse must be 0 or 1", name);
+        /* the head dimension splits into two halves, so it must be even */
+        if (x[0]->ndim != 3 || x[0]->shape[2] % (2 * a->n_head))
+            return bad(op, x[0], "expected [B, T, n_head * head_dim] with an even head_dim");
+        int64_t cs[2] = {x[0]->shape[1], x[0]->shape[2] / a->n_head / 2};
+        if (want_shape(op, x[1], 2, cs) || want_shape(op, x[2], 2, cs))
+            return REGC_ERR_SHAPE;
+        spec_like(&o[0], x[0]);
+        return REGC_OK;
+    }
+    case REGC_OP_RMSNORM_BWD: {
+        int64_t c = last_dim(x[1]);
+        if (x[1]->ndim < 1 || !same_shape(x[0], x[1]) || want_shape(op, x[2], 1, &c) ||
+            want_shape(op, x[3], x[1]->ndim - 1, x[1]->shape))
+            return bad(op, x[0], "inputs do not match (dy, x, w, rstd)");
+        spec_like(&o[0], x[1]);
+        spec_set(&o[1], REGC_F32, 1, &c);
+        return REGC_OK;
+    }
     case REGC_OP_FILL:
         if (out_ndim < 0 || out_ndim > REGC_MAX_DIMS || (out_ndim > 0 && !out_shape))
             return regc_error(REGC_ERR_ARG, "%s: no target shape", name);
@@ -529,7 +594,13 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         return REGC_OK;
     }
     case REGC_OP_ATTENTION_BWD: {
-        if (infer_attention(op, a, x[1], x[2], x[3]))
+        /* a forward with a bias reads it again and returns its gradient too */
+        if ((n_in != 6 && n_in != 7) || n_out != n_in - 3)
+            return regc_error(REGC_ERR_ARG,
+                              "%s: %d inputs and %d outputs (6 and 3, or 7 and 4 with a bias)",
+                              name, n_in, n_out);
+        if (infer_attention(op, a, x[1], x[2], x[3]) ||
+            (n_in == 7 && want_bias(op, a, x[1], x[2], x[6])))
             return REGC_ERR_SHAPE;
         int64_t lse[3] = {x[1]->shape[0], a->n_head, x[1]->shape[1]};
         if (!same_shape(x[0], x[1]) || !same_shape(x[4], x[1]) || want_shape(op, x[5], 3, lse))
@@ -537,6 +608,8 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         spec_like(&o[0], x[1]);
         spec_like(&o[1], x[2]);
         spec_like(&o[2], x[3]);
+        if (n_out == 4)
+            spec_like(&o[3], x[6]);
         return REGC_OK;
     }
     case REGC_OP_CROSS_ENTROPY_BWD:
@@ -603,91 +676,4 @@ int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int 
     }
     g->nodes[g->n_nodes++] = node;
     return index;
-}
-
-/* ---------------------------------------------------------------- helpers */
-
-static int one_output(regc_graph *g, regc_op op, const regc_attrs *a, int n_in, const int *in)
-{
-    int out[REGC_MAX_IO] = {0};
-    int rc = regc_graph_add_node(g, op, a, n_in, in, 1, out, 0, NULL);
-    return rc < 0 ? rc : out[0];
-}
-
-int regc_graph_embedding(regc_graph *g, int ids, int table)
-{
-    return one_output(g, REGC_OP_EMBEDDING, NULL, 2, (int[]){ids, table});
-}
-
-int regc_graph_add(regc_graph *g, int a, int b)
-{
-    return one_output(g, REGC_OP_ADD, NULL, 2, (int[]){a, b});
-}
-
-int regc_graph_bias_add(regc_graph *g, int x, int b)
-{
-    return one_output(g, REGC_OP_BIAS_ADD, NULL, 2, (int[]){x, b});
-}
-
-int regc_graph_layernorm(regc_graph *g, int x, int w, int b, float eps)
-{
-    regc_attrs a = {.eps = eps};
-    int out[3] = {0};
-    int rc = regc_graph_add_node(g, REGC_OP_LAYERNORM, &a, 3, (int[]){x, w, b}, 3, out, 0, NULL);
-    return rc < 0 ? rc : out[0];
-}
-
-int regc_graph_matmul(regc_graph *g, int a, int b, int trans_a, int trans_b)
-{
-    regc_attrs at = {.trans_a = trans_a, .trans_b = trans_b};
-    return one_output(g, REGC_OP_MATMUL, &at, 2, (int[]){a, b});
-}
-
-int regc_graph_gelu(regc_graph *g, int x)
-{
-    return one_output(g, REGC_OP_GELU, NULL, 1, &x);
-}
-
-int regc_graph_split(regc_graph *g, int x, int parts, int *out)
-{
-    int rc = regc_graph_add_node(g, REGC_OP_SPLIT, NULL, 1, &x, parts, out, 0, NULL);
-    return rc < 0 ? rc : REGC_OK;
-}
-
-int regc_graph_concat(regc_graph *g, int n, const int *xs)
-{
-    return one_output(g, REGC_OP_CONCAT, NULL, n, xs);
-}
-
-int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head,
-                         int causal, float scale)
-{
-    regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
-    int out[2] = {0};
-    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 3, (int[]){q, k, v}, 2, out, 0, NULL);
-    return rc < 0 ? rc : out[0];
-}
-
-int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape)
-{
-    int out[1] = {0};
-    int rc = regc_graph_add_node(g, REGC_OP_RESHAPE, NULL, 1, &x, 1, out, ndim, shape);
-    return rc < 0 ? rc : out[0];
-}
-
-int regc_graph_transpose(regc_graph *g, int x, const int *perm)
-{
-    regc_attrs a = {0};
-    const regc_tensor *t = regc_graph_tensor(g, x);
-    for (int i = 0; t && i < t->ndim; i++)
-        a.perm[i] = perm[i];
-    return one_output(g, REGC_OP_TRANSPOSE, &a, 1, &x);
-}
-
-int regc_graph_cross_entropy(regc_graph *g, int logits, int targets)
-{
-    int out[2] = {0};
-    int rc = regc_graph_add_node(g, REGC_OP_CROSS_ENTROPY, NULL, 2, (int[]){logits, targets}, 2,
-                                 out, 0, NULL);
-    return rc < 0 ? rc : out[0];
 }

@@ -26,12 +26,16 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
         fprintf(f, " trans_a=%d trans_b=%d", a->trans_a, a->trans_b);
         break;
     case REGC_OP_LAYERNORM:
+    case REGC_OP_RMSNORM:
         fprintf(f, " eps=%g", a->eps);
         break;
     case REGC_OP_ATTENTION:
     case REGC_OP_ATTENTION_BWD:
         fprintf(f, " n_head=%d n_kv_head=%d causal=%d scale=%g", a->n_head, a->n_kv_head,
                 a->causal, a->scale);
+        break;
+    case REGC_OP_ROPE:
+        fprintf(f, " n_head=%d inverse=%d", a->n_head, a->inverse);
         break;
     case REGC_OP_TRANSPOSE:
         fprintf(f, " perm=");

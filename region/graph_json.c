@@ -22,13 +22,18 @@
 #define GRAPH_VERSION 1
 
 /* Which attributes each op carries in JSON. */
-enum { A_TRANS = 1, A_EPS = 2, A_HEADS = 4, A_PERM = 8, A_VALUE = 16, A_VOCAB = 32, A_SHAPE = 64 };
+enum {
+    A_TRANS = 1, A_EPS = 2, A_HEADS = 4, A_PERM = 8, A_VALUE = 16, A_VOCAB = 32, A_SHAPE = 64,
+    A_ROPE = 128,
+};
 
 static int op_attr_set(regc_op op)
 {
     switch (op) {
     case REGC_OP_MATMUL: return A_TRANS;
-    case REGC_OP_LAYERNORM: return A_EPS;
+    case REGC_OP_LAYERNORM:
+    case REGC_OP_RMSNORM: return A_EPS;
+    case REGC_OP_ROPE: return A_ROPE;
     case REGC_OP_ATTENTION:
     case REGC_OP_ATTENTION_BWD: return A_HEADS;
     case REGC_OP_TRANSPOSE: return A_PERM;
@@ -77,6 +82,10 @@ static cJSON *node_to_json(const regc_graph *g, const regc_node *n)
         cJSON_AddNumberToObject(o, "n_kv_head", a->n_kv_head);
         cJSON_AddNumberToObject(o, "causal", a->causal);
         cJSON_AddNumberToObject(o, "scale", a->scale);
+    }
+    if (set & A_ROPE) {
+        cJSON_AddNumberToObject(o, "n_head", a->n_head);
+        cJSON_AddNumberToObject(o, "inverse", a->inverse);
     }
     if (set & A_PERM)
         cJSON_AddItemToObject(o, "perm", int_array(a->perm, regc_graph_tensor(g, n->in[0])->ndim));
@@ -255,6 +264,12 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
         if (get_int(c, o, "causal", 0, 1, &v)) return REGC_ERR_FORMAT;
         a.causal = (int)v;
         if (get_float(c, o, "scale", &a.scale)) return REGC_ERR_FORMAT;
+    }
+    if (set & A_ROPE) {
+        if (get_int(c, o, "n_head", 1, 1 << 20, &v)) return REGC_ERR_FORMAT;
+        a.n_head = (int)v;
+        if (get_int(c, o, "inverse", 0, 1, &v)) return REGC_ERR_FORMAT;
+        a.inverse = (int)v;
     }
     if (set & A_PERM) {
         int64_t perm[REGC_MAX_DIMS];

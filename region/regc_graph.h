@@ -32,18 +32,34 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   GELU          (x) tanh form                           -> x's shape
  *   SPLIT         (x [..., n*C]) into n equal parts on the last axis -> n x [..., C]
  *   CONCAT        (x1..xn [..., C]) on the last axis       -> [..., n*C]
- *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D]) n_head, n_kv_head,
- *                 causal, scale                           -> out [B, Tq, H*D], lse [B, H, Tq]
+ *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D] [, bias [H, Tq, Tk]])
+ *                 n_head, n_kv_head, causal, scale        -> out [B, Tq, H*D], lse [B, H, Tq]
+ *                 bias (T5's position bias) is added to the scaled scores
+ *                 before masking and softmax, the same for every batch row
  *   RESHAPE       (x) to the output's shape, same element count (a view)
  *   TRANSPOSE     (x) perm                                -> x.shape[perm[i]]
  *   CROSS_ENTROPY (logits [..., V], targets i32 [...])    -> loss [] (mean), lse [...]
+ *   RMSNORM       (x [..., C], w [C]) eps                  -> y, rstd [...]
+ *                 y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps)
+ *   ROPE          (x [B, T, H*D], cos [T, D/2], sin [T, D/2]) n_head, inverse -> x's shape
+ *                 per head, halves x1 = x[:D/2], x2 = x[D/2:] (HF Llama's
+ *                 rotate_half): y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin;
+ *                 inverse = 1 negates sin (the backward rotation). cos and
+ *                 sin are constants: autodiff gives them no gradient
+ *   SILU          (x) x * sigmoid(x)                       -> x's shape
+ *   MUL           (a, b) elementwise, same shape           -> a's shape
+ *   GELU_ERF      (x) exact form 0.5 x (1 + erf(x / sqrt 2)) -> x's shape
  *   FILL          () value                                 -> the given shape
  *   SUM_ROWS      (x [..., S...])                          -> [S...] summed over leading dims
  *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
  *   LAYERNORM_BWD (dy, x, w, mean, rstd)                   -> dx, dw, db
  *   GELU_BWD      (dy, x)                                  -> dx
- *   ATTENTION_BWD (dout, q, k, v, out, lse) as ATTENTION   -> dq, dk, dv
- *   CROSS_ENTROPY_BWD (dloss [], logits, targets, lse)     -> dlogits */
+ *   ATTENTION_BWD (dout, q, k, v, out, lse [, bias]) as ATTENTION -> dq, dk, dv [, dbias]
+ *                 dbias [H, Tq, Tk] (summed over the batch) only with a bias
+ *   CROSS_ENTROPY_BWD (dloss [], logits, targets, lse)     -> dlogits
+ *   RMSNORM_BWD   (dy, x, w, rstd)                         -> dx, dw
+ *   SILU_BWD      (dy, x)                                  -> dx
+ *   GELU_ERF_BWD  (dy, x)                                  -> dx */
 typedef enum {
     REGC_OP_EMBEDDING,
     REGC_OP_ADD,
@@ -57,6 +73,11 @@ typedef enum {
     REGC_OP_RESHAPE,
     REGC_OP_TRANSPOSE,
     REGC_OP_CROSS_ENTROPY,
+    REGC_OP_RMSNORM,
+    REGC_OP_ROPE,
+    REGC_OP_SILU,
+    REGC_OP_MUL,
+    REGC_OP_GELU_ERF,
     REGC_OP_FILL,
     REGC_OP_SUM_ROWS,
     REGC_OP_EMBEDDING_BWD,
@@ -64,14 +85,18 @@ typedef enum {
     REGC_OP_GELU_BWD,
     REGC_OP_ATTENTION_BWD,
     REGC_OP_CROSS_ENTROPY_BWD,
+    REGC_OP_RMSNORM_BWD,
+    REGC_OP_SILU_BWD,
+    REGC_OP_GELU_ERF_BWD,
     REGC_OP_COUNT
 } regc_op;
 
 /* Attributes of a node; each op reads only its own fields (the rest stay 0). */
 typedef struct {
     int trans_a, trans_b;     /* MATMUL */
-    float eps;                /* LAYERNORM */
-    int n_head, n_kv_head;    /* ATTENTION, ATTENTION_BWD */
+    float eps;                /* LAYERNORM, RMSNORM */
+    int n_head, n_kv_head;    /* ATTENTION, ATTENTION_BWD; n_head also ROPE */
+    int inverse;              /* ROPE: rotate backwards (negated sin) */
     int causal;               /* ATTENTION, ATTENTION_BWD */
     float scale;              /* ATTENTION, ATTENTION_BWD */
     int perm[REGC_MAX_DIMS];  /* TRANSPOSE */
@@ -139,6 +164,14 @@ int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_k
 int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape);
 int regc_graph_transpose(regc_graph *g, int x, const int *perm);
 int regc_graph_cross_entropy(regc_graph *g, int logits, int targets);
+/* attention with an additive score bias [n_head, Tq, Tk] (T5) */
+int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int n_head,
+                              int n_kv_head, int causal, float scale);
+int regc_graph_rmsnorm(regc_graph *g, int x, int w, float eps);
+int regc_graph_rope(regc_graph *g, int x, int cos, int sin, int n_head);
+int regc_graph_silu(regc_graph *g, int x);
+int regc_graph_mul(regc_graph *g, int a, int b);
+int regc_graph_gelu_erf(regc_graph *g, int x);
 
 /* ---- facts about ops, dtypes and tensors */
 const char *regc_op_name(regc_op op);

@@ -23,12 +23,22 @@ static regc_graph *every_op_graph(void)
     int lnb = regc_graph_add_tensor(g, "ln.b", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){6});
     int w = regc_graph_add_tensor(g, "w", REGC_F32, REGC_ROLE_PARAM, 2, (int64_t[]){6, 18});
     int b = regc_graph_add_tensor(g, "b", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){18});
+    int rmsw = regc_graph_add_tensor(g, "rms.w", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){6});
+    int pos = regc_graph_add_tensor(g, "pos_bias", REGC_F32, REGC_ROLE_PARAM, 3,
+                                    (int64_t[]){2, 4, 4});
+    /* RoPE tables for 3 heads of head_dim 2: [T, head_dim / 2] */
+    int cs = regc_graph_add_tensor(g, "cos", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
+    int sn = regc_graph_add_tensor(g, "sin", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
     int x = regc_graph_embedding(g, ids, wte);                    /* [2, 4, 6] */
     int h = regc_graph_layernorm(g, x, lnw, lnb, 1e-5f);         /* [2, 4, 6] */
-    int qkv = regc_graph_bias_add(g, regc_graph_matmul(g, h, w, 0, 0), b); /* [2, 4, 18] */
+    int hr = regc_graph_rmsnorm(g, h, rmsw, 1e-6f);              /* [2, 4, 6] */
+    int qkv = regc_graph_bias_add(g, regc_graph_matmul(g, hr, w, 0, 0), b); /* [2, 4, 18] */
     int parts[3];
     assert_int_equal(regc_graph_split(g, qkv, 3, parts), 0);    /* 3 x [2, 4, 6] */
-    int a = regc_graph_attention(g, parts[0], parts[1], parts[2], 2, 2, 1, 0.5f);
+    int qr = regc_graph_rope(g, parts[0], cs, sn, 3);            /* [2, 4, 6] */
+    int a0 = regc_graph_attention(g, qr, parts[1], parts[2], 2, 2, 1, 0.5f); /* [2, 4, 6] */
+    int ab = regc_graph_attention_bias(g, parts[0], parts[1], parts[2], pos, 2, 2, 0, 1.0f);
+    int a = regc_graph_mul(g, regc_graph_silu(g, a0), regc_graph_gelu_erf(g, ab)); /* [2, 4, 6] */
     int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
     int r = regc_graph_reshape(g, regc_graph_transpose(g, t, (int[]){1, 0, 2}), 3,
                                (int64_t[]){2, 4, 6});
@@ -90,8 +100,42 @@ static void test_dump_lists_params_and_nodes(void **state)
     assert_non_null(strstr(buf, "= matmul("));
     assert_non_null(strstr(buf, "n_head=2 n_kv_head=2 causal=1"));
     assert_non_null(strstr(buf, "= attention_bwd("));
+    assert_non_null(strstr(buf, "= rope("));
+    assert_non_null(strstr(buf, "n_head=3 inverse=1")); /* the backward rotation */
+    assert_non_null(strstr(buf, "= rmsnorm_bwd("));
     assert_non_null(strstr(buf, "output %"));
     free(buf);
+    regc_graph_free(g);
+}
+
+static void test_new_op_shape_errors(void **state)
+{
+    (void)state;
+    regc_graph *g = regc_graph_new();
+    int x = regc_graph_add_tensor(g, "x", REGC_F32, REGC_ROLE_INPUT, 3, (int64_t[]){2, 4, 6});
+    int w5 = regc_graph_add_tensor(g, "w5", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){5});
+    int cs = regc_graph_add_tensor(g, "cos", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
+    int bias = regc_graph_add_tensor(g, "bias", REGC_F32, REGC_ROLE_PARAM, 3,
+                                     (int64_t[]){2, 4, 5});
+    assert_true(regc_graph_rmsnorm(g, x, w5, 1e-6f) < 0);
+    assert_non_null(strstr(regc_error_message(), "rmsnorm"));
+    assert_non_null(strstr(regc_error_message(), "w5 [5]"));
+    assert_true(regc_graph_rope(g, x, cs, cs, 2) < 0); /* head_dim 3 is odd */
+    assert_non_null(strstr(regc_error_message(), "even head_dim"));
+    assert_true(regc_graph_rope(g, x, cs, cs, 1) < 0); /* tables must be [4, 3] */
+    assert_non_null(strstr(regc_error_message(), "cos [4, 1]"));
+    assert_true(regc_graph_mul(g, x, cs) < 0);
+    assert_non_null(strstr(regc_error_message(), "mul"));
+    assert_true(regc_graph_attention_bias(g, x, x, x, bias, 2, 2, 0, 1.0f) < 0);
+    assert_non_null(strstr(regc_error_message(), "expected shape [2, 4, 4]"));
+    /* the backward of an unbiased attention has no bias gradient to give */
+    int out[4];
+    int lse = regc_graph_add_tensor(g, "lse", REGC_F32, REGC_ROLE_INPUT, 3, (int64_t[]){2, 2, 4});
+    regc_attrs a = {.n_head = 2, .n_kv_head = 2, .scale = 1.0f};
+    assert_true(regc_graph_add_node(g, REGC_OP_ATTENTION_BWD, &a, 6, (int[]){x, x, x, x, x, lse},
+                                    4, out, 0, NULL) < 0);
+    assert_non_null(strstr(regc_error_message(), "7 and 4 with a bias"));
+    assert_int_equal(regc_graph_n_nodes(g), 0);
     regc_graph_free(g);
 }
 
@@ -217,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_json_round_trip_is_exact),
         cmocka_unit_test(test_dump_lists_params_and_nodes),
         cmocka_unit_test(test_shape_errors_name_the_tensors),
+        cmocka_unit_test(test_new_op_shape_errors),
         cmocka_unit_test(test_shape_only_graph_is_small),
         cmocka_unit_test(test_json_malformed),
         cmocka_unit_test(test_json_dangling_and_cyclic_ids),

@@ -378,7 +378,7 @@ static void test_attention_reference(void **state)
 {
     (void)state;
     const cJSON *cases = regc_test_json_get(g_ref, "attention"), *c;
-    int count = 0;
+    int count = 0, n_bias = 0;
     cJSON_ArrayForEach(c, cases) {
         regc_attn_shape s = {
             .batch = (int64_t)num(c, "batch"), .tq = (int64_t)num(c, "tq"),
@@ -392,19 +392,93 @@ static void test_attention_reference(void **state)
         float *v = ref_input(c, "v", nkv), *dout = ref_input(c, "dout", nq);
         float *out = regc_test_dev_nan(be, nq), *lse = regc_test_dev_nan(be, nl);
         float *dq = regc_test_dev_nan(be, nq), *dk = regc_test_dev_nan(be, nkv), *dv = regc_test_dev_nan(be, nkv);
+        /* T5's cases carry a position bias [n_head, tq, tk] and expect its gradient */
+        const int has_bias = cJSON_HasObjectItem(regc_test_json_get(c, "inputs"), "bias");
+        const size_t nb = (size_t)(s.n_head * s.tq * s.tk);
+        float *bias = has_bias ? ref_input(c, "bias", nb) : NULL;
+        float *dbias = has_bias ? regc_test_dev_nan(be, nb) : NULL;
         char what[64];
-        snprintf(what, sizeof what, "attention case %d (causal=%d)", count, s.causal);
-        be->attention_fwd(be, out, lse, q, k, v, &s);
+        snprintf(what, sizeof what, "attention case %d (causal=%d bias=%d)", count, s.causal,
+                 has_bias);
+        be->attention_fwd(be, out, lse, q, k, v, bias, &s);
         ref_check(c, "out", out, nq, what);
         ref_check(c, "lse", lse, nl, what);
-        be->attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &s);
+        be->attention_bwd(be, dq, dk, dv, dbias, dout, q, k, v, bias, out, lse, &s);
+        assert_int_equal(be->sync(be), REGC_OK);
         ref_check(c, "dq", dq, nq, what);
         ref_check(c, "dk", dk, nkv, what);
         ref_check(c, "dv", dv, nkv, what);
+        if (has_bias)
+            ref_check(c, "dbias", dbias, nb, what);
+        n_bias += has_bias;
         regc_test_release_all();
         count++;
     }
     assert_true(count >= 2);
+    assert_true(n_bias >= 2); /* a causal and a cross-attention case with a bias */
+}
+
+static void test_rmsnorm_reference(void **state)
+{
+    (void)state;
+    const cJSON *c = regc_test_json_get(g_ref, "rmsnorm");
+    const int64_t rows = (int64_t)num(c, "rows"), cols = (int64_t)num(c, "cols");
+    const size_t n = (size_t)(rows * cols);
+    float *x = ref_input(c, "x", n), *w = ref_input(c, "w", (size_t)cols);
+    float *dy = ref_input(c, "dy", n);
+    float *y = regc_test_dev_nan(be, n), *rstd = regc_test_dev_nan(be, (size_t)rows);
+    float *dx = regc_test_dev_nan(be, n), *dw = regc_test_dev_nan(be, (size_t)cols);
+    be->rmsnorm_fwd(be, y, rstd, x, w, rows, cols, (float)regc_test_json_number(c, "eps"));
+    ref_check(c, "y", y, n, "rmsnorm");
+    ref_check(c, "rstd", rstd, (size_t)rows, "rmsnorm");
+    be->rmsnorm_bwd(be, dx, dw, dy, x, w, rstd, rows, cols);
+    ref_check(c, "dx", dx, n, "rmsnorm");
+    ref_check(c, "dw", dw, (size_t)cols, "rmsnorm");
+}
+
+static void test_rope_reference(void **state)
+{
+    (void)state;
+    const cJSON *c = regc_test_json_get(g_ref, "rope");
+    const int64_t batch = (int64_t)num(c, "batch"), t = (int64_t)num(c, "t");
+    const int n_head = (int)num(c, "n_head"), head_dim = (int)num(c, "head_dim");
+    const size_t n = (size_t)(batch * t * n_head * head_dim), nc = (size_t)(t * head_dim / 2);
+    /* the tables are stored as values: the frontend computes them, not the rng */
+    double *cos_d = regc_test_json_doubles(c, "cos", nc), *sin_d = regc_test_json_doubles(c, "sin", nc);
+    float *cos_h = regc_test_host_floats(nc), *sin_h = regc_test_host_floats(nc);
+    for (size_t i = 0; i < nc; i++) {
+        cos_h[i] = (float)cos_d[i];
+        sin_h[i] = (float)sin_d[i];
+    }
+    free(cos_d);
+    free(sin_d);
+    float *cs = regc_test_upload(be, cos_h, nc), *sn = regc_test_upload(be, sin_h, nc);
+    float *x = ref_input(c, "x", n), *dy = ref_input(c, "dy", n);
+    float *y = regc_test_dev_nan(be, n), *dx = regc_test_dev_nan(be, n);
+    be->rope(be, y, x, cs, sn, batch, t, n_head, head_dim, 0);
+    be->rope(be, dx, dy, cs, sn, batch, t, n_head, head_dim, 1); /* backward: inverse rotation */
+    assert_int_equal(be->sync(be), REGC_OK);
+    ref_check(c, "y", y, n, "rope");
+    ref_check(c, "dx", dx, n, "rope");
+}
+
+static void test_activations_reference(void **state)
+{
+    (void)state;
+    const cJSON *c = regc_test_json_get(g_ref, "activations");
+    const size_t n = num(c, "n");
+    float *x = ref_input(c, "x", n), *dy = ref_input(c, "dy", n), *b = ref_input(c, "b", n);
+    float *y = regc_test_dev_nan(be, n), *dx = regc_test_dev_nan(be, n);
+    be->silu_fwd(be, y, x, (int64_t)n);
+    be->silu_bwd(be, dx, dy, x, (int64_t)n);
+    ref_check(c, "silu", y, n, "silu");
+    ref_check(c, "silu_dx", dx, n, "silu");
+    be->gelu_erf_fwd(be, y, x, (int64_t)n);
+    be->gelu_erf_bwd(be, dx, dy, x, (int64_t)n);
+    ref_check(c, "gelu_erf", y, n, "gelu_erf");
+    ref_check(c, "gelu_erf_dx", dx, n, "gelu_erf");
+    be->mul(be, y, x, b, (int64_t)n);
+    ref_check(c, "mul", y, n, "mul");
 }
 
 static void test_cross_entropy_reference(void **state)
@@ -534,6 +608,9 @@ int main(void)
         regc_test_with_buffers(test_layernorm_reference),
         regc_test_with_buffers(test_gelu_reference),
         regc_test_with_buffers(test_attention_reference),
+        regc_test_with_buffers(test_rmsnorm_reference),
+        regc_test_with_buffers(test_rope_reference),
+        regc_test_with_buffers(test_activations_reference),
         regc_test_with_buffers(test_cross_entropy_reference),
         regc_test_with_buffers(test_embedding_reference),
         regc_test_with_buffers(test_elementwise_reference),

@@ -60,10 +60,11 @@ static size_t kv_count(const regc_attn_shape *s)
 }
 
 /* Attention written out in double with an explicit probability row: out,
- * lse and the gradients for upstream gradient dout. */
+ * lse and the gradients for upstream gradient dout; with a score bias
+ * [H, tq, tk] (or NULL) also its gradient dbias, summed over the batch. */
 static void naive_attention(const regc_attn_shape *s, const float *q, const float *k,
-                            const float *v, const float *dout, double *out, double *lse,
-                            double *dq, double *dk, double *dv)
+                            const float *v, const float *dout, const float *bias, double *out,
+                            double *lse, double *dq, double *dk, double *dv, double *dbias)
 {
     const int64_t H = s->n_head, Hkv = s->n_kv_head, D = s->head_dim, rep = H / Hkv;
     const int64_t qld = H * D, kvld = Hkv * D;
@@ -72,6 +73,8 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
     assert_non_null(dp);
     memset(dk, 0, kv_count(s) * sizeof *dk);
     memset(dv, 0, kv_count(s) * sizeof *dv);
+    if (dbias)
+        memset(dbias, 0, (size_t)(H * s->tq * s->tk) * sizeof *dbias);
     for (int64_t b = 0; b < s->batch; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < s->tq; i++) {
@@ -84,7 +87,7 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
                     double d = 0.0;
                     for (int64_t e = 0; e < D; e++)
                         d += (double)qi[e] * kj[e];
-                    p[j] = d * s->scale;
+                    p[j] = d * s->scale + (bias ? bias[(h * s->tq + i) * s->tk + j] : 0.0);
                     mx = fmax(mx, p[j]);
                 }
                 for (int64_t j = 0; j < nk; j++)
@@ -109,6 +112,8 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
                     double *dkj = dk + (b * s->tk + j) * kvld + g * D;
                     double *dvj = dv + (b * s->tk + j) * kvld + g * D;
                     const double ds = p[j] * (dp[j] - delta) * s->scale;
+                    if (dbias)
+                        dbias[(h * s->tq + i) * s->tk + j] += p[j] * (dp[j] - delta);
                     for (int64_t e = 0; e < D; e++) {
                         dqi[e] += ds * kj[e];
                         dkj[e] += ds * qi[e];
@@ -135,23 +140,31 @@ static void attention_inputs(regc_backend *dev, const regc_attn_shape *s, uint64
     *dout = regc_test_upload(dev, *hdo, q_count(s));
 }
 
-static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed)
+static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_bias)
 {
     const size_t nq = q_count(&s), nkv = kv_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
+    const size_t nb = (size_t)(s.n_head * s.tq * s.tk);
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     attention_inputs(be, &s, seed, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
+    float *hb = with_bias ? regc_test_host_uniform(nb, seed + 7, 0.0f, 2.0f) : NULL;
+    float *bias = with_bias ? regc_test_upload(be, hb, nb) : NULL;
+    float *dbias = with_bias ? regc_test_dev_nan(be, nb) : NULL;
     float *out = regc_test_dev_nan(be, nq), *lse = regc_test_dev_nan(be, nl);
     float *dq = regc_test_dev_nan(be, nq), *dk = regc_test_dev_nan(be, nkv);
     float *dv = regc_test_dev_nan(be, nkv);
-    be->attention_fwd(be, out, lse, q, k, v, &s);
-    be->attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &s);
+    be->attention_fwd(be, out, lse, q, k, v, bias, &s);
+    be->attention_bwd(be, dq, dk, dv, dbias, dout, q, k, v, bias, out, lse, &s);
+    assert_int_equal(be->sync(be), REGC_OK);
     double *w_out = regc_test_host_doubles(nq), *w_lse = regc_test_host_doubles(nl);
     double *w_dq = regc_test_host_doubles(nq), *w_dk = regc_test_host_doubles(nkv);
     double *w_dv = regc_test_host_doubles(nkv);
-    naive_attention(&s, hq, hk, hv, hdo, w_out, w_lse, w_dq, w_dk, w_dv);
+    double *w_db = with_bias ? regc_test_host_doubles(nb) : NULL;
+    naive_attention(&s, hq, hk, hv, hdo, hb, w_out, w_lse, w_dq, w_dk, w_dv, w_db);
     char what[96];
-    snprintf(what, sizeof what, "attention T=%lld D=%d H=%d/%d causal=%d", (long long)s.tq,
-             s.head_dim, s.n_head, s.n_kv_head, s.causal);
+    snprintf(what, sizeof what, "attention T=%lld D=%d H=%d/%d causal=%d bias=%d",
+             (long long)s.tq, s.head_dim, s.n_head, s.n_kv_head, s.causal, with_bias);
+    if (with_bias)
+        regc_test_assert_close(what, regc_test_download(be, dbias, nb), w_db, nb, 3e-5, 3e-5);
     regc_test_assert_close(what, regc_test_download(be, out, nq), w_out, nq, 3e-5, 3e-5);
     regc_test_assert_close(what, regc_test_download(be, lse, nl), w_lse, nl, 3e-5, 3e-5);
     regc_test_assert_close(what, regc_test_download(be, dq, nq), w_dq, nq, 3e-5, 3e-5);
@@ -163,9 +176,12 @@ static void test_attention_matches_naive(void **state)
 {
     (void)state;
     /* head_dim 19: two 8-wide blocks of the dot product plus a tail */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f}, 100);
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f}, 200);
-    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f}, 300);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f}, 100, 0);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f}, 200, 0);
+    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f}, 300, 0);
+    /* T5: scale 1 and a position bias, multi-threaded dbias over 3 batch rows */
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f}, 600, 1);
+    check_attention_vs_naive((regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f}, 700, 1);
 }
 
 /* GQA must equal ordinary attention with each kv head repeated for its
@@ -194,10 +210,10 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
     float *dq_g = regc_test_dev_nan(be, nq), *dk_g = regc_test_dev_nan(be, nkv);
     float *dv_g = regc_test_dev_nan(be, nkv), *dq_m = regc_test_dev_nan(be, nq);
     float *dk_m = regc_test_dev_nan(be, nkv_rep), *dv_m = regc_test_dev_nan(be, nkv_rep);
-    be->attention_fwd(be, out_g, lse_g, q, k, v, &gqa);
-    be->attention_fwd(be, out_m, lse_m, q, k_rep, v_rep, &mha);
-    be->attention_bwd(be, dq_g, dk_g, dv_g, dout, q, k, v, out_g, lse_g, &gqa);
-    be->attention_bwd(be, dq_m, dk_m, dv_m, dout, q, k_rep, v_rep, out_m, lse_m, &mha);
+    be->attention_fwd(be, out_g, lse_g, q, k, v, NULL, &gqa);
+    be->attention_fwd(be, out_m, lse_m, q, k_rep, v_rep, NULL, &mha);
+    be->attention_bwd(be, dq_g, dk_g, dv_g, NULL, dout, q, k, v, NULL, out_g, lse_g, &gqa);
+    be->attention_bwd(be, dq_m, dk_m, dv_m, NULL, dout, q, k_rep, v_rep, NULL, out_m, lse_m, &mha);
     /* the same arithmetic on the same numbers: identical bits */
     assert_bitwise_equal("gqa out", regc_test_download(be, out_g, nq), regc_test_download(be, out_m, nq), nq);
     assert_bitwise_equal("gqa lse", regc_test_download(be, lse_g, nl), regc_test_download(be, lse_m, nl), nl);
@@ -226,7 +242,7 @@ static void test_attention_causal_first_row_is_v0(void **state)
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     attention_inputs(be, &s, 500, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
     float *out = regc_test_dev_nan(be, nq), *lse = regc_test_dev_nan(be, nl);
-    be->attention_fwd(be, out, lse, q, k, v, &s);
+    be->attention_fwd(be, out, lse, q, k, v, NULL, &s);
     float *ho = regc_test_download(be, out, nq), *hl = regc_test_download(be, lse, nl);
     const int rep = s.n_head / s.n_kv_head, D = s.head_dim;
     for (int64_t b = 0; b < s.batch; b++)
@@ -529,6 +545,99 @@ static void test_embedding_and_sum_rows_match_naive(void **state)
     regc_test_assert_close("sum_rows", regc_test_download(be, col, (size_t)cols), wcol, (size_t)cols, 1e-5, 1e-5);
 }
 
+/* RMSNorm, RoPE, SiLU, the erf GELU and mul at multi-threaded sizes,
+ * against loops in double; RoPE's inverse undoes it on unit (cos, sin). */
+static void test_llama_bert_ops_match_naive(void **state)
+{
+    (void)state;
+    const int64_t rows = 300, cols = 258;
+    const size_t n = (size_t)(rows * cols);
+    float *hx = regc_test_host_uniform(n, 1500, 0.2f, 2.0f);
+    float *hdy = regc_test_host_uniform(n, 1501, 0.0f, 1.0f);
+    float *hw = regc_test_host_uniform((size_t)cols, 1502, 1.0f, 0.5f);
+    float *x = regc_test_upload(be, hx, n), *dy = regc_test_upload(be, hdy, n);
+    float *w = regc_test_upload(be, hw, (size_t)cols);
+    float *y = regc_test_dev_nan(be, n), *dx = regc_test_dev_nan(be, n);
+    float *rstd = regc_test_dev_nan(be, (size_t)rows), *dw = regc_test_dev_nan(be, (size_t)cols);
+    double *wy = regc_test_host_doubles(n), *wdx = regc_test_host_doubles(n);
+    double *wdw = regc_test_host_doubles((size_t)cols);
+
+    be->rmsnorm_fwd(be, y, rstd, x, w, rows, cols, 1e-6f);
+    be->rmsnorm_bwd(be, dx, dw, dy, x, w, rstd, rows, cols);
+    memset(wdw, 0, (size_t)cols * sizeof *wdw);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = hx + r * cols, *dyr = hdy + r * cols;
+        double sq = 0.0, gx = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            sq += (double)xr[c] * xr[c];
+        const double rs = 1.0 / sqrt(sq / (double)cols + 1e-6);
+        for (int64_t c = 0; c < cols; c++)
+            gx += (double)hw[c] * dyr[c] * xr[c] * rs;
+        for (int64_t c = 0; c < cols; c++) {
+            wy[r * cols + c] = xr[c] * rs * hw[c];
+            wdx[r * cols + c] = rs * (hw[c] * dyr[c] - xr[c] * rs * gx / (double)cols);
+            wdw[c] += (double)dyr[c] * xr[c] * rs;
+        }
+    }
+    regc_test_assert_close("rmsnorm y", regc_test_download(be, y, n), wy, n, 2e-5, 2e-5);
+    regc_test_assert_close("rmsnorm dx", regc_test_download(be, dx, n), wdx, n, 2e-5, 2e-5);
+    regc_test_assert_close("rmsnorm dw", regc_test_download(be, dw, (size_t)cols), wdw,
+                           (size_t)cols, 2e-5, 2e-5);
+
+    be->silu_fwd(be, y, x, (int64_t)n);
+    be->silu_bwd(be, dx, dy, x, (int64_t)n);
+    for (size_t i = 0; i < n; i++) {
+        const double sg = 1.0 / (1.0 + exp(-(double)hx[i]));
+        wy[i] = hx[i] * sg;
+        wdx[i] = hdy[i] * sg * (1.0 + hx[i] * (1.0 - sg));
+    }
+    regc_test_assert_close("silu y", regc_test_download(be, y, n), wy, n, 2e-5, 2e-5);
+    regc_test_assert_close("silu dx", regc_test_download(be, dx, n), wdx, n, 2e-5, 2e-5);
+
+    be->gelu_erf_fwd(be, y, x, (int64_t)n);
+    be->gelu_erf_bwd(be, dx, dy, x, (int64_t)n);
+    for (size_t i = 0; i < n; i++) {
+        const double xi = hx[i], cdf = 0.5 * (1.0 + erf(xi / sqrt(2.0)));
+        wy[i] = xi * cdf;
+        wdx[i] = hdy[i] * (cdf + xi * exp(-0.5 * xi * xi) / sqrt(2.0 * 3.14159265358979323846));
+    }
+    regc_test_assert_close("gelu_erf y", regc_test_download(be, y, n), wy, n, 2e-5, 2e-5);
+    regc_test_assert_close("gelu_erf dx", regc_test_download(be, dx, n), wdx, n, 2e-5, 2e-5);
+
+    be->mul(be, y, x, dy, (int64_t)n);
+    for (size_t i = 0; i < n; i++)
+        wy[i] = (double)hx[i] * hdy[i];
+    regc_test_assert_close("mul", regc_test_download(be, y, n), wy, n, 1e-7, 0.0);
+
+    /* rope: x as [3, 100, 4 heads * 64] (n elements = 76800 < rows * cols) */
+    const int64_t B = 3, T = 100;
+    const int H = 4, D = 64, half = D / 2;
+    const size_t nr = (size_t)(B * T * H * D), nt = (size_t)(T * half);
+    float *hc = regc_test_host_floats(nt), *hs = regc_test_host_floats(nt);
+    for (int64_t t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            const double ang = (double)t * pow(10000.0, -2.0 * i / D);
+            hc[t * half + i] = (float)cos(ang);
+            hs[t * half + i] = (float)sin(ang);
+        }
+    float *cs = regc_test_upload(be, hc, nt), *sn = regc_test_upload(be, hs, nt);
+    float *back = regc_test_dev_nan(be, nr);
+    be->rope(be, y, x, cs, sn, B, T, H, D, 0);
+    be->rope(be, back, y, cs, sn, B, T, H, D, 1);
+    assert_int_equal(be->sync(be), REGC_OK);
+    for (int64_t r = 0; r < B * T; r++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < half; i++) {
+                const int64_t o = r * H * D + (int64_t)h * D + i, t = (r % T) * half + i;
+                wy[o] = (double)hx[o] * hc[t] - (double)hx[o + half] * hs[t];
+                wy[o + half] = (double)hx[o + half] * hc[t] + (double)hx[o] * hs[t];
+                wdx[o] = hx[o];
+                wdx[o + half] = hx[o + half];
+            }
+    regc_test_assert_close("rope", regc_test_download(be, y, nr), wy, nr, 2e-6, 2e-6);
+    regc_test_assert_close("rope inverse", regc_test_download(be, back, nr), wdx, nr, 1e-5, 1e-5);
+}
+
 /* ---- determinism, creation, errors ---------------------------------------------- */
 
 /* Every reduction is ordered by data, not by thread: one thread and many
@@ -536,14 +645,19 @@ static void test_embedding_and_sum_rows_match_naive(void **state)
 static void test_results_do_not_depend_on_thread_count(void **state)
 {
     (void)state;
-    enum { N_OUT = 9 };
+    enum { N_OUT = 17 };
     static const char *names[N_OUT] = {"attention out", "lse", "dq", "dk", "dv",
-                                       "layernorm dx", "layernorm dw", "loss", "dlogits"};
+                                       "layernorm dx", "layernorm dw", "loss", "dlogits",
+                                       "biased attention out", "biased lse", "biased dq",
+                                       "biased dk", "biased dv", "dbias", "rmsnorm dx",
+                                       "rmsnorm dw"};
     regc_attn_shape s = {2, 40, 40, 4, 2, 16, 1, 0.25f};
     const size_t nq = q_count(&s), nkv = kv_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     const int64_t rows = 300, cols = 257;
     const size_t n = (size_t)(rows * cols);
-    const size_t counts[N_OUT] = {nq, nl, nq, nkv, nkv, n, (size_t)cols, 1, n};
+    const size_t nb = (size_t)(s.n_head * s.tq * s.tk);
+    const size_t counts[N_OUT] = {nq, nl, nq, nkv, nkv, n, (size_t)cols, 1, n,
+                                  nq, nl, nq, nkv, nkv, nb, n, (size_t)cols};
     int32_t tg[300];
     for (int i = 0; i < 300; i++)
         tg[i] = (i % 7 == 3) ? -1 : (int32_t)(regc_rng_at(1300, (uint64_t)i) % (uint64_t)cols);
@@ -556,8 +670,8 @@ static void test_results_do_not_depend_on_thread_count(void **state)
         float *out = regc_test_dev_nan(d, nq), *lse = regc_test_dev_nan(d, nl);
         float *dq = regc_test_dev_nan(d, nq), *dk = regc_test_dev_nan(d, nkv);
         float *dv = regc_test_dev_nan(d, nkv);
-        d->attention_fwd(d, out, lse, q, k, v, &s);
-        d->attention_bwd(d, dq, dk, dv, dout, q, k, v, out, lse, &s);
+        d->attention_fwd(d, out, lse, q, k, v, NULL, &s);
+        d->attention_bwd(d, dq, dk, dv, NULL, dout, q, k, v, NULL, out, lse, &s);
 
         float *x = regc_test_upload(d, regc_test_host_uniform(n, 1320, 0.5f, 2.0f), n);
         float *w = regc_test_upload(d, regc_test_host_uniform((size_t)cols, 1321, 1.0f, 0.5f),
@@ -574,7 +688,23 @@ static void test_results_do_not_depend_on_thread_count(void **state)
         d->cross_entropy_fwd(d, loss, ce_lse, x, targets, rows, cols);
         d->cross_entropy_bwd(d, dl, regc_test_upload(d, &one, 1), x, targets, ce_lse, rows, cols);
 
-        const float *outs[N_OUT] = {out, lse, dq, dk, dv, dx, dw, loss, dl};
+        /* T5's biased attention: dbias sums over the batch, the one
+         * reduction across the (batch, head) tasks */
+        float *bias = regc_test_upload(d, regc_test_host_uniform(nb, 1330, 0.0f, 2.0f), nb);
+        float *out_b = regc_test_dev_nan(d, nq), *lse_b = regc_test_dev_nan(d, nl);
+        float *dq_b = regc_test_dev_nan(d, nq), *dk_b = regc_test_dev_nan(d, nkv);
+        float *dv_b = regc_test_dev_nan(d, nkv), *dbias = regc_test_dev_nan(d, nb);
+        d->attention_fwd(d, out_b, lse_b, q, k, v, bias, &s);
+        d->attention_bwd(d, dq_b, dk_b, dv_b, dbias, dout, q, k, v, bias, out_b, lse_b, &s);
+
+        float *rdx = regc_test_dev_nan(d, n), *rdw = regc_test_dev_nan(d, (size_t)cols);
+        float *rrstd = regc_test_dev_nan(d, (size_t)rows);
+        d->rmsnorm_fwd(d, y, rrstd, x, w, rows, cols, 1e-6f);
+        d->rmsnorm_bwd(d, rdx, rdw, x, x, w, rrstd, rows, cols); /* x as dy */
+        assert_int_equal(d->sync(d), REGC_OK);
+
+        const float *outs[N_OUT] = {out, lse, dq, dk, dv, dx, dw, loss, dl,
+                                    out_b, lse_b, dq_b, dk_b, dv_b, dbias, rdx, rdw};
         for (int i = 0; i < N_OUT; i++)
             res[t][i] = regc_test_download(d, outs[i], counts[i]);
     }
@@ -597,6 +727,8 @@ static void test_backend_by_name(void **state)
     EXPECT_FN(layernorm_bwd); EXPECT_FN(gelu_fwd); EXPECT_FN(gelu_bwd);
     EXPECT_FN(attention_fwd); EXPECT_FN(attention_bwd); EXPECT_FN(cross_entropy_fwd);
     EXPECT_FN(cross_entropy_bwd); EXPECT_FN(adamw); EXPECT_FN(destroy);
+    EXPECT_FN(rmsnorm_fwd); EXPECT_FN(rmsnorm_bwd); EXPECT_FN(rope); EXPECT_FN(silu_fwd);
+    EXPECT_FN(silu_bwd); EXPECT_FN(mul); EXPECT_FN(gelu_erf_fwd); EXPECT_FN(gelu_erf_bwd);
 #undef EXPECT_FN
     regc_backend_free(cpu);
     regc_backend_free(NULL);
@@ -635,7 +767,7 @@ static void test_sync_reports_kernel_failures(void **state)
     assert_non_null(strstr(regc_error_message(), "embedding_bwd"));
 
     regc_attn_shape s = {1, 3, 4, 2, 2, 2, 1, 1.0f}; /* causal needs tq == tk */
-    be->attention_fwd(be, x, y, x, x, x, &s);
+    be->attention_fwd(be, x, y, x, x, x, NULL, &s);
     assert_int_equal(be->sync(be), REGC_ERR_SHAPE);
 }
 
@@ -652,6 +784,7 @@ int main(void)
         regc_test_with_buffers(test_layernorm_matches_naive),
         regc_test_with_buffers(test_gelu_and_adamw_match_naive),
         regc_test_with_buffers(test_embedding_and_sum_rows_match_naive),
+        regc_test_with_buffers(test_llama_bert_ops_match_naive),
         regc_test_with_buffers(test_results_do_not_depend_on_thread_count),
         regc_test_with_buffers(test_backend_by_name),
         regc_test_with_buffers(test_sync_reports_kernel_failures),

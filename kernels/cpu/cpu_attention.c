@@ -1,7 +1,9 @@
 /* cpu_attention.c — softmax attention, forward and backward, with grouped
- * query heads and an optional causal mask. Nothing of size T x T is ever
- * stored: the forward keeps one row of scores per thread and saves each
- * row's log-sum-exp; the backward recomputes the probabilities from it. */
+ * query heads, an optional causal mask and an optional additive score bias
+ * (T5's position bias, [n_head, tq, tk] shared by the batch). Nothing of
+ * size T x T is ever stored per batch: the forward keeps one row of scores
+ * per thread and saves each row's log-sum-exp; the backward recomputes the
+ * probabilities from it. The bias gradient is the one T x T output. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -52,7 +54,8 @@ static size_t cpu_thread_stride(int64_t floats)
 }
 
 void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const float *q,
-                            const float *k, const float *v, const regc_attn_shape *s)
+                            const float *k, const float *v, const float *bias,
+                            const regc_attn_shape *s)
 {
     if (!cpu_check_attention(be, s, "attention_fwd"))
         return;
@@ -88,10 +91,15 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                     continue;
                 }
                 float mx = -INFINITY;
-                for (int64_t j = 0; j < n_keys; j++) {
+                for (int64_t j = 0; j < n_keys; j++)
                     p[j] = s->scale * cpu_dot(qi, kb + j * kv_ld, D);
-                    mx = p[j] > mx ? p[j] : mx;
+                if (bias) {
+                    const float *bi = bias + ((int64_t)h * tq + i) * tk; /* [tk] */
+                    for (int64_t j = 0; j < n_keys; j++)
+                        p[j] += bi[j];
                 }
+                for (int64_t j = 0; j < n_keys; j++)
+                    mx = p[j] > mx ? p[j] : mx;
                 for (int64_t j = 0; j < n_keys; j++)
                     p[j] = regc_cpu_expf(p[j] - mx);
                 double sum = 0.0;
@@ -109,12 +117,59 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
     }
 }
 
-void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv,
+/* dbias[h, i, j] = sum over b of dS[b, h, i, j], dS = P (dP - delta) taken
+ * before the scale (the bias is added after it). One task per (head, query
+ * row) owns that row of dbias and sums the batch in order, so no two threads
+ * write one element and the bits do not depend on the thread count. The
+ * probabilities are recomputed once more rather than kept: storing dS for
+ * the whole batch would be the T x T per batch row this file avoids. */
+static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dout,
+                                const float *q, const float *k, const float *v,
+                                const float *bias, const float *out, const float *lse,
+                                const regc_attn_shape *s)
+{
+    const int H = s->n_head, D = s->head_dim, rep = H / s->n_kv_head;
+    const int64_t tq = s->tq, tk = s->tk;
+    const int64_t q_ld = (int64_t)H * D, kv_ld = (int64_t)s->n_kv_head * D;
+    const int64_t n_tasks = (int64_t)H * tq;
+
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (s->batch * n_tasks * tk * D >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t task = 0; task < n_tasks; task++) {
+        const int h = (int)(task / tq), g = h / rep;
+        const int64_t i = task % tq;
+        const float *bi = bias + task * tk; /* [tk] of head h, query i */
+        float *dbi = dbias + task * tk;     /* [tk] */
+        memset(dbi, 0, (size_t)tk * sizeof(float));
+        const int64_t n_keys = s->causal ? i + 1 : tk;
+        for (int64_t b = 0; b < s->batch; b++) {
+            const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
+            const float *qi = q + row, *oi = out + row, *doi = dout + row; /* [D] each */
+            const float *kb = k + b * tk * kv_ld + (int64_t)g * D;
+            const float *vb = v + b * tk * kv_ld + (int64_t)g * D;
+            const float lse_i = lse[(b * H + h) * tq + i];
+            const float delta = cpu_dot(doi, oi, D);
+            for (int64_t j = 0; j < n_keys; j++) {
+                const float pj =
+                    regc_cpu_expf(s->scale * cpu_dot(qi, kb + j * kv_ld, D) + bi[j] - lse_i);
+                dbi[j] += pj * (cpu_dot(doi, vb + j * kv_ld, D) - delta);
+            }
+        }
+    }
+}
+
+void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, float *dbias,
                             const float *dout, const float *q, const float *k, const float *v,
-                            const float *out, const float *lse, const regc_attn_shape *s)
+                            const float *bias, const float *out, const float *lse,
+                            const regc_attn_shape *s)
 {
     if (!cpu_check_attention(be, s, "attention_bwd"))
         return;
+    if (dbias && !bias) {
+        regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
+            "attention_bwd: a bias gradient was asked for without the bias"));
+        return;
+    }
     const int threads = regc_cpu_threads(be);
     const int H = s->n_head, Hkv = s->n_kv_head, D = s->head_dim, rep = H / Hkv;
     const int64_t tq = s->tq, tk = s->tk;
@@ -148,10 +203,12 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv,
                 const int64_t n_keys = s->causal ? i + 1 : tk;
                 const float lse_i = lse[(b * H + h) * tq + i];
                 const float delta = cpu_dot(doi, oi, D); /* rowsum(dO * O) */
+                const float *bi = bias ? bias + ((int64_t)h * tq + i) * tk : NULL; /* [tk] */
                 for (int64_t j = 0; j < n_keys; j++) {
                     const float *kj = kb + j * kv_ld, *vj = vb + j * kv_ld; /* [D] */
                     float *dkj = dkb + j * kv_ld, *dvj = dvb + j * kv_ld;   /* [D] */
-                    const float pj = regc_cpu_expf(scale * cpu_dot(qi, kj, D) - lse_i);
+                    const float sj = scale * cpu_dot(qi, kj, D);
+                    const float pj = regc_cpu_expf((bi ? sj + bi[j] : sj) - lse_i);
                     const float dpj = cpu_dot(doi, vj, D);
                     const float dsj = scale * (pj * (dpj - delta));
                     cpu_axpy(dqi, dsj, kj, D);
@@ -161,4 +218,6 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv,
             }
         }
     }
+    if (dbias)
+        cpu_attention_dbias(be, dbias, dout, q, k, v, bias, out, lse, s);
 }

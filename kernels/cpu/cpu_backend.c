@@ -124,6 +124,14 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->layernorm_bwd = regc_cpu_layernorm_bwd;
     be->gelu_fwd = regc_cpu_gelu_fwd;
     be->gelu_bwd = regc_cpu_gelu_bwd;
+    be->rmsnorm_fwd = regc_cpu_rmsnorm_fwd;
+    be->rmsnorm_bwd = regc_cpu_rmsnorm_bwd;
+    be->rope = regc_cpu_rope;
+    be->silu_fwd = regc_cpu_silu_fwd;
+    be->silu_bwd = regc_cpu_silu_bwd;
+    be->mul = regc_cpu_mul_arrays;
+    be->gelu_erf_fwd = regc_cpu_gelu_erf_fwd;
+    be->gelu_erf_bwd = regc_cpu_gelu_erf_bwd;
     be->attention_fwd = regc_cpu_attention_fwd;
     be->attention_bwd = regc_cpu_attention_bwd;
     be->cross_entropy_fwd = regc_cpu_cross_entropy_fwd;

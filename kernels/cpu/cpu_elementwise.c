@@ -1,5 +1,6 @@
 /* cpu_elementwise.c — the memory-bound kernels: fill, strided copies,
- * embedding lookup and its scatter-add, add, bias add, column sums, GELU. */
+ * embedding lookup and its scatter-add, add, multiply, bias add, column
+ * sums, and the activations GELU (tanh and erf forms) and SiLU. */
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -123,4 +124,65 @@ void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float
     if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = dy[i] * regc_cpu_gelu_grad(x[i]);
+}
+
+void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] * b[i];
+}
+
+/* sigmoid through the vectorisable exp; 1 / (1 + e^-x) saturates cleanly at
+ * both ends (the exp is clamped, never inf) */
+static inline float cpu_sigmoid(float x)
+{
+    return 1.0f / (1.0f + regc_cpu_expf(-x));
+}
+
+void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * cpu_sigmoid(x[i]);
+}
+
+void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
+{
+    /* d/dx x s(x) = s + x s (1 - s) */
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float s = cpu_sigmoid(x[i]);
+        dx[i] = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
+    }
+}
+
+#define CPU_INV_SQRT2 0.70710678118654752f   /* 1 / sqrt(2) */
+#define CPU_INV_SQRT2PI 0.39894228040143268f /* 1 / sqrt(2 pi) */
+
+/* erff is a scalar libm call (this form is not on the hot path of the GPT-2
+ * models; BERT's exactness is the point) */
+void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * CPU_INV_SQRT2));
+}
+
+void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x,
+                           int64_t n)
+{
+    /* d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density */
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float xi = x[i];
+        const float cdf = 0.5f * (1.0f + erff(xi * CPU_INV_SQRT2));
+        const float pdf = CPU_INV_SQRT2PI * regc_cpu_expf(-0.5f * xi * xi);
+        dx[i] = dy[i] * (cdf + xi * pdf);
+    }
 }

@@ -132,10 +132,27 @@ void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
                             const float *mean, const float *rstd, int64_t rows, int64_t cols);
 
 void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const float *q,
-                            const float *k, const float *v, const regc_attn_shape *s);
-void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv,
+                            const float *k, const float *v, const float *bias,
+                            const regc_attn_shape *s);
+void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, float *dbias,
                             const float *dout, const float *q, const float *k, const float *v,
-                            const float *out, const float *lse, const regc_attn_shape *s);
+                            const float *bias, const float *out, const float *lse,
+                            const regc_attn_shape *s);
+
+void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x,
+                          const float *w, int64_t rows, int64_t cols, float eps);
+void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy,
+                          const float *x, const float *w, const float *rstd, int64_t rows,
+                          int64_t cols);
+void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos,
+                   const float *sin, int64_t batch, int64_t t, int n_head, int head_dim,
+                   int inverse);
+void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
+void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
+void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n);
+void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x,
+                           int64_t n);
 
 void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
                                 const float *logits, const int32_t *targets,

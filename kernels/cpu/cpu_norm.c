@@ -1,6 +1,7 @@
-/* cpu_norm.c — LayerNorm over the last axis, forward and backward (the
- * llm.c formulation). Row statistics are accumulated in double: the mean of
- * 768 floats otherwise loses digits the backward pass needs. */
+/* cpu_norm.c — LayerNorm (the llm.c formulation) and RMSNorm (Llama's
+ * LlamaRMSNorm, T5's T5LayerNorm) over the last axis, forward and backward.
+ * Row statistics are accumulated in double: the mean of 768 floats
+ * otherwise loses digits the backward pass needs. */
 #include "cpu_kernels.h"
 #include "regc_common.h"
 
@@ -84,5 +85,65 @@ void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
             dw[c0 + j] = (float)acc_w[j];
             db[c0 + j] = (float)acc_b[j];
         }
+    }
+}
+
+void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x,
+                          const float *w, int64_t rows, int64_t cols, float eps)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols; /* [cols] */
+        float *yr = y + r * cols;       /* [cols] */
+        double sq = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            sq += (double)xr[c] * xr[c];
+        double ms = cols > 0 ? sq / (double)cols : 0.0;
+        float s = (float)(1.0 / sqrt(ms + (double)eps));
+        /* (x * rstd) * w: the order HF applies them in */
+        for (int64_t c = 0; c < cols; c++)
+            yr[c] = (xr[c] * s) * w[c];
+        rstd[r] = s;
+    }
+}
+
+void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy,
+                          const float *x, const float *w, const float *rstd, int64_t rows,
+                          int64_t cols)
+{
+    const int threads = regc_cpu_threads(be);
+    /* with xhat = x * rstd and g = w * dy: dx = rstd * (g - xhat * mean(g * xhat)) */
+#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;   /* [cols] */
+        const float *dyr = dy + r * cols; /* [cols] */
+        float *dxr = dx + r * cols;       /* [cols] */
+        const float s = rstd[r];
+        double gx_sum = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            gx_sum += (double)(w[c] * dyr[c]) * (xr[c] * s);
+        const float gx_mean = cols > 0 ? (float)(gx_sum / (double)cols) : 0.0f;
+        for (int64_t c = 0; c < cols; c++)
+            dxr[c] = (w[c] * dyr[c] - (xr[c] * s) * gx_mean) * s;
+    }
+
+    /* dw: a sum over rows, so threads own column blocks (race-free, and the
+     * order does not depend on the thread count) */
+    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
+#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t blk = 0; blk < n_blocks; blk++) {
+        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
+        const int64_t wd = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
+        double acc[REGC_CPU_COL_BLOCK] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * cols + c0;   /* [wd] */
+            const float *dyr = dy + r * cols + c0; /* [wd] */
+            const float s = rstd[r];
+            for (int64_t j = 0; j < wd; j++)
+                acc[j] += (double)(dyr[j] * (xr[j] * s));
+        }
+        for (int64_t j = 0; j < wd; j++)
+            dw[c0 + j] = (float)acc[j];
     }
 }

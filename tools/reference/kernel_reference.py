@@ -170,20 +170,26 @@ def gelu_case():
     return c.out
 
 
-def attention_case(seed, batch, tq, tk, n_head, n_kv_head, head_dim, causal):
-    scale = 1.0 / math.sqrt(head_dim)
+def attention_case(seed, batch, tq, tk, n_head, n_kv_head, head_dim, causal, bias=False,
+                   scale=None):
+    """bias: T5's additive position bias [n_head, tq, tk], shared by the batch,
+    added to the scaled scores before the mask; its gradient is expected too."""
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     c = Case(seed, batch=batch, tq=tq, tk=tk, n_head=n_head, n_kv_head=n_kv_head,
              head_dim=head_dim, causal=causal, scale=scale)
     q = c.input("q", [batch, tq, n_head * head_dim]).requires_grad_(True)
     k = c.input("k", [batch, tk, n_kv_head * head_dim]).requires_grad_(True)
     v = c.input("v", [batch, tk, n_kv_head * head_dim]).requires_grad_(True)
     dout = c.input("dout", [batch, tq, n_head * head_dim])
+    pos_bias = c.input("bias", [n_head, tq, tk], 0.0, 2.0).requires_grad_(True) if bias else None
     rep = n_head // n_kv_head
     # [b, t, h*d] -> [b, h, t, d]; kv heads repeated for grouped queries
     qh = q.view(batch, tq, n_head, head_dim).transpose(1, 2)
     kh = k.view(batch, tk, n_kv_head, head_dim).transpose(1, 2).repeat_interleave(rep, dim=1)
     vh = v.view(batch, tk, n_kv_head, head_dim).transpose(1, 2).repeat_interleave(rep, dim=1)
     s = (qh @ kh.transpose(-1, -2)) * float(np.float32(scale))
+    if bias:
+        s = s + pos_bias  # broadcast over the batch
     if causal:
         mask = torch.ones(tq, tk, dtype=torch.bool).triu(1)
         s = s.masked_fill(mask, float("-inf"))
@@ -195,6 +201,76 @@ def attention_case(seed, batch, tq, tk, n_head, n_kv_head, head_dim, causal):
     c.expect("dq", q.grad)
     c.expect("dk", k.grad)
     c.expect("dv", v.grad)
+    if bias:
+        c.expect("dbias", pos_bias.grad)
+    return c.out
+
+
+def rmsnorm_case():
+    """LlamaRMSNorm / T5LayerNorm: x * rsqrt(mean(x^2) + eps) * w."""
+    rows, cols, eps = 7, 13, 1e-6
+    c = Case(210, rows=rows, cols=cols, eps=eps)
+    x = c.input("x", [rows, cols], 0.3, 2.0).requires_grad_(True)
+    w = c.input("w", [cols], 1.0, 0.5).requires_grad_(True)
+    dy = c.input("dy", [rows, cols])
+    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + float(np.float32(eps)))
+    y = x * rstd * w
+    y.backward(dy)
+    c.expect("y", y)
+    c.expect("rstd", rstd)
+    c.expect("dx", x.grad)
+    c.expect("dw", w.grad)
+    return c.out
+
+
+def rotate_half(x):
+    """transformers' LlamaRotaryEmbedding helper, verbatim."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_case():
+    """HF Llama's apply_rotary_pos_emb on q laid out [b, t, h*d]; cos and sin
+    are the [t, d/2] halves of HF's [t, d] tables (which repeat them)."""
+    batch, t, n_head, head_dim, theta = 2, 5, 3, 8, 10000.0
+    c = Case(220, batch=batch, t=t, n_head=n_head, head_dim=head_dim)
+    x = c.input("x", [batch, t, n_head * head_dim]).requires_grad_(True)
+    dy = c.input("dy", [batch, t, n_head * head_dim])
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)  # [t, d/2]
+    # the kernel reads float32 tables: hand torch exactly those values
+    cos_h = freqs.cos().float().double()
+    sin_h = freqs.sin().float().double()
+    c.out["cos"] = [float("%.9g" % v) for v in cos_h.reshape(-1).tolist()]
+    c.out["sin"] = [float("%.9g" % v) for v in sin_h.reshape(-1).tolist()]
+    cos = torch.cat((cos_h, cos_h), dim=-1)  # [t, d], as HF builds emb = cat(freqs, freqs)
+    sin = torch.cat((sin_h, sin_h), dim=-1)
+    xh = x.view(batch, t, n_head, head_dim).transpose(1, 2)  # [b, h, t, d]
+    yh = xh * cos + rotate_half(xh) * sin
+    y = yh.transpose(1, 2).reshape(batch, t, n_head * head_dim)
+    y.backward(dy)
+    c.expect("y", y)
+    c.expect("dx", x.grad)
+    return c.out
+
+
+def activations_case():
+    """SiLU, the exact (erf) GELU and the elementwise product."""
+    n = 29
+    c = Case(310, n=n)
+    x = c.input("x", [n], 0.0, 6.0).requires_grad_(True)
+    dy = c.input("dy", [n])
+    b = c.input("b", [n])
+    y = F.silu(x)
+    (dx,) = torch.autograd.grad(y, x, grad_outputs=dy)
+    c.expect("silu", y)
+    c.expect("silu_dx", dx)
+    y = F.gelu(x, approximate="none")
+    (dx,) = torch.autograd.grad(y, x, grad_outputs=dy)
+    c.expect("gelu_erf", y)
+    c.expect("gelu_erf_dx", dx)
+    c.expect("mul", x.detach() * b)
     return c.out
 
 
@@ -290,10 +366,16 @@ def main():
         "gemm": gemm_cases(),
         "layernorm": layernorm_case(),
         "gelu": gelu_case(),
+        "rmsnorm": rmsnorm_case(),
+        "rope": rope_case(),
+        "activations": activations_case(),
         "attention": [
             attention_case(800, 2, 5, 5, 4, 2, 3, causal=1),
             attention_case(801, 2, 5, 5, 4, 2, 3, causal=0),
             attention_case(802, 1, 2, 4, 2, 1, 4, causal=0),  # cross-attention, tq != tk
+            # T5: scale 1, learned position bias; causal (decoder) and not, GQA and cross
+            attention_case(803, 2, 5, 5, 4, 2, 3, causal=1, bias=True, scale=1.0),
+            attention_case(804, 3, 3, 4, 2, 1, 4, causal=0, bias=True, scale=1.0),
         ],
         "cross_entropy": cross_entropy_case(),
         "embedding": embedding_case(),

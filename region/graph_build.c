@@ -1,0 +1,131 @@
+/* graph_build.c — one helper per op for frontends: each adds a node through
+ * regc_graph_add_node and returns its first output's id (or a negative
+ * status), so a forward pass reads as one line per op. */
+#include <stddef.h>
+
+#include "regc_common.h"
+#include "regc_graph.h"
+
+static int one_output(regc_graph *g, regc_op op, const regc_attrs *a, int n_in, const int *in)
+{
+    int out[REGC_MAX_IO] = {0};
+    int rc = regc_graph_add_node(g, op, a, n_in, in, 1, out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_embedding(regc_graph *g, int ids, int table)
+{
+    return one_output(g, REGC_OP_EMBEDDING, NULL, 2, (int[]){ids, table});
+}
+
+int regc_graph_add(regc_graph *g, int a, int b)
+{
+    return one_output(g, REGC_OP_ADD, NULL, 2, (int[]){a, b});
+}
+
+int regc_graph_bias_add(regc_graph *g, int x, int b)
+{
+    return one_output(g, REGC_OP_BIAS_ADD, NULL, 2, (int[]){x, b});
+}
+
+int regc_graph_layernorm(regc_graph *g, int x, int w, int b, float eps)
+{
+    regc_attrs a = {.eps = eps};
+    int out[3] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_LAYERNORM, &a, 3, (int[]){x, w, b}, 3, out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_matmul(regc_graph *g, int a, int b, int trans_a, int trans_b)
+{
+    regc_attrs at = {.trans_a = trans_a, .trans_b = trans_b};
+    return one_output(g, REGC_OP_MATMUL, &at, 2, (int[]){a, b});
+}
+
+int regc_graph_gelu(regc_graph *g, int x)
+{
+    return one_output(g, REGC_OP_GELU, NULL, 1, &x);
+}
+
+int regc_graph_split(regc_graph *g, int x, int parts, int *out)
+{
+    int rc = regc_graph_add_node(g, REGC_OP_SPLIT, NULL, 1, &x, parts, out, 0, NULL);
+    return rc < 0 ? rc : REGC_OK;
+}
+
+int regc_graph_concat(regc_graph *g, int n, const int *xs)
+{
+    return one_output(g, REGC_OP_CONCAT, NULL, n, xs);
+}
+
+int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head,
+                         int causal, float scale)
+{
+    regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
+    int out[2] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 3, (int[]){q, k, v}, 2, out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape)
+{
+    int out[1] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_RESHAPE, NULL, 1, &x, 1, out, ndim, shape);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_transpose(regc_graph *g, int x, const int *perm)
+{
+    regc_attrs a = {0};
+    const regc_tensor *t = regc_graph_tensor(g, x);
+    for (int i = 0; t && i < t->ndim; i++)
+        a.perm[i] = perm[i];
+    return one_output(g, REGC_OP_TRANSPOSE, &a, 1, &x);
+}
+
+int regc_graph_cross_entropy(regc_graph *g, int logits, int targets)
+{
+    int out[2] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_CROSS_ENTROPY, NULL, 2, (int[]){logits, targets}, 2,
+                                 out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int n_head,
+                              int n_kv_head, int causal, float scale)
+{
+    regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
+    int out[2] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 4, (int[]){q, k, v, bias}, 2, out, 0,
+                                 NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_rmsnorm(regc_graph *g, int x, int w, float eps)
+{
+    regc_attrs a = {.eps = eps};
+    int out[2] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_RMSNORM, &a, 2, (int[]){x, w}, 2, out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_rope(regc_graph *g, int x, int cos, int sin, int n_head)
+{
+    regc_attrs a = {.n_head = n_head};
+    return one_output(g, REGC_OP_ROPE, &a, 3, (int[]){x, cos, sin});
+}
+
+int regc_graph_silu(regc_graph *g, int x)
+{
+    return one_output(g, REGC_OP_SILU, NULL, 1, &x);
+}
+
+int regc_graph_mul(regc_graph *g, int a, int b)
+{
+    return one_output(g, REGC_OP_MUL, NULL, 2, (int[]){a, b});
+}
+
+int regc_graph_gelu_erf(regc_graph *g, int x)
+{
+    return one_output(g, REGC_OP_GELU_ERF, NULL, 1, &x);
+}
