@@ -109,21 +109,6 @@ static int64_t tiny_vocab(void)
     return v;
 }
 
-static char *join(const char *dir, const char *name)
-{
-    size_t cap = strlen(dir) + strlen(name) + 2;
-    char *s = malloc(cap);
-    assert_non_null(s);
-    snprintf(s, cap, "%s/%s", dir, name);
-    return s;
-}
-
-static int is_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Names in dir, excluding "." and "..". */
 static int count_entries(const char *dir)
 {
@@ -271,7 +256,7 @@ static void test_model_not_found(void **state)
     (void)state;
     char *dir = regc_test_make_temp_dir("cli-missing");
     assert_non_null(dir);
-    char *missing = join(dir, "no-such-dir");
+    char *missing = regc_test_join(dir, "no-such-dir");
     regc_test_proc p;
     int rc = run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
     assert_int_equal(rc, 1);
@@ -364,7 +349,7 @@ static void test_save_and_retrain(void **state)
     (void)state;
     char *dir = regc_test_make_temp_dir("cli-save");
     assert_non_null(dir);
-    char *out = join(dir, "trained");
+    char *out = regc_test_join(dir, "trained");
     regc_test_proc p;
     int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "8", "--batch", "2",
                       "--seq", "16", "--lr", "1e-3", "--json", "--save", out, NULL);
@@ -374,10 +359,10 @@ static void test_save_and_retrain(void **state)
     assert_int_equal(parse_json_steps(p.out, first, MAX_STEPS), 8);
     regc_test_proc_free(&p);
 
-    char *config = join(out, "config.json");
-    char *weights = join(out, "model.safetensors");
-    assert_true(is_file(config));
-    assert_true(is_file(weights));
+    char *config = regc_test_join(out, "config.json");
+    char *weights = regc_test_join(out, "model.safetensors");
+    assert_true(regc_test_is_file(config));
+    assert_true(regc_test_is_file(weights));
     assert_int_equal(count_entries(out), 2); /* no temporary files left behind */
 
     /* The reloaded model has learnt: batch 0 again, now at a lower loss. */
@@ -405,9 +390,9 @@ static void test_save_failure_leaves_nothing(void **state)
     char *dir = regc_test_make_temp_dir("cli-savefail");
     assert_non_null(dir);
     /* A regular file where the save directory's parent should be. */
-    char *blocker = join(dir, "blocker");
+    char *blocker = regc_test_join(dir, "blocker");
     assert_int_equal(regc_test_write_file(blocker, "x", 1), 0);
-    char *out = join(blocker, "model");
+    char *out = regc_test_join(blocker, "model");
     regc_test_proc p;
     int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
                       "--seq", "16", "--json", "--save", out, NULL);
@@ -431,7 +416,7 @@ static void test_data_file(void **state)
     (void)state;
     char *dir = regc_test_make_temp_dir("cli-data");
     assert_non_null(dir);
-    char *good = join(dir, "tokens.bin");
+    char *good = regc_test_join(dir, "tokens.bin");
     enum { N = 2 * 16 * 3 + 1 };
     uint16_t tokens[N];
     for (int i = 0; i < N; i++)
@@ -448,7 +433,7 @@ static void test_data_file(void **state)
     regc_test_proc_free(&p);
 
     /* A file that is not a token file: the error names it. */
-    char *bad = join(dir, "garbage.bin");
+    char *bad = regc_test_join(dir, "garbage.bin");
     assert_int_equal(regc_test_write_file(bad, "not tokens", 10), 0);
     rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--data", bad, "--steps", "1", "--batch",
                   "2", "--seq", "16", "--json", NULL);

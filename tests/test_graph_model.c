@@ -42,22 +42,6 @@ static int run_regc(regc_test_proc *p, ...)
     return regc_test_run_argv(argv, p);
 }
 
-/* dir/name in a fresh buffer. */
-static char *join(const char *dir, const char *name)
-{
-    size_t cap = strlen(dir) + strlen(name) + 2;
-    char *s = malloc(cap);
-    assert_non_null(s);
-    snprintf(s, cap, "%s/%s", dir, name);
-    return s;
-}
-
-static int is_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 static int count_lines(const char *s)
 {
     int n = 0;
@@ -135,9 +119,9 @@ static void write_tiny_graph(const char *path)
 static void test_graph_json_trains_bit_identically(void **state)
 {
     regc_test_dir *f = *state;
-    char *hf = join(f->dir, "hf"), *graph = join(f->dir, "tiny.json");
-    char *again = join(f->dir, "again.json"), *weights = join(hf, "model.safetensors");
-    char *hf3 = join(f->dir, "hf3"), *gs3 = join(f->dir, "gs3");
+    char *hf = regc_test_join(f->dir, "hf"), *graph = regc_test_join(f->dir, "tiny.json");
+    char *again = regc_test_join(f->dir, "again.json"), *weights = regc_test_join(hf, "model.safetensors");
+    char *hf3 = regc_test_join(f->dir, "hf3"), *gs3 = regc_test_join(f->dir, "gs3");
     regc_test_proc p;
 
     /* Weights to start from: one step of the preset, saved as an HF dir. */
@@ -182,11 +166,11 @@ static void test_graph_json_trains_bit_identically(void **state)
 
     /* Same names, same order, same values: the saved weights are the same
      * bytes, and the graph is saved beside them instead of a config.json. */
-    char *w3 = join(hf3, "model.safetensors"), *gw3 = join(gs3, "model.safetensors");
-    char *gg3 = join(gs3, "graph.json"), *gc3 = join(gs3, "config.json");
+    char *w3 = regc_test_join(hf3, "model.safetensors"), *gw3 = regc_test_join(gs3, "model.safetensors");
+    char *gg3 = regc_test_join(gs3, "graph.json"), *gc3 = regc_test_join(gs3, "config.json");
     assert_true(files_equal(w3, gw3));
     assert_true(files_equal(gg3, graph));
-    assert_false(is_file(gc3));
+    assert_false(regc_test_is_file(gc3));
 
     /* ...and the saved pair loads back. */
     assert_int_equal(run_regc(&p, "train", "--model", gg3, "--weights", gw3, "--steps", "1",
@@ -203,7 +187,7 @@ static void test_graph_json_trains_bit_identically(void **state)
 static void test_graph_model_shapes_and_init(void **state)
 {
     regc_test_dir *f = *state;
-    char *path = join(f->dir, "g.json");
+    char *path = regc_test_join(f->dir, "g.json");
     write_tiny_graph(path);
 
     regc_model *ref = NULL, *m = NULL;
@@ -265,10 +249,10 @@ static void test_graph_model_shapes_and_init(void **state)
 static void test_graph_model_errors(void **state)
 {
     regc_test_dir *f = *state;
-    char *graph = join(f->dir, "g.json"), *bad = join(f->dir, "bad.json");
-    char *noloss = join(f->dir, "noloss.json"), *missing = join(f->dir, "nope.json");
-    char *w1 = join(f->dir, "one.safetensors"), *w2 = join(f->dir, "shape.safetensors");
-    char *out = join(f->dir, "out.json");
+    char *graph = regc_test_join(f->dir, "g.json"), *bad = regc_test_join(f->dir, "bad.json");
+    char *noloss = regc_test_join(f->dir, "noloss.json"), *missing = regc_test_join(f->dir, "nope.json");
+    char *w1 = regc_test_join(f->dir, "one.safetensors"), *w2 = regc_test_join(f->dir, "shape.safetensors");
+    char *out = regc_test_join(f->dir, "out.json");
     write_tiny_graph(graph);
     regc_test_proc p;
 
@@ -282,7 +266,7 @@ static void test_graph_model_errors(void **state)
     run_regc(&p, "dump-graph", "--model", graph, "--out", out, NULL); /* defaults 4 x 64 */
     expect_cli_error(&p, 1, graph, "got batch 4, sequence 64");
     regc_test_proc_free(&p);
-    assert_false(is_file(out));
+    assert_false(regc_test_is_file(out));
 
     /* --weights: a missing tensor, a wrong shape, a missing file. */
     static float data[512 * 128];
@@ -335,7 +319,7 @@ static void test_graph_model_errors(void **state)
     run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
     expect_cli_error(&p, 1, missing, NULL);
     regc_test_proc_free(&p);
-    assert_false(is_file(out));
+    assert_false(regc_test_is_file(out));
 
     free(graph), free(bad), free(noloss), free(missing), free(w1), free(w2), free(out);
 }
@@ -364,7 +348,7 @@ static void test_dump_graph_cli(void **state)
     regc_test_proc_free(&p);
 
     /* Usage errors. */
-    char *out = join(f->dir, "g.txt");
+    char *out = regc_test_join(f->dir, "g.txt");
     run_regc(&p, "dump-graph", "--model", "gpt2-tiny", NULL);
     expect_cli_error(&p, 2, "regc dump-graph", "--out");
     regc_test_proc_free(&p);
@@ -378,7 +362,7 @@ static void test_dump_graph_cli(void **state)
     run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--seq", "257", "--out", out, NULL);
     expect_cli_error(&p, 1, "gpt2-tiny", "exceeds n_positions 256");
     regc_test_proc_free(&p);
-    assert_false(is_file(out));
+    assert_false(regc_test_is_file(out));
 
     /* --text: the readable listing. */
     assert_int_equal(run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
@@ -393,7 +377,7 @@ static void test_dump_graph_cli(void **state)
     free(text);
 
     /* Shapes only: a 64B-parameter config.json without any weights dumps. */
-    char *big = join(f->dir, "big"), *bigjson = join(f->dir, "big.json");
+    char *big = regc_test_join(f->dir, "big"), *bigjson = regc_test_join(f->dir, "big.json");
     assert_int_equal(mkdir(big, 0755), 0);
     assert_int_equal(regc_test_write_text(big, "config.json",
                                           "{\"model_type\": \"gpt2\", \"vocab_size\": 50257, "

@@ -204,6 +204,25 @@ static void on_step(const regc_step_report *r, void *user)
         p->write_failed = 1;
 }
 
+/* The flag name of argv[i] into flag, and its value: the text after "=",
+ * else the next argument unless that is itself a flag ("--model --json"
+ * means the value was forgotten, not that the model is called "--json");
+ * NULL when there is none. */
+static const char *split_flag(int argc, char **argv, int i, char *flag, size_t cap)
+{
+    const char *arg = argv[i], *eq = strchr(arg, '=');
+    if (eq) {
+        size_t len = (size_t)(eq - arg);
+        if (len >= cap)
+            len = cap - 1;
+        memcpy(flag, arg, len);
+        flag[len] = '\0';
+        return eq + 1;
+    }
+    snprintf(flag, cap, "%s", arg);
+    return i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 ? argv[i + 1] : NULL;
+}
+
 /* ---- regc train --------------------------------------------------------- */
 
 static int cmd_train(int argc, char **argv)
@@ -232,21 +251,7 @@ static int cmd_train(int argc, char **argv)
         /* Every other flag takes a value, given as "--flag value" or
          * "--flag=value". */
         char flag[64];
-        const char *value;
-        const char *eq = strchr(arg, '=');
-        if (eq) {
-            size_t len = (size_t)(eq - arg);
-            if (len >= sizeof flag)
-                len = sizeof flag - 1;
-            memcpy(flag, arg, len);
-            flag[len] = '\0';
-            value = eq + 1;
-        } else {
-            snprintf(flag, sizeof flag, "%s", arg);
-            /* "--model --json" means the value was forgotten, not that the
-             * model is called "--json". */
-            value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 ? argv[i + 1] : NULL;
-        }
+        const char *value = split_flag(argc, argv, i, flag, sizeof flag);
 
         static const char *const valued[] = {"--model", "--data", "--steps", "--batch",
                                              "--seq", "--lr", "--weight-decay", "--seed",
@@ -263,7 +268,7 @@ static int cmd_train(int argc, char **argv)
         }
         if (!value)
             return usage_error("%s: missing value", flag);
-        if (!eq)
+        if (!strchr(arg, '=')) /* the value was the next argument */
             i++;
 
         long long v;
@@ -432,20 +437,10 @@ static int cmd_dump_graph(int argc, char **argv)
             return usage_error("unexpected argument \"%s\" (options start with --; see "
                                "regc dump-graph --help)",
                                arg);
+        /* Every other flag takes a value, given as "--flag value" or
+         * "--flag=value". */
         char flag[64];
-        const char *value;
-        const char *eq = strchr(arg, '=');
-        if (eq) {
-            size_t len = (size_t)(eq - arg);
-            if (len >= sizeof flag)
-                len = sizeof flag - 1;
-            memcpy(flag, arg, len);
-            flag[len] = '\0';
-            value = eq + 1;
-        } else {
-            snprintf(flag, sizeof flag, "%s", arg);
-            value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 ? argv[i + 1] : NULL;
-        }
+        const char *value = split_flag(argc, argv, i, flag, sizeof flag);
         int is_model = !strcmp(flag, "--model"), is_out = !strcmp(flag, "--out");
         int is_batch = !strcmp(flag, "--batch"), is_seq = !strcmp(flag, "--seq");
         if (!is_model && !is_out && !is_batch && !is_seq) {
@@ -455,7 +450,7 @@ static int cmd_dump_graph(int argc, char **argv)
         }
         if (!value)
             return usage_error("%s: missing value", flag);
-        if (!eq)
+        if (!strchr(arg, '=')) /* the value was the next argument */
             i++;
         if ((is_model || is_out) && value[0] == '\0')
             return usage_error("%s: expected a non-empty value", flag);

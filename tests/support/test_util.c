@@ -292,3 +292,18 @@ void regc_test_expect_error(const char *a, const char *b)
     if (strchr(msg, '\n'))
         fail_msg("error \"%s\" should be one line", msg);
 }
+
+char *regc_test_join(const char *dir, const char *name)
+{
+    size_t cap = strlen(dir) + strlen(name) + 2;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    snprintf(s, cap, "%s/%s", dir, name);
+    return s;
+}
+
+int regc_test_is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}

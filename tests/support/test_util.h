@@ -63,4 +63,9 @@ int regc_test_dir_teardown(void **state);
  * contains `a` and `b` (b may be NULL) and is a single line. */
 void regc_test_expect_error(const char *a, const char *b);
 
+/* dir/name in a new malloc'd string (the test fails if out of memory). */
+char *regc_test_join(const char *dir, const char *name);
+/* 1 when path is a regular file. */
+int regc_test_is_file(const char *path);
+
 #endif
