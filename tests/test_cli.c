@@ -18,39 +18,13 @@
 #include "regc.h"
 #include "test_util.h"
 
-#define MAX_ARGS 32
 #define MAX_STEPS 64
-
-/* Run REGC_BIN with the given arguments (NULL-terminated). */
-static int run_regc(regc_test_proc *p, ...) __attribute__((sentinel));
-static int run_regc(regc_test_proc *p, ...)
-{
-    const char *argv[MAX_ARGS + 2] = {REGC_BIN};
-    int n = 1;
-    va_list ap;
-    va_start(ap, p);
-    for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
-        assert_true(n < MAX_ARGS);
-        argv[n++] = a;
-    }
-    va_end(ap);
-    argv[n] = NULL;
-    return regc_test_run_argv(argv, p);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
 
 /* A usage or load error is exactly one line on stderr that names `what`
  * (a sanitizer report or a stray diagnostic would add lines). */
 static void assert_one_line_error(const regc_test_proc *p, const char *what)
 {
-    if (count_lines(p->err) != 1 || p->err[p->err_len - 1] != '\n' || !strstr(p->err, what))
+    if (regc_test_count_lines(p->err) != 1 || p->err[p->err_len - 1] != '\n' || !strstr(p->err, what))
         fail_msg("expected one stderr line naming \"%s\", got:\n%s", what, p->err);
     assert_non_null(strstr(p->err, "regc"));
     assert_int_equal(p->out_len, 0);
@@ -130,7 +104,7 @@ static void test_help_lists_commands(void **state)
     static const char *const forms[][2] = {{"--help", NULL}, {"help", NULL}, {"-h", NULL}};
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         regc_test_proc p;
-        assert_int_equal(run_regc(&p, forms[i][0], NULL), 0);
+        assert_int_equal(regc_test_run_regc(&p, forms[i][0], NULL), 0);
         assert_non_null(strstr(p.out, "train"));
         assert_non_null(strstr(p.out, "version"));
         regc_test_proc_free(&p);
@@ -138,7 +112,7 @@ static void test_help_lists_commands(void **state)
 
     /* No command at all is a usage error, with the usage as the help. */
     regc_test_proc p;
-    assert_int_equal(run_regc(&p, NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, NULL), 2);
     assert_non_null(strstr(p.err, "train"));
     regc_test_proc_free(&p);
 }
@@ -151,14 +125,14 @@ static void test_train_help_describes_every_flag(void **state)
                                         "--seed",  "--threads",   "--backend",
                                         "--json",  "--save",      "--help"};
     regc_test_proc p;
-    assert_int_equal(run_regc(&p, "train", "--help", NULL), 0);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--help", NULL), 0);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(p.out, flags[i]))
             fail_msg("regc train --help does not mention %s:\n%s", flags[i], p.out);
     assert_non_null(strstr(p.out, "gpt2-tiny")); /* the presets are listed */
     regc_test_proc_free(&p);
 
-    assert_int_equal(run_regc(&p, "help", "train", NULL), 0);
+    assert_int_equal(regc_test_run_regc(&p, "help", "train", NULL), 0);
     assert_non_null(strstr(p.out, "--weight-decay"));
     regc_test_proc_free(&p);
 }
@@ -167,9 +141,9 @@ static void test_version(void **state)
 {
     (void)state;
     regc_test_proc p;
-    assert_int_equal(run_regc(&p, "version", NULL), 0);
+    assert_int_equal(regc_test_run_regc(&p, "version", NULL), 0);
     assert_true(strncmp(p.out, "regc ", 5) == 0);
-    assert_int_equal(count_lines(p.out), 1);
+    assert_int_equal(regc_test_count_lines(p.out), 1);
     regc_test_proc_free(&p);
 }
 
@@ -177,7 +151,7 @@ static void test_unknown_command(void **state)
 {
     (void)state;
     regc_test_proc p;
-    assert_int_equal(run_regc(&p, "frobnicate", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "frobnicate", NULL), 2);
     assert_one_line_error(&p, "frobnicate");
     regc_test_proc_free(&p);
 }
@@ -186,15 +160,15 @@ static void test_unknown_flag(void **state)
 {
     (void)state;
     regc_test_proc p;
-    assert_int_equal(run_regc(&p, "train", "--model", "gpt2-tiny", "--bogus", "3", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--bogus", "3", NULL), 2);
     assert_one_line_error(&p, "--bogus");
     regc_test_proc_free(&p);
 
-    assert_int_equal(run_regc(&p, "train", "--model", "gpt2-tiny", "stray", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "stray", NULL), 2);
     assert_one_line_error(&p, "stray");
     regc_test_proc_free(&p);
 
-    assert_int_equal(run_regc(&p, "train", "--model", "gpt2-tiny", "--json=yes", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--json=yes", NULL), 2);
     assert_one_line_error(&p, "--json");
     regc_test_proc_free(&p);
 }
@@ -213,7 +187,7 @@ static void test_bad_numbers(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_test_proc p;
-        int rc = run_regc(&p, "train", "--model", "gpt2-tiny", cases[i][0], cases[i][1], NULL);
+        int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", cases[i][0], cases[i][1], NULL);
         if (rc != 2)
             fail_msg("%s \"%s\": exit %d, stderr: %s", cases[i][0], cases[i][1], rc, p.err);
         assert_one_line_error(&p, cases[i][0]);
@@ -224,7 +198,7 @@ static void test_bad_numbers(void **state)
     }
 
     regc_test_proc p;
-    assert_int_equal(run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "abc", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "abc", NULL), 2);
     assert_string_equal(p.err, "regc train: --steps: expected a positive integer, got \"abc\"\n");
     regc_test_proc_free(&p);
 }
@@ -233,20 +207,20 @@ static void test_missing_values(void **state)
 {
     (void)state;
     regc_test_proc p;
-    assert_int_equal(run_regc(&p, "train", "--model", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", NULL), 2);
     assert_one_line_error(&p, "--model");
     regc_test_proc_free(&p);
 
-    assert_int_equal(run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", NULL), 2);
     assert_one_line_error(&p, "--steps");
     regc_test_proc_free(&p);
 
     /* A flag where a value belongs means the value was left out. */
-    assert_int_equal(run_regc(&p, "train", "--model", "--json", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "--json", NULL), 2);
     assert_one_line_error(&p, "--model");
     regc_test_proc_free(&p);
 
-    assert_int_equal(run_regc(&p, "train", "--steps", "2", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--steps", "2", NULL), 2);
     assert_one_line_error(&p, "--model");
     regc_test_proc_free(&p);
 }
@@ -258,7 +232,7 @@ static void test_model_not_found(void **state)
     assert_non_null(dir);
     char *missing = regc_test_join(dir, "no-such-dir");
     regc_test_proc p;
-    int rc = run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
+    int rc = regc_test_run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
     assert_int_equal(rc, 1);
     assert_one_line_error(&p, "no-such-dir");
     assert_true(strncmp(p.err, "regc: ", 6) == 0);
@@ -274,13 +248,13 @@ static void test_json_steps(void **state)
 {
     (void)state;
     regc_test_proc p;
-    int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "3", "--batch", "2",
+    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "3", "--batch", "2",
                       "--seq", "16", "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     float loss[MAX_STEPS];
     assert_int_equal(parse_json_steps(p.out, loss, MAX_STEPS), 3);
-    assert_int_equal(count_lines(p.out), 3);
+    assert_int_equal(regc_test_count_lines(p.out), 3);
     /* Random init with std 0.02 gives near-uniform logits: loss ~ ln(vocab). */
     double expect = log((double)tiny_vocab());
     if (fabs(loss[0] - expect) > 0.5)
@@ -292,11 +266,11 @@ static void test_human_output(void **state)
 {
     (void)state;
     regc_test_proc p;
-    int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch", "2",
+    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch", "2",
                       "--seq", "16", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
-    assert_int_equal(count_lines(p.out), 2);
+    assert_int_equal(regc_test_count_lines(p.out), 2);
     const char *l1 = strchr(p.out, '\n') + 1;
     assert_true(strncmp(p.out, "step    0 | loss ", 17) == 0);
     assert_true(strncmp(l1, "step    1 | loss ", 17) == 0);
@@ -304,7 +278,7 @@ static void test_human_output(void **state)
     assert_non_null(strstr(p.out, " tok/s\n"));
     /* Columns line up: both lines are equally long. */
     assert_int_equal(strchr(p.out, '\n') - p.out, strchr(l1, '\n') - l1);
-    assert_true(count_lines(p.err) >= 1); /* the model's description */
+    assert_true(regc_test_count_lines(p.err) >= 1); /* the model's description */
     regc_test_proc_free(&p);
 }
 
@@ -316,7 +290,7 @@ static void test_seed_decides_init(void **state)
     const char *seeds[] = {"7", "7", "8"};
     float *into[] = {a, b, c};
     for (int i = 0; i < 3; i++) {
-        int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch", "2",
+        int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch", "2",
                           "--seq", "16", "--seed", seeds[i], "--json", NULL);
         if (rc != 0)
             fail_msg("exit %d: %s", rc, p.err);
@@ -332,7 +306,7 @@ static void test_loss_decreases(void **state)
 {
     (void)state;
     regc_test_proc p;
-    int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "8", "--batch", "2",
+    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "8", "--batch", "2",
                       "--seq", "16", "--lr", "1e-3", "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
@@ -351,7 +325,7 @@ static void test_save_and_retrain(void **state)
     assert_non_null(dir);
     char *out = regc_test_join(dir, "trained");
     regc_test_proc p;
-    int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "8", "--batch", "2",
+    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "8", "--batch", "2",
                       "--seq", "16", "--lr", "1e-3", "--json", "--save", out, NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
@@ -366,7 +340,7 @@ static void test_save_and_retrain(void **state)
     assert_int_equal(count_entries(out), 2); /* no temporary files left behind */
 
     /* The reloaded model has learnt: batch 0 again, now at a lower loss. */
-    rc = run_regc(&p, "train", "--model", out, "--steps", "1", "--batch", "2", "--seq", "16",
+    rc = regc_test_run_regc(&p, "train", "--model", out, "--steps", "1", "--batch", "2", "--seq", "16",
                   "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
@@ -394,7 +368,7 @@ static void test_save_failure_leaves_nothing(void **state)
     assert_int_equal(regc_test_write_file(blocker, "x", 1), 0);
     char *out = regc_test_join(blocker, "model");
     regc_test_proc p;
-    int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
+    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
                       "--seq", "16", "--json", "--save", out, NULL);
     assert_int_equal(rc, 1);
     const char *last = p.err;
@@ -424,7 +398,7 @@ static void test_data_file(void **state)
     assert_int_equal(regc_tokens_write(good, tokens, N), REGC_OK);
 
     regc_test_proc p;
-    int rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--data", good, "--steps", "2",
+    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", good, "--steps", "2",
                       "--batch", "2", "--seq", "16", "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
@@ -435,7 +409,7 @@ static void test_data_file(void **state)
     /* A file that is not a token file: the error names it. */
     char *bad = regc_test_join(dir, "garbage.bin");
     assert_int_equal(regc_test_write_file(bad, "not tokens", 10), 0);
-    rc = run_regc(&p, "train", "--model", "gpt2-tiny", "--data", bad, "--steps", "1", "--batch",
+    rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", bad, "--steps", "1", "--batch",
                   "2", "--seq", "16", "--json", NULL);
     assert_int_equal(rc, 1);
     if (!strstr(p.err, "garbage.bin"))

@@ -18,7 +18,6 @@
 #include "regc.h"
 #include "test_util.h"
 
-#define MAX_ARGS 32
 #define N_STEPS 3
 
 static int setup(void **state)
@@ -26,36 +25,12 @@ static int setup(void **state)
     return regc_test_dir_setup(state, "graph_model", NULL);
 }
 
-static int run_regc(regc_test_proc *p, ...) __attribute__((sentinel));
-static int run_regc(regc_test_proc *p, ...)
-{
-    const char *argv[MAX_ARGS + 2] = {REGC_BIN};
-    int n = 1;
-    va_list ap;
-    va_start(ap, p);
-    for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
-        assert_true(n < MAX_ARGS);
-        argv[n++] = a;
-    }
-    va_end(ap);
-    argv[n] = NULL;
-    return regc_test_run_argv(argv, p);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
-
 /* Exit status `status`, nothing on stdout, and the error as the last stderr
  * line, naming a and b; regc train describes the model first, so at most one
  * description line may precede it. */
 static void expect_cli_error(const regc_test_proc *p, int status, const char *a, const char *b)
 {
-    int lines = count_lines(p->err);
+    int lines = regc_test_count_lines(p->err);
     const char *last = p->err;
     if (lines == 2)
         last = strchr(p->err, '\n') + 1;
@@ -125,31 +100,31 @@ static void test_graph_json_trains_bit_identically(void **state)
     regc_test_proc p;
 
     /* Weights to start from: one step of the preset, saved as an HF dir. */
-    assert_int_equal(run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
                               "--seq", "16", "--json", "--save", hf, NULL),
                      0);
     regc_test_proc_free(&p);
 
-    assert_int_equal(run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
                               "16", "--out", graph, NULL),
                      0);
     assert_int_equal(p.out_len, 0);
     regc_test_proc_free(&p);
     /* Dumping the graph model again gives the same file. */
-    assert_int_equal(run_regc(&p, "dump-graph", "--model", graph, "--batch", "2", "--seq", "16",
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", graph, "--batch", "2", "--seq", "16",
                               "--out", again, NULL),
                      0);
     regc_test_proc_free(&p);
     assert_true(files_equal(graph, again));
 
     float a[N_STEPS + 1], b[N_STEPS + 1];
-    assert_int_equal(run_regc(&p, "train", "--model", hf, "--steps", "3", "--batch", "2", "--seq",
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", hf, "--steps", "3", "--batch", "2", "--seq",
                               "16", "--json", "--save", hf3, NULL),
                      0);
     assert_int_equal(json_losses(p.out, a, N_STEPS + 1), N_STEPS);
     regc_test_proc_free(&p);
 
-    assert_int_equal(run_regc(&p, "train", "--model", graph, "--weights", weights, "--steps", "3",
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", graph, "--weights", weights, "--steps", "3",
                               "--batch", "2", "--seq", "16", "--json", "--save", gs3, NULL),
                      0);
     assert_int_equal(json_losses(p.out, b, N_STEPS + 1), N_STEPS);
@@ -173,7 +148,7 @@ static void test_graph_json_trains_bit_identically(void **state)
     assert_false(regc_test_is_file(gc3));
 
     /* ...and the saved pair loads back. */
-    assert_int_equal(run_regc(&p, "train", "--model", gg3, "--weights", gw3, "--steps", "1",
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", gg3, "--weights", gw3, "--steps", "1",
                               "--batch", "2", "--seq", "16", "--json", NULL),
                      0);
     regc_test_proc_free(&p);
@@ -257,13 +232,13 @@ static void test_graph_model_errors(void **state)
     regc_test_proc p;
 
     /* The fixed shapes. */
-    run_regc(&p, "train", "--model", graph, "--batch", "3", "--seq", "16", "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", graph, "--batch", "3", "--seq", "16", "--steps", "1", NULL);
     expect_cli_error(&p, 1, graph, "built for batch 2 and sequence 16; got batch 3, sequence 16");
     regc_test_proc_free(&p);
-    run_regc(&p, "train", "--model", graph, "--batch", "2", "--seq", "32", "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", graph, "--batch", "2", "--seq", "32", "--steps", "1", NULL);
     expect_cli_error(&p, 1, graph, "got batch 2, sequence 32");
     regc_test_proc_free(&p);
-    run_regc(&p, "dump-graph", "--model", graph, "--out", out, NULL); /* defaults 4 x 64 */
+    regc_test_run_regc(&p, "dump-graph", "--model", graph, "--out", out, NULL); /* defaults 4 x 64 */
     expect_cli_error(&p, 1, graph, "got batch 4, sequence 64");
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(out));
@@ -273,32 +248,32 @@ static void test_graph_model_errors(void **state)
     regc_st_entry e = {.name = "transformer.wte.weight", .dtype = REGC_F32, .ndim = 2,
                        .shape = {512, 128}, .data = data};
     assert_int_equal(regc_st_write(w1, &e, 1), REGC_OK);
-    run_regc(&p, "train", "--model", graph, "--weights", w1, "--batch", "2", "--seq", "16",
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", w1, "--batch", "2", "--seq", "16",
              "--steps", "1", NULL);
     expect_cli_error(&p, 1, w1, "missing tensor transformer.wpe.weight");
     regc_test_proc_free(&p);
     e.shape[1] = 64;
     assert_int_equal(regc_st_write(w2, &e, 1), REGC_OK);
-    run_regc(&p, "train", "--model", graph, "--weights", w2, "--batch", "2", "--seq", "16",
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", w2, "--batch", "2", "--seq", "16",
              "--steps", "1", NULL);
     expect_cli_error(&p, 1, w2, "transformer.wte.weight");
     regc_test_proc_free(&p);
-    run_regc(&p, "train", "--model", graph, "--weights", missing, "--batch", "2", "--seq", "16",
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", missing, "--batch", "2", "--seq", "16",
              "--steps", "1", NULL);
     expect_cli_error(&p, 1, missing, NULL);
     regc_test_proc_free(&p);
 
     /* --weights belongs to graph models only. */
-    run_regc(&p, "train", "--model", "gpt2-tiny", "--weights", w1, "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--weights", w1, "--steps", "1", NULL);
     expect_cli_error(&p, 2, "--weights", "graph JSON");
     regc_test_proc_free(&p);
 
     /* A malformed file, a graph without a loss, a file that is not there. */
     assert_int_equal(regc_test_write_text(f->dir, "bad.json", "{\"format\": \"regc-graph\", "), 0);
-    run_regc(&p, "train", "--model", bad, "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", bad, "--steps", "1", NULL);
     expect_cli_error(&p, 1, bad, NULL);
     regc_test_proc_free(&p);
-    run_regc(&p, "dump-graph", "--model", bad, "--out", out, NULL);
+    regc_test_run_regc(&p, "dump-graph", "--model", bad, "--out", out, NULL);
     expect_cli_error(&p, 1, bad, NULL);
     regc_test_proc_free(&p);
 
@@ -312,11 +287,11 @@ static void test_graph_model_errors(void **state)
     cJSON_Delete(root);
     assert_int_equal(regc_test_write_file(noloss, text, strlen(text)), 0);
     cJSON_free(text);
-    run_regc(&p, "train", "--model", noloss, "--batch", "2", "--seq", "16", "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", noloss, "--batch", "2", "--seq", "16", "--steps", "1", NULL);
     expect_cli_error(&p, 1, noloss, "no outputs");
     regc_test_proc_free(&p);
 
-    run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
     expect_cli_error(&p, 1, missing, NULL);
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(out));
@@ -332,40 +307,40 @@ static void test_dump_graph_cli(void **state)
     regc_test_proc p;
     static const char *const flags[] = {"--model", "--batch", "--seq", "--out", "--text",
                                         "--help"};
-    assert_int_equal(run_regc(&p, "dump-graph", "--help", NULL), 0);
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--help", NULL), 0);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(p.out, flags[i]))
             fail_msg("regc dump-graph --help does not mention %s:\n%s", flags[i], p.out);
     regc_test_proc_free(&p);
-    assert_int_equal(run_regc(&p, "help", "dump-graph", NULL), 0);
+    assert_int_equal(regc_test_run_regc(&p, "help", "dump-graph", NULL), 0);
     assert_non_null(strstr(p.out, "--text"));
     regc_test_proc_free(&p);
-    assert_int_equal(run_regc(&p, "--help", NULL), 0);
+    assert_int_equal(regc_test_run_regc(&p, "--help", NULL), 0);
     assert_non_null(strstr(p.out, "dump-graph"));
     regc_test_proc_free(&p);
-    assert_int_equal(run_regc(&p, "train", "--help", NULL), 0);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--help", NULL), 0);
     assert_non_null(strstr(p.out, "--weights"));
     regc_test_proc_free(&p);
 
     /* Usage errors. */
     char *out = regc_test_join(f->dir, "g.txt");
-    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", NULL);
+    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", NULL);
     expect_cli_error(&p, 2, "regc dump-graph", "--out");
     regc_test_proc_free(&p);
-    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--batch", "0", NULL);
+    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--batch", "0", NULL);
     expect_cli_error(&p, 2, "regc dump-graph", "--batch");
     regc_test_proc_free(&p);
-    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--frob", "1", NULL);
+    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--frob", "1", NULL);
     expect_cli_error(&p, 2, "regc dump-graph", "--frob");
     regc_test_proc_free(&p);
     /* An error of the model leaves no file. */
-    run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--seq", "257", "--out", out, NULL);
+    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--seq", "257", "--out", out, NULL);
     expect_cli_error(&p, 1, "gpt2-tiny", "exceeds n_positions 256");
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(out));
 
     /* --text: the readable listing. */
-    assert_int_equal(run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
                               "16", "--text", "--out", out, NULL),
                      0);
     regc_test_proc_free(&p);
@@ -384,7 +359,7 @@ static void test_dump_graph_cli(void **state)
                                           "\"n_positions\": 4096, \"n_embd\": 8192, "
                                           "\"n_layer\": 80, \"n_head\": 64}"),
                      0);
-    assert_int_equal(run_regc(&p, "dump-graph", "--model", big, "--batch", "1", "--seq", "8",
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", big, "--batch", "1", "--seq", "8",
                               "--out", bigjson, NULL),
                      0);
     regc_test_proc_free(&p);

@@ -307,3 +307,27 @@ int regc_test_is_file(const char *path)
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+int regc_test_run_regc(regc_test_proc *p, ...)
+{
+    enum { max_args = 32 };
+    const char *argv[max_args + 2] = {REGC_BIN};
+    int n = 1;
+    va_list ap;
+    va_start(ap, p);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
+        assert_true(n < max_args);
+        argv[n++] = a;
+    }
+    va_end(ap);
+    argv[n] = NULL;
+    return regc_test_run_argv(argv, p);
+}
+
+int regc_test_count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}

@@ -68,4 +68,10 @@ char *regc_test_join(const char *dir, const char *name);
 /* 1 when path is a regular file. */
 int regc_test_is_file(const char *path);
 
+/* Run the regc binary (REGC_BIN) with the given arguments, NULL-terminated,
+ * capturing its output like regc_test_run_argv. */
+int regc_test_run_regc(regc_test_proc *p, ...) __attribute__((sentinel));
+/* Number of '\n' in s. */
+int regc_test_count_lines(const char *s);
+
 #endif
