@@ -18,7 +18,6 @@ struct regc_exec {
     char *keep;          /* [n_tensors] graph outputs: survive the run */
     int *n_readers;      /* [n_tensors] nodes reading each tensor (a node reading twice counts twice) */
     int *readers_left;   /* [n_tensors] during a run */
-    size_t live_bytes, peak_bytes;
 };
 
 static size_t tensor_bytes(const regc_tensor *t)
@@ -64,7 +63,6 @@ static void release_all(regc_exec *x)
         if (!x->bound[t])
             x->ptr[t] = NULL;
     }
-    x->live_bytes = 0;
 }
 
 void regc_exec_free(regc_exec *x)
@@ -97,11 +95,6 @@ void *regc_exec_tensor(regc_exec *x, int tensor)
     if (tensor < 0 || tensor >= regc_graph_n_tensors(x->g))
         return NULL;
     return x->ptr[tensor];
-}
-
-size_t regc_exec_peak_bytes(const regc_exec *x)
-{
-    return x->peak_bytes;
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -326,9 +319,6 @@ static int allocate(regc_exec *x, int t)
     if (!x->ptr[t])
         return regc_error(REGC_ERR_MEMORY, "out of memory for tensor %s (%zu bytes)", tt->name,
                           bytes);
-    x->live_bytes += bytes;
-    if (x->live_bytes > x->peak_bytes)
-        x->peak_bytes = x->live_bytes;
     return REGC_OK;
 }
 
@@ -338,14 +328,12 @@ static void release(regc_exec *x, int t)
         return;
     x->be->free(x->be, x->ptr[t]);
     x->ptr[t] = NULL;
-    x->live_bytes -= tensor_bytes(regc_graph_tensor(x->g, t));
 }
 
 int regc_exec_run(regc_exec *x)
 {
     const regc_graph *g = x->g;
     release_all(x);
-    x->peak_bytes = 0;
     for (int t = 0; t < regc_graph_n_tensors(g); t++) {
         const regc_tensor *tt = regc_graph_tensor(g, t);
         x->readers_left[t] = x->n_readers[t];

@@ -125,8 +125,6 @@ int regc_exec_bind(regc_exec *x, int tensor, void *device_ptr);
 int regc_exec_run(regc_exec *x);
 /* Device pointer of a bound tensor or a graph output after run, else NULL. */
 void *regc_exec_tensor(regc_exec *x, int tensor);
-/* Largest total of activation bytes allocated at once during the last run. */
-size_t regc_exec_peak_bytes(const regc_exec *x);
 
 /* ======================================================================
  * Training
