@@ -560,6 +560,77 @@ int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc
     return m->arch->build_graph(m, batch, seq, out);
 }
 
+/* ------------------------------------------------------- graph inputs */
+
+regc_input *regc_input_find(int n, regc_input *in, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(in[i].tensor->name, name) == 0)
+            return &in[i];
+    return NULL;
+}
+
+/* An i32 input of exactly `numel` elements, or an error naming it. */
+static int lm_input_check(const regc_model *m, const regc_input *x, int64_t numel)
+{
+    if (x->tensor->dtype != REGC_I32 || regc_tensor_numel(x->tensor) != numel)
+        return regc_error(REGC_ERR_SHAPE, "%s: graph input %s must be i32 with %" PRId64
+                          " elements", m->source, x->tensor->name, numel);
+    return REGC_OK;
+}
+
+int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
+                              const regc_batch_spec *b, int n, regc_input *in)
+{
+    regc_input *ids = regc_input_find(n, in, "input_ids");
+    regc_input *targets = regc_input_find(n, in, "targets");
+    regc_input *pos = regc_input_find(n, in, "position_ids");
+    const int64_t bt = b->batch * b->seq;
+    int rc;
+    if ((ids && (rc = lm_input_check(m, ids, bt)) < 0) ||
+        (targets && (rc = lm_input_check(m, targets, bt)) < 0) ||
+        (pos && (rc = lm_input_check(m, pos, b->seq)) < 0))
+        return rc;
+    if (ids || targets) {
+        int32_t *tmp = (ids && targets) ? NULL : malloc((size_t)bt * sizeof *tmp);
+        if (!(ids && targets) && !tmp)
+            return regc_error(REGC_ERR_MEMORY, "out of memory");
+        rc = regc_tokens_batch(data, b->step, b->batch, b->seq, ids ? ids->host : tmp,
+                               targets ? targets->host : tmp);
+        free(tmp);
+        if (rc < 0)
+            return rc;
+        if (ids)
+            ids->filled = 1;
+        if (targets)
+            targets->filled = 1;
+    }
+    if (pos) {
+        int32_t *p = pos->host;
+        for (int64_t t = 0; t < b->seq; t++)
+            p[t] = (int32_t)t;
+        pos->filled = 1;
+    }
+    return REGC_OK;
+}
+
+int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
+                           const regc_batch_spec *b, int n, regc_input *in)
+{
+    for (int i = 0; i < n; i++)
+        in[i].filled = 0;
+    int rc = m->arch->fill_inputs ? m->arch->fill_inputs(m, data, b, n, in)
+                                  : regc_model_fill_lm_inputs(m, data, b, n, in);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n; i++)
+        if (!in[i].filled)
+            return regc_error(REGC_ERR_UNSUPPORTED,
+                              "%s: graph input %s is not one a %s model can fill from token data",
+                              m->source, in[i].tensor->name, m->arch->model_type);
+    return REGC_OK;
+}
+
 /* mkdir -p: checkpoints go to fresh nested paths like runs/x/step100. */
 static int make_dirs(const char *dir)
 {

@@ -55,6 +55,10 @@ struct regc_arch {
     /* Optional: write the files that describe the model (other than
      * model.safetensors) into dir; when set, it replaces config.json. */
     int (*save_files)(const regc_model *m, const char *dir);
+    /* Optional: fill the training graph's inputs for one batch; when NULL,
+     * regc_model_fill_lm_inputs (a causal language model's inputs). */
+    int (*fill_inputs)(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                       int n, regc_input *in);
 };
 
 extern const regc_arch regc_arch_gpt2;
@@ -68,6 +72,14 @@ int regc_graph_model_read(regc_model *m, const char *path);
 /* Append a parameter: numel and offset are computed, overflow checked. */
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
                          float init_center, float init_halfwidth);
+
+/* ---- graph inputs (regc_model_fill_inputs) */
+/* The entry for the input called `name`, or NULL when the graph lacks it. */
+regc_input *regc_input_find(int n, regc_input *in, const char *name);
+/* A causal LM's inputs, each where the graph has it: "input_ids" and
+ * "targets" [B, T] from regc_tokens_batch, "position_ids" [T] = 0..T-1. */
+int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
+                              const regc_batch_spec *b, int n, regc_input *in);
 
 /* ---- config.json readers for architectures. Each returns REGC_OK with
  * *out set (the default when the key is absent or null and required is 0),

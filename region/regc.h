@@ -58,8 +58,10 @@ float *regc_model_weights(regc_model *m); /* NULL while shape-only */
  * std 0.02 (residual projections 0.02 / sqrt(2 n_layer)), norms 1, biases 0. */
 int regc_model_init_random(regc_model *m, uint64_t seed);
 /* The flat forward graph for [batch, seq] token inputs, ending in the mean
- * cross-entropy loss: inputs "input_ids" [B, T], "position_ids" [T],
- * "targets" [B, T] (i32); one parameter tensor per model parameter. */
+ * cross-entropy loss (its first output); one parameter tensor per model
+ * parameter. Its inputs are the architecture's: causal LMs take
+ * "input_ids" [B, T], "position_ids" [T] and "targets" [B, T] (i32); see
+ * regc_model_fill_inputs for what each architecture adds. */
 int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out);
 /* Write config.json and model.safetensors (HF names and layouts) into dir,
  * creating it; each file is written atomically. Graph models write
@@ -110,6 +112,29 @@ int64_t regc_tokens_count(const regc_tokens *t);
 int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq,
                       int32_t *inputs, int32_t *targets);
 void regc_tokens_free(regc_tokens *t);
+
+/* ======================================================================
+ * Graph inputs of one training step
+ * ====================================================================== */
+typedef struct {
+    int64_t step;  /* batch index, from 0 */
+    int64_t batch, seq;
+    uint64_t seed; /* of anything drawn per batch (masked positions) */
+} regc_batch_spec;
+
+/* One graph input and its host buffer (numel x dtype size bytes). */
+typedef struct {
+    const regc_tensor *tensor;
+    void *host;
+    int filled;
+} regc_input;
+
+/* Fill every input of m's training graph for one batch: token ids and
+ * targets from `data`, plus the architecture's own inputs (positions,
+ * rotary tables, relative-position buckets, masked positions). An input
+ * the architecture does not know is an error naming it. */
+int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
+                           const regc_batch_spec *b, int n, regc_input *in);
 
 /* ======================================================================
  * Executor (level O0): runs a graph node by node on a backend, allocating

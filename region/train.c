@@ -32,29 +32,33 @@ typedef struct {
     regc_exec *exec;
     int *grad_of;         /* [n_tensors of the forward graph] */
     int loss;             /* tensor id */
-    int input_ids, targets, position_ids;
     float *params, *grads, *m, *v; /* device, [total_numel] each */
-    int32_t *d_inputs, *d_targets, *d_positions; /* device, [B*T], [B*T], [T] */
-    int32_t *h_inputs, *h_targets;               /* host, [B*T] */
+    int n_inputs;
+    regc_input *inputs;   /* [n_inputs] the graph's inputs with host buffers */
+    void **d_inputs;      /* [n_inputs] their device copies */
 } trainer;
 
 static void trainer_free(trainer *t)
 {
     regc_backend *be = t->be;
     if (be) {
-        void *blocks[] = {t->params, t->grads, t->m, t->v, t->d_inputs, t->d_targets,
-                          t->d_positions};
+        void *blocks[] = {t->params, t->grads, t->m, t->v};
         for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++)
             if (blocks[i])
                 be->free(be, blocks[i]);
+        for (int i = 0; t->d_inputs && i < t->n_inputs; i++)
+            if (t->d_inputs[i])
+                be->free(be, t->d_inputs[i]);
     }
+    for (int i = 0; t->inputs && i < t->n_inputs; i++)
+        free(t->inputs[i].host);
+    free(t->inputs);
+    free(t->d_inputs);
     regc_exec_free(t->exec);
     regc_graph_free(t->graph);
     regc_tokens_free(t->tokens);
     regc_backend_free(be);
     free(t->grad_of);
-    free(t->h_inputs);
-    free(t->h_targets);
 }
 
 static int open_data(trainer *t, const regc_train_options *o)
@@ -80,11 +84,6 @@ static int build_program(trainer *t, const regc_train_options *o)
     if (regc_graph_n_outputs(g) < 1)
         return regc_error(REGC_ERR_ARG, "model graph has no loss output");
     t->loss = regc_graph_output(g, 0);
-    t->input_ids = regc_graph_find_tensor(g, "input_ids");
-    t->targets = regc_graph_find_tensor(g, "targets");
-    t->position_ids = regc_graph_find_tensor(g, "position_ids");
-    if (t->input_ids < 0 || t->targets < 0)
-        return regc_error(REGC_ERR_ARG, "model graph lacks the input_ids or targets input");
     t->grad_of = malloc((size_t)regc_graph_n_tensors(g) * sizeof *t->grad_of);
     if (!t->grad_of)
         return regc_error(REGC_ERR_MEMORY, "out of memory");
@@ -107,35 +106,59 @@ static void *device_alloc(trainer *t, size_t bytes, int *rc)
     return p;
 }
 
+static size_t tensor_bytes(const regc_tensor *x)
+{
+    return (size_t)regc_tensor_numel(x) * regc_dtype_size(x->dtype);
+}
+
+/* A host and a device buffer for every graph input, bound into the
+ * executor: the architecture fills them per batch (regc_model_fill_inputs). */
+static int bind_inputs(trainer *t)
+{
+    const regc_graph *g = t->graph;
+    int n = 0, rc = REGC_OK;
+    for (int i = 0; i < regc_graph_n_tensors(g); i++)
+        n += regc_graph_tensor(g, i)->role == REGC_ROLE_INPUT;
+    t->inputs = calloc((size_t)n + 1, sizeof *t->inputs);
+    t->d_inputs = calloc((size_t)n + 1, sizeof *t->d_inputs);
+    if (!t->inputs || !t->d_inputs)
+        return regc_error(REGC_ERR_MEMORY, "out of memory");
+    for (int i = 0; i < regc_graph_n_tensors(g) && rc == REGC_OK; i++) {
+        const regc_tensor *x = regc_graph_tensor(g, i);
+        if (x->role != REGC_ROLE_INPUT)
+            continue;
+        regc_input *in = &t->inputs[t->n_inputs];
+        in->tensor = x;
+        in->host = malloc(tensor_bytes(x) + 1);
+        t->d_inputs[t->n_inputs++] = device_alloc(t, tensor_bytes(x) + 1, &rc);
+        if (rc == REGC_OK && !in->host)
+            rc = regc_error(REGC_ERR_MEMORY, "out of memory");
+        if (rc == REGC_OK)
+            rc = regc_exec_bind(t->exec, i, t->d_inputs[t->n_inputs - 1]);
+    }
+    return rc;
+}
+
 /* Allocate the four parameter-shaped blocks and bind every parameter, its
  * gradient and the inputs into the executor. */
-static int bind_memory(trainer *t, const regc_train_options *o)
+static int bind_memory(trainer *t)
 {
     regc_backend *be = t->be;
-    int64_t total = regc_model_total_numel(t->model), bt = o->batch * o->seq;
+    int64_t total = regc_model_total_numel(t->model);
     size_t bytes = (size_t)total * sizeof(float);
     int rc = REGC_OK;
     t->params = device_alloc(t, bytes, &rc);
     t->grads = device_alloc(t, bytes, &rc);
     t->m = device_alloc(t, bytes, &rc);
     t->v = device_alloc(t, bytes, &rc);
-    t->d_inputs = device_alloc(t, (size_t)bt * sizeof(int32_t), &rc);
-    t->d_targets = device_alloc(t, (size_t)bt * sizeof(int32_t), &rc);
-    t->d_positions = device_alloc(t, (size_t)o->seq * sizeof(int32_t), &rc);
-    t->h_inputs = malloc((size_t)bt * sizeof(int32_t));
-    t->h_targets = malloc((size_t)bt * sizeof(int32_t));
-    if (rc || !t->h_inputs || !t->h_targets)
-        return rc ? rc : regc_error(REGC_ERR_MEMORY, "out of memory");
+    if (rc)
+        return rc;
     be->copy_h2d(be, t->params, regc_model_weights(t->model), bytes);
     be->fill(be, t->grads, (size_t)total, 0.0f);
     be->fill(be, t->m, (size_t)total, 0.0f);
     be->fill(be, t->v, (size_t)total, 0.0f);
-    int32_t *pos = t->h_inputs; /* scratch: positions 0..T-1 */
-    for (int64_t i = 0; i < o->seq; i++)
-        pos[i] = (int32_t)i;
-    be->copy_h2d(be, t->d_positions, pos, (size_t)o->seq * sizeof(int32_t));
 
-    if ((rc = regc_exec_new(t->graph, be, &t->exec)))
+    if ((rc = regc_exec_new(t->graph, be, &t->exec)) || (rc = bind_inputs(t)))
         return rc;
     char *grad_bound = calloc((size_t)regc_graph_n_tensors(t->graph), 1);
     if (!grad_bound)
@@ -163,23 +186,18 @@ static int bind_memory(trainer *t, const regc_train_options *o)
     free(grad_bound);
     if (rc)
         return rc;
-    if ((rc = regc_exec_bind(t->exec, t->input_ids, t->d_inputs)) ||
-        (rc = regc_exec_bind(t->exec, t->targets, t->d_targets)))
-        return rc;
-    if (t->position_ids >= 0 && (rc = regc_exec_bind(t->exec, t->position_ids, t->d_positions)))
-        return rc;
     return be->sync(be);
 }
 
 static int train_step(trainer *t, const regc_train_options *o, int step, float *loss)
 {
     regc_backend *be = t->be;
-    int64_t bt = o->batch * o->seq;
-    int rc = regc_tokens_batch(t->tokens, step, o->batch, o->seq, t->h_inputs, t->h_targets);
+    const regc_batch_spec b = {.step = step, .batch = o->batch, .seq = o->seq, .seed = o->seed};
+    int rc = regc_model_fill_inputs(t->model, t->tokens, &b, t->n_inputs, t->inputs);
     if (rc)
         return rc;
-    be->copy_h2d(be, t->d_inputs, t->h_inputs, (size_t)bt * sizeof(int32_t));
-    be->copy_h2d(be, t->d_targets, t->h_targets, (size_t)bt * sizeof(int32_t));
+    for (int i = 0; i < t->n_inputs; i++)
+        be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, tensor_bytes(t->inputs[i].tensor));
     if ((rc = regc_exec_run(t->exec)))
         return rc;
     be->copy_d2h(be, loss, regc_exec_tensor(t->exec, t->loss), sizeof(float));
@@ -223,7 +241,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         return REGC_ERR_UNSUPPORTED;
     }
     if (!(rc = open_data(&t, o)))
-        rc = bind_memory(&t, o);
+        rc = bind_memory(&t);
     for (int step = 0; rc == REGC_OK && step < o->steps; step++) {
         double t0 = regc_time_ms();
         float loss = 0.0f;
