@@ -5,8 +5,9 @@ For a few small GPT-2 shapes with deliberately odd sizes, this script builds
 the weights and the token stream with the SAME counter-based RNG as
 common/rng.c, trains 5 steps of AdamW in plain PyTorch with Hugging Face GPT-2
 semantics, and writes the per-step losses to tests/data/gpt2_reference.json.
-tests/test_gpt2_reference.c rebuilds the identical model in C, trains it with
-`regc train` and compares the losses.
+tests/test_train_reference.c rebuilds the identical model in C, trains it with
+`regc train` and compares the losses (reference_common.py holds the parts
+every architecture shares).
 
 Run with Debian's python3 (torch + numpy):  /usr/bin/python3 tools/reference/gpt2_reference.py
 
@@ -23,59 +24,12 @@ epsilon 1e-5..6e-4, lr off by 1% 4e-5..8e-4, another batch order 4e-2..1e-1.
 """
 
 import argparse
-import json
 import math
-import os
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-# ---------------------------------------------------------------------------
-# The counter-based RNG of common/rng.c, vectorised. Everything is uint64 with
-# wraparound, exactly like C's unsigned arithmetic.
-# ---------------------------------------------------------------------------
-MASK64 = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
-
-
-def mix_int(z):
-    """regc_rng_mix on a Python int (used for the scalar substream seeds)."""
-    z &= MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return z ^ (z >> 31)
-
-
-def mix_np(z):
-    """regc_rng_mix on a uint64 array (numpy wraps uint64 products mod 2^64)."""
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
-def rng_substream(seed, index):
-    return mix_int(seed ^ mix_int(index + GOLDEN))
-
-
-def rng_at(seed, n):
-    """regc_rng_at(seed, i) for i = 0 .. n-1, as a uint64 array."""
-    i = np.arange(n, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = np.uint64(seed) + (i + np.uint64(1)) * np.uint64(GOLDEN)
-    return mix_np(z)
-
-
-def rng_fill_uniform(n, seed, center, halfwidth):
-    """regc_rng_fill_uniform, bit for bit: every operation rounds to float32
-    exactly where the C code does (the step is computed in double from the
-    float32 halfwidth, then rounded once)."""
-    k = (rng_at(seed, n) >> np.uint64(40)).astype(np.int32) - np.int32(8388608)
-    step = np.float32(np.float64(np.float32(halfwidth)) / 8388608.0)
-    t = k.astype(np.float32) * step  # float32 * float32 -> float32
-    return np.float32(center) + t    # float32 + float32 -> float32
-
+from reference_common import default_out, get_batch, run_case, write_doc
 
 # ---------------------------------------------------------------------------
 # The cases: small, odd shapes. n_inner None means HF's default 4 * n_embd
@@ -99,10 +53,6 @@ CASES = [
          n_head=4, n_inner=512, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
          batch=2, seq=29, lr=1.5e-3, weight_decay=0.05, n_tokens=180),
 ]
-STEPS = 5
-TOKEN_STREAM = 1000000  # substream index of the token data (far from any parameter's)
-
-
 def inner_size(case):
     return case["n_inner"] if case["n_inner"] is not None else 4 * case["n_embd"]
 
@@ -135,38 +85,6 @@ def param_specs(case):
     if not case["tie_word_embeddings"]:
         specs.append(("lm_head.weight", (V, C), *weight))  # nn.Linear: [out, in]
     return specs
-
-
-def init_params(case):
-    """Name -> float32 numpy array, filled exactly as the C test fills them."""
-    params = {}
-    for t, (name, shape, center, halfwidth) in enumerate(param_specs(case)):
-        n = int(np.prod(shape))
-        values = rng_fill_uniform(n, rng_substream(case["seed"], t), center, halfwidth)
-        params[name] = values.reshape(shape)
-    return params
-
-
-def make_tokens(case):
-    seed = rng_substream(case["seed"], TOKEN_STREAM)
-    return (rng_at(seed, case["n_tokens"]) % np.uint64(case["vocab_size"])).astype(np.int64)
-
-
-def batch_start(k, n_tokens, bt):
-    """llm.c's DataLoader order, replayed literally: advance by B*T and go
-    back to 0 when the next batch (plus its shifted target) would not fit."""
-    p = 0
-    for _ in range(k):
-        p += bt
-        if p + bt + 1 > n_tokens:
-            p = 0
-    return p
-
-
-def get_batch(tokens, k, B, T):
-    p = batch_start(k, len(tokens), B * T)
-    chunk = torch.from_numpy(tokens[p:p + B * T + 1])
-    return chunk[:-1].view(B, T), chunk[1:].view(B, T)
 
 
 # ---------------------------------------------------------------------------
@@ -202,7 +120,8 @@ def attention(x, p, h, case):
     return conv1d(y, p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"])  # [B, T, C]
 
 
-def forward_loss(p, idx, targets, case):
+def forward_loss(p, k, case):
+    idx, targets = get_batch(case["tokens"], k, case["batch"], case["seq"])
     B, T = idx.shape
     C, eps = case["n_embd"], case["layer_norm_epsilon"]
     pos = torch.arange(T)
@@ -218,24 +137,6 @@ def forward_loss(p, idx, targets, case):
     head = p["transformer.wte.weight"] if case["tie_word_embeddings"] else p["lm_head.weight"]
     logits = F.linear(x, head)  # [B, T, V]
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
-
-
-def train(case, init, tokens, dtype):
-    """Losses of STEPS AdamW steps, each recorded before its update."""
-    p = {name: torch.tensor(a, dtype=dtype, requires_grad=True) for name, a in init.items()}
-    # One parameter group over everything: decay applies to norms and biases
-    # too, which is what regc's optimizer does.
-    opt = torch.optim.AdamW(list(p.values()), lr=case["lr"], betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=case["weight_decay"])
-    losses = []
-    for k in range(STEPS):
-        idx, targets = get_batch(tokens, k, case["batch"], case["seq"])
-        opt.zero_grad(set_to_none=True)
-        loss = forward_loss(p, idx, targets, case)
-        loss.backward()
-        losses.append(loss.item())
-        opt.step()
-    return losses
 
 
 def hf_config(case):
@@ -260,58 +161,15 @@ def hf_config(case):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    default_out = os.path.join(here, "..", "..", "tests", "data", "gpt2_reference.json")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.normpath(default_out))
+    ap.add_argument("--out", default=default_out(__file__, "gpt2_reference.json"))
     args = ap.parse_args()
-
-    torch.manual_seed(0)  # nothing here draws from torch's RNG; belt and braces
-    torch.set_num_threads(1)  # the same summation order on every machine
     out_cases = []
     for case in CASES:
         assert case["n_embd"] % case["n_head"] == 0 and case["seq"] <= case["n_positions"]
         assert case["n_tokens"] >= case["batch"] * case["seq"] + 1
-        init = init_params(case)
-        tokens = make_tokens(case)
-        param_sum = float(sum(np.sum(a, dtype=np.float64) for a in init.values()))
-        losses = train(case, init, tokens, torch.float32)
-        # The same run in float64 from the same float32 start: how far float32
-        # rounding alone moves the losses (a floor for any fp32 comparison).
-        losses64 = train(case, init, tokens, torch.float64)
-        noise = max(abs(a - b) / abs(b) for a, b in zip(losses, losses64))
-        starts = [batch_start(k, case["n_tokens"], case["batch"] * case["seq"]) for k in range(STEPS)]
-        n_params = sum(a.size for a in init.values())
-        print("%-22s V=%d L=%d C=%d H=%d I=%d B=%d T=%d params=%d batches at %s" %
-              (case["name"], case["vocab_size"], case["n_layer"], case["n_embd"], case["n_head"],
-               inner_size(case), case["batch"], case["seq"], n_params, starts))
-        print("%-22s losses %s  fp32 vs fp64 max rel %.1e" %
-              ("", " ".join("%.6f" % x for x in losses), noise))
-        out_cases.append({
-            "name": case["name"],
-            "seed": case["seed"],
-            "config": hf_config(case),
-            "batch": case["batch"],
-            "seq": case["seq"],
-            "steps": STEPS,
-            "lr": case["lr"],
-            "weight_decay": case["weight_decay"],
-            "n_tokens": case["n_tokens"],
-            "param_sum": param_sum,
-            "losses": losses,
-            "losses_float64": losses64,
-            "fp32_vs_fp64_max_rel": noise,
-        })
-    doc = {
-        "generator": "tools/reference/gpt2_reference.py",
-        "torch": torch.__version__,
-        "cases": out_cases,
-    }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)  # repr floats: full round-trip precision
-        f.write("\n")
-    print("wrote %s (%d cases)" % (args.out, len(out_cases)))
+        out_cases.append(run_case(case, param_specs(case), hf_config(case), forward_loss))
+    write_doc("tools/reference/gpt2_reference.py", out_cases, args.out)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
-/* test_gpt2_reference.c — end to end against PyTorch: for each case of
- * tests/data/gpt2_reference.json (written by tools/reference/gpt2_reference.py)
- * build the same GPT-2 from config.json, fill it with the same counter-based
- * random weights, save it as a Hugging Face directory, write the same token
- * file, train 5 steps with the real `regc` binary and compare every step's
- * loss with the one PyTorch recorded.
+/* test_train_reference.c — end to end against PyTorch, for every
+ * architecture: for each case of tests/data/<arch>_reference.json (written by
+ * tools/reference/<arch>_reference.py) build the same model from its
+ * config.json, fill it with the same counter-based random weights, save it
+ * as a Hugging Face directory, write the same token file, train 5 steps with
+ * the real `regc` binary and compare every step's loss with the one PyTorch
+ * recorded.
  *
  * The reference's own float32-vs-float64 gap is ~1e-7 relative (it is in the
  * JSON as fp32_vs_fp64_max_rel), so 1e-5 leaves room for a different but
  * correct summation order while still catching any real semantic slip (a
- * wrong epsilon, GELU variant, attention scale, batch order or AdamW). */
+ * wrong epsilon, activation variant, attention scale, batch order or AdamW). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,12 +26,16 @@
 #include "regc.h"
 #include "test_util.h"
 
-#define REFERENCE_JSON REGC_SOURCE_DIR "/tests/data/gpt2_reference.json"
+/* One file per architecture, each written by tools/reference/<arch>_reference.py. */
+static const char *const reference_files[] = {
+    REGC_SOURCE_DIR "/tests/data/gpt2_reference.json",
+};
+#define N_FILES (sizeof reference_files / sizeof reference_files[0])
 #define TOKEN_STREAM 1000000 /* the tokens' substream index, as in the script */
 #define LOSS_RTOL 1e-5
 #define SUM_RTOL 1e-9
 
-static cJSON *reference; /* the parsed JSON, alive for the whole run */
+static const char *current_file; /* the file the case comes from, for messages */
 
 /* One case's resources, released by teardown whatever the test did. */
 typedef struct {
@@ -47,7 +52,7 @@ static const cJSON *get_item(const cJSON *obj, const char *key)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!it) {
-        print_error("%s: case is missing \"%s\"\n", REFERENCE_JSON, key);
+        print_error("%s: case is missing \"%s\"\n", current_file, key);
         fail();
     }
     return it;
@@ -57,7 +62,7 @@ static double get_number(const cJSON *obj, const char *key)
 {
     const cJSON *it = get_item(obj, key);
     if (!cJSON_IsNumber(it)) {
-        print_error("%s: \"%s\" is not a number\n", REFERENCE_JSON, key);
+        print_error("%s: \"%s\" is not a number\n", current_file, key);
         fail();
     }
     return it->valuedouble;
@@ -67,7 +72,7 @@ static const char *get_string(const cJSON *obj, const char *key)
 {
     const cJSON *it = get_item(obj, key);
     if (!cJSON_IsString(it)) {
-        print_error("%s: \"%s\" is not a string\n", REFERENCE_JSON, key);
+        print_error("%s: \"%s\" is not a string\n", current_file, key);
         fail();
     }
     return it->valuestring;
@@ -79,77 +84,51 @@ static int64_t get_int(const cJSON *obj, const char *key)
 {
     double v = get_number(obj, key);
     if (v != floor(v) || v < 0 || v > 9007199254740992.0) {
-        print_error("%s: \"%s\" = %g is not a non-negative integer\n", REFERENCE_JSON, key, v);
+        print_error("%s: \"%s\" = %g is not a non-negative integer\n", current_file, key, v);
         fail();
     }
     return (int64_t)v;
 }
 
-/* ---- GPT-2 parameters in the script's order -------------------------------
- * The substream index t of a parameter is its position in HF GPT-2 order, so
- * it is derived from the name here rather than from regc's own listing order:
- * the test then does not assume regc lists parameters in any given order. */
+/* ---- parameters as the script lists them ---------------------------------
+ * The reference records every parameter as [name, shape, center, halfwidth]
+ * in its checkpoint order; the position in that list is the parameter's
+ * substream index. regc's own listing must hold exactly those names and
+ * shapes, in any order: the test then checks the names and layouts against
+ * Hugging Face's without knowing the architecture. */
 
 typedef struct {
-    int t;               /* substream index */
+    int t; /* substream index */
     float center, halfwidth;
     int ndim;
-    int64_t shape[2];
+    int64_t shape[REGC_MAX_DIMS];
 } expected_param;
 
-static int expect_param(const char *name, int64_t V, int64_t P, int64_t C, int64_t I, int64_t L,
-                        int tied, expected_param *e)
+static int expect_param(const cJSON *params, const char *name, expected_param *e)
 {
-    static const struct {
-        const char *suffix;
-        int kind; /* 0 norm weight, 1 bias, 2 other weight */
-        int ndim;
-        int d0, d1; /* in units: 1 = C, 3 = 3C, 4 = I */
-    } layer[12] = {
-        {"ln_1.weight", 0, 1, 1, 0},        {"ln_1.bias", 1, 1, 1, 0},
-        {"attn.c_attn.weight", 2, 2, 1, 3}, {"attn.c_attn.bias", 1, 1, 3, 0},
-        {"attn.c_proj.weight", 2, 2, 1, 1}, {"attn.c_proj.bias", 1, 1, 1, 0},
-        {"ln_2.weight", 0, 1, 1, 0},        {"ln_2.bias", 1, 1, 1, 0},
-        {"mlp.c_fc.weight", 2, 2, 1, 4},    {"mlp.c_fc.bias", 1, 1, 4, 0},
-        {"mlp.c_proj.weight", 2, 2, 4, 1},  {"mlp.c_proj.bias", 1, 1, 1, 0},
-    };
-    static const float centers[3] = {1.0f, 0.0f, 0.0f}, halfwidths[3] = {0.2f, 0.05f, 0.1f};
-    int kind;
-    memset(e, 0, sizeof *e);
-    if (strcmp(name, "transformer.wte.weight") == 0) {
-        *e = (expected_param){0, 0, 0, 2, {V, C}};
-        kind = 2;
-    } else if (strcmp(name, "transformer.wpe.weight") == 0) {
-        *e = (expected_param){1, 0, 0, 2, {P, C}};
-        kind = 2;
-    } else if (strcmp(name, "transformer.ln_f.weight") == 0) {
-        *e = (expected_param){(int)(2 + 12 * L), 0, 0, 1, {C, 0}};
-        kind = 0;
-    } else if (strcmp(name, "transformer.ln_f.bias") == 0) {
-        *e = (expected_param){(int)(3 + 12 * L), 0, 0, 1, {C, 0}};
-        kind = 1;
-    } else if (strcmp(name, "lm_head.weight") == 0 && !tied) {
-        *e = (expected_param){(int)(4 + 12 * L), 0, 0, 2, {V, C}};
-        kind = 2;
-    } else {
-        int l, used = 0;
-        if (sscanf(name, "transformer.h.%d.%n", &l, &used) != 1 || used == 0 || l < 0 || l >= L)
-            return -1;
-        int j = 0;
-        while (j < 12 && strcmp(name + used, layer[j].suffix) != 0)
-            j++;
-        if (j == 12)
-            return -1;
-        int64_t unit[5] = {0, C, 0, 3 * C, I};
-        e->t = 2 + 12 * l + j;
-        e->ndim = layer[j].ndim;
-        e->shape[0] = unit[layer[j].d0];
-        e->shape[1] = unit[layer[j].d1];
-        kind = layer[j].kind;
+    int t = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, params)
+    {
+        const cJSON *nm = cJSON_GetArrayItem(p, 0), *shape = cJSON_GetArrayItem(p, 1);
+        if (!cJSON_IsString(nm) || !cJSON_IsArray(shape) ||
+            cJSON_GetArraySize(shape) > REGC_MAX_DIMS) {
+            print_error("%s: malformed \"params\" entry %d\n", current_file, t);
+            fail();
+        }
+        if (strcmp(nm->valuestring, name) == 0) {
+            memset(e, 0, sizeof *e);
+            e->t = t;
+            e->ndim = cJSON_GetArraySize(shape);
+            for (int d = 0; d < e->ndim; d++)
+                e->shape[d] = (int64_t)cJSON_GetArrayItem(shape, d)->valuedouble;
+            e->center = (float)cJSON_GetArrayItem(p, 2)->valuedouble;
+            e->halfwidth = (float)cJSON_GetArrayItem(p, 3)->valuedouble;
+            return 0;
+        }
+        t++;
     }
-    e->center = centers[kind];
-    e->halfwidth = halfwidths[kind];
-    return 0;
+    return -1;
 }
 
 /* ---- the test ------------------------------------------------------------ */
@@ -160,7 +139,7 @@ static int case_setup(void **state)
     if (!s)
         return -1;
     s->spec = *state;
-    s->tmp = regc_test_make_temp_dir("gpt2ref");
+    s->tmp = regc_test_make_temp_dir("trainref");
     if (!s->tmp) {
         free(s);
         return -1;
@@ -204,11 +183,9 @@ static void test_case(void **state)
     assert_true(cJSON_IsArray(losses));
     assert_int_equal(cJSON_GetArraySize(losses), steps);
 
-    int64_t V = get_int(config, "vocab_size"), P = get_int(config, "n_positions");
-    int64_t C = get_int(config, "n_embd"), L = get_int(config, "n_layer");
-    const cJSON *inner = get_item(config, "n_inner");
-    int64_t I = cJSON_IsNull(inner) ? 4 * C : get_int(config, "n_inner");
-    int tied = cJSON_IsTrue(get_item(config, "tie_word_embeddings"));
+    const cJSON *params = get_item(spec, "params"), *extra = get_item(spec, "extra_args");
+    assert_true(cJSON_IsArray(params) && cJSON_IsArray(extra));
+    int64_t V = get_int(config, "vocab_size");
 
     /* 1. config.json -> a shape-only model -> weights allocated. */
     char dir[1024], path[1100], tokens_path[1100];
@@ -226,30 +203,35 @@ static void test_case(void **state)
 
     /* 2. Overwrite every parameter with the reference's weights. */
     int n = regc_model_n_params(s->m);
-    int expected_n = (int)(4 + 12 * L + (tied ? 0 : 1));
+    int expected_n = cJSON_GetArraySize(params);
     if (n != expected_n) {
-        print_error("case %s: regc lists %d parameters, GPT-2 has %d\n", name, n, expected_n);
+        print_error("case %s: regc lists %d parameters, the reference %d\n", name, n, expected_n);
         fail();
     }
     float *w = regc_model_weights(s->m);
     assert_non_null(w);
-    char seen[512] = {0};
-    assert_true(expected_n <= (int)sizeof seen);
+    char *seen = calloc((size_t)expected_n, 1);
+    assert_non_null(seen);
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
         const char *pname = regc_model_param_name(s->m, i);
-        expected_param e;
-        if (expect_param(pname, V, P, C, I, L, tied, &e) != 0 || seen[e.t]) {
+        expected_param e = {0};
+        if (expect_param(params, pname, &e) != 0 || seen[e.t]) {
+            free(seen);
             print_error("case %s: unexpected or repeated parameter \"%s\"\n", name, pname);
             fail();
         }
         seen[e.t] = 1;
         int64_t shape[REGC_MAX_DIMS];
         int ndim = regc_model_param_shape(s->m, i, shape);
-        if (ndim != e.ndim || shape[0] != e.shape[0] || (ndim == 2 && shape[1] != e.shape[1])) {
-            print_error("case %s: %s has ndim %d, shape[0] %lld; HF's layout is %dD [%lld, %lld]\n",
+        int same = ndim == e.ndim;
+        for (int d = 0; same && d < ndim; d++)
+            same = shape[d] == e.shape[d];
+        if (!same) {
+            free(seen);
+            print_error("case %s: %s has ndim %d, shape[0] %lld; HF's layout is %dD [%lld, ...]\n",
                         name, pname, ndim, ndim > 0 ? (long long)shape[0] : -1LL, e.ndim,
-                        (long long)e.shape[0], (long long)e.shape[1]);
+                        (long long)e.shape[0]);
             fail();
         }
         int64_t numel = regc_model_param_numel(s->m, i), offset = regc_model_param_offset(s->m, i);
@@ -260,6 +242,7 @@ static void test_case(void **state)
         for (int64_t j = 0; j < numel; j++)
             sum += p[j];
     }
+    free(seen);
     /* The sum pins the RNG: if common/rng.c and the script ever drift, this
      * fails here rather than as a mysterious loss mismatch later. */
     if (!(fabs(sum - param_sum) <= SUM_RTOL * fabs(param_sum))) {
@@ -300,10 +283,20 @@ static void test_case(void **state)
     char *qtok = regc_test_shell_quote(tokens_path);
     assert_true(qbin && qdir && qtok);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "%s train --model %s --data %s --steps %lld --batch %lld --seq %lld --lr %.17g "
-             "--weight-decay %.17g --json",
-             qbin, qdir, qtok, (long long)steps, (long long)batch, (long long)seq, lr, wd);
+    int len = snprintf(cmd, sizeof cmd,
+                       "%s train --model %s --data %s --steps %lld --batch %lld --seq %lld "
+                       "--lr %.17g --weight-decay %.17g --json",
+                       qbin, qdir, qtok, (long long)steps, (long long)batch, (long long)seq, lr, wd);
+    const cJSON *arg;
+    cJSON_ArrayForEach(arg, extra)
+    {
+        assert_true(cJSON_IsString(arg));
+        char *q = regc_test_shell_quote(arg->valuestring);
+        assert_non_null(q);
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %s", q);
+        free(q);
+        assert_true(len < (int)sizeof cmd);
+    }
     free(qbin);
     free(qdir);
     free(qtok);
@@ -360,35 +353,47 @@ static void test_case(void **state)
     }
 }
 
-int main(void)
+/* Run every case of one reference file as a CMocka group named after it. */
+static int run_file(const char *path)
 {
-    char *text = regc_test_read_file(REFERENCE_JSON, NULL);
+    current_file = path;
+    char *text = regc_test_read_file(path, NULL);
     if (!text) {
-        fprintf(stderr, "%s: cannot read the reference (run tools/reference/gpt2_reference.py)\n",
-                REFERENCE_JSON);
+        fprintf(stderr, "%s: cannot read the reference (run the script in tools/reference)\n", path);
         return 1;
     }
-    reference = cJSON_Parse(text);
+    cJSON *reference = cJSON_Parse(text);
     free(text);
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(reference, "cases");
     int n = cJSON_GetArraySize(cases);
     if (!cJSON_IsArray(cases) || n < 1) {
-        fprintf(stderr, "%s: no \"cases\" array\n", REFERENCE_JSON);
+        fprintf(stderr, "%s: no \"cases\" array\n", path);
         cJSON_Delete(reference);
         return 1;
     }
     /* One CMocka test per case, named after it, so a failure says which. */
     struct CMUnitTest *tests = calloc((size_t)n, sizeof *tests);
-    if (!tests)
+    if (!tests) {
+        cJSON_Delete(reference);
         return 1;
+    }
     for (int i = 0; i < n; i++) {
         const cJSON *c = cJSON_GetArrayItem(cases, i);
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(c, "name");
         tests[i] = (struct CMUnitTest){cJSON_IsString(nm) ? nm->valuestring : "unnamed", test_case,
                                        case_setup, case_teardown, (void *)c};
     }
-    int failed = _cmocka_run_group_tests("gpt2_reference", tests, (size_t)n, NULL, NULL);
+    const char *base = strrchr(path, '/');
+    int failed = _cmocka_run_group_tests(base ? base + 1 : path, tests, (size_t)n, NULL, NULL);
     free(tests);
     cJSON_Delete(reference);
+    return failed;
+}
+
+int main(void)
+{
+    int failed = 0;
+    for (size_t i = 0; i < N_FILES; i++)
+        failed += run_file(reference_files[i]);
     return failed;
 }

@@ -1,0 +1,174 @@
+"""What every end-to-end training reference shares: regc's counter-based
+random stream (common/rng.c, bit for bit), the token stream and llm.c's batch
+order, the AdamW loop, and the JSON the C test reads.
+
+An architecture script supplies, per case: the parameter list
+(name, shape, center, halfwidth) in its checkpoint order, the config.json
+dict, and forward_loss(params, k, case) for batch k. tests/test_train_reference.c
+rebuilds each case in C from the recorded "params" list and "config" alone,
+so it needs no knowledge of the architecture.
+
+Run the scripts with Debian's python3 (torch + numpy): /usr/bin/python3.
+"""
+
+import json
+import os
+
+import numpy as np
+import torch
+
+# ---------------------------------------------------------------------------
+# The counter-based RNG of common/rng.c, vectorised. Everything is uint64 with
+# wraparound, exactly like C's unsigned arithmetic.
+# ---------------------------------------------------------------------------
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+STEPS = 5
+TOKEN_STREAM = 1000000  # substream index of the token data (far from any parameter's)
+
+
+def mix_int(z):
+    """regc_rng_mix on a Python int (used for the scalar substream seeds)."""
+    z &= MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def mix_np(z):
+    """regc_rng_mix on a uint64 array (numpy wraps uint64 products mod 2^64)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def rng_substream(seed, index):
+    return mix_int(seed ^ mix_int(index + GOLDEN))
+
+
+def rng_at(seed, n):
+    """regc_rng_at(seed, i) for i = 0 .. n-1, as a uint64 array."""
+    i = np.arange(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + (i + np.uint64(1)) * np.uint64(GOLDEN)
+    return mix_np(z)
+
+
+def rng_fill_uniform(n, seed, center, halfwidth):
+    """regc_rng_fill_uniform, bit for bit: every operation rounds to float32
+    exactly where the C code does (the step is computed in double from the
+    float32 halfwidth, then rounded once)."""
+    k = (rng_at(seed, n) >> np.uint64(40)).astype(np.int32) - np.int32(8388608)
+    step = np.float32(np.float64(np.float32(halfwidth)) / 8388608.0)
+    t = k.astype(np.float32) * step  # float32 * float32 -> float32
+    return np.float32(center) + t    # float32 + float32 -> float32
+
+
+# ---------------------------------------------------------------------------
+# Weights, tokens, batches
+# ---------------------------------------------------------------------------
+def init_params(seed, specs):
+    """Name -> float32 numpy array; parameter t draws from substream t."""
+    params = {}
+    for t, (name, shape, center, halfwidth) in enumerate(specs):
+        n = int(np.prod(shape))
+        params[name] = rng_fill_uniform(n, rng_substream(seed, t), center, halfwidth).reshape(shape)
+    return params
+
+
+def make_tokens(seed, n_tokens, vocab):
+    s = rng_substream(seed, TOKEN_STREAM)
+    return (rng_at(s, n_tokens) % np.uint64(vocab)).astype(np.int64)
+
+
+def batch_start(k, n_tokens, bt):
+    """llm.c's DataLoader order, replayed literally: advance by B*T and go
+    back to 0 when the next batch (plus its shifted target) would not fit."""
+    p = 0
+    for _ in range(k):
+        p += bt
+        if p + bt + 1 > n_tokens:
+            p = 0
+    return p
+
+
+def get_batch(tokens, k, B, T):
+    """regc_tokens_batch: inputs [B, T] and next-token targets [B, T]."""
+    p = batch_start(k, len(tokens), B * T)
+    chunk = torch.from_numpy(tokens[p:p + B * T + 1])
+    return chunk[:-1].view(B, T), chunk[1:].view(B, T)
+
+
+# ---------------------------------------------------------------------------
+# Training and the recorded case
+# ---------------------------------------------------------------------------
+def train(case, init, forward_loss, dtype):
+    """Losses of STEPS AdamW steps, each recorded before its update.
+    forward_loss(params, k, case) returns batch k's scalar loss."""
+    p = {name: torch.tensor(a, dtype=dtype, requires_grad=True) for name, a in init.items()}
+    # One parameter group over everything: decay applies to norms and biases
+    # too, which is what regc's optimizer does.
+    opt = torch.optim.AdamW(list(p.values()), lr=case["lr"], betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=case["weight_decay"])
+    losses = []
+    for k in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = forward_loss(p, k, case)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+    return losses
+
+
+def run_case(case, specs, config, forward_loss, extra_args=()):
+    """Train one case in float32 and float64 and return its JSON record.
+    `case` needs name, seed, batch, seq, lr, weight_decay, n_tokens; the
+    forward pass finds the tokens in case["tokens"]. extra_args are
+    additional `regc train` flags the C test passes (e.g. --seed)."""
+    torch.manual_seed(0)  # nothing here draws from torch's RNG; belt and braces
+    torch.set_num_threads(1)  # the same summation order on every machine
+    init = init_params(case["seed"], specs)
+    case = dict(case, tokens=make_tokens(case["seed"], case["n_tokens"], config["vocab_size"]))
+    param_sum = float(sum(np.sum(a, dtype=np.float64) for a in init.values()))
+    losses = train(case, init, forward_loss, torch.float32)
+    # The same run in float64 from the same float32 start: how far float32
+    # rounding alone moves the losses (a floor for any fp32 comparison).
+    losses64 = train(case, init, forward_loss, torch.float64)
+    noise = max(abs(a - b) / abs(b) for a, b in zip(losses, losses64))
+    n_params = sum(a.size for a in init.values())
+    print("%-24s params=%d B=%d T=%d losses %s  fp32 vs fp64 max rel %.1e" %
+          (case["name"], n_params, case["batch"], case["seq"],
+           " ".join("%.6f" % x for x in losses), noise))
+    return {
+        "name": case["name"],
+        "seed": case["seed"],
+        "config": config,
+        "params": [[name, list(shape), center, halfwidth]
+                   for name, shape, center, halfwidth in specs],
+        "batch": case["batch"],
+        "seq": case["seq"],
+        "steps": STEPS,
+        "lr": case["lr"],
+        "weight_decay": case["weight_decay"],
+        "n_tokens": case["n_tokens"],
+        "extra_args": list(extra_args),
+        "param_sum": param_sum,
+        "losses": losses,
+        "losses_float64": losses64,
+        "fp32_vs_fp64_max_rel": noise,
+    }
+
+
+def write_doc(generator, out_cases, out_path):
+    doc = {"generator": generator, "torch": torch.__version__, "cases": out_cases}
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    with open(out_path, "w") as f:
+        json.dump(doc, f, indent=1)  # repr floats: full round-trip precision
+        f.write("\n")
+    print("wrote %s (%d cases)" % (out_path, len(out_cases)))
+
+
+def default_out(script_file, name):
+    here = os.path.dirname(os.path.abspath(script_file))
+    return os.path.normpath(os.path.join(here, "..", "..", "tests", "data", name))
