@@ -13,8 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
 
 #include "regc.h"
+#include "regc_detect.h"
 
 #ifndef REGC_VERSION
 #define REGC_VERSION "0.1.0"
@@ -29,6 +33,7 @@ static void print_usage(FILE *f)
           "commands:\n"
           "  train       train a model on token data and report each step\n"
           "  dump-graph  write a model's flat forward graph as regc graph JSON (or text)\n"
+          "  detect      find the repeated layers of a model's flat graph\n"
           "  version     print the version\n"
           "  help        print this text, or `regc help <command>` for a command's flags\n"
           "\n"
@@ -488,6 +493,209 @@ static int cmd_dump_graph(int argc, char **argv)
     return 0;
 }
 
+/* ---- regc detect -------------------------------------------------------- */
+
+static void print_detect_usage(FILE *f)
+{
+    fputs("usage: regc detect --model <hf-dir|graph.json|preset> [options]\n"
+          "\n"
+          "Build the model's flat forward graph (shapes only) and find its repeated layers\n"
+          "from the graph's structure alone: region kinds, instances, nodes and parameters\n"
+          "per instance, coverage (the fraction of nodes inside instances), near misses (a\n"
+          "layer whose wiring matches a kind but whose shapes or attributes do not) and the\n"
+          "time detection took.\n"
+          "\n"
+          "options:\n"
+          "  --model <dir|file|preset>  Hugging Face directory (only config.json is read), a\n"
+          "                             regc graph JSON file (read as it is), or a preset\n"
+          "  --batch <B>                sequences in the graph's batch, >= 1 (default 1)\n"
+          "  --seq <T>                  tokens per sequence, >= 1 (default 64, or the\n"
+          "                             model's maximum when smaller)\n"
+          "  --json                     print one JSON object:\n"
+          "                             {\"regions\": [{\"kind\", \"instances\", \"nodes\",\n"
+          "                             \"params_per_instance\"}], \"coverage\", \"ms\",\n"
+          "                             \"near_misses\": [{\"kind\", \"node\", \"reason\"}]}\n"
+          "  -h, --help                 print this text\n",
+          f);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The graph to detect on: a graph JSON file as it is, else the model's. */
+static int detect_load_graph(const char *spec, long long batch, long long seq, regc_graph **g)
+{
+    struct stat st;
+    if (ends_with(spec, ".json") && stat(spec, &st) == 0 && S_ISREG(st.st_mode)) {
+        char *text = NULL;
+        size_t len = 0;
+        int rc = regc_file_read_all(spec, &text, &len);
+        if (rc == REGC_OK)
+            rc = regc_graph_from_json(text, spec, g);
+        free(text);
+        return rc;
+    }
+    regc_model *m = NULL;
+    int rc = regc_model_load_shapes(spec, &m);
+    if (rc == REGC_OK) {
+        if (seq <= 0)
+            seq = regc_model_max_seq(m) < 64 ? regc_model_max_seq(m) : 64;
+        rc = regc_model_build_graph(m, batch, seq, g);
+    }
+    regc_model_free(m);
+    return rc;
+}
+
+static const char *formal_counts(const regc_region_kind *k, char *buf, size_t cap)
+{
+    int n[3] = {0, 0, 0};
+    for (int f = 0; f < k->n_inputs; f++)
+        n[k->inputs[f].cls]++;
+    snprintf(buf, cap, "%d/%d/%d", n[REGC_FORMAL_CARRIED], n[REGC_FORMAL_SHARED],
+             n[REGC_FORMAL_PER_INSTANCE]);
+    return buf;
+}
+
+static void print_detect_table(const regc_blocks *b, const regc_graph *g, double ms)
+{
+    printf("%d nodes, %d region kind%s\n", regc_graph_n_nodes(g), regc_blocks_n_kinds(b),
+           regc_blocks_n_kinds(b) == 1 ? "" : "s");
+    if (regc_blocks_n_kinds(b) > 0)
+        printf("%-5s %10s %6s %17s  %s\n", "kind", "instances", "nodes", "params/instance",
+               "inputs carried/shared/per-instance");
+    for (int k = 0; k < regc_blocks_n_kinds(b); k++) {
+        const regc_region_kind *r = regc_blocks_kind(b, k);
+        char counts[64];
+        printf("%-5d %10d %6d %17lld  %s\n", k, r->n_instances, r->n_nodes,
+               (long long)r->params_per_instance, formal_counts(r, counts, sizeof counts));
+    }
+    printf("program:");
+    for (int i = 0; i < regc_blocks_n_segments(b); i++) {
+        const regc_segment *s = regc_blocks_segment(b, i);
+        if (s->type == REGC_SEGMENT_GLUE)
+            printf("%s glue %d node%s", i ? " ·" : "", s->n_nodes, s->n_nodes == 1 ? "" : "s");
+        else
+            printf(" · kind %d x %d", s->kind, s->count);
+    }
+    printf("\n");
+    for (int i = 0; i < regc_blocks_n_near_misses(b); i++) {
+        const regc_near_miss *nm = regc_blocks_near_miss(b, i);
+        printf("near miss: node %d almost an instance of kind %d (template node %d): %s\n",
+               nm->node, nm->kind, nm->template_node, nm->reason);
+    }
+    printf("coverage %.1f%%, detected in %.3f ms\n", 100.0 * regc_blocks_coverage(b), ms);
+}
+
+static int print_detect_json(const regc_blocks *b, double ms)
+{
+    cJSON *o = cJSON_CreateObject(), *regions = cJSON_AddArrayToObject(o, "regions");
+    int ok = o && regions;
+    for (int k = 0; ok && k < regc_blocks_n_kinds(b); k++) {
+        const regc_region_kind *r = regc_blocks_kind(b, k);
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(regions, e);
+        ok = ok && cJSON_AddNumberToObject(e, "kind", k);
+        ok = ok && cJSON_AddNumberToObject(e, "instances", r->n_instances);
+        ok = ok && cJSON_AddNumberToObject(e, "nodes", r->n_nodes);
+        ok = ok && cJSON_AddNumberToObject(e, "params_per_instance",
+                                           (double)r->params_per_instance);
+    }
+    ok = ok && cJSON_AddNumberToObject(o, "coverage", regc_blocks_coverage(b));
+    ok = ok && cJSON_AddNumberToObject(o, "ms", ms);
+    cJSON *near = ok ? cJSON_AddArrayToObject(o, "near_misses") : NULL;
+    ok = ok && near;
+    for (int i = 0; ok && i < regc_blocks_n_near_misses(b); i++) {
+        const regc_near_miss *nm = regc_blocks_near_miss(b, i);
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(near, e);
+        ok = ok && cJSON_AddNumberToObject(e, "kind", nm->kind);
+        ok = ok && cJSON_AddNumberToObject(e, "node", nm->node);
+        ok = ok && cJSON_AddStringToObject(e, "reason", nm->reason);
+    }
+    char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text)
+        return regc_error(REGC_ERR_MEMORY, "out of memory writing JSON");
+    puts(text);
+    free(text);
+    return REGC_OK;
+}
+
+static int cmd_detect(int argc, char **argv)
+{
+    usage_cmd = "regc detect";
+    const char *model_spec = NULL;
+    long long batch = 1, seq = 0;
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            print_detect_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(arg, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return usage_error("unexpected argument \"%s\" (options start with --; see "
+                               "regc detect --help)",
+                               arg);
+        char flag[64];
+        const char *value = split_flag(argc, argv, i, flag, sizeof flag);
+        int is_model = !strcmp(flag, "--model"), is_batch = !strcmp(flag, "--batch");
+        int is_seq = !strcmp(flag, "--seq");
+        if (!is_model && !is_batch && !is_seq) {
+            if (!strcmp(flag, "--json") || !strcmp(flag, "--help"))
+                return usage_error("%s takes no value", flag);
+            return usage_error("unknown option %s (see regc detect --help)", flag);
+        }
+        if (!value)
+            return usage_error("%s: missing value", flag);
+        if (!strchr(arg, '='))
+            i++;
+        if (is_model && value[0] == '\0')
+            return usage_error("%s: expected a non-empty value", flag);
+        if (is_model)
+            model_spec = value;
+        else if (parse_int(flag, value, 1, INT32_MAX, "a positive integer",
+                           is_batch ? &batch : &seq))
+            return EXIT_USAGE;
+    }
+    if (!model_spec)
+        return usage_error("--model is required (see regc detect --help)");
+
+    regc_graph *g = NULL;
+    regc_blocks *b = NULL;
+    int rc = detect_load_graph(model_spec, batch, seq, &g);
+    double ms = 0.0;
+    if (rc == REGC_OK) {
+        double t0 = regc_time_ms();
+        rc = regc_detect_blocks(g, &b);
+        ms = regc_time_ms() - t0;
+    }
+    if (rc == REGC_OK) {
+        if (json)
+            rc = print_detect_json(b, ms);
+        else
+            print_detect_table(b, g, ms);
+    }
+    regc_blocks_free(b);
+    regc_graph_free(g);
+    if (rc != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "regc: writing to standard output failed\n");
+        return EXIT_ERROR;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -512,12 +720,16 @@ int main(int argc, char **argv)
             print_dump_graph_usage(stdout);
             return 0;
         }
+        if (!strcmp(argv[2], "detect")) {
+            print_detect_usage(stdout);
+            return 0;
+        }
         if (!strcmp(argv[2], "version") || !strcmp(argv[2], "help")) {
             print_usage(stdout);
             return 0;
         }
         fprintf(stderr,
-                "regc help: unknown command \"%s\" (commands: train, dump-graph, version)\n",
+                "regc help: unknown command \"%s\" (commands: train, dump-graph, detect, version)\n",
                 argv[2]);
         return EXIT_USAGE;
     }
@@ -529,8 +741,10 @@ int main(int argc, char **argv)
         return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "dump-graph"))
         return cmd_dump_graph(argc - 2, argv + 2);
+    if (!strcmp(cmd, "detect"))
+        return cmd_detect(argc - 2, argv + 2);
     fprintf(stderr,
-            "regc: unknown command \"%s\" (commands: train, dump-graph, version; see regc "
+            "regc: unknown command \"%s\" (commands: train, dump-graph, detect, version; see regc "
             "--help)\n",
             cmd);
     return EXIT_USAGE;
