@@ -512,6 +512,20 @@ void regc_model_describe(const regc_model *m, char *buf, size_t cap)
         m->arch->describe(m, buf, cap);
 }
 
+void regc_model_group_digits(char *buf, size_t cap, int64_t v)
+{
+    char raw[32];
+    int n = snprintf(raw, sizeof raw, "%" PRId64, v), j = 0;
+    if (cap == 0)
+        return;
+    for (int i = 0; i < n && (size_t)j + 2 < cap; i++) {
+        if (i > 0 && raw[i - 1] != '-' && (n - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = raw[i];
+    }
+    buf[j] = '\0';
+}
+
 const char *regc_model_param_name(const regc_model *m, int i)
 {
     return (i >= 0 && i < m->n_params) ? m->params[i].name : NULL;

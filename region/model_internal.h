@@ -73,6 +73,9 @@ int regc_graph_model_read(regc_model *m, const char *path);
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
                          float init_center, float init_halfwidth);
 
+/* 124439808 -> "124,439,808" in buf: parameter counts are read by people. */
+void regc_model_group_digits(char *buf, size_t cap, int64_t v);
+
 /* ---- graph inputs (regc_model_fill_inputs) */
 /* The entry for the input called `name`, or NULL when the graph lacks it. */
 regc_input *regc_input_find(int n, regc_input *in, const char *name);
