@@ -14,12 +14,15 @@
 
 #include "model_internal.h"
 
-static const regc_arch *const model_archs[] = {&regc_arch_gpt2};
+static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama};
 #define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
 /* Presets and the architecture each belongs to (index-aligned). */
-static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", NULL};
-static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2};
+static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", "llama-tiny",
+                                           "llama-8b",  "llama-70b", NULL};
+static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2,
+                                                &regc_arch_llama, &regc_arch_llama,
+                                                &regc_arch_llama};
 
 /* -------------------------------------------------------- construction */
 

@@ -1,5 +1,5 @@
 /* model_internal.h — what model.c (generic: parameters, weights, files)
- * shares with one file per architecture (gpt2.c, later llama.c, ...).
+ * shares with one file per architecture (gpt2.c, llama.c, ...).
  *
  * An architecture is a small vtable: it turns config.json (or a preset
  * name) into its own config struct, lists its parameters in checkpoint
@@ -62,6 +62,7 @@ struct regc_arch {
 };
 
 extern const regc_arch regc_arch_gpt2;
+extern const regc_arch regc_arch_llama;
 /* Models read from a regc graph JSON file (graph_model.c); not in the
  * config.json dispatch: they have no config.json. */
 extern const regc_arch regc_arch_graph;
