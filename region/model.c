@@ -14,12 +14,15 @@
 
 #include "model_internal.h"
 
-static const regc_arch *const model_archs[] = {&regc_arch_gpt2};
+static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama};
 #define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
 /* Presets and the architecture each belongs to (index-aligned). */
-static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", NULL};
-static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2};
+static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", "llama-tiny",
+                                           "llama-8b",  "llama-70b", NULL};
+static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2,
+                                                &regc_arch_llama, &regc_arch_llama,
+                                                &regc_arch_llama};
 
 /* -------------------------------------------------------- construction */
 
@@ -510,6 +513,20 @@ void regc_model_describe(const regc_model *m, char *buf, size_t cap)
 {
     if (cap)
         m->arch->describe(m, buf, cap);
+}
+
+void regc_model_group_digits(char *buf, size_t cap, int64_t v)
+{
+    char raw[32];
+    int n = snprintf(raw, sizeof raw, "%" PRId64, v), j = 0;
+    if (cap == 0)
+        return;
+    for (int i = 0; i < n && (size_t)j + 2 < cap; i++) {
+        if (i > 0 && raw[i - 1] != '-' && (n - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = raw[i];
+    }
+    buf[j] = '\0';
 }
 
 const char *regc_model_param_name(const regc_model *m, int i)
