@@ -476,6 +476,9 @@ typedef struct {
 static const preset_case presets[] = {
     {"gpt2-tiny", 1, {4}},
     {"gpt2-124m", 1, {12}},
+    {"llama-tiny", 1, {4}},
+    {"llama-8b", 1, {32}},
+    {"llama-70b", 1, {80}},
 };
 
 static void test_presets(void **state)
