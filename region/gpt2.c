@@ -268,24 +268,11 @@ static cJSON *gpt2_write_config(const regc_model *m)
     return o;
 }
 
-/* 124439808 -> "124,439,808": parameter counts are read by people. */
-static void gpt2_group_digits(char *buf, size_t cap, int64_t v)
-{
-    char raw[32];
-    int n = snprintf(raw, sizeof raw, "%" PRId64, v), j = 0;
-    for (int i = 0; i < n && (size_t)j + 2 < cap; i++) {
-        if (i > 0 && (n - i) % 3 == 0)
-            buf[j++] = ',';
-        buf[j++] = raw[i];
-    }
-    buf[j] = '\0';
-}
-
 static void gpt2_describe(const regc_model *m, char *buf, size_t cap)
 {
     const gpt2_config *c = m->cfg;
     char count[40];
-    gpt2_group_digits(count, sizeof count, m->total_numel);
+    regc_model_format_count(count, sizeof count, m->total_numel);
     snprintf(buf, cap,
              "gpt2 %s: vocab %" PRId64 ", n_positions %" PRId64 ", n_embd %" PRId64
              ", n_layer %" PRId64 ", n_head %" PRId64 ", n_inner %" PRId64

@@ -14,12 +14,13 @@
 
 #include "model_internal.h"
 
-static const regc_arch *const model_archs[] = {&regc_arch_gpt2};
+static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_t5};
 #define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
 /* Presets and the architecture each belongs to (index-aligned). */
-static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", NULL};
-static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2};
+static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", "t5-tiny", "t5-small", NULL};
+static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2, &regc_arch_t5,
+                                                &regc_arch_t5};
 
 /* -------------------------------------------------------- construction */
 
@@ -558,6 +559,18 @@ int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc
         return regc_error(REGC_ERR_ARG, "%s: batch %" PRId64 " and sequence length %" PRId64
                           " must both be at least 1", m->source, batch, seq);
     return m->arch->build_graph(m, batch, seq, out);
+}
+
+void regc_model_format_count(char *buf, size_t cap, int64_t v)
+{
+    char raw[32];
+    int n = snprintf(raw, sizeof raw, "%" PRId64, v), j = 0;
+    for (int i = 0; i < n && (size_t)j + 2 < cap; i++) {
+        if (i > 0 && raw[i - 1] != '-' && (n - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = raw[i];
+    }
+    buf[j] = '\0';
 }
 
 /* ------------------------------------------------------- graph inputs */

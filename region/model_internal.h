@@ -62,6 +62,7 @@ struct regc_arch {
 };
 
 extern const regc_arch regc_arch_gpt2;
+extern const regc_arch regc_arch_t5;
 /* Models read from a regc graph JSON file (graph_model.c); not in the
  * config.json dispatch: they have no config.json. */
 extern const regc_arch regc_arch_graph;
@@ -72,6 +73,9 @@ int regc_graph_model_read(regc_model *m, const char *path);
 /* Append a parameter: numel and offset are computed, overflow checked. */
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
                          float init_center, float init_halfwidth);
+
+/* 124439808 -> "124,439,808": parameter counts are read by people. */
+void regc_model_format_count(char *buf, size_t cap, int64_t v);
 
 /* ---- graph inputs (regc_model_fill_inputs) */
 /* The entry for the input called `name`, or NULL when the graph lacks it. */
