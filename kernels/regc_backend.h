@@ -136,6 +136,11 @@ struct regc_backend {
     /* the exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (BERT's "gelu") */
     void (*gelu_erf_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
     void (*gelu_erf_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+    /* relu(x) = max(x, 0); backward dx = dy where x > 0, else 0 (0 at x = 0, as PyTorch) */
+    void (*relu_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
+    void (*relu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+    /* y = value * x (T5's tied-head rescaling; its own backward) */
+    void (*scale)(regc_backend *be, float *y, const float *x, float value, int64_t n);
 
     /* out, q: [batch, tq, n_head * head_dim]; k, v: [batch, tk, n_kv_head * head_dim].
      * bias [n_head, tq, tk] or NULL: added to the scaled scores before the

@@ -191,6 +191,13 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         if (node_n(c, REGC_OP_GELU_ERF_BWD, NULL, 2, (int[]){dy, in[0]}, 1, out))
             return REGC_ERR_SHAPE;
         return accumulate(c, in[0], out[0]);
+    case REGC_OP_RELU:
+        if (node_n(c, REGC_OP_RELU_BWD, NULL, 2, (int[]){dy, in[0]}, 1, out))
+            return REGC_ERR_SHAPE;
+        return accumulate(c, in[0], out[0]);
+    case REGC_OP_SCALE:
+        /* linear: the transpose of a scaling is the same scaling */
+        return accumulate(c, in[0], regc_graph_scale(g, dy, n->attrs.value));
     case REGC_OP_MUL:
         /* d(a b) = dy b da + dy a db; each side only where it is needed */
         if (c->needs[in[0]] && accumulate(c, in[0], regc_graph_mul(g, dy, in[1])))

@@ -259,6 +259,18 @@ static int run_node(regc_exec *x, const regc_node *n)
         NEED(gelu_erf_bwd);
         be->gelu_erf_bwd(be, O(0), F(0), F(1), numel(x, n->in[1]));
         return REGC_OK;
+    case REGC_OP_RELU:
+        NEED(relu_fwd);
+        be->relu_fwd(be, O(0), F(0), numel(x, n->in[0]));
+        return REGC_OK;
+    case REGC_OP_RELU_BWD:
+        NEED(relu_bwd);
+        be->relu_bwd(be, O(0), F(0), F(1), numel(x, n->in[1]));
+        return REGC_OK;
+    case REGC_OP_SCALE:
+        NEED(scale);
+        be->scale(be, O(0), F(0), n->attrs.value, numel(x, n->in[0]));
+        return REGC_OK;
     case REGC_OP_FILL:
         be->fill(be, O(0), (size_t)numel(x, n->out[0]), n->attrs.value);
         return REGC_OK;

@@ -3,6 +3,7 @@
  * A node may only read tensors that already exist, so insertion order is a
  * topological order and a cycle cannot be built. Shape rules live in
  * graph_infer_outputs(): the one place that knows what each op accepts. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,8 @@ static const char *const op_names[REGC_OP_COUNT] = {
     [REGC_OP_SILU] = "silu",
     [REGC_OP_MUL] = "mul",
     [REGC_OP_GELU_ERF] = "gelu_erf",
+    [REGC_OP_RELU] = "relu",
+    [REGC_OP_SCALE] = "scale",
     [REGC_OP_FILL] = "fill",
     [REGC_OP_SUM_ROWS] = "sum_rows",
     [REGC_OP_EMBEDDING_BWD] = "embedding_bwd",
@@ -52,6 +55,7 @@ static const char *const op_names[REGC_OP_COUNT] = {
     [REGC_OP_RMSNORM_BWD] = "rmsnorm_bwd",
     [REGC_OP_SILU_BWD] = "silu_bwd",
     [REGC_OP_GELU_ERF_BWD] = "gelu_erf_bwd",
+    [REGC_OP_RELU_BWD] = "relu_bwd",
 };
 
 const char *regc_op_name(regc_op op)
@@ -372,11 +376,11 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         [REGC_OP_SPLIT] = 1, [REGC_OP_CONCAT] = -1, [REGC_OP_ATTENTION] = -1,
         [REGC_OP_RESHAPE] = 1, [REGC_OP_TRANSPOSE] = 1, [REGC_OP_CROSS_ENTROPY] = 2,
         [REGC_OP_RMSNORM] = 2, [REGC_OP_ROPE] = 3, [REGC_OP_SILU] = 1, [REGC_OP_MUL] = 2,
-        [REGC_OP_GELU_ERF] = 1,
+        [REGC_OP_GELU_ERF] = 1, [REGC_OP_RELU] = 1, [REGC_OP_SCALE] = 1,
         [REGC_OP_FILL] = 0, [REGC_OP_SUM_ROWS] = 1, [REGC_OP_EMBEDDING_BWD] = 2,
         [REGC_OP_LAYERNORM_BWD] = 5, [REGC_OP_GELU_BWD] = 2, [REGC_OP_ATTENTION_BWD] = -1,
         [REGC_OP_CROSS_ENTROPY_BWD] = 4, [REGC_OP_RMSNORM_BWD] = 4, [REGC_OP_SILU_BWD] = 2,
-        [REGC_OP_GELU_ERF_BWD] = 2,
+        [REGC_OP_GELU_ERF_BWD] = 2, [REGC_OP_RELU_BWD] = 2,
     };
     static const int want_out[REGC_OP_COUNT] = {
         [REGC_OP_EMBEDDING] = 1, [REGC_OP_ADD] = 1, [REGC_OP_BIAS_ADD] = 1,
@@ -384,11 +388,11 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         [REGC_OP_SPLIT] = -1, [REGC_OP_CONCAT] = 1, [REGC_OP_ATTENTION] = 2,
         [REGC_OP_RESHAPE] = 1, [REGC_OP_TRANSPOSE] = 1, [REGC_OP_CROSS_ENTROPY] = 2,
         [REGC_OP_RMSNORM] = 2, [REGC_OP_ROPE] = 1, [REGC_OP_SILU] = 1, [REGC_OP_MUL] = 1,
-        [REGC_OP_GELU_ERF] = 1,
+        [REGC_OP_GELU_ERF] = 1, [REGC_OP_RELU] = 1, [REGC_OP_SCALE] = 1,
         [REGC_OP_FILL] = 1, [REGC_OP_SUM_ROWS] = 1, [REGC_OP_EMBEDDING_BWD] = 1,
         [REGC_OP_LAYERNORM_BWD] = 3, [REGC_OP_GELU_BWD] = 1, [REGC_OP_ATTENTION_BWD] = -1,
         [REGC_OP_CROSS_ENTROPY_BWD] = 1, [REGC_OP_RMSNORM_BWD] = 2, [REGC_OP_SILU_BWD] = 1,
-        [REGC_OP_GELU_ERF_BWD] = 1,
+        [REGC_OP_GELU_ERF_BWD] = 1, [REGC_OP_RELU_BWD] = 1,
     };
     const char *name = regc_op_name(op);
     if (want_in[op] >= 0 ? n_in != want_in[op] : (n_in < 1 || n_in > REGC_MAX_IO))
@@ -420,6 +424,7 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_GELU_BWD:
     case REGC_OP_SILU_BWD:
     case REGC_OP_GELU_ERF_BWD:
+    case REGC_OP_RELU_BWD:
         if (!same_shape(x[0], x[1]))
             return bad(op, x[1], "shape differs from the first input");
         spec_like(&o[0], x[0]);
@@ -467,6 +472,12 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_GELU:
     case REGC_OP_SILU:
     case REGC_OP_GELU_ERF:
+    case REGC_OP_RELU:
+        spec_like(&o[0], x[0]);
+        return REGC_OK;
+    case REGC_OP_SCALE:
+        if (!isfinite(a->value))
+            return regc_error(REGC_ERR_ARG, "%s: value must be finite", name);
         spec_like(&o[0], x[0]);
         return REGC_OK;
     case REGC_OP_SPLIT:

@@ -129,3 +129,14 @@ int regc_graph_gelu_erf(regc_graph *g, int x)
 {
     return one_output(g, REGC_OP_GELU_ERF, NULL, 1, &x);
 }
+
+int regc_graph_relu(regc_graph *g, int x)
+{
+    return one_output(g, REGC_OP_RELU, NULL, 1, &x);
+}
+
+int regc_graph_scale(regc_graph *g, int x, float value)
+{
+    regc_attrs a = {.value = value};
+    return one_output(g, REGC_OP_SCALE, &a, 1, &x);
+}

@@ -43,6 +43,7 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
             fprintf(f, "%s%d", i ? "," : "", a->perm[i]);
         break;
     case REGC_OP_FILL:
+    case REGC_OP_SCALE:
         fprintf(f, " value=%g", a->value);
         break;
     case REGC_OP_EMBEDDING_BWD:

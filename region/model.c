@@ -14,15 +14,16 @@
 
 #include "model_internal.h"
 
-static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama};
+static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama, &regc_arch_t5};
 #define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
 /* Presets and the architecture each belongs to (index-aligned). */
-static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", "llama-tiny",
-                                           "llama-8b",  "llama-70b", NULL};
-static const regc_arch *const preset_archs[] = {&regc_arch_gpt2, &regc_arch_gpt2,
+static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", "llama-tiny", "llama-8b",
+                                           "llama-70b", "t5-tiny",   "t5-small",   NULL};
+static const regc_arch *const preset_archs[] = {&regc_arch_gpt2,  &regc_arch_gpt2,
                                                 &regc_arch_llama, &regc_arch_llama,
-                                                &regc_arch_llama};
+                                                &regc_arch_llama, &regc_arch_t5,
+                                                &regc_arch_t5};
 
 /* -------------------------------------------------------- construction */
 

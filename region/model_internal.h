@@ -63,6 +63,7 @@ struct regc_arch {
 
 extern const regc_arch regc_arch_gpt2;
 extern const regc_arch regc_arch_llama;
+extern const regc_arch regc_arch_t5;
 /* Models read from a regc graph JSON file (graph_model.c); not in the
  * config.json dispatch: they have no config.json. */
 extern const regc_arch regc_arch_graph;

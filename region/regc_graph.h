@@ -49,6 +49,8 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   SILU          (x) x * sigmoid(x)                       -> x's shape
  *   MUL           (a, b) elementwise, same shape           -> a's shape
  *   GELU_ERF      (x) exact form 0.5 x (1 + erf(x / sqrt 2)) -> x's shape
+ *   RELU          (x) max(x, 0)                            -> x's shape
+ *   SCALE         (x) value                                -> value * x, x's shape
  *   FILL          () value                                 -> the given shape
  *   SUM_ROWS      (x [..., S...])                          -> [S...] summed over leading dims
  *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
@@ -59,7 +61,8 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   CROSS_ENTROPY_BWD (dloss [], logits, targets, lse)     -> dlogits
  *   RMSNORM_BWD   (dy, x, w, rstd)                         -> dx, dw
  *   SILU_BWD      (dy, x)                                  -> dx
- *   GELU_ERF_BWD  (dy, x)                                  -> dx */
+ *   GELU_ERF_BWD  (dy, x)                                  -> dx
+ *   RELU_BWD      (dy, x)                                  -> dx = dy where x > 0, else 0 */
 typedef enum {
     REGC_OP_EMBEDDING,
     REGC_OP_ADD,
@@ -78,6 +81,8 @@ typedef enum {
     REGC_OP_SILU,
     REGC_OP_MUL,
     REGC_OP_GELU_ERF,
+    REGC_OP_RELU,
+    REGC_OP_SCALE,
     REGC_OP_FILL,
     REGC_OP_SUM_ROWS,
     REGC_OP_EMBEDDING_BWD,
@@ -88,6 +93,7 @@ typedef enum {
     REGC_OP_RMSNORM_BWD,
     REGC_OP_SILU_BWD,
     REGC_OP_GELU_ERF_BWD,
+    REGC_OP_RELU_BWD,
     REGC_OP_COUNT
 } regc_op;
 
@@ -100,7 +106,7 @@ typedef struct {
     int causal;               /* ATTENTION, ATTENTION_BWD */
     float scale;              /* ATTENTION, ATTENTION_BWD */
     int perm[REGC_MAX_DIMS];  /* TRANSPOSE */
-    float value;              /* FILL */
+    float value;              /* FILL, SCALE */
     int64_t vocab;            /* EMBEDDING_BWD: rows of the table */
 } regc_attrs;
 
@@ -172,6 +178,8 @@ int regc_graph_rope(regc_graph *g, int x, int cos, int sin, int n_head);
 int regc_graph_silu(regc_graph *g, int x);
 int regc_graph_mul(regc_graph *g, int a, int b);
 int regc_graph_gelu_erf(regc_graph *g, int x);
+int regc_graph_relu(regc_graph *g, int x);
+int regc_graph_scale(regc_graph *g, int x, float value);
 
 /* ---- facts about ops, dtypes and tensors */
 const char *regc_op_name(regc_op op);

@@ -290,6 +290,30 @@ static int b_gelu_erf(regc_graph *g)
     return regc_graph_gelu_erf(g, x);
 }
 
+static int b_relu(regc_graph *g)
+{
+    /* The inputs are drawn from [0, 1): the negated half covers the zeroed
+     * side, and both halves stay clear of the kink at 0 for these draws. */
+    int x = input(g, "x", 2, (int64_t[]){3, 7}), neg = input(g, "neg", 2, (int64_t[]){3, 7});
+    int both = regc_graph_concat(g, 2, (int[]){x, regc_graph_scale(g, neg, -1.0f)}); /* [3, 14] */
+    return regc_graph_relu(g, both);
+}
+
+static int b_scale(regc_graph *g)
+{
+    int x = input(g, "x", 3, (int64_t[]){2, 3, 5});
+    return regc_graph_scale(g, x, -0.37f);
+}
+
+static int b_t5_gated_gelu(regc_graph *g)
+{
+    /* T5's gated-gelu feed-forward: gelu(x wi_0^T) * (x wi_1^T) */
+    int x = input(g, "x", 2, (int64_t[]){3, 4});
+    int wi0 = input(g, "wi0", 2, (int64_t[]){5, 4}), wi1 = input(g, "wi1", 2, (int64_t[]){5, 4});
+    return regc_graph_mul(g, regc_graph_gelu(g, regc_graph_matmul(g, x, wi0, 0, 1)),
+                          regc_graph_matmul(g, x, wi1, 0, 1));
+}
+
 static int b_swiglu(regc_graph *g)
 {
     /* Llama's MLP gate: silu(gate) * up */
@@ -350,6 +374,9 @@ CASE(rmsnorm)
 CASE(rope)
 CASE(silu)
 CASE(gelu_erf)
+CASE(relu)
+CASE(scale)
+CASE(t5_gated_gelu)
 CASE(swiglu)
 CASE(mul_same_tensor_twice)
 CASE(reshape)
@@ -411,6 +438,9 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_gelu_erf),
+        cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_scale),
+        cmocka_unit_test(test_t5_gated_gelu),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_mul_same_tensor_twice),
         cmocka_unit_test(test_reshape),

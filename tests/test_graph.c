@@ -1,5 +1,6 @@
 /* test_graph.c — the graph IR: shape rules, names, the text dump, and the
  * JSON form (exact round trip; located errors for bad input). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +40,7 @@ static regc_graph *every_op_graph(void)
     int a0 = regc_graph_attention(g, qr, parts[1], parts[2], 2, 2, 1, 0.5f); /* [2, 4, 6] */
     int ab = regc_graph_attention_bias(g, parts[0], parts[1], parts[2], pos, 2, 2, 0, 1.0f);
     int a = regc_graph_mul(g, regc_graph_silu(g, a0), regc_graph_gelu_erf(g, ab)); /* [2, 4, 6] */
+    a = regc_graph_scale(g, regc_graph_relu(g, a), 0.3f);        /* [2, 4, 6] */
     int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
     int r = regc_graph_reshape(g, regc_graph_transpose(g, t, (int[]){1, 0, 2}), 3,
                                (int64_t[]){2, 4, 6});
@@ -135,6 +137,11 @@ static void test_new_op_shape_errors(void **state)
     assert_true(regc_graph_add_node(g, REGC_OP_ATTENTION_BWD, &a, 6, (int[]){x, x, x, x, x, lse},
                                     4, out, 0, NULL) < 0);
     assert_non_null(strstr(regc_error_message(), "7 and 4 with a bias"));
+    assert_true(regc_graph_scale(g, x, INFINITY) < 0);
+    assert_non_null(strstr(regc_error_message(), "scale: value must be finite"));
+    assert_true(regc_graph_add_node(g, REGC_OP_RELU_BWD, NULL, 2, (int[]){x, cs}, 1, out, 0,
+                                    NULL) < 0);
+    assert_non_null(strstr(regc_error_message(), "relu_bwd"));
     assert_int_equal(regc_graph_n_nodes(g), 0);
     regc_graph_free(g);
 }

@@ -479,6 +479,12 @@ static void test_activations_reference(void **state)
     ref_check(c, "gelu_erf_dx", dx, n, "gelu_erf");
     be->mul(be, y, x, b, (int64_t)n);
     ref_check(c, "mul", y, n, "mul");
+    be->relu_fwd(be, y, x, (int64_t)n);
+    be->relu_bwd(be, dx, dy, x, (int64_t)n);
+    ref_check(c, "relu", y, n, "relu");
+    ref_check(c, "relu_dx", dx, n, "relu");
+    be->scale(be, y, x, (float)regc_test_json_number(c, "scale_value"), (int64_t)n);
+    ref_check(c, "scale", y, n, "scale");
 }
 
 static void test_cross_entropy_reference(void **state)

@@ -729,6 +729,7 @@ static void test_backend_by_name(void **state)
     EXPECT_FN(cross_entropy_bwd); EXPECT_FN(adamw); EXPECT_FN(destroy);
     EXPECT_FN(rmsnorm_fwd); EXPECT_FN(rmsnorm_bwd); EXPECT_FN(rope); EXPECT_FN(silu_fwd);
     EXPECT_FN(silu_bwd); EXPECT_FN(mul); EXPECT_FN(gelu_erf_fwd); EXPECT_FN(gelu_erf_bwd);
+    EXPECT_FN(relu_fwd); EXPECT_FN(relu_bwd); EXPECT_FN(scale);
 #undef EXPECT_FN
     regc_backend_free(cpu);
     regc_backend_free(NULL);

@@ -132,6 +132,9 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->mul = regc_cpu_mul_arrays;
     be->gelu_erf_fwd = regc_cpu_gelu_erf_fwd;
     be->gelu_erf_bwd = regc_cpu_gelu_erf_bwd;
+    be->relu_fwd = regc_cpu_relu_fwd;
+    be->relu_bwd = regc_cpu_relu_bwd;
+    be->scale = regc_cpu_scale;
     be->attention_fwd = regc_cpu_attention_fwd;
     be->attention_bwd = regc_cpu_attention_bwd;
     be->cross_entropy_fwd = regc_cpu_cross_entropy_fwd;

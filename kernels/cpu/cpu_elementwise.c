@@ -1,6 +1,6 @@
 /* cpu_elementwise.c — the memory-bound kernels: fill, strided copies,
  * embedding lookup and its scatter-add, add, multiply, bias add, column
- * sums, and the activations GELU (tanh and erf forms) and SiLU. */
+ * sums, scaling, and the activations GELU (tanh and erf forms), SiLU and ReLU. */
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -185,4 +185,29 @@ void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const f
         const float pdf = CPU_INV_SQRT2PI * regc_cpu_expf(-0.5f * xi * xi);
         dx[i] = dy[i] * (cdf + xi * pdf);
     }
+}
+
+void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
+{
+    /* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = value * x[i];
 }

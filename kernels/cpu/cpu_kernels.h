@@ -153,6 +153,9 @@ void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const flo
 void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x,
                            int64_t n);
+void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
+void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
+void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n);
 
 void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
                                 const float *logits, const int32_t *targets,

@@ -256,9 +256,10 @@ def rope_case():
 
 
 def activations_case():
-    """SiLU, the exact (erf) GELU and the elementwise product."""
+    """SiLU, the exact (erf) GELU, the elementwise product, ReLU and scaling
+    (by a float32 value, as the kernel takes it)."""
     n = 29
-    c = Case(310, n=n)
+    c = Case(310, n=n, scale_value=float(np.float32(-0.37)))
     x = c.input("x", [n], 0.0, 6.0).requires_grad_(True)
     dy = c.input("dy", [n])
     b = c.input("b", [n])
@@ -271,6 +272,11 @@ def activations_case():
     c.expect("gelu_erf", y)
     c.expect("gelu_erf_dx", dx)
     c.expect("mul", x.detach() * b)
+    y = F.relu(x)
+    (dx,) = torch.autograd.grad(y, x, grad_outputs=dy)
+    c.expect("relu", y)
+    c.expect("relu_dx", dx)
+    c.expect("scale", x.detach() * c.out["scale_value"])
     return c.out
 
 
