@@ -119,7 +119,8 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
         return rc;
     if (c.hidden % c.n_head != 0)
         return regc_error(REGC_ERR_FORMAT,
-                          "%s: hidden_size %" PRId64 " is not divisible by num_attention_heads %" PRId64,
+                          "%s: hidden_size %" PRId64
+                          " is not divisible by num_attention_heads %" PRId64,
                           path, c.hidden, c.n_head);
     return bert_set_config(m, &c);
 }
@@ -192,8 +193,10 @@ static int bert_list_params(regc_model *m)
     if ((rc = bert_param(m, "cls.predictions.bias", 1, V, 0, 0.0f, 0.0f)) < 0 ||
         (rc = bert_param(m, "cls.predictions.transform.dense.weight", 2, C, C, 0.0f, w)) < 0 ||
         (rc = bert_param(m, "cls.predictions.transform.dense.bias", 1, C, 0, 0.0f, 0.0f)) < 0 ||
-        (rc = bert_param(m, "cls.predictions.transform.LayerNorm.weight", 1, C, 0, 1.0f, 0.0f)) < 0 ||
-        (rc = bert_param(m, "cls.predictions.transform.LayerNorm.bias", 1, C, 0, 0.0f, 0.0f)) < 0)
+        (rc = bert_param(m, "cls.predictions.transform.LayerNorm.weight", 1, C, 0, 1.0f,
+                         0.0f)) < 0 ||
+        (rc = bert_param(m, "cls.predictions.transform.LayerNorm.bias", 1, C, 0, 0.0f,
+                         0.0f)) < 0)
         return rc;
     /* Tied: the decoder reads word_embeddings (HF drops the duplicate from
      * the file); its bias is cls.predictions.bias either way. */
@@ -329,7 +332,8 @@ static int bert_fill_inputs(const regc_model *m, const regc_tokens *data,
     const int64_t bt = b->batch * b->seq;
     if (!ids || !targets)
         return regc_error(REGC_ERR_ARG,
-                          "%s: a bert training graph needs inputs input_ids and targets", m->source);
+                          "%s: a bert training graph needs inputs input_ids and targets",
+                          m->source);
     if (types && (types->tensor->dtype != REGC_I32 || regc_tensor_numel(types->tensor) != bt))
         return regc_error(REGC_ERR_SHAPE,
                           "%s: graph input token_type_ids must be i32 with %" PRId64 " elements",

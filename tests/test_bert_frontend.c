@@ -266,8 +266,8 @@ static void test_save_load_round_trip(void **state)
     cJSON *root = cJSON_Parse(cfg);
     free(cfg);
     assert_non_null(root);
-    assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "architectures"), 0)->valuestring,
-                        "BertForMaskedLM");
+    const cJSON *archs = cJSON_GetObjectItem(root, "architectures");
+    assert_string_equal(cJSON_GetArrayItem(archs, 0)->valuestring, "BertForMaskedLM");
     assert_string_equal(cJSON_GetObjectItem(root, "model_type")->valuestring, "bert");
     assert_string_equal(cJSON_GetObjectItem(root, "hidden_act")->valuestring, "gelu");
     assert_int_equal(cJSON_GetObjectItem(root, "mask_token_id")->valuedouble, 256);
