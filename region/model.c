@@ -14,16 +14,17 @@
 
 #include "model_internal.h"
 
-static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama, &regc_arch_t5};
+static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama, &regc_arch_bert,
+                                               &regc_arch_t5};
 #define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
 /* Presets and the architecture each belongs to (index-aligned). */
 static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", "llama-tiny", "llama-8b",
-                                           "llama-70b", "t5-tiny",   "t5-small",   NULL};
-static const regc_arch *const preset_archs[] = {&regc_arch_gpt2,  &regc_arch_gpt2,
-                                                &regc_arch_llama, &regc_arch_llama,
-                                                &regc_arch_llama, &regc_arch_t5,
-                                                &regc_arch_t5};
+                                           "llama-70b", "bert-tiny", "bert-base",  "t5-tiny",
+                                           "t5-small",  NULL};
+static const regc_arch *const preset_archs[] = {
+    &regc_arch_gpt2,  &regc_arch_gpt2, &regc_arch_llama, &regc_arch_llama, &regc_arch_llama,
+    &regc_arch_bert,  &regc_arch_bert, &regc_arch_t5,    &regc_arch_t5};
 
 /* -------------------------------------------------------- construction */
 
@@ -271,13 +272,35 @@ static const char *model_alt_name(const regc_model *m, const char *name)
     return (n && strncmp(name, pre, n) == 0) ? name + n : NULL;
 }
 
+/* The names a parameter may have in a checkpoint, in the order tried:
+ * its own, without the optional prefix, and the architecture's legacy
+ * spelling of each. */
+typedef struct {
+    const char *name[4];
+    char legacy[2][512];
+    int n;
+} model_names;
+
+static void model_names_of(const regc_model *m, const char *name, model_names *out)
+{
+    out->n = 0;
+    out->name[out->n++] = name;
+    const char *alt = model_alt_name(m, name);
+    if (alt)
+        out->name[out->n++] = alt;
+    for (int i = 0, k = out->n; m->arch->legacy_name && i < k; i++)
+        if (m->arch->legacy_name(out->name[i], out->legacy[i], sizeof out->legacy[i]))
+            out->name[out->n++] = out->legacy[i];
+}
+
 static int model_read_param(regc_model *m, const regc_st_file *f, const char *file, int i)
 {
     const regc_model_param *p = &m->params[i];
-    int idx = regc_st_find(f, p->name);
-    const char *alt = model_alt_name(m, p->name);
-    if (idx < 0 && alt)
-        idx = regc_st_find(f, alt);
+    model_names c;
+    model_names_of(m, p->name, &c);
+    int idx = -1;
+    for (int j = 0; j < c.n && idx < 0; j++)
+        idx = regc_st_find(f, c.name[j]);
     if (idx < 0)
         return regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", file, p->name);
     return regc_st_read_f32(f, idx, p->ndim, p->shape, m->weights + p->offset);
@@ -327,10 +350,12 @@ static int model_load_sharded(regc_model *m, const char *dir, const char *index_
         goto done;
     }
     for (int i = 0; i < m->n_params; i++) {
-        const char *name = m->params[i].name, *alt = model_alt_name(m, name);
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, name);
-        if (!e && alt)
-            e = cJSON_GetObjectItemCaseSensitive(map, alt);
+        const char *name = m->params[i].name;
+        model_names c;
+        model_names_of(m, name, &c);
+        const cJSON *e = NULL;
+        for (int j = 0; j < c.n && !e; j++)
+            e = cJSON_GetObjectItemCaseSensitive(map, c.name[j]);
         if (!e) {
             rc = regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", index_path, name);
             goto done;

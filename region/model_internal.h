@@ -41,6 +41,10 @@ struct regc_arch {
     /* Checkpoints may omit this prefix of the parameter names (the original
      * OpenAI GPT-2 files say "h.0.ln_1.weight"); NULL when none. */
     const char *optional_prefix;
+    /* Optional: an older spelling of parameter `name` to look for when a
+     * checkpoint lacks it (BERT's LayerNorm.gamma for LayerNorm.weight);
+     * writes it to buf and returns 1, or returns 0 when there is none. */
+    int (*legacy_name)(const char *name, char *buf, size_t cap);
     /* Fill m->cfg, m->vocab and m->max_seq from a preset or from config.json
      * (`path` names the file in messages). */
     int (*preset_config)(regc_model *m, const char *preset);
@@ -64,6 +68,7 @@ struct regc_arch {
 extern const regc_arch regc_arch_gpt2;
 extern const regc_arch regc_arch_llama;
 extern const regc_arch regc_arch_t5;
+extern const regc_arch regc_arch_bert;
 /* Models read from a regc graph JSON file (graph_model.c); not in the
  * config.json dispatch: they have no config.json. */
 extern const regc_arch regc_arch_graph;

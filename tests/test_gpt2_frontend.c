@@ -82,7 +82,7 @@ static void test_presets(void **state)
     (void)state;
     const char *const *names = regc_model_preset_names();
     assert_string_equal(names[0], "gpt2-tiny");
-    assert_string_equal(names[1], "gpt2-124m");
+    assert_string_equal(names[1], "gpt2-124m"); /* other architectures' presets follow */
     assert_true(regc_model_is_preset("gpt2-tiny"));
     assert_false(regc_model_is_preset("gpt2"));
 
@@ -391,9 +391,9 @@ static void test_config_errors(void **state)
                      0);
     assert_int_equal(regc_model_load(f->path, &m), REGC_ERR_UNSUPPORTED);
     char want[4096];
-    snprintf(want, sizeof want, "%s/config.json: unsupported model_type \"mamba\" (supported: gpt2, ",
+    snprintf(want, sizeof want, "%s/config.json: unsupported model_type \"mamba\" (supported: gpt2",
              f->path);
-    assert_true(strncmp(regc_error_message(), want, strlen(want)) == 0);
+    regc_test_expect_error(want, NULL);
 
     assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"vocab_size\": 3}"), 0);
     expect_load_config_error(f, REGC_ERR_FORMAT, "missing required key \"model_type\"");
@@ -441,7 +441,7 @@ static void test_config_errors(void **state)
     snprintf(nowhere, sizeof nowhere, "%s/nope", f->dir);
     assert_int_equal(regc_model_load(nowhere, &m), REGC_ERR_ARG);
     regc_test_expect_error(nowhere,
-                           "not a model directory or a preset (presets: gpt2-tiny, gpt2-124m, ");
+                           "not a model directory or a preset (presets: gpt2-tiny, gpt2-124m");
 }
 
 static void test_weight_errors(void **state)

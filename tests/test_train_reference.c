@@ -31,6 +31,7 @@ static const char *const reference_files[] = {
     REGC_SOURCE_DIR "/tests/data/gpt2_reference.json",
     REGC_SOURCE_DIR "/tests/data/llama_reference.json",
     REGC_SOURCE_DIR "/tests/data/t5_reference.json",
+    REGC_SOURCE_DIR "/tests/data/bert_reference.json",
 };
 #define N_FILES (sizeof reference_files / sizeof reference_files[0])
 #define TOKEN_STREAM 1000000 /* the tokens' substream index, as in the script */
