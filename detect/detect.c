@@ -232,11 +232,30 @@ static int same_label_at(const detect_ctx *c, int i, int j)
     return c->owner[a] < 0 && c->owner[b] < 0 && c->label[a] == c->label[b];
 }
 
+/* Reads that cross the cut before canonical position `cut` from the p
+ * nodes before it: how widely the tensors handed over fan out. */
+static int crossing_reads(const detector *d, int cut, int p)
+{
+    const detect_ctx *c = &d->c;
+    int reads = 0;
+    for (int i = cut - p; i < cut; i++) {
+        const regc_node *nd = regc_graph_node(c->g, c->seq[i]);
+        for (int s = 0; s < nd->n_out; s++)
+            for (int k = c->cons_start[nd->out[s]]; k < c->cons_start[nd->out[s] + 1]; k++)
+                reads += c->pos[c->cons_node[k]] >= cut;
+    }
+    return reads;
+}
+
 /* The phase of a periodic stretch [s, s + len): the cut offset giving the
- * most instances, then the narrowest widest interior cut. */
+ * most instances, then the narrowest widest interior cut (a layer boundary
+ * hands over the hidden state alone), then the cut where what is handed
+ * over is read most (the residual stream branches where a layer starts:
+ * BERT's post-norm output feeds q, k, v and the residual, the sum before
+ * that norm only the norm). */
 static int best_phase(const detector *d, int s, int len, int p, int *k_out)
 {
-    int best_phi = -1, best_k = 0, best_w = 0;
+    int best_phi = -1, best_k = 0, best_w = 0, best_r = 0;
     for (int phi = 0; phi < p; phi++) {
         int k = (len - phi) / p;
         if (k < 2)
@@ -245,8 +264,11 @@ static int best_phase(const detector *d, int s, int len, int p, int *k_out)
         for (int t = 1; t < k; t++)
             if (d->width[s + phi + t * p] > w)
                 w = d->width[s + phi + t * p];
-        if (k > best_k || (k == best_k && w < best_w)) {
-            best_phi = phi, best_k = k, best_w = w;
+        if (k < best_k || (k == best_k && w > best_w))
+            continue;
+        int r = crossing_reads(d, s + phi + p, p);
+        if (k > best_k || w < best_w || r > best_r) {
+            best_phi = phi, best_k = k, best_w = w, best_r = r;
         }
     }
     *k_out = best_k;

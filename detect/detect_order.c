@@ -7,10 +7,9 @@
  * visits a node's inputs deepest first (ties by input port), so a layer is
  * emitted right after the layer it depends on and, once the walk is inside
  * a stack, each layer's nodes come out contiguous and in the same order.
- * Nodes computed from graph inputs and parameters alone (embeddings, T5's
- * position bias, anything a layer stack only reads) are moved in front: in
- * the walk's order they would land inside the first layer that reads them
- * and make it look different from the others. */
+ * What a whole stack reads (T5's position bias, the encoder output) is
+ * walked first: in the main walk it would land inside the first layer that
+ * reads it and make that layer look different from the others. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,7 +108,7 @@ typedef struct {
     int node;
 } sink_key;
 
-/* Sinks: deepest first, then by label; equal keys are interchangeable. */
+/* Deepest first, then by label; equal keys are interchangeable. */
 static int cmp_sink(const void *pa, const void *pb)
 {
     const sink_key *a = pa, *b = pb;
@@ -120,8 +119,9 @@ static int cmp_sink(const void *pa, const void *pb)
     return (a->node > b->node) - (a->node < b->node);
 }
 
-/* The inputs of node i as producer nodes, deepest first, ties by port. */
-static int children(const detect_ctx *c, int i, int *kids)
+/* The inputs of node i as producer nodes, deepest first by `depth`, ties
+ * by port. */
+static int children(const detect_ctx *c, const int *depth, int i, int *kids)
 {
     const regc_node *n = regc_graph_node(c->g, i);
     int k = 0;
@@ -130,7 +130,7 @@ static int children(const detect_ctx *c, int i, int *kids)
         if (p < 0)
             continue;
         int j = k++;
-        while (j > 0 && c->depth[kids[j - 1]] < c->depth[p]) {
+        while (j > 0 && depth[kids[j - 1]] < depth[p]) {
             kids[j] = kids[j - 1];
             j--;
         }
@@ -139,66 +139,124 @@ static int children(const detect_ctx *c, int i, int *kids)
     return k;
 }
 
-/* Iterative post-order from the sinks; leaf-derived nodes first. */
+/* Scratch of build_sequence. */
+typedef struct {
+    int *stack, *next; /* DFS stack; next child to visit per node */
+    char *state;       /* 0 new, 1 on the stack, 2 emitted */
+    int n_seq;
+} walk;
+
+/* Post-order from `root`, emitting every node not yet emitted. */
+static void walk_from(detect_ctx *c, walk *w, const int *depth, int root)
+{
+    if (w->state[root])
+        return;
+    int top = 0, kids[REGC_MAX_IO];
+    w->stack[top++] = root;
+    w->state[root] = 1;
+    while (top > 0) {
+        int i = w->stack[top - 1];
+        int k = children(c, depth, i, kids), pushed = 0;
+        while (w->next[i] < k && !pushed) {
+            int ch = kids[w->next[i]++];
+            if (w->state[ch] == 0) {
+                w->state[ch] = 1;
+                w->stack[top++] = ch;
+                pushed = 1;
+            }
+        }
+        if (pushed)
+            continue;
+        top--;
+        w->state[i] = 2;
+        c->seq[w->n_seq++] = i;
+    }
+}
+
+/* A tensor every layer of a stack reads (T5's position bias, the encoder
+ * output): two of its consumers are the same kind of node at different
+ * heights (distances to the end of the graph), so in different layers. The
+ * q, k and v projections of one hidden state feed one attention, share a
+ * height and do not count. */
+static int is_shared(const detect_ctx *c, const int *height, int t, sink_key *tmp)
+{
+    int n = 0;
+    for (int k = c->cons_start[t]; k < c->cons_start[t + 1]; k++) {
+        int v = c->cons_node[k];
+        tmp[n++] = (sink_key){height[v], c->label[v], v};
+    }
+    if (n < 2)
+        return 0;
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_sink);
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n && tmp[b].depth != tmp[a].depth; b++)
+            if (tmp[b].label == tmp[a].label)
+                return 1;
+    return 0;
+}
+
+/* The canonical order, in two walks. First the cones of shared tensors,
+ * shallowest first: what a whole stack reads is computed before the stack,
+ * never inside its first layer. Then everything else from the sinks, with
+ * depths counted from the already-emitted nodes, so a layer that reads a
+ * deep shared tensor (T5's first decoder layer reading the encoder) orders
+ * its nodes like every other layer. */
 static int build_sequence(detect_ctx *c)
 {
     const int n = c->n_nodes;
-    sink_key *sinks = malloc(((size_t)n + 1) * sizeof *sinks);
-    int *stack = malloc(((size_t)n + 1) * sizeof *stack);
-    int *next = calloc((size_t)n + 1, sizeof *next);    /* next child to visit */
-    char *state = calloc((size_t)n + 1, 1);              /* 0 new, 1 open, 2 done */
-    char *constant = calloc((size_t)n + 1, 1);           /* computed from leaves only */
-    int *later = malloc(((size_t)n + 1) * sizeof *later);
-    if (!sinks || !stack || !next || !state || !constant || !later) {
-        free(sinks), free(stack), free(next), free(state), free(constant), free(later);
+    sink_key *keys = malloc(((size_t)n + c->cons_start[c->n_tensors] + 1) * sizeof *keys);
+    int *depth2 = malloc(((size_t)n + 1) * sizeof *depth2);
+    walk w = {malloc(((size_t)n + 1) * sizeof(int)), calloc((size_t)n + 1, sizeof(int)),
+              calloc((size_t)n + 1, 1), 0};
+    if (!keys || !depth2 || !w.stack || !w.next || !w.state) {
+        free(keys), free(depth2), free(w.stack), free(w.next), free(w.state);
         return regc_error(REGC_ERR_MEMORY, "detect: out of memory");
     }
+    sink_key *tmp = keys + n;
+    int *height = depth2; /* first the longest path to a sink, then depth2 below */
+    for (int i = n - 1; i >= 0; i--) {
+        const regc_node *nd = regc_graph_node(c->g, i);
+        height[i] = 0;
+        for (int s = 0; s < nd->n_out; s++)
+            for (int k = c->cons_start[nd->out[s]]; k < c->cons_start[nd->out[s] + 1]; k++)
+                if (height[c->cons_node[k]] + 1 > height[i])
+                    height[i] = height[c->cons_node[k]] + 1;
+    }
+    int n_roots = 0;
+    for (int i = 0; i < n; i++) {
+        const regc_node *nd = regc_graph_node(c->g, i);
+        int shared = 0;
+        for (int s = 0; s < nd->n_out && !shared; s++)
+            shared = is_shared(c, height, nd->out[s], tmp);
+        if (shared)
+            keys[n_roots++] = (sink_key){-c->depth[i], c->label[i], i}; /* shallowest first */
+    }
+    qsort(keys, (size_t)n_roots, sizeof *keys, cmp_sink);
+    for (int r = 0; r < n_roots; r++)
+        walk_from(c, &w, c->depth, keys[r].node);
+
+    /* depths above the emitted part; sinks are nodes nothing reads */
     int n_sinks = 0;
     for (int i = 0; i < n; i++) {
         const regc_node *nd = regc_graph_node(c->g, i);
-        int used = 0, is_const = 1;
+        depth2[i] = 0;
+        for (int q = 0; q < nd->n_in && !w.state[i]; q++) {
+            int p = producer_of(c, i, q);
+            if (p >= 0 && !w.state[p] && depth2[p] + 1 > depth2[i])
+                depth2[i] = depth2[p] + 1;
+        }
+        int used = 0;
         for (int s = 0; s < nd->n_out; s++)
             used |= c->cons_start[nd->out[s] + 1] > c->cons_start[nd->out[s]];
-        for (int q = 0; q < nd->n_in; q++) {
-            int p = producer_of(c, i, q);
-            is_const &= p < 0 || constant[p];
-        }
-        constant[i] = (char)is_const;
-        if (!used)
-            sinks[n_sinks++] = (sink_key){c->depth[i], c->label[i], i};
+        if (!used && !w.state[i])
+            keys[n_sinks++] = (sink_key){depth2[i], c->label[i], i};
     }
-    qsort(sinks, (size_t)n_sinks, sizeof *sinks, cmp_sink);
-
-    int n_first = 0, n_later = 0, kids[REGC_MAX_IO];
-    for (int s = 0; s < n_sinks; s++) {
-        int top = 0;
-        stack[top++] = sinks[s].node;
-        state[sinks[s].node] = 1;
-        while (top > 0) {
-            int i = stack[top - 1];
-            int k = children(c, i, kids), pushed = 0;
-            while (next[i] < k && !pushed) {
-                int ch = kids[next[i]++];
-                if (state[ch] == 0) {
-                    state[ch] = 1;
-                    stack[top++] = ch;
-                    pushed = 1;
-                }
-            }
-            if (pushed)
-                continue;
-            top--;
-            state[i] = 2;
-            if (constant[i])
-                c->seq[n_first++] = i;
-            else
-                later[n_later++] = i;
-        }
-    }
-    memcpy(c->seq + n_first, later, (size_t)n_later * sizeof *later);
+    qsort(keys, (size_t)n_sinks, sizeof *keys, cmp_sink);
+    for (int s = 0; s < n_sinks; s++)
+        walk_from(c, &w, depth2, keys[s].node);
     for (int k = 0; k < n; k++)
         c->pos[c->seq[k]] = k;
-    free(sinks), free(stack), free(next), free(state), free(constant), free(later);
+    free(keys), free(depth2), free(w.stack), free(w.next), free(w.state);
     return REGC_OK;
 }
 
