@@ -675,6 +675,38 @@ static void test_cli_bad_graphs(void **state)
                      "nodes[0]");
 }
 
+/* regions and coverage of `regc detect ... --json`, printed back as text */
+static char *detect_summary(const char *model)
+{
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "detect", "--model", model, "--seq", "16", "--json",
+                                        NULL),
+                     0);
+    cJSON *o = cJSON_Parse(p.out);
+    assert_non_null(o);
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "ms");
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    regc_test_proc_free(&p);
+    return text;
+}
+
+/* A graph exported by dump-graph detects exactly like the model it came from. */
+static void test_cli_dumped_graph(void **state)
+{
+    regc_test_dir *d = *state;
+    char *path = regc_test_join(d->dir, "t5.json");
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "t5-tiny", "--batch", "1",
+                                        "--seq", "16", "--out", path, NULL),
+                     0);
+    regc_test_proc_free(&p);
+    char *a = detect_summary("t5-tiny"), *b = detect_summary(path);
+    assert_string_equal(a, b);
+    assert_non_null(strstr(a, "\"instances\":2"));
+    free(a), free(b), free(path);
+}
+
 static void test_cli_usage(void **state)
 {
     (void)state;
@@ -711,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_t5_shared_inputs),
         cmocka_unit_test(test_cli_json),
         regc_test_in_dir(test_cli_bad_graphs, setup),
+        regc_test_in_dir(test_cli_dumped_graph, setup),
         cmocka_unit_test(test_cli_usage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
