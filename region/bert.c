@@ -125,18 +125,6 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
     return bert_set_config(m, &c);
 }
 
-static void bert_free_config(void *cfg)
-{
-    free(cfg);
-}
-
-static int bert_param(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                      float center, float halfwidth)
-{
-    const int64_t shape[2] = {d0, d1};
-    return regc_model_add_param(m, name, ndim, shape, center, halfwidth);
-}
-
 /* Parameters of one encoder layer in checkpoint order; build_graph reads
  * them by these positions. nn.Linear weights are [out, in]. */
 enum {
@@ -155,13 +143,14 @@ static int bert_list_params(regc_model *m)
     const float w = (float)(0.02 * sqrt(3.0));
     char n[160];
     int rc;
-    if ((rc = bert_param(m, "bert.embeddings.word_embeddings.weight", 2, V, C, 0.0f, w)) < 0 ||
-        (rc = bert_param(m, "bert.embeddings.position_embeddings.weight", 2, c->n_pos, C, 0.0f,
-                         w)) < 0 ||
-        (rc = bert_param(m, "bert.embeddings.token_type_embeddings.weight", 2, c->type_vocab, C,
-                         0.0f, w)) < 0 ||
-        (rc = bert_param(m, "bert.embeddings.LayerNorm.weight", 1, C, 0, 1.0f, 0.0f)) < 0 ||
-        (rc = bert_param(m, "bert.embeddings.LayerNorm.bias", 1, C, 0, 0.0f, 0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, "bert.embeddings.word_embeddings.weight", 2, V, C, 0.0f,
+                                w)) < 0 ||
+        (rc = regc_model_add_2d(m, "bert.embeddings.position_embeddings.weight", 2, c->n_pos, C,
+                                0.0f, w)) < 0 ||
+        (rc = regc_model_add_2d(m, "bert.embeddings.token_type_embeddings.weight", 2,
+                                c->type_vocab, C, 0.0f, w)) < 0 ||
+        (rc = regc_model_add_2d(m, "bert.embeddings.LayerNorm.weight", 1, C, 0, 1.0f, 0.0f)) < 0 ||
+        (rc = regc_model_add_2d(m, "bert.embeddings.LayerNorm.bias", 1, C, 0, 0.0f, 0.0f)) < 0)
         return rc;
     static const struct { const char *suffix; int ndim; char d0, d1; float center; int random; }
     t[L_COUNT] = {
@@ -186,21 +175,25 @@ static int bert_list_params(regc_model *m)
         for (int i = 0; i < L_COUNT; i++) {
             int64_t d0 = t[i].d0 == 'F' ? F : C, d1 = t[i].d1 == 'F' ? F : C;
             snprintf(n, sizeof n, "bert.encoder.layer.%" PRId64 ".%s", l, t[i].suffix);
-            if ((rc = bert_param(m, n, t[i].ndim, d0, d1, t[i].center, t[i].random ? w : 0.0f)) < 0)
+            if ((rc = regc_model_add_2d(m, n, t[i].ndim, d0, d1, t[i].center,
+                                        t[i].random ? w : 0.0f)) < 0)
                 return rc;
         }
     }
-    if ((rc = bert_param(m, "cls.predictions.bias", 1, V, 0, 0.0f, 0.0f)) < 0 ||
-        (rc = bert_param(m, "cls.predictions.transform.dense.weight", 2, C, C, 0.0f, w)) < 0 ||
-        (rc = bert_param(m, "cls.predictions.transform.dense.bias", 1, C, 0, 0.0f, 0.0f)) < 0 ||
-        (rc = bert_param(m, "cls.predictions.transform.LayerNorm.weight", 1, C, 0, 1.0f,
-                         0.0f)) < 0 ||
-        (rc = bert_param(m, "cls.predictions.transform.LayerNorm.bias", 1, C, 0, 0.0f,
-                         0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, "cls.predictions.bias", 1, V, 0, 0.0f, 0.0f)) < 0 ||
+        (rc = regc_model_add_2d(m, "cls.predictions.transform.dense.weight", 2, C, C, 0.0f,
+                                w)) < 0 ||
+        (rc = regc_model_add_2d(m, "cls.predictions.transform.dense.bias", 1, C, 0, 0.0f,
+                                0.0f)) < 0 ||
+        (rc = regc_model_add_2d(m, "cls.predictions.transform.LayerNorm.weight", 1, C, 0, 1.0f,
+                                0.0f)) < 0 ||
+        (rc = regc_model_add_2d(m, "cls.predictions.transform.LayerNorm.bias", 1, C, 0, 0.0f,
+                                0.0f)) < 0)
         return rc;
     /* Tied: the decoder reads word_embeddings (HF drops the duplicate from
      * the file); its bias is cls.predictions.bias either way. */
-    if (!c->tied && (rc = bert_param(m, "cls.predictions.decoder.weight", 2, V, C, 0.0f, w)) < 0)
+    if (!c->tied && (rc = regc_model_add_2d(m, "cls.predictions.decoder.weight", 2, V, C, 0.0f,
+                                            w)) < 0)
         return rc;
     return REGC_OK;
 }
@@ -422,7 +415,6 @@ const regc_arch regc_arch_bert = {
     .legacy_name = bert_legacy_name,
     .preset_config = bert_preset_config,
     .parse_config = bert_parse_config,
-    .free_config = bert_free_config,
     .list_params = bert_list_params,
     .build_graph = bert_build_graph,
     .write_config = bert_write_config,

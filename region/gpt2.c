@@ -103,18 +103,6 @@ static int gpt2_parse_config(regc_model *m, const cJSON *root, const char *path)
     return gpt2_set_config(m, &c);
 }
 
-static void gpt2_free_config(void *cfg)
-{
-    free(cfg);
-}
-
-static int gpt2_param(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                      float center, float halfwidth)
-{
-    const int64_t shape[2] = {d0, d1};
-    return regc_model_add_param(m, name, ndim, shape, center, halfwidth);
-}
-
 /* The checkpoint order of GPT2LMHeadModel's state dict. */
 static int gpt2_list_params(regc_model *m)
 {
@@ -126,8 +114,8 @@ static int gpt2_list_params(regc_model *m)
     const float proj = (float)(0.02 / sqrt(2.0 * (double)c->n_layer) * sqrt(3.0));
     char n[128];
     int rc;
-    if ((rc = gpt2_param(m, GPT2_PREFIX "wte.weight", 2, V, C, 0.0f, w)) < 0 ||
-        (rc = gpt2_param(m, GPT2_PREFIX "wpe.weight", 2, c->n_pos, C, 0.0f, w)) < 0)
+    if ((rc = regc_model_add_2d(m, GPT2_PREFIX "wte.weight", 2, V, C, 0.0f, w)) < 0 ||
+        (rc = regc_model_add_2d(m, GPT2_PREFIX "wpe.weight", 2, c->n_pos, C, 0.0f, w)) < 0)
         return rc;
     for (int64_t l = 0; l < c->n_layer; l++) {
         /* Conv1D weights are stored [in, out]. */
@@ -147,14 +135,15 @@ static int gpt2_list_params(regc_model *m)
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
             snprintf(n, sizeof n, GPT2_PREFIX "h.%" PRId64 ".%s", l, t[i].suffix);
-            if ((rc = gpt2_param(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center, t[i].hw)) < 0)
+            if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center,
+                                        t[i].hw)) < 0)
                 return rc;
         }
     }
-    if ((rc = gpt2_param(m, GPT2_PREFIX "ln_f.weight", 1, C, 0, 1.0f, 0.0f)) < 0 ||
-        (rc = gpt2_param(m, GPT2_PREFIX "ln_f.bias", 1, C, 0, 0.0f, 0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, GPT2_PREFIX "ln_f.weight", 1, C, 0, 1.0f, 0.0f)) < 0 ||
+        (rc = regc_model_add_2d(m, GPT2_PREFIX "ln_f.bias", 1, C, 0, 0.0f, 0.0f)) < 0)
         return rc;
-    if (!c->tied && (rc = gpt2_param(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
+    if (!c->tied && (rc = regc_model_add_2d(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
         return rc;
     return REGC_OK;
 }
@@ -288,7 +277,6 @@ const regc_arch regc_arch_gpt2 = {
     .optional_prefix = GPT2_PREFIX,
     .preset_config = gpt2_preset_config,
     .parse_config = gpt2_parse_config,
-    .free_config = gpt2_free_config,
     .list_params = gpt2_list_params,
     .build_graph = gpt2_build_graph,
     .write_config = gpt2_write_config,

@@ -141,18 +141,6 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
     return llama_set_config(m, &c);
 }
 
-static void llama_free_config(void *cfg)
-{
-    free(cfg);
-}
-
-static int llama_param(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                       float center, float halfwidth)
-{
-    const int64_t shape[2] = {d0, d1};
-    return regc_model_add_param(m, name, ndim, shape, center, halfwidth);
-}
-
 /* The checkpoint order of LlamaForCausalLM's state dict. */
 static int llama_list_params(regc_model *m)
 {
@@ -164,7 +152,7 @@ static int llama_list_params(regc_model *m)
     const float w = (float)(0.02 * sqrt(3.0));
     char n[128];
     int rc;
-    if ((rc = llama_param(m, "model.embed_tokens.weight", 2, V, C, 0.0f, w)) < 0)
+    if ((rc = regc_model_add_2d(m, "model.embed_tokens.weight", 2, V, C, 0.0f, w)) < 0)
         return rc;
     for (int64_t l = 0; l < c->n_layer; l++) {
         /* nn.Linear weights are stored [out, in]. */
@@ -181,13 +169,14 @@ static int llama_list_params(regc_model *m)
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
             snprintf(n, sizeof n, "model.layers.%" PRId64 ".%s", l, t[i].suffix);
-            if ((rc = llama_param(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center, t[i].hw)) < 0)
+            if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center,
+                                        t[i].hw)) < 0)
                 return rc;
         }
     }
-    if ((rc = llama_param(m, "model.norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, "model.norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
         return rc;
-    if (!c->tied && (rc = llama_param(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
+    if (!c->tied && (rc = regc_model_add_2d(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
         return rc;
     return REGC_OK;
 }
@@ -374,7 +363,6 @@ const regc_arch regc_arch_llama = {
     .optional_prefix = NULL,
     .preset_config = llama_preset_config,
     .parse_config = llama_parse_config,
-    .free_config = llama_free_config,
     .list_params = llama_list_params,
     .build_graph = llama_build_graph,
     .write_config = llama_write_config,

@@ -47,11 +47,20 @@ void regc_model_free(regc_model *m)
     for (int i = 0; i < m->n_params; i++)
         free(m->params[i].name);
     free(m->params);
-    if (m->cfg && m->arch)
+    if (m->cfg && m->arch && m->arch->free_config)
         m->arch->free_config(m->cfg);
+    else
+        free(m->cfg);
     free(m->weights);
     free(m->source);
     free(m);
+}
+
+int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
+                            float init_center, float init_halfwidth)
+{
+    const int64_t shape[2] = {d0, d1};
+    return regc_model_add_param(m, name, ndim, shape, init_center, init_halfwidth);
 }
 
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,

@@ -49,7 +49,7 @@ struct regc_arch {
      * (`path` names the file in messages). */
     int (*preset_config)(regc_model *m, const char *preset);
     int (*parse_config)(regc_model *m, const cJSON *root, const char *path);
-    void (*free_config)(void *cfg);
+    void (*free_config)(void *cfg); /* NULL: free(cfg) */
     /* Call regc_model_add_param once per parameter, in checkpoint order. */
     int (*list_params)(regc_model *m);
     int (*build_graph)(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out);
@@ -79,6 +79,9 @@ int regc_graph_model_read(regc_model *m, const char *path);
 /* Append a parameter: numel and offset are computed, overflow checked. */
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
                          float init_center, float init_halfwidth);
+/* The same for the 1-D ([d0]) and 2-D ([d0, d1]) parameters of frontends. */
+int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
+                            float init_center, float init_halfwidth);
 
 /* 124439808 -> "124,439,808" in buf: parameter counts are read by people. */
 void regc_model_group_digits(char *buf, size_t cap, int64_t v);

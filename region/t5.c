@@ -106,18 +106,6 @@ static int t5_parse_config(regc_model *m, const cJSON *root, const char *path)
     return t5_set_config(m, &c);
 }
 
-static void t5_free_config(void *cfg)
-{
-    free(cfg);
-}
-
-static int t5_param(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                    float center, float halfwidth)
-{
-    const int64_t shape[2] = {d0, d1};
-    return regc_model_add_param(m, name, ndim, shape, center, halfwidth);
-}
-
 /* uniform halfwidth of standard deviation s */
 static float t5_hw(double s)
 {
@@ -143,12 +131,12 @@ static int t5_attention_params(regc_model *m, const char *prefix, int bias)
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         snprintf(n, sizeof n, "%s.%s.weight", prefix, t[i].w);
-        if ((rc = t5_param(m, n, 2, t[i].d0, t[i].d1, 0.0f, t[i].hw)) < 0)
+        if ((rc = regc_model_add_2d(m, n, 2, t[i].d0, t[i].d1, 0.0f, t[i].hw)) < 0)
             return rc;
     }
     if (bias) {
         snprintf(n, sizeof n, "%s.relative_attention_bias.weight", prefix);
-        if ((rc = t5_param(m, n, 2, c->n_buckets, c->n_head, 0.0f, t5_hw(sc))) < 0)
+        if ((rc = regc_model_add_2d(m, n, 2, c->n_buckets, c->n_head, 0.0f, t5_hw(sc))) < 0)
             return rc;
     }
     return REGC_OK;
@@ -164,14 +152,14 @@ static int t5_ff_params(regc_model *m, const char *block, int i)
     for (int k = 0; k < (c->gated ? 2 : 1); k++) {
         snprintf(n, sizeof n, "%s.layer.%d.DenseReluDense.wi%s.weight", block, i,
                  c->gated ? (k ? "_1" : "_0") : "");
-        if ((rc = t5_param(m, n, 2, c->d_ff, c->d_model, 0.0f, wi)) < 0)
+        if ((rc = regc_model_add_2d(m, n, 2, c->d_ff, c->d_model, 0.0f, wi)) < 0)
             return rc;
     }
     snprintf(n, sizeof n, "%s.layer.%d.DenseReluDense.wo.weight", block, i);
-    if ((rc = t5_param(m, n, 2, c->d_model, c->d_ff, 0.0f, wo)) < 0)
+    if ((rc = regc_model_add_2d(m, n, 2, c->d_model, c->d_ff, 0.0f, wo)) < 0)
         return rc;
     snprintf(n, sizeof n, "%s.layer.%d.layer_norm.weight", block, i);
-    return t5_param(m, n, 1, c->d_model, 0, 1.0f, 0.0f);
+    return regc_model_add_2d(m, n, 1, c->d_model, 0, 1.0f, 0.0f);
 }
 
 /* The checkpoint order of T5ForConditionalGeneration's state dict, less
@@ -184,7 +172,7 @@ static int t5_list_params(regc_model *m)
     int rc;
     /* HF draws shared (and an untied lm_head) with std 1: T5 does not scale
      * its embeddings, the norm after them does */
-    if ((rc = t5_param(m, "shared.weight", 2, V, C, 0.0f, t5_hw(1.0))) < 0)
+    if ((rc = regc_model_add_2d(m, "shared.weight", 2, V, C, 0.0f, t5_hw(1.0))) < 0)
         return rc;
     for (int64_t l = 0; l < c->n_enc; l++) {
         snprintf(block, sizeof block, "encoder.block.%" PRId64, l);
@@ -192,10 +180,11 @@ static int t5_list_params(regc_model *m)
         if ((rc = t5_attention_params(m, n, l == 0)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.0.layer_norm.weight", block);
-        if ((rc = t5_param(m, n, 1, C, 0, 1.0f, 0.0f)) < 0 || (rc = t5_ff_params(m, block, 1)) < 0)
+        if ((rc = regc_model_add_2d(m, n, 1, C, 0, 1.0f, 0.0f)) < 0 ||
+            (rc = t5_ff_params(m, block, 1)) < 0)
             return rc;
     }
-    if ((rc = t5_param(m, "encoder.final_layer_norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, "encoder.final_layer_norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
         return rc;
     for (int64_t l = 0; l < c->n_dec; l++) {
         snprintf(block, sizeof block, "decoder.block.%" PRId64, l);
@@ -203,18 +192,19 @@ static int t5_list_params(regc_model *m)
         if ((rc = t5_attention_params(m, n, l == 0)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.0.layer_norm.weight", block);
-        if ((rc = t5_param(m, n, 1, C, 0, 1.0f, 0.0f)) < 0)
+        if ((rc = regc_model_add_2d(m, n, 1, C, 0, 1.0f, 0.0f)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.1.EncDecAttention", block);
         if ((rc = t5_attention_params(m, n, 0)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.1.layer_norm.weight", block);
-        if ((rc = t5_param(m, n, 1, C, 0, 1.0f, 0.0f)) < 0 || (rc = t5_ff_params(m, block, 2)) < 0)
+        if ((rc = regc_model_add_2d(m, n, 1, C, 0, 1.0f, 0.0f)) < 0 ||
+            (rc = t5_ff_params(m, block, 2)) < 0)
             return rc;
     }
-    if ((rc = t5_param(m, "decoder.final_layer_norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, "decoder.final_layer_norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
         return rc;
-    if (!c->tied && (rc = t5_param(m, "lm_head.weight", 2, V, C, 0.0f, t5_hw(1.0))) < 0)
+    if (!c->tied && (rc = regc_model_add_2d(m, "lm_head.weight", 2, V, C, 0.0f, t5_hw(1.0))) < 0)
         return rc;
     return REGC_OK;
 }
@@ -524,7 +514,6 @@ const regc_arch regc_arch_t5 = {
     .optional_prefix = NULL,
     .preset_config = t5_preset_config,
     .parse_config = t5_parse_config,
-    .free_config = t5_free_config,
     .list_params = t5_list_params,
     .build_graph = t5_build_graph,
     .write_config = t5_write_config,
