@@ -423,36 +423,45 @@ static int graph_text(const regc_graph *g, int text, char **out, size_t *len)
     return REGC_OK;
 }
 
-static int cmd_dump_graph(int argc, char **argv)
+/* The flags of the commands that take a model and build its graph:
+ * --model, --batch, --seq, --out (when `out` is wanted), and one switch
+ * without a value (`switch_name`: --text, --json). */
+typedef struct {
+    const char *model, *out;
+    long long batch, seq;
+    int on; /* the switch was given */
+} graph_flags;
+
+/* Returns -1 when the command should go on, else its exit code (0 after
+ * --help). */
+static int parse_graph_flags(int argc, char **argv, const char *switch_name, int want_out,
+                             void (*usage)(FILE *), graph_flags *f)
 {
-    usage_cmd = "regc dump-graph";
-    const char *model_spec = NULL, *out_path = NULL;
-    long long batch = 4, seq = 64;
-    int text = 0;
+    const char *cmd = usage_cmd + strlen("regc ");
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            print_dump_graph_usage(stdout);
+            usage(stdout);
             return 0;
         }
-        if (!strcmp(arg, "--text")) {
-            text = 1;
+        if (!strcmp(arg, switch_name)) {
+            f->on = 1;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0)
             return usage_error("unexpected argument \"%s\" (options start with --; see "
-                               "regc dump-graph --help)",
-                               arg);
+                               "regc %s --help)",
+                               arg, cmd);
         /* Every other flag takes a value, given as "--flag value" or
          * "--flag=value". */
         char flag[64];
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
-        int is_model = !strcmp(flag, "--model"), is_out = !strcmp(flag, "--out");
+        int is_model = !strcmp(flag, "--model"), is_out = want_out && !strcmp(flag, "--out");
         int is_batch = !strcmp(flag, "--batch"), is_seq = !strcmp(flag, "--seq");
         if (!is_model && !is_out && !is_batch && !is_seq) {
-            if (!strcmp(flag, "--text") || !strcmp(flag, "--help"))
+            if (!strcmp(flag, switch_name) || !strcmp(flag, "--help"))
                 return usage_error("%s takes no value", flag);
-            return usage_error("unknown option %s (see regc dump-graph --help)", flag);
+            return usage_error("unknown option %s (see regc %s --help)", flag, cmd);
         }
         if (!value)
             return usage_error("%s: missing value", flag);
@@ -461,17 +470,30 @@ static int cmd_dump_graph(int argc, char **argv)
         if ((is_model || is_out) && value[0] == '\0')
             return usage_error("%s: expected a non-empty value", flag);
         if (is_model)
-            model_spec = value;
+            f->model = value;
         else if (is_out)
-            out_path = value;
+            f->out = value;
         else if (parse_int(flag, value, 1, INT32_MAX, "a positive integer",
-                           is_batch ? &batch : &seq))
+                           is_batch ? &f->batch : &f->seq))
             return EXIT_USAGE;
     }
-    if (!model_spec)
-        return usage_error("--model is required (see regc dump-graph --help)");
-    if (!out_path)
-        return usage_error("--out is required (see regc dump-graph --help)");
+    if (!f->model)
+        return usage_error("--model is required (see regc %s --help)", cmd);
+    if (want_out && !f->out)
+        return usage_error("--out is required (see regc %s --help)", cmd);
+    return -1;
+}
+
+static int cmd_dump_graph(int argc, char **argv)
+{
+    usage_cmd = "regc dump-graph";
+    graph_flags f = {.batch = 4, .seq = 64};
+    int code = parse_graph_flags(argc, argv, "--text", 1, print_dump_graph_usage, &f);
+    if (code >= 0)
+        return code;
+    const char *model_spec = f.model, *out_path = f.out;
+    long long batch = f.batch, seq = f.seq;
+    int text = f.on;
 
     regc_model *model = NULL;
     regc_graph *g = NULL;
@@ -628,46 +650,13 @@ static int print_detect_json(const regc_blocks *b, double ms)
 static int cmd_detect(int argc, char **argv)
 {
     usage_cmd = "regc detect";
-    const char *model_spec = NULL;
-    long long batch = 1, seq = 0;
-    int json = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            print_detect_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(arg, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (strncmp(arg, "--", 2) != 0)
-            return usage_error("unexpected argument \"%s\" (options start with --; see "
-                               "regc detect --help)",
-                               arg);
-        char flag[64];
-        const char *value = split_flag(argc, argv, i, flag, sizeof flag);
-        int is_model = !strcmp(flag, "--model"), is_batch = !strcmp(flag, "--batch");
-        int is_seq = !strcmp(flag, "--seq");
-        if (!is_model && !is_batch && !is_seq) {
-            if (!strcmp(flag, "--json") || !strcmp(flag, "--help"))
-                return usage_error("%s takes no value", flag);
-            return usage_error("unknown option %s (see regc detect --help)", flag);
-        }
-        if (!value)
-            return usage_error("%s: missing value", flag);
-        if (!strchr(arg, '='))
-            i++;
-        if (is_model && value[0] == '\0')
-            return usage_error("%s: expected a non-empty value", flag);
-        if (is_model)
-            model_spec = value;
-        else if (parse_int(flag, value, 1, INT32_MAX, "a positive integer",
-                           is_batch ? &batch : &seq))
-            return EXIT_USAGE;
-    }
-    if (!model_spec)
-        return usage_error("--model is required (see regc detect --help)");
+    graph_flags f = {.batch = 1, .seq = 0}; /* seq 0: 64, or the model's maximum */
+    int code = parse_graph_flags(argc, argv, "--json", 0, print_detect_usage, &f);
+    if (code >= 0)
+        return code;
+    const char *model_spec = f.model;
+    long long batch = f.batch, seq = f.seq;
+    int json = f.on;
 
     regc_graph *g = NULL;
     regc_blocks *b = NULL;
