@@ -164,21 +164,15 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
                           "sequence length %" PRId64 " exceeds n_positions %" PRId64 " of %s", T,
                           c->n_pos, m->source);
     regc_graph *g = regc_graph_new();
-    int *p = malloc((size_t)m->n_params * sizeof *p + 1);
-    if (!g || !p) {
-        regc_graph_free(g);
-        free(p);
+    int *p = NULL; /* [n_params] the parameters' tensor ids */
+    if (!g)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
-    }
     int rc, ids, pos, targets, x, h, t, k = 0;
     const int64_t bt[] = {B, T}, tt[] = {T};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(pos = regc_graph_add_tensor(g, "position_ids", REGC_I32, REGC_ROLE_INPUT, 1, tt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    for (int i = 0; i < m->n_params; i++) {
-        const regc_model_param *q = &m->params[i];
-        G(p[i] = regc_graph_add_tensor(g, q->name, REGC_F32, REGC_ROLE_PARAM, q->ndim, q->shape));
-    }
+    G(regc_model_add_param_tensors(m, g, &p));
     const int wte = p[k++], wpe = p[k++];
     const float eps = (float)c->eps;
     const float scale = (float)(1.0 / sqrt((double)(c->n_embd / c->n_head)));

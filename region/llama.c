@@ -198,12 +198,9 @@ static int llama_build_graph(const regc_model *m, int64_t B, int64_t T, regc_gra
                           " of %s",
                           T, c->n_pos, m->source);
     regc_graph *g = regc_graph_new();
-    int *p = malloc((size_t)m->n_params * sizeof *p + 1);
-    if (!g || !p) {
-        regc_graph_free(g);
-        free(p);
+    int *p = NULL; /* [n_params] the parameters' tensor ids */
+    if (!g)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
-    }
     const int H = (int)c->n_head, Hkv = (int)c->n_kv_head;
     int rc, ids, targets, cos, sin, x, h, q, k, v, u, n = 0;
     const int64_t bt[] = {B, T}, rot[] = {T, c->head_dim / 2};
@@ -212,11 +209,7 @@ static int llama_build_graph(const regc_model *m, int64_t B, int64_t T, regc_gra
     /* One rotary table for every layer, filled per batch (llama_fill_inputs). */
     G(cos = regc_graph_add_tensor(g, "rope_cos", REGC_F32, REGC_ROLE_INPUT, 2, rot));
     G(sin = regc_graph_add_tensor(g, "rope_sin", REGC_F32, REGC_ROLE_INPUT, 2, rot));
-    for (int i = 0; i < m->n_params; i++) {
-        const regc_model_param *pp = &m->params[i];
-        G(p[i] = regc_graph_add_tensor(g, pp->name, REGC_F32, REGC_ROLE_PARAM, pp->ndim,
-                                       pp->shape));
-    }
+    G(regc_model_add_param_tensors(m, g, &p));
     const int embed = p[n++];
     const float eps = (float)c->eps;
     const float scale = (float)(1.0 / sqrt((double)c->head_dim));

@@ -603,6 +603,21 @@ int regc_model_init_random(regc_model *m, uint64_t seed)
     return REGC_OK;
 }
 
+int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
+{
+    int *p = malloc((size_t)m->n_params * sizeof *p + 1);
+    *ids = p;
+    if (!p)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
+    for (int i = 0; i < m->n_params; i++) {
+        const regc_model_param *q = &m->params[i];
+        p[i] = regc_graph_add_tensor(g, q->name, REGC_F32, REGC_ROLE_PARAM, q->ndim, q->shape);
+        if (p[i] < 0)
+            return p[i];
+    }
+    return REGC_OK;
+}
+
 int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out)
 {
     *out = NULL;

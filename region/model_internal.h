@@ -86,6 +86,11 @@ int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int
 /* 124439808 -> "124,439,808" in buf: parameter counts are read by people. */
 void regc_model_group_digits(char *buf, size_t cap, int64_t v);
 
+/* Add one f32 parameter tensor per model parameter to g, named and shaped
+ * as the parameter; *ids (malloc'd, the caller frees it, also on failure)
+ * gets their tensor ids in parameter order. */
+int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids);
+
 /* ---- graph inputs (regc_model_fill_inputs) */
 /* The entry for the input called `name`, or NULL when the graph lacks it. */
 regc_input *regc_input_find(int n, regc_input *in, const char *name);

@@ -275,12 +275,9 @@ static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph 
 {
     const t5_config *c = m->cfg;
     regc_graph *g = regc_graph_new();
-    int *p = malloc((size_t)m->n_params * sizeof *p + 1);
-    if (!g || !p) {
-        regc_graph_free(g);
-        free(p);
+    int *p = NULL; /* [n_params] the parameters' tensor ids */
+    if (!g)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
-    }
     int rc, ids, dec_ids, targets, enc_buckets, dec_buckets, x, y, bias, k = 0;
     const int64_t bt[] = {B, T}, tt[] = {T, T};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
@@ -290,10 +287,7 @@ static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph 
                                           REGC_ROLE_INPUT, 2, tt));
     G(dec_buckets = regc_graph_add_tensor(g, "decoder_position_buckets", REGC_I32,
                                           REGC_ROLE_INPUT, 2, tt));
-    for (int i = 0; i < m->n_params; i++) {
-        const regc_model_param *q = &m->params[i];
-        G(p[i] = regc_graph_add_tensor(g, q->name, REGC_F32, REGC_ROLE_PARAM, q->ndim, q->shape));
-    }
+    G(regc_model_add_param_tensors(m, g, &p));
     const int shared = p[k++];
     const int n_ff = c->gated ? 4 : 3; /* wi (wi_0, wi_1), wo, layer_norm */
     const float eps = (float)c->eps;
