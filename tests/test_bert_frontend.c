@@ -4,7 +4,6 @@
  * gamma/beta LayerNorm names, sharded), the flat graph, a shape-only
  * bert-base, the masked-LM input rule as a property, and training through
  * the command line. */
-#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +19,7 @@
 #include <cmocka.h>
 
 #include "regc.h"
+#include "test_model.h"
 #include "test_util.h"
 
 /* f->path is dir/model, the HF directory most tests build. */
@@ -45,19 +45,8 @@ static const char *const required_keys[][2] = {
  * names replaces the default one; `omit` (may be NULL) drops a required key. */
 static void write_config_omit(regc_test_dir *f, const char *extra, const char *omit)
 {
-    char text[2048], quoted[64];
-    size_t len = (size_t)snprintf(text, sizeof text,
-                                  "{\"model_type\": \"bert\", \"unknown_key\": [1, 2]");
-    for (size_t i = 0; i < N_REQUIRED; i++) {
-        snprintf(quoted, sizeof quoted, "\"%s\"", required_keys[i][0]);
-        if ((!extra || !strstr(extra, quoted)) && (!omit || strcmp(omit, required_keys[i][0])))
-            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted,
-                                    required_keys[i][1]);
-    }
-    snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
-    if (mkdir(f->path, 0755) != 0)
-        assert_int_equal(errno, EEXIST);
-    assert_int_equal(regc_test_write_text(f->path, "config.json", text), 0);
+    regc_test_write_config(f->path, "\"model_type\": \"bert\", \"unknown_key\": [1, 2]", required_keys, N_REQUIRED,
+                           extra, omit);
 }
 
 static void write_config(regc_test_dir *f, const char *extra)
@@ -75,27 +64,9 @@ static regc_model *make_small_model(regc_test_dir *f, const char *extra, uint64_
     return m;
 }
 
-static void assert_same_weights(regc_model *a, regc_model *b)
-{
-    assert_int_equal(regc_model_n_params(a), regc_model_n_params(b));
-    assert_int_equal(regc_model_total_numel(a), regc_model_total_numel(b));
-    for (int i = 0; i < regc_model_n_params(a); i++)
-        assert_string_equal(regc_model_param_name(a, i), regc_model_param_name(b, i));
-    assert_memory_equal(regc_model_weights(a), regc_model_weights(b),
-                        (size_t)regc_model_total_numel(a) * sizeof(float));
-}
-
-static int index_of(const regc_model *m, const char *name)
-{
-    for (int i = 0; i < regc_model_n_params(m); i++)
-        if (strcmp(regc_model_param_name(m, i), name) == 0)
-            return i;
-    return -1;
-}
-
 static void assert_shape(const regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1)
 {
-    int i = index_of(m, name);
+    int i = regc_test_param_index(m, name);
     if (i < 0)
         fail_msg("no parameter %s", name);
     int64_t shape[REGC_MAX_DIMS];
@@ -213,7 +184,7 @@ static void test_init_random(void **state)
     assert_int_equal(regc_model_load("bert-tiny", &b), REGC_OK);
     assert_int_equal(regc_model_init_random(a, 7), REGC_OK);
     assert_int_equal(regc_model_init_random(b, 7), REGC_OK);
-    assert_same_weights(a, b);
+    regc_test_assert_same_weights(a, b);
     const float *w = regc_model_weights(a);
     const float hw = (float)(0.02 * sqrt(3.0));
     for (int i = 0; i < regc_model_n_params(a); i++) {
@@ -254,7 +225,7 @@ static void test_save_load_round_trip(void **state)
     assert_int_equal(regc_model_init_random(m, 1234), REGC_OK);
     assert_int_equal(regc_model_save(m, f->path), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     char d1[640], d2[640];
     regc_model_describe(m, d1, sizeof d1);
     regc_model_describe(back, d2, sizeof d2);
@@ -322,12 +293,12 @@ static void test_legacy_names_and_extras(void **state)
     all[1] = (regc_st_entry){.name = "bert.pooler.dense.weight", .dtype = REGC_F32, .ndim = 2,
                              .shape = {16, 16}, .data = pooler};
     memcpy(all + 2, e, (size_t)n * sizeof *e);
-    int bias = index_of(m, "cls.predictions.bias");
+    int bias = regc_test_param_index(m, "cls.predictions.bias");
     all[n + 2] = e[bias];
     all[n + 2].name = "cls.predictions.decoder.bias";
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, n + 3), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     regc_model_free(back);
     unlink(path_in(f, "model.safetensors"));
 
@@ -344,7 +315,7 @@ static void test_legacy_names_and_extras(void **state)
     snprintf(index + len, 65536 - len, "}}");
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     regc_model_free(back);
 
     /* A LayerNorm missing under both spellings is named as regc calls it. */
@@ -375,7 +346,7 @@ static void test_untied_decoder(void **state)
     snprintf(out, sizeof out, "%s/saved", f->dir);
     assert_int_equal(regc_model_save(m, out), REGC_OK);
     assert_int_equal(regc_model_load(out, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     char d[640];
     regc_model_describe(back, d, sizeof d);
     assert_non_null(strstr(d, "untied decoder"));
@@ -400,10 +371,7 @@ static void test_untied_decoder(void **state)
 static void expect_config_error(regc_test_dir *f, const char *extra, int status, const char *what)
 {
     write_config(f, extra);
-    regc_model *m = (regc_model *)1;
-    assert_int_equal(regc_model_load_config(f->path, &m), status);
-    assert_null(m);
-    regc_test_expect_error(path_in(f, "config.json"), what);
+    regc_test_expect_config_error(f->path, status, what);
 }
 
 static void test_config_errors(void **state)

@@ -2,7 +2,6 @@
  * directories (single file, sharded, prefix-less names, untied head),
  * save/load round trips, every config and checkpoint error, and the flat
  * forward graph, including a 70B-class shape that must cost no weights. */
-#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +16,7 @@
 #include <cmocka.h>
 
 #include "regc.h"
+#include "test_model.h"
 #include "test_util.h"
 
 /* f->path is dir/model, the HF directory most tests build. */
@@ -39,19 +39,8 @@ static void write_config(regc_test_dir *f, const char *extra)
         {"vocab_size", "64"}, {"n_positions", "16"}, {"n_embd", "16"},
         {"n_layer", "2"},     {"n_head", "2"},
     };
-    char text[2048], quoted[64];
-    size_t len = (size_t)snprintf(text, sizeof text,
-                                  "{\"model_type\": \"gpt2\", \"unknown_key\": [1, 2]");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        snprintf(quoted, sizeof quoted, "\"%s\"", keys[i][0]);
-        if (!extra || !strstr(extra, quoted))
-            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted,
-                                    keys[i][1]);
-    }
-    snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
-    if (mkdir(f->path, 0755) != 0)
-        assert_int_equal(errno, EEXIST);
-    assert_int_equal(regc_test_write_text(f->path, "config.json", text), 0);
+    regc_test_write_config(f->path, "\"model_type\": \"gpt2\", \"unknown_key\": [1, 2]", keys,
+                           sizeof keys / sizeof keys[0], extra, NULL);
 }
 
 /* config.json from write_config plus random weights saved next to it. */
@@ -63,16 +52,6 @@ static regc_model *make_small_model(regc_test_dir *f, const char *extra, uint64_
     assert_false(regc_model_has_weights(m));
     assert_int_equal(regc_model_init_random(m, seed), REGC_OK);
     return m;
-}
-
-static void assert_same_weights(regc_model *a, regc_model *b)
-{
-    assert_int_equal(regc_model_n_params(a), regc_model_n_params(b));
-    assert_int_equal(regc_model_total_numel(a), regc_model_total_numel(b));
-    for (int i = 0; i < regc_model_n_params(a); i++)
-        assert_string_equal(regc_model_param_name(a, i), regc_model_param_name(b, i));
-    assert_memory_equal(regc_model_weights(a), regc_model_weights(b),
-                        (size_t)regc_model_total_numel(a) * sizeof(float));
 }
 
 /* ------------------------------------------------------------- presets */
@@ -134,7 +113,7 @@ static void test_init_random(void **state)
     assert_int_equal(regc_model_init_random(a, 7), REGC_OK);
     assert_int_equal(regc_model_init_random(b, 7), REGC_OK);
     assert_true(regc_model_has_weights(a));
-    assert_same_weights(a, b);
+    regc_test_assert_same_weights(a, b);
 
     /* Parameter t is stream substream(seed, t) with GPT-2's per-kind scale. */
     const float *w = regc_model_weights(a);
@@ -189,7 +168,7 @@ static void test_save_load_round_trip(void **state)
     assert_int_equal(regc_model_init_random(m, 1234), REGC_OK);
     assert_int_equal(regc_model_save(m, nested), REGC_OK);
     assert_int_equal(regc_model_load(nested, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     assert_int_equal(regc_model_vocab(back), 512);
     assert_int_equal(regc_model_max_seq(back), 256);
 
@@ -258,7 +237,7 @@ static void test_sharded(void **state)
     snprintf(index + len, 65536 - len, "}}");
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     regc_model_free(back);
 
     /* An index that lacks a parameter names the index and the tensor. */
@@ -303,7 +282,7 @@ static void test_names_without_prefix(void **state)
                                  .shape = {1, 1, 16, 16}, .data = mask};
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, n + 2), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     assert_string_equal(regc_model_param_name(back, 0), "transformer.wte.weight");
     regc_model_free(back);
     free(all);
@@ -322,7 +301,7 @@ static void test_untied_head(void **state)
     snprintf(out, sizeof out, "%s/saved", f->dir);
     assert_int_equal(regc_model_save(m, out), REGC_OK);
     assert_int_equal(regc_model_load(out, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     char d[512];
     regc_model_describe(back, d, sizeof d);
     assert_non_null(strstr(d, "untied"));
@@ -348,7 +327,7 @@ static void test_untied_head(void **state)
     all[nt].name = "lm_head.weight";
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, nt + 1), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     regc_model_free(back);
     free(all);
     free(e);
@@ -361,10 +340,7 @@ static void test_untied_head(void **state)
  * config.json and says `what`. */
 static void expect_load_config_error(regc_test_dir *f, int status, const char *what)
 {
-    regc_model *m = (regc_model *)1;
-    assert_int_equal(regc_model_load_config(f->path, &m), status);
-    assert_null(m);
-    regc_test_expect_error(path_in(f, "config.json"), what);
+    regc_test_expect_config_error(f->path, status, what);
 }
 
 static void expect_config_error(regc_test_dir *f, const char *extra, int status, const char *what)

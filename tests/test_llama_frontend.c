@@ -4,7 +4,6 @@
  * flat forward graph (GQA, explicit head_dim, tied and untied head), the
  * rotary tables the architecture fills per batch, shape-only 8B and 70B
  * graphs that cost no weights, and a short `regc train` run. */
-#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +17,7 @@
 #include <cmocka.h>
 
 #include "regc.h"
+#include "test_model.h"
 #include "test_util.h"
 
 /* f->path is dir/model, the HF directory most tests build. */
@@ -42,19 +42,8 @@ static void write_config(regc_test_dir *f, const char *extra)
         {"num_hidden_layers", "2"},  {"num_attention_heads", "6"},  {"num_key_value_heads", "2"},
         {"max_position_embeddings", "16"},
     };
-    char text[2048], quoted[64];
-    size_t len = (size_t)snprintf(text, sizeof text,
-                                  "{\"model_type\": \"llama\", \"bos_token_id\": 1");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        snprintf(quoted, sizeof quoted, "\"%s\"", keys[i][0]);
-        if (!extra || !strstr(extra, quoted))
-            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted,
-                                    keys[i][1]);
-    }
-    snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
-    if (mkdir(f->path, 0755) != 0)
-        assert_int_equal(errno, EEXIST);
-    assert_int_equal(regc_test_write_text(f->path, "config.json", text), 0);
+    regc_test_write_config(f->path, "\"model_type\": \"llama\", \"bos_token_id\": 1", keys,
+                           sizeof keys / sizeof keys[0], extra, NULL);
 }
 
 static regc_model *load_config(regc_test_dir *f, const char *extra)
@@ -66,16 +55,6 @@ static regc_model *load_config(regc_test_dir *f, const char *extra)
         fail_msg("%s", regc_error_message());
     assert_false(regc_model_has_weights(m));
     return m;
-}
-
-static void assert_same_weights(regc_model *a, regc_model *b)
-{
-    assert_int_equal(regc_model_n_params(a), regc_model_n_params(b));
-    assert_int_equal(regc_model_total_numel(a), regc_model_total_numel(b));
-    for (int i = 0; i < regc_model_n_params(a); i++)
-        assert_string_equal(regc_model_param_name(a, i), regc_model_param_name(b, i));
-    assert_memory_equal(regc_model_weights(a), regc_model_weights(b),
-                        (size_t)regc_model_total_numel(a) * sizeof(float));
 }
 
 static void assert_param(regc_model *m, int i, const char *name, int ndim, int64_t d0, int64_t d1)
@@ -173,7 +152,7 @@ static void test_init_random(void **state)
     assert_int_equal(regc_model_load("llama-tiny", &b), REGC_OK);
     assert_int_equal(regc_model_init_random(a, 7), REGC_OK);
     assert_int_equal(regc_model_init_random(b, 7), REGC_OK);
-    assert_same_weights(a, b);
+    regc_test_assert_same_weights(a, b);
 
     /* Norm weights are 1; every matrix draws with HF's std 0.02. */
     const float *w = regc_model_weights(a);
@@ -252,10 +231,7 @@ static void test_config_defaults(void **state)
 static void expect_config_error(regc_test_dir *f, const char *extra, int status, const char *what)
 {
     write_config(f, extra);
-    regc_model *m = (regc_model *)1;
-    assert_int_equal(regc_model_load_config(f->path, &m), status);
-    assert_null(m);
-    regc_test_expect_error(path_in(f, "config.json"), what);
+    regc_test_expect_config_error(f->path, status, what);
 }
 
 static void test_config_errors(void **state)
@@ -342,7 +318,7 @@ static void test_save_load_round_trip(void **state)
     assert_int_equal(regc_model_save(m, out), REGC_OK);
     assert_int_equal(regc_model_load(out, &back), REGC_OK);
     assert_string_equal(regc_model_arch(back), "llama");
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     assert_int_equal(regc_model_vocab(back), 512);
     assert_int_equal(regc_model_max_seq(back), 256);
     describe_has(back, "num_key_value_heads 2, head_dim 32, rms_norm_eps 1e-06, rope_theta 10000");
@@ -365,7 +341,7 @@ static void test_save_load_round_trip(void **state)
     snprintf(out, sizeof out, "%s/tied", f->dir);
     assert_int_equal(regc_model_save(m, out), REGC_OK);
     assert_int_equal(regc_model_load(out, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     describe_has(back, "num_attention_heads 6, num_key_value_heads 2, head_dim 10");
     describe_has(back, "rms_norm_eps 3e-06, rope_theta 250000");
     describe_has(back, "tied embeddings");
@@ -421,7 +397,7 @@ static void test_weight_errors(void **state)
 
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
-    assert_same_weights(m, back);
+    regc_test_assert_same_weights(m, back);
     regc_model_free(back);
     free(big);
     free(e);

@@ -3,7 +3,6 @@
  * trips, the relative-position buckets against PyTorch's
  * (tests/data/t5_reference.json), the sequence-to-sequence inputs, the flat
  * encoder-decoder graph, a shape-only t5-small and a `regc train` run. */
-#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +17,7 @@
 
 #include "regc.h"
 #include "test_reference.h"
+#include "test_model.h"
 #include "test_util.h"
 
 #define REF_PATH REGC_SOURCE_DIR "/tests/data/t5_reference.json"
@@ -41,19 +41,8 @@ static void write_config(regc_test_dir *f, const char *extra)
         {"vocab_size", "64"}, {"d_model", "16"}, {"d_kv", "4"},
         {"d_ff", "24"},       {"num_layers", "2"}, {"num_heads", "3"},
     };
-    char text[2048], quoted[64];
-    size_t len = (size_t)snprintf(text, sizeof text,
-                                  "{\"model_type\": \"t5\", \"unknown_key\": [1, 2]");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        snprintf(quoted, sizeof quoted, "\"%s\"", keys[i][0]);
-        if (!extra || !strstr(extra, quoted))
-            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted,
-                                    keys[i][1]);
-    }
-    snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
-    if (mkdir(f->path, 0755) != 0)
-        assert_int_equal(errno, EEXIST);
-    assert_int_equal(regc_test_write_text(f->path, "config.json", text), 0);
+    regc_test_write_config(f->path, "\"model_type\": \"t5\", \"unknown_key\": [1, 2]", keys,
+                           sizeof keys / sizeof keys[0], extra, NULL);
 }
 
 static regc_model *load_config(regc_test_dir *f, const char *extra)
@@ -64,27 +53,9 @@ static regc_model *load_config(regc_test_dir *f, const char *extra)
     return m;
 }
 
-static void assert_same_weights(regc_model *a, regc_model *b)
-{
-    assert_int_equal(regc_model_n_params(a), regc_model_n_params(b));
-    assert_int_equal(regc_model_total_numel(a), regc_model_total_numel(b));
-    for (int i = 0; i < regc_model_n_params(a); i++)
-        assert_string_equal(regc_model_param_name(a, i), regc_model_param_name(b, i));
-    assert_memory_equal(regc_model_weights(a), regc_model_weights(b),
-                        (size_t)regc_model_total_numel(a) * sizeof(float));
-}
-
-static int find_param(regc_model *m, const char *name)
-{
-    for (int i = 0; i < regc_model_n_params(m); i++)
-        if (strcmp(regc_model_param_name(m, i), name) == 0)
-            return i;
-    return -1;
-}
-
 static void assert_param(regc_model *m, const char *name, int64_t d0, int64_t d1)
 {
-    int i = find_param(m, name);
+    int i = regc_test_param_index(m, name);
     if (i < 0)
         fail_msg("no parameter %s", name);
     int64_t shape[REGC_MAX_DIMS];
@@ -121,14 +92,14 @@ static void test_presets(void **state)
                         "encoder.block.0.layer.1.DenseReluDense.wi.weight");
     assert_string_equal(regc_model_param_name(m, 10), "encoder.block.1.layer.0.SelfAttention.q.weight");
     assert_param(m, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 8);
-    assert_int_equal(find_param(m, "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"), -1);
+    assert_int_equal(regc_test_param_index(m, "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"), -1);
     assert_param(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 8);
     assert_param(m, "decoder.block.5.layer.1.EncDecAttention.k.weight", 512, 512);
     assert_param(m, "decoder.block.5.layer.2.DenseReluDense.wo.weight", 512, 2048);
     assert_string_equal(regc_model_param_name(m, regc_model_n_params(m) - 1),
                         "decoder.final_layer_norm.weight");
-    assert_int_equal(find_param(m, "lm_head.weight"), -1);
-    assert_int_equal(find_param(m, "encoder.embed_tokens.weight"), -1);
+    assert_int_equal(regc_test_param_index(m, "lm_head.weight"), -1);
+    assert_int_equal(regc_test_param_index(m, "encoder.embed_tokens.weight"), -1);
     int64_t off = 0;
     for (int i = 0; i < regc_model_n_params(m); i++) {
         assert_int_equal(regc_model_param_offset(m, i), off);
@@ -163,7 +134,7 @@ static void test_init_random(void **state)
         {"decoder.block.1.layer.2.DenseReluDense.wo.weight", 1.0 / sqrt(256.0)},
     };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
-        int i = find_param(m, t[k].name);
+        int i = regc_test_param_index(m, t[k].name);
         assert_true(i >= 0);
         const float *p = w + regc_model_param_offset(m, i);
         int64_t n = regc_model_param_numel(m, i);
@@ -174,7 +145,7 @@ static void test_init_random(void **state)
         if (fabs(rms - t[k].std) > 0.1 * t[k].std)
             fail_msg("%s: rms %g, expected std %g", t[k].name, rms, t[k].std);
     }
-    int ln = find_param(m, "decoder.final_layer_norm.weight");
+    int ln = regc_test_param_index(m, "decoder.final_layer_norm.weight");
     for (int64_t j = 0; j < 128; j++)
         assert_true(w[regc_model_param_offset(m, ln) + j] == 1.0f);
     regc_model_free(m);
@@ -192,7 +163,7 @@ static void test_config_defaults_and_keys(void **state)
     assert_non_null(strstr(d, "2 encoder + 2 decoder layers, 3 heads"));
     assert_non_null(strstr(d, "32 relative buckets up to 128"));
     assert_non_null(strstr(d, "layer_norm_epsilon 1e-06, relu, tied embeddings, decoder start 0"));
-    assert_int_equal(find_param(m, "lm_head.weight"), -1);
+    assert_int_equal(regc_test_param_index(m, "lm_head.weight"), -1);
     assert_param(m, "encoder.block.1.layer.1.DenseReluDense.wi.weight", 24, 16);
     assert_param(m, "encoder.block.1.layer.0.SelfAttention.o.weight", 16, 12);
     regc_model_free(m);
@@ -210,8 +181,8 @@ static void test_config_defaults_and_keys(void **state)
     assert_param(m, "decoder.block.2.layer.2.DenseReluDense.wi_0.weight", 24, 16);
     assert_param(m, "decoder.block.2.layer.2.DenseReluDense.wi_1.weight", 24, 16);
     assert_param(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 8, 2);
-    assert_int_equal(find_param(m, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"), -1);
-    assert_int_equal(find_param(m, "decoder.block.0.layer.2.DenseReluDense.wi.weight"), -1);
+    assert_int_equal(regc_test_param_index(m, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"), -1);
+    assert_int_equal(regc_test_param_index(m, "decoder.block.0.layer.2.DenseReluDense.wi.weight"), -1);
     assert_string_equal(regc_model_param_name(m, regc_model_n_params(m) - 1), "lm_head.weight");
     regc_model_free(m);
 
@@ -226,10 +197,7 @@ static void test_config_defaults_and_keys(void **state)
 static void expect_config_error(regc_test_dir *f, const char *extra, int status, const char *what)
 {
     write_config(f, extra);
-    regc_model *m = (regc_model *)1;
-    assert_int_equal(regc_model_load_config(f->path, &m), status);
-    assert_null(m);
-    regc_test_expect_error(path_in(f, "config.json"), what);
+    regc_test_expect_config_error(f->path, status, what);
 }
 
 static void test_config_errors(void **state)
@@ -297,7 +265,7 @@ static void test_save_load_round_trip(void **state)
         snprintf(out, sizeof out, "%s/saved%zu", f->dir, v);
         assert_int_equal(regc_model_save(m, out), REGC_OK);
         assert_int_equal(regc_model_load(out, &back), REGC_OK);
-        assert_same_weights(m, back);
+        regc_test_assert_same_weights(m, back);
         char d1[768], d2[768];
         regc_model_describe(m, d1, sizeof d1);
         regc_model_describe(back, d2, sizeof d2);

@@ -1,0 +1,59 @@
+/* test_model.c — see test_model.h. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "test_model.h"
+#include "test_util.h"
+
+void regc_test_write_config(const char *dir, const char *head, const char *const (*keys)[2],
+                            size_t n_keys, const char *extra, const char *omit)
+{
+    char text[4096], quoted[96];
+    size_t len = (size_t)snprintf(text, sizeof text, "{%s", head);
+    for (size_t i = 0; i < n_keys; i++) {
+        snprintf(quoted, sizeof quoted, "\"%s\"", keys[i][0]);
+        if ((!extra || !strstr(extra, quoted)) && (!omit || strcmp(omit, keys[i][0]) != 0))
+            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted,
+                                    keys[i][1]);
+    }
+    snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
+    if (mkdir(dir, 0755) != 0)
+        assert_int_equal(errno, EEXIST);
+    assert_int_equal(regc_test_write_text(dir, "config.json", text), 0);
+}
+
+void regc_test_assert_same_weights(regc_model *a, regc_model *b)
+{
+    assert_int_equal(regc_model_n_params(a), regc_model_n_params(b));
+    assert_int_equal(regc_model_total_numel(a), regc_model_total_numel(b));
+    for (int i = 0; i < regc_model_n_params(a); i++)
+        assert_string_equal(regc_model_param_name(a, i), regc_model_param_name(b, i));
+    assert_memory_equal(regc_model_weights(a), regc_model_weights(b),
+                        (size_t)regc_model_total_numel(a) * sizeof(float));
+}
+
+int regc_test_param_index(const regc_model *m, const char *name)
+{
+    for (int i = 0; i < regc_model_n_params(m); i++)
+        if (strcmp(regc_model_param_name(m, i), name) == 0)
+            return i;
+    return -1;
+}
+
+void regc_test_expect_config_error(const char *dir, int status, const char *what)
+{
+    regc_model *m = (regc_model *)1;
+    assert_int_equal(regc_model_load_config(dir, &m), status);
+    assert_null(m);
+    char *path = regc_test_join(dir, "config.json");
+    regc_test_expect_error(path, what);
+    free(path);
+}

@@ -1,0 +1,27 @@
+/* test_model.h — what the frontend tests share: writing a small
+ * config.json from an architecture's defaults, comparing two models'
+ * weights, finding a parameter, and the config error every frontend checks
+ * the same way. Each helper fails the current CMocka test on a mismatch. */
+#ifndef REGC_TEST_MODEL_H
+#define REGC_TEST_MODEL_H
+
+#include <stddef.h>
+
+#include "regc.h"
+
+/* Write dir/config.json (making dir): "{" head, then each default key
+ * (keys[i] = {name, JSON value}) that `extra` does not name and that is not
+ * `omit`, then `extra`. head carries model_type and any fixed keys; extra
+ * and omit may be NULL. A key named in extra replaces its default (cJSON
+ * would read the first of two). */
+void regc_test_write_config(const char *dir, const char *head, const char *const (*keys)[2],
+                            size_t n_keys, const char *extra, const char *omit);
+/* The same parameter names, in order, and bit-identical weights. */
+void regc_test_assert_same_weights(regc_model *a, regc_model *b);
+/* Index of the parameter called `name`, or -1. */
+int regc_test_param_index(const regc_model *m, const char *name);
+/* regc_model_load_config(dir) fails with `status`, returns no model, and
+ * leaves one line naming dir/config.json and saying `what`. */
+void regc_test_expect_config_error(const char *dir, int status, const char *what);
+
+#endif
