@@ -336,17 +336,10 @@ static void test_untied_head(void **state)
 
 /* -------------------------------------------------------------- errors */
 
-/* Loading f->path's config fails with `status` and an error that names
- * config.json and says `what`. */
-static void expect_load_config_error(regc_test_dir *f, int status, const char *what)
-{
-    regc_test_expect_config_error(f->path, status, what);
-}
-
 static void expect_config_error(regc_test_dir *f, const char *extra, int status, const char *what)
 {
     write_config(f, extra);
-    expect_load_config_error(f, status, what);
+    regc_test_expect_config_error(f->path, status, what);
 }
 
 static void test_config_errors(void **state)
@@ -361,7 +354,7 @@ static void test_config_errors(void **state)
 
     assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"gpt2\","),
                      0);
-    expect_load_config_error(f, REGC_ERR_FORMAT, "malformed JSON");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "malformed JSON");
 
     assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"mamba\"}"),
                      0);
@@ -372,13 +365,13 @@ static void test_config_errors(void **state)
     regc_test_expect_error(want, NULL);
 
     assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"vocab_size\": 3}"), 0);
-    expect_load_config_error(f, REGC_ERR_FORMAT, "missing required key \"model_type\"");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "missing required key \"model_type\"");
 
     assert_int_equal(regc_test_write_text(f->path, "config.json",
                                           "{\"model_type\": \"gpt2\", \"vocab_size\": 64, "
                                           "\"n_positions\": 16, \"n_embd\": 16, \"n_layer\": 2}"),
                      0);
-    expect_load_config_error(f, REGC_ERR_FORMAT, "missing required key \"n_head\"");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "missing required key \"n_head\"");
 
     expect_config_error(f, "\"activation_function\": \"relu\"", REGC_ERR_UNSUPPORTED,
                         "key \"activation_function\" is \"relu\"");
