@@ -356,12 +356,8 @@ static int bert_fill_inputs(const regc_model *m, const regc_tokens *data,
 static cJSON *bert_write_config(const regc_model *m)
 {
     const bert_config *c = m->cfg;
-    cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_CreateStringArray((const char *const[]){"BertForMaskedLM"}, 1);
-    int ok = o && arch && cJSON_AddItemToObject(o, "architectures", arch);
-    if (!ok)
-        cJSON_Delete(arch);
-    ok = ok && cJSON_AddStringToObject(o, "model_type", "bert");
+    cJSON *o = regc_model_config_new(m, "BertForMaskedLM");
+    int ok = o != NULL;
     ok = ok && cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
     ok = ok && cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
     ok = ok && cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layer);

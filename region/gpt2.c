@@ -221,12 +221,8 @@ fail:
 static cJSON *gpt2_write_config(const regc_model *m)
 {
     const gpt2_config *c = m->cfg;
-    cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_CreateStringArray((const char *const[]){"GPT2LMHeadModel"}, 1);
-    int ok = o && arch && cJSON_AddItemToObject(o, "architectures", arch);
-    if (!ok)
-        cJSON_Delete(arch);
-    ok = ok && cJSON_AddStringToObject(o, "model_type", "gpt2");
+    cJSON *o = regc_model_config_new(m, "GPT2LMHeadModel");
+    int ok = o != NULL;
     ok = ok && cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
     ok = ok && cJSON_AddNumberToObject(o, "n_positions", (double)c->n_pos);
     ok = ok && cJSON_AddNumberToObject(o, "n_ctx", (double)c->n_pos);

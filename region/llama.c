@@ -303,12 +303,8 @@ static int llama_fill_inputs(const regc_model *m, const regc_tokens *data,
 static cJSON *llama_write_config(const regc_model *m)
 {
     const llama_config *c = m->cfg;
-    cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_CreateStringArray((const char *const[]){"LlamaForCausalLM"}, 1);
-    int ok = o && arch && cJSON_AddItemToObject(o, "architectures", arch);
-    if (!ok)
-        cJSON_Delete(arch);
-    ok = ok && cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON *o = regc_model_config_new(m, "LlamaForCausalLM");
+    int ok = o != NULL;
     ok = ok && cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
     ok = ok && cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
     ok = ok && cJSON_AddNumberToObject(o, "intermediate_size", (double)c->inter);

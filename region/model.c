@@ -603,6 +603,21 @@ int regc_model_init_random(regc_model *m, uint64_t seed)
     return REGC_OK;
 }
 
+cJSON *regc_model_config_new(const regc_model *m, const char *architecture)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arch = cJSON_CreateStringArray(&architecture, 1);
+    int ok = o && arch && cJSON_AddItemToObject(o, "architectures", arch);
+    if (!ok)
+        cJSON_Delete(arch);
+    ok = ok && cJSON_AddStringToObject(o, "model_type", m->arch->model_type);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
 {
     int *p = malloc((size_t)m->n_params * sizeof *p + 1);

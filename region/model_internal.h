@@ -99,6 +99,11 @@ regc_input *regc_input_find(int n, regc_input *in, const char *name);
 int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
                               const regc_batch_spec *b, int n, regc_input *in);
 
+/* A new config.json object holding "architectures": [architecture] and
+ * m's "model_type", for write_config to add its keys to; NULL when out of
+ * memory. */
+cJSON *regc_model_config_new(const regc_model *m, const char *architecture);
+
 /* ---- config.json readers for architectures. Each returns REGC_OK with
  * *out set (the default when the key is absent or null and required is 0),
  * or an error naming `path` and the key. Integers must be integral numbers

@@ -455,12 +455,8 @@ static int t5_fill_inputs(const regc_model *m, const regc_tokens *data, const re
 static cJSON *t5_write_config(const regc_model *m)
 {
     const t5_config *c = m->cfg;
-    cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_CreateStringArray((const char *const[]){"T5ForConditionalGeneration"}, 1);
-    int ok = o && arch && cJSON_AddItemToObject(o, "architectures", arch);
-    if (!ok)
-        cJSON_Delete(arch);
-    ok = ok && cJSON_AddStringToObject(o, "model_type", "t5");
+    cJSON *o = regc_model_config_new(m, "T5ForConditionalGeneration");
+    int ok = o != NULL;
     ok = ok && cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
     ok = ok && cJSON_AddNumberToObject(o, "d_model", (double)c->d_model);
     ok = ok && cJSON_AddNumberToObject(o, "d_kv", (double)c->d_kv);
