@@ -343,10 +343,10 @@ static int bert_fill_inputs(const regc_model *m, const regc_tokens *data,
         y[0] = x[0];
         x[0] = (int32_t)c->mask_id;
     }
-    if (types) {
+    if (types && !types->filled) {
         /* Single-segment text: every position is segment 0. */
         memset(types->host, 0, (size_t)bt * sizeof(int32_t));
-        types->filled = 1;
+        types->filled = types->constant = 1;
     }
     return REGC_OK;
 }

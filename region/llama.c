@@ -266,8 +266,8 @@ static int llama_fill_inputs(const regc_model *m, const regc_tokens *data,
         return rc;
     regc_input *cos = regc_input_find(n, in, "rope_cos");
     regc_input *sin = regc_input_find(n, in, "rope_sin");
-    if (!cos && !sin)
-        return REGC_OK;
+    if ((!cos || cos->filled) && (!sin || sin->filled))
+        return REGC_OK; /* absent, or filled for an earlier batch */
     const int64_t half = c->head_dim / 2, numel = b->seq * half;
     const regc_input *tabs[2] = {cos, sin};
     for (int i = 0; i < 2; i++)
@@ -294,9 +294,9 @@ static int llama_fill_inputs(const regc_model *m, const regc_tokens *data,
     }
     free(inv_freq);
     if (cos)
-        cos->filled = 1;
+        cos->filled = cos->constant = 1;
     if (sin)
-        sin->filled = 1;
+        sin->filled = sin->constant = 1;
     return REGC_OK;
 }
 

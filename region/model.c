@@ -687,11 +687,11 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
         if (targets)
             targets->filled = 1;
     }
-    if (pos) {
+    if (pos && !pos->filled) {
         int32_t *p = pos->host;
         for (int64_t t = 0; t < b->seq; t++)
             p[t] = (int32_t)t;
-        pos->filled = 1;
+        pos->filled = pos->constant = 1;
     }
     return REGC_OK;
 }
@@ -700,7 +700,7 @@ int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
                            const regc_batch_spec *b, int n, regc_input *in)
 {
     for (int i = 0; i < n; i++)
-        in[i].filled = 0;
+        in[i].filled = in[i].constant;
     int rc = m->arch->fill_inputs ? m->arch->fill_inputs(m, data, b, n, in)
                                   : regc_model_fill_lm_inputs(m, data, b, n, in);
     if (rc < 0)

@@ -127,12 +127,17 @@ typedef struct {
     const regc_tensor *tensor;
     void *host;
     int filled;
+    /* set by the filler for an input that is the same for every batch
+     * (positions, rotary tables, buckets): it stays filled, and is neither
+     * recomputed nor copied to the device again */
+    int constant;
 } regc_input;
 
 /* Fill every input of m's training graph for one batch: token ids and
  * targets from `data`, plus the architecture's own inputs (positions,
- * rotary tables, relative-position buckets, masked positions). An input
- * the architecture does not know is an error naming it. */
+ * rotary tables, relative-position buckets, masked positions). Constant
+ * inputs filled by an earlier call are kept. An input the architecture
+ * does not know is an error naming it. */
 int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
                            const regc_batch_spec *b, int n, regc_input *in);
 

@@ -380,8 +380,8 @@ static int t5_input_check(const regc_model *m, const regc_input *x, int64_t d0, 
 static int t5_fill_buckets(const regc_model *m, regc_input *x, int bidirectional)
 {
     const t5_config *c = m->cfg;
-    if (!x)
-        return REGC_OK;
+    if (!x || x->filled)
+        return REGC_OK; /* absent, or filled for an earlier batch */
     const int64_t tq = x->tensor->ndim == 2 ? x->tensor->shape[0] : 0;
     const int64_t tk = x->tensor->ndim == 2 ? x->tensor->shape[1] : 0;
     int rc = t5_input_check(m, x, tq, tk);
@@ -391,7 +391,7 @@ static int t5_fill_buckets(const regc_model *m, regc_input *x, int bidirectional
     for (int64_t i = 0; i < tq; i++)
         for (int64_t j = 0; j < tk; j++)
             b[i * tk + j] = t5_bucket(j - i, bidirectional, c->n_buckets, c->max_distance);
-    x->filled = 1;
+    x->filled = x->constant = 1;
     return REGC_OK;
 }
 

@@ -196,8 +196,10 @@ static int train_step(trainer *t, const regc_train_options *o, int step, float *
     int rc = regc_model_fill_inputs(t->model, t->tokens, &b, t->n_inputs, t->inputs);
     if (rc)
         return rc;
+    /* constant inputs reached the device with the first batch */
     for (int i = 0; i < t->n_inputs; i++)
-        be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, tensor_bytes(t->inputs[i].tensor));
+        if (step == 0 || !t->inputs[i].constant)
+            be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, tensor_bytes(t->inputs[i].tensor));
     if ((rc = regc_exec_run(t->exec)))
         return rc;
     be->copy_d2h(be, loss, regc_exec_tensor(t->exec, t->loss), sizeof(float));

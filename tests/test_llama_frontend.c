@@ -534,10 +534,9 @@ static void test_fill_inputs(void **state)
         if (x->role != REGC_ROLE_INPUT)
             continue;
         assert_true(n < 8);
-        in[n].tensor = x;
-        in[n].host = calloc((size_t)regc_tensor_numel(x), regc_dtype_size(x->dtype));
+        in[n] = (regc_input){.tensor = x,
+                             .host = calloc((size_t)regc_tensor_numel(x), regc_dtype_size(x->dtype))};
         assert_non_null(in[n].host);
-        in[n].filled = 0;
         n++;
     }
     assert_int_equal(n, 4);
