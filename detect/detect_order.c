@@ -102,21 +102,31 @@ static int producer_of(const detect_ctx *c, int i, int q)
     return regc_graph_tensor(c->g, regc_graph_node(c->g, i)->in[q])->producer;
 }
 
+/* A node sorted by a rank (a depth or a height), then its label. */
 typedef struct {
-    int depth;
+    int rank;
     uint64_t label;
     int node;
-} sink_key;
+} node_key;
 
-/* Deepest first, then by label; equal keys are interchangeable. */
+/* Highest rank first, then by label; equal keys are interchangeable. */
 static int cmp_sink(const void *pa, const void *pb)
 {
-    const sink_key *a = pa, *b = pb;
-    if (a->depth != b->depth)
-        return a->depth > b->depth ? -1 : 1;
+    const node_key *a = pa, *b = pb;
+    if (a->rank != b->rank)
+        return a->rank > b->rank ? -1 : 1;
     if (a->label != b->label)
         return a->label < b->label ? -1 : 1;
     return (a->node > b->node) - (a->node < b->node);
+}
+
+/* By label, then rank: equal labels at different ranks end up adjacent. */
+static int cmp_label_rank(const void *pa, const void *pb)
+{
+    const node_key *a = pa, *b = pb;
+    if (a->label != b->label)
+        return a->label < b->label ? -1 : 1;
+    return (a->rank > b->rank) - (a->rank < b->rank);
 }
 
 /* The inputs of node i as producer nodes, deepest first by `depth`, ties
@@ -178,20 +188,19 @@ static void walk_from(detect_ctx *c, walk *w, const int *depth, int root)
  * heights (distances to the end of the graph), so in different layers. The
  * q, k and v projections of one hidden state feed one attention, share a
  * height and do not count. */
-static int is_shared(const detect_ctx *c, const int *height, int t, sink_key *tmp)
+static int is_shared(const detect_ctx *c, const int *height, int t, node_key *tmp)
 {
     int n = 0;
     for (int k = c->cons_start[t]; k < c->cons_start[t + 1]; k++) {
         int v = c->cons_node[k];
-        tmp[n++] = (sink_key){height[v], c->label[v], v};
+        tmp[n++] = (node_key){height[v], c->label[v], v};
     }
     if (n < 2)
         return 0;
-    qsort(tmp, (size_t)n, sizeof *tmp, cmp_sink);
-    for (int a = 0; a < n; a++)
-        for (int b = a + 1; b < n && tmp[b].depth != tmp[a].depth; b++)
-            if (tmp[b].label == tmp[a].label)
-                return 1;
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_label_rank);
+    for (int a = 1; a < n; a++)
+        if (tmp[a].label == tmp[a - 1].label && tmp[a].rank != tmp[a - 1].rank)
+            return 1;
     return 0;
 }
 
@@ -204,7 +213,7 @@ static int is_shared(const detect_ctx *c, const int *height, int t, sink_key *tm
 static int build_sequence(detect_ctx *c)
 {
     const int n = c->n_nodes;
-    sink_key *keys = malloc(((size_t)n + c->cons_start[c->n_tensors] + 1) * sizeof *keys);
+    node_key *keys = malloc(((size_t)n + c->cons_start[c->n_tensors] + 1) * sizeof *keys);
     int *depth2 = malloc(((size_t)n + 1) * sizeof *depth2);
     walk w = {malloc(((size_t)n + 1) * sizeof(int)), calloc((size_t)n + 1, sizeof(int)),
               calloc((size_t)n + 1, 1), 0};
@@ -212,7 +221,7 @@ static int build_sequence(detect_ctx *c)
         free(keys), free(depth2), free(w.stack), free(w.next), free(w.state);
         return regc_error(REGC_ERR_MEMORY, "detect: out of memory");
     }
-    sink_key *tmp = keys + n;
+    node_key *tmp = keys + n;
     int *height = depth2; /* first the longest path to a sink, then depth2 below */
     for (int i = n - 1; i >= 0; i--) {
         const regc_node *nd = regc_graph_node(c->g, i);
@@ -229,7 +238,7 @@ static int build_sequence(detect_ctx *c)
         for (int s = 0; s < nd->n_out && !shared; s++)
             shared = is_shared(c, height, nd->out[s], tmp);
         if (shared)
-            keys[n_roots++] = (sink_key){-c->depth[i], c->label[i], i}; /* shallowest first */
+            keys[n_roots++] = (node_key){-c->depth[i], c->label[i], i}; /* shallowest first */
     }
     qsort(keys, (size_t)n_roots, sizeof *keys, cmp_sink);
     for (int r = 0; r < n_roots; r++)
@@ -249,7 +258,7 @@ static int build_sequence(detect_ctx *c)
         for (int s = 0; s < nd->n_out; s++)
             used |= c->cons_start[nd->out[s] + 1] > c->cons_start[nd->out[s]];
         if (!used && !w.state[i])
-            keys[n_sinks++] = (sink_key){depth2[i], c->label[i], i};
+            keys[n_sinks++] = (node_key){depth2[i], c->label[i], i};
     }
     qsort(keys, (size_t)n_sinks, sizeof *keys, cmp_sink);
     for (int s = 0; s < n_sinks; s++)
