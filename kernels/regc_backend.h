@@ -67,6 +67,43 @@ typedef struct {
     float scale;  /* multiplies q.k, usually 1/sqrt(head_dim) */
 } regc_attn_shape;
 
+/* A fused elementwise chain (the CPU form of a fused loop): a straight-line
+ * program over per-element registers. Registers 0 .. n_inputs-1 hold the
+ * inputs; step s writes register n_inputs + s. Input i is read at element
+ * e as in[i][e % period[i]] (period 0: in[i][e]; a bias of C columns has
+ * period C). Each step computes exactly what the single kernel of the same
+ * name computes for one element, in the same float operations, so a fused
+ * chain gives bit-identical results to the kernels run one by one. */
+#define REGC_EW_MAX_INPUTS 8
+#define REGC_EW_MAX_STEPS 16
+#define REGC_EW_MAX_OUTPUTS 4
+typedef enum {
+    REGC_EW_ADD,          /* a + b */
+    REGC_EW_MUL,          /* a * b */
+    REGC_EW_SCALE,        /* value * a */
+    REGC_EW_GELU,         /* gelu(a), the tanh form */
+    REGC_EW_GELU_BWD,     /* a * gelu'(b): a = dy, b = x */
+    REGC_EW_GELU_ERF,     /* gelu_erf(a) */
+    REGC_EW_GELU_ERF_BWD, /* a = dy, b = x */
+    REGC_EW_SILU,         /* silu(a) */
+    REGC_EW_SILU_BWD,     /* a = dy, b = x */
+    REGC_EW_RELU,         /* relu(a) */
+    REGC_EW_RELU_BWD,     /* a = dy, b = x */
+} regc_ew_op;
+
+typedef struct {
+    uint8_t op;   /* regc_ew_op */
+    uint8_t a, b; /* source registers (b unused by one-operand ops) */
+    float value;  /* SCALE */
+} regc_ew_step;
+
+typedef struct {
+    int n_inputs, n_steps, n_outputs;
+    int64_t period[REGC_EW_MAX_INPUTS];
+    regc_ew_step steps[REGC_EW_MAX_STEPS];
+    uint8_t out_reg[REGC_EW_MAX_OUTPUTS]; /* the registers written to out[0..n_outputs-1] */
+} regc_ew_program;
+
 typedef struct regc_backend regc_backend;
 
 struct regc_backend {
@@ -165,6 +202,26 @@ struct regc_backend {
     void (*cross_entropy_bwd)(regc_backend *be, float *dlogits, const float *dloss,
                               const float *logits, const int32_t *targets,
                               const float *lse, int64_t rows, int64_t cols);
+
+    /* ---- fused kernels of the compiled levels; each gives bit-identical
+     * results to the unfused kernels it replaces */
+    /* out[k][e] = the program's out_reg[k] at element e, for e < n */
+    void (*elementwise)(regc_backend *be, const regc_ew_program *p, int64_t n,
+                        float *const *out, const float *const *in);
+    /* sum = a + b, then layernorm_fwd over sum: the residual add that ends
+     * one layer fused with the norm that starts the next */
+    void (*add_layernorm_fwd)(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
+                              const float *a, const float *b, const float *w, const float *bias,
+                              int64_t rows, int64_t cols, float eps);
+    void (*add_rmsnorm_fwd)(regc_backend *be, float *sum, float *y, float *rstd, const float *a,
+                            const float *b, const float *w, int64_t rows, int64_t cols, float eps);
+    /* the backward pair: dx = dres + (layernorm_bwd's dx); dx may be dres */
+    void (*layernorm_bwd_add)(regc_backend *be, float *dx, float *dw, float *db, const float *dres,
+                              const float *dy, const float *x, const float *w, const float *mean,
+                              const float *rstd, int64_t rows, int64_t cols);
+    void (*rmsnorm_bwd_add)(regc_backend *be, float *dx, float *dw, const float *dres,
+                            const float *dy, const float *x, const float *w, const float *rstd,
+                            int64_t rows, int64_t cols);
 
     /* torch.optim.AdamW for one contiguous span; step counts from 1 */
     void (*adamw)(regc_backend *be, float *param, const float *grad, float *m, float *v,

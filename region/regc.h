@@ -157,6 +157,31 @@ int regc_exec_run(regc_exec *x);
 void *regc_exec_tensor(regc_exec *x, int tensor);
 
 /* ======================================================================
+ * Compilation: the training step (forward, backward) as one program
+ * ====================================================================== */
+typedef enum {
+    REGC_LEVEL_O0, /* op by op, no fusion, allocation at run time */
+    REGC_LEVEL_O1, /* fusion, static memory plan, inline back with cross-layer passes */
+    REGC_LEVEL_O2, /* O1 plus whole-step capture; on the CPU the same as O1 */
+} regc_level;
+
+typedef struct {
+    int regional;         /* compile.use_regional_compilation (default 1) */
+    regc_level level;     /* compile.level (default O1) */
+    /* compile.inline_back (default 1): stamp the compiled regions into one
+     * flat step program; 0 runs the lazily-inlined program (prologue,
+     * CALL(region, instance) ..., epilogue) directly, the reference for
+     * inline back. O0 always runs lazily. */
+    int inline_back;
+    const char *dump_dir; /* compile.dump_graphs: NULL, or a directory */
+} regc_compile_options;
+
+void regc_compile_options_default(regc_compile_options *o);
+/* "O0", "O1", "O2" -> level, or -1 */
+int regc_level_from_name(const char *name);
+const char *regc_level_name(regc_level l);
+
+/* ======================================================================
  * Training
  * ====================================================================== */
 typedef struct {
@@ -169,6 +194,7 @@ typedef struct {
     const char *save_dir;    /* NULL: do not save */
     const char *backend;     /* "cpu" */
     int threads;             /* <= 0: OMP_NUM_THREADS or all cores */
+    regc_compile_options compile;
 } regc_train_options;
 
 void regc_train_options_default(regc_train_options *o);
@@ -185,5 +211,21 @@ typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
 /* Train m in place for o->steps steps, calling on_step after each. Presets
  * without weights are initialised from o->seed first. */
 int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user);
+
+/* ======================================================================
+ * Config file (JSON): {"compile": {...}, "train": {...}}. The train keys
+ * mirror the `regc train` flags (model, weights, data, steps, batch, seq,
+ * lr, weight_decay, seed, threads, save, json); the compile keys are
+ * use_regional_compilation, level, backend, dump_graphs, inline_back.
+ * Unknown keys and bad values are errors naming the file and the key.
+ * ====================================================================== */
+typedef struct regc_config regc_config;
+int regc_config_load(const char *path, regc_config **out);
+void regc_config_free(regc_config *c);
+/* Set the fields of o that the file sets; strings stay owned by c. */
+void regc_config_apply(const regc_config *c, regc_train_options *o);
+const char *regc_config_model(const regc_config *c);   /* train.model or NULL */
+const char *regc_config_weights(const regc_config *c); /* train.weights or NULL */
+int regc_config_json(const regc_config *c);            /* train.json: 1, 0, or -1 when unset */
 
 #endif

@@ -22,6 +22,7 @@ void regc_train_options_default(regc_train_options *o)
     o->eps = 1e-8f;
     o->seed = 1337;
     o->backend = "cpu";
+    regc_compile_options_default(&o->compile);
 }
 
 typedef struct {
