@@ -225,21 +225,28 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
 }
 
 /* The forward graph is the first n_tensors tensors and n_nodes nodes. */
-static int vjp(regc_graph *g, int n_tensors, int n_nodes, int y, int dy, int *grad_of)
+static int vjp(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int *ys,
+               const int *dys, const char *leaf_needs, int *grad_of)
 {
-    const regc_tensor *ty = regc_graph_tensor(g, y), *tdy = regc_graph_tensor(g, dy);
-    if (!ty || !tdy || y >= n_tensors)
-        return regc_error(REGC_ERR_ARG, "autodiff: no tensor %d", ty ? dy : y);
-    if (ty->ndim != tdy->ndim || regc_tensor_numel(ty) != regc_tensor_numel(tdy))
-        return regc_error(REGC_ERR_SHAPE, "autodiff: gradient %s does not match %s", tdy->name,
-                          ty->name);
+    for (int i = 0; i < n_seeds; i++) {
+        const regc_tensor *ty = regc_graph_tensor(g, ys[i]), *tdy = regc_graph_tensor(g, dys[i]);
+        if (!ty || !tdy || ys[i] >= n_tensors)
+            return regc_error(REGC_ERR_ARG, "autodiff: no tensor %d", ty ? dys[i] : ys[i]);
+        if (ty->ndim != tdy->ndim || regc_tensor_numel(ty) != regc_tensor_numel(tdy))
+            return regc_error(REGC_ERR_SHAPE, "autodiff: gradient %s does not match %s",
+                              tdy->name, ty->name);
+    }
     char *needs = calloc((size_t)n_tensors, 1);
-    if (!needs)
+    char *seeded = calloc((size_t)n_tensors, 1);
+    if (!needs || !seeded) {
+        free(needs), free(seeded);
         return regc_error(REGC_ERR_MEMORY, "autodiff: out of memory");
+    }
     /* forward pass: which tensors depend on something differentiable */
     for (int t = 0; t < n_tensors; t++) {
         const regc_tensor *x = regc_graph_tensor(g, t);
-        needs[t] = x->role != REGC_ROLE_ACT && x->dtype != REGC_I32;
+        needs[t] = x->role != REGC_ROLE_ACT && x->dtype != REGC_I32 &&
+                   (!leaf_needs || leaf_needs[t]);
     }
     for (int i = 0; i < n_nodes; i++) {
         const regc_node *n = regc_graph_node(g, i);
@@ -251,14 +258,17 @@ static int vjp(regc_graph *g, int n_tensors, int n_nodes, int y, int dy, int *gr
     }
     for (int t = 0; t < n_tensors; t++)
         grad_of[t] = -1;
-    grad_of[y] = dy;
+    for (int i = 0; i < n_seeds; i++) {
+        grad_of[ys[i]] = dys[i];
+        seeded[ys[i]] = 1;
+    }
     ad_ctx c = {.g = g, .grad_of = grad_of, .needs = needs};
     int rc = REGC_OK;
     for (int i = n_nodes - 1; i >= 0 && rc == REGC_OK; i--) {
         /* copy: adding nodes may move the node array */
         regc_node n = *regc_graph_node(g, i);
         for (int k = 1; k < n.n_out && n.op != REGC_OP_SPLIT; k++)
-            if (grad_of[n.out[k]] >= 0 && n.out[k] != y)
+            if (grad_of[n.out[k]] >= 0 && !seeded[n.out[k]])
                 rc = regc_error(REGC_ERR_UNSUPPORTED,
                                 "autodiff: %s output %d (%s) is a saved statistic, not differentiable",
                                 regc_op_name(n.op), k, regc_graph_tensor(g, n.out[k])->name);
@@ -273,12 +283,19 @@ static int vjp(regc_graph *g, int n_tensors, int n_nodes, int y, int dy, int *gr
         }
     }
     free(needs);
+    free(seeded);
     return rc;
+}
+
+int regc_autodiff_seeded(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int *ys,
+                         const int *dys, const char *leaf_needs, int *grad_of)
+{
+    return vjp(g, n_tensors, n_nodes, n_seeds, ys, dys, leaf_needs, grad_of);
 }
 
 int regc_autodiff_vjp(regc_graph *g, int y, int dy, int *grad_of)
 {
-    return vjp(g, regc_graph_n_tensors(g), regc_graph_n_nodes(g), y, dy, grad_of);
+    return vjp(g, regc_graph_n_tensors(g), regc_graph_n_nodes(g), 1, &y, &dy, NULL, grad_of);
 }
 
 int regc_autodiff_loss(regc_graph *g, int loss, int *grad_of)
@@ -295,5 +312,5 @@ int regc_autodiff_loss(regc_graph *g, int loss, int *grad_of)
     if (rc < 0)
         return rc;
     /* the FILL node belongs to backward: grad_of covers the tensors before it */
-    return vjp(g, n_tensors, n_nodes, loss, dloss, grad_of);
+    return vjp(g, n_tensors, n_nodes, 1, &loss, &dloss, NULL, grad_of);
 }

@@ -1,7 +1,11 @@
-/* compile.c — the compile pipeline's driver: options and levels. */
+/* compile.c — the compile pipeline's driver: build the graph, detect the
+ * layers, compile one region per layer kind (and one per piece of glue) or
+ * the whole graph as one region, then link the step program. */
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-#include "regc.h"
+#include "region_internal.h"
 
 void regc_compile_options_default(regc_compile_options *o)
 {
@@ -24,4 +28,403 @@ int regc_level_from_name(const char *name)
 const char *regc_level_name(regc_level l)
 {
     return (unsigned)l < 3 ? level_names[l] : "?";
+}
+
+/* ---------------------------------------------------------------- the pipeline */
+
+/* Which tensors depend on a float input or parameter: the same rule as
+ * autodiff's, over the whole graph, so every region agrees on it. */
+static char *flat_needs(const regc_graph *g)
+{
+    int n_t = regc_graph_n_tensors(g);
+    char *needs = calloc((size_t)n_t + 1, 1);
+    if (!needs)
+        return NULL;
+    for (int t = 0; t < n_t; t++) {
+        const regc_tensor *x = regc_graph_tensor(g, t);
+        needs[t] = x->role != REGC_ROLE_ACT && x->dtype != REGC_I32;
+    }
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        char any = 0;
+        for (int k = 0; k < n->n_in; k++)
+            any |= needs[n->in[k]];
+        for (int k = 0; k < n->n_out; k++)
+            needs[n->out[k]] = any && regc_graph_tensor(g, n->out[k])->dtype != REGC_I32;
+    }
+    return needs;
+}
+
+/* A tensor that receives a gradient: a differentiable output that depends
+ * on something trainable (not a saved statistic such as a norm's rstd). */
+static int has_grad(const regc_graph *g, const char *needs, int t)
+{
+    const regc_tensor *x = regc_graph_tensor(g, t);
+    if (!needs[t] || x->producer < 0)
+        return needs[t];
+    const regc_node *n = regc_graph_node(g, x->producer);
+    return n->op == REGC_OP_SPLIT || n->out[0] == t;
+}
+
+/* One piece as the pipeline sees it before compiling. */
+typedef struct {
+    int region;      /* index into the step's regions */
+    int n_in, n_out;
+    int *in, *out;   /* bound graph tensors */
+} piece_plan;
+
+typedef struct {
+    const regc_graph *g;
+    const char *needs;
+    int n_pieces, cap;
+    piece_plan *pieces;
+    int *last_reader; /* [n_tensors] the last piece reading each tensor, -1 */
+    int *mark;        /* [n_tensors] scratch, all -1 between uses */
+    char *in_glue;    /* [n_nodes] scratch */
+} pipeline;
+
+static int add_piece_plan(pipeline *pl, int region, int n_in, const int *in, int n_out,
+                          const int *out)
+{
+    if (pl->n_pieces == pl->cap) {
+        int cap = pl->cap ? 2 * pl->cap : 32;
+        piece_plan *x = realloc(pl->pieces, (size_t)cap * sizeof *x);
+        if (!x)
+            return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+        pl->pieces = x, pl->cap = cap;
+    }
+    piece_plan *pp = &pl->pieces[pl->n_pieces];
+    *pp = (piece_plan){.region = region, .n_in = n_in, .n_out = n_out};
+    pp->in = malloc(((size_t)n_in + 1) * sizeof(int));
+    pp->out = malloc(((size_t)n_out + 1) * sizeof(int));
+    if (!pp->in || !pp->out) {
+        free(pp->in), free(pp->out);
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    }
+    memcpy(pp->in, in, (size_t)n_in * sizeof(int));
+    memcpy(pp->out, out, (size_t)n_out * sizeof(int));
+    for (int k = 0; k < n_in; k++)
+        pl->last_reader[in[k]] = pl->n_pieces;
+    pl->n_pieces++;
+    return REGC_OK;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Glue (or the whole graph): its formals are the tensors it reads from
+ * outside, its outputs those read outside or marked as graph outputs.
+ * nodes is sorted into graph order. */
+static int plan_glue(pipeline *pl, int region, int *nodes, int n)
+{
+    const regc_graph *g = pl->g;
+    qsort(nodes, (size_t)n, sizeof *nodes, cmp_int);
+    int n_t = regc_graph_n_tensors(g);
+    int *in = malloc(((size_t)n_t + 1) * sizeof *in), *out = malloc(((size_t)n_t + 1) * sizeof *out);
+    if (!in || !out) {
+        free(in), free(out);
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    }
+    int n_in = 0, n_out = 0;
+    for (int i = 0; i < n; i++)
+        pl->in_glue[nodes[i]] = 1;
+    for (int i = 0; i < n; i++) {
+        const regc_node *x = regc_graph_node(g, nodes[i]);
+        for (int k = 0; k < x->n_in; k++) {
+            int t = x->in[k], p = regc_graph_tensor(g, t)->producer;
+            if ((p < 0 || !pl->in_glue[p]) && pl->mark[t] < 0)
+                pl->mark[t] = 1, in[n_in++] = t;
+        }
+    }
+    for (int k = 0; k < n_in; k++)
+        pl->mark[in[k]] = -1;
+    /* outputs, in tensor order */
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        if (pl->in_glue[i])
+            continue;
+        const regc_node *x = regc_graph_node(g, i);
+        for (int k = 0; k < x->n_in; k++) {
+            int p = regc_graph_tensor(g, x->in[k])->producer;
+            if (p >= 0 && pl->in_glue[p] && pl->mark[x->in[k]] < 0)
+                pl->mark[x->in[k]] = 1, out[n_out++] = x->in[k];
+        }
+    }
+    for (int i = 0; i < regc_graph_n_outputs(g); i++) {
+        int t = regc_graph_output(g, i), p = regc_graph_tensor(g, t)->producer;
+        if (p >= 0 && pl->in_glue[p] && pl->mark[t] < 0)
+            pl->mark[t] = 1, out[n_out++] = t;
+    }
+    for (int k = 0; k < n_out; k++)
+        pl->mark[out[k]] = -1;
+    qsort(out, (size_t)n_out, sizeof *out, cmp_int);
+    for (int i = 0; i < n; i++)
+        pl->in_glue[nodes[i]] = 0;
+    int rc = add_piece_plan(pl, region, n_in, in, n_out, out);
+    free(in), free(out);
+    return rc;
+}
+
+/* Compile region `region` from the pieces that instantiate it; the first
+ * one gives the nodes. */
+static int compile_region(pipeline *pl, regc_program *prog, int region, const int *nodes,
+                          int n_nodes, const char *name, regc_level level)
+{
+    const piece_plan *first = NULL;
+    int n_in = 0, n_out = 0;
+    for (int i = 0; i < pl->n_pieces && !first; i++)
+        if (pl->pieces[i].region == region)
+            first = &pl->pieces[i];
+    n_in = first->n_in, n_out = first->n_out;
+    char *in_needs = calloc((size_t)n_in + 1, 1), *seeded = calloc((size_t)n_in + 1, 1);
+    char *out_grad = calloc((size_t)n_out + 1, 1);
+    int rc = REGC_OK;
+    if (!in_needs || !seeded || !out_grad) {
+        rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < pl->n_pieces; i++) {
+        const piece_plan *pp = &pl->pieces[i];
+        if (pp->region != region)
+            continue;
+        for (int k = 0; k < n_in; k++) {
+            in_needs[k] |= pl->needs[pp->in[k]];
+            seeded[k] |= pl->last_reader[pp->in[k]] > i;
+        }
+        for (int k = 0; k < n_out; k++)
+            out_grad[k] |= has_grad(pl->g, pl->needs, pp->out[k]);
+    }
+    regc_region_spec spec = {.n_nodes = n_nodes, .nodes = nodes, .n_in = n_in, .n_out = n_out,
+                             .in = first->in, .out = first->out, .in_needs_grad = in_needs,
+                             .in_seeded = seeded, .out_has_grad = out_grad, .name = name};
+    regc_compiled_region *r;
+    if ((rc = regc_region_compile(pl->g, &spec, level, &r)))
+        goto done;
+    if ((rc = regc_program_add_region(prog, r)) >= 0)
+        rc = REGC_OK;
+done:
+    free(in_needs), free(seeded), free(out_grad);
+    return rc;
+}
+
+/* Regional: glue segments and one region per kind, compiled once each. */
+static int compile_regional(pipeline *pl, regc_program *prog, const regc_blocks *b,
+                            regc_level level, regc_compile_stats *st)
+{
+    int n_kinds = regc_blocks_n_kinds(b), n_seg = regc_blocks_n_segments(b), rc = REGC_OK;
+    /* regions: kinds first, then one per glue segment */
+    int n_glue = 0;
+    int **glue_nodes = calloc((size_t)n_seg + 1, sizeof *glue_nodes);
+    int *sorted = NULL;
+    if (!glue_nodes)
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    for (int s = 0; s < n_seg && rc == REGC_OK; s++) {
+        const regc_segment *seg = regc_blocks_segment(b, s);
+        if (seg->type == REGC_SEGMENT_GLUE) {
+            if (seg->n_nodes == 0)
+                continue;
+            if (!(glue_nodes[s] = malloc((size_t)seg->n_nodes * sizeof(int)))) {
+                rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+                break;
+            }
+            memcpy(glue_nodes[s], seg->nodes, (size_t)seg->n_nodes * sizeof(int));
+            rc = plan_glue(pl, n_kinds + n_glue++, glue_nodes[s], seg->n_nodes);
+            continue;
+        }
+        const regc_region_kind *k = regc_blocks_kind(b, seg->kind);
+        for (int i = seg->first; i < seg->first + seg->count && rc == REGC_OK; i++)
+            rc = add_piece_plan(pl, seg->kind, k->n_inputs, k->in_bind + (size_t)i * k->n_inputs,
+                                k->n_outputs, k->out_bind + (size_t)i * k->n_outputs);
+    }
+    for (int k = 0; k < n_kinds && rc == REGC_OK; k++) {
+        const regc_region_kind *kind = regc_blocks_kind(b, k);
+        if (!(sorted = malloc(((size_t)kind->n_nodes + 1) * sizeof *sorted))) {
+            rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+            break;
+        }
+        memcpy(sorted, kind->nodes, (size_t)kind->n_nodes * sizeof *sorted);
+        qsort(sorted, (size_t)kind->n_nodes, sizeof *sorted, cmp_int);
+        char name[64];
+        snprintf(name, sizeof name, "layer kind %d", k);
+        rc = compile_region(pl, prog, k, sorted, kind->n_nodes, name, level);
+        free(sorted);
+        sorted = NULL;
+    }
+    for (int s = 0, gi = 0; s < n_seg && rc == REGC_OK; s++) {
+        const regc_segment *seg = regc_blocks_segment(b, s);
+        if (!glue_nodes[s])
+            continue;
+        char name[64];
+        snprintf(name, sizeof name, "glue %d", gi);
+        rc = compile_region(pl, prog, n_kinds + gi++, glue_nodes[s], seg->n_nodes, name, level);
+    }
+    for (int s = 0; s < n_seg; s++)
+        free(glue_nodes[s]);
+    free(glue_nodes);
+    st->region_kinds = n_kinds;
+    st->region_compiles = n_kinds;
+    st->glue_compiles = n_glue;
+    for (int k = 0; k < n_kinds; k++)
+        st->instances += regc_blocks_kind(b, k)->n_instances;
+    return rc;
+}
+
+static int compile_full(pipeline *pl, regc_program *prog, regc_level level, regc_compile_stats *st)
+{
+    int n = regc_graph_n_nodes(pl->g);
+    int *nodes = malloc(((size_t)n + 1) * sizeof *nodes);
+    if (!nodes)
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    for (int i = 0; i < n; i++)
+        nodes[i] = i;
+    int rc = plan_glue(pl, 0, nodes, n);
+    if (rc == REGC_OK)
+        rc = compile_region(pl, prog, 0, nodes, n, "whole step", level);
+    free(nodes);
+    st->region_compiles = 1;
+    return rc;
+}
+
+static void pipeline_free(pipeline *pl)
+{
+    for (int i = 0; i < pl->n_pieces; i++)
+        free(pl->pieces[i].in), free(pl->pieces[i].out);
+    free(pl->pieces), free(pl->last_reader), free(pl->mark), free(pl->in_glue);
+    free((void *)pl->needs);
+}
+
+static int dump_all(const regc_program *p, const char *dir);
+
+int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
+                         const regc_compile_options *o, regc_program **out, regc_compile_stats *st)
+{
+    *out = NULL;
+    regc_compile_stats local;
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof *st);
+    double t0 = regc_time_ms();
+    regc_graph *g = NULL;
+    int rc = regc_model_build_graph(m, batch, seq, &g);
+    if (rc)
+        return rc;
+    if (regc_graph_n_outputs(g) < 1) {
+        regc_graph_free(g);
+        return regc_error(REGC_ERR_ARG, "model graph has no loss output");
+    }
+    double t1 = regc_time_ms();
+    st->build_ms = t1 - t0;
+    regc_program *prog = regc_program_new(g, o->level);
+    if (!prog) {
+        regc_graph_free(g);
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    }
+    int n_t = regc_graph_n_tensors(g);
+    pipeline pl = {.g = g};
+    int64_t *param_offset = calloc((size_t)n_t + 1, sizeof *param_offset);
+    pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));
+    pl.mark = malloc(((size_t)n_t + 1) * sizeof(int));
+    pl.in_glue = calloc((size_t)regc_graph_n_nodes(g) + 1, 1);
+    pl.needs = flat_needs(g);
+    regc_blocks *blocks = NULL;
+    if (!param_offset || !pl.last_reader || !pl.mark || !pl.in_glue || !pl.needs) {
+        rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+        goto done;
+    }
+    for (int t = 0; t < n_t; t++)
+        pl.last_reader[t] = -1, pl.mark[t] = -1;
+    for (int i = 0; i < regc_model_n_params(m); i++) {
+        int t = regc_graph_find_tensor(g, regc_model_param_name(m, i));
+        if (t < 0) {
+            rc = regc_error(REGC_ERR_ARG, "model graph has no parameter %s", regc_model_param_name(m, i));
+            goto done;
+        }
+        param_offset[t] = regc_model_param_offset(m, i) * (int64_t)sizeof(float);
+    }
+    if (o->regional) {
+        double d0 = regc_time_ms();
+        if ((rc = regc_detect_blocks(g, &blocks)))
+            goto done;
+        double d1 = regc_time_ms();
+        st->detect_ms = d1 - d0;
+        rc = compile_regional(&pl, prog, blocks, o->level, st);
+        st->compile_ms = regc_time_ms() - d1;
+    } else {
+        double c0 = regc_time_ms();
+        rc = compile_full(&pl, prog, o->level, st);
+        st->compile_ms = regc_time_ms() - c0;
+    }
+    for (int i = 0; i < pl.n_pieces && rc == REGC_OK; i++)
+        rc = regc_program_add_piece(prog, pl.pieces[i].region, pl.pieces[i].in, pl.pieces[i].out);
+    if (rc)
+        goto done;
+    double l0 = regc_time_ms();
+    if ((rc = regc_program_link(prog, param_offset, o->inline_back && o->level != REGC_LEVEL_O0, st)))
+        goto done;
+    st->inline_ms = regc_time_ms() - l0;
+    if (o->dump_dir && (rc = dump_all(prog, o->dump_dir)))
+        goto done;
+    *out = prog;
+    prog = NULL;
+done:
+    regc_program_free(prog);
+    regc_blocks_free(blocks);
+    pipeline_free(&pl);
+    free(param_offset);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- dump_graphs */
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int dump_file(const char *dir, const char *name, void (*write)(const void *, FILE *),
+                     const void *what)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return regc_error(REGC_ERR_IO, "%s: cannot write", path);
+    write(what, f);
+    if (fclose(f) != 0)
+        return regc_error(REGC_ERR_IO, "%s: write failed", path);
+    return REGC_OK;
+}
+
+static void write_graph(const void *g, FILE *f) { regc_graph_dump(g, f); }
+static void write_dot(const void *g, FILE *f) { regc_graph_dump_dot(g, f); }
+static void write_compiled(const void *r, FILE *f) { regc_compiled_region_dump(r, f); }
+static void write_program(const void *p, FILE *f) { regc_program_dump(p, f); }
+
+/* The flat graph, every region (graph and compiled form) and the step
+ * program, as text, and the graphs as DOT. */
+static int dump_all(const regc_program *p, const char *dir)
+{
+    if (mkdir(dir, 0777) != 0 && !is_dir(dir))
+        return regc_error(REGC_ERR_IO, "%s: cannot create the dump directory", dir);
+    int rc = dump_file(dir, "flat.txt", write_graph, regc_program_graph(p));
+    if (rc == REGC_OK)
+        rc = dump_file(dir, "flat.dot", write_dot, regc_program_graph(p));
+    for (int i = 0; i < regc_program_n_regions(p) && rc == REGC_OK; i++) {
+        const regc_compiled_region *r = regc_program_region(p, i);
+        char name[64];
+        snprintf(name, sizeof name, "region%d.txt", i);
+        rc = dump_file(dir, name, write_graph, r->graph);
+        snprintf(name, sizeof name, "region%d.dot", i);
+        if (rc == REGC_OK)
+            rc = dump_file(dir, name, write_dot, r->graph);
+        snprintf(name, sizeof name, "region%d.compiled.txt", i);
+        if (rc == REGC_OK)
+            rc = dump_file(dir, name, write_compiled, r);
+    }
+    if (rc == REGC_OK)
+        rc = dump_file(dir, "step.txt", write_program, p);
+    return rc;
 }

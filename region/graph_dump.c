@@ -81,3 +81,25 @@ void regc_graph_dump(const regc_graph *g, FILE *f)
     for (int i = 0; i < regc_graph_n_outputs(g); i++)
         fprintf(f, "output %s\n", regc_graph_tensor(g, regc_graph_output(g, i))->name);
 }
+
+void regc_graph_dump_dot(const regc_graph *g, FILE *f)
+{
+    fprintf(f, "digraph regc {\n  node [shape=box, fontname=\"monospace\"];\n");
+    for (int id = 0; id < regc_graph_n_tensors(g); id++) {
+        const regc_tensor *t = regc_graph_tensor(g, id);
+        if (t->producer < 0)
+            fprintf(f, "  t%d [shape=ellipse, label=\"%s\"];\n", id, t->name);
+    }
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        fprintf(f, "  n%d [label=\"%d %s\"];\n", i, i, regc_op_name(n->op));
+        for (int k = 0; k < n->n_in; k++) {
+            const regc_tensor *t = regc_graph_tensor(g, n->in[k]);
+            if (t->producer < 0)
+                fprintf(f, "  t%d -> n%d;\n", n->in[k], i);
+            else
+                fprintf(f, "  n%d -> n%d;\n", t->producer, i);
+        }
+    }
+    fprintf(f, "}\n");
+}

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "regc_common.h"
 #include "regc_backend.h"
@@ -180,6 +181,48 @@ void regc_compile_options_default(regc_compile_options *o);
 /* "O0", "O1", "O2" -> level, or -1 */
 int regc_level_from_name(const char *name);
 const char *regc_level_name(regc_level l);
+
+/* What compiling a step cost and gave. */
+typedef struct {
+    double build_ms;    /* the flat forward graph */
+    double detect_ms;   /* block detection (0 for full compilation) */
+    double compile_ms;  /* regions: extract, differentiate, passes, lowering, local plans */
+    double inline_ms;   /* lazy inline, inline back, cross-layer passes, global plan */
+    int region_kinds;   /* distinct repeated layers found */
+    int region_compiles; /* regions compiled: one per kind, or 1 for the whole graph */
+    int glue_compiles;  /* prologue, epilogue and the glue between runs */
+    int instances;      /* calls of compiled layers per pass */
+    int add_norm_fusions; /* residual add + next norm pairs fused across layers */
+    int64_t n_instructions; /* of the step program (forward + backward) */
+    int64_t peak_bytes;     /* of the activation memory plan (0 at O0) */
+    int64_t lower_bound_bytes; /* the most bytes live at any program point */
+    int memory_aware_order; /* 1: the reordered program had the lower peak and was kept */
+} regc_compile_stats;
+
+/* A compiled training step: forward, backward, parameter gradients into
+ * the gradient block. */
+typedef struct regc_program regc_program;
+
+/* Build m's graph for [batch, seq], then compile it as o says. Shapes only:
+ * m needs no weights. */
+int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
+                         const regc_compile_options *o, regc_program **out,
+                         regc_compile_stats *stats);
+void regc_program_free(regc_program *p);
+/* The graph inputs the step reads, in tensor order (as regc_model_fill_inputs fills them). */
+int regc_program_n_inputs(const regc_program *p);
+const regc_tensor *regc_program_input(const regc_program *p, int i);
+/* Bind device memory: the parameter and gradient blocks (model order) and
+ * one buffer per input; allocates the activation arena on be. */
+int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *grads,
+                      void *const *inputs);
+/* Run forward and backward; gradients land in the gradient block (every
+ * parameter's gradient is overwritten). */
+int regc_program_run(regc_program *p);
+/* Device pointer of the loss after a run. */
+const float *regc_program_loss(const regc_program *p);
+/* Write the step program as text (instructions and buffers). */
+void regc_program_dump(const regc_program *p, FILE *f);
 
 /* ======================================================================
  * Training

@@ -193,6 +193,8 @@ int64_t regc_tensor_numel(const regc_tensor *t);
 /* ---- text and JSON forms */
 /* A readable listing: one line per tensor input/parameter, one per node. */
 void regc_graph_dump(const regc_graph *g, FILE *f);
+/* The same graph in Graphviz DOT: one box per node, one edge per tensor read. */
+void regc_graph_dump_dot(const regc_graph *g, FILE *f);
 /* regc's graph JSON; the caller frees the string. Serialising a graph read
  * back from this text gives the same text. */
 char *regc_graph_to_json(const regc_graph *g);
@@ -209,5 +211,14 @@ int regc_graph_from_json(const char *text, const char *source, regc_graph **out)
 int regc_autodiff_vjp(regc_graph *g, int y, int dy, int *grad_of);
 /* The training form: y is a scalar loss, dy = 1. */
 int regc_autodiff_loss(regc_graph *g, int loss, int *grad_of);
+/* The general form over the first n_tensors tensors and n_nodes nodes of g
+ * (the forward part): tensor ys[i] starts with gradient dys[i]. A seed on a
+ * node's output is its incoming gradient; a seed on an input is a partial
+ * sum already accumulated elsewhere, to which the contributions found here
+ * are added in the same reverse reader order as one whole-graph pass would
+ * add them. leaf_needs[t] (NULL: all) says which float inputs and
+ * parameters receive gradients. */
+int regc_autodiff_seeded(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int *ys,
+                         const int *dys, const char *leaf_needs, int *grad_of);
 
 #endif

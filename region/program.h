@@ -1,0 +1,183 @@
+/* program.h — private to region/: instructions, compiled regions and the
+ * step program.
+ *
+ * An instruction is one backend call with its sizes decided at compile
+ * time. Its operands are references (buffer, byte offset): inside a
+ * compiled region the buffer is a region-local slot; in a step program it
+ * is a program buffer (an arena allocation, a parameter's or gradient's
+ * place in the model's blocks, or a graph input). A compiled region is
+ * bound to an instance by a table from slots to program references; inline
+ * back copies the region's instructions through that table. */
+#ifndef REGC_PROGRAM_H
+#define REGC_PROGRAM_H
+
+#include <stdio.h>
+
+#include "regc.h"
+#include "regc_detect.h"
+
+/* ---------------------------------------------------------------- instructions */
+
+typedef enum {
+    K_FILL,        /* out; f = value; d0 = n */
+    K_COPY,        /* out, x; d0 = bytes */
+    K_COPY_2D,     /* dst, src; d0 = rows, d1 = cols, d2 = ld_dst, d3 = ld_src */
+    K_TRANSPOSE,   /* out, x; d0 = ndim, shape in d[1..], perm */
+    K_GEMM,        /* c, a, b, bias, aux, bias_grad; see flags */
+    K_EMBED_FWD,   /* out, ids, table; d0 = rows, d1 = cols */
+    K_EMBED_BWD,   /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab */
+    K_ADD,         /* out, a, b; d0 = n */
+    K_BIAS_ADD,    /* out, x, b; d0 = rows, d1 = cols */
+    K_SUM_ROWS,    /* out, x; d0 = rows, d1 = cols */
+    K_LN_FWD,      /* y, mean, rstd, x, w, b; d0 = rows, d1 = cols; f = eps */
+    K_LN_BWD,      /* dx, dw, db, dy, x, w, mean, rstd; d0 = rows, d1 = cols */
+    K_RMS_FWD,     /* y, rstd, x, w; d0 = rows, d1 = cols; f = eps */
+    K_RMS_BWD,     /* dx, dw, dy, x, w, rstd */
+    K_ROPE,        /* y, x, cos, sin; d0 = batch, d1 = t; n_head, head_dim, inverse */
+    K_UNARY,       /* y, x; d0 = n; unary = which (gelu, silu, ...); f = SCALE's value */
+    K_BINARY,      /* out, a, b; d0 = n; unary = which (mul or an elementwise backward) */
+    K_ATTN_FWD,    /* out, lse, q, k, v, bias */
+    K_ATTN_BWD,    /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse */
+    K_CE_FWD,      /* loss, lse, logits, targets; d0 = rows, d1 = cols */
+    K_CE_BWD,      /* dlogits, dloss, logits, targets, lse */
+    K_EW,          /* fused elementwise: outs then ins; ew program; d0 = n */
+    K_ADD_LN_FWD,  /* sum, y, mean, rstd, a, b, w, bias; d0 = rows, d1 = cols; f = eps */
+    K_ADD_RMS_FWD, /* sum, y, rstd, a, b, w */
+    K_LN_BWD_ADD,  /* dx, dw, db, dres, dy, x, w, mean, rstd */
+    K_RMS_BWD_ADD, /* dx, dw, dres, dy, x, w, rstd */
+    K_COUNT
+} regc_kernel;
+
+#define REGC_INSTR_MAX_REFS 12
+#define REGC_REF_NONE (-1) /* an absent operand (no bias, no aux) */
+
+typedef struct {
+    int32_t buf; /* slot or program buffer; REGC_REF_NONE when absent */
+    int64_t off; /* bytes */
+} regc_ref;
+
+typedef struct {
+    uint8_t kernel;  /* regc_kernel */
+    uint8_t n_refs;
+    uint8_t n_out;   /* refs[0 .. n_out-1] are written, the rest read */
+    uint8_t unary;   /* K_UNARY / K_BINARY: the regc_op computed */
+    regc_ref refs[REGC_INSTR_MAX_REFS];
+    int64_t d[REGC_MAX_DIMS + 1];
+    float f;
+    int trans_a, trans_b, epilogue, accumulate; /* K_GEMM */
+    regc_attn_shape attn;                       /* K_ATTN_*, K_ROPE (n_head, head_dim, causal as inverse) */
+    int perm[REGC_MAX_DIMS];                    /* K_TRANSPOSE */
+    const regc_ew_program *ew;                  /* K_EW, owned by the compiled region */
+    int node;                                   /* region node it came from (dumps) */
+} regc_instr;
+
+const char *regc_kernel_name(regc_kernel k);
+/* One instruction through a backend, operands already resolved to device
+ * pointers (ptr[i] for refs[i], NULL when absent). */
+int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *ptr);
+void regc_instr_dump(const regc_instr *in, FILE *f);
+/* Does the instruction write operand k? */
+int regc_instr_writes(const regc_instr *in, int k);
+/* The operand whose memory output 0 may take over (an elementwise
+ * instruction reading it at the same index), or -1. */
+int regc_instr_inplace_input(const regc_instr *in);
+
+/* ---------------------------------------------------------------- compiled regions */
+
+typedef enum {
+    SLOT_IN,    /* formal input k: a program value */
+    SLOT_OUT,   /* formal output k: a program value */
+    SLOT_DOUT,  /* incoming gradient of output k */
+    SLOT_SEED,  /* gradient of input k accumulated by later readers */
+    SLOT_DIN,   /* gradient of input k after this region's contributions */
+    SLOT_SAVED, /* written by forward, read by backward: kept per instance */
+    SLOT_TEMP,  /* lives within one forward or one backward pass */
+} regc_slot_kind;
+
+typedef struct {
+    regc_slot_kind kind;
+    int index;      /* formal index for IN, OUT, DOUT, SEED, DIN */
+    int64_t bytes;
+    int alias;      /* -1, or the slot this one is a view of (at byte offset alias_off) */
+    int64_t alias_off;
+    int64_t offset; /* SAVED: in the instance's saved block; TEMP: in the region's scratch */
+    int tensor;     /* region graph tensor (dumps) */
+} regc_slot;
+
+/* What a region is compiled from: n_nodes graph nodes (an instance in a
+ * valid order), its formal inputs (tensors read from outside) and outputs
+ * (tensors read outside or graph outputs). */
+typedef struct {
+    int n_nodes;
+    const int *nodes;
+    int n_in, n_out;
+    const int *in;      /* [n_in] graph tensors */
+    const int *out;     /* [n_out] graph tensors */
+    const char *in_needs_grad; /* [n_in] */
+    const char *in_seeded;     /* [n_in] a later reader accumulates its gradient first */
+    const char *out_has_grad;  /* [n_out] receives an incoming gradient */
+    const char *name;          /* "layer kind 0", "glue 1", "step" */
+} regc_region_spec;
+
+typedef struct {
+    char *name;
+    regc_graph *graph;       /* the region graph: formals, forward and backward nodes */
+    int n_fwd_nodes;
+    int n_in, n_out;
+    int n_slots;
+    regc_slot *slots;
+    int *in_slot, *out_slot, *dout_slot, *seed_slot, *din_slot; /* per formal, -1 if none */
+    int n_fwd, n_bwd;
+    regc_instr *fwd, *bwd;
+    int n_ew;
+    regc_ew_program *ew;     /* fused chains, pointed to by instructions */
+    int64_t saved_bytes;     /* per instance */
+    int64_t scratch_bytes;   /* temporaries of one pass, planned */
+} regc_compiled_region;
+
+/* Extract, differentiate, optimise (per level) and lower one region. */
+int regc_region_compile(const regc_graph *g, const regc_region_spec *spec, regc_level level,
+                        regc_compiled_region **out);
+void regc_compiled_region_free(regc_compiled_region *r);
+void regc_compiled_region_dump(const regc_compiled_region *r, FILE *f);
+
+/* ---------------------------------------------------------------- step programs */
+
+typedef enum {
+    BUF_ARENA,  /* planned activation memory (O1) or allocated at run time (O0) */
+    BUF_PARAMS, /* the parameter block at `offset` */
+    BUF_GRADS,  /* the gradient block at `offset` */
+    BUF_INPUT,  /* graph input number `offset` */
+} regc_buf_kind;
+
+typedef struct {
+    regc_buf_kind kind;
+    int64_t bytes;
+    int64_t offset;   /* arena offset (planned), block offset, or input number */
+    int first, last;  /* program points of first write and last use */
+    int inplace_of;   /* planner hint, -1 if none */
+} regc_buf;
+
+/* A call of a compiled region's forward or backward on one instance: slot s
+ * is program reference bind[s]. */
+typedef struct {
+    int region;      /* index into the program's regions */
+    int backward;
+    regc_ref *bind;  /* [n_slots] */
+} regc_call;
+
+/* Building a step program (region/program.c): the flat graph (owned by
+ * the program from here on), regions, then their instances in execution
+ * order; link builds the lazy program and, when asked, inlines it back. */
+regc_program *regc_program_new(regc_graph *g, regc_level level);
+/* Takes r (freed on failure); returns its index or a negative status. */
+int regc_program_add_region(regc_program *p, regc_compiled_region *r);
+int regc_program_add_piece(regc_program *p, int region, const int *in, const int *out);
+/* param_offset[t]: byte offset of graph parameter t in the blocks. */
+int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat,
+                      regc_compile_stats *st);
+int regc_program_n_regions(const regc_program *p);
+const regc_graph *regc_program_graph(const regc_program *p);
+const regc_compiled_region *regc_program_region(const regc_program *p, int i);
+
+#endif
