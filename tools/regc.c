@@ -47,10 +47,16 @@ static void print_train_usage(FILE *f)
     regc_train_options_default(&d);
     fprintf(f,
             "usage: regc train --model <hf-dir|graph.json|preset> [options]\n"
+            "       regc train --config <FILE> [options]\n"
             "\n"
             "Train a model for a number of steps with AdamW, printing one line per step.\n"
             "\n"
             "options:\n"
+            "  --config <FILE>        JSON config file {\"compile\": {...}, \"train\": {...}} whose\n"
+            "                         keys mirror these flags (train.model, train.steps, ...,\n"
+            "                         compile.level, ...); unknown keys are errors. Every flag\n"
+            "                         given on the command line overrides the file, wherever\n"
+            "                         it appears; --model is not needed when the file sets it\n"
             "  --model <dir|file|preset>\n"
             "                         Hugging Face model directory (config.json + safetensors),\n"
             "                         a regc graph JSON file (see regc dump-graph; it trains only\n"
@@ -78,9 +84,21 @@ static void print_train_usage(FILE *f)
             "                         {\"step\": k, \"loss\": L, \"ms\": t, \"tokens_per_s\": r}\n"
             "  --save <DIR>           after training, write config.json and model.safetensors to DIR\n"
             "                         (graph models: graph.json and model.safetensors)\n"
+            "\n"
+            "compile options (the config file's \"compile\" keys):\n"
+            "  --level <O0|O1|O2>     O0 op by op; O1 fused with a static memory plan; O2 adds\n"
+            "                         whole-step capture (on the CPU the same as O1) (default %s)\n"
+            "  --regional <on|off>    compile each distinct layer once and reuse it for every\n"
+            "                         repeat (use_regional_compilation) (default %s)\n"
+            "  --inline-back <on|off> stamp the compiled regions into one flat step program;\n"
+            "                         off runs them as calls, the reference (default %s)\n"
+            "  --dump-graphs <DIR>    write the compiler's intermediate graphs to DIR\n"
+            "\n"
             "  -h, --help             print this text\n",
             d.steps, (long long)d.batch, (long long)d.seq, (double)d.lr, (double)d.weight_decay,
-            (unsigned long long)d.seed, d.backend ? d.backend : "cpu");
+            (unsigned long long)d.seed, d.backend ? d.backend : "cpu",
+            regc_level_name(d.compile.level), d.compile.regional ? "on" : "off",
+            d.compile.inline_back ? "on" : "off");
 }
 
 /* ---- strict number parsing: the whole argument must be the number ------ */
@@ -231,22 +249,37 @@ static const char *split_flag(int argc, char **argv, int i, char *flag, size_t c
 
 /* ---- regc train --------------------------------------------------------- */
 
-static int cmd_train(int argc, char **argv)
-{
-    regc_train_options o;
-    regc_train_options_default(&o);
-    const char *model_spec = NULL, *weights_path = NULL;
-    int json = 0;
-    usage_cmd = "regc train";
+/* What the command line of `regc train` says, beyond the options. */
+typedef struct {
+    const char *model_spec, *weights_path, *config_path;
+    int json, help;
+} train_args;
 
+/* "on" / "off" for the compile switches. */
+static int parse_switch(const char *flag, const char *text, int *out)
+{
+    if (!strcmp(text, "on") || !strcmp(text, "off")) {
+        *out = !strcmp(text, "on");
+        return 0;
+    }
+    usage_error("%s: expected on or off, got \"%s\"", flag, text);
+    return -1;
+}
+
+/* Parse argv into o and a. It runs twice: once to find --config and catch
+ * usage errors before anything is loaded, then over the options the config
+ * file set, so every flag given overrides the file whatever its position.
+ * Returns 0, or the usage exit code (the message already printed). */
+static int parse_train_args(int argc, char **argv, regc_train_options *o, train_args *a)
+{
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            print_train_usage(stdout);
+            a->help = 1;
             return 0;
         }
         if (!strcmp(arg, "--json")) {
-            json = 1;
+            a->json = 1;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0)
@@ -259,10 +292,10 @@ static int cmd_train(int argc, char **argv)
         char flag[64];
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
 
-        static const char *const valued[] = {"--model", "--data", "--steps", "--batch",
-                                             "--seq", "--lr", "--weight-decay", "--seed",
-                                             "--threads", "--backend", "--save", "--weights",
-                                             NULL};
+        static const char *const valued[] = {
+            "--model", "--data", "--steps", "--batch", "--seq", "--lr", "--weight-decay",
+            "--seed", "--threads", "--backend", "--save", "--weights", "--config", "--level",
+            "--regional", "--inline-back", "--dump-graphs", NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
             if (!strcmp(flag, *k))
@@ -279,49 +312,74 @@ static int cmd_train(int argc, char **argv)
 
         long long v;
         if (!strcmp(flag, "--model") || !strcmp(flag, "--data") || !strcmp(flag, "--save") ||
-            !strcmp(flag, "--backend") || !strcmp(flag, "--weights")) {
+            !strcmp(flag, "--backend") || !strcmp(flag, "--weights") ||
+            !strcmp(flag, "--config") || !strcmp(flag, "--dump-graphs")) {
             if (value[0] == '\0')
                 return usage_error("%s: expected a non-empty value", flag);
             if (!strcmp(flag, "--model"))
-                model_spec = value;
+                a->model_spec = value;
             else if (!strcmp(flag, "--weights"))
-                weights_path = value;
+                a->weights_path = value;
+            else if (!strcmp(flag, "--config"))
+                a->config_path = value;
             else if (!strcmp(flag, "--data"))
-                o.data_path = value;
+                o->data_path = value;
             else if (!strcmp(flag, "--save"))
-                o.save_dir = value;
+                o->save_dir = value;
+            else if (!strcmp(flag, "--dump-graphs"))
+                o->compile.dump_dir = value;
             else
-                o.backend = value;
+                o->backend = value;
+        } else if (!strcmp(flag, "--level")) {
+            int l = regc_level_from_name(value);
+            if (l < 0)
+                return usage_error("%s: expected O0, O1 or O2, got \"%s\"", flag, value);
+            o->compile.level = (regc_level)l;
+        } else if (!strcmp(flag, "--regional")) {
+            if (parse_switch(flag, value, &o->compile.regional))
+                return EXIT_USAGE;
+        } else if (!strcmp(flag, "--inline-back")) {
+            if (parse_switch(flag, value, &o->compile.inline_back))
+                return EXIT_USAGE;
         } else if (!strcmp(flag, "--steps")) {
             if (parse_int(flag, value, 1, INT_MAX, "a positive integer", &v))
                 return EXIT_USAGE;
-            o.steps = (int)v;
+            o->steps = (int)v;
         } else if (!strcmp(flag, "--batch")) {
             if (parse_int(flag, value, 1, INT32_MAX, "a positive integer", &v))
                 return EXIT_USAGE;
-            o.batch = v;
+            o->batch = v;
         } else if (!strcmp(flag, "--seq")) {
             if (parse_int(flag, value, 1, INT32_MAX, "a positive integer", &v))
                 return EXIT_USAGE;
-            o.seq = v;
+            o->seq = v;
         } else if (!strcmp(flag, "--threads")) {
             if (parse_int(flag, value, 0, 4096, "an integer from 0 to 4096", &v))
                 return EXIT_USAGE;
-            o.threads = (int)v;
+            o->threads = (int)v;
         } else if (!strcmp(flag, "--lr")) {
-            if (parse_float(flag, value, 1, &o.lr))
+            if (parse_float(flag, value, 1, &o->lr))
                 return EXIT_USAGE;
         } else if (!strcmp(flag, "--weight-decay")) {
-            if (parse_float(flag, value, 0, &o.weight_decay))
+            if (parse_float(flag, value, 0, &o->weight_decay))
                 return EXIT_USAGE;
         } else if (!strcmp(flag, "--seed")) {
-            if (parse_u64(flag, value, &o.seed))
+            if (parse_u64(flag, value, &o->seed))
                 return EXIT_USAGE;
         }
     }
+    return 0;
+}
+
+/* Load the model and train it; the strings in o and a may belong to cfg. */
+static int train_run(const regc_train_options *op, const train_args *a, const regc_config *cfg)
+{
+    regc_train_options o = *op;
+    const char *model_spec = a->model_spec, *weights_path = a->weights_path;
+    int json = a->json;
     if (!model_spec)
         return usage_error("--model is required (a Hugging Face directory or a preset; see "
-                           "regc train --help)");
+                           "regc train --help), unless the --config file sets train.model");
 
     regc_model *model = NULL;
     if (regc_model_load(model_spec, &model) != REGC_OK) {
@@ -332,6 +390,14 @@ static int cmd_train(int argc, char **argv)
         const char *arch = regc_model_arch(model); /* static, outlives the model */
         if (strcmp(arch, "graph") != 0) {
             regc_model_free(model);
+            /* From the file it is the file that is wrong, not the usage. */
+            if (cfg && weights_path == regc_config_weights(cfg)) {
+                fprintf(stderr,
+                        "regc: %s: train.weights: applies to graph JSON models only (%s is a %s "
+                        "model)\n",
+                        a->config_path, model_spec, arch);
+                return EXIT_ERROR;
+            }
             return usage_error("--weights applies to graph JSON models only (%s is a %s model)",
                                model_spec, arch);
         }
@@ -363,6 +429,39 @@ static int cmd_train(int argc, char **argv)
     if (o.save_dir && !json)
         fprintf(stderr, "saved %s\n", o.save_dir);
     return 0;
+}
+
+static int cmd_train(int argc, char **argv)
+{
+    usage_cmd = "regc train";
+    regc_train_options o;
+    regc_train_options_default(&o);
+    train_args a = {0};
+    int urc = parse_train_args(argc, argv, &o, &a);
+    if (urc || a.help) {
+        if (a.help)
+            print_train_usage(stdout);
+        return urc;
+    }
+
+    /* The file first, then the command line over it. */
+    regc_config *cfg = NULL;
+    if (a.config_path) {
+        if (regc_config_load(a.config_path, &cfg) != REGC_OK) {
+            fprintf(stderr, "regc: %s\n", regc_error_message());
+            return EXIT_ERROR;
+        }
+        regc_train_options_default(&o);
+        regc_config_apply(cfg, &o);
+        train_args from_file = {.model_spec = regc_config_model(cfg),
+                                .weights_path = regc_config_weights(cfg),
+                                .json = regc_config_json(cfg) > 0};
+        a = from_file;
+        parse_train_args(argc, argv, &o, &a); /* already checked: cannot fail */
+    }
+    int rc = train_run(&o, &a, cfg);
+    regc_config_free(cfg);
+    return rc;
 }
 
 /* ---- regc dump-graph ---------------------------------------------------- */

@@ -1,0 +1,440 @@
+/* test_config.c — the training config file: every key reaching
+ * regc_train_options, defaults surviving a partial file, every error
+ * naming the file and the key, and `regc train --config` with flags
+ * overriding the file. */
+#define _XOPEN_SOURCE 700
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "regc.h"
+#include "test_util.h"
+
+static int setup(void **state)
+{
+    return regc_test_dir_setup(state, "config", "cfg.json");
+}
+
+static void write_config(const regc_test_dir *f, const char *text)
+{
+    assert_int_equal(regc_test_write_file(f->path, text, strlen(text)), 0);
+}
+
+/* Load f->path, which must succeed. */
+static regc_config *load_ok(const regc_test_dir *f)
+{
+    regc_config *c = NULL;
+    int rc = regc_config_load(f->path, &c);
+    if (rc != REGC_OK)
+        fail_msg("load failed: %s", regc_error_message());
+    assert_non_null(c);
+    return c;
+}
+
+/* Field by field: padding bytes are not part of the options. */
+static void assert_str_same(const char *a, const char *b)
+{
+    if (a != b && (!a || !b || strcmp(a, b) != 0))
+        fail_msg("\"%s\" != \"%s\"", a ? a : "(null)", b ? b : "(null)");
+}
+
+static void assert_options_equal(const regc_train_options *a, const regc_train_options *b)
+{
+    assert_str_same(a->data_path, b->data_path);
+    assert_str_same(a->save_dir, b->save_dir);
+    assert_str_same(a->backend, b->backend);
+    assert_str_same(a->compile.dump_dir, b->compile.dump_dir);
+    assert_true(a->batch == b->batch && a->seq == b->seq && a->steps == b->steps);
+    assert_true(a->lr == b->lr && a->weight_decay == b->weight_decay);
+    assert_true(a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps);
+    assert_true(a->seed == b->seed && a->threads == b->threads);
+    assert_int_equal(a->compile.regional, b->compile.regional);
+    assert_int_equal(a->compile.level, b->compile.level);
+    assert_int_equal(a->compile.inline_back, b->compile.inline_back);
+}
+
+static void test_full_file(void **state)
+{
+    regc_test_dir *f = *state;
+    write_config(f, "{\"compile\": {\"use_regional_compilation\": false, \"level\": \"O2\",\n"
+                    "             \"backend\": \"cuda\", \"dump_graphs\": \"graphs\",\n"
+                    "             \"inline_back\": false},\n"
+                    " \"train\": {\"model\": \"gpt2-tiny\", \"weights\": \"w.safetensors\",\n"
+                    "           \"data\": \"tokens.bin\", \"steps\": 7, \"batch\": 3, \"seq\": 17,\n"
+                    "           \"lr\": 0.00125, \"weight_decay\": 0.05,\n"
+                    "           \"seed\": 9007199254740991, \"threads\": 3, \"save\": \"out\",\n"
+                    "           \"json\": true}}\n");
+    regc_config *c = load_ok(f);
+    regc_train_options o;
+    regc_train_options_default(&o);
+    regc_config_apply(c, &o);
+
+    assert_int_equal(o.compile.regional, 0);
+    assert_int_equal(o.compile.level, REGC_LEVEL_O2);
+    assert_int_equal(o.compile.inline_back, 0);
+    assert_string_equal(o.compile.dump_dir, "graphs");
+    assert_string_equal(o.backend, "cuda");
+    assert_string_equal(o.data_path, "tokens.bin");
+    assert_string_equal(o.save_dir, "out");
+    assert_int_equal(o.steps, 7);
+    assert_int_equal(o.batch, 3);
+    assert_int_equal(o.seq, 17);
+    assert_true(o.lr == 0.00125f);
+    assert_true(o.weight_decay == 0.05f);
+    /* 2^53 - 1, the largest seed a JSON number carries exactly */
+    assert_true(o.seed == UINT64_C(9007199254740991));
+    assert_int_equal(o.threads, 3);
+    assert_string_equal(regc_config_model(c), "gpt2-tiny");
+    assert_string_equal(regc_config_weights(c), "w.safetensors");
+    assert_int_equal(regc_config_json(c), 1);
+
+    /* Not config keys: the optimizer's constants stay as they were. */
+    regc_train_options d;
+    regc_train_options_default(&d);
+    assert_true(o.beta1 == d.beta1 && o.beta2 == d.beta2 && o.eps == d.eps);
+    regc_config_free(c);
+}
+
+static void test_partial_file_keeps_defaults(void **state)
+{
+    regc_test_dir *f = *state;
+    write_config(f, "{\"train\": {\"steps\": 3, \"data\": null, \"json\": false},\n"
+                    " \"compile\": {\"backend\": null, \"level\": null, \"dump_graphs\": null}}");
+    regc_config *c = load_ok(f);
+
+    /* Applied over options that are not the defaults: only steps changes. */
+    regc_train_options o, want;
+    regc_train_options_default(&o);
+    o.batch = 9;
+    o.data_path = "mine.bin";
+    o.compile.level = REGC_LEVEL_O0;
+    o.compile.regional = 0;
+    want = o;
+    want.steps = 3;
+    regc_config_apply(c, &o);
+    assert_options_equal(&o, &want);
+    assert_null(regc_config_model(c));
+    assert_null(regc_config_weights(c));
+    assert_int_equal(regc_config_json(c), 0);
+    regc_config_free(c);
+
+    /* An empty object (and empty sections) sets nothing at all. */
+    write_config(f, "{\"compile\": {}, \"train\": {}}");
+    c = load_ok(f);
+    regc_train_options_default(&o);
+    regc_train_options_default(&want);
+    regc_config_apply(c, &o);
+    assert_options_equal(&o, &want);
+    assert_int_equal(regc_config_json(c), -1);
+    regc_config_free(c);
+
+    write_config(f, "  {}\n");
+    c = load_ok(f);
+    regc_config_apply(c, &o);
+    assert_options_equal(&o, &want);
+    regc_config_free(c);
+}
+
+/* The file as written, the key path the message must name, and what it
+ * must say about the value. */
+typedef struct {
+    const char *text, *key, *what;
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    /* unknown keys, at each level */
+    {"{\"trian\": {}}", "trian: unknown key", "\"compile\" or \"train\""},
+    {"{\"compile\": {\"lvl\": \"O1\"}}", "compile.lvl: unknown key", NULL},
+    {"{\"train\": {\"bacth\": 4}}", "train.bacth: unknown key", NULL},
+    {"{\"train\": {\"a\\nb\": 4}}", "train.a?b: unknown key", NULL},
+    {"{\"train\": {\"steps\": 1, \"steps\": 2}}", "train.steps: duplicate key", NULL},
+    /* the shape of the file */
+    {"[1, 2]", "expected a JSON object", "got an array"},
+    {"{\"compile\": true}", "compile: expected an object", "got true"},
+    {"{\"train\": [4]}", "train: expected an object", "got an array"},
+    /* compile.level and compile.backend: fixed sets of names */
+    {"{\"compile\": {\"level\": \"O3\"}}", "compile.level: expected \"O0\", \"O1\" or \"O2\"",
+     "got \"O3\""},
+    {"{\"compile\": {\"level\": 1}}", "compile.level:", "got 1"},
+    {"{\"compile\": {\"level\": \"o1\"}}", "compile.level:", "got \"o1\""},
+    {"{\"compile\": {\"backend\": \"tpu\"}}", "compile.backend: expected \"cpu\", \"cuda\"",
+     "got \"tpu\""},
+    {"{\"compile\": {\"backend\": 0}}", "compile.backend:", "got 0"},
+    /* booleans */
+    {"{\"compile\": {\"use_regional_compilation\": \"yes\"}}",
+     "compile.use_regional_compilation: expected true or false", "got \"yes\""},
+    {"{\"compile\": {\"inline_back\": 1}}", "compile.inline_back: expected true or false",
+     "got 1"},
+    {"{\"train\": {\"json\": null}}", "train.json: expected true or false", "got null"},
+    /* strings (paths and names) */
+    {"{\"train\": {\"model\": 5}}", "train.model: expected a non-empty string", "got 5"},
+    {"{\"train\": {\"data\": \"\"}}", "train.data: expected a non-empty string", "got \"\""},
+    {"{\"train\": {\"weights\": {}}}", "train.weights:", "got an object"},
+    {"{\"train\": {\"save\": []}}", "train.save:", "got an array"},
+    {"{\"compile\": {\"dump_graphs\": false}}", "compile.dump_graphs:", "got false"},
+    /* integers */
+    {"{\"train\": {\"batch\": 0}}", "train.batch: expected an integer >= 1", "got 0"},
+    {"{\"train\": {\"steps\": 2.5}}", "train.steps: expected an integer >= 1", "got 2.5"},
+    {"{\"train\": {\"steps\": 1e10}}", "train.steps: expected an integer >= 1", "got 10000000000"},
+    {"{\"train\": {\"seq\": \"64\"}}", "train.seq: expected an integer >= 1", "got \"64\""},
+    {"{\"train\": {\"seq\": -3}}", "train.seq: expected an integer >= 1", "got -3"},
+    {"{\"train\": {\"threads\": -1}}", "train.threads: expected an integer from 0 to 4096",
+     "got -1"},
+    {"{\"train\": {\"threads\": 5000}}", "train.threads:", "got 5000"},
+    {"{\"train\": {\"threads\": true}}", "train.threads:", "got true"},
+    /* seeds: whole, non-negative, and exactly what was written */
+    {"{\"train\": {\"seed\": -1}}", "train.seed: expected an integer from 0 to 2^53 - 1",
+     "got -1"},
+    {"{\"train\": {\"seed\": 1.5}}", "train.seed:", "got 1.5"},
+    {"{\"train\": {\"seed\": 9007199254740992}}", "train.seed:", "got 9007199254740992"},
+    {"{\"train\": {\"seed\": 18446744073709551615}}", "train.seed:", "got 1.8446744073709552e+19"},
+    {"{\"train\": {\"seed\": \"7\"}}", "train.seed:", "got \"7\""},
+    /* floats */
+    {"{\"train\": {\"lr\": 0}}", "train.lr: expected a finite number > 0", "got 0"},
+    {"{\"train\": {\"lr\": -0.001}}", "train.lr: expected a finite number > 0", "got -0.001"},
+    {"{\"train\": {\"lr\": \"3e-4\"}}", "train.lr:", "got \"3e-4\""},
+    {"{\"train\": {\"lr\": 1e39}}", "train.lr:", "got 1e+39"},
+    {"{\"train\": {\"lr\": 1e400}}", "train.lr:", "got inf"},
+    {"{\"train\": {\"lr\": 1e-50}}", "train.lr: expected a number > 0 that a float can hold",
+     "got 1e-50"},
+    {"{\"train\": {\"weight_decay\": -0.1}}", "train.weight_decay: expected a finite number >= 0",
+     "got -0.1"},
+    {"{\"train\": {\"weight_decay\": null}}", "train.weight_decay:", "got null"},
+    /* named by the design, not implemented */
+    {"{\"compile\": {\"cache_dir\": \"cache\"}}", "compile.cache_dir: not supported yet", NULL},
+    {"{\"zero_optimization\": {\"stage\": 3}}", "zero_optimization.stage: not supported yet", NULL},
+    {"{\"zero_optimization\": {}}", "zero_optimization: not supported yet", NULL},
+    /* malformed JSON: where it failed */
+    {"{\"train\": {\"steps\": 1,}}", "malformed JSON near line 1, column 24", NULL},
+    {"{\n  \"train\": {\n    \"steps\": 1\n  \n}\n", "malformed JSON near line 6", NULL},
+    {"{\"train\": {}} trailing", "malformed JSON near line 1, column 15", NULL},
+    {"{'train': {}}", "malformed JSON near line 1, column", NULL},
+    {"", "malformed JSON: the file is empty", NULL},
+    {" \n\t", "malformed JSON: the file is empty", NULL},
+};
+
+static void test_errors_name_file_and_key(void **state)
+{
+    regc_test_dir *f = *state;
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const bad_case *b = &bad_cases[i];
+        write_config(f, b->text);
+        regc_config *c = (regc_config *)&c; /* must be reset on failure */
+        regc_error_clear();
+        int rc = regc_config_load(f->path, &c);
+        if (rc >= 0)
+            fail_msg("case %zu (%s) loaded", i, b->text);
+        assert_null(c);
+        /* "<file>: <key>: ..." in one line */
+        char want[1200];
+        snprintf(want, sizeof want, "%s: %s", f->path, b->key);
+        regc_test_expect_error(want, b->what);
+    }
+}
+
+static void test_nul_byte_and_missing_file(void **state)
+{
+    regc_test_dir *f = *state;
+    static const char text[] = "{\"train\":\n {\"steps\": 1\0}}";
+    assert_int_equal(regc_test_write_file(f->path, text, sizeof text - 1), 0);
+    regc_config *c = NULL;
+    assert_true(regc_config_load(f->path, &c) < 0);
+    assert_null(c);
+    regc_test_expect_error(f->path, "NUL byte at line 2, column 13");
+
+    char *missing = regc_test_join(f->dir, "missing.json");
+    assert_int_equal(regc_config_load(missing, &c), REGC_ERR_IO);
+    assert_null(c);
+    regc_test_expect_error(missing, "cannot open");
+    free(missing);
+
+    /* A directory opens but does not read. */
+    assert_true(regc_config_load(f->dir, &c) < 0);
+    assert_null(c);
+    regc_test_expect_error(f->dir, NULL);
+}
+
+static void test_free_and_accessors_take_null(void **state)
+{
+    (void)state;
+    regc_config_free(NULL);
+    regc_train_options o, d;
+    regc_train_options_default(&o);
+    regc_train_options_default(&d);
+    regc_config_apply(NULL, &o);
+    assert_options_equal(&o, &d);
+    assert_null(regc_config_model(NULL));
+    assert_null(regc_config_weights(NULL));
+    assert_int_equal(regc_config_json(NULL), -1);
+}
+
+/* ---- through `regc train` ------------------------------------------------ */
+
+/* Lines of --json output that are steps. */
+static int count_steps(const char *out)
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "{\"step\": ")) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* A config that trains gpt2-tiny briefly with --json output. */
+static const char small_config[] =
+    "{\"compile\": {\"level\": \"O1\"},\n"
+    " \"train\": {\"model\": \"gpt2-tiny\", \"steps\": 3, \"batch\": 1, \"seq\": 8,\n"
+    "           \"json\": true}}\n";
+
+static void test_cli_flags_override_file(void **state)
+{
+    regc_test_dir *f = *state;
+    write_config(f, small_config);
+    regc_test_proc p;
+
+    /* The file alone: its model, step count and --json all apply. */
+    assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, NULL), 0);
+    assert_int_equal(count_steps(p.out), 3);
+    assert_int_equal(regc_test_count_lines(p.out), 3);
+    regc_test_proc_free(&p);
+
+    /* A flag overrides the file wherever it stands. */
+    assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, "--steps", "1", NULL), 0);
+    assert_int_equal(count_steps(p.out), 1);
+    assert_int_equal(regc_test_count_lines(p.out), 1);
+    regc_test_proc_free(&p);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--steps=1", "--config", f->path, NULL), 0);
+    assert_int_equal(count_steps(p.out), 1);
+    assert_int_equal(regc_test_count_lines(p.out), 1);
+    regc_test_proc_free(&p);
+
+    /* --model over train.model, with the compile flags accepted. */
+    write_config(f, "{\"train\": {\"model\": \"no-such-preset\", \"steps\": 2, \"batch\": 1,"
+                    " \"seq\": 8}}");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path,
+                                        "--json", "--level", "O0", "--regional", "off",
+                                        "--inline-back=off", NULL),
+                     0);
+    assert_int_equal(count_steps(p.out), 2);
+    regc_test_proc_free(&p);
+
+    /* Without --json the file's train.json (unset here) leaves the table. */
+    assert_int_equal(
+        regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path, NULL), 0);
+    assert_int_equal(count_steps(p.out), 0);
+    assert_int_equal(regc_test_count_lines(p.out), 2);
+    regc_test_proc_free(&p);
+}
+
+static void assert_one_error_line(const regc_test_proc *p, const char *a, const char *b)
+{
+    if (regc_test_count_lines(p->err) != 1 || !strstr(p->err, a) || (b && !strstr(p->err, b)))
+        fail_msg("expected one stderr line naming \"%s\" and \"%s\", got:\n%s", a, b ? b : "",
+                 p->err);
+    assert_int_equal(p->out_len, 0);
+}
+
+static void test_cli_bad_config_is_an_error(void **state)
+{
+    regc_test_dir *f = *state;
+    char *save = regc_test_join(f->dir, "saved");
+    char text[1400];
+    snprintf(text, sizeof text,
+             "{\"train\": {\"model\": \"gpt2-tiny\", \"steps\": 1, \"save\": \"%s\","
+             " \"bacth\": 2}}",
+             save);
+    write_config(f, text);
+    regc_test_proc p;
+
+    assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, NULL), 1);
+    assert_one_error_line(&p, f->path, "train.bacth: unknown key");
+    regc_test_proc_free(&p);
+    struct stat st;
+    assert_true(stat(save, &st) != 0); /* nothing written */
+
+    /* A flag for the same option does not excuse a bad value in the file. */
+    write_config(f, "{\"train\": {\"model\": \"gpt2-tiny\", \"steps\": 0}}");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--steps", "1", "--config", f->path, NULL),
+                     1);
+    assert_one_error_line(&p, f->path, "train.steps: expected an integer >= 1, got 0");
+    regc_test_proc_free(&p);
+
+    char *missing = regc_test_join(f->dir, "missing.json");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--config", missing, NULL), 1);
+    assert_one_error_line(&p, missing, "cannot open");
+    regc_test_proc_free(&p);
+    free(missing);
+
+    /* train.weights on a preset: the file's mistake, named by its key. */
+    write_config(f, "{\"train\": {\"model\": \"gpt2-tiny\", \"weights\": \"w.safetensors\"}}");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, NULL), 1);
+    assert_one_error_line(&p, f->path, "train.weights");
+    regc_test_proc_free(&p);
+    free(save);
+}
+
+static void test_cli_usage_errors(void **state)
+{
+    regc_test_dir *f = *state;
+    write_config(f, small_config);
+    regc_test_proc p;
+
+    static const char *const cases[][3] = {
+        {"--level", "O3", "--level: expected O0, O1 or O2, got \"O3\""},
+        {"--level", "o1", "--level"},
+        {"--regional", "maybe", "--regional: expected on or off"},
+        {"--inline-back", "1", "--inline-back: expected on or off"},
+        {"--dump-graphs", "", "--dump-graphs: expected a non-empty value"},
+        {"--config", "", "--config: expected a non-empty value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, cases[i][0],
+                                            cases[i][1], NULL),
+                         2);
+        assert_one_error_line(&p, "regc train", cases[i][2]);
+        regc_test_proc_free(&p);
+    }
+
+    /* A usage error is reported before the file is even read. */
+    char *missing = regc_test_join(f->dir, "missing.json");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--config", missing, "--level=O3", NULL), 2);
+    assert_one_error_line(&p, "--level", NULL);
+    regc_test_proc_free(&p);
+    free(missing);
+
+    /* --model stays required when the file does not give train.model. */
+    write_config(f, "{\"train\": {\"steps\": 1}}");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, NULL), 2);
+    assert_one_error_line(&p, "--model is required", NULL);
+    regc_test_proc_free(&p);
+
+    assert_int_equal(regc_test_run_regc(&p, "train", "--help", NULL), 0);
+    static const char *const documented[] = {"--config <FILE>", "--level <O0|O1|O2>",
+                                             "--regional <on|off>", "--inline-back <on|off>",
+                                             "--dump-graphs <DIR>"};
+    for (size_t i = 0; i < sizeof documented / sizeof documented[0]; i++)
+        if (!strstr(p.out, documented[i]))
+            fail_msg("regc train --help does not document %s", documented[i]);
+    regc_test_proc_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        regc_test_in_dir(test_full_file, setup),
+        regc_test_in_dir(test_partial_file_keeps_defaults, setup),
+        regc_test_in_dir(test_errors_name_file_and_key, setup),
+        regc_test_in_dir(test_nul_byte_and_missing_file, setup),
+        cmocka_unit_test(test_free_and_accessors_take_null),
+        regc_test_in_dir(test_cli_flags_override_file, setup),
+        regc_test_in_dir(test_cli_bad_config_is_an_error, setup),
+        regc_test_in_dir(test_cli_usage_errors, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
