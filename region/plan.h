@@ -29,11 +29,16 @@ typedef struct {
 /* Assign offset[i] (a multiple of align, a power of two) to each of the n
  * buffers so that no two buffers live at the same point overlap, except an
  * in-place pair, which may share one offset. Best fit by decreasing size
- * (the "greedy by size" offset planner). Fails only when out of memory. */
+ * (the "greedy by size" offset planner). An in-place pair is honoured only
+ * when the input dies exactly where the output is born, the output is no
+ * larger, and no other buffer claimed that input first. Fails (negative
+ * status) on bad input (negative size, last < first, alignment not a power
+ * of two) or when out of memory. */
 int regc_plan_offsets(int n, const regc_plan_buffer *bufs, int64_t align, int64_t *offset,
                       regc_plan_result *res);
 
-/* The lower bound alone, as in regc_plan_result. */
+/* The lower bound alone, as in regc_plan_result, over points
+ * 0 .. n_points-1; a negative status on bad input. */
 int64_t regc_plan_lower_bound(int n, const regc_plan_buffer *bufs, int n_points);
 
 /* A memory-aware execution order. Instruction i reads buffers
