@@ -788,3 +788,40 @@ int regc_model_save(const regc_model *m, const char *dir)
     free(with_nl);
     return rc;
 }
+
+/* The depth keys of the architectures' config.json files. */
+static const char *const layer_keys[] = {"n_layer", "num_hidden_layers", "num_layers",
+                                         "num_decoder_layers"};
+
+int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **out)
+{
+    *out = NULL;
+    if (n_layer < 1)
+        return regc_error(REGC_ERR_ARG, "%s: a depth must be at least 1 layer (got %lld)",
+                          m->source, (long long)n_layer);
+    cJSON *cfg = m->arch->save_files ? NULL : m->arch->write_config(m);
+    if (!cfg)
+        return regc_error(REGC_ERR_UNSUPPORTED, "%s: a %s model has no depth to change",
+                          m->source, m->arch->model_type);
+    int found = 0;
+    for (size_t i = 0; i < sizeof layer_keys / sizeof *layer_keys; i++) {
+        cJSON *k = cJSON_GetObjectItemCaseSensitive(cfg, layer_keys[i]);
+        if (k && cJSON_IsNumber(k)) {
+            cJSON_SetNumberValue(k, (double)n_layer);
+            found = 1;
+        }
+    }
+    char source[512];
+    snprintf(source, sizeof source, "%s with %lld layers", m->source, (long long)n_layer);
+    regc_model *x = NULL;
+    int rc = found ? model_new(m->arch, source, &x)
+                   : regc_error(REGC_ERR_UNSUPPORTED, "%s: no layer count in its config", m->source);
+    if (rc == REGC_OK && ((rc = m->arch->parse_config(x, cfg, source)) < 0 ||
+                          (rc = m->arch->list_params(x)) < 0)) {
+        regc_model_free(x);
+        x = NULL;
+    }
+    cJSON_Delete(cfg);
+    *out = x;
+    return rc < 0 ? rc : REGC_OK;
+}

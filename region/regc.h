@@ -35,6 +35,9 @@ int regc_model_load_shapes(const char *spec, regc_model **out);
  * extra tensors are ignored). Allocates the weights if needed. */
 int regc_model_read_safetensors(regc_model *m, const char *path);
 int regc_model_is_preset(const char *spec);
+/* The same architecture and widths with n_layer layers (every stack of an
+ * encoder-decoder), shape only. Graph JSON models have a fixed depth. */
+int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **out);
 const char *const *regc_model_preset_names(void); /* NULL-terminated */
 void regc_model_free(regc_model *m);
 

@@ -1,5 +1,5 @@
-/* train.c — the training loop: data, forward + backward through the
- * executor, AdamW, reports, and saving.
+/* train.c — the training loop: data, the compiled step (forward +
+ * backward), AdamW, reports, and saving.
  *
  * Device memory is one block per kind (llm.c's layout): parameters,
  * gradients, AdamW's m and v, each [total_numel] in the model's parameter
@@ -29,10 +29,7 @@ typedef struct {
     regc_model *model;
     regc_backend *be;
     regc_tokens *tokens;
-    regc_graph *graph;
-    regc_exec *exec;
-    int *grad_of;         /* [n_tensors of the forward graph] */
-    int loss;             /* tensor id */
+    regc_program *program;
     float *params, *grads, *m, *v; /* device, [total_numel] each */
     int n_inputs;
     regc_input *inputs;   /* [n_inputs] the graph's inputs with host buffers */
@@ -55,11 +52,9 @@ static void trainer_free(trainer *t)
         free(t->inputs[i].host);
     free(t->inputs);
     free(t->d_inputs);
-    regc_exec_free(t->exec);
-    regc_graph_free(t->graph);
+    regc_program_free(t->program);
     regc_tokens_free(t->tokens);
     regc_backend_free(be);
-    free(t->grad_of);
 }
 
 static int open_data(trainer *t, const regc_train_options *o)
@@ -73,29 +68,6 @@ static int open_data(trainer *t, const regc_train_options *o)
                           "%lld); pass --data",
                           (long long)vocab);
     return regc_tokens_builtin(&t->tokens);
-}
-
-/* Forward graph + backward graph; parameter gradients become outputs. */
-static int build_program(trainer *t, const regc_train_options *o)
-{
-    int rc = regc_model_build_graph(t->model, o->batch, o->seq, &t->graph);
-    if (rc)
-        return rc;
-    regc_graph *g = t->graph;
-    if (regc_graph_n_outputs(g) < 1)
-        return regc_error(REGC_ERR_ARG, "model graph has no loss output");
-    t->loss = regc_graph_output(g, 0);
-    t->grad_of = malloc((size_t)regc_graph_n_tensors(g) * sizeof *t->grad_of);
-    if (!t->grad_of)
-        return regc_error(REGC_ERR_MEMORY, "out of memory");
-    if ((rc = regc_autodiff_loss(g, t->loss, t->grad_of)))
-        return rc;
-    for (int i = 0; i < regc_model_n_params(t->model); i++) {
-        int p = regc_graph_find_tensor(g, regc_model_param_name(t->model, i));
-        if (p >= 0 && t->grad_of[p] >= 0 && (rc = regc_graph_mark_output(g, t->grad_of[p])))
-            return rc;
-    }
-    return REGC_OK;
 }
 
 static void *device_alloc(trainer *t, size_t bytes, int *rc)
@@ -112,36 +84,29 @@ static size_t tensor_bytes(const regc_tensor *x)
     return (size_t)regc_tensor_numel(x) * regc_dtype_size(x->dtype);
 }
 
-/* A host and a device buffer for every graph input, bound into the
- * executor: the architecture fills them per batch (regc_model_fill_inputs). */
-static int bind_inputs(trainer *t)
+/* A host and a device buffer for every input the step program reads: the
+ * architecture fills them per batch (regc_model_fill_inputs). */
+static int alloc_inputs(trainer *t)
 {
-    const regc_graph *g = t->graph;
-    int n = 0, rc = REGC_OK;
-    for (int i = 0; i < regc_graph_n_tensors(g); i++)
-        n += regc_graph_tensor(g, i)->role == REGC_ROLE_INPUT;
+    int n = regc_program_n_inputs(t->program), rc = REGC_OK;
     t->inputs = calloc((size_t)n + 1, sizeof *t->inputs);
     t->d_inputs = calloc((size_t)n + 1, sizeof *t->d_inputs);
     if (!t->inputs || !t->d_inputs)
         return regc_error(REGC_ERR_MEMORY, "out of memory");
-    for (int i = 0; i < regc_graph_n_tensors(g) && rc == REGC_OK; i++) {
-        const regc_tensor *x = regc_graph_tensor(g, i);
-        if (x->role != REGC_ROLE_INPUT)
-            continue;
+    for (int i = 0; i < n && rc == REGC_OK; i++) {
+        const regc_tensor *x = regc_program_input(t->program, i);
         regc_input *in = &t->inputs[t->n_inputs];
         in->tensor = x;
         in->host = malloc(tensor_bytes(x) + 1);
         t->d_inputs[t->n_inputs++] = device_alloc(t, tensor_bytes(x) + 1, &rc);
         if (rc == REGC_OK && !in->host)
             rc = regc_error(REGC_ERR_MEMORY, "out of memory");
-        if (rc == REGC_OK)
-            rc = regc_exec_bind(t->exec, i, t->d_inputs[t->n_inputs - 1]);
     }
     return rc;
 }
 
-/* Allocate the four parameter-shaped blocks and bind every parameter, its
- * gradient and the inputs into the executor. */
+/* Allocate the four parameter-shaped blocks and bind them and the inputs
+ * into the step program. */
 static int bind_memory(trainer *t)
 {
     regc_backend *be = t->be;
@@ -158,34 +123,8 @@ static int bind_memory(trainer *t)
     be->fill(be, t->grads, (size_t)total, 0.0f);
     be->fill(be, t->m, (size_t)total, 0.0f);
     be->fill(be, t->v, (size_t)total, 0.0f);
-
-    if ((rc = regc_exec_new(t->graph, be, &t->exec)) || (rc = bind_inputs(t)))
-        return rc;
-    char *grad_bound = calloc((size_t)regc_graph_n_tensors(t->graph), 1);
-    if (!grad_bound)
-        return regc_error(REGC_ERR_MEMORY, "out of memory");
-    for (int i = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
-        const char *name = regc_model_param_name(t->model, i);
-        int p = regc_graph_find_tensor(t->graph, name);
-        if (p < 0) {
-            rc = regc_error(REGC_ERR_ARG, "model graph has no parameter %s", name);
-            break;
-        }
-        int64_t off = regc_model_param_offset(t->model, i);
-        rc = regc_exec_bind(t->exec, p, t->params + off);
-        int gp = t->grad_of[p];
-        /* a gradient tensor shared by two parameters cannot live in both
-         * slots; the graph never produces one, so refuse rather than guess */
-        if (rc == REGC_OK && gp >= 0 && grad_bound[gp])
-            rc = regc_error(REGC_ERR_UNSUPPORTED, "parameters share the gradient tensor of %s",
-                            name);
-        if (rc == REGC_OK && gp >= 0) {
-            grad_bound[gp] = 1;
-            rc = regc_exec_bind(t->exec, gp, t->grads + off);
-        }
-    }
-    free(grad_bound);
-    if (rc)
+    if ((rc = alloc_inputs(t)) ||
+        (rc = regc_program_bind(t->program, be, t->params, t->grads, t->d_inputs)))
         return rc;
     return be->sync(be);
 }
@@ -201,9 +140,9 @@ static int train_step(trainer *t, const regc_train_options *o, int step, float *
     for (int i = 0; i < t->n_inputs; i++)
         if (step == 0 || !t->inputs[i].constant)
             be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, tensor_bytes(t->inputs[i].tensor));
-    if ((rc = regc_exec_run(t->exec)))
+    if ((rc = regc_program_run(t->program)))
         return rc;
-    be->copy_d2h(be, loss, regc_exec_tensor(t->exec, t->loss), sizeof(float));
+    be->copy_d2h(be, loss, regc_program_loss(t->program), sizeof(float));
     be->adamw(be, t->params, t->grads, t->m, t->v, regc_model_total_numel(t->model), o->lr,
               o->beta1, o->beta2, o->eps, o->weight_decay, step + 1);
     return be->sync(be);
@@ -233,7 +172,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     /* The graph first: it needs shapes only, and the architecture's own
      * build_graph says best why a batch or sequence does not fit (n_positions
      * of gpt2, the fixed shapes of a graph JSON) before any weights exist. */
-    if ((rc = build_program(&t, o)) ||
+    if ((rc = regc_program_compile(m, o->batch, o->seq, &o->compile, &t.program, NULL)) ||
         (!regc_model_has_weights(m) && (rc = regc_model_init_random(m, o->seed)))) {
         trainer_free(&t);
         return rc;
@@ -256,12 +195,14 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         if (on_step)
             on_step(&r, user);
     }
-    if (rc == REGC_OK && o->save_dir) {
+    /* the trained weights return to the model */
+    if (rc == REGC_OK) {
         t.be->copy_d2h(t.be, regc_model_weights(m), t.params,
                        (size_t)regc_model_total_numel(m) * sizeof(float));
-        if (!(rc = t.be->sync(t.be)))
-            rc = regc_model_save(m, o->save_dir);
+        rc = t.be->sync(t.be);
     }
+    if (rc == REGC_OK && o->save_dir)
+        rc = regc_model_save(m, o->save_dir);
     trainer_free(&t);
     return rc;
 }

@@ -1,0 +1,253 @@
+/* test_compile.c — the region compiler end to end: regional and full
+ * compilation give the same bits, every level and the lazily-inlined
+ * program agree, one compile per region kind at every depth, the memory
+ * plan and the dumps. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "regc.h"
+#include "test_model.h"
+#include "test_util.h"
+
+#define STEPS 5
+
+typedef struct {
+    float loss[STEPS];
+    int n;
+} losses;
+
+static void collect(const regc_step_report *r, void *user)
+{
+    losses *l = user;
+    if (l->n < STEPS)
+        l->loss[l->n++] = r->loss;
+}
+
+/* Train a fresh preset for STEPS steps; returns the model (trained
+ * weights) and its losses. */
+static regc_model *train(const char *preset, int regional, regc_level level, int inline_back,
+                         losses *l)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load(preset, &m), 0);
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = 2, o.seq = 16, o.steps = STEPS, o.lr = 1e-3f, o.weight_decay = 0.01f, o.threads = 2;
+    o.compile.regional = regional, o.compile.level = level, o.compile.inline_back = inline_back;
+    memset(l, 0, sizeof *l);
+    int rc = regc_train(m, &o, collect, l);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", preset, regc_error_message());
+    assert_int_equal(rc, 0);
+    assert_int_equal(l->n, STEPS);
+    return m;
+}
+
+static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
+
+/* Regional == full, bit for bit: every loss and every weight after 5 steps. */
+static void check_regional_equals_full(regc_level level, int inline_back)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        losses lr, lf;
+        regc_model *r = train(presets[i], 1, level, inline_back, &lr);
+        regc_model *f = train(presets[i], 0, level, inline_back, &lf);
+        if (memcmp(lr.loss, lf.loss, sizeof lr.loss) != 0)
+            fail_msg("%s at %s: regional and full losses differ (%.9g vs %.9g at step 0)",
+                     presets[i], regc_level_name(level), lr.loss[0], lf.loss[0]);
+        regc_test_assert_same_weights(r, f);
+        regc_model_free(r);
+        regc_model_free(f);
+    }
+}
+
+static void test_regional_equals_full_o1(void **state)
+{
+    (void)state;
+    check_regional_equals_full(REGC_LEVEL_O1, 1);
+}
+
+static void test_regional_equals_full_o0(void **state)
+{
+    (void)state;
+    check_regional_equals_full(REGC_LEVEL_O0, 0);
+}
+
+static void test_regional_equals_full_lazy(void **state)
+{
+    (void)state;
+    check_regional_equals_full(REGC_LEVEL_O1, 0);
+}
+
+/* Fusion changes speed, never bits: O0 (one kernel per op) and O1 (fused,
+ * planned, inlined back) and the lazily-inlined O1 program agree exactly,
+ * and O2 is O1 on the CPU. */
+static void test_levels_agree(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        losses l0, l1, ll, l2;
+        regc_model *m0 = train(presets[i], 1, REGC_LEVEL_O0, 1, &l0);
+        regc_model *m1 = train(presets[i], 1, REGC_LEVEL_O1, 1, &l1);
+        regc_model *ml = train(presets[i], 1, REGC_LEVEL_O1, 0, &ll);
+        regc_model *m2 = train(presets[i], 1, REGC_LEVEL_O2, 1, &l2);
+        for (int s = 0; s < STEPS; s++) {
+            assert_true(isfinite(l0.loss[s]));
+            if (l0.loss[s] != l1.loss[s] || l1.loss[s] != ll.loss[s] || l1.loss[s] != l2.loss[s])
+                fail_msg("%s step %d: O0 %.9g, O1 %.9g, lazy O1 %.9g, O2 %.9g", presets[i], s,
+                         l0.loss[s], l1.loss[s], ll.loss[s], l2.loss[s]);
+        }
+        regc_test_assert_same_weights(m0, m1);
+        regc_test_assert_same_weights(m1, ml);
+        regc_test_assert_same_weights(m1, m2);
+        regc_model_free(m0), regc_model_free(m1), regc_model_free(ml), regc_model_free(m2);
+    }
+}
+
+/* One compile per region kind, whatever the depth; a full compile is one
+ * region. */
+static void test_one_compile_per_kind(void **state)
+{
+    (void)state;
+    static const int depths[] = {1, 2, 3, 8};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_model *base = NULL;
+        assert_int_equal(regc_model_load_shapes(presets[i], &base), 0);
+        for (size_t d = 0; d < sizeof depths / sizeof *depths; d++) {
+            regc_model *m = NULL;
+            assert_int_equal(regc_model_with_layers(base, depths[d], &m), 0);
+            regc_compile_options o;
+            regc_compile_options_default(&o);
+            regc_program *p = NULL;
+            regc_compile_stats st;
+            assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, &st), 0);
+            assert_int_equal(st.region_compiles, st.region_kinds);
+            /* encoder-decoders have two kinds, decoders and encoders one,
+             * once there is a repeat to find */
+            int want = depths[d] < 2 ? 0 : strcmp(presets[i], "t5-tiny") == 0 ? 2 : 1;
+            assert_int_equal(st.region_kinds, want);
+            if (want)
+                assert_int_equal(st.instances, depths[d] * want);
+            regc_program_free(p);
+            o.regional = 0;
+            assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, &st), 0);
+            assert_int_equal(st.region_compiles, 1);
+            assert_int_equal(st.region_kinds, 0);
+            regc_program_free(p);
+            regc_model_free(m);
+        }
+        regc_model_free(base);
+    }
+}
+
+/* The global plan never beats the lower bound and stays within 5% of it;
+ * every layer boundary of a pre-norm stack fuses its residual add with
+ * the next norm. */
+static void test_memory_plan(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"gpt2-tiny", "llama-tiny"};
+    for (size_t i = 0; i < 2; i++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load_shapes(names[i], &m), 0);
+        regc_compile_options o;
+        regc_compile_options_default(&o);
+        regc_program *p = NULL;
+        regc_compile_stats st;
+        assert_int_equal(regc_program_compile(m, 4, 64, &o, &p, &st), 0);
+        assert_true(st.lower_bound_bytes > 0);
+        assert_true(st.peak_bytes >= st.lower_bound_bytes);
+        if ((double)st.peak_bytes > 1.05 * (double)st.lower_bound_bytes)
+            fail_msg("%s: peak %lld > 1.05 x lower bound %lld", names[i],
+                     (long long)st.peak_bytes, (long long)st.lower_bound_bytes);
+        assert_int_equal(st.add_norm_fusions, 4); /* 4 layers: 4 adds meet the next norm */
+        regc_program_free(p);
+        regc_model_free(m);
+    }
+}
+
+/* dump_graphs writes every stage as text and the graphs as DOT. */
+static void test_dump_graphs(void **state)
+{
+    regc_test_dir *d = *state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), 0);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    snprintf(d->path, sizeof d->path, "%s/dump", d->dir);
+    o.dump_dir = d->path;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, &st), 0);
+    static const char *const files[] = {"flat.txt", "flat.dot", "region0.txt", "region0.dot",
+                                        "region0.compiled.txt", "step.txt"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(d->buf, sizeof d->buf, "%s/%s", d->path, files[i]);
+        char *text = regc_test_read_file(d->buf, NULL);
+        if (!text)
+            fail_msg("missing %s", d->buf);
+        if (strstr(files[i], ".dot"))
+            assert_non_null(strstr(text, "digraph"));
+        free(text);
+    }
+    /* the layer's compiled form carries the fused GEMM epilogues */
+    snprintf(d->buf, sizeof d->buf, "%s/region0.compiled.txt", d->path);
+    char *text = regc_test_read_file(d->buf, NULL);
+    assert_non_null(strstr(text, "BIAS_GELU_AUX"));
+    assert_non_null(strstr(text, "DGELU_BGRAD"));
+    free(text);
+    snprintf(d->buf, sizeof d->buf, "%s/step.txt", d->path);
+    text = regc_test_read_file(d->buf, NULL);
+    assert_non_null(strstr(text, "add_layernorm"));
+    free(text);
+    regc_program_free(p);
+    /* a dump directory that cannot be made is an error naming it */
+    snprintf(d->buf, sizeof d->buf, "%s/flat.txt/sub", d->path);
+    o.dump_dir = d->buf;
+    assert_true(regc_program_compile(m, 2, 8, &o, &p, &st) < 0);
+    assert_null(p);
+    assert_non_null(strstr(regc_error_message(), "flat.txt/sub"));
+    regc_model_free(m);
+}
+
+static void test_with_layers_errors(void **state)
+{
+    (void)state;
+    regc_model *m = NULL, *x = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), 0);
+    assert_true(regc_model_with_layers(m, 0, &x) < 0);
+    assert_null(x);
+    assert_non_null(strstr(regc_error_message(), "at least 1"));
+    assert_int_equal(regc_model_with_layers(m, 7, &x), 0);
+    regc_model *y = NULL;
+    assert_int_equal(regc_model_with_layers(x, 4, &y), 0);
+    /* back to the original depth: the same parameters in the same order */
+    assert_int_equal(regc_model_n_params(y), regc_model_n_params(m));
+    for (int i = 0; i < regc_model_n_params(m); i++)
+        assert_string_equal(regc_model_param_name(y, i), regc_model_param_name(m, i));
+    regc_model_free(x), regc_model_free(y), regc_model_free(m);
+}
+
+static int dir_setup(void **state) { return regc_test_dir_setup(state, "compile", NULL); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_regional_equals_full_o1),
+        cmocka_unit_test(test_regional_equals_full_o0),
+        cmocka_unit_test(test_regional_equals_full_lazy),
+        cmocka_unit_test(test_levels_agree),
+        cmocka_unit_test(test_one_compile_per_kind),
+        cmocka_unit_test(test_memory_plan),
+        regc_test_in_dir(test_dump_graphs, dir_setup),
+        cmocka_unit_test(test_with_layers_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
