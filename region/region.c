@@ -105,7 +105,8 @@ static int differentiate(regc_compiled_region *r, const regc_region_spec *s, con
         dout_t[k] = -1;
         if (!s->out_has_grad[k])
             continue;
-        const regc_tensor *t = regc_graph_tensor(rg, out_t[k]);
+        /* a copy: adding a tensor may move the tensor array */
+        const regc_tensor t_copy = *regc_graph_tensor(rg, out_t[k]), *t = &t_copy;
         char name[64];
         snprintf(name, sizeof name, "dout%d", k);
         dout_t[k] = regc_graph_add_tensor(rg, name, t->dtype, REGC_ROLE_INPUT, t->ndim, t->shape);
@@ -117,7 +118,8 @@ static int differentiate(regc_compiled_region *r, const regc_region_spec *s, con
         seed_t[k] = -1;
         if (!s->in_seeded[k] || !s->in_needs_grad[k])
             continue;
-        const regc_tensor *t = regc_graph_tensor(rg, in_t[k]);
+        /* a copy: adding a tensor may move the tensor array */
+        const regc_tensor t_copy = *regc_graph_tensor(rg, in_t[k]), *t = &t_copy;
         char name[64];
         snprintf(name, sizeof name, "seed%d", k);
         seed_t[k] = regc_graph_add_tensor(rg, name, t->dtype, REGC_ROLE_INPUT, t->ndim, t->shape);

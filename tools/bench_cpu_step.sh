@@ -4,7 +4,8 @@
 #   tools/bench_cpu_step.sh [STEPS]     STEPS >= 2, default 6
 #
 # Environment: WARMUP (steps discarded before timing, default 1),
-# THREADS (default 2), REGC (the binary, default build/regc).
+# THREADS (default 2), REGC (the binary, default build/regc), ARGS (more
+# `regc train` flags, e.g. "--level O0" or "--regional off").
 # Builds build/ first (tools/setup.sh build) unless REGC names a binary.
 set -euo pipefail
 
@@ -29,6 +30,8 @@ fi
 
 cmd=("$REGC" train --model gpt2-124m --batch "$BATCH"
      --seq "$SEQ" --steps "$STEPS" --json --threads "$THREADS")
+# shellcheck disable=SC2206 # ARGS is a list of flags, split on purpose
+[ -n "${ARGS:-}" ] && cmd+=(${ARGS})
 echo "command: OMP_NUM_THREADS=$THREADS ${cmd[*]}"
 out="$(OMP_NUM_THREADS="$THREADS" "${cmd[@]}")"
 
