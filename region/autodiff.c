@@ -224,6 +224,24 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
     }
 }
 
+void regc_autodiff_needs(const regc_graph *g, int n_tensors, int n_nodes, const char *leaf_needs,
+                         char *needs)
+{
+    for (int t = 0; t < n_tensors; t++) {
+        const regc_tensor *x = regc_graph_tensor(g, t);
+        needs[t] = x->role != REGC_ROLE_ACT && x->dtype != REGC_I32 &&
+                   (!leaf_needs || leaf_needs[t]);
+    }
+    for (int i = 0; i < n_nodes; i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        char any = 0;
+        for (int k = 0; k < n->n_in; k++)
+            any |= needs[n->in[k]];
+        for (int k = 0; k < n->n_out; k++)
+            needs[n->out[k]] = any && regc_graph_tensor(g, n->out[k])->dtype != REGC_I32;
+    }
+}
+
 /* The forward graph is the first n_tensors tensors and n_nodes nodes. */
 static int vjp(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int *ys,
                const int *dys, const char *leaf_needs, int *grad_of)
@@ -242,20 +260,7 @@ static int vjp(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int
         free(needs), free(seeded);
         return regc_error(REGC_ERR_MEMORY, "autodiff: out of memory");
     }
-    /* forward pass: which tensors depend on something differentiable */
-    for (int t = 0; t < n_tensors; t++) {
-        const regc_tensor *x = regc_graph_tensor(g, t);
-        needs[t] = x->role != REGC_ROLE_ACT && x->dtype != REGC_I32 &&
-                   (!leaf_needs || leaf_needs[t]);
-    }
-    for (int i = 0; i < n_nodes; i++) {
-        const regc_node *n = regc_graph_node(g, i);
-        char any = 0;
-        for (int k = 0; k < n->n_in; k++)
-            any |= needs[n->in[k]];
-        for (int k = 0; k < n->n_out; k++)
-            needs[n->out[k]] = any && regc_graph_tensor(g, n->out[k])->dtype != REGC_I32;
-    }
+    regc_autodiff_needs(g, n_tensors, n_nodes, leaf_needs, needs);
     for (int t = 0; t < n_tensors; t++)
         grad_of[t] = -1;
     for (int i = 0; i < n_seeds; i++) {

@@ -38,20 +38,8 @@ static char *flat_needs(const regc_graph *g)
 {
     int n_t = regc_graph_n_tensors(g);
     char *needs = calloc((size_t)n_t + 1, 1);
-    if (!needs)
-        return NULL;
-    for (int t = 0; t < n_t; t++) {
-        const regc_tensor *x = regc_graph_tensor(g, t);
-        needs[t] = x->role != REGC_ROLE_ACT && x->dtype != REGC_I32;
-    }
-    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
-        const regc_node *n = regc_graph_node(g, i);
-        char any = 0;
-        for (int k = 0; k < n->n_in; k++)
-            any |= needs[n->in[k]];
-        for (int k = 0; k < n->n_out; k++)
-            needs[n->out[k]] = any && regc_graph_tensor(g, n->out[k])->dtype != REGC_I32;
-    }
+    if (needs)
+        regc_autodiff_needs(g, n_t, regc_graph_n_nodes(g), NULL, needs);
     return needs;
 }
 

@@ -218,6 +218,11 @@ int regc_autodiff_loss(regc_graph *g, int loss, int *grad_of);
  * are added in the same reverse reader order as one whole-graph pass would
  * add them. leaf_needs[t] (NULL: all) says which float inputs and
  * parameters receive gradients. */
+/* needs[t] for the first n_tensors tensors: t is a float tensor that
+ * depends, through the first n_nodes nodes, on a float input or parameter
+ * (those with leaf_needs[t] set, or all when leaf_needs is NULL). */
+void regc_autodiff_needs(const regc_graph *g, int n_tensors, int n_nodes, const char *leaf_needs,
+                         char *needs);
 int regc_autodiff_seeded(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int *ys,
                          const int *dys, const char *leaf_needs, int *grad_of);
 
