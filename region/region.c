@@ -84,6 +84,16 @@ static int extract(const regc_graph *g, const regc_region_spec *s, regc_graph *r
     return rc;
 }
 
+/* A new region input shaped like tensor t, named prefix<k>: its id, or a
+ * negative status. */
+static int input_like(regc_graph *rg, int t, const char *prefix, int k)
+{
+    const regc_tensor x = *regc_graph_tensor(rg, t); /* a copy: adding moves the array */
+    char name[64];
+    snprintf(name, sizeof name, "%s%d", prefix, k);
+    return regc_graph_add_tensor(rg, name, x.dtype, REGC_ROLE_INPUT, x.ndim, x.shape);
+}
+
 /* Seed every output that has an incoming gradient and every input whose
  * gradient later readers began; differentiate. dout_t/seed_t: the seed
  * tensors, -1 where none. */
@@ -102,30 +112,21 @@ static int differentiate(regc_compiled_region *r, const regc_region_spec *s, con
     for (int k = 0; k < s->n_in && rc == REGC_OK; k++)
         leaf[in_t[k]] = s->in_needs_grad[k];
     for (int k = 0; k < s->n_out && rc == REGC_OK; k++) {
-        dout_t[k] = -1;
-        if (!s->out_has_grad[k])
-            continue;
-        /* a copy: adding a tensor may move the tensor array */
-        const regc_tensor t_copy = *regc_graph_tensor(rg, out_t[k]), *t = &t_copy;
-        char name[64];
-        snprintf(name, sizeof name, "dout%d", k);
-        dout_t[k] = regc_graph_add_tensor(rg, name, t->dtype, REGC_ROLE_INPUT, t->ndim, t->shape);
-        if (dout_t[k] < 0)
-            rc = dout_t[k];
-        ys[n_seeds] = out_t[k], dys[n_seeds++] = dout_t[k];
+        int id = s->out_has_grad[k] ? input_like(rg, out_t[k], "dout", k) : -1;
+        if (s->out_has_grad[k] && id < 0)
+            rc = id;
+        dout_t[k] = id < 0 ? -1 : id;
+        if (id >= 0)
+            ys[n_seeds] = out_t[k], dys[n_seeds++] = id;
     }
     for (int k = 0; k < s->n_in && rc == REGC_OK; k++) {
-        seed_t[k] = -1;
-        if (!s->in_seeded[k] || !s->in_needs_grad[k])
-            continue;
-        /* a copy: adding a tensor may move the tensor array */
-        const regc_tensor t_copy = *regc_graph_tensor(rg, in_t[k]), *t = &t_copy;
-        char name[64];
-        snprintf(name, sizeof name, "seed%d", k);
-        seed_t[k] = regc_graph_add_tensor(rg, name, t->dtype, REGC_ROLE_INPUT, t->ndim, t->shape);
-        if (seed_t[k] < 0)
-            rc = seed_t[k];
-        ys[n_seeds] = in_t[k], dys[n_seeds++] = seed_t[k];
+        int want = s->in_seeded[k] && s->in_needs_grad[k];
+        int id = want ? input_like(rg, in_t[k], "seed", k) : -1;
+        if (want && id < 0)
+            rc = id;
+        seed_t[k] = id < 0 ? -1 : id;
+        if (id >= 0)
+            ys[n_seeds] = in_t[k], dys[n_seeds++] = id;
     }
     if (rc == REGC_OK && n_seeds > 0)
         rc = regc_autodiff_seeded(rg, n_t, n_nodes, n_seeds, ys, dys, leaf, grad_of);
