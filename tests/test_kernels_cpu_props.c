@@ -40,13 +40,6 @@ static int group_teardown(void **state)
     return 0;
 }
 
-static void assert_bitwise_equal(const char *what, const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
-            fail_msg("%s: differs at [%zu]: %.9g vs %.9g", what, i, (double)a[i], (double)b[i]);
-}
-
 /* ---- attention ------------------------------------------------------------------ */
 
 static size_t q_count(const regc_attn_shape *s)
@@ -215,9 +208,9 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
     be->attention_bwd(be, dq_g, dk_g, dv_g, NULL, dout, q, k, v, NULL, out_g, lse_g, &gqa);
     be->attention_bwd(be, dq_m, dk_m, dv_m, NULL, dout, q, k_rep, v_rep, NULL, out_m, lse_m, &mha);
     /* the same arithmetic on the same numbers: identical bits */
-    assert_bitwise_equal("gqa out", regc_test_download(be, out_g, nq), regc_test_download(be, out_m, nq), nq);
-    assert_bitwise_equal("gqa lse", regc_test_download(be, lse_g, nl), regc_test_download(be, lse_m, nl), nl);
-    assert_bitwise_equal("gqa dq", regc_test_download(be, dq_g, nq), regc_test_download(be, dq_m, nq), nq);
+    regc_test_assert_bitwise_equal("gqa out", regc_test_download(be, out_g, nq), regc_test_download(be, out_m, nq), nq);
+    regc_test_assert_bitwise_equal("gqa lse", regc_test_download(be, lse_g, nl), regc_test_download(be, lse_m, nl), nl);
+    regc_test_assert_bitwise_equal("gqa dq", regc_test_download(be, dq_g, nq), regc_test_download(be, dq_m, nq), nq);
     float *hdk_m = regc_test_download(be, dk_m, nkv_rep), *hdv_m = regc_test_download(be, dv_m, nkv_rep);
     double *sum_dk = regc_test_host_doubles(nkv), *sum_dv = regc_test_host_doubles(nkv);
     memset(sum_dk, 0, nkv * sizeof(double));
@@ -404,7 +397,7 @@ static void test_transpose_permutations_and_round_trip(void **state)
         char what[64];
         snprintf(what, sizeof what, "transpose case %zu", ci);
         regc_test_assert_close(what, regc_test_download(be, y, total), want, total, 0.0, 0.0);
-        assert_bitwise_equal(what, regc_test_download(be, back, total), hx, total);
+        regc_test_assert_bitwise_equal(what, regc_test_download(be, back, total), hx, total);
     }
 }
 
@@ -709,7 +702,7 @@ static void test_results_do_not_depend_on_thread_count(void **state)
             res[t][i] = regc_test_download(d, outs[i], counts[i]);
     }
     for (int i = 0; i < N_OUT; i++)
-        assert_bitwise_equal(names[i], res[0][i], res[1][i], counts[i]);
+        regc_test_assert_bitwise_equal(names[i], res[0][i], res[1][i], counts[i]);
 }
 
 static void test_backend_by_name(void **state)

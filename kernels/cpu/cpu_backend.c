@@ -139,6 +139,11 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->attention_bwd = regc_cpu_attention_bwd;
     be->cross_entropy_fwd = regc_cpu_cross_entropy_fwd;
     be->cross_entropy_bwd = regc_cpu_cross_entropy_bwd;
+    be->elementwise = regc_cpu_elementwise;
+    be->add_layernorm_fwd = regc_cpu_add_layernorm_fwd;
+    be->add_rmsnorm_fwd = regc_cpu_add_rmsnorm_fwd;
+    be->layernorm_bwd_add = regc_cpu_layernorm_bwd_add;
+    be->rmsnorm_bwd_add = regc_cpu_rmsnorm_bwd_add;
     be->adamw = regc_cpu_adamw_step;
     be->destroy = cpu_destroy;
     return be;

@@ -89,7 +89,7 @@ void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const flo
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = a[i] + b[i];
+        out[i] = regc_cpu_addf(a[i], b[i]);
 }
 
 void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b,
@@ -101,7 +101,7 @@ void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float
         float *o = out + r * cols;     /* [cols] */
         const float *xr = x + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
-            o[c] = xr[c] + b[c];
+            o[c] = regc_cpu_addf(xr[c], b[c]);
     }
 }
 
@@ -123,7 +123,7 @@ void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dx[i] = dy[i] * regc_cpu_gelu_grad(x[i]);
+        dx[i] = regc_cpu_gelu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
@@ -131,14 +131,7 @@ void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const flo
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = a[i] * b[i];
-}
-
-/* sigmoid through the vectorisable exp; 1 / (1 + e^-x) saturates cleanly at
- * both ends (the exp is clamped, never inf) */
-static inline float cpu_sigmoid(float x)
-{
-    return 1.0f / (1.0f + regc_cpu_expf(-x));
+        out[i] = regc_cpu_mulf(a[i], b[i]);
 }
 
 void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
@@ -146,45 +139,32 @@ void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = x[i] * cpu_sigmoid(x[i]);
+        y[i] = regc_cpu_silu(x[i]);
 }
 
 void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-    /* d/dx x s(x) = s + x s (1 - s) */
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        const float s = cpu_sigmoid(x[i]);
-        dx[i] = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
-    }
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = regc_cpu_silu_dx(dy[i], x[i]);
 }
 
-#define CPU_INV_SQRT2 0.70710678118654752f   /* 1 / sqrt(2) */
-#define CPU_INV_SQRT2PI 0.39894228040143268f /* 1 / sqrt(2 pi) */
-
-/* erff is a scalar libm call (this form is not on the hot path of the GPT-2
- * models; BERT's exactness is the point) */
 void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * CPU_INV_SQRT2));
+        y[i] = regc_cpu_gelu_erf(x[i]);
 }
 
 void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x,
                            int64_t n)
 {
-    /* d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density */
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        const float xi = x[i];
-        const float cdf = 0.5f * (1.0f + erff(xi * CPU_INV_SQRT2));
-        const float pdf = CPU_INV_SQRT2PI * regc_cpu_expf(-0.5f * xi * xi);
-        dx[i] = dy[i] * (cdf + xi * pdf);
-    }
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = regc_cpu_gelu_erf_dx(dy[i], x[i]);
 }
 
 void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
@@ -192,16 +172,15 @@ void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        y[i] = regc_cpu_relu(x[i]);
 }
 
 void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-    /* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+        dx[i] = regc_cpu_relu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n)
@@ -209,5 +188,5 @@ void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (n >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = value * x[i];
+        y[i] = regc_cpu_scalef(value, x[i]);
 }

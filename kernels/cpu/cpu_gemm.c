@@ -105,7 +105,7 @@ static void cpu_apply_epilogue(const regc_gemm *g, int threads)
         switch (e) {
         case REGC_EPI_BIAS:
             for (int64_t j = 0; j < n; j++)
-                c[j] += g->bias[j];
+                c[j] = regc_cpu_addf(c[j], g->bias[j]);
             break;
         case REGC_EPI_GELU:
             for (int64_t j = 0; j < n; j++)
@@ -119,7 +119,7 @@ static void cpu_apply_epilogue(const regc_gemm *g, int threads)
             break;
         case REGC_EPI_BIAS_GELU_AUX:
             for (int64_t j = 0; j < n; j++) {
-                float pre = c[j] + g->bias[j];
+                float pre = regc_cpu_addf(c[j], g->bias[j]);
                 aux[j] = pre;
                 c[j] = regc_cpu_gelu(pre);
             }
@@ -127,7 +127,7 @@ static void cpu_apply_epilogue(const regc_gemm *g, int threads)
         case REGC_EPI_DGELU:
         case REGC_EPI_DGELU_BGRAD:
             for (int64_t j = 0; j < n; j++)
-                c[j] *= regc_cpu_gelu_grad(aux[j]);
+                c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
             break;
         default:
             break;

@@ -101,6 +101,77 @@ static inline float regc_cpu_gelu_grad(float x)
     return 1.0f / d + 2.0f * x * (e / (d * d)) * du;
 }
 
+/* The per-element expression of every elementwise kernel, shared by the
+ * single kernels and the fused chain (cpu_fused.c): one definition each, so
+ * a fused chain cannot drift from the kernels it replaces by a single bit. */
+static inline float regc_cpu_addf(float a, float b)
+{
+    return a + b;
+}
+
+static inline float regc_cpu_mulf(float a, float b)
+{
+    return a * b;
+}
+
+static inline float regc_cpu_scalef(float value, float x)
+{
+    return value * x;
+}
+
+static inline float regc_cpu_gelu_dx(float dy, float x)
+{
+    return dy * regc_cpu_gelu_grad(x);
+}
+
+/* sigmoid through the vectorisable exp; 1 / (1 + e^-x) saturates cleanly at
+ * both ends (the exp is clamped, never inf) */
+static inline float regc_cpu_sigmoid(float x)
+{
+    return 1.0f / (1.0f + regc_cpu_expf(-x));
+}
+
+static inline float regc_cpu_silu(float x)
+{
+    return x * regc_cpu_sigmoid(x);
+}
+
+/* d/dx x s(x) = s + x s (1 - s) */
+static inline float regc_cpu_silu_dx(float dy, float x)
+{
+    const float s = regc_cpu_sigmoid(x);
+    return dy * (s * (1.0f + x * (1.0f - s)));
+}
+
+#define REGC_CPU_INV_SQRT2 0.70710678118654752f   /* 1 / sqrt(2) */
+#define REGC_CPU_INV_SQRT2PI 0.39894228040143268f /* 1 / sqrt(2 pi) */
+
+/* erff is a scalar libm call (this form is not on the hot path of the GPT-2
+ * models; BERT's exactness is the point) */
+static inline float regc_cpu_gelu_erf(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * REGC_CPU_INV_SQRT2));
+}
+
+/* d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density */
+static inline float regc_cpu_gelu_erf_dx(float dy, float x)
+{
+    const float cdf = 0.5f * (1.0f + erff(x * REGC_CPU_INV_SQRT2));
+    const float pdf = REGC_CPU_INV_SQRT2PI * regc_cpu_expf(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+}
+
+static inline float regc_cpu_relu(float x)
+{
+    return x > 0.0f ? x : 0.0f;
+}
+
+/* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
+static inline float regc_cpu_relu_dx(float dy, float x)
+{
+    return x > 0.0f ? dy : 0.0f;
+}
+
 /* out[c] = sum over r < rows of x[r * ld + c]   (x: [rows, ld], out: [cols]) */
 void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
                           int threads);
@@ -156,6 +227,22 @@ void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const f
 void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n);
+
+void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
+                          float *const *out, const float *const *in);
+void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean,
+                                float *rstd, const float *a, const float *b, const float *w,
+                                const float *bias, int64_t rows, int64_t cols, float eps);
+void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd,
+                              const float *a, const float *b, const float *w, int64_t rows,
+                              int64_t cols, float eps);
+void regc_cpu_layernorm_bwd_add(regc_backend *be, float *dx, float *dw, float *db,
+                                const float *dres, const float *dy, const float *x,
+                                const float *w, const float *mean, const float *rstd,
+                                int64_t rows, int64_t cols);
+void regc_cpu_rmsnorm_bwd_add(regc_backend *be, float *dx, float *dw, const float *dres,
+                              const float *dy, const float *x, const float *w,
+                              const float *rstd, int64_t rows, int64_t cols);
 
 void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
                                 const float *logits, const int32_t *targets,

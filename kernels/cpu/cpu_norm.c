@@ -1,9 +1,38 @@
 /* cpu_norm.c — LayerNorm (the llm.c formulation) and RMSNorm (Llama's
- * LlamaRMSNorm, T5's T5LayerNorm) over the last axis, forward and backward.
+ * LlamaRMSNorm, T5's T5LayerNorm) over the last axis, forward and backward,
+ * and each fused with the residual add beside it (add + norm forward,
+ * norm backward + gradient add), sharing the row routines with the plain
+ * kernels so fused and unfused results are the same bits.
  * Row statistics are accumulated in double: the mean of 768 floats
  * otherwise loses digits the backward pass needs. */
 #include "cpu_kernels.h"
 #include "regc_common.h"
+
+/* One row of LayerNorm forward: the single kernel and the fused residual
+ * add + norm both run this, so their arithmetic is the same code. */
+static void layernorm_fwd_row(float *yr, float *mean_r, float *rstd_r, const float *xr,
+                              const float *w, const float *b, int64_t cols, float eps)
+{
+    double sum = 0.0;
+    for (int64_t c = 0; c < cols; c++)
+        sum += xr[c];
+    double mu = cols > 0 ? sum / (double)cols : 0.0;
+    double sq = 0.0;
+    for (int64_t c = 0; c < cols; c++) {
+        double d = xr[c] - mu;
+        sq += d * d;
+    }
+    /* biased variance, as PyTorch normalises */
+    double var = cols > 0 ? sq / (double)cols : 0.0;
+    float m = (float)mu;
+    float s = (float)(1.0 / sqrt(var + (double)eps));
+    for (int64_t c = 0; c < cols; c++) {
+        float n = (xr[c] - m) * s;
+        yr[c] = n * w[c] + b[c];
+    }
+    *mean_r = m;
+    *rstd_r = s;
+}
 
 void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd,
                             const float *x, const float *w, const float *b,
@@ -11,60 +40,63 @@ void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd
 {
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        layernorm_fwd_row(y + r * cols, &mean[r], &rstd[r], x + r * cols, w, b, cols, eps);
+}
+
+void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean,
+                                float *rstd, const float *a, const float *b, const float *w,
+                                const float *bias, int64_t rows, int64_t cols, float eps)
+{
+    /* the row of sum is written and then normalised while still in cache;
+     * sum may be a or b (each element is read before it is written) */
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols; /* [cols] */
-        float *yr = y + r * cols;       /* [cols] */
-        double sum = 0.0;
+        float *sr = sum + r * cols;     /* [cols] */
+        const float *ar = a + r * cols; /* [cols] */
+        const float *br = b + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
-            sum += xr[c];
-        double mu = cols > 0 ? sum / (double)cols : 0.0;
-        double sq = 0.0;
-        for (int64_t c = 0; c < cols; c++) {
-            double d = xr[c] - mu;
-            sq += d * d;
-        }
-        /* biased variance, as PyTorch normalises */
-        double var = cols > 0 ? sq / (double)cols : 0.0;
-        float m = (float)mu;
-        float s = (float)(1.0 / sqrt(var + (double)eps));
-        for (int64_t c = 0; c < cols; c++) {
-            float n = (xr[c] - m) * s;
-            yr[c] = n * w[c] + b[c];
-        }
-        mean[r] = m;
-        rstd[r] = s;
+            sr[c] = regc_cpu_addf(ar[c], br[c]);
+        layernorm_fwd_row(y + r * cols, &mean[r], &rstd[r], sr, w, bias, cols, eps);
     }
 }
 
-void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
-                            const float *dy, const float *x, const float *w,
-                            const float *mean, const float *rstd, int64_t rows, int64_t cols)
+/* One row of LayerNorm's dx; with dres non-NULL, dx = dres + that, the one
+ * float add the add kernel would do afterwards (dx may be dres). */
+static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, const float *xr,
+                              const float *w, float m, float s, int64_t cols)
 {
-    const int threads = regc_cpu_threads(be);
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;   /* [cols] */
-        const float *dyr = dy + r * cols; /* [cols] */
-        float *dxr = dx + r * cols;       /* [cols] */
-        const float m = mean[r], s = rstd[r];
-        double dnorm_sum = 0.0, dnorm_xhat_sum = 0.0;
+    double dnorm_sum = 0.0, dnorm_xhat_sum = 0.0;
+    for (int64_t c = 0; c < cols; c++) {
+        float xhat = (xr[c] - m) * s;
+        float dnorm = w[c] * dyr[c];
+        dnorm_sum += dnorm;
+        dnorm_xhat_sum += (double)dnorm * xhat;
+    }
+    const float dnorm_mean = cols > 0 ? (float)(dnorm_sum / (double)cols) : 0.0f;
+    const float dnorm_xhat_mean = cols > 0 ? (float)(dnorm_xhat_sum / (double)cols) : 0.0f;
+    if (dresr) {
         for (int64_t c = 0; c < cols; c++) {
             float xhat = (xr[c] - m) * s;
             float dnorm = w[c] * dyr[c];
-            dnorm_sum += dnorm;
-            dnorm_xhat_sum += (double)dnorm * xhat;
+            dxr[c] = regc_cpu_addf(dresr[c], (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
         }
-        const float dnorm_mean = cols > 0 ? (float)(dnorm_sum / (double)cols) : 0.0f;
-        const float dnorm_xhat_mean = cols > 0 ? (float)(dnorm_xhat_sum / (double)cols) : 0.0f;
+    } else {
         for (int64_t c = 0; c < cols; c++) {
             float xhat = (xr[c] - m) * s;
             float dnorm = w[c] * dyr[c];
             dxr[c] = (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s;
         }
     }
+}
 
-    /* dw, db: sums over rows, so threads own column blocks (no races, and
-     * the summation order is independent of the thread count) */
+/* dw, db: sums over rows, so threads own column blocks (no races, and the
+ * summation order is independent of the thread count) */
+static void layernorm_bwd_params(float *dw, float *db, const float *dy, const float *x,
+                                 const float *mean, const float *rstd, int64_t rows,
+                                 int64_t cols, int threads)
+{
     const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
 #pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t blk = 0; blk < n_blocks; blk++) {
@@ -88,48 +120,95 @@ void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
     }
 }
 
+static void layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db, const float *dres,
+                          const float *dy, const float *x, const float *w, const float *mean,
+                          const float *rstd, int64_t rows, int64_t cols)
+{
+    const int threads = regc_cpu_threads(be);
+#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        layernorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols,
+                          x + r * cols, w, mean[r], rstd[r], cols);
+    layernorm_bwd_params(dw, db, dy, x, mean, rstd, rows, cols, threads);
+}
+
+void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
+                            const float *dy, const float *x, const float *w,
+                            const float *mean, const float *rstd, int64_t rows, int64_t cols)
+{
+    layernorm_bwd(be, dx, dw, db, NULL, dy, x, w, mean, rstd, rows, cols);
+}
+
+void regc_cpu_layernorm_bwd_add(regc_backend *be, float *dx, float *dw, float *db,
+                                const float *dres, const float *dy, const float *x,
+                                const float *w, const float *mean, const float *rstd,
+                                int64_t rows, int64_t cols)
+{
+    layernorm_bwd(be, dx, dw, db, dres, dy, x, w, mean, rstd, rows, cols);
+}
+
+static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const float *w,
+                            int64_t cols, float eps)
+{
+    double sq = 0.0;
+    for (int64_t c = 0; c < cols; c++)
+        sq += (double)xr[c] * xr[c];
+    double ms = cols > 0 ? sq / (double)cols : 0.0;
+    float s = (float)(1.0 / sqrt(ms + (double)eps));
+    /* (x * rstd) * w: the order HF applies them in */
+    for (int64_t c = 0; c < cols; c++)
+        yr[c] = (xr[c] * s) * w[c];
+    *rstd_r = s;
+}
+
 void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x,
                           const float *w, int64_t rows, int64_t cols, float eps)
 {
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) \
     if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        rmsnorm_fwd_row(y + r * cols, &rstd[r], x + r * cols, w, cols, eps);
+}
+
+void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd,
+                              const float *a, const float *b, const float *w, int64_t rows,
+                              int64_t cols, float eps)
+{
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
+    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols; /* [cols] */
-        float *yr = y + r * cols;       /* [cols] */
-        double sq = 0.0;
+        float *sr = sum + r * cols;     /* [cols] */
+        const float *ar = a + r * cols; /* [cols] */
+        const float *br = b + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
-            sq += (double)xr[c] * xr[c];
-        double ms = cols > 0 ? sq / (double)cols : 0.0;
-        float s = (float)(1.0 / sqrt(ms + (double)eps));
-        /* (x * rstd) * w: the order HF applies them in */
-        for (int64_t c = 0; c < cols; c++)
-            yr[c] = (xr[c] * s) * w[c];
-        rstd[r] = s;
+            sr[c] = regc_cpu_addf(ar[c], br[c]);
+        rmsnorm_fwd_row(y + r * cols, &rstd[r], sr, w, cols, eps);
     }
 }
 
-void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy,
-                          const float *x, const float *w, const float *rstd, int64_t rows,
-                          int64_t cols)
+/* with xhat = x * rstd and g = w * dy: dx = rstd * (g - xhat * mean(g * xhat));
+ * with dres non-NULL, dx = dres + that (dx may be dres) */
+static void rmsnorm_bwd_row(float *dxr, const float *dresr, const float *dyr, const float *xr,
+                            const float *w, float s, int64_t cols)
 {
-    const int threads = regc_cpu_threads(be);
-    /* with xhat = x * rstd and g = w * dy: dx = rstd * (g - xhat * mean(g * xhat)) */
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;   /* [cols] */
-        const float *dyr = dy + r * cols; /* [cols] */
-        float *dxr = dx + r * cols;       /* [cols] */
-        const float s = rstd[r];
-        double gx_sum = 0.0;
+    double gx_sum = 0.0;
+    for (int64_t c = 0; c < cols; c++)
+        gx_sum += (double)(w[c] * dyr[c]) * (xr[c] * s);
+    const float gx_mean = cols > 0 ? (float)(gx_sum / (double)cols) : 0.0f;
+    if (dresr) {
         for (int64_t c = 0; c < cols; c++)
-            gx_sum += (double)(w[c] * dyr[c]) * (xr[c] * s);
-        const float gx_mean = cols > 0 ? (float)(gx_sum / (double)cols) : 0.0f;
+            dxr[c] = regc_cpu_addf(dresr[c], (w[c] * dyr[c] - (xr[c] * s) * gx_mean) * s);
+    } else {
         for (int64_t c = 0; c < cols; c++)
             dxr[c] = (w[c] * dyr[c] - (xr[c] * s) * gx_mean) * s;
     }
+}
 
-    /* dw: a sum over rows, so threads own column blocks (race-free, and the
-     * order does not depend on the thread count) */
+/* dw: a sum over rows, so threads own column blocks (race-free, and the
+ * order does not depend on the thread count) */
+static void rmsnorm_bwd_params(float *dw, const float *dy, const float *x, const float *rstd,
+                               int64_t rows, int64_t cols, int threads)
+{
     const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
 #pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t blk = 0; blk < n_blocks; blk++) {
@@ -146,4 +225,30 @@ void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *d
         for (int64_t j = 0; j < wd; j++)
             dw[c0 + j] = (float)acc[j];
     }
+}
+
+static void rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dres,
+                        const float *dy, const float *x, const float *w, const float *rstd,
+                        int64_t rows, int64_t cols)
+{
+    const int threads = regc_cpu_threads(be);
+#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        rmsnorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols,
+                        x + r * cols, w, rstd[r], cols);
+    rmsnorm_bwd_params(dw, dy, x, rstd, rows, cols, threads);
+}
+
+void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy,
+                          const float *x, const float *w, const float *rstd, int64_t rows,
+                          int64_t cols)
+{
+    rmsnorm_bwd(be, dx, dw, NULL, dy, x, w, rstd, rows, cols);
+}
+
+void regc_cpu_rmsnorm_bwd_add(regc_backend *be, float *dx, float *dw, const float *dres,
+                              const float *dy, const float *x, const float *w,
+                              const float *rstd, int64_t rows, int64_t cols)
+{
+    rmsnorm_bwd(be, dx, dw, dres, dy, x, w, rstd, rows, cols);
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -115,4 +116,11 @@ float *regc_test_host_uniform(size_t n, uint64_t seed, float center, float halfw
     float *h = regc_test_host_floats(n);
     regc_rng_fill_uniform(h, n, seed, center, halfwidth);
     return h;
+}
+
+void regc_test_assert_bitwise_equal(const char *what, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            fail_msg("%s: differs at [%zu]: %.9g vs %.9g", what, i, (double)a[i], (double)b[i]);
 }

@@ -24,6 +24,10 @@ double *regc_test_host_doubles(size_t n);
 /* n values of regc's random stream `seed`, uniform on center +- halfwidth */
 float *regc_test_host_uniform(size_t n, uint64_t seed, float center, float halfwidth);
 
+/* Fail unless a and b hold the same bits at every index (NaNs included);
+ * the message names `what` and the first index that differs. */
+void regc_test_assert_bitwise_equal(const char *what, const float *a, const float *b, size_t n);
+
 void regc_test_release_all(void);
 /* A CMocka teardown that calls regc_test_release_all(); always 0. */
 int regc_test_release_teardown(void **state);

@@ -1,0 +1,223 @@
+/* cpu_fused.c — the fused elementwise chain: one pass over memory for a
+ * straight-line program of elementwise steps (bias add + GELU, SiLU * up,
+ * GELU backward + scale, ...) instead of one pass per kernel. Elements are
+ * evaluated in blocks: every register of a block lives in a small array on
+ * the stack, so each step is a loop that vectorises and the intermediate
+ * values never leave L1. Each step calls the same per-element function as
+ * its single kernel (cpu_kernels.h), so the chain is bit-identical to the
+ * kernels run one by one. */
+#include "cpu_kernels.h"
+#include "regc_common.h"
+
+/* 24 registers of 256 floats: 24 KiB, within L1 beside the streams */
+#define CPU_EW_BLOCK 256
+#define CPU_EW_MAX_REGS (REGC_EW_MAX_INPUTS + REGC_EW_MAX_STEPS)
+
+static const char *ew_op_name(int op)
+{
+    switch (op) {
+    case REGC_EW_ADD: return "add";
+    case REGC_EW_MUL: return "mul";
+    case REGC_EW_SCALE: return "scale";
+    case REGC_EW_GELU: return "gelu";
+    case REGC_EW_GELU_BWD: return "gelu_bwd";
+    case REGC_EW_GELU_ERF: return "gelu_erf";
+    case REGC_EW_GELU_ERF_BWD: return "gelu_erf_bwd";
+    case REGC_EW_SILU: return "silu";
+    case REGC_EW_SILU_BWD: return "silu_bwd";
+    case REGC_EW_RELU: return "relu";
+    case REGC_EW_RELU_BWD: return "relu_bwd";
+    default: return NULL;
+    }
+}
+
+static int ew_op_binary(int op)
+{
+    return op == REGC_EW_ADD || op == REGC_EW_MUL || op == REGC_EW_GELU_BWD ||
+           op == REGC_EW_GELU_ERF_BWD || op == REGC_EW_SILU_BWD || op == REGC_EW_RELU_BWD;
+}
+
+/* the ops whose single kernels go parallel at REGC_CPU_PAR_MIN / 8 */
+static int ew_op_costly(int op)
+{
+    return op != REGC_EW_ADD && op != REGC_EW_MUL && op != REGC_EW_SCALE &&
+           op != REGC_EW_RELU && op != REGC_EW_RELU_BWD;
+}
+
+/* Everything the loop relies on, checked before it reads a byte: a bad
+ * program is refused with a message instead of reading outside the arrays. */
+static int ew_validate(const regc_ew_program *p, int64_t n, float *const *out,
+                       const float *const *in)
+{
+    if (!p)
+        return regc_error(REGC_ERR_ARG, "elementwise: no program");
+    if (n < 0)
+        return regc_error(REGC_ERR_ARG, "elementwise: negative element count %lld", (long long)n);
+    if (p->n_inputs < 0 || p->n_inputs > REGC_EW_MAX_INPUTS)
+        return regc_error(REGC_ERR_ARG, "elementwise: %d inputs, outside 0..%d", p->n_inputs,
+                          REGC_EW_MAX_INPUTS);
+    if (p->n_steps < 0 || p->n_steps > REGC_EW_MAX_STEPS)
+        return regc_error(REGC_ERR_ARG, "elementwise: %d steps, outside 0..%d", p->n_steps,
+                          REGC_EW_MAX_STEPS);
+    if (p->n_outputs < 0 || p->n_outputs > REGC_EW_MAX_OUTPUTS)
+        return regc_error(REGC_ERR_ARG, "elementwise: %d outputs, outside 0..%d", p->n_outputs,
+                          REGC_EW_MAX_OUTPUTS);
+    for (int i = 0; i < p->n_inputs; i++) {
+        if (p->period[i] < 0)
+            return regc_error(REGC_ERR_ARG, "elementwise: input %d has negative period %lld", i,
+                              (long long)p->period[i]);
+        if (n > 0 && (!in || !in[i]))
+            return regc_error(REGC_ERR_ARG, "elementwise: input %d is NULL", i);
+    }
+    for (int s = 0; s < p->n_steps; s++) {
+        const regc_ew_step *st = &p->steps[s];
+        const char *name = ew_op_name(st->op);
+        const int written = p->n_inputs + s; /* registers 0 .. written-1 hold values */
+        if (!name)
+            return regc_error(REGC_ERR_ARG, "elementwise: step %d has unknown op %d", s, st->op);
+        if (st->a >= written || (ew_op_binary(st->op) && st->b >= written))
+            return regc_error(REGC_ERR_ARG,
+                              "elementwise: step %d (%s) reads register %d before it is written "
+                              "(%d inputs; step %d writes register %d)",
+                              s, name, st->a >= written ? st->a : st->b, p->n_inputs, s, written);
+    }
+    for (int k = 0; k < p->n_outputs; k++) {
+        const int reg = p->out_reg[k];
+        if (reg >= p->n_inputs + p->n_steps)
+            return regc_error(REGC_ERR_ARG,
+                              "elementwise: output %d is register %d, but only registers 0..%d "
+                              "are written",
+                              k, reg, p->n_inputs + p->n_steps - 1);
+        if (n > 0 && (!out || !out[k]))
+            return regc_error(REGC_ERR_ARG, "elementwise: output %d is NULL", k);
+        /* a broadcast input is read at every block; overwriting it races */
+        for (int i = 0; n > 0 && i < p->n_inputs; i++)
+            if (p->period[i] > 0 && (const float *)out[k] == in[i])
+                return regc_error(REGC_ERR_ARG,
+                                  "elementwise: output %d overwrites input %d, which is "
+                                  "broadcast with period %lld",
+                                  k, i, (long long)p->period[i]);
+    }
+    return REGC_OK;
+}
+
+/* d[j] = step(a[j], b[j]) for j < len; d is a scratch register distinct
+ * from both sources (a and b may be the same register) */
+static void ew_apply(const regc_ew_step *st, float *restrict d, const float *restrict a,
+                     const float *restrict b, int64_t len)
+{
+    const float value = st->value;
+    switch (st->op) {
+    case REGC_EW_ADD:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_addf(a[j], b[j]);
+        break;
+    case REGC_EW_MUL:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_mulf(a[j], b[j]);
+        break;
+    case REGC_EW_SCALE:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_scalef(value, a[j]);
+        break;
+    case REGC_EW_GELU:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_gelu(a[j]);
+        break;
+    case REGC_EW_GELU_BWD:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_gelu_dx(a[j], b[j]);
+        break;
+    case REGC_EW_GELU_ERF:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_gelu_erf(a[j]);
+        break;
+    case REGC_EW_GELU_ERF_BWD:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_gelu_erf_dx(a[j], b[j]);
+        break;
+    case REGC_EW_SILU:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_silu(a[j]);
+        break;
+    case REGC_EW_SILU_BWD:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_silu_dx(a[j], b[j]);
+        break;
+    case REGC_EW_RELU:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_relu(a[j]);
+        break;
+    case REGC_EW_RELU_BWD:
+        for (int64_t j = 0; j < len; j++)
+            d[j] = regc_cpu_relu_dx(a[j], b[j]);
+        break;
+    default:
+        break; /* refused by ew_validate */
+    }
+}
+
+void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
+                          float *const *out, const float *const *in)
+{
+    int status = ew_validate(p, n, out, in);
+    if (status != REGC_OK) {
+        regc_cpu_set_failure(be, status);
+        return;
+    }
+    if (n == 0 || p->n_outputs == 0)
+        return;
+    const int n_in = p->n_inputs, n_steps = p->n_steps, n_out = p->n_outputs;
+
+    /* An input is read through a pointer into its array where it can be.
+     * One that is also an output is copied first: outputs are written after
+     * every step of the block, and an output may overwrite an input (in
+     * place), so the pass-through must hold the values from before. */
+    int is_output[REGC_EW_MAX_INPUTS] = {0};
+    for (int k = 0; k < n_out; k++)
+        if (p->out_reg[k] < n_in)
+            is_output[p->out_reg[k]] = 1;
+    int costly = 0;
+    for (int s = 0; s < n_steps; s++)
+        costly |= ew_op_costly(p->steps[s].op);
+    const int64_t par_min = costly ? REGC_CPU_PAR_MIN / 8 : REGC_CPU_PAR_MIN;
+
+    const int64_t n_blocks = (n + CPU_EW_BLOCK - 1) / CPU_EW_BLOCK;
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= par_min) schedule(static)
+    for (int64_t blk = 0; blk < n_blocks; blk++) {
+        _Alignas(64) float buf[CPU_EW_MAX_REGS][CPU_EW_BLOCK]; /* [regs, block] */
+        const float *reg[CPU_EW_MAX_REGS];
+        const int64_t e0 = blk * CPU_EW_BLOCK;
+        const int64_t len = n - e0 < CPU_EW_BLOCK ? n - e0 : CPU_EW_BLOCK;
+        for (int i = 0; i < n_in; i++) {
+            const int64_t period = p->period[i];
+            const int64_t start = period > 0 ? e0 % period : e0;
+            /* a broadcast block inside one period is a plain slice of its
+             * input too (never overwritten: ew_validate refuses that) */
+            if (!is_output[i] && (period == 0 || start + len <= period)) {
+                reg[i] = in[i] + start;
+                continue;
+            }
+            if (period == 0) {
+                memcpy(buf[i], in[i] + e0, (size_t)len * sizeof(float));
+            } else {
+                /* whole runs of the period, wrapping to its start */
+                for (int64_t j = 0, idx = start; j < len; idx = 0) {
+                    const int64_t run = period - idx < len - j ? period - idx : len - j;
+                    memcpy(buf[i] + j, in[i] + idx, (size_t)run * sizeof(float));
+                    j += run;
+                }
+            }
+            reg[i] = buf[i];
+        }
+        for (int s = 0; s < n_steps; s++) {
+            const regc_ew_step *st = &p->steps[s];
+            float *d = buf[n_in + s]; /* [len] */
+            ew_apply(st, d, reg[st->a], ew_op_binary(st->op) ? reg[st->b] : reg[st->a], len);
+            reg[n_in + s] = d;
+        }
+        /* every source here is a scratch register, never an output array */
+        for (int k = 0; k < n_out; k++)
+            memcpy(out[k] + e0, reg[p->out_reg[k]], (size_t)len * sizeof(float));
+    }
+}
