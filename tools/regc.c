@@ -1248,8 +1248,6 @@ static int cmd_coldstart(int argc, char **argv)
     int can_train = rc == REGC_OK && regc_model_vocab(base) >= 256;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double half_mem = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 0.0;
-    if (rc == REGC_OK && !a.json)
-        cold_print_header();
     for (int d = 0; rc == REGC_OK && d < a.n_layers; d++) {
         regc_model *m = NULL;
         rc = regc_model_with_layers(base, a.layers[d], &m);
@@ -1266,6 +1264,9 @@ static int cmd_coldstart(int argc, char **argv)
             if (rc == REGC_OK && can_train && need < half_mem)
                 rc = cold_train(base, &a, row);
             if (rc == REGC_OK) {
+                /* The header only above a row: a failed load prints nothing. */
+                if (!a.json && n_rows == 0)
+                    cold_print_header();
                 n_rows++;
                 rc = a.json ? cold_print_json(a.model, row) : cold_print_row(a.model, row);
             }
