@@ -109,3 +109,26 @@ double regc_time_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
+
+int regc_make_dirs(const char *dir)
+{
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path)
+        return regc_error(REGC_ERR_ARG, "%s: invalid directory name", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char c = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return regc_error(REGC_ERR_IO, "%s: cannot create directory: %s", path,
+                              strerror(errno));
+        path[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return regc_error(REGC_ERR_IO, "%s: not a directory", dir);
+    return REGC_OK;
+}

@@ -53,6 +53,9 @@ int regc_file_read_all(const char *path, char **out, size_t *size);
  * directory, fsync, rename. On failure nothing is left at `path` that was
  * not there before, and the temporary file is removed. */
 int regc_file_write_atomic(const char *path, const void *data, size_t size);
+/* mkdir -p: create dir and its missing parents (checkpoints go to fresh
+ * nested paths like runs/x/step100); an error names the path that failed. */
+int regc_make_dirs(const char *dir);
 /* Join a directory and a file name into buf (always NUL-terminated). */
 int regc_path_join(char *buf, size_t cap, const char *dir, const char *name);
 

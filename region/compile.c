@@ -3,7 +3,6 @@
  * the whole graph as one region, then link the step program. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "region_internal.h"
 
@@ -366,12 +365,6 @@ done:
 
 /* ---------------------------------------------------------------- dump_graphs */
 
-static int is_dir(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static int dump_file(const char *dir, const char *name, void (*write)(const void *, FILE *),
                      const void *what)
 {
@@ -395,9 +388,9 @@ static void write_program(const void *p, FILE *f) { regc_program_dump(p, f); }
  * program, as text, and the graphs as DOT. */
 static int dump_all(const regc_program *p, const char *dir)
 {
-    if (mkdir(dir, 0777) != 0 && !is_dir(dir))
-        return regc_error(REGC_ERR_IO, "%s: cannot create the dump directory", dir);
-    int rc = dump_file(dir, "flat.txt", write_graph, regc_program_graph(p));
+    int rc = regc_make_dirs(dir);
+    if (rc == REGC_OK)
+        rc = dump_file(dir, "flat.txt", write_graph, regc_program_graph(p));
     if (rc == REGC_OK)
         rc = dump_file(dir, "flat.dot", write_dot, regc_program_graph(p));
     for (int i = 0; i < regc_program_n_regions(p) && rc == REGC_OK; i++) {

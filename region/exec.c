@@ -20,11 +20,6 @@ struct regc_exec {
     int *readers_left;   /* [n_tensors] during a run */
 };
 
-static size_t tensor_bytes(const regc_tensor *t)
-{
-    return (size_t)regc_tensor_numel(t) * regc_dtype_size(t->dtype);
-}
-
 int regc_exec_new(const regc_graph *g, regc_backend *be, regc_exec **out)
 {
     *out = NULL;
@@ -326,7 +321,7 @@ static int allocate(regc_exec *x, int t)
     if (x->bound[t])
         return REGC_OK;
     const regc_tensor *tt = regc_graph_tensor(x->g, t);
-    size_t bytes = tensor_bytes(tt);
+    size_t bytes = (size_t)regc_tensor_bytes(tt);
     x->ptr[t] = x->be->alloc(x->be, bytes ? bytes : 1);
     if (!x->ptr[t])
         return regc_error(REGC_ERR_MEMORY, "out of memory for tensor %s (%zu bytes)", tt->name,

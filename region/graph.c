@@ -106,6 +106,11 @@ int64_t regc_tensor_numel(const regc_tensor *t)
     return n;
 }
 
+int64_t regc_tensor_bytes(const regc_tensor *t)
+{
+    return regc_tensor_numel(t) * (int64_t)regc_dtype_size(t->dtype);
+}
+
 /* ---------------------------------------------------------------- storage */
 
 regc_graph *regc_graph_new(void)

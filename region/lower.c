@@ -306,7 +306,7 @@ static int lower_node(lower_ctx *c, int i)
                 EMIT(K_COPY_2D, 1, o[p], in[0]);
             else
                 EMIT(K_COPY_2D, 1, o[0], in[p]);
-            x->refs[split ? 1 : 0].off += p * cols * 4;
+            x->refs[split ? 1 : 0].off += p * cols * (int64_t)sizeof(float);
             x->d[0] = rows, x->d[1] = cols;
             x->d[2] = split ? cols : cols * parts, x->d[3] = split ? cols * parts : cols;
         }
@@ -328,7 +328,7 @@ static int lower_node(lower_ctx *c, int i)
         break;
     case REGC_OP_RESHAPE:
         EMIT(K_COPY, 1, o[0], in[0]);
-        x->d[0] = numel(c, in[0]) * (int64_t)regc_dtype_size(T(c, in[0])->dtype);
+        x->d[0] = regc_tensor_bytes(T(c, in[0]));
         break;
     case REGC_OP_TRANSPOSE: {
         const regc_tensor *t = T(c, in[0]);
@@ -498,17 +498,13 @@ static int ew_try(const lower_ctx *c, ew_group *gr, int i)
 static int emit_group(lower_ctx *c, const ew_group *gr, regc_ew_program *prog)
 {
     memset(prog, 0, sizeof *prog);
-    int n_t = regc_graph_n_tensors(c->g);
-    int reg_of_small[REGC_EW_MAX_INPUTS + REGC_EW_MAX_STEPS];
+    /* register r holds tensor tensor_of[r]: the inputs, then one per step */
     int tensor_of[REGC_EW_MAX_INPUTS + REGC_EW_MAX_STEPS];
-    (void)n_t;
     int n_regs = 0;
     int64_t n = numel(c, regc_graph_node(c->g, gr->members[0])->out[0]);
     for (int k = 0; k < gr->n_inputs; k++) {
-        tensor_of[n_regs] = gr->inputs[k];
-        reg_of_small[n_regs] = n_regs;
+        tensor_of[n_regs++] = gr->inputs[k];
         prog->period[k] = numel(c, gr->inputs[k]) == n ? 0 : numel(c, gr->inputs[k]);
-        n_regs++;
     }
     prog->n_inputs = gr->n_inputs;
     for (int m = 0; m < gr->n_members; m++) {
@@ -516,17 +512,11 @@ static int emit_group(lower_ctx *c, const ew_group *gr, regc_ew_program *prog)
         regc_ew_step *s = &prog->steps[m];
         s->op = (uint8_t)ew_op_of(x->op);
         s->value = x->attrs.value;
-        for (int k = 0; k < x->n_in; k++)
+        for (int k = 0; k < x->n_in && k < 2; k++)
             for (int r = 0; r < n_regs; r++)
-                if (tensor_of[r] == x->in[k]) {
-                    if (k == 0)
-                        s->a = (uint8_t)reg_of_small[r];
-                    else
-                        s->b = (uint8_t)reg_of_small[r];
-                }
-        tensor_of[n_regs] = x->out[0];
-        reg_of_small[n_regs] = n_regs;
-        n_regs++;
+                if (tensor_of[r] == x->in[k])
+                    *(k == 0 ? &s->a : &s->b) = (uint8_t)r;
+        tensor_of[n_regs++] = x->out[0];
     }
     prog->n_steps = gr->n_members;
     prog->n_outputs = gr->n_outputs;

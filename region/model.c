@@ -713,37 +713,13 @@ int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
     return REGC_OK;
 }
 
-/* mkdir -p: checkpoints go to fresh nested paths like runs/x/step100. */
-static int make_dirs(const char *dir)
-{
-    char path[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof path)
-        return regc_error(REGC_ERR_ARG, "%s: invalid directory name", dir);
-    memcpy(path, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (path[i] != '/' && path[i] != '\0')
-            continue;
-        char c = path[i];
-        path[i] = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return regc_error(REGC_ERR_IO, "%s: cannot create directory: %s", path,
-                              strerror(errno));
-        path[i] = c;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return regc_error(REGC_ERR_IO, "%s: not a directory", dir);
-    return REGC_OK;
-}
-
 int regc_model_save(const regc_model *m, const char *dir)
 {
     if (!m->weights)
         return regc_error(REGC_ERR_ARG,
                           "%s: cannot save %s: the model has no weights yet (shape-only)", dir,
                           m->source);
-    int rc = make_dirs(dir);
+    int rc = regc_make_dirs(dir);
     if (rc < 0)
         return rc;
     char path[4096];

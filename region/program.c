@@ -140,7 +140,7 @@ static int grad_buf_for(lazy_ctx *c, int t, int *rc)
     if (c->param_grad[t] >= 0)
         return c->param_grad[t];
     const regc_tensor *x = regc_graph_tensor(c->g, t);
-    int b = new_buf(c->p, BUF_ARENA, regc_tensor_numel(x) * 4, 0);
+    int b = new_buf(c->p, BUF_ARENA, regc_tensor_bytes(x), 0);
     if (b < 0)
         *rc = b;
     return b;
@@ -222,7 +222,7 @@ static int make_values(lazy_ctx *c, const int64_t *param_offset)
         c->val[t] = c->grad[t] = c->param_grad[t] = -1;
     for (int t = 0, k = 0; t < n_t; t++) {
         const regc_tensor *x = regc_graph_tensor(g, t);
-        int64_t bytes = regc_tensor_numel(x) * (int64_t)regc_dtype_size(x->dtype);
+        int64_t bytes = regc_tensor_bytes(x);
         if (x->role == REGC_ROLE_INPUT) {
             p->inputs[k] = t;
             c->val[t] = new_buf(p, BUF_INPUT, bytes, k++);
@@ -238,7 +238,7 @@ static int make_values(lazy_ctx *c, const int64_t *param_offset)
         const regc_compiled_region *r = p->regions[pc->region];
         for (int k = 0; k < r->n_out; k++) {
             const regc_tensor *x = regc_graph_tensor(g, pc->out[k]);
-            if ((c->val[pc->out[k]] = new_buf(p, BUF_ARENA, regc_tensor_numel(x) * (int64_t)regc_dtype_size(x->dtype), 0)) < 0)
+            if ((c->val[pc->out[k]] = new_buf(p, BUF_ARENA, regc_tensor_bytes(x), 0)) < 0)
                 return c->val[pc->out[k]];
         }
         if ((pc->saved_buf = new_buf(p, BUF_ARENA, r->saved_bytes, 0)) < 0)

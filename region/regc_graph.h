@@ -189,6 +189,7 @@ int regc_dtype_from_name(const char *name); /* dtype or -1 */
 size_t regc_dtype_size(regc_dtype t);
 const char *regc_role_name(regc_role r);
 int64_t regc_tensor_numel(const regc_tensor *t);
+int64_t regc_tensor_bytes(const regc_tensor *t); /* numel x dtype size */
 
 /* ---- text and JSON forms */
 /* A readable listing: one line per tensor input/parameter, one per node. */

@@ -29,11 +29,6 @@ void regc_compiled_region_free(regc_compiled_region *r)
     free(r);
 }
 
-static int64_t tensor_bytes(const regc_tensor *t)
-{
-    return regc_tensor_numel(t) * (int64_t)regc_dtype_size(t->dtype);
-}
-
 /* The region graph: formals as inputs (parameters stay parameters, so
  * dumps read naturally), then the nodes in the given order. map[] takes
  * graph tensor ids to region ids for the formals and node outputs. */
@@ -147,7 +142,7 @@ static int new_slot(regc_compiled_region *r, regc_slot_kind kind, int index, int
 {
     regc_slot *sl = &r->slots[r->n_slots];
     *sl = (regc_slot){.kind = kind, .index = index, .alias = -1, .tensor = tensor,
-                      .bytes = tensor_bytes(regc_graph_tensor(r->graph, tensor))};
+                      .bytes = regc_tensor_bytes(regc_graph_tensor(r->graph, tensor))};
     return r->n_slots++;
 }
 

@@ -79,11 +79,6 @@ static void *device_alloc(trainer *t, size_t bytes, int *rc)
     return p;
 }
 
-static size_t tensor_bytes(const regc_tensor *x)
-{
-    return (size_t)regc_tensor_numel(x) * regc_dtype_size(x->dtype);
-}
-
 /* A host and a device buffer for every input the step program reads: the
  * architecture fills them per batch (regc_model_fill_inputs). */
 static int alloc_inputs(trainer *t)
@@ -97,8 +92,8 @@ static int alloc_inputs(trainer *t)
         const regc_tensor *x = regc_program_input(t->program, i);
         regc_input *in = &t->inputs[t->n_inputs];
         in->tensor = x;
-        in->host = malloc(tensor_bytes(x) + 1);
-        t->d_inputs[t->n_inputs++] = device_alloc(t, tensor_bytes(x) + 1, &rc);
+        in->host = malloc((size_t)regc_tensor_bytes(x) + 1);
+        t->d_inputs[t->n_inputs++] = device_alloc(t, (size_t)regc_tensor_bytes(x) + 1, &rc);
         if (rc == REGC_OK && !in->host)
             rc = regc_error(REGC_ERR_MEMORY, "out of memory");
     }
@@ -139,7 +134,7 @@ static int train_step(trainer *t, const regc_train_options *o, int step, float *
     /* constant inputs reached the device with the first batch */
     for (int i = 0; i < t->n_inputs; i++)
         if (step == 0 || !t->inputs[i].constant)
-            be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, tensor_bytes(t->inputs[i].tensor));
+            be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, (size_t)regc_tensor_bytes(t->inputs[i].tensor));
     if ((rc = regc_program_run(t->program)))
         return rc;
     be->copy_d2h(be, loss, regc_program_loss(t->program), sizeof(float));

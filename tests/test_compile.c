@@ -235,6 +235,42 @@ static void test_with_layers_errors(void **state)
     regc_model_free(x), regc_model_free(y), regc_model_free(m);
 }
 
+/* A backend without a kernel the program needs: the run stops with an
+ * error naming the kernel, before reading anything it did not write. */
+static void test_missing_kernel(void **state)
+{
+    (void)state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), 0);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    regc_program *p = NULL;
+    assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, NULL), 0);
+    regc_backend *be = regc_backend_new("cpu", 1);
+    assert_non_null(be);
+    be->add_layernorm_fwd = NULL;
+    size_t bytes = (size_t)regc_model_total_numel(m) * sizeof(float);
+    float *params = be->alloc(be, bytes), *grads = be->alloc(be, bytes);
+    void *inputs[8] = {0};
+    assert_true(regc_program_n_inputs(p) <= 8);
+    for (int i = 0; i < regc_program_n_inputs(p); i++) {
+        size_t b = (size_t)regc_tensor_bytes(regc_program_input(p, i));
+        inputs[i] = be->alloc(be, b);
+        be->fill(be, inputs[i], b / sizeof(float), 0.0f); /* token 0 everywhere */
+    }
+    be->fill(be, params, bytes / sizeof(float), 0.0f);
+    assert_int_equal(regc_program_bind(p, be, params, grads, inputs), 0);
+    assert_true(regc_program_run(p) < 0);
+    assert_non_null(strstr(regc_error_message(), "add_layernorm_fwd"));
+    regc_program_free(p);
+    for (int i = 0; i < 8; i++)
+        if (inputs[i])
+            be->free(be, inputs[i]);
+    be->free(be, params), be->free(be, grads);
+    regc_backend_free(be);
+    regc_model_free(m);
+}
+
 static int dir_setup(void **state) { return regc_test_dir_setup(state, "compile", NULL); }
 
 int main(void)
@@ -248,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_memory_plan),
         regc_test_in_dir(test_dump_graphs, dir_setup),
         cmocka_unit_test(test_with_layers_errors),
+        cmocka_unit_test(test_missing_kernel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1006,7 +1006,7 @@ static int cold_compile(const regc_model *m, const cold_args *a, cold_row *row,
             *input_bytes = 0;
             for (int i = 0; i < regc_program_n_inputs(p); i++) {
                 const regc_tensor *in = regc_program_input(p, i);
-                *input_bytes += regc_tensor_numel(in) * (int64_t)regc_dtype_size(in->dtype);
+                *input_bytes += regc_tensor_bytes(in);
             }
         }
         regc_program_free(p);
