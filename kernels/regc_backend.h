@@ -108,6 +108,9 @@ typedef struct regc_backend regc_backend;
 
 struct regc_backend {
     const char *name;
+    /* what compiled code is specific to, for compile-cache keys: "cpu",
+     * or "cuda sm_90" with the GPU's compute capability */
+    const char *device;
     void *ctx; /* the implementation's own state */
 
     /* memory; alloc returns NULL on failure (the message is set) */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "region_internal.h"
+#include "serial.h"
 
 void regc_compile_options_default(regc_compile_options *o)
 {
@@ -62,6 +63,8 @@ typedef struct {
 
 typedef struct {
     const regc_graph *g;
+    const regc_compile_options *o;
+    regc_compile_stats *st;
     const char *needs;
     int n_pieces, cap;
     piece_plan *pieces;
@@ -154,10 +157,120 @@ static int plan_glue(pipeline *pl, int region, int *nodes, int n)
     return rc;
 }
 
+/* ---------------------------------------------------------------- the compile cache */
+
+static int use_cache(const regc_compile_options *o) { return o->cache && !o->dump_dir; }
+
+/* Every key starts with the target the code is compiled for. */
+static void put_target(regc_bytes *b, const regc_compile_options *o)
+{
+    regc_bytes_put_str(b, o->device ? o->device : "cpu");
+}
+
+/* One region: read from the cache when an entry for its canonical form is
+ * there, else compiled (counted in *compiles) and stored. */
+static int region_cached(pipeline *pl, const regc_region_spec *spec, regc_level level,
+                         int *compiles, regc_compiled_region **out)
+{
+    const regc_compile_options *o = pl->o;
+    regc_bytes canon = {0}, payload = {0};
+    int rc = REGC_OK, hit = 0;
+    if (use_cache(o)) {
+        double t0 = regc_time_ms();
+        put_target(&canon, o);
+        if ((rc = regc_region_canon(pl->g, spec, level, &canon)) == REGC_OK)
+            hit = regc_cache_get(o->cache, &canon, &payload);
+        if (hit < 0)
+            rc = hit;
+        if (hit > 0) {
+            regc_reader rd = regc_reader_of(payload.data, payload.len);
+            hit = regc_region_read(&rd, out) == REGC_OK && rd.p == rd.end;
+            if (hit) { /* the kind's name in this step, not the one it was stored under */
+                free((*out)->name);
+                if (!((*out)->name = strdup(spec->name)))
+                    rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+            } else {
+                regc_compiled_region_free(*out);
+                *out = NULL;
+                fprintf(stderr, "regc: cache: region %s: malformed entry; compiling afresh\n", spec->name);
+            }
+        }
+        pl->st->cache_ms += regc_time_ms() - t0;
+    }
+    if (rc == REGC_OK && hit) {
+        pl->st->cache_hits++;
+    } else if (rc == REGC_OK) {
+        ++*compiles;
+        rc = regc_region_compile(pl->g, spec, level, out);
+        if (rc == REGC_OK && use_cache(o)) {
+            char label[160];
+            snprintf(label, sizeof label, "region: %d nodes, %d inputs, %d outputs, %s, %s",
+                     spec->n_nodes, spec->n_in, spec->n_out, regc_level_name(level),
+                     o->device ? o->device : "cpu");
+            regc_bytes_free(&payload);
+            regc_region_write(*out, &payload);
+            rc = payload.failed ? regc_error(REGC_ERR_MEMORY, "compile: out of memory")
+                                : regc_cache_put(o->cache, &canon, label, &payload);
+            pl->st->cache_misses++;
+        }
+    }
+    regc_bytes_free(&canon), regc_bytes_free(&payload);
+    return rc;
+}
+
+/* What decides a whole step program: the target, the options and the
+ * model's structure at this batch and sequence. */
+static int step_canon(const regc_model *m, int64_t batch, int64_t seq, const regc_compile_options *o,
+                      regc_bytes *b)
+{
+    put_target(b, o);
+    regc_bytes_put_str(b, "step");
+    regc_bytes_put_u64(b, (uint64_t)o->level);
+    regc_bytes_put_u64(b, (uint64_t)(o->regional != 0));
+    regc_bytes_put_u64(b, (uint64_t)(o->inline_back && o->level != REGC_LEVEL_O0));
+    regc_bytes_put_i64(b, batch);
+    regc_bytes_put_i64(b, seq);
+    return regc_model_write_structure(m, b);
+}
+
+/* A step program stored earlier for the same canonical form: 1 and *out,
+ * or 0 (a miss, also when the entry does not decode). */
+static int step_from_cache(const regc_compile_options *o, const regc_bytes *canon,
+                           regc_program **out, regc_compile_stats *st)
+{
+    regc_bytes payload = {0};
+    int hit = regc_cache_get(o->cache, canon, &payload);
+    if (hit > 0 && regc_program_read(payload.data, payload.len, out, st) != REGC_OK) {
+        fprintf(stderr, "regc: cache: %s; compiling afresh\n", regc_error_message());
+        hit = 0;
+    }
+    regc_bytes_free(&payload);
+    return hit;
+}
+
+static int step_to_cache(const regc_model *m, int64_t batch, int64_t seq, const regc_compile_options *o,
+                         const regc_bytes *canon, const regc_program *p, regc_compile_stats *st)
+{
+    char desc[256], label[400];
+    regc_model_describe(m, desc, sizeof desc);
+    snprintf(label, sizeof label, "step: %s; batch %lld, seq %lld, %s, %s, %s", desc,
+             (long long)batch, (long long)seq, regc_level_name(o->level),
+             o->regional ? "regional" : "full", o->device ? o->device : "cpu");
+    regc_bytes payload = {0};
+    regc_program_write(p, st, &payload);
+    int rc = payload.failed ? regc_error(REGC_ERR_MEMORY, "compile: out of memory")
+                            : regc_cache_put(o->cache, canon, label, &payload);
+    regc_bytes_free(&payload);
+    st->cache_misses++;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- regions */
+
 /* Compile region `region` from the pieces that instantiate it; the first
  * one gives the nodes. */
 static int compile_region(pipeline *pl, regc_program *prog, int region, const int *nodes,
-                          int n_nodes, const char *name, regc_level level)
+                          int n_nodes, const char *name, regc_level level, int *compiles)
 {
     const piece_plan *first = NULL;
     int n_in = 0, n_out = 0;
@@ -187,7 +300,7 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
                              .in = first->in, .out = first->out, .in_needs_grad = in_needs,
                              .in_seeded = seeded, .out_has_grad = out_grad, .name = name};
     regc_compiled_region *r;
-    if ((rc = regc_region_compile(pl->g, &spec, level, &r)))
+    if ((rc = region_cached(pl, &spec, level, compiles, &r)))
         goto done;
     if ((rc = regc_program_add_region(prog, r)) >= 0)
         rc = REGC_OK;
@@ -235,7 +348,7 @@ static int compile_regional(pipeline *pl, regc_program *prog, const regc_blocks 
         qsort(sorted, (size_t)kind->n_nodes, sizeof *sorted, cmp_int);
         char name[64];
         snprintf(name, sizeof name, "layer kind %d", k);
-        rc = compile_region(pl, prog, k, sorted, kind->n_nodes, name, level);
+        rc = compile_region(pl, prog, k, sorted, kind->n_nodes, name, level, &st->region_compiles);
         free(sorted);
         sorted = NULL;
     }
@@ -245,14 +358,13 @@ static int compile_regional(pipeline *pl, regc_program *prog, const regc_blocks 
             continue;
         char name[64];
         snprintf(name, sizeof name, "glue %d", gi);
-        rc = compile_region(pl, prog, n_kinds + gi++, glue_nodes[s], seg->n_nodes, name, level);
+        rc = compile_region(pl, prog, n_kinds + gi++, glue_nodes[s], seg->n_nodes, name, level,
+                            &st->glue_compiles);
     }
     for (int s = 0; s < n_seg; s++)
         free(glue_nodes[s]);
     free(glue_nodes);
     st->region_kinds = n_kinds;
-    st->region_compiles = n_kinds;
-    st->glue_compiles = n_glue;
     for (int k = 0; k < n_kinds; k++)
         st->instances += regc_blocks_kind(b, k)->n_instances;
     return rc;
@@ -268,9 +380,8 @@ static int compile_full(pipeline *pl, regc_program *prog, regc_level level, regc
         nodes[i] = i;
     int rc = plan_glue(pl, 0, nodes, n);
     if (rc == REGC_OK)
-        rc = compile_region(pl, prog, 0, nodes, n, "whole step", level);
+        rc = compile_region(pl, prog, 0, nodes, n, "whole step", level, &st->region_compiles);
     free(nodes);
-    st->region_compiles = 1;
     return rc;
 }
 
@@ -292,13 +403,32 @@ int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
     if (!st)
         st = &local;
     memset(st, 0, sizeof *st);
+    regc_bytes canon = {0};
+    int rc = REGC_OK;
+    if (use_cache(o)) {
+        double c0 = regc_time_ms();
+        if ((rc = step_canon(m, batch, seq, o, &canon)) == REGC_OK &&
+            (rc = step_from_cache(o, &canon, out, st)) > 0) {
+            regc_bytes_free(&canon);
+            st->cache_hits = 1;
+            st->cache_ms = regc_time_ms() - c0;
+            return REGC_OK;
+        }
+        st->cache_ms = regc_time_ms() - c0;
+        if (rc < 0) {
+            regc_bytes_free(&canon);
+            return rc;
+        }
+    }
     double t0 = regc_time_ms();
     regc_graph *g = NULL;
-    int rc = regc_model_build_graph(m, batch, seq, &g);
-    if (rc)
+    if ((rc = regc_model_build_graph(m, batch, seq, &g))) {
+        regc_bytes_free(&canon);
         return rc;
+    }
     if (regc_graph_n_outputs(g) < 1) {
         regc_graph_free(g);
+        regc_bytes_free(&canon);
         return regc_error(REGC_ERR_ARG, "model graph has no loss output");
     }
     double t1 = regc_time_ms();
@@ -306,10 +436,11 @@ int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
     regc_program *prog = regc_program_new(g, o->level);
     if (!prog) {
         regc_graph_free(g);
+        regc_bytes_free(&canon);
         return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
     }
     int n_t = regc_graph_n_tensors(g);
-    pipeline pl = {.g = g};
+    pipeline pl = {.g = g, .o = o, .st = st};
     int64_t *param_offset = calloc((size_t)n_t + 1, sizeof *param_offset);
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));
     pl.mark = malloc(((size_t)n_t + 1) * sizeof(int));
@@ -353,9 +484,12 @@ int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
     st->inline_ms = regc_time_ms() - l0;
     if (o->dump_dir && (rc = dump_all(prog, o->dump_dir)))
         goto done;
+    if (use_cache(o) && (rc = step_to_cache(m, batch, seq, o, &canon, prog, st)))
+        goto done;
     *out = prog;
     prog = NULL;
 done:
+    regc_bytes_free(&canon);
     regc_program_free(prog);
     regc_blocks_free(blocks);
     pipeline_free(&pl);

@@ -22,6 +22,9 @@ struct regc_config {
     /* compile: -1 / NULL where the file leaves the key unset */
     int regional, inline_back, level;
     char *backend, *dump_dir;
+    int has_cache_dir; /* cache_dir given: a directory, or null for no cache */
+    char *cache_dir;
+    int64_t cache_max_mb; /* -1: unset */
     /* train */
     char *model, *weights, *data, *save;
     int64_t steps, batch, seq, threads; /* -1: unset */
@@ -215,10 +218,11 @@ static int read_compile(const load_ctx *x, const cJSON *obj)
         } else if (!strcmp(k, "dump_graphs")) {
             rc = read_string(x, key, it, &c->dump_dir);
         } else if (!strcmp(k, "cache_dir")) {
-            return regc_error(REGC_ERR_UNSUPPORTED,
-                              "%s: %s: not supported yet (compiled regions are not cached "
-                              "across runs)",
-                              x->file, key);
+            c->has_cache_dir = 1;
+            rc = read_string(x, key, it, &c->cache_dir);
+        } else if (!strcmp(k, "cache_max_mb")) {
+            rc = read_int(x, key, it, 1, INT64_C(1) << 40, "an integer >= 1 (megabytes)",
+                          &c->cache_max_mb);
         } else {
             return regc_error(REGC_ERR_FORMAT, "%s: %s: unknown key", x->file, key);
         }
@@ -372,7 +376,7 @@ int regc_config_load(const char *path, regc_config **out)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     }
     c->regional = c->inline_back = c->level = c->json = -1;
-    c->steps = c->batch = c->seq = c->threads = -1;
+    c->steps = c->batch = c->seq = c->threads = c->cache_max_mb = -1;
     load_ctx x = {.file = path, .c = c};
     rc = read_root(&x, root);
     cJSON_Delete(root);
@@ -389,7 +393,7 @@ void regc_config_free(regc_config *c)
     if (!c)
         return;
     free(c->backend);
-    free(c->dump_dir);
+    free(c->dump_dir), free(c->cache_dir);
     free(c->model);
     free(c->weights);
     free(c->data);
@@ -409,6 +413,10 @@ void regc_config_apply(const regc_config *c, regc_train_options *o)
         o->compile.level = (regc_level)c->level;
     if (c->dump_dir)
         o->compile.dump_dir = c->dump_dir;
+    if (c->has_cache_dir)
+        o->cache_dir = c->cache_dir;
+    if (c->cache_max_mb > 0)
+        o->cache_max_bytes = c->cache_max_mb << 20;
     if (c->backend)
         o->backend = c->backend;
     if (c->data)

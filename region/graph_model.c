@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "serial.h"
 
 typedef struct {
     regc_graph *graph; /* as read; build_graph hands out copies */
@@ -200,6 +201,13 @@ static void graph_describe(const regc_model *m, char *buf, size_t cap)
              m->weights ? "" : " (shape only)", c->batch, c->seq, m->vocab);
 }
 
+/* The graph itself (its batch and sequence are in its shapes). */
+static int graph_write_structure(const regc_model *m, regc_bytes *b)
+{
+    const graph_config *c = m->cfg;
+    return regc_graph_canon(c->graph, b);
+}
+
 const regc_arch regc_arch_graph = {
     .model_type = "graph",
     .optional_prefix = NULL,
@@ -210,5 +218,6 @@ const regc_arch regc_arch_graph = {
     .build_graph = graph_build_graph,
     .write_config = graph_write_config,
     .describe = graph_describe,
+    .write_structure = graph_write_structure,
     .save_files = graph_save_files,
 };

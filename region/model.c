@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "model_internal.h"
+#include "serial.h"
 
 static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama, &regc_arch_bert,
                                                &regc_arch_t5};
@@ -543,6 +544,23 @@ int regc_model_has_weights(const regc_model *m) { return m->weights != NULL; }
 int regc_model_n_params(const regc_model *m) { return m->n_params; }
 int64_t regc_model_total_numel(const regc_model *m) { return m->total_numel; }
 float *regc_model_weights(regc_model *m) { return m->weights; }
+
+int regc_model_write_structure(const regc_model *m, regc_bytes *b)
+{
+    regc_bytes_put_str(b, m->arch->model_type);
+    if (m->arch->write_structure)
+        return m->arch->write_structure(m, b);
+    /* config.json round-trips the model (save, reload): it holds every
+     * field build_graph reads */
+    cJSON *cfg = m->arch->write_config(m);
+    char *text = cfg ? cJSON_PrintUnformatted(cfg) : NULL;
+    cJSON_Delete(cfg);
+    if (!text)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    regc_bytes_put_str(b, text);
+    cJSON_free(text);
+    return b->failed ? regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source) : REGC_OK;
+}
 
 void regc_model_describe(const regc_model *m, char *buf, size_t cap)
 {

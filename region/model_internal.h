@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "regc.h"
+#include "regc_bytes.h"
 
 typedef struct {
     char *name; /* the checkpoint name, e.g. "transformer.h.0.ln_1.weight" */
@@ -56,6 +57,10 @@ struct regc_arch {
     /* A new config.json object (caller deletes), or NULL when out of memory. */
     cJSON *(*write_config)(const regc_model *m);
     void (*describe)(const regc_model *m, char *buf, size_t cap);
+    /* Optional: what build_graph builds from, as canonical bytes for the
+     * compile cache's keys (parameter names left out); when NULL, the
+     * config written by write_config. */
+    int (*write_structure)(const regc_model *m, regc_bytes *b);
     /* Optional: write the files that describe the model (other than
      * model.safetensors) into dir; when set, it replaces config.json. */
     int (*save_files)(const regc_model *m, const char *dir);

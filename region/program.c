@@ -18,46 +18,6 @@
 
 #define ARENA_ALIGN 64
 
-/* One piece of the step: an instance of a compiled region. */
-typedef struct {
-    int region;
-    int *in, *out;   /* [n_in], [n_out] graph tensors bound to the formals */
-    int saved_buf;   /* lazy: this instance's saved block */
-} piece;
-
-/* A lazy step: a call, or a program-level instruction (gradient seeds). */
-typedef struct {
-    int piece;       /* -1: instr */
-    int backward;
-    regc_ref *bind;  /* [n_slots] of the region, for calls */
-    regc_instr instr;
-} lazy_step;
-
-struct regc_program {
-    regc_level level;
-    int lazy;
-    regc_graph *graph;
-    int n_regions;
-    regc_compiled_region **regions;
-    int n_pieces;
-    piece *pieces;
-    int n_steps;
-    lazy_step *steps;
-    int n_instr;
-    regc_instr *instr;   /* the flat program (inline back) */
-    int n_bufs, cap_bufs;
-    regc_buf *bufs;
-    int n_inputs;
-    int *inputs;         /* graph tensor ids */
-    regc_ref loss;
-    int64_t arena_bytes, lower_bound;
-    int fused_pairs, reordered;
-    /* bound memory */
-    regc_backend *be;
-    void *arena;
-    char **ptr;          /* [n_bufs] base pointers */
-};
-
 static int new_buf(regc_program *p, regc_buf_kind kind, int64_t bytes, int64_t offset)
 {
     if (p->n_bufs == p->cap_bufs) {

@@ -10,6 +10,7 @@
 
 #include "regc_common.h"
 #include "regc_backend.h"
+#include "regc_cache.h"
 #include "regc_graph.h"
 
 /* ======================================================================
@@ -178,6 +179,13 @@ typedef struct {
      * inline back. O0 always runs lazily. */
     int inline_back;
     const char *dump_dir; /* compile.dump_graphs: NULL, or a directory */
+    /* The compile cache (regc_cache_open), or NULL. With a cache, a step
+     * compiled before loads whole, and a layer compiled before (for another
+     * depth, say) loads instead of compiling. Dumps always compile. */
+    regc_cache *cache;
+    /* The target, part of every cache key: regc_backend's device ("cpu",
+     * "cuda sm_90"); NULL is "cpu". */
+    const char *device;
 } regc_compile_options;
 
 void regc_compile_options_default(regc_compile_options *o);
@@ -200,6 +208,9 @@ typedef struct {
     int64_t peak_bytes;     /* of the activation memory plan (0 at O0) */
     int64_t lower_bound_bytes; /* the most bytes live at any program point */
     int memory_aware_order; /* 1: the reordered program had the lower peak and was kept */
+    int cache_hits;      /* compile-cache entries used: the step, or regions */
+    int cache_misses;    /* looked up, not usable, compiled and stored */
+    double cache_ms;     /* keying, reading and decoding cache entries */
 } regc_compile_stats;
 
 /* A compiled training step: forward, backward, parameter gradients into
@@ -241,6 +252,10 @@ typedef struct {
     const char *backend;     /* "cpu" */
     int threads;             /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
+    const char *cache_dir;   /* the compile cache's directory; NULL: none */
+    int64_t cache_max_bytes; /* its size limit; <= 0: none */
+    /* called once the step is compiled, with regc_train's user pointer */
+    void (*on_compiled)(const regc_compile_stats *st, void *user);
 } regc_train_options;
 
 void regc_train_options_default(regc_train_options *o);

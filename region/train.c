@@ -22,6 +22,7 @@ void regc_train_options_default(regc_train_options *o)
     o->eps = 1e-8f;
     o->seed = 1337;
     o->backend = "cpu";
+    o->cache_max_bytes = INT64_C(1024) << 20;
     regc_compile_options_default(&o->compile);
 }
 
@@ -30,6 +31,7 @@ typedef struct {
     regc_backend *be;
     regc_tokens *tokens;
     regc_program *program;
+    regc_cache *cache;             /* opened from cache_dir, or NULL */
     float *params, *grads, *m, *v; /* device, [total_numel] each */
     int n_inputs;
     regc_input *inputs;   /* [n_inputs] the graph's inputs with host buffers */
@@ -54,6 +56,7 @@ static void trainer_free(trainer *t)
     free(t->d_inputs);
     regc_program_free(t->program);
     regc_tokens_free(t->tokens);
+    regc_cache_close(t->cache);
     regc_backend_free(be);
 }
 
@@ -164,19 +167,31 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     trainer t;
     memset(&t, 0, sizeof t);
     t.model = m;
-    /* The graph first: it needs shapes only, and the architecture's own
-     * build_graph says best why a batch or sequence does not fit (n_positions
-     * of gpt2, the fixed shapes of a graph JSON) before any weights exist. */
-    if ((rc = regc_program_compile(m, o->batch, o->seq, &o->compile, &t.program, NULL)) ||
-        (!regc_model_has_weights(m) && (rc = regc_model_init_random(m, o->seed)))) {
-        trainer_free(&t);
-        return rc;
-    }
+    /* The backend first: compiled code is keyed on its device. */
     t.be = regc_backend_new(o->backend ? o->backend : "cpu", o->threads);
     if (!t.be) {
         trainer_free(&t);
         return REGC_ERR_UNSUPPORTED;
     }
+    /* Then the step: it needs shapes only, and the architecture's own
+     * build_graph says best why a batch or sequence does not fit (n_positions
+     * of gpt2, the fixed shapes of a graph JSON) before any weights exist. */
+    regc_compile_options co = o->compile;
+    regc_compile_stats st;
+    co.device = t.be->device;
+    if (o->cache_dir && !co.cache && (rc = regc_cache_open(o->cache_dir, o->cache_max_bytes, NULL, &t.cache))) {
+        trainer_free(&t);
+        return rc;
+    }
+    if (t.cache)
+        co.cache = t.cache;
+    if ((rc = regc_program_compile(m, o->batch, o->seq, &co, &t.program, &st)) ||
+        (!regc_model_has_weights(m) && (rc = regc_model_init_random(m, o->seed)))) {
+        trainer_free(&t);
+        return rc;
+    }
+    if (o->on_compiled)
+        o->on_compiled(&st, user);
     if (!(rc = open_data(&t, o)))
         rc = bind_memory(&t);
     for (int step = 0; rc == REGC_OK && step < o->steps; step++) {

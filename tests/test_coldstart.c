@@ -38,7 +38,8 @@ static const char *const json_keys[] = {
     "model",        "layers",       "mode",          "detect_ms",
     "compile_ms",   "inline_ms",    "total_ms",      "first_step_ms",
     "step_ms",      "peak_bytes",   "lower_bound_bytes", "region_compiles",
-    "build_ms",     "total_min_ms", "total_max_ms",  "region_kinds"};
+    "build_ms",     "total_min_ms", "total_max_ms",  "region_kinds",
+    "cache_hits",   "cache_misses"};
 
 static void test_json_rows_and_svg(void **state)
 {
@@ -49,12 +50,12 @@ static void test_json_rows_and_svg(void **state)
                                 "--threads", "1", "--json", "--svg", t->path, NULL);
     if (rc != 0)
         fail_msg("regc coldstart failed (%d):\n%s", rc, p.err);
-    assert_int_equal(regc_test_count_lines(p.out), 6);
+    assert_int_equal(regc_test_count_lines(p.out), 9);
 
     static const int64_t depths[] = {1, 2, 4};
-    int seen[3][2] = {{0}};
+    static const char *const modes[] = {"full", "regional", "regional+cache"};
     const char *line = p.out;
-    for (int row = 0; row < 6; row++) {
+    for (int row = 0; row < 9; row++) {
         const char *nl = strchr(line, '\n');
         assert_non_null(nl);
         char *text = strndup(line, (size_t)(nl - line));
@@ -67,19 +68,20 @@ static void test_json_rows_and_svg(void **state)
                 fail_msg("key %s missing in: %s", json_keys[k], text);
         assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "model")->valuestring,
                             "gpt2-tiny");
-        const char *mode = cJSON_GetObjectItemCaseSensitive(o, "mode")->valuestring;
-        assert_non_null(mode);
-        int regional = !strcmp(mode, "regional");
-        assert_true(regional || !strcmp(mode, "full"));
+        /* Depths in the order given; full, regional, regional+cache at each. */
+        int mode = row % 3;
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "mode")->valuestring, modes[mode]);
         double layers = cJSON_GetObjectItemCaseSensitive(o, "layers")->valuedouble;
-        /* Depths in the order given, full before regional at each. */
-        assert_true(layers == (double)depths[row / 2]);
-        assert_int_equal(regional, row % 2);
-        seen[row / 2][regional]++;
+        assert_true(layers == (double)depths[row / 3]);
 
+        /* A warm start compiles nothing: the whole step comes from the cache. */
         int compiles = cJSON_GetObjectItemCaseSensitive(o, "region_compiles")->valueint;
-        if (!regional || layers >= 2)
-            assert_int_equal(compiles, 1);
+        int hits = cJSON_GetObjectItemCaseSensitive(o, "cache_hits")->valueint;
+        int misses = cJSON_GetObjectItemCaseSensitive(o, "cache_misses")->valueint;
+        if (mode == 2)
+            assert_true(compiles == 0 && hits == 1 && misses == 0);
+        else if (mode == 0 || layers >= 2)
+            assert_true(compiles == 1 && hits == 0 && misses == 0);
         double peak = cJSON_GetObjectItemCaseSensitive(o, "peak_bytes")->valuedouble;
         double bound = cJSON_GetObjectItemCaseSensitive(o, "lower_bound_bytes")->valuedouble;
         assert_true(bound > 0);
@@ -89,7 +91,7 @@ static void test_json_rows_and_svg(void **state)
         double lo = cJSON_GetObjectItemCaseSensitive(o, "total_min_ms")->valuedouble;
         double hi = cJSON_GetObjectItemCaseSensitive(o, "total_max_ms")->valuedouble;
         assert_true(lo > 0 && lo <= total && total <= hi);
-        if (!regional)
+        if (mode == 0)
             assert_true(cJSON_GetObjectItemCaseSensitive(o, "detect_ms")->valuedouble == 0.0);
 
         const cJSON *first = cJSON_GetObjectItemCaseSensitive(o, "first_step_ms");
@@ -101,20 +103,21 @@ static void test_json_rows_and_svg(void **state)
         free(text);
         line = nl + 1;
     }
-    for (int d = 0; d < 3; d++)
-        assert_true(seen[d][0] == 1 && seen[d][1] == 1);
     regc_test_proc_free(&p);
 
     char *svg = regc_test_read_file(t->path, NULL);
     assert_non_null(svg);
     assert_non_null(strstr(svg, "<svg"));
     assert_non_null(strstr(svg, "</svg>"));
-    /* One line per mode, with a legend naming both. */
+    /* One line per mode, with a legend naming each. */
     char *first = strstr(svg, "<polyline");
     assert_non_null(first);
-    assert_non_null(strstr(first + 1, "<polyline"));
+    char *second = strstr(first + 1, "<polyline");
+    assert_non_null(second);
+    assert_non_null(strstr(second + 1, "<polyline"));
     assert_non_null(strstr(svg, ">full<"));
     assert_non_null(strstr(svg, ">regional<"));
+    assert_non_null(strstr(svg, ">regional+cache<"));
     free(svg);
 }
 
@@ -127,10 +130,11 @@ static void test_table(void **state)
                                 "--threads", "1", NULL);
     if (rc != 0)
         fail_msg("regc coldstart failed (%d):\n%s", rc, p.err);
-    assert_int_equal(regc_test_count_lines(p.out), 3); /* header, full, regional */
+    assert_int_equal(regc_test_count_lines(p.out), 4); /* header and one row per mode */
     assert_non_null(strstr(p.out, "total_ms"));
     assert_non_null(strstr(p.out, " full "));
     assert_non_null(strstr(p.out, " regional "));
+    assert_non_null(strstr(p.out, " regional+cache "));
     regc_test_proc_free(&p);
 }
 

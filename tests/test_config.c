@@ -58,6 +58,8 @@ static void assert_options_equal(const regc_train_options *a, const regc_train_o
     assert_int_equal(a->compile.regional, b->compile.regional);
     assert_int_equal(a->compile.level, b->compile.level);
     assert_int_equal(a->compile.inline_back, b->compile.inline_back);
+    assert_str_same(a->cache_dir, b->cache_dir);
+    assert_true(a->cache_max_bytes == b->cache_max_bytes);
 }
 
 static void test_full_file(void **state)
@@ -65,7 +67,8 @@ static void test_full_file(void **state)
     regc_test_dir *f = *state;
     write_config(f, "{\"compile\": {\"use_regional_compilation\": false, \"level\": \"O2\",\n"
                     "             \"backend\": \"cuda\", \"dump_graphs\": \"graphs\",\n"
-                    "             \"inline_back\": false},\n"
+                    "             \"inline_back\": false, \"cache_dir\": \"cc\",\n"
+                    "             \"cache_max_mb\": 3},\n"
                     " \"train\": {\"model\": \"gpt2-tiny\", \"weights\": \"w.safetensors\",\n"
                     "           \"data\": \"tokens.bin\", \"steps\": 7, \"batch\": 3, \"seq\": 17,\n"
                     "           \"lr\": 0.00125, \"weight_decay\": 0.05,\n"
@@ -80,6 +83,8 @@ static void test_full_file(void **state)
     assert_int_equal(o.compile.level, REGC_LEVEL_O2);
     assert_int_equal(o.compile.inline_back, 0);
     assert_string_equal(o.compile.dump_dir, "graphs");
+    assert_string_equal(o.cache_dir, "cc");
+    assert_true(o.cache_max_bytes == 3 << 20);
     assert_string_equal(o.backend, "cuda");
     assert_string_equal(o.data_path, "tokens.bin");
     assert_string_equal(o.save_dir, "out");
@@ -139,6 +144,14 @@ static void test_partial_file_keeps_defaults(void **state)
     c = load_ok(f);
     regc_config_apply(c, &o);
     assert_options_equal(&o, &want);
+    regc_config_free(c);
+
+    /* cache_dir null turns a cache given before off; absent leaves it */
+    write_config(f, "{\"compile\": {\"cache_dir\": null}}");
+    c = load_ok(f);
+    o.cache_dir = "somewhere";
+    regc_config_apply(c, &o);
+    assert_null(o.cache_dir);
     regc_config_free(c);
 }
 
@@ -208,7 +221,10 @@ static const bad_case bad_cases[] = {
      "got -0.1"},
     {"{\"train\": {\"weight_decay\": null}}", "train.weight_decay:", "got null"},
     /* named by the design, not implemented */
-    {"{\"compile\": {\"cache_dir\": \"cache\"}}", "compile.cache_dir: not supported yet", NULL},
+    {"{\"compile\": {\"cache_dir\": 3}}", "compile.cache_dir:", "got 3"},
+    {"{\"compile\": {\"cache_dir\": \"\"}}", "compile.cache_dir:", "non-empty"},
+    {"{\"compile\": {\"cache_max_mb\": 0}}", "compile.cache_max_mb:", ">= 1"},
+    {"{\"compile\": {\"cache_max_mb\": 1.5}}", "compile.cache_max_mb:", "got 1.5"},
     {"{\"zero_optimization\": {\"stage\": 3}}", "zero_optimization.stage: not supported yet", NULL},
     {"{\"zero_optimization\": {}}", "zero_optimization: not supported yet", NULL},
     /* malformed JSON: where it failed */

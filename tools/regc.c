@@ -35,7 +35,9 @@ static void print_usage(FILE *f)
           "  train       train a model on token data and report each step\n"
           "  dump-graph  write a model's flat forward graph as regc graph JSON (or text)\n"
           "  detect      find the repeated layers of a model's flat graph\n"
-          "  coldstart   time compiling (full and regional) and the first steps at several depths\n"
+          "  coldstart   time compiling (full, regional, regional from the compile cache) and the\n"
+          "              first steps at several depths\n"
+          "  cache       list, verify or clear the compile cache\n"
           "  version     print the version\n"
           "  help        print this text, or `regc help <command>` for a command's flags\n"
           "\n"
@@ -94,7 +96,14 @@ static void print_train_usage(FILE *f)
             "                         repeat (use_regional_compilation) (default %s)\n"
             "  --inline-back <on|off> stamp the compiled regions into one flat step program;\n"
             "                         off runs them as calls, the reference (default %s)\n"
-            "  --dump-graphs <DIR>    write the compiler's intermediate graphs to DIR\n"
+            "  --dump-graphs <DIR>    write the compiler's intermediate graphs to DIR (compiles\n"
+            "                         afresh: the cache is not read)\n"
+            "  --cache-dir <DIR>      compile cache directory (compile.cache_dir; default\n"
+            "                         $XDG_CACHE_HOME/regc, else ~/.cache/regc); a step compiled\n"
+            "                         before loads in milliseconds, and layers compiled before\n"
+            "                         load instead of compiling; compile.cache_max_mb limits its\n"
+            "                         size (default 1024), least recently used entries going first\n"
+            "  --no-cache             neither read nor write the compile cache\n"
             "\n"
             "  -h, --help             print this text\n",
             d.steps, (long long)d.batch, (long long)d.seq, (double)d.lr, (double)d.weight_decay,
@@ -197,6 +206,7 @@ typedef struct {
     int json;
     int step_width; /* digits of the last step, so the columns line up */
     int write_failed;
+    const char *cache_dir;
 } step_printer;
 
 /* JSON has no NaN or Infinity; a diverged step must still be a valid line. */
@@ -206,6 +216,16 @@ static void json_number(char *buf, size_t cap, const char *fmt, double v)
         snprintf(buf, cap, fmt, v);
     else
         snprintf(buf, cap, "null");
+}
+
+/* With a cache: what it gave, on stderr before the first step. */
+static void on_compiled(const regc_compile_stats *st, void *user)
+{
+    const step_printer *p = user;
+    if (p->cache_dir)
+        fprintf(stderr, "compile cache %s: %d hit%s, %d miss%s (%.1f ms)\n", p->cache_dir,
+                st->cache_hits, st->cache_hits == 1 ? "" : "s", st->cache_misses,
+                st->cache_misses == 1 ? "" : "es", st->cache_ms);
 }
 
 static void on_step(const regc_step_report *r, void *user)
@@ -254,7 +274,7 @@ static const char *split_flag(int argc, char **argv, int i, char *flag, size_t c
 /* What the command line of `regc train` says, beyond the options. */
 typedef struct {
     const char *model_spec, *weights_path, *config_path;
-    int json, help;
+    int json, help, no_cache;
 } train_args;
 
 /* "on" / "off" for the compile switches. */
@@ -284,6 +304,10 @@ static int parse_train_args(int argc, char **argv, regc_train_options *o, train_
             a->json = 1;
             continue;
         }
+        if (!strcmp(arg, "--no-cache")) {
+            a->no_cache = 1;
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0)
             return usage_error("unexpected argument \"%s\" (options start with --; see "
                                "regc train --help)",
@@ -297,13 +321,13 @@ static int parse_train_args(int argc, char **argv, regc_train_options *o, train_
         static const char *const valued[] = {
             "--model", "--data", "--steps", "--batch", "--seq", "--lr", "--weight-decay",
             "--seed", "--threads", "--backend", "--save", "--weights", "--config", "--level",
-            "--regional", "--inline-back", "--dump-graphs", NULL};
+            "--regional", "--inline-back", "--dump-graphs", "--cache-dir", NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
             if (!strcmp(flag, *k))
                 known = 1;
         if (!known) {
-            if (!strcmp(flag, "--json") || !strcmp(flag, "--help"))
+            if (!strcmp(flag, "--json") || !strcmp(flag, "--help") || !strcmp(flag, "--no-cache"))
                 return usage_error("%s takes no value", flag);
             return usage_error("unknown option %s (see regc train --help)", flag);
         }
@@ -315,7 +339,8 @@ static int parse_train_args(int argc, char **argv, regc_train_options *o, train_
         long long v;
         if (!strcmp(flag, "--model") || !strcmp(flag, "--data") || !strcmp(flag, "--save") ||
             !strcmp(flag, "--backend") || !strcmp(flag, "--weights") ||
-            !strcmp(flag, "--config") || !strcmp(flag, "--dump-graphs")) {
+            !strcmp(flag, "--config") || !strcmp(flag, "--dump-graphs") ||
+            !strcmp(flag, "--cache-dir")) {
             if (value[0] == '\0')
                 return usage_error("%s: expected a non-empty value", flag);
             if (!strcmp(flag, "--model"))
@@ -330,6 +355,8 @@ static int parse_train_args(int argc, char **argv, regc_train_options *o, train_
                 o->save_dir = value;
             else if (!strcmp(flag, "--dump-graphs"))
                 o->compile.dump_dir = value;
+            else if (!strcmp(flag, "--cache-dir"))
+                o->cache_dir = value;
             else
                 o->backend = value;
         } else if (!strcmp(flag, "--level")) {
@@ -413,7 +440,8 @@ static int train_run(const regc_train_options *op, const train_args *a, const re
     regc_model_describe(model, desc, sizeof desc);
     fprintf(stderr, "%s\n", desc);
 
-    step_printer p = {.json = json, .step_width = 4};
+    step_printer p = {.json = json, .step_width = 4, .cache_dir = o.cache_dir};
+    o.on_compiled = on_compiled;
     for (int last = o.steps - 1, w = 1; last >= 10; last /= 10)
         if (++w > p.step_width)
             p.step_width = w;
@@ -437,7 +465,14 @@ static int cmd_train(int argc, char **argv)
 {
     usage_cmd = "regc train";
     regc_train_options o;
+    /* The compile cache is on by default, in the user's cache directory
+     * (none when neither XDG_CACHE_HOME nor HOME is set). */
+    char default_cache[4096];
+    const char *cache = regc_cache_default_dir(default_cache, sizeof default_cache) == REGC_OK
+                            ? default_cache
+                            : NULL;
     regc_train_options_default(&o);
+    o.cache_dir = cache;
     train_args a = {0};
     int urc = parse_train_args(argc, argv, &o, &a);
     if (urc || a.help) {
@@ -454,6 +489,7 @@ static int cmd_train(int argc, char **argv)
             return EXIT_ERROR;
         }
         regc_train_options_default(&o);
+        o.cache_dir = cache;
         regc_config_apply(cfg, &o);
         train_args from_file = {.model_spec = regc_config_model(cfg),
                                 .weights_path = regc_config_weights(cfg),
@@ -461,6 +497,8 @@ static int cmd_train(int argc, char **argv)
         a = from_file;
         parse_train_args(argc, argv, &o, &a); /* already checked: cannot fail */
     }
+    if (a.no_cache)
+        o.cache_dir = NULL;
     int rc = train_run(&o, &a, cfg);
     regc_config_free(cfg);
     return rc;
@@ -796,7 +834,10 @@ static void print_coldstart_usage(FILE *f)
           "Measure the cold-start cost of a model at several depths: for each depth and for\n"
           "full and regional compilation (level O1), compile the training step from scratch\n"
           "(build the graph, detect layers, compile, inline back) --repeat times and report\n"
-          "the median of each phase; then, when the model fits in half the machine's memory\n"
+          "the median of each phase. The third mode, regional+cache, fills a compile cache\n"
+          "once, then times --repeat warm starts, each from a freshly opened cache handle\n"
+          "with no state kept in the process: from the loaded model to the step program\n"
+          "ready (key, read, check, decode). Then, when the model fits in half the machine's memory\n"
           "(16 bytes per parameter plus the activation plan plus the inputs), train --steps\n"
           "steps on the built-in corpus and report the first step and the median of the rest.\n"
           "Depths re-shape the model with the same widths (presets and Hugging Face configs;\n"
@@ -816,14 +857,17 @@ static void print_coldstart_usage(FILE *f)
           "  --threads <N>              CPU threads for training; 0 uses OMP_NUM_THREADS or all\n"
           "                             cores (default 0)\n"
           "  --json                     print one JSON object per depth and mode:\n"
-          "                             {\"model\", \"layers\", \"mode\" (full|regional),\n"
+          "                             {\"model\", \"layers\", \"mode\" (full|regional|\n"
+          "                             regional+cache), \"cache_hits\", \"cache_misses\",\n"
           "                             \"build_ms\", \"detect_ms\", \"compile_ms\", \"inline_ms\",\n"
           "                             \"total_ms\", \"total_min_ms\", \"total_max_ms\",\n"
           "                             \"first_step_ms\", \"step_ms\", \"peak_bytes\",\n"
           "                             \"lower_bound_bytes\", \"region_kinds\", \"region_compiles\"}\n"
           "                             (null where not measured)\n"
+          "  --cache-dir <DIR>          the regional+cache mode's cache directory (default: a\n"
+          "                             new temporary directory, removed afterwards)\n"
           "  --svg <FILE>               also write an SVG chart of total compile time against\n"
-          "                             depth for both modes; replaced atomically\n"
+          "                             depth for every mode; replaced atomically\n"
           "  -h, --help                 print this text\n",
           f);
 }
@@ -831,9 +875,13 @@ static void print_coldstart_usage(FILE *f)
 #define COLD_MAX_LAYERS 64
 
 /* One depth in one mode. Times are medians over the repeats. */
+enum { COLD_FULL, COLD_REGIONAL, COLD_CACHED, COLD_MODES };
+static const char *const cold_mode_name[COLD_MODES] = {"full", "regional", "regional+cache"};
+
 typedef struct {
     int64_t layers;
-    int regional;
+    int mode;                 /* COLD_* */
+    int cache_hits, cache_misses; /* of the last timed compile */
     double build_ms, detect_ms, compile_ms, inline_ms, total_ms, total_min, total_max;
     double first_step_ms, step_ms; /* NAN: not measured */
     int64_t peak_bytes, lower_bound_bytes;
@@ -841,7 +889,7 @@ typedef struct {
 } cold_row;
 
 typedef struct {
-    const char *model, *svg;
+    const char *model, *svg, *cache_dir;
     int64_t layers[COLD_MAX_LAYERS];
     int n_layers;
     long long repeat, batch, seq, steps, threads;
@@ -904,7 +952,7 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
         char flag[64];
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
         static const char *const valued[] = {"--model", "--layers", "--repeat", "--batch",
-                                             "--seq",   "--steps",  "--threads", "--svg",
+                                             "--seq",   "--steps",  "--threads", "--svg", "--cache-dir",
                                              NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
@@ -919,11 +967,13 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
             return usage_error("%s: missing value", flag);
         if (!strchr(arg, '=')) /* the value was the next argument */
             i++;
-        if (!strcmp(flag, "--model") || !strcmp(flag, "--svg")) {
+        if (!strcmp(flag, "--model") || !strcmp(flag, "--svg") || !strcmp(flag, "--cache-dir")) {
             if (value[0] == '\0')
                 return usage_error("%s: expected a non-empty value", flag);
             if (!strcmp(flag, "--model"))
                 a->model = value;
+            else if (!strcmp(flag, "--cache-dir"))
+                a->cache_dir = value;
             else
                 a->svg = value;
         } else if (!strcmp(flag, "--layers")) {
@@ -973,31 +1023,60 @@ static void cold_on_step(const regc_step_report *r, void *user)
         s->ms[s->n++] = r->ms;
 }
 
+/* One compilation at O1; with cache_dir, through a cache opened for it
+ * alone (a restart: nothing of an earlier one is kept in the process).
+ * *wall_ms: from opening the cache to the program ready. */
+static int cold_compile_once(const regc_model *m, const cold_args *a, int regional,
+                             const char *cache_dir, regc_program **p, regc_compile_stats *st,
+                             double *wall_ms)
+{
+    double t0 = regc_time_ms();
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.level = REGC_LEVEL_O1;
+    o.regional = regional;
+    regc_cache *cache = NULL;
+    int rc = cache_dir ? regc_cache_open(cache_dir, 0, NULL, &cache) : REGC_OK;
+    o.cache = cache;
+    if (rc == REGC_OK)
+        rc = regc_program_compile(m, a->batch, a->seq, &o, p, st);
+    regc_cache_close(cache);
+    *wall_ms = regc_time_ms() - t0;
+    return rc;
+}
+
 /* Compile m --repeat times in one mode and fill the row's medians. */
-static int cold_compile(const regc_model *m, const cold_args *a, cold_row *row,
-                        int64_t *input_bytes)
+static int cold_compile(const regc_model *m, const cold_args *a, const char *cache_dir,
+                        cold_row *row, int64_t *input_bytes)
 {
     int n = (int)a->repeat;
     double *t = calloc((size_t)n * 5, sizeof *t);
     if (!t)
         return regc_error(REGC_ERR_MEMORY, "out of memory timing %d compilations", n);
     double *build = t, *detect = t + n, *comp = t + 2 * n, *inl = t + 3 * n, *total = t + 4 * n;
-    int rc = REGC_OK;
+    int rc = REGC_OK, regional = row->mode != COLD_FULL;
+    const char *dir = row->mode == COLD_CACHED ? cache_dir : NULL;
+    if (dir) { /* fill the cache first */
+        regc_program *p = NULL;
+        regc_compile_stats st;
+        double ms;
+        rc = cold_compile_once(m, a, regional, dir, &p, &st, &ms);
+        regc_program_free(p);
+    }
     for (int r = 0; r < n && rc == REGC_OK; r++) {
-        regc_compile_options o;
-        regc_compile_options_default(&o);
-        o.level = REGC_LEVEL_O1;
-        o.regional = row->regional;
         regc_program *p = NULL;
         regc_compile_stats st;
         memset(&st, 0, sizeof st);
-        rc = regc_program_compile(m, a->batch, a->seq, &o, &p, &st);
+        double wall;
+        rc = cold_compile_once(m, a, regional, dir, &p, &st, &wall);
         if (rc == REGC_OK) {
             build[r] = st.build_ms;
             detect[r] = st.detect_ms;
             comp[r] = st.compile_ms;
             inl[r] = st.inline_ms;
-            total[r] = st.build_ms + st.detect_ms + st.compile_ms + st.inline_ms;
+            total[r] = dir ? wall : st.build_ms + st.detect_ms + st.compile_ms + st.inline_ms;
+            row->cache_hits = st.cache_hits;
+            row->cache_misses = st.cache_misses;
             /* Shapes and plans do not depend on the repeat. */
             row->peak_bytes = st.peak_bytes;
             row->lower_bound_bytes = st.lower_bound_bytes;
@@ -1026,7 +1105,8 @@ static int cold_compile(const regc_model *m, const cold_args *a, cold_row *row,
 
 /* Train a fresh copy of the depth's model; its weights are the only
  * memory that grows with the parameter count. */
-static int cold_train(const regc_model *base, const cold_args *a, cold_row *row)
+static int cold_train(const regc_model *base, const cold_args *a, const char *cache_dir,
+                      cold_row *row)
 {
     regc_model *m = NULL;
     int rc = regc_model_with_layers(base, row->layers, &m);
@@ -1042,7 +1122,8 @@ static int cold_train(const regc_model *base, const cold_args *a, cold_row *row)
         o.steps = (int)a->steps;
         o.threads = (int)a->threads;
         o.compile.level = REGC_LEVEL_O1;
-        o.compile.regional = row->regional;
+        o.compile.regional = row->mode != COLD_FULL;
+        o.cache_dir = row->mode == COLD_CACHED ? cache_dir : NULL;
         rc = regc_train(m, &o, cold_on_step, &s);
     }
     if (rc == REGC_OK && s.n == s.cap) {
@@ -1087,10 +1168,12 @@ static int cold_print_json(const char *model, const cold_row *r)
                    "\"detect_ms\": %s, \"compile_ms\": %s, \"inline_ms\": %s, \"total_ms\": %s, "
                    "\"total_min_ms\": %s, \"total_max_ms\": %s, \"first_step_ms\": %s, "
                    "\"step_ms\": %s, \"peak_bytes\": %lld, \"lower_bound_bytes\": %lld, "
-                   "\"region_kinds\": %d, \"region_compiles\": %d}\n",
-                   quoted, (long long)r->layers, r->regional ? "regional" : "full", b[0], b[1],
-                   b[2], b[3], b[4], b[5], b[6], fs, sm, (long long)r->peak_bytes,
-                   (long long)r->lower_bound_bytes, r->region_kinds, r->region_compiles);
+                   "\"region_kinds\": %d, \"region_compiles\": %d, \"cache_hits\": %d, "
+                   "\"cache_misses\": %d}\n",
+                   quoted, (long long)r->layers, cold_mode_name[r->mode], b[0], b[1], b[2], b[3],
+                   b[4], b[5], b[6], fs, sm, (long long)r->peak_bytes,
+                   (long long)r->lower_bound_bytes, r->region_kinds, r->region_compiles,
+                   r->cache_hits, r->cache_misses);
     free(quoted);
     if (n < 0 || fflush(stdout) != 0)
         return regc_error(REGC_ERR_IO, "writing to standard output failed");
@@ -1099,7 +1182,7 @@ static int cold_print_json(const char *model, const cold_row *r)
 
 static void cold_print_header(void)
 {
-    printf("%-12s %6s %-8s %9s %10s %9s %10s %21s %8s %10s %9s %9s %9s\n", "model", "layers",
+    printf("%-12s %6s %-14s %9s %10s %9s %10s %21s %8s %10s %9s %9s %9s\n", "model", "layers",
            "mode", "detect_ms", "compile_ms", "inline_ms", "total_ms", "total min..max",
            "compiles", "first_step", "step_ms", "peak_MiB", "bound_MiB");
 }
@@ -1110,8 +1193,8 @@ static int cold_print_row(const char *model, const cold_row *r)
     snprintf(spread, sizeof spread, "%.1f..%.1f", r->total_min, r->total_max);
     cold_num(fs, sizeof fs, r->first_step_ms, "%.1f");
     cold_num(sm, sizeof sm, r->step_ms, "%.1f");
-    int n = printf("%-12s %6lld %-8s %9.1f %10.1f %9.1f %10.1f %21s %8d %10s %9s %9.1f %9.1f\n",
-                   model, (long long)r->layers, r->regional ? "regional" : "full", r->detect_ms,
+    int n = printf("%-12s %6lld %-14s %9.1f %10.1f %9.1f %10.1f %21s %8d %10s %9s %9.1f %9.1f\n",
+                   model, (long long)r->layers, cold_mode_name[r->mode], r->detect_ms,
                    r->compile_ms, r->inline_ms, r->total_ms, spread, r->region_compiles, fs, sm,
                    (double)r->peak_bytes / 1048576.0, (double)r->lower_bound_bytes / 1048576.0);
     if (n < 0 || fflush(stdout) != 0)
@@ -1127,7 +1210,7 @@ static double nice_step(double span)
 }
 
 /* The chart as one self-contained SVG document (malloc'd). Rows alternate
- * full, regional per depth. */
+ * full, regional, regional+cache per depth. */
 static int cold_svg(const char *model, const cold_row *rows, int n_rows, char **out,
                     size_t *len)
 {
@@ -1195,27 +1278,27 @@ static int cold_svg(const char *model, const cold_row *rows, int n_rows, char **
             "<text x=\"16\" y=\"%g\" text-anchor=\"middle\" transform=\"rotate(-90 16 %g)\">"
             "total compile time (ms, median)</text>\n",
             (L + W - R) / 2, H - 12, (T + H - B) / 2, (T + H - B) / 2);
-    static const char *const color[2] = {"#d62728", "#1f77b4"};
-    static const char *const label[2] = {"full", "regional"};
-    for (int mode = 0; mode < 2; mode++) {
+    static const char *const color[COLD_MODES] = {"#d62728", "#1f77b4", "#2ca02c"};
+    for (int mode = 0; mode < COLD_MODES; mode++) {
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
                 color[mode]);
         for (int i = 0, first = 1; i < n_rows; i++)
-            if (rows[i].regional == mode) {
+            if (rows[i].mode == mode) {
                 fprintf(f, "%s%.1f,%.1f", first ? "" : " ", SX((double)rows[i].layers),
                         SY(rows[i].total_ms));
                 first = 0;
             }
         fputs("\"/>\n", f);
         for (int i = 0; i < n_rows; i++)
-            if (rows[i].regional == mode)
+            if (rows[i].mode == mode)
                 fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
                         SX((double)rows[i].layers), SY(rows[i].total_ms), color[mode]);
         double ly = T + 10 + 20 * mode;
         fprintf(f,
                 "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"/>"
                 "<text x=\"%g\" y=\"%g\">%s</text>\n",
-                W - R + 15, ly, W - R + 40, ly, color[mode], W - R + 46, ly + 4, label[mode]);
+                W - R + 15, ly, W - R + 40, ly, color[mode], W - R + 46, ly + 4,
+                cold_mode_name[mode]);
     }
     fputs("</svg>\n", f);
 #undef SX
@@ -1239,9 +1322,22 @@ static int cmd_coldstart(int argc, char **argv)
         return code;
 
     regc_model *base = NULL;
-    cold_row *rows = calloc((size_t)a.n_layers * 2, sizeof *rows);
+    cold_row *rows = calloc((size_t)a.n_layers * COLD_MODES, sizeof *rows);
     int n_rows = 0;
     int rc = rows ? REGC_OK : regc_error(REGC_ERR_MEMORY, "out of memory");
+    /* The warm mode's cache: given, or a temporary one of its own. */
+    char temp_dir[4096] = "";
+    const char *cache_dir = a.cache_dir;
+    if (rc == REGC_OK && !cache_dir) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(temp_dir, sizeof temp_dir, "%s/regc-coldstart-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        if (!mkdtemp(temp_dir)) {
+            rc = regc_error(REGC_ERR_IO, "%s: cannot create a temporary directory: %s", temp_dir,
+                            strerror(errno));
+            temp_dir[0] = 0;
+        }
+        cache_dir = temp_dir;
+    }
     if (rc == REGC_OK)
         rc = regc_model_load_shapes(a.model, &base);
     /* The built-in corpus is GPT-2 byte-level text: ids up to 255. */
@@ -1251,18 +1347,18 @@ static int cmd_coldstart(int argc, char **argv)
     for (int d = 0; rc == REGC_OK && d < a.n_layers; d++) {
         regc_model *m = NULL;
         rc = regc_model_with_layers(base, a.layers[d], &m);
-        for (int mode = 0; rc == REGC_OK && mode < 2; mode++) {
+        for (int mode = 0; rc == REGC_OK && mode < COLD_MODES; mode++) {
             cold_row *row = &rows[n_rows];
             row->layers = a.layers[d];
-            row->regional = mode;
+            row->mode = mode;
             row->first_step_ms = row->step_ms = NAN;
             int64_t input_bytes = 0;
-            rc = cold_compile(m, &a, row, &input_bytes);
+            rc = cold_compile(m, &a, cache_dir, row, &input_bytes);
             /* Weights, gradients and AdamW's two moments, all fp32. */
             double need = 16.0 * (double)regc_model_total_numel(m) + (double)row->peak_bytes +
                           (double)input_bytes;
             if (rc == REGC_OK && can_train && need < half_mem)
-                rc = cold_train(base, &a, row);
+                rc = cold_train(base, &a, cache_dir, row);
             if (rc == REGC_OK) {
                 /* The header only above a row: a failed load prints nothing. */
                 if (!a.json && n_rows == 0)
@@ -1283,6 +1379,9 @@ static int cmd_coldstart(int argc, char **argv)
     free(svg);
     free(rows);
     regc_model_free(base);
+    int removed;
+    if (temp_dir[0] && regc_cache_clear(temp_dir, &removed) == REGC_OK)
+        rmdir(temp_dir);
     if (rc != REGC_OK) {
         fprintf(stderr, "regc: %s\n", regc_error_message());
         return EXIT_ERROR;
@@ -1292,6 +1391,124 @@ static int cmd_coldstart(int argc, char **argv)
         return EXIT_ERROR;
     }
     return 0;
+}
+
+/* ---- regc cache ----------------------------------------------------------- */
+
+static void print_cache_usage(FILE *f)
+{
+    fputs("usage: regc cache <ls|verify|clear> [--dir DIR]\n"
+          "\n"
+          "The compile cache holds compiled layers and whole step programs, one file each,\n"
+          "keyed on the structure they were compiled from (never on weights or parameter\n"
+          "names), the level, the device and this build of regc.\n"
+          "\n"
+          "  ls      one line per entry: file, size, last use, what it holds; oldest first\n"
+          "  verify  check every entry whole (header, checksums, decompression, key);\n"
+          "          exit status 1 when any is damaged (regc recompiles those by itself)\n"
+          "  clear   remove every entry and leftover temporary file\n"
+          "\n"
+          "options:\n"
+          "  --dir <DIR>   the cache directory (default $XDG_CACHE_HOME/regc, else\n"
+          "                ~/.cache/regc)\n"
+          "  -h, --help    print this text\n",
+          f);
+}
+
+static int cache_list(const char *dir, int verify)
+{
+    regc_cache_entry *e;
+    int n, bad = 0, temps = 0;
+    int64_t total = 0;
+    if (regc_cache_scan(dir, verify, &e, &n) != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
+    for (int i = 0; i < n; i++) {
+        char when[32] = "?";
+        struct tm tm;
+        if (localtime_r(&e[i].used, &tm))
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+        total += e[i].bytes;
+        if (e[i].temporary) {
+            temps++;
+            printf("%s  %9lld  %s  (temporary file of a writer)\n", e[i].file, (long long)e[i].bytes,
+                   when);
+        } else if (e[i].problem[0]) {
+            bad++;
+            printf("%s  %9lld  %s  DAMAGED: %s\n", e[i].file, (long long)e[i].bytes, when,
+                   e[i].problem);
+        } else if (!verify) {
+            printf("%s  %9lld  %s  %s\n", e[i].file, (long long)e[i].bytes, when,
+                   e[i].label ? e[i].label : "(unreadable header)");
+        }
+    }
+    printf("%s: %d entr%s, %.1f MiB%s", dir, n - temps, n - temps == 1 ? "y" : "ies",
+           (double)total / 1048576.0, temps ? "" : "\n");
+    if (temps)
+        printf(", %d temporary file%s\n", temps, temps == 1 ? "" : "s");
+    if (verify)
+        printf("%s\n", bad ? "damaged entries found" : "every entry is sound");
+    regc_cache_entries_free(e, n);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "regc: writing to standard output failed\n");
+        return EXIT_ERROR;
+    }
+    return bad ? EXIT_ERROR : 0;
+}
+
+static int cmd_cache(int argc, char **argv)
+{
+    usage_cmd = "regc cache";
+    const char *sub = NULL, *dir = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            print_cache_usage(stdout);
+            return 0;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            if (sub)
+                return usage_error("unexpected argument \"%s\" (see regc cache --help)", arg);
+            sub = arg;
+            continue;
+        }
+        char flag[64];
+        const char *value = split_flag(argc, argv, i, flag, sizeof flag);
+        if (strcmp(flag, "--dir") != 0)
+            return usage_error("unknown option %s (see regc cache --help)", flag);
+        if (!value || !value[0])
+            return usage_error("--dir: missing value");
+        if (!strchr(arg, '='))
+            i++;
+        dir = value;
+    }
+    if (!sub || (strcmp(sub, "ls") && strcmp(sub, "verify") && strcmp(sub, "clear")))
+        return usage_error("expected ls, verify or clear%s%s%s (see regc cache --help)",
+                           sub ? ", got \"" : "", sub ? sub : "", sub ? "\"" : "");
+    char def[4096];
+    if (!dir) {
+        if (regc_cache_default_dir(def, sizeof def) != REGC_OK) {
+            fprintf(stderr, "regc: %s\n", regc_error_message());
+            return EXIT_ERROR;
+        }
+        dir = def;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 && errno == ENOENT) { /* nothing cached yet */
+        printf("%s: no cache directory\n", dir);
+        return 0;
+    }
+    if (!strcmp(sub, "clear")) {
+        int removed;
+        if (regc_cache_clear(dir, &removed) != REGC_OK) {
+            fprintf(stderr, "regc: %s\n", regc_error_message());
+            return EXIT_ERROR;
+        }
+        printf("%s: removed %d file%s\n", dir, removed, removed == 1 ? "" : "s");
+        return 0;
+    }
+    return cache_list(dir, !strcmp(sub, "verify"));
 }
 
 int main(int argc, char **argv)
@@ -1326,12 +1543,16 @@ int main(int argc, char **argv)
             print_coldstart_usage(stdout);
             return 0;
         }
+        if (!strcmp(argv[2], "cache")) {
+            print_cache_usage(stdout);
+            return 0;
+        }
         if (!strcmp(argv[2], "version") || !strcmp(argv[2], "help")) {
             print_usage(stdout);
             return 0;
         }
         fprintf(stderr,
-                "regc help: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, version)\n",
+                "regc help: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, cache, version)\n",
                 argv[2]);
         return EXIT_USAGE;
     }
@@ -1347,8 +1568,10 @@ int main(int argc, char **argv)
         return cmd_detect(argc - 2, argv + 2);
     if (!strcmp(cmd, "coldstart"))
         return cmd_coldstart(argc - 2, argv + 2);
+    if (!strcmp(cmd, "cache"))
+        return cmd_cache(argc - 2, argv + 2);
     fprintf(stderr,
-            "regc: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, version; see regc "
+            "regc: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, cache, version; see regc "
             "--help)\n",
             cmd);
     return EXIT_USAGE;

@@ -104,6 +104,7 @@ regc_backend *regc_backend_cpu_new(int threads)
     ctx->status = REGC_OK;
 
     be->name = "cpu";
+    be->device = "cpu";
     be->ctx = ctx;
     be->alloc = cpu_alloc;
     be->free = cpu_free;

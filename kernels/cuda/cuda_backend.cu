@@ -9,6 +9,7 @@
  * over k, which is our BGRAD. */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 extern "C" {
@@ -24,6 +25,7 @@ typedef struct {
     void *workspace;
     int failed;            /* first failure since the last sync */
     char what[256];
+    char device[32]; /* "cuda sm_90" */
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(regc_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -247,6 +249,12 @@ extern "C" regc_backend *regc_backend_cuda_new(int device)
     }
     be->name = "cuda";
     be->ctx = c;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        snprintf(c->device, sizeof c->device, "cuda sm_%d%d", prop.major, prop.minor);
+    else
+        snprintf(c->device, sizeof c->device, "cuda");
+    be->device = c->device;
     be->destroy = cuda_destroy;
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS ||

@@ -1,0 +1,146 @@
+/* bytes.c — varint encoding into a growable buffer and back. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "regc_bytes.h"
+
+void regc_bytes_free(regc_bytes *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static int reserve(regc_bytes *b, size_t n)
+{
+    if (b->failed)
+        return 0;
+    if (b->len + n <= b->cap)
+        return 1;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n)
+        cap *= 2;
+    uint8_t *d = realloc(b->data, cap);
+    if (!d) {
+        b->failed = 1;
+        return 0;
+    }
+    b->data = d, b->cap = cap;
+    return 1;
+}
+
+void regc_bytes_put(regc_bytes *b, const void *p, size_t n)
+{
+    if (n && reserve(b, n)) {
+        memcpy(b->data + b->len, p, n);
+        b->len += n;
+    }
+}
+
+void regc_bytes_put_u64(regc_bytes *b, uint64_t v)
+{
+    if (!reserve(b, 10))
+        return;
+    while (v >= 0x80) {
+        b->data[b->len++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b->data[b->len++] = (uint8_t)v;
+}
+
+/* zigzag: small magnitudes of either sign take few bytes */
+void regc_bytes_put_i64(regc_bytes *b, int64_t v)
+{
+    regc_bytes_put_u64(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+void regc_bytes_put_f32(regc_bytes *b, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    uint8_t x[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+    regc_bytes_put(b, x, 4);
+}
+
+void regc_bytes_put_str(regc_bytes *b, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    regc_bytes_put_u64(b, n);
+    regc_bytes_put(b, s, n);
+}
+
+regc_reader regc_reader_of(const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    return (regc_reader){.p = p, .end = p + len};
+}
+
+uint64_t regc_reader_u64(regc_reader *r)
+{
+    uint64_t v = 0;
+    for (int shift = 0; !r->failed; shift += 7) {
+        if (r->p == r->end || shift > 63) {
+            r->failed = 1;
+            break;
+        }
+        uint8_t c = *r->p++;
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80))
+            return v;
+    }
+    return 0;
+}
+
+int64_t regc_reader_i64(regc_reader *r)
+{
+    uint64_t u = regc_reader_u64(r);
+    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+}
+
+int64_t regc_reader_int(regc_reader *r, int64_t lo, int64_t hi)
+{
+    int64_t v = regc_reader_i64(r);
+    if (v < lo || v > hi) {
+        r->failed = 1;
+        return lo;
+    }
+    return v;
+}
+
+void regc_reader_get(regc_reader *r, void *dst, size_t n)
+{
+    if (r->failed || (size_t)(r->end - r->p) < n) {
+        r->failed = 1;
+        memset(dst, 0, n);
+        return;
+    }
+    memcpy(dst, r->p, n);
+    r->p += n;
+}
+
+float regc_reader_f32(regc_reader *r)
+{
+    uint8_t x[4];
+    regc_reader_get(r, x, 4);
+    uint32_t u = (uint32_t)x[0] | (uint32_t)x[1] << 8 | (uint32_t)x[2] << 16 | (uint32_t)x[3] << 24;
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+char *regc_reader_str(regc_reader *r)
+{
+    uint64_t n = regc_reader_u64(r);
+    if (r->failed || n > (uint64_t)(r->end - r->p)) {
+        r->failed = 1;
+        return NULL;
+    }
+    char *s = malloc((size_t)n + 1);
+    if (!s) {
+        r->failed = 1;
+        return NULL;
+    }
+    memcpy(s, r->p, (size_t)n);
+    s[n] = 0;
+    r->p += n;
+    return s;
+}

@@ -1,0 +1,536 @@
+/* cache.c — compile-cache entries on disk: keys, the entry format,
+ * atomic writes, corruption checks and least-recently-used eviction. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+#include <zlib.h>
+
+#include "regc_cache.h"
+#include "regc_common.h"
+#include "regc_source_id.h"
+
+#define MAGIC "REGCACHE"
+#define HEADER_BYTES 64
+#define SUFFIX ".regc"
+#define TEMP_MARK ".regc.tmp."
+/* Entries are a compiled region or step: far below this, so a length
+ * beyond it is corruption, not a reason to allocate. */
+#define MAX_ENTRY_BYTES ((uint64_t)1 << 32)
+
+struct regc_cache {
+    char *dir;
+    char *version;
+    int64_t max_bytes;
+};
+
+const char *regc_cache_build_version(void)
+{
+    return "regc " REGC_VERSION_STRING " format 1 source " REGC_SOURCE_ID;
+}
+
+int regc_cache_default_dir(char *buf, size_t cap)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    /* The XDG spec ignores a relative XDG_CACHE_HOME. */
+    if (xdg && xdg[0] == '/')
+        n = snprintf(buf, cap, "%s/regc", xdg);
+    else if (home && home[0])
+        n = snprintf(buf, cap, "%s/.cache/regc", home);
+    else
+        return regc_error(REGC_ERR_ARG, "compile cache: neither XDG_CACHE_HOME nor HOME is set "
+                                        "(set compile.cache_dir, or --no-cache)");
+    if (n < 0 || (size_t)n >= cap)
+        return regc_error(REGC_ERR_ARG, "compile cache: the default directory's path is too long");
+    return REGC_OK;
+}
+
+int regc_cache_open(const char *dir, int64_t max_bytes, const char *version, regc_cache **out)
+{
+    *out = NULL;
+    if (!dir || !dir[0])
+        return regc_error(REGC_ERR_ARG, "compile cache: empty directory name");
+    int rc = regc_make_dirs(dir);
+    if (rc)
+        return rc;
+    regc_cache *c = calloc(1, sizeof *c);
+    if (!c || !(c->dir = strdup(dir)) ||
+        !(c->version = strdup(version ? version : regc_cache_build_version()))) {
+        regc_cache_close(c);
+        return regc_error(REGC_ERR_MEMORY, "compile cache: out of memory");
+    }
+    c->max_bytes = max_bytes;
+    *out = c;
+    return REGC_OK;
+}
+
+void regc_cache_close(regc_cache *c)
+{
+    if (!c)
+        return;
+    free(c->dir), free(c->version), free(c);
+}
+
+const char *regc_cache_dir(const regc_cache *c) { return c->dir; }
+
+/* ---------------------------------------------------------------- keys and headers */
+
+typedef struct {
+    uint64_t lo, hi;
+} cache_key;
+
+/* The bytes a key is the hash of: the version, a NUL, the canonical form. */
+static int keyed_bytes(const regc_cache *c, const regc_bytes *canon, regc_bytes *out)
+{
+    regc_bytes_put(out, c->version, strlen(c->version) + 1);
+    regc_bytes_put(out, canon->data, canon->len);
+    return out->failed ? regc_error(REGC_ERR_MEMORY, "compile cache: out of memory") : REGC_OK;
+}
+
+static cache_key key_of(const void *p, size_t n)
+{
+    XXH128_hash_t h = XXH3_128bits(p, n);
+    return (cache_key){h.low64, h.high64};
+}
+
+static void entry_path(const regc_cache *c, cache_key k, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%016llx%016llx" SUFFIX, c->dir, (unsigned long long)k.hi,
+             (unsigned long long)k.lo);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint32_t crc_of(const void *p, size_t n)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const Bytef *b = p;
+    while (n > 0) { /* crc32 takes a uInt length */
+        uInt step = n > 0x40000000u ? 0x40000000u : (uInt)n;
+        crc = crc32(crc, b, step);
+        b += step, n -= step;
+    }
+    return (uint32_t)crc;
+}
+
+typedef struct {
+    uint32_t version, label_len;
+    cache_key key;
+    uint64_t stored_len, keyed_len, payload_len;
+    uint32_t body_crc;
+} entry_header;
+
+/* ---------------------------------------------------------------- reading an entry */
+
+/* A whole entry file checked: 1 with its keyed bytes and payload (the
+ * caller frees both), or 0 with the reason in why. Out of memory is a
+ * reason too: a lookup that cannot be afforded is a miss. */
+typedef struct {
+    entry_header h;
+    char *label;
+    uint8_t *plain; /* keyed bytes then payload */
+} entry_contents;
+
+static int read_file(const char *path, uint8_t **data, size_t *len, char *why, size_t cap)
+{
+    *data = NULL;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        return errno == ENOENT ? -1 : 0;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || (uint64_t)st.st_size > MAX_ENTRY_BYTES) {
+        snprintf(why, cap, "unreadable or oversized file");
+        close(fd);
+        return 0;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    uint8_t *buf = malloc(n + 1);
+    while (buf && got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got == n) /* a hit is a use: the eviction order follows it */
+        futimens(fd, NULL);
+    close(fd);
+    if (!buf || got != n) {
+        snprintf(why, cap, buf ? "read failed" : "out of memory");
+        free(buf);
+        return 0;
+    }
+    *data = buf, *len = n;
+    return 1;
+}
+
+static int parse_header(const uint8_t *b, size_t len, entry_header *h, char *why, size_t cap)
+{
+    if (len < HEADER_BYTES) {
+        snprintf(why, cap, "truncated header (%zu bytes)", len);
+        return 0;
+    }
+    if (memcmp(b, MAGIC, 8) != 0) {
+        snprintf(why, cap, "not a regc cache entry (bad magic)");
+        return 0;
+    }
+    h->version = (uint32_t)get_le(b + 8, 4);
+    if (h->version != REGC_CACHE_FORMAT) {
+        snprintf(why, cap, "format version %u, expected %d", h->version, REGC_CACHE_FORMAT);
+        return 0;
+    }
+    if ((uint32_t)get_le(b + 60, 4) != crc_of(b, 60)) {
+        snprintf(why, cap, "header checksum mismatch");
+        return 0;
+    }
+    h->label_len = (uint32_t)get_le(b + 12, 4);
+    h->key = (cache_key){get_le(b + 16, 8), get_le(b + 24, 8)};
+    h->stored_len = get_le(b + 32, 8);
+    h->keyed_len = get_le(b + 40, 8);
+    h->payload_len = get_le(b + 48, 8);
+    h->body_crc = (uint32_t)get_le(b + 56, 4);
+    if (h->stored_len > MAX_ENTRY_BYTES || h->keyed_len > MAX_ENTRY_BYTES ||
+        h->payload_len > MAX_ENTRY_BYTES) {
+        snprintf(why, cap, "lengths out of range");
+        return 0;
+    }
+    uint64_t want = HEADER_BYTES + (uint64_t)h->label_len + h->stored_len;
+    if ((uint64_t)len != want) {
+        snprintf(why, cap, "%s (%zu bytes, header says %llu)", len < want ? "truncated" : "trailing bytes",
+                 len, (unsigned long long)want);
+        return 0;
+    }
+    return 1;
+}
+
+static int read_entry(const char *path, entry_contents *e, char *why, size_t cap)
+{
+    memset(e, 0, sizeof *e);
+    uint8_t *file;
+    size_t len;
+    int ok = read_file(path, &file, &len, why, cap);
+    if (ok <= 0)
+        return ok;
+    ok = parse_header(file, len, &e->h, why, cap);
+    const uint8_t *body = file + HEADER_BYTES;
+    if (ok && e->h.body_crc != crc_of(body, len - HEADER_BYTES)) {
+        snprintf(why, cap, "checksum mismatch");
+        ok = 0;
+    }
+    if (ok) {
+        uLongf plain_len = (uLongf)(e->h.keyed_len + e->h.payload_len);
+        e->label = malloc(e->h.label_len + 1);
+        e->plain = malloc((size_t)plain_len + 1);
+        if (!e->label || !e->plain) {
+            snprintf(why, cap, "out of memory");
+            ok = 0;
+        } else {
+            memcpy(e->label, body, e->h.label_len);
+            e->label[e->h.label_len] = 0;
+            uLongf got = plain_len;
+            int z = uncompress(e->plain, &got, body + e->h.label_len, (uLong)e->h.stored_len);
+            if (z != Z_OK || got != plain_len) {
+                snprintf(why, cap, "decompression failed (%s)", z == Z_OK ? "short data" : zError(z));
+                ok = 0;
+            }
+        }
+    }
+    if (ok) {
+        cache_key k = key_of(e->plain, (size_t)e->h.keyed_len);
+        if (k.lo != e->h.key.lo || k.hi != e->h.key.hi) {
+            snprintf(why, cap, "stored canonical form does not hash to the entry's key");
+            ok = 0;
+        }
+    }
+    free(file);
+    if (!ok) {
+        free(e->label), free(e->plain);
+        e->label = NULL, e->plain = NULL;
+    }
+    return ok;
+}
+
+int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload)
+{
+    memset(payload, 0, sizeof *payload);
+    regc_bytes keyed = {0};
+    int rc = keyed_bytes(c, canon, &keyed);
+    if (rc) {
+        regc_bytes_free(&keyed);
+        return rc;
+    }
+    cache_key k = key_of(keyed.data, keyed.len);
+    char path[4200], why[200];
+    entry_path(c, k, path, sizeof path);
+    entry_contents e;
+    int ok = read_entry(path, &e, why, sizeof why);
+    if (ok > 0 && (e.h.key.lo != k.lo || e.h.key.hi != k.hi)) {
+        snprintf(why, sizeof why, "header of another entry (key does not match the file name)");
+        ok = 0;
+    } else if (ok > 0 && (e.h.keyed_len != keyed.len || memcmp(e.plain, keyed.data, keyed.len) != 0)) {
+        snprintf(why, sizeof why, "key collision: the stored canonical form differs");
+        ok = 0;
+    }
+    regc_bytes_free(&keyed);
+    if (ok < 0) /* no entry: the ordinary miss */
+        return 0;
+    if (ok == 0) {
+        fprintf(stderr, "regc: cache: %s: %s; compiling afresh\n", path, why);
+        free(e.label), free(e.plain);
+        return 0;
+    }
+    /* the payload moves to the front of the block the caller now owns */
+    memmove(e.plain, e.plain + e.h.keyed_len, (size_t)e.h.payload_len);
+    payload->data = e.plain;
+    payload->len = payload->cap = (size_t)e.h.payload_len;
+    free(e.label);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- writing an entry */
+
+static void evict(regc_cache *c);
+
+int regc_cache_put(regc_cache *c, const regc_bytes *canon, const char *label,
+                   const regc_bytes *payload)
+{
+    regc_bytes plain = {0}, file = {0};
+    int rc = keyed_bytes(c, canon, &plain);
+    size_t keyed_len = plain.len;
+    regc_bytes_put(&plain, payload->data, payload->len);
+    size_t label_len = label ? strlen(label) : 0;
+    uLongf bound = compressBound((uLong)plain.len);
+    uint8_t header[HEADER_BYTES] = {0};
+    if (rc == REGC_OK && !plain.failed) {
+        regc_bytes_put(&file, header, HEADER_BYTES);
+        regc_bytes_put(&file, label, label_len);
+        if (!file.failed && file.len + bound > file.cap) {
+            uint8_t *d = realloc(file.data, file.len + bound);
+            if (d)
+                file.data = d, file.cap = file.len + bound;
+            else
+                file.failed = 1;
+        }
+    }
+    if (rc || plain.failed || file.failed) {
+        regc_bytes_free(&plain), regc_bytes_free(&file);
+        return regc_error(REGC_ERR_MEMORY, "compile cache: out of memory");
+    }
+    /* level 1: a miss pays for compression, and compiled code compresses well anyway */
+    uLongf stored = bound;
+    if (compress2(file.data + file.len, &stored, plain.data, (uLong)plain.len, 1) != Z_OK) {
+        regc_bytes_free(&plain), regc_bytes_free(&file);
+        return regc_error(REGC_ERR_MEMORY, "compile cache: compression failed");
+    }
+    file.len += stored;
+    cache_key k = key_of(plain.data, keyed_len);
+    memcpy(header, MAGIC, 8);
+    put_le(header + 8, REGC_CACHE_FORMAT, 4);
+    put_le(header + 12, label_len, 4);
+    put_le(header + 16, k.lo, 8);
+    put_le(header + 24, k.hi, 8);
+    put_le(header + 32, stored, 8);
+    put_le(header + 40, keyed_len, 8);
+    put_le(header + 48, plain.len - keyed_len, 8);
+    put_le(header + 56, crc_of(file.data + HEADER_BYTES, file.len - HEADER_BYTES), 4);
+    put_le(header + 60, crc_of(header, 60), 4);
+    memcpy(file.data, header, HEADER_BYTES);
+    char path[4200];
+    entry_path(c, k, path, sizeof path);
+    if (regc_file_write_atomic(path, file.data, file.len) != REGC_OK)
+        fprintf(stderr, "regc: cache: %s; continuing without storing it\n", regc_error_message());
+    regc_bytes_free(&plain), regc_bytes_free(&file);
+    evict(c);
+    return REGC_OK;
+}
+
+/* ---------------------------------------------------------------- the directory */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* <32 lowercase hex digits>.regc */
+static int is_entry_name(const char *s)
+{
+    if (strlen(s) != 32 + strlen(SUFFIX) || !ends_with(s, SUFFIX))
+        return 0;
+    for (int i = 0; i < 32; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+static int is_temp_name(const char *s) { return strstr(s, TEMP_MARK) != NULL; }
+
+static int cmp_used(const void *a, const void *b)
+{
+    const regc_cache_entry *x = a, *y = b;
+    if (x->used != y->used)
+        return x->used < y->used ? -1 : 1;
+    if (x->used_nsec != y->used_nsec)
+        return x->used_nsec < y->used_nsec ? -1 : 1;
+    return strcmp(x->file, y->file);
+}
+
+void regc_cache_entries_free(regc_cache_entry *e, int n)
+{
+    for (int i = 0; e && i < n; i++)
+        free(e[i].label);
+    free(e);
+}
+
+/* The label, from the header alone (ls). */
+static char *read_label(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    uint8_t h[HEADER_BYTES];
+    char *label = NULL;
+    if (fread(h, 1, HEADER_BYTES, f) == HEADER_BYTES && !memcmp(h, MAGIC, 8)) {
+        uint32_t n = (uint32_t)get_le(h + 12, 4);
+        if (n < 4096 && (label = calloc(n + 1, 1)) && fread(label, 1, n, f) != n) {
+            free(label);
+            label = NULL;
+        }
+    }
+    fclose(f);
+    return label;
+}
+
+int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_out)
+{
+    *out = NULL, *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return regc_error(REGC_ERR_IO, "%s: cannot open the cache directory: %s", dir, strerror(errno));
+    regc_cache_entry *e = NULL;
+    int n = 0, cap = 0, rc = REGC_OK;
+    struct dirent *de;
+    while ((de = readdir(d)) && rc == REGC_OK) {
+        int temp = is_temp_name(de->d_name);
+        if (!temp && !is_entry_name(de->d_name))
+            continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0) /* removed meanwhile by another process */
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            regc_cache_entry *x = realloc(e, (size_t)cap * sizeof *x);
+            if (!x) {
+                rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory listing the cache", dir);
+                break;
+            }
+            e = x;
+        }
+        regc_cache_entry *x = &e[n++];
+        memset(x, 0, sizeof *x);
+        snprintf(x->file, sizeof x->file, "%s", de->d_name);
+        x->bytes = st.st_size, x->temporary = temp;
+        x->used = st.st_mtim.tv_sec, x->used_nsec = st.st_mtim.tv_nsec;
+        if (temp)
+            continue;
+        if (!verify) {
+            x->label = read_label(path);
+            continue;
+        }
+        entry_contents c;
+        char why[160];
+        int ok = read_entry(path, &c, why, sizeof why);
+        if (ok > 0) {
+            char name[40];
+            snprintf(name, sizeof name, "%016llx%016llx" SUFFIX, (unsigned long long)c.h.key.hi,
+                     (unsigned long long)c.h.key.lo);
+            if (strcmp(name, x->file) != 0)
+                snprintf(x->problem, sizeof x->problem, "key does not match the file name");
+            x->label = c.label;
+            free(c.plain);
+        } else {
+            snprintf(x->problem, sizeof x->problem, "%s", ok < 0 ? "vanished while reading" : why);
+            x->label = read_label(path);
+        }
+    }
+    closedir(d);
+    if (rc) {
+        regc_cache_entries_free(e, n);
+        return rc;
+    }
+    if (n > 1)
+        qsort(e, (size_t)n, sizeof *e, cmp_used);
+    *out = e, *n_out = n;
+    return REGC_OK;
+}
+
+/* After a store: remove the temporary files of writers that died, then
+ * the least recently used entries while the total exceeds the limit. */
+static void evict(regc_cache *c)
+{
+    regc_cache_entry *e;
+    int n;
+    if (regc_cache_scan(c->dir, 0, &e, &n) != REGC_OK)
+        return;
+    time_t now = time(NULL);
+    int64_t total = 0;
+    char path[4200];
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", c->dir, e[i].file);
+        if (e[i].temporary && now - e[i].used > REGC_CACHE_STALE_TEMP_S)
+            unlink(path);
+        else if (!e[i].temporary)
+            total += e[i].bytes;
+    }
+    for (int i = 0; i < n && c->max_bytes > 0 && total > c->max_bytes; i++) {
+        if (e[i].temporary)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", c->dir, e[i].file);
+        if (unlink(path) == 0)
+            total -= e[i].bytes;
+    }
+    regc_cache_entries_free(e, n);
+}
+
+int regc_cache_clear(const char *dir, int *removed)
+{
+    *removed = 0;
+    regc_cache_entry *e;
+    int n, rc = regc_cache_scan(dir, 0, &e, &n);
+    if (rc)
+        return rc;
+    char path[4200];
+    for (int i = 0; i < n && rc == REGC_OK; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, e[i].file);
+        if (unlink(path) == 0)
+            ++*removed;
+        else if (errno != ENOENT)
+            rc = regc_error(REGC_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    regc_cache_entries_free(e, n);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* regc_bytes.h — a growable byte buffer and a bounds-checked reader: the
+ * encoding of cache keys' canonical forms and of cached payloads.
+ *
+ * Integers are LEB128 varints (signed ones zigzag-coded first), floats
+ * their 4 IEEE bytes, strings a length and their bytes. Both sides keep a
+ * sticky failure flag, so an encoder or decoder checks once at the end
+ * instead of after every field. */
+#ifndef REGC_BYTES_H
+#define REGC_BYTES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+    int failed; /* an allocation failed: the contents are incomplete */
+} regc_bytes;
+
+/* A zeroed regc_bytes is empty and ready; free releases it. */
+void regc_bytes_free(regc_bytes *b);
+void regc_bytes_put(regc_bytes *b, const void *p, size_t n);
+void regc_bytes_put_u64(regc_bytes *b, uint64_t v);
+void regc_bytes_put_i64(regc_bytes *b, int64_t v);
+void regc_bytes_put_f32(regc_bytes *b, float v);
+/* NULL is written as the empty string. */
+void regc_bytes_put_str(regc_bytes *b, const char *s);
+
+typedef struct {
+    const uint8_t *p, *end;
+    int failed; /* ran past the end, or a value was out of its range */
+} regc_reader;
+
+regc_reader regc_reader_of(const void *data, size_t len);
+uint64_t regc_reader_u64(regc_reader *r);
+int64_t regc_reader_i64(regc_reader *r);
+/* A signed integer that must lie in [lo, hi]; fails (and returns lo) otherwise. */
+int64_t regc_reader_int(regc_reader *r, int64_t lo, int64_t hi);
+float regc_reader_f32(regc_reader *r);
+/* A malloc'd, NUL-terminated copy; NULL when failed. */
+char *regc_reader_str(regc_reader *r);
+/* n raw bytes into dst. */
+void regc_reader_get(regc_reader *r, void *dst, size_t n);
+
+#endif
