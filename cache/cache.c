@@ -58,8 +58,11 @@ int regc_cache_open(const char *dir, int64_t max_bytes, const char *version, reg
     if (!dir || !dir[0])
         return regc_error(REGC_ERR_ARG, "compile cache: empty directory name");
     int rc = regc_make_dirs(dir);
-    if (rc)
-        return rc;
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", regc_error_message());
+        return regc_error(rc, "compile cache: %s (set compile.cache_dir, or --no-cache)", why);
+    }
     regc_cache *c = calloc(1, sizeof *c);
     if (!c || !(c->dir = strdup(dir)) ||
         !(c->version = strdup(version ? version : regc_cache_build_version()))) {

@@ -251,11 +251,11 @@ static int step_from_cache(const regc_compile_options *o, const regc_bytes *cano
 static int step_to_cache(const regc_model *m, int64_t batch, int64_t seq, const regc_compile_options *o,
                          const regc_bytes *canon, const regc_program *p, regc_compile_stats *st)
 {
-    char desc[256], label[400];
-    regc_model_describe(m, desc, sizeof desc);
-    snprintf(label, sizeof label, "step: %s; batch %lld, seq %lld, %s, %s, %s", desc,
-             (long long)batch, (long long)seq, regc_level_name(o->level),
-             o->regional ? "regional" : "full", o->device ? o->device : "cpu");
+    char label[256];
+    snprintf(label, sizeof label, "step: %s, %lld parameters, batch %lld, seq %lld, %s, %s, %s",
+             regc_model_arch(m), (long long)regc_model_total_numel(m), (long long)batch,
+             (long long)seq, regc_level_name(o->level), o->regional ? "regional" : "full",
+             o->device ? o->device : "cpu");
     regc_bytes payload = {0};
     regc_program_write(p, st, &payload);
     int rc = payload.failed ? regc_error(REGC_ERR_MEMORY, "compile: out of memory")

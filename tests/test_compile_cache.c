@@ -1,0 +1,539 @@
+/* test_compile_cache.c — the compile cache from the pipeline's side: what
+ * hits and what misses, that a warm start trains bit for bit like a cold
+ * one, that damaged entries are recompiled, and that concurrent processes
+ * share one directory safely. */
+#include <setjmp.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "regc.h"
+#include "test_model.h"
+#include "test_util.h"
+
+#define STEPS 3
+
+static int setup(void **state) { return regc_test_dir_setup(state, "compile_cache", "cache"); }
+
+/* ---------------------------------------------------------------- in process */
+
+/* Compile m through a cache handle opened for this compile alone (as a
+ * restarted process would); returns the stats. */
+static regc_compile_stats compile_via(const char *dir, const char *version, const regc_model *m,
+                                      int64_t batch, int64_t seq, regc_level level, int regional,
+                                      const char *device)
+{
+    regc_cache *c = NULL;
+    assert_int_equal(regc_cache_open(dir, 0, version, &c), REGC_OK);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.level = level;
+    o.regional = regional;
+    o.device = device;
+    o.cache = c;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    if (regc_program_compile(m, batch, seq, &o, &p, &st) != REGC_OK)
+        fail_msg("compile: %s", regc_error_message());
+    regc_program_free(p);
+    regc_cache_close(c);
+    return st;
+}
+
+static regc_compile_stats compile_at(const char *dir, const regc_model *m, int64_t seq,
+                                     regc_level level)
+{
+    return compile_via(dir, NULL, m, 2, seq, level, 1, NULL);
+}
+
+/* A miss compiles and stores; the same compile again loads the whole step. */
+static void expect_miss_then_hit(regc_compile_stats miss, regc_compile_stats hit)
+{
+    assert_int_equal(miss.cache_hits + miss.region_compiles + miss.glue_compiles > 0, 1);
+    assert_true(miss.cache_misses >= 1);
+    assert_int_equal(hit.cache_hits, 1);
+    assert_int_equal(hit.cache_misses, 0);
+    assert_int_equal(hit.region_compiles, 0);
+    assert_int_equal(hit.glue_compiles, 0);
+    /* the loaded step is the stored one */
+    assert_true(hit.n_instructions == miss.n_instructions);
+    assert_true(hit.peak_bytes == miss.peak_bytes);
+    assert_true(hit.lower_bound_bytes == miss.lower_bound_bytes);
+    assert_int_equal(hit.add_norm_fusions, miss.add_norm_fusions);
+    assert_int_equal(hit.region_kinds, miss.region_kinds);
+    assert_int_equal(hit.instances, miss.instances);
+}
+
+static void test_key_relevant_changes_miss(void **state)
+{
+    regc_test_dir *t = *state;
+    const char *dir = t->path;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+
+    regc_compile_stats cold = compile_at(dir, m, 16, REGC_LEVEL_O1);
+    assert_int_equal(cold.cache_hits, 0);
+    assert_int_equal(cold.region_compiles, 1);
+    /* the step and every region it compiled were stored */
+    assert_int_equal(cold.cache_misses, 1 + cold.region_compiles + cold.glue_compiles);
+    expect_miss_then_hit(cold, compile_at(dir, m, 16, REGC_LEVEL_O1));
+
+    /* each of these changes what is compiled: a miss that compiles the layer
+     * again, then a hit of its own */
+    regc_compile_stats s = compile_at(dir, m, 32, REGC_LEVEL_O1); /* shape */
+    assert_int_equal(s.cache_hits, 0);
+    assert_int_equal(s.region_compiles, 1);
+    expect_miss_then_hit(s, compile_at(dir, m, 32, REGC_LEVEL_O1));
+
+    s = compile_at(dir, m, 16, REGC_LEVEL_O0); /* level */
+    assert_int_equal(s.cache_hits, 0);
+    assert_int_equal(s.region_compiles, 1);
+    expect_miss_then_hit(s, compile_at(dir, m, 16, REGC_LEVEL_O0));
+
+    s = compile_via(dir, NULL, m, 2, 16, REGC_LEVEL_O1, 1, "cuda sm_90"); /* backend/device */
+    assert_int_equal(s.cache_hits, 0);
+    assert_int_equal(s.region_compiles, 1);
+    expect_miss_then_hit(s, compile_via(dir, NULL, m, 2, 16, REGC_LEVEL_O1, 1, "cuda sm_90"));
+
+    s = compile_via(dir, "another regc", m, 2, 16, REGC_LEVEL_O1, 1, NULL); /* version */
+    assert_int_equal(s.cache_hits, 0);
+    assert_int_equal(s.region_compiles, 1);
+    expect_miss_then_hit(s, compile_via(dir, "another regc", m, 2, 16, REGC_LEVEL_O1, 1, NULL));
+
+    s = compile_via(dir, NULL, m, 3, 16, REGC_LEVEL_O1, 0, NULL); /* full, other batch */
+    assert_int_equal(s.cache_hits, 0);
+    assert_int_equal(s.region_compiles, 1);
+    expect_miss_then_hit(s, compile_via(dir, NULL, m, 3, 16, REGC_LEVEL_O1, 0, NULL));
+
+    /* another depth is another step, but the same layer: it loads */
+    regc_model *deeper = NULL;
+    assert_int_equal(regc_model_with_layers(m, 5, &deeper), REGC_OK);
+    s = compile_at(dir, deeper, 16, REGC_LEVEL_O1);
+    assert_int_equal(s.region_compiles, 0);
+    assert_true(s.cache_hits >= 1);
+    assert_true(s.cache_misses >= 1); /* the step itself */
+    regc_model_free(deeper);
+    regc_model_free(m);
+}
+
+/* A graph JSON model whose parameters are all renamed keys the same entry:
+ * names never enter the key. */
+static void test_renamed_parameters_hit(void **state)
+{
+    regc_test_dir *t = *state;
+    regc_model *m = NULL;
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
+    char *json = regc_graph_to_json(g);
+    assert_non_null(json);
+    /* "transformer.h.0.attn.c_attn.weight" -> "renamed_ckpt.h.0.attn.c_attn.weight" */
+    size_t n = strlen(json);
+    char *renamed = malloc(2 * n + 1), *w = renamed;
+    assert_non_null(renamed);
+    int count = 0;
+    for (const char *r = json; *r;) {
+        if (!strncmp(r, "\"transformer.", 13)) {
+            w += sprintf(w, "\"renamed_ckpt.");
+            r += 13;
+            count++;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    assert_true(count >= 10);
+    snprintf(t->buf, sizeof t->buf, "%s.a.json", t->path);
+    char *a = strdup(t->buf);
+    snprintf(t->buf, sizeof t->buf, "%s.b.json", t->path);
+    char *b = strdup(t->buf);
+    assert_int_equal(regc_test_write_file(a, json, n), 0);
+    assert_int_equal(regc_test_write_file(b, renamed, strlen(renamed)), 0);
+
+    regc_model *ma = NULL, *mb = NULL;
+    assert_int_equal(regc_model_load_shapes(a, &ma), REGC_OK);
+    assert_int_equal(regc_model_load_shapes(b, &mb), REGC_OK);
+    regc_compile_stats cold = compile_at(t->path, ma, 16, REGC_LEVEL_O1);
+    assert_int_equal(cold.cache_hits, 0);
+    expect_miss_then_hit(cold, compile_at(t->path, mb, 16, REGC_LEVEL_O1));
+
+    regc_model_free(ma), regc_model_free(mb), regc_model_free(m);
+    regc_graph_free(g);
+    free(json), free(renamed), free(a), free(b);
+}
+
+/* Dumps show the compiler's work: they neither read nor write the cache. */
+static void test_dumps_bypass_the_cache(void **state)
+{
+    regc_test_dir *t = *state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    regc_cache *c = NULL;
+    assert_int_equal(regc_cache_open(t->path, 0, NULL, &c), REGC_OK);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.cache = c;
+    char *dumps = regc_test_join(t->dir, "dumps");
+    o.dump_dir = dumps;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, &st), REGC_OK);
+        regc_program_free(p);
+        assert_int_equal(st.cache_hits, 0);
+        assert_int_equal(st.cache_misses, 0);
+        assert_int_equal(st.region_compiles, 1);
+    }
+    regc_cache_entry *e;
+    int n;
+    assert_int_equal(regc_cache_scan(t->path, 0, &e, &n), REGC_OK);
+    assert_int_equal(n, 0);
+    regc_cache_entries_free(e, n);
+    regc_cache_close(c);
+    free(dumps);
+    regc_model_free(m);
+}
+
+/* ---------------------------------------------------------------- in-process training */
+
+typedef struct {
+    float loss[STEPS];
+    int n;
+    int hits, misses;
+} losses;
+
+static void compiled(const regc_compile_stats *st, void *user)
+{
+    losses *l = user;
+    l->hits = st->cache_hits, l->misses = st->cache_misses;
+}
+
+static void collect(const regc_step_report *r, void *user)
+{
+    losses *l = user;
+    if (l->n < STEPS)
+        l->loss[l->n++] = r->loss;
+}
+
+static regc_model *train(const char *preset, const char *cache_dir, regc_level level,
+                         int inline_back, int regional, losses *l)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = 2, o.seq = 16, o.steps = STEPS, o.threads = 1;
+    o.compile.level = level;
+    o.compile.inline_back = inline_back;
+    o.compile.regional = regional;
+    o.cache_dir = cache_dir;
+    o.on_compiled = compiled;
+    memset(l, 0, sizeof *l);
+    if (regc_train(m, &o, collect, l) != REGC_OK)
+        fail_msg("train %s: %s", preset, regc_error_message());
+    assert_int_equal(l->n, STEPS);
+    return m;
+}
+
+/* Warm starts of every program form train bit for bit like a cold compile
+ * without any cache. */
+static void test_warm_trains_like_cold(void **state)
+{
+    regc_test_dir *t = *state;
+    static const struct {
+        const char *preset;
+        regc_level level;
+        int inline_back, regional;
+    } cases[] = {
+        {"gpt2-tiny", REGC_LEVEL_O1, 1, 1}, {"gpt2-tiny", REGC_LEVEL_O0, 1, 1},
+        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1}, {"gpt2-tiny", REGC_LEVEL_O1, 1, 0},
+        {"llama-tiny", REGC_LEVEL_O1, 1, 1}, {"bert-tiny", REGC_LEVEL_O2, 1, 1},
+        {"t5-tiny", REGC_LEVEL_O1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        losses ref, cold, warm;
+        char name[32];
+        snprintf(name, sizeof name, "case%zu", i);
+        char *dir = regc_test_join(t->dir, name); /* cold: nothing shared with other cases */
+        regc_model *a = train(cases[i].preset, NULL, cases[i].level, cases[i].inline_back,
+                              cases[i].regional, &ref);
+        regc_model *b = train(cases[i].preset, dir, cases[i].level, cases[i].inline_back,
+                              cases[i].regional, &cold);
+        regc_model *c = train(cases[i].preset, dir, cases[i].level, cases[i].inline_back,
+                              cases[i].regional, &warm);
+        free(dir);
+        for (int s = 0; s < STEPS; s++)
+            if (memcmp(&ref.loss[s], &cold.loss[s], sizeof(float)) ||
+                memcmp(&ref.loss[s], &warm.loss[s], sizeof(float)))
+                fail_msg("case %zu (%s) step %d: losses %.9g (no cache), %.9g (cold), %.9g (warm)",
+                         i, cases[i].preset, s, (double)ref.loss[s], (double)cold.loss[s],
+                         (double)warm.loss[s]);
+        assert_true(ref.hits == 0 && ref.misses == 0);
+        assert_true(cold.hits == 0 && cold.misses >= 2);
+        assert_true(warm.hits == 1 && warm.misses == 0);
+        regc_test_assert_same_weights(a, b);
+        regc_test_assert_same_weights(a, c);
+        regc_model_free(a), regc_model_free(b), regc_model_free(c);
+    }
+}
+
+/* ---------------------------------------------------------------- processes */
+
+/* "compile cache DIR: H hit(s), M miss(es)" from regc train's stderr. */
+static void cache_counts(const char *err, int *hits, int *misses)
+{
+    const char *line = strstr(err, "compile cache ");
+    if (!line)
+        fail_msg("no compile cache line in:\n%s", err);
+    const char *colon = strstr(line, ": ");
+    assert_non_null(colon);
+    if (sscanf(colon + 2, "%d hit%*[s], %d miss", hits, misses) != 2 &&
+        sscanf(colon + 2, "%d hit, %d miss", hits, misses) != 2)
+        fail_msg("cannot read the counts in: %s", line);
+}
+
+/* The losses of regc train --json's lines, as text (bit-exact: %.9g). */
+static char *loss_text(const char *out)
+{
+    char *s = calloc(strlen(out) + 1, 1);
+    assert_non_null(s);
+    for (const char *p = strstr(out, "\"loss\": "); p; p = strstr(p + 1, "\"loss\": ")) {
+        const char *end = strchr(p, ',');
+        assert_non_null(end);
+        strncat(s, p + 8, (size_t)(end - p - 8));
+        strcat(s, " ");
+    }
+    return s;
+}
+
+static void run_train(regc_test_proc *p, const char *cache_dir, int *hits, int *misses)
+{
+    int rc = regc_test_run_regc(p, "train", "--model", "gpt2-tiny", "--steps", "3", "--batch",
+                                "2", "--seq", "16", "--threads", "1", "--json", "--cache-dir",
+                                cache_dir, NULL);
+    if (rc != 0)
+        fail_msg("regc train failed (%d):\n%s", rc, p->err);
+    cache_counts(p->err, hits, misses);
+}
+
+/* The step's entry: the file whose label says "step:". */
+static void step_entry(const char *dir, char *path, size_t cap)
+{
+    regc_cache_entry *e;
+    int n;
+    assert_int_equal(regc_cache_scan(dir, 0, &e, &n), REGC_OK);
+    int found = 0;
+    for (int i = 0; i < n; i++)
+        if (e[i].label && !strncmp(e[i].label, "step:", 5)) {
+            snprintf(path, cap, "%s/%s", dir, e[i].file);
+            found++;
+        }
+    regc_cache_entries_free(e, n);
+    assert_int_equal(found, 1);
+}
+
+/* A region's entry (to take its header). */
+static void region_entry(const char *dir, char *path, size_t cap)
+{
+    regc_cache_entry *e;
+    int n;
+    assert_int_equal(regc_cache_scan(dir, 0, &e, &n), REGC_OK);
+    path[0] = 0;
+    for (int i = 0; i < n && !path[0]; i++)
+        if (e[i].label && !strncmp(e[i].label, "region:", 7))
+            snprintf(path, cap, "%s/%s", dir, e[i].file);
+    regc_cache_entries_free(e, n);
+    assert_true(path[0] != 0);
+}
+
+static void test_restart_hits_in_a_new_process(void **state)
+{
+    regc_test_dir *t = *state;
+    regc_test_proc cold, warm;
+    int hits, misses;
+    run_train(&cold, t->path, &hits, &misses);
+    assert_int_equal(hits, 0);
+    assert_true(misses >= 2); /* the step and its regions */
+    run_train(&warm, t->path, &hits, &misses);
+    assert_int_equal(hits, 1);
+    assert_int_equal(misses, 0);
+    char *a = loss_text(cold.out), *b = loss_text(warm.out);
+    assert_true(strlen(a) > 0);
+    assert_string_equal(a, b);
+    free(a), free(b);
+    regc_test_proc_free(&cold), regc_test_proc_free(&warm);
+
+    /* --no-cache neither reads nor creates the directory */
+    char *off = regc_test_join(t->dir, "never");
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1",
+                                        "--cache-dir", off, "--no-cache", NULL),
+                     0);
+    struct stat st;
+    assert_int_not_equal(stat(off, &st), 0);
+    assert_null(strstr(p.err, "compile cache"));
+    regc_test_proc_free(&p);
+    free(off);
+}
+
+enum { FLIP, TRUNCATE, FOREIGN_HEADER, DAMAGE_COUNT };
+
+static void damage(const char *path, int how, const char *other)
+{
+    size_t n;
+    char *data = regc_test_read_file(path, &n);
+    assert_non_null(data);
+    switch (how) {
+    case FLIP: data[n / 2] ^= 0x10; break;
+    case TRUNCATE: n /= 2; break;
+    case FOREIGN_HEADER: {
+        size_t m;
+        char *o = regc_test_read_file(other, &m);
+        assert_non_null(o);
+        memcpy(data, o, 64); /* another entry's header, checksum and all */
+        free(o);
+        break;
+    }
+    }
+    assert_int_equal(regc_test_write_file(path, data, n), 0);
+    free(data);
+}
+
+/* Each kind of damage: one line naming the entry, a recompile with the
+ * same losses, and the entry repaired for the next run. */
+static void test_damaged_entries_recompile(void **state)
+{
+    regc_test_dir *t = *state;
+    regc_test_proc ref;
+    int hits, misses;
+    char *refdir = regc_test_join(t->dir, "ref");
+    run_train(&ref, refdir, &hits, &misses);
+    char *want = loss_text(ref.out);
+    regc_test_proc_free(&ref);
+    for (int how = 0; how < DAMAGE_COUNT; how++) {
+        char name[32], entry[2048], other[2048];
+        snprintf(name, sizeof name, "damaged%d", how);
+        char *dir = regc_test_join(t->dir, name);
+        regc_test_proc p;
+        run_train(&p, dir, &hits, &misses);
+        regc_test_proc_free(&p);
+        step_entry(dir, entry, sizeof entry);
+        region_entry(dir, other, sizeof other);
+        damage(entry, how, other);
+
+        run_train(&p, dir, &hits, &misses);
+        const char *slash = strrchr(entry, '/');
+        if (!strstr(p.err, "regc: cache: ") || !strstr(p.err, slash + 1) ||
+            !strstr(p.err, "compiling afresh"))
+            fail_msg("damage %d: no line naming %s in:\n%s", how, slash + 1, p.err);
+        assert_true(misses >= 1); /* the step, compiled again from its cached regions */
+        char *got = loss_text(p.out);
+        assert_string_equal(got, want);
+        free(got);
+        regc_test_proc_free(&p);
+
+        run_train(&p, dir, &hits, &misses); /* repaired */
+        assert_int_equal(hits, 1);
+        assert_int_equal(misses, 0);
+        assert_null(strstr(p.err, "regc: cache: "));
+        regc_test_proc_free(&p);
+        free(dir);
+    }
+    free(want), free(refdir);
+}
+
+#define N_PROCS 8
+
+/* Eight processes compiling the same model into one empty directory at
+ * once: all succeed with the same losses, and the cache is sound after. */
+static void test_concurrent_writers(void **state)
+{
+    regc_test_dir *t = *state;
+    pid_t pid[N_PROCS];
+    char out[N_PROCS][2048];
+    for (int i = 0; i < N_PROCS; i++) {
+        snprintf(out[i], sizeof out[i], "%s/out%d.txt", t->dir, i);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, out[i], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        char *const argv[] = {REGC_BIN, "train", "--model", "gpt2-tiny", "--steps", "2",
+                              "--batch", "2", "--seq", "16", "--threads", "1", "--json",
+                              "--cache-dir", t->path, NULL};
+        extern char **environ;
+        assert_int_equal(posix_spawn(&pid[i], REGC_BIN, &fa, NULL, argv, environ), 0);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    char *first = NULL;
+    for (int i = 0; i < N_PROCS; i++) {
+        int status;
+        assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        char *text = regc_test_read_file(out[i], NULL);
+        assert_non_null(text);
+        char *l = loss_text(text);
+        free(text);
+        assert_true(strlen(l) > 0);
+        if (!first)
+            first = l;
+        else {
+            assert_string_equal(l, first);
+            free(l);
+        }
+    }
+    free(first);
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "cache", "verify", "--dir", t->path, NULL), 0);
+    assert_non_null(strstr(p.out, "every entry is sound"));
+    regc_test_proc_free(&p);
+    regc_cache_entry *e;
+    int n;
+    assert_int_equal(regc_cache_scan(t->path, 1, &e, &n), REGC_OK);
+    assert_true(n >= 2);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(e[i].temporary, 0);
+        assert_string_equal(e[i].problem, "");
+    }
+    regc_cache_entries_free(e, n);
+}
+
+/* A cache directory that cannot be made is an error naming it. */
+static void test_unusable_directory(void **state)
+{
+    regc_test_dir *t = *state;
+    assert_int_equal(regc_test_write_text(t->dir, "cache", "not a directory\n"), 0);
+    char *inside = regc_test_join(t->path, "sub");
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1",
+                                        "--cache-dir", inside, NULL),
+                     1);
+    assert_int_equal(regc_test_count_lines(p.err) >= 1, 1);
+    assert_non_null(strstr(p.err, t->path));
+    assert_int_equal(p.out_len, 0);
+    regc_test_proc_free(&p);
+    free(inside);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        regc_test_in_dir(test_key_relevant_changes_miss, setup),
+        regc_test_in_dir(test_renamed_parameters_hit, setup),
+        regc_test_in_dir(test_dumps_bypass_the_cache, setup),
+        regc_test_in_dir(test_warm_trains_like_cold, setup),
+        regc_test_in_dir(test_restart_hits_in_a_new_process, setup),
+        regc_test_in_dir(test_damaged_entries_recompile, setup),
+        regc_test_in_dir(test_concurrent_writers, setup),
+        regc_test_in_dir(test_unusable_directory, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
