@@ -174,8 +174,6 @@ static int read_file(const char *path, uint8_t **data, size_t *len, char *why, s
             break;
         got += (size_t)r;
     }
-    if (got == n) /* a hit is a use: the eviction order follows it */
-        futimens(fd, NULL);
     close(fd);
     if (!buf || got != n) {
         snprintf(why, cap, buf ? "read failed" : "out of memory");
@@ -301,6 +299,10 @@ int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload)
         free(e.label), free(e.plain);
         return 0;
     }
+    /* A hit is a use: the eviction order follows it. Only a hit: listing
+     * and verifying (regc cache ls | verify) read entries without using
+     * them, and must leave that order as the lookups made it. */
+    utimensat(AT_FDCWD, path, NULL, 0);
     /* the payload moves to the front of the block the caller now owns */
     memmove(e.plain, e.plain + e.h.keyed_len, (size_t)e.h.payload_len);
     payload->data = e.plain;
