@@ -436,7 +436,10 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
     struct dirent *de;
     while ((de = readdir(d)) && rc == REGC_OK) {
         int temp = is_temp_name(de->d_name);
-        if (!temp && !is_entry_name(de->d_name))
+        size_t name_len = strlen(de->d_name);
+        /* Ours are at most 48 characters; a longer name cut short to fit
+         * would send clear and eviction to a file that is not this one. */
+        if ((!temp && !is_entry_name(de->d_name)) || name_len >= sizeof e->file)
             continue;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -454,7 +457,7 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
         }
         regc_cache_entry *x = &e[n++];
         memset(x, 0, sizeof *x);
-        snprintf(x->file, sizeof x->file, "%s", de->d_name);
+        memcpy(x->file, de->d_name, name_len + 1);
         x->bytes = st.st_size, x->temporary = temp;
         x->used = st.st_mtim.tv_sec, x->used_nsec = st.st_mtim.tv_nsec;
         if (temp)
