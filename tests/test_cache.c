@@ -680,6 +680,18 @@ static void test_temporary_files(void **state)
     put(c, "k2", "k2", &p);
     assert_true(exists(fresh));
 
+    /* A name longer than any writer makes is not the cache's: neither
+     * listed nor removed (cut short, it would name another file). */
+    char longname[1400];
+    snprintf(longname, sizeof longname, "%s/%0100d.regc.tmp.AbC123", t->path, 0);
+    write_bytes(longname, "x", 1);
+    set_mtime(longname, now - REGC_CACHE_STALE_TEMP_S - 60);
+    assert_int_equal(regc_cache_scan(t->path, 0, &e, &n), REGC_OK);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++)
+        assert_true(strlen(e[i].file) < 64 && strstr(longname, e[i].file) == NULL);
+    regc_cache_entries_free(e, n);
+
     /* clear: entries and temporaries, counted; other files stay. */
     int removed = -1;
     assert_int_equal(regc_cache_clear(t->path, &removed), REGC_OK);
@@ -688,6 +700,7 @@ static void test_temporary_files(void **state)
     assert_int_equal(n, 0);
     regc_cache_entries_free(e, n);
     assert_true(exists(notes));
+    assert_true(exists(longname));
     expect_miss(c, "k");
     assert_int_equal(regc_cache_clear(t->path, &removed), REGC_OK);
     assert_int_equal(removed, 0);
