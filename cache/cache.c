@@ -177,8 +177,6 @@ static int read_file(const char *path, uint8_t **data, size_t *len, char *why, s
             break;
         got += (size_t)r;
     }
-    if (got == n) /* a hit is a use: the eviction order follows it */
-        futimens(fd, NULL);
     close(fd);
     if (!buf || got != n) {
         snprintf(why, cap, buf ? "read failed" : "out of memory");
@@ -304,6 +302,10 @@ int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload)
         free(e.label), free(e.plain);
         return 0;
     }
+    /* A hit is a use: the eviction order follows it. Only a hit: listing
+     * and verifying (regc cache ls | verify) read entries without using
+     * them, and must leave that order as the lookups made it. */
+    utimensat(AT_FDCWD, path, NULL, 0);
     /* the payload moves to the front of the block the caller now owns */
     memmove(e.plain, e.plain + e.h.keyed_len, (size_t)e.h.payload_len);
     payload->data = e.plain;
@@ -437,7 +439,10 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
     struct dirent *de;
     while ((de = readdir(d)) && rc == REGC_OK) {
         int temp = is_temp_name(de->d_name);
-        if (!temp && !is_entry_name(de->d_name))
+        size_t name_len = strlen(de->d_name);
+        /* Ours are at most 48 characters; a longer name cut short to fit
+         * would send clear and eviction to a file that is not this one. */
+        if ((!temp && !is_entry_name(de->d_name)) || name_len >= sizeof e->file)
             continue;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -455,7 +460,7 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
         }
         regc_cache_entry *x = &e[n++];
         memset(x, 0, sizeof *x);
-        snprintf(x->file, sizeof x->file, "%s", de->d_name);
+        memcpy(x->file, de->d_name, name_len + 1);
         x->bytes = st.st_size, x->temporary = temp;
         x->used = st.st_mtim.tv_sec, x->used_nsec = st.st_mtim.tv_nsec;
         if (temp)
