@@ -19,7 +19,6 @@
 #define MAGIC "REGCACHE"
 #define HEADER_BYTES 64
 #define SUFFIX ".regc"
-#define TEMP_MARK ".regc.tmp."
 /* Entries are a compiled region or step: far below this, so a length
  * beyond it is corruption, not a reason to allocate. */
 #define MAX_ENTRY_BYTES ((uint64_t)1 << 32)
@@ -390,7 +389,17 @@ static int is_entry_name(const char *s)
     return 1;
 }
 
-static int is_temp_name(const char *s) { return strstr(s, TEMP_MARK) != NULL; }
+/* <entry name>.tmp.XXXXXX, as regc_file_write_atomic names its temporaries */
+static int is_temp_name(const char *s)
+{
+    size_t entry = 32 + strlen(SUFFIX);
+    char name[64];
+    if (strlen(s) != entry + strlen(".tmp.XXXXXX") || strncmp(s + entry, ".tmp.", 5) != 0)
+        return 0;
+    memcpy(name, s, entry);
+    name[entry] = 0;
+    return is_entry_name(name);
+}
 
 static int cmp_used(const void *a, const void *b)
 {
@@ -438,11 +447,10 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
     int n = 0, cap = 0, rc = REGC_OK;
     struct dirent *de;
     while ((de = readdir(d)) && rc == REGC_OK) {
+        /* only names regc makes (at most 48 characters): anything else in
+         * the directory is not the cache's to list or remove */
         int temp = is_temp_name(de->d_name);
-        size_t name_len = strlen(de->d_name);
-        /* Ours are at most 48 characters; a longer name cut short to fit
-         * would send clear and eviction to a file that is not this one. */
-        if ((!temp && !is_entry_name(de->d_name)) || name_len >= sizeof e->file)
+        if (!temp && !is_entry_name(de->d_name))
             continue;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -460,7 +468,7 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
         }
         regc_cache_entry *x = &e[n++];
         memset(x, 0, sizeof *x);
-        memcpy(x->file, de->d_name, name_len + 1);
+        memcpy(x->file, de->d_name, strlen(de->d_name) + 1); /* at most 48 characters */
         x->bytes = st.st_size, x->temporary = temp;
         x->used = st.st_mtim.tv_sec, x->used_nsec = st.st_mtim.tv_nsec;
         if (temp)

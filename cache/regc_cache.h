@@ -61,7 +61,7 @@ int regc_cache_put(regc_cache *c, const regc_bytes *canon, const char *label,
 
 /* ---- inspecting a directory (regc cache ls | verify | clear) */
 typedef struct {
-    char file[256];  /* the entry's file name (NAME_MAX + 1) */
+    char file[64];   /* the entry's file name */
     char *label;     /* NULL when the header is unreadable */
     int64_t bytes;   /* file size */
     time_t used;     /* last stored or hit */
