@@ -74,38 +74,6 @@ regc_reader regc_reader_of(const void *data, size_t len)
     return (regc_reader){.p = p, .end = p + len};
 }
 
-uint64_t regc_reader_u64(regc_reader *r)
-{
-    uint64_t v = 0;
-    for (int shift = 0; !r->failed; shift += 7) {
-        if (r->p == r->end || shift > 63) {
-            r->failed = 1;
-            break;
-        }
-        uint8_t c = *r->p++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return v;
-    }
-    return 0;
-}
-
-int64_t regc_reader_i64(regc_reader *r)
-{
-    uint64_t u = regc_reader_u64(r);
-    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
-}
-
-int64_t regc_reader_int(regc_reader *r, int64_t lo, int64_t hi)
-{
-    int64_t v = regc_reader_i64(r);
-    if (v < lo || v > hi) {
-        r->failed = 1;
-        return lo;
-    }
-    return v;
-}
-
 void regc_reader_get(regc_reader *r, void *dst, size_t n)
 {
     if (r->failed || (size_t)(r->end - r->p) < n) {

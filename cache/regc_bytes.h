@@ -32,14 +32,45 @@ typedef struct {
 } regc_reader;
 
 regc_reader regc_reader_of(const void *data, size_t len);
-uint64_t regc_reader_u64(regc_reader *r);
-int64_t regc_reader_i64(regc_reader *r);
-/* A signed integer that must lie in [lo, hi]; fails (and returns lo) otherwise. */
-int64_t regc_reader_int(regc_reader *r, int64_t lo, int64_t hi);
 float regc_reader_f32(regc_reader *r);
 /* A malloc'd, NUL-terminated copy; NULL when failed. */
 char *regc_reader_str(regc_reader *r);
 /* n raw bytes into dst. */
 void regc_reader_get(regc_reader *r, void *dst, size_t n);
+
+/* The integer readers are inline: a cached step program is mostly
+ * varints, and decoding it is on the path of every warm start. */
+static inline uint64_t regc_reader_u64(regc_reader *r)
+{
+    uint64_t v = 0;
+    for (int shift = 0; !r->failed; shift += 7) {
+        if (r->p == r->end || shift > 63) {
+            r->failed = 1;
+            break;
+        }
+        uint8_t c = *r->p++;
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80))
+            return v;
+    }
+    return 0;
+}
+
+static inline int64_t regc_reader_i64(regc_reader *r)
+{
+    uint64_t u = regc_reader_u64(r);
+    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+}
+
+/* A signed integer that must lie in [lo, hi]; fails (and returns lo) otherwise. */
+static inline int64_t regc_reader_int(regc_reader *r, int64_t lo, int64_t hi)
+{
+    int64_t v = regc_reader_i64(r);
+    if (v < lo || v > hi) {
+        r->failed = 1;
+        return lo;
+    }
+    return v;
+}
 
 #endif
