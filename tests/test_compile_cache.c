@@ -16,7 +16,10 @@
 
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
+
 #include "regc.h"
+#include "serial.h"
 #include "test_model.h"
 #include "test_util.h"
 
@@ -169,6 +172,93 @@ static void test_renamed_parameters_hit(void **state)
     regc_model_free(ma), regc_model_free(mb), regc_model_free(m);
     regc_graph_free(g);
     free(json), free(renamed), free(a), free(b);
+}
+
+/* ---------------------------------------------------------------- the step key */
+
+/* The model's canonical graph and its structure bytes (what a step is
+ * keyed on), as two strings of bytes to compare. */
+static void canon_pair(const regc_model *m, regc_bytes *graph, regc_bytes *structure)
+{
+    regc_graph *g = NULL;
+    memset(graph, 0, sizeof *graph);
+    memset(structure, 0, sizeof *structure);
+    assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
+    assert_int_equal(regc_graph_canon(g, graph), REGC_OK);
+    assert_int_equal(regc_model_write_structure(m, structure), REGC_OK);
+    regc_graph_free(g);
+}
+
+static int same_bytes(const regc_bytes *a, const regc_bytes *b)
+{
+    return a->len == b->len && !memcmp(a->data, b->data, a->len);
+}
+
+/* A step is keyed on the model's structural config rather than on its
+ * graph, so every config.json change that changes the graph must change
+ * the key: each numeric and boolean key of each architecture's config,
+ * changed alone. */
+static void test_step_key_sees_every_config_change(void **state)
+{
+    regc_test_dir *t = *state;
+    static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load(presets[i], &m), REGC_OK);
+        assert_int_equal(regc_model_init_random(m, 1), REGC_OK);
+        char *dir = regc_test_join(t->dir, presets[i]), *cfg_path = regc_test_join(dir, "config.json");
+        assert_int_equal(regc_model_save(m, dir), REGC_OK);
+        regc_model_free(m);
+        char *text = regc_test_read_file(cfg_path, NULL);
+        cJSON *root = cJSON_Parse(text);
+        assert_non_null(root);
+        regc_model *base = NULL;
+        assert_int_equal(regc_model_load_config(dir, &base), REGC_OK);
+        regc_bytes g0, s0;
+        canon_pair(base, &g0, &s0);
+        int graph_changes = 0;
+        for (cJSON *it = root->child; it; it = it->next) {
+            for (int variant = 0; variant < 2; variant++) {
+                cJSON *copy = cJSON_Duplicate(root, 1);
+                cJSON *x = cJSON_GetObjectItemCaseSensitive(copy, it->string);
+                if (cJSON_IsBool(x) && variant == 0)
+                    cJSON_ReplaceItemInObjectCaseSensitive(copy, it->string, cJSON_CreateBool(!cJSON_IsTrue(x)));
+                else if (cJSON_IsNumber(x))
+                    cJSON_SetNumberValue(x, variant ? x->valuedouble * 2 : x->valuedouble + 1);
+                else {
+                    cJSON_Delete(copy);
+                    continue;
+                }
+                char *changed = cJSON_Print(copy);
+                cJSON_Delete(copy);
+                assert_int_equal(regc_test_write_file(cfg_path, changed, strlen(changed)), 0);
+                free(changed);
+                regc_model *m2 = NULL;
+                regc_graph *g = NULL;
+                /* a change the frontend refuses, or that cannot be built at
+                 * [2, 16], keys nothing */
+                if (regc_model_load_config(dir, &m2) == REGC_OK &&
+                    regc_model_build_graph(m2, 2, 16, &g) == REGC_OK) {
+                    regc_graph_free(g);
+                    regc_bytes g1, s1;
+                    canon_pair(m2, &g1, &s1);
+                    if (!same_bytes(&g0, &g1)) {
+                        graph_changes++;
+                        if (same_bytes(&s0, &s1))
+                            fail_msg("%s: changing %s changes the graph but not the step key",
+                                     presets[i], it->string);
+                    }
+                    regc_bytes_free(&g1), regc_bytes_free(&s1);
+                }
+                regc_model_free(m2);
+            }
+        }
+        assert_true(graph_changes >= 3); /* the test did change graphs */
+        regc_bytes_free(&g0), regc_bytes_free(&s0);
+        regc_model_free(base);
+        cJSON_Delete(root);
+        free(text), free(dir), free(cfg_path);
+    }
 }
 
 /* Dumps show the compiler's work: they neither read nor write the cache. */
@@ -528,6 +618,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_key_relevant_changes_miss, setup),
         regc_test_in_dir(test_renamed_parameters_hit, setup),
+        regc_test_in_dir(test_step_key_sees_every_config_change, setup),
         regc_test_in_dir(test_dumps_bypass_the_cache, setup),
         regc_test_in_dir(test_warm_trains_like_cold, setup),
         regc_test_in_dir(test_restart_hits_in_a_new_process, setup),
