@@ -3,7 +3,10 @@
  * (T5's position bias, [n_head, tq, tk] shared by the batch). Nothing of
  * size T x T is ever stored per batch: the forward keeps one row of scores
  * per thread and saves each row's log-sum-exp; the backward recomputes the
- * probabilities from it. The bias gradient is the one T x T output. */
+ * probabilities from it, one head at a time per thread, keeping that head's
+ * probabilities and score gradients (transposed) for dK and dV. Every
+ * product runs as a row times a matrix, a block of columns at a time, with
+ * sums in a fixed order. The bias gradient is the one T x T output. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -23,14 +26,6 @@ static inline float cpu_dot(const float *a, const float *b, int n)
     for (; d < n; d++)
         acc[0] += a[d] * b[d];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* y += a * x over head_dim; restrict lets these vectorise (the outputs of
- * one (query, key) step are distinct rows of distinct tensors) */
-static inline void cpu_axpy(float *restrict y, float a, const float *restrict x, int n)
-{
-    for (int d = 0; d < n; d++)
-        y[d] += a * x[d];
 }
 
 static int cpu_check_attention(regc_backend *be, const regc_attn_shape *s, const char *what)
@@ -53,9 +48,10 @@ static size_t cpu_thread_stride(int64_t floats)
     return (size_t)((floats + 15) / 16 * 16);
 }
 
-/* Keys per block of scores: one block's partial sums stay in registers
- * while the loop runs down head_dim. */
-#define CPU_ATTN_KEY_BLOCK 16
+/* Columns per block of a row-times-matrix product: one block's partial sums
+ * stay in registers (eight vectors) while the loop runs down the rows, and
+ * eight independent sums keep the adders busy. */
+#define CPU_ATTN_KEY_BLOCK 64
 
 /* Row stride of a transposed head, a whole number of key blocks. */
 static int64_t cpu_attn_ld(int64_t tk)
@@ -96,6 +92,38 @@ static void cpu_attn_row_scores(float *restrict s, const float *restrict a,
         for (int u = 0; u < CPU_ATTN_KEY_BLOCK; u++)
             s[j0 + u] = scale * acc[u];
     }
+}
+
+/* y[d] += sum over r < n_rows of a[r] * x[r, d] for d < D (x: rows ld_x
+ * apart), summed in row order a block of d at a time: one row of P V, dS K,
+ * dS^T Q or P^T dO. */
+static void cpu_attn_row_combine(float *restrict y, const float *restrict a, int64_t n_rows,
+                                 const float *restrict x, int64_t ld_x, int D)
+{
+    int d0 = 0;
+    for (; d0 + CPU_ATTN_KEY_BLOCK <= D; d0 += CPU_ATTN_KEY_BLOCK) {
+        float acc[CPU_ATTN_KEY_BLOCK] = {0};
+        for (int64_t r = 0; r < n_rows; r++) {
+            const float ar = a[r];
+            const float *row = x + r * ld_x + d0; /* [block] */
+            for (int u = 0; u < CPU_ATTN_KEY_BLOCK; u++)
+                acc[u] += ar * row[u];
+        }
+        for (int u = 0; u < CPU_ATTN_KEY_BLOCK; u++)
+            y[d0 + u] += acc[u];
+    }
+    if (d0 == D)
+        return;
+    const int w = D - d0; /* the last, partial block: the same sums, fewer lanes */
+    float acc[CPU_ATTN_KEY_BLOCK] = {0};
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float ar = a[r];
+        const float *row = x + r * ld_x + d0; /* [w] */
+        for (int u = 0; u < w; u++)
+            acc[u] += ar * row[u];
+    }
+    for (int u = 0; u < w; u++)
+        y[d0 + u] += acc[u];
 }
 
 void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const float *q,
@@ -152,8 +180,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 for (int64_t j = 0; j < n_keys; j++)
                     sum += p[j];
                 memset(acc, 0, (size_t)D * sizeof(float));
-                for (int64_t j = 0; j < n_keys; j++)
-                    cpu_axpy(acc, p[j], vb + j * kv_ld, D);
+                cpu_attn_row_combine(acc, p, n_keys, vb, kv_ld, D);
                 const float inv = (float)(1.0 / sum);
                 for (int d = 0; d < D; d++)
                     oi[d] = acc[d] * inv;
@@ -231,19 +258,23 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
      * summing over the query heads that share it, and the dq of those query
      * heads, so no two threads ever touch the same output. */
     const int64_t n_tasks = s->batch * Hkv, head_size = (int64_t)D * ld;
-    const size_t row_stride = cpu_thread_stride(2 * ld);
+    /* per thread: rows p, dp [ld] and, for one query head, P^T and dS^T
+     * [tk, tq] (T x T of one head, never of the batch) */
+    const size_t row_stride = cpu_thread_stride(2 * ld + 2 * tk * tq);
     const size_t heads = (size_t)(n_tasks * head_size);
     float *kt = regc_cpu_get_scratch(be, (2 * heads + (size_t)threads * row_stride) *
                                              sizeof(float)); /* [n_tasks, D, ld] */
     if (!kt)
         return;
-    float *vt = kt + heads;        /* [n_tasks, D, ld] */
-    float *rows = vt + heads;      /* [threads, row_stride] */
+    float *vt = kt + heads;   /* [n_tasks, D, ld] */
+    float *rows = vt + heads; /* [threads, row_stride] */
 
 #pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN)
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
         float *dp = p + ld;                                           /* [ld] */
+        float *pt = dp + ld;                                          /* [tk, tq] */
+        float *dst = pt + tk * tq;                                    /* [tk, tq] */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int64_t b = task / Hkv;
@@ -261,29 +292,37 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                 memset(dvb + j * kv_ld, 0, (size_t)D * sizeof(float));
             }
             for (int h = g * rep; h < (g + 1) * rep; h++) {
+                /* this query head's rows, [tq, D] each, q_ld apart */
+                const float *qh = q + b * tq * q_ld + (int64_t)h * D;
+                const float *doh = dout + b * tq * q_ld + (int64_t)h * D;
                 for (int64_t i = 0; i < tq; i++) {
-                    const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
-                    const float *qi = q + row, *oi = out + row, *doi = dout + row; /* [D] each */
-                    float *dqi = dq + row;                                          /* [D] */
-                    memset(dqi, 0, (size_t)D * sizeof(float));
+                    const float *qi = qh + i * q_ld, *doi = doh + i * q_ld; /* [D] each */
+                    const float *oi = out + (b * tq + i) * q_ld + (int64_t)h * D; /* [D] */
+                    float *dqi = dq + (b * tq + i) * q_ld + (int64_t)h * D;       /* [D] */
                     const int64_t n_keys = s->causal ? i + 1 : tk;
                     const float lse_i = lse[(b * H + h) * tq + i];
                     const float delta = cpu_dot(doi, oi, D); /* rowsum(dO * O) */
                     const float *bi = bias ? bias + ((int64_t)h * tq + i) * tk : NULL; /* [tk] */
                     cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, scale);
                     cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
-                    /* p becomes the probabilities, dp the score gradients */
+                    /* p becomes the probabilities, dp the score gradients;
+                     * both are kept transposed for dK and dV below */
                     for (int64_t j = 0; j < n_keys; j++) {
                         p[j] = regc_cpu_expf((bi ? p[j] + bi[j] : p[j]) - lse_i);
                         dp[j] = scale * (p[j] * (dp[j] - delta));
+                        pt[j * tq + i] = p[j];
+                        dst[j * tq + i] = dp[j];
                     }
-                    for (int64_t j = 0; j < n_keys; j++) {
-                        const float *kj = kb + j * kv_ld;                     /* [D] */
-                        float *dkj = dkb + j * kv_ld, *dvj = dvb + j * kv_ld; /* [D] */
-                        cpu_axpy(dqi, dp[j], kj, D);
-                        cpu_axpy(dkj, dp[j], qi, D);
-                        cpu_axpy(dvj, p[j], doi, D);
-                    }
+                    memset(dqi, 0, (size_t)D * sizeof(float));
+                    cpu_attn_row_combine(dqi, dp, n_keys, kb, kv_ld, D); /* dS K */
+                }
+                /* dK += dS^T Q and dV += P^T dO over the queries that see key j */
+                for (int64_t j = 0; j < tk; j++) {
+                    const int64_t i0 = s->causal ? j : 0;
+                    cpu_attn_row_combine(dkb + j * kv_ld, dst + j * tq + i0, tq - i0,
+                                         qh + i0 * q_ld, q_ld, D);
+                    cpu_attn_row_combine(dvb + j * kv_ld, pt + j * tq + i0, tq - i0,
+                                         doh + i0 * q_ld, q_ld, D);
                 }
             }
         }
