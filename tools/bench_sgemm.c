@@ -98,7 +98,10 @@ int main(int argc, char **argv)
     }
     if (threads > 0)
         openblas_set_num_threads(threads);
-    printf("openblas threads %d, best of %d\n", openblas_get_num_threads(), repeat);
+    /* the kernels OpenBLAS picked: OPENBLAS_CORETYPE, when set, overrides
+     * its detection of the CPU and can change the rate by half */
+    printf("openblas %s, core %s, threads %d, best of %d\n", openblas_get_config(),
+           openblas_get_corename(), openblas_get_num_threads(), repeat);
 
     double total_flop = 0.0, total_s = 0.0;
     for (int i = first; i < argc; i++) {

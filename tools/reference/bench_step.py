@@ -162,11 +162,13 @@ def run_regc(regc, model_dir, data, B, T, steps, threads):
 
 
 def run_sgemm(sgemm, shapes, threads):
+    """(GFLOP/s of the mix, OpenBLAS's description of itself)"""
     cmd = [sgemm, "--threads", str(threads), "--repeat", "5"] + shapes
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, universal_newlines=True, check=True)
-    mix = [line for line in res.stdout.splitlines() if line.startswith("mix:")]
-    return float(mix[0].split()[-2]) * 1e9
+    lines = res.stdout.splitlines()
+    mix = [line for line in lines if line.startswith("mix:")]
+    return float(mix[0].split()[-2]) * 1e9, lines[0].split(", threads")[0]
 
 
 def main():
@@ -197,11 +199,13 @@ def main():
 
     # the sgemm rate is a ceiling: the better of a run before and one after
     # the two trainings, so a burst of other load on the machine lowers it less
-    rate = run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads)
+    rate, blas = run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads)
+    print(blas + (" (OPENBLAS_CORETYPE=%s)" % os.environ["OPENBLAS_CORETYPE"]
+                  if "OPENBLAS_CORETYPE" in os.environ else ""), flush=True)
     torch_steps = run_torch(case, module, init, tokens, a.steps)
     del init
     regc_steps = run_regc(a.regc, model_dir, data, B, T, a.steps, a.threads)
-    rate = max(rate, run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads))
+    rate = max(rate, run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads)[0])
 
     flop = step_flop(case, B, T)
     t_torch = statistics.median(t for t, _ in torch_steps[a.warmup:])
@@ -215,7 +219,7 @@ def main():
         print("%-8s %14.3f %10.1f %12.0f%%" % (name, t, flop / t / 1e9, 100 * flop / t / rate))
     print("speed-up of regc over pytorch: %.2fx" % (t_torch / t_regc))
     print("RESULT %s" % json.dumps({
-        "model": a.model, "batch": B, "seq": T, "threads": a.threads, "params": int(n_params),
+        "model": a.model, "blas": blas, "batch": B, "seq": T, "threads": a.threads, "params": int(n_params),
         "step_gflop": flop / 1e9, "torch_s": t_torch, "regc_s": t_regc,
         "speedup": t_torch / t_regc, "regc_gflops": flop / t_regc / 1e9,
         "sgemm_gflops": rate / 1e9, "fraction_of_sgemm": flop / t_regc / rate,
