@@ -262,7 +262,9 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
      * [tk, tq] (T x T of one head, never of the batch) */
     const size_t row_stride = cpu_thread_stride(2 * ld + 2 * tk * tq);
     const size_t heads = (size_t)(n_tasks * head_size);
-    float *kt = regc_cpu_get_scratch(be, (2 * heads + (size_t)threads * row_stride) *
+    /* one float more: a shape without keys still gets a buffer, and with it
+     * the zeros it owes dq */
+    float *kt = regc_cpu_get_scratch(be, (2 * heads + (size_t)threads * row_stride + 1) *
                                              sizeof(float)); /* [n_tasks, D, ld] */
     if (!kt)
         return;
