@@ -48,15 +48,15 @@ static size_t cpu_thread_stride(int64_t floats)
     return (size_t)((floats + 15) / 16 * 16);
 }
 
-/* Columns per block of a row-times-matrix product: one block's partial sums
- * stay in registers (eight vectors) while the loop runs down the rows, and
- * eight independent sums keep the adders busy. */
-#define CPU_ATTN_KEY_BLOCK 64
+/* Columns (keys, or elements of head_dim) per block of a row-times-matrix
+ * product: one block's partial sums stay in registers (eight AVX2 vectors)
+ * while the loop runs down the rows, eight independent chains of adds. */
+#define CPU_ATTN_BLOCK 64
 
 /* Row stride of a transposed head, a whole number of key blocks. */
 static int64_t cpu_attn_ld(int64_t tk)
 {
-    return (tk + CPU_ATTN_KEY_BLOCK - 1) / CPU_ATTN_KEY_BLOCK * CPU_ATTN_KEY_BLOCK;
+    return (tk + CPU_ATTN_BLOCK - 1) / CPU_ATTN_BLOCK * CPU_ATTN_BLOCK;
 }
 
 /* xt[d, j] = x[j, d] for one head, its rows ld_x apart (xt: [D, ld], the
@@ -81,15 +81,15 @@ static void cpu_attn_row_scores(float *restrict s, const float *restrict a,
                                 const float *restrict xt, int64_t ld, int D, int64_t n_keys,
                                 float scale)
 {
-    for (int64_t j0 = 0; j0 < n_keys; j0 += CPU_ATTN_KEY_BLOCK) {
-        float acc[CPU_ATTN_KEY_BLOCK] = {0};
+    for (int64_t j0 = 0; j0 < n_keys; j0 += CPU_ATTN_BLOCK) {
+        float acc[CPU_ATTN_BLOCK] = {0};
         for (int d = 0; d < D; d++) {
             const float ad = a[d];
             const float *row = xt + (int64_t)d * ld + j0; /* [block] */
-            for (int u = 0; u < CPU_ATTN_KEY_BLOCK; u++)
+            for (int u = 0; u < CPU_ATTN_BLOCK; u++)
                 acc[u] += ad * row[u];
         }
-        for (int u = 0; u < CPU_ATTN_KEY_BLOCK; u++)
+        for (int u = 0; u < CPU_ATTN_BLOCK; u++)
             s[j0 + u] = scale * acc[u];
     }
 }
@@ -101,21 +101,21 @@ static void cpu_attn_row_combine(float *restrict y, const float *restrict a, int
                                  const float *restrict x, int64_t ld_x, int D)
 {
     int d0 = 0;
-    for (; d0 + CPU_ATTN_KEY_BLOCK <= D; d0 += CPU_ATTN_KEY_BLOCK) {
-        float acc[CPU_ATTN_KEY_BLOCK] = {0};
+    for (; d0 + CPU_ATTN_BLOCK <= D; d0 += CPU_ATTN_BLOCK) {
+        float acc[CPU_ATTN_BLOCK] = {0};
         for (int64_t r = 0; r < n_rows; r++) {
             const float ar = a[r];
             const float *row = x + r * ld_x + d0; /* [block] */
-            for (int u = 0; u < CPU_ATTN_KEY_BLOCK; u++)
+            for (int u = 0; u < CPU_ATTN_BLOCK; u++)
                 acc[u] += ar * row[u];
         }
-        for (int u = 0; u < CPU_ATTN_KEY_BLOCK; u++)
+        for (int u = 0; u < CPU_ATTN_BLOCK; u++)
             y[d0 + u] += acc[u];
     }
     if (d0 == D)
         return;
     const int w = D - d0; /* the last, partial block: the same sums, fewer lanes */
-    float acc[CPU_ATTN_KEY_BLOCK] = {0};
+    float acc[CPU_ATTN_BLOCK] = {0};
     for (int64_t r = 0; r < n_rows; r++) {
         const float ar = a[r];
         const float *row = x + r * ld_x + d0; /* [w] */
