@@ -10,7 +10,7 @@
 # step time after the warm-up, the ratio, regc's GFLOP/s and its fraction of
 # the OpenBLAS sgemm rate at the step's GEMM shapes (build/bench_sgemm).
 #
-# Environment: MODELS (default "gpt2-124m llama-134m"), WARMUP (steps left
+# Environment: MODELS (default "gpt2-124m llama-127m"), WARMUP (steps left
 # out of the median, default 1), THREADS (default 2), BATCH (4), SEQ (64),
 # WORKDIR (model and token files, default a temporary directory, removed
 # afterwards), PYTHON (default /usr/bin/python3, which has PyTorch).
@@ -24,7 +24,7 @@ WARMUP="${WARMUP:-1}"
 THREADS="${THREADS:-2}"
 BATCH="${BATCH:-4}"
 SEQ="${SEQ:-64}"
-MODELS="${MODELS:-gpt2-124m llama-134m}"
+MODELS="${MODELS:-gpt2-124m llama-127m}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 
 is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }

@@ -42,11 +42,11 @@ GPT2_124M = dict(name="gpt2-124m", seed=SEED, vocab_size=50257, n_positions=1024
                  tie_word_embeddings=True)
 # llama-tiny's shape (grouped-query attention with two query heads per kv
 # head, SwiGLU, untied head) scaled to GPT-2 124M's width and depth.
-LLAMA_134M = dict(name="llama-134m", seed=SEED, vocab_size=32000, hidden_size=768,
+LLAMA_127M = dict(name="llama-127m", seed=SEED, vocab_size=32000, hidden_size=768,
                   intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
                   num_key_value_heads=6, head_dim=None, max_position_embeddings=1024,
                   rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False)
-MODELS = {"gpt2-124m": (GPT2_124M, gpt2_reference), "llama-134m": (LLAMA_134M, llama_reference)}
+MODELS = {"gpt2-124m": (GPT2_124M, gpt2_reference), "llama-127m": (LLAMA_127M, llama_reference)}
 
 
 def linears(case):
