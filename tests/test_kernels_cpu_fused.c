@@ -2,8 +2,9 @@
  * unfused kernels they replace, bit for bit: elementwise chains (bias add +
  * GELU with a broadcast bias, SwiGLU forward and backward, GELU backward +
  * scale, ReLU backward, every op in one chain, in place), the residual add
- * fused with LayerNorm / RMSNorm forward, and the norm backward fused with
- * the gradient add. The compiler relies on this equality so that fused and
+ * fused with LayerNorm / RMSNorm forward, the norm backward fused with
+ * the gradient add, and the GEMM epilogues (bias, bias + GELU, GELU
+ * backward + bias gradient). The compiler relies on this equality so that fused and
  * unfused programs, regional and full compilation, give the same bits.
  * Every comparison runs with one thread and with two, at sizes that are not
  * multiples of the block and at sizes above REGC_CPU_PAR_MIN. */
@@ -556,6 +557,54 @@ static void test_rmsnorm_bwd_add(void **state)
             }
 }
 
+/* ---- GEMM epilogues ---------------------------------------------------------- */
+
+/* the epilogue of a GEMM against the plain GEMM followed by the kernels it
+ * replaces: bias_add, gelu_fwd, gelu_bwd and sum_rows */
+static void test_gemm_epilogues_equal_unfused(void **state)
+{
+    (void)state;
+    const int64_t k = 33;
+    for (int t = 0; t < 2; t++)
+        for (size_t si = 0; si < N_SHAPES; si++) {
+            regc_backend *be = bes[t];
+            const shape2 s = shapes[si];
+            const size_t n = count(s), nc = (size_t)s.cols;
+            float *a = dev_uniform(be, (size_t)(s.rows * k), 1200, 0.0f, 1.0f); /* [rows, k] */
+            float *b = dev_uniform(be, (size_t)(k * s.cols), 1201, 0.0f, 1.0f); /* [k, cols] */
+            float *bias = dev_uniform(be, nc, 1202, 0.0f, 1.0f);                 /* [cols] */
+            float *pre = dev_uniform(be, n, 1203, 0.0f, 3.0f);                   /* [rows, cols] */
+            float *g = regc_test_dev_nan(be, n), *ref = regc_test_dev_nan(be, n);
+            float *c = regc_test_dev_nan(be, n), *aux = regc_test_dev_nan(be, n);
+            float *bg = regc_test_dev_nan(be, nc), *bg_ref = regc_test_dev_nan(be, nc);
+            regc_gemm plain = {.m = s.rows, .n = s.cols, .k = k, .a = a, .lda = k, .b = b,
+                               .ldb = s.cols, .c = g, .ldc = s.cols, .alpha = 1.0f,
+                               .epilogue = REGC_EPI_NONE};
+            assert_int_equal(be->gemm(be, &plain), REGC_OK);
+
+            regc_gemm fused = plain;
+            fused.c = c, fused.bias = bias, fused.aux = aux, fused.ldaux = s.cols;
+            fused.epilogue = REGC_EPI_BIAS;
+            assert_int_equal(be->gemm(be, &fused), REGC_OK);
+            be->bias_add(be, ref, g, bias, s.rows, s.cols);
+            expect_same(be, "gemm BIAS", s, c, ref, n);
+
+            fused.epilogue = REGC_EPI_BIAS_GELU_AUX;
+            assert_int_equal(be->gemm(be, &fused), REGC_OK);
+            expect_same(be, "gemm BIAS_GELU_AUX aux", s, aux, ref, n);
+            be->gelu_fwd(be, ref, ref, (int64_t)n);
+            expect_same(be, "gemm BIAS_GELU_AUX", s, c, ref, n);
+
+            fused.aux = pre, fused.bias_grad = bg, fused.epilogue = REGC_EPI_DGELU_BGRAD;
+            assert_int_equal(be->gemm(be, &fused), REGC_OK);
+            be->gelu_bwd(be, ref, g, pre, (int64_t)n);
+            be->sum_rows(be, bg_ref, ref, s.rows, s.cols);
+            expect_same(be, "gemm DGELU_BGRAD", s, c, ref, n);
+            expect_same(be, "gemm DGELU_BGRAD bias grad", s, bg, bg_ref, nc);
+            assert_int_equal(be->sync(be), REGC_OK);
+        }
+}
+
 static void test_fused_entries_are_set(void **state)
 {
     (void)state;
@@ -585,6 +634,7 @@ int main(void)
         regc_test_with_buffers(test_add_rmsnorm_fwd),
         regc_test_with_buffers(test_layernorm_bwd_add),
         regc_test_with_buffers(test_rmsnorm_bwd_add),
+        regc_test_with_buffers(test_gemm_epilogues_equal_unfused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

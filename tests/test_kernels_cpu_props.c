@@ -254,6 +254,34 @@ static void test_attention_causal_first_row_is_v0(void **state)
         }
 }
 
+/* with no keys at all every output is defined: zero, and -inf for lse; a
+ * fresh backend, so the kernels find their scratch still unallocated */
+static void test_attention_without_keys(void **state)
+{
+    (void)state;
+    regc_backend *d = regc_test_cpu_backend(2);
+    assert_non_null(d);
+    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f};
+    const size_t nq = q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
+    float *q = regc_test_upload(d, regc_test_host_uniform(nq, 510, 0.0f, 1.0f), nq);
+    float *dout = regc_test_upload(d, regc_test_host_uniform(nq, 511, 0.0f, 1.0f), nq);
+    float *out = regc_test_dev_nan(d, nq), *lse = regc_test_dev_nan(d, nl);
+    float *dq = regc_test_dev_nan(d, nq);
+    d->attention_bwd(d, dq, NULL, NULL, NULL, dout, q, q, q, NULL, out, lse, &s);
+    d->attention_fwd(d, out, lse, q, q, q, NULL, &s);
+    assert_int_equal(d->sync(d), REGC_OK);
+    float *ho = regc_test_download(d, out, nq), *hl = regc_test_download(d, lse, nl);
+    float *hdq = regc_test_download(d, dq, nq);
+    for (size_t i = 0; i < nq; i++) {
+        assert_true(ho[i] == 0.0f);
+        assert_true(hdq[i] == 0.0f);
+    }
+    for (size_t i = 0; i < nl; i++)
+        assert_true(isinf(hl[i]) && hl[i] < 0.0f);
+    regc_test_release_all(); /* before the backend that owns the buffers goes */
+    regc_backend_free(d);
+}
+
 /* ---- cross-entropy -------------------------------------------------------------- */
 
 static void test_cross_entropy_ignored_targets(void **state)
@@ -771,6 +799,7 @@ int main(void)
         regc_test_with_buffers(test_attention_matches_naive),
         regc_test_with_buffers(test_attention_gqa_equals_repeated_heads),
         regc_test_with_buffers(test_attention_causal_first_row_is_v0),
+        regc_test_with_buffers(test_attention_without_keys),
         regc_test_with_buffers(test_cross_entropy_ignored_targets),
         regc_test_with_buffers(test_cross_entropy_wide_vocab_is_stable),
         regc_test_with_buffers(test_transpose_permutations_and_round_trip),

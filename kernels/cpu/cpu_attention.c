@@ -3,7 +3,10 @@
  * (T5's position bias, [n_head, tq, tk] shared by the batch). Nothing of
  * size T x T is ever stored per batch: the forward keeps one row of scores
  * per thread and saves each row's log-sum-exp; the backward recomputes the
- * probabilities from it. The bias gradient is the one T x T output. */
+ * probabilities from it, one head at a time per thread, keeping that head's
+ * probabilities and score gradients (transposed) for dK and dV. Every
+ * product runs as a row times a matrix, a block of columns at a time, with
+ * sums in a fixed order. The bias gradient is the one T x T output. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -23,14 +26,6 @@ static inline float cpu_dot(const float *a, const float *b, int n)
     for (; d < n; d++)
         acc[0] += a[d] * b[d];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* y += a * x over head_dim; restrict lets these vectorise (the outputs of
- * one (query, key) step are distinct rows of distinct tensors) */
-static inline void cpu_axpy(float *restrict y, float a, const float *restrict x, int n)
-{
-    for (int d = 0; d < n; d++)
-        y[d] += a * x[d];
 }
 
 static int cpu_check_attention(regc_backend *be, const regc_attn_shape *s, const char *what)
@@ -53,6 +48,84 @@ static size_t cpu_thread_stride(int64_t floats)
     return (size_t)((floats + 15) / 16 * 16);
 }
 
+/* Columns (keys, or elements of head_dim) per block of a row-times-matrix
+ * product: one block's partial sums stay in registers (eight AVX2 vectors)
+ * while the loop runs down the rows, eight independent chains of adds. */
+#define CPU_ATTN_BLOCK 64
+
+/* Row stride of a transposed head, a whole number of key blocks. */
+static int64_t cpu_attn_ld(int64_t tk)
+{
+    return (tk + CPU_ATTN_BLOCK - 1) / CPU_ATTN_BLOCK * CPU_ATTN_BLOCK;
+}
+
+/* xt[d, j] = x[j, d] for one head, its rows ld_x apart (xt: [D, ld], the
+ * padding columns zero so a block past the last key reads finite values). */
+static void cpu_attn_transpose_head(float *restrict xt, const float *restrict x, int64_t ld_x,
+                                    int64_t tk, int D, int64_t ld)
+{
+    for (int d = 0; d < D; d++) {
+        float *row = xt + (int64_t)d * ld; /* [ld] */
+        for (int64_t j = 0; j < tk; j++)
+            row[j] = x[j * ld_x + d];
+        for (int64_t j = tk; j < ld; j++)
+            row[j] = 0.0f;
+    }
+}
+
+/* s[j] = scale * (a . x_j) for j < n_keys, with xt the head transposed
+ * ([D, ld]): the sum runs down d in order for every key, a block of keys at
+ * a time, so it vectorises across keys and its bits never depend on the
+ * thread count. s has room for n_keys rounded up to a block. */
+static void cpu_attn_row_scores(float *restrict s, const float *restrict a,
+                                const float *restrict xt, int64_t ld, int D, int64_t n_keys,
+                                float scale)
+{
+    for (int64_t j0 = 0; j0 < n_keys; j0 += CPU_ATTN_BLOCK) {
+        float acc[CPU_ATTN_BLOCK] = {0};
+        for (int d = 0; d < D; d++) {
+            const float ad = a[d];
+            const float *row = xt + (int64_t)d * ld + j0; /* [block] */
+            for (int u = 0; u < CPU_ATTN_BLOCK; u++)
+                acc[u] += ad * row[u];
+        }
+        for (int u = 0; u < CPU_ATTN_BLOCK; u++)
+            s[j0 + u] = scale * acc[u];
+    }
+}
+
+/* y[d] += sum over r < n_rows of a[r] * x[r, d] for d < D (x: rows ld_x
+ * apart), summed in row order a block of d at a time: one row of P V, dS K,
+ * dS^T Q or P^T dO. */
+static void cpu_attn_row_combine(float *restrict y, const float *restrict a, int64_t n_rows,
+                                 const float *restrict x, int64_t ld_x, int D)
+{
+    int d0 = 0;
+    for (; d0 + CPU_ATTN_BLOCK <= D; d0 += CPU_ATTN_BLOCK) {
+        float acc[CPU_ATTN_BLOCK] = {0};
+        for (int64_t r = 0; r < n_rows; r++) {
+            const float ar = a[r];
+            const float *row = x + r * ld_x + d0; /* [block] */
+            for (int u = 0; u < CPU_ATTN_BLOCK; u++)
+                acc[u] += ar * row[u];
+        }
+        for (int u = 0; u < CPU_ATTN_BLOCK; u++)
+            y[d0 + u] += acc[u];
+    }
+    if (d0 == D)
+        return;
+    const int w = D - d0; /* the last, partial block: the same sums, fewer lanes */
+    float acc[CPU_ATTN_BLOCK] = {0};
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float ar = a[r];
+        const float *row = x + r * ld_x + d0; /* [w] */
+        for (int u = 0; u < w; u++)
+            acc[u] += ar * row[u];
+    }
+    for (int u = 0; u < w; u++)
+        y[d0 + u] += acc[u];
+}
+
 void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const float *q,
                             const float *k, const float *v, const float *bias,
                             const regc_attn_shape *s)
@@ -61,9 +134,9 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
         return;
     const int threads = regc_cpu_threads(be);
     const int H = s->n_head, D = s->head_dim, rep = s->n_head / s->n_kv_head;
-    const int64_t tq = s->tq, tk = s->tk;
+    const int64_t tq = s->tq, tk = s->tk, ld = cpu_attn_ld(tk);
     const int64_t q_ld = (int64_t)H * D, kv_ld = (int64_t)s->n_kv_head * D;
-    const size_t stride = cpu_thread_stride(tk + D);
+    const size_t stride = cpu_thread_stride((int64_t)D * ld + ld + D);
     float *scratch = regc_cpu_get_scratch(be, (size_t)threads * stride * sizeof(float));
     if (!scratch)
         return;
@@ -71,8 +144,9 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
 
 #pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN)
     {
-        float *p = scratch + (size_t)omp_get_thread_num() * stride; /* [tk] */
-        float *acc = p + tk;                                         /* [D] */
+        float *kt = scratch + (size_t)omp_get_thread_num() * stride; /* [D, ld] */
+        float *p = kt + (int64_t)D * ld;                              /* [ld] */
+        float *acc = p + ld;                                          /* [D] */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int64_t b = task / H;
@@ -80,6 +154,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
             /* this head's keys and values: [tk, D] rows, kv_ld apart */
             const float *kb = k + b * tk * kv_ld + (int64_t)g * D;
             const float *vb = v + b * tk * kv_ld + (int64_t)g * D;
+            cpu_attn_transpose_head(kt, kb, kv_ld, tk, D, ld);
             for (int64_t i = 0; i < tq; i++) {
                 const float *qi = q + (b * tq + i) * q_ld + (int64_t)h * D; /* [D] */
                 float *oi = out + (b * tq + i) * q_ld + (int64_t)h * D;     /* [D] */
@@ -91,8 +166,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                     continue;
                 }
                 float mx = -INFINITY;
-                for (int64_t j = 0; j < n_keys; j++)
-                    p[j] = s->scale * cpu_dot(qi, kb + j * kv_ld, D);
+                cpu_attn_row_scores(p, qi, kt, ld, D, n_keys, s->scale);
                 if (bias) {
                     const float *bi = bias + ((int64_t)h * tq + i) * tk; /* [tk] */
                     for (int64_t j = 0; j < n_keys; j++)
@@ -106,8 +180,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 for (int64_t j = 0; j < n_keys; j++)
                     sum += p[j];
                 memset(acc, 0, (size_t)D * sizeof(float));
-                for (int64_t j = 0; j < n_keys; j++)
-                    cpu_axpy(acc, p[j], vb + j * kv_ld, D);
+                cpu_attn_row_combine(acc, p, n_keys, vb, kv_ld, D);
                 const float inv = (float)(1.0 / sum);
                 for (int d = 0; d < D; d++)
                     oi[d] = acc[d] * inv;
@@ -122,37 +195,43 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
  * row) owns that row of dbias and sums the batch in order, so no two threads
  * write one element and the bits do not depend on the thread count. The
  * probabilities are recomputed once more rather than kept: storing dS for
- * the whole batch would be the T x T per batch row this file avoids. */
+ * the whole batch would be the T x T per batch row this file avoids.
+ * kt, vt: every (batch, kv head)'s keys and values transposed, [batch *
+ * n_kv_head, D, ld]; p, dp: one row of [ld] per thread. */
 static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dout,
-                                const float *q, const float *k, const float *v,
-                                const float *bias, const float *out, const float *lse,
+                                const float *q, const float *out, const float *bias, const float *lse,
+                                const float *kt, const float *vt, float *rows, size_t row_stride,
                                 const regc_attn_shape *s)
 {
     const int H = s->n_head, D = s->head_dim, rep = H / s->n_kv_head;
-    const int64_t tq = s->tq, tk = s->tk;
-    const int64_t q_ld = (int64_t)H * D, kv_ld = (int64_t)s->n_kv_head * D;
+    const int64_t tq = s->tq, tk = s->tk, ld = cpu_attn_ld(tk);
+    const int64_t q_ld = (int64_t)H * D, head_size = (int64_t)D * ld;
     const int64_t n_tasks = (int64_t)H * tq;
 
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (s->batch * n_tasks * tk * D >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t task = 0; task < n_tasks; task++) {
-        const int h = (int)(task / tq), g = h / rep;
-        const int64_t i = task % tq;
-        const float *bi = bias + task * tk; /* [tk] of head h, query i */
-        float *dbi = dbias + task * tk;     /* [tk] */
-        memset(dbi, 0, (size_t)tk * sizeof(float));
-        const int64_t n_keys = s->causal ? i + 1 : tk;
-        for (int64_t b = 0; b < s->batch; b++) {
-            const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
-            const float *qi = q + row, *oi = out + row, *doi = dout + row; /* [D] each */
-            const float *kb = k + b * tk * kv_ld + (int64_t)g * D;
-            const float *vb = v + b * tk * kv_ld + (int64_t)g * D;
-            const float lse_i = lse[(b * H + h) * tq + i];
-            const float delta = cpu_dot(doi, oi, D);
-            for (int64_t j = 0; j < n_keys; j++) {
-                const float pj =
-                    regc_cpu_expf(s->scale * cpu_dot(qi, kb + j * kv_ld, D) + bi[j] - lse_i);
-                dbi[j] += pj * (cpu_dot(doi, vb + j * kv_ld, D) - delta);
+#pragma omp parallel num_threads(regc_cpu_threads(be)) \
+    if (s->batch * n_tasks * tk * D >= REGC_CPU_PAR_MIN)
+    {
+        float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
+        float *dp = p + ld;                                           /* [ld] */
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < n_tasks; task++) {
+            const int h = (int)(task / tq), g = h / rep;
+            const int64_t i = task % tq;
+            const float *bi = bias + task * tk; /* [tk] of head h, query i */
+            float *dbi = dbias + task * tk;     /* [tk] */
+            memset(dbi, 0, (size_t)tk * sizeof(float));
+            const int64_t n_keys = s->causal ? i + 1 : tk;
+            for (int64_t b = 0; b < s->batch; b++) {
+                const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
+                const float *qi = q + row, *oi = out + row, *doi = dout + row; /* [D] each */
+                const float *kth = kt + (b * s->n_kv_head + g) * head_size; /* [D, ld] */
+                const float *vth = vt + (b * s->n_kv_head + g) * head_size; /* [D, ld] */
+                const float lse_i = lse[(b * H + h) * tq + i];
+                const float delta = cpu_dot(doi, oi, D);
+                cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, s->scale);
+                cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
+                for (int64_t j = 0; j < n_keys; j++)
+                    dbi[j] += regc_cpu_expf(p[j] + bi[j] - lse_i) * (dp[j] - delta);
             }
         }
     }
@@ -172,52 +251,84 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
     }
     const int threads = regc_cpu_threads(be);
     const int H = s->n_head, Hkv = s->n_kv_head, D = s->head_dim, rep = H / Hkv;
-    const int64_t tq = s->tq, tk = s->tk;
+    const int64_t tq = s->tq, tk = s->tk, ld = cpu_attn_ld(tk);
     const int64_t q_ld = (int64_t)H * D, kv_ld = (int64_t)Hkv * D;
     const float scale = s->scale;
     /* One task per (batch, kv head): it alone writes that head's dk and dv,
      * summing over the query heads that share it, and the dq of those query
      * heads, so no two threads ever touch the same output. */
-    const int64_t n_tasks = s->batch * Hkv;
+    const int64_t n_tasks = s->batch * Hkv, head_size = (int64_t)D * ld;
+    /* per thread: rows p, dp [ld] and, for one query head, P^T and dS^T
+     * [tk, tq] (T x T of one head, never of the batch) */
+    const size_t row_stride = cpu_thread_stride(2 * ld + 2 * tk * tq);
+    const size_t heads = (size_t)(n_tasks * head_size);
+    /* one float more: a shape without keys still gets a buffer, and with it
+     * the zeros it owes dq */
+    float *kt = regc_cpu_get_scratch(be, (2 * heads + (size_t)threads * row_stride + 1) *
+                                             sizeof(float)); /* [n_tasks, D, ld] */
+    if (!kt)
+        return;
+    float *vt = kt + heads;   /* [n_tasks, D, ld] */
+    float *rows = vt + heads; /* [threads, row_stride] */
 
-#pragma omp parallel for num_threads(threads) \
-    if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t task = 0; task < n_tasks; task++) {
-        const int64_t b = task / Hkv;
-        const int g = (int)(task % Hkv);
-        /* this kv head's rows, [tk, D] each, kv_ld apart */
-        const float *kb = k + b * tk * kv_ld + (int64_t)g * D;
-        const float *vb = v + b * tk * kv_ld + (int64_t)g * D;
-        float *dkb = dk + b * tk * kv_ld + (int64_t)g * D;
-        float *dvb = dv + b * tk * kv_ld + (int64_t)g * D;
-        for (int64_t j = 0; j < tk; j++) {
-            memset(dkb + j * kv_ld, 0, (size_t)D * sizeof(float));
-            memset(dvb + j * kv_ld, 0, (size_t)D * sizeof(float));
-        }
-        for (int h = g * rep; h < (g + 1) * rep; h++) {
-            for (int64_t i = 0; i < tq; i++) {
-                const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
-                const float *qi = q + row, *oi = out + row, *doi = dout + row; /* [D] each */
-                float *dqi = dq + row;                                          /* [D] */
-                memset(dqi, 0, (size_t)D * sizeof(float));
-                const int64_t n_keys = s->causal ? i + 1 : tk;
-                const float lse_i = lse[(b * H + h) * tq + i];
-                const float delta = cpu_dot(doi, oi, D); /* rowsum(dO * O) */
-                const float *bi = bias ? bias + ((int64_t)h * tq + i) * tk : NULL; /* [tk] */
-                for (int64_t j = 0; j < n_keys; j++) {
-                    const float *kj = kb + j * kv_ld, *vj = vb + j * kv_ld; /* [D] */
-                    float *dkj = dkb + j * kv_ld, *dvj = dvb + j * kv_ld;   /* [D] */
-                    const float sj = scale * cpu_dot(qi, kj, D);
-                    const float pj = regc_cpu_expf((bi ? sj + bi[j] : sj) - lse_i);
-                    const float dpj = cpu_dot(doi, vj, D);
-                    const float dsj = scale * (pj * (dpj - delta));
-                    cpu_axpy(dqi, dsj, kj, D);
-                    cpu_axpy(dkj, dsj, qi, D);
-                    cpu_axpy(dvj, pj, doi, D);
+#pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN)
+    {
+        float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
+        float *dp = p + ld;                                           /* [ld] */
+        float *pt = dp + ld;                                          /* [tk, tq] */
+        float *dst = pt + tk * tq;                                    /* [tk, tq] */
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < n_tasks; task++) {
+            const int64_t b = task / Hkv;
+            const int g = (int)(task % Hkv);
+            /* this kv head's rows, [tk, D] each, kv_ld apart */
+            const float *kb = k + b * tk * kv_ld + (int64_t)g * D;
+            const float *vb = v + b * tk * kv_ld + (int64_t)g * D;
+            float *dkb = dk + b * tk * kv_ld + (int64_t)g * D;
+            float *dvb = dv + b * tk * kv_ld + (int64_t)g * D;
+            float *kth = kt + task * head_size, *vth = vt + task * head_size; /* [D, ld] */
+            cpu_attn_transpose_head(kth, kb, kv_ld, tk, D, ld);
+            cpu_attn_transpose_head(vth, vb, kv_ld, tk, D, ld);
+            for (int64_t j = 0; j < tk; j++) {
+                memset(dkb + j * kv_ld, 0, (size_t)D * sizeof(float));
+                memset(dvb + j * kv_ld, 0, (size_t)D * sizeof(float));
+            }
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                /* this query head's rows, [tq, D] each, q_ld apart */
+                const float *qh = q + b * tq * q_ld + (int64_t)h * D;
+                const float *doh = dout + b * tq * q_ld + (int64_t)h * D;
+                for (int64_t i = 0; i < tq; i++) {
+                    const float *qi = qh + i * q_ld, *doi = doh + i * q_ld; /* [D] each */
+                    const float *oi = out + (b * tq + i) * q_ld + (int64_t)h * D; /* [D] */
+                    float *dqi = dq + (b * tq + i) * q_ld + (int64_t)h * D;       /* [D] */
+                    const int64_t n_keys = s->causal ? i + 1 : tk;
+                    const float lse_i = lse[(b * H + h) * tq + i];
+                    const float delta = cpu_dot(doi, oi, D); /* rowsum(dO * O) */
+                    const float *bi = bias ? bias + ((int64_t)h * tq + i) * tk : NULL; /* [tk] */
+                    cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, scale);
+                    cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
+                    /* p becomes the probabilities, dp the score gradients;
+                     * both are kept transposed for dK and dV below */
+                    for (int64_t j = 0; j < n_keys; j++) {
+                        p[j] = regc_cpu_expf((bi ? p[j] + bi[j] : p[j]) - lse_i);
+                        dp[j] = scale * (p[j] * (dp[j] - delta));
+                        pt[j * tq + i] = p[j];
+                        dst[j * tq + i] = dp[j];
+                    }
+                    memset(dqi, 0, (size_t)D * sizeof(float));
+                    cpu_attn_row_combine(dqi, dp, n_keys, kb, kv_ld, D); /* dS K */
+                }
+                /* dK += dS^T Q and dV += P^T dO over the queries that see key j */
+                for (int64_t j = 0; j < tk; j++) {
+                    const int64_t i0 = s->causal ? j : 0;
+                    cpu_attn_row_combine(dkb + j * kv_ld, dst + j * tq + i0, tq - i0,
+                                         qh + i0 * q_ld, q_ld, D);
+                    cpu_attn_row_combine(dvb + j * kv_ld, pt + j * tq + i0, tq - i0,
+                                         doh + i0 * q_ld, q_ld, D);
                 }
             }
         }
     }
     if (dbias)
-        cpu_attention_dbias(be, dbias, dout, q, k, v, bias, out, lse, s);
+        cpu_attention_dbias(be, dbias, dout, q, out, bias, lse, kt, vt, rows, row_stride, s);
 }

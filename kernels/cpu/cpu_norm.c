@@ -8,20 +8,54 @@
 #include "cpu_kernels.h"
 #include "regc_common.h"
 
+/* The row sums below run in eight double lanes, element c into lane c % 8,
+ * the lanes added pairwise at the end: a fixed order (the same whatever the
+ * thread count or the compiler's choice) that vectorises, where one running
+ * sum is a chain of dependent adds. */
+#define NORM_LANES 8
+
+static double norm_lanes_total(const double *acc)
+{
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* sum of x[c] */
+static double norm_row_sum(const float *x, int64_t cols)
+{
+    double acc[NORM_LANES] = {0};
+    int64_t c = 0;
+    for (; c + NORM_LANES <= cols; c += NORM_LANES)
+        for (int u = 0; u < NORM_LANES; u++)
+            acc[u] += x[c + u];
+    for (; c < cols; c++)
+        acc[c % NORM_LANES] += x[c];
+    return norm_lanes_total(acc);
+}
+
+/* sum of (x[c] - mu)^2 */
+static double norm_row_sq_dev(const float *x, double mu, int64_t cols)
+{
+    double acc[NORM_LANES] = {0};
+    int64_t c = 0;
+    for (; c + NORM_LANES <= cols; c += NORM_LANES)
+        for (int u = 0; u < NORM_LANES; u++) {
+            double d = x[c + u] - mu;
+            acc[u] += d * d;
+        }
+    for (; c < cols; c++) {
+        double d = x[c] - mu;
+        acc[c % NORM_LANES] += d * d;
+    }
+    return norm_lanes_total(acc);
+}
+
 /* One row of LayerNorm forward: the single kernel and the fused residual
  * add + norm both run this, so their arithmetic is the same code. */
 static void layernorm_fwd_row(float *yr, float *mean_r, float *rstd_r, const float *xr,
                               const float *w, const float *b, int64_t cols, float eps)
 {
-    double sum = 0.0;
-    for (int64_t c = 0; c < cols; c++)
-        sum += xr[c];
-    double mu = cols > 0 ? sum / (double)cols : 0.0;
-    double sq = 0.0;
-    for (int64_t c = 0; c < cols; c++) {
-        double d = xr[c] - mu;
-        sq += d * d;
-    }
+    double mu = cols > 0 ? norm_row_sum(xr, cols) / (double)cols : 0.0;
+    double sq = norm_row_sq_dev(xr, mu, cols);
     /* biased variance, as PyTorch normalises */
     double var = cols > 0 ? sq / (double)cols : 0.0;
     float m = (float)mu;
@@ -67,13 +101,22 @@ void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *m
 static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, const float *xr,
                               const float *w, float m, float s, int64_t cols)
 {
-    double dnorm_sum = 0.0, dnorm_xhat_sum = 0.0;
-    for (int64_t c = 0; c < cols; c++) {
+    double acc_d[NORM_LANES] = {0}, acc_dx[NORM_LANES] = {0};
+    int64_t c0 = 0;
+    for (; c0 + NORM_LANES <= cols; c0 += NORM_LANES)
+        for (int u = 0; u < NORM_LANES; u++) {
+            float xhat = (xr[c0 + u] - m) * s;
+            float dnorm = w[c0 + u] * dyr[c0 + u];
+            acc_d[u] += dnorm;
+            acc_dx[u] += (double)dnorm * xhat;
+        }
+    for (int64_t c = c0; c < cols; c++) {
         float xhat = (xr[c] - m) * s;
         float dnorm = w[c] * dyr[c];
-        dnorm_sum += dnorm;
-        dnorm_xhat_sum += (double)dnorm * xhat;
+        acc_d[c % NORM_LANES] += dnorm;
+        acc_dx[c % NORM_LANES] += (double)dnorm * xhat;
     }
+    const double dnorm_sum = norm_lanes_total(acc_d), dnorm_xhat_sum = norm_lanes_total(acc_dx);
     const float dnorm_mean = cols > 0 ? (float)(dnorm_sum / (double)cols) : 0.0f;
     const float dnorm_xhat_mean = cols > 0 ? (float)(dnorm_xhat_sum / (double)cols) : 0.0f;
     if (dresr) {
@@ -150,9 +193,14 @@ void regc_cpu_layernorm_bwd_add(regc_backend *be, float *dx, float *dw, float *d
 static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const float *w,
                             int64_t cols, float eps)
 {
-    double sq = 0.0;
-    for (int64_t c = 0; c < cols; c++)
-        sq += (double)xr[c] * xr[c];
+    double acc[NORM_LANES] = {0};
+    int64_t c0 = 0;
+    for (; c0 + NORM_LANES <= cols; c0 += NORM_LANES)
+        for (int u = 0; u < NORM_LANES; u++)
+            acc[u] += (double)xr[c0 + u] * xr[c0 + u];
+    for (int64_t c = c0; c < cols; c++)
+        acc[c % NORM_LANES] += (double)xr[c] * xr[c];
+    const double sq = norm_lanes_total(acc);
     double ms = cols > 0 ? sq / (double)cols : 0.0;
     float s = (float)(1.0 / sqrt(ms + (double)eps));
     /* (x * rstd) * w: the order HF applies them in */
@@ -191,9 +239,14 @@ void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rst
 static void rmsnorm_bwd_row(float *dxr, const float *dresr, const float *dyr, const float *xr,
                             const float *w, float s, int64_t cols)
 {
-    double gx_sum = 0.0;
-    for (int64_t c = 0; c < cols; c++)
-        gx_sum += (double)(w[c] * dyr[c]) * (xr[c] * s);
+    double acc[NORM_LANES] = {0};
+    int64_t c0 = 0;
+    for (; c0 + NORM_LANES <= cols; c0 += NORM_LANES)
+        for (int u = 0; u < NORM_LANES; u++)
+            acc[u] += (double)(w[c0 + u] * dyr[c0 + u]) * (xr[c0 + u] * s);
+    for (int64_t c = c0; c < cols; c++)
+        acc[c % NORM_LANES] += (double)(w[c] * dyr[c]) * (xr[c] * s);
+    const double gx_sum = norm_lanes_total(acc);
     const float gx_mean = cols > 0 ? (float)(gx_sum / (double)cols) : 0.0f;
     if (dresr) {
         for (int64_t c = 0; c < cols; c++)

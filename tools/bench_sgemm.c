@@ -1,0 +1,125 @@
+/* bench_sgemm.c — the OpenBLAS sgemm rate at given shapes (a benchmark, not
+ * a test): the ceiling a training step's GEMMs can reach on this machine.
+ *
+ *   bench_sgemm [--threads N] [--repeat R] M,N,K,TA,TB[,COUNT] ...
+ *
+ * Each shape is C[M, N] = op(A) op(B) in row-major order (TA, TB: 1 for a
+ * transposed operand), timed R times after one untimed call; the best time
+ * counts. COUNT (default 1) is how often the shape occurs in a step: the
+ * summary line is the rate of the whole mix, total FLOPs over total best time,
+ * the figure a step made only of these GEMMs would reach. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+
+typedef struct {
+    long m, n, k, count;
+    int ta, tb;
+} bench_shape;
+
+static double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int bench_parse_shape(const char *arg, bench_shape *s)
+{
+    s->count = 1;
+    int n = sscanf(arg, "%ld,%ld,%ld,%d,%d,%ld", &s->m, &s->n, &s->k, &s->ta, &s->tb, &s->count);
+    if (n < 5 || s->m < 1 || s->n < 1 || s->k < 1 || s->count < 1 || (s->ta != 0 && s->ta != 1) ||
+        (s->tb != 0 && s->tb != 1)) {
+        fprintf(stderr, "bench_sgemm: bad shape '%s' (want M,N,K,TA,TB[,COUNT])\n", arg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Operands filled with small values so no denormal or overflow slows a run. */
+static float *bench_matrix(long rows, long cols)
+{
+    float *p = malloc((size_t)rows * (size_t)cols * sizeof(float));
+    if (p)
+        for (long i = 0; i < rows * cols; i++)
+            p[i] = (float)((i * 7919) % 17 - 8) * 0.01f;
+    return p;
+}
+
+/* best seconds of `repeat` calls at one shape, or a negative value when the
+ * operands cannot be allocated */
+static double bench_time_shape(const bench_shape *s, int repeat)
+{
+    float *a = bench_matrix(s->m, s->k); /* [m, k] or [k, m] */
+    float *b = bench_matrix(s->k, s->n); /* [k, n] or [n, k] */
+    float *c = bench_matrix(s->m, s->n); /* [m, n] */
+    double best = -1.0;
+    if (a && b && c) {
+        const int lda = (int)(s->ta ? s->m : s->k), ldb = (int)(s->tb ? s->k : s->n);
+        for (int r = 0; r <= repeat; r++) {
+            double t0 = bench_now();
+            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
+                        s->tb ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f,
+                        a, lda, b, ldb, 0.0f, c, (int)s->n);
+            double dt = bench_now() - t0;
+            if (r > 0 && (best < 0.0 || dt < best)) /* call 0 warms caches and threads */
+                best = dt;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 0, repeat = 5, first = 1;
+    for (; first < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
+        if (first + 1 >= argc) {
+            fprintf(stderr, "bench_sgemm: %s needs a value\n", argv[first]);
+            return 2;
+        }
+        if (strcmp(argv[first], "--threads") == 0)
+            threads = atoi(argv[first + 1]);
+        else if (strcmp(argv[first], "--repeat") == 0)
+            repeat = atoi(argv[first + 1]);
+        else {
+            fprintf(stderr, "bench_sgemm: unknown option %s\n", argv[first]);
+            return 2;
+        }
+    }
+    if (first >= argc || repeat < 1) {
+        fprintf(stderr, "usage: bench_sgemm [--threads N] [--repeat R] M,N,K,TA,TB[,COUNT] ...\n");
+        return 2;
+    }
+    if (threads > 0)
+        openblas_set_num_threads(threads);
+    /* the kernels OpenBLAS picked: OPENBLAS_CORETYPE, when set, overrides
+     * its detection of the CPU and can change the rate by half */
+    printf("openblas %s, core %s, threads %d, best of %d\n", openblas_get_config(),
+           openblas_get_corename(), openblas_get_num_threads(), repeat);
+
+    double total_flop = 0.0, total_s = 0.0;
+    for (int i = first; i < argc; i++) {
+        bench_shape s;
+        if (bench_parse_shape(argv[i], &s) < 0)
+            return 2;
+        double best = bench_time_shape(&s, repeat);
+        if (best < 0.0) {
+            fprintf(stderr, "bench_sgemm: cannot allocate the operands of %s\n", argv[i]);
+            return 1;
+        }
+        double flop = 2.0 * (double)s.m * (double)s.n * (double)s.k;
+        printf("sgemm m=%ld n=%ld k=%ld ta=%d tb=%d x%ld: %.3f ms  %.1f GFLOP/s\n", s.m, s.n,
+               s.k, s.ta, s.tb, s.count, best * 1e3, flop / best * 1e-9);
+        total_flop += flop * (double)s.count;
+        total_s += best * (double)s.count;
+    }
+    printf("mix: %.2f GFLOP in %.1f ms: %.1f GFLOP/s\n", total_flop * 1e-9, total_s * 1e3,
+           total_flop / total_s * 1e-9);
+    return 0;
+}
