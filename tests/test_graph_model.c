@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "regc.h"
+#include "test_model.h"
 #include "test_util.h"
 
 #define N_STEPS 3
@@ -77,16 +78,9 @@ static int files_equal(const char *a, const char *b)
 /* gpt2-tiny's graph at [2, 16], written through the library. */
 static void write_tiny_graph(const char *path)
 {
-    regc_model *m = NULL;
-    regc_graph *g = NULL;
-    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
-    assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
-    char *json = regc_graph_to_json(g);
-    assert_non_null(json);
+    char *json = regc_test_tiny_graph_json();
     assert_int_equal(regc_test_write_file(path, json, strlen(json)), 0);
     free(json);
-    regc_graph_free(g);
-    regc_model_free(m);
 }
 
 /* ---- the exported graph is the model ----------------------------------- */

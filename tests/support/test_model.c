@@ -57,3 +57,16 @@ void regc_test_expect_config_error(const char *dir, int status, const char *what
     regc_test_expect_error(path, what);
     free(path);
 }
+
+char *regc_test_tiny_graph_json(void)
+{
+    regc_model *m = NULL;
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
+    char *json = regc_graph_to_json(g);
+    assert_non_null(json);
+    regc_graph_free(g);
+    regc_model_free(m);
+    return json;
+}

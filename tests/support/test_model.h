@@ -23,5 +23,8 @@ int regc_test_param_index(const regc_model *m, const char *name);
 /* regc_model_load_config(dir) fails with `status`, returns no model, and
  * leaves one line naming dir/config.json and saying `what`. */
 void regc_test_expect_config_error(const char *dir, int status, const char *what);
+/* gpt2-tiny's flat graph at [2, 16] as regc graph JSON (malloc'd), made
+ * through the library. */
+char *regc_test_tiny_graph_json(void);
 
 #endif
