@@ -1,0 +1,43 @@
+/* cli.h — what the `regc` commands share: exit codes, usage errors and
+ * strict parsing of flag values, and each command's entry point
+ * (tools/cmd_*.c). */
+#ifndef REGC_CLI_H
+#define REGC_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
+
+/* The command usage errors are reported for ("regc train", ...). */
+extern const char *usage_cmd;
+
+/* One line on stderr, prefixed with the command; returns EXIT_USAGE. */
+int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Strict values: the whole text must be the number, in range; on failure
+ * a usage error is printed and a non-zero value returned. */
+int parse_int(const char *flag, const char *text, long long min, long long max,
+              const char *what, long long *out);
+int parse_u64(const char *flag, const char *text, uint64_t *out);
+int parse_float(const char *flag, const char *text, int positive, float *out);
+/* "on" / "off" */
+int parse_switch(const char *flag, const char *text, int *out);
+/* The flag name of argv[i] into flag and its value ("--flag=value" or
+ * "--flag value"), or NULL when it has none. */
+const char *split_flag(int argc, char **argv, int i, char *flag, size_t cap);
+/* "null" for what JSON cannot hold (NaN, infinities), else fmt of v. */
+void json_number(char *buf, size_t cap, const char *fmt, double v);
+
+/* The commands: argv after the command's name; each returns the exit code. */
+int cmd_train(int argc, char **argv);
+int cmd_dump_graph(int argc, char **argv);
+int cmd_detect(int argc, char **argv);
+int cmd_coldstart(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
+void print_train_usage(FILE *f);
+void print_dump_graph_usage(FILE *f);
+void print_detect_usage(FILE *f);
+void print_coldstart_usage(FILE *f);
+void print_cache_usage(FILE *f);
+
+#endif
