@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "regc_common.h"
 
 const char *usage_cmd = "regc";
 
@@ -135,3 +136,16 @@ int parse_switch(const char *flag, const char *text, int *out)
     return -1;
 }
 
+
+int exit_code(int rc)
+{
+    if (rc != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "regc: writing to standard output failed\n");
+        return EXIT_ERROR;
+    }
+    return 0;
+}

@@ -25,6 +25,9 @@ int parse_switch(const char *flag, const char *text, int *out);
 /* The flag name of argv[i] into flag and its value ("--flag=value" or
  * "--flag value"), or NULL when it has none. */
 const char *split_flag(int argc, char **argv, int i, char *flag, size_t cap);
+/* A command's exit code once the library returned rc: 1 with its message
+ * on a failure, or when writing standard output failed; else 0. */
+int exit_code(int rc);
 /* "null" for what JSON cannot hold (NaN, infinities), else fmt of v. */
 void json_number(char *buf, size_t cap, const char *fmt, double v);
 

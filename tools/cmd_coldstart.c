@@ -570,14 +570,6 @@ int cmd_coldstart(int argc, char **argv)
     int removed;
     if (temp_dir[0] && regc_cache_clear(temp_dir, &removed) == REGC_OK)
         rmdir(temp_dir);
-    if (rc != REGC_OK) {
-        fprintf(stderr, "regc: %s\n", regc_error_message());
-        return EXIT_ERROR;
-    }
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "regc: writing to standard output failed\n");
-        return EXIT_ERROR;
-    }
-    return 0;
+    return exit_code(rc);
 }
 

@@ -324,14 +324,6 @@ int cmd_detect(int argc, char **argv)
     }
     regc_blocks_free(b);
     regc_graph_free(g);
-    if (rc != REGC_OK) {
-        fprintf(stderr, "regc: %s\n", regc_error_message());
-        return EXIT_ERROR;
-    }
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "regc: writing to standard output failed\n");
-        return EXIT_ERROR;
-    }
-    return 0;
+    return exit_code(rc);
 }
 
