@@ -40,6 +40,22 @@ static void put_attrs(regc_bytes *b, const regc_attrs *a)
     regc_bytes_put_i64(b, a->vocab);
 }
 
+/* A node: op, attributes, and its tensors as id[t] (NULL: the graph's own
+ * ids), each output with its dtype and shape. */
+static void put_node(regc_bytes *b, const regc_graph *g, const regc_node *n, const int *id)
+{
+    regc_bytes_put_i64(b, n->op);
+    put_attrs(b, &n->attrs);
+    regc_bytes_put_i64(b, n->n_in);
+    for (int k = 0; k < n->n_in; k++)
+        regc_bytes_put_i64(b, id ? id[n->in[k]] : n->in[k]);
+    regc_bytes_put_i64(b, n->n_out);
+    for (int k = 0; k < n->n_out; k++) {
+        regc_bytes_put_i64(b, id ? id[n->out[k]] : n->out[k]);
+        put_shape(b, regc_graph_tensor(g, n->out[k]));
+    }
+}
+
 int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level level,
                       regc_bytes *b)
 {
@@ -64,16 +80,9 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
     regc_bytes_put_i64(b, s->n_nodes);
     for (int i = 0; i < s->n_nodes; i++) {
         const regc_node *n = regc_graph_node(g, s->nodes[i]);
-        regc_bytes_put_i64(b, n->op);
-        put_attrs(b, &n->attrs);
-        regc_bytes_put_i64(b, n->n_in);
-        for (int k = 0; k < n->n_in; k++)
-            regc_bytes_put_i64(b, local[n->in[k]]);
-        regc_bytes_put_i64(b, n->n_out);
-        for (int k = 0; k < n->n_out; k++) {
+        for (int k = 0; k < n->n_out; k++)
             local[n->out[k]] = next++;
-            put_shape(b, regc_graph_tensor(g, n->out[k]));
-        }
+        put_node(b, g, n, local);
     }
     regc_bytes_put_i64(b, s->n_out);
     for (int k = 0; k < s->n_out; k++) {
@@ -100,19 +109,8 @@ int regc_graph_canon(const regc_graph *g, regc_bytes *b)
             regc_bytes_put_str(b, x->name);
     }
     regc_bytes_put_i64(b, regc_graph_n_nodes(g));
-    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
-        const regc_node *n = regc_graph_node(g, i);
-        regc_bytes_put_i64(b, n->op);
-        put_attrs(b, &n->attrs);
-        regc_bytes_put_i64(b, n->n_in);
-        for (int k = 0; k < n->n_in; k++)
-            regc_bytes_put_i64(b, n->in[k]);
-        regc_bytes_put_i64(b, n->n_out);
-        for (int k = 0; k < n->n_out; k++) {
-            regc_bytes_put_i64(b, n->out[k]);
-            put_shape(b, regc_graph_tensor(g, n->out[k]));
-        }
-    }
+    for (int i = 0; i < regc_graph_n_nodes(g); i++)
+        put_node(b, g, regc_graph_node(g, i), NULL);
     regc_bytes_put_i64(b, regc_graph_n_outputs(g));
     for (int i = 0; i < regc_graph_n_outputs(g); i++)
         regc_bytes_put_i64(b, regc_graph_output(g, i));
