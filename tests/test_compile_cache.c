@@ -370,6 +370,61 @@ static void test_warm_trains_like_cold(void **state)
     }
 }
 
+/* ---------------------------------------------------------------- the payload */
+
+/* A step program written, read back and written again gives the same
+ * bytes; every truncation of it and every flipped byte is refused or
+ * decoded without a stray read (the sanitizers watch), never crashes. */
+static void test_step_payload_round_trip(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *preset;
+        regc_level level;
+        int inline_back;
+    } cases[] = {{"gpt2-tiny", REGC_LEVEL_O1, 1}, {"gpt2-tiny", REGC_LEVEL_O0, 1},
+                 {"llama-tiny", REGC_LEVEL_O1, 0}, {"t5-tiny", REGC_LEVEL_O1, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load_shapes(cases[i].preset, &m), REGC_OK);
+        regc_compile_options o;
+        regc_compile_options_default(&o);
+        o.level = cases[i].level;
+        o.inline_back = cases[i].inline_back;
+        regc_program *p = NULL, *q = NULL;
+        regc_compile_stats st, st2;
+        assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, &st), REGC_OK);
+        regc_bytes first = {0}, second = {0};
+        regc_program_write(p, &st, &first);
+        assert_false(first.failed);
+        memset(&st2, 0, sizeof st2);
+        assert_int_equal(regc_program_read(first.data, first.len, &q, &st2), REGC_OK);
+        regc_program_write(q, &st2, &second);
+        assert_true(first.len == second.len && !memcmp(first.data, second.data, first.len));
+        assert_true(st2.n_instructions == st.n_instructions && st2.peak_bytes == st.peak_bytes);
+        regc_program_free(q);
+
+        size_t step = first.len / 97 + 1;
+        for (size_t len = 0; len < first.len; len += step) {
+            q = NULL;
+            assert_int_equal(regc_program_read(first.data, len, &q, &st2), REGC_ERR_FORMAT);
+            assert_null(q);
+        }
+        for (size_t at = 0; at < first.len; at += step) {
+            first.data[at] ^= 0x5a;
+            q = NULL;
+            int rc = regc_program_read(first.data, first.len, &q, &st2);
+            assert_true(rc == REGC_OK || rc == REGC_ERR_FORMAT);
+            assert_true((rc == REGC_OK) == (q != NULL));
+            regc_program_free(q);
+            first.data[at] ^= 0x5a;
+        }
+        regc_bytes_free(&first), regc_bytes_free(&second);
+        regc_program_free(p);
+        regc_model_free(m);
+    }
+}
+
 /* ---------------------------------------------------------------- processes */
 
 /* "compile cache DIR: H hit(s), M miss(es)" from regc train's stderr. */
@@ -615,6 +670,7 @@ int main(void)
         regc_test_in_dir(test_step_key_sees_every_config_change, setup),
         regc_test_in_dir(test_dumps_bypass_the_cache, setup),
         regc_test_in_dir(test_warm_trains_like_cold, setup),
+        regc_test_in_dir(test_step_payload_round_trip, setup),
         regc_test_in_dir(test_restart_hits_in_a_new_process, setup),
         regc_test_in_dir(test_damaged_entries_recompile, setup),
         regc_test_in_dir(test_concurrent_writers, setup),
