@@ -143,15 +143,17 @@ typedef struct {
 
 /* ---------------------------------------------------------------- reading an entry */
 
-/* A whole entry file checked: 1 with its keyed bytes and payload (the
- * caller frees both), or 0 with the reason in why. Out of memory is a
- * reason too: a lookup that cannot be afforded is a miss. */
+/* An entry as read: its header, label, keyed bytes and payload. */
 typedef struct {
     entry_header h;
     char *label;
     uint8_t *plain; /* keyed bytes then payload */
 } entry_contents;
 
+/* The whole file: 1, or 0 with the reason, or -1 when there is none (the
+ * ordinary miss, which says nothing). Not regc_file_read_all: that one
+ * leaves a message for every failure, cannot tell "no file" from
+ * "unreadable", and would read a stray file of any size. */
 static int read_file(const char *path, uint8_t **data, size_t *len, char *why, size_t cap)
 {
     *data = NULL;
@@ -225,6 +227,10 @@ static int parse_header(const uint8_t *b, size_t len, entry_header *h, char *why
     return 1;
 }
 
+/* A whole entry file checked: 1 with its keyed bytes and payload (the
+ * caller frees both), 0 with the reason in why, -1 when there is no file.
+ * Out of memory is a reason too: a lookup that cannot be afforded is a
+ * miss. */
 static int read_entry(const char *path, entry_contents *e, char *why, size_t cap)
 {
     memset(e, 0, sizeof *e);
