@@ -443,7 +443,11 @@ static char *read_label(const char *path)
     return label;
 }
 
-int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_out)
+/* How much scan_dir reads of each entry: eviction and clearing need only
+ * names, sizes and times; listing adds the label, verifying everything. */
+typedef enum { SCAN_NAMES, SCAN_LABELS, SCAN_VERIFY } scan_depth;
+
+static int scan_dir(const char *dir, scan_depth depth, regc_cache_entry **out, int *n_out)
 {
     *out = NULL, *n_out = 0;
     DIR *d = opendir(dir);
@@ -477,9 +481,9 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
         memcpy(x->file, de->d_name, strlen(de->d_name) + 1); /* at most 48 characters */
         x->bytes = st.st_size, x->temporary = temp;
         x->used = st.st_mtim.tv_sec, x->used_nsec = st.st_mtim.tv_nsec;
-        if (temp)
+        if (temp || depth == SCAN_NAMES)
             continue;
-        if (!verify) {
+        if (depth == SCAN_LABELS) {
             x->label = read_label(path);
             continue;
         }
@@ -510,13 +514,18 @@ int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_
     return REGC_OK;
 }
 
+int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_out)
+{
+    return scan_dir(dir, verify ? SCAN_VERIFY : SCAN_LABELS, out, n_out);
+}
+
 /* After a store: remove the temporary files of writers that died, then
  * the least recently used entries while the total exceeds the limit. */
 static void evict(regc_cache *c)
 {
     regc_cache_entry *e;
     int n;
-    if (regc_cache_scan(c->dir, 0, &e, &n) != REGC_OK)
+    if (scan_dir(c->dir, SCAN_NAMES, &e, &n) != REGC_OK)
         return;
     time_t now = time(NULL);
     int64_t total = 0;
@@ -542,7 +551,7 @@ int regc_cache_clear(const char *dir, int *removed)
 {
     *removed = 0;
     regc_cache_entry *e;
-    int n, rc = regc_cache_scan(dir, 0, &e, &n);
+    int n, rc = scan_dir(dir, SCAN_NAMES, &e, &n);
     if (rc)
         return rc;
     char path[4200];
