@@ -128,26 +128,34 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     return regc_error(REGC_ERR_UNSUPPORTED, "instruction: unknown kernel %d", in->kernel);
 }
 
-static const char *unary_name(const regc_instr *in)
+void regc_instr_label(const regc_instr *in, char *buf, size_t size)
 {
-    return regc_op_name((regc_op)in->unary);
+    const char *name = in->kernel == K_UNARY || in->kernel == K_BINARY
+                           ? regc_op_name((regc_op)in->unary)
+                           : regc_kernel_name(in->kernel);
+    int n = snprintf(buf, size, "%s", name);
+    if (in->kernel == K_GEMM)
+        snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s]",
+                 epilogue_names[in->epilogue], (long long)in->d[0], (long long)in->d[1],
+                 (long long)in->d[2], in->trans_a, in->trans_b, in->accumulate ? " acc" : "");
+    if (in->kernel == K_EW) {
+        for (int s = 0; s < in->ew->n_steps && n > 0 && (size_t)n + 1 < size; s++)
+            n += snprintf(buf + n, size - (size_t)n, "%s%d", s ? " " : "[", in->ew->steps[s].op);
+        if (n > 0 && (size_t)n + 1 < size)
+            snprintf(buf + n, size - (size_t)n, "]");
+    }
+}
+
+double regc_instr_flop(const regc_instr *in)
+{
+    return in->kernel == K_GEMM ? 2.0 * (double)in->d[0] * (double)in->d[1] * (double)in->d[2] : 0.0;
 }
 
 void regc_instr_dump(const regc_instr *in, FILE *f)
 {
-    const char *name = in->kernel == K_UNARY || in->kernel == K_BINARY ? unary_name(in)
-                                                                         : regc_kernel_name(in->kernel);
-    fprintf(f, "%s", name);
-    if (in->kernel == K_GEMM)
-        fprintf(f, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d]", epilogue_names[in->epilogue],
-                (long long)in->d[0], (long long)in->d[1], (long long)in->d[2], in->trans_a, in->trans_b);
-    if (in->kernel == K_EW) {
-        fprintf(f, "[");
-        for (int s = 0; s < in->ew->n_steps; s++)
-            fprintf(f, "%s%d", s ? " " : "", in->ew->steps[s].op);
-        fprintf(f, "]");
-    }
-    fprintf(f, " ");
+    char label[REGC_PROFILE_LABEL];
+    regc_instr_label(in, label, sizeof label);
+    fprintf(f, "%s ", label);
     for (int k = 0; k < in->n_refs; k++) {
         if (k == in->n_out && in->kernel != K_GEMM)
             fprintf(f, " <-");

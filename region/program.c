@@ -603,6 +603,25 @@ static void resolve(char *const *base, const regc_instr *in, void **ptr)
         ptr[k] = in->refs[k].buf < 0 ? NULL : base[in->refs[k].buf] + in->refs[k].off;
 }
 
+/* One instruction; when profiling, timed between two synchronisations. */
+static int run_instr(regc_program *p, const regc_instr *in, void *const *ptr)
+{
+    if (!p->profile)
+        return regc_instr_run(p->be, in, ptr);
+    int rc = p->be->sync(p->be);
+    double t0 = regc_time_ms();
+    if (rc == REGC_OK)
+        rc = regc_instr_run(p->be, in, ptr);
+    if (rc == REGC_OK)
+        rc = p->be->sync(p->be);
+    double ms = regc_time_ms() - t0;
+    char label[REGC_PROFILE_LABEL];
+    regc_instr_label(in, label, sizeof label);
+    return rc ? rc : regc_profile_add(p->profile, label, ms, regc_instr_flop(in));
+}
+
+void regc_program_set_profile(regc_program *p, regc_profile *pr) { p->profile = pr; }
+
 /* O0: each buffer is allocated before the step that first uses it and
  * freed after the last. */
 static int alloc_step(regc_program *p, int step, int release)
@@ -635,7 +654,7 @@ static int run_lazy(regc_program *p)
             break;
         if (s->piece < 0) {
             resolve(p->ptr, &s->instr, ptr);
-            rc = regc_instr_run(p->be, &s->instr, ptr);
+            rc = run_instr(p, &s->instr, ptr);
         } else {
             const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
             if (r->n_slots > cap) {
@@ -654,7 +673,7 @@ static int run_lazy(regc_program *p)
             int n = s->backward ? r->n_bwd : r->n_fwd;
             for (int j = 0; j < n && rc == REGC_OK; j++) {
                 resolve(slot, &ins[j], ptr);
-                rc = regc_instr_run(p->be, &ins[j], ptr);
+                rc = run_instr(p, &ins[j], ptr);
             }
         }
         if (dynamic && rc == REGC_OK)
@@ -675,7 +694,7 @@ int regc_program_run(regc_program *p)
         void *ptr[REGC_INSTR_MAX_REFS];
         for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {
             resolve(p->ptr, &p->instr[i], ptr);
-            rc = regc_instr_run(p->be, &p->instr[i], ptr);
+            rc = run_instr(p, &p->instr[i], ptr);
         }
     }
     return rc ? rc : p->be->sync(p->be);

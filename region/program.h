@@ -76,6 +76,10 @@ const char *regc_kernel_name(regc_kernel k);
  * pointers (ptr[i] for refs[i], NULL when absent). */
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *ptr);
 void regc_instr_dump(const regc_instr *in, FILE *f);
+/* Its kernel and, for GEMMs, epilogue and shape: a dump's or profile's name. */
+void regc_instr_label(const regc_instr *in, char *buf, size_t size);
+/* Arithmetic counted for GFLOP/s: 2mnk for a GEMM, 0 otherwise. */
+double regc_instr_flop(const regc_instr *in);
 /* Does the instruction write operand k? */
 int regc_instr_writes(const regc_instr *in, int k);
 /* The operand whose memory output 0 may take over (an elementwise
@@ -205,6 +209,7 @@ struct regc_program {
     regc_backend *be;
     void *arena;
     char **ptr;          /* [n_bufs] base pointers */
+    regc_profile *profile; /* borrowed; NULL: runs are not timed */
 };
 
 /* Building a step program (region/program.c): the flat graph (owned by

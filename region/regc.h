@@ -213,6 +213,26 @@ typedef struct {
     double cache_ms;     /* keying, reading and decoding cache entries */
 } regc_compile_stats;
 
+/* ======================================================================
+ * Profile: where the time of a run goes, summed per row (a kernel and its
+ * shape) and reported per run, largest first.
+ * ====================================================================== */
+#define REGC_PROFILE_LABEL 96 /* a row's label, terminator included */
+typedef struct regc_profile regc_profile;
+regc_profile *regc_profile_new(void); /* NULL when out of memory (error set) */
+void regc_profile_free(regc_profile *pr);
+/* Add one call of ms to the row named label; flop > 0 counts the row's
+ * arithmetic (GEMMs), reported as GFLOP/s. */
+int regc_profile_add(regc_profile *pr, const char *label, double ms, double flop);
+void regc_profile_count_run(regc_profile *pr);
+int regc_profile_runs(const regc_profile *pr);
+/* Rows in the order they were first added; ms, flop and calls summed over
+ * every run. */
+int regc_profile_n_rows(const regc_profile *pr);
+const char *regc_profile_row(const regc_profile *pr, int i, double *ms, double *flop, long *calls);
+/* The table: ms per run, share, calls per run, GFLOP/s, label; then the total. */
+int regc_profile_write(const regc_profile *pr, FILE *f);
+
 /* A compiled training step: forward, backward, parameter gradients into
  * the gradient block. */
 typedef struct regc_program regc_program;
@@ -233,6 +253,9 @@ int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *g
 /* Run forward and backward; gradients land in the gradient block (every
  * parameter's gradient is overwritten). */
 int regc_program_run(regc_program *p);
+/* Time every instruction of the runs that follow into pr (the backend
+ * synchronises after each one), or stop timing (NULL). pr is borrowed. */
+void regc_program_set_profile(regc_program *p, regc_profile *pr);
 /* Device pointer of the loss after a run. */
 const float *regc_program_loss(const regc_program *p);
 /* Write the step program as text (instructions and buffers). */
@@ -254,6 +277,9 @@ typedef struct {
     regc_compile_options compile;
     const char *cache_dir;   /* the compile cache's directory; NULL: none */
     int64_t cache_max_bytes; /* its size limit; <= 0: none */
+    /* when set, every step after the first (the only one, if just one) is
+     * timed per instruction, the optimizer and input copies included */
+    regc_profile *profile;
     /* called once the step is compiled, with regc_train's user pointer */
     void (*on_compiled)(const regc_compile_stats *st, void *user);
 } regc_train_options;

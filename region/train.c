@@ -127,10 +127,25 @@ static int bind_memory(trainer *t)
     return be->sync(be);
 }
 
-static int train_step(trainer *t, const regc_train_options *o, int step, float *loss)
+/* Profiling: the time since *t0 (work finished first) as one call of the
+ * row label; *t0 moves to now. */
+static int profile_since(regc_backend *be, regc_profile *pr, const char *label, double *t0)
+{
+    int rc = be->sync(be);
+    double now = regc_time_ms();
+    if (rc == REGC_OK)
+        rc = regc_profile_add(pr, label, now - *t0, 0.0);
+    *t0 = now;
+    return rc;
+}
+
+/* One step; pr (NULL: none) times its parts. */
+static int train_step(trainer *t, const regc_train_options *o, int step, regc_profile *pr,
+                      float *loss)
 {
     regc_backend *be = t->be;
     const regc_batch_spec b = {.step = step, .batch = o->batch, .seq = o->seq, .seed = o->seed};
+    double t0 = regc_time_ms();
     int rc = regc_model_fill_inputs(t->model, t->tokens, &b, t->n_inputs, t->inputs);
     if (rc)
         return rc;
@@ -138,11 +153,21 @@ static int train_step(trainer *t, const regc_train_options *o, int step, float *
     for (int i = 0; i < t->n_inputs; i++)
         if (step == 0 || !t->inputs[i].constant)
             be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, (size_t)regc_tensor_bytes(t->inputs[i].tensor));
-    if ((rc = regc_program_run(t->program)))
+    if (pr && (rc = profile_since(be, pr, "inputs (batch to the device)", &t0)))
         return rc;
+    regc_program_set_profile(t->program, pr);
+    rc = regc_program_run(t->program);
+    regc_program_set_profile(t->program, NULL);
+    if (rc)
+        return rc;
+    t0 = regc_time_ms();
     be->copy_d2h(be, loss, regc_program_loss(t->program), sizeof(float));
     be->adamw(be, t->params, t->grads, t->m, t->v, regc_model_total_numel(t->model), o->lr,
               o->beta1, o->beta2, o->eps, o->weight_decay, step + 1);
+    if (pr && (rc = profile_since(be, pr, "adamw (and the loss to the host)", &t0)))
+        return rc;
+    if (pr)
+        regc_profile_count_run(pr);
     return be->sync(be);
 }
 
@@ -197,7 +222,9 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     for (int step = 0; rc == REGC_OK && step < o->steps; step++) {
         double t0 = regc_time_ms();
         float loss = 0.0f;
-        rc = train_step(&t, o, step, &loss);
+        /* the first of several steps warms caches and pages: not profiled */
+        regc_profile *pr = step > 0 || o->steps == 1 ? o->profile : NULL;
+        rc = train_step(&t, o, step, pr, &loss);
         if (rc)
             break;
         regc_step_report r = {.step = step, .loss = loss, .ms = regc_time_ms() - t0};

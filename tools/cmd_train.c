@@ -53,6 +53,9 @@ void print_train_usage(FILE *f)
             "                         {\"step\": k, \"loss\": L, \"ms\": t, \"tokens_per_s\": r}\n"
             "  --save <DIR>           after training, write config.json and model.safetensors to DIR\n"
             "                         (graph models: graph.json and model.safetensors)\n"
+            "  --profile              time every instruction of the steps after the first and,\n"
+            "                         after training, print on stderr where a step's time goes:\n"
+            "                         per kernel and GEMM shape, ms per step and GFLOP/s\n"
             "\n"
             "compile options (the config file's \"compile\" keys):\n"
             "  --level <O0|O1|O2>     O0 op by op; O1 fused with a static memory plan; O2 adds\n"
@@ -121,7 +124,7 @@ static void on_step(const regc_step_report *r, void *user)
 /* What the command line of `regc train` says, beyond the options. */
 typedef struct {
     const char *model_spec, *weights_path, *config_path;
-    int json, help, no_cache;
+    int json, help, no_cache, profile;
 } train_args;
 
 /* Parse argv into o and a. It runs twice: once to find --config and catch
@@ -144,6 +147,10 @@ static int parse_train_args(int argc, char **argv, regc_train_options *o, train_
             a->no_cache = 1;
             continue;
         }
+        if (!strcmp(arg, "--profile")) {
+            a->profile = 1;
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0)
             return usage_error("unexpected argument \"%s\" (options start with --; see "
                                "regc train --help)",
@@ -163,7 +170,8 @@ static int parse_train_args(int argc, char **argv, regc_train_options *o, train_
             if (!strcmp(flag, *k))
                 known = 1;
         if (!known) {
-            if (!strcmp(flag, "--json") || !strcmp(flag, "--help") || !strcmp(flag, "--no-cache"))
+            if (!strcmp(flag, "--json") || !strcmp(flag, "--help") || !strcmp(flag, "--no-cache") ||
+                !strcmp(flag, "--profile"))
                 return usage_error("%s takes no value", flag);
             return usage_error("unknown option %s (see regc train --help)", flag);
         }
@@ -282,8 +290,16 @@ static int train_run(const regc_train_options *op, const train_args *a, const re
         if (++w > p.step_width)
             p.step_width = w;
 
+    if (a->profile && !(o.profile = regc_profile_new())) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        regc_model_free(model);
+        return EXIT_ERROR;
+    }
     int rc = regc_train(model, &o, on_step, &p);
     regc_model_free(model);
+    if (rc == REGC_OK && o.profile)
+        rc = regc_profile_write(o.profile, stderr);
+    regc_profile_free(o.profile);
     if (rc != REGC_OK) {
         fprintf(stderr, "regc: %s\n", regc_error_message());
         return EXIT_ERROR;
