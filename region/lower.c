@@ -680,3 +680,75 @@ int regc_fuse_add_norm(regc_instr *ins, int *n)
     *n = w;
     return fused;
 }
+
+/* ---------------------------------------------------------------- embedding backward + add */
+
+static int refs_buffer(const regc_instr *in, int buf)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf == buf)
+            return 1;
+    return 0;
+}
+
+static int writes_buffer(const regc_instr *in, int buf)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf == buf && regc_instr_writes(in, k))
+            return 1;
+    return 0;
+}
+
+/* The add after embedding backward e that sums its table into the add's
+ * own output (out = out + table): its index, or -1 when e cannot
+ * accumulate there instead. The table must be an arena buffer of its own
+ * that nothing else reads, and e's inputs must be unchanged up to the add,
+ * where the accumulation moves: every other write of out stays on its side
+ * of it. */
+static int embed_bwd_add_at(const regc_instr *ins, int n, int e, const regc_buf *bufs)
+{
+    const regc_instr *eb = &ins[e];
+    regc_ref table = eb->refs[0];
+    if (eb->accumulate || table.buf < 0 || table.off || bufs[table.buf].kind != BUF_ARENA ||
+        bufs[table.buf].bytes != eb->d[1] * eb->d[2] * (int64_t)sizeof(float))
+        return -1;
+    int j = e + 1;
+    for (; j < n && !refs_buffer(&ins[j], table.buf); j++)
+        if (writes_buffer(&ins[j], eb->refs[1].buf) || writes_buffer(&ins[j], eb->refs[2].buf))
+            return -1;
+    if (j == n)
+        return -1;
+    const regc_instr *a = &ins[j];
+    if (a->kernel != K_ADD || a->d[0] != eb->d[1] * eb->d[2])
+        return -1;
+    int side = same_ref(a->refs[1], table) ? 1 : same_ref(a->refs[2], table) ? 2 : 0;
+    if (!side || !same_ref(a->refs[3 - side], a->refs[0]) || a->refs[0].buf == table.buf)
+        return -1;
+    for (int k = j + 1; k < n; k++)
+        if (refs_buffer(&ins[k], table.buf))
+            return -1;
+    return j;
+}
+
+int regc_fuse_embed_bwd_add(regc_instr *ins, int *n, const regc_buf *bufs)
+{
+    int fused = 0;
+    for (int e = 0; e < *n; e++) {
+        if (ins[e].kernel != K_EMBED_BWD)
+            continue;
+        int j = embed_bwd_add_at(ins, *n, e, bufs);
+        if (j < 0)
+            continue;
+        /* the add's operands commute, so out + sum is the add's out + table */
+        regc_instr f = ins[e];
+        f.refs[0] = ins[j].refs[0];
+        f.accumulate = 1;
+        memmove(ins + e, ins + e + 1, (size_t)(j - e - 1) * sizeof *ins);
+        ins[j - 1] = f;
+        memmove(ins + j, ins + j + 1, (size_t)(*n - j - 1) * sizeof *ins);
+        (*n)--;
+        fused++;
+        e--; /* ins[e] is a new instruction now */
+    }
+    return fused;
+}

@@ -206,6 +206,14 @@ static void test_dump_graphs(void **state)
     snprintf(d->buf, sizeof d->buf, "%s/step.txt", d->path);
     text = regc_test_read_file(d->buf, NULL);
     assert_non_null(strstr(text, "add_layernorm"));
+    /* the tied embedding's backward accumulates into the head's gradient:
+     * no add sums the two after it */
+    const char *emb = strstr(text, "embedding_bwd"), *end = strstr(text, "# buffers");
+    assert_non_null(strstr(text, "embedding_bwd[acc]"));
+    assert_true(emb && end && emb < end);
+    const char *add = strstr(emb, "  add  ");
+    if (add && add < end)
+        fail_msg("an add follows the embedding backward: %.60s", add);
     free(text);
     regc_program_free(p);
     /* a dump directory that cannot be made is an error naming it */
