@@ -135,9 +135,13 @@ struct regc_backend {
     /* out[r, c] = table[ids[r], c]; every id < vocab (checked by the caller) */
     void (*embedding_fwd)(regc_backend *be, float *out, const int32_t *ids,
                           const float *table, int64_t rows, int64_t cols);
-    /* dtable = sum over r with ids[r] == v of dout[r, :]  (dtable is [vocab, cols]) */
+    /* dtable[v, :] (+)= sum over r with ids[r] == v of dout[r, :], the sum in row
+     * order from 0 (dtable is [vocab, cols]): written fresh, or with
+     * accumulate added once to the rows of ids (others untouched), so a
+     * gradient already in dtable takes no separate add */
     void (*embedding_bwd)(regc_backend *be, float *dtable, const int32_t *ids,
-                          const float *dout, int64_t rows, int64_t cols, int64_t vocab);
+                          const float *dout, int64_t rows, int64_t cols, int64_t vocab,
+                          int accumulate);
 
     void (*add)(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
     /* out[r, c] = x[r, c] + b[c] */

@@ -278,7 +278,7 @@ static int run_node(regc_exec *x, const regc_node *n)
     case REGC_OP_EMBEDDING_BWD:
         NEED(embedding_bwd);
         be->embedding_bwd(be, O(0), I(1), F(0), numel(x, n->in[1]), last_dim(x, n->in[0]),
-                          n->attrs.vocab);
+                          n->attrs.vocab, 0);
         return REGC_OK;
     case REGC_OP_LAYERNORM_BWD: {
         NEED(layernorm_bwd);

@@ -95,7 +95,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return be->gemm(be, &g);
     }
     case K_EMBED_FWD: NEED(embedding_fwd); be->embedding_fwd(be, P(0), I32(1), C(2), d[0], d[1]); return REGC_OK;
-    case K_EMBED_BWD: NEED(embedding_bwd); be->embedding_bwd(be, P(0), I32(1), C(2), d[0], d[1], d[2]); return REGC_OK;
+    case K_EMBED_BWD: NEED(embedding_bwd); be->embedding_bwd(be, P(0), I32(1), C(2), d[0], d[1], d[2], in->accumulate); return REGC_OK;
     case K_ADD: NEED(add); be->add(be, P(0), C(1), C(2), d[0]); return REGC_OK;
     case K_BIAS_ADD: NEED(bias_add); be->bias_add(be, P(0), C(1), C(2), d[0], d[1]); return REGC_OK;
     case K_SUM_ROWS: NEED(sum_rows); be->sum_rows(be, P(0), C(1), d[0], d[1]); return REGC_OK;
@@ -138,6 +138,8 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
         snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s]",
                  epilogue_names[in->epilogue], (long long)in->d[0], (long long)in->d[1],
                  (long long)in->d[2], in->trans_a, in->trans_b, in->accumulate ? " acc" : "");
+    if (in->kernel == K_EMBED_BWD && in->accumulate)
+        snprintf(buf + n, size - (size_t)n, "[acc]");
     if (in->kernel == K_EW) {
         for (int s = 0; s < in->ew->n_steps && n > 0 && (size_t)n + 1 < size; s++)
             n += snprintf(buf + n, size - (size_t)n, "%s%d", s ? " " : "[", in->ew->steps[s].op);

@@ -11,6 +11,8 @@
  *    DGELU_BGRAD — one to one with cuBLASLt's epilogues;
  *  - a norm's backward followed by the add that accumulates its input's
  *    gradient is one kernel;
+ *  - an embedding backward whose table only feeds an add accumulates into
+ *    the add's output, where the add's other operand is written directly;
  *  - contiguous elementwise ops over the same elements fuse into one loop.
  * Every fused kernel computes the same float operations as the kernels it
  * replaces, so the levels differ in speed and memory, never in bits. */
@@ -31,6 +33,7 @@ typedef struct {
     int *gemm_epi;      /* [n_nodes] matmul: epilogue decided, -1 none */
     int *gemm_bias, *gemm_aux, *gemm_bgrad, *gemm_c; /* [n_nodes] tensors, -1 none */
     int *fused_norm;    /* [n_nodes] ADD: the norm backward it absorbs, -1 none */
+    int *embed_acc;     /* [n_nodes] ADD: the embedding backward accumulating into its output, -1 none */
     regc_instr *ins;
     int n_ins, cap;
 } lower_ctx;
@@ -222,6 +225,38 @@ static void fuse_norm_bwd(lower_ctx *c)
     }
 }
 
+/* An ADD of an embedding backward's table (read by nothing else) and a
+ * temporary computed here and read by nothing else: the temporary is
+ * written straight into the add's output and the embedding backward
+ * accumulates into it at the add. The output is written earlier than
+ * before, so it must be memory nothing else reads in between: a temporary,
+ * or an input's gradient that no later reader seeded. */
+static void fuse_embed_bwd_add(lower_ctx *c)
+{
+    regc_slot *sl = c->r->slots;
+    for (int i = c->r->n_fwd_nodes; i < c->n_nodes; i++) {
+        const regc_node *a = regc_graph_node(c->g, i);
+        if (a->op != REGC_OP_ADD || a->in[0] == a->in[1] || c->skip[i] || c->fused_norm[i] >= 0)
+            continue;
+        int root = root_slot(c, c->slot_of[a->out[0]]);
+        if (sl[root].kind != SLOT_TEMP && !(sl[root].kind == SLOT_DIN && c->r->seed_slot[sl[root].index] < 0))
+            continue;
+        for (int side = 0; side < 2; side++) {
+            int table = a->in[side], other = a->in[1 - side];
+            int l = T(c, table)->producer, p = T(c, other)->producer, so = c->slot_of[other];
+            if (l < c->r->n_fwd_nodes || c->n_readers[table] != 1 || c->skip[l] ||
+                regc_graph_node(c->g, l)->op != REGC_OP_EMBEDDING_BWD)
+                continue;
+            if (p < 0 || c->n_readers[other] != 1 || sl[so].kind != SLOT_TEMP || sl[so].alias >= 0 ||
+                numel(c, other) != numel(c, a->out[0]) || T(c, other)->dtype != REGC_F32)
+                continue;
+            sl[so].alias = c->slot_of[a->out[0]], sl[so].alias_off = 0;
+            c->embed_acc[i] = l, c->skip[l] = 1;
+            break;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- one node */
 
 static int lower_matmul(lower_ctx *c, int i, const regc_node *n)
@@ -281,6 +316,13 @@ static int lower_node(lower_ctx *c, int i)
             x->d[1] = last_dim(c, l->in[1]);
             x->d[0] = numel(c, l->in[1]) / x->d[1];
             x->node = c->fused_norm[i];
+            break;
+        }
+        if (c->embed_acc[i] >= 0) {
+            const regc_node *l = regc_graph_node(c->g, c->embed_acc[i]);
+            EMIT(K_EMBED_BWD, 1, o[0], l->in[1], l->in[0]);
+            x->d[0] = numel(c, l->in[1]), x->d[1] = last_dim(c, l->in[0]), x->d[2] = l->attrs.vocab;
+            x->accumulate = 1, x->node = c->embed_acc[i];
             break;
         }
         EMIT(K_ADD, 1, o[0], in[0], in[1]);
@@ -425,7 +467,7 @@ static int ew_op_of(regc_op op)
 static int ew_candidate(const lower_ctx *c, int i, int64_t n)
 {
     const regc_node *x = regc_graph_node(c->g, i);
-    if (c->skip[i] || ew_op_of(x->op) < 0 || (x->op == REGC_OP_ADD && c->fused_norm[i] >= 0))
+    if (c->skip[i] || ew_op_of(x->op) < 0 || (x->op == REGC_OP_ADD && (c->fused_norm[i] >= 0 || c->embed_acc[i] >= 0)))
         return 0;
     if (T(c, x->out[0])->dtype != REGC_F32 || numel(c, x->out[0]) != n)
         return 0;
@@ -584,17 +626,18 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
     c.gemm_epi = malloc(nn * sizeof(int)), c.gemm_bias = malloc(nn * sizeof(int));
     c.gemm_aux = malloc(nn * sizeof(int)), c.gemm_bgrad = malloc(nn * sizeof(int));
     c.gemm_c = malloc(nn * sizeof(int)), c.fused_norm = malloc(nn * sizeof(int));
+    c.embed_acc = malloc(nn * sizeof(int));
     r->ew = calloc(nn, sizeof *r->ew);
     int rc = REGC_OK;
     if (!c.n_readers || !c.n_fwd_readers || !c.reader || !c.skip || !c.gemm_epi || !c.gemm_bias ||
-        !c.gemm_aux || !c.gemm_bgrad || !c.gemm_c || !c.fused_norm || !r->ew) {
+        !c.gemm_aux || !c.gemm_bgrad || !c.gemm_c || !c.fused_norm || !c.embed_acc || !r->ew) {
         rc = regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
         goto done;
     }
     for (int i = 0; i < n_nodes; i++) {
         const regc_node *n = regc_graph_node(g, i);
         c.gemm_epi[i] = c.gemm_bias[i] = c.gemm_aux[i] = c.gemm_bgrad[i] = c.gemm_c[i] = -1;
-        c.fused_norm[i] = -1;
+        c.fused_norm[i] = c.embed_acc[i] = -1;
         for (int k = 0; k < n->n_in; k++) {
             int dup = 0;
             for (int j = 0; j < k; j++)
@@ -611,6 +654,7 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
         make_views(&c);
         fuse_gemms(&c);
         fuse_norm_bwd(&c);
+        fuse_embed_bwd_add(&c);
     }
     int n_ew = 0;
     if ((rc = lower_range(&c, 0, r->n_fwd_nodes, fuse, &n_ew)))
@@ -637,6 +681,7 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
 done:
     free(c.n_readers), free(c.n_fwd_readers), free(c.reader), free(c.skip), free(c.gemm_epi);
     free(c.gemm_bias), free(c.gemm_aux), free(c.gemm_bgrad), free(c.gemm_c), free(c.fused_norm);
+    free(c.embed_acc);
     free(c.ins);
     return rc;
 }
@@ -678,5 +723,77 @@ int regc_fuse_add_norm(regc_instr *ins, int *n)
         ins[w++] = *a;
     }
     *n = w;
+    return fused;
+}
+
+/* ---------------------------------------------------------------- embedding backward + add */
+
+static int refs_buffer(const regc_instr *in, int buf)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf == buf)
+            return 1;
+    return 0;
+}
+
+static int writes_buffer(const regc_instr *in, int buf)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf == buf && regc_instr_writes(in, k))
+            return 1;
+    return 0;
+}
+
+/* The add after embedding backward e that sums its table into the add's
+ * own output (out = out + table): its index, or -1 when e cannot
+ * accumulate there instead. The table must be an arena buffer of its own
+ * that nothing else reads, and e's inputs must be unchanged up to the add,
+ * where the accumulation moves: every other write of out stays on its side
+ * of it. */
+static int embed_bwd_add_at(const regc_instr *ins, int n, int e, const regc_buf *bufs)
+{
+    const regc_instr *eb = &ins[e];
+    regc_ref table = eb->refs[0];
+    if (eb->accumulate || table.buf < 0 || table.off || bufs[table.buf].kind != BUF_ARENA ||
+        bufs[table.buf].bytes != eb->d[1] * eb->d[2] * (int64_t)sizeof(float))
+        return -1;
+    int j = e + 1;
+    for (; j < n && !refs_buffer(&ins[j], table.buf); j++)
+        if (writes_buffer(&ins[j], eb->refs[1].buf) || writes_buffer(&ins[j], eb->refs[2].buf))
+            return -1;
+    if (j == n)
+        return -1;
+    const regc_instr *a = &ins[j];
+    if (a->kernel != K_ADD || a->d[0] != eb->d[1] * eb->d[2])
+        return -1;
+    int side = same_ref(a->refs[1], table) ? 1 : same_ref(a->refs[2], table) ? 2 : 0;
+    if (!side || !same_ref(a->refs[3 - side], a->refs[0]) || a->refs[0].buf == table.buf)
+        return -1;
+    for (int k = j + 1; k < n; k++)
+        if (refs_buffer(&ins[k], table.buf))
+            return -1;
+    return j;
+}
+
+int regc_fuse_embed_bwd_add(regc_instr *ins, int *n, const regc_buf *bufs)
+{
+    int fused = 0;
+    for (int e = 0; e < *n; e++) {
+        if (ins[e].kernel != K_EMBED_BWD)
+            continue;
+        int j = embed_bwd_add_at(ins, *n, e, bufs);
+        if (j < 0)
+            continue;
+        /* the add's operands commute, so out + sum is the add's out + table */
+        regc_instr f = ins[e];
+        f.refs[0] = ins[j].refs[0];
+        f.accumulate = 1;
+        memmove(ins + e, ins + e + 1, (size_t)(j - e - 1) * sizeof *ins);
+        ins[j - 1] = f;
+        memmove(ins + j, ins + j + 1, (size_t)(*n - j - 1) * sizeof *ins);
+        (*n)--;
+        fused++;
+        e--; /* ins[e] is a new instruction now */
+    }
     return fused;
 }

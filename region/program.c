@@ -461,6 +461,7 @@ static int inline_back(regc_program *p)
     if (rc)
         return rc;
     p->fused_pairs = regc_fuse_add_norm(p->instr, &p->n_instr);
+    regc_fuse_embed_bwd_add(p->instr, &p->n_instr, p->bufs);
     flat_liveness(p, p->instr, p->n_instr);
     int64_t peak, lower;
     if ((rc = plan_arena(p, p->n_instr, 1, &peak, &lower)))

@@ -25,7 +25,7 @@ typedef enum {
     K_TRANSPOSE,   /* out, x; d0 = ndim, shape in d[1..], perm */
     K_GEMM,        /* c, a, b, bias, aux, bias_grad; see flags */
     K_EMBED_FWD,   /* out, ids, table; d0 = rows, d1 = cols */
-    K_EMBED_BWD,   /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab */
+    K_EMBED_BWD,   /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab; accumulate */
     K_ADD,         /* out, a, b; d0 = n */
     K_BIAS_ADD,    /* out, x, b; d0 = rows, d1 = cols */
     K_SUM_ROWS,    /* out, x; d0 = rows, d1 = cols */
@@ -64,7 +64,7 @@ typedef struct {
     regc_ref refs[REGC_INSTR_MAX_REFS];
     int64_t d[REGC_MAX_DIMS + 1];
     float f;
-    int trans_a, trans_b, epilogue, accumulate; /* K_GEMM */
+    int trans_a, trans_b, epilogue, accumulate; /* K_GEMM; accumulate also K_EMBED_BWD */
     regc_attn_shape attn;                       /* K_ATTN_*, K_ROPE (n_head, head_dim, causal as inverse) */
     int perm[REGC_MAX_DIMS];                    /* K_TRANSPOSE */
     const regc_ew_program *ew;                  /* K_EW, owned by the compiled region */

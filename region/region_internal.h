@@ -15,4 +15,10 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
  * over an instruction list, in place; returns the number of pairs fused. */
 int regc_fuse_add_norm(regc_instr *ins, int *n);
 
+/* An embedding backward whose fresh table only feeds an add into the
+ * gradient it sums with (out = out + table) accumulates into out at the
+ * add's place instead, and the add goes; bufs are the program buffers the
+ * instructions name. Returns the number fused. */
+int regc_fuse_embed_bwd_add(regc_instr *ins, int *n, const regc_buf *bufs);
+
 #endif

@@ -173,6 +173,21 @@ static void test_memory_plan(void **state)
     }
 }
 
+/* The tied embedding's backward accumulates into the head's gradient in
+ * the step program dumped at path: no add sums the two after it. */
+static void assert_embedding_bwd_accumulates(const char *path)
+{
+    char *text = regc_test_read_file(path, NULL);
+    assert_non_null(text);
+    const char *emb = strstr(text, "embedding_bwd"), *end = strstr(text, "# buffers");
+    assert_non_null(strstr(text, "embedding_bwd[acc]"));
+    assert_true(emb && end && emb < end);
+    const char *add = strstr(emb, "  add  ");
+    if (add && add < end)
+        fail_msg("%s: an add follows the embedding backward: %.60s", path, add);
+    free(text);
+}
+
 /* dump_graphs writes every stage as text and the graphs as DOT. */
 static void test_dump_graphs(void **state)
 {
@@ -207,7 +222,17 @@ static void test_dump_graphs(void **state)
     text = regc_test_read_file(d->buf, NULL);
     assert_non_null(strstr(text, "add_layernorm"));
     free(text);
+    assert_embedding_bwd_accumulates(d->buf);
     regc_program_free(p);
+    /* a full compile fuses it in the region: the head's GEMM writes the
+     * gradient the embedding backward then accumulates into */
+    snprintf(d->path, sizeof d->path, "%s/dump_full", d->dir);
+    o.regional = 0;
+    assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, &st), 0);
+    snprintf(d->buf, sizeof d->buf, "%s/step.txt", d->path);
+    assert_embedding_bwd_accumulates(d->buf);
+    regc_program_free(p);
+    o.regional = 1;
     /* a dump directory that cannot be made is an error naming it */
     snprintf(d->buf, sizeof d->buf, "%s/flat.txt/sub", d->path);
     o.dump_dir = d->buf;

@@ -550,7 +550,7 @@ static void test_embedding_and_sum_rows_match_naive(void **state)
     float *hd = regc_test_host_uniform((size_t)(rows * cols), 1201, 0.0f, 1.0f);
     float *dout = regc_test_upload(be, hd, (size_t)(rows * cols));
     float *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols)), *col = regc_test_dev_nan(be, (size_t)cols);
-    be->embedding_bwd(be, dtable, regc_test_upload_ints(be, ids, (size_t)rows), dout, rows, cols, vocab);
+    be->embedding_bwd(be, dtable, regc_test_upload_ints(be, ids, (size_t)rows), dout, rows, cols, vocab, 0);
     be->sum_rows(be, col, dout, rows, cols);
     double *want = regc_test_host_doubles((size_t)(vocab * cols)), *wcol = regc_test_host_doubles((size_t)cols);
     memset(want, 0, (size_t)(vocab * cols) * sizeof(double));
@@ -564,6 +564,61 @@ static void test_embedding_and_sum_rows_match_naive(void **state)
     regc_test_assert_close("embedding dtable", regc_test_download(be, dtable, (size_t)(vocab * cols)), want,
                            (size_t)(vocab * cols), 1e-5, 1e-5);
     regc_test_assert_close("sum_rows", regc_test_download(be, col, (size_t)cols), wcol, (size_t)cols, 1e-5, 1e-5);
+}
+
+/* An accumulating embedding backward is a fresh table plus an add, bit for
+ * bit, at one thread and at two: ids 0..29 occur 1 to 5 times each in a
+ * shuffled order, 30..39 never (their rows keep the old values). */
+static void test_embedding_bwd_accumulate_equals_fresh_plus_add(void **state)
+{
+    (void)state;
+    const int64_t vocab = 40, cols = 400, rows = 90;
+    const size_t nt = (size_t)(vocab * cols), nd = (size_t)(rows * cols);
+    int32_t ids[90];
+    int64_t r = 0;
+    for (int32_t v = 0; v < 30; v++)
+        for (int k = 0; k <= v % 5; k++)
+            ids[r++] = v;
+    assert_int_equal(r, rows);
+    for (int64_t i = rows - 1; i > 0; i--) {
+        int64_t j = (int64_t)(regc_rng_at(1210, (uint64_t)i) % (uint64_t)(i + 1));
+        int32_t t = ids[i];
+        ids[i] = ids[j], ids[j] = t;
+    }
+    /* magnitudes spread over 1e-3..1e3, so the order of the sums shows */
+    float *hd = regc_test_host_uniform(nd, 1211, 0.0f, 1.0f);
+    for (size_t i = 0; i < nd; i++)
+        hd[i] *= powf(10.0f, (float)(int)(regc_rng_at(1212, i) % 7) - 3.0f);
+    float *hbase = regc_test_host_uniform(nt, 1213, 0.0f, 4.0f); /* [vocab, cols] */
+    float *res[2][2];
+    regc_backend *devs[2] = {serial, be};
+    for (int t = 0; t < 2; t++) {
+        regc_backend *d = devs[t];
+        const int32_t *dids = regc_test_upload_ints(d, ids, (size_t)rows);
+        float *dout = regc_test_upload(d, hd, nd);             /* [rows, cols] */
+        float *base = regc_test_upload(d, hbase, nt);          /* [vocab, cols] */
+        float *fresh = regc_test_dev_nan(d, nt), *sum = regc_test_dev_nan(d, nt);
+        float *acc = regc_test_upload(d, hbase, nt);           /* [vocab, cols] */
+        d->embedding_bwd(d, fresh, dids, dout, rows, cols, vocab, 0);
+        d->add(d, sum, base, fresh, (int64_t)nt);
+        d->embedding_bwd(d, acc, dids, dout, rows, cols, vocab, 1);
+        assert_int_equal(d->sync(d), REGC_OK);
+        res[t][0] = regc_test_download(d, sum, nt);
+        res[t][1] = regc_test_download(d, acc, nt);
+    }
+    regc_test_assert_bitwise_equal("accumulate vs fresh + add, 1 thread", res[0][0], res[0][1], nt);
+    regc_test_assert_bitwise_equal("accumulate vs fresh + add, 2 threads", res[1][0], res[1][1], nt);
+    regc_test_assert_bitwise_equal("accumulate, 1 vs 2 threads", res[0][1], res[1][1], nt);
+    for (int64_t v = 30; v < vocab; v++) /* untouched rows keep their values */
+        regc_test_assert_bitwise_equal("untouched row", res[1][1] + v * cols, hbase + v * cols, (size_t)cols);
+
+    int32_t bad[2] = {1, 40}; /* id 40 >= vocab 40 */
+    float *acc = regc_test_upload(be, hbase, nt);
+    be->embedding_bwd(be, acc, regc_test_upload_ints(be, bad, 2), regc_test_upload(be, hd, nd), 2, cols,
+                      vocab, 1);
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "outside the vocabulary"));
+    regc_test_assert_bitwise_equal("table after a bad id", regc_test_download(be, acc, nt), hbase, nt);
 }
 
 /* RMSNorm, RoPE, SiLU, the erf GELU and mul at multi-threaded sizes,
@@ -784,7 +839,7 @@ static void test_sync_reports_kernel_failures(void **state)
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
 
     int32_t ids[2] = {1, 9};
-    be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4); /* id 9 >= vocab 4 */
+    be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4, 0); /* id 9 >= vocab 4 */
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "embedding_bwd"));
 
@@ -807,6 +862,7 @@ int main(void)
         regc_test_with_buffers(test_layernorm_matches_naive),
         regc_test_with_buffers(test_gelu_and_adamw_match_naive),
         regc_test_with_buffers(test_embedding_and_sum_rows_match_naive),
+        regc_test_with_buffers(test_embedding_bwd_accumulate_equals_fresh_plus_add),
         regc_test_with_buffers(test_llama_bert_ops_match_naive),
         regc_test_with_buffers(test_results_do_not_depend_on_thread_count),
         regc_test_with_buffers(test_backend_by_name),

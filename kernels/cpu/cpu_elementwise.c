@@ -1,6 +1,7 @@
 /* cpu_elementwise.c — the memory-bound kernels: fill, strided copies,
  * embedding lookup and its scatter-add, add, multiply, bias add, column
  * sums, scaling, and the activations GELU (tanh and erf forms), SiLU and ReLU. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -55,11 +56,22 @@ void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids,
         memcpy(out + r * cols, table + (int64_t)ids[r] * cols, (size_t)cols * sizeof(float));
 }
 
+static int compare_keys(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sums each touched vocabulary row's dout rows in row order, starting from
+ * 0, and adds the sum to dtable's row once: a fresh table (zero-filled) and
+ * an accumulating one then get the same bits as filling a fresh table and
+ * adding it to the old contents. An untouched row keeps its value, where
+ * fresh + add would give old + 0: the same except that -0.0 becomes +0.0. */
 void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
-                            const float *dout, int64_t rows, int64_t cols, int64_t vocab)
+                            const float *dout, int64_t rows, int64_t cols, int64_t vocab,
+                            int accumulate)
 {
     const int threads = regc_cpu_threads(be);
-    regc_cpu_fill_floats(be, dtable, (size_t)(vocab * cols), 0.0f);
     for (int64_t r = 0; r < rows; r++) {
         if (ids[r] < 0 || ids[r] >= vocab) {
             regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
@@ -68,18 +80,38 @@ void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
             return;
         }
     }
-    /* Threads own column blocks, so repeated ids never race and every sum
-     * runs in row order whatever the thread count. */
+    if (rows > (int64_t)UINT32_MAX) {
+        regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
+            "embedding_bwd: %lld rows exceed the 2^32 the grouping indexes", (long long)rows));
+        return;
+    }
+    /* (id, row) keys sorted: the rows of one id are adjacent and in row
+     * order, so every sum runs in row order whatever the thread count */
+    uint64_t *key = regc_cpu_get_scratch(be, (size_t)(rows + 1) * sizeof *key); /* [rows] */
+    if (!key)
+        return;
+    for (int64_t r = 0; r < rows; r++)
+        key[r] = (uint64_t)ids[r] << 32 | (uint64_t)r;
+    qsort(key, (size_t)rows, sizeof *key, compare_keys);
+    if (!accumulate)
+        regc_cpu_fill_floats(be, dtable, (size_t)(vocab * cols), 0.0f);
+    /* Threads own column blocks, so rows of one id never race. */
     const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
 #pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t blk = 0; blk < n_blocks; blk++) {
         const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
         const int64_t w = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
-        for (int64_t r = 0; r < rows; r++) {
-            float *dst = dtable + (int64_t)ids[r] * cols + c0; /* [w] */
-            const float *src = dout + r * cols + c0;           /* [w] */
+        for (int64_t g = 0; g < rows;) {
+            const int64_t id = (int64_t)(key[g] >> 32);
+            float acc[REGC_CPU_COL_BLOCK] = {0}; /* [w] */
+            for (; g < rows && (int64_t)(key[g] >> 32) == id; g++) {
+                const float *src = dout + (int64_t)(key[g] & UINT32_MAX) * cols + c0; /* [w] */
+                for (int64_t j = 0; j < w; j++)
+                    acc[j] = regc_cpu_addf(acc[j], src[j]);
+            }
+            float *dst = dtable + id * cols + c0; /* [w] */
             for (int64_t j = 0; j < w; j++)
-                dst[j] += src[j];
+                dst[j] = regc_cpu_addf(dst[j], acc[j]);
         }
     }
 }
