@@ -4,6 +4,7 @@
 #define REGC_CPU_KERNELS_H
 
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -21,9 +22,28 @@ typedef struct {
  * costs more than the loop. */
 #define REGC_CPU_PAR_MIN 32768
 
-/* Column block for reductions over rows: each thread owns whole blocks, so
- * sums are race-free and their order does not depend on the thread count. */
+/* Reductions over rows (column sums) run each column down the rows in
+ * order, in double, whatever the split: threads own disjoint column ranges,
+ * so the sums are race-free and their bits do not depend on the thread
+ * count. A thread walks its range a chunk of columns at a time, each row's
+ * chunk one contiguous run the hardware prefetcher follows (narrow blocks
+ * jump a whole row stride, a new page, every few cache lines). */
+#define REGC_CPU_COL_CHUNK 512
+
+/* Column block of embedding_bwd's scatter-add, whose threads own whole
+ * blocks for the same reason. */
 #define REGC_CPU_COL_BLOCK 64
+
+/* [*lo, *hi): the columns of cols the calling thread of the current team
+ * owns, an even split in whole cache lines (16 floats). */
+static inline void regc_cpu_team_columns(int64_t cols, int64_t *lo, int64_t *hi)
+{
+    const int64_t lines = (cols + 15) / 16;
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t a = lines * t / nt * 16, b = lines * (t + 1) / nt * 16;
+    *lo = a < cols ? a : cols;
+    *hi = b < cols ? b : cols;
+}
 
 static inline int regc_cpu_threads(const regc_backend *be)
 {

@@ -134,31 +134,33 @@ static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, 
     }
 }
 
-/* dw, db: sums over rows, so threads own column blocks (no races, and the
+/* dw, db: sums over rows, so threads own column ranges (no races, and the
  * summation order is independent of the thread count) */
 static void layernorm_bwd_params(float *dw, float *db, const float *dy, const float *x,
                                  const float *mean, const float *rstd, int64_t rows,
                                  int64_t cols, int threads)
 {
-    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t blk = 0; blk < n_blocks; blk++) {
-        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
-        const int64_t wd = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
-        double acc_w[REGC_CPU_COL_BLOCK] = {0}, acc_b[REGC_CPU_COL_BLOCK] = {0};
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * cols + c0;   /* [wd] */
-            const float *dyr = dy + r * cols + c0; /* [wd] */
-            const float m = mean[r], s = rstd[r];
-            for (int64_t j = 0; j < wd; j++) {
-                float xhat = (xr[j] - m) * s;
-                acc_w[j] += (double)(dyr[j] * xhat);
-                acc_b[j] += dyr[j];
+#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+    {
+        int64_t lo, hi;
+        regc_cpu_team_columns(cols, &lo, &hi);
+        for (int64_t c0 = lo; c0 < hi; c0 += REGC_CPU_COL_CHUNK) {
+            const int64_t wd = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
+            double acc_w[REGC_CPU_COL_CHUNK] = {0}, acc_b[REGC_CPU_COL_CHUNK] = {0}; /* [wd] */
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + r * cols + c0;   /* [wd] */
+                const float *dyr = dy + r * cols + c0; /* [wd] */
+                const float m = mean[r], s = rstd[r];
+                for (int64_t j = 0; j < wd; j++) {
+                    float xhat = (xr[j] - m) * s;
+                    acc_w[j] += (double)(dyr[j] * xhat);
+                    acc_b[j] += dyr[j];
+                }
             }
-        }
-        for (int64_t j = 0; j < wd; j++) {
-            dw[c0 + j] = (float)acc_w[j];
-            db[c0 + j] = (float)acc_b[j];
+            for (int64_t j = 0; j < wd; j++) {
+                dw[c0 + j] = (float)acc_w[j];
+                db[c0 + j] = (float)acc_b[j];
+            }
         }
     }
 }
@@ -257,26 +259,28 @@ static void rmsnorm_bwd_row(float *dxr, const float *dresr, const float *dyr, co
     }
 }
 
-/* dw: a sum over rows, so threads own column blocks (race-free, and the
+/* dw: a sum over rows, so threads own column ranges (race-free, and the
  * order does not depend on the thread count) */
 static void rmsnorm_bwd_params(float *dw, const float *dy, const float *x, const float *rstd,
                                int64_t rows, int64_t cols, int threads)
 {
-    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t blk = 0; blk < n_blocks; blk++) {
-        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
-        const int64_t wd = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
-        double acc[REGC_CPU_COL_BLOCK] = {0};
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * cols + c0;   /* [wd] */
-            const float *dyr = dy + r * cols + c0; /* [wd] */
-            const float s = rstd[r];
+#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+    {
+        int64_t lo, hi;
+        regc_cpu_team_columns(cols, &lo, &hi);
+        for (int64_t c0 = lo; c0 < hi; c0 += REGC_CPU_COL_CHUNK) {
+            const int64_t wd = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
+            double acc[REGC_CPU_COL_CHUNK] = {0}; /* [wd] */
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + r * cols + c0;   /* [wd] */
+                const float *dyr = dy + r * cols + c0; /* [wd] */
+                const float s = rstd[r];
+                for (int64_t j = 0; j < wd; j++)
+                    acc[j] += (double)(dyr[j] * (xr[j] * s));
+            }
             for (int64_t j = 0; j < wd; j++)
-                acc[j] += (double)(dyr[j] * (xr[j] * s));
+                dw[c0 + j] = (float)acc[j];
         }
-        for (int64_t j = 0; j < wd; j++)
-            dw[c0 + j] = (float)acc[j];
     }
 }
 
