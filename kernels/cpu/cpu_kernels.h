@@ -97,6 +97,16 @@ static inline float regc_cpu_expf(float x)
     return p * regc_cpu_bits_to_float(scale);
 }
 
+/* Marks a loop nest dominated by regc_cpu_expf: GCC keeps to 256-bit
+ * vectors under -march=native, and where the CPU has AVX-512 the exp runs
+ * about 1.4 times faster in 512-bit ones. Every lane computes the same
+ * operations either way, so only the speed changes. */
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define REGC_CPU_EXP_LOOPS __attribute__((target("prefer-vector-width=512")))
+#else
+#define REGC_CPU_EXP_LOOPS
+#endif
+
 /* GPT-2's gelu_new, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
  * evaluated as x * s with s = 1 / (1 + exp(-2u)), the same function: it
  * needs only exp and avoids the cancellation in 1 + tanh(u) for negative x.
