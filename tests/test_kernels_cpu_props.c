@@ -753,8 +753,9 @@ static void test_column_sums_and_adamw_do_not_depend_on_thread_count(void **stat
     float *res[3][N_OUT];
     for (int t = 0; t < 3; t++) {
         regc_backend *d = bes[t];
-        float *x = regc_test_upload(d, regc_test_host_uniform(nx, 1400, 0.0f, 2.0f), nx); /* [rows, cols] */
-        float *sums = regc_test_dev_nan(d, (size_t)cols);                                  /* [cols] */
+        /* [rows, cols] */
+        float *x = regc_test_upload(d, regc_test_host_uniform(nx, 1400, 0.0f, 2.0f), nx);
+        float *sums = regc_test_dev_nan(d, (size_t)cols); /* [cols] */
         d->sum_rows(d, sums, x, rows, cols);
 
         regc_gemm g = {0};

@@ -95,7 +95,7 @@ static void cpu_bgrad_of_b(const regc_gemm *g, int threads)
  * thread runs down the rows over its own columns, a chunk at a time, so a
  * chunk of C is summed while still in cache, in the same order (double, row
  * by row) as the separate dgelu and sum_rows kernels, giving the same bits. */
-REGC_CPU_EXP_LOOPS static void cpu_dgelu_bgrad(const regc_gemm *g, int threads)
+REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_gemm *g, int threads)
 {
     const int64_t m = g->m, n = g->n;
 #pragma omp parallel num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN)
@@ -120,7 +120,7 @@ REGC_CPU_EXP_LOOPS static void cpu_dgelu_bgrad(const regc_gemm *g, int threads)
 }
 
 /* C = epilogue(C) row by row; C already holds G. */
-REGC_CPU_EXP_LOOPS static void cpu_apply_epilogue(const regc_gemm *g, int threads)
+REGC_CPU_WIDE_VECTORS static void cpu_apply_epilogue(const regc_gemm *g, int threads)
 {
     const int64_t m = g->m, n = g->n;
     const regc_epilogue e = g->epilogue;

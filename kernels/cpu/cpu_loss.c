@@ -19,7 +19,7 @@
  * go through a small buffer, and eight double partial sums are taken in a
  * fixed pattern. The result does not depend on how it compiled or on the
  * thread count. */
-REGC_CPU_EXP_LOOPS static float cpu_row_logsumexp(const float *x, int64_t cols) /* x: [cols] */
+REGC_CPU_WIDE_VECTORS static float cpu_row_logsumexp(const float *x, int64_t cols) /* x: [cols] */
 {
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -75,8 +75,9 @@ void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
 }
 
 /* dx[c] = g * softmax(x)[c], with l the row's log-sum-exp */
-REGC_CPU_EXP_LOOPS static void cpu_row_softmax_scaled(float *restrict dx, const float *restrict x,
-                                                      float l, float g, int64_t cols)
+REGC_CPU_WIDE_VECTORS static void cpu_row_softmax_scaled(float *restrict dx,
+                                                        const float *restrict x, float l, float g,
+                                                        int64_t cols)
 {
     for (int64_t c = 0; c < cols; c++)
         dx[c] = g * regc_cpu_expf(x[c] - l);
