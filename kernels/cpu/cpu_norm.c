@@ -102,12 +102,15 @@ static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, 
                               const float *w, float m, float s, int64_t cols)
 {
     double acc_d[NORM_LANES] = {0}, acc_dx[NORM_LANES] = {0};
-    int64_t c0 = 0;
-    for (; c0 + NORM_LANES <= cols; c0 += NORM_LANES)
+    const int64_t c0 = cols / NORM_LANES * NORM_LANES;
+    /* one sum per loop: GCC vectorises neither when they share one */
+    for (int64_t c = 0; c < c0; c += NORM_LANES)
+        for (int u = 0; u < NORM_LANES; u++)
+            acc_d[u] += w[c + u] * dyr[c + u];
+    for (int64_t c = 0; c < c0; c += NORM_LANES)
         for (int u = 0; u < NORM_LANES; u++) {
-            float xhat = (xr[c0 + u] - m) * s;
-            float dnorm = w[c0 + u] * dyr[c0 + u];
-            acc_d[u] += dnorm;
+            float xhat = (xr[c + u] - m) * s;
+            float dnorm = w[c + u] * dyr[c + u];
             acc_dx[u] += (double)dnorm * xhat;
         }
     for (int64_t c = c0; c < cols; c++) {
