@@ -23,18 +23,21 @@
 
 static regc_backend *be;     /* OMP_NUM_THREADS (2 under ctest) */
 static regc_backend *serial; /* one thread: the thread-count comparisons */
+static regc_backend *three;  /* three threads: splits that fall unevenly */
 
 static int group_setup(void **state)
 {
     (void)state;
     be = regc_test_cpu_backend(0);
     serial = regc_test_cpu_backend(1);
-    return be && serial ? 0 : -1;
+    three = regc_test_cpu_backend(3);
+    return be && serial && three ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
+    regc_backend_free(three);
     regc_backend_free(serial);
     regc_backend_free(be);
     return 0;
@@ -788,6 +791,59 @@ static void test_results_do_not_depend_on_thread_count(void **state)
         regc_test_assert_bitwise_equal(names[i], res[0][i], res[1][i], counts[i]);
 }
 
+/* Column sums (sum_rows, the DGELU_BGRAD bias gradient) split their columns
+ * between threads and AdamW its elements: at 1, 2 and 3 threads (an uneven
+ * split) every result is the same bits. cols spans several column chunks
+ * and ends mid cache line; n ends past a whole vector. */
+static void test_column_sums_and_adamw_do_not_depend_on_thread_count(void **state)
+{
+    (void)state;
+    enum { N_OUT = 6 };
+    static const char *names[N_OUT] = {"sum_rows", "dgelu_bgrad c", "dgelu_bgrad bias grad",
+                                       "adamw p", "adamw m", "adamw v"};
+    const int64_t rows = 37, cols = 1301, k = 5;
+    const size_t nx = (size_t)(rows * cols), n = 200003;
+    const size_t counts[N_OUT] = {(size_t)cols, nx, (size_t)cols, n, n, n};
+    regc_backend *bes[3] = {serial, be, three};
+    float *res[3][N_OUT];
+    for (int t = 0; t < 3; t++) {
+        regc_backend *d = bes[t];
+        /* [rows, cols] */
+        float *x = regc_test_upload(d, regc_test_host_uniform(nx, 1400, 0.0f, 2.0f), nx);
+        float *sums = regc_test_dev_nan(d, (size_t)cols); /* [cols] */
+        d->sum_rows(d, sums, x, rows, cols);
+
+        regc_gemm g = {0};
+        g.m = rows, g.n = cols, g.k = k, g.alpha = 1.0f;
+        g.a = regc_test_upload(d, regc_test_host_uniform((size_t)(rows * k), 1401, 0.0f, 1.0f),
+                               (size_t)(rows * k)); /* [rows, k] */
+        g.lda = k;
+        g.b = regc_test_upload(d, regc_test_host_uniform((size_t)(k * cols), 1402, 0.0f, 1.0f),
+                               (size_t)(k * cols)); /* [k, cols] */
+        g.ldb = cols;
+        g.c = regc_test_dev_nan(d, nx); /* [rows, cols] */
+        g.ldc = cols;
+        g.aux = x, g.ldaux = cols;
+        g.bias_grad = regc_test_dev_nan(d, (size_t)cols); /* [cols] */
+        g.epilogue = REGC_EPI_DGELU_BGRAD;
+        assert_int_equal(d->gemm(d, &g), REGC_OK);
+
+        float *p = regc_test_upload(d, regc_test_host_uniform(n, 1403, 0.0f, 1.0f), n); /* [n] */
+        float *gr = regc_test_upload(d, regc_test_host_uniform(n, 1404, 0.0f, 1.0f), n);
+        float *m = regc_test_upload(d, regc_test_host_uniform(n, 1405, 0.0f, 0.1f), n);
+        float *v = regc_test_upload(d, regc_test_host_uniform(n, 1406, 0.02f, 0.01f), n);
+        d->adamw(d, p, gr, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2);
+        assert_int_equal(d->sync(d), REGC_OK);
+
+        const float *outs[N_OUT] = {sums, g.c, g.bias_grad, p, m, v};
+        for (int i = 0; i < N_OUT; i++)
+            res[t][i] = regc_test_download(d, outs[i], counts[i]);
+    }
+    for (int t = 1; t < 3; t++)
+        for (int i = 0; i < N_OUT; i++)
+            regc_test_assert_bitwise_equal(names[i], res[0][i], res[t][i], counts[i]);
+}
+
 static void test_backend_by_name(void **state)
 {
     (void)state;
@@ -865,6 +921,7 @@ int main(void)
         regc_test_with_buffers(test_embedding_bwd_accumulate_equals_fresh_plus_add),
         regc_test_with_buffers(test_llama_bert_ops_match_naive),
         regc_test_with_buffers(test_results_do_not_depend_on_thread_count),
+        regc_test_with_buffers(test_column_sums_and_adamw_do_not_depend_on_thread_count),
         regc_test_with_buffers(test_backend_by_name),
         regc_test_with_buffers(test_sync_reports_kernel_failures),
     };

@@ -17,37 +17,48 @@ typedef struct {
     float decay, beta1, beta2, one_minus_b1, one_minus_b2, neg_step_size, bc2_sqrt, eps;
 } cpu_adamw_coef;
 
-/* out = sqrt(in), correctly rounded on either path. The build keeps errno
- * semantics, under which GCC will not vectorise sqrtf; vsqrtps gives the
- * same bits as sqrtf, so the intrinsic changes speed only. */
-static void cpu_sqrt_array(float *restrict out, const float *restrict in, int64_t n)
+/* One element: the same float operations in the same order as PyTorch's. */
+static inline float cpu_adamw_one(float *restrict m, float *restrict v, float p, float g,
+                                  const cpu_adamw_coef *c)
+{
+    *m = *m * c->beta1 + c->one_minus_b1 * g;
+    *v = *v * c->beta2 + (c->one_minus_b2 * g) * g;
+    const float denom = sqrtf(*v) / c->bc2_sqrt + c->eps;
+    return p * c->decay + (c->neg_step_size * *m) / denom;
+}
+
+/* One span in a single pass: p, g, m and v are read once and p, m, v
+ * written once, so the step runs at memory speed. The build keeps errno
+ * semantics, under which GCC will not vectorise sqrtf; the AVX path spells
+ * out cpu_adamw_one with vsqrtps, which gives sqrtf's bits, and
+ * -ffp-contract=off keeps every multiply and add separate, so both paths
+ * give the same results. */
+static void cpu_adamw_span(float *restrict param, const float *restrict grad,
+                           float *restrict m, float *restrict v, int64_t n,
+                           const cpu_adamw_coef *cf) /* all [n] */
 {
     int64_t i = 0;
 #if defined(__AVX__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_sqrt_ps(_mm256_loadu_ps(in + i)));
+    const __m256 beta1 = _mm256_set1_ps(cf->beta1), beta2 = _mm256_set1_ps(cf->beta2);
+    const __m256 omb1 = _mm256_set1_ps(cf->one_minus_b1), omb2 = _mm256_set1_ps(cf->one_minus_b2);
+    const __m256 bc2_sqrt = _mm256_set1_ps(cf->bc2_sqrt), eps = _mm256_set1_ps(cf->eps);
+    const __m256 decay = _mm256_set1_ps(cf->decay), nss = _mm256_set1_ps(cf->neg_step_size);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(grad + i);
+        const __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), beta1),
+                                        _mm256_mul_ps(omb1, g));
+        const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), beta2),
+                                        _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+        const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2_sqrt), eps);
+        const __m256 pi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(param + i), decay),
+                                        _mm256_div_ps(_mm256_mul_ps(nss, mi), denom));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(param + i, pi);
+    }
 #endif
     for (; i < n; i++)
-        out[i] = sqrtf(in[i]);
-}
-
-/* One span in three vectorisable passes (moments, square roots, update),
- * each the same float operations in the same order as PyTorch's. */
-static void cpu_adamw_span(float *restrict param, const float *restrict grad,
-                           float *restrict m, float *restrict v, float *restrict root,
-                           int64_t n, const cpu_adamw_coef *cf) /* all [n] */
-{
-    const cpu_adamw_coef c = *cf;
-    for (int64_t i = 0; i < n; i++) {
-        const float gi = grad[i];
-        m[i] = m[i] * c.beta1 + c.one_minus_b1 * gi;
-        v[i] = v[i] * c.beta2 + (c.one_minus_b2 * gi) * gi;
-    }
-    cpu_sqrt_array(root, v, n);
-    for (int64_t i = 0; i < n; i++) {
-        float denom = root[i] / c.bc2_sqrt + c.eps;
-        param[i] = param[i] * c.decay + (c.neg_step_size * m[i]) / denom;
-    }
+        param[i] = cpu_adamw_one(&m[i], &v[i], param[i], grad[i], cf);
 }
 
 void regc_cpu_adamw_step(regc_backend *be, float *param, const float *grad, float *m, float *v,
@@ -79,7 +90,6 @@ void regc_cpu_adamw_step(regc_backend *be, float *param, const float *grad, floa
     for (int64_t sp = 0; sp < n_spans; sp++) {
         const int64_t i0 = sp * CPU_ADAMW_SPAN;
         const int64_t len = n - i0 < CPU_ADAMW_SPAN ? n - i0 : CPU_ADAMW_SPAN;
-        float root[CPU_ADAMW_SPAN]; /* [len] */
-        cpu_adamw_span(param + i0, grad + i0, m + i0, v + i0, root, len, &cf);
+        cpu_adamw_span(param + i0, grad + i0, m + i0, v + i0, len, &cf);
     }
 }

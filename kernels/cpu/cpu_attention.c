@@ -77,9 +77,9 @@ static void cpu_attn_transpose_head(float *restrict xt, const float *restrict x,
  * ([D, ld]): the sum runs down d in order for every key, a block of keys at
  * a time, so it vectorises across keys and its bits never depend on the
  * thread count. s has room for n_keys rounded up to a block. */
-static void cpu_attn_row_scores(float *restrict s, const float *restrict a,
-                                const float *restrict xt, int64_t ld, int D, int64_t n_keys,
-                                float scale)
+REGC_CPU_WIDE_VECTORS static void cpu_attn_row_scores(float *restrict s, const float *restrict a,
+                                                     const float *restrict xt, int64_t ld, int D,
+                                                     int64_t n_keys, float scale)
 {
     for (int64_t j0 = 0; j0 < n_keys; j0 += CPU_ATTN_BLOCK) {
         float acc[CPU_ATTN_BLOCK] = {0};
@@ -97,8 +97,9 @@ static void cpu_attn_row_scores(float *restrict s, const float *restrict a,
 /* y[d] += sum over r < n_rows of a[r] * x[r, d] for d < D (x: rows ld_x
  * apart), summed in row order a block of d at a time: one row of P V, dS K,
  * dS^T Q or P^T dO. */
-static void cpu_attn_row_combine(float *restrict y, const float *restrict a, int64_t n_rows,
-                                 const float *restrict x, int64_t ld_x, int D)
+REGC_CPU_WIDE_VECTORS static void cpu_attn_row_combine(float *restrict y, const float *restrict a,
+                                                      int64_t n_rows, const float *restrict x,
+                                                      int64_t ld_x, int D)
 {
     int d0 = 0;
     for (; d0 + CPU_ATTN_BLOCK <= D; d0 += CPU_ATTN_BLOCK) {
@@ -307,10 +308,16 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                     const float *bi = bias ? bias + ((int64_t)h * tq + i) * tk : NULL; /* [tk] */
                     cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, scale);
                     cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
+                    /* a separate loop: inside the one below, the choice
+                     * compiles to a masked load from bias, which, NULL,
+                     * costs a fault-suppression assist per vector */
+                    if (bi)
+                        for (int64_t j = 0; j < n_keys; j++)
+                            p[j] += bi[j];
                     /* p becomes the probabilities, dp the score gradients;
                      * both are kept transposed for dK and dV below */
                     for (int64_t j = 0; j < n_keys; j++) {
-                        p[j] = regc_cpu_expf((bi ? p[j] + bi[j] : p[j]) - lse_i);
+                        p[j] = regc_cpu_expf(p[j] - lse_i);
                         dp[j] = scale * (p[j] * (dp[j] - delta));
                         pt[j * tq + i] = p[j];
                         dst[j * tq + i] = dp[j];

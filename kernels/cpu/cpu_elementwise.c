@@ -10,20 +10,22 @@
 void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
                           int threads)
 {
-    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
     /* double accumulators: a sum over thousands of rows keeps float accuracy */
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t blk = 0; blk < n_blocks; blk++) {
-        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
-        const int64_t w = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
-        double acc[REGC_CPU_COL_BLOCK] = {0};
-        for (int64_t r = 0; r < rows; r++) {
-            const float *row = x + r * ld + c0; /* [w] */
+#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+    {
+        int64_t lo, hi;
+        regc_cpu_team_columns(cols, &lo, &hi);
+        for (int64_t c0 = lo; c0 < hi; c0 += REGC_CPU_COL_CHUNK) {
+            const int64_t w = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
+            double acc[REGC_CPU_COL_CHUNK] = {0}; /* [w] */
+            for (int64_t r = 0; r < rows; r++) {
+                const float *row = x + r * ld + c0; /* [w] */
+                for (int64_t j = 0; j < w; j++)
+                    acc[j] += row[j];
+            }
             for (int64_t j = 0; j < w; j++)
-                acc[j] += row[j];
+                out[c0 + j] = (float)acc[j];
         }
-        for (int64_t j = 0; j < w; j++)
-            out[c0 + j] = (float)acc[j];
     }
 }
 

@@ -91,34 +91,36 @@ static void cpu_bgrad_of_b(const regc_gemm *g, int threads)
     }
 }
 
-/* C = G * gelu'(aux) and bias_grad = its column sums in one pass: threads
- * own column blocks and run down the rows in order, so each block of C is
- * summed while still in cache, in the same order (double, row by row) as
- * the separate dgelu and sum_rows kernels, giving the same bits. */
-static void cpu_dgelu_bgrad(const regc_gemm *g, int threads)
+/* C = G * gelu'(aux) and bias_grad = its column sums in one pass: each
+ * thread runs down the rows over its own columns, a chunk at a time, so a
+ * chunk of C is summed while still in cache, in the same order (double, row
+ * by row) as the separate dgelu and sum_rows kernels, giving the same bits. */
+REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_gemm *g, int threads)
 {
     const int64_t m = g->m, n = g->n;
-    const int64_t n_blocks = (n + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
-#pragma omp parallel for num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t blk = 0; blk < n_blocks; blk++) {
-        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
-        const int64_t w = n - c0 < REGC_CPU_COL_BLOCK ? n - c0 : REGC_CPU_COL_BLOCK;
-        double acc[REGC_CPU_COL_BLOCK] = {0};
-        for (int64_t i = 0; i < m; i++) {
-            float *c = g->c + i * g->ldc + c0;            /* [w] */
-            const float *aux = g->aux + i * g->ldaux + c0; /* [w] */
-            for (int64_t j = 0; j < w; j++) {
-                c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
-                acc[j] += c[j];
+#pragma omp parallel num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN)
+    {
+        int64_t lo, hi;
+        regc_cpu_team_columns(n, &lo, &hi);
+        for (int64_t c0 = lo; c0 < hi; c0 += REGC_CPU_COL_CHUNK) {
+            const int64_t w = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
+            double acc[REGC_CPU_COL_CHUNK] = {0}; /* [w] */
+            for (int64_t i = 0; i < m; i++) {
+                float *restrict c = g->c + i * g->ldc + c0;              /* [w] */
+                const float *restrict aux = g->aux + i * g->ldaux + c0; /* [w] */
+                for (int64_t j = 0; j < w; j++) {
+                    c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
+                    acc[j] += c[j];
+                }
             }
+            for (int64_t j = 0; j < w; j++)
+                g->bias_grad[c0 + j] = (float)acc[j];
         }
-        for (int64_t j = 0; j < w; j++)
-            g->bias_grad[c0 + j] = (float)acc[j];
     }
 }
 
 /* C = epilogue(C) row by row; C already holds G. */
-static void cpu_apply_epilogue(const regc_gemm *g, int threads)
+REGC_CPU_WIDE_VECTORS static void cpu_apply_epilogue(const regc_gemm *g, int threads)
 {
     const int64_t m = g->m, n = g->n;
     const regc_epilogue e = g->epilogue;

@@ -19,7 +19,7 @@
  * go through a small buffer, and eight double partial sums are taken in a
  * fixed pattern. The result does not depend on how it compiled or on the
  * thread count. */
-static float cpu_row_logsumexp(const float *x, int64_t cols) /* x: [cols] */
+REGC_CPU_WIDE_VECTORS static float cpu_row_logsumexp(const float *x, int64_t cols) /* x: [cols] */
 {
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -74,6 +74,15 @@ void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
     loss[0] = n_valid > 0 ? (float)(total / (double)n_valid) : 0.0f;
 }
 
+/* dx[c] = g * softmax(x)[c], with l the row's log-sum-exp */
+REGC_CPU_WIDE_VECTORS static void cpu_row_softmax_scaled(float *restrict dx,
+                                                        const float *restrict x, float l, float g,
+                                                        int64_t cols)
+{
+    for (int64_t c = 0; c < cols; c++)
+        dx[c] = g * regc_cpu_expf(x[c] - l);
+}
+
 void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
                                 const float *logits, const int32_t *targets,
                                 const float *lse, int64_t rows, int64_t cols)
@@ -92,10 +101,8 @@ void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *d
             memset(dx, 0, (size_t)cols * sizeof(float));
             continue;
         }
-        const float l = lse[r];
-        for (int64_t c = 0; c < cols; c++)
-            dx[c] = g * regc_cpu_expf(x[c] - l);
+        cpu_row_softmax_scaled(dx, x, lse[r], g, cols);
         if (t < cols)
-            dx[t] = g * (regc_cpu_expf(x[t] - l) - 1.0f);
+            dx[t] = g * (regc_cpu_expf(x[t] - lse[r]) - 1.0f);
     }
 }

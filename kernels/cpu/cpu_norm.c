@@ -102,12 +102,15 @@ static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, 
                               const float *w, float m, float s, int64_t cols)
 {
     double acc_d[NORM_LANES] = {0}, acc_dx[NORM_LANES] = {0};
-    int64_t c0 = 0;
-    for (; c0 + NORM_LANES <= cols; c0 += NORM_LANES)
+    const int64_t c0 = cols / NORM_LANES * NORM_LANES;
+    /* one sum per loop: GCC vectorises neither when they share one */
+    for (int64_t c = 0; c < c0; c += NORM_LANES)
+        for (int u = 0; u < NORM_LANES; u++)
+            acc_d[u] += w[c + u] * dyr[c + u];
+    for (int64_t c = 0; c < c0; c += NORM_LANES)
         for (int u = 0; u < NORM_LANES; u++) {
-            float xhat = (xr[c0 + u] - m) * s;
-            float dnorm = w[c0 + u] * dyr[c0 + u];
-            acc_d[u] += dnorm;
+            float xhat = (xr[c + u] - m) * s;
+            float dnorm = w[c + u] * dyr[c + u];
             acc_dx[u] += (double)dnorm * xhat;
         }
     for (int64_t c = c0; c < cols; c++) {
@@ -134,31 +137,33 @@ static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, 
     }
 }
 
-/* dw, db: sums over rows, so threads own column blocks (no races, and the
+/* dw, db: sums over rows, so threads own column ranges (no races, and the
  * summation order is independent of the thread count) */
 static void layernorm_bwd_params(float *dw, float *db, const float *dy, const float *x,
                                  const float *mean, const float *rstd, int64_t rows,
                                  int64_t cols, int threads)
 {
-    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t blk = 0; blk < n_blocks; blk++) {
-        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
-        const int64_t wd = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
-        double acc_w[REGC_CPU_COL_BLOCK] = {0}, acc_b[REGC_CPU_COL_BLOCK] = {0};
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * cols + c0;   /* [wd] */
-            const float *dyr = dy + r * cols + c0; /* [wd] */
-            const float m = mean[r], s = rstd[r];
-            for (int64_t j = 0; j < wd; j++) {
-                float xhat = (xr[j] - m) * s;
-                acc_w[j] += (double)(dyr[j] * xhat);
-                acc_b[j] += dyr[j];
+#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+    {
+        int64_t lo, hi;
+        regc_cpu_team_columns(cols, &lo, &hi);
+        for (int64_t c0 = lo; c0 < hi; c0 += REGC_CPU_COL_CHUNK) {
+            const int64_t wd = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
+            double acc_w[REGC_CPU_COL_CHUNK] = {0}, acc_b[REGC_CPU_COL_CHUNK] = {0}; /* [wd] */
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + r * cols + c0;   /* [wd] */
+                const float *dyr = dy + r * cols + c0; /* [wd] */
+                const float m = mean[r], s = rstd[r];
+                for (int64_t j = 0; j < wd; j++) {
+                    float xhat = (xr[j] - m) * s;
+                    acc_w[j] += (double)(dyr[j] * xhat);
+                    acc_b[j] += dyr[j];
+                }
             }
-        }
-        for (int64_t j = 0; j < wd; j++) {
-            dw[c0 + j] = (float)acc_w[j];
-            db[c0 + j] = (float)acc_b[j];
+            for (int64_t j = 0; j < wd; j++) {
+                dw[c0 + j] = (float)acc_w[j];
+                db[c0 + j] = (float)acc_b[j];
+            }
         }
     }
 }
@@ -257,26 +262,28 @@ static void rmsnorm_bwd_row(float *dxr, const float *dresr, const float *dyr, co
     }
 }
 
-/* dw: a sum over rows, so threads own column blocks (race-free, and the
+/* dw: a sum over rows, so threads own column ranges (race-free, and the
  * order does not depend on the thread count) */
 static void rmsnorm_bwd_params(float *dw, const float *dy, const float *x, const float *rstd,
                                int64_t rows, int64_t cols, int threads)
 {
-    const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t blk = 0; blk < n_blocks; blk++) {
-        const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
-        const int64_t wd = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
-        double acc[REGC_CPU_COL_BLOCK] = {0};
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * cols + c0;   /* [wd] */
-            const float *dyr = dy + r * cols + c0; /* [wd] */
-            const float s = rstd[r];
+#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+    {
+        int64_t lo, hi;
+        regc_cpu_team_columns(cols, &lo, &hi);
+        for (int64_t c0 = lo; c0 < hi; c0 += REGC_CPU_COL_CHUNK) {
+            const int64_t wd = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
+            double acc[REGC_CPU_COL_CHUNK] = {0}; /* [wd] */
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + r * cols + c0;   /* [wd] */
+                const float *dyr = dy + r * cols + c0; /* [wd] */
+                const float s = rstd[r];
+                for (int64_t j = 0; j < wd; j++)
+                    acc[j] += (double)(dyr[j] * (xr[j] * s));
+            }
             for (int64_t j = 0; j < wd; j++)
-                acc[j] += (double)(dyr[j] * (xr[j] * s));
+                dw[c0 + j] = (float)acc[j];
         }
-        for (int64_t j = 0; j < wd; j++)
-            dw[c0 + j] = (float)acc[j];
     }
 }
 
