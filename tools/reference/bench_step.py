@@ -4,8 +4,9 @@
 
 Both run the same model (weights drawn with regc's counter-based RNG, written
 once as a Hugging Face directory that regc loads), the same token file in
-llm.c's format, the same batch, AdamW settings and thread count. For each it
-reports the median step time after warm-up; for regc also the achieved
+llm.c's format, the same batch, AdamW settings and thread count. They take
+turns in rounds (the machine's speed drifts), and for each it reports the
+median of the timed steps of every round; for regc also the achieved
 GFLOP/s and its fraction of the OpenBLAS sgemm rate measured by
 build/bench_sgemm at the step's own GEMM shapes. tools/bench_vs_torch.sh runs
 it; run it alone with Debian's python3:
@@ -133,32 +134,42 @@ def prepare(case, module, workdir, n_tokens):
     return model_dir, data, init, tokens
 
 
-def run_torch(case, module, init, tokens, steps):
-    """per-step (seconds, loss) of eager PyTorch: forward, backward, AdamW"""
-    p = {name: torch.tensor(a, requires_grad=True) for name, a in init.items()}
-    opt = torch.optim.AdamW(list(p.values()), lr=LR, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=0.0)
-    case = dict(case, tokens=tokens)
-    out = []
-    for k in range(steps):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = module.forward_loss(p, k, case)
-        loss.backward()
-        opt.step()
-        out.append((time.perf_counter() - t0, loss.item()))
-    return out
+class TorchTrainer:
+    """eager PyTorch training of one model: forward, backward, AdamW; the
+    steps continue from one call to the next"""
+
+    def __init__(self, case, module, init, tokens):
+        self.p = {name: torch.tensor(a, requires_grad=True) for name, a in init.items()}
+        self.opt = torch.optim.AdamW(list(self.p.values()), lr=LR, betas=(0.9, 0.999), eps=1e-8,
+                                     weight_decay=0.0)
+        self.case, self.module, self.k = dict(case, tokens=tokens), module, 0
+
+    def run(self, steps):
+        """per-step (seconds, loss) of the next `steps` steps"""
+        out = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.module.forward_loss(self.p, self.k, self.case)
+            loss.backward()
+            self.opt.step()
+            out.append((time.perf_counter() - t0, loss.item()))
+            self.k += 1
+        return out
 
 
 def run_regc(regc, model_dir, data, B, T, steps, threads):
     """per-step (seconds, loss) from `regc train --json`"""
     cmd = [regc, "train", "--model", model_dir, "--data", data, "--batch", str(B), "--seq", str(T),
            "--steps", str(steps), "--threads", str(threads), "--lr", str(LR), "--json"]
-    print("regc:    OMP_NUM_THREADS=%d %s" % (threads, " ".join(cmd)), flush=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True)
+    if res.returncode != 0:
+        sys.exit("bench_step.py: %s failed (exit %d):\n%s" % (" ".join(cmd), res.returncode,
+                                                             res.stderr))
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    return [(r["ms"] / 1e3, r["loss"]) for r in rows]
+    return [(r["ms"] / 1e3, r["loss"]) for r in rows], cmd, res.stderr
 
 
 def run_sgemm(sgemm, shapes, threads):
@@ -176,50 +187,78 @@ def main():
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=6, help="steps run, warm-up included")
-    ap.add_argument("--warmup", type=int, default=1, help="first steps left out of the median")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps of each per round")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds, each timing both, in alternating order")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed steps first: PyTorch's once, regc's in every round")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--regc", required=True)
     ap.add_argument("--sgemm", required=True)
     ap.add_argument("--workdir", required=True)
     a = ap.parse_args()
-    if a.steps <= a.warmup or a.warmup < 0:
-        sys.exit("bench_step.py: --steps must exceed --warmup")
+    if a.steps < 1 or a.rounds < 1 or a.warmup < 0:
+        sys.exit("bench_step.py: --steps and --rounds must be at least 1, --warmup at least 0")
     case, module = MODELS[a.model]
     B, T = a.batch, a.seq
     case = dict(case, batch=B, seq=T)
     torch.set_num_threads(a.threads)
 
     t0 = time.perf_counter()
-    model_dir, data, init, tokens = prepare(case, module, a.workdir, a.steps * B * T + 1)
+    regc_steps_per_run = a.warmup + a.steps
+    n_tokens = max(a.warmup + a.rounds * a.steps, regc_steps_per_run) * B * T + 1
+    model_dir, data, init, tokens = prepare(case, module, a.workdir, n_tokens)
     n_params = sum(x.size for x in init.values())
-    print("model %s: %.1fM parameters, B=%d T=%d, %d threads, %d steps (%d warm-up); "
-          "written in %.1f s" % (a.model, n_params / 1e6, B, T, a.threads, a.steps, a.warmup,
-                                 time.perf_counter() - t0), flush=True)
+    print("model %s: %.1fM parameters, B=%d T=%d, %d threads, %d rounds of %d timed steps each "
+          "(%d warm-up); written in %.1f s" % (a.model, n_params / 1e6, B, T, a.threads, a.rounds,
+                                               a.steps, a.warmup, time.perf_counter() - t0),
+          flush=True)
 
     # the sgemm rate is a ceiling: the better of a run before and one after
     # the two trainings, so a burst of other load on the machine lowers it less
     rate, blas = run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads)
     print(blas + (" (OPENBLAS_CORETYPE=%s)" % os.environ["OPENBLAS_CORETYPE"]
                   if "OPENBLAS_CORETYPE" in os.environ else ""), flush=True)
-    torch_steps = run_torch(case, module, init, tokens, a.steps)
+
+    # The machine's speed drifts over minutes, so the two take turns: each
+    # round times both, the first of the pair alternating, and the medians
+    # are over every round's timed steps.
+    trainer = TorchTrainer(case, module, init, tokens)
     del init
-    regc_steps = run_regc(a.regc, model_dir, data, B, T, a.steps, a.threads)
+    torch_first = trainer.run(a.warmup)
+    torch_steps, regc_steps, regc_first = [], [], None
+    for r in range(a.rounds):
+        for which in ("torch", "regc") if r % 2 == 0 else ("regc", "torch"):
+            if which == "torch":
+                got = trainer.run(a.steps)
+                torch_first = torch_first or got
+                torch_steps += got
+            else:
+                got, cmd, err = run_regc(a.regc, model_dir, data, B, T, regc_steps_per_run,
+                                         a.threads)
+                if regc_first is None:
+                    print("regc:    OMP_NUM_THREADS=%d %s" % (a.threads, " ".join(cmd)))
+                    print(err, end="", flush=True)
+                    regc_first = got
+                regc_steps += got[a.warmup:]
+        print("round %d: pytorch %s s, regc %s s" % (
+            r + 1, " ".join("%.3f" % t for t, _ in torch_steps[-a.steps:]),
+            " ".join("%.3f" % t for t, _ in regc_steps[-a.steps:])), flush=True)
     rate = max(rate, run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads)[0])
 
     flop = step_flop(case, B, T)
-    t_torch = statistics.median(t for t, _ in torch_steps[a.warmup:])
-    t_regc = statistics.median(t for t, _ in regc_steps[a.warmup:])
-    loss_rel = abs(regc_steps[0][1] - torch_steps[0][1]) / abs(torch_steps[0][1])
+    t_torch = statistics.median(t for t, _ in torch_steps)
+    t_regc = statistics.median(t for t, _ in regc_steps)
+    loss_torch, loss_regc = torch_first[0][1], regc_first[0][1]
     print("step FLOPs %.1f G; sgemm at the step's GEMM shapes %.1f GFLOP/s" % (flop / 1e9, rate / 1e9))
     print("first loss: torch %.6f  regc %.6f  (relative difference %.1e)" %
-          (torch_steps[0][1], regc_steps[0][1], loss_rel))
+          (loss_torch, loss_regc, abs(loss_regc - loss_torch) / abs(loss_torch)))
     print("%-8s %14s %10s %13s" % ("", "median step s", "GFLOP/s", "of sgemm"))
     for name, t in (("pytorch", t_torch), ("regc", t_regc)):
         print("%-8s %14.3f %10.1f %12.0f%%" % (name, t, flop / t / 1e9, 100 * flop / t / rate))
     print("speed-up of regc over pytorch: %.2fx" % (t_torch / t_regc))
     print("RESULT %s" % json.dumps({
-        "model": a.model, "blas": blas, "batch": B, "seq": T, "threads": a.threads, "params": int(n_params),
+        "model": a.model, "blas": blas, "batch": B, "seq": T, "threads": a.threads, "rounds": a.rounds, "params": int(n_params),
         "step_gflop": flop / 1e9, "torch_s": t_torch, "regc_s": t_regc,
         "speedup": t_torch / t_regc, "regc_gflops": flop / t_regc / 1e9,
         "sgemm_gflops": rate / 1e9, "fraction_of_sgemm": flop / t_regc / rate,
