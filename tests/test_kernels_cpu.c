@@ -284,6 +284,21 @@ static void test_gemm_large_parallel_epilogues(void **state)
     check_gemm_case(1, 1, REGC_EPI_BGRAD, 1, 150, 170, 260, 7300);
 }
 
+/* Shapes past every block of the packed GEMM: k over two slices of 256
+ * with a ragged end, m over two blocks of 264 rows (rows split between
+ * threads), n over a 4096-column block (columns split), and tile edges in
+ * both directions. */
+static void test_gemm_blocking_edges(void **state)
+{
+    (void)state;
+    uint64_t seed = 8000;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++, seed += 10) {
+            check_gemm_case(ta, tb, REGC_EPI_NONE, ta ^ tb, 541, 45, 530, seed);
+            check_gemm_case(ta, tb, REGC_EPI_BIAS, ta, 14, 4133, 37, seed + 5);
+        }
+}
+
 static void test_gemm_empty_k(void **state)
 {
     (void)state;
@@ -609,6 +624,7 @@ int main(void)
         regc_test_with_buffers(test_gemm_reference),
         regc_test_with_buffers(test_gemm_all_transposes_and_epilogues),
         regc_test_with_buffers(test_gemm_large_parallel_epilogues),
+        regc_test_with_buffers(test_gemm_blocking_edges),
         regc_test_with_buffers(test_gemm_empty_k),
         regc_test_with_buffers(test_gemm_rejects_bad_descriptors),
         regc_test_with_buffers(test_layernorm_reference),

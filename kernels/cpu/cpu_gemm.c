@@ -1,6 +1,7 @@
-/* cpu_gemm.c — the GEMM entry: one cblas_sgemm, then the cuBLASLt-style
- * epilogue as a row-parallel pass over C (never inside the BLAS call, so the
- * OpenMP and OpenBLAS thread pools never run at once). */
+/* cpu_gemm.c — the GEMM entry: one sgemm (regc's own where the CPU has
+ * AVX-512, else OpenBLAS's cblas_sgemm), then the cuBLASLt-style epilogue as
+ * a row-parallel pass over C (never inside the BLAS call, so the OpenMP and
+ * OpenBLAS thread pools never run at once). */
 #include <limits.h>
 #include <string.h>
 
@@ -180,6 +181,13 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
 
     if (g->m > 0 && g->n > 0) {
         if (g->k > 0) {
+#ifdef REGC_CPU_OWN_SGEMM
+            float *pack = regc_cpu_get_scratch(
+                be, (size_t)threads * regc_cpu_sgemm_pack_floats() * sizeof(float));
+            if (!pack)
+                return REGC_ERR_MEMORY;
+            regc_cpu_sgemm(g, pack, threads);
+#else
             /* OpenBLAS's thread count is process-wide: restore this
              * backend's in case another backend instance changed it */
             if (openblas_get_num_threads() != threads)
@@ -188,6 +196,7 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
                         g->trans_b ? CblasTrans : CblasNoTrans,
                         (int)g->m, (int)g->n, (int)g->k, g->alpha, g->a, (int)g->lda,
                         g->b, (int)g->ldb, g->accumulate ? 1.0f : 0.0f, g->c, (int)g->ldc);
+#endif
         } else if (!g->accumulate) {
             /* an empty product is zero; BLAS implementations disagree on k = 0 */
             for (int64_t i = 0; i < g->m; i++)

@@ -207,6 +207,17 @@ static inline float regc_cpu_relu_dx(float dy, float x)
 void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
                           int threads);
 
+/* Where the compiler targets AVX-512, GEMMs run regc's own kernel
+ * (cpu_sgemm.c), elsewhere OpenBLAS's. */
+#if defined(__AVX512F__)
+#define REGC_CPU_OWN_SGEMM 1
+/* floats of packing buffer one thread of regc_cpu_sgemm needs */
+size_t regc_cpu_sgemm_pack_floats(void);
+/* C = alpha op(A) op(B) (+ C when g->accumulate), no epilogue; pack holds
+ * threads x regc_cpu_sgemm_pack_floats() floats, 64-byte aligned; k > 0 */
+void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads);
+#endif
+
 /* ---- kernel entry points (signatures as in struct regc_backend) ---- */
 int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g);
 

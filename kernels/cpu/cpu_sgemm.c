@@ -1,0 +1,255 @@
+/* cpu_sgemm.c — regc's own single-precision GEMM for CPUs with AVX-512:
+ * C[m, n] = alpha op(A) op(B), or C + that, all row-major.
+ *
+ * The blocking of Goto and van de Geijn (as in BLIS), in row-major terms:
+ *
+ *   for each block of NC columns of C:
+ *     for each slice of KC along k:
+ *       pack op(B)[KC, NC] as panels of NR columns          (L3)
+ *       for each block of MC rows of C:
+ *         pack op(A)[MC, KC] as panels of MR rows           (L2)
+ *         for each B panel, for each A panel:
+ *           one MR x NR tile of C in 24 vector registers   (B panel in L1)
+ *
+ * Packing lays each panel out in the order the micro-kernel reads it, with
+ * zeros past the matrix edge, so the micro-kernel has no edge cases; only
+ * the store of a partial tile does.
+ *
+ * Threads own disjoint blocks of C (panels of columns when n >= m, else of
+ * rows), and every element of C is summed by one thread, slice after slice
+ * in the same order, so the result does not depend on the thread count.
+ * The calls run in regc's OpenMP team: no second thread pool.
+ *
+ * Built only where the compiler targets AVX-512 (cpu_gemm.c calls OpenBLAS
+ * elsewhere). */
+#include "cpu_kernels.h"
+
+#ifdef REGC_CPU_OWN_SGEMM
+
+#include <immintrin.h>
+
+#define SGEMM_MR 12   /* rows of a register tile: 12 x 2 accumulators */
+#define SGEMM_NR 32   /* columns of a register tile: two 16-float vectors */
+#define SGEMM_KC 256  /* a B panel, KC x NR floats = 32 KiB, fits L1 */
+#define SGEMM_MC 264  /* an A block, MC x KC floats = 264 KiB, fits L2 */
+#define SGEMM_NC 4096 /* a B block, KC x NC floats = 4 MiB */
+
+/* Below this many multiply-adds one thread does the whole product. */
+#define SGEMM_PAR_MIN (1 << 18)
+
+size_t regc_cpu_sgemm_pack_floats(void)
+{
+    return (size_t)SGEMM_MC * SGEMM_KC + (size_t)SGEMM_KC * SGEMM_NC;
+}
+
+/* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows, each [kc][MR]:
+ * dst[panel * kc * MR + p * MR + r] = op(A)[i0 + panel * MR + r, p0 + p] */
+static void sgemm_pack_a(float *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc,
+                         int64_t p0, int64_t kc)
+{
+    for (int64_t ir = 0; ir < mc; ir += SGEMM_MR) {
+        const int rows = mc - ir < SGEMM_MR ? (int)(mc - ir) : SGEMM_MR;
+        float *restrict d = dst + ir * kc; /* [kc][MR] */
+        if (g->trans_a) { /* A is [k, m]: a panel's MR values are contiguous */
+            for (int64_t p = 0; p < kc; p++) {
+                const float *s = g->a + (p0 + p) * g->lda + i0 + ir;
+                int r = 0;
+                for (; r < rows; r++)
+                    d[p * SGEMM_MR + r] = s[r];
+                for (; r < SGEMM_MR; r++)
+                    d[p * SGEMM_MR + r] = 0.0f;
+            }
+        } else { /* A is [m, k]: each row is contiguous */
+            for (int r = 0; r < SGEMM_MR; r++) {
+                const float *s = g->a + (i0 + ir + r) * g->lda + p0;
+                for (int64_t p = 0; p < kc; p++)
+                    d[p * SGEMM_MR + r] = r < rows ? s[p] : 0.0f;
+            }
+        }
+    }
+}
+
+/* r[i] holds row i of a 16 x 16 block; afterwards r[j] holds column j. */
+static inline void sgemm_transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) { /* within each 128-bit lane: */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* a0 b0 a1 b1 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* a2 b2 a3 b3 */
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);         /* a0 b0 c0 d0 */
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);     /* a1 b1 c1 d1 */
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44); /* a2 b2 c2 d2 */
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE); /* a3 b3 c3 d3 */
+    }
+    /* u[4 g + c], lane L: column 4 L + c of rows 4 g .. 4 g + 3; now gather
+     * lane L of the four groups into one register */
+    for (int c = 0; c < 4; c++) {
+        const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);  /* lanes 0, 2 */
+        const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);   /* lanes 1, 3 */
+        const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);      /* lane 0 */
+        r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);    /* lane 1 */
+        r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD);  /* lane 2 */
+        r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);   /* lane 3 */
+    }
+}
+
+/* For B stored [n, k]: 16 columns of op(B) from column j, rows p .. p+depth
+ * (depth <= 16), are 16 rows of B; transposed in registers, they go to
+ * d[q * NR + c] = op(B)[p + q, j + c] for q < depth, with zeros for
+ * c >= cols (past the matrix edge). */
+static void sgemm_pack_b_rows16(float *restrict d, const regc_gemm *g, int64_t j, int cols,
+                                int64_t p, int depth)
+{
+    const __mmask16 in_depth = (__mmask16)((1u << depth) - 1u);
+    __m512 r[16];
+    for (int c = 0; c < 16; c++)
+        r[c] = c < cols ? _mm512_maskz_loadu_ps(in_depth, g->b + (j + c) * g->ldb + p)
+                        : _mm512_setzero_ps();
+    sgemm_transpose16(r);
+    for (int q = 0; q < depth; q++)
+        _mm512_store_ps(d + q * SGEMM_NR, r[q]);
+}
+
+/* op(B)[p0 .. p0+kc, j0 .. j0+nc] as panels of NR columns, each [kc][NR]:
+ * dst[panel * kc * NR + p * NR + c] = op(B)[p0 + p, j0 + panel * NR + c] */
+static void sgemm_pack_b(float *restrict dst, const regc_gemm *g, int64_t j0, int64_t nc,
+                         int64_t p0, int64_t kc)
+{
+    for (int64_t jr = 0; jr < nc; jr += SGEMM_NR) {
+        const int cols = nc - jr < SGEMM_NR ? (int)(nc - jr) : SGEMM_NR;
+        float *restrict d = dst + jr * kc; /* [kc][NR] */
+        if (!g->trans_b) { /* B is [k, n]: a panel's NR values are contiguous */
+            for (int64_t p = 0; p < kc; p++) {
+                const float *s = g->b + (p0 + p) * g->ldb + j0 + jr;
+                if (cols == SGEMM_NR) {
+                    _mm512_store_ps(d + p * SGEMM_NR, _mm512_loadu_ps(s));
+                    _mm512_store_ps(d + p * SGEMM_NR + 16, _mm512_loadu_ps(s + 16));
+                } else {
+                    int c = 0;
+                    for (; c < cols; c++)
+                        d[p * SGEMM_NR + c] = s[c];
+                    for (; c < SGEMM_NR; c++)
+                        d[p * SGEMM_NR + c] = 0.0f;
+                }
+            }
+        } else { /* B is [n, k]: each column of op(B) is a contiguous row */
+            for (int half = 0; half < SGEMM_NR; half += 16)
+                for (int64_t p = 0; p < kc; p += 16)
+                    sgemm_pack_b_rows16(d + p * SGEMM_NR + half, g, j0 + jr + half,
+                                        cols - half, p0 + p, kc - p < 16 ? (int)(kc - p) : 16);
+        }
+    }
+}
+
+/* The micro-kernel: a rows x cols tile of C (at most MR x NR) becomes
+ * alpha * sum over p of a[p][r] * b[p][c], added to what C holds when `add`.
+ * a: [kc][MR] and b: [kc][NR], packed. */
+static void sgemm_tile(int64_t kc, const float *restrict a, const float *restrict b,
+                       float *restrict c, int64_t ldc, int rows, int cols, float alpha, int add)
+{
+    __m512 acc[SGEMM_MR][2]; /* the tile, row r in acc[r][0..1] */
+#pragma GCC unroll 12
+    for (int r = 0; r < SGEMM_MR; r++) {
+        acc[r][0] = _mm512_setzero_ps();
+        acc[r][1] = _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_load_ps(b + p * SGEMM_NR);
+        const __m512 b1 = _mm512_load_ps(b + p * SGEMM_NR + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < SGEMM_MR; r++) {
+            const __m512 ar = _mm512_set1_ps(a[p * SGEMM_MR + r]);
+            acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+        }
+    }
+
+    const __m512 va = _mm512_set1_ps(alpha);
+    if (rows == SGEMM_MR && cols == SGEMM_NR) {
+#pragma GCC unroll 12
+        for (int r = 0; r < SGEMM_MR; r++) {
+            float *cr = c + r * ldc;
+            __m512 x0 = _mm512_mul_ps(va, acc[r][0]), x1 = _mm512_mul_ps(va, acc[r][1]);
+            if (add) {
+                x0 = _mm512_add_ps(_mm512_loadu_ps(cr), x0);
+                x1 = _mm512_add_ps(_mm512_loadu_ps(cr + 16), x1);
+            }
+            _mm512_storeu_ps(cr, x0);
+            _mm512_storeu_ps(cr + 16, x1);
+        }
+        return;
+    }
+    /* a partial tile at the edge of C: the same arithmetic, stored in part */
+    float t[SGEMM_MR][SGEMM_NR] __attribute__((aligned(64)));
+    for (int r = 0; r < SGEMM_MR; r++) {
+        _mm512_store_ps(t[r], _mm512_mul_ps(va, acc[r][0]));
+        _mm512_store_ps(t[r] + 16, _mm512_mul_ps(va, acc[r][1]));
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++)
+            c[r * ldc + j] = add ? c[r * ldc + j] + t[r][j] : t[r][j];
+}
+
+/* The block [m0, m1) x [n0, n1) of C, by one thread with its pack buffer. */
+static void sgemm_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                        float *pack)
+{
+    float *apack = pack;                                 /* [MC / MR][KC][MR] */
+    float *bpack = pack + (size_t)SGEMM_MC * SGEMM_KC;   /* [NC / NR][KC][NR] */
+    for (int64_t j0 = n0; j0 < n1; j0 += SGEMM_NC) {
+        const int64_t nc = n1 - j0 < SGEMM_NC ? n1 - j0 : SGEMM_NC;
+        for (int64_t p0 = 0; p0 < g->k; p0 += SGEMM_KC) {
+            const int64_t kc = g->k - p0 < SGEMM_KC ? g->k - p0 : SGEMM_KC;
+            const int add = g->accumulate || p0 > 0; /* later slices add to C */
+            sgemm_pack_b(bpack, g, j0, nc, p0, kc);
+            for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {
+                const int64_t mc = m1 - i0 < SGEMM_MC ? m1 - i0 : SGEMM_MC;
+                sgemm_pack_a(apack, g, i0, mc, p0, kc);
+                for (int64_t jr = 0; jr < nc; jr += SGEMM_NR) {
+                    const int cols = nc - jr < SGEMM_NR ? (int)(nc - jr) : SGEMM_NR;
+                    for (int64_t ir = 0; ir < mc; ir += SGEMM_MR) {
+                        const int rows = mc - ir < SGEMM_MR ? (int)(mc - ir) : SGEMM_MR;
+                        sgemm_tile(kc, apack + ir * kc, bpack + jr * kc,
+                                   g->c + (i0 + ir) * g->ldc + j0 + jr, g->ldc, rows, cols,
+                                   g->alpha, add);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* [*lo, *hi): the calling thread's share of `size` in whole units of `unit`. */
+static void sgemm_thread_range(int64_t size, int64_t unit, int64_t *lo, int64_t *hi)
+{
+    const int64_t units = (size + unit - 1) / unit;
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t a = units * t / nt * unit, b = units * (t + 1) / nt * unit;
+    *lo = a < size ? a : size;
+    *hi = b < size ? b : size;
+}
+
+void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads)
+{
+    const double madds = (double)g->m * (double)g->n * (double)g->k;
+#pragma omp parallel num_threads(threads) if (madds >= SGEMM_PAR_MIN)
+    {
+        float *mine = pack + (size_t)omp_get_thread_num() * regc_cpu_sgemm_pack_floats();
+        int64_t lo, hi;
+        if (g->n >= g->m) {
+            sgemm_thread_range(g->n, SGEMM_NR, &lo, &hi);
+            if (lo < hi)
+                sgemm_block(g, 0, g->m, lo, hi, mine);
+        } else {
+            sgemm_thread_range(g->m, SGEMM_MR, &lo, &hi);
+            if (lo < hi)
+                sgemm_block(g, lo, hi, 0, g->n, mine);
+        }
+    }
+}
+
+#endif /* REGC_CPU_OWN_SGEMM */
