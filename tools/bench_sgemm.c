@@ -1,8 +1,10 @@
-/* bench_sgemm.c — the OpenBLAS sgemm rate at given shapes (a benchmark, not
- * a test): the ceiling a training step's GEMMs can reach on this machine.
+/* bench_sgemm.c — the sgemm rate at given shapes (a benchmark, not a
+ * test): the ceiling a training step's GEMMs can reach on this machine.
  *
- *   bench_sgemm [--threads N] [--repeat R] M,N,K,TA,TB[,COUNT] ...
+ *   bench_sgemm [--threads N] [--repeat R] [--kernel openblas|regc] M,N,K,TA,TB[,COUNT] ...
  *
+ * --kernel openblas (the default) times OpenBLAS's cblas_sgemm; regc times
+ * the CPU backend's GEMM (regc's own kernel where the CPU has AVX-512).
  * Each shape is C[M, N] = op(A) op(B) in row-major order (TA, TB: 1 for a
  * transposed operand), timed R times after one untimed call; the best time
  * counts. COUNT (default 1) is how often the shape occurs in a step: the
@@ -14,6 +16,10 @@
 #include <time.h>
 
 #include <cblas.h>
+#include <omp.h>
+
+#include "regc_backend.h"
+#include "regc_common.h"
 
 typedef struct {
     long m, n, k, count;
@@ -49,21 +55,35 @@ static float *bench_matrix(long rows, long cols)
     return p;
 }
 
+/* C = op(A) op(B) through OpenBLAS, or through the backend when be != NULL */
+static void bench_run(regc_backend *be, const bench_shape *s, const float *a, const float *b,
+                      float *c)
+{
+    const int lda = (int)(s->ta ? s->m : s->k), ldb = (int)(s->tb ? s->k : s->n);
+    if (!be) {
+        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
+                    s->tb ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f, a,
+                    lda, b, ldb, 0.0f, c, (int)s->n);
+        return;
+    }
+    regc_gemm g = {.trans_a = s->ta, .trans_b = s->tb, .m = s->m, .n = s->n, .k = s->k,
+                   .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = s->n, .alpha = 1.0f,
+                   .epilogue = REGC_EPI_NONE};
+    be->gemm(be, &g); /* the shape is valid by construction */
+}
+
 /* best seconds of `repeat` calls at one shape, or a negative value when the
  * operands cannot be allocated */
-static double bench_time_shape(const bench_shape *s, int repeat)
+static double bench_time_shape(regc_backend *be, const bench_shape *s, int repeat)
 {
     float *a = bench_matrix(s->m, s->k); /* [m, k] or [k, m] */
     float *b = bench_matrix(s->k, s->n); /* [k, n] or [n, k] */
     float *c = bench_matrix(s->m, s->n); /* [m, n] */
     double best = -1.0;
     if (a && b && c) {
-        const int lda = (int)(s->ta ? s->m : s->k), ldb = (int)(s->tb ? s->k : s->n);
         for (int r = 0; r <= repeat; r++) {
             double t0 = bench_now();
-            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
-                        s->tb ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f,
-                        a, lda, b, ldb, 0.0f, c, (int)s->n);
+            bench_run(be, s, a, b, c);
             double dt = bench_now() - t0;
             if (r > 0 && (best < 0.0 || dt < best)) /* call 0 warms caches and threads */
                 best = dt;
@@ -78,6 +98,7 @@ static double bench_time_shape(const bench_shape *s, int repeat)
 int main(int argc, char **argv)
 {
     int threads = 0, repeat = 5, first = 1;
+    const char *kernel = "openblas";
     for (; first < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
         if (first + 1 >= argc) {
             fprintf(stderr, "bench_sgemm: %s needs a value\n", argv[first]);
@@ -87,31 +108,51 @@ int main(int argc, char **argv)
             threads = atoi(argv[first + 1]);
         else if (strcmp(argv[first], "--repeat") == 0)
             repeat = atoi(argv[first + 1]);
+        else if (strcmp(argv[first], "--kernel") == 0)
+            kernel = argv[first + 1];
         else {
             fprintf(stderr, "bench_sgemm: unknown option %s\n", argv[first]);
             return 2;
         }
     }
-    if (first >= argc || repeat < 1) {
-        fprintf(stderr, "usage: bench_sgemm [--threads N] [--repeat R] M,N,K,TA,TB[,COUNT] ...\n");
+    const int use_regc = strcmp(kernel, "regc") == 0;
+    if (first >= argc || repeat < 1 || (!use_regc && strcmp(kernel, "openblas") != 0)) {
+        fprintf(stderr, "usage: bench_sgemm [--threads N] [--repeat R] [--kernel openblas|regc] "
+                        "M,N,K,TA,TB[,COUNT] ...\n");
         return 2;
     }
-    if (threads > 0)
-        openblas_set_num_threads(threads);
-    /* the kernels OpenBLAS picked: OPENBLAS_CORETYPE, when set, overrides
-     * its detection of the CPU and can change the rate by half */
-    printf("openblas %s, core %s, threads %d, best of %d\n", openblas_get_config(),
-           openblas_get_corename(), openblas_get_num_threads(), repeat);
+    regc_backend *be = NULL;
+    if (use_regc) {
+        be = regc_backend_cpu_new(threads);
+        if (!be) {
+            fprintf(stderr, "bench_sgemm: %s\n", regc_error_message());
+            return 1;
+        }
+        printf("regc cpu backend GEMM (%s), threads %d, best of %d\n",
+#if defined(__AVX512F__)
+               "regc's AVX-512 kernel",
+#else
+               "OpenBLAS",
+#endif
+               threads > 0 ? threads : omp_get_max_threads(), repeat);
+    } else {
+        if (threads > 0)
+            openblas_set_num_threads(threads);
+        /* the kernels OpenBLAS picked: OPENBLAS_CORETYPE, when set, overrides
+         * its detection of the CPU and can change the rate by half */
+        printf("openblas %s, core %s, threads %d, best of %d\n", openblas_get_config(),
+               openblas_get_corename(), openblas_get_num_threads(), repeat);
+    }
 
     double total_flop = 0.0, total_s = 0.0;
     for (int i = first; i < argc; i++) {
         bench_shape s;
-        if (bench_parse_shape(argv[i], &s) < 0)
-            return 2;
-        double best = bench_time_shape(&s, repeat);
+        double best = bench_parse_shape(argv[i], &s) < 0 ? -2.0 : bench_time_shape(be, &s, repeat);
         if (best < 0.0) {
-            fprintf(stderr, "bench_sgemm: cannot allocate the operands of %s\n", argv[i]);
-            return 1;
+            if (best > -2.0)
+                fprintf(stderr, "bench_sgemm: cannot allocate the operands of %s\n", argv[i]);
+            regc_backend_free(be);
+            return best > -2.0 ? 1 : 2;
         }
         double flop = 2.0 * (double)s.m * (double)s.n * (double)s.k;
         printf("sgemm m=%ld n=%ld k=%ld ta=%d tb=%d x%ld: %.3f ms  %.1f GFLOP/s\n", s.m, s.n,
@@ -121,5 +162,6 @@ int main(int argc, char **argv)
     }
     printf("mix: %.2f GFLOP in %.1f ms: %.1f GFLOP/s\n", total_flop * 1e-9, total_s * 1e3,
            total_flop / total_s * 1e-9);
+    regc_backend_free(be);
     return 0;
 }

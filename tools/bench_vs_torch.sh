@@ -9,8 +9,8 @@
 # PyTorch and `regc train` on them in turns: ROUNDS rounds of STEPS steps of
 # each, the first of the pair alternating, so that both see the same
 # machine. It prints every round, the median step of each, the ratio, regc's
-# GFLOP/s and its fraction of the OpenBLAS sgemm rate at the step's GEMM
-# shapes (build/bench_sgemm).
+# GFLOP/s and its fraction of the sgemm rates (OpenBLAS's and regc's own
+# GEMM) at the step's GEMM shapes (build/bench_sgemm).
 #
 # Environment: MODELS (default "gpt2-124m llama-127m"), ROUNDS (default 3),
 # WARMUP (untimed steps: PyTorch's once, regc's in each of its runs, default

@@ -7,8 +7,9 @@ once as a Hugging Face directory that regc loads), the same token file in
 llm.c's format, the same batch, AdamW settings and thread count. They take
 turns in rounds (the machine's speed drifts), and for each it reports the
 median of the timed steps of every round; for regc also the achieved
-GFLOP/s and its fraction of the OpenBLAS sgemm rate measured by
-build/bench_sgemm at the step's own GEMM shapes. tools/bench_vs_torch.sh runs
+GFLOP/s and its fraction of two GEMM rates measured by build/bench_sgemm at
+the step's own GEMM shapes: OpenBLAS's cblas_sgemm and the CPU backend's own
+GEMM (the ceiling regc's step can reach). tools/bench_vs_torch.sh runs
 it; run it alone with Debian's python3:
 
   /usr/bin/python3 tools/reference/bench_step.py --model gpt2-124m --regc build/regc \\
@@ -172,14 +173,20 @@ def run_regc(regc, model_dir, data, B, T, steps, threads):
     return [(r["ms"] / 1e3, r["loss"]) for r in rows], cmd, res.stderr
 
 
-def run_sgemm(sgemm, shapes, threads):
-    """(GFLOP/s of the mix, OpenBLAS's description of itself)"""
-    cmd = [sgemm, "--threads", str(threads), "--repeat", "5"] + shapes
+def run_sgemm(sgemm, shapes, threads, kernel):
+    """(GFLOP/s of the mix, the kernel's description of itself); kernel is
+    "openblas" (cblas_sgemm) or "regc" (the CPU backend's GEMM)"""
+    cmd = [sgemm, "--threads", str(threads), "--repeat", "5", "--kernel", kernel] + shapes
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, universal_newlines=True, check=True)
     lines = res.stdout.splitlines()
     mix = [line for line in lines if line.startswith("mix:")]
     return float(mix[0].split()[-2]) * 1e9, lines[0].split(", threads")[0]
+
+
+def sgemm_rates(sgemm, shapes, threads):
+    """{kernel: (GFLOP/s, description)} for OpenBLAS and regc's GEMM"""
+    return {k: run_sgemm(sgemm, shapes, threads, k) for k in ("openblas", "regc")}
 
 
 def main():
@@ -214,11 +221,13 @@ def main():
                                                a.steps, a.warmup, time.perf_counter() - t0),
           flush=True)
 
-    # the sgemm rate is a ceiling: the better of a run before and one after
-    # the two trainings, so a burst of other load on the machine lowers it less
-    rate, blas = run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads)
+    # the sgemm rates are ceilings: the better of a run before and one after
+    # the two trainings, so a burst of other load on the machine lowers them less
+    rates = sgemm_rates(a.sgemm, gemm_shapes(case, B, T), a.threads)
+    blas = rates["openblas"][1]
     print(blas + (" (OPENBLAS_CORETYPE=%s)" % os.environ["OPENBLAS_CORETYPE"]
                   if "OPENBLAS_CORETYPE" in os.environ else ""), flush=True)
+    print(rates["regc"][1], flush=True)
 
     # The machine's speed drifts over minutes, so the two take turns: each
     # round times both, the first of the pair alternating, and the medians
@@ -244,24 +253,31 @@ def main():
         print("round %d: pytorch %s s, regc %s s" % (
             r + 1, " ".join("%.3f" % t for t, _ in torch_steps[-a.steps:]),
             " ".join("%.3f" % t for t, _ in regc_steps[-a.steps:])), flush=True)
-    rate = max(rate, run_sgemm(a.sgemm, gemm_shapes(case, B, T), a.threads)[0])
+    after = sgemm_rates(a.sgemm, gemm_shapes(case, B, T), a.threads)
+    rate = max(rates["openblas"][0], after["openblas"][0])
+    regc_rate = max(rates["regc"][0], after["regc"][0])
 
     flop = step_flop(case, B, T)
     t_torch = statistics.median(t for t, _ in torch_steps)
     t_regc = statistics.median(t for t, _ in regc_steps)
     loss_torch, loss_regc = torch_first[0][1], regc_first[0][1]
-    print("step FLOPs %.1f G; sgemm at the step's GEMM shapes %.1f GFLOP/s" % (flop / 1e9, rate / 1e9))
+    print("step FLOPs %.1f G; at the step's GEMM shapes OpenBLAS sgemm %.1f GFLOP/s, "
+          "regc's GEMM %.1f GFLOP/s" % (flop / 1e9, rate / 1e9, regc_rate / 1e9))
     print("first loss: torch %.6f  regc %.6f  (relative difference %.1e)" %
           (loss_torch, loss_regc, abs(loss_regc - loss_torch) / abs(loss_torch)))
-    print("%-8s %14s %10s %13s" % ("", "median step s", "GFLOP/s", "of sgemm"))
+    print("%-8s %14s %10s %18s %15s" % ("", "median step s", "GFLOP/s", "of OpenBLAS sgemm",
+                                         "of regc's GEMM"))
     for name, t in (("pytorch", t_torch), ("regc", t_regc)):
-        print("%-8s %14.3f %10.1f %12.0f%%" % (name, t, flop / t / 1e9, 100 * flop / t / rate))
+        print("%-8s %14.3f %10.1f %17.0f%% %14.0f%%" % (name, t, flop / t / 1e9,
+                                                      100 * flop / t / rate,
+                                                      100 * flop / t / regc_rate))
     print("speed-up of regc over pytorch: %.2fx" % (t_torch / t_regc))
     print("RESULT %s" % json.dumps({
         "model": a.model, "blas": blas, "batch": B, "seq": T, "threads": a.threads, "rounds": a.rounds, "params": int(n_params),
         "step_gflop": flop / 1e9, "torch_s": t_torch, "regc_s": t_regc,
         "speedup": t_torch / t_regc, "regc_gflops": flop / t_regc / 1e9,
         "sgemm_gflops": rate / 1e9, "fraction_of_sgemm": flop / t_regc / rate,
+        "regc_gemm_gflops": regc_rate / 1e9, "fraction_of_regc_gemm": flop / t_regc / regc_rate,
         "torch_steps_s": [t for t, _ in torch_steps], "regc_steps_s": [t for t, _ in regc_steps]}))
 
 
