@@ -120,8 +120,46 @@ REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_gemm *g, int thread
     }
 }
 
+/* The elementwise epilogues on C[i, j0 .. j0+len), C holding G. */
+REGC_CPU_WIDE_VECTORS void regc_cpu_epilogue_span(const regc_gemm *g, int64_t i, int64_t j0,
+                                                  int64_t len)
+{
+    float *restrict c = g->c + i * g->ldc + j0;                            /* [len] */
+    float *restrict aux = g->aux ? g->aux + i * g->ldaux + j0 : NULL;       /* [len] */
+    const float *restrict bias = g->bias ? g->bias + j0 : NULL;            /* [len] */
+    switch (g->epilogue) {
+    case REGC_EPI_BIAS:
+        for (int64_t j = 0; j < len; j++)
+            c[j] = regc_cpu_addf(c[j], bias[j]);
+        break;
+    case REGC_EPI_GELU:
+        for (int64_t j = 0; j < len; j++)
+            c[j] = regc_cpu_gelu(c[j]);
+        break;
+    case REGC_EPI_GELU_AUX:
+        for (int64_t j = 0; j < len; j++) {
+            aux[j] = c[j];
+            c[j] = regc_cpu_gelu(c[j]);
+        }
+        break;
+    case REGC_EPI_BIAS_GELU_AUX:
+        for (int64_t j = 0; j < len; j++) {
+            float pre = regc_cpu_addf(c[j], bias[j]);
+            aux[j] = pre;
+            c[j] = regc_cpu_gelu(pre);
+        }
+        break;
+    case REGC_EPI_DGELU:
+        for (int64_t j = 0; j < len; j++)
+            c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
+        break;
+    default:
+        break;
+    }
+}
+
 /* C = epilogue(C) row by row; C already holds G. */
-REGC_CPU_WIDE_VECTORS static void cpu_apply_epilogue(const regc_gemm *g, int threads)
+static void cpu_apply_epilogue(const regc_gemm *g, int threads)
 {
     const int64_t m = g->m, n = g->n;
     const regc_epilogue e = g->epilogue;
@@ -132,39 +170,8 @@ REGC_CPU_WIDE_VECTORS static void cpu_apply_epilogue(const regc_gemm *g, int thr
         return;
     }
 #pragma omp parallel for num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < m; i++) {
-        float *restrict c = g->c + i * g->ldc;                     /* [n] */
-        float *restrict aux = g->aux ? g->aux + i * g->ldaux : NULL; /* [n] */
-        switch (e) {
-        case REGC_EPI_BIAS:
-            for (int64_t j = 0; j < n; j++)
-                c[j] = regc_cpu_addf(c[j], g->bias[j]);
-            break;
-        case REGC_EPI_GELU:
-            for (int64_t j = 0; j < n; j++)
-                c[j] = regc_cpu_gelu(c[j]);
-            break;
-        case REGC_EPI_GELU_AUX:
-            for (int64_t j = 0; j < n; j++) {
-                aux[j] = c[j];
-                c[j] = regc_cpu_gelu(c[j]);
-            }
-            break;
-        case REGC_EPI_BIAS_GELU_AUX:
-            for (int64_t j = 0; j < n; j++) {
-                float pre = regc_cpu_addf(c[j], g->bias[j]);
-                aux[j] = pre;
-                c[j] = regc_cpu_gelu(pre);
-            }
-            break;
-        case REGC_EPI_DGELU:
-            for (int64_t j = 0; j < n; j++)
-                c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
-            break;
-        default:
-            break;
-        }
-    }
+    for (int64_t i = 0; i < m; i++)
+        regc_cpu_epilogue_span(g, i, 0, n);
 }
 
 int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
@@ -179,6 +186,7 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
     if (g->epilogue == REGC_EPI_BGRAD)
         cpu_bgrad_of_b(g, threads);
 
+    int epilogue_done = 0;
     if (g->m > 0 && g->n > 0) {
         if (g->k > 0) {
 #ifdef REGC_CPU_OWN_SGEMM
@@ -187,6 +195,8 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
             if (!pack)
                 return REGC_ERR_MEMORY;
             regc_cpu_sgemm(g, pack, threads);
+            /* the elementwise epilogues were applied on each tile */
+            epilogue_done = g->epilogue != REGC_EPI_DGELU_BGRAD;
 #else
             /* OpenBLAS's thread count is process-wide: restore this
              * backend's in case another backend instance changed it */
@@ -203,6 +213,7 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
                 memset(g->c + i * g->ldc, 0, (size_t)g->n * sizeof(float));
         }
     }
-    cpu_apply_epilogue(g, threads);
+    if (!epilogue_done)
+        cpu_apply_epilogue(g, threads);
     return REGC_OK;
 }

@@ -213,10 +213,15 @@ void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, 
 #define REGC_CPU_OWN_SGEMM 1
 /* floats of packing buffer one thread of regc_cpu_sgemm needs */
 size_t regc_cpu_sgemm_pack_floats(void);
-/* C = alpha op(A) op(B) (+ C when g->accumulate), no epilogue; pack holds
- * threads x regc_cpu_sgemm_pack_floats() floats, 64-byte aligned; k > 0 */
+/* C = alpha op(A) op(B) (+ C when g->accumulate), then the elementwise
+ * epilogue (all but DGELU_BGRAD's column sums and BGRAD's) on each tile as
+ * it is finished; pack holds threads x regc_cpu_sgemm_pack_floats() floats,
+ * 64-byte aligned; k > 0 */
 void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads);
 #endif
+/* The elementwise epilogue (BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU) on
+ * C[i, j0 .. j0+len) and aux, C holding G; other kinds leave C as it is. */
+void regc_cpu_epilogue_span(const regc_gemm *g, int64_t i, int64_t j0, int64_t len);
 
 /* ---- kernel entry points (signatures as in struct regc_backend) ---- */
 int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g);

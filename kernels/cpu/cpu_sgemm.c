@@ -10,6 +10,7 @@
  *         pack op(A)[MC, KC] as panels of MR rows           (L2)
  *         for each B panel, for each A panel:
  *           one MR x NR tile of C in 24 vector registers   (B panel in L1)
+ *           on the last slice, the epilogue on that tile     (C tile in L1)
  *
  * Packing lays each panel out in the order the micro-kernel reads it, with
  * zeros past the matrix edge, so the micro-kernel has no edge cases; only
@@ -145,12 +146,16 @@ static void sgemm_pack_b(float *restrict dst, const regc_gemm *g, int64_t j0, in
     }
 }
 
-/* The micro-kernel: a rows x cols tile of C (at most MR x NR) becomes
- * alpha * sum over p of a[p][r] * b[p][c], added to what C holds when `add`.
- * a: [kc][MR] and b: [kc][NR], packed. */
-static void sgemm_tile(int64_t kc, const float *restrict a, const float *restrict b,
-                       float *restrict c, int64_t ldc, int rows, int cols, float alpha, int add)
+/* The micro-kernel: the rows x cols tile (at most MR x NR) of C at [i, j]
+ * becomes alpha * sum over p of a[p][r] * b[p][c], added to what C holds
+ * when `add`; on the last slice (`last`) the elementwise epilogue follows
+ * while the tile is in L1. a: [kc][MR] and b: [kc][NR], packed. */
+static void sgemm_tile(const regc_gemm *g, int64_t kc, const float *restrict a,
+                       const float *restrict b, int64_t i, int64_t j, int rows, int cols,
+                       int add, int last)
 {
+    float *restrict c = g->c + i * g->ldc + j;
+    const int64_t ldc = g->ldc;
     __m512 acc[SGEMM_MR][2]; /* the tile, row r in acc[r][0..1] */
 #pragma GCC unroll 12
     for (int r = 0; r < SGEMM_MR; r++) {
@@ -168,7 +173,7 @@ static void sgemm_tile(int64_t kc, const float *restrict a, const float *restric
         }
     }
 
-    const __m512 va = _mm512_set1_ps(alpha);
+    const __m512 va = _mm512_set1_ps(g->alpha);
     if (rows == SGEMM_MR && cols == SGEMM_NR) {
 #pragma GCC unroll 12
         for (int r = 0; r < SGEMM_MR; r++) {
@@ -181,17 +186,19 @@ static void sgemm_tile(int64_t kc, const float *restrict a, const float *restric
             _mm512_storeu_ps(cr, x0);
             _mm512_storeu_ps(cr + 16, x1);
         }
-        return;
+    } else { /* a partial tile at the edge of C: the same sums, stored in part */
+        float t[SGEMM_MR][SGEMM_NR] __attribute__((aligned(64)));
+        for (int r = 0; r < SGEMM_MR; r++) {
+            _mm512_store_ps(t[r], _mm512_mul_ps(va, acc[r][0]));
+            _mm512_store_ps(t[r] + 16, _mm512_mul_ps(va, acc[r][1]));
+        }
+        for (int r = 0; r < rows; r++)
+            for (int q = 0; q < cols; q++)
+                c[r * ldc + q] = add ? c[r * ldc + q] + t[r][q] : t[r][q];
     }
-    /* a partial tile at the edge of C: the same arithmetic, stored in part */
-    float t[SGEMM_MR][SGEMM_NR] __attribute__((aligned(64)));
-    for (int r = 0; r < SGEMM_MR; r++) {
-        _mm512_store_ps(t[r], _mm512_mul_ps(va, acc[r][0]));
-        _mm512_store_ps(t[r] + 16, _mm512_mul_ps(va, acc[r][1]));
-    }
-    for (int r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++)
-            c[r * ldc + j] = add ? c[r * ldc + j] + t[r][j] : t[r][j];
+    if (last && g->epilogue != REGC_EPI_NONE)
+        for (int r = 0; r < rows; r++)
+            regc_cpu_epilogue_span(g, i + r, j, cols);
 }
 
 /* The block [m0, m1) x [n0, n1) of C, by one thread with its pack buffer. */
@@ -205,6 +212,7 @@ static void sgemm_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0, 
         for (int64_t p0 = 0; p0 < g->k; p0 += SGEMM_KC) {
             const int64_t kc = g->k - p0 < SGEMM_KC ? g->k - p0 : SGEMM_KC;
             const int add = g->accumulate || p0 > 0; /* later slices add to C */
+            const int last = p0 + kc == g->k;
             sgemm_pack_b(bpack, g, j0, nc, p0, kc);
             for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {
                 const int64_t mc = m1 - i0 < SGEMM_MC ? m1 - i0 : SGEMM_MC;
@@ -213,9 +221,8 @@ static void sgemm_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0, 
                     const int cols = nc - jr < SGEMM_NR ? (int)(nc - jr) : SGEMM_NR;
                     for (int64_t ir = 0; ir < mc; ir += SGEMM_MR) {
                         const int rows = mc - ir < SGEMM_MR ? (int)(mc - ir) : SGEMM_MR;
-                        sgemm_tile(kc, apack + ir * kc, bpack + jr * kc,
-                                   g->c + (i0 + ir) * g->ldc + j0 + jr, g->ldc, rows, cols,
-                                   g->alpha, add);
+                        sgemm_tile(g, kc, apack + ir * kc, bpack + jr * kc, i0 + ir, j0 + jr,
+                                   rows, cols, add, last);
                     }
                 }
             }
