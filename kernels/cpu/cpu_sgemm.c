@@ -61,11 +61,14 @@ static void sgemm_pack_a(float *restrict dst, const regc_gemm *g, int64_t i0, in
                     d[p * SGEMM_MR + r] = 0.0f;
             }
         } else { /* A is [m, k]: each row is contiguous */
-            for (int r = 0; r < SGEMM_MR; r++) {
+            for (int r = 0; r < rows; r++) {
                 const float *s = g->a + (i0 + ir + r) * g->lda + p0;
                 for (int64_t p = 0; p < kc; p++)
-                    d[p * SGEMM_MR + r] = r < rows ? s[p] : 0.0f;
+                    d[p * SGEMM_MR + r] = s[p];
             }
+            for (int r = rows; r < SGEMM_MR; r++)
+                for (int64_t p = 0; p < kc; p++)
+                    d[p * SGEMM_MR + r] = 0.0f;
         }
     }
 }
