@@ -4,8 +4,9 @@
 #   tools/setup.sh build        install missing packages, Release build in build/
 #   tools/setup.sh run [ARGS]   build, then `regc train ARGS`
 #                               (default ARGS: --model gpt2-tiny --steps 20)
-#   tools/setup.sh test         build, ctest (everything but the gpu label), then the
-#                               ASan/UBSan build in build-sanitize and its ctest
+#   tools/setup.sh test         build, ctest (everything but the gpu label), the same
+#                               built without -march=native in build-portable, then
+#                               the ASan/UBSan build in build-sanitize and its ctest
 #
 # Works unattended on a fresh Debian/Ubuntu machine (as root, or with sudo).
 # The CUDA backend is built when a CUDA toolkit is found; nothing here needs a GPU.
@@ -72,6 +73,11 @@ cmd_test() {
     cmd_build
     log "ctest --preset default"
     ctest --preset default
+
+    # without -march=native: the kernels' portable paths (OpenBLAS's GEMM)
+    build_preset portable
+    log "ctest --preset portable"
+    ctest --preset portable
 
     build_preset sanitize
     log "ctest --preset sanitize"

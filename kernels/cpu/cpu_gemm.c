@@ -191,7 +191,7 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
         if (g->k > 0) {
 #ifdef REGC_CPU_OWN_SGEMM
             float *pack = regc_cpu_get_scratch(
-                be, (size_t)threads * regc_cpu_sgemm_pack_floats() * sizeof(float));
+                be, (size_t)threads * regc_cpu_sgemm_pack_floats(g) * sizeof(float));
             if (!pack)
                 return REGC_ERR_MEMORY;
             regc_cpu_sgemm(g, pack, threads);

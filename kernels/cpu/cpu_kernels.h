@@ -211,11 +211,11 @@ void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, 
  * (cpu_sgemm.c), elsewhere OpenBLAS's. */
 #if defined(__AVX512F__)
 #define REGC_CPU_OWN_SGEMM 1
-/* floats of packing buffer one thread of regc_cpu_sgemm needs */
-size_t regc_cpu_sgemm_pack_floats(void);
+/* floats of packing buffer one thread of regc_cpu_sgemm needs for g */
+size_t regc_cpu_sgemm_pack_floats(const regc_gemm *g);
 /* C = alpha op(A) op(B) (+ C when g->accumulate), then the elementwise
  * epilogue (all but DGELU_BGRAD's column sums and BGRAD's) on each tile as
- * it is finished; pack holds threads x regc_cpu_sgemm_pack_floats() floats,
+ * it is finished; pack holds threads x regc_cpu_sgemm_pack_floats(g) floats,
  * 64-byte aligned; k > 0 */
 void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads);
 #endif

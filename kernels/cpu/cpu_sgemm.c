@@ -38,9 +38,30 @@
 /* Below this many multiply-adds one thread does the whole product. */
 #define SGEMM_PAR_MIN (1 << 18)
 
-size_t regc_cpu_sgemm_pack_floats(void)
+static int64_t sgemm_round_up(int64_t x, int64_t unit)
 {
-    return (size_t)SGEMM_MC * SGEMM_KC + (size_t)SGEMM_KC * SGEMM_NC;
+    return (x + unit - 1) / unit * unit;
+}
+
+static int64_t sgemm_min(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* One thread's packing buffers for g: an A block and a B block, each a
+ * whole number of cache lines (16 floats), no larger than g needs. */
+static void sgemm_pack_sizes(const regc_gemm *g, size_t *a_floats, size_t *b_floats)
+{
+    const int64_t kc = sgemm_min(g->k, SGEMM_KC);
+    *a_floats = (size_t)sgemm_round_up(sgemm_min(sgemm_round_up(g->m, SGEMM_MR), SGEMM_MC) * kc, 16);
+    *b_floats = (size_t)sgemm_round_up(kc * sgemm_min(sgemm_round_up(g->n, SGEMM_NR), SGEMM_NC), 16);
+}
+
+size_t regc_cpu_sgemm_pack_floats(const regc_gemm *g)
+{
+    size_t a_floats, b_floats;
+    sgemm_pack_sizes(g, &a_floats, &b_floats);
+    return a_floats + b_floats;
 }
 
 /* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows, each [kc][MR]:
@@ -204,12 +225,11 @@ static void sgemm_tile(const regc_gemm *g, int64_t kc, const float *restrict a,
             regc_cpu_epilogue_span(g, i + r, j, cols);
 }
 
-/* The block [m0, m1) x [n0, n1) of C, by one thread with its pack buffer. */
+/* The block [m0, m1) x [n0, n1) of C, by one thread with its own buffers
+ * apack ([MC / MR][KC][MR] at most) and bpack ([NC / NR][KC][NR] at most). */
 static void sgemm_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                        float *pack)
+                        float *apack, float *bpack)
 {
-    float *apack = pack;                                 /* [MC / MR][KC][MR] */
-    float *bpack = pack + (size_t)SGEMM_MC * SGEMM_KC;   /* [NC / NR][KC][NR] */
     for (int64_t j0 = n0; j0 < n1; j0 += SGEMM_NC) {
         const int64_t nc = n1 - j0 < SGEMM_NC ? n1 - j0 : SGEMM_NC;
         for (int64_t p0 = 0; p0 < g->k; p0 += SGEMM_KC) {
@@ -245,19 +265,22 @@ static void sgemm_thread_range(int64_t size, int64_t unit, int64_t *lo, int64_t 
 
 void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads)
 {
+    size_t a_floats, b_floats;
+    sgemm_pack_sizes(g, &a_floats, &b_floats);
     const double madds = (double)g->m * (double)g->n * (double)g->k;
 #pragma omp parallel num_threads(threads) if (madds >= SGEMM_PAR_MIN)
     {
-        float *mine = pack + (size_t)omp_get_thread_num() * regc_cpu_sgemm_pack_floats();
+        float *apack = pack + (size_t)omp_get_thread_num() * (a_floats + b_floats);
+        float *bpack = apack + a_floats;
         int64_t lo, hi;
         if (g->n >= g->m) {
             sgemm_thread_range(g->n, SGEMM_NR, &lo, &hi);
             if (lo < hi)
-                sgemm_block(g, 0, g->m, lo, hi, mine);
+                sgemm_block(g, 0, g->m, lo, hi, apack, bpack);
         } else {
             sgemm_thread_range(g->m, SGEMM_MR, &lo, &hi);
             if (lo < hi)
-                sgemm_block(g, lo, hi, 0, g->n, mine);
+                sgemm_block(g, lo, hi, 0, g->n, apack, bpack);
         }
     }
 }
