@@ -285,16 +285,18 @@ static void test_gemm_large_parallel_epilogues(void **state)
 }
 
 /* Shapes past every block of the packed GEMM: k over two slices of 256
- * with a ragged end, m over two blocks of 264 rows (rows split between
- * threads), n over a 4096-column block (columns split), and tile edges in
- * both directions. */
+ * with a ragged end (an elementwise epilogue must wait for the last), m
+ * over two blocks of 264 rows (rows split between threads), n over a
+ * 4096-column block (columns split), and tile edges in both directions. */
 static void test_gemm_blocking_edges(void **state)
 {
     (void)state;
+    static const regc_epilogue deep_k[4] = {REGC_EPI_NONE, REGC_EPI_BIAS_GELU_AUX,
+                                            REGC_EPI_DGELU, REGC_EPI_GELU};
     uint64_t seed = 8000;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++, seed += 10) {
-            check_gemm_case(ta, tb, REGC_EPI_NONE, ta ^ tb, 541, 45, 530, seed);
+            check_gemm_case(ta, tb, deep_k[2 * ta + tb], ta ^ tb, 541, 45, 530, seed);
             check_gemm_case(ta, tb, REGC_EPI_BIAS, ta, 14, 4133, 37, seed + 5);
         }
 }
