@@ -39,7 +39,8 @@ typedef enum {
 } regc_epilogue;
 
 /* C[m, n] = op(A)[m, k] op(B)[k, n], op(X) = X or X^T; leading dimensions
- * are row strides of the matrices as stored (A is [k, m] when trans_a). */
+ * are row strides of the matrices as stored (A is [k, m] when trans_a).
+ * C and aux must not overlap A or B. */
 typedef struct {
     int trans_a, trans_b;
     int64_t m, n, k;

@@ -284,10 +284,11 @@ static void test_gemm_large_parallel_epilogues(void **state)
     check_gemm_case(1, 1, REGC_EPI_BGRAD, 1, 150, 170, 260, 7300);
 }
 
-/* Shapes past every block of the packed GEMM: k over two slices of 256
- * with a ragged end (an elementwise epilogue must wait for the last), m
- * over two blocks of 264 rows (rows split between threads), n over a
- * 4096-column block (columns split), and tile edges in both directions. */
+/* Shapes past every block of regc's packed GEMM at up to 3 threads: k over
+ * two slices of 256 with a ragged end (an elementwise epilogue must wait
+ * for the last), m over a 264-row block in each thread's rows (rows split),
+ * n over a 4096-column block in each thread's columns (columns split), and
+ * tile edges in both directions. */
 static void test_gemm_blocking_edges(void **state)
 {
     (void)state;
@@ -296,8 +297,8 @@ static void test_gemm_blocking_edges(void **state)
     uint64_t seed = 8000;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++, seed += 10) {
-            check_gemm_case(ta, tb, deep_k[2 * ta + tb], ta ^ tb, 541, 45, 530, seed);
-            check_gemm_case(ta, tb, REGC_EPI_BIAS, ta, 14, 4133, 37, seed + 5);
+            check_gemm_case(ta, tb, deep_k[2 * ta + tb], ta ^ tb, 3 * 264 + 13, 45, 530, seed);
+            check_gemm_case(ta, tb, REGC_EPI_BIAS, ta, 14, 3 * 4096 + 45, 37, seed + 5);
         }
 }
 

@@ -848,14 +848,15 @@ static void test_column_sums_and_adamw_do_not_depend_on_thread_count(void **stat
 #ifdef REGC_CPU_OWN_SGEMM
 /* In regc's own GEMM threads own disjoint blocks of C, each summed in one
  * order: the same bits at 1, 2 and 3 threads, in all four transpose cases,
- * split by columns (n >= m) and by rows, across several k slices.
+ * split by columns (n >= m) and by rows, across several k slices and
+ * column blocks.
  * (OpenBLAS, the GEMM elsewhere, makes no such promise.) */
 static void test_gemm_does_not_depend_on_thread_count(void **state)
 {
     (void)state;
-    static const int64_t shapes[2][3] = {{70, 333, 600}, {333, 70, 600}}; /* m, n, k */
+    static const int64_t shapes[3][3] = {{70, 333, 600}, {333, 70, 600}, {5, 2 * 4096 + 100, 40}};
     regc_backend *bes[3] = {serial, be, three};
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 3; s++) /* m, n, k = shapes[s] */
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
                 const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];

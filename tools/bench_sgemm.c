@@ -4,7 +4,7 @@
  *   bench_sgemm [--threads N] [--repeat R] [--kernel openblas|regc] M,N,K,TA,TB[,COUNT] ...
  *
  * --kernel openblas (the default) times OpenBLAS's cblas_sgemm; regc times
- * the CPU backend's GEMM (regc's own kernel where the CPU has AVX-512).
+ * the CPU backend's GEMM (regc's own kernel where the build targets AVX-512).
  * Each shape is C[M, N] = op(A) op(B) in row-major order (TA, TB: 1 for a
  * transposed operand), timed R times after one untimed call; the best time
  * counts. COUNT (default 1) is how often the shape occurs in a step: the
@@ -18,6 +18,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "cpu/cpu_kernels.h" /* REGC_CPU_OWN_SGEMM */
 #include "regc_backend.h"
 #include "regc_common.h"
 
@@ -129,7 +130,7 @@ int main(int argc, char **argv)
             return 1;
         }
         printf("regc cpu backend GEMM (%s), threads %d, best of %d\n",
-#if defined(__AVX512F__)
+#ifdef REGC_CPU_OWN_SGEMM
                "regc's AVX-512 kernel",
 #else
                "OpenBLAS",
@@ -147,12 +148,15 @@ int main(int argc, char **argv)
     double total_flop = 0.0, total_s = 0.0;
     for (int i = first; i < argc; i++) {
         bench_shape s;
-        double best = bench_parse_shape(argv[i], &s) < 0 ? -2.0 : bench_time_shape(be, &s, repeat);
-        if (best < 0.0) {
-            if (best > -2.0)
-                fprintf(stderr, "bench_sgemm: cannot allocate the operands of %s\n", argv[i]);
+        if (bench_parse_shape(argv[i], &s) < 0) {
             regc_backend_free(be);
-            return best > -2.0 ? 1 : 2;
+            return 2;
+        }
+        double best = bench_time_shape(be, &s, repeat);
+        if (best < 0.0) {
+            fprintf(stderr, "bench_sgemm: cannot allocate the operands of %s\n", argv[i]);
+            regc_backend_free(be);
+            return 1;
         }
         double flop = 2.0 * (double)s.m * (double)s.n * (double)s.k;
         printf("sgemm m=%ld n=%ld k=%ld ta=%d tb=%d x%ld: %.3f ms  %.1f GFLOP/s\n", s.m, s.n,

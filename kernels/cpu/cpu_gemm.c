@@ -1,7 +1,9 @@
-/* cpu_gemm.c — the GEMM entry: one sgemm (regc's own where the CPU has
- * AVX-512, else OpenBLAS's cblas_sgemm), then the cuBLASLt-style epilogue as
- * a row-parallel pass over C (never inside the BLAS call, so the OpenMP and
- * OpenBLAS thread pools never run at once). */
+/* cpu_gemm.c — the GEMM entry: regc's own sgemm where the build targets
+ * AVX-512, which applies the elementwise epilogues on each tile of C, or
+ * else OpenBLAS's cblas_sgemm followed by the cuBLASLt-style epilogue as a
+ * row-parallel pass over C (never inside the BLAS call, so the OpenMP and
+ * OpenBLAS thread pools never run at once). DGELU_BGRAD's column sums are
+ * that pass in both. */
 #include <limits.h>
 #include <string.h>
 
@@ -121,8 +123,8 @@ REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_gemm *g, int thread
 }
 
 /* The elementwise epilogues on C[i, j0 .. j0+len), C holding G. */
-REGC_CPU_WIDE_VECTORS void regc_cpu_epilogue_span(const regc_gemm *g, int64_t i, int64_t j0,
-                                                  int64_t len)
+REGC_CPU_WIDE_VECTORS void regc_cpu_apply_epilogue_span(const regc_gemm *g, int64_t i,
+                                                        int64_t j0, int64_t len)
 {
     float *restrict c = g->c + i * g->ldc + j0;                            /* [len] */
     float *restrict aux = g->aux ? g->aux + i * g->ldaux + j0 : NULL;       /* [len] */
@@ -171,7 +173,7 @@ static void cpu_apply_epilogue(const regc_gemm *g, int threads)
     }
 #pragma omp parallel for num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < m; i++)
-        regc_cpu_epilogue_span(g, i, 0, n);
+        regc_cpu_apply_epilogue_span(g, i, 0, n);
 }
 
 int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)

@@ -207,7 +207,7 @@ static inline float regc_cpu_relu_dx(float dy, float x)
 void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
                           int threads);
 
-/* Where the compiler targets AVX-512, GEMMs run regc's own kernel
+/* Where the build targets AVX-512, GEMMs run regc's own kernel
  * (cpu_sgemm.c), elsewhere OpenBLAS's. */
 #if defined(__AVX512F__)
 #define REGC_CPU_OWN_SGEMM 1
@@ -221,7 +221,7 @@ void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads);
 #endif
 /* The elementwise epilogue (BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU) on
  * C[i, j0 .. j0+len) and aux, C holding G; other kinds leave C as it is. */
-void regc_cpu_epilogue_span(const regc_gemm *g, int64_t i, int64_t j0, int64_t len);
+void regc_cpu_apply_epilogue_span(const regc_gemm *g, int64_t i, int64_t j0, int64_t len);
 
 /* ---- kernel entry points (signatures as in struct regc_backend) ---- */
 int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g);

@@ -21,6 +21,9 @@
  * in the same order, so the result does not depend on the thread count.
  * The calls run in regc's OpenMP team: no second thread pool.
  *
+ * The epilogue writes C and aux while other tiles still read A and B, so
+ * neither may overlap A or B (as with cuBLASLt).
+ *
  * Built only where the compiler targets AVX-512 (cpu_gemm.c calls OpenBLAS
  * elsewhere). */
 #include "cpu_kernels.h"
@@ -31,7 +34,7 @@
 
 #define SGEMM_MR 12   /* rows of a register tile: 12 x 2 accumulators */
 #define SGEMM_NR 32   /* columns of a register tile: two 16-float vectors */
-#define SGEMM_KC 256  /* a B panel, KC x NR floats = 32 KiB, fits L1 */
+#define SGEMM_KC 256  /* a B panel, KC x NR floats = 32 KiB, most of a 48 KiB L1 */
 #define SGEMM_MC 264  /* an A block, MC x KC floats = 264 KiB, fits L2 */
 #define SGEMM_NC 4096 /* a B block, KC x NC floats = 4 MiB */
 
@@ -70,7 +73,7 @@ static void sgemm_pack_a(float *restrict dst, const regc_gemm *g, int64_t i0, in
                          int64_t p0, int64_t kc)
 {
     for (int64_t ir = 0; ir < mc; ir += SGEMM_MR) {
-        const int rows = mc - ir < SGEMM_MR ? (int)(mc - ir) : SGEMM_MR;
+        const int rows = (int)sgemm_min(mc - ir, SGEMM_MR);
         float *restrict d = dst + ir * kc; /* [kc][MR] */
         if (g->trans_a) { /* A is [k, m]: a panel's MR values are contiguous */
             for (int64_t p = 0; p < kc; p++) {
@@ -145,7 +148,7 @@ static void sgemm_pack_b(float *restrict dst, const regc_gemm *g, int64_t j0, in
                          int64_t p0, int64_t kc)
 {
     for (int64_t jr = 0; jr < nc; jr += SGEMM_NR) {
-        const int cols = nc - jr < SGEMM_NR ? (int)(nc - jr) : SGEMM_NR;
+        const int cols = (int)sgemm_min(nc - jr, SGEMM_NR);
         float *restrict d = dst + jr * kc; /* [kc][NR] */
         if (!g->trans_b) { /* B is [k, n]: a panel's NR values are contiguous */
             for (int64_t p = 0; p < kc; p++) {
@@ -165,21 +168,19 @@ static void sgemm_pack_b(float *restrict dst, const regc_gemm *g, int64_t j0, in
             for (int half = 0; half < SGEMM_NR; half += 16)
                 for (int64_t p = 0; p < kc; p += 16)
                     sgemm_pack_b_rows16(d + p * SGEMM_NR + half, g, j0 + jr + half,
-                                        cols - half, p0 + p, kc - p < 16 ? (int)(kc - p) : 16);
+                                        cols - half, p0 + p, (int)sgemm_min(kc - p, 16));
         }
     }
 }
 
 /* The micro-kernel: the rows x cols tile (at most MR x NR) of C at [i, j]
  * becomes alpha * sum over p of a[p][r] * b[p][c], added to what C holds
- * when `add`; on the last slice (`last`) the elementwise epilogue follows
- * while the tile is in L1. a: [kc][MR] and b: [kc][NR], packed. */
-static void sgemm_tile(const regc_gemm *g, int64_t kc, const float *restrict a,
-                       const float *restrict b, int64_t i, int64_t j, int rows, int cols,
-                       int add, int last)
+ * when `add`; with `epilogue` the elementwise epilogue follows while the
+ * tile is in L1. a: [kc][MR] and b: [kc][NR], packed. */
+static void sgemm_compute_tile(const regc_gemm *g, int64_t kc, const float *restrict a,
+                               const float *restrict b, int64_t i, int64_t j, int rows,
+                               int cols, int add, int epilogue)
 {
-    float *restrict c = g->c + i * g->ldc + j;
-    const int64_t ldc = g->ldc;
     __m512 acc[SGEMM_MR][2]; /* the tile, row r in acc[r][0..1] */
 #pragma GCC unroll 12
     for (int r = 0; r < SGEMM_MR; r++) {
@@ -197,6 +198,8 @@ static void sgemm_tile(const regc_gemm *g, int64_t kc, const float *restrict a,
         }
     }
 
+    float *c = g->c + i * g->ldc + j; /* [rows, ldc] */
+    const int64_t ldc = g->ldc;
     const __m512 va = _mm512_set1_ps(g->alpha);
     if (rows == SGEMM_MR && cols == SGEMM_NR) {
 #pragma GCC unroll 12
@@ -220,32 +223,35 @@ static void sgemm_tile(const regc_gemm *g, int64_t kc, const float *restrict a,
             for (int q = 0; q < cols; q++)
                 c[r * ldc + q] = add ? c[r * ldc + q] + t[r][q] : t[r][q];
     }
-    if (last && g->epilogue != REGC_EPI_NONE)
+    if (epilogue)
         for (int r = 0; r < rows; r++)
-            regc_cpu_epilogue_span(g, i + r, j, cols);
+            regc_cpu_apply_epilogue_span(g, i + r, j, cols);
 }
 
 /* The block [m0, m1) x [n0, n1) of C, by one thread with its own buffers
  * apack ([MC / MR][KC][MR] at most) and bpack ([NC / NR][KC][NR] at most). */
-static void sgemm_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                        float *apack, float *bpack)
+static void sgemm_compute_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0,
+                                int64_t n1, float *apack, float *bpack)
 {
+    /* BGRAD's sums are of B and DGELU_BGRAD's of all of C: both come after */
+    const int elementwise = g->epilogue != REGC_EPI_NONE && g->epilogue != REGC_EPI_BGRAD &&
+                            g->epilogue != REGC_EPI_DGELU_BGRAD;
     for (int64_t j0 = n0; j0 < n1; j0 += SGEMM_NC) {
-        const int64_t nc = n1 - j0 < SGEMM_NC ? n1 - j0 : SGEMM_NC;
+        const int64_t nc = sgemm_min(n1 - j0, SGEMM_NC);
         for (int64_t p0 = 0; p0 < g->k; p0 += SGEMM_KC) {
-            const int64_t kc = g->k - p0 < SGEMM_KC ? g->k - p0 : SGEMM_KC;
+            const int64_t kc = sgemm_min(g->k - p0, SGEMM_KC);
             const int add = g->accumulate || p0 > 0; /* later slices add to C */
-            const int last = p0 + kc == g->k;
+            const int epilogue = elementwise && p0 + kc == g->k; /* after the last slice */
             sgemm_pack_b(bpack, g, j0, nc, p0, kc);
             for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {
-                const int64_t mc = m1 - i0 < SGEMM_MC ? m1 - i0 : SGEMM_MC;
+                const int64_t mc = sgemm_min(m1 - i0, SGEMM_MC);
                 sgemm_pack_a(apack, g, i0, mc, p0, kc);
                 for (int64_t jr = 0; jr < nc; jr += SGEMM_NR) {
-                    const int cols = nc - jr < SGEMM_NR ? (int)(nc - jr) : SGEMM_NR;
+                    const int cols = (int)sgemm_min(nc - jr, SGEMM_NR);
                     for (int64_t ir = 0; ir < mc; ir += SGEMM_MR) {
-                        const int rows = mc - ir < SGEMM_MR ? (int)(mc - ir) : SGEMM_MR;
-                        sgemm_tile(g, kc, apack + ir * kc, bpack + jr * kc, i0 + ir, j0 + jr,
-                                   rows, cols, add, last);
+                        const int rows = (int)sgemm_min(mc - ir, SGEMM_MR);
+                        sgemm_compute_tile(g, kc, apack + ir * kc, bpack + jr * kc, i0 + ir,
+                                           j0 + jr, rows, cols, add, epilogue);
                     }
                 }
             }
@@ -276,11 +282,11 @@ void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads)
         if (g->n >= g->m) {
             sgemm_thread_range(g->n, SGEMM_NR, &lo, &hi);
             if (lo < hi)
-                sgemm_block(g, 0, g->m, lo, hi, apack, bpack);
+                sgemm_compute_block(g, 0, g->m, lo, hi, apack, bpack);
         } else {
             sgemm_thread_range(g->m, SGEMM_MR, &lo, &hi);
             if (lo < hi)
-                sgemm_block(g, lo, hi, 0, g->n, apack, bpack);
+                sgemm_compute_block(g, lo, hi, 0, g->n, apack, bpack);
         }
     }
 }
