@@ -18,36 +18,16 @@
 
 #define STEPS 5
 
-typedef struct {
-    float loss[STEPS];
-    int n;
-} losses;
-
-static void collect(const regc_step_report *r, void *user)
-{
-    losses *l = user;
-    if (l->n < STEPS)
-        l->loss[l->n++] = r->loss;
-}
-
 /* Train a fresh preset for STEPS steps; returns the model (trained
  * weights) and its losses. */
 static regc_model *train(const char *preset, int regional, regc_level level, int inline_back,
-                         losses *l)
+                         regc_test_losses *l)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load(preset, &m), 0);
     regc_train_options o;
     regc_train_options_default(&o);
     o.batch = 2, o.seq = 16, o.steps = STEPS, o.lr = 1e-3f, o.weight_decay = 0.01f, o.threads = 2;
     o.compile.regional = regional, o.compile.level = level, o.compile.inline_back = inline_back;
-    memset(l, 0, sizeof *l);
-    int rc = regc_train(m, &o, collect, l);
-    if (rc)
-        fprintf(stderr, "%s: %s\n", preset, regc_error_message());
-    assert_int_equal(rc, 0);
-    assert_int_equal(l->n, STEPS);
-    return m;
+    return regc_test_train(preset, &o, l);
 }
 
 static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
@@ -56,7 +36,7 @@ static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t
 static void check_regional_equals_full(regc_level level, int inline_back)
 {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
-        losses lr, lf;
+        regc_test_losses lr, lf;
         regc_model *r = train(presets[i], 1, level, inline_back, &lr);
         regc_model *f = train(presets[i], 0, level, inline_back, &lf);
         if (memcmp(lr.loss, lf.loss, sizeof lr.loss) != 0)
@@ -93,7 +73,7 @@ static void test_levels_agree(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
-        losses l0, l1, ll, l2;
+        regc_test_losses l0, l1, ll, l2;
         regc_model *m0 = train(presets[i], 1, REGC_LEVEL_O0, 1, &l0);
         regc_model *m1 = train(presets[i], 1, REGC_LEVEL_O1, 1, &l1);
         regc_model *ml = train(presets[i], 1, REGC_LEVEL_O1, 0, &ll);

@@ -289,30 +289,9 @@ static void test_dumps_bypass_the_cache(void **state)
 
 /* ---------------------------------------------------------------- in-process training */
 
-typedef struct {
-    float loss[STEPS];
-    int n;
-    int hits, misses;
-} losses;
-
-static void compiled(const regc_compile_stats *st, void *user)
-{
-    losses *l = user;
-    l->hits = st->cache_hits, l->misses = st->cache_misses;
-}
-
-static void collect(const regc_step_report *r, void *user)
-{
-    losses *l = user;
-    if (l->n < STEPS)
-        l->loss[l->n++] = r->loss;
-}
-
 static regc_model *train(const char *preset, const char *cache_dir, regc_level level,
-                         int inline_back, int regional, losses *l)
+                         int inline_back, int regional, regc_test_losses *l)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
     regc_train_options o;
     regc_train_options_default(&o);
     o.batch = 2, o.seq = 16, o.steps = STEPS, o.threads = 1;
@@ -320,12 +299,7 @@ static regc_model *train(const char *preset, const char *cache_dir, regc_level l
     o.compile.inline_back = inline_back;
     o.compile.regional = regional;
     o.cache_dir = cache_dir;
-    o.on_compiled = compiled;
-    memset(l, 0, sizeof *l);
-    if (regc_train(m, &o, collect, l) != REGC_OK)
-        fail_msg("train %s: %s", preset, regc_error_message());
-    assert_int_equal(l->n, STEPS);
-    return m;
+    return regc_test_train(preset, &o, l);
 }
 
 /* Warm starts of every program form train bit for bit like a cold compile
@@ -344,7 +318,7 @@ static void test_warm_trains_like_cold(void **state)
         {"t5-tiny", REGC_LEVEL_O1, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        losses ref, cold, warm;
+        regc_test_losses ref, cold, warm;
         char name[32];
         snprintf(name, sizeof name, "case%zu", i);
         char *dir = regc_test_join(t->dir, name); /* cold: nothing shared with other cases */

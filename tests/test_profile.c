@@ -12,36 +12,20 @@
 #include <cmocka.h>
 
 #include "regc.h"
+#include "test_model.h"
 #include "test_util.h"
 
 #define BATCH 2
 #define SEQ 16
 
-typedef struct {
-    float loss[8];
-    int n;
-} losses;
-
-static void collect(const regc_step_report *r, void *user)
-{
-    losses *l = user;
-    if (l->n < 8)
-        l->loss[l->n++] = r->loss;
-}
-
 /* Train a preset for `steps` steps, profiled into pr when it is not NULL. */
-static regc_model *train(const char *preset, int steps, regc_profile *pr, losses *l)
+static regc_model *train(const char *preset, int steps, regc_profile *pr, regc_test_losses *l)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
     regc_train_options o;
     regc_train_options_default(&o);
     o.batch = BATCH, o.seq = SEQ, o.steps = steps, o.threads = 2, o.lr = 1e-3f;
     o.profile = pr;
-    memset(l, 0, sizeof *l);
-    assert_int_equal(regc_train(m, &o, collect, l), REGC_OK);
-    assert_int_equal(l->n, steps);
-    return m;
+    return regc_test_train(preset, &o, l);
 }
 
 /* Sum of the GEMM rows' FLOPs and calls, over every run. */
@@ -81,7 +65,7 @@ static void check_gemm_flop(const char *preset, double weights_per_token, long g
 {
     regc_profile *pr = regc_profile_new();
     assert_non_null(pr);
-    losses l;
+    regc_test_losses l;
     regc_model_free(train(preset, 3, pr, &l));
     assert_int_equal(regc_profile_runs(pr), 2); /* the first step is left out */
     double flop;
@@ -121,7 +105,7 @@ static void test_llama_gemm_flop(void **state)
     long calls;
     regc_profile *pr = regc_profile_new();
     assert_non_null(pr);
-    losses l;
+    regc_test_losses l;
     regc_model_free(train("llama-tiny", 2, pr, &l));
     assert_int_equal(regc_profile_runs(pr), 1);
     gemm_totals(pr, &flop, &calls);
@@ -135,7 +119,7 @@ static void test_single_step_is_profiled(void **state)
     (void)state;
     regc_profile *pr = regc_profile_new();
     assert_non_null(pr);
-    losses l;
+    regc_test_losses l;
     regc_model_free(train("gpt2-tiny", 1, pr, &l));
     assert_int_equal(regc_profile_runs(pr), 1);
     assert_int_equal(calls_of(pr, "adamw (and the loss to the host)"), 1);
@@ -150,7 +134,7 @@ static void test_profile_changes_nothing(void **state)
     for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
         regc_profile *pr = regc_profile_new();
         assert_non_null(pr);
-        losses a, b;
+        regc_test_losses a, b;
         regc_model *plain = train(presets[p], 3, NULL, &a);
         regc_model *timed = train(presets[p], 3, pr, &b);
         assert_memory_equal(a.loss, b.loss, sizeof a.loss);

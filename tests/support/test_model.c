@@ -70,3 +70,32 @@ char *regc_test_tiny_graph_json(void)
     regc_model_free(m);
     return json;
 }
+
+static void test_collect_loss(const regc_step_report *r, void *user)
+{
+    regc_test_losses *l = user;
+    if (l->n < REGC_TEST_MAX_STEPS)
+        l->loss[l->n++] = r->loss;
+}
+
+static void test_collect_compile(const regc_compile_stats *st, void *user)
+{
+    regc_test_losses *l = user;
+    l->hits = st->cache_hits, l->misses = st->cache_misses;
+}
+
+regc_model *regc_test_train(const char *preset, const regc_train_options *o,
+                            regc_test_losses *l)
+{
+    assert_true(o->steps <= REGC_TEST_MAX_STEPS);
+    regc_model *m = NULL;
+    if (regc_model_load(preset, &m) != REGC_OK)
+        fail_msg("load %s: %s", preset, regc_error_message());
+    regc_train_options with_stats = *o;
+    with_stats.on_compiled = test_collect_compile;
+    memset(l, 0, sizeof *l);
+    if (regc_train(m, &with_stats, test_collect_loss, l) != REGC_OK)
+        fail_msg("train %s: %s", preset, regc_error_message());
+    assert_int_equal(l->n, o->steps);
+    return m;
+}

@@ -1,7 +1,8 @@
-/* test_model.h — what the frontend tests share: writing a small
- * config.json from an architecture's defaults, comparing two models'
- * weights, finding a parameter, and the config error every frontend checks
- * the same way. Each helper fails the current CMocka test on a mismatch. */
+/* test_model.h — what the model tests share: writing a small config.json
+ * from an architecture's defaults, comparing two models' weights, finding a
+ * parameter, the config error every frontend checks the same way, and
+ * training a preset while collecting its losses. Each helper fails the
+ * current CMocka test on a mismatch. */
 #ifndef REGC_TEST_MODEL_H
 #define REGC_TEST_MODEL_H
 
@@ -26,5 +27,19 @@ void regc_test_expect_config_error(const char *dir, int status, const char *what
 /* gpt2-tiny's flat graph at [2, 16] as regc graph JSON (malloc'd), made
  * through the library. */
 char *regc_test_tiny_graph_json(void);
+
+/* What one training run reports: a loss per step, and the compile's cache
+ * hits and misses. */
+#define REGC_TEST_MAX_STEPS 8
+typedef struct {
+    float loss[REGC_TEST_MAX_STEPS];
+    int n;
+    int hits, misses;
+} regc_test_losses;
+/* Load `preset` and train it with o (o->steps <= REGC_TEST_MAX_STEPS; its
+ * on_compiled is replaced), reporting into l; the test fails, with regc's
+ * message, on an error or a step short. Returns the trained model. */
+regc_model *regc_test_train(const char *preset, const regc_train_options *o,
+                            regc_test_losses *l);
 
 #endif
