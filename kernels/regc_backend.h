@@ -239,7 +239,8 @@ struct regc_backend {
     void (*destroy)(regc_backend *be); /* frees ctx and be; called by regc_backend_free */
 };
 
-/* The CPU backend (OpenBLAS + OpenMP). threads <= 0: OMP_NUM_THREADS or all cores. */
+/* The CPU backend (OpenMP; its own AVX-512 GEMM, else OpenBLAS). threads <= 0:
+ * OMP_NUM_THREADS or all cores. */
 regc_backend *regc_backend_cpu_new(int threads);
 /* The CUDA backend; NULL with a message when regc was built without CUDA
  * or no device can be used. */
