@@ -1,7 +1,7 @@
 /* test_compile.c — the region compiler end to end: regional and full
  * compilation give the same bits, every level and the lazily-inlined
- * program agree, one compile per region kind at every depth, the memory
- * plan and the dumps. */
+ * program agree, so does every thread count, one compile per region kind
+ * at every depth, the memory plan and the dumps. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "cpu/cpu_kernels.h" /* REGC_CPU_OWN_SGEMM */
 #include "regc.h"
 #include "test_model.h"
 #include "test_util.h"
@@ -90,6 +91,35 @@ static void test_levels_agree(void **state)
         regc_model_free(m0), regc_model_free(m1), regc_model_free(ml), regc_model_free(m2);
     }
 }
+
+#ifdef REGC_CPU_OWN_SGEMM
+/* Every CPU kernel splits its work so that no sum depends on how many
+ * threads share it (with regc's own GEMM; OpenBLAS's makes no such
+ * promise): training at 1, 2 and 3 threads gives the same bits. */
+static void test_threads_change_nothing(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_test_losses l[3];
+        regc_model *m[3];
+        for (int t = 0; t < 3; t++) {
+            regc_train_options o;
+            regc_train_options_default(&o);
+            o.batch = 2, o.seq = 16, o.steps = STEPS, o.lr = 1e-3f, o.weight_decay = 0.01f;
+            o.threads = t + 1;
+            m[t] = regc_test_train(presets[i], &o, &l[t]);
+        }
+        for (int t = 1; t < 3; t++) {
+            if (memcmp(l[0].loss, l[t].loss, sizeof l[0].loss) != 0)
+                fail_msg("%s: losses at 1 and %d threads differ (%.9g vs %.9g at the last step)",
+                         presets[i], t + 1, l[0].loss[STEPS - 1], l[t].loss[STEPS - 1]);
+            regc_test_assert_same_weights(m[0], m[t]);
+        }
+        for (int t = 0; t < 3; t++)
+            regc_model_free(m[t]);
+    }
+}
+#endif
 
 /* One compile per region kind, whatever the depth; a full compile is one
  * region. */
@@ -285,6 +315,9 @@ int main(void)
         cmocka_unit_test(test_regional_equals_full_o0),
         cmocka_unit_test(test_regional_equals_full_lazy),
         cmocka_unit_test(test_levels_agree),
+#ifdef REGC_CPU_OWN_SGEMM
+        cmocka_unit_test(test_threads_change_nothing),
+#endif
         cmocka_unit_test(test_one_compile_per_kind),
         cmocka_unit_test(test_memory_plan),
         regc_test_in_dir(test_dump_graphs, dir_setup),
