@@ -192,11 +192,9 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
     if (g->m > 0 && g->n > 0) {
         if (g->k > 0) {
 #ifdef REGC_CPU_OWN_SGEMM
-            float *pack = regc_cpu_get_scratch(
-                be, (size_t)threads * regc_cpu_sgemm_pack_floats(g) * sizeof(float));
-            if (!pack)
-                return REGC_ERR_MEMORY;
-            regc_cpu_sgemm(g, pack, threads);
+            status = regc_cpu_sgemm(be, g);
+            if (status != REGC_OK)
+                return status;
             /* the elementwise epilogues were applied on each tile */
             epilogue_done = g->epilogue != REGC_EPI_DGELU_BGRAD;
 #else

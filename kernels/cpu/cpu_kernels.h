@@ -34,15 +34,22 @@ typedef struct {
  * blocks for the same reason. */
 #define REGC_CPU_COL_BLOCK 64
 
-/* [*lo, *hi): the columns of cols the calling thread of the current team
- * owns, an even split in whole cache lines (16 floats). */
+/* [*lo, *hi): the share of [0, size) the calling thread of the current team
+ * owns, an even split in whole units of `unit`. */
+static inline void regc_cpu_team_range(int64_t size, int64_t unit, int64_t *lo, int64_t *hi)
+{
+    const int64_t units = (size + unit - 1) / unit;
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t a = units * t / nt * unit, b = units * (t + 1) / nt * unit;
+    *lo = a < size ? a : size;
+    *hi = b < size ? b : size;
+}
+
+/* [*lo, *hi): the columns of cols the calling thread owns, in whole cache
+ * lines (16 floats). */
 static inline void regc_cpu_team_columns(int64_t cols, int64_t *lo, int64_t *hi)
 {
-    const int64_t lines = (cols + 15) / 16;
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t a = lines * t / nt * 16, b = lines * (t + 1) / nt * 16;
-    *lo = a < cols ? a : cols;
-    *hi = b < cols ? b : cols;
+    regc_cpu_team_range(cols, 16, lo, hi);
 }
 
 static inline int regc_cpu_threads(const regc_backend *be)
@@ -211,13 +218,11 @@ void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, 
  * (cpu_sgemm.c), elsewhere OpenBLAS's. */
 #if defined(__AVX512F__)
 #define REGC_CPU_OWN_SGEMM 1
-/* floats of packing buffer one thread of regc_cpu_sgemm needs for g */
-size_t regc_cpu_sgemm_pack_floats(const regc_gemm *g);
 /* C = alpha op(A) op(B) (+ C when g->accumulate), then the elementwise
  * epilogue (all but DGELU_BGRAD's column sums and BGRAD's) on each tile as
- * it is finished; pack holds threads x regc_cpu_sgemm_pack_floats(g) floats,
- * 64-byte aligned; k > 0 */
-void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads);
+ * it is finished, packing in the backend's scratch; k > 0. REGC_OK, or
+ * REGC_ERR_MEMORY when the scratch cannot grow. */
+int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g);
 #endif
 /* The elementwise epilogue (BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU) on
  * C[i, j0 .. j0+len) and aux, C holding G; other kinds leave C as it is. */

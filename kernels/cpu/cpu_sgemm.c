@@ -27,6 +27,7 @@
  * Built only where the compiler targets AVX-512 (cpu_gemm.c calls OpenBLAS
  * elsewhere). */
 #include "cpu_kernels.h"
+#include "regc_common.h"
 
 #ifdef REGC_CPU_OWN_SGEMM
 
@@ -58,13 +59,6 @@ static void sgemm_pack_sizes(const regc_gemm *g, size_t *a_floats, size_t *b_flo
     const int64_t kc = sgemm_min(g->k, SGEMM_KC);
     *a_floats = (size_t)sgemm_round_up(sgemm_min(sgemm_round_up(g->m, SGEMM_MR), SGEMM_MC) * kc, 16);
     *b_floats = (size_t)sgemm_round_up(kc * sgemm_min(sgemm_round_up(g->n, SGEMM_NR), SGEMM_NC), 16);
-}
-
-size_t regc_cpu_sgemm_pack_floats(const regc_gemm *g)
-{
-    size_t a_floats, b_floats;
-    sgemm_pack_sizes(g, &a_floats, &b_floats);
-    return a_floats + b_floats;
 }
 
 /* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows, each [kc][MR]:
@@ -259,20 +253,14 @@ static void sgemm_compute_block(const regc_gemm *g, int64_t m0, int64_t m1, int6
     }
 }
 
-/* [*lo, *hi): the calling thread's share of `size` in whole units of `unit`. */
-static void sgemm_thread_range(int64_t size, int64_t unit, int64_t *lo, int64_t *hi)
+int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g)
 {
-    const int64_t units = (size + unit - 1) / unit;
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t a = units * t / nt * unit, b = units * (t + 1) / nt * unit;
-    *lo = a < size ? a : size;
-    *hi = b < size ? b : size;
-}
-
-void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads)
-{
+    const int threads = regc_cpu_threads(be);
     size_t a_floats, b_floats;
     sgemm_pack_sizes(g, &a_floats, &b_floats);
+    float *pack = regc_cpu_get_scratch(be, (size_t)threads * (a_floats + b_floats) * sizeof(float));
+    if (!pack)
+        return REGC_ERR_MEMORY;
     const double madds = (double)g->m * (double)g->n * (double)g->k;
 #pragma omp parallel num_threads(threads) if (madds >= SGEMM_PAR_MIN)
     {
@@ -280,15 +268,16 @@ void regc_cpu_sgemm(const regc_gemm *g, float *pack, int threads)
         float *bpack = apack + a_floats;
         int64_t lo, hi;
         if (g->n >= g->m) {
-            sgemm_thread_range(g->n, SGEMM_NR, &lo, &hi);
+            regc_cpu_team_range(g->n, SGEMM_NR, &lo, &hi);
             if (lo < hi)
                 sgemm_compute_block(g, 0, g->m, lo, hi, apack, bpack);
         } else {
-            sgemm_thread_range(g->m, SGEMM_MR, &lo, &hi);
+            regc_cpu_team_range(g->m, SGEMM_MR, &lo, &hi);
             if (lo < hi)
                 sgemm_compute_block(g, lo, hi, 0, g->n, apack, bpack);
         }
     }
+    return REGC_OK;
 }
 
 #endif /* REGC_CPU_OWN_SGEMM */
