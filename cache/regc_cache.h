@@ -28,7 +28,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "regc_bytes.h"
+#include "regc_common.h"
 
 #define REGC_CACHE_FORMAT 1
 /* Temporary files older than this belong to a writer that died. */

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "regc_bytes.h"
+#include "regc_common.h"
 
 void regc_bytes_free(regc_bytes *b)
 {

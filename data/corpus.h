@@ -1,4 +1,4 @@
-/* corpus.h — the text behind regc_tokens_builtin (private to region/). */
+/* corpus.h — the text behind regc_tokens_builtin (private to data/). */
 #ifndef REGC_CORPUS_H
 #define REGC_CORPUS_H
 

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "regc.h"
+#include "regc_data.h"
 #include "corpus.h"
 
 #define TOKENS_MAGIC 20240520

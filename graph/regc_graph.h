@@ -13,13 +13,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "regc_common.h"
+
 #define REGC_MAX_DIMS 6
 #define REGC_MAX_IO 8 /* inputs or outputs of one node */
 
 typedef enum { REGC_F32, REGC_BF16, REGC_F16, REGC_I32, REGC_DTYPE_COUNT } regc_dtype;
 typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT } regc_role;
 
-/* Forward ops carry a backward rule (region/autodiff.c); the ops after
+/* Forward ops carry a backward rule (graph/autodiff.c); the ops after
  * REGC_OP_FILL appear only in backward graphs. Shapes (x: [..., C] means any
  * leading dims, flattened to rows):
  *   EMBEDDING     (ids i32 [...], table [V, C])           -> [..., C]
@@ -203,7 +205,18 @@ char *regc_graph_to_json(const regc_graph *g);
  * and the offending node or tensor. */
 int regc_graph_from_json(const char *text, const char *source, regc_graph **out);
 
-/* ---- autodiff (region/autodiff.c) */
+/* ---- canonical form (graph/graph_canon.c): the bytes compile-cache keys
+ * hash. Every tensor's role, dtype and shape, every node, the outputs;
+ * names only of graph inputs (the trainer fills inputs by name), never of
+ * parameters. */
+int regc_graph_canon(const regc_graph *g, regc_bytes *b);
+/* A tensor's dtype and shape. */
+void regc_graph_canon_shape(regc_bytes *b, const regc_tensor *t);
+/* A node: op, attributes, and its tensors as id[t] (NULL: the graph's own
+ * ids), each output with its dtype and shape. */
+void regc_graph_canon_node(regc_bytes *b, const regc_graph *g, const regc_node *n, const int *id);
+
+/* ---- autodiff (graph/autodiff.c) */
 /* Reverse mode: append to g the nodes computing the vector-Jacobian product
  * of tensor y with its incoming gradient dy (a tensor of y's shape). On
  * return grad_of[t] (an array of regc_graph_n_tensors(g) entries as it was

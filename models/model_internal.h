@@ -12,8 +12,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "regc.h"
-#include "regc_bytes.h"
+#include "regc_models.h"
+#include "regc_common.h"
 
 typedef struct {
     char *name; /* the checkpoint name, e.g. "transformer.h.0.ln_1.weight" */

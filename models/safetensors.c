@@ -23,7 +23,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "regc.h"
+#include "regc_models.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian data in place; add byte swapping for this host"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "regc.h"
+#include "regc_region.h"
 
 struct regc_exec {
     const regc_graph *g;

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "regc.h"
+#include "regc_region.h"
 
 typedef struct {
     char label[REGC_PROFILE_LABEL];

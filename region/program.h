@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 
-#include "regc.h"
+#include "regc_region.h"
 #include "regc_detect.h"
 
 /* ---------------------------------------------------------------- instructions */

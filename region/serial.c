@@ -16,46 +16,6 @@
 
 /* ---------------------------------------------------------------- canonical form */
 
-static void put_shape(regc_bytes *b, const regc_tensor *t)
-{
-    regc_bytes_put_i64(b, t->dtype);
-    regc_bytes_put_i64(b, t->ndim);
-    for (int d = 0; d < t->ndim; d++)
-        regc_bytes_put_i64(b, t->shape[d]);
-}
-
-static void put_attrs(regc_bytes *b, const regc_attrs *a)
-{
-    regc_bytes_put_i64(b, a->trans_a);
-    regc_bytes_put_i64(b, a->trans_b);
-    regc_bytes_put_f32(b, a->eps);
-    regc_bytes_put_i64(b, a->n_head);
-    regc_bytes_put_i64(b, a->n_kv_head);
-    regc_bytes_put_i64(b, a->inverse);
-    regc_bytes_put_i64(b, a->causal);
-    regc_bytes_put_f32(b, a->scale);
-    for (int d = 0; d < REGC_MAX_DIMS; d++)
-        regc_bytes_put_i64(b, a->perm[d]);
-    regc_bytes_put_f32(b, a->value);
-    regc_bytes_put_i64(b, a->vocab);
-}
-
-/* A node: op, attributes, and its tensors as id[t] (NULL: the graph's own
- * ids), each output with its dtype and shape. */
-static void put_node(regc_bytes *b, const regc_graph *g, const regc_node *n, const int *id)
-{
-    regc_bytes_put_i64(b, n->op);
-    put_attrs(b, &n->attrs);
-    regc_bytes_put_i64(b, n->n_in);
-    for (int k = 0; k < n->n_in; k++)
-        regc_bytes_put_i64(b, id ? id[n->in[k]] : n->in[k]);
-    regc_bytes_put_i64(b, n->n_out);
-    for (int k = 0; k < n->n_out; k++) {
-        regc_bytes_put_i64(b, id ? id[n->out[k]] : n->out[k]);
-        put_shape(b, regc_graph_tensor(g, n->out[k]));
-    }
-}
-
 int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level level,
                       regc_bytes *b)
 {
@@ -72,7 +32,7 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
     for (int k = 0; k < s->n_in; k++) {
         const regc_tensor *t = regc_graph_tensor(g, s->in[k]);
         local[s->in[k]] = next++;
-        put_shape(b, t);
+        regc_graph_canon_shape(b, t);
         regc_bytes_put_i64(b, t->role == REGC_ROLE_PARAM);
         regc_bytes_put_i64(b, s->in_needs_grad[k]);
         regc_bytes_put_i64(b, s->in_seeded[k]);
@@ -82,7 +42,7 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
         const regc_node *n = regc_graph_node(g, s->nodes[i]);
         for (int k = 0; k < n->n_out; k++)
             local[n->out[k]] = next++;
-        put_node(b, g, n, local);
+        regc_graph_canon_node(b, g, n, local);
     }
     regc_bytes_put_i64(b, s->n_out);
     for (int k = 0; k < s->n_out; k++) {
@@ -91,30 +51,6 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
     }
     free(local);
     return b->failed ? regc_error(REGC_ERR_MEMORY, "region %s: out of memory", s->name) : REGC_OK;
-}
-
-int regc_graph_canon(const regc_graph *g, regc_bytes *b)
-{
-    int n_t = regc_graph_n_tensors(g);
-    regc_bytes_put_str(b, "graph");
-    regc_bytes_put_i64(b, n_t);
-    for (int t = 0; t < n_t; t++) {
-        const regc_tensor *x = regc_graph_tensor(g, t);
-        if (x->producer >= 0)
-            continue; /* described by its node */
-        regc_bytes_put_i64(b, t);
-        regc_bytes_put_i64(b, x->role);
-        put_shape(b, x);
-        if (x->role == REGC_ROLE_INPUT)
-            regc_bytes_put_str(b, x->name);
-    }
-    regc_bytes_put_i64(b, regc_graph_n_nodes(g));
-    for (int i = 0; i < regc_graph_n_nodes(g); i++)
-        put_node(b, g, regc_graph_node(g, i), NULL);
-    regc_bytes_put_i64(b, regc_graph_n_outputs(g));
-    for (int i = 0; i < regc_graph_n_outputs(g); i++)
-        regc_bytes_put_i64(b, regc_graph_output(g, i));
-    return b->failed ? regc_error(REGC_ERR_MEMORY, "graph: out of memory") : REGC_OK;
 }
 
 /* ---------------------------------------------------------------- instructions */
@@ -477,7 +413,7 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     for (int i = 0; i < p->n_inputs; i++) {
         const regc_tensor *t = regc_graph_tensor(p->graph, p->inputs[i]);
         regc_bytes_put_str(b, t->name);
-        put_shape(b, t);
+        regc_graph_canon_shape(b, t);
     }
     regc_bytes_put_i64(b, p->n_regions);
     for (int i = 0; i < p->n_regions; i++)

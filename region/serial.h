@@ -4,20 +4,11 @@
 #define REGC_SERIAL_H
 
 #include "program.h"
-#include "regc_bytes.h"
 
 /* The canonical form of compiling spec at level: formals, nodes and
  * wiring, without tensor names. */
 int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level level,
                       regc_bytes *b);
-/* A whole graph's canonical form: every tensor's role, dtype and shape,
- * every node, the outputs; names only of graph inputs (the trainer fills
- * inputs by name), never of parameters. */
-int regc_graph_canon(const regc_graph *g, regc_bytes *b);
-/* What a model's graph is built from (region/model.c): its architecture
- * and structural config, or its graph's canonical form. */
-int regc_model_write_structure(const regc_model *m, regc_bytes *b);
-
 void regc_region_write(const regc_compiled_region *r, regc_bytes *b);
 int regc_region_read(regc_reader *rd, regc_compiled_region **out);
 /* The step program whole (regions, lazy steps, the inline-back result and

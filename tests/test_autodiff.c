@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_region.h"
 
 #define VOCAB 5 /* every int input holds ids < VOCAB */
 

@@ -18,7 +18,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_models.h"
 #include "test_model.h"
 #include "test_util.h"
 
@@ -592,7 +592,7 @@ static void inputs_free(graph_inputs *x)
     regc_graph_free(x->g);
 }
 
-/* The documented rule, written independently of region/bert.c: the top 24
+/* The documented rule, written independently of models/bert.c: the top 24
  * bits of the position's draw, as a fraction of 2^24, below 0.15. */
 static int rule_masks(uint64_t seed, int64_t step, int64_t i)
 {

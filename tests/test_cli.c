@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
-#include "regc.h"
+#include "regc_models.h"
 #include "test_util.h"
 
 #define MAX_STEPS 64

@@ -14,7 +14,6 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
-#include "regc.h"
 #include "test_util.h"
 
 static int setup(void **state)

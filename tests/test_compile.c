@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "cpu/cpu_kernels.h" /* REGC_CPU_OWN_SGEMM */
-#include "regc.h"
+#include "regc_train.h"
 #include "test_model.h"
 #include "test_util.h"
 

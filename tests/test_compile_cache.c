@@ -18,7 +18,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "regc.h"
+#include "regc_train.h"
 #include "serial.h"
 #include "test_model.h"
 #include "test_util.h"

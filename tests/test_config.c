@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_train.h"
 #include "test_util.h"
 
 static int setup(void **state)

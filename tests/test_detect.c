@@ -16,7 +16,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_models.h"
 #include "regc_detect.h"
 #include "test_util.h"
 

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_models.h"
 #include "test_model.h"
 #include "test_util.h"
 

@@ -10,7 +10,8 @@
 
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_common.h"
+#include "regc_graph.h"
 
 /* A small graph touching every forward op and, through autodiff, every
  * backward op. */

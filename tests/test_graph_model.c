@@ -1,4 +1,4 @@
-/* test_graph_model.c — models given as regc graph JSON (region/graph_model.c)
+/* test_graph_model.c — models given as regc graph JSON (models/graph_model.c)
  * and `regc dump-graph`: the exported graph of a model trains bit for bit like
  * the model itself, and every bad input gets one line naming the file. */
 #define _XOPEN_SOURCE 700
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
-#include "regc.h"
+#include "regc_models.h"
 #include "test_model.h"
 #include "test_util.h"
 

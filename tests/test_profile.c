@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_train.h"
 #include "test_model.h"
 #include "test_util.h"
 

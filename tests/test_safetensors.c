@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_models.h"
 #include "test_util.h"
 
 /* f->path is dir/t.safetensors, the file each test writes. */

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_data.h"
 #include "test_util.h"
 
 /* f->path is dir/tokens.bin, the file each test writes. */

@@ -23,7 +23,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "regc.h"
+#include "regc_models.h"
 #include "test_util.h"
 
 /* One file per architecture, each written by tools/reference/<arch>_reference.py. */

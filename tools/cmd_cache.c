@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "regc.h"
+#include "regc_cache.h"
 
 void print_cache_usage(FILE *f)
 {

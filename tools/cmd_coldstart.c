@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "regc.h"
+#include "regc_train.h"
 
 void print_coldstart_usage(FILE *f)
 {

@@ -11,7 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "regc.h"
+#include "regc_models.h"
 #include "regc_detect.h"
 
 /* ---- regc dump-graph ---------------------------------------------------- */

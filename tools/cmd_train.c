@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "regc.h"
+#include "regc_train.h"
 
 void print_train_usage(FILE *f)
 {

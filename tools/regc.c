@@ -1,6 +1,6 @@
 /* regc.c — the `regc` command: dispatch to one file per command
  * (tools/cmd_*.c). Everything that does work lives in the library
- * (region/regc.h); the commands only turn flags into options and reports
+ * (its public headers, one per folder); the commands only turn flags into options and reports
  * into lines.
  *
  * Exit codes: 0 success, 1 the library reported an error, 2 a usage error. */

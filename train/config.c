@@ -15,7 +15,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "regc.h"
+#include "regc_train.h"
 #include "regc_common.h"
 
 struct regc_config {

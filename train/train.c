@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "regc.h"
+#include "regc_train.h"
 
 void regc_train_options_default(regc_train_options *o)
 {

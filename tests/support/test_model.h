@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "regc.h"
+#include "regc_train.h"
 
 /* Write dir/config.json (making dir): "{" head, then each default key
  * (keys[i] = {name, JSON value}) that `extra` does not name and that is not

@@ -22,7 +22,7 @@ gives the [PAD] row no gradient from the lookup. regc trains that row like any
 other; the script measures what that changes on these cases (printed as
 "padding_idx effect") and the recorded losses are without it.
 
-The masking rule (region/bert.c): batch k takes its B x T input tokens in
+The masking rule (models/bert.c): batch k takes its B x T input tokens in
 llm.c's order; position i = b*T + t is masked when
     regc_rng_at(regc_rng_substream(mask_seed, k), i) >> 40  <  2516583
 (the integers below 0.15 * 2^24). A masked input becomes [MASK] and its target
@@ -130,7 +130,7 @@ def param_specs(case):
 
 
 # ---------------------------------------------------------------------------
-# Masking, exactly as region/bert.c's fill_inputs
+# Masking, exactly as models/bert.c's fill_inputs
 # ---------------------------------------------------------------------------
 def masked_batch(case, k):
     """Batch k's (input_ids, labels), both [B, T] int64."""

@@ -1,0 +1,131 @@
+/* regc_models.h — models: an architecture's configuration plus named
+ * parameters (shapes always; host fp32 weights once loaded or initialised),
+ * the Hugging Face frontends, graph JSON models, safetensors files, and
+ * the graph inputs of one training step.
+ *
+ * A model builds its flat forward graph from shapes alone; it neither
+ * compiles nor runs anything. */
+#ifndef REGC_MODELS_H
+#define REGC_MODELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "regc_common.h"
+#include "regc_data.h"
+#include "regc_graph.h"
+
+typedef struct regc_model regc_model;
+
+/* Load a model from a Hugging Face directory (config.json +
+ * model.safetensors or model.safetensors.index.json), create a built-in
+ * preset, or read a regc graph JSON file (a path ending in ".json" that is
+ * not a directory: architecture "graph", see models/graph_model.c). Presets
+ * and graph models are shape only until regc_model_init_random or
+ * regc_model_read_safetensors. */
+int regc_model_load(const char *spec, regc_model **out);
+/* Load only config.json of a Hugging Face directory: shapes, no weights. */
+int regc_model_load_config(const char *dir, regc_model **out);
+/* A model's shapes without its weights, from any spec regc_model_load
+ * takes (a preset, a Hugging Face directory, a graph JSON file). */
+int regc_model_load_shapes(const char *spec, regc_model **out);
+/* Read every parameter from one safetensors file, matched by name (a
+ * missing tensor or a wrong shape is an error naming the file and tensor;
+ * extra tensors are ignored). Allocates the weights if needed. */
+int regc_model_read_safetensors(regc_model *m, const char *path);
+int regc_model_is_preset(const char *spec);
+/* The same architecture and widths with n_layer layers (every stack of an
+ * encoder-decoder), shape only. Graph JSON models have a fixed depth. */
+int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **out);
+const char *const *regc_model_preset_names(void); /* NULL-terminated */
+void regc_model_free(regc_model *m);
+
+const char *regc_model_arch(const regc_model *m);     /* "gpt2", "graph" */
+int64_t regc_model_vocab(const regc_model *m);
+int64_t regc_model_max_seq(const regc_model *m);     /* n_positions */
+int regc_model_has_weights(const regc_model *m);
+/* Print the configuration (and the dropout probabilities, which training
+ * does not apply yet) as one line. */
+void regc_model_describe(const regc_model *m, char *buf, size_t cap);
+
+/* Parameters in checkpoint order; their names are the checkpoint's names. */
+int regc_model_n_params(const regc_model *m);
+const char *regc_model_param_name(const regc_model *m, int i);
+int regc_model_param_shape(const regc_model *m, int i, int64_t *shape); /* returns ndim */
+int64_t regc_model_param_numel(const regc_model *m, int i);
+int64_t regc_model_param_offset(const regc_model *m, int i); /* in floats, in weights() */
+int64_t regc_model_total_numel(const regc_model *m);
+float *regc_model_weights(regc_model *m); /* NULL while shape-only */
+
+/* Deterministic random init (GPT-2's scheme with uniform draws): weights of
+ * std 0.02 (residual projections 0.02 / sqrt(2 n_layer)), norms 1, biases 0. */
+int regc_model_init_random(regc_model *m, uint64_t seed);
+/* The flat forward graph for [batch, seq] token inputs, ending in the mean
+ * cross-entropy loss (its first output); one parameter tensor per model
+ * parameter. Its inputs are the architecture's: causal LMs take
+ * "input_ids" [B, T], "position_ids" [T] and "targets" [B, T] (i32); see
+ * regc_model_fill_inputs for what each architecture adds. */
+int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out);
+/* Write config.json and model.safetensors (HF names and layouts) into dir,
+ * creating it; each file is written atomically. Graph models write
+ * graph.json instead of config.json. */
+int regc_model_save(const regc_model *m, const char *dir);
+
+/* ======================================================================
+ * Safetensors files
+ * ====================================================================== */
+typedef struct {
+    char *name;
+    regc_dtype dtype;
+    int ndim;
+    int64_t shape[REGC_MAX_DIMS];
+    const float *data; /* fp32 host data to write */
+} regc_st_entry;
+
+typedef struct regc_st_file regc_st_file;
+/* Open and validate a .safetensors file (header length, JSON, offsets
+ * within the file). */
+int regc_st_open(const char *path, regc_st_file **out);
+void regc_st_close(regc_st_file *f);
+int regc_st_count(const regc_st_file *f);
+const char *regc_st_name(const regc_st_file *f, int i);
+int regc_st_find(const regc_st_file *f, const char *name); /* index or -1 */
+/* Read tensor i converted to fp32 (F32, BF16, F16 accepted), checking that
+ * its shape is exactly `shape`. */
+int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst);
+/* Write entries (fp32 data stored as F32) to path atomically. */
+int regc_st_write(const char *path, const regc_st_entry *entries, int n);
+/* What a model's graph is built from, as canonical bytes for the compile
+ * cache's keys: its architecture and structural config, or its graph's
+ * canonical form (parameter names left out). */
+int regc_model_write_structure(const regc_model *m, regc_bytes *b);
+
+/* ======================================================================
+ * Graph inputs of one training step
+ * ====================================================================== */
+typedef struct {
+    int64_t step;  /* batch index, from 0 */
+    int64_t batch, seq;
+    uint64_t seed; /* of anything drawn per batch (masked positions) */
+} regc_batch_spec;
+
+/* One graph input and its host buffer (numel x dtype size bytes). */
+typedef struct {
+    const regc_tensor *tensor;
+    void *host;
+    int filled;
+    /* set by the filler for an input that is the same for every batch
+     * (positions, rotary tables, buckets): it stays filled, and is neither
+     * recomputed nor copied to the device again */
+    int constant;
+} regc_input;
+
+/* Fill every input of m's training graph for one batch: token ids and
+ * targets from `data`, plus the architecture's own inputs (positions,
+ * rotary tables, relative-position buckets, masked positions). Constant
+ * inputs filled by an earlier call are kept. An input the architecture
+ * does not know is an error naming it. */
+int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
+                           const regc_batch_spec *b, int n, regc_input *in);
+
+#endif

@@ -1,0 +1,137 @@
+/* regc_region.h — the regional compiler: a model's training step
+ * (forward, backward) compiled into one program of backend calls, and the
+ * profile that times it.
+ *
+ * Pipeline: build the flat graph, detect the repeated layers, compile one
+ * region per layer kind and per piece of glue (or the whole graph as one
+ * region), lazy inline, inline back with the cross-layer passes and the
+ * global memory plan; the compile cache short-cuts any of it. */
+#ifndef REGC_REGION_H
+#define REGC_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "regc_backend.h"
+#include "regc_cache.h"
+#include "regc_common.h"
+#include "regc_graph.h"
+#include "regc_models.h"
+
+/* ======================================================================
+ * Executor (level O0): runs a graph node by node on a backend, allocating
+ * each activation when produced and freeing it after its last reader.
+ * ====================================================================== */
+typedef struct regc_exec regc_exec;
+int regc_exec_new(const regc_graph *g, regc_backend *be, regc_exec **out);
+void regc_exec_free(regc_exec *x);
+/* Make tensor t live in caller-owned device memory (parameters,
+ * gradients, inputs); such memory is never freed by the executor. */
+int regc_exec_bind(regc_exec *x, int tensor, void *device_ptr);
+/* Run every node; graph outputs and bound tensors stay readable after. */
+int regc_exec_run(regc_exec *x);
+/* Device pointer of a bound tensor or a graph output after run, else NULL. */
+void *regc_exec_tensor(regc_exec *x, int tensor);
+
+/* ======================================================================
+ * Compilation: the training step (forward, backward) as one program
+ * ====================================================================== */
+typedef enum {
+    REGC_LEVEL_O0, /* op by op, no fusion, allocation at run time */
+    REGC_LEVEL_O1, /* fusion, static memory plan, inline back with cross-layer passes */
+    REGC_LEVEL_O2, /* O1 plus whole-step capture; on the CPU the same as O1 */
+} regc_level;
+
+typedef struct {
+    int regional;         /* compile.use_regional_compilation (default 1) */
+    regc_level level;     /* compile.level (default O1) */
+    /* compile.inline_back (default 1): stamp the compiled regions into one
+     * flat step program; 0 runs the lazily-inlined program (prologue,
+     * CALL(region, instance) ..., epilogue) directly, the reference for
+     * inline back. O0 always runs lazily. */
+    int inline_back;
+    const char *dump_dir; /* compile.dump_graphs: NULL, or a directory */
+    /* The compile cache (regc_cache_open), or NULL. With a cache, a step
+     * compiled before loads whole, and a layer compiled before (for another
+     * depth, say) loads instead of compiling. Dumps always compile. */
+    regc_cache *cache;
+    /* The target, part of every cache key: regc_backend's device ("cpu",
+     * "cuda sm_90"); NULL is "cpu". */
+    const char *device;
+} regc_compile_options;
+
+void regc_compile_options_default(regc_compile_options *o);
+/* "O0", "O1", "O2" -> level, or -1 */
+int regc_level_from_name(const char *name);
+const char *regc_level_name(regc_level l);
+
+/* What compiling a step cost and gave. */
+typedef struct {
+    double build_ms;    /* the flat forward graph */
+    double detect_ms;   /* block detection (0 for full compilation) */
+    double compile_ms;  /* regions: extract, differentiate, passes, lowering, local plans */
+    double inline_ms;   /* lazy inline, inline back, cross-layer passes, global plan */
+    int region_kinds;   /* distinct repeated layers found */
+    int region_compiles; /* regions compiled: one per kind, or 1 for the whole graph */
+    int glue_compiles;  /* prologue, epilogue and the glue between runs */
+    int instances;      /* calls of compiled layers per pass */
+    int add_norm_fusions; /* residual add + next norm pairs fused across layers */
+    int64_t n_instructions; /* of the step program (forward + backward) */
+    int64_t peak_bytes;     /* of the activation memory plan (0 at O0) */
+    int64_t lower_bound_bytes; /* the most bytes live at any program point */
+    int memory_aware_order; /* 1: the reordered program had the lower peak and was kept */
+    int cache_hits;      /* compile-cache entries used: the step, or regions */
+    int cache_misses;    /* looked up, not usable, compiled and stored */
+    double cache_ms;     /* keying, reading and decoding cache entries */
+} regc_compile_stats;
+
+/* ======================================================================
+ * Profile: where the time of a run goes, summed per row (a kernel and its
+ * shape) and reported per run, largest first.
+ * ====================================================================== */
+#define REGC_PROFILE_LABEL 96 /* a row's label, terminator included */
+typedef struct regc_profile regc_profile;
+regc_profile *regc_profile_new(void); /* NULL when out of memory (error set) */
+void regc_profile_free(regc_profile *pr);
+/* Add one call of ms to the row named label; flop > 0 counts the row's
+ * arithmetic (GEMMs), reported as GFLOP/s. */
+int regc_profile_add(regc_profile *pr, const char *label, double ms, double flop);
+void regc_profile_count_run(regc_profile *pr);
+int regc_profile_runs(const regc_profile *pr);
+/* Rows in the order they were first added; ms, flop and calls summed over
+ * every run. */
+int regc_profile_n_rows(const regc_profile *pr);
+const char *regc_profile_row(const regc_profile *pr, int i, double *ms, double *flop, long *calls);
+/* The table: ms per run, share, calls per run, GFLOP/s, label; then the total. */
+int regc_profile_write(const regc_profile *pr, FILE *f);
+
+/* A compiled training step: forward, backward, parameter gradients into
+ * the gradient block. */
+typedef struct regc_program regc_program;
+
+/* Build m's graph for [batch, seq], then compile it as o says. Shapes only:
+ * m needs no weights. */
+int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
+                         const regc_compile_options *o, regc_program **out,
+                         regc_compile_stats *stats);
+void regc_program_free(regc_program *p);
+/* The graph inputs the step reads, in tensor order (as regc_model_fill_inputs fills them). */
+int regc_program_n_inputs(const regc_program *p);
+const regc_tensor *regc_program_input(const regc_program *p, int i);
+/* Bind device memory: the parameter and gradient blocks (model order) and
+ * one buffer per input; allocates the activation arena on be. */
+int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *grads,
+                      void *const *inputs);
+/* Run forward and backward; gradients land in the gradient block (every
+ * parameter's gradient is overwritten). */
+int regc_program_run(regc_program *p);
+/* Time every instruction of the runs that follow into pr (the backend
+ * synchronises after each one), or stop timing (NULL). pr is borrowed. */
+void regc_program_set_profile(regc_program *p, regc_profile *pr);
+/* Device pointer of the loss after a run. */
+const float *regc_program_loss(const regc_program *p);
+/* Write the step program as text (instructions and buffers). */
+void regc_program_dump(const regc_program *p, FILE *f);
+
+#endif
