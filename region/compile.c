@@ -5,30 +5,6 @@
 #include <string.h>
 
 #include "region_internal.h"
-#include "serial.h"
-
-void regc_compile_options_default(regc_compile_options *o)
-{
-    memset(o, 0, sizeof *o);
-    o->regional = 1;
-    o->level = REGC_LEVEL_O1;
-    o->inline_back = 1;
-}
-
-static const char *const level_names[] = {"O0", "O1", "O2"};
-
-int regc_level_from_name(const char *name)
-{
-    for (int i = 0; i < 3; i++)
-        if (name && !strcmp(name, level_names[i]))
-            return i;
-    return -1;
-}
-
-const char *regc_level_name(regc_level l)
-{
-    return (unsigned)l < 3 ? level_names[l] : "?";
-}
 
 /* ---------------------------------------------------------------- the pipeline */
 
@@ -157,114 +133,6 @@ static int plan_glue(pipeline *pl, int region, int *nodes, int n)
     return rc;
 }
 
-/* ---------------------------------------------------------------- the compile cache */
-
-static int use_cache(const regc_compile_options *o) { return o->cache && !o->dump_dir; }
-
-/* Every key starts with the target the code is compiled for. */
-static void put_target(regc_bytes *b, const regc_compile_options *o)
-{
-    regc_bytes_put_str(b, o->device ? o->device : "cpu");
-}
-
-/* One region: read from the cache when an entry for its canonical form is
- * there, else compiled (counted in *compiles) and stored. */
-static int region_cached(pipeline *pl, const regc_region_spec *spec, regc_level level,
-                         int *compiles, regc_compiled_region **out)
-{
-    const regc_compile_options *o = pl->o;
-    regc_bytes canon = {0}, payload = {0};
-    int rc = REGC_OK, hit = 0;
-    if (use_cache(o)) {
-        double t0 = regc_time_ms();
-        put_target(&canon, o);
-        if ((rc = regc_region_canon(pl->g, spec, level, &canon)) == REGC_OK)
-            hit = regc_cache_get(o->cache, &canon, &payload);
-        if (hit < 0)
-            rc = hit;
-        if (hit > 0) {
-            regc_reader rd = regc_reader_of(payload.data, payload.len);
-            hit = regc_region_read(&rd, out) == REGC_OK && rd.p == rd.end;
-            if (hit) { /* the kind's name in this step, not the one it was stored under */
-                free((*out)->name);
-                if (!((*out)->name = strdup(spec->name)))
-                    rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-            } else {
-                regc_compiled_region_free(*out);
-                *out = NULL;
-                fprintf(stderr, "regc: cache: region %s: malformed entry; compiling afresh\n", spec->name);
-            }
-        }
-        pl->st->cache_ms += regc_time_ms() - t0;
-    }
-    if (rc == REGC_OK && hit) {
-        pl->st->cache_hits++;
-    } else if (rc == REGC_OK) {
-        ++*compiles;
-        rc = regc_region_compile(pl->g, spec, level, out);
-        if (rc == REGC_OK && use_cache(o)) {
-            char label[160];
-            snprintf(label, sizeof label, "region: %d nodes, %d inputs, %d outputs, %s, %s",
-                     spec->n_nodes, spec->n_in, spec->n_out, regc_level_name(level),
-                     o->device ? o->device : "cpu");
-            regc_bytes_free(&payload);
-            regc_region_write(*out, &payload);
-            rc = payload.failed ? regc_error(REGC_ERR_MEMORY, "compile: out of memory")
-                                : regc_cache_put(o->cache, &canon, label, &payload);
-            pl->st->cache_misses++;
-        }
-    }
-    regc_bytes_free(&canon), regc_bytes_free(&payload);
-    return rc;
-}
-
-/* What decides a whole step program: the target, the options and the
- * model's structure at this batch and sequence. */
-static int step_canon(const regc_model *m, int64_t batch, int64_t seq, const regc_compile_options *o,
-                      regc_bytes *b)
-{
-    put_target(b, o);
-    regc_bytes_put_str(b, "step");
-    regc_bytes_put_u64(b, (uint64_t)o->level);
-    regc_bytes_put_u64(b, (uint64_t)(o->regional != 0));
-    regc_bytes_put_u64(b, (uint64_t)(o->inline_back && o->level != REGC_LEVEL_O0));
-    regc_bytes_put_i64(b, batch);
-    regc_bytes_put_i64(b, seq);
-    return regc_model_write_structure(m, b);
-}
-
-/* A step program stored earlier for the same canonical form: 1 and *out,
- * or 0 (a miss, also when the entry does not decode). */
-static int step_from_cache(const regc_compile_options *o, const regc_bytes *canon,
-                           regc_program **out, regc_compile_stats *st)
-{
-    regc_bytes payload = {0};
-    int hit = regc_cache_get(o->cache, canon, &payload);
-    if (hit > 0 && regc_program_read(payload.data, payload.len, out, st) != REGC_OK) {
-        fprintf(stderr, "regc: cache: %s; compiling afresh\n", regc_error_message());
-        hit = 0;
-    }
-    regc_bytes_free(&payload);
-    return hit;
-}
-
-static int step_to_cache(const regc_model *m, int64_t batch, int64_t seq, const regc_compile_options *o,
-                         const regc_bytes *canon, const regc_program *p, regc_compile_stats *st)
-{
-    char label[256];
-    snprintf(label, sizeof label, "step: %s, %lld parameters, batch %lld, seq %lld, %s, %s, %s",
-             regc_model_arch(m), (long long)regc_model_total_numel(m), (long long)batch,
-             (long long)seq, regc_level_name(o->level), o->regional ? "regional" : "full",
-             o->device ? o->device : "cpu");
-    regc_bytes payload = {0};
-    regc_program_write(p, st, &payload);
-    int rc = payload.failed ? regc_error(REGC_ERR_MEMORY, "compile: out of memory")
-                            : regc_cache_put(o->cache, canon, label, &payload);
-    regc_bytes_free(&payload);
-    st->cache_misses++;
-    return rc;
-}
-
 /* ---------------------------------------------------------------- regions */
 
 /* Compile region `region` from the pieces that instantiate it; the first
@@ -300,7 +168,7 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
                              .in = first->in, .out = first->out, .in_needs_grad = in_needs,
                              .in_seeded = seeded, .out_has_grad = out_grad, .name = name};
     regc_compiled_region *r;
-    if ((rc = region_cached(pl, &spec, level, compiles, &r)))
+    if ((rc = regc_compile_cached_region(pl->g, &spec, level, pl->o, pl->st, compiles, &r)))
         goto done;
     if ((rc = regc_program_add_region(prog, r)) >= 0)
         rc = REGC_OK;
@@ -395,72 +263,34 @@ static void pipeline_free(pipeline *pl)
 
 static int dump_all(const regc_program *p, const char *dir);
 
-int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
-                         const regc_compile_options *o, regc_program **out, regc_compile_stats *st)
+/* Compile graph g (taken: the program owns it from here on, and it is
+ * freed on failure), its parameter tensor t at byte param_offset[t] of the
+ * parameter and gradient blocks. */
+static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
+                         regc_program **out, regc_compile_stats *st)
 {
-    *out = NULL;
-    regc_compile_stats local;
-    if (!st)
-        st = &local;
-    memset(st, 0, sizeof *st);
-    regc_bytes canon = {0};
-    int rc = REGC_OK;
-    if (use_cache(o)) {
-        double c0 = regc_time_ms();
-        if ((rc = step_canon(m, batch, seq, o, &canon)) == REGC_OK &&
-            (rc = step_from_cache(o, &canon, out, st)) > 0) {
-            regc_bytes_free(&canon);
-            st->cache_hits = 1;
-            st->cache_ms = regc_time_ms() - c0;
-            return REGC_OK;
-        }
-        st->cache_ms = regc_time_ms() - c0;
-        if (rc < 0) {
-            regc_bytes_free(&canon);
-            return rc;
-        }
-    }
-    double t0 = regc_time_ms();
-    regc_graph *g = NULL;
-    if ((rc = regc_model_build_graph(m, batch, seq, &g))) {
-        regc_bytes_free(&canon);
-        return rc;
-    }
     if (regc_graph_n_outputs(g) < 1) {
         regc_graph_free(g);
-        regc_bytes_free(&canon);
         return regc_error(REGC_ERR_ARG, "model graph has no loss output");
     }
-    double t1 = regc_time_ms();
-    st->build_ms = t1 - t0;
     regc_program *prog = regc_program_new(g, o->level);
     if (!prog) {
         regc_graph_free(g);
-        regc_bytes_free(&canon);
         return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
     }
-    int n_t = regc_graph_n_tensors(g);
+    int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
-    int64_t *param_offset = calloc((size_t)n_t + 1, sizeof *param_offset);
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));
     pl.mark = malloc(((size_t)n_t + 1) * sizeof(int));
     pl.in_glue = calloc((size_t)regc_graph_n_nodes(g) + 1, 1);
     pl.needs = flat_needs(g);
     regc_blocks *blocks = NULL;
-    if (!param_offset || !pl.last_reader || !pl.mark || !pl.in_glue || !pl.needs) {
+    if (!pl.last_reader || !pl.mark || !pl.in_glue || !pl.needs) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
     for (int t = 0; t < n_t; t++)
         pl.last_reader[t] = -1, pl.mark[t] = -1;
-    for (int i = 0; i < regc_model_n_params(m); i++) {
-        int t = regc_graph_find_tensor(g, regc_model_param_name(m, i));
-        if (t < 0) {
-            rc = regc_error(REGC_ERR_ARG, "model graph has no parameter %s", regc_model_param_name(m, i));
-            goto done;
-        }
-        param_offset[t] = regc_model_param_offset(m, i) * (int64_t)sizeof(float);
-    }
     if (o->regional) {
         double d0 = regc_time_ms();
         if ((rc = regc_detect_blocks(g, &blocks)))
@@ -484,16 +314,141 @@ int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
     st->inline_ms = regc_time_ms() - l0;
     if (o->dump_dir && (rc = dump_all(prog, o->dump_dir)))
         goto done;
-    if (use_cache(o) && (rc = step_to_cache(m, batch, seq, o, &canon, prog, st)))
-        goto done;
     *out = prog;
     prog = NULL;
 done:
-    regc_bytes_free(&canon);
     regc_program_free(prog);
     regc_blocks_free(blocks);
     pipeline_free(&pl);
+    return rc;
+}
+
+/* A hit of the step's key: the program whole, with the stats it was
+ * compiled with. */
+static int step_from_cache(const regc_compile_options *o, const regc_bytes *canon, double c0,
+                           regc_program **out, regc_compile_stats *st)
+{
+    int hit = regc_compile_load_step(o, canon, out, st);
+    if (hit > 0)
+        st->cache_hits = 1;
+    st->cache_ms = regc_time_ms() - c0;
+    return hit;
+}
+
+int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
+                         const regc_compile_options *o, regc_program **out, regc_compile_stats *st)
+{
+    *out = NULL;
+    regc_compile_stats local;
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof *st);
+    regc_bytes canon = {0};
+    int rc = REGC_OK;
+    if (regc_compile_uses_cache(o)) {
+        double c0 = regc_time_ms();
+        regc_compile_step_key(o, &canon);
+        regc_bytes_put_i64(&canon, batch);
+        regc_bytes_put_i64(&canon, seq);
+        if ((rc = regc_model_write_structure(m, &canon)) == REGC_OK &&
+            (rc = step_from_cache(o, &canon, c0, out, st)) > 0) {
+            regc_bytes_free(&canon);
+            return REGC_OK;
+        }
+        if (rc < 0) {
+            st->cache_ms = regc_time_ms() - c0;
+            regc_bytes_free(&canon);
+            return rc;
+        }
+    }
+    double t0 = regc_time_ms();
+    regc_graph *g = NULL;
+    if ((rc = regc_model_build_graph(m, batch, seq, &g))) {
+        regc_bytes_free(&canon);
+        return rc;
+    }
+    st->build_ms = regc_time_ms() - t0;
+    int n_t = regc_graph_n_tensors(g);
+    int64_t *param_offset = calloc((size_t)n_t + 1, sizeof *param_offset);
+    if (!param_offset) {
+        regc_graph_free(g);
+        regc_bytes_free(&canon);
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    }
+    for (int i = 0; i < regc_model_n_params(m); i++) {
+        int t = regc_graph_find_tensor(g, regc_model_param_name(m, i));
+        if (t < 0) {
+            regc_graph_free(g);
+            free(param_offset);
+            regc_bytes_free(&canon);
+            return regc_error(REGC_ERR_ARG, "model graph has no parameter %s",
+                              regc_model_param_name(m, i));
+        }
+        param_offset[t] = regc_model_param_offset(m, i) * (int64_t)sizeof(float);
+    }
+    rc = compile_graph(g, param_offset, o, out, st);
     free(param_offset);
+    if (rc == REGC_OK && regc_compile_uses_cache(o)) {
+        char what[200];
+        snprintf(what, sizeof what, "%s, %lld parameters, batch %lld, seq %lld", regc_model_arch(m),
+                 (long long)regc_model_total_numel(m), (long long)batch, (long long)seq);
+        if ((rc = regc_compile_store_step(o, &canon, what, *out, st))) {
+            regc_program_free(*out);
+            *out = NULL;
+        }
+    }
+    regc_bytes_free(&canon);
+    return rc;
+}
+
+int regc_program_compile_graph(regc_graph *g, const regc_compile_options *o, regc_program **out,
+                               regc_compile_stats *st)
+{
+    *out = NULL;
+    regc_compile_stats local;
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof *st);
+    regc_bytes canon = {0};
+    int rc = REGC_OK;
+    if (regc_compile_uses_cache(o)) {
+        double c0 = regc_time_ms();
+        regc_compile_step_key(o, &canon);
+        if ((rc = regc_graph_canon(g, &canon)) == REGC_OK &&
+            (rc = step_from_cache(o, &canon, c0, out, st)) > 0) {
+            regc_graph_free(g);
+            regc_bytes_free(&canon);
+            return REGC_OK;
+        }
+        if (rc < 0) {
+            st->cache_ms = regc_time_ms() - c0;
+            regc_graph_free(g);
+            regc_bytes_free(&canon);
+            return rc;
+        }
+    }
+    /* the parameters in tensor order, each at the next 4-byte float */
+    int n_t = regc_graph_n_tensors(g);
+    int64_t *param_offset = calloc((size_t)n_t + 1, sizeof *param_offset);
+    if (!param_offset) {
+        regc_graph_free(g);
+        regc_bytes_free(&canon);
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    }
+    int64_t at = 0;
+    for (int t = 0; t < n_t; t++) {
+        const regc_tensor *x = regc_graph_tensor(g, t);
+        if (x->role == REGC_ROLE_PARAM)
+            param_offset[t] = at, at += regc_tensor_numel(x) * (int64_t)sizeof(float);
+    }
+    rc = compile_graph(g, param_offset, o, out, st);
+    free(param_offset);
+    if (rc == REGC_OK && regc_compile_uses_cache(o) &&
+        (rc = regc_compile_store_step(o, &canon, "graph", *out, st))) {
+        regc_program_free(*out);
+        *out = NULL;
+    }
+    regc_bytes_free(&canon);
     return rc;
 }
 

@@ -20,21 +20,6 @@
 #include "regc_models.h"
 
 /* ======================================================================
- * Executor (level O0): runs a graph node by node on a backend, allocating
- * each activation when produced and freeing it after its last reader.
- * ====================================================================== */
-typedef struct regc_exec regc_exec;
-int regc_exec_new(const regc_graph *g, regc_backend *be, regc_exec **out);
-void regc_exec_free(regc_exec *x);
-/* Make tensor t live in caller-owned device memory (parameters,
- * gradients, inputs); such memory is never freed by the executor. */
-int regc_exec_bind(regc_exec *x, int tensor, void *device_ptr);
-/* Run every node; graph outputs and bound tensors stay readable after. */
-int regc_exec_run(regc_exec *x);
-/* Device pointer of a bound tensor or a graph output after run, else NULL. */
-void *regc_exec_tensor(regc_exec *x, int tensor);
-
-/* ======================================================================
  * Compilation: the training step (forward, backward) as one program
  * ====================================================================== */
 typedef enum {
@@ -115,6 +100,12 @@ typedef struct regc_program regc_program;
 int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
                          const regc_compile_options *o, regc_program **out,
                          regc_compile_stats *stats);
+/* Compile a flat forward graph whose first output is a scalar loss, as o
+ * says; g is taken (freed on failure too). Its parameters lie in the
+ * parameter and gradient blocks in tensor order, each one's floats after
+ * the previous one's. */
+int regc_program_compile_graph(regc_graph *g, const regc_compile_options *o, regc_program **out,
+                               regc_compile_stats *st);
 void regc_program_free(regc_program *p);
 /* The graph inputs the step reads, in tensor order (as regc_model_fill_inputs fills them). */
 int regc_program_n_inputs(const regc_program *p);

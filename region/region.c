@@ -199,15 +199,19 @@ static int assign_slots(regc_compiled_region *r, const int *in_t, const int *out
 
 /* A region tensor whose gradient must land in a DIN slot but that is not
  * produced by a backward node (an output's incoming gradient passed
- * straight through, as a residual add does) gets a copy node. */
+ * straight through, as a residual add does) gets a copy node; so does a
+ * gradient that is already another formal's (add(a, b) of two formals:
+ * both gradients are the same tensor, and each DIN slot needs its own). */
 static int add_passthrough_copies(regc_compiled_region *r, int *din_t)
 {
     regc_graph *rg = r->graph;
     for (int k = 0; k < r->n_in; k++) {
         if (din_t[k] < 0)
             continue;
-        int producer = regc_graph_tensor(rg, din_t[k])->producer;
-        if (producer >= r->n_fwd_nodes)
+        int producer = regc_graph_tensor(rg, din_t[k])->producer, shared = 0;
+        for (int j = 0; j < k; j++)
+            shared |= din_t[j] == din_t[k];
+        if (producer >= r->n_fwd_nodes && !shared)
             continue;
         const regc_tensor *t = regc_graph_tensor(rg, din_t[k]);
         int64_t shape[REGC_MAX_DIMS];

@@ -21,4 +21,23 @@ int regc_fuse_add_norm(regc_instr *ins, int *n);
  * instructions name. Returns the number fused. */
 int regc_fuse_embed_bwd_add(regc_instr *ins, int *n, const regc_buf *bufs);
 
+/* ---- the compile cache's glue (region/compile_cache.c) */
+/* Is the cache read and written? (Dumps always compile afresh.) */
+int regc_compile_uses_cache(const regc_compile_options *o);
+/* One region: loaded when the cache holds its canonical form, else
+ * compiled (counted in *compiles) and stored. */
+int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec, regc_level level,
+                               const regc_compile_options *o, regc_compile_stats *st,
+                               int *compiles, regc_compiled_region **out);
+/* The start of a step's key: the target and the options that change the
+ * program; the caller appends what the graph is built from. */
+void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b);
+/* 1 and *out (with the stats it was compiled with) on a hit; 0 on a miss,
+ * also when the entry does not decode. */
+int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *canon,
+                           regc_program **out, regc_compile_stats *st);
+/* Store p under canon; `what` describes the step in the entry's label. */
+int regc_compile_store_step(const regc_compile_options *o, const regc_bytes *canon,
+                            const char *what, const regc_program *p, regc_compile_stats *st);
+
 #endif

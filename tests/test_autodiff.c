@@ -1,11 +1,15 @@
 /* test_autodiff.c — every backward rule against central finite differences.
  *
- * Each case builds y = op(inputs) on float inputs, asks autodiff for the
- * vector-Jacobian product with a random dy, and checks d/dx_j of
- * f(x) = sum(dy * y(x)) at sampled elements j of every float input. The
- * forward and backward run through the real executor and CPU kernels.
- * Inputs named "const_..." (RoPE's cos and sin tables) are filled but are
- * constants by definition: autodiff must give them no gradient. */
+ * Each case builds y = op(x...) and the scalar f = sum(dy * y) for a random
+ * dy, compiles that graph into a training step with the real compiler
+ * (regc_program_compile_graph) and runs it on the CPU backend: the step's
+ * gradient of f with respect to each x is autodiff's vector-Jacobian
+ * product with dy, checked against (f(x + e) - f(x - e)) / 2e at sampled
+ * elements of every x, the values of f coming from the same program's
+ * forward pass. Every case runs at O0 (one kernel per op) and at O1 (the
+ * passes and fusions). The float operands x are the graph's parameters;
+ * inputs named "const_..." (RoPE's cos and sin tables) stay graph inputs,
+ * constants by definition, and autodiff must give them no gradient. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,15 +20,19 @@
 
 #include <cmocka.h>
 
+#include "regc_backend.h"
 #include "regc_region.h"
 
 #define VOCAB 5 /* every int input holds ids < VOCAB */
 
 typedef int (*build_fn)(regc_graph *g);
 
+/* A float operand: a parameter (it receives a gradient), except the
+ * "const_" tables, which are graph inputs. */
 static int input(regc_graph *g, const char *name, int ndim, const int64_t *shape)
 {
-    return regc_graph_add_tensor(g, name, REGC_F32, REGC_ROLE_INPUT, ndim, shape);
+    regc_role role = strncmp(name, "const_", 6) == 0 ? REGC_ROLE_INPUT : REGC_ROLE_PARAM;
+    return regc_graph_add_tensor(g, name, REGC_F32, role, ndim, shape);
 }
 
 static int ids(regc_graph *g, const char *name, int ndim, const int64_t *shape)
@@ -34,112 +42,164 @@ static int ids(regc_graph *g, const char *name, int ndim, const int64_t *shape)
 
 /* ---- the harness */
 
+/* f = sum(dy * y) as graph ops: [1, n] x [n, 1], reshaped to a scalar. */
+static int add_objective(regc_graph *g, int y)
+{
+    const regc_tensor *ty = regc_graph_tensor(g, y);
+    int64_t n = regc_tensor_numel(ty), shape[REGC_MAX_DIMS];
+    memcpy(shape, ty->shape, sizeof shape);
+    int dy = regc_graph_add_tensor(g, "dy", REGC_F32, REGC_ROLE_INPUT, ty->ndim, shape);
+    assert_true(dy >= 0);
+    int row = regc_graph_reshape(g, y, 2, (int64_t[]){1, n});
+    int col = regc_graph_reshape(g, dy, 2, (int64_t[]){n, 1});
+    int f = regc_graph_reshape(g, regc_graph_matmul(g, row, col, 0, 0), 0, (int64_t[]){1});
+    assert_true(f >= 0);
+    assert_int_equal(regc_graph_mark_output(g, f), REGC_OK);
+    return f;
+}
+
+/* The rule's own contract, on the graph: every parameter gets a gradient
+ * (each reaches y in these cases), no "const_" input does. */
+static void check_structure(build_fn build, const char *what)
+{
+    regc_graph *g = regc_graph_new();
+    int y = build(g);
+    assert_true(y >= 0);
+    const regc_tensor *ty = regc_graph_tensor(g, y);
+    int64_t shape[REGC_MAX_DIMS];
+    memcpy(shape, ty->shape, sizeof shape);
+    int dy = regc_graph_add_tensor(g, "dy", REGC_F32, REGC_ROLE_INPUT, ty->ndim, shape);
+    int n_fwd = regc_graph_n_tensors(g);
+    int *grad_of = malloc((size_t)n_fwd * sizeof *grad_of);
+    assert_int_equal(regc_autodiff_vjp(g, y, dy, grad_of), REGC_OK);
+    for (int t = 0; t < n_fwd; t++) {
+        const regc_tensor *x = regc_graph_tensor(g, t);
+        if (x->role == REGC_ROLE_PARAM && grad_of[t] < 0)
+            fail_msg("%s: parameter %s received no gradient", what, x->name);
+        if (strncmp(x->name, "const_", 6) == 0 && grad_of[t] >= 0)
+            fail_msg("%s: constant %s received a gradient", what, x->name);
+    }
+    free(grad_of);
+    regc_graph_free(g);
+}
+
 typedef struct {
-    regc_graph *g;
+    regc_program *p;
     regc_backend *be;
-    regc_exec *x;
-    int y, dy;
-    int *grad_of;
-    float **data; /* [n_tensors] host buffers of inputs */
+    float *params, *grads; /* the parameter blocks, in tensor order */
 } fd_case;
 
 static double objective(fd_case *c)
 {
-    assert_int_equal(regc_exec_run(c->x), REGC_OK);
-    const float *y = regc_exec_tensor(c->x, c->y);
-    const float *dy = c->data[c->dy];
-    int64_t n = regc_tensor_numel(regc_graph_tensor(c->g, c->y));
-    double f = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        f += (double)dy[i] * (double)y[i];
-    return f;
+    assert_int_equal(regc_program_run(c->p), REGC_OK);
+    return (double)*regc_program_loss(c->p);
+}
+
+static void fill_input(const regc_tensor *t, void *data, uint64_t seed)
+{
+    int64_t n = regc_tensor_numel(t);
+    if (t->dtype == REGC_I32) {
+        int32_t *v = data;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (int32_t)((i * 3 + 1) % VOCAB);
+        if (strcmp(t->name, "targets") == 0 && n > 1)
+            v[1] = -1; /* an ignored position */
+    } else {
+        regc_rng_fill_uniform(data, (size_t)n, seed, 0.0f, 1.0f);
+    }
+}
+
+static void check_case_at(build_fn build, const char *what, regc_level level)
+{
+    regc_graph *g = regc_graph_new();
+    int y = build(g);
+    assert_true(y >= 0);
+    add_objective(g, y);
+    /* the parameters' places in the blocks, in tensor order, and their
+     * values; the graph goes to the compiler */
+    int n_t = regc_graph_n_tensors(g), n_param = 0;
+    int64_t *offset = calloc((size_t)n_t, sizeof *offset), total = 0;
+    int *param = malloc((size_t)n_t * sizeof *param);
+    char **name = calloc((size_t)n_t, sizeof *name);
+    for (int t = 0; t < n_t; t++) {
+        const regc_tensor *x = regc_graph_tensor(g, t);
+        if (x->role != REGC_ROLE_PARAM)
+            continue;
+        param[n_param++] = t;
+        name[t] = strdup(x->name);
+        offset[t] = total;
+        total += regc_tensor_numel(x);
+    }
+    fd_case c = {0};
+    c.params = malloc((size_t)total * sizeof(float));
+    c.grads = malloc((size_t)total * sizeof(float));
+    for (int i = 0; i < n_param; i++) {
+        int t = param[i];
+        regc_rng_fill_uniform(c.params + offset[t], (size_t)regc_tensor_numel(regc_graph_tensor(g, t)),
+                              regc_rng_substream(42, (uint64_t)t), 0.0f, 1.0f);
+    }
+    int64_t *numel = calloc((size_t)n_t, sizeof *numel);
+    for (int t = 0; t < n_t; t++)
+        numel[t] = regc_tensor_numel(regc_graph_tensor(g, t));
+
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.regional = 0;
+    o.level = level;
+    assert_int_equal(regc_program_compile_graph(g, &o, &c.p, NULL), REGC_OK);
+    int n_in = regc_program_n_inputs(c.p);
+    void **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
+    for (int i = 0; i < n_in; i++) {
+        const regc_tensor *t = regc_program_input(c.p, i);
+        inputs[i] = malloc((size_t)regc_tensor_bytes(t));
+        fill_input(t, inputs[i], regc_rng_substream(43, (uint64_t)i));
+    }
+    c.be = regc_backend_cpu_new(1);
+    assert_non_null(c.be);
+    assert_int_equal(regc_program_bind(c.p, c.be, c.params, c.grads, inputs), REGC_OK);
+
+    (void)objective(&c);
+    float *grad = malloc((size_t)total * sizeof *grad);
+    memcpy(grad, c.grads, (size_t)total * sizeof *grad);
+    int checked = 0;
+    for (int i = 0; i < n_param; i++) {
+        int t = param[i];
+        float *x = c.params + offset[t];
+        const float *gx = grad + offset[t];
+        int64_t n = numel[t], stride = n > 24 ? n / 24 : 1;
+        for (int64_t j = 0; j < n; j += stride) {
+            const float eps = 5e-3f;
+            float saved = x[j];
+            x[j] = saved + eps;
+            double fp = objective(&c);
+            x[j] = saved - eps;
+            double fm = objective(&c);
+            x[j] = saved;
+            double numeric = (fp - fm) / (2.0 * eps);
+            double err = fabs(numeric - gx[j]);
+            if (err > 5e-3 + 2e-2 * fabs(numeric))
+                fail_msg("%s at %s: d/d %s[%lld]: autodiff %.6g, finite difference %.6g", what,
+                         regc_level_name(level), name[t], (long long)j, gx[j], numeric);
+            checked++;
+        }
+    }
+    assert_true(checked > 0);
+
+    for (int i = 0; i < n_in; i++)
+        free(inputs[i]);
+    for (int t = 0; t < n_t; t++)
+        free(name[t]);
+    free(inputs), free(name), free(param), free(offset), free(numel), free(grad);
+    free(c.params), free(c.grads);
+    regc_program_free(c.p);
+    regc_backend_free(c.be);
 }
 
 static void check_case(build_fn build, const char *what)
 {
-    fd_case c;
-    memset(&c, 0, sizeof c);
-    c.g = regc_graph_new();
-    c.y = build(c.g);
-    assert_true(c.y >= 0);
-    const regc_tensor *ty = regc_graph_tensor(c.g, c.y);
-    int64_t yshape[REGC_MAX_DIMS];
-    memcpy(yshape, ty->shape, sizeof yshape);
-    c.dy = input(c.g, "dy", ty->ndim, yshape);
-    int n_fwd = regc_graph_n_tensors(c.g);
-    c.grad_of = malloc((size_t)n_fwd * sizeof *c.grad_of);
-    assert_int_equal(regc_autodiff_vjp(c.g, c.y, c.dy, c.grad_of), REGC_OK);
-    regc_graph_mark_output(c.g, c.y);
-    for (int t = 0; t < n_fwd; t++)
-        if (c.grad_of[t] >= 0)
-            regc_graph_mark_output(c.g, c.grad_of[t]);
-
-    c.be = regc_backend_cpu_new(1);
-    assert_non_null(c.be);
-    assert_int_equal(regc_exec_new(c.g, c.be, &c.x), REGC_OK);
-    c.data = calloc((size_t)n_fwd, sizeof *c.data);
-    for (int t = 0; t < n_fwd; t++) {
-        const regc_tensor *tt = regc_graph_tensor(c.g, t);
-        if (tt->role != REGC_ROLE_INPUT)
-            continue;
-        int64_t n = regc_tensor_numel(tt);
-        c.data[t] = malloc((size_t)n * sizeof(float));
-        if (tt->dtype == REGC_I32) {
-            int32_t *v = (int32_t *)c.data[t];
-            for (int64_t i = 0; i < n; i++)
-                v[i] = (int32_t)((i * 3 + 1) % VOCAB);
-            if (strcmp(tt->name, "targets") == 0 && n > 1)
-                v[1] = -1; /* an ignored position */
-        } else {
-            regc_rng_fill_uniform(c.data[t], (size_t)n, regc_rng_substream(42, (uint64_t)t), 0.0f,
-                                  1.0f);
-        }
-        regc_exec_bind(c.x, t, c.data[t]);
-    }
-
-    int checked = 0;
-    for (int t = 0; t < n_fwd; t++) {
-        const regc_tensor *tt = regc_graph_tensor(c.g, t);
-        if (tt->role != REGC_ROLE_INPUT || tt->dtype != REGC_F32 || t == c.dy)
-            continue;
-        if (strncmp(tt->name, "const_", 6) == 0) {
-            if (c.grad_of[t] >= 0)
-                fail_msg("%s: constant %s received a gradient", what, tt->name);
-            continue;
-        }
-        assert_true(c.grad_of[t] >= 0); /* every float input reaches y in these cases */
-        int64_t n = regc_tensor_numel(tt);
-        (void)objective(&c);
-        int64_t ng = n;
-        float *grad = malloc((size_t)ng * sizeof *grad);
-        memcpy(grad, regc_exec_tensor(c.x, c.grad_of[t]), (size_t)ng * sizeof *grad);
-        int64_t stride = n > 24 ? n / 24 : 1;
-        for (int64_t j = 0; j < n; j += stride) {
-            const float eps = 5e-3f;
-            float saved = c.data[t][j];
-            c.data[t][j] = saved + eps;
-            double fp = objective(&c);
-            c.data[t][j] = saved - eps;
-            double fm = objective(&c);
-            c.data[t][j] = saved;
-            double numeric = (fp - fm) / (2.0 * eps);
-            double err = fabs(numeric - grad[j]);
-            if (err > 5e-3 + 2e-2 * fabs(numeric))
-                fail_msg("%s: d/d %s[%lld]: autodiff %.6g, finite difference %.6g", what,
-                         tt->name, (long long)j, grad[j], numeric);
-            checked++;
-        }
-        free(grad);
-    }
-    assert_true(checked > 0);
-
-    for (int t = 0; t < n_fwd; t++)
-        free(c.data[t]);
-    free(c.data);
-    free(c.grad_of);
-    regc_exec_free(c.x);
-    regc_backend_free(c.be);
-    regc_graph_free(c.g);
+    check_structure(build, what);
+    check_case_at(build, what, REGC_LEVEL_O0);
+    check_case_at(build, what, REGC_LEVEL_O1);
 }
 
 /* ---- one builder per rule */

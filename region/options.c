@@ -1,0 +1,28 @@
+/* options.c — the compile options' defaults and the levels' names, which
+ * the driver, the step program's dump and the cache's labels all use. */
+#include <string.h>
+
+#include "regc_region.h"
+
+void regc_compile_options_default(regc_compile_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->regional = 1;
+    o->level = REGC_LEVEL_O1;
+    o->inline_back = 1;
+}
+
+static const char *const level_names[] = {"O0", "O1", "O2"};
+
+int regc_level_from_name(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (name && !strcmp(name, level_names[i]))
+            return i;
+    return -1;
+}
+
+const char *regc_level_name(regc_level l)
+{
+    return (unsigned)l < 3 ? level_names[l] : "?";
+}
