@@ -242,6 +242,9 @@ struct regc_backend {
 /* The CPU backend (OpenMP; its own AVX-512 GEMM, else OpenBLAS). threads <= 0:
  * OMP_NUM_THREADS or all cores. */
 regc_backend *regc_backend_cpu_new(int threads);
+/* Which GEMM the CPU backend runs: "regc's AVX-512 kernel" where the
+ * build targets AVX-512, else "OpenBLAS". */
+const char *regc_backend_cpu_gemm_name(void);
 /* The CUDA backend; NULL with a message when regc was built without CUDA
  * or no device can be used. */
 regc_backend *regc_backend_cuda_new(int device);

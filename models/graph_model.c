@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "model_internal.h"
-#include "serial.h"
 
 typedef struct {
     regc_graph *graph; /* as read; build_graph hands out copies */

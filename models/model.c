@@ -13,7 +13,6 @@
 #include <sys/types.h>
 
 #include "model_internal.h"
-#include "serial.h"
 
 static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama, &regc_arch_bert,
                                                &regc_arch_t5};

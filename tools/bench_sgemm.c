@@ -18,7 +18,6 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include "cpu/cpu_kernels.h" /* REGC_CPU_OWN_SGEMM */
 #include "regc_backend.h"
 #include "regc_common.h"
 
@@ -129,12 +128,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_sgemm: %s\n", regc_error_message());
             return 1;
         }
-        printf("regc cpu backend GEMM (%s), threads %d, best of %d\n",
-#ifdef REGC_CPU_OWN_SGEMM
-               "regc's AVX-512 kernel",
-#else
-               "OpenBLAS",
-#endif
+        printf("regc cpu backend GEMM (%s), threads %d, best of %d\n", regc_backend_cpu_gemm_name(),
                threads > 0 ? threads : omp_get_max_threads(), repeat);
     } else {
         if (threads > 0)

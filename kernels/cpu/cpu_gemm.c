@@ -217,3 +217,12 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
         cpu_apply_epilogue(g, threads);
     return REGC_OK;
 }
+
+const char *regc_backend_cpu_gemm_name(void)
+{
+#ifdef REGC_CPU_OWN_SGEMM
+    return "regc's AVX-512 kernel";
+#else
+    return "OpenBLAS";
+#endif
+}
