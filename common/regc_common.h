@@ -60,6 +60,16 @@ int regc_make_dirs(const char *dir);
 /* Join a directory and a file name into buf (always NUL-terminated). */
 int regc_path_join(char *buf, size_t cap, const char *dir, const char *name);
 
+/* ---- numbers from text (common/text.c) -----------------------------------
+ * The whole text must be the number: plain decimal digits for integers (a
+ * leading '-' only when min < 0), a finite decimal for floats. 0 on
+ * success, a negative value (and *out untouched) otherwise. */
+int regc_text_to_i64(const char *text, int64_t min, int64_t max, int64_t *out);
+int regc_text_to_u64(const char *text, uint64_t *out); /* all of uint64 */
+/* > 0 when positive, else >= 0, and at most 3e38; -2 when a positive value
+ * is too small for a float (it would round to 0). */
+int regc_text_to_float(const char *text, int positive, float *out);
+
 /* ---- time --------------------------------------------------------------- */
 double regc_time_ms(void); /* monotonic milliseconds */
 

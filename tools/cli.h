@@ -18,10 +18,6 @@ int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * a usage error is printed and a non-zero value returned. */
 int parse_int(const char *flag, const char *text, long long min, long long max,
               const char *what, long long *out);
-int parse_u64(const char *flag, const char *text, uint64_t *out);
-int parse_float(const char *flag, const char *text, int positive, float *out);
-/* "on" / "off" */
-int parse_switch(const char *flag, const char *text, int *out);
 /* The flag name of argv[i] into flag and its value ("--flag=value" or
  * "--flag value"), or NULL when it has none. */
 const char *split_flag(int argc, char **argv, int i, char *flag, size_t cap);

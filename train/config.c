@@ -1,5 +1,6 @@
 /* config.c — the training config file: {"compile": {...}, "train": {...}}.
  *
+ * The keys, their types and ranges are the option table's (options.c).
  * The file is checked whole when loaded, so a typo fails before any work
  * starts rather than being silently ignored: every message names the file
  * and the full key path ("cfg.json: train.batch: ...") and says what was
@@ -15,23 +16,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "regc_train.h"
+#include "options.h"
 #include "regc_common.h"
 
 struct regc_config {
-    /* compile: -1 / NULL where the file leaves the key unset */
-    int regional, inline_back, level;
-    char *backend, *dump_dir;
-    int has_cache_dir; /* cache_dir given: a directory, or null for no cache */
-    char *cache_dir;
-    int64_t cache_max_mb; /* -1: unset */
-    /* train */
-    char *model, *weights, *data, *save;
-    int64_t steps, batch, seq, threads; /* -1: unset */
-    int has_seed, has_lr, has_weight_decay;
-    uint64_t seed;
-    double lr, weight_decay;
-    int json; /* -1: unset */
+    regc_train_settings s; /* the file's values; its strings are owned here */
+    char set[REGC_OPTION_MAX]; /* set[k]: the file gives regc_option_table[k] */
 };
 
 /* Seeds go through a double in cJSON: above 2^53 - 1 two different seeds
@@ -98,76 +88,6 @@ static int expected(const load_ctx *x, const char *key, const cJSON *it, const c
     return regc_error(REGC_ERR_FORMAT, "%s: %s: expected %s, got %s", x->file, key, what, got);
 }
 
-static int read_bool(const load_ctx *x, const char *key, const cJSON *it, int *out)
-{
-    if (!cJSON_IsBool(it))
-        return expected(x, key, it, "true or false");
-    *out = cJSON_IsTrue(it) ? 1 : 0;
-    return REGC_OK;
-}
-
-/* null means unset; an empty string is never a meaningful path or name. */
-static int read_string(const load_ctx *x, const char *key, const cJSON *it, char **out)
-{
-    if (cJSON_IsNull(it)) {
-        free(*out);
-        *out = NULL;
-        return REGC_OK;
-    }
-    if (!cJSON_IsString(it) || !it->valuestring[0])
-        return expected(x, key, it, "a non-empty string or null");
-    char *s = strdup(it->valuestring);
-    if (!s)
-        return regc_error(REGC_ERR_MEMORY, "%s: %s: out of memory", x->file, key);
-    free(*out);
-    *out = s;
-    return REGC_OK;
-}
-
-/* A whole number in [lo, hi]; `what` describes the range for the message. */
-static int read_int(const load_ctx *x, const char *key, const cJSON *it, int64_t lo, int64_t hi,
-                    const char *what, int64_t *out)
-{
-    if (!cJSON_IsNumber(it))
-        return expected(x, key, it, what);
-    double d = it->valuedouble;
-    /* The comparison against hi is done in double before converting, so a
-     * huge value never reaches an out-of-range int64 conversion. */
-    if (!(d >= (double)lo && d <= (double)hi) || d != floor(d))
-        return expected(x, key, it, what);
-    *out = (int64_t)d;
-    return REGC_OK;
-}
-
-static int read_seed(const load_ctx *x, const char *key, const cJSON *it, uint64_t *out)
-{
-    const char *what = "an integer from 0 to 2^53 - 1 (9007199254740991)";
-    if (!cJSON_IsNumber(it))
-        return expected(x, key, it, what);
-    double d = it->valuedouble;
-    if (!(d >= 0.0 && d <= SEED_MAX) || d != floor(d))
-        return expected(x, key, it, what);
-    *out = (uint64_t)d;
-    return REGC_OK;
-}
-
-/* Finite and representable as a float (the optimizer's precision): > 0
- * when `positive`, else >= 0. */
-static int read_float(const load_ctx *x, const char *key, const cJSON *it, int positive,
-                      double *out)
-{
-    const char *what = positive ? "a finite number > 0" : "a finite number >= 0";
-    if (!cJSON_IsNumber(it))
-        return expected(x, key, it, what);
-    double d = it->valuedouble;
-    if (!isfinite(d) || d > FLT_MAX || (positive ? !(d > 0.0) : !(d >= 0.0)))
-        return expected(x, key, it, what);
-    if (positive && (float)d == 0.0f)
-        return expected(x, key, it, "a number > 0 that a float can hold (>= 1e-45)");
-    *out = d;
-    return REGC_OK;
-}
-
 /* Full key path "section.name", printable, for messages. */
 static void key_path(char *buf, size_t cap, const char *section, const cJSON *it)
 {
@@ -189,94 +109,93 @@ static int check_duplicate(const load_ctx *x, const cJSON *obj, const cJSON *it,
     return REGC_OK;
 }
 
-static int read_compile(const load_ctx *x, const cJSON *obj)
+/* One value for row o, into c->s; null unsets a string (or, where the row
+ * says so, sets it to NULL). */
+static int read_value(const load_ctx *x, const regc_option *o, const char *key, const cJSON *it)
 {
     regc_config *c = x->c;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, obj)
-    {
-        char key[128];
-        key_path(key, sizeof key, "compile", it);
-        int rc = check_duplicate(x, obj, it, key);
-        const char *k = it->string ? it->string : "";
-        if (rc)
-            return rc;
-        if (!strcmp(k, "use_regional_compilation")) {
-            rc = read_bool(x, key, it, &c->regional);
-        } else if (!strcmp(k, "inline_back")) {
-            rc = read_bool(x, key, it, &c->inline_back);
-        } else if (!strcmp(k, "level")) {
-            int l = cJSON_IsString(it) ? regc_level_from_name(it->valuestring) : -1;
-            if (l < 0 && !cJSON_IsNull(it)) /* null: unset, like every string key */
-                return expected(x, key, it, "\"O0\", \"O1\" or \"O2\"");
-            c->level = l;
-        } else if (!strcmp(k, "backend")) {
-            if (!cJSON_IsNull(it) && !(cJSON_IsString(it) && (!strcmp(it->valuestring, "cpu") ||
-                                                              !strcmp(it->valuestring, "cuda"))))
-                return expected(x, key, it, "\"cpu\", \"cuda\" or null");
-            rc = read_string(x, key, it, &c->backend);
-        } else if (!strcmp(k, "dump_graphs")) {
-            rc = read_string(x, key, it, &c->dump_dir);
-        } else if (!strcmp(k, "cache_dir")) {
-            c->has_cache_dir = 1;
-            rc = read_string(x, key, it, &c->cache_dir);
-        } else if (!strcmp(k, "cache_max_mb")) {
-            rc = read_int(x, key, it, 1, INT64_C(1) << 40, "an integer >= 1 (megabytes)",
-                          &c->cache_max_mb);
-        } else {
-            return regc_error(REGC_ERR_FORMAT, "%s: %s: unknown key", x->file, key);
+    void *f = regc_option_field(o, &c->s);
+    char what[160];
+    regc_option_describe(o, 1, what, sizeof what);
+    double d = cJSON_IsNumber(it) ? it->valuedouble : 0.0;
+    switch (o->type) {
+    case OPT_STRING:
+    case OPT_BACKEND: {
+        char **str = f;
+        free(*str);
+        *str = NULL;
+        if (cJSON_IsNull(it))
+            return (o->flags & OPT_NULL_SETS) ? 1 : 0;
+        if (!cJSON_IsString(it) || !it->valuestring[0])
+            return expected(x, key, it, what);
+        if (o->type == OPT_BACKEND) {
+            const char *v = it->valuestring;
+            int64_t dev;
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") &&
+                (strncmp(v, "cuda:", 5) || regc_text_to_i64(v + 5, 0, 1024, &dev)))
+                return expected(x, key, it, what);
         }
-        if (rc)
-            return rc;
+        if (!(*str = strdup(it->valuestring)))
+            return regc_error(REGC_ERR_MEMORY, "%s: %s: out of memory", x->file, key);
+        return 1;
     }
-    return REGC_OK;
+    case OPT_INT:
+        /* compared in double first, so a huge value never reaches an
+         * out-of-range int64 conversion */
+        if (!cJSON_IsNumber(it) || !(d >= o->min && d <= o->max) || d != floor(d))
+            return expected(x, key, it, what);
+        regc_option_store_int(o, &c->s, (int64_t)d);
+        return 1;
+    case OPT_SEED:
+        if (!cJSON_IsNumber(it) || !(d >= 0.0 && d <= SEED_MAX) || d != floor(d))
+            return expected(x, key, it, what);
+        *(uint64_t *)f = (uint64_t)d;
+        return 1;
+    case OPT_FLOAT:
+        /* finite and representable as a float (the optimizer's precision) */
+        if (!cJSON_IsNumber(it) || !isfinite(d) || d > FLT_MAX ||
+            (o->min > 0 ? !(d > 0.0) : !(d >= 0.0)))
+            return expected(x, key, it, what);
+        if (o->min > 0 && (float)d == 0.0f)
+            return expected(x, key, it, "a number > 0 that a float can hold (>= 1e-45)");
+        *(float *)f = (float)d;
+        return 1;
+    case OPT_FLAG:
+    case OPT_SWITCH:
+        if (!cJSON_IsBool(it))
+            return expected(x, key, it, what);
+        *(int *)f = cJSON_IsTrue(it) ? 1 : 0;
+        return 1;
+    case OPT_CHOICE:
+        if (cJSON_IsNull(it)) /* null: unset, like every string key */
+            return 0;
+        for (int k = 0; cJSON_IsString(it) && o->choices[k]; k++)
+            if (!strcmp(it->valuestring, o->choices[k])) {
+                *(int *)f = k;
+                return 1;
+            }
+        return expected(x, key, it, what);
+    }
+    return 0;
 }
 
-static int read_train(const load_ctx *x, const cJSON *obj)
+/* The keys of one section ("compile" or "train"). */
+static int read_section(const load_ctx *x, const char *section, const cJSON *obj)
 {
-    regc_config *c = x->c;
     const cJSON *it;
     cJSON_ArrayForEach(it, obj)
     {
         char key[128];
-        key_path(key, sizeof key, "train", it);
+        key_path(key, sizeof key, section, it);
         int rc = check_duplicate(x, obj, it, key);
-        const char *k = it->string ? it->string : "";
         if (rc)
             return rc;
-        /* The same ranges as the `regc train` flags. */
-        if (!strcmp(k, "model"))
-            rc = read_string(x, key, it, &c->model);
-        else if (!strcmp(k, "weights"))
-            rc = read_string(x, key, it, &c->weights);
-        else if (!strcmp(k, "data"))
-            rc = read_string(x, key, it, &c->data);
-        else if (!strcmp(k, "save"))
-            rc = read_string(x, key, it, &c->save);
-        else if (!strcmp(k, "steps"))
-            rc = read_int(x, key, it, 1, INT_MAX, "an integer >= 1", &c->steps);
-        else if (!strcmp(k, "batch"))
-            rc = read_int(x, key, it, 1, INT32_MAX, "an integer >= 1", &c->batch);
-        else if (!strcmp(k, "seq"))
-            rc = read_int(x, key, it, 1, INT32_MAX, "an integer >= 1", &c->seq);
-        else if (!strcmp(k, "threads"))
-            rc = read_int(x, key, it, 0, 4096, "an integer from 0 to 4096", &c->threads);
-        else if (!strcmp(k, "seed")) {
-            rc = read_seed(x, key, it, &c->seed);
-            c->has_seed = rc == REGC_OK;
-        } else if (!strcmp(k, "lr")) {
-            rc = read_float(x, key, it, 1, &c->lr);
-            c->has_lr = rc == REGC_OK;
-        } else if (!strcmp(k, "weight_decay")) {
-            rc = read_float(x, key, it, 0, &c->weight_decay);
-            c->has_weight_decay = rc == REGC_OK;
-        } else if (!strcmp(k, "json")) {
-            rc = read_bool(x, key, it, &c->json);
-        } else {
+        const regc_option *o = regc_option_by_key(section, it->string ? it->string : "");
+        if (!o)
             return regc_error(REGC_ERR_FORMAT, "%s: %s: unknown key", x->file, key);
-        }
-        if (rc)
+        if ((rc = read_value(x, o, key, it)) < 0)
             return rc;
+        x->c->set[o - regc_option_table] = (char)rc;
     }
     return REGC_OK;
 }
@@ -304,7 +223,7 @@ static int read_root(const load_ctx *x, const cJSON *root)
         if (compile || train) {
             if (!cJSON_IsObject(it))
                 return expected(x, key, it, "an object");
-            rc = compile ? read_compile(x, it) : read_train(x, it);
+            rc = read_section(x, k, it);
         } else if (!strcmp(k, "zero_optimization")) {
             /* Named in full where the file names a setting, so the user
              * sees which line to remove. */
@@ -375,8 +294,6 @@ int regc_config_load(const char *path, regc_config **out)
         cJSON_Delete(root);
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     }
-    c->regional = c->inline_back = c->level = c->json = -1;
-    c->steps = c->batch = c->seq = c->threads = c->cache_max_mb = -1;
     load_ctx x = {.file = path, .c = c};
     rc = read_root(&x, root);
     cJSON_Delete(root);
@@ -392,64 +309,44 @@ void regc_config_free(regc_config *c)
 {
     if (!c)
         return;
-    free(c->backend);
-    free(c->dump_dir), free(c->cache_dir);
-    free(c->model);
-    free(c->weights);
-    free(c->data);
-    free(c->save);
+    for (int k = 0; k < regc_option_count; k++) {
+        const regc_option *o = &regc_option_table[k];
+        if (o->type == OPT_STRING || o->type == OPT_BACKEND)
+            free(*(char **)regc_option_field(o, &c->s));
+    }
     free(c);
 }
 
-void regc_config_apply(const regc_config *c, regc_train_options *o)
+void regc_config_apply(const regc_config *c, regc_train_settings *s)
 {
-    if (!c)
-        return;
-    if (c->regional >= 0)
-        o->compile.regional = c->regional;
-    if (c->inline_back >= 0)
-        o->compile.inline_back = c->inline_back;
-    if (c->level >= 0)
-        o->compile.level = (regc_level)c->level;
-    if (c->dump_dir)
-        o->compile.dump_dir = c->dump_dir;
-    if (c->has_cache_dir)
-        o->cache_dir = c->cache_dir;
-    if (c->cache_max_mb > 0)
-        o->cache_max_bytes = c->cache_max_mb << 20;
-    if (c->backend)
-        o->backend = c->backend;
-    if (c->data)
-        o->data_path = c->data;
-    if (c->save)
-        o->save_dir = c->save;
-    if (c->steps >= 0)
-        o->steps = (int)c->steps;
-    if (c->batch >= 0)
-        o->batch = c->batch;
-    if (c->seq >= 0)
-        o->seq = c->seq;
-    if (c->threads >= 0)
-        o->threads = (int)c->threads;
-    if (c->has_seed)
-        o->seed = c->seed;
-    if (c->has_lr)
-        o->lr = (float)c->lr;
-    if (c->has_weight_decay)
-        o->weight_decay = (float)c->weight_decay;
+    for (int k = 0; c && k < regc_option_count; k++) {
+        const regc_option *o = &regc_option_table[k];
+        if (c->set[k])
+            memcpy(regc_option_field(o, s), (const char *)&c->s + o->offset, o->size);
+    }
+}
+
+/* What the file gives for section.key, or NULL when it leaves it unset. */
+static const void *file_value(const regc_config *c, const char *section, const char *key)
+{
+    const regc_option *o = regc_option_by_key(section, key);
+    return c && o && c->set[o - regc_option_table] ? (const char *)&c->s + o->offset : NULL;
 }
 
 const char *regc_config_model(const regc_config *c)
 {
-    return c ? c->model : NULL;
+    const char *const *v = file_value(c, "train", "model");
+    return v ? *v : NULL;
 }
 
 const char *regc_config_weights(const regc_config *c)
 {
-    return c ? c->weights : NULL;
+    const char *const *v = file_value(c, "train", "weights");
+    return v ? *v : NULL;
 }
 
 int regc_config_json(const regc_config *c)
 {
-    return c ? c->json : -1;
+    const int *v = file_value(c, "train", "json");
+    return v ? *v : -1;
 }

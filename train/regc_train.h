@@ -3,6 +3,7 @@
 #define REGC_TRAIN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "regc_common.h"
 #include "regc_models.h"
@@ -47,17 +48,47 @@ typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
 int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user);
 
 /* ======================================================================
- * Config file (JSON): {"compile": {...}, "train": {...}}. The train keys
- * mirror the `regc train` flags (model, weights, data, steps, batch, seq,
- * lr, weight_decay, seed, threads, save, json); the compile keys are
- * use_regional_compilation, level, backend, dump_graphs, inline_back.
- * Unknown keys and bad values are errors naming the file and the key.
+ * The options of a run. One table (train/options.c) lists every option
+ * with its config-file key, its flag, type, range, default and help; it
+ * drives `regc train`'s flags, the config file's keys and the usage text.
+ * ====================================================================== */
+/* Everything a training run is configured with: the library's options,
+ * and what the command adds (the model to load, the output form). */
+typedef struct {
+    regc_train_options train;
+    const char *model;   /* train.model, --model */
+    const char *weights; /* train.weights, --weights: a graph JSON model's weights */
+    int json;            /* train.json, --json: one JSON object per step */
+    const char *config;  /* --config: the config file */
+    int profile;         /* --profile */
+    int no_cache;        /* --no-cache */
+} regc_train_settings;
+
+void regc_train_settings_default(regc_train_settings *s);
+
+typedef struct regc_option regc_option;
+/* The option of a flag ("--batch"), or NULL for an unknown flag. */
+const regc_option *regc_option_by_flag(const char *flag);
+/* 0 for a flag that takes no value (--json). */
+int regc_option_takes_value(const regc_option *o);
+/* Set option o in s from command-line text (NULL: no value given), checked
+ * against its type and range; a string is stored as the pointer given.
+ * REGC_ERR_ARG with a message naming the flag when the value is wrong. */
+int regc_option_set_text(const regc_option *o, regc_train_settings *s, const char *text);
+/* Every flag with its value, help, config key and default, wrapped for a
+ * terminal: the options part of `regc train --help`. */
+void regc_option_write_usage(FILE *f);
+
+/* ======================================================================
+ * Config file (JSON): {"compile": {...}, "train": {...}} with the option
+ * table's keys. Unknown keys and bad values are errors naming the file
+ * and the key.
  * ====================================================================== */
 typedef struct regc_config regc_config;
 int regc_config_load(const char *path, regc_config **out);
 void regc_config_free(regc_config *c);
-/* Set the fields of o that the file sets; strings stay owned by c. */
-void regc_config_apply(const regc_config *c, regc_train_options *o);
+/* Set the fields of s that the file sets; strings stay owned by c. */
+void regc_config_apply(const regc_config *c, regc_train_settings *s);
 const char *regc_config_model(const regc_config *c);   /* train.model or NULL */
 const char *regc_config_weights(const regc_config *c); /* train.weights or NULL */
 int regc_config_json(const regc_config *c);            /* train.json: 1, 0, or -1 when unset */

@@ -1,0 +1,347 @@
+/* options.c — the options of a training run, as one table.
+ *
+ * Each row is one option: its config-file key, its flag (the key with
+ * dashes where the two coexist), its type and range, the field of
+ * regc_train_settings it sets, and its help. The flag parser of `regc
+ * train`, the config file's reader (config.c) and the usage text all walk
+ * this table, so an option is added, renamed or re-ranged in one place.
+ * Values are checked here, strictly, with one wording per type and
+ * medium: a flag's message names the flag, the file's names the key. */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+
+#define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
+
+static const char *const level_names[] = {"O0", "O1", "O2", NULL};
+
+const regc_option regc_option_table[] = {
+    {"train", NULL, "--config", OPT_STRING, "<FILE>", 0, 0, 0, NULL, FIELD(config), 0,
+     "JSON config file {\"compile\": {...}, \"train\": {...}} whose keys are these options' "
+     "(train.steps, ..., compile.level, ...); unknown keys are errors. Every flag given on the "
+     "command line overrides the file, wherever it appears; --model is not needed when the file "
+     "sets train.model"},
+    {"train", "model", "--model", OPT_STRING, "<dir|file|preset>", 0, 0, 0, NULL, FIELD(model),
+     OPT_LIST_PRESETS,
+     "Hugging Face model directory (config.json + safetensors), a regc graph JSON file (see regc "
+     "dump-graph; it trains only at the batch and sequence it was built for, initialised at "
+     "random from --seed unless --weights is given), or a built-in preset, initialised at random "
+     "from --seed:"},
+    {"train", "weights", "--weights", OPT_STRING, "<FILE>", 0, 0, 0, NULL, FIELD(weights), 0,
+     "safetensors file with the weights of a graph JSON model, matched by the graph's parameter "
+     "names (graph models only)"},
+    {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
+     0, "token file in the llm.c format (default: the built-in corpus)"},
+    {"train", "steps", "--steps", OPT_INT, "<N>", 1, INT_MAX, 0, NULL, FIELD(train.steps),
+     OPT_SHOW_DEFAULT, "optimizer steps, >= 1"},
+    {"train", "batch", "--batch", OPT_INT, "<B>", 1, INT32_MAX, 0, NULL, FIELD(train.batch),
+     OPT_SHOW_DEFAULT, "sequences per step, >= 1"},
+    {"train", "seq", "--seq", OPT_INT, "<T>", 1, INT32_MAX, 0, NULL, FIELD(train.seq),
+     OPT_SHOW_DEFAULT, "tokens per sequence, >= 1"},
+    {"train", "lr", "--lr", OPT_FLOAT, "<LR>", 1, 0, 0, NULL, FIELD(train.lr), OPT_SHOW_DEFAULT,
+     "AdamW learning rate, > 0"},
+    {"train", "weight_decay", "--weight-decay", OPT_FLOAT, "<WD>", 0, 0, 0, NULL,
+     FIELD(train.weight_decay), OPT_SHOW_DEFAULT, "AdamW decoupled weight decay, >= 0"},
+    {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed),
+     OPT_SHOW_DEFAULT,
+     "seed of the random init of presets and of the masked positions of masked-LM (BERT) "
+     "training"},
+    {"train", "threads", "--threads", OPT_INT, "<N>", 0, 4096, 0, NULL, FIELD(train.threads),
+     OPT_SHOW_DEFAULT, "CPU threads; 0 uses OMP_NUM_THREADS or all cores"},
+    {"train", "json", "--json", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(json), 0,
+     "print one JSON object per step instead of a table: {\"step\": k, \"loss\": L, \"ms\": t, "
+     "\"tokens_per_s\": r}"},
+    {"train", "save", "--save", OPT_STRING, "<DIR>", 0, 0, 0, NULL, FIELD(train.save_dir), 0,
+     "after training, write config.json and model.safetensors to DIR (graph models: graph.json "
+     "and model.safetensors)"},
+    {"train", NULL, "--profile", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(profile), 0,
+     "time every instruction of the steps after the first and, after training, print on stderr "
+     "where a step's time goes: per kernel and GEMM shape, ms per step and GFLOP/s"},
+    {"compile", "backend", "--backend", OPT_BACKEND, "<name>", 0, 0, 0, NULL, FIELD(train.backend),
+     OPT_SHOW_DEFAULT, "compute backend: cpu, or cuda (cuda:N for device N) where built"},
+    {"compile", "level", "--level", OPT_CHOICE, "<O0|O1|O2>", 0, 0, 0, level_names,
+     FIELD(train.compile.level), OPT_SHOW_DEFAULT,
+     "O0 op by op; O1 fused with a static memory plan; O2 adds whole-step capture (on the CPU "
+     "the same as O1)"},
+    {"compile", "use_regional_compilation", "--regional", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(train.compile.regional), OPT_SHOW_DEFAULT,
+     "compile each distinct layer once and reuse it for every repeat"},
+    {"compile", "inline_back", "--inline-back", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(train.compile.inline_back), OPT_SHOW_DEFAULT,
+     "stamp the compiled regions into one flat step program; off runs them as calls, the "
+     "reference"},
+    {"compile", "dump_graphs", "--dump-graphs", OPT_STRING, "<DIR>", 0, 0, 0, NULL,
+     FIELD(train.compile.dump_dir), 0,
+     "write the compiler's intermediate graphs to DIR (compiles afresh: the cache is not read)"},
+    {"compile", "cache_dir", "--cache-dir", OPT_STRING, "<DIR>", 0, 0, 0, NULL,
+     FIELD(train.cache_dir), OPT_NULL_SETS,
+     "compile cache directory (default $XDG_CACHE_HOME/regc, else ~/.cache/regc; null in the "
+     "file: no cache); a step compiled before loads in milliseconds, and layers compiled before "
+     "load instead of compiling"},
+    {"compile", "cache_max_mb", "--cache-max-mb", OPT_INT, "<MB>", 1, (double)(INT64_C(1) << 40),
+     INT64_C(1) << 20, NULL, FIELD(train.cache_max_bytes), OPT_SHOW_DEFAULT,
+     "the compile cache's size limit in megabytes, least recently used entries going first"},
+    {"compile", NULL, "--no-cache", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(no_cache), 0,
+     "neither read nor write the compile cache"},
+};
+
+const int regc_option_count = (int)(sizeof regc_option_table / sizeof regc_option_table[0]);
+_Static_assert(sizeof regc_option_table / sizeof regc_option_table[0] <= REGC_OPTION_MAX,
+               "raise REGC_OPTION_MAX");
+
+void regc_train_settings_default(regc_train_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    regc_train_options_default(&s->train);
+}
+
+void *regc_option_field(const regc_option *o, regc_train_settings *s)
+{
+    return (char *)s + o->offset;
+}
+
+const regc_option *regc_option_by_key(const char *section, const char *key)
+{
+    for (int i = 0; i < regc_option_count; i++) {
+        const regc_option *o = &regc_option_table[i];
+        if (o->key && !strcmp(o->section, section) && !strcmp(o->key, key))
+            return o;
+    }
+    return NULL;
+}
+
+const regc_option *regc_option_by_flag(const char *flag)
+{
+    for (int i = 0; i < regc_option_count; i++)
+        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].flag, flag))
+            return &regc_option_table[i];
+    return NULL;
+}
+
+int regc_option_takes_value(const regc_option *o) { return o->type != OPT_FLAG; }
+
+/* Ranges up to INT32_MAX and beyond read as "no upper bound" to a person. */
+static int unbounded(const regc_option *o) { return o->max >= (double)INT32_MAX; }
+
+void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t cap)
+{
+    switch (o->type) {
+    case OPT_STRING:
+        snprintf(buf, cap, in_file ? "a non-empty string or null" : "a non-empty value");
+        break;
+    case OPT_INT:
+        if (unbounded(o) && in_file)
+            snprintf(buf, cap, "an integer >= %.0f", o->min);
+        else if (unbounded(o))
+            snprintf(buf, cap, o->min > 0 ? "a positive integer" : "a non-negative integer");
+        else
+            snprintf(buf, cap, "an integer from %.0f to %.0f", o->min, o->max);
+        break;
+    case OPT_SEED:
+        snprintf(buf, cap, in_file ? "an integer from 0 to 2^53 - 1 (9007199254740991)"
+                                   : "a non-negative integer below 2^64");
+        break;
+    case OPT_FLOAT:
+        if (in_file)
+            snprintf(buf, cap, o->min > 0 ? "a finite number > 0" : "a finite number >= 0");
+        else
+            snprintf(buf, cap, o->min > 0 ? "a positive number" : "a non-negative number");
+        break;
+    case OPT_FLAG:
+    case OPT_SWITCH:
+        snprintf(buf, cap, in_file ? "true or false" : "on or off");
+        break;
+    case OPT_CHOICE: {
+        /* "O0, O1 or O2"; quoted in the file, where they are JSON strings */
+        size_t n = 0;
+        const char *q = in_file ? "\"" : "";
+        buf[0] = '\0';
+        for (int i = 0; o->choices[i] && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s",
+                                  i == 0 ? "" : o->choices[i + 1] ? ", " : " or ", q, o->choices[i], q);
+        break;
+    }
+    case OPT_BACKEND:
+        snprintf(buf, cap, in_file ? "\"cpu\", \"cuda\", \"cuda:N\" or null" : "cpu, cuda or cuda:N");
+        break;
+    }
+}
+
+void regc_option_store_int(const regc_option *o, regc_train_settings *s, int64_t v)
+{
+    v *= o->scale ? o->scale : 1;
+    void *f = regc_option_field(o, s);
+    if (o->size == sizeof(int64_t))
+        memcpy(f, &v, sizeof v);
+    else {
+        int x = (int)v;
+        memcpy(f, &x, sizeof x);
+    }
+}
+
+/* "cpu", "cuda" or "cuda:N" (N a device number up to 1024). */
+static int backend_name_ok(const char *s)
+{
+    int64_t device;
+    return !strcmp(s, "cpu") || !strcmp(s, "cuda") ||
+           (!strncmp(s, "cuda:", 5) && regc_text_to_i64(s + 5, 0, 1024, &device) == 0);
+}
+
+static int bad_value(const regc_option *o, const char *text)
+{
+    char what[160];
+    regc_option_describe(o, 0, what, sizeof what);
+    return regc_error(REGC_ERR_ARG, "%s: expected %s, got \"%s\"", o->flag, what, text);
+}
+
+int regc_option_set_text(const regc_option *o, regc_train_settings *s, const char *text)
+{
+    void *f = regc_option_field(o, s);
+    if (o->type == OPT_FLAG) {
+        if (text)
+            return regc_error(REGC_ERR_ARG, "%s takes no value", o->flag);
+        *(int *)f = 1;
+        return REGC_OK;
+    }
+    if (!text)
+        return regc_error(REGC_ERR_ARG, "%s: missing value", o->flag);
+    switch (o->type) {
+    case OPT_STRING:
+        if (!text[0])
+            return bad_value(o, text);
+        *(const char **)f = text;
+        return REGC_OK;
+    case OPT_INT: {
+        int64_t v;
+        if (regc_text_to_i64(text, (int64_t)o->min, (int64_t)o->max, &v))
+            return bad_value(o, text);
+        regc_option_store_int(o, s, v);
+        return REGC_OK;
+    }
+    case OPT_SEED:
+        return regc_text_to_u64(text, (uint64_t *)f) ? bad_value(o, text) : REGC_OK;
+    case OPT_FLOAT: {
+        int rc = regc_text_to_float(text, o->min > 0, (float *)f);
+        if (rc == -2)
+            return regc_error(REGC_ERR_ARG, "%s: %s is too small for a float", o->flag, text);
+        return rc ? bad_value(o, text) : REGC_OK;
+    }
+    case OPT_SWITCH:
+        if (strcmp(text, "on") != 0 && strcmp(text, "off") != 0)
+            return bad_value(o, text);
+        *(int *)f = !strcmp(text, "on");
+        return REGC_OK;
+    case OPT_CHOICE:
+        for (int i = 0; o->choices[i]; i++)
+            if (!strcmp(text, o->choices[i])) {
+                *(int *)f = i;
+                return REGC_OK;
+            }
+        return bad_value(o, text);
+    case OPT_BACKEND:
+        if (!backend_name_ok(text))
+            return bad_value(o, text);
+        *(const char **)f = text;
+        return REGC_OK;
+    case OPT_FLAG:
+        break;
+    }
+    return REGC_OK;
+}
+
+/* ---------------------------------------------------------------- usage */
+
+#define USAGE_COL 25   /* where help text starts */
+#define USAGE_WIDTH 92 /* and where it wraps */
+
+/* Words of text from column `col` on, wrapping at USAGE_WIDTH. */
+static void write_wrapped(FILE *f, const char *text, int col)
+{
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (col > USAGE_COL && col + 1 + (int)word > USAGE_WIDTH) {
+            fprintf(f, "\n%*s", USAGE_COL, "");
+            col = USAGE_COL;
+        } else if (col > USAGE_COL) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", (int)word, text);
+        col += (int)word;
+        text += word;
+        text += strspn(text, " ");
+    }
+}
+
+static void default_text(const regc_option *o, const regc_train_settings *d, char *buf, size_t cap)
+{
+    const void *f = (const char *)d + o->offset;
+    int64_t v;
+    switch (o->type) {
+    case OPT_INT:
+        if (o->size == sizeof(int64_t))
+            memcpy(&v, f, sizeof v);
+        else
+            v = *(const int *)f;
+        snprintf(buf, cap, "%" PRId64, v / (o->scale ? o->scale : 1));
+        break;
+    case OPT_SEED: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)f); break;
+    case OPT_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)f); break;
+    case OPT_SWITCH: snprintf(buf, cap, "%s", *(const int *)f ? "on" : "off"); break;
+    case OPT_CHOICE: snprintf(buf, cap, "%s", o->choices[*(const int *)f]); break;
+    case OPT_STRING:
+    case OPT_BACKEND: snprintf(buf, cap, "%s", *(const char *const *)f ? *(const char *const *)f : "none"); break;
+    case OPT_FLAG: snprintf(buf, cap, "off"); break;
+    }
+}
+
+static void write_row(FILE *f, const regc_option *o, const regc_train_settings *d)
+{
+    char head[128], help[1024];
+    snprintf(head, sizeof head, "  %s%s%s", o->flag, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+    fputs(head, f);
+    int col = (int)strlen(head);
+    if (col + 1 > USAGE_COL) {
+        fprintf(f, "\n%*s", USAGE_COL, "");
+        col = USAGE_COL;
+    } else {
+        fprintf(f, "%*s", USAGE_COL - col, "");
+        col = USAGE_COL;
+    }
+    size_t n = (size_t)snprintf(help, sizeof help, "%s", o->help);
+    if (o->flags & OPT_LIST_PRESETS)
+        for (const char *const *p = regc_model_preset_names(); p && *p && n < sizeof help; p++)
+            n += (size_t)snprintf(help + n, sizeof help - n, " %s", *p);
+    /* the file's key, where it is not the flag with underscores */
+    char dashed[64];
+    snprintf(dashed, sizeof dashed, "--%s", o->key ? o->key : "");
+    for (char *c = dashed; *c; c++)
+        *c = *c == '_' ? '-' : *c;
+    if (o->key && strcmp(dashed, o->flag) != 0 && n < sizeof help)
+        n += (size_t)snprintf(help + n, sizeof help - n, " (%s.%s)", o->section, o->key);
+    if ((o->flags & OPT_SHOW_DEFAULT) && n < sizeof help) {
+        char v[64];
+        default_text(o, d, v, sizeof v);
+        snprintf(help + n, sizeof help - n, " (default %s)", v);
+    }
+    write_wrapped(f, help, col);
+    fputc('\n', f);
+}
+
+void regc_option_write_usage(FILE *f)
+{
+    regc_train_settings d;
+    regc_train_settings_default(&d);
+    fprintf(f, "options:\n");
+    for (int i = 0; i < regc_option_count; i++)
+        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "train"))
+            write_row(f, &regc_option_table[i], &d);
+    fprintf(f, "\ncompile options (the config file's \"compile\" keys):\n");
+    for (int i = 0; i < regc_option_count; i++)
+        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "compile"))
+            write_row(f, &regc_option_table[i], &d);
+}
