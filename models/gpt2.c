@@ -103,6 +103,18 @@ static int gpt2_parse_config(regc_model *m, const cJSON *root, const char *path)
     return gpt2_set_config(m, &c);
 }
 
+/* One layer's parameters, in the checkpoint's order: the slots of
+ * gpt2_layer_params and of each layer's ids in gpt2_build_graph. */
+enum {
+    LN_1_W, LN_1_B,           /* ln_1 */
+    ATTN_W, ATTN_B,           /* attn.c_attn: q, k, v in one [C, 3C] */
+    ATTN_PROJ_W, ATTN_PROJ_B, /* attn.c_proj */
+    LN_2_W, LN_2_B,           /* ln_2 */
+    FC_W, FC_B,               /* mlp.c_fc */
+    FC_PROJ_W, FC_PROJ_B,     /* mlp.c_proj */
+    LAYER_PARAMS
+};
+
 /* The checkpoint order of GPT2LMHeadModel's state dict. */
 static int gpt2_list_params(regc_model *m)
 {
@@ -120,20 +132,21 @@ static int gpt2_list_params(regc_model *m)
     for (int64_t l = 0; l < c->n_layer; l++) {
         /* Conv1D weights are stored [in, out]. */
         const struct { const char *suffix; int ndim; int64_t d0, d1; float center, hw; } t[] = {
-            {"ln_1.weight", 1, C, 0, 1.0f, 0.0f},
-            {"ln_1.bias", 1, C, 0, 0.0f, 0.0f},
-            {"attn.c_attn.weight", 2, C, 3 * C, 0.0f, w},
-            {"attn.c_attn.bias", 1, 3 * C, 0, 0.0f, 0.0f},
-            {"attn.c_proj.weight", 2, C, C, 0.0f, proj},
-            {"attn.c_proj.bias", 1, C, 0, 0.0f, 0.0f},
-            {"ln_2.weight", 1, C, 0, 1.0f, 0.0f},
-            {"ln_2.bias", 1, C, 0, 0.0f, 0.0f},
-            {"mlp.c_fc.weight", 2, C, F, 0.0f, w},
-            {"mlp.c_fc.bias", 1, F, 0, 0.0f, 0.0f},
-            {"mlp.c_proj.weight", 2, F, C, 0.0f, proj},
-            {"mlp.c_proj.bias", 1, C, 0, 0.0f, 0.0f},
+            [LN_1_W] = {"ln_1.weight", 1, C, 0, 1.0f, 0.0f},
+            [LN_1_B] = {"ln_1.bias", 1, C, 0, 0.0f, 0.0f},
+            [ATTN_W] = {"attn.c_attn.weight", 2, C, 3 * C, 0.0f, w},
+            [ATTN_B] = {"attn.c_attn.bias", 1, 3 * C, 0, 0.0f, 0.0f},
+            [ATTN_PROJ_W] = {"attn.c_proj.weight", 2, C, C, 0.0f, proj},
+            [ATTN_PROJ_B] = {"attn.c_proj.bias", 1, C, 0, 0.0f, 0.0f},
+            [LN_2_W] = {"ln_2.weight", 1, C, 0, 1.0f, 0.0f},
+            [LN_2_B] = {"ln_2.bias", 1, C, 0, 0.0f, 0.0f},
+            [FC_W] = {"mlp.c_fc.weight", 2, C, F, 0.0f, w},
+            [FC_B] = {"mlp.c_fc.bias", 1, F, 0, 0.0f, 0.0f},
+            [FC_PROJ_W] = {"mlp.c_proj.weight", 2, F, C, 0.0f, proj},
+            [FC_PROJ_B] = {"mlp.c_proj.bias", 1, C, 0, 0.0f, 0.0f},
         };
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        _Static_assert(sizeof t / sizeof t[0] == LAYER_PARAMS, "one row per layer slot");
+        for (size_t i = 0; i < LAYER_PARAMS; i++) {
             snprintf(n, sizeof n, GPT2_PREFIX "h.%" PRId64 ".%s", l, t[i].suffix);
             if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center,
                                         t[i].hw)) < 0)
@@ -180,24 +193,24 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     G(t = regc_graph_embedding(g, pos, wpe));                       /* [T, C] */
     G(x = regc_graph_bias_add(g, x, t));                            /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
-        const int *w = &p[k];
-        k += 12;
+        const int *w = &p[k]; /* this layer's parameters, by slot */
+        k += LAYER_PARAMS;
         int qkv[3];
-        G(h = regc_graph_layernorm(g, x, w[0], w[1], eps));         /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[2], 0, 0));                 /* [B, T, 3C] */
-        G(h = regc_graph_bias_add(g, h, w[3]));                     /* [B, T, 3C] */
+        G(h = regc_graph_layernorm(g, x, w[LN_1_W], w[LN_1_B], eps)); /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[ATTN_W], 0, 0));            /* [B, T, 3C] */
+        G(h = regc_graph_bias_add(g, h, w[ATTN_B]));                /* [B, T, 3C] */
         G(regc_graph_split(g, h, 3, qkv));                          /* 3 x [B, T, C] */
         G(h = regc_graph_attention(g, qkv[0], qkv[1], qkv[2], (int)c->n_head, (int)c->n_head,
                                    1, scale));                      /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[4], 0, 0));                 /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[5]));                     /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[ATTN_PROJ_W], 0, 0));       /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[ATTN_PROJ_B]));           /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
-        G(h = regc_graph_layernorm(g, x, w[6], w[7], eps));         /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[8], 0, 0));                 /* [B, T, n_inner] */
-        G(h = regc_graph_bias_add(g, h, w[9]));                     /* [B, T, n_inner] */
+        G(h = regc_graph_layernorm(g, x, w[LN_2_W], w[LN_2_B], eps)); /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[FC_W], 0, 0));              /* [B, T, n_inner] */
+        G(h = regc_graph_bias_add(g, h, w[FC_B]));                  /* [B, T, n_inner] */
         G(h = regc_graph_gelu(g, h));                               /* [B, T, n_inner] */
-        G(h = regc_graph_matmul(g, h, w[10], 0, 0));                /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[11]));                    /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[FC_PROJ_W], 0, 0));         /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[FC_PROJ_B]));             /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
     }
     const int lnf_w = p[k++], lnf_b = p[k++];

@@ -141,6 +141,15 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
     return llama_set_config(m, &c);
 }
 
+/* One layer's parameters, in the checkpoint's order: the slots of
+ * llama_list_params' table and of each layer's ids in llama_build_graph. */
+enum {
+    Q_PROJ, K_PROJ, V_PROJ, O_PROJ,   /* self_attn */
+    GATE_PROJ, UP_PROJ, DOWN_PROJ,    /* mlp (SwiGLU) */
+    INPUT_NORM, POST_ATTN_NORM,       /* RMSNorm weights */
+    LAYER_PARAMS
+};
+
 /* The checkpoint order of LlamaForCausalLM's state dict. */
 static int llama_list_params(regc_model *m)
 {
@@ -157,17 +166,18 @@ static int llama_list_params(regc_model *m)
     for (int64_t l = 0; l < c->n_layer; l++) {
         /* nn.Linear weights are stored [out, in]. */
         const struct { const char *suffix; int ndim; int64_t d0, d1; float center, hw; } t[] = {
-            {"self_attn.q_proj.weight", 2, QD, C, 0.0f, w},
-            {"self_attn.k_proj.weight", 2, KD, C, 0.0f, w},
-            {"self_attn.v_proj.weight", 2, KD, C, 0.0f, w},
-            {"self_attn.o_proj.weight", 2, C, QD, 0.0f, w},
-            {"mlp.gate_proj.weight", 2, F, C, 0.0f, w},
-            {"mlp.up_proj.weight", 2, F, C, 0.0f, w},
-            {"mlp.down_proj.weight", 2, C, F, 0.0f, w},
-            {"input_layernorm.weight", 1, C, 0, 1.0f, 0.0f},
-            {"post_attention_layernorm.weight", 1, C, 0, 1.0f, 0.0f},
+            [Q_PROJ] = {"self_attn.q_proj.weight", 2, QD, C, 0.0f, w},
+            [K_PROJ] = {"self_attn.k_proj.weight", 2, KD, C, 0.0f, w},
+            [V_PROJ] = {"self_attn.v_proj.weight", 2, KD, C, 0.0f, w},
+            [O_PROJ] = {"self_attn.o_proj.weight", 2, C, QD, 0.0f, w},
+            [GATE_PROJ] = {"mlp.gate_proj.weight", 2, F, C, 0.0f, w},
+            [UP_PROJ] = {"mlp.up_proj.weight", 2, F, C, 0.0f, w},
+            [DOWN_PROJ] = {"mlp.down_proj.weight", 2, C, F, 0.0f, w},
+            [INPUT_NORM] = {"input_layernorm.weight", 1, C, 0, 1.0f, 0.0f},
+            [POST_ATTN_NORM] = {"post_attention_layernorm.weight", 1, C, 0, 1.0f, 0.0f},
         };
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        _Static_assert(sizeof t / sizeof t[0] == LAYER_PARAMS, "one row per layer slot");
+        for (size_t i = 0; i < LAYER_PARAMS; i++) {
             snprintf(n, sizeof n, "model.layers.%" PRId64 ".%s", l, t[i].suffix);
             if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center,
                                         t[i].hw)) < 0)
@@ -215,23 +225,23 @@ static int llama_build_graph(const regc_model *m, int64_t B, int64_t T, regc_gra
     const float scale = (float)(1.0 / sqrt((double)c->head_dim));
     G(x = regc_graph_embedding(g, ids, embed));                     /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
-        const int *w = &p[n]; /* q, k, v, o, gate, up, down, input norm, post-attention norm */
-        n += 9;
-        G(h = regc_graph_rmsnorm(g, x, w[7], eps));                 /* [B, T, C] */
-        G(q = regc_graph_matmul(g, h, w[0], 0, 1));                 /* [B, T, H*D] */
-        G(k = regc_graph_matmul(g, h, w[1], 0, 1));                 /* [B, T, Hkv*D] */
-        G(v = regc_graph_matmul(g, h, w[2], 0, 1));                 /* [B, T, Hkv*D] */
+        const int *w = &p[n]; /* this layer's parameters, by slot */
+        n += LAYER_PARAMS;
+        G(h = regc_graph_rmsnorm(g, x, w[INPUT_NORM], eps));        /* [B, T, C] */
+        G(q = regc_graph_matmul(g, h, w[Q_PROJ], 0, 1));            /* [B, T, H*D] */
+        G(k = regc_graph_matmul(g, h, w[K_PROJ], 0, 1));            /* [B, T, Hkv*D] */
+        G(v = regc_graph_matmul(g, h, w[V_PROJ], 0, 1));            /* [B, T, Hkv*D] */
         G(q = regc_graph_rope(g, q, cos, sin, H));                  /* [B, T, H*D] */
         G(k = regc_graph_rope(g, k, cos, sin, Hkv));                /* [B, T, Hkv*D] */
         G(h = regc_graph_attention(g, q, k, v, H, Hkv, 1, scale));  /* [B, T, H*D] */
-        G(h = regc_graph_matmul(g, h, w[3], 0, 1));                 /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[O_PROJ], 0, 1));            /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
-        G(h = regc_graph_rmsnorm(g, x, w[8], eps));                 /* [B, T, C] */
-        G(u = regc_graph_matmul(g, h, w[4], 0, 1));                 /* [B, T, F] */
+        G(h = regc_graph_rmsnorm(g, x, w[POST_ATTN_NORM], eps));    /* [B, T, C] */
+        G(u = regc_graph_matmul(g, h, w[GATE_PROJ], 0, 1));         /* [B, T, F] */
         G(u = regc_graph_silu(g, u));                               /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w[5], 0, 1));                 /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w[UP_PROJ], 0, 1));           /* [B, T, F] */
         G(h = regc_graph_mul(g, u, h));                             /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w[6], 0, 1));                 /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[DOWN_PROJ], 0, 1));         /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
     }
     const int norm = p[n++];

@@ -116,7 +116,7 @@ static float t5_hw(double s)
  * bias) under prefix, in checkpoint order. HF's init scales them: q by
  * (d_model d_kv)^-1/2 (T5 does not scale the scores), k, v and the bias by
  * d_model^-1/2, o by (num_heads d_kv)^-1/2. */
-static int t5_attention_params(regc_model *m, const char *prefix, int bias)
+static int t5_list_attention(regc_model *m, const char *prefix, int bias)
 {
     const t5_config *c = m->cfg;
     const int64_t C = c->d_model, HD = c->n_head * c->d_kv;
@@ -143,7 +143,7 @@ static int t5_attention_params(regc_model *m, const char *prefix, int bias)
 }
 
 /* layer.<i>.DenseReluDense and its layer norm */
-static int t5_ff_params(regc_model *m, const char *block, int i)
+static int t5_list_ff(regc_model *m, const char *block, int i)
 {
     const t5_config *c = m->cfg;
     const float wi = t5_hw(1.0 / sqrt((double)c->d_model)), wo = t5_hw(1.0 / sqrt((double)c->d_ff));
@@ -177,11 +177,11 @@ static int t5_list_params(regc_model *m)
     for (int64_t l = 0; l < c->n_enc; l++) {
         snprintf(block, sizeof block, "encoder.block.%" PRId64, l);
         snprintf(n, sizeof n, "%s.layer.0.SelfAttention", block);
-        if ((rc = t5_attention_params(m, n, l == 0)) < 0)
+        if ((rc = t5_list_attention(m, n, l == 0)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.0.layer_norm.weight", block);
         if ((rc = regc_model_add_2d(m, n, 1, C, 0, 1.0f, 0.0f)) < 0 ||
-            (rc = t5_ff_params(m, block, 1)) < 0)
+            (rc = t5_list_ff(m, block, 1)) < 0)
             return rc;
     }
     if ((rc = regc_model_add_2d(m, "encoder.final_layer_norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
@@ -189,17 +189,17 @@ static int t5_list_params(regc_model *m)
     for (int64_t l = 0; l < c->n_dec; l++) {
         snprintf(block, sizeof block, "decoder.block.%" PRId64, l);
         snprintf(n, sizeof n, "%s.layer.0.SelfAttention", block);
-        if ((rc = t5_attention_params(m, n, l == 0)) < 0)
+        if ((rc = t5_list_attention(m, n, l == 0)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.0.layer_norm.weight", block);
         if ((rc = regc_model_add_2d(m, n, 1, C, 0, 1.0f, 0.0f)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.1.EncDecAttention", block);
-        if ((rc = t5_attention_params(m, n, 0)) < 0)
+        if ((rc = t5_list_attention(m, n, 0)) < 0)
             return rc;
         snprintf(n, sizeof n, "%s.layer.1.layer_norm.weight", block);
         if ((rc = regc_model_add_2d(m, n, 1, C, 0, 1.0f, 0.0f)) < 0 ||
-            (rc = t5_ff_params(m, block, 2)) < 0)
+            (rc = t5_list_ff(m, block, 2)) < 0)
             return rc;
     }
     if ((rc = regc_model_add_2d(m, "decoder.final_layer_norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
@@ -217,45 +217,76 @@ static int t5_list_params(regc_model *m)
             goto fail;                                                                          \
     } while (0)
 
+/* One sublayer's parameter ids, by name, taken from the checkpoint-ordered
+ * list in that order (t5_list_params). */
+typedef struct {
+    int q, k, v, o;
+    int rel_bias; /* relative_attention_bias: block 0 only, else -1 */
+    int ln;       /* the sublayer's layer_norm */
+} t5_attn_params;
+
+typedef struct {
+    int wi_0, wi_1; /* wi_1 only for gated-gelu (-1 for relu, whose wi is wi_0) */
+    int wo, ln;
+} t5_ff_params;
+
+/* p[*k] on: q, k, v, o, the bias table when `bias`, then the layer norm. */
+static t5_attn_params t5_take_attn(const int *p, int *k, int bias)
+{
+    t5_attn_params a;
+    a.q = p[(*k)++], a.k = p[(*k)++], a.v = p[(*k)++], a.o = p[(*k)++];
+    a.rel_bias = bias ? p[(*k)++] : -1;
+    a.ln = p[(*k)++];
+    return a;
+}
+
+/* p[*k] on: wi (or wi_0, wi_1), wo, then the layer norm. */
+static t5_ff_params t5_take_ff(const t5_config *c, const int *p, int *k)
+{
+    t5_ff_params f;
+    f.wi_0 = p[(*k)++];
+    f.wi_1 = c->gated ? p[(*k)++] : -1;
+    f.wo = p[(*k)++], f.ln = p[(*k)++];
+    return f;
+}
+
 /* rmsnorm, q/k/v from (x, kv), attention with an optional bias, o, and the
- * residual add: one pre-norm attention sublayer. w: q, k, v, o. */
-static int t5_attention(regc_graph *g, const t5_config *c, int x, int kv, const int *w, int ln,
+ * residual add: one pre-norm attention sublayer. */
+static int t5_attention(regc_graph *g, const t5_config *c, int x, int kv, const t5_attn_params *w,
                         int bias, int causal)
 {
     int rc, h, q, k, v, a;
     const int H = (int)c->n_head;
-    G(h = regc_graph_rmsnorm(g, x, ln, (float)c->eps));             /* [B, T, C] */
-    G(q = regc_graph_matmul(g, h, w[0], 0, 1));                     /* [B, T, H*Dkv] */
-    G(k = regc_graph_matmul(g, kv < 0 ? h : kv, w[1], 0, 1));       /* [B, Tk, H*Dkv] */
-    G(v = regc_graph_matmul(g, kv < 0 ? h : kv, w[2], 0, 1));       /* [B, Tk, H*Dkv] */
+    G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps));         /* [B, T, C] */
+    G(q = regc_graph_matmul(g, h, w->q, 0, 1));                     /* [B, T, H*Dkv] */
+    G(k = regc_graph_matmul(g, kv < 0 ? h : kv, w->k, 0, 1));       /* [B, Tk, H*Dkv] */
+    G(v = regc_graph_matmul(g, kv < 0 ? h : kv, w->v, 0, 1));       /* [B, Tk, H*Dkv] */
     /* T5 folds the 1/sqrt(d_kv) into q's init: the scores are not scaled */
     if (bias >= 0)
         G(a = regc_graph_attention_bias(g, q, k, v, bias, H, H, causal, 1.0f)); /* [B, T, H*Dkv] */
     else
         G(a = regc_graph_attention(g, q, k, v, H, H, causal, 1.0f)); /* [B, T, H*Dkv] */
-    G(a = regc_graph_matmul(g, a, w[3], 0, 1));                     /* [B, T, C] */
+    G(a = regc_graph_matmul(g, a, w->o, 0, 1));                     /* [B, T, C] */
     return regc_graph_add(g, x, a);                                 /* [B, T, C] */
 fail:
     return rc;
 }
 
-/* rmsnorm, DenseReluDense (relu or gated-gelu) and the residual add. w: wi
- * (or wi_0, wi_1), wo, layer_norm. */
-static int t5_feed_forward(regc_graph *g, const t5_config *c, int x, const int *w)
+/* rmsnorm, DenseReluDense (relu or gated-gelu) and the residual add. */
+static int t5_feed_forward(regc_graph *g, const t5_config *c, int x, const t5_ff_params *w)
 {
     int rc, h, u;
-    const int ln = w[c->gated ? 3 : 2], wo = w[c->gated ? 2 : 1];
-    G(h = regc_graph_rmsnorm(g, x, ln, (float)c->eps));             /* [B, T, C] */
+    G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps));          /* [B, T, C] */
     if (c->gated) {
-        G(u = regc_graph_matmul(g, h, w[1], 0, 1));                 /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w[0], 0, 1));                 /* [B, T, F] */
+        G(u = regc_graph_matmul(g, h, w->wi_1, 0, 1));              /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w->wi_0, 0, 1));              /* [B, T, F] */
         G(h = regc_graph_gelu(g, h));                               /* [B, T, F] */
         G(h = regc_graph_mul(g, h, u));                             /* [B, T, F] */
     } else {
-        G(h = regc_graph_matmul(g, h, w[0], 0, 1));                 /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w->wi_0, 0, 1));              /* [B, T, F] */
         G(h = regc_graph_relu(g, h));                               /* [B, T, F] */
     }
-    G(h = regc_graph_matmul(g, h, wo, 0, 1));                       /* [B, T, C] */
+    G(h = regc_graph_matmul(g, h, w->wo, 0, 1));                    /* [B, T, C] */
     return regc_graph_add(g, x, h);                                 /* [B, T, C] */
 fail:
     return rc;
@@ -289,18 +320,17 @@ static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph 
                                           REGC_ROLE_INPUT, 2, tt));
     G(regc_model_add_param_tensors(m, g, &p));
     const int shared = p[k++];
-    const int n_ff = c->gated ? 4 : 3; /* wi (wi_0, wi_1), wo, layer_norm */
     const float eps = (float)c->eps;
 
     /* encoder: block 0's table gives every layer's bias */
     G(x = regc_graph_embedding(g, ids, shared));                    /* [B, T, C] */
-    G(bias = t5_position_bias(g, enc_buckets, p[k + 4]));           /* [H, T, T] */
     for (int64_t l = 0; l < c->n_enc; l++) {
-        const int *w = &p[k];
-        k += 4 + (l == 0);
-        G(x = t5_attention(g, c, x, -1, w, p[k++], bias, 0));       /* [B, T, C] */
-        G(x = t5_feed_forward(g, c, x, &p[k]));                     /* [B, T, C] */
-        k += n_ff;
+        const t5_attn_params self = t5_take_attn(p, &k, l == 0);
+        const t5_ff_params ff = t5_take_ff(c, p, &k);
+        if (l == 0)
+            G(bias = t5_position_bias(g, enc_buckets, self.rel_bias)); /* [H, T, T] */
+        G(x = t5_attention(g, c, x, -1, &self, bias, 0));           /* [B, T, C] */
+        G(x = t5_feed_forward(g, c, x, &ff));                       /* [B, T, C] */
     }
     const int enc_norm = p[k++];
     int enc;
@@ -308,16 +338,15 @@ static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph 
 
     /* decoder: causal self-attention with its own bias, then cross-attention */
     G(y = regc_graph_embedding(g, dec_ids, shared));                /* [B, T, C] */
-    G(bias = t5_position_bias(g, dec_buckets, p[k + 4]));           /* [H, T, T] */
     for (int64_t l = 0; l < c->n_dec; l++) {
-        const int *w = &p[k];
-        k += 4 + (l == 0);
-        G(y = t5_attention(g, c, y, -1, w, p[k++], bias, 1));       /* [B, T, C] */
-        const int *xw = &p[k];
-        k += 4;
-        G(y = t5_attention(g, c, y, enc, xw, p[k++], -1, 0));       /* [B, T, C] */
-        G(y = t5_feed_forward(g, c, y, &p[k]));                     /* [B, T, C] */
-        k += n_ff;
+        const t5_attn_params self = t5_take_attn(p, &k, l == 0);
+        const t5_attn_params cross = t5_take_attn(p, &k, 0);
+        const t5_ff_params ff = t5_take_ff(c, p, &k);
+        if (l == 0)
+            G(bias = t5_position_bias(g, dec_buckets, self.rel_bias)); /* [H, T, T] */
+        G(y = t5_attention(g, c, y, -1, &self, bias, 1));           /* [B, T, C] */
+        G(y = t5_attention(g, c, y, enc, &cross, -1, 0));           /* [B, T, C] */
+        G(y = t5_feed_forward(g, c, y, &ff));                       /* [B, T, C] */
     }
     const int dec_norm = p[k++];
     const int head = c->tied ? shared : p[k++];

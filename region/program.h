@@ -33,7 +33,7 @@ typedef enum {
     K_LN_BWD,      /* dx, dw, db, dy, x, w, mean, rstd; d0 = rows, d1 = cols */
     K_RMS_FWD,     /* y, rstd, x, w; d0 = rows, d1 = cols; f = eps */
     K_RMS_BWD,     /* dx, dw, dy, x, w, rstd */
-    K_ROPE,        /* y, x, cos, sin; d0 = batch, d1 = t; n_head, head_dim, inverse */
+    K_ROPE,        /* y, x, cos, sin; d0 = batch, d1 = t, d2 = n_head, d3 = head_dim, d4 = inverse */
     K_UNARY,       /* y, x; d0 = n; unary = which (gelu, silu, ...); f = SCALE's value */
     K_BINARY,      /* out, a, b; d0 = n; unary = which (mul or an elementwise backward) */
     K_ATTN_FWD,    /* out, lse, q, k, v, bias */
@@ -65,7 +65,7 @@ typedef struct {
     int64_t d[REGC_MAX_DIMS + 1];
     float f;
     int trans_a, trans_b, epilogue, accumulate; /* K_GEMM; accumulate also K_EMBED_BWD */
-    regc_attn_shape attn;                       /* K_ATTN_*, K_ROPE (n_head, head_dim, causal as inverse) */
+    regc_attn_shape attn;                       /* K_ATTN_* */
     int perm[REGC_MAX_DIMS];                    /* K_TRANSPOSE */
     const regc_ew_program *ew;                  /* K_EW, owned by the compiled region */
     int node;                                   /* region node it came from (dumps) */
