@@ -60,4 +60,45 @@ int detect_match(detect_ctx *c, const int *tmpl, const int *cand, int p, int *bi
  * template node found a distinct image, else 0. */
 int detect_guide(detect_ctx *c, const int *tmpl, int p, int j0, int v0, int *cand);
 
+/* ---------------------------------------------------------------- runs
+ * (detect_runs.c) */
+
+/* Consecutive instances of one template: instance t is nodes[t*p .. t*p+p-1]
+ * (template order), binding formal f to bind[t*nf + f]. */
+typedef struct {
+    int p, nf, n, cap;
+    int *nodes, *bind;
+    int *carried_j, *carried_s; /* [nf]: output (node, slot) of the previous instance, or -1 */
+    int kind, rank;
+} run_t;
+
+typedef struct {
+    detect_ctx c;
+    int *width;   /* [n+1] tensors crossing the cut before canonical position i */
+    int *where;   /* [n] scratch for mark_instance */
+    char *in_run; /* [n] scratch: node in the run being built */
+    char *is_output; /* [n_tensors] graph outputs */
+    int *bind;    /* [n * REGC_MAX_IO + 1] scratch binding */
+    int *cand;    /* [n] scratch candidate */
+    regc_formal_input *formals; /* [n * REGC_MAX_IO + 1] scratch */
+    run_t *runs;
+    int n_runs, cap_runs;
+    regc_near_miss *near;
+    int n_near, cap_near;
+} detector;
+
+/* Analyse g and set up the scratch of a detector; free with
+ * detect_detector_free (also after a failed init). */
+int detect_detector_init(detector *d, const regc_graph *g);
+void detect_detector_free(detector *d);
+void detect_run_free(run_t *r);
+/* Find runs until no period gives one: d->runs, each node owned by at most
+ * one instance (d->c.owner), and near misses in d->near. */
+int detect_find_runs(detector *d);
+/* Give run id back to the glue. */
+void detect_drop_run(detector *d, int id);
+/* Give every run a kind (the first earlier run whose template matches, else
+ * a new one); returns the number of kinds. */
+int detect_assign_kinds(detector *d);
+
 #endif
