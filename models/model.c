@@ -1,7 +1,7 @@
 /* model.c — the architecture-independent half of a model: the parameter
- * list, one contiguous fp32 weights block, Hugging Face directories
- * (config.json dispatch on model_type, single-file and sharded safetensors)
- * and presets. Architecture specifics come through regc_arch
+ * list, one contiguous fp32 weights block, random init, the graph and its
+ * inputs, saving, and the same model at another depth. Loading is
+ * model_load.c; architecture specifics come through regc_arch
  * (model_internal.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -14,21 +14,9 @@
 
 #include "model_internal.h"
 
-static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama, &regc_arch_bert,
-                                               &regc_arch_t5};
-#define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
-
-/* Presets and the architecture each belongs to (index-aligned). */
-static const char *const preset_names[] = {"gpt2-tiny", "gpt2-124m", "llama-tiny", "llama-8b",
-                                           "llama-70b", "bert-tiny", "bert-base",  "t5-tiny",
-                                           "t5-small",  NULL};
-static const regc_arch *const preset_archs[] = {
-    &regc_arch_gpt2,  &regc_arch_gpt2, &regc_arch_llama, &regc_arch_llama, &regc_arch_llama,
-    &regc_arch_bert,  &regc_arch_bert, &regc_arch_t5,    &regc_arch_t5};
-
 /* -------------------------------------------------------- construction */
 
-static int model_new(const regc_arch *arch, const char *source, regc_model **out)
+int regc_model_new(const regc_arch *arch, const char *source, regc_model **out)
 {
     regc_model *m = calloc(1, sizeof *m);
     if (!m || !(m->source = strdup(source))) {
@@ -101,305 +89,7 @@ int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_
     return REGC_OK;
 }
 
-/* ------------------------------------------------------ config readers */
-
-static const cJSON *cfg_item(const cJSON *root, const char *key)
-{
-    return cJSON_GetObjectItemCaseSensitive(root, key);
-}
-
-int regc_cfg_int(const cJSON *root, const char *path, const char *key, int required,
-                 int64_t dflt, int64_t lo, int64_t hi, int64_t *out)
-{
-    const cJSON *it = cfg_item(root, key);
-    if (!it || (cJSON_IsNull(it) && !required)) {
-        if (required)
-            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
-        *out = dflt;
-        return REGC_OK;
-    }
-    double d = cJSON_IsNumber(it) ? it->valuedouble : 0.5;
-    if (!cJSON_IsNumber(it) || !(d >= -9e15 && d <= 9e15) || d != (double)(int64_t)d)
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be an integer", path, key);
-    int64_t v = (int64_t)d;
-    if (v < lo || v > hi)
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: key \"%s\" is %" PRId64 ", expected %" PRId64 " to %" PRId64, path,
-                          key, v, lo, hi);
-    *out = v;
-    return REGC_OK;
-}
-
-int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required,
-                    double dflt, double lo, double hi, double *out)
-{
-    const cJSON *it = cfg_item(root, key);
-    if (!it || (cJSON_IsNull(it) && !required)) {
-        if (required)
-            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
-        *out = dflt;
-        return REGC_OK;
-    }
-    if (!cJSON_IsNumber(it))
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be a number", path, key);
-    double v = it->valuedouble;
-    if (!(v >= lo && v <= hi))
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is %g, expected %g to %g", path, key,
-                          v, lo, hi);
-    *out = v;
-    return REGC_OK;
-}
-
-int regc_cfg_bool(const cJSON *root, const char *path, const char *key, int required, int dflt,
-                  int *out)
-{
-    const cJSON *it = cfg_item(root, key);
-    if (!it || (cJSON_IsNull(it) && !required)) {
-        if (required)
-            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
-        *out = dflt;
-        return REGC_OK;
-    }
-    if (!cJSON_IsBool(it))
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be true or false", path, key);
-    *out = cJSON_IsTrue(it) ? 1 : 0;
-    return REGC_OK;
-}
-
-int regc_cfg_string(const cJSON *root, const char *path, const char *key, int required,
-                    const char *dflt, const char **out)
-{
-    const cJSON *it = cfg_item(root, key);
-    if (!it || (cJSON_IsNull(it) && !required)) {
-        if (required)
-            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s\"", path, key);
-        *out = dflt;
-        return REGC_OK;
-    }
-    if (!cJSON_IsString(it))
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be a string", path, key);
-    *out = it->valuestring;
-    return REGC_OK;
-}
-
-/* ------------------------------------------------------------- loading */
-
-int regc_model_is_preset(const char *spec)
-{
-    for (int i = 0; preset_names[i]; i++)
-        if (strcmp(spec, preset_names[i]) == 0)
-            return 1;
-    return 0;
-}
-
-const char *const *regc_model_preset_names(void)
-{
-    return preset_names;
-}
-
-static int model_from_preset(const char *name, regc_model **out)
-{
-    for (int i = 0; preset_names[i]; i++) {
-        if (strcmp(name, preset_names[i]) != 0)
-            continue;
-        regc_model *m = NULL;
-        int rc = model_new(preset_archs[i], name, &m);
-        if (rc < 0)
-            return rc;
-        if ((rc = m->arch->preset_config(m, name)) < 0 || (rc = m->arch->list_params(m)) < 0) {
-            regc_model_free(m);
-            return rc;
-        }
-        *out = m;
-        return REGC_OK;
-    }
-    return regc_error(REGC_ERR_ARG, "%s: not a preset", name);
-}
-
-static int path_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-int regc_model_load_config(const char *dir, regc_model **out)
-{
-    *out = NULL;
-    char path[4096];
-    int rc = regc_path_join(path, sizeof path, dir, "config.json");
-    if (rc < 0)
-        return rc;
-    char *text = NULL;
-    size_t len = 0;
-    if ((rc = regc_file_read_all(path, &text, &len)) < 0)
-        return rc;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    size_t at = (size_t)(end ? end - text : 0);
-    free(text);
-    if (!root)
-        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON near byte %zu", path, at);
-    regc_model *m = NULL;
-    const char *type = NULL;
-    if (!cJSON_IsObject(root)) {
-        rc = regc_error(REGC_ERR_FORMAT, "%s: not a JSON object", path);
-        goto done;
-    }
-    if ((rc = regc_cfg_string(root, path, "model_type", 1, NULL, &type)) < 0)
-        goto done;
-    const regc_arch *arch = NULL;
-    for (size_t i = 0; i < N_ARCHS; i++)
-        if (strcmp(type, model_archs[i]->model_type) == 0)
-            arch = model_archs[i];
-    if (!arch) {
-        char list[256] = "";
-        for (size_t i = 0; i < N_ARCHS; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                     model_archs[i]->model_type);
-        rc = regc_error(REGC_ERR_UNSUPPORTED, "%s: unsupported model_type \"%s\" (supported: %s)",
-                        path, type, list);
-        goto done;
-    }
-    if ((rc = model_new(arch, dir, &m)) < 0)
-        goto done;
-    if ((rc = arch->parse_config(m, root, path)) < 0 || (rc = arch->list_params(m)) < 0) {
-        regc_model_free(m);
-        m = NULL;
-    }
-done:
-    cJSON_Delete(root);
-    *out = m;
-    return rc;
-}
-
-/* The checkpoint name to look for when `name` is absent: the name without
- * the architecture's optional prefix, or NULL. */
-static const char *model_alt_name(const regc_model *m, const char *name)
-{
-    const char *pre = m->arch->optional_prefix;
-    size_t n = pre ? strlen(pre) : 0;
-    return (n && strncmp(name, pre, n) == 0) ? name + n : NULL;
-}
-
-/* The names a parameter may have in a checkpoint, in the order tried:
- * its own, without the optional prefix, and the architecture's legacy
- * spelling of each. */
-typedef struct {
-    const char *name[4];
-    char legacy[2][512];
-    int n;
-} model_names;
-
-static void model_names_of(const regc_model *m, const char *name, model_names *out)
-{
-    out->n = 0;
-    out->name[out->n++] = name;
-    const char *alt = model_alt_name(m, name);
-    if (alt)
-        out->name[out->n++] = alt;
-    for (int i = 0, k = out->n; m->arch->legacy_name && i < k; i++)
-        if (m->arch->legacy_name(out->name[i], out->legacy[i], sizeof out->legacy[i]))
-            out->name[out->n++] = out->legacy[i];
-}
-
-static int model_read_param(regc_model *m, const regc_st_file *f, const char *file, int i)
-{
-    const regc_model_param *p = &m->params[i];
-    model_names c;
-    model_names_of(m, p->name, &c);
-    int idx = -1;
-    for (int j = 0; j < c.n && idx < 0; j++)
-        idx = regc_st_find(f, c.name[j]);
-    if (idx < 0)
-        return regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", file, p->name);
-    return regc_st_read_f32(f, idx, p->ndim, p->shape, m->weights + p->offset);
-}
-
-typedef struct {
-    const char *file; /* as named in the weight map */
-    regc_st_file *st;
-} model_shard;
-
-/* A shard name must stay inside the model directory. */
-static int shard_name_ok(const char *name)
-{
-    if (!name[0] || name[0] == '/')
-        return 0;
-    for (const char *p = name; *p;) {
-        size_t seg = strcspn(p, "/");
-        if (seg == 2 && p[0] == '.' && p[1] == '.')
-            return 0;
-        p += seg;
-        if (*p == '/')
-            p++;
-    }
-    return 1;
-}
-
-static int model_load_sharded(regc_model *m, const char *dir, const char *index_path)
-{
-    char *text = NULL;
-    size_t len = 0;
-    int rc = regc_file_read_all(index_path, &text, &len);
-    if (rc < 0)
-        return rc;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!root)
-        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON", index_path);
-    model_shard *shards = calloc((size_t)m->n_params + 1, sizeof *shards);
-    int n_shards = 0;
-    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!shards) {
-        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index_path);
-        goto done;
-    }
-    if (!cJSON_IsObject(map)) {
-        rc = regc_error(REGC_ERR_FORMAT, "%s: missing or invalid \"weight_map\"", index_path);
-        goto done;
-    }
-    for (int i = 0; i < m->n_params; i++) {
-        const char *name = m->params[i].name;
-        model_names c;
-        model_names_of(m, name, &c);
-        const cJSON *e = NULL;
-        for (int j = 0; j < c.n && !e; j++)
-            e = cJSON_GetObjectItemCaseSensitive(map, c.name[j]);
-        if (!e) {
-            rc = regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", index_path, name);
-            goto done;
-        }
-        if (!cJSON_IsString(e) || !shard_name_ok(e->valuestring)) {
-            rc = regc_error(REGC_ERR_FORMAT,
-                            "%s: weight_map entry %s must name a file inside the directory",
-                            index_path, e->string);
-            goto done;
-        }
-        int s = 0;
-        while (s < n_shards && strcmp(shards[s].file, e->valuestring) != 0)
-            s++;
-        if (s == n_shards) {
-            char path[4096];
-            if ((rc = regc_path_join(path, sizeof path, dir, e->valuestring)) < 0 ||
-                (rc = regc_st_open(path, &shards[s].st)) < 0)
-                goto done;
-            shards[s].file = e->valuestring;
-            n_shards++;
-        }
-        char shard_path[4096];
-        regc_path_join(shard_path, sizeof shard_path, dir, shards[s].file);
-        if ((rc = model_read_param(m, shards[s].st, shard_path, i)) < 0)
-            goto done;
-    }
-done:
-    for (int s = 0; s < n_shards; s++)
-        regc_st_close(shards[s].st);
-    free(shards);
-    cJSON_Delete(root);
-    return rc;
-}
-
-static int model_alloc_weights(regc_model *m)
+int regc_model_alloc_weights(regc_model *m)
 {
     if (m->weights)
         return REGC_OK;
@@ -412,125 +102,6 @@ static int model_alloc_weights(regc_model *m)
                           "%s: out of memory for %" PRId64 " parameters (%.1f GiB of fp32)",
                           m->source, m->total_numel,
                           (double)m->total_numel * 4.0 / (1024.0 * 1024.0 * 1024.0));
-    return REGC_OK;
-}
-
-/* HF's loader prefers the single file when both exist; so do we, so that a
- * directory re-saved by regc_model_save never reads a stale index. */
-static int model_load_weights(regc_model *m, const char *dir)
-{
-    char single[4096], index[4096];
-    int rc;
-    if ((rc = regc_path_join(single, sizeof single, dir, "model.safetensors")) < 0 ||
-        (rc = regc_path_join(index, sizeof index, dir, "model.safetensors.index.json")) < 0)
-        return rc;
-    int have_single = path_exists(single);
-    if (!have_single && !path_exists(index))
-        return regc_error(REGC_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json",
-                          dir);
-    if ((rc = model_alloc_weights(m)) < 0)
-        return rc;
-    if (have_single) {
-        regc_st_file *f;
-        if ((rc = regc_st_open(single, &f)) < 0)
-            goto fail;
-        for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
-            rc = model_read_param(m, f, single, i);
-        regc_st_close(f);
-    } else {
-        rc = model_load_sharded(m, dir, index);
-    }
-    if (rc == REGC_OK)
-        return rc;
-fail:
-    free(m->weights);
-    m->weights = NULL;
-    return rc;
-}
-
-/* A graph JSON is named by a file path ending in ".json"; a directory so
- * named is still a Hugging Face directory. */
-static int is_graph_json(const char *spec)
-{
-    size_t n = strlen(spec);
-    struct stat st;
-    return n > 5 && strcmp(spec + n - 5, ".json") == 0 &&
-           !(stat(spec, &st) == 0 && S_ISDIR(st.st_mode));
-}
-
-static int model_from_graph_json(const char *path, regc_model **out)
-{
-    regc_model *m = NULL;
-    int rc = model_new(&regc_arch_graph, path, &m);
-    if (rc < 0)
-        return rc;
-    if ((rc = regc_graph_model_read(m, path)) < 0) {
-        regc_model_free(m);
-        return rc;
-    }
-    *out = m;
-    return REGC_OK;
-}
-
-int regc_model_load_shapes(const char *spec, regc_model **out)
-{
-    *out = NULL;
-    if (regc_model_is_preset(spec))
-        return model_from_preset(spec, out);
-    if (is_graph_json(spec))
-        return model_from_graph_json(spec, out);
-    struct stat st;
-    if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode))
-        return regc_model_load(spec, out); /* for its message */
-    return regc_model_load_config(spec, out);
-}
-
-int regc_model_read_safetensors(regc_model *m, const char *path)
-{
-    int had_weights = m->weights != NULL;
-    int rc = model_alloc_weights(m);
-    if (rc < 0)
-        return rc;
-    regc_st_file *f = NULL;
-    if ((rc = regc_st_open(path, &f)) == REGC_OK) {
-        for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
-            rc = model_read_param(m, f, path, i);
-        regc_st_close(f);
-    }
-    if (rc < 0 && !had_weights) {
-        free(m->weights);
-        m->weights = NULL;
-    }
-    return rc;
-}
-
-/* A preset name wins over a directory of the same name; "./gpt2-tiny" loads
- * the directory. */
-int regc_model_load(const char *spec, regc_model **out)
-{
-    *out = NULL;
-    if (regc_model_is_preset(spec))
-        return model_from_preset(spec, out);
-    if (is_graph_json(spec))
-        return model_from_graph_json(spec, out);
-    struct stat st;
-    if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        char list[256] = "";
-        for (int i = 0; preset_names[i]; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                     preset_names[i]);
-        return regc_error(REGC_ERR_ARG, "%s: not a model directory or a preset (presets: %s)",
-                          spec, list);
-    }
-    regc_model *m;
-    int rc = regc_model_load_config(spec, &m);
-    if (rc < 0)
-        return rc;
-    if ((rc = model_load_weights(m, spec)) < 0) {
-        regc_model_free(m);
-        return rc;
-    }
-    *out = m;
     return REGC_OK;
 }
 
@@ -608,7 +179,7 @@ int64_t regc_model_param_offset(const regc_model *m, int i)
 
 int regc_model_init_random(regc_model *m, uint64_t seed)
 {
-    int rc = model_alloc_weights(m);
+    int rc = regc_model_alloc_weights(m);
     if (rc < 0)
         return rc;
     for (int t = 0; t < m->n_params; t++) {
@@ -807,7 +378,7 @@ int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **ou
     char source[512];
     snprintf(source, sizeof source, "%s with %lld layers", m->source, (long long)n_layer);
     regc_model *x = NULL;
-    int rc = found ? model_new(m->arch, source, &x)
+    int rc = found ? regc_model_new(m->arch, source, &x)
                    : regc_error(REGC_ERR_UNSUPPORTED, "%s: no layer count in its config", m->source);
     if (rc == REGC_OK && ((rc = m->arch->parse_config(x, cfg, source)) < 0 ||
                           (rc = m->arch->list_params(x)) < 0)) {

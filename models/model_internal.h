@@ -81,6 +81,11 @@ extern const regc_arch regc_arch_graph;
  * m->cfg, vocab, max_seq and the parameters. */
 int regc_graph_model_read(regc_model *m, const char *path);
 
+/* A new model of arch with no parameters yet; source names it in messages. */
+int regc_model_new(const regc_arch *arch, const char *source, regc_model **out);
+/* The weights block, allocated once (total_numel floats). */
+int regc_model_alloc_weights(regc_model *m);
+
 /* Append a parameter: numel and offset are computed, overflow checked. */
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
                          float init_center, float init_halfwidth);

@@ -37,7 +37,8 @@ int regc_model_is_preset(const char *spec);
 /* The same architecture and widths with n_layer layers (every stack of an
  * encoder-decoder), shape only. Graph JSON models have a fixed depth. */
 int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **out);
-const char *const *regc_model_preset_names(void); /* NULL-terminated */
+/* Preset i's name (gpt2-tiny, ...), or NULL past the last. */
+const char *regc_model_preset_name(int i);
 void regc_model_free(regc_model *m);
 
 const char *regc_model_arch(const regc_model *m);     /* "gpt2", "graph" */

@@ -93,8 +93,9 @@ static void test_presets(void **state)
     assert_true(regc_model_is_preset("bert-tiny"));
     assert_true(regc_model_is_preset("bert-base"));
     int listed = 0;
-    for (const char *const *p = regc_model_preset_names(); *p; p++)
-        listed += strcmp(*p, "bert-tiny") == 0 || strcmp(*p, "bert-base") == 0;
+    for (int i = 0; regc_model_preset_name(i); i++)
+        listed += strcmp(regc_model_preset_name(i), "bert-tiny") == 0 ||
+                  strcmp(regc_model_preset_name(i), "bert-base") == 0;
     assert_int_equal(listed, 2);
 
     regc_model *m;

@@ -80,11 +80,11 @@ static void describe_has(regc_model *m, const char *what)
 static void test_presets(void **state)
 {
     (void)state;
-    const char *const *names = regc_model_preset_names();
     int found = 0;
-    for (int i = 0; names[i]; i++)
-        found += !strcmp(names[i], "llama-tiny") + !strcmp(names[i], "llama-8b") +
-                 !strcmp(names[i], "llama-70b");
+    for (int i = 0; regc_model_preset_name(i); i++)
+        found += !strcmp(regc_model_preset_name(i), "llama-tiny") +
+                 !strcmp(regc_model_preset_name(i), "llama-8b") +
+                 !strcmp(regc_model_preset_name(i), "llama-70b");
     assert_int_equal(found, 3);
     assert_true(regc_model_is_preset("llama-8b"));
     assert_false(regc_model_is_preset("llama"));

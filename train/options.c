@@ -314,8 +314,8 @@ static void write_row(FILE *f, const regc_option *o, const regc_train_settings *
     }
     size_t n = (size_t)snprintf(help, sizeof help, "%s", o->help);
     if (o->flags & OPT_LIST_PRESETS)
-        for (const char *const *p = regc_model_preset_names(); p && *p && n < sizeof help; p++)
-            n += (size_t)snprintf(help + n, sizeof help - n, " %s", *p);
+        for (int i = 0; regc_model_preset_name(i) && n < sizeof help; i++)
+            n += (size_t)snprintf(help + n, sizeof help - n, " %s", regc_model_preset_name(i));
     /* the file's key, where it is not the flag with underscores */
     char dashed[64];
     snprintf(dashed, sizeof dashed, "--%s", o->key ? o->key : "");
