@@ -21,6 +21,16 @@ int regc_fuse_add_norm(regc_instr *ins, int *n);
  * instructions name. Returns the number fused. */
 int regc_fuse_embed_bwd_add(regc_instr *ins, int *n, const regc_buf *bufs);
 
+/* ---- the step program's parts */
+/* A new program buffer (program.c); its index or a negative status. */
+int regc_program_new_buf(regc_program *p, regc_buf_kind kind, int64_t bytes, int64_t offset);
+/* Stamp the lazy program into one flat list, run the cross-layer passes
+ * and plan the step's activation memory (inline_back.c). */
+int regc_program_inline_back(regc_program *p);
+/* Plan a program that stays lazy over lifetimes in whole calls (nothing
+ * to plan at O0, which allocates at run time). */
+int regc_program_plan_lazy(regc_program *p);
+
 /* ---- the compile cache's glue (region/compile_cache.c) */
 /* Is the cache read and written? (Dumps always compile afresh.) */
 int regc_compile_uses_cache(const regc_compile_options *o);

@@ -1,0 +1,190 @@
+/* program_run.c — a step program bound to memory and run on a backend,
+ * instruction by instruction (profiled when asked), and its text dump.
+ *
+ * A bound program resolves each (buffer, offset) reference to a device
+ * pointer: the activation arena planned at compile time, the parameter and
+ * gradient blocks, or an input. At O0 arena buffers are allocated before
+ * the call that first uses them and freed after the last. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "region_internal.h"
+
+int regc_program_n_inputs(const regc_program *p) { return p->n_inputs; }
+
+const regc_tensor *regc_program_input(const regc_program *p, int i)
+{
+    return i >= 0 && i < p->n_inputs ? regc_graph_tensor(p->graph, p->inputs[i]) : NULL;
+}
+
+int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *grads,
+                      void *const *inputs)
+{
+    p->be = be;
+    if (!(p->ptr = calloc((size_t)p->n_bufs + 1, sizeof *p->ptr)))
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    int dynamic = p->level == REGC_LEVEL_O0;
+    if (!dynamic && p->arena_bytes > 0 && !(p->arena = be->alloc(be, (size_t)p->arena_bytes)))
+        return regc_error(REGC_ERR_MEMORY, "backend %s: out of memory for the %lld-byte activation arena",
+                          be->name, (long long)p->arena_bytes);
+    for (int b = 0; b < p->n_bufs; b++) {
+        const regc_buf *x = &p->bufs[b];
+        switch (x->kind) {
+        case BUF_ARENA: p->ptr[b] = dynamic ? NULL : (char *)p->arena + x->offset; break;
+        case BUF_PARAMS: p->ptr[b] = (char *)params + x->offset; break;
+        case BUF_GRADS: p->ptr[b] = (char *)grads + x->offset; break;
+        case BUF_INPUT: p->ptr[b] = inputs[x->offset]; break;
+        }
+    }
+    return REGC_OK;
+}
+
+static void resolve(char *const *base, const regc_instr *in, void **ptr)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        ptr[k] = in->refs[k].buf < 0 ? NULL : base[in->refs[k].buf] + in->refs[k].off;
+}
+
+/* One instruction; when profiling, timed between two synchronisations. */
+static int run_instr(regc_program *p, const regc_instr *in, void *const *ptr)
+{
+    if (!p->profile)
+        return regc_instr_run(p->be, in, ptr);
+    int rc = p->be->sync(p->be);
+    double t0 = regc_time_ms();
+    if (rc == REGC_OK)
+        rc = regc_instr_run(p->be, in, ptr);
+    if (rc == REGC_OK)
+        rc = p->be->sync(p->be);
+    double ms = regc_time_ms() - t0;
+    char label[REGC_PROFILE_LABEL];
+    regc_instr_label(in, label, sizeof label);
+    return rc ? rc : regc_profile_add(p->profile, label, ms, regc_instr_flop(in));
+}
+
+void regc_program_set_profile(regc_program *p, regc_profile *pr) { p->profile = pr; }
+
+/* O0: each buffer is allocated before the step that first uses it and
+ * freed after the last. */
+static int alloc_step(regc_program *p, int step, int release)
+{
+    for (int b = 0; b < p->n_bufs; b++) {
+        regc_buf *x = &p->bufs[b];
+        if (x->kind != BUF_ARENA || x->first < 0)
+            continue;
+        if (!release && x->first == step && !p->ptr[b] &&
+            !(p->ptr[b] = p->be->alloc(p->be, (size_t)(x->bytes ? x->bytes : 1))))
+            return regc_error(REGC_ERR_MEMORY, "backend %s: out of memory (%lld bytes)",
+                              p->be->name, (long long)x->bytes);
+        if (release && x->last == step && p->ptr[b] && b != p->loss.buf) {
+            p->be->free(p->be, p->ptr[b]);
+            p->ptr[b] = NULL;
+        }
+    }
+    return REGC_OK;
+}
+
+static int run_lazy(regc_program *p)
+{
+    int dynamic = p->level == REGC_LEVEL_O0, rc = REGC_OK;
+    void *ptr[REGC_INSTR_MAX_REFS];
+    char **slot = NULL;
+    int cap = 0;
+    for (int i = 0; i < p->n_steps && rc == REGC_OK; i++) {
+        const lazy_step *s = &p->steps[i];
+        if (dynamic && (rc = alloc_step(p, i, 0)))
+            break;
+        if (s->piece < 0) {
+            resolve(p->ptr, &s->instr, ptr);
+            rc = run_instr(p, &s->instr, ptr);
+        } else {
+            const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
+            if (r->n_slots > cap) {
+                char **x = realloc(slot, (size_t)r->n_slots * sizeof *x);
+                if (!x) {
+                    rc = regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+                    break;
+                }
+                slot = x, cap = r->n_slots;
+            }
+            for (int k = 0; k < r->n_slots; k++)
+                slot[k] = s->bind[k].buf < 0 || !p->ptr[s->bind[k].buf]
+                              ? NULL
+                              : p->ptr[s->bind[k].buf] + s->bind[k].off;
+            const regc_instr *ins = s->backward ? r->bwd : r->fwd;
+            int n = s->backward ? r->n_bwd : r->n_fwd;
+            for (int j = 0; j < n && rc == REGC_OK; j++) {
+                resolve(slot, &ins[j], ptr);
+                rc = run_instr(p, &ins[j], ptr);
+            }
+        }
+        if (dynamic && rc == REGC_OK)
+            rc = alloc_step(p, i, 1);
+    }
+    free(slot);
+    return rc;
+}
+
+int regc_program_run(regc_program *p)
+{
+    if (!p->ptr)
+        return regc_error(REGC_ERR_ARG, "step program: run before bind");
+    int rc = REGC_OK;
+    if (p->lazy) {
+        rc = run_lazy(p);
+    } else {
+        void *ptr[REGC_INSTR_MAX_REFS];
+        for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {
+            resolve(p->ptr, &p->instr[i], ptr);
+            rc = run_instr(p, &p->instr[i], ptr);
+        }
+    }
+    return rc ? rc : p->be->sync(p->be);
+}
+
+const float *regc_program_loss(const regc_program *p)
+{
+    return p->ptr && p->ptr[p->loss.buf] ? (const float *)(p->ptr[p->loss.buf] + p->loss.off) : NULL;
+}
+
+/* ---------------------------------------------------------------- dump */
+
+void regc_program_dump(const regc_program *p, FILE *f)
+{
+    static const char *const kinds[] = {"arena", "params", "grads", "input"};
+    fprintf(f, "# step program: level %s, %s, %d regions\n", regc_level_name(p->level),
+            p->lazy ? "lazily inlined" : "inlined back", p->n_regions);
+    fprintf(f, "# arena %lld bytes, lower bound %lld, add+norm fusions %d, %s order\n",
+            (long long)p->arena_bytes, (long long)p->lower_bound, p->fused_pairs,
+            p->reordered ? "memory-aware" : "program");
+    if (p->lazy) {
+        for (int i = 0; i < p->n_steps; i++) {
+            const lazy_step *s = &p->steps[i];
+            if (s->piece < 0) {
+                fprintf(f, "%5d  ", i);
+                regc_instr_dump(&s->instr, f);
+            } else {
+                const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
+                fprintf(f, "%5d  call %s %s (piece %d):", i, r->name, s->backward ? "backward" : "forward",
+                        s->piece);
+                for (int k = 0; k < r->n_slots; k++)
+                    if (r->slots[k].kind != SLOT_TEMP && r->slots[k].kind != SLOT_SAVED && s->bind[k].buf >= 0)
+                        fprintf(f, " s%d=b%d", k, s->bind[k].buf);
+                fputc('\n', f);
+            }
+        }
+    } else {
+        for (int i = 0; i < p->n_instr; i++) {
+            fprintf(f, "%5d  ", i);
+            regc_instr_dump(&p->instr[i], f);
+        }
+    }
+    fprintf(f, "# buffers\n");
+    for (int b = 0; b < p->n_bufs; b++) {
+        const regc_buf *x = &p->bufs[b];
+        if (x->first < 0 && x->kind == BUF_ARENA)
+            continue;
+        fprintf(f, "b%d %s bytes=%lld offset=%lld live=%d..%d\n", b, kinds[x->kind],
+                (long long)x->bytes, (long long)x->offset, x->first, x->last);
+    }
+}
