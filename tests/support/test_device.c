@@ -124,3 +124,28 @@ void regc_test_assert_bitwise_equal(const char *what, const float *a, const floa
         if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
             fail_msg("%s: differs at [%zu]: %.9g vs %.9g", what, i, (double)a[i], (double)b[i]);
 }
+
+size_t regc_test_attn_q_count(const regc_attn_shape *s)
+{
+    return (size_t)(s->batch * s->tq * s->n_head * s->head_dim);
+}
+
+size_t regc_test_attn_kv_count(const regc_attn_shape *s)
+{
+    return (size_t)(s->batch * s->tk * s->n_kv_head * s->head_dim);
+}
+
+void regc_test_attention_inputs(regc_backend *dev, const regc_attn_shape *s, uint64_t seed,
+                                float **hq, float **hk, float **hv, float **hdo, float **q,
+                                float **k, float **v, float **dout)
+{
+    size_t nq = regc_test_attn_q_count(s), nkv = regc_test_attn_kv_count(s);
+    *hq = regc_test_host_uniform(nq, seed, 0.0f, 1.5f);
+    *hk = regc_test_host_uniform(nkv, seed + 1, 0.0f, 1.5f);
+    *hv = regc_test_host_uniform(nkv, seed + 2, 0.0f, 1.0f);
+    *hdo = regc_test_host_uniform(nq, seed + 3, 0.0f, 1.0f);
+    *q = regc_test_upload(dev, *hq, nq);
+    *k = regc_test_upload(dev, *hk, nkv);
+    *v = regc_test_upload(dev, *hv, nkv);
+    *dout = regc_test_upload(dev, *hdo, nq);
+}

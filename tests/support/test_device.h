@@ -24,6 +24,15 @@ double *regc_test_host_doubles(size_t n);
 /* n values of regc's random stream `seed`, uniform on center +- halfwidth */
 float *regc_test_host_uniform(size_t n, uint64_t seed, float center, float halfwidth);
 
+/* Elements of an attention shape's q (and out) and of its k (and v). */
+size_t regc_test_attn_q_count(const regc_attn_shape *s);
+size_t regc_test_attn_kv_count(const regc_attn_shape *s);
+/* Host inputs of an attention shape from `seed` (q, k, v, the upstream
+ * gradient dout), and their copies uploaded to dev. */
+void regc_test_attention_inputs(regc_backend *dev, const regc_attn_shape *s, uint64_t seed,
+                                float **hq, float **hk, float **hv, float **hdo, float **q,
+                                float **k, float **v, float **dout);
+
 /* Fail unless a and b hold the same bits at every index (NaNs included);
  * the message names `what` and the first index that differs. */
 void regc_test_assert_bitwise_equal(const char *what, const float *a, const float *b, size_t n);
