@@ -220,8 +220,8 @@ static int parse_header(const uint8_t *b, size_t len, entry_header *h, char *why
     }
     uint64_t want = HEADER_BYTES + (uint64_t)h->label_len + h->stored_len;
     if ((uint64_t)len != want) {
-        snprintf(why, cap, "%s (%zu bytes, header says %llu)", len < want ? "truncated" : "trailing bytes",
-                 len, (unsigned long long)want);
+        snprintf(why, cap, "%s (%zu bytes, header says %llu)",
+                 len < want ? "truncated" : "trailing bytes", len, (unsigned long long)want);
         return 0;
     }
     return 1;
@@ -258,7 +258,8 @@ static int read_entry(const char *path, entry_contents *e, char *why, size_t cap
             uLongf got = plain_len;
             int z = uncompress(e->plain, &got, body + e->h.label_len, (uLong)e->h.stored_len);
             if (z != Z_OK || got != plain_len) {
-                snprintf(why, cap, "decompression failed (%s)", z == Z_OK ? "short data" : zError(z));
+                snprintf(why, cap, "decompression failed (%s)",
+                         z == Z_OK ? "short data" : zError(z));
                 ok = 0;
             }
         }
@@ -295,7 +296,8 @@ int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload)
     if (ok > 0 && (e.h.key.lo != k.lo || e.h.key.hi != k.hi)) {
         snprintf(why, sizeof why, "header of another entry (key does not match the file name)");
         ok = 0;
-    } else if (ok > 0 && (e.h.keyed_len != keyed.len || memcmp(e.plain, keyed.data, keyed.len) != 0)) {
+    } else if (ok > 0 &&
+               (e.h.keyed_len != keyed.len || memcmp(e.plain, keyed.data, keyed.len) != 0)) {
         snprintf(why, sizeof why, "key collision: the stored canonical form differs");
         ok = 0;
     }
@@ -452,7 +454,8 @@ static int scan_dir(const char *dir, scan_depth depth, regc_cache_entry **out, i
     *out = NULL, *n_out = 0;
     DIR *d = opendir(dir);
     if (!d)
-        return regc_error(REGC_ERR_IO, "%s: cannot open the cache directory: %s", dir, strerror(errno));
+        return regc_error(REGC_ERR_IO, "%s: cannot open the cache directory: %s", dir,
+                          strerror(errno));
     regc_cache_entry *e = NULL;
     int n = 0, cap = 0, rc = REGC_OK;
     struct dirent *de;

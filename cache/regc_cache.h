@@ -61,12 +61,12 @@ int regc_cache_put(regc_cache *c, const regc_bytes *canon, const char *label,
 
 /* ---- inspecting a directory (regc cache ls | verify | clear) */
 typedef struct {
-    char file[64];   /* the entry's file name */
-    char *label;     /* NULL when the header is unreadable */
-    int64_t bytes;   /* file size */
-    time_t used;     /* last stored or hit */
+    char file[64]; /* the entry's file name */
+    char *label;   /* NULL when the header is unreadable */
+    int64_t bytes; /* file size */
+    time_t used;   /* last stored or hit */
     long used_nsec;
-    int temporary;   /* a leftover temporary file of a writer */
+    int temporary;     /* a leftover temporary file of a writer */
     char problem[160]; /* verify: empty when the entry is sound */
 } regc_cache_entry;
 

@@ -25,7 +25,9 @@ void regc_error_prefix(const char *fmt, ...)
     int n = vsnprintf(error_message, sizeof error_message, fmt, ap);
     va_end(ap);
     /* append ": <old message>", cutting what does not fit */
-    size_t used = n < 0 ? 0 : (size_t)n < sizeof error_message ? (size_t)n : sizeof error_message - 1;
+    size_t used = n < 0                              ? 0
+                  : (size_t)n < sizeof error_message ? (size_t)n
+                                                     : sizeof error_message - 1;
     const char *parts[2] = {": ", old};
     for (int p = 0; p < 2; p++)
         for (const char *c = parts[p]; *c && used + 1 < sizeof error_message; c++)
@@ -33,12 +35,6 @@ void regc_error_prefix(const char *fmt, ...)
     error_message[used] = '\0';
 }
 
-const char *regc_error_message(void)
-{
-    return error_message[0] ? error_message : "no error";
-}
+const char *regc_error_message(void) { return error_message[0] ? error_message : "no error"; }
 
-void regc_error_clear(void)
-{
-    error_message[0] = '\0';
-}
+void regc_error_clear(void) { error_message[0] = '\0'; }

@@ -14,18 +14,17 @@
 
 typedef enum {
     REGC_OK = 0,
-    REGC_ERR_IO = -1,        /* a file could not be opened, read or written */
-    REGC_ERR_FORMAT = -2,    /* a file or string is malformed */
-    REGC_ERR_SHAPE = -3,     /* shapes, dtypes or counts do not agree */
+    REGC_ERR_IO = -1,          /* a file could not be opened, read or written */
+    REGC_ERR_FORMAT = -2,      /* a file or string is malformed */
+    REGC_ERR_SHAPE = -3,       /* shapes, dtypes or counts do not agree */
     REGC_ERR_UNSUPPORTED = -4, /* valid input that regc does not handle */
-    REGC_ERR_MEMORY = -5,    /* an allocation failed */
-    REGC_ERR_ARG = -6,       /* a bad argument or option value */
+    REGC_ERR_MEMORY = -5,      /* an allocation failed */
+    REGC_ERR_ARG = -6,         /* a bad argument or option value */
 } regc_status;
 
 /* Record a message (printf-style) and return `status`, so a failing
  * function can end with `return regc_error(REGC_ERR_IO, "...", ...);`. */
-int regc_error(int status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int regc_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefix the current message with "<context>: " (used by callers that know
  * the file name when the callee only knew the key). */
 void regc_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

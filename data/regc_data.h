@@ -22,8 +22,8 @@ int64_t regc_tokens_count(const regc_tokens *t);
 /* Batch k: inputs [B, T] = tokens[p .. p+B*T-1], targets = the next tokens,
  * p advancing by B*T each batch and wrapping to 0 when fewer than B*T+1
  * tokens remain. Needs count >= B*T + 1. */
-int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq,
-                      int32_t *inputs, int32_t *targets);
+int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
+                      int32_t *targets);
 void regc_tokens_free(regc_tokens *t);
 
 #endif

@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "regc_data.h"
 #include "corpus.h"
+#include "regc_data.h"
 
 #define TOKENS_MAGIC 20240520
 #define TOKENS_VERSION 1
@@ -113,8 +113,9 @@ int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
     int32_t magic = read_le32(buf), version = read_le32(buf + 4), count = read_le32(buf + 8);
     if (magic != TOKENS_MAGIC) {
         free(buf);
-        return regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not an llm.c token file",
-                          path, magic, TOKENS_MAGIC);
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: bad magic %d (expected %d): not an llm.c token file", path, magic,
+                          TOKENS_MAGIC);
     }
     if (version != TOKENS_VERSION) {
         free(buf);
@@ -124,7 +125,8 @@ int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
     }
     if (count < 0) {
         free(buf);
-        return regc_error(REGC_ERR_FORMAT, "%s: negative token count %d in the header", path, count);
+        return regc_error(REGC_ERR_FORMAT, "%s: negative token count %d in the header", path,
+                          count);
     }
     size_t body = size - TOKENS_HEADER_BYTES, need = (size_t)count * 2;
     if (body < need) {
@@ -159,8 +161,9 @@ int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
             free(t);
             free(source);
             free(buf);
-            return regc_error(REGC_ERR_FORMAT, "%s: token %u at position %lld is >= vocab size %lld",
-                              path, (unsigned)tok, (long long)i, (long long)vocab);
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: token %u at position %lld is >= vocab size %lld", path,
+                              (unsigned)tok, (long long)i, (long long)vocab);
         }
         tokens[i] = tok;
     }
@@ -201,8 +204,9 @@ int regc_tokens_builtin(regc_tokens **out)
 int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
 {
     if (n < 0 || n > INT32_MAX)
-        return regc_error(REGC_ERR_ARG, "%s: cannot write %lld tokens (the header holds an int32 count)",
-                          path, (long long)n);
+        return regc_error(REGC_ERR_ARG,
+                          "%s: cannot write %lld tokens (the header holds an int32 count)", path,
+                          (long long)n);
     size_t size = TOKENS_HEADER_BYTES + (size_t)n * 2;
     unsigned char *buf = calloc(1, size);
     if (!buf)
@@ -220,19 +224,17 @@ int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
     return rc;
 }
 
-int64_t regc_tokens_count(const regc_tokens *t)
-{
-    return t->count;
-}
+int64_t regc_tokens_count(const regc_tokens *t) { return t->count; }
 
-int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq,
-                      int32_t *inputs, int32_t *targets)
+int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
+                      int32_t *targets)
 {
     if (batch <= 0 || seq <= 0 || k < 0)
-        return regc_error(REGC_ERR_ARG,
-                          "%s: batch %lld: batch size (%lld) and sequence length (%lld) must be > 0 "
-                          "and the batch index >= 0",
-                          t->source, (long long)k, (long long)batch, (long long)seq);
+        return regc_error(
+            REGC_ERR_ARG,
+            "%s: batch %lld: batch size (%lld) and sequence length (%lld) must be > 0 "
+            "and the batch index >= 0",
+            t->source, (long long)k, (long long)batch, (long long)seq);
     if (batch > (INT64_MAX - 1) / seq)
         return regc_error(REGC_ERR_ARG, "%s: batch size %lld x sequence length %lld overflows",
                           t->source, (long long)batch, (long long)seq);

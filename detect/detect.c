@@ -169,9 +169,15 @@ static int build_kind(detector *d, int k, const int *order, regc_region_kind *ou
         for (int o = 0; o < n_out; o++)
             out_bind[i * n_out + o] =
                 regc_graph_node(c->g, nodes[i * p + outputs[o].node])->out[outputs[o].slot];
-    *out = (regc_region_kind){.n_nodes = p, .n_inputs = nf, .n_outputs = n_out, .inputs = inputs,
-                              .outputs = outputs, .n_instances = n_inst, .nodes = nodes,
-                              .in_bind = in_bind, .out_bind = out_bind,
+    *out = (regc_region_kind){.n_nodes = p,
+                              .n_inputs = nf,
+                              .n_outputs = n_out,
+                              .inputs = inputs,
+                              .outputs = outputs,
+                              .n_instances = n_inst,
+                              .nodes = nodes,
+                              .in_bind = in_bind,
+                              .out_bind = out_bind,
                               .params_per_instance = params};
     return REGC_OK;
 oom:
@@ -201,14 +207,14 @@ static int build_segments(detector *d, const int *order, const int *level, regc_
             if (c->owner[c->seq[k]] < 0 && level[c->seq[k]] == l)
                 glue[n_glue++] = c->seq[k];
         if (n_glue > start || l == 0 || l == n_levels - 1)
-            b->segments[b->n_segments++] = (regc_segment){.type = REGC_SEGMENT_GLUE,
-                                                          .n_nodes = n_glue - start,
-                                                          .nodes = glue + start};
+            b->segments[b->n_segments++] = (regc_segment){
+                .type = REGC_SEGMENT_GLUE, .n_nodes = n_glue - start, .nodes = glue + start};
         if (l < d->n_runs) {
             const run_t *r = &d->runs[order[l]];
-            b->segments[b->n_segments++] = (regc_segment){
-                .type = REGC_SEGMENT_RUN, .kind = r->kind, .first = first_inst[r->kind],
-                .count = r->n};
+            b->segments[b->n_segments++] = (regc_segment){.type = REGC_SEGMENT_RUN,
+                                                          .kind = r->kind,
+                                                          .first = first_inst[r->kind],
+                                                          .count = r->n};
             first_inst[r->kind] += r->n;
         }
     }

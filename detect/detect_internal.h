@@ -12,21 +12,21 @@
 typedef struct {
     const regc_graph *g;
     int n_nodes, n_tensors;
-    uint64_t *label;  /* [n_nodes] hash of op, attributes, input and output types */
-    int *depth;       /* [n_nodes] longest path from a graph input or parameter */
-    int *seq;         /* [n_nodes] the canonical order (detect_order.c) */
-    int *pos;         /* [n_nodes] position of each node in seq */
-    int *out_slot;    /* [n_tensors] which output of its producer a tensor is; -1 for leaves */
-    int *cons_start;  /* [n_tensors + 1] consumers of tensor t: cons_start[t] .. [t+1] - 1 */
-    int *cons_node;   /* [n_uses] consuming node */
-    int *cons_port;   /* [n_uses] input port it reads the tensor at */
-    int *owner;       /* [n_nodes] instance that holds the node, -1 while in the glue */
+    uint64_t *label; /* [n_nodes] hash of op, attributes, input and output types */
+    int *depth;      /* [n_nodes] longest path from a graph input or parameter */
+    int *seq;        /* [n_nodes] the canonical order (detect_order.c) */
+    int *pos;        /* [n_nodes] position of each node in seq */
+    int *out_slot;   /* [n_tensors] which output of its producer a tensor is; -1 for leaves */
+    int *cons_start; /* [n_tensors + 1] consumers of tensor t: cons_start[t] .. [t+1] - 1 */
+    int *cons_node;  /* [n_uses] consuming node */
+    int *cons_port;  /* [n_uses] input port it reads the tensor at */
+    int *owner;      /* [n_nodes] instance that holds the node, -1 while in the glue */
     /* scratch of the matcher, all -1 between calls */
-    int *tslot;       /* [n_nodes] template index of a template node */
-    int *cslot;       /* [n_nodes] template index a candidate node is matched to */
-    int *formal_of;   /* [n_tensors] formal index of a template's external input */
-    int *bound_to;    /* [n_tensors] formal a candidate tensor is bound to */
-    int *queue;       /* [n_nodes] work list of detect_guide */
+    int *tslot;     /* [n_nodes] template index of a template node */
+    int *cslot;     /* [n_nodes] template index a candidate node is matched to */
+    int *formal_of; /* [n_tensors] formal index of a template's external input */
+    int *bound_to;  /* [n_tensors] formal a candidate tensor is bound to */
+    int *queue;     /* [n_nodes] work list of detect_guide */
 } detect_ctx;
 
 /* Analyse g: labels, depths, consumers and the canonical order. */
@@ -35,8 +35,8 @@ void detect_ctx_free(detect_ctx *c);
 
 /* Why a candidate is not an instance of a template. */
 typedef struct {
-    int node;          /* template index where matching failed, -1 if none */
-    int types_only;    /* 1: wiring agrees, a shape, dtype or attribute does not */
+    int node;       /* template index where matching failed, -1 if none */
+    int types_only; /* 1: wiring agrees, a shape, dtype or attribute does not */
     char reason[320];
 } detect_mismatch;
 
@@ -74,12 +74,12 @@ typedef struct {
 
 typedef struct {
     detect_ctx c;
-    int *width;   /* [n+1] tensors crossing the cut before canonical position i */
-    int *where;   /* [n] scratch for mark_instance */
-    char *in_run; /* [n] scratch: node in the run being built */
-    char *is_output; /* [n_tensors] graph outputs */
-    int *bind;    /* [n * REGC_MAX_IO + 1] scratch binding */
-    int *cand;    /* [n] scratch candidate */
+    int *width;                 /* [n+1] tensors crossing the cut before canonical position i */
+    int *where;                 /* [n] scratch for mark_instance */
+    char *in_run;               /* [n] scratch: node in the run being built */
+    char *is_output;            /* [n_tensors] graph outputs */
+    int *bind;                  /* [n * REGC_MAX_IO + 1] scratch binding */
+    int *cand;                  /* [n] scratch candidate */
     regc_formal_input *formals; /* [n * REGC_MAX_IO + 1] scratch */
     run_t *runs;
     int n_runs, cap_runs;

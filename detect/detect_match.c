@@ -13,10 +13,7 @@
 
 #include "detect_internal.h"
 
-static const regc_node *node_at(const detect_ctx *c, int i)
-{
-    return regc_graph_node(c->g, i);
-}
+static const regc_node *node_at(const detect_ctx *c, int i) { return regc_graph_node(c->g, i); }
 
 static const regc_tensor *tensor_at(const detect_ctx *c, int t)
 {
@@ -38,10 +35,7 @@ static int attrs_equal(const regc_attrs *a, const regc_attrs *b)
 
 /* Graph inputs and parameters keep their role; every produced tensor is an
  * activation whatever the graph says. */
-static regc_role role_of(const regc_tensor *t)
-{
-    return t->producer < 0 ? t->role : REGC_ROLE_ACT;
-}
+static regc_role role_of(const regc_tensor *t) { return t->producer < 0 ? t->role : REGC_ROLE_ACT; }
 
 static void format_shape(char *buf, size_t cap, const regc_tensor *t)
 {
@@ -114,8 +108,10 @@ static int node_types_equal(const detect_ctx *c, int a, int b, detect_mismatch *
 {
     const regc_node *x = node_at(c, a), *y = node_at(c, b);
     if (x->op != y->op || x->n_in != y->n_in || x->n_out != y->n_out) {
-        snprintf(why->reason, sizeof why->reason, "node is %s with %d inputs, the template's %s "
-                 "with %d", regc_op_name(y->op), y->n_in, regc_op_name(x->op), x->n_in);
+        snprintf(why->reason, sizeof why->reason,
+                 "node is %s with %d inputs, the template's %s "
+                 "with %d",
+                 regc_op_name(y->op), y->n_in, regc_op_name(x->op), x->n_in);
         return 0;
     }
     why->types_only = 1;
@@ -148,15 +144,19 @@ static int input_wired(detect_ctx *c, int ta, int tb, int *bind, detect_mismatch
     int a_inside = pa >= 0 && c->tslot[pa] >= 0, b_inside = pb >= 0 && c->cslot[pb] >= 0;
     if (a_inside) {
         if (!b_inside || c->cslot[pb] != c->tslot[pa] || c->out_slot[tb] != c->out_slot[ta]) {
-            snprintf(why->reason, sizeof why->reason, "input %d does not come from the node the "
-                     "template's does", q);
+            snprintf(why->reason, sizeof why->reason,
+                     "input %d does not come from the node the "
+                     "template's does",
+                     q);
             return 0;
         }
         return 1;
     }
     if (b_inside) {
-        snprintf(why->reason, sizeof why->reason, "input %d comes from inside the instance, the "
-                 "template's from outside", q);
+        snprintf(why->reason, sizeof why->reason,
+                 "input %d comes from inside the instance, the "
+                 "template's from outside",
+                 q);
         return 0;
     }
     int f = c->formal_of[ta];
@@ -171,8 +171,10 @@ static int input_wired(detect_ctx *c, int ta, int tb, int *bind, detect_mismatch
     }
     if (bind[f] == tb && c->bound_to[tb] == f)
         return 1;
-    snprintf(why->reason, sizeof why->reason, "input %d binds a tensor the template's wiring does "
-             "not", q);
+    snprintf(why->reason, sizeof why->reason,
+             "input %d binds a tensor the template's wiring does "
+             "not",
+             q);
     return 0;
 }
 
@@ -285,8 +287,7 @@ int detect_guide(detect_ctx *c, const int *tmpl, int p, int j0, int v0, int *can
                 int jj = c->tslot[c->cons_node[k]];
                 if (jj < 0 || cand[jj] >= 0)
                     continue;
-                int w = unique_consumer(c, b->out[s], c->cons_port[k],
-                                        node_at(c, tmpl[jj])->op);
+                int w = unique_consumer(c, b->out[s], c->cons_port[k], node_at(c, tmpl[jj])->op);
                 if (w < 0)
                     continue; /* ambiguous or absent: another path may reach it */
                 cand[jj] = w;

@@ -296,8 +296,8 @@ int detect_ctx_init(detect_ctx *c, const regc_graph *g)
     c->formal_of = alloc_ints(nt, -1);
     c->bound_to = alloc_ints(nt, -1);
     c->queue = alloc_ints(n, -1);
-    if (!c->queue || !c->label || !c->depth || !c->seq || !c->pos || !c->out_slot || !c->owner || !c->tslot ||
-        !c->cslot || !c->formal_of || !c->bound_to)
+    if (!c->queue || !c->label || !c->depth || !c->seq || !c->pos || !c->out_slot || !c->owner ||
+        !c->tslot || !c->cslot || !c->formal_of || !c->bound_to)
         return regc_error(REGC_ERR_MEMORY, "detect: out of memory");
     /* Nodes are stored in a topological order, so one pass gives depths. */
     for (int i = 0; i < c->n_nodes; i++) {

@@ -68,8 +68,7 @@ static void mark_instance(int *where, const run_t *r, int t, int on)
 /* Is instance t's binding fed by instance t-1 exactly as the run's carried
  * formals say (and by nothing else of the run)? `where` marks instances
  * t-1 and t of the run; `in_run` is true for a node in any instance. */
-static int chained(const detect_ctx *c, const run_t *r, int t, const int *where,
-                   const char *in_run)
+static int chained(const detect_ctx *c, const run_t *r, int t, const int *where, const char *in_run)
 {
     for (int f = 0; f < r->nf; f++) {
         int b = r->bind[t * r->nf + f], pr = regc_graph_tensor(c->g, b)->producer;
@@ -307,7 +306,8 @@ static int find_best_run(detector *d, run_t *best)
             int j = i;
             while (j + p < n && same_label_at(c, j, j + p))
                 j++;
-            int len = j - i + p, count = 0, phi = len >= 2 * p ? best_phase(d, i, len, p, &count) : -1;
+            int len = j - i + p, count = 0,
+                phi = len >= 2 * p ? best_phase(d, i, len, p, &count) : -1;
             if (phi >= 0 && count * p > best_cover) {
                 run_t r;
                 int got = build_run(d, &r, i + phi, p, count);
@@ -315,8 +315,8 @@ static int find_best_run(detector *d, run_t *best)
                     return got;
                 int cover = got * p;
                 if (got > 0 && (cover > best_cover ||
-                                (cover == best_cover && (p < best->p ||
-                                                         (p == best->p && i + phi < best_start))))) {
+                                (cover == best_cover &&
+                                 (p < best->p || (p == best->p && i + phi < best_start))))) {
                     detect_run_free(best);
                     *best = r;
                     best_cover = cover;
@@ -386,7 +386,8 @@ static int extend_run(detector *d, run_t *r, int run_id, int front)
             if (pr >= 0 && c->owner[pr] < 0 && c->out_slot[b] == r->carried_s[f])
                 seed_j = r->carried_j[f], seed_v = pr;
         } else {
-            const regc_node *last = regc_graph_node(c->g, r->nodes[(r->n - 1) * p + r->carried_j[f]]);
+            const regc_node *last =
+                regc_graph_node(c->g, r->nodes[(r->n - 1) * p + r->carried_j[f]]);
             const regc_node *use = regc_graph_node(c->g, r->nodes[d->formals[f].node]);
             int x = last->out[r->carried_s[f]], found = -1, many = 0;
             for (int k = c->cons_start[x]; k < c->cons_start[x + 1]; k++) {
@@ -542,7 +543,8 @@ int detect_detector_init(detector *d, const regc_graph *g)
     return REGC_OK;
 }
 
-/* Give every run a kind: the first earlier run it matches, else a new one. */int detect_assign_kinds(detector *d)
+/* Give every run a kind: the first earlier run it matches, else a new one. */ int
+detect_assign_kinds(detector *d)
 {
     int n_kinds = 0;
     for (int i = 0; i < d->n_runs; i++) {

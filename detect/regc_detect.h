@@ -45,18 +45,18 @@ typedef struct {
 } regc_formal_output;
 
 typedef struct {
-    int n_nodes;                      /* template size */
+    int n_nodes; /* template size */
     int n_inputs, n_outputs;
-    const regc_formal_input *inputs;  /* [n_inputs] */
+    const regc_formal_input *inputs;   /* [n_inputs] */
     const regc_formal_output *outputs; /* [n_outputs] */
-    int n_instances;                  /* over all runs, in execution order */
+    int n_instances;                   /* over all runs, in execution order */
     /* nodes[i * n_nodes + j]: graph node of template node j in instance i;
      * instance 0 is the template itself. Template order is a topological
      * order of the instance. */
     const int *nodes;
-    const int *in_bind;               /* [n_instances * n_inputs] graph tensor ids */
-    const int *out_bind;              /* [n_instances * n_outputs] graph tensor ids */
-    int64_t params_per_instance;      /* elements of the per-instance parameters */
+    const int *in_bind;          /* [n_instances * n_inputs] graph tensor ids */
+    const int *out_bind;         /* [n_instances * n_outputs] graph tensor ids */
+    int64_t params_per_instance; /* elements of the per-instance parameters */
 } regc_region_kind;
 
 /* The step as detected: glue and runs of consecutive instances, in an

@@ -14,8 +14,8 @@
 
 typedef struct {
     regc_graph *g;
-    int *grad_of;        /* gradient id per forward tensor, -1 if none yet */
-    const char *needs;   /* needs[t]: t depends on a float input or parameter */
+    int *grad_of;      /* gradient id per forward tensor, -1 if none yet */
+    const char *needs; /* needs[t]: t depends on a float input or parameter */
 } ad_ctx;
 
 /* Add `contribution` to the gradient of tensor t. */
@@ -66,17 +66,17 @@ static int matmul_rule(ad_ctx *c, const regc_node *n, int dy)
     int a = n->in[0], b = n->in[1], ta = n->attrs.trans_a, tb = n->attrs.trans_b;
     int da = -1, db = -1;
     if (c->needs[a]) {
-        if (!ta)      /* dA = dY op_b(B)^T */
+        if (!ta) /* dA = dY op_b(B)^T */
             da = regc_graph_matmul(c->g, dy, b, 0, !tb);
-        else          /* A^T is used: dA = op_b(B) dY^T */
+        else /* A^T is used: dA = op_b(B) dY^T */
             da = tb ? regc_graph_matmul(c->g, b, dy, 1, 1) : regc_graph_matmul(c->g, b, dy, 0, 1);
         if (accumulate(c, a, as_shape_of(c, da, a)))
             return REGC_ERR_SHAPE;
     }
     if (c->needs[b]) {
-        if (!tb)      /* dB = op_a(A)^T dY */
+        if (!tb) /* dB = op_a(A)^T dY */
             db = regc_graph_matmul(c->g, a, dy, !ta, 0);
-        else          /* B^T is used: dB = dY^T op_a(A) */
+        else /* B^T is used: dB = dY^T op_a(A) */
             db = regc_graph_matmul(c->g, dy, a, 1, ta);
         if (accumulate(c, b, as_shape_of(c, db, b)))
             return REGC_ERR_SHAPE;
@@ -133,8 +133,7 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
             if (accumulate(c, in[i], out[i]))
                 return REGC_ERR_SHAPE;
         return REGC_OK;
-    case REGC_OP_MATMUL:
-        return matmul_rule(c, n, dy);
+    case REGC_OP_MATMUL: return matmul_rule(c, n, dy);
     case REGC_OP_GELU:
         if (node_n(c, REGC_OP_GELU_BWD, NULL, 2, (int[]){dy, in[0]}, 1, out))
             return REGC_ERR_SHAPE;
@@ -205,8 +204,7 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         if (c->needs[in[1]] && accumulate(c, in[1], regc_graph_mul(g, dy, in[0])))
             return REGC_ERR_SHAPE;
         return REGC_OK;
-    case REGC_OP_RESHAPE:
-        return accumulate(c, in[0], as_shape_of(c, dy, in[0]));
+    case REGC_OP_RESHAPE: return accumulate(c, in[0], as_shape_of(c, dy, in[0]));
     case REGC_OP_TRANSPOSE: {
         int inverse[REGC_MAX_DIMS] = {0};
         for (int i = 0; i < regc_graph_tensor(g, in[0])->ndim; i++)
@@ -229,8 +227,8 @@ void regc_autodiff_needs(const regc_graph *g, int n_tensors, int n_nodes, const 
 {
     for (int t = 0; t < n_tensors; t++) {
         const regc_tensor *x = regc_graph_tensor(g, t);
-        needs[t] = x->role != REGC_ROLE_ACT && x->dtype != REGC_I32 &&
-                   (!leaf_needs || leaf_needs[t]);
+        needs[t] =
+            x->role != REGC_ROLE_ACT && x->dtype != REGC_I32 && (!leaf_needs || leaf_needs[t]);
     }
     for (int i = 0; i < n_nodes; i++) {
         const regc_node *n = regc_graph_node(g, i);
@@ -251,8 +249,8 @@ static int vjp(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int
         if (!ty || !tdy || ys[i] >= n_tensors)
             return regc_error(REGC_ERR_ARG, "autodiff: no tensor %d", ty ? dys[i] : ys[i]);
         if (ty->ndim != tdy->ndim || regc_tensor_numel(ty) != regc_tensor_numel(tdy))
-            return regc_error(REGC_ERR_SHAPE, "autodiff: gradient %s does not match %s",
-                              tdy->name, ty->name);
+            return regc_error(REGC_ERR_SHAPE, "autodiff: gradient %s does not match %s", tdy->name,
+                              ty->name);
     }
     char *needs = calloc((size_t)n_tensors, 1);
     char *seeded = calloc((size_t)n_tensors, 1);
@@ -274,9 +272,10 @@ static int vjp(regc_graph *g, int n_tensors, int n_nodes, int n_seeds, const int
         regc_node n = *regc_graph_node(g, i);
         for (int k = 1; k < n.n_out && n.op != REGC_OP_SPLIT; k++)
             if (grad_of[n.out[k]] >= 0 && !seeded[n.out[k]])
-                rc = regc_error(REGC_ERR_UNSUPPORTED,
-                                "autodiff: %s output %d (%s) is a saved statistic, not differentiable",
-                                regc_op_name(n.op), k, regc_graph_tensor(g, n.out[k])->name);
+                rc = regc_error(
+                    REGC_ERR_UNSUPPORTED,
+                    "autodiff: %s output %d (%s) is a saved statistic, not differentiable",
+                    regc_op_name(n.op), k, regc_graph_tensor(g, n.out[k])->name);
         int has_grad = 0;
         for (int k = 0; k < n.n_out; k++)
             has_grad |= grad_of[n.out[k]] >= 0;

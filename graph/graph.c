@@ -376,28 +376,38 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
                          int n_out, out_spec *o, int out_ndim, const int64_t *out_shape)
 {
     static const int want_in[REGC_OP_COUNT] = {
-        [REGC_OP_EMBEDDING] = 2, [REGC_OP_ADD] = 2, [REGC_OP_BIAS_ADD] = 2,
-        [REGC_OP_LAYERNORM] = 3, [REGC_OP_MATMUL] = 2, [REGC_OP_GELU] = 1,
-        [REGC_OP_SPLIT] = 1, [REGC_OP_CONCAT] = -1, [REGC_OP_ATTENTION] = -1,
-        [REGC_OP_RESHAPE] = 1, [REGC_OP_TRANSPOSE] = 1, [REGC_OP_CROSS_ENTROPY] = 2,
-        [REGC_OP_RMSNORM] = 2, [REGC_OP_ROPE] = 3, [REGC_OP_SILU] = 1, [REGC_OP_MUL] = 2,
-        [REGC_OP_GELU_ERF] = 1, [REGC_OP_RELU] = 1, [REGC_OP_SCALE] = 1,
-        [REGC_OP_FILL] = 0, [REGC_OP_SUM_ROWS] = 1, [REGC_OP_EMBEDDING_BWD] = 2,
-        [REGC_OP_LAYERNORM_BWD] = 5, [REGC_OP_GELU_BWD] = 2, [REGC_OP_ATTENTION_BWD] = -1,
-        [REGC_OP_CROSS_ENTROPY_BWD] = 4, [REGC_OP_RMSNORM_BWD] = 4, [REGC_OP_SILU_BWD] = 2,
-        [REGC_OP_GELU_ERF_BWD] = 2, [REGC_OP_RELU_BWD] = 2,
+        [REGC_OP_EMBEDDING] = 2,      [REGC_OP_ADD] = 2,
+        [REGC_OP_BIAS_ADD] = 2,       [REGC_OP_LAYERNORM] = 3,
+        [REGC_OP_MATMUL] = 2,         [REGC_OP_GELU] = 1,
+        [REGC_OP_SPLIT] = 1,          [REGC_OP_CONCAT] = -1,
+        [REGC_OP_ATTENTION] = -1,     [REGC_OP_RESHAPE] = 1,
+        [REGC_OP_TRANSPOSE] = 1,      [REGC_OP_CROSS_ENTROPY] = 2,
+        [REGC_OP_RMSNORM] = 2,        [REGC_OP_ROPE] = 3,
+        [REGC_OP_SILU] = 1,           [REGC_OP_MUL] = 2,
+        [REGC_OP_GELU_ERF] = 1,       [REGC_OP_RELU] = 1,
+        [REGC_OP_SCALE] = 1,          [REGC_OP_FILL] = 0,
+        [REGC_OP_SUM_ROWS] = 1,       [REGC_OP_EMBEDDING_BWD] = 2,
+        [REGC_OP_LAYERNORM_BWD] = 5,  [REGC_OP_GELU_BWD] = 2,
+        [REGC_OP_ATTENTION_BWD] = -1, [REGC_OP_CROSS_ENTROPY_BWD] = 4,
+        [REGC_OP_RMSNORM_BWD] = 4,    [REGC_OP_SILU_BWD] = 2,
+        [REGC_OP_GELU_ERF_BWD] = 2,   [REGC_OP_RELU_BWD] = 2,
     };
     static const int want_out[REGC_OP_COUNT] = {
-        [REGC_OP_EMBEDDING] = 1, [REGC_OP_ADD] = 1, [REGC_OP_BIAS_ADD] = 1,
-        [REGC_OP_LAYERNORM] = 3, [REGC_OP_MATMUL] = 1, [REGC_OP_GELU] = 1,
-        [REGC_OP_SPLIT] = -1, [REGC_OP_CONCAT] = 1, [REGC_OP_ATTENTION] = 2,
-        [REGC_OP_RESHAPE] = 1, [REGC_OP_TRANSPOSE] = 1, [REGC_OP_CROSS_ENTROPY] = 2,
-        [REGC_OP_RMSNORM] = 2, [REGC_OP_ROPE] = 1, [REGC_OP_SILU] = 1, [REGC_OP_MUL] = 1,
-        [REGC_OP_GELU_ERF] = 1, [REGC_OP_RELU] = 1, [REGC_OP_SCALE] = 1,
-        [REGC_OP_FILL] = 1, [REGC_OP_SUM_ROWS] = 1, [REGC_OP_EMBEDDING_BWD] = 1,
-        [REGC_OP_LAYERNORM_BWD] = 3, [REGC_OP_GELU_BWD] = 1, [REGC_OP_ATTENTION_BWD] = -1,
-        [REGC_OP_CROSS_ENTROPY_BWD] = 1, [REGC_OP_RMSNORM_BWD] = 2, [REGC_OP_SILU_BWD] = 1,
-        [REGC_OP_GELU_ERF_BWD] = 1, [REGC_OP_RELU_BWD] = 1,
+        [REGC_OP_EMBEDDING] = 1,      [REGC_OP_ADD] = 1,
+        [REGC_OP_BIAS_ADD] = 1,       [REGC_OP_LAYERNORM] = 3,
+        [REGC_OP_MATMUL] = 1,         [REGC_OP_GELU] = 1,
+        [REGC_OP_SPLIT] = -1,         [REGC_OP_CONCAT] = 1,
+        [REGC_OP_ATTENTION] = 2,      [REGC_OP_RESHAPE] = 1,
+        [REGC_OP_TRANSPOSE] = 1,      [REGC_OP_CROSS_ENTROPY] = 2,
+        [REGC_OP_RMSNORM] = 2,        [REGC_OP_ROPE] = 1,
+        [REGC_OP_SILU] = 1,           [REGC_OP_MUL] = 1,
+        [REGC_OP_GELU_ERF] = 1,       [REGC_OP_RELU] = 1,
+        [REGC_OP_SCALE] = 1,          [REGC_OP_FILL] = 1,
+        [REGC_OP_SUM_ROWS] = 1,       [REGC_OP_EMBEDDING_BWD] = 1,
+        [REGC_OP_LAYERNORM_BWD] = 3,  [REGC_OP_GELU_BWD] = 1,
+        [REGC_OP_ATTENTION_BWD] = -1, [REGC_OP_CROSS_ENTROPY_BWD] = 1,
+        [REGC_OP_RMSNORM_BWD] = 2,    [REGC_OP_SILU_BWD] = 1,
+        [REGC_OP_GELU_ERF_BWD] = 1,   [REGC_OP_RELU_BWD] = 1,
     };
     const char *name = regc_op_name(op);
     if (want_in[op] >= 0 ? n_in != want_in[op] : (n_in < 1 || n_in > REGC_MAX_IO))
@@ -406,10 +416,9 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         return regc_error(REGC_ERR_ARG, "%s: %d outputs requested", name, n_out);
     /* every op but these reads f32 in every slot */
     for (int i = 0; i < n_in; i++) {
-        int is_index = (op == REGC_OP_EMBEDDING && i == 0) ||
-                       (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
-                       (op == REGC_OP_CROSS_ENTROPY && i == 1) ||
-                       (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2);
+        int is_index =
+            (op == REGC_OP_EMBEDDING && i == 0) || (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
+            (op == REGC_OP_CROSS_ENTROPY && i == 1) || (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2);
         if (want_dtype(op, x[i], is_index ? REGC_I32 : REGC_F32))
             return REGC_ERR_SHAPE;
     }
@@ -477,9 +486,7 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_GELU:
     case REGC_OP_SILU:
     case REGC_OP_GELU_ERF:
-    case REGC_OP_RELU:
-        spec_like(&o[0], x[0]);
-        return REGC_OK;
+    case REGC_OP_RELU: spec_like(&o[0], x[0]); return REGC_OK;
     case REGC_OP_SCALE:
         if (!isfinite(a->value))
             return regc_error(REGC_ERR_ARG, "%s: value must be finite", name);
@@ -635,15 +642,13 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
             return bad(op, x[1], "inputs do not match (dloss, logits, targets, lse)");
         spec_like(&o[0], x[1]);
         return REGC_OK;
-    case REGC_OP_COUNT:
-        break;
+    case REGC_OP_COUNT: break;
     }
     return regc_error(REGC_ERR_ARG, "unknown op %d", (int)op);
 }
 
-int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in,
-                        const int *in, int n_out, int *out, int out_ndim,
-                        const int64_t *out_shape)
+int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in, const int *in,
+                        int n_out, int *out, int out_ndim, const int64_t *out_shape)
 {
     static const regc_attrs no_attrs;
     if (op < 0 || op >= REGC_OP_COUNT)

@@ -42,10 +42,7 @@ int regc_graph_matmul(regc_graph *g, int a, int b, int trans_a, int trans_b)
     return one_output(g, REGC_OP_MATMUL, &at, 2, (int[]){a, b});
 }
 
-int regc_graph_gelu(regc_graph *g, int x)
-{
-    return one_output(g, REGC_OP_GELU, NULL, 1, &x);
-}
+int regc_graph_gelu(regc_graph *g, int x) { return one_output(g, REGC_OP_GELU, NULL, 1, &x); }
 
 int regc_graph_split(regc_graph *g, int x, int parts, int *out)
 {
@@ -58,8 +55,8 @@ int regc_graph_concat(regc_graph *g, int n, const int *xs)
     return one_output(g, REGC_OP_CONCAT, NULL, n, xs);
 }
 
-int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head,
-                         int causal, float scale)
+int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head, int causal,
+                         float scale)
 {
     regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
     int out[2] = {0};
@@ -96,8 +93,8 @@ int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int 
 {
     regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
     int out[2] = {0};
-    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 4, (int[]){q, k, v, bias}, 2, out, 0,
-                                 NULL);
+    int rc =
+        regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 4, (int[]){q, k, v, bias}, 2, out, 0, NULL);
     return rc < 0 ? rc : out[0];
 }
 
@@ -115,10 +112,7 @@ int regc_graph_rope(regc_graph *g, int x, int cos, int sin, int n_head)
     return one_output(g, REGC_OP_ROPE, &a, 3, (int[]){x, cos, sin});
 }
 
-int regc_graph_silu(regc_graph *g, int x)
-{
-    return one_output(g, REGC_OP_SILU, NULL, 1, &x);
-}
+int regc_graph_silu(regc_graph *g, int x) { return one_output(g, REGC_OP_SILU, NULL, 1, &x); }
 
 int regc_graph_mul(regc_graph *g, int a, int b)
 {
@@ -130,10 +124,7 @@ int regc_graph_gelu_erf(regc_graph *g, int x)
     return one_output(g, REGC_OP_GELU_ERF, NULL, 1, &x);
 }
 
-int regc_graph_relu(regc_graph *g, int x)
-{
-    return one_output(g, REGC_OP_RELU, NULL, 1, &x);
-}
+int regc_graph_relu(regc_graph *g, int x) { return one_output(g, REGC_OP_RELU, NULL, 1, &x); }
 
 int regc_graph_scale(regc_graph *g, int x, float value)
 {

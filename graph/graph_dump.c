@@ -22,35 +22,24 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
 {
     const regc_attrs *a = &n->attrs;
     switch (n->op) {
-    case REGC_OP_MATMUL:
-        fprintf(f, " trans_a=%d trans_b=%d", a->trans_a, a->trans_b);
-        break;
+    case REGC_OP_MATMUL: fprintf(f, " trans_a=%d trans_b=%d", a->trans_a, a->trans_b); break;
     case REGC_OP_LAYERNORM:
-    case REGC_OP_RMSNORM:
-        fprintf(f, " eps=%g", a->eps);
-        break;
+    case REGC_OP_RMSNORM: fprintf(f, " eps=%g", a->eps); break;
     case REGC_OP_ATTENTION:
     case REGC_OP_ATTENTION_BWD:
-        fprintf(f, " n_head=%d n_kv_head=%d causal=%d scale=%g", a->n_head, a->n_kv_head,
-                a->causal, a->scale);
+        fprintf(f, " n_head=%d n_kv_head=%d causal=%d scale=%g", a->n_head, a->n_kv_head, a->causal,
+                a->scale);
         break;
-    case REGC_OP_ROPE:
-        fprintf(f, " n_head=%d inverse=%d", a->n_head, a->inverse);
-        break;
+    case REGC_OP_ROPE: fprintf(f, " n_head=%d inverse=%d", a->n_head, a->inverse); break;
     case REGC_OP_TRANSPOSE:
         fprintf(f, " perm=");
         for (int i = 0; i < regc_graph_tensor(g, n->in[0])->ndim; i++)
             fprintf(f, "%s%d", i ? "," : "", a->perm[i]);
         break;
     case REGC_OP_FILL:
-    case REGC_OP_SCALE:
-        fprintf(f, " value=%g", a->value);
-        break;
-    case REGC_OP_EMBEDDING_BWD:
-        fprintf(f, " vocab=%lld", (long long)a->vocab);
-        break;
-    default:
-        break;
+    case REGC_OP_SCALE: fprintf(f, " value=%g", a->value); break;
+    case REGC_OP_EMBEDDING_BWD: fprintf(f, " vocab=%lld", (long long)a->vocab); break;
+    default: break;
     }
 }
 

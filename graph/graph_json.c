@@ -1,8 +1,8 @@
 /* graph_json.c — regc's graph JSON, written and read with cJSON.
  *
  *   {"format": "regc-graph", "version": 1,
- *    "tensors": [{"id": 0, "name": "input_ids", "dtype": "i32", "role": "input", "shape": [4, 64]}, ...],
- *    "nodes":   [{"op": "matmul", "in": [3, 7], "out": [8], "trans_a": 0, "trans_b": 1}, ...],
+ *    "tensors": [{"id": 0, "name": "input_ids", "dtype": "i32", "role": "input", "shape": [4, 64]},
+ * ...], "nodes":   [{"op": "matmul", "in": [3, 7], "out": [8], "trans_a": 0, "trans_b": 1}, ...],
  *    "outputs": [42]}
  *
  * "tensors" lists graph inputs and parameters only; activations are the
@@ -23,7 +23,13 @@
 
 /* Which attributes each op carries in JSON. */
 enum {
-    A_TRANS = 1, A_EPS = 2, A_HEADS = 4, A_PERM = 8, A_VALUE = 16, A_VOCAB = 32, A_SHAPE = 64,
+    A_TRANS = 1,
+    A_EPS = 2,
+    A_HEADS = 4,
+    A_PERM = 8,
+    A_VALUE = 16,
+    A_VOCAB = 32,
+    A_SHAPE = 64,
     A_ROPE = 128,
 };
 
@@ -150,8 +156,8 @@ static int get_int(const json_ctx *c, const cJSON *o, const char *key, int64_t l
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     char msg[160];
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < (double)lo ||
-        v->valuedouble > (double)hi) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < (double)lo || v->valuedouble > (double)hi) {
         snprintf(msg, sizeof msg, "\"%s\" must be a whole number in [%lld, %lld]", key,
                  (long long)lo, (long long)hi);
         return fail(c, REGC_ERR_FORMAT, msg);
@@ -184,12 +190,11 @@ static int get_ints(const json_ctx *c, const cJSON *o, const char *key, int cap,
     }
     *n = 0;
     const cJSON *v;
-    cJSON_ArrayForEach(v, a)
-    {
+    cJSON_ArrayForEach (v, a) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
             v->valuedouble < (double)lo || v->valuedouble > (double)hi) {
-            snprintf(msg, sizeof msg, "\"%s\"[%d] must be a whole number in [%lld, %lld]", key,
-                     *n, (long long)lo, (long long)hi);
+            snprintf(msg, sizeof msg, "\"%s\"[%d] must be a whole number in [%lld, %lld]", key, *n,
+                     (long long)lo, (long long)hi);
             return fail(c, REGC_ERR_FORMAT, msg);
         }
         out[(*n)++] = (int64_t)v->valuedouble;
@@ -213,9 +218,10 @@ static int read_leaf(json_ctx *c, regc_graph *g, const cJSON *o)
     int dt = dtype ? regc_dtype_from_name(dtype) : -1;
     if (dt < 0)
         return fail(c, REGC_ERR_FORMAT, "\"dtype\" must be one of f32, bf16, f16, i32");
-    int r = !role ? -1 : strcmp(role, "input") == 0 ? REGC_ROLE_INPUT
-                     : strcmp(role, "param") == 0   ? REGC_ROLE_PARAM
-                                                    : -1;
+    int r = !role                        ? -1
+            : strcmp(role, "input") == 0 ? REGC_ROLE_INPUT
+            : strcmp(role, "param") == 0 ? REGC_ROLE_PARAM
+                                         : -1;
     if (r < 0)
         return fail(c, REGC_ERR_FORMAT, "\"role\" must be \"input\" or \"param\"");
     int64_t shape[REGC_MAX_DIMS];
@@ -241,7 +247,8 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
             char msg[160];
             snprintf(msg, sizeof msg,
                      "input %d reads tensor %lld, which is not defined before this node "
-                     "(a cycle, or a dangling id)", i, (long long)in64[i]);
+                     "(a cycle, or a dangling id)",
+                     i, (long long)in64[i]);
             return fail(c, REGC_ERR_FORMAT, msg);
         }
         in[i] = (int)in64[i];
@@ -250,26 +257,34 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
     memset(&a, 0, sizeof a);
     int set = op_attr_set((regc_op)op);
     if (set & A_TRANS) {
-        if (get_int(c, o, "trans_a", 0, 1, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "trans_a", 0, 1, &v))
+            return REGC_ERR_FORMAT;
         a.trans_a = (int)v;
-        if (get_int(c, o, "trans_b", 0, 1, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "trans_b", 0, 1, &v))
+            return REGC_ERR_FORMAT;
         a.trans_b = (int)v;
     }
     if ((set & A_EPS) && get_float(c, o, "eps", &a.eps))
         return REGC_ERR_FORMAT;
     if (set & A_HEADS) {
-        if (get_int(c, o, "n_head", 1, 1 << 20, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "n_head", 1, 1 << 20, &v))
+            return REGC_ERR_FORMAT;
         a.n_head = (int)v;
-        if (get_int(c, o, "n_kv_head", 1, 1 << 20, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "n_kv_head", 1, 1 << 20, &v))
+            return REGC_ERR_FORMAT;
         a.n_kv_head = (int)v;
-        if (get_int(c, o, "causal", 0, 1, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "causal", 0, 1, &v))
+            return REGC_ERR_FORMAT;
         a.causal = (int)v;
-        if (get_float(c, o, "scale", &a.scale)) return REGC_ERR_FORMAT;
+        if (get_float(c, o, "scale", &a.scale))
+            return REGC_ERR_FORMAT;
     }
     if (set & A_ROPE) {
-        if (get_int(c, o, "n_head", 1, 1 << 20, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "n_head", 1, 1 << 20, &v))
+            return REGC_ERR_FORMAT;
         a.n_head = (int)v;
-        if (get_int(c, o, "inverse", 0, 1, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "inverse", 0, 1, &v))
+            return REGC_ERR_FORMAT;
         a.inverse = (int)v;
     }
     if (set & A_PERM) {
@@ -285,10 +300,12 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
     if ((set & A_VALUE) && get_float(c, o, "value", &a.value))
         return REGC_ERR_FORMAT;
     if (set & A_VOCAB) {
-        if (get_int(c, o, "vocab", 1, INT64_C(1) << 40, &v)) return REGC_ERR_FORMAT;
+        if (get_int(c, o, "vocab", 1, INT64_C(1) << 40, &v))
+            return REGC_ERR_FORMAT;
         a.vocab = v;
     }
-    if ((set & A_SHAPE) && get_ints(c, o, "shape", REGC_MAX_DIMS, 1, INT64_C(1) << 40, shape, &ndim))
+    if ((set & A_SHAPE) &&
+        get_ints(c, o, "shape", REGC_MAX_DIMS, 1, INT64_C(1) << 40, shape, &ndim))
         return REGC_ERR_FORMAT;
     int out[REGC_MAX_IO];
     int rc = regc_graph_add_node(g, (regc_op)op, &a, n_in, in, n_out, out, ndim, shape);
@@ -298,8 +315,7 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
     }
     for (int i = 0; i < n_out; i++)
         if (out[i] != out64[i])
-            return fail(c, REGC_ERR_FORMAT,
-                        "\"out\" ids must be the next unused ids, in order");
+            return fail(c, REGC_ERR_FORMAT, "\"out\" ids must be the next unused ids, in order");
     return REGC_OK;
 }
 
@@ -337,7 +353,8 @@ static int read_graph(json_ctx *c, const cJSON *root, regc_graph *g)
                 return cJSON_IsObject(leaf) ? REGC_ERR_FORMAT
                                             : fail(c, REGC_ERR_FORMAT, "expected an object");
             if (leaf_id < next_id)
-                return fail(c, REGC_ERR_FORMAT, "\"id\" is already defined (ids must be unique and increasing)");
+                return fail(c, REGC_ERR_FORMAT,
+                            "\"id\" is already defined (ids must be unique and increasing)");
         }
         if (leaf_id == next_id) {
             if (read_leaf(c, g, leaf))
@@ -362,8 +379,7 @@ static int read_graph(json_ctx *c, const cJSON *root, regc_graph *g)
     }
     c->where = "outputs";
     const cJSON *v;
-    cJSON_ArrayForEach(v, outputs)
-    {
+    cJSON_ArrayForEach (v, outputs) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= regc_graph_n_tensors(g) ||
             v->valuedouble != floor(v->valuedouble))
             return fail(c, REGC_ERR_FORMAT, "an output id refers to no tensor");

@@ -101,32 +101,32 @@ typedef enum {
 
 /* Attributes of a node; each op reads only its own fields (the rest stay 0). */
 typedef struct {
-    int trans_a, trans_b;     /* MATMUL */
-    float eps;                /* LAYERNORM, RMSNORM */
-    int n_head, n_kv_head;    /* ATTENTION, ATTENTION_BWD; n_head also ROPE */
-    int inverse;              /* ROPE: rotate backwards (negated sin) */
-    int causal;               /* ATTENTION, ATTENTION_BWD */
-    float scale;              /* ATTENTION, ATTENTION_BWD */
-    int perm[REGC_MAX_DIMS];  /* TRANSPOSE */
-    float value;              /* FILL, SCALE */
-    int64_t vocab;            /* EMBEDDING_BWD: rows of the table */
+    int trans_a, trans_b;    /* MATMUL */
+    float eps;               /* LAYERNORM, RMSNORM */
+    int n_head, n_kv_head;   /* ATTENTION, ATTENTION_BWD; n_head also ROPE */
+    int inverse;             /* ROPE: rotate backwards (negated sin) */
+    int causal;              /* ATTENTION, ATTENTION_BWD */
+    float scale;             /* ATTENTION, ATTENTION_BWD */
+    int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
+    float value;             /* FILL, SCALE */
+    int64_t vocab;           /* EMBEDDING_BWD: rows of the table */
 } regc_attrs;
 
 typedef struct {
     char *name;
     regc_dtype dtype;
     regc_role role;
-    int ndim;                        /* 0 for a scalar */
+    int ndim; /* 0 for a scalar */
     int64_t shape[REGC_MAX_DIMS];
-    int producer;                    /* index of the producing node, -1 for inputs and params */
+    int producer; /* index of the producing node, -1 for inputs and params */
 } regc_tensor;
 
 typedef struct {
     regc_op op;
     regc_attrs attrs;
     int n_in, n_out;
-    int in[REGC_MAX_IO];   /* tensor ids */
-    int out[REGC_MAX_IO];  /* tensor ids */
+    int in[REGC_MAX_IO];  /* tensor ids */
+    int out[REGC_MAX_IO]; /* tensor ids */
 } regc_node;
 
 typedef struct regc_graph regc_graph;
@@ -143,9 +143,8 @@ int regc_graph_add_tensor(regc_graph *g, const char *name, regc_dtype dtype, reg
  * given in out_ndim/out_shape (ignored otherwise); for SPLIT n_out is the
  * number of parts. Returns the node index and writes the output ids to
  * out, or a negative status with a message naming the op and tensors. */
-int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in,
-                        const int *in, int n_out, int *out, int out_ndim,
-                        const int64_t *out_shape);
+int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in, const int *in,
+                        int n_out, int *out, int out_ndim, const int64_t *out_shape);
 
 /* Graph outputs (a training graph's loss and gradients). */
 int regc_graph_mark_output(regc_graph *g, int tensor);
@@ -167,8 +166,8 @@ int regc_graph_matmul(regc_graph *g, int a, int b, int trans_a, int trans_b);
 int regc_graph_gelu(regc_graph *g, int x);
 int regc_graph_split(regc_graph *g, int x, int parts, int *out); /* returns 0 */
 int regc_graph_concat(regc_graph *g, int n, const int *xs);
-int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head,
-                         int causal, float scale);
+int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head, int causal,
+                         float scale);
 int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape);
 int regc_graph_transpose(regc_graph *g, int x, const int *perm);
 int regc_graph_cross_entropy(regc_graph *g, int logits, int targets);

@@ -44,16 +44,19 @@ typedef enum {
 typedef struct {
     int trans_a, trans_b;
     int64_t m, n, k;
-    const float *a; int64_t lda;
-    const float *b; int64_t ldb;
-    float *c;       int64_t ldc;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc;
     float alpha;
-    int accumulate;         /* 1: C += G instead of C = G */
+    int accumulate; /* 1: C += G instead of C = G */
     regc_epilogue epilogue;
-    const float *bias;      /* [n], BIAS and BIAS_GELU_AUX */
-    float *aux;             /* [m, n] with row stride ldaux, GELU_AUX/DGELU kinds */
+    const float *bias; /* [n], BIAS and BIAS_GELU_AUX */
+    float *aux;        /* [m, n] with row stride ldaux, GELU_AUX/DGELU kinds */
     int64_t ldaux;
-    float *bias_grad;       /* [n] output, BGRAD and DGELU_BGRAD */
+    float *bias_grad; /* [n] output, BGRAD and DGELU_BGRAD */
 } regc_gemm;
 
 /* Multi-head attention over row-major [batch, t, heads * head_dim] tensors:
@@ -64,8 +67,8 @@ typedef struct {
 typedef struct {
     int64_t batch, tq, tk;
     int n_head, n_kv_head, head_dim;
-    int causal;   /* query i sees keys 0..i (requires tq == tk) */
-    float scale;  /* multiplies q.k, usually 1/sqrt(head_dim) */
+    int causal;  /* query i sees keys 0..i (requires tq == tk) */
+    float scale; /* multiplies q.k, usually 1/sqrt(head_dim) */
 } regc_attn_shape;
 
 /* A fused elementwise chain (the CPU form of a fused loop): a straight-line
@@ -125,39 +128,37 @@ struct regc_backend {
 
     /* dst[r, 0:cols] = src[r, 0:cols] for r < rows; strides in elements.
      * Splits and concatenations along the last axis are this copy. */
-    void (*copy_2d)(regc_backend *be, float *dst, int64_t ld_dst,
-                    const float *src, int64_t ld_src, int64_t rows, int64_t cols);
+    void (*copy_2d)(regc_backend *be, float *dst, int64_t ld_dst, const float *src, int64_t ld_src,
+                    int64_t rows, int64_t cols);
     /* out = x with axes permuted: out.shape[i] = shape[perm[i]], ndim <= 6 */
-    void (*transpose)(regc_backend *be, float *out, const float *x,
-                      int ndim, const int64_t *shape, const int *perm);
+    void (*transpose)(regc_backend *be, float *out, const float *x, int ndim, const int64_t *shape,
+                      const int *perm);
 
     int (*gemm)(regc_backend *be, const regc_gemm *g);
 
     /* out[r, c] = table[ids[r], c]; every id < vocab (checked by the caller) */
-    void (*embedding_fwd)(regc_backend *be, float *out, const int32_t *ids,
-                          const float *table, int64_t rows, int64_t cols);
+    void (*embedding_fwd)(regc_backend *be, float *out, const int32_t *ids, const float *table,
+                          int64_t rows, int64_t cols);
     /* dtable[v, :] (+)= sum over r with ids[r] == v of dout[r, :], the sum in row
      * order from 0 (dtable is [vocab, cols]): written fresh, or with
      * accumulate added once to the rows of ids (others untouched), so a
      * gradient already in dtable takes no separate add */
-    void (*embedding_bwd)(regc_backend *be, float *dtable, const int32_t *ids,
-                          const float *dout, int64_t rows, int64_t cols, int64_t vocab,
-                          int accumulate);
+    void (*embedding_bwd)(regc_backend *be, float *dtable, const int32_t *ids, const float *dout,
+                          int64_t rows, int64_t cols, int64_t vocab, int accumulate);
 
     void (*add)(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
     /* out[r, c] = x[r, c] + b[c] */
-    void (*bias_add)(regc_backend *be, float *out, const float *x, const float *b,
-                     int64_t rows, int64_t cols);
+    void (*bias_add)(regc_backend *be, float *out, const float *x, const float *b, int64_t rows,
+                     int64_t cols);
     /* out[c] = sum over r of x[r, c] */
     void (*sum_rows)(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols);
 
     /* y = (x - mean) * rstd * w + b over each row of cols; mean, rstd: [rows] */
-    void (*layernorm_fwd)(regc_backend *be, float *y, float *mean, float *rstd,
-                          const float *x, const float *w, const float *b,
-                          int64_t rows, int64_t cols, float eps);
-    void (*layernorm_bwd)(regc_backend *be, float *dx, float *dw, float *db,
-                          const float *dy, const float *x, const float *w,
-                          const float *mean, const float *rstd, int64_t rows, int64_t cols);
+    void (*layernorm_fwd)(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
+                          const float *w, const float *b, int64_t rows, int64_t cols, float eps);
+    void (*layernorm_bwd)(regc_backend *be, float *dx, float *dw, float *db, const float *dy,
+                          const float *x, const float *w, const float *mean, const float *rstd,
+                          int64_t rows, int64_t cols);
 
     void (*gelu_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
     void (*gelu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
@@ -192,9 +193,8 @@ struct regc_backend {
      * causal mask and softmax, the same for every batch row (T5). dbias
      * [n_head, tq, tk] or NULL: the bias gradient, summed over the batch
      * (wanted only when the forward had a bias; it needs bias too). */
-    void (*attention_fwd)(regc_backend *be, float *out, float *lse, const float *q,
-                          const float *k, const float *v, const float *bias,
-                          const regc_attn_shape *s);
+    void (*attention_fwd)(regc_backend *be, float *out, float *lse, const float *q, const float *k,
+                          const float *v, const float *bias, const regc_attn_shape *s);
     void (*attention_bwd)(regc_backend *be, float *dq, float *dk, float *dv, float *dbias,
                           const float *dout, const float *q, const float *k, const float *v,
                           const float *bias, const float *out, const float *lse,
@@ -203,19 +203,18 @@ struct regc_backend {
     /* loss[0] = mean over rows with targets[r] >= 0 of
      * lse[r] - logits[r, targets[r]]; rows with a negative target are ignored
      * (lse still written). Every non-negative target is < cols. */
-    void (*cross_entropy_fwd)(regc_backend *be, float *loss, float *lse,
-                              const float *logits, const int32_t *targets,
-                              int64_t rows, int64_t cols);
+    void (*cross_entropy_fwd)(regc_backend *be, float *loss, float *lse, const float *logits,
+                              const int32_t *targets, int64_t rows, int64_t cols);
     /* dlogits = dloss[0] / n_valid * (softmax(logits) - onehot(target)) */
     void (*cross_entropy_bwd)(regc_backend *be, float *dlogits, const float *dloss,
-                              const float *logits, const int32_t *targets,
-                              const float *lse, int64_t rows, int64_t cols);
+                              const float *logits, const int32_t *targets, const float *lse,
+                              int64_t rows, int64_t cols);
 
     /* ---- fused kernels of the compiled levels; each gives bit-identical
      * results to the unfused kernels it replaces */
     /* out[k][e] = the program's out_reg[k] at element e, for e < n */
-    void (*elementwise)(regc_backend *be, const regc_ew_program *p, int64_t n,
-                        float *const *out, const float *const *in);
+    void (*elementwise)(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
+                        const float *const *in);
     /* sum = a + b, then layernorm_fwd over sum: the residual add that ends
      * one layer fused with the norm that starts the next */
     void (*add_layernorm_fwd)(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
@@ -232,9 +231,8 @@ struct regc_backend {
                             int64_t rows, int64_t cols);
 
     /* torch.optim.AdamW for one contiguous span; step counts from 1 */
-    void (*adamw)(regc_backend *be, float *param, const float *grad, float *m, float *v,
-                  int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int step);
+    void (*adamw)(regc_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step);
 
     void (*destroy)(regc_backend *be); /* frees ctx and be; called by regc_backend_free */
 };

@@ -41,8 +41,12 @@ static int bert_set_config(regc_model *m, const bert_config *c)
 
 static int bert_preset_config(regc_model *m, const char *preset)
 {
-    bert_config c = {.type_vocab = 2, .eps = 1e-12, .tied = 1, .mask_id = BERT_DEFAULT_MASK_ID,
-                     .hidden_drop = 0.1, .attn_drop = 0.1};
+    bert_config c = {.type_vocab = 2,
+                     .eps = 1e-12,
+                     .tied = 1,
+                     .mask_id = BERT_DEFAULT_MASK_ID,
+                     .hidden_drop = 0.1,
+                     .attn_drop = 0.1};
     if (strcmp(preset, "bert-tiny") == 0) {
         c.vocab = 512, c.n_pos = 256, c.hidden = 128, c.n_layer = 4, c.n_head = 4, c.inter = 512;
         /* The built-in corpus is bytes: 103 would be the letter 'g'; 256 is
@@ -68,8 +72,8 @@ static int bert_check_unsupported(const cJSON *root, const char *path)
         if (rc < 0)
             return rc;
         if (v)
-            return regc_error(REGC_ERR_UNSUPPORTED, "%s: key \"%s\" = true is not supported",
-                              path, flags[i]);
+            return regc_error(REGC_ERR_UNSUPPORTED, "%s: key \"%s\" = true is not supported", path,
+                              flags[i]);
     }
     const char *act, *pos;
     int rc;
@@ -94,15 +98,15 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
     int rc;
     if ((rc = regc_cfg_int(root, path, "vocab_size", 1, 0, 1, BERT_MAX_DIM, &c.vocab)) < 0 ||
         (rc = regc_cfg_int(root, path, "hidden_size", 1, 0, 1, BERT_MAX_DIM, &c.hidden)) < 0 ||
-        (rc = regc_cfg_int(root, path, "num_hidden_layers", 1, 0, 1, BERT_MAX_DIM,
-                           &c.n_layer)) < 0 ||
-        (rc = regc_cfg_int(root, path, "num_attention_heads", 1, 0, 1, BERT_MAX_DIM,
-                           &c.n_head)) < 0 ||
+        (rc = regc_cfg_int(root, path, "num_hidden_layers", 1, 0, 1, BERT_MAX_DIM, &c.n_layer)) <
+            0 ||
+        (rc = regc_cfg_int(root, path, "num_attention_heads", 1, 0, 1, BERT_MAX_DIM, &c.n_head)) <
+            0 ||
         (rc = regc_cfg_int(root, path, "intermediate_size", 1, 0, 1, BERT_MAX_DIM, &c.inter)) < 0 ||
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 1, 0, 1, BERT_MAX_DIM,
                            &c.n_pos)) < 0 ||
-        (rc = regc_cfg_int(root, path, "type_vocab_size", 0, 2, 1, BERT_MAX_DIM,
-                           &c.type_vocab)) < 0 ||
+        (rc = regc_cfg_int(root, path, "type_vocab_size", 0, 2, 1, BERT_MAX_DIM, &c.type_vocab)) <
+            0 ||
         (rc = regc_cfg_double(root, path, "layer_norm_eps", 0, 1e-12, 0.0, 1.0, &c.eps)) < 0 ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 1, &c.tied)) < 0 ||
         (rc = regc_cfg_double(root, path, "hidden_dropout_prob", 0, 0.1, 0.0, 1.0,
@@ -113,8 +117,8 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
         return rc;
     /* Small vocabularies have no id 103; their last id stands in for [MASK]. */
     int64_t dflt_mask = c.vocab > BERT_DEFAULT_MASK_ID ? BERT_DEFAULT_MASK_ID : c.vocab - 1;
-    if ((rc = regc_cfg_int(root, path, "mask_token_id", 0, dflt_mask, 0, c.vocab - 1,
-                           &c.mask_id)) < 0 ||
+    if ((rc = regc_cfg_int(root, path, "mask_token_id", 0, dflt_mask, 0, c.vocab - 1, &c.mask_id)) <
+            0 ||
         (rc = regc_cfg_int(root, path, "pad_token_id", 0, 0, 0, c.vocab - 1, &c.pad_id)) < 0)
         return rc;
     if (c.hidden % c.n_head != 0)
@@ -128,8 +132,23 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
 /* Parameters of one encoder layer in checkpoint order; build_graph reads
  * them by these positions. nn.Linear weights are [out, in]. */
 enum {
-    L_Q_W, L_Q_B, L_K_W, L_K_B, L_V_W, L_V_B, L_AO_W, L_AO_B, L_ALN_W, L_ALN_B,
-    L_I_W, L_I_B, L_O_W, L_O_B, L_OLN_W, L_OLN_B, L_COUNT
+    L_Q_W,
+    L_Q_B,
+    L_K_W,
+    L_K_B,
+    L_V_W,
+    L_V_B,
+    L_AO_W,
+    L_AO_B,
+    L_ALN_W,
+    L_ALN_B,
+    L_I_W,
+    L_I_B,
+    L_O_W,
+    L_O_B,
+    L_OLN_W,
+    L_OLN_B,
+    L_COUNT
 };
 
 /* The checkpoint order of BertForMaskedLM's state dict (BertLMPredictionHead
@@ -143,17 +162,22 @@ static int bert_list_params(regc_model *m)
     const float w = (float)(0.02 * sqrt(3.0));
     char n[160];
     int rc;
-    if ((rc = regc_model_add_2d(m, "bert.embeddings.word_embeddings.weight", 2, V, C, 0.0f,
-                                w)) < 0 ||
+    if ((rc = regc_model_add_2d(m, "bert.embeddings.word_embeddings.weight", 2, V, C, 0.0f, w)) <
+            0 ||
         (rc = regc_model_add_2d(m, "bert.embeddings.position_embeddings.weight", 2, c->n_pos, C,
                                 0.0f, w)) < 0 ||
-        (rc = regc_model_add_2d(m, "bert.embeddings.token_type_embeddings.weight", 2,
-                                c->type_vocab, C, 0.0f, w)) < 0 ||
+        (rc = regc_model_add_2d(m, "bert.embeddings.token_type_embeddings.weight", 2, c->type_vocab,
+                                C, 0.0f, w)) < 0 ||
         (rc = regc_model_add_2d(m, "bert.embeddings.LayerNorm.weight", 1, C, 0, 1.0f, 0.0f)) < 0 ||
         (rc = regc_model_add_2d(m, "bert.embeddings.LayerNorm.bias", 1, C, 0, 0.0f, 0.0f)) < 0)
         return rc;
-    static const struct { const char *suffix; int ndim; char d0, d1; float center; int random; }
-    t[L_COUNT] = {
+    static const struct {
+        const char *suffix;
+        int ndim;
+        char d0, d1;
+        float center;
+        int random;
+    } t[L_COUNT] = {
         [L_Q_W] = {"attention.self.query.weight", 2, 'C', 'C', 0.0f, 1},
         [L_Q_B] = {"attention.self.query.bias", 1, 'C', 0, 0.0f, 0},
         [L_K_W] = {"attention.self.key.weight", 2, 'C', 'C', 0.0f, 1},
@@ -181,10 +205,10 @@ static int bert_list_params(regc_model *m)
         }
     }
     if ((rc = regc_model_add_2d(m, "cls.predictions.bias", 1, V, 0, 0.0f, 0.0f)) < 0 ||
-        (rc = regc_model_add_2d(m, "cls.predictions.transform.dense.weight", 2, C, C, 0.0f,
-                                w)) < 0 ||
-        (rc = regc_model_add_2d(m, "cls.predictions.transform.dense.bias", 1, C, 0, 0.0f,
-                                0.0f)) < 0 ||
+        (rc = regc_model_add_2d(m, "cls.predictions.transform.dense.weight", 2, C, C, 0.0f, w)) <
+            0 ||
+        (rc = regc_model_add_2d(m, "cls.predictions.transform.dense.bias", 1, C, 0, 0.0f, 0.0f)) <
+            0 ||
         (rc = regc_model_add_2d(m, "cls.predictions.transform.LayerNorm.weight", 1, C, 0, 1.0f,
                                 0.0f)) < 0 ||
         (rc = regc_model_add_2d(m, "cls.predictions.transform.LayerNorm.bias", 1, C, 0, 0.0f,
@@ -192,8 +216,8 @@ static int bert_list_params(regc_model *m)
         return rc;
     /* Tied: the decoder reads word_embeddings (HF drops the duplicate from
      * the file); its bias is cls.predictions.bias either way. */
-    if (!c->tied && (rc = regc_model_add_2d(m, "cls.predictions.decoder.weight", 2, V, C, 0.0f,
-                                            w)) < 0)
+    if (!c->tied &&
+        (rc = regc_model_add_2d(m, "cls.predictions.decoder.weight", 2, V, C, 0.0f, w)) < 0)
         return rc;
     return REGC_OK;
 }
@@ -218,10 +242,10 @@ static int bert_legacy_name(const char *name, char *buf, size_t cap)
 
 /* Tensor ids below are checked once per call through this macro: every
  * helper returns an id or a negative status with its own message. */
-#define G(expr)                                                                                 \
-    do {                                                                                        \
-        if ((rc = (expr)) < 0)                                                                  \
-            goto fail;                                                                          \
+#define G(expr)                                                                                    \
+    do {                                                                                           \
+        if ((rc = (expr)) < 0)                                                                     \
+            goto fail;                                                                             \
     } while (0)
 
 static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
@@ -248,46 +272,46 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     const float scale = (float)(1.0 / sqrt((double)(c->hidden / c->n_head)));
     const int H = (int)c->n_head;
     /* HF's order: word + token type, then + position. */
-    G(x = regc_graph_embedding(g, ids, word));                      /* [B, T, C] */
-    G(t = regc_graph_embedding(g, types, tte));                     /* [B, T, C] */
-    G(x = regc_graph_add(g, x, t));                                 /* [B, T, C] */
-    G(t = regc_graph_embedding(g, pos, wpe));                       /* [T, C] */
-    G(x = regc_graph_bias_add(g, x, t));                            /* [B, T, C] */
-    G(x = regc_graph_layernorm(g, x, eln_w, eln_b, eps));           /* [B, T, C] */
+    G(x = regc_graph_embedding(g, ids, word));            /* [B, T, C] */
+    G(t = regc_graph_embedding(g, types, tte));           /* [B, T, C] */
+    G(x = regc_graph_add(g, x, t));                       /* [B, T, C] */
+    G(t = regc_graph_embedding(g, pos, wpe));             /* [T, C] */
+    G(x = regc_graph_bias_add(g, x, t));                  /* [B, T, C] */
+    G(x = regc_graph_layernorm(g, x, eln_w, eln_b, eps)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
         const int *w = &p[k];
         k += L_COUNT;
         /* Post-LN: each sublayer's output joins the residual, then normalises. */
-        G(q = regc_graph_matmul(g, x, w[L_Q_W], 0, 1));             /* [B, T, C] */
-        G(q = regc_graph_bias_add(g, q, w[L_Q_B]));                 /* [B, T, C] */
-        G(kk = regc_graph_matmul(g, x, w[L_K_W], 0, 1));            /* [B, T, C] */
-        G(kk = regc_graph_bias_add(g, kk, w[L_K_B]));               /* [B, T, C] */
-        G(v = regc_graph_matmul(g, x, w[L_V_W], 0, 1));             /* [B, T, C] */
-        G(v = regc_graph_bias_add(g, v, w[L_V_B]));                 /* [B, T, C] */
-        G(h = regc_graph_attention(g, q, kk, v, H, H, 0, scale));   /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[L_AO_W], 0, 1));            /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[L_AO_B]));                /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
+        G(q = regc_graph_matmul(g, x, w[L_Q_W], 0, 1));                 /* [B, T, C] */
+        G(q = regc_graph_bias_add(g, q, w[L_Q_B]));                     /* [B, T, C] */
+        G(kk = regc_graph_matmul(g, x, w[L_K_W], 0, 1));                /* [B, T, C] */
+        G(kk = regc_graph_bias_add(g, kk, w[L_K_B]));                   /* [B, T, C] */
+        G(v = regc_graph_matmul(g, x, w[L_V_W], 0, 1));                 /* [B, T, C] */
+        G(v = regc_graph_bias_add(g, v, w[L_V_B]));                     /* [B, T, C] */
+        G(h = regc_graph_attention(g, q, kk, v, H, H, 0, scale));       /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[L_AO_W], 0, 1));                /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[L_AO_B]));                    /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                                 /* [B, T, C] */
         G(x = regc_graph_layernorm(g, x, w[L_ALN_W], w[L_ALN_B], eps)); /* [B, T, C] */
-        G(h = regc_graph_matmul(g, x, w[L_I_W], 0, 1));             /* [B, T, F] */
-        G(h = regc_graph_bias_add(g, h, w[L_I_B]));                 /* [B, T, F] */
-        G(h = regc_graph_gelu_erf(g, h));                           /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w[L_O_W], 0, 1));             /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[L_O_B]));                 /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
+        G(h = regc_graph_matmul(g, x, w[L_I_W], 0, 1));                 /* [B, T, F] */
+        G(h = regc_graph_bias_add(g, h, w[L_I_B]));                     /* [B, T, F] */
+        G(h = regc_graph_gelu_erf(g, h));                               /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w[L_O_W], 0, 1));                 /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[L_O_B]));                     /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                                 /* [B, T, C] */
         G(x = regc_graph_layernorm(g, x, w[L_OLN_W], w[L_OLN_B], eps)); /* [B, T, C] */
     }
     const int dec_b = p[k++], tr_w = p[k++], tr_b = p[k++], tln_w = p[k++], tln_b = p[k++];
     const int dec_w = c->tied ? word : p[k++];
     int logits, loss;
-    G(h = regc_graph_matmul(g, x, tr_w, 0, 1));                     /* [B, T, C] */
-    G(h = regc_graph_bias_add(g, h, tr_b));                         /* [B, T, C] */
-    G(h = regc_graph_gelu_erf(g, h));                               /* [B, T, C] */
-    G(h = regc_graph_layernorm(g, h, tln_w, tln_b, eps));           /* [B, T, C] */
-    G(logits = regc_graph_matmul(g, h, dec_w, 0, 1));               /* [B, T, V] */
-    G(logits = regc_graph_bias_add(g, logits, dec_b));              /* [B, T, V] */
+    G(h = regc_graph_matmul(g, x, tr_w, 0, 1));           /* [B, T, C] */
+    G(h = regc_graph_bias_add(g, h, tr_b));               /* [B, T, C] */
+    G(h = regc_graph_gelu_erf(g, h));                     /* [B, T, C] */
+    G(h = regc_graph_layernorm(g, h, tln_w, tln_b, eps)); /* [B, T, C] */
+    G(logits = regc_graph_matmul(g, h, dec_w, 0, 1));     /* [B, T, V] */
+    G(logits = regc_graph_bias_add(g, logits, dec_b));    /* [B, T, V] */
     /* Unmasked positions carry target -1: the mean runs over masked ones. */
-    G(loss = regc_graph_cross_entropy(g, logits, targets));         /* [] */
+    G(loss = regc_graph_cross_entropy(g, logits, targets)); /* [] */
     G(regc_graph_mark_output(g, loss));
     free(p);
     *out = g;
@@ -309,8 +333,8 @@ fail:
  * masked position masks (0, 0), so the mean always has a term. Unlike BERT's
  * pre-training recipe, a masked input is always [MASK] (no 10% random, 10%
  * kept): the rule stays one comparison that a reference can replay. */
-static int bert_fill_inputs(const regc_model *m, const regc_tokens *data,
-                            const regc_batch_spec *b, int n, regc_input *in)
+static int bert_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                            int n, regc_input *in)
 {
     const bert_config *c = m->cfg;
     regc_input *ids = regc_input_find(n, in, "input_ids");

@@ -35,8 +35,12 @@ static int gpt2_set_config(regc_model *m, const gpt2_config *c)
 
 static int gpt2_preset_config(regc_model *m, const char *preset)
 {
-    gpt2_config c = {.eps = 1e-5, .activation = "gelu_new", .tied = 1,
-                     .resid_pdrop = 0.1, .embd_pdrop = 0.1, .attn_pdrop = 0.1};
+    gpt2_config c = {.eps = 1e-5,
+                     .activation = "gelu_new",
+                     .tied = 1,
+                     .resid_pdrop = 0.1,
+                     .embd_pdrop = 0.1,
+                     .attn_pdrop = 0.1};
     if (strcmp(preset, "gpt2-tiny") == 0) {
         c.vocab = 512, c.n_pos = 256, c.n_embd = 128, c.n_layer = 4, c.n_head = 4;
     } else if (strcmp(preset, "gpt2-124m") == 0) {
@@ -52,7 +56,10 @@ static int gpt2_preset_config(regc_model *m, const char *preset)
  * not implement: refusing them beats training a different model. */
 static int gpt2_check_unsupported(const cJSON *root, const char *path)
 {
-    static const struct { const char *key; int dflt; } keys[] = {
+    static const struct {
+        const char *key;
+        int dflt;
+    } keys[] = {
         {"scale_attn_weights", 1},
         {"scale_attn_by_inverse_layer_idx", 0},
         {"reorder_and_upcast_attn", 0},
@@ -98,20 +105,27 @@ static int gpt2_parse_config(regc_model *m, const cJSON *root, const char *path)
                           path, act);
     snprintf(c.activation, sizeof c.activation, "%s", act);
     if (c.n_embd % c.n_head != 0)
-        return regc_error(REGC_ERR_FORMAT, "%s: n_embd %" PRId64 " is not divisible by n_head %" PRId64,
-                          path, c.n_embd, c.n_head);
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: n_embd %" PRId64 " is not divisible by n_head %" PRId64, path,
+                          c.n_embd, c.n_head);
     return gpt2_set_config(m, &c);
 }
 
 /* One layer's parameters, in the checkpoint's order: the slots of
  * gpt2_layer_params and of each layer's ids in gpt2_build_graph. */
 enum {
-    LN_1_W, LN_1_B,           /* ln_1 */
-    ATTN_W, ATTN_B,           /* attn.c_attn: q, k, v in one [C, 3C] */
-    ATTN_PROJ_W, ATTN_PROJ_B, /* attn.c_proj */
-    LN_2_W, LN_2_B,           /* ln_2 */
-    FC_W, FC_B,               /* mlp.c_fc */
-    FC_PROJ_W, FC_PROJ_B,     /* mlp.c_proj */
+    LN_1_W,
+    LN_1_B, /* ln_1 */
+    ATTN_W,
+    ATTN_B, /* attn.c_attn: q, k, v in one [C, 3C] */
+    ATTN_PROJ_W,
+    ATTN_PROJ_B, /* attn.c_proj */
+    LN_2_W,
+    LN_2_B, /* ln_2 */
+    FC_W,
+    FC_B, /* mlp.c_fc */
+    FC_PROJ_W,
+    FC_PROJ_B, /* mlp.c_proj */
     LAYER_PARAMS
 };
 
@@ -131,7 +145,12 @@ static int gpt2_list_params(regc_model *m)
         return rc;
     for (int64_t l = 0; l < c->n_layer; l++) {
         /* Conv1D weights are stored [in, out]. */
-        const struct { const char *suffix; int ndim; int64_t d0, d1; float center, hw; } t[] = {
+        const struct {
+            const char *suffix;
+            int ndim;
+            int64_t d0, d1;
+            float center, hw;
+        } t[] = {
             [LN_1_W] = {"ln_1.weight", 1, C, 0, 1.0f, 0.0f},
             [LN_1_B] = {"ln_1.bias", 1, C, 0, 0.0f, 0.0f},
             [ATTN_W] = {"attn.c_attn.weight", 2, C, 3 * C, 0.0f, w},
@@ -148,8 +167,8 @@ static int gpt2_list_params(regc_model *m)
         _Static_assert(sizeof t / sizeof t[0] == LAYER_PARAMS, "one row per layer slot");
         for (size_t i = 0; i < LAYER_PARAMS; i++) {
             snprintf(n, sizeof n, GPT2_PREFIX "h.%" PRId64 ".%s", l, t[i].suffix);
-            if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center,
-                                        t[i].hw)) < 0)
+            if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center, t[i].hw)) <
+                0)
                 return rc;
         }
     }
@@ -163,10 +182,10 @@ static int gpt2_list_params(regc_model *m)
 
 /* Tensor ids below are checked once per call through this macro: every
  * helper returns an id or a negative status with its own message. */
-#define G(expr)                                                                                 \
-    do {                                                                                        \
-        if ((rc = (expr)) < 0)                                                                  \
-            goto fail;                                                                          \
+#define G(expr)                                                                                    \
+    do {                                                                                           \
+        if ((rc = (expr)) < 0)                                                                     \
+            goto fail;                                                                             \
     } while (0)
 
 static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
@@ -189,36 +208,36 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     const int wte = p[k++], wpe = p[k++];
     const float eps = (float)c->eps;
     const float scale = (float)(1.0 / sqrt((double)(c->n_embd / c->n_head)));
-    G(x = regc_graph_embedding(g, ids, wte));                       /* [B, T, C] */
-    G(t = regc_graph_embedding(g, pos, wpe));                       /* [T, C] */
-    G(x = regc_graph_bias_add(g, x, t));                            /* [B, T, C] */
+    G(x = regc_graph_embedding(g, ids, wte)); /* [B, T, C] */
+    G(t = regc_graph_embedding(g, pos, wpe)); /* [T, C] */
+    G(x = regc_graph_bias_add(g, x, t));      /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
         const int *w = &p[k]; /* this layer's parameters, by slot */
         k += LAYER_PARAMS;
         int qkv[3];
         G(h = regc_graph_layernorm(g, x, w[LN_1_W], w[LN_1_B], eps)); /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[ATTN_W], 0, 0));            /* [B, T, 3C] */
-        G(h = regc_graph_bias_add(g, h, w[ATTN_B]));                /* [B, T, 3C] */
-        G(regc_graph_split(g, h, 3, qkv));                          /* 3 x [B, T, C] */
-        G(h = regc_graph_attention(g, qkv[0], qkv[1], qkv[2], (int)c->n_head, (int)c->n_head,
-                                   1, scale));                      /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[ATTN_PROJ_W], 0, 0));       /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[ATTN_PROJ_B]));           /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[ATTN_W], 0, 0));              /* [B, T, 3C] */
+        G(h = regc_graph_bias_add(g, h, w[ATTN_B]));                  /* [B, T, 3C] */
+        G(regc_graph_split(g, h, 3, qkv));                            /* 3 x [B, T, C] */
+        G(h = regc_graph_attention(g, qkv[0], qkv[1], qkv[2], (int)c->n_head, (int)c->n_head, 1,
+                                   scale));                           /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[ATTN_PROJ_W], 0, 0));         /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[ATTN_PROJ_B]));             /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                               /* [B, T, C] */
         G(h = regc_graph_layernorm(g, x, w[LN_2_W], w[LN_2_B], eps)); /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[FC_W], 0, 0));              /* [B, T, n_inner] */
-        G(h = regc_graph_bias_add(g, h, w[FC_B]));                  /* [B, T, n_inner] */
-        G(h = regc_graph_gelu(g, h));                               /* [B, T, n_inner] */
-        G(h = regc_graph_matmul(g, h, w[FC_PROJ_W], 0, 0));         /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[FC_PROJ_B]));             /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[FC_W], 0, 0));                /* [B, T, n_inner] */
+        G(h = regc_graph_bias_add(g, h, w[FC_B]));                    /* [B, T, n_inner] */
+        G(h = regc_graph_gelu(g, h));                                 /* [B, T, n_inner] */
+        G(h = regc_graph_matmul(g, h, w[FC_PROJ_W], 0, 0));           /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[FC_PROJ_B]));               /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                               /* [B, T, C] */
     }
     const int lnf_w = p[k++], lnf_b = p[k++];
     const int head = c->tied ? wte : p[k++];
     int logits, loss;
-    G(x = regc_graph_layernorm(g, x, lnf_w, lnf_b, eps));           /* [B, T, C] */
-    G(logits = regc_graph_matmul(g, x, head, 0, 1));                /* [B, T, V] */
-    G(loss = regc_graph_cross_entropy(g, logits, targets));         /* [] */
+    G(x = regc_graph_layernorm(g, x, lnf_w, lnf_b, eps));   /* [B, T, C] */
+    G(logits = regc_graph_matmul(g, x, head, 0, 1));        /* [B, T, V] */
+    G(loss = regc_graph_cross_entropy(g, logits, targets)); /* [] */
     G(regc_graph_mark_output(g, loss));
     free(p);
     *out = g;

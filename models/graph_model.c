@@ -98,8 +98,8 @@ static int graph_list_params(regc_model *m)
             continue;
         if (t->dtype != REGC_F32)
             return regc_error(REGC_ERR_UNSUPPORTED,
-                              "%s: parameter %s is %s; graph models take f32 parameters",
-                              m->source, t->name, regc_dtype_name(t->dtype));
+                              "%s: parameter %s is %s; graph models take f32 parameters", m->source,
+                              t->name, regc_dtype_name(t->dtype));
         size_t len = strlen(t->name);
         int is_gain = len >= 6 && strcmp(t->name + len - 6, "weight") == 0;
         float center = t->ndim >= 2 ? 0.0f : (is_gain ? 1.0f : 0.0f);
@@ -194,8 +194,8 @@ static void graph_describe(const regc_model *m, char *buf, size_t cap)
 {
     const graph_config *c = m->cfg;
     snprintf(buf, cap,
-             "graph %s: %d nodes, %d parameter tensors, %" PRId64
-             " parameters%s; batch %" PRId64 ", sequence %" PRId64 ", vocab %" PRId64,
+             "graph %s: %d nodes, %d parameter tensors, %" PRId64 " parameters%s; batch %" PRId64
+             ", sequence %" PRId64 ", vocab %" PRId64,
              m->source, regc_graph_n_nodes(c->graph), m->n_params, m->total_numel,
              m->weights ? "" : " (shape only)", c->batch, c->seq, m->vocab);
 }

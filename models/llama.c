@@ -32,11 +32,18 @@ static int llama_set_config(regc_model *m, const llama_config *c)
 
 static int llama_preset_config(regc_model *m, const char *preset)
 {
-    llama_config c = {.eps = 1e-5, .rope_theta = 500000.0, .n_pos = 8192, .vocab = 128256,
-                      .n_kv_head = 8};
+    llama_config c = {
+        .eps = 1e-5, .rope_theta = 500000.0, .n_pos = 8192, .vocab = 128256, .n_kv_head = 8};
     if (strcmp(preset, "llama-tiny") == 0) {
-        c = (llama_config){.vocab = 512, .hidden = 128, .inter = 344, .n_layer = 4, .n_head = 4,
-                           .n_kv_head = 2, .n_pos = 256, .eps = 1e-6, .rope_theta = 10000.0};
+        c = (llama_config){.vocab = 512,
+                           .hidden = 128,
+                           .inter = 344,
+                           .n_layer = 4,
+                           .n_head = 4,
+                           .n_kv_head = 2,
+                           .n_pos = 256,
+                           .eps = 1e-6,
+                           .rope_theta = 10000.0};
     } else if (strcmp(preset, "llama-8b") == 0) {
         /* Llama 3 8B's published shape */
         c.hidden = 4096, c.inter = 14336, c.n_layer = 32, c.n_head = 32;
@@ -88,12 +95,12 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
     int rc;
     if ((rc = regc_cfg_int(root, path, "vocab_size", 1, 0, 1, LLAMA_MAX_DIM, &c.vocab)) < 0 ||
         (rc = regc_cfg_int(root, path, "hidden_size", 1, 0, 1, LLAMA_MAX_DIM, &c.hidden)) < 0 ||
-        (rc = regc_cfg_int(root, path, "intermediate_size", 1, 0, 1, LLAMA_MAX_DIM,
-                           &c.inter)) < 0 ||
-        (rc = regc_cfg_int(root, path, "num_hidden_layers", 1, 0, 1, LLAMA_MAX_DIM,
-                           &c.n_layer)) < 0 ||
-        (rc = regc_cfg_int(root, path, "num_attention_heads", 1, 0, 1, LLAMA_MAX_DIM,
-                           &c.n_head)) < 0 ||
+        (rc = regc_cfg_int(root, path, "intermediate_size", 1, 0, 1, LLAMA_MAX_DIM, &c.inter)) <
+            0 ||
+        (rc = regc_cfg_int(root, path, "num_hidden_layers", 1, 0, 1, LLAMA_MAX_DIM, &c.n_layer)) <
+            0 ||
+        (rc = regc_cfg_int(root, path, "num_attention_heads", 1, 0, 1, LLAMA_MAX_DIM, &c.n_head)) <
+            0 ||
         (rc = regc_cfg_int(root, path, "num_key_value_heads", 0, c.n_head, 1, LLAMA_MAX_DIM,
                            &c.n_kv_head)) < 0)
         return rc;
@@ -111,11 +118,11 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 0, 2048, 1, LLAMA_MAX_DIM,
                            &c.n_pos)) < 0 ||
         (rc = regc_cfg_double(root, path, "rms_norm_eps", 0, 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
-        (rc = regc_cfg_double(root, path, "rope_theta", 0, 10000.0, 0.0, 1e300,
-                              &c.rope_theta)) < 0 ||
+        (rc = regc_cfg_double(root, path, "rope_theta", 0, 10000.0, 0.0, 1e300, &c.rope_theta)) <
+            0 ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 0, &c.tied)) < 0 ||
-        (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0,
-                              &c.attn_dropout)) < 0 ||
+        (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0, &c.attn_dropout)) <
+            0 ||
         (rc = llama_check_unsupported(root, path)) < 0)
         return rc;
     if (c.n_head % c.n_kv_head != 0)
@@ -128,8 +135,8 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
         return regc_error(REGC_ERR_FORMAT, "%s: key \"head_dim\" is %" PRId64 ", must be even",
                           path, c.head_dim);
     if ((float)c.eps <= 0.0f)
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"rms_norm_eps\" is %g, must be positive",
-                          path, c.eps);
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"rms_norm_eps\" is %g, must be positive", path,
+                          c.eps);
     if (!((float)c.rope_theta > 0.0f) || isinf((float)c.rope_theta))
         return regc_error(REGC_ERR_FORMAT,
                           "%s: key \"rope_theta\" is %g, must be a positive float32", path,
@@ -144,9 +151,15 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
 /* One layer's parameters, in the checkpoint's order: the slots of
  * llama_list_params' table and of each layer's ids in llama_build_graph. */
 enum {
-    Q_PROJ, K_PROJ, V_PROJ, O_PROJ,   /* self_attn */
-    GATE_PROJ, UP_PROJ, DOWN_PROJ,    /* mlp (SwiGLU) */
-    INPUT_NORM, POST_ATTN_NORM,       /* RMSNorm weights */
+    Q_PROJ,
+    K_PROJ,
+    V_PROJ,
+    O_PROJ, /* self_attn */
+    GATE_PROJ,
+    UP_PROJ,
+    DOWN_PROJ, /* mlp (SwiGLU) */
+    INPUT_NORM,
+    POST_ATTN_NORM, /* RMSNorm weights */
     LAYER_PARAMS
 };
 
@@ -165,7 +178,12 @@ static int llama_list_params(regc_model *m)
         return rc;
     for (int64_t l = 0; l < c->n_layer; l++) {
         /* nn.Linear weights are stored [out, in]. */
-        const struct { const char *suffix; int ndim; int64_t d0, d1; float center, hw; } t[] = {
+        const struct {
+            const char *suffix;
+            int ndim;
+            int64_t d0, d1;
+            float center, hw;
+        } t[] = {
             [Q_PROJ] = {"self_attn.q_proj.weight", 2, QD, C, 0.0f, w},
             [K_PROJ] = {"self_attn.k_proj.weight", 2, KD, C, 0.0f, w},
             [V_PROJ] = {"self_attn.v_proj.weight", 2, KD, C, 0.0f, w},
@@ -179,8 +197,8 @@ static int llama_list_params(regc_model *m)
         _Static_assert(sizeof t / sizeof t[0] == LAYER_PARAMS, "one row per layer slot");
         for (size_t i = 0; i < LAYER_PARAMS; i++) {
             snprintf(n, sizeof n, "model.layers.%" PRId64 ".%s", l, t[i].suffix);
-            if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center,
-                                        t[i].hw)) < 0)
+            if ((rc = regc_model_add_2d(m, n, t[i].ndim, t[i].d0, t[i].d1, t[i].center, t[i].hw)) <
+                0)
                 return rc;
         }
     }
@@ -193,10 +211,10 @@ static int llama_list_params(regc_model *m)
 
 /* Tensor ids below are checked once per call through this macro: every
  * helper returns an id or a negative status with its own message. */
-#define G(expr)                                                                                 \
-    do {                                                                                        \
-        if ((rc = (expr)) < 0)                                                                  \
-            goto fail;                                                                          \
+#define G(expr)                                                                                    \
+    do {                                                                                           \
+        if ((rc = (expr)) < 0)                                                                     \
+            goto fail;                                                                             \
     } while (0)
 
 static int llama_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
@@ -223,33 +241,33 @@ static int llama_build_graph(const regc_model *m, int64_t B, int64_t T, regc_gra
     const int embed = p[n++];
     const float eps = (float)c->eps;
     const float scale = (float)(1.0 / sqrt((double)c->head_dim));
-    G(x = regc_graph_embedding(g, ids, embed));                     /* [B, T, C] */
+    G(x = regc_graph_embedding(g, ids, embed)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
         const int *w = &p[n]; /* this layer's parameters, by slot */
         n += LAYER_PARAMS;
-        G(h = regc_graph_rmsnorm(g, x, w[INPUT_NORM], eps));        /* [B, T, C] */
-        G(q = regc_graph_matmul(g, h, w[Q_PROJ], 0, 1));            /* [B, T, H*D] */
-        G(k = regc_graph_matmul(g, h, w[K_PROJ], 0, 1));            /* [B, T, Hkv*D] */
-        G(v = regc_graph_matmul(g, h, w[V_PROJ], 0, 1));            /* [B, T, Hkv*D] */
-        G(q = regc_graph_rope(g, q, cos, sin, H));                  /* [B, T, H*D] */
-        G(k = regc_graph_rope(g, k, cos, sin, Hkv));                /* [B, T, Hkv*D] */
-        G(h = regc_graph_attention(g, q, k, v, H, Hkv, 1, scale));  /* [B, T, H*D] */
-        G(h = regc_graph_matmul(g, h, w[O_PROJ], 0, 1));            /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
-        G(h = regc_graph_rmsnorm(g, x, w[POST_ATTN_NORM], eps));    /* [B, T, C] */
-        G(u = regc_graph_matmul(g, h, w[GATE_PROJ], 0, 1));         /* [B, T, F] */
-        G(u = regc_graph_silu(g, u));                               /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w[UP_PROJ], 0, 1));           /* [B, T, F] */
-        G(h = regc_graph_mul(g, u, h));                             /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w[DOWN_PROJ], 0, 1));         /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                             /* [B, T, C] */
+        G(h = regc_graph_rmsnorm(g, x, w[INPUT_NORM], eps));       /* [B, T, C] */
+        G(q = regc_graph_matmul(g, h, w[Q_PROJ], 0, 1));           /* [B, T, H*D] */
+        G(k = regc_graph_matmul(g, h, w[K_PROJ], 0, 1));           /* [B, T, Hkv*D] */
+        G(v = regc_graph_matmul(g, h, w[V_PROJ], 0, 1));           /* [B, T, Hkv*D] */
+        G(q = regc_graph_rope(g, q, cos, sin, H));                 /* [B, T, H*D] */
+        G(k = regc_graph_rope(g, k, cos, sin, Hkv));               /* [B, T, Hkv*D] */
+        G(h = regc_graph_attention(g, q, k, v, H, Hkv, 1, scale)); /* [B, T, H*D] */
+        G(h = regc_graph_matmul(g, h, w[O_PROJ], 0, 1));           /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                            /* [B, T, C] */
+        G(h = regc_graph_rmsnorm(g, x, w[POST_ATTN_NORM], eps));   /* [B, T, C] */
+        G(u = regc_graph_matmul(g, h, w[GATE_PROJ], 0, 1));        /* [B, T, F] */
+        G(u = regc_graph_silu(g, u));                              /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w[UP_PROJ], 0, 1));          /* [B, T, F] */
+        G(h = regc_graph_mul(g, u, h));                            /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w[DOWN_PROJ], 0, 1));        /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                            /* [B, T, C] */
     }
     const int norm = p[n++];
     const int head = c->tied ? embed : p[n++];
     int logits, loss;
-    G(x = regc_graph_rmsnorm(g, x, norm, eps));                     /* [B, T, C] */
-    G(logits = regc_graph_matmul(g, x, head, 0, 1));                /* [B, T, V] */
-    G(loss = regc_graph_cross_entropy(g, logits, targets));         /* [] */
+    G(x = regc_graph_rmsnorm(g, x, norm, eps));             /* [B, T, C] */
+    G(logits = regc_graph_matmul(g, x, head, 0, 1));        /* [B, T, V] */
+    G(loss = regc_graph_cross_entropy(g, logits, targets)); /* [] */
     G(regc_graph_mark_output(g, loss));
     free(p);
     *out = g;
@@ -267,8 +285,8 @@ fail:
  * in float32 (HF computes them in float32 whatever the model's dtype), so
  * long positions see the same angle error as the checkpoint was trained
  * with. */
-static int llama_fill_inputs(const regc_model *m, const regc_tokens *data,
-                             const regc_batch_spec *b, int n, regc_input *in)
+static int llama_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                             int n, regc_input *in)
 {
     const llama_config *c = m->cfg;
     int rc = regc_model_fill_lm_inputs(m, data, b, n, in);
@@ -281,8 +299,8 @@ static int llama_fill_inputs(const regc_model *m, const regc_tokens *data,
     const int64_t half = c->head_dim / 2, numel = b->seq * half;
     const regc_input *tabs[2] = {cos, sin};
     for (int i = 0; i < 2; i++)
-        if (tabs[i] && (tabs[i]->tensor->dtype != REGC_F32 ||
-                        regc_tensor_numel(tabs[i]->tensor) != numel))
+        if (tabs[i] &&
+            (tabs[i]->tensor->dtype != REGC_F32 || regc_tensor_numel(tabs[i]->tensor) != numel))
             return regc_error(REGC_ERR_SHAPE,
                               "%s: graph input %s must be f32 [%" PRId64 ", %" PRId64 "]",
                               m->source, tabs[i]->tensor->name, b->seq, half);
@@ -347,14 +365,13 @@ static void llama_describe(const regc_model *m, char *buf, size_t cap)
     regc_model_group_digits(count, sizeof count, m->total_numel);
     snprintf(buf, cap,
              "llama %s: vocab %" PRId64 ", max_position_embeddings %" PRId64
-             ", hidden_size %" PRId64 ", intermediate_size %" PRId64
-             ", num_hidden_layers %" PRId64 ", num_attention_heads %" PRId64
-             ", num_key_value_heads %" PRId64 ", head_dim %" PRId64
+             ", hidden_size %" PRId64 ", intermediate_size %" PRId64 ", num_hidden_layers %" PRId64
+             ", num_attention_heads %" PRId64 ", num_key_value_heads %" PRId64 ", head_dim %" PRId64
              ", rms_norm_eps %g, rope_theta %g, silu, %s embeddings, %s parameters%s; "
              "attention_dropout %g (not applied in training)",
              m->source, c->vocab, c->n_pos, c->hidden, c->inter, c->n_layer, c->n_head,
-             c->n_kv_head, c->head_dim, c->eps, c->rope_theta, c->tied ? "tied" : "untied",
-             count, m->weights ? "" : " (shape only)", c->attn_dropout);
+             c->n_kv_head, c->head_dim, c->eps, c->rope_theta, c->tied ? "tied" : "untied", count,
+             m->weights ? "" : " (shape only)", c->attn_dropout);
 }
 
 const regc_arch regc_arch_llama = {

@@ -45,7 +45,7 @@ void regc_model_free(regc_model *m)
 }
 
 int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                            float init_center, float init_halfwidth)
+                      float init_center, float init_halfwidth)
 {
     const int64_t shape[2] = {d0, d1};
     return regc_model_add_param(m, name, ndim, shape, init_center, init_halfwidth);
@@ -98,10 +98,9 @@ int regc_model_alloc_weights(regc_model *m)
                           m->source, m->total_numel);
     m->weights = malloc((size_t)m->total_numel * sizeof(float) + 1);
     if (!m->weights)
-        return regc_error(REGC_ERR_MEMORY,
-                          "%s: out of memory for %" PRId64 " parameters (%.1f GiB of fp32)",
-                          m->source, m->total_numel,
-                          (double)m->total_numel * 4.0 / (1024.0 * 1024.0 * 1024.0));
+        return regc_error(
+            REGC_ERR_MEMORY, "%s: out of memory for %" PRId64 " parameters (%.1f GiB of fp32)",
+            m->source, m->total_numel, (double)m->total_numel * 4.0 / (1024.0 * 1024.0 * 1024.0));
     return REGC_OK;
 }
 
@@ -225,8 +224,10 @@ int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc
 {
     *out = NULL;
     if (batch < 1 || seq < 1)
-        return regc_error(REGC_ERR_ARG, "%s: batch %" PRId64 " and sequence length %" PRId64
-                          " must both be at least 1", m->source, batch, seq);
+        return regc_error(REGC_ERR_ARG,
+                          "%s: batch %" PRId64 " and sequence length %" PRId64
+                          " must both be at least 1",
+                          m->source, batch, seq);
     return m->arch->build_graph(m, batch, seq, out);
 }
 
@@ -244,8 +245,9 @@ regc_input *regc_input_find(int n, regc_input *in, const char *name)
 static int lm_input_check(const regc_model *m, const regc_input *x, int64_t numel)
 {
     if (x->tensor->dtype != REGC_I32 || regc_tensor_numel(x->tensor) != numel)
-        return regc_error(REGC_ERR_SHAPE, "%s: graph input %s must be i32 with %" PRId64
-                          " elements", m->source, x->tensor->name, numel);
+        return regc_error(REGC_ERR_SHAPE,
+                          "%s: graph input %s must be i32 with %" PRId64 " elements", m->source,
+                          x->tensor->name, numel);
     return REGC_OK;
 }
 
@@ -284,8 +286,8 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
     return REGC_OK;
 }
 
-int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
-                           const regc_batch_spec *b, int n, regc_input *in)
+int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                           int n, regc_input *in)
 {
     for (int i = 0; i < n; i++)
         in[i].filled = in[i].constant;
@@ -365,8 +367,8 @@ int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **ou
                           m->source, (long long)n_layer);
     cJSON *cfg = m->arch->save_files ? NULL : m->arch->write_config(m);
     if (!cfg)
-        return regc_error(REGC_ERR_UNSUPPORTED, "%s: a %s model has no depth to change",
-                          m->source, m->arch->model_type);
+        return regc_error(REGC_ERR_UNSUPPORTED, "%s: a %s model has no depth to change", m->source,
+                          m->arch->model_type);
     int found = 0;
     for (size_t i = 0; i < sizeof layer_keys / sizeof *layer_keys; i++) {
         cJSON *k = cJSON_GetObjectItemCaseSensitive(cfg, layer_keys[i]);
@@ -378,10 +380,11 @@ int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **ou
     char source[512];
     snprintf(source, sizeof source, "%s with %lld layers", m->source, (long long)n_layer);
     regc_model *x = NULL;
-    int rc = found ? regc_model_new(m->arch, source, &x)
-                   : regc_error(REGC_ERR_UNSUPPORTED, "%s: no layer count in its config", m->source);
-    if (rc == REGC_OK && ((rc = m->arch->parse_config(x, cfg, source)) < 0 ||
-                          (rc = m->arch->list_params(x)) < 0)) {
+    int rc = found
+                 ? regc_model_new(m->arch, source, &x)
+                 : regc_error(REGC_ERR_UNSUPPORTED, "%s: no layer count in its config", m->source);
+    if (rc == REGC_OK &&
+        ((rc = m->arch->parse_config(x, cfg, source)) < 0 || (rc = m->arch->list_params(x)) < 0)) {
         regc_model_free(x);
         x = NULL;
     }

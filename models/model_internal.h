@@ -12,8 +12,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "regc_models.h"
 #include "regc_common.h"
+#include "regc_models.h"
 
 typedef struct {
     char *name; /* the checkpoint name, e.g. "transformer.h.0.ln_1.weight" */
@@ -91,7 +91,7 @@ int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_
                          float init_center, float init_halfwidth);
 /* The same for the 1-D ([d0]) and 2-D ([d0, d1]) parameters of frontends. */
 int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                            float init_center, float init_halfwidth);
+                      float init_center, float init_halfwidth);
 
 /* 124439808 -> "124,439,808" in buf: parameter counts are read by people. */
 void regc_model_group_digits(char *buf, size_t cap, int64_t v);
@@ -118,10 +118,10 @@ cJSON *regc_model_config_new(const regc_model *m, const char *architecture);
  * *out set (the default when the key is absent or null and required is 0),
  * or an error naming `path` and the key. Integers must be integral numbers
  * within [lo, hi]. */
-int regc_cfg_int(const cJSON *root, const char *path, const char *key, int required,
-                 int64_t dflt, int64_t lo, int64_t hi, int64_t *out);
-int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required,
-                    double dflt, double lo, double hi, double *out);
+int regc_cfg_int(const cJSON *root, const char *path, const char *key, int required, int64_t dflt,
+                 int64_t lo, int64_t hi, int64_t *out);
+int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required, double dflt,
+                    double lo, double hi, double *out);
 int regc_cfg_bool(const cJSON *root, const char *path, const char *key, int required, int dflt,
                   int *out);
 /* *out points into root (valid while root lives), or to dflt. */

@@ -39,8 +39,8 @@ static const cJSON *cfg_item(const cJSON *root, const char *key)
     return cJSON_GetObjectItemCaseSensitive(root, key);
 }
 
-int regc_cfg_int(const cJSON *root, const char *path, const char *key, int required,
-                 int64_t dflt, int64_t lo, int64_t hi, int64_t *out)
+int regc_cfg_int(const cJSON *root, const char *path, const char *key, int required, int64_t dflt,
+                 int64_t lo, int64_t hi, int64_t *out)
 {
     const cJSON *it = cfg_item(root, key);
     if (!it || (cJSON_IsNull(it) && !required)) {
@@ -61,8 +61,8 @@ int regc_cfg_int(const cJSON *root, const char *path, const char *key, int requi
     return REGC_OK;
 }
 
-int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required,
-                    double dflt, double lo, double hi, double *out)
+int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required, double dflt,
+                    double lo, double hi, double *out)
 {
     const cJSON *it = cfg_item(root, key);
     if (!it || (cJSON_IsNull(it) && !required)) {
@@ -75,8 +75,8 @@ int regc_cfg_double(const cJSON *root, const char *path, const char *key, int re
         return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be a number", path, key);
     double v = it->valuedouble;
     if (!(v >= lo && v <= hi))
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is %g, expected %g to %g", path, key,
-                          v, lo, hi);
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is %g, expected %g to %g", path, key, v,
+                          lo, hi);
     *out = v;
     return REGC_OK;
 }
@@ -434,8 +434,8 @@ int regc_model_load(const char *spec, regc_model **out)
         for (int i = 0; i < N_PRESETS; i++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                      presets[i].name);
-        return regc_error(REGC_ERR_ARG, "%s: not a model directory or a preset (presets: %s)",
-                          spec, list);
+        return regc_error(REGC_ERR_ARG, "%s: not a model directory or a preset (presets: %s)", spec,
+                          list);
     }
     regc_model *m;
     int rc = regc_model_load_config(spec, &m);
@@ -448,4 +448,3 @@ int regc_model_load(const char *spec, regc_model **out)
     *out = m;
     return REGC_OK;
 }
-

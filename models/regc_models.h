@@ -41,9 +41,9 @@ int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **ou
 const char *regc_model_preset_name(int i);
 void regc_model_free(regc_model *m);
 
-const char *regc_model_arch(const regc_model *m);     /* "gpt2", "graph" */
+const char *regc_model_arch(const regc_model *m); /* "gpt2", "graph" */
 int64_t regc_model_vocab(const regc_model *m);
-int64_t regc_model_max_seq(const regc_model *m);     /* n_positions */
+int64_t regc_model_max_seq(const regc_model *m); /* n_positions */
 int regc_model_has_weights(const regc_model *m);
 /* Print the configuration (and the dropout probabilities, which training
  * does not apply yet) as one line. */
@@ -105,7 +105,7 @@ int regc_model_write_structure(const regc_model *m, regc_bytes *b);
  * Graph inputs of one training step
  * ====================================================================== */
 typedef struct {
-    int64_t step;  /* batch index, from 0 */
+    int64_t step; /* batch index, from 0 */
     int64_t batch, seq;
     uint64_t seed; /* of anything drawn per batch (masked positions) */
 } regc_batch_spec;
@@ -126,7 +126,7 @@ typedef struct {
  * rotary tables, relative-position buckets, masked positions). Constant
  * inputs filled by an earlier call are kept. An input the architecture
  * does not know is an error naming it. */
-int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data,
-                           const regc_batch_spec *b, int n, regc_input *in);
+int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                           int n, regc_input *in);
 
 #endif

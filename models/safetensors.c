@@ -38,7 +38,7 @@
 typedef struct {
     char *name;
     char dtype[16];
-    int esize;       /* bytes per element; 0 for a dtype this file cannot size */
+    int esize; /* bytes per element; 0 for a dtype this file cannot size */
     int ndim;
     int64_t *shape;
     uint64_t begin, end;
@@ -62,11 +62,13 @@ struct regc_st_file {
  * will never read (an I64 buffer in the file is still part of its layout). */
 static int st_dtype_size(const char *dtype)
 {
-    static const struct { const char *name; int size; } table[] = {
-        {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1},
-        {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
-        {"I32", 4}, {"U32", 4}, {"F32", 4},
-        {"I64", 8}, {"U64", 8}, {"F64", 8},
+    static const struct {
+        const char *name;
+        int size;
+    } table[] = {
+        {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+        {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+        {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(dtype, table[i].name) == 0)
@@ -165,7 +167,7 @@ static int st_parse_entry(regc_st_file *f, const cJSON *item, uint64_t data_size
     uint64_t numel = 1;
     int d = 0;
     const cJSON *dim;
-    cJSON_ArrayForEach(dim, shape) {
+    cJSON_ArrayForEach (dim, shape) {
         uint64_t v;
         if (!st_json_uint(dim, &v))
             return regc_error(REGC_ERR_FORMAT,
@@ -184,16 +186,15 @@ static int st_parse_entry(regc_st_file *f, const cJSON *item, uint64_t data_size
                           "0 <= begin <= end",
                           path, name);
     if (t->esize > 0) {
-        uint64_t need = numel > UINT64_MAX / (uint64_t)t->esize ? UINT64_MAX
-                                                                 : numel * (uint64_t)t->esize;
+        uint64_t need =
+            numel > UINT64_MAX / (uint64_t)t->esize ? UINT64_MAX : numel * (uint64_t)t->esize;
         if (t->end - t->begin != need) {
             char s[160];
             st_format_shape(s, sizeof s, t->ndim, t->shape);
             return regc_error(REGC_ERR_FORMAT,
-                              "%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
-                              "] hold %" PRIu64 " bytes but shape %s of %s needs %" PRIu64,
-                              path, name, t->begin, t->end, t->end - t->begin, s, t->dtype,
-                              need);
+                              "%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
+                              " bytes but shape %s of %s needs %" PRIu64,
+                              path, name, t->begin, t->end, t->end - t->begin, s, t->dtype, need);
         }
     }
     if (t->end > data_size)
@@ -226,7 +227,7 @@ static int st_parse_header(regc_st_file *f, const char *text, size_t len, uint64
     }
     int count = 0;
     const cJSON *item;
-    cJSON_ArrayForEach(item, root)
+    cJSON_ArrayForEach (item, root)
         if (strcmp(item->string, "__metadata__") != 0)
             count++;
     f->t = calloc((size_t)count + 1, sizeof *f->t);
@@ -235,7 +236,7 @@ static int st_parse_header(regc_st_file *f, const char *text, size_t len, uint64
         rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", f->path);
         goto done;
     }
-    cJSON_ArrayForEach(item, root) {
+    cJSON_ArrayForEach (item, root) {
         if (strcmp(item->string, "__metadata__") == 0)
             continue;
         st_tensor *t = &f->t[f->n];
@@ -327,10 +328,7 @@ fail:
     return rc;
 }
 
-int regc_st_count(const regc_st_file *f)
-{
-    return f->n;
-}
+int regc_st_count(const regc_st_file *f) { return f->n; }
 
 const char *regc_st_name(const regc_st_file *f, int i)
 {
@@ -426,7 +424,7 @@ static uint16_t st_f32_to_bf16(float v)
     memcpy(&bits, &v, sizeof bits);
     if ((bits & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((bits >> 16) | 0x40u); /* keep NaN a NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);      /* round to nearest even */
+    bits += 0x7fffu + ((bits >> 16) & 1u);       /* round to nearest even */
     return (uint16_t)(bits >> 16);
 }
 
@@ -511,8 +509,7 @@ static int st_check_entries(const char *path, const regc_st_entry *e, int n, int
                               "%s: tensor %s: fp32 data can be stored as F32, BF16 or F16 only",
                               path, name);
         if (e[i].ndim < 0 || e[i].ndim > REGC_MAX_DIMS)
-            return regc_error(REGC_ERR_ARG, "%s: tensor %s: %d dimensions", path, name,
-                              e[i].ndim);
+            return regc_error(REGC_ERR_ARG, "%s: tensor %s: %d dimensions", path, name, e[i].ndim);
         int64_t k = 1;
         for (int d = 0; d < e[i].ndim; d++) {
             if (e[i].shape[d] < 0 || (e[i].shape[d] > 0 && k > INT64_MAX / 8 / e[i].shape[d]))
@@ -549,9 +546,10 @@ int regc_st_write(const char *path, const regc_st_entry *entries, int n)
         uint64_t bytes = (uint64_t)numel[i] * (e->dtype == REGC_F32 ? 4u : 2u);
         st_put(&h, ",");
         st_put_json_string(&h, e->name);
-        st_put(&h, ":{\"dtype\":\"%s\",\"shape\":[", e->dtype == REGC_F32    ? "F32"
-                                                     : e->dtype == REGC_BF16 ? "BF16"
-                                                                             : "F16");
+        st_put(&h, ":{\"dtype\":\"%s\",\"shape\":[",
+               e->dtype == REGC_F32    ? "F32"
+               : e->dtype == REGC_BF16 ? "BF16"
+                                       : "F16");
         for (int d = 0; d < e->ndim; d++)
             st_put(&h, "%s%" PRId64, d ? "," : "", e->shape[d]);
         st_put(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + bytes);
@@ -566,8 +564,8 @@ int regc_st_write(const char *path, const regc_st_entry *entries, int n)
         goto done;
     }
     if (off > SIZE_MAX - 8 - h.len) {
-        rc = regc_error(REGC_ERR_MEMORY, "%s: %" PRIu64 " bytes of data do not fit in memory",
-                        path, off);
+        rc = regc_error(REGC_ERR_MEMORY, "%s: %" PRIu64 " bytes of data do not fit in memory", path,
+                        off);
         goto done;
     }
     size_t total = 8 + h.len + (size_t)off;
@@ -591,8 +589,8 @@ int regc_st_write(const char *path, const regc_st_entry *entries, int n)
             continue;
         }
         for (size_t j = 0; j < k; j++, p += 2) {
-            uint16_t v = e->dtype == REGC_BF16 ? st_f32_to_bf16(e->data[j])
-                                               : st_f32_to_f16(e->data[j]);
+            uint16_t v =
+                e->dtype == REGC_BF16 ? st_f32_to_bf16(e->data[j]) : st_f32_to_f16(e->data[j]);
             memcpy(p, &v, 2);
         }
     }

@@ -38,8 +38,7 @@ static int t5_set_config(regc_model *m, const t5_config *c)
 
 static int t5_preset_config(regc_model *m, const char *preset)
 {
-    t5_config c = {.n_buckets = 32, .max_distance = 128, .eps = 1e-6, .dropout = 0.1,
-                   .tied = 1};
+    t5_config c = {.n_buckets = 32, .max_distance = 128, .eps = 1e-6, .dropout = 0.1, .tied = 1};
     if (strcmp(preset, "t5-tiny") == 0) {
         c.vocab = 512, c.d_model = 128, c.d_kv = 32, c.d_ff = 256, c.n_enc = 2, c.n_dec = 2;
         c.n_head = 4;
@@ -62,8 +61,8 @@ static int t5_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = regc_cfg_int(root, path, "d_kv", 1, 0, 1, T5_MAX_DIM, &c.d_kv)) < 0 ||
         (rc = regc_cfg_int(root, path, "d_ff", 1, 0, 1, T5_MAX_DIM, &c.d_ff)) < 0 ||
         (rc = regc_cfg_int(root, path, "num_layers", 1, 0, 1, T5_MAX_DIM, &c.n_enc)) < 0 ||
-        (rc = regc_cfg_int(root, path, "num_decoder_layers", 0, c.n_enc, 1, T5_MAX_DIM,
-                           &c.n_dec)) < 0 ||
+        (rc = regc_cfg_int(root, path, "num_decoder_layers", 0, c.n_enc, 1, T5_MAX_DIM, &c.n_dec)) <
+            0 ||
         (rc = regc_cfg_int(root, path, "num_heads", 1, 0, 1, T5_MAX_DIM, &c.n_head)) < 0 ||
         /* below 4 buckets the bidirectional half has no exact range (HF
          * would divide by zero); the log range must start above it */
@@ -107,10 +106,7 @@ static int t5_parse_config(regc_model *m, const cJSON *root, const char *path)
 }
 
 /* uniform halfwidth of standard deviation s */
-static float t5_hw(double s)
-{
-    return (float)(s * sqrt(3.0));
-}
+static float t5_hw(double s) { return (float)(s * sqrt(3.0)); }
 
 /* One attention's q, k, v, o (and block 0's relative_attention_bias when
  * bias) under prefix, in checkpoint order. HF's init scales them: q by
@@ -123,7 +119,11 @@ static int t5_list_attention(regc_model *m, const char *prefix, int bias)
     const double sc = 1.0 / sqrt((double)C);
     char n[192];
     int rc;
-    const struct { const char *w; int64_t d0, d1; float hw; } t[] = {
+    const struct {
+        const char *w;
+        int64_t d0, d1;
+        float hw;
+    } t[] = {
         {"q", HD, C, t5_hw(1.0 / sqrt((double)C * (double)c->d_kv))},
         {"k", HD, C, t5_hw(sc)},
         {"v", HD, C, t5_hw(sc)},
@@ -211,10 +211,10 @@ static int t5_list_params(regc_model *m)
 
 /* Tensor ids below are checked once per call through this macro: every
  * helper returns an id or a negative status with its own message. */
-#define G(expr)                                                                                 \
-    do {                                                                                        \
-        if ((rc = (expr)) < 0)                                                                  \
-            goto fail;                                                                          \
+#define G(expr)                                                                                    \
+    do {                                                                                           \
+        if ((rc = (expr)) < 0)                                                                     \
+            goto fail;                                                                             \
     } while (0)
 
 /* One sublayer's parameter ids, by name, taken from the checkpoint-ordered
@@ -257,17 +257,17 @@ static int t5_attention(regc_graph *g, const t5_config *c, int x, int kv, const 
 {
     int rc, h, q, k, v, a;
     const int H = (int)c->n_head;
-    G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps));         /* [B, T, C] */
-    G(q = regc_graph_matmul(g, h, w->q, 0, 1));                     /* [B, T, H*Dkv] */
-    G(k = regc_graph_matmul(g, kv < 0 ? h : kv, w->k, 0, 1));       /* [B, Tk, H*Dkv] */
-    G(v = regc_graph_matmul(g, kv < 0 ? h : kv, w->v, 0, 1));       /* [B, Tk, H*Dkv] */
+    G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps));    /* [B, T, C] */
+    G(q = regc_graph_matmul(g, h, w->q, 0, 1));               /* [B, T, H*Dkv] */
+    G(k = regc_graph_matmul(g, kv < 0 ? h : kv, w->k, 0, 1)); /* [B, Tk, H*Dkv] */
+    G(v = regc_graph_matmul(g, kv < 0 ? h : kv, w->v, 0, 1)); /* [B, Tk, H*Dkv] */
     /* T5 folds the 1/sqrt(d_kv) into q's init: the scores are not scaled */
     if (bias >= 0)
         G(a = regc_graph_attention_bias(g, q, k, v, bias, H, H, causal, 1.0f)); /* [B, T, H*Dkv] */
     else
         G(a = regc_graph_attention(g, q, k, v, H, H, causal, 1.0f)); /* [B, T, H*Dkv] */
-    G(a = regc_graph_matmul(g, a, w->o, 0, 1));                     /* [B, T, C] */
-    return regc_graph_add(g, x, a);                                 /* [B, T, C] */
+    G(a = regc_graph_matmul(g, a, w->o, 0, 1));                      /* [B, T, C] */
+    return regc_graph_add(g, x, a);                                  /* [B, T, C] */
 fail:
     return rc;
 }
@@ -276,18 +276,18 @@ fail:
 static int t5_feed_forward(regc_graph *g, const t5_config *c, int x, const t5_ff_params *w)
 {
     int rc, h, u;
-    G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps));          /* [B, T, C] */
+    G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps)); /* [B, T, C] */
     if (c->gated) {
-        G(u = regc_graph_matmul(g, h, w->wi_1, 0, 1));              /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w->wi_0, 0, 1));              /* [B, T, F] */
-        G(h = regc_graph_gelu(g, h));                               /* [B, T, F] */
-        G(h = regc_graph_mul(g, h, u));                             /* [B, T, F] */
+        G(u = regc_graph_matmul(g, h, w->wi_1, 0, 1)); /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w->wi_0, 0, 1)); /* [B, T, F] */
+        G(h = regc_graph_gelu(g, h));                  /* [B, T, F] */
+        G(h = regc_graph_mul(g, h, u));                /* [B, T, F] */
     } else {
-        G(h = regc_graph_matmul(g, h, w->wi_0, 0, 1));              /* [B, T, F] */
-        G(h = regc_graph_relu(g, h));                               /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w->wi_0, 0, 1)); /* [B, T, F] */
+        G(h = regc_graph_relu(g, h));                  /* [B, T, F] */
     }
-    G(h = regc_graph_matmul(g, h, w->wo, 0, 1));                    /* [B, T, C] */
-    return regc_graph_add(g, x, h);                                 /* [B, T, C] */
+    G(h = regc_graph_matmul(g, h, w->wo, 0, 1)); /* [B, T, C] */
+    return regc_graph_add(g, x, h);              /* [B, T, C] */
 fail:
     return rc;
 }
@@ -296,8 +296,8 @@ fail:
 static int t5_position_bias(regc_graph *g, int buckets, int table)
 {
     int rc, b;
-    G(b = regc_graph_embedding(g, buckets, table));                 /* [Tq, Tk, H] */
-    return regc_graph_transpose(g, b, (const int[]){2, 0, 1});      /* [H, Tq, Tk] */
+    G(b = regc_graph_embedding(g, buckets, table));            /* [Tq, Tk, H] */
+    return regc_graph_transpose(g, b, (const int[]){2, 0, 1}); /* [H, Tq, Tk] */
 fail:
     return rc;
 }
@@ -314,50 +314,50 @@ static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph 
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(dec_ids = regc_graph_add_tensor(g, "decoder_input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    G(enc_buckets = regc_graph_add_tensor(g, "encoder_position_buckets", REGC_I32,
-                                          REGC_ROLE_INPUT, 2, tt));
-    G(dec_buckets = regc_graph_add_tensor(g, "decoder_position_buckets", REGC_I32,
-                                          REGC_ROLE_INPUT, 2, tt));
+    G(enc_buckets =
+          regc_graph_add_tensor(g, "encoder_position_buckets", REGC_I32, REGC_ROLE_INPUT, 2, tt));
+    G(dec_buckets =
+          regc_graph_add_tensor(g, "decoder_position_buckets", REGC_I32, REGC_ROLE_INPUT, 2, tt));
     G(regc_model_add_param_tensors(m, g, &p));
     const int shared = p[k++];
     const float eps = (float)c->eps;
 
     /* encoder: block 0's table gives every layer's bias */
-    G(x = regc_graph_embedding(g, ids, shared));                    /* [B, T, C] */
+    G(x = regc_graph_embedding(g, ids, shared)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_enc; l++) {
         const t5_attn_params self = t5_take_attn(p, &k, l == 0);
         const t5_ff_params ff = t5_take_ff(c, p, &k);
         if (l == 0)
             G(bias = t5_position_bias(g, enc_buckets, self.rel_bias)); /* [H, T, T] */
-        G(x = t5_attention(g, c, x, -1, &self, bias, 0));           /* [B, T, C] */
-        G(x = t5_feed_forward(g, c, x, &ff));                       /* [B, T, C] */
+        G(x = t5_attention(g, c, x, -1, &self, bias, 0));              /* [B, T, C] */
+        G(x = t5_feed_forward(g, c, x, &ff));                          /* [B, T, C] */
     }
     const int enc_norm = p[k++];
     int enc;
-    G(enc = regc_graph_rmsnorm(g, x, enc_norm, eps));               /* [B, T, C] */
+    G(enc = regc_graph_rmsnorm(g, x, enc_norm, eps)); /* [B, T, C] */
 
     /* decoder: causal self-attention with its own bias, then cross-attention */
-    G(y = regc_graph_embedding(g, dec_ids, shared));                /* [B, T, C] */
+    G(y = regc_graph_embedding(g, dec_ids, shared)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_dec; l++) {
         const t5_attn_params self = t5_take_attn(p, &k, l == 0);
         const t5_attn_params cross = t5_take_attn(p, &k, 0);
         const t5_ff_params ff = t5_take_ff(c, p, &k);
         if (l == 0)
             G(bias = t5_position_bias(g, dec_buckets, self.rel_bias)); /* [H, T, T] */
-        G(y = t5_attention(g, c, y, -1, &self, bias, 1));           /* [B, T, C] */
-        G(y = t5_attention(g, c, y, enc, &cross, -1, 0));           /* [B, T, C] */
-        G(y = t5_feed_forward(g, c, y, &ff));                       /* [B, T, C] */
+        G(y = t5_attention(g, c, y, -1, &self, bias, 1));              /* [B, T, C] */
+        G(y = t5_attention(g, c, y, enc, &cross, -1, 0));              /* [B, T, C] */
+        G(y = t5_feed_forward(g, c, y, &ff));                          /* [B, T, C] */
     }
     const int dec_norm = p[k++];
     const int head = c->tied ? shared : p[k++];
     int logits, loss;
-    G(y = regc_graph_rmsnorm(g, y, dec_norm, eps));                 /* [B, T, C] */
+    G(y = regc_graph_rmsnorm(g, y, dec_norm, eps)); /* [B, T, C] */
     /* a tied head reads the embedding table, whose scale is the input's:
      * HF rescales the decoder output by d_model^-1/2 first */
     if (c->tied)
         G(y = regc_graph_scale(g, y, (float)(1.0 / sqrt((double)c->d_model)))); /* [B, T, C] */
-    G(logits = regc_graph_matmul(g, y, head, 0, 1));                /* [B, T, V] */
-    G(loss = regc_graph_cross_entropy(g, logits, targets));         /* [] */
+    G(logits = regc_graph_matmul(g, y, head, 0, 1));                            /* [B, T, V] */
+    G(loss = regc_graph_cross_entropy(g, logits, targets));                     /* [] */
     G(regc_graph_mark_output(g, loss));
     free(p);
     *out = g;
@@ -401,8 +401,9 @@ static int t5_input_check(const regc_model *m, const regc_input *x, int64_t d0, 
 {
     const regc_tensor *t = x->tensor;
     if (t->dtype != REGC_I32 || t->ndim != 2 || t->shape[0] != d0 || t->shape[1] != d1)
-        return regc_error(REGC_ERR_SHAPE, "%s: graph input %s must be i32 [%" PRId64 ", %" PRId64
-                          "]", m->source, t->name, d0, d1);
+        return regc_error(REGC_ERR_SHAPE,
+                          "%s: graph input %s must be i32 [%" PRId64 ", %" PRId64 "]", m->source,
+                          t->name, d0, d1);
     return REGC_OK;
 }
 
@@ -442,8 +443,9 @@ static int t5_fill_inputs(const regc_model *m, const regc_tokens *data, const re
         return rc;
     if (ids || dec || targets) {
         if (T > INT64_MAX / 2 / B)
-            return regc_error(REGC_ERR_ARG, "%s: batch %" PRId64 " x 2 x sequence %" PRId64
-                              " overflows", m->source, B, T);
+            return regc_error(REGC_ERR_ARG,
+                              "%s: batch %" PRId64 " x 2 x sequence %" PRId64 " overflows",
+                              m->source, B, T);
         int32_t *rows = malloc((size_t)(2 * B * T) * sizeof *rows);
         int32_t *next = malloc((size_t)(2 * B * T) * sizeof *next);
         if (!rows || !next) {
@@ -494,8 +496,8 @@ static cJSON *t5_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "num_decoder_layers", (double)c->n_dec);
     ok = ok && cJSON_AddNumberToObject(o, "num_heads", (double)c->n_head);
     ok = ok && cJSON_AddNumberToObject(o, "relative_attention_num_buckets", (double)c->n_buckets);
-    ok = ok && cJSON_AddNumberToObject(o, "relative_attention_max_distance",
-                                       (double)c->max_distance);
+    ok = ok &&
+         cJSON_AddNumberToObject(o, "relative_attention_max_distance", (double)c->max_distance);
     ok = ok && cJSON_AddNumberToObject(o, "layer_norm_epsilon", c->eps);
     ok = ok && cJSON_AddStringToObject(o, "feed_forward_proj", c->gated ? "gated-gelu" : "relu");
     ok = ok && cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tied);
@@ -518,8 +520,8 @@ static void t5_describe(const regc_model *m, char *buf, size_t cap)
     regc_model_group_digits(count, sizeof count, m->total_numel);
     snprintf(buf, cap,
              "t5 %s: vocab %" PRId64 ", d_model %" PRId64 ", d_kv %" PRId64 ", d_ff %" PRId64
-             ", %" PRId64 " encoder + %" PRId64 " decoder layers, %" PRId64
-             " heads, %" PRId64 " relative buckets up to %" PRId64
+             ", %" PRId64 " encoder + %" PRId64 " decoder layers, %" PRId64 " heads, %" PRId64
+             " relative buckets up to %" PRId64
              ", layer_norm_epsilon %g, %s, %s embeddings, decoder start %" PRId64
              ", %s parameters%s; dropout_rate %g (not applied in training)",
              m->source, c->vocab, c->d_model, c->d_kv, c->d_ff, c->n_enc, c->n_dec, c->n_head,

@@ -32,9 +32,9 @@ static int has_grad(const regc_graph *g, const char *needs, int t)
 
 /* One piece as the pipeline sees it before compiling. */
 typedef struct {
-    int region;      /* index into the step's regions */
+    int region; /* index into the step's regions */
     int n_in, n_out;
-    int *in, *out;   /* bound graph tensors */
+    int *in, *out; /* bound graph tensors */
 } piece_plan;
 
 typedef struct {
@@ -89,7 +89,8 @@ static int plan_glue(pipeline *pl, int region, int *nodes, int n)
     const regc_graph *g = pl->g;
     qsort(nodes, (size_t)n, sizeof *nodes, cmp_int);
     int n_t = regc_graph_n_tensors(g);
-    int *in = malloc(((size_t)n_t + 1) * sizeof *in), *out = malloc(((size_t)n_t + 1) * sizeof *out);
+    int *in = malloc(((size_t)n_t + 1) * sizeof *in),
+        *out = malloc(((size_t)n_t + 1) * sizeof *out);
     if (!in || !out) {
         free(in), free(out);
         return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
@@ -164,9 +165,16 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
         for (int k = 0; k < n_out; k++)
             out_grad[k] |= has_grad(pl->g, pl->needs, pp->out[k]);
     }
-    regc_region_spec spec = {.n_nodes = n_nodes, .nodes = nodes, .n_in = n_in, .n_out = n_out,
-                             .in = first->in, .out = first->out, .in_needs_grad = in_needs,
-                             .in_seeded = seeded, .out_has_grad = out_grad, .name = name};
+    regc_region_spec spec = {.n_nodes = n_nodes,
+                             .nodes = nodes,
+                             .n_in = n_in,
+                             .n_out = n_out,
+                             .in = first->in,
+                             .out = first->out,
+                             .in_needs_grad = in_needs,
+                             .in_seeded = seeded,
+                             .out_has_grad = out_grad,
+                             .name = name};
     regc_compiled_region *r;
     if ((rc = regc_compile_cached_region(pl->g, &spec, level, pl->o, pl->st, compiles, &r)))
         goto done;
@@ -309,7 +317,8 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     if (rc)
         goto done;
     double l0 = regc_time_ms();
-    if ((rc = regc_program_link(prog, param_offset, o->inline_back && o->level != REGC_LEVEL_O0, st)))
+    if ((rc = regc_program_link(prog, param_offset, o->inline_back && o->level != REGC_LEVEL_O0,
+                                st)))
         goto done;
     st->inline_ms = regc_time_ms() - l0;
     if (o->dump_dir && (rc = dump_all(prog, o->dump_dir)))

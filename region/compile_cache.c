@@ -20,8 +20,8 @@ int regc_compile_uses_cache(const regc_compile_options *o) { return o->cache && 
 static const char *target(const regc_compile_options *o) { return o->device ? o->device : "cpu"; }
 
 int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec, regc_level level,
-                               const regc_compile_options *o, regc_compile_stats *st,
-                               int *compiles, regc_compiled_region **out)
+                               const regc_compile_options *o, regc_compile_stats *st, int *compiles,
+                               regc_compiled_region **out)
 {
     regc_bytes canon = {0}, payload = {0};
     int rc = REGC_OK, hit = 0;

@@ -98,8 +98,10 @@ static int plan_arena(regc_program *p, int n_points, int apply, int64_t *peak, i
         if (p->bufs[b].kind != BUF_ARENA || p->bufs[b].first < 0)
             continue;
         index[b] = n;
-        pb[n] = (regc_plan_buffer){.bytes = p->bufs[b].bytes, .first = p->bufs[b].first,
-                                   .last = p->bufs[b].last, .inplace_of = -1};
+        pb[n] = (regc_plan_buffer){.bytes = p->bufs[b].bytes,
+                                   .first = p->bufs[b].first,
+                                   .last = p->bufs[b].last,
+                                   .inplace_of = -1};
         which[n++] = b;
     }
     for (int j = 0; j < n; j++) {
@@ -151,7 +153,8 @@ static int stamp(regc_program *p)
             continue;
         }
         const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
-        if (!saved[s->piece] && !(saved[s->piece] = malloc(((size_t)r->n_slots + 1) * sizeof(int)))) {
+        if (!saved[s->piece] &&
+            !(saved[s->piece] = malloc(((size_t)r->n_slots + 1) * sizeof(int)))) {
             rc = regc_error(REGC_ERR_MEMORY, "step program: out of memory");
             break;
         }
@@ -170,7 +173,9 @@ static int stamp(regc_program *p)
                 if (sl < 0)
                     continue;
                 const regc_slot *slot = &r->slots[sl];
-                int *own = slot->kind == SLOT_TEMP ? &temp[sl] : slot->kind == SLOT_SAVED ? &sv[sl] : NULL;
+                int *own = slot->kind == SLOT_TEMP    ? &temp[sl]
+                           : slot->kind == SLOT_SAVED ? &sv[sl]
+                                                      : NULL;
                 if (own) {
                     if (*own < 0 && (*own = regc_program_new_buf(p, BUF_ARENA, slot->bytes, 0)) < 0)
                         rc = *own;

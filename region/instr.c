@@ -5,15 +5,32 @@
 #include "program.h"
 
 static const char *const kernel_names[K_COUNT] = {
-    [K_FILL] = "fill", [K_COPY] = "copy", [K_COPY_2D] = "copy_2d", [K_TRANSPOSE] = "transpose",
-    [K_GEMM] = "gemm", [K_EMBED_FWD] = "embedding", [K_EMBED_BWD] = "embedding_bwd",
-    [K_ADD] = "add", [K_BIAS_ADD] = "bias_add", [K_SUM_ROWS] = "sum_rows",
-    [K_LN_FWD] = "layernorm", [K_LN_BWD] = "layernorm_bwd", [K_RMS_FWD] = "rmsnorm",
-    [K_RMS_BWD] = "rmsnorm_bwd", [K_ROPE] = "rope", [K_UNARY] = "unary", [K_BINARY] = "binary",
-    [K_ATTN_FWD] = "attention", [K_ATTN_BWD] = "attention_bwd", [K_CE_FWD] = "cross_entropy",
-    [K_CE_BWD] = "cross_entropy_bwd", [K_EW] = "fused_elementwise",
-    [K_ADD_LN_FWD] = "add_layernorm", [K_ADD_RMS_FWD] = "add_rmsnorm",
-    [K_LN_BWD_ADD] = "layernorm_bwd_add", [K_RMS_BWD_ADD] = "rmsnorm_bwd_add",
+    [K_FILL] = "fill",
+    [K_COPY] = "copy",
+    [K_COPY_2D] = "copy_2d",
+    [K_TRANSPOSE] = "transpose",
+    [K_GEMM] = "gemm",
+    [K_EMBED_FWD] = "embedding",
+    [K_EMBED_BWD] = "embedding_bwd",
+    [K_ADD] = "add",
+    [K_BIAS_ADD] = "bias_add",
+    [K_SUM_ROWS] = "sum_rows",
+    [K_LN_FWD] = "layernorm",
+    [K_LN_BWD] = "layernorm_bwd",
+    [K_RMS_FWD] = "rmsnorm",
+    [K_RMS_BWD] = "rmsnorm_bwd",
+    [K_ROPE] = "rope",
+    [K_UNARY] = "unary",
+    [K_BINARY] = "binary",
+    [K_ATTN_FWD] = "attention",
+    [K_ATTN_BWD] = "attention_bwd",
+    [K_CE_FWD] = "cross_entropy",
+    [K_CE_BWD] = "cross_entropy_bwd",
+    [K_EW] = "fused_elementwise",
+    [K_ADD_LN_FWD] = "add_layernorm",
+    [K_ADD_RMS_FWD] = "add_rmsnorm",
+    [K_LN_BWD_ADD] = "layernorm_bwd_add",
+    [K_RMS_BWD_ADD] = "rmsnorm_bwd_add",
 };
 
 const char *regc_kernel_name(regc_kernel k)
@@ -21,8 +38,8 @@ const char *regc_kernel_name(regc_kernel k)
     return (unsigned)k < K_COUNT ? kernel_names[k] : "?";
 }
 
-static const char *const epilogue_names[] = {"NONE", "BIAS", "GELU", "GELU_AUX", "BIAS_GELU_AUX",
-                                             "DGELU", "DGELU_BGRAD", "BGRAD"};
+static const char *const epilogue_names[] = {"NONE",          "BIAS",  "GELU",        "GELU_AUX",
+                                             "BIAS_GELU_AUX", "DGELU", "DGELU_BGRAD", "BGRAD"};
 
 int regc_instr_writes(const regc_instr *in, int k)
 {
@@ -37,7 +54,10 @@ int regc_instr_writes(const regc_instr *in, int k)
 int regc_instr_inplace_input(const regc_instr *in)
 {
     switch (in->kernel) {
-    case K_ADD: case K_BIAS_ADD: case K_UNARY: case K_BINARY: return 1;
+    case K_ADD:
+    case K_BIAS_ADD:
+    case K_UNARY:
+    case K_BINARY: return 1;
     case K_EW: return in->ew->period[0] == 0 ? in->n_out : -1;
     case K_LN_BWD_ADD: return 3;
     case K_RMS_BWD_ADD: return 2;
@@ -46,11 +66,10 @@ int regc_instr_inplace_input(const regc_instr *in)
 }
 
 /* A missing kernel is an error that names it. */
-#define NEED(fn)                                                                             \
-    do {                                                                                     \
-        if (!be->fn)                                                                         \
-            return regc_error(REGC_ERR_UNSUPPORTED, "backend %s has no kernel %s", be->name, \
-                              #fn);                                                          \
+#define NEED(fn)                                                                                   \
+    do {                                                                                           \
+        if (!be->fn)                                                                               \
+            return regc_error(REGC_ERR_UNSUPPORTED, "backend %s has no kernel %s", be->name, #fn); \
     } while (0)
 
 #define P(i) ((float *)p[i])
@@ -61,16 +80,46 @@ static int run_unary(regc_backend *be, const regc_instr *in, void *const *p)
 {
     int64_t n = in->d[0];
     switch ((regc_op)in->unary) {
-    case REGC_OP_GELU: NEED(gelu_fwd); be->gelu_fwd(be, P(0), C(1), n); break;
-    case REGC_OP_SILU: NEED(silu_fwd); be->silu_fwd(be, P(0), C(1), n); break;
-    case REGC_OP_GELU_ERF: NEED(gelu_erf_fwd); be->gelu_erf_fwd(be, P(0), C(1), n); break;
-    case REGC_OP_RELU: NEED(relu_fwd); be->relu_fwd(be, P(0), C(1), n); break;
-    case REGC_OP_SCALE: NEED(scale); be->scale(be, P(0), C(1), in->f, n); break;
-    case REGC_OP_MUL: NEED(mul); be->mul(be, P(0), C(1), C(2), n); break;
-    case REGC_OP_GELU_BWD: NEED(gelu_bwd); be->gelu_bwd(be, P(0), C(1), C(2), n); break;
-    case REGC_OP_SILU_BWD: NEED(silu_bwd); be->silu_bwd(be, P(0), C(1), C(2), n); break;
-    case REGC_OP_GELU_ERF_BWD: NEED(gelu_erf_bwd); be->gelu_erf_bwd(be, P(0), C(1), C(2), n); break;
-    case REGC_OP_RELU_BWD: NEED(relu_bwd); be->relu_bwd(be, P(0), C(1), C(2), n); break;
+    case REGC_OP_GELU:
+        NEED(gelu_fwd);
+        be->gelu_fwd(be, P(0), C(1), n);
+        break;
+    case REGC_OP_SILU:
+        NEED(silu_fwd);
+        be->silu_fwd(be, P(0), C(1), n);
+        break;
+    case REGC_OP_GELU_ERF:
+        NEED(gelu_erf_fwd);
+        be->gelu_erf_fwd(be, P(0), C(1), n);
+        break;
+    case REGC_OP_RELU:
+        NEED(relu_fwd);
+        be->relu_fwd(be, P(0), C(1), n);
+        break;
+    case REGC_OP_SCALE:
+        NEED(scale);
+        be->scale(be, P(0), C(1), in->f, n);
+        break;
+    case REGC_OP_MUL:
+        NEED(mul);
+        be->mul(be, P(0), C(1), C(2), n);
+        break;
+    case REGC_OP_GELU_BWD:
+        NEED(gelu_bwd);
+        be->gelu_bwd(be, P(0), C(1), C(2), n);
+        break;
+    case REGC_OP_SILU_BWD:
+        NEED(silu_bwd);
+        be->silu_bwd(be, P(0), C(1), C(2), n);
+        break;
+    case REGC_OP_GELU_ERF_BWD:
+        NEED(gelu_erf_bwd);
+        be->gelu_erf_bwd(be, P(0), C(1), C(2), n);
+        break;
+    case REGC_OP_RELU_BWD:
+        NEED(relu_bwd);
+        be->relu_bwd(be, P(0), C(1), C(2), n);
+        break;
     default:
         return regc_error(REGC_ERR_UNSUPPORTED, "instruction: no elementwise op %d", in->unary);
     }
@@ -83,46 +132,118 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     switch ((regc_kernel)in->kernel) {
     case K_FILL: be->fill(be, P(0), (size_t)d[0], in->f); return REGC_OK;
     case K_COPY: be->copy_d2d(be, p[0], p[1], (size_t)d[0]); return REGC_OK;
-    case K_COPY_2D: NEED(copy_2d); be->copy_2d(be, P(0), d[2], C(1), d[3], d[0], d[1]); return REGC_OK;
-    case K_TRANSPOSE: NEED(transpose); be->transpose(be, P(0), C(1), (int)d[0], d + 1, in->perm); return REGC_OK;
+    case K_COPY_2D:
+        NEED(copy_2d);
+        be->copy_2d(be, P(0), d[2], C(1), d[3], d[0], d[1]);
+        return REGC_OK;
+    case K_TRANSPOSE:
+        NEED(transpose);
+        be->transpose(be, P(0), C(1), (int)d[0], d + 1, in->perm);
+        return REGC_OK;
     case K_GEMM: {
         NEED(gemm);
-        regc_gemm g = {.trans_a = in->trans_a, .trans_b = in->trans_b, .m = d[0], .n = d[1],
-                       .k = d[2], .a = C(1), .lda = d[3], .b = C(2), .ldb = d[4], .c = P(0),
-                       .ldc = d[1], .alpha = 1.0f, .accumulate = in->accumulate,
-                       .epilogue = (regc_epilogue)in->epilogue, .bias = C(3), .aux = P(4),
-                       .ldaux = d[1], .bias_grad = P(5)};
+        regc_gemm g = {.trans_a = in->trans_a,
+                       .trans_b = in->trans_b,
+                       .m = d[0],
+                       .n = d[1],
+                       .k = d[2],
+                       .a = C(1),
+                       .lda = d[3],
+                       .b = C(2),
+                       .ldb = d[4],
+                       .c = P(0),
+                       .ldc = d[1],
+                       .alpha = 1.0f,
+                       .accumulate = in->accumulate,
+                       .epilogue = (regc_epilogue)in->epilogue,
+                       .bias = C(3),
+                       .aux = P(4),
+                       .ldaux = d[1],
+                       .bias_grad = P(5)};
         return be->gemm(be, &g);
     }
-    case K_EMBED_FWD: NEED(embedding_fwd); be->embedding_fwd(be, P(0), I32(1), C(2), d[0], d[1]); return REGC_OK;
-    case K_EMBED_BWD: NEED(embedding_bwd); be->embedding_bwd(be, P(0), I32(1), C(2), d[0], d[1], d[2], in->accumulate); return REGC_OK;
-    case K_ADD: NEED(add); be->add(be, P(0), C(1), C(2), d[0]); return REGC_OK;
-    case K_BIAS_ADD: NEED(bias_add); be->bias_add(be, P(0), C(1), C(2), d[0], d[1]); return REGC_OK;
-    case K_SUM_ROWS: NEED(sum_rows); be->sum_rows(be, P(0), C(1), d[0], d[1]); return REGC_OK;
-    case K_LN_FWD: NEED(layernorm_fwd); be->layernorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f); return REGC_OK;
-    case K_LN_BWD: NEED(layernorm_bwd); be->layernorm_bwd(be, P(0), P(1), P(2), C(3), C(4), C(5), C(6), C(7), d[0], d[1]); return REGC_OK;
-    case K_RMS_FWD: NEED(rmsnorm_fwd); be->rmsnorm_fwd(be, P(0), P(1), C(2), C(3), d[0], d[1], in->f); return REGC_OK;
-    case K_RMS_BWD: NEED(rmsnorm_bwd); be->rmsnorm_bwd(be, P(0), P(1), C(2), C(3), C(4), C(5), d[0], d[1]); return REGC_OK;
-    case K_ROPE: NEED(rope); be->rope(be, P(0), C(1), C(2), C(3), d[0], d[1], (int)d[2], (int)d[3], (int)d[4]); return REGC_OK;
+    case K_EMBED_FWD:
+        NEED(embedding_fwd);
+        be->embedding_fwd(be, P(0), I32(1), C(2), d[0], d[1]);
+        return REGC_OK;
+    case K_EMBED_BWD:
+        NEED(embedding_bwd);
+        be->embedding_bwd(be, P(0), I32(1), C(2), d[0], d[1], d[2], in->accumulate);
+        return REGC_OK;
+    case K_ADD:
+        NEED(add);
+        be->add(be, P(0), C(1), C(2), d[0]);
+        return REGC_OK;
+    case K_BIAS_ADD:
+        NEED(bias_add);
+        be->bias_add(be, P(0), C(1), C(2), d[0], d[1]);
+        return REGC_OK;
+    case K_SUM_ROWS:
+        NEED(sum_rows);
+        be->sum_rows(be, P(0), C(1), d[0], d[1]);
+        return REGC_OK;
+    case K_LN_FWD:
+        NEED(layernorm_fwd);
+        be->layernorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f);
+        return REGC_OK;
+    case K_LN_BWD:
+        NEED(layernorm_bwd);
+        be->layernorm_bwd(be, P(0), P(1), P(2), C(3), C(4), C(5), C(6), C(7), d[0], d[1]);
+        return REGC_OK;
+    case K_RMS_FWD:
+        NEED(rmsnorm_fwd);
+        be->rmsnorm_fwd(be, P(0), P(1), C(2), C(3), d[0], d[1], in->f);
+        return REGC_OK;
+    case K_RMS_BWD:
+        NEED(rmsnorm_bwd);
+        be->rmsnorm_bwd(be, P(0), P(1), C(2), C(3), C(4), C(5), d[0], d[1]);
+        return REGC_OK;
+    case K_ROPE:
+        NEED(rope);
+        be->rope(be, P(0), C(1), C(2), C(3), d[0], d[1], (int)d[2], (int)d[3], (int)d[4]);
+        return REGC_OK;
     case K_UNARY:
     case K_BINARY: return run_unary(be, in, p);
-    case K_ATTN_FWD: NEED(attention_fwd); be->attention_fwd(be, P(0), P(1), C(2), C(3), C(4), C(5), &in->attn); return REGC_OK;
+    case K_ATTN_FWD:
+        NEED(attention_fwd);
+        be->attention_fwd(be, P(0), P(1), C(2), C(3), C(4), C(5), &in->attn);
+        return REGC_OK;
     case K_ATTN_BWD:
         NEED(attention_bwd);
-        be->attention_bwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), C(8), C(9), C(10), &in->attn);
+        be->attention_bwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), C(8), C(9), C(10),
+                          &in->attn);
         return REGC_OK;
-    case K_CE_FWD: NEED(cross_entropy_fwd); be->cross_entropy_fwd(be, P(0), P(1), C(2), I32(3), d[0], d[1]); return REGC_OK;
-    case K_CE_BWD: NEED(cross_entropy_bwd); be->cross_entropy_bwd(be, P(0), C(1), C(2), I32(3), C(4), d[0], d[1]); return REGC_OK;
+    case K_CE_FWD:
+        NEED(cross_entropy_fwd);
+        be->cross_entropy_fwd(be, P(0), P(1), C(2), I32(3), d[0], d[1]);
+        return REGC_OK;
+    case K_CE_BWD:
+        NEED(cross_entropy_bwd);
+        be->cross_entropy_bwd(be, P(0), C(1), C(2), I32(3), C(4), d[0], d[1]);
+        return REGC_OK;
     case K_EW: {
         NEED(elementwise);
         int no = in->ew->n_outputs;
         be->elementwise(be, in->ew, d[0], (float *const *)p, (const float *const *)(p + no));
         return REGC_OK;
     }
-    case K_ADD_LN_FWD: NEED(add_layernorm_fwd); be->add_layernorm_fwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), d[0], d[1], in->f); return REGC_OK;
-    case K_ADD_RMS_FWD: NEED(add_rmsnorm_fwd); be->add_rmsnorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f); return REGC_OK;
-    case K_LN_BWD_ADD: NEED(layernorm_bwd_add); be->layernorm_bwd_add(be, P(0), P(1), P(2), C(3), C(4), C(5), C(6), C(7), C(8), d[0], d[1]); return REGC_OK;
-    case K_RMS_BWD_ADD: NEED(rmsnorm_bwd_add); be->rmsnorm_bwd_add(be, P(0), P(1), C(2), C(3), C(4), C(5), C(6), d[0], d[1]); return REGC_OK;
+    case K_ADD_LN_FWD:
+        NEED(add_layernorm_fwd);
+        be->add_layernorm_fwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), d[0], d[1],
+                              in->f);
+        return REGC_OK;
+    case K_ADD_RMS_FWD:
+        NEED(add_rmsnorm_fwd);
+        be->add_rmsnorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f);
+        return REGC_OK;
+    case K_LN_BWD_ADD:
+        NEED(layernorm_bwd_add);
+        be->layernorm_bwd_add(be, P(0), P(1), P(2), C(3), C(4), C(5), C(6), C(7), C(8), d[0], d[1]);
+        return REGC_OK;
+    case K_RMS_BWD_ADD:
+        NEED(rmsnorm_bwd_add);
+        be->rmsnorm_bwd_add(be, P(0), P(1), C(2), C(3), C(4), C(5), C(6), d[0], d[1]);
+        return REGC_OK;
     case K_COUNT: break;
     }
     return regc_error(REGC_ERR_UNSUPPORTED, "instruction: unknown kernel %d", in->kernel);
@@ -150,7 +271,8 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
 
 double regc_instr_flop(const regc_instr *in)
 {
-    return in->kernel == K_GEMM ? 2.0 * (double)in->d[0] * (double)in->d[1] * (double)in->d[2] : 0.0;
+    return in->kernel == K_GEMM ? 2.0 * (double)in->d[0] * (double)in->d[1] * (double)in->d[2]
+                                : 0.0;
 }
 
 void regc_instr_dump(const regc_instr *in, FILE *f)

@@ -32,8 +32,9 @@ typedef struct {
     char *skip;         /* [n_nodes] absorbed by a fusion or an alias */
     int *gemm_epi;      /* [n_nodes] matmul: epilogue decided, -1 none */
     int *gemm_bias, *gemm_aux, *gemm_bgrad, *gemm_c; /* [n_nodes] tensors, -1 none */
-    int *fused_norm;    /* [n_nodes] ADD: the norm backward it absorbs, -1 none */
-    int *embed_acc;     /* [n_nodes] ADD: the embedding backward accumulating into its output, -1 none */
+    int *fused_norm; /* [n_nodes] ADD: the norm backward it absorbs, -1 none */
+    int *
+        embed_acc; /* [n_nodes] ADD: the embedding backward accumulating into its output, -1 none */
     regc_instr *ins;
     int n_ins, cap;
 } lower_ctx;
@@ -71,7 +72,8 @@ static int root_slot(const lower_ctx *c, int s)
     return s;
 }
 
-static regc_instr *emit(lower_ctx *c, regc_kernel k, int node, int n_out, int n_refs, const int *tensors)
+static regc_instr *emit(lower_ctx *c, regc_kernel k, int node, int n_out, int n_refs,
+                        const int *tensors)
 {
     if (c->n_ins == c->cap) {
         int cap = c->cap ? 2 * c->cap : 64;
@@ -82,7 +84,8 @@ static regc_instr *emit(lower_ctx *c, regc_kernel k, int node, int n_out, int n_
     }
     regc_instr *in = &c->ins[c->n_ins++];
     memset(in, 0, sizeof *in);
-    in->kernel = (uint8_t)k, in->node = node, in->n_out = (uint8_t)n_out, in->n_refs = (uint8_t)n_refs;
+    in->kernel = (uint8_t)k, in->node = node, in->n_out = (uint8_t)n_out,
+    in->n_refs = (uint8_t)n_refs;
     for (int i = 0; i < n_refs; i++)
         in->refs[i] = ref_of(c, tensors[i]);
     return in;
@@ -165,7 +168,8 @@ static void fuse_gemms(lower_ctx *c)
                 c->gemm_c[i] = n2->out[0], c->skip[rd] = 1;
                 int p = n2->out[0];
                 int gi = c->n_fwd_readers[p] == 1 ? forward_reader(c, p, rd) : rd;
-                if (gi != rd && regc_graph_node(c->g, gi)->in[0] == p && regc_graph_node(c->g, gi)->op == REGC_OP_GELU && !c->skip[gi]) {
+                if (gi != rd && regc_graph_node(c->g, gi)->in[0] == p &&
+                    regc_graph_node(c->g, gi)->op == REGC_OP_GELU && !c->skip[gi]) {
                     c->gemm_epi[i] = REGC_EPI_BIAS_GELU_AUX, c->gemm_aux[i] = p;
                     c->gemm_c[i] = regc_graph_node(c->g, gi)->out[0], c->skip[gi] = 1;
                 }
@@ -207,7 +211,8 @@ static void fuse_norm_bwd(lower_ctx *c)
             if (l < c->r->n_fwd_nodes || c->n_readers[dx] != 1 || c->skip[l])
                 continue;
             const regc_node *ln = regc_graph_node(c->g, l);
-            if ((ln->op != REGC_OP_LAYERNORM_BWD && ln->op != REGC_OP_RMSNORM_BWD) || ln->out[0] != dx)
+            if ((ln->op != REGC_OP_LAYERNORM_BWD && ln->op != REGC_OP_RMSNORM_BWD) ||
+                ln->out[0] != dx)
                 continue;
             /* the norm's other outputs move to the add: nobody may read them before */
             int ok = 1;
@@ -239,7 +244,8 @@ static void fuse_embed_bwd_add(lower_ctx *c)
         if (a->op != REGC_OP_ADD || a->in[0] == a->in[1] || c->skip[i] || c->fused_norm[i] >= 0)
             continue;
         int root = root_slot(c, c->slot_of[a->out[0]]);
-        if (sl[root].kind != SLOT_TEMP && !(sl[root].kind == SLOT_DIN && c->r->seed_slot[sl[root].index] < 0))
+        if (sl[root].kind != SLOT_TEMP &&
+            !(sl[root].kind == SLOT_DIN && c->r->seed_slot[sl[root].index] < 0))
             continue;
         for (int side = 0; side < 2; side++) {
             int table = a->in[side], other = a->in[1 - side];
@@ -247,8 +253,9 @@ static void fuse_embed_bwd_add(lower_ctx *c)
             if (l < c->r->n_fwd_nodes || c->n_readers[table] != 1 || c->skip[l] ||
                 regc_graph_node(c->g, l)->op != REGC_OP_EMBEDDING_BWD)
                 continue;
-            if (p < 0 || c->n_readers[other] != 1 || sl[so].kind != SLOT_TEMP || sl[so].alias >= 0 ||
-                numel(c, other) != numel(c, a->out[0]) || T(c, other)->dtype != REGC_F32)
+            if (p < 0 || c->n_readers[other] != 1 || sl[so].kind != SLOT_TEMP ||
+                sl[so].alias >= 0 || numel(c, other) != numel(c, a->out[0]) ||
+                T(c, other)->dtype != REGC_F32)
                 continue;
             sl[so].alias = c->slot_of[a->out[0]], sl[so].alias_off = 0;
             c->embed_acc[i] = l, c->skip[l] = 1;
@@ -274,17 +281,21 @@ static int lower_matmul(lower_ctx *c, int i, const regc_node *n)
     in->d[0] = n->attrs.trans_a ? a_cols : a_rows; /* m */
     in->d[1] = n->attrs.trans_b ? b_rows : b_cols; /* n */
     in->d[2] = n->attrs.trans_a ? a_rows : a_cols; /* k */
-    in->d[3] = a_cols, in->d[4] = b_cols;           /* lda, ldb */
+    in->d[3] = a_cols, in->d[4] = b_cols;          /* lda, ldb */
     return REGC_OK;
 }
 
 static void attn_of(const lower_ctx *c, const regc_node *n, int q, int k, regc_attn_shape *s)
 {
     const regc_tensor *tq = T(c, q), *tk = T(c, k);
-    *s = (regc_attn_shape){.batch = tq->shape[0], .tq = tq->shape[1], .tk = tk->shape[1],
-                           .n_head = n->attrs.n_head, .n_kv_head = n->attrs.n_kv_head,
+    *s = (regc_attn_shape){.batch = tq->shape[0],
+                           .tq = tq->shape[1],
+                           .tk = tk->shape[1],
+                           .n_head = n->attrs.n_head,
+                           .n_kv_head = n->attrs.n_kv_head,
                            .head_dim = (int)(tq->shape[2] / n->attrs.n_head),
-                           .causal = n->attrs.causal, .scale = n->attrs.scale};
+                           .causal = n->attrs.causal,
+                           .scale = n->attrs.scale};
 }
 
 static int lower_node(lower_ctx *c, int i)
@@ -292,11 +303,11 @@ static int lower_node(lower_ctx *c, int i)
     const regc_node *n = regc_graph_node(c->g, i);
     const int *in = n->in, *o = n->out;
     regc_instr *x = NULL;
-#define EMIT(k, n_out, ...)                                                      \
-    do {                                                                         \
-        int t_[] = {__VA_ARGS__};                                                \
-        if (!(x = emit(c, k, i, n_out, (int)(sizeof t_ / sizeof *t_), t_)))      \
-            return regc_error(REGC_ERR_MEMORY, "region compile: out of memory"); \
+#define EMIT(k, n_out, ...)                                                                        \
+    do {                                                                                           \
+        int t_[] = {__VA_ARGS__};                                                                  \
+        if (!(x = emit(c, k, i, n_out, (int)(sizeof t_ / sizeof *t_), t_)))                        \
+            return regc_error(REGC_ERR_MEMORY, "region compile: out of memory");                   \
     } while (0)
     int64_t rows_in0 = n->n_in ? numel(c, in[0]) / last_dim(c, in[0]) : 0;
     switch (n->op) {
@@ -309,10 +320,11 @@ static int lower_node(lower_ctx *c, int i)
             const regc_node *l = regc_graph_node(c->g, c->fused_norm[i]);
             int dres = in[0] == l->out[0] ? in[1] : in[0];
             if (l->op == REGC_OP_LAYERNORM_BWD)
-                EMIT(K_LN_BWD_ADD, 3, o[0], l->out[1], l->out[2], dres, l->in[0], l->in[1], l->in[2],
-                     l->in[3], l->in[4]);
+                EMIT(K_LN_BWD_ADD, 3, o[0], l->out[1], l->out[2], dres, l->in[0], l->in[1],
+                     l->in[2], l->in[3], l->in[4]);
             else
-                EMIT(K_RMS_BWD_ADD, 2, o[0], l->out[1], dres, l->in[0], l->in[1], l->in[2], l->in[3]);
+                EMIT(K_RMS_BWD_ADD, 2, o[0], l->out[1], dres, l->in[0], l->in[1], l->in[2],
+                     l->in[3]);
             x->d[1] = last_dim(c, l->in[1]);
             x->d[0] = numel(c, l->in[1]) / x->d[1];
             x->node = c->fused_norm[i];
@@ -336,8 +348,7 @@ static int lower_node(lower_ctx *c, int i)
         EMIT(K_LN_FWD, 3, o[0], o[1], o[2], in[0], in[1], in[2]);
         x->d[0] = rows_in0, x->d[1] = last_dim(c, in[0]), x->f = n->attrs.eps;
         break;
-    case REGC_OP_MATMUL:
-        return lower_matmul(c, i, n);
+    case REGC_OP_MATMUL: return lower_matmul(c, i, n);
     case REGC_OP_SPLIT:
     case REGC_OP_CONCAT: {
         int split = n->op == REGC_OP_SPLIT, parts = split ? n->n_out : n->n_in;
@@ -363,7 +374,8 @@ static int lower_node(lower_ctx *c, int i)
         break;
     case REGC_OP_ATTENTION_BWD:
         if (n->n_in == 7)
-            EMIT(K_ATTN_BWD, 4, o[0], o[1], o[2], o[3], in[0], in[1], in[2], in[3], in[6], in[4], in[5]);
+            EMIT(K_ATTN_BWD, 4, o[0], o[1], o[2], o[3], in[0], in[1], in[2], in[3], in[6], in[4],
+                 in[5]);
         else
             EMIT(K_ATTN_BWD, 4, o[0], o[1], o[2], -1, in[0], in[1], in[2], in[3], -1, in[4], in[5]);
         attn_of(c, n, in[1], in[2], &x->attn);
@@ -467,7 +479,8 @@ static int ew_op_of(regc_op op)
 static int ew_candidate(const lower_ctx *c, int i, int64_t n)
 {
     const regc_node *x = regc_graph_node(c->g, i);
-    if (c->skip[i] || ew_op_of(x->op) < 0 || (x->op == REGC_OP_ADD && (c->fused_norm[i] >= 0 || c->embed_acc[i] >= 0)))
+    if (c->skip[i] || ew_op_of(x->op) < 0 ||
+        (x->op == REGC_OP_ADD && (c->fused_norm[i] >= 0 || c->embed_acc[i] >= 0)))
         return 0;
     if (T(c, x->out[0])->dtype != REGC_F32 || numel(c, x->out[0]) != n)
         return 0;
@@ -596,7 +609,8 @@ static int lower_range(lower_ctx *c, int lo, int hi, int fuse, int *n_ew)
             for (; j < hi; j++) {
                 if (c->skip[j] && regc_graph_node(c->g, j)->op == REGC_OP_RESHAPE)
                     continue; /* an alias emits nothing */
-                if (!ew_candidate(c, j, n) || gr.n_members == REGC_EW_MAX_STEPS || !ew_try(c, &gr, j))
+                if (!ew_candidate(c, j, n) || gr.n_members == REGC_EW_MAX_STEPS ||
+                    !ew_try(c, &gr, j))
                     break;
                 last = j;
             }

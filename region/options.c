@@ -22,7 +22,4 @@ int regc_level_from_name(const char *name)
     return -1;
 }
 
-const char *regc_level_name(regc_level l)
-{
-    return (unsigned)l < 3 ? level_names[l] : "?";
-}
+const char *regc_level_name(regc_level l) { return (unsigned)l < 3 ? level_names[l] : "?"; }

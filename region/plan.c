@@ -56,7 +56,8 @@ static int span_set_add(span_set *s, int64_t lo, int64_t hi)
         int cap = s->cap ? 2 * s->cap : 4;
         span *v = realloc(s->v, (size_t)cap * sizeof(span));
         if (!v)
-            return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d occupied runs", cap);
+            return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d occupied runs",
+                              cap);
         s->v = v;
         s->cap = cap;
     }
@@ -73,13 +74,13 @@ static int span_set_add(span_set *s, int64_t lo, int64_t hi)
  * [f, l] or in `full` of one of their ancestors. */
 
 typedef struct {
-    int size;        /* leaves, a power of two */
-    span_set *full;  /* [2 * size] */
-    span_set *sub;   /* [2 * size] */
-    span *scratch;   /* runs gathered by one query */
-    span *merged;    /* [cap_scratch]: where sorted runs are merged */
+    int size;       /* leaves, a power of two */
+    span_set *full; /* [2 * size] */
+    span_set *sub;  /* [2 * size] */
+    span *scratch;  /* runs gathered by one query */
+    span *merged;   /* [cap_scratch]: where sorted runs are merged */
     int n_scratch, cap_scratch;
-    int *run;        /* starts of the sorted runs in scratch, then n_scratch */
+    int *run; /* starts of the sorted runs in scratch, then n_scratch */
     int n_run, cap_run;
 } occ_tree;
 
@@ -111,7 +112,8 @@ static int gather(occ_tree *t, const span_set *s)
             t->scratch = v;
         span *m = v ? realloc(t->merged, (size_t)cap * sizeof(span)) : NULL;
         if (!m)
-            return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d occupied runs", cap);
+            return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d occupied runs",
+                              cap);
         t->merged = m;
         t->cap_scratch = cap;
     }
@@ -119,7 +121,8 @@ static int gather(occ_tree *t, const span_set *s)
         int cap = t->cap_run ? 2 * t->cap_run : 64;
         int *v = realloc(t->run, (size_t)cap * sizeof(int));
         if (!v)
-            return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d occupied runs", cap);
+            return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d occupied runs",
+                              cap);
         t->run = v;
         t->cap_run = cap;
     }
@@ -167,7 +170,8 @@ static int occupied(occ_tree *t, int f, int l)
             }
             int b = ae, be = t->run[r + 2];
             while (a < ae && b < be)
-                t->merged[o++] = t->scratch[a].lo <= t->scratch[b].lo ? t->scratch[a++] : t->scratch[b++];
+                t->merged[o++] =
+                    t->scratch[a].lo <= t->scratch[b].lo ? t->scratch[a++] : t->scratch[b++];
             while (a < ae)
                 t->merged[o++] = t->scratch[a++];
             while (b < be)
@@ -230,7 +234,8 @@ static void tree_free(occ_tree *t)
 static int check_buffers(int n, const regc_plan_buffer *bufs, int *max_last)
 {
     if (n < 0 || (n > 0 && !bufs))
-        return regc_error(REGC_ERR_ARG, "memory plan: %d buffers%s", n, n > 0 ? " but no buffer array" : "");
+        return regc_error(REGC_ERR_ARG, "memory plan: %d buffers%s", n,
+                          n > 0 ? " but no buffer array" : "");
     *max_last = -1;
     for (int i = 0; i < n; i++) {
         const regc_plan_buffer *b = &bufs[i];
@@ -238,10 +243,11 @@ static int check_buffers(int n, const regc_plan_buffer *bufs, int *max_last)
             return regc_error(REGC_ERR_ARG, "memory plan: buffer %d has negative size %lld", i,
                               (long long)b->bytes);
         if (b->first < 0 || b->last < b->first)
-            return regc_error(REGC_ERR_ARG, "memory plan: buffer %d has lifetime [%d, %d]", i, b->first,
-                              b->last);
+            return regc_error(REGC_ERR_ARG, "memory plan: buffer %d has lifetime [%d, %d]", i,
+                              b->first, b->last);
         if (b->inplace_of < -1 || b->inplace_of >= n || b->inplace_of == i)
-            return regc_error(REGC_ERR_ARG, "memory plan: buffer %d is in place of buffer %d (of %d)", i,
+            return regc_error(REGC_ERR_ARG,
+                              "memory plan: buffer %d is in place of buffer %d (of %d)", i,
                               b->inplace_of, n);
         if (b->last > *max_last)
             *max_last = b->last;
@@ -267,13 +273,14 @@ int64_t regc_plan_lower_bound(int n, const regc_plan_buffer *bufs, int n_points)
     if (rc < 0)
         return rc;
     if (max_last >= n_points)
-        return regc_error(REGC_ERR_ARG, "memory plan: a buffer lives until point %d of %d", max_last,
-                          n_points);
+        return regc_error(REGC_ERR_ARG, "memory plan: a buffer lives until point %d of %d",
+                          max_last, n_points);
     if (n_points <= 0)
         return 0;
     int64_t *diff = calloc((size_t)n_points + 1, sizeof(int64_t));
     if (!diff)
-        return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d program points", n_points);
+        return regc_error(REGC_ERR_MEMORY, "memory plan: out of memory for %d program points",
+                          n_points);
     for (int i = 0; i < n; i++) {
         diff[bufs[i].first] += bufs[i].bytes;
         diff[bufs[i].last + 1] -= bufs[i].bytes;
@@ -322,7 +329,8 @@ int regc_plan_offsets(int n, const regc_plan_buffer *bufs, int64_t align, int64_
     if (rc < 0)
         return rc;
     if (align <= 0 || (align & (align - 1)))
-        return regc_error(REGC_ERR_ARG, "memory plan: alignment %lld is not a power of two", (long long)align);
+        return regc_error(REGC_ERR_ARG, "memory plan: alignment %lld is not a power of two",
+                          (long long)align);
     if (n > 0 && !offset)
         return regc_error(REGC_ERR_ARG, "memory plan: no offset array for %d buffers", n);
     for (int i = 0; i < n; i++)
@@ -457,29 +465,34 @@ static heap_item heap_pop(heap_item *h, int *n)
     return top;
 }
 
-static int check_program(int n_instr, const int *read_start, const int *reads, const int *write_start,
-                         const int *writes, int n_buffers, const int64_t *bytes, const int *order)
+static int check_program(int n_instr, const int *read_start, const int *reads,
+                         const int *write_start, const int *writes, int n_buffers,
+                         const int64_t *bytes, const int *order)
 {
     if (n_instr < 0 || n_buffers < 0)
-        return regc_error(REGC_ERR_ARG, "memory order: %d instructions, %d buffers", n_instr, n_buffers);
+        return regc_error(REGC_ERR_ARG, "memory order: %d instructions, %d buffers", n_instr,
+                          n_buffers);
     if (!read_start || !write_start || (n_instr > 0 && !order) || (n_buffers > 0 && !bytes))
         return regc_error(REGC_ERR_ARG, "memory order: a required array is missing");
     if (read_start[0] != 0 || write_start[0] != 0)
         return regc_error(REGC_ERR_ARG, "memory order: read_start[0] and write_start[0] must be 0");
     for (int i = 0; i < n_instr; i++) {
         if (read_start[i + 1] < read_start[i] || write_start[i + 1] < write_start[i])
-            return regc_error(REGC_ERR_ARG, "memory order: instruction %d has a negative operand count", i);
+            return regc_error(REGC_ERR_ARG,
+                              "memory order: instruction %d has a negative operand count", i);
     }
     if ((read_start[n_instr] > 0 && !reads) || (write_start[n_instr] > 0 && !writes))
         return regc_error(REGC_ERR_ARG, "memory order: a required array is missing");
     for (int i = 0; i < n_instr; i++) {
         for (int k = read_start[i]; k < read_start[i + 1]; k++)
             if (reads[k] < 0 || reads[k] >= n_buffers)
-                return regc_error(REGC_ERR_ARG, "memory order: instruction %d reads buffer %d (of %d)", i,
+                return regc_error(REGC_ERR_ARG,
+                                  "memory order: instruction %d reads buffer %d (of %d)", i,
                                   reads[k], n_buffers);
         for (int k = write_start[i]; k < write_start[i + 1]; k++)
             if (writes[k] < 0 || writes[k] >= n_buffers)
-                return regc_error(REGC_ERR_ARG, "memory order: instruction %d writes buffer %d (of %d)", i,
+                return regc_error(REGC_ERR_ARG,
+                                  "memory order: instruction %d writes buffer %d (of %d)", i,
                                   writes[k], n_buffers);
     }
     for (int b = 0; b < n_buffers; b++)
@@ -492,7 +505,8 @@ static int check_program(int n_instr, const int *read_start, const int *reads, c
 int regc_plan_order(int n_instr, const int *read_start, const int *reads, const int *write_start,
                     const int *writes, int n_buffers, const int64_t *bytes, int *order)
 {
-    int rc = check_program(n_instr, read_start, reads, write_start, writes, n_buffers, bytes, order);
+    int rc =
+        check_program(n_instr, read_start, reads, write_start, writes, n_buffers, bytes, order);
     if (rc < 0)
         return rc;
     if (n_instr == 0)
@@ -507,8 +521,9 @@ int regc_plan_order(int n_instr, const int *read_start, const int *reads, const 
     int *rd_head = malloc(nb * sizeof(int));   /* readers since the last write: a linked list */
     int *rd_next = malloc(nacc * sizeof(int)); /* over read slots */
     int *rd_instr = malloc(nacc * sizeof(int));
-    int *seen = malloc(nb * sizeof(int));      /* last instruction that touched the buffer */
-    int *first_access_write = malloc(nb * sizeof(int)); /* -1 unknown, 1 write first, 0 read first */
+    int *seen = malloc(nb * sizeof(int)); /* last instruction that touched the buffer */
+    int *first_access_write =
+        malloc(nb * sizeof(int)); /* -1 unknown, 1 write first, 0 read first */
     int *edge_from, *edge_to;
     int *out_start = calloc(ni, sizeof(int)), *out = NULL, *indeg = calloc(ni, sizeof(int));
     int *tch_start = malloc(ni * sizeof(int)), *tch = malloc(nacc * sizeof(int));
@@ -523,9 +538,11 @@ int regc_plan_order(int n_instr, const int *read_start, const int *reads, const 
     int n_edges = 0;
     edge_from = malloc(2 * nacc * sizeof(int));
     edge_to = malloc(2 * nacc * sizeof(int));
-    if (!last_writer || !rd_head || !rd_next || !rd_instr || !seen || !first_access_write || !out_start ||
-        !indeg || !tch_start || !tch || !rem || !rem_sum || !score || !scheduled || !edge_from || !edge_to) {
-        rc = regc_error(REGC_ERR_MEMORY, "memory order: out of memory for %d instructions", n_instr);
+    if (!last_writer || !rd_head || !rd_next || !rd_instr || !seen || !first_access_write ||
+        !out_start || !indeg || !tch_start || !tch || !rem || !rem_sum || !score || !scheduled ||
+        !edge_from || !edge_to) {
+        rc =
+            regc_error(REGC_ERR_MEMORY, "memory order: out of memory for %d instructions", n_instr);
         goto done;
     }
     for (int b = 0; b < n_buffers; b++) {
@@ -534,7 +551,6 @@ int regc_plan_order(int n_instr, const int *read_start, const int *reads, const 
         seen[b] = -1;
         first_access_write[b] = -1;
     }
-
 
     int n_tch = 0, n_rd_slots = 0;
     for (int i = 0; i < n_instr; i++) {
@@ -549,8 +565,7 @@ int regc_plan_order(int n_instr, const int *read_start, const int *reads, const 
             tch[n_tch++] = b;
             if (first_access_write[b] < 0)
                 first_access_write[b] = 0;
-            if (last_writer[b] >= 0)
-                {
+            if (last_writer[b] >= 0) {
                 edge_from[n_edges] = last_writer[b];
                 edge_to[n_edges++] = i;
             }
@@ -570,14 +585,12 @@ int regc_plan_order(int n_instr, const int *read_start, const int *reads, const 
                 first_access_write[b] = 1;
                 score[i] -= bytes[b]; /* i allocates it */
             }
-            if (last_writer[b] >= 0)
-                {
+            if (last_writer[b] >= 0) {
                 edge_from[n_edges] = last_writer[b];
                 edge_to[n_edges++] = i;
             }
             for (int s = rd_head[b]; s >= 0; s = rd_next[s])
-                if (rd_instr[s] != i)
-                    {
+                if (rd_instr[s] != i) {
                     edge_from[n_edges] = rd_instr[s];
                     edge_to[n_edges++] = i;
                 }
@@ -593,7 +606,8 @@ int regc_plan_order(int n_instr, const int *read_start, const int *reads, const 
     heap = malloc((size_t)(n_instr + n_tch + 1) * sizeof(heap_item));
     cursor = malloc(ni * sizeof(int));
     if (!out || !heap || !cursor) {
-        rc = regc_error(REGC_ERR_MEMORY, "memory order: out of memory for %d dependencies", n_edges);
+        rc =
+            regc_error(REGC_ERR_MEMORY, "memory order: out of memory for %d dependencies", n_edges);
         goto done;
     }
     for (int e = 0; e < n_edges; e++) {
@@ -651,8 +665,8 @@ int regc_plan_order(int n_instr, const int *read_start, const int *reads, const 
                 heap_push(heap, &n_heap, (heap_item){score[out[e]], out[e]});
     }
     if (n_done != n_instr) /* cannot happen: every dependency points forward */
-        rc = regc_error(REGC_ERR_ARG, "memory order: only %d of %d instructions could be ordered", n_done,
-                        n_instr);
+        rc = regc_error(REGC_ERR_ARG, "memory order: only %d of %d instructions could be ordered",
+                        n_done, n_instr);
     else
         rc = REGC_OK;
 done:

@@ -13,7 +13,7 @@
 
 typedef struct {
     int64_t bytes;
-    int first, last;  /* first <= last */
+    int first, last; /* first <= last */
     /* -1, or a buffer whose last read is this buffer's first write by an
      * elementwise instruction: this buffer may take over its memory (in
      * place) instead of getting its own */
@@ -22,7 +22,8 @@ typedef struct {
 
 typedef struct {
     int64_t peak_bytes;        /* arena size of the plan */
-    int64_t lower_bound_bytes; /* max over points of the bytes live there (in-place pairs counted once) */
+    int64_t lower_bound_bytes; /* max over points of the bytes live there (in-place pairs counted
+                                  once) */
     int n_inplace;             /* buffers that took over their input's memory */
 } regc_plan_result;
 

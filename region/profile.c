@@ -7,8 +7,8 @@
 
 typedef struct {
     char label[REGC_PROFILE_LABEL];
-    double ms;     /* summed over every call */
-    double flop;   /* summed; 0 for rows that are not counted in FLOPs */
+    double ms;   /* summed over every call */
+    double flop; /* summed; 0 for rows that are not counted in FLOPs */
     long calls;
 } profile_row;
 

@@ -21,8 +21,8 @@ int regc_program_new_buf(regc_program *p, regc_buf_kind kind, int64_t bytes, int
             return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
         p->bufs = b, p->cap_bufs = cap;
     }
-    p->bufs[p->n_bufs] = (regc_buf){.kind = kind, .bytes = bytes, .offset = offset,
-                                    .first = -1, .last = -1, .inplace_of = -1};
+    p->bufs[p->n_bufs] = (regc_buf){
+        .kind = kind, .bytes = bytes, .offset = offset, .first = -1, .last = -1, .inplace_of = -1};
     return p->n_bufs++;
 }
 
@@ -134,7 +134,8 @@ static int add_call(lazy_ctx *c, int pi, int backward)
                 if (rc == REGC_OK)
                     rc = add_fill(c, c->grad[pc->in[k]], 0.0f);
             }
-            din_buf[k] = r->din_slot[k] >= 0 && rc == REGC_OK ? grad_buf_for(c, pc->in[k], &rc) : -1;
+            din_buf[k] =
+                r->din_slot[k] >= 0 && rc == REGC_OK ? grad_buf_for(c, pc->in[k], &rc) : -1;
         }
     }
     for (int s = 0; s < r->n_slots && rc == REGC_OK; s++) {
@@ -143,9 +144,18 @@ static int add_call(lazy_ctx *c, int pi, int backward)
         switch (sl->kind) {
         case SLOT_IN: ref.buf = c->val[pc->in[sl->index]]; break;
         case SLOT_OUT: ref.buf = c->val[pc->out[sl->index]]; break;
-        case SLOT_DOUT: if (backward) ref.buf = c->grad[pc->out[sl->index]]; break;
-        case SLOT_SEED: if (backward) ref.buf = c->grad[pc->in[sl->index]]; break;
-        case SLOT_DIN: if (backward) ref.buf = din_buf[sl->index]; break;
+        case SLOT_DOUT:
+            if (backward)
+                ref.buf = c->grad[pc->out[sl->index]];
+            break;
+        case SLOT_SEED:
+            if (backward)
+                ref.buf = c->grad[pc->in[sl->index]];
+            break;
+        case SLOT_DIN:
+            if (backward)
+                ref.buf = din_buf[sl->index];
+            break;
         case SLOT_SAVED: ref = (regc_ref){pc->saved_buf, sl->offset}; break;
         case SLOT_TEMP: ref = (regc_ref){scratch, sl->offset}; break;
         }
@@ -192,7 +202,8 @@ static int make_values(lazy_ctx *c, const int64_t *param_offset)
         const regc_compiled_region *r = p->regions[pc->region];
         for (int k = 0; k < r->n_out; k++) {
             const regc_tensor *x = regc_graph_tensor(g, pc->out[k]);
-            if ((c->val[pc->out[k]] = regc_program_new_buf(p, BUF_ARENA, regc_tensor_bytes(x), 0)) < 0)
+            if ((c->val[pc->out[k]] = regc_program_new_buf(p, BUF_ARENA, regc_tensor_bytes(x), 0)) <
+                0)
                 return c->val[pc->out[k]];
         }
         if ((pc->saved_buf = regc_program_new_buf(p, BUF_ARENA, r->saved_bytes, 0)) < 0)
@@ -251,7 +262,8 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
         else
             for (int i = 0; i < p->n_steps; i++) {
                 const lazy_step *s = &p->steps[i];
-                const regc_compiled_region *r = s->piece < 0 ? NULL : p->regions[p->pieces[s->piece].region];
+                const regc_compiled_region *r =
+                    s->piece < 0 ? NULL : p->regions[p->pieces[s->piece].region];
                 n += !r ? 1 : s->backward ? r->n_bwd : r->n_fwd;
             }
         st->n_instructions = n;
@@ -313,4 +325,7 @@ int regc_program_add_piece(regc_program *p, int region, const int *in, const int
 
 int regc_program_n_regions(const regc_program *p) { return p->n_regions; }
 const regc_graph *regc_program_graph(const regc_program *p) { return p->graph; }
-const regc_compiled_region *regc_program_region(const regc_program *p, int i) { return p->regions[i]; }
+const regc_compiled_region *regc_program_region(const regc_program *p, int i)
+{
+    return p->regions[i];
+}

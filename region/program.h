@@ -13,35 +13,35 @@
 
 #include <stdio.h>
 
-#include "regc_region.h"
 #include "regc_detect.h"
+#include "regc_region.h"
 
 /* ---------------------------------------------------------------- instructions */
 
 typedef enum {
-    K_FILL,        /* out; f = value; d0 = n */
-    K_COPY,        /* out, x; d0 = bytes */
-    K_COPY_2D,     /* dst, src; d0 = rows, d1 = cols, d2 = ld_dst, d3 = ld_src */
-    K_TRANSPOSE,   /* out, x; d0 = ndim, shape in d[1..], perm */
-    K_GEMM,        /* c, a, b, bias, aux, bias_grad; see flags */
-    K_EMBED_FWD,   /* out, ids, table; d0 = rows, d1 = cols */
-    K_EMBED_BWD,   /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab; accumulate */
-    K_ADD,         /* out, a, b; d0 = n */
-    K_BIAS_ADD,    /* out, x, b; d0 = rows, d1 = cols */
-    K_SUM_ROWS,    /* out, x; d0 = rows, d1 = cols */
-    K_LN_FWD,      /* y, mean, rstd, x, w, b; d0 = rows, d1 = cols; f = eps */
-    K_LN_BWD,      /* dx, dw, db, dy, x, w, mean, rstd; d0 = rows, d1 = cols */
-    K_RMS_FWD,     /* y, rstd, x, w; d0 = rows, d1 = cols; f = eps */
-    K_RMS_BWD,     /* dx, dw, dy, x, w, rstd */
-    K_ROPE,        /* y, x, cos, sin; d0 = batch, d1 = t, d2 = n_head, d3 = head_dim, d4 = inverse */
-    K_UNARY,       /* y, x; d0 = n; unary = which (gelu, silu, ...); f = SCALE's value */
-    K_BINARY,      /* out, a, b; d0 = n; unary = which (mul or an elementwise backward) */
-    K_ATTN_FWD,    /* out, lse, q, k, v, bias */
-    K_ATTN_BWD,    /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse */
-    K_CE_FWD,      /* loss, lse, logits, targets; d0 = rows, d1 = cols */
-    K_CE_BWD,      /* dlogits, dloss, logits, targets, lse */
-    K_EW,          /* fused elementwise: outs then ins; ew program; d0 = n */
-    K_ADD_LN_FWD,  /* sum, y, mean, rstd, a, b, w, bias; d0 = rows, d1 = cols; f = eps */
+    K_FILL,       /* out; f = value; d0 = n */
+    K_COPY,       /* out, x; d0 = bytes */
+    K_COPY_2D,    /* dst, src; d0 = rows, d1 = cols, d2 = ld_dst, d3 = ld_src */
+    K_TRANSPOSE,  /* out, x; d0 = ndim, shape in d[1..], perm */
+    K_GEMM,       /* c, a, b, bias, aux, bias_grad; see flags */
+    K_EMBED_FWD,  /* out, ids, table; d0 = rows, d1 = cols */
+    K_EMBED_BWD,  /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab; accumulate */
+    K_ADD,        /* out, a, b; d0 = n */
+    K_BIAS_ADD,   /* out, x, b; d0 = rows, d1 = cols */
+    K_SUM_ROWS,   /* out, x; d0 = rows, d1 = cols */
+    K_LN_FWD,     /* y, mean, rstd, x, w, b; d0 = rows, d1 = cols; f = eps */
+    K_LN_BWD,     /* dx, dw, db, dy, x, w, mean, rstd; d0 = rows, d1 = cols */
+    K_RMS_FWD,    /* y, rstd, x, w; d0 = rows, d1 = cols; f = eps */
+    K_RMS_BWD,    /* dx, dw, dy, x, w, rstd */
+    K_ROPE,       /* y, x, cos, sin; d0 = batch, d1 = t, d2 = n_head, d3 = head_dim, d4 = inverse */
+    K_UNARY,      /* y, x; d0 = n; unary = which (gelu, silu, ...); f = SCALE's value */
+    K_BINARY,     /* out, a, b; d0 = n; unary = which (mul or an elementwise backward) */
+    K_ATTN_FWD,   /* out, lse, q, k, v, bias */
+    K_ATTN_BWD,   /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse */
+    K_CE_FWD,     /* loss, lse, logits, targets; d0 = rows, d1 = cols */
+    K_CE_BWD,     /* dlogits, dloss, logits, targets, lse */
+    K_EW,         /* fused elementwise: outs then ins; ew program; d0 = n */
+    K_ADD_LN_FWD, /* sum, y, mean, rstd, a, b, w, bias; d0 = rows, d1 = cols; f = eps */
     K_ADD_RMS_FWD, /* sum, y, rstd, a, b, w */
     K_LN_BWD_ADD,  /* dx, dw, db, dres, dy, x, w, mean, rstd */
     K_RMS_BWD_ADD, /* dx, dw, dres, dy, x, w, rstd */
@@ -57,10 +57,10 @@ typedef struct {
 } regc_ref;
 
 typedef struct {
-    uint8_t kernel;  /* regc_kernel */
+    uint8_t kernel; /* regc_kernel */
     uint8_t n_refs;
-    uint8_t n_out;   /* refs[0 .. n_out-1] are written, the rest read */
-    uint8_t unary;   /* K_UNARY / K_BINARY: the regc_op computed */
+    uint8_t n_out; /* refs[0 .. n_out-1] are written, the rest read */
+    uint8_t unary; /* K_UNARY / K_BINARY: the regc_op computed */
     regc_ref refs[REGC_INSTR_MAX_REFS];
     int64_t d[REGC_MAX_DIMS + 1];
     float f;
@@ -100,9 +100,9 @@ typedef enum {
 
 typedef struct {
     regc_slot_kind kind;
-    int index;      /* formal index for IN, OUT, DOUT, SEED, DIN */
+    int index; /* formal index for IN, OUT, DOUT, SEED, DIN */
     int64_t bytes;
-    int alias;      /* -1, or the slot this one is a view of (at byte offset alias_off) */
+    int alias; /* -1, or the slot this one is a view of (at byte offset alias_off) */
     int64_t alias_off;
     int64_t offset; /* SAVED: in the instance's saved block; TEMP: in the region's scratch */
     int tensor;     /* region graph tensor (dumps) */
@@ -115,8 +115,8 @@ typedef struct {
     int n_nodes;
     const int *nodes;
     int n_in, n_out;
-    const int *in;      /* [n_in] graph tensors */
-    const int *out;     /* [n_out] graph tensors */
+    const int *in;             /* [n_in] graph tensors */
+    const int *out;            /* [n_out] graph tensors */
     const char *in_needs_grad; /* [n_in] */
     const char *in_seeded;     /* [n_in] a later reader accumulates its gradient first */
     const char *out_has_grad;  /* [n_out] receives an incoming gradient */
@@ -125,7 +125,7 @@ typedef struct {
 
 typedef struct {
     char *name;
-    regc_graph *graph;       /* the region graph: formals, forward and backward nodes */
+    regc_graph *graph; /* the region graph: formals, forward and backward nodes */
     int n_fwd_nodes;
     int n_in, n_out;
     int n_slots;
@@ -134,9 +134,9 @@ typedef struct {
     int n_fwd, n_bwd;
     regc_instr *fwd, *bwd;
     int n_ew;
-    regc_ew_program *ew;     /* fused chains, pointed to by instructions */
-    int64_t saved_bytes;     /* per instance */
-    int64_t scratch_bytes;   /* temporaries of one pass, planned */
+    regc_ew_program *ew;   /* fused chains, pointed to by instructions */
+    int64_t saved_bytes;   /* per instance */
+    int64_t scratch_bytes; /* temporaries of one pass, planned */
 } regc_compiled_region;
 
 /* Extract, differentiate, optimise (per level) and lower one region. */
@@ -157,31 +157,31 @@ typedef enum {
 typedef struct {
     regc_buf_kind kind;
     int64_t bytes;
-    int64_t offset;   /* arena offset (planned), block offset, or input number */
-    int first, last;  /* program points of first write and last use */
-    int inplace_of;   /* planner hint, -1 if none */
+    int64_t offset;  /* arena offset (planned), block offset, or input number */
+    int first, last; /* program points of first write and last use */
+    int inplace_of;  /* planner hint, -1 if none */
 } regc_buf;
 
 /* A call of a compiled region's forward or backward on one instance: slot s
  * is program reference bind[s]. */
 typedef struct {
-    int region;      /* index into the program's regions */
+    int region; /* index into the program's regions */
     int backward;
-    regc_ref *bind;  /* [n_slots] */
+    regc_ref *bind; /* [n_slots] */
 } regc_call;
 
 /* One piece of the step: an instance of a compiled region. */
 typedef struct {
     int region;
-    int *in, *out;   /* [n_in], [n_out] graph tensors bound to the formals */
-    int saved_buf;   /* lazy: this instance's saved block */
+    int *in, *out; /* [n_in], [n_out] graph tensors bound to the formals */
+    int saved_buf; /* lazy: this instance's saved block */
 } piece;
 
 /* A lazy step: a call, or a program-level instruction (gradient seeds). */
 typedef struct {
-    int piece;       /* -1: instr */
+    int piece; /* -1: instr */
     int backward;
-    regc_ref *bind;  /* [n_slots] of the region, for calls */
+    regc_ref *bind; /* [n_slots] of the region, for calls */
     regc_instr instr;
 } lazy_step;
 
@@ -197,18 +197,18 @@ struct regc_program {
     int n_steps;
     lazy_step *steps;
     int n_instr;
-    regc_instr *instr;   /* the flat program (inline back) */
+    regc_instr *instr; /* the flat program (inline back) */
     int n_bufs, cap_bufs;
     regc_buf *bufs;
     int n_inputs;
-    int *inputs;         /* graph tensor ids */
+    int *inputs; /* graph tensor ids */
     regc_ref loss;
     int64_t arena_bytes, lower_bound;
     int fused_pairs, reordered;
     /* bound memory */
     regc_backend *be;
     void *arena;
-    char **ptr;          /* [n_bufs] base pointers */
+    char **ptr;            /* [n_bufs] base pointers */
     regc_profile *profile; /* borrowed; NULL: runs are not timed */
 };
 

@@ -25,8 +25,9 @@ int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *g
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
     int dynamic = p->level == REGC_LEVEL_O0;
     if (!dynamic && p->arena_bytes > 0 && !(p->arena = be->alloc(be, (size_t)p->arena_bytes)))
-        return regc_error(REGC_ERR_MEMORY, "backend %s: out of memory for the %lld-byte activation arena",
-                          be->name, (long long)p->arena_bytes);
+        return regc_error(REGC_ERR_MEMORY,
+                          "backend %s: out of memory for the %lld-byte activation arena", be->name,
+                          (long long)p->arena_bytes);
     for (int b = 0; b < p->n_bufs; b++) {
         const regc_buf *x = &p->bufs[b];
         switch (x->kind) {
@@ -144,7 +145,8 @@ int regc_program_run(regc_program *p)
 
 const float *regc_program_loss(const regc_program *p)
 {
-    return p->ptr && p->ptr[p->loss.buf] ? (const float *)(p->ptr[p->loss.buf] + p->loss.off) : NULL;
+    return p->ptr && p->ptr[p->loss.buf] ? (const float *)(p->ptr[p->loss.buf] + p->loss.off)
+                                         : NULL;
 }
 
 /* ---------------------------------------------------------------- dump */
@@ -165,10 +167,11 @@ void regc_program_dump(const regc_program *p, FILE *f)
                 regc_instr_dump(&s->instr, f);
             } else {
                 const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
-                fprintf(f, "%5d  call %s %s (piece %d):", i, r->name, s->backward ? "backward" : "forward",
-                        s->piece);
+                fprintf(f, "%5d  call %s %s (piece %d):", i, r->name,
+                        s->backward ? "backward" : "forward", s->piece);
                 for (int k = 0; k < r->n_slots; k++)
-                    if (r->slots[k].kind != SLOT_TEMP && r->slots[k].kind != SLOT_SAVED && s->bind[k].buf >= 0)
+                    if (r->slots[k].kind != SLOT_TEMP && r->slots[k].kind != SLOT_SAVED &&
+                        s->bind[k].buf >= 0)
                         fprintf(f, " s%d=b%d", k, s->bind[k].buf);
                 fputc('\n', f);
             }

@@ -29,8 +29,8 @@ typedef enum {
 } regc_level;
 
 typedef struct {
-    int regional;         /* compile.use_regional_compilation (default 1) */
-    regc_level level;     /* compile.level (default O1) */
+    int regional;     /* compile.use_regional_compilation (default 1) */
+    regc_level level; /* compile.level (default O1) */
     /* compile.inline_back (default 1): stamp the compiled regions into one
      * flat step program; 0 runs the lazily-inlined program (prologue,
      * CALL(region, instance) ..., epilogue) directly, the reference for
@@ -53,22 +53,22 @@ const char *regc_level_name(regc_level l);
 
 /* What compiling a step cost and gave. */
 typedef struct {
-    double build_ms;    /* the flat forward graph */
-    double detect_ms;   /* block detection (0 for full compilation) */
-    double compile_ms;  /* regions: extract, differentiate, passes, lowering, local plans */
-    double inline_ms;   /* lazy inline, inline back, cross-layer passes, global plan */
-    int region_kinds;   /* distinct repeated layers found */
-    int region_compiles; /* regions compiled: one per kind, or 1 for the whole graph */
-    int glue_compiles;  /* prologue, epilogue and the glue between runs */
-    int instances;      /* calls of compiled layers per pass */
-    int add_norm_fusions; /* residual add + next norm pairs fused across layers */
-    int64_t n_instructions; /* of the step program (forward + backward) */
-    int64_t peak_bytes;     /* of the activation memory plan (0 at O0) */
+    double build_ms;           /* the flat forward graph */
+    double detect_ms;          /* block detection (0 for full compilation) */
+    double compile_ms;         /* regions: extract, differentiate, passes, lowering, local plans */
+    double inline_ms;          /* lazy inline, inline back, cross-layer passes, global plan */
+    int region_kinds;          /* distinct repeated layers found */
+    int region_compiles;       /* regions compiled: one per kind, or 1 for the whole graph */
+    int glue_compiles;         /* prologue, epilogue and the glue between runs */
+    int instances;             /* calls of compiled layers per pass */
+    int add_norm_fusions;      /* residual add + next norm pairs fused across layers */
+    int64_t n_instructions;    /* of the step program (forward + backward) */
+    int64_t peak_bytes;        /* of the activation memory plan (0 at O0) */
     int64_t lower_bound_bytes; /* the most bytes live at any program point */
-    int memory_aware_order; /* 1: the reordered program had the lower peak and was kept */
-    int cache_hits;      /* compile-cache entries used: the step, or regions */
-    int cache_misses;    /* looked up, not usable, compiled and stored */
-    double cache_ms;     /* keying, reading and decoding cache entries */
+    int memory_aware_order;    /* 1: the reordered program had the lower peak and was kept */
+    int cache_hits;            /* compile-cache entries used: the step, or regions */
+    int cache_misses;          /* looked up, not usable, compiled and stored */
+    double cache_ms;           /* keying, reading and decoding cache entries */
 } regc_compile_stats;
 
 /* ======================================================================

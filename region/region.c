@@ -46,9 +46,9 @@ static int extract(const regc_graph *g, const regc_region_spec *s, regc_graph *r
         const regc_tensor *t = regc_graph_tensor(g, s->in[k]);
         char name[300];
         snprintf(name, sizeof name, "in%d(%s)", k, t->name);
-        int id = regc_graph_add_tensor(rg, name, t->dtype,
-                                       t->role == REGC_ROLE_PARAM ? REGC_ROLE_PARAM : REGC_ROLE_INPUT,
-                                       t->ndim, t->shape);
+        int id = regc_graph_add_tensor(
+            rg, name, t->dtype, t->role == REGC_ROLE_PARAM ? REGC_ROLE_PARAM : REGC_ROLE_INPUT,
+            t->ndim, t->shape);
         if (id < 0)
             rc = id;
         map[s->in[k]] = map_in[k] = id;
@@ -58,9 +58,10 @@ static int extract(const regc_graph *g, const regc_region_spec *s, regc_graph *r
         int in[REGC_MAX_IO], out[REGC_MAX_IO];
         for (int k = 0; k < n->n_in && rc == REGC_OK; k++)
             if ((in[k] = map[n->in[k]]) < 0)
-                rc = regc_error(REGC_ERR_ARG, "region %s: node %d reads %s, which is neither a "
-                                "formal nor produced inside", s->name, s->nodes[i],
-                                regc_graph_tensor(g, n->in[k])->name);
+                rc = regc_error(REGC_ERR_ARG,
+                                "region %s: node %d reads %s, which is neither a "
+                                "formal nor produced inside",
+                                s->name, s->nodes[i], regc_graph_tensor(g, n->in[k])->name);
         if (rc)
             break;
         const regc_tensor *o0 = regc_graph_tensor(g, n->out[0]);
@@ -141,7 +142,10 @@ static int differentiate(regc_compiled_region *r, const regc_region_spec *s, con
 static int new_slot(regc_compiled_region *r, regc_slot_kind kind, int index, int tensor)
 {
     regc_slot *sl = &r->slots[r->n_slots];
-    *sl = (regc_slot){.kind = kind, .index = index, .alias = -1, .tensor = tensor,
+    *sl = (regc_slot){.kind = kind,
+                      .index = index,
+                      .alias = -1,
+                      .tensor = tensor,
                       .bytes = regc_tensor_bytes(regc_graph_tensor(r->graph, tensor))};
     return r->n_slots++;
 }
@@ -154,7 +158,8 @@ static int assign_slots(regc_compiled_region *r, const int *in_t, const int *out
     regc_graph *rg = r->graph;
     int n_t = regc_graph_n_tensors(rg), n_nodes = regc_graph_n_nodes(rg);
     r->slots = calloc((size_t)n_t + 1, sizeof *r->slots);
-    int *k_out = malloc(((size_t)n_t + 1) * sizeof *k_out), *k_din = malloc(((size_t)n_t + 1) * sizeof *k_din);
+    int *k_out = malloc(((size_t)n_t + 1) * sizeof *k_out),
+        *k_din = malloc(((size_t)n_t + 1) * sizeof *k_din);
     char *read_bwd = calloc((size_t)n_t + 1, 1);
     if (!r->slots || !k_out || !k_din || !read_bwd) {
         free(k_out), free(k_din), free(read_bwd);
@@ -189,8 +194,8 @@ static int assign_slots(regc_compiled_region *r, const int *in_t, const int *out
             else if (k_din[t] >= 0 && i >= r->n_fwd_nodes)
                 r->din_slot[k_din[t]] = slot_of[t] = new_slot(r, SLOT_DIN, k_din[t], t);
             else
-                slot_of[t] = new_slot(r, i < r->n_fwd_nodes && read_bwd[t] ? SLOT_SAVED : SLOT_TEMP,
-                                      -1, t);
+                slot_of[t] =
+                    new_slot(r, i < r->n_fwd_nodes && read_bwd[t] ? SLOT_SAVED : SLOT_TEMP, -1, t);
         }
     }
     free(k_out), free(k_din), free(read_bwd);
@@ -253,8 +258,8 @@ static int plan_pass(regc_compiled_region *r, const regc_instr *ins, int n, int6
     int m = 0;
     for (int s = 0; s < r->n_slots; s++)
         if (first[s] >= 0) {
-            pb[m] = (regc_plan_buffer){.bytes = r->slots[s].bytes, .first = first[s],
-                                       .last = last[s], .inplace_of = -1};
+            pb[m] = (regc_plan_buffer){
+                .bytes = r->slots[s].bytes, .first = first[s], .last = last[s], .inplace_of = -1};
             which[m++] = s;
         }
     regc_plan_result res;
@@ -298,8 +303,8 @@ int regc_region_compile(const regc_graph *g, const regc_region_spec *s, regc_lev
     int *din_t = malloc(nf * sizeof *din_t);
     int *slot_of = NULL;
     int rc = REGC_OK;
-    if (!r || !in_t || !out_t || !dout_t || !seed_t || !din_t ||
-        !(r->name = strdup(s->name)) || !(r->graph = regc_graph_new())) {
+    if (!r || !in_t || !out_t || !dout_t || !seed_t || !din_t || !(r->name = strdup(s->name)) ||
+        !(r->graph = regc_graph_new())) {
         rc = regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
         goto done;
     }
@@ -338,8 +343,9 @@ done:
 void regc_compiled_region_dump(const regc_compiled_region *r, FILE *f)
 {
     static const char *const kinds[] = {"in", "out", "dout", "seed", "din", "saved", "temp"};
-    fprintf(f, "# compiled region %s: %d formal inputs, %d outputs, %d forward and %d backward "
-               "instructions, %lld saved bytes per instance, %lld scratch bytes\n",
+    fprintf(f,
+            "# compiled region %s: %d formal inputs, %d outputs, %d forward and %d backward "
+            "instructions, %lld saved bytes per instance, %lld scratch bytes\n",
             r->name, r->n_in, r->n_out, r->n_fwd, r->n_bwd, (long long)r->saved_bytes,
             (long long)r->scratch_bytes);
     for (int s = 0; s < r->n_slots; s++) {

@@ -37,8 +37,8 @@ int regc_compile_uses_cache(const regc_compile_options *o);
 /* One region: loaded when the cache holds its canonical form, else
  * compiled (counted in *compiles) and stored. */
 int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec, regc_level level,
-                               const regc_compile_options *o, regc_compile_stats *st,
-                               int *compiles, regc_compiled_region **out);
+                               const regc_compile_options *o, regc_compile_stats *st, int *compiles,
+                               regc_compiled_region **out);
 /* The start of a step's key: the target and the options that change the
  * program; the caller appends what the graph is built from. */
 void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b);

@@ -61,10 +61,22 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
 enum {
     F_D = 0,
     F_F = F_D + REGC_MAX_DIMS + 1,
-    F_TRANS_A, F_TRANS_B, F_EPILOGUE, F_ACCUMULATE,
-    F_BATCH, F_TQ, F_TK, F_N_HEAD, F_N_KV_HEAD, F_HEAD_DIM, F_CAUSAL, F_SCALE,
+    F_TRANS_A,
+    F_TRANS_B,
+    F_EPILOGUE,
+    F_ACCUMULATE,
+    F_BATCH,
+    F_TQ,
+    F_TK,
+    F_N_HEAD,
+    F_N_KV_HEAD,
+    F_HEAD_DIM,
+    F_CAUSAL,
+    F_SCALE,
     F_PERM,
-    F_EW_REGION = F_PERM + REGC_MAX_DIMS, F_EW_INDEX, F_NODE,
+    F_EW_REGION = F_PERM + REGC_MAX_DIMS,
+    F_EW_INDEX,
+    F_NODE,
     F_COUNT
 };
 
@@ -462,7 +474,9 @@ static int read_inputs(regc_reader *rd, regc_program *p)
         int64_t shape[REGC_MAX_DIMS] = {0};
         for (int d = 0; d < ndim; d++)
             shape[d] = regc_reader_int(rd, 1, INT64_MAX);
-        int t = rd->failed ? -1 : regc_graph_add_tensor(p->graph, name, dtype, REGC_ROLE_INPUT, ndim, shape);
+        int t = rd->failed
+                    ? -1
+                    : regc_graph_add_tensor(p->graph, name, dtype, REGC_ROLE_INPUT, ndim, shape);
         free(name);
         if (t < 0)
             rd->failed = 1;

@@ -135,7 +135,8 @@ static void check_case_at(build_fn build, const char *what, regc_level level)
     c.grads = malloc((size_t)total * sizeof(float));
     for (int i = 0; i < n_param; i++) {
         int t = param[i];
-        regc_rng_fill_uniform(c.params + offset[t], (size_t)regc_tensor_numel(regc_graph_tensor(g, t)),
+        regc_rng_fill_uniform(c.params + offset[t],
+                              (size_t)regc_tensor_numel(regc_graph_tensor(g, t)),
                               regc_rng_substream(42, (uint64_t)t), 0.0f, 1.0f);
     }
     int64_t *numel = calloc((size_t)n_t, sizeof *numel);
@@ -407,11 +408,11 @@ static int b_cross_entropy(regc_graph *g)
     return regc_graph_cross_entropy(g, logits, t);
 }
 
-#define CASE(name)                                   \
-    static void test_##name(void **state)            \
-    {                                                \
-        (void)state;                                 \
-        check_case(b_##name, #name);                 \
+#define CASE(name)                                                                                 \
+    static void test_##name(void **state)                                                          \
+    {                                                                                              \
+        (void)state;                                                                               \
+        check_case(b_##name, #name);                                                               \
     }
 CASE(embedding)
 CASE(add)
@@ -451,8 +452,8 @@ static void test_backward_op_has_no_rule(void **state)
     regc_graph *g = regc_graph_new();
     int x = input(g, "x", 1, (int64_t[]){4}), dy = input(g, "dy", 1, (int64_t[]){4});
     int out;
-    assert_true(regc_graph_add_node(g, REGC_OP_GELU_BWD, NULL, 2, (int[]){dy, x}, 1, &out, 0,
-                                    NULL) >= 0);
+    assert_true(
+        regc_graph_add_node(g, REGC_OP_GELU_BWD, NULL, 2, (int[]){dy, x}, 1, &out, 0, NULL) >= 0);
     int d = input(g, "d", 1, (int64_t[]){4});
     int *grad_of = malloc((size_t)regc_graph_n_tensors(g) * sizeof *grad_of);
     assert_int_equal(regc_autodiff_vjp(g, out, d, grad_of), REGC_ERR_UNSUPPORTED);

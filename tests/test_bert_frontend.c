@@ -23,10 +23,7 @@
 #include "test_util.h"
 
 /* f->path is dir/model, the HF directory most tests build. */
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "bert", "model");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "bert", "model"); }
 
 static const char *path_in(regc_test_dir *f, const char *name)
 {
@@ -36,7 +33,7 @@ static const char *path_in(regc_test_dir *f, const char *name)
 
 /* The keys BertConfig needs, as a small model. */
 static const char *const required_keys[][2] = {
-    {"vocab_size", "64"},        {"hidden_size", "16"},       {"num_hidden_layers", "2"},
+    {"vocab_size", "64"},         {"hidden_size", "16"},       {"num_hidden_layers", "2"},
     {"num_attention_heads", "2"}, {"intermediate_size", "24"}, {"max_position_embeddings", "16"},
 };
 #define N_REQUIRED (sizeof required_keys / sizeof required_keys[0])
@@ -45,14 +42,11 @@ static const char *const required_keys[][2] = {
  * names replaces the default one; `omit` (may be NULL) drops a required key. */
 static void write_config_omit(regc_test_dir *f, const char *extra, const char *omit)
 {
-    regc_test_write_config(f->path, "\"model_type\": \"bert\", \"unknown_key\": [1, 2]", required_keys, N_REQUIRED,
-                           extra, omit);
+    regc_test_write_config(f->path, "\"model_type\": \"bert\", \"unknown_key\": [1, 2]",
+                           required_keys, N_REQUIRED, extra, omit);
 }
 
-static void write_config(regc_test_dir *f, const char *extra)
-{
-    write_config_omit(f, extra, NULL);
-}
+static void write_config(regc_test_dir *f, const char *extra) { write_config_omit(f, extra, NULL); }
 
 static regc_model *make_small_model(regc_test_dir *f, const char *extra, uint64_t seed)
 {
@@ -137,12 +131,9 @@ static void test_presets(void **state)
     for (size_t i = 0; i < sizeof first / sizeof first[0]; i++)
         assert_string_equal(regc_model_param_name(m, (int)i), first[i]);
     static const char *const last[] = {
-        "bert.encoder.layer.11.output.LayerNorm.bias",
-        "cls.predictions.bias",
-        "cls.predictions.transform.dense.weight",
-        "cls.predictions.transform.dense.bias",
-        "cls.predictions.transform.LayerNorm.weight",
-        "cls.predictions.transform.LayerNorm.bias",
+        "bert.encoder.layer.11.output.LayerNorm.bias", "cls.predictions.bias",
+        "cls.predictions.transform.dense.weight",      "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight",  "cls.predictions.transform.LayerNorm.bias",
     };
     for (int i = 0; i < 6; i++)
         assert_string_equal(regc_model_param_name(m, 196 + i), last[i]);
@@ -289,10 +280,16 @@ static void test_legacy_names_and_extras(void **state)
     regc_st_entry *all = calloc((size_t)n + 3, sizeof *all);
     assert_non_null(all);
     static const float pos_ids[16] = {0}, pooler[16 * 16] = {0};
-    all[0] = (regc_st_entry){.name = "bert.embeddings.position_ids", .dtype = REGC_F32,
-                             .ndim = 2, .shape = {1, 16}, .data = pos_ids};
-    all[1] = (regc_st_entry){.name = "bert.pooler.dense.weight", .dtype = REGC_F32, .ndim = 2,
-                             .shape = {16, 16}, .data = pooler};
+    all[0] = (regc_st_entry){.name = "bert.embeddings.position_ids",
+                             .dtype = REGC_F32,
+                             .ndim = 2,
+                             .shape = {1, 16},
+                             .data = pos_ids};
+    all[1] = (regc_st_entry){.name = "bert.pooler.dense.weight",
+                             .dtype = REGC_F32,
+                             .ndim = 2,
+                             .shape = {16, 16},
+                             .data = pooler};
     memcpy(all + 2, e, (size_t)n * sizeof *e);
     int bias = regc_test_param_index(m, "cls.predictions.bias");
     all[n + 2] = e[bias];
@@ -438,7 +435,9 @@ static void test_config_errors(void **state)
     assert_non_null(strstr(d, "dropout hidden 0 attention 0.25"));
     assert_non_null(strstr(d, "tied decoder"));
     regc_model_free(m);
-    static const struct { const char *extra, *want; } masks[] = {
+    static const struct {
+        const char *extra, *want;
+    } masks[] = {
         {"\"vocab_size\": 104", "[MASK] id 103"},
         {"\"vocab_size\": 103", "[MASK] id 102"},
         {"\"mask_token_id\": 5", "[MASK] id 5"},

@@ -16,11 +16,12 @@
 static void test_varints(void **state)
 {
     (void)state;
-    static const int64_t ints[] = {0, 1, -1, 63, -64, 64, 127, 128, -128, 300, -300, 1 << 20,
-                                   INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, INT64_MAX - 1,
-                                   INT64_MIN + 1};
-    static const uint64_t uints[] = {0, 1, 127, 128, 255, 16383, 16384, UINT32_MAX, UINT64_MAX,
-                                     (uint64_t)1 << 63};
+    static const int64_t ints[] = {
+        0,         1,         -1,        63,        -64,           64,
+        127,       128,       -128,      300,       -300,          1 << 20,
+        INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1};
+    static const uint64_t uints[] = {0,     1,     127,        128,        255,
+                                     16383, 16384, UINT32_MAX, UINT64_MAX, (uint64_t)1 << 63};
     const size_t ni = sizeof ints / sizeof ints[0], nu = sizeof uints / sizeof uints[0];
     regc_bytes b = {0};
     for (size_t i = 0; i < ni; i++)
@@ -65,9 +66,16 @@ static void test_varints(void **state)
 static void test_floats_and_strings(void **state)
 {
     (void)state;
-    static const uint32_t bits[] = {0x00000000u, 0x80000000u /* -0.0 */, 0x3f800000u,
-                                    0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7fc12345u,
-                                    0xffc00001u, 0x00000001u /* subnormal */, 0x7f7fffffu};
+    static const uint32_t bits[] = {0x00000000u,
+                                    0x80000000u /* -0.0 */,
+                                    0x3f800000u,
+                                    0x7f800000u,
+                                    0xff800000u,
+                                    0x7fc00000u,
+                                    0x7fc12345u,
+                                    0xffc00001u,
+                                    0x00000001u /* subnormal */,
+                                    0x7f7fffffu};
     const size_t nb = sizeof bits / sizeof bits[0];
     regc_bytes b = {0};
     for (size_t i = 0; i < nb; i++) {

@@ -28,10 +28,7 @@
 #define HEADER_BYTES REGC_TEST_CACHE_HEADER_BYTES
 
 /* t->path is the cache directory (not made yet: regc_cache_open makes it). */
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "cache", "c");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "cache", "c"); }
 
 /* ---------------------------------------------------------------- 1. round trips */
 
@@ -44,7 +41,8 @@ static void test_round_trip(void **state)
     /* Nothing stored yet: the ordinary miss. */
     regc_test_expect_miss(c, "layer A");
 
-    regc_bytes small = regc_test_text("compiled layer A"), empty = {0}, big = regc_test_noise(1 << 20, 7);
+    regc_bytes small = regc_test_text("compiled layer A"), empty = {0},
+               big = regc_test_noise(1 << 20, 7);
     regc_test_cache_put(c, "layer A", "layer A", &small);
     regc_test_cache_put(c, "empty", "an empty payload", &empty);
     regc_test_cache_put(c, "big", "a 1 MiB payload", &big);
@@ -93,7 +91,8 @@ static void test_empty_canonical_form(void **state)
 static void test_version_namespaces(void **state)
 {
     regc_test_dir *t = *state;
-    regc_cache *v1 = regc_test_open_cache(t->path, 0, "v1"), *v2 = regc_test_open_cache(t->path, 0, "v2");
+    regc_cache *v1 = regc_test_open_cache(t->path, 0, "v1"),
+               *v2 = regc_test_open_cache(t->path, 0, "v2");
     regc_bytes one = regc_test_text("made by v1"), two = regc_test_text("made by v2");
 
     regc_test_cache_put(v1, "region", "region v1", &one);
@@ -112,7 +111,8 @@ static void test_version_namespaces(void **state)
     assert_non_null(build);
     assert_true(build[0] != '\0');
     assert_non_null(strstr(build, "format 1"));
-    regc_cache *dflt = regc_test_open_cache(t->path, 0, NULL), *named = regc_test_open_cache(t->path, 0, build);
+    regc_cache *dflt = regc_test_open_cache(t->path, 0, NULL),
+               *named = regc_test_open_cache(t->path, 0, build);
     regc_bytes three = regc_test_text("made by this build");
     regc_test_cache_put(dflt, "region", "region build", &three);
     regc_test_expect_hit(named, "region", &three);
@@ -195,12 +195,8 @@ static uint8_t *damaged(const damage_case *d, const uint8_t *a, size_t alen, siz
     case FLIP_BODY: /* the middle of the zlib stream */
         x[HEADER_BYTES + la + (alen - HEADER_BYTES - la) / 2] ^= 0x10;
         break;
-    case FLIP_LABEL:
-        x[HEADER_BYTES + 1] ^= 0x01;
-        break;
-    case FLIP_HEADER:
-        x[d->arg] ^= 0x01;
-        break;
+    case FLIP_LABEL: x[HEADER_BYTES + 1] ^= 0x01; break;
+    case FLIP_HEADER: x[d->arg] ^= 0x01; break;
     case TRUNCATE:
         n = d->arg == SIZE_MAX ? alen / 2 : d->arg == SIZE_MAX - 1 ? alen - 1 : d->arg;
         break;
@@ -219,25 +215,15 @@ static uint8_t *damaged(const damage_case *d, const uint8_t *a, size_t alen, siz
         break;
     case RESEAL:
         switch (d->arg) {
-        case RESEAL_VERSION:
-            regc_test_put_le(x + 8, 2, 4);
-            break;
-        case RESEAL_KEY:
-            regc_test_put_le(x + 16, regc_test_get_le(x + 16, 8) + 1, 8);
-            break;
-        case RESEAL_STORED:
-            regc_test_put_le(x + 32, regc_test_get_le(x + 32, 8) + 1, 8);
-            break;
-        case RESEAL_PAYLOAD:
-            regc_test_put_le(x + 48, regc_test_get_le(x + 48, 8) - 1, 8);
-            break;
+        case RESEAL_VERSION: regc_test_put_le(x + 8, 2, 4); break;
+        case RESEAL_KEY: regc_test_put_le(x + 16, regc_test_get_le(x + 16, 8) + 1, 8); break;
+        case RESEAL_STORED: regc_test_put_le(x + 32, regc_test_get_le(x + 32, 8) + 1, 8); break;
+        case RESEAL_PAYLOAD: regc_test_put_le(x + 48, regc_test_get_le(x + 48, 8) - 1, 8); break;
         case RESEAL_SPLIT: /* the same total: decompression succeeds, the key cannot */
             regc_test_put_le(x + 40, regc_test_get_le(x + 40, 8) + 1, 8);
             regc_test_put_le(x + 48, regc_test_get_le(x + 48, 8) - 1, 8);
             break;
-        case RESEAL_LABEL:
-            regc_test_put_le(x + 12, regc_test_get_le(x + 12, 4) + 1, 4);
-            break;
+        case RESEAL_LABEL: regc_test_put_le(x + 12, regc_test_get_le(x + 12, 4) + 1, 4); break;
         }
         regc_test_reseal_header(x);
         break;
@@ -317,7 +303,8 @@ static void test_foreign_file_is_a_miss(void **state)
     regc_test_cache_put(c, "k", "k", &p);
     char path[1200];
     regc_test_entry_path(t->path, "k", path, sizeof path);
-    static const char junk[] = "REGCACHE and then nothing that makes sense at all .......................";
+    static const char junk[] =
+        "REGCACHE and then nothing that makes sense at all .......................";
     regc_test_write_bytes(path, junk, sizeof junk);
     regc_test_expect_miss(c, "k");
     char problem[200];
@@ -367,7 +354,8 @@ static void test_lru_eviction(void **state)
     regc_test_cache_put(c, names[3], names[3], &p[3]);
     regc_test_entry_path(t->path, names[3], path[3], sizeof path[3]);
     assert_false(regc_test_exists(path[0]));
-    assert_true(regc_test_exists(path[1]) && regc_test_exists(path[2]) && regc_test_exists(path[3]));
+    assert_true(regc_test_exists(path[1]) && regc_test_exists(path[2]) &&
+                regc_test_exists(path[3]));
     regc_cache_entry *e;
     int n;
     assert_int_equal(regc_cache_scan(t->path, 0, &e, &n), REGC_OK);

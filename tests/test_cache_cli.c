@@ -23,12 +23,8 @@
 #include "test_cache_util.h"
 #include "test_util.h"
 
-
 /* t->path is the cache directory (not made yet: regc_cache_open makes it). */
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "cache", "c");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "cache", "c"); }
 
 /* ---------------------------------------------------------------- 8. regc cache */
 
@@ -176,7 +172,8 @@ static void test_cli_usage(void **state)
     regc_test_proc_free(&p);
     assert_false(regc_test_exists(t->path));
 
-    const char *help[][3] = {{"cache", "--help", NULL}, {"cache", "-h", NULL}, {"help", "cache", NULL}};
+    const char *help[][3] = {
+        {"cache", "--help", NULL}, {"cache", "-h", NULL}, {"help", "cache", NULL}};
     for (int i = 0; i < 3; i++) {
         assert_int_equal(regc_test_run_regc(&p, help[i][0], help[i][1], NULL), 0);
         assert_non_null(strstr(p.out, "usage: regc cache"));

@@ -1,6 +1,7 @@
 /* test_cli.c — the `regc` command as a user meets it: the real binary run as
  * a child process, checked on exit status, stdout and stderr. */
 #define _XOPEN_SOURCE 700
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,10 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <dirent.h>
 
-#include <cmocka.h>
 #include <cjson/cJSON.h>
+#include <cmocka.h>
 
 #include "regc_models.h"
 #include "test_util.h"
@@ -24,7 +24,8 @@
  * (a sanitizer report or a stray diagnostic would add lines). */
 static void assert_one_line_error(const regc_test_proc *p, const char *what)
 {
-    if (regc_test_count_lines(p->err) != 1 || p->err[p->err_len - 1] != '\n' || !strstr(p->err, what))
+    if (regc_test_count_lines(p->err) != 1 || p->err[p->err_len - 1] != '\n' ||
+        !strstr(p->err, what))
         fail_msg("expected one stderr line naming \"%s\", got:\n%s", what, p->err);
     assert_non_null(strstr(p->err, "regc"));
     assert_int_equal(p->out_len, 0);
@@ -120,10 +121,9 @@ static void test_help_lists_commands(void **state)
 static void test_train_help_describes_every_flag(void **state)
 {
     (void)state;
-    static const char *const flags[] = {"--model", "--data",      "--steps", "--batch",
-                                        "--seq",   "--lr",        "--weight-decay",
-                                        "--seed",  "--threads",   "--backend",
-                                        "--json",  "--save",      "--help"};
+    static const char *const flags[] = {
+        "--model", "--data",    "--steps",   "--batch", "--seq",  "--lr",  "--weight-decay",
+        "--seed",  "--threads", "--backend", "--json",  "--save", "--help"};
     regc_test_proc p;
     assert_int_equal(regc_test_run_regc(&p, "train", "--help", NULL), 0);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -160,7 +160,8 @@ static void test_unknown_flag(void **state)
 {
     (void)state;
     regc_test_proc p;
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--bogus", "3", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--bogus", "3", NULL),
+                     2);
     assert_one_line_error(&p, "--bogus");
     regc_test_proc_free(&p);
 
@@ -168,7 +169,8 @@ static void test_unknown_flag(void **state)
     assert_one_line_error(&p, "stray");
     regc_test_proc_free(&p);
 
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--json=yes", NULL), 2);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--json=yes", NULL),
+                     2);
     assert_one_line_error(&p, "--json");
     regc_test_proc_free(&p);
 }
@@ -177,17 +179,33 @@ static void test_bad_numbers(void **state)
 {
     (void)state;
     static const char *const cases[][2] = {
-        {"--steps", "abc"}, {"--steps", "0"},     {"--steps", "-3"},    {"--steps", "12x"},
-        {"--steps", " 5"},  {"--steps", "1.5"},   {"--steps", "99999999999"},
-        {"--batch", "0"},   {"--batch", "99999999999999999999"},      {"--seq", "0x10"},
-        {"--seq", ""},      {"--lr", "fast"},     {"--lr", "0"},       {"--lr", "-1e-3"},
-        {"--lr", "nan"},    {"--lr", "inf"},      {"--lr", "1e-3x"},   {"--weight-decay", "-0.1"},
-        {"--seed", "-1"},   {"--seed", "18446744073709551616"},        {"--threads", "-2"},
+        {"--steps", "abc"},
+        {"--steps", "0"},
+        {"--steps", "-3"},
+        {"--steps", "12x"},
+        {"--steps", " 5"},
+        {"--steps", "1.5"},
+        {"--steps", "99999999999"},
+        {"--batch", "0"},
+        {"--batch", "99999999999999999999"},
+        {"--seq", "0x10"},
+        {"--seq", ""},
+        {"--lr", "fast"},
+        {"--lr", "0"},
+        {"--lr", "-1e-3"},
+        {"--lr", "nan"},
+        {"--lr", "inf"},
+        {"--lr", "1e-3x"},
+        {"--weight-decay", "-0.1"},
+        {"--seed", "-1"},
+        {"--seed", "18446744073709551616"},
+        {"--threads", "-2"},
         {"--threads", "two"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_test_proc p;
-        int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", cases[i][0], cases[i][1], NULL);
+        int rc =
+            regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", cases[i][0], cases[i][1], NULL);
         if (rc != 2)
             fail_msg("%s \"%s\": exit %d, stderr: %s", cases[i][0], cases[i][1], rc, p.err);
         assert_one_line_error(&p, cases[i][0]);
@@ -198,7 +216,8 @@ static void test_bad_numbers(void **state)
     }
 
     regc_test_proc p;
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "abc", NULL), 2);
+    assert_int_equal(
+        regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "abc", NULL), 2);
     assert_string_equal(p.err, "regc train: --steps: expected a positive integer, got \"abc\"\n");
     regc_test_proc_free(&p);
 }
@@ -249,7 +268,7 @@ static void test_json_steps(void **state)
     (void)state;
     regc_test_proc p;
     int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "3", "--batch", "2",
-                      "--seq", "16", "--json", NULL);
+                                "--seq", "16", "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     float loss[MAX_STEPS];
@@ -267,7 +286,7 @@ static void test_human_output(void **state)
     (void)state;
     regc_test_proc p;
     int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch", "2",
-                      "--seq", "16", NULL);
+                                "--seq", "16", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     assert_int_equal(regc_test_count_lines(p.out), 2);
@@ -290,8 +309,8 @@ static void test_seed_decides_init(void **state)
     const char *seeds[] = {"7", "7", "8"};
     float *into[] = {a, b, c};
     for (int i = 0; i < 3; i++) {
-        int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch", "2",
-                          "--seq", "16", "--seed", seeds[i], "--json", NULL);
+        int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch",
+                                    "2", "--seq", "16", "--seed", seeds[i], "--json", NULL);
         if (rc != 0)
             fail_msg("exit %d: %s", rc, p.err);
         assert_int_equal(parse_json_steps(p.out, into[i], MAX_STEPS), 2);
@@ -307,7 +326,7 @@ static void test_loss_decreases(void **state)
     (void)state;
     regc_test_proc p;
     int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "8", "--batch", "2",
-                      "--seq", "16", "--lr", "1e-3", "--json", NULL);
+                                "--seq", "16", "--lr", "1e-3", "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     float loss[MAX_STEPS];
@@ -326,7 +345,7 @@ static void test_save_and_retrain(void **state)
     char *out = regc_test_join(dir, "trained");
     regc_test_proc p;
     int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "8", "--batch", "2",
-                      "--seq", "16", "--lr", "1e-3", "--json", "--save", out, NULL);
+                                "--seq", "16", "--lr", "1e-3", "--json", "--save", out, NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     float first[MAX_STEPS];
@@ -340,8 +359,8 @@ static void test_save_and_retrain(void **state)
     assert_int_equal(count_entries(out), 2); /* no temporary files left behind */
 
     /* The reloaded model has learnt: batch 0 again, now at a lower loss. */
-    rc = regc_test_run_regc(&p, "train", "--model", out, "--steps", "1", "--batch", "2", "--seq", "16",
-                  "--json", NULL);
+    rc = regc_test_run_regc(&p, "train", "--model", out, "--steps", "1", "--batch", "2", "--seq",
+                            "16", "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     float again[MAX_STEPS];
@@ -369,7 +388,7 @@ static void test_save_failure_leaves_nothing(void **state)
     char *out = regc_test_join(blocker, "model");
     regc_test_proc p;
     int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
-                      "--seq", "16", "--json", "--save", out, NULL);
+                                "--seq", "16", "--json", "--save", out, NULL);
     assert_int_equal(rc, 1);
     const char *last = p.err;
     for (const char *s = p.err; *s; s++)
@@ -399,7 +418,7 @@ static void test_data_file(void **state)
 
     regc_test_proc p;
     int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", good, "--steps", "2",
-                      "--batch", "2", "--seq", "16", "--json", NULL);
+                                "--batch", "2", "--seq", "16", "--json", NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     float loss[MAX_STEPS];
@@ -409,8 +428,8 @@ static void test_data_file(void **state)
     /* A file that is not a token file: the error names it. */
     char *bad = regc_test_join(dir, "garbage.bin");
     assert_int_equal(regc_test_write_file(bad, "not tokens", 10), 0);
-    rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", bad, "--steps", "1", "--batch",
-                  "2", "--seq", "16", "--json", NULL);
+    rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", bad, "--steps", "1",
+                            "--batch", "2", "--seq", "16", "--json", NULL);
     assert_int_equal(rc, 1);
     if (!strstr(p.err, "garbage.bin"))
         fail_msg("error does not name the data file:\n%s", p.err);

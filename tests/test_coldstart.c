@@ -11,15 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <cjson/cJSON.h>
+#include <cmocka.h>
 
 #include "test_util.h"
 
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "coldstart", "chart.svg");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "coldstart", "chart.svg"); }
 
 /* A usage or load error: the exit code, exactly one stderr line naming
  * both `a` and `b` (b may be NULL), nothing on stdout. */
@@ -28,17 +25,29 @@ static void expect_error(const regc_test_proc *p, int status, const char *a, con
     if (p->status != status)
         fail_msg("expected exit %d, got %d; stderr:\n%s", status, p->status, p->err);
     if (regc_test_count_lines(p->err) != 1 || !strstr(p->err, a) || (b && !strstr(p->err, b)))
-        fail_msg("expected one stderr line naming \"%s\" and \"%s\", got:\n%s", a,
-                 b ? b : "", p->err);
+        fail_msg("expected one stderr line naming \"%s\" and \"%s\", got:\n%s", a, b ? b : "",
+                 p->err);
     assert_int_equal(p->out_len, 0);
 }
 
-static const char *const json_keys[] = {
-    "model",        "layers",       "mode",          "detect_ms",
-    "compile_ms",   "inline_ms",    "total_ms",      "first_step_ms",
-    "step_ms",      "peak_bytes",   "lower_bound_bytes", "region_compiles",
-    "build_ms",     "total_min_ms", "total_max_ms",  "region_kinds",
-    "cache_hits",   "cache_misses"};
+static const char *const json_keys[] = {"model",
+                                        "layers",
+                                        "mode",
+                                        "detect_ms",
+                                        "compile_ms",
+                                        "inline_ms",
+                                        "total_ms",
+                                        "first_step_ms",
+                                        "step_ms",
+                                        "peak_bytes",
+                                        "lower_bound_bytes",
+                                        "region_compiles",
+                                        "build_ms",
+                                        "total_min_ms",
+                                        "total_max_ms",
+                                        "region_kinds",
+                                        "cache_hits",
+                                        "cache_misses"};
 
 static void test_json_rows_and_svg(void **state)
 {
@@ -65,8 +74,7 @@ static void test_json_rows_and_svg(void **state)
         for (size_t k = 0; k < sizeof json_keys / sizeof json_keys[0]; k++)
             if (!cJSON_GetObjectItemCaseSensitive(o, json_keys[k]))
                 fail_msg("key %s missing in: %s", json_keys[k], text);
-        assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "model")->valuestring,
-                            "gpt2-tiny");
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "model")->valuestring, "gpt2-tiny");
         /* Depths in the order given; full, regional, regional+cache at each. */
         int mode = row % 3;
         assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "mode")->valuestring, modes[mode]);
@@ -140,8 +148,8 @@ static void test_table(void **state)
 static void test_help(void **state)
 {
     (void)state;
-    static const char *const flags[] = {"--model", "--layers", "--repeat", "--batch", "--seq",
-                                        "--steps", "--threads", "--json",  "--svg"};
+    static const char *const flags[] = {"--model", "--layers",  "--repeat", "--batch", "--seq",
+                                        "--steps", "--threads", "--json",   "--svg"};
     regc_test_proc p;
     assert_int_equal(regc_test_run_regc(&p, "coldstart", "--help", NULL), 0);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -179,8 +187,8 @@ static void test_usage_errors(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_test_proc p;
-        regc_test_run_regc(&p, "coldstart", "--model", "gpt2-tiny", "--svg", t->path,
-                           cases[i].flag, cases[i].value, NULL);
+        regc_test_run_regc(&p, "coldstart", "--model", "gpt2-tiny", "--svg", t->path, cases[i].flag,
+                           cases[i].value, NULL);
         expect_error(&p, 2, cases[i].a, cases[i].b);
         assert_non_null(strstr(p.err, "regc coldstart"));
         regc_test_proc_free(&p);
@@ -213,12 +221,12 @@ static void test_library_errors(void **state)
 
     /* A graph JSON file has the depth it was built with. */
     char *graph = regc_test_join(t->dir, "g.json");
-    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch",
-                                        "1", "--seq", "8", "--out", graph, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "1",
+                                        "--seq", "8", "--out", graph, NULL),
                      0);
     regc_test_proc_free(&p);
-    regc_test_run_regc(&p, "coldstart", "--model", graph, "--layers", "2", "--repeat", "1",
-                       "--svg", t->path, NULL);
+    regc_test_run_regc(&p, "coldstart", "--model", graph, "--layers", "2", "--repeat", "1", "--svg",
+                       t->path, NULL);
     expect_error(&p, 1, graph, "depth");
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(t->path));

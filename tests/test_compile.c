@@ -175,8 +175,8 @@ static void test_memory_plan(void **state)
         assert_true(st.lower_bound_bytes > 0);
         assert_true(st.peak_bytes >= st.lower_bound_bytes);
         if ((double)st.peak_bytes > 1.05 * (double)st.lower_bound_bytes)
-            fail_msg("%s: peak %lld > 1.05 x lower bound %lld", names[i],
-                     (long long)st.peak_bytes, (long long)st.lower_bound_bytes);
+            fail_msg("%s: peak %lld > 1.05 x lower bound %lld", names[i], (long long)st.peak_bytes,
+                     (long long)st.lower_bound_bytes);
         assert_int_equal(st.add_norm_fusions, 4); /* 4 layers: 4 adds meet the next norm */
         regc_program_free(p);
         regc_model_free(m);
@@ -211,8 +211,8 @@ static void test_dump_graphs(void **state)
     regc_program *p = NULL;
     regc_compile_stats st;
     assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, &st), 0);
-    static const char *const files[] = {"flat.txt", "flat.dot", "region0.txt", "region0.dot",
-                                        "region0.compiled.txt", "step.txt"};
+    static const char *const files[] = {
+        "flat.txt", "flat.dot", "region0.txt", "region0.dot", "region0.compiled.txt", "step.txt"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(d->buf, sizeof d->buf, "%s/%s", d->path, files[i]);
         char *text = regc_test_read_file(d->buf, NULL);

@@ -2,6 +2,7 @@
  * hits and what misses, that a warm start trains bit for bit like a cold
  * one, that damaged entries are recompiled, and that concurrent processes
  * share one directory safely. */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -11,7 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -200,7 +200,8 @@ static void test_step_key_sees_every_config_change(void **state)
         regc_model *m = NULL;
         assert_int_equal(regc_model_load(presets[i], &m), REGC_OK);
         assert_int_equal(regc_model_init_random(m, 1), REGC_OK);
-        char *dir = regc_test_join(t->dir, presets[i]), *cfg_path = regc_test_join(dir, "config.json");
+        char *dir = regc_test_join(t->dir, presets[i]),
+             *cfg_path = regc_test_join(dir, "config.json");
         assert_int_equal(regc_model_save(m, dir), REGC_OK);
         regc_model_free(m);
         char *text = regc_test_read_file(cfg_path, NULL);
@@ -216,7 +217,8 @@ static void test_step_key_sees_every_config_change(void **state)
                 cJSON *copy = cJSON_Duplicate(root, 1);
                 cJSON *x = cJSON_GetObjectItemCaseSensitive(copy, it->string);
                 if (cJSON_IsBool(x) && variant == 0)
-                    cJSON_ReplaceItemInObjectCaseSensitive(copy, it->string, cJSON_CreateBool(!cJSON_IsTrue(x)));
+                    cJSON_ReplaceItemInObjectCaseSensitive(copy, it->string,
+                                                           cJSON_CreateBool(!cJSON_IsTrue(x)));
                 else if (cJSON_IsNumber(x))
                     cJSON_SetNumberValue(x, variant ? x->valuedouble * 2 : x->valuedouble + 1);
                 else {
@@ -312,8 +314,8 @@ static void test_warm_trains_like_cold(void **state)
         regc_level level;
         int inline_back, regional;
     } cases[] = {
-        {"gpt2-tiny", REGC_LEVEL_O1, 1, 1}, {"gpt2-tiny", REGC_LEVEL_O0, 1, 1},
-        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1}, {"gpt2-tiny", REGC_LEVEL_O1, 1, 0},
+        {"gpt2-tiny", REGC_LEVEL_O1, 1, 1},  {"gpt2-tiny", REGC_LEVEL_O0, 1, 1},
+        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1},  {"gpt2-tiny", REGC_LEVEL_O1, 1, 0},
         {"llama-tiny", REGC_LEVEL_O1, 1, 1}, {"bert-tiny", REGC_LEVEL_O2, 1, 1},
         {"t5-tiny", REGC_LEVEL_O1, 1, 1},
     };
@@ -356,8 +358,10 @@ static void test_step_payload_round_trip(void **state)
         const char *preset;
         regc_level level;
         int inline_back;
-    } cases[] = {{"gpt2-tiny", REGC_LEVEL_O1, 1}, {"gpt2-tiny", REGC_LEVEL_O0, 1},
-                 {"llama-tiny", REGC_LEVEL_O1, 0}, {"t5-tiny", REGC_LEVEL_O1, 1}};
+    } cases[] = {{"gpt2-tiny", REGC_LEVEL_O1, 1},
+                 {"gpt2-tiny", REGC_LEVEL_O0, 1},
+                 {"llama-tiny", REGC_LEVEL_O1, 0},
+                 {"t5-tiny", REGC_LEVEL_O1, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_model *m = NULL;
         assert_int_equal(regc_model_load_shapes(cases[i].preset, &m), REGC_OK);
@@ -430,9 +434,9 @@ static char *loss_text(const char *out)
 
 static void run_train(regc_test_proc *p, const char *cache_dir, int *hits, int *misses)
 {
-    int rc = regc_test_run_regc(p, "train", "--model", "gpt2-tiny", "--steps", "3", "--batch",
-                                "2", "--seq", "16", "--threads", "1", "--json", "--cache-dir",
-                                cache_dir, NULL);
+    int rc = regc_test_run_regc(p, "train", "--model", "gpt2-tiny", "--steps", "3", "--batch", "2",
+                                "--seq", "16", "--threads", "1", "--json", "--cache-dir", cache_dir,
+                                NULL);
     if (rc != 0)
         fail_msg("regc train failed (%d):\n%s", rc, p->err);
     cache_counts(p->err, hits, misses);
@@ -579,9 +583,9 @@ static void test_concurrent_writers(void **state)
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_addopen(&fa, 1, out[i], O_WRONLY | O_CREAT | O_TRUNC, 0644);
         posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-        char *const argv[] = {REGC_BIN, "train", "--model", "gpt2-tiny", "--steps", "2",
-                              "--batch", "2", "--seq", "16", "--threads", "1", "--json",
-                              "--cache-dir", t->path, NULL};
+        char *const argv[] = {REGC_BIN,  "train",       "--model", "gpt2-tiny", "--steps",   "2",
+                              "--batch", "2",           "--seq",   "16",        "--threads", "1",
+                              "--json",  "--cache-dir", t->path,   NULL};
         extern char **environ;
         assert_int_equal(posix_spawn(&pid[i], REGC_BIN, &fa, NULL, argv, environ), 0);
         posix_spawn_file_actions_destroy(&fa);

@@ -17,10 +17,7 @@
 #include "regc_train.h"
 #include "test_util.h"
 
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "config", "cfg.json");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "config", "cfg.json"); }
 
 static void write_config(const regc_test_dir *f, const char *text)
 {
@@ -75,15 +72,16 @@ static void assert_options_equal(const regc_train_options *a, const regc_train_o
 static void test_full_file(void **state)
 {
     regc_test_dir *f = *state;
-    write_config(f, "{\"compile\": {\"use_regional_compilation\": false, \"level\": \"O2\",\n"
-                    "             \"backend\": \"cuda\", \"dump_graphs\": \"graphs\",\n"
-                    "             \"inline_back\": false, \"cache_dir\": \"cc\",\n"
-                    "             \"cache_max_mb\": 3},\n"
-                    " \"train\": {\"model\": \"gpt2-tiny\", \"weights\": \"w.safetensors\",\n"
-                    "           \"data\": \"tokens.bin\", \"steps\": 7, \"batch\": 3, \"seq\": 17,\n"
-                    "           \"lr\": 0.00125, \"weight_decay\": 0.05,\n"
-                    "           \"seed\": 9007199254740991, \"threads\": 3, \"save\": \"out\",\n"
-                    "           \"json\": true}}\n");
+    write_config(f,
+                 "{\"compile\": {\"use_regional_compilation\": false, \"level\": \"O2\",\n"
+                 "             \"backend\": \"cuda\", \"dump_graphs\": \"graphs\",\n"
+                 "             \"inline_back\": false, \"cache_dir\": \"cc\",\n"
+                 "             \"cache_max_mb\": 3},\n"
+                 " \"train\": {\"model\": \"gpt2-tiny\", \"weights\": \"w.safetensors\",\n"
+                 "           \"data\": \"tokens.bin\", \"steps\": 7, \"batch\": 3, \"seq\": 17,\n"
+                 "           \"lr\": 0.00125, \"weight_decay\": 0.05,\n"
+                 "           \"seed\": 9007199254740991, \"threads\": 3, \"save\": \"out\",\n"
+                 "           \"json\": true}}\n");
     regc_config *c = load_ok(f);
     regc_train_options o;
     regc_train_options_default(&o);
@@ -193,8 +191,7 @@ static const bad_case bad_cases[] = {
     /* booleans */
     {"{\"compile\": {\"use_regional_compilation\": \"yes\"}}",
      "compile.use_regional_compilation: expected true or false", "got \"yes\""},
-    {"{\"compile\": {\"inline_back\": 1}}", "compile.inline_back: expected true or false",
-     "got 1"},
+    {"{\"compile\": {\"inline_back\": 1}}", "compile.inline_back: expected true or false", "got 1"},
     {"{\"train\": {\"json\": null}}", "train.json: expected true or false", "got null"},
     /* strings (paths and names) */
     {"{\"train\": {\"model\": 5}}", "train.model: expected a non-empty string", "got 5"},
@@ -213,8 +210,7 @@ static const bad_case bad_cases[] = {
     {"{\"train\": {\"threads\": 5000}}", "train.threads:", "got 5000"},
     {"{\"train\": {\"threads\": true}}", "train.threads:", "got true"},
     /* seeds: whole, non-negative, and exactly what was written */
-    {"{\"train\": {\"seed\": -1}}", "train.seed: expected an integer from 0 to 2^53 - 1",
-     "got -1"},
+    {"{\"train\": {\"seed\": -1}}", "train.seed: expected an integer from 0 to 2^53 - 1", "got -1"},
     {"{\"train\": {\"seed\": 1.5}}", "train.seed:", "got 1.5"},
     {"{\"train\": {\"seed\": 9007199254740992}}", "train.seed:", "got 9007199254740992"},
     {"{\"train\": {\"seed\": 18446744073709551615}}", "train.seed:", "got 1.8446744073709552e+19"},
@@ -386,8 +382,7 @@ static void test_cli_bad_config_is_an_error(void **state)
 
     /* A flag for the same option does not excuse a bad value in the file. */
     write_config(f, "{\"train\": {\"model\": \"gpt2-tiny\", \"steps\": 0}}");
-    assert_int_equal(regc_test_run_regc(&p, "train", "--steps", "1", "--config", f->path, NULL),
-                     1);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--steps", "1", "--config", f->path, NULL), 1);
     assert_one_error_line(&p, f->path, "train.steps: expected an integer >= 1, got 0");
     regc_test_proc_free(&p);
 
@@ -420,9 +415,9 @@ static void test_cli_usage_errors(void **state)
         {"--config", "", "--config: expected a non-empty value"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, cases[i][0],
-                                            cases[i][1], NULL),
-                         2);
+        assert_int_equal(
+            regc_test_run_regc(&p, "train", "--config", f->path, cases[i][0], cases[i][1], NULL),
+            2);
         assert_one_error_line(&p, "regc train", cases[i][2]);
         regc_test_proc_free(&p);
     }

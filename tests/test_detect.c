@@ -16,8 +16,8 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "regc_models.h"
 #include "regc_detect.h"
+#include "regc_models.h"
 #include "test_util.h"
 
 #define OK(expr) assert_int_equal((expr), REGC_OK)
@@ -64,35 +64,34 @@ static regc_graph *build_stack(int n, const layer_spec *layers, int shared_bias)
     const int64_t bt[] = {B, S}, hss[] = {2, S, S};
     int ids = T(regc_graph_add_tensor(g, "ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     int targets = T(regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    int bias = shared_bias
-                   ? T(regc_graph_add_tensor(g, "bias", REGC_F32, REGC_ROLE_INPUT, 3, hss))
-                   : -1;
+    int bias =
+        shared_bias ? T(regc_graph_add_tensor(g, "bias", REGC_F32, REGC_ROLE_INPUT, 3, hss)) : -1;
     int wte = param(g, &k, 2, V, C);
     int x = T(regc_graph_embedding(g, ids, wte)); /* [B, S, C] */
     for (int l = 0; l < n; l++) {
         int qkv[3];
-        int h = T(regc_graph_rmsnorm(g, x, param(g, &k, 1, C, 0), 1e-5f));      /* [B, S, C] */
-        h = T(regc_graph_matmul(g, h, param(g, &k, 2, C, 3 * C), 0, 0));         /* [B, S, 3C] */
-        T(regc_graph_split(g, h, 3, qkv));                                       /* 3 x [B, S, C] */
+        int h = T(regc_graph_rmsnorm(g, x, param(g, &k, 1, C, 0), 1e-5f)); /* [B, S, C] */
+        h = T(regc_graph_matmul(g, h, param(g, &k, 2, C, 3 * C), 0, 0));   /* [B, S, 3C] */
+        T(regc_graph_split(g, h, 3, qkv));                                 /* 3 x [B, S, C] */
         h = bias >= 0 ? T(regc_graph_attention_bias(g, qkv[0], qkv[1], qkv[2], bias, 2, 2, 1, 0.5f))
                       : T(regc_graph_attention(g, qkv[0], qkv[1], qkv[2], 2, 2, 1, 0.5f));
-        h = T(regc_graph_matmul(g, h, param(g, &k, 2, C, C), 0, 0));             /* [B, S, C] */
-        x = T(regc_graph_add(g, x, h));                                          /* [B, S, C] */
-        h = T(regc_graph_rmsnorm(g, x, param(g, &k, 1, C, 0), 1e-5f));           /* [B, S, C] */
+        h = T(regc_graph_matmul(g, h, param(g, &k, 2, C, C), 0, 0));   /* [B, S, C] */
+        x = T(regc_graph_add(g, x, h));                                /* [B, S, C] */
+        h = T(regc_graph_rmsnorm(g, x, param(g, &k, 1, C, 0), 1e-5f)); /* [B, S, C] */
         const int64_t F = layers[l].inner;
-        int u = T(regc_graph_matmul(g, h, param(g, &k, 2, C, F), 0, 0));         /* [B, S, F] */
+        int u = T(regc_graph_matmul(g, h, param(g, &k, 2, C, F), 0, 0)); /* [B, S, F] */
         if (layers[l].mlp == MLP_GATED) {
             int gate = T(regc_graph_matmul(g, h, param(g, &k, 2, C, F), 0, 0)); /* [B, S, F] */
-            u = T(regc_graph_mul(g, T(regc_graph_silu(g, gate)), u));            /* [B, S, F] */
+            u = T(regc_graph_mul(g, T(regc_graph_silu(g, gate)), u));           /* [B, S, F] */
         } else {
-            u = T(regc_graph_gelu(g, u));                                        /* [B, S, F] */
+            u = T(regc_graph_gelu(g, u)); /* [B, S, F] */
         }
-        h = T(regc_graph_matmul(g, u, param(g, &k, 2, F, C), 0, 0));             /* [B, S, C] */
-        x = T(regc_graph_add(g, x, h));                                          /* [B, S, C] */
+        h = T(regc_graph_matmul(g, u, param(g, &k, 2, F, C), 0, 0)); /* [B, S, C] */
+        x = T(regc_graph_add(g, x, h));                              /* [B, S, C] */
     }
-    x = T(regc_graph_rmsnorm(g, x, param(g, &k, 1, C, 0), 1e-5f));               /* [B, S, C] */
-    int logits = T(regc_graph_matmul(g, x, wte, 0, 1));                          /* [B, S, V] */
-    int loss = T(regc_graph_cross_entropy(g, logits, targets));                  /* [] */
+    x = T(regc_graph_rmsnorm(g, x, param(g, &k, 1, C, 0), 1e-5f)); /* [B, S, C] */
+    int logits = T(regc_graph_matmul(g, x, wte, 0, 1));            /* [B, S, V] */
+    int loss = T(regc_graph_cross_entropy(g, logits, targets));    /* [] */
     OK(regc_graph_mark_output(g, loss));
     return g;
 }
@@ -133,17 +132,20 @@ static void check_program(const regc_graph *g, const regc_blocks *b)
     int covered = 0;
     for (int i = 0; i < regc_blocks_n_segments(b); i++) {
         const regc_segment *s = regc_blocks_segment(b, i);
-        const regc_region_kind *k = s->type == REGC_SEGMENT_RUN ? regc_blocks_kind(b, s->kind) : NULL;
+        const regc_region_kind *k =
+            s->type == REGC_SEGMENT_RUN ? regc_blocks_kind(b, s->kind) : NULL;
         int count = s->type == REGC_SEGMENT_RUN ? s->count : 1;
         for (int inst = 0; inst < count; inst++) {
             int m = k ? k->n_nodes : s->n_nodes;
-            const int *nodes = k ? k->nodes + (size_t)(s->first + inst) * (size_t)k->n_nodes : s->nodes;
+            const int *nodes =
+                k ? k->nodes + (size_t)(s->first + inst) * (size_t)k->n_nodes : s->nodes;
             for (int j = 0; j < m; j++) {
                 const regc_node *nd = regc_graph_node(g, nodes[j]);
                 seen[nodes[j]]++;
                 for (int q = 0; q < nd->n_in; q++)
                     if (!done[nd->in[q]])
-                        fail_msg("node %d reads tensor %d before it is produced", nodes[j], nd->in[q]);
+                        fail_msg("node %d reads tensor %d before it is produced", nodes[j],
+                                 nd->in[q]);
                 for (int o = 0; o < nd->n_out; o++)
                     done[nd->out[o]] = 1;
                 if (k)
@@ -155,7 +157,8 @@ static void check_program(const regc_graph *g, const regc_blocks *b)
     for (int i = 0; i < n; i++)
         if (seen[i] != 1)
             fail_msg("node %d appears %d times in the program", i, seen[i]);
-    assert_true(regc_blocks_coverage(b) * n > covered - 0.5 && regc_blocks_coverage(b) * n < covered + 0.5);
+    assert_true(regc_blocks_coverage(b) * n > covered - 0.5 &&
+                regc_blocks_coverage(b) * n < covered + 0.5);
     free(seen);
     free(done);
 }
@@ -301,7 +304,8 @@ static void test_uniform_stack(void **state)
             carried = f;
     assert_int_equal(k->n_outputs, 1);
     for (int i = 1; i < 6; i++)
-        assert_int_equal(k->in_bind[i * k->n_inputs + carried], k->out_bind[(i - 1) * k->n_outputs]);
+        assert_int_equal(k->in_bind[i * k->n_inputs + carried],
+                         k->out_bind[(i - 1) * k->n_outputs]);
     assert_int_equal(regc_blocks_n_near_misses(b), 0);
     regc_blocks_free(b);
     regc_graph_free(g);
@@ -470,8 +474,8 @@ static void test_invariance(void **state)
 typedef struct {
     const char *preset;
     int runs;
-    int instances[2];       /* per run, in execution order */
-    const char *prefix[2];  /* per run: the checkpoint prefix of layer i's parameters */
+    int instances[2];      /* per run, in execution order */
+    const char *prefix[2]; /* per run: the checkpoint prefix of layer i's parameters */
 } preset_case;
 
 static const preset_case presets[] = {
@@ -637,9 +641,9 @@ static void expect_bad_graph(regc_test_dir *d, const char *name, const char *tex
 }
 
 #define HEAD "{\"format\": \"regc-graph\", \"version\": 1, "
-#define INPUTS                                                                                  \
-    "\"tensors\": [{\"id\": 0, \"name\": \"x\", \"dtype\": \"f32\", \"role\": \"input\", "    \
-    "\"shape\": [2, 4]}, {\"id\": 1, \"name\": \"w\", \"dtype\": \"f32\", \"role\": \"param\", " \
+#define INPUTS                                                                                     \
+    "\"tensors\": [{\"id\": 0, \"name\": \"x\", \"dtype\": \"f32\", \"role\": \"input\", "         \
+    "\"shape\": [2, 4]}, {\"id\": 1, \"name\": \"w\", \"dtype\": \"f32\", \"role\": \"param\", "   \
     "\"shape\": [4, 4]}], "
 
 #define MM "\"trans_a\": 0, \"trans_b\": 0"
@@ -648,10 +652,13 @@ static void test_cli_bad_graphs(void **state)
 {
     regc_test_dir *d = *state;
     /* valid: detect reads a graph file as it is (no input_ids needed) */
-    assert_int_equal(regc_test_write_text(d->dir, "ok.json",
-                                          HEAD INPUTS "\"nodes\": [{\"op\": \"matmul\", \"in\": "
-                                          "[0, 1], \"out\": [2], \"trans_a\": 0, \"trans_b\": 0}], \"outputs\": [2]}"),
-                     0);
+    assert_int_equal(
+        regc_test_write_text(
+            d->dir, "ok.json",
+            HEAD INPUTS
+            "\"nodes\": [{\"op\": \"matmul\", \"in\": "
+            "[0, 1], \"out\": [2], \"trans_a\": 0, \"trans_b\": 0}], \"outputs\": [2]}"),
+        0);
     char *path = regc_test_join(d->dir, "ok.json");
     regc_test_proc p;
     int status = regc_test_run_regc(&p, "detect", "--model", path, "--json", NULL);
@@ -662,16 +669,19 @@ static void test_cli_bad_graphs(void **state)
 
     expect_bad_graph(d, "malformed.json", HEAD "\"tensors\": [", "malformed.json");
     expect_bad_graph(d, "dangling.json",
-                     HEAD INPUTS "\"nodes\": [{\"op\": \"matmul\", \"in\": [0, 7], \"out\": [2], " MM "}], "
+                     HEAD INPUTS
+                     "\"nodes\": [{\"op\": \"matmul\", \"in\": [0, 7], \"out\": [2], " MM "}], "
                      "\"outputs\": [2]}",
                      "nodes[0]");
     expect_bad_graph(d, "cyclic.json",
-                     HEAD INPUTS "\"nodes\": [{\"op\": \"matmul\", \"in\": [0, 3], \"out\": [2], " MM "}, "
-                     "{\"op\": \"matmul\", \"in\": [2, 1], \"out\": [3], " MM "}], \"outputs\": [3]}",
+                     HEAD INPUTS
+                     "\"nodes\": [{\"op\": \"matmul\", \"in\": [0, 3], \"out\": [2], " MM "}, "
+                     "{\"op\": \"matmul\", \"in\": [2, 1], \"out\": [3], " MM
+                     "}], \"outputs\": [3]}",
                      "nodes[0]");
     expect_bad_graph(d, "shapes.json",
                      HEAD INPUTS "\"nodes\": [{\"op\": \"add\", \"in\": [0, 1], \"out\": [2]}], "
-                     "\"outputs\": [2]}",
+                                 "\"outputs\": [2]}",
                      "nodes[0]");
 }
 
@@ -679,9 +689,8 @@ static void test_cli_bad_graphs(void **state)
 static char *detect_summary(const char *model)
 {
     regc_test_proc p;
-    assert_int_equal(regc_test_run_regc(&p, "detect", "--model", model, "--seq", "16", "--json",
-                                        NULL),
-                     0);
+    assert_int_equal(
+        regc_test_run_regc(&p, "detect", "--model", model, "--seq", "16", "--json", NULL), 0);
     cJSON *o = cJSON_Parse(p.out);
     assert_non_null(o);
     cJSON_DeleteItemFromObjectCaseSensitive(o, "ms");
@@ -714,9 +723,8 @@ static void test_cli_usage(void **state)
     assert_int_equal(regc_test_run_regc(&p, "detect", NULL), 2);
     assert_non_null(strstr(p.err, "--model is required"));
     regc_test_proc_free(&p);
-    assert_int_equal(regc_test_run_regc(&p, "detect", "--model", "gpt2-tiny", "--frobnicate", "1",
-                                        NULL),
-                     2);
+    assert_int_equal(
+        regc_test_run_regc(&p, "detect", "--model", "gpt2-tiny", "--frobnicate", "1", NULL), 2);
     assert_non_null(strstr(p.err, "--frobnicate"));
     regc_test_proc_free(&p);
     assert_int_equal(regc_test_run_regc(&p, "detect", "--model", "no-such-preset", NULL), 1);
@@ -724,10 +732,7 @@ static void test_cli_usage(void **state)
     regc_test_proc_free(&p);
 }
 
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "detect", NULL);
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "detect", NULL); }
 
 int main(void)
 {

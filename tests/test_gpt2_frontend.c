@@ -20,10 +20,7 @@
 #include "test_util.h"
 
 /* f->path is dir/model, the HF directory most tests build. */
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "gpt2", "model");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "gpt2", "model"); }
 
 static const char *path_in(regc_test_dir *f, const char *name)
 {
@@ -60,7 +57,8 @@ static void test_presets(void **state)
 {
     (void)state;
     assert_string_equal(regc_model_preset_name(0), "gpt2-tiny");
-    assert_string_equal(regc_model_preset_name(1), "gpt2-124m"); /* other architectures' presets follow */
+    assert_string_equal(regc_model_preset_name(1),
+                        "gpt2-124m"); /* other architectures' presets follow */
     assert_true(regc_model_is_preset("gpt2-tiny"));
     assert_false(regc_model_is_preset("gpt2"));
 
@@ -224,15 +222,15 @@ static void test_sharded(void **state)
     regc_st_entry *e = entries_of(m, 0);
     assert_int_equal(regc_st_write(path_in(f, "model-00001-of-00002.safetensors"), e, half),
                      REGC_OK);
-    assert_int_equal(regc_st_write(path_in(f, "model-00002-of-00002.safetensors"), e + half,
-                                   n - half),
-                     REGC_OK);
+    assert_int_equal(
+        regc_st_write(path_in(f, "model-00002-of-00002.safetensors"), e + half, n - half), REGC_OK);
     char *index = malloc(65536);
     assert_non_null(index);
     size_t len = (size_t)snprintf(index, 65536, "{\"metadata\": {}, \"weight_map\": {");
     for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(index + len, 65536 - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
-                                i ? ", " : "", e[i].name, i < half ? 1 : 2);
+        len += (size_t)snprintf(index + len, 65536 - len,
+                                "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "",
+                                e[i].name, i < half ? 1 : 2);
     snprintf(index + len, 65536 - len, "}}");
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
@@ -274,11 +272,17 @@ static void test_names_without_prefix(void **state)
     regc_st_entry *all = calloc((size_t)n + 2, sizeof *all);
     assert_non_null(all);
     static const float mask[16 * 16] = {0};
-    all[0] = (regc_st_entry){.name = "h.0.attn.bias", .dtype = REGC_F32, .ndim = 4,
-                             .shape = {1, 1, 16, 16}, .data = mask};
+    all[0] = (regc_st_entry){.name = "h.0.attn.bias",
+                             .dtype = REGC_F32,
+                             .ndim = 4,
+                             .shape = {1, 1, 16, 16},
+                             .data = mask};
     memcpy(all + 1, e, (size_t)n * sizeof *e);
-    all[n + 1] = (regc_st_entry){.name = "h.1.attn.bias", .dtype = REGC_BF16, .ndim = 4,
-                                 .shape = {1, 1, 16, 16}, .data = mask};
+    all[n + 1] = (regc_st_entry){.name = "h.1.attn.bias",
+                                 .dtype = REGC_BF16,
+                                 .ndim = 4,
+                                 .shape = {1, 1, 16, 16},
+                                 .data = mask};
     assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, n + 2), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     regc_test_assert_same_weights(m, back);
@@ -351,8 +355,7 @@ static void test_config_errors(void **state)
     assert_null(m);
     regc_test_expect_error(path_in(f, "config.json"), "cannot open");
 
-    assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"gpt2\","),
-                     0);
+    assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"gpt2\","), 0);
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "malformed JSON");
 
     assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"mamba\"}"),
@@ -449,9 +452,8 @@ static void test_weight_errors(void **state)
                            "tensor transformer.h.0.ln_1.weight has shape [2, 8], expected [16]");
 
     /* A corrupt file is reported by the safetensors reader, with its name. */
-    assert_int_equal(regc_test_write_file(path_in(f, "model.safetensors"), "\xff\xff\0\0\0\0\0\0{}",
-                                          10),
-                     0);
+    assert_int_equal(
+        regc_test_write_file(path_in(f, "model.safetensors"), "\xff\xff\0\0\0\0\0\0{}", 10), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     regc_test_expect_error(path_in(f, "model.safetensors"),
                            "header length 65535 exceeds file size 10");

@@ -26,31 +26,31 @@ static regc_graph *every_op_graph(void)
     int w = regc_graph_add_tensor(g, "w", REGC_F32, REGC_ROLE_PARAM, 2, (int64_t[]){6, 18});
     int b = regc_graph_add_tensor(g, "b", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){18});
     int rmsw = regc_graph_add_tensor(g, "rms.w", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){6});
-    int pos = regc_graph_add_tensor(g, "pos_bias", REGC_F32, REGC_ROLE_PARAM, 3,
-                                    (int64_t[]){2, 4, 4});
+    int pos =
+        regc_graph_add_tensor(g, "pos_bias", REGC_F32, REGC_ROLE_PARAM, 3, (int64_t[]){2, 4, 4});
     /* RoPE tables for 3 heads of head_dim 2: [T, head_dim / 2] */
     int cs = regc_graph_add_tensor(g, "cos", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
     int sn = regc_graph_add_tensor(g, "sin", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
-    int x = regc_graph_embedding(g, ids, wte);                    /* [2, 4, 6] */
-    int h = regc_graph_layernorm(g, x, lnw, lnb, 1e-5f);         /* [2, 4, 6] */
-    int hr = regc_graph_rmsnorm(g, h, rmsw, 1e-6f);              /* [2, 4, 6] */
+    int x = regc_graph_embedding(g, ids, wte);                              /* [2, 4, 6] */
+    int h = regc_graph_layernorm(g, x, lnw, lnb, 1e-5f);                    /* [2, 4, 6] */
+    int hr = regc_graph_rmsnorm(g, h, rmsw, 1e-6f);                         /* [2, 4, 6] */
     int qkv = regc_graph_bias_add(g, regc_graph_matmul(g, hr, w, 0, 0), b); /* [2, 4, 18] */
     int parts[3];
-    assert_int_equal(regc_graph_split(g, qkv, 3, parts), 0);    /* 3 x [2, 4, 6] */
-    int qr = regc_graph_rope(g, parts[0], cs, sn, 3);            /* [2, 4, 6] */
+    assert_int_equal(regc_graph_split(g, qkv, 3, parts), 0);                 /* 3 x [2, 4, 6] */
+    int qr = regc_graph_rope(g, parts[0], cs, sn, 3);                        /* [2, 4, 6] */
     int a0 = regc_graph_attention(g, qr, parts[1], parts[2], 2, 2, 1, 0.5f); /* [2, 4, 6] */
     int ab = regc_graph_attention_bias(g, parts[0], parts[1], parts[2], pos, 2, 2, 0, 1.0f);
     int a = regc_graph_mul(g, regc_graph_silu(g, a0), regc_graph_gelu_erf(g, ab)); /* [2, 4, 6] */
-    a = regc_graph_scale(g, regc_graph_relu(g, a), 0.3f);        /* [2, 4, 6] */
-    int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
+    a = regc_graph_scale(g, regc_graph_relu(g, a), 0.3f);                          /* [2, 4, 6] */
+    int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2});      /* [4, 2, 6] */
     int r = regc_graph_reshape(g, regc_graph_transpose(g, t, (int[]){1, 0, 2}), 3,
                                (int64_t[]){2, 4, 6});
-    int c = regc_graph_concat(g, 2, (int[]){r, x});              /* [2, 4, 12] */
+    int c = regc_graph_concat(g, 2, (int[]){r, x}); /* [2, 4, 12] */
     int s = regc_graph_add(g, c, c);
-    int back = regc_graph_matmul(g, s, w, 0, 1);                  /* invalid: 12 vs 18 */
+    int back = regc_graph_matmul(g, s, w, 0, 1); /* invalid: 12 vs 18 */
     assert_true(back < 0);
-    int logits = regc_graph_matmul(g, regc_graph_split(g, s, 2, parts) == 0 ? parts[0] : -1, wte,
-                                   0, 1);                         /* [2, 4, 11] */
+    int logits = regc_graph_matmul(g, regc_graph_split(g, s, 2, parts) == 0 ? parts[0] : -1, wte, 0,
+                                   1); /* [2, 4, 11] */
     int loss = regc_graph_cross_entropy(g, logits, tgt);
     assert_true(loss >= 0);
     regc_graph_mark_output(g, loss);
@@ -118,8 +118,7 @@ static void test_new_op_shape_errors(void **state)
     int x = regc_graph_add_tensor(g, "x", REGC_F32, REGC_ROLE_INPUT, 3, (int64_t[]){2, 4, 6});
     int w5 = regc_graph_add_tensor(g, "w5", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){5});
     int cs = regc_graph_add_tensor(g, "cos", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
-    int bias = regc_graph_add_tensor(g, "bias", REGC_F32, REGC_ROLE_PARAM, 3,
-                                     (int64_t[]){2, 4, 5});
+    int bias = regc_graph_add_tensor(g, "bias", REGC_F32, REGC_ROLE_PARAM, 3, (int64_t[]){2, 4, 5});
     assert_true(regc_graph_rmsnorm(g, x, w5, 1e-6f) < 0);
     assert_non_null(strstr(regc_error_message(), "rmsnorm"));
     assert_non_null(strstr(regc_error_message(), "w5 [5]"));
@@ -135,13 +134,13 @@ static void test_new_op_shape_errors(void **state)
     int out[4];
     int lse = regc_graph_add_tensor(g, "lse", REGC_F32, REGC_ROLE_INPUT, 3, (int64_t[]){2, 2, 4});
     regc_attrs a = {.n_head = 2, .n_kv_head = 2, .scale = 1.0f};
-    assert_true(regc_graph_add_node(g, REGC_OP_ATTENTION_BWD, &a, 6, (int[]){x, x, x, x, x, lse},
-                                    4, out, 0, NULL) < 0);
+    assert_true(regc_graph_add_node(g, REGC_OP_ATTENTION_BWD, &a, 6, (int[]){x, x, x, x, x, lse}, 4,
+                                    out, 0, NULL) < 0);
     assert_non_null(strstr(regc_error_message(), "7 and 4 with a bias"));
     assert_true(regc_graph_scale(g, x, INFINITY) < 0);
     assert_non_null(strstr(regc_error_message(), "scale: value must be finite"));
-    assert_true(regc_graph_add_node(g, REGC_OP_RELU_BWD, NULL, 2, (int[]){x, cs}, 1, out, 0,
-                                    NULL) < 0);
+    assert_true(regc_graph_add_node(g, REGC_OP_RELU_BWD, NULL, 2, (int[]){x, cs}, 1, out, 0, NULL) <
+                0);
     assert_non_null(strstr(regc_error_message(), "relu_bwd"));
     assert_int_equal(regc_graph_n_nodes(g), 0);
     regc_graph_free(g);
@@ -181,13 +180,13 @@ static void test_shape_only_graph_is_small(void **state)
     for (int l = 0; l < 80; l++) {
         char name[32];
         snprintf(name, sizeof name, "w%d", l);
-        int w = regc_graph_add_tensor(g, name, REGC_BF16, REGC_ROLE_PARAM, 2,
-                                      (int64_t[]){8192, 8192});
+        int w =
+            regc_graph_add_tensor(g, name, REGC_BF16, REGC_ROLE_PARAM, 2, (int64_t[]){8192, 8192});
         assert_true(w >= 0);
         /* bf16 weights are not matmul inputs yet: keep an f32 twin */
         snprintf(name, sizeof name, "v%d", l);
-        int v = regc_graph_add_tensor(g, name, REGC_F32, REGC_ROLE_PARAM, 2,
-                                      (int64_t[]){8192, 8192});
+        int v =
+            regc_graph_add_tensor(g, name, REGC_F32, REGC_ROLE_PARAM, 2, (int64_t[]){8192, 8192});
         x = regc_graph_matmul(g, x, v, 0, 0);
         assert_true(x >= 0);
     }
@@ -210,7 +209,9 @@ static void expect_json_error(const char *text, const char *where, const char *w
 }
 
 #define HEAD "{\"format\": \"regc-graph\", \"version\": 1, "
-#define LEAF(id, name) "{\"id\": " #id ", \"name\": \"" name "\", \"dtype\": \"f32\", \"role\": \"input\", \"shape\": [2, 3]}"
+#define LEAF(id, name)                                                                             \
+    "{\"id\": " #id ", \"name\": \"" name                                                          \
+    "\", \"dtype\": \"f32\", \"role\": \"input\", \"shape\": [2, 3]}"
 
 static void test_json_malformed(void **state)
 {
@@ -226,41 +227,53 @@ static void test_json_dangling_and_cyclic_ids(void **state)
 {
     (void)state;
     /* node 0 reads tensor 5, which nothing defines before it */
-    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": ["
-                           "{\"op\": \"gelu\", \"in\": [5], \"out\": [1]}], \"outputs\": []}",
-                      "nodes[0] (gelu)", "not defined before");
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(
+            0, "a") "], \"nodes\": ["
+                    "{\"op\": \"gelu\", \"in\": [5], \"out\": [1]}], \"outputs\": []}",
+        "nodes[0] (gelu)", "not defined before");
     /* a cycle: node 0 reads node 1's output, node 1 reads node 0's */
-    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": ["
-                           "{\"op\": \"add\", \"in\": [0, 2], \"out\": [1]},"
-                           "{\"op\": \"gelu\", \"in\": [1], \"out\": [2]}], \"outputs\": []}",
-                      "nodes[0] (add)", "not defined before");
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(
+            0, "a") "], \"nodes\": ["
+                    "{\"op\": \"add\", \"in\": [0, 2], \"out\": [1]},"
+                    "{\"op\": \"gelu\", \"in\": [1], \"out\": [2]}], \"outputs\": []}",
+        "nodes[0] (add)", "not defined before");
     expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": [], \"outputs\": [7]}",
                       "outputs", "refers to no tensor");
-    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "," LEAF(0, "b")
-                           "], \"nodes\": [], \"outputs\": []}",
-                      "tensors[1]", "already defined");
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(0, "a") "," LEAF(0, "b") "], \"nodes\": [], \"outputs\": []}",
+        "tensors[1]", "already defined");
 }
 
 static void test_json_bad_nodes(void **state)
 {
     (void)state;
-    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": ["
-                           "{\"op\": \"frobnicate\", \"in\": [0], \"out\": [1]}], \"outputs\": []}",
-                      "nodes[0] (frobnicate)", "unknown op");
-    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "," LEAF(1, "b") "], \"nodes\": ["
-                           "{\"op\": \"matmul\", \"in\": [0, 1], \"out\": [2], \"trans_a\": 0, "
-                           "\"trans_b\": 0}], \"outputs\": []}",
-                      "nodes[0] (matmul)", "inner dimension");
-    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": ["
-                           "{\"op\": \"layernorm\", \"in\": [0, 0, 0], \"out\": [1, 2, 3]}], "
-                           "\"outputs\": []}",
-                      "nodes[0] (layernorm)", "\"eps\"");
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(
+            0, "a") "], \"nodes\": ["
+                    "{\"op\": \"frobnicate\", \"in\": [0], \"out\": [1]}], \"outputs\": []}",
+        "nodes[0] (frobnicate)", "unknown op");
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(0, "a") "," LEAF(
+            1, "b") "], \"nodes\": ["
+                    "{\"op\": \"matmul\", \"in\": [0, 1], \"out\": [2], \"trans_a\": 0, "
+                    "\"trans_b\": 0}], \"outputs\": []}",
+        "nodes[0] (matmul)", "inner dimension");
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(
+            0, "a") "], \"nodes\": ["
+                    "{\"op\": \"layernorm\", \"in\": [0, 0, 0], \"out\": [1, 2, 3]}], "
+                    "\"outputs\": []}",
+        "nodes[0] (layernorm)", "\"eps\"");
     expect_json_error(HEAD "\"tensors\": [{\"id\": 0, \"name\": \"a\", \"dtype\": \"f64\", "
                            "\"role\": \"input\", \"shape\": [2]}], \"nodes\": [], \"outputs\": []}",
                       "tensors[0]", "\"dtype\"");
-    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": ["
-                           "{\"op\": \"gelu\", \"in\": [0], \"out\": [4]}], \"outputs\": []}",
-                      "nodes[0] (gelu)", "next unused ids");
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(
+            0, "a") "], \"nodes\": ["
+                    "{\"op\": \"gelu\", \"in\": [0], \"out\": [4]}], \"outputs\": []}",
+        "nodes[0] (gelu)", "next unused ids");
 }
 
 int main(void)

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <cmocka.h>
 #include <cjson/cJSON.h>
+#include <cmocka.h>
 
 #include "regc_models.h"
 #include "test_model.h"
@@ -21,10 +21,7 @@
 
 #define N_STEPS 3
 
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "graph_model", NULL);
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "graph_model", NULL); }
 
 /* Exit status `status`, nothing on stdout, and the error as the last stderr
  * line, naming a and b; regc train describes the model first, so at most one
@@ -35,8 +32,8 @@ static void expect_cli_error(const regc_test_proc *p, int status, const char *a,
     const char *last = p->err;
     if (lines == 2)
         last = strchr(p->err, '\n') + 1;
-    int described = lines == 1 || (lines == 2 && (!strncmp(p->err, "graph ", 6) ||
-                                                  !strncmp(p->err, "gpt2 ", 5)));
+    int described = lines == 1 ||
+                    (lines == 2 && (!strncmp(p->err, "graph ", 6) || !strncmp(p->err, "gpt2 ", 5)));
     if (p->status != status || p->out_len != 0 || !described || p->err[p->err_len - 1] != '\n' ||
         strncmp(last, "regc", 4) != 0 || !strstr(last, a) || (b && !strstr(last, b)))
         fail_msg("expected exit %d and one stderr error line naming \"%s\" and \"%s\"; got exit "
@@ -89,37 +86,40 @@ static void test_graph_json_trains_bit_identically(void **state)
 {
     regc_test_dir *f = *state;
     char *hf = regc_test_join(f->dir, "hf"), *graph = regc_test_join(f->dir, "tiny.json");
-    char *again = regc_test_join(f->dir, "again.json"), *weights = regc_test_join(hf, "model.safetensors");
+    char *again = regc_test_join(f->dir, "again.json"),
+         *weights = regc_test_join(hf, "model.safetensors");
     char *hf3 = regc_test_join(f->dir, "hf3"), *gs3 = regc_test_join(f->dir, "gs3");
     regc_test_proc p;
 
     /* Weights to start from: one step of the preset, saved as an HF dir. */
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1", "--batch", "2",
-                              "--seq", "16", "--json", "--save", hf, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1",
+                                        "--batch", "2", "--seq", "16", "--json", "--save", hf,
+                                        NULL),
                      0);
     regc_test_proc_free(&p);
 
-    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
-                              "16", "--out", graph, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2",
+                                        "--seq", "16", "--out", graph, NULL),
                      0);
     assert_int_equal(p.out_len, 0);
     regc_test_proc_free(&p);
     /* Dumping the graph model again gives the same file. */
-    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", graph, "--batch", "2", "--seq", "16",
-                              "--out", again, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", graph, "--batch", "2", "--seq",
+                                        "16", "--out", again, NULL),
                      0);
     regc_test_proc_free(&p);
     assert_true(files_equal(graph, again));
 
     float a[N_STEPS + 1], b[N_STEPS + 1];
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", hf, "--steps", "3", "--batch", "2", "--seq",
-                              "16", "--json", "--save", hf3, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", hf, "--steps", "3", "--batch", "2",
+                                        "--seq", "16", "--json", "--save", hf3, NULL),
                      0);
     assert_int_equal(json_losses(p.out, a, N_STEPS + 1), N_STEPS);
     regc_test_proc_free(&p);
 
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", graph, "--weights", weights, "--steps", "3",
-                              "--batch", "2", "--seq", "16", "--json", "--save", gs3, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", graph, "--weights", weights,
+                                        "--steps", "3", "--batch", "2", "--seq", "16", "--json",
+                                        "--save", gs3, NULL),
                      0);
     assert_int_equal(json_losses(p.out, b, N_STEPS + 1), N_STEPS);
     if (!strstr(p.err, "graph ") || !strstr(p.err, graph))
@@ -135,15 +135,16 @@ static void test_graph_json_trains_bit_identically(void **state)
 
     /* Same names, same order, same values: the saved weights are the same
      * bytes, and the graph is saved beside them instead of a config.json. */
-    char *w3 = regc_test_join(hf3, "model.safetensors"), *gw3 = regc_test_join(gs3, "model.safetensors");
+    char *w3 = regc_test_join(hf3, "model.safetensors"),
+         *gw3 = regc_test_join(gs3, "model.safetensors");
     char *gg3 = regc_test_join(gs3, "graph.json"), *gc3 = regc_test_join(gs3, "config.json");
     assert_true(files_equal(w3, gw3));
     assert_true(files_equal(gg3, graph));
     assert_false(regc_test_is_file(gc3));
 
     /* ...and the saved pair loads back. */
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", gg3, "--weights", gw3, "--steps", "1",
-                              "--batch", "2", "--seq", "16", "--json", NULL),
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", gg3, "--weights", gw3, "--steps",
+                                        "1", "--batch", "2", "--seq", "16", "--json", NULL),
                      0);
     regc_test_proc_free(&p);
 
@@ -219,41 +220,49 @@ static void test_graph_model_errors(void **state)
 {
     regc_test_dir *f = *state;
     char *graph = regc_test_join(f->dir, "g.json"), *bad = regc_test_join(f->dir, "bad.json");
-    char *noloss = regc_test_join(f->dir, "noloss.json"), *missing = regc_test_join(f->dir, "nope.json");
-    char *w1 = regc_test_join(f->dir, "one.safetensors"), *w2 = regc_test_join(f->dir, "shape.safetensors");
+    char *noloss = regc_test_join(f->dir, "noloss.json"),
+         *missing = regc_test_join(f->dir, "nope.json");
+    char *w1 = regc_test_join(f->dir, "one.safetensors"),
+         *w2 = regc_test_join(f->dir, "shape.safetensors");
     char *out = regc_test_join(f->dir, "out.json");
     write_tiny_graph(graph);
     regc_test_proc p;
 
     /* The fixed shapes. */
-    regc_test_run_regc(&p, "train", "--model", graph, "--batch", "3", "--seq", "16", "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", graph, "--batch", "3", "--seq", "16", "--steps", "1",
+                       NULL);
     expect_cli_error(&p, 1, graph, "built for batch 2 and sequence 16; got batch 3, sequence 16");
     regc_test_proc_free(&p);
-    regc_test_run_regc(&p, "train", "--model", graph, "--batch", "2", "--seq", "32", "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", graph, "--batch", "2", "--seq", "32", "--steps", "1",
+                       NULL);
     expect_cli_error(&p, 1, graph, "got batch 2, sequence 32");
     regc_test_proc_free(&p);
-    regc_test_run_regc(&p, "dump-graph", "--model", graph, "--out", out, NULL); /* defaults 4 x 64 */
+    regc_test_run_regc(&p, "dump-graph", "--model", graph, "--out", out,
+                       NULL); /* defaults 4 x 64 */
     expect_cli_error(&p, 1, graph, "got batch 4, sequence 64");
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(out));
 
     /* --weights: a missing tensor, a wrong shape, a missing file. */
     static float data[512 * 128];
-    regc_st_entry e = {.name = "transformer.wte.weight", .dtype = REGC_F32, .ndim = 2,
-                       .shape = {512, 128}, .data = data};
+    regc_st_entry e = {.name = "transformer.wte.weight",
+                       .dtype = REGC_F32,
+                       .ndim = 2,
+                       .shape = {512, 128},
+                       .data = data};
     assert_int_equal(regc_st_write(w1, &e, 1), REGC_OK);
-    regc_test_run_regc(&p, "train", "--model", graph, "--weights", w1, "--batch", "2", "--seq", "16",
-             "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", w1, "--batch", "2", "--seq",
+                       "16", "--steps", "1", NULL);
     expect_cli_error(&p, 1, w1, "missing tensor transformer.wpe.weight");
     regc_test_proc_free(&p);
     e.shape[1] = 64;
     assert_int_equal(regc_st_write(w2, &e, 1), REGC_OK);
-    regc_test_run_regc(&p, "train", "--model", graph, "--weights", w2, "--batch", "2", "--seq", "16",
-             "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", w2, "--batch", "2", "--seq",
+                       "16", "--steps", "1", NULL);
     expect_cli_error(&p, 1, w2, "transformer.wte.weight");
     regc_test_proc_free(&p);
-    regc_test_run_regc(&p, "train", "--model", graph, "--weights", missing, "--batch", "2", "--seq", "16",
-             "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", missing, "--batch", "2", "--seq",
+                       "16", "--steps", "1", NULL);
     expect_cli_error(&p, 1, missing, NULL);
     regc_test_proc_free(&p);
 
@@ -281,7 +290,8 @@ static void test_graph_model_errors(void **state)
     cJSON_Delete(root);
     assert_int_equal(regc_test_write_file(noloss, text, strlen(text)), 0);
     cJSON_free(text);
-    regc_test_run_regc(&p, "train", "--model", noloss, "--batch", "2", "--seq", "16", "--steps", "1", NULL);
+    regc_test_run_regc(&p, "train", "--model", noloss, "--batch", "2", "--seq", "16", "--steps",
+                       "1", NULL);
     expect_cli_error(&p, 1, noloss, "no outputs");
     regc_test_proc_free(&p);
 
@@ -299,8 +309,7 @@ static void test_dump_graph_cli(void **state)
 {
     regc_test_dir *f = *state;
     regc_test_proc p;
-    static const char *const flags[] = {"--model", "--batch", "--seq", "--out", "--text",
-                                        "--help"};
+    static const char *const flags[] = {"--model", "--batch", "--seq", "--out", "--text", "--help"};
     assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--help", NULL), 0);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(p.out, flags[i]))
@@ -321,21 +330,23 @@ static void test_dump_graph_cli(void **state)
     regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", NULL);
     expect_cli_error(&p, 2, "regc dump-graph", "--out");
     regc_test_proc_free(&p);
-    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--batch", "0", NULL);
+    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--batch", "0",
+                       NULL);
     expect_cli_error(&p, 2, "regc dump-graph", "--batch");
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--out", out, "--frob", "1", NULL);
     expect_cli_error(&p, 2, "regc dump-graph", "--frob");
     regc_test_proc_free(&p);
     /* An error of the model leaves no file. */
-    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--seq", "257", "--out", out, NULL);
+    regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--seq", "257", "--out", out,
+                       NULL);
     expect_cli_error(&p, 1, "gpt2-tiny", "exceeds n_positions 256");
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(out));
 
     /* --text: the readable listing. */
-    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2", "--seq",
-                              "16", "--text", "--out", out, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2",
+                                        "--seq", "16", "--text", "--out", out, NULL),
                      0);
     regc_test_proc_free(&p);
     char *text = regc_test_read_file(out, NULL);
@@ -353,8 +364,8 @@ static void test_dump_graph_cli(void **state)
                                           "\"n_positions\": 4096, \"n_embd\": 8192, "
                                           "\"n_layer\": 80, \"n_head\": 64}"),
                      0);
-    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", big, "--batch", "1", "--seq", "8",
-                              "--out", bigjson, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", big, "--batch", "1", "--seq",
+                                        "8", "--out", bigjson, NULL),
                      0);
     regc_test_proc_free(&p);
     regc_model *m = NULL;

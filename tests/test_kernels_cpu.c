@@ -65,10 +65,7 @@ static void ref_check(const cJSON *c, const char *name, const float *dev, size_t
     free(want);
 }
 
-static size_t num(const cJSON *c, const char *key)
-{
-    return (size_t)regc_test_json_number(c, key);
-}
+static size_t num(const cJSON *c, const char *key) { return (size_t)regc_test_json_number(c, key); }
 
 /* ---- the random stream ------------------------------------------------------ */
 
@@ -89,8 +86,8 @@ static void test_rng_matches_python(void **state)
     const char *sub_hex = cJSON_GetStringValue(regc_test_json_get(r, "substream"));
     assert_non_null(sub_hex);
     uint64_t sub = strtoull(sub_hex, NULL, 16);
-    assert_int_equal(regc_rng_substream(seed, (uint64_t)regc_test_json_number(r, "substream_index")),
-                     sub);
+    assert_int_equal(
+        regc_rng_substream(seed, (uint64_t)regc_test_json_number(r, "substream_index")), sub);
     double *bits = regc_test_json_doubles(r, "uniform_bits", (size_t)n);
     float vals[64];
     assert_true(n <= 64);
@@ -108,8 +105,8 @@ static void test_rng_matches_python(void **state)
 
 static regc_epilogue epilogue_from_name(const char *name)
 {
-    static const char *names[] = {"NONE", "BIAS", "GELU", "GELU_AUX", "BIAS_GELU_AUX",
-                                  "DGELU", "DGELU_BGRAD", "BGRAD"};
+    static const char *names[] = {"NONE",          "BIAS",  "GELU",        "GELU_AUX",
+                                  "BIAS_GELU_AUX", "DGELU", "DGELU_BGRAD", "BGRAD"};
     for (int i = 0; i < 8; i++)
         if (strcmp(name, names[i]) == 0)
             return (regc_epilogue)i;
@@ -122,7 +119,7 @@ static void test_gemm_reference(void **state)
     (void)state;
     const cJSON *cases = regc_test_json_get(g_ref, "gemm"), *c;
     int seen = 0;
-    cJSON_ArrayForEach(c, cases) {
+    cJSON_ArrayForEach (c, cases) {
         const char *epi_name = cJSON_GetStringValue(regc_test_json_get(c, "epilogue"));
         assert_non_null(epi_name);
         regc_gemm g = {0};
@@ -138,7 +135,8 @@ static void test_gemm_reference(void **state)
         g.lda = g.trans_a ? g.m : g.k;
         g.b = ref_input(c, "b", (size_t)(g.k * g.n));
         g.ldb = g.trans_b ? g.k : g.n;
-        g.c = g.accumulate ? ref_input(c, "c", (size_t)(g.m * g.n)) : regc_test_dev_nan(be, (size_t)(g.m * g.n));
+        g.c = g.accumulate ? ref_input(c, "c", (size_t)(g.m * g.n))
+                           : regc_test_dev_nan(be, (size_t)(g.m * g.n));
         g.ldc = g.n;
         const cJSON *inputs = regc_test_json_get(c, "inputs");
         if (cJSON_HasObjectItem(inputs, "bias"))
@@ -173,7 +171,8 @@ static double naive_gelu(double x)
 static double naive_gelu_grad(double x)
 {
     double t = tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x);
+    return 0.5 * (1.0 + t) +
+           0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x);
 }
 
 /* One GEMM with padded leading dimensions against a triple loop in double;
@@ -196,13 +195,23 @@ static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t 
             aux0[i * ldaux + j] = sentinel;
     }
     regc_gemm g = {
-        .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-        .a = regc_test_upload(be, a, (size_t)(a_rows * lda)), .lda = lda,
-        .b = regc_test_upload(be, b, (size_t)(b_rows * ldb)), .ldb = ldb,
-        .c = regc_test_upload(be, c0, (size_t)(m * ldc)), .ldc = ldc,
-        .alpha = 0.625f, .accumulate = acc, .epilogue = epi,
+        .trans_a = ta,
+        .trans_b = tb,
+        .m = m,
+        .n = n,
+        .k = k,
+        .a = regc_test_upload(be, a, (size_t)(a_rows * lda)),
+        .lda = lda,
+        .b = regc_test_upload(be, b, (size_t)(b_rows * ldb)),
+        .ldb = ldb,
+        .c = regc_test_upload(be, c0, (size_t)(m * ldc)),
+        .ldc = ldc,
+        .alpha = 0.625f,
+        .accumulate = acc,
+        .epilogue = epi,
         .bias = regc_test_upload(be, bias, (size_t)n),
-        .aux = regc_test_upload(be, aux0, (size_t)(m * ldaux)), .ldaux = ldaux,
+        .aux = regc_test_upload(be, aux0, (size_t)(m * ldaux)),
+        .ldaux = ldaux,
         .bias_grad = regc_test_dev_nan(be, (size_t)n),
     };
     assert_int_equal(be->gemm(be, &g), REGC_OK);
@@ -210,7 +219,8 @@ static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t 
     float *aux = regc_test_download(be, g.aux, (size_t)(m * ldaux));
     float *bgrad = regc_test_download(be, g.bias_grad, (size_t)n);
 
-    double *want_c = regc_test_host_doubles((size_t)(m * n)), *want_aux = regc_test_host_doubles((size_t)(m * n));
+    double *want_c = regc_test_host_doubles((size_t)(m * n)),
+           *want_aux = regc_test_host_doubles((size_t)(m * n));
     double *want_bg = regc_test_host_doubles((size_t)n);
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
@@ -223,9 +233,16 @@ static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t 
             switch (epi) {
             case REGC_EPI_BIAS: out = gv + bias[j]; break;
             case REGC_EPI_GELU: out = naive_gelu(gv); break;
-            case REGC_EPI_GELU_AUX: au = gv; out = naive_gelu(gv); break;
-            case REGC_EPI_BIAS_GELU_AUX: au = gv + bias[j]; out = naive_gelu(au); break;
-            case REGC_EPI_DGELU: case REGC_EPI_DGELU_BGRAD: out = gv * naive_gelu_grad(au); break;
+            case REGC_EPI_GELU_AUX:
+                au = gv;
+                out = naive_gelu(gv);
+                break;
+            case REGC_EPI_BIAS_GELU_AUX:
+                au = gv + bias[j];
+                out = naive_gelu(au);
+                break;
+            case REGC_EPI_DGELU:
+            case REGC_EPI_DGELU_BGRAD: out = gv * naive_gelu_grad(au); break;
             default: break;
             }
             want_c[i * n + j] = out;
@@ -245,16 +262,19 @@ static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t 
     char what[128];
     snprintf(what, sizeof what, "gemm ta=%d tb=%d epilogue=%d acc=%d m=%lld n=%lld k=%lld", ta, tb,
              (int)epi, acc, (long long)m, (long long)n, (long long)k);
-    float *c_packed = regc_test_host_floats((size_t)(m * n)), *aux_packed = regc_test_host_floats((size_t)(m * n));
+    float *c_packed = regc_test_host_floats((size_t)(m * n)),
+          *aux_packed = regc_test_host_floats((size_t)(m * n));
     for (int64_t i = 0; i < m; i++) {
         memcpy(c_packed + i * n, c + i * ldc, (size_t)n * sizeof(float));
         memcpy(aux_packed + i * n, aux + i * ldaux, (size_t)n * sizeof(float));
         for (int64_t j = n; j < ldc; j++)
             if (c[i * ldc + j] != sentinel)
-                fail_msg("%s: C padding [%lld, %lld] was written", what, (long long)i, (long long)j);
+                fail_msg("%s: C padding [%lld, %lld] was written", what, (long long)i,
+                         (long long)j);
         for (int64_t j = n; j < ldaux; j++)
             if (aux[i * ldaux + j] != sentinel)
-                fail_msg("%s: aux padding [%lld, %lld] was written", what, (long long)i, (long long)j);
+                fail_msg("%s: aux padding [%lld, %lld] was written", what, (long long)i,
+                         (long long)j);
     }
     regc_test_assert_close(what, c_packed, want_c, (size_t)(m * n), 2e-5, 2e-5);
     regc_test_assert_close(what, aux_packed, want_aux, (size_t)(m * n), 2e-5, 2e-5);
@@ -292,8 +312,8 @@ static void test_gemm_large_parallel_epilogues(void **state)
 static void test_gemm_blocking_edges(void **state)
 {
     (void)state;
-    static const regc_epilogue deep_k[4] = {REGC_EPI_NONE, REGC_EPI_BIAS_GELU_AUX,
-                                            REGC_EPI_DGELU, REGC_EPI_GELU};
+    static const regc_epilogue deep_k[4] = {REGC_EPI_NONE, REGC_EPI_BIAS_GELU_AUX, REGC_EPI_DGELU,
+                                            REGC_EPI_GELU};
     uint64_t seed = 8000;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++, seed += 10) {
@@ -308,9 +328,17 @@ static void test_gemm_empty_k(void **state)
     /* k = 0: G is zero (plus C when accumulating), the epilogue still runs */
     float c_init[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {0.5f, -1.0f, 2.0f};
     for (int acc = 0; acc < 2; acc++) {
-        regc_gemm g = {.m = 2, .n = 3, .k = 0, .lda = 1, .ldb = 3, .ldc = 3, .alpha = 1.0f,
-                       .accumulate = acc, .epilogue = REGC_EPI_BIAS,
-                       .c = regc_test_upload(be, c_init, 6), .bias = regc_test_upload(be, bias, 3)};
+        regc_gemm g = {.m = 2,
+                       .n = 3,
+                       .k = 0,
+                       .lda = 1,
+                       .ldb = 3,
+                       .ldc = 3,
+                       .alpha = 1.0f,
+                       .accumulate = acc,
+                       .epilogue = REGC_EPI_BIAS,
+                       .c = regc_test_upload(be, c_init, 6),
+                       .bias = regc_test_upload(be, bias, 3)};
         assert_int_equal(be->gemm(be, &g), REGC_OK);
         float *c = regc_test_download(be, g.c, 6);
         for (int i = 0; i < 6; i++)
@@ -321,9 +349,18 @@ static void test_gemm_empty_k(void **state)
 static void test_gemm_rejects_bad_descriptors(void **state)
 {
     (void)state;
-    float *a = regc_test_dev_nan(be, 64), *b = regc_test_dev_nan(be, 64), *c = regc_test_dev_nan(be, 64);
-    regc_gemm ok = {.m = 4, .n = 4, .k = 4, .a = a, .lda = 4, .b = b, .ldb = 4, .c = c,
-                    .ldc = 4, .alpha = 1.0f};
+    float *a = regc_test_dev_nan(be, 64), *b = regc_test_dev_nan(be, 64),
+          *c = regc_test_dev_nan(be, 64);
+    regc_gemm ok = {.m = 4,
+                    .n = 4,
+                    .k = 4,
+                    .a = a,
+                    .lda = 4,
+                    .b = b,
+                    .ldb = 4,
+                    .c = c,
+                    .ldc = 4,
+                    .alpha = 1.0f};
     regc_gemm g = ok;
     g.epilogue = REGC_EPI_BIAS; /* without a bias */
     assert_int_equal(be->gemm(be, &g), REGC_ERR_ARG);
@@ -366,10 +403,12 @@ static void test_layernorm_reference(void **state)
     const size_t n = (size_t)(rows * cols);
     float *x = ref_input(c, "x", n), *w = ref_input(c, "w", (size_t)cols);
     float *b = ref_input(c, "b", (size_t)cols), *dy = ref_input(c, "dy", n);
-    float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, (size_t)rows), *rstd = regc_test_dev_nan(be, (size_t)rows);
-    float *dx = regc_test_dev_nan(be, n), *dw = regc_test_dev_nan(be, (size_t)cols), *db = regc_test_dev_nan(be, (size_t)cols);
+    float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, (size_t)rows),
+          *rstd = regc_test_dev_nan(be, (size_t)rows);
+    float *dx = regc_test_dev_nan(be, n), *dw = regc_test_dev_nan(be, (size_t)cols),
+          *db = regc_test_dev_nan(be, (size_t)cols);
     be->layernorm_fwd(be, y, mean, rstd, x, w, b, rows, cols,
-                         (float)regc_test_json_number(c, "eps"));
+                      (float)regc_test_json_number(c, "eps"));
     ref_check(c, "y", y, n, "layernorm");
     ref_check(c, "mean", mean, (size_t)rows, "layernorm");
     ref_check(c, "rstd", rstd, (size_t)rows, "layernorm");
@@ -397,19 +436,23 @@ static void test_attention_reference(void **state)
     (void)state;
     const cJSON *cases = regc_test_json_get(g_ref, "attention"), *c;
     int count = 0, n_bias = 0;
-    cJSON_ArrayForEach(c, cases) {
-        regc_attn_shape s = {
-            .batch = (int64_t)num(c, "batch"), .tq = (int64_t)num(c, "tq"),
-            .tk = (int64_t)num(c, "tk"), .n_head = (int)num(c, "n_head"),
-            .n_kv_head = (int)num(c, "n_kv_head"), .head_dim = (int)num(c, "head_dim"),
-            .causal = (int)num(c, "causal"), .scale = (float)regc_test_json_number(c, "scale")};
+    cJSON_ArrayForEach (c, cases) {
+        regc_attn_shape s = {.batch = (int64_t)num(c, "batch"),
+                             .tq = (int64_t)num(c, "tq"),
+                             .tk = (int64_t)num(c, "tk"),
+                             .n_head = (int)num(c, "n_head"),
+                             .n_kv_head = (int)num(c, "n_kv_head"),
+                             .head_dim = (int)num(c, "head_dim"),
+                             .causal = (int)num(c, "causal"),
+                             .scale = (float)regc_test_json_number(c, "scale")};
         const size_t nq = (size_t)(s.batch * s.tq * s.n_head * s.head_dim);
         const size_t nkv = (size_t)(s.batch * s.tk * s.n_kv_head * s.head_dim);
         const size_t nl = (size_t)(s.batch * s.n_head * s.tq);
         float *q = ref_input(c, "q", nq), *k = ref_input(c, "k", nkv);
         float *v = ref_input(c, "v", nkv), *dout = ref_input(c, "dout", nq);
         float *out = regc_test_dev_nan(be, nq), *lse = regc_test_dev_nan(be, nl);
-        float *dq = regc_test_dev_nan(be, nq), *dk = regc_test_dev_nan(be, nkv), *dv = regc_test_dev_nan(be, nkv);
+        float *dq = regc_test_dev_nan(be, nq), *dk = regc_test_dev_nan(be, nkv),
+              *dv = regc_test_dev_nan(be, nkv);
         /* T5's cases carry a position bias [n_head, tq, tk] and expect its gradient */
         const int has_bias = cJSON_HasObjectItem(regc_test_json_get(c, "inputs"), "bias");
         const size_t nb = (size_t)(s.n_head * s.tq * s.tk);
@@ -462,7 +505,8 @@ static void test_rope_reference(void **state)
     const int n_head = (int)num(c, "n_head"), head_dim = (int)num(c, "head_dim");
     const size_t n = (size_t)(batch * t * n_head * head_dim), nc = (size_t)(t * head_dim / 2);
     /* the tables are stored as values: the frontend computes them, not the rng */
-    double *cos_d = regc_test_json_doubles(c, "cos", nc), *sin_d = regc_test_json_doubles(c, "sin", nc);
+    double *cos_d = regc_test_json_doubles(c, "cos", nc),
+           *sin_d = regc_test_json_doubles(c, "sin", nc);
     float *cos_h = regc_test_host_floats(nc), *sin_h = regc_test_host_floats(nc);
     for (size_t i = 0; i < nc; i++) {
         cos_h[i] = (float)cos_d[i];
@@ -516,7 +560,8 @@ static void test_cross_entropy_reference(void **state)
     free(t_host);
     float dloss_h = (float)regc_test_json_number(c, "dloss");
     float *logits = ref_input(c, "logits", n), *dloss = regc_test_upload(be, &dloss_h, 1);
-    float *loss = regc_test_dev_nan(be, 1), *lse = regc_test_dev_nan(be, (size_t)rows), *dlogits = regc_test_dev_nan(be, n);
+    float *loss = regc_test_dev_nan(be, 1), *lse = regc_test_dev_nan(be, (size_t)rows),
+          *dlogits = regc_test_dev_nan(be, n);
     be->cross_entropy_fwd(be, loss, lse, logits, targets, rows, cols);
     ref_check(c, "loss", loss, 1, "cross_entropy");
     ref_check(c, "lse", lse, (size_t)rows, "cross_entropy");
@@ -537,7 +582,8 @@ static void test_embedding_reference(void **state)
     free(ids_h);
     float *table = ref_input(c, "table", (size_t)(vocab * cols));
     float *dout = ref_input(c, "dout", (size_t)(rows * cols));
-    float *out = regc_test_dev_nan(be, (size_t)(rows * cols)), *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols));
+    float *out = regc_test_dev_nan(be, (size_t)(rows * cols)),
+          *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols));
     be->embedding_fwd(be, out, ids, table, rows, cols);
     be->embedding_bwd(be, dtable, ids, dout, rows, cols, vocab, 0);
     ref_check(c, "out", out, (size_t)(rows * cols), "embedding");
@@ -552,7 +598,8 @@ static void test_elementwise_reference(void **state)
     const size_t n = (size_t)(rows * cols);
     float *a = ref_input(c, "a", n), *b = ref_input(c, "b", n);
     float *bias = ref_input(c, "bias", (size_t)cols);
-    float *sum = regc_test_dev_nan(be, n), *biased = regc_test_dev_nan(be, n), *col = regc_test_dev_nan(be, (size_t)cols);
+    float *sum = regc_test_dev_nan(be, n), *biased = regc_test_dev_nan(be, n),
+          *col = regc_test_dev_nan(be, (size_t)cols);
     be->add(be, sum, a, b, (int64_t)n);
     be->bias_add(be, biased, a, bias, rows, cols);
     be->sum_rows(be, col, a, rows, cols);
@@ -565,7 +612,7 @@ static void test_transpose_reference(void **state)
 {
     (void)state;
     const cJSON *cases = regc_test_json_get(g_ref, "transpose"), *c;
-    cJSON_ArrayForEach(c, cases) {
+    cJSON_ArrayForEach (c, cases) {
         const cJSON *shape_j = regc_test_json_get(c, "shape");
         const int nd = cJSON_GetArraySize(shape_j);
         assert_true(nd >= 1 && nd <= 6);
@@ -594,7 +641,8 @@ static void test_adamw_reference(void **state)
     const cJSON *c = regc_test_json_get(g_ref, "adamw");
     const size_t n = num(c, "n");
     const int steps = (int)num(c, "steps");
-    float *p = ref_input(c, "param", n), *m = regc_test_dev_nan(be, n), *v = regc_test_dev_nan(be, n);
+    float *p = ref_input(c, "param", n), *m = regc_test_dev_nan(be, n),
+          *v = regc_test_dev_nan(be, n);
     be->fill(be, m, n, 0.0f);
     be->fill(be, v, n, 0.0f);
     for (int step = 1; step <= steps; step++) {
@@ -602,10 +650,9 @@ static void test_adamw_reference(void **state)
         snprintf(name, sizeof name, "grad%d", step - 1);
         float *g = ref_input(c, name, n);
         be->adamw(be, p, g, m, v, (int64_t)n, (float)regc_test_json_number(c, "lr"),
-                     (float)regc_test_json_number(c, "beta1"),
-                     (float)regc_test_json_number(c, "beta2"),
-                     (float)regc_test_json_number(c, "eps"),
-                     (float)regc_test_json_number(c, "weight_decay"), step);
+                  (float)regc_test_json_number(c, "beta1"),
+                  (float)regc_test_json_number(c, "beta2"), (float)regc_test_json_number(c, "eps"),
+                  (float)regc_test_json_number(c, "weight_decay"), step);
     }
     /* PyTorch ran the same float32 operations, except that its vector
      * loops fuse some multiply-adds (regc never fuses): agreement is to a

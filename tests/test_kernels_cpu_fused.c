@@ -50,10 +50,7 @@ typedef struct {
 static const shape2 shapes[] = {{1, 1}, {3, 37}, {7, 300}, {97, 513}, {64, 768}};
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
-static size_t count(shape2 s)
-{
-    return (size_t)(s.rows * s.cols);
-}
+static size_t count(shape2 s) { return (size_t)(s.rows * s.cols); }
 
 static float *dev_uniform(regc_backend *be, size_t n, uint64_t seed, float center, float hw)
 {
@@ -64,8 +61,7 @@ static void expect_same(regc_backend *be, const char *what, shape2 s, const floa
                         const float *unfused, size_t n)
 {
     char label[160];
-    snprintf(label, sizeof label, "%s [%lld x %lld]", what, (long long)s.rows,
-             (long long)s.cols);
+    snprintf(label, sizeof label, "%s [%lld x %lld]", what, (long long)s.rows, (long long)s.cols);
     regc_test_assert_bitwise_equal(label, regc_test_download(be, fused, n),
                                    regc_test_download(be, unfused, n), n);
 }
@@ -83,7 +79,7 @@ static void test_bias_add_gelu_chain(void **state)
 {
     (void)state;
     regc_ew_program p = {.n_inputs = 2, .n_steps = 2, .n_outputs = 2};
-    p.steps[0] = step(REGC_EW_ADD, 0, 1, 0.0f); /* r2 = x + bias */
+    p.steps[0] = step(REGC_EW_ADD, 0, 1, 0.0f);  /* r2 = x + bias */
     p.steps[1] = step(REGC_EW_GELU, 2, 0, 0.0f); /* r3 = gelu(r2) */
     p.out_reg[0] = 2;
     p.out_reg[1] = 3;
@@ -343,8 +339,7 @@ static void test_chain_independent_of_threads(void **state)
         be->elementwise(be, &p, n, outs, ins);
         res[t] = regc_test_download(be, y, (size_t)n);
     }
-    regc_test_assert_bitwise_equal("bias_add+gelu_erf, 1 vs 2 threads", res[0], res[1],
-                                   (size_t)n);
+    regc_test_assert_bitwise_equal("bias_add+gelu_erf, 1 vs 2 threads", res[0], res[1], (size_t)n);
 }
 
 /* ---- invalid programs -------------------------------------------------------- */
@@ -507,8 +502,7 @@ static void test_layernorm_bwd_add(void **state)
 
                 float *dx = in_place ? dres : regc_test_dev_nan(be, n);
                 float *dw = regc_test_dev_nan(be, nc), *db = regc_test_dev_nan(be, nc);
-                be->layernorm_bwd_add(be, dx, dw, db, dres, dy, x, w, mean, rstd, s.rows,
-                                      s.cols);
+                be->layernorm_bwd_add(be, dx, dw, db, dres, dy, x, w, mean, rstd, s.rows, s.cols);
                 const char *tag = in_place ? "layernorm_bwd_add in place" : "layernorm_bwd_add";
                 char what[80];
                 snprintf(what, sizeof what, "%s dx", tag);
@@ -572,13 +566,21 @@ static void test_gemm_epilogues_equal_unfused(void **state)
             const size_t n = count(s), nc = (size_t)s.cols;
             float *a = dev_uniform(be, (size_t)(s.rows * k), 1200, 0.0f, 1.0f); /* [rows, k] */
             float *b = dev_uniform(be, (size_t)(k * s.cols), 1201, 0.0f, 1.0f); /* [k, cols] */
-            float *bias = dev_uniform(be, nc, 1202, 0.0f, 1.0f);                 /* [cols] */
-            float *pre = dev_uniform(be, n, 1203, 0.0f, 3.0f);                   /* [rows, cols] */
+            float *bias = dev_uniform(be, nc, 1202, 0.0f, 1.0f);                /* [cols] */
+            float *pre = dev_uniform(be, n, 1203, 0.0f, 3.0f);                  /* [rows, cols] */
             float *g = regc_test_dev_nan(be, n), *ref = regc_test_dev_nan(be, n);
             float *c = regc_test_dev_nan(be, n), *aux = regc_test_dev_nan(be, n);
             float *bg = regc_test_dev_nan(be, nc), *bg_ref = regc_test_dev_nan(be, nc);
-            regc_gemm plain = {.m = s.rows, .n = s.cols, .k = k, .a = a, .lda = k, .b = b,
-                               .ldb = s.cols, .c = g, .ldc = s.cols, .alpha = 1.0f,
+            regc_gemm plain = {.m = s.rows,
+                               .n = s.cols,
+                               .k = k,
+                               .a = a,
+                               .lda = k,
+                               .b = b,
+                               .ldb = s.cols,
+                               .c = g,
+                               .ldc = s.cols,
+                               .alpha = 1.0f,
                                .epilogue = REGC_EPI_NONE};
             assert_int_equal(be->gemm(be, &plain), REGC_OK);
 

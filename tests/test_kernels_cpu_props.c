@@ -113,7 +113,8 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
 
 static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_bias)
 {
-    const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
+    const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s),
+                 nl = (size_t)(s.batch * s.n_head * s.tq);
     const size_t nb = (size_t)(s.n_head * s.tq * s.tk);
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     regc_test_attention_inputs(be, &s, seed, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
@@ -132,8 +133,8 @@ static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_
     double *w_db = with_bias ? regc_test_host_doubles(nb) : NULL;
     naive_attention(&s, hq, hk, hv, hdo, hb, w_out, w_lse, w_dq, w_dk, w_dv, w_db);
     char what[96];
-    snprintf(what, sizeof what, "attention T=%lld D=%d H=%d/%d causal=%d bias=%d",
-             (long long)s.tq, s.head_dim, s.n_head, s.n_kv_head, s.causal, with_bias);
+    snprintf(what, sizeof what, "attention T=%lld D=%d H=%d/%d causal=%d bias=%d", (long long)s.tq,
+             s.head_dim, s.n_head, s.n_kv_head, s.causal, with_bias);
     if (with_bias)
         regc_test_assert_close(what, regc_test_download(be, dbias, nb), w_db, nb, 3e-5, 3e-5);
     regc_test_assert_close(what, regc_test_download(be, out, nq), w_out, nq, 3e-5, 3e-5);
@@ -164,7 +165,8 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
     regc_attn_shape mha = gqa;
     mha.n_kv_head = gqa.n_head;
     const int rep = gqa.n_head / gqa.n_kv_head, D = gqa.head_dim;
-    const size_t nq = regc_test_attn_q_count(&gqa), nkv = regc_test_attn_kv_count(&gqa), nkv_rep = regc_test_attn_kv_count(&mha);
+    const size_t nq = regc_test_attn_q_count(&gqa), nkv = regc_test_attn_kv_count(&gqa),
+                 nkv_rep = regc_test_attn_kv_count(&mha);
     const size_t nl = (size_t)(gqa.batch * gqa.n_head * gqa.tq);
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     regc_test_attention_inputs(be, &gqa, 400, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
@@ -175,7 +177,8 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
             memcpy(hk_rep + dst, hk + src, (size_t)D * sizeof(float));
             memcpy(hv_rep + dst, hv + src, (size_t)D * sizeof(float));
         }
-    float *k_rep = regc_test_upload(be, hk_rep, nkv_rep), *v_rep = regc_test_upload(be, hv_rep, nkv_rep);
+    float *k_rep = regc_test_upload(be, hk_rep, nkv_rep),
+          *v_rep = regc_test_upload(be, hv_rep, nkv_rep);
     float *out_g = regc_test_dev_nan(be, nq), *lse_g = regc_test_dev_nan(be, nl);
     float *out_m = regc_test_dev_nan(be, nq), *lse_m = regc_test_dev_nan(be, nl);
     float *dq_g = regc_test_dev_nan(be, nq), *dk_g = regc_test_dev_nan(be, nkv);
@@ -186,23 +189,29 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
     be->attention_bwd(be, dq_g, dk_g, dv_g, NULL, dout, q, k, v, NULL, out_g, lse_g, &gqa);
     be->attention_bwd(be, dq_m, dk_m, dv_m, NULL, dout, q, k_rep, v_rep, NULL, out_m, lse_m, &mha);
     /* the same arithmetic on the same numbers: identical bits */
-    regc_test_assert_bitwise_equal("gqa out", regc_test_download(be, out_g, nq), regc_test_download(be, out_m, nq), nq);
-    regc_test_assert_bitwise_equal("gqa lse", regc_test_download(be, lse_g, nl), regc_test_download(be, lse_m, nl), nl);
-    regc_test_assert_bitwise_equal("gqa dq", regc_test_download(be, dq_g, nq), regc_test_download(be, dq_m, nq), nq);
-    float *hdk_m = regc_test_download(be, dk_m, nkv_rep), *hdv_m = regc_test_download(be, dv_m, nkv_rep);
+    regc_test_assert_bitwise_equal("gqa out", regc_test_download(be, out_g, nq),
+                                   regc_test_download(be, out_m, nq), nq);
+    regc_test_assert_bitwise_equal("gqa lse", regc_test_download(be, lse_g, nl),
+                                   regc_test_download(be, lse_m, nl), nl);
+    regc_test_assert_bitwise_equal("gqa dq", regc_test_download(be, dq_g, nq),
+                                   regc_test_download(be, dq_m, nq), nq);
+    float *hdk_m = regc_test_download(be, dk_m, nkv_rep),
+          *hdv_m = regc_test_download(be, dv_m, nkv_rep);
     double *sum_dk = regc_test_host_doubles(nkv), *sum_dv = regc_test_host_doubles(nkv);
     memset(sum_dk, 0, nkv * sizeof(double));
     memset(sum_dv, 0, nkv * sizeof(double));
     for (int64_t r = 0; r < gqa.batch * gqa.tk; r++)
         for (int h = 0; h < gqa.n_head; h++)
             for (int e = 0; e < D; e++) {
-                sum_dk[(r * gqa.n_kv_head + h / rep) * D + e] += hdk_m[(r * gqa.n_head + h) * D + e];
-                sum_dv[(r * gqa.n_kv_head + h / rep) * D + e] += hdv_m[(r * gqa.n_head + h) * D + e];
+                sum_dk[(r * gqa.n_kv_head + h / rep) * D + e] +=
+                    hdk_m[(r * gqa.n_head + h) * D + e];
+                sum_dv[(r * gqa.n_kv_head + h / rep) * D + e] +=
+                    hdv_m[(r * gqa.n_head + h) * D + e];
             }
-    regc_test_assert_close("gqa dk = sum of repeated heads", regc_test_download(be, dk_g, nkv), sum_dk,
-                           nkv, 1e-5, 1e-6);
-    regc_test_assert_close("gqa dv = sum of repeated heads", regc_test_download(be, dv_g, nkv), sum_dv,
-                           nkv, 1e-5, 1e-6);
+    regc_test_assert_close("gqa dk = sum of repeated heads", regc_test_download(be, dk_g, nkv),
+                           sum_dk, nkv, 1e-5, 1e-6);
+    regc_test_assert_close("gqa dv = sum of repeated heads", regc_test_download(be, dv_g, nkv),
+                           sum_dv, nkv, 1e-5, 1e-6);
 }
 
 static void test_attention_causal_first_row_is_v0(void **state)
@@ -278,7 +287,8 @@ static void test_cross_entropy_ignored_targets(void **state)
     be->cross_entropy_fwd(be, loss, lse, logits, t_none, rows, cols);
     be->cross_entropy_bwd(be, dl, dloss, logits, t_none, lse, rows, cols);
     assert_float_equal(regc_test_download(be, loss, 1)[0], 0.0f, 0.0f);
-    float *hlse = regc_test_download(be, lse, (size_t)rows), *hdl = regc_test_download(be, dl, (size_t)(rows * cols));
+    float *hlse = regc_test_download(be, lse, (size_t)rows),
+          *hdl = regc_test_download(be, dl, (size_t)(rows * cols));
     for (int64_t i = 0; i < rows * cols; i++)
         assert_float_equal(hdl[i], 0.0f, 0.0f);
     for (int64_t r = 0; r < rows; r++)
@@ -347,7 +357,8 @@ static void test_cross_entropy_wide_vocab_is_stable(void **state)
 /* ---- layout kernels ------------------------------------------------------------- */
 
 /* out = x permuted, by explicit index arithmetic */
-static void naive_transpose(double *out, const float *x, int nd, const int64_t *shape, const int *perm)
+static void naive_transpose(double *out, const float *x, int nd, const int64_t *shape,
+                            const int *perm)
 {
     int64_t in_stride[6], oshape[6], total = 1, s = 1;
     for (int i = nd - 1; i >= 0; i--) {
@@ -371,15 +382,19 @@ static void naive_transpose(double *out, const float *x, int nd, const int64_t *
 static void test_transpose_permutations_and_round_trip(void **state)
 {
     (void)state;
-    static const struct { int nd; int64_t shape[6]; int perm[6]; } cases[] = {
+    static const struct {
+        int nd;
+        int64_t shape[6];
+        int perm[6];
+    } cases[] = {
         {6, {2, 3, 4, 1, 5, 3}, {4, 1, 5, 0, 3, 2}},
         {6, {3, 2, 2, 3, 2, 5}, {5, 4, 3, 2, 1, 0}},
-        {4, {4, 33, 12, 7}, {0, 2, 1, 3}},   /* attention heads: rows stay rows */
-        {2, {70, 45}, {1, 0}},               /* tiled, multi-threaded */
-        {3, {3, 130, 97}, {0, 2, 1}},        /* batched, tiled, ragged tiles */
+        {4, {4, 33, 12, 7}, {0, 2, 1, 3}}, /* attention heads: rows stay rows */
+        {2, {70, 45}, {1, 0}},             /* tiled, multi-threaded */
+        {3, {3, 130, 97}, {0, 2, 1}},      /* batched, tiled, ragged tiles */
         {3, {5, 1, 4}, {1, 2, 0}},
         {1, {17}, {0}},
-        {3, {2, 3, 4}, {0, 1, 2}},           /* the identity */
+        {3, {2, 3, 4}, {0, 1, 2}}, /* the identity */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int nd = cases[ci].nd;
@@ -473,13 +488,16 @@ static void test_layernorm_matches_naive(void **state)
         }
         for (int64_t c = 0; c < cols; c++) {
             double xh = (xr[c] - mu) * rs;
-            wdx[r * cols + c] = (hw[c] * (double)dyr[c] - g1 / (double)cols - xh * g2 / (double)cols) * rs;
+            wdx[r * cols + c] =
+                (hw[c] * (double)dyr[c] - g1 / (double)cols - xh * g2 / (double)cols) * rs;
         }
     }
     regc_test_assert_close("layernorm y", regc_test_download(be, y, n), wy, n, 1e-5, 1e-5);
     regc_test_assert_close("layernorm dx", regc_test_download(be, dx, n), wdx, n, 1e-4, 2e-5);
-    regc_test_assert_close("layernorm dw", regc_test_download(be, dw, (size_t)cols), wdw, (size_t)cols, 1e-4, 1e-4);
-    regc_test_assert_close("layernorm db", regc_test_download(be, db, (size_t)cols), wdb, (size_t)cols, 1e-5, 1e-4);
+    regc_test_assert_close("layernorm dw", regc_test_download(be, dw, (size_t)cols), wdw,
+                           (size_t)cols, 1e-4, 1e-4);
+    regc_test_assert_close("layernorm db", regc_test_download(be, db, (size_t)cols), wdb,
+                           (size_t)cols, 1e-5, 1e-4);
 }
 
 static void test_gelu_and_adamw_match_naive(void **state)
@@ -497,15 +515,18 @@ static void test_gelu_and_adamw_match_naive(void **state)
     for (size_t i = 0; i < n; i++) {
         double xi = hx[i], t = tanh(c * (xi + kappa * xi * xi * xi));
         wy[i] = 0.5 * xi * (1.0 + t);
-        wdx[i] = hdy[i] * (0.5 * (1.0 + t) + 0.5 * xi * (1.0 - t * t) * c * (1.0 + 3.0 * kappa * xi * xi));
+        wdx[i] = hdy[i] *
+                 (0.5 * (1.0 + t) + 0.5 * xi * (1.0 - t * t) * c * (1.0 + 3.0 * kappa * xi * xi));
     }
     regc_test_assert_close("gelu y", regc_test_download(be, y, n), wy, n, 1e-5, 1e-6);
     regc_test_assert_close("gelu dx", regc_test_download(be, dx, n), wdx, n, 1e-5, 1e-6);
 
     /* one AdamW step from nonzero moments, in double */
-    float *hp = regc_test_host_uniform(n, 1102, 0.0f, 1.0f), *hm = regc_test_host_uniform(n, 1103, 0.0f, 0.1f);
+    float *hp = regc_test_host_uniform(n, 1102, 0.0f, 1.0f),
+          *hm = regc_test_host_uniform(n, 1103, 0.0f, 0.1f);
     float *hv = regc_test_host_uniform(n, 1104, 0.02f, 0.01f);
-    float *p = regc_test_upload(be, hp, n), *m = regc_test_upload(be, hm, n), *v = regc_test_upload(be, hv, n);
+    float *p = regc_test_upload(be, hp, n), *m = regc_test_upload(be, hm, n),
+          *v = regc_test_upload(be, hv, n);
     be->adamw(be, p, dy, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 5);
     double *wp = regc_test_host_doubles(n);
     const double bc1 = 1.0 - pow(0.9f, 5), bc2 = 1.0 - pow(0.999f, 5);
@@ -527,10 +548,13 @@ static void test_embedding_and_sum_rows_match_naive(void **state)
         ids[r] = (int32_t)(regc_rng_at(1200, (uint64_t)r) % 13); /* ids 13..16 never occur */
     float *hd = regc_test_host_uniform((size_t)(rows * cols), 1201, 0.0f, 1.0f);
     float *dout = regc_test_upload(be, hd, (size_t)(rows * cols));
-    float *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols)), *col = regc_test_dev_nan(be, (size_t)cols);
-    be->embedding_bwd(be, dtable, regc_test_upload_ints(be, ids, (size_t)rows), dout, rows, cols, vocab, 0);
+    float *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols)),
+          *col = regc_test_dev_nan(be, (size_t)cols);
+    be->embedding_bwd(be, dtable, regc_test_upload_ints(be, ids, (size_t)rows), dout, rows, cols,
+                      vocab, 0);
     be->sum_rows(be, col, dout, rows, cols);
-    double *want = regc_test_host_doubles((size_t)(vocab * cols)), *wcol = regc_test_host_doubles((size_t)cols);
+    double *want = regc_test_host_doubles((size_t)(vocab * cols)),
+           *wcol = regc_test_host_doubles((size_t)cols);
     memset(want, 0, (size_t)(vocab * cols) * sizeof(double));
     memset(wcol, 0, (size_t)cols * sizeof(double));
     for (int64_t r = 0; r < rows; r++)
@@ -539,9 +563,11 @@ static void test_embedding_and_sum_rows_match_naive(void **state)
             wcol[c] += hd[r * cols + c];
         }
     free(ids);
-    regc_test_assert_close("embedding dtable", regc_test_download(be, dtable, (size_t)(vocab * cols)), want,
+    regc_test_assert_close("embedding dtable",
+                           regc_test_download(be, dtable, (size_t)(vocab * cols)), want,
                            (size_t)(vocab * cols), 1e-5, 1e-5);
-    regc_test_assert_close("sum_rows", regc_test_download(be, col, (size_t)cols), wcol, (size_t)cols, 1e-5, 1e-5);
+    regc_test_assert_close("sum_rows", regc_test_download(be, col, (size_t)cols), wcol,
+                           (size_t)cols, 1e-5, 1e-5);
 }
 
 /* An accumulating embedding backward is a fresh table plus an add, bit for
@@ -573,10 +599,10 @@ static void test_embedding_bwd_accumulate_equals_fresh_plus_add(void **state)
     for (int t = 0; t < 2; t++) {
         regc_backend *d = devs[t];
         const int32_t *dids = regc_test_upload_ints(d, ids, (size_t)rows);
-        float *dout = regc_test_upload(d, hd, nd);             /* [rows, cols] */
-        float *base = regc_test_upload(d, hbase, nt);          /* [vocab, cols] */
+        float *dout = regc_test_upload(d, hd, nd);    /* [rows, cols] */
+        float *base = regc_test_upload(d, hbase, nt); /* [vocab, cols] */
         float *fresh = regc_test_dev_nan(d, nt), *sum = regc_test_dev_nan(d, nt);
-        float *acc = regc_test_upload(d, hbase, nt);           /* [vocab, cols] */
+        float *acc = regc_test_upload(d, hbase, nt); /* [vocab, cols] */
         d->embedding_bwd(d, fresh, dids, dout, rows, cols, vocab, 0);
         d->add(d, sum, base, fresh, (int64_t)nt);
         d->embedding_bwd(d, acc, dids, dout, rows, cols, vocab, 1);
@@ -585,18 +611,21 @@ static void test_embedding_bwd_accumulate_equals_fresh_plus_add(void **state)
         res[t][1] = regc_test_download(d, acc, nt);
     }
     regc_test_assert_bitwise_equal("accumulate vs fresh + add, 1 thread", res[0][0], res[0][1], nt);
-    regc_test_assert_bitwise_equal("accumulate vs fresh + add, 2 threads", res[1][0], res[1][1], nt);
+    regc_test_assert_bitwise_equal("accumulate vs fresh + add, 2 threads", res[1][0], res[1][1],
+                                   nt);
     regc_test_assert_bitwise_equal("accumulate, 1 vs 2 threads", res[0][1], res[1][1], nt);
     for (int64_t v = 30; v < vocab; v++) /* untouched rows keep their values */
-        regc_test_assert_bitwise_equal("untouched row", res[1][1] + v * cols, hbase + v * cols, (size_t)cols);
+        regc_test_assert_bitwise_equal("untouched row", res[1][1] + v * cols, hbase + v * cols,
+                                       (size_t)cols);
 
     int32_t bad[2] = {1, 40}; /* id 40 >= vocab 40 */
     float *acc = regc_test_upload(be, hbase, nt);
-    be->embedding_bwd(be, acc, regc_test_upload_ints(be, bad, 2), regc_test_upload(be, hd, nd), 2, cols,
-                      vocab, 1);
+    be->embedding_bwd(be, acc, regc_test_upload_ints(be, bad, 2), regc_test_upload(be, hd, nd), 2,
+                      cols, vocab, 1);
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "outside the vocabulary"));
-    regc_test_assert_bitwise_equal("table after a bad id", regc_test_download(be, acc, nt), hbase, nt);
+    regc_test_assert_bitwise_equal("table after a bad id", regc_test_download(be, acc, nt), hbase,
+                                   nt);
 }
 
 /* RMSNorm, RoPE, SiLU, the erf GELU and mul at multi-threaded sizes,

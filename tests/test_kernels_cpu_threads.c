@@ -50,18 +50,19 @@ static void test_results_do_not_depend_on_thread_count(void **state)
 {
     (void)state;
     enum { N_OUT = 17 };
-    static const char *names[N_OUT] = {"attention out", "lse", "dq", "dk", "dv",
-                                       "layernorm dx", "layernorm dw", "loss", "dlogits",
-                                       "biased attention out", "biased lse", "biased dq",
-                                       "biased dk", "biased dv", "dbias", "rmsnorm dx",
-                                       "rmsnorm dw"};
+    static const char *names[N_OUT] = {
+        "attention out", "lse",          "dq",        "dk",        "dv",
+        "layernorm dx",  "layernorm dw", "loss",      "dlogits",   "biased attention out",
+        "biased lse",    "biased dq",    "biased dk", "biased dv", "dbias",
+        "rmsnorm dx",    "rmsnorm dw"};
     regc_attn_shape s = {2, 40, 40, 4, 2, 16, 1, 0.25f};
-    const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
+    const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s),
+                 nl = (size_t)(s.batch * s.n_head * s.tq);
     const int64_t rows = 300, cols = 257;
     const size_t n = (size_t)(rows * cols);
     const size_t nb = (size_t)(s.n_head * s.tq * s.tk);
-    const size_t counts[N_OUT] = {nq, nl, nq, nkv, nkv, n, (size_t)cols, 1, n,
-                                  nq, nl, nq, nkv, nkv, nb, n, (size_t)cols};
+    const size_t counts[N_OUT] = {nq, nl, nq,  nkv, nkv, n, (size_t)cols, 1, n, nq,
+                                  nl, nq, nkv, nkv, nb,  n, (size_t)cols};
     int32_t tg[300];
     for (int i = 0; i < 300; i++)
         tg[i] = (i % 7 == 3) ? -1 : (int32_t)(regc_rng_at(1300, (uint64_t)i) % (uint64_t)cols);
@@ -107,7 +108,7 @@ static void test_results_do_not_depend_on_thread_count(void **state)
         d->rmsnorm_bwd(d, rdx, rdw, x, x, w, rrstd, rows, cols); /* x as dy */
         assert_int_equal(d->sync(d), REGC_OK);
 
-        const float *outs[N_OUT] = {out, lse, dq, dk, dv, dx, dw, loss, dl,
+        const float *outs[N_OUT] = {out,   lse,   dq,   dk,   dv,   dx,    dw,  loss, dl,
                                     out_b, lse_b, dq_b, dk_b, dv_b, dbias, rdx, rdw};
         for (int i = 0; i < N_OUT; i++)
             res[t][i] = regc_test_download(d, outs[i], counts[i]);
@@ -125,7 +126,7 @@ static void test_column_sums_and_adamw_do_not_depend_on_thread_count(void **stat
     (void)state;
     enum { N_OUT = 6 };
     static const char *names[N_OUT] = {"sum_rows", "dgelu_bgrad c", "dgelu_bgrad bias grad",
-                                       "adamw p", "adamw m", "adamw v"};
+                                       "adamw p",  "adamw m",       "adamw v"};
     const int64_t rows = 37, cols = 1301, k = 5;
     const size_t nx = (size_t)(rows * cols), n = 200003;
     const size_t counts[N_OUT] = {(size_t)cols, nx, (size_t)cols, n, n, n};
@@ -190,14 +191,17 @@ static void test_gemm_does_not_depend_on_thread_count(void **state)
                     regc_gemm g = {0};
                     g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k;
                     g.alpha = 0.75f, g.accumulate = 1;
-                    g.a = regc_test_upload(d, regc_test_host_uniform((size_t)(m * k), 1500 + s, 0.0f, 1.0f),
-                                           (size_t)(m * k)); /* [m, k] or [k, m] */
+                    g.a = regc_test_upload(
+                        d, regc_test_host_uniform((size_t)(m * k), 1500 + s, 0.0f, 1.0f),
+                        (size_t)(m * k)); /* [m, k] or [k, m] */
                     g.lda = ta ? m : k;
-                    g.b = regc_test_upload(d, regc_test_host_uniform((size_t)(k * n), 1510 + s, 0.0f, 1.0f),
-                                           (size_t)(k * n)); /* [k, n] or [n, k] */
+                    g.b = regc_test_upload(
+                        d, regc_test_host_uniform((size_t)(k * n), 1510 + s, 0.0f, 1.0f),
+                        (size_t)(k * n)); /* [k, n] or [n, k] */
                     g.ldb = tb ? k : n;
-                    g.c = regc_test_upload(d, regc_test_host_uniform((size_t)(m * n), 1520 + s, 0.0f, 1.0f),
-                                           (size_t)(m * n)); /* [m, n] */
+                    g.c = regc_test_upload(
+                        d, regc_test_host_uniform((size_t)(m * n), 1520 + s, 0.0f, 1.0f),
+                        (size_t)(m * n)); /* [m, n] */
                     g.ldc = n;
                     assert_int_equal(d->gemm(d, &g), REGC_OK);
                     res[t] = regc_test_download(d, g.c, (size_t)(m * n));
@@ -218,17 +222,45 @@ static void test_backend_by_name(void **state)
     assert_non_null(cpu);
     assert_string_equal(cpu->name, "cpu");
     /* a NULL entry would be a kernel the runtime cannot run on the CPU */
-#define EXPECT_FN(f) if (!cpu->f) fail_msg("cpu backend: " #f " is NULL")
-    EXPECT_FN(alloc); EXPECT_FN(free); EXPECT_FN(copy_h2d); EXPECT_FN(copy_d2h);
-    EXPECT_FN(copy_d2d); EXPECT_FN(fill); EXPECT_FN(sync); EXPECT_FN(copy_2d);
-    EXPECT_FN(transpose); EXPECT_FN(gemm); EXPECT_FN(embedding_fwd); EXPECT_FN(embedding_bwd);
-    EXPECT_FN(add); EXPECT_FN(bias_add); EXPECT_FN(sum_rows); EXPECT_FN(layernorm_fwd);
-    EXPECT_FN(layernorm_bwd); EXPECT_FN(gelu_fwd); EXPECT_FN(gelu_bwd);
-    EXPECT_FN(attention_fwd); EXPECT_FN(attention_bwd); EXPECT_FN(cross_entropy_fwd);
-    EXPECT_FN(cross_entropy_bwd); EXPECT_FN(adamw); EXPECT_FN(destroy);
-    EXPECT_FN(rmsnorm_fwd); EXPECT_FN(rmsnorm_bwd); EXPECT_FN(rope); EXPECT_FN(silu_fwd);
-    EXPECT_FN(silu_bwd); EXPECT_FN(mul); EXPECT_FN(gelu_erf_fwd); EXPECT_FN(gelu_erf_bwd);
-    EXPECT_FN(relu_fwd); EXPECT_FN(relu_bwd); EXPECT_FN(scale);
+#define EXPECT_FN(f)                                                                               \
+    if (!cpu->f)                                                                                   \
+    fail_msg("cpu backend: " #f " is NULL")
+    EXPECT_FN(alloc);
+    EXPECT_FN(free);
+    EXPECT_FN(copy_h2d);
+    EXPECT_FN(copy_d2h);
+    EXPECT_FN(copy_d2d);
+    EXPECT_FN(fill);
+    EXPECT_FN(sync);
+    EXPECT_FN(copy_2d);
+    EXPECT_FN(transpose);
+    EXPECT_FN(gemm);
+    EXPECT_FN(embedding_fwd);
+    EXPECT_FN(embedding_bwd);
+    EXPECT_FN(add);
+    EXPECT_FN(bias_add);
+    EXPECT_FN(sum_rows);
+    EXPECT_FN(layernorm_fwd);
+    EXPECT_FN(layernorm_bwd);
+    EXPECT_FN(gelu_fwd);
+    EXPECT_FN(gelu_bwd);
+    EXPECT_FN(attention_fwd);
+    EXPECT_FN(attention_bwd);
+    EXPECT_FN(cross_entropy_fwd);
+    EXPECT_FN(cross_entropy_bwd);
+    EXPECT_FN(adamw);
+    EXPECT_FN(destroy);
+    EXPECT_FN(rmsnorm_fwd);
+    EXPECT_FN(rmsnorm_bwd);
+    EXPECT_FN(rope);
+    EXPECT_FN(silu_fwd);
+    EXPECT_FN(silu_bwd);
+    EXPECT_FN(mul);
+    EXPECT_FN(gelu_erf_fwd);
+    EXPECT_FN(gelu_erf_bwd);
+    EXPECT_FN(relu_fwd);
+    EXPECT_FN(relu_bwd);
+    EXPECT_FN(scale);
 #undef EXPECT_FN
     regc_backend_free(cpu);
     regc_backend_free(NULL);
@@ -243,7 +275,8 @@ static void test_backend_by_name(void **state)
     if (cuda)
         regc_backend_free(cuda); /* a CUDA build on a machine with a GPU */
     else
-        assert_true(strlen(regc_error_message()) > 0 && strcmp(regc_error_message(), "no error") != 0);
+        assert_true(strlen(regc_error_message()) > 0 &&
+                    strcmp(regc_error_message(), "no error") != 0);
 }
 
 static void test_sync_reports_kernel_failures(void **state)
@@ -262,7 +295,8 @@ static void test_sync_reports_kernel_failures(void **state)
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
 
     int32_t ids[2] = {1, 9};
-    be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4, 0); /* id 9 >= vocab 4 */
+    be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4,
+                      0); /* id 9 >= vocab 4 */
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "embedding_bwd"));
 

@@ -7,9 +7,9 @@
  * everything, may include private headers to test internals). The include
  * graph has no cycle. The checker reads the tree as the compiler would
  * resolve quoted includes: the including file's directory first, then the
- * library folders on the include path (and tests/support for tests). It is run on the real tree, and on
- * small trees made here that break each rule, so a check that could never
- * fail would be caught too. */
+ * library folders on the include path (and tests/support for tests). It is run on the real tree,
+ * and on small trees made here that break each rule, so a check that could never fail would be
+ * caught too. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,8 +28,8 @@ static const struct {
     const char *dir;
     int layer;
 } folders[] = {
-    {"common", 0}, {"kernels", 1}, {"graph", 2},  {"data", 2},   {"detect", 3}, {"models", 3},
-    {"cache", 3},  {"zero3", 3},   {"region", 4}, {"train", 5},  {"tools", 6},  {"tests", 7},
+    {"common", 0}, {"kernels", 1}, {"graph", 2},  {"data", 2},  {"detect", 3}, {"models", 3},
+    {"cache", 3},  {"zero3", 3},   {"region", 4}, {"train", 5}, {"tools", 6},  {"tests", 7},
 };
 #define N_FOLDERS (int)(sizeof folders / sizeof folders[0])
 #define TOOLS_LAYER 6 /* tools and tests are not on the library's include path */
@@ -41,7 +41,7 @@ typedef struct {
     char path[512]; /* relative to the root, e.g. "region/plan.h" */
     int folder;     /* index into folders */
     int n_inc;
-    int inc[64];    /* resolved includes: file indices */
+    int inc[64]; /* resolved includes: file indices */
 } src_file;
 
 typedef struct {
@@ -152,8 +152,8 @@ static int resolve(tree *t, int i, const char *name)
                  name);
         int x = find_file(t, cand);
         if (x >= 0 && found >= 0)
-            problem(t, "%s: \"%s\" is ambiguous: %s and %s", t->f[i].path, name,
-                    t->f[found].path, t->f[x].path);
+            problem(t, "%s: \"%s\" is ambiguous: %s and %s", t->f[i].path, name, t->f[found].path,
+                    t->f[x].path);
         if (x >= 0 && found < 0)
             found = x;
     }

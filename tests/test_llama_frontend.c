@@ -21,10 +21,7 @@
 #include "test_util.h"
 
 /* f->path is dir/model, the HF directory most tests build. */
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "llama", "model");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "llama", "model"); }
 
 static const char *path_in(regc_test_dir *f, const char *name)
 {
@@ -38,8 +35,12 @@ static const char *path_in(regc_test_dir *f, const char *name)
 static void write_config(regc_test_dir *f, const char *extra)
 {
     static const char *const keys[][2] = {
-        {"vocab_size", "64"},        {"hidden_size", "24"},         {"intermediate_size", "40"},
-        {"num_hidden_layers", "2"},  {"num_attention_heads", "6"},  {"num_key_value_heads", "2"},
+        {"vocab_size", "64"},
+        {"hidden_size", "24"},
+        {"intermediate_size", "40"},
+        {"num_hidden_layers", "2"},
+        {"num_attention_heads", "6"},
+        {"num_key_value_heads", "2"},
         {"max_position_embeddings", "16"},
     };
     regc_test_write_config(f->path, "\"model_type\": \"llama\", \"bos_token_id\": 1", keys,
@@ -271,7 +272,8 @@ static void test_config_errors(void **state)
                         REGC_ERR_FORMAT,
                         "hidden_size 24 is not divisible by num_attention_heads 5 (give "
                         "\"head_dim\" explicitly)");
-    expect_config_error(f, "\"head_dim\": 5", REGC_ERR_FORMAT, "key \"head_dim\" is 5, must be even");
+    expect_config_error(f, "\"head_dim\": 5", REGC_ERR_FORMAT,
+                        "key \"head_dim\" is 5, must be even");
     expect_config_error(f, "\"head_dim\": 0", REGC_ERR_FORMAT, "key \"head_dim\" is 0");
     expect_config_error(f, "\"max_position_embeddings\": 0", REGC_ERR_FORMAT,
                         "key \"max_position_embeddings\" is 0");
@@ -443,10 +445,10 @@ static void test_graph_tiny(void **state)
 
     /* Layer 0, op by op, in forward order; every later layer repeats it. */
     static const regc_op layer[16] = {
-        REGC_OP_RMSNORM, REGC_OP_MATMUL, REGC_OP_MATMUL, REGC_OP_MATMUL,
-        REGC_OP_ROPE,    REGC_OP_ROPE,   REGC_OP_ATTENTION, REGC_OP_MATMUL,
-        REGC_OP_ADD,     REGC_OP_RMSNORM, REGC_OP_MATMUL, REGC_OP_SILU,
-        REGC_OP_MATMUL,  REGC_OP_MUL,    REGC_OP_MATMUL, REGC_OP_ADD,
+        REGC_OP_RMSNORM, REGC_OP_MATMUL,  REGC_OP_MATMUL,    REGC_OP_MATMUL,
+        REGC_OP_ROPE,    REGC_OP_ROPE,    REGC_OP_ATTENTION, REGC_OP_MATMUL,
+        REGC_OP_ADD,     REGC_OP_RMSNORM, REGC_OP_MATMUL,    REGC_OP_SILU,
+        REGC_OP_MATMUL,  REGC_OP_MUL,     REGC_OP_MATMUL,    REGC_OP_ADD,
     };
     assert_int_equal(regc_graph_node(g, 0)->op, REGC_OP_EMBEDDING);
     for (int l = 0; l < 4; l++)
@@ -534,8 +536,8 @@ static void test_fill_inputs(void **state)
         if (x->role != REGC_ROLE_INPUT)
             continue;
         assert_true(n < 8);
-        in[n] = (regc_input){.tensor = x,
-                             .host = calloc((size_t)regc_tensor_numel(x), regc_dtype_size(x->dtype))};
+        in[n] = (regc_input){
+            .tensor = x, .host = calloc((size_t)regc_tensor_numel(x), regc_dtype_size(x->dtype))};
         assert_non_null(in[n].host);
         n++;
     }
@@ -567,8 +569,7 @@ static void test_fill_inputs(void **state)
             float c = cs[t * half + j], s = sn[t * half + j];
             if (fabs(c - cos(angle)) > tol || fabs(s - sin(angle)) > tol)
                 fail_msg("rotary table at t=%lld j=%lld: cos %.9g sin %.9g, expected %.9g %.9g",
-                         (long long)t, (long long)j, (double)c, (double)s, cos(angle),
-                         sin(angle));
+                         (long long)t, (long long)j, (double)c, (double)s, cos(angle), sin(angle));
         }
     }
     /* position 0 is the identity, and the lowest frequency of position 1
@@ -590,8 +591,10 @@ static void test_fill_inputs(void **state)
 static void test_graph_big_shape_only(void **state)
 {
     (void)state;
-    static const struct { const char *name; int layers; } big[] = {{"llama-8b", 32},
-                                                                   {"llama-70b", 80}};
+    static const struct {
+        const char *name;
+        int layers;
+    } big[] = {{"llama-8b", 32}, {"llama-70b", 80}};
     for (int i = 0; i < 2; i++) {
         double t0 = regc_time_ms();
         regc_model *m;
@@ -623,8 +626,7 @@ static void test_train_cli(void **state)
     regc_test_proc p;
     char *save = regc_test_join(f->dir, "trained");
     int rc = regc_test_run_regc(&p, "train", "--model", "llama-tiny", "--steps", "4", "--batch",
-                                "2", "--seq", "32", "--lr", "1e-3", "--json", "--save", save,
-                                NULL);
+                                "2", "--seq", "32", "--lr", "1e-3", "--json", "--save", save, NULL);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, p.err);
     assert_non_null(strstr(p.err, "llama llama-tiny"));

@@ -32,10 +32,7 @@ static int rnd(rng *r, int lo, int hi)
     return lo + (int)(regc_rng_at(r->seed, r->i++) % (uint64_t)(hi - lo + 1));
 }
 
-static int64_t align_up(int64_t x, int64_t a)
-{
-    return (x + a - 1) / a * a;
-}
+static int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 /* ---- independent checks ---------------------------------------------------- */
 
@@ -66,11 +63,12 @@ static int check_plan(int n, const regc_plan_buffer *b, int64_t align, const int
                 continue;
             if (b[i].last < b[j].first || b[j].last < b[i].first)
                 continue;
-            int64_t ei = off[i] + align_up(b[i].bytes, align), ej = off[j] + align_up(b[j].bytes, align);
+            int64_t ei = off[i] + align_up(b[i].bytes, align),
+                    ej = off[j] + align_up(b[j].bytes, align);
             if (off[i] < ej && off[j] < ei) {
                 if (!declared_pair(b, i, j))
-                    fail_msg("buffers %d [%d,%d] and %d [%d,%d] overlap in memory", i, b[i].first, b[i].last, j,
-                             b[j].first, b[j].last);
+                    fail_msg("buffers %d [%d,%d] and %d [%d,%d] overlap in memory", i, b[i].first,
+                             b[i].last, j, b[j].first, b[j].last);
                 shared++;
             }
         }
@@ -122,7 +120,8 @@ static void test_random_lifetimes(void **state)
         int n = rnd(&r, 1, NMAX), points = rnd(&r, 1, 80);
         int64_t align = aligns[rnd(&r, 0, 3)];
         for (int i = 0; i < n; i++) {
-            int f = rnd(&r, 0, points - 1), len = rnd(&r, 0, 3) == 0 ? rnd(&r, 0, points - 1) : rnd(&r, 0, 4);
+            int f = rnd(&r, 0, points - 1),
+                len = rnd(&r, 0, 3) == 0 ? rnd(&r, 0, points - 1) : rnd(&r, 0, 4);
             b[i].first = f;
             b[i].last = f + len < points ? f + len : points - 1;
             b[i].bytes = rnd(&r, 0, 9) == 0 ? 0 : rnd(&r, 1, 5000);
@@ -158,8 +157,8 @@ static void test_random_lifetimes(void **state)
         }
     }
     assert_true(inplace_total > 0);
-    printf("random lifetimes: peak / lower bound mean %.4f, worst %.4f over %d trials\n", sum_ratio / trials,
-           worst_ratio, trials);
+    printf("random lifetimes: peak / lower bound mean %.4f, worst %.4f over %d trials\n",
+           sum_ratio / trials, worst_ratio, trials);
 }
 
 /* Buffer i lives from i to i+1. The lower bound is the largest adjacent
@@ -314,7 +313,8 @@ static void test_bad_input(void **state)
  * the layer's saved activations die inside it. Sizes from a few shapes. */
 static int make_step(rng *r, int n_layers, int per_layer, regc_plan_buffer *b)
 {
-    const int64_t shapes[] = {768 * 1024 * 4, 4 * 768 * 1024 * 4, 12 * 1024 * 1024 * 4, 768 * 4, 1024 * 4};
+    const int64_t shapes[] = {768 * 1024 * 4, 4 * 768 * 1024 * 4, 12 * 1024 * 1024 * 4, 768 * 4,
+                              1024 * 4};
     int n = 0, p = 0;
     int *saved_start = malloc((size_t)n_layers * sizeof(int));
     for (int l = 0; l < n_layers; l++) {
@@ -347,10 +347,11 @@ static int make_step(rng *r, int n_layers, int per_layer, regc_plan_buffer *b)
 
 /* A program with those lifetimes: instruction t writes what is born at t
  * and reads what dies at t. */
-static void program_from_lifetimes(int n, const regc_plan_buffer *b, int n_instr, int *read_start, int *reads,
-                                   int *write_start, int *writes)
+static void program_from_lifetimes(int n, const regc_plan_buffer *b, int n_instr, int *read_start,
+                                   int *reads, int *write_start, int *writes)
 {
-    int *cnt_r = calloc((size_t)n_instr + 1, sizeof(int)), *cnt_w = calloc((size_t)n_instr + 1, sizeof(int));
+    int *cnt_r = calloc((size_t)n_instr + 1, sizeof(int)),
+        *cnt_w = calloc((size_t)n_instr + 1, sizeof(int));
     for (int i = 0; i < n; i++) {
         cnt_w[b[i].first]++;
         if (b[i].last > b[i].first)
@@ -391,12 +392,14 @@ static void test_whole_step_speed(void **state)
             best = t;
     }
     check_plan(n, b, 256, off, &res);
-    printf("whole step: %d buffers planned in %.2f ms, peak %lld, lower bound %lld, ratio %.4f, %d in place\n", n,
-           best, (long long)res.peak_bytes, (long long)res.lower_bound_bytes,
+    printf("whole step: %d buffers planned in %.2f ms, peak %lld, lower bound %lld, ratio %.4f, %d "
+           "in place\n",
+           n, best, (long long)res.peak_bytes, (long long)res.lower_bound_bytes,
            (double)res.peak_bytes / (double)res.lower_bound_bytes, res.n_inplace);
 
     int n_instr = max_last(n, b) + 1;
-    int *rs = malloc((size_t)(n_instr + 1) * sizeof(int)), *ws = malloc((size_t)(n_instr + 1) * sizeof(int));
+    int *rs = malloc((size_t)(n_instr + 1) * sizeof(int)),
+        *ws = malloc((size_t)(n_instr + 1) * sizeof(int));
     int *rd = malloc((size_t)n * sizeof(int)), *wr = malloc((size_t)n * sizeof(int));
     int *order = malloc((size_t)n_instr * sizeof(int));
     int64_t *bytes = malloc((size_t)n * sizeof(int64_t));
@@ -535,8 +538,8 @@ static int64_t peak_of(const program *p, const int *order)
 
 static int run_order(const program *p, int *order)
 {
-    return regc_plan_order(p->n_instr, p->read_start, p->reads, p->write_start, p->writes, p->n_buffers, p->bytes,
-                           order);
+    return regc_plan_order(p->n_instr, p->read_start, p->reads, p->write_start, p->writes,
+                           p->n_buffers, p->bytes, order);
 }
 
 static void test_order_random(void **state)

@@ -184,8 +184,8 @@ static void test_cli_profile(void **state)
 {
     (void)state;
     regc_test_proc p;
-    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch",
-                                "2", "--seq", "16", "--no-cache", "--profile", NULL);
+    int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "2", "--batch", "2",
+                                "--seq", "16", "--no-cache", "--profile", NULL);
     if (rc != 0)
         fprintf(stderr, "%s", p.err);
     assert_int_equal(rc, 0);

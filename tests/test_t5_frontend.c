@@ -16,16 +16,13 @@
 #include <cmocka.h>
 
 #include "regc_models.h"
-#include "test_reference.h"
 #include "test_model.h"
+#include "test_reference.h"
 #include "test_util.h"
 
 #define REF_PATH REGC_SOURCE_DIR "/tests/data/t5_reference.json"
 
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "t5", "model");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "t5", "model"); }
 
 static const char *path_in(regc_test_dir *f, const char *name)
 {
@@ -38,7 +35,7 @@ static const char *path_in(regc_test_dir *f, const char *name)
 static void write_config(regc_test_dir *f, const char *extra)
 {
     static const char *const keys[][2] = {
-        {"vocab_size", "64"}, {"d_model", "16"}, {"d_kv", "4"},
+        {"vocab_size", "64"}, {"d_model", "16"},   {"d_kv", "4"},
         {"d_ff", "24"},       {"num_layers", "2"}, {"num_heads", "3"},
     };
     regc_test_write_config(f->path, "\"model_type\": \"t5\", \"unknown_key\": [1, 2]", keys,
@@ -84,15 +81,19 @@ static void test_presets(void **state)
     assert_false(regc_model_has_weights(m));
     assert_null(regc_model_weights(m));
     assert_string_equal(regc_model_param_name(m, 0), "shared.weight");
-    assert_string_equal(regc_model_param_name(m, 1), "encoder.block.0.layer.0.SelfAttention.q.weight");
+    assert_string_equal(regc_model_param_name(m, 1),
+                        "encoder.block.0.layer.0.SelfAttention.q.weight");
     assert_string_equal(regc_model_param_name(m, 5),
                         "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
     assert_string_equal(regc_model_param_name(m, 6), "encoder.block.0.layer.0.layer_norm.weight");
     assert_string_equal(regc_model_param_name(m, 7),
                         "encoder.block.0.layer.1.DenseReluDense.wi.weight");
-    assert_string_equal(regc_model_param_name(m, 10), "encoder.block.1.layer.0.SelfAttention.q.weight");
+    assert_string_equal(regc_model_param_name(m, 10),
+                        "encoder.block.1.layer.0.SelfAttention.q.weight");
     assert_param(m, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 8);
-    assert_int_equal(regc_test_param_index(m, "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"), -1);
+    assert_int_equal(regc_test_param_index(
+                         m, "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"),
+                     -1);
     assert_param(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 8);
     assert_param(m, "decoder.block.5.layer.1.EncDecAttention.k.weight", 512, 512);
     assert_param(m, "decoder.block.5.layer.2.DenseReluDense.wo.weight", 512, 2048);
@@ -127,7 +128,10 @@ static void test_init_random(void **state)
     const float *w = regc_model_weights(m);
     /* HF's T5 init scales, drawn uniform: norms are 1, q has std
      * (d_model d_kv)^-1/2, wo has std d_ff^-1/2 */
-    struct { const char *name; double std; } t[] = {
+    struct {
+        const char *name;
+        double std;
+    } t[] = {
         {"shared.weight", 1.0},
         {"encoder.block.0.layer.0.SelfAttention.q.weight", 1.0 / sqrt(128.0 * 32.0)},
         {"encoder.block.1.layer.0.SelfAttention.k.weight", 1.0 / sqrt(128.0)},
@@ -181,8 +185,12 @@ static void test_config_defaults_and_keys(void **state)
     assert_param(m, "decoder.block.2.layer.2.DenseReluDense.wi_0.weight", 24, 16);
     assert_param(m, "decoder.block.2.layer.2.DenseReluDense.wi_1.weight", 24, 16);
     assert_param(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 8, 2);
-    assert_int_equal(regc_test_param_index(m, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"), -1);
-    assert_int_equal(regc_test_param_index(m, "decoder.block.0.layer.2.DenseReluDense.wi.weight"), -1);
+    assert_int_equal(
+        regc_test_param_index(
+            m, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"),
+        -1);
+    assert_int_equal(regc_test_param_index(m, "decoder.block.0.layer.2.DenseReluDense.wi.weight"),
+                     -1);
     assert_string_equal(regc_model_param_name(m, regc_model_n_params(m) - 1), "lm_head.weight");
     regc_model_free(m);
 
@@ -204,8 +212,8 @@ static void test_config_errors(void **state)
 {
     regc_test_dir *f = *state;
     write_config(f, NULL);
-    static const char *const required[] = {"vocab_size", "d_model", "d_kv", "d_ff",
-                                           "num_layers", "num_heads"};
+    static const char *const required[] = {"vocab_size", "d_model",    "d_kv",
+                                           "d_ff",       "num_layers", "num_heads"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         /* the small config with one required key left out */
         char text[512], want[96];
@@ -222,15 +230,17 @@ static void test_config_errors(void **state)
         regc_test_expect_error(path_in(f, "config.json"), want);
     }
     expect_config_error(f, "\"d_kv\": null", REGC_ERR_FORMAT, "key \"d_kv\" must be an integer");
-    expect_config_error(f, "\"feed_forward_proj\": \"gated-silu\"", REGC_ERR_UNSUPPORTED,
-                        "key \"feed_forward_proj\" is \"gated-silu\" (supported: relu, gated-gelu)");
+    expect_config_error(
+        f, "\"feed_forward_proj\": \"gated-silu\"", REGC_ERR_UNSUPPORTED,
+        "key \"feed_forward_proj\" is \"gated-silu\" (supported: relu, gated-gelu)");
     expect_config_error(f, "\"feed_forward_proj\": \"gelu\"", REGC_ERR_UNSUPPORTED,
                         "key \"feed_forward_proj\" is \"gelu\"");
     expect_config_error(f, "\"feed_forward_proj\": 1", REGC_ERR_FORMAT,
                         "key \"feed_forward_proj\" must be a string");
     expect_config_error(f, "\"is_encoder_decoder\": false", REGC_ERR_UNSUPPORTED,
                         "key \"is_encoder_decoder\" = false is not supported");
-    expect_config_error(f, "\"d_model\": 16.5", REGC_ERR_FORMAT, "key \"d_model\" must be an integer");
+    expect_config_error(f, "\"d_model\": 16.5", REGC_ERR_FORMAT,
+                        "key \"d_model\" must be an integer");
     expect_config_error(f, "\"num_heads\": 0", REGC_ERR_FORMAT, "key \"num_heads\" is 0");
     expect_config_error(f, "\"num_decoder_layers\": 0", REGC_ERR_FORMAT,
                         "key \"num_decoder_layers\" is 0");
@@ -309,8 +319,7 @@ static void test_buckets_match_pytorch(void **state)
     cJSON *ref = regc_test_load_json(REF_PATH);
     const cJSON *tables = regc_test_json_get(ref, "buckets"), *t;
     int checked = 0;
-    cJSON_ArrayForEach(t, tables)
-    {
+    cJSON_ArrayForEach (t, tables) {
         const int64_t nb = (int64_t)regc_test_json_number(t, "num_buckets");
         const int64_t md = (int64_t)regc_test_json_number(t, "max_distance");
         const int64_t n = (int64_t)regc_test_json_number(t, "n");

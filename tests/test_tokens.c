@@ -14,10 +14,7 @@
 #include "test_util.h"
 
 /* f->path is dir/tokens.bin, the file each test writes. */
-static int setup(void **state)
-{
-    return regc_test_dir_setup(state, "tokens", "tokens.bin");
-}
+static int setup(void **state) { return regc_test_dir_setup(state, "tokens", "tokens.bin"); }
 
 /* Opening path with `vocab` fails with `status` and no tokens, and the
  * error names the file and says `problem`. */
@@ -38,8 +35,8 @@ static void put_le32(unsigned char *p, int32_t value)
 
 /* A file with an arbitrary header and `n_body` tokens (i * 7 % 1000), for
  * the malformed cases regc_tokens_write cannot produce. */
-static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count, size_t n_body,
-                      size_t header_bytes)
+static void write_raw(const char *path, int32_t magic, int32_t version, int32_t count,
+                      size_t n_body, size_t header_bytes)
 {
     size_t size = header_bytes + n_body * 2;
     unsigned char *buf = calloc(1, size + 1024);

@@ -111,8 +111,7 @@ static int expect_param(const cJSON *params, const char *name, expected_param *e
 {
     int t = 0;
     const cJSON *p;
-    cJSON_ArrayForEach(p, params)
-    {
+    cJSON_ArrayForEach (p, params) {
         const cJSON *nm = cJSON_GetArrayItem(p, 0), *shape = cJSON_GetArrayItem(p, 1);
         if (!cJSON_IsString(nm) || !cJSON_IsArray(shape) ||
             cJSON_GetArraySize(shape) > REGC_MAX_DIMS) {
@@ -264,7 +263,8 @@ static void test_case(void **state)
         assert_string_equal(regc_model_param_name(s->reloaded, i), regc_model_param_name(s->m, i));
         int64_t numel = regc_model_param_numel(s->m, i);
         assert_int_equal(regc_model_param_numel(s->reloaded, i), numel);
-        if (memcmp(w + regc_model_param_offset(s->m, i), w2 + regc_model_param_offset(s->reloaded, i),
+        if (memcmp(w + regc_model_param_offset(s->m, i),
+                   w2 + regc_model_param_offset(s->reloaded, i),
                    (size_t)numel * sizeof(float)) != 0) {
             print_error("case %s: %s changed through save and load\n", name,
                         regc_model_param_name(s->m, i));
@@ -286,13 +286,13 @@ static void test_case(void **state)
     char *qtok = regc_test_shell_quote(tokens_path);
     assert_true(qbin && qdir && qtok);
     char cmd[4096];
-    int len = snprintf(cmd, sizeof cmd,
-                       "%s train --model %s --data %s --steps %lld --batch %lld --seq %lld "
-                       "--lr %.17g --weight-decay %.17g --json",
-                       qbin, qdir, qtok, (long long)steps, (long long)batch, (long long)seq, lr, wd);
+    int len =
+        snprintf(cmd, sizeof cmd,
+                 "%s train --model %s --data %s --steps %lld --batch %lld --seq %lld "
+                 "--lr %.17g --weight-decay %.17g --json",
+                 qbin, qdir, qtok, (long long)steps, (long long)batch, (long long)seq, lr, wd);
     const cJSON *arg;
-    cJSON_ArrayForEach(arg, extra)
-    {
+    cJSON_ArrayForEach (arg, extra) {
         assert_true(cJSON_IsString(arg));
         char *q = regc_test_shell_quote(arg->valuestring);
         assert_non_null(q);
@@ -335,7 +335,8 @@ static void test_case(void **state)
         cJSON_Delete(obj);
     }
     if (n_got != steps) {
-        print_error("case %s: regc reported %d steps, expected %lld\n", name, n_got, (long long)steps);
+        print_error("case %s: regc reported %d steps, expected %lld\n", name, n_got,
+                    (long long)steps);
         fail();
     }
     int bad = 0;
@@ -345,8 +346,8 @@ static void test_case(void **state)
         double ref = r->valuedouble;
         double rel = fabs(got[k] - ref) / fabs(ref);
         int ok = isfinite(got[k]) && rel <= LOSS_RTOL;
-        print_message("case %s step %d: regc %.9f  pytorch %.9f  rel %.1e%s\n", name, k, got[k], ref,
-                      rel, ok ? "" : "  <-- MISMATCH");
+        print_message("case %s step %d: regc %.9f  pytorch %.9f  rel %.1e%s\n", name, k, got[k],
+                      ref, rel, ok ? "" : "  <-- MISMATCH");
         bad += !ok;
     }
     if (bad) {
@@ -362,7 +363,8 @@ static int run_file(const char *path)
     current_file = path;
     char *text = regc_test_read_file(path, NULL);
     if (!text) {
-        fprintf(stderr, "%s: cannot read the reference (run the script in tools/reference)\n", path);
+        fprintf(stderr, "%s: cannot read the reference (run the script in tools/reference)\n",
+                path);
         return 1;
     }
     cJSON *reference = cJSON_Parse(text);

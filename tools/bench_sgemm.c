@@ -66,8 +66,18 @@ static void bench_run(regc_backend *be, const bench_shape *s, const float *a, co
                     lda, b, ldb, 0.0f, c, (int)s->n);
         return;
     }
-    regc_gemm g = {.trans_a = s->ta, .trans_b = s->tb, .m = s->m, .n = s->n, .k = s->k,
-                   .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = s->n, .alpha = 1.0f,
+    regc_gemm g = {.trans_a = s->ta,
+                   .trans_b = s->tb,
+                   .m = s->m,
+                   .n = s->n,
+                   .k = s->k,
+                   .a = a,
+                   .lda = lda,
+                   .b = b,
+                   .ldb = ldb,
+                   .c = c,
+                   .ldc = s->n,
+                   .alpha = 1.0f,
                    .epilogue = REGC_EPI_NONE};
     be->gemm(be, &g); /* the shape is valid by construction */
 }
@@ -153,8 +163,8 @@ int main(int argc, char **argv)
             return 1;
         }
         double flop = 2.0 * (double)s.m * (double)s.n * (double)s.k;
-        printf("sgemm m=%ld n=%ld k=%ld ta=%d tb=%d x%ld: %.3f ms  %.1f GFLOP/s\n", s.m, s.n,
-               s.k, s.ta, s.tb, s.count, best * 1e3, flop / best * 1e-9);
+        printf("sgemm m=%ld n=%ld k=%ld ta=%d tb=%d x%ld: %.3f ms  %.1f GFLOP/s\n", s.m, s.n, s.k,
+               s.ta, s.tb, s.count, best * 1e3, flop / best * 1e-9);
         total_flop += flop * (double)s.count;
         total_s += best * (double)s.count;
     }

@@ -26,8 +26,8 @@ int usage_error(const char *fmt, ...)
 }
 
 /* Integers in [min, max], read strictly (regc_text_to_i64). */
-int parse_int(const char *flag, const char *text, long long min, long long max,
-              const char *what, long long *out)
+int parse_int(const char *flag, const char *text, long long min, long long max, const char *what,
+              long long *out)
 {
     int64_t v;
     if (regc_text_to_i64(text, min, max, &v) == 0) {

@@ -16,8 +16,8 @@ extern const char *usage_cmd;
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Strict values: the whole text must be the number, in range; on failure
  * a usage error is printed and a non-zero value returned. */
-int parse_int(const char *flag, const char *text, long long min, long long max,
-              const char *what, long long *out);
+int parse_int(const char *flag, const char *text, long long min, long long max, const char *what,
+              long long *out);
 /* The flag name of argv[i] into flag and its value ("--flag=value" or
  * "--flag value"), or NULL when it has none. */
 const char *split_flag(int argc, char **argv, int i, char *flag, size_t cap);

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cli.h"
 #include "regc_cache.h"
@@ -49,8 +49,8 @@ static int cache_list(const char *dir, int verify)
         total += e[i].bytes;
         if (e[i].temporary) {
             temps++;
-            printf("%s  %9lld  %s  (temporary file of a writer)\n", e[i].file, (long long)e[i].bytes,
-                   when);
+            printf("%s  %9lld  %s  (temporary file of a writer)\n", e[i].file,
+                   (long long)e[i].bytes, when);
         } else if (e[i].problem[0]) {
             bad++;
             printf("%s  %9lld  %s  DAMAGED: %s\n", e[i].file, (long long)e[i].bytes, when,
@@ -127,4 +127,3 @@ int cmd_cache(int argc, char **argv)
     }
     return cache_list(dir, !strcmp(sub, "verify"));
 }
-

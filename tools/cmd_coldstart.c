@@ -17,47 +17,49 @@
 
 void print_coldstart_usage(FILE *f)
 {
-    fputs("usage: regc coldstart --model <hf-dir|graph.json|preset> [options]\n"
-          "\n"
-          "Measure the cold-start cost of a model at several depths: for each depth and for\n"
-          "full and regional compilation (level O1), compile the training step from scratch\n"
-          "(build the graph, detect layers, compile, inline back) --repeat times and report\n"
-          "the median of each phase. The third mode, regional+cache, fills a compile cache\n"
-          "once, then times --repeat warm starts, each from a freshly opened cache handle\n"
-          "with no state kept in the process: from the loaded model to the step program\n"
-          "ready (key, read, check, decode). Then, when the model fits in half the machine's memory\n"
-          "(16 bytes per parameter plus the activation plan plus the inputs), train --steps\n"
-          "steps on the built-in corpus and report the first step and the median of the rest.\n"
-          "Depths re-shape the model with the same widths (presets and Hugging Face configs;\n"
-          "a graph JSON file has a fixed depth and is refused).\n"
-          "\n"
-          "options:\n"
-          "  --model <dir|file|preset>  Hugging Face directory (only config.json is read) or a\n"
-          "                             built-in preset\n"
-          "  --layers <N,N,...>         depths to measure: distinct positive integers, comma\n"
-          "                             separated (default 12,24,48,96)\n"
-          "  --repeat <N>               compilations per depth and mode, >= 1 (default 5)\n"
-          "  --batch <B>                sequences per step, >= 1 (default 4)\n"
-          "  --seq <T>                  tokens per sequence, >= 1 (default 64)\n"
-          "  --steps <S>                training steps per depth and mode, >= 2 (default 3);\n"
-          "                             skipped (null) when the vocabulary is below 256 or the\n"
-          "                             model does not fit\n"
-          "  --threads <N>              CPU threads for training; 0 uses OMP_NUM_THREADS or all\n"
-          "                             cores (default 0)\n"
-          "  --json                     print one JSON object per depth and mode:\n"
-          "                             {\"model\", \"layers\", \"mode\" (full|regional|\n"
-          "                             regional+cache), \"cache_hits\", \"cache_misses\",\n"
-          "                             \"build_ms\", \"detect_ms\", \"compile_ms\", \"inline_ms\",\n"
-          "                             \"total_ms\", \"total_min_ms\", \"total_max_ms\",\n"
-          "                             \"first_step_ms\", \"step_ms\", \"peak_bytes\",\n"
-          "                             \"lower_bound_bytes\", \"region_kinds\", \"region_compiles\"}\n"
-          "                             (null where not measured)\n"
-          "  --cache-dir <DIR>          the regional+cache mode's cache directory (default: a\n"
-          "                             new temporary directory, removed afterwards)\n"
-          "  --svg <FILE>               also write an SVG chart of total compile time against\n"
-          "                             depth for every mode; replaced atomically\n"
-          "  -h, --help                 print this text\n",
-          f);
+    fputs(
+        "usage: regc coldstart --model <hf-dir|graph.json|preset> [options]\n"
+        "\n"
+        "Measure the cold-start cost of a model at several depths: for each depth and for\n"
+        "full and regional compilation (level O1), compile the training step from scratch\n"
+        "(build the graph, detect layers, compile, inline back) --repeat times and report\n"
+        "the median of each phase. The third mode, regional+cache, fills a compile cache\n"
+        "once, then times --repeat warm starts, each from a freshly opened cache handle\n"
+        "with no state kept in the process: from the loaded model to the step program\n"
+        "ready (key, read, check, decode). Then, when the model fits in half the machine's memory\n"
+        "(16 bytes per parameter plus the activation plan plus the inputs), train --steps\n"
+        "steps on the built-in corpus and report the first step and the median of the rest.\n"
+        "Depths re-shape the model with the same widths (presets and Hugging Face configs;\n"
+        "a graph JSON file has a fixed depth and is refused).\n"
+        "\n"
+        "options:\n"
+        "  --model <dir|file|preset>  Hugging Face directory (only config.json is read) or a\n"
+        "                             built-in preset\n"
+        "  --layers <N,N,...>         depths to measure: distinct positive integers, comma\n"
+        "                             separated (default 12,24,48,96)\n"
+        "  --repeat <N>               compilations per depth and mode, >= 1 (default 5)\n"
+        "  --batch <B>                sequences per step, >= 1 (default 4)\n"
+        "  --seq <T>                  tokens per sequence, >= 1 (default 64)\n"
+        "  --steps <S>                training steps per depth and mode, >= 2 (default 3);\n"
+        "                             skipped (null) when the vocabulary is below 256 or the\n"
+        "                             model does not fit\n"
+        "  --threads <N>              CPU threads for training; 0 uses OMP_NUM_THREADS or all\n"
+        "                             cores (default 0)\n"
+        "  --json                     print one JSON object per depth and mode:\n"
+        "                             {\"model\", \"layers\", \"mode\" (full|regional|\n"
+        "                             regional+cache), \"cache_hits\", \"cache_misses\",\n"
+        "                             \"build_ms\", \"detect_ms\", \"compile_ms\", \"inline_ms\",\n"
+        "                             \"total_ms\", \"total_min_ms\", \"total_max_ms\",\n"
+        "                             \"first_step_ms\", \"step_ms\", \"peak_bytes\",\n"
+        "                             \"lower_bound_bytes\", \"region_kinds\", "
+        "\"region_compiles\"}\n"
+        "                             (null where not measured)\n"
+        "  --cache-dir <DIR>          the regional+cache mode's cache directory (default: a\n"
+        "                             new temporary directory, removed afterwards)\n"
+        "  --svg <FILE>               also write an SVG chart of total compile time against\n"
+        "                             depth for every mode; replaced atomically\n"
+        "  -h, --help                 print this text\n",
+        f);
 }
 
 #define COLD_MAX_LAYERS 64
@@ -68,7 +70,7 @@ static const char *const cold_mode_name[COLD_MODES] = {"full", "regional", "regi
 
 typedef struct {
     int64_t layers;
-    int mode;                 /* COLD_* */
+    int mode;                     /* COLD_* */
     int cache_hits, cache_misses; /* of the last timed compile */
     double build_ms, detect_ms, compile_ms, inline_ms, total_ms, total_min, total_max;
     double first_step_ms, step_ms; /* NAN: not measured */
@@ -91,8 +93,7 @@ static int parse_layer_list(const char *flag, const char *text, cold_args *a)
     a->n_layers = 0;
     const char *p = text;
     if (*p == '\0')
-        return usage_error("%s: expected a comma-separated list of layer counts, got \"\"",
-                           flag);
+        return usage_error("%s: expected a comma-separated list of layer counts, got \"\"", flag);
     for (;;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -108,8 +109,7 @@ static int parse_layer_list(const char *flag, const char *text, cold_args *a)
             return EXIT_USAGE;
         for (int i = 0; i < a->n_layers; i++)
             if (a->layers[i] == v)
-                return usage_error("%s: layer count %lld appears twice in \"%s\"", flag, v,
-                                   text);
+                return usage_error("%s: layer count %lld appears twice in \"%s\"", flag, v, text);
         if (a->n_layers == COLD_MAX_LAYERS)
             return usage_error("%s: at most %d layer counts, got more in \"%s\"", flag,
                                COLD_MAX_LAYERS, text);
@@ -139,9 +139,9 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
                                arg);
         char flag[64];
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
-        static const char *const valued[] = {"--model", "--layers", "--repeat", "--batch",
-                                             "--seq",   "--steps",  "--threads", "--svg", "--cache-dir",
-                                             NULL};
+        static const char *const valued[] = {"--model",     "--layers", "--repeat",  "--batch",
+                                             "--seq",       "--steps",  "--threads", "--svg",
+                                             "--cache-dir", NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
             if (!strcmp(flag, *k))
@@ -352,16 +352,16 @@ static int cold_print_json(const char *model, const cold_row *r)
     cJSON_Delete(name);
     if (!quoted)
         return regc_error(REGC_ERR_MEMORY, "out of memory writing JSON");
-    int n = printf("{\"model\": %s, \"layers\": %lld, \"mode\": \"%s\", \"build_ms\": %s, "
-                   "\"detect_ms\": %s, \"compile_ms\": %s, \"inline_ms\": %s, \"total_ms\": %s, "
-                   "\"total_min_ms\": %s, \"total_max_ms\": %s, \"first_step_ms\": %s, "
-                   "\"step_ms\": %s, \"peak_bytes\": %lld, \"lower_bound_bytes\": %lld, "
-                   "\"region_kinds\": %d, \"region_compiles\": %d, \"cache_hits\": %d, "
-                   "\"cache_misses\": %d}\n",
-                   quoted, (long long)r->layers, cold_mode_name[r->mode], b[0], b[1], b[2], b[3],
-                   b[4], b[5], b[6], fs, sm, (long long)r->peak_bytes,
-                   (long long)r->lower_bound_bytes, r->region_kinds, r->region_compiles,
-                   r->cache_hits, r->cache_misses);
+    int n =
+        printf("{\"model\": %s, \"layers\": %lld, \"mode\": \"%s\", \"build_ms\": %s, "
+               "\"detect_ms\": %s, \"compile_ms\": %s, \"inline_ms\": %s, \"total_ms\": %s, "
+               "\"total_min_ms\": %s, \"total_max_ms\": %s, \"first_step_ms\": %s, "
+               "\"step_ms\": %s, \"peak_bytes\": %lld, \"lower_bound_bytes\": %lld, "
+               "\"region_kinds\": %d, \"region_compiles\": %d, \"cache_hits\": %d, "
+               "\"cache_misses\": %d}\n",
+               quoted, (long long)r->layers, cold_mode_name[r->mode], b[0], b[1], b[2], b[3], b[4],
+               b[5], b[6], fs, sm, (long long)r->peak_bytes, (long long)r->lower_bound_bytes,
+               r->region_kinds, r->region_compiles, r->cache_hits, r->cache_misses);
     free(quoted);
     if (n < 0 || fflush(stdout) != 0)
         return regc_error(REGC_ERR_IO, "writing to standard output failed");
@@ -371,8 +371,8 @@ static int cold_print_json(const char *model, const cold_row *r)
 static void cold_print_header(void)
 {
     printf("%-12s %6s %-14s %9s %10s %9s %10s %21s %8s %10s %9s %9s %9s\n", "model", "layers",
-           "mode", "detect_ms", "compile_ms", "inline_ms", "total_ms", "total min..max",
-           "compiles", "first_step", "step_ms", "peak_MiB", "bound_MiB");
+           "mode", "detect_ms", "compile_ms", "inline_ms", "total_ms", "total min..max", "compiles",
+           "first_step", "step_ms", "peak_MiB", "bound_MiB");
 }
 
 static int cold_print_row(const char *model, const cold_row *r)
@@ -399,8 +399,7 @@ static double nice_step(double span)
 
 /* The chart as one self-contained SVG document (malloc'd). Rows alternate
  * full, regional, regional+cache per depth. */
-static int cold_svg(const char *model, const cold_row *rows, int n_rows, char **out,
-                    size_t *len)
+static int cold_svg(const char *model, const cold_row *rows, int n_rows, char **out, size_t *len)
 {
     const double W = 640, H = 400, L = 70, R = 150, T = 40, B = 50;
     double xmax = 0, ymax = 0;
@@ -503,8 +502,8 @@ static int cold_svg(const char *model, const cold_row *rows, int n_rows, char **
 int cmd_coldstart(int argc, char **argv)
 {
     usage_cmd = "regc coldstart";
-    cold_args a = {.layers = {12, 24, 48, 96}, .n_layers = 4, .repeat = 5, .batch = 4,
-                   .seq = 64, .steps = 3};
+    cold_args a = {
+        .layers = {12, 24, 48, 96}, .n_layers = 4, .repeat = 5, .batch = 4, .seq = 64, .steps = 3};
     int code = parse_coldstart_args(argc, argv, &a);
     if (code >= 0)
         return code;
@@ -518,7 +517,8 @@ int cmd_coldstart(int argc, char **argv)
     const char *cache_dir = a.cache_dir;
     if (rc == REGC_OK && !cache_dir) {
         const char *tmp = getenv("TMPDIR");
-        snprintf(temp_dir, sizeof temp_dir, "%s/regc-coldstart-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        snprintf(temp_dir, sizeof temp_dir, "%s/regc-coldstart-XXXXXX",
+                 tmp && tmp[0] ? tmp : "/tmp");
         if (!mkdtemp(temp_dir)) {
             rc = regc_error(REGC_ERR_IO, "%s: cannot create a temporary directory: %s", temp_dir,
                             strerror(errno));
@@ -572,4 +572,3 @@ int cmd_coldstart(int argc, char **argv)
         rmdir(temp_dir);
     return exit_code(rc);
 }
-

@@ -11,8 +11,8 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "regc_models.h"
 #include "regc_detect.h"
+#include "regc_models.h"
 
 /* ---- regc dump-graph ---------------------------------------------------- */
 
@@ -272,8 +272,8 @@ static int print_detect_json(const regc_blocks *b, double ms)
         ok = ok && cJSON_AddNumberToObject(e, "kind", k);
         ok = ok && cJSON_AddNumberToObject(e, "instances", r->n_instances);
         ok = ok && cJSON_AddNumberToObject(e, "nodes", r->n_nodes);
-        ok = ok && cJSON_AddNumberToObject(e, "params_per_instance",
-                                           (double)r->params_per_instance);
+        ok =
+            ok && cJSON_AddNumberToObject(e, "params_per_instance", (double)r->params_per_instance);
     }
     ok = ok && cJSON_AddNumberToObject(o, "coverage", regc_blocks_coverage(b));
     ok = ok && cJSON_AddNumberToObject(o, "ms", ms);
@@ -326,4 +326,3 @@ int cmd_detect(int argc, char **argv)
     regc_graph_free(g);
     return exit_code(rc);
 }
-

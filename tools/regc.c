@@ -73,7 +73,8 @@ int main(int argc, char **argv)
             return 0;
         }
         fprintf(stderr,
-                "regc help: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, cache, version)\n",
+                "regc help: unknown command \"%s\" (commands: train, dump-graph, detect, "
+                "coldstart, cache, version)\n",
                 argv[2]);
         return EXIT_USAGE;
     }
@@ -92,7 +93,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "cache"))
         return cmd_cache(argc - 2, argv + 2);
     fprintf(stderr,
-            "regc: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, cache, version; see regc "
+            "regc: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, cache, "
+            "version; see regc "
             "--help)\n",
             cmd);
     return EXIT_USAGE;

@@ -4,9 +4,10 @@
 #   tools/setup.sh build        install missing packages, Release build in build/
 #   tools/setup.sh run [ARGS]   build, then `regc train ARGS`
 #                               (default ARGS: --model gpt2-tiny --steps 20)
-#   tools/setup.sh test         build, ctest (everything but the gpu label), the same
-#                               built without -march=native in build-portable, then
-#                               the ASan/UBSan build in build-sanitize and its ctest
+#   tools/setup.sh test         check the formatting, build, ctest (everything but the
+#                               gpu label), the same built without -march=native in
+#                               build-portable, then the ASan/UBSan build in
+#                               build-sanitize and its ctest
 #
 # Works unattended on a fresh Debian/Ubuntu machine (as root, or with sudo).
 # The CUDA backend is built when a CUDA toolkit is found; nothing here needs a GPU.
@@ -16,7 +17,7 @@ SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]
 cd "$(dirname "$SELF")/.."
 
 PACKAGES=(cmake gcc make pkg-config libcjson-dev zlib1g-dev libxxhash-dev libcmocka-dev
-          libopenblas-dev libopenblas-openmp-dev)
+          libopenblas-dev libopenblas-openmp-dev clang-format)
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -70,6 +71,9 @@ cmd_run() {
 }
 
 cmd_test() {
+    install_missing
+    log "tools/check_format.sh"
+    bash tools/check_format.sh
     cmd_build
     log "ctest --preset default"
     ctest --preset default
@@ -85,7 +89,7 @@ cmd_test() {
 }
 
 usage() {
-    sed -n '2,11p' "$SELF" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$SELF" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in

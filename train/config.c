@@ -20,7 +20,7 @@
 #include "regc_common.h"
 
 struct regc_config {
-    regc_train_settings s; /* the file's values; its strings are owned here */
+    regc_train_settings s;     /* the file's values; its strings are owned here */
     char set[REGC_OPTION_MAX]; /* set[k]: the file gives regc_option_table[k] */
 };
 
@@ -183,8 +183,7 @@ static int read_value(const load_ctx *x, const regc_option *o, const char *key, 
 static int read_section(const load_ctx *x, const char *section, const cJSON *obj)
 {
     const cJSON *it;
-    cJSON_ArrayForEach(it, obj)
-    {
+    cJSON_ArrayForEach (it, obj) {
         char key[128];
         key_path(key, sizeof key, section, it);
         int rc = check_duplicate(x, obj, it, key);
@@ -211,8 +210,7 @@ static int read_root(const load_ctx *x, const cJSON *root)
                           x->file, got);
     }
     const cJSON *it;
-    cJSON_ArrayForEach(it, root)
-    {
+    cJSON_ArrayForEach (it, root) {
         char key[128];
         key_path(key, sizeof key, NULL, it);
         int rc = check_duplicate(x, root, it, key);

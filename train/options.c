@@ -46,8 +46,7 @@ const regc_option regc_option_table[] = {
      "AdamW learning rate, > 0"},
     {"train", "weight_decay", "--weight-decay", OPT_FLOAT, "<WD>", 0, 0, 0, NULL,
      FIELD(train.weight_decay), OPT_SHOW_DEFAULT, "AdamW decoupled weight decay, >= 0"},
-    {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed),
-     OPT_SHOW_DEFAULT,
+    {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed), OPT_SHOW_DEFAULT,
      "seed of the random init of presets and of the masked positions of masked-LM (BERT) "
      "training"},
     {"train", "threads", "--threads", OPT_INT, "<N>", 0, 4096, 0, NULL, FIELD(train.threads),
@@ -142,8 +141,9 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
             snprintf(buf, cap, "an integer from %.0f to %.0f", o->min, o->max);
         break;
     case OPT_SEED:
-        snprintf(buf, cap, in_file ? "an integer from 0 to 2^53 - 1 (9007199254740991)"
-                                   : "a non-negative integer below 2^64");
+        snprintf(buf, cap,
+                 in_file ? "an integer from 0 to 2^53 - 1 (9007199254740991)"
+                         : "a non-negative integer below 2^64");
         break;
     case OPT_FLOAT:
         if (in_file)
@@ -152,9 +152,7 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
             snprintf(buf, cap, o->min > 0 ? "a positive number" : "a non-negative number");
         break;
     case OPT_FLAG:
-    case OPT_SWITCH:
-        snprintf(buf, cap, in_file ? "true or false" : "on or off");
-        break;
+    case OPT_SWITCH: snprintf(buf, cap, in_file ? "true or false" : "on or off"); break;
     case OPT_CHOICE: {
         /* "O0, O1 or O2"; quoted in the file, where they are JSON strings */
         size_t n = 0;
@@ -162,11 +160,15 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
         buf[0] = '\0';
         for (int i = 0; o->choices[i] && n < cap; i++)
             n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s",
-                                  i == 0 ? "" : o->choices[i + 1] ? ", " : " or ", q, o->choices[i], q);
+                                  i == 0              ? ""
+                                  : o->choices[i + 1] ? ", "
+                                                      : " or ",
+                                  q, o->choices[i], q);
         break;
     }
     case OPT_BACKEND:
-        snprintf(buf, cap, in_file ? "\"cpu\", \"cuda\", \"cuda:N\" or null" : "cpu, cuda or cuda:N");
+        snprintf(buf, cap,
+                 in_file ? "\"cpu\", \"cuda\", \"cuda:N\" or null" : "cpu, cuda or cuda:N");
         break;
     }
 }
@@ -222,8 +224,7 @@ int regc_option_set_text(const regc_option *o, regc_train_settings *s, const cha
         regc_option_store_int(o, s, v);
         return REGC_OK;
     }
-    case OPT_SEED:
-        return regc_text_to_u64(text, (uint64_t *)f) ? bad_value(o, text) : REGC_OK;
+    case OPT_SEED: return regc_text_to_u64(text, (uint64_t *)f) ? bad_value(o, text) : REGC_OK;
     case OPT_FLOAT: {
         int rc = regc_text_to_float(text, o->min > 0, (float *)f);
         if (rc == -2)
@@ -247,8 +248,7 @@ int regc_option_set_text(const regc_option *o, regc_train_settings *s, const cha
             return bad_value(o, text);
         *(const char **)f = text;
         return REGC_OK;
-    case OPT_FLAG:
-        break;
+    case OPT_FLAG: break;
     }
     return REGC_OK;
 }
@@ -294,7 +294,9 @@ static void default_text(const regc_option *o, const regc_train_settings *d, cha
     case OPT_SWITCH: snprintf(buf, cap, "%s", *(const int *)f ? "on" : "off"); break;
     case OPT_CHOICE: snprintf(buf, cap, "%s", o->choices[*(const int *)f]); break;
     case OPT_STRING:
-    case OPT_BACKEND: snprintf(buf, cap, "%s", *(const char *const *)f ? *(const char *const *)f : "none"); break;
+    case OPT_BACKEND:
+        snprintf(buf, cap, "%s", *(const char *const *)f ? *(const char *const *)f : "none");
+        break;
     case OPT_FLAG: snprintf(buf, cap, "off"); break;
     }
 }
@@ -302,7 +304,8 @@ static void default_text(const regc_option *o, const regc_train_settings *d, cha
 static void write_row(FILE *f, const regc_option *o, const regc_train_settings *d)
 {
     char head[128], help[1024];
-    snprintf(head, sizeof head, "  %s%s%s", o->flag, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+    snprintf(head, sizeof head, "  %s%s%s", o->flag, o->metavar ? " " : "",
+             o->metavar ? o->metavar : "");
     fputs(head, f);
     int col = (int)strlen(head);
     if (col + 1 > USAGE_COL) {

@@ -9,13 +9,13 @@
 #include "regc_train.h"
 
 typedef enum {
-    OPT_STRING, /* a non-empty path or name; null in the file leaves it unset */
-    OPT_INT,    /* an integer in [min, max], stored times `scale` */
-    OPT_SEED,   /* any uint64 on the command line; 0 .. 2^53 - 1 in the file */
-    OPT_FLOAT,  /* finite; > 0 when min > 0, else >= 0 */
-    OPT_FLAG,   /* no value on the command line; true or false in the file */
-    OPT_SWITCH, /* on or off on the command line; true or false in the file */
-    OPT_CHOICE, /* one of `choices`, stored as its index */
+    OPT_STRING,  /* a non-empty path or name; null in the file leaves it unset */
+    OPT_INT,     /* an integer in [min, max], stored times `scale` */
+    OPT_SEED,    /* any uint64 on the command line; 0 .. 2^53 - 1 in the file */
+    OPT_FLOAT,   /* finite; > 0 when min > 0, else >= 0 */
+    OPT_FLAG,    /* no value on the command line; true or false in the file */
+    OPT_SWITCH,  /* on or off on the command line; true or false in the file */
+    OPT_CHOICE,  /* one of `choices`, stored as its index */
     OPT_BACKEND, /* "cpu", "cuda" or "cuda:N" */
 } opt_type;
 
@@ -30,12 +30,12 @@ struct regc_option {
     const char *key;     /* the config file's key in section; NULL: a flag only */
     const char *flag;    /* "--batch"; NULL: a file key only */
     opt_type type;
-    const char *metavar; /* "<B>" */
-    double min, max;     /* OPT_INT; OPT_FLOAT reads min only */
-    int64_t scale;       /* OPT_INT: stored value = value * scale (0: 1) */
+    const char *metavar;        /* "<B>" */
+    double min, max;            /* OPT_INT; OPT_FLOAT reads min only */
+    int64_t scale;              /* OPT_INT: stored value = value * scale (0: 1) */
     const char *const *choices; /* OPT_CHOICE, NULL-terminated */
-    size_t offset, size; /* the field in regc_train_settings */
-    int flags;           /* OPT_SHOW_DEFAULT, ... */
+    size_t offset, size;        /* the field in regc_train_settings */
+    int flags;                  /* OPT_SHOW_DEFAULT, ... */
     const char *help;
 };
 

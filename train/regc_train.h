@@ -13,7 +13,7 @@
  * Training
  * ====================================================================== */
 typedef struct {
-    const char *data_path;   /* NULL: the built-in corpus */
+    const char *data_path; /* NULL: the built-in corpus */
     int64_t batch, seq;
     int steps;
     float lr, weight_decay;
@@ -35,9 +35,9 @@ typedef struct {
 void regc_train_options_default(regc_train_options *o);
 
 typedef struct {
-    int step;          /* from 0 */
-    float loss;        /* of this step's forward pass, before its update */
-    double ms;         /* wall time of the whole step */
+    int step;   /* from 0 */
+    float loss; /* of this step's forward pass, before its update */
+    double ms;  /* wall time of the whole step */
     double tokens_per_s;
 } regc_step_report;
 

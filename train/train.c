@@ -34,8 +34,8 @@ typedef struct {
     regc_cache *cache;             /* opened from cache_dir, or NULL */
     float *params, *grads, *m, *v; /* device, [total_numel] each */
     int n_inputs;
-    regc_input *inputs;   /* [n_inputs] the graph's inputs with host buffers */
-    void **d_inputs;      /* [n_inputs] their device copies */
+    regc_input *inputs; /* [n_inputs] the graph's inputs with host buffers */
+    void **d_inputs;    /* [n_inputs] their device copies */
 } trainer;
 
 static void trainer_free(trainer *t)
@@ -66,10 +66,11 @@ static int open_data(trainer *t, const regc_train_options *o)
     if (o->data_path)
         return regc_tokens_open(o->data_path, vocab, &t->tokens);
     if (vocab < 256)
-        return regc_error(REGC_ERR_ARG,
-                          "the built-in corpus is byte-level and needs vocab_size >= 256 (model has "
-                          "%lld); pass --data",
-                          (long long)vocab);
+        return regc_error(
+            REGC_ERR_ARG,
+            "the built-in corpus is byte-level and needs vocab_size >= 256 (model has "
+            "%lld); pass --data",
+            (long long)vocab);
     return regc_tokens_builtin(&t->tokens);
 }
 
@@ -152,7 +153,8 @@ static int train_step(trainer *t, const regc_train_options *o, int step, regc_pr
     /* constant inputs reached the device with the first batch */
     for (int i = 0; i < t->n_inputs; i++)
         if (step == 0 || !t->inputs[i].constant)
-            be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host, (size_t)regc_tensor_bytes(t->inputs[i].tensor));
+            be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host,
+                         (size_t)regc_tensor_bytes(t->inputs[i].tensor));
     if (pr && (rc = profile_since(be, pr, "inputs (batch to the device)", &t0)))
         return rc;
     regc_program_set_profile(t->program, pr);
@@ -174,9 +176,11 @@ static int train_step(trainer *t, const regc_train_options *o, int step, regc_pr
 static int check_options(const regc_train_options *o)
 {
     if (o->batch < 1)
-        return regc_error(REGC_ERR_ARG, "batch size must be at least 1 (got %lld)", (long long)o->batch);
+        return regc_error(REGC_ERR_ARG, "batch size must be at least 1 (got %lld)",
+                          (long long)o->batch);
     if (o->seq < 1)
-        return regc_error(REGC_ERR_ARG, "sequence length must be at least 1 (got %lld)", (long long)o->seq);
+        return regc_error(REGC_ERR_ARG, "sequence length must be at least 1 (got %lld)",
+                          (long long)o->seq);
     if (o->steps < 1)
         return regc_error(REGC_ERR_ARG, "steps must be at least 1 (got %d)", o->steps);
     if (!(o->lr >= 0.0f) || !(o->weight_decay >= 0.0f))
@@ -204,7 +208,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     regc_compile_options co = o->compile;
     regc_compile_stats st;
     co.device = t.be->device;
-    if (o->cache_dir && !co.cache && (rc = regc_cache_open(o->cache_dir, o->cache_max_bytes, NULL, &t.cache))) {
+    if (o->cache_dir && !co.cache &&
+        (rc = regc_cache_open(o->cache_dir, o->cache_max_bytes, NULL, &t.cache))) {
         trainer_free(&t);
         return rc;
     }

@@ -33,9 +33,8 @@ static inline float cpu_adamw_one(float *restrict m, float *restrict v, float p,
  * out cpu_adamw_one with vsqrtps, which gives sqrtf's bits, and
  * -ffp-contract=off keeps every multiply and add separate, so both paths
  * give the same results. */
-static void cpu_adamw_span(float *restrict param, const float *restrict grad,
-                           float *restrict m, float *restrict v, int64_t n,
-                           const cpu_adamw_coef *cf) /* all [n] */
+static void cpu_adamw_span(float *restrict param, const float *restrict grad, float *restrict m,
+                           float *restrict v, int64_t n, const cpu_adamw_coef *cf) /* all [n] */
 {
     int64_t i = 0;
 #if defined(__AVX__)
@@ -45,8 +44,8 @@ static void cpu_adamw_span(float *restrict param, const float *restrict grad,
     const __m256 decay = _mm256_set1_ps(cf->decay), nss = _mm256_set1_ps(cf->neg_step_size);
     for (; i + 8 <= n; i += 8) {
         const __m256 g = _mm256_loadu_ps(grad + i);
-        const __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), beta1),
-                                        _mm256_mul_ps(omb1, g));
+        const __m256 mi =
+            _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), beta1), _mm256_mul_ps(omb1, g));
         const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), beta2),
                                         _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2_sqrt), eps);
@@ -66,8 +65,8 @@ void regc_cpu_adamw_step(regc_backend *be, float *param, const float *grad, floa
                          float weight_decay, int step)
 {
     if (step < 1) {
-        regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
-            "adamw: step %d (steps count from 1)", step));
+        regc_cpu_set_failure(be,
+                             regc_error(REGC_ERR_ARG, "adamw: step %d (steps count from 1)", step));
         return;
     }
     /* PyTorch forms these scalars in double (Python floats) and the CPU
@@ -85,8 +84,8 @@ void regc_cpu_adamw_step(regc_backend *be, float *param, const float *grad, floa
         .eps = eps,
     };
     const int64_t n_spans = (n + CPU_ADAMW_SPAN - 1) / CPU_ADAMW_SPAN;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+    schedule(static)
     for (int64_t sp = 0; sp < n_spans; sp++) {
         const int64_t i0 = sp * CPU_ADAMW_SPAN;
         const int64_t len = n - i0 < CPU_ADAMW_SPAN ? n - i0 : CPU_ADAMW_SPAN;

@@ -33,9 +33,11 @@ static int cpu_check_attention(regc_backend *be, const regc_attn_shape *s, const
     if (s->batch < 0 || s->tq < 0 || s->tk < 0 || s->n_head <= 0 || s->n_kv_head <= 0 ||
         s->head_dim <= 0 || s->n_head % s->n_kv_head != 0 || (s->causal && s->tq != s->tk)) {
         regc_cpu_set_failure(be, regc_error(REGC_ERR_SHAPE,
-            "%s: bad shape batch=%lld tq=%lld tk=%lld heads=%d kv_heads=%d head_dim=%d causal=%d",
-            what, (long long)s->batch, (long long)s->tq, (long long)s->tk, s->n_head,
-            s->n_kv_head, s->head_dim, s->causal));
+                                            "%s: bad shape batch=%lld tq=%lld tk=%lld heads=%d "
+                                            "kv_heads=%d head_dim=%d causal=%d",
+                                            what, (long long)s->batch, (long long)s->tq,
+                                            (long long)s->tk, s->n_head, s->n_kv_head, s->head_dim,
+                                            s->causal));
         return 0;
     }
     return 1;
@@ -43,10 +45,7 @@ static int cpu_check_attention(regc_backend *be, const regc_attn_shape *s, const
 
 /* Per-thread scratch stride in floats, padded to a cache line so threads
  * never share one. */
-static size_t cpu_thread_stride(int64_t floats)
-{
-    return (size_t)((floats + 15) / 16 * 16);
-}
+static size_t cpu_thread_stride(int64_t floats) { return (size_t)((floats + 15) / 16 * 16); }
 
 /* Columns (keys, or elements of head_dim) per block of a row-times-matrix
  * product: one block's partial sums stay in registers (eight AVX2 vectors)
@@ -78,8 +77,8 @@ static void cpu_attn_transpose_head(float *restrict xt, const float *restrict x,
  * a time, so it vectorises across keys and its bits never depend on the
  * thread count. s has room for n_keys rounded up to a block. */
 REGC_CPU_WIDE_VECTORS static void cpu_attn_row_scores(float *restrict s, const float *restrict a,
-                                                     const float *restrict xt, int64_t ld, int D,
-                                                     int64_t n_keys, float scale)
+                                                      const float *restrict xt, int64_t ld, int D,
+                                                      int64_t n_keys, float scale)
 {
     for (int64_t j0 = 0; j0 < n_keys; j0 += CPU_ATTN_BLOCK) {
         float acc[CPU_ATTN_BLOCK] = {0};
@@ -98,8 +97,8 @@ REGC_CPU_WIDE_VECTORS static void cpu_attn_row_scores(float *restrict s, const f
  * apart), summed in row order a block of d at a time: one row of P V, dS K,
  * dS^T Q or P^T dO. */
 REGC_CPU_WIDE_VECTORS static void cpu_attn_row_combine(float *restrict y, const float *restrict a,
-                                                      int64_t n_rows, const float *restrict x,
-                                                      int64_t ld_x, int D)
+                                                       int64_t n_rows, const float *restrict x,
+                                                       int64_t ld_x, int D)
 {
     int d0 = 0;
     for (; d0 + CPU_ATTN_BLOCK <= D; d0 += CPU_ATTN_BLOCK) {
@@ -146,8 +145,8 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
 #pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN)
     {
         float *kt = scratch + (size_t)omp_get_thread_num() * stride; /* [D, ld] */
-        float *p = kt + (int64_t)D * ld;                              /* [ld] */
-        float *acc = p + ld;                                          /* [D] */
+        float *p = kt + (int64_t)D * ld;                             /* [ld] */
+        float *acc = p + ld;                                         /* [D] */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int64_t b = task / H;
@@ -199,8 +198,8 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
  * the whole batch would be the T x T per batch row this file avoids.
  * kt, vt: every (batch, kv head)'s keys and values transposed, [batch *
  * n_kv_head, D, ld]; p, dp: one row of [ld] per thread. */
-static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dout,
-                                const float *q, const float *out, const float *bias, const float *lse,
+static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dout, const float *q,
+                                const float *out, const float *bias, const float *lse,
                                 const float *kt, const float *vt, float *rows, size_t row_stride,
                                 const regc_attn_shape *s)
 {
@@ -209,11 +208,11 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
     const int64_t q_ld = (int64_t)H * D, head_size = (int64_t)D * ld;
     const int64_t n_tasks = (int64_t)H * tq;
 
-#pragma omp parallel num_threads(regc_cpu_threads(be)) \
-    if (s->batch * n_tasks * tk * D >= REGC_CPU_PAR_MIN)
+#pragma omp parallel num_threads(regc_cpu_threads(be)) if (s->batch * n_tasks * tk * D >=          \
+                                                           REGC_CPU_PAR_MIN)
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
-        float *dp = p + ld;                                           /* [ld] */
+        float *dp = p + ld;                                          /* [ld] */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int h = (int)(task / tq), g = h / rep;
@@ -225,8 +224,8 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
             for (int64_t b = 0; b < s->batch; b++) {
                 const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
                 const float *qi = q + row, *oi = out + row, *doi = dout + row; /* [D] each */
-                const float *kth = kt + (b * s->n_kv_head + g) * head_size; /* [D, ld] */
-                const float *vth = vt + (b * s->n_kv_head + g) * head_size; /* [D, ld] */
+                const float *kth = kt + (b * s->n_kv_head + g) * head_size;    /* [D, ld] */
+                const float *vth = vt + (b * s->n_kv_head + g) * head_size;    /* [D, ld] */
                 const float lse_i = lse[(b * H + h) * tq + i];
                 const float delta = cpu_dot(doi, oi, D);
                 cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, s->scale);
@@ -246,8 +245,9 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
     if (!cpu_check_attention(be, s, "attention_bwd"))
         return;
     if (dbias && !bias) {
-        regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
-            "attention_bwd: a bias gradient was asked for without the bias"));
+        regc_cpu_set_failure(
+            be, regc_error(REGC_ERR_ARG,
+                           "attention_bwd: a bias gradient was asked for without the bias"));
         return;
     }
     const int threads = regc_cpu_threads(be);
@@ -275,9 +275,9 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
 #pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN)
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
-        float *dp = p + ld;                                           /* [ld] */
-        float *pt = dp + ld;                                          /* [tk, tq] */
-        float *dst = pt + tk * tq;                                    /* [tk, tq] */
+        float *dp = p + ld;                                          /* [ld] */
+        float *pt = dp + ld;                                         /* [tk, tq] */
+        float *dst = pt + tk * tq;                                   /* [tk, tq] */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int64_t b = task / Hkv;
@@ -299,7 +299,7 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                 const float *qh = q + b * tq * q_ld + (int64_t)h * D;
                 const float *doh = dout + b * tq * q_ld + (int64_t)h * D;
                 for (int64_t i = 0; i < tq; i++) {
-                    const float *qi = qh + i * q_ld, *doi = doh + i * q_ld; /* [D] each */
+                    const float *qi = qh + i * q_ld, *doi = doh + i * q_ld;       /* [D] each */
                     const float *oi = out + (b * tq + i) * q_ld + (int64_t)h * D; /* [D] */
                     float *dqi = dq + (b * tq + i) * q_ld + (int64_t)h * D;       /* [D] */
                     const int64_t n_keys = s->causal ? i + 1 : tk;

@@ -29,8 +29,9 @@ void *regc_cpu_get_scratch(regc_backend *be, size_t bytes)
     size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
     void *p = rounded >= bytes ? aligned_alloc(CPU_ALIGN, rounded) : NULL;
     if (!p) {
-        regc_cpu_set_failure(be, regc_error(REGC_ERR_MEMORY,
-            "cpu backend: cannot allocate %zu bytes of kernel scratch", bytes));
+        regc_cpu_set_failure(
+            be, regc_error(REGC_ERR_MEMORY,
+                           "cpu backend: cannot allocate %zu bytes of kernel scratch", bytes));
         return NULL;
     }
     free(ctx->scratch);

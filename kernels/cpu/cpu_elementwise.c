@@ -32,8 +32,8 @@ void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, 
 void regc_cpu_fill_floats(regc_backend *be, float *dst, size_t n, float value)
 {
     const int64_t count = (int64_t)n;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (count >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (count >= REGC_CPU_PAR_MIN)          \
+    schedule(static)
     for (int64_t i = 0; i < count; i++)
         dst[i] = value;
 }
@@ -43,17 +43,17 @@ void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const floa
 {
     if (rows <= 0 || cols <= 0)
         return;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++)
         memmove(dst + r * ld_dst, src + r * ld_src, (size_t)cols * sizeof(float));
 }
 
-void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids,
-                            const float *table, int64_t rows, int64_t cols)
+void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids, const float *table,
+                            int64_t rows, int64_t cols)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++)
         memcpy(out + r * cols, table + (int64_t)ids[r] * cols, (size_t)cols * sizeof(float));
 }
@@ -69,22 +69,24 @@ static int compare_keys(const void *a, const void *b)
  * an accumulating one then get the same bits as filling a fresh table and
  * adding it to the old contents. An untouched row keeps its value, where
  * fresh + add would give old + 0: the same except that -0.0 becomes +0.0. */
-void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
-                            const float *dout, int64_t rows, int64_t cols, int64_t vocab,
-                            int accumulate)
+void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids, const float *dout,
+                            int64_t rows, int64_t cols, int64_t vocab, int accumulate)
 {
     const int threads = regc_cpu_threads(be);
     for (int64_t r = 0; r < rows; r++) {
         if (ids[r] < 0 || ids[r] >= vocab) {
-            regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
-                "embedding_bwd: id %d at row %lld is outside the vocabulary of %lld",
-                (int)ids[r], (long long)r, (long long)vocab));
+            regc_cpu_set_failure(
+                be, regc_error(REGC_ERR_ARG,
+                               "embedding_bwd: id %d at row %lld is outside the vocabulary of %lld",
+                               (int)ids[r], (long long)r, (long long)vocab));
             return;
         }
     }
     if (rows > (int64_t)UINT32_MAX) {
-        regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
-            "embedding_bwd: %lld rows exceed the 2^32 the grouping indexes", (long long)rows));
+        regc_cpu_set_failure(
+            be, regc_error(REGC_ERR_ARG,
+                           "embedding_bwd: %lld rows exceed the 2^32 the grouping indexes",
+                           (long long)rows));
         return;
     }
     /* (id, row) keys sorted: the rows of one id are adjacent and in row
@@ -120,19 +122,19 @@ void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
 
 void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         out[i] = regc_cpu_addf(a[i], b[i]);
 }
 
-void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b,
-                       int64_t rows, int64_t cols)
+void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b, int64_t rows,
+                       int64_t cols)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        float *o = out + r * cols;     /* [cols] */
+        float *o = out + r * cols;      /* [cols] */
         const float *xr = x + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
             o[c] = regc_cpu_addf(xr[c], b[c]);
@@ -146,81 +148,80 @@ void regc_cpu_sum_rows(regc_backend *be, float *out, const float *x, int64_t row
 
 void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_gelu(x[i]);
 }
 
 void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_gelu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         out[i] = regc_cpu_mulf(a[i], b[i]);
 }
 
 void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_silu(x[i]);
 }
 
 void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_silu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_gelu_erf(x[i]);
 }
 
-void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x,
-                           int64_t n)
+void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN / 8) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_gelu_erf_dx(dy[i], x[i]);
 }
 
 void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_relu(x[i]);
 }
 
 void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_relu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (n >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+    schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_scalef(value, x[i]);
 }

@@ -40,8 +40,8 @@ static int ew_op_binary(int op)
 /* the ops whose single kernels go parallel at REGC_CPU_PAR_MIN / 8 */
 static int ew_op_costly(int op)
 {
-    return op != REGC_EW_ADD && op != REGC_EW_MUL && op != REGC_EW_SCALE &&
-           op != REGC_EW_RELU && op != REGC_EW_RELU_BWD;
+    return op != REGC_EW_ADD && op != REGC_EW_MUL && op != REGC_EW_SCALE && op != REGC_EW_RELU &&
+           op != REGC_EW_RELU_BWD;
 }
 
 /* Everything the loop relies on, checked before it reads a byte: a bad
@@ -152,13 +152,12 @@ static void ew_apply(const regc_ew_step *st, float *restrict d, const float *res
         for (int64_t j = 0; j < len; j++)
             d[j] = regc_cpu_relu_dx(a[j], b[j]);
         break;
-    default:
-        break; /* refused by ew_validate */
+    default: break; /* refused by ew_validate */
     }
 }
 
-void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
-                          float *const *out, const float *const *in)
+void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
+                          const float *const *in)
 {
     int status = ew_validate(p, n, out, in);
     if (status != REGC_OK) {

@@ -32,8 +32,8 @@ static const char *cpu_epilogue_name(regc_epilogue e)
 static int cpu_check_gemm(const regc_gemm *g)
 {
     if (g->m < 0 || g->n < 0 || g->k < 0)
-        return regc_error(REGC_ERR_ARG, "gemm: negative size m=%lld n=%lld k=%lld",
-                          (long long)g->m, (long long)g->n, (long long)g->k);
+        return regc_error(REGC_ERR_ARG, "gemm: negative size m=%lld n=%lld k=%lld", (long long)g->m,
+                          (long long)g->n, (long long)g->k);
     if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX ||
         g->ldb > INT_MAX || g->ldc > INT_MAX)
         return regc_error(REGC_ERR_UNSUPPORTED,
@@ -54,21 +54,28 @@ static int cpu_check_gemm(const regc_gemm *g)
 
     int needs_bias = 0, needs_aux = 0, needs_bias_grad = 0;
     switch (g->epilogue) {
-    case REGC_EPI_NONE: case REGC_EPI_GELU: break;
+    case REGC_EPI_NONE:
+    case REGC_EPI_GELU: break;
     case REGC_EPI_BIAS: needs_bias = 1; break;
-    case REGC_EPI_GELU_AUX: case REGC_EPI_DGELU: needs_aux = 1; break;
-    case REGC_EPI_BIAS_GELU_AUX: needs_bias = 1; needs_aux = 1; break;
-    case REGC_EPI_DGELU_BGRAD: needs_aux = 1; needs_bias_grad = 1; break;
+    case REGC_EPI_GELU_AUX:
+    case REGC_EPI_DGELU: needs_aux = 1; break;
+    case REGC_EPI_BIAS_GELU_AUX:
+        needs_bias = 1;
+        needs_aux = 1;
+        break;
+    case REGC_EPI_DGELU_BGRAD:
+        needs_aux = 1;
+        needs_bias_grad = 1;
+        break;
     case REGC_EPI_BGRAD: needs_bias_grad = 1; break;
-    default:
-        return regc_error(REGC_ERR_ARG, "gemm: unknown epilogue %d", (int)g->epilogue);
+    default: return regc_error(REGC_ERR_ARG, "gemm: unknown epilogue %d", (int)g->epilogue);
     }
     const char *name = cpu_epilogue_name(g->epilogue);
     if (needs_bias && !g->bias)
         return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs a bias", name);
     if (needs_aux && (!g->aux || g->ldaux < g->n))
-        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs aux with ldaux >= n=%lld",
-                          name, (long long)g->n);
+        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs aux with ldaux >= n=%lld", name,
+                          (long long)g->n);
     if (needs_bias_grad && !g->bias_grad)
         return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs a bias_grad output", name);
     if (needs_bias_grad && g->epilogue == REGC_EPI_BGRAD && g->k > 0 && !g->b)
@@ -109,7 +116,7 @@ REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_gemm *g, int thread
             const int64_t w = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
             double acc[REGC_CPU_COL_CHUNK] = {0}; /* [w] */
             for (int64_t i = 0; i < m; i++) {
-                float *restrict c = g->c + i * g->ldc + c0;              /* [w] */
+                float *restrict c = g->c + i * g->ldc + c0;             /* [w] */
                 const float *restrict aux = g->aux + i * g->ldaux + c0; /* [w] */
                 for (int64_t j = 0; j < w; j++) {
                     c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
@@ -123,12 +130,12 @@ REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_gemm *g, int thread
 }
 
 /* The elementwise epilogues on C[i, j0 .. j0+len), C holding G. */
-REGC_CPU_WIDE_VECTORS void regc_cpu_apply_epilogue_span(const regc_gemm *g, int64_t i,
-                                                        int64_t j0, int64_t len)
+REGC_CPU_WIDE_VECTORS void regc_cpu_apply_epilogue_span(const regc_gemm *g, int64_t i, int64_t j0,
+                                                        int64_t len)
 {
-    float *restrict c = g->c + i * g->ldc + j0;                            /* [len] */
-    float *restrict aux = g->aux ? g->aux + i * g->ldaux + j0 : NULL;       /* [len] */
-    const float *restrict bias = g->bias ? g->bias + j0 : NULL;            /* [len] */
+    float *restrict c = g->c + i * g->ldc + j0;                       /* [len] */
+    float *restrict aux = g->aux ? g->aux + i * g->ldaux + j0 : NULL; /* [len] */
+    const float *restrict bias = g->bias ? g->bias + j0 : NULL;       /* [len] */
     switch (g->epilogue) {
     case REGC_EPI_BIAS:
         for (int64_t j = 0; j < len; j++)
@@ -155,8 +162,7 @@ REGC_CPU_WIDE_VECTORS void regc_cpu_apply_epilogue_span(const regc_gemm *g, int6
         for (int64_t j = 0; j < len; j++)
             c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -203,9 +209,9 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
             if (openblas_get_num_threads() != threads)
                 openblas_set_num_threads(threads);
             cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                        g->trans_b ? CblasTrans : CblasNoTrans,
-                        (int)g->m, (int)g->n, (int)g->k, g->alpha, g->a, (int)g->lda,
-                        g->b, (int)g->ldb, g->accumulate ? 1.0f : 0.0f, g->c, (int)g->ldc);
+                        g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k,
+                        g->alpha, g->a, (int)g->lda, g->b, (int)g->ldb, g->accumulate ? 1.0f : 0.0f,
+                        g->c, (int)g->ldc);
 #endif
         } else if (!g->accumulate) {
             /* an empty product is zero; BLAS implementations disagree on k = 0 */

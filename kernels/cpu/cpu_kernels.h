@@ -142,37 +142,19 @@ static inline float regc_cpu_gelu_grad(float x)
 /* The per-element expression of every elementwise kernel, shared by the
  * single kernels and the fused chain (cpu_fused.c): one definition each, so
  * a fused chain cannot drift from the kernels it replaces by a single bit. */
-static inline float regc_cpu_addf(float a, float b)
-{
-    return a + b;
-}
+static inline float regc_cpu_addf(float a, float b) { return a + b; }
 
-static inline float regc_cpu_mulf(float a, float b)
-{
-    return a * b;
-}
+static inline float regc_cpu_mulf(float a, float b) { return a * b; }
 
-static inline float regc_cpu_scalef(float value, float x)
-{
-    return value * x;
-}
+static inline float regc_cpu_scalef(float value, float x) { return value * x; }
 
-static inline float regc_cpu_gelu_dx(float dy, float x)
-{
-    return dy * regc_cpu_gelu_grad(x);
-}
+static inline float regc_cpu_gelu_dx(float dy, float x) { return dy * regc_cpu_gelu_grad(x); }
 
 /* sigmoid through the vectorisable exp; 1 / (1 + e^-x) saturates cleanly at
  * both ends (the exp is clamped, never inf) */
-static inline float regc_cpu_sigmoid(float x)
-{
-    return 1.0f / (1.0f + regc_cpu_expf(-x));
-}
+static inline float regc_cpu_sigmoid(float x) { return 1.0f / (1.0f + regc_cpu_expf(-x)); }
 
-static inline float regc_cpu_silu(float x)
-{
-    return x * regc_cpu_sigmoid(x);
-}
+static inline float regc_cpu_silu(float x) { return x * regc_cpu_sigmoid(x); }
 
 /* d/dx x s(x) = s + x s (1 - s) */
 static inline float regc_cpu_silu_dx(float dy, float x)
@@ -199,16 +181,10 @@ static inline float regc_cpu_gelu_erf_dx(float dy, float x)
     return dy * (cdf + x * pdf);
 }
 
-static inline float regc_cpu_relu(float x)
-{
-    return x > 0.0f ? x : 0.0f;
-}
+static inline float regc_cpu_relu(float x) { return x > 0.0f ? x : 0.0f; }
 
 /* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
-static inline float regc_cpu_relu_dx(float dy, float x)
-{
-    return x > 0.0f ? dy : 0.0f;
-}
+static inline float regc_cpu_relu_dx(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
 /* out[c] = sum over r < rows of x[r * ld + c]   (x: [rows, ld], out: [cols]) */
 void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
@@ -236,24 +212,22 @@ void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const floa
                         int64_t ld_src, int64_t rows, int64_t cols);
 void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int ndim,
                                const int64_t *shape, const int *perm);
-void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids,
-                            const float *table, int64_t rows, int64_t cols);
-void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
-                            const float *dout, int64_t rows, int64_t cols, int64_t vocab,
-                            int accumulate);
+void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids, const float *table,
+                            int64_t rows, int64_t cols);
+void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids, const float *dout,
+                            int64_t rows, int64_t cols, int64_t vocab, int accumulate);
 void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
-void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b,
-                       int64_t rows, int64_t cols);
+void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b, int64_t rows,
+                       int64_t cols);
 void regc_cpu_sum_rows(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols);
 void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 
-void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd,
-                            const float *x, const float *w, const float *b,
-                            int64_t rows, int64_t cols, float eps);
-void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
-                            const float *dy, const float *x, const float *w,
-                            const float *mean, const float *rstd, int64_t rows, int64_t cols);
+void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int64_t rows, int64_t cols, float eps);
+void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db, const float *dy,
+                            const float *x, const float *w, const float *mean, const float *rstd,
+                            int64_t rows, int64_t cols);
 
 void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const float *q,
                             const float *k, const float *v, const float *bias,
@@ -263,46 +237,41 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                             const float *bias, const float *out, const float *lse,
                             const regc_attn_shape *s);
 
-void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x,
-                          const float *w, int64_t rows, int64_t cols, float eps);
-void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy,
-                          const float *x, const float *w, const float *rstd, int64_t rows,
-                          int64_t cols);
-void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos,
-                   const float *sin, int64_t batch, int64_t t, int n_head, int head_dim,
-                   int inverse);
+void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x, const float *w,
+                          int64_t rows, int64_t cols, float eps);
+void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,
+                          const float *w, const float *rstd, int64_t rows, int64_t cols);
+void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
+                   int64_t batch, int64_t t, int n_head, int head_dim, int inverse);
 void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
 void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n);
-void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x,
-                           int64_t n);
+void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n);
 
-void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
-                          float *const *out, const float *const *in);
-void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean,
-                                float *rstd, const float *a, const float *b, const float *w,
-                                const float *bias, int64_t rows, int64_t cols, float eps);
-void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd,
-                              const float *a, const float *b, const float *w, int64_t rows,
-                              int64_t cols, float eps);
+void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
+                          const float *const *in);
+void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
+                                const float *a, const float *b, const float *w, const float *bias,
+                                int64_t rows, int64_t cols, float eps);
+void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd, const float *a,
+                              const float *b, const float *w, int64_t rows, int64_t cols,
+                              float eps);
 void regc_cpu_layernorm_bwd_add(regc_backend *be, float *dx, float *dw, float *db,
-                                const float *dres, const float *dy, const float *x,
-                                const float *w, const float *mean, const float *rstd,
-                                int64_t rows, int64_t cols);
+                                const float *dres, const float *dy, const float *x, const float *w,
+                                const float *mean, const float *rstd, int64_t rows, int64_t cols);
 void regc_cpu_rmsnorm_bwd_add(regc_backend *be, float *dx, float *dw, const float *dres,
-                              const float *dy, const float *x, const float *w,
-                              const float *rstd, int64_t rows, int64_t cols);
+                              const float *dy, const float *x, const float *w, const float *rstd,
+                              int64_t rows, int64_t cols);
 
-void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
-                                const float *logits, const int32_t *targets,
-                                int64_t rows, int64_t cols);
+void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const float *logits,
+                                const int32_t *targets, int64_t rows, int64_t cols);
 void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
-                                const float *logits, const int32_t *targets,
-                                const float *lse, int64_t rows, int64_t cols);
+                                const float *logits, const int32_t *targets, const float *lse,
+                                int64_t rows, int64_t cols);
 
 void regc_cpu_adamw_step(regc_backend *be, float *param, const float *grad, float *m, float *v,
                          int64_t n, float lr, float beta1, float beta2, float eps,

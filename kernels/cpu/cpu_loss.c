@@ -45,12 +45,11 @@ REGC_CPU_WIDE_VECTORS static float cpu_row_logsumexp(const float *x, int64_t col
     return mx + (float)log(sum);
 }
 
-void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
-                                const float *logits, const int32_t *targets,
-                                int64_t rows, int64_t cols)
+void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const float *logits,
+                                const int32_t *targets, int64_t rows, int64_t cols)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits + r * cols; /* [cols] */
         lse[r] = cpu_row_logsumexp(x, cols);
@@ -63,9 +62,10 @@ void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
         if (t < 0)
             continue;
         if (t >= cols) {
-            regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
-                "cross_entropy_fwd: target %d at row %lld is not below %lld classes",
-                (int)t, (long long)r, (long long)cols));
+            regc_cpu_set_failure(
+                be, regc_error(REGC_ERR_ARG,
+                               "cross_entropy_fwd: target %d at row %lld is not below %lld classes",
+                               (int)t, (long long)r, (long long)cols));
             continue;
         }
         total += (double)lse[r] - (double)logits[r * cols + t];
@@ -75,24 +75,23 @@ void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse,
 }
 
 /* dx[c] = g * softmax(x)[c], with l the row's log-sum-exp */
-REGC_CPU_WIDE_VECTORS static void cpu_row_softmax_scaled(float *restrict dx,
-                                                        const float *restrict x, float l, float g,
-                                                        int64_t cols)
+REGC_CPU_WIDE_VECTORS static void
+cpu_row_softmax_scaled(float *restrict dx, const float *restrict x, float l, float g, int64_t cols)
 {
     for (int64_t c = 0; c < cols; c++)
         dx[c] = g * regc_cpu_expf(x[c] - l);
 }
 
 void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
-                                const float *logits, const int32_t *targets,
-                                const float *lse, int64_t rows, int64_t cols)
+                                const float *logits, const int32_t *targets, const float *lse,
+                                int64_t rows, int64_t cols)
 {
     int64_t n_valid = 0;
     for (int64_t r = 0; r < rows; r++)
         n_valid += targets[r] >= 0;
     const float g = n_valid > 0 ? (float)((double)dloss[0] / (double)n_valid) : 0.0f;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits + r * cols; /* [cols] */
         float *dx = dlogits + r * cols;     /* [cols] */

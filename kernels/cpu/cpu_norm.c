@@ -68,24 +68,23 @@ static void layernorm_fwd_row(float *yr, float *mean_r, float *rstd_r, const flo
     *rstd_r = s;
 }
 
-void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd,
-                            const float *x, const float *w, const float *b,
-                            int64_t rows, int64_t cols, float eps)
+void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int64_t rows, int64_t cols, float eps)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++)
         layernorm_fwd_row(y + r * cols, &mean[r], &rstd[r], x + r * cols, w, b, cols, eps);
 }
 
-void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean,
-                                float *rstd, const float *a, const float *b, const float *w,
-                                const float *bias, int64_t rows, int64_t cols, float eps)
+void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
+                                const float *a, const float *b, const float *w, const float *bias,
+                                int64_t rows, int64_t cols, float eps)
 {
     /* the row of sum is written and then normalised while still in cache;
      * sum may be a or b (each element is read before it is written) */
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *sr = sum + r * cols;     /* [cols] */
         const float *ar = a + r * cols; /* [cols] */
@@ -140,8 +139,8 @@ static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, 
 /* dw, db: sums over rows, so threads own column ranges (no races, and the
  * summation order is independent of the thread count) */
 static void layernorm_bwd_params(float *dw, float *db, const float *dy, const float *x,
-                                 const float *mean, const float *rstd, int64_t rows,
-                                 int64_t cols, int threads)
+                                 const float *mean, const float *rstd, int64_t rows, int64_t cols,
+                                 int threads)
 {
 #pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
     {
@@ -175,28 +174,27 @@ static void layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db, con
     const int threads = regc_cpu_threads(be);
 #pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++)
-        layernorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols,
-                          x + r * cols, w, mean[r], rstd[r], cols);
+        layernorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols, x + r * cols,
+                          w, mean[r], rstd[r], cols);
     layernorm_bwd_params(dw, db, dy, x, mean, rstd, rows, cols, threads);
 }
 
-void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db,
-                            const float *dy, const float *x, const float *w,
-                            const float *mean, const float *rstd, int64_t rows, int64_t cols)
+void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db, const float *dy,
+                            const float *x, const float *w, const float *mean, const float *rstd,
+                            int64_t rows, int64_t cols)
 {
     layernorm_bwd(be, dx, dw, db, NULL, dy, x, w, mean, rstd, rows, cols);
 }
 
 void regc_cpu_layernorm_bwd_add(regc_backend *be, float *dx, float *dw, float *db,
-                                const float *dres, const float *dy, const float *x,
-                                const float *w, const float *mean, const float *rstd,
-                                int64_t rows, int64_t cols)
+                                const float *dres, const float *dy, const float *x, const float *w,
+                                const float *mean, const float *rstd, int64_t rows, int64_t cols)
 {
     layernorm_bwd(be, dx, dw, db, dres, dy, x, w, mean, rstd, rows, cols);
 }
 
-static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const float *w,
-                            int64_t cols, float eps)
+static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const float *w, int64_t cols,
+                            float eps)
 {
     double acc[NORM_LANES] = {0};
     int64_t c0 = 0;
@@ -214,21 +212,20 @@ static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const flo
     *rstd_r = s;
 }
 
-void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x,
-                          const float *w, int64_t rows, int64_t cols, float eps)
+void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x, const float *w,
+                          int64_t rows, int64_t cols, float eps)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++)
         rmsnorm_fwd_row(y + r * cols, &rstd[r], x + r * cols, w, cols, eps);
 }
 
-void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd,
-                              const float *a, const float *b, const float *w, int64_t rows,
-                              int64_t cols, float eps)
+void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd, const float *a,
+                              const float *b, const float *w, int64_t rows, int64_t cols, float eps)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *sr = sum + r * cols;     /* [cols] */
         const float *ar = a + r * cols; /* [cols] */
@@ -287,28 +284,27 @@ static void rmsnorm_bwd_params(float *dw, const float *dy, const float *x, const
     }
 }
 
-static void rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dres,
-                        const float *dy, const float *x, const float *w, const float *rstd,
-                        int64_t rows, int64_t cols)
+static void rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dres, const float *dy,
+                        const float *x, const float *w, const float *rstd, int64_t rows,
+                        int64_t cols)
 {
     const int threads = regc_cpu_threads(be);
 #pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++)
-        rmsnorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols,
-                        x + r * cols, w, rstd[r], cols);
+        rmsnorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols, x + r * cols,
+                        w, rstd[r], cols);
     rmsnorm_bwd_params(dw, dy, x, rstd, rows, cols, threads);
 }
 
-void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy,
-                          const float *x, const float *w, const float *rstd, int64_t rows,
-                          int64_t cols)
+void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,
+                          const float *w, const float *rstd, int64_t rows, int64_t cols)
 {
     rmsnorm_bwd(be, dx, dw, NULL, dy, x, w, rstd, rows, cols);
 }
 
 void regc_cpu_rmsnorm_bwd_add(regc_backend *be, float *dx, float *dw, const float *dres,
-                              const float *dy, const float *x, const float *w,
-                              const float *rstd, int64_t rows, int64_t cols)
+                              const float *dy, const float *x, const float *w, const float *rstd,
+                              int64_t rows, int64_t cols)
 {
     rmsnorm_bwd(be, dx, dw, dres, dy, x, w, rstd, rows, cols);
 }

@@ -5,22 +5,24 @@
 #include "cpu_kernels.h"
 #include "regc_common.h"
 
-void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos,
-                   const float *sin, int64_t batch, int64_t t, int n_head, int head_dim,
-                   int inverse)
+void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
+                   int64_t batch, int64_t t, int n_head, int head_dim, int inverse)
 {
     if (batch < 0 || t < 0 || n_head <= 0 || head_dim <= 0 || head_dim % 2) {
-        regc_cpu_set_failure(be, regc_error(REGC_ERR_SHAPE,
-            "rope: bad shape batch=%lld t=%lld n_head=%d head_dim=%d (head_dim must be even)",
-            (long long)batch, (long long)t, n_head, head_dim));
+        regc_cpu_set_failure(
+            be,
+            regc_error(
+                REGC_ERR_SHAPE,
+                "rope: bad shape batch=%lld t=%lld n_head=%d head_dim=%d (head_dim must be even)",
+                (long long)batch, (long long)t, n_head, head_dim));
         return;
     }
     const int half = head_dim / 2;
     const int64_t rows = batch * t, ld = (int64_t)n_head * head_dim;
     const float sign = inverse ? -1.0f : 1.0f;
     /* every (batch, position) row is independent: no reduction, no order */
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) \
-    if (rows * ld >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * ld >= REGC_CPU_PAR_MIN)      \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *c = cos + (r % t) * half; /* [half] */
         const float *s = sin + (r % t) * half; /* [half] */

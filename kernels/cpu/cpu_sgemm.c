@@ -42,23 +42,19 @@
 /* Below this many multiply-adds one thread does the whole product. */
 #define SGEMM_PAR_MIN (1 << 18)
 
-static int64_t sgemm_round_up(int64_t x, int64_t unit)
-{
-    return (x + unit - 1) / unit * unit;
-}
+static int64_t sgemm_round_up(int64_t x, int64_t unit) { return (x + unit - 1) / unit * unit; }
 
-static int64_t sgemm_min(int64_t a, int64_t b)
-{
-    return a < b ? a : b;
-}
+static int64_t sgemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* One thread's packing buffers for g: an A block and a B block, each a
  * whole number of cache lines (16 floats), no larger than g needs. */
 static void sgemm_pack_sizes(const regc_gemm *g, size_t *a_floats, size_t *b_floats)
 {
     const int64_t kc = sgemm_min(g->k, SGEMM_KC);
-    *a_floats = (size_t)sgemm_round_up(sgemm_min(sgemm_round_up(g->m, SGEMM_MR), SGEMM_MC) * kc, 16);
-    *b_floats = (size_t)sgemm_round_up(kc * sgemm_min(sgemm_round_up(g->n, SGEMM_NR), SGEMM_NC), 16);
+    *a_floats =
+        (size_t)sgemm_round_up(sgemm_min(sgemm_round_up(g->m, SGEMM_MR), SGEMM_MC) * kc, 16);
+    *b_floats =
+        (size_t)sgemm_round_up(kc * sgemm_min(sgemm_round_up(g->n, SGEMM_NR), SGEMM_NC), 16);
 }
 
 /* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows, each [kc][MR]:
@@ -69,7 +65,7 @@ static void sgemm_pack_a(float *restrict dst, const regc_gemm *g, int64_t i0, in
     for (int64_t ir = 0; ir < mc; ir += SGEMM_MR) {
         const int rows = (int)sgemm_min(mc - ir, SGEMM_MR);
         float *restrict d = dst + ir * kc; /* [kc][MR] */
-        if (g->trans_a) { /* A is [k, m]: a panel's MR values are contiguous */
+        if (g->trans_a) {                  /* A is [k, m]: a panel's MR values are contiguous */
             for (int64_t p = 0; p < kc; p++) {
                 const float *s = g->a + (p0 + p) * g->lda + i0 + ir;
                 int r = 0;
@@ -95,7 +91,7 @@ static void sgemm_pack_a(float *restrict dst, const regc_gemm *g, int64_t i0, in
 static inline void sgemm_transpose16(__m512 r[16])
 {
     __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) { /* within each 128-bit lane: */
+    for (int i = 0; i < 16; i += 2) {                  /* within each 128-bit lane: */
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* a0 b0 a1 b1 */
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* a2 b2 a3 b3 */
     }
@@ -108,14 +104,14 @@ static inline void sgemm_transpose16(__m512 r[16])
     /* u[4 g + c], lane L: column 4 L + c of rows 4 g .. 4 g + 3; now gather
      * lane L of the four groups into one register */
     for (int c = 0; c < 4; c++) {
-        const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);  /* lanes 0, 2 */
-        const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);   /* lanes 1, 3 */
+        const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88); /* lanes 0, 2 */
+        const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);  /* lanes 1, 3 */
         const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
         const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);      /* lane 0 */
-        r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);    /* lane 1 */
-        r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD);  /* lane 2 */
-        r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);   /* lane 3 */
+        r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);     /* lane 0 */
+        r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);   /* lane 1 */
+        r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD); /* lane 2 */
+        r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);  /* lane 3 */
     }
 }
 
@@ -144,7 +140,7 @@ static void sgemm_pack_b(float *restrict dst, const regc_gemm *g, int64_t j0, in
     for (int64_t jr = 0; jr < nc; jr += SGEMM_NR) {
         const int cols = (int)sgemm_min(nc - jr, SGEMM_NR);
         float *restrict d = dst + jr * kc; /* [kc][NR] */
-        if (!g->trans_b) { /* B is [k, n]: a panel's NR values are contiguous */
+        if (!g->trans_b) {                 /* B is [k, n]: a panel's NR values are contiguous */
             for (int64_t p = 0; p < kc; p++) {
                 const float *s = g->b + (p0 + p) * g->ldb + j0 + jr;
                 if (cols == SGEMM_NR) {
@@ -161,8 +157,8 @@ static void sgemm_pack_b(float *restrict dst, const regc_gemm *g, int64_t j0, in
         } else { /* B is [n, k]: each column of op(B) is a contiguous row */
             for (int half = 0; half < SGEMM_NR; half += 16)
                 for (int64_t p = 0; p < kc; p += 16)
-                    sgemm_pack_b_rows16(d + p * SGEMM_NR + half, g, j0 + jr + half,
-                                        cols - half, p0 + p, (int)sgemm_min(kc - p, 16));
+                    sgemm_pack_b_rows16(d + p * SGEMM_NR + half, g, j0 + jr + half, cols - half,
+                                        p0 + p, (int)sgemm_min(kc - p, 16));
         }
     }
 }
@@ -172,8 +168,8 @@ static void sgemm_pack_b(float *restrict dst, const regc_gemm *g, int64_t j0, in
  * when `add`; with `epilogue` the elementwise epilogue follows while the
  * tile is in L1. a: [kc][MR] and b: [kc][NR], packed. */
 static void sgemm_compute_tile(const regc_gemm *g, int64_t kc, const float *restrict a,
-                               const float *restrict b, int64_t i, int64_t j, int rows,
-                               int cols, int add, int epilogue)
+                               const float *restrict b, int64_t i, int64_t j, int rows, int cols,
+                               int add, int epilogue)
 {
     __m512 acc[SGEMM_MR][2]; /* the tile, row r in acc[r][0..1] */
 #pragma GCC unroll 12
@@ -224,8 +220,8 @@ static void sgemm_compute_tile(const regc_gemm *g, int64_t kc, const float *rest
 
 /* The block [m0, m1) x [n0, n1) of C, by one thread with its own buffers
  * apack ([MC / MR][KC][MR] at most) and bpack ([NC / NR][KC][NR] at most). */
-static void sgemm_compute_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0,
-                                int64_t n1, float *apack, float *bpack)
+static void sgemm_compute_block(const regc_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                                float *apack, float *bpack)
 {
     /* BGRAD's sums are of B and DGELU_BGRAD's of all of C: both come after */
     const int elementwise = g->epilogue != REGC_EPI_NONE && g->epilogue != REGC_EPI_BGRAD &&
@@ -234,7 +230,7 @@ static void sgemm_compute_block(const regc_gemm *g, int64_t m0, int64_t m1, int6
         const int64_t nc = sgemm_min(n1 - j0, SGEMM_NC);
         for (int64_t p0 = 0; p0 < g->k; p0 += SGEMM_KC) {
             const int64_t kc = sgemm_min(g->k - p0, SGEMM_KC);
-            const int add = g->accumulate || p0 > 0; /* later slices add to C */
+            const int add = g->accumulate || p0 > 0;             /* later slices add to C */
             const int epilogue = elementwise && p0 + kc == g->k; /* after the last slice */
             sgemm_pack_b(bpack, g, j0, nc, p0, kc);
             for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {

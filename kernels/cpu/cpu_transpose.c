@@ -13,14 +13,13 @@
 
 typedef struct {
     int nd;
-    int64_t dim[CPU_MAX_DIMS];  /* output shape */
-    int64_t src[CPU_MAX_DIMS];  /* source stride of each output axis */
+    int64_t dim[CPU_MAX_DIMS]; /* output shape */
+    int64_t src[CPU_MAX_DIMS]; /* source stride of each output axis */
 } cpu_perm_plan;
 
 /* Output axes in order with their source strides, size-1 axes dropped and
  * neighbours that are also neighbours in the source merged. */
-static void cpu_plan_permutation(cpu_perm_plan *p, int ndim, const int64_t *shape,
-                                 const int *perm)
+static void cpu_plan_permutation(cpu_perm_plan *p, int ndim, const int64_t *shape, const int *perm)
 {
     int64_t in_stride[CPU_MAX_DIMS];
     int64_t s = 1;
@@ -59,16 +58,19 @@ void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int
                                const int64_t *shape, const int *perm)
 {
     if (ndim < 1 || ndim > CPU_MAX_DIMS) {
-        regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
-            "transpose: %d axes (1 to %d are supported)", ndim, CPU_MAX_DIMS));
+        regc_cpu_set_failure(be,
+                             regc_error(REGC_ERR_ARG, "transpose: %d axes (1 to %d are supported)",
+                                        ndim, CPU_MAX_DIMS));
         return;
     }
     unsigned seen = 0;
     int64_t total = 1;
     for (int i = 0; i < ndim; i++) {
         if (perm[i] < 0 || perm[i] >= ndim || (seen >> perm[i] & 1u) || shape[i] < 0) {
-            regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
-                "transpose: axis %d of the permutation (%d) is invalid", i, perm[i]));
+            regc_cpu_set_failure(be,
+                                 regc_error(REGC_ERR_ARG,
+                                            "transpose: axis %d of the permutation (%d) is invalid",
+                                            i, perm[i]));
             return;
         }
         seen |= 1u << perm[i];

@@ -23,7 +23,7 @@ typedef struct {
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *workspace;
-    int failed;            /* first failure since the last sync */
+    int failed; /* first failure since the last sync */
     char what[256];
     char device[32]; /* "cuda sm_90" */
 } cuda_ctx;
@@ -62,9 +62,18 @@ static void cuda_copy(regc_backend *be, void *dst, const void *src, size_t bytes
     note(be, cudaMemcpyAsync(dst, src, bytes, k, ctx_of(be)->stream), "copy");
 }
 
-static void cuda_copy_h2d(regc_backend *be, void *d, const void *s, size_t n) { cuda_copy(be, d, s, n, cudaMemcpyHostToDevice); }
-static void cuda_copy_d2h(regc_backend *be, void *d, const void *s, size_t n) { cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost); }
-static void cuda_copy_d2d(regc_backend *be, void *d, const void *s, size_t n) { cuda_copy(be, d, s, n, cudaMemcpyDeviceToDevice); }
+static void cuda_copy_h2d(regc_backend *be, void *d, const void *s, size_t n)
+{
+    cuda_copy(be, d, s, n, cudaMemcpyHostToDevice);
+}
+static void cuda_copy_d2h(regc_backend *be, void *d, const void *s, size_t n)
+{
+    cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost);
+}
+static void cuda_copy_d2d(regc_backend *be, void *d, const void *s, size_t n)
+{
+    cuda_copy(be, d, s, n, cudaMemcpyDeviceToDevice);
+}
 
 static void cuda_copy_2d(regc_backend *be, float *dst, int64_t ld_dst, const float *src,
                          int64_t ld_src, int64_t rows, int64_t cols)
@@ -136,7 +145,8 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
     /* cuBLASLt's operands: A' = our B, B' = our A, M' = n, N' = m */
     cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    uint64_t a_rows = g->trans_b ? (uint64_t)g->k : (uint64_t)g->n; /* col-major rows of A' as stored */
+    uint64_t a_rows =
+        g->trans_b ? (uint64_t)g->k : (uint64_t)g->n; /* col-major rows of A' as stored */
     uint64_t a_cols = g->trans_b ? (uint64_t)g->n : (uint64_t)g->k;
     uint64_t b_rows = g->trans_a ? (uint64_t)g->m : (uint64_t)g->k;
     uint64_t b_cols = g->trans_a ? (uint64_t)g->k : (uint64_t)g->m;
@@ -147,28 +157,39 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
     int found = 0;
     size_t ws = CUDA_WORKSPACE_BYTES;
 
-    if ((st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F))) { rc = lt_fail("descriptor", st); goto done; }
+    if ((st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F))) {
+        rc = lt_fail("descriptor", st);
+        goto done;
+    }
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (g->epilogue == REGC_EPI_BIAS || g->epilogue == REGC_EPI_BIAS_GELU_AUX)
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                       sizeof g->bias);
     if (g->epilogue == REGC_EPI_BGRAD || g->epilogue == REGC_EPI_DGELU_BGRAD)
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias_grad, sizeof g->bias_grad);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias_grad,
+                                       sizeof g->bias_grad);
     if (g->epilogue == REGC_EPI_GELU_AUX || g->epilogue == REGC_EPI_BIAS_GELU_AUX ||
         g->epilogue == REGC_EPI_DGELU || g->epilogue == REGC_EPI_DGELU_BGRAD) {
         int64_t ld = g->ldaux;
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                       sizeof g->aux);
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
     }
     if ((st = cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, a_rows, a_cols, g->ldb)) ||
         (st = cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, b_rows, b_cols, g->lda)) ||
-        (st = cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)g->n, (uint64_t)g->m, g->ldc))) {
+        (st =
+             cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)g->n, (uint64_t)g->m, g->ldc))) {
         rc = lt_fail("matrix layout", st);
         goto done;
     }
-    if ((st = cublasLtMatmulPreferenceCreate(&pref))) { rc = lt_fail("preference", st); goto done; }
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if ((st = cublasLtMatmulPreferenceCreate(&pref))) {
+        rc = lt_fail("preference", st);
+        goto done;
+    }
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
     st = cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
     if (st || found == 0) {
         rc = regc_error(REGC_ERR_UNSUPPORTED,
@@ -181,11 +202,16 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
     if (st)
         rc = lt_fail("matmul", st);
 done:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
     return rc;
 }
 
@@ -210,9 +236,8 @@ static void cuda_adamw(regc_backend *be, float *param, const float *grad, float 
 {
     float bc1 = (float)(1.0 - pow((double)beta1, step));
     float bc2 = (float)(1.0 - pow((double)beta2, step));
-    adamw_kernel<<<blocks_for((size_t)n), 256, 0, ctx_of(be)->stream>>>(param, grad, m, v, n, lr,
-                                                                        beta1, beta2, eps, wd,
-                                                                        bc1, bc2);
+    adamw_kernel<<<blocks_for((size_t)n), 256, 0, ctx_of(be)->stream>>>(
+        param, grad, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
     note(be, cudaGetLastError(), "adamw");
 }
 
@@ -259,7 +284,8 @@ extern "C" regc_backend *regc_backend_cuda_new(int device)
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc(&c->workspace, CUDA_WORKSPACE_BYTES) != cudaSuccess) {
-        regc_error(REGC_ERR_UNSUPPORTED, "cuda: cannot create a stream, cuBLASLt handle or workspace");
+        regc_error(REGC_ERR_UNSUPPORTED,
+                   "cuda: cannot create a stream, cuBLASLt handle or workspace");
         cuda_destroy(be);
         return NULL;
     }

@@ -78,12 +78,30 @@ static void test_gemm_epilogues_match_cpu(void **state)
             float bg_cpu[24] = {0}, bg_gpu[24] = {0};
             memcpy(aux_cpu, aux_in, nc * sizeof(float));
             float *dc = to_gpu(c_gpu, nc), *daux = to_gpu(aux_in, nc), *dbg = to_gpu(bg_gpu, 24);
-            regc_gemm g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                           .lda = ta ? m : k, .ldb = tb ? k : n, .ldc = n, .alpha = 1.0f,
-                           .epilogue = (regc_epilogue)e, .ldaux = n};
-            g.a = a; g.b = b; g.c = c_cpu; g.bias = bias; g.aux = aux_cpu; g.bias_grad = bg_cpu;
+            regc_gemm g = {.trans_a = ta,
+                           .trans_b = tb,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .lda = ta ? m : k,
+                           .ldb = tb ? k : n,
+                           .ldc = n,
+                           .alpha = 1.0f,
+                           .epilogue = (regc_epilogue)e,
+                           .ldaux = n};
+            g.a = a;
+            g.b = b;
+            g.c = c_cpu;
+            g.bias = bias;
+            g.aux = aux_cpu;
+            g.bias_grad = bg_cpu;
             assert_int_equal(cpu->gemm(cpu, &g), REGC_OK);
-            g.a = da; g.b = db; g.c = dc; g.bias = dbias; g.aux = daux; g.bias_grad = dbg;
+            g.a = da;
+            g.b = db;
+            g.c = dc;
+            g.bias = dbias;
+            g.aux = daux;
+            g.bias_grad = dbg;
             if (gpu->gemm(gpu, &g) != REGC_OK)
                 fail_msg("epilogue %d trans %d%d: %s", e, ta, tb, regc_error_message());
             from_gpu(c_gpu, dc, nc);
@@ -95,13 +113,19 @@ static void test_gemm_epilogues_match_cpu(void **state)
             gpu->free(gpu, dc);
             gpu->free(gpu, daux);
             gpu->free(gpu, dbg);
-            free(c_cpu); free(c_gpu); free(aux_cpu); free(aux_gpu);
+            free(c_cpu);
+            free(c_gpu);
+            free(aux_cpu);
+            free(aux_gpu);
         }
     }
     gpu->free(gpu, da);
     gpu->free(gpu, db);
     gpu->free(gpu, dbias);
-    free(a); free(b); free(bias); free(aux_in);
+    free(a);
+    free(b);
+    free(bias);
+    free(aux_in);
 }
 
 static void test_adamw_matches_cpu(void **state)
@@ -119,8 +143,15 @@ static void test_adamw_matches_cpu(void **state)
     }
     from_gpu(p2, dp, n);
     assert_close(p, p2, n, 1e-5f, "param");
-    gpu->free(gpu, dp); gpu->free(gpu, dg); gpu->free(gpu, dm); gpu->free(gpu, dv);
-    free(p); free(g); free(m); free(v); free(p2);
+    gpu->free(gpu, dp);
+    gpu->free(gpu, dg);
+    gpu->free(gpu, dm);
+    gpu->free(gpu, dv);
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    free(p2);
 }
 
 int main(void)

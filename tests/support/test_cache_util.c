@@ -54,7 +54,8 @@ regc_cache *regc_test_open_cache(const char *dir, int64_t max_bytes, const char 
     return c;
 }
 
-void regc_test_cache_put(regc_cache *c, const char *canon, const char *label, const regc_bytes *payload)
+void regc_test_cache_put(regc_cache *c, const char *canon, const char *label,
+                         const regc_bytes *payload)
 {
     regc_bytes k = regc_test_text(canon);
     assert_int_equal(regc_cache_put(c, &k, label, payload), REGC_OK);

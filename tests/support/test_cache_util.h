@@ -19,7 +19,8 @@ regc_bytes regc_test_text(const char *s); /* its characters, without the NUL */
  * predictable from the payload's. */
 regc_bytes regc_test_noise(size_t n, uint64_t seed);
 regc_cache *regc_test_open_cache(const char *dir, int64_t max_bytes, const char *version);
-void regc_test_cache_put(regc_cache *c, const char *canon, const char *label, const regc_bytes *payload);
+void regc_test_cache_put(regc_cache *c, const char *canon, const char *label,
+                         const regc_bytes *payload);
 /* A hit returning exactly `want`. */
 void regc_test_expect_hit(regc_cache *c, const char *canon, const regc_bytes *want);
 /* A miss that hands back nothing. */

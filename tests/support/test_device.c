@@ -101,10 +101,7 @@ float *regc_test_download(regc_backend *be, const float *dev, size_t n)
     return h;
 }
 
-float *regc_test_host_floats(size_t n)
-{
-    return track(NULL, malloc((n ? n : 1) * sizeof(float)));
-}
+float *regc_test_host_floats(size_t n) { return track(NULL, malloc((n ? n : 1) * sizeof(float))); }
 
 double *regc_test_host_doubles(size_t n)
 {

@@ -21,8 +21,7 @@ void regc_test_write_config(const char *dir, const char *head, const char *const
     for (size_t i = 0; i < n_keys; i++) {
         snprintf(quoted, sizeof quoted, "\"%s\"", keys[i][0]);
         if ((!extra || !strstr(extra, quoted)) && (!omit || strcmp(omit, keys[i][0]) != 0))
-            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted,
-                                    keys[i][1]);
+            len += (size_t)snprintf(text + len, sizeof text - len, ", %s: %s", quoted, keys[i][1]);
     }
     snprintf(text + len, sizeof text - len, "%s%s}", extra ? ", " : "", extra ? extra : "");
     if (mkdir(dir, 0755) != 0)
@@ -84,8 +83,7 @@ static void test_collect_compile(const regc_compile_stats *st, void *user)
     l->hits = st->cache_hits, l->misses = st->cache_misses;
 }
 
-regc_model *regc_test_train(const char *preset, const regc_train_options *o,
-                            regc_test_losses *l)
+regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l)
 {
     assert_true(o->steps <= REGC_TEST_MAX_STEPS);
     regc_model *m = NULL;

@@ -39,7 +39,6 @@ typedef struct {
 /* Load `preset` and train it with o (o->steps <= REGC_TEST_MAX_STEPS; its
  * on_compiled is replaced), reporting into l; the test fails, with regc's
  * message, on an error or a step short. Returns the trained model. */
-regc_model *regc_test_train(const char *preset, const regc_train_options *o,
-                            regc_test_losses *l);
+regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l);
 
 #endif

@@ -56,7 +56,7 @@ double *regc_test_json_doubles(const cJSON *obj, const char *key, size_t n)
     const cJSON *arr = reference_array(obj, key, n);
     size_t i = 0;
     const cJSON *el;
-    cJSON_ArrayForEach(el, arr) {
+    cJSON_ArrayForEach (el, arr) {
         if (!cJSON_IsNumber(el))
             fail_msg("reference: \"%s\"[%zu] is not a number", key, i);
         i++;
@@ -64,7 +64,7 @@ double *regc_test_json_doubles(const cJSON *obj, const char *key, size_t n)
     double *out = malloc((n ? n : 1) * sizeof *out);
     assert_non_null(out);
     i = 0;
-    cJSON_ArrayForEach(el, arr)
+    cJSON_ArrayForEach (el, arr)
         out[i++] = el->valuedouble;
     return out;
 }
@@ -107,6 +107,6 @@ void regc_test_assert_close(const char *what, const float *got, const double *wa
     }
     if (bad)
         fail_msg("%s: %zu of %zu values off; first at [%zu]: got %.9g, want %.9g "
-                 "(rtol %g, atol %g)", what, bad, n, first, (double)got[first], want[first],
-                 rtol, atol);
+                 "(rtol %g, atol %g)",
+                 what, bad, n, first, (double)got[first], want[first], rtol, atol);
 }

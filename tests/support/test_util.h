@@ -26,10 +26,10 @@ char *regc_test_shell_quote(const char *s);
 
 /* A finished child process: its exit status and both output streams. */
 typedef struct {
-    int status;     /* exit code, 128 + signal number if killed, -1 if not run */
-    char *out;      /* stdout, NUL-terminated (never NULL after a run) */
+    int status; /* exit code, 128 + signal number if killed, -1 if not run */
+    char *out;  /* stdout, NUL-terminated (never NULL after a run) */
     size_t out_len;
-    char *err;      /* stderr, NUL-terminated (never NULL after a run) */
+    char *err; /* stderr, NUL-terminated (never NULL after a run) */
     size_t err_len;
 } regc_test_proc;
 
@@ -56,7 +56,7 @@ int regc_test_dir_setup(void **state, const char *tag, const char *file);
 int regc_test_dir_teardown(void **state);
 /* A CMocka test entry run in a regc_test_dir made by `setup` (a function
  * that calls regc_test_dir_setup) and removed by regc_test_dir_teardown. */
-#define regc_test_in_dir(test, setup) \
+#define regc_test_in_dir(test, setup)                                                              \
     cmocka_unit_test_setup_teardown(test, setup, regc_test_dir_teardown)
 
 /* Fail the test, showing the message, unless regc's last error message
