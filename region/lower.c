@@ -33,8 +33,8 @@ typedef struct {
     int *gemm_epi;      /* [n_nodes] matmul: epilogue decided, -1 none */
     int *gemm_bias, *gemm_aux, *gemm_bgrad, *gemm_c; /* [n_nodes] tensors, -1 none */
     int *fused_norm; /* [n_nodes] ADD: the norm backward it absorbs, -1 none */
-    int *
-        embed_acc; /* [n_nodes] ADD: the embedding backward accumulating into its output, -1 none */
+    /* [n_nodes] ADD: the embedding backward accumulating into its output, -1 none */
+    int *embed_acc;
     regc_instr *ins;
     int n_ins, cap;
 } lower_ctx;
