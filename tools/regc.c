@@ -1,7 +1,7 @@
 /* regc.c — the `regc` command: dispatch to one file per command
- * (tools/cmd_*.c). Everything that does work lives in the library
- * (its public headers, one per folder); the commands only turn flags into options and reports
- * into lines.
+ * (tools/cmd_*.c) through one table. Everything that does work lives in the
+ * library (its public headers, one per folder); the commands only turn
+ * flags into options and reports into lines.
  *
  * Exit codes: 0 success, 1 the library reported an error, 2 a usage error. */
 #define _POSIX_C_SOURCE 200809L
@@ -14,22 +14,50 @@
 #define REGC_VERSION "0.1.0"
 #endif
 
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv after the command's name */
+    void (*usage)(FILE *f);
+    const char *summary;
+} commands[] = {
+    {"train", cmd_train, print_train_usage, "train a model on token data and report each step"},
+    {"dump-graph", cmd_dump_graph, print_dump_graph_usage,
+     "write a model's flat forward graph as regc graph JSON (or text)"},
+    {"detect", cmd_detect, print_detect_usage, "find the repeated layers of a model's flat graph"},
+    {"coldstart", cmd_coldstart, print_coldstart_usage,
+     "time compiling (full, regional, cached) and first steps at several depths"},
+    {"cache", cmd_cache, print_cache_usage, "list, verify or clear the compile cache"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
 static void print_usage(FILE *f)
 {
-    fputs("usage: regc <command> [options]\n"
-          "\n"
-          "commands:\n"
-          "  train       train a model on token data and report each step\n"
-          "  dump-graph  write a model's flat forward graph as regc graph JSON (or text)\n"
-          "  detect      find the repeated layers of a model's flat graph\n"
-          "  coldstart   time compiling (full, regional, regional from the compile cache) and the\n"
-          "              first steps at several depths\n"
-          "  cache       list, verify or clear the compile cache\n"
-          "  version     print the version\n"
+    fputs("usage: regc <command> [options]\n\ncommands:\n", f);
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
+    fputs("  version     print the version\n"
           "  help        print this text, or `regc help <command>` for a command's flags\n"
           "\n"
           "Run `regc <command> --help` for the options of a command.\n",
           f);
+}
+
+/* "train, dump-graph, ..., version" for messages. */
+static void command_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (int i = 0; i < N_COMMANDS && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s, ", commands[i].name);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "version");
+}
+
+static int find_command(const char *name)
+{
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(name, commands[i].name))
+            return i;
+    return -1;
 }
 
 int main(int argc, char **argv)
@@ -39,63 +67,32 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    char list[256];
+    command_list(list, sizeof list);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
         print_usage(stdout);
         return 0;
     }
     if (!strcmp(cmd, "help")) {
-        if (argc == 2) {
+        int k = argc > 2 ? find_command(argv[2]) : -1;
+        if (argc == 2 || !strcmp(argv[2], "version") || !strcmp(argv[2], "help")) {
             print_usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[2], "train")) {
-            print_train_usage(stdout);
+        if (k >= 0) {
+            commands[k].usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[2], "dump-graph")) {
-            print_dump_graph_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[2], "detect")) {
-            print_detect_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[2], "coldstart")) {
-            print_coldstart_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[2], "cache")) {
-            print_cache_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[2], "version") || !strcmp(argv[2], "help")) {
-            print_usage(stdout);
-            return 0;
-        }
-        fprintf(stderr,
-                "regc help: unknown command \"%s\" (commands: train, dump-graph, detect, "
-                "coldstart, cache, version)\n",
-                argv[2]);
+        fprintf(stderr, "regc help: unknown command \"%s\" (commands: %s)\n", argv[2], list);
         return EXIT_USAGE;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("regc %s\n", REGC_VERSION);
         return fflush(stdout) == 0 ? 0 : EXIT_ERROR;
     }
-    if (!strcmp(cmd, "train"))
-        return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(cmd, "dump-graph"))
-        return cmd_dump_graph(argc - 2, argv + 2);
-    if (!strcmp(cmd, "detect"))
-        return cmd_detect(argc - 2, argv + 2);
-    if (!strcmp(cmd, "coldstart"))
-        return cmd_coldstart(argc - 2, argv + 2);
-    if (!strcmp(cmd, "cache"))
-        return cmd_cache(argc - 2, argv + 2);
-    fprintf(stderr,
-            "regc: unknown command \"%s\" (commands: train, dump-graph, detect, coldstart, cache, "
-            "version; see regc "
-            "--help)\n",
-            cmd);
+    int k = find_command(cmd);
+    if (k >= 0)
+        return commands[k].run(argc - 2, argv + 2);
+    fprintf(stderr, "regc: unknown command \"%s\" (commands: %s; see regc --help)\n", cmd, list);
     return EXIT_USAGE;
 }
