@@ -332,20 +332,65 @@ done:
     return rc;
 }
 
-/* A hit of the step's key: the program whole, with the stats it was
- * compiled with. */
-static int step_from_cache(const regc_compile_options *o, const regc_bytes *canon, double c0,
-                           regc_program **out, regc_compile_stats *st)
+/* What a step is compiled from: a model at a batch and sequence (its graph
+ * built after a cache miss), or a graph given whole. */
+typedef struct {
+    const regc_model *m;
+    int64_t batch, seq;
+    regc_graph *g; /* taken: owned until compile_graph takes it */
+} step_source;
+
+/* The step's key after its options: what the graph is built from. */
+static int source_key(const step_source *s, regc_bytes *b)
 {
-    int hit = regc_compile_load_step(o, canon, out, st);
-    if (hit > 0)
-        st->cache_hits = 1;
-    st->cache_ms = regc_time_ms() - c0;
-    return hit;
+    if (!s->m)
+        return regc_graph_canon(s->g, b);
+    regc_bytes_put_i64(b, s->batch);
+    regc_bytes_put_i64(b, s->seq);
+    return regc_model_write_structure(s->m, b);
 }
 
-int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
-                         const regc_compile_options *o, regc_program **out, regc_compile_stats *st)
+/* The flat graph (s->g is taken) and where each parameter tensor lies in
+ * the blocks: a model's order, or a bare graph's tensor order. */
+static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
+                        regc_compile_stats *st)
+{
+    double t0 = regc_time_ms();
+    int rc = REGC_OK;
+    if (s->m)
+        rc = regc_model_build_graph(s->m, s->batch, s->seq, &s->g);
+    st->build_ms = regc_time_ms() - t0;
+    if (rc)
+        return rc;
+    *g = s->g;
+    s->g = NULL;
+    int n_t = regc_graph_n_tensors(*g);
+    int64_t *off = *param_offset = calloc((size_t)n_t + 1, sizeof *off);
+    if (!off)
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    if (!s->m) { /* each parameter's floats after the previous one's */
+        int64_t at = 0;
+        for (int t = 0; t < n_t; t++) {
+            const regc_tensor *x = regc_graph_tensor(*g, t);
+            if (x->role == REGC_ROLE_PARAM)
+                off[t] = at, at += regc_tensor_numel(x) * (int64_t)sizeof(float);
+        }
+        return REGC_OK;
+    }
+    for (int i = 0; i < regc_model_n_params(s->m); i++) {
+        int t = regc_graph_find_tensor(*g, regc_model_param_name(s->m, i));
+        if (t < 0)
+            return regc_error(REGC_ERR_ARG, "model graph has no parameter %s",
+                              regc_model_param_name(s->m, i));
+        off[t] = regc_model_param_offset(s->m, i) * (int64_t)sizeof(float);
+    }
+    return REGC_OK;
+}
+
+/* The whole step: from the cache when its key is there, else compiled
+ * (and stored). */
+static int compile_step(step_source *s, const regc_compile_options *o, regc_program **out,
+                        regc_compile_stats *st)
 {
     *out = NULL;
     regc_compile_stats local;
@@ -353,112 +398,55 @@ int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
         st = &local;
     memset(st, 0, sizeof *st);
     regc_bytes canon = {0};
-    int rc = REGC_OK;
-    if (regc_compile_uses_cache(o)) {
+    regc_graph *g = NULL;
+    int64_t *param_offset = NULL;
+    int rc = REGC_OK, cached = regc_compile_uses_cache(o);
+    if (cached) {
         double c0 = regc_time_ms();
         regc_compile_step_key(o, &canon);
-        regc_bytes_put_i64(&canon, batch);
-        regc_bytes_put_i64(&canon, seq);
-        if ((rc = regc_model_write_structure(m, &canon)) == REGC_OK &&
-            (rc = step_from_cache(o, &canon, c0, out, st)) > 0) {
-            regc_bytes_free(&canon);
-            return REGC_OK;
-        }
-        if (rc < 0) {
-            st->cache_ms = regc_time_ms() - c0;
-            regc_bytes_free(&canon);
-            return rc;
-        }
+        if ((rc = source_key(s, &canon)) == REGC_OK)
+            rc = regc_compile_load_step(o, &canon, out, st);
+        st->cache_ms = regc_time_ms() - c0;
+        if (rc > 0)
+            st->cache_hits = 1;
+        if (rc != 0)
+            goto done; /* a hit, or an error */
     }
-    double t0 = regc_time_ms();
-    regc_graph *g = NULL;
-    if ((rc = regc_model_build_graph(m, batch, seq, &g))) {
-        regc_bytes_free(&canon);
-        return rc;
-    }
-    st->build_ms = regc_time_ms() - t0;
-    int n_t = regc_graph_n_tensors(g);
-    int64_t *param_offset = calloc((size_t)n_t + 1, sizeof *param_offset);
-    if (!param_offset) {
-        regc_graph_free(g);
-        regc_bytes_free(&canon);
-        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-    }
-    for (int i = 0; i < regc_model_n_params(m); i++) {
-        int t = regc_graph_find_tensor(g, regc_model_param_name(m, i));
-        if (t < 0) {
-            regc_graph_free(g);
-            free(param_offset);
-            regc_bytes_free(&canon);
-            return regc_error(REGC_ERR_ARG, "model graph has no parameter %s",
-                              regc_model_param_name(m, i));
-        }
-        param_offset[t] = regc_model_param_offset(m, i) * (int64_t)sizeof(float);
-    }
+    if ((rc = source_graph(s, &g, &param_offset, st)))
+        goto done;
     rc = compile_graph(g, param_offset, o, out, st);
-    free(param_offset);
-    if (rc == REGC_OK && regc_compile_uses_cache(o)) {
-        char what[200];
-        snprintf(what, sizeof what, "%s, %lld parameters, batch %lld, seq %lld", regc_model_arch(m),
-                 (long long)regc_model_total_numel(m), (long long)batch, (long long)seq);
+    g = NULL; /* taken */
+    if (rc == REGC_OK && cached) {
+        char what[200] = "graph";
+        if (s->m)
+            snprintf(what, sizeof what, "%s, %lld parameters, batch %lld, seq %lld",
+                     regc_model_arch(s->m), (long long)regc_model_total_numel(s->m),
+                     (long long)s->batch, (long long)s->seq);
         if ((rc = regc_compile_store_step(o, &canon, what, *out, st))) {
             regc_program_free(*out);
             *out = NULL;
         }
     }
+done:
+    regc_graph_free(g);
+    regc_graph_free(s->g);
+    free(param_offset);
     regc_bytes_free(&canon);
-    return rc;
+    return rc > 0 ? REGC_OK : rc;
+}
+
+int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
+                         const regc_compile_options *o, regc_program **out, regc_compile_stats *st)
+{
+    step_source s = {.m = m, .batch = batch, .seq = seq};
+    return compile_step(&s, o, out, st);
 }
 
 int regc_program_compile_graph(regc_graph *g, const regc_compile_options *o, regc_program **out,
                                regc_compile_stats *st)
 {
-    *out = NULL;
-    regc_compile_stats local;
-    if (!st)
-        st = &local;
-    memset(st, 0, sizeof *st);
-    regc_bytes canon = {0};
-    int rc = REGC_OK;
-    if (regc_compile_uses_cache(o)) {
-        double c0 = regc_time_ms();
-        regc_compile_step_key(o, &canon);
-        if ((rc = regc_graph_canon(g, &canon)) == REGC_OK &&
-            (rc = step_from_cache(o, &canon, c0, out, st)) > 0) {
-            regc_graph_free(g);
-            regc_bytes_free(&canon);
-            return REGC_OK;
-        }
-        if (rc < 0) {
-            st->cache_ms = regc_time_ms() - c0;
-            regc_graph_free(g);
-            regc_bytes_free(&canon);
-            return rc;
-        }
-    }
-    /* the parameters in tensor order, each at the next 4-byte float */
-    int n_t = regc_graph_n_tensors(g);
-    int64_t *param_offset = calloc((size_t)n_t + 1, sizeof *param_offset);
-    if (!param_offset) {
-        regc_graph_free(g);
-        regc_bytes_free(&canon);
-        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-    }
-    int64_t at = 0;
-    for (int t = 0; t < n_t; t++) {
-        const regc_tensor *x = regc_graph_tensor(g, t);
-        if (x->role == REGC_ROLE_PARAM)
-            param_offset[t] = at, at += regc_tensor_numel(x) * (int64_t)sizeof(float);
-    }
-    rc = compile_graph(g, param_offset, o, out, st);
-    free(param_offset);
-    if (rc == REGC_OK && regc_compile_uses_cache(o) &&
-        (rc = regc_compile_store_step(o, &canon, "graph", *out, st))) {
-        regc_program_free(*out);
-        *out = NULL;
-    }
-    regc_bytes_free(&canon);
-    return rc;
+    step_source s = {.g = g};
+    return compile_step(&s, o, out, st);
 }
 
 /* ---------------------------------------------------------------- dump_graphs */
