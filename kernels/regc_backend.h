@@ -108,6 +108,53 @@ typedef struct {
     uint8_t out_reg[REGC_EW_MAX_OUTPUTS]; /* the registers written to out[0..n_outputs-1] */
 } regc_ew_program;
 
+/* Learning-rate schedules, with Hugging Face's names and formulas
+ * (transformers' get_scheduler): the factor on the base learning rate at
+ * optimizer step s (from 0), warmup w, total steps n:
+ *   CONSTANT              1
+ *   CONSTANT_WITH_WARMUP  s < w: s / max(1, w); else 1
+ *   LINEAR                s < w: s / max(1, w); else max(0, (n - s) / max(1, n - w))
+ *   COSINE                s < w: s / max(1, w); else with p = (s - w) / max(1, n - w):
+ *                         max(0, (1 + cos(pi * cycles * 2 p)) / 2)
+ *   COSINE_WITH_MIN_LR    as COSINE, the factor f then f (1 - min_lr_rate) + min_lr_rate */
+typedef enum {
+    REGC_SCHEDULE_CONSTANT,
+    REGC_SCHEDULE_CONSTANT_WITH_WARMUP,
+    REGC_SCHEDULE_LINEAR,
+    REGC_SCHEDULE_COSINE,
+    REGC_SCHEDULE_COSINE_WITH_MIN_LR,
+    REGC_SCHEDULE_COUNT
+} regc_schedule;
+
+/* The optimizer's scalars: one small struct in device memory that the
+ * step's update instructions read and write, so that the whole step —
+ * forward, backward, schedule, clipping, AdamW — runs from device state.
+ * The trainer sets the run's constants and `step` (0, or where a resumed
+ * run stands) once, and loss_scale before each micro-batch; the kernels
+ * keep the rest. Scalars that torch forms as Python floats are doubles
+ * here, rounded to float where torch's kernels round them. */
+typedef struct {
+    /* the run's constants */
+    double base_lr, weight_decay, beta1, beta2, eps;
+    double max_grad_norm; /* > 0: clip the gradients' global L2 norm to it */
+    double warmup_steps, total_steps, min_lr_rate, num_cycles;
+    int32_t schedule; /* regc_schedule */
+    int32_t reserved;
+    /* state */
+    double step;       /* optimizer steps taken: the schedule reads it, then adds one */
+    double lr;         /* this step's learning rate */
+    double grad_sumsq; /* sum of the gradients' squares (grad_sumsq), in element order */
+    float grad_norm;   /* its square root: clip_grad_norm_'s total norm */
+    float clip_scale;  /* what AdamW multiplies each gradient by: 1 unless clipped */
+    float loss_scale;  /* the loss gradient's seed: 1, or a micro-batch's share */
+    /* AdamW's coefficients for this step, rounded to float as torch's CPU
+     * kernel rounds them (written by the schedule) */
+    float decay;         /* 1 - lr * weight_decay */
+    float neg_step_size; /* -lr / (1 - beta1^t) */
+    float bc2_sqrt;      /* sqrt(1 - beta2^t) */
+    float beta1_f, beta2_f, one_minus_beta1, one_minus_beta2, eps_f;
+} regc_step_scalars;
+
 typedef struct regc_backend regc_backend;
 
 struct regc_backend {
@@ -230,9 +277,22 @@ struct regc_backend {
                             const float *dy, const float *x, const float *w, const float *rstd,
                             int64_t rows, int64_t cols);
 
-    /* torch.optim.AdamW for one contiguous span; step counts from 1 */
+    /* ---- the optimizer step, over regc_step_scalars in device memory */
+    /* Begin an optimizer step: lr = base_lr * the schedule's factor at `step`,
+     * then step += 1 and AdamW's coefficients for it; grad_sumsq = 0,
+     * clip_scale = 1. A bad schedule or constant is reported by sync(). */
+    void (*step_schedule)(regc_backend *be, regc_step_scalars *s);
+    /* s->grad_sumsq += sum of g[i]^2 over one span, in double, in element
+     * order whatever the threads */
+    void (*grad_sumsq)(regc_backend *be, const float *g, int64_t n, regc_step_scalars *s);
+    /* grad_norm = sqrt(grad_sumsq); with max_grad_norm > 0, clip_scale =
+     * min(1, max_grad_norm / (grad_norm + 1e-6)) as torch's clip_grad_norm_ */
+    void (*grad_clip)(regc_backend *be, regc_step_scalars *s);
+    /* torch.optim.AdamW over one contiguous span, each gradient first
+     * multiplied by s->clip_scale (exact when it is 1), with the step's
+     * coefficients from s */
     void (*adamw)(regc_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int step);
+                  const regc_step_scalars *s);
 
     void (*destroy)(regc_backend *be); /* frees ctx and be; called by regc_backend_free */
 };

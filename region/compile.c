@@ -161,6 +161,10 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
         for (int k = 0; k < n_in; k++) {
             in_needs[k] |= pl->needs[pp->in[k]];
             seeded[k] |= pl->last_reader[pp->in[k]] > i;
+            /* accumulating, every parameter's gradient adds to what the
+             * block already holds: the block is its seed */
+            seeded[k] |= pl->o->accumulate_grads &&
+                         regc_graph_tensor(pl->g, pp->in[k])->role == REGC_ROLE_PARAM;
         }
         for (int k = 0; k < n_out; k++)
             out_grad[k] |= has_grad(pl->g, pl->needs, pp->out[k]);
@@ -286,6 +290,8 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
         regc_graph_free(g);
         return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
     }
+    prog->forward_only = o->forward_only != 0;
+    prog->accumulate_grads = o->accumulate_grads != 0 && !o->forward_only;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));
@@ -318,7 +324,7 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
         goto done;
     double l0 = regc_time_ms();
     if ((rc = regc_program_link(prog, param_offset, o->inline_back && o->level != REGC_LEVEL_O0,
-                                st)))
+                                o->clip_grad_norm, st)))
         goto done;
     st->inline_ms = regc_time_ms() - l0;
     if (o->dump_dir && (rc = dump_all(prog, o->dump_dir)))

@@ -75,6 +75,9 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_u64(b, (uint64_t)o->level);
     regc_bytes_put_u64(b, (uint64_t)(o->regional != 0));
     regc_bytes_put_u64(b, (uint64_t)(o->inline_back && o->level != REGC_LEVEL_O0));
+    regc_bytes_put_u64(b, (uint64_t)(o->forward_only != 0));
+    regc_bytes_put_u64(b, (uint64_t)(o->accumulate_grads != 0)); /* seeds every region */
+    regc_bytes_put_u64(b, (uint64_t)(o->clip_grad_norm != 0 && !o->forward_only));
 }
 
 int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *canon,

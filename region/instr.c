@@ -31,6 +31,10 @@ static const char *const kernel_names[K_COUNT] = {
     [K_ADD_RMS_FWD] = "add_rmsnorm",
     [K_LN_BWD_ADD] = "layernorm_bwd_add",
     [K_RMS_BWD_ADD] = "rmsnorm_bwd_add",
+    [K_STEP_SCHEDULE] = "step_schedule",
+    [K_GRAD_SUMSQ] = "grad_sumsq",
+    [K_GRAD_CLIP] = "grad_clip",
+    [K_ADAMW] = "adamw",
 };
 
 const char *regc_kernel_name(regc_kernel k)
@@ -243,6 +247,22 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     case K_RMS_BWD_ADD:
         NEED(rmsnorm_bwd_add);
         be->rmsnorm_bwd_add(be, P(0), P(1), C(2), C(3), C(4), C(5), C(6), d[0], d[1]);
+        return REGC_OK;
+    case K_STEP_SCHEDULE:
+        NEED(step_schedule);
+        be->step_schedule(be, (regc_step_scalars *)p[0]);
+        return REGC_OK;
+    case K_GRAD_SUMSQ:
+        NEED(grad_sumsq);
+        be->grad_sumsq(be, C(1), d[0], (regc_step_scalars *)p[0]);
+        return REGC_OK;
+    case K_GRAD_CLIP:
+        NEED(grad_clip);
+        be->grad_clip(be, (regc_step_scalars *)p[0]);
+        return REGC_OK;
+    case K_ADAMW:
+        NEED(adamw);
+        be->adamw(be, P(0), C(3), P(1), P(2), d[0], (const regc_step_scalars *)p[4]);
         return REGC_OK;
     case K_COUNT: break;
     }

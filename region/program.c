@@ -7,6 +7,7 @@
  * Linking builds this lazy program and then either plans its memory as it
  * is (O0 allocates at run time; inline_back off) or inlines it back into
  * one flat program (inline_back.c). Running it is program_run.c. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,8 @@ void regc_program_free(regc_program *p)
         return;
     if (p->be && p->arena)
         p->be->free(p->be, p->arena);
+    if (p->be && p->own_scalars)
+        p->be->free(p->be, p->own_scalars);
     if (p->be && p->lazy && p->level == REGC_LEVEL_O0 && p->ptr)
         for (int b = 0; b < p->n_bufs; b++)
             if (p->bufs[b].kind == BUF_ARENA && p->ptr[b])
@@ -44,7 +47,7 @@ void regc_program_free(regc_program *p)
     free(p->pieces);
     for (int i = 0; i < p->n_steps; i++)
         free(p->steps[i].bind);
-    free(p->steps), free(p->instr), free(p->bufs), free(p->inputs), free(p->ptr);
+    free(p->steps), free(p->instr), free(p->update), free(p->bufs), free(p->inputs), free(p->ptr);
     regc_graph_free(p->graph);
     free(p);
 }
@@ -54,6 +57,7 @@ void regc_program_free(regc_program *p)
 typedef struct {
     regc_program *p;
     const regc_graph *g;
+    int scalars;     /* the scalar block's buffer */
     int *val;        /* [n_tensors] buffer of each graph tensor's value, -1 none */
     int *grad;       /* [n_tensors] buffer of its gradient so far, -1 none */
     int *param_grad; /* [n_tensors] the parameter's gradient buffer, -1 not a parameter */
@@ -86,6 +90,20 @@ static int add_fill(lazy_ctx *c, int b, float value)
     s->instr = (regc_instr){.kernel = K_FILL, .n_refs = 1, .n_out = 1, .f = value, .node = -1};
     s->instr.refs[0] = (regc_ref){b, 0};
     s->instr.d[0] = c->p->bufs[b].bytes / 4;
+    return REGC_OK;
+}
+
+/* The loss's gradient seed: the scalar block's loss_scale (1, or this
+ * micro-batch's share of an accumulated batch), copied into buffer b. */
+static int add_seed(lazy_ctx *c, int b)
+{
+    lazy_step *s = add_step(c);
+    if (!s)
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    s->instr = (regc_instr){.kernel = K_COPY, .n_refs = 2, .n_out = 1, .node = -1};
+    s->instr.refs[0] = (regc_ref){b, 0};
+    s->instr.refs[1] = (regc_ref){c->scalars, (int64_t)offsetof(regc_step_scalars, loss_scale)};
+    s->instr.d[0] = sizeof(float);
     return REGC_OK;
 }
 
@@ -131,7 +149,10 @@ static int add_call(lazy_ctx *c, int pi, int backward)
         for (int k = 0; k < r->n_in && rc == REGC_OK; k++) {
             if (r->seed_slot[k] >= 0 && c->grad[pc->in[k]] < 0) {
                 c->grad[pc->in[k]] = grad_buf_for(c, pc->in[k], &rc);
-                if (rc == REGC_OK)
+                /* accumulating, a parameter's gradient starts as what the
+                 * block holds (zeroed by the caller before the first run) */
+                int accumulated = p->accumulate_grads && c->param_grad[pc->in[k]] >= 0;
+                if (rc == REGC_OK && !accumulated)
                     rc = add_fill(c, c->grad[pc->in[k]], 0.0f);
             }
             din_buf[k] =
@@ -197,6 +218,8 @@ static int make_values(lazy_ctx *c, const int64_t *param_offset)
         if (c->val[t] < 0 && x->role != REGC_ROLE_ACT)
             return c->val[t];
     }
+    if ((c->scalars = regc_program_new_buf(p, BUF_SCALARS, sizeof(regc_step_scalars), 0)) < 0)
+        return c->scalars;
     for (int i = 0; i < p->n_pieces; i++) {
         piece *pc = &p->pieces[i];
         const regc_compiled_region *r = p->regions[pc->region];
@@ -227,13 +250,14 @@ static int build_lazy(regc_program *p, const int64_t *param_offset)
     for (int i = 0; i < p->n_pieces && rc == REGC_OK; i++)
         rc = add_call(&c, i, 0);
     int loss = regc_graph_output(p->graph, 0);
-    if (rc == REGC_OK) {
+    if (rc == REGC_OK)
         p->loss = (regc_ref){c.val[loss], 0};
+    if (rc == REGC_OK && !p->forward_only) {
         c.grad[loss] = grad_buf_for(&c, loss, &rc);
         if (rc == REGC_OK)
-            rc = add_fill(&c, c.grad[loss], 1.0f);
+            rc = add_seed(&c, c.grad[loss]);
     }
-    for (int i = p->n_pieces - 1; i >= 0 && rc == REGC_OK; i--)
+    for (int i = p->n_pieces - 1; i >= 0 && rc == REGC_OK && !p->forward_only; i--)
         rc = add_call(&c, i, 1);
     free(c.val), free(c.grad), free(c.param_grad);
     return rc;
@@ -241,12 +265,61 @@ static int build_lazy(regc_program *p, const int64_t *param_offset)
 
 /* ---------------------------------------------------------------- building */
 
+/* The update phase: the optimizer step over whole blocks (every
+ * parameter at once, in the blocks' order), reading and advancing the
+ * scalar block. */
+static int build_update(regc_program *p, int clip)
+{
+    int scalars = -1;
+    p->block_bytes = 0;
+    for (int b = 0; b < p->n_bufs; b++) {
+        const regc_buf *x = &p->bufs[b];
+        if (x->kind == BUF_PARAMS && x->offset + x->bytes > p->block_bytes)
+            p->block_bytes = x->offset + x->bytes;
+        if (x->kind == BUF_SCALARS)
+            scalars = b;
+    }
+    const int64_t n = p->block_bytes / (int64_t)sizeof(float);
+    int params = regc_program_new_buf(p, BUF_PARAMS, p->block_bytes, 0);
+    int grads = regc_program_new_buf(p, BUF_GRADS, p->block_bytes, 0);
+    int m = regc_program_new_buf(p, BUF_M, p->block_bytes, 0);
+    int v = regc_program_new_buf(p, BUF_V, p->block_bytes, 0);
+    if (params < 0 || grads < 0 || m < 0 || v < 0 || scalars < 0)
+        return params < 0 ? params : grads < 0 ? grads : m < 0 ? m : v < 0 ? v : REGC_ERR_ARG;
+    if (!(p->update = calloc(4, sizeof *p->update)))
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    regc_instr *u = p->update;
+    int k = 0;
+    u[k++] = (regc_instr){
+        .kernel = K_STEP_SCHEDULE, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
+    if (clip) {
+        u[k++] = (regc_instr){.kernel = K_GRAD_SUMSQ,
+                              .n_refs = 2,
+                              .n_out = 1,
+                              .node = -1,
+                              .refs = {{scalars, 0}, {grads, 0}},
+                              .d = {n}};
+        u[k++] = (regc_instr){
+            .kernel = K_GRAD_CLIP, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
+    }
+    u[k++] = (regc_instr){.kernel = K_ADAMW,
+                          .n_refs = 5,
+                          .n_out = 3,
+                          .node = -1,
+                          .refs = {{params, 0}, {m, 0}, {v, 0}, {grads, 0}, {scalars, 0}},
+                          .d = {n}};
+    p->n_update = k;
+    return REGC_OK;
+}
+
 /* Fill the program's pieces from regions already compiled. */
-int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat,
+int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
                       regc_compile_stats *st)
 {
     p->lazy = !inline_flat;
     int rc = build_lazy(p, param_offset);
+    if (rc == REGC_OK && !p->forward_only)
+        rc = build_update(p, clip);
     if (rc)
         return rc;
     if ((rc = inline_flat ? regc_program_inline_back(p) : regc_program_plan_lazy(p)))

@@ -45,6 +45,11 @@ typedef enum {
     K_ADD_RMS_FWD, /* sum, y, rstd, a, b, w */
     K_LN_BWD_ADD,  /* dx, dw, db, dres, dy, x, w, mean, rstd */
     K_RMS_BWD_ADD, /* dx, dw, dres, dy, x, w, rstd */
+    /* the optimizer step (the program's update phase), over the scalar block */
+    K_STEP_SCHEDULE, /* scalars */
+    K_GRAD_SUMSQ,    /* scalars, g; d0 = n */
+    K_GRAD_CLIP,     /* scalars */
+    K_ADAMW,         /* param, m, v, g, scalars; d0 = n */
     K_COUNT
 } regc_kernel;
 
@@ -148,10 +153,13 @@ void regc_compiled_region_dump(const regc_compiled_region *r, FILE *f);
 /* ---------------------------------------------------------------- step programs */
 
 typedef enum {
-    BUF_ARENA,  /* planned activation memory (O1) or allocated at run time (O0) */
-    BUF_PARAMS, /* the parameter block at `offset` */
-    BUF_GRADS,  /* the gradient block at `offset` */
-    BUF_INPUT,  /* graph input number `offset` */
+    BUF_ARENA,   /* planned activation memory (O1) or allocated at run time (O0) */
+    BUF_PARAMS,  /* the parameter block at `offset` */
+    BUF_GRADS,   /* the gradient block at `offset` */
+    BUF_INPUT,   /* graph input number `offset` */
+    BUF_M,       /* AdamW's first moments at `offset` (a block like the parameters') */
+    BUF_V,       /* AdamW's second moments at `offset` */
+    BUF_SCALARS, /* the step's regc_step_scalars, at byte `offset` */
 } regc_buf_kind;
 
 typedef struct {
@@ -185,10 +193,14 @@ typedef struct {
     regc_instr instr;
 } lazy_step;
 
-/* The step program; region/serial.c reads and writes it whole. */
+/* The step program; region/serial.c reads and writes it whole. It has two
+ * phases: the gradients' (forward and backward: the flat instructions, or
+ * the lazy steps) and the update (the optimizer step: `update`). */
 struct regc_program {
     regc_level level;
     int lazy;
+    int forward_only;     /* compile.forward_only: no backward, no update */
+    int accumulate_grads; /* backward adds into the gradient block */
     regc_graph *graph;
     int n_regions;
     regc_compiled_region **regions;
@@ -205,11 +217,15 @@ struct regc_program {
     regc_ref loss;
     int64_t arena_bytes, lower_bound;
     int fused_pairs, reordered;
+    int n_update;
+    regc_instr *update;  /* the optimizer step */
+    int64_t block_bytes; /* of each parameter-shaped block (params, grads, m, v) */
     /* bound memory */
     regc_backend *be;
     void *arena;
-    char **ptr;            /* [n_bufs] base pointers */
-    regc_profile *profile; /* borrowed; NULL: runs are not timed */
+    regc_step_scalars *own_scalars; /* allocated by bind when none was given */
+    char **ptr;                     /* [n_bufs] base pointers */
+    regc_profile *profile;          /* borrowed; NULL: runs are not timed */
 };
 
 /* Building a step program (region/program.c): the flat graph (owned by
@@ -219,8 +235,9 @@ regc_program *regc_program_new(regc_graph *g, regc_level level);
 /* Takes r (freed on failure); returns its index or a negative status. */
 int regc_program_add_region(regc_program *p, regc_compiled_region *r);
 int regc_program_add_piece(regc_program *p, int region, const int *in, const int *out);
-/* param_offset[t]: byte offset of graph parameter t in the blocks. */
-int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat,
+/* param_offset[t]: byte offset of graph parameter t in the blocks; clip:
+ * the update clips the gradients' norm. */
+int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
                       regc_compile_stats *st);
 int regc_program_n_regions(const regc_program *p);
 const regc_graph *regc_program_graph(const regc_program *p);

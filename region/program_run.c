@@ -17,10 +17,15 @@ const regc_tensor *regc_program_input(const regc_program *p, int i)
     return i >= 0 && i < p->n_inputs ? regc_graph_tensor(p->graph, p->inputs[i]) : NULL;
 }
 
-int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *grads,
-                      void *const *inputs)
+/* A block's place: base + offset, or NULL for a block not given. */
+static char *at(void *base, int64_t offset) { return base ? (char *)base + offset : NULL; }
+
+int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memory *mem)
 {
     p->be = be;
+    if (!mem->params || (!mem->grads && !p->forward_only))
+        return regc_error(REGC_ERR_ARG, "step program: bind needs the parameter block%s",
+                          p->forward_only ? "" : " and the gradient block");
     if (!(p->ptr = calloc((size_t)p->n_bufs + 1, sizeof *p->ptr)))
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
     int dynamic = p->level == REGC_LEVEL_O0;
@@ -28,16 +33,26 @@ int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *g
         return regc_error(REGC_ERR_MEMORY,
                           "backend %s: out of memory for the %lld-byte activation arena", be->name,
                           (long long)p->arena_bytes);
+    regc_step_scalars *scalars = mem->scalars;
+    if (!scalars) { /* enough to run: the loss's seed is 1 */
+        regc_step_scalars s = {.loss_scale = 1.0f, .clip_scale = 1.0f};
+        if (!(scalars = p->own_scalars = be->alloc(be, sizeof s)))
+            return regc_error(REGC_ERR_MEMORY, "backend %s: out of memory", be->name);
+        be->copy_h2d(be, scalars, &s, sizeof s);
+    }
     for (int b = 0; b < p->n_bufs; b++) {
         const regc_buf *x = &p->bufs[b];
         switch (x->kind) {
         case BUF_ARENA: p->ptr[b] = dynamic ? NULL : (char *)p->arena + x->offset; break;
-        case BUF_PARAMS: p->ptr[b] = (char *)params + x->offset; break;
-        case BUF_GRADS: p->ptr[b] = (char *)grads + x->offset; break;
-        case BUF_INPUT: p->ptr[b] = inputs[x->offset]; break;
+        case BUF_PARAMS: p->ptr[b] = at(mem->params, x->offset); break;
+        case BUF_GRADS: p->ptr[b] = at(mem->grads, x->offset); break;
+        case BUF_M: p->ptr[b] = at(mem->m, x->offset); break;
+        case BUF_V: p->ptr[b] = at(mem->v, x->offset); break;
+        case BUF_SCALARS: p->ptr[b] = at(scalars, x->offset); break;
+        case BUF_INPUT: p->ptr[b] = mem->inputs[x->offset]; break;
         }
     }
-    return REGC_OK;
+    return be->sync(be);
 }
 
 static void resolve(char *const *base, const regc_instr *in, void **ptr)
@@ -143,6 +158,27 @@ int regc_program_run(regc_program *p)
     return rc ? rc : p->be->sync(p->be);
 }
 
+int regc_program_update(regc_program *p)
+{
+    if (!p->ptr)
+        return regc_error(REGC_ERR_ARG, "step program: update before bind");
+    if (p->forward_only)
+        return regc_error(REGC_ERR_ARG, "step program: a forward-only program has no update");
+    for (int i = 0; i < p->n_update; i++)
+        for (int k = 0; k < p->update[i].n_refs; k++)
+            if (!p->ptr[p->update[i].refs[k].buf])
+                return regc_error(REGC_ERR_ARG,
+                                  "step program: the update needs the parameter, gradient, m and v "
+                                  "blocks bound");
+    int rc = REGC_OK;
+    void *ptr[REGC_INSTR_MAX_REFS];
+    for (int i = 0; i < p->n_update && rc == REGC_OK; i++) {
+        resolve(p->ptr, &p->update[i], ptr);
+        rc = run_instr(p, &p->update[i], ptr);
+    }
+    return rc ? rc : p->be->sync(p->be);
+}
+
 const float *regc_program_loss(const regc_program *p)
 {
     return p->ptr && p->ptr[p->loss.buf] ? (const float *)(p->ptr[p->loss.buf] + p->loss.off)
@@ -153,7 +189,7 @@ const float *regc_program_loss(const regc_program *p)
 
 void regc_program_dump(const regc_program *p, FILE *f)
 {
-    static const char *const kinds[] = {"arena", "params", "grads", "input"};
+    static const char *const kinds[] = {"arena", "params", "grads", "input", "m", "v", "scalars"};
     fprintf(f, "# step program: level %s, %s, %d regions\n", regc_level_name(p->level),
             p->lazy ? "lazily inlined" : "inlined back", p->n_regions);
     fprintf(f, "# arena %lld bytes, lower bound %lld, add+norm fusions %d, %s order\n",
@@ -181,6 +217,12 @@ void regc_program_dump(const regc_program *p, FILE *f)
             fprintf(f, "%5d  ", i);
             regc_instr_dump(&p->instr[i], f);
         }
+    }
+    if (p->n_update)
+        fprintf(f, "# update\n");
+    for (int i = 0; i < p->n_update; i++) {
+        fprintf(f, "%5d  ", i);
+        regc_instr_dump(&p->update[i], f);
     }
     fprintf(f, "# buffers\n");
     for (int b = 0; b < p->n_bufs; b++) {

@@ -44,6 +44,16 @@ typedef struct {
     /* The target, part of every cache key: regc_backend's device ("cpu",
      * "cuda sm_90"); NULL is "cpu". */
     const char *device;
+    /* The forward pass only (validation): no backward, no gradients, no
+     * update; saved activations live only as long as the forward needs them. */
+    int forward_only;
+    /* Backward adds each parameter's gradient to what the gradient block
+     * holds (gradient accumulation over micro-batches: the caller zeroes the
+     * block before the first); 0: backward overwrites it. */
+    int accumulate_grads;
+    /* The update clips the gradients' global L2 norm (the scalar block's
+     * max_grad_norm says to what). */
+    int clip_grad_norm;
 } regc_compile_options;
 
 void regc_compile_options_default(regc_compile_options *o);
@@ -110,13 +120,28 @@ void regc_program_free(regc_program *p);
 /* The graph inputs the step reads, in tensor order (as regc_model_fill_inputs fills them). */
 int regc_program_n_inputs(const regc_program *p);
 const regc_tensor *regc_program_input(const regc_program *p, int i);
-/* Bind device memory: the parameter and gradient blocks (model order) and
- * one buffer per input; allocates the activation arena on be. */
-int regc_program_bind(regc_program *p, regc_backend *be, float *params, float *grads,
-                      void *const *inputs);
-/* Run forward and backward; gradients land in the gradient block (every
- * parameter's gradient is overwritten). */
+/* The device memory a program runs over. The four blocks hold every
+ * parameter in the model's order (llm.c's layout), [total_numel] each;
+ * grads, m and v may be NULL for a forward-only program, m and v for a
+ * program that is never updated. scalars NULL: bind allocates a block of
+ * its own with loss_scale 1 (enough to run forward and backward). */
+typedef struct {
+    float *params, *grads, *m, *v;
+    regc_step_scalars *scalars;
+    void *const *inputs; /* one buffer per program input */
+} regc_program_memory;
+
+/* Bind device memory; allocates the activation arena on be. */
+int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memory *mem);
+/* Run forward and backward: the parameters' gradients land in the gradient
+ * block (overwriting it, or added to it when compiled with
+ * accumulate_grads), the loss's gradient seeded with the scalar block's
+ * loss_scale. A forward-only program runs forward. */
 int regc_program_run(regc_program *p);
+/* The optimizer step: the schedule, the gradients' norm and clip (when
+ * compiled with clip_grad_norm), AdamW over every parameter; the scalar
+ * block's state advances by one step. */
+int regc_program_update(regc_program *p);
 /* Time every instruction of the runs that follow into pr (the backend
  * synchronises after each one), or stop timing (NULL). pr is borrowed. */
 void regc_program_set_profile(regc_program *p, regc_profile *pr);

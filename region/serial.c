@@ -417,6 +417,8 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
 {
     regc_bytes_put_i64(b, p->level);
     regc_bytes_put_i64(b, p->lazy);
+    regc_bytes_put_i64(b, p->forward_only);
+    regc_bytes_put_i64(b, p->accumulate_grads);
     regc_bytes_put_i64(b, st->region_kinds);
     regc_bytes_put_i64(b, st->instances);
     regc_bytes_put_i64(b, st->n_instructions);
@@ -449,6 +451,10 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
         for (int i = 0; i < p->n_instr; i++)
             put_program_instr(b, p, &p->instr[i]);
     }
+    regc_bytes_put_i64(b, p->n_update);
+    for (int i = 0; i < p->n_update; i++)
+        put_program_instr(b, p, &p->update[i]);
+    regc_bytes_put_i64(b, p->block_bytes);
     regc_bytes_put_i64(b, p->loss.buf);
     regc_bytes_put_i64(b, p->loss.off);
     regc_bytes_put_i64(b, p->arena_bytes);
@@ -524,6 +530,8 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
         return regc_error(REGC_ERR_MEMORY, "compile cache: out of memory");
     p->level = (regc_level)regc_reader_int(&rd, REGC_LEVEL_O0, REGC_LEVEL_O2);
     p->lazy = (int)regc_reader_int(&rd, 0, 1);
+    p->forward_only = (int)regc_reader_int(&rd, 0, 1);
+    p->accumulate_grads = (int)regc_reader_int(&rd, 0, 1);
     st->region_kinds = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->instances = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->n_instructions = regc_reader_int(&rd, 0, INT64_MAX);
@@ -542,13 +550,16 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
             rd.failed = 1;
         for (int i = 0; i < p->n_bufs && !rd.failed; i++) {
             regc_buf *x = &p->bufs[i];
-            x->kind = (regc_buf_kind)regc_reader_int(&rd, BUF_ARENA, BUF_INPUT);
+            x->kind = (regc_buf_kind)regc_reader_int(&rd, BUF_ARENA, BUF_SCALARS);
             x->bytes = regc_reader_int(&rd, 0, INT64_MAX);
             x->offset = regc_reader_int(&rd, 0, INT64_MAX);
             x->first = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;
             x->last = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;
             x->inplace_of = -1;
             if (x->kind == BUF_INPUT && x->offset >= p->n_inputs)
+                rd.failed = 1;
+            if (x->kind == BUF_SCALARS &&
+                (x->offset != 0 || x->bytes != (int64_t)sizeof(regc_step_scalars)))
                 rd.failed = 1;
         }
     }
@@ -562,6 +573,15 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
             if (get_program_instr(&rd, p, &p->instr[i]))
                 p->n_instr = i + 1;
     }
+    if (!rd.failed && rc == REGC_OK) {
+        int n = get_count(&rd);
+        if (rd.failed || !(p->update = calloc((size_t)n + 1, sizeof *p->update)))
+            rd.failed = 1;
+        for (int i = 0; i < n && !rd.failed; i++)
+            if (get_program_instr(&rd, p, &p->update[i]))
+                p->n_update = i + 1;
+    }
+    p->block_bytes = regc_reader_int(&rd, 0, INT64_MAX);
     p->loss.buf = (int32_t)regc_reader_int(&rd, 0, p->n_bufs - 1);
     p->loss.off = regc_reader_int(&rd, 0, INT64_MAX);
     p->arena_bytes = regc_reader_int(&rd, 0, INT64_MAX);

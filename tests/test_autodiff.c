@@ -157,7 +157,8 @@ static void check_case_at(build_fn build, const char *what, regc_level level)
     }
     c.be = regc_backend_cpu_new(1);
     assert_non_null(c.be);
-    assert_int_equal(regc_program_bind(c.p, c.be, c.params, c.grads, inputs), REGC_OK);
+    regc_program_memory mem = {.params = c.params, .grads = c.grads, .inputs = inputs};
+    assert_int_equal(regc_program_bind(c.p, c.be, &mem), REGC_OK);
 
     (void)objective(&c);
     float *grad = malloc((size_t)total * sizeof *grad);

@@ -294,7 +294,8 @@ static void test_missing_kernel(void **state)
         be->fill(be, inputs[i], b / sizeof(float), 0.0f); /* token 0 everywhere */
     }
     be->fill(be, params, bytes / sizeof(float), 0.0f);
-    assert_int_equal(regc_program_bind(p, be, params, grads, inputs), 0);
+    regc_program_memory mem = {.params = params, .grads = grads, .inputs = inputs};
+    assert_int_equal(regc_program_bind(p, be, &mem), 0);
     assert_true(regc_program_run(p) < 0);
     assert_non_null(strstr(regc_error_message(), "add_layernorm_fwd"));
     regc_program_free(p);

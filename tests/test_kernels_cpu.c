@@ -649,10 +649,11 @@ static void test_adamw_reference(void **state)
         char name[16];
         snprintf(name, sizeof name, "grad%d", step - 1);
         float *g = ref_input(c, name, n);
-        be->adamw(be, p, g, m, v, (int64_t)n, (float)regc_test_json_number(c, "lr"),
-                  (float)regc_test_json_number(c, "beta1"),
-                  (float)regc_test_json_number(c, "beta2"), (float)regc_test_json_number(c, "eps"),
-                  (float)regc_test_json_number(c, "weight_decay"), step);
+        regc_test_adamw(be, p, g, m, v, (int64_t)n, (float)regc_test_json_number(c, "lr"),
+                        (float)regc_test_json_number(c, "beta1"),
+                        (float)regc_test_json_number(c, "beta2"),
+                        (float)regc_test_json_number(c, "eps"),
+                        (float)regc_test_json_number(c, "weight_decay"), step);
     }
     /* PyTorch ran the same float32 operations, except that its vector
      * loops fuse some multiply-adds (regc never fuses): agreement is to a

@@ -158,7 +158,7 @@ static void test_column_sums_and_adamw_do_not_depend_on_thread_count(void **stat
         float *gr = regc_test_upload(d, regc_test_host_uniform(n, 1404, 0.0f, 1.0f), n);
         float *m = regc_test_upload(d, regc_test_host_uniform(n, 1405, 0.0f, 0.1f), n);
         float *v = regc_test_upload(d, regc_test_host_uniform(n, 1406, 0.02f, 0.01f), n);
-        d->adamw(d, p, gr, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2);
+        regc_test_adamw(d, p, gr, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2);
         assert_int_equal(d->sync(d), REGC_OK);
 
         const float *outs[N_OUT] = {sums, g.c, g.bias_grad, p, m, v};
@@ -291,8 +291,12 @@ static void test_sync_reports_kernel_failures(void **state)
     assert_non_null(strstr(regc_error_message(), "transpose"));
     assert_int_equal(be->sync(be), REGC_OK); /* reported once, then cleared */
 
-    be->adamw(be, x, x, x, x, 8, 1e-3f, 0.9f, 0.99f, 1e-8f, 0.0f, 0); /* steps count from 1 */
+    regc_step_scalars bad = {.base_lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .schedule = 99};
+    regc_step_scalars *d =
+        (regc_step_scalars *)regc_test_upload(be, (const float *)&bad, sizeof bad / sizeof(float));
+    be->step_schedule(be, d); /* no such schedule */
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "step_schedule"));
 
     int32_t ids[2] = {1, 9};
     be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4,

@@ -80,7 +80,8 @@ static void check_gemm_flop(const char *preset, double weights_per_token, long g
         regc_profile_row(pr, i, &ms, &f, &c);
         assert_int_equal(c % 2, 0);
     }
-    assert_int_equal(calls_of(pr, "adamw (and the loss to the host)"), 2);
+    assert_int_equal(calls_of(pr, "adamw"), 2);
+    assert_int_equal(calls_of(pr, "loss to the host"), 2);
     regc_profile_free(pr);
 }
 
@@ -122,7 +123,7 @@ static void test_single_step_is_profiled(void **state)
     regc_test_losses l;
     regc_model_free(train("gpt2-tiny", 1, pr, &l));
     assert_int_equal(regc_profile_runs(pr), 1);
-    assert_int_equal(calls_of(pr, "adamw (and the loss to the host)"), 1);
+    assert_int_equal(calls_of(pr, "adamw"), 1);
     regc_profile_free(pr);
 }
 

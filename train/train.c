@@ -33,6 +33,8 @@ typedef struct {
     regc_program *program;
     regc_cache *cache;             /* opened from cache_dir, or NULL */
     float *params, *grads, *m, *v; /* device, [total_numel] each */
+    regc_step_scalars *scalars;    /* device: the optimizer's state and constants */
+    regc_step_scalars host;        /* what the trainer set, and the last step's readback */
     int n_inputs;
     regc_input *inputs; /* [n_inputs] the graph's inputs with host buffers */
     void **d_inputs;    /* [n_inputs] their device copies */
@@ -42,7 +44,7 @@ static void trainer_free(trainer *t)
 {
     regc_backend *be = t->be;
     if (be) {
-        void *blocks[] = {t->params, t->grads, t->m, t->v};
+        void *blocks[] = {t->params, t->grads, t->m, t->v, t->scalars};
         for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++)
             if (blocks[i])
                 be->free(be, blocks[i]);
@@ -104,9 +106,24 @@ static int alloc_inputs(trainer *t)
     return rc;
 }
 
-/* Allocate the four parameter-shaped blocks and bind them and the inputs
- * into the step program. */
-static int bind_memory(trainer *t)
+/* The scalar block's constants from the options; the state at step 0. */
+static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
+{
+    memset(s, 0, sizeof *s);
+    /* the float options as doubles: torch's Python floats would be the
+     * decimals, regc's are the floats the options hold */
+    s->base_lr = (double)o->lr;
+    s->weight_decay = (double)o->weight_decay;
+    s->beta1 = (double)o->beta1, s->beta2 = (double)o->beta2, s->eps = (double)o->eps;
+    s->schedule = REGC_SCHEDULE_CONSTANT;
+    s->num_cycles = 0.5;
+    s->loss_scale = 1.0f;
+    s->clip_scale = 1.0f;
+}
+
+/* Allocate the four parameter-shaped blocks and the scalar block, and bind
+ * them and the inputs into the step program. */
+static int bind_memory(trainer *t, const regc_train_options *o)
 {
     regc_backend *be = t->be;
     int64_t total = regc_model_total_numel(t->model);
@@ -116,16 +133,24 @@ static int bind_memory(trainer *t)
     t->grads = device_alloc(t, bytes, &rc);
     t->m = device_alloc(t, bytes, &rc);
     t->v = device_alloc(t, bytes, &rc);
+    t->scalars = device_alloc(t, sizeof *t->scalars, &rc);
     if (rc)
         return rc;
     be->copy_h2d(be, t->params, regc_model_weights(t->model), bytes);
     be->fill(be, t->grads, (size_t)total, 0.0f);
     be->fill(be, t->m, (size_t)total, 0.0f);
     be->fill(be, t->v, (size_t)total, 0.0f);
-    if ((rc = alloc_inputs(t)) ||
-        (rc = regc_program_bind(t->program, be, t->params, t->grads, t->d_inputs)))
+    init_scalars(&t->host, o);
+    be->copy_h2d(be, t->scalars, &t->host, sizeof t->host);
+    if ((rc = alloc_inputs(t)))
         return rc;
-    return be->sync(be);
+    regc_program_memory mem = {.params = t->params,
+                               .grads = t->grads,
+                               .m = t->m,
+                               .v = t->v,
+                               .scalars = t->scalars,
+                               .inputs = t->d_inputs};
+    return regc_program_bind(t->program, be, &mem);
 }
 
 /* Profiling: the time since *t0 (work finished first) as one call of the
@@ -159,14 +184,14 @@ static int train_step(trainer *t, const regc_train_options *o, int step, regc_pr
         return rc;
     regc_program_set_profile(t->program, pr);
     rc = regc_program_run(t->program);
+    if (rc == REGC_OK)
+        rc = regc_program_update(t->program);
     regc_program_set_profile(t->program, NULL);
     if (rc)
         return rc;
     t0 = regc_time_ms();
     be->copy_d2h(be, loss, regc_program_loss(t->program), sizeof(float));
-    be->adamw(be, t->params, t->grads, t->m, t->v, regc_model_total_numel(t->model), o->lr,
-              o->beta1, o->beta2, o->eps, o->weight_decay, step + 1);
-    if (pr && (rc = profile_since(be, pr, "adamw (and the loss to the host)", &t0)))
+    if (pr && (rc = profile_since(be, pr, "loss to the host", &t0)))
         return rc;
     if (pr)
         regc_profile_count_run(pr);
@@ -223,7 +248,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     if (o->on_compiled)
         o->on_compiled(&st, user);
     if (!(rc = open_data(&t, o)))
-        rc = bind_memory(&t);
+        rc = bind_memory(&t, o);
     for (int step = 0; rc == REGC_OK && step < o->steps; step++) {
         double t0 = regc_time_ms();
         float loss = 0.0f;

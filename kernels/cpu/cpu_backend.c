@@ -146,7 +146,10 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->add_rmsnorm_fwd = regc_cpu_add_rmsnorm_fwd;
     be->layernorm_bwd_add = regc_cpu_layernorm_bwd_add;
     be->rmsnorm_bwd_add = regc_cpu_rmsnorm_bwd_add;
-    be->adamw = regc_cpu_adamw_step;
+    be->step_schedule = regc_cpu_step_schedule;
+    be->grad_sumsq = regc_cpu_grad_sumsq;
+    be->grad_clip = regc_cpu_grad_clip;
+    be->adamw = regc_cpu_adamw;
     be->destroy = cpu_destroy;
     return be;
 }

@@ -273,8 +273,10 @@ void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *d
                                 const float *logits, const int32_t *targets, const float *lse,
                                 int64_t rows, int64_t cols);
 
-void regc_cpu_adamw_step(regc_backend *be, float *param, const float *grad, float *m, float *v,
-                         int64_t n, float lr, float beta1, float beta2, float eps,
-                         float weight_decay, int step);
+void regc_cpu_step_schedule(regc_backend *be, regc_step_scalars *s);
+void regc_cpu_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_scalars *s);
+void regc_cpu_grad_clip(regc_backend *be, regc_step_scalars *s);
+void regc_cpu_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
+                    int64_t n, const regc_step_scalars *s);
 
 #endif

@@ -1,6 +1,6 @@
 /* cuda_backend.cu — the CUDA backend: device memory on one stream, GEMMs
  * through cuBLASLt with each regc epilogue mapped onto one cuBLASLt
- * epilogue, and AdamW. Kernels not written yet stay NULL, and the runtime
+ * epilogue, and the optimizer step. Kernels not written yet stay NULL, and the runtime
  * names the missing one instead of running something else.
  *
  * Row-major to cuBLASLt (column-major): C = op(A) op(B) is computed as
@@ -16,6 +16,7 @@ extern "C" {
 #include "regc_backend.h"
 #include "regc_common.h"
 }
+#include "step_math.h"
 
 #define CUDA_WORKSPACE_BYTES (32u << 20)
 
@@ -215,29 +216,98 @@ done:
     return rc;
 }
 
-/* ---- AdamW, as torch.optim.AdamW */
+/* ---- the optimizer step over the scalar block (step_math.h) */
 
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                             float beta1, float beta2, float eps, float wd, float bc1, float bc2)
+/* A configuration regc_step_scalars_ok refuses leaves s as it is: the
+ * trainer checks the same conditions before the first step, where the CPU
+ * backend reports them through sync(). */
+__global__ void step_schedule_kernel(regc_step_scalars *s)
+{
+    if (regc_step_scalars_ok(s))
+        regc_step_begin(s);
+}
+
+static void cuda_step_schedule(regc_backend *be, regc_step_scalars *s)
+{
+    step_schedule_kernel<<<1, 1, 0, ctx_of(be)->stream>>>(s);
+    note(be, cudaGetLastError(), "step_schedule");
+}
+
+#define SUMSQ_THREADS 256
+#define SUMSQ_SPAN 65536 /* elements per block: a fixed split, a fixed order */
+
+/* One partial sum per block of SUMSQ_SPAN elements: each thread a strided
+ * run, then a tree in shared memory; both orders depend only on n. */
+__global__ void sumsq_partial_kernel(const float *g, int64_t n, double *part)
+{
+    __shared__ double acc[SUMSQ_THREADS];
+    const int64_t i0 = (int64_t)blockIdx.x * SUMSQ_SPAN;
+    const int64_t i1 = i0 + SUMSQ_SPAN < n ? i0 + SUMSQ_SPAN : n;
+    double a = 0.0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_THREADS)
+        a += (double)g[i] * (double)g[i];
+    acc[threadIdx.x] = a;
+    __syncthreads();
+    for (int w = SUMSQ_THREADS / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w)
+            acc[threadIdx.x] += acc[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = acc[0];
+}
+
+__global__ void sumsq_total_kernel(const double *part, int64_t n_parts, regc_step_scalars *s)
+{
+    double t = s->grad_sumsq;
+    for (int64_t p = 0; p < n_parts; p++)
+        t += part[p];
+    s->grad_sumsq = t;
+}
+
+static void cuda_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_scalars *s)
+{
+    const int64_t n_parts = (n + SUMSQ_SPAN - 1) / SUMSQ_SPAN;
+    double *part = NULL;
+    cudaStream_t st = ctx_of(be)->stream;
+    if (n_parts == 0)
+        return;
+    note(be, cudaMallocAsync((void **)&part, (size_t)n_parts * sizeof *part, st), "grad_sumsq");
+    if (!part)
+        return;
+    sumsq_partial_kernel<<<(unsigned)n_parts, SUMSQ_THREADS, 0, st>>>(g, n, part);
+    sumsq_total_kernel<<<1, 1, 0, st>>>(part, n_parts, s);
+    note(be, cudaGetLastError(), "grad_sumsq");
+    note(be, cudaFreeAsync(part, st), "grad_sumsq");
+}
+
+__global__ void grad_clip_kernel(regc_step_scalars *s) { regc_step_clip(s); }
+
+static void cuda_grad_clip(regc_backend *be, regc_step_scalars *s)
+{
+    grad_clip_kernel<<<1, 1, 0, ctx_of(be)->stream>>>(s);
+    note(be, cudaGetLastError(), "grad_clip");
+}
+
+/* torch.optim.AdamW, one element per thread, the coefficients from s. */
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n,
+                             const regc_step_scalars *s)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    float w = p[i] * (1.0f - lr * wd);
-    float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
-    float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+    const float gi = g[i] * s->clip_scale;
+    const float mi = m[i] * s->beta1_f + s->one_minus_beta1 * gi;
+    const float vi = v[i] * s->beta2_f + (s->one_minus_beta2 * gi) * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = w - (lr / bc1) * mi / (sqrtf(vi) / sqrtf(bc2) + eps);
+    p[i] = p[i] * s->decay + (s->neg_step_size * mi) / (sqrtf(vi) / s->bc2_sqrt + s->eps_f);
 }
 
 static void cuda_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
-                       int64_t n, float lr, float beta1, float beta2, float eps, float wd, int step)
+                       int64_t n, const regc_step_scalars *s)
 {
-    float bc1 = (float)(1.0 - pow((double)beta1, step));
-    float bc2 = (float)(1.0 - pow((double)beta2, step));
-    adamw_kernel<<<blocks_for((size_t)n), 256, 0, ctx_of(be)->stream>>>(
-        param, grad, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+    adamw_kernel<<<blocks_for((size_t)n), 256, 0, ctx_of(be)->stream>>>(param, grad, m, v, n, s);
     note(be, cudaGetLastError(), "adamw");
 }
 
@@ -298,6 +368,9 @@ extern "C" regc_backend *regc_backend_cuda_new(int device)
     be->fill = cuda_fill;
     be->sync = cuda_sync;
     be->gemm = cuda_gemm;
+    be->step_schedule = cuda_step_schedule;
+    be->grad_sumsq = cuda_grad_sumsq;
+    be->grad_clip = cuda_grad_clip;
     be->adamw = cuda_adamw;
     return be;
 }

@@ -13,6 +13,7 @@
 
 #include "regc_backend.h"
 #include "regc_common.h"
+#include "test_device.h"
 
 static regc_backend *cpu, *gpu;
 
@@ -138,8 +139,8 @@ static void test_adamw_matches_cpu(void **state)
     regc_rng_fill_uniform(g, n, 6, 0.0f, 1.0f);
     float *dp = to_gpu(p, n), *dg = to_gpu(g, n), *dm = to_gpu(m, n), *dv = to_gpu(v, n);
     for (int step = 1; step <= 3; step++) {
-        cpu->adamw(cpu, p, g, m, v, (int64_t)n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, step);
-        gpu->adamw(gpu, dp, dg, dm, dv, (int64_t)n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, step);
+        regc_test_adamw(cpu, p, g, m, v, (int64_t)n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, step);
+        regc_test_adamw(gpu, dp, dg, dm, dv, (int64_t)n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, step);
     }
     from_gpu(p2, dp, n);
     assert_close(p, p2, n, 1e-5f, "param");

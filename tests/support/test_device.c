@@ -146,3 +146,25 @@ void regc_test_attention_inputs(regc_backend *dev, const regc_attn_shape *s, uin
     *v = regc_test_upload(dev, *hv, nkv);
     *dout = regc_test_upload(dev, *hdo, nq);
 }
+
+void regc_test_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
+                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     int step)
+{
+    regc_step_scalars s = {.base_lr = lr,
+                           .weight_decay = weight_decay,
+                           .beta1 = beta1,
+                           .beta2 = beta2,
+                           .eps = eps,
+                           .schedule = REGC_SCHEDULE_CONSTANT,
+                           .step = step - 1,
+                           .loss_scale = 1.0f,
+                           .clip_scale = 1.0f};
+    regc_step_scalars *d = be->alloc(be, sizeof s);
+    assert_non_null(d);
+    be->copy_h2d(be, d, &s, sizeof s);
+    be->step_schedule(be, d);
+    be->adamw(be, param, grad, m, v, n, d);
+    assert_int_equal(be->sync(be), REGC_OK);
+    be->free(be, d);
+}

@@ -37,6 +37,13 @@ void regc_test_attention_inputs(regc_backend *dev, const regc_attn_shape *s, uin
  * the message names `what` and the first index that differs. */
 void regc_test_assert_bitwise_equal(const char *what, const float *a, const float *b, size_t n);
 
+/* One torch.optim.AdamW step (constant learning rate) through the
+ * backend's optimizer kernels: a scalar block on the device at t = step
+ * (from 1), step_schedule, then adamw over n elements. */
+void regc_test_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
+                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     int step);
+
 void regc_test_release_all(void);
 /* A CMocka teardown that calls regc_test_release_all(); always 0. */
 int regc_test_release_teardown(void **state);
