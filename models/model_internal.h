@@ -102,8 +102,6 @@ void regc_model_group_digits(char *buf, size_t cap, int64_t v);
 int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids);
 
 /* ---- graph inputs (regc_model_fill_inputs) */
-/* The entry for the input called `name`, or NULL when the graph lacks it. */
-regc_input *regc_input_find(int n, regc_input *in, const char *name);
 /* A causal LM's inputs, each where the graph has it: "input_ids" and
  * "targets" [B, T] from regc_tokens_batch, "position_ids" [T] = 0..T-1. */
 int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,

@@ -121,6 +121,8 @@ typedef struct {
     int constant;
 } regc_input;
 
+/* The entry for the input called `name`, or NULL when the graph lacks it. */
+regc_input *regc_input_find(int n, regc_input *in, const char *name);
 /* Fill every input of m's training graph for one batch: token ids and
  * targets from `data`, plus the architecture's own inputs (positions,
  * rotary tables, relative-position buckets, masked positions). Constant

@@ -311,7 +311,7 @@ static void test_case(void **state)
     }
 
     /* 6. One JSON object per line; the step reports are those with a loss. */
-    double got[64];
+    double got[64], got_norm[64];
     int n_got = 0, last_step = -1;
     for (char *line = strtok(s->output, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *obj = cJSON_Parse(line);
@@ -323,8 +323,11 @@ static void test_case(void **state)
         const cJSON *loss = cJSON_GetObjectItemCaseSensitive(obj, "loss");
         if (cJSON_IsNumber(step) && cJSON_IsNumber(loss)) {
             int k = (int)step->valuedouble, ok = n_got < 64 && k > last_step;
-            if (ok)
+            const cJSON *norm = cJSON_GetObjectItemCaseSensitive(obj, "grad_norm");
+            if (ok) {
+                got_norm[n_got] = cJSON_IsNumber(norm) ? norm->valuedouble : NAN;
                 got[n_got++] = loss->valuedouble;
+            }
             last_step = k;
             if (!ok) {
                 cJSON_Delete(obj);
@@ -354,6 +357,18 @@ static void test_case(void **state)
         print_error("case %s: %d of %d losses differ from PyTorch by more than %g relative\n", name,
                     bad, n_got, LOSS_RTOL);
         fail();
+    }
+    /* With clipping, the norm clip_grad_norm_ returned, every step. */
+    const cJSON *norms = cJSON_GetObjectItemCaseSensitive(spec, "grad_norms");
+    for (int k = 0; norms && k < n_got; k++) {
+        const cJSON *r = cJSON_GetArrayItem(norms, k);
+        assert_true(cJSON_IsNumber(r));
+        double rel = fabs(got_norm[k] - r->valuedouble) / fabs(r->valuedouble);
+        if (!(rel <= LOSS_RTOL)) {
+            print_error("case %s step %d: grad_norm %.9g, PyTorch's %.9g (rel %.1e)\n", name, k,
+                        got_norm[k], r->valuedouble, rel);
+            fail();
+        }
     }
 }
 

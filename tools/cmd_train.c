@@ -1,6 +1,7 @@
 /* cmd_train.c — `regc train`: flags and the config file into training
  * options, one line per step out. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ void print_train_usage(FILE *f)
 
 typedef struct {
     int json;
+    int show_lr;    /* a schedule moves the learning rate: report it */
     int step_width; /* digits of the last step, so the columns line up */
     int write_failed;
     const char *cache_dir;
@@ -44,17 +46,32 @@ static void on_step(const regc_step_report *r, void *user)
 {
     step_printer *p = user;
     int n;
+    /* the learning rate with a schedule, the norm with clipping */
+    char extra[128] = "";
     if (p->json) {
-        char loss[48], ms[48], tps[48];
+        char loss[48], ms[48], tps[48], v[48];
         /* %.9g round-trips any float, so a reader recovers the exact loss. */
         json_number(loss, sizeof loss, "%.9g", (double)r->loss);
         json_number(ms, sizeof ms, "%.6g", r->ms);
         json_number(tps, sizeof tps, "%.6g", r->tokens_per_s);
-        n = printf("{\"step\": %d, \"loss\": %s, \"ms\": %s, \"tokens_per_s\": %s}\n", r->step,
-                   loss, ms, tps);
+        if (p->show_lr) {
+            json_number(v, sizeof v, "%.9g", r->lr);
+            snprintf(extra, sizeof extra, ", \"lr\": %s", v);
+        }
+        if (!isnan(r->grad_norm)) {
+            json_number(v, sizeof v, "%.9g", (double)r->grad_norm);
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"grad_norm\": %s", v);
+        }
+        n = printf("{\"step\": %d, \"loss\": %s%s, \"ms\": %s, \"tokens_per_s\": %s}\n", r->step,
+                   loss, extra, ms, tps);
     } else {
-        n = printf("step %*d | loss %7.4f | %8.1f ms | %8.0f tok/s\n", p->step_width, r->step,
-                   (double)r->loss, r->ms, r->tokens_per_s);
+        if (p->show_lr)
+            snprintf(extra, sizeof extra, " | lr %.3e", r->lr);
+        if (!isnan(r->grad_norm))
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | norm %7.4f",
+                     (double)r->grad_norm);
+        n = printf("step %*d | loss %7.4f%s | %8.1f ms | %8.0f tok/s\n", p->step_width, r->step,
+                   (double)r->loss, extra, r->ms, r->tokens_per_s);
     }
     /* Flushed per step: the lines are progress, and a reader on a pipe
      * (a log collector, a test) should see each one as it happens. */
@@ -108,6 +125,11 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
         return usage_error("--model is required (a Hugging Face directory or a preset; see "
                            "regc train --help), unless the --config file sets train.model");
 
+    /* contradictions among the options before anything is loaded or printed */
+    if (regc_train_check_options(&o) != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
     regc_model *model = NULL;
     if (regc_model_load(model_spec, &model) != REGC_OK) {
         fprintf(stderr, "regc: %s\n", regc_error_message());
@@ -138,7 +160,10 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
     regc_model_describe(model, desc, sizeof desc);
     fprintf(stderr, "%s\n", desc);
 
-    step_printer p = {.json = json, .step_width = 4, .cache_dir = o.cache_dir};
+    step_printer p = {.json = json,
+                      .step_width = 4,
+                      .cache_dir = o.cache_dir,
+                      .show_lr = o.lr_scheduler != REGC_SCHEDULE_CONSTANT};
     o.on_compiled = on_compiled;
     for (int last = o.steps - 1, w = 1; last >= 10; last /= 10)
         if (++w > p.step_width)

@@ -154,11 +154,14 @@ static int read_value(const load_ctx *x, const regc_option *o, const char *key, 
     case OPT_FLOAT:
         /* finite and representable as a float (the optimizer's precision) */
         if (!cJSON_IsNumber(it) || !isfinite(d) || d > FLT_MAX ||
-            (o->min > 0 ? !(d > 0.0) : !(d >= 0.0)))
+            (o->min > 0 ? !(d > 0.0) : !(d >= 0.0)) || (o->max > 0 && !(d <= o->max)))
             return expected(x, key, it, what);
         if (o->min > 0 && (float)d == 0.0f)
             return expected(x, key, it, "a number > 0 that a float can hold (>= 1e-45)");
-        *(float *)f = (float)d;
+        if (o->size == sizeof(double))
+            *(double *)f = d;
+        else
+            *(float *)f = (float)d;
         return 1;
     case OPT_FLAG:
     case OPT_SWITCH:

@@ -18,6 +18,9 @@
 #define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
 
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
+/* regc_schedule's order */
+static const char *const schedule_names[] = {"constant", "constant_with_warmup", "linear",
+                                             "cosine",   "cosine_with_min_lr",   NULL};
 
 const regc_option regc_option_table[] = {
     {"train", NULL, "--config", OPT_STRING, "<FILE>", 0, 0, 0, NULL, FIELD(config), 0,
@@ -46,6 +49,31 @@ const regc_option regc_option_table[] = {
      "AdamW learning rate, > 0"},
     {"train", "weight_decay", "--weight-decay", OPT_FLOAT, "<WD>", 0, 0, 0, NULL,
      FIELD(train.weight_decay), OPT_SHOW_DEFAULT, "AdamW decoupled weight decay, >= 0"},
+    {"train", "lr_scheduler_type", "--lr-scheduler-type", OPT_CHOICE,
+     "<constant|constant_with_warmup|linear|cosine|cosine_with_min_lr>", 0, 0, 0, schedule_names,
+     FIELD(train.lr_scheduler), OPT_SHOW_DEFAULT,
+     "how the learning rate moves from step to step, as Hugging Face's get_scheduler: warmup "
+     "from 0 over warmup_steps, then constant, a linear decay to 0, or a half cosine to 0 (or to "
+     "min_lr) at the last step"},
+    {"train", "warmup_steps", "--warmup-steps", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
+     FIELD(train.warmup_steps), OPT_SHOW_DEFAULT,
+     "optimizer steps of linear warmup from 0 (the schedules *_with_warmup, linear and cosine)"},
+    {"train", "warmup_ratio", "--warmup-ratio", OPT_FLOAT, "<R>", 0, 1, 0, NULL,
+     FIELD(train.warmup_ratio), OPT_SHOW_DEFAULT,
+     "warmup as a fraction of the steps (rounded up), when warmup_steps is 0"},
+    {"train", "min_lr", "--min-lr", OPT_FLOAT, "<LR>", 0, 0, 0, NULL, FIELD(train.min_lr), 0,
+     "cosine_with_min_lr: the learning rate the cosine ends at (or min_lr_rate)"},
+    {"train", "min_lr_rate", "--min-lr-rate", OPT_FLOAT, "<R>", 0, 1, 0, NULL,
+     FIELD(train.min_lr_rate), 0,
+     "cosine_with_min_lr: the final learning rate as a fraction of lr"},
+    {"train", "max_grad_norm", "--max-grad-norm", OPT_FLOAT, "<N>", 0, 0, 0, NULL,
+     FIELD(train.max_grad_norm), OPT_SHOW_DEFAULT,
+     "clip the gradients' global L2 norm to N before each update, as torch's clip_grad_norm_ "
+     "(0: no clipping); the norm is reported per step"},
+    {"train", "gradient_accumulation_steps", "--gradient-accumulation-steps", OPT_INT, "<K>", 1,
+     1 << 20, 0, NULL, FIELD(train.grad_accum), OPT_SHOW_DEFAULT,
+     "micro-batches of --batch sequences per optimizer step, their gradients summed in place: "
+     "the step is that of one batch of K x batch sequences"},
     {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed), OPT_SHOW_DEFAULT,
      "seed of the random init of presets and of the masked positions of masked-LM (BERT) "
      "training"},
@@ -146,7 +174,9 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
                          : "a non-negative integer below 2^64");
         break;
     case OPT_FLOAT:
-        if (in_file)
+        if (o->max > 0)
+            snprintf(buf, cap, "a number from %g to %g", o->min, o->max);
+        else if (in_file)
             snprintf(buf, cap, o->min > 0 ? "a finite number > 0" : "a finite number >= 0");
         else
             snprintf(buf, cap, o->min > 0 ? "a positive number" : "a non-negative number");
@@ -226,10 +256,19 @@ int regc_option_set_text(const regc_option *o, regc_train_settings *s, const cha
     }
     case OPT_SEED: return regc_text_to_u64(text, (uint64_t *)f) ? bad_value(o, text) : REGC_OK;
     case OPT_FLOAT: {
-        int rc = regc_text_to_float(text, o->min > 0, (float *)f);
+        float v;
+        int rc = regc_text_to_float(text, o->min > 0, &v);
         if (rc == -2)
             return regc_error(REGC_ERR_ARG, "%s: %s is too small for a float", o->flag, text);
-        return rc ? bad_value(o, text) : REGC_OK;
+        if (rc || (o->max > 0 && !(v <= o->max)))
+            return bad_value(o, text);
+        /* a double field keeps the decimal as written (a ratio times the
+         * steps must round up as the user's arithmetic does) */
+        if (o->size == sizeof(double))
+            *(double *)f = strtod(text, NULL);
+        else
+            *(float *)f = v;
+        return REGC_OK;
     }
     case OPT_SWITCH:
         if (strcmp(text, "on") != 0 && strcmp(text, "off") != 0)
@@ -290,7 +329,10 @@ static void default_text(const regc_option *o, const regc_train_settings *d, cha
         snprintf(buf, cap, "%" PRId64, v / (o->scale ? o->scale : 1));
         break;
     case OPT_SEED: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)f); break;
-    case OPT_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)f); break;
+    case OPT_FLOAT:
+        snprintf(buf, cap, "%g",
+                 o->size == sizeof(double) ? *(const double *)f : (double)*(const float *)f);
+        break;
     case OPT_SWITCH: snprintf(buf, cap, "%s", *(const int *)f ? "on" : "off"); break;
     case OPT_CHOICE: snprintf(buf, cap, "%s", o->choices[*(const int *)f]); break;
     case OPT_STRING:

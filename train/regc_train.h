@@ -17,11 +17,17 @@ typedef struct {
     int64_t batch, seq;
     int steps;
     float lr, weight_decay;
-    float beta1, beta2, eps; /* AdamW; 0.9, 0.999, 1e-8 by default */
-    uint64_t seed;           /* random init of presets */
-    const char *save_dir;    /* NULL: do not save */
-    const char *backend;     /* "cpu" */
-    int threads;             /* <= 0: OMP_NUM_THREADS or all cores */
+    float beta1, beta2, eps;    /* AdamW; 0.9, 0.999, 1e-8 by default */
+    regc_schedule lr_scheduler; /* train.lr_scheduler_type (default constant) */
+    int64_t warmup_steps;       /* optimizer steps of warmup */
+    double warmup_ratio;        /* or this fraction of steps (rounded up), when warmup_steps is 0 */
+    double min_lr, min_lr_rate; /* cosine_with_min_lr's floor: absolute, or as a fraction of lr */
+    double max_grad_norm;       /* > 0: clip the gradients' global L2 norm to it */
+    int grad_accum;             /* micro-batches per optimizer step (>= 1) */
+    uint64_t seed;              /* random init of presets */
+    const char *save_dir;       /* NULL: do not save */
+    const char *backend;        /* "cpu" */
+    int threads;                /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
     const char *cache_dir;   /* the compile cache's directory; NULL: none */
     int64_t cache_max_bytes; /* its size limit; <= 0: none */
@@ -36,12 +42,19 @@ void regc_train_options_default(regc_train_options *o);
 
 typedef struct {
     int step;   /* from 0 */
-    float loss; /* of this step's forward pass, before its update */
-    double ms;  /* wall time of the whole step */
+    float loss; /* of this step's forward pass, before its update (over all its micro-batches) */
+    double lr;  /* the learning rate of its update */
+    float grad_norm; /* the gradients' global L2 norm before clipping; NaN without clipping */
+    double ms;       /* wall time of the whole step */
     double tokens_per_s;
 } regc_step_report;
 
 typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
+
+/* Check o without running anything: an option out of range, or options
+ * that contradict each other (warmup longer than the run, min_lr without
+ * cosine_with_min_lr, ...), is an error naming the config key. */
+int regc_train_check_options(const regc_train_options *o);
 
 /* Train m in place for o->steps steps, calling on_step after each. Presets
  * without weights are initialised from o->seed first. */

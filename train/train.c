@@ -4,6 +4,8 @@
  * Device memory is one block per kind (llm.c's layout): parameters,
  * gradients, AdamW's m and v, each [total_numel] in the model's parameter
  * order, so parameter i lives at the same offset in all four. */
+#include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,9 @@ void regc_train_options_default(regc_train_options *o)
     o->seed = 1337;
     o->backend = "cpu";
     o->cache_max_bytes = INT64_C(1024) << 20;
+    o->lr_scheduler = REGC_SCHEDULE_CONSTANT;
+    o->min_lr = o->min_lr_rate = -1.0; /* unset */
+    o->grad_accum = 1;
     regc_compile_options_default(&o->compile);
 }
 
@@ -38,6 +43,9 @@ typedef struct {
     int n_inputs;
     regc_input *inputs; /* [n_inputs] the graph's inputs with host buffers */
     void **d_inputs;    /* [n_inputs] their device copies */
+    int constants_sent; /* the constant inputs are on the device */
+    int64_t *counts;    /* [grad_accum] targets that count, per micro-batch */
+    float *losses;      /* [grad_accum] each micro-batch's loss */
 } trainer;
 
 static void trainer_free(trainer *t)
@@ -56,6 +64,8 @@ static void trainer_free(trainer *t)
         free(t->inputs[i].host);
     free(t->inputs);
     free(t->d_inputs);
+    free(t->counts);
+    free(t->losses);
     regc_program_free(t->program);
     regc_tokens_free(t->tokens);
     regc_cache_close(t->cache);
@@ -106,6 +116,13 @@ static int alloc_inputs(trainer *t)
     return rc;
 }
 
+/* Warmup in optimizer steps: warmup_steps, else the ratio of the run
+ * rounded up (Hugging Face's get_warmup_steps). */
+static int64_t warmup_of(const regc_train_options *o)
+{
+    return o->warmup_steps > 0 ? o->warmup_steps : (int64_t)ceil(o->warmup_ratio * o->steps);
+}
+
 /* The scalar block's constants from the options; the state at step 0. */
 static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
 {
@@ -115,8 +132,12 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
     s->base_lr = (double)o->lr;
     s->weight_decay = (double)o->weight_decay;
     s->beta1 = (double)o->beta1, s->beta2 = (double)o->beta2, s->eps = (double)o->eps;
-    s->schedule = REGC_SCHEDULE_CONSTANT;
+    s->schedule = (int32_t)o->lr_scheduler;
+    s->warmup_steps = (double)warmup_of(o);
+    s->total_steps = (double)o->steps;
     s->num_cycles = 0.5;
+    s->min_lr_rate = o->min_lr >= 0.0 ? o->min_lr / (double)o->lr : o->min_lr_rate;
+    s->max_grad_norm = o->max_grad_norm;
     s->loss_scale = 1.0f;
     s->clip_scale = 1.0f;
 }
@@ -165,40 +186,105 @@ static int profile_since(regc_backend *be, regc_profile *pr, const char *label, 
     return rc;
 }
 
-/* One step; pr (NULL: none) times its parts. */
+/* Micro-batch `index` of the data (llm.c's order) into the host inputs. */
+static int fill_batch(trainer *t, const regc_train_options *o, int64_t index)
+{
+    const regc_batch_spec b = {.step = index, .batch = o->batch, .seq = o->seq, .seed = o->seed};
+    return regc_model_fill_inputs(t->model, t->tokens, &b, t->n_inputs, t->inputs);
+}
+
+/* The targets of the filled batch that count toward the loss (those >= 0). */
+static int64_t count_targets(trainer *t)
+{
+    const regc_input *x = regc_input_find(t->n_inputs, t->inputs, "targets");
+    if (!x || x->tensor->dtype != REGC_I32)
+        return 0;
+    const int32_t *v = x->host;
+    int64_t n = 0, all = regc_tensor_numel(x->tensor);
+    for (int64_t i = 0; i < all; i++)
+        n += v[i] >= 0;
+    return n;
+}
+
+/* The filled batch to the device; constant inputs only the first time. */
+static void upload_batch(trainer *t)
+{
+    for (int i = 0; i < t->n_inputs; i++)
+        if (!t->constants_sent || !t->inputs[i].constant)
+            t->be->copy_h2d(t->be, t->d_inputs[i], t->inputs[i].host,
+                            (size_t)regc_tensor_bytes(t->inputs[i].tensor));
+    t->constants_sent = 1;
+}
+
+/* One optimizer step over grad_accum micro-batches. Accumulating, the
+ * gradients start at zero and each micro-batch adds its share: its loss's
+ * gradient is seeded with n_j / N (its targets over the step's), so the step
+ * is that of one batch of all of them. pr (NULL: none) times the parts. */
 static int train_step(trainer *t, const regc_train_options *o, int step, regc_profile *pr,
-                      float *loss)
+                      regc_step_report *r)
 {
     regc_backend *be = t->be;
-    const regc_batch_spec b = {.step = step, .batch = o->batch, .seq = o->seq, .seed = o->seed};
+    const int k = o->grad_accum;
+    int64_t total = 0;
+    int rc = REGC_OK;
     double t0 = regc_time_ms();
-    int rc = regc_model_fill_inputs(t->model, t->tokens, &b, t->n_inputs, t->inputs);
-    if (rc)
-        return rc;
-    /* constant inputs reached the device with the first batch */
-    for (int i = 0; i < t->n_inputs; i++)
-        if (step == 0 || !t->inputs[i].constant)
-            be->copy_h2d(be, t->d_inputs[i], t->inputs[i].host,
-                         (size_t)regc_tensor_bytes(t->inputs[i].tensor));
-    if (pr && (rc = profile_since(be, pr, "inputs (batch to the device)", &t0)))
-        return rc;
+    if (k > 1) {
+        for (int j = 0; j < k && rc == REGC_OK; j++)
+            if ((rc = fill_batch(t, o, (int64_t)step * k + j)) == REGC_OK)
+                total += t->counts[j] = count_targets(t);
+        if (rc)
+            return rc;
+        if (total == 0)
+            return regc_error(REGC_ERR_ARG,
+                              "step %d: no target of its %d micro-batches counts toward the loss",
+                              step, k);
+        be->fill(be, t->grads, (size_t)regc_model_total_numel(t->model), 0.0f);
+    }
+    for (int j = 0; j < k && rc == REGC_OK; j++) {
+        if ((rc = fill_batch(t, o, (int64_t)step * k + j)))
+            return rc;
+        upload_batch(t);
+        if (k > 1) {
+            float share = (float)((double)t->counts[j] / (double)total);
+            be->copy_h2d(be, (char *)t->scalars + offsetof(regc_step_scalars, loss_scale), &share,
+                         sizeof share);
+        }
+        if (pr && (rc = profile_since(be, pr, "inputs (batch to the device)", &t0)))
+            return rc;
+        regc_program_set_profile(t->program, pr);
+        rc = regc_program_run(t->program);
+        regc_program_set_profile(t->program, NULL);
+        t0 = regc_time_ms();
+        if (rc == REGC_OK)
+            be->copy_d2h(be, &t->losses[j], regc_program_loss(t->program), sizeof(float));
+    }
     regc_program_set_profile(t->program, pr);
-    rc = regc_program_run(t->program);
     if (rc == REGC_OK)
         rc = regc_program_update(t->program);
     regc_program_set_profile(t->program, NULL);
     if (rc)
         return rc;
     t0 = regc_time_ms();
-    be->copy_d2h(be, loss, regc_program_loss(t->program), sizeof(float));
-    if (pr && (rc = profile_since(be, pr, "loss to the host", &t0)))
+    be->copy_d2h(be, &t->host, t->scalars, sizeof t->host);
+    if ((rc = be->sync(be)))
+        return rc;
+    if (pr && (rc = profile_since(be, pr, "loss and scalars to the host", &t0)))
         return rc;
     if (pr)
         regc_profile_count_run(pr);
-    return be->sync(be);
+    double loss = t->losses[0];
+    if (k > 1) { /* the mean over every target of the step */
+        loss = 0.0;
+        for (int j = 0; j < k; j++)
+            loss += (double)t->losses[j] * (double)t->counts[j] / (double)total;
+    }
+    r->loss = (float)loss;
+    r->lr = t->host.lr;
+    r->grad_norm = o->max_grad_norm > 0.0 ? t->host.grad_norm : NAN;
+    return REGC_OK;
 }
 
-static int check_options(const regc_train_options *o)
+int regc_train_check_options(const regc_train_options *o)
 {
     if (o->batch < 1)
         return regc_error(REGC_ERR_ARG, "batch size must be at least 1 (got %lld)",
@@ -210,12 +296,42 @@ static int check_options(const regc_train_options *o)
         return regc_error(REGC_ERR_ARG, "steps must be at least 1 (got %d)", o->steps);
     if (!(o->lr >= 0.0f) || !(o->weight_decay >= 0.0f))
         return regc_error(REGC_ERR_ARG, "learning rate and weight decay must be non-negative");
+    if (o->grad_accum < 1)
+        return regc_error(REGC_ERR_ARG, "train.gradient_accumulation_steps: %d (at least 1)",
+                          o->grad_accum);
+    if ((unsigned)o->lr_scheduler >= REGC_SCHEDULE_COUNT)
+        return regc_error(REGC_ERR_ARG, "train.lr_scheduler_type: no schedule %d",
+                          (int)o->lr_scheduler);
+    if (!(o->max_grad_norm >= 0.0))
+        return regc_error(REGC_ERR_ARG, "train.max_grad_norm: %g (0 turns clipping off)",
+                          o->max_grad_norm);
+    int64_t warmup = warmup_of(o);
+    const char *warmup_key = o->warmup_steps > 0 ? "warmup_steps" : "warmup_ratio";
+    if (warmup < 0 || !(o->warmup_ratio >= 0.0 && o->warmup_ratio <= 1.0))
+        return regc_error(REGC_ERR_ARG, "train.%s: a negative warmup", warmup_key);
+    if (warmup > o->steps)
+        return regc_error(REGC_ERR_ARG,
+                          "train.%s: %lld warmup steps are more than the run's %d steps",
+                          warmup_key, (long long)warmup, o->steps);
+    if (warmup > 0 && o->lr_scheduler == REGC_SCHEDULE_CONSTANT)
+        return regc_error(REGC_ERR_ARG,
+                          "train.%s: the constant schedule has no warmup (use "
+                          "constant_with_warmup)",
+                          warmup_key);
+    int min_lr = o->min_lr >= 0.0, min_rate = o->min_lr_rate >= 0.0;
+    if (o->lr_scheduler == REGC_SCHEDULE_COSINE_WITH_MIN_LR && min_lr == min_rate)
+        return regc_error(REGC_ERR_ARG, "train.lr_scheduler_type: cosine_with_min_lr needs one of "
+                                        "min_lr and min_lr_rate");
+    if (o->lr_scheduler != REGC_SCHEDULE_COSINE_WITH_MIN_LR && (min_lr || min_rate))
+        return regc_error(REGC_ERR_ARG,
+                          "train.%s: applies to lr_scheduler_type cosine_with_min_lr only",
+                          min_lr ? "min_lr" : "min_lr_rate");
     return REGC_OK;
 }
 
 int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user)
 {
-    int rc = check_options(o);
+    int rc = regc_train_check_options(o);
     if (rc)
         return rc;
     trainer t;
@@ -233,6 +349,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     regc_compile_options co = o->compile;
     regc_compile_stats st;
     co.device = t.be->device;
+    co.accumulate_grads = o->grad_accum > 1;
+    co.clip_grad_norm = o->max_grad_norm > 0.0;
     if (o->cache_dir && !co.cache &&
         (rc = regc_cache_open(o->cache_dir, o->cache_max_bytes, NULL, &t.cache))) {
         trainer_free(&t);
@@ -247,18 +365,21 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     }
     if (o->on_compiled)
         o->on_compiled(&st, user);
-    if (!(rc = open_data(&t, o)))
+    t.counts = calloc((size_t)o->grad_accum, sizeof *t.counts);
+    t.losses = calloc((size_t)o->grad_accum, sizeof *t.losses);
+    if (!t.counts || !t.losses)
+        rc = regc_error(REGC_ERR_MEMORY, "out of memory");
+    if (rc == REGC_OK && !(rc = open_data(&t, o)))
         rc = bind_memory(&t, o);
     for (int step = 0; rc == REGC_OK && step < o->steps; step++) {
         double t0 = regc_time_ms();
-        float loss = 0.0f;
         /* the first of several steps warms caches and pages: not profiled */
         regc_profile *pr = step > 0 || o->steps == 1 ? o->profile : NULL;
-        rc = train_step(&t, o, step, pr, &loss);
-        if (rc)
+        regc_step_report r = {.step = step};
+        if ((rc = train_step(&t, o, step, pr, &r)))
             break;
-        regc_step_report r = {.step = step, .loss = loss, .ms = regc_time_ms() - t0};
-        r.tokens_per_s = (double)(o->batch * o->seq) / (r.ms / 1e3);
+        r.ms = regc_time_ms() - t0;
+        r.tokens_per_s = (double)(o->batch * o->seq * o->grad_accum) / (r.ms / 1e3);
         if (on_step)
             on_step(&r, user);
     }

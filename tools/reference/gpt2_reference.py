@@ -52,6 +52,21 @@ CASES = [
     dict(name="deep_wrap", seed=31337, vocab_size=500, n_positions=64, n_embd=128, n_layer=6,
          n_head=4, n_inner=512, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
          batch=2, seq=29, lr=1.5e-3, weight_decay=0.05, n_tokens=180),
+    # The trainer's schedule, clipping and accumulation over 10 steps: a
+    # cosine with 3 warmup steps, norms clipped to 0.5 (every step clips),
+    # two micro-batches per step.
+    dict(name="cosine_clip_accum2", seed=4242, vocab_size=311, n_positions=32, n_embd=64,
+         n_layer=2, n_head=4, n_inner=None, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+         batch=2, seq=11, lr=4e-3, weight_decay=0.02, n_tokens=600, steps=10,
+         lr_scheduler_type="cosine", warmup_steps=3, max_grad_norm=0.5,
+         gradient_accumulation_steps=2),
+    # A linear decay whose warmup comes from a ratio (ceil(0.25 * 10) = 3),
+    # clipping at a norm some steps stay under, three micro-batches that wrap.
+    dict(name="linear_ratio_accum3", seed=9090, vocab_size=263, n_positions=24, n_embd=48,
+         n_layer=3, n_head=3, n_inner=130, layer_norm_epsilon=1e-5, tie_word_embeddings=False,
+         batch=3, seq=7, lr=3e-3, weight_decay=0.0, n_tokens=400, steps=10,
+         lr_scheduler_type="linear", warmup_ratio=0.25, max_grad_norm=2.0,
+         gradient_accumulation_steps=3),
 ]
 def inner_size(case):
     return case["n_inner"] if case["n_inner"] is not None else 4 * case["n_embd"]

@@ -71,6 +71,22 @@ CASES = [
          num_key_value_heads=3, head_dim=None, max_position_embeddings=64, rms_norm_eps=1e-6,
          rope_theta=500000.0, tie_word_embeddings=True, batch=2, seq=29, lr=1.5e-3,
          weight_decay=0.05, n_tokens=180),
+    # The trainer's schedule, clipping and accumulation over 10 steps: a
+    # cosine to a floor of 10% of lr after 2 warmup steps, norms clipped to
+    # 0.3, two micro-batches per step.
+    dict(name="cosine_min_lr_clip_accum2", seed=5151, vocab_size=271, hidden_size=48,
+         intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+         num_key_value_heads=2, head_dim=None, max_position_embeddings=32, rms_norm_eps=1e-6,
+         rope_theta=10000.0, tie_word_embeddings=False, batch=2, seq=9, lr=5e-3,
+         weight_decay=0.01, n_tokens=500, steps=10, lr_scheduler_type="cosine_with_min_lr",
+         warmup_steps=2, min_lr_rate=0.1, max_grad_norm=0.3, gradient_accumulation_steps=2),
+    # A constant rate after 4 warmup steps, no clipping, no accumulation.
+    dict(name="constant_warmup", seed=6262, vocab_size=257, hidden_size=32,
+         intermediate_size=80, num_hidden_layers=2, num_attention_heads=2,
+         num_key_value_heads=1, head_dim=None, max_position_embeddings=16, rms_norm_eps=1e-5,
+         rope_theta=10000.0, tie_word_embeddings=True, batch=2, seq=8, lr=6e-3,
+         weight_decay=0.0, n_tokens=300, steps=10, lr_scheduler_type="constant_with_warmup",
+         warmup_steps=4),
 ]
 
 

@@ -12,6 +12,7 @@ Run the scripts with Debian's python3 (torch + numpy): /usr/bin/python3.
 """
 
 import json
+import math
 import os
 
 import numpy as np
@@ -103,22 +104,70 @@ def get_batch(tokens, k, B, T):
 # ---------------------------------------------------------------------------
 # Training and the recorded case
 # ---------------------------------------------------------------------------
+def lr_lambda(case, step):
+    """Hugging Face's schedules (transformers.optimization, get_scheduler),
+    written out: the factor on the base learning rate at optimizer step
+    `step` (from 0)."""
+    kind = case.get("lr_scheduler_type", "constant")
+    steps = case.get("steps", STEPS)
+    warmup = case.get("warmup_steps", 0) or math.ceil(steps * case.get("warmup_ratio", 0.0))
+    if kind == "constant":
+        return 1.0
+    if step < warmup:
+        return float(step) / float(max(1, warmup))
+    if kind == "constant_with_warmup":
+        return 1.0
+    if kind == "linear":
+        return max(0.0, float(steps - step) / float(max(1, steps - warmup)))
+    progress = float(step - warmup) / float(max(1, steps - warmup))
+    factor = 0.5 * (1.0 + math.cos(math.pi * float(0.5) * 2.0 * progress))
+    if kind == "cosine_with_min_lr":
+        rate = case["min_lr"] / case["lr"] if "min_lr" in case else case["min_lr_rate"]
+        factor = factor * (1 - rate) + rate
+    return max(0.0, factor)
+
+
+def schedule_args(case):
+    """The `regc train` flags of a case's schedule, clipping and accumulation."""
+    args = []
+    for key in ("lr_scheduler_type", "warmup_steps", "warmup_ratio", "min_lr", "min_lr_rate",
+                "max_grad_norm", "gradient_accumulation_steps"):
+        if key in case:
+            args += ["--" + key.replace("_", "-"), repr(case[key])
+                     if isinstance(case[key], float) else str(case[key])]
+    return args
+
+
 def train(case, init, forward_loss, dtype):
-    """Losses of STEPS AdamW steps, each recorded before its update.
-    forward_loss(params, k, case) returns batch k's scalar loss."""
+    """Losses (and, with clipping, gradient norms) of the case's AdamW steps,
+    each loss recorded before its update. forward_loss(params, k, case)
+    returns batch k's mean loss; with gradient accumulation K, step s runs
+    batches s*K .. s*K+K-1 and each adds loss / K to the gradients (every
+    batch of a causal LM has B*T targets, so that is the mean over the
+    step's); the gradients are clipped with clip_grad_norm_ and the
+    learning rate set by the schedule before opt.step()."""
     p = {name: torch.tensor(a, dtype=dtype, requires_grad=True) for name, a in init.items()}
     # One parameter group over everything: decay applies to norms and biases
     # too, which is what regc's optimizer does.
     opt = torch.optim.AdamW(list(p.values()), lr=case["lr"], betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=case["weight_decay"])
-    losses = []
-    for k in range(STEPS):
+    k = case.get("gradient_accumulation_steps", 1)
+    max_norm = case.get("max_grad_norm", 0.0)
+    losses, norms = [], []
+    for step in range(case.get("steps", STEPS)):
         opt.zero_grad(set_to_none=True)
-        loss = forward_loss(p, k, case)
-        loss.backward()
-        losses.append(loss.item())
+        total = 0.0
+        for j in range(k):
+            loss = forward_loss(p, step * k + j, case)
+            (loss / k if k > 1 else loss).backward()
+            total += loss.item() / k
+        losses.append(total)
+        if max_norm > 0:
+            norms.append(torch.nn.utils.clip_grad_norm_(list(p.values()), max_norm).item())
+        for group in opt.param_groups:
+            group["lr"] = case["lr"] * lr_lambda(case, step)
         opt.step()
-    return losses
+    return losses, norms
 
 
 def run_case(case, specs, config, forward_loss, extra_args=()):
@@ -131,16 +180,16 @@ def run_case(case, specs, config, forward_loss, extra_args=()):
     init = init_params(case["seed"], specs)
     case = dict(case, tokens=make_tokens(case["seed"], case["n_tokens"], config["vocab_size"]))
     param_sum = float(sum(np.sum(a, dtype=np.float64) for a in init.values()))
-    losses = train(case, init, forward_loss, torch.float32)
+    losses, norms = train(case, init, forward_loss, torch.float32)
     # The same run in float64 from the same float32 start: how far float32
     # rounding alone moves the losses (a floor for any fp32 comparison).
-    losses64 = train(case, init, forward_loss, torch.float64)
+    losses64, _ = train(case, init, forward_loss, torch.float64)
     noise = max(abs(a - b) / abs(b) for a, b in zip(losses, losses64))
     n_params = sum(a.size for a in init.values())
     print("%-24s params=%d B=%d T=%d losses %s  fp32 vs fp64 max rel %.1e" %
           (case["name"], n_params, case["batch"], case["seq"],
            " ".join("%.6f" % x for x in losses), noise))
-    return {
+    record = {
         "name": case["name"],
         "seed": case["seed"],
         "config": config,
@@ -148,16 +197,19 @@ def run_case(case, specs, config, forward_loss, extra_args=()):
                    for name, shape, center, halfwidth in specs],
         "batch": case["batch"],
         "seq": case["seq"],
-        "steps": STEPS,
+        "steps": case.get("steps", STEPS),
         "lr": case["lr"],
         "weight_decay": case["weight_decay"],
         "n_tokens": case["n_tokens"],
-        "extra_args": list(extra_args),
+        "extra_args": list(extra_args) + schedule_args(case),
         "param_sum": param_sum,
         "losses": losses,
         "losses_float64": losses64,
         "fp32_vs_fp64_max_rel": noise,
     }
+    if norms:
+        record["grad_norms"] = norms
+    return record
 
 
 def write_doc(generator, out_cases, out_path):
