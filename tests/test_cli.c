@@ -201,6 +201,12 @@ static void test_bad_numbers(void **state)
         {"--seed", "18446744073709551616"},
         {"--threads", "-2"},
         {"--threads", "two"},
+        {"--lr-scheduler-type", "cosin"},
+        {"--warmup-ratio", "1.5"},
+        {"--warmup-steps", "-1"},
+        {"--max-grad-norm", "-0.5"},
+        {"--gradient-accumulation-steps", "0"},
+        {"--min-lr-rate", "2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_test_proc p;
@@ -442,6 +448,38 @@ static void test_data_file(void **state)
     free(dir);
 }
 
+/* Options that are each valid but contradict one another: one line
+ * naming the key, exit 1, nothing trained or written. */
+static void test_contradicting_options(void **state)
+{
+    (void)state;
+    char *dir = regc_test_make_temp_dir("cli-contradict");
+    assert_non_null(dir);
+    char *save = regc_test_join(dir, "out");
+    static const char *const cases[][5] = {
+        {"--warmup-steps", "5", "--lr-scheduler-type", "linear", "train.warmup_steps"},
+        {"--warmup-steps", "2", "--lr-scheduler-type", "constant", "constant_with_warmup"},
+        {"--min-lr", "1e-5", "--lr-scheduler-type", "cosine", "train.min_lr"},
+        {"--lr-scheduler-type", "cosine_with_min_lr", "--steps", "3", "min_lr_rate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        regc_test_proc p;
+        int rc = regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "3",
+                                    cases[i][0], cases[i][1], cases[i][2], cases[i][3], "--save",
+                                    save, "--no-cache", NULL);
+        assert_int_equal(rc, 1);
+        if (regc_test_count_lines(p.err) != 1 || !strstr(p.err, cases[i][4]))
+            fail_msg("case %zu: expected one line naming %s, got:\n%s", i, cases[i][4], p.err);
+        assert_int_equal(p.out_len, 0);
+        struct stat st;
+        assert_true(stat(save, &st) != 0); /* nothing written */
+        regc_test_proc_free(&p);
+    }
+    free(save);
+    assert_int_equal(regc_test_remove_tree(dir), 0);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -460,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_save_and_retrain),
         cmocka_unit_test(test_save_failure_leaves_nothing),
         cmocka_unit_test(test_data_file),
+        cmocka_unit_test(test_contradicting_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

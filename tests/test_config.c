@@ -231,6 +231,17 @@ static const bad_case bad_cases[] = {
     {"{\"compile\": {\"cache_dir\": \"\"}}", "compile.cache_dir:", "non-empty"},
     {"{\"compile\": {\"cache_max_mb\": 0}}", "compile.cache_max_mb:", ">= 1"},
     {"{\"compile\": {\"cache_max_mb\": 1.5}}", "compile.cache_max_mb:", "got 1.5"},
+    /* the trainer's schedule, clipping and accumulation */
+    {"{\"train\": {\"lr_scheduler_type\": \"cosin\"}}",
+     "train.lr_scheduler_type: expected \"constant\", \"constant_with_warmup\"", "got \"cosin\""},
+    {"{\"train\": {\"warmup_ratio\": 1.5}}", "train.warmup_ratio: expected a number from 0 to 1",
+     "got 1.5"},
+    {"{\"train\": {\"warmup_steps\": -2}}", "train.warmup_steps:", "got -2"},
+    {"{\"train\": {\"max_grad_norm\": -1}}", "train.max_grad_norm: expected a finite number >= 0",
+     NULL},
+    {"{\"train\": {\"gradient_accumulation_steps\": 0}}",
+     "train.gradient_accumulation_steps: expected an integer from 1 to", "got 0"},
+    {"{\"train\": {\"min_lr_rate\": \"0.1\"}}", "train.min_lr_rate:", "got \"0.1\""},
     {"{\"zero_optimization\": {\"stage\": 3}}", "zero_optimization.stage: not supported yet", NULL},
     {"{\"zero_optimization\": {}}", "zero_optimization: not supported yet", NULL},
     /* malformed JSON: where it failed */
