@@ -29,7 +29,11 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
     if (!(p->ptr = calloc((size_t)p->n_bufs + 1, sizeof *p->ptr)))
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
     int dynamic = p->level == REGC_LEVEL_O0;
-    if (!dynamic && p->arena_bytes > 0 && !(p->arena = be->alloc(be, (size_t)p->arena_bytes)))
+    char *arena = NULL;
+    if (!dynamic && p->arena_bytes > 0 && mem->arena && mem->arena_bytes >= p->arena_bytes)
+        arena = mem->arena; /* borrowed: another program's, never run at the same time */
+    else if (!dynamic && p->arena_bytes > 0 &&
+             !(arena = p->arena = be->alloc(be, (size_t)p->arena_bytes)))
         return regc_error(REGC_ERR_MEMORY,
                           "backend %s: out of memory for the %lld-byte activation arena", be->name,
                           (long long)p->arena_bytes);
@@ -43,7 +47,7 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
     for (int b = 0; b < p->n_bufs; b++) {
         const regc_buf *x = &p->bufs[b];
         switch (x->kind) {
-        case BUF_ARENA: p->ptr[b] = dynamic ? NULL : (char *)p->arena + x->offset; break;
+        case BUF_ARENA: p->ptr[b] = dynamic ? NULL : arena + x->offset; break;
         case BUF_PARAMS: p->ptr[b] = at(mem->params, x->offset); break;
         case BUF_GRADS: p->ptr[b] = at(mem->grads, x->offset); break;
         case BUF_M: p->ptr[b] = at(mem->m, x->offset); break;
@@ -156,6 +160,12 @@ int regc_program_run(regc_program *p)
         }
     }
     return rc ? rc : p->be->sync(p->be);
+}
+
+void *regc_program_arena(const regc_program *p, int64_t *bytes)
+{
+    *bytes = p->arena ? p->arena_bytes : 0;
+    return p->arena;
 }
 
 int regc_program_update(regc_program *p)

@@ -129,10 +129,18 @@ typedef struct {
     float *params, *grads, *m, *v;
     regc_step_scalars *scalars;
     void *const *inputs; /* one buffer per program input */
+    /* optional: activation memory to borrow (another program's arena,
+     * when the two never run at the same time); used when large enough,
+     * else the program allocates its own */
+    void *arena;
+    int64_t arena_bytes;
 } regc_program_memory;
 
-/* Bind device memory; allocates the activation arena on be. */
+/* Bind device memory; allocates the activation arena on be (unless it
+ * borrows mem->arena). */
 int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memory *mem);
+/* The arena a bound program allocated (NULL, 0 when it has none of its own). */
+void *regc_program_arena(const regc_program *p, int64_t *bytes);
 /* Run forward and backward: the parameters' gradients land in the gradient
  * block (overwriting it, or added to it when compiled with
  * accumulate_grads), the loss's gradient seeded with the scalar block's

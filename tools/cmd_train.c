@@ -73,6 +73,13 @@ static void on_step(const regc_step_report *r, void *user)
         n = printf("step %*d | loss %7.4f%s | %8.1f ms | %8.0f tok/s\n", p->step_width, r->step,
                    (double)r->loss, extra, r->ms, r->tokens_per_s);
     }
+    if (!isnan(r->val_loss) && n >= 0) {
+        char v[48];
+        json_number(v, sizeof v, "%.9g", (double)r->val_loss);
+        n = p->json ? printf("{\"step\": %d, \"val_loss\": %s}\n", r->step, v)
+                    : printf("step %*d | val_loss %7.4f\n", p->step_width, r->step,
+                             (double)r->val_loss);
+    }
     /* Flushed per step: the lines are progress, and a reader on a pipe
      * (a log collector, a test) should see each one as it happens. */
     if (n < 0 || fflush(stdout) != 0)

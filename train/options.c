@@ -74,6 +74,15 @@ const regc_option regc_option_table[] = {
      1 << 20, 0, NULL, FIELD(train.grad_accum), OPT_SHOW_DEFAULT,
      "micro-batches of --batch sequences per optimizer step, their gradients summed in place: "
      "the step is that of one batch of K x batch sequences"},
+    {"train", "val_data", "--val-data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL,
+     FIELD(train.val_data_path), 0,
+     "validation token file (llm.c format): the mean loss over its first val_batches batches, "
+     "through a forward-only program that keeps no gradients"},
+    {"train", "eval_steps", "--eval-steps", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
+     FIELD(train.eval_steps), OPT_SHOW_DEFAULT,
+     "validate after every N optimizer steps (0: once, after the last)"},
+    {"train", "val_batches", "--val-batches", OPT_INT, "<K>", 1, INT32_MAX, 0, NULL,
+     FIELD(train.val_batches), OPT_SHOW_DEFAULT, "batches of --batch sequences per validation"},
     {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed), OPT_SHOW_DEFAULT,
      "seed of the random init of presets and of the masked positions of masked-LM (BERT) "
      "training"},

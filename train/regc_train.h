@@ -24,6 +24,11 @@ typedef struct {
     double min_lr, min_lr_rate; /* cosine_with_min_lr's floor: absolute, or as a fraction of lr */
     double max_grad_norm;       /* > 0: clip the gradients' global L2 norm to it */
     int grad_accum;             /* micro-batches per optimizer step (>= 1) */
+    /* validation: the mean loss over the first val_batches batches of
+     * val_data_path (a token file), through a forward-only program, after
+     * every eval_steps steps (0: once, after the last) */
+    const char *val_data_path;
+    int eval_steps, val_batches;
     uint64_t seed;              /* random init of presets */
     const char *save_dir;       /* NULL: do not save */
     const char *backend;        /* "cpu" */
@@ -45,6 +50,7 @@ typedef struct {
     float loss; /* of this step's forward pass, before its update (over all its micro-batches) */
     double lr;  /* the learning rate of its update */
     float grad_norm; /* the gradients' global L2 norm before clipping; NaN without clipping */
+    float val_loss;  /* the validation loss after this step's update; NaN when none ran */
     double ms;       /* wall time of the whole step */
     double tokens_per_s;
 } regc_step_report;

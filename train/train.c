@@ -28,6 +28,7 @@ void regc_train_options_default(regc_train_options *o)
     o->lr_scheduler = REGC_SCHEDULE_CONSTANT;
     o->min_lr = o->min_lr_rate = -1.0; /* unset */
     o->grad_accum = 1;
+    o->val_batches = 8;
     regc_compile_options_default(&o->compile);
 }
 
@@ -36,6 +37,8 @@ typedef struct {
     regc_backend *be;
     regc_tokens *tokens;
     regc_program *program;
+    regc_tokens *val_tokens;       /* validation data, or NULL */
+    regc_program *val_program;     /* forward only, over the same parameters and inputs */
     regc_cache *cache;             /* opened from cache_dir, or NULL */
     float *params, *grads, *m, *v; /* device, [total_numel] each */
     regc_step_scalars *scalars;    /* device: the optimizer's state and constants */
@@ -66,7 +69,9 @@ static void trainer_free(trainer *t)
     free(t->d_inputs);
     free(t->counts);
     free(t->losses);
+    regc_program_free(t->val_program);
     regc_program_free(t->program);
+    regc_tokens_free(t->val_tokens);
     regc_tokens_free(t->tokens);
     regc_cache_close(t->cache);
     regc_backend_free(be);
@@ -171,7 +176,12 @@ static int bind_memory(trainer *t, const regc_train_options *o)
                                .v = t->v,
                                .scalars = t->scalars,
                                .inputs = t->d_inputs};
-    return regc_program_bind(t->program, be, &mem);
+    if ((rc = regc_program_bind(t->program, be, &mem)) || !t->val_program)
+        return rc;
+    /* validation runs between steps: it borrows the step's arena */
+    regc_program_memory val = {.params = t->params, .scalars = t->scalars, .inputs = t->d_inputs};
+    val.arena = regc_program_arena(t->program, &val.arena_bytes);
+    return regc_program_bind(t->val_program, be, &val);
 }
 
 /* Profiling: the time since *t0 (work finished first) as one call of the
@@ -284,6 +294,32 @@ static int train_step(trainer *t, const regc_train_options *o, int step, regc_pr
     return REGC_OK;
 }
 
+/* The mean loss over the first val_batches batches of the validation data,
+ * each batch weighted by the targets that count in it. */
+static int evaluate(trainer *t, const regc_train_options *o, float *val_loss)
+{
+    double sum = 0.0;
+    int64_t total = 0;
+    for (int b = 0; b < o->val_batches; b++) {
+        const regc_batch_spec spec = {.step = b, .batch = o->batch, .seq = o->seq, .seed = o->seed};
+        float loss = 0.0f;
+        int rc = regc_model_fill_inputs(t->model, t->val_tokens, &spec, t->n_inputs, t->inputs);
+        if (rc)
+            return rc;
+        int64_t n = count_targets(t);
+        upload_batch(t);
+        if ((rc = regc_program_run(t->val_program)))
+            return rc;
+        t->be->copy_d2h(t->be, &loss, regc_program_loss(t->val_program), sizeof loss);
+        if ((rc = t->be->sync(t->be)))
+            return rc;
+        sum += (double)loss * (double)n;
+        total += n;
+    }
+    *val_loss = total > 0 ? (float)(sum / (double)total) : NAN;
+    return REGC_OK;
+}
+
 int regc_train_check_options(const regc_train_options *o)
 {
     if (o->batch < 1)
@@ -302,6 +338,10 @@ int regc_train_check_options(const regc_train_options *o)
     if ((unsigned)o->lr_scheduler >= REGC_SCHEDULE_COUNT)
         return regc_error(REGC_ERR_ARG, "train.lr_scheduler_type: no schedule %d",
                           (int)o->lr_scheduler);
+    if (o->eval_steps < 0 || o->val_batches < 1)
+        return regc_error(REGC_ERR_ARG, "train.%s: %d",
+                          o->eval_steps < 0 ? "eval_steps" : "val_batches",
+                          o->eval_steps < 0 ? o->eval_steps : o->val_batches);
     if (!(o->max_grad_norm >= 0.0))
         return regc_error(REGC_ERR_ARG, "train.max_grad_norm: %g (0 turns clipping off)",
                           o->max_grad_norm);
@@ -363,6 +403,19 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         trainer_free(&t);
         return rc;
     }
+    /* validation: the same regions, forward only (the cache shares them) */
+    if (o->val_data_path) {
+        regc_compile_options vo = co;
+        regc_compile_stats vst;
+        vo.forward_only = 1;
+        if ((rc = regc_program_compile(m, o->batch, o->seq, &vo, &t.val_program, &vst)) ||
+            (rc = regc_tokens_open(o->val_data_path, regc_model_vocab(m), &t.val_tokens))) {
+            trainer_free(&t);
+            return rc;
+        }
+        st.cache_hits += vst.cache_hits, st.cache_misses += vst.cache_misses;
+        st.cache_ms += vst.cache_ms;
+    }
     if (o->on_compiled)
         o->on_compiled(&st, user);
     t.counts = calloc((size_t)o->grad_accum, sizeof *t.counts);
@@ -380,6 +433,11 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
             break;
         r.ms = regc_time_ms() - t0;
         r.tokens_per_s = (double)(o->batch * o->seq * o->grad_accum) / (r.ms / 1e3);
+        r.val_loss = NAN;
+        int eval = t.val_program &&
+                   (o->eval_steps > 0 ? (step + 1) % o->eval_steps == 0 : step == o->steps - 1);
+        if (eval && (rc = evaluate(&t, o, &r.val_loss)))
+            break;
         if (on_step)
             on_step(&r, user);
     }
