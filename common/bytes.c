@@ -2,6 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "regc_common.h"
 
 void regc_bytes_free(regc_bytes *b)
@@ -112,3 +114,5 @@ char *regc_reader_str(regc_reader *r)
     r->p += n;
     return s;
 }
+
+uint64_t regc_hash64(const void *data, size_t n) { return (uint64_t)XXH3_64bits(data, n); }

@@ -1,4 +1,6 @@
-/* fileio.c — whole-file reads, atomic writes, paths and the clock. */
+/* fileio.c — whole-file reads, atomic writes, durable directories, removing
+ * trees, paths and the clock. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -131,4 +133,47 @@ int regc_make_dirs(const char *dir)
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return regc_error(REGC_ERR_IO, "%s: not a directory", dir);
     return REGC_OK;
+}
+
+int regc_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return regc_error(REGC_ERR_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
+    int rc = fsync(fd) == 0 ? REGC_OK
+                            : regc_error(REGC_ERR_IO, "%s: fsync failed: %s", dir, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+/* Depth first; a symbolic link is removed, never followed. */
+int regc_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? REGC_OK
+                               : regc_error(REGC_ERR_IO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (!d)
+            return regc_error(REGC_ERR_IO, "%s: cannot list: %s", path, strerror(errno));
+        struct dirent *e;
+        int rc = REGC_OK;
+        while (rc == REGC_OK && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char sub[4096];
+            if ((rc = regc_path_join(sub, sizeof sub, path, e->d_name)) == REGC_OK)
+                rc = regc_remove_tree(sub);
+        }
+        closedir(d);
+        if (rc)
+            return rc;
+        return rmdir(path) == 0 ? REGC_OK
+                                : regc_error(REGC_ERR_IO, "%s: cannot remove: %s", path,
+                                             strerror(errno));
+    }
+    return unlink(path) == 0 ? REGC_OK
+                             : regc_error(REGC_ERR_IO, "%s: cannot remove: %s", path,
+                                          strerror(errno));
 }

@@ -56,6 +56,11 @@ int regc_file_write_atomic(const char *path, const void *data, size_t size);
 /* mkdir -p: create dir and its missing parents (checkpoints go to fresh
  * nested paths like runs/x/step100); an error names the path that failed. */
 int regc_make_dirs(const char *dir);
+/* fsync a directory, so that the renames and creations in it are durable. */
+int regc_fsync_dir(const char *dir);
+/* rm -r: a file, or a directory and everything below it (symbolic links
+ * are removed, never followed); a path that does not exist is not an error. */
+int regc_remove_tree(const char *path);
 /* Join a directory and a file name into buf (always NUL-terminated). */
 int regc_path_join(char *buf, size_t cap, const char *dir, const char *name);
 
@@ -84,6 +89,10 @@ typedef struct {
     size_t len, cap;
     int failed; /* an allocation failed: the contents are incomplete */
 } regc_bytes;
+
+/* A 64-bit hash of n bytes (XXH3): what a checkpoint records of a model's
+ * structure, to recognise it again. */
+uint64_t regc_hash64(const void *data, size_t n);
 
 /* A zeroed regc_bytes is empty and ready; free releases it. */
 void regc_bytes_free(regc_bytes *b);

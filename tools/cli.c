@@ -78,3 +78,23 @@ int exit_code(int rc)
     }
     return 0;
 }
+
+char *json_quote(const char *s)
+{
+    size_t n = strlen(s), k = 0;
+    char *q = malloc(6 * n + 3);
+    if (!q)
+        return NULL;
+    q[k++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            k += (size_t)sprintf(q + k, "\\%c", *p);
+        else if (*p < 0x20)
+            k += (size_t)sprintf(q + k, "\\u%04x", *p);
+        else
+            q[k++] = (char)*p;
+    }
+    q[k++] = '"';
+    q[k] = '\0';
+    return q;
+}

@@ -24,6 +24,9 @@ const char *split_flag(int argc, char **argv, int i, char *flag, size_t cap);
 /* A command's exit code once the library returned rc: 1 with its message
  * on a failure, or when writing standard output failed; else 0. */
 int exit_code(int rc);
+/* s as a JSON string literal, quotes included; malloc'd (NULL when out of
+ * memory). */
+char *json_quote(const char *s);
 /* "null" for what JSON cannot hold (NaN, infinities), else fmt of v. */
 void json_number(char *buf, size_t cap, const char *fmt, double v);
 

@@ -312,7 +312,7 @@ static int cold_train(const regc_model *base, const cold_args *a, const char *ca
         o.compile.level = REGC_LEVEL_O1;
         o.compile.regional = row->mode != COLD_FULL;
         o.cache_dir = row->mode == COLD_CACHED ? cache_dir : NULL;
-        rc = regc_train(m, &o, cold_on_step, &s);
+        rc = regc_train(m, &o, cold_on_step, &s, NULL);
     }
     if (rc == REGC_OK && s.n == s.cap) {
         row->first_step_ms = s.ms[0];

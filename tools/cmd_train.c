@@ -2,6 +2,7 @@
  * options, one line per step out. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,15 @@ void print_train_usage(FILE *f)
           f);
     regc_option_write_usage(f);
     fputs("\n  -h, --help             print this text\n", f);
+}
+
+/* Set by SIGINT and SIGTERM; the trainer polls it after every step. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
 }
 
 /* ---- per-step output */
@@ -79,6 +89,15 @@ static void on_step(const regc_step_report *r, void *user)
         n = p->json ? printf("{\"step\": %d, \"val_loss\": %s}\n", r->step, v)
                     : printf("step %*d | val_loss %7.4f\n", p->step_width, r->step,
                              (double)r->val_loss);
+    }
+    if (r->checkpoint && n >= 0) {
+        if (p->json) {
+            char *q = json_quote(r->checkpoint);
+            n = q ? printf("{\"step\": %d, \"checkpoint\": %s}\n", r->step, q) : -1;
+            free(q);
+        } else {
+            fprintf(stderr, "checkpoint %s\n", r->checkpoint);
+        }
     }
     /* Flushed per step: the lines are progress, and a reader on a pipe
      * (a log collector, a test) should see each one as it happens. */
@@ -181,7 +200,18 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
         regc_model_free(model);
         return EXIT_ERROR;
     }
-    int rc = regc_train(model, &o, on_step, &p);
+    /* SIGINT and SIGTERM: finish the step, checkpoint, exit 0 */
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    o.stop = &stop_requested;
+    int stopped_at = -1;
+    int rc = regc_train(model, &o, on_step, &p, &stopped_at);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     regc_model_free(model);
     if (rc == REGC_OK && o.profile)
         rc = regc_profile_write(o.profile, stderr);
@@ -193,6 +223,12 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
     if (p.write_failed || fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "regc: writing to standard output failed\n");
         return EXIT_ERROR;
+    }
+    if (stopped_at >= 0) {
+        fprintf(stderr, "stopped by a signal after step %d%s%s\n", stopped_at - 1,
+                o.output_dir ? "; resume with --resume-from-checkpoint latest --output-dir " : "",
+                o.output_dir ? o.output_dir : " (no --output-dir: nothing saved)");
+        return 0;
     }
     if (o.save_dir && !json)
         fprintf(stderr, "saved %s\n", o.save_dir);

@@ -94,6 +94,23 @@ const regc_option regc_option_table[] = {
     {"train", "save", "--save", OPT_STRING, "<DIR>", 0, 0, 0, NULL, FIELD(train.save_dir), 0,
      "after training, write config.json and model.safetensors to DIR (graph models: graph.json "
      "and model.safetensors)"},
+    {"train", "output_dir", "--output-dir", OPT_STRING, "<DIR>", 0, 0, 0, NULL,
+     FIELD(train.output_dir), 0,
+     "where checkpoints go: DIR/checkpoint-N (Hugging Face's layout: config.json, "
+     "model.safetensors, optimizer.safetensors, trainer_state.json), each appearing whole or not "
+     "at all"},
+    {"train", "save_steps", "--save-steps", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
+     FIELD(train.save_steps), OPT_SHOW_DEFAULT,
+     "write a checkpoint after every N optimizer steps (0: none; SIGINT and SIGTERM still write "
+     "one before exiting)"},
+    {"train", "save_total_limit", "--save-total-limit", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
+     FIELD(train.save_total_limit), OPT_SHOW_DEFAULT,
+     "keep only the newest N checkpoints (0: all)"},
+    {"train", "resume_from_checkpoint", "--resume-from-checkpoint", OPT_STRING, "<DIR|latest>", 0,
+     0, 0, NULL, FIELD(train.resume_from), 0,
+     "continue from a checkpoint (latest: the newest in --output-dir) exactly as if the run had "
+     "never stopped: same data position, schedule and optimizer state; one from another model or "
+     "other settings is refused"},
     {"train", NULL, "--profile", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(profile), 0,
      "time every instruction of the steps after the first and, after training, print on stderr "
      "where a step's time goes: per kernel and GEMM shape, ms per step and GFLOP/s"},

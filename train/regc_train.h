@@ -2,6 +2,7 @@
 #ifndef REGC_TRAIN_H
 #define REGC_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -29,10 +30,21 @@ typedef struct {
      * every eval_steps steps (0: once, after the last) */
     const char *val_data_path;
     int eval_steps, val_batches;
-    uint64_t seed;              /* random init of presets */
-    const char *save_dir;       /* NULL: do not save */
-    const char *backend;        /* "cpu" */
-    int threads;                /* <= 0: OMP_NUM_THREADS or all cores */
+    /* checkpoints: output_dir/checkpoint-N after every save_steps steps
+     * (0: none), the last save_total_limit of them kept (0: all) */
+    const char *output_dir;
+    int save_steps, save_total_limit;
+    /* a checkpoint directory to continue from, or "latest" (the newest in
+     * output_dir); the run then goes on exactly as if it had never stopped */
+    const char *resume_from;
+    /* when set and it becomes non-zero (a signal handler's flag), the run
+     * finishes the step under way, writes a checkpoint into output_dir and
+     * returns REGC_OK with stopped_at set, skipping save_dir */
+    volatile const sig_atomic_t *stop;
+    uint64_t seed;        /* random init of presets */
+    const char *save_dir; /* NULL: do not save */
+    const char *backend;  /* "cpu" */
+    int threads;          /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
     const char *cache_dir;   /* the compile cache's directory; NULL: none */
     int64_t cache_max_bytes; /* its size limit; <= 0: none */
@@ -51,11 +63,17 @@ typedef struct {
     double lr;  /* the learning rate of its update */
     float grad_norm; /* the gradients' global L2 norm before clipping; NaN without clipping */
     float val_loss;  /* the validation loss after this step's update; NaN when none ran */
-    double ms;       /* wall time of the whole step */
+    const char *checkpoint; /* the checkpoint written after this step, or NULL */
+    int resumed;            /* the first step of a run resumed from a checkpoint */
+    double ms;              /* wall time of the whole step */
     double tokens_per_s;
 } regc_step_report;
 
 typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
+
+/* Warmup in optimizer steps: warmup_steps, else the ratio of the run
+ * rounded up (Hugging Face's get_warmup_steps). */
+int64_t regc_train_warmup_steps(const regc_train_options *o);
 
 /* Check o without running anything: an option out of range, or options
  * that contradict each other (warmup longer than the run, min_lr without
@@ -63,8 +81,11 @@ typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
 int regc_train_check_options(const regc_train_options *o);
 
 /* Train m in place for o->steps steps, calling on_step after each. Presets
- * without weights are initialised from o->seed first. */
-int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user);
+ * without weights are initialised from o->seed first (a resumed run takes
+ * the checkpoint's). *stopped_at (may be NULL) is -1, or the steps done
+ * when o->stop ended the run early. */
+int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user,
+               int *stopped_at);
 
 /* ======================================================================
  * The options of a run. One table (train/options.c) lists every option

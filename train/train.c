@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "regc_train.h"
 
 void regc_train_options_default(regc_train_options *o)
@@ -44,11 +45,13 @@ typedef struct {
     regc_step_scalars *scalars;    /* device: the optimizer's state and constants */
     regc_step_scalars host;        /* what the trainer set, and the last step's readback */
     int n_inputs;
-    regc_input *inputs; /* [n_inputs] the graph's inputs with host buffers */
-    void **d_inputs;    /* [n_inputs] their device copies */
-    int constants_sent; /* the constant inputs are on the device */
-    int64_t *counts;    /* [grad_accum] targets that count, per micro-batch */
-    float *losses;      /* [grad_accum] each micro-batch's loss */
+    regc_input *inputs;       /* [n_inputs] the graph's inputs with host buffers */
+    void **d_inputs;          /* [n_inputs] their device copies */
+    int constants_sent;       /* the constant inputs are on the device */
+    int64_t *counts;          /* [grad_accum] targets that count, per micro-batch */
+    float *losses;            /* [grad_accum] each micro-batch's loss */
+    float *host_m1, *host_m2; /* AdamW's moments on the host: checkpoints */
+    char checkpoint[4096];    /* the last checkpoint written */
 } trainer;
 
 static void trainer_free(trainer *t)
@@ -69,6 +72,8 @@ static void trainer_free(trainer *t)
     free(t->d_inputs);
     free(t->counts);
     free(t->losses);
+    free(t->host_m1);
+    free(t->host_m2);
     regc_program_free(t->val_program);
     regc_program_free(t->program);
     regc_tokens_free(t->val_tokens);
@@ -121,9 +126,7 @@ static int alloc_inputs(trainer *t)
     return rc;
 }
 
-/* Warmup in optimizer steps: warmup_steps, else the ratio of the run
- * rounded up (Hugging Face's get_warmup_steps). */
-static int64_t warmup_of(const regc_train_options *o)
+int64_t regc_train_warmup_steps(const regc_train_options *o)
 {
     return o->warmup_steps > 0 ? o->warmup_steps : (int64_t)ceil(o->warmup_ratio * o->steps);
 }
@@ -138,7 +141,7 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
     s->weight_decay = (double)o->weight_decay;
     s->beta1 = (double)o->beta1, s->beta2 = (double)o->beta2, s->eps = (double)o->eps;
     s->schedule = (int32_t)o->lr_scheduler;
-    s->warmup_steps = (double)warmup_of(o);
+    s->warmup_steps = (double)regc_train_warmup_steps(o);
     s->total_steps = (double)o->steps;
     s->num_cycles = 0.5;
     s->min_lr_rate = o->min_lr >= 0.0 ? o->min_lr / (double)o->lr : o->min_lr_rate;
@@ -149,7 +152,7 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
 
 /* Allocate the four parameter-shaped blocks and the scalar block, and bind
  * them and the inputs into the step program. */
-static int bind_memory(trainer *t, const regc_train_options *o)
+static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
 {
     regc_backend *be = t->be;
     int64_t total = regc_model_total_numel(t->model);
@@ -164,9 +167,15 @@ static int bind_memory(trainer *t, const regc_train_options *o)
         return rc;
     be->copy_h2d(be, t->params, regc_model_weights(t->model), bytes);
     be->fill(be, t->grads, (size_t)total, 0.0f);
-    be->fill(be, t->m, (size_t)total, 0.0f);
-    be->fill(be, t->v, (size_t)total, 0.0f);
+    if (t->host_m1) { /* resumed: the checkpoint's moments */
+        be->copy_h2d(be, t->m, t->host_m1, bytes);
+        be->copy_h2d(be, t->v, t->host_m2, bytes);
+    } else {
+        be->fill(be, t->m, (size_t)total, 0.0f);
+        be->fill(be, t->v, (size_t)total, 0.0f);
+    }
     init_scalars(&t->host, o);
+    t->host.step = (double)start;
     be->copy_h2d(be, t->scalars, &t->host, sizeof t->host);
     if ((rc = alloc_inputs(t)))
         return rc;
@@ -320,6 +329,60 @@ static int evaluate(trainer *t, const regc_train_options *o, float *val_loss)
     return REGC_OK;
 }
 
+static int alloc_moments(trainer *t)
+{
+    size_t n = (size_t)regc_model_total_numel(t->model);
+    if (!t->host_m1 && !(t->host_m1 = malloc(n * sizeof(float) + 1)))
+        return regc_error(REGC_ERR_MEMORY, "out of memory for AdamW's moments on the host");
+    if (!t->host_m2 && !(t->host_m2 = malloc(n * sizeof(float) + 1)))
+        return regc_error(REGC_ERR_MEMORY, "out of memory for AdamW's moments on the host");
+    return REGC_OK;
+}
+
+/* Continue from a checkpoint: check that it is of this model and these
+ * settings, take its weights and moments; *start is the step it stands at. */
+static int resume_run(trainer *t, const regc_train_options *o, int64_t *start)
+{
+    char dir[4096];
+    int rc = REGC_OK;
+    if (!strcmp(o->resume_from, "latest")) {
+        if (!o->output_dir)
+            return regc_error(REGC_ERR_ARG, "train.resume_from_checkpoint: latest needs "
+                                            "train.output_dir (the checkpoints' directory)");
+        rc = regc_checkpoint_latest(o->output_dir, dir, sizeof dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s", o->resume_from);
+    }
+    regc_run_state now, saved;
+    if (rc || (rc = regc_run_state_of(o, t->model, regc_tokens_count(t->tokens), 0, &now)) ||
+        (rc = regc_checkpoint_check(dir, &now, &saved)) || (rc = alloc_moments(t)) ||
+        (rc = regc_checkpoint_load(dir, t->model, t->host_m1, t->host_m2)))
+        return rc;
+    *start = saved.global_step;
+    return REGC_OK;
+}
+
+/* Write output_dir/checkpoint-<steps done> from the device state, and keep
+ * the newest save_total_limit. */
+static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done)
+{
+    regc_backend *be = t->be;
+    size_t bytes = (size_t)regc_model_total_numel(t->model) * sizeof(float);
+    regc_run_state st;
+    int rc = alloc_moments(t);
+    if (rc)
+        return rc;
+    be->copy_d2h(be, regc_model_weights(t->model), t->params, bytes);
+    be->copy_d2h(be, t->host_m1, t->m, bytes);
+    be->copy_d2h(be, t->host_m2, t->v, bytes);
+    if ((rc = be->sync(be)) ||
+        (rc = regc_run_state_of(o, t->model, regc_tokens_count(t->tokens), done, &st)) ||
+        (rc = regc_checkpoint_save(o->output_dir, &st, t->model, t->host_m1, t->host_m2,
+                                   t->checkpoint, sizeof t->checkpoint)))
+        return rc;
+    return regc_checkpoint_prune(o->output_dir, o->save_total_limit);
+}
+
 int regc_train_check_options(const regc_train_options *o)
 {
     if (o->batch < 1)
@@ -338,6 +401,11 @@ int regc_train_check_options(const regc_train_options *o)
     if ((unsigned)o->lr_scheduler >= REGC_SCHEDULE_COUNT)
         return regc_error(REGC_ERR_ARG, "train.lr_scheduler_type: no schedule %d",
                           (int)o->lr_scheduler);
+    if (o->save_steps < 0 || o->save_total_limit < 0)
+        return regc_error(REGC_ERR_ARG, "train.%s: negative",
+                          o->save_steps < 0 ? "save_steps" : "save_total_limit");
+    if (o->save_steps > 0 && !o->output_dir)
+        return regc_error(REGC_ERR_ARG, "train.save_steps: checkpoints need train.output_dir");
     if (o->eval_steps < 0 || o->val_batches < 1)
         return regc_error(REGC_ERR_ARG, "train.%s: %d",
                           o->eval_steps < 0 ? "eval_steps" : "val_batches",
@@ -345,7 +413,7 @@ int regc_train_check_options(const regc_train_options *o)
     if (!(o->max_grad_norm >= 0.0))
         return regc_error(REGC_ERR_ARG, "train.max_grad_norm: %g (0 turns clipping off)",
                           o->max_grad_norm);
-    int64_t warmup = warmup_of(o);
+    int64_t warmup = regc_train_warmup_steps(o);
     const char *warmup_key = o->warmup_steps > 0 ? "warmup_steps" : "warmup_ratio";
     if (warmup < 0 || !(o->warmup_ratio >= 0.0 && o->warmup_ratio <= 1.0))
         return regc_error(REGC_ERR_ARG, "train.%s: a negative warmup", warmup_key);
@@ -369,7 +437,8 @@ int regc_train_check_options(const regc_train_options *o)
     return REGC_OK;
 }
 
-int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user)
+int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user,
+               int *stopped_at)
 {
     int rc = regc_train_check_options(o);
     if (rc)
@@ -398,8 +467,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     }
     if (t.cache)
         co.cache = t.cache;
-    if ((rc = regc_program_compile(m, o->batch, o->seq, &co, &t.program, &st)) ||
-        (!regc_model_has_weights(m) && (rc = regc_model_init_random(m, o->seed)))) {
+    if ((rc = regc_program_compile(m, o->batch, o->seq, &co, &t.program, &st))) {
         trainer_free(&t);
         return rc;
     }
@@ -422,9 +490,19 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     t.losses = calloc((size_t)o->grad_accum, sizeof *t.losses);
     if (!t.counts || !t.losses)
         rc = regc_error(REGC_ERR_MEMORY, "out of memory");
-    if (rc == REGC_OK && !(rc = open_data(&t, o)))
-        rc = bind_memory(&t, o);
-    for (int step = 0; rc == REGC_OK && step < o->steps; step++) {
+    int64_t start = 0;
+    if (rc == REGC_OK)
+        rc = open_data(&t, o);
+    if (rc == REGC_OK && o->resume_from)
+        rc = resume_run(&t, o, &start);
+    if (rc == REGC_OK && !regc_model_has_weights(m))
+        rc = regc_model_init_random(m, o->seed);
+    if (rc == REGC_OK)
+        rc = bind_memory(&t, o, start);
+    if (stopped_at)
+        *stopped_at = -1;
+    int stopped = 0;
+    for (int step = (int)start; rc == REGC_OK && step < o->steps && !stopped; step++) {
         double t0 = regc_time_ms();
         /* the first of several steps warms caches and pages: not profiled */
         regc_profile *pr = step > 0 || o->steps == 1 ? o->profile : NULL;
@@ -438,8 +516,18 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
                    (o->eval_steps > 0 ? (step + 1) % o->eval_steps == 0 : step == o->steps - 1);
         if (eval && (rc = evaluate(&t, o, &r.val_loss)))
             break;
+        stopped = o->stop && *o->stop;
+        int due = o->save_steps > 0 && (step + 1) % o->save_steps == 0;
+        if ((due || stopped) && o->output_dir) {
+            if ((rc = save_checkpoint(&t, o, step + 1)))
+                break;
+            r.checkpoint = t.checkpoint;
+        }
+        r.resumed = step == start && start > 0;
         if (on_step)
             on_step(&r, user);
+        if (stopped && stopped_at)
+            *stopped_at = step + 1;
     }
     /* the trained weights return to the model */
     if (rc == REGC_OK) {
@@ -447,7 +535,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
                        (size_t)regc_model_total_numel(m) * sizeof(float));
         rc = t.be->sync(t.be);
     }
-    if (rc == REGC_OK && o->save_dir)
+    if (rc == REGC_OK && o->save_dir && !stopped)
         rc = regc_model_save(m, o->save_dir);
     trainer_free(&t);
     return rc;

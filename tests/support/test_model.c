@@ -92,7 +92,7 @@ regc_model *regc_test_train(const char *preset, const regc_train_options *o, reg
     regc_train_options with_stats = *o;
     with_stats.on_compiled = test_collect_compile;
     memset(l, 0, sizeof *l);
-    if (regc_train(m, &with_stats, test_collect_loss, l) != REGC_OK)
+    if (regc_train(m, &with_stats, test_collect_loss, l, NULL) != REGC_OK)
         fail_msg("train %s: %s", preset, regc_error_message());
     assert_int_equal(l->n, o->steps);
     return m;

@@ -1,0 +1,430 @@
+/* checkpoint.c — checkpoints a run resumes from, exactly.
+ *
+ * output_dir/checkpoint-N/ (N optimizer steps done) holds the model as a
+ * Hugging Face directory (config.json or a graph model's graph.json, and
+ * model.safetensors), AdamW's moments by parameter name
+ * (optimizer.safetensors: exp_avg.<name>, exp_avg_sq.<name>, fp32), and
+ * trainer_state.json: where the run stands (steps done, the next batch of
+ * the data) and the settings that decide what the rest computes. Nothing
+ * else is needed to continue: the schedule and AdamW's bias corrections
+ * follow from the step count, the data's batches from the batch index.
+ *
+ * A checkpoint appears whole or not at all: it is written into a hidden
+ * directory (.checkpoint-N.tmp-<pid>), every file written atomically and
+ * fsynced, then that directory fsynced and renamed to checkpoint-N and
+ * the parent fsynced. A kill at any moment leaves the earlier checkpoints
+ * and at most a hidden directory, which the next save removes. */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "checkpoint.h"
+
+#define STATE_FILE "trainer_state.json"
+#define OPTIMIZER_FILE "optimizer.safetensors"
+
+static const char *const schedule_names[REGC_SCHEDULE_COUNT] = {
+    "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"};
+
+int regc_run_state_of(const regc_train_options *o, const regc_model *m, int64_t data_tokens,
+                      int64_t step, regc_run_state *st)
+{
+    memset(st, 0, sizeof *st);
+    regc_bytes b = {0};
+    int rc = regc_model_write_structure(m, &b);
+    st->structure = rc == REGC_OK ? regc_hash64(b.data, b.len) : 0;
+    regc_bytes_free(&b);
+    st->global_step = step;
+    st->next_batch = step * o->grad_accum;
+    st->steps = o->steps, st->batch = o->batch, st->seq = o->seq;
+    st->grad_accum = o->grad_accum;
+    st->warmup = regc_train_warmup_steps(o);
+    st->data_tokens = data_tokens;
+    st->seed = o->seed;
+    st->lr = (double)o->lr, st->weight_decay = (double)o->weight_decay;
+    st->max_grad_norm = o->max_grad_norm;
+    st->min_lr_rate = o->min_lr >= 0.0 ? o->min_lr / (double)o->lr : o->min_lr_rate;
+    st->schedule = (int)o->lr_scheduler;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the state file */
+
+static char *state_json(const regc_run_state *st)
+{
+    char structure[24], seed[24];
+    snprintf(structure, sizeof structure, "%016" PRIx64, st->structure);
+    snprintf(seed, sizeof seed, "%" PRIu64, st->seed);
+    cJSON *root = cJSON_CreateObject(), *train = cJSON_CreateObject();
+    int ok = root && train && cJSON_AddItemToObject(root, "train", train);
+    if (!ok)
+        cJSON_Delete(train);
+    ok = ok && cJSON_AddNumberToObject(root, "global_step", (double)st->global_step);
+    ok = ok && cJSON_AddNumberToObject(root, "next_batch", (double)st->next_batch);
+    ok = ok && cJSON_AddStringToObject(root, "model_structure", structure);
+    ok = ok && cJSON_AddNumberToObject(train, "steps", (double)st->steps);
+    ok = ok && cJSON_AddNumberToObject(train, "batch", (double)st->batch);
+    ok = ok && cJSON_AddNumberToObject(train, "seq", (double)st->seq);
+    ok =
+        ok && cJSON_AddNumberToObject(train, "gradient_accumulation_steps", (double)st->grad_accum);
+    ok = ok && cJSON_AddStringToObject(train, "lr_scheduler_type", schedule_names[st->schedule]);
+    ok = ok && cJSON_AddNumberToObject(train, "warmup_steps", (double)st->warmup);
+    ok = ok && cJSON_AddNumberToObject(train, "lr", st->lr);
+    ok = ok && cJSON_AddNumberToObject(train, "weight_decay", st->weight_decay);
+    ok = ok && cJSON_AddNumberToObject(train, "max_grad_norm", st->max_grad_norm);
+    ok = ok && cJSON_AddNumberToObject(train, "min_lr_rate", st->min_lr_rate);
+    ok = ok && cJSON_AddStringToObject(train, "seed", seed);
+    ok = ok && cJSON_AddNumberToObject(train, "data_tokens", (double)st->data_tokens);
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return text;
+}
+
+static int get_int(const cJSON *o, const char *key, const char *path, int64_t *out)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 9007199254740992.0 ||
+        it->valuedouble != (double)(int64_t)it->valuedouble)
+        return regc_error(REGC_ERR_FORMAT, "%s: \"%s\" is missing or not a whole number", path,
+                          key);
+    *out = (int64_t)it->valuedouble;
+    return REGC_OK;
+}
+
+static int get_double(const cJSON *o, const char *key, const char *path, double *out)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(it))
+        return regc_error(REGC_ERR_FORMAT, "%s: \"%s\" is missing or not a number", path, key);
+    *out = it->valuedouble;
+    return REGC_OK;
+}
+
+static int get_hex_or_dec(const cJSON *o, const char *key, const char *path, int base,
+                          uint64_t *out)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    char *end = NULL;
+    if (!cJSON_IsString(it) || !it->valuestring[0])
+        return regc_error(REGC_ERR_FORMAT, "%s: \"%s\" is missing or not a string", path, key);
+    errno = 0;
+    *out = strtoull(it->valuestring, &end, base);
+    if (errno || *end)
+        return regc_error(REGC_ERR_FORMAT, "%s: \"%s\" is not a number", path, key);
+    return REGC_OK;
+}
+
+static int read_state(const char *dir, regc_run_state *st)
+{
+    char path[4096];
+    int rc = regc_path_join(path, sizeof path, dir, STATE_FILE);
+    char *text = NULL;
+    if (rc || (rc = regc_file_read_all(path, &text, NULL)))
+        return rc;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *train = cJSON_GetObjectItemCaseSensitive(root, "train");
+    if (!cJSON_IsObject(root) || !cJSON_IsObject(train)) {
+        cJSON_Delete(root);
+        return regc_error(REGC_ERR_FORMAT, "%s: not a trainer state (malformed JSON)", path);
+    }
+    memset(st, 0, sizeof *st);
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(train, "lr_scheduler_type");
+    st->schedule = -1;
+    for (int k = 0; cJSON_IsString(sched) && k < REGC_SCHEDULE_COUNT; k++)
+        if (!strcmp(sched->valuestring, schedule_names[k]))
+            st->schedule = k;
+    if ((rc = get_int(root, "global_step", path, &st->global_step)) ||
+        (rc = get_int(root, "next_batch", path, &st->next_batch)) ||
+        (rc = get_hex_or_dec(root, "model_structure", path, 16, &st->structure)) ||
+        (rc = get_int(train, "steps", path, &st->steps)) ||
+        (rc = get_int(train, "batch", path, &st->batch)) ||
+        (rc = get_int(train, "seq", path, &st->seq)) ||
+        (rc = get_int(train, "gradient_accumulation_steps", path, &st->grad_accum)) ||
+        (rc = get_int(train, "warmup_steps", path, &st->warmup)) ||
+        (rc = get_int(train, "data_tokens", path, &st->data_tokens)) ||
+        (rc = get_double(train, "lr", path, &st->lr)) ||
+        (rc = get_double(train, "weight_decay", path, &st->weight_decay)) ||
+        (rc = get_double(train, "max_grad_norm", path, &st->max_grad_norm)) ||
+        (rc = get_double(train, "min_lr_rate", path, &st->min_lr_rate)) ||
+        (rc = get_hex_or_dec(train, "seed", path, 10, &st->seed))) {
+        cJSON_Delete(root);
+        return rc;
+    }
+    cJSON_Delete(root);
+    if (st->schedule < 0)
+        return regc_error(REGC_ERR_FORMAT, "%s: \"lr_scheduler_type\" is not a schedule", path);
+    if (st->next_batch != st->global_step * st->grad_accum)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: next_batch %" PRId64 " does not follow from global_step %" PRId64
+                          " and gradient_accumulation_steps %" PRId64,
+                          path, st->next_batch, st->global_step, st->grad_accum);
+    return REGC_OK;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static int write_moments(const char *dir, const regc_model *m, const float *m1, const float *m2)
+{
+    int n = regc_model_n_params(m), rc = REGC_OK;
+    regc_st_entry *e = calloc(2 * (size_t)n + 1, sizeof *e);
+    char *names = malloc(2 * (size_t)n * 512 + 1);
+    if (!e || !names) {
+        free(e), free(names);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", dir);
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 2; k++) {
+            regc_st_entry *x = &e[2 * i + k];
+            x->name = names + (2 * (size_t)i + (size_t)k) * 512;
+            snprintf(x->name, 512, "%s.%s", k ? "exp_avg_sq" : "exp_avg",
+                     regc_model_param_name(m, i));
+            x->dtype = REGC_F32;
+            x->ndim = regc_model_param_shape(m, i, x->shape);
+            x->data = (k ? m2 : m1) + regc_model_param_offset(m, i);
+        }
+    char path[4096];
+    if ((rc = regc_path_join(path, sizeof path, dir, OPTIMIZER_FILE)) == REGC_OK)
+        rc = regc_st_write(path, e, 2 * n);
+    free(e), free(names);
+    return rc;
+}
+
+int regc_checkpoint_save(const char *output_dir, const regc_run_state *st, const regc_model *m,
+                         const float *m1, const float *m2, char *dir, size_t cap)
+{
+    char tmp[4096], name[64], old[4096], path[4096];
+    int rc = regc_make_dirs(output_dir);
+    if (rc)
+        return rc;
+    snprintf(name, sizeof name, "checkpoint-%" PRId64, st->global_step);
+    if ((rc = regc_path_join(dir, cap, output_dir, name)))
+        return rc;
+    snprintf(path, sizeof path, ".%s.tmp-%ld", name, (long)getpid());
+    if ((rc = regc_path_join(tmp, sizeof tmp, output_dir, path)))
+        return rc;
+    snprintf(path, sizeof path, ".%s.old-%ld", name, (long)getpid());
+    if ((rc = regc_path_join(old, sizeof old, output_dir, path)))
+        return rc;
+    regc_remove_tree(tmp);
+    if (mkdir(tmp, 0755) != 0)
+        return regc_error(REGC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    char *state = state_json(st);
+    if (!state)
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", tmp);
+    if (rc == REGC_OK)
+        rc = regc_model_save(m, tmp);
+    if (rc == REGC_OK)
+        rc = write_moments(tmp, m, m1, m2);
+    if (rc == REGC_OK && (rc = regc_path_join(path, sizeof path, tmp, STATE_FILE)) == REGC_OK)
+        rc = regc_file_write_atomic(path, state, strlen(state));
+    free(state);
+    if (rc == REGC_OK)
+        rc = regc_fsync_dir(tmp);
+    /* an older checkpoint of the same step (a resumed run) steps aside */
+    struct stat sb;
+    int replacing = rc == REGC_OK && stat(dir, &sb) == 0;
+    if (replacing && rename(dir, old) != 0)
+        rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", dir, strerror(errno));
+    if (rc == REGC_OK && rename(tmp, dir) != 0)
+        rc = regc_error(REGC_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
+    if (rc == REGC_OK)
+        rc = regc_fsync_dir(output_dir);
+    if (rc != REGC_OK)
+        regc_remove_tree(tmp);
+    if (replacing)
+        regc_remove_tree(old);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- finding */
+
+/* N of "checkpoint-N", or -1 for any other name. */
+static int64_t checkpoint_number(const char *name)
+{
+    int64_t n;
+    if (strncmp(name, "checkpoint-", 11) != 0 || regc_text_to_i64(name + 11, 0, INT64_MAX, &n))
+        return -1;
+    return n;
+}
+
+/* The steps of every checkpoint in output_dir, ascending, into *out. */
+static int list_checkpoints(const char *output_dir, int64_t **out, int *n)
+{
+    *out = NULL, *n = 0;
+    DIR *d = opendir(output_dir);
+    if (!d)
+        return regc_error(REGC_ERR_IO, "%s: cannot list: %s", output_dir, strerror(errno));
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t k = checkpoint_number(e->d_name);
+        if (k < 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *x = realloc(*out, (size_t)cap * sizeof *x);
+            if (!x) {
+                closedir(d);
+                return regc_error(REGC_ERR_MEMORY, "%s: out of memory", output_dir);
+            }
+            *out = x;
+        }
+        (*out)[(*n)++] = k;
+    }
+    closedir(d);
+    for (int i = 1; i < *n; i++) /* insertion sort: a handful of entries */
+        for (int j = i; j > 0 && (*out)[j - 1] > (*out)[j]; j--) {
+            int64_t t = (*out)[j];
+            (*out)[j] = (*out)[j - 1], (*out)[j - 1] = t;
+        }
+    return REGC_OK;
+}
+
+int regc_checkpoint_latest(const char *output_dir, char *buf, size_t cap)
+{
+    int64_t *steps;
+    int n, rc = list_checkpoints(output_dir, &steps, &n);
+    if (rc)
+        return rc;
+    if (n == 0) {
+        free(steps);
+        return regc_error(REGC_ERR_IO, "%s: no checkpoint-N directory to resume from", output_dir);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%" PRId64, steps[n - 1]);
+    free(steps);
+    return regc_path_join(buf, cap, output_dir, name);
+}
+
+int regc_checkpoint_prune(const char *output_dir, int keep)
+{
+    DIR *d = opendir(output_dir);
+    if (!d)
+        return REGC_OK; /* nothing written yet */
+    /* what dead writers left: .checkpoint-N.tmp-<pid> and .old-<pid> */
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *dash = strrchr(e->d_name, '-');
+        long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
+        if (strncmp(e->d_name, ".checkpoint-", 12) != 0 || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM)
+            continue; /* a writer still at work */
+        char path[4096];
+        if (regc_path_join(path, sizeof path, output_dir, e->d_name) == REGC_OK)
+            regc_remove_tree(path);
+    }
+    closedir(d);
+    if (keep <= 0)
+        return REGC_OK;
+    int64_t *steps;
+    int n, rc = list_checkpoints(output_dir, &steps, &n);
+    for (int i = 0; rc == REGC_OK && i + keep < n; i++) {
+        char name[64], path[4096];
+        snprintf(name, sizeof name, "checkpoint-%" PRId64, steps[i]);
+        if ((rc = regc_path_join(path, sizeof path, output_dir, name)) == REGC_OK)
+            rc = regc_remove_tree(path);
+    }
+    free(steps);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- resuming */
+
+int regc_checkpoint_check(const char *dir, const regc_run_state *now, regc_run_state *saved)
+{
+    int rc = read_state(dir, saved);
+    if (rc)
+        return rc;
+    char path[4096];
+    regc_path_join(path, sizeof path, dir, STATE_FILE);
+    if (saved->structure != now->structure)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: the checkpoint is of another model (its structure differs from "
+                          "the model being trained)",
+                          path);
+    const struct {
+        const char *key;
+        double was, is;
+    } fields[] = {
+        /* a constant schedule does not depend on the run's length */
+        {"steps", (double)saved->steps,
+         saved->schedule == REGC_SCHEDULE_CONSTANT ? (double)saved->steps : (double)now->steps},
+        {"batch", (double)saved->batch, (double)now->batch},
+        {"seq", (double)saved->seq, (double)now->seq},
+        {"gradient_accumulation_steps", (double)saved->grad_accum, (double)now->grad_accum},
+        {"lr_scheduler_type", saved->schedule, now->schedule},
+        {"warmup_steps", (double)saved->warmup, (double)now->warmup},
+        {"lr", saved->lr, now->lr},
+        {"weight_decay", saved->weight_decay, now->weight_decay},
+        {"max_grad_norm", saved->max_grad_norm, now->max_grad_norm},
+        {"min_lr_rate", saved->min_lr_rate, now->min_lr_rate},
+        {"data", (double)saved->data_tokens, (double)now->data_tokens},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (fields[i].was != fields[i].is) {
+            if (!strcmp(fields[i].key, "lr_scheduler_type"))
+                return regc_error(REGC_ERR_ARG,
+                                  "%s: train.lr_scheduler_type is %s in the "
+                                  "checkpoint, %s now",
+                                  path, schedule_names[saved->schedule],
+                                  schedule_names[now->schedule]);
+            if (!strcmp(fields[i].key, "data"))
+                return regc_error(REGC_ERR_ARG,
+                                  "%s: train.data held %.0f tokens when the checkpoint was "
+                                  "written, %.0f now",
+                                  path, fields[i].was, fields[i].is);
+            return regc_error(REGC_ERR_ARG, "%s: train.%s is %.17g in the checkpoint, %.17g now",
+                              path, fields[i].key, fields[i].was, fields[i].is);
+        }
+    if (saved->seed != now->seed)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: train.seed is %" PRIu64 " in the checkpoint, %" PRIu64 " now", path,
+                          saved->seed, now->seed);
+    if (saved->global_step > now->steps)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: the checkpoint is past the run's end (step %" PRId64 " of %" PRId64
+                          ")",
+                          path, saved->global_step, now->steps);
+    return REGC_OK;
+}
+
+int regc_checkpoint_load(const char *dir, regc_model *m, float *m1, float *m2)
+{
+    char path[4096];
+    int rc = regc_path_join(path, sizeof path, dir, "model.safetensors");
+    if (rc || (rc = regc_model_read_safetensors(m, path)))
+        return rc;
+    if ((rc = regc_path_join(path, sizeof path, dir, OPTIMIZER_FILE)))
+        return rc;
+    regc_st_file *f;
+    if ((rc = regc_st_open(path, &f)))
+        return rc;
+    for (int i = 0; i < regc_model_n_params(m) && rc == REGC_OK; i++)
+        for (int k = 0; k < 2 && rc == REGC_OK; k++) {
+            char name[600];
+            int64_t shape[REGC_MAX_DIMS];
+            int ndim = regc_model_param_shape(m, i, shape);
+            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg",
+                     regc_model_param_name(m, i));
+            int t = regc_st_find(f, name);
+            if (t < 0)
+                rc = regc_error(REGC_ERR_FORMAT, "%s: no tensor %s", path, name);
+            else
+                rc = regc_st_read_f32(f, t, ndim, shape,
+                                      (k ? m2 : m1) + regc_model_param_offset(m, i));
+        }
+    regc_st_close(f);
+    return rc;
+}
