@@ -1,8 +1,12 @@
-/* regc_data.h — token data: llm.c's token files and the built-in corpus.
+/* regc_data.h — token data: llm.c's token files, loss masks beside them,
+ * and the built-in corpus.
  *
  * A token file is a 256-int32 header (magic 20240520, version 1, token
  * count) followed by uint16 tokens, so data prepared for llm.c works
- * unchanged. Batches are read in llm.c's order. */
+ * unchanged. A loss mask is the same header with magic 20240601 followed
+ * by one byte per token: 1 when predicting that token counts toward the
+ * loss (a response in supervised fine-tuning), 0 when it does not (the
+ * prompt). Batches are read in llm.c's order. */
 #ifndef REGC_DATA_H
 #define REGC_DATA_H
 
@@ -19,9 +23,16 @@ int regc_tokens_builtin(regc_tokens **out);
 /* Write a token file (for tests and tools). */
 int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
 int64_t regc_tokens_count(const regc_tokens *t);
+/* A hash of the tokens and their mask: what a checkpoint records of its data. */
+uint64_t regc_tokens_hash(const regc_tokens *t);
+/* Read a loss mask for t's tokens: one byte per token, 0 or 1. A mask of
+ * another length is an error naming the file and both counts. */
+int regc_tokens_open_mask(regc_tokens *t, const char *path);
+int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n);
 /* Batch k: inputs [B, T] = tokens[p .. p+B*T-1], targets = the next tokens,
  * p advancing by B*T each batch and wrapping to 0 when fewer than B*T+1
- * tokens remain. Needs count >= B*T + 1. */
+ * tokens remain. Needs count >= B*T + 1. With a mask, a target whose token
+ * the mask marks 0 is -1: ignored by the loss. */
 int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
                       int32_t *targets);
 void regc_tokens_free(regc_tokens *t);

@@ -1,6 +1,8 @@
 /* tokens.c — token data in the llm.c format: a 256 x int32 little-endian
  * header (magic 20240520, version 1, token count) followed by `count`
- * uint16 tokens, so that data prepared for llm.c works unchanged. */
+ * uint16 tokens, so that data prepared for llm.c works unchanged; and loss
+ * masks beside them: the same header with magic 20240601, then one byte
+ * per token, 1 when predicting that token counts toward the loss. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
@@ -16,9 +18,11 @@
 #define TOKENS_VERSION 1
 #define TOKENS_HEADER_INTS 256
 #define TOKENS_HEADER_BYTES (TOKENS_HEADER_INTS * 4)
+#define MASK_MAGIC 20240601
 
 struct regc_tokens {
     uint16_t *tokens; /* [count] */
+    uint8_t *mask;    /* [count] or NULL: every target counts */
     int64_t count;
     char *source; /* the file, or "built-in corpus": batch errors name it */
 };
@@ -96,52 +100,57 @@ static int read_file(const char *path, unsigned char **out, size_t *size)
     return REGC_OK;
 }
 
+/* A file in the token format with magic `magic`: its count, and where its
+ * `elem`-byte elements start in buf (read whole). */
+static int read_body(const char *path, int32_t magic, size_t elem, unsigned char **buf,
+                     int32_t *count)
+{
+    size_t size = 0;
+    int rc = read_file(path, buf, &size);
+    if (rc)
+        return rc;
+    const char *what = magic == MASK_MAGIC ? "a regc loss mask" : "an llm.c token file";
+    const char *unit = magic == MASK_MAGIC ? "mask bytes" : "tokens";
+    if (size < TOKENS_HEADER_BYTES)
+        rc = regc_error(REGC_ERR_FORMAT,
+                        "%s: truncated header: file holds %zu bytes, the header needs %d", path,
+                        size, TOKENS_HEADER_BYTES);
+    int32_t m = rc ? 0 : read_le32(*buf), version = rc ? 0 : read_le32(*buf + 4);
+    *count = rc ? 0 : read_le32(*buf + 8);
+    if (rc == REGC_OK && m != magic)
+        rc = regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not %s", path, m, magic,
+                        what);
+    else if (rc == REGC_OK && version != TOKENS_VERSION)
+        rc = regc_error(REGC_ERR_UNSUPPORTED, "%s: unsupported version %d (regc reads version %d)",
+                        path, version, TOKENS_VERSION);
+    else if (rc == REGC_OK && *count < 0)
+        rc = regc_error(REGC_ERR_FORMAT, "%s: negative count %d in the header", path, *count);
+    size_t body = rc ? 0 : size - TOKENS_HEADER_BYTES, need = (size_t)*count * elem;
+    if (rc == REGC_OK && body < need)
+        rc = regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d %s, file holds %zu", path,
+                        *count, unit, body / elem);
+    /* Extra bytes mean the header and the data disagree; guessing which is
+     * right would silently train on the wrong data. */
+    else if (rc == REGC_OK && body > need)
+        rc = regc_error(REGC_ERR_FORMAT,
+                        "%s: header says %d %s (%zu bytes) but %zu bytes follow the header", path,
+                        *count, unit, need, body);
+    if (rc) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return rc;
+}
+
 int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
 {
     *out = NULL;
     unsigned char *buf;
-    size_t size = 0;
-    int rc = read_file(path, &buf, &size);
+    int32_t count;
+    int rc = read_body(path, TOKENS_MAGIC, 2, &buf, &count);
     if (rc)
         return rc;
-    if (size < TOKENS_HEADER_BYTES) {
-        free(buf);
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: truncated header: file holds %zu bytes, the header needs %d", path,
-                          size, TOKENS_HEADER_BYTES);
-    }
-    int32_t magic = read_le32(buf), version = read_le32(buf + 4), count = read_le32(buf + 8);
-    if (magic != TOKENS_MAGIC) {
-        free(buf);
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: bad magic %d (expected %d): not an llm.c token file", path, magic,
-                          TOKENS_MAGIC);
-    }
-    if (version != TOKENS_VERSION) {
-        free(buf);
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "%s: unsupported version %d (regc reads version %d: uint16 tokens)", path,
-                          version, TOKENS_VERSION);
-    }
-    if (count < 0) {
-        free(buf);
-        return regc_error(REGC_ERR_FORMAT, "%s: negative token count %d in the header", path,
-                          count);
-    }
-    size_t body = size - TOKENS_HEADER_BYTES, need = (size_t)count * 2;
-    if (body < need) {
-        free(buf);
-        return regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d tokens, file holds %zu",
-                          path, count, body / 2);
-    }
-    /* Extra bytes mean the header and the data disagree; guessing which is
-     * right would silently train on the wrong data. */
-    if (body > need) {
-        free(buf);
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: header says %d tokens (%zu bytes) but %zu bytes follow the header",
-                          path, count, need, body);
-    }
+    size_t need = (size_t)count * 2;
     uint16_t *tokens = malloc(need ? need : 1);
     regc_tokens *t = calloc(1, sizeof *t);
     char *source = copy_string(path);
@@ -224,7 +233,63 @@ int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
     return rc;
 }
 
+int regc_tokens_open_mask(regc_tokens *t, const char *path)
+{
+    unsigned char *buf;
+    int32_t count;
+    int rc = read_body(path, MASK_MAGIC, 1, &buf, &count);
+    if (rc)
+        return rc;
+    if (count != t->count) {
+        free(buf);
+        return regc_error(REGC_ERR_SHAPE, "%s: %d mask bytes for the %lld tokens of %s", path,
+                          count, (long long)t->count, t->source);
+    }
+    const unsigned char *p = buf + TOKENS_HEADER_BYTES;
+    for (int32_t i = 0; i < count; i++)
+        if (p[i] > 1) {
+            free(buf);
+            return regc_error(REGC_ERR_FORMAT, "%s: byte %d is %u (a mask holds 0 or 1)", path, i,
+                              (unsigned)p[i]);
+        }
+    uint8_t *mask = malloc((size_t)count + 1);
+    if (!mask) {
+        free(buf);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    }
+    memcpy(mask, p, (size_t)count);
+    free(buf);
+    free(t->mask);
+    t->mask = mask;
+    return REGC_OK;
+}
+
+int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n)
+{
+    if (n < 0 || n > INT32_MAX)
+        return regc_error(REGC_ERR_ARG, "%s: cannot write %lld mask bytes", path, (long long)n);
+    size_t size = TOKENS_HEADER_BYTES + (size_t)n;
+    unsigned char *buf = calloc(1, size);
+    if (!buf)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %zu bytes", path, size);
+    write_le32(buf, MASK_MAGIC);
+    write_le32(buf + 4, TOKENS_VERSION);
+    write_le32(buf + 8, (int32_t)n);
+    memcpy(buf + TOKENS_HEADER_BYTES, mask, (size_t)n);
+    int rc = regc_file_write_atomic(path, buf, size);
+    free(buf);
+    return rc;
+}
+
 int64_t regc_tokens_count(const regc_tokens *t) { return t->count; }
+
+uint64_t regc_tokens_hash(const regc_tokens *t)
+{
+    uint64_t h = regc_hash64(t->tokens, (size_t)t->count * sizeof *t->tokens);
+    if (t->mask)
+        h = regc_rng_mix(h ^ regc_hash64(t->mask, (size_t)t->count));
+    return h;
+}
 
 int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
                       int32_t *targets)
@@ -251,9 +316,10 @@ int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t se
     int64_t cycle = (t->count - 1) / bt;
     int64_t p = (k % cycle) * bt;
     const uint16_t *src = t->tokens + p;
+    const uint8_t *counts = t->mask ? t->mask + p + 1 : NULL; /* of each target */
     for (int64_t i = 0; i < bt; i++) {
         inputs[i] = src[i];
-        targets[i] = src[i + 1];
+        targets[i] = counts && !counts[i] ? -1 : src[i + 1];
     }
     return REGC_OK;
 }
@@ -263,6 +329,7 @@ void regc_tokens_free(regc_tokens *t)
     if (!t)
         return;
     free(t->tokens);
+    free(t->mask);
     free(t->source);
     free(t);
 }

@@ -36,7 +36,7 @@
 static const char *const schedule_names[REGC_SCHEDULE_COUNT] = {
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"};
 
-int regc_run_state_of(const regc_train_options *o, const regc_model *m, int64_t data_tokens,
+int regc_run_state_of(const regc_train_options *o, const regc_model *m, const regc_tokens *data,
                       int64_t step, regc_run_state *st)
 {
     memset(st, 0, sizeof *st);
@@ -49,7 +49,8 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, int64_t 
     st->steps = o->steps, st->batch = o->batch, st->seq = o->seq;
     st->grad_accum = o->grad_accum;
     st->warmup = regc_train_warmup_steps(o);
-    st->data_tokens = data_tokens;
+    st->data_tokens = regc_tokens_count(data);
+    st->data_hash = regc_tokens_hash(data);
     st->seed = o->seed;
     st->lr = (double)o->lr, st->weight_decay = (double)o->weight_decay;
     st->max_grad_norm = o->max_grad_norm;
@@ -62,8 +63,9 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, int64_t 
 
 static char *state_json(const regc_run_state *st)
 {
-    char structure[24], seed[24];
+    char structure[24], seed[24], data[24];
     snprintf(structure, sizeof structure, "%016" PRIx64, st->structure);
+    snprintf(data, sizeof data, "%016" PRIx64, st->data_hash);
     snprintf(seed, sizeof seed, "%" PRIu64, st->seed);
     cJSON *root = cJSON_CreateObject(), *train = cJSON_CreateObject();
     int ok = root && train && cJSON_AddItemToObject(root, "train", train);
@@ -85,6 +87,7 @@ static char *state_json(const regc_run_state *st)
     ok = ok && cJSON_AddNumberToObject(train, "min_lr_rate", st->min_lr_rate);
     ok = ok && cJSON_AddStringToObject(train, "seed", seed);
     ok = ok && cJSON_AddNumberToObject(train, "data_tokens", (double)st->data_tokens);
+    ok = ok && cJSON_AddStringToObject(train, "data_hash", data);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;
@@ -157,7 +160,8 @@ static int read_state(const char *dir, regc_run_state *st)
         (rc = get_double(train, "weight_decay", path, &st->weight_decay)) ||
         (rc = get_double(train, "max_grad_norm", path, &st->max_grad_norm)) ||
         (rc = get_double(train, "min_lr_rate", path, &st->min_lr_rate)) ||
-        (rc = get_hex_or_dec(train, "seed", path, 10, &st->seed))) {
+        (rc = get_hex_or_dec(train, "seed", path, 10, &st->seed)) ||
+        (rc = get_hex_or_dec(train, "data_hash", path, 16, &st->data_hash))) {
         cJSON_Delete(root);
         return rc;
     }
@@ -388,6 +392,11 @@ int regc_checkpoint_check(const char *dir, const regc_run_state *now, regc_run_s
             return regc_error(REGC_ERR_ARG, "%s: train.%s is %.17g in the checkpoint, %.17g now",
                               path, fields[i].key, fields[i].was, fields[i].is);
         }
+    if (saved->data_hash != now->data_hash)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: train.data: the tokens (or their loss mask) differ from the "
+                          "checkpoint's",
+                          path);
     if (saved->seed != now->seed)
         return regc_error(REGC_ERR_ARG,
                           "%s: train.seed is %" PRIu64 " in the checkpoint, %" PRIu64 " now", path,

@@ -16,14 +16,15 @@ typedef struct {
     uint64_t structure;  /* hash of the model's structure (regc_model_write_structure) */
     /* the settings that decide what the remaining steps compute */
     int64_t steps, batch, seq, grad_accum, warmup, data_tokens;
+    uint64_t data_hash; /* of the tokens and their loss mask */
     uint64_t seed;
     double lr, weight_decay, max_grad_norm, min_lr_rate;
     int schedule; /* regc_schedule */
 } regc_run_state;
 
-/* The state a run with options o over model m and data_tokens tokens is in
- * after `step` optimizer steps. */
-int regc_run_state_of(const regc_train_options *o, const regc_model *m, int64_t data_tokens,
+/* The state a run with options o over model m and data is in after `step`
+ * optimizer steps. */
+int regc_run_state_of(const regc_train_options *o, const regc_model *m, const regc_tokens *data,
                       int64_t step, regc_run_state *st);
 
 /* Write output_dir/checkpoint-<global_step>: the model as a Hugging Face

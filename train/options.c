@@ -39,6 +39,12 @@ const regc_option regc_option_table[] = {
      "names (graph models only)"},
     {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
      0, "token file in the llm.c format (default: the built-in corpus)"},
+    {"train", "loss_mask", "--loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,
+     FIELD(train.loss_mask), 0,
+     "which tokens of --data count toward the loss (a regc loss mask, one byte per token; see "
+     "tools/prepare_data.py): supervised fine-tuning on responses only"},
+    {"train", "val_loss_mask", "--val-loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,
+     FIELD(train.val_loss_mask), 0, "the loss mask of --val-data"},
     {"train", "steps", "--steps", OPT_INT, "<N>", 1, INT_MAX, 0, NULL, FIELD(train.steps),
      OPT_SHOW_DEFAULT, "optimizer steps, >= 1"},
     {"train", "batch", "--batch", OPT_INT, "<B>", 1, INT32_MAX, 0, NULL, FIELD(train.batch),

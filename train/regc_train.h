@@ -15,6 +15,9 @@
  * ====================================================================== */
 typedef struct {
     const char *data_path; /* NULL: the built-in corpus */
+    /* loss masks beside data_path and val_data_path (regc_data.h): only the
+     * targets they mark count toward the loss; causal language models only */
+    const char *loss_mask, *val_loss_mask;
     int64_t batch, seq;
     int steps;
     float lr, weight_decay;

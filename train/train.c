@@ -82,18 +82,36 @@ static void trainer_free(trainer *t)
     regc_backend_free(be);
 }
 
+/* Masks decide which targets count; BERT and T5 choose their own targets. */
+static int open_mask(trainer *t, regc_tokens *data, const char *mask, const char *key)
+{
+    const char *arch = regc_model_arch(t->model);
+    if (!mask)
+        return REGC_OK;
+    if (!strcmp(arch, "bert") || !strcmp(arch, "t5"))
+        return regc_error(REGC_ERR_ARG,
+                          "train.%s: loss masks apply to causal language models (gpt2, llama, "
+                          "graph models); %s chooses its own targets",
+                          key, arch);
+    return regc_tokens_open_mask(data, mask);
+}
+
 static int open_data(trainer *t, const regc_train_options *o)
 {
     int64_t vocab = regc_model_vocab(t->model);
+    int rc;
     if (o->data_path)
-        return regc_tokens_open(o->data_path, vocab, &t->tokens);
-    if (vocab < 256)
-        return regc_error(
-            REGC_ERR_ARG,
-            "the built-in corpus is byte-level and needs vocab_size >= 256 (model has "
-            "%lld); pass --data",
-            (long long)vocab);
-    return regc_tokens_builtin(&t->tokens);
+        rc = regc_tokens_open(o->data_path, vocab, &t->tokens);
+    else if (o->loss_mask)
+        return regc_error(REGC_ERR_ARG, "train.loss_mask: needs train.data, the tokens it masks");
+    else if (vocab < 256)
+        return regc_error(REGC_ERR_ARG,
+                          "the built-in corpus is byte-level and needs vocab_size >= 256 (model "
+                          "has %lld); pass --data",
+                          (long long)vocab);
+    else
+        rc = regc_tokens_builtin(&t->tokens);
+    return rc ? rc : open_mask(t, t->tokens, o->loss_mask, "loss_mask");
 }
 
 static void *device_alloc(trainer *t, size_t bytes, int *rc)
@@ -354,7 +372,7 @@ static int resume_run(trainer *t, const regc_train_options *o, int64_t *start)
         snprintf(dir, sizeof dir, "%s", o->resume_from);
     }
     regc_run_state now, saved;
-    if (rc || (rc = regc_run_state_of(o, t->model, regc_tokens_count(t->tokens), 0, &now)) ||
+    if (rc || (rc = regc_run_state_of(o, t->model, t->tokens, 0, &now)) ||
         (rc = regc_checkpoint_check(dir, &now, &saved)) || (rc = alloc_moments(t)) ||
         (rc = regc_checkpoint_load(dir, t->model, t->host_m1, t->host_m2)))
         return rc;
@@ -375,8 +393,7 @@ static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done
     be->copy_d2h(be, regc_model_weights(t->model), t->params, bytes);
     be->copy_d2h(be, t->host_m1, t->m, bytes);
     be->copy_d2h(be, t->host_m2, t->v, bytes);
-    if ((rc = be->sync(be)) ||
-        (rc = regc_run_state_of(o, t->model, regc_tokens_count(t->tokens), done, &st)) ||
+    if ((rc = be->sync(be)) || (rc = regc_run_state_of(o, t->model, t->tokens, done, &st)) ||
         (rc = regc_checkpoint_save(o->output_dir, &st, t->model, t->host_m1, t->host_m2,
                                    t->checkpoint, sizeof t->checkpoint)))
         return rc;
@@ -401,6 +418,8 @@ int regc_train_check_options(const regc_train_options *o)
     if ((unsigned)o->lr_scheduler >= REGC_SCHEDULE_COUNT)
         return regc_error(REGC_ERR_ARG, "train.lr_scheduler_type: no schedule %d",
                           (int)o->lr_scheduler);
+    if (o->val_loss_mask && !o->val_data_path)
+        return regc_error(REGC_ERR_ARG, "train.val_loss_mask: needs train.val_data");
     if (o->save_steps < 0 || o->save_total_limit < 0)
         return regc_error(REGC_ERR_ARG, "train.%s: negative",
                           o->save_steps < 0 ? "save_steps" : "save_total_limit");
@@ -477,7 +496,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         regc_compile_stats vst;
         vo.forward_only = 1;
         if ((rc = regc_program_compile(m, o->batch, o->seq, &vo, &t.val_program, &vst)) ||
-            (rc = regc_tokens_open(o->val_data_path, regc_model_vocab(m), &t.val_tokens))) {
+            (rc = regc_tokens_open(o->val_data_path, regc_model_vocab(m), &t.val_tokens)) ||
+            (rc = open_mask(&t, t.val_tokens, o->val_loss_mask, "val_loss_mask"))) {
             trainer_free(&t);
             return rc;
         }

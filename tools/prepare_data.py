@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Turn text into regc's training data: an llm.c token file and a loss mask.
+
+    tools/prepare_data.py --jsonl sft.jsonl --tokenizer tokenizer.json --out data/sft
+    tools/prepare_data.py --text corpus.txt --tokenizer tokenizer.json --out data/corpus
+
+writes OUT.bin (llm.c's format: a 256-int32 header with magic 20240520, version
+1 and the token count, then uint16 tokens) and, for JSONL, OUT.mask.bin (the
+same header with magic 20240601, then one byte per token: 1 when predicting
+that token counts toward the loss). Train with
+
+    regc train --model ... --data OUT.bin --loss-mask OUT.mask.bin
+
+JSONL: one object per line with "prompt" and "response" strings. Each example
+becomes prompt tokens, response tokens and the end-of-text token, packed one
+after another into one stream that regc cuts into rows of --seq tokens; the
+mask is 0 on the prompt and 1 on the response and the end-of-text token, so
+the loss is on the responses only. Text: the whole file, every token counted
+(no mask is written; regc counts every target without one).
+
+The tokenizer is a Hugging Face tokenizer.json read with the `tokenizers`
+package (pip install tokenizers), the end of text its --eos token. Without
+--tokenizer the text is byte-level (every byte one token, ids < 256) and the
+end of text is --eos-id (default 0), as regc's built-in corpus is.
+Every error is one line naming the file (and the line of a JSONL file).
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+import tempfile
+
+TOKENS_MAGIC = 20240520
+MASK_MAGIC = 20240601
+VERSION = 1
+
+
+class DataError(Exception):
+    pass
+
+
+def write_atomic(path, header_magic, count, body):
+    """The header and body to path through a temporary file and a rename,
+    so a killed run leaves no half-written file under the real name."""
+    header = struct.pack("<3i", header_magic, VERSION, count) + bytes(256 * 4 - 12)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=os.path.basename(path) + ".tmp.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header)
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class ByteTokenizer:
+    """Every UTF-8 byte one token: ids < 256."""
+
+    def __init__(self, eos_id):
+        self.eos = eos_id
+        self.vocab = 256
+
+    def encode(self, text):
+        return list(text.encode("utf-8"))
+
+
+class HFTokenizer:
+    def __init__(self, path, eos_token):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise DataError("%s: reading a tokenizer.json needs the tokenizers package "
+                            "(pip install tokenizers)" % path)
+        try:
+            self.tok = Tokenizer.from_file(path)
+        except Exception as e:  # the package's own exceptions vary
+            raise DataError("%s: not a tokenizer.json: %s" % (path, str(e).splitlines()[0]))
+        self.vocab = self.tok.get_vocab_size()
+        if self.vocab > 65536:
+            raise DataError("%s: vocabulary of %d tokens does not fit uint16 token ids"
+                            % (path, self.vocab))
+        self.eos = self.tok.token_to_id(eos_token)
+        if self.eos is None:
+            raise DataError("%s: no token %r for the end of text (--eos)" % (path, eos_token))
+
+    def encode(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+
+def from_jsonl(path, tok):
+    tokens, mask = [], []
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise DataError("%s: cannot open: %s" % (path, e.strerror))
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                ex = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError("%s:%d: malformed JSON: %s" % (path, n, e.msg))
+            if not isinstance(ex, dict):
+                raise DataError("%s:%d: expected an object with \"prompt\" and \"response\""
+                                % (path, n))
+            for key in ("prompt", "response"):
+                if not isinstance(ex.get(key), str):
+                    raise DataError("%s:%d: \"%s\" is missing or not a string" % (path, n, key))
+            p, r = tok.encode(ex["prompt"]), tok.encode(ex["response"])
+            tokens += p + r + [tok.eos]
+            mask += [0] * len(p) + [1] * (len(r) + 1)
+    if not tokens:
+        raise DataError("%s: no examples" % path)
+    return tokens, mask
+
+
+def from_text(path, tok):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise DataError("%s: cannot open: %s" % (path, e.strerror))
+    except UnicodeDecodeError as e:
+        raise DataError("%s: not UTF-8 at byte %d" % (path, e.start))
+    tokens = tok.encode(text)
+    if not tokens:
+        raise DataError("%s: no text" % path)
+    return tokens, None
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--jsonl", help='examples {"prompt": ..., "response": ...}, one per line')
+    src.add_argument("--text", help="plain UTF-8 text, every token counted")
+    ap.add_argument("--tokenizer", help="a Hugging Face tokenizer.json (default: bytes)")
+    ap.add_argument("--eos", default="<|endoftext|>", help="the tokenizer's end-of-text token")
+    ap.add_argument("--eos-id", type=int, default=0, help="byte-level end of text (0..255)")
+    ap.add_argument("--out", required=True, help="writes OUT.bin and, for JSONL, OUT.mask.bin")
+    args = ap.parse_args(argv)
+    try:
+        if args.tokenizer:
+            tok = HFTokenizer(args.tokenizer, args.eos)
+        elif not 0 <= args.eos_id < 256:
+            raise DataError("--eos-id: %d is not a byte (0..255)" % args.eos_id)
+        else:
+            tok = ByteTokenizer(args.eos_id)
+        tokens, mask = from_jsonl(args.jsonl, tok) if args.jsonl else from_text(args.text, tok)
+        if len(tokens) > 2**31 - 1:
+            raise DataError("%s: %d tokens do not fit the header's int32 count"
+                            % (args.jsonl or args.text, len(tokens)))
+        write_atomic(args.out + ".bin", TOKENS_MAGIC, len(tokens),
+                     struct.pack("<%dH" % len(tokens), *tokens))
+        if mask is not None:
+            write_atomic(args.out + ".mask.bin", MASK_MAGIC, len(mask), bytes(mask))
+    except DataError as e:
+        print("prepare_data.py: %s" % e, file=sys.stderr)
+        return 1
+    except OSError as e:
+        print("prepare_data.py: %s: %s" % (e.filename or args.out, e.strerror), file=sys.stderr)
+        return 1
+    counted = sum(mask) if mask is not None else len(tokens)
+    print("%s.bin: %d tokens, %d counted toward the loss" % (args.out, len(tokens), counted))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
