@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "regc_train.h"
@@ -36,8 +37,13 @@ static void on_signal(int sig)
 
 typedef struct {
     int json;
-    int show_lr;    /* a schedule moves the learning rate: report it */
-    int step_width; /* digits of the last step, so the columns line up */
+    int progress;    /* stdout is a terminal: one line replaced in place */
+    int steps;       /* of the run, for step / total and the ETA */
+    int first;       /* the first step this process runs (a resumed run starts later) */
+    double start_ms; /* when that step began */
+    int line_open;   /* a progress line is on the terminal, not yet ended */
+    int show_lr;     /* a schedule moves the learning rate: report it */
+    int step_width;  /* digits of the last step, so the columns line up */
     int write_failed;
     const char *cache_dir;
 } step_printer;
@@ -50,6 +56,40 @@ static void on_compiled(const regc_compile_stats *st, void *user)
         fprintf(stderr, "compile cache %s: %d hit%s, %d miss%s (%.1f ms)\n", p->cache_dir,
                 st->cache_hits, st->cache_hits == 1 ? "" : "s", st->cache_misses,
                 st->cache_misses == 1 ? "" : "es", st->cache_ms);
+}
+
+/* "1:05:09" or "5:09" */
+static void clock_text(char *buf, size_t cap, double s)
+{
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The terminal's progress line, replaced in place each step; the last step
+ * ends it with a newline. */
+static int print_progress(step_printer *p, const regc_step_report *r)
+{
+    if (r->step == p->first || r->resumed) {
+        p->first = r->step;
+        p->start_ms = regc_time_ms() - r->ms;
+    }
+    double elapsed = (regc_time_ms() - p->start_ms) / 1e3;
+    int done = r->step - p->first + 1, left = p->steps - r->step - 1;
+    char el[32], eta[32], extra[64] = "";
+    clock_text(el, sizeof el, elapsed);
+    clock_text(eta, sizeof eta, elapsed / done * left);
+    if (p->show_lr)
+        snprintf(extra, sizeof extra, " | lr %.2e", r->lr);
+    if (!isnan(r->grad_norm))
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | norm %.3f",
+                 (double)r->grad_norm);
+    p->line_open = left > 0;
+    return printf("\r\033[Kstep %d/%d | loss %.4f%s | %.0f tok/s | %s elapsed | ETA %s%s",
+                  r->step + 1, p->steps, (double)r->loss, extra, r->tokens_per_s, el, eta,
+                  left == 0 ? "\n" : "");
 }
 
 static void on_step(const regc_step_report *r, void *user)
@@ -74,6 +114,8 @@ static void on_step(const regc_step_report *r, void *user)
         }
         n = printf("{\"step\": %d, \"loss\": %s%s, \"ms\": %s, \"tokens_per_s\": %s}\n", r->step,
                    loss, extra, ms, tps);
+    } else if (p->progress) {
+        n = print_progress(p, r);
     } else {
         if (p->show_lr)
             snprintf(extra, sizeof extra, " | lr %.3e", r->lr);
@@ -87,8 +129,8 @@ static void on_step(const regc_step_report *r, void *user)
         char v[48];
         json_number(v, sizeof v, "%.9g", (double)r->val_loss);
         n = p->json ? printf("{\"step\": %d, \"val_loss\": %s}\n", r->step, v)
-                    : printf("step %*d | val_loss %7.4f\n", p->step_width, r->step,
-                             (double)r->val_loss);
+                    : printf("%sstep %*d | val_loss %7.4f%s", p->progress ? "\n" : "",
+                             p->step_width, r->step, (double)r->val_loss, p->progress ? "" : "\n");
     }
     if (r->checkpoint && n >= 0) {
         if (p->json) {
@@ -96,6 +138,9 @@ static void on_step(const regc_step_report *r, void *user)
             n = q ? printf("{\"step\": %d, \"checkpoint\": %s}\n", r->step, q) : -1;
             free(q);
         } else {
+            if (p->line_open)
+                putchar('\n'), fflush(stdout);
+            p->line_open = 0;
             fprintf(stderr, "checkpoint %s\n", r->checkpoint);
         }
     }
@@ -187,6 +232,8 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
     fprintf(stderr, "%s\n", desc);
 
     step_printer p = {.json = json,
+                      .progress = !json && isatty(STDOUT_FILENO),
+                      .steps = o.steps,
                       .step_width = 4,
                       .cache_dir = o.cache_dir,
                       .show_lr = o.lr_scheduler != REGC_SCHEDULE_CONSTANT};
