@@ -151,8 +151,7 @@ int regc_remove_tree(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) != 0)
-        return errno == ENOENT ? REGC_OK
-                               : regc_error(REGC_ERR_IO, "%s: %s", path, strerror(errno));
+        return errno == ENOENT ? REGC_OK : regc_error(REGC_ERR_IO, "%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
         DIR *d = opendir(path);
         if (!d)
@@ -169,11 +168,11 @@ int regc_remove_tree(const char *path)
         closedir(d);
         if (rc)
             return rc;
-        return rmdir(path) == 0 ? REGC_OK
-                                : regc_error(REGC_ERR_IO, "%s: cannot remove: %s", path,
-                                             strerror(errno));
+        return rmdir(path) == 0
+                   ? REGC_OK
+                   : regc_error(REGC_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
     }
-    return unlink(path) == 0 ? REGC_OK
-                             : regc_error(REGC_ERR_IO, "%s: cannot remove: %s", path,
-                                          strerror(errno));
+    return unlink(path) == 0
+               ? REGC_OK
+               : regc_error(REGC_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
 }
