@@ -248,9 +248,10 @@ int regc_tokens_open_mask(regc_tokens *t, const char *path)
     const unsigned char *p = buf + TOKENS_HEADER_BYTES;
     for (int32_t i = 0; i < count; i++)
         if (p[i] > 1) {
+            unsigned v = p[i];
             free(buf);
             return regc_error(REGC_ERR_FORMAT, "%s: byte %d is %u (a mask holds 0 or 1)", path, i,
-                              (unsigned)p[i]);
+                              v);
         }
     uint8_t *mask = malloc((size_t)count + 1);
     if (!mask) {

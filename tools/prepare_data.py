@@ -53,6 +53,7 @@ def write_atomic(path, header_magic, count, body):
             f.write(body)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; data files are ordinary files
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
