@@ -35,6 +35,11 @@ int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n);
  * the mask marks 0 is -1: ignored by the loss. */
 int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
                       int32_t *targets);
+/* Rows row0 .. row0+rows-1 of batch k of shape [batch, seq] (the rows a
+ * data-parallel rank takes of the global batch), as regc_tokens_batch
+ * would fill them. */
+int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row0, int64_t rows,
+                     int64_t seq, int32_t *inputs, int32_t *targets);
 void regc_tokens_free(regc_tokens *t);
 
 #endif

@@ -292,15 +292,16 @@ uint64_t regc_tokens_hash(const regc_tokens *t)
     return h;
 }
 
-int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
-                      int32_t *targets)
+int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row0, int64_t rows,
+                     int64_t seq, int32_t *inputs, int32_t *targets)
 {
-    if (batch <= 0 || seq <= 0 || k < 0)
+    if (batch <= 0 || seq <= 0 || k < 0 || row0 < 0 || rows < 0 || row0 + rows > batch)
         return regc_error(
             REGC_ERR_ARG,
-            "%s: batch %lld: batch size (%lld) and sequence length (%lld) must be > 0 "
-            "and the batch index >= 0",
-            t->source, (long long)k, (long long)batch, (long long)seq);
+            "%s: batch %lld: batch size (%lld) and sequence length (%lld) must be > 0, "
+            "the batch index >= 0 and rows %lld .. %lld within the batch",
+            t->source, (long long)k, (long long)batch, (long long)seq, (long long)row0,
+            (long long)(row0 + rows - 1));
     if (batch > (INT64_MAX - 1) / seq)
         return regc_error(REGC_ERR_ARG, "%s: batch size %lld x sequence length %lld overflows",
                           t->source, (long long)batch, (long long)seq);
@@ -315,14 +316,20 @@ int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t se
      * then starts again at 0: a cycle of floor((count - 1) / bt) batches, so
      * batch k starts at (k mod cycle) * bt with no need to replay the past. */
     int64_t cycle = (t->count - 1) / bt;
-    int64_t p = (k % cycle) * bt;
+    int64_t p = (k % cycle) * bt + row0 * seq;
     const uint16_t *src = t->tokens + p;
     const uint8_t *counts = t->mask ? t->mask + p + 1 : NULL; /* of each target */
-    for (int64_t i = 0; i < bt; i++) {
+    for (int64_t i = 0; i < rows * seq; i++) {
         inputs[i] = src[i];
         targets[i] = counts && !counts[i] ? -1 : src[i + 1];
     }
     return REGC_OK;
+}
+
+int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
+                      int32_t *targets)
+{
+    return regc_tokens_rows(t, k, batch, 0, batch, seq, inputs, targets);
 }
 
 void regc_tokens_free(regc_tokens *t)

@@ -355,17 +355,22 @@ static int bert_fill_inputs(const regc_model *m, const regc_tokens *data, const 
         return rc;
     int32_t *x = ids->host, *y = targets->host;
     const uint64_t stream = regc_rng_substream(b->seed, (uint64_t)b->step);
+    /* Masks are drawn per position of the global batch, so a rank of a
+     * data-parallel run masks what one process would; that includes the
+     * rule for a batch with no masked position at all, decided over the
+     * whole global batch (every rank can draw it). */
+    const int64_t first = b->row0 * b->seq;
+    const int64_t global = (b->global_rows ? b->global_rows : b->batch) * b->seq;
     int64_t n_masked = 0;
+    for (int64_t i = 0; i < global && n_masked == 0; i++)
+        n_masked += (regc_rng_at(stream, (uint64_t)i) >> 40) < BERT_MASK_BELOW;
     for (int64_t i = 0; i < bt; i++) {
-        int masked = (regc_rng_at(stream, (uint64_t)i) >> 40) < BERT_MASK_BELOW;
+        int masked = (regc_rng_at(stream, (uint64_t)(first + i)) >> 40) < BERT_MASK_BELOW;
+        if (n_masked == 0) /* none in the whole batch: its first position */
+            masked = first + i == 0;
         y[i] = masked ? x[i] : -1;
         if (masked)
             x[i] = (int32_t)c->mask_id;
-        n_masked += masked;
-    }
-    if (n_masked == 0) {
-        y[0] = x[0];
-        x[0] = (int32_t)c->mask_id;
     }
     if (types && !types->filled) {
         /* Single-segment text: every position is segment 0. */

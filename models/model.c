@@ -267,8 +267,9 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
         int32_t *tmp = (ids && targets) ? NULL : malloc((size_t)bt * sizeof *tmp);
         if (!(ids && targets) && !tmp)
             return regc_error(REGC_ERR_MEMORY, "out of memory");
-        rc = regc_tokens_batch(data, b->step, b->batch, b->seq, ids ? ids->host : tmp,
-                               targets ? targets->host : tmp);
+        rc = regc_tokens_rows(data, b->step, b->global_rows ? b->global_rows : b->batch, b->row0,
+                              b->batch, b->seq, ids ? ids->host : tmp,
+                              targets ? targets->host : tmp);
         free(tmp);
         if (rc < 0)
             return rc;

@@ -108,6 +108,9 @@ typedef struct {
     int64_t step; /* batch index, from 0 */
     int64_t batch, seq;
     uint64_t seed; /* of anything drawn per batch (masked positions) */
+    /* data parallelism: these `batch` rows are rows row0 .. of a global
+     * batch of global_rows (0: the batch is the whole batch) */
+    int64_t row0, global_rows;
 } regc_batch_spec;
 
 /* One graph input and its host buffer (numel x dtype size bytes). */

@@ -453,7 +453,8 @@ static int t5_fill_inputs(const regc_model *m, const regc_tokens *data, const re
             free(next);
             return regc_error(REGC_ERR_MEMORY, "out of memory");
         }
-        rc = regc_tokens_batch(data, b->step, B, 2 * T, rows, next); /* [B, 2T] */
+        rc = regc_tokens_rows(data, b->step, b->global_rows ? b->global_rows : B, b->row0, B, 2 * T,
+                              rows, next); /* [B, 2T] */
         for (int64_t r = 0; rc == REGC_OK && r < B; r++) {
             const int32_t *row = rows + r * 2 * T;
             for (int64_t t = 0; t < T; t++) {

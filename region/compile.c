@@ -292,6 +292,8 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     }
     prog->forward_only = o->forward_only != 0;
     prog->accumulate_grads = o->accumulate_grads != 0 && !o->forward_only;
+    prog->ranks = o->ranks > 1 ? o->ranks : 1;
+    prog->zero_stage = o->zero_stage;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));

@@ -286,10 +286,19 @@ static int build_update(regc_program *p, int clip)
     int v = regc_program_new_buf(p, BUF_V, p->block_bytes, 0);
     if (params < 0 || grads < 0 || m < 0 || v < 0 || scalars < 0)
         return params < 0 ? params : grads < 0 ? grads : m < 0 ? m : v < 0 ? v : REGC_ERR_ARG;
-    if (!(p->update = calloc(4, sizeof *p->update)))
+    if (!(p->update = calloc(8, sizeof *p->update)))
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
     regc_instr *u = p->update;
     int k = 0;
+    /* stage 0 over several ranks: every rank's gradients summed first (each
+     * rank's loss was seeded with its share of the global batch) */
+    if (p->ranks > 1 && p->zero_stage == 0)
+        u[k++] = (regc_instr){.kernel = K_ALLREDUCE,
+                              .n_refs = 1,
+                              .n_out = 1,
+                              .node = -1,
+                              .refs = {{grads, 0}},
+                              .d = {n}};
     u[k++] = (regc_instr){
         .kernel = K_STEP_SCHEDULE, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
     if (clip) {

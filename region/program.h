@@ -15,6 +15,7 @@
 
 #include "regc_detect.h"
 #include "regc_region.h"
+#include "regc_zero3.h"
 
 /* ---------------------------------------------------------------- instructions */
 
@@ -50,6 +51,8 @@ typedef enum {
     K_GRAD_SUMSQ,    /* scalars, g; d0 = n */
     K_GRAD_CLIP,     /* scalars */
     K_ADAMW,         /* param, m, v, g, scalars; d0 = n */
+    /* collectives, run on the program's communicator */
+    K_ALLREDUCE, /* buf; d0 = n floats: the sum over ranks, in place */
     K_COUNT
 } regc_kernel;
 
@@ -199,8 +202,9 @@ typedef struct {
 struct regc_program {
     regc_level level;
     int lazy;
-    int forward_only;     /* compile.forward_only: no backward, no update */
-    int accumulate_grads; /* backward adds into the gradient block */
+    int forward_only;      /* compile.forward_only: no backward, no update */
+    int accumulate_grads;  /* backward adds into the gradient block */
+    int ranks, zero_stage; /* compile.ranks, zero_optimization.stage */
     regc_graph *graph;
     int n_regions;
     regc_compiled_region **regions;
@@ -224,6 +228,7 @@ struct regc_program {
     regc_backend *be;
     void *arena;
     regc_step_scalars *own_scalars; /* allocated by bind when none was given */
+    regc_comm *comm;                /* borrowed; NULL: one process */
     char **ptr;                     /* [n_bufs] base pointers */
     regc_profile *profile;          /* borrowed; NULL: runs are not timed */
 };

@@ -37,6 +37,11 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
         return regc_error(REGC_ERR_MEMORY,
                           "backend %s: out of memory for the %lld-byte activation arena", be->name,
                           (long long)p->arena_bytes);
+    p->comm = mem->comm;
+    if (p->ranks > 1 && (!mem->comm || mem->comm->size != p->ranks))
+        return regc_error(REGC_ERR_ARG,
+                          "step program: compiled for %d ranks, bound to a communicator of %d",
+                          p->ranks, mem->comm ? mem->comm->size : 1);
     regc_step_scalars *scalars = mem->scalars;
     if (!scalars) { /* enough to run: the loss's seed is 1 */
         regc_step_scalars s = {.loss_scale = 1.0f, .clip_scale = 1.0f};
@@ -66,14 +71,31 @@ static void resolve(char *const *base, const regc_instr *in, void **ptr)
 }
 
 /* One instruction; when profiling, timed between two synchronisations. */
+/* A collective on the program's communicator, after the compute before it
+ * has finished. */
+static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
+{
+    if (!p->comm || p->comm->size == 1)
+        return REGC_OK;
+    int rc = p->be->sync(p->be);
+    if (rc == REGC_OK && in->kernel == K_ALLREDUCE)
+        rc = p->comm->allreduce(p->comm, ptr[0], in->d[0], REGC_COMM_F32);
+    return rc;
+}
+
+static int run_one(regc_program *p, const regc_instr *in, void *const *ptr)
+{
+    return in->kernel == K_ALLREDUCE ? run_comm(p, in, ptr) : regc_instr_run(p->be, in, ptr);
+}
+
 static int run_instr(regc_program *p, const regc_instr *in, void *const *ptr)
 {
     if (!p->profile)
-        return regc_instr_run(p->be, in, ptr);
+        return run_one(p, in, ptr);
     int rc = p->be->sync(p->be);
     double t0 = regc_time_ms();
     if (rc == REGC_OK)
-        rc = regc_instr_run(p->be, in, ptr);
+        rc = run_one(p, in, ptr);
     if (rc == REGC_OK)
         rc = p->be->sync(p->be);
     double ms = regc_time_ms() - t0;

@@ -18,6 +18,7 @@
 #include "regc_common.h"
 #include "regc_graph.h"
 #include "regc_models.h"
+#include "regc_zero3.h"
 
 /* ======================================================================
  * Compilation: the training step (forward, backward) as one program
@@ -54,6 +55,10 @@ typedef struct {
     /* The update clips the gradients' global L2 norm (the scalar block's
      * max_grad_norm says to what). */
     int clip_grad_norm;
+    /* Data parallelism over `ranks` processes (<= 1: one). Stage 0: every
+     * rank holds the whole model and its state, and the update first sums
+     * the gradients over the ranks. */
+    int ranks, zero_stage;
 } regc_compile_options;
 
 void regc_compile_options_default(regc_compile_options *o);
@@ -129,6 +134,9 @@ typedef struct {
     float *params, *grads, *m, *v;
     regc_step_scalars *scalars;
     void *const *inputs; /* one buffer per program input */
+    /* the ranks' communicator (NULL: one process); a program compiled for
+     * several ranks needs one of their number */
+    regc_comm *comm;
     /* optional: activation memory to borrow (another program's arena,
      * when the two never run at the same time); used when large enough,
      * else the program allocates its own */

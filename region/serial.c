@@ -419,6 +419,8 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     regc_bytes_put_i64(b, p->lazy);
     regc_bytes_put_i64(b, p->forward_only);
     regc_bytes_put_i64(b, p->accumulate_grads);
+    regc_bytes_put_i64(b, p->ranks);
+    regc_bytes_put_i64(b, p->zero_stage);
     regc_bytes_put_i64(b, st->region_kinds);
     regc_bytes_put_i64(b, st->instances);
     regc_bytes_put_i64(b, st->n_instructions);
@@ -532,6 +534,8 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     p->lazy = (int)regc_reader_int(&rd, 0, 1);
     p->forward_only = (int)regc_reader_int(&rd, 0, 1);
     p->accumulate_grads = (int)regc_reader_int(&rd, 0, 1);
+    p->ranks = (int)regc_reader_int(&rd, 1, 1 << 20);
+    p->zero_stage = (int)regc_reader_int(&rd, 0, 3);
     st->region_kinds = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->instances = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->n_instructions = regc_reader_int(&rd, 0, INT64_MAX);

@@ -171,7 +171,7 @@ typedef struct {
 
 static const bad_case bad_cases[] = {
     /* unknown keys, at each level */
-    {"{\"trian\": {}}", "trian: unknown key", "\"compile\" or \"train\""},
+    {"{\"trian\": {}}", "trian: unknown key", "\"compile\", \"train\" or"},
     {"{\"compile\": {\"lvl\": \"O1\"}}", "compile.lvl: unknown key", NULL},
     {"{\"train\": {\"bacth\": 4}}", "train.bacth: unknown key", NULL},
     {"{\"train\": {\"a\\nb\": 4}}", "train.a?b: unknown key", NULL},
@@ -242,8 +242,11 @@ static const bad_case bad_cases[] = {
     {"{\"train\": {\"gradient_accumulation_steps\": 0}}",
      "train.gradient_accumulation_steps: expected an integer from 1 to", "got 0"},
     {"{\"train\": {\"min_lr_rate\": \"0.1\"}}", "train.min_lr_rate:", "got \"0.1\""},
-    {"{\"zero_optimization\": {\"stage\": 3}}", "zero_optimization.stage: not supported yet", NULL},
-    {"{\"zero_optimization\": {}}", "zero_optimization: not supported yet", NULL},
+    {"{\"zero_optimization\": {\"offload_param\": {}}}",
+     "zero_optimization.offload_param: not supported yet", NULL},
+    {"{\"zero_optimization\": {\"stage\": \"3\"}}",
+     "zero_optimization.stage: expected an integer from 0 to 3", "got \"3\""},
+    {"{\"zero_optimization\": {\"stages\": 3}}", "zero_optimization.stages: unknown key", NULL},
     /* malformed JSON: where it failed */
     {"{\"train\": {\"steps\": 1,}}", "malformed JSON near line 1, column 24", NULL},
     {"{\n  \"train\": {\n    \"steps\": 1\n  \n}\n", "malformed JSON near line 6", NULL},

@@ -12,11 +12,14 @@
 #include "regc_common.h"
 
 const char *usage_cmd = "regc";
+int usage_quiet;
 
 /* One line on stderr, prefixed with the command, and the usage exit code. */
 int usage_error(const char *fmt, ...)
 {
     va_list ap;
+    if (usage_quiet)
+        return EXIT_USAGE;
     va_start(ap, fmt);
     fprintf(stderr, "%s: ", usage_cmd);
     vfprintf(stderr, fmt, ap);

@@ -11,6 +11,8 @@ enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
 /* The command usage errors are reported for ("regc train", ...). */
 extern const char *usage_cmd;
+/* Set on the ranks other than 0: they make the same mistakes silently. */
+extern int usage_quiet;
 
 /* One line on stderr, prefixed with the command; returns EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "regc_train.h"
+#include "regc_zero3.h"
 
 void print_train_usage(FILE *f)
 {
@@ -36,6 +37,7 @@ static void on_signal(int sig)
 /* ---- per-step output */
 
 typedef struct {
+    int quiet; /* another rank prints */
     int json;
     int progress;    /* stdout is a terminal: one line replaced in place */
     int steps;       /* of the run, for step / total and the ETA */
@@ -52,7 +54,7 @@ typedef struct {
 static void on_compiled(const regc_compile_stats *st, void *user)
 {
     const step_printer *p = user;
-    if (p->cache_dir)
+    if (p->cache_dir && !p->quiet)
         fprintf(stderr, "compile cache %s: %d hit%s, %d miss%s (%.1f ms)\n", p->cache_dir,
                 st->cache_hits, st->cache_hits == 1 ? "" : "s", st->cache_misses,
                 st->cache_misses == 1 ? "" : "es", st->cache_ms);
@@ -95,6 +97,8 @@ static int print_progress(step_printer *p, const regc_step_report *r)
 static void on_step(const regc_step_report *r, void *user)
 {
     step_printer *p = user;
+    if (p->quiet)
+        return;
     int n;
     /* the learning rate with a schedule, the norm with clipping */
     char extra[128] = "";
@@ -187,7 +191,25 @@ static int parse_train_args(int argc, char **argv, regc_train_settings *s, int *
 }
 
 /* Load the model and train it; the strings in s may belong to cfg. */
-static int train_run(const regc_train_settings *s, const regc_config *cfg)
+/* An error of the library: its line (REGC_ERR_RANK: another rank reported
+ * it), then, with several ranks, the end of every rank, so that none waits
+ * for this one in a collective. */
+static int report_error(regc_comm *comm, int rc)
+{
+    if (rc != REGC_ERR_RANK) {
+        if (comm->size > 1)
+            fprintf(stderr, "regc [rank %d]: %s\n", comm->rank, regc_error_message());
+        else
+            fprintf(stderr, "regc: %s\n", regc_error_message());
+    }
+    if (comm->size > 1) {
+        fflush(stderr);
+        comm->abort(comm, EXIT_ERROR);
+    }
+    return EXIT_ERROR;
+}
+
+static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_comm *comm)
 {
     regc_train_options o = s->train;
     const char *model_spec = s->model, *weights_path = s->weights;
@@ -197,15 +219,12 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
                            "regc train --help), unless the --config file sets train.model");
 
     /* contradictions among the options before anything is loaded or printed */
-    if (regc_train_check_options(&o) != REGC_OK) {
-        fprintf(stderr, "regc: %s\n", regc_error_message());
-        return EXIT_ERROR;
-    }
+    int rc = regc_train_check_options(&o);
+    if (rc != REGC_OK)
+        return report_error(comm, rc);
     regc_model *model = NULL;
-    if (regc_model_load(model_spec, &model) != REGC_OK) {
-        fprintf(stderr, "regc: %s\n", regc_error_message());
-        return EXIT_ERROR;
-    }
+    if ((rc = regc_model_load(model_spec, &model)) != REGC_OK)
+        return report_error(comm, rc);
     if (weights_path) {
         const char *arch = regc_model_arch(model); /* static, outlives the model */
         if (strcmp(arch, "graph") != 0) {
@@ -221,17 +240,19 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
             return usage_error("--weights applies to graph JSON models only (%s is a %s model)",
                                model_spec, arch);
         }
-        if (regc_model_read_safetensors(model, weights_path) != REGC_OK) {
-            fprintf(stderr, "regc: %s\n", regc_error_message());
+        if ((rc = regc_model_read_safetensors(model, weights_path)) != REGC_OK) {
             regc_model_free(model);
-            return EXIT_ERROR;
+            return report_error(comm, rc);
         }
     }
     char desc[1024];
     regc_model_describe(model, desc, sizeof desc);
-    fprintf(stderr, "%s\n", desc);
+    if (comm->rank == 0)
+        fprintf(stderr, "%s\n", desc);
 
-    step_printer p = {.json = json,
+    /* rank 0 speaks for every rank */
+    step_printer p = {.quiet = comm->rank != 0,
+                      .json = json,
                       .progress = !json && isatty(STDOUT_FILENO),
                       .steps = o.steps,
                       .step_width = 4,
@@ -243,10 +264,10 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
             p.step_width = w;
 
     if (s->profile && !(o.profile = regc_profile_new())) {
-        fprintf(stderr, "regc: %s\n", regc_error_message());
         regc_model_free(model);
-        return EXIT_ERROR;
+        return report_error(comm, REGC_ERR_MEMORY);
     }
+    o.comm = comm;
     /* SIGINT and SIGTERM: finish the step, checkpoint, exit 0 */
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -256,35 +277,33 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg)
     sigaction(SIGTERM, &sa, &old_term);
     o.stop = &stop_requested;
     int stopped_at = -1;
-    int rc = regc_train(model, &o, on_step, &p, &stopped_at);
+    rc = regc_train(model, &o, on_step, &p, &stopped_at);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     regc_model_free(model);
-    if (rc == REGC_OK && o.profile)
+    if (rc == REGC_OK && o.profile && comm->rank == 0)
         rc = regc_profile_write(o.profile, stderr);
     regc_profile_free(o.profile);
-    if (rc != REGC_OK) {
-        fprintf(stderr, "regc: %s\n", regc_error_message());
-        return EXIT_ERROR;
-    }
+    if (rc != REGC_OK)
+        return report_error(comm, rc);
     if (p.write_failed || fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "regc: writing to standard output failed\n");
         return EXIT_ERROR;
     }
-    if (stopped_at >= 0) {
+    if (stopped_at >= 0 && comm->rank == 0) {
         fprintf(stderr, "stopped by a signal after step %d%s%s\n", stopped_at - 1,
                 o.output_dir ? "; resume with --resume-from-checkpoint latest --output-dir " : "",
                 o.output_dir ? o.output_dir : " (no --output-dir: nothing saved)");
         return 0;
     }
-    if (o.save_dir && !json)
+    if (stopped_at < 0 && o.save_dir && !json && comm->rank == 0)
         fprintf(stderr, "saved %s\n", o.save_dir);
     return 0;
 }
 
-int cmd_train(int argc, char **argv)
+/* Flags and the config file into settings, then the run. */
+static int train_command(int argc, char **argv, regc_comm *comm)
 {
-    usage_cmd = "regc train";
     /* The compile cache is on by default, in the user's cache directory
      * (none when neither XDG_CACHE_HOME nor HOME is set). */
     char default_cache[4096];
@@ -306,10 +325,9 @@ int cmd_train(int argc, char **argv)
     regc_config *cfg = NULL;
     if (s.config) {
         const char *config = s.config;
-        if (regc_config_load(config, &cfg) != REGC_OK) {
-            fprintf(stderr, "regc: %s\n", regc_error_message());
-            return EXIT_ERROR;
-        }
+        int rc = regc_config_load(config, &cfg);
+        if (rc != REGC_OK)
+            return report_error(comm, rc);
         regc_train_settings_default(&s);
         s.train.cache_dir = cache;
         regc_config_apply(cfg, &s);
@@ -317,7 +335,22 @@ int cmd_train(int argc, char **argv)
     }
     if (s.no_cache)
         s.train.cache_dir = NULL;
-    int rc = train_run(&s, cfg);
+    int rc = train_run(&s, cfg, comm);
     regc_config_free(cfg);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    usage_cmd = "regc train";
+    /* Under mpirun every rank runs this; rank 0 speaks for all of them. */
+    regc_comm *comm = NULL;
+    if (regc_comm_open(&comm) != REGC_OK) {
+        fprintf(stderr, "regc: %s\n", regc_error_message());
+        return EXIT_ERROR;
+    }
+    usage_quiet = comm->rank != 0;
+    int rc = train_command(argc, argv, comm);
+    regc_comm_free(comm);
     return rc;
 }

@@ -17,7 +17,7 @@ SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]
 cd "$(dirname "$SELF")/.."
 
 PACKAGES=(cmake gcc make pkg-config libcjson-dev zlib1g-dev libxxhash-dev libcmocka-dev
-          libopenblas-dev libopenblas-openmp-dev clang-format python3)
+          libopenblas-dev libopenblas-openmp-dev clang-format python3 libopenmpi-dev openmpi-bin)
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
 log() { printf '==> %s\n' "$*" >&2; }

@@ -46,7 +46,8 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, const re
     regc_bytes_free(&b);
     st->global_step = step;
     st->next_batch = step * o->grad_accum;
-    st->steps = o->steps, st->batch = o->batch, st->seq = o->seq;
+    /* the global batch: a checkpoint moves between rank counts that keep it */
+    st->steps = o->steps, st->batch = o->batch * (o->comm ? o->comm->size : 1), st->seq = o->seq;
     st->grad_accum = o->grad_accum;
     st->warmup = regc_train_warmup_steps(o);
     st->data_tokens = regc_tokens_count(data);
@@ -346,61 +347,69 @@ int regc_checkpoint_prune(const char *output_dir, int keep)
 
 /* ---------------------------------------------------------------- resuming */
 
+int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_run_state *b,
+                          const char *b_is, int any_length, char *buf, size_t cap)
+{
+    if (a->structure != b->structure) {
+        snprintf(buf, cap, "the model's structure differs (%s and %s)", a_is, b_is);
+        return 1;
+    }
+    if (a->data_hash != b->data_hash || a->data_tokens != b->data_tokens) {
+        snprintf(buf, cap,
+                 "train.data: the tokens (or their loss mask) differ (%" PRId64
+                 " tokens %s, %" PRId64 " %s)",
+                 a->data_tokens, a_is, b->data_tokens, b_is);
+        return 1;
+    }
+    if (a->schedule != b->schedule) {
+        snprintf(buf, cap, "train.lr_scheduler_type is %s %s, %s %s", schedule_names[a->schedule],
+                 a_is, schedule_names[b->schedule], b_is);
+        return 1;
+    }
+    if (a->seed != b->seed) {
+        snprintf(buf, cap, "train.seed is %" PRIu64 " %s, %" PRIu64 " %s", a->seed, a_is, b->seed,
+                 b_is);
+        return 1;
+    }
+    const struct {
+        const char *key;
+        double a, b;
+    } fields[] = {
+        /* a constant schedule does not depend on the run's length */
+        {"steps", (double)a->steps,
+         any_length && a->schedule == REGC_SCHEDULE_CONSTANT ? (double)a->steps : (double)b->steps},
+        {"batch", (double)a->batch, (double)b->batch},
+        {"seq", (double)a->seq, (double)b->seq},
+        {"gradient_accumulation_steps", (double)a->grad_accum, (double)b->grad_accum},
+        {"warmup_steps", (double)a->warmup, (double)b->warmup},
+        {"lr", a->lr, b->lr},
+        {"weight_decay", a->weight_decay, b->weight_decay},
+        {"max_grad_norm", a->max_grad_norm, b->max_grad_norm},
+        {"min_lr_rate", a->min_lr_rate, b->min_lr_rate},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (fields[i].a != fields[i].b) {
+            snprintf(buf, cap, "train.%s is %.17g %s, %.17g %s", fields[i].key, fields[i].a, a_is,
+                     fields[i].b, b_is);
+            return 1;
+        }
+    return 0;
+}
+
 int regc_checkpoint_check(const char *dir, const regc_run_state *now, regc_run_state *saved)
 {
     int rc = read_state(dir, saved);
     if (rc)
         return rc;
-    char path[4096];
+    char path[4096], what[512];
     regc_path_join(path, sizeof path, dir, STATE_FILE);
     if (saved->structure != now->structure)
         return regc_error(REGC_ERR_ARG,
                           "%s: the checkpoint is of another model (its structure differs from "
                           "the model being trained)",
                           path);
-    const struct {
-        const char *key;
-        double was, is;
-    } fields[] = {
-        /* a constant schedule does not depend on the run's length */
-        {"steps", (double)saved->steps,
-         saved->schedule == REGC_SCHEDULE_CONSTANT ? (double)saved->steps : (double)now->steps},
-        {"batch", (double)saved->batch, (double)now->batch},
-        {"seq", (double)saved->seq, (double)now->seq},
-        {"gradient_accumulation_steps", (double)saved->grad_accum, (double)now->grad_accum},
-        {"lr_scheduler_type", saved->schedule, now->schedule},
-        {"warmup_steps", (double)saved->warmup, (double)now->warmup},
-        {"lr", saved->lr, now->lr},
-        {"weight_decay", saved->weight_decay, now->weight_decay},
-        {"max_grad_norm", saved->max_grad_norm, now->max_grad_norm},
-        {"min_lr_rate", saved->min_lr_rate, now->min_lr_rate},
-        {"data", (double)saved->data_tokens, (double)now->data_tokens},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (fields[i].was != fields[i].is) {
-            if (!strcmp(fields[i].key, "lr_scheduler_type"))
-                return regc_error(REGC_ERR_ARG,
-                                  "%s: train.lr_scheduler_type is %s in the "
-                                  "checkpoint, %s now",
-                                  path, schedule_names[saved->schedule],
-                                  schedule_names[now->schedule]);
-            if (!strcmp(fields[i].key, "data"))
-                return regc_error(REGC_ERR_ARG,
-                                  "%s: train.data held %.0f tokens when the checkpoint was "
-                                  "written, %.0f now",
-                                  path, fields[i].was, fields[i].is);
-            return regc_error(REGC_ERR_ARG, "%s: train.%s is %.17g in the checkpoint, %.17g now",
-                              path, fields[i].key, fields[i].was, fields[i].is);
-        }
-    if (saved->data_hash != now->data_hash)
-        return regc_error(REGC_ERR_ARG,
-                          "%s: train.data: the tokens (or their loss mask) differ from the "
-                          "checkpoint's",
-                          path);
-    if (saved->seed != now->seed)
-        return regc_error(REGC_ERR_ARG,
-                          "%s: train.seed is %" PRIu64 " in the checkpoint, %" PRIu64 " now", path,
-                          saved->seed, now->seed);
+    if (regc_run_state_differ(saved, "in the checkpoint", now, "now", 1, what, sizeof what))
+        return regc_error(REGC_ERR_ARG, "%s: %s", path, what);
     if (saved->global_step > now->steps)
         return regc_error(REGC_ERR_ARG,
                           "%s: the checkpoint is past the run's end (step %" PRId64 " of %" PRId64

@@ -14,7 +14,8 @@ typedef struct {
     int64_t global_step; /* optimizer steps done */
     int64_t next_batch;  /* the next micro-batch of the data, in llm.c's order */
     uint64_t structure;  /* hash of the model's structure (regc_model_write_structure) */
-    /* the settings that decide what the remaining steps compute */
+    /* the settings that decide what the remaining steps compute (batch: the
+     * global batch, over every rank) */
     int64_t steps, batch, seq, grad_accum, warmup, data_tokens;
     uint64_t data_hash; /* of the tokens and their loss mask */
     uint64_t seed;
@@ -36,6 +37,13 @@ int regc_checkpoint_save(const char *output_dir, const regc_run_state *st, const
 
 /* The checkpoint of output_dir with the most steps, into buf. */
 int regc_checkpoint_latest(const char *output_dir, char *buf, size_t cap);
+
+/* Do a and b describe runs that compute different things? 1 and the first
+ * difference in buf ("train.batch is 2 <a_is>, 4 <b_is>"), else 0. With
+ * any_length, the number of steps may differ where the schedule does not
+ * depend on it. */
+int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_run_state *b,
+                          const char *b_is, int any_length, char *buf, size_t cap);
 
 /* Read a checkpoint's state, refusing one whose model or settings differ
  * from `now` with one line naming what differs. */

@@ -193,6 +193,8 @@ static int read_section(const load_ctx *x, const char *section, const cJSON *obj
         if (rc)
             return rc;
         const regc_option *o = regc_option_by_key(section, it->string ? it->string : "");
+        if (!o && regc_option_not_yet(section, it->string ? it->string : ""))
+            return regc_error(REGC_ERR_UNSUPPORTED, "%s: %s: not supported yet", x->file, key);
         if (!o)
             return regc_error(REGC_ERR_FORMAT, "%s: %s: unknown key", x->file, key);
         if ((rc = read_value(x, o, key, it)) < 0)
@@ -220,23 +222,15 @@ static int read_root(const load_ctx *x, const cJSON *root)
         const char *k = it->string ? it->string : "";
         if (rc)
             return rc;
-        int compile = !strcmp(k, "compile"), train = !strcmp(k, "train");
-        if (compile || train) {
+        if (regc_option_section_known(k)) {
             if (!cJSON_IsObject(it))
                 return expected(x, key, it, "an object");
             rc = read_section(x, k, it);
-        } else if (!strcmp(k, "zero_optimization")) {
-            /* Named in full where the file names a setting, so the user
-             * sees which line to remove. */
-            if (cJSON_IsObject(it) && it->child)
-                key_path(key, sizeof key, "zero_optimization", it->child);
-            return regc_error(REGC_ERR_UNSUPPORTED,
-                              "%s: %s: not supported yet (ZeRO sharding is not implemented)",
-                              x->file, key);
         } else {
             return regc_error(REGC_ERR_FORMAT,
-                              "%s: %s: unknown key (expected \"compile\" or \"train\")", x->file,
-                              key);
+                              "%s: %s: unknown key (expected \"compile\", \"train\" or "
+                              "\"zero_optimization\")",
+                              x->file, key);
         }
         if (rc)
             return rc;

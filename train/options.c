@@ -146,6 +146,10 @@ const regc_option regc_option_table[] = {
      "the compile cache's size limit in megabytes, least recently used entries going first"},
     {"compile", NULL, "--no-cache", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(no_cache), 0,
      "neither read nor write the compile cache"},
+    {"zero_optimization", "stage", "--zero-stage", OPT_INT, "<0|3>", 0, 3, 0, NULL,
+     FIELD(train.zero_stage), OPT_SHOW_DEFAULT,
+     "DeepSpeed's ZeRO stage under mpirun: 0 replicates the model on every rank and sums the "
+     "gradients before each update (data parallelism)"},
 };
 
 const int regc_option_count = (int)(sizeof regc_option_table / sizeof regc_option_table[0]);
@@ -171,6 +175,31 @@ const regc_option *regc_option_by_key(const char *section, const char *key)
             return o;
     }
     return NULL;
+}
+
+int regc_option_section_known(const char *section)
+{
+    for (int i = 0; i < regc_option_count; i++)
+        if (regc_option_table[i].key && !strcmp(regc_option_table[i].section, section))
+            return 1;
+    return 0;
+}
+
+/* DeepSpeed's keys that regc knows by name but does not take yet: refused
+ * as such rather than as typos. */
+int regc_option_not_yet(const char *section, const char *key)
+{
+    static const char *const later[] = {"stage3_prefetch_bucket_size",
+                                        "stage3_max_live_parameters",
+                                        "stage3_param_persistence_threshold",
+                                        "reduce_bucket_size",
+                                        "offload_optimizer",
+                                        "offload_param",
+                                        NULL};
+    for (int i = 0; !strcmp(section, "zero_optimization") && later[i]; i++)
+        if (!strcmp(key, later[i]))
+            return 1;
+    return 0;
 }
 
 const regc_option *regc_option_by_flag(const char *flag)
@@ -420,5 +449,10 @@ void regc_option_write_usage(FILE *f)
     fprintf(f, "\ncompile options (the config file's \"compile\" keys):\n");
     for (int i = 0; i < regc_option_count; i++)
         if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "compile"))
+            write_row(f, &regc_option_table[i], &d);
+    fprintf(f, "\nseveral processes (mpirun -np N regc train ...; the config file's "
+               "\"zero_optimization\" keys):\n");
+    for (int i = 0; i < regc_option_count; i++)
+        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "zero_optimization"))
             write_row(f, &regc_option_table[i], &d);
 }

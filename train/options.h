@@ -44,6 +44,11 @@ struct regc_option {
 extern const regc_option regc_option_table[];
 extern const int regc_option_count;
 
+/* Does the table have keys in this section? */
+int regc_option_section_known(const char *section);
+/* A key regc knows by name (DeepSpeed's) but does not take yet. */
+int regc_option_not_yet(const char *section, const char *key);
+
 /* The row for key in section ("train", "batch"), or NULL. */
 const regc_option *regc_option_by_key(const char *section, const char *key);
 

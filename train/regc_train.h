@@ -44,6 +44,10 @@ typedef struct {
      * finishes the step under way, writes a checkpoint into output_dir and
      * returns REGC_OK with stopped_at set, skipping save_dir */
     volatile const sig_atomic_t *stop;
+    /* data parallelism: the ranks' communicator (NULL: one process). Rank r
+     * reads rows r x batch .. of each global batch of ranks x batch rows. */
+    regc_comm *comm;
+    int zero_stage;       /* zero_optimization.stage: 0 (3 comes with sharding) */
     uint64_t seed;        /* random init of presets */
     const char *save_dir; /* NULL: do not save */
     const char *backend;  /* "cpu" */

@@ -8,9 +8,10 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
-#include "regc_train.h"
+#include "trainer.h"
 
 void regc_train_options_default(regc_train_options *o)
 {
@@ -32,27 +33,6 @@ void regc_train_options_default(regc_train_options *o)
     o->val_batches = 8;
     regc_compile_options_default(&o->compile);
 }
-
-typedef struct {
-    regc_model *model;
-    regc_backend *be;
-    regc_tokens *tokens;
-    regc_program *program;
-    regc_tokens *val_tokens;       /* validation data, or NULL */
-    regc_program *val_program;     /* forward only, over the same parameters and inputs */
-    regc_cache *cache;             /* opened from cache_dir, or NULL */
-    float *params, *grads, *m, *v; /* device, [total_numel] each */
-    regc_step_scalars *scalars;    /* device: the optimizer's state and constants */
-    regc_step_scalars host;        /* what the trainer set, and the last step's readback */
-    int n_inputs;
-    regc_input *inputs;       /* [n_inputs] the graph's inputs with host buffers */
-    void **d_inputs;          /* [n_inputs] their device copies */
-    int constants_sent;       /* the constant inputs are on the device */
-    int64_t *counts;          /* [grad_accum] targets that count, per micro-batch */
-    float *losses;            /* [grad_accum] each micro-batch's loss */
-    float *host_m1, *host_m2; /* AdamW's moments on the host: checkpoints */
-    char checkpoint[4096];    /* the last checkpoint written */
-} trainer;
 
 static void trainer_free(trainer *t)
 {
@@ -79,6 +59,7 @@ static void trainer_free(trainer *t)
     regc_tokens_free(t->val_tokens);
     regc_tokens_free(t->tokens);
     regc_cache_close(t->cache);
+    regc_comm_free(t->own_comm);
     regc_backend_free(be);
 }
 
@@ -202,149 +183,15 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
                                .m = t->m,
                                .v = t->v,
                                .scalars = t->scalars,
-                               .inputs = t->d_inputs};
+                               .inputs = t->d_inputs,
+                               .comm = t->comm};
     if ((rc = regc_program_bind(t->program, be, &mem)) || !t->val_program)
         return rc;
     /* validation runs between steps: it borrows the step's arena */
-    regc_program_memory val = {.params = t->params, .scalars = t->scalars, .inputs = t->d_inputs};
+    regc_program_memory val = {
+        .params = t->params, .scalars = t->scalars, .inputs = t->d_inputs, .comm = t->comm};
     val.arena = regc_program_arena(t->program, &val.arena_bytes);
     return regc_program_bind(t->val_program, be, &val);
-}
-
-/* Profiling: the time since *t0 (work finished first) as one call of the
- * row label; *t0 moves to now. */
-static int profile_since(regc_backend *be, regc_profile *pr, const char *label, double *t0)
-{
-    int rc = be->sync(be);
-    double now = regc_time_ms();
-    if (rc == REGC_OK)
-        rc = regc_profile_add(pr, label, now - *t0, 0.0);
-    *t0 = now;
-    return rc;
-}
-
-/* Micro-batch `index` of the data (llm.c's order) into the host inputs. */
-static int fill_batch(trainer *t, const regc_train_options *o, int64_t index)
-{
-    const regc_batch_spec b = {.step = index, .batch = o->batch, .seq = o->seq, .seed = o->seed};
-    return regc_model_fill_inputs(t->model, t->tokens, &b, t->n_inputs, t->inputs);
-}
-
-/* The targets of the filled batch that count toward the loss (those >= 0). */
-static int64_t count_targets(trainer *t)
-{
-    const regc_input *x = regc_input_find(t->n_inputs, t->inputs, "targets");
-    if (!x || x->tensor->dtype != REGC_I32)
-        return 0;
-    const int32_t *v = x->host;
-    int64_t n = 0, all = regc_tensor_numel(x->tensor);
-    for (int64_t i = 0; i < all; i++)
-        n += v[i] >= 0;
-    return n;
-}
-
-/* The filled batch to the device; constant inputs only the first time. */
-static void upload_batch(trainer *t)
-{
-    for (int i = 0; i < t->n_inputs; i++)
-        if (!t->constants_sent || !t->inputs[i].constant)
-            t->be->copy_h2d(t->be, t->d_inputs[i], t->inputs[i].host,
-                            (size_t)regc_tensor_bytes(t->inputs[i].tensor));
-    t->constants_sent = 1;
-}
-
-/* One optimizer step over grad_accum micro-batches. Accumulating, the
- * gradients start at zero and each micro-batch adds its share: its loss's
- * gradient is seeded with n_j / N (its targets over the step's), so the step
- * is that of one batch of all of them. pr (NULL: none) times the parts. */
-static int train_step(trainer *t, const regc_train_options *o, int step, regc_profile *pr,
-                      regc_step_report *r)
-{
-    regc_backend *be = t->be;
-    const int k = o->grad_accum;
-    int64_t total = 0;
-    int rc = REGC_OK;
-    double t0 = regc_time_ms();
-    if (k > 1) {
-        for (int j = 0; j < k && rc == REGC_OK; j++)
-            if ((rc = fill_batch(t, o, (int64_t)step * k + j)) == REGC_OK)
-                total += t->counts[j] = count_targets(t);
-        if (rc)
-            return rc;
-        if (total == 0)
-            return regc_error(REGC_ERR_ARG,
-                              "step %d: no target of its %d micro-batches counts toward the loss",
-                              step, k);
-        be->fill(be, t->grads, (size_t)regc_model_total_numel(t->model), 0.0f);
-    }
-    for (int j = 0; j < k && rc == REGC_OK; j++) {
-        if ((rc = fill_batch(t, o, (int64_t)step * k + j)))
-            return rc;
-        upload_batch(t);
-        if (k > 1) {
-            float share = (float)((double)t->counts[j] / (double)total);
-            be->copy_h2d(be, (char *)t->scalars + offsetof(regc_step_scalars, loss_scale), &share,
-                         sizeof share);
-        }
-        if (pr && (rc = profile_since(be, pr, "inputs (batch to the device)", &t0)))
-            return rc;
-        regc_program_set_profile(t->program, pr);
-        rc = regc_program_run(t->program);
-        regc_program_set_profile(t->program, NULL);
-        t0 = regc_time_ms();
-        if (rc == REGC_OK)
-            be->copy_d2h(be, &t->losses[j], regc_program_loss(t->program), sizeof(float));
-    }
-    regc_program_set_profile(t->program, pr);
-    if (rc == REGC_OK)
-        rc = regc_program_update(t->program);
-    regc_program_set_profile(t->program, NULL);
-    if (rc)
-        return rc;
-    t0 = regc_time_ms();
-    be->copy_d2h(be, &t->host, t->scalars, sizeof t->host);
-    if ((rc = be->sync(be)))
-        return rc;
-    if (pr && (rc = profile_since(be, pr, "loss and scalars to the host", &t0)))
-        return rc;
-    if (pr)
-        regc_profile_count_run(pr);
-    double loss = t->losses[0];
-    if (k > 1) { /* the mean over every target of the step */
-        loss = 0.0;
-        for (int j = 0; j < k; j++)
-            loss += (double)t->losses[j] * (double)t->counts[j] / (double)total;
-    }
-    r->loss = (float)loss;
-    r->lr = t->host.lr;
-    r->grad_norm = o->max_grad_norm > 0.0 ? t->host.grad_norm : NAN;
-    return REGC_OK;
-}
-
-/* The mean loss over the first val_batches batches of the validation data,
- * each batch weighted by the targets that count in it. */
-static int evaluate(trainer *t, const regc_train_options *o, float *val_loss)
-{
-    double sum = 0.0;
-    int64_t total = 0;
-    for (int b = 0; b < o->val_batches; b++) {
-        const regc_batch_spec spec = {.step = b, .batch = o->batch, .seq = o->seq, .seed = o->seed};
-        float loss = 0.0f;
-        int rc = regc_model_fill_inputs(t->model, t->val_tokens, &spec, t->n_inputs, t->inputs);
-        if (rc)
-            return rc;
-        int64_t n = count_targets(t);
-        upload_batch(t);
-        if ((rc = regc_program_run(t->val_program)))
-            return rc;
-        t->be->copy_d2h(t->be, &loss, regc_program_loss(t->val_program), sizeof loss);
-        if ((rc = t->be->sync(t->be)))
-            return rc;
-        sum += (double)loss * (double)n;
-        total += n;
-    }
-    *val_loss = total > 0 ? (float)(sum / (double)total) : NAN;
-    return REGC_OK;
 }
 
 static int alloc_moments(trainer *t)
@@ -387,6 +234,11 @@ static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done
     regc_backend *be = t->be;
     size_t bytes = (size_t)regc_model_total_numel(t->model) * sizeof(float);
     regc_run_state st;
+    if (t->comm->rank != 0) { /* every rank holds the same state: rank 0 writes it */
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint-%lld", (long long)done);
+        return regc_path_join(t->checkpoint, sizeof t->checkpoint, o->output_dir, name);
+    }
     int rc = alloc_moments(t);
     if (rc)
         return rc;
@@ -398,6 +250,55 @@ static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done
                                    t->checkpoint, sizeof t->checkpoint)))
         return rc;
     return regc_checkpoint_prune(o->output_dir, o->save_total_limit);
+}
+
+/* Threads of this rank: as asked, else OMP_NUM_THREADS, else its share of
+ * the host's cores (ranks on one host must not oversubscribe it). */
+static int threads_of(const regc_train_options *o, const regc_comm *c)
+{
+    if (o->threads > 0 || getenv("OMP_NUM_THREADS") || c->local_size <= 1)
+        return o->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = cores / c->local_size;
+    return share > 1 ? (int)share : 1;
+}
+
+/* Every rank must run the same model on the same data with the same
+ * settings: rank 0's state is broadcast and each rank compares its own. The
+ * first rank that differs says how; rank 0 reports it, in one line, and the
+ * other ranks fail with REGC_ERR_RANK (nothing more to print). */
+static int check_ranks_agree(trainer *t, const regc_train_options *o)
+{
+    regc_comm *c = t->comm;
+    if (c->size == 1)
+        return REGC_OK;
+    regc_run_state mine, first;
+    int rc = regc_run_state_of(o, t->model, t->tokens, 0, &mine);
+    first = mine;
+    if (rc || (rc = c->broadcast(c, &first, sizeof first, 0)))
+        return rc;
+    char what[512] = "", here[32];
+    snprintf(here, sizeof here, "on rank %d", c->rank);
+    int differ = regc_run_state_differ(&first, "on rank 0", &mine, here, 0, what, sizeof what);
+    /* the lowest rank that differs, or none */
+    float *flags = calloc((size_t)c->size, sizeof *flags), flag = (float)differ;
+    if (!flags)
+        return regc_error(REGC_ERR_MEMORY, "out of memory");
+    rc = c->allgather(c, flags, &flag, 1);
+    int who = c->size;
+    for (int r = c->size - 1; r >= 0 && rc == REGC_OK; r--)
+        if (flags[r] != 0.0f)
+            who = r;
+    free(flags);
+    if (rc || who == c->size)
+        return rc;
+    if ((rc = c->broadcast(c, what, sizeof what, who)))
+        return rc;
+    if (c->rank != 0) {
+        regc_error_clear();
+        return REGC_ERR_RANK;
+    }
+    return regc_error(REGC_ERR_ARG, "ranks disagree: %s", what);
 }
 
 int regc_train_check_options(const regc_train_options *o)
@@ -420,6 +321,13 @@ int regc_train_check_options(const regc_train_options *o)
                           (int)o->lr_scheduler);
     if (o->val_loss_mask && !o->val_data_path)
         return regc_error(REGC_ERR_ARG, "train.val_loss_mask: needs train.val_data");
+    if (o->zero_stage != 0 && o->zero_stage != 3)
+        return regc_error(REGC_ERR_UNSUPPORTED, "zero_optimization.stage: %d is not built (0 or 3)",
+                          o->zero_stage);
+    if (o->zero_stage == 3)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "zero_optimization.stage: 3 (sharded state) is not built yet; 0 runs "
+                          "data parallel");
     if (o->save_steps < 0 || o->save_total_limit < 0)
         return regc_error(REGC_ERR_ARG, "train.%s: negative",
                           o->save_steps < 0 ? "save_steps" : "save_total_limit");
@@ -465,8 +373,11 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     trainer t;
     memset(&t, 0, sizeof t);
     t.model = m;
-    /* The backend first: compiled code is keyed on its device. */
-    t.be = regc_backend_new(o->backend ? o->backend : "cpu", o->threads);
+    if (!(t.comm = o->comm) && !(t.comm = t.own_comm = regc_comm_single_new()))
+        return REGC_ERR_MEMORY;
+    /* The backend first: compiled code is keyed on its device. Ranks that
+     * share a host share its cores, unless told otherwise. */
+    t.be = regc_backend_new(o->backend ? o->backend : "cpu", threads_of(o, t.comm));
     if (!t.be) {
         trainer_free(&t);
         return REGC_ERR_UNSUPPORTED;
@@ -479,6 +390,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     co.device = t.be->device;
     co.accumulate_grads = o->grad_accum > 1;
     co.clip_grad_norm = o->max_grad_norm > 0.0;
+    co.ranks = t.comm->size;
+    co.zero_stage = o->zero_stage;
     if (o->cache_dir && !co.cache &&
         (rc = regc_cache_open(o->cache_dir, o->cache_max_bytes, NULL, &t.cache))) {
         trainer_free(&t);
@@ -513,6 +426,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     int64_t start = 0;
     if (rc == REGC_OK)
         rc = open_data(&t, o);
+    if (rc == REGC_OK)
+        rc = check_ranks_agree(&t, o);
     if (rc == REGC_OK && o->resume_from)
         rc = resume_run(&t, o, &start);
     if (rc == REGC_OK && !regc_model_has_weights(m))
@@ -527,16 +442,20 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         /* the first of several steps warms caches and pages: not profiled */
         regc_profile *pr = step > 0 || o->steps == 1 ? o->profile : NULL;
         regc_step_report r = {.step = step};
-        if ((rc = train_step(&t, o, step, pr, &r)))
+        if ((rc = regc_trainer_step(&t, o, step, pr, &r)))
             break;
         r.ms = regc_time_ms() - t0;
         r.tokens_per_s = (double)(o->batch * o->seq * o->grad_accum) / (r.ms / 1e3);
         r.val_loss = NAN;
         int eval = t.val_program &&
                    (o->eval_steps > 0 ? (step + 1) % o->eval_steps == 0 : step == o->steps - 1);
-        if (eval && (rc = evaluate(&t, o, &r.val_loss)))
+        if (eval && (rc = regc_trainer_evaluate(&t, o, &r.val_loss)))
             break;
-        stopped = o->stop && *o->stop;
+        /* a signal may reach the ranks at different steps: they stop together */
+        int64_t stop = o->stop && *o->stop;
+        if ((rc = t.comm->allreduce(t.comm, &stop, 1, REGC_COMM_I64)))
+            break;
+        stopped = stop > 0;
         int due = o->save_steps > 0 && (step + 1) % o->save_steps == 0;
         if ((due || stopped) && o->output_dir) {
             if ((rc = save_checkpoint(&t, o, step + 1)))
@@ -555,7 +474,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
                        (size_t)regc_model_total_numel(m) * sizeof(float));
         rc = t.be->sync(t.be);
     }
-    if (rc == REGC_OK && o->save_dir && !stopped)
+    if (rc == REGC_OK && o->save_dir && !stopped && t.comm->rank == 0)
         rc = regc_model_save(m, o->save_dir);
     trainer_free(&t);
     return rc;

@@ -1,0 +1,384 @@
+/* test_ranks.c — `mpirun -np N regc train` against one process.
+ *
+ * - Every rank reading the same batch (a token file whose period is one
+ *   batch) gives one process's losses and weights bit for bit at N = 2: the
+ *   mean of two equal halves is exact. GPT-2, Llama and T5 (BERT's masks are
+ *   drawn per global position, so its halves differ).
+ * - Each rank reading its own rows of the global batch, N = 2 and N = 4
+ *   match one process at the global batch within 1e-5 over 5 steps, for
+ *   GPT-2, Llama, BERT and T5; two runs at the same N give the same bits.
+ * - A checkpoint written at N = 2 resumes in one process within 1e-5.
+ * - Ranks started with different settings fail at start-up with one line
+ *   naming what differs; a rank that dies ends the others instead of
+ *   leaving them waiting.
+ *
+ * Under AddressSanitizer the ranks run without leak detection: Open MPI's
+ * components keep memory until exit from libraries it has unloaded by
+ * then, which no suppression can name; address errors are still caught,
+ * and the one-process runs check regc's own leaks. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "regc_data.h"
+#include "test_util.h"
+
+#define MPIRUN "/usr/bin/mpirun"
+#define STEPS 5
+
+static char *tmp;      /* the group's directory */
+static char *periodic; /* tokens whose period is one batch of 2 x 16 */
+static char *plain;    /* tokens without a period */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (!(tmp = regc_test_make_temp_dir("ranks")))
+        return -1;
+    periodic = regc_test_join(tmp, "periodic.bin");
+    plain = regc_test_join(tmp, "plain.bin");
+    enum { N = 6000 };
+    uint16_t *t = malloc(N * sizeof *t), *u = malloc(N * sizeof *u);
+    for (int i = 0; i < N; i++) {
+        t[i] = (uint16_t)(((i % (2 * 16)) * 37 + 11) % 251); /* T5 reads 2T per row: 2 x 16 */
+        u[i] = (uint16_t)(regc_rng_at(77, (uint64_t)i) % 251);
+    }
+    int rc = regc_tokens_write(periodic, t, N) || regc_tokens_write(plain, u, N);
+    free(t), free(u);
+    return rc;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    regc_test_remove_tree(tmp);
+    free(tmp), free(periodic), free(plain);
+    return 0;
+}
+
+/* Run regc train on `np` ranks (0: one process, no mpirun) with argv after
+ * "train"; stdout's step losses into loss[], returns the exit status. */
+static int run(int np, const char *const *args, double *loss, char **err)
+{
+    const char *argv[64];
+    int n = 0;
+    char npbuf[16];
+    if (np > 0) {
+        snprintf(npbuf, sizeof npbuf, "%d", np);
+        static const char *const mpi[] = {MPIRUN,
+                                          "--allow-run-as-root",
+                                          "--oversubscribe",
+                                          "--bind-to",
+                                          "none",
+                                          "-x",
+                                          "OMP_NUM_THREADS=1",
+                                          "-x",
+                                          "ASAN_OPTIONS=detect_leaks=0",
+                                          "-np"};
+        for (size_t i = 0; i < sizeof mpi / sizeof mpi[0]; i++)
+            argv[n++] = mpi[i];
+        argv[n++] = npbuf;
+    }
+    argv[n++] = REGC_BIN;
+    argv[n++] = "train";
+    for (int i = 0; args[i]; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    regc_test_proc p;
+    int rc = regc_test_run_argv(argv, &p);
+    for (int k = 0; loss && k < STEPS; k++)
+        loss[k] = NAN;
+    for (char *line = strtok(p.out, "\n"); loss && line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        if (cJSON_IsNumber(s) && cJSON_IsNumber(l) && s->valueint >= 0 && s->valueint < STEPS)
+            loss[s->valueint] = l->valuedouble;
+        cJSON_Delete(o);
+    }
+    if (err)
+        *err = strdup(p.err);
+    else if (rc != 0)
+        fprintf(stderr, "%s", p.err);
+    regc_test_proc_free(&p);
+    return rc;
+}
+
+static void same_bytes(const char *a, const char *b)
+{
+    size_t na, nb;
+    char *x = regc_test_read_file(a, &na), *y = regc_test_read_file(b, &nb);
+    if (!x || !y || na != nb || memcmp(x, y, na) != 0)
+        fail_msg("%s and %s differ", a, b);
+    free(x), free(y);
+}
+
+/* ---- equal halves: bit for bit ------------------------------------------ */
+
+static void check_equal_halves(const char *model)
+{
+    char *one = regc_test_join(tmp, "one"), *two = regc_test_join(tmp, "two");
+    const char *a1[] = {
+        "--model", model,  "--data", periodic,     "--batch",   "2", "--seq",  "16", "--steps", "5",
+        "--lr",    "3e-3", "--json", "--no-cache", "--threads", "1", "--save", one,  NULL};
+    const char *a2[] = {
+        "--model", model,  "--data", periodic,     "--batch",   "2", "--seq",  "16", "--steps", "5",
+        "--lr",    "3e-3", "--json", "--no-cache", "--threads", "1", "--save", two,  NULL};
+    double l1[STEPS], l2[STEPS];
+    assert_int_equal(run(0, a1, l1, NULL), 0);
+    assert_int_equal(run(2, a2, l2, NULL), 0);
+    for (int k = 0; k < STEPS; k++)
+        if (memcmp(&l1[k], &l2[k], sizeof l1[k]) != 0)
+            fail_msg("%s step %d: one process %.9g, two ranks %.9g", model, k, l1[k], l2[k]);
+    char *w1 = regc_test_join(one, "model.safetensors"),
+         *w2 = regc_test_join(two, "model.safetensors");
+    same_bytes(w1, w2);
+    free(w1), free(w2), free(one), free(two);
+}
+
+static void test_equal_halves_gpt2(void **state)
+{
+    (void)state;
+    check_equal_halves("gpt2-tiny");
+}
+
+static void test_equal_halves_llama(void **state)
+{
+    (void)state;
+    check_equal_halves("llama-tiny");
+}
+
+static void test_equal_halves_t5(void **state)
+{
+    (void)state;
+    check_equal_halves("t5-tiny");
+}
+
+/* ---- the global batch split over ranks ------------------------------------ */
+
+static void check_global_batch(const char *model)
+{
+    const char *a1[] = {"--model", model,        "--data",    plain, "--batch", "4",
+                        "--seq",   "16",         "--steps",   "5",   "--lr",    "3e-3",
+                        "--json",  "--no-cache", "--threads", "1",   NULL};
+    const char *a2[] = {"--model", model, "--data", plain,  "--batch", "2",          "--seq", "16",
+                        "--steps", "5",   "--lr",   "3e-3", "--json",  "--no-cache", NULL};
+    const char *a4[] = {"--model", model, "--data", plain,  "--batch", "1",          "--seq", "16",
+                        "--steps", "5",   "--lr",   "3e-3", "--json",  "--no-cache", NULL};
+    double one[STEPS], two[STEPS], two_again[STEPS], four[STEPS];
+    assert_int_equal(run(0, a1, one, NULL), 0);
+    assert_int_equal(run(2, a2, two, NULL), 0);
+    assert_int_equal(run(2, a2, two_again, NULL), 0);
+    assert_int_equal(run(4, a4, four, NULL), 0);
+    for (int k = 0; k < STEPS; k++) {
+        double r2 = fabs(two[k] - one[k]) / fabs(one[k]),
+               r4 = fabs(four[k] - one[k]) / fabs(one[k]);
+        if (!(r2 <= 1e-5) || !(r4 <= 1e-5))
+            fail_msg("%s step %d: one process %.9g, 2 ranks %.9g, 4 ranks %.9g", model, k, one[k],
+                     two[k], four[k]);
+        if (memcmp(&two[k], &two_again[k], sizeof two[k]) != 0)
+            fail_msg("%s step %d: two runs at 2 ranks differ: %.9g, %.9g", model, k, two[k],
+                     two_again[k]);
+    }
+}
+
+static void test_global_batch_gpt2(void **state)
+{
+    (void)state;
+    check_global_batch("gpt2-tiny");
+}
+
+static void test_global_batch_llama(void **state)
+{
+    (void)state;
+    check_global_batch("llama-tiny");
+}
+
+static void test_global_batch_bert(void **state)
+{
+    (void)state;
+    check_global_batch("bert-tiny");
+}
+
+static void test_global_batch_t5(void **state)
+{
+    (void)state;
+    check_global_batch("t5-tiny");
+}
+
+/* ---- a checkpoint of 2 ranks resumes in one process ------------------------ */
+
+static void test_checkpoint_moves_between_rank_counts(void **state)
+{
+    (void)state;
+    char *out = regc_test_join(tmp, "ck"), *ck = regc_test_join(out, "checkpoint-2");
+    const char *straight[] = {"--model", "gpt2-tiny",  "--data",    plain, "--batch", "4",
+                              "--seq",   "16",         "--steps",   "5",   "--lr",    "3e-3",
+                              "--json",  "--no-cache", "--threads", "1",   NULL};
+    const char *first[] = {"--model", "gpt2-tiny",    "--data", plain,        "--batch",
+                           "2",       "--seq",        "16",     "--steps",    "5",
+                           "--lr",    "3e-3",         "--json", "--no-cache", "--output-dir",
+                           out,       "--save-steps", "2",      NULL};
+    /* the same global batch of 4 rows, now in one process */
+    const char *resumed[] = {"--model",
+                             "gpt2-tiny",
+                             "--data",
+                             plain,
+                             "--batch",
+                             "4",
+                             "--seq",
+                             "16",
+                             "--steps",
+                             "5",
+                             "--lr",
+                             "3e-3",
+                             "--json",
+                             "--no-cache",
+                             "--threads",
+                             "1",
+                             "--resume-from-checkpoint",
+                             ck,
+                             NULL};
+    double s[STEPS], f[STEPS], r[STEPS];
+    assert_int_equal(run(0, straight, s, NULL), 0);
+    assert_int_equal(run(2, first, f, NULL), 0);
+    assert_int_equal(run(0, resumed, r, NULL), 0);
+    for (int k = 2; k < STEPS; k++)
+        if (!(fabs(r[k] - s[k]) <= 1e-5 * fabs(s[k])))
+            fail_msg("step %d: straight %.9g, resumed in one process %.9g", k, s[k], r[k]);
+    free(out), free(ck);
+}
+
+/* ---- ranks that disagree, and a rank that dies ----------------------------- */
+
+static void test_ranks_that_disagree(void **state)
+{
+    (void)state;
+    const char *argv[] = {MPIRUN,
+                          "--allow-run-as-root",
+                          "--oversubscribe",
+                          "--bind-to",
+                          "none",
+                          "-x",
+                          "OMP_NUM_THREADS=1",
+                          "-x",
+                          "ASAN_OPTIONS=detect_leaks=0",
+                          "-np",
+                          "1",
+                          REGC_BIN,
+                          "train",
+                          "--model",
+                          "gpt2-tiny",
+                          "--data",
+                          plain,
+                          "--batch",
+                          "2",
+                          "--seq",
+                          "16",
+                          "--lr",
+                          "1e-3",
+                          "--no-cache",
+                          ":",
+                          "-np",
+                          "1",
+                          REGC_BIN,
+                          "train",
+                          "--model",
+                          "gpt2-tiny",
+                          "--data",
+                          plain,
+                          "--batch",
+                          "2",
+                          "--seq",
+                          "16",
+                          "--lr",
+                          "2e-3",
+                          "--no-cache",
+                          NULL};
+    regc_test_proc p;
+    int rc = regc_test_run_argv(argv, &p);
+    int lines = 0;
+    for (const char *l = p.err; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        lines += !strncmp(l, "regc", 4) && strstr(l, "disagree") != NULL;
+    if (rc == 0 || lines != 1 || !strstr(p.err, "train.lr is 0.0010000000474974513 on rank 0"))
+        fail_msg("expected a failure with one line naming train.lr; got %d:\n%s", rc, p.err);
+    regc_test_proc_free(&p);
+}
+
+static void test_a_rank_that_dies_ends_the_others(void **state)
+{
+    (void)state;
+    char script[4096];
+    snprintf(script, sizeof script,
+             "%s train --model gpt2-tiny --data %s --batch 2 --seq 16 --steps 100000 --no-cache "
+             ">/dev/null 2>&1 & pid=$!; sleep 1; kill -9 $pid; wait $pid; exit 1",
+             REGC_BIN, plain);
+    const char *argv[] = {MPIRUN,
+                          "--allow-run-as-root",
+                          "--oversubscribe",
+                          "--bind-to",
+                          "none",
+                          "-x",
+                          "OMP_NUM_THREADS=1",
+                          "-x",
+                          "ASAN_OPTIONS=detect_leaks=0",
+                          "-np",
+                          "1",
+                          REGC_BIN,
+                          "train",
+                          "--model",
+                          "gpt2-tiny",
+                          "--data",
+                          plain,
+                          "--batch",
+                          "2",
+                          "--seq",
+                          "16",
+                          "--steps",
+                          "100000",
+                          "--no-cache",
+                          ":",
+                          "-np",
+                          "1",
+                          "/bin/sh",
+                          "-c",
+                          script,
+                          NULL};
+    regc_test_proc p;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = regc_test_run_argv(argv, &p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    /* 100000 steps would take minutes: the job ended because a rank died */
+    if (rc == 0 || s > 60.0)
+        fail_msg("mpirun exited %d after %.1f s:\n%s", rc, s, p.err);
+    regc_test_proc_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_equal_halves_gpt2),
+        cmocka_unit_test(test_equal_halves_llama),
+        cmocka_unit_test(test_equal_halves_t5),
+        cmocka_unit_test(test_global_batch_gpt2),
+        cmocka_unit_test(test_global_batch_llama),
+        cmocka_unit_test(test_global_batch_bert),
+        cmocka_unit_test(test_global_batch_t5),
+        cmocka_unit_test(test_checkpoint_moves_between_rank_counts),
+        cmocka_unit_test(test_ranks_that_disagree),
+        cmocka_unit_test(test_a_rank_that_dies_ends_the_others),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,40 @@
+/* trainer.h — private to train/: a run's state, shared by the loop
+ * (train.c) and the step (step.c). */
+#ifndef REGC_TRAINER_H
+#define REGC_TRAINER_H
+
+#include "regc_train.h"
+
+typedef struct {
+    regc_model *model;
+    regc_backend *be;
+    regc_tokens *tokens;
+    regc_program *program;
+    regc_tokens *val_tokens;       /* validation data, or NULL */
+    regc_program *val_program;     /* forward only, over the same parameters and inputs */
+    regc_cache *cache;             /* opened from cache_dir, or NULL */
+    float *params, *grads, *m, *v; /* device, [total_numel] each */
+    regc_step_scalars *scalars;    /* device: the optimizer's state and constants */
+    regc_step_scalars host;        /* what the trainer set, and the last step's readback */
+    int n_inputs;
+    regc_input *inputs;       /* [n_inputs] the graph's inputs with host buffers */
+    void **d_inputs;          /* [n_inputs] their device copies */
+    int constants_sent;       /* the constant inputs are on the device */
+    int64_t *counts;          /* [grad_accum] targets that count, per micro-batch */
+    float *losses;            /* [grad_accum] each micro-batch's loss */
+    float *host_m1, *host_m2; /* AdamW's moments on the host: checkpoints */
+    char checkpoint[4096];    /* the last checkpoint written */
+    regc_comm *comm;          /* the ranks (one process: a single communicator) */
+    regc_comm *own_comm;      /* that communicator, when the caller gave none */
+} trainer;
+
+/* One optimizer step over grad_accum micro-batches on every rank: its
+ * report's loss (of the global batch), rate and norm. pr (NULL: none) times
+ * the parts. */
+int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_profile *pr,
+                      regc_step_report *r);
+
+/* The validation loss over the first val_batches global batches. */
+int regc_trainer_evaluate(trainer *t, const regc_train_options *o, float *val_loss);
+
+#endif
