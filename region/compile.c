@@ -322,6 +322,8 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     }
     for (int i = 0; i < pl.n_pieces && rc == REGC_OK; i++)
         rc = regc_program_add_piece(prog, pl.pieces[i].region, pl.pieces[i].in, pl.pieces[i].out);
+    if (rc == REGC_OK && prog->zero_stage == 3)
+        rc = regc_zero3_layout(prog, param_offset);
     if (rc)
         goto done;
     double l0 = regc_time_ms();

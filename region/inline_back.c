@@ -45,7 +45,8 @@ static void lazy_liveness(regc_program *p)
     for (int i = 0; i < p->n_steps; i++) {
         const lazy_step *s = &p->steps[i];
         if (s->piece < 0) {
-            touch(p, s->instr.refs[0].buf, i);
+            for (int k = 0; k < s->instr.n_refs; k++)
+                touch(p, s->instr.refs[k].buf, i);
             continue;
         }
         const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];

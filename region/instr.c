@@ -36,6 +36,8 @@ static const char *const kernel_names[K_COUNT] = {
     [K_GRAD_CLIP] = "grad_clip",
     [K_ADAMW] = "adamw",
     [K_ALLREDUCE] = "allreduce",
+    [K_ALLGATHER] = "allgather",
+    [K_REDUCE_SCATTER] = "reduce_scatter",
 };
 
 const char *regc_kernel_name(regc_kernel k)
@@ -266,6 +268,8 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         be->adamw(be, P(0), C(3), P(1), P(2), d[0], (const regc_step_scalars *)p[4]);
         return REGC_OK;
     case K_ALLREDUCE: /* collectives run on the communicator (program_run.c) */
+    case K_ALLGATHER:
+    case K_REDUCE_SCATTER:
     case K_COUNT: break;
     }
     return regc_error(REGC_ERR_UNSUPPORTED, "instruction: unknown kernel %d", in->kernel);

@@ -35,6 +35,8 @@ void regc_program_free(regc_program *p)
         p->be->free(p->be, p->arena);
     if (p->be && p->own_scalars)
         p->be->free(p->be, p->own_scalars);
+    regc_comm_free(p->own_comm);
+    regc_shard_layout_free(p->layout);
     if (p->be && p->lazy && p->level == REGC_LEVEL_O0 && p->ptr)
         for (int b = 0; b < p->n_bufs; b++)
             if (p->bufs[b].kind == BUF_ARENA && p->ptr[b])
@@ -266,8 +268,8 @@ static int build_lazy(regc_program *p, const int64_t *param_offset)
 /* ---------------------------------------------------------------- building */
 
 /* The update phase: the optimizer step over whole blocks (every
- * parameter at once, in the blocks' order), reading and advancing the
- * scalar block. */
+ * parameter at once, in the blocks' order; under ZeRO-3 this rank's shard
+ * of every unit), reading and advancing the scalar block. */
 static int build_update(regc_program *p, int clip)
 {
     int scalars = -1;
@@ -308,6 +310,15 @@ static int build_update(regc_program *p, int clip)
                               .node = -1,
                               .refs = {{scalars, 0}, {grads, 0}},
                               .d = {n}};
+        /* ZeRO-3: each rank summed its shard's squares; the norm is of all */
+        if (p->ranks > 1 && p->zero_stage == 3)
+            u[k++] =
+                (regc_instr){.kernel = K_ALLREDUCE,
+                             .n_refs = 1,
+                             .n_out = 1,
+                             .node = -1,
+                             .refs = {{scalars, (int64_t)offsetof(regc_step_scalars, grad_sumsq)}},
+                             .d = {1, 1}};
         u[k++] = (regc_instr){
             .kernel = K_GRAD_CLIP, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
     }
@@ -327,6 +338,8 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
 {
     p->lazy = !inline_flat;
     int rc = build_lazy(p, param_offset);
+    if (rc == REGC_OK && p->layout)
+        rc = regc_zero3_place(p);
     if (rc == REGC_OK && !p->forward_only)
         rc = build_update(p, clip);
     if (rc)

@@ -52,7 +52,9 @@ typedef enum {
     K_GRAD_CLIP,     /* scalars */
     K_ADAMW,         /* param, m, v, g, scalars; d0 = n */
     /* collectives, run on the program's communicator */
-    K_ALLREDUCE, /* buf; d0 = n floats: the sum over ranks, in place */
+    K_ALLREDUCE,      /* buf; d0 = n, d1 = 0: f32, 1: f64; the sum over ranks, in place */
+    K_ALLGATHER,      /* dst [ranks x d0], src [d0]: a unit's shards gathered whole */
+    K_REDUCE_SCATTER, /* dst [d0], src [ranks x d0]; accumulate: dst (+)= the ranks' sum */
     K_COUNT
 } regc_kernel;
 
@@ -228,7 +230,9 @@ struct regc_program {
     regc_backend *be;
     void *arena;
     regc_step_scalars *own_scalars; /* allocated by bind when none was given */
-    regc_comm *comm;                /* borrowed; NULL: one process */
+    regc_comm *comm;                /* borrowed, or own_comm */
+    regc_comm *own_comm;            /* when bind was given none: one process */
+    regc_shard_layout *layout;      /* stage 3: the units and this rank's shards */
     char **ptr;                     /* [n_bufs] base pointers */
     regc_profile *profile;          /* borrowed; NULL: runs are not timed */
 };
@@ -241,7 +245,9 @@ regc_program *regc_program_new(regc_graph *g, regc_level level);
 int regc_program_add_region(regc_program *p, regc_compiled_region *r);
 int regc_program_add_piece(regc_program *p, int region, const int *in, const int *out);
 /* param_offset[t]: byte offset of graph parameter t in the blocks; clip:
- * the update clips the gradients' norm. */
+ * the update clips the gradients' norm. With p->layout (ZeRO-3) the
+ * blocks are this rank's shards and the communication is placed
+ * (zero3_place.c). */
 int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
                       regc_compile_stats *st);
 int regc_program_n_regions(const regc_program *p);

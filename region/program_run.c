@@ -38,6 +38,8 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
                           "backend %s: out of memory for the %lld-byte activation arena", be->name,
                           (long long)p->arena_bytes);
     p->comm = mem->comm;
+    if (!p->comm && p->ranks == 1 && !(p->comm = p->own_comm = regc_comm_single_new()))
+        return REGC_ERR_MEMORY;
     if (p->ranks > 1 && (!mem->comm || mem->comm->size != p->ranks))
         return regc_error(REGC_ERR_ARG,
                           "step program: compiled for %d ranks, bound to a communicator of %d",
@@ -75,17 +77,27 @@ static void resolve(char *const *base, const regc_instr *in, void **ptr)
  * has finished. */
 static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
 {
-    if (!p->comm || p->comm->size == 1)
-        return REGC_OK;
+    regc_comm *c = p->comm;
     int rc = p->be->sync(p->be);
-    if (rc == REGC_OK && in->kernel == K_ALLREDUCE)
-        rc = p->comm->allreduce(p->comm, ptr[0], in->d[0], REGC_COMM_F32);
-    return rc;
+    if (rc)
+        return rc;
+    switch (in->kernel) {
+    case K_ALLREDUCE:
+        return c->allreduce(c, ptr[0], in->d[0], in->d[1] ? REGC_COMM_F64 : REGC_COMM_F32);
+    case K_ALLGATHER: return c->allgather(c, ptr[0], ptr[1], in->d[0]);
+    case K_REDUCE_SCATTER: return c->reduce_scatter(c, ptr[0], ptr[1], in->d[0], in->accumulate);
+    default: return regc_error(REGC_ERR_ARG, "step program: %d is no collective", in->kernel);
+    }
+}
+
+static int is_comm(const regc_instr *in)
+{
+    return in->kernel == K_ALLREDUCE || in->kernel == K_ALLGATHER || in->kernel == K_REDUCE_SCATTER;
 }
 
 static int run_one(regc_program *p, const regc_instr *in, void *const *ptr)
 {
-    return in->kernel == K_ALLREDUCE ? run_comm(p, in, ptr) : regc_instr_run(p->be, in, ptr);
+    return is_comm(in) ? run_comm(p, in, ptr) : regc_instr_run(p->be, in, ptr);
 }
 
 static int run_instr(regc_program *p, const regc_instr *in, void *const *ptr)
@@ -183,6 +195,13 @@ int regc_program_run(regc_program *p)
     }
     return rc ? rc : p->be->sync(p->be);
 }
+
+int64_t regc_program_block_floats(const regc_program *p)
+{
+    return p->block_bytes / (int64_t)sizeof(float);
+}
+
+const regc_shard_layout *regc_program_shard_layout(const regc_program *p) { return p->layout; }
 
 void *regc_program_arena(const regc_program *p, int64_t *bytes)
 {

@@ -57,7 +57,10 @@ typedef struct {
     int clip_grad_norm;
     /* Data parallelism over `ranks` processes (<= 1: one). Stage 0: every
      * rank holds the whole model and its state, and the update first sums
-     * the gradients over the ranks. */
+     * the gradients over the ranks. Stage 3 (ZeRO-3): each rank holds its
+     * shard of the parameters, gradients and AdamW's moments (the program's
+     * shard layout); the program gathers each unit's parameters before use
+     * and reduce-scatters its gradients into the shards. */
     int ranks, zero_stage;
 } regc_compile_options;
 
@@ -125,8 +128,15 @@ void regc_program_free(regc_program *p);
 /* The graph inputs the step reads, in tensor order (as regc_model_fill_inputs fills them). */
 int regc_program_n_inputs(const regc_program *p);
 const regc_tensor *regc_program_input(const regc_program *p, int i);
+/* The floats of each parameter-shaped block the program runs over: the
+ * model's total_numel, or under ZeRO-3 this rank's shard of it. */
+int64_t regc_program_block_floats(const regc_program *p);
+/* ZeRO-3's layout of the blocks (units, shards, where each parameter lies),
+ * or NULL when every rank holds the whole model. */
+const regc_shard_layout *regc_program_shard_layout(const regc_program *p);
 /* The device memory a program runs over. The four blocks hold every
- * parameter in the model's order (llm.c's layout), [total_numel] each;
+ * parameter in the model's order (llm.c's layout), [total_numel] each, or
+ * under ZeRO-3 this rank's shard of every unit (regc_program_block_floats);
  * grads, m and v may be NULL for a forward-only program, m and v for a
  * program that is never updated. scalars NULL: bind allocates a block of
  * its own with loss_scale 1 (enough to run forward and backward). */
@@ -163,6 +173,9 @@ int regc_program_update(regc_program *p);
 void regc_program_set_profile(regc_program *p, regc_profile *pr);
 /* Device pointer of the loss after a run. */
 const float *regc_program_loss(const regc_program *p);
+/* A hash of the whole step program (what the compile cache stores): two
+ * processes with the same hash run the same instructions and collectives. */
+uint64_t regc_program_hash(const regc_program *p);
 /* Write the step program as text (instructions and buffers). */
 void regc_program_dump(const regc_program *p, FILE *f);
 

@@ -31,6 +31,16 @@ int regc_program_inline_back(regc_program *p);
  * to plan at O0, which allocates at run time). */
 int regc_program_plan_lazy(regc_program *p);
 
+/* ZeRO-3's gather units and shard layout (p->layout) from the program's
+ * pieces; param_offset[t]: graph parameter t's byte offset in the model's
+ * block. */
+int regc_zero3_layout(regc_program *p, const int64_t *param_offset);
+/* ZeRO-3 (zero3_place.c): all-gathers before the steps that read a unit's
+ * parameters, zeroed unit gradient buffers, reduce-scatters after the last
+ * step that writes them, over the lazy program (p->layout says where each
+ * parameter lies). */
+int regc_zero3_place(regc_program *p);
+
 /* ---- the compile cache's glue (region/compile_cache.c) */
 /* Is the cache read and written? (Dumps always compile afresh.) */
 int regc_compile_uses_cache(const regc_compile_options *o);

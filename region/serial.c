@@ -413,6 +413,42 @@ static void write_steps(const regc_program *p, regc_bytes *b)
     }
 }
 
+/* ZeRO-3's layout: enough to lay it out again. */
+static void write_layout(const regc_shard_layout *l, regc_bytes *b)
+{
+    regc_bytes_put_i64(b, l != NULL);
+    if (!l)
+        return;
+    regc_bytes_put_i64(b, l->n_units);
+    regc_bytes_put_i64(b, l->n_params);
+    for (int i = 0; i < l->n_params; i++) {
+        regc_bytes_put_i64(b, l->param_numel[i]);
+        regc_bytes_put_i64(b, l->model_offset[i]);
+        regc_bytes_put_i64(b, l->param_unit[i]);
+    }
+}
+
+static void read_layout(regc_reader *rd, regc_program *p)
+{
+    if (!regc_reader_int(rd, 0, 1) || rd->failed)
+        return;
+    int n_units = get_count(rd), n_params = get_count(rd);
+    int64_t *numel = calloc((size_t)n_params + 1, sizeof *numel);
+    int64_t *offset = calloc((size_t)n_params + 1, sizeof *offset);
+    int *unit = calloc((size_t)n_params + 1, sizeof *unit);
+    if (rd->failed || !numel || !offset || !unit)
+        rd->failed = 1;
+    for (int i = 0; i < n_params && !rd->failed; i++) {
+        numel[i] = regc_reader_int(rd, 0, INT64_MAX / 2);
+        offset[i] = regc_reader_int(rd, 0, INT64_MAX / 2);
+        unit[i] = (int)regc_reader_int(rd, 0, n_units - 1);
+    }
+    if (!rd->failed &&
+        regc_shard_layout_new(p->ranks, n_params, numel, offset, unit, n_units, &p->layout))
+        rd->failed = 1;
+    free(numel), free(offset), free(unit);
+}
+
 void regc_program_write(const regc_program *p, const regc_compile_stats *st, regc_bytes *b)
 {
     regc_bytes_put_i64(b, p->level);
@@ -456,6 +492,7 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     regc_bytes_put_i64(b, p->n_update);
     for (int i = 0; i < p->n_update; i++)
         put_program_instr(b, p, &p->update[i]);
+    write_layout(p->layout, b);
     regc_bytes_put_i64(b, p->block_bytes);
     regc_bytes_put_i64(b, p->loss.buf);
     regc_bytes_put_i64(b, p->loss.off);
@@ -463,6 +500,16 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     regc_bytes_put_i64(b, p->lower_bound);
     regc_bytes_put_i64(b, p->fused_pairs);
     regc_bytes_put_i64(b, p->reordered);
+}
+
+uint64_t regc_program_hash(const regc_program *p)
+{
+    regc_compile_stats st = {0};
+    regc_bytes b = {0};
+    regc_program_write(p, &st, &b);
+    uint64_t h = b.failed ? 0 : regc_hash64(b.data, b.len);
+    regc_bytes_free(&b);
+    return h;
 }
 
 /* The inputs as a graph of inputs only: what the trainer reads. */
@@ -585,6 +632,10 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
             if (get_program_instr(&rd, p, &p->update[i]))
                 p->n_update = i + 1;
     }
+    if (!rd.failed && rc == REGC_OK)
+        read_layout(&rd, p);
+    if ((p->layout != NULL) != (p->zero_stage == 3))
+        rd.failed = 1;
     p->block_bytes = regc_reader_int(&rd, 0, INT64_MAX);
     p->loss.buf = (int32_t)regc_reader_int(&rd, 0, p->n_bufs - 1);
     p->loss.off = regc_reader_int(&rd, 0, INT64_MAX);

@@ -1,16 +1,20 @@
 /* test_ranks.c — `mpirun -np N regc train` against one process.
  *
  * - Every rank reading the same batch (a token file whose period is one
- *   batch) gives one process's losses and weights bit for bit at N = 2: the
- *   mean of two equal halves is exact. GPT-2, Llama and T5 (BERT's masks are
- *   drawn per global position, so its halves differ).
+ *   batch) gives one process's losses and weights bit for bit at N = 2, at
+ *   stage 0 and at stage 3: the mean of two equal halves is exact. GPT-2,
+ *   Llama and T5 (BERT's masks are drawn per global position, so its
+ *   halves differ).
  * - Each rank reading its own rows of the global batch, N = 2 and N = 4
  *   match one process at the global batch within 1e-5 over 5 steps, for
  *   GPT-2, Llama, BERT and T5; two runs at the same N give the same bits.
- * - A checkpoint written at N = 2 resumes in one process within 1e-5.
- * - Ranks started with different settings fail at start-up with one line
- *   naming what differs; a rank that dies ends the others instead of
- *   leaving them waiting.
+ * - The same under ZeRO-3 (stage 3), whose runs are bit for bit the same
+ *   regional and full.
+ * - A checkpoint written at N = 2 under stage 3 resumes at N = 2 bit for
+ *   bit, and in one process and at N = 4 within 1e-5.
+ * - Ranks started with different settings (the run's, the stage, the
+ *   compile level) fail at start-up with one line naming what differs; a
+ *   rank that dies ends the others instead of leaving them waiting.
  *
  * Under AddressSanitizer the ranks run without leak detection: Open MPI's
  * components keep memory until exit from libraries it has unloaded by
@@ -131,18 +135,23 @@ static void check_equal_halves(const char *model)
     const char *a1[] = {
         "--model", model,  "--data", periodic,     "--batch",   "2", "--seq",  "16", "--steps", "5",
         "--lr",    "3e-3", "--json", "--no-cache", "--threads", "1", "--save", one,  NULL};
-    const char *a2[] = {
-        "--model", model,  "--data", periodic,     "--batch",   "2", "--seq",  "16", "--steps", "5",
-        "--lr",    "3e-3", "--json", "--no-cache", "--threads", "1", "--save", two,  NULL};
     double l1[STEPS], l2[STEPS];
     assert_int_equal(run(0, a1, l1, NULL), 0);
-    assert_int_equal(run(2, a2, l2, NULL), 0);
-    for (int k = 0; k < STEPS; k++)
-        if (memcmp(&l1[k], &l2[k], sizeof l1[k]) != 0)
-            fail_msg("%s step %d: one process %.9g, two ranks %.9g", model, k, l1[k], l2[k]);
     char *w1 = regc_test_join(one, "model.safetensors"),
          *w2 = regc_test_join(two, "model.safetensors");
-    same_bytes(w1, w2);
+    for (int stage = 0; stage <= 3; stage += 3) {
+        const char *a2[] = {
+            "--model", model,        "--data",  periodic, "--batch",      "2",
+            "--seq",   "16",         "--steps", "5",      "--lr",         "3e-3",
+            "--json",  "--no-cache", "--save",  two,      "--zero-stage", stage ? "3" : "0",
+            NULL};
+        assert_int_equal(run(2, a2, l2, NULL), 0);
+        for (int k = 0; k < STEPS; k++)
+            if (memcmp(&l1[k], &l2[k], sizeof l1[k]) != 0)
+                fail_msg("%s step %d: one process %.9g, two ranks at stage %d %.9g", model, k,
+                         l1[k], stage, l2[k]);
+        same_bytes(w1, w2);
+    }
     free(w1), free(w2), free(one), free(two);
 }
 
@@ -171,25 +180,52 @@ static void check_global_batch(const char *model)
     const char *a1[] = {"--model", model,        "--data",    plain, "--batch", "4",
                         "--seq",   "16",         "--steps",   "5",   "--lr",    "3e-3",
                         "--json",  "--no-cache", "--threads", "1",   NULL};
-    const char *a2[] = {"--model", model, "--data", plain,  "--batch", "2",          "--seq", "16",
-                        "--steps", "5",   "--lr",   "3e-3", "--json",  "--no-cache", NULL};
-    const char *a4[] = {"--model", model, "--data", plain,  "--batch", "1",          "--seq", "16",
-                        "--steps", "5",   "--lr",   "3e-3", "--json",  "--no-cache", NULL};
     double one[STEPS], two[STEPS], two_again[STEPS], four[STEPS];
     assert_int_equal(run(0, a1, one, NULL), 0);
-    assert_int_equal(run(2, a2, two, NULL), 0);
-    assert_int_equal(run(2, a2, two_again, NULL), 0);
-    assert_int_equal(run(4, a4, four, NULL), 0);
-    for (int k = 0; k < STEPS; k++) {
-        double r2 = fabs(two[k] - one[k]) / fabs(one[k]),
-               r4 = fabs(four[k] - one[k]) / fabs(one[k]);
-        if (!(r2 <= 1e-5) || !(r4 <= 1e-5))
-            fail_msg("%s step %d: one process %.9g, 2 ranks %.9g, 4 ranks %.9g", model, k, one[k],
-                     two[k], four[k]);
-        if (memcmp(&two[k], &two_again[k], sizeof two[k]) != 0)
-            fail_msg("%s step %d: two runs at 2 ranks differ: %.9g, %.9g", model, k, two[k],
-                     two_again[k]);
+    for (int stage = 0; stage <= 3; stage += 3) {
+        const char *z = stage ? "3" : "0";
+        const char *a2[] = {"--model", model,        "--data",       plain, "--batch", "2",
+                            "--seq",   "16",         "--steps",      "5",   "--lr",    "3e-3",
+                            "--json",  "--no-cache", "--zero-stage", z,     NULL};
+        const char *a4[] = {"--model", model,        "--data",       plain, "--batch", "1",
+                            "--seq",   "16",         "--steps",      "5",   "--lr",    "3e-3",
+                            "--json",  "--no-cache", "--zero-stage", z,     NULL};
+        assert_int_equal(run(2, a2, two, NULL), 0);
+        assert_int_equal(run(2, a2, two_again, NULL), 0);
+        assert_int_equal(run(4, a4, four, NULL), 0);
+        for (int k = 0; k < STEPS; k++) {
+            double r2 = fabs(two[k] - one[k]) / fabs(one[k]),
+                   r4 = fabs(four[k] - one[k]) / fabs(one[k]);
+            if (!(r2 <= 1e-5) || !(r4 <= 1e-5))
+                fail_msg("%s stage %d step %d: one process %.9g, 2 ranks %.9g, 4 ranks %.9g", model,
+                         stage, k, one[k], two[k], four[k]);
+            if (memcmp(&two[k], &two_again[k], sizeof two[k]) != 0)
+                fail_msg("%s stage %d step %d: two runs at 2 ranks differ: %.9g, %.9g", model,
+                         stage, k, two[k], two_again[k]);
+        }
     }
+}
+
+/* Regional == full under ZeRO-3 at 2 ranks, bit for bit. */
+static void test_regional_equals_full_at_stage3(void **state)
+{
+    (void)state;
+    char *r = regc_test_join(tmp, "regional"), *f = regc_test_join(tmp, "full");
+    double lr[STEPS], lf[STEPS];
+    const char *ar[] = {"--model", "llama-tiny", "--data", plain,        "--batch",
+                        "2",       "--seq",      "16",     "--steps",    "5",
+                        "--lr",    "3e-3",       "--json", "--no-cache", "--zero-stage",
+                        "3",       "--save",     r,        NULL};
+    const char *af[] = {
+        "--model",      "llama-tiny", "--data",     plain,  "--batch", "2",      "--seq",
+        "16",           "--steps",    "5",          "--lr", "3e-3",    "--json", "--no-cache",
+        "--zero-stage", "3",          "--regional", "off",  "--save",  f,        NULL};
+    assert_int_equal(run(2, ar, lr, NULL), 0);
+    assert_int_equal(run(2, af, lf, NULL), 0);
+    assert_memory_equal(lr, lf, sizeof lr);
+    char *wr = regc_test_join(r, "model.safetensors"), *wf = regc_test_join(f, "model.safetensors");
+    same_bytes(wr, wf);
+    free(wr), free(wf), free(r), free(f);
 }
 
 static void test_global_batch_gpt2(void **state)
@@ -216,8 +252,11 @@ static void test_global_batch_t5(void **state)
     check_global_batch("t5-tiny");
 }
 
-/* ---- a checkpoint of 2 ranks resumes in one process ------------------------ */
+/* ---- checkpoints move between rank counts and stages ---------------------- */
 
+/* A checkpoint written by 2 ranks at stage 3 (every rank's shards joined
+ * into the model's order) resumes at 2 ranks bit for bit, and in one
+ * process and at 4 ranks within 1e-5 of a run that never stopped. */
 static void test_checkpoint_moves_between_rank_counts(void **state)
 {
     (void)state;
@@ -225,94 +264,133 @@ static void test_checkpoint_moves_between_rank_counts(void **state)
     const char *straight[] = {"--model", "gpt2-tiny",  "--data",    plain, "--batch", "4",
                               "--seq",   "16",         "--steps",   "5",   "--lr",    "3e-3",
                               "--json",  "--no-cache", "--threads", "1",   NULL};
-    const char *first[] = {"--model", "gpt2-tiny",    "--data", plain,        "--batch",
-                           "2",       "--seq",        "16",     "--steps",    "5",
-                           "--lr",    "3e-3",         "--json", "--no-cache", "--output-dir",
-                           out,       "--save-steps", "2",      NULL};
-    /* the same global batch of 4 rows, now in one process */
-    const char *resumed[] = {"--model",
-                             "gpt2-tiny",
-                             "--data",
-                             plain,
-                             "--batch",
-                             "4",
-                             "--seq",
-                             "16",
-                             "--steps",
-                             "5",
-                             "--lr",
-                             "3e-3",
-                             "--json",
-                             "--no-cache",
-                             "--threads",
-                             "1",
-                             "--resume-from-checkpoint",
-                             ck,
-                             NULL};
-    double s[STEPS], f[STEPS], r[STEPS];
+    const char *first[] = {"--model", "gpt2-tiny",    "--data", plain,          "--batch",
+                           "2",       "--seq",        "16",     "--steps",      "5",
+                           "--lr",    "3e-3",         "--json", "--no-cache",   "--zero-stage",
+                           "3",       "--output-dir", out,      "--save-steps", "2",
+                           NULL};
+    const char *again[] = {"--model",
+                           "gpt2-tiny",
+                           "--data",
+                           plain,
+                           "--batch",
+                           "2",
+                           "--seq",
+                           "16",
+                           "--steps",
+                           "5",
+                           "--lr",
+                           "3e-3",
+                           "--json",
+                           "--no-cache",
+                           "--zero-stage",
+                           "3",
+                           "--resume-from-checkpoint",
+                           ck,
+                           NULL};
+    const char *one[] = {"--model",
+                         "gpt2-tiny",
+                         "--data",
+                         plain,
+                         "--batch",
+                         "4",
+                         "--seq",
+                         "16",
+                         "--steps",
+                         "5",
+                         "--lr",
+                         "3e-3",
+                         "--json",
+                         "--no-cache",
+                         "--threads",
+                         "1",
+                         "--resume-from-checkpoint",
+                         ck,
+                         NULL};
+    const char *four[] = {"--model",
+                          "gpt2-tiny",
+                          "--data",
+                          plain,
+                          "--batch",
+                          "1",
+                          "--seq",
+                          "16",
+                          "--steps",
+                          "5",
+                          "--lr",
+                          "3e-3",
+                          "--json",
+                          "--no-cache",
+                          "--zero-stage",
+                          "3",
+                          "--resume-from-checkpoint",
+                          ck,
+                          NULL};
+    double s[STEPS], f[STEPS], a[STEPS], r1[STEPS], r4[STEPS];
     assert_int_equal(run(0, straight, s, NULL), 0);
     assert_int_equal(run(2, first, f, NULL), 0);
-    assert_int_equal(run(0, resumed, r, NULL), 0);
-    for (int k = 2; k < STEPS; k++)
-        if (!(fabs(r[k] - s[k]) <= 1e-5 * fabs(s[k])))
-            fail_msg("step %d: straight %.9g, resumed in one process %.9g", k, s[k], r[k]);
+    assert_int_equal(run(2, again, a, NULL), 0);
+    assert_int_equal(run(0, one, r1, NULL), 0);
+    assert_int_equal(run(4, four, r4, NULL), 0);
+    for (int k = 2; k < STEPS; k++) {
+        if (memcmp(&a[k], &f[k], sizeof a[k]) != 0)
+            fail_msg("step %d: 2 ranks %.9g, resumed at 2 ranks %.9g", k, f[k], a[k]);
+        if (!(fabs(r1[k] - s[k]) <= 1e-5 * fabs(s[k])) ||
+            !(fabs(r4[k] - s[k]) <= 1e-5 * fabs(s[k])))
+            fail_msg("step %d: straight %.9g, resumed in one process %.9g, at 4 ranks %.9g", k,
+                     s[k], r1[k], r4[k]);
+    }
     free(out), free(ck);
 }
 
 /* ---- ranks that disagree, and a rank that dies ----------------------------- */
 
-static void test_ranks_that_disagree(void **state)
+/* Two ranks, one started with `flag value0`, the other with `flag value1`:
+ * the job fails with one line that says `expect`. */
+static void expect_disagreement(const char *flag, const char *value0, const char *value1,
+                                const char *expect)
 {
-    (void)state;
-    const char *argv[] = {MPIRUN,
-                          "--allow-run-as-root",
-                          "--oversubscribe",
-                          "--bind-to",
-                          "none",
-                          "-x",
-                          "OMP_NUM_THREADS=1",
-                          "-x",
-                          "ASAN_OPTIONS=detect_leaks=0",
-                          "-np",
-                          "1",
-                          REGC_BIN,
-                          "train",
-                          "--model",
-                          "gpt2-tiny",
-                          "--data",
-                          plain,
-                          "--batch",
-                          "2",
-                          "--seq",
-                          "16",
-                          "--lr",
-                          "1e-3",
-                          "--no-cache",
-                          ":",
-                          "-np",
-                          "1",
-                          REGC_BIN,
-                          "train",
-                          "--model",
-                          "gpt2-tiny",
-                          "--data",
-                          plain,
-                          "--batch",
-                          "2",
-                          "--seq",
-                          "16",
-                          "--lr",
-                          "2e-3",
-                          "--no-cache",
-                          NULL};
+    const char *argv[64];
+    int n = 0;
+    static const char *const mpi[] = {MPIRUN,
+                                      "--allow-run-as-root",
+                                      "--oversubscribe",
+                                      "--bind-to",
+                                      "none",
+                                      "-x",
+                                      "OMP_NUM_THREADS=1",
+                                      "-x",
+                                      "ASAN_OPTIONS=detect_leaks=0"};
+    for (size_t i = 0; i < sizeof mpi / sizeof *mpi; i++)
+        argv[n++] = mpi[i];
+    for (int r = 0; r < 2; r++) {
+        const char *rank[] = {"-np",       "1",      REGC_BIN,     "train",   "--model",
+                              "gpt2-tiny", "--data", plain,        "--batch", "2",
+                              "--seq",     "16",     "--no-cache", flag,      r ? value1 : value0};
+        if (r)
+            argv[n++] = ":";
+        for (size_t i = 0; i < sizeof rank / sizeof *rank; i++)
+            argv[n++] = rank[i];
+    }
+    argv[n] = NULL;
     regc_test_proc p;
     int rc = regc_test_run_argv(argv, &p);
     int lines = 0;
     for (const char *l = p.err; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
         lines += !strncmp(l, "regc", 4) && strstr(l, "disagree") != NULL;
-    if (rc == 0 || lines != 1 || !strstr(p.err, "train.lr is 0.0010000000474974513 on rank 0"))
-        fail_msg("expected a failure with one line naming train.lr; got %d:\n%s", rc, p.err);
+    if (rc == 0 || lines != 1 || !strstr(p.err, expect))
+        fail_msg("expected a failure with one line saying \"%s\"; got %d:\n%s", expect, rc, p.err);
     regc_test_proc_free(&p);
+}
+
+static void test_ranks_that_disagree(void **state)
+{
+    (void)state;
+    expect_disagreement("--lr", "1e-3", "2e-3", "train.lr is 0.0010000000474974513 on rank 0");
+    expect_disagreement("--zero-stage", "0", "3",
+                        "zero_optimization.stage is 0 on rank 0, 3 on "
+                        "rank 1");
+    expect_disagreement("--level", "O1", "O0", "compile.level is O1 on rank 0, O0 on rank 1");
 }
 
 static void test_a_rank_that_dies_ends_the_others(void **state)
@@ -376,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_global_batch_llama),
         cmocka_unit_test(test_global_batch_bert),
         cmocka_unit_test(test_global_batch_t5),
+        cmocka_unit_test(test_regional_equals_full_at_stage3),
         cmocka_unit_test(test_checkpoint_moves_between_rank_counts),
         cmocka_unit_test(test_ranks_that_disagree),
         cmocka_unit_test(test_a_rank_that_dies_ends_the_others),

@@ -73,7 +73,7 @@ typedef struct {
     const char *checkpoint; /* the checkpoint written after this step, or NULL */
     int resumed;            /* the first step of a run resumed from a checkpoint */
     double ms;              /* wall time of the whole step */
-    double tokens_per_s;
+    double tokens_per_s;    /* of the whole job: every rank's tokens */
 } regc_step_report;
 
 typedef void (*regc_step_fn)(const regc_step_report *r, void *user);

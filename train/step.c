@@ -88,7 +88,7 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
                               step, k);
     }
     if (k > 1)
-        be->fill(be, t->grads, (size_t)regc_model_total_numel(t->model), 0.0f);
+        be->fill(be, t->grads, (size_t)t->block, 0.0f);
     for (int j = 0; j < k && rc == REGC_OK; j++) {
         if ((rc = fill_batch(t, o, t->tokens, (int64_t)step * k + j)))
             return rc;

@@ -3,7 +3,11 @@
  *
  * Device memory is one block per kind (llm.c's layout): parameters,
  * gradients, AdamW's m and v, each [total_numel] in the model's parameter
- * order, so parameter i lives at the same offset in all four. */
+ * order, so parameter i lives at the same offset in all four. Under
+ * ZeRO-3 each block is this rank's shard of every gather unit (the
+ * program's shard layout): the model's weights and moments are cut into
+ * shards on the way to the device and joined from every rank's shards on
+ * the way back. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -149,29 +153,75 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
     s->clip_scale = 1.0f;
 }
 
+/* A model-ordered host block (weights, a moment) to a device block: whole,
+ * or this rank's shard of it. */
+static int block_to_device(trainer *t, float *dev, const float *model)
+{
+    regc_backend *be = t->be;
+    if (!t->shards) {
+        be->copy_h2d(be, dev, model, (size_t)t->block * sizeof(float));
+        return REGC_OK;
+    }
+    float *shard = malloc((size_t)t->block * sizeof *shard + 1);
+    if (!shard)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float shard",
+                          (long long)t->block);
+    regc_shard_take(t->shards, t->comm->rank, model, shard);
+    be->copy_h2d(be, dev, shard, (size_t)t->block * sizeof(float));
+    int rc = be->sync(be);
+    free(shard);
+    return rc;
+}
+
+/* A device block back into a model-ordered host block, on every rank:
+ * whole, or every rank's shard gathered and joined. */
+static int block_to_host(trainer *t, float *model, const float *dev)
+{
+    regc_backend *be = t->be;
+    if (!t->shards) {
+        be->copy_d2h(be, model, dev, (size_t)t->block * sizeof(float));
+        return be->sync(be);
+    }
+    regc_comm *c = t->comm;
+    float *all = malloc((size_t)c->size * (size_t)t->block * sizeof *all + 1);
+    if (!all)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for %d ranks' shards", c->size);
+    float *mine = all + (size_t)c->rank * (size_t)t->block;
+    be->copy_d2h(be, mine, dev, (size_t)t->block * sizeof(float));
+    int rc = be->sync(be);
+    if (rc == REGC_OK && (rc = c->allgather(c, all, mine, t->block)) == REGC_OK)
+        regc_shard_join(t->shards, all, model);
+    free(all);
+    return rc;
+}
+
 /* Allocate the four parameter-shaped blocks and the scalar block, and bind
  * them and the inputs into the step program. */
 static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
 {
     regc_backend *be = t->be;
-    int64_t total = regc_model_total_numel(t->model);
-    size_t bytes = (size_t)total * sizeof(float);
+    t->shards = regc_program_shard_layout(t->program);
+    t->block = regc_program_block_floats(t->program);
+    if (!t->shards && t->block != regc_model_total_numel(t->model))
+        return regc_error(REGC_ERR_ARG, "step program: blocks of %lld floats for a model of %lld",
+                          (long long)t->block, (long long)regc_model_total_numel(t->model));
+    size_t bytes = (size_t)t->block * sizeof(float);
     int rc = REGC_OK;
     t->params = device_alloc(t, bytes, &rc);
     t->grads = device_alloc(t, bytes, &rc);
     t->m = device_alloc(t, bytes, &rc);
     t->v = device_alloc(t, bytes, &rc);
     t->scalars = device_alloc(t, sizeof *t->scalars, &rc);
-    if (rc)
+    if (rc || (rc = block_to_device(t, t->params, regc_model_weights(t->model))))
         return rc;
-    be->copy_h2d(be, t->params, regc_model_weights(t->model), bytes);
-    be->fill(be, t->grads, (size_t)total, 0.0f);
+    be->fill(be, t->grads, (size_t)t->block, 0.0f);
     if (t->host_m1) { /* resumed: the checkpoint's moments */
-        be->copy_h2d(be, t->m, t->host_m1, bytes);
-        be->copy_h2d(be, t->v, t->host_m2, bytes);
+        if ((rc = block_to_device(t, t->m, t->host_m1)) ||
+            (rc = block_to_device(t, t->v, t->host_m2)))
+            return rc;
     } else {
-        be->fill(be, t->m, (size_t)total, 0.0f);
-        be->fill(be, t->v, (size_t)total, 0.0f);
+        be->fill(be, t->m, (size_t)t->block, 0.0f);
+        be->fill(be, t->v, (size_t)t->block, 0.0f);
     }
     init_scalars(&t->host, o);
     t->host.step = (double)start;
@@ -231,21 +281,19 @@ static int resume_run(trainer *t, const regc_train_options *o, int64_t *start)
  * the newest save_total_limit. */
 static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done)
 {
-    regc_backend *be = t->be;
-    size_t bytes = (size_t)regc_model_total_numel(t->model) * sizeof(float);
     regc_run_state st;
+    int rc = REGC_OK;
+    /* the state is joined on every rank (ZeRO-3: from every rank's shards) */
+    if ((rc = alloc_moments(t)) ||
+        (rc = block_to_host(t, regc_model_weights(t->model), t->params)) ||
+        (rc = block_to_host(t, t->host_m1, t->m)) || (rc = block_to_host(t, t->host_m2, t->v)))
+        return rc;
     if (t->comm->rank != 0) { /* every rank holds the same state: rank 0 writes it */
         char name[64];
         snprintf(name, sizeof name, "checkpoint-%lld", (long long)done);
         return regc_path_join(t->checkpoint, sizeof t->checkpoint, o->output_dir, name);
     }
-    int rc = alloc_moments(t);
-    if (rc)
-        return rc;
-    be->copy_d2h(be, regc_model_weights(t->model), t->params, bytes);
-    be->copy_d2h(be, t->host_m1, t->m, bytes);
-    be->copy_d2h(be, t->host_m2, t->v, bytes);
-    if ((rc = be->sync(be)) || (rc = regc_run_state_of(o, t->model, t->tokens, done, &st)) ||
+    if ((rc = regc_run_state_of(o, t->model, t->tokens, done, &st)) ||
         (rc = regc_checkpoint_save(o->output_dir, &st, t->model, t->host_m1, t->host_m2,
                                    t->checkpoint, sizeof t->checkpoint)))
         return rc;
@@ -263,6 +311,43 @@ static int threads_of(const regc_train_options *o, const regc_comm *c)
     return share > 1 ? (int)share : 1;
 }
 
+/* What must agree across ranks beyond the run's state: the settings that
+ * shape the step program, and the program itself (its collectives must be
+ * the same, in the same order, on every rank). */
+typedef struct {
+    int zero_stage, level, regional, inline_back;
+    uint64_t program; /* regc_program_hash */
+} rank_settings;
+
+static int settings_differ(const rank_settings *a, const rank_settings *b, const char *b_is,
+                           char *buf, size_t cap)
+{
+    static const char *const on_off[] = {"off", "on"};
+    char sa[16], sb[16];
+    snprintf(sa, sizeof sa, "%d", a->zero_stage), snprintf(sb, sizeof sb, "%d", b->zero_stage);
+    const struct {
+        const char *key, *a, *b;
+    } fields[] = {
+        {"zero_optimization.stage", sa, sb},
+        {"compile.level", regc_level_name((regc_level)a->level),
+         regc_level_name((regc_level)b->level)},
+        {"compile.use_regional_compilation", on_off[a->regional != 0], on_off[b->regional != 0]},
+        {"compile.inline_back", on_off[a->inline_back != 0], on_off[b->inline_back != 0]},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (strcmp(fields[i].a, fields[i].b) != 0) {
+            snprintf(buf, cap, "%s is %s on rank 0, %s %s", fields[i].key, fields[i].a, fields[i].b,
+                     b_is);
+            return 1;
+        }
+    if (a->program != b->program) {
+        snprintf(buf, cap, "the compiled step program differs on rank 0 and %s (another regc?)",
+                 b_is);
+        return 1;
+    }
+    return 0;
+}
+
 /* Every rank must run the same model on the same data with the same
  * settings: rank 0's state is broadcast and each rank compares its own. The
  * first rank that differs says how; rank 0 reports it, in one line, and the
@@ -273,13 +358,18 @@ static int check_ranks_agree(trainer *t, const regc_train_options *o)
     if (c->size == 1)
         return REGC_OK;
     regc_run_state mine, first;
+    rank_settings here_set = {o->zero_stage, (int)o->compile.level, o->compile.regional,
+                              o->compile.inline_back, regc_program_hash(t->program)},
+                  first_set = here_set;
     int rc = regc_run_state_of(o, t->model, t->tokens, 0, &mine);
     first = mine;
-    if (rc || (rc = c->broadcast(c, &first, sizeof first, 0)))
+    if (rc || (rc = c->broadcast(c, &first, sizeof first, 0)) ||
+        (rc = c->broadcast(c, &first_set, sizeof first_set, 0)))
         return rc;
     char what[512] = "", here[32];
     snprintf(here, sizeof here, "on rank %d", c->rank);
-    int differ = regc_run_state_differ(&first, "on rank 0", &mine, here, 0, what, sizeof what);
+    int differ = regc_run_state_differ(&first, "on rank 0", &mine, here, 0, what, sizeof what) ||
+                 settings_differ(&first_set, &here_set, here, what, sizeof what);
     /* the lowest rank that differs, or none */
     float *flags = calloc((size_t)c->size, sizeof *flags), flag = (float)differ;
     if (!flags)
@@ -324,10 +414,6 @@ int regc_train_check_options(const regc_train_options *o)
     if (o->zero_stage != 0 && o->zero_stage != 3)
         return regc_error(REGC_ERR_UNSUPPORTED, "zero_optimization.stage: %d is not built (0 or 3)",
                           o->zero_stage);
-    if (o->zero_stage == 3)
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "zero_optimization.stage: 3 (sharded state) is not built yet; 0 runs "
-                          "data parallel");
     if (o->save_steps < 0 || o->save_total_limit < 0)
         return regc_error(REGC_ERR_ARG, "train.%s: negative",
                           o->save_steps < 0 ? "save_steps" : "save_total_limit");
@@ -445,7 +531,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         if ((rc = regc_trainer_step(&t, o, step, pr, &r)))
             break;
         r.ms = regc_time_ms() - t0;
-        r.tokens_per_s = (double)(o->batch * o->seq * o->grad_accum) / (r.ms / 1e3);
+        /* the job's rate: every rank's tokens */
+        r.tokens_per_s = (double)(o->batch * o->seq * o->grad_accum * t.comm->size) / (r.ms / 1e3);
         r.val_loss = NAN;
         int eval = t.val_program &&
                    (o->eval_steps > 0 ? (step + 1) % o->eval_steps == 0 : step == o->steps - 1);
@@ -469,11 +556,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
             *stopped_at = step + 1;
     }
     /* the trained weights return to the model */
-    if (rc == REGC_OK) {
-        t.be->copy_d2h(t.be, regc_model_weights(m), t.params,
-                       (size_t)regc_model_total_numel(m) * sizeof(float));
-        rc = t.be->sync(t.be);
-    }
+    if (rc == REGC_OK)
+        rc = block_to_host(&t, regc_model_weights(m), t.params);
     if (rc == REGC_OK && o->save_dir && !stopped && t.comm->rank == 0)
         rc = regc_model_save(m, o->save_dir);
     trainer_free(&t);

@@ -10,12 +10,14 @@ typedef struct {
     regc_backend *be;
     regc_tokens *tokens;
     regc_program *program;
-    regc_tokens *val_tokens;       /* validation data, or NULL */
-    regc_program *val_program;     /* forward only, over the same parameters and inputs */
-    regc_cache *cache;             /* opened from cache_dir, or NULL */
-    float *params, *grads, *m, *v; /* device, [total_numel] each */
-    regc_step_scalars *scalars;    /* device: the optimizer's state and constants */
-    regc_step_scalars host;        /* what the trainer set, and the last step's readback */
+    regc_tokens *val_tokens;         /* validation data, or NULL */
+    regc_program *val_program;       /* forward only, over the same parameters and inputs */
+    regc_cache *cache;               /* opened from cache_dir, or NULL */
+    float *params, *grads, *m, *v;   /* device, [block] each */
+    int64_t block;                   /* total_numel, or under ZeRO-3 this rank's shard */
+    const regc_shard_layout *shards; /* the program's, under ZeRO-3; else NULL */
+    regc_step_scalars *scalars;      /* device: the optimizer's state and constants */
+    regc_step_scalars host;          /* what the trainer set, and the last step's readback */
     int n_inputs;
     regc_input *inputs;       /* [n_inputs] the graph's inputs with host buffers */
     void **d_inputs;          /* [n_inputs] their device copies */

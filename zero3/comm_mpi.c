@@ -39,8 +39,7 @@ static int mpi_allgather(regc_comm *c, float *dst, const float *src, int64_t n)
     return err == MPI_SUCCESS ? REGC_OK : mpi_failed("allgather", err);
 }
 
-static int mpi_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_t n,
-                              int accumulate)
+static int mpi_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_t n, int accumulate)
 {
     mpi_ctx *x = c->ctx;
     if (n > MPI_CHUNK)
@@ -68,8 +67,9 @@ static int mpi_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_
 static int mpi_allreduce(regc_comm *c, void *buf, int64_t n, regc_comm_dtype t)
 {
     (void)c;
-    MPI_Datatype type = t == REGC_COMM_F32 ? MPI_FLOAT : t == REGC_COMM_F64 ? MPI_DOUBLE
-                                                                             : MPI_INT64_T;
+    MPI_Datatype type = t == REGC_COMM_F32   ? MPI_FLOAT
+                        : t == REGC_COMM_F64 ? MPI_DOUBLE
+                                             : MPI_INT64_T;
     size_t elem = t == REGC_COMM_F32 ? 4 : 8;
     for (int64_t at = 0; at < n; at += MPI_CHUNK) {
         int64_t k = n - at < MPI_CHUNK ? n - at : MPI_CHUNK;
@@ -153,8 +153,8 @@ regc_comm *regc_comm_mpi_new(void)
     /* the processes that share this host, so they share its cores */
     MPI_Comm local;
     c->local_size = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
-                            &local) == MPI_SUCCESS) {
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local) ==
+        MPI_SUCCESS) {
         MPI_Comm_size(local, &c->local_size);
         MPI_Comm_free(&local);
     }

@@ -55,4 +55,45 @@ int regc_comm_open(regc_comm **out);
 int regc_comm_launched(void);
 void regc_comm_free(regc_comm *c);
 
+/* ---------------------------------------------------------------- shards
+ * ZeRO-3's layout of model state. The parameters fall into gather units
+ * (a region instance's, a piece of glue's), each laid out flat and padded
+ * so that it splits into `ranks` equal shards whose sizes are multiples of
+ * REGC_SHARD_ALIGN floats. Rank r holds shard r of every unit, one after
+ * another: its block of parameters (and of gradients, and of AdamW's m
+ * and v) is shard_floats long, 1/ranks of the padded model. Gathering unit
+ * u (an all-gather of its shards) gives the unit whole, parameter i at
+ * param_offset[i] within it. */
+#define REGC_SHARD_ALIGN 16 /* floats: 64 bytes */
+
+typedef struct {
+    int ranks;
+    int n_units;
+    int64_t *unit_floats;  /* [n_units] its parameters' elements */
+    int64_t *unit_padded;  /* [n_units] a multiple of ranks x REGC_SHARD_ALIGN */
+    int64_t *unit_shard;   /* [n_units] each rank's part: unit_padded / ranks */
+    int64_t *shard_offset; /* [n_units] where the unit's shard starts in a rank's block */
+    int64_t shard_floats;  /* a rank's block */
+    int n_params;
+    int *param_unit;       /* [n_params], in the model's order */
+    int64_t *param_offset; /* [n_params] floats into its unit */
+    int64_t *param_numel;  /* [n_params] */
+    int64_t *model_offset; /* [n_params] floats into the model's block (its order) */
+    int64_t model_floats;  /* the model's block */
+} regc_shard_layout;
+
+/* Lay out n_params parameters (numel[i] elements at model_offset[i] of the
+ * model's block, in unit unit_of[i], in that order within each unit) over
+ * `ranks` ranks. */
+int regc_shard_layout_new(int ranks, int n_params, const int64_t *numel,
+                          const int64_t *model_offset, const int *unit_of, int n_units,
+                          regc_shard_layout **out);
+void regc_shard_layout_free(regc_shard_layout *l);
+/* Rank r's shard of the model's block into shard [shard_floats]; padding
+ * is zero. */
+void regc_shard_take(const regc_shard_layout *l, int rank, const float *model, float *shard);
+/* The model's block from every rank's shard, one after another
+ * ([ranks x shard_floats], as an all-gather of the blocks gives them). */
+void regc_shard_join(const regc_shard_layout *l, const float *all_shards, float *model);
+
 #endif

@@ -1,0 +1,372 @@
+/* test_zero3.c — ZeRO-3 in one process: the shard layout, the placed
+ * communication and stage 3 against stage 0.
+ *
+ * - The layout: every unit splits into equal aligned shards, taking every
+ *   rank's shard and joining them gives the model back, padding is zero.
+ * - Stage 3 at N = 1 gives stage 0's losses and weights bit for bit (the
+ *   all-gathers and reduce-scatters are copies; AdamW runs per element),
+ *   for GPT-2, Llama, BERT and T5; with accumulation and with clipping the
+ *   sums run in another order, so within 1e-6.
+ * - Under stage 3, the lazy program (O0, and O1 without inline back) and
+ *   the flat one agree bit for bit, as do regional and full compiles, and
+ *   a program read back from the compile cache.
+ * - In the flat program at 2 ranks: each unit is gathered once in forward
+ *   and once in backward, before any instruction reads it; nothing else
+ *   writes its arena bytes until its last reader (the plan releases it
+ *   there, and reuses the bytes after); each unit's gradients are
+ *   reduce-scattered once, after every instruction that writes them.
+ * - The blocks hold 1/N of the padded model. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "program.h"
+#include "regc_train.h"
+#include "test_model.h"
+#include "test_util.h"
+
+#define STEPS 4
+
+static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
+
+/* ---- the layout -------------------------------------------------------- */
+
+static void test_layout_takes_and_joins(void **state)
+{
+    (void)state;
+    enum { P = 11 };
+    int64_t numel[P], offset[P], at = 0;
+    int unit[P];
+    for (int i = 0; i < P; i++) {
+        numel[i] = (int64_t)(regc_rng_at(5, (uint64_t)i) % 97) + (i == 4 ? 0 : 1);
+        offset[i] = at, at += numel[i];
+        unit[i] = i < 3 ? 0 : i < 4 ? 2 : 1 + (i % 2); /* units interleave */
+    }
+    float *model = malloc((size_t)at * sizeof *model), *back = malloc((size_t)at * sizeof *back);
+    for (int64_t e = 0; e < at; e++)
+        model[e] = (float)e + 0.5f;
+    for (int ranks = 1; ranks <= 5; ranks++) {
+        regc_shard_layout *l;
+        assert_int_equal(regc_shard_layout_new(ranks, P, numel, offset, unit, 3, &l), REGC_OK);
+        assert_int_equal(l->model_floats, at);
+        int64_t padded = 0;
+        for (int u = 0; u < l->n_units; u++) {
+            assert_int_equal(l->unit_padded[u] % (ranks * REGC_SHARD_ALIGN), 0);
+            assert_true(l->unit_padded[u] >= l->unit_floats[u]);
+            assert_true(l->unit_padded[u] - l->unit_floats[u] < ranks * REGC_SHARD_ALIGN);
+            padded += l->unit_padded[u];
+        }
+        assert_int_equal(l->shard_floats * ranks, padded);
+        float *all = malloc((size_t)(ranks * l->shard_floats) * sizeof *all);
+        double in_shards = 0.0, in_model = 0.0;
+        for (int r = 0; r < ranks; r++)
+            regc_shard_take(l, r, model, all + r * l->shard_floats);
+        for (int64_t e = 0; e < ranks * l->shard_floats; e++)
+            in_shards += all[e];
+        for (int64_t e = 0; e < at; e++)
+            in_model += model[e];
+        assert_true(in_shards == in_model); /* each element once, padding zero */
+        memset(back, 0, (size_t)at * sizeof *back);
+        regc_shard_join(l, all, back);
+        assert_memory_equal(back, model, (size_t)at * sizeof *back);
+        free(all);
+        regc_shard_layout_free(l);
+    }
+    regc_shard_layout *l;
+    int bad[P] = {0};
+    bad[3] = 7;
+    assert_int_equal(regc_shard_layout_new(2, P, numel, offset, bad, 3, &l), REGC_ERR_ARG);
+    assert_null(l);
+    free(model), free(back);
+}
+
+/* ---- stage 3 against stage 0, in one process ---------------------------- */
+
+static regc_train_options options(int stage)
+{
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = 2, o.seq = 16, o.steps = STEPS, o.lr = 1e-3f, o.weight_decay = 0.01f, o.threads = 2;
+    o.zero_stage = stage;
+    return o;
+}
+
+static void expect_same(const char *what, const char *preset, const regc_test_losses *a,
+                        regc_model *ma, const regc_test_losses *b, regc_model *mb)
+{
+    for (int k = 0; k < STEPS; k++)
+        if (memcmp(&a->loss[k], &b->loss[k], sizeof a->loss[k]) != 0)
+            fail_msg("%s, %s step %d: %.9g vs %.9g", preset, what, k, a->loss[k], b->loss[k]);
+    regc_test_assert_same_weights(ma, mb);
+    regc_model_free(ma);
+    regc_model_free(mb);
+}
+
+/* Accumulating, stage 3 sums each micro-batch's gradients apart and adds
+ * them to the shard, where stage 0 adds into the block as it goes: the
+ * same sums in another order. Weights after one step agree to rounding;
+ * over several steps rounding may grow (AdamW divides by small second
+ * moments), so the losses are held to 1e-5. */
+static void expect_close(const char *what, const char *preset, const regc_test_losses *a,
+                         const regc_test_losses *b, int steps)
+{
+    for (int k = 0; k < steps; k++)
+        if (!(fabsf(a->loss[k] - b->loss[k]) <= 1e-5f * fabsf(a->loss[k])))
+            fail_msg("%s, %s step %d: %.9g vs %.9g", preset, what, k, a->loss[k], b->loss[k]);
+}
+
+static void expect_close_weights(const char *what, const char *preset, regc_model *ma,
+                                 regc_model *mb)
+{
+    const float *wa = regc_model_weights(ma), *wb = regc_model_weights(mb);
+    for (int64_t e = 0; e < regc_model_total_numel(ma); e++)
+        if (!(fabsf(wa[e] - wb[e]) <= 1e-6f))
+            fail_msg("%s, %s: weight %lld is %.9g vs %.9g", preset, what, (long long)e, wa[e],
+                     wb[e]);
+    regc_model_free(ma);
+    regc_model_free(mb);
+}
+
+static void test_stage3_equals_stage0(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_train_options z0 = options(0), z3 = options(3);
+        regc_test_losses l0, l3;
+        regc_model *m0 = regc_test_train(presets[i], &z0, &l0);
+        regc_model *m3 = regc_test_train(presets[i], &z3, &l3);
+        expect_same("stage 3 at one rank against stage 0", presets[i], &l0, m0, &l3, m3);
+    }
+}
+
+static void test_stage3_accumulates_and_clips(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_train_options z0 = options(0), z3 = options(3);
+        z0.grad_accum = z3.grad_accum = 2;
+        z0.max_grad_norm = z3.max_grad_norm = 0.5;
+        regc_test_losses l0, l3;
+        regc_model_free(regc_test_train(presets[i], &z0, &l0));
+        regc_model_free(regc_test_train(presets[i], &z3, &l3));
+        expect_close("stage 3 accumulating and clipping", presets[i], &l0, &l3, STEPS);
+        z0.steps = z3.steps = 1;
+        regc_model *m0 = regc_test_train(presets[i], &z0, &l0);
+        regc_model *m3 = regc_test_train(presets[i], &z3, &l3);
+        expect_close_weights("stage 3 accumulating and clipping, one step", presets[i], m0, m3);
+    }
+}
+
+/* Every way of compiling the stage 3 step gives the same bits. */
+static void test_stage3_programs_agree(void **state)
+{
+    (void)state;
+    char *cache = regc_test_make_temp_dir("zero3-cache");
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_train_options flat = options(3);
+        regc_test_losses lf;
+        regc_model *mf = regc_test_train(presets[i], &flat, &lf);
+        struct {
+            const char *what;
+            regc_level level;
+            int inline_back, regional;
+            const char *cache;
+        } ways[] = {
+            {"O0 (lazy)", REGC_LEVEL_O0, 0, 1, NULL},
+            {"O1 without inline back", REGC_LEVEL_O1, 0, 1, NULL},
+            {"the whole step as one region", REGC_LEVEL_O1, 1, 0, NULL},
+            {"a compile cache miss", REGC_LEVEL_O1, 1, 1, cache},
+            {"a compile cache hit", REGC_LEVEL_O1, 1, 1, cache},
+        };
+        for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+            regc_train_options o = options(3);
+            o.compile.level = ways[w].level, o.compile.inline_back = ways[w].inline_back;
+            o.compile.regional = ways[w].regional;
+            o.cache_dir = ways[w].cache;
+            regc_test_losses l;
+            regc_model *m = regc_test_train(presets[i], &o, &l);
+            if (ways[w].cache)
+                assert_int_equal(l.hits, !strcmp(ways[w].what, "a compile cache hit"));
+            for (int k = 0; k < STEPS; k++)
+                if (memcmp(&l.loss[k], &lf.loss[k], sizeof l.loss[k]) != 0)
+                    fail_msg("%s, %s step %d: %.9g, flat %.9g", presets[i], ways[w].what, k,
+                             l.loss[k], lf.loss[k]);
+            regc_test_assert_same_weights(m, mf);
+            regc_model_free(m);
+        }
+        regc_model_free(mf);
+    }
+    regc_test_remove_tree(cache);
+    free(cache);
+}
+
+/* ---- the placed communication --------------------------------------------- */
+
+static regc_program *compile_at(const char *preset, int ranks, regc_level level, int inline_back)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.ranks = ranks, co.zero_stage = 3, co.level = level, co.inline_back = inline_back;
+    regc_program *p = NULL;
+    if (regc_program_compile(m, 2, 16, &co, &p, NULL) != REGC_OK)
+        fail_msg("%s at %d ranks: %s", preset, ranks, regc_error_message());
+    regc_model_free(m);
+    return p;
+}
+
+static int overlaps(const regc_buf *a, const regc_buf *b)
+{
+    return a->kind == BUF_ARENA && b->kind == BUF_ARENA && a->bytes > 0 && b->bytes > 0 &&
+           a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+}
+
+static int reads(const regc_instr *in, int b)
+{
+    for (int k = in->n_out; k < in->n_refs; k++)
+        if (in->refs[k].buf == b && !regc_instr_writes(in, k))
+            return 1;
+    return 0;
+}
+
+static int writes(const regc_instr *in, int b)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf == b && regc_instr_writes(in, k))
+            return 1;
+    return 0;
+}
+
+/* The arena bytes of buffer b stay its own from instruction `from` to its
+ * last reader; returns that reader. */
+static int check_held(const regc_program *p, int b, int from, const char *what)
+{
+    int last = -1;
+    for (int i = from + 1; i < p->n_instr; i++)
+        if (reads(&p->instr[i], b))
+            last = i;
+    if (last < 0)
+        fail_msg("%s buffer %d: nothing reads it", what, b);
+    for (int i = from + 1; i < last; i++)
+        for (int k = 0; k < p->instr[i].n_refs; k++) {
+            int o = p->instr[i].refs[k].buf;
+            if (o >= 0 && o != b && regc_instr_writes(&p->instr[i], k) &&
+                overlaps(&p->bufs[o], &p->bufs[b]))
+                fail_msg("%s buffer %d: instruction %d writes its bytes before its last reader "
+                         "%d",
+                         what, b, i, last);
+        }
+    return last;
+}
+
+static void check_placement(const char *preset)
+{
+    regc_program *p = compile_at(preset, 2, REGC_LEVEL_O1, 1);
+    const regc_shard_layout *l = p->layout;
+    assert_non_null(l);
+    int gathers = 0, scatters = 0, reused = 0;
+    int *gathered = calloc((size_t)l->n_units, sizeof *gathered);
+    int *scattered = calloc((size_t)l->n_units, sizeof *scattered);
+    for (int i = 0; i < p->n_instr; i++) {
+        const regc_instr *in = &p->instr[i];
+        if (in->kernel != K_ALLGATHER && in->kernel != K_REDUCE_SCATTER)
+            continue;
+        /* which unit: by the shard's offset */
+        int u = 0;
+        while (u < l->n_units && l->shard_offset[u] * (int64_t)sizeof(float) !=
+                                     in->refs[in->kernel == K_ALLGATHER].off)
+            u++;
+        assert_true(u < l->n_units);
+        assert_int_equal(in->d[0], l->unit_shard[u]);
+        if (in->kernel == K_ALLGATHER) {
+            int b = in->refs[0].buf;
+            for (int j = 0; j < i; j++)
+                if (reads(&p->instr[j], b) || writes(&p->instr[j], b))
+                    fail_msg("%s unit %d: instruction %d uses it before its gather %d", preset, u,
+                             j, i);
+            int last = check_held(p, b, i, "gathered");
+            /* released: the plan gives its bytes to a later buffer */
+            for (int j = last + 1; j < p->n_instr && !reused; j++)
+                for (int k = 0; k < p->instr[j].n_refs; k++) {
+                    int o = p->instr[j].refs[k].buf;
+                    if (o >= 0 && o != b && overlaps(&p->bufs[o], &p->bufs[b]))
+                        reused = 1;
+                }
+            gathered[u]++;
+            gathers++;
+        } else {
+            int b = in->refs[1].buf;
+            for (int j = i + 1; j < p->n_instr; j++)
+                if (reads(&p->instr[j], b) || writes(&p->instr[j], b))
+                    fail_msg("%s unit %d: instruction %d touches its gradients after their "
+                             "reduce-scatter %d",
+                             preset, u, j, i);
+            scattered[u]++;
+            scatters++;
+        }
+    }
+    /* once in forward; once in backward unless the backward reads none of
+     * it (an embedding's backward reads only the ids) */
+    for (int u = 0; u < l->n_units; u++) {
+        if (gathered[u] < 1 || gathered[u] > 2)
+            fail_msg("%s unit %d: gathered %d times", preset, u, gathered[u]);
+        assert_int_equal(scattered[u], 1);
+    }
+    assert_true(reused);
+    assert_true(gathers > l->n_units);
+    assert_int_equal(scatters, l->n_units);
+    free(gathered), free(scattered);
+    regc_program_free(p);
+}
+
+static void test_gathers_before_use_and_released_after(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        check_placement(presets[i]);
+}
+
+/* ---- the blocks ------------------------------------------------------------ */
+
+static void test_blocks_are_a_share_of_the_model(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load(presets[i], &m), REGC_OK);
+        int64_t total = regc_model_total_numel(m);
+        regc_model_free(m);
+        for (int ranks = 1; ranks <= 4; ranks *= 2) {
+            regc_program *p = compile_at(presets[i], ranks, REGC_LEVEL_O1, 1);
+            const regc_shard_layout *l = regc_program_shard_layout(p);
+            int64_t block = regc_program_block_floats(p);
+            assert_int_equal(block, l->shard_floats);
+            assert_int_equal(l->model_floats, total);
+            /* 1/N of the model, plus at most one aligned row of padding per unit */
+            assert_true(block * ranks >= total);
+            assert_true(block * ranks < total + (int64_t)l->n_units * ranks * REGC_SHARD_ALIGN);
+            regc_program_free(p);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_takes_and_joins),
+        cmocka_unit_test(test_stage3_equals_stage0),
+        cmocka_unit_test(test_stage3_accumulates_and_clips),
+        cmocka_unit_test(test_stage3_programs_agree),
+        cmocka_unit_test(test_gathers_before_use_and_released_after),
+        cmocka_unit_test(test_blocks_are_a_share_of_the_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
