@@ -294,6 +294,8 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     prog->accumulate_grads = o->accumulate_grads != 0 && !o->forward_only;
     prog->ranks = o->ranks > 1 ? o->ranks : 1;
     prog->zero_stage = o->zero_stage;
+    prog->prefetch_floats = o->prefetch_floats;
+    prog->deepcompile = o->deepcompile != 0;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));

@@ -80,6 +80,8 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_u64(b, (uint64_t)(o->clip_grad_norm != 0 && !o->forward_only));
     regc_bytes_put_u64(b, (uint64_t)(o->ranks > 1 ? o->ranks : 1));
     regc_bytes_put_u64(b, (uint64_t)o->zero_stage);
+    regc_bytes_put_u64(b, (uint64_t)(o->zero_stage == 3 && o->deepcompile));
+    regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->prefetch_floats : 0);
 }
 
 int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *canon,

@@ -260,6 +260,15 @@ int regc_program_inline_back(regc_program *p)
         return rc;
     if ((rc = reorder(p, &peak, &lower)))
         return rc;
+    /* ZeRO-3's schedule on the final order (the reorder must not undo
+     * prefetch), then the plan again over the longer lifetimes it makes */
+    if (p->layout && p->deepcompile) {
+        if ((rc = regc_zero3_schedule(p, p->prefetch_floats)))
+            return rc;
+        flat_liveness(p, p->instr, p->n_instr);
+        if ((rc = plan_arena(p, p->n_instr, 1, &peak, &lower)))
+            return rc;
+    }
     p->arena_bytes = peak, p->lower_bound = lower;
     return REGC_OK;
 }

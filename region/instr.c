@@ -38,6 +38,7 @@ static const char *const kernel_names[K_COUNT] = {
     [K_ALLREDUCE] = "allreduce",
     [K_ALLGATHER] = "allgather",
     [K_REDUCE_SCATTER] = "reduce_scatter",
+    [K_COMM_WAIT] = "wait",
 };
 
 const char *regc_kernel_name(regc_kernel k)
@@ -270,6 +271,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     case K_ALLREDUCE: /* collectives run on the communicator (program_run.c) */
     case K_ALLGATHER:
     case K_REDUCE_SCATTER:
+    case K_COMM_WAIT:
     case K_COUNT: break;
     }
     return regc_error(REGC_ERR_UNSUPPORTED, "instruction: unknown kernel %d", in->kernel);
@@ -281,6 +283,10 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
                            ? regc_op_name((regc_op)in->unary)
                            : regc_kernel_name(in->kernel);
     int n = snprintf(buf, size, "%s", name);
+    if (in->kernel == K_COMM_WAIT)
+        snprintf(buf + n, size - (size_t)n, " %s", regc_kernel_name((regc_kernel)in->d[1]));
+    else if (in->signal)
+        snprintf(buf + n, size - (size_t)n, " start");
     if (in->kernel == K_GEMM)
         snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s]",
                  epilogue_names[in->epilogue], (long long)in->d[0], (long long)in->d[1],

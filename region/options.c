@@ -10,6 +10,8 @@ void regc_compile_options_default(regc_compile_options *o)
     o->regional = 1;
     o->level = REGC_LEVEL_O1;
     o->inline_back = 1;
+    o->prefetch_floats = -1; /* one unit ahead */
+    o->deepcompile = 1;
 }
 
 static const char *const level_names[] = {"O0", "O1", "O2"};

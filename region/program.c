@@ -35,6 +35,8 @@ void regc_program_free(regc_program *p)
         p->be->free(p->be, p->arena);
     if (p->be && p->own_scalars)
         p->be->free(p->be, p->own_scalars);
+    regc_comm_queue_free(p->queue);
+    free(p->tickets);
     regc_comm_free(p->own_comm);
     regc_shard_layout_free(p->layout);
     if (p->be && p->lazy && p->level == REGC_LEVEL_O0 && p->ptr)

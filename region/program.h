@@ -55,6 +55,7 @@ typedef enum {
     K_ALLREDUCE,      /* buf; d0 = n, d1 = 0: f32, 1: f64; the sum over ranks, in place */
     K_ALLGATHER,      /* dst [ranks x d0], src [d0]: a unit's shards gathered whole */
     K_REDUCE_SCATTER, /* dst [d0], src [ranks x d0]; accumulate: dst (+)= the ranks' sum */
+    K_COMM_WAIT,      /* the refs of collective `signal`; d1: its kernel. Waits for it */
     K_COUNT
 } regc_kernel;
 
@@ -79,6 +80,9 @@ typedef struct {
     int perm[REGC_MAX_DIMS];                    /* K_TRANSPOSE */
     const regc_ew_program *ew;                  /* K_EW, owned by the compiled region */
     int node;                                   /* region node it came from (dumps) */
+    /* collectives: 0 runs at once; k > 0 starts asynchronous collective k
+     * on the communication queue, finished by the K_COMM_WAIT of signal k */
+    int signal;
 } regc_instr;
 
 const char *regc_kernel_name(regc_kernel k);
@@ -204,9 +208,12 @@ typedef struct {
 struct regc_program {
     regc_level level;
     int lazy;
-    int forward_only;      /* compile.forward_only: no backward, no update */
-    int accumulate_grads;  /* backward adds into the gradient block */
-    int ranks, zero_stage; /* compile.ranks, zero_optimization.stage */
+    int forward_only;        /* compile.forward_only: no backward, no update */
+    int accumulate_grads;    /* backward adds into the gradient block */
+    int ranks, zero_stage;   /* compile.ranks, zero_optimization.stage */
+    int n_signals;           /* asynchronous collectives, numbered from 1 */
+    int64_t prefetch_floats; /* compile.prefetch_floats (while compiling) */
+    int deepcompile;         /* compile.deepcompile (while compiling) */
     regc_graph *graph;
     int n_regions;
     regc_compiled_region **regions;
@@ -233,6 +240,9 @@ struct regc_program {
     regc_comm *comm;                /* borrowed, or own_comm */
     regc_comm *own_comm;            /* when bind was given none: one process */
     regc_shard_layout *layout;      /* stage 3: the units and this rank's shards */
+    regc_comm_queue *queue;         /* runs the asynchronous collectives (ranks > 1) */
+    int64_t *tickets;               /* [n_signals + 1] each started collective's ticket */
+    double wait_ms;                 /* blocked in K_COMM_WAIT, over every run */
     char **ptr;                     /* [n_bufs] base pointers */
     regc_profile *profile;          /* borrowed; NULL: runs are not timed */
 };

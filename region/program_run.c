@@ -44,6 +44,13 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
         return regc_error(REGC_ERR_ARG,
                           "step program: compiled for %d ranks, bound to a communicator of %d",
                           p->ranks, mem->comm ? mem->comm->size : 1);
+    /* asynchronous collectives: a queue of their own between processes; in
+     * one process each is a copy, made where it starts */
+    if (!(p->tickets = calloc((size_t)p->n_signals + 1, sizeof *p->tickets)))
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    int rc = REGC_OK;
+    if (p->n_signals > 0 && p->comm->size > 1 && (rc = regc_comm_queue_new(p->comm, &p->queue)))
+        return rc;
     regc_step_scalars *scalars = mem->scalars;
     if (!scalars) { /* enough to run: the loss's seed is 1 */
         regc_step_scalars s = {.loss_scale = 1.0f, .clip_scale = 1.0f};
@@ -72,15 +79,32 @@ static void resolve(char *const *base, const regc_instr *in, void **ptr)
         ptr[k] = in->refs[k].buf < 0 ? NULL : base[in->refs[k].buf] + in->refs[k].off;
 }
 
-/* One instruction; when profiling, timed between two synchronisations. */
 /* A collective on the program's communicator, after the compute before it
- * has finished. */
+ * has finished: at once, started on the queue (signal > 0), or waited for
+ * (K_COMM_WAIT). */
 static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
 {
     regc_comm *c = p->comm;
     int rc = p->be->sync(p->be);
     if (rc)
         return rc;
+    if (in->kernel == K_COMM_WAIT) {
+        if (!p->queue)
+            return REGC_OK;
+        double t0 = regc_time_ms();
+        rc = regc_comm_queue_wait(p->queue, p->tickets[in->signal]);
+        p->wait_ms += regc_time_ms() - t0;
+        return rc;
+    }
+    if (in->signal && p->queue) {
+        regc_comm_op op = {.kind = in->kernel == K_ALLGATHER ? REGC_COMM_OP_ALLGATHER
+                                                             : REGC_COMM_OP_REDUCE_SCATTER,
+                           .dst = ptr[0],
+                           .src = ptr[1],
+                           .n = in->d[0],
+                           .accumulate = in->accumulate};
+        return regc_comm_queue_start(p->queue, &op, &p->tickets[in->signal]);
+    }
     switch (in->kernel) {
     case K_ALLREDUCE:
         return c->allreduce(c, ptr[0], in->d[0], in->d[1] ? REGC_COMM_F64 : REGC_COMM_F32);
@@ -92,9 +116,11 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
 
 static int is_comm(const regc_instr *in)
 {
-    return in->kernel == K_ALLREDUCE || in->kernel == K_ALLGATHER || in->kernel == K_REDUCE_SCATTER;
+    return in->kernel == K_ALLREDUCE || in->kernel == K_ALLGATHER ||
+           in->kernel == K_REDUCE_SCATTER || in->kernel == K_COMM_WAIT;
 }
 
+/* One instruction; when profiling, timed between two synchronisations. */
 static int run_one(regc_program *p, const regc_instr *in, void *const *ptr)
 {
     return is_comm(in) ? run_comm(p, in, ptr) : regc_instr_run(p->be, in, ptr);
@@ -193,6 +219,11 @@ int regc_program_run(regc_program *p)
             rc = run_instr(p, &p->instr[i], ptr);
         }
     }
+    /* every collective waited for (a failed run leaves none behind either:
+     * the caller may call the communicator next) */
+    int drained = p->queue ? regc_comm_queue_drain(p->queue) : REGC_OK;
+    if (rc == REGC_OK)
+        rc = drained;
     return rc ? rc : p->be->sync(p->be);
 }
 
@@ -202,6 +233,12 @@ int64_t regc_program_block_floats(const regc_program *p)
 }
 
 const regc_shard_layout *regc_program_shard_layout(const regc_program *p) { return p->layout; }
+
+void regc_program_comm_times(const regc_program *p, double *busy_ms, double *wait_ms)
+{
+    *busy_ms = p->queue ? regc_comm_queue_busy_ms(p->queue) : 0.0;
+    *wait_ms = p->wait_ms;
+}
 
 void *regc_program_arena(const regc_program *p, int64_t *bytes)
 {

@@ -62,6 +62,15 @@ typedef struct {
      * shard layout); the program gathers each unit's parameters before use
      * and reduce-scatters its gradients into the shards. */
     int ranks, zero_stage;
+    /* Stage 3, inlined back: how far ahead of its use a unit's all-gather
+     * starts, in parameters in flight ahead of the compute (DeepSpeed's
+     * stage3_prefetch_bucket_size), at least one unit; -1 (the default):
+     * one unit ahead; 0: each gather where it is needed (on demand). */
+    int64_t prefetch_floats;
+    /* compile.deepcompile (default 1): stage 3's collectives scheduled by
+     * the compiler (prefetch_floats, reduce-scatters overlapping the
+     * backward); 0: each waited for where it is placed */
+    int deepcompile;
 } regc_compile_options;
 
 void regc_compile_options_default(regc_compile_options *o);
@@ -134,6 +143,10 @@ int64_t regc_program_block_floats(const regc_program *p);
 /* ZeRO-3's layout of the blocks (units, shards, where each parameter lies),
  * or NULL when every rank holds the whole model. */
 const regc_shard_layout *regc_program_shard_layout(const regc_program *p);
+/* The asynchronous collectives over every run so far: the time the
+ * communication queue spent in them, and the time the program blocked
+ * waiting for them (what was not hidden behind compute). */
+void regc_program_comm_times(const regc_program *p, double *busy_ms, double *wait_ms);
 /* The device memory a program runs over. The four blocks hold every
  * parameter in the model's order (llm.c's layout), [total_numel] each, or
  * under ZeRO-3 this rank's shard of every unit (regc_program_block_floats);

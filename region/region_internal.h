@@ -41,6 +41,12 @@ int regc_zero3_layout(regc_program *p, const int64_t *param_offset);
  * parameter lies). */
 int regc_zero3_place(regc_program *p);
 
+/* ZeRO-3's schedule (zero3_schedule.c): the flat program's collectives
+ * made asynchronous, all-gathers started ahead within prefetch_floats (-1:
+ * one unit ahead; 0: on demand), reduce-scatters overlapping the next
+ * unit's backward. */
+int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats);
+
 /* ---- the compile cache's glue (region/compile_cache.c) */
 /* Is the cache read and written? (Dumps always compile afresh.) */
 int regc_compile_uses_cache(const regc_compile_options *o);

@@ -77,6 +77,7 @@ enum {
     F_EW_REGION = F_PERM + REGC_MAX_DIMS,
     F_EW_INDEX,
     F_NODE,
+    F_SIGNAL,
     F_COUNT
 };
 
@@ -114,6 +115,7 @@ static void put_instr(regc_bytes *b, const regc_instr *in, int ew_region, int ew
     v[F_EW_REGION] = in->ew ? ew_region + 1 : 0;
     v[F_EW_INDEX] = in->ew ? ew_index + 1 : 0;
     v[F_NODE] = in->node + 1;
+    v[F_SIGNAL] = in->signal;
     uint64_t mask = 0;
     for (int k = 0; k < F_COUNT; k++)
         mask |= (uint64_t)(v[k] != 0) << k;
@@ -178,6 +180,7 @@ static void get_instr(regc_reader *r, regc_instr *in, int n_bufs, int *ew_region
     *ew_region = (int)field(r, v, F_EW_REGION, 0, INT32_MAX) - 1;
     *ew_index = (int)field(r, v, F_EW_INDEX, 0, INT32_MAX) - 1;
     in->node = (int)field(r, v, F_NODE, 0, INT32_MAX) - 1;
+    in->signal = (int)field(r, v, F_SIGNAL, 0, INT32_MAX);
 }
 
 static void put_ew(regc_bytes *b, const regc_ew_program *e)
@@ -387,6 +390,8 @@ static int get_program_instr(regc_reader *rd, const regc_program *p, regc_instr 
     }
     if (in->kernel == K_EW && !in->ew)
         rd->failed = 1;
+    if (in->signal > p->n_signals || (in->kernel == K_COMM_WAIT && in->signal < 1))
+        rd->failed = 1;
     return !rd->failed;
 }
 
@@ -457,6 +462,7 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     regc_bytes_put_i64(b, p->accumulate_grads);
     regc_bytes_put_i64(b, p->ranks);
     regc_bytes_put_i64(b, p->zero_stage);
+    regc_bytes_put_i64(b, p->n_signals);
     regc_bytes_put_i64(b, st->region_kinds);
     regc_bytes_put_i64(b, st->instances);
     regc_bytes_put_i64(b, st->n_instructions);
@@ -583,6 +589,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     p->accumulate_grads = (int)regc_reader_int(&rd, 0, 1);
     p->ranks = (int)regc_reader_int(&rd, 1, 1 << 20);
     p->zero_stage = (int)regc_reader_int(&rd, 0, 3);
+    p->n_signals = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->region_kinds = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->instances = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->n_instructions = regc_reader_int(&rd, 0, INT64_MAX);

@@ -157,14 +157,13 @@ static int place_ref(placer *z, regc_ref *ref, int step)
                                             .refs = {{*own, 0}},
                                             .d = {l->unit_padded[u]}});
         else
-            rc = emit_instr(
-                z, (regc_instr){.kernel = K_ALLGATHER,
-                                .n_refs = 2,
-                                .n_out = 1,
-                                .refs = {{*own, 0},
-                                         {z->shard_params,
-                                          l->shard_offset[u] * (int64_t)sizeof(float)}},
-                                .d = {l->unit_shard[u]}});
+            rc = emit_instr(z, (regc_instr){.kernel = K_ALLGATHER,
+                                            .n_refs = 2,
+                                            .n_out = 1,
+                                            .refs = {{*own, 0},
+                                                     {z->shard_params,
+                                                      l->shard_offset[u] * (int64_t)sizeof(float)}},
+                                            .d = {l->unit_shard[u]}});
         if (rc)
             return rc;
     }
@@ -287,14 +286,14 @@ int regc_zero3_place(regc_program *p)
         for (int u = 0; u < l->n_units && rc == REGC_OK; u++)
             if (z.last_grad[u] == i)
                 rc = emit_instr(
-                    &z, (regc_instr){.kernel = K_REDUCE_SCATTER,
-                                     .n_refs = 2,
-                                     .n_out = 1,
-                                     .accumulate = p->accumulate_grads,
-                                     .refs = {{z.shard_grads,
-                                               l->shard_offset[u] * (int64_t)sizeof(float)},
-                                              {z.grads[u], 0}},
-                                     .d = {l->unit_shard[u]}});
+                    &z, (regc_instr){
+                            .kernel = K_REDUCE_SCATTER,
+                            .n_refs = 2,
+                            .n_out = 1,
+                            .accumulate = p->accumulate_grads,
+                            .refs = {{z.shard_grads, l->shard_offset[u] * (int64_t)sizeof(float)},
+                                     {z.grads[u], 0}},
+                            .d = {l->unit_shard[u]}});
     }
     if (rc == REGC_OK) {
         free(p->steps); /* the binds moved into z.out */
@@ -303,8 +302,8 @@ int regc_zero3_place(regc_program *p)
         /* the per-parameter buffers no step names any more */
         for (int b = 0; b < n_bufs; b++)
             if (z.param_of[b] >= 0)
-                p->bufs[b] = (regc_buf){.kind = BUF_ARENA, .first = -1, .last = -1,
-                                        .inplace_of = -1};
+                p->bufs[b] =
+                    (regc_buf){.kind = BUF_ARENA, .first = -1, .last = -1, .inplace_of = -1};
     } else {
         for (int i = 0; i < z.n_out; i++)
             if (z.out[i].piece >= 0)

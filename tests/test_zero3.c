@@ -209,13 +209,13 @@ static void test_stage3_programs_agree(void **state)
 
 /* ---- the placed communication --------------------------------------------- */
 
-static regc_program *compile_at(const char *preset, int ranks, regc_level level, int inline_back)
+static regc_program *compile_at(const char *preset, int ranks, int64_t prefetch)
 {
     regc_model *m = NULL;
     assert_int_equal(regc_model_load(preset, &m), REGC_OK);
     regc_compile_options co;
     regc_compile_options_default(&co);
-    co.ranks = ranks, co.zero_stage = 3, co.level = level, co.inline_back = inline_back;
+    co.ranks = ranks, co.zero_stage = 3, co.prefetch_floats = prefetch;
     regc_program *p = NULL;
     if (regc_program_compile(m, 2, 16, &co, &p, NULL) != REGC_OK)
         fail_msg("%s at %d ranks: %s", preset, ranks, regc_error_message());
@@ -267,12 +267,34 @@ static int check_held(const regc_program *p, int b, int from, const char *what)
     return last;
 }
 
-static void check_placement(const char *preset)
+/* The K_COMM_WAIT of collective `signal` after instruction i. */
+static int wait_of(const regc_program *p, int i, int signal)
 {
-    regc_program *p = compile_at(preset, 2, REGC_LEVEL_O1, 1);
+    int w = -1;
+    for (int j = 0; j < p->n_instr; j++)
+        if (p->instr[j].kernel == K_COMM_WAIT && p->instr[j].signal == signal) {
+            if (w >= 0 || j < i)
+                fail_msg("collective %d: a second wait, or a wait before its start", signal);
+            w = j;
+        }
+    if (w < 0)
+        fail_msg("collective %d is never waited for", signal);
+    return w;
+}
+
+static int is_compute(const regc_instr *in)
+{
+    return in->kernel != K_ALLGATHER && in->kernel != K_REDUCE_SCATTER && in->kernel != K_COMM_WAIT;
+}
+
+/* prefetch: the compile option; every gather must start where it is
+ * waited for (0), or some while compute runs (else). */
+static void check_placement(const char *preset, int64_t prefetch)
+{
+    regc_program *p = compile_at(preset, 2, prefetch);
     const regc_shard_layout *l = p->layout;
     assert_non_null(l);
-    int gathers = 0, scatters = 0, reused = 0;
+    int gathers = 0, scatters = 0, reused = 0, ahead = 0; /* gathers waited for */
     int *gathered = calloc((size_t)l->n_units, sizeof *gathered);
     int *scattered = calloc((size_t)l->n_units, sizeof *scattered);
     for (int i = 0; i < p->n_instr; i++) {
@@ -286,12 +308,20 @@ static void check_placement(const char *preset)
             u++;
         assert_true(u < l->n_units);
         assert_int_equal(in->d[0], l->unit_shard[u]);
+        assert_true(in->signal > 0);
+        int w = wait_of(p, i, in->signal), compute_between = 0;
+        for (int j = i + 1; j < w; j++)
+            compute_between += is_compute(&p->instr[j]);
         if (in->kernel == K_ALLGATHER) {
             int b = in->refs[0].buf;
             for (int j = 0; j < i; j++)
                 if (reads(&p->instr[j], b) || writes(&p->instr[j], b))
                     fail_msg("%s unit %d: instruction %d uses it before its gather %d", preset, u,
                              j, i);
+            for (int j = i + 1; j < w; j++)
+                if (reads(&p->instr[j], b))
+                    fail_msg("%s unit %d: instruction %d reads it before the gather's wait %d",
+                             preset, u, j, w);
             int last = check_held(p, b, i, "gathered");
             /* released: the plan gives its bytes to a later buffer */
             for (int j = last + 1; j < p->n_instr && !reused; j++)
@@ -300,15 +330,28 @@ static void check_placement(const char *preset)
                     if (o >= 0 && o != b && overlaps(&p->bufs[o], &p->bufs[b]))
                         reused = 1;
                 }
+            if (prefetch == 0 && compute_between)
+                fail_msg("%s unit %d: gathered on demand, yet started %d instructions early",
+                         preset, u, compute_between);
             gathered[u]++;
             gathers++;
         } else {
             int b = in->refs[1].buf;
             for (int j = i + 1; j < p->n_instr; j++)
-                if (reads(&p->instr[j], b) || writes(&p->instr[j], b))
+                if (j != w && (reads(&p->instr[j], b) || writes(&p->instr[j], b)))
                     fail_msg("%s unit %d: instruction %d touches its gradients after their "
                              "reduce-scatter %d",
                              preset, u, j, i);
+            /* the gradients stay in place until the reduce-scatter is done */
+            for (int j = i + 1; j < w; j++)
+                for (int k = 0; k < p->instr[j].n_refs; k++) {
+                    int o = p->instr[j].refs[k].buf;
+                    if (o >= 0 && o != b && regc_instr_writes(&p->instr[j], k) &&
+                        overlaps(&p->bufs[o], &p->bufs[b]))
+                        fail_msg("%s unit %d: instruction %d writes its gradients' bytes while "
+                                 "they are reduce-scattered",
+                                 preset, u, j);
+                }
             scattered[u]++;
             scatters++;
         }
@@ -323,6 +366,25 @@ static void check_placement(const char *preset)
     assert_true(reused);
     assert_true(gathers > l->n_units);
     assert_int_equal(scatters, l->n_units);
+    assert_int_equal(p->n_signals, gathers + scatters);
+    /* prefetching, gather k starts before gather k - 1 is waited for, so
+     * it arrives while unit k - 1 computes */
+    int prev_wait = -1;
+    for (int w = 0; w < p->n_instr && prefetch != 0; w++) {
+        const regc_instr *in = &p->instr[w];
+        if (in->kernel != K_COMM_WAIT || in->d[1] != K_ALLGATHER)
+            continue;
+        int start = -1;
+        for (int j = 0; j < w; j++)
+            if (p->instr[j].signal == in->signal && p->instr[j].kernel == K_ALLGATHER)
+                start = j;
+        if (prev_wait >= 0 && start > prev_wait)
+            fail_msg("%s: gather %d starts at %d, after the previous gather's wait %d", preset,
+                     in->signal, start, prev_wait);
+        prev_wait = w;
+        ahead++;
+    }
+    assert_int_equal(ahead, prefetch != 0 ? gathers : 0);
     free(gathered), free(scattered);
     regc_program_free(p);
 }
@@ -330,8 +392,11 @@ static void check_placement(const char *preset)
 static void test_gathers_before_use_and_released_after(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
-        check_placement(presets[i]);
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        check_placement(presets[i], -1);
+        check_placement(presets[i], 0);
+        check_placement(presets[i], 1 << 20);
+    }
 }
 
 /* ---- the blocks ------------------------------------------------------------ */
@@ -345,7 +410,7 @@ static void test_blocks_are_a_share_of_the_model(void **state)
         int64_t total = regc_model_total_numel(m);
         regc_model_free(m);
         for (int ranks = 1; ranks <= 4; ranks *= 2) {
-            regc_program *p = compile_at(presets[i], ranks, REGC_LEVEL_O1, 1);
+            regc_program *p = compile_at(presets[i], ranks, -1);
             const regc_shard_layout *l = regc_program_shard_layout(p);
             int64_t block = regc_program_block_floats(p);
             assert_int_equal(block, l->shard_floats);

@@ -149,7 +149,16 @@ const regc_option regc_option_table[] = {
     {"zero_optimization", "stage", "--zero-stage", OPT_INT, "<0|3>", 0, 3, 0, NULL,
      FIELD(train.zero_stage), OPT_SHOW_DEFAULT,
      "DeepSpeed's ZeRO stage under mpirun: 0 replicates the model on every rank and sums the "
-     "gradients before each update (data parallelism)"},
+     "gradients before each update (data parallelism); 3 shards the parameters, gradients and "
+     "AdamW's moments over the ranks, each unit gathered before its use"},
+    {"zero_optimization", "stage3_prefetch_bucket_size", "--prefetch-bucket-size", OPT_INT,
+     "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.prefetch_floats), 0,
+     "stage 3: parameters gathered ahead of the compute, at least one unit (default: one unit "
+     "ahead; 0 gathers each unit where it is needed)"},
+    {"compile", "deepcompile", "--deepcompile", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(train.compile.deepcompile), OPT_SHOW_DEFAULT,
+     "stage 3: the compiler's communication schedule (gathers started ahead, reduce-scatters "
+     "overlapping the backward); off waits for each collective where it is placed"},
 };
 
 const int regc_option_count = (int)(sizeof regc_option_table / sizeof regc_option_table[0]);
@@ -189,8 +198,7 @@ int regc_option_section_known(const char *section)
  * as such rather than as typos. */
 int regc_option_not_yet(const char *section, const char *key)
 {
-    static const char *const later[] = {"stage3_prefetch_bucket_size",
-                                        "stage3_max_live_parameters",
+    static const char *const later[] = {"stage3_max_live_parameters",
                                         "stage3_param_persistence_threshold",
                                         "reduce_bucket_size",
                                         "offload_optimizer",

@@ -47,7 +47,7 @@ typedef struct {
     /* data parallelism: the ranks' communicator (NULL: one process). Rank r
      * reads rows r x batch .. of each global batch of ranks x batch rows. */
     regc_comm *comm;
-    int zero_stage;       /* zero_optimization.stage: 0 (3 comes with sharding) */
+    int zero_stage;       /* zero_optimization.stage: 0 or 3 */
     uint64_t seed;        /* random init of presets */
     const char *save_dir; /* NULL: do not save */
     const char *backend;  /* "cpu" */

@@ -3,7 +3,12 @@
  * regc calls MPI from one thread at a time (the program's communication
  * queue or the trainer), so MPI_THREAD_SERIALIZED is all it asks for. An
  * error in one rank must not leave the others blocked in a collective:
- * the caller aborts the job (MPI_Abort), which ends every rank. */
+ * the caller aborts the job (MPI_Abort), which ends every rank.
+ *
+ * Each collective is started non-blocking and then tested until done,
+ * yielding the core between tests: a blocking collective would spin on it,
+ * and the queue's thread shares its cores with the threads that compute. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +31,20 @@ static int mpi_failed(const char *what, int err)
     return regc_error(REGC_ERR_IO, "mpi: %s: %.*s", what, len, msg);
 }
 
+/* Wait for r, letting the compute threads run meanwhile. */
+static int mpi_finish(MPI_Request *r, const char *what)
+{
+    for (;;) {
+        int done = 0;
+        int err = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS)
+            return mpi_failed(what, err);
+        if (done)
+            return REGC_OK;
+        sched_yield();
+    }
+}
+
 /* MPI counts are int: a large buffer goes in chunks of at most 2^30. */
 #define MPI_CHUNK ((int64_t)1 << 30)
 
@@ -35,8 +54,9 @@ static int mpi_allgather(regc_comm *c, float *dst, const float *src, int64_t n)
         return regc_error(REGC_ERR_UNSUPPORTED, "mpi: allgather of %lld floats per rank",
                           (long long)n);
     const void *in = src == dst + (int64_t)c->rank * n ? MPI_IN_PLACE : src;
-    int err = MPI_Allgather(in, (int)n, MPI_FLOAT, dst, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
-    return err == MPI_SUCCESS ? REGC_OK : mpi_failed("allgather", err);
+    MPI_Request r;
+    int err = MPI_Iallgather(in, (int)n, MPI_FLOAT, dst, (int)n, MPI_FLOAT, MPI_COMM_WORLD, &r);
+    return err == MPI_SUCCESS ? mpi_finish(&r, "allgather") : mpi_failed("allgather", err);
 }
 
 static int mpi_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_t n, int accumulate)
@@ -55,9 +75,13 @@ static int mpi_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_
         }
         out = x->tmp;
     }
-    int err = MPI_Reduce_scatter_block(src, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Request r;
+    int err = MPI_Ireduce_scatter_block(src, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r);
     if (err != MPI_SUCCESS)
         return mpi_failed("reduce_scatter", err);
+    int rc = mpi_finish(&r, "reduce_scatter");
+    if (rc)
+        return rc;
     if (accumulate)
         for (int64_t i = 0; i < n; i++)
             dst[i] += out[i];
@@ -73,10 +97,12 @@ static int mpi_allreduce(regc_comm *c, void *buf, int64_t n, regc_comm_dtype t)
     size_t elem = t == REGC_COMM_F32 ? 4 : 8;
     for (int64_t at = 0; at < n; at += MPI_CHUNK) {
         int64_t k = n - at < MPI_CHUNK ? n - at : MPI_CHUNK;
-        int err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)at * elem, (int)k, type,
-                                MPI_SUM, MPI_COMM_WORLD);
-        if (err != MPI_SUCCESS)
-            return mpi_failed("allreduce", err);
+        MPI_Request r;
+        int err = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)at * elem, (int)k, type,
+                                 MPI_SUM, MPI_COMM_WORLD, &r);
+        int rc = err == MPI_SUCCESS ? mpi_finish(&r, "allreduce") : mpi_failed("allreduce", err);
+        if (rc)
+            return rc;
     }
     return REGC_OK;
 }

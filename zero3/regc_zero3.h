@@ -55,6 +55,34 @@ int regc_comm_open(regc_comm **out);
 int regc_comm_launched(void);
 void regc_comm_free(regc_comm *c);
 
+/* ---------------------------------------------------------------- the queue
+ * Collectives run asynchronously on a thread of their own, in the order
+ * they were started (the same order on every rank): start returns a
+ * ticket at once, wait blocks until that collective and every one before
+ * it has finished. While collectives are queued, only the queue's thread
+ * calls the communicator; drain before calling it yourself. */
+typedef enum { REGC_COMM_OP_ALLGATHER, REGC_COMM_OP_REDUCE_SCATTER } regc_comm_op_kind;
+
+typedef struct {
+    regc_comm_op_kind kind;
+    float *dst;
+    const float *src;
+    int64_t n; /* floats per rank, as allgather and reduce_scatter take them */
+    int accumulate;
+} regc_comm_op;
+
+typedef struct regc_comm_queue regc_comm_queue;
+
+int regc_comm_queue_new(regc_comm *c, regc_comm_queue **out);
+int regc_comm_queue_start(regc_comm_queue *q, const regc_comm_op *op, int64_t *ticket);
+/* The first failure of any collective so far, with its message. */
+int regc_comm_queue_wait(regc_comm_queue *q, int64_t ticket);
+int regc_comm_queue_drain(regc_comm_queue *q);
+/* Milliseconds the thread has spent in collectives. */
+double regc_comm_queue_busy_ms(regc_comm_queue *q);
+/* Drains, then stops the thread. */
+void regc_comm_queue_free(regc_comm_queue *q);
+
 /* ---------------------------------------------------------------- shards
  * ZeRO-3's layout of model state. The parameters fall into gather units
  * (a region instance's, a piece of glue's), each laid out flat and padded

@@ -1,0 +1,106 @@
+/* zero3_schedule.c — ZeRO-3's communication schedule over the flat step
+ * program: prefetch and overlap.
+ *
+ * Placement (zero3_place.c) leaves each collective synchronous, right
+ * where it is needed: every unit's all-gather just before its first
+ * reader, every reduce-scatter just after its unit's last gradient write.
+ * This pass, run on the program inlined back and already in its final
+ * (memory-aware) order, makes them asynchronous on the communication
+ * queue:
+ *  - all-gather k starts while an earlier unit j computes, and is waited
+ *    for where it used to run. j is the earliest unit for which the
+ *    parameters in flight ahead of the compute (units j+1 .. k) stay within
+ *    the prefetch bucket, and at least one unit ahead; with no bucket
+ *    (prefetch 0) each gather starts where it is waited for (on demand);
+ *  - reduce-scatter m starts where it ran and is waited for after
+ *    reduce-scatter m + 1 has started, so it overlaps the next unit's
+ *    backward and at most two are in flight.
+ * A start and its wait name the same buffers, so the memory plan, made
+ * again after this pass, keeps a gathered buffer from its start to its last
+ * reader and a gradient buffer until its reduce-scatter is done. The
+ * collectives keep their order of starts, the same on every rank. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "region_internal.h"
+
+static regc_instr wait_for(const regc_instr *start)
+{
+    regc_instr w = *start;
+    w.kernel = K_COMM_WAIT;
+    w.d[1] = start->kernel;
+    w.accumulate = 0;
+    return w;
+}
+
+/* The unit whose parameters in flight ahead of gather k's wait may start
+ * it: the earliest j with gathers j+1 .. k within `bucket` floats, and at
+ * least one unit ahead (bucket < 0: exactly one; 0: none). */
+static int start_unit(const int64_t *floats, int k, int64_t bucket)
+{
+    if (bucket == 0 || k == 0)
+        return k;
+    if (bucket < 0)
+        return k - 1;
+    int j = k - 1;
+    int64_t ahead = floats[k];
+    while (j > 0 && ahead + floats[j] <= bucket)
+        ahead += floats[j--];
+    return j;
+}
+
+int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats)
+{
+    int n = p->n_instr, n_gather = 0, n_scatter = 0;
+    for (int i = 0; i < n; i++) {
+        n_gather += p->instr[i].kernel == K_ALLGATHER;
+        n_scatter += p->instr[i].kernel == K_REDUCE_SCATTER;
+    }
+    int *gpos = malloc(((size_t)n_gather + 1) * sizeof *gpos);
+    int *from = malloc(((size_t)n_gather + 1) * sizeof *from);
+    int64_t *floats = malloc(((size_t)n_gather + 1) * sizeof *floats);
+    regc_instr *out = malloc(((size_t)n + n_gather + 2 * (size_t)n_scatter + 1) * sizeof *out);
+    if (!gpos || !from || !floats || !out) {
+        free(gpos), free(from), free(floats), free(out);
+        return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
+    }
+    for (int i = 0, k = 0; i < n; i++)
+        if (p->instr[i].kernel == K_ALLGATHER)
+            gpos[k] = i, floats[k++] = p->instr[i].d[0] * p->ranks;
+    for (int k = 0; k < n_gather; k++)
+        from[k] = start_unit(floats, k, prefetch_floats);
+    /* signals: gathers 1 .. n_gather, then the reduce-scatters */
+    int n_out = 0, k = 0, next = 0, m = 0;
+    regc_instr pending; /* the last reduce-scatter started, not yet waited for */
+    int has_pending = 0;
+    for (int i = 0; i < n; i++) {
+        const regc_instr *in = &p->instr[i];
+        if (in->kernel == K_ALLGATHER) {
+            /* start every gather due while unit k computes, then wait for k */
+            for (; next < n_gather && from[next] <= k; next++) {
+                out[n_out] = p->instr[gpos[next]];
+                out[n_out++].signal = next + 1;
+            }
+            regc_instr self = *in;
+            self.signal = k + 1;
+            out[n_out++] = wait_for(&self);
+            k++;
+        } else if (in->kernel == K_REDUCE_SCATTER) {
+            regc_instr start = *in;
+            start.signal = n_gather + ++m;
+            out[n_out++] = start;
+            if (has_pending)
+                out[n_out++] = wait_for(&pending);
+            pending = start, has_pending = 1;
+        } else {
+            out[n_out++] = *in;
+        }
+    }
+    if (has_pending)
+        out[n_out++] = wait_for(&pending);
+    free(p->instr);
+    p->instr = out, p->n_instr = n_out;
+    p->n_signals = n_gather + n_scatter;
+    free(gpos), free(from), free(floats);
+    return REGC_OK;
+}
