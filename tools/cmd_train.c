@@ -101,7 +101,7 @@ static void on_step(const regc_step_report *r, void *user)
         return;
     int n;
     /* the learning rate with a schedule, the norm with clipping */
-    char extra[128] = "";
+    char extra[192] = "";
     if (p->json) {
         char loss[48], ms[48], tps[48], v[48];
         /* %.9g round-trips any float, so a reader recovers the exact loss. */
@@ -116,6 +116,13 @@ static void on_step(const regc_step_report *r, void *user)
             json_number(v, sizeof v, "%.9g", (double)r->grad_norm);
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"grad_norm\": %s", v);
         }
+        if (r->comm_ms > 0.0) {
+            json_number(v, sizeof v, "%.6g", r->comm_ms);
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"comm_ms\": %s", v);
+            json_number(v, sizeof v, "%.6g", r->comm_wait_ms);
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"comm_wait_ms\": %s",
+                     v);
+        }
         n = printf("{\"step\": %d, \"loss\": %s%s, \"ms\": %s, \"tokens_per_s\": %s}\n", r->step,
                    loss, extra, ms, tps);
     } else if (p->progress) {
@@ -126,6 +133,10 @@ static void on_step(const regc_step_report *r, void *user)
         if (!isnan(r->grad_norm))
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | norm %7.4f",
                      (double)r->grad_norm);
+        if (r->comm_ms > 0.0)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+                     " | comm %.1f ms, %.0f%% hidden", r->comm_ms,
+                     100.0 * (1.0 - r->comm_wait_ms / r->comm_ms));
         n = printf("step %*d | loss %7.4f%s | %8.1f ms | %8.0f tok/s\n", p->step_width, r->step,
                    (double)r->loss, extra, r->ms, r->tokens_per_s);
     }

@@ -74,6 +74,10 @@ typedef struct {
     int resumed;            /* the first step of a run resumed from a checkpoint */
     double ms;              /* wall time of the whole step */
     double tokens_per_s;    /* of the whole job: every rank's tokens */
+    /* ZeRO-3 over several ranks: this step's collectives on the
+     * communication queue, and how long the step waited for them (the part
+     * not hidden behind compute); 0 otherwise */
+    double comm_ms, comm_wait_ms;
 } regc_step_report;
 
 typedef void (*regc_step_fn)(const regc_step_report *r, void *user);

@@ -75,7 +75,8 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
     const int k = o->grad_accum, shared = k > 1 || t->comm->size > 1;
     int64_t total = 0;
     int rc = REGC_OK;
-    double t0 = regc_time_ms();
+    double t0 = regc_time_ms(), comm0, wait0;
+    regc_program_comm_times(t->program, &comm0, &wait0);
     if (shared) {
         for (int j = 0; j < k && rc == REGC_OK; j++)
             if ((rc = fill_batch(t, o, t->tokens, (int64_t)step * k + j)) == REGC_OK)
@@ -129,6 +130,9 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
         if ((rc = t->comm->allreduce(t->comm, &loss, 1, REGC_COMM_F64)))
             return rc;
     }
+    double comm1, wait1;
+    regc_program_comm_times(t->program, &comm1, &wait1);
+    r->comm_ms = comm1 - comm0, r->comm_wait_ms = wait1 - wait0;
     r->loss = (float)loss;
     r->lr = t->host.lr;
     r->grad_norm = o->max_grad_norm > 0.0 ? t->host.grad_norm : NAN;

@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "regc_zero3.h"
 
@@ -31,17 +32,24 @@ static int mpi_failed(const char *what, int err)
     return regc_error(REGC_ERR_IO, "mpi: %s: %.*s", what, len, msg);
 }
 
-/* Wait for r, letting the compute threads run meanwhile. */
+/* Wait for r, letting the compute threads run meanwhile: a few tests with
+ * the core yielded between them, then short sleeps (a transfer's progress
+ * is made inside MPI_Test, so the sleeps stay short). */
 static int mpi_finish(MPI_Request *r, const char *what)
 {
-    for (;;) {
+    for (int tries = 0;; tries++) {
         int done = 0;
         int err = MPI_Test(r, &done, MPI_STATUS_IGNORE);
         if (err != MPI_SUCCESS)
             return mpi_failed(what, err);
         if (done)
             return REGC_OK;
-        sched_yield();
+        if (tries < 64) {
+            sched_yield();
+        } else {
+            struct timespec pause = {0, 20000}; /* 20 us */
+            nanosleep(&pause, NULL);
+        }
     }
 }
 
