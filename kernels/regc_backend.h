@@ -166,6 +166,10 @@ struct regc_backend {
 
     /* memory; alloc returns NULL on failure (the message is set) */
     void *(*alloc)(regc_backend *be, size_t bytes);
+    /* the bytes alloc handed out and free has not taken back, and their
+     * high-water mark: what the device holds for the run (kernel scratch
+     * aside); backends that do not count leave both 0 */
+    int64_t mem_in_use, mem_peak;
     void (*free)(regc_backend *be, void *ptr);
     void (*copy_h2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy_d2h)(regc_backend *be, void *dst, const void *src, size_t bytes);

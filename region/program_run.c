@@ -240,6 +240,11 @@ void regc_program_comm_times(const regc_program *p, double *busy_ms, double *wai
     *wait_ms = p->wait_ms;
 }
 
+int64_t regc_program_arena_bytes(const regc_program *p)
+{
+    return p->level == REGC_LEVEL_O0 ? 0 : p->arena_bytes;
+}
+
 void *regc_program_arena(const regc_program *p, int64_t *bytes)
 {
     *bytes = p->arena ? p->arena_bytes : 0;

@@ -143,6 +143,16 @@ int64_t regc_program_block_floats(const regc_program *p);
 /* ZeRO-3's layout of the blocks (units, shards, where each parameter lies),
  * or NULL when every rank holds the whole model. */
 const regc_shard_layout *regc_program_shard_layout(const regc_program *p);
+/* A step's communication, per rank, from the program alone. */
+typedef struct {
+    int units;               /* ZeRO-3's gather units; 0 without */
+    int gathers, scatters;   /* all-gathers and reduce-scatters per step */
+    int64_t gather_bytes;    /* received per step: (N - 1) / N of every gathered unit */
+    int64_t scatter_bytes;   /* sent per step: (N - 1) / N of every unit's gradients */
+    int64_t allreduce_bytes; /* sent per step by a ring all-reduce: 2 (N - 1) / N */
+    int64_t window_bytes;    /* the most gathered parameters held at once */
+} regc_comm_plan;
+void regc_program_comm_plan(const regc_program *p, regc_comm_plan *c);
 /* The asynchronous collectives over every run so far: the time the
  * communication queue spent in them, and the time the program blocked
  * waiting for them (what was not hidden behind compute). */
@@ -170,6 +180,9 @@ typedef struct {
 /* Bind device memory; allocates the activation arena on be (unless it
  * borrows mem->arena). */
 int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memory *mem);
+/* The activation arena the program plans (O0: none; it allocates per
+ * buffer at run time). */
+int64_t regc_program_arena_bytes(const regc_program *p);
 /* The arena a bound program allocated (NULL, 0 when it has none of its own). */
 void *regc_program_arena(const regc_program *p, int64_t *bytes);
 /* Run forward and backward: the parameters' gradients land in the gradient

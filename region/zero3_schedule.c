@@ -104,3 +104,64 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats)
     free(gpos), free(from), free(floats);
     return REGC_OK;
 }
+
+/* ---------------------------------------------------------------- its cost */
+
+static void count_comm(const regc_program *p, const regc_instr *in, regc_comm_plan *c)
+{
+    const int64_t others = p->ranks - 1;
+    switch (in->kernel) {
+    case K_ALLGATHER:
+        c->gathers++;
+        c->gather_bytes += others * in->d[0] * (int64_t)sizeof(float);
+        break;
+    case K_REDUCE_SCATTER:
+        c->scatters++;
+        c->scatter_bytes += others * in->d[0] * (int64_t)sizeof(float);
+        break;
+    case K_ALLREDUCE: /* a ring sends 2 (N - 1) / N of the buffer */
+        c->allreduce_bytes +=
+            2 * others * in->d[0] * (in->d[1] ? 8 : (int64_t)sizeof(float)) / p->ranks;
+        break;
+    default: break;
+    }
+}
+
+void regc_program_comm_plan(const regc_program *p, regc_comm_plan *c)
+{
+    memset(c, 0, sizeof *c);
+    c->units = p->layout ? p->layout->n_units : 0;
+    int n = p->lazy ? p->n_steps : p->n_instr;
+    for (int i = 0; i < n; i++) {
+        const regc_instr *in = p->lazy ? &p->steps[i].instr : &p->instr[i];
+        if (!p->lazy || p->steps[i].piece < 0)
+            count_comm(p, in, c);
+    }
+    for (int i = 0; i < p->n_update; i++)
+        count_comm(p, &p->update[i], c);
+    /* the window: gathered buffers live at once, over the program points
+     * (each adds its bytes at its first point and takes them off after its
+     * last) */
+    int64_t *delta = calloc((size_t)n + 2, sizeof *delta);
+    if (!delta) {
+        c->window_bytes = -1; /* unknown */
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const regc_instr *in = p->lazy ? &p->steps[i].instr : &p->instr[i];
+        if ((p->lazy && p->steps[i].piece >= 0) || in->kernel != K_ALLGATHER)
+            continue;
+        const regc_buf *b = &p->bufs[in->refs[0].buf];
+        if (b->first >= 0 && b->last >= b->first && b->last <= n) {
+            delta[b->first] += b->bytes;
+            delta[b->last + 1] -= b->bytes;
+        }
+    }
+    int64_t live = 0;
+    for (int t = 0; t <= n; t++) {
+        live += delta[t];
+        if (live > c->window_bytes)
+            c->window_bytes = live;
+    }
+    free(delta);
+}

@@ -32,7 +32,8 @@ static void assert_one_line_error(const regc_test_proc *p, const char *what)
 }
 
 /* The steps of a --json run: each stdout line must be one JSON object with
- * exactly the keys step, loss, ms and tokens_per_s, all numbers. */
+ * exactly the keys step, loss, ms, tokens_per_s and device_peak (the CPU
+ * backend counts its memory), all numbers. */
 static int parse_json_steps(const char *out, float *loss, int max)
 {
     int n = 0;
@@ -50,9 +51,9 @@ static int parse_json_steps(const char *out, float *loss, int max)
         cJSON *obj = cJSON_ParseWithOpts(text, NULL, 1);
         if (!obj || !cJSON_IsObject(obj))
             fail_msg("not one JSON object: %s", text);
-        assert_int_equal(cJSON_GetArraySize(obj), 4);
-        static const char *const keys[] = {"step", "loss", "ms", "tokens_per_s"};
-        for (int k = 0; k < 4; k++) {
+        assert_int_equal(cJSON_GetArraySize(obj), 5);
+        static const char *const keys[] = {"step", "loss", "ms", "tokens_per_s", "device_peak"};
+        for (int k = 0; k < 5; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, keys[k]);
             if (!cJSON_IsNumber(v))
                 fail_msg("key %s missing or not a number in: %s", keys[k], text);

@@ -13,6 +13,8 @@
  *   of gathers on demand, of no schedule, of a whole-step compile.
  * - A checkpoint written at N = 2 under stage 3 resumes at N = 2 bit for
  *   bit, and in one process and at N = 4 within 1e-5.
+ * - `regc plan` predicts the device memory each rank holds, within 1%, at
+ *   N = 1, 2 and 4.
  * - Ranks started with different settings (the run's, the stage, the
  *   compile level) fail at start-up with one line naming what differs; a
  *   rank that dies ends the others instead of leaving them waiting.
@@ -71,8 +73,11 @@ static int group_teardown(void **state)
     return 0;
 }
 
+static double device_peak; /* the last run's, from its last step line */
+
 /* Run regc train on `np` ranks (0: one process, no mpirun) with argv after
- * "train"; stdout's step losses into loss[], returns the exit status. */
+ * "train"; stdout's step losses into loss[] (and the device's high-water
+ * mark into device_peak), returns the exit status. */
 static int run(int np, const char *const *args, double *loss, char **err)
 {
     const char *argv[64];
@@ -103,12 +108,17 @@ static int run(int np, const char *const *args, double *loss, char **err)
     int rc = regc_test_run_argv(argv, &p);
     for (int k = 0; loss && k < STEPS; k++)
         loss[k] = NAN;
-    for (char *line = strtok(p.out, "\n"); loss && line; line = strtok(NULL, "\n")) {
+    device_peak = NAN;
+    for (char *line = strtok(p.out, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *o = cJSON_Parse(line);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
         const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
-        if (cJSON_IsNumber(s) && cJSON_IsNumber(l) && s->valueint >= 0 && s->valueint < STEPS)
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "device_peak");
+        if (loss && cJSON_IsNumber(s) && cJSON_IsNumber(l) && s->valueint >= 0 &&
+            s->valueint < STEPS)
             loss[s->valueint] = l->valuedouble;
+        if (cJSON_IsNumber(d))
+            device_peak = d->valuedouble;
         cJSON_Delete(o);
     }
     if (err)
@@ -356,6 +366,44 @@ static void test_checkpoint_moves_between_rank_counts(void **state)
     free(out), free(ck);
 }
 
+/* ---- regc plan against the runtime --------------------------------------- */
+
+/* regc plan's per-rank total against the device memory the ranks of a run
+ * measured (their backend's high-water mark). */
+static void check_plan(const char *model, int ranks, const char *stage)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", ranks);
+    const char *plan[] = {REGC_BIN, "plan", "--model",      model, "--ranks", n,   "--batch", "2",
+                          "--seq",  "16",   "--zero-stage", stage, "--json",  NULL};
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_argv(plan, &p), 0);
+    cJSON *o = cJSON_Parse(p.out);
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(o, "memory");
+    const cJSON *total = cJSON_GetObjectItemCaseSensitive(mem, "total");
+    assert_true(cJSON_IsNumber(total));
+    double predicted = total->valuedouble;
+    cJSON_Delete(o);
+    regc_test_proc_free(&p);
+    const char *train[] = {"--model", model,        "--data",       plain,     "--batch",
+                           "2",       "--seq",      "16",           "--steps", "2",
+                           "--json",  "--no-cache", "--zero-stage", stage,     NULL};
+    assert_int_equal(run(ranks > 1 ? ranks : 0, train, NULL, NULL), 0);
+    if (!(fabs(device_peak - predicted) <= 0.01 * predicted))
+        fail_msg("%s at %d ranks, stage %s: regc plan says %.0f bytes per rank, the run held %.0f",
+                 model, ranks, stage, predicted, device_peak);
+}
+
+static void test_plan_predicts_the_peak(void **state)
+{
+    (void)state;
+    for (int ranks = 1; ranks <= 4; ranks *= 2) {
+        check_plan("gpt2-tiny", ranks, "3");
+        check_plan("t5-tiny", ranks, "3");
+    }
+    check_plan("llama-tiny", 2, "0");
+}
+
 /* ---- ranks that disagree, and a rank that dies ----------------------------- */
 
 /* Two ranks, one started with `flag value0`, the other with `flag value1`:
@@ -469,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_global_batch_t5),
         cmocka_unit_test(test_stage3_programs_agree_at_two_ranks),
         cmocka_unit_test(test_checkpoint_moves_between_rank_counts),
+        cmocka_unit_test(test_plan_predicts_the_peak),
         cmocka_unit_test(test_ranks_that_disagree),
         cmocka_unit_test(test_a_rank_that_dies_ends_the_others),
     };

@@ -101,3 +101,35 @@ char *json_quote(const char *s)
     q[k] = '\0';
     return q;
 }
+
+void size_text(char *buf, size_t cap, int64_t bytes)
+{
+    const double b = (double)bytes;
+    if (b >= 1e9)
+        snprintf(buf, cap, "%.2f GB", b / 1e9);
+    else if (b >= 1e6)
+        snprintf(buf, cap, "%.1f MB", b / 1e6);
+    else if (b >= 1e3)
+        snprintf(buf, cap, "%.1f KB", b / 1e3);
+    else
+        snprintf(buf, cap, "%lld bytes", (long long)bytes);
+}
+
+void print_device_memory(FILE *f, const regc_device_memory *a, int ranks)
+{
+    char state[32], act[32], in[32], total[32];
+    size_text(state, sizeof state, a->params + a->grads + a->m + a->v);
+    size_text(act, sizeof act, a->activations);
+    size_text(in, sizeof in, a->inputs + a->scalars);
+    size_text(total, sizeof total, a->total);
+    /* the padding: what the shards hold beyond an even split of the model */
+    double even = (double)a->model_floats / ranks;
+    fprintf(f,
+            "device memory per rank: model state %s (parameters, gradients, AdamW m and v: 16 "
+            "bytes x %lld",
+            state, (long long)a->block_floats);
+    if (a->block_floats != a->model_floats)
+        fprintf(f, " = 1/%d of %lld parameters + %.2f%% padding", ranks, (long long)a->model_floats,
+                100.0 * ((double)a->block_floats - even) / even);
+    fprintf(f, "), activations %s, inputs %s: %s\n", act, in, total);
+}

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "regc_train.h"
+
 enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
 /* The command usage errors are reported for ("regc train", ...). */
@@ -32,16 +34,23 @@ char *json_quote(const char *s);
 /* "null" for what JSON cannot hold (NaN, infinities), else fmt of v. */
 void json_number(char *buf, size_t cap, const char *fmt, double v);
 
+/* "12.3 MB", "1.50 GB", "512 bytes" */
+void size_text(char *buf, size_t cap, int64_t bytes);
+/* A run's device memory per rank (regc_train_device_memory), one line. */
+void print_device_memory(FILE *f, const regc_device_memory *a, int ranks);
+
 /* The commands: argv after the command's name; each returns the exit code. */
 int cmd_train(int argc, char **argv);
 int cmd_dump_graph(int argc, char **argv);
 int cmd_detect(int argc, char **argv);
 int cmd_coldstart(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 void print_train_usage(FILE *f);
 void print_dump_graph_usage(FILE *f);
 void print_detect_usage(FILE *f);
 void print_coldstart_usage(FILE *f);
 void print_cache_usage(FILE *f);
+void print_plan_usage(FILE *f);
 
 #endif

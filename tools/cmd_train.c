@@ -48,6 +48,7 @@ typedef struct {
     int step_width;  /* digits of the last step, so the columns line up */
     int write_failed;
     const char *cache_dir;
+    int ranks;
 } step_printer;
 
 /* With a cache: what it gave, on stderr before the first step. */
@@ -68,6 +69,16 @@ static void clock_text(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
     else
         snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The runtime's own account of its device memory, before the first step,
+ * on stderr beside the other notes (--json step lines carry the measured
+ * high-water mark as device_peak). */
+static void on_memory(const regc_device_memory *a, void *user)
+{
+    const step_printer *p = user;
+    if (!p->quiet)
+        print_device_memory(stderr, a, p->ranks);
 }
 
 /* The terminal's progress line, replaced in place each step; the last step
@@ -116,6 +127,9 @@ static void on_step(const regc_step_report *r, void *user)
             json_number(v, sizeof v, "%.9g", (double)r->grad_norm);
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"grad_norm\": %s", v);
         }
+        if (r->device_peak > 0)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"device_peak\": %lld",
+                     (long long)r->device_peak);
         if (r->comm_ms > 0.0) {
             json_number(v, sizeof v, "%.6g", r->comm_ms);
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"comm_ms\": %s", v);
@@ -268,8 +282,10 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
                       .steps = o.steps,
                       .step_width = 4,
                       .cache_dir = o.cache_dir,
+                      .ranks = comm->size,
                       .show_lr = o.lr_scheduler != REGC_SCHEDULE_CONSTANT};
     o.on_compiled = on_compiled;
+    o.on_memory = on_memory;
     for (int last = o.steps - 1, w = 1; last >= 10; last /= 10)
         if (++w > p.step_width)
             p.step_width = w;

@@ -27,6 +27,8 @@ static const struct {
     {"coldstart", cmd_coldstart, print_coldstart_usage,
      "time compiling (full, regional, cached) and first steps at several depths"},
     {"cache", cmd_cache, print_cache_usage, "list, verify or clear the compile cache"},
+    {"plan", cmd_plan, print_plan_usage,
+     "per-rank device memory and communication of a run on N ranks, from shapes alone"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

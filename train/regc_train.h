@@ -13,6 +13,8 @@
 /* ======================================================================
  * Training
  * ====================================================================== */
+struct regc_device_memory;
+
 typedef struct {
     const char *data_path; /* NULL: the built-in corpus */
     /* loss masks beside data_path and val_data_path (regc_data.h): only the
@@ -60,6 +62,8 @@ typedef struct {
     regc_profile *profile;
     /* called once the step is compiled, with regc_train's user pointer */
     void (*on_compiled)(const regc_compile_stats *st, void *user);
+    /* called once the run's device memory is allocated: its account */
+    void (*on_memory)(const struct regc_device_memory *a, void *user);
 } regc_train_options;
 
 void regc_train_options_default(regc_train_options *o);
@@ -78,9 +82,23 @@ typedef struct {
      * communication queue, and how long the step waited for them (the part
      * not hidden behind compute); 0 otherwise */
     double comm_ms, comm_wait_ms;
+    int64_t device_peak; /* the device's high-water mark so far (backends that count) */
 } regc_step_report;
 
 typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
+
+/* What a run holds on its device, per rank, as the trainer allocates it
+ * for a compiled step program: known from the program alone, so `regc
+ * plan` predicts it without devices. */
+typedef struct regc_device_memory {
+    int64_t params, grads, m, v; /* the four parameter-shaped blocks (ZeRO-3: shards) */
+    int64_t model_floats;        /* floats of the whole model */
+    int64_t block_floats;        /* of each block: the model, or this rank's padded shard */
+    int64_t activations;         /* the step's arena (gathered units included) */
+    int64_t inputs, scalars;     /* a batch's inputs; the optimizer's scalar block */
+    int64_t total;
+} regc_device_memory;
+int regc_train_device_memory(const regc_program *p, regc_device_memory *a);
 
 /* Warmup in optimizer steps: warmup_steps, else the ratio of the run
  * rounded up (Hugging Face's get_warmup_steps). */

@@ -40,21 +40,32 @@ void *regc_cpu_get_scratch(regc_backend *be, size_t bytes)
     return p;
 }
 
+/* Each allocation carries its size in a header of CPU_ALIGN bytes before
+ * it, so free can count it back. */
 static void *cpu_alloc(regc_backend *be, size_t bytes)
 {
-    (void)be;
-    /* a zero-byte request still gets a unique pointer, as malloc(0) may not */
-    size_t rounded = bytes ? (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN : CPU_ALIGN;
-    void *p = rounded >= bytes ? aligned_alloc(CPU_ALIGN, rounded) : NULL;
-    if (!p)
+    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN + CPU_ALIGN;
+    char *p = rounded > bytes ? aligned_alloc(CPU_ALIGN, rounded) : NULL;
+    if (!p) {
         regc_error(REGC_ERR_MEMORY, "cpu backend: cannot allocate %zu bytes", bytes);
-    return p;
+        return NULL;
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    be->mem_in_use += (int64_t)bytes;
+    if (be->mem_in_use > be->mem_peak)
+        be->mem_peak = be->mem_in_use;
+    return p + CPU_ALIGN;
 }
 
 static void cpu_free(regc_backend *be, void *ptr)
 {
-    (void)be;
-    free(ptr);
+    if (!ptr)
+        return;
+    char *p = (char *)ptr - CPU_ALIGN;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    be->mem_in_use -= (int64_t)bytes;
+    free(p);
 }
 
 static void cpu_copy(regc_backend *be, void *dst, const void *src, size_t bytes)

@@ -1,0 +1,183 @@
+/* cmd_plan.c — `regc plan`: a run's device memory and communication per
+ * rank for N ranks, from shapes alone (a dry run: no weights, no devices,
+ * no MPI). The step is compiled for N ranks exactly as `mpirun -np N regc
+ * train` compiles it, and the memory is the trainer's own account of what
+ * it would allocate for that program. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "regc_models.h"
+#include "regc_region.h"
+#include "regc_train.h"
+
+void print_plan_usage(FILE *f)
+{
+    fputs("usage: regc plan --model <hf-dir|graph.json|preset> --ranks <N> [options]\n"
+          "\n"
+          "Compile a training step for N ranks from shapes alone and print, per rank, the\n"
+          "device memory the run would hold (parameter, gradient and AdamW shards, the\n"
+          "activation plan's peak with the gathered parameters in it, inputs) and the\n"
+          "communication of one step. No weights are read, no devices or MPI are needed.\n"
+          "\n"
+          "options:\n"
+          "  --model <dir|file|preset>  Hugging Face directory (only config.json is read), a\n"
+          "                             regc graph JSON file, or a built-in preset\n"
+          "  --ranks <N>                processes, >= 1 (required)\n"
+          "  --batch <B>                sequences per rank, >= 1 (default 4)\n"
+          "  --seq <T>                  tokens per sequence, >= 1 (default 64)\n"
+          "  --zero-stage <0|3>         ZeRO stage (default 3)\n"
+          "  --level <O0|O1|O2>         compile level (default O1)\n"
+          "  --prefetch-bucket-size <E> stage 3: parameters gathered ahead (default one unit)\n"
+          "  --gradient-accumulation-steps <K>\n"
+          "                             micro-batches per step (default 1)\n"
+          "  --json                     one JSON object instead of text\n"
+          "  -h, --help                 print this text\n",
+          f);
+}
+
+typedef struct {
+    const char *model;
+    long long ranks, batch, seq, stage, prefetch, accum;
+    int level, json;
+} plan_args;
+
+static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            *help = 1;
+            return 0;
+        }
+        if (!strcmp(arg, "--json")) {
+            a->json = 1;
+            continue;
+        }
+        char flag[64];
+        const char *value = split_flag(argc, argv, i, flag, sizeof flag);
+        if (strncmp(arg, "--", 2) != 0)
+            return usage_error("unexpected argument \"%s\" (see regc plan --help)", arg);
+        if (!value)
+            return usage_error("%s needs a value (see regc plan --help)", flag);
+        if (!strchr(arg, '='))
+            i++;
+        int rc = 0;
+        if (!strcmp(flag, "--model"))
+            a->model = value;
+        else if (!strcmp(flag, "--ranks"))
+            rc = parse_int(flag, value, 1, 1 << 20, "a positive integer", &a->ranks);
+        else if (!strcmp(flag, "--batch"))
+            rc = parse_int(flag, value, 1, INT32_MAX, "a positive integer", &a->batch);
+        else if (!strcmp(flag, "--seq"))
+            rc = parse_int(flag, value, 1, INT32_MAX, "a positive integer", &a->seq);
+        else if (!strcmp(flag, "--zero-stage")) {
+            rc = parse_int(flag, value, 0, 3, "0 or 3", &a->stage);
+            if (!rc && a->stage != 0 && a->stage != 3)
+                return usage_error("--zero-stage: %lld is not built (0 or 3)", a->stage);
+        } else if (!strcmp(flag, "--prefetch-bucket-size"))
+            rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->prefetch);
+        else if (!strcmp(flag, "--gradient-accumulation-steps"))
+            rc = parse_int(flag, value, 1, INT32_MAX, "a positive integer", &a->accum);
+        else if (!strcmp(flag, "--level")) {
+            if ((a->level = regc_level_from_name(value)) < 0)
+                return usage_error("--level: expected O0, O1 or O2, got \"%s\"", value);
+        } else
+            return usage_error("unknown option %s (see regc plan --help)", flag);
+        if (rc)
+            return rc;
+    }
+    if (!a->model)
+        return usage_error("--model is required (see regc plan --help)");
+    if (!a->ranks)
+        return usage_error("--ranks is required (see regc plan --help)");
+    return 0;
+}
+
+static void print_text(const plan_args *a, const regc_device_memory *mem,
+                       const regc_comm_plan *c, const regc_compile_stats *st)
+{
+    printf("%s, %lld ranks x batch %lld x seq %lld, ZeRO stage %lld, %s: compiled in %.1f ms\n",
+           a->model, a->ranks, a->batch, a->seq, a->stage, regc_level_name((regc_level)a->level),
+           st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms);
+    print_device_memory(stdout, mem, (int)a->ranks);
+    char gather[32], window[32], scatter[32], allreduce[32];
+    size_text(gather, sizeof gather, c->gather_bytes);
+    size_text(window, sizeof window, c->window_bytes);
+    size_text(scatter, sizeof scatter, c->scatter_bytes);
+    size_text(allreduce, sizeof allreduce, c->allreduce_bytes);
+    if (c->units)
+        printf("communication per rank and step: all-gather %s received (%d gathers of %d "
+               "units; at most %s gathered at once), reduce-scatter %s sent (%d)%s%s%s\n",
+               gather, c->gathers, c->units, window, scatter, c->scatters,
+               c->allreduce_bytes ? ", all-reduce " : "", c->allreduce_bytes ? allreduce : "",
+               c->allreduce_bytes ? " sent" : "");
+    else
+        printf("communication per rank and step: all-reduce %s sent\n", allreduce);
+}
+
+static void print_json(const plan_args *a, const regc_device_memory *mem, const regc_comm_plan *c,
+                       const regc_compile_stats *st)
+{
+    char *model = json_quote(a->model);
+    printf("{\"model\": %s, \"ranks\": %lld, \"batch\": %lld, \"seq\": %lld, \"zero_stage\": "
+           "%lld, \"level\": \"%s\", \"compile_ms\": %.3f,\n",
+           model ? model : "null", a->ranks, a->batch, a->seq, a->stage,
+           regc_level_name((regc_level)a->level),
+           st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms);
+    free(model);
+    printf(" \"memory\": {\"params\": %lld, \"grads\": %lld, \"m\": %lld, \"v\": %lld, "
+           "\"model_floats\": %lld, \"block_floats\": %lld, \"activations\": %lld, \"inputs\": "
+           "%lld, \"scalars\": %lld, \"total\": %lld},\n",
+           (long long)mem->params, (long long)mem->grads, (long long)mem->m, (long long)mem->v,
+           (long long)mem->model_floats, (long long)mem->block_floats,
+           (long long)mem->activations, (long long)mem->inputs, (long long)mem->scalars,
+           (long long)mem->total);
+    printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
+           "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
+           "\"window_bytes\": %lld}}\n",
+           c->units, c->gathers, c->scatters, (long long)c->gather_bytes,
+           (long long)c->scatter_bytes, (long long)c->allreduce_bytes, (long long)c->window_bytes);
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    usage_cmd = "regc plan";
+    plan_args a = {.batch = 4, .seq = 64, .stage = 3, .prefetch = -1, .accum = 1,
+                   .level = REGC_LEVEL_O1};
+    int help = 0, rc = parse_plan_args(argc, argv, &a, &help);
+    if (help) {
+        print_plan_usage(stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    regc_model *m = NULL;
+    if ((rc = regc_model_load_shapes(a.model, &m)) != REGC_OK)
+        return exit_code(rc);
+    /* the step exactly as regc train compiles it at this rank count */
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.level = (regc_level)a.level;
+    co.ranks = (int)a.ranks, co.zero_stage = (int)a.stage, co.prefetch_floats = a.prefetch;
+    co.accumulate_grads = a.accum > 1;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    rc = regc_program_compile(m, a.batch, a.seq, &co, &p, &st);
+    if (rc == REGC_OK) {
+        regc_device_memory mem;
+        regc_comm_plan c;
+        regc_train_device_memory(p, &mem);
+        regc_program_comm_plan(p, &c);
+        if (a.json)
+            print_json(&a, &mem, &c, &st);
+        else
+            print_text(&a, &mem, &c, &st);
+    }
+    regc_program_free(p);
+    regc_model_free(m);
+    return exit_code(rc);
+}
