@@ -13,6 +13,8 @@ regc_backend *regc_backend_cuda_new(int device)
                "regc was built without the CUDA backend (configure with -DREGC_CUDA=ON)");
     return NULL;
 }
+
+int regc_backend_cuda_device_count(void) { return 0; }
 #endif
 
 /* "cuda" is device 0; "cuda:N" picks device N. */

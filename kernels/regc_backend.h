@@ -310,6 +310,8 @@ const char *regc_backend_cpu_gemm_name(void);
 /* The CUDA backend; NULL with a message when regc was built without CUDA
  * or no device can be used. */
 regc_backend *regc_backend_cuda_new(int device);
+/* GPUs the CUDA backend can use (0 without CUDA). */
+int regc_backend_cuda_device_count(void);
 /* "cpu" or "cuda"; NULL with a message for an unknown or unavailable name */
 regc_backend *regc_backend_new(const char *name, int threads);
 void regc_backend_free(regc_backend *be);

@@ -462,6 +462,7 @@ static void test_contradicting_options(void **state)
         {"--warmup-steps", "2", "--lr-scheduler-type", "constant", "constant_with_warmup"},
         {"--min-lr", "1e-5", "--lr-scheduler-type", "cosine", "train.min_lr"},
         {"--lr-scheduler-type", "cosine_with_min_lr", "--steps", "3", "min_lr_rate"},
+        {"--communicator", "nccl", "--backend", "cpu", "nccl needs the cuda backend"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_test_proc p;

@@ -247,6 +247,13 @@ static const bad_case bad_cases[] = {
     {"{\"zero_optimization\": {\"stage\": \"3\"}}",
      "zero_optimization.stage: expected an integer from 0 to 3", "got \"3\""},
     {"{\"zero_optimization\": {\"stages\": 3}}", "zero_optimization.stages: unknown key", NULL},
+    {"{\"zero_optimization\": {\"stage3_prefetch_bucket_size\": -1}}",
+     "zero_optimization.stage3_prefetch_bucket_size: expected an integer >= 0", "got -1"},
+    {"{\"zero_optimization\": {\"stage3_max_live_parameters\": 1000}}",
+     "zero_optimization.stage3_max_live_parameters: not supported yet", NULL},
+    {"{\"zero_optimization\": {\"communicator\": \"gloo\"}}",
+     "zero_optimization.communicator: expected \"auto\"", "got \"gloo\""},
+    {"{\"compile\": {\"deepcompile\": 1}}", "compile.deepcompile:", "got 1"},
     /* malformed JSON: where it failed */
     {"{\"train\": {\"steps\": 1,}}", "malformed JSON near line 1, column 24", NULL},
     {"{\n  \"train\": {\n    \"steps\": 1\n  \n}\n", "malformed JSON near line 6", NULL},

@@ -10,7 +10,8 @@
  *   GPT-2, Llama, BERT and T5; two runs at the same N give the same bits.
  * - The same under ZeRO-3 (stage 3). At N = 2 its scheduled program gives
  *   the bits of the lazy reference (each gather right before its call),
- *   of gathers on demand, of no schedule, of a whole-step compile.
+ *   of gathers on demand, of no schedule, of a whole-step compile, of the
+ *   communicator that stages device buffers through the host.
  * - A checkpoint written at N = 2 under stage 3 resumes at N = 2 bit for
  *   bit, and in one process and at N = 4 within 1e-5.
  * - `regc plan` predicts the device memory each rank holds, within 1%, at
@@ -243,7 +244,8 @@ static void test_global_batch_t5(void **state)
 
 /* Under ZeRO-3 at 2 ranks every program gives the scheduled one's bits:
  * the lazy reference (O0, each gather right before its call), gathers on
- * demand, no schedule at all, a whole-step compile, a deep prefetch. */
+ * demand, no schedule at all, a whole-step compile, a deep prefetch; so
+ * does the staged communicator. */
 static void test_stage3_programs_agree_at_two_ranks(void **state)
 {
     (void)state;

@@ -15,7 +15,10 @@
  *   writes its arena bytes until its last reader (the plan releases it
  *   there, and reuses the bytes after); each unit's gradients are
  *   reduce-scattered once, after every instruction that writes them.
- * - The blocks hold 1/N of the padded model. */
+ * - The blocks hold 1/N of the padded model.
+ * - The communication queue keeps the order of starts and carries a
+ *   failure's message to every later wait; the staged communicator gives
+ *   the host communicator's results. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +31,7 @@
 #include <cmocka.h>
 
 #include "program.h"
+#include "regc_backend.h"
 #include "regc_train.h"
 #include "test_model.h"
 #include "test_util.h"
@@ -85,6 +89,54 @@ static void test_layout_takes_and_joins(void **state)
     assert_int_equal(regc_shard_layout_new(2, P, numel, offset, bad, 3, &l), REGC_ERR_ARG);
     assert_null(l);
     free(model), free(back);
+}
+
+/* ---- the queue and the staged communicator ------------------------------- */
+
+static int failing_allgather(regc_comm *c, float *dst, const float *src, int64_t n)
+{
+    (void)c, (void)dst, (void)src;
+    return regc_error(REGC_ERR_IO, "test: allgather of %lld floats failed", (long long)n);
+}
+
+/* Collectives finish in the order started, a staged communicator (device
+ * buffers through host copies, here the CPU backend's) gives the host
+ * one's results, and a failure reaches every later wait with its message. */
+static void test_queue_and_staged(void **state)
+{
+    (void)state;
+    enum { N = 257 };
+    regc_backend *be = regc_backend_cpu_new(1);
+    regc_comm *host = regc_comm_single_new(), *staged = regc_comm_staged_new(host, be);
+    float *src = be->alloc(be, N * sizeof(float)), *dst = be->alloc(be, N * sizeof(float));
+    for (int i = 0; i < N; i++)
+        src[i] = (float)i - 100.5f, dst[i] = 1.0f;
+    regc_comm_queue *q;
+    assert_int_equal(regc_comm_queue_new(staged, &q), REGC_OK);
+    int64_t t[3];
+    regc_comm_op add = {
+        .kind = REGC_COMM_OP_REDUCE_SCATTER, .dst = dst, .src = src, .n = N, .accumulate = 1};
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(regc_comm_queue_start(q, &add, &t[k]), REGC_OK);
+    assert_true(t[0] < t[1] && t[1] < t[2]);
+    assert_int_equal(regc_comm_queue_wait(q, t[2]), REGC_OK);
+    for (int i = 0; i < N; i++)
+        assert_true(dst[i] == 1.0f + 3.0f * src[i]);
+    regc_comm_queue_free(q);
+
+    regc_comm broken = *host;
+    broken.allgather = failing_allgather;
+    assert_int_equal(regc_comm_queue_new(&broken, &q), REGC_OK);
+    regc_comm_op gather = {.kind = REGC_COMM_OP_ALLGATHER, .dst = dst, .src = src, .n = N};
+    assert_int_equal(regc_comm_queue_start(q, &gather, &t[0]), REGC_OK);
+    assert_int_equal(regc_comm_queue_start(q, &add, &t[1]), REGC_OK);
+    assert_int_equal(regc_comm_queue_wait(q, t[1]), REGC_ERR_IO);
+    assert_non_null(strstr(regc_error_message(), "allgather of 257 floats failed"));
+    assert_int_equal(regc_comm_queue_drain(q), REGC_ERR_IO);
+    regc_comm_queue_free(q);
+    be->free(be, src), be->free(be, dst);
+    regc_comm_free(staged), regc_comm_free(host);
+    regc_backend_free(be);
 }
 
 /* ---- stage 3 against stage 0, in one process ---------------------------- */
@@ -427,6 +479,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_takes_and_joins),
+        cmocka_unit_test(test_queue_and_staged),
         cmocka_unit_test(test_stage3_equals_stage0),
         cmocka_unit_test(test_stage3_accumulates_and_clips),
         cmocka_unit_test(test_stage3_programs_agree),

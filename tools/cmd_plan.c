@@ -97,8 +97,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
     return 0;
 }
 
-static void print_text(const plan_args *a, const regc_device_memory *mem,
-                       const regc_comm_plan *c, const regc_compile_stats *st)
+static void print_text(const plan_args *a, const regc_device_memory *mem, const regc_comm_plan *c,
+                       const regc_compile_stats *st)
 {
     printf("%s, %lld ranks x batch %lld x seq %lld, ZeRO stage %lld, %s: compiled in %.1f ms\n",
            a->model, a->ranks, a->batch, a->seq, a->stage, regc_level_name((regc_level)a->level),
@@ -133,9 +133,8 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
            "\"model_floats\": %lld, \"block_floats\": %lld, \"activations\": %lld, \"inputs\": "
            "%lld, \"scalars\": %lld, \"total\": %lld},\n",
            (long long)mem->params, (long long)mem->grads, (long long)mem->m, (long long)mem->v,
-           (long long)mem->model_floats, (long long)mem->block_floats,
-           (long long)mem->activations, (long long)mem->inputs, (long long)mem->scalars,
-           (long long)mem->total);
+           (long long)mem->model_floats, (long long)mem->block_floats, (long long)mem->activations,
+           (long long)mem->inputs, (long long)mem->scalars, (long long)mem->total);
     printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
            "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
            "\"window_bytes\": %lld}}\n",
@@ -146,8 +145,8 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
 int cmd_plan(int argc, char **argv)
 {
     usage_cmd = "regc plan";
-    plan_args a = {.batch = 4, .seq = 64, .stage = 3, .prefetch = -1, .accum = 1,
-                   .level = REGC_LEVEL_O1};
+    plan_args a = {
+        .batch = 4, .seq = 64, .stage = 3, .prefetch = -1, .accum = 1, .level = REGC_LEVEL_O1};
     int help = 0, rc = parse_plan_args(argc, argv, &a, &help);
     if (help) {
         print_plan_usage(stdout);

@@ -18,6 +18,8 @@
 #define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
 
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
+/* regc_communicator's order */
+static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
 /* regc_schedule's order */
 static const char *const schedule_names[] = {"constant", "constant_with_warmup", "linear",
                                              "cosine",   "cosine_with_min_lr",   NULL};
@@ -151,6 +153,11 @@ const regc_option regc_option_table[] = {
      "DeepSpeed's ZeRO stage under mpirun: 0 replicates the model on every rank and sums the "
      "gradients before each update (data parallelism); 3 shards the parameters, gradients and "
      "AdamW's moments over the ranks, each unit gathered before its use"},
+    {"zero_optimization", "communicator", "--communicator", OPT_CHOICE, "<auto|mpi|staged|nccl>", 0,
+     0, 0, communicator_names, FIELD(train.communicator), OPT_SHOW_DEFAULT,
+     "what the ranks' collectives run on: mpi over host buffers (the cpu backend), staged (MPI "
+     "with device buffers copied through the host: ranks sharing a GPU), nccl (between GPUs); "
+     "auto: mpi on the cpu, nccl on GPUs of their own, else staged"},
     {"zero_optimization", "stage3_prefetch_bucket_size", "--prefetch-bucket-size", OPT_INT,
      "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.prefetch_floats), 0,
      "stage 3: parameters gathered ahead of the compute, at least one unit (default: one unit "

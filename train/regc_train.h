@@ -15,6 +15,15 @@
  * ====================================================================== */
 struct regc_device_memory;
 
+/* What the step's collectives run on (the trainer's own messages always
+ * go over the ranks' host communicator). */
+typedef enum {
+    REGC_COMMUNICATOR_AUTO,   /* mpi on the cpu; nccl on GPUs of their own; else staged */
+    REGC_COMMUNICATOR_MPI,    /* the host communicator on the buffers as they are (cpu) */
+    REGC_COMMUNICATOR_STAGED, /* device buffers copied through host memory around it */
+    REGC_COMMUNICATOR_NCCL,   /* NCCL between the ranks' GPUs */
+} regc_communicator;
+
 typedef struct {
     const char *data_path; /* NULL: the built-in corpus */
     /* loss masks beside data_path and val_data_path (regc_data.h): only the
@@ -49,11 +58,12 @@ typedef struct {
     /* data parallelism: the ranks' communicator (NULL: one process). Rank r
      * reads rows r x batch .. of each global batch of ranks x batch rows. */
     regc_comm *comm;
-    int zero_stage;       /* zero_optimization.stage: 0 or 3 */
-    uint64_t seed;        /* random init of presets */
-    const char *save_dir; /* NULL: do not save */
-    const char *backend;  /* "cpu" */
-    int threads;          /* <= 0: OMP_NUM_THREADS or all cores */
+    int zero_stage;                 /* zero_optimization.stage: 0 or 3 */
+    regc_communicator communicator; /* zero_optimization.communicator */
+    uint64_t seed;                  /* random init of presets */
+    const char *save_dir;           /* NULL: do not save */
+    const char *backend;            /* "cpu" */
+    int threads;                    /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
     const char *cache_dir;   /* the compile cache's directory; NULL: none */
     int64_t cache_max_bytes; /* its size limit; <= 0: none */

@@ -63,6 +63,7 @@ static void trainer_free(trainer *t)
     regc_tokens_free(t->val_tokens);
     regc_tokens_free(t->tokens);
     regc_cache_close(t->cache);
+    regc_comm_free(t->own_step_comm);
     regc_comm_free(t->own_comm);
     regc_backend_free(be);
 }
@@ -252,12 +253,12 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
                                .v = t->v,
                                .scalars = t->scalars,
                                .inputs = t->d_inputs,
-                               .comm = t->comm};
+                               .comm = t->step_comm};
     if ((rc = regc_program_bind(t->program, be, &mem)) || !t->val_program)
         return rc;
     /* validation runs between steps: it borrows the step's arena */
     regc_program_memory val = {
-        .params = t->params, .scalars = t->scalars, .inputs = t->d_inputs, .comm = t->comm};
+        .params = t->params, .scalars = t->scalars, .inputs = t->d_inputs, .comm = t->step_comm};
     val.arena = regc_program_arena(t->program, &val.arena_bytes);
     return regc_program_bind(t->val_program, be, &val);
 }
@@ -329,12 +330,50 @@ static int threads_of(const regc_train_options *o, const regc_comm *c)
     return share > 1 ? (int)share : 1;
 }
 
+/* The communicator of the step's collectives (regc_communicator). */
+static int open_step_comm(trainer *t, const regc_train_options *o)
+{
+    int cpu = !strcmp(t->be->name, "cpu");
+    regc_communicator c = o->communicator;
+    if (c == REGC_COMMUNICATOR_AUTO)
+        c = cpu ? REGC_COMMUNICATOR_MPI
+            : t->comm->size > 1 && t->comm->local_size <= regc_backend_cuda_device_count()
+                ? REGC_COMMUNICATOR_NCCL
+                : REGC_COMMUNICATOR_STAGED;
+    switch (c) { /* the backend fits (regc_train_check_options) */
+    case REGC_COMMUNICATOR_AUTO:
+    case REGC_COMMUNICATOR_MPI: t->step_comm = t->comm; return REGC_OK;
+    case REGC_COMMUNICATOR_STAGED:
+        t->step_comm = t->own_step_comm = regc_comm_staged_new(t->comm, t->be);
+        break;
+    case REGC_COMMUNICATOR_NCCL:
+        t->step_comm = t->own_step_comm = regc_comm_nccl_new(t->comm, t->be);
+        break;
+    }
+    return t->step_comm ? REGC_OK : REGC_ERR_UNSUPPORTED;
+}
+
+/* The backend's name for this rank: ranks that share a host take its GPUs
+ * in turn when "cuda" names none. */
+static const char *rank_backend(const regc_train_options *o, const regc_comm *c, char *buf,
+                                size_t cap)
+{
+    const char *name = o->backend ? o->backend : "cpu";
+    int gpus =
+        strcmp(name, "cuda") == 0 && c->local_size > 1 ? regc_backend_cuda_device_count() : 0;
+    if (gpus <= 0)
+        return name;
+    snprintf(buf, cap, "cuda:%d", c->local_rank % gpus);
+    return buf;
+}
+
 /* What must agree across ranks beyond the run's state: the settings that
  * shape the step program, and the program itself (its collectives must be
  * the same, in the same order, on every rank). */
 typedef struct {
     int zero_stage, level, regional, inline_back;
-    uint64_t program; /* regc_program_hash */
+    char communicator[16]; /* the name of the step's */
+    uint64_t program;      /* regc_program_hash */
 } rank_settings;
 
 static int settings_differ(const rank_settings *a, const rank_settings *b, const char *b_is,
@@ -351,6 +390,7 @@ static int settings_differ(const rank_settings *a, const rank_settings *b, const
          regc_level_name((regc_level)b->level)},
         {"compile.use_regional_compilation", on_off[a->regional != 0], on_off[b->regional != 0]},
         {"compile.inline_back", on_off[a->inline_back != 0], on_off[b->inline_back != 0]},
+        {"zero_optimization.communicator", a->communicator, b->communicator},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strcmp(fields[i].a, fields[i].b) != 0) {
@@ -376,9 +416,15 @@ static int check_ranks_agree(trainer *t, const regc_train_options *o)
     if (c->size == 1)
         return REGC_OK;
     regc_run_state mine, first;
-    rank_settings here_set = {o->zero_stage, (int)o->compile.level, o->compile.regional,
-                              o->compile.inline_back, regc_program_hash(t->program)},
-                  first_set = here_set;
+    rank_settings here_set = {o->zero_stage,
+                              (int)o->compile.level,
+                              o->compile.regional,
+                              o->compile.inline_back,
+                              "",
+                              regc_program_hash(t->program)},
+                  first_set;
+    snprintf(here_set.communicator, sizeof here_set.communicator, "%s", t->step_comm->name);
+    first_set = here_set;
     int rc = regc_run_state_of(o, t->model, t->tokens, 0, &mine);
     first = mine;
     if (rc || (rc = c->broadcast(c, &first, sizeof first, 0)) ||
@@ -432,6 +478,15 @@ int regc_train_check_options(const regc_train_options *o)
     if (o->zero_stage != 0 && o->zero_stage != 3)
         return regc_error(REGC_ERR_UNSUPPORTED, "zero_optimization.stage: %d is not built (0 or 3)",
                           o->zero_stage);
+    int cpu = !o->backend || !strcmp(o->backend, "cpu");
+    if ((o->communicator == REGC_COMMUNICATOR_NCCL && cpu) ||
+        (o->communicator == REGC_COMMUNICATOR_MPI && !cpu))
+        return regc_error(REGC_ERR_ARG, "zero_optimization.communicator: %s",
+                          cpu ? "nccl needs the cuda backend"
+                              : "mpi passes host buffers; a GPU's need staged or nccl");
+    if ((unsigned)o->communicator > REGC_COMMUNICATOR_NCCL)
+        return regc_error(REGC_ERR_ARG, "zero_optimization.communicator: no communicator %d",
+                          (int)o->communicator);
     if (o->save_steps < 0 || o->save_total_limit < 0)
         return regc_error(REGC_ERR_ARG, "train.%s: negative",
                           o->save_steps < 0 ? "save_steps" : "save_total_limit");
@@ -481,10 +536,16 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         return REGC_ERR_MEMORY;
     /* The backend first: compiled code is keyed on its device. Ranks that
      * share a host share its cores, unless told otherwise. */
-    t.be = regc_backend_new(o->backend ? o->backend : "cpu", threads_of(o, t.comm));
+    char backend[32];
+    t.be =
+        regc_backend_new(rank_backend(o, t.comm, backend, sizeof backend), threads_of(o, t.comm));
     if (!t.be) {
         trainer_free(&t);
         return REGC_ERR_UNSUPPORTED;
+    }
+    if ((rc = open_step_comm(&t, o))) {
+        trainer_free(&t);
+        return rc;
     }
     /* Then the step: it needs shapes only, and the architecture's own
      * build_graph says best why a batch or sequence does not fit (n_positions

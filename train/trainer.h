@@ -28,6 +28,8 @@ typedef struct {
     char checkpoint[4096];    /* the last checkpoint written */
     regc_comm *comm;          /* the ranks (one process: a single communicator) */
     regc_comm *own_comm;      /* that communicator, when the caller gave none */
+    regc_comm *step_comm;     /* the step's collectives: comm, or own_step_comm */
+    regc_comm *own_step_comm; /* staged or NCCL over device buffers */
 } trainer;
 
 /* One optimizer step over grad_accum micro-batches on every rank: its

@@ -190,6 +190,7 @@ regc_comm *regc_comm_mpi_new(void)
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local) ==
         MPI_SUCCESS) {
         MPI_Comm_size(local, &c->local_size);
+        MPI_Comm_rank(local, &c->local_rank);
         MPI_Comm_free(&local);
     }
     c->name = "mpi";

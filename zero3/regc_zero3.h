@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "regc_backend.h"
 #include "regc_common.h"
 
 typedef enum { REGC_COMM_F32, REGC_COMM_F64, REGC_COMM_I64 } regc_comm_dtype;
@@ -25,6 +26,7 @@ struct regc_comm {
     const char *name; /* "single", "mpi" */
     int rank, size;   /* this process and how many there are */
     int local_size;   /* processes on this host (they share its cores) */
+    int local_rank;   /* this process among them (which GPU it takes) */
     void *ctx;
     /* dst [size * n] = every rank's src [n] in rank order; src may be
      * dst + rank * n */
@@ -48,6 +50,15 @@ regc_comm *regc_comm_single_new(void);
 /* MPI_COMM_WORLD, initialising MPI (threads serialised: one thread at a
  * time calls MPI); NULL with a message when regc was built without MPI. */
 regc_comm *regc_comm_mpi_new(void);
+/* A communicator over device buffers of `be` that stages them through
+ * host memory around `host`'s collectives (borrowed: it must outlive this
+ * one): ranks that share a GPU, or any backend. */
+regc_comm *regc_comm_staged_new(regc_comm *host, regc_backend *be);
+/* NCCL between the GPUs of the ranks `host` connects (rank 0's unique id
+ * is broadcast over it), on device buffers of the CUDA backend `be`; NULL
+ * with a message when regc was built without NCCL or NCCL fails (two
+ * ranks on one GPU, say). */
+regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be);
 /* The communicator this process was started for: MPI when launched by
  * mpirun (or another MPI launcher), else one process. */
 int regc_comm_open(regc_comm **out);

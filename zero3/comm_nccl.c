@@ -1,0 +1,187 @@
+/* comm_nccl.c — NCCL between GPUs, bootstrapped over a host communicator
+ * as llm.c does: rank 0 makes the unique id, the host communicator
+ * broadcasts it, every rank joins with its own device.
+ *
+ * The collectives run on a stream of their own and are complete at return
+ * (the stream is synchronised), the contract of every communicator: the
+ * communication queue's thread calls them, and the compute stream goes on
+ * meanwhile. CUDA's current device is per thread, so every call sets it.
+ * A reduce-scatter that accumulates reduces into a scratch buffer and adds
+ * it with the backend's own add. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "regc_zero3.h"
+
+#ifdef REGC_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+typedef struct {
+    ncclComm_t nccl;
+    cudaStream_t stream;
+    int device;
+    regc_backend *be; /* the CUDA backend, for the accumulating add */
+    float *tmp;       /* device scratch of the accumulating reduce-scatter */
+    size_t tmp_n;
+} nccl_ctx;
+
+static int nccl_failed(const char *what, ncclResult_t r)
+{
+    return regc_error(REGC_ERR_IO, "nccl: %s: %s", what, ncclGetErrorString(r));
+}
+
+/* Wait for the stream; the first failure of the calls before it, if any. */
+static int nccl_finish(nccl_ctx *x, const char *what, ncclResult_t r)
+{
+    if (r != ncclSuccess)
+        return nccl_failed(what, r);
+    cudaError_t e = cudaStreamSynchronize(x->stream);
+    return e == cudaSuccess ? REGC_OK
+                            : regc_error(REGC_ERR_IO, "nccl: %s: %s", what, cudaGetErrorString(e));
+}
+
+static int nccl_allgather(regc_comm *c, float *dst, const float *src, int64_t n)
+{
+    nccl_ctx *x = c->ctx;
+    cudaSetDevice(x->device);
+    return nccl_finish(
+        x, "allgather",
+        ncclAllGather(src, dst, (size_t)n, ncclFloat32, x->nccl, x->stream));
+}
+
+static int nccl_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_t n,
+                               int accumulate)
+{
+    nccl_ctx *x = c->ctx;
+    cudaSetDevice(x->device);
+    float *out = dst;
+    if (accumulate) {
+        if (x->tmp_n < (size_t)n) {
+            if (x->tmp)
+                x->be->free(x->be, x->tmp);
+            x->tmp_n = 0;
+            if (!(x->tmp = x->be->alloc(x->be, (size_t)n * sizeof(float))))
+                return REGC_ERR_MEMORY;
+            x->tmp_n = (size_t)n;
+        }
+        out = x->tmp;
+    }
+    int rc = nccl_finish(
+        x, "reduce_scatter",
+        ncclReduceScatter(src, out, (size_t)n, ncclFloat32, ncclSum, x->nccl, x->stream));
+    if (rc == REGC_OK && accumulate) {
+        x->be->add(x->be, dst, dst, x->tmp, n);
+        rc = x->be->sync(x->be);
+    }
+    return rc;
+}
+
+static int nccl_allreduce(regc_comm *c, void *buf, int64_t n, regc_comm_dtype t)
+{
+    nccl_ctx *x = c->ctx;
+    cudaSetDevice(x->device);
+    ncclDataType_t type = t == REGC_COMM_F32 ? ncclFloat32 : t == REGC_COMM_F64 ? ncclFloat64
+                                                                                : ncclInt64;
+    return nccl_finish(x, "allreduce",
+                       ncclAllReduce(buf, buf, (size_t)n, type, ncclSum, x->nccl, x->stream));
+}
+
+static int nccl_broadcast(regc_comm *c, void *buf, size_t bytes, int root)
+{
+    nccl_ctx *x = c->ctx;
+    cudaSetDevice(x->device);
+    return nccl_finish(x, "broadcast",
+                       ncclBroadcast(buf, buf, bytes, ncclChar, root, x->nccl, x->stream));
+}
+
+static int nccl_barrier(regc_comm *c)
+{
+    /* an all-reduce of nothing orders every rank's stream */
+    nccl_ctx *x = c->ctx;
+    cudaSetDevice(x->device);
+    return nccl_finish(x, "barrier",
+                       ncclAllReduce(x->tmp, x->tmp, 0, ncclFloat32, ncclSum, x->nccl, x->stream));
+}
+
+static void nccl_abort(regc_comm *c, int code)
+{
+    nccl_ctx *x = c->ctx;
+    ncclCommAbort(x->nccl);
+    exit(code);
+}
+
+static void nccl_destroy(regc_comm *c)
+{
+    nccl_ctx *x = c->ctx;
+    if (x) {
+        cudaSetDevice(x->device);
+        if (x->tmp)
+            x->be->free(x->be, x->tmp);
+        ncclCommDestroy(x->nccl);
+        cudaStreamDestroy(x->stream);
+    }
+    free(x);
+    free(c);
+}
+
+regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be)
+{
+    regc_comm *c = calloc(1, sizeof *c);
+    nccl_ctx *x = calloc(1, sizeof *x);
+    if (!c || !x) {
+        free(c), free(x);
+        regc_error(REGC_ERR_MEMORY, "nccl: out of memory");
+        return NULL;
+    }
+    x->be = be;
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (host->rank == 0)
+        r = ncclGetUniqueId(&id);
+    /* every rank takes part in the broadcast, so none is left waiting */
+    int rc = host->broadcast(host, &id, sizeof id, 0);
+    if (rc == REGC_OK && r != ncclSuccess)
+        rc = nccl_failed("ncclGetUniqueId", r);
+    if (rc == REGC_OK && cudaGetDevice(&x->device) != cudaSuccess)
+        rc = regc_error(REGC_ERR_IO, "nccl: no current CUDA device");
+    if (rc == REGC_OK && cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) != cudaSuccess)
+        rc = regc_error(REGC_ERR_IO, "nccl: cannot create a stream on device %d", x->device);
+    if (rc == REGC_OK &&
+        (r = ncclCommInitRank(&x->nccl, host->size, id, host->rank)) != ncclSuccess) {
+        cudaStreamDestroy(x->stream);
+        rc = nccl_failed("ncclCommInitRank (ranks sharing one GPU need the staged communicator)",
+                         r);
+    }
+    if (rc != REGC_OK) {
+        free(c), free(x);
+        return NULL;
+    }
+    *c = (regc_comm){.name = "nccl",
+                     .rank = host->rank,
+                     .size = host->size,
+                     .local_size = host->local_size,
+                     .local_rank = host->local_rank,
+                     .ctx = x,
+                     .allgather = nccl_allgather,
+                     .reduce_scatter = nccl_reduce_scatter,
+                     .allreduce = nccl_allreduce,
+                     .broadcast = nccl_broadcast,
+                     .barrier = nccl_barrier,
+                     .abort = nccl_abort,
+                     .destroy = nccl_destroy};
+    return c;
+}
+
+#else
+
+regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be)
+{
+    (void)host, (void)be;
+    regc_error(REGC_ERR_UNSUPPORTED,
+               "communicator nccl: regc was built without NCCL (it comes with the CUDA toolkit; "
+               "configure with the toolkit present)");
+    return NULL;
+}
+
+#endif
