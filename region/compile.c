@@ -329,8 +329,13 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     if (rc)
         goto done;
     double l0 = regc_time_ms();
-    if ((rc = regc_program_link(prog, param_offset, o->inline_back && o->level != REGC_LEVEL_O0,
-                                o->clip_grad_norm, st)))
+    int inline_flat = o->inline_back && o->level != REGC_LEVEL_O0;
+    if (prog->layout && o->budget_bytes > 0)
+        rc =
+            regc_zero3_fit(prog, param_offset, inline_flat, o->clip_grad_norm, o->budget_bytes, st);
+    else
+        rc = regc_program_link(prog, param_offset, inline_flat, o->clip_grad_norm, st);
+    if (rc)
         goto done;
     st->inline_ms = regc_time_ms() - l0;
     if (o->dump_dir && (rc = dump_all(prog, o->dump_dir)))

@@ -212,8 +212,10 @@ struct regc_program {
     int accumulate_grads;    /* backward adds into the gradient block */
     int ranks, zero_stage;   /* compile.ranks, zero_optimization.stage */
     int n_signals;           /* asynchronous collectives, numbered from 1 */
-    int64_t prefetch_floats; /* compile.prefetch_floats (while compiling) */
+    int64_t prefetch_floats; /* compile.prefetch_floats, or the budget's choice */
     int deepcompile;         /* compile.deepcompile (while compiling) */
+    unsigned char *resident; /* [n_units] kept gathered from forward to backward, or NULL */
+    int n_resident;
     regc_graph *graph;
     int n_regions;
     regc_compiled_region **regions;
@@ -260,6 +262,9 @@ int regc_program_add_piece(regc_program *p, int region, const int *in, const int
  * (zero3_place.c). */
 int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
                       regc_compile_stats *st);
+/* Undo link: the program is its regions and pieces again, ready to be
+ * linked anew (with another schedule). */
+void regc_program_unlink(regc_program *p);
 int regc_program_n_regions(const regc_program *p);
 const regc_graph *regc_program_graph(const regc_program *p);
 const regc_compiled_region *regc_program_region(const regc_program *p, int i);

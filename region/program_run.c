@@ -240,6 +240,19 @@ void regc_program_comm_times(const regc_program *p, double *busy_ms, double *wai
     *wait_ms = p->wait_ms;
 }
 
+void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
+{
+    memset(a, 0, sizeof *a);
+    a->block_floats = regc_program_block_floats(p);
+    a->model_floats = p->layout ? p->layout->model_floats : a->block_floats;
+    a->params = a->grads = a->m = a->v = a->block_floats * (int64_t)sizeof(float);
+    a->activations = regc_program_arena_bytes(p);
+    for (int i = 0; i < p->n_inputs; i++)
+        a->inputs += regc_tensor_bytes(regc_program_input(p, i));
+    a->scalars = (int64_t)sizeof(regc_step_scalars);
+    a->total = a->params + a->grads + a->m + a->v + a->activations + a->inputs + a->scalars;
+}
+
 int64_t regc_program_arena_bytes(const regc_program *p)
 {
     return p->level == REGC_LEVEL_O0 ? 0 : p->arena_bytes;

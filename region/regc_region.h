@@ -64,9 +64,16 @@ typedef struct {
     int ranks, zero_stage;
     /* Stage 3, inlined back: how far ahead of its use a unit's all-gather
      * starts, in parameters in flight ahead of the compute (DeepSpeed's
-     * stage3_prefetch_bucket_size), at least one unit; -1 (the default):
-     * one unit ahead; 0: each gather where it is needed (on demand). */
+     * stage3_prefetch_bucket_size), at least one unit; -n: n units ahead
+     * (-1, one unit, is the default); 0: each gather where it is needed
+     * (on demand). */
     int64_t prefetch_floats;
+    /* Stage 3: a device-memory budget per rank in bytes (0: none). The
+     * compiler then picks the prefetch depth and the units kept gathered
+     * from forward to backward (smallest first: the highest gather cost
+     * per byte) so that regc_program_device_memory's total fits, and fails
+     * naming the least it needs when nothing does. */
+    int64_t budget_bytes;
     /* compile.deepcompile (default 1): stage 3's collectives scheduled by
      * the compiler (prefetch_floats, reduce-scatters overlapping the
      * backward); 0: each waited for where it is placed */
@@ -96,6 +103,10 @@ typedef struct {
     int cache_hits;            /* compile-cache entries used: the step, or regions */
     int cache_misses;          /* looked up, not usable, compiled and stored */
     double cache_ms;           /* keying, reading and decoding cache entries */
+    /* ZeRO-3's schedule: the prefetch (as prefetch_floats), the units kept
+     * gathered from forward to backward, of how many */
+    int64_t zero3_prefetch;
+    int zero3_resident, zero3_units;
 } regc_compile_stats;
 
 /* ======================================================================
@@ -153,6 +164,19 @@ typedef struct {
     int64_t window_bytes;    /* the most gathered parameters held at once */
 } regc_comm_plan;
 void regc_program_comm_plan(const regc_program *p, regc_comm_plan *c);
+/* What a run holds on its device, per rank, for a program: the four
+ * parameter-shaped blocks the trainer allocates (ZeRO-3: shards), the
+ * program's activation arena, a batch's inputs and the scalar block. Known
+ * from the program alone, so `regc plan` predicts it without devices. */
+typedef struct regc_device_memory {
+    int64_t params, grads, m, v; /* the four parameter-shaped blocks */
+    int64_t model_floats;        /* floats of the whole model */
+    int64_t block_floats;        /* of each block: the model, or this rank's padded shard */
+    int64_t activations;         /* the step's arena (gathered units included) */
+    int64_t inputs, scalars;     /* a batch's inputs; the optimizer's scalar block */
+    int64_t total;
+} regc_device_memory;
+void regc_program_device_memory(const regc_program *p, regc_device_memory *a);
 /* The asynchronous collectives over every run so far: the time the
  * communication queue spent in them, and the time the program blocked
  * waiting for them (what was not hidden behind compute). */

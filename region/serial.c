@@ -463,6 +463,8 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     regc_bytes_put_i64(b, p->ranks);
     regc_bytes_put_i64(b, p->zero_stage);
     regc_bytes_put_i64(b, p->n_signals);
+    regc_bytes_put_i64(b, st->zero3_prefetch);
+    regc_bytes_put_i64(b, p->n_resident);
     regc_bytes_put_i64(b, st->region_kinds);
     regc_bytes_put_i64(b, st->instances);
     regc_bytes_put_i64(b, st->n_instructions);
@@ -590,6 +592,8 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     p->ranks = (int)regc_reader_int(&rd, 1, 1 << 20);
     p->zero_stage = (int)regc_reader_int(&rd, 0, 3);
     p->n_signals = (int)regc_reader_int(&rd, 0, INT32_MAX);
+    st->zero3_prefetch = regc_reader_int(&rd, INT64_MIN / 2, INT64_MAX);
+    p->n_resident = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->region_kinds = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->instances = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->n_instructions = regc_reader_int(&rd, 0, INT64_MAX);
@@ -662,6 +666,8 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     st->peak_bytes = p->arena_bytes;
     st->lower_bound_bytes = p->lower_bound;
     st->memory_aware_order = p->reordered;
+    st->zero3_units = p->layout ? p->layout->n_units : 0;
+    st->zero3_resident = p->n_resident;
     *out = p;
     return REGC_OK;
 }

@@ -12,6 +12,8 @@
  *    buffer for the whole unit (padding included), and after the last step
  *    that writes them, a reduce-scatter sums every rank's buffer into this
  *    rank's gradient shard (adding into it when micro-batches accumulate).
+ * A unit kept resident (p->resident, a memory budget's choice) keeps its
+ * forward buffer through the backward instead of being gathered again.
  * Gathering right before each use is the reference that a scheduled
  * program (prefetch, resident units) must reproduce bit for bit. */
 #include <stdlib.h>
@@ -270,10 +272,12 @@ int regc_zero3_place(regc_program *p)
     for (int i = 0; i < p->n_steps && rc == REGC_OK; i++) {
         lazy_step *s = &p->steps[i];
         if (!in_backward && s->piece >= 0 && s->backward) {
-            /* backward gathers afresh: the forward's buffers are released */
+            /* backward gathers afresh: the forward's buffers are released,
+             * but for the units kept resident */
             in_backward = 1;
             for (int u = 0; u < l->n_units; u++)
-                z.gathered[u] = -1;
+                if (!p->resident || !p->resident[u])
+                    z.gathered[u] = -1;
         }
         if ((rc = visit_refs(&z, s, i, place_ref)))
             break;

@@ -10,8 +10,9 @@
  *  - all-gather k starts while an earlier unit j computes, and is waited
  *    for where it used to run. j is the earliest unit for which the
  *    parameters in flight ahead of the compute (units j+1 .. k) stay within
- *    the prefetch bucket, and at least one unit ahead; with no bucket
- *    (prefetch 0) each gather starts where it is waited for (on demand);
+ *    the prefetch bucket, and at least one unit ahead (or j = k - n for a
+ *    depth of n units); with no bucket (prefetch 0) each gather starts
+ *    where it is waited for (on demand);
  *  - reduce-scatter m starts where it ran and is waited for after
  *    reduce-scatter m + 1 has started, so it overlaps the next unit's
  *    backward and at most two are in flight.
@@ -35,13 +36,13 @@ static regc_instr wait_for(const regc_instr *start)
 
 /* The unit whose parameters in flight ahead of gather k's wait may start
  * it: the earliest j with gathers j+1 .. k within `bucket` floats, and at
- * least one unit ahead (bucket < 0: exactly one; 0: none). */
+ * least one unit ahead (bucket -n: exactly n units; 0: none). */
 static int start_unit(const int64_t *floats, int k, int64_t bucket)
 {
     if (bucket == 0 || k == 0)
         return k;
     if (bucket < 0)
-        return k - 1;
+        return k + bucket > 0 ? (int)(k + bucket) : 0;
     int j = k - 1;
     int64_t ahead = floats[k];
     while (j > 0 && ahead + floats[j] <= bucket)

@@ -105,12 +105,12 @@ char *json_quote(const char *s)
 void size_text(char *buf, size_t cap, int64_t bytes)
 {
     const double b = (double)bytes;
-    if (b >= 1e9)
-        snprintf(buf, cap, "%.2f GB", b / 1e9);
-    else if (b >= 1e6)
-        snprintf(buf, cap, "%.1f MB", b / 1e6);
-    else if (b >= 1e3)
-        snprintf(buf, cap, "%.1f KB", b / 1e3);
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, cap, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, cap, "%.1f MiB", b / (1024.0 * 1024));
+    else if (b >= 1024.0)
+        snprintf(buf, cap, "%.1f KiB", b / 1024.0);
     else
         snprintf(buf, cap, "%lld bytes", (long long)bytes);
 }
@@ -132,4 +132,17 @@ void print_device_memory(FILE *f, const regc_device_memory *a, int ranks)
         fprintf(f, " = 1/%d of %lld parameters + %.2f%% padding", ranks, (long long)a->model_floats,
                 100.0 * ((double)a->block_floats - even) / even);
     fprintf(f, "), activations %s, inputs %s: %s\n", act, in, total);
+}
+
+void print_zero3_schedule(FILE *f, const regc_compile_stats *st)
+{
+    fprintf(f, "ZeRO-3: %d gather units, ", st->zero3_units);
+    if (st->zero3_prefetch == 0)
+        fprintf(f, "each gathered where it is needed");
+    else if (st->zero3_prefetch < 0)
+        fprintf(f, "gathers start %lld unit%s ahead", (long long)-st->zero3_prefetch,
+                st->zero3_prefetch == -1 ? "" : "s");
+    else
+        fprintf(f, "gathers start up to %lld parameters ahead", (long long)st->zero3_prefetch);
+    fprintf(f, ", %d kept gathered from forward to backward\n", st->zero3_resident);
 }

@@ -34,10 +34,12 @@ char *json_quote(const char *s);
 /* "null" for what JSON cannot hold (NaN, infinities), else fmt of v. */
 void json_number(char *buf, size_t cap, const char *fmt, double v);
 
-/* "12.3 MB", "1.50 GB", "512 bytes" */
+/* "12.3 MiB", "1.50 GiB", "512 bytes" */
 void size_text(char *buf, size_t cap, int64_t bytes);
-/* A run's device memory per rank (regc_train_device_memory), one line. */
+/* A run's device memory per rank (regc_program_device_memory), one line. */
 void print_device_memory(FILE *f, const regc_device_memory *a, int ranks);
+/* ZeRO-3's schedule as compiled (units, prefetch, resident units), one line. */
+void print_zero3_schedule(FILE *f, const regc_compile_stats *st);
 
 /* The commands: argv after the command's name; each returns the exit code. */
 int cmd_train(int argc, char **argv);

@@ -1,8 +1,8 @@
 /* cmd_plan.c — `regc plan`: a run's device memory and communication per
  * rank for N ranks, from shapes alone (a dry run: no weights, no devices,
  * no MPI). The step is compiled for N ranks exactly as `mpirun -np N regc
- * train` compiles it, and the memory is the trainer's own account of what
- * it would allocate for that program. */
+ * train` compiles it, and the memory is the program's own account of what
+ * the trainer allocates for it. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +32,8 @@ void print_plan_usage(FILE *f)
           "  --zero-stage <0|3>         ZeRO stage (default 3)\n"
           "  --level <O0|O1|O2>         compile level (default O1)\n"
           "  --prefetch-bucket-size <E> stage 3: parameters gathered ahead (default one unit)\n"
+          "  --budget-mb <MiB>          stage 3: device memory per rank in MiB; the\n"
+          "                             compiler picks the prefetch and resident units to fit\n"
           "  --gradient-accumulation-steps <K>\n"
           "                             micro-batches per step (default 1)\n"
           "  --json                     one JSON object instead of text\n"
@@ -41,7 +43,7 @@ void print_plan_usage(FILE *f)
 
 typedef struct {
     const char *model;
-    long long ranks, batch, seq, stage, prefetch, accum;
+    long long ranks, batch, seq, stage, prefetch, accum, budget_mb;
     int level, json;
 } plan_args;
 
@@ -80,6 +82,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
                 return usage_error("--zero-stage: %lld is not built (0 or 3)", a->stage);
         } else if (!strcmp(flag, "--prefetch-bucket-size"))
             rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->prefetch);
+        else if (!strcmp(flag, "--budget-mb"))
+            rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
         else if (!strcmp(flag, "--gradient-accumulation-steps"))
             rc = parse_int(flag, value, 1, INT32_MAX, "a positive integer", &a->accum);
         else if (!strcmp(flag, "--level")) {
@@ -103,6 +107,8 @@ static void print_text(const plan_args *a, const regc_device_memory *mem, const 
     printf("%s, %lld ranks x batch %lld x seq %lld, ZeRO stage %lld, %s: compiled in %.1f ms\n",
            a->model, a->ranks, a->batch, a->seq, a->stage, regc_level_name((regc_level)a->level),
            st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms);
+    if (st->zero3_units)
+        print_zero3_schedule(stdout, st);
     print_device_memory(stdout, mem, (int)a->ranks);
     char gather[32], window[32], scatter[32], allreduce[32];
     size_text(gather, sizeof gather, c->gather_bytes);
@@ -137,9 +143,10 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
            (long long)mem->inputs, (long long)mem->scalars, (long long)mem->total);
     printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
            "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
-           "\"window_bytes\": %lld}}\n",
+           "\"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": %lld, \"resident\": %d}}\n",
            c->units, c->gathers, c->scatters, (long long)c->gather_bytes,
-           (long long)c->scatter_bytes, (long long)c->allreduce_bytes, (long long)c->window_bytes);
+           (long long)c->scatter_bytes, (long long)c->allreduce_bytes, (long long)c->window_bytes,
+           (long long)st->zero3_prefetch, st->zero3_resident);
 }
 
 int cmd_plan(int argc, char **argv)
@@ -163,13 +170,14 @@ int cmd_plan(int argc, char **argv)
     co.level = (regc_level)a.level;
     co.ranks = (int)a.ranks, co.zero_stage = (int)a.stage, co.prefetch_floats = a.prefetch;
     co.accumulate_grads = a.accum > 1;
+    co.budget_bytes = (int64_t)a.budget_mb << 20;
     regc_program *p = NULL;
     regc_compile_stats st;
     rc = regc_program_compile(m, a.batch, a.seq, &co, &p, &st);
     if (rc == REGC_OK) {
         regc_device_memory mem;
         regc_comm_plan c;
-        regc_train_device_memory(p, &mem);
+        regc_program_device_memory(p, &mem);
         regc_program_comm_plan(p, &c);
         if (a.json)
             print_json(&a, &mem, &c, &st);

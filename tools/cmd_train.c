@@ -51,10 +51,13 @@ typedef struct {
     int ranks;
 } step_printer;
 
-/* With a cache: what it gave, on stderr before the first step. */
+/* With a cache: what it gave, on stderr before the first step; under
+ * ZeRO-3, the schedule. */
 static void on_compiled(const regc_compile_stats *st, void *user)
 {
     const step_printer *p = user;
+    if (st->zero3_units && !p->quiet)
+        print_zero3_schedule(stderr, st);
     if (p->cache_dir && !p->quiet)
         fprintf(stderr, "compile cache %s: %d hit%s, %d miss%s (%.1f ms)\n", p->cache_dir,
                 st->cache_hits, st->cache_hits == 1 ? "" : "s", st->cache_misses,

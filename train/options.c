@@ -162,6 +162,10 @@ const regc_option regc_option_table[] = {
      "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.prefetch_floats), 0,
      "stage 3: parameters gathered ahead of the compute, at least one unit (default: one unit "
      "ahead; 0 gathers each unit where it is needed)"},
+    {"compile", "memory_budget_mb", "--memory-budget-mb", OPT_INT, "<MB>", 1,
+     (double)(INT64_C(1) << 30), INT64_C(1) << 20, NULL, FIELD(train.compile.budget_bytes), 0,
+     "stage 3: device memory per rank in MiB; the compiler picks how far ahead to "
+     "gather and which units to keep gathered from forward to backward so that it fits"},
     {"compile", "deepcompile", "--deepcompile", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.deepcompile), OPT_SHOW_DEFAULT,
      "stage 3: the compiler's communication schedule (gathers started ahead, reduce-scatters "

@@ -13,8 +13,6 @@
 /* ======================================================================
  * Training
  * ====================================================================== */
-struct regc_device_memory;
-
 /* What the step's collectives run on (the trainer's own messages always
  * go over the ranks' host communicator). */
 typedef enum {
@@ -73,7 +71,7 @@ typedef struct {
     /* called once the step is compiled, with regc_train's user pointer */
     void (*on_compiled)(const regc_compile_stats *st, void *user);
     /* called once the run's device memory is allocated: its account */
-    void (*on_memory)(const struct regc_device_memory *a, void *user);
+    void (*on_memory)(const regc_device_memory *a, void *user);
 } regc_train_options;
 
 void regc_train_options_default(regc_train_options *o);
@@ -96,19 +94,6 @@ typedef struct {
 } regc_step_report;
 
 typedef void (*regc_step_fn)(const regc_step_report *r, void *user);
-
-/* What a run holds on its device, per rank, as the trainer allocates it
- * for a compiled step program: known from the program alone, so `regc
- * plan` predicts it without devices. */
-typedef struct regc_device_memory {
-    int64_t params, grads, m, v; /* the four parameter-shaped blocks (ZeRO-3: shards) */
-    int64_t model_floats;        /* floats of the whole model */
-    int64_t block_floats;        /* of each block: the model, or this rank's padded shard */
-    int64_t activations;         /* the step's arena (gathered units included) */
-    int64_t inputs, scalars;     /* a batch's inputs; the optimizer's scalar block */
-    int64_t total;
-} regc_device_memory;
-int regc_train_device_memory(const regc_program *p, regc_device_memory *a);
 
 /* Warmup in optimizer steps: warmup_steps, else the ratio of the run
  * rounded up (Hugging Face's get_warmup_steps). */

@@ -109,24 +109,6 @@ static void *device_alloc(trainer *t, size_t bytes, int *rc)
     return p;
 }
 
-/* An input's device buffer: never empty, so every backend gives a pointer. */
-static int64_t input_bytes(const regc_tensor *x) { return regc_tensor_bytes(x) + 1; }
-
-int regc_train_device_memory(const regc_program *p, regc_device_memory *a)
-{
-    memset(a, 0, sizeof *a);
-    const regc_shard_layout *l = regc_program_shard_layout(p);
-    a->block_floats = regc_program_block_floats(p);
-    a->model_floats = l ? l->model_floats : a->block_floats;
-    a->params = a->grads = a->m = a->v = a->block_floats * (int64_t)sizeof(float);
-    a->activations = regc_program_arena_bytes(p);
-    for (int i = 0; i < regc_program_n_inputs(p); i++)
-        a->inputs += input_bytes(regc_program_input(p, i));
-    a->scalars = (int64_t)sizeof(regc_step_scalars);
-    a->total = a->params + a->grads + a->m + a->v + a->activations + a->inputs + a->scalars;
-    return REGC_OK;
-}
-
 /* A host and a device buffer for every input the step program reads: the
  * architecture fills them per batch (regc_model_fill_inputs). */
 static int alloc_inputs(trainer *t)
@@ -141,7 +123,7 @@ static int alloc_inputs(trainer *t)
         regc_input *in = &t->inputs[t->n_inputs];
         in->tensor = x;
         in->host = malloc((size_t)regc_tensor_bytes(x) + 1);
-        t->d_inputs[t->n_inputs++] = device_alloc(t, (size_t)input_bytes(x), &rc);
+        t->d_inputs[t->n_inputs++] = device_alloc(t, (size_t)regc_tensor_bytes(x), &rc);
         if (rc == REGC_OK && !in->host)
             rc = regc_error(REGC_ERR_MEMORY, "out of memory");
     }
@@ -601,7 +583,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         rc = bind_memory(&t, o, start);
     if (rc == REGC_OK && o->on_memory) {
         regc_device_memory a;
-        regc_train_device_memory(t.program, &a);
+        regc_program_device_memory(t.program, &a);
         o->on_memory(&a, user);
     }
     if (stopped_at)

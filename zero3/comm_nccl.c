@@ -45,9 +45,8 @@ static int nccl_allgather(regc_comm *c, float *dst, const float *src, int64_t n)
 {
     nccl_ctx *x = c->ctx;
     cudaSetDevice(x->device);
-    return nccl_finish(
-        x, "allgather",
-        ncclAllGather(src, dst, (size_t)n, ncclFloat32, x->nccl, x->stream));
+    return nccl_finish(x, "allgather",
+                       ncclAllGather(src, dst, (size_t)n, ncclFloat32, x->nccl, x->stream));
 }
 
 static int nccl_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_t n,
@@ -81,8 +80,9 @@ static int nccl_allreduce(regc_comm *c, void *buf, int64_t n, regc_comm_dtype t)
 {
     nccl_ctx *x = c->ctx;
     cudaSetDevice(x->device);
-    ncclDataType_t type = t == REGC_COMM_F32 ? ncclFloat32 : t == REGC_COMM_F64 ? ncclFloat64
-                                                                                : ncclInt64;
+    ncclDataType_t type = t == REGC_COMM_F32   ? ncclFloat32
+                          : t == REGC_COMM_F64 ? ncclFloat64
+                                               : ncclInt64;
     return nccl_finish(x, "allreduce",
                        ncclAllReduce(buf, buf, (size_t)n, type, ncclSum, x->nccl, x->stream));
 }
@@ -145,13 +145,14 @@ regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be)
         rc = nccl_failed("ncclGetUniqueId", r);
     if (rc == REGC_OK && cudaGetDevice(&x->device) != cudaSuccess)
         rc = regc_error(REGC_ERR_IO, "nccl: no current CUDA device");
-    if (rc == REGC_OK && cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) != cudaSuccess)
+    if (rc == REGC_OK &&
+        cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = regc_error(REGC_ERR_IO, "nccl: cannot create a stream on device %d", x->device);
     if (rc == REGC_OK &&
         (r = ncclCommInitRank(&x->nccl, host->size, id, host->rank)) != ncclSuccess) {
         cudaStreamDestroy(x->stream);
-        rc = nccl_failed("ncclCommInitRank (ranks sharing one GPU need the staged communicator)",
-                         r);
+        rc =
+            nccl_failed("ncclCommInitRank (ranks sharing one GPU need the staged communicator)", r);
     }
     if (rc != REGC_OK) {
         free(c), free(x);
