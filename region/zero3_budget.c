@@ -29,8 +29,7 @@ typedef struct {
 
 /* Link with `prefetch` and the k smallest units resident; the device
  * memory it needs into *total. */
-static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total,
-                        regc_compile_stats *st)
+static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total, regc_compile_stats *st)
 {
     regc_program *p = f->p;
     regc_program_unlink(p);
