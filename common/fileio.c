@@ -49,49 +49,86 @@ int regc_file_read_all(const char *path, char **out, size_t *size)
     return REGC_OK;
 }
 
-int regc_file_write_atomic(const char *path, const void *data, size_t size)
+struct regc_atomic_file {
+    char *path, *tmp;
+    int fd;
+};
+
+int regc_atomic_open(const char *path, regc_atomic_file **out)
 {
+    *out = NULL;
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp)
+    regc_atomic_file *f = calloc(1, sizeof *f);
+    if (f) {
+        f->path = strdup(path);
+        f->tmp = malloc(plen + 32);
+    }
+    if (!f || !f->path || !f->tmp) {
+        if (f)
+            free(f->path), free(f->tmp);
+        free(f);
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    snprintf(tmp, plen + 32, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
+    }
+    snprintf(f->tmp, plen + 32, "%s.tmp.XXXXXX", path);
+    if ((f->fd = mkstemp(f->tmp)) < 0) {
         int rc = regc_error(REGC_ERR_IO, "%s: cannot create a temporary file: %s", path,
                             strerror(errno));
-        free(tmp);
+        free(f->path), free(f->tmp), free(f);
         return rc;
     }
+    *out = f;
+    return REGC_OK;
+}
+
+int regc_atomic_pwrite(regc_atomic_file *f, const void *data, size_t size, uint64_t offset)
+{
     const char *p = data;
-    size_t left = size;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
+    while (size > 0) {
+        ssize_t w = pwrite(f->fd, p, size, (off_t)offset);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            goto fail;
-        p += w;
-        left -= (size_t)w;
+            return regc_error(REGC_ERR_IO, "%s: write failed: %s", f->path,
+                              w < 0 ? strerror(errno) : "no progress");
+        p += w, offset += (uint64_t)w;
+        size -= (size_t)w;
     }
-    if (fsync(fd) != 0)
-        goto fail;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto fail;
-    }
-    fd = -1;
-    chmod(tmp, 0644); /* mkstemp makes 0600; checkpoints are ordinary files */
-    if (rename(tmp, path) != 0)
-        goto fail;
-    free(tmp);
     return REGC_OK;
-fail:;
-    int rc = regc_error(REGC_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    free(tmp);
+}
+
+void regc_atomic_abandon(regc_atomic_file *f)
+{
+    if (!f)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    unlink(f->tmp);
+    free(f->path), free(f->tmp), free(f);
+}
+
+int regc_atomic_commit(regc_atomic_file *f)
+{
+    int ok = fsync(f->fd) == 0;
+    ok = close(f->fd) == 0 && ok;
+    f->fd = -1;
+    chmod(f->tmp, 0644); /* mkstemp makes 0600; checkpoints are ordinary files */
+    if (!ok || rename(f->tmp, f->path) != 0) {
+        int rc = regc_error(REGC_ERR_IO, "%s: write failed: %s", f->path, strerror(errno));
+        regc_atomic_abandon(f);
+        return rc;
+    }
+    free(f->path), free(f->tmp), free(f);
+    return REGC_OK;
+}
+
+int regc_file_write_atomic(const char *path, const void *data, size_t size)
+{
+    regc_atomic_file *f;
+    int rc = regc_atomic_open(path, &f);
+    if (rc == REGC_OK && (rc = regc_atomic_pwrite(f, data, size, 0)) != REGC_OK)
+        regc_atomic_abandon(f);
+    else if (rc == REGC_OK)
+        rc = regc_atomic_commit(f);
     return rc;
 }
 

@@ -54,6 +54,14 @@ int regc_file_read_all(const char *path, char **out, size_t *size);
  * directory, fsync, rename. On failure nothing is left at `path` that was
  * not there before, and the temporary file is removed. */
 int regc_file_write_atomic(const char *path, const void *data, size_t size);
+/* The same, written in pieces at any offsets: open creates the temporary
+ * file, commit makes it durable and renames it into place (freeing f
+ * either way), abandon removes it. */
+typedef struct regc_atomic_file regc_atomic_file;
+int regc_atomic_open(const char *path, regc_atomic_file **out);
+int regc_atomic_pwrite(regc_atomic_file *f, const void *data, size_t size, uint64_t offset);
+int regc_atomic_commit(regc_atomic_file *f);
+void regc_atomic_abandon(regc_atomic_file *f);
 /* mkdir -p: create dir and its missing parents (checkpoints go to fresh
  * nested paths like runs/x/step100); an error names the path that failed. */
 int regc_make_dirs(const char *dir);

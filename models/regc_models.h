@@ -94,8 +94,21 @@ int regc_st_find(const regc_st_file *f, const char *name); /* index or -1 */
 /* Read tensor i converted to fp32 (F32, BF16, F16 accepted), checking that
  * its shape is exactly `shape`. */
 int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst);
-/* Write entries (fp32 data stored as F32) to path atomically. */
+/* Elements [first, first + n) of tensor i (in row-major order) converted
+ * to fp32: a rank reads only the bytes of its shards. */
+int regc_st_read_range(const regc_st_file *f, int i, int64_t first, int64_t n, float *dst);
+/* Write entries (fp32 data stored as each one's dtype) to path atomically. */
 int regc_st_write(const char *path, const regc_st_entry *entries, int n);
+/* The same in pieces: open writes the header of entries (their data
+ * unused unless with_data checks it is there), put writes elements [first,
+ * first + n) of tensor i in any order, finish makes the file durable and
+ * renames it into place (freeing w either way); abandon removes it. */
+typedef struct regc_st_writer regc_st_writer;
+int regc_st_writer_open(const char *path, const regc_st_entry *entries, int n, int with_data,
+                        regc_st_writer **out);
+int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const float *src);
+int regc_st_writer_finish(regc_st_writer *w);
+void regc_st_writer_abandon(regc_st_writer *w);
 /* What a model's graph is built from, as canonical bytes for the compile
  * cache's keys: its architecture and structural config, or its graph's
  * canonical form (parameter names left out). */

@@ -369,7 +369,7 @@ static float st_f16_to_f32(uint16_t h)
     return v;
 }
 
-int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst)
+int regc_st_read_range(const regc_st_file *f, int i, int64_t first, int64_t n, float *dst)
 {
     if (i < 0 || i >= f->n)
         return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", f->path, i);
@@ -380,27 +380,23 @@ int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shap
         return regc_error(REGC_ERR_UNSUPPORTED,
                           "%s: tensor %s has dtype %s, which regc cannot read (F32, BF16, F16)",
                           f->path, t->name, t->dtype);
-    int same = ndim == t->ndim;
-    for (int d = 0; same && d < ndim; d++)
-        same = shape[d] == t->shape[d];
-    if (!same) {
-        char want[160], have[160];
-        st_format_shape(want, sizeof want, ndim, shape);
-        st_format_shape(have, sizeof have, t->ndim, t->shape);
-        return regc_error(REGC_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", f->path,
-                          t->name, have, want);
-    }
-    uint64_t bytes = t->end - t->begin, off = f->data_start + t->begin;
+    const uint64_t esize = is_f32 ? 4 : 2, numel = (t->end - t->begin) / esize;
+    if (first < 0 || n < 0 || (uint64_t)first > numel || (uint64_t)n > numel - (uint64_t)first)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: tensor %s has %" PRIu64 " elements, not [%" PRId64 ", %" PRId64 ")",
+                          f->path, t->name, numel, first, first + n);
+    uint64_t off = f->data_start + t->begin + (uint64_t)first * esize;
     if (is_f32)
-        return st_pread_full(f, dst, (size_t)bytes, off, t->name);
+        return st_pread_full(f, dst, (size_t)n * 4, off, t->name);
 
     uint16_t *bounce = malloc(ST_BOUNCE_ELEMS * sizeof *bounce);
     if (!bounce)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading %s", f->path, t->name);
-    uint64_t n = bytes / 2, done = 0;
+    uint64_t done = 0;
     int rc = REGC_OK;
-    while (done < n) {
-        size_t chunk = n - done < ST_BOUNCE_ELEMS ? (size_t)(n - done) : ST_BOUNCE_ELEMS;
+    while (done < (uint64_t)n) {
+        size_t chunk =
+            (uint64_t)n - done < ST_BOUNCE_ELEMS ? (size_t)((uint64_t)n - done) : ST_BOUNCE_ELEMS;
         if ((rc = st_pread_full(f, bounce, chunk * 2, off + done * 2, t->name)) < 0)
             break;
         float *o = dst + done;
@@ -414,6 +410,25 @@ int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shap
     }
     free(bounce);
     return rc;
+}
+
+int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst)
+{
+    if (i < 0 || i >= f->n)
+        return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", f->path, i);
+    const st_tensor *t = &f->t[i];
+    int same = ndim == t->ndim;
+    int64_t numel = 1;
+    for (int d = 0; same && d < ndim; d++)
+        same = shape[d] == t->shape[d], numel *= shape[d];
+    if (!same) {
+        char want[160], have[160];
+        st_format_shape(want, sizeof want, ndim, shape);
+        st_format_shape(have, sizeof have, t->ndim, t->shape);
+        return regc_error(REGC_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", f->path,
+                          t->name, have, want);
+    }
+    return regc_st_read_range(f, i, 0, numel, dst);
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -497,7 +512,8 @@ static void st_put_json_string(st_text *s, const char *str)
     st_put(s, "\"");
 }
 
-static int st_check_entries(const char *path, const regc_st_entry *e, int n, int64_t *numel)
+static int st_check_entries(const char *path, const regc_st_entry *e, int n, int with_data,
+                            int64_t *numel)
 {
     for (int i = 0; i < n; i++) {
         const char *name = e[i].name;
@@ -516,7 +532,7 @@ static int st_check_entries(const char *path, const regc_st_entry *e, int n, int
                 return regc_error(REGC_ERR_ARG, "%s: tensor %s: invalid shape", path, name);
             k *= e[i].shape[d];
         }
-        if (k > 0 && !e[i].data)
+        if (with_data && k > 0 && !e[i].data)
             return regc_error(REGC_ERR_ARG, "%s: tensor %s has no data", path, name);
         numel[i] = k;
         for (int j = 0; j < i; j++)
@@ -526,24 +542,57 @@ static int st_check_entries(const char *path, const regc_st_entry *e, int n, int
     return REGC_OK;
 }
 
-int regc_st_write(const char *path, const regc_st_entry *entries, int n)
+struct regc_st_writer {
+    char *path;
+    regc_atomic_file *file;
+    int n;
+    regc_dtype *dtype;
+    int64_t *numel;
+    uint64_t *data_at; /* each tensor's first byte in the file */
+    char **name;       /* for errors */
+};
+
+void regc_st_writer_abandon(regc_st_writer *w)
 {
+    if (!w)
+        return;
+    regc_atomic_abandon(w->file);
+    for (int i = 0; w->name && i < w->n; i++)
+        free(w->name[i]);
+    free(w->name), free(w->path), free(w->dtype), free(w->numel), free(w->data_at), free(w);
+}
+
+int regc_st_writer_open(const char *path, const regc_st_entry *entries, int n, int with_data,
+                        regc_st_writer **out)
+{
+    *out = NULL;
     if (n < 0 || (n > 0 && !entries))
         return regc_error(REGC_ERR_ARG, "%s: invalid tensor list", path);
-    int64_t *numel = calloc((size_t)n + 1, sizeof *numel);
-    if (!numel)
+    regc_st_writer *w = calloc(1, sizeof *w);
+    if (w) {
+        w->path = strdup(path);
+        w->dtype = calloc((size_t)n + 1, sizeof *w->dtype);
+        w->numel = calloc((size_t)n + 1, sizeof *w->numel);
+        w->data_at = calloc((size_t)n + 1, sizeof *w->data_at);
+        w->name = calloc((size_t)n + 1, sizeof *w->name);
+    }
+    if (!w || !w->path || !w->dtype || !w->numel || !w->data_at || !w->name) {
+        regc_st_writer_abandon(w);
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    int rc = st_check_entries(path, entries, n, numel);
+    }
+    w->n = n;
     st_text h = {0};
-    char *file = NULL;
-    if (rc < 0)
-        goto done;
-
+    int rc = st_check_entries(path, entries, n, with_data, w->numel);
+    for (int i = 0; i < n && rc == REGC_OK; i++)
+        if (!(w->name[i] = strdup(entries[i].name)))
+            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     uint64_t off = 0;
     st_put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == REGC_OK; i++) {
         const regc_st_entry *e = &entries[i];
-        uint64_t bytes = (uint64_t)numel[i] * (e->dtype == REGC_F32 ? 4u : 2u);
+        uint64_t bytes = (uint64_t)w->numel[i] * (e->dtype == REGC_F32 ? 4u : 2u);
+        w->dtype[i] = e->dtype;
+        w->data_at[i] = off;
         st_put(&h, ",");
         st_put_json_string(&h, e->name);
         st_put(&h, ":{\"dtype\":\"%s\",\"shape\":[",
@@ -559,45 +608,68 @@ int regc_st_write(const char *path, const regc_st_entry *entries, int n)
     /* Spaces pad the header so the data section starts 8-byte aligned. */
     while (!h.oom && h.len % 8 != 0)
         st_put(&h, " ");
-    if (h.oom) {
+    if (rc == REGC_OK && h.oom)
         rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory building the header", path);
-        goto done;
-    }
-    if (off > SIZE_MAX - 8 - h.len) {
-        rc = regc_error(REGC_ERR_MEMORY, "%s: %" PRIu64 " bytes of data do not fit in memory", path,
-                        off);
-        goto done;
-    }
-    size_t total = 8 + h.len + (size_t)off;
-    file = malloc(total);
-    if (!file) {
-        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for %zu bytes", path, total);
-        goto done;
-    }
-    uint64_t hl = h.len;
+    unsigned char len[8];
     for (int b = 0; b < 8; b++)
-        file[b] = (char)((hl >> (8 * b)) & 0xffu);
-    memcpy(file + 8, h.buf, h.len);
-    char *p = file + 8 + h.len;
-    for (int i = 0; i < n; i++) {
-        const regc_st_entry *e = &entries[i];
-        size_t k = (size_t)numel[i];
-        if (e->dtype == REGC_F32) {
-            if (k)
-                memcpy(p, e->data, k * 4);
-            p += k * 4;
-            continue;
-        }
-        for (size_t j = 0; j < k; j++, p += 2) {
-            uint16_t v =
-                e->dtype == REGC_BF16 ? st_f32_to_bf16(e->data[j]) : st_f32_to_f16(e->data[j]);
-            memcpy(p, &v, 2);
-        }
-    }
-    rc = regc_file_write_atomic(path, file, total);
-done:
-    free(file);
+        len[b] = (unsigned char)(((uint64_t)h.len >> (8 * b)) & 0xffu);
+    for (int i = 0; i < n; i++)
+        w->data_at[i] += 8 + h.len;
+    if (rc == REGC_OK && (rc = regc_atomic_open(path, &w->file)) == REGC_OK &&
+        (rc = regc_atomic_pwrite(w->file, len, 8, 0)) == REGC_OK)
+        rc = regc_atomic_pwrite(w->file, h.buf, h.len, 8);
+    /* the file's full length now, so that a tensor never put reads as zeros */
+    if (rc == REGC_OK && off > 0)
+        rc = regc_atomic_pwrite(w->file, "", 1, 8 + h.len + off - 1);
     free(h.buf);
-    free(numel);
+    if (rc) {
+        regc_st_writer_abandon(w);
+        return rc;
+    }
+    *out = w;
+    return REGC_OK;
+}
+
+int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const float *src)
+{
+    if (i < 0 || i >= w->n)
+        return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", w->path, i);
+    if (first < 0 || n < 0 || first > w->numel[i] || n > w->numel[i] - first)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: tensor %s has %" PRId64 " elements, not [%" PRId64 ", %" PRId64 ")",
+                          w->path, w->name[i], w->numel[i], first, first + n);
+    if (w->dtype[i] == REGC_F32)
+        return regc_atomic_pwrite(w->file, src, (size_t)n * 4, w->data_at[i] + (uint64_t)first * 4);
+    uint16_t *bounce = malloc(ST_BOUNCE_ELEMS * sizeof *bounce);
+    if (!bounce)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", w->path);
+    int rc = REGC_OK;
+    for (int64_t done = 0; done < n && rc == REGC_OK; done += ST_BOUNCE_ELEMS) {
+        int64_t chunk = n - done < ST_BOUNCE_ELEMS ? n - done : ST_BOUNCE_ELEMS;
+        for (int64_t j = 0; j < chunk; j++)
+            bounce[j] = w->dtype[i] == REGC_BF16 ? st_f32_to_bf16(src[done + j])
+                                                 : st_f32_to_f16(src[done + j]);
+        rc = regc_atomic_pwrite(w->file, bounce, (size_t)chunk * 2,
+                                w->data_at[i] + (uint64_t)(first + done) * 2);
+    }
+    free(bounce);
     return rc;
+}
+
+int regc_st_writer_finish(regc_st_writer *w)
+{
+    int rc = regc_atomic_commit(w->file);
+    w->file = NULL;
+    regc_st_writer_abandon(w);
+    return rc;
+}
+
+int regc_st_write(const char *path, const regc_st_entry *entries, int n)
+{
+    regc_st_writer *w;
+    int rc = regc_st_writer_open(path, entries, n, 1, &w);
+    for (int i = 0; i < n && rc == REGC_OK; i++)
+        if ((rc = regc_st_writer_put(w, i, 0, w->numel[i], entries[i].data)) != REGC_OK)
+            regc_st_writer_abandon(w);
+    return rc == REGC_OK ? regc_st_writer_finish(w) : rc;
 }

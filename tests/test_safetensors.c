@@ -1,6 +1,7 @@
 /* test_safetensors.c — the safetensors reader and writer: round trips,
  * BF16/F16 conversion against known bit patterns, and the error message of
  * every malformed-file case (each must name the file and the problem). */
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "regc_common.h"
 #include "regc_models.h"
 #include "test_util.h"
 
@@ -359,6 +361,103 @@ static void test_unknown_dtype_on_read(void **state)
     expect_open_error(f->path, "shape [1] of I64 needs 8");
 }
 
+/* A rank reads only its elements: every range of every dtype equals the
+ * same elements of the whole tensor, and a range past the end is refused
+ * by tensor name. */
+static void test_read_range(void **state)
+{
+    regc_test_dir *f = *state;
+    enum { N = 37 };
+    float src[N];
+    for (int i = 0; i < N; i++)
+        src[i] = 0.37f * (float)i - 5.1f;
+    regc_st_entry e[3] = {
+        {.name = "f", .dtype = REGC_F32, .ndim = 1, .shape = {N}, .data = src},
+        {.name = "b", .dtype = REGC_BF16, .ndim = 1, .shape = {N}, .data = src},
+        {.name = "h", .dtype = REGC_F16, .ndim = 1, .shape = {N}, .data = src},
+    };
+    assert_int_equal(regc_st_write(f->path, e, 3), REGC_OK);
+    regc_st_file *st;
+    assert_int_equal(regc_st_open(f->path, &st), REGC_OK);
+    const int64_t shape[] = {N};
+    for (int t = 0; t < 3; t++) {
+        float whole[N], part[N];
+        assert_int_equal(regc_st_read_f32(st, t, 1, shape, whole), REGC_OK);
+        for (int first = 0; first <= N; first += 6)
+            for (int n = 0; first + n <= N; n += 5) {
+                assert_int_equal(regc_st_read_range(st, t, first, n, part), REGC_OK);
+                assert_memory_equal(part, whole + first, (size_t)n * sizeof(float));
+            }
+    }
+    float out[N];
+    assert_int_equal(regc_st_read_range(st, 1, 30, 8, out), REGC_ERR_ARG);
+    regc_test_expect_error(f->path, "tensor b has 37 elements, not [30, 38)");
+    assert_int_equal(regc_st_read_range(st, 0, -1, 2, out), REGC_ERR_ARG);
+    regc_test_expect_error(f->path, "tensor f");
+    regc_st_close(st);
+}
+
+/* The streaming writer, fed pieces out of order, writes the same bytes as
+ * the one-shot writer; a tensor never put reads as zeros. */
+static void test_writer_in_pieces(void **state)
+{
+    regc_test_dir *f = *state;
+    enum { N = 23 };
+    float a[N], b[6] = {1, -2, 3.5f, 4, 5, 6};
+    for (int i = 0; i < N; i++)
+        a[i] = 1.0f / (float)(i + 1);
+    regc_st_entry e[3] = {
+        {.name = "a", .dtype = REGC_BF16, .ndim = 1, .shape = {N}, .data = a},
+        {.name = "b", .dtype = REGC_F32, .ndim = 2, .shape = {2, 3}, .data = b},
+        {.name = "z", .dtype = REGC_F16, .ndim = 1, .shape = {4}, .data = NULL},
+    };
+    float zeros[4] = {0};
+    e[2].data = zeros;
+    char one[1200];
+    snprintf(one, sizeof one, "%s/one.safetensors", f->dir);
+    assert_int_equal(regc_st_write(one, e, 3), REGC_OK);
+
+    e[2].data = NULL;
+    regc_st_writer *w;
+    assert_int_equal(regc_st_writer_open(f->path, e, 3, 0, &w), REGC_OK);
+    assert_int_equal(regc_st_writer_put(w, 1, 3, 3, b + 3), REGC_OK);
+    assert_int_equal(regc_st_writer_put(w, 0, 10, N - 10, a + 10), REGC_OK);
+    assert_int_equal(regc_st_writer_put(w, 1, 0, 3, b), REGC_OK);
+    assert_int_equal(regc_st_writer_put(w, 0, 0, 10, a), REGC_OK);
+    assert_int_equal(regc_st_writer_put(w, 0, 20, 4, a), REGC_ERR_ARG);
+    regc_test_expect_error(f->path, "tensor a has 23 elements, not [20, 24)");
+    assert_int_not_equal(access(f->path, F_OK), 0); /* nothing in place before finish */
+    assert_int_equal(regc_st_writer_finish(w), REGC_OK);
+
+    char *x, *y;
+    size_t nx, ny;
+    assert_int_equal(regc_file_read_all(one, &x, &nx), REGC_OK);
+    assert_int_equal(regc_file_read_all(f->path, &y, &ny), REGC_OK);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(x, y, nx);
+    free(x), free(y);
+
+    /* Abandoned, the writer leaves no file and no temporary behind. */
+    char gone[1200];
+    snprintf(gone, sizeof gone, "%s/gone.safetensors", f->dir);
+    assert_int_equal(regc_st_writer_open(gone, e, 3, 0, &w), REGC_OK);
+    assert_int_equal(regc_st_writer_put(w, 1, 0, 6, b), REGC_OK);
+    regc_st_writer_abandon(w);
+    assert_int_not_equal(access(gone, F_OK), 0);
+    int files = 0;
+    DIR *d = opendir(f->dir);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d));)
+        files += de->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(files, 2); /* one.safetensors and the streamed file */
+
+    /* With data required, a tensor without it is refused by name. */
+    assert_int_equal(regc_st_writer_open(gone, e, 3, 1, &w), REGC_ERR_ARG);
+    regc_test_expect_error(gone, "tensor z has no data");
+    assert_null(w);
+}
+
 static void test_err_writer(void **state)
 {
     regc_test_dir *f = *state;
@@ -398,6 +497,8 @@ int main(void)
         regc_test_in_dir(test_err_duplicate, setup),
         regc_test_in_dir(test_err_wrong_shape_and_index, setup),
         regc_test_in_dir(test_unknown_dtype_on_read, setup),
+        regc_test_in_dir(test_read_range, setup),
+        regc_test_in_dir(test_writer_in_pieces, setup),
         regc_test_in_dir(test_err_writer, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
