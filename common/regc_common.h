@@ -43,6 +43,9 @@ uint64_t regc_rng_at(uint64_t seed, uint64_t i);
  * bits of regc_rng_at(seed, i): uniform on [center - halfwidth, center +
  * halfwidth), computed in float32 with exactly two roundings. */
 void regc_rng_fill_uniform(float *out, size_t n, uint64_t seed, float center, float halfwidth);
+/* Elements [first, first + n) of what regc_rng_fill_uniform would draw. */
+void regc_rng_fill_uniform_range(float *out, size_t first, size_t n, uint64_t seed, float center,
+                                 float halfwidth);
 /* A seed for sub-stream `index` of `seed` (one stream per tensor). */
 uint64_t regc_rng_substream(uint64_t seed, uint64_t index);
 

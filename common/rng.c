@@ -22,11 +22,17 @@ uint64_t regc_rng_substream(uint64_t seed, uint64_t index)
 
 void regc_rng_fill_uniform(float *out, size_t n, uint64_t seed, float center, float halfwidth)
 {
+    regc_rng_fill_uniform_range(out, 0, n, seed, center, halfwidth);
+}
+
+void regc_rng_fill_uniform_range(float *out, size_t first, size_t n, uint64_t seed, float center,
+                                 float halfwidth)
+{
     /* Two float32 roundings (product, then sum) and no fused multiply-add,
      * so any language with IEEE float32 reproduces the values bit for bit. */
     const float step = (float)((double)halfwidth / 8388608.0);
     for (size_t i = 0; i < n; i++) {
-        int32_t k = (int32_t)(regc_rng_at(seed, i) >> 40) - 8388608;
+        int32_t k = (int32_t)(regc_rng_at(seed, first + i) >> 40) - 8388608;
         float t = (float)k * step;
         out[i] = center + t;
     }

@@ -178,16 +178,12 @@ int64_t regc_model_param_offset(const regc_model *m, int i)
 
 int regc_model_init_random(regc_model *m, uint64_t seed)
 {
-    int rc = regc_model_alloc_weights(m);
-    if (rc < 0)
-        return rc;
-    for (int t = 0; t < m->n_params; t++) {
-        const regc_model_param *p = &m->params[t];
-        regc_rng_fill_uniform(m->weights + p->offset, (size_t)p->numel,
-                              regc_rng_substream(seed, (uint64_t)t), p->init_center,
-                              p->init_halfwidth);
-    }
-    return REGC_OK;
+    regc_weights *w = NULL;
+    int rc = regc_weights_seeded(m, seed, &w);
+    if (rc == REGC_OK)
+        rc = regc_model_read_weights(m, w);
+    regc_weights_close(w);
+    return rc;
 }
 
 cJSON *regc_model_config_new(const regc_model *m, const char *architecture)
@@ -304,37 +300,10 @@ int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data, const r
     return REGC_OK;
 }
 
-int regc_model_save(const regc_model *m, const char *dir)
+int regc_model_save_config(const regc_model *m, const char *dir)
 {
-    if (!m->weights)
-        return regc_error(REGC_ERR_ARG,
-                          "%s: cannot save %s: the model has no weights yet (shape-only)", dir,
-                          m->source);
-    int rc = regc_make_dirs(dir);
-    if (rc < 0)
-        return rc;
-    char path[4096];
-    regc_st_entry *e = calloc((size_t)m->n_params + 1, sizeof *e);
-    if (!e)
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", dir);
-    for (int i = 0; i < m->n_params; i++) {
-        const regc_model_param *p = &m->params[i];
-        e[i].name = p->name;
-        e[i].dtype = REGC_F32;
-        e[i].ndim = p->ndim;
-        memcpy(e[i].shape, p->shape, sizeof p->shape);
-        e[i].data = m->weights + p->offset;
-    }
-    /* Weights first: a config.json that names weights not yet written would
-     * make the directory look complete after a crash. */
-    if ((rc = regc_path_join(path, sizeof path, dir, "model.safetensors")) == REGC_OK)
-        rc = regc_st_write(path, e, m->n_params);
-    free(e);
-    if (rc < 0)
-        return rc;
     if (m->arch->save_files)
         return m->arch->save_files(m, dir);
-
     cJSON *cfg = m->arch->write_config(m);
     char *text = cfg ? cJSON_Print(cfg) : NULL;
     cJSON_Delete(cfg);
@@ -350,10 +319,27 @@ int regc_model_save(const regc_model *m, const char *dir)
     cJSON_free(text);
     if (!with_nl)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory writing config.json", dir);
-    if ((rc = regc_path_join(path, sizeof path, dir, "config.json")) == REGC_OK)
+    char path[4096];
+    int rc = regc_path_join(path, sizeof path, dir, "config.json");
+    if (rc == REGC_OK)
         rc = regc_file_write_atomic(path, with_nl, len + 1);
     free(with_nl);
     return rc;
+}
+
+int regc_model_save(const regc_model *m, const char *dir)
+{
+    if (!m->weights)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: cannot save %s: the model has no weights yet (shape-only)", dir,
+                          m->source);
+    regc_model_writer *w;
+    int rc = regc_model_writer_open(m, dir, &w);
+    for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
+        if ((rc = regc_model_writer_put(w, i, 0, m->params[i].numel,
+                                        m->weights + m->params[i].offset)))
+            regc_model_writer_abandon(w);
+    return rc == REGC_OK ? regc_model_writer_finish(w) : rc;
 }
 
 /* The depth keys of the architectures' config.json files. */

@@ -5,8 +5,8 @@
  * name) into its own config struct, lists its parameters in checkpoint
  * order, builds the flat forward graph and writes config.json back.
  * Everything that does not depend on the architecture — the weights
- * block, safetensors loading with sharding, saving, random init — lives in
- * model.c, so a new architecture is one new file plus one table entry. */
+ * block, saving, random init — lives in model.c, and reading and writing
+ * weights by name in weights.c, so a new architecture is one new file plus one table entry. */
 #ifndef REGC_MODEL_INTERNAL_H
 #define REGC_MODEL_INTERNAL_H
 
@@ -85,6 +85,10 @@ int regc_graph_model_read(regc_model *m, const char *path);
 int regc_model_new(const regc_arch *arch, const char *source, regc_model **out);
 /* The weights block, allocated once (total_numel floats). */
 int regc_model_alloc_weights(regc_model *m);
+/* Write the files that describe m (config.json, or the architecture's
+ * save_files) into dir, atomically: the part of a saved directory that is
+ * not its weights. */
+int regc_model_save_config(const regc_model *m, const char *dir);
 
 /* Append a parameter: numel and offset are computed, overflow checked. */
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,

@@ -1,8 +1,7 @@
 /* model_load.c — where models come from: built-in presets, Hugging Face
- * directories (config.json dispatched on model_type; weights from one
- * safetensors file or a sharded index, tensors matched by name with the
- * architecture's optional prefix and legacy spellings), and regc graph JSON
- * files; and the config.json readers every architecture parses with. */
+ * directories (config.json dispatched on model_type; weights read by
+ * weights.c), and regc graph JSON files; and the config.json readers every architecture parses
+ * with. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -147,12 +146,6 @@ static int model_from_preset(const char *name, regc_model **out)
     return regc_error(REGC_ERR_ARG, "%s: not a preset", name);
 }
 
-static int path_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 int regc_model_load_config(const char *dir, regc_model **out)
 {
     *out = NULL;
@@ -203,163 +196,13 @@ done:
     return rc;
 }
 
-/* The checkpoint name to look for when `name` is absent: the name without
- * the architecture's optional prefix, or NULL. */
-static const char *model_alt_name(const regc_model *m, const char *name)
-{
-    const char *pre = m->arch->optional_prefix;
-    size_t n = pre ? strlen(pre) : 0;
-    return (n && strncmp(name, pre, n) == 0) ? name + n : NULL;
-}
-
-/* The names a parameter may have in a checkpoint, in the order tried:
- * its own, without the optional prefix, and the architecture's legacy
- * spelling of each. */
-typedef struct {
-    const char *name[4];
-    char legacy[2][512];
-    int n;
-} model_names;
-
-static void model_names_of(const regc_model *m, const char *name, model_names *out)
-{
-    out->n = 0;
-    out->name[out->n++] = name;
-    const char *alt = model_alt_name(m, name);
-    if (alt)
-        out->name[out->n++] = alt;
-    for (int i = 0, k = out->n; m->arch->legacy_name && i < k; i++)
-        if (m->arch->legacy_name(out->name[i], out->legacy[i], sizeof out->legacy[i]))
-            out->name[out->n++] = out->legacy[i];
-}
-
-static int model_read_param(regc_model *m, const regc_st_file *f, const char *file, int i)
-{
-    const regc_model_param *p = &m->params[i];
-    model_names c;
-    model_names_of(m, p->name, &c);
-    int idx = -1;
-    for (int j = 0; j < c.n && idx < 0; j++)
-        idx = regc_st_find(f, c.name[j]);
-    if (idx < 0)
-        return regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", file, p->name);
-    return regc_st_read_f32(f, idx, p->ndim, p->shape, m->weights + p->offset);
-}
-
-typedef struct {
-    const char *file; /* as named in the weight map */
-    regc_st_file *st;
-} model_shard;
-
-/* A shard name must stay inside the model directory. */
-static int shard_name_ok(const char *name)
-{
-    if (!name[0] || name[0] == '/')
-        return 0;
-    for (const char *p = name; *p;) {
-        size_t seg = strcspn(p, "/");
-        if (seg == 2 && p[0] == '.' && p[1] == '.')
-            return 0;
-        p += seg;
-        if (*p == '/')
-            p++;
-    }
-    return 1;
-}
-
-static int model_load_sharded(regc_model *m, const char *dir, const char *index_path)
-{
-    char *text = NULL;
-    size_t len = 0;
-    int rc = regc_file_read_all(index_path, &text, &len);
-    if (rc < 0)
-        return rc;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!root)
-        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON", index_path);
-    model_shard *shards = calloc((size_t)m->n_params + 1, sizeof *shards);
-    int n_shards = 0;
-    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!shards) {
-        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index_path);
-        goto done;
-    }
-    if (!cJSON_IsObject(map)) {
-        rc = regc_error(REGC_ERR_FORMAT, "%s: missing or invalid \"weight_map\"", index_path);
-        goto done;
-    }
-    for (int i = 0; i < m->n_params; i++) {
-        const char *name = m->params[i].name;
-        model_names c;
-        model_names_of(m, name, &c);
-        const cJSON *e = NULL;
-        for (int j = 0; j < c.n && !e; j++)
-            e = cJSON_GetObjectItemCaseSensitive(map, c.name[j]);
-        if (!e) {
-            rc = regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s", index_path, name);
-            goto done;
-        }
-        if (!cJSON_IsString(e) || !shard_name_ok(e->valuestring)) {
-            rc = regc_error(REGC_ERR_FORMAT,
-                            "%s: weight_map entry %s must name a file inside the directory",
-                            index_path, e->string);
-            goto done;
-        }
-        int s = 0;
-        while (s < n_shards && strcmp(shards[s].file, e->valuestring) != 0)
-            s++;
-        if (s == n_shards) {
-            char path[4096];
-            if ((rc = regc_path_join(path, sizeof path, dir, e->valuestring)) < 0 ||
-                (rc = regc_st_open(path, &shards[s].st)) < 0)
-                goto done;
-            shards[s].file = e->valuestring;
-            n_shards++;
-        }
-        char shard_path[4096];
-        regc_path_join(shard_path, sizeof shard_path, dir, shards[s].file);
-        if ((rc = model_read_param(m, shards[s].st, shard_path, i)) < 0)
-            goto done;
-    }
-done:
-    for (int s = 0; s < n_shards; s++)
-        regc_st_close(shards[s].st);
-    free(shards);
-    cJSON_Delete(root);
-    return rc;
-}
-
-/* HF's loader prefers the single file when both exist; so do we, so that a
- * directory re-saved by regc_model_save never reads a stale index. */
 static int model_load_weights(regc_model *m, const char *dir)
 {
-    char single[4096], index[4096];
-    int rc;
-    if ((rc = regc_path_join(single, sizeof single, dir, "model.safetensors")) < 0 ||
-        (rc = regc_path_join(index, sizeof index, dir, "model.safetensors.index.json")) < 0)
-        return rc;
-    int have_single = path_exists(single);
-    if (!have_single && !path_exists(index))
-        return regc_error(REGC_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json",
-                          dir);
-    if ((rc = regc_model_alloc_weights(m)) < 0)
-        return rc;
-    if (have_single) {
-        regc_st_file *f;
-        if ((rc = regc_st_open(single, &f)) < 0)
-            goto fail;
-        for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
-            rc = model_read_param(m, f, single, i);
-        regc_st_close(f);
-    } else {
-        rc = model_load_sharded(m, dir, index);
-    }
+    regc_weights *w = NULL;
+    int rc = regc_weights_open(m, dir, "", &w);
     if (rc == REGC_OK)
-        return rc;
-fail:
-    free(m->weights);
-    m->weights = NULL;
+        rc = regc_model_read_weights(m, w);
+    regc_weights_close(w);
     return rc;
 }
 
@@ -402,21 +245,7 @@ int regc_model_load_shapes(const char *spec, regc_model **out)
 
 int regc_model_read_safetensors(regc_model *m, const char *path)
 {
-    int had_weights = m->weights != NULL;
-    int rc = regc_model_alloc_weights(m);
-    if (rc < 0)
-        return rc;
-    regc_st_file *f = NULL;
-    if ((rc = regc_st_open(path, &f)) == REGC_OK) {
-        for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
-            rc = model_read_param(m, f, path, i);
-        regc_st_close(f);
-    }
-    if (rc < 0 && !had_weights) {
-        free(m->weights);
-        m->weights = NULL;
-    }
-    return rc;
+    return model_load_weights(m, path);
 }
 
 /* A preset name wins over a directory of the same name; "./gpt2-tiny" loads

@@ -94,6 +94,8 @@ int regc_st_find(const regc_st_file *f, const char *name); /* index or -1 */
 /* Read tensor i converted to fp32 (F32, BF16, F16 accepted), checking that
  * its shape is exactly `shape`. */
 int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst);
+/* REGC_OK when tensor i has exactly `shape`, else an error naming both. */
+int regc_st_check_shape(const regc_st_file *f, int i, int ndim, const int64_t *shape);
 /* Elements [first, first + n) of tensor i (in row-major order) converted
  * to fp32: a rank reads only the bytes of its shards. */
 int regc_st_read_range(const regc_st_file *f, int i, int64_t first, int64_t n, float *dst);
@@ -109,6 +111,37 @@ int regc_st_writer_open(const char *path, const regc_st_entry *entries, int n, i
 int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const float *src);
 int regc_st_writer_finish(regc_st_writer *w);
 void regc_st_writer_abandon(regc_st_writer *w);
+/* ======================================================================
+ * Weights a range at a time (models/weights.c): ZeRO-3's ranks read and
+ * write only their shards, so no process needs room for the whole model.
+ * ====================================================================== */
+typedef struct regc_weights regc_weights;
+/* m's weights in a Hugging Face directory (model.safetensors, else the
+ * files of model.safetensors.index.json) or one safetensors file, each
+ * parameter matched by name after `prefix` ("" for a model's files) and its
+ * shape checked now: a missing tensor or a wrong shape is an error naming
+ * the file and the tensor. m must outlive the source. */
+int regc_weights_open(const regc_model *m, const char *path, const char *prefix,
+                      regc_weights **out);
+/* The weights regc_model_init_random(m, seed) draws. */
+int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out);
+/* Elements [first, first + n) of parameter i (row-major) as fp32. */
+int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *dst);
+void regc_weights_close(regc_weights *w);
+/* Every parameter of m from w (allocating m's weights). */
+int regc_model_read_weights(regc_model *m, regc_weights *w);
+
+/* A model directory (model.safetensors in fp32, then config.json or the
+ * graph model's files) written a range at a time: open creates the weights
+ * file's temporary, put writes elements [first, first + n) of parameter i,
+ * finish puts every file in place (freeing w either way); abandon leaves
+ * nothing behind. */
+typedef struct regc_model_writer regc_model_writer;
+int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writer **out);
+int regc_model_writer_put(regc_model_writer *w, int i, int64_t first, int64_t n, const float *src);
+int regc_model_writer_finish(regc_model_writer *w);
+void regc_model_writer_abandon(regc_model_writer *w);
+
 /* What a model's graph is built from, as canonical bytes for the compile
  * cache's keys: its architecture and structural config, or its graph's
  * canonical form (parameter names left out). */

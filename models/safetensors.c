@@ -412,23 +412,30 @@ int regc_st_read_range(const regc_st_file *f, int i, int64_t first, int64_t n, f
     return rc;
 }
 
-int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst)
+int regc_st_check_shape(const regc_st_file *f, int i, int ndim, const int64_t *shape)
 {
     if (i < 0 || i >= f->n)
         return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", f->path, i);
     const st_tensor *t = &f->t[i];
     int same = ndim == t->ndim;
-    int64_t numel = 1;
     for (int d = 0; same && d < ndim; d++)
-        same = shape[d] == t->shape[d], numel *= shape[d];
-    if (!same) {
-        char want[160], have[160];
-        st_format_shape(want, sizeof want, ndim, shape);
-        st_format_shape(have, sizeof have, t->ndim, t->shape);
-        return regc_error(REGC_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", f->path,
-                          t->name, have, want);
-    }
-    return regc_st_read_range(f, i, 0, numel, dst);
+        same = shape[d] == t->shape[d];
+    if (same)
+        return REGC_OK;
+    char want[160], have[160];
+    st_format_shape(want, sizeof want, ndim, shape);
+    st_format_shape(have, sizeof have, t->ndim, t->shape);
+    return regc_error(REGC_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", f->path, t->name,
+                      have, want);
+}
+
+int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst)
+{
+    int rc = regc_st_check_shape(f, i, ndim, shape);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++)
+        numel *= shape[d];
+    return rc ? rc : regc_st_read_range(f, i, 0, numel, dst);
 }
 
 /* ---------------------------------------------------------------- writer */

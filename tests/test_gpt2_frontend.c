@@ -237,6 +237,24 @@ static void test_sharded(void **state)
     regc_test_assert_same_weights(m, back);
     regc_model_free(back);
 
+    /* A rank reads a range at a time: thirds of every parameter, across
+     * both files, are its weights. */
+    regc_weights *w;
+    assert_int_equal(regc_weights_open(m, f->path, "", &w), REGC_OK);
+    for (int i = 0; i < n; i++) {
+        int64_t numel = regc_model_param_numel(m, i), third = numel / 3;
+        float *part = malloc((size_t)numel * sizeof *part + 1);
+        assert_non_null(part);
+        assert_int_equal(regc_weights_read(w, i, third, numel - third, part + third), REGC_OK);
+        assert_int_equal(regc_weights_read(w, i, 0, third, part), REGC_OK);
+        assert_memory_equal(part, regc_model_weights(m) + regc_model_param_offset(m, i),
+                            (size_t)numel * sizeof *part);
+        free(part);
+    }
+    assert_int_equal(regc_weights_read(w, 0, 1, regc_model_param_numel(m, 0), NULL), REGC_ERR_ARG);
+    regc_test_expect_error("transformer.wte.weight", "elements");
+    regc_weights_close(w);
+
     /* An index that lacks a parameter names the index and the tensor. */
     char *cut = strstr(index, ", \"transformer.ln_f.bias\"");
     assert_non_null(cut);
@@ -259,6 +277,66 @@ static void test_sharded(void **state)
     regc_test_expect_error(path_in(f, "model.safetensors.index.json"), "malformed JSON");
     free(index);
     free(e);
+    regc_model_free(m);
+}
+
+/* The seeded source draws what regc_model_init_random draws, a range at a
+ * time; a model written in pieces, in any order, is the saved model byte
+ * for byte; a prefix that no tensor has is refused at open by name. */
+static void test_weights_seeded_and_writer(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m;
+    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
+    assert_int_equal(regc_model_init_random(m, 99), REGC_OK);
+    regc_weights *w;
+    assert_int_equal(regc_weights_seeded(m, 99, &w), REGC_OK);
+    int n = regc_model_n_params(m);
+    float *buf = malloc((size_t)regc_model_total_numel(m) * sizeof *buf);
+    assert_non_null(buf);
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t numel = regc_model_param_numel(m, i), cut = numel * 2 / 5;
+        float *p = buf + regc_model_param_offset(m, i);
+        assert_int_equal(regc_weights_read(w, i, cut, numel - cut, p + cut), REGC_OK);
+        assert_int_equal(regc_weights_read(w, i, 0, cut, p), REGC_OK);
+    }
+    regc_weights_close(w);
+    assert_memory_equal(buf, regc_model_weights(m),
+                        (size_t)regc_model_total_numel(m) * sizeof *buf);
+
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/whole", f->dir);
+    snprintf(b, sizeof b, "%s/pieces", f->dir);
+    assert_int_equal(regc_model_save(m, a), REGC_OK);
+    regc_model_writer *mw;
+    assert_int_equal(regc_model_writer_open(m, b, &mw), REGC_OK);
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t numel = regc_model_param_numel(m, i), cut = numel / 2;
+        const float *p = buf + regc_model_param_offset(m, i);
+        assert_int_equal(regc_model_writer_put(mw, i, cut, numel - cut, p + cut), REGC_OK);
+        assert_int_equal(regc_model_writer_put(mw, i, 0, cut, p), REGC_OK);
+    }
+    assert_int_equal(regc_model_writer_finish(mw), REGC_OK);
+    const char *files[] = {"model.safetensors", "config.json"};
+    for (int k = 0; k < 2; k++) {
+        char pa[1300], pb[1300];
+        size_t na, nb;
+        snprintf(pa, sizeof pa, "%s/%s", a, files[k]);
+        snprintf(pb, sizeof pb, "%s/%s", b, files[k]);
+        char *xa = regc_test_read_file(pa, &na), *xb = regc_test_read_file(pb, &nb);
+        assert_non_null(xa);
+        assert_non_null(xb);
+        assert_int_equal(na, nb);
+        assert_memory_equal(xa, xb, na);
+        free(xa), free(xb);
+    }
+    free(buf);
+
+    char *file = regc_test_join(a, "model.safetensors");
+    assert_int_equal(regc_weights_open(m, file, "exp_avg.", &w), REGC_ERR_FORMAT);
+    regc_test_expect_error(file, "missing tensor exp_avg.transformer.wte.weight");
+    free(file);
+    assert_null(w);
     regc_model_free(m);
 }
 
@@ -562,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_init_random),
         regc_test_in_dir(test_save_load_round_trip, setup),
         regc_test_in_dir(test_sharded, setup),
+        regc_test_in_dir(test_weights_seeded_and_writer, setup),
         regc_test_in_dir(test_names_without_prefix, setup),
         regc_test_in_dir(test_untied_head, setup),
         regc_test_in_dir(test_config_errors, setup),

@@ -1,0 +1,328 @@
+/* weights.c — a model's weights a range at a time: read from a Hugging
+ * Face directory, a safetensors file or the seeded init, and written into a
+ * model directory. Whole-model loading, random init and saving are the
+ * special case of every range of every parameter; ZeRO-3's ranks read and
+ * write only the ranges of their own shards, so no process needs room for
+ * the whole model.
+ *
+ * Opening a source matches every parameter to a tensor by name — its own
+ * name, the name without the architecture's optional prefix, and the
+ * legacy spelling of each, all after an optional prefix of the file's
+ * names ("exp_avg." in a checkpoint's optimizer file) — and checks its
+ * shape, so a bad file fails at open, naming the file and the tensor,
+ * before any rank has read a byte of data. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "model_internal.h"
+
+/* ---------------------------------------------------------------- names */
+
+/* The names a parameter may have in a file, in the order tried: its own,
+ * without the optional prefix, and the architecture's legacy spelling of
+ * each; every one after the file's prefix. */
+typedef struct {
+    char name[4][600];
+    int n;
+} weight_names;
+
+static void weight_names_of(const regc_model *m, const char *prefix, const char *name,
+                            weight_names *out)
+{
+    const char *own[4];
+    char legacy[2][512];
+    int n = 0;
+    own[n++] = name;
+    const char *pre = m->arch->optional_prefix;
+    size_t k = pre ? strlen(pre) : 0;
+    if (k && strncmp(name, pre, k) == 0)
+        own[n++] = name + k;
+    for (int i = 0, base = n; m->arch->legacy_name && i < base; i++)
+        if (m->arch->legacy_name(own[i], legacy[i], sizeof legacy[i]))
+            own[n++] = legacy[i];
+    for (int i = 0; i < n; i++)
+        snprintf(out->name[i], sizeof out->name[i], "%s%s", prefix, own[i]);
+    out->n = n;
+}
+
+/* A file named by an index must stay inside the model directory. */
+static int inside_name(const char *name)
+{
+    if (!name[0] || name[0] == '/')
+        return 0;
+    for (const char *p = name; *p;) {
+        size_t seg = strcspn(p, "/");
+        if (seg == 2 && p[0] == '.' && p[1] == '.')
+            return 0;
+        p += seg;
+        if (*p == '/')
+            p++;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+struct regc_weights {
+    const regc_model *m;
+    int seeded;
+    uint64_t seed;
+    int n_files;
+    regc_st_file **file; /* [n_params]: at most one file per parameter */
+    int *file_of;        /* [n_params] */
+    int *tensor_of;      /* [n_params] the tensor's index in its file */
+};
+
+void regc_weights_close(regc_weights *w)
+{
+    if (!w)
+        return;
+    for (int f = 0; f < w->n_files; f++)
+        regc_st_close(w->file[f]);
+    free(w->file), free(w->file_of), free(w->tensor_of), free(w);
+}
+
+static int weights_new(const regc_model *m, regc_weights **out)
+{
+    *out = NULL;
+    size_t n = (size_t)m->n_params + 1;
+    regc_weights *w = calloc(1, sizeof *w);
+    if (w) {
+        w->m = m;
+        w->file = calloc(n, sizeof *w->file);
+        w->file_of = calloc(n, sizeof *w->file_of);
+        w->tensor_of = calloc(n, sizeof *w->tensor_of);
+    }
+    if (!w || !w->file || !w->file_of || !w->tensor_of) {
+        regc_weights_close(w);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    }
+    *out = w;
+    return REGC_OK;
+}
+
+/* Open path as file number w->n_files (or find it open already). */
+static int weights_file(regc_weights *w, const char *path, const char **paths, int *f)
+{
+    for (*f = 0; *f < w->n_files; (*f)++)
+        if (!strcmp(paths[*f], path))
+            return REGC_OK;
+    int rc = regc_st_open(path, &w->file[*f]);
+    if (rc == REGC_OK)
+        paths[w->n_files++] = path;
+    return rc;
+}
+
+/* Parameter i is tensor `name` of file f: check its shape. */
+static int weights_bind(regc_weights *w, int i, int f, const char *path, const char *prefix)
+{
+    const regc_model_param *p = &w->m->params[i];
+    weight_names c;
+    weight_names_of(w->m, prefix, p->name, &c);
+    int t = -1;
+    for (int j = 0; j < c.n && t < 0; j++)
+        t = regc_st_find(w->file[f], c.name[j]);
+    if (t < 0)
+        return regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s%s", path, prefix, p->name);
+    w->file_of[i] = f, w->tensor_of[i] = t;
+    return regc_st_check_shape(w->file[f], t, p->ndim, p->shape);
+}
+
+/* Every parameter from the one file at path. */
+static int weights_one_file(regc_weights *w, const char *path, const char *prefix)
+{
+    const char *paths[1] = {NULL};
+    int f, rc = weights_file(w, path, paths, &f);
+    for (int i = 0; i < w->m->n_params && rc == REGC_OK; i++)
+        rc = weights_bind(w, i, f, path, prefix);
+    return rc;
+}
+
+/* Every parameter from the file an index's weight_map names for it. */
+static int weights_indexed(regc_weights *w, const char *dir, const char *index, const char *prefix)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = regc_file_read_all(index, &text, &len);
+    if (rc < 0)
+        return rc;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root)
+        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON", index);
+    const regc_model *m = w->m;
+    char(*path)[4096] = calloc((size_t)m->n_params + 1, sizeof *path);
+    const char **paths = calloc((size_t)m->n_params + 1, sizeof *paths);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!path || !paths)
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index);
+    else if (!cJSON_IsObject(map))
+        rc = regc_error(REGC_ERR_FORMAT, "%s: missing or invalid \"weight_map\"", index);
+    for (int i = 0; i < m->n_params && rc == REGC_OK; i++) {
+        weight_names c;
+        weight_names_of(m, prefix, m->params[i].name, &c);
+        const cJSON *e = NULL;
+        for (int j = 0; j < c.n && !e; j++)
+            e = cJSON_GetObjectItemCaseSensitive(map, c.name[j]);
+        if (!e)
+            rc = regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s%s", index, prefix,
+                            m->params[i].name);
+        else if (!cJSON_IsString(e) || !inside_name(e->valuestring))
+            rc = regc_error(REGC_ERR_FORMAT,
+                            "%s: weight_map entry %s must name a file inside the directory",
+                            index, e->string);
+        else if ((rc = regc_path_join(path[i], sizeof path[i], dir, e->valuestring)) == REGC_OK) {
+            int f;
+            if ((rc = weights_file(w, path[i], paths, &f)) == REGC_OK)
+                rc = weights_bind(w, i, f, path[i], prefix);
+        }
+    }
+    free(path), free(paths);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int regc_weights_open(const regc_model *m, const char *path, const char *prefix,
+                      regc_weights **out)
+{
+    regc_weights *w = NULL;
+    int rc = weights_new(m, &w);
+    *out = NULL;
+    if (rc)
+        return rc;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        /* HF's loader prefers the single file when both exist; so do we, so
+         * that a directory re-saved by regc never reads a stale index */
+        char single[4096], index[4096];
+        if ((rc = regc_path_join(single, sizeof single, path, "model.safetensors")) == REGC_OK &&
+            (rc = regc_path_join(index, sizeof index, path, "model.safetensors.index.json")) ==
+                REGC_OK) {
+            if (stat(single, &sb) == 0)
+                rc = weights_one_file(w, single, prefix);
+            else if (stat(index, &sb) == 0)
+                rc = weights_indexed(w, path, index, prefix);
+            else
+                rc = regc_error(REGC_ERR_IO,
+                                "%s: no model.safetensors or model.safetensors.index.json", path);
+        }
+    } else {
+        rc = weights_one_file(w, path, prefix);
+    }
+    if (rc) {
+        regc_weights_close(w);
+        return rc;
+    }
+    *out = w;
+    return REGC_OK;
+}
+
+int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out)
+{
+    int rc = weights_new(m, out);
+    if (rc == REGC_OK)
+        (*out)->seeded = 1, (*out)->seed = seed;
+    return rc;
+}
+
+int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *dst)
+{
+    const regc_model *m = w->m;
+    if (i < 0 || i >= m->n_params)
+        return regc_error(REGC_ERR_ARG, "%s: no parameter %d", m->source, i);
+    const regc_model_param *p = &m->params[i];
+    if (first < 0 || n < 0 || first > p->numel || n > p->numel - first)
+        return regc_error(REGC_ERR_ARG, "%s: parameter %s has %lld elements, not [%lld, %lld)",
+                          m->source, p->name, (long long)p->numel, (long long)first,
+                          (long long)(first + n));
+    if (w->seeded) { /* each parameter its own stream, each element its own draw */
+        regc_rng_fill_uniform_range(dst, (size_t)first, (size_t)n,
+                                    regc_rng_substream(w->seed, (uint64_t)i), p->init_center,
+                                    p->init_halfwidth);
+        return REGC_OK;
+    }
+    return regc_st_read_range(w->file[w->file_of[i]], w->tensor_of[i], first, n, dst);
+}
+
+int regc_model_read_weights(regc_model *m, regc_weights *w)
+{
+    int had = m->weights != NULL;
+    int rc = regc_model_alloc_weights(m);
+    for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
+        rc = regc_weights_read(w, i, 0, m->params[i].numel, m->weights + m->params[i].offset);
+    if (rc && !had) {
+        free(m->weights);
+        m->weights = NULL;
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+struct regc_model_writer {
+    const regc_model *m;
+    char *dir;
+    regc_st_writer *st;
+};
+
+void regc_model_writer_abandon(regc_model_writer *w)
+{
+    if (!w)
+        return;
+    regc_st_writer_abandon(w->st);
+    free(w->dir), free(w);
+}
+
+int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writer **out)
+{
+    *out = NULL;
+    int rc = regc_make_dirs(dir);
+    if (rc < 0)
+        return rc;
+    regc_model_writer *w = calloc(1, sizeof *w);
+    regc_st_entry *e = calloc((size_t)m->n_params + 1, sizeof *e);
+    char path[4096];
+    if (!w || !e || !(w->dir = strdup(dir))) {
+        free(e);
+        regc_model_writer_abandon(w);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", dir);
+    }
+    w->m = m;
+    for (int i = 0; i < m->n_params; i++) {
+        const regc_model_param *p = &m->params[i];
+        e[i].name = p->name;
+        e[i].dtype = REGC_F32;
+        e[i].ndim = p->ndim;
+        memcpy(e[i].shape, p->shape, sizeof p->shape);
+    }
+    if ((rc = regc_path_join(path, sizeof path, dir, "model.safetensors")) == REGC_OK)
+        rc = regc_st_writer_open(path, e, m->n_params, 0, &w->st);
+    free(e);
+    if (rc) {
+        regc_model_writer_abandon(w);
+        return rc;
+    }
+    *out = w;
+    return REGC_OK;
+}
+
+int regc_model_writer_put(regc_model_writer *w, int i, int64_t first, int64_t n, const float *src)
+{
+    return regc_st_writer_put(w->st, i, first, n, src);
+}
+
+int regc_model_writer_finish(regc_model_writer *w)
+{
+    /* Weights first: a config.json that names weights not yet written would
+     * make the directory look complete after a crash. */
+    int rc = regc_st_writer_finish(w->st);
+    w->st = NULL;
+    if (rc == REGC_OK)
+        rc = regc_model_save_config(w->m, w->dir);
+    regc_model_writer_abandon(w);
+    return rc;
+}
