@@ -96,7 +96,7 @@ int regc_model_alloc_weights(regc_model *m)
     if ((uint64_t)m->total_numel > SIZE_MAX / sizeof(float))
         return regc_error(REGC_ERR_MEMORY, "%s: %" PRId64 " parameters do not fit in memory",
                           m->source, m->total_numel);
-    m->weights = malloc((size_t)m->total_numel * sizeof(float) + 1);
+    m->weights = calloc((size_t)m->total_numel + 1, sizeof(float));
     if (!m->weights)
         return regc_error(
             REGC_ERR_MEMORY, "%s: out of memory for %" PRId64 " parameters (%.1f GiB of fp32)",

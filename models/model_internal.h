@@ -83,8 +83,6 @@ int regc_graph_model_read(regc_model *m, const char *path);
 
 /* A new model of arch with no parameters yet; source names it in messages. */
 int regc_model_new(const regc_arch *arch, const char *source, regc_model **out);
-/* The weights block, allocated once (total_numel floats). */
-int regc_model_alloc_weights(regc_model *m);
 /* Write the files that describe m (config.json, or the architecture's
  * save_files) into dir, atomically: the part of a saved directory that is
  * not its weights. */

@@ -45,6 +45,9 @@ const char *regc_model_arch(const regc_model *m); /* "gpt2", "graph" */
 int64_t regc_model_vocab(const regc_model *m);
 int64_t regc_model_max_seq(const regc_model *m); /* n_positions */
 int regc_model_has_weights(const regc_model *m);
+/* Give a shape-only model its weights block (total_numel floats, zero);
+ * nothing when it has one. */
+int regc_model_alloc_weights(regc_model *m);
 /* Print the configuration (and the dropout probabilities, which training
  * does not apply yet) as one line. */
 void regc_model_describe(const regc_model *m, char *buf, size_t cap);
@@ -94,6 +97,8 @@ int regc_st_find(const regc_st_file *f, const char *name); /* index or -1 */
 /* Read tensor i converted to fp32 (F32, BF16, F16 accepted), checking that
  * its shape is exactly `shape`. */
 int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst);
+/* The bytes of tensor i's data in the file (-1: no tensor i). */
+int64_t regc_st_bytes(const regc_st_file *f, int i);
 /* REGC_OK when tensor i has exactly `shape`, else an error naming both. */
 int regc_st_check_shape(const regc_st_file *f, int i, int ndim, const int64_t *shape);
 /* Elements [first, first + n) of tensor i (in row-major order) converted
@@ -127,6 +132,8 @@ int regc_weights_open(const regc_model *m, const char *path, const char *prefix,
 int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out);
 /* Elements [first, first + n) of parameter i (row-major) as fp32. */
 int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *dst);
+/* The bytes of files read so far (0 for the seeded init). */
+int64_t regc_weights_bytes_read(const regc_weights *w);
 void regc_weights_close(regc_weights *w);
 /* Every parameter of m from w (allocating m's weights). */
 int regc_model_read_weights(regc_model *m, regc_weights *w);

@@ -369,6 +369,11 @@ static float st_f16_to_f32(uint16_t h)
     return v;
 }
 
+int64_t regc_st_bytes(const regc_st_file *f, int i)
+{
+    return i >= 0 && i < f->n ? (int64_t)(f->t[i].end - f->t[i].begin) : -1;
+}
+
 int regc_st_read_range(const regc_st_file *f, int i, int64_t first, int64_t n, float *dst)
 {
     if (i < 0 || i >= f->n)

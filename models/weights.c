@@ -75,6 +75,7 @@ struct regc_weights {
     regc_st_file **file; /* [n_params]: at most one file per parameter */
     int *file_of;        /* [n_params] */
     int *tensor_of;      /* [n_params] the tensor's index in its file */
+    int64_t bytes_read;
 };
 
 void regc_weights_close(regc_weights *w)
@@ -173,8 +174,8 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
                             m->params[i].name);
         else if (!cJSON_IsString(e) || !inside_name(e->valuestring))
             rc = regc_error(REGC_ERR_FORMAT,
-                            "%s: weight_map entry %s must name a file inside the directory",
-                            index, e->string);
+                            "%s: weight_map entry %s must name a file inside the directory", index,
+                            e->string);
         else if ((rc = regc_path_join(path[i], sizeof path[i], dir, e->valuestring)) == REGC_OK) {
             int f;
             if ((rc = weights_file(w, path[i], paths, &f)) == REGC_OK)
@@ -186,8 +187,7 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
     return rc;
 }
 
-int regc_weights_open(const regc_model *m, const char *path, const char *prefix,
-                      regc_weights **out)
+int regc_weights_open(const regc_model *m, const char *path, const char *prefix, regc_weights **out)
 {
     regc_weights *w = NULL;
     int rc = weights_new(m, &w);
@@ -245,8 +245,14 @@ int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *d
                                     p->init_halfwidth);
         return REGC_OK;
     }
-    return regc_st_read_range(w->file[w->file_of[i]], w->tensor_of[i], first, n, dst);
+    const regc_st_file *f = w->file[w->file_of[i]];
+    int rc = regc_st_read_range(f, w->tensor_of[i], first, n, dst);
+    if (rc == REGC_OK && p->numel > 0)
+        w->bytes_read += n * (regc_st_bytes(f, w->tensor_of[i]) / p->numel);
+    return rc;
 }
+
+int64_t regc_weights_bytes_read(const regc_weights *w) { return w ? w->bytes_read : 0; }
 
 int regc_model_read_weights(regc_model *m, regc_weights *w)
 {

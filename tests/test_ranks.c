@@ -39,6 +39,7 @@
 #include <cmocka.h>
 
 #include "regc_data.h"
+#include "regc_models.h"
 #include "test_util.h"
 
 #define MPIRUN "/usr/bin/mpirun"
@@ -368,6 +369,94 @@ static void test_checkpoint_moves_between_rank_counts(void **state)
     free(out), free(ck);
 }
 
+/* ---- a model directory read by shards ------------------------------------ */
+
+/* The bytes of tensor data in a safetensors file. */
+static long long data_bytes(const char *path)
+{
+    regc_st_file *f;
+    assert_int_equal(regc_st_open(path, &f), REGC_OK);
+    long long n = 0;
+    for (int i = 0; i < regc_st_count(f); i++)
+        n += regc_st_bytes(f, i);
+    regc_st_close(f);
+    return n;
+}
+
+/* The byte count of the "weights: ... (N bytes) read from" line, or -1. */
+static long long bytes_read(const char *err)
+{
+    const char *at = strstr(err, "weights: ");
+    const char *paren = at ? strstr(at, " bytes) read from ") : NULL;
+    if (!paren)
+        return -1;
+    while (paren > at && paren[-1] >= '0' && paren[-1] <= '9')
+        paren--;
+    return atoll(paren);
+}
+
+/* A Hugging Face directory, fp32 and its bf16 copy, trained under ZeRO-3
+ * at N = 2 (each rank reading only its shards' bytes, the ranks together
+ * reading the file once) gives one process's losses and saved weights bit
+ * for bit; --save streams the weights unit by unit from the shards. */
+static void test_model_directory_read_by_shards(void **state)
+{
+    (void)state;
+    char *src = regc_test_join(tmp, "src"), *half = regc_test_join(tmp, "src16");
+    char *one = regc_test_join(tmp, "dir1"), *two = regc_test_join(tmp, "dir2");
+    const char *make[] = {"--model", "llama-tiny", "--data", periodic,     "--batch",
+                          "2",       "--seq",      "16",     "--steps",    "2",
+                          "--lr",    "3e-3",       "--json", "--no-cache", "--threads",
+                          "1",       "--save",     src,      NULL};
+    assert_int_equal(run(0, make, NULL, NULL), 0);
+
+    /* the same weights in bf16: a rank converts the ranges it reads */
+    regc_model *m;
+    assert_int_equal(regc_model_load(src, &m), REGC_OK);
+    assert_int_equal(regc_model_save(m, half), REGC_OK);
+    int n = regc_model_n_params(m);
+    regc_st_entry *e = calloc((size_t)n, sizeof *e);
+    assert_non_null(e);
+    for (int i = 0; i < n; i++) {
+        e[i].name = (char *)regc_model_param_name(m, i);
+        e[i].dtype = REGC_BF16;
+        e[i].ndim = regc_model_param_shape(m, i, e[i].shape);
+        e[i].data = regc_model_weights(m) + regc_model_param_offset(m, i);
+    }
+    char *half_file = regc_test_join(half, "model.safetensors");
+    assert_int_equal(regc_st_write(half_file, e, n), REGC_OK);
+    free(e);
+    regc_model_free(m);
+
+    const char *dirs[] = {src, half};
+    for (int d = 0; d < 2; d++) {
+        const char *a1[] = {"--model", dirs[d],  "--data", periodic,     "--batch",
+                            "2",       "--seq",  "16",     "--steps",    "5",
+                            "--lr",    "3e-3",   "--json", "--no-cache", "--threads",
+                            "1",       "--save", one,      NULL};
+        const char *a2[] = {"--model",    dirs[d],        "--data", periodic,  "--batch",
+                            "2",          "--seq",        "16",     "--steps", "5",
+                            "--lr",       "3e-3",         "--json", "--save",  two,
+                            "--no-cache", "--zero-stage", "3",      NULL};
+        double l1[STEPS], l2[STEPS];
+        char *err1 = NULL, *err2 = NULL;
+        assert_int_equal(run(0, a1, l1, &err1), 0);
+        assert_int_equal(run(2, a2, l2, &err2), 0);
+        assert_memory_equal(l1, l2, sizeof l1);
+        char *w1 = regc_test_join(one, "model.safetensors"),
+             *w2 = regc_test_join(two, "model.safetensors"),
+             *file = regc_test_join(dirs[d], "model.safetensors");
+        same_bytes(w1, w2);
+        long long want = data_bytes(file);
+        if (bytes_read(err1) != want || bytes_read(err2) != want)
+            fail_msg("%s holds %lld bytes of tensors; one process read %lld, two ranks %lld\n%s",
+                     file, want, bytes_read(err1), bytes_read(err2), err2);
+        assert_non_null(strstr(err2, "2 ranks each reading their shards"));
+        free(w1), free(w2), free(file), free(err1), free(err2);
+    }
+    free(half_file), free(src), free(half), free(one), free(two);
+}
+
 /* ---- regc plan against the runtime --------------------------------------- */
 
 /* regc plan's per-rank total against the device memory the ranks of a run
@@ -519,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_global_batch_t5),
         cmocka_unit_test(test_stage3_programs_agree_at_two_ranks),
         cmocka_unit_test(test_checkpoint_moves_between_rank_counts),
+        cmocka_unit_test(test_model_directory_read_by_shards),
         cmocka_unit_test(test_plan_predicts_the_peak),
         cmocka_unit_test(test_ranks_that_disagree),
         cmocka_unit_test(test_a_rank_that_dies_ends_the_others),

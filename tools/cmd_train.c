@@ -84,6 +84,21 @@ static void on_memory(const regc_device_memory *a, void *user)
         print_device_memory(stderr, a, p->ranks);
 }
 
+/* What the ranks read at start-up: a file's bytes once between them. */
+static void on_loaded(const regc_load_report *r, void *user)
+{
+    const step_printer *p = user;
+    if (p->quiet || !r->from || r->bytes == 0)
+        return;
+    char size[32];
+    size_text(size, sizeof size, r->bytes);
+    fprintf(stderr, "weights: %s (%lld bytes) read from %s in %.0f ms (%.2f GB/s", size,
+            (long long)r->bytes, r->from, r->ms, r->ms > 0 ? (double)r->bytes / r->ms / 1e6 : 0.0);
+    if (p->ranks > 1)
+        fprintf(stderr, ", %d ranks each reading their shards", p->ranks);
+    fprintf(stderr, ")\n");
+}
+
 /* The terminal's progress line, replaced in place each step; the last step
  * ends it with a newline. */
 static int print_progress(step_printer *p, const regc_step_report *r)
@@ -250,29 +265,29 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
     int rc = regc_train_check_options(&o);
     if (rc != REGC_OK)
         return report_error(comm, rc);
+    /* Shapes only: the trainer reads the weights, each rank only its
+     * shards under ZeRO-3, and writes --save from the device. */
     regc_model *model = NULL;
-    if ((rc = regc_model_load(model_spec, &model)) != REGC_OK)
+    if ((rc = regc_model_load_shapes(model_spec, &model)) != REGC_OK)
         return report_error(comm, rc);
-    if (weights_path) {
-        const char *arch = regc_model_arch(model); /* static, outlives the model */
-        if (strcmp(arch, "graph") != 0) {
-            regc_model_free(model);
-            /* From the file it is the file that is wrong, not the usage. */
-            if (cfg && weights_path == regc_config_weights(cfg)) {
-                fprintf(stderr,
-                        "regc: %s: train.weights: applies to graph JSON models only (%s is a %s "
-                        "model)\n",
-                        s->config, model_spec, arch);
-                return EXIT_ERROR;
-            }
-            return usage_error("--weights applies to graph JSON models only (%s is a %s model)",
-                               model_spec, arch);
+    const char *arch = regc_model_arch(model); /* static, outlives the model */
+    if (weights_path && strcmp(arch, "graph") != 0) {
+        regc_model_free(model);
+        /* From the file it is the file that is wrong, not the usage. */
+        if (cfg && weights_path == regc_config_weights(cfg)) {
+            fprintf(stderr,
+                    "regc: %s: train.weights: applies to graph JSON models only (%s is a %s "
+                    "model)\n",
+                    s->config, model_spec, arch);
+            return EXIT_ERROR;
         }
-        if ((rc = regc_model_read_safetensors(model, weights_path)) != REGC_OK) {
-            regc_model_free(model);
-            return report_error(comm, rc);
-        }
+        return usage_error("--weights applies to graph JSON models only (%s is a %s model)",
+                           model_spec, arch);
     }
+    o.weights = weights_path                                                 ? weights_path
+                : regc_model_is_preset(model_spec) || !strcmp(arch, "graph") ? NULL
+                                                                             : model_spec;
+    o.return_weights = 0;
     char desc[1024];
     regc_model_describe(model, desc, sizeof desc);
     if (comm->rank == 0)
@@ -289,6 +304,7 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
                       .show_lr = o.lr_scheduler != REGC_SCHEDULE_CONSTANT};
     o.on_compiled = on_compiled;
     o.on_memory = on_memory;
+    o.on_loaded = on_loaded;
     for (int last = o.steps - 1, w = 1; last >= 10; last /= 10)
         if (++w > p.step_width)
             p.step_width = w;

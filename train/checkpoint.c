@@ -9,6 +9,9 @@
  * else is needed to continue: the schedule and AdamW's bias corrections
  * follow from the step count, the data's batches from the batch index.
  *
+ * Under ZeRO-3 no rank holds the whole model: the trainer streams each
+ * gather unit's weights and moments into the files, rank 0 writing.
+ *
  * A checkpoint appears whole or not at all: it is written into a hidden
  * directory (.checkpoint-N.tmp-<pid>), every file written atomically and
  * fsynced, then that directory fsynced and renamed to checkpoint-N and
@@ -32,6 +35,8 @@
 
 #define STATE_FILE "trainer_state.json"
 #define OPTIMIZER_FILE "optimizer.safetensors"
+#define MOMENT1 "exp_avg."
+#define MOMENT2 "exp_avg_sq."
 
 static const char *const schedule_names[REGC_SCHEDULE_COUNT] = {
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"};
@@ -179,74 +184,79 @@ static int read_state(const char *dir, regc_run_state *st)
 
 /* ---------------------------------------------------------------- writing */
 
-static int write_moments(const char *dir, const regc_model *m, const float *m1, const float *m2)
+int regc_checkpoint_begin(const char *output_dir, int64_t step, regc_checkpoint_writer *ck)
 {
-    int n = regc_model_n_params(m), rc = REGC_OK;
+    char name[64], hidden[128];
+    int rc = regc_make_dirs(output_dir);
+    if (rc)
+        return rc;
+    snprintf(name, sizeof name, "checkpoint-%" PRId64, step);
+    snprintf(hidden, sizeof hidden, ".%s.tmp-%ld", name, (long)getpid());
+    if ((rc = regc_path_join(ck->dir, sizeof ck->dir, output_dir, name)) ||
+        (rc = regc_path_join(ck->tmp, sizeof ck->tmp, output_dir, hidden)))
+        return rc;
+    snprintf(ck->output_dir, sizeof ck->output_dir, "%s", output_dir); /* shorter than dir */
+    regc_remove_tree(ck->tmp);
+    if (mkdir(ck->tmp, 0755) != 0)
+        return regc_error(REGC_ERR_IO, "%s: cannot create: %s", ck->tmp, strerror(errno));
+    return REGC_OK;
+}
+
+int regc_checkpoint_moments_open(const regc_checkpoint_writer *ck, const regc_model *m,
+                                 regc_st_writer **out)
+{
+    int n = regc_model_n_params(m), rc;
     regc_st_entry *e = calloc(2 * (size_t)n + 1, sizeof *e);
-    char *names = malloc(2 * (size_t)n * 512 + 1);
+    char *names = malloc(2 * (size_t)n * 512 + 1), path[4096];
+    *out = NULL;
     if (!e || !names) {
         free(e), free(names);
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", dir);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", ck->tmp);
     }
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {
             regc_st_entry *x = &e[2 * i + k];
             x->name = names + (2 * (size_t)i + (size_t)k) * 512;
-            snprintf(x->name, 512, "%s.%s", k ? "exp_avg_sq" : "exp_avg",
-                     regc_model_param_name(m, i));
+            snprintf(x->name, 512, "%s%s", k ? MOMENT2 : MOMENT1, regc_model_param_name(m, i));
             x->dtype = REGC_F32;
             x->ndim = regc_model_param_shape(m, i, x->shape);
-            x->data = (k ? m2 : m1) + regc_model_param_offset(m, i);
         }
-    char path[4096];
-    if ((rc = regc_path_join(path, sizeof path, dir, OPTIMIZER_FILE)) == REGC_OK)
-        rc = regc_st_write(path, e, 2 * n);
+    if ((rc = regc_path_join(path, sizeof path, ck->tmp, OPTIMIZER_FILE)) == REGC_OK)
+        rc = regc_st_writer_open(path, e, 2 * n, 0, out);
     free(e), free(names);
     return rc;
 }
 
-int regc_checkpoint_save(const char *output_dir, const regc_run_state *st, const regc_model *m,
-                         const float *m1, const float *m2, char *dir, size_t cap)
+void regc_checkpoint_abandon(regc_checkpoint_writer *ck)
 {
-    char tmp[4096], name[64], old[4096], path[4096];
-    int rc = regc_make_dirs(output_dir);
-    if (rc)
-        return rc;
-    snprintf(name, sizeof name, "checkpoint-%" PRId64, st->global_step);
-    if ((rc = regc_path_join(dir, cap, output_dir, name)))
-        return rc;
-    snprintf(path, sizeof path, ".%s.tmp-%ld", name, (long)getpid());
-    if ((rc = regc_path_join(tmp, sizeof tmp, output_dir, path)))
-        return rc;
-    snprintf(path, sizeof path, ".%s.old-%ld", name, (long)getpid());
-    if ((rc = regc_path_join(old, sizeof old, output_dir, path)))
-        return rc;
-    regc_remove_tree(tmp);
-    if (mkdir(tmp, 0755) != 0)
-        return regc_error(REGC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (ck->tmp[0])
+        regc_remove_tree(ck->tmp);
+}
+
+int regc_checkpoint_commit(regc_checkpoint_writer *ck, const regc_run_state *st)
+{
+    char old[4096], path[4096];
+    snprintf(path, sizeof path, ".checkpoint-%" PRId64 ".old-%ld", st->global_step, (long)getpid());
+    int rc = regc_path_join(old, sizeof old, ck->output_dir, path);
     char *state = state_json(st);
-    if (!state)
-        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", tmp);
-    if (rc == REGC_OK)
-        rc = regc_model_save(m, tmp);
-    if (rc == REGC_OK)
-        rc = write_moments(tmp, m, m1, m2);
-    if (rc == REGC_OK && (rc = regc_path_join(path, sizeof path, tmp, STATE_FILE)) == REGC_OK)
+    if (rc == REGC_OK && !state)
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", ck->tmp);
+    if (rc == REGC_OK && (rc = regc_path_join(path, sizeof path, ck->tmp, STATE_FILE)) == REGC_OK)
         rc = regc_file_write_atomic(path, state, strlen(state));
     free(state);
     if (rc == REGC_OK)
-        rc = regc_fsync_dir(tmp);
+        rc = regc_fsync_dir(ck->tmp);
     /* an older checkpoint of the same step (a resumed run) steps aside */
     struct stat sb;
-    int replacing = rc == REGC_OK && stat(dir, &sb) == 0;
-    if (replacing && rename(dir, old) != 0)
-        rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", dir, strerror(errno));
-    if (rc == REGC_OK && rename(tmp, dir) != 0)
-        rc = regc_error(REGC_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
+    int replacing = rc == REGC_OK && stat(ck->dir, &sb) == 0;
+    if (replacing && rename(ck->dir, old) != 0)
+        rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", ck->dir, strerror(errno));
+    if (rc == REGC_OK && rename(ck->tmp, ck->dir) != 0)
+        rc = regc_error(REGC_ERR_IO, "%s: cannot rename into place: %s", ck->dir, strerror(errno));
     if (rc == REGC_OK)
-        rc = regc_fsync_dir(output_dir);
+        rc = regc_fsync_dir(ck->output_dir);
     if (rc != REGC_OK)
-        regc_remove_tree(tmp);
+        regc_remove_tree(ck->tmp);
     if (replacing)
         regc_remove_tree(old);
     return rc;
@@ -418,31 +428,17 @@ int regc_checkpoint_check(const char *dir, const regc_run_state *now, regc_run_s
     return REGC_OK;
 }
 
-int regc_checkpoint_load(const char *dir, regc_model *m, float *m1, float *m2)
+int regc_checkpoint_open(const char *dir, const regc_model *m, regc_weights *src[3])
 {
+    static const char *const prefix[3] = {"", MOMENT1, MOMENT2};
     char path[4096];
-    int rc = regc_path_join(path, sizeof path, dir, "model.safetensors");
-    if (rc || (rc = regc_model_read_safetensors(m, path)))
-        return rc;
-    if ((rc = regc_path_join(path, sizeof path, dir, OPTIMIZER_FILE)))
-        return rc;
-    regc_st_file *f;
-    if ((rc = regc_st_open(path, &f)))
-        return rc;
-    for (int i = 0; i < regc_model_n_params(m) && rc == REGC_OK; i++)
-        for (int k = 0; k < 2 && rc == REGC_OK; k++) {
-            char name[600];
-            int64_t shape[REGC_MAX_DIMS];
-            int ndim = regc_model_param_shape(m, i, shape);
-            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg",
-                     regc_model_param_name(m, i));
-            int t = regc_st_find(f, name);
-            if (t < 0)
-                rc = regc_error(REGC_ERR_FORMAT, "%s: no tensor %s", path, name);
-            else
-                rc = regc_st_read_f32(f, t, ndim, shape,
-                                      (k ? m2 : m1) + regc_model_param_offset(m, i));
-        }
-    regc_st_close(f);
+    int rc = REGC_OK;
+    src[0] = src[1] = src[2] = NULL;
+    for (int k = 0; k < 3 && rc == REGC_OK; k++)
+        if ((rc = regc_path_join(path, sizeof path, dir,
+                                 k ? OPTIMIZER_FILE : "model.safetensors")) == REGC_OK)
+            rc = regc_weights_open(m, path, prefix[k], &src[k]);
+    for (int k = 0; rc && k < 3; k++)
+        regc_weights_close(src[k]), src[k] = NULL;
     return rc;
 }

@@ -28,12 +28,24 @@ typedef struct {
 int regc_run_state_of(const regc_train_options *o, const regc_model *m, const regc_tokens *data,
                       int64_t step, regc_run_state *st);
 
-/* Write output_dir/checkpoint-<global_step>: the model as a Hugging Face
- * directory (its weights as they are on the host), AdamW's moments m1 and
- * m2 ([total_numel] each, in parameter order) by parameter name, and the
- * state. The directory appears whole or not at all. *dir gets its path. */
-int regc_checkpoint_save(const char *output_dir, const regc_run_state *st, const regc_model *m,
-                         const float *m1, const float *m2, char *dir, size_t cap);
+/* A checkpoint being written: output_dir/checkpoint-<step> (dir) is made
+ * in a hidden directory (tmp) and renamed into place when committed, so it
+ * appears whole or not at all. The caller streams the model (a model
+ * directory) and AdamW's moments into tmp between begin and commit. */
+typedef struct {
+    char output_dir[4096];
+    char dir[4096]; /* where it goes */
+    char tmp[4096]; /* where it is written */
+} regc_checkpoint_writer;
+
+int regc_checkpoint_begin(const char *output_dir, int64_t step, regc_checkpoint_writer *ck);
+/* tmp/optimizer.safetensors for m's moments, fp32 by parameter name:
+ * tensor 2i is exp_avg.<name i>, 2i + 1 exp_avg_sq.<name i>. */
+int regc_checkpoint_moments_open(const regc_checkpoint_writer *ck, const regc_model *m,
+                                 regc_st_writer **out);
+/* Write the state file, make everything durable, rename into place. */
+int regc_checkpoint_commit(regc_checkpoint_writer *ck, const regc_run_state *st);
+void regc_checkpoint_abandon(regc_checkpoint_writer *ck);
 
 /* The checkpoint of output_dir with the most steps, into buf. */
 int regc_checkpoint_latest(const char *output_dir, char *buf, size_t cap);
@@ -49,8 +61,9 @@ int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_
  * from `now` with one line naming what differs. */
 int regc_checkpoint_check(const char *dir, const regc_run_state *now, regc_run_state *saved);
 
-/* Load a checked checkpoint: the weights into m, the moments into m1, m2. */
-int regc_checkpoint_load(const char *dir, regc_model *m, float *m1, float *m2);
+/* A checked checkpoint's weights, exp_avg and exp_avg_sq as sources
+ * (src[0..2]): a rank reads only its shards of them. */
+int regc_checkpoint_open(const char *dir, const regc_model *m, regc_weights *src[3]);
 
 /* Keep the `keep` checkpoints of output_dir with the most steps (0: all),
  * and remove what writers that died left behind. */

@@ -22,6 +22,14 @@ typedef enum {
     REGC_COMMUNICATOR_NCCL,   /* NCCL between the ranks' GPUs */
 } regc_communicator;
 
+/* The start-up read of the weights (and a resumed checkpoint's moments)
+ * into the ranks' shards. */
+typedef struct {
+    const char *from; /* the directory or file, or NULL: seeded, or the model's own */
+    int64_t bytes;    /* of the files, read by all ranks together */
+    double ms;        /* the slowest rank's time reading them */
+} regc_load_report;
+
 typedef struct {
     const char *data_path; /* NULL: the built-in corpus */
     /* loss masks beside data_path and val_data_path (regc_data.h): only the
@@ -59,9 +67,18 @@ typedef struct {
     int zero_stage;                 /* zero_optimization.stage: 0 or 3 */
     regc_communicator communicator; /* zero_optimization.communicator */
     uint64_t seed;                  /* random init of presets */
-    const char *save_dir;           /* NULL: do not save */
-    const char *backend;            /* "cpu" */
-    int threads;                    /* <= 0: OMP_NUM_THREADS or all cores */
+    /* where a shape-only model's weights are read from: a Hugging Face
+     * directory or a safetensors file; each rank reads only the byte ranges
+     * of its own shards (NULL: the seeded init) */
+    const char *weights;
+    /* 1 (the default): the trained weights go back into the model at the
+     * end (a shape-only model gets them, and every rank holds the whole
+     * model for a moment); 0: the model is left as it was, the run's
+     * weights being in save_dir and the checkpoints */
+    int return_weights;
+    const char *save_dir; /* NULL: do not save */
+    const char *backend;  /* "cpu" */
+    int threads;          /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
     const char *cache_dir;   /* the compile cache's directory; NULL: none */
     int64_t cache_max_bytes; /* its size limit; <= 0: none */
@@ -72,6 +89,9 @@ typedef struct {
     void (*on_compiled)(const regc_compile_stats *st, void *user);
     /* called once the run's device memory is allocated: its account */
     void (*on_memory)(const regc_device_memory *a, void *user);
+    /* called once the weights (and a checkpoint's moments) are on the
+     * device: what every rank read, together */
+    void (*on_loaded)(const regc_load_report *r, void *user);
 } regc_train_options;
 
 void regc_train_options_default(regc_train_options *o);

@@ -35,6 +35,7 @@ void regc_train_options_default(regc_train_options *o)
     o->min_lr = o->min_lr_rate = -1.0; /* unset */
     o->grad_accum = 1;
     o->val_batches = 8;
+    o->return_weights = 1;
     regc_compile_options_default(&o->compile);
 }
 
@@ -56,8 +57,8 @@ static void trainer_free(trainer *t)
     free(t->d_inputs);
     free(t->counts);
     free(t->losses);
-    free(t->host_m1);
-    free(t->host_m2);
+    for (int k = 0; k < 3; k++)
+        regc_weights_close(t->src[k]);
     regc_program_free(t->val_program);
     regc_program_free(t->program);
     regc_tokens_free(t->val_tokens);
@@ -154,23 +155,53 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
     s->clip_scale = 1.0f;
 }
 
-/* A model-ordered host block (weights, a moment) to a device block: whole,
- * or this rank's shard of it. */
-static int block_to_device(trainer *t, float *dev, const float *model)
+/* The part of parameter i this rank's block holds: elements [first,
+ * first + n) of it, at float `at` of the block. */
+static void param_part(const trainer *t, int i, int64_t *first, int64_t *n, int64_t *at)
+{
+    if (t->shards) {
+        regc_shard_param_part(t->shards, i, t->comm->rank, first, n, at);
+        return;
+    }
+    *first = 0;
+    *n = regc_model_param_numel(t->model, i);
+    *at = regc_model_param_offset(t->model, i);
+}
+
+/* A device block from a model-ordered host block (the model's weights) or
+ * from a source, of which this rank reads only its parts (*read_ms: the
+ * time that took). */
+static int block_to_device(trainer *t, float *dev, const float *model, regc_weights *src,
+                           double *read_ms)
 {
     regc_backend *be = t->be;
-    if (!t->shards) {
+    if (!t->shards && !src) {
         be->copy_h2d(be, dev, model, (size_t)t->block * sizeof(float));
-        return REGC_OK;
+        return be->sync(be);
     }
-    float *shard = malloc((size_t)t->block * sizeof *shard + 1);
-    if (!shard)
-        return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float shard",
+    float *host = calloc((size_t)t->block + 1, sizeof *host); /* padding stays 0 */
+    if (!host)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float block",
                           (long long)t->block);
-    regc_shard_take(t->shards, t->comm->rank, model, shard);
-    be->copy_h2d(be, dev, shard, (size_t)t->block * sizeof(float));
-    int rc = be->sync(be);
-    free(shard);
+    int rc = REGC_OK;
+    double t0 = regc_time_ms();
+    for (int i = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
+        int64_t first, n, at;
+        param_part(t, i, &first, &n, &at);
+        if (n == 0)
+            continue;
+        if (src)
+            rc = regc_weights_read(src, i, first, n, host + at);
+        else
+            memcpy(host + at, model + regc_model_param_offset(t->model, i) + first,
+                   (size_t)n * sizeof *host);
+    }
+    *read_ms += regc_time_ms() - t0;
+    if (rc == REGC_OK) {
+        be->copy_h2d(be, dev, host, (size_t)t->block * sizeof(float));
+        rc = be->sync(be);
+    }
+    free(host);
     return rc;
 }
 
@@ -196,9 +227,180 @@ static int block_to_host(trainer *t, float *model, const float *dev)
     return rc;
 }
 
+/* Where the tensors of a file go: rank 0's writer. */
+typedef int (*put_fn)(void *w, int i, int64_t first, int64_t n, const float *src);
+
+static int put_weight(void *w, int i, int64_t first, int64_t n, const float *src)
+{
+    return regc_model_writer_put(w, i, first, n, src);
+}
+
+static int put_exp_avg(void *w, int i, int64_t first, int64_t n, const float *src)
+{
+    return regc_st_writer_put(w, 2 * i, first, n, src);
+}
+
+static int put_exp_avg_sq(void *w, int i, int64_t first, int64_t n, const float *src)
+{
+    return regc_st_writer_put(w, 2 * i + 1, first, n, src);
+}
+
+/* Stream a device block into rank 0's writer w, one gather unit at a time
+ * (every rank's shard of it gathered), so that no rank ever holds more of
+ * the model than one unit; unsharded, rank 0 copies one parameter at a
+ * time. A failed write keeps its error in *wrc and ends the writing, not
+ * the gathers: the other ranks are in them too. */
+static int stream_block(trainer *t, const float *dev, put_fn put, void *w, int *wrc)
+{
+    regc_backend *be = t->be;
+    regc_comm *c = t->comm;
+    const regc_shard_layout *l = t->shards;
+    const regc_model *m = t->model;
+    int n_params = regc_model_n_params(m), rc = REGC_OK;
+    int64_t most = 0;
+    for (int i = 0; !l && i < n_params; i++)
+        if (regc_model_param_numel(m, i) > most)
+            most = regc_model_param_numel(m, i);
+    for (int u = 0; l && u < l->n_units; u++)
+        if (l->unit_padded[u] > most)
+            most = l->unit_padded[u];
+    if (!l && c->rank != 0)
+        return REGC_OK;
+    float *buf = malloc((size_t)most * sizeof *buf + 1);
+    if (!buf)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for %lld floats", (long long)most);
+    for (int i = 0; !l && i < n_params && rc == REGC_OK && *wrc == REGC_OK; i++) {
+        int64_t n = regc_model_param_numel(m, i);
+        be->copy_d2h(be, buf, dev + regc_model_param_offset(m, i), (size_t)n * sizeof *buf);
+        if ((rc = be->sync(be)) == REGC_OK)
+            *wrc = put(w, i, 0, n, buf);
+    }
+    for (int u = 0; l && u < l->n_units && rc == REGC_OK; u++) {
+        float *mine = buf + (int64_t)c->rank * l->unit_shard[u];
+        be->copy_d2h(be, mine, dev + l->shard_offset[u], (size_t)l->unit_shard[u] * sizeof *buf);
+        if ((rc = be->sync(be)) || (rc = c->allgather(c, buf, mine, l->unit_shard[u])))
+            break;
+        for (int i = 0; c->rank == 0 && i < n_params && *wrc == REGC_OK; i++)
+            if (l->param_unit[i] == u)
+                *wrc = put(w, i, 0, l->param_numel[i], buf + l->param_offset[i]);
+    }
+    free(buf);
+    return rc;
+}
+
+/* After rank 0 wrote files: its status on every rank (the others fail with
+ * REGC_ERR_RANK when it failed; it says why). */
+static int rank0_status(trainer *t, int rc, int wrc)
+{
+    regc_comm *c = t->comm;
+    int64_t status = wrc;
+    if (rc || c->size == 1 || (rc = c->broadcast(c, &status, sizeof status, 0)))
+        return rc ? rc : wrc;
+    if (status != REGC_OK && c->rank != 0) {
+        regc_error_clear();
+        return REGC_ERR_RANK;
+    }
+    return (int)status;
+}
+
+/* The weights as a model directory (config.json or graph.json, and
+ * model.safetensors in fp32), streamed from the device. */
+static int write_model(trainer *t, const char *dir, int *wrc)
+{
+    regc_model_writer *w = NULL;
+    if (t->comm->rank == 0 && *wrc == REGC_OK)
+        *wrc = regc_model_writer_open(t->model, dir, &w);
+    int rc = stream_block(t, t->params, put_weight, w, wrc);
+    if (w && *wrc == REGC_OK && rc == REGC_OK)
+        *wrc = regc_model_writer_finish(w);
+    else
+        regc_model_writer_abandon(w);
+    return rc;
+}
+
+static int save_model(trainer *t, const char *dir)
+{
+    int wrc = REGC_OK, rc = write_model(t, dir, &wrc);
+    return rank0_status(t, rc, wrc);
+}
+
+/* Write output_dir/checkpoint-<steps done>: the weights, AdamW's moments
+ * and the run's state, streamed from every rank's shards; keep the newest
+ * save_total_limit. */
+static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done)
+{
+    regc_checkpoint_writer ck;
+    regc_st_writer *moments = NULL;
+    memset(&ck, 0, sizeof ck);
+    int first = t->comm->rank == 0, wrc = REGC_OK, rc;
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%lld", (long long)done);
+    if ((rc = regc_path_join(t->checkpoint, sizeof t->checkpoint, o->output_dir, name)))
+        return rc;
+    if (first && (wrc = regc_checkpoint_begin(o->output_dir, done, &ck)) == REGC_OK)
+        wrc = regc_checkpoint_moments_open(&ck, t->model, &moments);
+    rc = write_model(t, first ? ck.tmp : NULL, &wrc);
+    if (rc == REGC_OK)
+        rc = stream_block(t, t->m, put_exp_avg, moments, &wrc);
+    if (rc == REGC_OK)
+        rc = stream_block(t, t->v, put_exp_avg_sq, moments, &wrc);
+    if (first) {
+        regc_run_state st;
+        if (moments && wrc == REGC_OK && rc == REGC_OK)
+            wrc = regc_st_writer_finish(moments);
+        else
+            regc_st_writer_abandon(moments);
+        if (wrc == REGC_OK && rc == REGC_OK)
+            wrc = regc_run_state_of(o, t->model, t->tokens, done, &st);
+        if (wrc != REGC_OK || rc != REGC_OK)
+            regc_checkpoint_abandon(&ck);
+        else if ((wrc = regc_checkpoint_commit(&ck, &st)) == REGC_OK)
+            wrc = regc_checkpoint_prune(o->output_dir, o->save_total_limit);
+    }
+    return rank0_status(t, rc, wrc);
+}
+
+/* The weights and the moments onto the device: each rank reads its own
+ * shards of the sources (a checkpoint's moments, else zeros), then the
+ * ranks say together what they read and how long the slowest took to read
+ * it (into host memory, before the copies to the device). */
+static int load_state(trainer *t, const regc_train_options *o, regc_load_report *r)
+{
+    regc_backend *be = t->be;
+    regc_comm *c = t->comm;
+    double read_ms = 0.0;
+    int rc = block_to_device(t, t->params, regc_model_weights(t->model), t->src[0], &read_ms);
+    if (rc == REGC_OK && t->src[1])
+        rc = block_to_device(t, t->m, NULL, t->src[1], &read_ms);
+    if (rc == REGC_OK && t->src[2])
+        rc = block_to_device(t, t->v, NULL, t->src[2], &read_ms);
+    if (!t->src[1])
+        be->fill(be, t->m, (size_t)t->block, 0.0f);
+    if (!t->src[2])
+        be->fill(be, t->v, (size_t)t->block, 0.0f);
+    if (rc)
+        return rc;
+    float ms = (float)read_ms;
+    int64_t bytes = 0;
+    for (int k = 0; k < 3; k++)
+        bytes += regc_weights_bytes_read(t->src[k]);
+    float *all = malloc((size_t)c->size * sizeof *all);
+    if (!all)
+        return regc_error(REGC_ERR_MEMORY, "out of memory");
+    if ((rc = c->allreduce(c, &bytes, 1, REGC_COMM_I64)) == REGC_OK)
+        rc = c->allgather(c, all, &ms, 1);
+    *r = (regc_load_report){.from = o->resume_from ? t->checkpoint : o->weights, .bytes = bytes};
+    for (int k = 0; rc == REGC_OK && k < c->size; k++)
+        if (all[k] > r->ms)
+            r->ms = all[k];
+    free(all);
+    return rc;
+}
+
 /* Allocate the four parameter-shaped blocks and the scalar block, and bind
  * them and the inputs into the step program. */
-static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
+static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
+                       regc_load_report *loaded)
 {
     regc_backend *be = t->be;
     t->shards = regc_program_shard_layout(t->program);
@@ -206,6 +408,9 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
     if (!t->shards && t->block != regc_model_total_numel(t->model))
         return regc_error(REGC_ERR_ARG, "step program: blocks of %lld floats for a model of %lld",
                           (long long)t->block, (long long)regc_model_total_numel(t->model));
+    if (t->shards && t->shards->n_params != regc_model_n_params(t->model))
+        return regc_error(REGC_ERR_ARG, "step program: a shard layout of %d parameters for %d",
+                          t->shards->n_params, regc_model_n_params(t->model));
     size_t bytes = (size_t)t->block * sizeof(float);
     int rc = REGC_OK;
     t->params = device_alloc(t, bytes, &rc);
@@ -213,17 +418,9 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
     t->m = device_alloc(t, bytes, &rc);
     t->v = device_alloc(t, bytes, &rc);
     t->scalars = device_alloc(t, sizeof *t->scalars, &rc);
-    if (rc || (rc = block_to_device(t, t->params, regc_model_weights(t->model))))
+    if (rc || (rc = load_state(t, o, loaded)))
         return rc;
     be->fill(be, t->grads, (size_t)t->block, 0.0f);
-    if (t->host_m1) { /* resumed: the checkpoint's moments */
-        if ((rc = block_to_device(t, t->m, t->host_m1)) ||
-            (rc = block_to_device(t, t->v, t->host_m2)))
-            return rc;
-    } else {
-        be->fill(be, t->m, (size_t)t->block, 0.0f);
-        be->fill(be, t->v, (size_t)t->block, 0.0f);
-    }
     init_scalars(&t->host, o);
     t->host.step = (double)start;
     be->copy_h2d(be, t->scalars, &t->host, sizeof t->host);
@@ -245,14 +442,16 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start)
     return regc_program_bind(t->val_program, be, &val);
 }
 
-static int alloc_moments(trainer *t)
+/* Where the weights come from (before compiling, so that a missing
+ * tensor or a wrong shape fails at once): o->weights, else the model's own,
+ * else the seeded init. A resumed run takes its checkpoint's instead. */
+static int open_weights(trainer *t, const regc_train_options *o)
 {
-    size_t n = (size_t)regc_model_total_numel(t->model);
-    if (!t->host_m1 && !(t->host_m1 = malloc(n * sizeof(float) + 1)))
-        return regc_error(REGC_ERR_MEMORY, "out of memory for AdamW's moments on the host");
-    if (!t->host_m2 && !(t->host_m2 = malloc(n * sizeof(float) + 1)))
-        return regc_error(REGC_ERR_MEMORY, "out of memory for AdamW's moments on the host");
-    return REGC_OK;
+    if (o->weights)
+        return regc_weights_open(t->model, o->weights, "", &t->src[0]);
+    if (regc_model_has_weights(t->model))
+        return REGC_OK;
+    return regc_weights_seeded(t->model, o->seed, &t->src[0]);
 }
 
 /* Continue from a checkpoint: check that it is of this model and these
@@ -270,35 +469,15 @@ static int resume_run(trainer *t, const regc_train_options *o, int64_t *start)
         snprintf(dir, sizeof dir, "%s", o->resume_from);
     }
     regc_run_state now, saved;
+    for (int k = 0; k < 3; k++) /* the checkpoint's, instead */
+        regc_weights_close(t->src[k]), t->src[k] = NULL;
     if (rc || (rc = regc_run_state_of(o, t->model, t->tokens, 0, &now)) ||
-        (rc = regc_checkpoint_check(dir, &now, &saved)) || (rc = alloc_moments(t)) ||
-        (rc = regc_checkpoint_load(dir, t->model, t->host_m1, t->host_m2)))
+        (rc = regc_checkpoint_check(dir, &now, &saved)) ||
+        (rc = regc_checkpoint_open(dir, t->model, t->src)))
         return rc;
+    snprintf(t->checkpoint, sizeof t->checkpoint, "%s", dir);
     *start = saved.global_step;
     return REGC_OK;
-}
-
-/* Write output_dir/checkpoint-<steps done> from the device state, and keep
- * the newest save_total_limit. */
-static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done)
-{
-    regc_run_state st;
-    int rc = REGC_OK;
-    /* the state is joined on every rank (ZeRO-3: from every rank's shards) */
-    if ((rc = alloc_moments(t)) ||
-        (rc = block_to_host(t, regc_model_weights(t->model), t->params)) ||
-        (rc = block_to_host(t, t->host_m1, t->m)) || (rc = block_to_host(t, t->host_m2, t->v)))
-        return rc;
-    if (t->comm->rank != 0) { /* every rank holds the same state: rank 0 writes it */
-        char name[64];
-        snprintf(name, sizeof name, "checkpoint-%lld", (long long)done);
-        return regc_path_join(t->checkpoint, sizeof t->checkpoint, o->output_dir, name);
-    }
-    if ((rc = regc_run_state_of(o, t->model, t->tokens, done, &st)) ||
-        (rc = regc_checkpoint_save(o->output_dir, &st, t->model, t->host_m1, t->host_m2,
-                                   t->checkpoint, sizeof t->checkpoint)))
-        return rc;
-    return regc_checkpoint_prune(o->output_dir, o->save_total_limit);
 }
 
 /* Threads of this rank: as asked, else OMP_NUM_THREADS, else its share of
@@ -525,7 +704,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         trainer_free(&t);
         return REGC_ERR_UNSUPPORTED;
     }
-    if ((rc = open_step_comm(&t, o))) {
+    if ((rc = open_step_comm(&t, o)) || (rc = open_weights(&t, o))) {
         trainer_free(&t);
         return rc;
     }
@@ -577,15 +756,16 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         rc = check_ranks_agree(&t, o);
     if (rc == REGC_OK && o->resume_from)
         rc = resume_run(&t, o, &start);
-    if (rc == REGC_OK && !regc_model_has_weights(m))
-        rc = regc_model_init_random(m, o->seed);
+    regc_load_report loaded;
     if (rc == REGC_OK)
-        rc = bind_memory(&t, o, start);
+        rc = bind_memory(&t, o, start, &loaded);
     if (rc == REGC_OK && o->on_memory) {
         regc_device_memory a;
         regc_program_device_memory(t.program, &a);
         o->on_memory(&a, user);
     }
+    if (rc == REGC_OK && o->on_loaded)
+        o->on_loaded(&loaded, user);
     if (stopped_at)
         *stopped_at = -1;
     int stopped = 0;
@@ -622,11 +802,11 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         if (stopped && stopped_at)
             *stopped_at = step + 1;
     }
+    if (rc == REGC_OK && o->save_dir && !stopped)
+        rc = save_model(&t, o->save_dir);
     /* the trained weights return to the model */
-    if (rc == REGC_OK)
+    if (rc == REGC_OK && o->return_weights && (rc = regc_model_alloc_weights(m)) == REGC_OK)
         rc = block_to_host(&t, regc_model_weights(m), t.params);
-    if (rc == REGC_OK && o->save_dir && !stopped && t.comm->rank == 0)
-        rc = regc_model_save(m, o->save_dir);
     trainer_free(&t);
     return rc;
 }

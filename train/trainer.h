@@ -19,13 +19,15 @@ typedef struct {
     regc_step_scalars *scalars;      /* device: the optimizer's state and constants */
     regc_step_scalars host;          /* what the trainer set, and the last step's readback */
     int n_inputs;
-    regc_input *inputs;       /* [n_inputs] the graph's inputs with host buffers */
-    void **d_inputs;          /* [n_inputs] their device copies */
-    int constants_sent;       /* the constant inputs are on the device */
-    int64_t *counts;          /* [grad_accum] targets that count, per micro-batch */
-    float *losses;            /* [grad_accum] each micro-batch's loss */
-    float *host_m1, *host_m2; /* AdamW's moments on the host: checkpoints */
-    char checkpoint[4096];    /* the last checkpoint written */
+    regc_input *inputs; /* [n_inputs] the graph's inputs with host buffers */
+    void **d_inputs;    /* [n_inputs] their device copies */
+    int constants_sent; /* the constant inputs are on the device */
+    int64_t *counts;    /* [grad_accum] targets that count, per micro-batch */
+    float *losses;      /* [grad_accum] each micro-batch's loss */
+    /* where the weights, AdamW's m and v come from (NULL: the model's
+     * weights, zeros): each rank reads only its shards */
+    regc_weights *src[3];
+    char checkpoint[4096];    /* the last checkpoint written (or resumed from) */
     regc_comm *comm;          /* the ranks (one process: a single communicator) */
     regc_comm *own_comm;      /* that communicator, when the caller gave none */
     regc_comm *step_comm;     /* the step's collectives: comm, or own_step_comm */

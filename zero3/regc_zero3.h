@@ -131,6 +131,10 @@ void regc_shard_layout_free(regc_shard_layout *l);
 /* Rank r's shard of the model's block into shard [shard_floats]; padding
  * is zero. */
 void regc_shard_take(const regc_shard_layout *l, int rank, const float *model, float *shard);
+/* The elements [*first, *first + *n) of parameter i that rank r holds, at
+ * float *at of its block (*n = 0: none): what a rank reads of a checkpoint. */
+void regc_shard_param_part(const regc_shard_layout *l, int i, int rank, int64_t *first, int64_t *n,
+                           int64_t *at);
 /* The model's block from every rank's shard, one after another
  * ([ranks x shard_floats], as an all-gather of the blocks gives them). */
 void regc_shard_join(const regc_shard_layout *l, const float *all_shards, float *model);

@@ -67,27 +67,26 @@ int regc_shard_layout_new(int ranks, int n_params, const int64_t *numel,
     return REGC_OK;
 }
 
-/* The part of parameter i that lies in rank r's shard of its unit:
- * [*from, *to) within the unit (empty when *from >= *to). */
-static void param_in_shard(const regc_shard_layout *l, int i, int rank, int64_t *from, int64_t *to)
+void regc_shard_param_part(const regc_shard_layout *l, int i, int rank, int64_t *first, int64_t *n,
+                           int64_t *at)
 {
     int u = l->param_unit[i];
     int64_t lo = (int64_t)rank * l->unit_shard[u], hi = lo + l->unit_shard[u];
     int64_t a = l->param_offset[i], b = a + l->param_numel[i];
-    *from = a > lo ? a : lo, *to = b < hi ? b : hi;
+    int64_t from = a > lo ? a : lo, to = b < hi ? b : hi;
+    *n = from < to ? to - from : 0;
+    *first = from < to ? from - a : 0;
+    *at = l->shard_offset[u] + (from < to ? from - lo : 0);
 }
 
 void regc_shard_take(const regc_shard_layout *l, int rank, const float *model, float *shard)
 {
     memset(shard, 0, (size_t)l->shard_floats * sizeof *shard);
     for (int i = 0; i < l->n_params; i++) {
-        int u = l->param_unit[i];
-        int64_t from, to, lo = (int64_t)rank * l->unit_shard[u];
-        param_in_shard(l, i, rank, &from, &to);
-        if (from < to)
-            memcpy(shard + l->shard_offset[u] + (from - lo),
-                   model + l->model_offset[i] + (from - l->param_offset[i]),
-                   (size_t)(to - from) * sizeof *shard);
+        int64_t first, n, at;
+        regc_shard_param_part(l, i, rank, &first, &n, &at);
+        if (n > 0)
+            memcpy(shard + at, model + l->model_offset[i] + first, (size_t)n * sizeof *shard);
     }
 }
 
@@ -95,12 +94,10 @@ void regc_shard_join(const regc_shard_layout *l, const float *all_shards, float 
 {
     for (int r = 0; r < l->ranks; r++)
         for (int i = 0; i < l->n_params; i++) {
-            int u = l->param_unit[i];
-            int64_t from, to, lo = (int64_t)r * l->unit_shard[u];
-            param_in_shard(l, i, r, &from, &to);
-            if (from < to)
-                memcpy(model + l->model_offset[i] + (from - l->param_offset[i]),
-                       all_shards + r * l->shard_floats + l->shard_offset[u] + (from - lo),
-                       (size_t)(to - from) * sizeof *model);
+            int64_t first, n, at;
+            regc_shard_param_part(l, i, r, &first, &n, &at);
+            if (n > 0)
+                memcpy(model + l->model_offset[i] + first, all_shards + r * l->shard_floats + at,
+                       (size_t)n * sizeof *model);
         }
 }
