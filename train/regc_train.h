@@ -27,7 +27,7 @@ typedef enum {
 typedef struct {
     const char *from; /* the directory or file, or NULL: seeded, or the model's own */
     int64_t bytes;    /* of the files, read by all ranks together */
-    double ms;        /* the slowest rank's time reading them */
+    double ms;        /* the slowest rank's time reading them onto the device */
 } regc_load_report;
 
 typedef struct {

@@ -168,40 +168,47 @@ static void param_part(const trainer *t, int i, int64_t *first, int64_t *n, int6
     *at = regc_model_param_offset(t->model, i);
 }
 
+/* Parts of a source pass through a host buffer of this many floats on
+ * their way to the device: a rank never needs host memory for its whole
+ * shard, and the reads land in memory already touched. */
+#define LOAD_CHUNK (INT64_C(4) << 20)
+
 /* A device block from a model-ordered host block (the model's weights) or
- * from a source, of which this rank reads only its parts (*read_ms: the
- * time that took). */
+ * from a source, of which this rank reads only its parts, a chunk at a time
+ * (*load_ms: the time reading and copying took, after the block was
+ * zeroed: padding stays 0). */
 static int block_to_device(trainer *t, float *dev, const float *model, regc_weights *src,
-                           double *read_ms)
+                           double *load_ms)
 {
     regc_backend *be = t->be;
     if (!t->shards && !src) {
         be->copy_h2d(be, dev, model, (size_t)t->block * sizeof(float));
         return be->sync(be);
     }
-    float *host = calloc((size_t)t->block + 1, sizeof *host); /* padding stays 0 */
-    if (!host)
-        return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float block",
-                          (long long)t->block);
-    int rc = REGC_OK;
+    be->fill(be, dev, (size_t)t->block, 0.0f);
+    int rc = be->sync(be);
+    float *chunk = src ? malloc((size_t)LOAD_CHUNK * sizeof *chunk) : NULL;
+    if (src && !chunk)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float buffer",
+                          (long long)LOAD_CHUNK);
     double t0 = regc_time_ms();
     for (int i = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
         int64_t first, n, at;
         param_part(t, i, &first, &n, &at);
-        if (n == 0)
-            continue;
-        if (src)
-            rc = regc_weights_read(src, i, first, n, host + at);
-        else
-            memcpy(host + at, model + regc_model_param_offset(t->model, i) + first,
-                   (size_t)n * sizeof *host);
+        for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
+            int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
+            const float *from =
+                src ? chunk : model + regc_model_param_offset(t->model, i) + first + done;
+            if (src && (rc = regc_weights_read(src, i, first + done, k, chunk)))
+                break;
+            be->copy_h2d(be, dev + at + done, from, (size_t)k * sizeof(float));
+            rc = src ? be->sync(be) : REGC_OK; /* before the buffer is reused */
+        }
     }
-    *read_ms += regc_time_ms() - t0;
-    if (rc == REGC_OK) {
-        be->copy_h2d(be, dev, host, (size_t)t->block * sizeof(float));
+    if (rc == REGC_OK)
         rc = be->sync(be);
-    }
-    free(host);
+    *load_ms += regc_time_ms() - t0;
+    free(chunk);
     return rc;
 }
 
@@ -363,24 +370,24 @@ static int save_checkpoint(trainer *t, const regc_train_options *o, int64_t done
 /* The weights and the moments onto the device: each rank reads its own
  * shards of the sources (a checkpoint's moments, else zeros), then the
  * ranks say together what they read and how long the slowest took to read
- * it (into host memory, before the copies to the device). */
+ * it and copy it to the device (its memory already allocated and zeroed). */
 static int load_state(trainer *t, const regc_train_options *o, regc_load_report *r)
 {
     regc_backend *be = t->be;
     regc_comm *c = t->comm;
-    double read_ms = 0.0;
-    int rc = block_to_device(t, t->params, regc_model_weights(t->model), t->src[0], &read_ms);
+    double load_ms = 0.0;
+    int rc = block_to_device(t, t->params, regc_model_weights(t->model), t->src[0], &load_ms);
     if (rc == REGC_OK && t->src[1])
-        rc = block_to_device(t, t->m, NULL, t->src[1], &read_ms);
+        rc = block_to_device(t, t->m, NULL, t->src[1], &load_ms);
     if (rc == REGC_OK && t->src[2])
-        rc = block_to_device(t, t->v, NULL, t->src[2], &read_ms);
+        rc = block_to_device(t, t->v, NULL, t->src[2], &load_ms);
     if (!t->src[1])
         be->fill(be, t->m, (size_t)t->block, 0.0f);
     if (!t->src[2])
         be->fill(be, t->v, (size_t)t->block, 0.0f);
     if (rc)
         return rc;
-    float ms = (float)read_ms;
+    float ms = (float)load_ms;
     int64_t bytes = 0;
     for (int k = 0; k < 3; k++)
         bytes += regc_weights_bytes_read(t->src[k]);
