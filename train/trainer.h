@@ -43,4 +43,15 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
 /* The validation loss over the first val_batches global batches. */
 int regc_trainer_evaluate(trainer *t, const regc_train_options *o, float *val_loss);
 
+/* The weights (the model's, or t->src[0]) and the moments (t->src[1..2],
+ * else zeros) onto the allocated device blocks; *r: what every rank read. */
+int regc_trainer_load_state(trainer *t, const regc_train_options *o, regc_load_report *r);
+/* A device block into a model-ordered host block on every rank (joined
+ * from every rank's shards under ZeRO-3). */
+int regc_trainer_block_to_host(trainer *t, float *model, const float *dev);
+/* The weights as a model directory, streamed from the device. */
+int regc_trainer_save_model(trainer *t, const char *dir);
+/* output_dir/checkpoint-<done>, streamed; the newest save_total_limit kept. */
+int regc_trainer_save_checkpoint(trainer *t, const regc_train_options *o, int64_t done);
+
 #endif

@@ -1,0 +1,259 @@
+/* trainer_state.c — a run's weights and moments in and out of the device
+ * blocks: each rank reads only its shards of the sources at start-up, a
+ * chunk at a time, and checkpoints and --save stream the blocks one gather
+ * unit at a time, rank 0 writing, so no rank holds the whole model. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "trainer.h"
+
+/* The part of parameter i this rank's block holds: elements [first,
+ * first + n) of it, at float `at` of the block. */
+static void param_part(const trainer *t, int i, int64_t *first, int64_t *n, int64_t *at)
+{
+    if (t->shards) {
+        regc_shard_param_part(t->shards, i, t->comm->rank, first, n, at);
+        return;
+    }
+    *first = 0;
+    *n = regc_model_param_numel(t->model, i);
+    *at = regc_model_param_offset(t->model, i);
+}
+
+/* Parts of a source pass through a host buffer of this many floats on
+ * their way to the device: a rank never needs host memory for its whole
+ * shard, and the reads land in memory already touched. */
+#define LOAD_CHUNK (INT64_C(4) << 20)
+
+/* A device block from a model-ordered host block (the model's weights) or
+ * from a source, of which this rank reads only its parts, a chunk at a time
+ * (*load_ms: the time reading and copying took, after the block was
+ * zeroed: padding stays 0). */
+static int block_to_device(trainer *t, float *dev, const float *model, regc_weights *src,
+                           double *load_ms)
+{
+    regc_backend *be = t->be;
+    if (!t->shards && !src) {
+        be->copy_h2d(be, dev, model, (size_t)t->block * sizeof(float));
+        return be->sync(be);
+    }
+    be->fill(be, dev, (size_t)t->block, 0.0f);
+    int rc = be->sync(be);
+    float *chunk = src ? malloc((size_t)LOAD_CHUNK * sizeof *chunk) : NULL;
+    if (src && !chunk)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float buffer",
+                          (long long)LOAD_CHUNK);
+    double t0 = regc_time_ms();
+    for (int i = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
+        int64_t first, n, at;
+        param_part(t, i, &first, &n, &at);
+        for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
+            int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
+            const float *from =
+                src ? chunk : model + regc_model_param_offset(t->model, i) + first + done;
+            if (src && (rc = regc_weights_read(src, i, first + done, k, chunk)))
+                break;
+            be->copy_h2d(be, dev + at + done, from, (size_t)k * sizeof(float));
+            rc = src ? be->sync(be) : REGC_OK; /* before the buffer is reused */
+        }
+    }
+    if (rc == REGC_OK)
+        rc = be->sync(be);
+    *load_ms += regc_time_ms() - t0;
+    free(chunk);
+    return rc;
+}
+
+/* A device block back into a model-ordered host block, on every rank:
+ * whole, or every rank's shard gathered and joined. */
+int regc_trainer_block_to_host(trainer *t, float *model, const float *dev)
+{
+    regc_backend *be = t->be;
+    if (!t->shards) {
+        be->copy_d2h(be, model, dev, (size_t)t->block * sizeof(float));
+        return be->sync(be);
+    }
+    regc_comm *c = t->comm;
+    float *all = malloc((size_t)c->size * (size_t)t->block * sizeof *all + 1);
+    if (!all)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for %d ranks' shards", c->size);
+    float *mine = all + (size_t)c->rank * (size_t)t->block;
+    be->copy_d2h(be, mine, dev, (size_t)t->block * sizeof(float));
+    int rc = be->sync(be);
+    if (rc == REGC_OK && (rc = c->allgather(c, all, mine, t->block)) == REGC_OK)
+        regc_shard_join(t->shards, all, model);
+    free(all);
+    return rc;
+}
+
+/* Where the tensors of a file go: rank 0's writer. */
+typedef int (*put_fn)(void *w, int i, int64_t first, int64_t n, const float *src);
+
+static int put_weight(void *w, int i, int64_t first, int64_t n, const float *src)
+{
+    return regc_model_writer_put(w, i, first, n, src);
+}
+
+static int put_exp_avg(void *w, int i, int64_t first, int64_t n, const float *src)
+{
+    return regc_st_writer_put(w, 2 * i, first, n, src);
+}
+
+static int put_exp_avg_sq(void *w, int i, int64_t first, int64_t n, const float *src)
+{
+    return regc_st_writer_put(w, 2 * i + 1, first, n, src);
+}
+
+/* Stream a device block into rank 0's writer w, one gather unit at a time
+ * (every rank's shard of it gathered), so that no rank ever holds more of
+ * the model than one unit; unsharded, rank 0 copies one parameter at a
+ * time. A failed write keeps its error in *wrc and ends the writing, not
+ * the gathers: the other ranks are in them too. */
+static int stream_block(trainer *t, const float *dev, put_fn put, void *w, int *wrc)
+{
+    regc_backend *be = t->be;
+    regc_comm *c = t->comm;
+    const regc_shard_layout *l = t->shards;
+    const regc_model *m = t->model;
+    int n_params = regc_model_n_params(m), rc = REGC_OK;
+    int64_t most = 0;
+    for (int i = 0; !l && i < n_params; i++)
+        if (regc_model_param_numel(m, i) > most)
+            most = regc_model_param_numel(m, i);
+    for (int u = 0; l && u < l->n_units; u++)
+        if (l->unit_padded[u] > most)
+            most = l->unit_padded[u];
+    if (!l && c->rank != 0)
+        return REGC_OK;
+    float *buf = malloc((size_t)most * sizeof *buf + 1);
+    if (!buf)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for %lld floats", (long long)most);
+    for (int i = 0; !l && i < n_params && rc == REGC_OK && *wrc == REGC_OK; i++) {
+        int64_t n = regc_model_param_numel(m, i);
+        be->copy_d2h(be, buf, dev + regc_model_param_offset(m, i), (size_t)n * sizeof *buf);
+        if ((rc = be->sync(be)) == REGC_OK)
+            *wrc = put(w, i, 0, n, buf);
+    }
+    for (int u = 0; l && u < l->n_units && rc == REGC_OK; u++) {
+        float *mine = buf + (int64_t)c->rank * l->unit_shard[u];
+        be->copy_d2h(be, mine, dev + l->shard_offset[u], (size_t)l->unit_shard[u] * sizeof *buf);
+        if ((rc = be->sync(be)) || (rc = c->allgather(c, buf, mine, l->unit_shard[u])))
+            break;
+        for (int i = 0; c->rank == 0 && i < n_params && *wrc == REGC_OK; i++)
+            if (l->param_unit[i] == u)
+                *wrc = put(w, i, 0, l->param_numel[i], buf + l->param_offset[i]);
+    }
+    free(buf);
+    return rc;
+}
+
+/* After rank 0 wrote files: its status on every rank (the others fail with
+ * REGC_ERR_RANK when it failed; it says why). */
+static int rank0_status(trainer *t, int rc, int wrc)
+{
+    regc_comm *c = t->comm;
+    int64_t status = wrc;
+    if (rc || c->size == 1 || (rc = c->broadcast(c, &status, sizeof status, 0)))
+        return rc ? rc : wrc;
+    if (status != REGC_OK && c->rank != 0) {
+        regc_error_clear();
+        return REGC_ERR_RANK;
+    }
+    return (int)status;
+}
+
+/* The weights as a model directory (config.json or graph.json, and
+ * model.safetensors in fp32), streamed from the device. */
+static int write_model(trainer *t, const char *dir, int *wrc)
+{
+    regc_model_writer *w = NULL;
+    if (t->comm->rank == 0 && *wrc == REGC_OK)
+        *wrc = regc_model_writer_open(t->model, dir, &w);
+    int rc = stream_block(t, t->params, put_weight, w, wrc);
+    if (w && *wrc == REGC_OK && rc == REGC_OK)
+        *wrc = regc_model_writer_finish(w);
+    else
+        regc_model_writer_abandon(w);
+    return rc;
+}
+
+int regc_trainer_save_model(trainer *t, const char *dir)
+{
+    int wrc = REGC_OK, rc = write_model(t, dir, &wrc);
+    return rank0_status(t, rc, wrc);
+}
+
+/* Write output_dir/checkpoint-<steps done>: the weights, AdamW's moments
+ * and the run's state, streamed from every rank's shards; keep the newest
+ * save_total_limit. */
+int regc_trainer_save_checkpoint(trainer *t, const regc_train_options *o, int64_t done)
+{
+    regc_checkpoint_writer ck;
+    regc_st_writer *moments = NULL;
+    memset(&ck, 0, sizeof ck);
+    int first = t->comm->rank == 0, wrc = REGC_OK, rc;
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%lld", (long long)done);
+    if ((rc = regc_path_join(t->checkpoint, sizeof t->checkpoint, o->output_dir, name)))
+        return rc;
+    if (first && (wrc = regc_checkpoint_begin(o->output_dir, done, &ck)) == REGC_OK)
+        wrc = regc_checkpoint_moments_open(&ck, t->model, &moments);
+    rc = write_model(t, first ? ck.tmp : NULL, &wrc);
+    if (rc == REGC_OK)
+        rc = stream_block(t, t->m, put_exp_avg, moments, &wrc);
+    if (rc == REGC_OK)
+        rc = stream_block(t, t->v, put_exp_avg_sq, moments, &wrc);
+    if (first) {
+        regc_run_state st;
+        if (moments && wrc == REGC_OK && rc == REGC_OK)
+            wrc = regc_st_writer_finish(moments);
+        else
+            regc_st_writer_abandon(moments);
+        if (wrc == REGC_OK && rc == REGC_OK)
+            wrc = regc_run_state_of(o, t->model, t->tokens, done, &st);
+        if (wrc != REGC_OK || rc != REGC_OK)
+            regc_checkpoint_abandon(&ck);
+        else if ((wrc = regc_checkpoint_commit(&ck, &st)) == REGC_OK)
+            wrc = regc_checkpoint_prune(o->output_dir, o->save_total_limit);
+    }
+    return rank0_status(t, rc, wrc);
+}
+
+/* The weights and the moments onto the device: each rank reads its own
+ * shards of the sources (a checkpoint's moments, else zeros), then the
+ * ranks say together what they read and how long the slowest took to read
+ * it and copy it to the device (its memory already allocated and zeroed). */
+int regc_trainer_load_state(trainer *t, const regc_train_options *o, regc_load_report *r)
+{
+    regc_backend *be = t->be;
+    regc_comm *c = t->comm;
+    double load_ms = 0.0;
+    int rc = block_to_device(t, t->params, regc_model_weights(t->model), t->src[0], &load_ms);
+    if (rc == REGC_OK && t->src[1])
+        rc = block_to_device(t, t->m, NULL, t->src[1], &load_ms);
+    if (rc == REGC_OK && t->src[2])
+        rc = block_to_device(t, t->v, NULL, t->src[2], &load_ms);
+    if (!t->src[1])
+        be->fill(be, t->m, (size_t)t->block, 0.0f);
+    if (!t->src[2])
+        be->fill(be, t->v, (size_t)t->block, 0.0f);
+    if (rc)
+        return rc;
+    float ms = (float)load_ms;
+    int64_t bytes = 0;
+    for (int k = 0; k < 3; k++)
+        bytes += regc_weights_bytes_read(t->src[k]);
+    float *all = malloc((size_t)c->size * sizeof *all);
+    if (!all)
+        return regc_error(REGC_ERR_MEMORY, "out of memory");
+    if ((rc = c->allreduce(c, &bytes, 1, REGC_COMM_I64)) == REGC_OK)
+        rc = c->allgather(c, all, &ms, 1);
+    *r = (regc_load_report){.from = o->resume_from ? t->checkpoint : o->weights, .bytes = bytes};
+    for (int k = 0; rc == REGC_OK && k < c->size; k++)
+        if (all[k] > r->ms)
+            r->ms = all[k];
+    free(all);
+    return rc;
+}
+
