@@ -256,4 +256,3 @@ int regc_trainer_load_state(trainer *t, const regc_train_options *o, regc_load_r
     free(all);
     return rc;
 }
-
