@@ -1,5 +1,5 @@
-/* fileio.c — whole-file reads, atomic writes, durable directories, removing
- * trees, paths and the clock. */
+/* fileio.c — bounded reads of regular files, whole-file reads, atomic writes, durable directories,
+ * removing trees, paths and the clock. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,41 +12,87 @@
 
 #include "regc_common.h"
 
-int regc_file_read_all(const char *path, char **out, size_t *size)
+/* Every file regc reads is input: it may be a FIFO (a read would block
+ * forever), a device (/dev/zero never ends) or far larger than anything of
+ * its kind. So a file is opened non-blocking, checked with fstat before any
+ * byte is read, and refused unless it is a regular file within the cap its
+ * kind allows. O_NONBLOCK is harmless on a regular file, and is what keeps
+ * open() itself from waiting for a FIFO's writer. */
+int regc_file_open_regular(const char *path, uint64_t max_bytes, int *fd_out, uint64_t *size_out)
+{
+    *fd_out = -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return regc_error(REGC_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return regc_error(REGC_ERR_IO, "%s: not a regular file (%s)", path,
+                          S_ISDIR(st.st_mode)    ? "a directory"
+                          : S_ISFIFO(st.st_mode) ? "a FIFO"
+                          : S_ISCHR(st.st_mode)  ? "a character device"
+                          : S_ISBLK(st.st_mode)  ? "a block device"
+                          : S_ISSOCK(st.st_mode) ? "a socket"
+                                                 : "not a plain file");
+    }
+    if (max_bytes && (uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        return regc_error(REGC_ERR_IO,
+                          "%s: %llu bytes, more than the %llu a file of its kind may have", path,
+                          (unsigned long long)st.st_size, (unsigned long long)max_bytes);
+    }
+    *fd_out = fd;
+    if (size_out)
+        *size_out = (uint64_t)st.st_size;
+    return REGC_OK;
+}
+
+int regc_file_read_capped(const char *path, uint64_t max_bytes, char **out, size_t *size)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 65536) {
-            cap = cap ? cap * 2 : 65536;
-            char *grown = realloc(buf, cap + 1);
-            if (!grown) {
-                free(buf);
-                fclose(f);
-                return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading the file", path);
-            }
-            buf = grown;
+    int fd;
+    uint64_t len;
+    int rc = regc_file_open_regular(path, max_bytes, &fd, &len);
+    if (rc)
+        return rc;
+    char *buf = malloc((size_t)len + 1);
+    if (!buf) {
+        close(fd);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading %llu bytes", path,
+                          (unsigned long long)len);
+    }
+    /* Read exactly the size fstat gave: a file that grows meanwhile is read
+     * as it was, one that shrinks is an error rather than a short buffer. */
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, (size_t)len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            free(buf);
+            close(fd);
+            return e ? regc_error(REGC_ERR_IO, "%s: read error: %s", path, strerror(e))
+                     : regc_error(REGC_ERR_IO, "%s: file shrank while being read", path);
         }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
+        got += (size_t)r;
     }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return regc_error(REGC_ERR_IO, "%s: read error", path);
-    }
+    close(fd);
     buf[len] = '\0';
     *out = buf;
     if (size)
-        *size = len;
+        *size = (size_t)len;
     return REGC_OK;
+}
+
+int regc_file_read_all(const char *path, char **out, size_t *size)
+{
+    return regc_file_read_capped(path, REGC_TEXT_FILE_MAX, out, size);
 }
 
 struct regc_atomic_file {

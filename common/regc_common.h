@@ -50,8 +50,21 @@ void regc_rng_fill_uniform_range(float *out, size_t first, size_t n, uint64_t se
 uint64_t regc_rng_substream(uint64_t seed, uint64_t index);
 
 /* ---- files -------------------------------------------------------------- */
-/* Read a whole file into a new buffer (NUL-terminated, size excludes it).
- * The caller frees *out with free(). */
+/* The one way regc opens a file to read: non-blocking (a FIFO cannot hang
+ * it), checked with fstat before any read, refused unless a regular file
+ * of at most max_bytes (0: no cap); the error names the path and why.
+ * *fd is open for reading on success. */
+int regc_file_open_regular(const char *path, uint64_t max_bytes, int *fd, uint64_t *size);
+/* The largest text file regc reads whole: configs, graph JSON, indexes. A
+ * 70B-parameter graph JSON is a few MiB; this leaves room and still stops
+ * /dev/zero or a mistyped multi-gigabyte path at once. */
+#define REGC_TEXT_FILE_MAX ((uint64_t)256 << 20)
+/* The largest token file regc reads whole: 8G tokens of uint16. */
+#define REGC_TOKEN_FILE_MAX ((uint64_t)16 << 30)
+/* Read a whole regular file of at most max_bytes into a new buffer
+ * (NUL-terminated, size excludes it). The caller frees *out with free(). */
+int regc_file_read_capped(const char *path, uint64_t max_bytes, char **out, size_t *size);
+/* regc_file_read_capped with REGC_TEXT_FILE_MAX. */
 int regc_file_read_all(const char *path, char **out, size_t *size);
 /* Write `size` bytes to `path` atomically: a temporary file in the same
  * directory, fsync, rename. On failure nothing is left at `path` that was

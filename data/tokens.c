@@ -58,20 +58,12 @@ static int read_file(const char *path, unsigned char **out, size_t *size)
 {
     *out = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int rc = regc_error(REGC_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
+    int fd;
+    uint64_t fsize;
+    int rc = regc_file_open_regular(path, REGC_TOKEN_FILE_MAX, &fd, &fsize);
+    if (rc)
         return rc;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return regc_error(REGC_ERR_IO, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)st.st_size;
+    size_t len = (size_t)fsize;
     unsigned char *buf = malloc(len ? len : 1);
     if (!buf) {
         close(fd);

@@ -273,17 +273,10 @@ int regc_st_open(const char *path, regc_st_file **out)
     }
     char *header = NULL;
     int rc;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        rc = regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* No size cap: a shard is read by ranges, never whole. */
+    uint64_t fsize;
+    if ((rc = regc_file_open_regular(path, 0, &f->fd, &fsize)) < 0)
         goto fail;
-    }
-    struct stat st;
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = regc_error(REGC_ERR_IO, "%s: not a regular file", path);
-        goto fail;
-    }
-    uint64_t fsize = (uint64_t)st.st_size;
     if (fsize < 8) {
         rc = regc_error(REGC_ERR_FORMAT,
                         "%s: file is %" PRIu64 " bytes, too short for a safetensors header", path,
