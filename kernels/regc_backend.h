@@ -147,6 +147,10 @@ typedef struct {
     float grad_norm;   /* its square root: clip_grad_norm_'s total norm */
     float clip_scale;  /* what AdamW multiplies each gradient by: 1 unless clipped */
     float loss_scale;  /* the loss gradient's seed: 1, or a micro-batch's share */
+    /* 1 when this step's gradient norm is not finite: AdamW leaves the
+     * parameters and moments as they are and `step` is taken back, so the
+     * step is as if it never ran (the trainer stops or goes on) */
+    int32_t skipped;
     /* AdamW's coefficients for this step, rounded to float as torch's CPU
      * kernel rounds them (written by the schedule) */
     float decay;         /* 1 - lr * weight_decay */

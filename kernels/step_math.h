@@ -65,14 +65,23 @@ static inline REGC_HD void regc_step_begin(regc_step_scalars *s)
     s->grad_sumsq = 0.0;
     s->grad_norm = 0.0f;
     s->clip_scale = 1.0f;
+    s->skipped = 0;
 }
 
-/* grad_norm and clip_scale from grad_sumsq (regc_backend's grad_clip).
+/* grad_norm, clip_scale and skipped from grad_sumsq (regc_backend's grad_clip).
  * torch 1.13's clip_grad_norm_ computes max_norm / (norm + 1e-6) on float
  * tensors as a reciprocal times max_norm, then clamps it to 1. */
 static inline REGC_HD void regc_step_clip(regc_step_scalars *s)
 {
     s->grad_norm = (float)sqrt(s->grad_sumsq);
+    /* One NaN or infinity anywhere in the gradients makes the sum of
+     * squares so: the update would spread it into every parameter and
+     * moment. The step is skipped instead, and not counted. */
+    if (!isfinite(s->grad_norm)) {
+        s->skipped = 1;
+        s->step -= 1.0;
+        return;
+    }
     if (s->max_grad_norm > 0.0) {
         const float coef = (1.0f / (s->grad_norm + 1e-6f)) * (float)s->max_grad_norm;
         s->clip_scale = coef < 1.0f ? coef : 1.0f;

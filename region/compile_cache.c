@@ -77,7 +77,6 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_u64(b, (uint64_t)(o->inline_back && o->level != REGC_LEVEL_O0));
     regc_bytes_put_u64(b, (uint64_t)(o->forward_only != 0));
     regc_bytes_put_u64(b, (uint64_t)(o->accumulate_grads != 0)); /* seeds every region */
-    regc_bytes_put_u64(b, (uint64_t)(o->clip_grad_norm != 0 && !o->forward_only));
     regc_bytes_put_u64(b, (uint64_t)(o->ranks > 1 ? o->ranks : 1));
     regc_bytes_put_u64(b, (uint64_t)o->zero_stage);
     regc_bytes_put_u64(b, (uint64_t)(o->zero_stage == 3 && o->deepcompile));

@@ -282,7 +282,7 @@ static int build_lazy(regc_program *p, const int64_t *param_offset)
 /* The update phase: the optimizer step over whole blocks (every
  * parameter at once, in the blocks' order; under ZeRO-3 this rank's shard
  * of every unit), reading and advancing the scalar block. */
-static int build_update(regc_program *p, int clip)
+static int build_update(regc_program *p)
 {
     int scalars = -1;
     p->block_bytes = 0;
@@ -315,25 +315,24 @@ static int build_update(regc_program *p, int clip)
                               .d = {n}};
     u[k++] = (regc_instr){
         .kernel = K_STEP_SCHEDULE, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
-    if (clip) {
-        u[k++] = (regc_instr){.kernel = K_GRAD_SUMSQ,
-                              .n_refs = 2,
+    /* The gradients' global norm every step, clipping or not: the step is
+     * skipped (AdamW a no-op) when it is not finite, and it is reported. */
+    u[k++] = (regc_instr){.kernel = K_GRAD_SUMSQ,
+                          .n_refs = 2,
+                          .n_out = 1,
+                          .node = -1,
+                          .refs = {{scalars, 0}, {grads, 0}},
+                          .d = {n}};
+    /* ZeRO-3: each rank summed its shard's squares; the norm is of all */
+    if (p->ranks > 1 && p->zero_stage == 3)
+        u[k++] = (regc_instr){.kernel = K_ALLREDUCE,
+                              .n_refs = 1,
                               .n_out = 1,
                               .node = -1,
-                              .refs = {{scalars, 0}, {grads, 0}},
-                              .d = {n}};
-        /* ZeRO-3: each rank summed its shard's squares; the norm is of all */
-        if (p->ranks > 1 && p->zero_stage == 3)
-            u[k++] =
-                (regc_instr){.kernel = K_ALLREDUCE,
-                             .n_refs = 1,
-                             .n_out = 1,
-                             .node = -1,
-                             .refs = {{scalars, (int64_t)offsetof(regc_step_scalars, grad_sumsq)}},
-                             .d = {1, 1}};
-        u[k++] = (regc_instr){
-            .kernel = K_GRAD_CLIP, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
-    }
+                              .refs = {{scalars, (int64_t)offsetof(regc_step_scalars, grad_sumsq)}},
+                              .d = {1, 1}};
+    u[k++] = (regc_instr){
+        .kernel = K_GRAD_CLIP, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
     u[k++] = (regc_instr){.kernel = K_ADAMW,
                           .n_refs = 5,
                           .n_out = 3,
@@ -345,7 +344,7 @@ static int build_update(regc_program *p, int clip)
 }
 
 /* Fill the program's pieces from regions already compiled. */
-int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
+int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat,
                       regc_compile_stats *st)
 {
     p->lazy = !inline_flat;
@@ -353,7 +352,7 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
     if (rc == REGC_OK && p->layout)
         rc = regc_zero3_place(p);
     if (rc == REGC_OK && !p->forward_only)
-        rc = build_update(p, clip);
+        rc = build_update(p);
     if (rc)
         return rc;
     if ((rc = inline_flat ? regc_program_inline_back(p) : regc_program_plan_lazy(p)))

@@ -256,11 +256,11 @@ regc_program *regc_program_new(regc_graph *g, regc_level level);
 /* Takes r (freed on failure); returns its index or a negative status. */
 int regc_program_add_region(regc_program *p, regc_compiled_region *r);
 int regc_program_add_piece(regc_program *p, int region, const int *in, const int *out);
-/* param_offset[t]: byte offset of graph parameter t in the blocks; clip:
- * the update clips the gradients' norm. With p->layout (ZeRO-3) the
+/* param_offset[t]: byte offset of graph parameter t in the blocks. With
+ * p->layout (ZeRO-3) the
  * blocks are this rank's shards and the communication is placed
  * (zero3_place.c). */
-int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
+int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_flat,
                       regc_compile_stats *st);
 /* Undo link: the program is its regions and pieces again, ready to be
  * linked anew (with another schedule). */

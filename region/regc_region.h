@@ -52,9 +52,6 @@ typedef struct {
      * holds (gradient accumulation over micro-batches: the caller zeroes the
      * block before the first); 0: backward overwrites it. */
     int accumulate_grads;
-    /* The update clips the gradients' global L2 norm (the scalar block's
-     * max_grad_norm says to what). */
-    int clip_grad_norm;
     /* Data parallelism over `ranks` processes (<= 1: one). Stage 0: every
      * rank holds the whole model and its state, and the update first sums
      * the gradients over the ranks. Stage 3 (ZeRO-3): each rank holds its
@@ -214,9 +211,10 @@ void *regc_program_arena(const regc_program *p, int64_t *bytes);
  * accumulate_grads), the loss's gradient seeded with the scalar block's
  * loss_scale. A forward-only program runs forward. */
 int regc_program_run(regc_program *p);
-/* The optimizer step: the schedule, the gradients' norm and clip (when
- * compiled with clip_grad_norm), AdamW over every parameter; the scalar
- * block's state advances by one step. */
+/* The optimizer step: the schedule, the gradients' global norm and clip
+ * (when the scalar block's max_grad_norm > 0), AdamW over every parameter;
+ * the scalar block's state advances by one step, unless the norm is not
+ * finite: then nothing changes but its `skipped` flag. */
 int regc_program_update(regc_program *p);
 /* Time every instruction of the runs that follow into pr (the backend
  * synchronises after each one), or stop timing (NULL). pr is borrowed. */

@@ -49,8 +49,8 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats);
 
 /* Link p (ZeRO-3) with the fastest schedule whose device memory fits
  * `budget` bytes per rank (zero3_budget.c). */
-int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
-                   int64_t budget, regc_compile_stats *st);
+int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int64_t budget,
+                   regc_compile_stats *st);
 
 /* ---- the compile cache's glue (region/compile_cache.c) */
 /* Is the cache read and written? (Dumps always compile afresh.) */

@@ -23,7 +23,7 @@
 typedef struct {
     regc_program *p;
     const int64_t *param_offset;
-    int inline_flat, clip;
+    int inline_flat;
     const int *by_size; /* units, smallest first */
 } fitter;
 
@@ -38,7 +38,7 @@ static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total, regc
     for (int i = 0; i < k; i++)
         p->resident[f->by_size[i]] = 1;
     p->n_resident = k;
-    int rc = regc_program_link(p, f->param_offset, f->inline_flat, f->clip, st);
+    int rc = regc_program_link(p, f->param_offset, f->inline_flat, st);
     regc_device_memory a;
     if (rc == REGC_OK) {
         regc_program_device_memory(p, &a);
@@ -58,8 +58,8 @@ static void sort_units(const regc_shard_layout *l, int *by_size)
     }
 }
 
-int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int clip,
-                   int64_t budget, regc_compile_stats *st)
+int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int64_t budget,
+                   regc_compile_stats *st)
 {
     const regc_shard_layout *l = p->layout;
     int *by_size = malloc(((size_t)l->n_units + 1) * sizeof *by_size);
@@ -70,7 +70,7 @@ int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat
         return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
     }
     sort_units(l, by_size);
-    fitter f = {p, param_offset, inline_flat, clip, by_size};
+    fitter f = {p, param_offset, inline_flat, by_size};
     static const int64_t depths[] = {-4, -2, -1, 0};
     int64_t total = 0, prefetch = 0;
     int rc = REGC_OK, fits = 0;

@@ -117,6 +117,8 @@ static int print_progress(step_printer *p, const regc_step_report *r)
     if (!isnan(r->grad_norm))
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | norm %.3f",
                  (double)r->grad_norm);
+    if (r->nonfinite)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | skipped");
     p->line_open = left > 0;
     return printf("\r\033[Kstep %d/%d | loss %.4f%s | %.0f tok/s | %s elapsed | ETA %s%s",
                   r->step + 1, p->steps, (double)r->loss, extra, r->tokens_per_s, el, eta,
@@ -145,6 +147,9 @@ static void on_step(const regc_step_report *r, void *user)
             json_number(v, sizeof v, "%.9g", (double)r->grad_norm);
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"grad_norm\": %s", v);
         }
+        if (r->nonfinite)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"skipped\": \"%s\"",
+                     r->nonfinite);
         if (r->device_peak > 0)
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"device_peak\": %lld",
                      (long long)r->device_peak);
@@ -165,6 +170,9 @@ static void on_step(const regc_step_report *r, void *user)
         if (!isnan(r->grad_norm))
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | norm %7.4f",
                      (double)r->grad_norm);
+        if (r->nonfinite)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+                     " | skipped: %s not finite", r->nonfinite);
         if (r->comm_ms > 0.0)
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
                      " | comm %.1f ms, %.0f%% hidden", r->comm_ms,

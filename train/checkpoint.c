@@ -78,6 +78,7 @@ static char *state_json(const regc_run_state *st)
     if (!ok)
         cJSON_Delete(train);
     ok = ok && cJSON_AddNumberToObject(root, "global_step", (double)st->global_step);
+    ok = ok && cJSON_AddNumberToObject(root, "skipped_steps", (double)st->skipped_steps);
     ok = ok && cJSON_AddNumberToObject(root, "next_batch", (double)st->next_batch);
     ok = ok && cJSON_AddStringToObject(root, "model_structure", structure);
     ok = ok && cJSON_AddNumberToObject(train, "steps", (double)st->steps);
@@ -154,6 +155,7 @@ static int read_state(const char *dir, regc_run_state *st)
         if (!strcmp(sched->valuestring, schedule_names[k]))
             st->schedule = k;
     if ((rc = get_int(root, "global_step", path, &st->global_step)) ||
+        (rc = get_int(root, "skipped_steps", path, &st->skipped_steps)) ||
         (rc = get_int(root, "next_batch", path, &st->next_batch)) ||
         (rc = get_hex_or_dec(root, "model_structure", path, 16, &st->structure)) ||
         (rc = get_int(train, "steps", path, &st->steps)) ||
@@ -174,6 +176,10 @@ static int read_state(const char *dir, regc_run_state *st)
     cJSON_Delete(root);
     if (st->schedule < 0)
         return regc_error(REGC_ERR_FORMAT, "%s: \"lr_scheduler_type\" is not a schedule", path);
+    if (st->skipped_steps > st->global_step)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: skipped_steps %" PRId64 " is more than global_step %" PRId64, path,
+                          st->skipped_steps, st->global_step);
     if (st->next_batch != st->global_step * st->grad_accum)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: next_batch %" PRId64 " does not follow from global_step %" PRId64

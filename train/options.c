@@ -20,6 +20,8 @@
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
 /* regc_communicator's order */
 static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
+/* regc_train_options.skip_nonfinite */
+static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 /* regc_schedule's order */
 static const char *const schedule_names[] = {"constant", "constant_with_warmup", "linear",
                                              "cosine",   "cosine_with_min_lr",   NULL};
@@ -78,6 +80,11 @@ const regc_option regc_option_table[] = {
      FIELD(train.max_grad_norm), OPT_SHOW_DEFAULT,
      "clip the gradients' global L2 norm to N before each update, as torch's clip_grad_norm_ "
      "(0: no clipping); the norm is reported per step"},
+    {"train", "on_nonfinite", "--on-nonfinite", OPT_CHOICE, "<stop|skip>", 0, 0, 0, nonfinite_names,
+     FIELD(train.skip_nonfinite), OPT_SHOW_DEFAULT,
+     "a step whose loss or gradient norm is NaN or infinite is never applied; stop ends the run "
+     "there with an error naming the step (checkpoints written before it are kept), skip goes on "
+     "to the next batch and does not count the step in the schedule"},
     {"train", "gradient_accumulation_steps", "--gradient-accumulation-steps", OPT_INT, "<K>", 1,
      1 << 20, 0, NULL, FIELD(train.grad_accum), OPT_SHOW_DEFAULT,
      "micro-batches of --batch sequences per optimizer step, their gradients summed in place: "

@@ -44,7 +44,10 @@ typedef struct {
     double warmup_ratio;        /* or this fraction of steps (rounded up), when warmup_steps is 0 */
     double min_lr, min_lr_rate; /* cosine_with_min_lr's floor: absolute, or as a fraction of lr */
     double max_grad_norm;       /* > 0: clip the gradients' global L2 norm to it */
-    int grad_accum;             /* micro-batches per optimizer step (>= 1) */
+    /* A step whose loss or gradient norm is not finite changes nothing; then
+     * 0 stops the run with REGC_ERR_DIVERGED, 1 goes on to the next step. */
+    int skip_nonfinite;
+    int grad_accum; /* micro-batches per optimizer step (>= 1) */
     /* validation: the mean loss over the first val_batches batches of
      * val_data_path (a token file), through a forward-only program, after
      * every eval_steps steps (0: once, after the last) */
@@ -101,7 +104,10 @@ typedef struct {
     float loss; /* of this step's forward pass, before its update (over all its micro-batches) */
     double lr;  /* the learning rate of its update */
     float grad_norm; /* the gradients' global L2 norm before clipping; NaN without clipping */
-    float val_loss;  /* the validation loss after this step's update; NaN when none ran */
+    /* "loss" or "gradient norm" when that was not finite: the step was
+     * skipped, its update not applied; NULL otherwise */
+    const char *nonfinite;
+    float val_loss;         /* the validation loss after this step's update; NaN when none ran */
     const char *checkpoint; /* the checkpoint written after this step, or NULL */
     int resumed;            /* the first step of a run resumed from a checkpoint */
     double ms;              /* wall time of the whole step */
@@ -170,6 +176,9 @@ void regc_option_write_usage(FILE *f);
  * ====================================================================== */
 typedef struct regc_config regc_config;
 int regc_config_load(const char *path, regc_config **out);
+/* The same for the file's text: size bytes followed by a NUL (a NUL within
+ * them is an error); `path` names it in messages. */
+int regc_config_parse(const char *text, size_t size, const char *path, regc_config **out);
 void regc_config_free(regc_config *c);
 /* Set the fields of s that the file sets; strings stay owned by c. */
 void regc_config_apply(const regc_config *c, regc_train_settings *s);

@@ -108,8 +108,20 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
         if (rc == REGC_OK)
             be->copy_d2h(be, &t->losses[j], regc_program_loss(t->program), sizeof(float));
     }
+    if (rc || (rc = be->sync(be)))
+        return rc;
+    /* A non-finite loss on any rank: no rank updates (the update's own
+     * collectives must be entered by all or none). A non-finite gradient
+     * norm is caught inside the update, where every rank sees the same
+     * global norm, and makes AdamW a no-op. */
+    int64_t bad_loss = 0;
+    for (int j = 0; j < k; j++)
+        bad_loss |= !isfinite(t->losses[j]);
+    if (t->comm->size > 1 && (rc = t->comm->allreduce(t->comm, &bad_loss, 1, REGC_COMM_I64)))
+        return rc;
+    r->nonfinite = bad_loss ? "loss" : NULL;
     regc_program_set_profile(t->program, pr);
-    if (rc == REGC_OK)
+    if (!bad_loss)
         rc = regc_program_update(t->program);
     regc_program_set_profile(t->program, NULL);
     if (rc)
@@ -118,6 +130,8 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
     be->copy_d2h(be, &t->host, t->scalars, sizeof t->host);
     if ((rc = be->sync(be)))
         return rc;
+    if (!bad_loss && t->host.skipped)
+        r->nonfinite = "gradient norm";
     if (pr && (rc = profile_since(be, pr, "loss and scalars to the host", &t0)))
         return rc;
     if (pr)
@@ -135,7 +149,7 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
     r->comm_ms = comm1 - comm0, r->comm_wait_ms = wait1 - wait0;
     r->loss = (float)loss;
     r->lr = t->host.lr;
-    r->grad_norm = o->max_grad_norm > 0.0 ? t->host.grad_norm : NAN;
+    r->grad_norm = o->max_grad_norm > 0.0 && !bad_loss ? t->host.grad_norm : NAN;
     return REGC_OK;
 }
 

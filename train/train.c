@@ -180,7 +180,7 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
         return rc;
     be->fill(be, t->grads, (size_t)t->block, 0.0f);
     init_scalars(&t->host, o);
-    t->host.step = (double)start;
+    t->host.step = (double)(start - t->skipped); /* skipped steps did not count */
     be->copy_h2d(be, t->scalars, &t->host, sizeof t->host);
     if ((rc = alloc_inputs(t)))
         return rc;
@@ -235,6 +235,7 @@ static int resume_run(trainer *t, const regc_train_options *o, int64_t *start)
         return rc;
     snprintf(t->checkpoint, sizeof t->checkpoint, "%s", dir);
     *start = saved.global_step;
+    t->skipped = saved.skipped_steps;
     return REGC_OK;
 }
 
@@ -473,7 +474,6 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     regc_compile_stats st;
     co.device = t.be->device;
     co.accumulate_grads = o->grad_accum > 1;
-    co.clip_grad_norm = o->max_grad_norm > 0.0;
     co.ranks = t.comm->size;
     co.zero_stage = o->zero_stage;
     if (o->cache_dir && !co.cache &&
@@ -534,6 +534,15 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         regc_step_report r = {.step = step};
         if ((rc = regc_trainer_step(&t, o, step, pr, &r)))
             break;
+        if (r.nonfinite && !o->skip_nonfinite) {
+            rc = regc_error(REGC_ERR_DIVERGED,
+                            "step %d: the %s is not finite; stopped before its update%s%s "
+                            "(train.on_nonfinite: skip goes on past such steps)",
+                            step, r.nonfinite, t.checkpoint[0] ? ", the last checkpoint is " : "",
+                            t.checkpoint);
+            break;
+        }
+        t.skipped += r.nonfinite != NULL;
         r.ms = regc_time_ms() - t0;
         r.device_peak = t.be->mem_peak;
         /* the job's rate: every rank's tokens */

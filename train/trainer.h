@@ -28,6 +28,7 @@ typedef struct {
      * weights, zeros): each rank reads only its shards */
     regc_weights *src[3];
     char checkpoint[4096];    /* the last checkpoint written (or resumed from) */
+    int64_t skipped;          /* steps skipped so far for a non-finite loss or norm */
     regc_comm *comm;          /* the ranks (one process: a single communicator) */
     regc_comm *own_comm;      /* that communicator, when the caller gave none */
     regc_comm *step_comm;     /* the step's collectives: comm, or own_step_comm */

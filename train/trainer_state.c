@@ -212,6 +212,7 @@ int regc_trainer_save_checkpoint(trainer *t, const regc_train_options *o, int64_
             regc_st_writer_abandon(moments);
         if (wrc == REGC_OK && rc == REGC_OK)
             wrc = regc_run_state_of(o, t->model, t->tokens, done, &st);
+        st.skipped_steps = t->skipped;
         if (wrc != REGC_OK || rc != REGC_OK)
             regc_checkpoint_abandon(&ck);
         else if ((wrc = regc_checkpoint_commit(&ck, &st)) == REGC_OK)

@@ -113,6 +113,8 @@ static void cpu_adamw_span(float *restrict param, const float *restrict grad, fl
 void regc_cpu_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
                     int64_t n, const regc_step_scalars *cf)
 {
+    if (cf->skipped) /* a non-finite gradient norm: this step changes nothing */
+        return;
     const int64_t n_spans = (n + CPU_ADAMW_SPAN - 1) / CPU_ADAMW_SPAN;
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
     schedule(static)

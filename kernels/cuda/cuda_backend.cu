@@ -294,7 +294,7 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64
                              const regc_step_scalars *s)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
+    if (i >= n || s->skipped) /* skipped: a non-finite gradient norm */
         return;
     const float gi = g[i] * s->clip_scale;
     const float mi = m[i] * s->beta1_f + s->one_minus_beta1 * gi;
