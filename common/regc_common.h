@@ -79,6 +79,20 @@ int regc_atomic_open(const char *path, regc_atomic_file **out);
 int regc_atomic_pwrite(regc_atomic_file *f, const void *data, size_t size, uint64_t offset);
 int regc_atomic_commit(regc_atomic_file *f);
 void regc_atomic_abandon(regc_atomic_file *f);
+/* A directory written whole or not at all (stagedir.c): open makes a
+ * hidden sibling of dir (its parents made as needed; a dir holding a
+ * subdirectory refused) and removes the siblings of writers that died;
+ * the caller writes its files into regc_staged_dir_path; commit carries
+ * over the old directory's other files (not weights nor configs), makes
+ * everything durable and puts the sibling in dir's place in one rename;
+ * abandon removes it. Both free s. probe: open and abandon, so a path that
+ * cannot be saved to fails before the work that would fill it. */
+typedef struct regc_staged_dir regc_staged_dir;
+int regc_staged_dir_open(const char *dir, regc_staged_dir **out);
+const char *regc_staged_dir_path(const regc_staged_dir *s);
+int regc_staged_dir_commit(regc_staged_dir *s);
+void regc_staged_dir_abandon(regc_staged_dir *s);
+int regc_staged_dir_probe(const char *dir);
 /* mkdir -p: create dir and its missing parents (checkpoints go to fresh
  * nested paths like runs/x/step100); an error names the path that failed. */
 int regc_make_dirs(const char *dir);

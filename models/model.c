@@ -333,13 +333,24 @@ int regc_model_save(const regc_model *m, const char *dir)
         return regc_error(REGC_ERR_ARG,
                           "%s: cannot save %s: the model has no weights yet (shape-only)", dir,
                           m->source);
-    regc_model_writer *w;
-    int rc = regc_model_writer_open(m, dir, &w);
+    /* a staged directory: config and weights appear together or not at all */
+    regc_staged_dir *s;
+    regc_model_writer *w = NULL;
+    int rc = regc_staged_dir_open(dir, &s);
+    if (rc)
+        return rc;
+    rc = regc_model_writer_open(m, regc_staged_dir_path(s), &w);
     for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
-        if ((rc = regc_model_writer_put(w, i, 0, m->params[i].numel,
-                                        m->weights + m->params[i].offset)))
-            regc_model_writer_abandon(w);
-    return rc == REGC_OK ? regc_model_writer_finish(w) : rc;
+        rc = regc_model_writer_put(w, i, 0, m->params[i].numel, m->weights + m->params[i].offset);
+    if (rc == REGC_OK) {
+        rc = regc_model_writer_finish(w);
+        w = NULL;
+    }
+    regc_model_writer_abandon(w);
+    if (rc == REGC_OK)
+        return regc_staged_dir_commit(s);
+    regc_staged_dir_abandon(s);
+    return rc;
 }
 
 /* The depth keys of the architectures' config.json files. */

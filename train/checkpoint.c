@@ -12,11 +12,12 @@
  * Under ZeRO-3 no rank holds the whole model: the trainer streams each
  * gather unit's weights and moments into the files, rank 0 writing.
  *
- * A checkpoint appears whole or not at all: it is written into a hidden
- * directory (.checkpoint-N.tmp-<pid>), every file written atomically and
- * fsynced, then that directory fsynced and renamed to checkpoint-N and
- * the parent fsynced. A kill at any moment leaves the earlier checkpoints
- * and at most a hidden directory, which the next save removes. */
+ * A checkpoint appears whole or not at all: it is a staged directory
+ * (common/stagedir.c): written into a hidden sibling
+ * (.checkpoint-N.tmp-<host>-<pid>), every file written atomically and
+ * fsynced, then swapped into place in one rename and the parent fsynced. A
+ * kill at any moment leaves the earlier checkpoints and at most a hidden
+ * directory, which the next save removes. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
@@ -192,19 +193,13 @@ static int read_state(const char *dir, regc_run_state *st)
 
 int regc_checkpoint_begin(const char *output_dir, int64_t step, regc_checkpoint_writer *ck)
 {
-    char name[64], hidden[128];
-    int rc = regc_make_dirs(output_dir);
-    if (rc)
-        return rc;
+    char name[64], dir[4096];
     snprintf(name, sizeof name, "checkpoint-%" PRId64, step);
-    snprintf(hidden, sizeof hidden, ".%s.tmp-%ld", name, (long)getpid());
-    if ((rc = regc_path_join(ck->dir, sizeof ck->dir, output_dir, name)) ||
-        (rc = regc_path_join(ck->tmp, sizeof ck->tmp, output_dir, hidden)))
+    int rc = regc_path_join(dir, sizeof dir, output_dir, name);
+    if (rc || (rc = regc_staged_dir_open(dir, &ck->staged)))
         return rc;
     snprintf(ck->output_dir, sizeof ck->output_dir, "%s", output_dir); /* shorter than dir */
-    regc_remove_tree(ck->tmp);
-    if (mkdir(ck->tmp, 0755) != 0)
-        return regc_error(REGC_ERR_IO, "%s: cannot create: %s", ck->tmp, strerror(errno));
+    ck->tmp = regc_staged_dir_path(ck->staged);
     return REGC_OK;
 }
 
@@ -235,36 +230,24 @@ int regc_checkpoint_moments_open(const regc_checkpoint_writer *ck, const regc_mo
 
 void regc_checkpoint_abandon(regc_checkpoint_writer *ck)
 {
-    if (ck->tmp[0])
-        regc_remove_tree(ck->tmp);
+    regc_staged_dir_abandon(ck->staged);
+    ck->staged = NULL, ck->tmp = NULL;
 }
 
 int regc_checkpoint_commit(regc_checkpoint_writer *ck, const regc_run_state *st)
 {
-    char old[4096], path[4096];
-    snprintf(path, sizeof path, ".checkpoint-%" PRId64 ".old-%ld", st->global_step, (long)getpid());
-    int rc = regc_path_join(old, sizeof old, ck->output_dir, path);
+    char path[4096];
     char *state = state_json(st);
-    if (rc == REGC_OK && !state)
-        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", ck->tmp);
+    int rc = state ? REGC_OK : regc_error(REGC_ERR_MEMORY, "%s: out of memory", ck->tmp);
     if (rc == REGC_OK && (rc = regc_path_join(path, sizeof path, ck->tmp, STATE_FILE)) == REGC_OK)
         rc = regc_file_write_atomic(path, state, strlen(state));
     free(state);
-    if (rc == REGC_OK)
-        rc = regc_fsync_dir(ck->tmp);
-    /* an older checkpoint of the same step (a resumed run) steps aside */
-    struct stat sb;
-    int replacing = rc == REGC_OK && stat(ck->dir, &sb) == 0;
-    if (replacing && rename(ck->dir, old) != 0)
-        rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", ck->dir, strerror(errno));
-    if (rc == REGC_OK && rename(ck->tmp, ck->dir) != 0)
-        rc = regc_error(REGC_ERR_IO, "%s: cannot rename into place: %s", ck->dir, strerror(errno));
-    if (rc == REGC_OK)
-        rc = regc_fsync_dir(ck->output_dir);
-    if (rc != REGC_OK)
-        regc_remove_tree(ck->tmp);
-    if (replacing)
-        regc_remove_tree(old);
+    if (rc) {
+        regc_checkpoint_abandon(ck);
+        return rc;
+    }
+    rc = regc_staged_dir_commit(ck->staged);
+    ck->staged = NULL, ck->tmp = NULL;
     return rc;
 }
 

@@ -29,14 +29,15 @@ typedef struct {
 int regc_run_state_of(const regc_train_options *o, const regc_model *m, const regc_tokens *data,
                       int64_t step, regc_run_state *st);
 
-/* A checkpoint being written: output_dir/checkpoint-<step> (dir) is made
- * in a hidden directory (tmp) and renamed into place when committed, so it
- * appears whole or not at all. The caller streams the model (a model
- * directory) and AdamW's moments into tmp between begin and commit. */
+/* A checkpoint being written: output_dir/checkpoint-<step> is a staged
+ * directory (regc_staged_dir), so it appears whole or not at all, and
+ * replaces a checkpoint of the same step (a resumed run) in one rename. The
+ * caller streams the model (a model directory) and AdamW's moments into
+ * tmp between begin and commit. */
 typedef struct {
     char output_dir[4096];
-    char dir[4096]; /* where it goes */
-    char tmp[4096]; /* where it is written */
+    regc_staged_dir *staged;
+    const char *tmp; /* where it is written */
 } regc_checkpoint_writer;
 
 int regc_checkpoint_begin(const char *output_dir, int64_t step, regc_checkpoint_writer *ck);

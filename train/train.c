@@ -200,6 +200,21 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
     return regc_program_bind(t->val_program, be, &val);
 }
 
+/* Can --save and the checkpoints be written? Asked before any work, not
+ * found out after training (rank 0 writes them). */
+static int check_outputs(trainer *t, const regc_train_options *o)
+{
+    int wrc = REGC_OK;
+    if (t->comm->rank == 0 && o->save_dir)
+        wrc = regc_staged_dir_probe(o->save_dir);
+    if (t->comm->rank == 0 && o->output_dir && wrc == REGC_OK) {
+        char dir[4096];
+        if ((wrc = regc_path_join(dir, sizeof dir, o->output_dir, "checkpoint-0")) == REGC_OK)
+            wrc = regc_staged_dir_probe(dir);
+    }
+    return regc_trainer_rank0_status(t, REGC_OK, wrc);
+}
+
 /* Where the weights come from (before compiling, so that a missing
  * tensor or a wrong shape fails at once): o->weights, else the model's own,
  * else the seeded init. A resumed run takes its checkpoint's instead. */
@@ -463,7 +478,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         trainer_free(&t);
         return REGC_ERR_UNSUPPORTED;
     }
-    if ((rc = open_step_comm(&t, o)) || (rc = open_weights(&t, o))) {
+    if ((rc = open_step_comm(&t, o)) || (rc = check_outputs(&t, o)) || (rc = open_weights(&t, o))) {
         trainer_free(&t);
         return rc;
     }

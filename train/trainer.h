@@ -50,6 +50,10 @@ int regc_trainer_load_state(trainer *t, const regc_train_options *o, regc_load_r
 /* A device block into a model-ordered host block on every rank (joined
  * from every rank's shards under ZeRO-3). */
 int regc_trainer_block_to_host(trainer *t, float *model, const float *dev);
+/* After rank 0 wrote files (wrc: how that went; rc: this rank's own
+ * status): rank 0's status on every rank, the others failing with
+ * REGC_ERR_RANK when it failed (it says why). */
+int regc_trainer_rank0_status(trainer *t, int rc, int wrc);
 /* The weights as a model directory, streamed from the device. */
 int regc_trainer_save_model(trainer *t, const char *dir);
 /* output_dir/checkpoint-<done>, streamed; the newest save_total_limit kept. */

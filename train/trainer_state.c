@@ -148,9 +148,7 @@ static int stream_block(trainer *t, const float *dev, put_fn put, void *w, int *
     return rc;
 }
 
-/* After rank 0 wrote files: its status on every rank (the others fail with
- * REGC_ERR_RANK when it failed; it says why). */
-static int rank0_status(trainer *t, int rc, int wrc)
+int regc_trainer_rank0_status(trainer *t, int rc, int wrc)
 {
     regc_comm *c = t->comm;
     int64_t status = wrc;
@@ -178,10 +176,17 @@ static int write_model(trainer *t, const char *dir, int *wrc)
     return rc;
 }
 
+/* The model directory appears whole or not at all (a staged directory). */
 int regc_trainer_save_model(trainer *t, const char *dir)
 {
-    int wrc = REGC_OK, rc = write_model(t, dir, &wrc);
-    return rank0_status(t, rc, wrc);
+    regc_staged_dir *s = NULL;
+    int wrc = t->comm->rank == 0 ? regc_staged_dir_open(dir, &s) : REGC_OK;
+    int rc = write_model(t, s ? regc_staged_dir_path(s) : NULL, &wrc);
+    if (s && rc == REGC_OK && wrc == REGC_OK)
+        wrc = regc_staged_dir_commit(s);
+    else
+        regc_staged_dir_abandon(s);
+    return regc_trainer_rank0_status(t, rc, wrc);
 }
 
 /* Write output_dir/checkpoint-<steps done>: the weights, AdamW's moments
@@ -218,7 +223,7 @@ int regc_trainer_save_checkpoint(trainer *t, const regc_train_options *o, int64_
         else if ((wrc = regc_checkpoint_commit(&ck, &st)) == REGC_OK)
             wrc = regc_checkpoint_prune(o->output_dir, o->save_total_limit);
     }
-    return rank0_status(t, rc, wrc);
+    return regc_trainer_rank0_status(t, rc, wrc);
 }
 
 /* The weights and the moments onto the device: each rank reads its own
