@@ -1,21 +1,102 @@
-/* backend.c — choosing a backend by name, and freeing one. */
+/* backend.c — choosing a backend by name, freeing one, and loading the
+ * CUDA module (libregc_cuda.so) on first use. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "regc_backend.h"
 #include "regc_common.h"
 
-#ifndef REGC_HAVE_CUDA
-regc_backend *regc_backend_cuda_new(int device)
+/* ---------------------------------------------------------------- the CUDA module */
+
+static const regc_cuda_module *cuda_module;
+static char cuda_module_why[1024];
+static pthread_once_t cuda_module_once = PTHREAD_ONCE_INIT;
+
+#ifdef REGC_HAVE_CUDA
+/* dlopen one candidate: 1 loaded, 0 no file there, -1 there but refused
+ * (why says so). */
+static int cuda_module_try(const char *path, int named)
 {
-    (void)device;
-    regc_error(REGC_ERR_UNSUPPORTED,
-               "regc was built without the CUDA backend (configure with -DREGC_CUDA=ON)");
-    return NULL;
+    if (access(path, F_OK) != 0 && strchr(path, '/')) {
+        if (named)
+            snprintf(cuda_module_why, sizeof cuda_module_why, "%s (REGC_CUDA_MODULE): %s", path,
+                     strerror(errno));
+        return named ? -1 : 0;
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(cuda_module_why, sizeof cuda_module_why, "%s", dlerror());
+        return strchr(path, '/') ? -1 : 0;
+    }
+    regc_cuda_module_entry_fn entry = (regc_cuda_module_entry_fn)dlsym(h, REGC_CUDA_MODULE_ENTRY);
+    const regc_cuda_module *m = entry ? entry(regc_error) : NULL;
+    if (!m || m->abi != REGC_CUDA_MODULE_ABI) {
+        snprintf(cuda_module_why, sizeof cuda_module_why,
+                 "%s: not a CUDA module of this build of regc (ABI %d, expected %d)", path,
+                 m ? m->abi : -1, REGC_CUDA_MODULE_ABI);
+        dlclose(h);
+        return -1;
+    }
+    cuda_module = m; /* kept loaded for the life of the process */
+    return 1;
 }
 
-int regc_backend_cuda_device_count(void) { return 0; }
+static void cuda_module_load(void)
+{
+    char beside[4096] = "";
+    ssize_t n = readlink("/proc/self/exe", beside, sizeof beside - 32);
+    if (n > 0) {
+        beside[n] = '\0';
+        char *slash = strrchr(beside, '/');
+        if (slash)
+            snprintf(slash + 1, sizeof beside - (size_t)(slash + 1 - beside), "libregc_cuda.so");
+    }
+    const char *candidates[] = {getenv("REGC_CUDA_MODULE"), n > 0 ? beside : NULL,
+                                REGC_CUDA_MODULE_DIR "/libregc_cuda.so", "libregc_cuda.so"};
+    snprintf(cuda_module_why, sizeof cuda_module_why,
+             "libregc_cuda.so not found (beside the executable, in " REGC_CUDA_MODULE_DIR
+             ", on the loader's path; REGC_CUDA_MODULE names it)");
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        int r = candidates[i] && candidates[i][0] ? cuda_module_try(candidates[i], i == 0) : 0;
+        if (r != 0)
+            return; /* loaded, or refused: no other (REGC_CUDA_MODULE names the one) */
+    }
+}
+#else
+static void cuda_module_load(void)
+{
+    snprintf(cuda_module_why, sizeof cuda_module_why,
+             "regc was built without the CUDA backend (configure with -DREGC_CUDA=ON)");
+}
 #endif
+
+const regc_cuda_module *regc_cuda_module_get(void)
+{
+    pthread_once(&cuda_module_once, cuda_module_load);
+    if (!cuda_module)
+        regc_error(REGC_ERR_UNSUPPORTED, "cuda: %s", cuda_module_why);
+    return cuda_module;
+}
+
+regc_backend *regc_backend_cuda_new(int device)
+{
+    const regc_cuda_module *m = regc_cuda_module_get();
+    return m ? m->backend_new(device) : NULL;
+}
+
+int regc_backend_cuda_device_count(void)
+{
+    const regc_cuda_module *m = regc_cuda_module_get();
+    if (!m)
+        regc_error_clear(); /* no module: no device, which is no error */
+    return m ? m->device_count() : 0;
+}
 
 /* "cuda" is device 0; "cuda:N" picks device N. */
 static int backend_parse_cuda_device(const char *name, int *device)

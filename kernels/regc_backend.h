@@ -311,11 +311,46 @@ regc_backend *regc_backend_cpu_new(int threads);
 /* Which GEMM the CPU backend runs: "regc's AVX-512 kernel" where the
  * build targets AVX-512, else "OpenBLAS". */
 const char *regc_backend_cpu_gemm_name(void);
-/* The CUDA backend; NULL with a message when regc was built without CUDA
- * or no device can be used. */
+/* The CUDA backend; NULL with a message when regc was built without CUDA,
+ * its module cannot be loaded or no device can be used. */
 regc_backend *regc_backend_cuda_new(int device);
 /* GPUs the CUDA backend can use (0 without CUDA). */
 int regc_backend_cuda_device_count(void);
+
+/* ---- libregc_cuda.so
+ * cuBLASLt, NCCL and the CUDA runtime map about 200 MB into a process that
+ * links them, whether or not it ever touches a GPU. So they are linked
+ * only into a module of their own, libregc_cuda.so (the CUDA backend,
+ * kernels/cuda/, and the NCCL communicator, zero3/comm_nccl.c, entered
+ * through zero3/cuda_module.c), which the library loads with dlopen the
+ * first time a CUDA backend, a device count or an NCCL communicator is
+ * asked for: a CPU run never maps them. The module calls back into the
+ * library for one thing, the error message, through the function it is
+ * given. It is looked for at $REGC_CUDA_MODULE, beside the executable, in
+ * the build directory, then on the loader's path. */
+
+/* Raised whenever the table changes: a module of another build is refused
+ * rather than called through the wrong layout. */
+#define REGC_CUDA_MODULE_ABI 1
+#define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
+
+typedef int (*regc_error_fn)(int status, const char *fmt, ...);
+typedef struct {
+    int abi; /* REGC_CUDA_MODULE_ABI of the module's build */
+    regc_backend *(*backend_new)(int device);
+    int (*device_count)(void);
+    /* the NCCL communicator (zero3/): host and the result are regc_comm;
+     * NULL when the module was built without NCCL */
+    void *(*nccl_comm_new)(void *host, regc_backend *be);
+} regc_cuda_module;
+typedef const regc_cuda_module *(*regc_cuda_module_entry_fn)(regc_error_fn error);
+
+/* The loaded module's table; NULL with a message when regc was built
+ * without CUDA or the module cannot be loaded (loaded once per process). */
+const regc_cuda_module *regc_cuda_module_get(void);
+/* Inside the module only (kernels/cuda/cuda_backend.cu). */
+regc_backend *regc_cuda_backend_open(int device);
+int regc_cuda_device_count(void);
 /* "cpu" or "cuda"; NULL with a message for an unknown or unavailable name */
 regc_backend *regc_backend_new(const char *name, int threads);
 void regc_backend_free(regc_backend *be);

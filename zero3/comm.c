@@ -53,6 +53,17 @@ static void single_abort(regc_comm *c, int code)
 
 static void single_destroy(regc_comm *c) { free(c); }
 
+/* NCCL lives in the CUDA module, loaded on first use (regc_backend.h). */
+regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be)
+{
+    const regc_cuda_module *m = regc_cuda_module_get();
+    if (m && !m->nccl_comm_new)
+        regc_error(REGC_ERR_UNSUPPORTED,
+                   "communicator nccl: regc was built without NCCL (it comes with the CUDA "
+                   "toolkit; configure with the toolkit present)");
+    return m && m->nccl_comm_new ? m->nccl_comm_new(host, be) : NULL;
+}
+
 regc_comm *regc_comm_single_new(void)
 {
     regc_comm *c = calloc(1, sizeof *c);

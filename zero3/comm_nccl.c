@@ -7,13 +7,15 @@
  * communication queue's thread calls them, and the compute stream goes on
  * meanwhile. CUDA's current device is per thread, so every call sets it.
  * A reduce-scatter that accumulates reduces into a scratch buffer and adds
- * it with the backend's own add. */
+ * it with the backend's own add.
+ *
+ * Built into libregc_cuda.so (kernels/cuda_module.h), never into the
+ * library: regc_comm_nccl_new (comm.c) loads it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "regc_zero3.h"
 
-#ifdef REGC_HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -125,8 +127,9 @@ static void nccl_destroy(regc_comm *c)
     free(c);
 }
 
-regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be)
+void *regc_cuda_nccl_comm_open(void *host_comm, regc_backend *be)
 {
+    regc_comm *host = host_comm;
     regc_comm *c = calloc(1, sizeof *c);
     nccl_ctx *x = calloc(1, sizeof *x);
     if (!c || !x) {
@@ -173,16 +176,3 @@ regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be)
                      .destroy = nccl_destroy};
     return c;
 }
-
-#else
-
-regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be)
-{
-    (void)host, (void)be;
-    regc_error(REGC_ERR_UNSUPPORTED,
-               "communicator nccl: regc was built without NCCL (it comes with the CUDA toolkit; "
-               "configure with the toolkit present)");
-    return NULL;
-}
-
-#endif

@@ -59,6 +59,8 @@ regc_comm *regc_comm_staged_new(regc_comm *host, regc_backend *be);
  * with a message when regc was built without NCCL or NCCL fails (two
  * ranks on one GPU, say). */
 regc_comm *regc_comm_nccl_new(regc_comm *host, regc_backend *be);
+/* Its implementation, inside libregc_cuda.so only (comm_nccl.c). */
+void *regc_cuda_nccl_comm_open(void *host, regc_backend *be);
 /* The communicator this process was started for: MPI when launched by
  * mpirun (or another MPI launcher), else one process. */
 int regc_comm_open(regc_comm **out);

@@ -326,13 +326,13 @@ static void cuda_destroy(regc_backend *be)
     free(be);
 }
 
-extern "C" int regc_backend_cuda_device_count(void)
+extern "C" int regc_cuda_device_count(void)
 {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-extern "C" regc_backend *regc_backend_cuda_new(int device)
+extern "C" regc_backend *regc_cuda_backend_open(int device)
 {
     cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess) {
