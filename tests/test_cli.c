@@ -251,6 +251,19 @@ static void test_missing_values(void **state)
     regc_test_proc_free(&p);
 }
 
+/* More threads than 4 per core: refused before a thread starts. */
+static void test_threads_beyond_the_cores(void **state)
+{
+    (void)state;
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--threads", "4096",
+                                        "--steps", "1", NULL),
+                     1);
+    if (!strstr(p.err, "train.threads: 4096 threads on a host of"))
+        fail_msg("expected train.threads refused, got:\n%s", p.err);
+    regc_test_proc_free(&p);
+}
+
 static void test_model_not_found(void **state)
 {
     (void)state;
@@ -492,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_unknown_flag),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_missing_values),
+        cmocka_unit_test(test_threads_beyond_the_cores),
         cmocka_unit_test(test_model_not_found),
         cmocka_unit_test(test_json_steps),
         cmocka_unit_test(test_human_output),

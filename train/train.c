@@ -410,6 +410,14 @@ int regc_train_check_options(const regc_train_options *o)
                           (int)o->lr_scheduler);
     if (o->val_loss_mask && !o->val_data_path)
         return regc_error(REGC_ERR_ARG, "train.val_loss_mask: needs train.val_data");
+    /* A thread beyond a few per core only waits for the others (4096 on two
+     * cores made a run crawl): asking for more is a mistake, not a wish. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && o->threads > 4 * cores)
+        return regc_error(REGC_ERR_ARG,
+                          "train.threads: %d threads on a host of %ld cores (at most %ld, 4 per "
+                          "core)",
+                          o->threads, cores, 4 * cores);
     if (o->zero_stage != 0 && o->zero_stage != 3)
         return regc_error(REGC_ERR_UNSUPPORTED, "zero_optimization.stage: %d is not built (0 or 3)",
                           o->zero_stage);
