@@ -188,6 +188,34 @@ int regc_path_join(char *buf, size_t cap, const char *dir, const char *name)
     return REGC_OK;
 }
 
+/* The first number after `key` in a small kernel file, or -1. */
+static int64_t read_kernel_number(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r"); /* /proc and /sys: not input, and st_size is 0 */
+    if (!f)
+        return -1;
+    char line[256];
+    int64_t v = -1;
+    while (v < 0 && fgets(line, sizeof line, f)) {
+        long long x;
+        if (!strncmp(line, key, strlen(key)) && sscanf(line + strlen(key), " %lld", &x) == 1)
+            v = (int64_t)x;
+    }
+    fclose(f);
+    return v;
+}
+
+int64_t regc_host_memory_bytes(void)
+{
+    int64_t total = read_kernel_number("/proc/meminfo", "MemTotal:");
+    total = total > 0 ? total * 1024 : 0;
+    /* cgroup v2: "max" (no limit) does not parse, which is right */
+    int64_t limit = read_kernel_number("/sys/fs/cgroup/memory.max", "");
+    if (limit > 0 && (total == 0 || limit < total))
+        total = limit;
+    return total;
+}
+
 double regc_time_ms(void)
 {
     struct timespec ts;

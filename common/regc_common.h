@@ -116,6 +116,9 @@ int regc_text_to_float(const char *text, int positive, float *out);
 
 /* ---- time --------------------------------------------------------------- */
 double regc_time_ms(void); /* monotonic milliseconds */
+/* The memory this process can have in all: the host's (MemTotal), or its
+ * cgroup's limit where lower; 0 when unknown. */
+int64_t regc_host_memory_bytes(void);
 
 /* ---- bytes --------------------------------------------------------------
  * A growable byte buffer and a bounds-checked reader: the encoding of

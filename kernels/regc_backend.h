@@ -174,6 +174,9 @@ struct regc_backend {
      * high-water mark: what the device holds for the run (kernel scratch
      * aside); backends that do not count leave both 0 */
     int64_t mem_in_use, mem_peak;
+    /* the bytes the device has in all (the host's memory for the CPU): what
+     * a run is checked against before it allocates; 0 when unknown */
+    int64_t mem_capacity;
     void (*free)(regc_backend *be, void *ptr);
     void (*copy_h2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy_d2h)(regc_backend *be, void *dst, const void *src, size_t bytes);

@@ -96,6 +96,14 @@ int regc_model_alloc_weights(regc_model *m)
     if ((uint64_t)m->total_numel > SIZE_MAX / sizeof(float))
         return regc_error(REGC_ERR_MEMORY, "%s: %" PRId64 " parameters do not fit in memory",
                           m->source, m->total_numel);
+    int64_t host = regc_host_memory_bytes();
+    if (host > 0 && (double)m->total_numel * 4.0 > (double)host)
+        return regc_error(REGC_ERR_MEMORY,
+                          "%s: %" PRId64 " parameters take %.1f GiB of fp32, more than this "
+                          "host's %.1f GiB of memory",
+                          m->source, m->total_numel,
+                          (double)m->total_numel * 4.0 / (1024.0 * 1024.0 * 1024.0),
+                          (double)host / (1024.0 * 1024.0 * 1024.0));
     m->weights = calloc((size_t)m->total_numel + 1, sizeof(float));
     if (!m->weights)
         return regc_error(
@@ -107,6 +115,7 @@ int regc_model_alloc_weights(regc_model *m)
 /* ----------------------------------------------------------- accessors */
 
 const char *regc_model_arch(const regc_model *m) { return m->arch->model_type; }
+const char *regc_model_source(const regc_model *m) { return m->source; }
 int64_t regc_model_vocab(const regc_model *m) { return m->vocab; }
 int64_t regc_model_max_seq(const regc_model *m) { return m->max_seq; }
 int regc_model_has_weights(const regc_model *m) { return m->weights != NULL; }

@@ -41,7 +41,8 @@ int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **ou
 const char *regc_model_preset_name(int i);
 void regc_model_free(regc_model *m);
 
-const char *regc_model_arch(const regc_model *m); /* "gpt2", "graph" */
+const char *regc_model_arch(const regc_model *m);   /* "gpt2", "graph" */
+const char *regc_model_source(const regc_model *m); /* the directory, file or preset */
 int64_t regc_model_vocab(const regc_model *m);
 int64_t regc_model_max_seq(const regc_model *m); /* n_positions */
 int regc_model_has_weights(const regc_model *m);

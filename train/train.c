@@ -155,6 +155,32 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
     s->clip_scale = 1.0f;
 }
 
+/* From the compiled step's account alone, before a byte is allocated: a
+ * run whose memory cannot fit the device is refused with the figures, not
+ * found out by an allocation failing (or by the host swapping) later.
+ * Ranks on one host share its memory. */
+static int check_memory_fits(trainer *t, const regc_model *m)
+{
+    regc_device_memory a;
+    regc_program_device_memory(t->program, &a);
+    int cpu = !strcmp(t->be->name, "cpu");
+    int sharing = cpu && t->comm->local_size > 1 ? t->comm->local_size : 1;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (t->be->mem_capacity <= 0 || (double)a.total * sharing <= (double)t->be->mem_capacity)
+        return REGC_OK;
+    char ranks[64] = "";
+    if (sharing > 1)
+        snprintf(ranks, sizeof ranks, " times %d ranks on this host", sharing);
+    return regc_error(REGC_ERR_MEMORY,
+                      "%s: a step needs %.1f GiB per rank (weights, gradients and AdamW's moments "
+                      "%.1f GiB, activations %.1f GiB)%s, more than the %s's %.1f GiB; "
+                      "zero_optimization.stage 3 over more ranks, or a smaller train.batch or "
+                      "train.seq, needs less",
+                      regc_model_source(m), (double)a.total / gib,
+                      (double)(a.params + a.grads + a.m + a.v) / gib, (double)a.activations / gib,
+                      ranks, cpu ? "host" : "device", (double)t->be->mem_capacity / gib);
+}
+
 /* Allocate the four parameter-shaped blocks and the scalar block, and bind
  * them and the inputs into the step program. */
 static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
@@ -538,6 +564,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     if (rc == REGC_OK && o->resume_from)
         rc = resume_run(&t, o, &start);
     regc_load_report loaded;
+    if (rc == REGC_OK)
+        rc = check_memory_fits(&t, m);
     if (rc == REGC_OK)
         rc = bind_memory(&t, o, start, &loaded);
     if (rc == REGC_OK && o->on_memory) {

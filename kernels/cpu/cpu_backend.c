@@ -115,6 +115,7 @@ regc_backend *regc_backend_cpu_new(int threads)
     ctx->threads = threads;
     ctx->status = REGC_OK;
 
+    be->mem_capacity = regc_host_memory_bytes();
     be->name = "cpu";
     be->device = "cpu";
     be->ctx = ctx;

@@ -348,6 +348,9 @@ extern "C" regc_backend *regc_cuda_backend_open(int device)
         regc_error(REGC_ERR_MEMORY, "cuda: out of memory");
         return NULL;
     }
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+        be->mem_capacity = (int64_t)total_bytes;
     be->name = "cuda";
     be->ctx = c;
     cudaDeviceProp prop;
