@@ -1,4 +1,8 @@
-/* error.c — the thread-local "last error" message behind regc_error(). */
+/* error.c — the thread-local "last error" message behind regc_error().
+ *
+ * A message is one line: names in it often come from the input (a tensor
+ * or key in a file), and a name holding a newline or a terminal escape
+ * must not break the line or the terminal, so control bytes become '?'. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,12 +11,20 @@
 
 static _Thread_local char error_message[1024];
 
+static void error_one_line(void)
+{
+    for (char *c = error_message; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+}
+
 int regc_error(int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(error_message, sizeof error_message, fmt, ap);
     va_end(ap);
+    error_one_line();
     return status;
 }
 
@@ -33,6 +45,7 @@ void regc_error_prefix(const char *fmt, ...)
         for (const char *c = parts[p]; *c && used + 1 < sizeof error_message; c++)
             error_message[used++] = *c;
     error_message[used] = '\0';
+    error_one_line();
 }
 
 const char *regc_error_message(void) { return error_message[0] ? error_message : "no error"; }

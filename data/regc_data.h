@@ -18,6 +18,10 @@ typedef struct regc_tokens regc_tokens;
 /* Open a token file, checking the header, the length and that every token
  * is < vocab. */
 int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out);
+/* The same for a whole file image in memory; `source` names it in messages
+ * (and in the batch errors of *out). */
+int regc_tokens_parse(const char *source, const void *bytes, size_t size, int64_t vocab,
+                      regc_tokens **out);
 /* The built-in corpus: a small English text as byte-level tokens (< 256). */
 int regc_tokens_builtin(regc_tokens **out);
 /* Write a token file (for tests and tools). */
@@ -28,6 +32,8 @@ uint64_t regc_tokens_hash(const regc_tokens *t);
 /* Read a loss mask for t's tokens: one byte per token, 0 or 1. A mask of
  * another length is an error naming the file and both counts. */
 int regc_tokens_open_mask(regc_tokens *t, const char *path);
+/* The same for a mask file image in memory. */
+int regc_tokens_parse_mask(regc_tokens *t, const char *source, const void *bytes, size_t size);
 int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n);
 /* Batch k: inputs [B, T] = tokens[p .. p+B*T-1], targets = the next tokens,
  * p advancing by B*T each batch and wrapping to 0 when fewer than B*T+1

@@ -92,66 +92,60 @@ static int read_file(const char *path, unsigned char **out, size_t *size)
     return REGC_OK;
 }
 
-/* A file in the token format with magic `magic`: its count, and where its
- * `elem`-byte elements start in buf (read whole). */
-static int read_body(const char *path, int32_t magic, size_t elem, unsigned char **buf,
-                     int32_t *count)
+/* A file image in the token format with magic `magic`: its count of
+ * `elem`-byte elements, which start at buf + TOKENS_HEADER_BYTES. */
+static int parse_body(const char *path, const unsigned char *buf, size_t size, int32_t magic,
+                      size_t elem, int32_t *count)
 {
-    size_t size = 0;
-    int rc = read_file(path, buf, &size);
-    if (rc)
-        return rc;
     const char *what = magic == MASK_MAGIC ? "a regc loss mask" : "an llm.c token file";
     const char *unit = magic == MASK_MAGIC ? "mask bytes" : "tokens";
+    *count = 0;
     if (size < TOKENS_HEADER_BYTES)
-        rc = regc_error(REGC_ERR_FORMAT,
-                        "%s: truncated header: file holds %zu bytes, the header needs %d", path,
-                        size, TOKENS_HEADER_BYTES);
-    int32_t m = rc ? 0 : read_le32(*buf), version = rc ? 0 : read_le32(*buf + 4);
-    *count = rc ? 0 : read_le32(*buf + 8);
-    if (rc == REGC_OK && m != magic)
-        rc = regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not %s", path, m, magic,
-                        what);
-    else if (rc == REGC_OK && version != TOKENS_VERSION)
-        rc = regc_error(REGC_ERR_UNSUPPORTED, "%s: unsupported version %d (regc reads version %d)",
-                        path, version, TOKENS_VERSION);
-    else if (rc == REGC_OK && *count < 0)
-        rc = regc_error(REGC_ERR_FORMAT, "%s: negative count %d in the header", path, *count);
-    size_t body = rc ? 0 : size - TOKENS_HEADER_BYTES, need = (size_t)*count * elem;
-    if (rc == REGC_OK && body < need)
-        rc = regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d %s, file holds %zu", path,
-                        *count, unit, body / elem);
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: truncated header: file holds %zu bytes, the header needs %d", path,
+                          size, TOKENS_HEADER_BYTES);
+    int32_t m = read_le32(buf), version = read_le32(buf + 4), n = read_le32(buf + 8);
+    if (m != magic)
+        return regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not %s", path, m, magic,
+                          what);
+    if (version != TOKENS_VERSION)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: unsupported version %d (regc reads version %d)", path, version,
+                          TOKENS_VERSION);
+    if (n < 0)
+        return regc_error(REGC_ERR_FORMAT, "%s: negative count %d in the header", path, n);
+    size_t body = size - TOKENS_HEADER_BYTES, need = (size_t)n * elem;
+    if (body < need)
+        return regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d %s, file holds %zu", path,
+                          n, unit, body / elem);
     /* Extra bytes mean the header and the data disagree; guessing which is
      * right would silently train on the wrong data. */
-    else if (rc == REGC_OK && body > need)
-        rc = regc_error(REGC_ERR_FORMAT,
-                        "%s: header says %d %s (%zu bytes) but %zu bytes follow the header", path,
-                        *count, unit, need, body);
-    if (rc) {
-        free(*buf);
-        *buf = NULL;
-    }
-    return rc;
+    if (body > need)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: header says %d %s (%zu bytes) but %zu bytes follow the header", path,
+                          n, unit, need, body);
+    *count = n;
+    return REGC_OK;
 }
 
-int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
+int regc_tokens_parse(const char *source, const void *bytes, size_t size, int64_t vocab,
+                      regc_tokens **out)
 {
     *out = NULL;
-    unsigned char *buf;
+    const unsigned char *buf = bytes;
     int32_t count;
-    int rc = read_body(path, TOKENS_MAGIC, 2, &buf, &count);
+    int rc = parse_body(source, buf, size, TOKENS_MAGIC, 2, &count);
     if (rc)
         return rc;
     size_t need = (size_t)count * 2;
     uint16_t *tokens = malloc(need ? need : 1);
     regc_tokens *t = calloc(1, sizeof *t);
-    char *source = copy_string(path);
-    if (!tokens || !t || !source) {
+    char *copy = copy_string(source);
+    if (!tokens || !t || !copy) {
         free(tokens);
         free(t);
-        free(source);
-        free(buf);
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %d tokens", path, count);
+        free(copy);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %d tokens", source, count);
     }
     const unsigned char *p = buf + TOKENS_HEADER_BYTES;
     for (int64_t i = 0; i < count; i++) {
@@ -160,20 +154,31 @@ int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
         if (vocab > 0 && tok >= vocab) {
             free(tokens);
             free(t);
-            free(source);
-            free(buf);
+            free(copy);
             return regc_error(REGC_ERR_FORMAT,
-                              "%s: token %u at position %lld is >= vocab size %lld", path,
+                              "%s: token %u at position %lld is >= vocab size %lld", source,
                               (unsigned)tok, (long long)i, (long long)vocab);
         }
         tokens[i] = tok;
     }
-    free(buf);
     t->tokens = tokens;
     t->count = count;
-    t->source = source;
+    t->source = copy;
     *out = t;
     return REGC_OK;
+}
+
+int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
+{
+    *out = NULL;
+    unsigned char *buf;
+    size_t size;
+    int rc = read_file(path, &buf, &size);
+    if (rc)
+        return rc;
+    rc = regc_tokens_parse(path, buf, size, vocab, out);
+    free(buf);
+    return rc;
 }
 
 int regc_tokens_builtin(regc_tokens **out)
@@ -225,36 +230,39 @@ int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
     return rc;
 }
 
-int regc_tokens_open_mask(regc_tokens *t, const char *path)
+int regc_tokens_parse_mask(regc_tokens *t, const char *source, const void *bytes, size_t size)
 {
-    unsigned char *buf;
     int32_t count;
-    int rc = read_body(path, MASK_MAGIC, 1, &buf, &count);
+    int rc = parse_body(source, bytes, size, MASK_MAGIC, 1, &count);
     if (rc)
         return rc;
-    if (count != t->count) {
-        free(buf);
-        return regc_error(REGC_ERR_SHAPE, "%s: %d mask bytes for the %lld tokens of %s", path,
+    if (count != t->count)
+        return regc_error(REGC_ERR_SHAPE, "%s: %d mask bytes for the %lld tokens of %s", source,
                           count, (long long)t->count, t->source);
-    }
-    const unsigned char *p = buf + TOKENS_HEADER_BYTES;
+    const unsigned char *p = (const unsigned char *)bytes + TOKENS_HEADER_BYTES;
     for (int32_t i = 0; i < count; i++)
-        if (p[i] > 1) {
-            unsigned v = p[i];
-            free(buf);
-            return regc_error(REGC_ERR_FORMAT, "%s: byte %d is %u (a mask holds 0 or 1)", path, i,
-                              v);
-        }
+        if (p[i] > 1)
+            return regc_error(REGC_ERR_FORMAT, "%s: byte %d is %u (a mask holds 0 or 1)", source, i,
+                              (unsigned)p[i]);
     uint8_t *mask = malloc((size_t)count + 1);
-    if (!mask) {
-        free(buf);
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    }
+    if (!mask)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", source);
     memcpy(mask, p, (size_t)count);
-    free(buf);
     free(t->mask);
     t->mask = mask;
     return REGC_OK;
+}
+
+int regc_tokens_open_mask(regc_tokens *t, const char *path)
+{
+    unsigned char *buf;
+    size_t size;
+    int rc = read_file(path, &buf, &size);
+    if (rc)
+        return rc;
+    rc = regc_tokens_parse_mask(t, path, buf, size);
+    free(buf);
+    return rc;
 }
 
 int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n)

@@ -204,6 +204,8 @@ int regc_graph_find_tensor(const regc_graph *g, const char *name)
     return g->slots[name_slot(g, name)];
 }
 
+static const char *shape_str(const regc_tensor *t, char *buf, size_t cap);
+
 /* Append a tensor with a unique name; returns its id or a negative status. */
 static int new_tensor(regc_graph *g, const char *name, regc_dtype dtype, regc_role role, int ndim,
                       const int64_t *shape, int producer)
@@ -217,6 +219,20 @@ static int new_tensor(regc_graph *g, const char *name, regc_dtype dtype, regc_ro
                               (long long)shape[i]);
     if (dtype < 0 || dtype >= REGC_DTYPE_COUNT)
         return regc_error(REGC_ERR_ARG, "tensor %s: bad dtype", name);
+    /* Every tensor's element and byte counts fit in int64, so that
+     * regc_tensor_numel and regc_tensor_bytes, which every later stage
+     * calls, never overflow; the dimensions come from untrusted files. */
+    int64_t numel = 1, bytes;
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(numel, shape[i], &numel) ||
+            __builtin_mul_overflow(numel, (int64_t)dtype_sizes[dtype], &bytes)) {
+            regc_tensor t = {.ndim = ndim};
+            memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
+            char s[128];
+            return regc_error(REGC_ERR_SHAPE,
+                              "tensor %s: shape %s has more bytes than int64 counts", name,
+                              shape_str(&t, s, sizeof s));
+        }
     if (regc_graph_find_tensor(g, name) >= 0)
         return regc_error(REGC_ERR_ARG, "tensor %s: name used twice", name);
     if (grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors + 1, sizeof *g->tensors))
@@ -507,7 +523,9 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         if (x[0]->ndim < 1)
             return bad(op, x[0], "a scalar has no last axis");
         spec_like(&o[0], x[0]);
-        o[0].shape[x[0]->ndim - 1] *= n_in;
+        if (__builtin_mul_overflow(o[0].shape[x[0]->ndim - 1], (int64_t)n_in,
+                                   &o[0].shape[x[0]->ndim - 1]))
+            return bad(op, x[0], "the concatenated axis overflows int64");
         return REGC_OK;
     case REGC_OP_ATTENTION: {
         /* q, k, v and optionally T5's additive score bias */
@@ -525,9 +543,12 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_RESHAPE: {
         if (out_ndim < 0 || out_ndim > REGC_MAX_DIMS || !out_shape)
             return regc_error(REGC_ERR_ARG, "%s: no target shape", name);
+        /* the target comes from the file: its product may overflow, and a
+         * dimension below 1 is refused when the output is made */
         int64_t n = 1;
         for (int i = 0; i < out_ndim; i++)
-            n *= out_shape[i];
+            if (out_shape[i] < 1 || __builtin_mul_overflow(n, out_shape[i], &n))
+                return bad(op, x[0], "the target shape is not a valid shape");
         if (n != regc_tensor_numel(x[0]))
             return bad(op, x[0], "element count differs from the target shape");
         spec_set(&o[0], x[0]->dtype, out_ndim, out_shape);

@@ -9,6 +9,7 @@
  * nodes' outputs, named "%<id>". Ids are dense and follow creation order, so
  * reading replays inputs, parameters and nodes in id order: a node that reads
  * a tensor not defined before it (a cycle, or a dangling id) is an error. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,12 +167,14 @@ static int get_int(const json_ctx *c, const cJSON *o, const char *key, int64_t l
     return REGC_OK;
 }
 
+/* A number a float holds: a larger one would become infinity, which the
+ * writer cannot spell in JSON, so the graph would not read back. */
 static int get_float(const json_ctx *c, const cJSON *o, const char *key, float *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v)) {
+    if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= FLT_MAX)) {
         char msg[96];
-        snprintf(msg, sizeof msg, "\"%s\" must be a number", key);
+        snprintf(msg, sizeof msg, "\"%s\" must be a number a float holds", key);
         return fail(c, REGC_ERR_FORMAT, msg);
     }
     *out = (float)v->valuedouble;

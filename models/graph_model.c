@@ -7,7 +7,9 @@
  * those names), and its shapes are fixed, so it trains only at the batch and
  * sequence its "input_ids" input [B, T] was built for. The loss is output 0,
  * which must come from a cross_entropy node; the vocabulary is the last
- * dimension of that node's logits.
+ * dimension of that node's logits. Every table the inputs index (an
+ * embedding's rows, the logits a loss reads at the targets) must have a row
+ * for each id the input can hold, or the kernels would read past it.
  *
  * Random init (no --weights): parameters of two or more dimensions are
  * uniform with std 0.02; parameters of fewer dimensions start at 1.0 when
@@ -88,6 +90,69 @@ static int graph_read_shapes(regc_model *m, graph_config *c)
     return REGC_OK;
 }
 
+/* The bound on the values an i32 tensor holds when the trainer fills the
+ * graph's inputs: token ids (input_ids, targets) are below the vocabulary,
+ * positions below the sequence; views (reshape, transpose) keep the bound
+ * of what they view. 0 when the tensor is none of these (filling refuses
+ * any other input, so nothing can be said or needs to be). */
+static int64_t graph_index_bound(const regc_model *m, const graph_config *c, int id)
+{
+    const regc_graph *g = c->graph;
+    for (;;) {
+        const regc_tensor *t = regc_graph_tensor(g, id);
+        if (t->role == REGC_ROLE_INPUT)
+            return !strcmp(t->name, "input_ids") || !strcmp(t->name, "targets") ? m->vocab
+                   : !strcmp(t->name, "position_ids")                           ? c->seq
+                                                                                : 0;
+        const regc_node *n = t->producer >= 0 ? regc_graph_node(g, t->producer) : NULL;
+        if (!n || (n->op != REGC_OP_RESHAPE && n->op != REGC_OP_TRANSPOSE))
+            return 0;
+        id = n->in[0];
+    }
+}
+
+/* Every op that indexes rows by a filled input must have a row for every
+ * value the input can hold: an embedding table with fewer rows than the
+ * vocabulary would be read past its end by the kernel, which trusts the
+ * graph. The shape rules cannot see this; only the inputs' meaning says it. */
+static int graph_check_indices(const regc_model *m, const graph_config *c)
+{
+    const regc_graph *g = c->graph;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        int ids, table;
+        int64_t rows;
+        switch (n->op) {
+        case REGC_OP_EMBEDDING: /* ids, table [rows, C] */
+            ids = n->in[0], table = n->in[1];
+            rows = regc_graph_tensor(g, table)->shape[0];
+            break;
+        case REGC_OP_EMBEDDING_BWD: /* dout, ids -> [vocab, C] */
+            ids = n->in[1], table = n->out[0];
+            rows = n->attrs.vocab;
+            break;
+        case REGC_OP_CROSS_ENTROPY: /* logits [..., V], targets */
+            ids = n->in[1], table = n->in[0];
+            rows = regc_graph_tensor(g, table)->shape[regc_graph_tensor(g, table)->ndim - 1];
+            break;
+        case REGC_OP_CROSS_ENTROPY_BWD: /* dloss, logits [..., V], targets, lse */
+            ids = n->in[2], table = n->in[1];
+            rows = regc_graph_tensor(g, table)->shape[regc_graph_tensor(g, table)->ndim - 1];
+            break;
+        default: continue;
+        }
+        int64_t bound = graph_index_bound(m, c, ids);
+        if (bound > rows)
+            return regc_error(REGC_ERR_SHAPE,
+                              "%s: %s: tensor %s has %" PRId64 " rows, fewer than the %s (%" PRId64
+                              ") whose ids %s holds",
+                              m->source, regc_op_name(n->op), regc_graph_tensor(g, table)->name,
+                              rows, bound == m->vocab ? "vocabulary" : "sequence", bound,
+                              regc_graph_tensor(g, ids)->name);
+    }
+    return REGC_OK;
+}
+
 static int graph_list_params(regc_model *m)
 {
     const graph_config *c = m->cfg;
@@ -111,6 +176,20 @@ static int graph_list_params(regc_model *m)
     return REGC_OK;
 }
 
+int regc_graph_model_parse(regc_model *m, const char *text, const char *path)
+{
+    graph_config *c = calloc(1, sizeof *c);
+    if (!c)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    m->cfg = c;
+    int rc = regc_graph_from_json(text, path, &c->graph);
+    if (rc < 0)
+        return rc;
+    if ((rc = graph_read_shapes(m, c)) < 0 || (rc = graph_check_indices(m, c)) < 0)
+        return rc;
+    return graph_list_params(m);
+}
+
 int regc_graph_model_read(regc_model *m, const char *path)
 {
     char *text = NULL;
@@ -118,19 +197,9 @@ int regc_graph_model_read(regc_model *m, const char *path)
     int rc = regc_file_read_all(path, &text, &len);
     if (rc < 0)
         return rc;
-    graph_config *c = calloc(1, sizeof *c);
-    if (!c) {
-        free(text);
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    }
-    m->cfg = c;
-    rc = regc_graph_from_json(text, path, &c->graph);
+    rc = regc_graph_model_parse(m, text, path);
     free(text);
-    if (rc < 0)
-        return rc;
-    if ((rc = graph_read_shapes(m, c)) < 0)
-        return rc;
-    return graph_list_params(m);
+    return rc;
 }
 
 static int graph_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out)

@@ -80,6 +80,14 @@ extern const regc_arch regc_arch_graph;
 /* Read the graph JSON at path into m (made with arch regc_arch_graph): sets
  * m->cfg, vocab, max_seq and the parameters. */
 int regc_graph_model_read(regc_model *m, const char *path);
+/* The same for the file's text (NUL-terminated); `path` names it in
+ * messages. */
+int regc_graph_model_parse(regc_model *m, const char *text, const char *path);
+
+/* A model from the text of a config.json (len bytes), shapes only: `path`
+ * names the file in messages, `dir` the model (its source). */
+int regc_model_config_parse(const char *text, size_t len, const char *path, const char *dir,
+                            regc_model **out);
 
 /* A new model of arch with no parameters yet; source names it in messages. */
 int regc_model_new(const regc_arch *arch, const char *source, regc_model **out);
@@ -94,6 +102,14 @@ int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_
 /* The same for the 1-D ([d0]) and 2-D ([d0, d1]) parameters of frontends. */
 int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
                       float init_center, float init_halfwidth);
+
+/* Check the text (len bytes) of a model.safetensors.index.json against m:
+ * files[i] (n_params entries, each malloc'd, NULL on failure) gets the
+ * file the weight_map names for parameter i (under prefix); an entry that
+ * names a file outside the directory, or a tensor m has no parameter for,
+ * is an error naming `index` and the tensor. */
+int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, const char *index,
+                             const char *prefix, char **files);
 
 /* 124439808 -> "124,439,808" in buf: parameter counts are read by people. */
 void regc_model_group_digits(char *buf, size_t cap, int64_t v);

@@ -146,25 +146,68 @@ static int model_from_preset(const char *name, regc_model **out)
     return regc_error(REGC_ERR_ARG, "%s: not a preset", name);
 }
 
-int regc_model_load_config(const char *dir, regc_model **out)
+/* Upper bounds on the sizes a config.json gives, whatever the architecture
+ * (each key is checked where present, before the architecture reads it):
+ * a parameter list grows with the layers and a graph with every size, so an
+ * absurd value would allocate until memory runs out before anything else
+ * could fail. Each bound is far above any published model (Llama 3.1 405B:
+ * 126 layers, hidden 16384, intermediate 53248, 128 heads; the largest
+ * vocabularies are about 256K; contexts reach a few million positions). */
+static const struct {
+    const char *key;
+    int64_t max;
+} cfg_bounds[] = {
+    {"n_layer", 4096},
+    {"num_hidden_layers", 4096},
+    {"num_layers", 4096},
+    {"num_decoder_layers", 4096},
+    {"n_embd", INT64_C(1) << 17},
+    {"hidden_size", INT64_C(1) << 17},
+    {"d_model", INT64_C(1) << 17},
+    {"d_kv", INT64_C(1) << 17},
+    {"head_dim", INT64_C(1) << 17},
+    {"n_inner", INT64_C(1) << 20},
+    {"intermediate_size", INT64_C(1) << 20},
+    {"d_ff", INT64_C(1) << 20},
+    {"n_head", INT64_C(1) << 14},
+    {"num_attention_heads", INT64_C(1) << 14},
+    {"num_key_value_heads", INT64_C(1) << 14},
+    {"num_heads", INT64_C(1) << 14},
+    {"vocab_size", INT64_C(1) << 24},
+    {"type_vocab_size", INT64_C(1) << 24},
+    {"n_positions", INT64_C(1) << 24},
+    {"max_position_embeddings", INT64_C(1) << 24},
+    {"relative_attention_num_buckets", INT64_C(1) << 16},
+    {"relative_attention_max_distance", INT64_C(1) << 24},
+};
+
+static int cfg_check_bounds(const cJSON *root, const char *path)
+{
+    for (size_t i = 0; i < sizeof cfg_bounds / sizeof cfg_bounds[0]; i++) {
+        const cJSON *it = cfg_item(root, cfg_bounds[i].key);
+        /* other faults (not a number, not whole, too small) are the
+         * architecture's to report, with its own range */
+        if (cJSON_IsNumber(it) && it->valuedouble > (double)cfg_bounds[i].max)
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: key \"%s\" is %.17g, above the bound of %" PRId64
+                              " (no model regc can train is that large)",
+                              path, cfg_bounds[i].key, it->valuedouble, cfg_bounds[i].max);
+    }
+    return REGC_OK;
+}
+
+int regc_model_config_parse(const char *text, size_t len, const char *path, const char *dir,
+                            regc_model **out)
 {
     *out = NULL;
-    char path[4096];
-    int rc = regc_path_join(path, sizeof path, dir, "config.json");
-    if (rc < 0)
-        return rc;
-    char *text = NULL;
-    size_t len = 0;
-    if ((rc = regc_file_read_all(path, &text, &len)) < 0)
-        return rc;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    size_t at = (size_t)(end ? end - text : 0);
-    free(text);
     if (!root)
-        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON near byte %zu", path, at);
+        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON near byte %zu", path,
+                          (size_t)(end ? end - text : 0));
     regc_model *m = NULL;
     const char *type = NULL;
+    int rc;
     if (!cJSON_IsObject(root)) {
         rc = regc_error(REGC_ERR_FORMAT, "%s: not a JSON object", path);
         goto done;
@@ -184,7 +227,7 @@ int regc_model_load_config(const char *dir, regc_model **out)
                         path, type, list);
         goto done;
     }
-    if ((rc = regc_model_new(arch, dir, &m)) < 0)
+    if ((rc = cfg_check_bounds(root, path)) < 0 || (rc = regc_model_new(arch, dir, &m)) < 0)
         goto done;
     if ((rc = arch->parse_config(m, root, path)) < 0 || (rc = arch->list_params(m)) < 0) {
         regc_model_free(m);
@@ -193,6 +236,22 @@ int regc_model_load_config(const char *dir, regc_model **out)
 done:
     cJSON_Delete(root);
     *out = m;
+    return rc;
+}
+
+int regc_model_load_config(const char *dir, regc_model **out)
+{
+    *out = NULL;
+    char path[4096];
+    int rc = regc_path_join(path, sizeof path, dir, "config.json");
+    if (rc < 0)
+        return rc;
+    char *text = NULL;
+    size_t len = 0;
+    if ((rc = regc_file_read_all(path, &text, &len)) < 0)
+        return rc;
+    rc = regc_model_config_parse(text, len, path, dir, out);
+    free(text);
     return rc;
 }
 

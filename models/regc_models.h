@@ -89,8 +89,11 @@ typedef struct {
 
 typedef struct regc_st_file regc_st_file;
 /* Open and validate a .safetensors file (header length, JSON, offsets
- * within the file). */
+ * within the file, the tensors tiling the data section exactly). */
 int regc_st_open(const char *path, regc_st_file **out);
+/* The same for a whole file image in memory (bytes must outlive *out);
+ * `name` names it in messages. Reads copy from the image. */
+int regc_st_parse(const char *name, const void *bytes, size_t size, regc_st_file **out);
 void regc_st_close(regc_st_file *f);
 int regc_st_count(const regc_st_file *f);
 const char *regc_st_name(const regc_st_file *f, int i);

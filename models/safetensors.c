@@ -51,7 +51,9 @@ typedef struct {
 
 struct regc_st_file {
     char *path;
-    int fd;
+    int fd;                   /* -1 for a file image in memory */
+    const unsigned char *mem; /* the image (regc_st_parse), else NULL */
+    uint64_t mem_size;
     uint64_t data_start;
     int n;
     st_tensor *t;      /* in header order */
@@ -124,6 +126,12 @@ void regc_st_close(regc_st_file *f)
 static int st_pread_full(const regc_st_file *f, void *buf, size_t size, uint64_t offset,
                          const char *what)
 {
+    if (f->mem) {
+        if (offset > f->mem_size || size > f->mem_size - offset)
+            return regc_error(REGC_ERR_FORMAT, "%s: truncated while reading %s", f->path, what);
+        memcpy(buf, f->mem + offset, size);
+        return REGC_OK;
+    }
     char *p = buf;
     while (size > 0) {
         ssize_t got = pread(f->fd, p, size, (off_t)offset);
@@ -205,6 +213,62 @@ static int st_parse_entry(regc_st_file *f, const cJSON *item, uint64_t data_size
     return REGC_OK;
 }
 
+typedef struct {
+    uint64_t begin, end;
+    int index;
+} st_span;
+
+static int st_cmp_spans(const void *a, const void *b)
+{
+    const st_span *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The format's rule for the data section: the tensors, in offset order,
+ * tile it exactly: no byte shared by two tensors, none left between them or
+ * after the last (the reference reader refuses such files too: a hole or a
+ * shared range is how one file would read as two different models). */
+static int st_check_layout(const regc_st_file *f, uint64_t data_size)
+{
+    st_span *order = malloc(((size_t)f->n + 1) * sizeof *order);
+    if (!order)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", f->path);
+    for (int i = 0; i < f->n; i++)
+        order[i] = (st_span){f->t[i].begin, f->t[i].end, i};
+    qsort(order, (size_t)f->n, sizeof *order, st_cmp_spans);
+    uint64_t at = 0;
+    const st_tensor *prev = NULL;
+    int rc = REGC_OK;
+    for (int k = 0; k < f->n && rc == REGC_OK; k++) {
+        const st_tensor *t = &f->t[order[k].index];
+        if (t->begin < at)
+            rc = regc_error(REGC_ERR_FORMAT,
+                            "%s: tensors %s [%" PRIu64 ", %" PRIu64 ") and %s [%" PRIu64
+                            ", %" PRIu64 ") overlap (each byte of the data belongs to one tensor)",
+                            f->path, prev->name, prev->begin, prev->end, t->name, t->begin, t->end);
+        else if (t->begin > at)
+            rc = regc_error(REGC_ERR_FORMAT,
+                            "%s: bytes [%" PRIu64 ", %" PRIu64 ") of the data belong to no tensor "
+                            "(a hole %s%s before tensor %s; the data must be contiguous)",
+                            f->path, at, t->begin, prev ? "after tensor " : "at the start",
+                            prev ? prev->name : "", t->name);
+        at = t->end;
+        prev = t;
+    }
+    if (rc == REGC_OK && at != data_size)
+        rc = regc_error(REGC_ERR_FORMAT,
+                        "%s: %" PRIu64 " bytes of data after %s%s (the data must end with the "
+                        "last tensor)",
+                        f->path, data_size - at, prev ? "the last tensor " : "the header",
+                        prev ? prev->name : "");
+    free(order);
+    return rc;
+}
+
 static int st_parse_header(regc_st_file *f, const char *text, size_t len, uint64_t data_size)
 {
     const char *end = NULL;
@@ -258,67 +322,97 @@ static int st_parse_header(regc_st_file *f, const char *text, size_t len, uint64
                             f->sorted[i].name);
             goto done;
         }
+    rc = st_check_layout(f, data_size);
 done:
     cJSON_Delete(root);
     return rc;
 }
 
-int regc_st_open(const char *path, regc_st_file **out)
+/* The header length, the header and every entry of a file of fsize bytes,
+ * read through st_pread_full (from f->fd, or from f->mem). */
+static int st_load(regc_st_file *f, uint64_t fsize)
 {
-    *out = NULL;
-    regc_st_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) {
-        free(f);
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    }
-    char *header = NULL;
-    int rc;
-    /* No size cap: a shard is read by ranges, never whole. */
-    uint64_t fsize;
-    if ((rc = regc_file_open_regular(path, 0, &f->fd, &fsize)) < 0)
-        goto fail;
-    if (fsize < 8) {
-        rc = regc_error(REGC_ERR_FORMAT,
-                        "%s: file is %" PRIu64 " bytes, too short for a safetensors header", path,
-                        fsize);
-        goto fail;
-    }
+    const char *path = f->path;
+    if (fsize < 8)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: file is %" PRIu64 " bytes, too short for a safetensors header", path,
+                          fsize);
     unsigned char lenbuf[8];
-    if ((rc = st_pread_full(f, lenbuf, 8, 0, "the header length")) < 0)
-        goto fail;
+    int rc = st_pread_full(f, lenbuf, 8, 0, "the header length");
+    if (rc < 0)
+        return rc;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | lenbuf[i];
-    if (hlen > fsize - 8) {
-        rc = regc_error(REGC_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds file size %" PRIu64,
-                        path, hlen, fsize);
-        goto fail;
+    if (hlen > fsize - 8)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: header length %" PRIu64 " exceeds file size %" PRIu64, path, hlen,
+                          fsize);
+    if (hlen > ST_MAX_HEADER || hlen < 2)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: header length %" PRIu64 " is implausible (2 to %u bytes expected)",
+                          path, hlen, ST_MAX_HEADER);
+    char *header = malloc((size_t)hlen + 1);
+    if (!header)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for a %" PRIu64 "-byte header", path,
+                          hlen);
+    if ((rc = st_pread_full(f, header, (size_t)hlen, 8, "the header")) == REGC_OK) {
+        header[hlen] = '\0';
+        f->data_start = 8 + hlen;
+        rc = st_parse_header(f, header, (size_t)hlen, fsize - f->data_start);
     }
-    if (hlen > ST_MAX_HEADER || hlen < 2) {
-        rc = regc_error(REGC_ERR_FORMAT,
-                        "%s: header length %" PRIu64 " is implausible (2 to %u bytes expected)",
-                        path, hlen, ST_MAX_HEADER);
-        goto fail;
-    }
-    header = malloc((size_t)hlen + 1);
-    if (!header) {
-        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for a %" PRIu64 "-byte header", path,
-                        hlen);
-        goto fail;
-    }
-    if ((rc = st_pread_full(f, header, (size_t)hlen, 8, "the header")) < 0)
-        goto fail;
-    header[hlen] = '\0';
-    f->data_start = 8 + hlen;
-    if ((rc = st_parse_header(f, header, (size_t)hlen, fsize - f->data_start)) < 0)
-        goto fail;
     free(header);
+    return rc;
+}
+
+static regc_st_file *st_new(const char *path)
+{
+    regc_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+        return NULL;
+    }
+    f->fd = -1;
+    return f;
+}
+
+int regc_st_open(const char *path, regc_st_file **out)
+{
+    *out = NULL;
+    regc_st_file *f = st_new(path);
+    if (!f)
+        return REGC_ERR_MEMORY;
+    /* No size cap: a shard is read by ranges, never whole. */
+    uint64_t fsize;
+    int rc = regc_file_open_regular(path, 0, &f->fd, &fsize);
+    if (rc == REGC_OK)
+        rc = st_load(f, fsize);
+    if (rc < 0) {
+        regc_st_close(f);
+        return rc;
+    }
     *out = f;
     return REGC_OK;
-fail:
-    free(header);
-    regc_st_close(f);
-    return rc;
+}
+
+int regc_st_parse(const char *name, const void *bytes, size_t size, regc_st_file **out)
+{
+    *out = NULL;
+    regc_st_file *f = st_new(name);
+    if (!f)
+        return REGC_ERR_MEMORY;
+    /* a non-NULL image even when empty, so reads never reach a descriptor */
+    static const unsigned char empty[1];
+    f->mem = size ? bytes : empty;
+    f->mem_size = size;
+    int rc = st_load(f, size);
+    if (rc < 0) {
+        regc_st_close(f);
+        return rc;
+    }
+    *out = f;
+    return REGC_OK;
 }
 
 int regc_st_count(const regc_st_file *f) { return f->n; }

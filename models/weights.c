@@ -133,6 +133,69 @@ static int weights_bind(regc_weights *w, int i, int f, const char *path, const c
     return regc_st_check_shape(w->file[f], t, p->ndim, p->shape);
 }
 
+/* Tensors a Hugging Face checkpoint may hold beside the parameters regc
+ * reads: tied copies of an embedding (lm_head, BERT's decoder, T5's
+ * embed_tokens), buffers older exports saved (GPT-2's causal mask, Llama's
+ * rotary inv_freq, BERT's position_ids), and heads the pre-training classes
+ * carry that a language model does not use (BERT's pooler and next-sentence
+ * head, T5's unused decoder bias). Transformers ignores the same names when
+ * it loads these models. Anything else is a parameter of some other model:
+ * a config.json with fewer layers than the weights, say. */
+static int weights_extra_ok(const char *name)
+{
+    static const char *const exact[] = {
+        "lm_head.weight",
+        "cls.predictions.decoder.weight",
+        "cls.predictions.decoder.bias",
+        "cls.seq_relationship.weight",
+        "cls.seq_relationship.bias",
+        "bert.pooler.dense.weight",
+        "bert.pooler.dense.bias",
+        "encoder.embed_tokens.weight",
+        "decoder.embed_tokens.weight",
+        "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",
+    };
+    static const char *const suffix[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq",
+                                         "embeddings.position_ids"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (!strcmp(name, exact[i]))
+            return 1;
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+        size_t k = strlen(suffix[i]);
+        if (n >= k && !strcmp(name + n - k, suffix[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* Every tensor of file f under the prefix is a parameter bound to it, or
+ * one of weights_extra_ok's. */
+static int weights_check_unexpected(const regc_weights *w, int f, const char *path,
+                                    const char *prefix)
+{
+    const regc_st_file *st = w->file[f];
+    int n = regc_st_count(st);
+    char *claimed = calloc((size_t)n + 1, 1);
+    if (!claimed)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    for (int i = 0; i < w->m->n_params; i++)
+        if (w->file_of[i] == f)
+            claimed[w->tensor_of[i]] = 1;
+    size_t k = strlen(prefix);
+    int rc = REGC_OK;
+    for (int t = 0; t < n && rc == REGC_OK; t++) {
+        const char *name = regc_st_name(st, t);
+        if (!claimed[t] && !strncmp(name, prefix, k) && !weights_extra_ok(name + k))
+            rc = regc_error(REGC_ERR_FORMAT,
+                            "%s: unexpected tensor %s: %s has no such parameter (does "
+                            "config.json match the weights?)",
+                            path, name, w->m->source);
+    }
+    free(claimed);
+    return rc;
+}
+
 /* Every parameter from the one file at path. */
 static int weights_one_file(regc_weights *w, const char *path, const char *prefix)
 {
@@ -140,28 +203,22 @@ static int weights_one_file(regc_weights *w, const char *path, const char *prefi
     int f, rc = weights_file(w, path, paths, &f);
     for (int i = 0; i < w->m->n_params && rc == REGC_OK; i++)
         rc = weights_bind(w, i, f, path, prefix);
+    if (rc == REGC_OK)
+        rc = weights_check_unexpected(w, f, path, prefix);
     return rc;
 }
 
-/* Every parameter from the file an index's weight_map names for it. */
-static int weights_indexed(regc_weights *w, const char *dir, const char *index, const char *prefix)
+int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, const char *index,
+                             const char *prefix, char **files)
 {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = regc_file_read_all(index, &text, &len);
-    if (rc < 0)
-        return rc;
+    for (int i = 0; i < m->n_params; i++)
+        files[i] = NULL;
     cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
     if (!root)
         return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON", index);
-    const regc_model *m = w->m;
-    char(*path)[4096] = calloc((size_t)m->n_params + 1, sizeof *path);
-    const char **paths = calloc((size_t)m->n_params + 1, sizeof *paths);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!path || !paths)
-        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index);
-    else if (!cJSON_IsObject(map))
+    int rc = REGC_OK;
+    if (!cJSON_IsObject(map))
         rc = regc_error(REGC_ERR_FORMAT, "%s: missing or invalid \"weight_map\"", index);
     for (int i = 0; i < m->n_params && rc == REGC_OK; i++) {
         weight_names c;
@@ -176,14 +233,68 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
             rc = regc_error(REGC_ERR_FORMAT,
                             "%s: weight_map entry %s must name a file inside the directory", index,
                             e->string);
-        else if ((rc = regc_path_join(path[i], sizeof path[i], dir, e->valuestring)) == REGC_OK) {
+        else if (!(files[i] = strdup(e->valuestring)))
+            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index);
+    }
+    /* an entry no parameter reads is refused as the files' tensors are, so
+     * that the index alone already shows a mismatch */
+    size_t k = strlen(prefix);
+    const cJSON *e;
+    if (rc == REGC_OK)
+        cJSON_ArrayForEach (e, map) {
+            if (strncmp(e->string, prefix, k) || weights_extra_ok(e->string + k))
+                continue;
+            int used = 0;
+            for (int i = 0; i < m->n_params && !used; i++) {
+                weight_names c;
+                weight_names_of(m, prefix, m->params[i].name, &c);
+                for (int j = 0; j < c.n && !used; j++)
+                    used = !strcmp(c.name[j], e->string);
+            }
+            if (!used) {
+                rc = regc_error(REGC_ERR_FORMAT,
+                                "%s: unexpected tensor %s: %s has no such parameter (does "
+                                "config.json match the weights?)",
+                                index, e->string, m->source);
+                break;
+            }
+        }
+    cJSON_Delete(root);
+    if (rc)
+        for (int i = 0; i < m->n_params; i++)
+            free(files[i]), files[i] = NULL;
+    return rc;
+}
+
+/* Every parameter from the file an index's weight_map names for it. */
+static int weights_indexed(regc_weights *w, const char *dir, const char *index, const char *prefix)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = regc_file_read_all(index, &text, &len);
+    if (rc < 0)
+        return rc;
+    const regc_model *m = w->m;
+    char **files = calloc((size_t)m->n_params + 1, sizeof *files);
+    char(*path)[4096] = calloc((size_t)m->n_params + 1, sizeof *path);
+    const char **paths = calloc((size_t)m->n_params + 1, sizeof *paths);
+    if (!files || !path || !paths)
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index);
+    else
+        rc = regc_weights_parse_index(m, text, len, index, prefix, files);
+    free(text);
+    for (int i = 0; i < m->n_params && rc == REGC_OK; i++) {
+        if ((rc = regc_path_join(path[i], sizeof path[i], dir, files[i])) == REGC_OK) {
             int f;
             if ((rc = weights_file(w, path[i], paths, &f)) == REGC_OK)
                 rc = weights_bind(w, i, f, path[i], prefix);
         }
     }
-    free(path), free(paths);
-    cJSON_Delete(root);
+    for (int f = 0; f < w->n_files && rc == REGC_OK; f++)
+        rc = weights_check_unexpected(w, f, paths[f], prefix);
+    for (int i = 0; files && i < m->n_params; i++)
+        free(files[i]);
+    free(files), free(path), free(paths);
     return rc;
 }
 

@@ -304,6 +304,29 @@ static void test_nul_byte_and_missing_file(void **state)
     regc_test_expect_error(f->dir, NULL);
 }
 
+/* The text of a file parses as the file does; its errors name the path
+ * given, and a NUL inside the text is refused where it sits. */
+static void test_parse_text(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"train\": {\"model\": \"gpt2-tiny\", \"json\": true}}";
+    regc_config *c = NULL;
+    assert_int_equal(regc_config_parse(text, sizeof text - 1, "mem.json", &c), REGC_OK);
+    assert_string_equal(regc_config_model(c), "gpt2-tiny");
+    assert_int_equal(regc_config_json(c), 1);
+    assert_null(regc_config_weights(c));
+    regc_config_free(c);
+
+    static const char nul[] = "{\"train\":\n {\"steps\": 1\0}}";
+    c = (regc_config *)0x1;
+    assert_int_equal(regc_config_parse(nul, sizeof nul - 1, "mem.json", &c), REGC_ERR_FORMAT);
+    assert_null(c);
+    regc_test_expect_error("mem.json", "NUL byte at line 2, column 13");
+    static const char typo[] = "{\"train\": {\"bacth\": 4}}";
+    assert_int_equal(regc_config_parse(typo, sizeof typo - 1, "mem.json", &c), REGC_ERR_FORMAT);
+    regc_test_expect_error("mem.json: train.bacth: unknown key", NULL);
+}
+
 static void test_free_and_accessors_take_null(void **state)
 {
     (void)state;
@@ -473,6 +496,7 @@ int main(void)
         regc_test_in_dir(test_partial_file_keeps_defaults, setup),
         regc_test_in_dir(test_errors_name_file_and_key, setup),
         regc_test_in_dir(test_nul_byte_and_missing_file, setup),
+        cmocka_unit_test(test_parse_text),
         cmocka_unit_test(test_free_and_accessors_take_null),
         regc_test_in_dir(test_cli_flags_override_file, setup),
         regc_test_in_dir(test_cli_bad_config_is_an_error, setup),

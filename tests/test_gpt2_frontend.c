@@ -493,6 +493,34 @@ static void test_config_errors(void **state)
                            "not a model directory or a preset (presets: gpt2-tiny, gpt2-124m");
 }
 
+/* Sizes far beyond any model are refused before anything is allocated
+ * (a billion layers would grow the parameter list until memory ran out),
+ * naming the key, the value and the bound; the bounds leave room for every
+ * published model. */
+static void test_config_bounds(void **state)
+{
+    regc_test_dir *f = *state;
+    expect_config_error(f, "\"n_layer\": 1000000000", REGC_ERR_FORMAT,
+                        "key \"n_layer\" is 1000000000, above the bound of 4096");
+    expect_config_error(f, "\"n_layer\": 5000", REGC_ERR_FORMAT,
+                        "key \"n_layer\" is 5000, above the bound of 4096");
+    expect_config_error(f, "\"n_embd\": 262144, \"n_head\": 1", REGC_ERR_FORMAT,
+                        "key \"n_embd\" is 262144, above the bound of 131072");
+    expect_config_error(f, "\"vocab_size\": 33554432", REGC_ERR_FORMAT,
+                        "key \"vocab_size\" is 33554432, above the bound of 16777216");
+    expect_config_error(f, "\"n_positions\": 1e300", REGC_ERR_FORMAT,
+                        "key \"n_positions\" is 1.0000000000000001e+300, above the bound");
+    expect_config_error(f, "\"n_inner\": 2097152", REGC_ERR_FORMAT,
+                        "key \"n_inner\" is 2097152, above the bound of 1048576");
+    /* at the bounds: shapes only, nothing allocated for the weights */
+    write_config(f, "\"n_layer\": 4096, \"vocab_size\": 16777216, \"n_positions\": 16777216");
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
+    assert_int_equal(regc_model_n_params(m), 4 + 12 * 4096);
+    assert_false(regc_model_has_weights(m));
+    regc_model_free(m);
+}
+
 static void test_weight_errors(void **state)
 {
     regc_test_dir *f = *state;
@@ -537,6 +565,82 @@ static void test_weight_errors(void **state)
                            "header length 65535 exceeds file size 10");
     free(bad);
     free(some);
+    free(e);
+    regc_model_free(m);
+}
+
+/* A config.json with fewer layers than the weights hold would train a
+ * model made of the first layers only: the weights' other tensors are
+ * refused, by name, in a single file, in a sharded index and in its shards.
+ * A checkpoint's optimizer file holds both moments under their own
+ * prefixes: opened under one, the other's tensors are not unexpected. */
+static void test_more_layers_than_config(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = make_small_model(f, NULL, 12), *back = (regc_model *)1;
+    int n = regc_model_n_params(m);
+    regc_st_entry *e = entries_of(m, 0);
+    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n), REGC_OK);
+    write_config(f, "\"n_layer\": 1");
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    assert_null(back);
+    char want[4096];
+    snprintf(want, sizeof want, "%s: unexpected tensor transformer.h.1.ln_1.weight",
+             path_in(f, "model.safetensors"));
+    regc_test_expect_error(want, "has no such parameter");
+
+    /* the same weights as two shards and an index */
+    unlink(path_in(f, "model.safetensors"));
+    int half = n / 2;
+    assert_int_equal(regc_st_write(path_in(f, "model-00001-of-00002.safetensors"), e, half),
+                     REGC_OK);
+    assert_int_equal(
+        regc_st_write(path_in(f, "model-00002-of-00002.safetensors"), e + half, n - half), REGC_OK);
+    char *index = malloc(65536);
+    assert_non_null(index);
+    size_t len = (size_t)snprintf(index, 65536, "{\"weight_map\": {");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(index + len, 65536 - len,
+                                "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "",
+                                e[i].name, i < half ? 1 : 2);
+    snprintf(index + len, 65536 - len, "}}");
+    assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    snprintf(want, sizeof want, "%s: unexpected tensor transformer.h.1.",
+             path_in(f, "model.safetensors.index.json"));
+    regc_test_expect_error(want, NULL);
+
+    /* an index that lists only layer 0 still has shards holding layer 1 */
+    len = (size_t)snprintf(index, 65536, "{\"weight_map\": {");
+    for (int i = 0, k = 0; i < n; i++)
+        if (!strstr(e[i].name, ".h.1."))
+            len += (size_t)snprintf(index + len, 65536 - len,
+                                    "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                                    k++ ? ", " : "", e[i].name, i < half ? 1 : 2);
+    snprintf(index + len, 65536 - len, "}}");
+    assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    regc_test_expect_error("model-0000", "unexpected tensor transformer.h.1.");
+    free(index);
+
+    /* both moments in one file, each opened under its prefix */
+    char *names = calloc((size_t)n * 2, 64);
+    regc_st_entry *moments = calloc((size_t)n * 2, sizeof *moments);
+    assert_non_null(names);
+    assert_non_null(moments);
+    for (int i = 0; i < 2 * n; i++) {
+        moments[i] = e[i % n];
+        moments[i].name = names + 64 * i;
+        snprintf(moments[i].name, 64, "%s%s", i < n ? "exp_avg." : "exp_avg_sq.", e[i % n].name);
+    }
+    char *opt = regc_test_join(f->dir, "optimizer.safetensors");
+    assert_int_equal(regc_st_write(opt, moments, 2 * n), REGC_OK);
+    regc_weights *w = NULL;
+    assert_int_equal(regc_weights_open(m, opt, "exp_avg.", &w), REGC_OK);
+    regc_weights_close(w);
+    assert_int_equal(regc_weights_open(m, opt, "exp_avg_sq.", &w), REGC_OK);
+    regc_weights_close(w);
+    free(opt), free(names), free(moments);
     free(e);
     regc_model_free(m);
 }
@@ -645,6 +749,8 @@ int main(void)
         regc_test_in_dir(test_untied_head, setup),
         regc_test_in_dir(test_config_errors, setup),
         regc_test_in_dir(test_weight_errors, setup),
+        regc_test_in_dir(test_more_layers_than_config, setup),
+        regc_test_in_dir(test_config_bounds, setup),
         cmocka_unit_test(test_graph_tiny),
         regc_test_in_dir(test_graph_huge_shape_only, setup),
     };

@@ -276,6 +276,68 @@ static void test_json_bad_nodes(void **state)
         "nodes[0] (gelu)", "next unused ids");
 }
 
+/* A float attribute beyond float's range would become infinity, which JSON
+ * cannot spell: the graph would be accepted and then not read back. */
+static void test_json_float_out_of_range(void **state)
+{
+    (void)state;
+    expect_json_error(
+        HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": [{\"op\": \"scale\", \"in\": [0], "
+                                           "\"out\": [1], \"value\": 1e39}], \"outputs\": []}",
+        "nodes[0] (scale)", "\"value\" must be a number a float holds");
+    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "," LEAF(1, "w") "," LEAF(
+                          2, "b") "], \"nodes\": [{\"op\": \"layernorm\", \"in\": [0, 1, 2], "
+                                  "\"out\": [3, 4, 5], \"eps\": -1e300}], \"outputs\": []}",
+                      "nodes[0] (layernorm)", "\"eps\" must be a number a float holds");
+}
+
+/* Shapes come from files: a product of dimensions past int64 is refused
+ * where the tensor is made, naming it, so no later element or byte count
+ * (regc_tensor_numel, the memory plan) can overflow. */
+static void test_shape_products_overflow(void **state)
+{
+    (void)state;
+    /* a leaf of 2^40 x 2^40 elements */
+    expect_json_error(HEAD "\"tensors\": [{\"id\": 0, \"name\": \"huge\", \"dtype\": \"f32\", "
+                           "\"role\": \"param\", \"shape\": [1099511627776, 1099511627776]}], "
+                           "\"nodes\": [], \"outputs\": []}",
+                      "tensors[0]",
+                      "tensor huge: shape [1099511627776, 1099511627776] has more "
+                      "bytes than int64 counts");
+    /* each input fits, their product does not: [2^40, 1] x [1, 2^40] */
+    expect_json_error(
+        HEAD "\"tensors\": [{\"id\": 0, \"name\": \"a\", \"dtype\": \"f32\", \"role\": \"input\", "
+             "\"shape\": [1099511627776, 1]}, {\"id\": 1, \"name\": \"b\", \"dtype\": \"f32\", "
+             "\"role\": \"input\", \"shape\": [1, 1099511627776]}], \"nodes\": [{\"op\": "
+             "\"matmul\", \"in\": [0, 1], \"out\": [2], \"trans_a\": 0, \"trans_b\": 0}], "
+             "\"outputs\": []}",
+        "nodes[0] (matmul)", "tensor %2: shape [1099511627776, 1099511627776]");
+    /* a reshape target whose product wraps */
+    expect_json_error(HEAD "\"tensors\": [" LEAF(0, "a") "], \"nodes\": [{\"op\": \"reshape\", "
+                                                         "\"in\": [0], \"out\": [1], \"shape\": "
+                                                         "[1099511627776, 1099511627776, 16]}], "
+                                                         "\"outputs\": []}",
+                      "nodes[0] (reshape)",
+                      "tensor a [2, 3]: the target shape is not a valid shape");
+    /* bytes past int64 though the elements fit, and a concatenation past it */
+    regc_graph *g = regc_graph_new();
+    assert_non_null(g);
+    int64_t big[1] = {INT64_C(1) << 62};
+    assert_int_equal(regc_graph_add_tensor(g, "wide", REGC_F32, REGC_ROLE_INPUT, 1, big),
+                     REGC_ERR_SHAPE);
+    const char *msg = regc_error_message();
+    assert_non_null(strstr(msg, "tensor wide: shape [4611686018427387904]"));
+    big[0] = INT64_C(1) << 60;
+    int x = regc_graph_add_tensor(g, "x", REGC_F32, REGC_ROLE_INPUT, 1, big);
+    assert_true(x >= 0);
+    int in[8] = {x, x, x, x, x, x, x, x}, out[1];
+    assert_int_equal(regc_graph_add_node(g, REGC_OP_CONCAT, NULL, 8, in, 1, out, 0, NULL),
+                     REGC_ERR_SHAPE);
+    assert_non_null(strstr(regc_error_message(), "concat: tensor x"));
+    assert_int_equal(regc_graph_n_tensors(g), 1);
+    regc_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -287,6 +349,8 @@ int main(void)
         cmocka_unit_test(test_json_malformed),
         cmocka_unit_test(test_json_dangling_and_cyclic_ids),
         cmocka_unit_test(test_json_bad_nodes),
+        cmocka_unit_test(test_shape_products_overflow),
+        cmocka_unit_test(test_json_float_out_of_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -303,6 +303,79 @@ static void test_graph_model_errors(void **state)
     free(graph), free(bad), free(noloss), free(missing), free(w1), free(w2), free(out);
 }
 
+/* A graph whose "wte" table has `rows` rows for a vocabulary of 16 (the
+ * logits' width) and whose "wpe" table has `pos_rows` rows for a sequence of
+ * 4; with `narrow`, a second cross_entropy reads the targets against logits
+ * 8 wide. */
+static char *short_table_graph(int rows, int pos_rows, int narrow)
+{
+    static const char *fmt =
+        "{\"format\": \"regc-graph\", \"version\": 1, \"tensors\": ["
+        "{\"id\": 0, \"name\": \"input_ids\", \"dtype\": \"i32\", \"role\": \"input\", "
+        "\"shape\": [2, 4]},"
+        "{\"id\": 1, \"name\": \"position_ids\", \"dtype\": \"i32\", \"role\": \"input\", "
+        "\"shape\": [4]},"
+        "{\"id\": 2, \"name\": \"targets\", \"dtype\": \"i32\", \"role\": \"input\", "
+        "\"shape\": [2, 4]},"
+        "{\"id\": 3, \"name\": \"wte\", \"dtype\": \"f32\", \"role\": \"param\", "
+        "\"shape\": [%d, 8]},"
+        "{\"id\": 4, \"name\": \"wpe\", \"dtype\": \"f32\", \"role\": \"param\", "
+        "\"shape\": [%d, 8]},"
+        "{\"id\": 5, \"name\": \"head\", \"dtype\": \"f32\", \"role\": \"param\", "
+        "\"shape\": [16, 8]},"
+        "{\"id\": 6, \"name\": \"small_head\", \"dtype\": \"f32\", \"role\": \"param\", "
+        "\"shape\": [8, 8]}],"
+        "\"nodes\": ["
+        "{\"op\": \"embedding\", \"in\": [0, 3], \"out\": [7]},"
+        "{\"op\": \"embedding\", \"in\": [1, 4], \"out\": [8]},"
+        "{\"op\": \"bias_add\", \"in\": [7, 8], \"out\": [9]},"
+        "{\"op\": \"matmul\", \"in\": [9, 5], \"out\": [10], \"trans_a\": 0, \"trans_b\": 1},"
+        "{\"op\": \"cross_entropy\", \"in\": [10, 2], \"out\": [11, 12]},"
+        "{\"op\": \"matmul\", \"in\": [9, %d], \"out\": [13], \"trans_a\": 0, \"trans_b\": 1},"
+        "{\"op\": \"cross_entropy\", \"in\": [13, 2], \"out\": [14, 15]}],"
+        "\"outputs\": [11, 14]}";
+    char *text = malloc(strlen(fmt) + 64);
+    assert_non_null(text);
+    sprintf(text, fmt, rows, pos_rows, narrow ? 6 : 5);
+    return text;
+}
+
+/* An embedding table with fewer rows than the ids that index it can hold
+ * would be read past its end by the kernel: refused at load, naming the
+ * table, its rows and the vocabulary (or sequence). */
+static void test_graph_model_short_tables(void **state)
+{
+    regc_test_dir *f = *state;
+    char *path = regc_test_join(f->dir, "g.json");
+    const struct {
+        int rows, pos_rows, narrow;
+        const char *a, *b;
+    } cases[] = {
+        {16, 4, 0, NULL, NULL},
+        {10, 4, 0, "embedding: tensor wte has 10 rows", "fewer than the vocabulary (16)"},
+        {16, 3, 0, "embedding: tensor wpe has 3 rows", "fewer than the sequence (4)"},
+        {16, 4, 1, "cross_entropy: tensor %13 has 8 rows", "vocabulary (16) whose ids targets"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = short_table_graph(cases[i].rows, cases[i].pos_rows, cases[i].narrow);
+        assert_int_equal(regc_test_write_file(path, text, strlen(text)), 0);
+        free(text);
+        regc_model *m = NULL;
+        int rc = regc_model_load_shapes(path, &m);
+        if (!cases[i].a) {
+            assert_int_equal(rc, REGC_OK);
+            assert_int_equal(regc_model_vocab(m), 16);
+            regc_model_free(m);
+            continue;
+        }
+        assert_int_equal(rc, REGC_ERR_SHAPE);
+        assert_null(m);
+        regc_test_expect_error(path, cases[i].a);
+        regc_test_expect_error(cases[i].b, NULL);
+    }
+    free(path);
+}
+
 /* ---- regc dump-graph -------------------------------------------------------- */
 
 static void test_dump_graph_cli(void **state)
@@ -384,6 +457,7 @@ int main(void)
         regc_test_in_dir(test_graph_json_trains_bit_identically, setup),
         regc_test_in_dir(test_graph_model_shapes_and_init, setup),
         regc_test_in_dir(test_graph_model_errors, setup),
+        regc_test_in_dir(test_graph_model_short_tables, setup),
         regc_test_in_dir(test_dump_graph_cli, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -288,6 +288,14 @@ static void test_config_errors(void **state)
     expect_config_error(f, "\"attention_dropout\": 1.5", REGC_ERR_FORMAT,
                         "key \"attention_dropout\" is 1.5");
 
+    /* Sizes no model has are refused before anything is allocated. */
+    expect_config_error(f, "\"num_hidden_layers\": 1000000000", REGC_ERR_FORMAT,
+                        "key \"num_hidden_layers\" is 1000000000, above the bound of 4096");
+    expect_config_error(f, "\"intermediate_size\": 1073741824", REGC_ERR_FORMAT,
+                        "key \"intermediate_size\" is 1073741824, above the bound of 1048576");
+    expect_config_error(f, "\"num_key_value_heads\": 100000", REGC_ERR_FORMAT,
+                        "key \"num_key_value_heads\" is 100000, above the bound of 16384");
+
     /* Options regc does not implement are refused by name. */
     expect_config_error(f, "\"hidden_act\": \"gelu\"", REGC_ERR_UNSUPPORTED,
                         "key \"hidden_act\" is \"gelu\" (supported: silu)");

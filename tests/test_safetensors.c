@@ -154,12 +154,8 @@ static void test_f16_bits(void **state)
         0x8000, /* -0 */
         0x7e00, /* NaN */
     };
-    /* Offsets need not start at 0; padding bytes before the tensor stay unread. */
-    unsigned char data[4 + sizeof v];
-    memset(data, 0xee, 4);
-    memcpy(data + 4, v, sizeof v);
-    write_raw(f->path, "{\"h\":{\"dtype\":\"F16\",\"shape\":[10],\"data_offsets\":[4,24]}}    ",
-              data, sizeof data);
+    write_raw(f->path, "{\"h\":{\"dtype\":\"F16\",\"shape\":[10],\"data_offsets\":[0,20]}}    ", v,
+              sizeof v);
     regc_st_file *st;
     assert_int_equal(regc_st_open(f->path, &st), REGC_OK);
     float out[10];
@@ -330,6 +326,100 @@ static void test_err_wrong_shape_and_index(void **state)
     regc_st_close(st);
 }
 
+/* The data section is tiled exactly by the tensors, as the format
+ * requires: two tensors sharing bytes (the same range, or ranges that
+ * start together), a gap between tensors, bytes after the last one, or
+ * data with no tensor at all are each refused, naming the file and the
+ * tensors. */
+static void test_err_layout(void **state)
+{
+    regc_test_dir *f = *state;
+    unsigned char d[16] = {0};
+    write_raw(f->path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+              d, 8);
+    expect_open_error(f->path, "tensors a [0, 8) and b [0, 8) overlap");
+
+    write_raw(f->path,
+              "{\"big\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+              "\"small\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+              d, 16);
+    expect_open_error(f->path, "tensors small [0, 4) and big [0, 16) overlap");
+
+    write_raw(f->path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+              d, 12);
+    expect_open_error(f->path, "tensors a [0, 8) and b [4, 12) overlap");
+
+    write_raw(f->path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+              d, 12);
+    expect_open_error(f->path, "bytes [4, 8) of the data belong to no tensor");
+    regc_test_expect_error(f->path, "after tensor a before tensor b");
+
+    write_raw(f->path, "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", d, 8);
+    expect_open_error(f->path, "bytes [0, 4) of the data belong to no tensor");
+
+    write_raw(f->path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", d, 7);
+    expect_open_error(f->path, "3 bytes of data after the last tensor a");
+
+    write_raw(f->path, "{\"__metadata__\":{}}", d, 5);
+    expect_open_error(f->path, "5 bytes of data after the header");
+
+    /* Empty tensors take no bytes, wherever they sit in the order. */
+    float one = 1.0f;
+    write_raw(f->path,
+              "{\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+              "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"z\":{\"dtype\":\"F32\",\"shape\":[2,0],\"data_offsets\":[4,4]}}",
+              &one, 4);
+    regc_st_file *st;
+    assert_int_equal(regc_st_open(f->path, &st), REGC_OK);
+    assert_int_equal(regc_st_count(st), 3);
+    regc_st_close(st);
+}
+
+/* A tensor name is the file's text: a newline or escape in it must not
+ * break the one-line message. */
+static void test_err_message_one_line(void **state)
+{
+    regc_test_dir *f = *state;
+    unsigned char d[8] = {0};
+    write_raw(f->path,
+              "{\"a\\nb\\u001b[2J\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", d,
+              8);
+    expect_open_error(f->path, "tensor a?b?[2J: data_offsets");
+}
+
+/* A file image in memory reads as the same file on disk does. */
+static void test_parse_memory_image(void **state)
+{
+    regc_test_dir *f = *state;
+    float a[3] = {1.0f, -2.5f, 3.0f};
+    regc_st_entry e = {.name = "a", .dtype = REGC_BF16, .ndim = 1, .shape = {3}, .data = a};
+    assert_int_equal(regc_st_write(f->path, &e, 1), REGC_OK);
+    size_t size;
+    char *image = regc_test_read_file(f->path, &size);
+    assert_non_null(image);
+    regc_st_file *st;
+    assert_int_equal(regc_st_parse("image", image, size, &st), REGC_OK);
+    assert_int_equal(regc_st_find(st, "a"), 0);
+    float out[3];
+    const int64_t s3[] = {3};
+    assert_int_equal(regc_st_read_f32(st, 0, 1, s3, out), REGC_OK);
+    assert_memory_equal(out, a, sizeof a);
+    regc_st_close(st);
+    assert_int_equal(regc_st_parse("image", image, size - 1, &st), REGC_ERR_FORMAT);
+    regc_test_expect_error("image", "tensor a ends at byte 6");
+    assert_null(st);
+    assert_int_equal(regc_st_parse("image", image, 5, &st), REGC_ERR_FORMAT);
+    regc_test_expect_error("image", "too short");
+    free(image);
+}
+
 /* Other dtypes are part of a valid file; only reading them is an error. */
 static void test_unknown_dtype_on_read(void **state)
 {
@@ -495,6 +585,9 @@ int main(void)
         regc_test_in_dir(test_err_truncated, setup),
         regc_test_in_dir(test_err_offsets_vs_shape, setup),
         regc_test_in_dir(test_err_duplicate, setup),
+        regc_test_in_dir(test_err_layout, setup),
+        regc_test_in_dir(test_err_message_one_line, setup),
+        regc_test_in_dir(test_parse_memory_image, setup),
         regc_test_in_dir(test_err_wrong_shape_and_index, setup),
         regc_test_in_dir(test_unknown_dtype_on_read, setup),
         regc_test_in_dir(test_read_range, setup),

@@ -298,9 +298,54 @@ static void test_builtin_corpus(void **state)
     regc_tokens_free(t);
 }
 
+/* A file image in memory reads as the file does, and its errors name the
+ * source given; a mask image is checked against the tokens' count. */
+static void test_parse_memory(void **state)
+{
+    (void)state;
+    unsigned char image[1024 + 2 * 5] = {0};
+    put_le32(image, 20240520);
+    put_le32(image + 4, 1);
+    put_le32(image + 8, 5);
+    for (int i = 0; i < 5; i++)
+        image[1024 + 2 * i] = (unsigned char)(10 * i);
+    regc_tokens *t = NULL;
+    assert_int_equal(regc_tokens_parse("mem.bin", image, sizeof image, 50, &t), REGC_OK);
+    assert_int_equal(regc_tokens_count(t), 5);
+    int32_t in[4], tg[4];
+    assert_int_equal(regc_tokens_batch(t, 0, 1, 4, in, tg), REGC_OK);
+    assert_int_equal(in[3], 30);
+    assert_int_equal(tg[3], 40);
+
+    unsigned char mask[1024 + 5] = {0};
+    put_le32(mask, 20240601);
+    put_le32(mask + 4, 1);
+    put_le32(mask + 8, 5);
+    mask[1024 + 2] = 1;
+    assert_int_equal(regc_tokens_parse_mask(t, "mem.mask", mask, sizeof mask), REGC_OK);
+    assert_int_equal(regc_tokens_batch(t, 0, 1, 4, in, tg), REGC_OK);
+    assert_int_equal(tg[0], -1);
+    assert_int_equal(tg[1], 20);
+    mask[1024 + 4] = 2;
+    assert_int_equal(regc_tokens_parse_mask(t, "mem.mask", mask, sizeof mask), REGC_ERR_FORMAT);
+    regc_test_expect_error("mem.mask", "byte 4 is 2");
+    assert_int_equal(regc_tokens_parse_mask(t, "mem.mask", mask, 1000), REGC_ERR_FORMAT);
+    regc_test_expect_error("mem.mask", "truncated header");
+    regc_tokens_free(t);
+
+    t = (regc_tokens *)0x1;
+    assert_int_equal(regc_tokens_parse("mem.bin", image, sizeof image, 40, &t), REGC_ERR_FORMAT);
+    assert_null(t);
+    regc_test_expect_error("mem.bin", "token 40 at position 4 is >= vocab size 40");
+    assert_int_equal(regc_tokens_parse("mem.bin", image, sizeof image - 1, 50, &t),
+                     REGC_ERR_FORMAT);
+    regc_test_expect_error("mem.bin", "truncated: header says 5 tokens");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_memory),
         regc_test_in_dir(test_round_trip, setup),
         regc_test_in_dir(test_batch_order_hand_worked, setup),
         regc_test_in_dir(test_batch_order_matches_simulation, setup),

@@ -7,7 +7,13 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v clang-format >/dev/null 2>&1 || { echo "check_format.sh: clang-format not found (apt-get install clang-format)" >&2; exit 1; }
-mapfile -t files < <(git ls-files '*.c' '*.h' '*.cu')
+# tracked files and new ones not yet added (a new harness in tests/fuzz/,
+# say), but nothing git ignores (build trees)
+mapfile -t listed < <(git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu')
+files=()
+for f in "${listed[@]}"; do
+    [ -f "$f" ] && files+=("$f") # a file deleted but not yet from the index
+done
 if [ "${1:-}" = "--fix" ]; then
     clang-format -i "${files[@]}"
     exit 0

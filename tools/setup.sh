@@ -7,7 +7,8 @@
 #   tools/setup.sh test         check the formatting, build, ctest (everything but the
 #                               gpu label), the same built without -march=native in
 #                               build-portable, then the ASan/UBSan build in
-#                               build-sanitize and its ctest
+#                               build-sanitize and its ctest, then every libFuzzer
+#                               harness for 30 s (tools/fuzz.sh, clang, build-fuzz)
 #
 # Works unattended on a fresh Debian/Ubuntu machine (as root, or with sudo).
 # The CUDA backend is built when a CUDA toolkit is found; nothing here needs a GPU.
@@ -16,8 +17,11 @@ set -euo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 
+# clang and libclang-rt-14-dev: the fuzz build (libFuzzer's runtime is in the
+# latter, which clang only recommends on Debian bookworm).
 PACKAGES=(cmake gcc make pkg-config libcjson-dev zlib1g-dev libxxhash-dev libcmocka-dev
-          libopenblas-dev libopenblas-openmp-dev clang-format python3 libopenmpi-dev openmpi-bin)
+          libopenblas-dev libopenblas-openmp-dev clang-format python3 libopenmpi-dev openmpi-bin
+          clang libclang-rt-14-dev)
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -86,10 +90,14 @@ cmd_test() {
     build_preset sanitize
     log "ctest --preset sanitize"
     ctest --preset sanitize
+
+    # every parser under libFuzzer, ASan and UBSan; any finding fails
+    log "tools/fuzz.sh 30"
+    bash tools/fuzz.sh 30
 }
 
 usage() {
-    sed -n '2,12p' "$SELF" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$SELF" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in

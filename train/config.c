@@ -253,18 +253,15 @@ static void position_of(const char *text, const char *at, int *line, int *col)
     }
 }
 
-int regc_config_load(const char *path, regc_config **out)
+int regc_config_parse(const char *text, size_t size, const char *path, regc_config **out)
 {
     *out = NULL;
-    char *text = NULL;
-    size_t size = 0;
-    int rc = regc_file_read_all(path, &text, &size);
-    if (rc)
-        return rc;
-    if (strlen(text) != size) {
+    /* cJSON reads to the first NUL: a NUL inside the text would hide the
+     * rest of the file, so it is refused */
+    size_t len = strlen(text);
+    if (len != size) {
         int line, col;
-        position_of(text, text + strlen(text), &line, &col);
-        free(text);
+        position_of(text, text + len, &line, &col);
         return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON: a NUL byte at line %d, column %d",
                           path, line, col);
     }
@@ -275,22 +272,17 @@ int regc_config_load(const char *path, regc_config **out)
         position_of(text, end, &line, &col);
         const char *blank = text + strspn(text, " \t\r\n");
         if (*blank)
-            rc = regc_error(REGC_ERR_FORMAT, "%s: malformed JSON near line %d, column %d", path,
-                            line, col);
-        else
-            rc = regc_error(REGC_ERR_FORMAT, "%s: malformed JSON: the file is empty", path);
-        free(text);
-        return rc;
+            return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON near line %d, column %d", path,
+                              line, col);
+        return regc_error(REGC_ERR_FORMAT, "%s: malformed JSON: the file is empty", path);
     }
-    free(text);
-
     regc_config *c = calloc(1, sizeof *c);
     if (!c) {
         cJSON_Delete(root);
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     }
     load_ctx x = {.file = path, .c = c};
-    rc = read_root(&x, root);
+    int rc = read_root(&x, root);
     cJSON_Delete(root);
     if (rc) {
         regc_config_free(c);
@@ -298,6 +290,19 @@ int regc_config_load(const char *path, regc_config **out)
     }
     *out = c;
     return REGC_OK;
+}
+
+int regc_config_load(const char *path, regc_config **out)
+{
+    *out = NULL;
+    char *text = NULL;
+    size_t size = 0;
+    int rc = regc_file_read_all(path, &text, &size);
+    if (rc)
+        return rc;
+    rc = regc_config_parse(text, size, path, out);
+    free(text);
+    return rc;
 }
 
 void regc_config_free(regc_config *c)
