@@ -183,6 +183,9 @@ struct regc_backend {
     void (*copy_d2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(regc_backend *be, float *dst, size_t n, float value);
     int (*sync)(regc_backend *be); /* waits for all queued work; reports failures */
+    /* Before each run of a program (NULL: nothing to do): the CPU backend
+     * fits its thread team to the cores other processes leave free. */
+    void (*begin_run)(regc_backend *be);
 
     /* dst[r, 0:cols] = src[r, 0:cols] for r < rows; strides in elements.
      * Splits and concatenations along the last axis are this copy. */

@@ -209,6 +209,8 @@ int regc_program_run(regc_program *p)
 {
     if (!p->ptr)
         return regc_error(REGC_ERR_ARG, "step program: run before bind");
+    if (p->be->begin_run)
+        p->be->begin_run(p->be);
     int rc = REGC_OK;
     if (p->lazy) {
         rc = run_lazy(p);

@@ -6,13 +6,39 @@
  * Exit codes: 0 success, 1 the library reported an error, 2 a usage error. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 #ifndef REGC_VERSION
 #define REGC_VERSION "0.1.0"
 #endif
+
+/* How long an OpenMP thread spins at a barrier before it sleeps.
+ * libgomp's default, 300,000 spins (milliseconds), is made for a machine
+ * of one's own: where the cores are shared (MPI ranks on one host, any
+ * other busy process), the spinning threads burn the time slice that the
+ * thread they wait for needs, and a step of a small model went from 0.9 ms
+ * to hundreds of milliseconds. A short spin, then sleep, keeps the idle
+ * speed and degrades to a fair share under load (tools/bench_shared_cores.sh
+ * measures both; README, Performance). libgomp reads the setting once, from
+ * the environment, in its own initializer, before main and before any
+ * code of regc can run; so regc, when neither OMP_WAIT_POLICY nor
+ * GOMP_SPINCOUNT is set, sets GOMP_SPINCOUNT and executes itself again
+ * (about a millisecond, once). A user's setting is left as it is. */
+#define REGC_GOMP_SPINCOUNT "100000"
+
+static void exec_with_short_spin(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    if (setenv("GOMP_SPINCOUNT", REGC_GOMP_SPINCOUNT, 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT"); /* no /proc: run on with libgomp's default */
+}
 
 static const struct {
     const char *name;
@@ -64,6 +90,7 @@ static int find_command(const char *name)
 
 int main(int argc, char **argv)
 {
+    exec_with_short_spin(argv);
     if (argc < 2) {
         print_usage(stderr);
         return EXIT_USAGE;

@@ -142,7 +142,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
         return;
     const int64_t n_tasks = s->batch * H;
 
-#pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN)
+#pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= regc_cpu_par_min(be))
     {
         float *kt = scratch + (size_t)omp_get_thread_num() * stride; /* [D, ld] */
         float *p = kt + (int64_t)D * ld;                             /* [ld] */
@@ -209,7 +209,7 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
     const int64_t n_tasks = (int64_t)H * tq;
 
 #pragma omp parallel num_threads(regc_cpu_threads(be)) if (s->batch * n_tasks * tk * D >=          \
-                                                           REGC_CPU_PAR_MIN)
+                                                           regc_cpu_par_min(be))
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
         float *dp = p + ld;                                          /* [ld] */
@@ -272,7 +272,7 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
     float *vt = kt + heads;   /* [n_tasks, D, ld] */
     float *rows = vt + heads; /* [threads, row_stride] */
 
-#pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= REGC_CPU_PAR_MIN)
+#pragma omp parallel num_threads(threads) if (n_tasks * tq * tk * D >= regc_cpu_par_min(be))
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
         float *dp = p + ld;                                          /* [ld] */

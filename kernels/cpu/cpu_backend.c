@@ -113,9 +113,15 @@ regc_backend *regc_backend_cpu_new(int threads)
      * because BLAS is never called from inside an OpenMP region. */
     openblas_set_num_threads(threads);
     ctx->threads = threads;
+    ctx->par_scale = 1;
+    /* REGC_FIXED_TEAM=1: the idle thresholds whatever the load (benchmarks
+     * that measure what fitting the team gains) */
+    const char *fixed = getenv("REGC_FIXED_TEAM");
+    ctx->fit_team = !(fixed && fixed[0] == '1');
     ctx->status = REGC_OK;
 
     be->mem_capacity = regc_host_memory_bytes();
+    be->begin_run = regc_cpu_fit_team;
     be->name = "cpu";
     be->device = "cpu";
     be->ctx = ctx;

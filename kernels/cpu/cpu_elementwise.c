@@ -7,11 +7,12 @@
 #include "cpu_kernels.h"
 #include "regc_common.h"
 
-void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
-                          int threads)
+void regc_cpu_sum_columns(const regc_backend *be, float *out, const float *x, int64_t ld,
+                          int64_t rows, int64_t cols)
 {
+    const int threads = regc_cpu_threads(be);
     /* double accumulators: a sum over thousands of rows keeps float accuracy */
-#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+#pragma omp parallel num_threads(threads) if (rows * cols >= regc_cpu_par_min(be))
     {
         int64_t lo, hi;
         regc_cpu_team_columns(cols, &lo, &hi);
@@ -32,7 +33,7 @@ void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, 
 void regc_cpu_fill_floats(regc_backend *be, float *dst, size_t n, float value)
 {
     const int64_t count = (int64_t)n;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (count >= REGC_CPU_PAR_MIN)          \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (count >= regc_cpu_par_min(be))      \
     schedule(static)
     for (int64_t i = 0; i < count; i++)
         dst[i] = value;
@@ -43,8 +44,8 @@ void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const floa
 {
     if (rows <= 0 || cols <= 0)
         return;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++)
         memmove(dst + r * ld_dst, src + r * ld_src, (size_t)cols * sizeof(float));
 }
@@ -52,8 +53,8 @@ void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const floa
 void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids, const float *table,
                             int64_t rows, int64_t cols)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++)
         memcpy(out + r * cols, table + (int64_t)ids[r] * cols, (size_t)cols * sizeof(float));
 }
@@ -101,7 +102,8 @@ void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
         regc_cpu_fill_floats(be, dtable, (size_t)(vocab * cols), 0.0f);
     /* Threads own column blocks, so rows of one id never race. */
     const int64_t n_blocks = (cols + REGC_CPU_COL_BLOCK - 1) / REGC_CPU_COL_BLOCK;
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(threads) if (rows * cols >= regc_cpu_par_min(be))             \
+    schedule(static)
     for (int64_t blk = 0; blk < n_blocks; blk++) {
         const int64_t c0 = blk * REGC_CPU_COL_BLOCK;
         const int64_t w = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
@@ -122,7 +124,7 @@ void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
 
 void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         out[i] = regc_cpu_addf(a[i], b[i]);
@@ -131,8 +133,8 @@ void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const flo
 void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b, int64_t rows,
                        int64_t cols)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *o = out + r * cols;      /* [cols] */
         const float *xr = x + r * cols; /* [cols] */
@@ -143,12 +145,12 @@ void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float
 
 void regc_cpu_sum_rows(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols)
 {
-    regc_cpu_sum_columns(out, x, cols, rows, cols, regc_cpu_threads(be));
+    regc_cpu_sum_columns(be, out, x, cols, rows, cols);
 }
 
 void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_gelu(x[i]);
@@ -156,7 +158,7 @@ void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 
 void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_gelu_dx(dy[i], x[i]);
@@ -164,7 +166,7 @@ void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float
 
 void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         out[i] = regc_cpu_mulf(a[i], b[i]);
@@ -172,7 +174,7 @@ void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const flo
 
 void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_silu(x[i]);
@@ -180,7 +182,7 @@ void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 
 void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_silu_dx(dy[i], x[i]);
@@ -188,7 +190,7 @@ void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float
 
 void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_gelu_erf(x[i]);
@@ -196,7 +198,7 @@ void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n
 
 void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN / 8)          \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_gelu_erf_dx(dy[i], x[i]);
@@ -204,7 +206,7 @@ void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const f
 
 void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_relu(x[i]);
@@ -212,7 +214,7 @@ void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 
 void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         dx[i] = regc_cpu_relu_dx(dy[i], x[i]);
@@ -220,7 +222,7 @@ void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float
 
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_cpu_scalef(value, x[i]);

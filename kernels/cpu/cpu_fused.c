@@ -37,7 +37,7 @@ static int ew_op_binary(int op)
            op == REGC_EW_GELU_ERF_BWD || op == REGC_EW_SILU_BWD || op == REGC_EW_RELU_BWD;
 }
 
-/* the ops whose single kernels go parallel at REGC_CPU_PAR_MIN / 8 */
+/* the ops whose single kernels go parallel at an eighth of regc_cpu_par_min */
 static int ew_op_costly(int op)
 {
     return op != REGC_EW_ADD && op != REGC_EW_MUL && op != REGC_EW_SCALE && op != REGC_EW_RELU &&
@@ -179,7 +179,7 @@ void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
     int costly = 0;
     for (int s = 0; s < n_steps; s++)
         costly |= ew_op_costly(p->steps[s].op);
-    const int64_t par_min = costly ? REGC_CPU_PAR_MIN / 8 : REGC_CPU_PAR_MIN;
+    const int64_t par_min = costly ? regc_cpu_par_min(be) / 8 : regc_cpu_par_min(be);
 
     const int64_t n_blocks = (n + CPU_EW_BLOCK - 1) / CPU_EW_BLOCK;
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= par_min) schedule(static)

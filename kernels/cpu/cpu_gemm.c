@@ -84,14 +84,16 @@ static int cpu_check_gemm(const regc_gemm *g)
 }
 
 /* bias_grad[n] = sum over k of op(B)[k, n]   (B: [k, n], or [n, k] when trans_b) */
-static void cpu_bgrad_of_b(const regc_gemm *g, int threads)
+static void cpu_bgrad_of_b(const regc_backend *be, const regc_gemm *g)
 {
+    const int threads = regc_cpu_threads(be);
     if (!g->trans_b) {
-        regc_cpu_sum_columns(g->bias_grad, g->b, g->ldb, g->k, g->n, threads);
+        regc_cpu_sum_columns(be, g->bias_grad, g->b, g->ldb, g->k, g->n);
         return;
     }
     /* op(B) = B^T: column n of op(B) is row n of B, contiguous */
-#pragma omp parallel for num_threads(threads) if (g->n * g->k >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(threads) if (g->n * g->k >= regc_cpu_par_min(be))             \
+    schedule(static)
     for (int64_t j = 0; j < g->n; j++) {
         const float *row = g->b + j * g->ldb;
         double acc = 0.0;
@@ -105,10 +107,11 @@ static void cpu_bgrad_of_b(const regc_gemm *g, int threads)
  * thread runs down the rows over its own columns, a chunk at a time, so a
  * chunk of C is summed while still in cache, in the same order (double, row
  * by row) as the separate dgelu and sum_rows kernels, giving the same bits. */
-REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_gemm *g, int threads)
+REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_backend *be, const regc_gemm *g)
 {
+    const int threads = regc_cpu_threads(be);
     const int64_t m = g->m, n = g->n;
-#pragma omp parallel num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN)
+#pragma omp parallel num_threads(threads) if (m * n >= regc_cpu_par_min(be))
     {
         int64_t lo, hi;
         regc_cpu_team_columns(n, &lo, &hi);
@@ -167,17 +170,18 @@ REGC_CPU_WIDE_VECTORS void regc_cpu_apply_epilogue_span(const regc_gemm *g, int6
 }
 
 /* C = epilogue(C) row by row; C already holds G. */
-static void cpu_apply_epilogue(const regc_gemm *g, int threads)
+static void cpu_apply_epilogue(const regc_backend *be, const regc_gemm *g)
 {
+    const int threads = regc_cpu_threads(be);
     const int64_t m = g->m, n = g->n;
     const regc_epilogue e = g->epilogue;
     if (e == REGC_EPI_NONE || e == REGC_EPI_BGRAD)
         return;
     if (e == REGC_EPI_DGELU_BGRAD) {
-        cpu_dgelu_bgrad(g, threads);
+        cpu_dgelu_bgrad(be, g);
         return;
     }
-#pragma omp parallel for num_threads(threads) if (m * n >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(threads) if (m * n >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t i = 0; i < m; i++)
         regc_cpu_apply_epilogue_span(g, i, 0, n);
 }
@@ -189,10 +193,8 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
     int status = cpu_check_gemm(g);
     if (status != REGC_OK)
         return status;
-    const int threads = regc_cpu_threads(be);
-
     if (g->epilogue == REGC_EPI_BGRAD)
-        cpu_bgrad_of_b(g, threads);
+        cpu_bgrad_of_b(be, g);
 
     int epilogue_done = 0;
     if (g->m > 0 && g->n > 0) {
@@ -206,6 +208,7 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
 #else
             /* OpenBLAS's thread count is process-wide: restore this
              * backend's in case another backend instance changed it */
+            const int threads = regc_cpu_threads(be);
             if (openblas_get_num_threads() != threads)
                 openblas_set_num_threads(threads);
             cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
@@ -220,7 +223,7 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
         }
     }
     if (!epilogue_done)
-        cpu_apply_epilogue(g, threads);
+        cpu_apply_epilogue(be, g);
     return REGC_OK;
 }
 

@@ -12,15 +12,21 @@
 #include "regc_backend.h"
 
 typedef struct {
-    int threads;   /* every parallel region uses exactly this many */
-    int status;    /* first failure of a void kernel, reported by sync() */
-    void *scratch; /* reused between calls so hot kernels never malloc */
+    int threads;            /* every parallel region uses exactly this many */
+    int fit_team;           /* raise the thresholds of going parallel while cores are shared */
+    double team_checked_ms; /* when it last looked */
+    int64_t par_scale;      /* 1, or REGC_CPU_CONTENDED_SCALE while cores are shared */
+    int status;             /* first failure of a void kernel, reported by sync() */
+    void *scratch;          /* reused between calls so hot kernels never malloc */
     size_t scratch_bytes;
 } regc_cpu_ctx;
 
 /* Below this many elements a loop stays on one thread: waking the team
- * costs more than the loop. */
+ * costs more than the loop. Where other processes keep cores busy, waking
+ * a thread can cost a time slice, and only loops REGC_CPU_CONTENDED_SCALE
+ * times larger go parallel (cpu_team.c; regc_cpu_par_min). */
 #define REGC_CPU_PAR_MIN 32768
+#define REGC_CPU_CONTENDED_SCALE 128
 
 /* Reductions over rows (column sums) run each column down the rows in
  * order, in double, whatever the split: threads own disjoint column ranges,
@@ -50,6 +56,24 @@ static inline void regc_cpu_team_range(int64_t size, int64_t unit, int64_t *lo, 
 static inline void regc_cpu_team_columns(int64_t cols, int64_t *lo, int64_t *hi)
 {
     regc_cpu_team_range(cols, 16, lo, hi);
+}
+
+/* Before a program run: the thresholds fitted to the free cores (cpu_team.c). */
+void regc_cpu_fit_team(regc_backend *be);
+/* Are fewer than `threads` of `cores` free, with `running` runnable tasks on
+ * the machine of which `own_running` are this process's? */
+int regc_cpu_cores_contended(int cores, int running, int own_running, int threads);
+
+/* What the thresholds of going parallel are multiplied by now (cpu_team.c). */
+static inline int64_t regc_cpu_par_scale(const regc_backend *be)
+{
+    return ((const regc_cpu_ctx *)be->ctx)->par_scale;
+}
+
+/* The smallest loop worth the team now (REGC_CPU_PAR_MIN, scaled). */
+static inline int64_t regc_cpu_par_min(const regc_backend *be)
+{
+    return REGC_CPU_PAR_MIN * regc_cpu_par_scale(be);
 }
 
 static inline int regc_cpu_threads(const regc_backend *be)
@@ -187,8 +211,8 @@ static inline float regc_cpu_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float regc_cpu_relu_dx(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
 /* out[c] = sum over r < rows of x[r * ld + c]   (x: [rows, ld], out: [cols]) */
-void regc_cpu_sum_columns(float *out, const float *x, int64_t ld, int64_t rows, int64_t cols,
-                          int threads);
+void regc_cpu_sum_columns(const regc_backend *be, float *out, const float *x, int64_t ld,
+                          int64_t rows, int64_t cols);
 
 /* Where the build targets AVX-512, GEMMs run regc's own kernel
  * (cpu_sgemm.c), elsewhere OpenBLAS's. */

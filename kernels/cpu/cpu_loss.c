@@ -48,8 +48,8 @@ REGC_CPU_WIDE_VECTORS static float cpu_row_logsumexp(const float *x, int64_t col
 void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const float *logits,
                                 const int32_t *targets, int64_t rows, int64_t cols)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits + r * cols; /* [cols] */
         lse[r] = cpu_row_logsumexp(x, cols);
@@ -90,8 +90,8 @@ void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *d
     for (int64_t r = 0; r < rows; r++)
         n_valid += targets[r] >= 0;
     const float g = n_valid > 0 ? (float)((double)dloss[0] / (double)n_valid) : 0.0f;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits + r * cols; /* [cols] */
         float *dx = dlogits + r * cols;     /* [cols] */

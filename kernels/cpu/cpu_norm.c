@@ -71,8 +71,8 @@ static void layernorm_fwd_row(float *yr, float *mean_r, float *rstd_r, const flo
 void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int64_t rows, int64_t cols, float eps)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++)
         layernorm_fwd_row(y + r * cols, &mean[r], &rstd[r], x + r * cols, w, b, cols, eps);
 }
@@ -83,8 +83,8 @@ void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *m
 {
     /* the row of sum is written and then normalised while still in cache;
      * sum may be a or b (each element is read before it is written) */
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *sr = sum + r * cols;     /* [cols] */
         const float *ar = a + r * cols; /* [cols] */
@@ -138,11 +138,12 @@ static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, 
 
 /* dw, db: sums over rows, so threads own column ranges (no races, and the
  * summation order is independent of the thread count) */
-static void layernorm_bwd_params(float *dw, float *db, const float *dy, const float *x,
-                                 const float *mean, const float *rstd, int64_t rows, int64_t cols,
-                                 int threads)
+static void layernorm_bwd_params(const regc_backend *be, float *dw, float *db, const float *dy,
+                                 const float *x, const float *mean, const float *rstd, int64_t rows,
+                                 int64_t cols)
 {
-#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+    const int threads = regc_cpu_threads(be);
+#pragma omp parallel num_threads(threads) if (rows * cols >= regc_cpu_par_min(be))
     {
         int64_t lo, hi;
         regc_cpu_team_columns(cols, &lo, &hi);
@@ -172,11 +173,12 @@ static void layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db, con
                           const float *rstd, int64_t rows, int64_t cols)
 {
     const int threads = regc_cpu_threads(be);
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(threads) if (rows * cols >= regc_cpu_par_min(be))             \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++)
         layernorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols, x + r * cols,
                           w, mean[r], rstd[r], cols);
-    layernorm_bwd_params(dw, db, dy, x, mean, rstd, rows, cols, threads);
+    layernorm_bwd_params(be, dw, db, dy, x, mean, rstd, rows, cols);
 }
 
 void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db, const float *dy,
@@ -215,8 +217,8 @@ static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const flo
 void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x, const float *w,
                           int64_t rows, int64_t cols, float eps)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++)
         rmsnorm_fwd_row(y + r * cols, &rstd[r], x + r * cols, w, cols, eps);
 }
@@ -224,8 +226,8 @@ void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *
 void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd, const float *a,
                               const float *b, const float *w, int64_t rows, int64_t cols, float eps)
 {
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * cols >= REGC_CPU_PAR_MIN)    \
-    schedule(static)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *sr = sum + r * cols;     /* [cols] */
         const float *ar = a + r * cols; /* [cols] */
@@ -261,10 +263,11 @@ static void rmsnorm_bwd_row(float *dxr, const float *dresr, const float *dyr, co
 
 /* dw: a sum over rows, so threads own column ranges (race-free, and the
  * order does not depend on the thread count) */
-static void rmsnorm_bwd_params(float *dw, const float *dy, const float *x, const float *rstd,
-                               int64_t rows, int64_t cols, int threads)
+static void rmsnorm_bwd_params(const regc_backend *be, float *dw, const float *dy, const float *x,
+                               const float *rstd, int64_t rows, int64_t cols)
 {
-#pragma omp parallel num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN)
+    const int threads = regc_cpu_threads(be);
+#pragma omp parallel num_threads(threads) if (rows * cols >= regc_cpu_par_min(be))
     {
         int64_t lo, hi;
         regc_cpu_team_columns(cols, &lo, &hi);
@@ -289,11 +292,12 @@ static void rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dre
                         int64_t cols)
 {
     const int threads = regc_cpu_threads(be);
-#pragma omp parallel for num_threads(threads) if (rows * cols >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(threads) if (rows * cols >= regc_cpu_par_min(be))             \
+    schedule(static)
     for (int64_t r = 0; r < rows; r++)
         rmsnorm_bwd_row(dx + r * cols, dres ? dres + r * cols : NULL, dy + r * cols, x + r * cols,
                         w, rstd[r], cols);
-    rmsnorm_bwd_params(dw, dy, x, rstd, rows, cols, threads);
+    rmsnorm_bwd_params(be, dw, dy, x, rstd, rows, cols);
 }
 
 void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,

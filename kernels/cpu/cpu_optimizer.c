@@ -41,7 +41,7 @@ void regc_cpu_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_
         regc_cpu_set_failure(be, regc_error(REGC_ERR_MEMORY, "grad_sumsq: out of memory"));
         return;
     }
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t sp = 0; sp < n_spans; sp++) {
         const int64_t i0 = sp * CPU_SUMSQ_SPAN,
@@ -116,7 +116,7 @@ void regc_cpu_adamw(regc_backend *be, float *param, const float *grad, float *m,
     if (cf->skipped) /* a non-finite gradient norm: this step changes nothing */
         return;
     const int64_t n_spans = (n + CPU_ADAMW_SPAN - 1) / CPU_ADAMW_SPAN;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= REGC_CPU_PAR_MIN)              \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t sp = 0; sp < n_spans; sp++) {
         const int64_t i0 = sp * CPU_ADAMW_SPAN;

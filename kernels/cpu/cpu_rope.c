@@ -21,7 +21,7 @@ void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos,
     const int64_t rows = batch * t, ld = (int64_t)n_head * head_dim;
     const float sign = inverse ? -1.0f : 1.0f;
     /* every (batch, position) row is independent: no reduction, no order */
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * ld >= REGC_CPU_PAR_MIN)      \
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (rows * ld >= regc_cpu_par_min(be))  \
     schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *c = cos + (r % t) * half; /* [half] */

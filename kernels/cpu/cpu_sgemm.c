@@ -258,7 +258,8 @@ int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g)
     if (!pack)
         return REGC_ERR_MEMORY;
     const double madds = (double)g->m * (double)g->n * (double)g->k;
-#pragma omp parallel num_threads(threads) if (madds >= SGEMM_PAR_MIN)
+#pragma omp parallel num_threads(threads) if (madds >= (double)SGEMM_PAR_MIN *                     \
+                                                           (double)regc_cpu_par_scale(be))
     {
         float *apack = pack + (size_t)omp_get_thread_num() * (a_floats + b_floats);
         float *bpack = apack + a_floats;

@@ -96,7 +96,7 @@ void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int
     if (cont == last) {
         /* rows of the source stay rows: one memcpy per output row */
         const int64_t len = p.dim[last], n_rows = total / len;
-#pragma omp parallel for num_threads(threads) if (total >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(threads) if (total >= regc_cpu_par_min(be)) schedule(static)
         for (int64_t r = 0; r < n_rows; r++)
             memcpy(out + r * len, x + cpu_source_offset(&p, last, r), (size_t)len * sizeof(float));
         return;
@@ -124,7 +124,7 @@ void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int
     const int64_t src_col = p.src[last], dst_row = out_stride[cont];
     const int64_t tr = (rows + CPU_TILE - 1) / CPU_TILE, tc = (cols + CPU_TILE - 1) / CPU_TILE;
     const int64_t n_planes = total / (rows * cols), n_tasks = n_planes * tr * tc;
-#pragma omp parallel for num_threads(threads) if (total >= REGC_CPU_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(threads) if (total >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t task = 0; task < n_tasks; task++) {
         int64_t plane = task / (tr * tc), tile = task % (tr * tc);
         int64_t r0 = tile / tc * CPU_TILE, c0 = tile % tc * CPU_TILE;
