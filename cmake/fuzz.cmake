@@ -21,30 +21,15 @@ find_package(ZLIB REQUIRED)
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(XXHASH_LIBRARY xxhash REQUIRED)
 
-set(REGC_FUZZ_FOLDERS common kernels graph data detect models cache zero3 region train)
-set(REGC_FUZZ_SOURCES "")
-set(REGC_FUZZ_HEADERS "")
-foreach(dir ${REGC_FUZZ_FOLDERS})
-  file(GLOB dir_sources CONFIGURE_DEPENDS ${dir}/*.c)
-  file(GLOB dir_headers CONFIGURE_DEPENDS ${dir}/*.h)
-  list(APPEND REGC_FUZZ_SOURCES ${dir_sources})
-  list(APPEND REGC_FUZZ_HEADERS ${dir_headers})
-endforeach()
+# the library's folders but the backends' (kernels/cpu, kernels/cuda)
+regc_glob_sources(REGC_FUZZ_SOURCES REGC_FUZZ_HEADERS ${REGC_FOLDERS})
 # the same build identity header as the library's (cache/ keys entries with it)
-set(REGC_SOURCE_ID_H ${CMAKE_BINARY_DIR}/generated/regc_source_id.h)
-set(REGC_SOURCE_LIST ${CMAKE_BINARY_DIR}/generated/regc_sources.txt)
-string(REPLACE ";" "\n" regc_source_lines "${REGC_FUZZ_SOURCES};${REGC_FUZZ_HEADERS}")
-file(WRITE ${REGC_SOURCE_LIST} "${regc_source_lines}\n")
-add_custom_command(OUTPUT ${REGC_SOURCE_ID_H}
-  COMMAND ${CMAKE_COMMAND} -DOUT=${REGC_SOURCE_ID_H} -DVERSION=${PROJECT_VERSION}
-          -DLIST=${REGC_SOURCE_LIST} -P ${CMAKE_SOURCE_DIR}/cmake/source_id.cmake
-  DEPENDS ${REGC_FUZZ_SOURCES} ${REGC_FUZZ_HEADERS} ${CMAKE_SOURCE_DIR}/cmake/source_id.cmake
-  COMMENT "Hashing the library sources for compile-cache keys")
+regc_source_id_header(REGC_SOURCE_ID_H REGC_FUZZ_SOURCES REGC_FUZZ_HEADERS)
 
 set(REGC_FUZZ_SANITIZE address,undefined)
 set(REGC_FUZZ_FLAGS -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
 add_library(regc_fuzz STATIC ${REGC_FUZZ_SOURCES} tests/fuzz/stub_backend.c ${REGC_SOURCE_ID_H})
-target_include_directories(regc_fuzz PUBLIC ${REGC_FUZZ_FOLDERS}
+target_include_directories(regc_fuzz PUBLIC ${REGC_FOLDERS}
                            ${CJSON_INCLUDE_DIR})
 target_include_directories(regc_fuzz PRIVATE ${XXHASH_INCLUDE_DIR} ${CMAKE_BINARY_DIR}/generated)
 target_compile_options(regc_fuzz PRIVATE -fsanitize=fuzzer-no-link,${REGC_FUZZ_SANITIZE}
