@@ -1,5 +1,11 @@
 /* cache.c — compile-cache entries on disk: keys, the entry format,
- * atomic writes, corruption checks and least-recently-used eviction. */
+ * atomic writes, corruption checks and least-recently-used eviction.
+ *
+ * Every file in the directory is untrusted: it is opened without blocking
+ * (a FIFO answers at once), checked with fstat before a byte is read (only
+ * a regular file within the size limit is read), and its contents pass
+ * the header, both checksums, decompression and the key before the payload
+ * goes to its decoder, which checks it again (the compiler's, above). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,8 +26,9 @@
 #define HEADER_BYTES 64
 #define SUFFIX ".regc"
 /* Entries are a compiled region or step: far below this, so a length
- * beyond it is corruption, not a reason to allocate. */
-#define MAX_ENTRY_BYTES ((uint64_t)1 << 32)
+ * beyond it is corruption, not a reason to allocate (nor a file to read:
+ * a cache limit below it lowers it). */
+#define MAX_ENTRY_BYTES ((uint64_t)1 << 30)
 
 struct regc_cache {
     char *dir;
@@ -150,25 +157,53 @@ typedef struct {
     uint8_t *plain; /* keyed bytes then payload */
 } entry_contents;
 
+/* The largest file a cache with limit max_bytes reads: an entry beyond
+ * the limit would be evicted by the next store anyway. */
+static uint64_t read_limit(int64_t max_bytes)
+{
+    return max_bytes > 0 && (uint64_t)max_bytes < MAX_ENTRY_BYTES ? (uint64_t)max_bytes
+                                                                  : MAX_ENTRY_BYTES;
+}
+
+/* Open path for reading when it is a regular file of at most limit bytes:
+ * the descriptor and its size, or -1 with the reason (-2 when there is no
+ * file, the ordinary miss). O_NONBLOCK: a FIFO or device in the cache's
+ * place is refused at fstat, never waited on. */
+static int open_regular(const char *path, uint64_t limit, size_t *size, char *why, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        return errno == ENOENT ? -2 : -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, cap, "cannot stat: %s", strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "not a regular file");
+    } else if (st.st_size < 0 || (uint64_t)st.st_size > limit) {
+        snprintf(why, cap, "%lld bytes, beyond the cache's limit of %llu", (long long)st.st_size,
+                 (unsigned long long)limit);
+    } else {
+        *size = (size_t)st.st_size;
+        return fd;
+    }
+    close(fd);
+    return -1;
+}
+
 /* The whole file: 1, or 0 with the reason, or -1 when there is none (the
  * ordinary miss, which says nothing). Not regc_file_read_all: that one
  * leaves a message for every failure, cannot tell "no file" from
- * "unreadable", and would read a stray file of any size. */
-static int read_file(const char *path, uint8_t **data, size_t *len, char *why, size_t cap)
+ * "unreadable", and would read a stray file of any size or kind. */
+static int read_file(const char *path, uint64_t limit, uint8_t **data, size_t *len, char *why,
+                     size_t cap)
 {
     *data = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        snprintf(why, cap, "%s", strerror(errno));
-        return errno == ENOENT ? -1 : 0;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < 0 || (uint64_t)st.st_size > MAX_ENTRY_BYTES) {
-        snprintf(why, cap, "unreadable or oversized file");
-        close(fd);
-        return 0;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
+    size_t n = 0, got = 0;
+    int fd = open_regular(path, limit, &n, why, cap);
+    if (fd < 0)
+        return fd == -2 ? -1 : 0;
     uint8_t *buf = malloc(n + 1);
     while (buf && got < n) {
         ssize_t r = read(fd, buf + got, n - got);
@@ -231,12 +266,12 @@ static int parse_header(const uint8_t *b, size_t len, entry_header *h, char *why
  * caller frees both), 0 with the reason in why, -1 when there is no file.
  * Out of memory is a reason too: a lookup that cannot be afforded is a
  * miss. */
-static int read_entry(const char *path, entry_contents *e, char *why, size_t cap)
+static int read_entry(const char *path, uint64_t limit, entry_contents *e, char *why, size_t cap)
 {
     memset(e, 0, sizeof *e);
     uint8_t *file;
     size_t len;
-    int ok = read_file(path, &file, &len, why, cap);
+    int ok = read_file(path, limit, &file, &len, why, cap);
     if (ok <= 0)
         return ok;
     ok = parse_header(file, len, &e->h, why, cap);
@@ -292,7 +327,7 @@ int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload)
     char path[4200], why[200];
     entry_path(c, k, path, sizeof path);
     entry_contents e;
-    int ok = read_entry(path, &e, why, sizeof why);
+    int ok = read_entry(path, read_limit(c->max_bytes), &e, why, sizeof why);
     if (ok > 0 && (e.h.key.lo != k.lo || e.h.key.hi != k.hi)) {
         snprintf(why, sizeof why, "header of another entry (key does not match the file name)");
         ok = 0;
@@ -319,6 +354,16 @@ int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload)
     payload->len = payload->cap = (size_t)e.h.payload_len;
     free(e.label);
     return 1;
+}
+
+void regc_cache_entry_path(const regc_cache *c, const regc_bytes *canon, char *buf, size_t cap)
+{
+    regc_bytes keyed = {0};
+    if (keyed_bytes(c, canon, &keyed) == REGC_OK)
+        entry_path(c, key_of(keyed.data, keyed.len), buf, cap);
+    else
+        snprintf(buf, cap, "%s", c->dir);
+    regc_bytes_free(&keyed);
 }
 
 /* ---------------------------------------------------------------- writing an entry */
@@ -426,22 +471,24 @@ void regc_cache_entries_free(regc_cache_entry *e, int n)
     free(e);
 }
 
-/* The label, from the header alone (ls). */
+/* The label, from the header alone (ls); only of a regular file. */
 static char *read_label(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    char why[160];
+    size_t size;
+    int fd = open_regular(path, MAX_ENTRY_BYTES, &size, why, sizeof why);
+    if (fd < 0)
         return NULL;
     uint8_t h[HEADER_BYTES];
     char *label = NULL;
-    if (fread(h, 1, HEADER_BYTES, f) == HEADER_BYTES && !memcmp(h, MAGIC, 8)) {
+    if (read(fd, h, HEADER_BYTES) == HEADER_BYTES && !memcmp(h, MAGIC, 8)) {
         uint32_t n = (uint32_t)get_le(h + 12, 4);
-        if (n < 4096 && (label = calloc(n + 1, 1)) && fread(label, 1, n, f) != n) {
+        if (n < 4096 && (label = calloc(n + 1, 1)) && read(fd, label, n) != (ssize_t)n) {
             free(label);
             label = NULL;
         }
     }
-    fclose(f);
+    close(fd);
     return label;
 }
 
@@ -449,7 +496,23 @@ static char *read_label(const char *path)
  * names, sizes and times; listing adds the label, verifying everything. */
 typedef enum { SCAN_NAMES, SCAN_LABELS, SCAN_VERIFY } scan_depth;
 
-static int scan_dir(const char *dir, scan_depth depth, regc_cache_entry **out, int *n_out)
+/* An entry whose checksums hold, through the caller's decoder. */
+static void check_payload(const entry_contents *c, regc_cache_check_fn check, void *ctx,
+                          char *problem, size_t cap)
+{
+    const uint8_t *nul = memchr(c->plain, 0, (size_t)c->h.keyed_len);
+    if (!nul) { /* the keyed bytes always start with the version and a NUL */
+        snprintf(problem, cap, "no version in the stored canonical form");
+        return;
+    }
+    size_t v = (size_t)(nul - c->plain) + 1;
+    if (check(ctx, (const char *)c->plain, c->plain + v, (size_t)c->h.keyed_len - v,
+              c->plain + c->h.keyed_len, (size_t)c->h.payload_len) != REGC_OK)
+        snprintf(problem, cap, "payload refused: %s", regc_error_message());
+}
+
+static int scan_dir(const char *dir, scan_depth depth, regc_cache_check_fn check, void *ctx,
+                    regc_cache_entry **out, int *n_out)
 {
     *out = NULL, *n_out = 0;
     DIR *d = opendir(dir);
@@ -492,13 +555,15 @@ static int scan_dir(const char *dir, scan_depth depth, regc_cache_entry **out, i
         }
         entry_contents c;
         char why[160];
-        int ok = read_entry(path, &c, why, sizeof why);
+        int ok = read_entry(path, MAX_ENTRY_BYTES, &c, why, sizeof why);
         if (ok > 0) {
             char name[40];
             snprintf(name, sizeof name, "%016llx%016llx" SUFFIX, (unsigned long long)c.h.key.hi,
                      (unsigned long long)c.h.key.lo);
             if (strcmp(name, x->file) != 0)
                 snprintf(x->problem, sizeof x->problem, "key does not match the file name");
+            else if (check)
+                check_payload(&c, check, ctx, x->problem, sizeof x->problem);
             x->label = c.label;
             free(c.plain);
         } else {
@@ -519,7 +584,13 @@ static int scan_dir(const char *dir, scan_depth depth, regc_cache_entry **out, i
 
 int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n_out)
 {
-    return scan_dir(dir, verify ? SCAN_VERIFY : SCAN_LABELS, out, n_out);
+    return scan_dir(dir, verify ? SCAN_VERIFY : SCAN_LABELS, NULL, NULL, out, n_out);
+}
+
+int regc_cache_scan_checked(const char *dir, regc_cache_check_fn check, void *ctx,
+                            regc_cache_entry **out, int *n_out)
+{
+    return scan_dir(dir, SCAN_VERIFY, check, ctx, out, n_out);
 }
 
 /* After a store: remove the temporary files of writers that died, then
@@ -528,7 +599,7 @@ static void evict(regc_cache *c)
 {
     regc_cache_entry *e;
     int n;
-    if (scan_dir(c->dir, SCAN_NAMES, &e, &n) != REGC_OK)
+    if (scan_dir(c->dir, SCAN_NAMES, NULL, NULL, &e, &n) != REGC_OK)
         return;
     time_t now = time(NULL);
     int64_t total = 0;
@@ -554,7 +625,7 @@ int regc_cache_clear(const char *dir, int *removed)
 {
     *removed = 0;
     regc_cache_entry *e;
-    int n, rc = scan_dir(dir, SCAN_NAMES, &e, &n);
+    int n, rc = scan_dir(dir, SCAN_NAMES, NULL, NULL, &e, &n);
     if (rc)
         return rc;
     char path[4200];

@@ -21,7 +21,12 @@
  * the one asked for (a key collision) — makes the lookup a miss that logs
  * one line; the caller compiles afresh and its put replaces the entry. A
  * size limit evicts the least recently used entries (a hit refreshes an
- * entry's modification time). */
+ * entry's modification time).
+ *
+ * The directory may be shared by many processes and users, so nothing in
+ * it is trusted: a file is opened without blocking and read only when it
+ * is a regular file no larger than the cache's limit, and a payload with
+ * valid checksums is still input to its decoder (the caller's). */
 #ifndef REGC_CACHE_H
 #define REGC_CACHE_H
 
@@ -59,6 +64,9 @@ int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload);
 int regc_cache_put(regc_cache *c, const regc_bytes *canon, const char *label,
                    const regc_bytes *payload);
 
+/* The path of canon's entry in c's directory (there may be none). */
+void regc_cache_entry_path(const regc_cache *c, const regc_bytes *canon, char *buf, size_t cap);
+
 /* ---- inspecting a directory (regc cache ls | verify | clear) */
 typedef struct {
     char file[64]; /* the entry's file name */
@@ -74,6 +82,16 @@ typedef struct {
  * entry completely (checksums, decompression, key against the stored
  * canonical form). */
 int regc_cache_scan(const char *dir, int verify, regc_cache_entry **out, int *n);
+/* What verifying adds beyond checksums: the decoder of the layer that
+ * wrote the entry (above this one), given the version string the entry
+ * was keyed under, its canonical form and its payload. REGC_OK when the
+ * payload is sound; else a status, regc_error_message() saying why. */
+typedef int (*regc_cache_check_fn)(void *ctx, const char *version, const uint8_t *canon,
+                                   size_t canon_len, const uint8_t *payload, size_t payload_len);
+/* regc_cache_scan verifying, each entry whose checksums hold also passed
+ * to check: an entry it refuses is reported with its reason. */
+int regc_cache_scan_checked(const char *dir, regc_cache_check_fn check, void *ctx,
+                            regc_cache_entry **out, int *n);
 void regc_cache_entries_free(regc_cache_entry *e, int n);
 /* Remove every entry and temporary file in dir; *removed counts them. */
 int regc_cache_clear(const char *dir, int *removed);

@@ -6,18 +6,48 @@
  * another depth or another model hits. A step is keyed on the options that
  * change the program and on what the graph is built from (the model's
  * structure at a batch and sequence, or a graph's canonical form). An
- * entry that does not decode is a miss: the caller compiles afresh and the
- * store that follows replaces it. */
+ * entry is input, whoever wrote it: one that does not decode, or whose
+ * decoded region or program fails validation (region/validate.c; a region
+ * also against the formals it is compiled for), is a miss that names the
+ * entry's file: the caller compiles afresh and the store that follows
+ * replaces it. Debug builds validate what they store too: the compiler
+ * must never write an entry its own decoder refuses. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "region_internal.h"
 #include "serial.h"
+#include "validate.h"
 
 int regc_compile_uses_cache(const regc_compile_options *o) { return o->cache && !o->dump_dir; }
 
 static const char *target(const regc_compile_options *o) { return o->device ? o->device : "cpu"; }
+
+/* One line for an entry that checked out but did not decode or validate:
+ * its file, what it held and why (regc_error_message). */
+static void refused(const regc_compile_options *o, const regc_bytes *canon, const char *what)
+{
+    char path[4200];
+    regc_cache_entry_path(o->cache, canon, path, sizeof path);
+    fprintf(stderr, "regc: cache: %s: %s: %s; compiling afresh\n", path, what,
+            regc_error_message());
+}
+
+/* The compiler's output passes its own decoder's checks; a debug build
+ * stops at one that does not, before it is stored. */
+static void check_own(int rc, const char *what)
+{
+#ifndef NDEBUG
+    if (rc != REGC_OK) {
+        fprintf(stderr, "regc: internal error: the compiler made an unsound %s: %s\n", what,
+                regc_error_message());
+        abort();
+    }
+#else
+    (void)rc, (void)what;
+#endif
+}
 
 int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec, regc_level level,
                                const regc_compile_options *o, regc_compile_stats *st, int *compiles,
@@ -34,7 +64,12 @@ int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec
             rc = hit;
         if (hit > 0) {
             regc_reader rd = regc_reader_of(payload.data, payload.len);
-            hit = regc_region_read(&rd, out) == REGC_OK && rd.p == rd.end;
+            hit = regc_region_read(&rd, out) == REGC_OK;
+            if (hit && rd.p != rd.end)
+                hit = 0,
+                regc_error(REGC_ERR_FORMAT, "compile cache: trailing bytes after a region");
+            if (hit && regc_region_validate_spec(*out, g, spec) != REGC_OK)
+                hit = 0;
             if (hit) { /* the kind's name in this step, not the one it was stored under */
                 free((*out)->name);
                 if (!((*out)->name = strdup(spec->name)))
@@ -42,8 +77,7 @@ int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec
             } else {
                 regc_compiled_region_free(*out);
                 *out = NULL;
-                fprintf(stderr, "regc: cache: region %s: malformed entry; compiling afresh\n",
-                        spec->name);
+                refused(o, &canon, spec->name);
             }
         }
         st->cache_ms += regc_time_ms() - t0;
@@ -54,6 +88,8 @@ int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec
         ++*compiles;
         rc = regc_region_compile(g, spec, level, out);
         if (rc == REGC_OK && regc_compile_uses_cache(o)) {
+            check_own(regc_region_validate(*out), "region");
+            check_own(regc_region_validate_spec(*out, g, spec), "region");
             char label[160];
             snprintf(label, sizeof label, "region: %d nodes, %d inputs, %d outputs, %s, %s",
                      spec->n_nodes, spec->n_in, spec->n_out, regc_level_name(level), target(o));
@@ -90,7 +126,7 @@ int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *cano
     regc_bytes payload = {0};
     int hit = regc_cache_get(o->cache, canon, &payload);
     if (hit > 0 && regc_program_read(payload.data, payload.len, out, st) != REGC_OK) {
-        fprintf(stderr, "regc: cache: %s; compiling afresh\n", regc_error_message());
+        refused(o, canon, "step");
         hit = 0;
     }
     regc_bytes_free(&payload);
@@ -103,11 +139,36 @@ int regc_compile_store_step(const regc_compile_options *o, const regc_bytes *can
     char label[320];
     snprintf(label, sizeof label, "step: %s, %s, %s, %s", what, regc_level_name(o->level),
              o->regional ? "regional" : "full", target(o));
+    check_own(regc_program_validate(p), "step program");
     regc_bytes payload = {0};
     regc_program_write(p, st, &payload);
     int rc = payload.failed ? regc_error(REGC_ERR_MEMORY, "compile: out of memory")
                             : regc_cache_put(o->cache, canon, label, &payload);
     regc_bytes_free(&payload);
     st->cache_misses++;
+    return rc;
+}
+
+int regc_compile_check_entry(const void *canon, size_t canon_len, const void *payload, size_t len)
+{
+    regc_reader rd = regc_reader_of(canon, canon_len);
+    char *device = regc_reader_str(&rd), *kind = regc_reader_str(&rd);
+    int rc = REGC_OK;
+    if (!kind || (strcmp(kind, "region") && strcmp(kind, "step"))) {
+        /* not a compile's key: no compile ever decodes it */
+    } else if (!strcmp(kind, "step")) {
+        regc_program *p = NULL;
+        regc_compile_stats st = {0};
+        rc = regc_program_read(payload, len, &p, &st);
+        regc_program_free(p);
+    } else {
+        regc_compiled_region *r = NULL;
+        regc_reader body = regc_reader_of(payload, len);
+        rc = regc_region_read(&body, &r);
+        if (rc == REGC_OK && body.p != body.end)
+            rc = regc_error(REGC_ERR_FORMAT, "compile cache: trailing bytes after a region");
+        regc_compiled_region_free(r);
+    }
+    free(device), free(kind);
     return rc;
 }

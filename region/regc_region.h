@@ -141,6 +141,12 @@ int regc_program_compile(const regc_model *m, int64_t batch, int64_t seq,
  * the previous one's. */
 int regc_program_compile_graph(regc_graph *g, const regc_compile_options *o, regc_program **out,
                                regc_compile_stats *st);
+/* A compile-cache entry's payload checked as a compile checks it before
+ * use (canon: the canonical form it is keyed on, which says whether it
+ * holds a region or a step; a key no compile makes is not checked):
+ * REGC_OK, or REGC_ERR_FORMAT with the reason. `regc cache verify` runs it
+ * on every entry of this build. */
+int regc_compile_check_entry(const void *canon, size_t canon_len, const void *payload, size_t len);
 void regc_program_free(regc_program *p);
 /* The graph inputs the step reads, in tensor order (as regc_model_fill_inputs fills them). */
 int regc_program_n_inputs(const regc_program *p);

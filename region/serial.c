@@ -6,13 +6,37 @@
  * attributes and wiring in region-local tensor numbers; no tensor names,
  * so the same layer of a renamed checkpoint keys the same entry.
  *
- * Decoding checks every index it will later follow (slots, buffers,
- * regions, fused chains), so a damaged payload is an error, never a wild
- * pointer. */
+ * A payload is input, whoever wrote it: decoding bounds every count and
+ * index as it reads them, then region/validate.c checks the whole against
+ * its own tables (every operand's extent inside the memory it names, the
+ * step list, the plan, the shard layout) before anything may run it. A
+ * payload that fails is an error, never a wild pointer or another loss. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serial.h"
+#include "validate.h"
+
+/* No count, size or offset of a sound payload comes near this. */
+#define SIZE_BOUND ((int64_t)1 << 40)
+
+/* Names from a payload go into one-line messages: printable text only. */
+static int printable(const char *s)
+{
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 0;
+    return s != NULL;
+}
+
+/* A validation failure as a decoding error, its reason kept. */
+static int refuse(const char *what)
+{
+    char why[480];
+    snprintf(why, sizeof why, "%s", regc_error_message());
+    return regc_error(REGC_ERR_FORMAT, "compile cache: %s: %s", what, why);
+}
 
 /* ---------------------------------------------------------------- canonical form */
 
@@ -302,7 +326,9 @@ int regc_region_read(regc_reader *rd, regc_compiled_region **out)
     if (!r)
         return regc_error(REGC_ERR_MEMORY, "compile cache: out of memory");
     r->name = regc_reader_str(rd);
-    r->n_fwd_nodes = get_count(rd);
+    if (!printable(r->name))
+        rd->failed = 1;
+    r->n_fwd_nodes = (int)regc_reader_int(rd, 0, INT32_MAX); /* not a count of what follows */
     r->n_in = get_count(rd);
     r->n_out = get_count(rd);
     r->n_slots = get_count(rd);
@@ -351,6 +377,11 @@ int regc_region_read(regc_reader *rd, regc_compiled_region **out)
     if (rd->failed) {
         regc_compiled_region_free(r);
         return regc_error(REGC_ERR_FORMAT, "compile cache: malformed compiled region");
+    }
+    if (regc_region_validate(r) != REGC_OK) {
+        int rc = refuse("unsound compiled region");
+        regc_compiled_region_free(r);
+        return rc;
     }
     *out = r;
     return REGC_OK;
@@ -444,8 +475,8 @@ static void read_layout(regc_reader *rd, regc_program *p)
     if (rd->failed || !numel || !offset || !unit)
         rd->failed = 1;
     for (int i = 0; i < n_params && !rd->failed; i++) {
-        numel[i] = regc_reader_int(rd, 0, INT64_MAX / 2);
-        offset[i] = regc_reader_int(rd, 0, INT64_MAX / 2);
+        numel[i] = regc_reader_int(rd, 0, SIZE_BOUND);
+        offset[i] = regc_reader_int(rd, 0, SIZE_BOUND);
         unit[i] = (int)regc_reader_int(rd, 0, n_units - 1);
     }
     if (!rd->failed &&
@@ -532,11 +563,17 @@ static int read_inputs(regc_reader *rd, regc_program *p)
     p->n_inputs = n;
     for (int i = 0; i < n && !rd->failed; i++) {
         char *name = regc_reader_str(rd);
+        if (!printable(name))
+            rd->failed = 1;
         regc_dtype dtype = (regc_dtype)regc_reader_int(rd, 0, REGC_DTYPE_COUNT - 1);
         int ndim = (int)regc_reader_int(rd, 0, REGC_MAX_DIMS);
-        int64_t shape[REGC_MAX_DIMS] = {0};
-        for (int d = 0; d < ndim; d++)
-            shape[d] = regc_reader_int(rd, 1, INT64_MAX);
+        int64_t shape[REGC_MAX_DIMS] = {0}, numel = 1;
+        for (int d = 0; d < ndim; d++) { /* each bounded, and so is the product */
+            shape[d] = regc_reader_int(rd, 1, SIZE_BOUND);
+            numel = numel > SIZE_BOUND / shape[d] ? SIZE_BOUND + 1 : numel * shape[d];
+        }
+        if (numel > SIZE_BOUND)
+            rd->failed = 1;
         int t = rd->failed
                     ? -1
                     : regc_graph_add_tensor(p->graph, name, dtype, REGC_ROLE_INPUT, ndim, shape);
@@ -578,9 +615,12 @@ static int read_steps(regc_reader *rd, regc_program *p)
     return !rd->failed;
 }
 
-int regc_program_read(const void *data, size_t len, regc_program **out, regc_compile_stats *st)
+int regc_program_read(const void *data, size_t len, regc_program **out, regc_compile_stats *into)
 {
     *out = NULL;
+    /* the stats reach the caller only with a sound program: a compile
+     * after a refused entry counts its own from zero */
+    regc_compile_stats local = *into, *st = &local;
     regc_reader rd = regc_reader_of(data, len);
     regc_program *p = calloc(1, sizeof *p);
     if (!p)
@@ -658,6 +698,8 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
         rd.failed = 1;
     if (rd.failed && rc == REGC_OK)
         rc = regc_error(REGC_ERR_FORMAT, "compile cache: malformed step program");
+    if (rc == REGC_OK && regc_program_validate(p) != REGC_OK)
+        rc = refuse("unsound step program");
     if (rc) {
         regc_program_free(p);
         return rc;
@@ -668,6 +710,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     st->memory_aware_order = p->reordered;
     st->zero3_units = p->layout ? p->layout->n_units : 0;
     st->zero3_resident = p->n_resident;
+    *into = local;
     *out = p;
     return REGC_OK;
 }

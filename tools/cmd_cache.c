@@ -1,5 +1,11 @@
 /* cmd_cache.c — `regc cache ls|verify|clear`: the compile cache's
- * directory for people. */
+ * directory for people.
+ *
+ * verify checks each entry as a lookup does: the cache layer its header,
+ * checksums, compression and key; then, for entries of this build, the
+ * compiler's decoder its payload (the cache layer sits below the compiler,
+ * so the decoder comes in as a callback), which refuses anything that
+ * would not run safely, as a compile would. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdint.h>
@@ -11,6 +17,7 @@
 
 #include "cli.h"
 #include "regc_cache.h"
+#include "regc_region.h"
 
 void print_cache_usage(FILE *f)
 {
@@ -21,7 +28,8 @@ void print_cache_usage(FILE *f)
           "names), the level, the device and this build of regc.\n"
           "\n"
           "  ls      one line per entry: file, size, last use, what it holds; oldest first\n"
-          "  verify  check every entry whole (header, checksums, decompression, key);\n"
+          "  verify  check every entry whole (header, checksums, decompression, key, and\n"
+          "          the payload decoded and validated as a compile would use it);\n"
           "          exit status 1 when any is damaged (regc recompiles those by itself)\n"
           "  clear   remove every entry and leftover temporary file\n"
           "\n"
@@ -32,12 +40,25 @@ void print_cache_usage(FILE *f)
           f);
 }
 
+/* An entry's payload through the compiler's decoder; entries of another
+ * build of regc (another version string) are that build's to read. */
+static int check_entry(void *ctx, const char *version, const uint8_t *canon, size_t canon_len,
+                       const uint8_t *payload, size_t payload_len)
+{
+    (void)ctx;
+    if (strcmp(version, regc_cache_build_version()) != 0)
+        return REGC_OK;
+    return regc_compile_check_entry(canon, canon_len, payload, payload_len);
+}
+
 static int cache_list(const char *dir, int verify)
 {
     regc_cache_entry *e;
     int n, bad = 0, temps = 0;
     int64_t total = 0;
-    if (regc_cache_scan(dir, verify, &e, &n) != REGC_OK) {
+    int rc = verify ? regc_cache_scan_checked(dir, check_entry, NULL, &e, &n)
+                    : regc_cache_scan(dir, 0, &e, &n);
+    if (rc != REGC_OK) {
         fprintf(stderr, "regc: %s\n", regc_error_message());
         return EXIT_ERROR;
     }
