@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,8 @@
 
 #define MAGIC "REGCACHE"
 #define HEADER_BYTES 64
+#define TAG_BYTES 16   /* SipHash-2-4-128 of everything before it */
+#define KEY_FILE "key" /* the directory's sealing key: 16 random bytes, mode 0600 */
 #define SUFFIX ".regc"
 /* Entries are a compiled region or step: far below this, so a length
  * beyond it is corruption, not a reason to allocate (nor a file to read:
@@ -34,11 +37,12 @@ struct regc_cache {
     char *dir;
     char *version;
     int64_t max_bytes;
+    uint8_t key[16]; /* seals every entry this cache writes */
 };
 
 const char *regc_cache_build_version(void)
 {
-    return "regc " REGC_VERSION_STRING " format 1 source " REGC_SOURCE_ID;
+    return "regc " REGC_VERSION_STRING " format 2 source " REGC_SOURCE_ID;
 }
 
 int regc_cache_default_dir(char *buf, size_t cap)
@@ -56,6 +60,80 @@ int regc_cache_default_dir(char *buf, size_t cap)
     if (n < 0 || (size_t)n >= cap)
         return regc_error(REGC_ERR_ARG, "compile cache: the default directory's path is too long");
     return REGC_OK;
+}
+
+/* ---------------------------------------------------------------- the sealing key */
+
+/* Checksums catch damage, not an entry another program wrote with valid
+ * checksums and a changed payload: one that decodes and runs, but computes
+ * something else (another epsilon, another shape that still fits). So the
+ * cache seals each entry with a keyed hash under a secret of its own
+ * directory, readable by its owner only: an entry whose seal does not
+ * verify was not written by a regc that holds the key, and is a miss.
+ * Whoever may read the key file may write entries; sharing a cache between
+ * users means sharing it (make it group-readable). */
+/* 1 when path holds a key: a regular file of 16 bytes (opened without
+ * blocking, as every file here), else 0; sets no message, so a listing
+ * that finds no key leaves the caller's message as it was. */
+static int key_file(const char *path, uint8_t key[16])
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    int ok =
+        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 16 && read(fd, key, 16) == 16;
+    close(fd);
+    return ok;
+}
+
+static int read_key(const char *path, uint8_t key[16])
+{
+    return key_file(path, key) ? REGC_OK
+                               : regc_error(REGC_ERR_IO,
+                                            "%s: not a readable cache key (a regular file of 16 "
+                                            "bytes, readable by this user)",
+                                            path);
+}
+
+/* The directory's key, made on first use: random bytes written to a
+ * private temporary file and linked into place, so that of two processes
+ * making it at once both end with the one that got there first. */
+static int load_key(const char *dir, uint8_t key[16])
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/" KEY_FILE, dir);
+    if (access(path, F_OK) == 0)
+        return read_key(path, key);
+    uint8_t fresh[16];
+    if (getrandom(fresh, sizeof fresh, 0) != (ssize_t)sizeof fresh)
+        return regc_error(REGC_ERR_IO, "%s: no random bytes for a cache key: %s", path,
+                          strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s/.key.tmp-%ld", dir, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && write(fd, fresh, sizeof fresh) == (ssize_t)sizeof fresh && fsync(fd) == 0;
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    int linked = ok && (link(tmp, path) == 0 || errno == EEXIST);
+    int e = errno;
+    unlink(tmp);
+    if (!linked)
+        return regc_error(REGC_ERR_IO, "%s: cannot create the cache key: %s", path, strerror(e));
+    return read_key(path, key);
+}
+
+static void seal(const uint8_t key[16], const uint8_t *file, size_t len, uint8_t tag[TAG_BYTES])
+{
+    regc_siphash128(key, file, len, tag);
+}
+
+/* Compared in time independent of where they differ. */
+static int tags_equal(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t d = 0;
+    for (int i = 0; i < TAG_BYTES; i++)
+        d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
 }
 
 int regc_cache_open(const char *dir, int64_t max_bytes, const char *version, regc_cache **out)
@@ -76,6 +154,12 @@ int regc_cache_open(const char *dir, int64_t max_bytes, const char *version, reg
         return regc_error(REGC_ERR_MEMORY, "compile cache: out of memory");
     }
     c->max_bytes = max_bytes;
+    if ((rc = load_key(dir, c->key))) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", regc_error_message());
+        regc_cache_close(c);
+        return regc_error(rc, "compile cache: %s (set compile.cache_dir, or --no-cache)", why);
+    }
     *out = c;
     return REGC_OK;
 }
@@ -253,7 +337,7 @@ static int parse_header(const uint8_t *b, size_t len, entry_header *h, char *why
         snprintf(why, cap, "lengths out of range");
         return 0;
     }
-    uint64_t want = HEADER_BYTES + (uint64_t)h->label_len + h->stored_len;
+    uint64_t want = HEADER_BYTES + (uint64_t)h->label_len + h->stored_len + TAG_BYTES;
     if ((uint64_t)len != want) {
         snprintf(why, cap, "%s (%zu bytes, header says %llu)",
                  len < want ? "truncated" : "trailing bytes", len, (unsigned long long)want);
@@ -266,7 +350,8 @@ static int parse_header(const uint8_t *b, size_t len, entry_header *h, char *why
  * caller frees both), 0 with the reason in why, -1 when there is no file.
  * Out of memory is a reason too: a lookup that cannot be afforded is a
  * miss. */
-static int read_entry(const char *path, uint64_t limit, entry_contents *e, char *why, size_t cap)
+static int read_entry(const char *path, uint64_t limit, const uint8_t *key, entry_contents *e,
+                      char *why, size_t cap)
 {
     memset(e, 0, sizeof *e);
     uint8_t *file;
@@ -276,9 +361,21 @@ static int read_entry(const char *path, uint64_t limit, entry_contents *e, char 
         return ok;
     ok = parse_header(file, len, &e->h, why, cap);
     const uint8_t *body = file + HEADER_BYTES;
-    if (ok && e->h.body_crc != crc_of(body, len - HEADER_BYTES)) {
+    if (ok && e->h.body_crc != crc_of(body, len - HEADER_BYTES - TAG_BYTES)) {
         snprintf(why, cap, "checksum mismatch");
         ok = 0;
+    }
+    if (ok) {
+        uint8_t tag[TAG_BYTES];
+        if (key)
+            seal(key, file, len - TAG_BYTES, tag);
+        if (!key || !tags_equal(tag, file + len - TAG_BYTES)) {
+            snprintf(why, cap, "%s",
+                     key ? "not sealed with this cache's key (written by another program, or "
+                           "another cache)"
+                         : "the cache has no key to check its seal with");
+            ok = 0;
+        }
     }
     if (ok) {
         uLongf plain_len = (uLongf)(e->h.keyed_len + e->h.payload_len);
@@ -327,7 +424,7 @@ int regc_cache_get(regc_cache *c, const regc_bytes *canon, regc_bytes *payload)
     char path[4200], why[200];
     entry_path(c, k, path, sizeof path);
     entry_contents e;
-    int ok = read_entry(path, read_limit(c->max_bytes), &e, why, sizeof why);
+    int ok = read_entry(path, read_limit(c->max_bytes), c->key, &e, why, sizeof why);
     if (ok > 0 && (e.h.key.lo != k.lo || e.h.key.hi != k.hi)) {
         snprintf(why, sizeof why, "header of another entry (key does not match the file name)");
         ok = 0;
@@ -414,6 +511,13 @@ int regc_cache_put(regc_cache *c, const regc_bytes *canon, const char *label,
     put_le(header + 56, crc_of(file.data + HEADER_BYTES, file.len - HEADER_BYTES), 4);
     put_le(header + 60, crc_of(header, 60), 4);
     memcpy(file.data, header, HEADER_BYTES);
+    uint8_t tag[TAG_BYTES];
+    seal(c->key, file.data, file.len, tag);
+    regc_bytes_put(&file, tag, TAG_BYTES);
+    if (file.failed) {
+        regc_bytes_free(&plain), regc_bytes_free(&file);
+        return regc_error(REGC_ERR_MEMORY, "compile cache: out of memory");
+    }
     char path[4200];
     entry_path(c, k, path, sizeof path);
     if (regc_file_write_atomic(path, file.data, file.len) != REGC_OK)
@@ -519,6 +623,14 @@ static int scan_dir(const char *dir, scan_depth depth, regc_cache_check_fn check
     if (!d)
         return regc_error(REGC_ERR_IO, "%s: cannot open the cache directory: %s", dir,
                           strerror(errno));
+    /* the seal is checked with the directory's key; without one (never
+     * made, or not ours to read) no entry can be shown sound */
+    uint8_t key_bytes[16];
+    const uint8_t *key = NULL;
+    char key_path[4200];
+    snprintf(key_path, sizeof key_path, "%s/" KEY_FILE, dir);
+    if (depth == SCAN_VERIFY && key_file(key_path, key_bytes))
+        key = key_bytes;
     regc_cache_entry *e = NULL;
     int n = 0, cap = 0, rc = REGC_OK;
     struct dirent *de;
@@ -555,7 +667,7 @@ static int scan_dir(const char *dir, scan_depth depth, regc_cache_check_fn check
         }
         entry_contents c;
         char why[160];
-        int ok = read_entry(path, MAX_ENTRY_BYTES, &c, why, sizeof why);
+        int ok = read_entry(path, MAX_ENTRY_BYTES, key, &c, why, sizeof why);
         if (ok > 0) {
             char name[40];
             snprintf(name, sizeof name, "%016llx%016llx" SUFFIX, (unsigned long long)c.h.key.hi,

@@ -13,11 +13,15 @@
  *     60 CRC-32 of bytes 0..59 (u32)
  *   label     a line for people (`regc cache ls`)
  *   stored    zlib of (version, canonical form, payload)
+ *   seal      SipHash-2-4-128 of everything before it, under the directory's
+ *             key (the file `key`: 16 random bytes, readable by its owner),
+ *             so an entry another program wrote, with valid checksums and a
+ *             changed payload, is refused too
  *
  * Files are written atomically (a temporary file in the same directory,
  * fsync, rename), so readers and concurrent writers never see a torn
  * entry. Anything wrong with an entry — magic, format version, checksums,
- * lengths, decompression, or a stored canonical form that differs from
+ * the seal, lengths, decompression, or a stored canonical form that differs from
  * the one asked for (a key collision) — makes the lookup a miss that logs
  * one line; the caller compiles afresh and its put replaces the entry. A
  * size limit evicts the least recently used entries (a hit refreshes an
@@ -35,7 +39,7 @@
 
 #include "regc_common.h"
 
-#define REGC_CACHE_FORMAT 1
+#define REGC_CACHE_FORMAT 2
 /* Temporary files older than this belong to a writer that died. */
 #define REGC_CACHE_STALE_TEMP_S (15 * 60)
 

@@ -116,6 +116,10 @@ int regc_text_to_float(const char *text, int positive, float *out);
 
 /* ---- time --------------------------------------------------------------- */
 double regc_time_ms(void); /* monotonic milliseconds */
+/* SipHash-2-4 of data under a 128-bit key (siphash.c): the 64-bit output,
+ * and the 128-bit one that seals compile-cache entries. */
+uint64_t regc_siphash64(const uint8_t key[16], const void *data, size_t n);
+void regc_siphash128(const uint8_t key[16], const void *data, size_t n, uint8_t out[16]);
 /* The memory this process can have in all: the host's (MemTotal), or its
  * cgroup's limit where lower; 0 when unknown. */
 int64_t regc_host_memory_bytes(void);

@@ -178,12 +178,42 @@ static void test_reader_failures(void **state)
     assert_true(r.failed);
 }
 
+/* SipHash-2-4 against the reference's published vectors: key 00 01 .. 0f,
+ * messages 00 01 .. of each length. */
+static void test_siphash_vectors(void **state)
+{
+    (void)state;
+    uint8_t key[16], msg[64];
+    for (int i = 0; i < 16; i++)
+        key[i] = (uint8_t)i;
+    for (int i = 0; i < 64; i++)
+        msg[i] = (uint8_t)i;
+    assert_true(regc_siphash64(key, msg, 0) == 0x726fdb47dd0e0e31ull);
+    assert_true(regc_siphash64(key, msg, 1) == 0x74f839c593dc67fdull);
+    assert_true(regc_siphash64(key, msg, 15) == 0xa129ca6149be45e5ull);
+    static const uint8_t empty128[16] = {0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6,
+                                         0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55, 0x02, 0x93};
+    uint8_t out[16];
+    regc_siphash128(key, msg, 0, out);
+    assert_memory_equal(out, empty128, 16);
+    /* every byte of input and of key matters */
+    uint8_t other[16];
+    regc_siphash128(key, msg, 63, out);
+    msg[62] ^= 1;
+    regc_siphash128(key, msg, 63, other);
+    assert_memory_not_equal(out, other, 16);
+    key[15] ^= 1;
+    regc_siphash128(key, msg, 63, out);
+    assert_memory_not_equal(out, other, 16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varints),
         cmocka_unit_test(test_floats_and_strings),
         cmocka_unit_test(test_reader_failures),
+        cmocka_unit_test(test_siphash_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,7 @@
 #include "test_util.h"
 
 #define HEADER_BYTES REGC_TEST_CACHE_HEADER_BYTES
+#define TAG_BYTES REGC_TEST_CACHE_TAG_BYTES
 
 /* t->path is the cache directory (not made yet: regc_cache_open makes it). */
 static int setup(void **state) { return regc_test_dir_setup(state, "cache", "c"); }
@@ -110,7 +111,7 @@ static void test_version_namespaces(void **state)
     const char *build = regc_cache_build_version();
     assert_non_null(build);
     assert_true(build[0] != '\0');
-    assert_non_null(strstr(build, "format 1"));
+    assert_non_null(strstr(build, "format 2"));
     regc_cache *dflt = regc_test_open_cache(t->path, 0, NULL),
                *named = regc_test_open_cache(t->path, 0, build);
     regc_bytes three = regc_test_text("made by this build");
@@ -141,6 +142,8 @@ enum damage {
     OTHER_HEADER, /* B's header and label, A's body */
     OTHER_FILE,   /* B's whole file under A's name */
     RESEAL,       /* arg: which header field to rewrite, header CRC recomputed */
+    FLIP_SEAL,    /* the seal's last byte */
+    REWRITE,      /* a payload byte changed, compressed again, both CRCs right: the seal kept */
 };
 
 enum { RESEAL_VERSION, RESEAL_KEY, RESEAL_STORED, RESEAL_PAYLOAD, RESEAL_SPLIT, RESEAL_LABEL };
@@ -175,7 +178,9 @@ static const damage_case damage_cases[] = {
     {APPEND, 4096, "4096 trailing bytes"},
     {OTHER_HEADER, 0, "another entry's header and label"},
     {OTHER_FILE, 0, "another entry's whole file"},
-    {RESEAL, RESEAL_VERSION, "format version 2, header resealed"},
+    {FLIP_SEAL, 0, "the seal's last byte"},
+    {REWRITE, 0, "the payload rewritten with valid checksums (by a program without the key)"},
+    {RESEAL, RESEAL_VERSION, "the next format version, header resealed"},
     {RESEAL, RESEAL_KEY, "another key, header resealed"},
     {RESEAL, RESEAL_STORED, "stored length + 1, header resealed"},
     {RESEAL, RESEAL_PAYLOAD, "payload length - 1, header resealed"},
@@ -197,6 +202,27 @@ static uint8_t *damaged(const damage_case *d, const uint8_t *a, size_t alen, siz
         break;
     case FLIP_LABEL: x[HEADER_BYTES + 1] ^= 0x01; break;
     case FLIP_HEADER: x[d->arg] ^= 0x01; break;
+    case FLIP_SEAL: x[alen - 1] ^= 0x01; break;
+    case REWRITE: {
+        size_t stored = (size_t)regc_test_get_le(a + 32, 8);
+        uLongf plain_len = (uLongf)(regc_test_get_le(a + 40, 8) + regc_test_get_le(a + 48, 8));
+        uint8_t *plain = malloc(plain_len);
+        assert_non_null(plain);
+        uLongf got = plain_len;
+        assert_int_equal(uncompress(plain, &got, a + HEADER_BYTES + la, (uLong)stored), Z_OK);
+        plain[plain_len - 1] ^= 0x01;
+        uLongf now = compressBound(plain_len);
+        assert_true(HEADER_BYTES + la + now + TAG_BYTES <= alen + blen + 4096);
+        assert_int_equal(compress2(x + HEADER_BYTES + la, &now, plain, plain_len, 1), Z_OK);
+        memcpy(x + HEADER_BYTES + la + now, a + alen - TAG_BYTES, TAG_BYTES); /* the old seal */
+        regc_test_put_le(x + 32, now, 8);
+        regc_test_put_le(x + 56, crc32(crc32(0L, Z_NULL, 0), x + HEADER_BYTES, (uInt)(la + now)),
+                         4);
+        regc_test_reseal_header(x);
+        n = HEADER_BYTES + la + now + TAG_BYTES;
+        free(plain);
+        break;
+    }
     case TRUNCATE:
         n = d->arg == SIZE_MAX ? alen / 2 : d->arg == SIZE_MAX - 1 ? alen - 1 : d->arg;
         break;
@@ -215,7 +241,7 @@ static uint8_t *damaged(const damage_case *d, const uint8_t *a, size_t alen, siz
         break;
     case RESEAL:
         switch (d->arg) {
-        case RESEAL_VERSION: regc_test_put_le(x + 8, 2, 4); break;
+        case RESEAL_VERSION: regc_test_put_le(x + 8, REGC_CACHE_FORMAT + 1, 4); break;
         case RESEAL_KEY: regc_test_put_le(x + 16, regc_test_get_le(x + 16, 8) + 1, 8); break;
         case RESEAL_STORED: regc_test_put_le(x + 32, regc_test_get_le(x + 32, 8) + 1, 8); break;
         case RESEAL_PAYLOAD: regc_test_put_le(x + 48, regc_test_get_le(x + 48, 8) - 1, 8); break;
@@ -252,7 +278,7 @@ static void test_corruption_is_a_miss_then_repaired(void **state)
     size_t la = strlen("label A"), lb = strlen("label of B");
     assert_int_equal(regc_test_get_le(a + 12, 4), la);
     assert_int_equal(regc_test_get_le(b + 12, 4), lb);
-    assert_int_equal(alen, HEADER_BYTES + la + regc_test_get_le(a + 32, 8));
+    assert_int_equal(alen, HEADER_BYTES + la + regc_test_get_le(a + 32, 8) + TAG_BYTES);
 
     for (size_t i = 0; i < sizeof damage_cases / sizeof damage_cases[0]; i++) {
         const damage_case *d = &damage_cases[i];
@@ -568,6 +594,48 @@ static void restore_env(const char *name, char *value)
     free(value);
 }
 
+/* The sealing key: made on first open, private to its owner, kept by every
+ * later open (entries written before stay hits), and a key file that is
+ * not one refuses the cache by name. Another directory's key does not
+ * verify this one's entries. */
+static void test_sealing_key(void **state)
+{
+    regc_test_dir *t = *state;
+    regc_cache *c = regc_test_open_cache(t->path, 0, "v1");
+    char key[1200];
+    snprintf(key, sizeof key, "%s/key", t->path);
+    struct stat st;
+    assert_int_equal(stat(key, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(st.st_size, 16);
+    regc_bytes p = regc_test_noise(500, 3);
+    regc_test_cache_put(c, "sealed", "sealed", &p);
+    regc_cache_close(c);
+    c = regc_test_open_cache(t->path, 0, "v1");
+    regc_test_expect_hit(c, "sealed", &p);
+    regc_cache_close(c);
+
+    /* the same entry file under another directory (another key) */
+    char other[1200], from[1400], to[1400];
+    snprintf(other, sizeof other, "%s/other", t->dir);
+    regc_cache *o = regc_test_open_cache(other, 0, "v1");
+    regc_test_entry_path(t->path, "sealed", from, sizeof from);
+    snprintf(to, sizeof to, "%s/%s", other, regc_test_base_name(from));
+    size_t n;
+    uint8_t *bytes = regc_test_read_bytes(from, &n);
+    regc_test_write_bytes(to, bytes, n);
+    free(bytes);
+    regc_test_expect_miss(o, "sealed");
+    regc_cache_close(o);
+
+    regc_test_write_bytes(key, "short", 5);
+    regc_cache *bad = NULL;
+    assert_int_not_equal(regc_cache_open(t->path, 0, "v1", &bad), REGC_OK);
+    assert_null(bad);
+    assert_non_null(strstr(regc_error_message(), key));
+    regc_bytes_free(&p);
+}
+
 static void test_default_dir(void **state)
 {
     (void)state;
@@ -668,6 +736,7 @@ int main(void)
         regc_test_in_dir(test_scan_leaves_use_times, setup),
         regc_test_in_dir(test_temporary_files, setup),
         regc_test_in_dir(test_open_errors, setup),
+        regc_test_in_dir(test_sealing_key, setup),
         cmocka_unit_test(test_default_dir),
         regc_test_in_dir(test_unwritable_put, setup),
     };

@@ -30,6 +30,7 @@
 
 #define STEPS 2
 #define HEADER REGC_TEST_CACHE_HEADER_BYTES
+#define TAG REGC_TEST_CACHE_TAG_BYTES
 
 static int setup(void **state) { return regc_test_dir_setup(state, "cache_hostile", "cache"); }
 
@@ -38,6 +39,7 @@ static int setup(void **state) { return regc_test_dir_setup(state, "cache_hostil
 /* An entry file taken apart: header, label, keyed bytes and payload. */
 typedef struct {
     uint8_t header[HEADER];
+    uint8_t tag[TAG];
     char *label;
     uint8_t *plain; /* keyed bytes, then the payload */
     size_t keyed_len, payload_len;
@@ -53,7 +55,8 @@ static void entry_load(const char *path, entry *e)
     size_t stored = (size_t)regc_test_get_le(f + 32, 8);
     e->keyed_len = (size_t)regc_test_get_le(f + 40, 8);
     e->payload_len = (size_t)regc_test_get_le(f + 48, 8);
-    assert_int_equal(n, HEADER + label_len + stored);
+    assert_int_equal(n, HEADER + label_len + stored + TAG);
+    memcpy(e->tag, f + n - TAG, TAG);
     e->label = calloc(label_len + 1, 1);
     e->plain = malloc(e->keyed_len + e->payload_len + 1);
     assert_non_null(e->label);
@@ -69,14 +72,17 @@ static void entry_free(entry *e) { free(e->label), free(e->plain); }
 
 static uint32_t crc(const void *p, size_t n) { return (uint32_t)crc32(0L, p, (uInt)n); }
 
-/* Write e's keyed bytes with `payload` as a sound entry file: compressed,
- * both checksums right, as another program could. */
-static void entry_store(const char *path, const entry *e, const uint8_t *payload, size_t len)
+/* Write e's keyed bytes with `payload` as an entry file: compressed, both
+ * checksums right, as another program could; sealed with the cache's key
+ * (what reaches the decoder's checks: a program holding the key), or, with
+ * sealed 0, with e's old seal (a program without it). */
+static void entry_store(const char *path, const entry *e, const uint8_t *payload, size_t len,
+                        int sealed)
 {
     size_t label_len = strlen(e->label), plain_len = e->keyed_len + len;
     uint8_t *plain = malloc(plain_len + 1);
     uLongf stored = compressBound((uLong)plain_len);
-    uint8_t *file = malloc(HEADER + label_len + stored);
+    uint8_t *file = malloc(HEADER + label_len + stored + TAG);
     assert_non_null(plain);
     assert_non_null(file);
     memcpy(plain, e->plain, e->keyed_len);
@@ -89,7 +95,15 @@ static void entry_store(const char *path, const entry *e, const uint8_t *payload
     regc_test_put_le(file + 48, len, 8);
     regc_test_put_le(file + 56, crc(file + HEADER, label_len + stored), 4);
     regc_test_reseal_header(file);
-    regc_test_write_bytes(path, file, HEADER + label_len + stored);
+    size_t n = HEADER + label_len + stored;
+    if (sealed) {
+        char dir[2048];
+        snprintf(dir, sizeof dir, "%.*s", (int)(regc_test_base_name(path) - path - 1), path);
+        regc_test_seal_entry(dir, file, n, file + n);
+    } else {
+        memcpy(file + n, e->tag, TAG);
+    }
+    regc_test_write_bytes(path, file, n + TAG);
     free(plain), free(file);
 }
 
@@ -376,7 +390,7 @@ static void test_changed_step_programs_recompile(void **state)
         regc_bytes changed = {0};
         regc_program_write(p, &st, &changed);
         regc_program_free(p);
-        entry_store(path, &clean, changed.data, changed.len);
+        entry_store(path, &clean, changed.data, changed.len, 1);
         regc_bytes_free(&changed);
 
         expect_verify(dir, regc_test_base_name(path));
@@ -389,6 +403,53 @@ static void test_changed_step_programs_recompile(void **state)
         entry_free(&clean);
         free(dir);
     }
+}
+
+/* A rewrite no check of the decoder can tell from a compile: a norm's
+ * epsilon, every table still consistent. It would train to other losses;
+ * written by a program without the cache's key, its seal is wrong, so it
+ * is refused, recompiled and replaced like any damage, and verify names it. */
+static int other_epsilon(regc_program *p)
+{
+    int i = norm_at(p);
+    return i >= 0 && (p->instr[i].f = p->instr[i].f * 4.0f + 1e-3f, 1);
+}
+
+static void test_unsealed_rewrite_refused(void **state)
+{
+    regc_test_dir *t = *state;
+    form f = {1, REGC_LEVEL_O1};
+    regc_test_losses ref, got;
+    assert_int_equal(train(NULL, f, &ref), REGC_OK);
+    char path[2048];
+    char *dir = regc_test_join(t->dir, "unsealed");
+    entry clean;
+    cold_entry(dir, f, path, sizeof path, &clean);
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    memset(&st, 0, sizeof st);
+    assert_int_equal(regc_program_read(clean.plain + clean.keyed_len, clean.payload_len, &p, &st),
+                     REGC_OK);
+    assert_true(other_epsilon(p));
+    regc_bytes changed = {0};
+    regc_program_write(p, &st, &changed);
+    regc_program_free(p);
+    /* the decoder's own checks accept it: only the seal can refuse it */
+    regc_program *q = NULL;
+    assert_int_equal(regc_program_read(changed.data, changed.len, &q, &st), REGC_OK);
+    regc_program_free(q);
+    entry_store(path, &clean, changed.data, changed.len, 0);
+    regc_bytes_free(&changed);
+
+    expect_verify(dir, regc_test_base_name(path));
+    if (train(dir, f, &got) != REGC_OK)
+        fail_msg("unsealed rewrite: %s", regc_error_message());
+    assert_true(got.misses >= 1);
+    expect_same_losses(&ref, &got, "unsealed rewrite");
+    expect_repaired(path, &clean, "unsealed rewrite");
+    expect_verify(dir, NULL);
+    entry_free(&clean);
+    free(dir);
 }
 
 /* ---------------------------------------------------------------- changed regions */
@@ -461,7 +522,7 @@ static void test_changed_regions_recompile(void **state)
             if ((changed = region_changes[c].change(r))) {
                 regc_bytes b = {0};
                 regc_region_write(r, &b);
-                entry_store(path, &clean, b.data, b.len);
+                entry_store(path, &clean, b.data, b.len, 1);
                 regc_bytes_free(&b);
             } else {
                 entry_free(&clean);
@@ -518,7 +579,7 @@ static void test_random_payload_bytes(void **state)
         size_t at = (size_t)(x % clean.payload_len);
         memcpy(bytes, payload, clean.payload_len);
         bytes[at] ^= (uint8_t)(1 + (x >> 32) % 255);
-        entry_store(path, &clean, bytes, clean.payload_len);
+        entry_store(path, &clean, bytes, clean.payload_len, 1);
         int ok = regc_compile_check_entry(canon, canon_len, bytes, clean.payload_len) == REGC_OK;
         int rc = train(t->path, f, &got);
         if (ok) { /* it ran; whatever it computed, nothing strayed */
@@ -608,6 +669,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_compiled_programs_validate, setup),
         regc_test_in_dir(test_changed_step_programs_recompile, setup),
+        regc_test_in_dir(test_unsealed_rewrite_refused, setup),
         regc_test_in_dir(test_changed_regions_recompile, setup),
         regc_test_in_dir(test_random_payload_bytes, setup),
         regc_test_in_dir(test_fifo_and_sparse_files_refused, setup),

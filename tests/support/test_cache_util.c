@@ -176,6 +176,18 @@ void regc_test_reseal_header(uint8_t *h)
     regc_test_put_le(h + 60, crc32(crc32(0L, Z_NULL, 0), h, 60), 4);
 }
 
+void regc_test_seal_entry(const char *cache_dir, const uint8_t *file, size_t len,
+                          uint8_t tag[REGC_TEST_CACHE_TAG_BYTES])
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/key", cache_dir);
+    size_t n;
+    uint8_t *key = regc_test_read_bytes(path, &n);
+    assert_int_equal(n, 16);
+    regc_siphash128(key, file, len, tag);
+    free(key);
+}
+
 void regc_test_set_mtime(const char *path, time_t when)
 {
     struct timespec ts[2] = {{when, 0}, {when, 0}};

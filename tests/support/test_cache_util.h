@@ -12,6 +12,7 @@
 #include "regc_common.h"
 
 #define REGC_TEST_CACHE_HEADER_BYTES 64 /* an entry's header, as regc_cache.h lays it out */
+#define REGC_TEST_CACHE_TAG_BYTES 16    /* and the seal after its body */
 
 regc_bytes regc_test_bytes_of(const void *p, size_t n);
 regc_bytes regc_test_text(const char *s); /* its characters, without the NUL */
@@ -38,6 +39,10 @@ uint64_t regc_test_get_le(const uint8_t *p, int n);
 void regc_test_put_le(uint8_t *p, uint64_t v, int n);
 /* A header that passes its own checksum: bytes 60..63 are the CRC-32 of 0..59. */
 void regc_test_reseal_header(uint8_t *h);
+/* The seal of an entry file's first len bytes under cache_dir's key file,
+ * as a program that holds the key makes it. */
+void regc_test_seal_entry(const char *cache_dir, const uint8_t *file, size_t len,
+                          uint8_t tag[REGC_TEST_CACHE_TAG_BYTES]);
 void regc_test_set_mtime(const char *path, time_t when);
 time_t regc_test_mtime_of(const char *path);
 int regc_test_exists(const char *path);
