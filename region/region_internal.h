@@ -11,8 +11,9 @@
  * slot of region tensor t. */
 int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level level);
 
-/* The residual add fused with the norm that reads its sum right after it,
- * over an instruction list, in place; returns the number of pairs fused. */
+/* Fusions over a flat instruction list (region/fuse_instr.c). The residual
+ * add fused with the norm that reads its sum right after it, in place;
+ * returns the number of pairs fused. */
 int regc_fuse_add_norm(regc_instr *ins, int *n);
 
 /* An embedding backward whose fresh table only feeds an add into the
