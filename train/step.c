@@ -110,15 +110,20 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
     }
     if (rc || (rc = be->sync(be)))
         return rc;
-    /* A non-finite loss on any rank: no rank updates (the update's own
-     * collectives must be entered by all or none). A non-finite gradient
-     * norm is caught inside the update, where every rank sees the same
-     * global norm, and makes AdamW a no-op. */
-    int64_t bad_loss = 0;
-    for (int j = 0; j < k; j++)
-        bad_loss |= !isfinite(t->losses[j]);
-    if (t->comm->size > 1 && (rc = t->comm->allreduce(t->comm, &bad_loss, 1, REGC_COMM_I64)))
-        return rc;
+    /* The step's loss, before the update: the mean over every target of the
+     * step, on every rank. A loss that is not finite on any rank makes it so,
+     * and then no rank updates (the update's own collectives are entered by
+     * all or none). A non-finite gradient norm is caught inside the update,
+     * where every rank sees the same global norm, and makes AdamW a no-op. */
+    double loss = t->losses[0];
+    if (shared) {
+        loss = 0.0;
+        for (int j = 0; j < k; j++)
+            loss += (double)t->losses[j] * (double)t->counts[j] / (double)total;
+        if ((rc = t->comm->allreduce(t->comm, &loss, 1, REGC_COMM_F64)))
+            return rc;
+    }
+    const int bad_loss = !isfinite(loss);
     r->nonfinite = bad_loss ? "loss" : NULL;
     regc_program_set_profile(t->program, pr);
     if (!bad_loss)
@@ -136,14 +141,6 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
         return rc;
     if (pr)
         regc_profile_count_run(pr);
-    double loss = t->losses[0];
-    if (shared) { /* the mean over every target of the step, on every rank */
-        loss = 0.0;
-        for (int j = 0; j < k; j++)
-            loss += (double)t->losses[j] * (double)t->counts[j] / (double)total;
-        if ((rc = t->comm->allreduce(t->comm, &loss, 1, REGC_COMM_F64)))
-            return rc;
-    }
     double comm1, wait1;
     regc_program_comm_times(t->program, &comm1, &wait1);
     r->comm_ms = comm1 - comm0, r->comm_wait_ms = wait1 - wait0;
