@@ -72,17 +72,17 @@ int regc_cache_default_dir(char *buf, size_t cap)
  * verify was not written by a regc that holds the key, and is a miss.
  * Whoever may read the key file may write entries; sharing a cache between
  * users means sharing it (make it group-readable). */
-/* 1 when path holds a key: a regular file of 16 bytes (opened without
- * blocking, as every file here), else 0; sets no message, so a listing
- * that finds no key leaves the caller's message as it was. */
+/* 1 when path holds a key: a regular file of 16 bytes, else 0; sets no
+ * message, so a listing that finds no key leaves the caller's message as
+ * it was. */
 static int key_file(const char *path, uint8_t key[16])
 {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
+    char why[160];
+    int fd;
+    uint64_t size;
+    if (regc_file_try_open_regular(path, 16, &fd, &size, why, sizeof why) <= 0)
         return 0;
-    struct stat st;
-    int ok =
-        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 16 && read(fd, key, 16) == 16;
+    int ok = size == 16 && read(fd, key, 16) == 16;
     close(fd);
     return ok;
 }
@@ -249,31 +249,25 @@ static uint64_t read_limit(int64_t max_bytes)
                                                                   : MAX_ENTRY_BYTES;
 }
 
-/* Open path for reading when it is a regular file of at most limit bytes:
- * the descriptor and its size, or -1 with the reason (-2 when there is no
- * file, the ordinary miss). O_NONBLOCK: a FIFO or device in the cache's
- * place is refused at fstat, never waited on. */
+/* Open path for reading when it is a regular file of at most limit bytes
+ * (regc_file_try_open_regular: without blocking, fstat first): the
+ * descriptor and its size, or -1 with the reason (-2 when there is no
+ * file, the ordinary miss). */
 static int open_regular(const char *path, uint64_t limit, size_t *size, char *why, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(why, cap, "%s", strerror(errno));
-        return errno == ENOENT ? -2 : -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        snprintf(why, cap, "cannot stat: %s", strerror(errno));
-    } else if (!S_ISREG(st.st_mode)) {
-        snprintf(why, cap, "not a regular file");
-    } else if (st.st_size < 0 || (uint64_t)st.st_size > limit) {
-        snprintf(why, cap, "%lld bytes, beyond the cache's limit of %llu", (long long)st.st_size,
+    int fd;
+    uint64_t n;
+    int r = regc_file_try_open_regular(path, 0, &fd, &n, why, cap);
+    if (r <= 0)
+        return r < 0 ? -2 : -1;
+    if (n > limit) {
+        snprintf(why, cap, "%llu bytes, beyond the cache's limit of %llu", (unsigned long long)n,
                  (unsigned long long)limit);
-    } else {
-        *size = (size_t)st.st_size;
-        return fd;
+        close(fd);
+        return -1;
     }
-    close(fd);
-    return -1;
+    *size = (size_t)n;
+    return fd;
 }
 
 /* The whole file: 1, or 0 with the reason, or -1 when there is none (the

@@ -18,38 +18,46 @@
  * byte is read, and refused unless it is a regular file within the cap its
  * kind allows. O_NONBLOCK is harmless on a regular file, and is what keeps
  * open() itself from waiting for a FIFO's writer. */
-int regc_file_open_regular(const char *path, uint64_t max_bytes, int *fd_out, uint64_t *size_out)
+int regc_file_try_open_regular(const char *path, uint64_t max_bytes, int *fd_out,
+                               uint64_t *size_out, char *why, size_t cap)
 {
     *fd_out = -1;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return regc_error(REGC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        int missing = errno == ENOENT;
+        snprintf(why, cap, "cannot open: %s", strerror(errno));
+        return missing ? -1 : 0;
+    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return regc_error(REGC_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+        snprintf(why, cap, "cannot stat: %s", strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "not a regular file (%s)",
+                 S_ISDIR(st.st_mode)    ? "a directory"
+                 : S_ISFIFO(st.st_mode) ? "a FIFO"
+                 : S_ISCHR(st.st_mode)  ? "a character device"
+                 : S_ISBLK(st.st_mode)  ? "a block device"
+                 : S_ISSOCK(st.st_mode) ? "a socket"
+                                        : "not a plain file");
+    } else if (max_bytes && (uint64_t)st.st_size > max_bytes) {
+        snprintf(why, cap, "%llu bytes, more than the %llu a file of its kind may have",
+                 (unsigned long long)st.st_size, (unsigned long long)max_bytes);
+    } else {
+        *fd_out = fd;
+        if (size_out)
+            *size_out = (uint64_t)st.st_size;
+        return 1;
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return regc_error(REGC_ERR_IO, "%s: not a regular file (%s)", path,
-                          S_ISDIR(st.st_mode)    ? "a directory"
-                          : S_ISFIFO(st.st_mode) ? "a FIFO"
-                          : S_ISCHR(st.st_mode)  ? "a character device"
-                          : S_ISBLK(st.st_mode)  ? "a block device"
-                          : S_ISSOCK(st.st_mode) ? "a socket"
-                                                 : "not a plain file");
-    }
-    if (max_bytes && (uint64_t)st.st_size > max_bytes) {
-        close(fd);
-        return regc_error(REGC_ERR_IO,
-                          "%s: %llu bytes, more than the %llu a file of its kind may have", path,
-                          (unsigned long long)st.st_size, (unsigned long long)max_bytes);
-    }
-    *fd_out = fd;
-    if (size_out)
-        *size_out = (uint64_t)st.st_size;
-    return REGC_OK;
+    close(fd);
+    return 0;
+}
+
+int regc_file_open_regular(const char *path, uint64_t max_bytes, int *fd_out, uint64_t *size_out)
+{
+    char why[256];
+    return regc_file_try_open_regular(path, max_bytes, fd_out, size_out, why, sizeof why) > 0
+               ? REGC_OK
+               : regc_error(REGC_ERR_IO, "%s: %s", path, why);
 }
 
 int regc_file_read_capped(const char *path, uint64_t max_bytes, char **out, size_t *size)

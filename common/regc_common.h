@@ -56,6 +56,11 @@ uint64_t regc_rng_substream(uint64_t seed, uint64_t index);
  * of at most max_bytes (0: no cap); the error names the path and why.
  * *fd is open for reading on success. */
 int regc_file_open_regular(const char *path, uint64_t max_bytes, int *fd, uint64_t *size);
+/* The same without a message, for readers to whom a refused file is no
+ * error (a cache miss): 1 opened, 0 refused with the reason in why, -1 no
+ * such file. */
+int regc_file_try_open_regular(const char *path, uint64_t max_bytes, int *fd, uint64_t *size,
+                               char *why, size_t cap);
 /* The largest text file regc reads whole: configs, graph JSON, indexes. A
  * 70B-parameter graph JSON is a few MiB; this leaves room and still stops
  * /dev/zero or a mistyped multi-gigabyte path at once. */
