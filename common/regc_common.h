@@ -98,6 +98,9 @@ const char *regc_staged_dir_path(const regc_staged_dir *s);
 int regc_staged_dir_commit(regc_staged_dir *s);
 void regc_staged_dir_abandon(regc_staged_dir *s);
 int regc_staged_dir_probe(const char *dir);
+/* Remove from parent the hidden siblings whose name starts with
+ * name_prefix and whose writer, on this host, no longer runs. */
+void regc_staged_dir_remove_dead(const char *parent, const char *name_prefix);
 /* mkdir -p: create dir and its missing parents (checkpoints go to fresh
  * nested paths like runs/x/step100); an error names the path that failed. */
 int regc_make_dirs(const char *dir);

@@ -23,7 +23,8 @@
  *
  * A writer that was killed leaves its sibling behind (possibly hundreds of
  * MB); the next writer of the same directory removes every sibling whose
- * process, on this host, no longer runs. */
+ * process, on this host, no longer runs (regc_staged_dir_remove_dead, which
+ * the checkpoints' pruning also runs over every checkpoint's name). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -67,37 +68,38 @@ static int split_path(const char *dir, char *parent, size_t pcap, char *base, si
     return REGC_OK;
 }
 
-/* The prefix of every sibling of `base` written on this host. */
-static void sibling_prefix(const char *base, char *buf, size_t cap)
+/* This host's name as a sibling's name carries it: no '/' and no '-'. */
+static void host_name(char *buf, size_t cap)
 {
-    char host[256] = "host";
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = '\0';
-    for (char *c = host; *c; c++) /* a name, not a path */
+    snprintf(buf, cap, "host");
+    gethostname(buf, cap - 1);
+    buf[cap - 1] = '\0';
+    for (char *c = buf; *c; c++)
         if (*c == '/' || *c == '-')
             *c = '_';
-    snprintf(buf, cap, ".%s.tmp-%s-", base, host);
 }
 
-/* Remove the siblings of base whose writer on this host has died. */
-static void remove_dead_siblings(const char *parent, const char *base)
+void regc_staged_dir_remove_dead(const char *parent, const char *name_prefix)
 {
-    char prefix[600];
-    sibling_prefix(base, prefix, sizeof prefix);
-    size_t plen = strlen(prefix);
+    char host[256], mark[300];
+    host_name(host, sizeof host);
+    snprintf(mark, sizeof mark, ".tmp-%s-", host);
+    size_t plen = strlen(name_prefix), mlen = strlen(mark);
     DIR *d = opendir(parent);
     if (!d)
         return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, prefix, plen) != 0)
+        /* .NAME.tmp-HOST-PID, or .NAME.tmp-HOST-PID.old, NAME starting with the prefix */
+        const char *t = strstr(e->d_name, mark);
+        if (e->d_name[0] != '.' || strncmp(e->d_name + 1, name_prefix, plen) != 0 || !t)
             continue;
         char *end;
-        long pid = strtol(e->d_name + plen, &end, 10);
-        if ((*end && strcmp(end, ".old")) || pid <= 0)
-            continue; /* not a sibling's name */
+        long pid = strtol(t + mlen, &end, 10);
+        if ((*end && strcmp(end, ".old")) || pid <= 0 || pid == (long)getpid())
+            continue;
         /* ESRCH: no such process; EPERM would be a live one of another user */
-        if (pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
             char path[8192];
             snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
             regc_remove_tree(path);
@@ -150,7 +152,7 @@ int regc_staged_dir_open(const char *dir, regc_staged_dir **out)
     regc_staged_dir *s = calloc(1, sizeof *s);
     if (!s)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", dir);
-    char base[256], prefix[600];
+    char base[256], host[256];
     int rc = split_path(dir, s->parent, sizeof s->parent, base, sizeof base);
     if (rc == REGC_OK)
         rc = regc_make_dirs(s->parent);
@@ -161,9 +163,10 @@ int regc_staged_dir_open(const char *dir, regc_staged_dir **out)
         return rc;
     }
     snprintf(s->dir, sizeof s->dir, "%s", dir);
-    remove_dead_siblings(s->parent, base);
-    sibling_prefix(base, prefix, sizeof prefix);
-    int n = snprintf(s->tmp, sizeof s->tmp, "%s/%s%ld", s->parent, prefix, (long)getpid());
+    regc_staged_dir_remove_dead(s->parent, base);
+    host_name(host, sizeof host);
+    int n =
+        snprintf(s->tmp, sizeof s->tmp, "%s/.%s.tmp-%s-%ld", s->parent, base, host, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof s->tmp) {
         free(s);
         return regc_error(REGC_ERR_ARG, "%s: path too long", dir);

@@ -22,7 +22,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,23 +312,8 @@ int regc_checkpoint_latest(const char *output_dir, char *buf, size_t cap)
 
 int regc_checkpoint_prune(const char *output_dir, int keep)
 {
-    DIR *d = opendir(output_dir);
-    if (!d)
-        return REGC_OK; /* nothing written yet */
-    /* what dead writers left: .checkpoint-N.tmp-<pid> and .old-<pid> */
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        const char *dash = strrchr(e->d_name, '-');
-        long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
-        if (strncmp(e->d_name, ".checkpoint-", 12) != 0 || pid <= 0 || pid == (long)getpid())
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno == EPERM)
-            continue; /* a writer still at work */
-        char path[4096];
-        if (regc_path_join(path, sizeof path, output_dir, e->d_name) == REGC_OK)
-            regc_remove_tree(path);
-    }
-    closedir(d);
+    /* what dead writers left: the hidden siblings of any checkpoint */
+    regc_staged_dir_remove_dead(output_dir, "checkpoint-");
     if (keep <= 0)
         return REGC_OK;
     int64_t *steps;
