@@ -35,40 +35,52 @@ static char *stage(regc_comm *c, size_t bytes)
     return x->stage;
 }
 
+/* Device bytes into the stage, complete when it returns. */
+static int from_device(staged_ctx *x, void *host, const void *dev, size_t bytes)
+{
+    x->be->copy_d2h(x->be, host, dev, bytes);
+    return x->be->sync(x->be);
+}
+
+/* After the host collective (rc its status): the result back to the device. */
+static int to_device(staged_ctx *x, void *dev, const void *host, size_t bytes, int rc)
+{
+    if (rc != REGC_OK)
+        return rc;
+    x->be->copy_h2d(x->be, dev, host, bytes);
+    return x->be->sync(x->be);
+}
+
 static int staged_allgather(regc_comm *c, float *dst, const float *src, int64_t n)
 {
     staged_ctx *x = c->ctx;
-    float *h = (float *)stage(c, (size_t)c->size * (size_t)n * sizeof(float));
+    const size_t part = (size_t)n * sizeof(float);
+    float *h = (float *)stage(c, (size_t)c->size * part);
     if (!h)
         return REGC_ERR_MEMORY;
     float *mine = h + (size_t)c->rank * (size_t)n;
-    x->be->copy_d2h(x->be, mine, src, (size_t)n * sizeof *h);
-    int rc = x->be->sync(x->be);
+    int rc = from_device(x, mine, src, part);
     if (rc == REGC_OK)
         rc = x->host->allgather(x->host, h, mine, n);
-    if (rc == REGC_OK)
-        x->be->copy_h2d(x->be, dst, h, (size_t)c->size * (size_t)n * sizeof *h);
-    return rc == REGC_OK ? x->be->sync(x->be) : rc;
+    return to_device(x, dst, h, (size_t)c->size * part, rc);
 }
 
 static int staged_reduce_scatter(regc_comm *c, float *dst, const float *src, int64_t n,
                                  int accumulate)
 {
     staged_ctx *x = c->ctx;
+    const size_t part = (size_t)n * sizeof(float);
     /* [size x n] of sources, then [n] of the result */
-    float *h = (float *)stage(c, ((size_t)c->size + 1) * (size_t)n * sizeof(float));
+    float *h = (float *)stage(c, ((size_t)c->size + 1) * part);
     if (!h)
         return REGC_ERR_MEMORY;
     float *out = h + (size_t)c->size * (size_t)n;
-    x->be->copy_d2h(x->be, h, src, (size_t)c->size * (size_t)n * sizeof *h);
     if (accumulate)
-        x->be->copy_d2h(x->be, out, dst, (size_t)n * sizeof *h);
-    int rc = x->be->sync(x->be);
+        x->be->copy_d2h(x->be, out, dst, part); /* completed with the sources' copy */
+    int rc = from_device(x, h, src, (size_t)c->size * part);
     if (rc == REGC_OK)
         rc = x->host->reduce_scatter(x->host, out, h, n, accumulate);
-    if (rc == REGC_OK)
-        x->be->copy_h2d(x->be, dst, out, (size_t)n * sizeof *h);
-    return rc == REGC_OK ? x->be->sync(x->be) : rc;
+    return to_device(x, dst, out, part, rc);
 }
 
 static int staged_allreduce(regc_comm *c, void *buf, int64_t n, regc_comm_dtype t)
@@ -78,13 +90,10 @@ static int staged_allreduce(regc_comm *c, void *buf, int64_t n, regc_comm_dtype 
     char *h = stage(c, bytes);
     if (!h)
         return REGC_ERR_MEMORY;
-    x->be->copy_d2h(x->be, h, buf, bytes);
-    int rc = x->be->sync(x->be);
+    int rc = from_device(x, h, buf, bytes);
     if (rc == REGC_OK)
         rc = x->host->allreduce(x->host, h, n, t);
-    if (rc == REGC_OK)
-        x->be->copy_h2d(x->be, buf, h, bytes);
-    return rc == REGC_OK ? x->be->sync(x->be) : rc;
+    return to_device(x, buf, h, bytes, rc);
 }
 
 static int staged_broadcast(regc_comm *c, void *buf, size_t bytes, int root)
@@ -93,13 +102,10 @@ static int staged_broadcast(regc_comm *c, void *buf, size_t bytes, int root)
     char *h = stage(c, bytes);
     if (!h)
         return REGC_ERR_MEMORY;
-    x->be->copy_d2h(x->be, h, buf, bytes);
-    int rc = x->be->sync(x->be);
+    int rc = from_device(x, h, buf, bytes);
     if (rc == REGC_OK)
         rc = x->host->broadcast(x->host, h, bytes, root);
-    if (rc == REGC_OK)
-        x->be->copy_h2d(x->be, buf, h, bytes);
-    return rc == REGC_OK ? x->be->sync(x->be) : rc;
+    return to_device(x, buf, h, bytes, rc);
 }
 
 static int staged_barrier(regc_comm *c)
