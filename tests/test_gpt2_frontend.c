@@ -214,24 +214,41 @@ static regc_st_entry *entries_of(regc_model *m, int strip_prefix)
     return e;
 }
 
-static void test_sharded(void **state)
+/* The n entries e as the two shards of a checkpoint in f's directory: the
+ * first half of them, and the rest. */
+static void write_two_shards(regc_test_dir *f, const regc_st_entry *e, int n)
 {
-    regc_test_dir *f = *state;
-    regc_model *m = make_small_model(f, NULL, 5), *back;
-    int n = regc_model_n_params(m), half = n / 2;
-    regc_st_entry *e = entries_of(m, 0);
+    int half = n / 2;
     assert_int_equal(regc_st_write(path_in(f, "model-00001-of-00002.safetensors"), e, half),
                      REGC_OK);
     assert_int_equal(
         regc_st_write(path_in(f, "model-00002-of-00002.safetensors"), e + half, n - half), REGC_OK);
+}
+
+/* Their index: each name mapped to its shard, but the names that contain
+ * `skip` (NULL: none). Malloc'd. */
+static char *shard_index(const regc_st_entry *e, int n, const char *skip)
+{
     char *index = malloc(65536);
     assert_non_null(index);
     size_t len = (size_t)snprintf(index, 65536, "{\"metadata\": {}, \"weight_map\": {");
-    for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(index + len, 65536 - len,
-                                "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "",
-                                e[i].name, i < half ? 1 : 2);
+    for (int i = 0, k = 0; i < n; i++)
+        if (!skip || !strstr(e[i].name, skip))
+            len += (size_t)snprintf(index + len, 65536 - len,
+                                    "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                                    k++ ? ", " : "", e[i].name, i < n / 2 ? 1 : 2);
     snprintf(index + len, 65536 - len, "}}");
+    return index;
+}
+
+static void test_sharded(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = make_small_model(f, NULL, 5), *back;
+    int n = regc_model_n_params(m);
+    regc_st_entry *e = entries_of(m, 0);
+    write_two_shards(f, e, n);
+    char *index = shard_index(e, n, NULL);
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     regc_test_assert_same_weights(m, back);
@@ -591,19 +608,8 @@ static void test_more_layers_than_config(void **state)
 
     /* the same weights as two shards and an index */
     unlink(path_in(f, "model.safetensors"));
-    int half = n / 2;
-    assert_int_equal(regc_st_write(path_in(f, "model-00001-of-00002.safetensors"), e, half),
-                     REGC_OK);
-    assert_int_equal(
-        regc_st_write(path_in(f, "model-00002-of-00002.safetensors"), e + half, n - half), REGC_OK);
-    char *index = malloc(65536);
-    assert_non_null(index);
-    size_t len = (size_t)snprintf(index, 65536, "{\"weight_map\": {");
-    for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(index + len, 65536 - len,
-                                "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "",
-                                e[i].name, i < half ? 1 : 2);
-    snprintf(index + len, 65536 - len, "}}");
+    write_two_shards(f, e, n);
+    char *index = shard_index(e, n, NULL);
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     snprintf(want, sizeof want, "%s: unexpected tensor transformer.h.1.",
@@ -611,13 +617,8 @@ static void test_more_layers_than_config(void **state)
     regc_test_expect_error(want, NULL);
 
     /* an index that lists only layer 0 still has shards holding layer 1 */
-    len = (size_t)snprintf(index, 65536, "{\"weight_map\": {");
-    for (int i = 0, k = 0; i < n; i++)
-        if (!strstr(e[i].name, ".h.1."))
-            len += (size_t)snprintf(index + len, 65536 - len,
-                                    "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
-                                    k++ ? ", " : "", e[i].name, i < half ? 1 : 2);
-    snprintf(index + len, 65536 - len, "}}");
+    free(index);
+    index = shard_index(e, n, ".h.1.");
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     regc_test_expect_error("model-0000", "unexpected tensor transformer.h.1.");
