@@ -4,12 +4,8 @@
  * masks beside them: the same header with magic 20240601, then one byte
  * per token, 1 when predicting that token counts toward the loss. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "corpus.h"
 #include "regc_data.h"
@@ -56,40 +52,7 @@ static void write_le32(unsigned char *p, int32_t value)
  * and every byte is checked anyway, so streaming would buy nothing. */
 static int read_file(const char *path, unsigned char **out, size_t *size)
 {
-    *out = NULL;
-    *size = 0;
-    int fd;
-    uint64_t fsize;
-    int rc = regc_file_open_regular(path, REGC_TOKEN_FILE_MAX, &fd, &fsize);
-    if (rc)
-        return rc;
-    size_t len = (size_t)fsize;
-    unsigned char *buf = malloc(len ? len : 1);
-    if (!buf) {
-        close(fd);
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading %zu bytes", path, len);
-    }
-    /* read() may return less than asked (signals, huge sizes); loop until
-     * the size fstat promised, and treat an early end as a shrinking file. */
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int rc = regc_error(REGC_ERR_IO, "%s: read error: %s", path, strerror(errno));
-            free(buf);
-            close(fd);
-            return rc;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    *out = buf;
-    *size = got;
-    return REGC_OK;
+    return regc_file_read_capped(path, REGC_TOKEN_FILE_MAX, (char **)out, size);
 }
 
 /* A file image in the token format with magic `magic`: its count of
