@@ -18,8 +18,6 @@
 #include "plan.h"
 #include "region_internal.h"
 
-#define ARENA_ALIGN 64
-
 /* ---------------------------------------------------------------- liveness */
 
 static void touch(regc_program *p, int b, int point)
@@ -110,7 +108,7 @@ static int plan_arena(regc_program *p, int n_points, int apply, int64_t *peak, i
         pb[j].inplace_of = src >= 0 ? index[src] : -1;
     }
     regc_plan_result res;
-    if ((rc = regc_plan_offsets(n, pb, ARENA_ALIGN, off, &res)))
+    if ((rc = regc_plan_offsets(n, pb, REGC_PLAN_ALIGN, off, &res)))
         goto done;
     *peak = res.peak_bytes;
     *lower = regc_plan_lower_bound(n, pb, n_points + 1);

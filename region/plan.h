@@ -27,6 +27,13 @@ typedef struct {
     int n_inplace;             /* buffers that took over their input's memory */
 } regc_plan_result;
 
+/* Where planned buffers start: every activation buffer and region slot on
+ * a 256-byte boundary, cuBLASLt's largest alignment preference. A GEMM's
+ * operands then have the same alignment wherever a plan puts them, so the
+ * GPU chooses the same algorithm for a layer in a regional program and in
+ * a full one, and the two give the same bits there too. */
+#define REGC_PLAN_ALIGN 256
+
 /* Assign offset[i] (a multiple of align, a power of two) to each of the n
  * buffers so that no two buffers live at the same point overlap, except an
  * in-place pair, which may share one offset. Best fit by decreasing size

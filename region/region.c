@@ -15,8 +15,6 @@
 #include "program.h"
 #include "region_internal.h"
 
-#define SLOT_ALIGN 64
-
 void regc_compiled_region_free(regc_compiled_region *r)
 {
     if (!r)
@@ -263,7 +261,7 @@ static int plan_pass(regc_compiled_region *r, const regc_instr *ins, int n, int6
             which[m++] = s;
         }
     regc_plan_result res;
-    if ((rc = regc_plan_offsets(m, pb, SLOT_ALIGN, off, &res)))
+    if ((rc = regc_plan_offsets(m, pb, REGC_PLAN_ALIGN, off, &res)))
         goto done;
     for (int j = 0; j < m; j++)
         r->slots[which[j]].offset = off[j];
@@ -279,7 +277,7 @@ static int plan_memory(regc_compiled_region *r)
     for (int s = 0; s < r->n_slots; s++)
         if (r->slots[s].kind == SLOT_SAVED && r->slots[s].alias < 0) {
             r->slots[s].offset = saved;
-            saved += (r->slots[s].bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+            saved += (r->slots[s].bytes + REGC_PLAN_ALIGN - 1) / REGC_PLAN_ALIGN * REGC_PLAN_ALIGN;
         }
     r->saved_bytes = saved;
     int64_t fwd = 0, bwd = 0;
