@@ -44,6 +44,19 @@ static int llama_preset_config(regc_model *m, const char *preset)
                            .n_pos = 256,
                            .eps = 1e-6,
                            .rope_theta = 10000.0};
+    } else if (strcmp(preset, "llama-127m") == 0) {
+        /* llama-tiny's shape (grouped-query attention, two query heads per
+         * key/value head; SwiGLU; an untied head) at GPT-2 124M's width
+         * and depth: the benchmarks' Llama beside gpt2-124m */
+        c = (llama_config){.vocab = 32000,
+                           .hidden = 768,
+                           .inter = 2048,
+                           .n_layer = 12,
+                           .n_head = 12,
+                           .n_kv_head = 6,
+                           .n_pos = 1024,
+                           .eps = 1e-6,
+                           .rope_theta = 10000.0};
     } else if (strcmp(preset, "llama-8b") == 0) {
         /* Llama 3 8B's published shape */
         c.hidden = 4096, c.inter = 14336, c.n_layer = 32, c.n_head = 32;

@@ -24,10 +24,10 @@ static const struct {
     const regc_arch *arch;
 } presets[] = {
     {"gpt2-tiny", &regc_arch_gpt2},   {"gpt2-124m", &regc_arch_gpt2},
-    {"llama-tiny", &regc_arch_llama}, {"llama-8b", &regc_arch_llama},
-    {"llama-70b", &regc_arch_llama},  {"bert-tiny", &regc_arch_bert},
-    {"bert-base", &regc_arch_bert},   {"t5-tiny", &regc_arch_t5},
-    {"t5-small", &regc_arch_t5},
+    {"llama-tiny", &regc_arch_llama}, {"llama-127m", &regc_arch_llama},
+    {"llama-8b", &regc_arch_llama},   {"llama-70b", &regc_arch_llama},
+    {"bert-tiny", &regc_arch_bert},   {"bert-base", &regc_arch_bert},
+    {"t5-tiny", &regc_arch_t5},       {"t5-small", &regc_arch_t5},
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
