@@ -38,6 +38,22 @@ typedef enum {
     REGC_EPI_BGRAD,
 } regc_epilogue;
 
+/* The epilogue's name, as above ("?" for none of them). */
+static inline const char *regc_epilogue_name(regc_epilogue e)
+{
+    switch (e) {
+    case REGC_EPI_NONE: return "NONE";
+    case REGC_EPI_BIAS: return "BIAS";
+    case REGC_EPI_GELU: return "GELU";
+    case REGC_EPI_GELU_AUX: return "GELU_AUX";
+    case REGC_EPI_BIAS_GELU_AUX: return "BIAS_GELU_AUX";
+    case REGC_EPI_DGELU: return "DGELU";
+    case REGC_EPI_DGELU_BGRAD: return "DGELU_BGRAD";
+    case REGC_EPI_BGRAD: return "BGRAD";
+    }
+    return "?";
+}
+
 /* C[m, n] = op(A)[m, k] op(B)[k, n], op(X) = X or X^T; leading dimensions
  * are row strides of the matrices as stored (A is [k, m] when trans_a).
  * C and aux must not overlap A or B. */
@@ -196,6 +212,20 @@ struct regc_backend {
                       const int *perm);
 
     int (*gemm)(regc_backend *be, const regc_gemm *g);
+    /* Optional (NULL: nothing to set up). Set up, once, what gemm() needs
+     * for the GEMMs g describes (its shape, epilogue and operands'
+     * alignment): a program calls it for each of its GEMMs when it is
+     * bound, so no choice is made while the step runs. */
+    int (*gemm_prepare)(regc_backend *be, const regc_gemm *g);
+    /* Optional: what preparing chose (cuBLASLt's algorithms), as bytes to
+     * keep beside a compiled step under the backend's device; tuning_save
+     * returns the size and writes it when buf holds that many bytes.
+     * tuning_load gives them back on a later start, so that preparing
+     * chooses nothing again; bytes of another build are refused. */
+    size_t (*tuning_save)(regc_backend *be, void *buf, size_t cap);
+    int (*tuning_load)(regc_backend *be, const void *data, size_t len);
+    /* the choices preparing made by searching rather than by loading */
+    int64_t tuning_queries;
 
     /* out[r, c] = table[ids[r], c]; every id < vocab (checked by the caller) */
     void (*embedding_fwd)(regc_backend *be, float *out, const int32_t *ids, const float *table,
@@ -311,6 +341,22 @@ struct regc_backend {
     void (*destroy)(regc_backend *be); /* frees ctx and be; called by regc_backend_free */
 };
 
+/* Every kernel entry of the table, once: what a backend must fill to run
+ * every program the compiler makes. A test compares the CPU's and the
+ * CUDA backend's tables through it, so an entry one fills and the other
+ * leaves NULL fails a test instead of a run. */
+/* clang-format off */
+#define REGC_BACKEND_KERNELS(X)                                                                    \
+    X(copy_2d) X(transpose) X(gemm) X(embedding_fwd) X(embedding_bwd)                             \
+    X(add) X(bias_add) X(sum_rows) X(mul) X(scale)                                                \
+    X(gelu_fwd) X(gelu_bwd) X(gelu_erf_fwd) X(gelu_erf_bwd) X(silu_fwd) X(silu_bwd)               \
+    X(relu_fwd) X(relu_bwd) X(rope) X(elementwise)                                                \
+    X(layernorm_fwd) X(layernorm_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd)                               \
+    X(add_layernorm_fwd) X(add_rmsnorm_fwd) X(layernorm_bwd_add) X(rmsnorm_bwd_add)               \
+    X(attention_fwd) X(attention_bwd) X(cross_entropy_fwd) X(cross_entropy_bwd)                   \
+    X(step_schedule) X(grad_sumsq) X(grad_clip) X(adamw)
+/* clang-format on */
+
 /* The CPU backend (OpenMP; its own AVX-512 GEMM, else OpenBLAS). threads <= 0:
  * OMP_NUM_THREADS or all cores. */
 regc_backend *regc_backend_cpu_new(int threads);
@@ -337,7 +383,7 @@ int regc_backend_cuda_device_count(void);
 
 /* Raised whenever the table changes: a module of another build is refused
  * rather than called through the wrong layout. */
-#define REGC_CUDA_MODULE_ABI 1
+#define REGC_CUDA_MODULE_ABI 2
 #define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
 
 typedef int (*regc_error_fn)(int status, const char *fmt, ...);
@@ -345,6 +391,9 @@ typedef struct {
     int abi; /* REGC_CUDA_MODULE_ABI of the module's build */
     regc_backend *(*backend_new)(int device);
     int (*device_count)(void);
+    /* every entry the backend sets, into a zeroed table, without a device
+     * (no call is made through it): what the completeness test reads */
+    void (*fill_table)(regc_backend *be);
     /* the NCCL communicator (zero3/): host and the result are regc_comm;
      * NULL when the module was built without NCCL */
     void *(*nccl_comm_new)(void *host, regc_backend *be);
@@ -357,6 +406,7 @@ const regc_cuda_module *regc_cuda_module_get(void);
 /* Inside the module only (kernels/cuda/cuda_backend.cu). */
 regc_backend *regc_cuda_backend_open(int device);
 int regc_cuda_device_count(void);
+void regc_cuda_fill_table(regc_backend *be);
 /* "cpu" or "cuda"; NULL with a message for an unknown or unavailable name */
 regc_backend *regc_backend_new(const char *name, int threads);
 void regc_backend_free(regc_backend *be);

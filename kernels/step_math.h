@@ -11,13 +11,8 @@
 
 #include <math.h>
 
+#include "kernel_math.h"
 #include "regc_backend.h"
-
-#if defined(__CUDACC__)
-#define REGC_HD __host__ __device__
-#else
-#define REGC_HD
-#endif
 
 /* The schedule's factor on base_lr at optimizer step s (from 0). */
 static inline REGC_HD double regc_schedule_factor(const regc_step_scalars *c, double s)

@@ -444,6 +444,8 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
         }
     }
 done:
+    if (rc >= 0 && cached && *out) /* the key the backend's tuning is kept under */
+        regc_bytes_put(&(*out)->step_key, canon.data, canon.len);
     regc_graph_free(g);
     regc_graph_free(s->g);
     free(param_offset);

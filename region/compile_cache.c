@@ -172,3 +172,51 @@ int regc_compile_check_entry(const void *canon, size_t canon_len, const void *pa
     free(device), free(kind);
     return rc;
 }
+
+/* ---- the backend's tuning beside a step: key "tuning", the device, the
+ * step's own key */
+
+static void tuning_key(const regc_program *p, const regc_backend *be, regc_bytes *canon)
+{
+    regc_bytes_put_str(canon, be->device ? be->device : be->name);
+    regc_bytes_put_str(canon, "tuning");
+    regc_bytes_put(canon, p->step_key.data, p->step_key.len);
+}
+
+void regc_compile_tuning_load(regc_cache *c, const regc_program *p, regc_backend *be)
+{
+    if (!c || !p->step_key.len || !be->tuning_load)
+        return;
+    regc_bytes canon = {0}, payload = {0};
+    tuning_key(p, be, &canon);
+    int hit = regc_cache_get(c, &canon, &payload);
+    if (hit > 0 && be->tuning_load(be, payload.data, payload.len) != REGC_OK) {
+        char path[4200];
+        regc_cache_entry_path(c, &canon, path, sizeof path);
+        fprintf(stderr, "regc: cache: %s: %s; choosing afresh\n", path, regc_error_message());
+    }
+    if (hit <= 0)
+        regc_error_clear(); /* a miss, or an entry the cache refused: choose afresh */
+    regc_bytes_free(&canon), regc_bytes_free(&payload);
+}
+
+int regc_compile_tuning_store(regc_cache *c, const regc_program *p, regc_backend *be)
+{
+    if (!c || !p->step_key.len || !be->tuning_save)
+        return REGC_OK;
+    const size_t n = be->tuning_save(be, NULL, 0);
+    uint8_t *bytes = malloc(n ? n : 1);
+    if (!bytes)
+        return regc_error(REGC_ERR_MEMORY, "compile cache: out of memory");
+    regc_bytes canon = {0}, payload = {0};
+    regc_bytes_put(&payload, bytes, be->tuning_save(be, bytes, n));
+    free(bytes);
+    tuning_key(p, be, &canon);
+    char label[160];
+    snprintf(label, sizeof label, "tuning: %s, %zu bytes", be->device ? be->device : be->name, n);
+    int rc = canon.failed || payload.failed
+                 ? regc_error(REGC_ERR_MEMORY, "compile cache: out of memory")
+                 : regc_cache_put(c, &canon, label, &payload);
+    regc_bytes_free(&canon), regc_bytes_free(&payload);
+    return rc;
+}

@@ -46,9 +46,6 @@ const char *regc_kernel_name(regc_kernel k)
     return (unsigned)k < K_COUNT ? kernel_names[k] : "?";
 }
 
-static const char *const epilogue_names[] = {"NONE",          "BIAS",  "GELU",        "GELU_AUX",
-                                             "BIAS_GELU_AUX", "DGELU", "DGELU_BGRAD", "BGRAD"};
-
 int regc_instr_writes(const regc_instr *in, int k)
 {
     if (in->kernel == K_GEMM) {
@@ -134,6 +131,29 @@ static int run_unary(regc_backend *be, const regc_instr *in, void *const *p)
     return REGC_OK;
 }
 
+void regc_instr_gemm(const regc_instr *in, void *const *p, regc_gemm *g)
+{
+    const int64_t *d = in->d;
+    *g = (regc_gemm){.trans_a = in->trans_a,
+                     .trans_b = in->trans_b,
+                     .m = d[0],
+                     .n = d[1],
+                     .k = d[2],
+                     .a = C(1),
+                     .lda = d[3],
+                     .b = C(2),
+                     .ldb = d[4],
+                     .c = P(0),
+                     .ldc = d[1],
+                     .alpha = 1.0f,
+                     .accumulate = in->accumulate,
+                     .epilogue = (regc_epilogue)in->epilogue,
+                     .bias = C(3),
+                     .aux = P(4),
+                     .ldaux = d[1],
+                     .bias_grad = P(5)};
+}
+
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
 {
     const int64_t *d = in->d;
@@ -150,24 +170,8 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_GEMM: {
         NEED(gemm);
-        regc_gemm g = {.trans_a = in->trans_a,
-                       .trans_b = in->trans_b,
-                       .m = d[0],
-                       .n = d[1],
-                       .k = d[2],
-                       .a = C(1),
-                       .lda = d[3],
-                       .b = C(2),
-                       .ldb = d[4],
-                       .c = P(0),
-                       .ldc = d[1],
-                       .alpha = 1.0f,
-                       .accumulate = in->accumulate,
-                       .epilogue = (regc_epilogue)in->epilogue,
-                       .bias = C(3),
-                       .aux = P(4),
-                       .ldaux = d[1],
-                       .bias_grad = P(5)};
+        regc_gemm g;
+        regc_instr_gemm(in, p, &g);
         return be->gemm(be, &g);
     }
     case K_EMBED_FWD:
@@ -289,8 +293,9 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
         snprintf(buf + n, size - (size_t)n, " start");
     if (in->kernel == K_GEMM)
         snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s]",
-                 epilogue_names[in->epilogue], (long long)in->d[0], (long long)in->d[1],
-                 (long long)in->d[2], in->trans_a, in->trans_b, in->accumulate ? " acc" : "");
+                 regc_epilogue_name((regc_epilogue)in->epilogue), (long long)in->d[0],
+                 (long long)in->d[1], (long long)in->d[2], in->trans_a, in->trans_b,
+                 in->accumulate ? " acc" : "");
     if (in->kernel == K_EMBED_BWD && in->accumulate)
         snprintf(buf + n, size - (size_t)n, "[acc]");
     if (in->kernel == K_EW) {

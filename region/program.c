@@ -51,6 +51,7 @@ void regc_program_free(regc_program *p)
     free(p->pieces);
     regc_program_unlink(p);
     free(p->resident), free(p->inputs), free(p->ptr);
+    regc_bytes_free(&p->step_key);
     regc_graph_free(p->graph);
     free(p);
 }

@@ -89,6 +89,8 @@ const char *regc_kernel_name(regc_kernel k);
 /* One instruction through a backend, operands already resolved to device
  * pointers (ptr[i] for refs[i], NULL when absent). */
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *ptr);
+/* The GEMM descriptor of a K_GEMM instruction over resolved operands. */
+void regc_instr_gemm(const regc_instr *in, void *const *ptr, regc_gemm *g);
 void regc_instr_dump(const regc_instr *in, FILE *f);
 /* Its kernel and, for GEMMs, epilogue and shape: a dump's or profile's name. */
 void regc_instr_label(const regc_instr *in, char *buf, size_t size);
@@ -247,6 +249,7 @@ struct regc_program {
     double wait_ms;                 /* blocked in K_COMM_WAIT, over every run */
     char **ptr;                     /* [n_bufs] base pointers */
     regc_profile *profile;          /* borrowed; NULL: runs are not timed */
+    regc_bytes step_key;            /* the compile cache's key of the step, when cached */
 };
 
 /* Building a step program (region/program.c): the flat graph (owned by

@@ -20,6 +20,8 @@ const regc_tensor *regc_program_input(const regc_program *p, int i)
 /* A block's place: base + offset, or NULL for a block not given. */
 static char *at(void *base, int64_t offset) { return base ? (char *)base + offset : NULL; }
 
+static int prepare_gemms(regc_program *p);
+
 int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memory *mem)
 {
     p->be = be;
@@ -70,6 +72,14 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
         case BUF_INPUT: p->ptr[b] = mem->inputs[x->offset]; break;
         }
     }
+    /* the backend's choices for the GEMMs: an earlier start's, or made now
+     * and kept for the next */
+    const int64_t queries = be->tuning_queries;
+    regc_compile_tuning_load(mem->tuning_cache, p, be);
+    if ((rc = prepare_gemms(p)))
+        return rc;
+    if (be->tuning_queries > queries && (rc = regc_compile_tuning_store(mem->tuning_cache, p, be)))
+        return rc;
     return be->sync(be);
 }
 
@@ -164,6 +174,27 @@ static int alloc_step(regc_program *p, int step, int release)
     return REGC_OK;
 }
 
+/* A lazy step's call: its region's slots resolved through the step's
+ * binding into *slot (grown to *cap), and the instructions of its pass. */
+static int lazy_call(const regc_program *p, const lazy_step *s, char ***slot, int *cap,
+                     const regc_instr **ins, int *n)
+{
+    const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
+    if (r->n_slots > *cap) {
+        char **x = realloc(*slot, (size_t)r->n_slots * sizeof *x);
+        if (!x)
+            return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+        *slot = x, *cap = r->n_slots;
+    }
+    for (int k = 0; k < r->n_slots; k++)
+        (*slot)[k] = s->bind[k].buf < 0 || !p->ptr[s->bind[k].buf]
+                         ? NULL
+                         : p->ptr[s->bind[k].buf] + s->bind[k].off;
+    *ins = s->backward ? r->bwd : r->fwd;
+    *n = s->backward ? r->n_bwd : r->n_fwd;
+    return REGC_OK;
+}
+
 static int run_lazy(regc_program *p)
 {
     int dynamic = p->level == REGC_LEVEL_O0, rc = REGC_OK;
@@ -178,21 +209,9 @@ static int run_lazy(regc_program *p)
             resolve(p->ptr, &s->instr, ptr);
             rc = run_instr(p, &s->instr, ptr);
         } else {
-            const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
-            if (r->n_slots > cap) {
-                char **x = realloc(slot, (size_t)r->n_slots * sizeof *x);
-                if (!x) {
-                    rc = regc_error(REGC_ERR_MEMORY, "step program: out of memory");
-                    break;
-                }
-                slot = x, cap = r->n_slots;
-            }
-            for (int k = 0; k < r->n_slots; k++)
-                slot[k] = s->bind[k].buf < 0 || !p->ptr[s->bind[k].buf]
-                              ? NULL
-                              : p->ptr[s->bind[k].buf] + s->bind[k].off;
-            const regc_instr *ins = s->backward ? r->bwd : r->fwd;
-            int n = s->backward ? r->n_bwd : r->n_fwd;
+            const regc_instr *ins;
+            int n;
+            rc = lazy_call(p, s, &slot, &cap, &ins, &n);
             for (int j = 0; j < n && rc == REGC_OK; j++) {
                 resolve(slot, &ins[j], ptr);
                 rc = run_instr(p, &ins[j], ptr);
@@ -200,6 +219,51 @@ static int run_lazy(regc_program *p)
         }
         if (dynamic && rc == REGC_OK)
             rc = alloc_step(p, i, 1);
+    }
+    free(slot);
+    return rc;
+}
+
+/* One GEMM prepared with the operands it will run on (at O0 an arena
+ * operand is not allocated yet and counts as aligned, as every fresh
+ * allocation is). */
+static int prepare_gemm(regc_program *p, char *const *base, const regc_instr *in)
+{
+    if (in->kernel != K_GEMM)
+        return REGC_OK;
+    void *ptr[REGC_INSTR_MAX_REFS];
+    regc_gemm g;
+    resolve(base, in, ptr);
+    regc_instr_gemm(in, ptr, &g);
+    return p->be->gemm_prepare(p->be, &g);
+}
+
+/* Every GEMM of the program prepared by the backend before the first run
+ * (gemm_prepare: on the GPU, cuBLASLt's descriptors and algorithm), so
+ * that no choice is made while a step runs. */
+static int prepare_gemms(regc_program *p)
+{
+    int rc = REGC_OK;
+    if (!p->be->gemm_prepare)
+        return REGC_OK;
+    if (!p->lazy) {
+        for (int i = 0; i < p->n_instr && rc == REGC_OK; i++)
+            rc = prepare_gemm(p, p->ptr, &p->instr[i]);
+        return rc;
+    }
+    char **slot = NULL;
+    int cap = 0;
+    for (int i = 0; i < p->n_steps && rc == REGC_OK; i++) {
+        const lazy_step *s = &p->steps[i];
+        const regc_instr *ins;
+        int n;
+        if (s->piece < 0) {
+            rc = prepare_gemm(p, p->ptr, &s->instr);
+            continue;
+        }
+        rc = lazy_call(p, s, &slot, &cap, &ins, &n);
+        for (int j = 0; j < n && rc == REGC_OK; j++)
+            rc = prepare_gemm(p, slot, &ins[j]);
     }
     free(slot);
     return rc;

@@ -202,6 +202,11 @@ typedef struct {
      * else the program allocates its own */
     void *arena;
     int64_t arena_bytes;
+    /* optional: the compile cache the program came from, where the
+     * backend's tuning (cuBLASLt's algorithms) is kept beside the step,
+     * under the device's name: loaded before the program's GEMMs are
+     * prepared, stored when preparing chose anything new */
+    regc_cache *tuning_cache;
 } regc_program_memory;
 
 /* Bind device memory; allocates the activation arena on be (unless it

@@ -69,6 +69,13 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b);
 int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *canon,
                            regc_program **out, regc_compile_stats *st);
 /* Store p under canon; `what` describes the step in the entry's label. */
+/* The backend's tuning for a program taken from or stored in the cache
+ * (p->step_key), kept under the backend's device: load gives the backend
+ * what an earlier start chose (bytes it refuses are a miss, said on
+ * stderr like a refused step); store keeps what it holds now. Both do
+ * nothing for a backend without tuning or a program without a key. */
+void regc_compile_tuning_load(regc_cache *c, const regc_program *p, regc_backend *be);
+int regc_compile_tuning_store(regc_cache *c, const regc_program *p, regc_backend *be);
 int regc_compile_store_step(const regc_compile_options *o, const regc_bytes *canon,
                             const char *what, const regc_program *p, regc_compile_stats *st);
 

@@ -30,24 +30,12 @@ static void expect_error(const regc_test_proc *p, int status, const char *a, con
     assert_int_equal(p->out_len, 0);
 }
 
-static const char *const json_keys[] = {"model",
-                                        "layers",
-                                        "mode",
-                                        "detect_ms",
-                                        "compile_ms",
-                                        "inline_ms",
-                                        "total_ms",
-                                        "first_step_ms",
-                                        "step_ms",
-                                        "peak_bytes",
-                                        "lower_bound_bytes",
-                                        "region_compiles",
-                                        "build_ms",
-                                        "total_min_ms",
-                                        "total_max_ms",
-                                        "region_kinds",
-                                        "cache_hits",
-                                        "cache_misses"};
+static const char *const json_keys[] = {
+    "model",           "layers",     "mode",         "detect_ms",
+    "compile_ms",      "inline_ms",  "total_ms",     "setup_ms",
+    "first_step_ms",   "step_ms",    "peak_bytes",   "lower_bound_bytes",
+    "region_compiles", "build_ms",   "total_min_ms", "total_max_ms",
+    "region_kinds",    "cache_hits", "cache_misses"};
 
 static void test_json_rows_and_svg(void **state)
 {
@@ -103,9 +91,10 @@ static void test_json_rows_and_svg(void **state)
 
         const cJSON *first = cJSON_GetObjectItemCaseSensitive(o, "first_step_ms");
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step_ms");
-        if (!cJSON_IsNumber(first) || !cJSON_IsNumber(step))
+        const cJSON *setup = cJSON_GetObjectItemCaseSensitive(o, "setup_ms");
+        if (!cJSON_IsNumber(first) || !cJSON_IsNumber(step) || !cJSON_IsNumber(setup))
             fail_msg("steps not measured: %s", text);
-        assert_true(first->valuedouble > 0 && step->valuedouble > 0);
+        assert_true(first->valuedouble > 0 && step->valuedouble > 0 && setup->valuedouble > 0);
         cJSON_Delete(o);
         free(text);
         line = nl + 1;

@@ -1,4 +1,6 @@
-/* test_kernels_cpu.c — the CPU backend's kernels against values recorded
+/* test_kernels_cpu.c — a backend's kernels (the CPU's, or the one
+ * $REGC_TEST_BACKEND names: ctest runs it on CUDA as gpu_kernel_reference)
+ * against values recorded
  * from PyTorch (tests/data/kernel_reference.json, written by
  * tools/reference/kernel_reference.py), against naive double-precision
  * loops, and against their own algebraic properties. Property checks that
@@ -31,7 +33,9 @@ static int group_setup(void **state)
 {
     (void)state;
     g_ref = regc_test_load_json(REF_PATH);
-    be = regc_test_cpu_backend(0); /* ctest runs this with OMP_NUM_THREADS=2 */
+    /* the CPU (OMP_NUM_THREADS=2 under ctest), or $REGC_TEST_BACKEND: the
+     * same references through the CUDA backend carry the label gpu */
+    be = regc_test_backend(0);
     return be ? 0 : -1;
 }
 

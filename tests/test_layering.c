@@ -4,7 +4,7 @@
  * folder and of folders on lower layers only, never of a folder beside or
  * above it. A folder's public header is its regc_<name>.h; every other
  * header is private to the directory that holds it and those below it
- * (kernels/cpu and kernels/cuda share kernels/step_math.h; tests, which sit above
+ * (kernels/cpu and kernels/cuda share kernels/kernel_math.h; tests, which sit above
  * everything, may include private headers to test internals). The include
  * graph has no cycle. The checker reads the tree as the compiler would
  * resolve quoted includes: the including file's directory first, then the

@@ -45,12 +45,16 @@ void print_coldstart_usage(FILE *f)
         "                             model does not fit\n"
         "  --threads <N>              CPU threads for training; 0 uses OMP_NUM_THREADS or all\n"
         "                             cores (default 0)\n"
+        "  --backend <name>           the training's backend: cpu, or cuda (cuda:N) where\n"
+        "                             built (default cpu); setup_ms is its set-up before the\n"
+        "                             first step (on cuda, cuBLASLt's for every GEMM)\n"
         "  --json                     print one JSON object per depth and mode:\n"
         "                             {\"model\", \"layers\", \"mode\" (full|regional|\n"
         "                             regional+cache), \"cache_hits\", \"cache_misses\",\n"
         "                             \"build_ms\", \"detect_ms\", \"compile_ms\", \"inline_ms\",\n"
         "                             \"total_ms\", \"total_min_ms\", \"total_max_ms\",\n"
-        "                             \"first_step_ms\", \"step_ms\", \"peak_bytes\",\n"
+        "                             \"setup_ms\", \"first_step_ms\", \"step_ms\",\n"
+        "                             \"peak_bytes\",\n"
         "                             \"lower_bound_bytes\", \"region_kinds\", "
         "\"region_compiles\"}\n"
         "                             (null where not measured)\n"
@@ -73,13 +77,13 @@ typedef struct {
     int mode;                     /* COLD_* */
     int cache_hits, cache_misses; /* of the last timed compile */
     double build_ms, detect_ms, compile_ms, inline_ms, total_ms, total_min, total_max;
-    double first_step_ms, step_ms; /* NAN: not measured */
+    double setup_ms, first_step_ms, step_ms; /* NAN: not measured */
     int64_t peak_bytes, lower_bound_bytes;
     int region_kinds, region_compiles;
 } cold_row;
 
 typedef struct {
-    const char *model, *svg, *cache_dir;
+    const char *model, *svg, *cache_dir, *backend;
     int64_t layers[COLD_MAX_LAYERS];
     int n_layers;
     long long repeat, batch, seq, steps, threads;
@@ -139,9 +143,9 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
                                arg);
         char flag[64];
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
-        static const char *const valued[] = {"--model",     "--layers", "--repeat",  "--batch",
-                                             "--seq",       "--steps",  "--threads", "--svg",
-                                             "--cache-dir", NULL};
+        static const char *const valued[] = {"--model",     "--layers",  "--repeat",  "--batch",
+                                             "--seq",       "--steps",   "--threads", "--svg",
+                                             "--cache-dir", "--backend", NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
             if (!strcmp(flag, *k))
@@ -155,11 +159,14 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
             return usage_error("%s: missing value", flag);
         if (!strchr(arg, '=')) /* the value was the next argument */
             i++;
-        if (!strcmp(flag, "--model") || !strcmp(flag, "--svg") || !strcmp(flag, "--cache-dir")) {
+        if (!strcmp(flag, "--model") || !strcmp(flag, "--svg") || !strcmp(flag, "--cache-dir") ||
+            !strcmp(flag, "--backend")) {
             if (value[0] == '\0')
                 return usage_error("%s: expected a non-empty value", flag);
             if (!strcmp(flag, "--model"))
                 a->model = value;
+            else if (!strcmp(flag, "--backend"))
+                a->backend = value;
             else if (!strcmp(flag, "--cache-dir"))
                 a->cache_dir = value;
             else
@@ -202,11 +209,14 @@ static double median(double *v, int n)
 typedef struct {
     double *ms;
     int n, cap;
+    double setup_ms; /* before the first step */
 } cold_steps;
 
 static void cold_on_step(const regc_step_report *r, void *user)
 {
     cold_steps *s = user;
+    if (s->n == 0)
+        s->setup_ms = r->setup_ms;
     if (s->n < s->cap)
         s->ms[s->n++] = r->ms;
 }
@@ -309,12 +319,14 @@ static int cold_train(const regc_model *base, const cold_args *a, const char *ca
         o.seq = a->seq;
         o.steps = (int)a->steps;
         o.threads = (int)a->threads;
+        o.backend = a->backend;
         o.compile.level = REGC_LEVEL_O1;
         o.compile.regional = row->mode != COLD_FULL;
         o.cache_dir = row->mode == COLD_CACHED ? cache_dir : NULL;
         rc = regc_train(m, &o, cold_on_step, &s, NULL);
     }
     if (rc == REGC_OK && s.n == s.cap) {
+        row->setup_ms = s.setup_ms;
         row->first_step_ms = s.ms[0];
         row->step_ms = median(s.ms + 1, s.n - 1);
     } else if (rc == REGC_OK) {
@@ -343,7 +355,8 @@ static int cold_print_json(const char *model, const cold_row *r)
     cold_num(b[4], sizeof b[4], r->total_ms, "%.6g");
     cold_num(b[5], sizeof b[5], r->total_min, "%.6g");
     cold_num(b[6], sizeof b[6], r->total_max, "%.6g");
-    char fs[48], sm[48];
+    char su[48], fs[48], sm[48];
+    cold_num(su, sizeof su, r->setup_ms, "%.6g");
     cold_num(fs, sizeof fs, r->first_step_ms, "%.6g");
     cold_num(sm, sizeof sm, r->step_ms, "%.6g");
     /* The model name through cJSON: a path may hold quotes or backslashes. */
@@ -352,16 +365,16 @@ static int cold_print_json(const char *model, const cold_row *r)
     cJSON_Delete(name);
     if (!quoted)
         return regc_error(REGC_ERR_MEMORY, "out of memory writing JSON");
-    int n =
-        printf("{\"model\": %s, \"layers\": %lld, \"mode\": \"%s\", \"build_ms\": %s, "
-               "\"detect_ms\": %s, \"compile_ms\": %s, \"inline_ms\": %s, \"total_ms\": %s, "
-               "\"total_min_ms\": %s, \"total_max_ms\": %s, \"first_step_ms\": %s, "
-               "\"step_ms\": %s, \"peak_bytes\": %lld, \"lower_bound_bytes\": %lld, "
-               "\"region_kinds\": %d, \"region_compiles\": %d, \"cache_hits\": %d, "
-               "\"cache_misses\": %d}\n",
-               quoted, (long long)r->layers, cold_mode_name[r->mode], b[0], b[1], b[2], b[3], b[4],
-               b[5], b[6], fs, sm, (long long)r->peak_bytes, (long long)r->lower_bound_bytes,
-               r->region_kinds, r->region_compiles, r->cache_hits, r->cache_misses);
+    int n = printf(
+        "{\"model\": %s, \"layers\": %lld, \"mode\": \"%s\", \"build_ms\": %s, "
+        "\"detect_ms\": %s, \"compile_ms\": %s, \"inline_ms\": %s, \"total_ms\": %s, "
+        "\"total_min_ms\": %s, \"total_max_ms\": %s, \"setup_ms\": %s, \"first_step_ms\": %s, "
+        "\"step_ms\": %s, \"peak_bytes\": %lld, \"lower_bound_bytes\": %lld, "
+        "\"region_kinds\": %d, \"region_compiles\": %d, \"cache_hits\": %d, "
+        "\"cache_misses\": %d}\n",
+        quoted, (long long)r->layers, cold_mode_name[r->mode], b[0], b[1], b[2], b[3], b[4], b[5],
+        b[6], su, fs, sm, (long long)r->peak_bytes, (long long)r->lower_bound_bytes,
+        r->region_kinds, r->region_compiles, r->cache_hits, r->cache_misses);
     free(quoted);
     if (n < 0 || fflush(stdout) != 0)
         return regc_error(REGC_ERR_IO, "writing to standard output failed");
@@ -370,21 +383,23 @@ static int cold_print_json(const char *model, const cold_row *r)
 
 static void cold_print_header(void)
 {
-    printf("%-12s %6s %-14s %9s %10s %9s %10s %21s %8s %10s %9s %9s %9s\n", "model", "layers",
+    printf("%-12s %6s %-14s %9s %10s %9s %10s %21s %8s %9s %10s %9s %9s %9s\n", "model", "layers",
            "mode", "detect_ms", "compile_ms", "inline_ms", "total_ms", "total min..max", "compiles",
-           "first_step", "step_ms", "peak_MiB", "bound_MiB");
+           "setup_ms", "first_step", "step_ms", "peak_MiB", "bound_MiB");
 }
 
 static int cold_print_row(const char *model, const cold_row *r)
 {
-    char spread[48], fs[32], sm[32];
+    char spread[48], su[32], fs[32], sm[32];
     snprintf(spread, sizeof spread, "%.1f..%.1f", r->total_min, r->total_max);
+    cold_num(su, sizeof su, r->setup_ms, "%.1f");
     cold_num(fs, sizeof fs, r->first_step_ms, "%.1f");
     cold_num(sm, sizeof sm, r->step_ms, "%.1f");
-    int n = printf("%-12s %6lld %-14s %9.1f %10.1f %9.1f %10.1f %21s %8d %10s %9s %9.1f %9.1f\n",
-                   model, (long long)r->layers, cold_mode_name[r->mode], r->detect_ms,
-                   r->compile_ms, r->inline_ms, r->total_ms, spread, r->region_compiles, fs, sm,
-                   (double)r->peak_bytes / 1048576.0, (double)r->lower_bound_bytes / 1048576.0);
+    int n =
+        printf("%-12s %6lld %-14s %9.1f %10.1f %9.1f %10.1f %21s %8d %9s %10s %9s %9.1f %9.1f\n",
+               model, (long long)r->layers, cold_mode_name[r->mode], r->detect_ms, r->compile_ms,
+               r->inline_ms, r->total_ms, spread, r->region_compiles, su, fs, sm,
+               (double)r->peak_bytes / 1048576.0, (double)r->lower_bound_bytes / 1048576.0);
     if (n < 0 || fflush(stdout) != 0)
         return regc_error(REGC_ERR_IO, "writing to standard output failed");
     return REGC_OK;
@@ -502,8 +517,13 @@ static int cold_svg(const char *model, const cold_row *rows, int n_rows, char **
 int cmd_coldstart(int argc, char **argv)
 {
     usage_cmd = "regc coldstart";
-    cold_args a = {
-        .layers = {12, 24, 48, 96}, .n_layers = 4, .repeat = 5, .batch = 4, .seq = 64, .steps = 3};
+    cold_args a = {.layers = {12, 24, 48, 96},
+                   .n_layers = 4,
+                   .repeat = 5,
+                   .batch = 4,
+                   .seq = 64,
+                   .steps = 3,
+                   .backend = "cpu"};
     int code = parse_coldstart_args(argc, argv, &a);
     if (code >= 0)
         return code;
@@ -539,7 +559,7 @@ int cmd_coldstart(int argc, char **argv)
             cold_row *row = &rows[n_rows];
             row->layers = a.layers[d];
             row->mode = mode;
-            row->first_step_ms = row->step_ms = NAN;
+            row->setup_ms = row->first_step_ms = row->step_ms = NAN;
             int64_t input_bytes = 0;
             rc = cold_compile(m, &a, cache_dir, row, &input_bytes);
             /* Weights, gradients and AdamW's two moments, all fp32. */

@@ -111,7 +111,12 @@ typedef struct {
     const char *checkpoint; /* the checkpoint written after this step, or NULL */
     int resumed;            /* the first step of a run resumed from a checkpoint */
     double ms;              /* wall time of the whole step */
-    double tokens_per_s;    /* of the whole job: every rank's tokens */
+    /* the first step of a run only (0 on the others): the set-up before it
+     * — device memory, the weights in, and binding the step, where the
+     * backend prepares every GEMM (cuBLASLt's descriptors and algorithms
+     * on a GPU) */
+    double setup_ms;
+    double tokens_per_s; /* of the whole job: every rank's tokens */
     /* ZeRO-3 over several ranks: this step's collectives on the
      * communication queue, and how long the step waited for them (the part
      * not hidden behind compute); 0 otherwise */

@@ -216,12 +216,16 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
                                .v = t->v,
                                .scalars = t->scalars,
                                .inputs = t->d_inputs,
-                               .comm = t->step_comm};
+                               .comm = t->step_comm,
+                               .tuning_cache = t->cache ? t->cache : o->compile.cache};
     if ((rc = regc_program_bind(t->program, be, &mem)) || !t->val_program)
         return rc;
     /* validation runs between steps: it borrows the step's arena */
-    regc_program_memory val = {
-        .params = t->params, .scalars = t->scalars, .inputs = t->d_inputs, .comm = t->step_comm};
+    regc_program_memory val = {.params = t->params,
+                               .scalars = t->scalars,
+                               .inputs = t->d_inputs,
+                               .comm = t->step_comm,
+                               .tuning_cache = t->cache ? t->cache : o->compile.cache};
     val.arena = regc_program_arena(t->program, &val.arena_bytes);
     return regc_program_bind(t->val_program, be, &val);
 }
@@ -566,8 +570,10 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     regc_load_report loaded;
     if (rc == REGC_OK)
         rc = check_memory_fits(&t, m);
+    const double setup_t0 = regc_time_ms();
     if (rc == REGC_OK)
         rc = bind_memory(&t, o, start, &loaded);
+    const double setup_ms = regc_time_ms() - setup_t0;
     if (rc == REGC_OK && o->on_memory) {
         regc_device_memory a;
         regc_program_device_memory(t.program, &a);
@@ -582,7 +588,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         double t0 = regc_time_ms();
         /* the first of several steps warms caches and pages: not profiled */
         regc_profile *pr = step > 0 || o->steps == 1 ? o->profile : NULL;
-        regc_step_report r = {.step = step};
+        regc_step_report r = {.step = step, .setup_ms = step == start ? setup_ms : 0.0};
         if ((rc = regc_trainer_step(&t, o, step, pr, &r)))
             break;
         if (r.nonfinite && !o->skip_nonfinite) {

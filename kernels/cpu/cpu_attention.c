@@ -175,7 +175,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 for (int64_t j = 0; j < n_keys; j++)
                     mx = p[j] > mx ? p[j] : mx;
                 for (int64_t j = 0; j < n_keys; j++)
-                    p[j] = regc_cpu_expf(p[j] - mx);
+                    p[j] = regc_expf(p[j] - mx);
                 double sum = 0.0;
                 for (int64_t j = 0; j < n_keys; j++)
                     sum += p[j];
@@ -184,7 +184,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 const float inv = (float)(1.0 / sum);
                 for (int d = 0; d < D; d++)
                     oi[d] = acc[d] * inv;
-                *lse_i = mx + (float)log(sum);
+                *lse_i = mx + (float)regc_log(sum);
             }
         }
     }
@@ -231,7 +231,7 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
                 cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, s->scale);
                 cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
                 for (int64_t j = 0; j < n_keys; j++)
-                    dbi[j] += regc_cpu_expf(p[j] + bi[j] - lse_i) * (dp[j] - delta);
+                    dbi[j] += regc_expf(p[j] + bi[j] - lse_i) * (dp[j] - delta);
             }
         }
     }
@@ -317,7 +317,7 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                     /* p becomes the probabilities, dp the score gradients;
                      * both are kept transposed for dK and dV below */
                     for (int64_t j = 0; j < n_keys; j++) {
-                        p[j] = regc_cpu_expf(p[j] - lse_i);
+                        p[j] = regc_expf(p[j] - lse_i);
                         dp[j] = scale * (p[j] * (dp[j] - delta));
                         pt[j * tq + i] = p[j];
                         dst[j * tq + i] = dp[j];

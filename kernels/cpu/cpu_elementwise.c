@@ -113,11 +113,11 @@ void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
             for (; g < rows && (int64_t)(key[g] >> 32) == id; g++) {
                 const float *src = dout + (int64_t)(key[g] & UINT32_MAX) * cols + c0; /* [w] */
                 for (int64_t j = 0; j < w; j++)
-                    acc[j] = regc_cpu_addf(acc[j], src[j]);
+                    acc[j] = regc_addf(acc[j], src[j]);
             }
             float *dst = dtable + id * cols + c0; /* [w] */
             for (int64_t j = 0; j < w; j++)
-                dst[j] = regc_cpu_addf(dst[j], acc[j]);
+                dst[j] = regc_addf(dst[j], acc[j]);
         }
     }
 }
@@ -127,7 +127,7 @@ void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const flo
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = regc_cpu_addf(a[i], b[i]);
+        out[i] = regc_addf(a[i], b[i]);
 }
 
 void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b, int64_t rows,
@@ -139,7 +139,7 @@ void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float
         float *o = out + r * cols;      /* [cols] */
         const float *xr = x + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
-            o[c] = regc_cpu_addf(xr[c], b[c]);
+            o[c] = regc_addf(xr[c], b[c]);
     }
 }
 
@@ -153,7 +153,7 @@ void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = regc_cpu_gelu(x[i]);
+        y[i] = regc_gelu(x[i]);
 }
 
 void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
@@ -161,7 +161,7 @@ void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dx[i] = regc_cpu_gelu_dx(dy[i], x[i]);
+        dx[i] = regc_gelu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
@@ -169,7 +169,7 @@ void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const flo
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = regc_cpu_mulf(a[i], b[i]);
+        out[i] = regc_mulf(a[i], b[i]);
 }
 
 void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
@@ -177,7 +177,7 @@ void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = regc_cpu_silu(x[i]);
+        y[i] = regc_silu(x[i]);
 }
 
 void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
@@ -185,7 +185,7 @@ void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dx[i] = regc_cpu_silu_dx(dy[i], x[i]);
+        dx[i] = regc_silu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n)
@@ -193,7 +193,7 @@ void regc_cpu_gelu_erf_fwd(regc_backend *be, float *y, const float *x, int64_t n
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = regc_cpu_gelu_erf(x[i]);
+        y[i] = regc_gelu_erf(x[i]);
 }
 
 void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
@@ -201,7 +201,7 @@ void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const f
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dx[i] = regc_cpu_gelu_erf_dx(dy[i], x[i]);
+        dx[i] = regc_gelu_erf_dx(dy[i], x[i]);
 }
 
 void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
@@ -209,7 +209,7 @@ void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n)
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = regc_cpu_relu(x[i]);
+        y[i] = regc_relu(x[i]);
 }
 
 void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n)
@@ -217,7 +217,7 @@ void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dx[i] = regc_cpu_relu_dx(dy[i], x[i]);
+        dx[i] = regc_relu_dx(dy[i], x[i]);
 }
 
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n)
@@ -225,5 +225,5 @@ void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t i = 0; i < n; i++)
-        y[i] = regc_cpu_scalef(value, x[i]);
+        y[i] = regc_scalef(value, x[i]);
 }

@@ -31,12 +31,6 @@ static const char *ew_op_name(int op)
     }
 }
 
-static int ew_op_binary(int op)
-{
-    return op == REGC_EW_ADD || op == REGC_EW_MUL || op == REGC_EW_GELU_BWD ||
-           op == REGC_EW_GELU_ERF_BWD || op == REGC_EW_SILU_BWD || op == REGC_EW_RELU_BWD;
-}
-
 /* the ops whose single kernels go parallel at an eighth of regc_cpu_par_min */
 static int ew_op_costly(int op)
 {
@@ -75,7 +69,7 @@ static int ew_validate(const regc_ew_program *p, int64_t n, float *const *out,
         const int written = p->n_inputs + s; /* registers 0 .. written-1 hold values */
         if (!name)
             return regc_error(REGC_ERR_ARG, "elementwise: step %d has unknown op %d", s, st->op);
-        if (st->a >= written || (ew_op_binary(st->op) && st->b >= written))
+        if (st->a >= written || (regc_ew_binary(st->op) && st->b >= written))
             return regc_error(REGC_ERR_ARG,
                               "elementwise: step %d (%s) reads register %d before it is written "
                               "(%d inputs; step %d writes register %d)",
@@ -110,47 +104,47 @@ static void ew_apply(const regc_ew_step *st, float *restrict d, const float *res
     switch (st->op) {
     case REGC_EW_ADD:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_addf(a[j], b[j]);
+            d[j] = regc_addf(a[j], b[j]);
         break;
     case REGC_EW_MUL:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_mulf(a[j], b[j]);
+            d[j] = regc_mulf(a[j], b[j]);
         break;
     case REGC_EW_SCALE:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_scalef(value, a[j]);
+            d[j] = regc_scalef(value, a[j]);
         break;
     case REGC_EW_GELU:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_gelu(a[j]);
+            d[j] = regc_gelu(a[j]);
         break;
     case REGC_EW_GELU_BWD:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_gelu_dx(a[j], b[j]);
+            d[j] = regc_gelu_dx(a[j], b[j]);
         break;
     case REGC_EW_GELU_ERF:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_gelu_erf(a[j]);
+            d[j] = regc_gelu_erf(a[j]);
         break;
     case REGC_EW_GELU_ERF_BWD:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_gelu_erf_dx(a[j], b[j]);
+            d[j] = regc_gelu_erf_dx(a[j], b[j]);
         break;
     case REGC_EW_SILU:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_silu(a[j]);
+            d[j] = regc_silu(a[j]);
         break;
     case REGC_EW_SILU_BWD:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_silu_dx(a[j], b[j]);
+            d[j] = regc_silu_dx(a[j], b[j]);
         break;
     case REGC_EW_RELU:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_relu(a[j]);
+            d[j] = regc_relu(a[j]);
         break;
     case REGC_EW_RELU_BWD:
         for (int64_t j = 0; j < len; j++)
-            d[j] = regc_cpu_relu_dx(a[j], b[j]);
+            d[j] = regc_relu_dx(a[j], b[j]);
         break;
     default: break; /* refused by ew_validate */
     }
@@ -212,7 +206,7 @@ void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
         for (int s = 0; s < n_steps; s++) {
             const regc_ew_step *st = &p->steps[s];
             float *d = buf[n_in + s]; /* [len] */
-            ew_apply(st, d, reg[st->a], ew_op_binary(st->op) ? reg[st->b] : reg[st->a], len);
+            ew_apply(st, d, reg[st->a], regc_ew_binary(st->op) ? reg[st->b] : reg[st->a], len);
             reg[n_in + s] = d;
         }
         /* every source here is a scratch register, never an output array */

@@ -10,76 +10,19 @@
 #include <cblas.h>
 
 #include "cpu_kernels.h"
+#include "gemm_check.h"
 #include "regc_common.h"
 
-static const char *cpu_epilogue_name(regc_epilogue e)
-{
-    switch (e) {
-    case REGC_EPI_NONE: return "NONE";
-    case REGC_EPI_BIAS: return "BIAS";
-    case REGC_EPI_GELU: return "GELU";
-    case REGC_EPI_GELU_AUX: return "GELU_AUX";
-    case REGC_EPI_BIAS_GELU_AUX: return "BIAS_GELU_AUX";
-    case REGC_EPI_DGELU: return "DGELU";
-    case REGC_EPI_DGELU_BGRAD: return "DGELU_BGRAD";
-    case REGC_EPI_BGRAD: return "BGRAD";
-    }
-    return "?";
-}
-
-/* Everything a malformed call could get wrong is caught here, so a bad
- * descriptor is an error message rather than a read out of bounds. */
+/* The shared checks (gemm_check.h), and the 32-bit interface of BLAS. */
 static int cpu_check_gemm(const regc_gemm *g)
 {
-    if (g->m < 0 || g->n < 0 || g->k < 0)
-        return regc_error(REGC_ERR_ARG, "gemm: negative size m=%lld n=%lld k=%lld", (long long)g->m,
-                          (long long)g->n, (long long)g->k);
+    int status = regc_gemm_check(g);
+    if (status != REGC_OK)
+        return status;
     if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX ||
         g->ldb > INT_MAX || g->ldc > INT_MAX)
         return regc_error(REGC_ERR_UNSUPPORTED,
                           "gemm: a size or leading dimension exceeds the 32-bit BLAS interface");
-    int64_t a_cols = g->trans_a ? g->m : g->k; /* A is stored [k, m] when transposed */
-    int64_t b_cols = g->trans_b ? g->k : g->n;
-    if (g->lda < (a_cols > 1 ? a_cols : 1))
-        return regc_error(REGC_ERR_ARG, "gemm: lda=%lld is less than A's %lld columns",
-                          (long long)g->lda, (long long)a_cols);
-    if (g->ldb < (b_cols > 1 ? b_cols : 1))
-        return regc_error(REGC_ERR_ARG, "gemm: ldb=%lld is less than B's %lld columns",
-                          (long long)g->ldb, (long long)b_cols);
-    if (g->ldc < (g->n > 1 ? g->n : 1))
-        return regc_error(REGC_ERR_ARG, "gemm: ldc=%lld is less than C's %lld columns",
-                          (long long)g->ldc, (long long)g->n);
-    if (!g->c || (g->k > 0 && g->m > 0 && g->n > 0 && (!g->a || !g->b)))
-        return regc_error(REGC_ERR_ARG, "gemm: a NULL matrix pointer");
-
-    int needs_bias = 0, needs_aux = 0, needs_bias_grad = 0;
-    switch (g->epilogue) {
-    case REGC_EPI_NONE:
-    case REGC_EPI_GELU: break;
-    case REGC_EPI_BIAS: needs_bias = 1; break;
-    case REGC_EPI_GELU_AUX:
-    case REGC_EPI_DGELU: needs_aux = 1; break;
-    case REGC_EPI_BIAS_GELU_AUX:
-        needs_bias = 1;
-        needs_aux = 1;
-        break;
-    case REGC_EPI_DGELU_BGRAD:
-        needs_aux = 1;
-        needs_bias_grad = 1;
-        break;
-    case REGC_EPI_BGRAD: needs_bias_grad = 1; break;
-    default: return regc_error(REGC_ERR_ARG, "gemm: unknown epilogue %d", (int)g->epilogue);
-    }
-    const char *name = cpu_epilogue_name(g->epilogue);
-    if (needs_bias && !g->bias)
-        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs a bias", name);
-    if (needs_aux && (!g->aux || g->ldaux < g->n))
-        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs aux with ldaux >= n=%lld", name,
-                          (long long)g->n);
-    if (needs_bias_grad && !g->bias_grad)
-        return regc_error(REGC_ERR_ARG, "gemm: epilogue %s needs a bias_grad output", name);
-    if (needs_bias_grad && g->epilogue == REGC_EPI_BGRAD && g->k > 0 && !g->b)
-        return regc_error(REGC_ERR_ARG, "gemm: epilogue BGRAD needs B");
     return REGC_OK;
 }
 
@@ -122,7 +65,7 @@ REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_backend *be, const 
                 float *restrict c = g->c + i * g->ldc + c0;             /* [w] */
                 const float *restrict aux = g->aux + i * g->ldaux + c0; /* [w] */
                 for (int64_t j = 0; j < w; j++) {
-                    c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
+                    c[j] = regc_gelu_dx(c[j], aux[j]);
                     acc[j] += c[j];
                 }
             }
@@ -142,28 +85,28 @@ REGC_CPU_WIDE_VECTORS void regc_cpu_apply_epilogue_span(const regc_gemm *g, int6
     switch (g->epilogue) {
     case REGC_EPI_BIAS:
         for (int64_t j = 0; j < len; j++)
-            c[j] = regc_cpu_addf(c[j], bias[j]);
+            c[j] = regc_addf(c[j], bias[j]);
         break;
     case REGC_EPI_GELU:
         for (int64_t j = 0; j < len; j++)
-            c[j] = regc_cpu_gelu(c[j]);
+            c[j] = regc_gelu(c[j]);
         break;
     case REGC_EPI_GELU_AUX:
         for (int64_t j = 0; j < len; j++) {
             aux[j] = c[j];
-            c[j] = regc_cpu_gelu(c[j]);
+            c[j] = regc_gelu(c[j]);
         }
         break;
     case REGC_EPI_BIAS_GELU_AUX:
         for (int64_t j = 0; j < len; j++) {
-            float pre = regc_cpu_addf(c[j], bias[j]);
+            float pre = regc_addf(c[j], bias[j]);
             aux[j] = pre;
-            c[j] = regc_cpu_gelu(pre);
+            c[j] = regc_gelu(pre);
         }
         break;
     case REGC_EPI_DGELU:
         for (int64_t j = 0; j < len; j++)
-            c[j] = regc_cpu_gelu_dx(c[j], aux[j]);
+            c[j] = regc_gelu_dx(c[j], aux[j]);
         break;
     default: break;
     }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernel_math.h" /* the per-element math, shared with the CUDA backend */
 #include "regc_backend.h"
 
 typedef struct {
@@ -88,46 +89,6 @@ void regc_cpu_set_failure(regc_backend *be, int status);
  * call; NULL (failure recorded) when it cannot grow. */
 void *regc_cpu_get_scratch(regc_backend *be, size_t bytes);
 
-/* exp(x) to about one ulp (Cephes' polynomial after Cody-Waite reduction),
- * branch-free so loops over it vectorise: glibc's expf and tanhf are scalar
- * calls, and with them softmax and GELU cost as much as the GEMMs beside
- * them. Inputs are clamped to [-87, 88] (exp(-87) ~ 1.6e-38 stands in for
- * zero); NaN propagates. The same operations in the same order whether
- * vectorised or not, so results never depend on the compiler's choice. */
-static inline float regc_cpu_bits_to_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint32_t regc_cpu_float_to_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float regc_cpu_expf(float x)
-{
-    x = x > 88.0f ? 88.0f : x;
-    x = x < -87.0f ? -87.0f : x;
-    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic; /* round(x / ln 2) */
-    uint32_t scale = (regc_cpu_float_to_bits(t) - regc_cpu_float_to_bits(magic) + 127u) << 23;
-    float r = x - n * 0.693359375f; /* ln 2 in two parts: r stays exact */
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    return p * regc_cpu_bits_to_float(scale);
-}
-
 /* Marks a loop nest bound by vector arithmetic rather than memory (the exp
  * in GELU and the cross-entropy, attention's row products): GCC keeps to
  * 256-bit vectors under -march=native, and where the CPU has AVX-512 these
@@ -138,77 +99,6 @@ static inline float regc_cpu_expf(float x)
 #else
 #define REGC_CPU_WIDE_VECTORS
 #endif
-
-/* GPT-2's gelu_new, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
- * evaluated as x * s with s = 1 / (1 + exp(-2u)), the same function: it
- * needs only exp and avoids the cancellation in 1 + tanh(u) for negative x.
- * The derivative is s + 2 x s (1 - s) du/dx, with s (1 - s) = e / (1 + e)^2
- * for e = exp(-2u), again free of cancellation. */
-#define REGC_CPU_GELU_BETA 0.7978845608028654f /* sqrt(2 / pi) */
-#define REGC_CPU_GELU_KAPPA 0.044715f
-
-static inline float regc_cpu_gelu(float x)
-{
-    float u = REGC_CPU_GELU_BETA * (x + REGC_CPU_GELU_KAPPA * (x * x * x));
-    return x / (1.0f + regc_cpu_expf(-2.0f * u));
-}
-
-static inline float regc_cpu_gelu_grad(float x)
-{
-    float x_sq = x * x;
-    float u = REGC_CPU_GELU_BETA * (x + REGC_CPU_GELU_KAPPA * (x_sq * x));
-    float e = regc_cpu_expf(-2.0f * u);
-    float d = 1.0f + e;
-    float du = REGC_CPU_GELU_BETA * (1.0f + 3.0f * REGC_CPU_GELU_KAPPA * x_sq);
-    return 1.0f / d + 2.0f * x * (e / (d * d)) * du;
-}
-
-/* The per-element expression of every elementwise kernel, shared by the
- * single kernels and the fused chain (cpu_fused.c): one definition each, so
- * a fused chain cannot drift from the kernels it replaces by a single bit. */
-static inline float regc_cpu_addf(float a, float b) { return a + b; }
-
-static inline float regc_cpu_mulf(float a, float b) { return a * b; }
-
-static inline float regc_cpu_scalef(float value, float x) { return value * x; }
-
-static inline float regc_cpu_gelu_dx(float dy, float x) { return dy * regc_cpu_gelu_grad(x); }
-
-/* sigmoid through the vectorisable exp; 1 / (1 + e^-x) saturates cleanly at
- * both ends (the exp is clamped, never inf) */
-static inline float regc_cpu_sigmoid(float x) { return 1.0f / (1.0f + regc_cpu_expf(-x)); }
-
-static inline float regc_cpu_silu(float x) { return x * regc_cpu_sigmoid(x); }
-
-/* d/dx x s(x) = s + x s (1 - s) */
-static inline float regc_cpu_silu_dx(float dy, float x)
-{
-    const float s = regc_cpu_sigmoid(x);
-    return dy * (s * (1.0f + x * (1.0f - s)));
-}
-
-#define REGC_CPU_INV_SQRT2 0.70710678118654752f   /* 1 / sqrt(2) */
-#define REGC_CPU_INV_SQRT2PI 0.39894228040143268f /* 1 / sqrt(2 pi) */
-
-/* erff is a scalar libm call (this form is not on the hot path of the GPT-2
- * models; BERT's exactness is the point) */
-static inline float regc_cpu_gelu_erf(float x)
-{
-    return 0.5f * x * (1.0f + erff(x * REGC_CPU_INV_SQRT2));
-}
-
-/* d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density */
-static inline float regc_cpu_gelu_erf_dx(float dy, float x)
-{
-    const float cdf = 0.5f * (1.0f + erff(x * REGC_CPU_INV_SQRT2));
-    const float pdf = REGC_CPU_INV_SQRT2PI * regc_cpu_expf(-0.5f * x * x);
-    return dy * (cdf + x * pdf);
-}
-
-static inline float regc_cpu_relu(float x) { return x > 0.0f ? x : 0.0f; }
-
-/* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
-static inline float regc_cpu_relu_dx(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
 /* out[c] = sum over r < rows of x[r * ld + c]   (x: [rows, ld], out: [cols]) */
 void regc_cpu_sum_columns(const regc_backend *be, float *out, const float *x, int64_t ld,

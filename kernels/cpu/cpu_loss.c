@@ -33,7 +33,7 @@ REGC_CPU_WIDE_VECTORS static float cpu_row_logsumexp(const float *x, int64_t col
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_EXP_BLOCK) {
         const int64_t w = cols - c0 < CPU_EXP_BLOCK ? cols - c0 : CPU_EXP_BLOCK;
         for (int64_t j = 0; j < w; j++)
-            e[j] = regc_cpu_expf(x[c0 + j] - mx);
+            e[j] = regc_expf(x[c0 + j] - mx);
         int64_t j = 0;
         for (; j + 8 <= w; j += 8)
             for (int u = 0; u < 8; u++)
@@ -42,7 +42,7 @@ REGC_CPU_WIDE_VECTORS static float cpu_row_logsumexp(const float *x, int64_t col
             acc[0] += (double)e[j];
     }
     double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    return mx + (float)log(sum);
+    return mx + (float)regc_log(sum);
 }
 
 void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const float *logits,
@@ -79,7 +79,7 @@ REGC_CPU_WIDE_VECTORS static void
 cpu_row_softmax_scaled(float *restrict dx, const float *restrict x, float l, float g, int64_t cols)
 {
     for (int64_t c = 0; c < cols; c++)
-        dx[c] = g * regc_cpu_expf(x[c] - l);
+        dx[c] = regc_ce_dx(x[c], l, g, 0);
 }
 
 void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
@@ -102,6 +102,6 @@ void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *d
         }
         cpu_row_softmax_scaled(dx, x, lse[r], g, cols);
         if (t < cols)
-            dx[t] = g * (regc_cpu_expf(x[t] - lse[r]) - 1.0f);
+            dx[t] = regc_ce_dx(x[t], lse[r], g, 1);
     }
 }

@@ -59,11 +59,9 @@ static void layernorm_fwd_row(float *yr, float *mean_r, float *rstd_r, const flo
     /* biased variance, as PyTorch normalises */
     double var = cols > 0 ? sq / (double)cols : 0.0;
     float m = (float)mu;
-    float s = (float)(1.0 / sqrt(var + (double)eps));
-    for (int64_t c = 0; c < cols; c++) {
-        float n = (xr[c] - m) * s;
-        yr[c] = n * w[c] + b[c];
-    }
+    float s = regc_norm_rstd(var, eps);
+    for (int64_t c = 0; c < cols; c++)
+        yr[c] = regc_layernorm_y(xr[c], m, s, w[c], b[c]);
     *mean_r = m;
     *rstd_r = s;
 }
@@ -90,7 +88,7 @@ void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *m
         const float *ar = a + r * cols; /* [cols] */
         const float *br = b + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
-            sr[c] = regc_cpu_addf(ar[c], br[c]);
+            sr[c] = regc_addf(ar[c], br[c]);
         layernorm_fwd_row(y + r * cols, &mean[r], &rstd[r], sr, w, bias, cols, eps);
     }
 }
@@ -119,20 +117,15 @@ static void layernorm_bwd_row(float *dxr, const float *dresr, const float *dyr, 
         acc_dx[c % NORM_LANES] += (double)dnorm * xhat;
     }
     const double dnorm_sum = norm_lanes_total(acc_d), dnorm_xhat_sum = norm_lanes_total(acc_dx);
-    const float dnorm_mean = cols > 0 ? (float)(dnorm_sum / (double)cols) : 0.0f;
-    const float dnorm_xhat_mean = cols > 0 ? (float)(dnorm_xhat_sum / (double)cols) : 0.0f;
+    const float dnorm_mean = regc_norm_mean_f(dnorm_sum, cols);
+    const float dnorm_xhat_mean = regc_norm_mean_f(dnorm_xhat_sum, cols);
     if (dresr) {
-        for (int64_t c = 0; c < cols; c++) {
-            float xhat = (xr[c] - m) * s;
-            float dnorm = w[c] * dyr[c];
-            dxr[c] = regc_cpu_addf(dresr[c], (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
-        }
+        for (int64_t c = 0; c < cols; c++)
+            dxr[c] = regc_addf(dresr[c], regc_layernorm_dx(xr[c], dyr[c], w[c], m, s, dnorm_mean,
+                                                           dnorm_xhat_mean));
     } else {
-        for (int64_t c = 0; c < cols; c++) {
-            float xhat = (xr[c] - m) * s;
-            float dnorm = w[c] * dyr[c];
-            dxr[c] = (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s;
-        }
+        for (int64_t c = 0; c < cols; c++)
+            dxr[c] = regc_layernorm_dx(xr[c], dyr[c], w[c], m, s, dnorm_mean, dnorm_xhat_mean);
     }
 }
 
@@ -207,10 +200,9 @@ static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const flo
         acc[c % NORM_LANES] += (double)xr[c] * xr[c];
     const double sq = norm_lanes_total(acc);
     double ms = cols > 0 ? sq / (double)cols : 0.0;
-    float s = (float)(1.0 / sqrt(ms + (double)eps));
-    /* (x * rstd) * w: the order HF applies them in */
+    float s = regc_norm_rstd(ms, eps);
     for (int64_t c = 0; c < cols; c++)
-        yr[c] = (xr[c] * s) * w[c];
+        yr[c] = regc_rmsnorm_y(xr[c], s, w[c]);
     *rstd_r = s;
 }
 
@@ -233,13 +225,13 @@ void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rst
         const float *ar = a + r * cols; /* [cols] */
         const float *br = b + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
-            sr[c] = regc_cpu_addf(ar[c], br[c]);
+            sr[c] = regc_addf(ar[c], br[c]);
         rmsnorm_fwd_row(y + r * cols, &rstd[r], sr, w, cols, eps);
     }
 }
 
-/* with xhat = x * rstd and g = w * dy: dx = rstd * (g - xhat * mean(g * xhat));
- * with dres non-NULL, dx = dres + that (dx may be dres) */
+/* RMSNorm's dx (regc_rmsnorm_dx); with dres non-NULL, dx = dres + that
+ * (dx may be dres) */
 static void rmsnorm_bwd_row(float *dxr, const float *dresr, const float *dyr, const float *xr,
                             const float *w, float s, int64_t cols)
 {
@@ -251,13 +243,13 @@ static void rmsnorm_bwd_row(float *dxr, const float *dresr, const float *dyr, co
     for (int64_t c = c0; c < cols; c++)
         acc[c % NORM_LANES] += (double)(w[c] * dyr[c]) * (xr[c] * s);
     const double gx_sum = norm_lanes_total(acc);
-    const float gx_mean = cols > 0 ? (float)(gx_sum / (double)cols) : 0.0f;
+    const float gx_mean = regc_norm_mean_f(gx_sum, cols);
     if (dresr) {
         for (int64_t c = 0; c < cols; c++)
-            dxr[c] = regc_cpu_addf(dresr[c], (w[c] * dyr[c] - (xr[c] * s) * gx_mean) * s);
+            dxr[c] = regc_addf(dresr[c], regc_rmsnorm_dx(xr[c], dyr[c], w[c], s, gx_mean));
     } else {
         for (int64_t c = 0; c < cols; c++)
-            dxr[c] = (w[c] * dyr[c] - (xr[c] * s) * gx_mean) * s;
+            dxr[c] = regc_rmsnorm_dx(xr[c], dyr[c], w[c], s, gx_mean);
     }
 }
 

@@ -63,22 +63,10 @@ void regc_cpu_grad_clip(regc_backend *be, regc_step_scalars *s)
     regc_step_clip(s);
 }
 
-/* One element: the same float operations in the same order as PyTorch's
- * (the gradient first scaled by the clip, as clip_grad_norm_ does in place). */
-static inline float cpu_adamw_one(float *restrict m, float *restrict v, float p, float g,
-                                  const regc_step_scalars *c)
-{
-    g = g * c->clip_scale;
-    *m = *m * c->beta1_f + c->one_minus_beta1 * g;
-    *v = *v * c->beta2_f + (c->one_minus_beta2 * g) * g;
-    const float denom = sqrtf(*v) / c->bc2_sqrt + c->eps_f;
-    return p * c->decay + (c->neg_step_size * *m) / denom;
-}
-
 /* One span in a single pass: p, g, m and v are read once and p, m, v
  * written once, so the step runs at memory speed. The build keeps errno
  * semantics, under which GCC will not vectorise sqrtf; the AVX path spells
- * out cpu_adamw_one with vsqrtps, which gives sqrtf's bits, and
+ * out regc_adamw_one (kernel_math.h) with vsqrtps, which gives sqrtf's bits, and
  * -ffp-contract=off keeps every multiply and add separate, so both paths
  * give the same results. */
 static void cpu_adamw_span(float *restrict param, const float *restrict grad, float *restrict m,
@@ -107,7 +95,7 @@ static void cpu_adamw_span(float *restrict param, const float *restrict grad, fl
     }
 #endif
     for (; i < n; i++)
-        param[i] = cpu_adamw_one(&m[i], &v[i], param[i], grad[i], cf);
+        param[i] = regc_adamw_one(&m[i], &v[i], param[i], grad[i], cf);
 }
 
 void regc_cpu_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,

@@ -29,11 +29,8 @@ void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos,
         for (int h = 0; h < n_head; h++) {
             const float *xh = x + r * ld + (int64_t)h * head_dim; /* [head_dim] */
             float *yh = y + r * ld + (int64_t)h * head_dim;       /* [head_dim] */
-            for (int i = 0; i < half; i++) {
-                const float x1 = xh[i], x2 = xh[i + half], si = sign * s[i];
-                yh[i] = x1 * c[i] - x2 * si;
-                yh[i + half] = x2 * c[i] + x1 * si;
-            }
+            for (int i = 0; i < half; i++)
+                regc_rope_pair(&yh[i], &yh[i + half], xh[i], xh[i + half], c[i], sign * s[i]);
         }
     }
 }

@@ -1,76 +1,147 @@
-/* cuda_backend.cu — the CUDA backend: device memory on one stream, GEMMs
- * through cuBLASLt with each regc epilogue mapped onto one cuBLASLt
- * epilogue, and the optimizer step. Kernels not written yet stay NULL, and the runtime
- * names the missing one instead of running something else.
- *
- * Row-major to cuBLASLt (column-major): C = op(A) op(B) is computed as
- * C^T = op(B)^T op(A)^T, i.e. cuBLASLt's A is our B and its M is our n. Its
- * bias vector runs along its M, our n; BGRADA reduces its A, our op(B),
- * over k, which is our BGRAD. */
-#include <cublasLt.h>
-#include <cuda_runtime.h>
+/* cuda_backend.cu — the CUDA backend's frame: one device, one stream, the
+ * first failure remembered until sync() reports it, device memory
+ * (stream-ordered allocations, counted), copies and fill, and the table
+ * every kernel file fills its part of (cuda_internal.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-extern "C" {
-#include "regc_backend.h"
-#include "regc_common.h"
-}
-#include "step_math.h"
+#include "cuda_internal.h"
 
-#define CUDA_WORKSPACE_BYTES (32u << 20)
-
-typedef struct {
-    cudaStream_t stream;
-    cublasLtHandle_t lt;
-    void *workspace;
-    int failed; /* first failure since the last sync */
-    char what[256];
-    char device[32]; /* "cuda sm_90" */
-} cuda_ctx;
-
-static cuda_ctx *ctx_of(regc_backend *be) { return (cuda_ctx *)be->ctx; }
-
-/* Remember the first failure; sync() reports it. */
-static void note(regc_backend *be, cudaError_t err, const char *where)
+void cuda_note(regc_backend *be, cudaError_t err, const char *where)
 {
-    cuda_ctx *c = ctx_of(be);
+    cuda_ctx *c = cuda_ctx_of(be);
     if (err != cudaSuccess && !c->failed) {
         c->failed = 1;
         snprintf(c->what, sizeof c->what, "cuda: %s: %s", where, cudaGetErrorString(err));
     }
 }
 
+void cuda_note_failure(regc_backend *be, const char *what)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (!c->failed) {
+        c->failed = 1;
+        snprintf(c->what, sizeof c->what, "%s", what);
+    }
+}
+
+void *cuda_scratch_alloc(regc_backend *be, size_t bytes, const char *what)
+{
+    void *p = NULL;
+    cuda_note(be, cudaMallocAsync(&p, bytes ? bytes : 1, cuda_stream(be)), what);
+    return p;
+}
+
+void cuda_scratch_free(regc_backend *be, void *ptr, const char *what)
+{
+    if (ptr)
+        cuda_note(be, cudaFreeAsync(ptr, cuda_stream(be)), what);
+}
+
+/* ---- memory: every block's size is kept (a small open-addressed table of
+ * pointer -> bytes), so mem_in_use and mem_peak count what the run holds,
+ * as on the CPU */
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} cuda_block;
+
+typedef struct {
+    cuda_block *slot;
+    size_t cap, used; /* cap a power of two; used counts live and removed slots */
+} cuda_blocks;
+
+#define CUDA_REMOVED ((void *)1)
+
+static size_t cuda_blocks_hash(const void *p, size_t cap)
+{
+    return (size_t)(((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+}
+
+static int cuda_blocks_put(cuda_blocks *t, void *p, size_t bytes)
+{
+    if ((t->used + 1) * 2 > t->cap) { /* grow (and drop removed slots) */
+        cuda_blocks grown = {(cuda_block *)calloc(t->cap ? t->cap * 2 : 256, sizeof(cuda_block)),
+                             t->cap ? t->cap * 2 : 256, 0};
+        if (!grown.slot)
+            return REGC_ERR_MEMORY;
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->slot[i].ptr && t->slot[i].ptr != CUDA_REMOVED)
+                cuda_blocks_put(&grown, t->slot[i].ptr, t->slot[i].bytes);
+        free(t->slot);
+        *t = grown;
+    }
+    size_t i = cuda_blocks_hash(p, t->cap);
+    while (t->slot[i].ptr && t->slot[i].ptr != CUDA_REMOVED)
+        i = (i + 1) & (t->cap - 1);
+    if (!t->slot[i].ptr)
+        t->used++;
+    t->slot[i] = (cuda_block){p, bytes};
+    return REGC_OK;
+}
+
+/* the bytes of p, its slot removed; 0 when p was not allocated here */
+static size_t cuda_blocks_take(cuda_blocks *t, const void *p)
+{
+    if (!t->cap)
+        return 0;
+    for (size_t i = cuda_blocks_hash(p, t->cap); t->slot[i].ptr; i = (i + 1) & (t->cap - 1))
+        if (t->slot[i].ptr == p) {
+            size_t bytes = t->slot[i].bytes;
+            t->slot[i].ptr = CUDA_REMOVED;
+            return bytes;
+        }
+    return 0;
+}
+
+static cuda_blocks *cuda_blocks_of(regc_backend *be);
+
 static void *cuda_alloc(regc_backend *be, size_t bytes)
 {
     void *p = NULL;
-    cudaError_t err = cudaMallocAsync(&p, bytes, ctx_of(be)->stream);
+    cudaError_t err = cudaMallocAsync(&p, bytes ? bytes : 1, cuda_stream(be));
     if (err != cudaSuccess) {
         regc_error(REGC_ERR_MEMORY, "cuda: cannot allocate %zu bytes: %s", bytes,
                    cudaGetErrorString(err));
         return NULL;
     }
+    if (cuda_blocks_put(cuda_blocks_of(be), p, bytes) != REGC_OK) {
+        cudaFreeAsync(p, cuda_stream(be));
+        regc_error(REGC_ERR_MEMORY, "cuda: out of host memory");
+        return NULL;
+    }
+    be->mem_in_use += (int64_t)bytes;
+    if (be->mem_in_use > be->mem_peak)
+        be->mem_peak = be->mem_in_use;
     return p;
 }
 
 static void cuda_free(regc_backend *be, void *p)
 {
-    note(be, cudaFreeAsync(p, ctx_of(be)->stream), "free");
+    if (!p)
+        return;
+    be->mem_in_use -= (int64_t)cuda_blocks_take(cuda_blocks_of(be), p);
+    cuda_note(be, cudaFreeAsync(p, cuda_stream(be)), "free");
 }
 
 static void cuda_copy(regc_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind k)
 {
-    note(be, cudaMemcpyAsync(dst, src, bytes, k, ctx_of(be)->stream), "copy");
+    if (bytes)
+        cuda_note(be, cudaMemcpyAsync(dst, src, bytes, k, cuda_stream(be)), "copy");
 }
 
 static void cuda_copy_h2d(regc_backend *be, void *d, const void *s, size_t n)
 {
     cuda_copy(be, d, s, n, cudaMemcpyHostToDevice);
 }
+
 static void cuda_copy_d2h(regc_backend *be, void *d, const void *s, size_t n)
 {
     cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost);
 }
+
 static void cuda_copy_d2d(regc_backend *be, void *d, const void *s, size_t n)
 {
     cuda_copy(be, d, s, n, cudaMemcpyDeviceToDevice);
@@ -79,34 +150,35 @@ static void cuda_copy_d2d(regc_backend *be, void *d, const void *s, size_t n)
 static void cuda_copy_2d(regc_backend *be, float *dst, int64_t ld_dst, const float *src,
                          int64_t ld_src, int64_t rows, int64_t cols)
 {
-    note(be,
-         cudaMemcpy2DAsync(dst, (size_t)ld_dst * sizeof(float), src, (size_t)ld_src * sizeof(float),
-                           (size_t)cols * sizeof(float), (size_t)rows, cudaMemcpyDeviceToDevice,
-                           ctx_of(be)->stream),
-         "copy_2d");
+    if (rows <= 0 || cols <= 0)
+        return;
+    cuda_note(be,
+              cudaMemcpy2DAsync(dst, (size_t)ld_dst * sizeof(float), src,
+                                (size_t)ld_src * sizeof(float), (size_t)cols * sizeof(float),
+                                (size_t)rows, cudaMemcpyDeviceToDevice, cuda_stream(be)),
+              "copy_2d");
 }
 
-__global__ void fill_kernel(float *dst, size_t n, float value)
+__global__ void cuda_fill_kernel(float *dst, int64_t n, float value) /* dst: [n] */
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         dst[i] = value;
 }
-
-static unsigned blocks_for(size_t n) { return (unsigned)((n + 255) / 256); }
 
 static void cuda_fill(regc_backend *be, float *dst, size_t n, float value)
 {
     if (n == 0)
         return;
-    fill_kernel<<<blocks_for(n), 256, 0, ctx_of(be)->stream>>>(dst, n, value);
-    note(be, cudaGetLastError(), "fill");
+    cuda_fill_kernel<<<cuda_blocks_for((int64_t)n), CUDA_THREADS, 0, cuda_stream(be)>>>(
+        dst, (int64_t)n, value);
+    cuda_note(be, cudaGetLastError(), "fill");
 }
 
 static int cuda_sync(regc_backend *be)
 {
-    cuda_ctx *c = ctx_of(be);
-    note(be, cudaStreamSynchronize(c->stream), "synchronize");
+    cuda_ctx *c = cuda_ctx_of(be);
+    cuda_note(be, cudaStreamSynchronize(c->stream), "synchronize");
     if (c->failed) {
         c->failed = 0;
         return regc_error(REGC_ERR_IO, "%s", c->what);
@@ -114,215 +186,57 @@ static int cuda_sync(regc_backend *be)
     return REGC_OK;
 }
 
-/* ---- GEMM */
-
-static int lt_fail(const char *where, cublasStatus_t st)
+void regc_cuda_set_memory(regc_backend *be)
 {
-    return regc_error(REGC_ERR_UNSUPPORTED, "cuBLASLt: %s failed (status %d)", where, (int)st);
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->copy_h2d = cuda_copy_h2d;
+    be->copy_d2h = cuda_copy_d2h;
+    be->copy_d2d = cuda_copy_d2d;
+    be->copy_2d = cuda_copy_2d;
+    be->fill = cuda_fill;
+    be->sync = cuda_sync;
 }
 
-static cublasLtEpilogue_t lt_epilogue(regc_epilogue e)
+/* ---- the table and the backend */
+
+typedef struct {
+    cuda_ctx ctx;
+    cuda_blocks blocks;
+} cuda_state;
+
+static cuda_blocks *cuda_blocks_of(regc_backend *be) { return &((cuda_state *)be->ctx)->blocks; }
+
+/* Every entry the backend has, device or not: what the module's table
+ * reports to the completeness test, and what a backend is given. */
+extern "C" void regc_cuda_fill_table(regc_backend *be)
 {
-    switch (e) {
-    case REGC_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
-    case REGC_EPI_GELU: return CUBLASLT_EPILOGUE_GELU;
-    case REGC_EPI_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case REGC_EPI_BIAS_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case REGC_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
-    case REGC_EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    case REGC_EPI_BGRAD: return CUBLASLT_EPILOGUE_BGRADA;
-    case REGC_EPI_NONE: break;
-    }
-    return CUBLASLT_EPILOGUE_DEFAULT;
+    be->name = "cuda";
+    regc_cuda_set_memory(be);
+    regc_cuda_set_gemm(be);
+    regc_cuda_set_optimizer(be);
+    regc_cuda_set_elementwise(be);
+    regc_cuda_set_norm(be);
+    regc_cuda_set_loss(be);
+    regc_cuda_set_attention_fwd(be);
+    regc_cuda_set_attention_bwd(be);
 }
-
-static int cuda_gemm(regc_backend *be, const regc_gemm *g)
-{
-    cuda_ctx *c = ctx_of(be);
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasStatus_t st;
-    int rc = REGC_OK;
-    /* cuBLASLt's operands: A' = our B, B' = our A, M' = n, N' = m */
-    cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    uint64_t a_rows =
-        g->trans_b ? (uint64_t)g->k : (uint64_t)g->n; /* col-major rows of A' as stored */
-    uint64_t a_cols = g->trans_b ? (uint64_t)g->n : (uint64_t)g->k;
-    uint64_t b_rows = g->trans_a ? (uint64_t)g->m : (uint64_t)g->k;
-    uint64_t b_cols = g->trans_a ? (uint64_t)g->k : (uint64_t)g->m;
-    float beta = g->accumulate ? 1.0f : 0.0f;
-    cublasLtEpilogue_t epi = lt_epilogue(g->epilogue);
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    size_t ws = CUDA_WORKSPACE_BYTES;
-
-    if ((st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F))) {
-        rc = lt_fail("descriptor", st);
-        goto done;
-    }
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (g->epilogue == REGC_EPI_BIAS || g->epilogue == REGC_EPI_BIAS_GELU_AUX)
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
-                                       sizeof g->bias);
-    if (g->epilogue == REGC_EPI_BGRAD || g->epilogue == REGC_EPI_DGELU_BGRAD)
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias_grad,
-                                       sizeof g->bias_grad);
-    if (g->epilogue == REGC_EPI_GELU_AUX || g->epilogue == REGC_EPI_BIAS_GELU_AUX ||
-        g->epilogue == REGC_EPI_DGELU || g->epilogue == REGC_EPI_DGELU_BGRAD) {
-        int64_t ld = g->ldaux;
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
-                                       sizeof g->aux);
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
-    }
-    if ((st = cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, a_rows, a_cols, g->ldb)) ||
-        (st = cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, b_rows, b_cols, g->lda)) ||
-        (st =
-             cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)g->n, (uint64_t)g->m, g->ldc))) {
-        rc = lt_fail("matrix layout", st);
-        goto done;
-    }
-    if ((st = cublasLtMatmulPreferenceCreate(&pref))) {
-        rc = lt_fail("preference", st);
-        goto done;
-    }
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof ws);
-    st = cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
-    if (st || found == 0) {
-        rc = regc_error(REGC_ERR_UNSUPPORTED,
-                        "cuBLASLt: no algorithm for a %lldx%lldx%lld GEMM with epilogue %d",
-                        (long long)g->m, (long long)g->n, (long long)g->k, (int)g->epilogue);
-        goto done;
-    }
-    st = cublasLtMatmul(c->lt, op, &g->alpha, g->b, la, g->a, lb, &beta, g->c, lc, g->c, lc,
-                        &heur.algo, c->workspace, ws, c->stream);
-    if (st)
-        rc = lt_fail("matmul", st);
-done:
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (la)
-        cublasLtMatrixLayoutDestroy(la);
-    if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
-    if (lc)
-        cublasLtMatrixLayoutDestroy(lc);
-    if (op)
-        cublasLtMatmulDescDestroy(op);
-    return rc;
-}
-
-/* ---- the optimizer step over the scalar block (step_math.h) */
-
-/* A configuration regc_step_scalars_ok refuses leaves s as it is: the
- * trainer checks the same conditions before the first step, where the CPU
- * backend reports them through sync(). */
-__global__ void step_schedule_kernel(regc_step_scalars *s)
-{
-    if (regc_step_scalars_ok(s))
-        regc_step_begin(s);
-}
-
-static void cuda_step_schedule(regc_backend *be, regc_step_scalars *s)
-{
-    step_schedule_kernel<<<1, 1, 0, ctx_of(be)->stream>>>(s);
-    note(be, cudaGetLastError(), "step_schedule");
-}
-
-#define SUMSQ_THREADS 256
-#define SUMSQ_SPAN 65536 /* elements per block: a fixed split, a fixed order */
-
-/* One partial sum per block of SUMSQ_SPAN elements: each thread a strided
- * run, then a tree in shared memory; both orders depend only on n. */
-__global__ void sumsq_partial_kernel(const float *g, int64_t n, double *part)
-{
-    __shared__ double acc[SUMSQ_THREADS];
-    const int64_t i0 = (int64_t)blockIdx.x * SUMSQ_SPAN;
-    const int64_t i1 = i0 + SUMSQ_SPAN < n ? i0 + SUMSQ_SPAN : n;
-    double a = 0.0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_THREADS)
-        a += (double)g[i] * (double)g[i];
-    acc[threadIdx.x] = a;
-    __syncthreads();
-    for (int w = SUMSQ_THREADS / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w)
-            acc[threadIdx.x] += acc[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0)
-        part[blockIdx.x] = acc[0];
-}
-
-__global__ void sumsq_total_kernel(const double *part, int64_t n_parts, regc_step_scalars *s)
-{
-    double t = s->grad_sumsq;
-    for (int64_t p = 0; p < n_parts; p++)
-        t += part[p];
-    s->grad_sumsq = t;
-}
-
-static void cuda_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_scalars *s)
-{
-    const int64_t n_parts = (n + SUMSQ_SPAN - 1) / SUMSQ_SPAN;
-    double *part = NULL;
-    cudaStream_t st = ctx_of(be)->stream;
-    if (n_parts == 0)
-        return;
-    note(be, cudaMallocAsync((void **)&part, (size_t)n_parts * sizeof *part, st), "grad_sumsq");
-    if (!part)
-        return;
-    sumsq_partial_kernel<<<(unsigned)n_parts, SUMSQ_THREADS, 0, st>>>(g, n, part);
-    sumsq_total_kernel<<<1, 1, 0, st>>>(part, n_parts, s);
-    note(be, cudaGetLastError(), "grad_sumsq");
-    note(be, cudaFreeAsync(part, st), "grad_sumsq");
-}
-
-__global__ void grad_clip_kernel(regc_step_scalars *s) { regc_step_clip(s); }
-
-static void cuda_grad_clip(regc_backend *be, regc_step_scalars *s)
-{
-    grad_clip_kernel<<<1, 1, 0, ctx_of(be)->stream>>>(s);
-    note(be, cudaGetLastError(), "grad_clip");
-}
-
-/* torch.optim.AdamW, one element per thread, the coefficients from s. */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n,
-                             const regc_step_scalars *s)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || s->skipped) /* skipped: a non-finite gradient norm */
-        return;
-    const float gi = g[i] * s->clip_scale;
-    const float mi = m[i] * s->beta1_f + s->one_minus_beta1 * gi;
-    const float vi = v[i] * s->beta2_f + (s->one_minus_beta2 * gi) * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * s->decay + (s->neg_step_size * mi) / (sqrtf(vi) / s->bc2_sqrt + s->eps_f);
-}
-
-static void cuda_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
-                       int64_t n, const regc_step_scalars *s)
-{
-    adamw_kernel<<<blocks_for((size_t)n), 256, 0, ctx_of(be)->stream>>>(param, grad, m, v, n, s);
-    note(be, cudaGetLastError(), "adamw");
-}
-
-/* ---- creation */
 
 static void cuda_destroy(regc_backend *be)
 {
-    cuda_ctx *c = ctx_of(be);
+    cuda_state *s = (cuda_state *)be->ctx;
+    cuda_ctx *c = &s->ctx;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    regc_cuda_gemm_plans_free(be);
     if (c->workspace)
         cudaFree(c->workspace);
     if (c->lt)
         cublasLtDestroy(c->lt);
     if (c->stream)
         cudaStreamDestroy(c->stream);
-    free(c);
+    free(s->blocks.slot);
+    free(s);
     free(be);
 }
 
@@ -334,52 +248,50 @@ extern "C" int regc_cuda_device_count(void)
 
 extern "C" regc_backend *regc_cuda_backend_open(int device)
 {
-    cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) { /* no device, or a driver older than this runtime */
+        regc_error(REGC_ERR_UNSUPPORTED, "cuda: no usable GPU: %s", cudaGetErrorString(err));
+        return NULL;
+    }
+    if (device >= count) {
+        regc_error(REGC_ERR_UNSUPPORTED, "cuda: device %d asked for, %d present", device, count);
+        return NULL;
+    }
+    if ((err = cudaSetDevice(device)) != cudaSuccess) {
         regc_error(REGC_ERR_UNSUPPORTED, "cuda: device %d cannot be used: %s", device,
                    cudaGetErrorString(err));
         return NULL;
     }
     regc_backend *be = (regc_backend *)calloc(1, sizeof *be);
-    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
-    if (!be || !c) {
+    cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
+    if (!be || !s) {
         free(be);
-        free(c);
+        free(s);
         regc_error(REGC_ERR_MEMORY, "cuda: out of memory");
         return NULL;
     }
+    cuda_ctx *c = &s->ctx;
+    be->ctx = s;
+    be->destroy = cuda_destroy;
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
         be->mem_capacity = (int64_t)total_bytes;
-    be->name = "cuda";
-    be->ctx = c;
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
         snprintf(c->device, sizeof c->device, "cuda sm_%d%d", prop.major, prop.minor);
     else
         snprintf(c->device, sizeof c->device, "cuda");
     be->device = c->device;
-    be->destroy = cuda_destroy;
-    if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS ||
-        cudaMalloc(&c->workspace, CUDA_WORKSPACE_BYTES) != cudaSuccess) {
-        regc_error(REGC_ERR_UNSUPPORTED,
-                   "cuda: cannot create a stream, cuBLASLt handle or workspace");
+    if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess) {
+        regc_error(REGC_ERR_UNSUPPORTED, "cuda: cannot create a stream on device %d", device);
         cuda_destroy(be);
         return NULL;
     }
-    be->alloc = cuda_alloc;
-    be->free = cuda_free;
-    be->copy_h2d = cuda_copy_h2d;
-    be->copy_d2h = cuda_copy_d2h;
-    be->copy_d2d = cuda_copy_d2d;
-    be->copy_2d = cuda_copy_2d;
-    be->fill = cuda_fill;
-    be->sync = cuda_sync;
-    be->gemm = cuda_gemm;
-    be->step_schedule = cuda_step_schedule;
-    be->grad_sumsq = cuda_grad_sumsq;
-    be->grad_clip = cuda_grad_clip;
-    be->adamw = cuda_adamw;
+    if (regc_cuda_gemm_open(be) != REGC_OK) {
+        cuda_destroy(be);
+        return NULL;
+    }
+    regc_cuda_fill_table(be);
     return be;
 }

@@ -65,6 +65,15 @@ regc_backend *regc_test_cpu_backend(int threads)
     return be;
 }
 
+regc_backend *regc_test_backend(int threads)
+{
+    const char *name = getenv("REGC_TEST_BACKEND");
+    regc_backend *be = regc_backend_new(name && name[0] ? name : "cpu", threads);
+    if (!be)
+        fprintf(stderr, "REGC_TEST_BACKEND=%s: %s\n", name ? name : "", regc_error_message());
+    return be;
+}
+
 static void *dev_alloc(regc_backend *be, size_t bytes)
 {
     return track(be, be->alloc(be, bytes ? bytes : 1));

@@ -53,5 +53,9 @@ int regc_test_release_teardown(void **state);
 /* A CPU backend with `threads` threads (0: OMP_NUM_THREADS), or NULL after
  * saying why on stderr; for a test group's setup. */
 regc_backend *regc_test_cpu_backend(int threads);
+/* The backend a kernel test runs on: $REGC_TEST_BACKEND ("cpu" when
+ * unset, "cuda" for the same test as a gpu-labelled one), or NULL after
+ * saying why on stderr: a GPU test without a GPU fails, it never skips. */
+regc_backend *regc_test_backend(int threads);
 
 #endif

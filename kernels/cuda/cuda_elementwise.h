@@ -1,0 +1,380 @@
+/* cuda_elementwise.h — the work of one GPU thread of each memory-bound
+ * kernel of cuda_elementwise.cu, as a "body" that C compiles too.
+ *
+ * Each body computes one element (or one pair, one column, one column of
+ * one id's rows) of its kernel's output exactly as the GPU kernel does: the
+ * kernel is a loop over its grid that calls the body, nothing more. The
+ * same source compiled on the host is what tests/test_cuda_bodies.c runs
+ * over every index of the grid and compares bit for bit with the CPU
+ * backend, so the GPU's indexing and the choice of formula are proven
+ * without a GPU. What the host run cannot show, that the GPU rounds every
+ * operation as the host does, rests on kernel_math.h's rules: only IEEE
+ * operations, and --fmad=false so no a*b+c becomes an fma.
+ *
+ * Every formula is kernel_math.h's; a body only picks the elements. The
+ * host-side checks the launchers run before a launch (the CPU's checks,
+ * same conditions, same messages) are here as well, so the test can hold
+ * them against the CPU's refusals. */
+#ifndef REGC_CUDA_ELEMENTWISE_H
+#define REGC_CUDA_ELEMENTWISE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "regc_backend.h"
+#ifdef __cplusplus
+}
+#endif
+#include "kernel_math.h"
+
+/* ---- the plain elementwise kernels: out[i] from the inputs' element i */
+
+static inline REGC_HD void cuda_body_add(int64_t i, float *out, const float *a,
+                                         const float *b) /* out, a, b: [n] */
+{
+    out[i] = regc_addf(a[i], b[i]);
+}
+
+/* out, x: [rows, cols], b: [cols] */
+static inline REGC_HD void cuda_body_bias_add(int64_t i, float *out, const float *x, const float *b,
+                                              int64_t cols)
+{
+    out[i] = regc_addf(x[i], b[i % cols]);
+}
+
+static inline REGC_HD void cuda_body_mul(int64_t i, float *out, const float *a,
+                                         const float *b) /* out, a, b: [n] */
+{
+    out[i] = regc_mulf(a[i], b[i]);
+}
+
+static inline REGC_HD void cuda_body_scale(int64_t i, float *y, const float *x,
+                                           float value) /* y, x: [n] */
+{
+    y[i] = regc_scalef(value, x[i]);
+}
+
+static inline REGC_HD void cuda_body_gelu_fwd(int64_t i, float *y, const float *x) /* y, x: [n] */
+{
+    y[i] = regc_gelu(x[i]);
+}
+
+static inline REGC_HD void cuda_body_gelu_bwd(int64_t i, float *dx, const float *dy,
+                                              const float *x) /* dx, dy, x: [n] */
+{
+    dx[i] = regc_gelu_dx(dy[i], x[i]);
+}
+
+static inline REGC_HD void cuda_body_gelu_erf_fwd(int64_t i, float *y,
+                                                  const float *x) /* y, x: [n] */
+{
+    y[i] = regc_gelu_erf(x[i]);
+}
+
+static inline REGC_HD void cuda_body_gelu_erf_bwd(int64_t i, float *dx, const float *dy,
+                                                  const float *x) /* dx, dy, x: [n] */
+{
+    dx[i] = regc_gelu_erf_dx(dy[i], x[i]);
+}
+
+static inline REGC_HD void cuda_body_silu_fwd(int64_t i, float *y, const float *x) /* y, x: [n] */
+{
+    y[i] = regc_silu(x[i]);
+}
+
+static inline REGC_HD void cuda_body_silu_bwd(int64_t i, float *dx, const float *dy,
+                                              const float *x) /* dx, dy, x: [n] */
+{
+    dx[i] = regc_silu_dx(dy[i], x[i]);
+}
+
+static inline REGC_HD void cuda_body_relu_fwd(int64_t i, float *y, const float *x) /* y, x: [n] */
+{
+    y[i] = regc_relu(x[i]);
+}
+
+static inline REGC_HD void cuda_body_relu_bwd(int64_t i, float *dx, const float *dy,
+                                              const float *x) /* dx, dy, x: [n] */
+{
+    dx[i] = regc_relu_dx(dy[i], x[i]);
+}
+
+/* ---- rotary embedding: thread i rotates one pair (x[j], x[j + half]) of
+ * one head, i = ((row * n_head) + head) * half + j. Both values are read
+ * before either is written, so y may be x. sign is -1 for the inverse and
+ * multiplies sin as the CPU does (exact: a sign flip). */
+static inline REGC_HD void cuda_body_rope(int64_t i, float *y, const float *x, const float *cos,
+                                          const float *sin, int64_t t, int n_head, int head_dim,
+                                          float sign)
+/* y, x: [batch, t, n_head * head_dim]; cos, sin: [t, head_dim / 2] */
+{
+    const int64_t half = head_dim / 2;
+    const int64_t j = i % half, head_row = i / half; /* head_row = row * n_head + head */
+    const int64_t row = head_row / n_head, pos = row % t;
+    const int64_t base = head_row * head_dim; /* row * n_head * head_dim + head * head_dim */
+    const float c = cos[pos * half + j], s = sign * sin[pos * half + j];
+    regc_rope_pair(&y[base + j], &y[base + j + half], x[base + j], x[base + j + half], c, s);
+}
+
+/* ---- embedding */
+
+/* out[r, c] = table[ids[r], c], i = r * cols + c; ids are the caller's
+ * to check, as on the CPU */
+static inline REGC_HD void cuda_body_embedding_fwd(int64_t i, float *out, const int32_t *ids,
+                                                   const float *table, int64_t cols)
+/* out: [rows, cols]; ids: [rows]; table: [vocab, cols] */
+{
+    const int64_t r = i / cols, c = i % cols;
+    out[i] = table[(int64_t)ids[r] * cols + c];
+}
+
+/* The backward groups rows by id with a sort of (id << 32 | row): the rows
+ * of one id become adjacent and in row order. The id is taken as unsigned,
+ * so negative ids sort after every id in [0, 2^31), and so after every
+ * valid one: the sorted keys hold a bad id exactly when the last one is. */
+static inline REGC_HD void cuda_body_embedding_key(int64_t r, uint64_t *key,
+                                                   const int32_t *ids) /* key, ids: [rows] */
+{
+    key[r] = (uint64_t)(uint32_t)ids[r] << 32 | (uint64_t)r;
+}
+
+/* Is every id of the sorted keys inside [0, vocab)? (rows > 0) */
+static inline REGC_HD int cuda_embedding_keys_ok(const uint64_t *key, int64_t rows,
+                                                 int64_t vocab) /* key: [rows], sorted */
+{
+    const int32_t id = (int32_t)(uint32_t)(key[rows - 1] >> 32);
+    return id >= 0 && (int64_t)id < vocab;
+}
+
+/* Thread i = g * cols + c: when sorted key g is the first of its id, the
+ * sum over that id's rows of dout[row, c], from 0 in row order, added once
+ * to dtable[id, c] — the CPU's sum and the CPU's single add, so the bits
+ * agree. Every other thread has nothing to do. */
+static inline REGC_HD void cuda_body_embedding_bwd(int64_t i, float *dtable, const uint64_t *key,
+                                                   const float *dout, int64_t rows, int64_t cols)
+/* dtable: [vocab, cols]; key: [rows], sorted; dout: [rows, cols] */
+{
+    const int64_t g = i / cols, c = i % cols;
+    const uint64_t id = key[g] >> 32;
+    if (g > 0 && key[g - 1] >> 32 == id)
+        return;
+    float acc = 0.0f;
+    for (int64_t k = g; k < rows && key[k] >> 32 == id; k++)
+        acc = regc_addf(acc, dout[(int64_t)(key[k] & UINT32_MAX) * cols + c]);
+    float *dst = dtable + (int64_t)id * cols + c;
+    *dst = regc_addf(*dst, acc);
+}
+
+/* ---- column sums: thread c walks column c down the rows in order, in
+ * double, as regc_cpu_sum_columns does for every column */
+static inline REGC_HD void cuda_body_sum_rows(int64_t c, float *out, const float *x, int64_t rows,
+                                              int64_t cols) /* out: [cols]; x: [rows, cols] */
+{
+    double acc = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        acc += x[r * cols + c];
+    out[c] = (float)acc;
+}
+
+/* ---- the fused elementwise chain: element e of every output. The
+ * registers are a small array indexed at run time (the GPU keeps it in
+ * local memory, which stays in L1); inputs are all read before any output
+ * is written, so an output may be an input that is not broadcast. */
+#define CUDA_EW_MAX_REGS (REGC_EW_MAX_INPUTS + REGC_EW_MAX_STEPS)
+
+static inline REGC_HD void cuda_body_elementwise(int64_t e, const regc_ew_program *p,
+                                                 float *const *out, const float *const *in)
+/* out[k]: [n]; in[i]: [n], or [period[i]] when broadcast */
+{
+    float reg[CUDA_EW_MAX_REGS];
+    for (int i = 0; i < p->n_inputs; i++) {
+        const int64_t period = p->period[i];
+        reg[i] = in[i][period > 0 ? e % period : e];
+    }
+    for (int s = 0; s < p->n_steps; s++) {
+        const regc_ew_step *st = &p->steps[s];
+        /* a one-operand op's b is unchecked: never index with it */
+        const float b = regc_ew_binary(st->op) ? reg[st->b] : reg[st->a];
+        reg[p->n_inputs + s] = regc_ew_eval(st, reg[st->a], b);
+    }
+    for (int k = 0; k < p->n_outputs; k++)
+        out[k][e] = reg[p->out_reg[k]];
+}
+
+/* The checks' way out: the reason into why, and -1. */
+static inline int cuda_why(char *why, size_t why_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline int cuda_why(char *why, size_t why_size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_size, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static inline const char *cuda_ew_op_name(int op)
+{
+    switch (op) {
+    case REGC_EW_ADD: return "add";
+    case REGC_EW_MUL: return "mul";
+    case REGC_EW_SCALE: return "scale";
+    case REGC_EW_GELU: return "gelu";
+    case REGC_EW_GELU_BWD: return "gelu_bwd";
+    case REGC_EW_GELU_ERF: return "gelu_erf";
+    case REGC_EW_GELU_ERF_BWD: return "gelu_erf_bwd";
+    case REGC_EW_SILU: return "silu";
+    case REGC_EW_SILU_BWD: return "silu_bwd";
+    case REGC_EW_RELU: return "relu";
+    case REGC_EW_RELU_BWD: return "relu_bwd";
+    default: return NULL;
+    }
+}
+
+/* The CPU's checks of a program (cpu_fused.c), before a thread reads a
+ * byte: 0, or -1 with the reason in why (the CPU's message). */
+static inline int cuda_check_elementwise(const regc_ew_program *p, int64_t n, float *const *out,
+                                         const float *const *in, char *why, size_t why_size)
+{
+    if (!p)
+        return cuda_why(why, why_size, "elementwise: no program");
+    if (n < 0)
+        return cuda_why(why, why_size, "elementwise: negative element count %lld", (long long)n);
+    if (p->n_inputs < 0 || p->n_inputs > REGC_EW_MAX_INPUTS)
+        return cuda_why(why, why_size, "elementwise: %d inputs, outside 0..%d", p->n_inputs,
+                        REGC_EW_MAX_INPUTS);
+    if (p->n_steps < 0 || p->n_steps > REGC_EW_MAX_STEPS)
+        return cuda_why(why, why_size, "elementwise: %d steps, outside 0..%d", p->n_steps,
+                        REGC_EW_MAX_STEPS);
+    if (p->n_outputs < 0 || p->n_outputs > REGC_EW_MAX_OUTPUTS)
+        return cuda_why(why, why_size, "elementwise: %d outputs, outside 0..%d", p->n_outputs,
+                        REGC_EW_MAX_OUTPUTS);
+    for (int i = 0; i < p->n_inputs; i++) {
+        if (p->period[i] < 0)
+            return cuda_why(why, why_size, "elementwise: input %d has negative period %lld", i,
+                            (long long)p->period[i]);
+        if (n > 0 && (!in || !in[i]))
+            return cuda_why(why, why_size, "elementwise: input %d is NULL", i);
+    }
+    for (int s = 0; s < p->n_steps; s++) {
+        const regc_ew_step *st = &p->steps[s];
+        const char *name = cuda_ew_op_name(st->op);
+        const int written = p->n_inputs + s; /* registers 0 .. written-1 hold values */
+        if (!name)
+            return cuda_why(why, why_size, "elementwise: step %d has unknown op %d", s, st->op);
+        if (st->a >= written || (regc_ew_binary(st->op) && st->b >= written))
+            return cuda_why(why, why_size,
+                            "elementwise: step %d (%s) reads register %d before it is written "
+                            "(%d inputs; step %d writes register %d)",
+                            s, name, st->a >= written ? st->a : st->b, p->n_inputs, s, written);
+    }
+    for (int k = 0; k < p->n_outputs; k++) {
+        const int reg = p->out_reg[k];
+        if (reg >= p->n_inputs + p->n_steps)
+            return cuda_why(why, why_size,
+                            "elementwise: output %d is register %d, but only registers 0..%d "
+                            "are written",
+                            k, reg, p->n_inputs + p->n_steps - 1);
+        if (n > 0 && (!out || !out[k]))
+            return cuda_why(why, why_size, "elementwise: output %d is NULL", k);
+        /* a broadcast element is read by many threads; overwriting it races */
+        for (int i = 0; n > 0 && i < p->n_inputs; i++)
+            if (p->period[i] > 0 && (const float *)out[k] == in[i])
+                return cuda_why(why, why_size,
+                                "elementwise: output %d overwrites input %d, which is "
+                                "broadcast with period %lld",
+                                k, i, (long long)p->period[i]);
+    }
+    return 0;
+}
+
+/* The CPU's check of a rotary embedding's shape (cpu_rope.c). */
+static inline int cuda_check_rope(int64_t batch, int64_t t, int n_head, int head_dim, char *why,
+                                  size_t why_size)
+{
+    if (batch < 0 || t < 0 || n_head <= 0 || head_dim <= 0 || head_dim % 2)
+        return cuda_why(why, why_size,
+                        "rope: bad shape batch=%lld t=%lld n_head=%d head_dim=%d (head_dim must "
+                        "be even)",
+                        (long long)batch, (long long)t, n_head, head_dim);
+    return 0;
+}
+
+/* ---- transpose: output element o copies source element
+ * cuda_transpose_source(o). The map drops size-1 axes and merges output
+ * axes that are neighbours in the source too (as the CPU's plan does), so
+ * a thread divides once per axis that is left: 64-bit divisions are the
+ * costly part of this copy on a GPU. */
+#define CUDA_TRANSPOSE_MAX_DIMS 6
+
+typedef struct {
+    int nd;
+    int64_t dim[CUDA_TRANSPOSE_MAX_DIMS]; /* output shape, merged */
+    int64_t src[CUDA_TRANSPOSE_MAX_DIMS]; /* the source stride of each output axis */
+    int64_t total;                        /* elements */
+} cuda_transpose_map;
+
+static inline REGC_HD int64_t cuda_transpose_source(int64_t o, const cuda_transpose_map *m)
+{
+    int64_t off = 0;
+    for (int i = m->nd - 1; i >= 0; i--) {
+        off += (o % m->dim[i]) * m->src[i];
+        o /= m->dim[i];
+    }
+    return off;
+}
+
+/* out: [total] in the permuted shape; x: [total] in the source shape */
+static inline REGC_HD void cuda_body_transpose(int64_t o, float *out, const float *x,
+                                               const cuda_transpose_map *m)
+{
+    out[o] = x[cuda_transpose_source(o, m)];
+}
+
+/* The map of out = x with axes permuted (out.shape[i] = shape[perm[i]]),
+ * after the CPU's checks (cpu_transpose.c): 0, or -1 with the reason. */
+static inline int cuda_transpose_map_init(cuda_transpose_map *m, int ndim, const int64_t *shape,
+                                          const int *perm, char *why, size_t why_size)
+{
+    memset(m, 0, sizeof *m); /* a refused map is empty; unused axes compare equal */
+    if (ndim < 1 || ndim > CUDA_TRANSPOSE_MAX_DIMS)
+        return cuda_why(why, why_size, "transpose: %d axes (1 to %d are supported)", ndim,
+                        CUDA_TRANSPOSE_MAX_DIMS);
+    unsigned seen = 0;
+    int64_t stride[CUDA_TRANSPOSE_MAX_DIMS]; /* the source's own strides */
+    int64_t s = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (perm[i] < 0 || perm[i] >= ndim || (seen >> perm[i] & 1u) || shape[i] < 0)
+            return cuda_why(why, why_size, "transpose: axis %d of the permutation (%d) is invalid",
+                            i, perm[i]);
+        seen |= 1u << perm[i];
+    }
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i];
+    }
+    m->total = s;
+    m->nd = 0;
+    for (int i = 0; i < ndim; i++) {
+        const int64_t d = shape[perm[i]], st = stride[perm[i]];
+        if (d == 1)
+            continue;
+        if (m->nd > 0 && m->src[m->nd - 1] == st * d) {
+            m->dim[m->nd - 1] *= d;
+            m->src[m->nd - 1] = st;
+        } else {
+            m->dim[m->nd] = d;
+            m->src[m->nd] = st;
+            m->nd++;
+        }
+    }
+    return 0;
+}
+
+#endif

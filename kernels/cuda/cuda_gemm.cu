@@ -1,0 +1,490 @@
+/* cuda_gemm.cu — GEMMs through cuBLASLt, each regc epilogue mapped onto
+ * one cuBLASLt epilogue, set up once per distinct GEMM rather than on every
+ * call.
+ *
+ * Row-major to cuBLASLt (column-major): C = op(A) op(B) is computed as
+ * C^T = op(B)^T op(A)^T, i.e. cuBLASLt's A is our B and its M is our n. Its
+ * bias vector runs along its M, our n; BGRADA reduces its A, our op(B),
+ * over k, which is our BGRAD.
+ *
+ * Plans. A GEMM's plan is its matmul descriptor, its three layouts and its
+ * algorithm, keyed on everything they depend on: the shape, the leading
+ * dimensions, the transposes, the epilogue, accumulation and each
+ * operand's alignment (the largest power of two up to 256 bytes dividing
+ * its address, which cuBLASLt's alignment preferences are set from). A
+ * program's GEMMs are prepared when it is bound (gemm_prepare), so the
+ * heuristic query runs then, once per distinct GEMM; a call finds its plan
+ * by key and only points the descriptor at this call's bias, aux and bias
+ * gradient. The chosen algorithms can be saved as bytes (tuning_save) and
+ * loaded on a later start (tuning_load): the compile cache keeps them
+ * beside the step, under the device's name, so a warm start queries
+ * nothing (each loaded algorithm is still checked against its descriptors
+ * with cublasLtMatmulAlgoCheck, a cheap call).
+ *
+ * Where cuBLASLt cannot run an epilogue — GELU's aux needs a leading
+ * dimension that is a multiple of 8, or no algorithm supports the fused
+ * form — the plan is a plain GEMM followed by regc's own epilogue kernel,
+ * whose per-element math is kernel_math.h's (the CPU's bits for the
+ * epilogue; the GEMM's own sums are cuBLASLt's order, not the CPU's). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "gemm_check.h"
+
+#define CUDA_WORKSPACE_BYTES (32u << 20)
+
+/* Everything a plan depends on; int64 fields only, so there is no padding
+ * and a key compares and saves as its bytes. */
+typedef struct {
+    int64_t trans_a, trans_b, epilogue, accumulate;
+    int64_t m, n, k, lda, ldb, ldc, ldaux;
+    int64_t align_a, align_b, align_c, align_aux;
+} cuda_gemm_key;
+
+typedef struct {
+    cuda_gemm_key key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int fused; /* 1: cuBLASLt runs the epilogue; 0: a plain GEMM, then regc's kernel */
+} cuda_gemm_plan;
+
+/* a loaded choice: the algorithm for a key, and whether it ran fused */
+typedef struct {
+    cuda_gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+    int64_t fused;
+} cuda_gemm_choice;
+
+struct cuda_gemm_plans {
+    cuda_gemm_plan *plan;
+    int n, cap;
+    cuda_gemm_choice *known; /* from tuning_load */
+    int n_known;
+};
+
+/* ---- keys */
+
+static int64_t cuda_alignment(const void *p)
+{
+    const uintptr_t u = (uintptr_t)p;
+    if (!u)
+        return 256;
+    int64_t a = 1;
+    while (a < 256 && u % (uintptr_t)(a * 2) == 0)
+        a *= 2;
+    return a;
+}
+
+static int cuda_epilogue_has_aux(int e)
+{
+    return e == REGC_EPI_GELU_AUX || e == REGC_EPI_BIAS_GELU_AUX || e == REGC_EPI_DGELU ||
+           e == REGC_EPI_DGELU_BGRAD;
+}
+
+static cuda_gemm_key cuda_gemm_key_of(const regc_gemm *g)
+{
+    cuda_gemm_key k;
+    memset(&k, 0, sizeof k);
+    k.trans_a = g->trans_a;
+    k.trans_b = g->trans_b;
+    k.epilogue = g->epilogue;
+    k.accumulate = g->accumulate != 0;
+    k.m = g->m;
+    k.n = g->n;
+    k.k = g->k;
+    k.lda = g->lda;
+    k.ldb = g->ldb;
+    k.ldc = g->ldc;
+    k.ldaux = cuda_epilogue_has_aux(g->epilogue) ? g->ldaux : 0;
+    k.align_a = cuda_alignment(g->a);
+    k.align_b = cuda_alignment(g->b);
+    k.align_c = cuda_alignment(g->c);
+    k.align_aux = cuda_epilogue_has_aux(g->epilogue) ? cuda_alignment(g->aux) : 0;
+    return k;
+}
+
+static int cuda_gemm_lt_fail(const char *where, cublasStatus_t st)
+{
+    return regc_error(REGC_ERR_UNSUPPORTED, "cuBLASLt: %s failed (status %d)", where, (int)st);
+}
+
+static cublasLtEpilogue_t cuda_lt_epilogue(int e)
+{
+    switch (e) {
+    case REGC_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case REGC_EPI_GELU: return CUBLASLT_EPILOGUE_GELU;
+    case REGC_EPI_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case REGC_EPI_BIAS_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case REGC_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    case REGC_EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case REGC_EPI_BGRAD: return CUBLASLT_EPILOGUE_BGRADA;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
+/* ---- plans */
+
+static void cuda_gemm_plan_release(cuda_gemm_plan *p)
+{
+    if (p->la)
+        cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb)
+        cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc)
+        cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->op)
+        cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+/* The descriptor and layouts of a plan, fused or plain. */
+static int cuda_gemm_plan_describe(cuda_gemm_plan *p, int fused)
+{
+    const cuda_gemm_key *k = &p->key;
+    cublasStatus_t st;
+    /* cuBLASLt's operands: A' = our B, B' = our A, M' = n, N' = m */
+    cublasOperation_t ta = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const uint64_t a_rows = (uint64_t)(k->trans_b ? k->k : k->n); /* col-major, as stored */
+    const uint64_t a_cols = (uint64_t)(k->trans_b ? k->n : k->k);
+    const uint64_t b_rows = (uint64_t)(k->trans_a ? k->m : k->k);
+    const uint64_t b_cols = (uint64_t)(k->trans_a ? k->k : k->m);
+    cublasLtEpilogue_t epi = fused ? cuda_lt_epilogue((int)k->epilogue) : CUBLASLT_EPILOGUE_DEFAULT;
+    if ((st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)))
+        return cuda_gemm_lt_fail("descriptor", st);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (fused && cuda_epilogue_has_aux((int)k->epilogue)) {
+        const int64_t ld = k->ldaux;
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+    }
+    if ((st = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, a_rows, a_cols, k->ldb)) ||
+        (st = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, b_rows, b_cols, k->lda)) ||
+        (st = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)k->n, (uint64_t)k->m,
+                                         k->ldc)))
+        return cuda_gemm_lt_fail("matrix layout", st);
+    p->fused = fused;
+    return REGC_OK;
+}
+
+/* Point the descriptor at this call's bias, aux and bias gradient (the
+ * addresses vary from call to call; everything else is the plan's). */
+static void cuda_gemm_plan_point(cuda_gemm_plan *p, const regc_gemm *g)
+{
+    if (!p->fused)
+        return;
+    const int e = (int)p->key.epilogue;
+    if (e == REGC_EPI_BIAS || e == REGC_EPI_BIAS_GELU_AUX)
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                       sizeof g->bias);
+    if (e == REGC_EPI_BGRAD || e == REGC_EPI_DGELU_BGRAD)
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias_grad,
+                                       sizeof g->bias_grad);
+    if (cuda_epilogue_has_aux(e))
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                       sizeof g->aux);
+}
+
+/* The heuristic's first algorithm for the plan's descriptors, within the
+ * workspace and the operands' alignment; 0 when there is none. */
+static int cuda_gemm_plan_query(regc_backend *be, cuda_gemm_plan *p)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    if (cublasLtMatmulPreferenceCreate(&pref))
+        return 0;
+    const size_t ws = c->workspace_bytes;
+    const uint32_t align_a = (uint32_t)p->key.align_b, align_b = (uint32_t)p->key.align_a;
+    const uint32_t align_c = (uint32_t)p->key.align_c;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                         sizeof align_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                         sizeof align_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                         sizeof align_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                         sizeof align_c);
+    be->tuning_queries++;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc,
+                                                       pref, 1, &heur, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st || found == 0)
+        return 0;
+    p->algo = heur.algo;
+    return 1;
+}
+
+/* A loaded algorithm for the plan's key, if it still suits the descriptors. */
+static int cuda_gemm_plan_recall(regc_backend *be, cuda_gemm_plan *p)
+{
+    const cuda_gemm_plans *ps = cuda_ctx_of(be)->plans;
+    for (int i = 0; ps && i < ps->n_known; i++) {
+        const cuda_gemm_choice *k = &ps->known[i];
+        if (memcmp(&k->key, &p->key, sizeof p->key) != 0)
+            continue;
+        if (!!k->fused != p->fused)
+            return 0;
+        cublasLtMatmulHeuristicResult_t check;
+        if (cublasLtMatmulAlgoCheck(cuda_ctx_of(be)->lt, p->op, p->la, p->lb, p->lc, p->lc,
+                                    &k->algo, &check) != CUBLAS_STATUS_SUCCESS ||
+            check.workspaceSize > cuda_ctx_of(be)->workspace_bytes)
+            return 0;
+        p->algo = k->algo;
+        return 1;
+    }
+    return 0;
+}
+
+/* Choose a plan: the fused epilogue where cuBLASLt can run it, else a
+ * plain GEMM and regc's epilogue kernel. */
+static int cuda_gemm_plan_choose(regc_backend *be, cuda_gemm_plan *p)
+{
+    const int e = (int)p->key.epilogue;
+    /* GELU's aux: cuBLASLt wants its leading dimension a multiple of 8 */
+    const int can_fuse = e != REGC_EPI_NONE && (!cuda_epilogue_has_aux(e) || p->key.ldaux % 8 == 0);
+    for (int fused = can_fuse; fused >= 0; fused--) {
+        int rc = cuda_gemm_plan_describe(p, fused);
+        if (rc == REGC_OK && (cuda_gemm_plan_recall(be, p) || cuda_gemm_plan_query(be, p)))
+            return REGC_OK;
+        const cuda_gemm_key key = p->key;
+        cuda_gemm_plan_release(p);
+        p->key = key;
+        if (rc != REGC_OK)
+            return rc;
+    }
+    return regc_error(REGC_ERR_UNSUPPORTED,
+                      "cuBLASLt: no algorithm for a %lldx%lldx%lld GEMM (epilogue %d)",
+                      (long long)p->key.m, (long long)p->key.n, (long long)p->key.k, e);
+}
+
+/* The plan for g: found, or chosen now and kept. */
+static int cuda_gemm_plan_for(regc_backend *be, const regc_gemm *g, cuda_gemm_plan **out)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (!c->plans && !(c->plans = (cuda_gemm_plans *)calloc(1, sizeof *c->plans)))
+        return regc_error(REGC_ERR_MEMORY, "cuda: out of memory");
+    cuda_gemm_plans *ps = c->plans;
+    const cuda_gemm_key key = cuda_gemm_key_of(g);
+    for (int i = 0; i < ps->n; i++)
+        if (memcmp(&ps->plan[i].key, &key, sizeof key) == 0) {
+            *out = &ps->plan[i];
+            return REGC_OK;
+        }
+    if (ps->n == ps->cap) {
+        const int cap = ps->cap ? ps->cap * 2 : 32;
+        cuda_gemm_plan *grown = (cuda_gemm_plan *)realloc(ps->plan, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return regc_error(REGC_ERR_MEMORY, "cuda: out of memory");
+        ps->plan = grown;
+        ps->cap = cap;
+    }
+    cuda_gemm_plan *p = &ps->plan[ps->n];
+    memset(p, 0, sizeof *p);
+    p->key = key;
+    int rc = cuda_gemm_plan_choose(be, p);
+    if (rc != REGC_OK)
+        return rc;
+    ps->n++;
+    *out = p;
+    return REGC_OK;
+}
+
+void regc_cuda_gemm_plans_free(regc_backend *be)
+{
+    cuda_gemm_plans *ps = cuda_ctx_of(be)->plans;
+    if (!ps)
+        return;
+    for (int i = 0; i < ps->n; i++)
+        cuda_gemm_plan_release(&ps->plan[i]);
+    free(ps->plan);
+    free(ps->known);
+    free(ps);
+    cuda_ctx_of(be)->plans = NULL;
+}
+
+/* ---- regc's own epilogues, for plans cuBLASLt cannot fuse */
+
+/* C[i, j] = epilogue(C[i, j]) and aux, one element per thread (the
+ * elementwise kinds: BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU, and
+ * DGELU_BGRAD's elementwise part). */
+__global__ void cuda_epilogue_kernel(int e, int64_t m, int64_t n, float *c, int64_t ldc, float *aux,
+                                     int64_t ldaux, const float *bias)
+{
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= m * n)
+        return;
+    const int64_t i = idx / n, j = idx % n;
+    float *cij = c + i * ldc + j;
+    switch (e) {
+    case REGC_EPI_BIAS: *cij = regc_addf(*cij, bias[j]); break;
+    case REGC_EPI_GELU: *cij = regc_gelu(*cij); break;
+    case REGC_EPI_GELU_AUX:
+        aux[i * ldaux + j] = *cij;
+        *cij = regc_gelu(*cij);
+        break;
+    case REGC_EPI_BIAS_GELU_AUX: {
+        const float pre = regc_addf(*cij, bias[j]);
+        aux[i * ldaux + j] = pre;
+        *cij = regc_gelu(pre);
+        break;
+    }
+    case REGC_EPI_DGELU:
+    case REGC_EPI_DGELU_BGRAD: *cij = regc_gelu_dx(*cij, aux[i * ldaux + j]); break;
+    default: break;
+    }
+}
+
+/* out[j] = sum over i < rows of x[i * ld_row + j * ld_col], in double, i in
+ * order from 0 (the CPU's column sums): one thread per column. */
+__global__ void cuda_strided_sums_kernel(float *out, const float *x, int64_t rows, int64_t cols,
+                                         int64_t ld_row, int64_t ld_col)
+{
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols)
+        return;
+    double acc = 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        acc += x[i * ld_row + j * ld_col];
+    out[j] = (float)acc;
+}
+
+static void cuda_gemm_unfused_epilogue(regc_backend *be, const regc_gemm *g)
+{
+    const int e = g->epilogue;
+    cudaStream_t st = cuda_stream(be);
+    if (e == REGC_EPI_BGRAD) { /* bias_grad[n] = sum over k of op(B)[k, n] */
+        const int64_t ld_row = g->trans_b ? 1 : g->ldb, ld_col = g->trans_b ? g->ldb : 1;
+        cuda_strided_sums_kernel<<<cuda_blocks_for(g->n), CUDA_THREADS, 0, st>>>(
+            g->bias_grad, g->b, g->k, g->n, ld_row, ld_col);
+    } else if (e != REGC_EPI_NONE && g->m > 0 && g->n > 0) {
+        cuda_epilogue_kernel<<<cuda_blocks_for(g->m * g->n), CUDA_THREADS, 0, st>>>(
+            e, g->m, g->n, g->c, g->ldc, g->aux, g->ldaux, g->bias);
+        if (e == REGC_EPI_DGELU_BGRAD)
+            cuda_strided_sums_kernel<<<cuda_blocks_for(g->n), CUDA_THREADS, 0, st>>>(
+                g->bias_grad, g->c, g->m, g->n, g->ldc, 1);
+    }
+    cuda_note(be, cudaGetLastError(), "gemm epilogue");
+}
+
+/* ---- the entries */
+
+static int cuda_gemm_prepare(regc_backend *be, const regc_gemm *g)
+{
+    cuda_gemm_plan *p;
+    int rc = regc_gemm_check(g);
+    if (rc != REGC_OK)
+        return rc;
+    return g->m > 0 && g->n > 0 && g->k > 0 ? cuda_gemm_plan_for(be, g, &p) : REGC_OK;
+}
+
+static int cuda_gemm(regc_backend *be, const regc_gemm *g)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    int rc = regc_gemm_check(g);
+    if (rc != REGC_OK || g->m == 0 || g->n == 0)
+        return rc;
+    if (g->k <= 0) { /* an empty product: C = 0 (or kept), then the epilogue */
+        if (!g->accumulate)
+            cuda_note(be,
+                      cudaMemset2DAsync(g->c, (size_t)g->ldc * sizeof(float), 0,
+                                        (size_t)g->n * sizeof(float), (size_t)g->m, c->stream),
+                      "gemm");
+        cuda_gemm_unfused_epilogue(be, g);
+        return REGC_OK;
+    }
+    cuda_gemm_plan *p;
+    if ((rc = cuda_gemm_plan_for(be, g, &p)) != REGC_OK)
+        return rc;
+    cuda_gemm_plan_point(p, g);
+    const float beta = g->accumulate ? 1.0f : 0.0f;
+    cublasStatus_t st =
+        cublasLtMatmul(c->lt, p->op, &g->alpha, g->b, p->la, g->a, p->lb, &beta, g->c, p->lc, g->c,
+                       p->lc, &p->algo, c->workspace, c->workspace_bytes, c->stream);
+    if (st)
+        return cuda_gemm_lt_fail("matmul", st);
+    if (!p->fused)
+        cuda_gemm_unfused_epilogue(be, g);
+    return REGC_OK;
+}
+
+/* ---- the chosen algorithms as bytes: a header (magic, cuBLASLt's version,
+ * the count), then (key, algorithm, fused) records */
+
+#define CUDA_TUNING_MAGIC 0x31304c6363676572ull /* "regccL01" */
+
+typedef struct {
+    uint64_t magic, lt_version, count;
+} cuda_tuning_header;
+
+static size_t cuda_tuning_save(regc_backend *be, void *buf, size_t cap)
+{
+    const cuda_gemm_plans *ps = cuda_ctx_of(be)->plans;
+    const int n = ps ? ps->n : 0;
+    const size_t need = sizeof(cuda_tuning_header) + (size_t)n * sizeof(cuda_gemm_choice);
+    if (!buf || cap < need)
+        return need;
+    cuda_tuning_header h = {CUDA_TUNING_MAGIC, (uint64_t)cublasLtGetVersion(), (uint64_t)n};
+    memcpy(buf, &h, sizeof h);
+    for (int i = 0; i < n; i++) {
+        cuda_gemm_choice k;
+        memset(&k, 0, sizeof k);
+        k.key = ps->plan[i].key;
+        k.algo = ps->plan[i].algo;
+        k.fused = ps->plan[i].fused;
+        memcpy((char *)buf + sizeof h + (size_t)i * sizeof k, &k, sizeof k);
+    }
+    return need;
+}
+
+static int cuda_tuning_load(regc_backend *be, const void *data, size_t len)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    cuda_tuning_header h;
+    if (len < sizeof h)
+        return regc_error(REGC_ERR_FORMAT, "cuda tuning: %zu bytes, too short", len);
+    memcpy(&h, data, sizeof h);
+    if (h.magic != CUDA_TUNING_MAGIC || h.lt_version != (uint64_t)cublasLtGetVersion() ||
+        h.count != (len - sizeof h) / sizeof(cuda_gemm_choice) ||
+        (len - sizeof h) % sizeof(cuda_gemm_choice) != 0)
+        return regc_error(REGC_ERR_FORMAT,
+                          "cuda tuning: not this build's algorithms (cuBLASLt %llu, %zu bytes)",
+                          (unsigned long long)h.lt_version, len);
+    if (!c->plans && !(c->plans = (cuda_gemm_plans *)calloc(1, sizeof *c->plans)))
+        return regc_error(REGC_ERR_MEMORY, "cuda: out of memory");
+    cuda_gemm_choice *known = (cuda_gemm_choice *)malloc(len - sizeof h + 1);
+    if (!known)
+        return regc_error(REGC_ERR_MEMORY, "cuda: out of memory");
+    memcpy(known, (const char *)data + sizeof h, len - sizeof h);
+    free(c->plans->known);
+    c->plans->known = known;
+    c->plans->n_known = (int)h.count;
+    return REGC_OK;
+}
+
+void regc_cuda_set_gemm(regc_backend *be)
+{
+    be->gemm = cuda_gemm;
+    be->gemm_prepare = cuda_gemm_prepare;
+    be->tuning_save = cuda_tuning_save;
+    be->tuning_load = cuda_tuning_load;
+}
+
+/* The workspace every plan may use. */
+int regc_cuda_gemm_open(regc_backend *be)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    c->workspace_bytes = CUDA_WORKSPACE_BYTES;
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc(&c->workspace, c->workspace_bytes) != cudaSuccess)
+        return regc_error(REGC_ERR_UNSUPPORTED, "cuda: cannot create a cuBLASLt handle or its "
+                                                "workspace");
+    return REGC_OK;
+}

@@ -1,0 +1,338 @@
+/* kernel_math.h — private to kernels/: the per-element math of every
+ * kernel, as static inline functions that both the CPU backend (C) and the
+ * CUDA backend (device code) compile, so that a GPU computes the same
+ * formula in the same float operations as the CPU and gets the same bits.
+ *
+ * What makes the bits agree:
+ * - only +, -, *, / and sqrt, which IEEE 754 rounds exactly, and the
+ *   conversions between float and double;
+ * - no contraction of a*b+c into an fma: the C build passes
+ *   -ffp-contract=off and the CUDA build --fmad=false;
+ * - no libm call whose last bit is the library's choice: exp is regc's own
+ *   (regc_expf below), and so is erfc (regc_erfcf), which libm and CUDA
+ *   implement differently.
+ * Kernels whose results still differ by backend (GEMMs, and reductions the
+ * GPU runs in another order) say so where they are written. */
+#ifndef REGC_KERNEL_MATH_H
+#define REGC_KERNEL_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "regc_backend.h"
+
+#if defined(__CUDACC__)
+#define REGC_HD __host__ __device__
+#else
+#define REGC_HD
+#endif
+
+/* ---- bits */
+
+static inline REGC_HD float regc_bits_to_float(uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+static inline REGC_HD double regc_bits_to_double(uint64_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double((long long)u);
+#else
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+#endif
+}
+
+static inline REGC_HD uint64_t regc_double_to_bits(double d)
+{
+#if defined(__CUDA_ARCH__)
+    return (uint64_t)__double_as_longlong(d);
+#else
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+#endif
+}
+
+static inline REGC_HD uint32_t regc_float_to_bits(float f)
+{
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+/* ---- exp and erfc */
+
+/* exp(x) to about one ulp (Cephes' polynomial after Cody-Waite reduction),
+ * branch-free so CPU loops over it vectorise: glibc's expf and tanhf are
+ * scalar calls, and with them softmax and GELU cost as much as the GEMMs
+ * beside them. Inputs are clamped to [-87, 88] (exp(-87) ~ 1.6e-38 stands
+ * in for zero); NaN propagates. The same operations in the same order
+ * whether vectorised or not, on the CPU or the GPU. */
+static inline REGC_HD float regc_expf(float x)
+{
+    x = x > 88.0f ? 88.0f : x;
+    x = x < -87.0f ? -87.0f : x;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float t = x * 1.44269504088896341f + magic;
+    float n = t - magic; /* round(x / ln 2) */
+    uint32_t scale = (regc_float_to_bits(t) - regc_float_to_bits(magic) + 127u) << 23;
+    float r = x - n * 0.693359375f; /* ln 2 in two parts: r stays exact */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    return p * regc_bits_to_float(scale);
+}
+
+/* erfc(x) with a relative error of about 2e-7 everywhere, the tail
+ * included: t exp(-z^2 + P(t)) with t = 1 / (1 + z/2), z = |x|, and P the
+ * degree-9 Chebyshev fit of Numerical Recipes' erfcc (fractional error
+ * below 1.2e-7 in exact arithmetic); erfc(-z) = 2 - erfc(z). Relative
+ * accuracy of erfc is what the exact GELU needs: 0.5 x erfc(-x / sqrt 2)
+ * is a product, where 1 + erf(x / sqrt 2) cancels for negative x. */
+static inline REGC_HD float regc_erfcf(float x)
+{
+    const float z = x < 0.0f ? -x : x;
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    const float r = t * regc_expf(p - z * z);
+    return x < 0.0f ? 2.0f - r : r;
+}
+
+/* log(x) in double to about two ulps, from +, -, * and / alone: libm's and
+ * CUDA's logs may round the last bit differently (CUDA's also contracts
+ * into fma), and a log-sum-exp saved as a float must be the same on both.
+ * x = m 2^e with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s) with
+ * s = (m - 1) / (m + 1), |s| < 0.1716, summed as the odd series to s^23
+ * (the next term is below 1e-19 of the sum); e ln 2 with ln 2 in two parts,
+ * the first exact times any exponent. 0 gives -inf, a negative x or NaN
+ * NaN, +inf itself. */
+static inline REGC_HD double regc_log(double x)
+{
+    if (!(x > 0.0) || x == (double)INFINITY)
+        return x == 0.0 ? -(double)INFINITY : x > 0.0 ? x : (double)NAN;
+    int64_t e = 0;
+    if (x < 2.2250738585072014e-308) { /* subnormal: scale into the normal range */
+        x *= 18014398509481984.0;      /* 2^54 */
+        e = -54;
+    }
+    const uint64_t bits = regc_double_to_bits(x);
+    e += (int64_t)((bits >> 52) & 0x7ff) - 1023;
+    double m = regc_bits_to_double((bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+    if (m > 1.4142135623730951) {
+        m *= 0.5;
+        e += 1;
+    }
+    const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
+    double p = 1.0 / 23.0;
+    p = p * s2 + 1.0 / 21.0;
+    p = p * s2 + 1.0 / 19.0;
+    p = p * s2 + 1.0 / 17.0;
+    p = p * s2 + 1.0 / 15.0;
+    p = p * s2 + 1.0 / 13.0;
+    p = p * s2 + 1.0 / 11.0;
+    p = p * s2 + 1.0 / 9.0;
+    p = p * s2 + 1.0 / 7.0;
+    p = p * s2 + 1.0 / 5.0;
+    p = p * s2 + 1.0 / 3.0;
+    const double log_m = 2.0 * (s + s * (s2 * p));
+    const double de = (double)e;
+    return de * 6.93147180369123816490e-01 + (de * 1.90821492927058770002e-10 + log_m);
+}
+
+/* ---- the elementwise kernels: one definition each, used by the single
+ * kernels, the GEMM epilogues and the fused chain on every backend, so a
+ * fused chain cannot drift from the kernels it replaces by a single bit */
+
+static inline REGC_HD float regc_addf(float a, float b) { return a + b; }
+
+static inline REGC_HD float regc_mulf(float a, float b) { return a * b; }
+
+static inline REGC_HD float regc_scalef(float value, float x) { return value * x; }
+
+/* GPT-2's gelu_new, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+ * evaluated as x * s with s = 1 / (1 + exp(-2u)), the same function: it
+ * needs only exp and avoids the cancellation in 1 + tanh(u) for negative x.
+ * The derivative is s + 2 x s (1 - s) du/dx, with s (1 - s) = e / (1 + e)^2
+ * for e = exp(-2u), again free of cancellation. */
+#define REGC_GELU_BETA 0.7978845608028654f /* sqrt(2 / pi) */
+#define REGC_GELU_KAPPA 0.044715f
+
+static inline REGC_HD float regc_gelu(float x)
+{
+    float u = REGC_GELU_BETA * (x + REGC_GELU_KAPPA * (x * x * x));
+    return x / (1.0f + regc_expf(-2.0f * u));
+}
+
+static inline REGC_HD float regc_gelu_grad(float x)
+{
+    float x_sq = x * x;
+    float u = REGC_GELU_BETA * (x + REGC_GELU_KAPPA * (x_sq * x));
+    float e = regc_expf(-2.0f * u);
+    float d = 1.0f + e;
+    float du = REGC_GELU_BETA * (1.0f + 3.0f * REGC_GELU_KAPPA * x_sq);
+    return 1.0f / d + 2.0f * x * (e / (d * d)) * du;
+}
+
+static inline REGC_HD float regc_gelu_dx(float dy, float x) { return dy * regc_gelu_grad(x); }
+
+/* sigmoid through the vectorisable exp; 1 / (1 + e^-x) saturates cleanly at
+ * both ends (the exp is clamped, never inf) */
+static inline REGC_HD float regc_sigmoid(float x) { return 1.0f / (1.0f + regc_expf(-x)); }
+
+static inline REGC_HD float regc_silu(float x) { return x * regc_sigmoid(x); }
+
+/* d/dx x s(x) = s + x s (1 - s) */
+static inline REGC_HD float regc_silu_dx(float dy, float x)
+{
+    const float s = regc_sigmoid(x);
+    return dy * (s * (1.0f + x * (1.0f - s)));
+}
+
+#define REGC_INV_SQRT2 0.70710678118654752f   /* 1 / sqrt(2) */
+#define REGC_INV_SQRT2PI 0.39894228040143268f /* 1 / sqrt(2 pi) */
+
+/* the exact GELU, x Phi(x) = 0.5 x erfc(-x / sqrt 2) */
+static inline REGC_HD float regc_gelu_erf(float x)
+{
+    return 0.5f * x * regc_erfcf(-x * REGC_INV_SQRT2);
+}
+
+/* d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density */
+static inline REGC_HD float regc_gelu_erf_dx(float dy, float x)
+{
+    const float cdf = 0.5f * regc_erfcf(-x * REGC_INV_SQRT2);
+    const float pdf = REGC_INV_SQRT2PI * regc_expf(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+}
+
+static inline REGC_HD float regc_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+/* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
+static inline REGC_HD float regc_relu_dx(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
+
+/* One step of a fused elementwise chain (regc_ew_program) on one element:
+ * the GPU's interpreter calls it per element; the CPU's loops call the same
+ * functions a block at a time, the switch outside the loop. */
+static inline REGC_HD float regc_ew_eval(const regc_ew_step *st, float a, float b)
+{
+    switch (st->op) {
+    case REGC_EW_ADD: return regc_addf(a, b);
+    case REGC_EW_MUL: return regc_mulf(a, b);
+    case REGC_EW_SCALE: return regc_scalef(st->value, a);
+    case REGC_EW_GELU: return regc_gelu(a);
+    case REGC_EW_GELU_BWD: return regc_gelu_dx(a, b);
+    case REGC_EW_GELU_ERF: return regc_gelu_erf(a);
+    case REGC_EW_GELU_ERF_BWD: return regc_gelu_erf_dx(a, b);
+    case REGC_EW_SILU: return regc_silu(a);
+    case REGC_EW_SILU_BWD: return regc_silu_dx(a, b);
+    case REGC_EW_RELU: return regc_relu(a);
+    case REGC_EW_RELU_BWD: return regc_relu_dx(a, b);
+    default: return a; /* refused before any element is read */
+    }
+}
+
+/* Does an op read its second operand? */
+static inline REGC_HD int regc_ew_binary(int op)
+{
+    return op == REGC_EW_ADD || op == REGC_EW_MUL || op == REGC_EW_GELU_BWD ||
+           op == REGC_EW_GELU_ERF_BWD || op == REGC_EW_SILU_BWD || op == REGC_EW_RELU_BWD;
+}
+
+/* ---- rotary embedding: one pair (x1, x2) of a head rotated by (c, s),
+ * s already negated for the inverse */
+static inline REGC_HD void regc_rope_pair(float *y1, float *y2, float x1, float x2, float c,
+                                          float s)
+{
+    *y1 = x1 * c - x2 * s;
+    *y2 = x2 * c + x1 * s;
+}
+
+/* ---- the norms' finalisation: row statistics (summed in double, in an
+ * order each backend states) to the saved float, and each element */
+
+/* 1 / sqrt(var + eps), var the biased variance (LayerNorm) or the mean
+ * square (RMSNorm) */
+static inline REGC_HD float regc_norm_rstd(double var, float eps)
+{
+    return (float)(1.0 / sqrt(var + (double)eps));
+}
+
+/* a double sum over cols, divided, as a float (0 for an empty row) */
+static inline REGC_HD float regc_norm_mean_f(double sum, int64_t cols)
+{
+    return cols > 0 ? (float)(sum / (double)cols) : 0.0f;
+}
+
+static inline REGC_HD float regc_layernorm_y(float x, float m, float s, float w, float b)
+{
+    const float n = (x - m) * s;
+    return n * w + b;
+}
+
+/* LayerNorm's dx from the row's means of dnorm and of dnorm * xhat */
+static inline REGC_HD float regc_layernorm_dx(float x, float dy, float w, float m, float s,
+                                              float dnorm_mean, float dnorm_xhat_mean)
+{
+    const float xhat = (x - m) * s;
+    const float dnorm = w * dy;
+    return (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s;
+}
+
+/* (x * rstd) * w: the order HF applies them in */
+static inline REGC_HD float regc_rmsnorm_y(float x, float s, float w) { return (x * s) * w; }
+
+/* with xhat = x * rstd and g = w * dy: dx = rstd * (g - xhat * mean(g * xhat)) */
+static inline REGC_HD float regc_rmsnorm_dx(float x, float dy, float w, float s, float gx_mean)
+{
+    return (w * dy - (x * s) * gx_mean) * s;
+}
+
+/* ---- cross-entropy's gradient at one logit: g (softmax - onehot), the
+ * softmax from the row's log-sum-exp l */
+static inline REGC_HD float regc_ce_dx(float x, float l, float g, int is_target)
+{
+    return is_target ? g * (regc_expf(x - l) - 1.0f) : g * regc_expf(x - l);
+}
+
+/* ---- AdamW on one element: the same float operations in the same order
+ * as PyTorch's (the gradient first scaled by the clip, as
+ * clip_grad_norm_ does in place); returns the new parameter */
+static inline REGC_HD float regc_adamw_one(float *m, float *v, float p, float g,
+                                           const regc_step_scalars *c)
+{
+    g = g * c->clip_scale;
+    *m = *m * c->beta1_f + c->one_minus_beta1 * g;
+    *v = *v * c->beta2_f + (c->one_minus_beta2 * g) * g;
+    const float denom = sqrtf(*v) / c->bc2_sqrt + c->eps_f;
+    return p * c->decay + (c->neg_step_size * *m) / denom;
+}
+
+#endif
