@@ -12,6 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus /* the CUDA module's .cu files include it */
+extern "C" {
+#endif
+
 typedef enum {
     REGC_OK = 0,
     REGC_ERR_IO = -1,          /* a file could not be opened, read or written */
@@ -204,5 +208,9 @@ static inline int64_t regc_reader_int(regc_reader *r, int64_t lo, int64_t hi)
     }
     return v;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus /* the CUDA module's .cu files include it */
+extern "C" {
+#endif
+
 /* GEMM epilogues, mirroring cuBLASLt's so the CUDA backend maps each one to
  * one cuBLASLt epilogue. Let G = alpha * op(A) op(B) (+ C if accumulate).
  *   NONE            C = G
@@ -410,5 +414,9 @@ void regc_cuda_fill_table(regc_backend *be);
 /* "cpu" or "cuda"; NULL with a message for an unknown or unavailable name */
 regc_backend *regc_backend_new(const char *name, int threads);
 void regc_backend_free(regc_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

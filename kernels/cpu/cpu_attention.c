@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "kernel_checks.h"
 #include "regc_common.h"
 
 /* Eight independent partial sums: vectorisable without reassociation (the
@@ -30,17 +31,10 @@ static inline float cpu_dot(const float *a, const float *b, int n)
 
 static int cpu_check_attention(regc_backend *be, const regc_attn_shape *s, const char *what)
 {
-    if (s->batch < 0 || s->tq < 0 || s->tk < 0 || s->n_head <= 0 || s->n_kv_head <= 0 ||
-        s->head_dim <= 0 || s->n_head % s->n_kv_head != 0 || (s->causal && s->tq != s->tk)) {
-        regc_cpu_set_failure(be, regc_error(REGC_ERR_SHAPE,
-                                            "%s: bad shape batch=%lld tq=%lld tk=%lld heads=%d "
-                                            "kv_heads=%d head_dim=%d causal=%d",
-                                            what, (long long)s->batch, (long long)s->tq,
-                                            (long long)s->tk, s->n_head, s->n_kv_head, s->head_dim,
-                                            s->causal));
-        return 0;
-    }
-    return 1;
+    const int status = regc_attn_check(s, what);
+    if (status != REGC_OK)
+        regc_cpu_set_failure(be, status);
+    return status == REGC_OK;
 }
 
 /* Per-thread scratch stride in floats, padded to a cache line so threads

@@ -4,95 +4,21 @@
  * evaluated in blocks: every register of a block lives in a small array on
  * the stack, so each step is a loop that vectorises and the intermediate
  * values never leave L1. Each step calls the same per-element function as
- * its single kernel (cpu_kernels.h), so the chain is bit-identical to the
+ * its single kernel (kernel_math.h), so the chain is bit-identical to the
  * kernels run one by one. */
 #include "cpu_kernels.h"
+#include "kernel_checks.h"
 #include "regc_common.h"
 
 /* 24 registers of 256 floats: 24 KiB, within L1 beside the streams */
 #define CPU_EW_BLOCK 256
 #define CPU_EW_MAX_REGS (REGC_EW_MAX_INPUTS + REGC_EW_MAX_STEPS)
 
-static const char *ew_op_name(int op)
-{
-    switch (op) {
-    case REGC_EW_ADD: return "add";
-    case REGC_EW_MUL: return "mul";
-    case REGC_EW_SCALE: return "scale";
-    case REGC_EW_GELU: return "gelu";
-    case REGC_EW_GELU_BWD: return "gelu_bwd";
-    case REGC_EW_GELU_ERF: return "gelu_erf";
-    case REGC_EW_GELU_ERF_BWD: return "gelu_erf_bwd";
-    case REGC_EW_SILU: return "silu";
-    case REGC_EW_SILU_BWD: return "silu_bwd";
-    case REGC_EW_RELU: return "relu";
-    case REGC_EW_RELU_BWD: return "relu_bwd";
-    default: return NULL;
-    }
-}
-
 /* the ops whose single kernels go parallel at an eighth of regc_cpu_par_min */
 static int ew_op_costly(int op)
 {
     return op != REGC_EW_ADD && op != REGC_EW_MUL && op != REGC_EW_SCALE && op != REGC_EW_RELU &&
            op != REGC_EW_RELU_BWD;
-}
-
-/* Everything the loop relies on, checked before it reads a byte: a bad
- * program is refused with a message instead of reading outside the arrays. */
-static int ew_validate(const regc_ew_program *p, int64_t n, float *const *out,
-                       const float *const *in)
-{
-    if (!p)
-        return regc_error(REGC_ERR_ARG, "elementwise: no program");
-    if (n < 0)
-        return regc_error(REGC_ERR_ARG, "elementwise: negative element count %lld", (long long)n);
-    if (p->n_inputs < 0 || p->n_inputs > REGC_EW_MAX_INPUTS)
-        return regc_error(REGC_ERR_ARG, "elementwise: %d inputs, outside 0..%d", p->n_inputs,
-                          REGC_EW_MAX_INPUTS);
-    if (p->n_steps < 0 || p->n_steps > REGC_EW_MAX_STEPS)
-        return regc_error(REGC_ERR_ARG, "elementwise: %d steps, outside 0..%d", p->n_steps,
-                          REGC_EW_MAX_STEPS);
-    if (p->n_outputs < 0 || p->n_outputs > REGC_EW_MAX_OUTPUTS)
-        return regc_error(REGC_ERR_ARG, "elementwise: %d outputs, outside 0..%d", p->n_outputs,
-                          REGC_EW_MAX_OUTPUTS);
-    for (int i = 0; i < p->n_inputs; i++) {
-        if (p->period[i] < 0)
-            return regc_error(REGC_ERR_ARG, "elementwise: input %d has negative period %lld", i,
-                              (long long)p->period[i]);
-        if (n > 0 && (!in || !in[i]))
-            return regc_error(REGC_ERR_ARG, "elementwise: input %d is NULL", i);
-    }
-    for (int s = 0; s < p->n_steps; s++) {
-        const regc_ew_step *st = &p->steps[s];
-        const char *name = ew_op_name(st->op);
-        const int written = p->n_inputs + s; /* registers 0 .. written-1 hold values */
-        if (!name)
-            return regc_error(REGC_ERR_ARG, "elementwise: step %d has unknown op %d", s, st->op);
-        if (st->a >= written || (regc_ew_binary(st->op) && st->b >= written))
-            return regc_error(REGC_ERR_ARG,
-                              "elementwise: step %d (%s) reads register %d before it is written "
-                              "(%d inputs; step %d writes register %d)",
-                              s, name, st->a >= written ? st->a : st->b, p->n_inputs, s, written);
-    }
-    for (int k = 0; k < p->n_outputs; k++) {
-        const int reg = p->out_reg[k];
-        if (reg >= p->n_inputs + p->n_steps)
-            return regc_error(REGC_ERR_ARG,
-                              "elementwise: output %d is register %d, but only registers 0..%d "
-                              "are written",
-                              k, reg, p->n_inputs + p->n_steps - 1);
-        if (n > 0 && (!out || !out[k]))
-            return regc_error(REGC_ERR_ARG, "elementwise: output %d is NULL", k);
-        /* a broadcast input is read at every block; overwriting it races */
-        for (int i = 0; n > 0 && i < p->n_inputs; i++)
-            if (p->period[i] > 0 && (const float *)out[k] == in[i])
-                return regc_error(REGC_ERR_ARG,
-                                  "elementwise: output %d overwrites input %d, which is "
-                                  "broadcast with period %lld",
-                                  k, i, (long long)p->period[i]);
-    }
-    return REGC_OK;
 }
 
 /* d[j] = step(a[j], b[j]) for j < len; d is a scratch register distinct
@@ -146,14 +72,14 @@ static void ew_apply(const regc_ew_step *st, float *restrict d, const float *res
         for (int64_t j = 0; j < len; j++)
             d[j] = regc_relu_dx(a[j], b[j]);
         break;
-    default: break; /* refused by ew_validate */
+    default: break; /* refused by regc_ew_check */
     }
 }
 
 void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
                           const float *const *in)
 {
-    int status = ew_validate(p, n, out, in);
+    int status = regc_ew_check(p, n, out, in);
     if (status != REGC_OK) {
         regc_cpu_set_failure(be, status);
         return;
@@ -186,7 +112,7 @@ void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
             const int64_t period = p->period[i];
             const int64_t start = period > 0 ? e0 % period : e0;
             /* a broadcast block inside one period is a plain slice of its
-             * input too (never overwritten: ew_validate refuses that) */
+             * input too (never overwritten: regc_ew_check refuses that) */
             if (!is_output[i] && (period == 0 || start + len <= period)) {
                 reg[i] = in[i] + start;
                 continue;

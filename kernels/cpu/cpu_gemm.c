@@ -10,7 +10,7 @@
 #include <cblas.h>
 
 #include "cpu_kernels.h"
-#include "gemm_check.h"
+#include "kernel_checks.h"
 #include "regc_common.h"
 
 /* The shared checks (gemm_check.h), and the 32-bit interface of BLAS. */

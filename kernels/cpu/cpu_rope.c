@@ -3,18 +3,15 @@
  * (x[i], x[i + D/2]) rotated by the angle of (position, i). The backward is
  * the same kernel with the angle negated (a rotation's transpose). */
 #include "cpu_kernels.h"
+#include "kernel_checks.h"
 #include "regc_common.h"
 
 void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
                    int64_t batch, int64_t t, int n_head, int head_dim, int inverse)
 {
-    if (batch < 0 || t < 0 || n_head <= 0 || head_dim <= 0 || head_dim % 2) {
-        regc_cpu_set_failure(
-            be,
-            regc_error(
-                REGC_ERR_SHAPE,
-                "rope: bad shape batch=%lld t=%lld n_head=%d head_dim=%d (head_dim must be even)",
-                (long long)batch, (long long)t, n_head, head_dim));
+    const int status = regc_rope_check(batch, t, n_head, head_dim);
+    if (status != REGC_OK) {
+        regc_cpu_set_failure(be, status);
         return;
     }
     const int half = head_dim / 2;

@@ -6,10 +6,11 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "kernel_checks.h"
 #include "regc_common.h"
 
 #define CPU_TILE 32
-#define CPU_MAX_DIMS 6
+#define CPU_MAX_DIMS REGC_TRANSPOSE_MAX_DIMS
 
 typedef struct {
     int nd;
@@ -57,25 +58,14 @@ static int64_t cpu_source_offset(const cpu_perm_plan *p, int nd, int64_t flat)
 void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int ndim,
                                const int64_t *shape, const int *perm)
 {
-    if (ndim < 1 || ndim > CPU_MAX_DIMS) {
-        regc_cpu_set_failure(be,
-                             regc_error(REGC_ERR_ARG, "transpose: %d axes (1 to %d are supported)",
-                                        ndim, CPU_MAX_DIMS));
+    const int status = regc_transpose_check(ndim, shape, perm);
+    if (status != REGC_OK) {
+        regc_cpu_set_failure(be, status);
         return;
     }
-    unsigned seen = 0;
     int64_t total = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (perm[i] < 0 || perm[i] >= ndim || (seen >> perm[i] & 1u) || shape[i] < 0) {
-            regc_cpu_set_failure(be,
-                                 regc_error(REGC_ERR_ARG,
-                                            "transpose: axis %d of the permutation (%d) is invalid",
-                                            i, perm[i]));
-            return;
-        }
-        seen |= 1u << perm[i];
+    for (int i = 0; i < ndim; i++)
         total *= shape[i];
-    }
     if (total == 0)
         return;
     const int threads = regc_cpu_threads(be);

@@ -60,6 +60,7 @@
 #include <stdio.h>
 
 #include "cuda_internal.h"
+#include "kernel_checks.h"
 
 #define ATTN_THREADS 256 /* a 16 x 16 grid of threads */
 #define ATTN_SIDE 16     /* threads along each side of the grid */
@@ -255,22 +256,16 @@ static inline void cuda_refuse_call(regc_backend *be, int status, const char *ms
     cuda_note_failure(be, msg);
 }
 
-/* The CPU backend's shape rules (cpu_check_attention), plus this file's
- * head_dim limit. */
+/* The shape rules every backend checks (kernel_checks.h), plus this
+ * file's head_dim limit. */
 static inline int cuda_check_attention(regc_backend *be, const regc_attn_shape *s, const char *what)
 {
-    char msg[256];
-    if (s->batch < 0 || s->tq < 0 || s->tk < 0 || s->n_head <= 0 || s->n_kv_head <= 0 ||
-        s->head_dim <= 0 || s->n_head % s->n_kv_head != 0 || (s->causal && s->tq != s->tk)) {
-        snprintf(msg, sizeof msg,
-                 "%s: bad shape batch=%lld tq=%lld tk=%lld heads=%d kv_heads=%d head_dim=%d "
-                 "causal=%d",
-                 what, (long long)s->batch, (long long)s->tq, (long long)s->tk, s->n_head,
-                 s->n_kv_head, s->head_dim, s->causal);
-        cuda_refuse_call(be, REGC_ERR_SHAPE, msg);
+    if (regc_attn_check(s, what) != REGC_OK) {
+        cuda_note_failure(be, regc_error_message());
         return 0;
     }
     if (s->head_dim > ATTN_MAX_HEAD_DIM) {
+        char msg[256];
         snprintf(msg, sizeof msg, "%s: head_dim %d is over the CUDA backend's limit of %d", what,
                  s->head_dim, ATTN_MAX_HEAD_DIM);
         cuda_refuse_call(be, REGC_ERR_UNSUPPORTED, msg);

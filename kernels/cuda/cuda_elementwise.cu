@@ -18,6 +18,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_internal.h"
+#include "kernel_checks.h"
 
 #include "cuda_elementwise.h"
 
@@ -224,9 +225,8 @@ static void cuda_rope(regc_backend *be, float *y, const float *x, const float *c
                       const float *sin, int64_t batch, int64_t t, int n_head, int head_dim,
                       int inverse)
 {
-    char why[256];
-    if (cuda_check_rope(batch, t, n_head, head_dim, why, sizeof why)) {
-        cuda_refuse(be, REGC_ERR_SHAPE, why);
+    if (regc_rope_check(batch, t, n_head, head_dim) != REGC_OK) {
+        cuda_note_failure(be, regc_error_message());
         return;
     }
     const int64_t pairs = batch * t * n_head * (head_dim / 2);
@@ -257,9 +257,8 @@ __global__ void cuda_elementwise_kernel(const __grid_constant__ cuda_ew_args arg
 static void cuda_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
                              float *const *out, const float *const *in)
 {
-    char why[256];
-    if (cuda_check_elementwise(p, n, out, in, why, sizeof why)) {
-        cuda_refuse(be, REGC_ERR_ARG, why);
+    if (regc_ew_check(p, n, out, in) != REGC_OK) {
+        cuda_note_failure(be, regc_error_message());
         return;
     }
     if (n == 0 || p->n_outputs == 0)
@@ -287,12 +286,12 @@ __global__ void cuda_transpose_kernel(float *out, const float *x,
 static void cuda_transpose(regc_backend *be, float *out, const float *x, int ndim,
                            const int64_t *shape, const int *perm)
 {
-    char why[256];
-    cuda_transpose_map map;
-    if (cuda_transpose_map_init(&map, ndim, shape, perm, why, sizeof why)) {
-        cuda_refuse(be, REGC_ERR_ARG, why);
+    if (regc_transpose_check(ndim, shape, perm) != REGC_OK) {
+        cuda_note_failure(be, regc_error_message());
         return;
     }
+    cuda_transpose_map map;
+    cuda_transpose_map_init(&map, ndim, shape, perm);
     if (map.total == 0)
         return;
     if (map.nd == 0 || (map.nd == 1 && map.src[0] == 1)) { /* the identity: a copy */

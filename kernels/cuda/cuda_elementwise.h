@@ -12,26 +12,17 @@
  * operations, and --fmad=false so no a*b+c becomes an fma.
  *
  * Every formula is kernel_math.h's; a body only picks the elements. The
- * host-side checks the launchers run before a launch (the CPU's checks,
- * same conditions, same messages) are here as well, so the test can hold
- * them against the CPU's refusals. */
+ * launchers check a call with kernel_checks.h, as the CPU does. */
 #ifndef REGC_CUDA_ELEMENTWISE_H
 #define REGC_CUDA_ELEMENTWISE_H
 
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-#include "regc_backend.h"
-#ifdef __cplusplus
-}
-#endif
+#include "kernel_checks.h"
 #include "kernel_math.h"
+#include "regc_backend.h"
 
 /* ---- the plain elementwise kernels: out[i] from the inputs' element i */
 
@@ -207,111 +198,12 @@ static inline REGC_HD void cuda_body_elementwise(int64_t e, const regc_ew_progra
         out[k][e] = reg[p->out_reg[k]];
 }
 
-/* The checks' way out: the reason into why, and -1. */
-static inline int cuda_why(char *why, size_t why_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static inline int cuda_why(char *why, size_t why_size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_size, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static inline const char *cuda_ew_op_name(int op)
-{
-    switch (op) {
-    case REGC_EW_ADD: return "add";
-    case REGC_EW_MUL: return "mul";
-    case REGC_EW_SCALE: return "scale";
-    case REGC_EW_GELU: return "gelu";
-    case REGC_EW_GELU_BWD: return "gelu_bwd";
-    case REGC_EW_GELU_ERF: return "gelu_erf";
-    case REGC_EW_GELU_ERF_BWD: return "gelu_erf_bwd";
-    case REGC_EW_SILU: return "silu";
-    case REGC_EW_SILU_BWD: return "silu_bwd";
-    case REGC_EW_RELU: return "relu";
-    case REGC_EW_RELU_BWD: return "relu_bwd";
-    default: return NULL;
-    }
-}
-
-/* The CPU's checks of a program (cpu_fused.c), before a thread reads a
- * byte: 0, or -1 with the reason in why (the CPU's message). */
-static inline int cuda_check_elementwise(const regc_ew_program *p, int64_t n, float *const *out,
-                                         const float *const *in, char *why, size_t why_size)
-{
-    if (!p)
-        return cuda_why(why, why_size, "elementwise: no program");
-    if (n < 0)
-        return cuda_why(why, why_size, "elementwise: negative element count %lld", (long long)n);
-    if (p->n_inputs < 0 || p->n_inputs > REGC_EW_MAX_INPUTS)
-        return cuda_why(why, why_size, "elementwise: %d inputs, outside 0..%d", p->n_inputs,
-                        REGC_EW_MAX_INPUTS);
-    if (p->n_steps < 0 || p->n_steps > REGC_EW_MAX_STEPS)
-        return cuda_why(why, why_size, "elementwise: %d steps, outside 0..%d", p->n_steps,
-                        REGC_EW_MAX_STEPS);
-    if (p->n_outputs < 0 || p->n_outputs > REGC_EW_MAX_OUTPUTS)
-        return cuda_why(why, why_size, "elementwise: %d outputs, outside 0..%d", p->n_outputs,
-                        REGC_EW_MAX_OUTPUTS);
-    for (int i = 0; i < p->n_inputs; i++) {
-        if (p->period[i] < 0)
-            return cuda_why(why, why_size, "elementwise: input %d has negative period %lld", i,
-                            (long long)p->period[i]);
-        if (n > 0 && (!in || !in[i]))
-            return cuda_why(why, why_size, "elementwise: input %d is NULL", i);
-    }
-    for (int s = 0; s < p->n_steps; s++) {
-        const regc_ew_step *st = &p->steps[s];
-        const char *name = cuda_ew_op_name(st->op);
-        const int written = p->n_inputs + s; /* registers 0 .. written-1 hold values */
-        if (!name)
-            return cuda_why(why, why_size, "elementwise: step %d has unknown op %d", s, st->op);
-        if (st->a >= written || (regc_ew_binary(st->op) && st->b >= written))
-            return cuda_why(why, why_size,
-                            "elementwise: step %d (%s) reads register %d before it is written "
-                            "(%d inputs; step %d writes register %d)",
-                            s, name, st->a >= written ? st->a : st->b, p->n_inputs, s, written);
-    }
-    for (int k = 0; k < p->n_outputs; k++) {
-        const int reg = p->out_reg[k];
-        if (reg >= p->n_inputs + p->n_steps)
-            return cuda_why(why, why_size,
-                            "elementwise: output %d is register %d, but only registers 0..%d "
-                            "are written",
-                            k, reg, p->n_inputs + p->n_steps - 1);
-        if (n > 0 && (!out || !out[k]))
-            return cuda_why(why, why_size, "elementwise: output %d is NULL", k);
-        /* a broadcast element is read by many threads; overwriting it races */
-        for (int i = 0; n > 0 && i < p->n_inputs; i++)
-            if (p->period[i] > 0 && (const float *)out[k] == in[i])
-                return cuda_why(why, why_size,
-                                "elementwise: output %d overwrites input %d, which is "
-                                "broadcast with period %lld",
-                                k, i, (long long)p->period[i]);
-    }
-    return 0;
-}
-
-/* The CPU's check of a rotary embedding's shape (cpu_rope.c). */
-static inline int cuda_check_rope(int64_t batch, int64_t t, int n_head, int head_dim, char *why,
-                                  size_t why_size)
-{
-    if (batch < 0 || t < 0 || n_head <= 0 || head_dim <= 0 || head_dim % 2)
-        return cuda_why(why, why_size,
-                        "rope: bad shape batch=%lld t=%lld n_head=%d head_dim=%d (head_dim must "
-                        "be even)",
-                        (long long)batch, (long long)t, n_head, head_dim);
-    return 0;
-}
-
 /* ---- transpose: output element o copies source element
  * cuda_transpose_source(o). The map drops size-1 axes and merges output
  * axes that are neighbours in the source too (as the CPU's plan does), so
  * a thread divides once per axis that is left: 64-bit divisions are the
  * costly part of this copy on a GPU. */
-#define CUDA_TRANSPOSE_MAX_DIMS 6
+#define CUDA_TRANSPOSE_MAX_DIMS REGC_TRANSPOSE_MAX_DIMS
 
 typedef struct {
     int nd;
@@ -338,23 +230,13 @@ static inline REGC_HD void cuda_body_transpose(int64_t o, float *out, const floa
 }
 
 /* The map of out = x with axes permuted (out.shape[i] = shape[perm[i]]),
- * after the CPU's checks (cpu_transpose.c): 0, or -1 with the reason. */
-static inline int cuda_transpose_map_init(cuda_transpose_map *m, int ndim, const int64_t *shape,
-                                          const int *perm, char *why, size_t why_size)
+ * for a permutation regc_transpose_check accepts. */
+static inline void cuda_transpose_map_init(cuda_transpose_map *m, int ndim, const int64_t *shape,
+                                           const int *perm)
 {
-    memset(m, 0, sizeof *m); /* a refused map is empty; unused axes compare equal */
-    if (ndim < 1 || ndim > CUDA_TRANSPOSE_MAX_DIMS)
-        return cuda_why(why, why_size, "transpose: %d axes (1 to %d are supported)", ndim,
-                        CUDA_TRANSPOSE_MAX_DIMS);
-    unsigned seen = 0;
+    memset(m, 0, sizeof *m);                 /* unused axes compare equal */
     int64_t stride[CUDA_TRANSPOSE_MAX_DIMS]; /* the source's own strides */
     int64_t s = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (perm[i] < 0 || perm[i] >= ndim || (seen >> perm[i] & 1u) || shape[i] < 0)
-            return cuda_why(why, why_size, "transpose: axis %d of the permutation (%d) is invalid",
-                            i, perm[i]);
-        seen |= 1u << perm[i];
-    }
     for (int i = ndim - 1; i >= 0; i--) {
         stride[i] = s;
         s *= shape[i];
@@ -374,7 +256,6 @@ static inline int cuda_transpose_map_init(cuda_transpose_map *m, int ndim, const
             m->nd++;
         }
     }
-    return 0;
 }
 
 #endif

@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "gemm_check.h"
+#include "kernel_checks.h"
 
 #define CUDA_WORKSPACE_BYTES (32u << 20)
 

@@ -20,11 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-extern "C" {
+#include "kernel_math.h"
 #include "regc_backend.h"
 #include "regc_common.h"
-}
-#include "kernel_math.h"
 
 typedef struct cuda_gemm_plans cuda_gemm_plans; /* cuda_gemm.cu */
 
