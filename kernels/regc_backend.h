@@ -411,6 +411,11 @@ const regc_cuda_module *regc_cuda_module_get(void);
 regc_backend *regc_cuda_backend_open(int device);
 int regc_cuda_device_count(void);
 void regc_cuda_fill_table(regc_backend *be);
+/* out = a + b (the add kernel) on another stream than the backend's: the
+ * NCCL communicator's accumulating reduce-scatter, which runs on the
+ * communication queue's thread and must not touch the backend's state.
+ * cudaError_t's value; the caller synchronises its stream. */
+int regc_cuda_add_on_stream(void *stream, float *out, const float *a, const float *b, int64_t n);
 /* "cpu" or "cuda"; NULL with a message for an unknown or unavailable name */
 regc_backend *regc_backend_new(const char *name, int threads);
 void regc_backend_free(regc_backend *be);

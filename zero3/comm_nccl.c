@@ -23,8 +23,10 @@ typedef struct {
     ncclComm_t nccl;
     cudaStream_t stream;
     int device;
-    regc_backend *be; /* the CUDA backend, for the accumulating add */
-    float *tmp;       /* device scratch of the accumulating reduce-scatter */
+    /* device scratch of the accumulating reduce-scatter: cudaMalloc'd, not
+     * the backend's, whose stream-ordered pool and bookkeeping belong to
+     * the compute thread (collectives run on the queue's thread) */
+    float *tmp;
     size_t tmp_n;
 } nccl_ctx;
 
@@ -59,11 +61,13 @@ static int nccl_reduce_scatter(regc_comm *c, float *dst, const float *src, int64
     float *out = dst;
     if (accumulate) {
         if (x->tmp_n < (size_t)n) {
-            if (x->tmp)
-                x->be->free(x->be, x->tmp);
+            cudaFree(x->tmp);
+            x->tmp = NULL;
             x->tmp_n = 0;
-            if (!(x->tmp = x->be->alloc(x->be, (size_t)n * sizeof(float))))
-                return REGC_ERR_MEMORY;
+            cudaError_t e = cudaMalloc((void **)&x->tmp, (size_t)n * sizeof(float));
+            if (e != cudaSuccess)
+                return regc_error(REGC_ERR_MEMORY, "nccl: reduce_scatter: %zu bytes of scratch: %s",
+                                  (size_t)n * sizeof(float), cudaGetErrorString(e));
             x->tmp_n = (size_t)n;
         }
         out = x->tmp;
@@ -71,9 +75,13 @@ static int nccl_reduce_scatter(regc_comm *c, float *dst, const float *src, int64
     int rc = nccl_finish(
         x, "reduce_scatter",
         ncclReduceScatter(src, out, (size_t)n, ncclFloat32, ncclSum, x->nccl, x->stream));
-    if (rc == REGC_OK && accumulate) {
-        x->be->add(x->be, dst, dst, x->tmp, n);
-        rc = x->be->sync(x->be);
+    if (rc == REGC_OK && accumulate) { /* on the collectives' stream, after them */
+        cudaError_t e = (cudaError_t)regc_cuda_add_on_stream(x->stream, dst, dst, x->tmp, n);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(x->stream);
+        if (e != cudaSuccess)
+            rc = regc_error(REGC_ERR_IO, "nccl: reduce_scatter: the accumulating add: %s",
+                            cudaGetErrorString(e));
     }
     return rc;
 }
@@ -118,8 +126,7 @@ static void nccl_destroy(regc_comm *c)
     nccl_ctx *x = c->ctx;
     if (x) {
         cudaSetDevice(x->device);
-        if (x->tmp)
-            x->be->free(x->be, x->tmp);
+        cudaFree(x->tmp);
         ncclCommDestroy(x->nccl);
         cudaStreamDestroy(x->stream);
     }
@@ -137,7 +144,7 @@ void *regc_cuda_nccl_comm_open(void *host_comm, regc_backend *be)
         regc_error(REGC_ERR_MEMORY, "nccl: out of memory");
         return NULL;
     }
-    x->be = be;
+    (void)be; /* the current device is the backend's: it was opened last */
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;
     if (host->rank == 0)

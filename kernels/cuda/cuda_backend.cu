@@ -55,16 +55,24 @@ typedef struct {
 
 #define CUDA_REMOVED ((void *)1)
 
+/* Fibonacci hashing: the product's high bits, which every bit of the
+ * address reaches (allocations share their low bits) */
 static size_t cuda_blocks_hash(const void *p, size_t cap)
 {
-    return (size_t)(((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+    return (size_t)((((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull) >> 40) & (cap - 1);
 }
 
 static int cuda_blocks_put(cuda_blocks *t, void *p, size_t bytes)
 {
-    if ((t->used + 1) * 2 > t->cap) { /* grow (and drop removed slots) */
-        cuda_blocks grown = {(cuda_block *)calloc(t->cap ? t->cap * 2 : 256, sizeof(cuda_block)),
-                             t->cap ? t->cap * 2 : 256, 0};
+    if ((t->used + 1) * 2 > t->cap) {
+        /* rehash, removed slots dropped, at a size fitted to the live
+         * blocks: allocation churn reuses slots instead of doubling */
+        size_t live = 0, cap = 256;
+        for (size_t i = 0; i < t->cap; i++)
+            live += t->slot[i].ptr && t->slot[i].ptr != CUDA_REMOVED;
+        while ((live + 1) * 4 > cap)
+            cap *= 2;
+        cuda_blocks grown = {(cuda_block *)calloc(cap, sizeof(cuda_block)), cap, 0};
         if (!grown.slot)
             return REGC_ERR_MEMORY;
         for (size_t i = 0; i < t->cap; i++)
@@ -287,6 +295,13 @@ extern "C" regc_backend *regc_cuda_backend_open(int device)
         regc_error(REGC_ERR_UNSUPPORTED, "cuda: cannot create a stream on device %d", device);
         cuda_destroy(be);
         return NULL;
+    }
+    /* keep freed device memory in the stream-ordered pool: per-call scratch
+     * would otherwise go back to the driver at every synchronisation */
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     }
     if (regc_cuda_gemm_open(be) != REGC_OK) {
         cuda_destroy(be);

@@ -120,6 +120,14 @@ static void cuda_add_arrays(regc_backend *be, float *out, const float *a, const 
     cuda_note(be, cudaGetLastError(), "add");
 }
 
+extern "C" int regc_cuda_add_on_stream(void *stream, float *out, const float *a, const float *b,
+                                       int64_t n)
+{
+    if (n > 0)
+        cuda_add_kernel<<<cuda_grid_for(n), CUDA_THREADS, 0, (cudaStream_t)stream>>>(out, a, b, n);
+    return (int)cudaGetLastError();
+}
+
 static void cuda_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n)
 {
     if (n <= 0)

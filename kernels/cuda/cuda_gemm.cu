@@ -40,7 +40,7 @@
 typedef struct {
     int64_t trans_a, trans_b, epilogue, accumulate;
     int64_t m, n, k, lda, ldb, ldc, ldaux;
-    int64_t align_a, align_b, align_c, align_aux;
+    int64_t align_a, align_b, align_c, align_aux, align_bias;
 } cuda_gemm_key;
 
 typedef struct {
@@ -103,6 +103,10 @@ static cuda_gemm_key cuda_gemm_key_of(const regc_gemm *g)
     k.align_b = cuda_alignment(g->b);
     k.align_c = cuda_alignment(g->c);
     k.align_aux = cuda_epilogue_has_aux(g->epilogue) ? cuda_alignment(g->aux) : 0;
+    const int e = g->epilogue;
+    k.align_bias = e == REGC_EPI_BIAS || e == REGC_EPI_BIAS_GELU_AUX  ? cuda_alignment(g->bias)
+                   : e == REGC_EPI_BGRAD || e == REGC_EPI_DGELU_BGRAD ? cuda_alignment(g->bias_grad)
+                                                                      : 0;
     return k;
 }
 
@@ -243,15 +247,19 @@ static int cuda_gemm_plan_recall(regc_backend *be, cuda_gemm_plan *p)
     return 0;
 }
 
-/* Choose a plan: the fused epilogue where cuBLASLt can run it, else a
- * plain GEMM and regc's epilogue kernel. */
-static int cuda_gemm_plan_choose(regc_backend *be, cuda_gemm_plan *p)
+/* Choose a plan for g: the fused epilogue where cuBLASLt can run it, else
+ * a plain GEMM and regc's epilogue kernel. The descriptor points at g's
+ * bias and aux before the heuristic runs: cuBLASLt reads their alignment
+ * from the pointers. */
+static int cuda_gemm_plan_choose(regc_backend *be, cuda_gemm_plan *p, const regc_gemm *g)
 {
     const int e = (int)p->key.epilogue;
     /* GELU's aux: cuBLASLt wants its leading dimension a multiple of 8 */
     const int can_fuse = e != REGC_EPI_NONE && (!cuda_epilogue_has_aux(e) || p->key.ldaux % 8 == 0);
     for (int fused = can_fuse; fused >= 0; fused--) {
         int rc = cuda_gemm_plan_describe(p, fused);
+        if (rc == REGC_OK)
+            cuda_gemm_plan_point(p, g);
         if (rc == REGC_OK && (cuda_gemm_plan_recall(be, p) || cuda_gemm_plan_query(be, p)))
             return REGC_OK;
         const cuda_gemm_key key = p->key;
@@ -289,7 +297,7 @@ static int cuda_gemm_plan_for(regc_backend *be, const regc_gemm *g, cuda_gemm_pl
     cuda_gemm_plan *p = &ps->plan[ps->n];
     memset(p, 0, sizeof *p);
     p->key = key;
-    int rc = cuda_gemm_plan_choose(be, p);
+    int rc = cuda_gemm_plan_choose(be, p, g);
     if (rc != REGC_OK)
         return rc;
     ps->n++;
@@ -389,8 +397,16 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
 {
     cuda_ctx *c = cuda_ctx_of(be);
     int rc = regc_gemm_check(g);
-    if (rc != REGC_OK || g->m == 0 || g->n == 0)
+    if (rc != REGC_OK || g->n == 0)
         return rc;
+    if (g->m == 0) { /* no C, but a bias gradient as the CPU writes it */
+        if (g->epilogue == REGC_EPI_BGRAD)
+            cuda_gemm_unfused_epilogue(be, g);
+        else if (g->epilogue == REGC_EPI_DGELU_BGRAD)
+            cuda_note(be, cudaMemsetAsync(g->bias_grad, 0, (size_t)g->n * sizeof(float), c->stream),
+                      "gemm");
+        return REGC_OK;
+    }
     if (g->k <= 0) { /* an empty product: C = 0 (or kept), then the epilogue */
         if (!g->accumulate)
             cuda_note(be,
@@ -418,7 +434,7 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
 /* ---- the chosen algorithms as bytes: a header (magic, cuBLASLt's version,
  * the count), then (key, algorithm, fused) records */
 
-#define CUDA_TUNING_MAGIC 0x31304c6363676572ull /* "regccL01" */
+#define CUDA_TUNING_MAGIC 0x32304c6363676572ull /* "regccL02" */
 
 typedef struct {
     uint64_t magic, lt_version, count;

@@ -10,13 +10,16 @@
 #include "cuda_internal.h"
 #include "step_math.h"
 
-/* A configuration regc_step_scalars_ok refuses leaves s as it is: the
- * trainer checks the same conditions before the first step, where the CPU
- * backend reports them through sync(). */
+/* A configuration regc_step_scalars_ok refuses makes the step a no-op
+ * (skipped: AdamW changes nothing) rather than one with the last step's
+ * coefficients; the trainer checks the same conditions before the first
+ * step, where the CPU backend reports them through sync(). */
 __global__ void cuda_step_schedule_kernel(regc_step_scalars *s)
 {
     if (regc_step_scalars_ok(s))
         regc_step_begin(s);
+    else
+        s->skipped = 1;
 }
 
 static void cuda_step_schedule(regc_backend *be, regc_step_scalars *s)
