@@ -17,8 +17,12 @@
 #define CPU_ADAMW_SPAN 4096
 
 /* Elements per task of the sum of squares: a fixed split, so the partial
- * sums and their order do not depend on the thread count. */
+ * sums and their order do not depend on the thread count. Inside a span,
+ * element i goes into lane i % 8 and the lanes are added pairwise at the
+ * end: a fixed order that vectorises, where one running sum is a chain of
+ * dependent adds (a fifth of a GPT-2 124M step on two cores). */
 #define CPU_SUMSQ_SPAN 65536
+#define CPU_SUMSQ_LANES 8
 
 void regc_cpu_step_schedule(regc_backend *be, regc_step_scalars *s)
 {
@@ -46,10 +50,15 @@ void regc_cpu_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_
     for (int64_t sp = 0; sp < n_spans; sp++) {
         const int64_t i0 = sp * CPU_SUMSQ_SPAN,
                       i1 = i0 + CPU_SUMSQ_SPAN < n ? i0 + CPU_SUMSQ_SPAN : n;
-        double acc = 0.0;
-        for (int64_t i = i0; i < i1; i++)
-            acc += (double)g[i] * (double)g[i];
-        part[sp] = acc;
+        double acc[CPU_SUMSQ_LANES] = {0};
+        int64_t i = i0;
+        for (; i + CPU_SUMSQ_LANES <= i1; i += CPU_SUMSQ_LANES)
+            for (int u = 0; u < CPU_SUMSQ_LANES; u++)
+                acc[u] += (double)g[i + u] * (double)g[i + u];
+        for (; i < i1; i++)
+            acc[(i - i0) % CPU_SUMSQ_LANES] += (double)g[i] * (double)g[i];
+        part[sp] =
+            ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
     double total = s->grad_sumsq;
     for (int64_t sp = 0; sp < n_spans; sp++)
