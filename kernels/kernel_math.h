@@ -74,6 +74,19 @@ static inline REGC_HD uint32_t regc_float_to_bits(float f)
 #endif
 }
 
+/* x rounded to bfloat16 (the upper 16 bits of a float), to nearest with
+ * ties to even, returned as the float it stands for; NaN stays NaN (quiet),
+ * infinities stay, a finite value past bf16's range becomes infinite, as
+ * the conversion instructions (vcvtneps2bf16, __float2bfloat16_rn) do. */
+static inline REGC_HD float regc_round_bf16(float x)
+{
+    uint32_t u = regc_float_to_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it, quiet */
+        return regc_bits_to_float((u | 0x00400000u) & 0xffff0000u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return regc_bits_to_float(u & 0xffff0000u);
+}
+
 /* ---- exp and erfc */
 
 /* exp(x) to about one ulp (Cephes' polynomial after Cody-Waite reduction),

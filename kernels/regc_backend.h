@@ -77,6 +77,13 @@ typedef struct {
     float *aux;        /* [m, n] with row stride ldaux, GELU_AUX/DGELU kinds */
     int64_t ldaux;
     float *bias_grad; /* [n] output, BGRAD and DGELU_BGRAD */
+    /* 1: mixed precision (compile.precision "bf16"): op(A) and op(B) are
+     * rounded to bfloat16 (to nearest, ties to even) as they are read, and
+     * their products summed in fp32; C, the epilogue and aux stay fp32,
+     * and BGRAD sums op(B) as rounded. The CPU uses AVX-512 BF16's pair
+     * products where the build has them, which count bf16 values and sums
+     * below 2^-126 in magnitude as zero */
+    int bf16;
 } regc_gemm;
 
 /* Multi-head attention over row-major [batch, t, heads * head_dim] tensors:

@@ -3,7 +3,15 @@
  * else OpenBLAS's cblas_sgemm followed by the cuBLASLt-style epilogue as a
  * row-parallel pass over C (never inside the BLAS call, so the OpenMP and
  * OpenBLAS thread pools never run at once). DGELU_BGRAD's column sums are
- * that pass in both. */
+ * that pass in both.
+ *
+ * A bf16 GEMM (g->bf16) runs regc's bf16 kernel where the build targets
+ * AVX-512 BF16 (cpu_bgemm.c), else the sgemm with its packed values
+ * rounded, else cblas_sgemm on rounded copies of A and B: products of bf16
+ * values are exact in fp32, so each is a bf16 GEMM summed in fp32. BGRAD's
+ * bias gradient then sums op(B) as rounded, the values the product used
+ * (as under PyTorch's autocast, where the bias gradient is the sum of the
+ * bf16 output gradient). */
 #include <limits.h>
 #include <string.h>
 
@@ -26,12 +34,38 @@ static int cpu_check_gemm(const regc_gemm *g)
     return REGC_OK;
 }
 
-/* bias_grad[n] = sum over k of op(B)[k, n]   (B: [k, n], or [n, k] when trans_b) */
+/* x as the GEMM reads it: rounded to bf16 for a bf16 GEMM */
+static inline float cpu_gemm_value(const regc_gemm *g, float x)
+{
+    return g->bf16 ? regc_round_bf16(x) : x;
+}
+
+/* bias_grad[n] = sum over k of op(B)[k, n]   (B: [k, n], or [n, k] when trans_b),
+ * each value as the GEMM reads it */
 static void cpu_bgrad_of_b(const regc_backend *be, const regc_gemm *g)
 {
     const int threads = regc_cpu_threads(be);
-    if (!g->trans_b) {
+    if (!g->trans_b && !g->bf16) {
         regc_cpu_sum_columns(be, g->bias_grad, g->b, g->ldb, g->k, g->n);
+        return;
+    }
+    if (!g->trans_b) { /* regc_cpu_sum_columns' order, over rounded values */
+#pragma omp parallel num_threads(threads) if (g->k * g->n >= regc_cpu_par_min(be))
+        {
+            int64_t lo, hi;
+            regc_cpu_team_columns(g->n, &lo, &hi);
+            for (int64_t c0 = lo; c0 < hi; c0 += REGC_CPU_COL_CHUNK) {
+                const int64_t w = hi - c0 < REGC_CPU_COL_CHUNK ? hi - c0 : REGC_CPU_COL_CHUNK;
+                double acc[REGC_CPU_COL_CHUNK] = {0}; /* [w] */
+                for (int64_t r = 0; r < g->k; r++) {
+                    const float *row = g->b + r * g->ldb + c0; /* [w] */
+                    for (int64_t j = 0; j < w; j++)
+                        acc[j] += regc_round_bf16(row[j]);
+                }
+                for (int64_t j = 0; j < w; j++)
+                    g->bias_grad[c0 + j] = (float)acc[j];
+            }
+        }
         return;
     }
     /* op(B) = B^T: column n of op(B) is row n of B, contiguous */
@@ -41,10 +75,53 @@ static void cpu_bgrad_of_b(const regc_backend *be, const regc_gemm *g)
         const float *row = g->b + j * g->ldb;
         double acc = 0.0;
         for (int64_t i = 0; i < g->k; i++)
-            acc += row[i];
+            acc += cpu_gemm_value(g, row[i]);
         g->bias_grad[j] = (float)acc;
     }
 }
+
+#ifndef REGC_CPU_OWN_SGEMM
+/* A contiguous copy of x [rows, cols] (row stride ld) rounded to bf16 into
+ * dst [rows, cols], for OpenBLAS, which has no bf16 operands of its own. */
+static void cpu_round_copy(const regc_backend *be, float *restrict dst, const float *x,
+                           int64_t rows, int64_t cols, int64_t ld)
+{
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            dst[i * cols + j] = regc_round_bf16(x[i * ld + j]);
+}
+
+/* C = alpha op(A) op(B) (+ C) through OpenBLAS; a bf16 GEMM multiplies
+ * rounded copies of A and B, made in the backend's scratch. */
+static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
+{
+    const float *a = g->a, *b = g->b;
+    int64_t lda = g->lda, ldb = g->ldb;
+    if (g->bf16) {
+        const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
+        const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
+        float *copy = regc_cpu_get_scratch(be, (size_t)(a_rows * a_cols + b_rows * b_cols) *
+                                                   sizeof(float)); /* A, then B */
+        if (!copy)
+            return REGC_ERR_MEMORY;
+        cpu_round_copy(be, copy, g->a, a_rows, a_cols, g->lda);
+        cpu_round_copy(be, copy + a_rows * a_cols, g->b, b_rows, b_cols, g->ldb);
+        a = copy, lda = a_cols;
+        b = copy + a_rows * a_cols, ldb = b_cols;
+    }
+    /* OpenBLAS's thread count is process-wide: restore this backend's in
+     * case another backend instance changed it */
+    const int threads = regc_cpu_threads(be);
+    if (openblas_get_num_threads() != threads)
+        openblas_set_num_threads(threads);
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, g->alpha,
+                a, (int)lda, b, (int)ldb, g->accumulate ? 1.0f : 0.0f, g->c, (int)g->ldc);
+    return REGC_OK;
+}
+#endif
 
 /* C = G * gelu'(aux) and bias_grad = its column sums in one pass: each
  * thread runs down the rows over its own columns, a chunk at a time, so a
@@ -143,21 +220,19 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
     if (g->m > 0 && g->n > 0) {
         if (g->k > 0) {
 #ifdef REGC_CPU_OWN_SGEMM
-            status = regc_cpu_sgemm(be, g);
+#ifdef REGC_CPU_BF16_GEMM
+            status = g->bf16 ? regc_cpu_bgemm(be, g) : regc_cpu_sgemm(be, g);
+#else
+            status = regc_cpu_sgemm(be, g); /* rounds its packed values when g->bf16 */
+#endif
             if (status != REGC_OK)
                 return status;
             /* the elementwise epilogues were applied on each tile */
             epilogue_done = g->epilogue != REGC_EPI_DGELU_BGRAD;
 #else
-            /* OpenBLAS's thread count is process-wide: restore this
-             * backend's in case another backend instance changed it */
-            const int threads = regc_cpu_threads(be);
-            if (openblas_get_num_threads() != threads)
-                openblas_set_num_threads(threads);
-            cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                        g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k,
-                        g->alpha, g->a, (int)g->lda, g->b, (int)g->ldb, g->accumulate ? 1.0f : 0.0f,
-                        g->c, (int)g->ldc);
+            status = cpu_blas_gemm(be, g);
+            if (status != REGC_OK)
+                return status;
 #endif
         } else if (!g->accumulate) {
             /* an empty product is zero; BLAS implementations disagree on k = 0 */

@@ -108,11 +108,91 @@ void regc_cpu_sum_columns(const regc_backend *be, float *out, const float *x, in
  * (cpu_sgemm.c), elsewhere OpenBLAS's. */
 #if defined(__AVX512F__)
 #define REGC_CPU_OWN_SGEMM 1
+#include <immintrin.h>
+
 /* C = alpha op(A) op(B) (+ C when g->accumulate), then the elementwise
  * epilogue (all but DGELU_BGRAD's column sums and BGRAD's) on each tile as
- * it is finished, packing in the backend's scratch; k > 0. REGC_OK, or
- * REGC_ERR_MEMORY when the scratch cannot grow. */
+ * it is finished, packing in the backend's scratch; k > 0. With g->bf16
+ * the packed operands are rounded by regc_round_bf16 (the products of bf16
+ * values are exact in fp32, so this is bf16 GEMM in fp32 arithmetic).
+ * REGC_OK, or REGC_ERR_MEMORY when the scratch cannot grow. */
 int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g);
+
+/* The register tile of regc's own GEMMs: MR rows by NR columns of C. */
+#define REGC_CPU_GEMM_MR 12
+#define REGC_CPU_GEMM_NR 32
+
+/* What a GEMM kernel supplies to the blocking, packing and threading of
+ * cpu_sgemm.c (regc_cpu_gemm_blocked): the fp32 kernel and the bf16 one
+ * differ only in the packed format and the micro-kernel. */
+typedef struct {
+    int64_t kc;         /* the slice of k one packed panel holds */
+    int64_t k_unit;     /* packed panels hold kc rounded up to a multiple of this */
+    size_t value_bytes; /* one packed value */
+    /* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows (zeros past
+     * the matrix edge), each panel k_unit-rounded kc x MR values */
+    void (*pack_a)(void *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
+                   int64_t kc);
+    /* op(B)[p0 .. p0+kc, j0 .. j0+nc] as panels of NR columns, likewise */
+    void (*pack_b)(void *restrict dst, const regc_gemm *g, int64_t j0, int64_t nc, int64_t p0,
+                   int64_t kc);
+    /* t[r][c] = sum over p < kc of a[p][r] b[p][c], one panel of each */
+    void (*product)(float t[REGC_CPU_GEMM_MR][REGC_CPU_GEMM_NR], int64_t kc, const void *restrict a,
+                    const void *restrict b);
+} regc_cpu_gemm_kernel;
+
+/* regc_cpu_sgemm's contract, with `kernel` packing and multiplying. */
+int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_gemm_kernel *kernel);
+
+/* r[i] holds row i of a 16 x 16 block of 32-bit values; afterwards r[j]
+ * holds column j. */
+static inline void regc_cpu_transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {                  /* within each 128-bit lane: */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* a0 b0 a1 b1 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* a2 b2 a3 b3 */
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);         /* a0 b0 c0 d0 */
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);     /* a1 b1 c1 d1 */
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44); /* a2 b2 c2 d2 */
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE); /* a3 b3 c3 d3 */
+    }
+    /* u[4 g + c], lane L: column 4 L + c of rows 4 g .. 4 g + 3; now gather
+     * lane L of the four groups into one register */
+    for (int c = 0; c < 4; c++) {
+        const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88); /* lanes 0, 2 */
+        const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);  /* lanes 1, 3 */
+        const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);     /* lane 0 */
+        r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);   /* lane 1 */
+        r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD); /* lane 2 */
+        r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);  /* lane 3 */
+    }
+}
+
+/* regc_round_bf16 on 16 floats, bit for bit: the bf16 values in the upper
+ * halves, zeros below. Integer operations, because the conversion
+ * instructions flush subnormal inputs to zero (cpu_bgemm.c). */
+static inline __m512i regc_cpu_round_bf16_bits(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+}
+
+#if defined(__AVX512BF16__)
+/* The bf16 GEMM (g->bf16) in AVX-512 BF16's pair products (cpu_bgemm.c),
+ * with regc_cpu_sgemm's contract. */
+#define REGC_CPU_BF16_GEMM 1
+int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g);
+#endif
 #endif
 /* The elementwise epilogue (BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU) on
  * C[i, j0 .. j0+len) and aux, C holding G; other kinds leave C as it is. */

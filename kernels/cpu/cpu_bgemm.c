@@ -1,0 +1,207 @@
+/* cpu_bgemm.c — the bf16 GEMM (regc_gemm.bf16) for CPUs with AVX-512 BF16:
+ * C[m, n] = alpha op(A) op(B), or C + that, op(A) and op(B) rounded to
+ * bfloat16 as they are packed and their products summed in fp32.
+ *
+ * The blocking, threading and epilogue are regc_cpu_gemm_blocked's
+ * (cpu_sgemm.c); this file brings the packed format and the micro-kernel.
+ * vdpbf16ps multiplies pairs along k, acc += a[2i] b[2i] + a[2i+1] b[2i+1]
+ * in each 32-bit lane, twice the multiply-adds of an fp32 fma per
+ * instruction, so both operands are packed with k taken in pairs (an odd k
+ * padded with a zero):
+ *   A panel [kc/2][MR] bf16 pairs: a row's pair broadcast as one 32-bit value
+ *   B panel [kc/2][NR] bf16 pairs: 16 columns' pairs per 512-bit vector
+ * The micro-kernel is sgemm's 12 x 32 tile with the fma replaced by the pair
+ * product. Half the bytes per value means a slice of k twice as deep (KC)
+ * in the same cache footprint, so C is read and written half as often.
+ *
+ * Rounding: regc_round_bf16 bit for bit, in integer operations
+ * (regc_cpu_round_bf16_bits), not vcvtneps2bf16 or vcvtne2ps2bf16: those
+ * treat a subnormal input as zero (Intel's manual: "input denormals are
+ * always treated as zero"), giving +0 or -0 (checked on AMD Zen 5 for
+ * 0x00000001, 0x00018000, 0x00400000, 0x007f7fff and 0x007fffff, the last
+ * of which rounds to 2^-126), while regc_round_bf16 rounds them like any
+ * value, as CUDA's __float2bfloat16_rn does; the two agree on the normal
+ * values, ties, infinities, NaNs and overflows checked.
+ *
+ * vdpbf16ps itself ignores MXCSR, and per Intel's manual "output denormals
+ * are always flushed to zero and input denormals are always treated as
+ * zero"; checked on AMD Zen 5: a subnormal bf16 input counts as zero
+ * (2^-127 * 2 gives 0), a subnormal product or sum is flushed (2^-126 *
+ * 0.5 gives 0), and so is a subnormal accumulator (2^-149 + 0 gives 0). So bf16 operands below
+ * 2^-126 in magnitude, and sums that fall below it, count as zero here, where the fp32 fallback
+ * (cpu_sgemm.c with rounded operands) keeps them. Each of the two products of a pair is exact and
+ * added in turn, the odd one first, each addition rounded to nearest even (acc = 1, products 2^-24
+ * (1 + 2^-7) at 2i+1 and 2^-24 at 2i give 1 + 2^-22; swapped, 1 + 2^-23): fp32 sums of the exact
+ * products, as the fma fallback computes them in another order.
+ *
+ * Every element of C is summed by one thread, pair after pair and slice
+ * after slice in the same order, so the result does not depend on the
+ * thread count. */
+#include "cpu_kernels.h"
+#include "regc_common.h"
+
+#ifdef REGC_CPU_BF16_GEMM
+
+#include <immintrin.h>
+
+#define BGEMM_MR REGC_CPU_GEMM_MR
+#define BGEMM_NR REGC_CPU_GEMM_NR
+#define BGEMM_KC 512 /* a B panel, KC x NR bf16 = 32 KiB, as sgemm's 256 floats */
+
+static int64_t bgemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The first n of 16 lanes (n clamped to 0 .. 16). */
+static __mmask16 bgemm_lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* Two rows of 16 values, x0 at k = p and x1 at k = p + 1, as 16 bf16 pairs:
+ * lane c = bf16(x0[c]) | bf16(x1[c]) << 16 (the even k in the low half, as
+ * vdpbf16ps reads a pair). */
+static inline __m512i bgemm_interleave(__m512 x0, __m512 x1)
+{
+    return _mm512_or_si512(_mm512_srli_epi32(regc_cpu_round_bf16_bits(x0), 16),
+                           regc_cpu_round_bf16_bits(x1));
+}
+
+/* s[0 .. depth) (depth <= 32, zeros after) as 16 bf16 pairs along k:
+ * lane i = bf16(s[2i]) | bf16(s[2i+1]) << 16. */
+static inline __m512i bgemm_pairs(const float *s, int depth)
+{
+    /* 16-bit word w of the result is the upper half of value w: word
+     * 2w + 1 of the two sources taken as one 64-word table */
+    const __m512i upper =
+        _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                         25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i lo = regc_cpu_round_bf16_bits(_mm512_maskz_loadu_ps(bgemm_lanes(depth), s));
+    const __m512i hi =
+        regc_cpu_round_bf16_bits(_mm512_maskz_loadu_ps(bgemm_lanes(depth - 16), s + 16));
+    return _mm512_permutex2var_epi16(lo, upper, hi);
+}
+
+/* Up to 16 rows src[q * ld_src ..] (q < rows) contiguous along k, k values
+ * [0, depth) (depth <= 32), as bf16 pairs transposed in registers:
+ * d[x * ld_d + q] = pair x of row q, for x < depth / 2 rounded up, in the
+ * lanes `store` selects; rows from `rows` on are zeros. */
+static void bgemm_pack_rows16(uint32_t *restrict d, int64_t ld_d, __mmask16 store, const float *src,
+                              int64_t ld_src, int64_t rows, int depth)
+{
+    __m512 r[16]; /* [16 rows][16 pairs], then [16 pairs][16 rows] */
+    for (int q = 0; q < 16; q++)
+        r[q] = q < rows ? _mm512_castsi512_ps(bgemm_pairs(src + q * ld_src, depth))
+                        : _mm512_setzero_ps();
+    regc_cpu_transpose16(r);
+    for (int x = 0; x < (depth + 1) / 2; x++)
+        _mm512_mask_storeu_epi32(d + x * ld_d, store, _mm512_castps_si512(r[x]));
+}
+
+/* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows, each [kc/2][MR]
+ * pairs: pair (panel * kc/2 + x) * MR + r holds op(A)[i0 + panel * MR + r,
+ * p0 + 2x] in its low half and p0 + 2x + 1 (zero past kc) in its high. */
+static void bgemm_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
+                         int64_t kc)
+{
+    const int64_t kc2 = (kc + 1) / 2;
+    const __mmask16 tile_rows = bgemm_lanes(BGEMM_MR);
+    for (int64_t ir = 0; ir < mc; ir += BGEMM_MR) {
+        const int64_t rows = bgemm_min(mc - ir, BGEMM_MR);
+        uint32_t *restrict d = (uint32_t *)dst + ir * kc2; /* [kc/2][MR] bf16 pairs */
+        if (g->trans_a) { /* A is [k, m]: a panel's MR values at each k are contiguous */
+            const __mmask16 in_rows = bgemm_lanes(rows);
+            for (int64_t x = 0; x < kc2; x++) {
+                const float *s = g->a + (p0 + 2 * x) * g->lda + i0 + ir; /* [2][lda] */
+                const __m512 x0 = _mm512_maskz_loadu_ps(in_rows, s);
+                const __m512 x1 = 2 * x + 1 < kc ? _mm512_maskz_loadu_ps(in_rows, s + g->lda)
+                                                 : _mm512_setzero_ps();
+                _mm512_mask_storeu_epi32(d + x * BGEMM_MR, tile_rows, bgemm_interleave(x0, x1));
+            }
+        } else { /* A is [m, k]: each row is contiguous along k */
+            const float *s = g->a + (i0 + ir) * g->lda + p0; /* [rows][lda] */
+            for (int64_t p = 0; p < kc; p += 32)
+                bgemm_pack_rows16(d + p / 2 * BGEMM_MR, BGEMM_MR, tile_rows, s + p, g->lda, rows,
+                                  (int)bgemm_min(kc - p, 32));
+        }
+    }
+}
+
+/* op(B)[p0 .. p0+kc, j0 .. j0+nc] as panels of NR columns, each [kc/2][NR]
+ * pairs: pair (panel * kc/2 + x) * NR + c holds op(B)[p0 + 2x, j0 + panel *
+ * NR + c] in its low half and p0 + 2x + 1 (zero past kc) in its high. */
+static void bgemm_pack_b(void *restrict dst, const regc_gemm *g, int64_t j0, int64_t nc, int64_t p0,
+                         int64_t kc)
+{
+    const int64_t kc2 = (kc + 1) / 2;
+    for (int64_t jr = 0; jr < nc; jr += BGEMM_NR) {
+        const int64_t cols = bgemm_min(nc - jr, BGEMM_NR);
+        uint32_t *restrict d = (uint32_t *)dst + jr * kc2; /* [kc/2][NR] bf16 pairs */
+        if (!g->trans_b) { /* B is [k, n]: rows p and p + 1 of B give a row of pairs */
+            const __mmask16 in_cols[2] = {bgemm_lanes(cols), bgemm_lanes(cols - 16)};
+            for (int64_t x = 0; x < kc2; x++) {
+                const float *s = g->b + (p0 + 2 * x) * g->ldb + j0 + jr; /* [2][ldb] */
+                const int second = 2 * x + 1 < kc;
+                for (int h = 0; h < 2; h++) {
+                    const __m512 x0 = _mm512_maskz_loadu_ps(in_cols[h], s + 16 * h);
+                    const __m512 x1 = second
+                                          ? _mm512_maskz_loadu_ps(in_cols[h], s + g->ldb + 16 * h)
+                                          : _mm512_setzero_ps();
+                    _mm512_store_si512(d + x * BGEMM_NR + 16 * h, bgemm_interleave(x0, x1));
+                }
+            }
+        } else { /* B is [n, k]: each column of op(B) is a contiguous row of B */
+            for (int h = 0; h < BGEMM_NR; h += 16) {
+                const float *s = g->b + (j0 + jr + h) * g->ldb + p0; /* [16][ldb] */
+                for (int64_t p = 0; p < kc; p += 32)
+                    bgemm_pack_rows16(d + p / 2 * BGEMM_NR + h, BGEMM_NR, bgemm_lanes(16), s + p,
+                                      g->ldb, cols - h, (int)bgemm_min(kc - p, 32));
+            }
+        }
+    }
+}
+
+/* The micro-kernel: t[r][c] = sum over k of a[k][r] * b[k][c], one
+ * vdpbf16ps (two k) per row and half-tile, in 24 vector registers.
+ * a: [kc/2][MR] and b: [kc/2][NR] bf16 pairs, packed. */
+static void bgemm_product(float t[BGEMM_MR][BGEMM_NR], int64_t kc, const void *restrict ap,
+                          const void *restrict bp)
+{
+    const uint32_t *restrict a = ap, *restrict b = bp;
+    const int64_t kc2 = (kc + 1) / 2;
+    __m512 acc[BGEMM_MR][2]; /* the tile, row r in acc[r][0..1] */
+#pragma GCC unroll 12
+    for (int r = 0; r < BGEMM_MR; r++) {
+        acc[r][0] = _mm512_setzero_ps();
+        acc[r][1] = _mm512_setzero_ps();
+    }
+    for (int64_t x = 0; x < kc2; x++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(b + x * BGEMM_NR);
+        const __m512bh b1 = (__m512bh)_mm512_load_si512(b + x * BGEMM_NR + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < BGEMM_MR; r++) {
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[x * BGEMM_MR + r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < BGEMM_MR; r++) {
+        _mm512_store_ps(t[r], acc[r][0]);
+        _mm512_store_ps(t[r] + 16, acc[r][1]);
+    }
+}
+
+static const regc_cpu_gemm_kernel bgemm_kernel = {
+    .kc = BGEMM_KC,
+    .k_unit = 2,
+    .value_bytes = sizeof(uint16_t),
+    .pack_a = bgemm_pack_a,
+    .pack_b = bgemm_pack_b,
+    .product = bgemm_product,
+};
+
+int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g)
+{
+    return regc_cpu_gemm_blocked(be, g, &bgemm_kernel);
+}
+
+#endif /* REGC_CPU_BF16_GEMM */
