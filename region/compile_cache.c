@@ -109,6 +109,7 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_str(b, target(o));
     regc_bytes_put_str(b, "step");
     regc_bytes_put_u64(b, (uint64_t)o->level);
+    regc_bytes_put_u64(b, (uint64_t)o->precision);
     regc_bytes_put_u64(b, (uint64_t)(o->regional != 0));
     regc_bytes_put_u64(b, (uint64_t)(o->inline_back && o->level != REGC_LEVEL_O0));
     regc_bytes_put_u64(b, (uint64_t)(o->forward_only != 0));
@@ -137,8 +138,8 @@ int regc_compile_store_step(const regc_compile_options *o, const regc_bytes *can
                             const char *what, const regc_program *p, regc_compile_stats *st)
 {
     char label[320];
-    snprintf(label, sizeof label, "step: %s, %s, %s, %s", what, regc_level_name(o->level),
-             o->regional ? "regional" : "full", target(o));
+    snprintf(label, sizeof label, "step: %s, %s, %s, %s, %s", what, regc_level_name(o->level),
+             regc_precision_name(o->precision), o->regional ? "regional" : "full", target(o));
     check_own(regc_program_validate(p), "step program");
     regc_bytes payload = {0};
     regc_program_write(p, st, &payload);

@@ -151,7 +151,8 @@ void regc_instr_gemm(const regc_instr *in, void *const *p, regc_gemm *g)
                      .bias = C(3),
                      .aux = P(4),
                      .ldaux = d[1],
-                     .bias_grad = P(5)};
+                     .bias_grad = P(5),
+                     .bf16 = in->bf16};
 }
 
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
@@ -292,10 +293,10 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
     else if (in->signal)
         snprintf(buf + n, size - (size_t)n, " start");
     if (in->kernel == K_GEMM)
-        snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s]",
+        snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s%s]",
                  regc_epilogue_name((regc_epilogue)in->epilogue), (long long)in->d[0],
                  (long long)in->d[1], (long long)in->d[2], in->trans_a, in->trans_b,
-                 in->accumulate ? " acc" : "");
+                 in->accumulate ? " acc" : "", in->bf16 ? " bf16" : "");
     if (in->kernel == K_EMBED_BWD && in->accumulate)
         snprintf(buf + n, size - (size_t)n, "[acc]");
     if (in->kernel == K_EW) {

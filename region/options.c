@@ -25,3 +25,18 @@ int regc_level_from_name(const char *name)
 }
 
 const char *regc_level_name(regc_level l) { return (unsigned)l < 3 ? level_names[l] : "?"; }
+
+static const char *const precision_names[] = {"fp32", "bf16"};
+
+int regc_precision_from_name(const char *name)
+{
+    for (int i = 0; i < 2; i++)
+        if (name && !strcmp(name, precision_names[i]))
+            return i;
+    return -1;
+}
+
+const char *regc_precision_name(regc_precision p)
+{
+    return (unsigned)p < 2 ? precision_names[p] : "?";
+}

@@ -76,6 +76,7 @@ typedef struct {
     int64_t d[REGC_MAX_DIMS + 1];
     float f;
     int trans_a, trans_b, epilogue, accumulate; /* K_GEMM; accumulate also K_EMBED_BWD */
+    int bf16;                                   /* K_GEMM: bf16 operands (regc_gemm's) */
     regc_attn_shape attn;                       /* K_ATTN_* */
     int perm[REGC_MAX_DIMS];                    /* K_TRANSPOSE */
     const regc_ew_program *ew;                  /* K_EW, owned by the compiled region */

@@ -29,9 +29,20 @@ typedef enum {
     REGC_LEVEL_O2, /* O1 plus whole-step capture; on the CPU the same as O1 */
 } regc_level;
 
+/* compile.precision: what the step's arithmetic is done in. */
+typedef enum {
+    REGC_PRECISION_FP32, /* everything fp32 (the default) */
+    /* mixed precision, as torch.autocast(dtype=torch.bfloat16) does it for
+     * matrix products: every GEMM multiplies bf16-rounded operands with
+     * fp32 sums; parameters, gradients, AdamW's moments, norms, softmax,
+     * the loss and every reduction stay fp32 */
+    REGC_PRECISION_BF16,
+} regc_precision;
+
 typedef struct {
-    int regional;     /* compile.use_regional_compilation (default 1) */
-    regc_level level; /* compile.level (default O1) */
+    int regional;             /* compile.use_regional_compilation (default 1) */
+    regc_level level;         /* compile.level (default O1) */
+    regc_precision precision; /* compile.precision (default fp32) */
     /* compile.inline_back (default 1): stamp the compiled regions into one
      * flat step program; 0 runs the lazily-inlined program (prologue,
      * CALL(region, instance) ..., epilogue) directly, the reference for
@@ -80,6 +91,9 @@ typedef struct {
 void regc_compile_options_default(regc_compile_options *o);
 /* "O0", "O1", "O2" -> level, or -1 */
 int regc_level_from_name(const char *name);
+/* "fp32" or "bf16"; -1 for another name */
+int regc_precision_from_name(const char *name);
+const char *regc_precision_name(regc_precision p);
 const char *regc_level_name(regc_level l);
 
 /* What compiling a step cost and gave. */

@@ -102,6 +102,7 @@ enum {
     F_EW_INDEX,
     F_NODE,
     F_SIGNAL,
+    F_BF16,
     F_COUNT
 };
 
@@ -140,6 +141,7 @@ static void put_instr(regc_bytes *b, const regc_instr *in, int ew_region, int ew
     v[F_EW_INDEX] = in->ew ? ew_index + 1 : 0;
     v[F_NODE] = in->node + 1;
     v[F_SIGNAL] = in->signal;
+    v[F_BF16] = in->bf16;
     uint64_t mask = 0;
     for (int k = 0; k < F_COUNT; k++)
         mask |= (uint64_t)(v[k] != 0) << k;
@@ -192,6 +194,7 @@ static void get_instr(regc_reader *r, regc_instr *in, int n_bufs, int *ew_region
     in->trans_b = (int)field(r, v, F_TRANS_B, 0, 1);
     in->epilogue = (int)field(r, v, F_EPILOGUE, 0, 64);
     in->accumulate = (int)field(r, v, F_ACCUMULATE, 0, 1);
+    in->bf16 = (int)field(r, v, F_BF16, 0, 1);
     regc_attn_shape *a = &in->attn;
     a->batch = v[F_BATCH], a->tq = v[F_TQ], a->tk = v[F_TK];
     a->n_head = (int)field(r, v, F_N_HEAD, 0, INT32_MAX);

@@ -128,6 +128,70 @@ static void test_key_relevant_changes_miss(void **state)
     regc_model_free(m);
 }
 
+/* A step compiled at `precision` through the cache in dir: its stats, and
+ * whether its dump shows bf16 GEMMs and fp32 ones. */
+static regc_compile_stats compile_precision(const char *dir, const regc_model *m,
+                                            regc_precision precision, int *bf16_gemms,
+                                            int *fp32_gemms)
+{
+    regc_cache *c = NULL;
+    assert_int_equal(regc_cache_open(dir, 0, NULL, &c), REGC_OK);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.precision = precision;
+    o.cache = c;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    if (regc_program_compile(m, 2, 16, &o, &p, &st) != REGC_OK)
+        fail_msg("compile: %s", regc_error_message());
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    regc_program_dump(p, f);
+    fclose(f);
+    *bf16_gemms = *fp32_gemms = 0;
+    for (const char *g = strstr(text, "gemm["); g; g = strstr(g + 1, "gemm[")) {
+        const char *end = strchr(g, ']');
+        const char *flag = strstr(g, " bf16]");
+        if (flag && flag < end + 1)
+            ++*bf16_gemms;
+        else
+            ++*fp32_gemms;
+    }
+    free(text);
+    regc_program_free(p);
+    regc_cache_close(c);
+    return st;
+}
+
+/* The precision is the step's: a bf16 step is a miss of its own (never an
+ * fp32 step's entry), its layer loads from the fp32 compile, and every GEMM
+ * of the program it makes, or loads, is bf16. */
+static void test_precision_is_the_steps(void **state)
+{
+    regc_test_dir *t = *state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    int bf16 = 0, fp32 = 0;
+    regc_compile_stats s = compile_precision(t->path, m, REGC_PRECISION_FP32, &bf16, &fp32);
+    assert_int_equal(s.region_compiles, 1);
+    assert_int_equal(bf16, 0);
+    assert_true(fp32 > 0);
+    s = compile_precision(t->path, m, REGC_PRECISION_BF16, &bf16, &fp32);
+    assert_int_equal(s.region_compiles, 0); /* the layer, from the fp32 compile */
+    assert_true(s.cache_misses >= 1);       /* the step */
+    assert_true(bf16 > 0);
+    assert_int_equal(fp32, 0);
+    expect_miss_then_hit(s, compile_precision(t->path, m, REGC_PRECISION_BF16, &bf16, &fp32));
+    assert_true(bf16 > 0);
+    assert_int_equal(fp32, 0);
+    s = compile_precision(t->path, m, REGC_PRECISION_FP32, &bf16, &fp32);
+    assert_int_equal(s.cache_hits, 1); /* the fp32 step, still its own */
+    assert_int_equal(bf16, 0);
+    regc_model_free(m);
+}
+
 /* A graph JSON model whose parameters are all renamed keys the same entry:
  * names never enter the key. */
 static void test_renamed_parameters_hit(void **state)
@@ -649,6 +713,7 @@ int main(void)
         regc_test_in_dir(test_dumps_bypass_the_cache, setup),
         regc_test_in_dir(test_warm_trains_like_cold, setup),
         regc_test_in_dir(test_step_payload_round_trip, setup),
+        regc_test_in_dir(test_precision_is_the_steps, setup),
         regc_test_in_dir(test_restart_hits_in_a_new_process, setup),
         regc_test_in_dir(test_damaged_entries_recompile, setup),
         regc_test_in_dir(test_concurrent_writers, setup),

@@ -45,6 +45,8 @@ void print_coldstart_usage(FILE *f)
         "                             model does not fit\n"
         "  --threads <N>              CPU threads for training; 0 uses OMP_NUM_THREADS or all\n"
         "                             cores (default 0)\n"
+        "  --precision <fp32|bf16>    compile.precision of every compile and of the training\n"
+        "                             (default fp32)\n"
         "  --backend <name>           the training's backend: cpu, or cuda (cuda:N) where\n"
         "                             built (default cpu); setup_ms is its set-up before the\n"
         "                             first step (on cuda, cuBLASLt's for every GEMM)\n"
@@ -84,6 +86,7 @@ typedef struct {
 
 typedef struct {
     const char *model, *svg, *cache_dir, *backend;
+    regc_precision precision;
     int64_t layers[COLD_MAX_LAYERS];
     int n_layers;
     long long repeat, batch, seq, steps, threads;
@@ -143,9 +146,9 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
                                arg);
         char flag[64];
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
-        static const char *const valued[] = {"--model",     "--layers",  "--repeat",  "--batch",
-                                             "--seq",       "--steps",   "--threads", "--svg",
-                                             "--cache-dir", "--backend", NULL};
+        static const char *const valued[] = {"--model",     "--layers",  "--repeat",    "--batch",
+                                             "--seq",       "--steps",   "--threads",   "--svg",
+                                             "--cache-dir", "--backend", "--precision", NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
             if (!strcmp(flag, *k))
@@ -171,6 +174,11 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
                 a->cache_dir = value;
             else
                 a->svg = value;
+        } else if (!strcmp(flag, "--precision")) {
+            const int p = regc_precision_from_name(value);
+            if (p < 0)
+                return usage_error("%s: expected fp32 or bf16, got \"%s\"", flag, value);
+            a->precision = (regc_precision)p;
         } else if (!strcmp(flag, "--layers")) {
             if (parse_layer_list(flag, value, a))
                 return EXIT_USAGE;
@@ -232,6 +240,7 @@ static int cold_compile_once(const regc_model *m, const cold_args *a, int region
     regc_compile_options o;
     regc_compile_options_default(&o);
     o.level = REGC_LEVEL_O1;
+    o.precision = a->precision;
     o.regional = regional;
     regc_cache *cache = NULL;
     int rc = cache_dir ? regc_cache_open(cache_dir, 0, NULL, &cache) : REGC_OK;
@@ -321,6 +330,7 @@ static int cold_train(const regc_model *base, const cold_args *a, const char *ca
         o.threads = (int)a->threads;
         o.backend = a->backend;
         o.compile.level = REGC_LEVEL_O1;
+        o.compile.precision = a->precision;
         o.compile.regional = row->mode != COLD_FULL;
         o.cache_dir = row->mode == COLD_CACHED ? cache_dir : NULL;
         rc = regc_train(m, &o, cold_on_step, &s, NULL);

@@ -18,6 +18,7 @@
 #define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
 
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", NULL}; /* regc_precision's order */
 /* regc_communicator's order */
 static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
 /* regc_train_options.skip_nonfinite */
@@ -135,6 +136,11 @@ const regc_option regc_option_table[] = {
      FIELD(train.compile.level), OPT_SHOW_DEFAULT,
      "O0 op by op; O1 fused with a static memory plan; O2 adds whole-step capture (on the CPU "
      "the same as O1)"},
+    {"compile", "precision", "--precision", OPT_CHOICE, "<fp32|bf16>", 0, 0, 0, precision_names,
+     FIELD(train.compile.precision), OPT_SHOW_DEFAULT,
+     "fp32, or bf16 mixed precision as torch.autocast does it for matrix products: every GEMM "
+     "multiplies bf16-rounded operands with fp32 sums (AVX-512 BF16 on the CPU where present); "
+     "weights, gradients, optimizer state, norms, softmax and the loss stay fp32"},
     {"compile", "use_regional_compilation", "--regional", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.regional), OPT_SHOW_DEFAULT,
      "compile each distinct layer once and reuse it for every repeat"},

@@ -41,6 +41,7 @@ typedef struct {
     int64_t trans_a, trans_b, epilogue, accumulate;
     int64_t m, n, k, lda, ldb, ldc, ldaux;
     int64_t align_a, align_b, align_c, align_aux, align_bias;
+    int64_t bf16; /* operands copied to bf16 first (cuda_gemm_to_bf16) */
 } cuda_gemm_key;
 
 typedef struct {
@@ -99,8 +100,10 @@ static cuda_gemm_key cuda_gemm_key_of(const regc_gemm *g)
     k.ldb = g->ldb;
     k.ldc = g->ldc;
     k.ldaux = cuda_epilogue_has_aux(g->epilogue) ? g->ldaux : 0;
-    k.align_a = cuda_alignment(g->a);
-    k.align_b = cuda_alignment(g->b);
+    k.bf16 = g->bf16 != 0;
+    /* bf16 operands are fresh copies, aligned as every allocation is */
+    k.align_a = k.bf16 ? 256 : cuda_alignment(g->a);
+    k.align_b = k.bf16 ? 256 : cuda_alignment(g->b);
     k.align_c = cuda_alignment(g->c);
     k.align_aux = cuda_epilogue_has_aux(g->epilogue) ? cuda_alignment(g->aux) : 0;
     const int e = g->epilogue;
@@ -166,8 +169,20 @@ static int cuda_gemm_plan_describe(cuda_gemm_plan *p, int fused)
         const int64_t ld = k->ldaux;
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
     }
-    if ((st = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, a_rows, a_cols, k->ldb)) ||
-        (st = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, b_rows, b_cols, k->lda)) ||
+    /* bf16: the operands' copies are contiguous (cuda_gemm_to_bf16), and
+     * the bias and aux stay fp32 */
+    const cudaDataType_t in_type = k->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const int64_t lda = k->bf16 ? (int64_t)b_rows : k->lda,
+                  ldb = k->bf16 ? (int64_t)a_rows : k->ldb;
+    if (k->bf16) {
+        const cudaDataType_t f32 = CUDA_R_32F;
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
+                                       sizeof f32);
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &f32,
+                                       sizeof f32);
+    }
+    if ((st = cublasLtMatrixLayoutCreate(&p->la, in_type, a_rows, a_cols, ldb)) ||
+        (st = cublasLtMatrixLayoutCreate(&p->lb, in_type, b_rows, b_cols, lda)) ||
         (st = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)k->n, (uint64_t)k->m,
                                          k->ldc)))
         return cuda_gemm_lt_fail("matrix layout", st);
@@ -350,17 +365,21 @@ __global__ void cuda_epilogue_kernel(int e, int64_t m, int64_t n, float *c, int6
     }
 }
 
-/* out[j] = sum over i < rows of x[i * ld_row + j * ld_col], in double, i in
- * order from 0 (the CPU's column sums): one thread per column. */
+/* out[j] = sum over i < rows of x[i * ld_row + j * ld_col], each value
+ * first rounded to bf16 when round_bf16 (BGRAD of a bf16 GEMM sums the
+ * operand it multiplied), in double, i in order from 0 (the CPU's column
+ * sums): one thread per column. */
 __global__ void cuda_strided_sums_kernel(float *out, const float *x, int64_t rows, int64_t cols,
-                                         int64_t ld_row, int64_t ld_col)
+                                         int64_t ld_row, int64_t ld_col, int round_bf16)
 {
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols)
         return;
     double acc = 0.0;
-    for (int64_t i = 0; i < rows; i++)
-        acc += x[i * ld_row + j * ld_col];
+    for (int64_t i = 0; i < rows; i++) {
+        const float v = x[i * ld_row + j * ld_col];
+        acc += round_bf16 ? regc_round_bf16(v) : v;
+    }
     out[j] = (float)acc;
 }
 
@@ -371,15 +390,41 @@ static void cuda_gemm_unfused_epilogue(regc_backend *be, const regc_gemm *g)
     if (e == REGC_EPI_BGRAD) { /* bias_grad[n] = sum over k of op(B)[k, n] */
         const int64_t ld_row = g->trans_b ? 1 : g->ldb, ld_col = g->trans_b ? g->ldb : 1;
         cuda_strided_sums_kernel<<<cuda_blocks_for(g->n), CUDA_THREADS, 0, st>>>(
-            g->bias_grad, g->b, g->k, g->n, ld_row, ld_col);
+            g->bias_grad, g->b, g->k, g->n, ld_row, ld_col, g->bf16);
     } else if (e != REGC_EPI_NONE && g->m > 0 && g->n > 0) {
         cuda_epilogue_kernel<<<cuda_blocks_for(g->m * g->n), CUDA_THREADS, 0, st>>>(
             e, g->m, g->n, g->c, g->ldc, g->aux, g->ldaux, g->bias);
         if (e == REGC_EPI_DGELU_BGRAD)
             cuda_strided_sums_kernel<<<cuda_blocks_for(g->n), CUDA_THREADS, 0, st>>>(
-                g->bias_grad, g->c, g->m, g->n, g->ldc, 1);
+                g->bias_grad, g->c, g->m, g->n, g->ldc, 1, 0);
     }
     cuda_note(be, cudaGetLastError(), "gemm epilogue");
+}
+
+/* ---- bf16 operands: x [rows, cols] (row stride ld) rounded to bf16
+ * (regc_round_bf16: the CPU's rounding) into a contiguous copy */
+
+__global__ void cuda_to_bf16_kernel(uint16_t *dst, const float *x, int64_t rows, int64_t cols,
+                                    int64_t ld) /* dst: [rows, cols]; x: [rows, ld] */
+{
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * cols)
+        return;
+    const float v = x[idx / cols * ld + idx % cols];
+    dst[idx] = (uint16_t)(regc_float_to_bits(regc_round_bf16(v)) >> 16);
+}
+
+static uint16_t *cuda_gemm_to_bf16(regc_backend *be, const float *x, int64_t rows, int64_t cols,
+                                   int64_t ld)
+{
+    uint16_t *dst =
+        (uint16_t *)cuda_scratch_alloc(be, (size_t)(rows * cols) * sizeof *dst, "gemm bf16");
+    if (!dst)
+        return NULL;
+    cuda_to_bf16_kernel<<<cuda_blocks_for(rows * cols), CUDA_THREADS, 0, cuda_stream(be)>>>(
+        dst, x, rows, cols, ld);
+    cuda_note(be, cudaGetLastError(), "gemm bf16");
+    return dst;
 }
 
 /* ---- the entries */
@@ -421,9 +466,24 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
         return rc;
     cuda_gemm_plan_point(p, g);
     const float beta = g->accumulate ? 1.0f : 0.0f;
+    const void *a = g->a, *b = g->b;
+    uint16_t *a16 = NULL, *b16 = NULL; /* op(A), op(B) as stored, in bf16, contiguous */
+    if (g->bf16) {
+        const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
+        const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
+        a = a16 = cuda_gemm_to_bf16(be, g->a, a_rows, a_cols, g->lda);
+        b = b16 = cuda_gemm_to_bf16(be, g->b, b_rows, b_cols, g->ldb);
+        if (!a16 || !b16) {
+            cuda_scratch_free(be, a16, "gemm bf16");
+            cuda_scratch_free(be, b16, "gemm bf16");
+            return regc_error(REGC_ERR_MEMORY, "cuda: no memory for a GEMM's bf16 operands");
+        }
+    }
     cublasStatus_t st =
-        cublasLtMatmul(c->lt, p->op, &g->alpha, g->b, p->la, g->a, p->lb, &beta, g->c, p->lc, g->c,
-                       p->lc, &p->algo, c->workspace, c->workspace_bytes, c->stream);
+        cublasLtMatmul(c->lt, p->op, &g->alpha, b, p->la, a, p->lb, &beta, g->c, p->lc, g->c, p->lc,
+                       &p->algo, c->workspace, c->workspace_bytes, c->stream);
+    cuda_scratch_free(be, a16, "gemm bf16");
+    cuda_scratch_free(be, b16, "gemm bf16");
     if (st)
         return cuda_gemm_lt_fail("matmul", st);
     if (!p->fused)
