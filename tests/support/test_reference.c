@@ -43,6 +43,22 @@ double regc_test_json_number(const cJSON *obj, const char *key)
     return item->valuedouble;
 }
 
+int64_t regc_test_json_int(const cJSON *obj, const char *key)
+{
+    double v = regc_test_json_number(obj, key);
+    if (v != floor(v) || v < 0 || v > 9007199254740992.0)
+        fail_msg("reference: \"%s\" = %g is not a non-negative integer", key, v);
+    return (int64_t)v;
+}
+
+const char *regc_test_json_string(const cJSON *obj, const char *key)
+{
+    const cJSON *item = regc_test_json_get(obj, key);
+    if (!cJSON_IsString(item))
+        fail_msg("reference: \"%s\" is not a string", key);
+    return item->valuestring;
+}
+
 static const cJSON *reference_array(const cJSON *obj, const char *key, size_t n)
 {
     const cJSON *arr = regc_test_json_get(obj, key);

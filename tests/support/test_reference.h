@@ -17,6 +17,11 @@ cJSON *regc_test_load_json(const char *path);
 /* obj[key], which must exist */
 const cJSON *regc_test_json_get(const cJSON *obj, const char *key);
 double regc_test_json_number(const cJSON *obj, const char *key);
+/* obj[key] as a non-negative integer. Read through valuedouble: cJSON's
+ * valueint saturates at INT_MAX, and a double is exact below 2^53. */
+int64_t regc_test_json_int(const cJSON *obj, const char *key);
+/* obj[key], which must be a string */
+const char *regc_test_json_string(const cJSON *obj, const char *key);
 /* obj[key] as a new array of exactly n numbers (malloc'd) */
 double *regc_test_json_doubles(const cJSON *obj, const char *key, size_t n);
 int32_t *regc_test_json_ints(const cJSON *obj, const char *key, size_t n);

@@ -39,7 +39,8 @@ CASES = [
     # Tiny; 35 tokens with B*T = 10 gives batches at 0, 10, 20, 0, 10: wraps.
     dict(name="tiny_wrap", seed=1001, vocab_size=257, n_positions=16, n_embd=48, n_layer=2,
          n_head=2, n_inner=None, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
-         batch=2, seq=5, lr=3e-3, weight_decay=0.0, n_tokens=35),
+         batch=2, seq=5, lr=3e-3, weight_decay=0.0, n_tokens=35,
+         bf16=True),  # and the bf16 block (reference_common.bf16_record)
     # Untied head, n_inner unrelated to 4*C, nonzero weight decay.
     dict(name="untied_odd_inner", seed=20240520, vocab_size=383, n_positions=40, n_embd=72,
          n_layer=3, n_head=6, n_inner=200, layer_norm_epsilon=1e-5, tie_word_embeddings=False,

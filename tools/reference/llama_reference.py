@@ -51,7 +51,8 @@ CASES = [
     dict(name="gqa_wrap", seed=1001, vocab_size=300, hidden_size=48, intermediate_size=100,
          num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2, head_dim=None,
          max_position_embeddings=16, rms_norm_eps=1e-6, rope_theta=10000.0,
-         tie_word_embeddings=False, batch=2, seq=5, lr=3e-3, weight_decay=0.0, n_tokens=35),
+         tie_word_embeddings=False, batch=2, seq=5, lr=3e-3, weight_decay=0.0, n_tokens=35,
+         bf16=True),  # and the bf16 block (reference_common.bf16_record)
     # Plain multi-head attention, tied head, Llama 3's rope_theta, weight decay.
     dict(name="mha_tied_theta500k", seed=20240520, vocab_size=257, hidden_size=64,
          intermediate_size=150, num_hidden_layers=3, num_attention_heads=4,

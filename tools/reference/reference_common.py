@@ -6,7 +6,9 @@ An architecture script supplies, per case: the parameter list
 (name, shape, center, halfwidth) in its checkpoint order, the config.json
 dict, and forward_loss(params, k, case) for batch k. tests/test_train_reference.c
 rebuilds each case in C from the recorded "params" list and "config" alone,
-so it needs no knowledge of the architecture.
+so it needs no knowledge of the architecture. A case marked bf16=True also
+records 20 steps in float32 and under bfloat16 autocast (bf16_record), which
+tests/test_train_bf16.c compares `regc train --precision bf16` with.
 
 Run the scripts with Debian's python3 (torch + numpy): /usr/bin/python3.
 """
@@ -25,6 +27,7 @@ import torch
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 STEPS = 5
+BF16_STEPS = 20  # the length of the bf16 comparison (a case's "bf16" block)
 TOKEN_STREAM = 1000000  # substream index of the token data (far from any parameter's)
 
 
@@ -138,14 +141,17 @@ def schedule_args(case):
     return args
 
 
-def train(case, init, forward_loss, dtype):
+def train(case, init, forward_loss, dtype, autocast=False):
     """Losses (and, with clipping, gradient norms) of the case's AdamW steps,
     each loss recorded before its update. forward_loss(params, k, case)
     returns batch k's mean loss; with gradient accumulation K, step s runs
     batches s*K .. s*K+K-1 and each adds loss / K to the gradients (every
     batch of a causal LM has B*T targets, so that is the mean over the
     step's); the gradients are clipped with clip_grad_norm_ and the
-    learning rate set by the schedule before opt.step()."""
+    learning rate set by the schedule before opt.step(). With autocast the
+    forward runs under torch.autocast("cpu", bfloat16) and the backward
+    outside it, as PyTorch's AMP recipe has it; parameters, gradients and
+    AdamW state stay `dtype`."""
     p = {name: torch.tensor(a, dtype=dtype, requires_grad=True) for name, a in init.items()}
     # One parameter group over everything: decay applies to norms and biases
     # too, which is what regc's optimizer does.
@@ -158,7 +164,8 @@ def train(case, init, forward_loss, dtype):
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for j in range(k):
-            loss = forward_loss(p, step * k + j, case)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = forward_loss(p, step * k + j, case)
             (loss / k if k > 1 else loss).backward()
             total += loss.item() / k
         losses.append(total)
@@ -170,11 +177,46 @@ def train(case, init, forward_loss, dtype):
     return losses, norms
 
 
+def bf16_record(case, init, forward_loss):
+    """The "bf16" block of a case: BF16_STEPS steps in float32 and the same
+    steps with the forward under CPU autocast to bfloat16, and the largest
+    relative gap between the two loss curves. tests/test_train_bf16.c
+    derives its tolerance for `regc train --precision bf16` from that gap.
+
+    What autocast does to these forwards (torch 1.13, checked op by op):
+    linear, addmm, matmul, bmm and baddbmm multiply bfloat16 operands and
+    return bfloat16; cross_entropy is on its float32 list; embedding,
+    layer_norm of a float32 input and anything mixing a float32 tensor with
+    a bfloat16 one (the residual adds, Llama's rotary products) stay
+    float32; but the elementwise ops applied straight to a product (GELU,
+    SiLU, ReLU, tanh, the GPT-2 and BERT softmax, the gated products) run
+    in bfloat16. regc's bf16 rounds only the GEMM operands and keeps every
+    product and elementwise op in float32, so autocast rounds more: its gap
+    to float32 gives the scale of regc's, not a bound on it (the C test's
+    header says how it makes a tolerance of it). layer_norm has no autocast
+    rule in torch 1.13 and refuses a bfloat16 input with float32 weights;
+    the one forward that feeds it a product (BERT's prediction head) casts
+    the input to the weight's dtype, a no-op outside autocast."""
+    case = dict(case, steps=BF16_STEPS)
+    losses32, _ = train(case, init, forward_loss, torch.float32)
+    losses16, _ = train(case, init, forward_loss, torch.float32, autocast=True)
+    gap = max(abs(a - b) / abs(b) for a, b in zip(losses16, losses32))
+    # float32 rounding alone over the longer run: the floor under the C
+    # test's fp32 comparison, which small models amplify step by step
+    losses64, _ = train(case, init, forward_loss, torch.float64)
+    noise = max(abs(a - b) / abs(b) for a, b in zip(losses32, losses64))
+    print("%-24s %d steps: bf16 autocast vs fp32 max rel %.1e, fp32 vs fp64 %.1e" %
+          ("", BF16_STEPS, gap, noise))
+    return {"steps": BF16_STEPS, "losses_fp32": losses32, "losses_autocast": losses16,
+            "autocast_vs_fp32_max_rel": gap, "fp32_vs_fp64_max_rel": noise}
+
+
 def run_case(case, specs, config, forward_loss, extra_args=()):
     """Train one case in float32 and float64 and return its JSON record.
     `case` needs name, seed, batch, seq, lr, weight_decay, n_tokens; the
     forward pass finds the tokens in case["tokens"]. extra_args are
-    additional `regc train` flags the C test passes (e.g. --seed)."""
+    additional `regc train` flags the C test passes (e.g. --seed). A case
+    with bf16=True also gets the "bf16" block of bf16_record."""
     torch.manual_seed(0)  # nothing here draws from torch's RNG; belt and braces
     torch.set_num_threads(1)  # the same summation order on every machine
     init = init_params(case["seed"], specs)
@@ -209,6 +251,8 @@ def run_case(case, specs, config, forward_loss, extra_args=()):
     }
     if norms:
         record["grad_norms"] = norms
+    if case.get("bf16"):
+        record["bf16"] = bf16_record(case, init, forward_loss)
     return record
 
 

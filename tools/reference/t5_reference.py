@@ -62,7 +62,8 @@ CASES = [
          d_ff=40, num_layers=1, num_decoder_layers=3, num_heads=5,
          relative_attention_num_buckets=16, relative_attention_max_distance=20,
          layer_norm_epsilon=1e-6, feed_forward_proj="gated-gelu", tie_word_embeddings=True,
-         decoder_start_token_id=3, batch=2, seq=11, lr=2e-3, weight_decay=0.01, n_tokens=110),
+         decoder_start_token_id=3, batch=2, seq=11, lr=2e-3, weight_decay=0.01, n_tokens=110,
+         bf16=True),  # and the bf16 block (reference_common.bf16_record)
 ]
 
 
