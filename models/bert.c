@@ -428,9 +428,18 @@ static void bert_describe(const regc_model *m, char *buf, size_t cap)
              m->weights ? "" : " (shape only)", c->hidden_drop, c->attn_drop);
 }
 
+/* the tied decoder, the next-sentence head and the pooler (pre-training
+ * heads regc does not train), and the position-id buffer */
+static const char *const bert_ignored[] = {
+    "cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
+    "cls.seq_relationship.weight",    "cls.seq_relationship.bias",
+    "bert.pooler.dense.weight",       "bert.pooler.dense.bias",
+    "*embeddings.position_ids",       NULL};
+
 const regc_arch regc_arch_bert = {
     .model_type = "bert",
     .optional_prefix = NULL,
+    .ignored_tensors = bert_ignored,
     .legacy_name = bert_legacy_name,
     .preset_config = bert_preset_config,
     .parse_config = bert_parse_config,

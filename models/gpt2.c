@@ -294,9 +294,14 @@ static void gpt2_describe(const regc_model *m, char *buf, size_t cap)
              c->resid_pdrop, c->embd_pdrop, c->attn_pdrop);
 }
 
+/* the tied head, and the causal-mask buffers older checkpoints saved */
+static const char *const gpt2_ignored[] = {"lm_head.weight", "*.attn.bias", "*.attn.masked_bias",
+                                           NULL};
+
 const regc_arch regc_arch_gpt2 = {
     .model_type = "gpt2",
     .optional_prefix = GPT2_PREFIX,
+    .ignored_tensors = gpt2_ignored,
     .preset_config = gpt2_preset_config,
     .parse_config = gpt2_parse_config,
     .list_params = gpt2_list_params,

@@ -387,9 +387,13 @@ static void llama_describe(const regc_model *m, char *buf, size_t cap)
              m->weights ? "" : " (shape only)", c->attn_dropout);
 }
 
+/* the head of a tied model, and the rotary buffer older checkpoints saved */
+static const char *const llama_ignored[] = {"lm_head.weight", "*.rotary_emb.inv_freq", NULL};
+
 const regc_arch regc_arch_llama = {
     .model_type = "llama",
     .optional_prefix = NULL,
+    .ignored_tensors = llama_ignored,
     .preset_config = llama_preset_config,
     .parse_config = llama_parse_config,
     .list_params = llama_list_params,

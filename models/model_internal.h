@@ -46,6 +46,11 @@ struct regc_arch {
      * checkpoint lacks it (BERT's LayerNorm.gamma for LayerNorm.weight);
      * writes it to buf and returns 1, or returns 0 when there is none. */
     int (*legacy_name)(const char *name, char *buf, size_t cap);
+    /* Optional: tensors a checkpoint of this architecture may hold that
+     * regc never reads (Transformers ignores the same names when it loads
+     * the model): an exact name, or "*" and a suffix; NULL-terminated. Any
+     * other tensor no parameter claims is refused. */
+    const char *const *ignored_tensors;
     /* Fill m->cfg, m->vocab and m->max_seq from a preset or from config.json
      * (`path` names the file in messages). */
     int (*preset_config)(regc_model *m, const char *preset);

@@ -531,9 +531,16 @@ static void t5_describe(const regc_model *m, char *buf, size_t cap)
              c->dropout);
 }
 
+/* the copies of the shared embedding, the tied head, and the decoder's
+ * unused cross-attention bias */
+static const char *const t5_ignored[] = {
+    "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight",
+    "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight", NULL};
+
 const regc_arch regc_arch_t5 = {
     .model_type = "t5",
     .optional_prefix = NULL,
+    .ignored_tensors = t5_ignored,
     .preset_config = t5_preset_config,
     .parse_config = t5_parse_config,
     .list_params = t5_list_params,

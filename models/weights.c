@@ -133,44 +133,24 @@ static int weights_bind(regc_weights *w, int i, int f, const char *path, const c
     return regc_st_check_shape(w->file[f], t, p->ndim, p->shape);
 }
 
-/* Tensors a Hugging Face checkpoint may hold beside the parameters regc
- * reads: tied copies of an embedding (lm_head, BERT's decoder, T5's
- * embed_tokens), buffers older exports saved (GPT-2's causal mask, Llama's
- * rotary inv_freq, BERT's position_ids), and heads the pre-training classes
- * carry that a language model does not use (BERT's pooler and next-sentence
- * head, T5's unused decoder bias). Transformers ignores the same names when
- * it loads these models. Anything else is a parameter of some other model:
- * a config.json with fewer layers than the weights, say. */
-static int weights_extra_ok(const char *name)
+/* Is `name` one of the tensors the architecture says a checkpoint may
+ * hold unread (regc_arch's ignored_tensors)? */
+static int weights_ignored(const regc_arch *arch, const char *name)
 {
-    static const char *const exact[] = {
-        "lm_head.weight",
-        "cls.predictions.decoder.weight",
-        "cls.predictions.decoder.bias",
-        "cls.seq_relationship.weight",
-        "cls.seq_relationship.bias",
-        "bert.pooler.dense.weight",
-        "bert.pooler.dense.bias",
-        "encoder.embed_tokens.weight",
-        "decoder.embed_tokens.weight",
-        "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",
-    };
-    static const char *const suffix[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq",
-                                         "embeddings.position_ids"};
-    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
-        if (!strcmp(name, exact[i]))
+    const size_t n = strlen(name);
+    for (const char *const *p = arch->ignored_tensors; p && *p; p++) {
+        const char *pattern = *p;
+        if (pattern[0] != '*' && !strcmp(name, pattern))
             return 1;
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
-        size_t k = strlen(suffix[i]);
-        if (n >= k && !strcmp(name + n - k, suffix[i]))
+        const size_t k = strlen(pattern + 1);
+        if (pattern[0] == '*' && n >= k && !strcmp(name + n - k, pattern + 1))
             return 1;
     }
     return 0;
 }
 
 /* Every tensor of file f under the prefix is a parameter bound to it, or
- * one of weights_extra_ok's. */
+ * one its architecture ignores. */
 static int weights_check_unexpected(const regc_weights *w, int f, const char *path,
                                     const char *prefix)
 {
@@ -186,7 +166,7 @@ static int weights_check_unexpected(const regc_weights *w, int f, const char *pa
     int rc = REGC_OK;
     for (int t = 0; t < n && rc == REGC_OK; t++) {
         const char *name = regc_st_name(st, t);
-        if (!claimed[t] && !strncmp(name, prefix, k) && !weights_extra_ok(name + k))
+        if (!claimed[t] && !strncmp(name, prefix, k) && !weights_ignored(w->m->arch, name + k))
             rc = regc_error(REGC_ERR_FORMAT,
                             "%s: unexpected tensor %s: %s has no such parameter (does "
                             "config.json match the weights?)",
@@ -242,7 +222,7 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
     const cJSON *e;
     if (rc == REGC_OK)
         cJSON_ArrayForEach (e, map) {
-            if (strncmp(e->string, prefix, k) || weights_extra_ok(e->string + k))
+            if (strncmp(e->string, prefix, k) || weights_ignored(m->arch, e->string + k))
                 continue;
             int used = 0;
             for (int i = 0; i < m->n_params && !used; i++) {
