@@ -646,6 +646,36 @@ static void test_more_layers_than_config(void **state)
     regc_model_free(m);
 }
 
+/* The tensors a checkpoint may hold unread are the architecture's own: a
+ * GPT-2 file with its old mask buffers loads, one with BERT's position-id
+ * buffer does not. */
+static void test_ignored_tensors_are_the_architectures(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = make_small_model(f, NULL, 12), *back = NULL;
+    int n = regc_model_n_params(m);
+    regc_st_entry *e = calloc((size_t)n + 2, sizeof *e);
+    assert_non_null(e);
+    regc_st_entry *own = entries_of(m, 0);
+    memcpy(e, own, (size_t)n * sizeof *e);
+    float one = 1.0f;
+    const regc_st_entry extra = {.name = "", .dtype = REGC_F32, .ndim = 1, .data = &one};
+    e[n] = e[n + 1] = extra;
+    e[n].shape[0] = e[n + 1].shape[0] = 1;
+    e[n].name = "transformer.h.0.attn.bias";
+    e[n + 1].name = "transformer.h.0.attn.masked_bias";
+    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n + 2), REGC_OK);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
+    regc_model_free(back);
+    e[n + 1].name = "transformer.embeddings.position_ids"; /* BERT's buffer */
+    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n + 2), REGC_OK);
+    assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
+    regc_test_expect_error("unexpected tensor transformer.embeddings.position_ids",
+                           "has no such parameter");
+    free(e), free(own);
+    regc_model_free(m);
+}
+
 /* --------------------------------------------------------------- graph */
 
 static void test_graph_tiny(void **state)
@@ -751,6 +781,7 @@ int main(void)
         regc_test_in_dir(test_config_errors, setup),
         regc_test_in_dir(test_weight_errors, setup),
         regc_test_in_dir(test_more_layers_than_config, setup),
+        regc_test_in_dir(test_ignored_tensors_are_the_architectures, setup),
         regc_test_in_dir(test_config_bounds, setup),
         cmocka_unit_test(test_graph_tiny),
         regc_test_in_dir(test_graph_huge_shape_only, setup),
