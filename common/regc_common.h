@@ -100,6 +100,9 @@ typedef struct regc_staged_dir regc_staged_dir;
 int regc_staged_dir_open(const char *dir, regc_staged_dir **out);
 const char *regc_staged_dir_path(const regc_staged_dir *s);
 int regc_staged_dir_commit(regc_staged_dir *s);
+/* commit as on a filesystem without renameat2's exchange (what commit falls
+ * back to there): the old directory renamed aside, then the new one in */
+int regc_staged_dir_commit_aside(regc_staged_dir *s);
 void regc_staged_dir_abandon(regc_staged_dir *s);
 int regc_staged_dir_probe(const char *dir);
 /* Remove from parent the hidden siblings whose name starts with

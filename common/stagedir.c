@@ -218,7 +218,10 @@ static int carry_over(const regc_staged_dir *s)
     return rc;
 }
 
-int regc_staged_dir_commit(regc_staged_dir *s)
+/* The sibling into dir's place, an existing dir replaced by `replace`
+ * (exchange, or aside where the filesystem cannot), then the old or the
+ * failed new one removed. */
+static int staged_commit(regc_staged_dir *s, int (*replace)(regc_staged_dir *s))
 {
     int rc = carry_over(s);
     if (rc == REGC_OK)
@@ -227,28 +230,48 @@ int regc_staged_dir_commit(regc_staged_dir *s)
     int replacing = rc == REGC_OK && lstat(s->dir, &st) == 0;
     if (rc == REGC_OK && !replacing && rename(s->tmp, s->dir) != 0)
         rc = regc_error(REGC_ERR_IO, "%s: cannot rename into place: %s", s->dir, strerror(errno));
-    if (rc == REGC_OK && replacing &&
-        renameat2(AT_FDCWD, s->tmp, AT_FDCWD, s->dir, RENAME_EXCHANGE) != 0) {
-        if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
-            rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", s->dir, strerror(errno));
-        else { /* no exchange here: the old one aside, then the new one in */
-            char aside[4200];
-            snprintf(aside, sizeof aside, "%s.old", s->tmp);
-            if (rename(s->dir, aside) != 0) {
-                rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", s->dir, strerror(errno));
-            } else if (rename(s->tmp, s->dir) != 0) {
-                rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", s->dir, strerror(errno));
-                rename(aside, s->dir); /* the old one back */
-            } else {
-                rename(aside, s->tmp); /* the old one, to be removed below */
-            }
-        }
-    }
+    if (rc == REGC_OK && replacing)
+        rc = replace(s);
     if (rc == REGC_OK)
         rc = regc_fsync_dir(s->parent);
     /* after a swap the sibling holds the old directory; else the failed new one */
     regc_staged_dir_abandon(s);
     return rc;
+}
+
+/* Where there is no exchange: the old one aside, then the new one in; a
+ * kill between the two leaves the new directory whole under the hidden
+ * name and none half-written under the real one. */
+static int staged_replace_aside(regc_staged_dir *s)
+{
+    char aside[4200];
+    snprintf(aside, sizeof aside, "%s.old", s->tmp);
+    if (rename(s->dir, aside) != 0)
+        return regc_error(REGC_ERR_IO, "%s: cannot replace: %s", s->dir, strerror(errno));
+    if (rename(s->tmp, s->dir) != 0) {
+        int rc = regc_error(REGC_ERR_IO, "%s: cannot replace: %s", s->dir, strerror(errno));
+        rename(aside, s->dir); /* the old one back */
+        return rc;
+    }
+    rename(aside, s->tmp); /* the old one, to be removed with the sibling */
+    return REGC_OK;
+}
+
+/* The two swapped in one step; aside where the filesystem cannot. */
+static int staged_replace_exchange(regc_staged_dir *s)
+{
+    if (renameat2(AT_FDCWD, s->tmp, AT_FDCWD, s->dir, RENAME_EXCHANGE) == 0)
+        return REGC_OK;
+    if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+        return regc_error(REGC_ERR_IO, "%s: cannot replace: %s", s->dir, strerror(errno));
+    return staged_replace_aside(s);
+}
+
+int regc_staged_dir_commit(regc_staged_dir *s) { return staged_commit(s, staged_replace_exchange); }
+
+int regc_staged_dir_commit_aside(regc_staged_dir *s)
+{
+    return staged_commit(s, staged_replace_aside);
 }
 
 int regc_staged_dir_probe(const char *dir)

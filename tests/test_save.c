@@ -163,6 +163,42 @@ static void test_saving_over_a_directory(void **state)
     regc_model_free(m);
 }
 
+/* Replacing a directory where the filesystem cannot exchange two: the
+ * old one aside, the new one in. The new files are in place, the old
+ * directory's weights are gone, its other files carried over, and no
+ * hidden sibling is left; both ways give the same directory. */
+static void test_replacing_without_an_exchange(void **state)
+{
+    regc_test_dir *d = *state;
+    for (int aside = 0; aside < 2; aside++) {
+        assert_int_equal(mkdir(d->path, 0755), 0);
+        assert_int_equal(regc_test_write_text(d->path, "tokenizer.json", "{\"tok\": 2}"), 0);
+        assert_int_equal(regc_test_write_text(d->path, "model.safetensors", "old weights"), 0);
+        regc_staged_dir *s = NULL;
+        assert_int_equal(regc_staged_dir_open(d->path, &s), REGC_OK);
+        assert_int_equal(
+            regc_test_write_text(regc_staged_dir_path(s), "model.safetensors", "new weights"), 0);
+        assert_int_equal(aside ? regc_staged_dir_commit_aside(s) : regc_staged_dir_commit(s),
+                         REGC_OK);
+        char path[2200];
+        snprintf(path, sizeof path, "%s/model.safetensors", d->path);
+        char *got = regc_test_read_file(path, NULL);
+        assert_non_null(got);
+        assert_string_equal(got, "new weights");
+        free(got);
+        snprintf(path, sizeof path, "%s/tokenizer.json", d->path);
+        got = regc_test_read_file(path, NULL);
+        assert_non_null(got);
+        assert_string_equal(got, "{\"tok\": 2}");
+        free(got);
+        assert_int_equal(count_prefixed(d->dir, ".model.tmp-"), 0);
+        /* the next round starts from nothing */
+        char cmd[2300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->path);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 static int steps_run;
 static void count_step(const regc_step_report *r, void *user)
 {
@@ -209,6 +245,7 @@ int main(void)
         regc_test_in_dir(test_killed_saves_leave_a_loadable_directory, setup),
         regc_test_in_dir(test_dead_writers_leftovers_removed, setup),
         regc_test_in_dir(test_saving_over_a_directory, setup),
+        regc_test_in_dir(test_replacing_without_an_exchange, setup),
         regc_test_in_dir(test_unusable_save_path_fails_first, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
