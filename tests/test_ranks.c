@@ -77,6 +77,25 @@ static int group_teardown(void **state)
 
 static double device_peak; /* the last run's, from its last step line */
 
+/* mpirun and the options every job here takes (root allowed, more ranks
+ * than cores, no binding, one thread per rank, no leak check of Open MPI's
+ * own memory) into argv from n; returns the new count. */
+static int add_mpirun(const char **argv, int n)
+{
+    static const char *const mpi[] = {MPIRUN,
+                                      "--allow-run-as-root",
+                                      "--oversubscribe",
+                                      "--bind-to",
+                                      "none",
+                                      "-x",
+                                      "OMP_NUM_THREADS=1",
+                                      "-x",
+                                      "ASAN_OPTIONS=detect_leaks=0"};
+    for (size_t i = 0; i < sizeof mpi / sizeof *mpi; i++)
+        argv[n++] = mpi[i];
+    return n;
+}
+
 /* Run regc train on `np` ranks (0: one process, no mpirun) with argv after
  * "train"; stdout's step losses into loss[] (and the device's high-water
  * mark into device_peak), returns the exit status. */
@@ -87,18 +106,8 @@ static int run(int np, const char *const *args, double *loss, char **err)
     char npbuf[16];
     if (np > 0) {
         snprintf(npbuf, sizeof npbuf, "%d", np);
-        static const char *const mpi[] = {MPIRUN,
-                                          "--allow-run-as-root",
-                                          "--oversubscribe",
-                                          "--bind-to",
-                                          "none",
-                                          "-x",
-                                          "OMP_NUM_THREADS=1",
-                                          "-x",
-                                          "ASAN_OPTIONS=detect_leaks=0",
-                                          "-np"};
-        for (size_t i = 0; i < sizeof mpi / sizeof mpi[0]; i++)
-            argv[n++] = mpi[i];
+        n = add_mpirun(argv, n);
+        argv[n++] = "-np";
         argv[n++] = npbuf;
     }
     argv[n++] = REGC_BIN;
@@ -503,18 +512,7 @@ static void expect_disagreement(const char *flag, const char *value0, const char
                                 const char *expect)
 {
     const char *argv[64];
-    int n = 0;
-    static const char *const mpi[] = {MPIRUN,
-                                      "--allow-run-as-root",
-                                      "--oversubscribe",
-                                      "--bind-to",
-                                      "none",
-                                      "-x",
-                                      "OMP_NUM_THREADS=1",
-                                      "-x",
-                                      "ASAN_OPTIONS=detect_leaks=0"};
-    for (size_t i = 0; i < sizeof mpi / sizeof *mpi; i++)
-        argv[n++] = mpi[i];
+    int n = add_mpirun(argv, 0);
     for (int r = 0; r < 2; r++) {
         const char *rank[] = {"-np",       "1",      REGC_BIN,     "train",   "--model",
                               "gpt2-tiny", "--data", plain,        "--batch", "2",
@@ -553,37 +551,14 @@ static void test_a_rank_that_dies_ends_the_others(void **state)
              "%s train --model gpt2-tiny --data %s --batch 2 --seq 16 --steps 100000 --no-cache "
              ">/dev/null 2>&1 & pid=$!; sleep 1; kill -9 $pid; wait $pid; exit 1",
              REGC_BIN, plain);
-    const char *argv[] = {MPIRUN,
-                          "--allow-run-as-root",
-                          "--oversubscribe",
-                          "--bind-to",
-                          "none",
-                          "-x",
-                          "OMP_NUM_THREADS=1",
-                          "-x",
-                          "ASAN_OPTIONS=detect_leaks=0",
-                          "-np",
-                          "1",
-                          REGC_BIN,
-                          "train",
-                          "--model",
-                          "gpt2-tiny",
-                          "--data",
-                          plain,
-                          "--batch",
-                          "2",
-                          "--seq",
-                          "16",
-                          "--steps",
-                          "100000",
-                          "--no-cache",
-                          ":",
-                          "-np",
-                          "1",
-                          "/bin/sh",
-                          "-c",
-                          script,
-                          NULL};
+    const char *tail[] = {"-np",     "1",      REGC_BIN,     "train", "--model", "gpt2-tiny",
+                          "--data",  plain,    "--batch",    "2",     "--seq",   "16",
+                          "--steps", "100000", "--no-cache", ":",     "-np",     "1",
+                          "/bin/sh", "-c",     script,       NULL};
+    const char *argv[64];
+    int n = add_mpirun(argv, 0);
+    for (size_t i = 0; i < sizeof tail / sizeof *tail; i++)
+        argv[n++] = tail[i];
     regc_test_proc p;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
