@@ -351,7 +351,11 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     double l0 = regc_time_ms();
     int inline_flat = o->inline_back && o->level != REGC_LEVEL_O0;
     if (prog->layout && o->budget_bytes > 0)
-        rc = regc_zero3_fit(prog, param_offset, inline_flat, o->budget_bytes, st);
+        rc = regc_zero3_fit(prog, param_offset, inline_flat, o->budget_bytes, o->persistence_floats,
+                            st);
+    else if (prog->layout && o->persistence_floats > 0 &&
+             (rc = regc_zero3_persist(prog, o->persistence_floats)))
+        goto done;
     else
         rc = regc_program_link(prog, param_offset, inline_flat, st);
     if (rc)

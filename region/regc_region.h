@@ -82,6 +82,12 @@ typedef struct {
      * per byte) so that regc_program_device_memory's total fits, and fails
      * naming the least it needs when nothing does. */
     int64_t budget_bytes;
+    /* Stage 3: units of at most this many parameters (DeepSpeed's
+     * stage3_param_persistence_threshold, counted per unit: a layer's
+     * parameters, a piece of glue's) stay gathered from their forward to
+     * their backward, gathered once a step instead of twice; 0: none. A
+     * budget keeps them too, and chooses among the larger ones. */
+    int64_t persistence_floats;
     /* compile.deepcompile (default 1): stage 3's collectives scheduled by
      * the compiler (prefetch_floats, reduce-scatters overlapping the
      * backward); 0: each waited for where it is placed */

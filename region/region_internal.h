@@ -48,10 +48,14 @@ int regc_zero3_place(regc_program *p);
  * unit's backward. */
 int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats);
 
+/* Mark resident every unit of at most `persistence` parameters
+ * (compile.persistence_floats); how many into *n (zero3_budget.c). */
+int regc_zero3_persist(regc_program *p, int64_t persistence);
 /* Link p (ZeRO-3) with the fastest schedule whose device memory fits
- * `budget` bytes per rank (zero3_budget.c). */
+ * `budget` bytes per rank, the persistent units among the resident ones
+ * (zero3_budget.c). */
 int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int64_t budget,
-                   regc_compile_stats *st);
+                   int64_t persistence, regc_compile_stats *st);
 
 /* ---- the compile cache's glue (region/compile_cache.c) */
 /* Is the cache read and written? (Dumps always compile afresh.) */

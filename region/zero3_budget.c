@@ -14,6 +14,8 @@
  *  2. at that depth, the most resident units that fit, by bisection over
  *     k, the k smallest units resident (a gather costs a latency plus its
  *     bytes: the smallest units cost the most per byte kept).
+ * The persistent units (compile.persistence_floats: those of at most that
+ * many parameters, the smallest) are resident in every candidate.
  * The program is left linked with the best candidate that fit. */
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,8 @@ typedef struct {
     regc_program *p;
     const int64_t *param_offset;
     int inline_flat;
-    const int *by_size; /* units, smallest first */
+    const int *by_size;  /* units, smallest first */
+    int64_t persistence; /* units of at most this many parameters are always resident */
 } fitter;
 
 /* Link with `prefetch` and the k smallest units resident; the device
@@ -37,7 +40,11 @@ static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total, regc
     memset(p->resident, 0, (size_t)p->layout->n_units);
     for (int i = 0; i < k; i++)
         p->resident[f->by_size[i]] = 1;
-    p->n_resident = k;
+    p->n_resident = 0;
+    for (int u = 0; u < p->layout->n_units; u++) {
+        p->resident[u] |= p->layout->unit_floats[u] <= f->persistence;
+        p->n_resident += p->resident[u];
+    }
     int rc = regc_program_link(p, f->param_offset, f->inline_flat, st);
     regc_device_memory a;
     if (rc == REGC_OK) {
@@ -58,8 +65,23 @@ static void sort_units(const regc_shard_layout *l, int *by_size)
     }
 }
 
+int regc_zero3_persist(regc_program *p, int64_t persistence)
+{
+    const regc_shard_layout *l = p->layout;
+    free(p->resident);
+    if (!(p->resident = calloc((size_t)l->n_units + 1, 1)))
+        return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
+    p->n_resident = 0;
+    for (int u = 0; u < l->n_units; u++)
+        if (l->unit_floats[u] <= persistence) {
+            p->resident[u] = 1;
+            p->n_resident++;
+        }
+    return REGC_OK;
+}
+
 int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int64_t budget,
-                   regc_compile_stats *st)
+                   int64_t persistence, regc_compile_stats *st)
 {
     const regc_shard_layout *l = p->layout;
     int *by_size = malloc(((size_t)l->n_units + 1) * sizeof *by_size);
@@ -70,7 +92,7 @@ int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat
         return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
     }
     sort_units(l, by_size);
-    fitter f = {p, param_offset, inline_flat, by_size};
+    fitter f = {p, param_offset, inline_flat, by_size, persistence};
     static const int64_t depths[] = {-4, -2, -1, 0};
     int64_t total = 0, prefetch = 0;
     int rc = REGC_OK, fits = 0;
@@ -82,9 +104,11 @@ int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat
     if (rc == REGC_OK && !fits)
         rc = regc_error(REGC_ERR_ARG,
                         "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
-                        "least (each unit gathered where it is needed, none resident); the "
+                        "least (each unit gathered where it is needed, %s resident); the "
                         "budget is %.1f MiB",
-                        (double)total / (1 << 20), (double)budget / (1 << 20));
+                        (double)total / (1 << 20),
+                        persistence > 0 ? "only the persistent ones" : "none",
+                        (double)budget / (1 << 20));
     /* the most resident units that fit: k = lo fits, k = hi does not */
     int lo = 0, hi = l->n_units + 1;
     while (rc == REGC_OK && hi - lo > 1) {

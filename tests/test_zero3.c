@@ -246,13 +246,16 @@ static void test_stage3_programs_agree(void **state)
             /* every unit resident, gathers four units ahead */
             {"a budget with room for everything", REGC_LEVEL_O1, 1, 1, NULL, INT64_C(1) << 40},
             {"the lazy program, every unit resident", REGC_LEVEL_O0, 0, 1, NULL, INT64_C(1) << 40},
+            /* every unit persistent: gathered once a step */
+            {"every unit persistent", REGC_LEVEL_O1, 1, 1, NULL, -1},
         };
         for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
             regc_train_options o = options(3);
             o.compile.level = ways[w].level, o.compile.inline_back = ways[w].inline_back;
             o.compile.regional = ways[w].regional;
             o.cache_dir = ways[w].cache;
-            o.compile.budget_bytes = ways[w].budget;
+            o.compile.budget_bytes = ways[w].budget > 0 ? ways[w].budget : 0;
+            o.compile.persistence_floats = ways[w].budget < 0 ? INT64_C(1) << 40 : 0;
             regc_test_losses l;
             regc_model *m = regc_test_train(presets[i], &o, &l);
             if (ways[w].cache)
@@ -462,6 +465,54 @@ static void test_gathers_before_use_and_released_after(void **state)
     }
 }
 
+/* ---- persistent units -------------------------------------------------------- */
+
+/* The all-gathers of gpt2-tiny's stage 3 step at 4 ranks with a
+ * persistence threshold, and the units it kept resident. */
+static int gathers_with(int64_t persistence, int *resident, int *units)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.ranks = 4, co.zero_stage = 3, co.persistence_floats = persistence;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    if (regc_program_compile(m, 2, 16, &co, &p, &st) != REGC_OK)
+        fail_msg("persistence %lld: %s", (long long)persistence, regc_error_message());
+    int n = 0;
+    for (int i = 0; i < p->n_instr; i++)
+        n += p->instr[i].kernel == K_ALLGATHER;
+    *resident = st.zero3_resident;
+    *units = st.zero3_units;
+    regc_program_free(p);
+    regc_model_free(m);
+    return n;
+}
+
+/* stage3_param_persistence_threshold: a unit of at most that many
+ * parameters is gathered once a step, not once in its forward and again in
+ * its backward; a larger one is gathered twice; bits do not change (the
+ * schedules' test above). */
+static void test_persistent_units_gather_once(void **state)
+{
+    (void)state;
+    int resident, units;
+    const int none = gathers_with(0, &resident, &units);
+    assert_int_equal(resident, 0);
+    const int all = gathers_with(INT64_C(1) << 40, &resident, &units);
+    assert_int_equal(resident, units);
+    const int some = gathers_with(256, &resident, &units);
+    print_message("units %d: %d all-gathers, %d with every unit persistent, %d with %d unit(s) of "
+                  "at most 256 parameters persistent\n",
+                  units, none, all, some, resident);
+    assert_int_equal(none, 2 * units); /* in each unit's forward and again in its backward */
+    assert_int_equal(all, units);
+    /* gpt2-tiny's final layer norm is the one unit of 256 parameters */
+    assert_int_equal(resident, 1);
+    assert_int_equal(some, none - 1);
+}
+
 /* ---- a memory budget ------------------------------------------------------- */
 
 static regc_program *compile_budget(const char *preset, int64_t budget, int *status)
@@ -560,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_stage3_programs_agree),
         cmocka_unit_test(test_gathers_before_use_and_released_after),
         cmocka_unit_test(test_budget_fits_and_grows),
+        cmocka_unit_test(test_persistent_units_gather_once),
         cmocka_unit_test(test_blocks_are_a_share_of_the_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

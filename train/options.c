@@ -175,6 +175,12 @@ const regc_option regc_option_table[] = {
      "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.prefetch_floats), 0,
      "stage 3: parameters gathered ahead of the compute, at least one unit (default: one unit "
      "ahead; 0 gathers each unit where it is needed)"},
+    {"zero_optimization", "stage3_param_persistence_threshold", "--param-persistence-threshold",
+     OPT_INT, "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL,
+     FIELD(train.compile.persistence_floats), 0,
+     "stage 3: units (a layer's parameters, a piece of glue's) of at most this many parameters "
+     "stay gathered from their forward to their backward, gathered once a step instead of "
+     "twice (default 0: none)"},
     {"compile", "memory_budget_mb", "--memory-budget-mb", OPT_INT, "<MB>", 1,
      (double)(INT64_C(1) << 30), INT64_C(1) << 20, NULL, FIELD(train.compile.budget_bytes), 0,
      "stage 3: device memory per rank in MiB; the compiler picks how far ahead to "
@@ -222,12 +228,8 @@ int regc_option_section_known(const char *section)
  * as such rather than as typos. */
 int regc_option_not_yet(const char *section, const char *key)
 {
-    static const char *const later[] = {"stage3_max_live_parameters",
-                                        "stage3_param_persistence_threshold",
-                                        "reduce_bucket_size",
-                                        "offload_optimizer",
-                                        "offload_param",
-                                        NULL};
+    static const char *const later[] = {"stage3_max_live_parameters", "reduce_bucket_size",
+                                        "offload_optimizer", "offload_param", NULL};
     for (int i = 0; !strcmp(section, "zero_optimization") && later[i]; i++)
         if (!strcmp(key, later[i]))
             return 1;
