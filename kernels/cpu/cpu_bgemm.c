@@ -15,7 +15,7 @@
  * in the same cache footprint, so C is read and written half as often.
  *
  * Rounding: regc_round_bf16 bit for bit, in integer operations
- * (regc_cpu_round_bf16_bits), not vcvtneps2bf16 or vcvtne2ps2bf16: those
+ * (regc_cpu_round_bf16_upper), not vcvtneps2bf16 or vcvtne2ps2bf16: those
  * treat a subnormal input as zero (Intel's manual: "input denormals are
  * always treated as zero"), giving +0 or -0 (checked on AMD Zen 5 for
  * 0x00000001, 0x00018000, 0x00400000, 0x007f7fff and 0x007fffff, the last
@@ -46,7 +46,8 @@
 
 #define BGEMM_MR REGC_CPU_GEMM_MR
 #define BGEMM_NR REGC_CPU_GEMM_NR
-#define BGEMM_KC 512 /* a B panel, KC x NR bf16 = 32 KiB, as sgemm's 256 floats */
+#define BGEMM_KC 512  /* a B panel, KC x NR bf16 = 32 KiB, as sgemm's 256 floats */
+#define BGEMM_GROUP 4 /* B panels packed together from B [k, n]: 512 bytes of a row */
 
 static int64_t bgemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -61,8 +62,10 @@ static __mmask16 bgemm_lanes(int64_t n)
  * vdpbf16ps reads a pair). */
 static inline __m512i bgemm_interleave(__m512 x0, __m512 x1)
 {
-    return _mm512_or_si512(_mm512_srli_epi32(regc_cpu_round_bf16_bits(x0), 16),
-                           regc_cpu_round_bf16_bits(x1));
+    /* the upper half of each, x0's shifted down: a | (b & c) */
+    return _mm512_ternarylogic_epi32(_mm512_srli_epi32(regc_cpu_round_bf16_upper(x0), 16),
+                                     regc_cpu_round_bf16_upper(x1),
+                                     _mm512_set1_epi32((int)0xffff0000u), 0xf8);
 }
 
 /* s[0 .. depth) (depth <= 32, zeros after) as 16 bf16 pairs along k:
@@ -74,9 +77,9 @@ static inline __m512i bgemm_pairs(const float *s, int depth)
     const __m512i upper =
         _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
                          25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512i lo = regc_cpu_round_bf16_bits(_mm512_maskz_loadu_ps(bgemm_lanes(depth), s));
+    const __m512i lo = regc_cpu_round_bf16_upper(_mm512_maskz_loadu_ps(bgemm_lanes(depth), s));
     const __m512i hi =
-        regc_cpu_round_bf16_bits(_mm512_maskz_loadu_ps(bgemm_lanes(depth - 16), s + 16));
+        regc_cpu_round_bf16_upper(_mm512_maskz_loadu_ps(bgemm_lanes(depth - 16), s + 16));
     return _mm512_permutex2var_epi16(lo, upper, hi);
 }
 
@@ -104,24 +107,31 @@ static void bgemm_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int
 {
     const int64_t kc2 = (kc + 1) / 2;
     const __mmask16 tile_rows = bgemm_lanes(BGEMM_MR);
+    if (g->trans_a) {
+        /* A is [k, m]: a panel's MR values at each k are contiguous. Row
+         * pair after row pair, each read straight across the block, for the
+         * reason bgemm_pack_b gives. */
+        for (int64_t x = 0; x < kc2; x++) {
+            const float *s0 = g->a + (p0 + 2 * x) * g->lda + i0; /* [mc] */
+            const float *s1 = 2 * x + 1 < kc ? s0 + g->lda : NULL;
+            uint32_t *restrict d = (uint32_t *)dst + x * BGEMM_MR; /* panel 0, pair row x */
+            for (int64_t ir = 0; ir < mc; ir += BGEMM_MR, d += kc2 * BGEMM_MR) {
+                const __mmask16 in = bgemm_lanes(bgemm_min(mc - ir, BGEMM_MR));
+                const __m512 x0 = _mm512_maskz_loadu_ps(in, s0 + ir);
+                const __m512 x1 = s1 ? _mm512_maskz_loadu_ps(in, s1 + ir) : _mm512_setzero_ps();
+                _mm512_mask_storeu_epi32(d, tile_rows, bgemm_interleave(x0, x1));
+            }
+        }
+        return;
+    }
     for (int64_t ir = 0; ir < mc; ir += BGEMM_MR) {
+        /* A is [m, k]: each row is contiguous along k */
         const int64_t rows = bgemm_min(mc - ir, BGEMM_MR);
         uint32_t *restrict d = (uint32_t *)dst + ir * kc2; /* [kc/2][MR] bf16 pairs */
-        if (g->trans_a) { /* A is [k, m]: a panel's MR values at each k are contiguous */
-            const __mmask16 in_rows = bgemm_lanes(rows);
-            for (int64_t x = 0; x < kc2; x++) {
-                const float *s = g->a + (p0 + 2 * x) * g->lda + i0 + ir; /* [2][lda] */
-                const __m512 x0 = _mm512_maskz_loadu_ps(in_rows, s);
-                const __m512 x1 = 2 * x + 1 < kc ? _mm512_maskz_loadu_ps(in_rows, s + g->lda)
-                                                 : _mm512_setzero_ps();
-                _mm512_mask_storeu_epi32(d + x * BGEMM_MR, tile_rows, bgemm_interleave(x0, x1));
-            }
-        } else { /* A is [m, k]: each row is contiguous along k */
-            const float *s = g->a + (i0 + ir) * g->lda + p0; /* [rows][lda] */
-            for (int64_t p = 0; p < kc; p += 32)
-                bgemm_pack_rows16(d + p / 2 * BGEMM_MR, BGEMM_MR, tile_rows, s + p, g->lda, rows,
-                                  (int)bgemm_min(kc - p, 32));
-        }
+        const float *s = g->a + (i0 + ir) * g->lda + p0;   /* [rows][lda] */
+        for (int64_t p = 0; p < kc; p += 32)
+            bgemm_pack_rows16(d + p / 2 * BGEMM_MR, BGEMM_MR, tile_rows, s + p, g->lda, rows,
+                              (int)bgemm_min(kc - p, 32));
     }
 }
 
@@ -132,29 +142,43 @@ static void bgemm_pack_b(void *restrict dst, const regc_gemm *g, int64_t j0, int
                          int64_t kc)
 {
     const int64_t kc2 = (kc + 1) / 2;
-    for (int64_t jr = 0; jr < nc; jr += BGEMM_NR) {
-        const int64_t cols = bgemm_min(nc - jr, BGEMM_NR);
-        uint32_t *restrict d = (uint32_t *)dst + jr * kc2; /* [kc/2][NR] bf16 pairs */
-        if (!g->trans_b) { /* B is [k, n]: rows p and p + 1 of B give a row of pairs */
-            const __mmask16 in_cols[2] = {bgemm_lanes(cols), bgemm_lanes(cols - 16)};
+    if (!g->trans_b) {
+        /* B is [k, n]: rows p and p + 1 of B give a row of pairs of every
+         * panel. A group of panels at a time, row pair after row pair
+         * across the group: a panel's width of a row is only 128 bytes, and
+         * B's rows are most often pages apart, so panel after panel would
+         * pay for the page of each row once per panel. */
+        for (int64_t jg = 0; jg < nc; jg += BGEMM_GROUP * BGEMM_NR) {
+            const int64_t gc = bgemm_min(nc - jg, BGEMM_GROUP * BGEMM_NR);
             for (int64_t x = 0; x < kc2; x++) {
-                const float *s = g->b + (p0 + 2 * x) * g->ldb + j0 + jr; /* [2][ldb] */
-                const int second = 2 * x + 1 < kc;
-                for (int h = 0; h < 2; h++) {
-                    const __m512 x0 = _mm512_maskz_loadu_ps(in_cols[h], s + 16 * h);
-                    const __m512 x1 = second
-                                          ? _mm512_maskz_loadu_ps(in_cols[h], s + g->ldb + 16 * h)
-                                          : _mm512_setzero_ps();
-                    _mm512_store_si512(d + x * BGEMM_NR + 16 * h, bgemm_interleave(x0, x1));
+                const float *s0 = g->b + (p0 + 2 * x) * g->ldb + j0 + jg; /* [gc] */
+                const float *s1 = 2 * x + 1 < kc ? s0 + g->ldb : NULL;
+                uint32_t *restrict d = (uint32_t *)dst + jg * kc2 + x * BGEMM_NR;
+                for (int64_t jr = 0; jr < gc; jr += BGEMM_NR, d += kc2 * BGEMM_NR) {
+                    for (int h = 0; h < BGEMM_NR; h += 16) {
+                        const __mmask16 in = bgemm_lanes(gc - jr - h);
+                        __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+                        if (in) { /* no pointer past the edge of B */
+                            x0 = _mm512_maskz_loadu_ps(in, s0 + jr + h);
+                            if (s1)
+                                x1 = _mm512_maskz_loadu_ps(in, s1 + jr + h);
+                        }
+                        _mm512_store_si512(d + h, bgemm_interleave(x0, x1));
+                    }
                 }
             }
-        } else { /* B is [n, k]: each column of op(B) is a contiguous row of B */
-            for (int h = 0; h < BGEMM_NR; h += 16) {
-                const float *s = g->b + (j0 + jr + h) * g->ldb + p0; /* [16][ldb] */
-                for (int64_t p = 0; p < kc; p += 32)
-                    bgemm_pack_rows16(d + p / 2 * BGEMM_NR + h, BGEMM_NR, bgemm_lanes(16), s + p,
-                                      g->ldb, cols - h, (int)bgemm_min(kc - p, 32));
-            }
+        }
+        return;
+    }
+    for (int64_t jr = 0; jr < nc; jr += BGEMM_NR) {
+        /* B is [n, k]: each column of op(B) is a contiguous row of B */
+        const int64_t cols = bgemm_min(nc - jr, BGEMM_NR);
+        uint32_t *restrict d = (uint32_t *)dst + jr * kc2; /* [kc/2][NR] bf16 pairs */
+        for (int h = 0; h < BGEMM_NR; h += 16) {
+            const float *s = g->b + (j0 + jr + h) * g->ldb + p0; /* [16][ldb] */
+            for (int64_t p = 0; p < kc; p += 32)
+                bgemm_pack_rows16(d + p / 2 * BGEMM_NR + h, BGEMM_NR, bgemm_lanes(16), s + p,
+                                  g->ldb, cols - h, (int)bgemm_min(kc - p, 32));
         }
     }
 }

@@ -173,18 +173,29 @@ static inline void regc_cpu_transpose16(__m512 r[16])
     }
 }
 
-/* regc_round_bf16 on 16 floats, bit for bit: the bf16 values in the upper
- * halves, zeros below. Integer operations, because the conversion
- * instructions flush subnormal inputs to zero (cpu_bgemm.c). */
-static inline __m512i regc_cpu_round_bf16_bits(__m512 x)
+/* regc_round_bf16 on 16 floats, bit for bit, in the upper halves; the
+ * lower halves are left as they fall, for packing that keeps only the upper
+ * ones. Integer operations, because the conversion instructions flush
+ * subnormal inputs to zero (cpu_bgemm.c): u + 0x7fff, or + 0x8000 where bit
+ * 16 is odd, rounds to nearest even (a carry out of the mantissa raises the
+ * exponent, to infinity past the largest value), and a NaN, which that sum
+ * could turn into another value, keeps its upper bits with the quiet bit
+ * set. */
+static inline __m512i regc_cpu_round_bf16_upper(__m512 x)
 {
     const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x00010000));
+    __m512i r = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+    r = _mm512_mask_add_epi32(r, odd, u, _mm512_set1_epi32(0x8000));
+    return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+}
+
+/* regc_round_bf16 on 16 floats, bit for bit: the bf16 values in the upper
+ * halves, zeros below. */
+static inline __m512i regc_cpu_round_bf16_bits(__m512 x)
+{
+    return _mm512_and_si512(regc_cpu_round_bf16_upper(x), _mm512_set1_epi32((int)0xffff0000u));
 }
 
 #if defined(__AVX512BF16__)

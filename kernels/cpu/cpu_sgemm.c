@@ -16,6 +16,13 @@
  * zeros past the matrix edge, so the micro-kernel has no edge cases; only
  * the store of a partial tile does.
  *
+ * Where a thread's rows fit one A block (m <= MC, as for a small batch of
+ * tokens), each B panel serves one row of tiles, and B is packed a strip
+ * of panels at a time just before them instead, the next strip's op(B)
+ * fetched from memory while the tiles run (sgemm_compute_rows); in the
+ * loops above, the next A block is fetched likewise. Neither changes which
+ * products are summed, or in what order.
+ *
  * Threads own disjoint blocks of C (panels of columns when n >= m, else of
  * rows), and every element of C is summed by one thread, slice after slice
  * in the same order, so the result does not depend on the thread count.
@@ -45,6 +52,7 @@
 #define SGEMM_KC 256              /* a B panel, KC x NR floats = 32 KiB, most of a 48 KiB L1 */
 #define SGEMM_MC 264              /* an A block, MC x KC floats = 264 KiB, fits L2 */
 #define SGEMM_NC 4096             /* a B block, KC x NC floats = 4 MiB */
+#define SGEMM_STRIP 2             /* B panels packed at a time where m fits one A block */
 
 /* Below this many multiply-adds one thread does the whole product. */
 #define SGEMM_PAR_MIN (1 << 18)
@@ -230,6 +238,102 @@ static void sgemm_store_tile(const regc_gemm *g, float t[SGEMM_MR][SGEMM_NR], in
             regc_cpu_apply_epilogue_span(g, i + r, j, cols);
 }
 
+/* Part `part` of `parts` of the cache lines of x[r0 .. r0+rows, c0 .. c0+cols]
+ * (row stride ld), fetched ahead of their packing while tiles are
+ * multiplied: the parts spread the fetches, which the hardware then serves
+ * beside the arithmetic rather than as one burst. Into L1 (T0): on AMD
+ * Zen 5, lines fetched for L2 alone (T1, T2) were read back two to four
+ * times slower than those, where their rows lie pages apart as op(B)'s
+ * rows of weights [k, n] do. Always inlined: GCC takes a function that only
+ * prefetches for one without effects and drops its calls. */
+static inline __attribute__((always_inline)) void sgemm_prefetch_rect(const float *x, int64_t ld,
+                                                                      int64_t r0, int64_t rows,
+                                                                      int64_t c0, int64_t cols,
+                                                                      int64_t part, int64_t parts)
+{
+    /* lines a row can touch: its bytes, plus one where it starts mid-line */
+    const int64_t per_row = (cols * (int64_t)sizeof(float) + 63) / 64 + 1;
+    const int64_t lo = rows * per_row * part / parts, hi = rows * per_row * (part + 1) / parts;
+    int64_t r = lo / per_row, l = lo % per_row;
+    for (int64_t t = lo; t < hi; r++, l = 0) {
+        const float *row = x + (r0 + r) * ld + c0; /* [cols] */
+        const uintptr_t first = (uintptr_t)row & ~(uintptr_t)63, last = (uintptr_t)(row + cols - 1);
+        for (; l < per_row && t < hi; l++, t++)
+            if (first + 64 * (uintptr_t)l <= last)
+                _mm_prefetch((const char *)(first + 64 * (uintptr_t)l), _MM_HINT_T0);
+    }
+}
+
+/* Part `part` of `parts` of op(A)[i0 .. i0+mc, p0 .. p0+kc] as stored. */
+static inline __attribute__((always_inline)) void sgemm_prefetch_a(const regc_gemm *g, int64_t i0,
+                                                                   int64_t mc, int64_t p0,
+                                                                   int64_t kc, int64_t part,
+                                                                   int64_t parts)
+{
+    if (g->trans_a) /* A is [k, m] */
+        sgemm_prefetch_rect(g->a, g->lda, p0, kc, i0, mc, part, parts);
+    else
+        sgemm_prefetch_rect(g->a, g->lda, i0, mc, p0, kc, part, parts);
+}
+
+/* Part `part` of `parts` of op(B)[p0 .. p0+kc, j0 .. j0+nc] as stored. */
+static inline __attribute__((always_inline)) void sgemm_prefetch_b(const regc_gemm *g, int64_t j0,
+                                                                   int64_t nc, int64_t p0,
+                                                                   int64_t kc, int64_t part,
+                                                                   int64_t parts)
+{
+    if (g->trans_b) /* B is [n, k] */
+        sgemm_prefetch_rect(g->b, g->ldb, j0, nc, p0, kc, part, parts);
+    else
+        sgemm_prefetch_rect(g->b, g->ldb, p0, kc, j0, nc, part, parts);
+}
+
+/* sgemm_compute_block where the rows fit one A block (m1 - m0 <= MC), as
+ * in the GEMMs of a small batch of tokens (m = 256), whose op(B) is then
+ * mostly weights that no earlier kernel left in the caches. Each B panel is
+ * used by one row of tiles only, so B is packed a strip of panels at a
+ * time, just before its tiles, rather than a whole block ahead (4 MiB of
+ * fp32, out of L2), and while those tiles run the next strip's op(B), the
+ * next columns or the next slice's first, is fetched a part after each
+ * tile: its reads from memory overlap the arithmetic instead of stalling
+ * the packing. Each tile's sums come slice after slice as in the general
+ * loop, in the same order. */
+static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, int64_t m0,
+                               int64_t m1, int64_t n0, int64_t n1, int elementwise, char *apack,
+                               char *bpack)
+{
+    float t[SGEMM_MR][SGEMM_NR] __attribute__((aligned(64))); /* one tile's sums */
+    const int64_t mc = m1 - m0, tiles = (mc + SGEMM_MR - 1) / SGEMM_MR;
+    const int64_t strip = SGEMM_STRIP * SGEMM_NR;
+    for (int64_t p0 = 0; p0 < g->k; p0 += kern->kc) {
+        const int64_t kc = sgemm_min(g->k - p0, kern->kc);
+        const int64_t stride = sgemm_round_up(kc, kern->k_unit) * (int64_t)kern->value_bytes;
+        const int add = g->accumulate || p0 > 0;
+        const int epilogue = elementwise && p0 + kc == g->k;
+        kern->pack_a(apack, g, m0, mc, p0, kc);
+        for (int64_t j0 = n0; j0 < n1; j0 += strip) {
+            const int64_t nc = sgemm_min(n1 - j0, strip);
+            kern->pack_b(bpack, g, j0, nc, p0, kc);
+            const int64_t next_j0 = j0 + strip < n1 ? j0 + strip : n0;
+            const int64_t next_p0 = j0 + strip < n1 ? p0 : p0 + kern->kc;
+            const int64_t next_nc = sgemm_min(n1 - next_j0, strip);
+            const int64_t next_kc = sgemm_min(g->k - next_p0, kern->kc); /* <= 0 past k */
+            const int64_t parts = (nc + SGEMM_NR - 1) / SGEMM_NR * tiles;
+            int64_t part = 0;
+            for (int64_t jr = 0; jr < nc; jr += SGEMM_NR) {
+                const int cols = (int)sgemm_min(nc - jr, SGEMM_NR);
+                for (int64_t ir = 0; ir < mc; ir += SGEMM_MR, part++) {
+                    const int rows = (int)sgemm_min(mc - ir, SGEMM_MR);
+                    kern->product(t, kc, apack + ir * stride, bpack + jr * stride);
+                    sgemm_store_tile(g, t, m0 + ir, j0 + jr, rows, cols, add, epilogue);
+                    if (next_kc > 0)
+                        sgemm_prefetch_b(g, next_j0, next_nc, next_p0, next_kc, part, parts);
+                }
+            }
+        }
+    }
+}
+
 /* The block [m0, m1) x [n0, n1) of C, by one thread with its own buffers
  * apack (an A block) and bpack (a B block). */
 static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, int64_t m0,
@@ -238,6 +342,10 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
     /* BGRAD's sums are of B and DGELU_BGRAD's of all of C: both come after */
     const int elementwise = g->epilogue != REGC_EPI_NONE && g->epilogue != REGC_EPI_BGRAD &&
                             g->epilogue != REGC_EPI_DGELU_BGRAD;
+    if (m1 - m0 <= SGEMM_MC) {
+        sgemm_compute_rows(g, kern, m0, m1, n0, n1, elementwise, apack, bpack);
+        return;
+    }
     float t[SGEMM_MR][SGEMM_NR] __attribute__((aligned(64))); /* one tile's sums */
     for (int64_t j0 = n0; j0 < n1; j0 += SGEMM_NC) {
         const int64_t nc = sgemm_min(n1 - j0, SGEMM_NC);
@@ -251,12 +359,21 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
             for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {
                 const int64_t mc = sgemm_min(m1 - i0, SGEMM_MC);
                 kern->pack_a(apack, g, i0, mc, p0, kc);
+                /* the next A block is fetched while this one's tiles run:
+                 * with m in the tens of thousands (the vocabulary) op(A) is
+                 * too large to stay in the caches from the kernel before */
+                const int64_t next_mc = sgemm_min(m1 - i0 - SGEMM_MC, SGEMM_MC); /* <= 0: none */
+                const int64_t parts =
+                    (nc + SGEMM_NR - 1) / SGEMM_NR * ((mc + SGEMM_MR - 1) / SGEMM_MR);
+                int64_t part = 0;
                 for (int64_t jr = 0; jr < nc; jr += SGEMM_NR) {
                     const int cols = (int)sgemm_min(nc - jr, SGEMM_NR);
-                    for (int64_t ir = 0; ir < mc; ir += SGEMM_MR) {
+                    for (int64_t ir = 0; ir < mc; ir += SGEMM_MR, part++) {
                         const int rows = (int)sgemm_min(mc - ir, SGEMM_MR);
                         kern->product(t, kc, apack + ir * stride, bpack + jr * stride);
                         sgemm_store_tile(g, t, i0 + ir, j0 + jr, rows, cols, add, epilogue);
+                        if (next_mc > 0)
+                            sgemm_prefetch_a(g, i0 + SGEMM_MC, next_mc, p0, kc, part, parts);
                     }
                 }
             }
