@@ -313,6 +313,7 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     prog->ranks = o->ranks > 1 ? o->ranks : 1;
     prog->zero_stage = o->zero_stage;
     prog->prefetch_floats = o->prefetch_floats;
+    prog->max_live_floats = o->max_live_floats;
     prog->deepcompile = o->deepcompile != 0;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};

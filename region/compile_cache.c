@@ -118,6 +118,7 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_u64(b, (uint64_t)o->zero_stage);
     regc_bytes_put_u64(b, (uint64_t)(o->zero_stage == 3 && o->deepcompile));
     regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->prefetch_floats : 0);
+    regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->max_live_floats : 0);
     regc_bytes_put_i64(b, o->zero_stage == 3 ? o->budget_bytes : 0);
     regc_bytes_put_i64(b, o->zero_stage == 3 ? o->persistence_floats : 0);
 }

@@ -261,7 +261,7 @@ int regc_program_inline_back(regc_program *p)
     /* ZeRO-3's schedule on the final order (the reorder must not undo
      * prefetch), then the plan again over the longer lifetimes it makes */
     if (p->layout && p->deepcompile) {
-        if ((rc = regc_zero3_schedule(p, p->prefetch_floats)))
+        if ((rc = regc_zero3_schedule(p, p->prefetch_floats, p->max_live_floats)))
             return rc;
         flat_liveness(p, p->instr, p->n_instr);
         if ((rc = plan_arena(p, p->n_instr, 1, &peak, &lower)))

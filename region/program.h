@@ -216,6 +216,7 @@ struct regc_program {
     int ranks, zero_stage;   /* compile.ranks, zero_optimization.stage */
     int n_signals;           /* asynchronous collectives, numbered from 1 */
     int64_t prefetch_floats; /* compile.prefetch_floats, or the budget's choice */
+    int64_t max_live_floats; /* compile.max_live_floats */
     int deepcompile;         /* compile.deepcompile (while compiling) */
     unsigned char *resident; /* [n_units] kept gathered from forward to backward, or NULL */
     int n_resident;

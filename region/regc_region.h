@@ -76,6 +76,13 @@ typedef struct {
      * (-1, one unit, is the default); 0: each gather where it is needed
      * (on demand). */
     int64_t prefetch_floats;
+    /* Stage 3, inlined back: at most this many parameters gathered at once
+     * (DeepSpeed's stage3_max_live_parameters): a gather starts only when
+     * the unit computing and those gathered ahead of it, itself included,
+     * stay within it, whatever prefetch_floats allows (a unit larger than it
+     * is gathered where it is needed); 0: no limit. Units kept resident
+     * (persistent, or a budget's choice) are not counted. */
+    int64_t max_live_floats;
     /* Stage 3: a device-memory budget per rank in bytes (0: none). The
      * compiler then picks the prefetch depth and the units kept gathered
      * from forward to backward (smallest first: the highest gather cost

@@ -46,7 +46,7 @@ int regc_zero3_place(regc_program *p);
  * made asynchronous, all-gathers started ahead within prefetch_floats (-1:
  * one unit ahead; 0: on demand), reduce-scatters overlapping the next
  * unit's backward. */
-int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats);
+int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats);
 
 /* Mark resident every unit of at most `persistence` parameters
  * (compile.persistence_floats); how many into *n (zero3_budget.c). */

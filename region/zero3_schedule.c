@@ -12,7 +12,9 @@
  *    parameters in flight ahead of the compute (units j+1 .. k) stay within
  *    the prefetch bucket, and at least one unit ahead (or j = k - n for a
  *    depth of n units); with no bucket (prefetch 0) each gather starts
- *    where it is waited for (on demand);
+ *    where it is waited for (on demand). A live limit (max_live_floats)
+ *    can only start it later: units j .. k, the one computing and those
+ *    gathered ahead, itself included, must stay within it;
  *  - reduce-scatter m starts where it ran and is waited for after
  *    reduce-scatter m + 1 has started, so it overlaps the next unit's
  *    backward and at most two are in flight.
@@ -50,7 +52,21 @@ static int start_unit(const int64_t *floats, int k, int64_t bucket)
     return j;
 }
 
-int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats)
+/* The earliest unit j while which gather k may start with units j .. k
+ * within `max_live` floats (0: no limit); k itself when even it alone
+ * does not fit (gathered where it is needed). */
+static int live_start_unit(const int64_t *floats, int k, int64_t max_live)
+{
+    if (max_live <= 0)
+        return 0;
+    int j = k;
+    int64_t live = floats[k];
+    while (j > 0 && live + floats[j - 1] <= max_live)
+        live += floats[--j];
+    return j;
+}
+
+int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats)
 {
     int n = p->n_instr, n_gather = 0, n_scatter = 0;
     for (int i = 0; i < n; i++) {
@@ -68,8 +84,11 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats)
     for (int i = 0, k = 0; i < n; i++)
         if (p->instr[i].kernel == K_ALLGATHER)
             gpos[k] = i, floats[k++] = p->instr[i].d[0] * p->ranks;
-    for (int k = 0; k < n_gather; k++)
-        from[k] = start_unit(floats, k, prefetch_floats);
+    for (int k = 0; k < n_gather; k++) {
+        const int bucket = start_unit(floats, k, prefetch_floats);
+        const int live = live_start_unit(floats, k, max_live_floats);
+        from[k] = bucket > live ? bucket : live;
+    }
     /* signals: gathers 1 .. n_gather, then the reduce-scatters */
     int n_out = 0, k = 0, next = 0, m = 0;
     regc_instr pending; /* the last reduce-scatter started, not yet waited for */

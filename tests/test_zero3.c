@@ -248,6 +248,8 @@ static void test_stage3_programs_agree(void **state)
             {"the lazy program, every unit resident", REGC_LEVEL_O0, 0, 1, NULL, INT64_C(1) << 40},
             /* every unit persistent: gathered once a step */
             {"every unit persistent", REGC_LEVEL_O1, 1, 1, NULL, -1},
+            /* four units ahead, but at most one gathered at once */
+            {"a live-parameter limit", REGC_LEVEL_O1, 1, 1, NULL, -2},
         };
         for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
             regc_train_options o = options(3);
@@ -255,7 +257,9 @@ static void test_stage3_programs_agree(void **state)
             o.compile.regional = ways[w].regional;
             o.cache_dir = ways[w].cache;
             o.compile.budget_bytes = ways[w].budget > 0 ? ways[w].budget : 0;
-            o.compile.persistence_floats = ways[w].budget < 0 ? INT64_C(1) << 40 : 0;
+            o.compile.persistence_floats = ways[w].budget == -1 ? INT64_C(1) << 40 : 0;
+            if (ways[w].budget == -2)
+                o.compile.prefetch_floats = -4, o.compile.max_live_floats = 1;
             regc_test_losses l;
             regc_model *m = regc_test_train(presets[i], &o, &l);
             if (ways[w].cache)
@@ -513,6 +517,53 @@ static void test_persistent_units_gather_once(void **state)
     assert_int_equal(some, none - 1);
 }
 
+/* ---- live parameters --------------------------------------------------------- */
+
+/* gpt2-tiny's stage 3 step at 4 ranks, four units ahead, under a limit
+ * of max_live parameters gathered at once: the bytes gathered at once. */
+static int64_t window_with(int64_t prefetch, int64_t max_live, int64_t *largest_unit)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.ranks = 4, co.zero_stage = 3, co.prefetch_floats = prefetch, co.max_live_floats = max_live;
+    regc_program *p = NULL;
+    if (regc_program_compile(m, 2, 16, &co, &p, NULL) != REGC_OK)
+        fail_msg("max_live %lld: %s", (long long)max_live, regc_error_message());
+    regc_comm_plan c;
+    regc_program_comm_plan(p, &c);
+    *largest_unit = 0;
+    for (int u = 0; u < p->layout->n_units; u++)
+        if (p->layout->unit_padded[u] > *largest_unit)
+            *largest_unit = p->layout->unit_padded[u];
+    regc_program_free(p);
+    regc_model_free(m);
+    return c.window_bytes;
+}
+
+/* stage3_max_live_parameters: with four units ahead allowed, a limit of
+ * two units' parameters gathers less at once, and a limit below any unit
+ * is on-demand gathering exactly (each unit where it is needed); the bits
+ * do not change (the schedules' test above). The window also holds what
+ * the fused step keeps of neighbouring units (a layer's last norm beside
+ * the next one's first), so it is compared between schedules, not with
+ * the limit itself. */
+static void test_live_parameters_limit_the_window(void **state)
+{
+    (void)state;
+    int64_t largest = 0;
+    const int64_t ahead = window_with(-4, 0, &largest);
+    const int64_t two = window_with(-4, 2 * largest, &largest);
+    const int64_t one = window_with(-4, 1, &largest);
+    const int64_t on_demand = window_with(0, 0, &largest);
+    print_message("bytes gathered at once, four units ahead: %lld without a limit, %lld within "
+                  "two units' parameters, %lld within one parameter; on demand %lld\n",
+                  (long long)ahead, (long long)two, (long long)one, (long long)on_demand);
+    assert_true(ahead > two && two > one);
+    assert_int_equal(one, on_demand);
+}
+
 /* ---- a memory budget ------------------------------------------------------- */
 
 static regc_program *compile_budget(const char *preset, int64_t budget, int *status)
@@ -612,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_gathers_before_use_and_released_after),
         cmocka_unit_test(test_budget_fits_and_grows),
         cmocka_unit_test(test_persistent_units_gather_once),
+        cmocka_unit_test(test_live_parameters_limit_the_window),
         cmocka_unit_test(test_blocks_are_a_share_of_the_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -175,6 +175,10 @@ const regc_option regc_option_table[] = {
      "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.prefetch_floats), 0,
      "stage 3: parameters gathered ahead of the compute, at least one unit (default: one unit "
      "ahead; 0 gathers each unit where it is needed)"},
+    {"zero_optimization", "stage3_max_live_parameters", "--max-live-parameters", OPT_INT,
+     "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.max_live_floats), 0,
+     "stage 3: at most this many parameters gathered at once, the unit computing and those "
+     "gathered ahead of it (default 0: no limit; resident units not counted)"},
     {"zero_optimization", "stage3_param_persistence_threshold", "--param-persistence-threshold",
      OPT_INT, "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL,
      FIELD(train.compile.persistence_floats), 0,
@@ -228,8 +232,8 @@ int regc_option_section_known(const char *section)
  * as such rather than as typos. */
 int regc_option_not_yet(const char *section, const char *key)
 {
-    static const char *const later[] = {"stage3_max_live_parameters", "reduce_bucket_size",
-                                        "offload_optimizer", "offload_param", NULL};
+    static const char *const later[] = {"reduce_bucket_size", "offload_optimizer", "offload_param",
+                                        NULL};
     for (int i = 0; !strcmp(section, "zero_optimization") && later[i]; i++)
         if (!strcmp(key, later[i]))
             return 1;
