@@ -159,11 +159,15 @@ static void put_instr(regc_bytes *b, const regc_instr *in, int ew_region, int ew
             regc_bytes_put_i64(b, v[k]);
 }
 
-/* The value of field k as read, checked against [lo, hi] (zero when absent). */
+/* The value of field k as read, checked against [lo, hi] (zero when
+ * absent); out of range the reader fails and lo stands in, so arithmetic
+ * on the result (a stored index minus one) never overflows. */
 static int64_t field(regc_reader *r, const int64_t *v, int k, int64_t lo, int64_t hi)
 {
-    if (v[k] < lo || v[k] > hi)
+    if (v[k] < lo || v[k] > hi) {
         r->failed = 1;
+        return lo;
+    }
     return v[k];
 }
 
