@@ -32,6 +32,11 @@ void print_plan_usage(FILE *f)
           "  --zero-stage <0|3>         ZeRO stage (default 3)\n"
           "  --level <O0|O1|O2>         compile level (default O1)\n"
           "  --prefetch-bucket-size <E> stage 3: parameters gathered ahead (default one unit)\n"
+          "  --param-persistence-threshold <E>\n"
+          "                             stage 3: units of at most E parameters stay gathered\n"
+          "                             from forward to backward (default 0: none)\n"
+          "  --max-live-parameters <E>  stage 3: at most E parameters gathered at once by\n"
+          "                             the gathers ahead (default 0: no limit)\n"
           "  --budget-mb <MiB>          stage 3: device memory per rank in MiB; the\n"
           "                             compiler picks the prefetch and resident units to fit\n"
           "  --gradient-accumulation-steps <K>\n"
@@ -43,7 +48,7 @@ void print_plan_usage(FILE *f)
 
 typedef struct {
     const char *model;
-    long long ranks, batch, seq, stage, prefetch, accum, budget_mb;
+    long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     int level, json;
 } plan_args;
 
@@ -82,6 +87,10 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
                 return usage_error("--zero-stage: %lld is not built (0 or 3)", a->stage);
         } else if (!strcmp(flag, "--prefetch-bucket-size"))
             rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->prefetch);
+        else if (!strcmp(flag, "--param-persistence-threshold"))
+            rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->persistence);
+        else if (!strcmp(flag, "--max-live-parameters"))
+            rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->max_live);
         else if (!strcmp(flag, "--budget-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
         else if (!strcmp(flag, "--gradient-accumulation-steps"))
@@ -171,6 +180,7 @@ int cmd_plan(int argc, char **argv)
     co.ranks = (int)a.ranks, co.zero_stage = (int)a.stage, co.prefetch_floats = a.prefetch;
     co.accumulate_grads = a.accum > 1;
     co.budget_bytes = (int64_t)a.budget_mb << 20;
+    co.persistence_floats = a.persistence, co.max_live_floats = a.max_live;
     regc_program *p = NULL;
     regc_compile_stats st;
     rc = regc_program_compile(m, a.batch, a.seq, &co, &p, &st);
