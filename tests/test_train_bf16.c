@@ -56,13 +56,6 @@
 #include "test_train_case.h"
 #include "test_util.h"
 
-static const char *const reference_files[] = {
-    REGC_SOURCE_DIR "/tests/data/gpt2_reference.json",
-    REGC_SOURCE_DIR "/tests/data/llama_reference.json",
-    REGC_SOURCE_DIR "/tests/data/t5_reference.json",
-    REGC_SOURCE_DIR "/tests/data/bert_reference.json",
-};
-#define N_FILES (sizeof reference_files / sizeof reference_files[0])
 #define FP32_RTOL 1e-5
 #define TOL_GAPS 3.0      /* tol = TOL_GAPS * g + FP32_RTOL */
 #define ENGAGED_GAPS 0.05 /* (d): (b) reaches ENGAGED_GAPS * g somewhere */
@@ -248,8 +241,9 @@ static int run_bits(void)
 int main(void)
 {
     int failed = 0;
-    for (size_t i = 0; i < N_FILES; i++)
-        failed += regc_test_train_cases_run(reference_files[i], "bf16", test_bf16_tracks_fp32);
+    for (size_t i = 0; regc_test_reference_files[i]; i++)
+        failed +=
+            regc_test_train_cases_run(regc_test_reference_files[i], "bf16", test_bf16_tracks_fp32);
     failed += run_bits();
     return failed;
 }

@@ -25,14 +25,6 @@
 #include "test_reference.h"
 #include "test_train_case.h"
 
-/* One file per architecture, each written by tools/reference/<arch>_reference.py. */
-static const char *const reference_files[] = {
-    REGC_SOURCE_DIR "/tests/data/gpt2_reference.json",
-    REGC_SOURCE_DIR "/tests/data/llama_reference.json",
-    REGC_SOURCE_DIR "/tests/data/t5_reference.json",
-    REGC_SOURCE_DIR "/tests/data/bert_reference.json",
-};
-#define N_FILES (sizeof reference_files / sizeof reference_files[0])
 #define LOSS_RTOL 1e-5
 
 static void test_case(void **state)
@@ -83,7 +75,7 @@ static void test_case(void **state)
 int main(void)
 {
     int failed = 0;
-    for (size_t i = 0; i < N_FILES; i++)
-        failed += regc_test_train_cases_run(reference_files[i], NULL, test_case);
+    for (size_t i = 0; regc_test_reference_files[i]; i++)
+        failed += regc_test_train_cases_run(regc_test_reference_files[i], NULL, test_case);
     return failed;
 }

@@ -16,6 +16,14 @@
 #include "test_train_case.h"
 #include "test_util.h"
 
+const char *const regc_test_reference_files[] = {
+    REGC_SOURCE_DIR "/tests/data/gpt2_reference.json",
+    REGC_SOURCE_DIR "/tests/data/llama_reference.json",
+    REGC_SOURCE_DIR "/tests/data/t5_reference.json",
+    REGC_SOURCE_DIR "/tests/data/bert_reference.json",
+    NULL,
+};
+
 #define TOKEN_STREAM 1000000 /* the tokens' substream index, as in the scripts */
 #define SUM_RTOL 1e-9
 

@@ -21,6 +21,10 @@ typedef struct regc_model regc_model;
 
 #define REGC_TEST_TRAIN_MAX_STEPS 64
 
+/* The reference files, one per architecture, each written by
+ * tools/reference/<arch>_reference.py (NULL-terminated). */
+extern const char *const regc_test_reference_files[];
+
 /* One case and what it owns; the teardown releases all of it, whatever the
  * test did. */
 typedef struct {
