@@ -109,10 +109,8 @@ static void test_rng_matches_python(void **state)
 
 static regc_epilogue epilogue_from_name(const char *name)
 {
-    static const char *names[] = {"NONE",          "BIAS",  "GELU",        "GELU_AUX",
-                                  "BIAS_GELU_AUX", "DGELU", "DGELU_BGRAD", "BGRAD"};
-    for (int i = 0; i < 8; i++)
-        if (strcmp(name, names[i]) == 0)
+    for (int i = REGC_EPI_NONE; i <= REGC_EPI_BGRAD; i++)
+        if (strcmp(name, regc_epilogue_name((regc_epilogue)i)) == 0)
             return (regc_epilogue)i;
     fail_msg("unknown epilogue %s in the reference", name);
     return REGC_EPI_NONE;

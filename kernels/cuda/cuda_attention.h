@@ -248,14 +248,6 @@ static __device__ __forceinline__ float *cuda_own_element(float *tile, int ld)
 
 /* ---- host side */
 
-/* Report a refused call the way every kernel file does: the message is
- * regc_error's, and sync() returns it. */
-static inline void cuda_refuse_call(regc_backend *be, int status, const char *msg)
-{
-    regc_error(status, "%s", msg);
-    cuda_note_failure(be, msg);
-}
-
 /* The shape rules every backend checks (kernel_checks.h), plus this
  * file's head_dim limit. */
 static inline int cuda_check_attention(regc_backend *be, const regc_attn_shape *s, const char *what)
@@ -265,10 +257,9 @@ static inline int cuda_check_attention(regc_backend *be, const regc_attn_shape *
         return 0;
     }
     if (s->head_dim > ATTN_MAX_HEAD_DIM) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s: head_dim %d is over the CUDA backend's limit of %d", what,
-                 s->head_dim, ATTN_MAX_HEAD_DIM);
-        cuda_refuse_call(be, REGC_ERR_UNSUPPORTED, msg);
+        cuda_refuse(be, REGC_ERR_UNSUPPORTED,
+                    "%s: head_dim %d is over the CUDA backend's limit of %d", what, s->head_dim,
+                    ATTN_MAX_HEAD_DIM);
         return 0;
     }
     return 1;
@@ -282,10 +273,8 @@ static int cuda_prepare_launch(regc_backend *be, Kernel *kernel, size_t smem_flo
                                const char *what)
 {
     if (blocks > INT_MAX) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s: %lld blocks, more than one launch takes", what,
-                 (long long)blocks);
-        cuda_refuse_call(be, REGC_ERR_UNSUPPORTED, msg);
+        cuda_refuse(be, REGC_ERR_UNSUPPORTED, "%s: %lld blocks, more than one launch takes", what,
+                    (long long)blocks);
         return 0;
     }
     const cudaError_t err = cudaFuncSetAttribute(

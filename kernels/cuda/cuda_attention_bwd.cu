@@ -392,8 +392,8 @@ static void cuda_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv
     if (!cuda_check_attention(be, s, "attention_bwd"))
         return;
     if (dbias && !bias) {
-        cuda_refuse_call(be, REGC_ERR_ARG,
-                         "attention_bwd: a bias gradient was asked for without the bias");
+        cuda_refuse(be, REGC_ERR_ARG,
+                    "attention_bwd: a bias gradient was asked for without the bias");
         return;
     }
     const int64_t rows = s->batch * s->tq * s->n_head;

@@ -2,6 +2,7 @@
  * first failure remembered until sync() reports it, device memory
  * (stream-ordered allocations, counted), copies and fill, and the table
  * every kernel file fills its part of (cuda_internal.h). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,17 @@ void cuda_note_failure(regc_backend *be, const char *what)
         c->failed = 1;
         snprintf(c->what, sizeof c->what, "%s", what);
     }
+}
+
+void cuda_refuse(regc_backend *be, int status, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    regc_error(status, "%s", msg);
+    cuda_note_failure(be, msg);
 }
 
 void *cuda_scratch_alloc(regc_backend *be, size_t bytes, const char *what)

@@ -35,14 +35,6 @@ static unsigned cuda_grid_for(int64_t n)
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
 
-/* A refused call: the message for regc_error_message(), and the failure
- * that the next sync() reports. */
-static void cuda_refuse(regc_backend *be, int status, const char *why)
-{
-    regc_error(status, "%s", why);
-    cuda_note_failure(be, regc_error_message());
-}
-
 /* ---- the plain elementwise kernels */
 
 __global__ void cuda_add_kernel(float *out, const float *a, const float *b,
@@ -380,11 +372,10 @@ static void cuda_embedding_bwd(regc_backend *be, float *dtable, const int32_t *i
                                const float *dout, int64_t rows, int64_t cols, int64_t vocab,
                                int accumulate)
 {
-    char why[256];
     if (rows > (int64_t)UINT32_MAX) {
-        snprintf(why, sizeof why, "embedding_bwd: %lld rows exceed the 2^32 the grouping indexes",
-                 (long long)rows);
-        cuda_refuse(be, REGC_ERR_ARG, why);
+        cuda_refuse(be, REGC_ERR_ARG,
+                    "embedding_bwd: %lld rows exceed the 2^32 the grouping indexes",
+                    (long long)rows);
         return;
     }
     if (rows < 0 || cols <= 0 || vocab <= 0)

@@ -47,6 +47,10 @@ void cuda_note(regc_backend *be, cudaError_t err, const char *where);
 /* Remember a failure that is no CUDA error: a shape a kernel refuses. The
  * message is regc_error's, set by the caller. */
 void cuda_note_failure(regc_backend *be, const char *what);
+/* A call a kernel refuses (a shape it cannot run): the one-line message
+ * set for regc_error_message(), and the failure sync() reports. */
+void cuda_refuse(regc_backend *be, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Threads per block of the one-thread-per-element kernels. */
 #define CUDA_THREADS 256

@@ -40,11 +40,8 @@ static int cuda_check_grid(regc_backend *be, int64_t blocks, const char *what)
 {
     if (blocks <= INT_MAX)
         return 1;
-    /* sync() reports the message cuda_note_failure keeps */
-    char msg[160];
-    snprintf(msg, sizeof msg, "cuda: %s: %lld blocks do not fit one grid", what, (long long)blocks);
-    regc_error(REGC_ERR_SHAPE, "%s", msg);
-    cuda_note_failure(be, msg);
+    cuda_refuse(be, REGC_ERR_SHAPE, "cuda: %s: %lld blocks do not fit one grid", what,
+                (long long)blocks);
     return 0;
 }
 

@@ -33,11 +33,8 @@ static unsigned cuda_count_row_blocks(regc_backend *be, int64_t rows, const char
 {
     const int64_t blocks = (rows + CUDA_ROWS_PER_BLOCK - 1) / CUDA_ROWS_PER_BLOCK;
     if (blocks > INT_MAX) {
-        /* sync() reports the message cuda_note_failure keeps */
-        char msg[160];
-        snprintf(msg, sizeof msg, "cuda: %s: %lld rows do not fit one grid", what, (long long)rows);
-        regc_error(REGC_ERR_SHAPE, "%s", msg);
-        cuda_note_failure(be, msg);
+        cuda_refuse(be, REGC_ERR_SHAPE, "cuda: %s: %lld rows do not fit one grid", what,
+                    (long long)rows);
         return 0;
     }
     return (unsigned)blocks;
