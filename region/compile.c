@@ -314,6 +314,7 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     prog->zero_stage = o->zero_stage;
     prog->prefetch_floats = o->prefetch_floats;
     prog->max_live_floats = o->max_live_floats;
+    prog->reduce_bucket_floats = o->reduce_bucket_floats;
     prog->deepcompile = o->deepcompile != 0;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};

@@ -116,7 +116,8 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_u64(b, (uint64_t)(o->accumulate_grads != 0)); /* seeds every region */
     regc_bytes_put_u64(b, (uint64_t)(o->ranks > 1 ? o->ranks : 1));
     regc_bytes_put_u64(b, (uint64_t)o->zero_stage);
-    regc_bytes_put_u64(b, (uint64_t)(o->zero_stage == 3 && o->deepcompile));
+    regc_bytes_put_u64(b, (uint64_t)(o->ranks > 1 || o->zero_stage == 3 ? o->deepcompile != 0 : 0));
+    regc_bytes_put_i64(b, o->ranks > 1 || o->zero_stage == 3 ? o->reduce_bucket_floats : 0);
     regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->prefetch_floats : 0);
     regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->max_live_floats : 0);
     regc_bytes_put_i64(b, o->zero_stage == 3 ? o->budget_bytes : 0);

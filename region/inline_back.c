@@ -261,12 +261,18 @@ int regc_program_inline_back(regc_program *p)
     /* ZeRO-3's schedule on the final order (the reorder must not undo
      * prefetch), then the plan again over the longer lifetimes it makes */
     if (p->layout && p->deepcompile) {
-        if ((rc = regc_zero3_schedule(p, p->prefetch_floats, p->max_live_floats)))
+        if ((rc = regc_zero3_schedule(p, p->prefetch_floats, p->max_live_floats,
+                                      p->reduce_bucket_floats)))
             return rc;
         flat_liveness(p, p->instr, p->n_instr);
         if ((rc = plan_arena(p, p->n_instr, 1, &peak, &lower)))
             return rc;
     }
+    /* stage 0's all-reduces into the backward; each rank's gradients of
+     * several micro-batches are summed before theirs, so not then */
+    if (!p->layout && p->ranks > 1 && p->deepcompile && !p->accumulate_grads &&
+        (rc = regc_allreduce_schedule(p)))
+        return rc;
     p->arena_bytes = peak, p->lower_bound = lower;
     return REGC_OK;
 }

@@ -280,6 +280,35 @@ static int build_lazy(regc_program *p, const int64_t *param_offset)
 
 /* ---------------------------------------------------------------- building */
 
+static int by_offset(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Stage 0 over several ranks: the gradient block cut into buckets of whole
+ * parameters, each at most `bucket` floats unless one parameter alone is
+ * larger; the buckets' starts (bytes, ascending, the first 0) into `start`
+ * ([n_bufs + 1]), their number returned (at least 1). */
+static int grad_buckets(const regc_program *p, int64_t bucket, int64_t *start)
+{
+    int n = 0;
+    for (int b = 0; b < p->n_bufs; b++)
+        if (p->bufs[b].kind == BUF_GRADS)
+            start[n++] = p->bufs[b].offset;
+    qsort(start, (size_t)n, sizeof *start, by_offset);
+    const int64_t cap = bucket * (int64_t)sizeof(float);
+    int k = 1;
+    start[0] = 0;
+    for (int i = 0; i < n; i++) /* a parameter after which the bucket would be too large */
+        if (start[i] > start[k - 1]) {
+            int64_t end = i + 1 < n ? start[i + 1] : p->block_bytes;
+            if (end - start[k - 1] > cap)
+                start[k++] = start[i];
+        }
+    return k;
+}
+
 /* The update phase: the optimizer step over whole blocks (every
  * parameter at once, in the blocks' order; under ZeRO-3 this rank's shard
  * of every unit), reading and advancing the scalar block. */
@@ -301,19 +330,31 @@ static int build_update(regc_program *p)
     int v = regc_program_new_buf(p, BUF_V, p->block_bytes, 0);
     if (params < 0 || grads < 0 || m < 0 || v < 0 || scalars < 0)
         return params < 0 ? params : grads < 0 ? grads : m < 0 ? m : v < 0 ? v : REGC_ERR_ARG;
-    if (!(p->update = calloc(8, sizeof *p->update)))
+    /* stage 0 over several ranks: every rank's gradients summed first (each
+     * rank's loss was seeded with its share of the global batch), a bucket
+     * at a time; inline back may move them into the backward */
+    int64_t *start = malloc(((size_t)p->n_bufs + 1) * sizeof *start);
+    int n_buckets = 0;
+    if (start && p->ranks > 1 && p->zero_stage == 0)
+        n_buckets = grad_buckets(
+            p, p->reduce_bucket_floats > 0 ? p->reduce_bucket_floats : REGC_REDUCE_BUCKET_DEFAULT,
+            start);
+    if (!start || !(p->update = calloc((size_t)n_buckets + 8, sizeof *p->update))) {
+        free(start);
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    }
     regc_instr *u = p->update;
     int k = 0;
-    /* stage 0 over several ranks: every rank's gradients summed first (each
-     * rank's loss was seeded with its share of the global batch) */
-    if (p->ranks > 1 && p->zero_stage == 0)
+    for (int i = 0; i < n_buckets; i++) {
+        const int64_t end = i + 1 < n_buckets ? start[i + 1] : p->block_bytes;
         u[k++] = (regc_instr){.kernel = K_ALLREDUCE,
                               .n_refs = 1,
                               .n_out = 1,
                               .node = -1,
-                              .refs = {{grads, 0}},
-                              .d = {n}};
+                              .refs = {{grads, start[i]}},
+                              .d = {(end - start[i]) / (int64_t)sizeof(float)}};
+    }
+    free(start);
     u[k++] = (regc_instr){
         .kernel = K_STEP_SCHEDULE, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
     /* The gradients' global norm every step, clipping or not: the step is

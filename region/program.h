@@ -211,14 +211,15 @@ typedef struct {
 struct regc_program {
     regc_level level;
     int lazy;
-    int forward_only;        /* compile.forward_only: no backward, no update */
-    int accumulate_grads;    /* backward adds into the gradient block */
-    int ranks, zero_stage;   /* compile.ranks, zero_optimization.stage */
-    int n_signals;           /* asynchronous collectives, numbered from 1 */
-    int64_t prefetch_floats; /* compile.prefetch_floats, or the budget's choice */
-    int64_t max_live_floats; /* compile.max_live_floats */
-    int deepcompile;         /* compile.deepcompile (while compiling) */
-    unsigned char *resident; /* [n_units] kept gathered from forward to backward, or NULL */
+    int forward_only;             /* compile.forward_only: no backward, no update */
+    int accumulate_grads;         /* backward adds into the gradient block */
+    int ranks, zero_stage;        /* compile.ranks, zero_optimization.stage */
+    int n_signals;                /* asynchronous collectives, numbered from 1 */
+    int64_t prefetch_floats;      /* compile.prefetch_floats, or the budget's choice */
+    int64_t max_live_floats;      /* compile.max_live_floats */
+    int64_t reduce_bucket_floats; /* compile.reduce_bucket_floats */
+    int deepcompile;              /* compile.deepcompile (while compiling) */
+    unsigned char *resident;      /* [n_units] kept gathered from forward to backward, or NULL */
     int n_resident;
     regc_graph *graph;
     int n_regions;

@@ -107,8 +107,9 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
         return rc;
     }
     if (in->signal && p->queue) {
-        regc_comm_op op = {.kind = in->kernel == K_ALLGATHER ? REGC_COMM_OP_ALLGATHER
-                                                             : REGC_COMM_OP_REDUCE_SCATTER,
+        regc_comm_op op = {.kind = in->kernel == K_ALLGATHER   ? REGC_COMM_OP_ALLGATHER
+                                   : in->kernel == K_ALLREDUCE ? REGC_COMM_OP_ALLREDUCE
+                                                               : REGC_COMM_OP_REDUCE_SCATTER,
                            .dst = ptr[0],
                            .src = ptr[1],
                            .n = in->d[0],

@@ -95,11 +95,24 @@ typedef struct {
      * their backward, gathered once a step instead of twice; 0: none. A
      * budget keeps them too, and chooses among the larger ones. */
     int64_t persistence_floats;
-    /* compile.deepcompile (default 1): stage 3's collectives scheduled by
-     * the compiler (prefetch_floats, reduce-scatters overlapping the
-     * backward); 0: each waited for where it is placed */
+    /* DeepSpeed's reduce_bucket_size: gradient elements reduced at a time.
+     * Stage 0 over several ranks: the gradient block is all-reduced in
+     * buckets of whole parameters of at most this many elements (one
+     * larger is a bucket of its own), each started as soon as the backward
+     * has written its last gradient (0: REGC_REDUCE_BUCKET_DEFAULT). Stage 3:
+     * a unit's reduce-scatter is waited for once those started after it
+     * reach this many elements (0: once the next one starts). */
+    int64_t reduce_bucket_floats;
+    /* compile.deepcompile (default 1): the collectives scheduled by the
+     * compiler (stage 3: prefetch_floats, reduce-scatters overlapping the
+     * backward; stage 0: the buckets' all-reduces overlapping it); 0: each
+     * waited for where it is placed, stage 0's in the update */
     int deepcompile;
 } regc_compile_options;
+
+/* Stage 0's buckets when reduce_bucket_floats is 0: 25 MiB of fp32, as
+ * PyTorch's DistributedDataParallel (bucket_cap_mb) */
+#define REGC_REDUCE_BUCKET_DEFAULT (INT64_C(25) << 18)
 
 void regc_compile_options_default(regc_compile_options *o);
 /* "O0", "O1", "O2" -> level, or -1 */

@@ -46,7 +46,12 @@ int regc_zero3_place(regc_program *p);
  * made asynchronous, all-gathers started ahead within prefetch_floats (-1:
  * one unit ahead; 0: on demand), reduce-scatters overlapping the next
  * unit's backward. */
-int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats);
+int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats,
+                        int64_t reduce_bucket_floats);
+/* Stage 0 over several ranks (zero3_schedule.c): the update's bucket
+ * all-reduces moved into the flat program, each started after the last
+ * instruction that writes its gradients, all waited for at its end. */
+int regc_allreduce_schedule(regc_program *p);
 
 /* Mark resident every unit of at most `persistence` parameters
  * (compile.persistence_floats); how many into *n (zero3_budget.c). */

@@ -1,5 +1,5 @@
-/* zero3_schedule.c — ZeRO-3's communication schedule over the flat step
- * program: prefetch and overlap.
+/* zero3_schedule.c — the communication schedule over the flat step
+ * program: ZeRO-3's prefetch and overlap, and stage 0's buckets.
  *
  * Placement (zero3_place.c) leaves each collective synchronous, right
  * where it is needed: every unit's all-gather just before its first
@@ -15,13 +15,21 @@
  *    where it is waited for (on demand). A live limit (max_live_floats)
  *    can only start it later: units j .. k, the one computing and those
  *    gathered ahead, itself included, must stay within it;
- *  - reduce-scatter m starts where it ran and is waited for after
- *    reduce-scatter m + 1 has started, so it overlaps the next unit's
- *    backward and at most two are in flight.
+ *  - reduce-scatter m starts where it ran and is waited for once those
+ *    started after it reach the reduce bucket (reduce_bucket_floats; 0:
+ *    once m + 1 has started), so it overlaps the next units' backward
+ *    while the gradient buffers in flight stay within the bucket.
  * A start and its wait name the same buffers, so the memory plan, made
  * again after this pass, keeps a gathered buffer from its start to its last
  * reader and a gradient buffer until its reduce-scatter is done. The
- * collectives keep their order of starts, the same on every rank. */
+ * collectives keep their order of starts, the same on every rank.
+ *
+ * Stage 0 over several ranks has no placement: the update all-reduces the
+ * gradient block a bucket at a time. regc_allreduce_schedule moves each
+ * bucket's all-reduce to just after the last instruction that writes a
+ * gradient in it, asynchronous, and waits for them all at the program's
+ * end, so the sums of the last layers' gradients overlap the backward of
+ * the first. The buckets' sums are the update's, so the bits are too. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +74,8 @@ static int live_start_unit(const int64_t *floats, int k, int64_t max_live)
     return j;
 }
 
-int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats)
+int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats,
+                        int64_t reduce_bucket_floats)
 {
     int n = p->n_instr, n_gather = 0, n_scatter = 0;
     for (int i = 0; i < n; i++) {
@@ -91,8 +100,14 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_li
     }
     /* signals: gathers 1 .. n_gather, then the reduce-scatters */
     int n_out = 0, k = 0, next = 0, m = 0;
-    regc_instr pending; /* the last reduce-scatter started, not yet waited for */
-    int has_pending = 0;
+    /* the reduce-scatters started, not yet waited for: out[pend[head .. tail)] */
+    int *pend = malloc(((size_t)n_scatter + 1) * sizeof *pend);
+    if (!pend) {
+        free(gpos), free(from), free(floats), free(out);
+        return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
+    }
+    int head = 0, tail = 0;
+    int64_t after_head = 0; /* floats of those started after the oldest */
     for (int i = 0; i < n; i++) {
         const regc_instr *in = &p->instr[i];
         if (in->kernel == K_ALLGATHER) {
@@ -106,22 +121,102 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_li
             out[n_out++] = wait_for(&self);
             k++;
         } else if (in->kernel == K_REDUCE_SCATTER) {
-            regc_instr start = *in;
-            start.signal = n_gather + ++m;
-            out[n_out++] = start;
-            if (has_pending)
-                out[n_out++] = wait_for(&pending);
-            pending = start, has_pending = 1;
+            if (tail > head)
+                after_head += in->d[0] * p->ranks;
+            pend[tail++] = n_out;
+            out[n_out] = *in;
+            out[n_out++].signal = n_gather + ++m;
+            while (tail - head > 1 && after_head >= reduce_bucket_floats) {
+                out[n_out++] = wait_for(&out[pend[head++]]);
+                after_head -= out[pend[head]].d[0] * p->ranks;
+            }
         } else {
             out[n_out++] = *in;
         }
     }
-    if (has_pending)
-        out[n_out++] = wait_for(&pending);
+    while (head < tail)
+        out[n_out++] = wait_for(&out[pend[head++]]);
+    free(pend);
     free(p->instr);
     p->instr = out, p->n_instr = n_out;
     p->n_signals = n_gather + n_scatter;
     free(gpos), free(from), free(floats);
+    return REGC_OK;
+}
+
+/* ---------------------------------------------------------------- stage 0 */
+
+/* The first bucket of `n` (starts ascending, bytes) that holds byte `at`. */
+static int bucket_of(const int64_t *start, int n, int64_t at)
+{
+    int lo = 0, hi = n; /* start[lo] <= at < start[hi] */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (start[mid] <= at)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int regc_allreduce_schedule(regc_program *p)
+{
+    int nb = 0, n = p->n_instr;
+    for (int i = 0; i < p->n_update; i++)
+        nb += p->update[i].kernel == K_ALLREDUCE && !p->update[i].d[1];
+    if (nb == 0)
+        return REGC_OK;
+    regc_instr *bucket = malloc((size_t)nb * sizeof *bucket);
+    int64_t *start = malloc((size_t)nb * sizeof *start);
+    int *after = malloc((size_t)nb * sizeof *after); /* its last writer, -1 */
+    regc_instr *out = malloc(((size_t)n + 2 * (size_t)nb) * sizeof *out);
+    if (!bucket || !start || !after || !out) {
+        free(bucket), free(start), free(after), free(out);
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    }
+    /* the update's buckets, in the block's order, out of the update */
+    int k = 0, kept = 0;
+    for (int i = 0; i < p->n_update; i++) {
+        const regc_instr *u = &p->update[i];
+        if (u->kernel == K_ALLREDUCE && !u->d[1]) {
+            after[k] = -1;
+            start[k] = p->bufs[u->refs[0].buf].offset + u->refs[0].off;
+            bucket[k++] = *u;
+        } else {
+            p->update[kept++] = *u;
+        }
+    }
+    p->n_update = kept;
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < p->instr[i].n_refs; r++) {
+            const int b = p->instr[i].refs[r].buf;
+            if (b < 0 || p->bufs[b].kind != BUF_GRADS || !regc_instr_writes(&p->instr[i], r))
+                continue;
+            const int64_t lo = p->bufs[b].offset, hi = lo + p->bufs[b].bytes;
+            for (int j = bucket_of(start, nb, lo); j < nb && start[j] < hi; j++)
+                after[j] = i;
+        }
+    /* starts after their last writer (before everything: never written),
+     * in the block's order where several share one; then every wait */
+    int n_out = 0, signal = p->n_signals;
+    for (int i = -1; i < n; i++) {
+        if (i >= 0)
+            out[n_out++] = p->instr[i];
+        for (int j = 0; j < nb; j++)
+            if (after[j] == i) {
+                out[n_out] = bucket[j];
+                out[n_out++].signal = ++signal;
+            }
+    }
+    /* in the order started (the queue waits for every earlier one too) */
+    for (int i = 0, m = n_out; i < m; i++)
+        if (out[i].kernel == K_ALLREDUCE && out[i].signal)
+            out[n_out++] = wait_for(&out[i]);
+    free(p->instr);
+    p->instr = out, p->n_instr = n_out;
+    p->n_signals = signal;
+    free(bucket), free(start), free(after);
     return REGC_OK;
 }
 

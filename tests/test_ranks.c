@@ -10,8 +10,10 @@
  *   GPT-2, Llama, BERT and T5; two runs at the same N give the same bits.
  * - The same under ZeRO-3 (stage 3). At N = 2 its scheduled program gives
  *   the bits of the lazy reference (each gather right before its call),
- *   of gathers on demand, of no schedule, of a whole-step compile, of the
- *   communicator that stages device buffers through the host.
+ *   of gathers on demand, of no schedule, of a whole-step compile, of every
+ *   reduce-scatter in flight, of the communicator that stages device
+ *   buffers through the host. At stage 0 the buckets' all-reduces in the
+ *   backward give the bits of the sums in the update, at any bucket size.
  * - A checkpoint written at N = 2 under stage 3 resumes at N = 2 bit for
  *   bit, and in one process and at N = 4 within 1e-5.
  * - `regc plan` predicts the device memory each rank holds, within 1%, at
@@ -252,17 +254,9 @@ static void test_global_batch_t5(void **state)
     check_global_batch("t5-tiny");
 }
 
-/* Under ZeRO-3 at 2 ranks every program gives the scheduled one's bits:
- * the lazy reference (O0, each gather right before its call), gathers on
- * demand, no schedule at all, a whole-step compile, a deep prefetch; so
- * does the staged communicator. */
-static void test_stage3_programs_agree_at_two_ranks(void **state)
+/* At 2 ranks every program of a stage gives the scheduled one's bits. */
+static void check_programs_agree(const char *stage, const char *const (*ways)[2], size_t n_ways)
 {
-    (void)state;
-    static const char *const ways[][2] = {
-        {"--level", "O0"},        {"--inline-back", "off"}, {"--prefetch-bucket-size", "0"},
-        {"--deepcompile", "off"}, {"--regional", "off"},    {"--prefetch-bucket-size", "1000000"},
-    };
     char *ref = regc_test_join(tmp, "scheduled"), *other = regc_test_join(tmp, "other");
     char *wref = regc_test_join(ref, "model.safetensors"),
          *wother = regc_test_join(other, "model.safetensors");
@@ -270,21 +264,54 @@ static void test_stage3_programs_agree_at_two_ranks(void **state)
     const char *base[] = {"--model", "llama-tiny",   "--data", plain,        "--batch",
                           "2",       "--seq",        "16",     "--steps",    "5",
                           "--lr",    "3e-3",         "--json", "--no-cache", "--save",
-                          ref,       "--zero-stage", "3",      NULL};
+                          ref,       "--zero-stage", stage,    NULL};
     assert_int_equal(run(2, base, lref, NULL), 0);
-    for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+    for (size_t w = 0; w < n_ways; w++) {
         const char *args[] = {"--model",  "llama-tiny", "--data",  plain, "--batch",      "2",
                               "--seq",    "16",         "--steps", "5",   "--lr",         "3e-3",
-                              "--json",   "--no-cache", "--save",  other, "--zero-stage", "3",
+                              "--json",   "--no-cache", "--save",  other, "--zero-stage", stage,
                               ways[w][0], ways[w][1],   NULL};
         assert_int_equal(run(2, args, l, NULL), 0);
         for (int k = 0; k < STEPS; k++)
             if (memcmp(&l[k], &lref[k], sizeof l[k]) != 0)
-                fail_msg("%s %s, step %d: %.9g, scheduled %.9g", ways[w][0], ways[w][1], k, l[k],
-                         lref[k]);
+                fail_msg("stage %s, %s %s, step %d: %.9g, scheduled %.9g", stage, ways[w][0],
+                         ways[w][1], k, l[k], lref[k]);
         same_bytes(wref, wother);
     }
     free(ref), free(other), free(wref), free(wother);
+}
+
+/* Under ZeRO-3: the lazy reference (O0, each gather right before its
+ * call), gathers on demand, no schedule at all, a whole-step compile, a
+ * deep prefetch, every reduce-scatter in flight; so does the staged
+ * communicator. */
+static void test_stage3_programs_agree_at_two_ranks(void **state)
+{
+    (void)state;
+    static const char *const ways[][2] = {
+        {"--level", "O0"},
+        {"--inline-back", "off"},
+        {"--prefetch-bucket-size", "0"},
+        {"--deepcompile", "off"},
+        {"--regional", "off"},
+        {"--prefetch-bucket-size", "1000000"},
+        {"--reduce-bucket-size", "1000000000"},
+    };
+    check_programs_agree("3", ways, sizeof ways / sizeof *ways);
+}
+
+/* At stage 0: the sums in the update (lazy, or no schedule), and buckets
+ * of another size (two ranks' sum is exact whatever the bucket). */
+static void test_stage0_programs_agree_at_two_ranks(void **state)
+{
+    (void)state;
+    static const char *const ways[][2] = {
+        {"--level", "O0"},
+        {"--deepcompile", "off"},
+        {"--reduce-bucket-size", "1000"},
+        {"--reduce-bucket-size", "1000000000"},
+    };
+    check_programs_agree("0", ways, sizeof ways / sizeof *ways);
 }
 
 /* ---- checkpoints move between rank counts and stages ---------------------- */
@@ -582,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_global_batch_bert),
         cmocka_unit_test(test_global_batch_t5),
         cmocka_unit_test(test_stage3_programs_agree_at_two_ranks),
+        cmocka_unit_test(test_stage0_programs_agree_at_two_ranks),
         cmocka_unit_test(test_checkpoint_moves_between_rank_counts),
         cmocka_unit_test(test_model_directory_read_by_shards),
         cmocka_unit_test(test_plan_predicts_the_peak),

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# bench_zero3.sh — a training step under mpirun: stage 0 (data parallel),
-# stage 3 with the compiler's prefetch, and stage 3 gathering each unit on
-# demand; per variant the median step time (first step left out), the
-# job's tokens/s, and for stage 3 the time in collectives and the share of
-# it hidden behind compute.
+# bench_zero3.sh — a training step under mpirun: stage 0 (data parallel)
+# with its bucket all-reduces in the backward and all in the update, stage 3
+# with the compiler's prefetch, and stage 3 gathering each unit on demand;
+# per variant the median step time (first step left out), the job's
+# tokens/s, and where collectives run asynchronously the time in them and
+# the share of it hidden behind compute.
 #
 #   tools/bench_zero3.sh [--model gpt2-124m] [--ranks 2] [--threads 1]
 #                        [--batch 2] [--seq 64] [--steps 6] [--regc build/regc]
@@ -60,5 +61,6 @@ run() {
 echo "$model, $ranks ranks x $threads thread(s), batch $batch per rank, seq $seq, $steps steps"
 printf "%-28s %9s %10s %10s %9s\n" variant "ms/step" "tokens/s" "comm ms" hidden
 run "stage 0" --zero-stage 0
+run "stage 0, sums in the update" --zero-stage 0 --deepcompile off
 run "stage 3, prefetch" --zero-stage 3
 run "stage 3, on demand" --zero-stage 3 --prefetch-bucket-size 0

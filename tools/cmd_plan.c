@@ -37,6 +37,9 @@ void print_plan_usage(FILE *f)
           "                             from forward to backward (default 0: none)\n"
           "  --max-live-parameters <E>  stage 3: at most E parameters gathered at once by\n"
           "                             the gathers ahead (default 0: no limit)\n"
+          "  --reduce-bucket-size <E>   gradient elements reduced at a time (stage 0: the\n"
+          "                             all-reduce buckets, default 25 MiB; stage 3: the\n"
+          "                             reduce-scatters in flight)\n"
           "  --budget-mb <MiB>          stage 3: device memory per rank in MiB; the\n"
           "                             compiler picks the prefetch and resident units to fit\n"
           "  --gradient-accumulation-steps <K>\n"
@@ -49,6 +52,7 @@ void print_plan_usage(FILE *f)
 typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
+    long long reduce_bucket;
     int level, json;
 } plan_args;
 
@@ -91,6 +95,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->persistence);
         else if (!strcmp(flag, "--max-live-parameters"))
             rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->max_live);
+        else if (!strcmp(flag, "--reduce-bucket-size"))
+            rc = parse_int(flag, value, 1, INT64_MAX, "a positive integer", &a->reduce_bucket);
         else if (!strcmp(flag, "--budget-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
         else if (!strcmp(flag, "--gradient-accumulation-steps"))
@@ -181,6 +187,7 @@ int cmd_plan(int argc, char **argv)
     co.accumulate_grads = a.accum > 1;
     co.budget_bytes = (int64_t)a.budget_mb << 20;
     co.persistence_floats = a.persistence, co.max_live_floats = a.max_live;
+    co.reduce_bucket_floats = a.reduce_bucket;
     regc_program *p = NULL;
     regc_compile_stats st;
     rc = regc_program_compile(m, a.batch, a.seq, &co, &p, &st);

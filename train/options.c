@@ -185,14 +185,21 @@ const regc_option regc_option_table[] = {
      "stage 3: units (a layer's parameters, a piece of glue's) of at most this many parameters "
      "stay gathered from their forward to their backward, gathered once a step instead of "
      "twice (default 0: none)"},
+    {"zero_optimization", "reduce_bucket_size", "--reduce-bucket-size", OPT_INT, "<ELEMENTS>", 1,
+     (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.reduce_bucket_floats), 0,
+     "gradient elements reduced at a time: stage 0 all-reduces the gradients in buckets of "
+     "whole parameters of at most this many, each as soon as the backward has written it "
+     "(default 6553600: 25 MiB); stage 3 waits for a reduce-scatter once those started after "
+     "it reach this many (default: once the next one starts)"},
     {"compile", "memory_budget_mb", "--memory-budget-mb", OPT_INT, "<MB>", 1,
      (double)(INT64_C(1) << 30), INT64_C(1) << 20, NULL, FIELD(train.compile.budget_bytes), 0,
      "stage 3: device memory per rank in MiB; the compiler picks how far ahead to "
      "gather and which units to keep gathered from forward to backward so that it fits"},
     {"compile", "deepcompile", "--deepcompile", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.deepcompile), OPT_SHOW_DEFAULT,
-     "stage 3: the compiler's communication schedule (gathers started ahead, reduce-scatters "
-     "overlapping the backward); off waits for each collective where it is placed"},
+     "the compiler's communication schedule (stage 3: gathers started ahead, reduce-scatters "
+     "overlapping the backward; stage 0: the buckets' all-reduces overlapping it); off waits "
+     "for each collective where it is placed"},
 };
 
 const int regc_option_count = (int)(sizeof regc_option_table / sizeof regc_option_table[0]);
@@ -232,8 +239,7 @@ int regc_option_section_known(const char *section)
  * as such rather than as typos. */
 int regc_option_not_yet(const char *section, const char *key)
 {
-    static const char *const later[] = {"reduce_bucket_size", "offload_optimizer", "offload_param",
-                                        NULL};
+    static const char *const later[] = {"offload_optimizer", "offload_param", NULL};
     for (int i = 0; !strcmp(section, "zero_optimization") && later[i]; i++)
         if (!strcmp(key, later[i]))
             return 1;

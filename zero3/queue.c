@@ -38,6 +38,7 @@ static int run_op(regc_comm *c, const regc_comm_op *op)
     case REGC_COMM_OP_ALLGATHER: return c->allgather(c, op->dst, op->src, op->n);
     case REGC_COMM_OP_REDUCE_SCATTER:
         return c->reduce_scatter(c, op->dst, op->src, op->n, op->accumulate);
+    case REGC_COMM_OP_ALLREDUCE: return c->allreduce(c, op->dst, op->n, REGC_COMM_F32);
     }
     return regc_error(REGC_ERR_ARG, "communication queue: no collective %d", (int)op->kind);
 }

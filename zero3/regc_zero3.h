@@ -74,13 +74,17 @@ void regc_comm_free(regc_comm *c);
  * ticket at once, wait blocks until that collective and every one before
  * it has finished. While collectives are queued, only the queue's thread
  * calls the communicator; drain before calling it yourself. */
-typedef enum { REGC_COMM_OP_ALLGATHER, REGC_COMM_OP_REDUCE_SCATTER } regc_comm_op_kind;
+typedef enum {
+    REGC_COMM_OP_ALLGATHER,
+    REGC_COMM_OP_REDUCE_SCATTER,
+    REGC_COMM_OP_ALLREDUCE /* f32, in place in dst */
+} regc_comm_op_kind;
 
 typedef struct {
     regc_comm_op_kind kind;
     float *dst;
     const float *src;
-    int64_t n; /* floats per rank, as allgather and reduce_scatter take them */
+    int64_t n; /* floats per rank, as the collective takes them */
     int accumulate;
 } regc_comm_op;
 
