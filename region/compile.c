@@ -313,9 +313,6 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     prog->ranks = o->ranks > 1 ? o->ranks : 1;
     prog->zero_stage = o->zero_stage;
     prog->prefetch_floats = o->prefetch_floats;
-    prog->max_live_floats = o->max_live_floats;
-    prog->reduce_bucket_floats = o->reduce_bucket_floats;
-    prog->deepcompile = o->deepcompile != 0;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));
@@ -352,15 +349,7 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
         goto done;
     double l0 = regc_time_ms();
     int inline_flat = o->inline_back && o->level != REGC_LEVEL_O0;
-    if (prog->layout && o->budget_bytes > 0)
-        rc = regc_zero3_fit(prog, param_offset, inline_flat, o->budget_bytes, o->persistence_floats,
-                            st);
-    else if (prog->layout && o->persistence_floats > 0 &&
-             (rc = regc_zero3_persist(prog, o->persistence_floats)))
-        goto done;
-    else
-        rc = regc_program_link(prog, param_offset, inline_flat, st);
-    if (rc)
+    if ((rc = regc_passes_run(prog, param_offset, inline_flat, o, st)))
         goto done;
     st->inline_ms = regc_time_ms() - l0;
     if (o->dump_dir && (rc = dump_all(prog, o->dump_dir)))
@@ -470,6 +459,7 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
         }
     }
 done:
+    st->replan_step = o->replan_step;
     if (rc >= 0 && cached && *out) /* the key the backend's tuning is kept under */
         regc_bytes_put(&(*out)->step_key, canon.data, canon.len);
     regc_graph_free(g);

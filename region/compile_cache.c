@@ -122,6 +122,14 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->max_live_floats : 0);
     regc_bytes_put_i64(b, o->zero_stage == 3 ? o->budget_bytes : 0);
     regc_bytes_put_i64(b, o->zero_stage == 3 ? o->persistence_floats : 0);
+    /* the schedule passes, and which re-plan this is (its profile is not
+     * keyed: a restart reuses what the first run decided) */
+    regc_bytes_put_u64(b, (uint64_t)o->passes.n);
+    for (int i = 0; i < o->passes.n; i++) {
+        regc_bytes_put_str(b, o->passes.pass[i].name);
+        regc_bytes_put_i64(b, o->passes.pass[i].budget_bytes);
+    }
+    regc_bytes_put_i64(b, o->replan_step);
 }
 
 int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *canon,

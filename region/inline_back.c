@@ -260,9 +260,9 @@ int regc_program_inline_back(regc_program *p)
         return rc;
     /* ZeRO-3's schedule on the final order (the reorder must not undo
      * prefetch), then the plan again over the longer lifetimes it makes */
-    if (p->layout && p->deepcompile) {
+    if (p->layout && (p->prefetch_floats != 0 || p->overlap)) {
         if ((rc = regc_zero3_schedule(p, p->prefetch_floats, p->max_live_floats,
-                                      p->reduce_bucket_floats)))
+                                      p->reduce_bucket_floats, p->overlap)))
             return rc;
         flat_liveness(p, p->instr, p->n_instr);
         if ((rc = plan_arena(p, p->n_instr, 1, &peak, &lower)))
@@ -270,7 +270,7 @@ int regc_program_inline_back(regc_program *p)
     }
     /* stage 0's all-reduces into the backward; each rank's gradients of
      * several micro-batches are summed before theirs, so not then */
-    if (!p->layout && p->ranks > 1 && p->deepcompile && !p->accumulate_grads &&
+    if (!p->layout && p->ranks > 1 && p->overlap && !p->accumulate_grads &&
         (rc = regc_allreduce_schedule(p)))
         return rc;
     p->arena_bytes = peak, p->lower_bound = lower;

@@ -2,7 +2,7 @@
  * the driver, the step program's dump and the cache's labels all use. */
 #include <string.h>
 
-#include "regc_region.h"
+#include "region_internal.h"
 
 void regc_compile_options_default(regc_compile_options *o)
 {
@@ -12,6 +12,7 @@ void regc_compile_options_default(regc_compile_options *o)
     o->inline_back = 1;
     o->prefetch_floats = -1; /* one unit ahead */
     o->deepcompile = 1;
+    regc_pass_list_default(&o->passes);
 }
 
 static const char *const level_names[] = {"O0", "O1", "O2"};

@@ -62,6 +62,7 @@ void regc_program_unlink(regc_program *p)
         free(p->steps[i].bind);
     free(p->steps), free(p->instr), free(p->update), free(p->bufs);
     p->steps = NULL, p->instr = NULL, p->update = NULL, p->bufs = NULL;
+    regc_program_measure(p, 0);
     p->n_steps = p->n_instr = p->n_update = p->n_bufs = p->cap_bufs = p->n_signals = 0;
     p->arena_bytes = p->lower_bound = p->block_bytes = 0;
     p->fused_pairs = p->reordered = 0;
@@ -405,7 +406,7 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
         st->lower_bound_bytes = p->lower_bound;
         st->memory_aware_order = p->reordered;
         st->zero3_units = p->layout ? p->layout->n_units : 0;
-        st->zero3_prefetch = p->layout && p->deepcompile ? p->prefetch_floats : 0;
+        st->zero3_prefetch = p->layout ? p->prefetch_floats : 0;
         st->zero3_resident = p->n_resident;
         int64_t n = 0;
         if (inline_flat)

@@ -218,8 +218,12 @@ struct regc_program {
     int64_t prefetch_floats;      /* compile.prefetch_floats, or the budget's choice */
     int64_t max_live_floats;      /* compile.max_live_floats */
     int64_t reduce_bucket_floats; /* compile.reduce_bucket_floats */
-    int deepcompile;              /* compile.deepcompile (while compiling) */
-    unsigned char *resident;      /* [n_units] kept gathered from forward to backward, or NULL */
+    int overlap;                  /* the schedule's: reduce collectives overlap the backward */
+    double *instr_ms;             /* [n_instr] measured times summed over the runs, or NULL */
+    int measured_runs;
+    int *started_at;         /* [n_signals + 1] the instruction that started each, measuring */
+    double *op_ms;           /* [n_signals + 1] each collective's own time, measuring */
+    unsigned char *resident; /* [n_units] kept gathered from forward to backward, or NULL */
     int n_resident;
     regc_graph *graph;
     int n_regions;

@@ -113,7 +113,8 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
                            .dst = ptr[0],
                            .src = ptr[1],
                            .n = in->d[0],
-                           .accumulate = in->accumulate};
+                           .accumulate = in->accumulate,
+                           .ms = p->op_ms ? &p->op_ms[in->signal] : NULL};
         return regc_comm_queue_start(p->queue, &op, &p->tickets[in->signal]);
     }
     switch (in->kernel) {
@@ -270,6 +271,48 @@ static int prepare_gemms(regc_program *p)
     return rc;
 }
 
+int regc_program_measure(regc_program *p, int on)
+{
+    free(p->instr_ms), free(p->started_at), free(p->op_ms);
+    p->instr_ms = NULL, p->started_at = NULL, p->op_ms = NULL;
+    p->measured_runs = 0;
+    if (!on || p->lazy)
+        return REGC_OK;
+    p->instr_ms = calloc((size_t)p->n_instr + 1, sizeof *p->instr_ms);
+    p->started_at = calloc((size_t)p->n_signals + 1, sizeof *p->started_at);
+    p->op_ms = calloc((size_t)p->n_signals + 1, sizeof *p->op_ms);
+    if (!p->instr_ms || !p->started_at || !p->op_ms) {
+        regc_program_measure(p, 0);
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    }
+    return REGC_OK;
+}
+
+/* The flat program with every instruction timed between two
+ * synchronisations; an asynchronous collective's own time (on the
+ * communication thread) goes to the instruction that started it, once
+ * its wait has returned. */
+static int run_measured(regc_program *p)
+{
+    void *ptr[REGC_INSTR_MAX_REFS];
+    int rc = p->be->sync(p->be);
+    for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {
+        const regc_instr *in = &p->instr[i];
+        resolve(p->ptr, in, ptr);
+        double t0 = regc_time_ms();
+        rc = run_instr(p, in, ptr);
+        if (rc == REGC_OK)
+            rc = p->be->sync(p->be);
+        p->instr_ms[i] += regc_time_ms() - t0;
+        if (in->signal && in->kernel != K_COMM_WAIT)
+            p->started_at[in->signal] = i;
+        else if (in->signal)
+            p->instr_ms[p->started_at[in->signal]] += p->op_ms[in->signal];
+    }
+    p->measured_runs += rc == REGC_OK;
+    return rc;
+}
+
 int regc_program_run(regc_program *p)
 {
     if (!p->ptr)
@@ -279,6 +322,8 @@ int regc_program_run(regc_program *p)
     int rc = REGC_OK;
     if (p->lazy) {
         rc = run_lazy(p);
+    } else if (p->instr_ms) {
+        rc = run_measured(p);
     } else {
         void *ptr[REGC_INSTR_MAX_REFS];
         for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {

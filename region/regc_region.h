@@ -39,6 +39,25 @@ typedef enum {
     REGC_PRECISION_BF16,
 } regc_precision;
 
+/* The schedule passes a compile runs (compile.passes, or a step of
+ * compile.schedule), in order, each with its own budget. */
+#define REGC_MAX_PASSES 8
+#define REGC_PASS_NAME 32 /* a name's bytes, terminator included */
+typedef struct {
+    int n;
+    struct {
+        char name[REGC_PASS_NAME];
+        int64_t budget_bytes; /* device memory per rank; 0: the compile's budget_bytes */
+    } pass[REGC_MAX_PASSES];
+} regc_pass_list;
+
+/* What one ZeRO-3 unit cost per step in the steps measured so far. */
+typedef struct {
+    double compute_ms; /* the instructions run while its parameters were the last gathered */
+    double gather_ms;  /* one all-gather of it, on the communication thread */
+    double gathers;    /* all-gathers of it per step */
+} regc_unit_profile;
+
 typedef struct {
     int regional;             /* compile.use_regional_compilation (default 1) */
     regc_level level;         /* compile.level (default O1) */
@@ -104,10 +123,20 @@ typedef struct {
      * reach this many elements (0: once the next one starts). */
     int64_t reduce_bucket_floats;
     /* compile.deepcompile (default 1): the collectives scheduled by the
-     * compiler (stage 3: prefetch_floats, reduce-scatters overlapping the
-     * backward; stage 0: the buckets' all-reduces overlapping it); 0: each
-     * waited for where it is placed, stage 0's in the update */
+     * schedule passes; 0: none runs, each collective waited for where it is
+     * placed, stage 0's in the update */
     int deepcompile;
+    /* compile.passes (default: prefetch, overlap_reduce, selective_gather;
+     * see "Schedule passes" below) */
+    regc_pass_list passes;
+    /* What the steps measured so far cost, per unit of the shard layout
+     * ([n_unit_profile], averaged over the ranks so that every rank
+     * decides alike), or NULL: nothing measured yet. Not part of the cache
+     * key: a re-planned step is keyed by its replan_step. */
+    const regc_unit_profile *unit_profile;
+    int n_unit_profile;
+    /* the step of compile.schedule this compile re-plans at; 0: the first */
+    int64_t replan_step;
 } regc_compile_options;
 
 /* Stage 0's buckets when reduce_bucket_floats is 0: 25 MiB of fp32, as
@@ -144,7 +173,71 @@ typedef struct {
      * gathered from forward to backward, of how many */
     int64_t zero3_prefetch;
     int zero3_resident, zero3_units;
+    int64_t replan_step; /* compile.schedule's step this compile re-planned at; 0: the first */
 } regc_compile_stats;
+
+/* ======================================================================
+ * Schedule passes (DeepCompile's register_compile_pass and schedule).
+ *
+ * Lowering places every collective of a multi-rank step where it is
+ * needed and waits for it there (each all-gather right before the pass
+ * that reads its unit, each reduce-scatter after its unit's last gradient,
+ * stage 0's all-reduces in the update): always right, never fast. When
+ * they start, how far ahead, and which units stay gathered from forward to
+ * backward is a regc_comm_schedule, decided by the passes compile.passes names,
+ * run in order: each sees the options, its budget and the profile of the
+ * steps measured so far, may change what the ones before it chose, and may
+ * weigh a candidate by linking it (regc_pass_try). The step is then
+ * linked with the result. compile.schedule re-plans a running job: at a
+ * listed step the trainer compiles the step again with that step's passes
+ * and the profile measured since the last plan.
+ *
+ * Built in:
+ *  - "prefetch": all-gathers started ahead: compile.prefetch_floats, or
+ *    with a profile (and no explicit prefetch) the fewest units ahead whose
+ *    measured compute covers every measured all-gather;
+ *  - "overlap_reduce": reduce-scatters (stage 3) and stage 0's bucket
+ *    all-reduces started in the backward and waited for later;
+ *  - "selective_gather": under a budget, the deepest prefetch (4, 2, 1 or
+ *    0 units ahead, none when no pass before it prefetches) that fits, then
+ *    the most units kept gathered that fit, the highest gather cost per
+ *    byte first (measured, or the smallest units first without a profile);
+ *    fails naming the least the step needs when nothing fits.
+ * ====================================================================== */
+typedef struct regc_program regc_program;
+typedef struct regc_device_memory regc_device_memory;
+
+typedef struct {
+    int64_t prefetch_floats;      /* as compile.prefetch_floats; 0: on demand */
+    int64_t max_live_floats;      /* as compile.max_live_floats */
+    int64_t reduce_bucket_floats; /* as compile.reduce_bucket_floats */
+    int overlap;                  /* reduce collectives overlapped with the backward */
+    unsigned char *resident;      /* [n_units] kept gathered from forward to backward */
+} regc_comm_schedule;
+
+typedef struct regc_pass_link regc_pass_link;
+typedef struct {
+    const regc_compile_options *options;
+    const regc_shard_layout *layout;  /* stage 3's units, or NULL */
+    const regc_unit_profile *profile; /* [layout->n_units], or NULL: none measured */
+    int64_t budget_bytes;             /* this pass's device memory per rank; 0: none */
+    regc_pass_link *link;             /* for regc_pass_try */
+} regc_pass_input;
+
+typedef int (*regc_pass_fn)(const regc_pass_input *in, regc_comm_schedule *s, void *user);
+/* Add a pass (or replace the one of that name) for every later compile;
+ * REGC_ERR_ARG for a bad name or a full registry. Not thread-safe: register
+ * before compiling. */
+int regc_pass_register(const char *name, regc_pass_fn fn, void *user);
+/* Is a pass of this name registered? */
+int regc_pass_known(const char *name);
+/* Link the step with schedule s and give what it would hold per rank. */
+int regc_pass_try(const regc_pass_input *in, const regc_comm_schedule *s, regc_device_memory *mem);
+/* A program that ran (with measuring on) into its units' profile: out
+ * [layout's n_units], per step; REGC_ERR_ARG without units or measures. */
+int regc_program_unit_profile(const regc_program *p, regc_unit_profile *out);
+/* Time every instruction of the flat program from now on (on) or stop. */
+int regc_program_measure(regc_program *p, int on);
 
 /* ======================================================================
  * Profile: where the time of a run goes, summed per row (a kernel and its

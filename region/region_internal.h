@@ -47,20 +47,20 @@ int regc_zero3_place(regc_program *p);
  * one unit ahead; 0: on demand), reduce-scatters overlapping the next
  * unit's backward. */
 int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats,
-                        int64_t reduce_bucket_floats);
+                        int64_t reduce_bucket_floats, int overlap);
 /* Stage 0 over several ranks (zero3_schedule.c): the update's bucket
  * all-reduces moved into the flat program, each started after the last
  * instruction that writes its gradients, all waited for at its end. */
 int regc_allreduce_schedule(regc_program *p);
 
-/* Mark resident every unit of at most `persistence` parameters
- * (compile.persistence_floats); how many into *n (zero3_budget.c). */
-int regc_zero3_persist(regc_program *p, int64_t persistence);
-/* Link p (ZeRO-3) with the fastest schedule whose device memory fits
- * `budget` bytes per rank, the persistent units among the resident ones
- * (zero3_budget.c). */
-int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int64_t budget,
-                   int64_t persistence, regc_compile_stats *st);
+/* The schedule passes (passes.c): run the ones o->passes names on p's
+ * schedule, then link p with it. */
+int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_flat,
+                    const regc_compile_options *o, regc_compile_stats *st);
+/* prefetch, overlap_reduce, selective_gather */
+void regc_pass_list_default(regc_pass_list *l);
+/* The built-in selective_gather pass (zero3_budget.c). */
+int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s, void *user);
 
 /* ---- the compile cache's glue (region/compile_cache.c) */
 /* Is the cache read and written? (Dumps always compile afresh.) */

@@ -1,5 +1,5 @@
-/* zero3_budget.c — ZeRO-3 under a device-memory budget: the fastest
- * schedule whose memory fits.
+/* zero3_budget.c — the selective_gather pass: ZeRO-3 under a device-memory
+ * budget, the fastest schedule whose memory fits.
  *
  * Two choices trade memory for time: how far ahead gathers start (each
  * unit ahead holds one more unit's parameters) and which units stay
@@ -9,119 +9,114 @@
  * program's own account, regc_program_device_memory, the number the
  * runtime allocates and `regc plan` prints. The search:
  *  1. the deepest prefetch of 4, 2, 1, 0 units ahead that fits with no
- *     unit resident (none fitting: the budget is too small, and the error
- *     says how much on-demand gathering needs);
+ *     more units resident than the schedule has (only 0 when no pass
+ *     before this one prefetches); none fitting: the budget is too small,
+ *     and the error says how much on-demand gathering needs;
  *  2. at that depth, the most resident units that fit, by bisection over
- *     k, the k smallest units resident (a gather costs a latency plus its
- *     bytes: the smallest units cost the most per byte kept).
- * The persistent units (compile.persistence_floats: those of at most that
- * many parameters, the smallest) are resident in every candidate.
- * The program is left linked with the best candidate that fit. */
+ *     k, the first k units by gather cost per byte: measured (an
+ *     all-gather's time over its bytes), or without a profile the smallest
+ *     units first (a gather costs a latency plus its bytes: the smallest
+ *     cost the most per byte kept).
+ * Units the schedule already keeps (the persistent ones) stay resident in
+ * every candidate. Without a budget the pass changes nothing. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "region_internal.h"
 
 typedef struct {
-    regc_program *p;
-    const int64_t *param_offset;
-    int inline_flat;
-    const int *by_size;  /* units, smallest first */
-    int64_t persistence; /* units of at most this many parameters are always resident */
+    const regc_pass_input *in;
+    regc_comm_schedule *s;
+    const unsigned char *kept; /* resident before the pass */
+    const int *order;          /* units, highest gather cost per byte first */
 } fitter;
 
-/* Link with `prefetch` and the k smallest units resident; the device
- * memory it needs into *total. */
-static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total, regc_compile_stats *st)
+/* The schedule with `prefetch` and the first k units of the order
+ * resident; the device memory it needs into *total. */
+static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total)
 {
-    regc_program *p = f->p;
-    regc_program_unlink(p);
-    p->prefetch_floats = prefetch;
-    memset(p->resident, 0, (size_t)p->layout->n_units);
+    const regc_shard_layout *l = f->in->layout;
+    f->s->prefetch_floats = prefetch;
+    memcpy(f->s->resident, f->kept, (size_t)l->n_units);
     for (int i = 0; i < k; i++)
-        p->resident[f->by_size[i]] = 1;
-    p->n_resident = 0;
-    for (int u = 0; u < p->layout->n_units; u++) {
-        p->resident[u] |= p->layout->unit_floats[u] <= f->persistence;
-        p->n_resident += p->resident[u];
-    }
-    int rc = regc_program_link(p, f->param_offset, f->inline_flat, st);
+        f->s->resident[f->order[i]] = 1;
     regc_device_memory a;
-    if (rc == REGC_OK) {
-        regc_program_device_memory(p, &a);
+    int rc = regc_pass_try(f->in, f->s, &a);
+    if (rc == REGC_OK)
         *total = a.total;
-    }
     return rc;
 }
 
-/* The units smallest first (ties by number), into by_size. */
-static void sort_units(const regc_shard_layout *l, int *by_size)
+/* The units by gather cost per byte, highest first (ties by number). */
+static void sort_units(const regc_shard_layout *l, const regc_unit_profile *pr, int *order)
 {
+    double *cost = malloc(((size_t)l->n_units + 1) * sizeof *cost);
+    for (int u = 0; u < l->n_units; u++) {
+        const double bytes = (double)l->unit_padded[u];
+        cost[u] = pr ? pr[u].gather_ms / bytes : 1.0 / bytes;
+    }
     for (int u = 0; u < l->n_units; u++) {
         int i = u;
-        for (; i > 0 && l->unit_padded[by_size[i - 1]] > l->unit_padded[u]; i--)
-            by_size[i] = by_size[i - 1];
-        by_size[i] = u;
+        for (; i > 0 && cost[order[i - 1]] < cost[u]; i--)
+            order[i] = order[i - 1];
+        order[i] = u;
     }
+    free(cost);
 }
 
-int regc_zero3_persist(regc_program *p, int64_t persistence)
+int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s, void *user)
 {
-    const regc_shard_layout *l = p->layout;
-    free(p->resident);
-    if (!(p->resident = calloc((size_t)l->n_units + 1, 1)))
-        return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
-    p->n_resident = 0;
-    for (int u = 0; u < l->n_units; u++)
-        if (l->unit_floats[u] <= persistence) {
-            p->resident[u] = 1;
-            p->n_resident++;
-        }
-    return REGC_OK;
-}
-
-int regc_zero3_fit(regc_program *p, const int64_t *param_offset, int inline_flat, int64_t budget,
-                   int64_t persistence, regc_compile_stats *st)
-{
-    const regc_shard_layout *l = p->layout;
-    int *by_size = malloc(((size_t)l->n_units + 1) * sizeof *by_size);
-    free(p->resident);
-    p->resident = calloc((size_t)l->n_units + 1, 1);
-    if (!by_size || !p->resident) {
-        free(by_size);
+    (void)user;
+    const regc_shard_layout *l = in->layout;
+    if (!l || l->n_units <= 0 || in->budget_bytes <= 0)
+        return REGC_OK;
+    const size_t n = (size_t)l->n_units;
+    int *order = malloc((n + 1) * sizeof *order);
+    unsigned char *kept = malloc(n + 1);
+    if (!order || !kept) {
+        free(order), free(kept);
         return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
     }
-    sort_units(l, by_size);
-    fitter f = {p, param_offset, inline_flat, by_size, persistence};
+    memcpy(kept, s->resident, n);
+    sort_units(l, in->profile, order);
+    fitter f = {in, s, kept, order};
     static const int64_t depths[] = {-4, -2, -1, 0};
+    const int first = s->prefetch_floats != 0 ? 0 : 3;
+    const int64_t budget = in->budget_bytes;
     int64_t total = 0, prefetch = 0;
     int rc = REGC_OK, fits = 0;
-    for (size_t d = 0; d < sizeof depths / sizeof *depths && rc == REGC_OK && !fits; d++) {
+    for (int d = first; d < 4 && rc == REGC_OK && !fits; d++) {
         prefetch = depths[d];
-        if ((rc = try_schedule(&f, prefetch, 0, &total, NULL)) == REGC_OK)
+        if ((rc = try_schedule(&f, prefetch, 0, &total)) == REGC_OK)
             fits = total <= budget;
     }
+    int n_kept = 0;
+    for (int u = 0; u < l->n_units; u++)
+        n_kept += kept[u] != 0;
     if (rc == REGC_OK && !fits)
         rc = regc_error(REGC_ERR_ARG,
                         "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
                         "least (each unit gathered where it is needed, %s resident); the "
                         "budget is %.1f MiB",
-                        (double)total / (1 << 20),
-                        persistence > 0 ? "only the persistent ones" : "none",
+                        (double)total / (1 << 20), n_kept ? "only the persistent ones" : "none",
                         (double)budget / (1 << 20));
     /* the most resident units that fit: k = lo fits, k = hi does not */
     int lo = 0, hi = l->n_units + 1;
     while (rc == REGC_OK && hi - lo > 1) {
         int mid = (lo + hi) / 2;
-        if ((rc = try_schedule(&f, prefetch, mid, &total, NULL)) == REGC_OK) {
+        if ((rc = try_schedule(&f, prefetch, mid, &total)) == REGC_OK) {
             if (total <= budget)
                 lo = mid;
             else
                 hi = mid;
         }
     }
-    if (rc == REGC_OK)
-        rc = try_schedule(&f, prefetch, lo, &total, st);
-    free(by_size);
+    if (rc == REGC_OK) { /* the schedule decided; the driver links it */
+        s->prefetch_floats = prefetch;
+        memcpy(s->resident, kept, n);
+        for (int i = 0; i < lo; i++)
+            s->resident[order[i]] = 1;
+    }
+    free(order), free(kept);
     return rc;
 }

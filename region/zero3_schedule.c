@@ -4,9 +4,9 @@
  * Placement (zero3_place.c) leaves each collective synchronous, right
  * where it is needed: every unit's all-gather just before its first
  * reader, every reduce-scatter just after its unit's last gradient write.
- * This pass, run on the program inlined back and already in its final
- * (memory-aware) order, makes them asynchronous on the communication
- * queue:
+ * This transform, run on the program inlined back and already in its final
+ * (memory-aware) order with the schedule the passes decided (passes.c),
+ * makes them asynchronous on the communication queue:
  *  - all-gather k starts while an earlier unit j computes, and is waited
  *    for where it used to run. j is the earliest unit for which the
  *    parameters in flight ahead of the compute (units j+1 .. k) stay within
@@ -15,7 +15,7 @@
  *    where it is waited for (on demand). A live limit (max_live_floats)
  *    can only start it later: units j .. k, the one computing and those
  *    gathered ahead, itself included, must stay within it;
- *  - reduce-scatter m starts where it ran and is waited for once those
+ *  - with overlap, reduce-scatter m starts where it ran and is waited for once those
  *    started after it reach the reduce bucket (reduce_bucket_floats; 0:
  *    once m + 1 has started), so it overlaps the next units' backward
  *    while the gradient buffers in flight stay within the bucket.
@@ -75,12 +75,12 @@ static int live_start_unit(const int64_t *floats, int k, int64_t max_live)
 }
 
 int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats,
-                        int64_t reduce_bucket_floats)
+                        int64_t reduce_bucket_floats, int overlap)
 {
     int n = p->n_instr, n_gather = 0, n_scatter = 0;
     for (int i = 0; i < n; i++) {
         n_gather += p->instr[i].kernel == K_ALLGATHER;
-        n_scatter += p->instr[i].kernel == K_REDUCE_SCATTER;
+        n_scatter += p->instr[i].kernel == K_REDUCE_SCATTER && overlap;
     }
     int *gpos = malloc(((size_t)n_gather + 1) * sizeof *gpos);
     int *from = malloc(((size_t)n_gather + 1) * sizeof *from);
@@ -120,7 +120,7 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_li
             self.signal = k + 1;
             out[n_out++] = wait_for(&self);
             k++;
-        } else if (in->kernel == K_REDUCE_SCATTER) {
+        } else if (in->kernel == K_REDUCE_SCATTER && overlap) {
             if (tail > head)
                 after_head += in->d[0] * p->ranks;
             pend[tail++] = n_out;

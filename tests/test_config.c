@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "options.h"
 #include "regc_train.h"
 #include "test_util.h"
 
@@ -113,6 +114,42 @@ static void test_full_file(void **state)
     regc_train_options_default(&d);
     assert_true(o.beta1 == d.beta1 && o.beta2 == d.beta2 && o.eps == d.eps);
     regc_config_free(c);
+}
+
+/* compile.passes and compile.schedule from the file, and as flags. */
+static void test_passes_and_schedule(void **state)
+{
+    regc_test_dir *f = *state;
+    write_config(f, "{\"compile\": {\"passes\": [[\"selective_gather\", 64], \"prefetch\"],\n"
+                    "             \"schedule\": [[4, [\"prefetch\"]], [9, []]]}}\n");
+    regc_config *c = load_ok(f);
+    regc_train_options o;
+    regc_train_options_default(&o);
+    apply_options(c, &o);
+    assert_int_equal(o.compile.passes.n, 2);
+    assert_string_equal(o.compile.passes.pass[0].name, "selective_gather");
+    assert_true(o.compile.passes.pass[0].budget_bytes == INT64_C(64) << 20);
+    assert_string_equal(o.compile.passes.pass[1].name, "prefetch");
+    assert_true(o.compile.passes.pass[1].budget_bytes == 0);
+    assert_int_equal(o.replans.n, 2);
+    assert_true(o.replans.at[0].step == 4 && o.replans.at[1].step == 9);
+    assert_int_equal(o.replans.at[0].passes.n, 1);
+    assert_int_equal(o.replans.at[1].passes.n, 0);
+    regc_config_free(c);
+    /* the same as text; the default list */
+    regc_pass_list l;
+    regc_replan_list r;
+    char why[160], text[128];
+    assert_int_equal(regc_passes_from_text("selective_gather@64,prefetch", &l, why, sizeof why), 0);
+    assert_memory_equal(&l, &o.compile.passes, sizeof l);
+    assert_int_equal(regc_replans_from_text("4:prefetch;9:none", &r, why, sizeof why), 0);
+    assert_memory_equal(&r, &o.replans, sizeof r);
+    assert_int_equal(regc_passes_from_text("prefetch@0", &l, why, sizeof why), -1);
+    assert_int_equal(regc_replans_from_text("4:prefetch;4:none", &r, why, sizeof why), -1);
+    regc_train_options d;
+    regc_train_options_default(&d);
+    regc_passes_to_text(&d.compile.passes, text, sizeof text);
+    assert_string_equal(text, "prefetch,overlap_reduce,selective_gather");
 }
 
 static void test_partial_file_keeps_defaults(void **state)
@@ -249,6 +286,14 @@ static const bad_case bad_cases[] = {
     {"{\"zero_optimization\": {\"stages\": 3}}", "zero_optimization.stages: unknown key", NULL},
     {"{\"zero_optimization\": {\"stage3_prefetch_bucket_size\": -1}}",
      "zero_optimization.stage3_prefetch_bucket_size: expected an integer >= 0", "got -1"},
+    {"{\"compile\": {\"passes\": [\"prefetch\", \"bogus\"]}}",
+     "compile.passes: no pass named \"bogus\"", NULL},
+    {"{\"compile\": {\"passes\": [[\"selective_gather\", 0]]}}", "compile.passes: an array of",
+     "budgets whole MiB"},
+    {"{\"compile\": {\"schedule\": [[5, [\"prefetch\"]], [3, []]]}}",
+     "compile.schedule: steps > 0 in ascending order (got 3)", NULL},
+    {"{\"compile\": {\"schedule\": [5, [\"prefetch\"]]}}",
+     "compile.schedule: an array of [step, [passes]] pairs", NULL},
     {"{\"zero_optimization\": {\"reduce_bucket_size\": 0}}",
      "zero_optimization.reduce_bucket_size: expected an integer >= 1", "got 0"},
     {"{\"zero_optimization\": {\"communicator\": \"gloo\"}}",
@@ -493,6 +538,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_full_file, setup),
+        regc_test_in_dir(test_passes_and_schedule, setup),
         regc_test_in_dir(test_partial_file_keeps_defaults, setup),
         regc_test_in_dir(test_errors_name_file_and_key, setup),
         regc_test_in_dir(test_nul_byte_and_missing_file, setup),

@@ -169,6 +169,14 @@ static int read_value(const load_ctx *x, const regc_option *o, const char *key, 
             return expected(x, key, it, what);
         *(int *)f = cJSON_IsTrue(it) ? 1 : 0;
         return 1;
+    case OPT_PASSES:
+    case OPT_REPLANS: {
+        char why[160];
+        if (o->type == OPT_PASSES ? regc_passes_from_json(it, f, why, sizeof why)
+                                  : regc_replans_from_json(it, f, why, sizeof why))
+            return regc_error(REGC_ERR_FORMAT, "%s: %s: %s", x->file, key, why);
+        return 1;
+    }
     case OPT_CHOICE:
         if (cJSON_IsNull(it)) /* null: unset, like every string key */
             return 0;

@@ -195,6 +195,15 @@ const regc_option regc_option_table[] = {
      (double)(INT64_C(1) << 30), INT64_C(1) << 20, NULL, FIELD(train.compile.budget_bytes), 0,
      "stage 3: device memory per rank in MiB; the compiler picks how far ahead to "
      "gather and which units to keep gathered from forward to backward so that it fits"},
+    {"compile", "passes", "--passes", OPT_PASSES, "<PASS[@MB],...>", 0, 0, 0, NULL,
+     FIELD(train.compile.passes), OPT_SHOW_DEFAULT,
+     "the schedule passes that decide when the collectives run, in order, each with its own "
+     "memory budget in MiB if given (built in: prefetch, overlap_reduce, selective_gather; "
+     "none: every collective waited for where it is placed)"},
+    {"compile", "schedule", "--schedule", OPT_REPLANS, "<STEP:PASSES;...>", 0, 0, 0, NULL,
+     FIELD(train.replans), 0,
+     "compile the step again at these steps with these passes, given the profile measured "
+     "since the last plan (in the file [[step, [pass or [pass, budget_mb], ...]], ...])"},
     {"compile", "deepcompile", "--deepcompile", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.deepcompile), OPT_SHOW_DEFAULT,
      "the compiler's communication schedule (stage 3: gathers started ahead, reduce-scatters "
@@ -305,6 +314,14 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
         snprintf(buf, cap,
                  in_file ? "\"cpu\", \"cuda\", \"cuda:N\" or null" : "cpu, cuda or cuda:N");
         break;
+    case OPT_PASSES:
+        snprintf(buf, cap,
+                 in_file ? "an array of pass names or [name, budget_mb] pairs"
+                         : "pass names separated by commas, or none");
+        break;
+    case OPT_REPLANS:
+        snprintf(buf, cap, in_file ? "an array of [step, [passes]] pairs" : "STEP:passes;...");
+        break;
     }
 }
 
@@ -392,6 +409,14 @@ int regc_option_set_text(const regc_option *o, regc_train_settings *s, const cha
             return bad_value(o, text);
         *(const char **)f = text;
         return REGC_OK;
+    case OPT_PASSES:
+    case OPT_REPLANS: {
+        char why[160];
+        if (o->type == OPT_PASSES ? regc_passes_from_text(text, f, why, sizeof why)
+                                  : regc_replans_from_text(text, f, why, sizeof why))
+            return regc_error(REGC_ERR_ARG, "%s: %s, got \"%s\"", o->flag, why, text);
+        return REGC_OK;
+    }
     case OPT_FLAG: break;
     }
     return REGC_OK;
@@ -445,6 +470,8 @@ static void default_text(const regc_option *o, const regc_train_settings *d, cha
         snprintf(buf, cap, "%s", *(const char *const *)f ? *(const char *const *)f : "none");
         break;
     case OPT_FLAG: snprintf(buf, cap, "off"); break;
+    case OPT_PASSES: regc_passes_to_text(f, buf, cap); break;
+    case OPT_REPLANS: snprintf(buf, cap, "none"); break;
     }
 }
 

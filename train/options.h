@@ -17,6 +17,8 @@ typedef enum {
     OPT_SWITCH,  /* on or off on the command line; true or false in the file */
     OPT_CHOICE,  /* one of `choices`, stored as its index */
     OPT_BACKEND, /* "cpu", "cuda" or "cuda:N" */
+    OPT_PASSES,  /* regc_pass_list: "name[@MB],..."; in the file [name or [name, MB], ...] */
+    OPT_REPLANS, /* regc_replan_list: "STEP:passes;..."; in the file [[STEP, passes], ...] */
 } opt_type;
 
 enum {
@@ -61,5 +63,15 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
 
 /* Store integer v (already checked against the row's range) in the field. */
 void regc_option_store_int(const regc_option *o, regc_train_settings *s, int64_t v);
+
+/* Schedule passes as text and as JSON (pass_options.c): 0, or -1 with why
+ * the value is wrong in why. */
+struct cJSON;
+int regc_passes_from_text(const char *text, regc_pass_list *l, char *why, size_t cap);
+int regc_replans_from_text(const char *text, regc_replan_list *l, char *why, size_t cap);
+int regc_passes_from_json(const struct cJSON *it, regc_pass_list *l, char *why, size_t cap);
+int regc_replans_from_json(const struct cJSON *it, regc_replan_list *l, char *why, size_t cap);
+/* The text form ("prefetch,selective_gather@512") of a list. */
+void regc_passes_to_text(const regc_pass_list *l, char *buf, size_t cap);
 
 #endif

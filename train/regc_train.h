@@ -30,6 +30,18 @@ typedef struct {
     double ms;        /* the slowest rank's time reading them onto the device */
 } regc_load_report;
 
+/* compile.schedule: the steps at which a run compiles its step again, each
+ * with its own schedule passes, given the profile measured since the last
+ * plan (regc_region.h's "Schedule passes"). */
+#define REGC_MAX_REPLANS 8
+typedef struct {
+    int n;
+    struct {
+        int64_t step; /* > 0, ascending */
+        regc_pass_list passes;
+    } at[REGC_MAX_REPLANS];
+} regc_replan_list;
+
 typedef struct {
     const char *data_path; /* NULL: the built-in corpus */
     /* loss masks beside data_path and val_data_path (regc_data.h): only the
@@ -83,8 +95,9 @@ typedef struct {
     const char *backend;  /* "cpu" */
     int threads;          /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
-    const char *cache_dir;   /* the compile cache's directory; NULL: none */
-    int64_t cache_max_bytes; /* its size limit; <= 0: none */
+    regc_replan_list replans; /* compile.schedule */
+    const char *cache_dir;    /* the compile cache's directory; NULL: none */
+    int64_t cache_max_bytes;  /* its size limit; <= 0: none */
     /* when set, every step after the first (the only one, if just one) is
      * timed per instruction, the optimizer and input copies included */
     regc_profile *profile;

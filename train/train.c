@@ -183,6 +183,8 @@ static int check_memory_fits(trainer *t, const regc_model *m)
 
 /* Allocate the four parameter-shaped blocks and the scalar block, and bind
  * them and the inputs into the step program. */
+static int bind_programs(trainer *t, const regc_train_options *o);
+
 static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
                        regc_load_report *loaded)
 {
@@ -210,6 +212,14 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
     be->copy_h2d(be, t->scalars, &t->host, sizeof t->host);
     if ((rc = alloc_inputs(t)))
         return rc;
+    return bind_programs(t, o);
+}
+
+/* The step program (and the validation one) onto the trainer's memory. */
+static int bind_programs(trainer *t, const regc_train_options *o)
+{
+    regc_backend *be = t->be;
+    int rc;
     regc_program_memory mem = {.params = t->params,
                                .grads = t->grads,
                                .m = t->m,
@@ -228,6 +238,70 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
                                .tuning_cache = t->cache ? t->cache : o->compile.cache};
     val.arena = regc_program_arena(t->program, &val.arena_bytes);
     return regc_program_bind(t->val_program, be, &val);
+}
+
+/* compile.schedule's entry k: the step compiled again with its passes and
+ * the profile measured since the last plan (every rank's average, so the
+ * ranks decide alike), bound in place of the old one; the validation
+ * program is compiled again beside it (it borrows the step's arena). */
+static int replan(trainer *t, const regc_train_options *o, const regc_compile_options *base, int k,
+                  void *user)
+{
+    regc_compile_options co = *base;
+    co.passes = o->replans.at[k].passes;
+    co.replan_step = o->replans.at[k].step;
+    const regc_shard_layout *l = regc_program_shard_layout(t->program);
+    regc_unit_profile *pr = l ? calloc((size_t)l->n_units + 1, sizeof *pr) : NULL;
+    int rc = REGC_OK;
+    if (pr && regc_program_unit_profile(t->program, pr) == REGC_OK) {
+        const int64_t n = (int64_t)l->n_units * (int64_t)(sizeof *pr / sizeof(double));
+        if ((rc = t->comm->allreduce(t->comm, pr, n, REGC_COMM_F64))) {
+            free(pr);
+            return rc;
+        }
+        for (int64_t i = 0; i < n; i++)
+            ((double *)pr)[i] /= t->comm->size;
+        co.unit_profile = pr, co.n_unit_profile = l->n_units;
+    }
+    regc_error_clear();
+    regc_program *step = NULL, *val = NULL;
+    regc_compile_stats st, vst;
+    rc = regc_program_compile(t->model, o->batch, o->seq, &co, &step, &st);
+    if (rc == REGC_OK && t->val_program) {
+        regc_compile_options vo = co;
+        vo.forward_only = 1;
+        rc = regc_program_compile(t->model, o->batch, o->seq, &vo, &val, &vst);
+    }
+    free(pr);
+    if (rc == REGC_OK && regc_program_block_floats(step) != t->block)
+        rc = regc_error(REGC_ERR_ARG,
+                        "compile.schedule: step %lld re-planned blocks of %lld "
+                        "floats for %lld",
+                        (long long)co.replan_step, (long long)regc_program_block_floats(step),
+                        (long long)t->block);
+    if (rc) {
+        regc_program_free(step), regc_program_free(val);
+        return rc;
+    }
+    if (rc == REGC_OK && regc_program_n_inputs(step) != t->n_inputs)
+        rc = regc_error(REGC_ERR_ARG, "compile.schedule: step %lld re-planned %d inputs for %d",
+                        (long long)co.replan_step, regc_program_n_inputs(step), t->n_inputs);
+    if (rc) {
+        regc_program_free(step), regc_program_free(val);
+        return rc;
+    }
+    regc_program_free(t->program), regc_program_free(t->val_program);
+    t->program = step, t->val_program = val;
+    t->shards = regc_program_shard_layout(step); /* the same layout, the new program's copy */
+    for (int i = 0; i < t->n_inputs; i++)        /* the same inputs, in the new program's graph */
+        t->inputs[i].tensor = regc_program_input(step, i);
+    if ((rc = bind_programs(t, o)))
+        return rc;
+    if (k + 1 < o->replans.n && (rc = regc_program_measure(t->program, 1)))
+        return rc;
+    if (o->on_compiled)
+        o->on_compiled(&st, user);
+    return REGC_OK;
 }
 
 /* Can --save and the checkpoints be written? Asked before any work, not
@@ -339,6 +413,7 @@ typedef struct {
     int zero_stage, level, regional, inline_back;
     char communicator[16]; /* the name of the step's */
     uint64_t program;      /* regc_program_hash */
+    uint64_t schedule;     /* compile.schedule's bytes, hashed */
 } rank_settings;
 
 static int settings_differ(const rank_settings *a, const rank_settings *b, const char *b_is,
@@ -363,6 +438,10 @@ static int settings_differ(const rank_settings *a, const rank_settings *b, const
                      b_is);
             return 1;
         }
+    if (a->schedule != b->schedule) {
+        snprintf(buf, cap, "compile.schedule differs on rank 0 and %s", b_is);
+        return 1;
+    }
     if (a->program != b->program) {
         snprintf(buf, cap, "the compiled step program differs on rank 0 and %s (another regc?)",
                  b_is);
@@ -386,7 +465,8 @@ static int check_ranks_agree(trainer *t, const regc_train_options *o)
                               o->compile.regional,
                               o->compile.inline_back,
                               "",
-                              regc_program_hash(t->program)},
+                              regc_program_hash(t->program),
+                              regc_hash64(&o->replans, sizeof o->replans)},
                   first_set;
     snprintf(here_set.communicator, sizeof here_set.communicator, "%s", t->step_comm->name);
     first_set = here_set;
@@ -583,8 +663,18 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         o->on_loaded(&loaded, user);
     if (stopped_at)
         *stopped_at = -1;
-    int stopped = 0;
+    int stopped = 0, next_plan = 0;
+    while (next_plan < o->replans.n && o->replans.at[next_plan].step <= start)
+        next_plan++; /* a resumed run: plans before its start are behind it */
     for (int step = (int)start; rc == REGC_OK && step < o->steps && !stopped; step++) {
+        /* compile.schedule: measured after the run's first step, re-planned
+         * at each listed one */
+        if (next_plan < o->replans.n && step == start + 1)
+            rc = regc_program_measure(t.program, 1);
+        if (rc == REGC_OK && next_plan < o->replans.n && o->replans.at[next_plan].step == step)
+            rc = replan(&t, o, &co, next_plan++, user);
+        if (rc)
+            break;
         double t0 = regc_time_ms();
         /* the first of several steps warms caches and pages: not profiled */
         regc_profile *pr = step > 0 || o->steps == 1 ? o->profile : NULL;

@@ -60,6 +60,8 @@ static void *queue_thread(void *arg)
         double ms = regc_time_ms() - t0;
         pthread_mutex_lock(&q->lock);
         q->busy_ms += ms;
+        if (op.ms)
+            *op.ms = ms;
         if (rc && !q->failed) {
             q->failed = rc;
             snprintf(q->message, sizeof q->message, "%s", regc_error_message());

@@ -86,6 +86,7 @@ typedef struct {
     const float *src;
     int64_t n; /* floats per rank, as the collective takes them */
     int accumulate;
+    double *ms; /* NULL, or where the thread puts the collective's own time */
 } regc_comm_op;
 
 typedef struct regc_comm_queue regc_comm_queue;
