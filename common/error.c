@@ -20,10 +20,13 @@ static void error_one_line(void)
 
 int regc_error(int status, const char *fmt, ...)
 {
+    /* formatted apart first: an argument may be the message it replaces */
+    char text[sizeof error_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(error_message, sizeof error_message, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(error_message, text, sizeof text);
     error_one_line();
     return status;
 }

@@ -202,15 +202,20 @@ static int binary_op(int op)
            op == REGC_OP_GELU_ERF_BWD || op == REGC_OP_RELU_BWD;
 }
 
-/* The collectives: dst and src of one shard (n floats) or of every rank's. */
+/* The collectives: dst and src of one shard (n floats) or of every rank's;
+ * an all-reduce's elements are f32 or (d1 = 1) f64, those waited for
+ * asynchronously f32 (a wait's d1 names the kernel). */
 static void collective_rule(rule *r, int kernel, int ranks)
 {
     int64_t n = dim(r, 0);
+    const int64_t wide = r->in->kernel == K_ALLREDUCE ? r->in->d[1] : 0;
     switch (kernel) {
     case K_ALLREDUCE:
-        if (r->in->d[1] != 0 && r->in->d[1] != 1)
+        if (wide != 0 && wide != 1)
             fail(r, "all-reduce of an unknown element type");
-        need(r, 0, n, r->in->d[1] ? 8 : F32);
+        else if (wide && r->in->signal)
+            fail(r, "an asynchronous all-reduce of f64");
+        need(r, 0, n, wide ? 8 : F32);
         break;
     case K_ALLGATHER: need(r, 0, mul(r, ranks, n), F32), need(r, 1, n, F32); break;
     case K_REDUCE_SCATTER: need(r, 0, n, F32), need(r, 1, mul(r, ranks, n), F32); break;
@@ -375,14 +380,17 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
     case K_ALLGATHER:
     case K_REDUCE_SCATTER: collective_rule(&r, k, ranks); break;
     case K_COMM_WAIT: /* names the buffers of the collective it waits for */
-        if (in->n_refs != arity[K_ALLGATHER].n_refs || in->n_out != arity[K_ALLGATHER].n_out)
+        if (d[1] != K_ALLGATHER && d[1] != K_REDUCE_SCATTER && d[1] != K_ALLREDUCE)
+            fail(&r, "a wait for something that is not an asynchronous collective");
+        else if (in->n_refs != arity[d[1]].n_refs || in->n_out != arity[d[1]].n_out)
             fail(&r, "a wait's operands differ from its collective's");
         else
             collective_rule(&r, (int)d[1], ranks);
         break;
     case K_COUNT: break;
     }
-    if (in->signal && k != K_ALLGATHER && k != K_REDUCE_SCATTER && k != K_COMM_WAIT)
+    if (in->signal && k != K_ALLGATHER && k != K_REDUCE_SCATTER && k != K_ALLREDUCE &&
+        k != K_COMM_WAIT)
         fail(&r, "a signal on a kernel that is no collective");
     if (k == K_COMM_WAIT && in->signal < 1)
         fail(&r, "a wait without a signal");

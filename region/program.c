@@ -316,14 +316,9 @@ static int grad_buckets(const regc_program *p, int64_t bucket, int64_t *start)
 static int build_update(regc_program *p)
 {
     int scalars = -1;
-    p->block_bytes = 0;
-    for (int b = 0; b < p->n_bufs; b++) {
-        const regc_buf *x = &p->bufs[b];
-        if (x->kind == BUF_PARAMS && x->offset + x->bytes > p->block_bytes)
-            p->block_bytes = x->offset + x->bytes;
-        if (x->kind == BUF_SCALARS)
+    for (int b = 0; b < p->n_bufs; b++)
+        if (p->bufs[b].kind == BUF_SCALARS)
             scalars = b;
-    }
     const int64_t n = p->block_bytes / (int64_t)sizeof(float);
     int params = regc_program_new_buf(p, BUF_PARAMS, p->block_bytes, 0);
     int grads = regc_program_new_buf(p, BUF_GRADS, p->block_bytes, 0);
@@ -394,6 +389,13 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
     int rc = build_lazy(p, param_offset);
     if (rc == REGC_OK && p->layout)
         rc = regc_zero3_place(p);
+    /* the blocks: as far as the parameters reach (under ZeRO-3, the shard) */
+    p->block_bytes = 0;
+    for (int b = 0; b < p->n_bufs; b++) {
+        const regc_buf *x = &p->bufs[b];
+        if (x->kind == BUF_PARAMS && x->offset + x->bytes > p->block_bytes)
+            p->block_bytes = x->offset + x->bytes;
+    }
     if (rc == REGC_OK && !p->forward_only)
         rc = build_update(p);
     if (rc)

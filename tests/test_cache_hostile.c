@@ -200,12 +200,15 @@ static void test_compiled_programs_validate(void **state)
         const char *preset;
         regc_level level;
         int inline_back, regional;
+        int ranks, stage; /* several ranks: their collectives, scheduled */
     } cases[] = {
-        {"gpt2-tiny", REGC_LEVEL_O0, 1, 1},  {"gpt2-tiny", REGC_LEVEL_O1, 1, 1},
-        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1},  {"gpt2-tiny", REGC_LEVEL_O2, 1, 0},
-        {"llama-tiny", REGC_LEVEL_O1, 1, 1}, {"llama-tiny", REGC_LEVEL_O0, 1, 1},
-        {"bert-tiny", REGC_LEVEL_O2, 1, 1},  {"t5-tiny", REGC_LEVEL_O1, 1, 1},
-        {"t5-tiny", REGC_LEVEL_O1, 0, 1},
+        {"gpt2-tiny", REGC_LEVEL_O0, 1, 1, 1, 0},  {"gpt2-tiny", REGC_LEVEL_O1, 1, 1, 1, 0},
+        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1, 1, 0},  {"gpt2-tiny", REGC_LEVEL_O2, 1, 0, 1, 0},
+        {"llama-tiny", REGC_LEVEL_O1, 1, 1, 1, 0}, {"llama-tiny", REGC_LEVEL_O0, 1, 1, 1, 0},
+        {"bert-tiny", REGC_LEVEL_O2, 1, 1, 1, 0},  {"t5-tiny", REGC_LEVEL_O1, 1, 1, 1, 0},
+        {"t5-tiny", REGC_LEVEL_O1, 0, 1, 1, 0},    {"gpt2-tiny", REGC_LEVEL_O1, 1, 1, 2, 0},
+        {"llama-tiny", REGC_LEVEL_O1, 1, 1, 2, 3}, {"t5-tiny", REGC_LEVEL_O1, 1, 0, 4, 3},
+        {"bert-tiny", REGC_LEVEL_O0, 1, 1, 2, 3},  {"gpt2-tiny", REGC_LEVEL_O1, 0, 1, 2, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_model *m = NULL;
@@ -217,6 +220,8 @@ static void test_compiled_programs_validate(void **state)
             o.inline_back = cases[i].inline_back;
             o.regional = cases[i].regional;
             o.forward_only = fwd;
+            o.ranks = cases[i].ranks, o.zero_stage = cases[i].stage;
+            o.reduce_bucket_floats = 5000; /* several buckets, several reduce-scatters in flight */
             regc_program *p = NULL;
             regc_compile_stats st;
             assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, &st), REGC_OK);
