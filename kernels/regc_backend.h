@@ -205,6 +205,11 @@ struct regc_backend {
      * a run is checked against before it allocates; 0 when unknown */
     int64_t mem_capacity;
     void (*free)(regc_backend *be, void *ptr);
+    /* host memory the device copies to and from without staging (pinned
+     * on a GPU; the CPU's is its own memory): an offloaded optimizer's
+     * state. Not counted in mem_in_use unless the host is the device. */
+    void *(*alloc_host)(regc_backend *be, size_t bytes);
+    void (*free_host)(regc_backend *be, void *ptr);
     void (*copy_h2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy_d2h)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy_d2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
@@ -394,7 +399,7 @@ int regc_backend_cuda_device_count(void);
 
 /* Raised whenever the table changes: a module of another build is refused
  * rather than called through the wrong layout. */
-#define REGC_CUDA_MODULE_ABI 2
+#define REGC_CUDA_MODULE_ABI 3
 #define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
 
 typedef int (*regc_error_fn)(int status, const char *fmt, ...);

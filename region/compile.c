@@ -313,6 +313,7 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     prog->ranks = o->ranks > 1 ? o->ranks : 1;
     prog->zero_stage = o->zero_stage;
     prog->prefetch_floats = o->prefetch_floats;
+    prog->offload = o->offload_optimizer && !o->forward_only;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));

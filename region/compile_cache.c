@@ -130,6 +130,7 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
         regc_bytes_put_i64(b, o->passes.pass[i].budget_bytes);
     }
     regc_bytes_put_i64(b, o->replan_step);
+    regc_bytes_put_u64(b, (uint64_t)(o->offload_optimizer && !o->forward_only));
 }
 
 int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *canon,

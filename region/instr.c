@@ -35,6 +35,8 @@ static const char *const kernel_names[K_COUNT] = {
     [K_GRAD_SUMSQ] = "grad_sumsq",
     [K_GRAD_CLIP] = "grad_clip",
     [K_ADAMW] = "adamw",
+    [K_COPY_D2H] = "copy_d2h",
+    [K_COPY_H2D] = "copy_h2d",
     [K_ALLREDUCE] = "allreduce",
     [K_ALLGATHER] = "allgather",
     [K_REDUCE_SCATTER] = "reduce_scatter",
@@ -161,6 +163,8 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     switch ((regc_kernel)in->kernel) {
     case K_FILL: be->fill(be, P(0), (size_t)d[0], in->f); return REGC_OK;
     case K_COPY: be->copy_d2d(be, p[0], p[1], (size_t)d[0]); return REGC_OK;
+    case K_COPY_D2H: be->copy_d2h(be, p[0], p[1], (size_t)d[0]); return REGC_OK;
+    case K_COPY_H2D: be->copy_h2d(be, p[0], p[1], (size_t)d[0]); return REGC_OK;
     case K_COPY_2D:
         NEED(copy_2d);
         be->copy_2d(be, P(0), d[2], C(1), d[3], d[0], d[1]);

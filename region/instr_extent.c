@@ -21,18 +21,24 @@
 static const struct {
     uint8_t n_refs, n_out;
 } arity[K_COUNT] = {
-    [K_FILL] = {1, 1},       [K_COPY] = {2, 1},        [K_COPY_2D] = {2, 1},
-    [K_TRANSPOSE] = {2, 1},  [K_GEMM] = {6, 1},        [K_EMBED_FWD] = {3, 1},
-    [K_EMBED_BWD] = {3, 1},  [K_ADD] = {3, 1},         [K_BIAS_ADD] = {3, 1},
-    [K_SUM_ROWS] = {2, 1},   [K_LN_FWD] = {6, 3},      [K_LN_BWD] = {8, 3},
-    [K_RMS_FWD] = {4, 2},    [K_RMS_BWD] = {6, 2},     [K_ROPE] = {4, 1},
-    [K_UNARY] = {2, 1},      [K_BINARY] = {3, 1},      [K_ATTN_FWD] = {6, 2},
-    [K_ATTN_BWD] = {11, 4},  [K_CE_FWD] = {4, 2},      [K_CE_BWD] = {5, 1},
-    [K_EW] = {0, 0},         [K_ADD_LN_FWD] = {8, 4},  [K_ADD_RMS_FWD] = {6, 3},
-    [K_LN_BWD_ADD] = {9, 3}, [K_RMS_BWD_ADD] = {7, 2}, [K_STEP_SCHEDULE] = {1, 1},
-    [K_GRAD_SUMSQ] = {2, 1}, [K_GRAD_CLIP] = {1, 1},   [K_ADAMW] = {5, 3},
-    [K_ALLREDUCE] = {1, 1},  [K_ALLGATHER] = {2, 1},   [K_REDUCE_SCATTER] = {2, 1},
-    [K_COMM_WAIT] = {0, 0},
+    [K_FILL] = {1, 1},           [K_COPY] = {2, 1},
+    [K_COPY_2D] = {2, 1},        [K_TRANSPOSE] = {2, 1},
+    [K_GEMM] = {6, 1},           [K_EMBED_FWD] = {3, 1},
+    [K_EMBED_BWD] = {3, 1},      [K_ADD] = {3, 1},
+    [K_BIAS_ADD] = {3, 1},       [K_SUM_ROWS] = {2, 1},
+    [K_LN_FWD] = {6, 3},         [K_LN_BWD] = {8, 3},
+    [K_RMS_FWD] = {4, 2},        [K_RMS_BWD] = {6, 2},
+    [K_ROPE] = {4, 1},           [K_UNARY] = {2, 1},
+    [K_BINARY] = {3, 1},         [K_ATTN_FWD] = {6, 2},
+    [K_ATTN_BWD] = {11, 4},      [K_CE_FWD] = {4, 2},
+    [K_CE_BWD] = {5, 1},         [K_EW] = {0, 0},
+    [K_ADD_LN_FWD] = {8, 4},     [K_ADD_RMS_FWD] = {6, 3},
+    [K_LN_BWD_ADD] = {9, 3},     [K_RMS_BWD_ADD] = {7, 2},
+    [K_STEP_SCHEDULE] = {1, 1},  [K_GRAD_SUMSQ] = {2, 1},
+    [K_GRAD_CLIP] = {1, 1},      [K_ADAMW] = {5, 3},
+    [K_COPY_D2H] = {2, 1},       [K_COPY_H2D] = {2, 1},
+    [K_ALLREDUCE] = {1, 1},      [K_ALLGATHER] = {2, 1},
+    [K_REDUCE_SCATTER] = {2, 1}, [K_COMM_WAIT] = {0, 0},
 };
 
 typedef struct {
@@ -244,7 +250,9 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
     const int64_t *d = in->d;
     switch ((regc_kernel)k) {
     case K_FILL: need(&r, 0, dim(&r, 0), F32); break;
-    case K_COPY: need(&r, 0, dim(&r, 0), 1), need(&r, 1, dim(&r, 0), 1); break;
+    case K_COPY:
+    case K_COPY_D2H:
+    case K_COPY_H2D: need(&r, 0, dim(&r, 0), 1), need(&r, 1, dim(&r, 0), 1); break;
     case K_COPY_2D: /* dst, src; rows, cols, ld_dst, ld_src */
         rows = dim(&r, 0), cols = dim(&r, 1);
         need(&r, 0, span(&r, rows, dim(&r, 2), cols), F32);

@@ -43,6 +43,10 @@ void regc_program_free(regc_program *p)
         for (int b = 0; b < p->n_bufs; b++)
             if (p->bufs[b].kind == BUF_ARENA && p->ptr[b])
                 p->be->free(p->be, p->ptr[b]);
+    for (int b = 0; p->be && p->ptr && b < p->n_bufs; b++)
+        if (p->bufs[b].kind == BUF_HOST && p->ptr[b])
+            p->be->free_host(p->be, p->ptr[b]);
+    regc_backend_free(p->own_host_be);
     for (int i = 0; i < p->n_regions; i++)
         regc_compiled_region_free(p->regions[i]);
     free(p->regions);
@@ -335,7 +339,16 @@ static int build_update(regc_program *p)
         n_buckets = grad_buckets(
             p, p->reduce_bucket_floats > 0 ? p->reduce_bucket_floats : REGC_REDUCE_BUCKET_DEFAULT,
             start);
-    if (!start || !(p->update = calloc((size_t)n_buckets + 8, sizeof *p->update))) {
+    /* offloaded: the update's own host blocks, the parameters' copy first */
+    int master = -1, host_grads = -1, host_scalars = -1;
+    if (p->offload &&
+        ((master = regc_program_new_buf(p, BUF_HOST, p->block_bytes, 0)) < 0 ||
+         (host_grads = regc_program_new_buf(p, BUF_HOST, p->block_bytes, 0)) < 0 ||
+         (host_scalars = regc_program_new_buf(p, BUF_HOST, sizeof(regc_step_scalars), 0)) < 0)) {
+        free(start);
+        return REGC_ERR_MEMORY;
+    }
+    if (!start || !(p->update = calloc((size_t)n_buckets + 12, sizeof *p->update))) {
         free(start);
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
     }
@@ -371,12 +384,41 @@ static int build_update(regc_program *p)
                               .d = {1, 1}};
     u[k++] = (regc_instr){
         .kernel = K_GRAD_CLIP, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
-    u[k++] = (regc_instr){.kernel = K_ADAMW,
-                          .n_refs = 5,
-                          .n_out = 3,
-                          .node = -1,
-                          .refs = {{params, 0}, {m, 0}, {v, 0}, {grads, 0}, {scalars, 0}},
-                          .d = {n}};
+    if (p->offload) { /* the gradients and scalars to the host, the parameters back */
+        const int64_t bytes = p->block_bytes;
+        u[k++] = (regc_instr){.kernel = K_COPY_D2H,
+                              .n_refs = 2,
+                              .n_out = 1,
+                              .node = -1,
+                              .refs = {{host_grads, 0}, {grads, 0}},
+                              .d = {bytes}};
+        u[k++] = (regc_instr){.kernel = K_COPY_D2H,
+                              .n_refs = 2,
+                              .n_out = 1,
+                              .node = -1,
+                              .refs = {{host_scalars, 0}, {scalars, 0}},
+                              .d = {(int64_t)sizeof(regc_step_scalars)}};
+        u[k++] =
+            (regc_instr){.kernel = K_ADAMW,
+                         .n_refs = 5,
+                         .n_out = 3,
+                         .node = -1,
+                         .refs = {{master, 0}, {m, 0}, {v, 0}, {host_grads, 0}, {host_scalars, 0}},
+                         .d = {n}};
+        u[k++] = (regc_instr){.kernel = K_COPY_H2D,
+                              .n_refs = 2,
+                              .n_out = 1,
+                              .node = -1,
+                              .refs = {{params, 0}, {master, 0}},
+                              .d = {bytes}};
+    } else {
+        u[k++] = (regc_instr){.kernel = K_ADAMW,
+                              .n_refs = 5,
+                              .n_out = 3,
+                              .node = -1,
+                              .refs = {{params, 0}, {m, 0}, {v, 0}, {grads, 0}, {scalars, 0}},
+                              .d = {n}};
+    }
     p->n_update = k;
     return REGC_OK;
 }

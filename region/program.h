@@ -50,7 +50,9 @@ typedef enum {
     K_STEP_SCHEDULE, /* scalars */
     K_GRAD_SUMSQ,    /* scalars, g; d0 = n */
     K_GRAD_CLIP,     /* scalars */
-    K_ADAMW,         /* param, m, v, g, scalars; d0 = n */
+    K_ADAMW,         /* param, m, v, g, scalars; d0 = n (offloaded: on the host) */
+    K_COPY_D2H,      /* host dst, device src; d0 = bytes */
+    K_COPY_H2D,      /* device dst, host src; d0 = bytes */
     /* collectives, run on the program's communicator */
     K_ALLREDUCE,      /* buf; d0 = n, d1 = 0: f32, 1: f64; the sum over ranks, in place */
     K_ALLGATHER,      /* dst [ranks x d0], src [d0]: a unit's shards gathered whole */
@@ -172,6 +174,7 @@ typedef enum {
     BUF_M,       /* AdamW's first moments at `offset` (a block like the parameters') */
     BUF_V,       /* AdamW's second moments at `offset` */
     BUF_SCALARS, /* the step's regc_step_scalars, at byte `offset` */
+    BUF_HOST,    /* the program's own host memory (an offloaded update's), bytes long */
 } regc_buf_kind;
 
 typedef struct {
@@ -248,6 +251,9 @@ struct regc_program {
     regc_backend *be;
     void *arena;
     regc_step_scalars *own_scalars; /* allocated by bind when none was given */
+    int offload;                    /* the update runs on the host (offload_optimizer) */
+    regc_backend *host_be;          /* where the offloaded AdamW runs: be, or own_host_be */
+    regc_backend *own_host_be;      /* a CPU backend when be is a GPU's */
     regc_comm *comm;                /* borrowed, or own_comm */
     regc_comm *own_comm;            /* when bind was given none: one process */
     regc_shard_layout *layout;      /* stage 3: the units and this rank's shards */

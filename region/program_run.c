@@ -22,6 +22,24 @@ static char *at(void *base, int64_t offset) { return base ? (char *)base + offse
 
 static int prepare_gemms(regc_program *p);
 
+/* An offloaded update: AdamW runs on a CPU backend (the program's own
+ * when be is a GPU's), over a host copy of the parameters that starts as
+ * theirs, the copy K_COPY_H2D puts back after each update. */
+static int bind_host_update(regc_program *p)
+{
+    p->host_be = p->be;
+    if (strcmp(p->be->name, "cpu") != 0 &&
+        !(p->host_be = p->own_host_be = regc_backend_new("cpu", 0)))
+        return REGC_ERR_UNSUPPORTED;
+    for (int i = 0; i < p->n_update; i++) {
+        const regc_instr *in = &p->update[i];
+        if (in->kernel == K_COPY_H2D)
+            p->be->copy_d2h(p->be, p->ptr[in->refs[1].buf] + in->refs[1].off,
+                            p->ptr[in->refs[0].buf] + in->refs[0].off, (size_t)in->d[0]);
+    }
+    return p->be->sync(p->be);
+}
+
 int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memory *mem)
 {
     p->be = be;
@@ -70,8 +88,14 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
         case BUF_V: p->ptr[b] = at(mem->v, x->offset); break;
         case BUF_SCALARS: p->ptr[b] = at(scalars, x->offset); break;
         case BUF_INPUT: p->ptr[b] = mem->inputs[x->offset]; break;
+        case BUF_HOST:
+            if (!(p->ptr[b] = be->alloc_host(be, (size_t)x->bytes)))
+                return REGC_ERR_MEMORY;
+            break;
         }
     }
+    if (p->offload && (rc = bind_host_update(p)))
+        return rc;
     /* the backend's choices for the GEMMs: an earlier start's, or made now
      * and kept for the next */
     const int64_t queries = be->tuning_queries;
@@ -362,6 +386,12 @@ void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
     for (int i = 0; i < p->n_inputs; i++)
         a->inputs += regc_tensor_bytes(regc_program_input(p, i));
     a->scalars = (int64_t)sizeof(regc_step_scalars);
+    if (p->offload) {
+        a->host = a->m + a->v;
+        a->m = a->v = 0;
+        for (int b = 0; b < p->n_bufs; b++)
+            a->host += p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
+    }
     a->total = a->params + a->grads + a->m + a->v + a->activations + a->inputs + a->scalars;
 }
 
@@ -391,8 +421,14 @@ int regc_program_update(regc_program *p)
     int rc = REGC_OK;
     void *ptr[REGC_INSTR_MAX_REFS];
     for (int i = 0; i < p->n_update && rc == REGC_OK; i++) {
-        resolve(p->ptr, &p->update[i], ptr);
-        rc = run_instr(p, &p->update[i], ptr);
+        const regc_instr *in = &p->update[i];
+        resolve(p->ptr, in, ptr);
+        if (p->offload && in->kernel == K_ADAMW) { /* once its copies have landed */
+            if ((rc = p->be->sync(p->be)) == REGC_OK)
+                rc = regc_instr_run(p->host_be, in, ptr);
+        } else {
+            rc = run_instr(p, in, ptr);
+        }
     }
     return rc ? rc : p->be->sync(p->be);
 }

@@ -137,6 +137,13 @@ typedef struct {
     int n_unit_profile;
     /* the step of compile.schedule this compile re-plans at; 0: the first */
     int64_t replan_step;
+    /* zero_optimization.offload_optimizer.device "cpu": AdamW's moments
+     * (regc_program_memory's m and v, then host memory: the backend's
+     * alloc_host) and a copy of the parameters live on the host, where the
+     * update runs on a CPU backend; the gradients (after clipping's norm)
+     * go there and the parameters come back. The same arithmetic, so the
+     * same bits; on the CPU a placement only. */
+    int offload_optimizer;
 } regc_compile_options;
 
 /* Stage 0's buckets when reduce_bucket_floats is 0: 25 MiB of fp32, as
@@ -311,6 +318,10 @@ typedef struct regc_device_memory {
     int64_t activations;         /* the step's arena (gathered units included) */
     int64_t inputs, scalars;     /* a batch's inputs; the optimizer's scalar block */
     int64_t total;
+    /* offload_optimizer: the host memory the update holds (m and v, the
+     * parameters' copy, the gradients' and scalars' landing places), not
+     * in total (m and v are then 0 above); 0 otherwise */
+    int64_t host;
 } regc_device_memory;
 void regc_program_device_memory(const regc_program *p, regc_device_memory *a);
 /* The asynchronous collectives over every run so far: the time the

@@ -500,6 +500,7 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     regc_bytes_put_i64(b, p->accumulate_grads);
     regc_bytes_put_i64(b, p->ranks);
     regc_bytes_put_i64(b, p->zero_stage);
+    regc_bytes_put_i64(b, p->offload);
     regc_bytes_put_i64(b, p->n_signals);
     regc_bytes_put_i64(b, st->zero3_prefetch);
     regc_bytes_put_i64(b, p->n_resident);
@@ -638,6 +639,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     p->accumulate_grads = (int)regc_reader_int(&rd, 0, 1);
     p->ranks = (int)regc_reader_int(&rd, 1, 1 << 20);
     p->zero_stage = (int)regc_reader_int(&rd, 0, 3);
+    p->offload = (int)regc_reader_int(&rd, 0, 1);
     p->n_signals = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->zero3_prefetch = regc_reader_int(&rd, INT64_MIN / 2, INT64_MAX);
     p->n_resident = (int)regc_reader_int(&rd, 0, INT32_MAX);
@@ -659,7 +661,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
             rd.failed = 1;
         for (int i = 0; i < p->n_bufs && !rd.failed; i++) {
             regc_buf *x = &p->bufs[i];
-            x->kind = (regc_buf_kind)regc_reader_int(&rd, BUF_ARENA, BUF_SCALARS);
+            x->kind = (regc_buf_kind)regc_reader_int(&rd, BUF_ARENA, BUF_HOST);
             x->bytes = regc_reader_int(&rd, 0, INT64_MAX);
             x->offset = regc_reader_int(&rd, 0, INT64_MAX);
             x->first = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;

@@ -316,6 +316,39 @@ static int check_signals(const regc_program *p)
     return rc;
 }
 
+/* Is ref k of `in` in host memory (an offloaded update's own, or the
+ * moments that live there)? */
+static int on_host(const regc_program *p, const regc_instr *in, int k)
+{
+    const regc_buf_kind kind = p->bufs[in->refs[k].buf].kind;
+    return kind == BUF_HOST || (p->offload && (kind == BUF_M || kind == BUF_V));
+}
+
+/* Host memory is touched only where the host touches it: an offloaded
+ * update's AdamW (every operand), the copies' host side; a device kernel
+ * given a host pointer would fault on a GPU. Buffers are checked first. */
+static int check_host(const regc_program *p)
+{
+    for (int i = 0; i < p->n_instr + p->n_update; i++) {
+        const int update = i >= p->n_instr;
+        const regc_instr *in = update ? &p->update[i - p->n_instr] : &p->instr[i];
+        for (int k = 0; k < in->n_refs; k++) {
+            if (in->refs[k].buf < 0)
+                continue;
+            const int want = in->kernel == K_COPY_D2H   ? k == 0
+                             : in->kernel == K_COPY_H2D ? k == 1
+                             : in->kernel == K_ADAMW    ? p->offload
+                                                        : 0;
+            if (on_host(p, in, k) != want || (!update && on_host(p, in, k)))
+                return regc_error(REGC_ERR_FORMAT,
+                                  "step program: %s %d: operand %d is %s host memory",
+                                  update ? "update" : "instruction", update ? i - p->n_instr : i, k,
+                                  want ? "not in" : "in");
+        }
+    }
+    return REGC_OK;
+}
+
 /* Buffers against the blocks, the inputs and the scalar block. */
 static int check_buffers(const regc_program *p)
 {
@@ -340,7 +373,13 @@ static int check_buffers(const regc_program *p)
         int block =
             x->kind == BUF_PARAMS || x->kind == BUF_GRADS || x->kind == BUF_M || x->kind == BUF_V;
         int bad = x->bytes < 0 || x->bytes > SIZE_LIMIT || x->offset < 0 ||
-                  x->offset > SIZE_LIMIT || (unsigned)x->kind > BUF_SCALARS;
+                  x->offset > SIZE_LIMIT || (unsigned)x->kind > BUF_HOST ||
+                  (x->kind == BUF_HOST && x->offset != 0);
+        if (!bad && x->kind == BUF_HOST && !p->offload)
+            return regc_error(REGC_ERR_FORMAT,
+                              "step program: buffer %d is host memory, but the update stays on "
+                              "the device",
+                              b);
         if (!bad && block && !p->forward_only)
             bad = !fits(x->offset, x->bytes, p->block_bytes);
         if (!bad && x->kind == BUF_INPUT)
@@ -411,7 +450,8 @@ int regc_program_validate(const regc_program *p)
     if ((p->lazy && p->n_instr) || (p->forward_only && p->n_update) ||
         (!p->forward_only && !p->n_update))
         return regc_error(REGC_ERR_FORMAT, "step program: phases do not match its kind");
-    if ((rc = check_buffers(p)) || (rc = check_layout(p)) || (rc = check_signals(p)))
+    if ((rc = check_buffers(p)) || (rc = check_layout(p)) || (rc = check_signals(p)) ||
+        (rc = check_host(p)))
         return rc;
     char *used = calloc((size_t)p->n_bufs + 1, 1);
     if (!used)

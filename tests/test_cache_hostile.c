@@ -201,14 +201,17 @@ static void test_compiled_programs_validate(void **state)
         regc_level level;
         int inline_back, regional;
         int ranks, stage; /* several ranks: their collectives, scheduled */
+        int offload;      /* the optimizer's state and update on the host */
     } cases[] = {
-        {"gpt2-tiny", REGC_LEVEL_O0, 1, 1, 1, 0},  {"gpt2-tiny", REGC_LEVEL_O1, 1, 1, 1, 0},
-        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1, 1, 0},  {"gpt2-tiny", REGC_LEVEL_O2, 1, 0, 1, 0},
-        {"llama-tiny", REGC_LEVEL_O1, 1, 1, 1, 0}, {"llama-tiny", REGC_LEVEL_O0, 1, 1, 1, 0},
-        {"bert-tiny", REGC_LEVEL_O2, 1, 1, 1, 0},  {"t5-tiny", REGC_LEVEL_O1, 1, 1, 1, 0},
-        {"t5-tiny", REGC_LEVEL_O1, 0, 1, 1, 0},    {"gpt2-tiny", REGC_LEVEL_O1, 1, 1, 2, 0},
-        {"llama-tiny", REGC_LEVEL_O1, 1, 1, 2, 3}, {"t5-tiny", REGC_LEVEL_O1, 1, 0, 4, 3},
-        {"bert-tiny", REGC_LEVEL_O0, 1, 1, 2, 3},  {"gpt2-tiny", REGC_LEVEL_O1, 0, 1, 2, 0},
+        {"gpt2-tiny", REGC_LEVEL_O0, 1, 1, 1, 0, 0},  {"gpt2-tiny", REGC_LEVEL_O1, 1, 1, 1, 0, 0},
+        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1, 1, 0, 0},  {"gpt2-tiny", REGC_LEVEL_O2, 1, 0, 1, 0, 0},
+        {"llama-tiny", REGC_LEVEL_O1, 1, 1, 1, 0, 0}, {"llama-tiny", REGC_LEVEL_O0, 1, 1, 1, 0, 0},
+        {"bert-tiny", REGC_LEVEL_O2, 1, 1, 1, 0, 0},  {"t5-tiny", REGC_LEVEL_O1, 1, 1, 1, 0, 0},
+        {"t5-tiny", REGC_LEVEL_O1, 0, 1, 1, 0, 0},    {"gpt2-tiny", REGC_LEVEL_O1, 1, 1, 2, 0, 0},
+        {"llama-tiny", REGC_LEVEL_O1, 1, 1, 2, 3, 0}, {"t5-tiny", REGC_LEVEL_O1, 1, 0, 4, 3, 0},
+        {"bert-tiny", REGC_LEVEL_O0, 1, 1, 2, 3, 0},  {"gpt2-tiny", REGC_LEVEL_O1, 0, 1, 2, 0, 0},
+        {"gpt2-tiny", REGC_LEVEL_O1, 0, 1, 2, 0, 1},  {"llama-tiny", REGC_LEVEL_O1, 1, 1, 2, 3, 1},
+        {"t5-tiny", REGC_LEVEL_O0, 1, 1, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         regc_model *m = NULL;
@@ -221,6 +224,7 @@ static void test_compiled_programs_validate(void **state)
             o.regional = cases[i].regional;
             o.forward_only = fwd;
             o.ranks = cases[i].ranks, o.zero_stage = cases[i].stage;
+            o.offload_optimizer = cases[i].offload;
             o.reduce_bucket_floats = 5000; /* several buckets, several reduce-scatters in flight */
             regc_program *p = NULL;
             regc_compile_stats st;
@@ -234,6 +238,41 @@ static void test_compiled_programs_validate(void **state)
         }
         regc_model_free(m);
     }
+}
+
+/* An offloaded update's operands are where the host can touch them: AdamW
+ * given the device's gradients, or a copy back to the host given device
+ * memory, is refused (on a GPU a host kernel would fault on it). */
+static void test_offloaded_update_stays_on_the_host(void **state)
+{
+    (void)state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.offload_optimizer = 1;
+    for (int change = 0; change < 3; change++) {
+        regc_program *p = NULL;
+        assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, NULL), REGC_OK);
+        assert_int_equal(regc_program_validate(p), REGC_OK);
+        int adamw = -1, d2h = -1, device_grads = -1;
+        for (int i = 0; i < p->n_update; i++) {
+            adamw = p->update[i].kernel == K_ADAMW ? i : adamw;
+            d2h = p->update[i].kernel == K_COPY_D2H && d2h < 0 ? i : d2h;
+        }
+        assert_true(adamw >= 0 && d2h >= 0);
+        device_grads = p->update[d2h].refs[1].buf; /* what the copy reads: the device's */
+        if (change == 0)
+            p->update[adamw].refs[3].buf = device_grads;
+        else if (change == 1)
+            p->update[d2h].refs[0].buf = device_grads;
+        else
+            p->offload = 0; /* host buffers in a program that keeps its update on the device */
+        assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+        assert_non_null(strstr(regc_error_message(), "host memory"));
+        regc_program_free(p);
+    }
+    regc_model_free(m);
 }
 
 /* ---------------------------------------------------------------- changed step programs */
@@ -711,6 +750,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_compiled_programs_validate, setup),
+        regc_test_in_dir(test_offloaded_update_stays_on_the_host, setup),
         regc_test_in_dir(test_changed_step_programs_recompile, setup),
         regc_test_in_dir(test_unsealed_rewrite_refused, setup),
         regc_test_in_dir(test_changed_regions_recompile, setup),

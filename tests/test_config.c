@@ -116,8 +116,9 @@ static void test_full_file(void **state)
     regc_config_free(c);
 }
 
-/* compile.passes and compile.schedule from the file, and as flags. */
-static void test_passes_and_schedule(void **state)
+/* compile.passes and compile.schedule from the file and as text, and
+ * zero_optimization.offload_optimizer, a section inside a section. */
+static void test_passes_schedule_offload(void **state)
 {
     regc_test_dir *f = *state;
     write_config(f, "{\"compile\": {\"passes\": [[\"selective_gather\", 64], \"prefetch\"],\n"
@@ -150,6 +151,14 @@ static void test_passes_and_schedule(void **state)
     regc_train_options_default(&d);
     regc_passes_to_text(&d.compile.passes, text, sizeof text);
     assert_string_equal(text, "prefetch,overlap_reduce,selective_gather");
+    /* a section inside a section */
+    write_config(f, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+    c = load_ok(f);
+    regc_train_options_default(&o);
+    assert_int_equal(o.compile.offload_optimizer, 0);
+    apply_options(c, &o);
+    assert_int_equal(o.compile.offload_optimizer, 1);
+    regc_config_free(c);
 }
 
 static void test_partial_file_keeps_defaults(void **state)
@@ -286,6 +295,12 @@ static const bad_case bad_cases[] = {
     {"{\"zero_optimization\": {\"stages\": 3}}", "zero_optimization.stages: unknown key", NULL},
     {"{\"zero_optimization\": {\"stage3_prefetch_bucket_size\": -1}}",
      "zero_optimization.stage3_prefetch_bucket_size: expected an integer >= 0", "got -1"},
+    {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\"}}}",
+     "zero_optimization.offload_optimizer.device: expected \"none\" or \"cpu\"", "got \"nvme\""},
+    {"{\"zero_optimization\": {\"offload_optimizer\": 1}}",
+     "zero_optimization.offload_optimizer: expected an object", "got 1"},
+    {"{\"zero_optimization\": {\"offload_optimizer\": {\"buffer_count\": 4}}}",
+     "zero_optimization.offload_optimizer.buffer_count: unknown key", NULL},
     {"{\"compile\": {\"passes\": [\"prefetch\", \"bogus\"]}}",
      "compile.passes: no pass named \"bogus\"", NULL},
     {"{\"compile\": {\"passes\": [[\"selective_gather\", 0]]}}", "compile.passes: an array of",
@@ -538,7 +553,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_full_file, setup),
-        regc_test_in_dir(test_passes_and_schedule, setup),
+        regc_test_in_dir(test_passes_schedule_offload, setup),
         regc_test_in_dir(test_partial_file_keeps_defaults, setup),
         regc_test_in_dir(test_errors_name_file_and_key, setup),
         regc_test_in_dir(test_nul_byte_and_missing_file, setup),

@@ -252,6 +252,9 @@ static void test_stage3_programs_agree(void **state)
             {"a live-parameter limit", REGC_LEVEL_O1, 1, 1, NULL, -2},
             /* every reduce-scatter waited for at the end */
             {"a reduce bucket holding every unit", REGC_LEVEL_O1, 1, 1, NULL, -3},
+            /* AdamW's state and update on the host */
+            {"the optimizer offloaded", REGC_LEVEL_O1, 1, 1, NULL, -4},
+            {"the lazy program, the optimizer offloaded", REGC_LEVEL_O0, 0, 1, NULL, -4},
         };
         for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
             regc_train_options o = options(3);
@@ -264,6 +267,7 @@ static void test_stage3_programs_agree(void **state)
                 o.compile.prefetch_floats = -4, o.compile.max_live_floats = 1;
             if (ways[w].budget == -3)
                 o.compile.reduce_bucket_floats = INT64_C(1) << 40;
+            o.compile.offload_optimizer = ways[w].budget == -4;
             regc_test_losses l;
             regc_model *m = regc_test_train(presets[i], &o, &l);
             if (ways[w].cache)

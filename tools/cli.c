@@ -124,14 +124,23 @@ void print_device_memory(FILE *f, const regc_device_memory *a, int ranks)
     size_text(total, sizeof total, a->total);
     /* the padding: what the shards hold beyond an even split of the model */
     double even = (double)a->model_floats / ranks;
-    fprintf(f,
-            "device memory per rank: model state %s (parameters, gradients, AdamW m and v: 16 "
-            "bytes x %lld",
-            state, (long long)a->block_floats);
+    fprintf(f, "device memory per rank: model state %s (%s x %lld", state,
+            a->m ? "parameters, gradients, AdamW m and v: 16 bytes"
+                 : "parameters and gradients: 8 bytes",
+            (long long)a->block_floats);
     if (a->block_floats != a->model_floats)
         fprintf(f, " = 1/%d of %lld parameters + %.2f%% padding", ranks, (long long)a->model_floats,
                 100.0 * ((double)a->block_floats - even) / even);
-    fprintf(f, "), activations %s, inputs %s: %s\n", act, in, total);
+    fprintf(f, "), activations %s, inputs %s: %s", act, in, total);
+    if (a->host > 0) {
+        char host[32];
+        size_text(host, sizeof host, a->host);
+        fprintf(f,
+                "; host memory of the offloaded optimizer %s (AdamW m and v, the parameters' "
+                "and gradients' copies)",
+                host);
+    }
+    fputc('\n', f);
 }
 
 void print_zero3_schedule(FILE *f, const regc_compile_stats *st)

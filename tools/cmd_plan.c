@@ -40,6 +40,8 @@ void print_plan_usage(FILE *f)
           "  --reduce-bucket-size <E>   gradient elements reduced at a time (stage 0: the\n"
           "                             all-reduce buckets, default 25 MiB; stage 3: the\n"
           "                             reduce-scatters in flight)\n"
+          "  --offload-optimizer <cpu|none>\n"
+          "                             AdamW's state and update on the host (default none)\n"
           "  --budget-mb <MiB>          stage 3: device memory per rank in MiB; the\n"
           "                             compiler picks the prefetch and resident units to fit\n"
           "  --gradient-accumulation-steps <K>\n"
@@ -53,7 +55,7 @@ typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     long long reduce_bucket;
-    int level, json;
+    int level, json, offload;
 } plan_args;
 
 static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
@@ -97,7 +99,11 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->max_live);
         else if (!strcmp(flag, "--reduce-bucket-size"))
             rc = parse_int(flag, value, 1, INT64_MAX, "a positive integer", &a->reduce_bucket);
-        else if (!strcmp(flag, "--budget-mb"))
+        else if (!strcmp(flag, "--offload-optimizer")) {
+            if (strcmp(value, "cpu") && strcmp(value, "none"))
+                return usage_error("--offload-optimizer: expected cpu or none, got \"%s\"", value);
+            a->offload = !strcmp(value, "cpu");
+        } else if (!strcmp(flag, "--budget-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
         else if (!strcmp(flag, "--gradient-accumulation-steps"))
             rc = parse_int(flag, value, 1, INT32_MAX, "a positive integer", &a->accum);
@@ -152,10 +158,11 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
     free(model);
     printf(" \"memory\": {\"params\": %lld, \"grads\": %lld, \"m\": %lld, \"v\": %lld, "
            "\"model_floats\": %lld, \"block_floats\": %lld, \"activations\": %lld, \"inputs\": "
-           "%lld, \"scalars\": %lld, \"total\": %lld},\n",
+           "%lld, \"scalars\": %lld, \"total\": %lld, \"host\": %lld},\n",
            (long long)mem->params, (long long)mem->grads, (long long)mem->m, (long long)mem->v,
            (long long)mem->model_floats, (long long)mem->block_floats, (long long)mem->activations,
-           (long long)mem->inputs, (long long)mem->scalars, (long long)mem->total);
+           (long long)mem->inputs, (long long)mem->scalars, (long long)mem->total,
+           (long long)mem->host);
     printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
            "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
            "\"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": %lld, \"resident\": %d}}\n",
@@ -188,6 +195,7 @@ int cmd_plan(int argc, char **argv)
     co.budget_bytes = (int64_t)a.budget_mb << 20;
     co.persistence_floats = a.persistence, co.max_live_floats = a.max_live;
     co.reduce_bucket_floats = a.reduce_bucket;
+    co.offload_optimizer = a.offload;
     regc_program *p = NULL;
     regc_compile_stats st;
     rc = regc_program_compile(m, a.batch, a.seq, &co, &p, &st);

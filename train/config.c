@@ -201,6 +201,15 @@ static int read_section(const load_ctx *x, const char *section, const cJSON *obj
         if (rc)
             return rc;
         const regc_option *o = regc_option_by_key(section, it->string ? it->string : "");
+        char inner[128]; /* a section inside this one: zero_optimization.offload_optimizer */
+        snprintf(inner, sizeof inner, "%s.%s", section, it->string ? it->string : "");
+        if (!o && regc_option_section_known(inner)) {
+            if (!cJSON_IsObject(it))
+                return expected(x, key, it, "an object");
+            if ((rc = read_section(x, inner, it)))
+                return rc;
+            continue;
+        }
         if (!o && regc_option_not_yet(section, it->string ? it->string : ""))
             return regc_error(REGC_ERR_UNSUPPORTED, "%s: %s: not supported yet", x->file, key);
         if (!o)
@@ -230,7 +239,7 @@ static int read_root(const load_ctx *x, const cJSON *root)
         const char *k = it->string ? it->string : "";
         if (rc)
             return rc;
-        if (regc_option_section_known(k)) {
+        if (regc_option_section_known(k) && !strchr(k, '.')) {
             if (!cJSON_IsObject(it))
                 return expected(x, key, it, "an object");
             rc = read_section(x, k, it);

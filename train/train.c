@@ -43,10 +43,16 @@ static void trainer_free(trainer *t)
 {
     regc_backend *be = t->be;
     if (be) {
-        void *blocks[] = {t->params, t->grads, t->m, t->v, t->scalars};
+        void *blocks[] = {t->params, t->grads, t->scalars};
         for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++)
             if (blocks[i])
                 be->free(be, blocks[i]);
+        void (*free_state)(regc_backend *, void *) =
+            t->state_be != be ? be->free_host : be->free; /* offloaded: host memory */
+        if (t->m)
+            free_state(be, t->m);
+        if (t->v)
+            free_state(be, t->v);
         for (int i = 0; t->d_inputs && i < t->n_inputs; i++)
             if (t->d_inputs[i])
                 be->free(be, t->d_inputs[i]);
@@ -66,6 +72,7 @@ static void trainer_free(trainer *t)
     regc_cache_close(t->cache);
     regc_comm_free(t->own_step_comm);
     regc_comm_free(t->own_comm);
+    regc_backend_free(t->own_state_be);
     regc_backend_free(be);
 }
 
@@ -166,6 +173,8 @@ static int check_memory_fits(trainer *t, const regc_model *m)
     int cpu = !strcmp(t->be->name, "cpu");
     int sharing = cpu && t->comm->local_size > 1 ? t->comm->local_size : 1;
     const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (cpu) /* an offloaded update's host memory is the device's too */
+        a.total += a.host;
     if (t->be->mem_capacity <= 0 || (double)a.total * sharing <= (double)t->be->mem_capacity)
         return REGC_OK;
     char ranks[64] = "";
@@ -201,8 +210,19 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
     int rc = REGC_OK;
     t->params = device_alloc(t, bytes, &rc);
     t->grads = device_alloc(t, bytes, &rc);
-    t->m = device_alloc(t, bytes, &rc);
-    t->v = device_alloc(t, bytes, &rc);
+    /* AdamW's moments: the device's, or offloaded, host memory that a CPU
+     * backend works on (the device's own backend on the CPU) */
+    t->state_be = be;
+    if (o->compile.offload_optimizer && strcmp(be->name, "cpu") != 0 &&
+        !(t->state_be = t->own_state_be = regc_backend_new("cpu", 0)))
+        return REGC_ERR_UNSUPPORTED;
+    if (o->compile.offload_optimizer && t->state_be != be) {
+        if (!(t->m = be->alloc_host(be, bytes)) || !(t->v = be->alloc_host(be, bytes)))
+            return REGC_ERR_MEMORY;
+    } else {
+        t->m = device_alloc(t, bytes, &rc);
+        t->v = device_alloc(t, bytes, &rc);
+    }
     t->scalars = device_alloc(t, sizeof *t->scalars, &rc);
     if (rc || (rc = regc_trainer_load_state(t, o, loaded)))
         return rc;

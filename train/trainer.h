@@ -10,10 +10,14 @@ typedef struct {
     regc_backend *be;
     regc_tokens *tokens;
     regc_program *program;
-    regc_tokens *val_tokens;         /* validation data, or NULL */
-    regc_program *val_program;       /* forward only, over the same parameters and inputs */
-    regc_cache *cache;               /* opened from cache_dir, or NULL */
-    float *params, *grads, *m, *v;   /* device, [block] each */
+    regc_tokens *val_tokens;       /* validation data, or NULL */
+    regc_program *val_program;     /* forward only, over the same parameters and inputs */
+    regc_cache *cache;             /* opened from cache_dir, or NULL */
+    float *params, *grads, *m, *v; /* device, [block] each (m and v: host when offloaded) */
+    /* where m and v live: be, or under offload_optimizer on a GPU a CPU
+     * backend over the host memory be->alloc_host gave */
+    regc_backend *state_be;
+    regc_backend *own_state_be;
     int64_t block;                   /* total_numel, or under ZeRO-3 this rank's shard */
     const regc_shard_layout *shards; /* the program's, under ZeRO-3; else NULL */
     regc_step_scalars *scalars;      /* device: the optimizer's state and constants */

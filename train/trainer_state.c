@@ -30,10 +30,9 @@ static void param_part(const trainer *t, int i, int64_t *first, int64_t *n, int6
  * from a source, of which this rank reads only its parts, a chunk at a time
  * (*load_ms: the time reading and copying took, after the block was
  * zeroed: padding stays 0). */
-static int block_to_device(trainer *t, float *dev, const float *model, regc_weights *src,
-                           double *load_ms)
+static int block_to_device(trainer *t, regc_backend *be, float *dev, const float *model,
+                           regc_weights *src, double *load_ms)
 {
-    regc_backend *be = t->be;
     if (!t->shards && !src) {
         be->copy_h2d(be, dev, model, (size_t)t->block * sizeof(float));
         return be->sync(be);
@@ -110,9 +109,9 @@ static int put_exp_avg_sq(void *w, int i, int64_t first, int64_t n, const float 
  * the model than one unit; unsharded, rank 0 copies one parameter at a
  * time. A failed write keeps its error in *wrc and ends the writing, not
  * the gathers: the other ranks are in them too. */
-static int stream_block(trainer *t, const float *dev, put_fn put, void *w, int *wrc)
+static int stream_block(trainer *t, regc_backend *be, const float *dev, put_fn put, void *w,
+                        int *wrc)
 {
-    regc_backend *be = t->be;
     regc_comm *c = t->comm;
     const regc_shard_layout *l = t->shards;
     const regc_model *m = t->model;
@@ -168,7 +167,7 @@ static int write_model(trainer *t, const char *dir, int *wrc)
     regc_model_writer *w = NULL;
     if (t->comm->rank == 0 && *wrc == REGC_OK)
         *wrc = regc_model_writer_open(t->model, dir, &w);
-    int rc = stream_block(t, t->params, put_weight, w, wrc);
+    int rc = stream_block(t, t->be, t->params, put_weight, w, wrc);
     if (w && *wrc == REGC_OK && rc == REGC_OK)
         *wrc = regc_model_writer_finish(w);
     else
@@ -206,9 +205,9 @@ int regc_trainer_save_checkpoint(trainer *t, const regc_train_options *o, int64_
         wrc = regc_checkpoint_moments_open(&ck, t->model, &moments);
     rc = write_model(t, first ? ck.tmp : NULL, &wrc);
     if (rc == REGC_OK)
-        rc = stream_block(t, t->m, put_exp_avg, moments, &wrc);
+        rc = stream_block(t, t->state_be, t->m, put_exp_avg, moments, &wrc);
     if (rc == REGC_OK)
-        rc = stream_block(t, t->v, put_exp_avg_sq, moments, &wrc);
+        rc = stream_block(t, t->state_be, t->v, put_exp_avg_sq, moments, &wrc);
     if (first) {
         regc_run_state st;
         if (moments && wrc == REGC_OK && rc == REGC_OK)
@@ -232,14 +231,15 @@ int regc_trainer_save_checkpoint(trainer *t, const regc_train_options *o, int64_
  * it and copy it to the device (its memory already allocated and zeroed). */
 int regc_trainer_load_state(trainer *t, const regc_train_options *o, regc_load_report *r)
 {
-    regc_backend *be = t->be;
+    regc_backend *be = t->state_be; /* m and v's */
     regc_comm *c = t->comm;
     double load_ms = 0.0;
-    int rc = block_to_device(t, t->params, regc_model_weights(t->model), t->src[0], &load_ms);
+    int rc =
+        block_to_device(t, t->be, t->params, regc_model_weights(t->model), t->src[0], &load_ms);
     if (rc == REGC_OK && t->src[1])
-        rc = block_to_device(t, t->m, NULL, t->src[1], &load_ms);
+        rc = block_to_device(t, be, t->m, NULL, t->src[1], &load_ms);
     if (rc == REGC_OK && t->src[2])
-        rc = block_to_device(t, t->v, NULL, t->src[2], &load_ms);
+        rc = block_to_device(t, be, t->v, NULL, t->src[2], &load_ms);
     if (!t->src[1])
         be->fill(be, t->m, (size_t)t->block, 0.0f);
     if (!t->src[2])

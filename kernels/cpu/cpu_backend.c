@@ -127,6 +127,8 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->ctx = ctx;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
+    be->alloc_host = cpu_alloc;
+    be->free_host = cpu_free;
     be->copy_h2d = cpu_copy;
     be->copy_d2h = cpu_copy;
     be->copy_d2d = cpu_copy;

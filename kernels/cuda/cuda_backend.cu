@@ -146,6 +146,25 @@ static void cuda_free(regc_backend *be, void *p)
     cuda_note(be, cudaFreeAsync(p, cuda_stream(be)), "free");
 }
 
+static void *cuda_alloc_host(regc_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    cudaError_t err = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        regc_error(REGC_ERR_MEMORY, "cuda: cannot allocate %zu bytes of pinned host memory: %s",
+                   bytes, cudaGetErrorString(err));
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free_host(regc_backend *be, void *p)
+{
+    if (p)
+        cuda_note(be, cudaFreeHost(p), "free host");
+}
+
 static void cuda_copy(regc_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind k)
 {
     if (bytes)
@@ -210,6 +229,8 @@ void regc_cuda_set_memory(regc_backend *be)
 {
     be->alloc = cuda_alloc;
     be->free = cuda_free;
+    be->alloc_host = cuda_alloc_host;
+    be->free_host = cuda_free_host;
     be->copy_h2d = cuda_copy_h2d;
     be->copy_d2h = cuda_copy_d2h;
     be->copy_d2d = cuda_copy_d2d;
