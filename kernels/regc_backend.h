@@ -218,6 +218,16 @@ struct regc_backend {
     /* Before each run of a program (NULL: nothing to do): the CPU backend
      * fits its thread team to the cores other processes leave free. */
     void (*begin_run)(regc_backend *be);
+    /* Whole-step capture (O2); NULL where the backend has none (the CPU:
+     * O2 runs as O1). Between capture_begin and capture_end the calls on
+     * the backend record their work instead of doing it; capture_end gives
+     * the recording as one graph, which graph_launch runs (the same work
+     * on the same memory, each time it is launched) and graph_free frees.
+     * Nothing between them may wait for the device (sync). */
+    int (*capture_begin)(regc_backend *be);
+    int (*capture_end)(regc_backend *be, void **graph);
+    int (*graph_launch)(regc_backend *be, void *graph);
+    void (*graph_free)(regc_backend *be, void *graph);
 
     /* dst[r, 0:cols] = src[r, 0:cols] for r < rows; strides in elements.
      * Splits and concatenations along the last axis are this copy. */

@@ -31,6 +31,9 @@ void regc_program_free(regc_program *p)
 {
     if (!p)
         return;
+    for (int k = 0; k < 2; k++)
+        if (p->captured[k])
+            p->be->graph_free(p->be, p->captured[k]);
     if (p->be && p->arena)
         p->be->free(p->be, p->arena);
     if (p->be && p->own_scalars)

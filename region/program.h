@@ -262,6 +262,10 @@ struct regc_program {
     double wait_ms;                 /* blocked in K_COMM_WAIT, over every run */
     char **ptr;                     /* [n_bufs] base pointers */
     regc_profile *profile;          /* borrowed; NULL: runs are not timed */
+    void *captured[2];              /* O2: the run and the update as graphs, or NULL */
+    int eager_runs[2];              /* of each phase before it was captured */
+    int capture_failed[2];          /* the backend could not capture it: it runs as at O1 */
+    double capture_ms;              /* capturing them, over every run */
     regc_bytes step_key;            /* the compile cache's key of the step, when cached */
 };
 

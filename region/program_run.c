@@ -337,6 +337,69 @@ static int run_measured(regc_program *p)
     return rc;
 }
 
+/* ---------------------------------------------------------------- O2 */
+
+enum { PHASE_RUN, PHASE_UPDATE };
+
+/* Can a phase be captured whole? O2, flat, on a backend that captures, not
+ * timed, and only device work: no collective (MPI runs on the host), no
+ * offloaded update. */
+static int capturable(const regc_program *p, const regc_instr *ins, int n)
+{
+    if (p->level != REGC_LEVEL_O2 || p->lazy || !p->be->capture_begin || p->profile || p->instr_ms)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (is_comm(&ins[i]) || ins[i].kernel == K_COPY_D2H || ins[i].kernel == K_COPY_H2D ||
+            (p->offload && ins[i].kernel == K_ADAMW))
+            return 0;
+    return 1;
+}
+
+/* A phase's instructions. At O2 on a backend that captures, its first run
+ * is eager (it sizes every scratch allocation and warms what the backend
+ * keeps), the second is captured into a graph and launched, later ones
+ * launch the graph: the same kernels on the same memory, so the same
+ * bits. */
+static int run_phase(regc_program *p, int phase, const regc_instr *ins, int n)
+{
+    if (p->captured[phase])
+        return p->be->graph_launch(p->be, p->captured[phase]);
+    void *ptr[REGC_INSTR_MAX_REFS];
+    const double t0 = regc_time_ms();
+    int capture = capturable(p, ins, n) && !p->capture_failed[phase] && p->eager_runs[phase]++ > 0;
+    if (capture && p->be->capture_begin(p->be) != REGC_OK) {
+        regc_error_clear();
+        p->capture_failed[phase] = 1, capture = 0;
+    }
+    if (capture) {
+        int rc = REGC_OK;
+        for (int i = 0; i < n && rc == REGC_OK; i++) {
+            resolve(p->ptr, &ins[i], ptr);
+            rc = regc_instr_run(p->be, &ins[i], ptr);
+        }
+        void *graph = NULL; /* a capture begun is ended, whatever failed */
+        const int end = p->be->capture_end(p->be, &graph);
+        if (rc == REGC_OK && end == REGC_OK) {
+            p->captured[phase] = graph;
+            p->capture_ms += regc_time_ms() - t0;
+            return p->be->graph_launch(p->be, graph);
+        }
+        if (graph)
+            p->be->graph_free(p->be, graph);
+        /* nothing ran: the phase runs as at O1, now and from now on */
+        regc_error_clear();
+        p->capture_failed[phase] = 1;
+    }
+    int rc = REGC_OK;
+    for (int i = 0; i < n && rc == REGC_OK; i++) {
+        resolve(p->ptr, &ins[i], ptr);
+        rc = run_instr(p, &ins[i], ptr);
+    }
+    return rc;
+}
+
+double regc_program_capture_ms(const regc_program *p) { return p->capture_ms; }
+
 int regc_program_run(regc_program *p)
 {
     if (!p->ptr)
@@ -349,11 +412,7 @@ int regc_program_run(regc_program *p)
     } else if (p->instr_ms) {
         rc = run_measured(p);
     } else {
-        void *ptr[REGC_INSTR_MAX_REFS];
-        for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {
-            resolve(p->ptr, &p->instr[i], ptr);
-            rc = run_instr(p, &p->instr[i], ptr);
-        }
+        rc = run_phase(p, PHASE_RUN, p->instr, p->n_instr);
     }
     /* every collective waited for (a failed run leaves none behind either:
      * the caller may call the communicator next) */
@@ -418,6 +477,10 @@ int regc_program_update(regc_program *p)
                 return regc_error(REGC_ERR_ARG,
                                   "step program: the update needs the parameter, gradient, m and v "
                                   "blocks bound");
+    if (capturable(p, p->update, p->n_update)) {
+        const int rc = run_phase(p, PHASE_UPDATE, p->update, p->n_update);
+        return rc ? rc : p->be->sync(p->be);
+    }
     int rc = REGC_OK;
     void *ptr[REGC_INSTR_MAX_REFS];
     for (int i = 0; i < p->n_update && rc == REGC_OK; i++) {

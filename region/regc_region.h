@@ -243,6 +243,9 @@ int regc_pass_try(const regc_pass_input *in, const regc_comm_schedule *s, regc_d
 /* A program that ran (with measuring on) into its units' profile: out
  * [layout's n_units], per step; REGC_ERR_ARG without units or measures. */
 int regc_program_unit_profile(const regc_program *p, regc_unit_profile *out);
+/* O2 on a backend that captures (CUDA): the milliseconds spent capturing
+ * the step and its update into graphs, over every run so far. */
+double regc_program_capture_ms(const regc_program *p);
 /* Time every instruction of the flat program from now on (on) or stop. */
 int regc_program_measure(regc_program *p, int on);
 

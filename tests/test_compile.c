@@ -307,6 +307,79 @@ static void test_missing_kernel(void **state)
     regc_model_free(m);
 }
 
+/* ---- O2 where capture fails -------------------------------------------------- */
+
+static int capture_tries;
+static int refuse_capture(regc_backend *be)
+{
+    (void)be;
+    capture_tries++;
+    return regc_error(REGC_ERR_IO, "this backend cannot capture");
+}
+
+/* Three steps (run, then update) of gpt2-tiny at `level` on the CPU, the
+ * backend refusing to capture when `refusing`: the losses. */
+static void three_steps(regc_level level, int refusing, float *loss)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), 0);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.level = level;
+    regc_program *p = NULL;
+    assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, NULL), 0);
+    regc_backend *be = regc_backend_new("cpu", 1);
+    if (refusing) { /* the entries of a backend that captures; beginning fails */
+        be->capture_begin = refuse_capture;
+        be->capture_end = NULL, be->graph_launch = NULL, be->graph_free = NULL;
+    }
+    size_t bytes = (size_t)regc_model_total_numel(m) * sizeof(float);
+    float *block[4];
+    for (int k = 0; k < 4; k++) {
+        block[k] = be->alloc(be, bytes);
+        be->fill(be, block[k], bytes / sizeof(float), k == 0 ? 0.02f : 0.0f);
+    }
+    void *inputs[8] = {0};
+    assert_true(regc_program_n_inputs(p) <= 8);
+    for (int i = 0; i < regc_program_n_inputs(p); i++) {
+        size_t b = (size_t)regc_tensor_bytes(regc_program_input(p, i));
+        inputs[i] = be->alloc(be, b);
+        memset(inputs[i], 0, b);
+        ((int32_t *)inputs[i])[0] = 7; /* one other token */
+    }
+    regc_program_memory mem = {
+        .params = block[0], .grads = block[1], .m = block[2], .v = block[3], .inputs = inputs};
+    assert_int_equal(regc_program_bind(p, be, &mem), 0);
+    for (int s = 0; s < 3; s++) {
+        assert_int_equal(regc_program_run(p), 0);
+        loss[s] = *regc_program_loss(p);
+        assert_int_equal(regc_program_update(p), 0);
+    }
+    assert_true(regc_program_capture_ms(p) == 0.0);
+    regc_program_free(p);
+    for (int i = 0; i < 8; i++)
+        if (inputs[i])
+            be->free(be, inputs[i]);
+    for (int k = 0; k < 4; k++)
+        be->free(be, block[k]);
+    regc_backend_free(be);
+    regc_model_free(m);
+}
+
+/* O2 on a backend that cannot capture runs as O1: each phase tries once
+ * (its second run), then runs eagerly, with O1's bits and no error left. */
+static void test_o2_without_capture_is_o1(void **state)
+{
+    (void)state;
+    float o1[3], o2[3];
+    three_steps(REGC_LEVEL_O1, 0, o1);
+    capture_tries = 0;
+    three_steps(REGC_LEVEL_O2, 1, o2);
+    assert_int_equal(capture_tries, 2); /* the run's and the update's */
+    assert_memory_equal(o1, o2, sizeof o1);
+    assert_true(o1[2] != o1[0]); /* the updates changed something */
+}
+
 static int dir_setup(void **state) { return regc_test_dir_setup(state, "compile", NULL); }
 
 int main(void)
@@ -324,6 +397,7 @@ int main(void)
         regc_test_in_dir(test_dump_graphs, dir_setup),
         cmocka_unit_test(test_with_layers_errors),
         cmocka_unit_test(test_missing_kernel),
+        cmocka_unit_test(test_o2_without_capture_is_o1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -287,17 +287,37 @@ static void test_stage3_programs_agree(void **state)
 
 /* ---- the placed communication --------------------------------------------- */
 
-static regc_program *compile_at(const char *preset, int ranks, int64_t prefetch)
+/* The default options at stage 3 over `ranks` ranks. */
+static regc_compile_options stage3_at(int ranks)
+{
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.ranks = ranks, co.zero_stage = 3;
+    return co;
+}
+
+/* preset's step at [2, 16] compiled with co: the test fails unless it
+ * compiles (status NULL), or its status goes into *status. */
+static regc_program *compile_step(const char *preset, const regc_compile_options *co,
+                                  regc_compile_stats *st, int *status)
 {
     regc_model *m = NULL;
     assert_int_equal(regc_model_load(preset, &m), REGC_OK);
-    regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.ranks = ranks, co.zero_stage = 3, co.prefetch_floats = prefetch;
     regc_program *p = NULL;
-    if (regc_program_compile(m, 2, 16, &co, &p, NULL) != REGC_OK)
-        fail_msg("%s at %d ranks: %s", preset, ranks, regc_error_message());
+    const int rc = regc_program_compile(m, 2, 16, co, &p, st);
     regc_model_free(m);
+    if (status)
+        *status = rc;
+    else if (rc != REGC_OK)
+        fail_msg("%s at %d ranks: %s", preset, co->ranks, regc_error_message());
+    return p;
+}
+
+static regc_program *compile_at(const char *preset, int ranks, int64_t prefetch)
+{
+    regc_compile_options co = stage3_at(ranks);
+    co.prefetch_floats = prefetch;
+    regc_program *p = compile_step(preset, &co, NULL, NULL);
     return p;
 }
 
@@ -484,13 +504,9 @@ static void test_gathers_before_use_and_released_after(void **state)
  * every wait comes after the last start (*all_at_end). */
 static int scatters_in_flight(int64_t bucket, int *all_at_end)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
-    regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.ranks = 2, co.zero_stage = 3, co.reduce_bucket_floats = bucket;
-    regc_program *p = NULL;
-    assert_int_equal(regc_program_compile(m, 2, 16, &co, &p, NULL), REGC_OK);
+    regc_compile_options co = stage3_at(2);
+    co.reduce_bucket_floats = bucket;
+    regc_program *p = compile_step("gpt2-tiny", &co, NULL, NULL);
     int flying = 0, most = 0, last_start = -1, first_wait = -1;
     for (int i = 0; i < p->n_instr; i++) {
         const regc_instr *in = &p->instr[i];
@@ -506,7 +522,6 @@ static int scatters_in_flight(int64_t bucket, int *all_at_end)
     assert_int_equal(flying, 0);
     *all_at_end = first_wait > last_start;
     regc_program_free(p);
-    regc_model_free(m);
     return most;
 }
 
@@ -542,15 +557,11 @@ static int writes_grads(const regc_program *p, const regc_instr *in, int64_t lo,
  * some start while the backward still computes. */
 static void check_buckets(const char *preset, int64_t bucket)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
     regc_program *p[2] = {NULL, NULL}; /* scheduled, in the update */
     for (int s = 0; s < 2; s++) {
-        regc_compile_options co;
-        regc_compile_options_default(&co);
-        co.ranks = 2, co.zero_stage = 0, co.reduce_bucket_floats = bucket;
-        co.deepcompile = s == 0;
-        assert_int_equal(regc_program_compile(m, 2, 16, &co, &p[s], NULL), REGC_OK);
+        regc_compile_options co = stage3_at(2);
+        co.zero_stage = 0, co.reduce_bucket_floats = bucket, co.deepcompile = s == 0;
+        p[s] = compile_step(preset, &co, NULL, NULL);
     }
     /* in the update: the block tiled */
     int64_t at = 0;
@@ -621,7 +632,6 @@ static void check_buckets(const char *preset, int64_t bucket)
     if (early < 2)
         fail_msg("%s: only %d of %d buckets start before the backward ends", preset, early, n);
     regc_program_free(p[0]), regc_program_free(p[1]);
-    regc_model_free(m);
 }
 
 static void test_stage0_buckets_overlap_the_backward(void **state)
@@ -639,22 +649,16 @@ static void test_stage0_buckets_overlap_the_backward(void **state)
  * persistence threshold, and the units it kept resident. */
 static int gathers_with(int64_t persistence, int *resident, int *units)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
-    regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.ranks = 4, co.zero_stage = 3, co.persistence_floats = persistence;
-    regc_program *p = NULL;
+    regc_compile_options co = stage3_at(4);
+    co.persistence_floats = persistence;
     regc_compile_stats st;
-    if (regc_program_compile(m, 2, 16, &co, &p, &st) != REGC_OK)
-        fail_msg("persistence %lld: %s", (long long)persistence, regc_error_message());
+    regc_program *p = compile_step("gpt2-tiny", &co, &st, NULL);
     int n = 0;
     for (int i = 0; i < p->n_instr; i++)
         n += p->instr[i].kernel == K_ALLGATHER;
     *resident = st.zero3_resident;
     *units = st.zero3_units;
     regc_program_free(p);
-    regc_model_free(m);
     return n;
 }
 
@@ -687,14 +691,9 @@ static void test_persistent_units_gather_once(void **state)
  * of max_live parameters gathered at once: the bytes gathered at once. */
 static int64_t window_with(int64_t prefetch, int64_t max_live, int64_t *largest_unit)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
-    regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.ranks = 4, co.zero_stage = 3, co.prefetch_floats = prefetch, co.max_live_floats = max_live;
-    regc_program *p = NULL;
-    if (regc_program_compile(m, 2, 16, &co, &p, NULL) != REGC_OK)
-        fail_msg("max_live %lld: %s", (long long)max_live, regc_error_message());
+    regc_compile_options co = stage3_at(4);
+    co.prefetch_floats = prefetch, co.max_live_floats = max_live;
+    regc_program *p = compile_step("gpt2-tiny", &co, NULL, NULL);
     regc_comm_plan c;
     regc_program_comm_plan(p, &c);
     *largest_unit = 0;
@@ -702,7 +701,6 @@ static int64_t window_with(int64_t prefetch, int64_t max_live, int64_t *largest_
         if (p->layout->unit_padded[u] > *largest_unit)
             *largest_unit = p->layout->unit_padded[u];
     regc_program_free(p);
-    regc_model_free(m);
     return c.window_bytes;
 }
 
@@ -732,15 +730,9 @@ static void test_live_parameters_limit_the_window(void **state)
 
 static regc_program *compile_budget(const char *preset, int64_t budget, int *status)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
-    regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.ranks = 4, co.zero_stage = 3, co.budget_bytes = budget;
-    regc_program *p = NULL;
-    *status = regc_program_compile(m, 2, 16, &co, &p, NULL);
-    regc_model_free(m);
-    return p;
+    regc_compile_options co = stage3_at(4);
+    co.budget_bytes = budget;
+    return compile_step(preset, &co, NULL, status);
 }
 
 /* Every budget's program fits it; a larger budget never prefetches less or
@@ -753,14 +745,9 @@ static void test_budget_fits_and_grows(void **state)
     regc_program *least = compile_budget("gpt2-tiny", INT64_C(1) << 40, &rc);
     assert_int_equal(rc, REGC_OK);
     /* the smallest need: on demand, nothing resident */
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
-    regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.ranks = 4, co.zero_stage = 3, co.prefetch_floats = 0;
-    regc_program *on_demand = NULL;
-    assert_int_equal(regc_program_compile(m, 2, 16, &co, &on_demand, NULL), REGC_OK);
-    regc_model_free(m);
+    regc_compile_options co = stage3_at(4);
+    co.prefetch_floats = 0;
+    regc_program *on_demand = compile_step("gpt2-tiny", &co, NULL, NULL);
     regc_device_memory need, most;
     regc_program_device_memory(on_demand, &need);
     regc_program_device_memory(least, &most);

@@ -1,10 +1,13 @@
 /* bench_sgemm.c — the sgemm rate at given shapes (a benchmark, not a
  * test): the ceiling a training step's GEMMs can reach on this machine.
  *
- *   bench_sgemm [--threads N] [--repeat R] [--kernel openblas|regc] M,N,K,TA,TB[,COUNT] ...
+ *   bench_sgemm [--threads N] [--repeat R] [--kernel openblas|regc|regc-bf16]
+ *               M,N,K,TA,TB[,COUNT] ...
  *
  * --kernel openblas (the default) times OpenBLAS's cblas_sgemm; regc times
- * the CPU backend's GEMM (regc's own kernel where the build targets AVX-512).
+ * the CPU backend's GEMM (regc's own kernel where the build targets AVX-512);
+ * regc-bf16 its mixed-precision GEMM (compile.precision "bf16": operands
+ * rounded to bf16, fp32 sums; AVX-512 BF16 where the CPU has it).
  * Each shape is C[M, N] = op(A) op(B) in row-major order (TA, TB: 1 for a
  * transposed operand), timed R times after one untimed call; the best time
  * counts. COUNT (default 1) is how often the shape occurs in a step: the
@@ -56,6 +59,8 @@ static float *bench_matrix(long rows, long cols)
 }
 
 /* C = op(A) op(B) through OpenBLAS, or through the backend when be != NULL */
+static int bench_bf16; /* --kernel regc-bf16 */
+
 static void bench_run(regc_backend *be, const bench_shape *s, const float *a, const float *b,
                       float *c)
 {
@@ -78,7 +83,8 @@ static void bench_run(regc_backend *be, const bench_shape *s, const float *a, co
                    .c = c,
                    .ldc = s->n,
                    .alpha = 1.0f,
-                   .epilogue = REGC_EPI_NONE};
+                   .epilogue = REGC_EPI_NONE,
+                   .bf16 = bench_bf16};
     be->gemm(be, &g); /* the shape is valid by construction */
 }
 
@@ -125,10 +131,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    const int use_regc = strcmp(kernel, "regc") == 0;
+    bench_bf16 = strcmp(kernel, "regc-bf16") == 0;
+    const int use_regc = bench_bf16 || strcmp(kernel, "regc") == 0;
     if (first >= argc || repeat < 1 || (!use_regc && strcmp(kernel, "openblas") != 0)) {
-        fprintf(stderr, "usage: bench_sgemm [--threads N] [--repeat R] [--kernel openblas|regc] "
-                        "M,N,K,TA,TB[,COUNT] ...\n");
+        fprintf(stderr, "usage: bench_sgemm [--threads N] [--repeat R] "
+                        "[--kernel openblas|regc|regc-bf16] M,N,K,TA,TB[,COUNT] ...\n");
         return 2;
     }
     regc_backend *be = NULL;
@@ -138,7 +145,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_sgemm: %s\n", regc_error_message());
             return 1;
         }
-        printf("regc cpu backend GEMM (%s), threads %d, best of %d\n", regc_backend_cpu_gemm_name(),
+        printf("regc cpu backend GEMM (%s%s), threads %d, best of %d\n",
+               regc_backend_cpu_gemm_name(), bench_bf16 ? ", bf16 operands" : "",
                threads > 0 ? threads : omp_get_max_threads(), repeat);
     } else {
         if (threads > 0)

@@ -12,7 +12,9 @@
 # GFLOP/s and its fraction of the sgemm rates (OpenBLAS's and regc's own
 # GEMM) at the step's GEMM shapes (build/bench_sgemm).
 #
-# Environment: MODELS (default "gpt2-124m llama-127m"), ROUNDS (default 3),
+# Environment: MODELS (default "gpt2-124m llama-127m"), PRECISION (fp32, the
+# default, or bf16: PyTorch under CPU autocast to bfloat16, regc with
+# --precision bf16, and regc's fraction of its bf16 GEMM), ROUNDS (default 3),
 # WARMUP (untimed steps: PyTorch's once, regc's in each of its runs, default
 # 1), THREADS (default 2), BATCH (4), SEQ (64),
 # WORKDIR (model and token files, default a temporary directory, removed
@@ -29,6 +31,8 @@ THREADS="${THREADS:-2}"
 BATCH="${BATCH:-4}"
 SEQ="${SEQ:-64}"
 MODELS="${MODELS:-gpt2-124m llama-127m}"
+PRECISION="${PRECISION:-fp32}"
+case "$PRECISION" in fp32 | bf16) ;; *) echo "bench_vs_torch.sh: PRECISION must be fp32 or bf16" >&2; exit 2 ;; esac
 PYTHON="${PYTHON:-/usr/bin/python3}"
 
 is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
@@ -48,11 +52,13 @@ fi
 mkdir -p "$WORKDIR"
 
 echo "command: OMP_NUM_THREADS=$THREADS $PYTHON tools/reference/bench_step.py --model M" \
-     "--batch $BATCH --seq $SEQ --steps $STEPS --rounds $ROUNDS --warmup $WARMUP --threads $THREADS"
+     "--batch $BATCH --seq $SEQ --steps $STEPS --rounds $ROUNDS --warmup $WARMUP --threads $THREADS" \
+     "--precision $PRECISION"
 for model in $MODELS; do
     echo
     OMP_NUM_THREADS="$THREADS" "$PYTHON" tools/reference/bench_step.py --model "$model" \
         --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" --rounds "$ROUNDS" --warmup "$WARMUP" --threads "$THREADS" \
+        --precision "$PRECISION" \
         --regc build/regc --sgemm build/bench_sgemm --workdir "$WORKDIR"
     rm -rf "${WORKDIR:?}/$model" "$WORKDIR/$model.bin"
 done

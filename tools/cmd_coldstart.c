@@ -47,6 +47,9 @@ void print_coldstart_usage(FILE *f)
         "                             cores (default 0)\n"
         "  --precision <fp32|bf16>    compile.precision of every compile and of the training\n"
         "                             (default fp32)\n"
+        "  --level <O1|O2>            the training's compile level; O2 captures the step as\n"
+        "                             CUDA graphs on a GPU, capture_ms its time (default O1)\n"
+
         "  --backend <name>           the training's backend: cpu, or cuda (cuda:N) where\n"
         "                             built (default cpu); setup_ms is its set-up before the\n"
         "                             first step (on cuda, cuBLASLt's for every GEMM)\n"
@@ -55,7 +58,8 @@ void print_coldstart_usage(FILE *f)
         "                             regional+cache), \"cache_hits\", \"cache_misses\",\n"
         "                             \"build_ms\", \"detect_ms\", \"compile_ms\", \"inline_ms\",\n"
         "                             \"total_ms\", \"total_min_ms\", \"total_max_ms\",\n"
-        "                             \"setup_ms\", \"first_step_ms\", \"step_ms\",\n"
+        "                             \"setup_ms\", \"capture_ms\", \"first_step_ms\",\n"
+        "                             \"step_ms\",\n"
         "                             \"peak_bytes\",\n"
         "                             \"lower_bound_bytes\", \"region_kinds\", "
         "\"region_compiles\"}\n"
@@ -79,7 +83,7 @@ typedef struct {
     int mode;                     /* COLD_* */
     int cache_hits, cache_misses; /* of the last timed compile */
     double build_ms, detect_ms, compile_ms, inline_ms, total_ms, total_min, total_max;
-    double setup_ms, first_step_ms, step_ms; /* NAN: not measured */
+    double setup_ms, capture_ms, first_step_ms, step_ms; /* NAN: not measured */
     int64_t peak_bytes, lower_bound_bytes;
     int region_kinds, region_compiles;
 } cold_row;
@@ -87,6 +91,7 @@ typedef struct {
 typedef struct {
     const char *model, *svg, *cache_dir, *backend;
     regc_precision precision;
+    regc_level level; /* the training's */
     int64_t layers[COLD_MAX_LAYERS];
     int n_layers;
     long long repeat, batch, seq, steps, threads;
@@ -146,9 +151,9 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
                                arg);
         char flag[64];
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
-        static const char *const valued[] = {"--model",     "--layers",  "--repeat",    "--batch",
-                                             "--seq",       "--steps",   "--threads",   "--svg",
-                                             "--cache-dir", "--backend", "--precision", NULL};
+        static const char *const valued[] = {
+            "--model", "--layers",    "--repeat",  "--batch",     "--seq",   "--steps", "--threads",
+            "--svg",   "--cache-dir", "--backend", "--precision", "--level", NULL};
         int known = 0;
         for (const char *const *k = valued; *k; k++)
             if (!strcmp(flag, *k))
@@ -174,6 +179,11 @@ static int parse_coldstart_args(int argc, char **argv, cold_args *a)
                 a->cache_dir = value;
             else
                 a->svg = value;
+        } else if (!strcmp(flag, "--level")) {
+            const int l = regc_level_from_name(value);
+            if (l != REGC_LEVEL_O1 && l != REGC_LEVEL_O2)
+                return usage_error("%s: expected O1 or O2, got \"%s\"", flag, value);
+            a->level = (regc_level)l;
         } else if (!strcmp(flag, "--precision")) {
             const int p = regc_precision_from_name(value);
             if (p < 0)
@@ -217,7 +227,8 @@ static double median(double *v, int n)
 typedef struct {
     double *ms;
     int n, cap;
-    double setup_ms; /* before the first step */
+    double setup_ms;   /* before the first step */
+    double capture_ms; /* O2: capturing the step, over the steps */
 } cold_steps;
 
 static void cold_on_step(const regc_step_report *r, void *user)
@@ -225,6 +236,7 @@ static void cold_on_step(const regc_step_report *r, void *user)
     cold_steps *s = user;
     if (s->n == 0)
         s->setup_ms = r->setup_ms;
+    s->capture_ms += r->capture_ms;
     if (s->n < s->cap)
         s->ms[s->n++] = r->ms;
 }
@@ -329,7 +341,7 @@ static int cold_train(const regc_model *base, const cold_args *a, const char *ca
         o.steps = (int)a->steps;
         o.threads = (int)a->threads;
         o.backend = a->backend;
-        o.compile.level = REGC_LEVEL_O1;
+        o.compile.level = a->level;
         o.compile.precision = a->precision;
         o.compile.regional = row->mode != COLD_FULL;
         o.cache_dir = row->mode == COLD_CACHED ? cache_dir : NULL;
@@ -337,6 +349,7 @@ static int cold_train(const regc_model *base, const cold_args *a, const char *ca
     }
     if (rc == REGC_OK && s.n == s.cap) {
         row->setup_ms = s.setup_ms;
+        row->capture_ms = s.capture_ms > 0.0 ? s.capture_ms : NAN;
         row->first_step_ms = s.ms[0];
         row->step_ms = median(s.ms + 1, s.n - 1);
     } else if (rc == REGC_OK) {
@@ -365,8 +378,9 @@ static int cold_print_json(const char *model, const cold_row *r)
     cold_num(b[4], sizeof b[4], r->total_ms, "%.6g");
     cold_num(b[5], sizeof b[5], r->total_min, "%.6g");
     cold_num(b[6], sizeof b[6], r->total_max, "%.6g");
-    char su[48], fs[48], sm[48];
+    char su[48], fs[48], sm[48], cm[48];
     cold_num(su, sizeof su, r->setup_ms, "%.6g");
+    cold_num(cm, sizeof cm, r->capture_ms, "%.6g");
     cold_num(fs, sizeof fs, r->first_step_ms, "%.6g");
     cold_num(sm, sizeof sm, r->step_ms, "%.6g");
     /* The model name through cJSON: a path may hold quotes or backslashes. */
@@ -378,12 +392,13 @@ static int cold_print_json(const char *model, const cold_row *r)
     int n = printf(
         "{\"model\": %s, \"layers\": %lld, \"mode\": \"%s\", \"build_ms\": %s, "
         "\"detect_ms\": %s, \"compile_ms\": %s, \"inline_ms\": %s, \"total_ms\": %s, "
-        "\"total_min_ms\": %s, \"total_max_ms\": %s, \"setup_ms\": %s, \"first_step_ms\": %s, "
+        "\"total_min_ms\": %s, \"total_max_ms\": %s, \"setup_ms\": %s, \"capture_ms\": %s, "
+        "\"first_step_ms\": %s, "
         "\"step_ms\": %s, \"peak_bytes\": %lld, \"lower_bound_bytes\": %lld, "
         "\"region_kinds\": %d, \"region_compiles\": %d, \"cache_hits\": %d, "
         "\"cache_misses\": %d}\n",
         quoted, (long long)r->layers, cold_mode_name[r->mode], b[0], b[1], b[2], b[3], b[4], b[5],
-        b[6], su, fs, sm, (long long)r->peak_bytes, (long long)r->lower_bound_bytes,
+        b[6], su, cm, fs, sm, (long long)r->peak_bytes, (long long)r->lower_bound_bytes,
         r->region_kinds, r->region_compiles, r->cache_hits, r->cache_misses);
     free(quoted);
     if (n < 0 || fflush(stdout) != 0)
@@ -533,6 +548,7 @@ int cmd_coldstart(int argc, char **argv)
                    .batch = 4,
                    .seq = 64,
                    .steps = 3,
+                   .level = REGC_LEVEL_O1,
                    .backend = "cpu"};
     int code = parse_coldstart_args(argc, argv, &a);
     if (code >= 0)
@@ -569,7 +585,7 @@ int cmd_coldstart(int argc, char **argv)
             cold_row *row = &rows[n_rows];
             row->layers = a.layers[d];
             row->mode = mode;
-            row->setup_ms = row->first_step_ms = row->step_ms = NAN;
+            row->setup_ms = row->capture_ms = row->first_step_ms = row->step_ms = NAN;
             int64_t input_bytes = 0;
             rc = cold_compile(m, &a, cache_dir, row, &input_bytes);
             /* Weights, gradients and AdamW's two moments, all fp32. */

@@ -8,8 +8,10 @@
 #      (regional == full bit for bit, two GPU runs bit for bit);
 #   3. the benchmark: tokens/s of gpt2-124m and llama-127m at B=8, T=1024
 #      and B=4, T=64, with the share of the step's time in GEMMs (from
-#      `regc train --profile`), gpt2-124m in bf16 at B=16, T=1024, and
-#      `regc coldstart --backend cuda`.
+#      `regc train --profile`), gpt2-124m in bf16 at B=16, T=1024 at O1 and
+#      at O2 (the step captured as CUDA graphs; not profiled, which would
+#      time each kernel apart), and `regc coldstart --backend cuda` at O1
+#      and O2 (capture_ms). The `gpu` label also holds O2 to O1's bits.
 #
 # Usage: bash tools/gpu_check.sh [REPORT]   (default build-gpu/gpu_report.txt)
 # Environment: BUILD (default build-gpu), STEPS (benchmark steps, default 8).
@@ -56,19 +58,22 @@ fi
 part "gpu tests" ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 300
 
 # One benchmark: the mean tokens/s over the steps after the first two (the
-# first compiles and warms up), and the GEMMs' share of the profiled step.
+# first compiles and warms up; at O2 the second captures), and at O1 the
+# GEMMs' share of the profiled step.
 bench() {
-    local model="$1" batch="$2" seq="$3" precision="${4:-fp32}"
-    local log="$BUILD/bench-$1-$2x$3-$precision.log"
+    local model="$1" batch="$2" seq="$3" precision="${4:-fp32}" level="${5:-O1}"
+    local log="$BUILD/bench-$1-$2x$3-$precision-$level.log" profile=(--profile)
+    [ "$level" = O2 ] && profile=()
     "$BUILD/regc" train --model "$model" --backend cuda --batch "$batch" --seq "$seq" \
-        --precision "$precision" --steps "$STEPS" --profile --no-cache >"$log" 2>&1 ||
-        { cat "$log"; return 1; }
-    awk -v model="$model $precision" -v b="$batch" -v t="$seq" '
+        --precision "$precision" --level "$level" --steps "$STEPS" "${profile[@]}" --no-cache \
+        >"$log" 2>&1 || { cat "$log"; return 1; }
+    awk -v model="$model $precision $level" -v b="$batch" -v t="$seq" '
         /^step/ { n++; if (n > 2) { tok += $(NF - 1); k++ } }
         /gemm\[/ { share += $2 + 0 }
         END { if (k == 0) exit 1
-              printf "%-16s B=%-2d T=%-5d %10.0f tok/s  GEMMs %.1f%% of the step\n",
-                     model, b, t, tok / k, share }' "$log"
+              printf "%-20s B=%-2d T=%-5d %10.0f tok/s", model, b, t, tok / k
+              if (share > 0) printf "  GEMMs %.1f%% of the step", share
+              printf "\n" }' "$log"
 }
 
 say ""
@@ -79,8 +84,12 @@ for model in gpt2-124m llama-127m; do
         if line=$(bench "$model" $shape); then say "$line"; else say "$model $shape: FAILED"; say "$line"; failed=1; fi
     done
 done
-if line=$(bench gpt2-124m 16 1024 bf16); then say "$line"; else say "gpt2-124m bf16: FAILED"; say "$line"; failed=1; fi
+for level in O1 O2; do
+    if line=$(bench gpt2-124m 16 1024 bf16 $level); then say "$line"; else say "gpt2-124m bf16 $level: FAILED"; say "$line"; failed=1; fi
+done
 part "coldstart" "$BUILD/regc" coldstart --model gpt2-124m --backend cuda --batch 8 --seq 1024
+part "coldstart O2" "$BUILD/regc" coldstart --model gpt2-124m --backend cuda --batch 8 --seq 1024 \
+    --level O2 --json
 
 say ""
 if [ "$failed" = 0 ]; then say "gpu check: every part passed"; else say "gpu check: FAILED (above)"; fi

@@ -129,6 +129,9 @@ typedef struct {
      * backend prepares every GEMM (cuBLASLt's descriptors and algorithms
      * on a GPU) */
     double setup_ms;
+    /* O2 on a GPU: capturing the step (its run and update) into graphs in
+     * this step (the second), 0 on the others */
+    double capture_ms;
     double tokens_per_s; /* of the whole job: every rank's tokens */
     /* ZeRO-3 over several ranks: this step's collectives on the
      * communication queue, and how long the step waited for them (the part

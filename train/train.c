@@ -39,6 +39,10 @@ void regc_train_options_default(regc_train_options *o)
     regc_compile_options_default(&o->compile);
 }
 
+/* A GPU's batches come from pinned host memory: copied without staging,
+ * and capturable (O2). The CPU reads them where they are. */
+static int pinned_inputs(const trainer *t) { return t->be && strcmp(t->be->name, "cpu") != 0; }
+
 static void trainer_free(trainer *t)
 {
     regc_backend *be = t->be;
@@ -58,7 +62,8 @@ static void trainer_free(trainer *t)
                 be->free(be, t->d_inputs[i]);
     }
     for (int i = 0; t->inputs && i < t->n_inputs; i++)
-        free(t->inputs[i].host);
+        if (t->inputs[i].host)
+            pinned_inputs(t) ? be->free_host(be, t->inputs[i].host) : free(t->inputs[i].host);
     free(t->inputs);
     free(t->d_inputs);
     free(t->counts);
@@ -130,7 +135,8 @@ static int alloc_inputs(trainer *t)
         const regc_tensor *x = regc_program_input(t->program, i);
         regc_input *in = &t->inputs[t->n_inputs];
         in->tensor = x;
-        in->host = malloc((size_t)regc_tensor_bytes(x) + 1);
+        const size_t bytes = (size_t)regc_tensor_bytes(x) + 1;
+        in->host = pinned_inputs(t) ? t->be->alloc_host(t->be, bytes) : malloc(bytes);
         t->d_inputs[t->n_inputs++] = device_alloc(t, (size_t)regc_tensor_bytes(x), &rc);
         if (rc == REGC_OK && !in->host)
             rc = regc_error(REGC_ERR_MEMORY, "out of memory");
@@ -699,8 +705,10 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         /* the first of several steps warms caches and pages: not profiled */
         regc_profile *pr = step > 0 || o->steps == 1 ? o->profile : NULL;
         regc_step_report r = {.step = step, .setup_ms = step == start ? setup_ms : 0.0};
+        const double captured = regc_program_capture_ms(t.program);
         if ((rc = regc_trainer_step(&t, o, step, pr, &r)))
             break;
+        r.capture_ms = regc_program_capture_ms(t.program) - captured;
         if (r.nonfinite && !o->skip_nonfinite) {
             rc = regc_error(REGC_ERR_DIVERGED,
                             "step %d: the %s is not finite; stopped before its update%s%s "

@@ -225,6 +225,47 @@ static int cuda_sync(regc_backend *be)
     return REGC_OK;
 }
 
+/* ---- whole-step capture: a CUDA graph of the stream's work */
+
+static int cuda_capture_begin(regc_backend *be)
+{
+    cudaError_t err = cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeThreadLocal);
+    return err == cudaSuccess ? REGC_OK
+                              : regc_error(REGC_ERR_IO, "cuda: cannot capture the step: %s",
+                                           cudaGetErrorString(err));
+}
+
+static int cuda_capture_end(regc_backend *be, void **graph)
+{
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t err = cudaStreamEndCapture(cuda_stream(be), &g);
+    if (err == cudaSuccess)
+        err = cudaGraphInstantiate(&exec, g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (err != cudaSuccess) {
+        cudaGetLastError(); /* a failed capture leaves its error behind: not the next kernel's */
+        return regc_error(REGC_ERR_IO, "cuda: the step's capture failed: %s",
+                          cudaGetErrorString(err));
+    }
+    *graph = exec;
+    return REGC_OK;
+}
+
+static int cuda_graph_launch(regc_backend *be, void *graph)
+{
+    cuda_note(be, cudaGraphLaunch((cudaGraphExec_t)graph, cuda_stream(be)), "graph launch");
+    return REGC_OK;
+}
+
+static void cuda_graph_free(regc_backend *be, void *graph)
+{
+    if (graph)
+        cuda_note(be, cudaGraphExecDestroy((cudaGraphExec_t)graph), "graph free");
+}
+
 void regc_cuda_set_memory(regc_backend *be)
 {
     be->alloc = cuda_alloc;
@@ -237,6 +278,10 @@ void regc_cuda_set_memory(regc_backend *be)
     be->copy_2d = cuda_copy_2d;
     be->fill = cuda_fill;
     be->sync = cuda_sync;
+    be->capture_begin = cuda_capture_begin;
+    be->capture_end = cuda_capture_end;
+    be->graph_launch = cuda_graph_launch;
+    be->graph_free = cuda_graph_free;
 }
 
 /* ---- the table and the backend */

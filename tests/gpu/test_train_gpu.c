@@ -9,7 +9,10 @@
  * - regional and full compilation give the same bits on the GPU, as they
  *   do on the CPU: one compiled layer reused for every layer computes
  *   exactly what the whole graph compiled at once computes;
- * - two GPU runs give the same bits: every reduction has a fixed order. */
+ * - two GPU runs give the same bits: every reduction has a fixed order;
+ * - O2 (the step and its update captured once as CUDA graphs and replayed)
+ *   gives O1's bits: the same kernels on the same memory, and it did
+ *   capture. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,8 +43,15 @@ static void record_step(const regc_step_report *r, void *user)
     rec->n++;
 }
 
-/* Five steps of `preset` on `backend`, regional or full. */
-static run_record train_five(const char *preset, const char *backend, int regional)
+static double capture_ms;
+static void record_capture(const regc_step_report *r, void *user)
+{
+    record_step(r, user);
+    capture_ms += r->capture_ms;
+}
+
+/* Five steps of `preset` on `backend`, regional or full, at O1 or O2. */
+static run_record train_at(const char *preset, const char *backend, int regional, regc_level level)
 {
     regc_model *m = NULL;
     assert_int_equal(regc_model_load(preset, &m), REGC_OK);
@@ -51,12 +61,18 @@ static run_record train_five(const char *preset, const char *backend, int region
     o.batch = 2, o.seq = 32, o.steps = STEPS, o.cache_dir = NULL;
     o.max_grad_norm = 1.0; /* reports the norm every step */
     o.compile.regional = regional;
+    o.compile.level = level;
     run_record rec = {0};
-    if (regc_train(m, &o, record_step, &rec, NULL) != REGC_OK)
+    if (regc_train(m, &o, record_capture, &rec, NULL) != REGC_OK)
         fail_msg("%s on %s: %s", preset, backend, regc_error_message());
     assert_int_equal(rec.n, STEPS);
     regc_model_free(m);
     return rec;
+}
+
+static run_record train_five(const char *preset, const char *backend, int regional)
+{
+    return train_at(preset, backend, regional, REGC_LEVEL_O1);
 }
 
 static void expect_close(const char *preset, const char *what, const float *cpu, const float *gpu)
@@ -83,6 +99,14 @@ static void check_architecture(const char *preset)
     if (memcmp(again.loss, gpu.loss, sizeof gpu.loss) ||
         memcmp(again.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
         fail_msg("%s: two GPU runs differ", preset);
+    capture_ms = 0.0;
+    const run_record o2 = train_at(preset, "cuda", 1, REGC_LEVEL_O2);
+    printf("%s: O2 captured in %.2f ms\n", preset, capture_ms);
+    if (!(capture_ms > 0.0))
+        fail_msg("%s: O2 captured nothing", preset);
+    if (memcmp(o2.loss, gpu.loss, sizeof gpu.loss) ||
+        memcmp(o2.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
+        fail_msg("%s: O2 and O1 differ on the GPU", preset);
 }
 
 static void test_gpt2(void **state)

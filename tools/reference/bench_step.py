@@ -139,7 +139,8 @@ class TorchTrainer:
     """eager PyTorch training of one model: forward, backward, AdamW; the
     steps continue from one call to the next"""
 
-    def __init__(self, case, module, init, tokens):
+    def __init__(self, case, module, init, tokens, bf16):
+        self.bf16 = bf16  # the forward under CPU autocast to bfloat16, as regc's precision bf16
         self.p = {name: torch.tensor(a, requires_grad=True) for name, a in init.items()}
         self.opt = torch.optim.AdamW(list(self.p.values()), lr=LR, betas=(0.9, 0.999), eps=1e-8,
                                      weight_decay=0.0)
@@ -151,7 +152,8 @@ class TorchTrainer:
         for _ in range(steps):
             t0 = time.perf_counter()
             self.opt.zero_grad(set_to_none=True)
-            loss = self.module.forward_loss(self.p, self.k, self.case)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                loss = self.module.forward_loss(self.p, self.k, self.case)
             loss.backward()
             self.opt.step()
             out.append((time.perf_counter() - t0, loss.item()))
@@ -159,10 +161,11 @@ class TorchTrainer:
         return out
 
 
-def run_regc(regc, model_dir, data, B, T, steps, threads):
+def run_regc(regc, model_dir, data, B, T, steps, threads, precision):
     """per-step (seconds, loss) from `regc train --json`"""
     cmd = [regc, "train", "--model", model_dir, "--data", data, "--batch", str(B), "--seq", str(T),
-           "--steps", str(steps), "--threads", str(threads), "--lr", str(LR), "--json"]
+           "--steps", str(steps), "--threads", str(threads), "--lr", str(LR), "--json",
+           "--precision", precision]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True)
@@ -184,9 +187,12 @@ def run_sgemm(sgemm, shapes, threads, kernel):
     return float(mix[0].split()[-2]) * 1e9, lines[0].split(", threads")[0]
 
 
-def sgemm_rates(sgemm, shapes, threads):
-    """{kernel: (GFLOP/s, description)} for OpenBLAS and regc's GEMM"""
-    return {k: run_sgemm(sgemm, shapes, threads, k) for k in ("openblas", "regc")}
+def sgemm_rates(sgemm, shapes, threads, precision):
+    """{kernel: (GFLOP/s, description)} for OpenBLAS and regc's GEMM (its
+    bf16 one in bf16)"""
+    own = "regc-bf16" if precision == "bf16" else "regc"
+    return {"openblas": run_sgemm(sgemm, shapes, threads, "openblas"),
+            "regc": run_sgemm(sgemm, shapes, threads, own)}
 
 
 def main():
@@ -200,6 +206,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1,
                     help="untimed steps first: PyTorch's once, regc's in every round")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: PyTorch under CPU autocast, regc with --precision bf16")
     ap.add_argument("--regc", required=True)
     ap.add_argument("--sgemm", required=True)
     ap.add_argument("--workdir", required=True)
@@ -216,14 +224,14 @@ def main():
     n_tokens = max(a.warmup + a.rounds * a.steps, regc_steps_per_run) * B * T + 1
     model_dir, data, init, tokens = prepare(case, module, a.workdir, n_tokens)
     n_params = sum(x.size for x in init.values())
-    print("model %s: %.1fM parameters, B=%d T=%d, %d threads, %d rounds of %d timed steps each "
-          "(%d warm-up); written in %.1f s" % (a.model, n_params / 1e6, B, T, a.threads, a.rounds,
-                                               a.steps, a.warmup, time.perf_counter() - t0),
-          flush=True)
+    print("model %s: %.1fM parameters, B=%d T=%d, %s, %d threads, %d rounds of %d timed steps "
+          "each (%d warm-up); written in %.1f s" % (a.model, n_params / 1e6, B, T, a.precision,
+                                                    a.threads, a.rounds, a.steps, a.warmup,
+                                                    time.perf_counter() - t0), flush=True)
 
     # the sgemm rates are ceilings: the better of a run before and one after
     # the two trainings, so a burst of other load on the machine lowers them less
-    rates = sgemm_rates(a.sgemm, gemm_shapes(case, B, T), a.threads)
+    rates = sgemm_rates(a.sgemm, gemm_shapes(case, B, T), a.threads, a.precision)
     blas = rates["openblas"][1]
     print(blas + (" (OPENBLAS_CORETYPE=%s)" % os.environ["OPENBLAS_CORETYPE"]
                   if "OPENBLAS_CORETYPE" in os.environ else ""), flush=True)
@@ -232,7 +240,7 @@ def main():
     # The machine's speed drifts over minutes, so the two take turns: each
     # round times both, the first of the pair alternating, and the medians
     # are over every round's timed steps.
-    trainer = TorchTrainer(case, module, init, tokens)
+    trainer = TorchTrainer(case, module, init, tokens, a.precision == "bf16")
     del init
     torch_first = trainer.run(a.warmup)
     torch_steps, regc_steps, regc_first = [], [], None
@@ -244,7 +252,7 @@ def main():
                 torch_steps += got
             else:
                 got, cmd, err = run_regc(a.regc, model_dir, data, B, T, regc_steps_per_run,
-                                         a.threads)
+                                         a.threads, a.precision)
                 if regc_first is None:
                     print("regc:    OMP_NUM_THREADS=%d %s" % (a.threads, " ".join(cmd)))
                     print(err, end="", flush=True)
@@ -253,7 +261,7 @@ def main():
         print("round %d: pytorch %s s, regc %s s" % (
             r + 1, " ".join("%.3f" % t for t, _ in torch_steps[-a.steps:]),
             " ".join("%.3f" % t for t, _ in regc_steps[-a.steps:])), flush=True)
-    after = sgemm_rates(a.sgemm, gemm_shapes(case, B, T), a.threads)
+    after = sgemm_rates(a.sgemm, gemm_shapes(case, B, T), a.threads, a.precision)
     rate = max(rates["openblas"][0], after["openblas"][0])
     regc_rate = max(rates["regc"][0], after["regc"][0])
 
@@ -273,7 +281,7 @@ def main():
                                                       100 * flop / t / regc_rate))
     print("speed-up of regc over pytorch: %.2fx" % (t_torch / t_regc))
     print("RESULT %s" % json.dumps({
-        "model": a.model, "blas": blas, "batch": B, "seq": T, "threads": a.threads, "rounds": a.rounds, "params": int(n_params),
+        "model": a.model, "precision": a.precision, "blas": blas, "batch": B, "seq": T, "threads": a.threads, "rounds": a.rounds, "params": int(n_params),
         "step_gflop": flop / 1e9, "torch_s": t_torch, "regc_s": t_regc,
         "speedup": t_torch / t_regc, "regc_gflops": flop / t_regc / 1e9,
         "sgemm_gflops": rate / 1e9, "fraction_of_sgemm": flop / t_regc / rate,
