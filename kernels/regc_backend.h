@@ -212,6 +212,11 @@ struct regc_backend {
     void (*free_host)(regc_backend *be, void *ptr);
     void (*copy_h2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy_d2h)(regc_backend *be, void *dst, const void *src, size_t bytes);
+    /* A copy to host memory from alloc_host, behind the work queued so far,
+     * on a queue of its own: work queued after it does not wait for it
+     * (sync does). NULL: copy_d2h serves (the CPU, where a copy is done
+     * when it returns). */
+    void (*copy_d2h_side)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy_d2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(regc_backend *be, float *dst, size_t n, float value);
     int (*sync)(regc_backend *be); /* waits for all queued work; reports failures */

@@ -273,6 +273,8 @@ int regc_program_inline_back(regc_program *p)
     if (!p->layout && p->ranks > 1 && p->overlap && !p->accumulate_grads &&
         (rc = regc_allreduce_schedule(p)))
         return rc;
+    if (p->offload && p->overlap && !p->accumulate_grads && (rc = regc_offload_schedule(p)))
+        return rc;
     p->arena_bytes = peak, p->lower_bound = lower;
     return REGC_OK;
 }

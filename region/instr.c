@@ -163,7 +163,9 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     switch ((regc_kernel)in->kernel) {
     case K_FILL: be->fill(be, P(0), (size_t)d[0], in->f); return REGC_OK;
     case K_COPY: be->copy_d2d(be, p[0], p[1], (size_t)d[0]); return REGC_OK;
-    case K_COPY_D2H: be->copy_d2h(be, p[0], p[1], (size_t)d[0]); return REGC_OK;
+    case K_COPY_D2H: /* on a side queue where there is one: compute goes on meanwhile */
+        (be->copy_d2h_side ? be->copy_d2h_side : be->copy_d2h)(be, p[0], p[1], (size_t)d[0]);
+        return REGC_OK;
     case K_COPY_H2D: be->copy_h2d(be, p[0], p[1], (size_t)d[0]); return REGC_OK;
     case K_COPY_2D:
         NEED(copy_2d);

@@ -48,10 +48,12 @@ int regc_zero3_place(regc_program *p);
  * unit's backward. */
 int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_live_floats,
                         int64_t reduce_bucket_floats, int overlap);
-/* Stage 0 over several ranks (zero3_schedule.c): the update's bucket
- * all-reduces moved into the flat program, each started after the last
- * instruction that writes its gradients, all waited for at its end. */
+/* The gradient block's transfers moved into the backward (grad_schedule.c):
+ * stage 0's bucket all-reduces, each started after the last instruction
+ * that writes its gradients and all waited for at the program's end; an
+ * offloaded update's copy to the host, one range at a time, likewise. */
 int regc_allreduce_schedule(regc_program *p);
+int regc_offload_schedule(regc_program *p);
 
 /* The schedule passes (passes.c): run the ones o->passes names on p's
  * schedule, then link p with it. */

@@ -339,7 +339,7 @@ static int check_host(const regc_program *p)
                              : in->kernel == K_COPY_H2D ? k == 1
                              : in->kernel == K_ADAMW    ? p->offload
                                                         : 0;
-            if (on_host(p, in, k) != want || (!update && on_host(p, in, k)))
+            if (on_host(p, in, k) != want)
                 return regc_error(REGC_ERR_FORMAT,
                                   "step program: %s %d: operand %d is %s host memory",
                                   update ? "update" : "instruction", update ? i - p->n_instr : i, k,

@@ -1,5 +1,5 @@
-/* zero3_schedule.c — the communication schedule over the flat step
- * program: ZeRO-3's prefetch and overlap, and stage 0's buckets.
+/* zero3_schedule.c — ZeRO-3's communication schedule over the flat step
+ * program: prefetch and overlap.
  *
  * Placement (zero3_place.c) leaves each collective synchronous, right
  * where it is needed: every unit's all-gather just before its first
@@ -22,14 +22,7 @@
  * A start and its wait name the same buffers, so the memory plan, made
  * again after this pass, keeps a gathered buffer from its start to its last
  * reader and a gradient buffer until its reduce-scatter is done. The
- * collectives keep their order of starts, the same on every rank.
- *
- * Stage 0 over several ranks has no placement: the update all-reduces the
- * gradient block a bucket at a time. regc_allreduce_schedule moves each
- * bucket's all-reduce to just after the last instruction that writes a
- * gradient in it, asynchronous, and waits for them all at the program's
- * end, so the sums of the last layers' gradients overlap the backward of
- * the first. The buckets' sums are the update's, so the bits are too. */
+ * collectives keep their order of starts, the same on every rank. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,82 +134,6 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_li
     p->instr = out, p->n_instr = n_out;
     p->n_signals = n_gather + n_scatter;
     free(gpos), free(from), free(floats);
-    return REGC_OK;
-}
-
-/* ---------------------------------------------------------------- stage 0 */
-
-/* The first bucket of `n` (starts ascending, bytes) that holds byte `at`. */
-static int bucket_of(const int64_t *start, int n, int64_t at)
-{
-    int lo = 0, hi = n; /* start[lo] <= at < start[hi] */
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (start[mid] <= at)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-int regc_allreduce_schedule(regc_program *p)
-{
-    int nb = 0, n = p->n_instr;
-    for (int i = 0; i < p->n_update; i++)
-        nb += p->update[i].kernel == K_ALLREDUCE && !p->update[i].d[1];
-    if (nb == 0)
-        return REGC_OK;
-    regc_instr *bucket = malloc((size_t)nb * sizeof *bucket);
-    int64_t *start = malloc((size_t)nb * sizeof *start);
-    int *after = malloc((size_t)nb * sizeof *after); /* its last writer, -1 */
-    regc_instr *out = malloc(((size_t)n + 2 * (size_t)nb) * sizeof *out);
-    if (!bucket || !start || !after || !out) {
-        free(bucket), free(start), free(after), free(out);
-        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
-    }
-    /* the update's buckets, in the block's order, out of the update */
-    int k = 0, kept = 0;
-    for (int i = 0; i < p->n_update; i++) {
-        const regc_instr *u = &p->update[i];
-        if (u->kernel == K_ALLREDUCE && !u->d[1]) {
-            after[k] = -1;
-            start[k] = p->bufs[u->refs[0].buf].offset + u->refs[0].off;
-            bucket[k++] = *u;
-        } else {
-            p->update[kept++] = *u;
-        }
-    }
-    p->n_update = kept;
-    for (int i = 0; i < n; i++)
-        for (int r = 0; r < p->instr[i].n_refs; r++) {
-            const int b = p->instr[i].refs[r].buf;
-            if (b < 0 || p->bufs[b].kind != BUF_GRADS || !regc_instr_writes(&p->instr[i], r))
-                continue;
-            const int64_t lo = p->bufs[b].offset, hi = lo + p->bufs[b].bytes;
-            for (int j = bucket_of(start, nb, lo); j < nb && start[j] < hi; j++)
-                after[j] = i;
-        }
-    /* starts after their last writer (before everything: never written),
-     * in the block's order where several share one; then every wait */
-    int n_out = 0, signal = p->n_signals;
-    for (int i = -1; i < n; i++) {
-        if (i >= 0)
-            out[n_out++] = p->instr[i];
-        for (int j = 0; j < nb; j++)
-            if (after[j] == i) {
-                out[n_out] = bucket[j];
-                out[n_out++].signal = ++signal;
-            }
-    }
-    /* in the order started (the queue waits for every earlier one too) */
-    for (int i = 0, m = n_out; i < m; i++)
-        if (out[i].kernel == K_ALLREDUCE && out[i].signal)
-            out[n_out++] = wait_for(&out[i]);
-    free(p->instr);
-    p->instr = out, p->n_instr = n_out;
-    p->n_signals = signal;
-    free(bucket), free(start), free(after);
     return REGC_OK;
 }
 

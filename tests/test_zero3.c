@@ -537,112 +537,6 @@ static void test_reduce_bucket_keeps_scatters_in_flight(void **state)
     assert_true(at_end);
 }
 
-/* Does instruction i write gradient bytes in [lo, hi)? */
-static int writes_grads(const regc_program *p, const regc_instr *in, int64_t lo, int64_t hi)
-{
-    for (int k = 0; k < in->n_refs; k++) {
-        const int b = in->refs[k].buf;
-        if (b >= 0 && p->bufs[b].kind == BUF_GRADS && regc_instr_writes(in, k) &&
-            p->bufs[b].offset < hi && lo < p->bufs[b].offset + p->bufs[b].bytes)
-            return 1;
-    }
-    return 0;
-}
-
-/* Stage 0 at 2 ranks with a reduce bucket of `bucket` floats: the update's
- * all-reduces tile the gradient block in buckets of whole parameters, at
- * most `bucket` floats unless one parameter is larger; scheduled, each
- * starts right after the last instruction writing a gradient in it, nothing
- * touches those gradients after it, and the waits come after all compute;
- * some start while the backward still computes. */
-static void check_buckets(const char *preset, int64_t bucket)
-{
-    regc_program *p[2] = {NULL, NULL}; /* scheduled, in the update */
-    for (int s = 0; s < 2; s++) {
-        regc_compile_options co = stage3_at(2);
-        co.zero_stage = 0, co.reduce_bucket_floats = bucket, co.deepcompile = s == 0;
-        p[s] = compile_step(preset, &co, NULL, NULL);
-    }
-    /* in the update: the block tiled */
-    int64_t at = 0;
-    int n = 0;
-    for (int i = 0; i < p[1]->n_update; i++) {
-        const regc_instr *u = &p[1]->update[i];
-        if (u->kernel != K_ALLREDUCE || u->d[1])
-            continue;
-        const int64_t lo = u->refs[0].off, hi = lo + u->d[0] * (int64_t)sizeof(float);
-        if (lo != at)
-            fail_msg("%s: bucket %d starts at byte %lld, the previous ended at %lld", preset, n,
-                     (long long)lo, (long long)at);
-        int params = 0; /* parameters starting in it */
-        for (int b = 0; b < p[1]->n_bufs; b++)
-            params += p[1]->bufs[b].kind == BUF_GRADS && p[1]->bufs[b].bytes < p[1]->block_bytes &&
-                      p[1]->bufs[b].offset >= lo && p[1]->bufs[b].offset < hi;
-        if (u->d[0] > bucket && params > 1)
-            fail_msg("%s: bucket %d holds %d parameters in %lld floats, over %lld", preset, n,
-                     params, (long long)u->d[0], (long long)bucket);
-        at = hi, n++;
-    }
-    assert_int_equal(at, p[1]->block_bytes);
-    assert_true(n > 2);
-    /* scheduled: the same buckets, out of the update, into the backward */
-    const regc_program *q = p[0];
-    for (int i = 0; i < q->n_update; i++)
-        assert_true(q->update[i].kernel != K_ALLREDUCE || q->update[i].d[1]);
-    int last_compute = -1, started = 0, early = 0, first_wait = q->n_instr;
-    for (int i = 0; i < q->n_instr; i++) {
-        const regc_instr *in = &q->instr[i];
-        if (in->kernel == K_COMM_WAIT && first_wait == q->n_instr)
-            first_wait = i;
-        if (in->kernel != K_ALLREDUCE && in->kernel != K_COMM_WAIT)
-            last_compute = i;
-    }
-    assert_true(last_compute < first_wait);
-    for (int i = 0; i < q->n_instr; i++) {
-        const regc_instr *in = &q->instr[i];
-        if (in->kernel != K_ALLREDUCE)
-            continue;
-        const int64_t lo = in->refs[0].off, hi = lo + in->d[0] * (int64_t)sizeof(float);
-        int found = 0;
-        for (int j = 0; j < p[1]->n_update && !found; j++)
-            found = p[1]->update[j].kernel == K_ALLREDUCE && p[1]->update[j].refs[0].off == lo &&
-                    p[1]->update[j].d[0] == in->d[0];
-        assert_true(found);
-        wait_of(q, i, in->signal);
-        for (int j = i + 1; j < q->n_instr; j++)
-            if (q->instr[j].kernel != K_ALLREDUCE && q->instr[j].kernel != K_COMM_WAIT &&
-                writes_grads(q, &q->instr[j], lo, hi))
-                fail_msg("%s: instruction %d writes gradients of bucket [%lld, %lld) after its "
-                         "all-reduce started at %d",
-                         preset, j, (long long)lo, (long long)hi, i);
-        int j = i - 1; /* right after its last writer */
-        while (j >= 0 && q->instr[j].kernel == K_ALLREDUCE)
-            j--;
-        int ever = 0;
-        for (int k = 0; k <= j && !ever; k++)
-            ever = writes_grads(q, &q->instr[k], lo, hi);
-        if (ever && !writes_grads(q, &q->instr[j], lo, hi))
-            fail_msg("%s: bucket [%lld, %lld) starts at %d, not right after its last writer",
-                     preset, (long long)lo, (long long)hi, i);
-        started++;
-        early += i < last_compute;
-    }
-    assert_int_equal(started, n);
-    assert_int_equal(q->n_signals, n);
-    if (early < 2)
-        fail_msg("%s: only %d of %d buckets start before the backward ends", preset, early, n);
-    regc_program_free(p[0]), regc_program_free(p[1]);
-}
-
-static void test_stage0_buckets_overlap_the_backward(void **state)
-{
-    (void)state;
-    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
-        check_buckets(presets[i], 1000);
-        check_buckets(presets[i], 20000);
-    }
-}
-
 /* ---- persistent units -------------------------------------------------------- */
 
 /* The all-gathers of gpt2-tiny's stage 3 step at 4 ranks with a
@@ -817,7 +711,6 @@ int main(void)
         cmocka_unit_test(test_live_parameters_limit_the_window),
         cmocka_unit_test(test_blocks_are_a_share_of_the_model),
         cmocka_unit_test(test_reduce_bucket_keeps_scatters_in_flight),
-        cmocka_unit_test(test_stage0_buckets_overlap_the_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -181,6 +181,25 @@ static void cuda_copy_d2h(regc_backend *be, void *d, const void *s, size_t n)
     cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost);
 }
 
+/* The side stream waits for the work queued on the main one so far, then
+ * copies; the main stream goes on without waiting for the copy. */
+static void cuda_copy_d2h_side(regc_backend *be, void *d, const void *s, size_t n)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (!c->side) {
+        cuda_note(be, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking), "side stream");
+        cuda_note(be, cudaEventCreateWithFlags(&c->queued, cudaEventDisableTiming), "side event");
+        if (!c->side || !c->queued) {
+            cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost); /* noted: sync reports it */
+            return;
+        }
+    }
+    cuda_note(be, cudaEventRecord(c->queued, c->stream), "side copy");
+    cuda_note(be, cudaStreamWaitEvent(c->side, c->queued, 0), "side copy");
+    if (n)
+        cuda_note(be, cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToHost, c->side), "side copy");
+}
+
 static void cuda_copy_d2d(regc_backend *be, void *d, const void *s, size_t n)
 {
     cuda_copy(be, d, s, n, cudaMemcpyDeviceToDevice);
@@ -218,6 +237,8 @@ static int cuda_sync(regc_backend *be)
 {
     cuda_ctx *c = cuda_ctx_of(be);
     cuda_note(be, cudaStreamSynchronize(c->stream), "synchronize");
+    if (c->side)
+        cuda_note(be, cudaStreamSynchronize(c->side), "synchronize");
     if (c->failed) {
         c->failed = 0;
         return regc_error(REGC_ERR_IO, "%s", c->what);
@@ -274,6 +295,7 @@ void regc_cuda_set_memory(regc_backend *be)
     be->free_host = cuda_free_host;
     be->copy_h2d = cuda_copy_h2d;
     be->copy_d2h = cuda_copy_d2h;
+    be->copy_d2h_side = cuda_copy_d2h_side;
     be->copy_d2d = cuda_copy_d2d;
     be->copy_2d = cuda_copy_2d;
     be->fill = cuda_fill;
@@ -319,6 +341,12 @@ static void cuda_destroy(regc_backend *be)
         cudaFree(c->workspace);
     if (c->lt)
         cublasLtDestroy(c->lt);
+    if (c->side) {
+        cudaStreamSynchronize(c->side);
+        cudaStreamDestroy(c->side);
+    }
+    if (c->queued)
+        cudaEventDestroy(c->queued);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(s->blocks.slot);

@@ -28,6 +28,8 @@ typedef struct cuda_gemm_plans cuda_gemm_plans; /* cuda_gemm.cu */
 
 typedef struct {
     cudaStream_t stream;
+    cudaStream_t side;  /* copy_d2h_side's copies, made on first use */
+    cudaEvent_t queued; /* where the stream was when a side copy was asked for */
     cublasLtHandle_t lt;
     void *workspace;
     size_t workspace_bytes;
