@@ -317,6 +317,16 @@ static int grad_buckets(const regc_program *p, int64_t bucket, int64_t *start)
     return k;
 }
 
+/* An instruction of the update: `kernel` over refs[0 .. n_refs), the first
+ * n_out written, d0 its size. */
+static regc_instr update_op(regc_kernel kernel, int n_refs, int n_out, const regc_ref *refs,
+                            int64_t d0)
+{
+    regc_instr in = {.kernel = kernel, .n_refs = n_refs, .n_out = n_out, .node = -1, .d = {d0}};
+    memcpy(in.refs, refs, (size_t)n_refs * sizeof *refs);
+    return in;
+}
+
 /* The update phase: the optimizer step over whole blocks (every
  * parameter at once, in the blocks' order; under ZeRO-3 this rank's shard
  * of every unit), reading and advancing the scalar block. */
@@ -359,68 +369,34 @@ static int build_update(regc_program *p)
     int k = 0;
     for (int i = 0; i < n_buckets; i++) {
         const int64_t end = i + 1 < n_buckets ? start[i + 1] : p->block_bytes;
-        u[k++] = (regc_instr){.kernel = K_ALLREDUCE,
-                              .n_refs = 1,
-                              .n_out = 1,
-                              .node = -1,
-                              .refs = {{grads, start[i]}},
-                              .d = {(end - start[i]) / (int64_t)sizeof(float)}};
+        u[k++] = update_op(K_ALLREDUCE, 1, 1, (regc_ref[]){{grads, start[i]}},
+                           (end - start[i]) / (int64_t)sizeof(float));
     }
     free(start);
-    u[k++] = (regc_instr){
-        .kernel = K_STEP_SCHEDULE, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
+    u[k++] = update_op(K_STEP_SCHEDULE, 1, 1, (regc_ref[]){{scalars, 0}}, 0);
     /* The gradients' global norm every step, clipping or not: the step is
      * skipped (AdamW a no-op) when it is not finite, and it is reported. */
-    u[k++] = (regc_instr){.kernel = K_GRAD_SUMSQ,
-                          .n_refs = 2,
-                          .n_out = 1,
-                          .node = -1,
-                          .refs = {{scalars, 0}, {grads, 0}},
-                          .d = {n}};
+    u[k++] = update_op(K_GRAD_SUMSQ, 2, 1, (regc_ref[]){{scalars, 0}, {grads, 0}}, n);
     /* ZeRO-3: each rank summed its shard's squares; the norm is of all */
-    if (p->ranks > 1 && p->zero_stage == 3)
-        u[k++] = (regc_instr){.kernel = K_ALLREDUCE,
-                              .n_refs = 1,
-                              .n_out = 1,
-                              .node = -1,
-                              .refs = {{scalars, (int64_t)offsetof(regc_step_scalars, grad_sumsq)}},
-                              .d = {1, 1}};
-    u[k++] = (regc_instr){
-        .kernel = K_GRAD_CLIP, .n_refs = 1, .n_out = 1, .node = -1, .refs = {{scalars, 0}}};
-    if (p->offload) { /* the gradients and scalars to the host, the parameters back */
+    if (p->ranks > 1 && p->zero_stage == 3) {
+        u[k] =
+            update_op(K_ALLREDUCE, 1, 1,
+                      (regc_ref[]){{scalars, (int64_t)offsetof(regc_step_scalars, grad_sumsq)}}, 1);
+        u[k++].d[1] = 1; /* f64 */
+    }
+    u[k++] = update_op(K_GRAD_CLIP, 1, 1, (regc_ref[]){{scalars, 0}}, 0);
+    if (!p->offload) {
+        u[k++] = update_op(K_ADAMW, 5, 3,
+                           (regc_ref[]){{params, 0}, {m, 0}, {v, 0}, {grads, 0}, {scalars, 0}}, n);
+    } else { /* the gradients and scalars to the host, AdamW there, the parameters back */
         const int64_t bytes = p->block_bytes;
-        u[k++] = (regc_instr){.kernel = K_COPY_D2H,
-                              .n_refs = 2,
-                              .n_out = 1,
-                              .node = -1,
-                              .refs = {{host_grads, 0}, {grads, 0}},
-                              .d = {bytes}};
-        u[k++] = (regc_instr){.kernel = K_COPY_D2H,
-                              .n_refs = 2,
-                              .n_out = 1,
-                              .node = -1,
-                              .refs = {{host_scalars, 0}, {scalars, 0}},
-                              .d = {(int64_t)sizeof(regc_step_scalars)}};
-        u[k++] =
-            (regc_instr){.kernel = K_ADAMW,
-                         .n_refs = 5,
-                         .n_out = 3,
-                         .node = -1,
-                         .refs = {{master, 0}, {m, 0}, {v, 0}, {host_grads, 0}, {host_scalars, 0}},
-                         .d = {n}};
-        u[k++] = (regc_instr){.kernel = K_COPY_H2D,
-                              .n_refs = 2,
-                              .n_out = 1,
-                              .node = -1,
-                              .refs = {{params, 0}, {master, 0}},
-                              .d = {bytes}};
-    } else {
-        u[k++] = (regc_instr){.kernel = K_ADAMW,
-                              .n_refs = 5,
-                              .n_out = 3,
-                              .node = -1,
-                              .refs = {{params, 0}, {m, 0}, {v, 0}, {grads, 0}, {scalars, 0}},
-                              .d = {n}};
+        u[k++] = update_op(K_COPY_D2H, 2, 1, (regc_ref[]){{host_grads, 0}, {grads, 0}}, bytes);
+        u[k++] = update_op(K_COPY_D2H, 2, 1, (regc_ref[]){{host_scalars, 0}, {scalars, 0}},
+                           (int64_t)sizeof(regc_step_scalars));
+        u[k++] = update_op(
+            K_ADAMW, 5, 3,
+            (regc_ref[]){{master, 0}, {m, 0}, {v, 0}, {host_grads, 0}, {host_scalars, 0}}, n);
+        u[k++] = update_op(K_COPY_H2D, 2, 1, (regc_ref[]){{params, 0}, {master, 0}}, bytes);
     }
     p->n_update = k;
     return REGC_OK;
