@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "options.h"
 #include "regc_models.h"
 #include "test_util.h"
 
@@ -130,6 +131,14 @@ static void test_train_help_describes_every_flag(void **state)
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(p.out, flags[i]))
             fail_msg("regc train --help does not mention %s:\n%s", flags[i], p.out);
+    /* and every flag of the option table, a section inside a section's too */
+    for (int i = 0; i < regc_option_count; i++) {
+        char row[80];
+        snprintf(row, sizeof row, "  %s ",
+                 regc_option_table[i].flag ? regc_option_table[i].flag : "--help");
+        if (!strstr(p.out, row))
+            fail_msg("regc train --help has no row for %s", row);
+    }
     assert_non_null(strstr(p.out, "gpt2-tiny")); /* the presets are listed */
     regc_test_proc_free(&p);
 

@@ -190,8 +190,8 @@ const regc_option regc_option_table[] = {
      "<none|cpu>", 0, 0, 0, offload_names, FIELD(train.compile.offload_optimizer), OPT_SHOW_DEFAULT,
      "where AdamW's moments live and its update runs: cpu keeps them, and a copy of the "
      "parameters, in the host's pinned memory, the update on the host's cores (the gradients "
-     "copied there after the backward, the parameters back): a GPU holds 8 bytes a parameter "
-     "instead of 16, for the same bits"},
+     "copied there during the backward, the parameters back after the update): a GPU holds 8 "
+     "bytes a parameter instead of 16, for the same bits"},
     {"zero_optimization", "reduce_bucket_size", "--reduce-bucket-size", OPT_INT, "<ELEMENTS>", 1,
      (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.reduce_bucket_floats), 0,
      "gradient elements reduced at a time: stage 0 all-reduces the gradients in buckets of "
@@ -530,7 +530,8 @@ void regc_option_write_usage(FILE *f)
             write_row(f, &regc_option_table[i], &d);
     fprintf(f, "\nseveral processes (mpirun -np N regc train ...; the config file's "
                "\"zero_optimization\" keys):\n");
-    for (int i = 0; i < regc_option_count; i++)
-        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "zero_optimization"))
+    for (int i = 0; i < regc_option_count; i++) /* zero_optimization and its sections */
+        if (regc_option_table[i].flag &&
+            !strncmp(regc_option_table[i].section, "zero_optimization", 17))
             write_row(f, &regc_option_table[i], &d);
 }
