@@ -116,12 +116,14 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_u64(b, (uint64_t)(o->accumulate_grads != 0)); /* seeds every region */
     regc_bytes_put_u64(b, (uint64_t)(o->ranks > 1 ? o->ranks : 1));
     regc_bytes_put_u64(b, (uint64_t)o->zero_stage);
-    regc_bytes_put_u64(b, (uint64_t)(o->ranks > 1 || o->zero_stage == 3 ? o->deepcompile != 0 : 0));
-    regc_bytes_put_i64(b, o->ranks > 1 || o->zero_stage == 3 ? o->reduce_bucket_floats : 0);
-    regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->prefetch_floats : 0);
-    regc_bytes_put_i64(b, o->zero_stage == 3 && o->deepcompile ? o->max_live_floats : 0);
-    regc_bytes_put_i64(b, o->zero_stage == 3 ? o->budget_bytes : 0);
-    regc_bytes_put_i64(b, o->zero_stage == 3 ? o->persistence_floats : 0);
+    /* what the schedule passes read, whatever the stage: a pass a program
+     * registers may read any of them */
+    regc_bytes_put_u64(b, (uint64_t)(o->deepcompile != 0));
+    regc_bytes_put_i64(b, o->reduce_bucket_floats);
+    regc_bytes_put_i64(b, o->prefetch_floats);
+    regc_bytes_put_i64(b, o->max_live_floats);
+    regc_bytes_put_i64(b, o->budget_bytes);
+    regc_bytes_put_i64(b, o->persistence_floats);
     /* the schedule passes, and which re-plan this is (its profile is not
      * keyed: a restart reuses what the first run decided) */
     regc_bytes_put_u64(b, (uint64_t)o->passes.n);

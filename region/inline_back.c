@@ -275,6 +275,7 @@ int regc_program_inline_back(regc_program *p)
         return rc;
     if (p->offload && p->overlap && !p->accumulate_grads && (rc = regc_offload_schedule(p)))
         return rc;
+    flat_liveness(p, p->instr, p->n_instr); /* the points moved; the arena's bytes did not */
     p->arena_bytes = peak, p->lower_bound = lower;
     return REGC_OK;
 }

@@ -186,6 +186,18 @@ int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_fla
         rc = regc_program_link(p, param_offset, inline_flat, st);
     }
     free(s.resident);
+    /* a pass after the one that fitted a budget may have undone the fit */
+    int64_t budget = o->budget_bytes;
+    for (int i = 0; i < o->passes.n; i++)
+        if (o->passes.pass[i].budget_bytes > 0 &&
+            (budget <= 0 || o->passes.pass[i].budget_bytes < budget))
+            budget = o->passes.pass[i].budget_bytes;
+    regc_device_memory a;
+    if (rc == REGC_OK && l && budget > 0 && (regc_program_device_memory(p, &a), a.total > budget))
+        rc = regc_error(REGC_ERR_ARG,
+                        "compile.passes: the step needs %.1f MiB per rank, over the budget of "
+                        "%.1f MiB (a pass after selective_gather changed what it fitted?)",
+                        (double)a.total / (1 << 20), (double)budget / (1 << 20));
     return rc;
 }
 

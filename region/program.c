@@ -307,7 +307,7 @@ static int grad_buckets(const regc_program *p, int64_t bucket, int64_t *start)
     qsort(start, (size_t)n, sizeof *start, by_offset);
     const int64_t cap = bucket * (int64_t)sizeof(float);
     int k = 1;
-    start[0] = 0;
+    start[0] = 0; /* the block's own buffer (build_update made it) starts there anyway */
     for (int i = 0; i < n; i++) /* a parameter after which the bucket would be too large */
         if (start[i] > start[k - 1]) {
             int64_t end = i + 1 < n ? start[i + 1] : p->block_bytes;

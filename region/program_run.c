@@ -25,10 +25,10 @@ static int prepare_gemms(regc_program *p);
 /* An offloaded update: AdamW runs on a CPU backend (the program's own
  * when be is a GPU's), over a host copy of the parameters that starts as
  * theirs, the copy K_COPY_H2D puts back after each update. */
-static int bind_host_update(regc_program *p)
+static int bind_host_update(regc_program *p, regc_backend *host)
 {
-    p->host_be = p->be;
-    if (strcmp(p->be->name, "cpu") != 0 &&
+    p->host_be = host ? host : p->be;
+    if (!host && strcmp(p->be->name, "cpu") != 0 &&
         !(p->host_be = p->own_host_be = regc_backend_new("cpu", 0)))
         return REGC_ERR_UNSUPPORTED;
     for (int i = 0; i < p->n_update; i++) {
@@ -94,7 +94,7 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
             break;
         }
     }
-    if (p->offload && (rc = bind_host_update(p)))
+    if (p->offload && (rc = bind_host_update(p, mem->host)))
         return rc;
     /* the backend's choices for the GEMMs: an earlier start's, or made now
      * and kept for the next */
@@ -135,7 +135,7 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
                                    : in->kernel == K_ALLREDUCE ? REGC_COMM_OP_ALLREDUCE
                                                                : REGC_COMM_OP_REDUCE_SCATTER,
                            .dst = ptr[0],
-                           .src = ptr[1],
+                           .src = in->kernel == K_ALLREDUCE ? NULL : ptr[1],
                            .n = in->d[0],
                            .accumulate = in->accumulate,
                            .ms = p->op_ms ? &p->op_ms[in->signal] : NULL};
@@ -362,7 +362,7 @@ static int capturable(const regc_program *p, const regc_instr *ins, int n)
  * bits. */
 static int run_phase(regc_program *p, int phase, const regc_instr *ins, int n)
 {
-    if (p->captured[phase])
+    if (p->captured[phase] && !p->profile && !p->instr_ms) /* timed runs run each kernel */
         return p->be->graph_launch(p->be, p->captured[phase]);
     void *ptr[REGC_INSTR_MAX_REFS];
     const double t0 = regc_time_ms();
@@ -487,6 +487,8 @@ int regc_program_update(regc_program *p)
         const regc_instr *in = &p->update[i];
         resolve(p->ptr, in, ptr);
         if (p->offload && in->kernel == K_ADAMW) { /* once its copies have landed */
+            if (p->host_be != p->be && p->host_be->begin_run)
+                p->host_be->begin_run(p->host_be);
             if ((rc = p->be->sync(p->be)) == REGC_OK)
                 rc = regc_instr_run(p->host_be, in, ptr);
         } else {

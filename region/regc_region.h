@@ -354,6 +354,10 @@ typedef struct {
      * under the device's name: loaded before the program's GEMMs are
      * prepared, stored when preparing chose anything new */
     regc_cache *tuning_cache;
+    /* offload_optimizer: the CPU backend the update runs on (the caller's,
+     * sized for its share of the cores), or NULL: be itself on the CPU, a
+     * CPU backend of the program's own beside a GPU */
+    regc_backend *host;
 } regc_program_memory;
 
 /* Bind device memory; allocates the activation arena on be (unless it

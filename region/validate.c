@@ -332,9 +332,9 @@ static int check_host(const regc_program *p)
     for (int i = 0; i < p->n_instr + p->n_update; i++) {
         const int update = i >= p->n_instr;
         const regc_instr *in = update ? &p->update[i - p->n_instr] : &p->instr[i];
-        for (int k = 0; k < in->n_refs; k++) {
-            if (in->refs[k].buf < 0)
-                continue;
+        for (int k = 0; k < in->n_refs && k < REGC_INSTR_MAX_REFS; k++) {
+            if (in->refs[k].buf < 0 || in->refs[k].buf >= p->n_bufs)
+                continue; /* the operand checks say what is wrong with it */
             const int want = in->kernel == K_COPY_D2H   ? k == 0
                              : in->kernel == K_COPY_H2D ? k == 1
                              : in->kernel == K_ADAMW    ? p->offload

@@ -47,13 +47,15 @@ static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total)
     return rc;
 }
 
-/* The units by gather cost per byte, highest first (ties by number). */
-static void sort_units(const regc_shard_layout *l, const regc_unit_profile *pr, int *order)
+/* The units by gather cost per element, highest first (ties by number). */
+static int sort_units(const regc_shard_layout *l, const regc_unit_profile *pr, int *order)
 {
     double *cost = malloc(((size_t)l->n_units + 1) * sizeof *cost);
+    if (!cost)
+        return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
     for (int u = 0; u < l->n_units; u++) {
-        const double bytes = (double)l->unit_padded[u];
-        cost[u] = pr ? pr[u].gather_ms / bytes : 1.0 / bytes;
+        const double floats = (double)l->unit_padded[u];
+        cost[u] = pr ? pr[u].gather_ms / floats : 1.0 / floats;
     }
     for (int u = 0; u < l->n_units; u++) {
         int i = u;
@@ -62,6 +64,7 @@ static void sort_units(const regc_shard_layout *l, const regc_unit_profile *pr, 
         order[i] = u;
     }
     free(cost);
+    return REGC_OK;
 }
 
 int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s, void *user)
@@ -78,7 +81,10 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
         return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
     }
     memcpy(kept, s->resident, n);
-    sort_units(l, in->profile, order);
+    if (sort_units(l, in->profile, order)) {
+        free(order), free(kept);
+        return REGC_ERR_MEMORY;
+    }
     fitter f = {in, s, kept, order};
     static const int64_t depths[] = {-4, -2, -1, 0};
     const int first = s->prefetch_floats != 0 ? 0 : 3;

@@ -18,7 +18,8 @@
  *  - with overlap, reduce-scatter m starts where it ran and is waited for once those
  *    started after it reach the reduce bucket (reduce_bucket_floats; 0:
  *    once m + 1 has started), so it overlaps the next units' backward
- *    while the gradient buffers in flight stay within the bucket.
+ *    while the gradient buffers in flight stay within the bucket and the
+ *    oldest one.
  * A start and its wait name the same buffers, so the memory plan, made
  * again after this pass, keeps a gathered buffer from its start to its last
  * reader and a gradient buffer until its reduce-scatter is done. The

@@ -134,8 +134,9 @@ static void test_train_help_describes_every_flag(void **state)
     /* and every flag of the option table, a section inside a section's too */
     for (int i = 0; i < regc_option_count; i++) {
         char row[80];
-        snprintf(row, sizeof row, "  %s ",
-                 regc_option_table[i].flag ? regc_option_table[i].flag : "--help");
+        if (!regc_option_table[i].flag)
+            continue; /* a config file key only */
+        snprintf(row, sizeof row, "  %s ", regc_option_table[i].flag);
         if (!strstr(p.out, row))
             fail_msg("regc train --help has no row for %s", row);
     }

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "regc_train.h"
+#include "region_internal.h"
 #include "serial.h"
 #include "test_model.h"
 #include "test_util.h"
@@ -250,6 +251,39 @@ static void canon_pair(const regc_model *m, regc_bytes *graph, regc_bytes *struc
 static int same_bytes(const regc_bytes *a, const regc_bytes *b)
 {
     return a->len == b->len && !memcmp(a->data, b->data, a->len);
+}
+
+/* Every option a schedule pass may read changes the step's key, in one
+ * process at stage 0 too (a pass a program registers may read any; the
+ * built-in ones decide an offloaded update's copies there). */
+static void test_step_key_sees_every_schedule_option(void **state)
+{
+    (void)state;
+    regc_compile_options base;
+    regc_compile_options_default(&base);
+    regc_bytes k0 = {0};
+    regc_compile_step_key(&base, &k0);
+    for (int change = 0; change < 10; change++) {
+        regc_compile_options o = base;
+        switch (change) {
+        case 0: o.deepcompile = 0; break;
+        case 1: o.reduce_bucket_floats = 1000; break;
+        case 2: o.prefetch_floats = 0; break;
+        case 3: o.max_live_floats = 1000; break;
+        case 4: o.budget_bytes = INT64_C(1) << 30; break;
+        case 5: o.persistence_floats = 100; break;
+        case 6: o.offload_optimizer = 1; break;
+        case 7: o.passes.n = 1; break;
+        case 8: o.passes.pass[0].budget_bytes = 1 << 20; break;
+        case 9: o.replan_step = 5; break;
+        }
+        regc_bytes k = {0};
+        regc_compile_step_key(&o, &k);
+        if (k.len == k0.len && !memcmp(k.data, k0.data, k.len))
+            fail_msg("schedule option change %d leaves the step's key as it was", change);
+        regc_bytes_free(&k);
+    }
+    regc_bytes_free(&k0);
 }
 
 /* A step is keyed on the model's structural config rather than on its
@@ -710,6 +744,7 @@ int main(void)
         regc_test_in_dir(test_key_relevant_changes_miss, setup),
         regc_test_in_dir(test_renamed_parameters_hit, setup),
         regc_test_in_dir(test_step_key_sees_every_config_change, setup),
+        cmocka_unit_test(test_step_key_sees_every_schedule_option),
         regc_test_in_dir(test_dumps_bypass_the_cache, setup),
         regc_test_in_dir(test_warm_trains_like_cold, setup),
         regc_test_in_dir(test_step_payload_round_trip, setup),

@@ -152,7 +152,8 @@ static void test_passes_schedule_offload(void **state)
     regc_passes_to_text(&d.compile.passes, text, sizeof text);
     assert_string_equal(text, "prefetch,overlap_reduce,selective_gather");
     /* a section inside a section */
-    write_config(f, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+    write_config(f, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", "
+                    "\"pin_memory\": true}}}");
     c = load_ok(f);
     regc_train_options_default(&o);
     assert_int_equal(o.compile.offload_optimizer, 0);
@@ -301,6 +302,8 @@ static const bad_case bad_cases[] = {
      "zero_optimization.offload_optimizer: expected an object", "got 1"},
     {"{\"zero_optimization\": {\"offload_optimizer\": {\"buffer_count\": 4}}}",
      "zero_optimization.offload_optimizer.buffer_count: unknown key", NULL},
+    {"{\"zero_optimization\": {\"offload_optimizer\": {\"pin_memory\": 1}}}",
+     "zero_optimization.offload_optimizer.pin_memory: expected true or false", NULL},
     {"{\"compile\": {\"passes\": [\"prefetch\", \"bogus\"]}}",
      "compile.passes: no pass named \"bogus\"", NULL},
     {"{\"compile\": {\"passes\": [[\"selective_gather\", 0]]}}", "compile.passes: an array of",

@@ -13,7 +13,8 @@
  * - Re-planned at a step of compile.schedule, a run gives the bits of one
  *   never re-planned (every schedule computes the same sums); the re-plan
  *   took its passes (the resident units it chose), and a second run finds
- *   the re-planned step in the compile cache. */
+ *   the re-planned step in the compile cache; a run resumed past a listed
+ *   step starts with that step's plan. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -79,10 +80,10 @@ static void test_registered_pass_decides(void **state)
     regc_compile_options co = stage3(2);
     co.passes.n = 1;
     snprintf(co.passes.pass[0].name, REGC_PASS_NAME, "keep_everything");
-    co.passes.pass[0].budget_bytes = INT64_C(7) << 20;
+    co.passes.pass[0].budget_bytes = INT64_C(7) << 30; /* seen by the pass, and room for all */
     regc_program *p = compile_with(&co);
     assert_non_null(p);
-    assert_int_equal(seen_budget, INT64_C(7) << 20);
+    assert_int_equal(seen_budget, INT64_C(7) << 30);
     assert_int_equal(p->prefetch_floats, -2);
     assert_int_equal(p->n_resident, p->layout->n_units);
     int gathers = 0;
@@ -97,6 +98,41 @@ static void test_registered_pass_decides(void **state)
     snprintf(co.passes.pass[0].name, REGC_PASS_NAME, "nothing");
     assert_null(compile_with(&co));
     assert_string_equal(regc_error_message(), "compile.passes: no pass named \"nothing\"");
+}
+
+/* A budget holds for the step the passes leave: selective_gather fitting
+ * it, then a pass keeping every unit resident, is refused by key; prefetch
+ * then selective_gather fits. (keep_everything is registered above.) */
+static void test_budget_holds_after_every_pass(void **state)
+{
+    (void)state;
+    regc_compile_options co = stage3(2);
+    co.passes.n = 0; /* on demand, nothing resident: the least a step needs */
+    regc_program *p = compile_with(&co);
+    regc_device_memory need;
+    regc_program_device_memory(p, &need);
+    regc_program_free(p);
+    const char *order[2][2] = {{"selective_gather", "keep_everything"},
+                               {"prefetch", "selective_gather"}};
+    for (int k = 0; k < 2; k++) {
+        co.passes.n = 2;
+        for (int i = 0; i < 2; i++) {
+            snprintf(co.passes.pass[i].name, REGC_PASS_NAME, "%s", order[k][i]);
+            co.passes.pass[i].budget_bytes =
+                !strcmp(order[k][i], "selective_gather") ? need.total : 0;
+        }
+        p = compile_with(&co);
+        if (k == 0) {
+            assert_null(p);
+            assert_non_null(strstr(regc_error_message(), "compile.passes: the step needs"));
+        } else {
+            assert_non_null(p);
+            regc_device_memory a;
+            regc_program_device_memory(p, &a);
+            assert_true(a.total <= need.total);
+            regc_program_free(p);
+        }
+    }
 }
 
 /* ---- the built-in passes on a profile ------------------------------------------ */
@@ -221,13 +257,56 @@ static void test_replanned_run_keeps_its_bits(void **state)
     free(cache);
 }
 
+/* A run resumed past a listed step starts with that step's plan. */
+static int64_t replans_seen[8];
+static int n_replans_seen;
+static void note_replan(const regc_compile_stats *st, void *user)
+{
+    (void)user;
+    if (n_replans_seen < 8)
+        replans_seen[n_replans_seen++] = st->replan_step;
+}
+
+static void test_resumed_run_starts_with_its_plan(void **state)
+{
+    (void)state;
+    char *dir = regc_test_make_temp_dir("passes-resume");
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = 2, o.seq = 16, o.steps = 4, o.threads = 2, o.zero_stage = 3;
+    o.output_dir = dir, o.save_steps = 3;
+    o.replans.n = 1;
+    o.replans.at[0].step = 2;
+    o.replans.at[0].passes.n = 1;
+    snprintf(o.replans.at[0].passes.pass[0].name, REGC_PASS_NAME, "prefetch");
+    o.on_compiled = note_replan;
+    for (int run = 0; run < 2; run++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
+        n_replans_seen = 0;
+        char *ck = regc_test_join(dir, "checkpoint-3");
+        o.resume_from = run ? ck : NULL;
+        if (regc_train(m, &o, NULL, NULL, NULL) != REGC_OK)
+            fail_msg("run %d: %s", run, regc_error_message());
+        /* the first compile, then the plan: at step 2, or as the resumed run starts */
+        assert_int_equal(n_replans_seen, 2);
+        assert_true(replans_seen[0] == 0 && replans_seen[1] == 2);
+        regc_model_free(m);
+        free(ck);
+    }
+    regc_test_remove_tree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registered_pass_decides),
+        cmocka_unit_test(test_budget_holds_after_every_pass),
         cmocka_unit_test(test_prefetch_follows_the_profile),
         cmocka_unit_test(test_measured_units),
         cmocka_unit_test(test_replanned_run_keeps_its_bits),
+        cmocka_unit_test(test_resumed_run_starts_with_its_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

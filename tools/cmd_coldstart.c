@@ -49,7 +49,6 @@ void print_coldstart_usage(FILE *f)
         "                             (default fp32)\n"
         "  --level <O1|O2>            the training's compile level; O2 captures the step as\n"
         "                             CUDA graphs on a GPU, capture_ms its time (default O1)\n"
-
         "  --backend <name>           the training's backend: cpu, or cuda (cuda:N) where\n"
         "                             built (default cpu); setup_ms is its set-up before the\n"
         "                             first step (on cuda, cuBLASLt's for every GEMM)\n"

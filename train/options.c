@@ -192,6 +192,9 @@ const regc_option regc_option_table[] = {
      "parameters, in the host's pinned memory, the update on the host's cores (the gradients "
      "copied there during the backward, the parameters back after the update): a GPU holds 8 "
      "bytes a parameter instead of 16, for the same bits"},
+    {"zero_optimization.offload_optimizer", "pin_memory", NULL, OPT_SWITCH, NULL, 0, 0, 0, NULL,
+     FIELD(train.offload_pin_memory), 0,
+     "the offloaded state in pinned host memory: always (DeepSpeed's key, accepted as true)"},
     {"zero_optimization", "reduce_bucket_size", "--reduce-bucket-size", OPT_INT, "<ELEMENTS>", 1,
      (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.reduce_bucket_floats), 0,
      "gradient elements reduced at a time: stage 0 all-reduces the gradients in buckets of "

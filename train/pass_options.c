@@ -8,6 +8,7 @@
  * or [[5, ["prefetch"]], [10, []]] in the file. Every name must be a
  * registered pass, budgets are 1 .. 2^30 MiB, steps > 0 and ascending. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +57,8 @@ int regc_passes_from_text(const char *text, regc_pass_list *l, char *why, size_t
         int64_t mb = 0;
         const char *next = p + len;
         if (*next == '@') {
-            char *end;
-            long long v = strtoll(next + 1, &end, 10);
+            char *end = (char *)next + 1;
+            long long v = next[1] >= '0' && next[1] <= '9' ? strtoll(next + 1, &end, 10) : 0;
             if (end == next + 1 || (*end && *end != ',') || v < 1) {
                 snprintf(why, cap, "a budget in MiB after @, from 1 to %lld",
                          (long long)BUDGET_MAX_MB);
@@ -126,9 +127,9 @@ int regc_passes_from_json(const cJSON *it, regc_pass_list *l, char *why, size_t 
         if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2)
             name = e->child, mb = e->child->next;
         if (!cJSON_IsString(name) ||
-            (mb && (!cJSON_IsNumber(mb) || mb->valuedouble < 1 ||
-                    mb->valuedouble > (double)BUDGET_MAX_MB ||
-                    mb->valuedouble != (double)(int64_t)mb->valuedouble))) {
+            (mb && (!cJSON_IsNumber(mb) ||
+                    !(mb->valuedouble >= 1 && mb->valuedouble <= (double)BUDGET_MAX_MB) ||
+                    mb->valuedouble != floor(mb->valuedouble)))) {
             snprintf(why, cap,
                      "an array of pass names or [name, budget_mb] pairs, budgets "
                      "whole MiB from 1 to %lld",
@@ -146,8 +147,12 @@ int regc_replans_from_json(const cJSON *it, regc_replan_list *l, char *why, size
 {
     memset(l, 0, sizeof *l);
     for (const cJSON *e = cJSON_IsArray(it) ? it->child : NULL; e; e = e->next) {
-        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(e->child) ||
-            e->child->valuedouble != (double)(int64_t)e->child->valuedouble) {
+        /* compared in double first: a huge or fractional step never reaches
+         * an int64 conversion */
+        const double step =
+            cJSON_IsArray(e) && cJSON_IsNumber(e->child) ? e->child->valuedouble : -1.0;
+        if (cJSON_GetArraySize(e) != 2 || !(step >= 1.0 && step <= 9007199254740991.0) ||
+            step != floor(step)) {
             snprintf(why, cap, "an array of [step, [passes]] pairs");
             return -1;
         }

@@ -96,8 +96,11 @@ typedef struct {
     int threads;          /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
     regc_replan_list replans; /* compile.schedule */
-    const char *cache_dir;    /* the compile cache's directory; NULL: none */
-    int64_t cache_max_bytes;  /* its size limit; <= 0: none */
+    /* zero_optimization.offload_optimizer.pin_memory (default 1): the
+     * offloaded state is always in pinned memory; 0 is refused */
+    int offload_pin_memory;
+    const char *cache_dir;   /* the compile cache's directory; NULL: none */
+    int64_t cache_max_bytes; /* its size limit; <= 0: none */
     /* when set, every step after the first (the only one, if just one) is
      * timed per instruction, the optimizer and input copies included */
     regc_profile *profile;

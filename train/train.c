@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "options.h"
 #include "trainer.h"
 
 void regc_train_options_default(regc_train_options *o)
@@ -32,6 +33,7 @@ void regc_train_options_default(regc_train_options *o)
     o->backend = "cpu";
     o->cache_max_bytes = INT64_C(1024) << 20;
     o->lr_scheduler = REGC_SCHEDULE_CONSTANT;
+    o->offload_pin_memory = 1;
     o->min_lr = o->min_lr_rate = -1.0; /* unset */
     o->grad_accum = 1;
     o->val_batches = 8;
@@ -39,8 +41,9 @@ void regc_train_options_default(regc_train_options *o)
     regc_compile_options_default(&o->compile);
 }
 
-/* A GPU's batches come from pinned host memory: copied without staging,
- * and capturable (O2). The CPU reads them where they are. */
+/* A GPU's batches come from pinned host memory: copied without staging
+ * (ahead of a captured step's graph, O2). The CPU reads them where they
+ * are. */
 static int pinned_inputs(const trainer *t) { return t->be && strcmp(t->be->name, "cpu") != 0; }
 
 static void trainer_free(trainer *t)
@@ -172,10 +175,11 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
  * run whose memory cannot fit the device is refused with the figures, not
  * found out by an allocation failing (or by the host swapping) later.
  * Ranks on one host share its memory. */
-static int check_memory_fits(trainer *t, const regc_model *m)
+static int check_memory_fits(trainer *t, const regc_program *p)
 {
+    const regc_model *m = t->model;
     regc_device_memory a;
-    regc_program_device_memory(t->program, &a);
+    regc_program_device_memory(p, &a);
     int cpu = !strcmp(t->be->name, "cpu");
     int sharing = cpu && t->comm->local_size > 1 ? t->comm->local_size : 1;
     const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -199,6 +203,7 @@ static int check_memory_fits(trainer *t, const regc_model *m)
 /* Allocate the four parameter-shaped blocks and the scalar block, and bind
  * them and the inputs into the step program. */
 static int bind_programs(trainer *t, const regc_train_options *o);
+static int threads_of(const regc_train_options *o, const regc_comm *c);
 
 static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
                        regc_load_report *loaded)
@@ -220,7 +225,7 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
      * backend works on (the device's own backend on the CPU) */
     t->state_be = be;
     if (o->compile.offload_optimizer && strcmp(be->name, "cpu") != 0 &&
-        !(t->state_be = t->own_state_be = regc_backend_new("cpu", 0)))
+        !(t->state_be = t->own_state_be = regc_backend_new("cpu", threads_of(o, t->comm))))
         return REGC_ERR_UNSUPPORTED;
     if (o->compile.offload_optimizer && t->state_be != be) {
         if (!(t->m = be->alloc_host(be, bytes)) || !(t->v = be->alloc_host(be, bytes)))
@@ -253,7 +258,8 @@ static int bind_programs(trainer *t, const regc_train_options *o)
                                .scalars = t->scalars,
                                .inputs = t->d_inputs,
                                .comm = t->step_comm,
-                               .tuning_cache = t->cache ? t->cache : o->compile.cache};
+                               .tuning_cache = t->cache ? t->cache : o->compile.cache,
+                               .host = t->state_be};
     if ((rc = regc_program_bind(t->program, be, &mem)) || !t->val_program)
         return rc;
     /* validation runs between steps: it borrows the step's arena */
@@ -261,15 +267,35 @@ static int bind_programs(trainer *t, const regc_train_options *o)
                                .scalars = t->scalars,
                                .inputs = t->d_inputs,
                                .comm = t->step_comm,
-                               .tuning_cache = t->cache ? t->cache : o->compile.cache};
+                               .tuning_cache = t->cache ? t->cache : o->compile.cache,
+                               .host = t->state_be};
     val.arena = regc_program_arena(t->program, &val.arena_bytes);
     return regc_program_bind(t->val_program, be, &val);
 }
 
+/* Steps measured before a compile.schedule plan (at most). */
+#define REPLAN_MEASURED 3
+
+/* The step program and, with validation, its forward-only twin, at co. */
+static int compile_pair(trainer *t, const regc_train_options *o, const regc_compile_options *co,
+                        regc_program **step, regc_program **val, regc_compile_stats *st)
+{
+    *step = *val = NULL;
+    int rc = regc_program_compile(t->model, o->batch, o->seq, co, step, st);
+    if (rc == REGC_OK && t->val_program) {
+        regc_compile_options vo = *co;
+        regc_compile_stats vst;
+        vo.forward_only = 1;
+        rc = regc_program_compile(t->model, o->batch, o->seq, &vo, val, &vst);
+    }
+    return rc;
+}
+
 /* compile.schedule's entry k: the step compiled again with its passes and
  * the profile measured since the last plan (every rank's average, so the
- * ranks decide alike), bound in place of the old one; the validation
- * program is compiled again beside it (it borrows the step's arena). */
+ * ranks decide alike; none on a resumed run's first step), bound in place
+ * of the old one; the validation program is compiled again beside it (it
+ * borrows the step's arena). */
 static int replan(trainer *t, const regc_train_options *o, const regc_compile_options *base, int k,
                   void *user)
 {
@@ -281,37 +307,44 @@ static int replan(trainer *t, const regc_train_options *o, const regc_compile_op
     int rc = REGC_OK;
     if (pr && regc_program_unit_profile(t->program, pr) == REGC_OK) {
         const int64_t n = (int64_t)l->n_units * (int64_t)(sizeof *pr / sizeof(double));
-        if ((rc = t->comm->allreduce(t->comm, pr, n, REGC_COMM_F64))) {
-            free(pr);
-            return rc;
-        }
+        rc = t->comm->allreduce(t->comm, pr, n, REGC_COMM_F64);
         for (int64_t i = 0; i < n; i++)
             ((double *)pr)[i] /= t->comm->size;
         co.unit_profile = pr, co.n_unit_profile = l->n_units;
     }
     regc_error_clear();
     regc_program *step = NULL, *val = NULL;
-    regc_compile_stats st, vst;
-    rc = regc_program_compile(t->model, o->batch, o->seq, &co, &step, &st);
-    if (rc == REGC_OK && t->val_program) {
-        regc_compile_options vo = co;
-        vo.forward_only = 1;
-        rc = regc_program_compile(t->model, o->batch, o->seq, &vo, &val, &vst);
+    regc_compile_stats st;
+    if (rc == REGC_OK)
+        rc = compile_pair(t, o, &co, &step, &val, &st);
+    /* Every rank must run the same program. One that found an earlier
+     * run's plan in its cache, beside one that planned from this profile,
+     * would not: then all plan from the profile they share, uncached. */
+    if (rc == REGC_OK && t->comm->size > 1) {
+        uint64_t mine = regc_program_hash(step), first = mine;
+        int64_t differ = 0;
+        if ((rc = t->comm->broadcast(t->comm, &first, sizeof first, 0)) == REGC_OK) {
+            differ = mine != first;
+            rc = t->comm->allreduce(t->comm, &differ, 1, REGC_COMM_I64);
+        }
+        if (rc == REGC_OK && differ) {
+            regc_program_free(step), regc_program_free(val);
+            co.cache = NULL;
+            rc = compile_pair(t, o, &co, &step, &val, &st);
+        }
     }
     free(pr);
     if (rc == REGC_OK && regc_program_block_floats(step) != t->block)
         rc = regc_error(REGC_ERR_ARG,
-                        "compile.schedule: step %lld re-planned blocks of %lld "
-                        "floats for %lld",
+                        "compile.schedule: step %lld re-planned blocks of %lld floats "
+                        "for %lld",
                         (long long)co.replan_step, (long long)regc_program_block_floats(step),
                         (long long)t->block);
-    if (rc) {
-        regc_program_free(step), regc_program_free(val);
-        return rc;
-    }
-    if (rc == REGC_OK && regc_program_n_inputs(step) != t->n_inputs)
+    else if (rc == REGC_OK && regc_program_n_inputs(step) != t->n_inputs)
         rc = regc_error(REGC_ERR_ARG, "compile.schedule: step %lld re-planned %d inputs for %d",
                         (long long)co.replan_step, regc_program_n_inputs(step), t->n_inputs);
+    else if (rc == REGC_OK)
+        rc = check_memory_fits(t, step);
     if (rc) {
         regc_program_free(step), regc_program_free(val);
         return rc;
@@ -322,8 +355,6 @@ static int replan(trainer *t, const regc_train_options *o, const regc_compile_op
     for (int i = 0; i < t->n_inputs; i++)        /* the same inputs, in the new program's graph */
         t->inputs[i].tensor = regc_program_input(step, i);
     if ((rc = bind_programs(t, o)))
-        return rc;
-    if (k + 1 < o->replans.n && (rc = regc_program_measure(t->program, 1)))
         return rc;
     if (o->on_compiled)
         o->on_compiled(&st, user);
@@ -476,6 +507,23 @@ static int settings_differ(const rank_settings *a, const rank_settings *b, const
     return 0;
 }
 
+/* compile.schedule as its text says it (no padding or bytes past a name). */
+static uint64_t schedule_hash(const regc_replan_list *l)
+{
+    char text[REGC_MAX_REPLANS * (REGC_MAX_PASSES * (REGC_PASS_NAME + 12) + 24)];
+    size_t n = 0;
+    for (int k = 0; k < l->n && n < sizeof text; k++) {
+        n += (size_t)snprintf(text + n, sizeof text - n, "%lld:", (long long)l->at[k].step);
+        if (n < sizeof text) {
+            regc_passes_to_text(&l->at[k].passes, text + n, sizeof text - n);
+            n += strlen(text + n);
+        }
+        if (n < sizeof text)
+            text[n++] = ';';
+    }
+    return regc_hash64(text, n < sizeof text ? n : sizeof text);
+}
+
 /* Every rank must run the same model on the same data with the same
  * settings: rank 0's state is broadcast and each rank compares its own. The
  * first rank that differs says how; rank 0 reports it, in one line, and the
@@ -492,7 +540,7 @@ static int check_ranks_agree(trainer *t, const regc_train_options *o)
                               o->compile.inline_back,
                               "",
                               regc_program_hash(t->program),
-                              regc_hash64(&o->replans, sizeof o->replans)},
+                              schedule_hash(&o->replans)},
                   first_set;
     snprintf(here_set.communicator, sizeof here_set.communicator, "%s", t->step_comm->name);
     first_set = here_set;
@@ -546,6 +594,10 @@ int regc_train_check_options(const regc_train_options *o)
                           (int)o->lr_scheduler);
     if (o->val_loss_mask && !o->val_data_path)
         return regc_error(REGC_ERR_ARG, "train.val_loss_mask: needs train.val_data");
+    if (o->compile.offload_optimizer && !o->offload_pin_memory)
+        return regc_error(REGC_ERR_ARG,
+                          "zero_optimization.offload_optimizer.pin_memory: false is not "
+                          "supported (the offloaded state is always in pinned memory)");
     /* A thread beyond a few per core only waits for the others (4096 on two
      * cores made a run crawl): asking for more is a mistake, not a wish. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -675,7 +727,7 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         rc = resume_run(&t, o, &start);
     regc_load_report loaded;
     if (rc == REGC_OK)
-        rc = check_memory_fits(&t, m);
+        rc = check_memory_fits(&t, t.program);
     const double setup_t0 = regc_time_ms();
     if (rc == REGC_OK)
         rc = bind_memory(&t, o, start, &loaded);
@@ -691,12 +743,20 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         *stopped_at = -1;
     int stopped = 0, next_plan = 0;
     while (next_plan < o->replans.n && o->replans.at[next_plan].step <= start)
-        next_plan++; /* a resumed run: plans before its start are behind it */
+        next_plan++;
+    /* a resumed run goes on with the last plan before its start (the cache
+     * keeps what the run that made it decided) */
+    if (rc == REGC_OK && start > 0 && next_plan > 0)
+        rc = replan(&t, o, &co, next_plan - 1, user);
     for (int step = (int)start; rc == REGC_OK && step < o->steps && !stopped; step++) {
-        /* compile.schedule: measured after the run's first step, re-planned
-         * at each listed one */
-        if (next_plan < o->replans.n && step == start + 1)
-            rc = regc_program_measure(t.program, 1);
+        /* compile.schedule: the few steps before a plan are measured (each
+         * instruction timed, which slows them), never the run's first;
+         * only ZeRO-3's units have a profile to measure */
+        if (next_plan < o->replans.n && regc_program_shard_layout(t.program)) {
+            const int64_t plan = o->replans.at[next_plan].step, from = plan - REPLAN_MEASURED;
+            if (step == (from > start + 1 ? from : start + 1) && step < plan)
+                rc = regc_program_measure(t.program, 1);
+        }
         if (rc == REGC_OK && next_plan < o->replans.n && o->replans.at[next_plan].step == step)
             rc = replan(&t, o, &co, next_plan++, user);
         if (rc)

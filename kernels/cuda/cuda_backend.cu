@@ -186,13 +186,20 @@ static void cuda_copy_d2h(regc_backend *be, void *d, const void *s, size_t n)
 static void cuda_copy_d2h_side(regc_backend *be, void *d, const void *s, size_t n)
 {
     cuda_ctx *c = cuda_ctx_of(be);
-    if (!c->side) {
-        cuda_note(be, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking), "side stream");
-        cuda_note(be, cudaEventCreateWithFlags(&c->queued, cudaEventDisableTiming), "side event");
-        if (!c->side || !c->queued) {
-            cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost); /* noted: sync reports it */
+    if (!c->side) { /* both or neither */
+        cudaStream_t side = NULL;
+        cudaEvent_t queued = NULL;
+        cudaError_t err = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+        if (err == cudaSuccess)
+            err = cudaEventCreateWithFlags(&queued, cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            if (side)
+                cudaStreamDestroy(side);
+            cuda_note(be, err, "side stream");
+            cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost);
             return;
         }
+        c->side = side, c->queued = queued;
     }
     cuda_note(be, cudaEventRecord(c->queued, c->stream), "side copy");
     cuda_note(be, cudaStreamWaitEvent(c->side, c->queued, 0), "side copy");
@@ -250,6 +257,8 @@ static int cuda_sync(regc_backend *be)
 
 static int cuda_capture_begin(regc_backend *be)
 {
+    if (cuda_ctx_of(be)->failed) /* a failure not yet reported is not the capture's to lose */
+        return regc_error(REGC_ERR_IO, "cuda: a failure is pending; not capturing");
     cudaError_t err = cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeThreadLocal);
     return err == cudaSuccess ? REGC_OK
                               : regc_error(REGC_ERR_IO, "cuda: cannot capture the step: %s",
@@ -266,10 +275,17 @@ static int cuda_capture_end(regc_backend *be, void **graph)
         err = cudaGraphInstantiate(&exec, g, 0);
     if (g)
         cudaGraphDestroy(g);
-    if (err != cudaSuccess) {
-        cudaGetLastError(); /* a failed capture leaves its error behind: not the next kernel's */
-        return regc_error(REGC_ERR_IO, "cuda: the step's capture failed: %s",
-                          cudaGetErrorString(err));
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (err != cudaSuccess || c->failed) {
+        /* what failed was recorded, not run: the caller runs it again
+         * outside a capture, where a real failure shows again */
+        cudaGetLastError();
+        const char *why = err != cudaSuccess ? cudaGetErrorString(err) : c->what;
+        regc_error(REGC_ERR_IO, "cuda: the step's capture failed: %s", why);
+        c->failed = 0, c->what[0] = '\0';
+        if (exec)
+            cudaGraphExecDestroy(exec);
+        return REGC_ERR_IO;
     }
     *graph = exec;
     return REGC_OK;
