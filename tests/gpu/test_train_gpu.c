@@ -12,7 +12,10 @@
  * - two GPU runs give the same bits: every reduction has a fixed order;
  * - O2 (the step and its update captured once as CUDA graphs and replayed)
  *   gives O1's bits: the same kernels on the same memory, and it did
- *   capture. */
+ *   capture;
+ * - the optimizer offloaded to the host (AdamW on the CPU over pinned
+ *   memory, the gradients copied on a side stream during the backward)
+ *   gives the bits of AdamW on the GPU: one formula, kernel_math.h's. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +53,8 @@ static void record_capture(const regc_step_report *r, void *user)
     capture_ms += r->capture_ms;
 }
 
+static int offload; /* the next runs offload the optimizer */
+
 /* Five steps of `preset` on `backend`, regional or full, at O1 or O2. */
 static run_record train_at(const char *preset, const char *backend, int regional, regc_level level)
 {
@@ -62,6 +67,7 @@ static run_record train_at(const char *preset, const char *backend, int regional
     o.max_grad_norm = 1.0; /* reports the norm every step */
     o.compile.regional = regional;
     o.compile.level = level;
+    o.compile.offload_optimizer = offload;
     run_record rec = {0};
     if (regc_train(m, &o, record_capture, &rec, NULL) != REGC_OK)
         fail_msg("%s on %s: %s", preset, backend, regc_error_message());
@@ -107,6 +113,12 @@ static void check_architecture(const char *preset)
     if (memcmp(o2.loss, gpu.loss, sizeof gpu.loss) ||
         memcmp(o2.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
         fail_msg("%s: O2 and O1 differ on the GPU", preset);
+    offload = 1;
+    const run_record off = train_five(preset, "cuda", 1);
+    offload = 0;
+    if (memcmp(off.loss, gpu.loss, sizeof gpu.loss) ||
+        memcmp(off.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
+        fail_msg("%s: the optimizer offloaded to the host differs on the GPU", preset);
 }
 
 static void test_gpt2(void **state)
