@@ -63,4 +63,18 @@ int regc_trainer_save_model(trainer *t, const char *dir);
 /* output_dir/checkpoint-<done>, streamed; the newest save_total_limit kept. */
 int regc_trainer_save_checkpoint(trainer *t, const regc_train_options *o, int64_t done);
 
+/* ---- several ranks (ranks.c) */
+/* Threads of this rank: as asked, else OMP_NUM_THREADS, else its share of
+ * the host's cores. */
+int regc_trainer_threads(const regc_train_options *o, const regc_comm *c);
+/* The backend this rank trains on ("cuda" becomes its GPU among the
+ * host's), into buf. */
+const char *regc_trainer_rank_backend(const regc_train_options *o, const regc_comm *c, char *buf,
+                                      size_t cap);
+/* t->step_comm: the communicator of the step's collectives. */
+int regc_trainer_open_step_comm(trainer *t, const regc_train_options *o);
+/* Every rank runs what rank 0 runs, or the job fails with one line saying
+ * what differs (on rank 0; REGC_ERR_RANK on the others). */
+int regc_trainer_check_ranks_agree(trainer *t, const regc_train_options *o);
+
 #endif
