@@ -167,6 +167,33 @@ static void test_unknown_command(void **state)
     regc_test_proc_free(&p);
 }
 
+/* regc plan and regc train take the same passes: none leaves every gather
+ * where it is needed; an unknown pass is one line naming it, exit 2. */
+static void test_passes_on_the_command_line(void **state)
+{
+    (void)state;
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "2",
+                                        "--passes", "none", NULL),
+                     0);
+    assert_non_null(strstr(p.out, "each gathered where it is needed"));
+    regc_test_proc_free(&p);
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "2", NULL),
+                     0);
+    assert_non_null(strstr(p.out, "gathers start 1 unit ahead"));
+    regc_test_proc_free(&p);
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "2",
+                                        "--passes", "prefetch,bogus", NULL),
+                     2);
+    assert_one_line_error(&p, "no pass named \"bogus\"");
+    regc_test_proc_free(&p);
+    assert_int_equal(
+        regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--passes", "prefetch,bogus", NULL),
+        2);
+    assert_one_line_error(&p, "no pass named \"bogus\"");
+    regc_test_proc_free(&p);
+}
+
 static void test_unknown_flag(void **state)
 {
     (void)state;
@@ -513,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_unknown_command),
         cmocka_unit_test(test_unknown_flag),
+        cmocka_unit_test(test_passes_on_the_command_line),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_missing_values),
         cmocka_unit_test(test_threads_beyond_the_cores),

@@ -40,6 +40,8 @@ void print_plan_usage(FILE *f)
           "  --reduce-bucket-size <E>   gradient elements reduced at a time (stage 0: the\n"
           "                             all-reduce buckets, default 25 MiB; stage 3: the\n"
           "                             reduce-scatters in flight)\n"
+          "  --passes <PASS[@MB],...>   the schedule passes, in order (default\n"
+          "                             prefetch,overlap_reduce,selective_gather; none)\n"
           "  --offload-optimizer <cpu|none>\n"
           "                             AdamW's state and update on the host (default none)\n"
           "  --budget-mb <MiB>          stage 3: device memory per rank in MiB; the\n"
@@ -56,6 +58,8 @@ typedef struct {
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     long long reduce_bucket;
     int level, json, offload;
+    regc_pass_list passes;
+    int passes_given;
 } plan_args;
 
 static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
@@ -97,7 +101,12 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->persistence);
         else if (!strcmp(flag, "--max-live-parameters"))
             rc = parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &a->max_live);
-        else if (!strcmp(flag, "--reduce-bucket-size"))
+        else if (!strcmp(flag, "--passes")) {
+            char why[160];
+            if (regc_passes_from_text(value, &a->passes, why, sizeof why))
+                return usage_error("--passes: %s, got \"%s\"", why, value);
+            a->passes_given = 1;
+        } else if (!strcmp(flag, "--reduce-bucket-size"))
             rc = parse_int(flag, value, 1, INT64_MAX, "a positive integer", &a->reduce_bucket);
         else if (!strcmp(flag, "--offload-optimizer")) {
             if (strcmp(value, "cpu") && strcmp(value, "none"))
@@ -196,6 +205,8 @@ int cmd_plan(int argc, char **argv)
     co.persistence_floats = a.persistence, co.max_live_floats = a.max_live;
     co.reduce_bucket_floats = a.reduce_bucket;
     co.offload_optimizer = a.offload;
+    if (a.passes_given)
+        co.passes = a.passes;
     regc_program *p = NULL;
     regc_compile_stats st;
     rc = regc_program_compile(m, a.batch, a.seq, &co, &p, &st);

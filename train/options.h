@@ -64,14 +64,10 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
 /* Store integer v (already checked against the row's range) in the field. */
 void regc_option_store_int(const regc_option *o, regc_train_settings *s, int64_t v);
 
-/* Schedule passes as text and as JSON (pass_options.c): 0, or -1 with why
- * the value is wrong in why. */
+/* Schedule passes as JSON (pass_options.c; as text: regc_train.h): 0, or
+ * -1 with why the value is wrong in why. */
 struct cJSON;
-int regc_passes_from_text(const char *text, regc_pass_list *l, char *why, size_t cap);
-int regc_replans_from_text(const char *text, regc_replan_list *l, char *why, size_t cap);
 int regc_passes_from_json(const struct cJSON *it, regc_pass_list *l, char *why, size_t cap);
 int regc_replans_from_json(const struct cJSON *it, regc_replan_list *l, char *why, size_t cap);
-/* The text form ("prefetch,selective_gather@512") of a list. */
-void regc_passes_to_text(const regc_pass_list *l, char *buf, size_t cap);
 
 #endif

@@ -115,6 +115,14 @@ typedef struct {
 
 void regc_train_options_default(regc_train_options *o);
 
+/* compile.passes and compile.schedule as text ("prefetch,selective_gather@512",
+ * "5:prefetch;20:none"; names must be registered passes): 0, or -1 with
+ * why the text is wrong in why. */
+int regc_passes_from_text(const char *text, regc_pass_list *l, char *why, size_t cap);
+int regc_replans_from_text(const char *text, regc_replan_list *l, char *why, size_t cap);
+/* The text form of a list of passes ("none" for none). */
+void regc_passes_to_text(const regc_pass_list *l, char *buf, size_t cap);
+
 typedef struct {
     int step;   /* from 0 */
     float loss; /* of this step's forward pass, before its update (over all its micro-batches) */
