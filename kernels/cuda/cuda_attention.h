@@ -246,6 +246,37 @@ static __device__ __forceinline__ float *cuda_own_element(float *tile, int ld)
     return tile + (int)threadIdx.x / ATTN_SIDE * ld + (int)threadIdx.x % ATTN_SIDE;
 }
 
+/* Head `head`'s rows of a [batch, t, heads * D] tensor in batch row b:
+ * [t, D], ld apart. */
+template <typename T>
+static __device__ __forceinline__ T *cuda_head_rows(T *x, int64_t b, int64_t t, int64_t ld,
+                                                    int head, int D)
+{
+    return x + b * t * ld + (int64_t)head * D;
+}
+
+/* A query-tile kernel's block: its first query row, batch row, head and
+ * key/value head. Query tiles run from the last, so a causal launch starts
+ * its longest blocks first; then heads, then batch rows. Every factor of
+ * the grid is at most INT_MAX (cuda_prepare_launch): 32-bit divisions, not
+ * 64-bit subroutines. */
+struct cuda_query_block {
+    int64_t q0, b;
+    int h, g;
+};
+
+template <int BQ>
+static __device__ __forceinline__ cuda_query_block cuda_query_block_of(const regc_attn_shape &s)
+{
+    const int n_qt = (int)((s.tq + BQ - 1) / BQ), blk = (int)blockIdx.x;
+    cuda_query_block x;
+    x.q0 = (int64_t)(n_qt - 1 - blk % n_qt) * BQ;
+    x.h = blk / n_qt % s.n_head;
+    x.b = blk / n_qt / s.n_head;
+    x.g = x.h / (s.n_head / s.n_kv_head);
+    return x;
+}
+
 /* ---- host side */
 
 /* The shape rules every backend checks (kernel_checks.h), plus this

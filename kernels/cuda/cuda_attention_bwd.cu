@@ -103,8 +103,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const int64_t k0 = (int64_t)(blk % n_kt) * BK;
     const int g = blk / n_kt % Hkv;
     const int64_t b = blk / n_kt / Hkv;
-    const float *kh = k + b * tk * kv_ld + (int64_t)g * D; /* [tk, D], kv_ld apart */
-    const float *vh = v + b * tk * kv_ld + (int64_t)g * D; /* [tk, D], kv_ld apart */
+    const float *kh = cuda_head_rows(k, b, tk, kv_ld, g, D); /* [tk, D] */
+    const float *vh = cuda_head_rows(v, b, tk, kv_ld, g, D); /* [tk, D] */
 
     cuda_load_tile<BK, DM>(ks, kh, kv_ld, k0, tk, D);
     cuda_load_tile<BK, DM>(vs, vh, kv_ld, k0, tk, D);
@@ -117,10 +117,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     /* the first query tile holding a query that sees key k0 */
     const int64_t q_first = s.causal ? k0 / BQ * BQ : 0;
     for (int h = g * rep, h_end = h + rep; h < h_end; h++) {
-        const float *qh = q + b * tq * q_ld + (int64_t)h * D;     /* [tq, D], q_ld apart */
-        const float *doh = dout + b * tq * q_ld + (int64_t)h * D; /* [tq, D], q_ld apart */
-        const float *lse_h = lse + (b * H + h) * tq;              /* [tq] */
-        const float *delta_h = delta + (b * H + h) * tq;          /* [tq] */
+        const float *qh = cuda_head_rows(q, b, tq, q_ld, h, D);                  /* [tq, D] */
+        const float *doh = cuda_head_rows(dout, b, tq, q_ld, h, D);              /* [tq, D] */
+        const float *lse_h = lse + (b * H + h) * tq;                             /* [tq] */
+        const float *delta_h = delta + (b * H + h) * tq;                         /* [tq] */
         const float *bh = bias ? bias + (int64_t)h * tq * tk : (const float *)0; /* [tq, tk] */
         float dk_head[RK][CD], dv_head[RK][CD];
 #pragma unroll
@@ -200,19 +200,15 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const int ty = threadIdx.x / ATTN_SIDE, tx = threadIdx.x % ATTN_SIDE;
     const int H = s.n_head, D = s.head_dim;
     const int64_t tq = s.tq, tk = s.tk, q_ld = (int64_t)H * D, kv_ld = (int64_t)s.n_kv_head * D;
-    /* every factor of the grid is at most INT_MAX (cuda_prepare_launch): the
-     * block's coordinates take 32-bit divisions, not 64-bit subroutines */
-    const int n_qt = (int)((tq + BQ - 1) / BQ), blk = (int)blockIdx.x;
-    const int64_t q0 = (int64_t)(n_qt - 1 - blk % n_qt) * BQ;
-    const int h = blk / n_qt % H;
-    const int64_t b = blk / n_qt / H;
-    const int g = h / (H / s.n_kv_head);
-    const float *qh = q + b * tq * q_ld + (int64_t)h * D;     /* [tq, D], q_ld apart */
-    const float *doh = dout + b * tq * q_ld + (int64_t)h * D; /* [tq, D], q_ld apart */
-    const float *kh = k + b * tk * kv_ld + (int64_t)g * D;    /* [tk, D], kv_ld apart */
-    const float *vh = v + b * tk * kv_ld + (int64_t)g * D;    /* [tk, D], kv_ld apart */
-    const float *lse_h = lse + (b * H + h) * tq;              /* [tq] */
-    const float *delta_h = delta + (b * H + h) * tq;          /* [tq] */
+    const cuda_query_block blk = cuda_query_block_of<BQ>(s);
+    const int64_t q0 = blk.q0, b = blk.b;
+    const int h = blk.h;
+    const float *qh = cuda_head_rows(q, b, tq, q_ld, h, D);                  /* [tq, D] */
+    const float *doh = cuda_head_rows(dout, b, tq, q_ld, h, D);              /* [tq, D] */
+    const float *kh = cuda_head_rows(k, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
+    const float *vh = cuda_head_rows(v, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
+    const float *lse_h = lse + (b * H + h) * tq;                             /* [tq] */
+    const float *delta_h = delta + (b * H + h) * tq;                         /* [tq] */
     const float *bh = bias ? bias + (int64_t)h * tq * tk : (const float *)0; /* [tq, tk] */
 
     cuda_load_tile<BQ, DM>(qs, qh, q_ld, q0, tq, D);
@@ -299,10 +295,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const int64_t n_batch = s.causal && k0 > q0 + BQ - 1 ? 0 : s.batch;
     for (int64_t b = 0; b < n_batch; b++) {
         __syncthreads(); /* the previous batch row's tiles are read */
-        cuda_load_tile<BQ, DM>(qs, q + b * tq * q_ld + (int64_t)h * D, q_ld, q0, tq, D);
-        cuda_load_tile<BQ, DM>(dos, dout + b * tq * q_ld + (int64_t)h * D, q_ld, q0, tq, D);
-        cuda_load_tile<BK, DM>(ks, k + b * tk * kv_ld + (int64_t)g * D, kv_ld, k0, tk, D);
-        cuda_load_tile<BK, DM>(vs, v + b * tk * kv_ld + (int64_t)g * D, kv_ld, k0, tk, D);
+        cuda_load_tile<BQ, DM>(qs, cuda_head_rows(q, b, tq, q_ld, h, D), q_ld, q0, tq, D);
+        cuda_load_tile<BQ, DM>(dos, cuda_head_rows(dout, b, tq, q_ld, h, D), q_ld, q0, tq, D);
+        cuda_load_tile<BK, DM>(ks, cuda_head_rows(k, b, tk, kv_ld, g, D), kv_ld, k0, tk, D);
+        cuda_load_tile<BK, DM>(vs, cuda_head_rows(v, b, tk, kv_ld, g, D), kv_ld, k0, tk, D);
         __syncthreads();
         float sc[RQ][CK], dp[RQ][CK];
         cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);

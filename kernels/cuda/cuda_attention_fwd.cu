@@ -28,16 +28,12 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const int ty = threadIdx.x / ATTN_SIDE, tx = threadIdx.x % ATTN_SIDE;
     const int H = s.n_head, D = s.head_dim;
     const int64_t tq = s.tq, tk = s.tk, q_ld = (int64_t)H * D, kv_ld = (int64_t)s.n_kv_head * D;
-    /* every factor of the grid is at most INT_MAX (cuda_prepare_launch): the
-     * block's coordinates take 32-bit divisions, not 64-bit subroutines */
-    const int n_qt = (int)((tq + BQ - 1) / BQ), blk = (int)blockIdx.x;
-    const int64_t q0 = (int64_t)(n_qt - 1 - blk % n_qt) * BQ;
-    const int h = blk / n_qt % H;
-    const int64_t b = blk / n_qt / H;
-    const int g = h / (H / s.n_kv_head);
-    const float *qh = q + b * tq * q_ld + (int64_t)h * D;  /* [tq, D], q_ld apart */
-    const float *kh = k + b * tk * kv_ld + (int64_t)g * D; /* [tk, D], kv_ld apart */
-    const float *vh = v + b * tk * kv_ld + (int64_t)g * D; /* [tk, D], kv_ld apart */
+    const cuda_query_block blk = cuda_query_block_of<BQ>(s);
+    const int64_t q0 = blk.q0, b = blk.b;
+    const int h = blk.h;
+    const float *qh = cuda_head_rows(q, b, tq, q_ld, h, D);                  /* [tq, D] */
+    const float *kh = cuda_head_rows(k, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
+    const float *vh = cuda_head_rows(v, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
     const float *bh = bias ? bias + (int64_t)h * tq * tk : (const float *)0; /* [tq, tk] */
 
     cuda_load_tile<BQ, DM>(qs, qh, q_ld, q0, tq, D);
