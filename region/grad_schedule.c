@@ -171,12 +171,6 @@ int regc_allreduce_schedule(regc_program *p)
     return rc;
 }
 
-static int by_value(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 int regc_offload_schedule(regc_program *p)
 {
     int c = -1; /* the update's copy of the gradients to the host */
@@ -198,7 +192,7 @@ int regc_offload_schedule(regc_program *p)
     }
     int n = bc.n;
     start[n++] = 0;
-    qsort(start, (size_t)n, sizeof *start, by_value);
+    qsort(start, (size_t)n, sizeof *start, regc_cmp_i64);
     int m = 0;
     for (int i = 0; i < n; i++)
         if (m == 0 || start[i] != start[m - 1])

@@ -288,12 +288,6 @@ static int build_lazy(regc_program *p, const int64_t *param_offset)
 
 /* ---------------------------------------------------------------- building */
 
-static int by_offset(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Stage 0 over several ranks: the gradient block cut into buckets of whole
  * parameters, each at most `bucket` floats unless one parameter alone is
  * larger; the buckets' starts (bytes, ascending, the first 0) into `start`
@@ -304,7 +298,7 @@ static int grad_buckets(const regc_program *p, int64_t bucket, int64_t *start)
     for (int b = 0; b < p->n_bufs; b++)
         if (p->bufs[b].kind == BUF_GRADS)
             start[n++] = p->bufs[b].offset;
-    qsort(start, (size_t)n, sizeof *start, by_offset);
+    qsort(start, (size_t)n, sizeof *start, regc_cmp_i64);
     const int64_t cap = bucket * (int64_t)sizeof(float);
     int k = 1;
     start[0] = 0; /* the block's own buffer (build_update made it) starts there anyway */
