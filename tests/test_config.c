@@ -151,6 +151,13 @@ static void test_passes_schedule_offload(void **state)
     regc_train_options_default(&d);
     regc_passes_to_text(&d.compile.passes, text, sizeof text);
     assert_string_equal(text, "prefetch,overlap_reduce,selective_gather");
+    /* pin_memory false is refused once the optimizer is offloaded */
+    regc_train_options_default(&o);
+    o.offload_pin_memory = 0;
+    assert_int_equal(regc_train_check_options(&o), REGC_OK);
+    o.compile.offload_optimizer = 1;
+    assert_int_equal(regc_train_check_options(&o), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "offload_optimizer.pin_memory"));
     /* a section inside a section */
     write_config(f, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", "
                     "\"pin_memory\": true}}}");

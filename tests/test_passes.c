@@ -5,6 +5,8 @@
  *   it, sees its budget, and the step is linked with what it decides; a
  *   failing pass fails the compile with its message; an unknown name is
  *   refused naming it.
+ * - selective_gather keeps first the units a profile says cost the most
+ *   per element to gather (the smallest without one).
  * - The prefetch pass on a profile: when every unit's all-gather costs more
  *   than the compute of the units before it, gathers start further ahead
  *   than when they cost less; an explicit prefetch wins over the profile.
@@ -136,6 +138,77 @@ static void test_budget_holds_after_every_pass(void **state)
 }
 
 /* ---- the built-in passes on a profile ------------------------------------------ */
+
+static int keep_unit; /* the one unit keep_one keeps resident */
+static int keep_one(const regc_pass_input *in, regc_comm_schedule *s, void *user)
+{
+    (void)in, (void)user;
+    s->prefetch_floats = 0;
+    s->resident[keep_unit] = 1;
+    return REGC_OK;
+}
+
+/* The step's device memory with only unit u kept resident, nothing ahead. */
+static int64_t memory_keeping(regc_compile_options co, int u)
+{
+    keep_unit = u;
+    co.passes.n = 1;
+    snprintf(co.passes.pass[0].name, REGC_PASS_NAME, "keep_one");
+    regc_program *p = compile_with(&co);
+    regc_device_memory a;
+    regc_program_device_memory(p, &a);
+    regc_program_free(p);
+    return a.total;
+}
+
+/* selective_gather keeps first the units that cost the most to gather per
+ * element: without a profile the smallest; with one where a large layer
+ * costs the most, that layer, under a budget with room for it alone. (The
+ * tied embedding's unit is live through the whole step anyway: keeping it
+ * costs nothing, so it is not the one looked at.) */
+static void test_selective_gather_follows_the_profile(void **state)
+{
+    (void)state;
+    assert_int_equal(regc_pass_register("keep_one", keep_one, NULL), REGC_OK);
+    regc_compile_options co = stage3(2);
+    co.passes.n = 0;
+    regc_program *p = compile_with(&co);
+    const int n = p->layout->n_units;
+    int64_t *size = malloc((size_t)n * sizeof *size);
+    for (int u = 0; u < n; u++)
+        size[u] = p->layout->unit_padded[u];
+    regc_device_memory none;
+    regc_program_device_memory(p, &none);
+    regc_program_free(p);
+    /* the largest unit whose keeping costs memory, the last of equals:
+     * without a profile, ties go to the lower numbers first */
+    int big = -1;
+    int64_t room = 0;
+    for (int u = 0; u < n; u++) {
+        const int64_t m = memory_keeping(co, u);
+        if (m > none.total && (big < 0 || size[u] >= size[big]))
+            big = u, room = m;
+    }
+    assert_true(big >= 0);
+    co.passes.n = 1;
+    snprintf(co.passes.pass[0].name, REGC_PASS_NAME, "selective_gather");
+    co.passes.pass[0].budget_bytes = room;
+    p = compile_with(&co);
+    assert_non_null(p);
+    assert_false(p->resident[big]); /* the smallest went first */
+    assert_true(p->n_resident > 0);
+    regc_program_free(p);
+    regc_unit_profile *pr = calloc((size_t)n, sizeof *pr);
+    for (int u = 0; u < n; u++)
+        pr[u] = (regc_unit_profile){
+            .compute_ms = 1.0, .gather_ms = u == big ? 1000.0 : 0.001, .gathers = 2};
+    co.unit_profile = pr, co.n_unit_profile = n;
+    p = compile_with(&co);
+    assert_non_null(p);
+    assert_true(p->resident[big]);
+    regc_program_free(p);
+    free(pr), free(size);
+}
 
 static int64_t prefetch_for(double gather_over_compute, int64_t asked)
 {
@@ -304,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_registered_pass_decides),
         cmocka_unit_test(test_budget_holds_after_every_pass),
         cmocka_unit_test(test_prefetch_follows_the_profile),
+        cmocka_unit_test(test_selective_gather_follows_the_profile),
         cmocka_unit_test(test_measured_units),
         cmocka_unit_test(test_replanned_run_keeps_its_bits),
         cmocka_unit_test(test_resumed_run_starts_with_its_plan),
