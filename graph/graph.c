@@ -266,6 +266,15 @@ int regc_graph_add_tensor(regc_graph *g, const char *name, regc_dtype dtype, reg
     return new_tensor(g, name, dtype, role, ndim, shape, -1);
 }
 
+int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, int ndim,
+                            const int64_t *shape)
+{
+    int id = regc_graph_add_tensor(g, name, dtype, REGC_ROLE_INPUT, ndim, shape);
+    if (id >= 0)
+        g->tensors[id].constant = 1;
+    return id;
+}
+
 int regc_graph_mark_output(regc_graph *g, int tensor)
 {
     if (tensor < 0 || tensor >= g->n_tensors)

@@ -49,7 +49,7 @@ void regc_graph_dump(const regc_graph *g, FILE *f)
         const regc_tensor *t = regc_graph_tensor(g, id);
         if (t->role == REGC_ROLE_ACT)
             continue;
-        fprintf(f, "%-6s %s ", regc_role_name(t->role), t->name);
+        fprintf(f, "%-8s %s ", t->constant ? "constant" : regc_role_name(t->role), t->name);
         print_shape(f, t);
         fputc('\n', f);
     }

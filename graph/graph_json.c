@@ -5,6 +5,9 @@
  * ...], "nodes":   [{"op": "matmul", "in": [3, 7], "out": [8], "trans_a": 0, "trans_b": 1}, ...],
  *    "outputs": [42]}
  *
+ * A tensor's role is "input" (data: token ids, targets), "constant" (an
+ * input whose values depend on the shapes alone: positions, rotary tables,
+ * buckets; a graph model reads them from its weights file) or "param".
  * "tensors" lists graph inputs and parameters only; activations are the
  * nodes' outputs, named "%<id>". Ids are dense and follow creation order, so
  * reading replays inputs, parameters and nodes in id order: a node that reads
@@ -122,7 +125,7 @@ char *regc_graph_to_json(const regc_graph *g)
         cJSON_AddNumberToObject(o, "id", id);
         cJSON_AddStringToObject(o, "name", t->name);
         cJSON_AddStringToObject(o, "dtype", regc_dtype_name(t->dtype));
-        cJSON_AddStringToObject(o, "role", regc_role_name(t->role));
+        cJSON_AddStringToObject(o, "role", t->constant ? "constant" : regc_role_name(t->role));
         cJSON_AddItemToObject(o, "shape", shape_array(t->shape, t->ndim));
         cJSON_AddItemToArray(tensors, o);
     }
@@ -221,17 +224,20 @@ static int read_leaf(json_ctx *c, regc_graph *g, const cJSON *o)
     int dt = dtype ? regc_dtype_from_name(dtype) : -1;
     if (dt < 0)
         return fail(c, REGC_ERR_FORMAT, "\"dtype\" must be one of f32, bf16, f16, i32");
-    int r = !role                        ? -1
-            : strcmp(role, "input") == 0 ? REGC_ROLE_INPUT
-            : strcmp(role, "param") == 0 ? REGC_ROLE_PARAM
-                                         : -1;
+    int r = !role                           ? -1
+            : strcmp(role, "input") == 0    ? REGC_ROLE_INPUT
+            : strcmp(role, "constant") == 0 ? REGC_ROLE_COUNT /* an input, constant */
+            : strcmp(role, "param") == 0    ? REGC_ROLE_PARAM
+                                            : -1;
     if (r < 0)
-        return fail(c, REGC_ERR_FORMAT, "\"role\" must be \"input\" or \"param\"");
+        return fail(c, REGC_ERR_FORMAT, "\"role\" must be \"input\", \"constant\" or \"param\"");
     int64_t shape[REGC_MAX_DIMS];
     int ndim;
     if (get_ints(c, o, "shape", REGC_MAX_DIMS, 1, INT64_C(1) << 40, shape, &ndim))
         return REGC_ERR_FORMAT;
-    int id = regc_graph_add_tensor(g, name, (regc_dtype)dt, (regc_role)r, ndim, shape);
+    int id = r == REGC_ROLE_COUNT
+                 ? regc_graph_add_constant(g, name, (regc_dtype)dt, ndim, shape)
+                 : regc_graph_add_tensor(g, name, (regc_dtype)dt, (regc_role)r, ndim, shape);
     if (id < 0)
         regc_error_prefix("%s: %s", c->source, c->where);
     return id < 0 ? id : REGC_OK;

@@ -119,6 +119,12 @@ typedef struct {
     int ndim; /* 0 for a scalar */
     int64_t shape[REGC_MAX_DIMS];
     int producer; /* index of the producing node, -1 for inputs and params */
+    /* An input whose values depend on the shapes alone (positions, rotary
+     * tables, relative-position buckets, token types of one segment): the
+     * same for every batch, never trained. An architecture computes it; a
+     * graph model reads it from its weights file by name. 0 for data
+     * inputs (token ids, targets) and for everything else. */
+    int constant;
 } regc_tensor;
 
 typedef struct {
@@ -138,6 +144,9 @@ void regc_graph_free(regc_graph *g);
  * status (duplicate name, bad shape). */
 int regc_graph_add_tensor(regc_graph *g, const char *name, regc_dtype dtype, regc_role role,
                           int ndim, const int64_t *shape);
+/* The same for a constant input (regc_tensor's `constant`). */
+int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, int ndim,
+                            const int64_t *shape);
 /* Add a node: checks the inputs, infers the outputs' shapes and dtypes and
  * creates them (named "%<id>"). For RESHAPE and FILL the output shape is
  * given in out_ndim/out_shape (ignored otherwise); for SPLIT n_out is the

@@ -263,8 +263,8 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     int rc, ids, types, pos, targets, x, h, q, kk, v, t, k = 0;
     const int64_t bt[] = {B, T}, tt[] = {T};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    G(types = regc_graph_add_tensor(g, "token_type_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    G(pos = regc_graph_add_tensor(g, "position_ids", REGC_I32, REGC_ROLE_INPUT, 1, tt));
+    G(types = regc_graph_add_constant(g, "token_type_ids", REGC_I32, 2, bt));
+    G(pos = regc_graph_add_constant(g, "position_ids", REGC_I32, 1, tt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(regc_model_add_param_tensors(m, g, &p));
     const int word = p[k++], wpe = p[k++], tte = p[k++], eln_w = p[k++], eln_b = p[k++];
@@ -341,7 +341,7 @@ static int bert_fill_inputs(const regc_model *m, const regc_tokens *data, const 
     regc_input *targets = regc_input_find(n, in, "targets");
     regc_input *types = regc_input_find(n, in, "token_type_ids");
     const int64_t bt = b->batch * b->seq;
-    if (!ids || !targets)
+    if (!ids != !targets) /* neither: the constants alone are asked for */
         return regc_error(REGC_ERR_ARG,
                           "%s: a bert training graph needs inputs input_ids and targets",
                           m->source);
@@ -349,9 +349,14 @@ static int bert_fill_inputs(const regc_model *m, const regc_tokens *data, const 
         return regc_error(REGC_ERR_SHAPE,
                           "%s: graph input token_type_ids must be i32 with %" PRId64 " elements",
                           m->source, bt);
+    if (types && !types->filled) {
+        /* Single-segment text: every position is segment 0. */
+        memset(types->host, 0, (size_t)bt * sizeof(int32_t));
+        types->filled = types->constant = 1;
+    }
     /* input_ids, position_ids, and targets (the shifted ones, replaced below) */
     int rc = regc_model_fill_lm_inputs(m, data, b, n, in);
-    if (rc < 0)
+    if (rc < 0 || !ids)
         return rc;
     int32_t *x = ids->host, *y = targets->host;
     const uint64_t stream = regc_rng_substream(b->seed, (uint64_t)b->step);
@@ -371,11 +376,6 @@ static int bert_fill_inputs(const regc_model *m, const regc_tokens *data, const 
         y[i] = masked ? x[i] : -1;
         if (masked)
             x[i] = (int32_t)c->mask_id;
-    }
-    if (types && !types->filled) {
-        /* Single-segment text: every position is segment 0. */
-        memset(types->host, 0, (size_t)bt * sizeof(int32_t));
-        types->filled = types->constant = 1;
     }
     return REGC_OK;
 }
@@ -448,4 +448,5 @@ const regc_arch regc_arch_bert = {
     .write_config = bert_write_config,
     .describe = bert_describe,
     .fill_inputs = bert_fill_inputs,
+    .own_data = 1,
 };

@@ -202,7 +202,7 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     int rc, ids, pos, targets, x, h, t, k = 0;
     const int64_t bt[] = {B, T}, tt[] = {T};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    G(pos = regc_graph_add_tensor(g, "position_ids", REGC_I32, REGC_ROLE_INPUT, 1, tt));
+    G(pos = regc_graph_add_constant(g, "position_ids", REGC_I32, 1, tt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(regc_model_add_param_tensors(m, g, &p));
     const int wte = p[k++], wpe = p[k++];

@@ -15,6 +15,10 @@
  * uniform with std 0.02; parameters of fewer dimensions start at 1.0 when
  * their name ends in "weight" (norm gains) and at 0.0 otherwise (biases).
  *
+ * Inputs marked constant (rotary tables, positions, buckets) are read from
+ * the weights file by name, never trained, and saved beside the
+ * parameters; the data inputs are filled as a causal language model's.
+ *
  * Saving writes model.safetensors (graph names) and graph.json into the
  * directory; `--model DIR/graph.json --weights DIR/model.safetensors` loads
  * it back. */
@@ -90,24 +94,65 @@ static int graph_read_shapes(regc_model *m, graph_config *c)
     return REGC_OK;
 }
 
-/* The bound on the values an i32 tensor holds when the trainer fills the
- * graph's inputs: token ids (input_ids, targets) are below the vocabulary,
- * positions below the sequence; views (reshape, transpose) keep the bound
- * of what they view. 0 when the tensor is none of these (filling refuses
- * any other input, so nothing can be said or needs to be). */
-static int64_t graph_index_bound(const regc_model *m, const graph_config *c, int id)
+/* The graph input tensor id views (reshape, transpose) of tensor id show,
+ * or -1 when it is computed. */
+static int graph_viewed_input(const regc_graph *g, int id)
 {
-    const regc_graph *g = c->graph;
     for (;;) {
         const regc_tensor *t = regc_graph_tensor(g, id);
         if (t->role == REGC_ROLE_INPUT)
-            return !strcmp(t->name, "input_ids") || !strcmp(t->name, "targets") ? m->vocab
-                   : !strcmp(t->name, "position_ids")                           ? c->seq
-                                                                                : 0;
+            return id;
         const regc_node *n = t->producer >= 0 ? regc_graph_node(g, t->producer) : NULL;
         if (!n || (n->op != REGC_OP_RESHAPE && n->op != REGC_OP_TRANSPOSE))
-            return 0;
+            return -1;
         id = n->in[0];
+    }
+}
+
+/* The bound on the values an i32 tensor holds when the trainer fills the
+ * graph's data inputs: token ids (input_ids, targets) are below the
+ * vocabulary, positions below the sequence; views keep the bound of what
+ * they view. 0 when the tensor is none of these: filling refuses any other
+ * data input, and a constant's values are checked when they are read
+ * (graph_check_constant). */
+static int64_t graph_index_bound(const regc_model *m, const graph_config *c, int id)
+{
+    id = graph_viewed_input(c->graph, id);
+    const regc_tensor *t = id >= 0 ? regc_graph_tensor(c->graph, id) : NULL;
+    if (!t || t->constant)
+        return 0;
+    return !strcmp(t->name, "input_ids") || !strcmp(t->name, "targets") ? m->vocab
+           : !strcmp(t->name, "position_ids")                           ? c->seq
+                                                                        : 0;
+}
+
+/* The rows an op indexes by its ids operand, and that operand: an
+ * embedding's table, the logits a loss reads at its targets. 0 when the
+ * op indexes nothing. */
+static int graph_indexed_rows(const regc_graph *g, const regc_node *n, int *ids, int *table,
+                              int64_t *rows)
+{
+    const regc_tensor *t;
+    switch (n->op) {
+    case REGC_OP_EMBEDDING: /* ids, table [rows, C] */
+        *ids = n->in[0], *table = n->in[1];
+        *rows = regc_graph_tensor(g, *table)->shape[0];
+        return 1;
+    case REGC_OP_EMBEDDING_BWD: /* dout, ids -> [vocab, C] */
+        *ids = n->in[1], *table = n->out[0];
+        *rows = n->attrs.vocab;
+        return 1;
+    case REGC_OP_CROSS_ENTROPY: /* logits [..., V], targets */
+        *ids = n->in[1], *table = n->in[0];
+        t = regc_graph_tensor(g, *table);
+        *rows = t->shape[t->ndim - 1];
+        return 1;
+    case REGC_OP_CROSS_ENTROPY_BWD: /* dloss, logits [..., V], targets, lse */
+        *ids = n->in[2], *table = n->in[1];
+        t = regc_graph_tensor(g, *table);
+        *rows = t->shape[t->ndim - 1];
+        return 1;
+    default: return 0;
     }
 }
 
@@ -122,25 +167,8 @@ static int graph_check_indices(const regc_model *m, const graph_config *c)
         const regc_node *n = regc_graph_node(g, i);
         int ids, table;
         int64_t rows;
-        switch (n->op) {
-        case REGC_OP_EMBEDDING: /* ids, table [rows, C] */
-            ids = n->in[0], table = n->in[1];
-            rows = regc_graph_tensor(g, table)->shape[0];
-            break;
-        case REGC_OP_EMBEDDING_BWD: /* dout, ids -> [vocab, C] */
-            ids = n->in[1], table = n->out[0];
-            rows = n->attrs.vocab;
-            break;
-        case REGC_OP_CROSS_ENTROPY: /* logits [..., V], targets */
-            ids = n->in[1], table = n->in[0];
-            rows = regc_graph_tensor(g, table)->shape[regc_graph_tensor(g, table)->ndim - 1];
-            break;
-        case REGC_OP_CROSS_ENTROPY_BWD: /* dloss, logits [..., V], targets, lse */
-            ids = n->in[2], table = n->in[1];
-            rows = regc_graph_tensor(g, table)->shape[regc_graph_tensor(g, table)->ndim - 1];
-            break;
-        default: continue;
-        }
+        if (!graph_indexed_rows(g, n, &ids, &table, &rows))
+            continue;
         int64_t bound = graph_index_bound(m, c, ids);
         if (bound > rows)
             return regc_error(REGC_ERR_SHAPE,
@@ -149,6 +177,62 @@ static int graph_check_indices(const regc_model *m, const graph_config *c)
                               m->source, regc_op_name(n->op), regc_graph_tensor(g, table)->name,
                               rows, bound == m->vocab ? "vocabulary" : "sequence", bound,
                               regc_graph_tensor(g, ids)->name);
+    }
+    return REGC_OK;
+}
+
+/* An i32 constant's values, read from a file, index only rows that exist:
+ * an embedding's ids in [0, rows), a loss's targets in [-1, rows) (-1 is
+ * ignored). */
+static int graph_check_constant(const regc_model *m, const regc_model_const *k)
+{
+    if (!k->data)
+        return REGC_OK;
+    const graph_config *c = m->cfg;
+    const regc_graph *g = c->graph;
+    if (k->dtype != REGC_I32)
+        return REGC_OK;
+    const int32_t *v = k->data;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        int ids, table;
+        int64_t rows;
+        if (!graph_indexed_rows(g, n, &ids, &table, &rows))
+            continue;
+        int root = graph_viewed_input(g, ids);
+        if (root < 0 || strcmp(regc_graph_tensor(g, root)->name, k->name) != 0)
+            continue;
+        const int64_t lo = n->op == REGC_OP_EMBEDDING || n->op == REGC_OP_EMBEDDING_BWD ? 0 : -1;
+        for (int64_t e = 0; e < k->numel; e++)
+            if (v[e] < lo || v[e] >= rows)
+                return regc_error(REGC_ERR_FORMAT,
+                                  "%s: constant %s holds %d at element %" PRId64
+                                  ", outside the %" PRId64 " rows of %s that %s indexes",
+                                  m->source, k->name, (int)v[e], e, rows,
+                                  regc_graph_tensor(g, table)->name, regc_op_name(n->op));
+    }
+    return REGC_OK;
+}
+
+static int graph_check_constants(const regc_model *m)
+{
+    int rc = REGC_OK;
+    for (int k = 0; k < m->n_consts && rc == REGC_OK; k++)
+        rc = graph_check_constant(m, &m->consts[k]);
+    return rc;
+}
+
+/* Every constant input, as a constant of the model (values from the
+ * weights file). */
+static int graph_list_constants(regc_model *m)
+{
+    const graph_config *c = m->cfg;
+    for (int i = 0; i < regc_graph_n_tensors(c->graph); i++) {
+        const regc_tensor *t = regc_graph_tensor(c->graph, i);
+        int rc =
+            t->constant ? regc_model_add_const(m, t->name, t->dtype, t->ndim, t->shape) : REGC_OK;
+        if (rc < 0)
+            return rc;
     }
     return REGC_OK;
 }
@@ -185,7 +269,8 @@ int regc_graph_model_parse(regc_model *m, const char *text, const char *path)
     int rc = regc_graph_from_json(text, path, &c->graph);
     if (rc < 0)
         return rc;
-    if ((rc = graph_read_shapes(m, c)) < 0 || (rc = graph_check_indices(m, c)) < 0)
+    if ((rc = graph_read_shapes(m, c)) < 0 || (rc = graph_check_indices(m, c)) < 0 ||
+        (rc = graph_list_constants(m)) < 0)
         return rc;
     return graph_list_params(m);
 }
@@ -211,6 +296,33 @@ static int graph_build_graph(const regc_model *m, int64_t batch, int64_t seq, re
                           "; got batch %" PRId64 ", sequence %" PRId64,
                           m->source, c->batch, c->seq, batch, seq);
     return graph_copy(c->graph, m->source, out);
+}
+
+/* The data inputs as a causal language model's (input_ids, targets, and
+ * position_ids when it is data), each constant from the values read with
+ * the weights (checked when read: graph_check_constants). The
+ * inputs are the compiled step's, whose tensors may come from the compile
+ * cache: a constant is known by its name among the model's. */
+static int graph_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                             int n, regc_input *in)
+{
+    for (int i = 0; i < n; i++) {
+        const regc_tensor *t = in[i].tensor;
+        const regc_model_const *k = NULL;
+        for (int j = 0; j < m->n_consts && !k; j++)
+            if (!strcmp(m->consts[j].name, t->name))
+                k = &m->consts[j];
+        if (!k || in[i].filled)
+            continue;
+        if (!k->data) /* regc_model_read_constants gives them, checked */
+            return regc_error(REGC_ERR_ARG,
+                              "%s: constant %s has no values: a graph with constants trains "
+                              "from --weights, a file that holds them",
+                              m->source, t->name);
+        memcpy(in[i].host, k->data, (size_t)regc_tensor_bytes(t));
+        in[i].filled = in[i].constant = 1;
+    }
+    return regc_model_fill_lm_inputs(m, data, b, n, in);
 }
 
 static int graph_preset_config(regc_model *m, const char *preset)
@@ -276,6 +388,76 @@ static int graph_write_structure(const regc_model *m, regc_bytes *b)
     return regc_graph_canon(c->graph, b);
 }
 
+/* ---------------------------------------------------------- a model as a graph */
+
+/* gm's constants (the constant inputs of m's graph) as m's architecture
+ * fills them: its filler is asked for those inputs alone. */
+static int graph_fill_constants_from(const regc_model *m, regc_model *gm, int64_t batch,
+                                     int64_t seq)
+{
+    const graph_config *c = gm->cfg;
+    const int n = gm->n_consts;
+    regc_input *in = calloc((size_t)n + 1, sizeof *in);
+    if (!in)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    int rc = REGC_OK;
+    for (int k = 0; k < n && rc == REGC_OK; k++) {
+        in[k].tensor =
+            regc_graph_tensor(c->graph, regc_graph_find_tensor(c->graph, gm->consts[k].name));
+        if (!(in[k].host = calloc((size_t)regc_tensor_bytes(in[k].tensor) + 1, 1)))
+            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    }
+    const regc_batch_spec b = {.batch = batch, .seq = seq};
+    if (rc == REGC_OK)
+        rc = regc_model_fill_inputs(m, NULL, &b, n, in);
+    for (int k = 0; k < n; k++) {
+        if (rc == REGC_OK)
+            gm->consts[k].data = in[k].host;
+        else
+            free(in[k].host);
+    }
+    free(in);
+    return rc;
+}
+
+int regc_model_as_graph(const regc_model *m, int64_t batch, int64_t seq, regc_model **out)
+{
+    *out = NULL;
+    if (m->arch->own_data)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: a %s model fills its data inputs its own way; a graph model fills "
+                          "input_ids and targets as a causal language model's, so it cannot "
+                          "train as this model does",
+                          m->source, m->arch->model_type);
+    regc_graph *g = NULL;
+    regc_model *gm = NULL;
+    char *text = NULL;
+    int rc = regc_model_build_graph(m, batch, seq, &g);
+    if (rc == REGC_OK && !(text = regc_graph_to_json(g)))
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory writing the graph", m->source);
+    regc_graph_free(g);
+    if (rc == REGC_OK)
+        rc = regc_model_new(&regc_arch_graph, m->source, &gm);
+    if (rc == REGC_OK)
+        rc = regc_graph_model_parse(gm, text, m->source);
+    free(text);
+    /* the graph's parameters are m's, by name and in m's order */
+    for (int i = 0; rc == REGC_OK && i < gm->n_params; i++)
+        if (i >= m->n_params || strcmp(gm->params[i].name, m->params[i].name) != 0)
+            rc = regc_error(REGC_ERR_ARG, "%s: the graph's parameter %d is not the model's",
+                            m->source, i);
+    if (rc == REGC_OK && m->weights && (rc = regc_model_alloc_weights(gm)) == REGC_OK)
+        memcpy(gm->weights, m->weights, (size_t)gm->total_numel * sizeof(float));
+    if (rc == REGC_OK)
+        rc = graph_fill_constants_from(m, gm, batch, seq);
+    if (rc) {
+        regc_model_free(gm);
+        return rc;
+    }
+    *out = gm;
+    return REGC_OK;
+}
+
 const regc_arch regc_arch_graph = {
     .model_type = "graph",
     .optional_prefix = NULL,
@@ -288,4 +470,6 @@ const regc_arch regc_arch_graph = {
     .describe = graph_describe,
     .write_structure = graph_write_structure,
     .save_files = graph_save_files,
+    .fill_inputs = graph_fill_inputs,
+    .check_constants = graph_check_constants,
 };

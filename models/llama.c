@@ -248,8 +248,8 @@ static int llama_build_graph(const regc_model *m, int64_t B, int64_t T, regc_gra
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     /* One rotary table for every layer, filled per batch (llama_fill_inputs). */
-    G(cos = regc_graph_add_tensor(g, "rope_cos", REGC_F32, REGC_ROLE_INPUT, 2, rot));
-    G(sin = regc_graph_add_tensor(g, "rope_sin", REGC_F32, REGC_ROLE_INPUT, 2, rot));
+    G(cos = regc_graph_add_constant(g, "rope_cos", REGC_F32, 2, rot));
+    G(sin = regc_graph_add_constant(g, "rope_sin", REGC_F32, 2, rot));
     G(regc_model_add_param_tensors(m, g, &p));
     const int embed = p[n++];
     const float eps = (float)c->eps;

@@ -35,6 +35,9 @@ void regc_model_free(regc_model *m)
     for (int i = 0; i < m->n_params; i++)
         free(m->params[i].name);
     free(m->params);
+    for (int i = 0; i < m->n_consts; i++)
+        free(m->consts[i].name), free(m->consts[i].data);
+    free(m->consts);
     if (m->cfg && m->arch && m->arch->free_config)
         m->arch->free_config(m->cfg);
     else
@@ -89,6 +92,31 @@ int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_
     return REGC_OK;
 }
 
+int regc_model_add_const(regc_model *m, const char *name, regc_dtype dtype, int ndim,
+                         const int64_t *shape)
+{
+    if (dtype != REGC_F32 && dtype != REGC_I32)
+        return regc_error(REGC_ERR_UNSUPPORTED, "%s: constant %s is %s; constants are f32 or i32",
+                          m->source, name, regc_dtype_name(dtype));
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++)
+        numel *= shape[d]; /* a graph's tensors have checked shapes */
+    regc_model_const *grown = realloc(m->consts, (size_t)(m->n_consts + 1) * sizeof *grown);
+    if (!grown)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    m->consts = grown;
+    regc_model_const *k = &m->consts[m->n_consts];
+    memset(k, 0, sizeof *k);
+    if (!(k->name = strdup(name)))
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    k->dtype = dtype;
+    k->ndim = ndim;
+    memcpy(k->shape, shape, (size_t)ndim * sizeof *shape);
+    k->numel = numel;
+    m->n_consts++;
+    return REGC_OK;
+}
+
 int regc_model_alloc_weights(regc_model *m)
 {
     if (m->weights)
@@ -121,6 +149,7 @@ int64_t regc_model_max_seq(const regc_model *m) { return m->max_seq; }
 int regc_model_has_weights(const regc_model *m) { return m->weights != NULL; }
 int regc_model_n_params(const regc_model *m) { return m->n_params; }
 int64_t regc_model_total_numel(const regc_model *m) { return m->total_numel; }
+int regc_model_n_constants(const regc_model *m) { return m->n_consts; }
 float *regc_model_weights(regc_model *m) { return m->weights; }
 
 int regc_model_write_structure(const regc_model *m, regc_bytes *b)

@@ -24,6 +24,19 @@ typedef struct {
     float init_center, init_halfwidth;
 } regc_model_param;
 
+/* A constant input of a graph model (regc_tensor's `constant`): read from
+ * the weights file by name beside the parameters, never trained, written
+ * back when the model is saved. Architectures compute theirs instead
+ * (fill_inputs) and list none. */
+typedef struct {
+    char *name;
+    regc_dtype dtype; /* REGC_F32 or REGC_I32 */
+    int ndim;
+    int64_t shape[REGC_MAX_DIMS];
+    int64_t numel;
+    void *data; /* numel values of dtype once read (regc_model_read_constants), else NULL */
+} regc_model_const;
+
 typedef struct regc_arch regc_arch;
 
 struct regc_model {
@@ -35,6 +48,8 @@ struct regc_model {
     regc_model_param *params;
     int64_t total_numel;
     float *weights; /* total_numel floats, or NULL while shape-only */
+    int n_consts;
+    regc_model_const *consts;
 };
 
 struct regc_arch {
@@ -73,6 +88,14 @@ struct regc_arch {
      * regc_model_fill_lm_inputs (a causal language model's inputs). */
     int (*fill_inputs)(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
                        int n, regc_input *in);
+    /* Set when fill_inputs draws the data inputs its own way (masked
+     * positions, encoder-decoder pairs) rather than as a causal LM's: a
+     * graph model, which fills them as a causal LM's, cannot stand in for
+     * it (regc_model_as_graph refuses it). */
+    int own_data;
+    /* Optional: check the constants' values once read (a graph model's
+     * indices within the tables they index). */
+    int (*check_constants)(const regc_model *m);
 };
 
 extern const regc_arch regc_arch_gpt2;
@@ -104,6 +127,9 @@ int regc_model_save_config(const regc_model *m, const char *dir);
 /* Append a parameter: numel and offset are computed, overflow checked. */
 int regc_model_add_param(regc_model *m, const char *name, int ndim, const int64_t *shape,
                          float init_center, float init_halfwidth);
+/* Append a constant (f32 or i32) without values yet. */
+int regc_model_add_const(regc_model *m, const char *name, regc_dtype dtype, int ndim,
+                         const int64_t *shape);
 /* The same for the 1-D ([d0]) and 2-D ([d0, d1]) parameters of frontends. */
 int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1,
                       float init_center, float init_halfwidth);

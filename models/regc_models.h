@@ -60,6 +60,10 @@ int regc_model_param_shape(const regc_model *m, int i, int64_t *shape); /* retur
 int64_t regc_model_param_numel(const regc_model *m, int i);
 int64_t regc_model_param_offset(const regc_model *m, int i); /* in floats, in weights() */
 int64_t regc_model_total_numel(const regc_model *m);
+/* A graph model's constant inputs (rotary tables, positions, buckets):
+ * values read from its weights file, never trained. 0 for architectures,
+ * which compute theirs. */
+int regc_model_n_constants(const regc_model *m);
 float *regc_model_weights(regc_model *m); /* NULL while shape-only */
 
 /* Deterministic random init (GPT-2's scheme with uniform draws): weights of
@@ -75,6 +79,11 @@ int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc
  * creating it; each file is written atomically. Graph models write
  * graph.json instead of config.json. */
 int regc_model_save(const regc_model *m, const char *dir);
+/* m as a graph model of its flat graph at [batch, seq]: the same
+ * parameters (and weights, when m has them) and its constant inputs'
+ * values as m's architecture fills them. Saved, it trains with no
+ * architecture code as m does. */
+int regc_model_as_graph(const regc_model *m, int64_t batch, int64_t seq, regc_model **out);
 
 /* ======================================================================
  * Safetensors files
@@ -84,7 +93,7 @@ typedef struct {
     regc_dtype dtype;
     int ndim;
     int64_t shape[REGC_MAX_DIMS];
-    const float *data; /* fp32 host data to write */
+    const float *data; /* fp32 host data to write (int32 for an I32 entry) */
 } regc_st_entry;
 
 typedef struct regc_st_file regc_st_file;
@@ -101,6 +110,9 @@ int regc_st_find(const regc_st_file *f, const char *name); /* index or -1 */
 /* Read tensor i converted to fp32 (F32, BF16, F16 accepted), checking that
  * its shape is exactly `shape`. */
 int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shape, float *dst);
+/* Tensor i whole as int32 (I32 or I64 accepted, each value within int32),
+ * checking that it has exactly n elements. */
+int regc_st_read_i32(const regc_st_file *f, int i, int64_t n, int32_t *dst);
 /* The bytes of tensor i's data in the file (-1: no tensor i). */
 int64_t regc_st_bytes(const regc_st_file *f, int i);
 /* REGC_OK when tensor i has exactly `shape`, else an error naming both. */
@@ -118,6 +130,8 @@ typedef struct regc_st_writer regc_st_writer;
 int regc_st_writer_open(const char *path, const regc_st_entry *entries, int n, int with_data,
                         regc_st_writer **out);
 int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const float *src);
+/* The same for an I32 tensor (put refuses one: its data is not fp32). */
+int regc_st_writer_put_i32(regc_st_writer *w, int i, int64_t first, int64_t n, const int32_t *src);
 int regc_st_writer_finish(regc_st_writer *w);
 void regc_st_writer_abandon(regc_st_writer *w);
 /* ======================================================================
@@ -141,6 +155,10 @@ int64_t regc_weights_bytes_read(const regc_weights *w);
 void regc_weights_close(regc_weights *w);
 /* Every parameter of m from w (allocating m's weights). */
 int regc_model_read_weights(regc_model *m, regc_weights *w);
+/* Read every constant of m whole from w (opened without a prefix), each
+ * checked for its shape; a seeded source has none, which is an error
+ * naming the first constant. Nothing to do for a model without constants. */
+int regc_model_read_constants(regc_model *m, regc_weights *w);
 
 /* A model directory (model.safetensors in fp32, then config.json or the
  * graph model's files) written a range at a time: open creates the weights

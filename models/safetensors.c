@@ -504,6 +504,45 @@ int regc_st_read_range(const regc_st_file *f, int i, int64_t first, int64_t n, f
     return rc;
 }
 
+int regc_st_read_i32(const regc_st_file *f, int i, int64_t n, int32_t *dst)
+{
+    if (i < 0 || i >= f->n)
+        return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", f->path, i);
+    const st_tensor *t = &f->t[i];
+    const int is_i32 = strcmp(t->dtype, "I32") == 0, is_i64 = strcmp(t->dtype, "I64") == 0;
+    if (!is_i32 && !is_i64)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: tensor %s has dtype %s; an integer tensor must be I32 or I64",
+                          f->path, t->name, t->dtype);
+    const uint64_t esize = is_i32 ? 4 : 8;
+    if (n < 0 || (uint64_t)n != (t->end - t->begin) / esize)
+        return regc_error(REGC_ERR_ARG, "%s: tensor %s has %" PRIu64 " elements, not %" PRId64,
+                          f->path, t->name, (t->end - t->begin) / esize, n);
+    const uint64_t off = f->data_start + t->begin;
+    if (is_i32)
+        return st_pread_full(f, dst, (size_t)n * 4, off, t->name);
+    int64_t *bounce = malloc(ST_BOUNCE_ELEMS * sizeof *bounce);
+    if (!bounce)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory reading %s", f->path, t->name);
+    int rc = REGC_OK;
+    for (int64_t done = 0; done < n && rc == REGC_OK; done += ST_BOUNCE_ELEMS) {
+        int64_t chunk = n - done < ST_BOUNCE_ELEMS ? n - done : ST_BOUNCE_ELEMS;
+        if ((rc = st_pread_full(f, bounce, (size_t)chunk * 8, off + (uint64_t)done * 8, t->name)) <
+            0)
+            break;
+        for (int64_t k = 0; k < chunk && rc == REGC_OK; k++) {
+            if (bounce[k] < INT32_MIN || bounce[k] > INT32_MAX)
+                rc = regc_error(REGC_ERR_FORMAT,
+                                "%s: tensor %s: element %" PRId64 " is %" PRId64
+                                ", outside the 32-bit range regc indexes with",
+                                f->path, t->name, done + k, bounce[k]);
+            dst[done + k] = (int32_t)bounce[k];
+        }
+    }
+    free(bounce);
+    return rc;
+}
+
 int regc_st_check_shape(const regc_st_file *f, int i, int ndim, const int64_t *shape)
 {
     if (i < 0 || i >= f->n)
@@ -619,9 +658,11 @@ static int st_check_entries(const char *path, const regc_st_entry *e, int n, int
         if (!name || !name[0] || strcmp(name, "__metadata__") == 0)
             return regc_error(REGC_ERR_ARG, "%s: tensor %d has an invalid name \"%s\"", path, i,
                               name ? name : "(null)");
-        if (e[i].dtype != REGC_F32 && e[i].dtype != REGC_BF16 && e[i].dtype != REGC_F16)
+        if (e[i].dtype != REGC_F32 && e[i].dtype != REGC_BF16 && e[i].dtype != REGC_F16 &&
+            e[i].dtype != REGC_I32)
             return regc_error(REGC_ERR_ARG,
-                              "%s: tensor %s: fp32 data can be stored as F32, BF16 or F16 only",
+                              "%s: tensor %s: fp32 data can be stored as F32, BF16 or F16 "
+                              "only, int32 data as I32",
                               path, name);
         if (e[i].ndim < 0 || e[i].ndim > REGC_MAX_DIMS)
             return regc_error(REGC_ERR_ARG, "%s: tensor %s: %d dimensions", path, name, e[i].ndim);
@@ -689,7 +730,8 @@ int regc_st_writer_open(const char *path, const regc_st_entry *entries, int n, i
     st_put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < n && rc == REGC_OK; i++) {
         const regc_st_entry *e = &entries[i];
-        uint64_t bytes = (uint64_t)w->numel[i] * (e->dtype == REGC_F32 ? 4u : 2u);
+        uint64_t bytes =
+            (uint64_t)w->numel[i] * (e->dtype == REGC_F32 || e->dtype == REGC_I32 ? 4u : 2u);
         w->dtype[i] = e->dtype;
         w->data_at[i] = off;
         st_put(&h, ",");
@@ -697,6 +739,7 @@ int regc_st_writer_open(const char *path, const regc_st_entry *entries, int n, i
         st_put(&h, ":{\"dtype\":\"%s\",\"shape\":[",
                e->dtype == REGC_F32    ? "F32"
                : e->dtype == REGC_BF16 ? "BF16"
+               : e->dtype == REGC_I32  ? "I32"
                                        : "F16");
         for (int d = 0; d < e->ndim; d++)
             st_put(&h, "%s%" PRId64, d ? "," : "", e->shape[d]);
@@ -729,7 +772,9 @@ int regc_st_writer_open(const char *path, const regc_st_entry *entries, int n, i
     return REGC_OK;
 }
 
-int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const float *src)
+/* Elements [first, first + n) of tensor i exist, and it holds `integer`
+ * data (I32) or not. */
+static int st_writer_check(const regc_st_writer *w, int i, int64_t first, int64_t n, int integer)
 {
     if (i < 0 || i >= w->n)
         return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", w->path, i);
@@ -737,12 +782,30 @@ int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const
         return regc_error(REGC_ERR_ARG,
                           "%s: tensor %s has %" PRId64 " elements, not [%" PRId64 ", %" PRId64 ")",
                           w->path, w->name[i], w->numel[i], first, first + n);
+    if (integer != (w->dtype[i] == REGC_I32))
+        return regc_error(REGC_ERR_ARG, "%s: tensor %s is %s, not %s data", w->path, w->name[i],
+                          integer ? "floating-point" : "I32", integer ? "int32" : "fp32");
+    return REGC_OK;
+}
+
+int regc_st_writer_put_i32(regc_st_writer *w, int i, int64_t first, int64_t n, const int32_t *src)
+{
+    int rc = st_writer_check(w, i, first, n, 1);
+    return rc ? rc
+              : regc_atomic_pwrite(w->file, src, (size_t)n * 4,
+                                   w->data_at[i] + (uint64_t)first * 4);
+}
+
+int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const float *src)
+{
+    int rc = st_writer_check(w, i, first, n, 0);
+    if (rc)
+        return rc;
     if (w->dtype[i] == REGC_F32)
         return regc_atomic_pwrite(w->file, src, (size_t)n * 4, w->data_at[i] + (uint64_t)first * 4);
     uint16_t *bounce = malloc(ST_BOUNCE_ELEMS * sizeof *bounce);
     if (!bounce)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", w->path);
-    int rc = REGC_OK;
     for (int64_t done = 0; done < n && rc == REGC_OK; done += ST_BOUNCE_ELEMS) {
         int64_t chunk = n - done < ST_BOUNCE_ELEMS ? n - done : ST_BOUNCE_ELEMS;
         for (int64_t j = 0; j < chunk; j++)
@@ -768,7 +831,10 @@ int regc_st_write(const char *path, const regc_st_entry *entries, int n)
     regc_st_writer *w;
     int rc = regc_st_writer_open(path, entries, n, 1, &w);
     for (int i = 0; i < n && rc == REGC_OK; i++)
-        if ((rc = regc_st_writer_put(w, i, 0, w->numel[i], entries[i].data)) != REGC_OK)
+        if ((rc = entries[i].dtype == REGC_I32
+                      ? regc_st_writer_put_i32(w, i, 0, w->numel[i],
+                                               (const int32_t *)(const void *)entries[i].data)
+                      : regc_st_writer_put(w, i, 0, w->numel[i], entries[i].data)) != REGC_OK)
             regc_st_writer_abandon(w);
     return rc == REGC_OK ? regc_st_writer_finish(w) : rc;
 }

@@ -314,10 +314,8 @@ static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph 
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(dec_ids = regc_graph_add_tensor(g, "decoder_input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    G(enc_buckets =
-          regc_graph_add_tensor(g, "encoder_position_buckets", REGC_I32, REGC_ROLE_INPUT, 2, tt));
-    G(dec_buckets =
-          regc_graph_add_tensor(g, "decoder_position_buckets", REGC_I32, REGC_ROLE_INPUT, 2, tt));
+    G(enc_buckets = regc_graph_add_constant(g, "encoder_position_buckets", REGC_I32, 2, tt));
+    G(dec_buckets = regc_graph_add_constant(g, "decoder_position_buckets", REGC_I32, 2, tt));
     G(regc_model_add_param_tensors(m, g, &p));
     const int shared = p[k++];
     const float eps = (float)c->eps;
@@ -548,4 +546,5 @@ const regc_arch regc_arch_t5 = {
     .write_config = t5_write_config,
     .describe = t5_describe,
     .fill_inputs = t5_fill_inputs,
+    .own_data = 1,
 };

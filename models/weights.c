@@ -10,7 +10,12 @@
  * legacy spelling of each, all after an optional prefix of the file's
  * names ("exp_avg." in a checkpoint's optimizer file) — and checks its
  * shape, so a bad file fails at open, naming the file and the tensor,
- * before any rank has read a byte of data. */
+ * before any rank has read a byte of data.
+ *
+ * A graph model's constants (rotary tables, positions, buckets) are
+ * tensors of its own file too: a source without a prefix binds them after
+ * the parameters, by name, and regc_model_read_constants reads them whole;
+ * a checkpoint's moments (a prefixed source) hold parameters only. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +54,23 @@ static void weight_names_of(const regc_model *m, const char *prefix, const char 
     out->n = n;
 }
 
+/* The tensors a source with this prefix binds: every parameter, then
+ * (no prefix: the model's own file) every constant. */
+static int bound_count(const regc_model *m, const char *prefix)
+{
+    return m->n_params + (prefix[0] ? 0 : m->n_consts);
+}
+
+static const char *bound_name(const regc_model *m, int i)
+{
+    return i < m->n_params ? m->params[i].name : m->consts[i - m->n_params].name;
+}
+
+static const char *bound_kind(const regc_model *m, int i)
+{
+    return i < m->n_params ? "tensor" : "constant";
+}
+
 /* A file named by an index must stay inside the model directory. */
 static int inside_name(const char *name)
 {
@@ -71,10 +93,11 @@ struct regc_weights {
     const regc_model *m;
     int seeded;
     uint64_t seed;
+    int n_bound; /* bound_count: parameters, then constants */
     int n_files;
-    regc_st_file **file; /* [n_params]: at most one file per parameter */
-    int *file_of;        /* [n_params] */
-    int *tensor_of;      /* [n_params] the tensor's index in its file */
+    regc_st_file **file; /* [n_bound]: at most one file per tensor */
+    int *file_of;        /* [n_bound] */
+    int *tensor_of;      /* [n_bound] the tensor's index in its file */
     int64_t bytes_read;
 };
 
@@ -87,13 +110,14 @@ void regc_weights_close(regc_weights *w)
     free(w->file), free(w->file_of), free(w->tensor_of), free(w);
 }
 
-static int weights_new(const regc_model *m, regc_weights **out)
+static int weights_new(const regc_model *m, const char *prefix, regc_weights **out)
 {
     *out = NULL;
-    size_t n = (size_t)m->n_params + 1;
+    size_t n = (size_t)bound_count(m, prefix) + 1;
     regc_weights *w = calloc(1, sizeof *w);
     if (w) {
         w->m = m;
+        w->n_bound = bound_count(m, prefix);
         w->file = calloc(n, sizeof *w->file);
         w->file_of = calloc(n, sizeof *w->file_of);
         w->tensor_of = calloc(n, sizeof *w->tensor_of);
@@ -118,19 +142,25 @@ static int weights_file(regc_weights *w, const char *path, const char **paths, i
     return rc;
 }
 
-/* Parameter i is tensor `name` of file f: check its shape. */
+/* Bound tensor i (a parameter, or a constant past them) is tensor `name`
+ * of file f: check its shape. */
 static int weights_bind(regc_weights *w, int i, int f, const char *path, const char *prefix)
 {
-    const regc_model_param *p = &w->m->params[i];
+    const regc_model *m = w->m;
     weight_names c;
-    weight_names_of(w->m, prefix, p->name, &c);
+    weight_names_of(m, prefix, bound_name(m, i), &c);
     int t = -1;
     for (int j = 0; j < c.n && t < 0; j++)
         t = regc_st_find(w->file[f], c.name[j]);
     if (t < 0)
-        return regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s%s", path, prefix, p->name);
+        return regc_error(REGC_ERR_FORMAT, "%s: missing %s %s%s", path, bound_kind(m, i), prefix,
+                          bound_name(m, i));
     w->file_of[i] = f, w->tensor_of[i] = t;
-    return regc_st_check_shape(w->file[f], t, p->ndim, p->shape);
+    if (i >= m->n_params) {
+        const regc_model_const *k = &m->consts[i - m->n_params];
+        return regc_st_check_shape(w->file[f], t, k->ndim, k->shape);
+    }
+    return regc_st_check_shape(w->file[f], t, m->params[i].ndim, m->params[i].shape);
 }
 
 /* Is `name` one of the tensors the architecture says a checkpoint may
@@ -159,7 +189,7 @@ static int weights_check_unexpected(const regc_weights *w, int f, const char *pa
     char *claimed = calloc((size_t)n + 1, 1);
     if (!claimed)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    for (int i = 0; i < w->m->n_params; i++)
+    for (int i = 0; i < w->n_bound; i++)
         if (w->file_of[i] == f)
             claimed[w->tensor_of[i]] = 1;
     size_t k = strlen(prefix);
@@ -181,7 +211,7 @@ static int weights_one_file(regc_weights *w, const char *path, const char *prefi
 {
     const char *paths[1] = {NULL};
     int f, rc = weights_file(w, path, paths, &f);
-    for (int i = 0; i < w->m->n_params && rc == REGC_OK; i++)
+    for (int i = 0; i < w->n_bound && rc == REGC_OK; i++)
         rc = weights_bind(w, i, f, path, prefix);
     if (rc == REGC_OK)
         rc = weights_check_unexpected(w, f, path, prefix);
@@ -191,7 +221,8 @@ static int weights_one_file(regc_weights *w, const char *path, const char *prefi
 int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, const char *index,
                              const char *prefix, char **files)
 {
-    for (int i = 0; i < m->n_params; i++)
+    const int n = bound_count(m, prefix);
+    for (int i = 0; i < n; i++)
         files[i] = NULL;
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root)
@@ -200,15 +231,15 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
     int rc = REGC_OK;
     if (!cJSON_IsObject(map))
         rc = regc_error(REGC_ERR_FORMAT, "%s: missing or invalid \"weight_map\"", index);
-    for (int i = 0; i < m->n_params && rc == REGC_OK; i++) {
+    for (int i = 0; i < n && rc == REGC_OK; i++) {
         weight_names c;
-        weight_names_of(m, prefix, m->params[i].name, &c);
+        weight_names_of(m, prefix, bound_name(m, i), &c);
         const cJSON *e = NULL;
         for (int j = 0; j < c.n && !e; j++)
             e = cJSON_GetObjectItemCaseSensitive(map, c.name[j]);
         if (!e)
-            rc = regc_error(REGC_ERR_FORMAT, "%s: missing tensor %s%s", index, prefix,
-                            m->params[i].name);
+            rc = regc_error(REGC_ERR_FORMAT, "%s: missing %s %s%s", index, bound_kind(m, i), prefix,
+                            bound_name(m, i));
         else if (!cJSON_IsString(e) || !inside_name(e->valuestring))
             rc = regc_error(REGC_ERR_FORMAT,
                             "%s: weight_map entry %s must name a file inside the directory", index,
@@ -225,9 +256,9 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
             if (strncmp(e->string, prefix, k) || weights_ignored(m->arch, e->string + k))
                 continue;
             int used = 0;
-            for (int i = 0; i < m->n_params && !used; i++) {
+            for (int i = 0; i < n && !used; i++) {
                 weight_names c;
-                weight_names_of(m, prefix, m->params[i].name, &c);
+                weight_names_of(m, prefix, bound_name(m, i), &c);
                 for (int j = 0; j < c.n && !used; j++)
                     used = !strcmp(c.name[j], e->string);
             }
@@ -241,7 +272,7 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
         }
     cJSON_Delete(root);
     if (rc)
-        for (int i = 0; i < m->n_params; i++)
+        for (int i = 0; i < n; i++)
             free(files[i]), files[i] = NULL;
     return rc;
 }
@@ -255,15 +286,16 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
     if (rc < 0)
         return rc;
     const regc_model *m = w->m;
-    char **files = calloc((size_t)m->n_params + 1, sizeof *files);
-    char(*path)[4096] = calloc((size_t)m->n_params + 1, sizeof *path);
-    const char **paths = calloc((size_t)m->n_params + 1, sizeof *paths);
+    const int n = w->n_bound;
+    char **files = calloc((size_t)n + 1, sizeof *files);
+    char(*path)[4096] = calloc((size_t)n + 1, sizeof *path);
+    const char **paths = calloc((size_t)n + 1, sizeof *paths);
     if (!files || !path || !paths)
         rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", index);
     else
         rc = regc_weights_parse_index(m, text, len, index, prefix, files);
     free(text);
-    for (int i = 0; i < m->n_params && rc == REGC_OK; i++) {
+    for (int i = 0; i < n && rc == REGC_OK; i++) {
         if ((rc = regc_path_join(path[i], sizeof path[i], dir, files[i])) == REGC_OK) {
             int f;
             if ((rc = weights_file(w, path[i], paths, &f)) == REGC_OK)
@@ -272,7 +304,7 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
     }
     for (int f = 0; f < w->n_files && rc == REGC_OK; f++)
         rc = weights_check_unexpected(w, f, paths[f], prefix);
-    for (int i = 0; files && i < m->n_params; i++)
+    for (int i = 0; files && i < n; i++)
         free(files[i]);
     free(files), free(path), free(paths);
     return rc;
@@ -281,7 +313,7 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
 int regc_weights_open(const regc_model *m, const char *path, const char *prefix, regc_weights **out)
 {
     regc_weights *w = NULL;
-    int rc = weights_new(m, &w);
+    int rc = weights_new(m, prefix, &w);
     *out = NULL;
     if (rc)
         return rc;
@@ -314,7 +346,7 @@ int regc_weights_open(const regc_model *m, const char *path, const char *prefix,
 
 int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out)
 {
-    int rc = weights_new(m, out);
+    int rc = weights_new(m, "", out);
     if (rc == REGC_OK)
         (*out)->seeded = 1, (*out)->seed = seed;
     return rc;
@@ -358,6 +390,33 @@ int regc_model_read_weights(regc_model *m, regc_weights *w)
     return rc;
 }
 
+int regc_model_read_constants(regc_model *m, regc_weights *w)
+{
+    for (int k = 0; k < m->n_consts; k++) {
+        regc_model_const *c = &m->consts[k];
+        const int i = m->n_params + k;
+        if (w->m != m || w->seeded || i >= w->n_bound)
+            return regc_error(REGC_ERR_ARG,
+                              "%s: constant %s has no values: a graph with constants trains "
+                              "from --weights, a file that holds them",
+                              m->source, c->name);
+        void *data = malloc((size_t)c->numel * 4 + 1);
+        if (!data)
+            return regc_error(REGC_ERR_MEMORY, "%s: out of memory for constant %s", m->source,
+                              c->name);
+        const regc_st_file *f = w->file[w->file_of[i]];
+        int rc = c->dtype == REGC_I32 ? regc_st_read_i32(f, w->tensor_of[i], c->numel, data)
+                                      : regc_st_read_range(f, w->tensor_of[i], 0, c->numel, data);
+        if (rc) {
+            free(data);
+            return rc;
+        }
+        free(c->data);
+        c->data = data;
+    }
+    return m->n_consts && m->arch->check_constants ? m->arch->check_constants(m) : REGC_OK;
+}
+
 /* ---------------------------------------------------------------- writing */
 
 struct regc_model_writer {
@@ -381,7 +440,8 @@ int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writ
     if (rc < 0)
         return rc;
     regc_model_writer *w = calloc(1, sizeof *w);
-    regc_st_entry *e = calloc((size_t)m->n_params + 1, sizeof *e);
+    const int n = m->n_params + m->n_consts;
+    regc_st_entry *e = calloc((size_t)n + 1, sizeof *e);
     char path[4096];
     if (!w || !e || !(w->dir = strdup(dir))) {
         free(e);
@@ -396,8 +456,27 @@ int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writ
         e[i].ndim = p->ndim;
         memcpy(e[i].shape, p->shape, sizeof p->shape);
     }
-    if ((rc = regc_path_join(path, sizeof path, dir, "model.safetensors")) == REGC_OK)
-        rc = regc_st_writer_open(path, e, m->n_params, 0, &w->st);
+    /* the constants after the parameters, written now: they never change */
+    for (int k = 0; k < m->n_consts; k++) {
+        const regc_model_const *c = &m->consts[k];
+        regc_st_entry *x = &e[m->n_params + k];
+        x->name = c->name;
+        x->dtype = c->dtype;
+        x->ndim = c->ndim;
+        memcpy(x->shape, c->shape, sizeof c->shape);
+        if (!c->data && rc == REGC_OK)
+            rc = regc_error(REGC_ERR_ARG, "%s: constant %s has no values to save", m->source,
+                            c->name);
+    }
+    if (rc == REGC_OK &&
+        (rc = regc_path_join(path, sizeof path, dir, "model.safetensors")) == REGC_OK)
+        rc = regc_st_writer_open(path, e, n, 0, &w->st);
+    for (int k = 0; k < m->n_consts && rc == REGC_OK; k++) {
+        const regc_model_const *c = &m->consts[k];
+        const int i = m->n_params + k;
+        rc = c->dtype == REGC_I32 ? regc_st_writer_put_i32(w->st, i, 0, c->numel, c->data)
+                                  : regc_st_writer_put(w->st, i, 0, c->numel, c->data);
+    }
     free(e);
     if (rc) {
         regc_model_writer_abandon(w);

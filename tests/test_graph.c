@@ -29,8 +29,8 @@ static regc_graph *every_op_graph(void)
     int pos =
         regc_graph_add_tensor(g, "pos_bias", REGC_F32, REGC_ROLE_PARAM, 3, (int64_t[]){2, 4, 4});
     /* RoPE tables for 3 heads of head_dim 2: [T, head_dim / 2] */
-    int cs = regc_graph_add_tensor(g, "cos", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
-    int sn = regc_graph_add_tensor(g, "sin", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 1});
+    int cs = regc_graph_add_constant(g, "cos", REGC_F32, 2, (int64_t[]){4, 1});
+    int sn = regc_graph_add_constant(g, "sin", REGC_F32, 2, (int64_t[]){4, 1});
     int x = regc_graph_embedding(g, ids, wte);                              /* [2, 4, 6] */
     int h = regc_graph_layernorm(g, x, lnw, lnb, 1e-5f);                    /* [2, 4, 6] */
     int hr = regc_graph_rmsnorm(g, h, rmsw, 1e-6f);                         /* [2, 4, 6] */
@@ -72,6 +72,15 @@ static void test_json_round_trip_is_exact(void **state)
     assert_string_equal(text, again);
     assert_int_equal(regc_graph_n_nodes(back), regc_graph_n_nodes(g));
     assert_int_equal(regc_graph_n_tensors(back), regc_graph_n_tensors(g));
+    /* constants stay constants, data inputs stay data */
+    for (int id = 0; id < regc_graph_n_tensors(g); id++)
+        assert_int_equal(regc_graph_tensor(back, id)->constant, regc_graph_tensor(g, id)->constant);
+    assert_true(regc_graph_tensor(back, regc_graph_find_tensor(back, "cos"))->constant);
+    assert_false(regc_graph_tensor(back, regc_graph_find_tensor(back, "ids"))->constant);
+    int n_constant = 0; /* the JSON spells the role out */
+    for (const char *s = text; (s = strstr(s, "\"constant\"")) != NULL; s++)
+        n_constant++;
+    assert_int_equal(n_constant, 2);
     /* every op kind made it through, attributes included */
     int seen[REGC_OP_COUNT] = {0};
     for (int i = 0; i < regc_graph_n_nodes(back); i++) {
@@ -99,7 +108,9 @@ static void test_dump_lists_params_and_nodes(void **state)
     FILE *f = open_memstream(&buf, &len);
     regc_graph_dump(g, f);
     fclose(f);
-    assert_non_null(strstr(buf, "param  wte f32 [11, 6]"));
+    assert_non_null(strstr(buf, "param    wte f32 [11, 6]"));
+    assert_non_null(strstr(buf, "constant cos f32 [4, 1]"));
+    assert_non_null(strstr(buf, "input    ids i32 [2, 4]"));
     assert_non_null(strstr(buf, "= matmul("));
     assert_non_null(strstr(buf, "n_head=2 n_kv_head=2 causal=1"));
     assert_non_null(strstr(buf, "= attention_bwd("));

@@ -82,28 +82,72 @@ static void write_tiny_graph(const char *path)
 
 /* ---- the exported graph is the model ----------------------------------- */
 
-static void test_graph_json_trains_bit_identically(void **state)
+/* Every tensor of file a (or only tensor `only`) is in file b with the
+ * same bytes (b may hold more: a graph model's constants). */
+static void expect_tensors_within(const char *a, const char *b, const char *only)
 {
-    regc_test_dir *f = *state;
-    char *hf = regc_test_join(f->dir, "hf"), *graph = regc_test_join(f->dir, "tiny.json");
-    char *again = regc_test_join(f->dir, "again.json"),
-         *weights = regc_test_join(hf, "model.safetensors");
-    char *hf3 = regc_test_join(f->dir, "hf3"), *gs3 = regc_test_join(f->dir, "gs3");
+    regc_st_file *fa = NULL, *fb = NULL;
+    assert_int_equal(regc_st_open(a, &fa), REGC_OK);
+    assert_int_equal(regc_st_open(b, &fb), REGC_OK);
+    for (int i = 0; i < regc_st_count(fa); i++) {
+        const char *name = regc_st_name(fa, i);
+        if (only && strcmp(name, only) != 0)
+            continue;
+        int j = regc_st_find(fb, name);
+        if (j < 0)
+            fail_msg("%s: no tensor %s", b, name);
+        int64_t n = regc_st_bytes(fa, i) / 4;
+        assert_int_equal(regc_st_bytes(fb, j), n * 4);
+        float *x = malloc((size_t)n * 4 + 4), *y = malloc((size_t)n * 4 + 4);
+        if (regc_st_read_range(fa, i, 0, n, x) != REGC_OK) { /* an integer constant */
+            assert_int_equal(regc_st_read_i32(fa, i, n, (int32_t *)(void *)x), REGC_OK);
+            assert_int_equal(regc_st_read_i32(fb, j, n, (int32_t *)(void *)y), REGC_OK);
+        } else {
+            assert_int_equal(regc_st_read_range(fb, j, 0, n, y), REGC_OK);
+        }
+        if (memcmp(x, y, (size_t)n * 4) != 0)
+            fail_msg("tensor %s differs between %s and %s", name, a, b);
+        free(x), free(y);
+    }
+    regc_st_close(fa);
+    regc_st_close(fb);
+}
+
+/* A model saved as a graph model (`regc dump-graph --save`: graph.json with
+ * its constants marked, model.safetensors with the parameters and the
+ * constants' values) trains bit for bit like the model, with no
+ * architecture code; what it saves reloads. */
+static void saved_graph_trains_like(const char *dir, const char *preset, const char *constant)
+{
+    char *hf = regc_test_join(dir, "hf"), *gdir = regc_test_join(dir, "g");
+    char *graph = regc_test_join(gdir, "graph.json"), *again = regc_test_join(dir, "again.json");
+    char *weights = regc_test_join(gdir, "model.safetensors");
+    char *hf3 = regc_test_join(dir, "hf3"), *gs3 = regc_test_join(dir, "gs3");
     regc_test_proc p;
 
     /* Weights to start from: one step of the preset, saved as an HF dir. */
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1",
-                                        "--batch", "2", "--seq", "16", "--json", "--save", hf,
-                                        NULL),
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", preset, "--steps", "1", "--batch",
+                                        "2", "--seq", "16", "--json", "--save", hf, NULL),
                      0);
     regc_test_proc_free(&p);
-
-    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2",
-                                        "--seq", "16", "--out", graph, NULL),
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", hf, "--batch", "2", "--seq",
+                                        "16", "--save", gdir, NULL),
                      0);
     assert_int_equal(p.out_len, 0);
     regc_test_proc_free(&p);
-    /* Dumping the graph model again gives the same file. */
+    /* The graph marks the constant, and the weights file holds it. */
+    char *text = regc_test_read_file(graph, NULL);
+    char want[160];
+    snprintf(want, sizeof want, "\"name\":\t\"%s\"", constant);
+    const char *at = strstr(text, want);
+    assert_non_null(at);
+    assert_non_null(strstr(at, "\"role\":\t\"constant\""));
+    free(text);
+    regc_st_file *st = NULL;
+    assert_int_equal(regc_st_open(weights, &st), REGC_OK);
+    assert_true(regc_st_find(st, constant) >= 0);
+    regc_st_close(st);
+    /* Dumping the graph model again gives the same graph. */
     assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", graph, "--batch", "2", "--seq",
                                         "16", "--out", again, NULL),
                      0);
@@ -116,7 +160,6 @@ static void test_graph_json_trains_bit_identically(void **state)
                      0);
     assert_int_equal(json_losses(p.out, a, N_STEPS + 1), N_STEPS);
     regc_test_proc_free(&p);
-
     assert_int_equal(regc_test_run_regc(&p, "train", "--model", graph, "--weights", weights,
                                         "--steps", "3", "--batch", "2", "--seq", "16", "--json",
                                         "--save", gs3, NULL),
@@ -125,31 +168,139 @@ static void test_graph_json_trains_bit_identically(void **state)
     if (!strstr(p.err, "graph ") || !strstr(p.err, graph))
         fail_msg("the description names neither the architecture nor the file:\n%s", p.err);
     regc_test_proc_free(&p);
-
-    for (int i = 0; i < N_STEPS; i++)
-        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
-            fail_msg("step %d: loss %.9g from the HF dir, %.9g from the graph JSON", i,
-                     (double)a[i], (double)b[i]);
-    for (int i = 0; i < N_STEPS; i++)
+    for (int i = 0; i < N_STEPS; i++) {
         assert_true(isfinite(a[i]));
+        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
+            fail_msg("%s step %d: loss %.9g from the HF dir, %.9g from the graph model", preset, i,
+                     (double)a[i], (double)b[i]);
+    }
 
-    /* Same names, same order, same values: the saved weights are the same
-     * bytes, and the graph is saved beside them instead of a config.json. */
+    /* The same trained parameters, and the graph saved beside them (not a
+     * config.json), with the constants; the saved pair loads back. */
     char *w3 = regc_test_join(hf3, "model.safetensors"),
          *gw3 = regc_test_join(gs3, "model.safetensors");
     char *gg3 = regc_test_join(gs3, "graph.json"), *gc3 = regc_test_join(gs3, "config.json");
-    assert_true(files_equal(w3, gw3));
+    expect_tensors_within(w3, gw3, NULL);
+    expect_tensors_within(weights, gw3, constant); /* constants never change */
     assert_true(files_equal(gg3, graph));
     assert_false(regc_test_is_file(gc3));
-
-    /* ...and the saved pair loads back. */
     assert_int_equal(regc_test_run_regc(&p, "train", "--model", gg3, "--weights", gw3, "--steps",
                                         "1", "--batch", "2", "--seq", "16", "--json", NULL),
                      0);
     regc_test_proc_free(&p);
 
-    free(w3), free(gw3), free(gg3), free(gc3);
-    free(hf), free(graph), free(again), free(weights), free(hf3), free(gs3);
+    /* A run resumed from a checkpoint (which holds the constants too) goes
+     * on as the run that never stopped. */
+    char *out = regc_test_join(dir, "out");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", graph, "--weights", weights,
+                                        "--steps", "2", "--batch", "2", "--seq", "16",
+                                        "--output-dir", out, "--save-steps", "2", NULL),
+                     0);
+    regc_test_proc_free(&p);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", graph, "--weights", weights,
+                                        "--steps", "3", "--batch", "2", "--seq", "16",
+                                        "--output-dir", out, "--resume-from-checkpoint", "latest",
+                                        "--json", NULL),
+                     0);
+    float c[N_STEPS + 1];
+    assert_int_equal(json_losses(p.out, c, N_STEPS + 1), 1);
+    assert_memory_equal(&c[0], &b[2], sizeof c[0]);
+    regc_test_proc_free(&p);
+    free(out);
+
+    /* The architecture's weights lack the constant: refused, naming it. */
+    char *hfw = regc_test_join(hf, "model.safetensors");
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", hfw, "--batch", "2", "--seq",
+                       "16", "--steps", "1", NULL);
+    snprintf(want, sizeof want, "missing constant %s", constant);
+    expect_cli_error(&p, 1, hfw, want);
+    regc_test_proc_free(&p);
+    /* No weights at all: the random init has no constants. */
+    regc_test_run_regc(&p, "train", "--model", graph, "--batch", "2", "--seq", "16", "--steps", "1",
+                       NULL);
+    snprintf(want, sizeof want, "constant %s has no values", constant);
+    expect_cli_error(&p, 1, graph, want);
+    regc_test_proc_free(&p);
+
+    free(w3), free(gw3), free(gg3), free(gc3), free(hfw);
+    free(hf), free(gdir), free(graph), free(again), free(weights), free(hf3), free(gs3);
+}
+
+static void test_saved_graph_trains_like_gpt2(void **state)
+{
+    regc_test_dir *f = *state;
+    saved_graph_trains_like(f->dir, "gpt2-tiny", "position_ids");
+}
+
+static void test_saved_graph_trains_like_llama(void **state)
+{
+    regc_test_dir *f = *state;
+    saved_graph_trains_like(f->dir, "llama-tiny", "rope_cos");
+}
+
+/* A constant that indexes a table is checked against its rows when it is
+ * read; models whose data inputs are their own are not saved as graphs. */
+static void test_graph_constant_errors(void **state)
+{
+    regc_test_dir *f = *state;
+    char *gdir = regc_test_join(f->dir, "g"), *graph = regc_test_join(gdir, "graph.json");
+    char *weights = regc_test_join(gdir, "model.safetensors");
+    char *bad = regc_test_join(f->dir, "bad.safetensors"), *bert = regc_test_join(f->dir, "bert");
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "gpt2-tiny", "--batch", "2",
+                                        "--seq", "16", "--save", gdir, NULL),
+                     0);
+    regc_test_proc_free(&p);
+
+    /* The same file with position 3 past the position table's rows. */
+    regc_st_file *st = NULL;
+    assert_int_equal(regc_st_open(weights, &st), REGC_OK);
+    const int n = regc_st_count(st);
+    regc_st_entry *e = calloc((size_t)n, sizeof *e);
+    int64_t shape[REGC_MAX_DIMS];
+    for (int i = 0; i < n; i++) {
+        e[i].name = (char *)regc_st_name(st, i);
+        int64_t bytes = regc_st_bytes(st, i);
+        void *data = malloc((size_t)bytes + 4);
+        int is_pos = !strcmp(e[i].name, "position_ids");
+        if (is_pos) {
+            assert_int_equal(regc_st_read_i32(st, i, bytes / 4, data), REGC_OK);
+            ((int32_t *)data)[3] = 4096;
+        } else {
+            assert_int_equal(regc_st_read_range(st, i, 0, bytes / 4, data), REGC_OK);
+        }
+        e[i].dtype = is_pos ? REGC_I32 : REGC_F32;
+        e[i].ndim = 1; /* shapes are checked: take them from the graph model below */
+        e[i].shape[0] = bytes / 4;
+        e[i].data = data;
+    }
+    /* the real shapes, from the graph model */
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes(graph, &m), REGC_OK);
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < regc_model_n_params(m); k++)
+            if (!strcmp(regc_model_param_name(m, k), e[i].name))
+                e[i].ndim = regc_model_param_shape(m, k, shape),
+                memcpy(e[i].shape, shape, sizeof shape);
+    }
+    regc_model_free(m);
+    assert_int_equal(regc_st_write(bad, e, n), REGC_OK);
+    for (int i = 0; i < n; i++)
+        free((void *)e[i].data);
+    free(e);
+    regc_st_close(st);
+    regc_test_run_regc(&p, "train", "--model", graph, "--weights", bad, "--batch", "2", "--seq",
+                       "16", "--steps", "1", NULL);
+    expect_cli_error(&p, 1, "constant position_ids holds 4096 at element 3",
+                     "transformer.wpe.weight");
+    regc_test_proc_free(&p);
+
+    regc_test_run_regc(&p, "dump-graph", "--model", "bert-tiny", "--save", bert, NULL);
+    expect_cli_error(&p, 1, "bert-tiny", "a bert model fills its data inputs its own way");
+    regc_test_proc_free(&p);
+    assert_false(regc_test_is_file(bert));
+
+    free(gdir), free(graph), free(weights), free(bad), free(bert);
 }
 
 /* ---- the library's view of a graph model -------------------------------- */
@@ -454,7 +605,9 @@ static void test_dump_graph_cli(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        regc_test_in_dir(test_graph_json_trains_bit_identically, setup),
+        regc_test_in_dir(test_saved_graph_trains_like_gpt2, setup),
+        regc_test_in_dir(test_saved_graph_trains_like_llama, setup),
+        regc_test_in_dir(test_graph_constant_errors, setup),
         regc_test_in_dir(test_graph_model_shapes_and_init, setup),
         regc_test_in_dir(test_graph_model_errors, setup),
         regc_test_in_dir(test_graph_model_short_tables, setup),

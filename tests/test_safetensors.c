@@ -548,6 +548,50 @@ static void test_writer_in_pieces(void **state)
     assert_null(w);
 }
 
+/* Integer tensors: I32 written and read back, I64 read within int32's
+ * range, anything else refused naming the tensor. */
+static void test_integers(void **state)
+{
+    regc_test_dir *f = *state;
+    const int32_t want[5] = {0, -1, 7, INT32_MAX, INT32_MIN};
+    regc_st_entry e = {.name = "pos",
+                       .dtype = REGC_I32,
+                       .ndim = 1,
+                       .shape = {5},
+                       .data = (const float *)(const void *)want};
+    assert_int_equal(regc_st_write(f->path, &e, 1), REGC_OK);
+    regc_st_file *st = NULL;
+    assert_int_equal(regc_st_open(f->path, &st), REGC_OK);
+    int32_t got[5] = {0};
+    assert_int_equal(regc_st_read_i32(st, regc_st_find(st, "pos"), 5, got), REGC_OK);
+    assert_memory_equal(got, want, sizeof want);
+    assert_int_equal(regc_st_read_i32(st, 0, 4, got), REGC_ERR_ARG); /* 5 elements, not 4 */
+    regc_test_expect_error(f->path, "tensor pos has 5 elements, not 4");
+    float x;
+    assert_int_equal(regc_st_read_range(st, 0, 0, 1, &x), REGC_ERR_UNSUPPORTED);
+    regc_test_expect_error(f->path, "tensor pos has dtype I32");
+    regc_st_close(st);
+
+    const int64_t wide[3] = {5, -3, INT64_C(1) << 40};
+    write_raw(f->path, "{\"w\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,24]}}    ",
+              wide, sizeof wide);
+    assert_int_equal(regc_st_open(f->path, &st), REGC_OK);
+    assert_int_equal(regc_st_read_i32(st, 0, 3, got), REGC_ERR_FORMAT);
+    regc_test_expect_error(f->path,
+                           "tensor w: element 2 is 1099511627776, outside the 32-bit range");
+    assert_int_equal(got[0], 5);
+    assert_int_equal(got[1], -3);
+    regc_st_close(st);
+
+    const float fl[1] = {1.0f};
+    write_raw(f->path, "{\"f\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", fl,
+              sizeof fl);
+    assert_int_equal(regc_st_open(f->path, &st), REGC_OK);
+    assert_int_equal(regc_st_read_i32(st, 0, 1, got), REGC_ERR_UNSUPPORTED);
+    regc_test_expect_error(f->path, "tensor f has dtype F32; an integer tensor must be I32 or I64");
+    regc_st_close(st);
+}
+
 static void test_err_writer(void **state)
 {
     regc_test_dir *f = *state;
@@ -560,9 +604,19 @@ static void test_err_writer(void **state)
     regc_test_expect_error(f->path, "duplicate tensor name x");
     assert_int_not_equal(access(f->path, F_OK), 0);
 
+    regc_st_entry bf = {.name = "i", .dtype = REGC_BF16, .ndim = 1, .shape = {2}, .data = d};
+    regc_st_writer *w = NULL;
+    assert_int_equal(regc_st_writer_open(f->path, &bf, 1, 1, &w), REGC_OK);
+    const int32_t iv[2] = {1, 2};
+    assert_int_equal(regc_st_writer_put_i32(w, 0, 0, 2, iv), REGC_ERR_ARG);
+    regc_test_expect_error(f->path, "tensor i is floating-point, not int32 data");
+    regc_st_writer_abandon(w);
     regc_st_entry ints = {.name = "i", .dtype = REGC_I32, .ndim = 1, .shape = {2}, .data = d};
-    assert_int_equal(regc_st_write(f->path, &ints, 1), REGC_ERR_ARG);
-    regc_test_expect_error(f->path, "tensor i");
+    assert_int_equal(regc_st_writer_open(f->path, &ints, 1, 1, &w), REGC_OK);
+    assert_int_equal(regc_st_writer_put(w, 0, 0, 2, d), REGC_ERR_ARG);
+    regc_test_expect_error(f->path, "tensor i is I32, not fp32 data");
+    regc_st_writer_abandon(w);
+    assert_int_not_equal(access(f->path, F_OK), 0);
 
     char bad[1200];
     snprintf(bad, sizeof bad, "%s/no/such/dir/t.safetensors", f->dir);
@@ -574,6 +628,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_round_trip, setup),
+        regc_test_in_dir(test_integers, setup),
         regc_test_in_dir(test_empty_file_list, setup),
         regc_test_in_dir(test_bf16_bits, setup),
         regc_test_in_dir(test_f16_bits, setup),

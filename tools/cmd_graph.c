@@ -19,18 +19,30 @@
 void print_dump_graph_usage(FILE *f)
 {
     fputs("usage: regc dump-graph --model <hf-dir|graph.json|preset> --out <FILE> [options]\n"
+          "       regc dump-graph --model <hf-dir|graph.json|preset> --save <DIR> [options]\n"
           "\n"
-          "Write a model's flat forward graph (inputs input_ids, position_ids, targets; one\n"
-          "parameter tensor per model parameter; ending in the mean cross-entropy loss) as\n"
-          "regc graph JSON, which `regc train --model FILE` accepts. Shapes only: no weights\n"
-          "are read or allocated, so any model size dumps instantly.\n"
+          "Write a model's flat forward graph (data inputs input_ids and targets; constant\n"
+          "inputs such as position_ids, rotary tables and position buckets; one parameter\n"
+          "tensor per model parameter; ending in the mean cross-entropy loss) as regc graph\n"
+          "JSON, which `regc train --model FILE` accepts. Shapes only: no weights are read or\n"
+          "allocated, so any model size dumps instantly.\n"
+          "\n"
+          "--save writes the model as a graph model instead: DIR/graph.json and\n"
+          "DIR/model.safetensors, which holds the parameters (the directory's weights, or\n"
+          "the random init from --seed) and the constants' values, so that\n"
+          "`regc train --model DIR/graph.json --weights DIR/model.safetensors` trains it\n"
+          "with no architecture code.\n"
           "\n"
           "options:\n"
-          "  --model <dir|file|preset>  Hugging Face directory (only config.json is read), a\n"
-          "                             regc graph JSON file, or a built-in preset\n"
+          "  --model <dir|file|preset>  Hugging Face directory (only config.json is read,\n"
+          "                             and its weights with --save), a regc graph JSON\n"
+          "                             file, or a built-in preset\n"
           "  --batch <B>                sequences in the graph's batch, >= 1 (default 4)\n"
           "  --seq <T>                  tokens per sequence, >= 1 (default 64)\n"
-          "  --out <FILE>               where to write; replaced atomically (required)\n"
+          "  --out <FILE>               where to write the graph; replaced atomically\n"
+          "  --save <DIR>               write the graph model (graph and weights) into DIR\n"
+          "  --seed <S>                 with --save, the random init of a model without\n"
+          "                             weights (default 1337, as regc train)\n"
           "  --text                     write the readable text listing instead of JSON\n"
           "  -h, --help                 print this text\n",
           f);
@@ -77,7 +89,8 @@ static int graph_text(const regc_graph *g, int text, char **out, size_t *len)
  * without a value (`switch_name`: --text, --json). */
 typedef struct {
     const char *model, *out;
-    long long batch, seq;
+    const char *save; /* dump-graph --save */
+    long long batch, seq, seed;
     int on; /* the switch was given */
 } graph_flags;
 
@@ -107,7 +120,9 @@ static int parse_graph_flags(int argc, char **argv, const char *switch_name, int
         const char *value = split_flag(argc, argv, i, flag, sizeof flag);
         int is_model = !strcmp(flag, "--model"), is_out = want_out && !strcmp(flag, "--out");
         int is_batch = !strcmp(flag, "--batch"), is_seq = !strcmp(flag, "--seq");
-        if (!is_model && !is_out && !is_batch && !is_seq) {
+        int is_save = want_out && !strcmp(flag, "--save");
+        int is_seed = want_out && !strcmp(flag, "--seed");
+        if (!is_model && !is_out && !is_batch && !is_seq && !is_save && !is_seed) {
             if (!strcmp(flag, switch_name) || !strcmp(flag, "--help"))
                 return usage_error("%s takes no value", flag);
             return usage_error("unknown option %s (see regc %s --help)", flag, cmd);
@@ -116,27 +131,50 @@ static int parse_graph_flags(int argc, char **argv, const char *switch_name, int
             return usage_error("%s: missing value", flag);
         if (!strchr(arg, '=')) /* the value was the next argument */
             i++;
-        if ((is_model || is_out) && value[0] == '\0')
+        if ((is_model || is_out || is_save) && value[0] == '\0')
             return usage_error("%s: expected a non-empty value", flag);
         if (is_model)
             f->model = value;
         else if (is_out)
             f->out = value;
-        else if (parse_int(flag, value, 1, INT32_MAX, "a positive integer",
-                           is_batch ? &f->batch : &f->seq))
+        else if (is_save)
+            f->save = value;
+        else if (is_seed) {
+            if (parse_int(flag, value, 0, INT64_MAX, "a non-negative integer", &f->seed))
+                return EXIT_USAGE;
+        } else if (parse_int(flag, value, 1, INT32_MAX, "a positive integer",
+                             is_batch ? &f->batch : &f->seq))
             return EXIT_USAGE;
     }
     if (!f->model)
         return usage_error("--model is required (see regc %s --help)", cmd);
-    if (want_out && !f->out)
-        return usage_error("--out is required (see regc %s --help)", cmd);
+    if (want_out && !f->out && !f->save)
+        return usage_error("--out or --save is required (see regc %s --help)", cmd);
     return -1;
+}
+
+/* The model as a graph model in dir: its weights (or the init from seed)
+ * and its constants beside graph.json. */
+static int save_graph_model(const char *spec, long long batch, long long seq, long long seed,
+                            const char *dir)
+{
+    regc_model *model = NULL, *gm = NULL;
+    int rc = regc_model_load(spec, &model);
+    if (rc == REGC_OK && !regc_model_has_weights(model))
+        rc = regc_model_init_random(model, (uint64_t)seed);
+    if (rc == REGC_OK)
+        rc = regc_model_as_graph(model, batch, seq, &gm);
+    if (rc == REGC_OK)
+        rc = regc_model_save(gm, dir);
+    regc_model_free(gm);
+    regc_model_free(model);
+    return rc;
 }
 
 int cmd_dump_graph(int argc, char **argv)
 {
     usage_cmd = "regc dump-graph";
-    graph_flags f = {.batch = 4, .seq = 64};
+    graph_flags f = {.batch = 4, .seq = 64, .seed = 1337};
     int code = parse_graph_flags(argc, argv, "--text", 1, print_dump_graph_usage, &f);
     if (code >= 0)
         return code;
@@ -148,13 +186,18 @@ int cmd_dump_graph(int argc, char **argv)
     regc_graph *g = NULL;
     char *buf = NULL;
     size_t len = 0;
-    int rc = regc_model_load_shapes(model_spec, &model);
-    if (rc == REGC_OK)
-        rc = regc_model_build_graph(model, batch, seq, &g);
-    if (rc == REGC_OK)
-        rc = graph_text(g, text, &buf, &len);
-    if (rc == REGC_OK)
-        rc = regc_file_write_atomic(out_path, buf, len);
+    int rc = REGC_OK;
+    if (out_path) {
+        rc = regc_model_load_shapes(model_spec, &model);
+        if (rc == REGC_OK)
+            rc = regc_model_build_graph(model, batch, seq, &g);
+        if (rc == REGC_OK)
+            rc = graph_text(g, text, &buf, &len);
+        if (rc == REGC_OK)
+            rc = regc_file_write_atomic(out_path, buf, len);
+    }
+    if (rc == REGC_OK && f.save)
+        rc = save_graph_model(model_spec, batch, seq, f.seed, f.save);
     free(buf);
     regc_graph_free(g);
     regc_model_free(model);

@@ -376,16 +376,31 @@ static int check_outputs(trainer *t, const regc_train_options *o)
     return regc_trainer_rank0_status(t, REGC_OK, wrc);
 }
 
+/* A graph model's constants, whole on every rank, from where the weights
+ * come (the checkpoint's model file on a resumed run). */
+static int read_constants(trainer *t)
+{
+    if (regc_model_n_constants(t->model) == 0)
+        return REGC_OK;
+    if (!t->src[0])
+        return regc_error(REGC_ERR_ARG,
+                          "%s: the model's constants have no values: give --weights a file "
+                          "that holds them",
+                          regc_model_source(t->model));
+    return regc_model_read_constants(t->model, t->src[0]);
+}
+
 /* Where the weights come from (before compiling, so that a missing
  * tensor or a wrong shape fails at once): o->weights, else the model's own,
  * else the seeded init. A resumed run takes its checkpoint's instead. */
 static int open_weights(trainer *t, const regc_train_options *o)
 {
+    int rc = REGC_OK;
     if (o->weights)
-        return regc_weights_open(t->model, o->weights, "", &t->src[0]);
-    if (regc_model_has_weights(t->model))
-        return REGC_OK;
-    return regc_weights_seeded(t->model, o->seed, &t->src[0]);
+        rc = regc_weights_open(t->model, o->weights, "", &t->src[0]);
+    else if (!regc_model_has_weights(t->model))
+        rc = regc_weights_seeded(t->model, o->seed, &t->src[0]);
+    return rc ? rc : read_constants(t);
 }
 
 /* Continue from a checkpoint: check that it is of this model and these
@@ -407,7 +422,7 @@ static int resume_run(trainer *t, const regc_train_options *o, int64_t *start)
         regc_weights_close(t->src[k]), t->src[k] = NULL;
     if (rc || (rc = regc_run_state_of(o, t->model, t->tokens, 0, &now)) ||
         (rc = regc_checkpoint_check(dir, &now, &saved)) ||
-        (rc = regc_checkpoint_open(dir, t->model, t->src)))
+        (rc = regc_checkpoint_open(dir, t->model, t->src)) || (rc = read_constants(t)))
         return rc;
     snprintf(t->checkpoint, sizeof t->checkpoint, "%s", dir);
     *start = saved.global_step;

@@ -25,7 +25,9 @@ int regc_test_param_index(const regc_model *m, const char *name);
  * leaves one line naming dir/config.json and saying `what`. */
 void regc_test_expect_config_error(const char *dir, int status, const char *what);
 /* gpt2-tiny's flat graph at [2, 16] as regc graph JSON (malloc'd), made
- * through the library. */
+ * through the library, with position_ids a data input (which a graph model
+ * fills with 0..T-1) rather than a constant: it trains from a random init
+ * with no weights file. */
 char *regc_test_tiny_graph_json(void);
 
 /* What one training run reports: a loss per step, and the compile's cache
