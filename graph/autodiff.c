@@ -99,6 +99,24 @@ static int grad_or_zeros(ad_ctx *c, int t)
     return rc < 0 ? rc : out;
 }
 
+/* A gradient x of a's shape brought to tensor t's: summed over the leading
+ * dimensions t was broadcast over (SUB's and DIV's b, BIAS_ADD's bias). */
+static int reduce_to(ad_ctx *c, int x, int t)
+{
+    if (x < 0)
+        return x;
+    const regc_tensor *want = regc_graph_tensor(c->g, t), *have = regc_graph_tensor(c->g, x);
+    int same = want->ndim == have->ndim;
+    for (int d = 0; same && d < want->ndim; d++)
+        same = want->shape[d] == have->shape[d];
+    if (same)
+        return x;
+    int out;
+    int rc =
+        regc_graph_add_node(c->g, REGC_OP_SUM_ROWS, NULL, 1, &x, 1, &out, want->ndim, want->shape);
+    return rc < 0 ? rc : out;
+}
+
 /* One backward rule per forward op. dy is the gradient of n->out[0]. */
 static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
 {
@@ -116,14 +134,43 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         if (accumulate(c, in[0], dy))
             return REGC_ERR_SHAPE;
         return accumulate(c, in[1], dy);
-    case REGC_OP_BIAS_ADD: {
+    case REGC_OP_BIAS_ADD:
         if (accumulate(c, in[0], dy))
+            return REGC_ERR_SHAPE;
+        return c->needs[in[1]] ? accumulate(c, in[1], reduce_to(c, dy, in[1])) : REGC_OK;
+    case REGC_OP_SUB:
+        if (accumulate(c, in[0], dy))
+            return REGC_ERR_SHAPE;
+        return c->needs[in[1]] ? accumulate(c, in[1], reduce_to(c, regc_graph_neg(g, dy), in[1]))
+                               : REGC_OK;
+    case REGC_OP_DIV: {
+        /* y = a / b: da = dy / b, db = -(dy y) / b */
+        if (c->needs[in[0]] && accumulate(c, in[0], regc_graph_div(g, dy, in[1])))
             return REGC_ERR_SHAPE;
         if (!c->needs[in[1]])
             return REGC_OK;
-        const regc_tensor *b = regc_graph_tensor(g, in[1]);
-        int rc = regc_graph_add_node(g, REGC_OP_SUM_ROWS, NULL, 1, &dy, 1, out, b->ndim, b->shape);
-        return rc < 0 ? rc : accumulate(c, in[1], out[0]);
+        int t = regc_graph_div(g, regc_graph_mul(g, dy, n->out[0]), in[1]);
+        return accumulate(c, in[1], reduce_to(c, regc_graph_neg(g, t), in[1]));
+    }
+    case REGC_OP_NEG: return accumulate(c, in[0], regc_graph_neg(g, dy));
+    case REGC_OP_ADD_SCALAR: return accumulate(c, in[0], dy);
+    case REGC_OP_EXP: return accumulate(c, in[0], regc_graph_mul(g, dy, n->out[0]));
+    case REGC_OP_TANH:
+        if (node_n(c, REGC_OP_TANH_BWD, NULL, 2, (int[]){dy, n->out[0]}, 1, out))
+            return REGC_ERR_SHAPE;
+        return accumulate(c, in[0], out[0]);
+    case REGC_OP_RSQRT: {
+        /* y = x^-1/2: dx = -1/2 y^3 dy */
+        int y3 = regc_graph_scale(g, regc_graph_pow(g, n->out[0], 3.0f), -0.5f);
+        return accumulate(c, in[0], regc_graph_mul(g, dy, y3));
+    }
+    case REGC_OP_POW: {
+        /* dx = p x^(p-1) dy; a constant x^0 has none */
+        const float p = n->attrs.value;
+        if (p == 0.0f)
+            return REGC_OK;
+        int d = regc_graph_scale(g, regc_graph_pow(g, in[0], p - 1.0f), p);
+        return accumulate(c, in[0], regc_graph_mul(g, dy, d));
     }
     case REGC_OP_LAYERNORM:
         if (node_n(c, REGC_OP_LAYERNORM_BWD, NULL, 5,

@@ -25,48 +25,62 @@ struct regc_graph {
 
 /* ---------------------------------------------------------------- facts */
 
-static const char *const op_names[REGC_OP_COUNT] = {
-    [REGC_OP_EMBEDDING] = "embedding",
-    [REGC_OP_ADD] = "add",
-    [REGC_OP_BIAS_ADD] = "bias_add",
-    [REGC_OP_LAYERNORM] = "layernorm",
-    [REGC_OP_MATMUL] = "matmul",
-    [REGC_OP_GELU] = "gelu",
-    [REGC_OP_SPLIT] = "split",
-    [REGC_OP_CONCAT] = "concat",
-    [REGC_OP_ATTENTION] = "attention",
-    [REGC_OP_RESHAPE] = "reshape",
-    [REGC_OP_TRANSPOSE] = "transpose",
-    [REGC_OP_CROSS_ENTROPY] = "cross_entropy",
-    [REGC_OP_RMSNORM] = "rmsnorm",
-    [REGC_OP_ROPE] = "rope",
-    [REGC_OP_SILU] = "silu",
-    [REGC_OP_MUL] = "mul",
-    [REGC_OP_GELU_ERF] = "gelu_erf",
-    [REGC_OP_RELU] = "relu",
-    [REGC_OP_SCALE] = "scale",
-    [REGC_OP_FILL] = "fill",
-    [REGC_OP_SUM_ROWS] = "sum_rows",
-    [REGC_OP_EMBEDDING_BWD] = "embedding_bwd",
-    [REGC_OP_LAYERNORM_BWD] = "layernorm_bwd",
-    [REGC_OP_GELU_BWD] = "gelu_bwd",
-    [REGC_OP_ATTENTION_BWD] = "attention_bwd",
-    [REGC_OP_CROSS_ENTROPY_BWD] = "cross_entropy_bwd",
-    [REGC_OP_RMSNORM_BWD] = "rmsnorm_bwd",
-    [REGC_OP_SILU_BWD] = "silu_bwd",
-    [REGC_OP_GELU_ERF_BWD] = "gelu_erf_bwd",
-    [REGC_OP_RELU_BWD] = "relu_bwd",
+/* Each op's name and its input and output counts (-1: one to
+ * REGC_MAX_IO); the shape rules are in infer_outputs. */
+static const struct {
+    const char *name;
+    int n_in, n_out;
+} op_info[REGC_OP_COUNT] = {
+    [REGC_OP_EMBEDDING] = {"embedding", 2, 1},
+    [REGC_OP_ADD] = {"add", 2, 1},
+    [REGC_OP_BIAS_ADD] = {"bias_add", 2, 1},
+    [REGC_OP_LAYERNORM] = {"layernorm", 3, 3},
+    [REGC_OP_MATMUL] = {"matmul", 2, 1},
+    [REGC_OP_GELU] = {"gelu", 1, 1},
+    [REGC_OP_SPLIT] = {"split", 1, -1},
+    [REGC_OP_CONCAT] = {"concat", -1, 1},
+    [REGC_OP_ATTENTION] = {"attention", -1, 2},
+    [REGC_OP_RESHAPE] = {"reshape", 1, 1},
+    [REGC_OP_TRANSPOSE] = {"transpose", 1, 1},
+    [REGC_OP_CROSS_ENTROPY] = {"cross_entropy", 2, 2},
+    [REGC_OP_RMSNORM] = {"rmsnorm", 2, 2},
+    [REGC_OP_ROPE] = {"rope", 3, 1},
+    [REGC_OP_SILU] = {"silu", 1, 1},
+    [REGC_OP_MUL] = {"mul", 2, 1},
+    [REGC_OP_GELU_ERF] = {"gelu_erf", 1, 1},
+    [REGC_OP_RELU] = {"relu", 1, 1},
+    [REGC_OP_SCALE] = {"scale", 1, 1},
+    [REGC_OP_SUB] = {"sub", 2, 1},
+    [REGC_OP_DIV] = {"div", 2, 1},
+    [REGC_OP_NEG] = {"neg", 1, 1},
+    [REGC_OP_ADD_SCALAR] = {"add_scalar", 1, 1},
+    [REGC_OP_EXP] = {"exp", 1, 1},
+    [REGC_OP_TANH] = {"tanh", 1, 1},
+    [REGC_OP_RSQRT] = {"rsqrt", 1, 1},
+    [REGC_OP_POW] = {"pow", 1, 1},
+    [REGC_OP_FILL] = {"fill", 0, 1},
+    [REGC_OP_SUM_ROWS] = {"sum_rows", 1, 1},
+    [REGC_OP_EMBEDDING_BWD] = {"embedding_bwd", 2, 1},
+    [REGC_OP_LAYERNORM_BWD] = {"layernorm_bwd", 5, 3},
+    [REGC_OP_GELU_BWD] = {"gelu_bwd", 2, 1},
+    [REGC_OP_ATTENTION_BWD] = {"attention_bwd", -1, -1},
+    [REGC_OP_CROSS_ENTROPY_BWD] = {"cross_entropy_bwd", 4, 1},
+    [REGC_OP_RMSNORM_BWD] = {"rmsnorm_bwd", 4, 2},
+    [REGC_OP_SILU_BWD] = {"silu_bwd", 2, 1},
+    [REGC_OP_GELU_ERF_BWD] = {"gelu_erf_bwd", 2, 1},
+    [REGC_OP_RELU_BWD] = {"relu_bwd", 2, 1},
+    [REGC_OP_TANH_BWD] = {"tanh_bwd", 2, 1},
 };
 
 const char *regc_op_name(regc_op op)
 {
-    return (op >= 0 && op < REGC_OP_COUNT) ? op_names[op] : "?";
+    return (op >= 0 && op < REGC_OP_COUNT) ? op_info[op].name : "?";
 }
 
 int regc_op_from_name(const char *name)
 {
     for (int i = 0; i < REGC_OP_COUNT; i++)
-        if (strcmp(op_names[i], name) == 0)
+        if (strcmp(op_info[i].name, name) == 0)
             return i;
     return -1;
 }
@@ -400,44 +414,11 @@ static int want_bias(regc_op op, const regc_attrs *a, const regc_tensor *q, cons
 static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_tensor *const *x,
                          int n_out, out_spec *o, int out_ndim, const int64_t *out_shape)
 {
-    static const int want_in[REGC_OP_COUNT] = {
-        [REGC_OP_EMBEDDING] = 2,      [REGC_OP_ADD] = 2,
-        [REGC_OP_BIAS_ADD] = 2,       [REGC_OP_LAYERNORM] = 3,
-        [REGC_OP_MATMUL] = 2,         [REGC_OP_GELU] = 1,
-        [REGC_OP_SPLIT] = 1,          [REGC_OP_CONCAT] = -1,
-        [REGC_OP_ATTENTION] = -1,     [REGC_OP_RESHAPE] = 1,
-        [REGC_OP_TRANSPOSE] = 1,      [REGC_OP_CROSS_ENTROPY] = 2,
-        [REGC_OP_RMSNORM] = 2,        [REGC_OP_ROPE] = 3,
-        [REGC_OP_SILU] = 1,           [REGC_OP_MUL] = 2,
-        [REGC_OP_GELU_ERF] = 1,       [REGC_OP_RELU] = 1,
-        [REGC_OP_SCALE] = 1,          [REGC_OP_FILL] = 0,
-        [REGC_OP_SUM_ROWS] = 1,       [REGC_OP_EMBEDDING_BWD] = 2,
-        [REGC_OP_LAYERNORM_BWD] = 5,  [REGC_OP_GELU_BWD] = 2,
-        [REGC_OP_ATTENTION_BWD] = -1, [REGC_OP_CROSS_ENTROPY_BWD] = 4,
-        [REGC_OP_RMSNORM_BWD] = 4,    [REGC_OP_SILU_BWD] = 2,
-        [REGC_OP_GELU_ERF_BWD] = 2,   [REGC_OP_RELU_BWD] = 2,
-    };
-    static const int want_out[REGC_OP_COUNT] = {
-        [REGC_OP_EMBEDDING] = 1,      [REGC_OP_ADD] = 1,
-        [REGC_OP_BIAS_ADD] = 1,       [REGC_OP_LAYERNORM] = 3,
-        [REGC_OP_MATMUL] = 1,         [REGC_OP_GELU] = 1,
-        [REGC_OP_SPLIT] = -1,         [REGC_OP_CONCAT] = 1,
-        [REGC_OP_ATTENTION] = 2,      [REGC_OP_RESHAPE] = 1,
-        [REGC_OP_TRANSPOSE] = 1,      [REGC_OP_CROSS_ENTROPY] = 2,
-        [REGC_OP_RMSNORM] = 2,        [REGC_OP_ROPE] = 1,
-        [REGC_OP_SILU] = 1,           [REGC_OP_MUL] = 1,
-        [REGC_OP_GELU_ERF] = 1,       [REGC_OP_RELU] = 1,
-        [REGC_OP_SCALE] = 1,          [REGC_OP_FILL] = 1,
-        [REGC_OP_SUM_ROWS] = 1,       [REGC_OP_EMBEDDING_BWD] = 1,
-        [REGC_OP_LAYERNORM_BWD] = 3,  [REGC_OP_GELU_BWD] = 1,
-        [REGC_OP_ATTENTION_BWD] = -1, [REGC_OP_CROSS_ENTROPY_BWD] = 1,
-        [REGC_OP_RMSNORM_BWD] = 2,    [REGC_OP_SILU_BWD] = 1,
-        [REGC_OP_GELU_ERF_BWD] = 1,   [REGC_OP_RELU_BWD] = 1,
-    };
     const char *name = regc_op_name(op);
-    if (want_in[op] >= 0 ? n_in != want_in[op] : (n_in < 1 || n_in > REGC_MAX_IO))
+    const int want_in = op_info[op].n_in, want_out = op_info[op].n_out;
+    if (want_in >= 0 ? n_in != want_in : (n_in < 1 || n_in > REGC_MAX_IO))
         return regc_error(REGC_ERR_ARG, "%s: %d inputs given", name, n_in);
-    if (want_out[op] >= 0 ? n_out != want_out[op] : (n_out < 1 || n_out > REGC_MAX_IO))
+    if (want_out >= 0 ? n_out != want_out : (n_out < 1 || n_out > REGC_MAX_IO))
         return regc_error(REGC_ERR_ARG, "%s: %d outputs requested", name, n_out);
     /* every op but these reads f32 in every slot */
     for (int i = 0; i < n_in; i++) {
@@ -460,6 +441,7 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         return REGC_OK;
     case REGC_OP_ADD:
     case REGC_OP_MUL:
+    case REGC_OP_TANH_BWD:
     case REGC_OP_GELU_BWD:
     case REGC_OP_SILU_BWD:
     case REGC_OP_GELU_ERF_BWD:
@@ -468,7 +450,14 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
             return bad(op, x[1], "shape differs from the first input");
         spec_like(&o[0], x[0]);
         return REGC_OK;
+    case REGC_OP_SUB:
+    case REGC_OP_DIV:
     case REGC_OP_BIAS_ADD: {
+        /* b broadcast over a's leading dimensions (SUB, DIV: or a's shape) */
+        if (op != REGC_OP_BIAS_ADD && same_shape(x[0], x[1])) {
+            spec_like(&o[0], x[0]);
+            return REGC_OK;
+        }
         int lead = x[0]->ndim - x[1]->ndim;
         if (lead < 0 || x[1]->ndim < 1 || want_shape(op, x[1], x[1]->ndim, x[0]->shape + lead))
             return bad(op, x[1], "is not a trailing part of the input's shape");
@@ -511,7 +500,13 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_GELU:
     case REGC_OP_SILU:
     case REGC_OP_GELU_ERF:
-    case REGC_OP_RELU: spec_like(&o[0], x[0]); return REGC_OK;
+    case REGC_OP_RELU:
+    case REGC_OP_NEG:
+    case REGC_OP_EXP:
+    case REGC_OP_TANH:
+    case REGC_OP_RSQRT: spec_like(&o[0], x[0]); return REGC_OK;
+    case REGC_OP_ADD_SCALAR:
+    case REGC_OP_POW:
     case REGC_OP_SCALE:
         if (!isfinite(a->value))
             return regc_error(REGC_ERR_ARG, "%s: value must be finite", name);

@@ -131,3 +131,33 @@ int regc_graph_scale(regc_graph *g, int x, float value)
     regc_attrs a = {.value = value};
     return one_output(g, REGC_OP_SCALE, &a, 1, &x);
 }
+
+int regc_graph_sub(regc_graph *g, int a, int b)
+{
+    return one_output(g, REGC_OP_SUB, NULL, 2, (int[]){a, b});
+}
+
+int regc_graph_div(regc_graph *g, int a, int b)
+{
+    return one_output(g, REGC_OP_DIV, NULL, 2, (int[]){a, b});
+}
+
+int regc_graph_neg(regc_graph *g, int x) { return one_output(g, REGC_OP_NEG, NULL, 1, &x); }
+
+int regc_graph_add_scalar(regc_graph *g, int x, float value)
+{
+    regc_attrs a = {.value = value};
+    return one_output(g, REGC_OP_ADD_SCALAR, &a, 1, &x);
+}
+
+int regc_graph_exp(regc_graph *g, int x) { return one_output(g, REGC_OP_EXP, NULL, 1, &x); }
+
+int regc_graph_tanh(regc_graph *g, int x) { return one_output(g, REGC_OP_TANH, NULL, 1, &x); }
+
+int regc_graph_rsqrt(regc_graph *g, int x) { return one_output(g, REGC_OP_RSQRT, NULL, 1, &x); }
+
+int regc_graph_pow(regc_graph *g, int x, float exponent)
+{
+    regc_attrs a = {.value = exponent};
+    return one_output(g, REGC_OP_POW, &a, 1, &x);
+}

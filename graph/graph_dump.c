@@ -37,7 +37,9 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
             fprintf(f, "%s%d", i ? "," : "", a->perm[i]);
         break;
     case REGC_OP_FILL:
-    case REGC_OP_SCALE: fprintf(f, " value=%g", a->value); break;
+    case REGC_OP_SCALE:
+    case REGC_OP_ADD_SCALAR: fprintf(f, " value=%g", a->value); break;
+    case REGC_OP_POW: fprintf(f, " exponent=%g", a->value); break;
     case REGC_OP_EMBEDDING_BWD: fprintf(f, " vocab=%lld", (long long)a->vocab); break;
     default: break;
     }

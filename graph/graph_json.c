@@ -48,7 +48,9 @@ static int op_attr_set(regc_op op)
     case REGC_OP_ATTENTION_BWD: return A_HEADS;
     case REGC_OP_TRANSPOSE: return A_PERM;
     case REGC_OP_FILL: return A_VALUE | A_SHAPE;
-    case REGC_OP_SCALE: return A_VALUE;
+    case REGC_OP_SCALE:
+    case REGC_OP_ADD_SCALAR:
+    case REGC_OP_POW: return A_VALUE;
     case REGC_OP_RESHAPE:
     case REGC_OP_SUM_ROWS: return A_SHAPE;
     case REGC_OP_EMBEDDING_BWD: return A_VOCAB;

@@ -53,6 +53,11 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   GELU_ERF      (x) exact form 0.5 x (1 + erf(x / sqrt 2)) -> x's shape
  *   RELU          (x) max(x, 0)                            -> x's shape
  *   SCALE         (x) value                                -> value * x, x's shape
+ *   SUB, DIV      (a, b) a - b, a / b; b of a's shape, or of its trailing
+ *                 dimensions (broadcast over the leading ones, as BIAS_ADD) -> a's shape
+ *   NEG, EXP, TANH, RSQRT (x) -x, e^x, tanh x, 1 / sqrt x  -> x's shape
+ *   ADD_SCALAR    (x) value                                -> x + value, x's shape
+ *   POW           (x) value                                -> x^value, x's shape
  *   FILL          () value                                 -> the given shape
  *   SUM_ROWS      (x [..., S...])                          -> [S...] summed over leading dims
  *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
@@ -64,6 +69,7 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   RMSNORM_BWD   (dy, x, w, rstd)                         -> dx, dw
  *   SILU_BWD      (dy, x)                                  -> dx
  *   GELU_ERF_BWD  (dy, x)                                  -> dx
+ *   TANH_BWD      (dy, y) y = tanh x                       -> dy (1 - y^2)
  *   RELU_BWD      (dy, x)                                  -> dx = dy where x > 0, else 0 */
 typedef enum {
     REGC_OP_EMBEDDING,
@@ -85,6 +91,14 @@ typedef enum {
     REGC_OP_GELU_ERF,
     REGC_OP_RELU,
     REGC_OP_SCALE,
+    REGC_OP_SUB,
+    REGC_OP_DIV,
+    REGC_OP_NEG,
+    REGC_OP_ADD_SCALAR,
+    REGC_OP_EXP,
+    REGC_OP_TANH,
+    REGC_OP_RSQRT,
+    REGC_OP_POW,
     REGC_OP_FILL,
     REGC_OP_SUM_ROWS,
     REGC_OP_EMBEDDING_BWD,
@@ -96,6 +110,7 @@ typedef enum {
     REGC_OP_SILU_BWD,
     REGC_OP_GELU_ERF_BWD,
     REGC_OP_RELU_BWD,
+    REGC_OP_TANH_BWD,
     REGC_OP_COUNT
 } regc_op;
 
@@ -108,7 +123,7 @@ typedef struct {
     int causal;              /* ATTENTION, ATTENTION_BWD */
     float scale;             /* ATTENTION, ATTENTION_BWD */
     int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
-    float value;             /* FILL, SCALE */
+    float value;             /* FILL, SCALE, ADD_SCALAR, POW (the exponent) */
     int64_t vocab;           /* EMBEDDING_BWD: rows of the table */
 } regc_attrs;
 
@@ -190,6 +205,14 @@ int regc_graph_mul(regc_graph *g, int a, int b);
 int regc_graph_gelu_erf(regc_graph *g, int x);
 int regc_graph_relu(regc_graph *g, int x);
 int regc_graph_scale(regc_graph *g, int x, float value);
+int regc_graph_sub(regc_graph *g, int a, int b);
+int regc_graph_div(regc_graph *g, int a, int b);
+int regc_graph_neg(regc_graph *g, int x);
+int regc_graph_add_scalar(regc_graph *g, int x, float value);
+int regc_graph_exp(regc_graph *g, int x);
+int regc_graph_tanh(regc_graph *g, int x);
+int regc_graph_rsqrt(regc_graph *g, int x);
+int regc_graph_pow(regc_graph *g, int x, float exponent);
 
 /* ---- facts about ops, dtypes and tensors */
 const char *regc_op_name(regc_op op);

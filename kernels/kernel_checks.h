@@ -67,17 +67,10 @@ static inline int regc_gemm_check(const regc_gemm *g)
 static inline const char *regc_ew_op_name(int op)
 {
     switch (op) {
-    case REGC_EW_ADD: return "add";
-    case REGC_EW_MUL: return "mul";
-    case REGC_EW_SCALE: return "scale";
-    case REGC_EW_GELU: return "gelu";
-    case REGC_EW_GELU_BWD: return "gelu_bwd";
-    case REGC_EW_GELU_ERF: return "gelu_erf";
-    case REGC_EW_GELU_ERF_BWD: return "gelu_erf_bwd";
-    case REGC_EW_SILU: return "silu";
-    case REGC_EW_SILU_BWD: return "silu_bwd";
-    case REGC_EW_RELU: return "relu";
-    case REGC_EW_RELU_BWD: return "relu_bwd";
+#define REGC_EW_CASE(id, name, arity, costly, f)                                                   \
+    case REGC_EW_##id: return name;
+        REGC_EW_OPS(REGC_EW_CASE)
+#undef REGC_EW_CASE
     default: return NULL;
     }
 }

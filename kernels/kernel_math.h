@@ -248,6 +248,67 @@ static inline REGC_HD float regc_gelu_erf_dx(float dy, float x)
 
 static inline REGC_HD float regc_relu(float x) { return x > 0.0f ? x : 0.0f; }
 
+static inline REGC_HD float regc_subf(float a, float b) { return a - b; }
+
+static inline REGC_HD float regc_divf(float a, float b) { return a / b; }
+
+static inline REGC_HD float regc_negf(float x) { return -x; }
+
+static inline REGC_HD float regc_add_scalarf(float value, float x) { return x + value; }
+
+/* tanh(x) to a few ulps (Cephes' tanhf): below |x| = 0.625 the odd
+ * polynomial x + x^3 P(x^2), where 1 - 2 / (e^2x + 1) would cancel; above
+ * it that form, whose exp saturates to +-1 for large |x|. NaN propagates. */
+static inline REGC_HD float regc_tanhf(float x)
+{
+    const float z = x < 0.0f ? -x : x;
+    if (z < 0.625f) {
+        const float s = x * x;
+        float p = -5.70498872745e-3f;
+        p = p * s + 2.06390887954e-2f;
+        p = p * s - 5.37397155531e-2f;
+        p = p * s + 1.33314422036e-1f;
+        p = p * s - 3.33332819422e-1f;
+        return p * s * x + x;
+    }
+    const float r = 1.0f - 2.0f / (regc_expf(2.0f * z) + 1.0f);
+    return x < 0.0f ? -r : r;
+}
+
+/* d tanh x = (1 - y^2) dx, from the saved y = tanh x */
+static inline REGC_HD float regc_tanh_dy(float dy, float y) { return dy * (1.0f - y * y); }
+
+/* 1 / sqrt(x): IEEE's correctly rounded sqrt and division on the CPU and
+ * (without fast math) on the GPU, so both give the same bits. */
+static inline REGC_HD float regc_rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+/* x^p. Whole exponents up to 64 in magnitude multiply by squaring (the
+ * same products everywhere, and a negative base keeps its sign, as
+ * PyTorch's pow does); a half is sqrt; any other exponent is
+ * exp(p log x), NaN for a negative base, as libm's. */
+static inline REGC_HD float regc_powf(float x, float p)
+{
+    const float ap = p < 0.0f ? -p : p;
+    if (ap <= 64.0f && ap == (float)(int)ap) {
+        int k = (int)ap;
+        float r = 1.0f, b = x;
+        while (k) {
+            if (k & 1)
+                r *= b;
+            b *= b;
+            k >>= 1;
+        }
+        return p < 0.0f ? 1.0f / r : r;
+    }
+    if (ap == 0.5f)
+        return p < 0.0f ? 1.0f / sqrtf(x) : sqrtf(x);
+    if (x == 0.0f)
+        return p > 0.0f ? 0.0f : (float)INFINITY;
+    if (!(x > 0.0f))
+        return (float)NAN;
+    return regc_expf(p * (float)regc_log((double)x));
+}
+
 /* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
 static inline REGC_HD float regc_relu_dx(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
@@ -256,18 +317,13 @@ static inline REGC_HD float regc_relu_dx(float dy, float x) { return x > 0.0f ? 
  * functions a block at a time, the switch outside the loop. */
 static inline REGC_HD float regc_ew_eval(const regc_ew_step *st, float a, float b)
 {
+    const float v = st->value;
+    (void)b, (void)v;
     switch (st->op) {
-    case REGC_EW_ADD: return regc_addf(a, b);
-    case REGC_EW_MUL: return regc_mulf(a, b);
-    case REGC_EW_SCALE: return regc_scalef(st->value, a);
-    case REGC_EW_GELU: return regc_gelu(a);
-    case REGC_EW_GELU_BWD: return regc_gelu_dx(a, b);
-    case REGC_EW_GELU_ERF: return regc_gelu_erf(a);
-    case REGC_EW_GELU_ERF_BWD: return regc_gelu_erf_dx(a, b);
-    case REGC_EW_SILU: return regc_silu(a);
-    case REGC_EW_SILU_BWD: return regc_silu_dx(a, b);
-    case REGC_EW_RELU: return regc_relu(a);
-    case REGC_EW_RELU_BWD: return regc_relu_dx(a, b);
+#define REGC_EW_CASE(id, name, arity, costly, f)                                                   \
+    case REGC_EW_##id: return f;
+        REGC_EW_OPS(REGC_EW_CASE)
+#undef REGC_EW_CASE
     default: return a; /* refused before any element is read */
     }
 }
@@ -275,8 +331,13 @@ static inline REGC_HD float regc_ew_eval(const regc_ew_step *st, float a, float 
 /* Does an op read its second operand? */
 static inline REGC_HD int regc_ew_binary(int op)
 {
-    return op == REGC_EW_ADD || op == REGC_EW_MUL || op == REGC_EW_GELU_BWD ||
-           op == REGC_EW_GELU_ERF_BWD || op == REGC_EW_SILU_BWD || op == REGC_EW_RELU_BWD;
+    switch (op) {
+#define REGC_EW_CASE(id, name, arity, costly, f)                                                   \
+    case REGC_EW_##id: return arity == 2;
+        REGC_EW_OPS(REGC_EW_CASE)
+#undef REGC_EW_CASE
+    default: return 0;
+    }
 }
 
 /* ---- rotary embedding: one pair (x1, x2) of a head rotated by (c, s),

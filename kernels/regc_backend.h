@@ -108,24 +108,44 @@ typedef struct {
 #define REGC_EW_MAX_INPUTS 8
 #define REGC_EW_MAX_STEPS 16
 #define REGC_EW_MAX_OUTPUTS 4
+/* The steps, one row each: id, name, the operands read (1: a; 2: a and
+ * b), costly (its CPU loop goes parallel at an eighth of the usual size),
+ * and the per-element formula over a, b and the step's value v — the
+ * functions of kernels/kernel_math.h, so the column is expanded only
+ * inside the backends. A backward step reads a = dy and b = x (or y). */
+#define REGC_EW_OPS(X)                                                                             \
+    X(ADD, "add", 2, 0, regc_addf(a, b))                                                           \
+    X(MUL, "mul", 2, 0, regc_mulf(a, b))                                                           \
+    X(SCALE, "scale", 1, 0, regc_scalef(v, a))                                                     \
+    X(GELU, "gelu", 1, 1, regc_gelu(a)) /* the tanh form */                                        \
+    X(GELU_BWD, "gelu_bwd", 2, 1, regc_gelu_dx(a, b))                                              \
+    X(GELU_ERF, "gelu_erf", 1, 1, regc_gelu_erf(a))                                                \
+    X(GELU_ERF_BWD, "gelu_erf_bwd", 2, 1, regc_gelu_erf_dx(a, b))                                  \
+    X(SILU, "silu", 1, 1, regc_silu(a))                                                            \
+    X(SILU_BWD, "silu_bwd", 2, 1, regc_silu_dx(a, b))                                              \
+    X(RELU, "relu", 1, 0, regc_relu(a))                                                            \
+    X(RELU_BWD, "relu_bwd", 2, 0, regc_relu_dx(a, b))                                              \
+    X(SUB, "sub", 2, 0, regc_subf(a, b))                                                           \
+    X(DIV, "div", 2, 0, regc_divf(a, b))                                                           \
+    X(NEG, "neg", 1, 0, regc_negf(a))                                                              \
+    X(ADD_SCALAR, "add_scalar", 1, 0, regc_add_scalarf(v, a))                                      \
+    X(EXP, "exp", 1, 1, regc_expf(a))                                                              \
+    X(TANH, "tanh", 1, 1, regc_tanhf(a))                                                           \
+    X(TANH_BWD, "tanh_bwd", 2, 0, regc_tanh_dy(a, b)) /* b = y = tanh x */                         \
+    X(RSQRT, "rsqrt", 1, 1, regc_rsqrtf(a))                                                        \
+    X(POW, "pow", 1, 1, regc_powf(a, v))
+
 typedef enum {
-    REGC_EW_ADD,          /* a + b */
-    REGC_EW_MUL,          /* a * b */
-    REGC_EW_SCALE,        /* value * a */
-    REGC_EW_GELU,         /* gelu(a), the tanh form */
-    REGC_EW_GELU_BWD,     /* a * gelu'(b): a = dy, b = x */
-    REGC_EW_GELU_ERF,     /* gelu_erf(a) */
-    REGC_EW_GELU_ERF_BWD, /* a = dy, b = x */
-    REGC_EW_SILU,         /* silu(a) */
-    REGC_EW_SILU_BWD,     /* a = dy, b = x */
-    REGC_EW_RELU,         /* relu(a) */
-    REGC_EW_RELU_BWD,     /* a = dy, b = x */
+#define REGC_EW_ENUM(id, name, arity, costly, f) REGC_EW_##id,
+    REGC_EW_OPS(REGC_EW_ENUM)
+#undef REGC_EW_ENUM
+        REGC_EW_COUNT
 } regc_ew_op;
 
 typedef struct {
     uint8_t op;   /* regc_ew_op */
     uint8_t a, b; /* source registers (b unused by one-operand ops) */
-    float value;  /* SCALE */
+    float value;  /* v: SCALE, ADD_SCALAR, POW */
 } regc_ew_step;
 
 typedef struct {

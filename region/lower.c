@@ -447,8 +447,18 @@ static int lower_node(lower_ctx *c, int i)
         EMIT(K_EMBED_BWD, 1, o[0], in[1], in[0]);
         x->d[0] = numel(c, in[1]), x->d[1] = last_dim(c, in[0]), x->d[2] = n->attrs.vocab;
         break;
+    case REGC_OP_SUB:
+    case REGC_OP_DIV:
+    case REGC_OP_NEG:
+    case REGC_OP_ADD_SCALAR:
+    case REGC_OP_EXP:
+    case REGC_OP_TANH:
+    case REGC_OP_TANH_BWD:
+    case REGC_OP_RSQRT:
+    case REGC_OP_POW: /* lower_range makes a chain of each (ew_only) */
     case REGC_OP_COUNT:
-        return regc_error(REGC_ERR_UNSUPPORTED, "region compile: unknown op %d", (int)n->op);
+        return regc_error(REGC_ERR_UNSUPPORTED, "region compile: op %s has no single kernel",
+                          regc_op_name(n->op));
     }
 #undef EMIT
     return REGC_OK;
@@ -471,8 +481,33 @@ static int ew_op_of(regc_op op)
     case REGC_OP_SILU_BWD: return REGC_EW_SILU_BWD;
     case REGC_OP_RELU: return REGC_EW_RELU;
     case REGC_OP_RELU_BWD: return REGC_EW_RELU_BWD;
+    case REGC_OP_SUB: return REGC_EW_SUB;
+    case REGC_OP_DIV: return REGC_EW_DIV;
+    case REGC_OP_NEG: return REGC_EW_NEG;
+    case REGC_OP_ADD_SCALAR: return REGC_EW_ADD_SCALAR;
+    case REGC_OP_EXP: return REGC_EW_EXP;
+    case REGC_OP_TANH: return REGC_EW_TANH;
+    case REGC_OP_TANH_BWD: return REGC_EW_TANH_BWD;
+    case REGC_OP_RSQRT: return REGC_EW_RSQRT;
+    case REGC_OP_POW: return REGC_EW_POW;
     default: return -1;
     }
+}
+
+/* Ops with no single kernel of their own: each lowers as a chain, of one
+ * step when nothing joins it (at O0, too). */
+static int ew_only(regc_op op)
+{
+    return ew_op_of(op) >= 0 && op != REGC_OP_ADD && op != REGC_OP_BIAS_ADD && op != REGC_OP_MUL &&
+           op != REGC_OP_SCALE && op != REGC_OP_GELU && op != REGC_OP_GELU_BWD &&
+           op != REGC_OP_GELU_ERF && op != REGC_OP_GELU_ERF_BWD && op != REGC_OP_SILU &&
+           op != REGC_OP_SILU_BWD && op != REGC_OP_RELU && op != REGC_OP_RELU_BWD;
+}
+
+/* May operand k of x be broadcast (read with a period) in a chain? */
+static int ew_broadcast_ok(const regc_node *x, int k)
+{
+    return k == 1 && (x->op == REGC_OP_BIAS_ADD || x->op == REGC_OP_SUB || x->op == REGC_OP_DIV);
 }
 
 /* Can node i join a chain over n elements? */
@@ -485,7 +520,7 @@ static int ew_candidate(const lower_ctx *c, int i, int64_t n)
     if (T(c, x->out[0])->dtype != REGC_F32 || numel(c, x->out[0]) != n)
         return 0;
     for (int k = 0; k < x->n_in; k++)
-        if (numel(c, x->in[k]) != n && !(x->op == REGC_OP_BIAS_ADD && k == 1))
+        if (numel(c, x->in[k]) != n && !ew_broadcast_ok(x, k))
             return 0;
     return 1;
 }
@@ -621,6 +656,14 @@ static int lower_range(lower_ctx *c, int lo, int hi, int fuse, int *n_ew)
                 i = last;
                 continue;
             }
+        }
+        if (ew_only(regc_graph_node(c->g, i)->op)) {
+            ew_group gr = {0};
+            ew_try(c, &gr, i); /* one step always fits */
+            int rc = emit_group(c, &gr, &c->r->ew[(*n_ew)++]);
+            if (rc)
+                return rc;
+            continue;
         }
         int rc = lower_node(c, i);
         if (rc)

@@ -409,6 +409,86 @@ static int b_cross_entropy(regc_graph *g)
     return regc_graph_cross_entropy(g, logits, t);
 }
 
+/* The elementwise ops an exported model brings. Parameters are drawn from
+ * [-1, 1); shifts and scales place them where each op is interesting. */
+static int b_sub(regc_graph *g)
+{
+    int a = input(g, "a", 2, (int64_t[]){3, 4}), b = input(g, "b", 2, (int64_t[]){3, 4});
+    return regc_graph_sub(g, a, b);
+}
+
+static int b_sub_broadcast(regc_graph *g)
+{
+    int a = input(g, "a", 3, (int64_t[]){2, 3, 4}), b = input(g, "b", 1, (int64_t[]){4});
+    return regc_graph_sub(g, a, b);
+}
+
+static int b_sub_broadcast_batch1(regc_graph *g)
+{
+    /* GPT-2's positions at batch 1: b has as many elements as a, and a one
+     * more (unit) dimension; b's gradient still comes back in b's shape,
+     * which the embedding's backward below it checks */
+    int tok = ids(g, "ids", 2, (int64_t[]){1, 3}), pos = ids(g, "pos", 1, (int64_t[]){3});
+    int wte = input(g, "wte", 2, (int64_t[]){VOCAB, 4}),
+        wpe = input(g, "wpe", 2, (int64_t[]){VOCAB, 4});
+    int a = regc_graph_embedding(g, tok, wte), b = regc_graph_embedding(g, pos, wpe);
+    return regc_graph_sub(g, regc_graph_bias_add(g, a, b), b);
+}
+
+static int b_div(regc_graph *g)
+{
+    int a = input(g, "a", 2, (int64_t[]){3, 4}), b = input(g, "b", 2, (int64_t[]){3, 4});
+    return regc_graph_div(g, a, regc_graph_add_scalar(g, regc_graph_scale(g, b, 0.25f), 1.0f));
+}
+
+static int b_div_broadcast(regc_graph *g)
+{
+    int a = input(g, "a", 3, (int64_t[]){2, 3, 4}), b = input(g, "b", 2, (int64_t[]){3, 4});
+    return regc_graph_div(g, a, regc_graph_add_scalar(g, regc_graph_scale(g, b, 0.25f), 1.0f));
+}
+
+static int b_neg_exp(regc_graph *g)
+{
+    int x = input(g, "x", 2, (int64_t[]){3, 5});
+    return regc_graph_exp(g, regc_graph_neg(g, regc_graph_scale(g, x, 3.0f)));
+}
+
+static int b_tanh(regc_graph *g)
+{
+    /* [-2.4, 2.6): both of regc_tanhf's forms */
+    int x = input(g, "x", 2, (int64_t[]){4, 6});
+    return regc_graph_tanh(g, regc_graph_add_scalar(g, regc_graph_scale(g, x, 2.5f), 0.1f));
+}
+
+static int b_rsqrt(regc_graph *g)
+{
+    int x = input(g, "x", 2, (int64_t[]){3, 5});
+    return regc_graph_rsqrt(g, regc_graph_add_scalar(g, regc_graph_scale(g, x, 0.4f), 1.0f));
+}
+
+static int b_pow(regc_graph *g)
+{
+    /* a whole exponent over signed values, a fractional and a negative one
+     * over positive values */
+    int x = input(g, "x", 2, (int64_t[]){3, 4});
+    int s = regc_graph_scale(g, x, 1.0f);                                 /* [-1, 1) */
+    int p = regc_graph_add_scalar(g, regc_graph_scale(g, x, 0.5f), 1.0f); /* [0.5, 1.5) */
+    int cube = regc_graph_pow(g, s, 3.0f);
+    int frac = regc_graph_pow(g, p, 2.5f), inv = regc_graph_pow(g, p, -1.5f);
+    return regc_graph_concat(g, 3, (int[]){cube, frac, inv}); /* [3, 12] */
+}
+
+static int b_gelu_decomposed(regc_graph *g)
+{
+    /* GPT-2's gelu_new as torch.export spells it: 0.5 x (1 + tanh(sqrt(2/pi)
+     * (x + 0.044715 x^3))) */
+    int x = input(g, "x", 2, (int64_t[]){3, 6});
+    int s = regc_graph_scale(g, x, 3.0f); /* [-3, 3) */
+    int inner = regc_graph_add(g, s, regc_graph_scale(g, regc_graph_pow(g, s, 3.0f), 0.044715f));
+    int t = regc_graph_tanh(g, regc_graph_scale(g, inner, 0.7978845608f));
+    return regc_graph_mul(g, regc_graph_scale(g, s, 0.5f), regc_graph_add_scalar(g, t, 1.0f));
+}
+
 #define CASE(name)                                                                                 \
     static void test_##name(void **state)                                                          \
     {                                                                                              \
@@ -444,6 +524,16 @@ CASE(mul_same_tensor_twice)
 CASE(reshape)
 CASE(transpose)
 CASE(cross_entropy)
+CASE(sub)
+CASE(sub_broadcast)
+CASE(sub_broadcast_batch1)
+CASE(div)
+CASE(div_broadcast)
+CASE(neg_exp)
+CASE(tanh)
+CASE(rsqrt)
+CASE(pow)
+CASE(gelu_decomposed)
 
 /* ---- errors */
 
@@ -508,6 +598,16 @@ int main(void)
         cmocka_unit_test(test_reshape),
         cmocka_unit_test(test_transpose),
         cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_sub),
+        cmocka_unit_test(test_sub_broadcast),
+        cmocka_unit_test(test_sub_broadcast_batch1),
+        cmocka_unit_test(test_div),
+        cmocka_unit_test(test_div_broadcast),
+        cmocka_unit_test(test_neg_exp),
+        cmocka_unit_test(test_tanh),
+        cmocka_unit_test(test_rsqrt),
+        cmocka_unit_test(test_pow),
+        cmocka_unit_test(test_gelu_decomposed),
         cmocka_unit_test(test_backward_op_has_no_rule),
         cmocka_unit_test(test_loss_must_be_scalar),
     };

@@ -584,6 +584,25 @@ static void test_chain_every_op(void **state)
     check_chain("every op", &p, n, in, &variant);
 }
 
+/* Each op of the table alone, a step of one chain per op: the ops an
+ * exported graph brings (sub, div, exp, tanh, pow, ...) run only as chains,
+ * so this is their single kernel. The second operand is broadcast. */
+static void test_chain_each_op(void **state)
+{
+    (void)state;
+    const int64_t n = N_ELEMS, period = 31;
+    float *in[2] = {test_inputs((size_t)n, 240, 0), spread_edges((size_t)period, 241, 0.5f, 2.0f)};
+    for (int op = 0; op < REGC_EW_COUNT; op++) {
+        regc_ew_program p = {.n_inputs = 2, .n_steps = 1, .n_outputs = 1};
+        p.period[1] = period;
+        p.steps[0] = step((regc_ew_op)op, 0, 1, op == REGC_EW_POW ? 2.5f : 1.5f);
+        p.out_reg[0] = 2;
+        regc_ew_program variant = p;
+        variant.steps[0].op = (uint8_t)((op + 1) % REGC_EW_COUNT);
+        check_chain(regc_ew_op_name(op), &p, n, in, &variant);
+    }
+}
+
 /* GPT-2's MLP: pre = x + bias (period cols), h = gelu(pre), both written */
 static void test_chain_bias_gelu(void **state)
 {
@@ -726,6 +745,7 @@ int main(void)
         regc_test_with_buffers(test_embedding_bad_ids),
         regc_test_with_buffers(test_sum_rows_body),
         regc_test_with_buffers(test_chain_every_op),
+        regc_test_with_buffers(test_chain_each_op),
         regc_test_with_buffers(test_chain_bias_gelu),
         regc_test_with_buffers(test_chain_swiglu_backward),
         regc_test_with_buffers(test_chain_in_place),

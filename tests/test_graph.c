@@ -42,7 +42,12 @@ static regc_graph *every_op_graph(void)
     int ab = regc_graph_attention_bias(g, parts[0], parts[1], parts[2], pos, 2, 2, 0, 1.0f);
     int a = regc_graph_mul(g, regc_graph_silu(g, a0), regc_graph_gelu_erf(g, ab)); /* [2, 4, 6] */
     a = regc_graph_scale(g, regc_graph_relu(g, a), 0.3f);                          /* [2, 4, 6] */
-    int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2});      /* [4, 2, 6] */
+    /* the pointwise ops of exported graphs; b [6] broadcast over [2, 4, 6] */
+    a = regc_graph_div(g, regc_graph_sub(g, a, lnb), regc_graph_exp(g, lnw));
+    a = regc_graph_tanh(g, regc_graph_add_scalar(g, regc_graph_neg(g, a), 0.5f));
+    a = regc_graph_mul(g, regc_graph_pow(g, a, 3.0f),
+                       regc_graph_rsqrt(g, regc_graph_add_scalar(g, regc_graph_exp(g, a), 1.0f)));
+    int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
     int r = regc_graph_reshape(g, regc_graph_transpose(g, t, (int[]){1, 0, 2}), 3,
                                (int64_t[]){2, 4, 6});
     int c = regc_graph_concat(g, 2, (int[]){r, x}); /* [2, 4, 12] */

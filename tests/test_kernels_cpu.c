@@ -551,6 +551,54 @@ static void test_activations_reference(void **state)
     ref_check(c, "scale", y, n, "scale");
 }
 
+/* out = op(a, b) with value v, as a fused chain of one step (how the ops
+ * without a single kernel run). */
+static void ew_one(regc_ew_op op, float v, float *out, const float *a, const float *b, size_t n)
+{
+    regc_ew_program p = {.n_inputs = 2, .n_steps = 1, .n_outputs = 1};
+    p.steps[0] = (regc_ew_step){.op = (uint8_t)op, .a = 0, .b = 1, .value = v};
+    p.out_reg[0] = 2;
+    float *outs[1] = {out};
+    const float *ins[2] = {a, b};
+    be->elementwise(be, &p, (int64_t)n, outs, ins);
+    assert_int_equal(be->sync(be), REGC_OK);
+}
+
+static void test_pointwise_reference(void **state)
+{
+    (void)state;
+    const cJSON *c = regc_test_json_get(g_ref, "pointwise");
+    const size_t n = num(c, "n");
+    float *x = ref_input(c, "x", n), *p = ref_input(c, "p", n), *b = ref_input(c, "b", n);
+    float *dy = ref_input(c, "dy", n), *y = regc_test_dev_nan(be, n);
+    float *t = regc_test_dev_nan(be, n);
+    const struct {
+        const char *name;
+        regc_ew_op op;
+        const char *value; /* the case's key of the step's value, or NULL */
+        float *a, *b;
+    } rows[] = {
+        {"sub", REGC_EW_SUB, NULL, x, b},
+        {"div", REGC_EW_DIV, NULL, x, b},
+        {"neg", REGC_EW_NEG, NULL, x, x},
+        {"add_scalar", REGC_EW_ADD_SCALAR, "add_value", x, x},
+        {"exp", REGC_EW_EXP, NULL, x, x},
+        {"rsqrt", REGC_EW_RSQRT, NULL, p, p},
+        {"pow_int", REGC_EW_POW, "pow_int", x, x},
+        {"pow_frac", REGC_EW_POW, "pow_frac", p, p},
+        {"pow_neg", REGC_EW_POW, "pow_neg", p, p},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const float v = rows[i].value ? (float)regc_test_json_number(c, rows[i].value) : 0.0f;
+        ew_one(rows[i].op, v, y, rows[i].a, rows[i].b, n);
+        ref_check(c, rows[i].name, y, n, rows[i].name);
+    }
+    ew_one(REGC_EW_TANH, 0.0f, t, x, x, n);
+    ref_check(c, "tanh", t, n, "tanh");
+    ew_one(REGC_EW_TANH_BWD, 0.0f, y, dy, t, n); /* from the saved output */
+    ref_check(c, "tanh_dx", y, n, "tanh");
+}
+
 static void test_cross_entropy_reference(void **state)
 {
     (void)state;
@@ -686,6 +734,7 @@ int main(void)
         regc_test_with_buffers(test_rmsnorm_reference),
         regc_test_with_buffers(test_rope_reference),
         regc_test_with_buffers(test_activations_reference),
+        regc_test_with_buffers(test_pointwise_reference),
         regc_test_with_buffers(test_cross_entropy_reference),
         regc_test_with_buffers(test_embedding_reference),
         regc_test_with_buffers(test_elementwise_reference),

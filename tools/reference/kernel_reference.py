@@ -280,6 +280,35 @@ def activations_case():
     return c.out
 
 
+def pointwise_case():
+    """The elementwise ops an exported graph brings (each one step of the
+    fused-chain kernel): x spans [-3, 3], p (for rsqrt and fractional powers)
+    [0.25, 2.25], b (a divisor) [0.5, 1.5]; the backward of tanh reads the
+    saved output."""
+    n = 29
+    c = Case(320, n=n, add_value=float(np.float32(0.625)), pow_int=3.0,
+             pow_frac=float(np.float32(2.5)), pow_neg=float(np.float32(-1.5)))
+    x = c.input("x", [n], 0.0, 3.0)
+    p = c.input("p", [n], 1.25, 1.0)
+    b = c.input("b", [n], 1.0, 0.5)
+    dy = c.input("dy", [n])
+    c.expect("sub", x - b)
+    c.expect("div", x / b)
+    c.expect("neg", -x)
+    c.expect("add_scalar", x + c.out["add_value"])
+    c.expect("exp", torch.exp(x))
+    t = torch.tanh(x)
+    c.expect("tanh", t)
+    xg = x.clone().requires_grad_(True)
+    (dx,) = torch.autograd.grad(torch.tanh(xg), xg, grad_outputs=dy)
+    c.expect("tanh_dx", dx)
+    c.expect("rsqrt", torch.rsqrt(p))
+    c.expect("pow_int", torch.pow(x, c.out["pow_int"]))
+    c.expect("pow_frac", torch.pow(p, c.out["pow_frac"]))
+    c.expect("pow_neg", torch.pow(p, c.out["pow_neg"]))
+    return c.out
+
+
 def cross_entropy_case():
     rows, vocab = 7, 11
     targets = [3, -1, 10, 0, 7, -1, 3]
@@ -375,6 +404,7 @@ def main():
         "rmsnorm": rmsnorm_case(),
         "rope": rope_case(),
         "activations": activations_case(),
+        "pointwise": pointwise_case(),
         "attention": [
             attention_case(800, 2, 5, 5, 4, 2, 3, causal=1),
             attention_case(801, 2, 5, 5, 4, 2, 3, causal=0),
