@@ -99,18 +99,24 @@ static int grad_or_zeros(ad_ctx *c, int t)
     return rc < 0 ? rc : out;
 }
 
-/* A gradient x of a's shape brought to tensor t's: summed over the leading
- * dimensions t was broadcast over (SUB's and DIV's b, BIAS_ADD's bias). */
+/* A gradient x of a's shape brought to tensor t's: summed along the rows t
+ * was broadcast along (a row's statistic [..., 1]), or over the leading
+ * dimensions it was broadcast over (BIAS_ADD's bias, SUB's, DIV's or
+ * MUL's trailing operand). */
 static int reduce_to(ad_ctx *c, int x, int t)
 {
     if (x < 0)
         return x;
     const regc_tensor *want = regc_graph_tensor(c->g, t), *have = regc_graph_tensor(c->g, x);
-    int same = want->ndim == have->ndim;
-    for (int d = 0; same && d < want->ndim; d++)
+    int same = want->ndim == have->ndim, row = same && want->ndim >= 1;
+    for (int d = 0; same && d < want->ndim; d++) {
         same = want->shape[d] == have->shape[d];
+        row = row && (d + 1 < want->ndim ? same : want->shape[d] == 1);
+    }
     if (same)
         return x;
+    if (row)
+        return regc_graph_sum_last(c->g, x);
     int out;
     int rc =
         regc_graph_add_node(c->g, REGC_OP_SUM_ROWS, NULL, 1, &x, 1, &out, want->ndim, want->shape);
@@ -245,12 +251,37 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         /* linear: the transpose of a scaling is the same scaling */
         return accumulate(c, in[0], regc_graph_scale(g, dy, n->attrs.value));
     case REGC_OP_MUL:
-        /* d(a b) = dy b da + dy a db; each side only where it is needed */
+        /* d(a b) = dy b da + dy a db; each side only where it is needed,
+         * a broadcast b's summed back to its shape */
         if (c->needs[in[0]] && accumulate(c, in[0], regc_graph_mul(g, dy, in[1])))
             return REGC_ERR_SHAPE;
-        if (c->needs[in[1]] && accumulate(c, in[1], regc_graph_mul(g, dy, in[0])))
+        if (c->needs[in[1]] &&
+            accumulate(c, in[1], reduce_to(c, regc_graph_mul(g, dy, in[0]), in[1])))
             return REGC_ERR_SHAPE;
         return REGC_OK;
+    case REGC_OP_SOFTMAX: {
+        /* dx = y (dy - sum(dy y)), the sum along the row */
+        const int y = n->out[0];
+        int s = regc_graph_sum_last(g, regc_graph_mul(g, dy, y));
+        return accumulate(c, in[0], regc_graph_mul(g, y, regc_graph_sub(g, dy, s)));
+    }
+    case REGC_OP_LOG_SOFTMAX: {
+        /* dx = dy - exp(y) sum(dy), the sum along the row */
+        const int y = n->out[0];
+        int s = regc_graph_sum_last(g, dy);
+        return accumulate(c, in[0],
+                          regc_graph_sub(g, dy, regc_graph_mul(g, regc_graph_exp(g, y), s)));
+    }
+    case REGC_OP_SUM_LAST:
+    case REGC_OP_MEAN_LAST: {
+        const regc_tensor *x = regc_graph_tensor(g, in[0]);
+        const int64_t cols = x->shape[x->ndim - 1];
+        int d = regc_graph_expand(g, dy, cols);
+        if (n->op == REGC_OP_MEAN_LAST)
+            d = regc_graph_scale(g, d, (float)(1.0 / (double)cols));
+        return accumulate(c, in[0], d);
+    }
+    case REGC_OP_EXPAND: return accumulate(c, in[0], regc_graph_sum_last(g, dy));
     case REGC_OP_RESHAPE: return accumulate(c, in[0], as_shape_of(c, dy, in[0]));
     case REGC_OP_TRANSPOSE: {
         int inverse[REGC_MAX_DIMS] = {0};

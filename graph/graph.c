@@ -58,6 +58,11 @@ static const struct {
     [REGC_OP_TANH] = {"tanh", 1, 1},
     [REGC_OP_RSQRT] = {"rsqrt", 1, 1},
     [REGC_OP_POW] = {"pow", 1, 1},
+    [REGC_OP_SOFTMAX] = {"softmax", 1, 2},
+    [REGC_OP_LOG_SOFTMAX] = {"log_softmax", 1, 2},
+    [REGC_OP_SUM_LAST] = {"sum_last", 1, 1},
+    [REGC_OP_MEAN_LAST] = {"mean_last", 1, 1},
+    [REGC_OP_EXPAND] = {"expand", 1, 1},
     [REGC_OP_FILL] = {"fill", 0, 1},
     [REGC_OP_SUM_ROWS] = {"sum_rows", 1, 1},
     [REGC_OP_EMBEDDING_BWD] = {"embedding_bwd", 2, 1},
@@ -410,6 +415,17 @@ static int want_bias(regc_op op, const regc_attrs *a, const regc_tensor *q, cons
     return want_shape(op, bias, 3, s);
 }
 
+/* Is r a row statistic of x: x's shape with the last dimension 1? */
+static int is_row_of(const regc_tensor *r, const regc_tensor *x)
+{
+    if (r->ndim != x->ndim || r->ndim < 1 || r->shape[r->ndim - 1] != 1)
+        return 0;
+    for (int d = 0; d + 1 < r->ndim; d++)
+        if (r->shape[d] != x->shape[d])
+            return 0;
+    return 1;
+}
+
 /* The shape rule of each op: checks the inputs and fills the outputs. */
 static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_tensor *const *x,
                          int n_out, out_spec *o, int out_ndim, const int64_t *out_shape)
@@ -440,7 +456,6 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         spec_set(&o[0], REGC_F32, x[0]->ndim + 1, s);
         return REGC_OK;
     case REGC_OP_ADD:
-    case REGC_OP_MUL:
     case REGC_OP_TANH_BWD:
     case REGC_OP_GELU_BWD:
     case REGC_OP_SILU_BWD:
@@ -452,9 +467,11 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         return REGC_OK;
     case REGC_OP_SUB:
     case REGC_OP_DIV:
+    case REGC_OP_MUL:
     case REGC_OP_BIAS_ADD: {
-        /* b broadcast over a's leading dimensions (SUB, DIV: or a's shape) */
-        if (op != REGC_OP_BIAS_ADD && same_shape(x[0], x[1])) {
+        /* b broadcast over a's leading dimensions; SUB, DIV, MUL: or of a's
+         * shape, or a row's statistic [..., 1] */
+        if (op != REGC_OP_BIAS_ADD && (same_shape(x[0], x[1]) || is_row_of(x[1], x[0]))) {
             spec_like(&o[0], x[0]);
             return REGC_OK;
         }
@@ -505,6 +522,30 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_EXP:
     case REGC_OP_TANH:
     case REGC_OP_RSQRT: spec_like(&o[0], x[0]); return REGC_OK;
+    case REGC_OP_SOFTMAX:
+    case REGC_OP_LOG_SOFTMAX:
+        if (x[0]->ndim < 1)
+            return bad(op, x[0], "a scalar has no last axis");
+        spec_like(&o[0], x[0]);
+        spec_set(&o[1], REGC_F32, x[0]->ndim - 1, x[0]->shape);
+        return REGC_OK;
+    case REGC_OP_SUM_LAST:
+    case REGC_OP_MEAN_LAST:
+        if (x[0]->ndim < 1)
+            return bad(op, x[0], "a scalar has no last axis");
+        spec_like(&o[0], x[0]);
+        o[0].shape[x[0]->ndim - 1] = 1;
+        return REGC_OK;
+    case REGC_OP_EXPAND: {
+        regc_tensor want = {.ndim = out_ndim};
+        if (out_ndim == x[0]->ndim && out_ndim >= 1)
+            memcpy(want.shape, out_shape, (size_t)out_ndim * sizeof *out_shape);
+        if (x[0]->ndim < 1 || out_ndim != x[0]->ndim || want.shape[out_ndim - 1] < 1 ||
+            !is_row_of(x[0], &want))
+            return bad(op, x[0], "expands only a last dimension of 1, to the output's shape");
+        spec_set(&o[0], REGC_F32, out_ndim, out_shape);
+        return REGC_OK;
+    }
     case REGC_OP_ADD_SCALAR:
     case REGC_OP_POW:
     case REGC_OP_SCALE:

@@ -2,6 +2,7 @@
  * regc_graph_add_node and returns its first output's id (or a negative
  * status), so a forward pass reads as one line per op. */
 #include <stddef.h>
+#include <string.h>
 
 #include "regc_common.h"
 #include "regc_graph.h"
@@ -160,4 +161,41 @@ int regc_graph_pow(regc_graph *g, int x, float exponent)
 {
     regc_attrs a = {.value = exponent};
     return one_output(g, REGC_OP_POW, &a, 1, &x);
+}
+
+int regc_graph_softmax(regc_graph *g, int x)
+{
+    int out[2] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_SOFTMAX, NULL, 1, &x, 2, out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_log_softmax(regc_graph *g, int x)
+{
+    int out[2] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_LOG_SOFTMAX, NULL, 1, &x, 2, out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
+int regc_graph_sum_last(regc_graph *g, int x)
+{
+    return one_output(g, REGC_OP_SUM_LAST, NULL, 1, &x);
+}
+
+int regc_graph_mean_last(regc_graph *g, int x)
+{
+    return one_output(g, REGC_OP_MEAN_LAST, NULL, 1, &x);
+}
+
+int regc_graph_expand(regc_graph *g, int x, int64_t cols)
+{
+    const regc_tensor *t = regc_graph_tensor(g, x);
+    if (!t || t->ndim < 1)
+        return regc_error(REGC_ERR_ARG, "expand: tensor %d is not [..., 1]", x);
+    int64_t shape[REGC_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[t->ndim - 1] = cols;
+    int out = 0;
+    int rc = regc_graph_add_node(g, REGC_OP_EXPAND, NULL, 1, &x, 1, &out, t->ndim, shape);
+    return rc < 0 ? rc : out;
 }

@@ -52,6 +52,7 @@ static int op_attr_set(regc_op op)
     case REGC_OP_ADD_SCALAR:
     case REGC_OP_POW: return A_VALUE;
     case REGC_OP_RESHAPE:
+    case REGC_OP_EXPAND:
     case REGC_OP_SUM_ROWS: return A_SHAPE;
     case REGC_OP_EMBEDDING_BWD: return A_VOCAB;
     default: return 0;

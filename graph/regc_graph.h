@@ -49,15 +49,21 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *                 inverse = 1 negates sin (the backward rotation). cos and
  *                 sin are constants: autodiff gives them no gradient
  *   SILU          (x) x * sigmoid(x)                       -> x's shape
- *   MUL           (a, b) elementwise, same shape           -> a's shape
  *   GELU_ERF      (x) exact form 0.5 x (1 + erf(x / sqrt 2)) -> x's shape
  *   RELU          (x) max(x, 0)                            -> x's shape
  *   SCALE         (x) value                                -> value * x, x's shape
- *   SUB, DIV      (a, b) a - b, a / b; b of a's shape, or of its trailing
- *                 dimensions (broadcast over the leading ones, as BIAS_ADD) -> a's shape
+ *   SUB, DIV      (a, b) a - b, a / b; b of a's shape, of its trailing
+ *                 dimensions (broadcast over the leading ones, as BIAS_ADD)
+ *                 or of its shape with the last dimension 1 (a row's
+ *                 statistic, broadcast along the row)   -> a's shape
+ *   MUL           (a, b) a * b, b broadcast as SUB's      -> a's shape
  *   NEG, EXP, TANH, RSQRT (x) -x, e^x, tanh x, 1 / sqrt x  -> x's shape
  *   ADD_SCALAR    (x) value                                -> x + value, x's shape
  *   POW           (x) value                                -> x^value, x's shape
+ *   SOFTMAX, LOG_SOFTMAX (x [..., C]) over the last axis    -> y [..., C], lse [...]
+ *                 lse: each row's log-sum-exp, a statistic (as CROSS_ENTROPY's)
+ *   SUM_LAST, MEAN_LAST (x [..., C]) over the last axis     -> [..., 1]
+ *   EXPAND        (x [..., 1]) along the last axis to the output's shape [..., C]
  *   FILL          () value                                 -> the given shape
  *   SUM_ROWS      (x [..., S...])                          -> [S...] summed over leading dims
  *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
@@ -99,6 +105,11 @@ typedef enum {
     REGC_OP_TANH,
     REGC_OP_RSQRT,
     REGC_OP_POW,
+    REGC_OP_SOFTMAX,
+    REGC_OP_LOG_SOFTMAX,
+    REGC_OP_SUM_LAST,
+    REGC_OP_MEAN_LAST,
+    REGC_OP_EXPAND,
     REGC_OP_FILL,
     REGC_OP_SUM_ROWS,
     REGC_OP_EMBEDDING_BWD,
@@ -213,6 +224,11 @@ int regc_graph_exp(regc_graph *g, int x);
 int regc_graph_tanh(regc_graph *g, int x);
 int regc_graph_rsqrt(regc_graph *g, int x);
 int regc_graph_pow(regc_graph *g, int x, float exponent);
+int regc_graph_softmax(regc_graph *g, int x);              /* y; the lse output is made too */
+int regc_graph_log_softmax(regc_graph *g, int x);          /* y */
+int regc_graph_sum_last(regc_graph *g, int x);             /* [..., 1] */
+int regc_graph_mean_last(regc_graph *g, int x);            /* [..., 1] */
+int regc_graph_expand(regc_graph *g, int x, int64_t cols); /* [..., 1] -> [..., cols] */
 
 /* ---- facts about ops, dtypes and tensors */
 const char *regc_op_name(regc_op op);

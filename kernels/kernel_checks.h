@@ -94,9 +94,10 @@ static inline int regc_ew_check(const regc_ew_program *p, int64_t n, float *cons
         return regc_error(REGC_ERR_ARG, "elementwise: %d outputs, outside 0..%d", p->n_outputs,
                           REGC_EW_MAX_OUTPUTS);
     for (int i = 0; i < p->n_inputs; i++) {
-        if (p->period[i] < 0)
-            return regc_error(REGC_ERR_ARG, "elementwise: input %d has negative period %lld", i,
-                              (long long)p->period[i]);
+        if (p->period[i] < 0 || p->inner[i] < 0)
+            return regc_error(REGC_ERR_ARG,
+                              "elementwise: input %d has negative period %lld or inner count %lld",
+                              i, (long long)p->period[i], (long long)p->inner[i]);
         if (n > 0 && (!in || !in[i]))
             return regc_error(REGC_ERR_ARG, "elementwise: input %d is NULL", i);
     }
@@ -123,11 +124,11 @@ static inline int regc_ew_check(const regc_ew_program *p, int64_t n, float *cons
             return regc_error(REGC_ERR_ARG, "elementwise: output %d is NULL", k);
         /* a broadcast input is read at every block; overwriting it races */
         for (int i = 0; n > 0 && i < p->n_inputs; i++)
-            if (p->period[i] > 0 && (const float *)out[k] == in[i])
+            if ((p->period[i] > 0 || p->inner[i] > 1) && (const float *)out[k] == in[i])
                 return regc_error(REGC_ERR_ARG,
                                   "elementwise: output %d overwrites input %d, which is "
-                                  "broadcast with period %lld",
-                                  k, i, (long long)p->period[i]);
+                                  "broadcast (period %lld, inner %lld)",
+                                  k, i, (long long)p->period[i], (long long)p->inner[i]);
     }
     return REGC_OK;
 }

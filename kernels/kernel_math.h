@@ -312,6 +312,16 @@ static inline REGC_HD float regc_powf(float x, float p)
 /* the subgradient at 0 is 0, PyTorch's choice (threshold_backward) */
 static inline REGC_HD float regc_relu_dx(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
+/* The element of input i that element e of a chain reads: each value held
+ * over `inner` neighbours (a row's statistic), the whole repeated every
+ * `period` (a bias). */
+static inline REGC_HD int64_t regc_ew_index(const regc_ew_program *p, int i, int64_t e)
+{
+    const int64_t inner = p->inner[i], period = p->period[i];
+    const int64_t k = inner > 1 ? e / inner : e;
+    return period > 0 ? k % period : k;
+}
+
 /* One step of a fused elementwise chain (regc_ew_program) on one element:
  * the GPU's interpreter calls it per element; the CPU's loops call the same
  * functions a block at a time, the switch outside the loop. */
@@ -391,6 +401,12 @@ static inline REGC_HD float regc_rmsnorm_dx(float x, float dy, float w, float s,
 
 /* ---- cross-entropy's gradient at one logit: g (softmax - onehot), the
  * softmax from the row's log-sum-exp l */
+/* softmax's or log-softmax's output at x, l the row's log-sum-exp */
+static inline REGC_HD float regc_softmax_y(float x, float l, int log)
+{
+    return log ? x - l : regc_expf(x - l);
+}
+
 static inline REGC_HD float regc_ce_dx(float x, float l, float g, int is_target)
 {
     return is_target ? g * (regc_expf(x - l) - 1.0f) : g * regc_expf(x - l);

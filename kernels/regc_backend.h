@@ -101,10 +101,11 @@ typedef struct {
 /* A fused elementwise chain (the CPU form of a fused loop): a straight-line
  * program over per-element registers. Registers 0 .. n_inputs-1 hold the
  * inputs; step s writes register n_inputs + s. Input i is read at element
- * e as in[i][e % period[i]] (period 0: in[i][e]; a bias of C columns has
- * period C). Each step computes exactly what the single kernel of the same
- * name computes for one element, in the same float operations, so a fused
- * chain gives bit-identical results to the kernels run one by one. */
+ * e as in[i][(e / inner[i]) % period[i]] (regc_ew_index; inner 0 or 1:
+ * e itself, period 0: no wrap): a bias of C columns has period C, a row's
+ * statistic ([rows] against [rows, C]) inner C. Each step computes exactly what the single kernel
+ * of the same name computes for one element, in the same float operations, so a fused chain gives
+ * bit-identical results to the kernels run one by one. */
 #define REGC_EW_MAX_INPUTS 8
 #define REGC_EW_MAX_STEPS 16
 #define REGC_EW_MAX_OUTPUTS 4
@@ -151,6 +152,7 @@ typedef struct {
 typedef struct {
     int n_inputs, n_steps, n_outputs;
     int64_t period[REGC_EW_MAX_INPUTS];
+    int64_t inner[REGC_EW_MAX_INPUTS];
     regc_ew_step steps[REGC_EW_MAX_STEPS];
     uint8_t out_reg[REGC_EW_MAX_OUTPUTS]; /* the registers written to out[0..n_outputs-1] */
 } regc_ew_program;
@@ -294,6 +296,10 @@ struct regc_backend {
                      int64_t cols);
     /* out[c] = sum over r of x[r, c] */
     void (*sum_rows)(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols);
+    /* out[r] = sum over c of x[r, c] in double (the norms' eight lanes),
+     * divided by cols when mean, rounded to float */
+    void (*row_sum)(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols,
+                    int mean);
 
     /* y = (x - mean) * rstd * w + b over each row of cols; mean, rstd: [rows] */
     void (*layernorm_fwd)(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
@@ -347,6 +353,11 @@ struct regc_backend {
      * (lse still written). Every non-negative target is < cols. */
     void (*cross_entropy_fwd)(regc_backend *be, float *loss, float *lse, const float *logits,
                               const int32_t *targets, int64_t rows, int64_t cols);
+    /* Per row: lse[r] = log sum exp x[r, :] (cross_entropy_fwd's), then
+     * y = exp(x - lse) (softmax) or, with log, x - lse (log-softmax); y is
+     * not x. */
+    void (*softmax_fwd)(regc_backend *be, float *y, float *lse, const float *x, int64_t rows,
+                        int64_t cols, int log);
     /* dlogits = dloss[0] / n_valid * (softmax(logits) - onehot(target)) */
     void (*cross_entropy_bwd)(regc_backend *be, float *dlogits, const float *dloss,
                               const float *logits, const int32_t *targets, const float *lse,
@@ -399,12 +410,12 @@ struct regc_backend {
 /* clang-format off */
 #define REGC_BACKEND_KERNELS(X)                                                                    \
     X(copy_2d) X(transpose) X(gemm) X(embedding_fwd) X(embedding_bwd)                             \
-    X(add) X(bias_add) X(sum_rows) X(mul) X(scale)                                                \
+    X(add) X(bias_add) X(sum_rows) X(row_sum) X(mul) X(scale)                                     \
     X(gelu_fwd) X(gelu_bwd) X(gelu_erf_fwd) X(gelu_erf_bwd) X(silu_fwd) X(silu_bwd)               \
     X(relu_fwd) X(relu_bwd) X(rope) X(elementwise)                                                \
     X(layernorm_fwd) X(layernorm_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd)                               \
     X(add_layernorm_fwd) X(add_rmsnorm_fwd) X(layernorm_bwd_add) X(rmsnorm_bwd_add)               \
-    X(attention_fwd) X(attention_bwd) X(cross_entropy_fwd) X(cross_entropy_bwd)                   \
+    X(attention_fwd) X(attention_bwd) X(softmax_fwd) X(cross_entropy_fwd) X(cross_entropy_bwd)    \
     X(step_schedule) X(grad_sumsq) X(grad_clip) X(adamw)
 /* clang-format on */
 

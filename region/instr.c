@@ -25,6 +25,8 @@ static const char *const kernel_names[K_COUNT] = {
     [K_ATTN_FWD] = "attention",
     [K_ATTN_BWD] = "attention_bwd",
     [K_CE_FWD] = "cross_entropy",
+    [K_ROW_SUM] = "row_sum",
+    [K_SOFTMAX] = "softmax",
     [K_CE_BWD] = "cross_entropy_bwd",
     [K_EW] = "fused_elementwise",
     [K_ADD_LN_FWD] = "add_layernorm",
@@ -200,6 +202,14 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     case K_SUM_ROWS:
         NEED(sum_rows);
         be->sum_rows(be, P(0), C(1), d[0], d[1]);
+        return REGC_OK;
+    case K_ROW_SUM:
+        NEED(row_sum);
+        be->row_sum(be, P(0), C(1), d[0], d[1], (int)d[2]);
+        return REGC_OK;
+    case K_SOFTMAX:
+        NEED(softmax_fwd);
+        be->softmax_fwd(be, P(0), P(1), C(2), d[0], d[1], (int)d[2]);
         return REGC_OK;
     case K_LN_FWD:
         NEED(layernorm_fwd);

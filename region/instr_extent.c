@@ -32,6 +32,7 @@ static const struct {
     [K_BINARY] = {3, 1},         [K_ATTN_FWD] = {6, 2},
     [K_ATTN_BWD] = {11, 4},      [K_CE_FWD] = {4, 2},
     [K_CE_BWD] = {5, 1},         [K_EW] = {0, 0},
+    [K_ROW_SUM] = {2, 1},        [K_SOFTMAX] = {3, 2},
     [K_ADD_LN_FWD] = {8, 4},     [K_ADD_RMS_FWD] = {6, 3},
     [K_LN_BWD_ADD] = {9, 3},     [K_RMS_BWD_ADD] = {7, 2},
     [K_STEP_SCHEDULE] = {1, 1},  [K_GRAD_SUMSQ] = {2, 1},
@@ -175,7 +176,7 @@ static void ew_rule(rule *r)
         return;
     }
     for (int s = 0; s < p->n_steps; s++) /* registers are written before they are read */
-        if (p->steps[s].op > REGC_EW_RELU_BWD || p->steps[s].a >= p->n_inputs + s ||
+        if (p->steps[s].op >= REGC_EW_COUNT || p->steps[s].a >= p->n_inputs + s ||
             p->steps[s].b >= p->n_inputs + s)
             fail(r, "fused chain step reads a register not yet written");
     for (int k = 0; k < p->n_outputs; k++)
@@ -188,11 +189,14 @@ static void ew_rule(rule *r)
     int64_t n = dim(r, 0);
     for (int k = 0; k < p->n_outputs; k++)
         need(r, k, n, F32);
-    for (int k = 0; k < p->n_inputs; k++) { /* input k is read at e % period */
-        int64_t period = p->period[k];
-        if (period < 0 || period > SIZE_LIMIT)
-            fail(r, "fused chain period out of range");
-        need(r, p->n_outputs + k, period > 0 && period < n ? period : n, F32);
+    for (int k = 0; k < p->n_inputs; k++) { /* input k is read at (e / inner) % period */
+        const int64_t period = p->period[k], inner = p->inner[k];
+        if (period < 0 || period > SIZE_LIMIT || inner < 0 || inner > SIZE_LIMIT) {
+            fail(r, "fused chain period or inner count out of range");
+            continue;
+        }
+        const int64_t held = inner > 1 ? (n + inner - 1) / inner : n; /* distinct indices */
+        need(r, p->n_outputs + k, period > 0 && period < held ? period : held, F32);
     }
 }
 
@@ -298,6 +302,14 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
     case K_SUM_ROWS:
         norm_sizes(&r, &rc, &rows, &cols);
         need(&r, 0, cols, F32), need(&r, 1, rc, F32);
+        break;
+    case K_ROW_SUM: /* out [rows], x */
+        norm_sizes(&r, &rc, &rows, &cols);
+        need(&r, 0, rows, F32), need(&r, 1, rc, F32);
+        break;
+    case K_SOFTMAX: /* y, lse [rows], x */
+        norm_sizes(&r, &rc, &rows, &cols);
+        need(&r, 0, rc, F32), need(&r, 1, rows, F32), need(&r, 2, rc, F32);
         break;
     case K_LN_FWD: /* y, mean, rstd, x, w, b */
         norm_sizes(&r, &rc, &rows, &cols);

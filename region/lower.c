@@ -447,6 +447,19 @@ static int lower_node(lower_ctx *c, int i)
         EMIT(K_EMBED_BWD, 1, o[0], in[1], in[0]);
         x->d[0] = numel(c, in[1]), x->d[1] = last_dim(c, in[0]), x->d[2] = n->attrs.vocab;
         break;
+    case REGC_OP_SOFTMAX:
+    case REGC_OP_LOG_SOFTMAX:
+        EMIT(K_SOFTMAX, 2, o[0], o[1], in[0]);
+        x->d[0] = rows_in0, x->d[1] = last_dim(c, in[0]);
+        x->d[2] = n->op == REGC_OP_LOG_SOFTMAX;
+        break;
+    case REGC_OP_SUM_LAST:
+    case REGC_OP_MEAN_LAST:
+        EMIT(K_ROW_SUM, 1, o[0], in[0]);
+        x->d[0] = rows_in0, x->d[1] = last_dim(c, in[0]);
+        x->d[2] = n->op == REGC_OP_MEAN_LAST;
+        break;
+    case REGC_OP_EXPAND:
     case REGC_OP_SUB:
     case REGC_OP_DIV:
     case REGC_OP_NEG:
@@ -490,6 +503,7 @@ static int ew_op_of(regc_op op)
     case REGC_OP_TANH_BWD: return REGC_EW_TANH_BWD;
     case REGC_OP_RSQRT: return REGC_EW_RSQRT;
     case REGC_OP_POW: return REGC_EW_POW;
+    case REGC_OP_EXPAND: return REGC_EW_SCALE; /* by 1: a copy of the row's value */
     default: return -1;
     }
 }
@@ -504,10 +518,26 @@ static int ew_only(regc_op op)
            op != REGC_OP_SILU_BWD && op != REGC_OP_RELU && op != REGC_OP_RELU_BWD;
 }
 
-/* May operand k of x be broadcast (read with a period) in a chain? */
+/* May operand k of x be broadcast (read with a period or an inner count)
+ * in a chain? */
 static int ew_broadcast_ok(const regc_node *x, int k)
 {
-    return k == 1 && (x->op == REGC_OP_BIAS_ADD || x->op == REGC_OP_SUB || x->op == REGC_OP_DIV);
+    return (k == 1 && (x->op == REGC_OP_BIAS_ADD || x->op == REGC_OP_SUB || x->op == REGC_OP_DIV ||
+                       x->op == REGC_OP_MUL)) ||
+           (k == 0 && x->op == REGC_OP_EXPAND);
+}
+
+/* Does node i read a broadcast operand? MUL's single kernel takes equal
+ * shapes only; broadcast, it runs as a chain. */
+static int ew_broadcasts(const lower_ctx *c, int i)
+{
+    const regc_node *x = regc_graph_node(c->g, i);
+    if (ew_op_of(x->op) < 0 || x->op == REGC_OP_BIAS_ADD)
+        return 0;
+    for (int k = 0; k < x->n_in; k++)
+        if (numel(c, x->in[k]) != numel(c, x->out[0]))
+            return 1;
+    return 0;
 }
 
 /* Can node i join a chain over n elements? */
@@ -593,15 +623,31 @@ static int emit_group(lower_ctx *c, const ew_group *gr, regc_ew_program *prog)
     int n_regs = 0;
     int64_t n = numel(c, regc_graph_node(c->g, gr->members[0])->out[0]);
     for (int k = 0; k < gr->n_inputs; k++) {
+        const regc_tensor *t = T(c, gr->inputs[k]);
         tensor_of[n_regs++] = gr->inputs[k];
-        prog->period[k] = numel(c, gr->inputs[k]) == n ? 0 : numel(c, gr->inputs[k]);
+        if (regc_tensor_numel(t) == n)
+            continue; /* read element by element */
+        /* broadcast: as the shape of the member that reads it says */
+        const regc_tensor *full = NULL;
+        for (int m = 0; m < gr->n_members && !full; m++) {
+            const regc_node *x = regc_graph_node(c->g, gr->members[m]);
+            for (int j = 0; j < x->n_in && !full; j++)
+                if (x->in[j] == gr->inputs[k])
+                    full = T(c, x->out[0]);
+        }
+        const int row = full && t->ndim == full->ndim && t->ndim >= 1 &&
+                        t->shape[t->ndim - 1] == 1 && full->shape[full->ndim - 1] > 1;
+        if (row) /* a row's statistic [..., 1]: held along the row */
+            prog->inner[k] = full->shape[full->ndim - 1];
+        else /* trailing dimensions: repeated over the leading ones */
+            prog->period[k] = regc_tensor_numel(t);
     }
     prog->n_inputs = gr->n_inputs;
     for (int m = 0; m < gr->n_members; m++) {
         const regc_node *x = regc_graph_node(c->g, gr->members[m]);
         regc_ew_step *s = &prog->steps[m];
         s->op = (uint8_t)ew_op_of(x->op);
-        s->value = x->attrs.value;
+        s->value = x->op == REGC_OP_EXPAND ? 1.0f : x->attrs.value;
         for (int k = 0; k < x->n_in && k < 2; k++)
             for (int r = 0; r < n_regs; r++)
                 if (tensor_of[r] == x->in[k])
@@ -657,7 +703,7 @@ static int lower_range(lower_ctx *c, int lo, int hi, int fuse, int *n_ew)
                 continue;
             }
         }
-        if (ew_only(regc_graph_node(c->g, i)->op)) {
+        if (ew_only(regc_graph_node(c->g, i)->op) || ew_broadcasts(c, i)) {
             ew_group gr = {0};
             ew_try(c, &gr, i); /* one step always fits */
             int rc = emit_group(c, &gr, &c->r->ew[(*n_ew)++]);

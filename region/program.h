@@ -41,6 +41,8 @@ typedef enum {
     K_ATTN_BWD,   /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse */
     K_CE_FWD,     /* loss, lse, logits, targets; d0 = rows, d1 = cols */
     K_CE_BWD,     /* dlogits, dloss, logits, targets, lse */
+    K_ROW_SUM,    /* out, x; d0 = rows, d1 = cols, d2 = mean (else the sum) */
+    K_SOFTMAX,    /* y, lse, x; d0 = rows, d1 = cols, d2 = log (log-softmax) */
     K_EW,         /* fused elementwise: outs then ins; ew program; d0 = n */
     K_ADD_LN_FWD, /* sum, y, mean, rstd, a, b, w, bias; d0 = rows, d1 = cols; f = eps */
     K_ADD_RMS_FWD, /* sum, y, rstd, a, b, w */

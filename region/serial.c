@@ -219,8 +219,10 @@ static void put_ew(regc_bytes *b, const regc_ew_program *e)
     regc_bytes_put_i64(b, e->n_inputs);
     regc_bytes_put_i64(b, e->n_steps);
     regc_bytes_put_i64(b, e->n_outputs);
-    for (int k = 0; k < e->n_inputs; k++)
+    for (int k = 0; k < e->n_inputs; k++) {
         regc_bytes_put_i64(b, e->period[k]);
+        regc_bytes_put_i64(b, e->inner[k]);
+    }
     for (int k = 0; k < e->n_steps; k++) {
         regc_bytes_put_i64(b, e->steps[k].op);
         regc_bytes_put_i64(b, e->steps[k].a);
@@ -238,10 +240,12 @@ static void get_ew(regc_reader *r, regc_ew_program *e)
     e->n_steps = (int)regc_reader_int(r, 0, REGC_EW_MAX_STEPS);
     e->n_outputs = (int)regc_reader_int(r, 0, REGC_EW_MAX_OUTPUTS);
     int regs = e->n_inputs + e->n_steps; /* register k < n_inputs is input k, then one per step */
-    for (int k = 0; k < e->n_inputs && k < REGC_EW_MAX_INPUTS; k++)
+    for (int k = 0; k < e->n_inputs && k < REGC_EW_MAX_INPUTS; k++) {
         e->period[k] = regc_reader_int(r, 0, INT64_MAX);
+        e->inner[k] = regc_reader_int(r, 0, INT64_MAX);
+    }
     for (int k = 0; k < e->n_steps && k < REGC_EW_MAX_STEPS; k++) {
-        e->steps[k].op = (uint8_t)regc_reader_int(r, 0, REGC_EW_RELU_BWD);
+        e->steps[k].op = (uint8_t)regc_reader_int(r, 0, REGC_EW_COUNT - 1);
         e->steps[k].a = (uint8_t)regc_reader_int(r, 0, e->n_inputs + k - 1);
         e->steps[k].b = (uint8_t)regc_reader_int(r, 0, e->n_inputs + k - 1);
         e->steps[k].value = regc_reader_f32(r);

@@ -20,8 +20,11 @@
 
 #include <cmocka.h>
 
+#include "program.h"
 #include "regc_backend.h"
 #include "regc_region.h"
+#include "serial.h"
+#include "validate.h"
 
 #define VOCAB 5 /* every int input holds ids < VOCAB */
 
@@ -147,7 +150,23 @@ static void check_case_at(build_fn build, const char *what, regc_level level)
     regc_compile_options_default(&o);
     o.regional = 0;
     o.level = level;
-    assert_int_equal(regc_program_compile_graph(g, &o, &c.p, NULL), REGC_OK);
+    regc_program *compiled = NULL;
+    regc_compile_stats st;
+    assert_int_equal(regc_program_compile_graph(g, &o, &compiled, &st), REGC_OK);
+    /* the program runs as the compile cache gives it back: written, read,
+     * and checked as every decoded program is */
+    regc_bytes bytes = {0};
+    regc_program_write(compiled, &st, &bytes);
+    assert_false(bytes.failed);
+    regc_compile_stats back = st;
+    if (regc_program_read(bytes.data, bytes.len, &c.p, &back) != REGC_OK ||
+        regc_program_validate(c.p) != REGC_OK)
+        fail_msg("%s at %s: the program read back is refused: %s", what, regc_level_name(level),
+                 regc_error_message());
+    for (int r = 0; r < c.p->n_regions; r++)
+        assert_int_equal(regc_region_validate(c.p->regions[r]), REGC_OK);
+    regc_bytes_free(&bytes);
+    regc_program_free(compiled);
     int n_in = regc_program_n_inputs(c.p);
     void **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
     for (int i = 0; i < n_in; i++) {
@@ -489,6 +508,58 @@ static int b_gelu_decomposed(regc_graph *g)
     return regc_graph_mul(g, regc_graph_scale(g, s, 0.5f), regc_graph_add_scalar(g, t, 1.0f));
 }
 
+/* The row ops (softmax, log-softmax, sum, mean over the last axis) and the
+ * row broadcasts of their statistics. */
+static int b_softmax(regc_graph *g)
+{
+    int x = input(g, "x", 3, (int64_t[]){2, 3, 7});
+    return regc_graph_softmax(g, regc_graph_scale(g, x, 3.0f));
+}
+
+static int b_log_softmax(regc_graph *g)
+{
+    int x = input(g, "x", 2, (int64_t[]){4, 9});
+    return regc_graph_log_softmax(g, regc_graph_scale(g, x, 3.0f));
+}
+
+static int b_sum_mean_last(regc_graph *g)
+{
+    int x = input(g, "x", 3, (int64_t[]){2, 3, 5});
+    int s = regc_graph_sum_last(g, x), m = regc_graph_mean_last(g, regc_graph_mul(g, x, x));
+    return regc_graph_concat(g, 2, (int[]){s, m}); /* [2, 3, 2] */
+}
+
+static int b_row_broadcast(regc_graph *g)
+{
+    /* a [..., 1] statistic against its rows, in each operand place */
+    int x = input(g, "x", 3, (int64_t[]){2, 3, 4}), r = input(g, "r", 3, (int64_t[]){2, 3, 1});
+    int d = regc_graph_add_scalar(g, regc_graph_scale(g, r, 0.25f), 1.0f); /* [0.75, 1.25) */
+    int y = regc_graph_div(g, regc_graph_sub(g, regc_graph_mul(g, x, r), r), d);
+    return regc_graph_add(g, y, regc_graph_expand(g, r, 4));
+}
+
+static int b_rmsnorm_decomposed(regc_graph *g)
+{
+    /* Llama's RMSNorm as torch.export spells it:
+     * w * (x * rsqrt(mean(x^2, -1, keepdim) + eps)) */
+    int x = input(g, "x", 3, (int64_t[]){2, 3, 8}), w = input(g, "w", 1, (int64_t[]){8});
+    int ms = regc_graph_mean_last(g, regc_graph_pow(g, x, 2.0f));
+    int n = regc_graph_mul(g, x, regc_graph_rsqrt(g, regc_graph_add_scalar(g, ms, 1e-5f)));
+    return regc_graph_mul(g, n, w);
+}
+
+static int b_attention_decomposed(regc_graph *g)
+{
+    /* one head of attention with an explicit additive mask (a parameter
+     * here, so that its gradient is checked too): softmax(q k^T / 2 + mask) v */
+    int q = input(g, "q", 2, (int64_t[]){5, 4}), k = input(g, "k", 2, (int64_t[]){5, 4});
+    int v = input(g, "v", 2, (int64_t[]){5, 3});
+    int mask = input(g, "mask", 2, (int64_t[]){5, 5});
+    int s = regc_graph_scale(g, regc_graph_matmul(g, q, k, 0, 1), 0.5f); /* [5, 5] */
+    int p = regc_graph_softmax(g, regc_graph_add(g, s, mask));
+    return regc_graph_matmul(g, p, v, 0, 0); /* [5, 3] */
+}
+
 #define CASE(name)                                                                                 \
     static void test_##name(void **state)                                                          \
     {                                                                                              \
@@ -534,6 +605,12 @@ CASE(tanh)
 CASE(rsqrt)
 CASE(pow)
 CASE(gelu_decomposed)
+CASE(softmax)
+CASE(log_softmax)
+CASE(sum_mean_last)
+CASE(row_broadcast)
+CASE(rmsnorm_decomposed)
+CASE(attention_decomposed)
 
 /* ---- errors */
 
@@ -608,6 +685,12 @@ int main(void)
         cmocka_unit_test(test_rsqrt),
         cmocka_unit_test(test_pow),
         cmocka_unit_test(test_gelu_decomposed),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_log_softmax),
+        cmocka_unit_test(test_sum_mean_last),
+        cmocka_unit_test(test_row_broadcast),
+        cmocka_unit_test(test_rmsnorm_decomposed),
+        cmocka_unit_test(test_attention_decomposed),
         cmocka_unit_test(test_backward_op_has_no_rule),
         cmocka_unit_test(test_loss_must_be_scalar),
     };

@@ -184,22 +184,51 @@ static void emulate_rmsnorm_bwd(float *dx, float *dw, const float *dres, const f
         cuda_sum_rmsnorm_column(dw, dy, x, rstd, rows, cols, c);
 }
 
+/* one row's log-sum-exp as the eight threads of cuda_lse_kernel (and of
+ * cuda_softmax_kernel) find it */
+static float emulate_lse_row(const float *x, int64_t cols) /* x: [cols] */
+{
+    float mx_part[CUDA_ROW_LANES];
+    for (int u = 0; u < CUDA_ROW_LANES; u++)
+        mx_part[u] = cuda_max_lane(x, cols, u);
+    const float mx = gather_max(mx_part);
+    double part[CUDA_ROW_LANES];
+    for (int u = 0; u < CUDA_ROW_LANES; u++)
+        part[u] = cuda_lse_needs_sum(mx) ? cuda_sum_lse_lane(x, mx, cols, u) : 0.0;
+    return cuda_finish_lse(mx, gather_total(part));
+}
+
+/* cuda_softmax_kernel, each row */
+static void emulate_softmax(float *y, float *lse, const float *x, int64_t rows, int64_t cols,
+                            int log)
+/* y, x: [rows, cols]; lse: [rows] */
+{
+    for (int64_t r = 0; r < rows; r++) {
+        lse[r] = emulate_lse_row(x + r * cols, cols);
+        for (int u = 0; u < CUDA_ROW_LANES; u++)
+            cuda_write_softmax_lane(y + r * cols, x + r * cols, lse[r], cols, log, u);
+    }
+}
+
+/* cuda_row_sum_kernel, each row */
+static void emulate_row_sum(float *out, const float *x, int64_t rows, int64_t cols, int mean)
+/* out: [rows]; x: [rows, cols] */
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double part[CUDA_ROW_LANES];
+        for (int u = 0; u < CUDA_ROW_LANES; u++)
+            part[u] = cuda_sum_lane(x + r * cols, cols, u);
+        out[r] = cuda_finish_row_sum(gather_total(part), cols, mean);
+    }
+}
+
 /* cuda_lse_kernel, then cuda_ce_loss_kernel (thread 0's serial sum) */
 static void emulate_ce_fwd(float *loss, float *lse, const float *logits, const int32_t *targets,
                            int64_t rows, int64_t cols)
 /* loss: [1]; lse, targets: [rows]; logits: [rows, cols] */
 {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits + r * cols; /* [cols] */
-        float mx_part[CUDA_ROW_LANES];
-        for (int u = 0; u < CUDA_ROW_LANES; u++)
-            mx_part[u] = cuda_max_lane(x, cols, u);
-        const float mx = gather_max(mx_part);
-        double part[CUDA_ROW_LANES];
-        for (int u = 0; u < CUDA_ROW_LANES; u++)
-            part[u] = cuda_lse_needs_sum(mx) ? cuda_sum_lse_lane(x, mx, cols, u) : 0.0;
-        lse[r] = cuda_finish_lse(mx, gather_total(part));
-    }
+    for (int64_t r = 0; r < rows; r++)
+        lse[r] = emulate_lse_row(logits + r * cols, cols);
     double total = 0.0;
     int64_t n_valid = 0;
     for (int64_t r = 0; r < rows; r++)
@@ -499,6 +528,47 @@ static void test_cross_entropy(void **state)
             }
 }
 
+/* softmax and log-softmax over cross-entropy's shapes and inputs (-inf
+ * logits, rows all -inf, a +inf), the row sum and mean over the norms' */
+static void test_softmax_and_row_sum(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 2; t++) {
+        regc_backend *be = bes[t];
+        for (size_t i = 0; i < N_CE_SHAPES; i++) {
+            const shape2 s = ce_shapes[i];
+            const size_t n = count(s), nr = (size_t)s.rows;
+            float *hx;
+            int32_t *ht;
+            ce_inputs(s, 560 + i, 1, &hx, &ht);
+            float *x = regc_test_upload(be, hx, n), *y = regc_test_dev_nan(be, n);
+            float *lse = regc_test_dev_nan(be, nr);
+            float *ey = regc_test_host_floats(n), *e_lse = regc_test_host_floats(nr);
+            for (int log = 0; log < 2; log++) {
+                be->softmax_fwd(be, y, lse, x, s.rows, s.cols, log);
+                assert_int_equal(be->sync(be), REGC_OK);
+                emulate_softmax(ey, e_lse, hx, s.rows, s.cols, log);
+                expect_bits(log ? "log_softmax y" : "softmax y", s, ey, host_copy(y, n), n);
+                expect_bits("softmax lse", s, e_lse, host_copy(lse, nr), nr);
+            }
+            free(ht);
+        }
+        for (size_t i = 0; i < N_NORM_SHAPES; i++) {
+            const shape2 s = norm_shapes[i];
+            const size_t n = count(s), nr = (size_t)s.rows;
+            float *hx = norm_input(s, 580 + i);
+            float *x = regc_test_upload(be, hx, n), *out = regc_test_dev_nan(be, nr);
+            float *eo = regc_test_host_floats(nr);
+            for (int mean = 0; mean < 2; mean++) {
+                be->row_sum(be, out, x, s.rows, s.cols, mean);
+                assert_int_equal(be->sync(be), REGC_OK);
+                emulate_row_sum(eo, hx, s.rows, s.cols, mean);
+                expect_bits(mean ? "row_sum mean" : "row_sum", s, eo, host_copy(out, nr), nr);
+            }
+        }
+    }
+}
+
 /* every target ignored: the loss and the gradient are zeros */
 static void test_cross_entropy_all_ignored(void **state)
 {
@@ -628,6 +698,7 @@ int main(void)
         regc_test_with_buffers(test_norms_bwd_add),
         regc_test_with_buffers(test_cross_entropy),
         regc_test_with_buffers(test_cross_entropy_all_ignored),
+        regc_test_with_buffers(test_softmax_and_row_sum),
         regc_test_with_buffers(test_cross_entropy_target_past_columns),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -599,6 +599,27 @@ static void test_pointwise_reference(void **state)
     ref_check(c, "tanh_dx", y, n, "tanh");
 }
 
+static void test_row_ops_reference(void **state)
+{
+    (void)state;
+    const cJSON *c = regc_test_json_get(g_ref, "row_ops");
+    const int64_t rows = (int64_t)num(c, "rows"), cols = (int64_t)num(c, "cols");
+    const size_t n = (size_t)(rows * cols);
+    float *x = ref_input(c, "x", n), *y = regc_test_dev_nan(be, n);
+    float *lse = regc_test_dev_nan(be, (size_t)rows), *s = regc_test_dev_nan(be, (size_t)rows);
+    for (int log = 0; log < 2; log++) {
+        be->softmax_fwd(be, y, lse, x, rows, cols, log);
+        assert_int_equal(be->sync(be), REGC_OK);
+        ref_check(c, log ? "log_softmax" : "softmax", y, n, "softmax");
+        ref_check(c, "lse", lse, (size_t)rows, "softmax");
+    }
+    for (int mean = 0; mean < 2; mean++) {
+        be->row_sum(be, s, x, rows, cols, mean);
+        assert_int_equal(be->sync(be), REGC_OK);
+        ref_check(c, mean ? "mean" : "sum", s, (size_t)rows, "row_sum");
+    }
+}
+
 static void test_cross_entropy_reference(void **state)
 {
     (void)state;
@@ -735,6 +756,7 @@ int main(void)
         regc_test_with_buffers(test_rope_reference),
         regc_test_with_buffers(test_activations_reference),
         regc_test_with_buffers(test_pointwise_reference),
+        regc_test_with_buffers(test_row_ops_reference),
         regc_test_with_buffers(test_cross_entropy_reference),
         regc_test_with_buffers(test_embedding_reference),
         regc_test_with_buffers(test_elementwise_reference),

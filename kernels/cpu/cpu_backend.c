@@ -142,6 +142,7 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->add = regc_cpu_add_arrays;
     be->bias_add = regc_cpu_add_bias;
     be->sum_rows = regc_cpu_sum_rows;
+    be->row_sum = regc_cpu_row_sum;
     be->layernorm_fwd = regc_cpu_layernorm_fwd;
     be->layernorm_bwd = regc_cpu_layernorm_bwd;
     be->gelu_fwd = regc_cpu_gelu_fwd;
@@ -159,6 +160,7 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->scale = regc_cpu_scale;
     be->attention_fwd = regc_cpu_attention_fwd;
     be->attention_bwd = regc_cpu_attention_bwd;
+    be->softmax_fwd = regc_cpu_softmax_fwd;
     be->cross_entropy_fwd = regc_cpu_cross_entropy_fwd;
     be->cross_entropy_bwd = regc_cpu_cross_entropy_bwd;
     be->elementwise = regc_cpu_elementwise;

@@ -84,6 +84,12 @@ void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
         for (int i = 0; i < n_in; i++) {
             const int64_t period = p->period[i];
             const int64_t start = period > 0 ? e0 % period : e0;
+            if (p->inner[i] > 1) { /* a row's statistic: each value over inner elements */
+                for (int64_t j = 0; j < len; j++)
+                    buf[i][j] = in[i][regc_ew_index(p, i, e0 + j)];
+                reg[i] = buf[i];
+                continue;
+            }
             /* a broadcast block inside one period is a plain slice of its
              * input too (never overwritten: regc_ew_check refuses that) */
             if (!is_output[i] && (period == 0 || start + len <= period)) {

@@ -225,6 +225,10 @@ void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const flo
 void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b, int64_t rows,
                        int64_t cols);
 void regc_cpu_sum_rows(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols);
+void regc_cpu_row_sum(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols,
+                      int mean);
+void regc_cpu_softmax_fwd(regc_backend *be, float *y, float *lse, const float *x, int64_t rows,
+                          int64_t cols, int log);
 void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 

@@ -1,5 +1,6 @@
 /* cpu_loss.c — softmax cross-entropy over rows of logits (vocabularies of
- * 50257 and more), with negative targets ignored. */
+ * 50257 and more), with negative targets ignored, and softmax and
+ * log-softmax over rows through the same log-sum-exp. */
 #include <math.h>
 #include <string.h>
 
@@ -72,6 +73,21 @@ void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const
         n_valid++;
     }
     loss[0] = n_valid > 0 ? (float)(total / (double)n_valid) : 0.0f;
+}
+
+void regc_cpu_softmax_fwd(regc_backend *be, float *y, float *lse, const float *x, int64_t rows,
+                          int64_t cols, int log)
+{
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be) / 8) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols; /* [cols] */
+        float *yr = y + r * cols;       /* [cols] */
+        const float l = cpu_row_logsumexp(xr, cols);
+        for (int64_t c = 0; c < cols; c++)
+            yr[c] = regc_softmax_y(xr[c], l, log);
+        lse[r] = l;
+    }
 }
 
 /* dx[c] = g * softmax(x)[c], with l the row's log-sum-exp */

@@ -2,7 +2,9 @@
  * LlamaRMSNorm, T5's T5LayerNorm) over the last axis, forward and backward,
  * and each fused with the residual add beside it (add + norm forward,
  * norm backward + gradient add), sharing the row routines with the plain
- * kernels so fused and unfused results are the same bits.
+ * kernels so fused and unfused results are the same bits; and the plain
+ * row sum and mean (an exported graph's sum and mean over the last axis),
+ * in the same lanes.
  * Row statistics are accumulated in double: the mean of 768 floats
  * otherwise loses digits the backward pass needs. */
 #include "cpu_kernels.h"
@@ -30,6 +32,17 @@ static double norm_row_sum(const float *x, int64_t cols)
     for (; c < cols; c++)
         acc[c % NORM_LANES] += x[c];
     return norm_lanes_total(acc);
+}
+
+void regc_cpu_row_sum(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols,
+                      int mean)
+{
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const double sum = norm_row_sum(x + r * cols, cols);
+        out[r] = (float)(mean ? (cols > 0 ? sum / (double)cols : 0.0) : sum);
+    }
 }
 
 /* sum of (x[c] - mu)^2 */

@@ -181,13 +181,11 @@ static inline REGC_HD void cuda_body_sum_rows(int64_t c, float *out, const float
 
 static inline REGC_HD void cuda_body_elementwise(int64_t e, const regc_ew_program *p,
                                                  float *const *out, const float *const *in)
-/* out[k]: [n]; in[i]: [n], or [period[i]] when broadcast */
+/* out[k]: [n]; in[i]: [n], or fewer when broadcast (regc_ew_index) */
 {
     float reg[CUDA_EW_MAX_REGS];
-    for (int i = 0; i < p->n_inputs; i++) {
-        const int64_t period = p->period[i];
-        reg[i] = in[i][period > 0 ? e % period : e];
-    }
+    for (int i = 0; i < p->n_inputs; i++)
+        reg[i] = in[i][regc_ew_index(p, i, e)];
     for (int s = 0; s < p->n_steps; s++) {
         const regc_ew_step *st = &p->steps[s];
         /* a one-operand op's b is unchecked: never index with it */

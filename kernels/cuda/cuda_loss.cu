@@ -1,6 +1,7 @@
 /* cuda_loss.cu — softmax cross-entropy over rows of logits (vocabularies
- * of 50257 and more), negative targets ignored, giving the CPU backend's
- * bits (cpu_loss.c).
+ * of 50257 and more), negative targets ignored, and softmax and
+ * log-softmax over rows through the same log-sum-exp, giving the CPU
+ * backend's bits (cpu_loss.c).
  *
  * Forward, in two kernels:
  * - the log-sum-exp of each row, eight threads per row: the maximum (exact
@@ -64,6 +65,39 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
     const double sum = cuda_gather_total(part);
     if (live && u == 0)
         lse[r] = cuda_finish_lse(mx, sum);
+}
+
+/* softmax or log-softmax of each row: cuda_lse_kernel's log-sum-exp, which
+ * every thread of the row holds, then each thread's lane of outputs */
+static __global__ void __launch_bounds__(CUDA_THREADS)
+    cuda_softmax_kernel(float *y,       /* [rows, cols] */
+                        float *lse,     /* [rows] */
+                        const float *x, /* [rows, cols] */
+                        int64_t rows, int64_t cols, int log)
+{
+    const int64_t r = (int64_t)blockIdx.x * CUDA_LSE_ROWS_PER_BLOCK + threadIdx.x / CUDA_ROW_LANES;
+    const int u = (int)(threadIdx.x % CUDA_ROW_LANES);
+    const int live = r < rows;
+    const int64_t n = live ? cols : 0, off = live ? r * cols : 0;
+    const float mx = cuda_gather_max(cuda_max_lane(x + off, n, u));
+    const double part = cuda_lse_needs_sum(mx) ? cuda_sum_lse_lane(x + off, mx, n, u) : 0.0;
+    const float l = cuda_finish_lse(mx, cuda_gather_total(part));
+    cuda_write_softmax_lane(y + off, x + off, l, n, log, u);
+    if (live && u == 0)
+        lse[r] = l;
+}
+
+static void cuda_softmax_fwd(regc_backend *be, float *y, float *lse, const float *x, int64_t rows,
+                             int64_t cols, int log)
+{
+    if (rows <= 0)
+        return;
+    const int64_t blocks = (rows + CUDA_LSE_ROWS_PER_BLOCK - 1) / CUDA_LSE_ROWS_PER_BLOCK;
+    if (!cuda_check_grid(be, blocks, "softmax_fwd"))
+        return;
+    cuda_softmax_kernel<<<(unsigned)blocks, CUDA_THREADS, 0, cuda_stream(be)>>>(y, lse, x, rows,
+                                                                                cols, log);
+    cuda_note(be, cudaGetLastError(), "softmax_fwd");
 }
 
 /* loss[0], from lse written by cuda_lse_kernel; one block */
@@ -180,6 +214,7 @@ static void cuda_cross_entropy_bwd(regc_backend *be, float *dlogits, const float
 
 void regc_cuda_set_loss(regc_backend *be)
 {
+    be->softmax_fwd = cuda_softmax_fwd;
     be->cross_entropy_fwd = cuda_cross_entropy_fwd;
     be->cross_entropy_bwd = cuda_cross_entropy_bwd;
 }

@@ -1,6 +1,6 @@
 /* cuda_norm.cu — LayerNorm and RMSNorm over the last axis, forward and
- * backward, and each fused with the residual add beside it, giving the CPU
- * backend's bits (cpu_norm.c).
+ * backward, and each fused with the residual add beside it, and a row's
+ * plain sum or mean, giving the CPU backend's bits (cpu_norm.c).
  *
  * The CPU sums each row in eight double lanes in a fixed order; here each
  * row has eight threads (four rows to a warp, the eight reading eight
@@ -186,6 +186,31 @@ static void cuda_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *
     cuda_launch_rmsnorm_fwd(be, sum, y, rstd, NULL, a, b, w, rows, cols, eps, "add_rmsnorm_fwd");
 }
 
+/* ---- a row's plain sum or mean, the lanes of LayerNorm's mean */
+
+static __global__ void __launch_bounds__(CUDA_THREADS)
+    cuda_row_sum_kernel(float *out,     /* [rows] */
+                        const float *x, /* [rows, cols] */
+                        int64_t rows, int64_t cols, int mean)
+{
+    const cuda_row_slot t = cuda_find_row(rows, cols);
+    const double total = cuda_gather_total(cuda_sum_lane(x + t.off, t.n, t.u));
+    if (t.live && t.u == 0)
+        out[t.r] = cuda_finish_row_sum(total, cols, mean);
+}
+
+static void cuda_row_sum(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols,
+                         int mean)
+{
+    if (rows <= 0)
+        return;
+    const unsigned blocks = cuda_count_row_blocks(be, rows, "row_sum");
+    if (blocks == 0)
+        return;
+    cuda_row_sum_kernel<<<blocks, CUDA_THREADS, 0, cuda_stream(be)>>>(out, x, rows, cols, mean);
+    cuda_note(be, cudaGetLastError(), "row_sum");
+}
+
 /* ---- backward */
 
 /* LayerNorm's dx of each row; with dres non-NULL, dx = dres + that */
@@ -337,4 +362,5 @@ void regc_cuda_set_norm(regc_backend *be)
     be->add_rmsnorm_fwd = cuda_add_rmsnorm_fwd;
     be->layernorm_bwd_add = cuda_layernorm_bwd_add;
     be->rmsnorm_bwd_add = cuda_rmsnorm_bwd_add;
+    be->row_sum = cuda_row_sum;
 }

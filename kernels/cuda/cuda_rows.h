@@ -63,7 +63,14 @@ static inline REGC_HD double cuda_divide_cols(double sum, int64_t cols)
     return cols > 0 ? sum / (double)cols : 0.0;
 }
 
-/* lane u of the sum of x[c] (LayerNorm's mean) */
+/* a row's sum (the combined lanes) as row_sum writes it: divided by cols
+ * first when mean, then rounded */
+static inline REGC_HD float cuda_finish_row_sum(double total, int64_t cols, int mean)
+{
+    return (float)(mean ? cuda_divide_cols(total, cols) : total);
+}
+
+/* lane u of the sum of x[c] (LayerNorm's mean, row_sum) */
 static inline REGC_HD double cuda_sum_lane(const float *x, int64_t cols, int u) /* x: [cols] */
 {
     double acc = 0.0;
@@ -271,6 +278,15 @@ static inline REGC_HD double cuda_sum_lse_lane(const float *x, float mx, int64_t
 static inline REGC_HD float cuda_finish_lse(float mx, double sum)
 {
     return cuda_lse_needs_sum(mx) ? mx + (float)regc_log(sum) : mx;
+}
+
+/* softmax's (or log-softmax's) outputs of lane u's elements, l the row's
+ * log-sum-exp */
+static inline REGC_HD void cuda_write_softmax_lane(float *y, const float *x, float l, int64_t cols,
+                                                   int log, int u) /* y, x: [cols] */
+{
+    for (int64_t c = u; c < cols; c += CUDA_ROW_LANES)
+        y[c] = regc_softmax_y(x[c], l, log);
 }
 
 /* Does the forward's loss count a target? A target past the columns is

@@ -309,6 +309,20 @@ def pointwise_case():
     return c.out
 
 
+def row_ops_case():
+    """Softmax and log-softmax over the last axis (and the log-sum-exp they
+    write), and a row's sum and mean."""
+    rows, cols = 6, 13
+    c = Case(330, rows=rows, cols=cols)
+    x = c.input("x", [rows, cols], 0.0, 4.0)
+    c.expect("softmax", torch.softmax(x, -1))
+    c.expect("log_softmax", torch.log_softmax(x, -1))
+    c.expect("lse", torch.logsumexp(x, -1))
+    c.expect("sum", x.sum(-1))
+    c.expect("mean", x.mean(-1))
+    return c.out
+
+
 def cross_entropy_case():
     rows, vocab = 7, 11
     targets = [3, -1, 10, 0, 7, -1, 3]
@@ -405,6 +419,7 @@ def main():
         "rope": rope_case(),
         "activations": activations_case(),
         "pointwise": pointwise_case(),
+        "row_ops": row_ops_case(),
         "attention": [
             attention_case(800, 2, 5, 5, 4, 2, 3, causal=1),
             attention_case(801, 2, 5, 5, 4, 2, 3, causal=0),
