@@ -282,6 +282,19 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         return accumulate(c, in[0], d);
     }
     case REGC_OP_EXPAND: return accumulate(c, in[0], regc_graph_sum_last(g, dy));
+    case REGC_OP_MASKED_FILL: {
+        /* the filled places pass nothing back; the mask is not differentiable */
+        regc_attrs a = {.value = 0.0f};
+        if (node_n(c, REGC_OP_MASKED_FILL, &a, 2, (int[]){dy, in[1]}, 1, out))
+            return REGC_ERR_SHAPE;
+        return accumulate(c, in[0], out[0]);
+    }
+    case REGC_OP_SLICE: {
+        const regc_tensor *x = regc_graph_tensor(g, in[0]);
+        int rc =
+            regc_graph_add_node(g, REGC_OP_SLICE_BWD, &n->attrs, 1, &dy, 1, out, x->ndim, x->shape);
+        return rc < 0 ? rc : accumulate(c, in[0], out[0]);
+    }
     case REGC_OP_RESHAPE: return accumulate(c, in[0], as_shape_of(c, dy, in[0]));
     case REGC_OP_TRANSPOSE: {
         int inverse[REGC_MAX_DIMS] = {0};

@@ -63,6 +63,8 @@ static const struct {
     [REGC_OP_SUM_LAST] = {"sum_last", 1, 1},
     [REGC_OP_MEAN_LAST] = {"mean_last", 1, 1},
     [REGC_OP_EXPAND] = {"expand", 1, 1},
+    [REGC_OP_MASKED_FILL] = {"masked_fill", 2, 1},
+    [REGC_OP_SLICE] = {"slice", 1, 1},
     [REGC_OP_FILL] = {"fill", 0, 1},
     [REGC_OP_SUM_ROWS] = {"sum_rows", 1, 1},
     [REGC_OP_EMBEDDING_BWD] = {"embedding_bwd", 2, 1},
@@ -75,6 +77,7 @@ static const struct {
     [REGC_OP_GELU_ERF_BWD] = {"gelu_erf_bwd", 2, 1},
     [REGC_OP_RELU_BWD] = {"relu_bwd", 2, 1},
     [REGC_OP_TANH_BWD] = {"tanh_bwd", 2, 1},
+    [REGC_OP_SLICE_BWD] = {"slice_bwd", 1, 1},
 };
 
 const char *regc_op_name(regc_op op)
@@ -465,10 +468,13 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
             return bad(op, x[1], "shape differs from the first input");
         spec_like(&o[0], x[0]);
         return REGC_OK;
+    case REGC_OP_MASKED_FILL:
     case REGC_OP_SUB:
     case REGC_OP_DIV:
     case REGC_OP_MUL:
     case REGC_OP_BIAS_ADD: {
+        if (op == REGC_OP_MASKED_FILL && isnan(a->value))
+            return regc_error(REGC_ERR_ARG, "%s: value must not be NaN", name);
         /* b broadcast over a's leading dimensions; SUB, DIV, MUL: or of a's
          * shape, or a row's statistic [..., 1] */
         if (op != REGC_OP_BIAS_ADD && (same_shape(x[0], x[1]) || is_row_of(x[1], x[0]))) {
@@ -543,6 +549,25 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         if (x[0]->ndim < 1 || out_ndim != x[0]->ndim || want.shape[out_ndim - 1] < 1 ||
             !is_row_of(x[0], &want))
             return bad(op, x[0], "expands only a last dimension of 1, to the output's shape");
+        spec_set(&o[0], REGC_F32, out_ndim, out_shape);
+        return REGC_OK;
+    }
+    case REGC_OP_SLICE:
+    case REGC_OP_SLICE_BWD: {
+        /* SLICE: x is the whole, the output the window; SLICE_BWD the other way */
+        const int whole_is_x = op == REGC_OP_SLICE;
+        regc_tensor w = {.ndim = out_ndim};
+        if (out_ndim == x[0]->ndim && out_ndim >= 1)
+            memcpy(w.shape, out_shape, (size_t)out_ndim * sizeof *out_shape);
+        const regc_tensor *whole = whole_is_x ? x[0] : &w, *win = whole_is_x ? &w : x[0];
+        int ok = out_ndim == x[0]->ndim && a->axis >= 0 && a->axis < out_ndim;
+        for (int d = 0; ok && d < out_ndim; d++)
+            ok = d == a->axis ? win->shape[d] >= 1 && a->start >= 0 &&
+                                    a->start <= whole->shape[d] - win->shape[d]
+                              : win->shape[d] == whole->shape[d];
+        if (!ok)
+            return bad(op, x[0],
+                       "the window (axis, start and the output's shape) is not inside it");
         spec_set(&o[0], REGC_F32, out_ndim, out_shape);
         return REGC_OK;
     }

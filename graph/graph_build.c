@@ -199,3 +199,23 @@ int regc_graph_expand(regc_graph *g, int x, int64_t cols)
     int rc = regc_graph_add_node(g, REGC_OP_EXPAND, NULL, 1, &x, 1, &out, t->ndim, shape);
     return rc < 0 ? rc : out;
 }
+
+int regc_graph_masked_fill(regc_graph *g, int x, int mask, float value)
+{
+    regc_attrs a = {.value = value};
+    return one_output(g, REGC_OP_MASKED_FILL, &a, 2, (int[]){x, mask});
+}
+
+int regc_graph_slice(regc_graph *g, int x, int axis, int64_t start, int64_t len)
+{
+    const regc_tensor *t = regc_graph_tensor(g, x);
+    if (!t || axis < 0 || axis >= t->ndim)
+        return regc_error(REGC_ERR_ARG, "slice: tensor %d has no axis %d", x, axis);
+    int64_t shape[REGC_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[axis] = len;
+    regc_attrs a = {.axis = axis, .start = start};
+    int out = 0;
+    int rc = regc_graph_add_node(g, REGC_OP_SLICE, &a, 1, &x, 1, &out, t->ndim, shape);
+    return rc < 0 ? rc : out;
+}

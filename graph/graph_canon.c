@@ -30,6 +30,8 @@ static void put_attrs(regc_bytes *b, const regc_attrs *a)
         regc_bytes_put_i64(b, a->perm[d]);
     regc_bytes_put_f32(b, a->value);
     regc_bytes_put_i64(b, a->vocab);
+    regc_bytes_put_i64(b, a->axis);
+    regc_bytes_put_i64(b, a->start);
 }
 
 void regc_graph_canon_node(regc_bytes *b, const regc_graph *g, const regc_node *n, const int *id)

@@ -35,6 +35,7 @@ enum {
     A_VOCAB = 32,
     A_SHAPE = 64,
     A_ROPE = 128,
+    A_SLICE = 256,
 };
 
 static int op_attr_set(regc_op op)
@@ -50,7 +51,10 @@ static int op_attr_set(regc_op op)
     case REGC_OP_FILL: return A_VALUE | A_SHAPE;
     case REGC_OP_SCALE:
     case REGC_OP_ADD_SCALAR:
+    case REGC_OP_MASKED_FILL:
     case REGC_OP_POW: return A_VALUE;
+    case REGC_OP_SLICE:
+    case REGC_OP_SLICE_BWD: return A_SLICE | A_SHAPE;
     case REGC_OP_RESHAPE:
     case REGC_OP_EXPAND:
     case REGC_OP_SUM_ROWS: return A_SHAPE;
@@ -107,6 +111,10 @@ static cJSON *node_to_json(const regc_graph *g, const regc_node *n)
         cJSON_AddNumberToObject(o, "value", a->value);
     if (set & A_VOCAB)
         cJSON_AddNumberToObject(o, "vocab", (double)a->vocab);
+    if (set & A_SLICE) {
+        cJSON_AddNumberToObject(o, "axis", a->axis);
+        cJSON_AddNumberToObject(o, "start", (double)a->start);
+    }
     if (set & A_SHAPE) {
         const regc_tensor *t = regc_graph_tensor(g, n->out[0]);
         cJSON_AddItemToObject(o, "shape", shape_array(t->shape, t->ndim));
@@ -315,6 +323,14 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
         if (get_int(c, o, "vocab", 1, INT64_C(1) << 40, &v))
             return REGC_ERR_FORMAT;
         a.vocab = v;
+    }
+    if (set & A_SLICE) {
+        if (get_int(c, o, "axis", 0, REGC_MAX_DIMS - 1, &v))
+            return REGC_ERR_FORMAT;
+        a.axis = (int)v;
+        if (get_int(c, o, "start", 0, INT64_C(1) << 40, &v))
+            return REGC_ERR_FORMAT;
+        a.start = v;
     }
     if ((set & A_SHAPE) &&
         get_ints(c, o, "shape", REGC_MAX_DIMS, 1, INT64_C(1) << 40, shape, &ndim))

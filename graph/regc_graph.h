@@ -64,6 +64,10 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *                 lse: each row's log-sum-exp, a statistic (as CROSS_ENTROPY's)
  *   SUM_LAST, MEAN_LAST (x [..., C]) over the last axis     -> [..., 1]
  *   EXPAND        (x [..., 1]) along the last axis to the output's shape [..., C]
+ *   MASKED_FILL   (x, mask) value: value where mask != 0, else x; mask f32,
+ *                 broadcast as SUB's b, and given no gradient -> x's shape
+ *   SLICE         (x) axis, start: elements start .. start + len - 1 of
+ *                 the axis, len the output's size there -> the output's shape
  *   FILL          () value                                 -> the given shape
  *   SUM_ROWS      (x [..., S...])                          -> [S...] summed over leading dims
  *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
@@ -76,6 +80,7 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   SILU_BWD      (dy, x)                                  -> dx
  *   GELU_ERF_BWD  (dy, x)                                  -> dx
  *   TANH_BWD      (dy, y) y = tanh x                       -> dy (1 - y^2)
+ *   SLICE_BWD     (dy) axis, start: dy placed in zeros of the output's shape
  *   RELU_BWD      (dy, x)                                  -> dx = dy where x > 0, else 0 */
 typedef enum {
     REGC_OP_EMBEDDING,
@@ -110,6 +115,8 @@ typedef enum {
     REGC_OP_SUM_LAST,
     REGC_OP_MEAN_LAST,
     REGC_OP_EXPAND,
+    REGC_OP_MASKED_FILL,
+    REGC_OP_SLICE,
     REGC_OP_FILL,
     REGC_OP_SUM_ROWS,
     REGC_OP_EMBEDDING_BWD,
@@ -122,6 +129,7 @@ typedef enum {
     REGC_OP_GELU_ERF_BWD,
     REGC_OP_RELU_BWD,
     REGC_OP_TANH_BWD,
+    REGC_OP_SLICE_BWD,
     REGC_OP_COUNT
 } regc_op;
 
@@ -136,6 +144,8 @@ typedef struct {
     int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
     float value;             /* FILL, SCALE, ADD_SCALAR, POW (the exponent) */
     int64_t vocab;           /* EMBEDDING_BWD: rows of the table */
+    int axis;                /* SLICE, SLICE_BWD */
+    int64_t start;           /* SLICE, SLICE_BWD */
 } regc_attrs;
 
 typedef struct {
@@ -229,6 +239,8 @@ int regc_graph_log_softmax(regc_graph *g, int x);          /* y */
 int regc_graph_sum_last(regc_graph *g, int x);             /* [..., 1] */
 int regc_graph_mean_last(regc_graph *g, int x);            /* [..., 1] */
 int regc_graph_expand(regc_graph *g, int x, int64_t cols); /* [..., 1] -> [..., cols] */
+int regc_graph_masked_fill(regc_graph *g, int x, int mask, float value);
+int regc_graph_slice(regc_graph *g, int x, int axis, int64_t start, int64_t len);
 
 /* ---- facts about ops, dtypes and tensors */
 const char *regc_op_name(regc_op op);

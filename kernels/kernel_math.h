@@ -256,6 +256,12 @@ static inline REGC_HD float regc_negf(float x) { return -x; }
 
 static inline REGC_HD float regc_add_scalarf(float value, float x) { return x + value; }
 
+/* value where the mask is set (any non-zero), else x */
+static inline REGC_HD float regc_masked_fillf(float value, float x, float mask)
+{
+    return mask != 0.0f ? value : x;
+}
+
 /* tanh(x) to a few ulps (Cephes' tanhf): below |x| = 0.625 the odd
  * polynomial x + x^3 P(x^2), where 1 - 2 / (e^2x + 1) would cancel; above
  * it that form, whose exp saturates to +-1 for large |x|. NaN propagates. */

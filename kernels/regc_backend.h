@@ -134,7 +134,8 @@ typedef struct {
     X(TANH, "tanh", 1, 1, regc_tanhf(a))                                                           \
     X(TANH_BWD, "tanh_bwd", 2, 0, regc_tanh_dy(a, b)) /* b = y = tanh x */                         \
     X(RSQRT, "rsqrt", 1, 1, regc_rsqrtf(a))                                                        \
-    X(POW, "pow", 1, 1, regc_powf(a, v))
+    X(POW, "pow", 1, 1, regc_powf(a, v))                                                           \
+    X(MASKED_FILL, "masked_fill", 2, 0, regc_masked_fillf(v, a, b)) /* b = the mask */
 
 typedef enum {
 #define REGC_EW_ENUM(id, name, arity, costly, f) REGC_EW_##id,
@@ -146,7 +147,7 @@ typedef enum {
 typedef struct {
     uint8_t op;   /* regc_ew_op */
     uint8_t a, b; /* source registers (b unused by one-operand ops) */
-    float value;  /* v: SCALE, ADD_SCALAR, POW */
+    float value;  /* v: SCALE, ADD_SCALAR, POW, MASKED_FILL */
 } regc_ew_step;
 
 typedef struct {

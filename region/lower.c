@@ -459,6 +459,30 @@ static int lower_node(lower_ctx *c, int i)
         x->d[0] = rows_in0, x->d[1] = last_dim(c, in[0]);
         x->d[2] = n->op == REGC_OP_MEAN_LAST;
         break;
+    case REGC_OP_SLICE:
+    case REGC_OP_SLICE_BWD: {
+        /* the whole as [outer, dim, inner] rows: the window is len * inner
+         * of each row of dim * inner, from start * inner */
+        const int whole = n->op == REGC_OP_SLICE ? in[0] : o[0];
+        const int64_t dim = T(c, whole)->shape[n->attrs.axis];
+        const int64_t len = T(c, n->op == REGC_OP_SLICE ? o[0] : in[0])->shape[n->attrs.axis];
+        int64_t inner = 1;
+        for (int d = n->attrs.axis + 1; d < T(c, whole)->ndim; d++)
+            inner *= T(c, whole)->shape[d];
+        const int64_t outer = numel(c, whole) / (dim * inner);
+        const int64_t at = n->attrs.start * inner * (int64_t)sizeof(float);
+        if (n->op == REGC_OP_SLICE_BWD) { /* zeros, then the gradient in its window */
+            EMIT(K_FILL, 1, o[0]);
+            x->d[0] = numel(c, o[0]), x->f = 0.0f;
+        }
+        EMIT(K_COPY_2D, 1, o[0], in[0]);
+        x->refs[n->op == REGC_OP_SLICE ? 1 : 0].off += at;
+        x->d[0] = outer, x->d[1] = len * inner;
+        x->d[2] = n->op == REGC_OP_SLICE ? len * inner : dim * inner;
+        x->d[3] = n->op == REGC_OP_SLICE ? dim * inner : len * inner;
+        break;
+    }
+    case REGC_OP_MASKED_FILL:
     case REGC_OP_EXPAND:
     case REGC_OP_SUB:
     case REGC_OP_DIV:
@@ -504,6 +528,7 @@ static int ew_op_of(regc_op op)
     case REGC_OP_RSQRT: return REGC_EW_RSQRT;
     case REGC_OP_POW: return REGC_EW_POW;
     case REGC_OP_EXPAND: return REGC_EW_SCALE; /* by 1: a copy of the row's value */
+    case REGC_OP_MASKED_FILL: return REGC_EW_MASKED_FILL;
     default: return -1;
     }
 }
@@ -523,7 +548,7 @@ static int ew_only(regc_op op)
 static int ew_broadcast_ok(const regc_node *x, int k)
 {
     return (k == 1 && (x->op == REGC_OP_BIAS_ADD || x->op == REGC_OP_SUB || x->op == REGC_OP_DIV ||
-                       x->op == REGC_OP_MUL)) ||
+                       x->op == REGC_OP_MUL || x->op == REGC_OP_MASKED_FILL)) ||
            (k == 0 && x->op == REGC_OP_EXPAND);
 }
 

@@ -560,6 +560,32 @@ static int b_attention_decomposed(regc_graph *g)
     return regc_graph_matmul(g, p, v, 0, 0); /* [5, 3] */
 }
 
+static int b_masked_fill(regc_graph *g)
+{
+    /* masks from constants: relu zeroes about half of each; one of x's
+     * shape, one per row, one per column */
+    int x = input(g, "x", 2, (int64_t[]){4, 5});
+    int m = regc_graph_relu(g, input(g, "const_m", 2, (int64_t[]){4, 5}));
+    int r = regc_graph_relu(g, input(g, "const_r", 2, (int64_t[]){4, 1}));
+    int cm = regc_graph_relu(g, input(g, "const_c", 1, (int64_t[]){5}));
+    int y = regc_graph_masked_fill(g, regc_graph_scale(g, x, 2.0f), m, -2.5f);
+    y = regc_graph_masked_fill(g, y, r, 0.0f);
+    return regc_graph_masked_fill(g, regc_graph_mul(g, y, x), cm, 7.0f);
+}
+
+static int b_slice(regc_graph *g)
+{
+    /* windows of each axis, overlapping, read back together */
+    int x = input(g, "x", 3, (int64_t[]){2, 5, 6});
+    int a = regc_graph_slice(g, x, 0, 1, 1);                               /* [1, 5, 6] */
+    int b = regc_graph_slice(g, regc_graph_slice(g, x, 1, 1, 3), 0, 0, 1); /* [1, 3, 6] */
+    int c = regc_graph_slice(g, a, 2, 2, 3);                               /* [1, 5, 3] */
+    int ab = regc_graph_matmul(g, regc_graph_reshape(g, b, 2, (int64_t[]){3, 6}),
+                               regc_graph_reshape(g, a, 2, (int64_t[]){5, 6}), 0, 1); /* [3, 5] */
+    int cc = regc_graph_reshape(g, regc_graph_mul(g, c, c), 2, (int64_t[]){5, 3});
+    return regc_graph_matmul(g, ab, cc, 0, 0); /* [3, 3] */
+}
+
 #define CASE(name)                                                                                 \
     static void test_##name(void **state)                                                          \
     {                                                                                              \
@@ -611,6 +637,8 @@ CASE(sum_mean_last)
 CASE(row_broadcast)
 CASE(rmsnorm_decomposed)
 CASE(attention_decomposed)
+CASE(masked_fill)
+CASE(slice)
 
 /* ---- errors */
 
@@ -691,6 +719,8 @@ int main(void)
         cmocka_unit_test(test_row_broadcast),
         cmocka_unit_test(test_rmsnorm_decomposed),
         cmocka_unit_test(test_attention_decomposed),
+        cmocka_unit_test(test_masked_fill),
+        cmocka_unit_test(test_slice),
         cmocka_unit_test(test_backward_op_has_no_rule),
         cmocka_unit_test(test_loss_must_be_scalar),
     };

@@ -50,7 +50,10 @@ static regc_graph *every_op_graph(void)
     /* the row ops, and a row's statistic broadcast along it */
     int rs = regc_graph_sum_last(g, regc_graph_softmax(g, a)); /* [2, 4, 1] */
     a = regc_graph_sub(g, regc_graph_log_softmax(g, a), regc_graph_expand(g, rs, 6));
-    a = regc_graph_mul(g, a, regc_graph_mean_last(g, a));                     /* [2, 4, 6] */
+    a = regc_graph_mul(g, a, regc_graph_mean_last(g, a)); /* [2, 4, 6] */
+    a = regc_graph_masked_fill(g, a, lnw, -1.0f);         /* the mask [6] broadcast */
+    int lo = regc_graph_slice(g, a, 2, 0, 3), hi = regc_graph_slice(g, a, 2, 3, 3);
+    a = regc_graph_concat(g, 2, (int[]){hi, lo});                             /* [2, 4, 6] */
     int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
     int r = regc_graph_reshape(g, regc_graph_transpose(g, t, (int[]){1, 0, 2}), 3,
                                (int64_t[]){2, 4, 6});

@@ -593,6 +593,13 @@ static void test_pointwise_reference(void **state)
         ew_one(rows[i].op, v, y, rows[i].a, rows[i].b, n);
         ref_check(c, rows[i].name, y, n, rows[i].name);
     }
+    /* the mask as torch's b > 1, in 0 and 1 floats: what an exporter writes */
+    float *hmask = regc_test_host_floats(n), *hb = regc_test_download(be, b, n);
+    for (size_t i = 0; i < n; i++)
+        hmask[i] = hb[i] > 1.0f ? 1.0f : 0.0f;
+    ew_one(REGC_EW_MASKED_FILL, (float)regc_test_json_number(c, "fill_value"), y, x,
+           regc_test_upload(be, hmask, n), n);
+    ref_check(c, "masked_fill", y, n, "masked_fill");
     ew_one(REGC_EW_TANH, 0.0f, t, x, x, n);
     ref_check(c, "tanh", t, n, "tanh");
     ew_one(REGC_EW_TANH_BWD, 0.0f, y, dy, t, n); /* from the saved output */

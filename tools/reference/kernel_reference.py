@@ -287,7 +287,8 @@ def pointwise_case():
     saved output."""
     n = 29
     c = Case(320, n=n, add_value=float(np.float32(0.625)), pow_int=3.0,
-             pow_frac=float(np.float32(2.5)), pow_neg=float(np.float32(-1.5)))
+             pow_frac=float(np.float32(2.5)), pow_neg=float(np.float32(-1.5)),
+             fill_value=float(np.float32(-7.25)))
     x = c.input("x", [n], 0.0, 3.0)
     p = c.input("p", [n], 1.25, 1.0)
     b = c.input("b", [n], 1.0, 0.5)
@@ -306,6 +307,7 @@ def pointwise_case():
     c.expect("pow_int", torch.pow(x, c.out["pow_int"]))
     c.expect("pow_frac", torch.pow(p, c.out["pow_frac"]))
     c.expect("pow_neg", torch.pow(p, c.out["pow_neg"]))
+    c.expect("masked_fill", x.masked_fill(b > 1.0, c.out["fill_value"]))
     return c.out
 
 
