@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Small Hugging Face models exported by tools/export_torch.py, with
+PyTorch's losses over 5 training steps, for tests/test_exports.c.
+
+For each case: a tiny model of the architecture, its weights drawn by
+Hugging Face's own init under torch.manual_seed(case seed); its export at the
+case's batch and sequence into tests/data/exports/<name>/ (graph.json,
+model.safetensors); and 5 steps of AdamW in PyTorch on the token stream of
+reference_common (regc's counter-based stream, llm.c's batch order), the
+loss before each update recorded in tests/data/exports/reference.json. The C
+test trains the committed export with `regc train` on the same tokens and
+compares, with no PyTorch present.
+
+Needs PyTorch 2.x and transformers (the exporter's environment):
+
+    python tools/reference/export_cases.py            # write tests/data/exports
+    python tools/reference/export_cases.py --check    # regenerate into a
+                                                      # temporary directory and
+                                                      # require identical files
+"""
+
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import export_torch  # noqa: E402
+from reference_common import get_batch, make_tokens, train  # noqa: E402
+
+# Small widths with more than one head and kv group; two layers, so the
+# detector sees a repeated layer.
+CASES = [
+    dict(name="gpt2", arch="GPT2", seed=11, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
+         n_tokens=300,
+         config=dict(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                     bos_token_id=0, eos_token_id=0)),
+    dict(name="llama", arch="Llama", seed=12, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
+         n_tokens=300,
+         config=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                     bos_token_id=0, eos_token_id=0)),
+    dict(name="qwen2", arch="Qwen2", seed=13, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
+         n_tokens=300,
+         config=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                     bos_token_id=0, eos_token_id=0, tie_word_embeddings=True)),
+    dict(name="mistral", arch="Mistral", seed=14, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
+         n_tokens=300,
+         config=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                     sliding_window=None, bos_token_id=0, eos_token_id=0)),
+]
+
+
+def build(case):
+    import transformers
+    config = getattr(transformers, case["arch"] + "Config")(**case["config"])
+    torch.manual_seed(case["seed"])
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    return model.float().train(False)
+
+
+def reference_losses(model, case):
+    """PyTorch's losses over the steps: reference_common.train over the
+    model's parameters (tied ones once), each step's batch from the token
+    stream."""
+    wrapper = export_torch.LossModule(model)
+    names = [n for n, _ in wrapper.named_parameters()]
+    init = {n: p.detach().numpy().copy() for n, p in wrapper.named_parameters()}
+    tokens = make_tokens(case["seed"], case["n_tokens"], case["config"]["vocab_size"])
+    case = dict(case, tokens=tokens)
+
+    def forward_loss(p, k, c):
+        ids, targets = get_batch(c["tokens"], k, c["batch"], c["seq"])
+        return torch.func.functional_call(wrapper, {n: p[n] for n in names}, (ids, targets))
+
+    torch.set_num_threads(1)
+    losses, _ = train(case, init, forward_loss, torch.float32)
+    return losses
+
+
+def write_all(out_root):
+    record = []
+    for case in CASES:
+        model = build(case)
+        out_dir = os.path.join(out_root, case["name"])
+        export_torch.export(model, case["batch"], case["seq"], out_dir)
+        losses = reference_losses(model, case)
+        print("%-8s losses %s" % (case["name"], " ".join("%.6f" % x for x in losses)))
+        record.append({k: case[k] for k in ("name", "seed", "batch", "seq", "lr", "weight_decay",
+                                            "n_tokens")}
+                      | {"vocab": case["config"]["vocab_size"], "layers": 2,
+                         "steps": len(losses), "losses": losses})
+    doc = {"generator": "tools/reference/export_cases.py", "torch": torch.__version__,
+           "cases": record}
+    with open(os.path.join(out_root, "reference.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+class Unsupported(torch.nn.Module):
+    """A model with two ops regc has no mapping for (a cumulative sum, a
+    sine of an activation), for the exporter's error."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+        self.head = torch.nn.Linear(8, 16)
+
+    def forward(self, input_ids):
+        x = self.emb(input_ids)
+        return self.head(torch.sin(torch.cumsum(x, -1)))
+
+
+def check_unsupported():
+    """Every unmapped op is listed, one line each with where it is."""
+    tmp = tempfile.mkdtemp(prefix="regc-unsupported-")
+    try:
+        export_torch.export(Unsupported(), 2, 4, tmp)
+    except export_torch.ExportError as e:
+        lines = str(e).splitlines()
+        ops = [l for l in lines[1:] if "cumsum" in l or "sin" in l]
+        if len(ops) != 2 or not all("export_cases.py" in l for l in ops) or \
+                os.path.exists(os.path.join(tmp, "graph.json")):
+            print("export_cases: the unsupported-op error is not one line per op with its "
+                  "source, or a graph was written:\n%s" % e, file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        shutil.rmtree(tmp)
+    print("export_cases: a model with unsupported ops exported", file=sys.stderr)
+    return 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="regenerate into a temporary directory and compare")
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "tests", "data", "exports"))
+    args = ap.parse_args()
+    out = os.path.normpath(args.out)
+    if not args.check:
+        write_all(out)
+        return 0
+    tmp = tempfile.mkdtemp(prefix="regc-exports-")
+    try:
+        write_all(tmp)
+        bad = []
+        for case in CASES:
+            for f in ("graph.json", "model.safetensors"):
+                a, b = os.path.join(out, case["name"], f), os.path.join(tmp, case["name"], f)
+                if not os.path.exists(a) or not filecmp.cmp(a, b, shallow=False):
+                    bad.append(os.path.join(case["name"], f))
+        if bad:
+            print("export_cases: regenerated exports differ from the committed ones: %s"
+                  % ", ".join(bad), file=sys.stderr)
+            return 1
+        if check_unsupported():
+            return 1
+        print("export_cases: %d exports regenerate identically" % len(CASES))
+        return 0
+    finally:
+        shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
