@@ -141,11 +141,56 @@ def check_unsupported():
     return 1
 
 
+def check_round_trip(regc):
+    """The user's whole path: export, train with regc (5 steps, saved), load
+    the saved weights back into the PyTorch model; its loss on the next
+    batch is regc's loss of a sixth step, within 1e-5."""
+    import struct
+    import subprocess
+    from safetensors.torch import load_file
+    case = CASES[1]
+    tmp = tempfile.mkdtemp(prefix="regc-round-trip-")
+    try:
+        model = build(case)
+        export_torch.export(model, case["batch"], case["seq"], os.path.join(tmp, "export"))
+        tokens = make_tokens(case["seed"], case["n_tokens"], case["config"]["vocab_size"])
+        with open(os.path.join(tmp, "tokens.bin"), "wb") as f:  # llm.c's token file
+            f.write(struct.pack("<3i", 20240520, 1, len(tokens)) + bytes(256 * 4 - 12))
+            f.write(tokens.astype("<u2").tobytes())
+        args = [regc, "train", "--model", os.path.join(tmp, "export", "graph.json"),
+                "--weights", os.path.join(tmp, "export", "model.safetensors"),
+                "--data", os.path.join(tmp, "tokens.bin"), "--batch", str(case["batch"]),
+                "--seq", str(case["seq"]), "--lr", repr(case["lr"]),
+                "--weight-decay", repr(case["weight_decay"]), "--json"]
+        six = subprocess.run(args + ["--steps", "6"], capture_output=True, text=True, check=True)
+        want = [json.loads(l)["loss"] for l in six.stdout.splitlines() if '"loss"' in l][5]
+        subprocess.run(args + ["--steps", "5", "--save", os.path.join(tmp, "saved")],
+                       capture_output=True, check=True)
+        state = load_file(os.path.join(tmp, "saved", "model.safetensors"))
+        model.load_state_dict({k: v for k, v in state.items() if not k.startswith(("rope_",
+                                                                                 "const."))},
+                              strict=False)
+        ids, targets = get_batch(tokens, 5, case["batch"], case["seq"])
+        with torch.no_grad():
+            got = export_torch.LossModule(model)(ids, targets).item()
+        if abs(got - want) > 1e-5 * abs(want):
+            print("export_cases: PyTorch's loss with regc's saved weights is %.9g, regc's %.9g"
+                  % (got, want), file=sys.stderr)
+            return 1
+        print("export_cases: trained by regc, loaded back into PyTorch: loss %.6f == %.6f"
+              % (got, want))
+        return 0
+    finally:
+        shutil.rmtree(tmp)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true",
                     help="regenerate into a temporary directory and compare")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "tests", "data", "exports"))
+    ap.add_argument("--regc", help="with --check: the regc binary, to train an export and "
+                    "load what it saves back into PyTorch")
     args = ap.parse_args()
     out = os.path.normpath(args.out)
     if not args.check:
@@ -165,6 +210,8 @@ def main():
                   % ", ".join(bad), file=sys.stderr)
             return 1
         if check_unsupported():
+            return 1
+        if args.regc and check_round_trip(args.regc):
             return 1
         print("export_cases: %d exports regenerate identically" % len(CASES))
         return 0
