@@ -1,0 +1,713 @@
+"""export_ops.py — the walk of a torch.export program for
+tools/export_torch.py: each ATen op of the traced training forward mapped to
+regc graph ops (export_graph.py), constants folded, views kept lazy, and the
+known patterns fused into regc's own ops (a decomposed RMSNorm, GPT-2's
+tanh GELU, the rotary embedding, repeated key/value heads, a causal mask).
+"""
+
+import math
+import operator
+import re
+
+import torch
+
+from export_graph import Graph, Lazy, Tensor, numel
+
+aten = torch.ops.aten
+
+
+class ExportError(Exception):
+    pass
+
+
+IDENTITY_OPS = {aten.dropout.default, aten.alias.default, aten.clone.default,
+                aten.contiguous.default, aten.detach.default, aten.lift_fresh_copy.default}
+IGNORED_OPS = {aten._assert_tensor_metadata.default}
+
+
+class Exporter:
+    def __init__(self, ep, batch, seq):
+        self.ep, self.B, self.T = ep, batch, seq
+        self.g = Graph()
+        self.env = {}  # fx node -> ("const", tensor) | ("dyn", Lazy) | ("tuple", [...])
+        self.consts = {}  # regc constant name -> numpy array
+        self.params = {}  # regc parameter name -> torch tensor
+        self.unmapped = []
+        self.n_const = 0
+
+    # ---- leaves
+    def const_leaf(self, value, name=None):
+        value = value.detach()
+        if value.dtype == torch.bool:
+            value = value.to(torch.float32)
+        if value.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            if value.numel() and (value.min() < -2**31 or value.max() >= 2**31):
+                raise ExportError("constant %s does not fit int32" % name)
+            arr, dtype = value.to(torch.int32).numpy(), "i32"
+        else:
+            arr, dtype = value.to(torch.float32).numpy(), "f32"
+        if name is None:
+            self.n_const += 1
+            name = "const.%d" % self.n_const
+        shape = arr.shape if arr.ndim else (1,)
+        self.consts[name] = arr.reshape(shape)
+        return self.g.leaf(name, dtype, shape, "constant")
+
+    def tensor(self, v, shape=None):
+        """A regc tensor of value v, laid out (shape: reshaped to it)."""
+        kind, x = v
+        if kind == "deferred":
+            raise ExportError(x)
+        if kind == "const":
+            t = self.const_leaf(x if shape is None else x.reshape(shape))
+            return t
+        t = self.materialize(x)
+        return t if shape is None else self.g.reshape(t, shape)
+
+    def materialize(self, lz):
+        t = self.g.reshape(lz.base, lz.vshape)
+        if not lz.plain():
+            t = self.g.transpose(t, lz.perm)
+            lz.base, lz.vshape, lz.perm = t, t.shape, list(range(len(t.shape)))
+        return t
+
+    # ---- the walk
+    def run(self):
+        sig = self.ep.graph_signature
+        state = self.ep.state_dict
+        consts = getattr(self.ep, "constants", {})
+        params = {s.arg.name: s.target for s in sig.input_specs if s.kind.name == "PARAMETER"}
+        buffers = {s.arg.name: s.target for s in sig.input_specs if s.kind.name == "BUFFER"}
+        lifted = {s.arg.name: s.target for s in sig.input_specs
+                  if s.kind.name in ("CONSTANT_TENSOR", "CUSTOM_OBJ")}
+        user = [s.arg.name for s in sig.input_specs if s.kind.name == "USER_INPUT"]
+        if len(user) != 2:
+            raise ExportError("the traced forward takes %d inputs; expected input_ids and targets"
+                              % len(user))
+        out = None
+        for node in self.ep.graph.nodes:
+            if node.op == "placeholder":
+                if node.name in params:
+                    name = strip_wrapper(params[node.name])
+                    value = state[params[node.name]]
+                    self.params[name] = value
+                    leaf = self.g.leaf(name, "f32", tuple(value.shape), "param")
+                    self.env[node] = ("dyn", Lazy(leaf))
+                elif node.name in buffers or node.name in lifted:
+                    target = buffers.get(node.name) or lifted[node.name]
+                    value = state[target] if target in state else consts[target]
+                    self.env[node] = ("const", value)
+                else:
+                    name = "input_ids" if node.name == user[0] else "targets"
+                    leaf = self.g.leaf(name, "i32", (self.B, self.T), "input")
+                    self.env[node] = ("dyn", Lazy(leaf))
+            elif node.op == "call_function":
+                self.call(node)
+            elif node.op == "output":
+                out = node.args[0][0] if isinstance(node.args[0], (list, tuple)) else node.args[0]
+        if self.unmapped:
+            raise ExportError("ops with no regc mapping:\n" + "\n".join(self.unmapped))
+        loss = self.env[out]
+        if loss[0] != "dyn":
+            raise ExportError("the loss does not depend on the inputs")
+        return self.materialize(loss[1])
+
+    def val(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        return ("py", a)
+
+    def concrete(self, a):
+        """Python/torch value of an argument whose value is known."""
+        if isinstance(a, torch.fx.Node):
+            kind, x = self.env[a]
+            if kind == "const":
+                return x
+            if kind == "tuple" and all(k == "const" for k, _ in x):
+                return [v for _, v in x]
+            raise KeyError
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.concrete(x) for x in a)
+        return a
+
+    def call(self, node):
+        target = node.target
+        if target in IGNORED_OPS:
+            return
+        try:  # an op of constants alone is folded
+            args = self.concrete(list(node.args))
+            kwargs = {k: self.concrete(v) for k, v in node.kwargs.items()}
+            value = target(*args, **kwargs)
+            if isinstance(value, (list, tuple)):
+                self.env[node] = ("tuple", [("const", v) for v in value])
+            else:
+                self.env[node] = ("const", value)
+            return
+        except KeyError:
+            pass
+        if target is operator.getitem:
+            kind, items = self.env[node.args[0]]
+            self.env[node] = items[node.args[1]]
+            return
+        deferred = [self.env[a] for a in node.all_input_nodes if self.env[a][0] == "deferred"]
+        if deferred and target is not aten.scaled_dot_product_attention.default:
+            self.env[node] = deferred[0]  # an error only if something needs it laid out
+            return
+        if target is aten.expand.default:
+            # repeat_kv's copies of the key and value heads, which attention
+            # reads as they are (its n_kv_head)
+            self.env[node] = ("deferred", "%s: an expand of a computed tensor regc does not "
+                              "express (other than repeated key/value heads)%s" %
+                              (node.name, source_of(node)))
+            return
+        fn = MAPPING.get(target)
+        if fn is None:
+            self.unmapped.append("  %s (%s)%s" % (target, node.name, source_of(node)))
+            meta = node.meta.get("val")
+            shape = tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else (1,)
+            self.env[node] = ("dyn", Lazy(Tensor("?", "f32", shape)))
+            return
+        self.env[node] = fn(self, node)
+
+    def out_shape(self, node):
+        return tuple(int(s) for s in node.meta["val"].shape)
+
+
+def source_of(node):
+    """' at FILE:LINE: code' of the Python line that made an FX node."""
+    lines = node.meta.get("stack_trace", "").strip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = re.match(r'\s*File "(.*)", line (\d+), in', lines[i])
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            return " at %s:%s: %s" % (m.group(1), m.group(2), code)
+    return ""
+
+
+def strip_wrapper(name):
+    """A parameter's name in the model: LossModule holds it as `model`."""
+    return name[len("model."):] if name.startswith("model.") else name
+
+
+# --------------------------------------------------------------------------- op mappings
+
+def src(ex, node):
+    """Skip identity ops (dropout, casts to float32, aliases) when matching."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and (
+            node.target in IDENTITY_OPS or is_noop_cast(node)):
+        node = node.args[0]
+    return node
+
+
+def is_noop_cast(node):
+    if node.target not in (aten.to.dtype, aten.to.dtype_layout, aten.to.device,
+                           aten._to_copy.default):
+        return False
+    val = node.meta.get("val")
+    arg = node.args[0]
+    return (val is not None and isinstance(arg, torch.fx.Node) and "val" in arg.meta
+            and val.dtype == arg.meta["val"].dtype)
+
+
+def m_identity(ex, node):
+    return ex.env[node.args[0]]
+
+
+def m_view(ex, node):
+    kind, x = ex.env[node.args[0]]
+    shape = ex.out_shape(node)
+    if x.shape == shape:
+        return ("dyn", x)
+    if x.plain():
+        return ("dyn", Lazy(x.base, shape))
+    return ("dyn", Lazy(ex.g.reshape(ex.materialize(x), shape)))
+
+
+def m_transpose(ex, node):
+    kind, x = ex.env[node.args[0]]
+    nd = len(x.shape)
+    if node.target == aten.permute.default:
+        p = [d % nd for d in node.args[1]]
+    elif node.target == aten.t.default:
+        p = [1, 0]
+    else:
+        a, b = node.args[1] % nd, node.args[2] % nd
+        p = list(range(nd))
+        p[a], p[b] = p[b], p[a]
+    return ("dyn", Lazy(x.base, x.vshape, [x.perm[i] for i in p]))
+
+
+def m_embedding(ex, node):
+    weight = ex.tensor(ex.val(node.args[0]))
+    ids = ex.tensor(ex.val(node.args[1]))
+    return ("dyn", Lazy(ex.g.one("embedding", [ids, weight], ids.shape + (weight.shape[1],))))
+
+
+def m_layer_norm(ex, node):
+    x = ex.tensor(ex.val(node.args[0]))
+    w, b = ex.tensor(ex.val(node.args[2])), ex.tensor(ex.val(node.args[3]))
+    eps = node.args[4] if len(node.args) > 4 else 1e-5
+    y = ex.g.node("layernorm", [x, w, b], [x.shape, x.shape[:-1], x.shape[:-1]], {"eps": eps})[0]
+    return ("dyn", Lazy(y))
+
+
+def matmul(ex, a, b, trans_b):
+    n = b.shape[0] if trans_b else b.shape[1]
+    return ex.g.one("matmul", [a, b], a.shape[:-1] + (n,), {"trans_a": 0, "trans_b": trans_b})
+
+
+def bias_add(ex, y, bias):
+    return ex.g.one("bias_add", [y, bias], y.shape)
+
+
+def m_linear(ex, node):
+    x = ex.tensor(ex.val(node.args[0]))
+    w = ex.tensor(ex.val(node.args[1]))
+    y = matmul(ex, x, w, 1)
+    if len(node.args) > 2 and node.args[2] is not None:
+        y = bias_add(ex, y, ex.tensor(ex.val(node.args[2])))
+    return ("dyn", Lazy(y))
+
+
+def m_addmm(ex, node):
+    bias = ex.tensor(ex.val(node.args[0]))
+    x, w = ex.tensor(ex.val(node.args[1])), ex.tensor(ex.val(node.args[2]))
+    return ("dyn", Lazy(bias_add(ex, matmul(ex, x, w, 0), bias)))
+
+
+def m_mm(ex, node):
+    x, w = ex.tensor(ex.val(node.args[0])), ex.tensor(ex.val(node.args[1]))
+    return ("dyn", Lazy(matmul(ex, x, w, 0)))
+
+
+def broadcast_operand(ex, v, full):
+    """A regc tensor of operand v, shaped for a binary op against `full`: the
+    same shape, its trailing dimensions, or a row's statistic [..., 1]."""
+    kind, x = v
+    shape = tuple(x.shape) if kind == "dyn" else tuple(x.shape)
+    # drop leading ones, then see which broadcast it is
+    while len(shape) > 1 and shape[0] == 1 and numel(shape) < numel(full):
+        shape = shape[1:]
+    nd = len(full)
+    if shape == tuple(full) or (len(shape) <= nd and tuple(full[nd - len(shape):]) == shape):
+        return ex.tensor(v, shape), "trailing" if shape != tuple(full) else "same"
+    row = tuple(full[:-1]) + (1,)
+    if numel(shape) == numel(row) and tuple(x.shape)[-1] == 1:
+        return ex.tensor(v, row), "row"
+    if kind == "const":  # a constant is expanded here, once
+        return ex.tensor(("const", torch.broadcast_to(x, full).contiguous())), "same"
+    raise ExportError("a broadcast of %s against %s regc cannot express" % (list(x.shape),
+                                                                           list(full)))
+
+
+def binary(ex, node, op, commutative):
+    a, b = ex.val(node.args[0]), ex.val(node.args[1])
+    shape = ex.out_shape(node)
+    if b[0] == "py" or (b[0] == "const" and b[1].numel() == 1 and a[0] == "dyn"):
+        s = float(b[1]) if b[0] == "py" else float(b[1].reshape(()))
+        x = ex.tensor(a)
+        if op == "add":
+            return ("dyn", Lazy(ex.g.one("add_scalar", [x], x.shape, {"value": s})))
+        if op == "sub":
+            return ("dyn", Lazy(ex.g.one("add_scalar", [x], x.shape, {"value": -s})))
+        if op == "mul":
+            return ("dyn", Lazy(ex.g.one("scale", [x], x.shape, {"value": s})))
+        if op == "div":
+            return ("dyn", Lazy(ex.g.one("scale", [x], x.shape, {"value": 1.0 / s})))
+    if a[0] == "py":
+        s = float(a[1])
+        x = ex.tensor(b)
+        if op == "add":
+            return ("dyn", Lazy(ex.g.one("add_scalar", [x], x.shape, {"value": s})))
+        if op == "mul":
+            return ("dyn", Lazy(ex.g.one("scale", [x], x.shape, {"value": s})))
+        if op == "sub":  # s - x
+            n = ex.g.one("neg", [x], x.shape)
+            return ("dyn", Lazy(ex.g.one("add_scalar", [n], x.shape, {"value": s})))
+    a_full = tuple(a[1].shape) == shape
+    if not a_full and commutative:
+        a, b = b, a
+    x = ex.tensor(a, shape if numel(a[1].shape) == numel(shape) else None)
+    if tuple(x.shape) != shape:
+        raise ExportError("%s: the first operand %s is broadcast" % (node.name, list(x.shape)))
+    y, how = broadcast_operand(ex, b, shape)
+    if op == "add":
+        if how == "same":
+            return ("dyn", Lazy(ex.g.one("add", [x, y], shape)))
+        if how == "trailing":
+            return ("dyn", Lazy(ex.g.one("bias_add", [x, y], shape)))
+        neg = ex.g.one("neg", [y], y.shape)  # a row's statistic: x - (-y)
+        return ("dyn", Lazy(ex.g.one("sub", [x, neg], shape)))
+    return ("dyn", Lazy(ex.g.one(op, [x, y], shape)))
+
+
+def m_add(ex, node):
+    fused = match_rope(ex, node)
+    if fused:
+        return fused
+    if len(node.args) > 2 or node.kwargs.get("alpha", 1) != 1:
+        raise ExportError("%s: add with alpha" % node.name)
+    return binary(ex, node, "add", True)
+
+
+def m_sub(ex, node):
+    return binary(ex, node, "sub", False)
+
+
+def m_mul(ex, node):
+    fused = match_rms_norm(ex, node) or match_gelu_tanh(ex, node)
+    if fused:
+        return fused
+    return binary(ex, node, "mul", True)
+
+
+def m_div(ex, node):
+    return binary(ex, node, "div", False)
+
+
+def unary(op, attrs=None):
+    def fn(ex, node):
+        x = ex.tensor(ex.val(node.args[0]))
+        return ("dyn", Lazy(ex.g.one(op, [x], x.shape, attrs)))
+    return fn
+
+
+def m_pow(ex, node):
+    x = ex.tensor(ex.val(node.args[0]))
+    return ("dyn", Lazy(ex.g.one("pow", [x], x.shape, {"value": float(node.args[1])})))
+
+
+def m_gelu(ex, node):
+    x = ex.tensor(ex.val(node.args[0]))
+    approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    return ("dyn", Lazy(ex.g.one("gelu" if approx == "tanh" else "gelu_erf", [x], x.shape)))
+
+
+
+
+def m_reduce(op):
+    def fn(ex, node):
+        x = ex.tensor(ex.val(node.args[0]))
+        dims = node.args[1] if len(node.args) > 1 else None
+        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        if dims is None or list(dims) not in ([-1], [len(x.shape) - 1]):
+            raise ExportError("%s: %s over %s; regc reduces the last axis" % (node.name, op, dims))
+        y = ex.g.one(op, [x], x.shape[:-1] + (1,))
+        return ("dyn", Lazy(y if keep else ex.g.reshape(y, x.shape[:-1])))
+    return fn
+
+
+def m_softmax(op):
+    def fn(ex, node):
+        x = ex.tensor(ex.val(node.args[0]))
+        if node.args[1] not in (-1, len(x.shape) - 1):
+            raise ExportError("%s: %s over axis %s; regc's is the last" % (node.name, op,
+                                                                             node.args[1]))
+        return ("dyn", Lazy(ex.g.node(op, [x], [x.shape, x.shape[:-1]])[0]))
+    return fn
+
+
+def m_split(ex, node):
+    x = ex.tensor(ex.val(node.args[0]))
+    size, dim = node.args[1], node.args[2] if len(node.args) > 2 else 0
+    nd = len(x.shape)
+    if dim % nd == nd - 1 and x.shape[-1] % size == 0:
+        parts = x.shape[-1] // size
+        outs = ex.g.node("split", [x], [x.shape[:-1] + (size,)] * parts)
+        return ("tuple", [("dyn", Lazy(o)) for o in outs])
+    outs = []
+    for start in range(0, x.shape[dim % nd], size):
+        outs.append(("dyn", Lazy(slice_tensor(ex, x, dim % nd, start, min(size, x.shape[dim % nd] -
+                                                                          start)))))
+    return ("tuple", outs)
+
+
+def slice_tensor(ex, x, axis, start, length):
+    if start == 0 and length == x.shape[axis]:
+        return x
+    shape = list(x.shape)
+    shape[axis] = length
+    return ex.g.one("slice", [x], tuple(shape), {"axis": axis, "start": start,
+                                                 "shape": list(shape)})
+
+
+def m_slice(ex, node):
+    x = ex.tensor(ex.val(node.args[0]))
+    nd = len(x.shape)
+    dim = (node.args[1] if len(node.args) > 1 else 0) % nd
+    start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
+    end = node.args[3] if len(node.args) > 3 and node.args[3] is not None else x.shape[dim]
+    step = node.args[4] if len(node.args) > 4 else 1
+    if step != 1:
+        raise ExportError("%s: a slice with step %d" % (node.name, step))
+    n = x.shape[dim]
+    start = max(0, min(n, start + n if start < 0 else start))
+    end = max(start, min(n, end + n if end < 0 else end))
+    return ("dyn", Lazy(slice_tensor(ex, x, dim, start, end - start)))
+
+
+def m_cat(ex, node):
+    vals = [ex.val(v) for v in node.args[0]]
+    dim = node.args[1] if len(node.args) > 1 else 0
+    shape = ex.out_shape(node)
+    if dim % len(shape) != len(shape) - 1:
+        raise ExportError("%s: cat on axis %d; regc concatenates the last" % (node.name, dim))
+    ts = [ex.tensor(v) for v in vals]
+    if len({t.shape for t in ts}) != 1:
+        raise ExportError("%s: cat of parts of different widths" % node.name)
+    return ("dyn", Lazy(ex.g.one("concat", ts, shape)))
+
+
+def m_masked_fill(ex, node):
+    x = ex.tensor(ex.val(node.args[0]))
+    mask, _ = broadcast_operand(ex, ex.val(node.args[1]), x.shape)
+    return ("dyn", Lazy(ex.g.one("masked_fill", [x, mask], x.shape,
+                                 {"value": float(node.args[2])})))
+
+
+def m_cross_entropy(ex, node):
+    logits_n, targets_n = node.args[0], node.args[1]
+    ignore = node.args[4] if len(node.args) > 4 else node.kwargs.get("ignore_index", -100)
+    reduction = node.args[3] if len(node.args) > 3 else node.kwargs.get("reduction", 1)
+    smoothing = node.args[5] if len(node.args) > 5 else node.kwargs.get("label_smoothing", 0.0)
+    if reduction != 1 or smoothing or (len(node.args) > 2 and node.args[2] is not None):
+        raise ExportError("%s: cross-entropy with weights, smoothing or a reduction other than "
+                          "the mean" % node.name)
+    if ignore >= 0:
+        raise ExportError("%s: ignore_index %d; regc ignores negative targets" % (node.name,
+                                                                                 ignore))
+    logits = ex.tensor(ex.val(logits_n))
+    targets = ex.tensor(ex.val(targets_n))
+    # undo the flattening of both: regc's loss reads [..., V] against [...]
+    if logits.producer and logits.producer[0] == "reshape":
+        logits = logits.producer[1][0]
+    if targets.producer and targets.producer[0] == "reshape":
+        targets = targets.producer[1][0]
+    if logits.shape[:-1] != targets.shape:
+        targets = ex.g.reshape(targets, logits.shape[:-1])
+    loss = ex.g.node("cross_entropy", [logits, targets], [(), logits.shape[:-1]])[0]
+    return ("dyn", Lazy(loss))
+
+
+def heads_of(ex, v):
+    """[B, T, H*D] regc tensor of a [B, H, T, D] value, and H."""
+    kind, x = v
+    if kind == "dyn" and len(x.vshape) == 4 and x.perm == [0, 2, 1, 3]:
+        B, T, H, D = x.vshape
+        return ex.g.reshape(x.base, (B, T, H * D)), H
+    t = ex.tensor(v)
+    B, H, T, D = t.shape
+    return ex.g.reshape(ex.g.transpose(t, [0, 2, 1, 3]), (B, T, H * D)), H
+
+
+def unrepeat_kv(ex, node):
+    """repeat_kv's reshape(expand(unsqueeze(x, 2), [B, Hkv, rep, T, D])) -> x."""
+    n = src(ex, node)
+    if (isinstance(n, torch.fx.Node) and n.target in (aten.reshape.default, aten.view.default,
+                                                      aten._unsafe_view.default)):
+        e = src(ex, n.args[0])
+        if isinstance(e, torch.fx.Node) and e.target == aten.expand.default:
+            u = src(ex, e.args[0])
+            if isinstance(u, torch.fx.Node) and u.target == aten.unsqueeze.default and \
+                    u.args[1] == 2:
+                return u.args[0]
+    return node
+
+
+def causal_mask(mask, T):
+    m = mask
+    if m.dtype != torch.bool:
+        m = m == 0
+    want = torch.ones(T, T, dtype=torch.bool).tril()
+    return bool((m == want).all())
+
+
+def m_sdpa(ex, node):
+    a = list(node.args) + [None] * (8 - len(node.args))
+    q_n, k_n, v_n, mask_n = a[0], unrepeat_kv(ex, a[1]), unrepeat_kv(ex, a[2]), a[3]
+    dropout = a[4] or node.kwargs.get("dropout_p", 0.0)
+    is_causal = a[5] or node.kwargs.get("is_causal", False)
+    scale = a[6] if a[6] is not None else node.kwargs.get("scale")
+    if dropout:
+        raise ExportError("%s: attention dropout %g (regc trains without dropout)" % (node.name,
+                                                                                     dropout))
+    q, H = heads_of(ex, ex.val(q_n))
+    k, Hk = heads_of(ex, ex.val(k_n))
+    v, Hv = heads_of(ex, ex.val(v_n))
+    D = q.shape[-1] // H
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    causal = bool(is_causal)
+    inputs = [q, k, v]
+    if mask_n is not None:
+        kind, mask = ex.val(mask_n)
+        if kind != "const":
+            raise ExportError("%s: an attention mask that depends on the data" % node.name)
+        if causal_mask(mask, q.shape[1]):
+            causal = True
+        else:  # an additive bias [H, Tq, Tk], the same for every batch row
+            bias = mask if mask.dtype != torch.bool else torch.where(
+                mask, 0.0, float("-inf"))
+            bias = torch.broadcast_to(bias, (q.shape[0], H, q.shape[1], k.shape[1]))
+            if not bool((bias == bias[:1]).all()):
+                raise ExportError("%s: an attention mask that differs between batch rows" %
+                                  node.name)
+            inputs.append(ex.const_leaf(bias[0].contiguous().float()))
+    out = ex.g.node("attention", inputs, [q.shape, (q.shape[0], H, q.shape[1])],
+                    {"n_head": H, "n_kv_head": Hk, "causal": int(causal),
+                     "scale": float(scale)})[0]
+    B, T, _ = q.shape
+    return ("dyn", Lazy(out, (B, T, H, D), [0, 2, 1, 3]))
+
+
+# ---- patterns fused into regc's own ops
+
+def is_op(n, *targets):
+    return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets
+
+
+def scalar_arg(n, i):
+    v = n.args[i] if len(n.args) > i else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def match_rms_norm(ex, node):
+    """w * (x * rsqrt(mean(x^2, -1, keepdim) + eps)) -> rmsnorm(x, w, eps)"""
+    for wi in (0, 1):
+        w_n, y_n = node.args[wi], src(ex, node.args[1 - wi])
+        if not (isinstance(w_n, torch.fx.Node) and ex.env[w_n][0] == "dyn" and
+                len(ex.env[w_n][1].shape) == 1 and is_op(y_n, aten.mul.Tensor)):
+            continue
+        for xi in (0, 1):
+            x_n, r_n = src(ex, y_n.args[xi]), src(ex, y_n.args[1 - xi])
+            if not is_op(r_n, aten.rsqrt.default):
+                continue
+            add_n = src(ex, r_n.args[0])
+            if not is_op(add_n, aten.add.Tensor) or scalar_arg(add_n, 1) is None:
+                continue
+            mean_n = src(ex, add_n.args[0])
+            if not is_op(mean_n, aten.mean.dim) or list(mean_n.args[1]) != [-1]:
+                continue
+            pow_n = src(ex, mean_n.args[0])
+            if not is_op(pow_n, aten.pow.Tensor_Scalar) or scalar_arg(pow_n, 1) != 2.0 or \
+                    src(ex, pow_n.args[0]) is not x_n:
+                continue
+            x = ex.tensor(ex.val(x_n))
+            w = ex.tensor(ex.val(w_n))
+            y = ex.g.node("rmsnorm", [x, w], [x.shape, x.shape[:-1]],
+                          {"eps": scalar_arg(add_n, 1)})[0]
+            return ("dyn", Lazy(y))
+    return None
+
+
+def match_gelu_tanh(ex, node):
+    """(x * 0.5) * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> gelu(x)"""
+    for hi in (0, 1):
+        half, rest = src(ex, node.args[hi]), src(ex, node.args[1 - hi])
+        if not (is_op(half, aten.mul.Tensor) and scalar_arg(half, 1) == 0.5 and
+                is_op(rest, aten.add.Tensor) and scalar_arg(rest, 1) == 1.0):
+            continue
+        x_n = src(ex, half.args[0])
+        t = src(ex, rest.args[0])
+        if not is_op(t, aten.tanh.default):
+            continue
+        inner = src(ex, t.args[0])
+        if not (is_op(inner, aten.mul.Tensor) and
+                abs((scalar_arg(inner, 1) or 0) - math.sqrt(2 / math.pi)) < 1e-7):
+            continue
+        s = src(ex, inner.args[0])
+        if not (is_op(s, aten.add.Tensor) and src(ex, s.args[0]) is x_n):
+            continue
+        c = src(ex, s.args[1])
+        if not (is_op(c, aten.mul.Tensor) and scalar_arg(c, 1) == 0.044715):
+            continue
+        p = src(ex, c.args[0])
+        if not (is_op(p, aten.pow.Tensor_Scalar) and scalar_arg(p, 1) == 3.0 and
+                src(ex, p.args[0]) is x_n):
+            continue
+        x = ex.tensor(ex.val(x_n))
+        return ("dyn", Lazy(ex.g.one("gelu", [x], x.shape)))
+    return None
+
+
+def match_rope(ex, node):
+    """q * cos + cat(-q[..., D/2:], q[..., :D/2]) * sin -> rope(q, cos, sin),
+    q a [B, H, T, D] view of a [B, T, H*D] projection, cos and sin
+    constants whose halves repeat (HF's cat(freqs, freqs))."""
+    for ai in (0, 1):
+        m1, m2 = src(ex, node.args[ai]), src(ex, node.args[1 - ai])
+        if not (is_op(m1, aten.mul.Tensor) and is_op(m2, aten.mul.Tensor)):
+            continue
+        q_n, cos_n = m1.args
+        cat_n, sin_n = m2.args
+        if not is_op(src(ex, cat_n), aten.cat.default):
+            cat_n, sin_n = sin_n, cat_n
+        cat_n = src(ex, cat_n)
+        if not is_op(cat_n, aten.cat.default) or len(cat_n.args[0]) != 2:
+            continue
+        neg_n, lo_n = src(ex, cat_n.args[0][0]), src(ex, cat_n.args[0][1])
+        if not (is_op(neg_n, aten.neg.default) and is_op(lo_n, aten.slice.Tensor)):
+            continue
+        hi_n = src(ex, neg_n.args[0])
+        if not (is_op(hi_n, aten.slice.Tensor) and src(ex, hi_n.args[0]) is src(ex, q_n) and
+                src(ex, lo_n.args[0]) is src(ex, q_n)):
+            continue
+        qv, cv, sv = ex.val(q_n), ex.val(cos_n), ex.val(sin_n)
+        if qv[0] != "dyn" or cv[0] != "const" or sv[0] != "const" or len(qv[1].shape) != 4:
+            continue
+        B, H, T, D = qv[1].shape
+        tabs = []
+        for tab in (cv[1], sv[1]):
+            t = torch.broadcast_to(tab, (B, H, T, D)).reshape(-1, T, D)
+            if not bool((t == t[:1]).all()) or not bool((t[0, :, :D // 2] ==
+                                                         t[0, :, D // 2:]).all()):
+                break
+            tabs.append(t[0, :, :D // 2].contiguous())
+        if len(tabs) != 2:
+            continue
+        x, h = heads_of(ex, qv)
+        cos = ex.rope_table("rope_cos", tabs[0])
+        sin = ex.rope_table("rope_sin", tabs[1])
+        y = ex.g.one("rope", [x, cos, sin], x.shape, {"n_head": h, "inverse": 0})
+        return ("dyn", Lazy(y, (B, T, H, D), [0, 2, 1, 3]))
+    return None
+
+
+def rope_table(self, name, value):
+    key = (name, value.numpy().tobytes())
+    cache = self.__dict__.setdefault("rope_cache", {})
+    if key not in cache:
+        cache[key] = self.const_leaf(value, name if name not in self.consts else None)
+    return cache[key]
+
+
+Exporter.rope_table = rope_table
+
+
+MAPPING = {
+    aten.view.default: m_view, aten.reshape.default: m_view, aten._unsafe_view.default: m_view,
+    aten.unsqueeze.default: m_view, aten.squeeze.dim: m_view, aten.squeeze.default: m_view,
+    aten.flatten.using_ints: m_view,
+    aten.transpose.int: m_transpose, aten.permute.default: m_transpose, aten.t.default: m_transpose,
+    aten.embedding.default: m_embedding,
+    aten.layer_norm.default: m_layer_norm,
+    aten.linear.default: m_linear, aten.addmm.default: m_addmm, aten.mm.default: m_mm,
+    aten.matmul.default: m_mm,
+    aten.add.Tensor: m_add, aten.sub.Tensor: m_sub, aten.mul.Tensor: m_mul,
+    aten.div.Tensor: m_div,
+    aten.neg.default: unary("neg"), aten.exp.default: unary("exp"),
+    aten.tanh.default: unary("tanh"), aten.rsqrt.default: unary("rsqrt"),
+    aten.silu.default: unary("silu"), aten.relu.default: unary("relu"),
+    aten.gelu.default: m_gelu, aten.pow.Tensor_Scalar: m_pow,
+    aten.mean.dim: m_reduce("mean_last"), aten.sum.dim_IntList: m_reduce("sum_last"),
+    aten.softmax.int: m_softmax("softmax"), aten._softmax.default: m_softmax("softmax"),
+    aten.log_softmax.int: m_softmax("log_softmax"),
+    aten._log_softmax.default: m_softmax("log_softmax"),
+    aten.split.Tensor: m_split, aten.slice.Tensor: m_slice, aten.cat.default: m_cat,
+    aten.masked_fill.Scalar: m_masked_fill,
+    aten.scaled_dot_product_attention.default: m_sdpa,
+    aten.cross_entropy_loss.default: m_cross_entropy,
+}
+for _op in IDENTITY_OPS | {aten.to.dtype, aten.to.dtype_layout, aten.to.device,
+                           aten._to_copy.default}:
+    MAPPING[_op] = m_identity
