@@ -55,6 +55,8 @@ static uint64_t node_label(const regc_graph *g, const regc_node *n)
     h = mix(h, (uint64_t)a->vocab);
     h = mix(h, (uint64_t)a->axis);
     h = mix(h, (uint64_t)a->start);
+    h = mix(h, (uint64_t)a->padded);
+    h = mix(h, (uint64_t)a->padding_idx);
     h = mix(h, (uint64_t)n->n_in);
     for (int i = 0; i < n->n_in; i++)
         h = mix_tensor(h, regc_graph_tensor(g, n->in[i]));

@@ -131,7 +131,9 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
     int out[REGC_MAX_IO];
     switch (n->op) {
     case REGC_OP_EMBEDDING: {
-        regc_attrs a = {.vocab = regc_graph_tensor(g, in[1])->shape[0]};
+        regc_attrs a = {.vocab = regc_graph_tensor(g, in[1])->shape[0],
+                        .padded = n->attrs.padded,
+                        .padding_idx = n->attrs.padding_idx};
         if (node_n(c, REGC_OP_EMBEDDING_BWD, &a, 2, (int[]){dy, in[0]}, 1, out))
             return REGC_ERR_SHAPE;
         return accumulate(c, in[1], out[0]);

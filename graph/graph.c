@@ -452,6 +452,8 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_EMBEDDING:
         if (x[1]->ndim != 2)
             return bad(op, x[1], "expected a [vocab, C] table");
+        if (a->padded && (a->padding_idx < 0 || a->padding_idx >= x[1]->shape[0]))
+            return bad(op, x[1], "padding_idx is not one of its rows");
         if (x[0]->ndim + 1 > REGC_MAX_DIMS)
             return bad(op, x[0], "too many dimensions");
         memcpy(s, x[0]->shape, sizeof s);

@@ -32,6 +32,8 @@ static void put_attrs(regc_bytes *b, const regc_attrs *a)
     regc_bytes_put_i64(b, a->vocab);
     regc_bytes_put_i64(b, a->axis);
     regc_bytes_put_i64(b, a->start);
+    regc_bytes_put_i64(b, a->padded);
+    regc_bytes_put_i64(b, a->padding_idx);
 }
 
 void regc_graph_canon_node(regc_bytes *b, const regc_graph *g, const regc_node *n, const int *id)

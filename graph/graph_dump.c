@@ -41,9 +41,15 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
     case REGC_OP_ADD_SCALAR: fprintf(f, " value=%g", a->value); break;
     case REGC_OP_POW: fprintf(f, " exponent=%g", a->value); break;
     case REGC_OP_MASKED_FILL: fprintf(f, " value=%g", a->value); break;
+    case REGC_OP_EMBEDDING:
+    case REGC_OP_EMBEDDING_BWD:
+        if (a->padded)
+            fprintf(f, " padding_idx=%lld", (long long)a->padding_idx);
+        if (n->op == REGC_OP_EMBEDDING_BWD)
+            fprintf(f, " vocab=%lld", (long long)a->vocab);
+        break;
     case REGC_OP_SLICE:
     case REGC_OP_SLICE_BWD: fprintf(f, " axis=%d start=%lld", a->axis, (long long)a->start); break;
-    case REGC_OP_EMBEDDING_BWD: fprintf(f, " vocab=%lld", (long long)a->vocab); break;
     default: break;
     }
 }

@@ -36,6 +36,7 @@ enum {
     A_SHAPE = 64,
     A_ROPE = 128,
     A_SLICE = 256,
+    A_PAD = 512, /* optional: written only when set */
 };
 
 static int op_attr_set(regc_op op)
@@ -58,7 +59,8 @@ static int op_attr_set(regc_op op)
     case REGC_OP_RESHAPE:
     case REGC_OP_EXPAND:
     case REGC_OP_SUM_ROWS: return A_SHAPE;
-    case REGC_OP_EMBEDDING_BWD: return A_VOCAB;
+    case REGC_OP_EMBEDDING: return A_PAD;
+    case REGC_OP_EMBEDDING_BWD: return A_VOCAB | A_PAD;
     default: return 0;
     }
 }
@@ -111,6 +113,8 @@ static cJSON *node_to_json(const regc_graph *g, const regc_node *n)
         cJSON_AddNumberToObject(o, "value", a->value);
     if (set & A_VOCAB)
         cJSON_AddNumberToObject(o, "vocab", (double)a->vocab);
+    if ((set & A_PAD) && a->padded)
+        cJSON_AddNumberToObject(o, "padding_idx", (double)a->padding_idx);
     if (set & A_SLICE) {
         cJSON_AddNumberToObject(o, "axis", a->axis);
         cJSON_AddNumberToObject(o, "start", (double)a->start);
@@ -323,6 +327,11 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
         if (get_int(c, o, "vocab", 1, INT64_C(1) << 40, &v))
             return REGC_ERR_FORMAT;
         a.vocab = v;
+    }
+    if ((set & A_PAD) && cJSON_GetObjectItemCaseSensitive(o, "padding_idx")) {
+        if (get_int(c, o, "padding_idx", 0, INT64_C(1) << 40, &v))
+            return REGC_ERR_FORMAT;
+        a.padded = 1, a.padding_idx = v;
     }
     if (set & A_SLICE) {
         if (get_int(c, o, "axis", 0, REGC_MAX_DIMS - 1, &v))

@@ -24,7 +24,8 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
 /* Forward ops carry a backward rule (graph/autodiff.c); the ops after
  * REGC_OP_FILL appear only in backward graphs. Shapes (x: [..., C] means any
  * leading dims, flattened to rows):
- *   EMBEDDING     (ids i32 [...], table [V, C])           -> [..., C]
+ *   EMBEDDING     (ids i32 [...], table [V, C]) [padding_idx] -> [..., C]
+ *                 with padding_idx, that id's row takes no gradient (PyTorch's)
  *   ADD           (a, b) same shape                       -> a's shape
  *   BIAS_ADD      (x [..., S...], b [S...]) b broadcast    -> x's shape
  *   LAYERNORM     (x [..., C], w [C], b [C]) eps           -> y, mean [...], rstd [...]
@@ -144,6 +145,8 @@ typedef struct {
     int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
     float value;             /* FILL, SCALE, ADD_SCALAR, POW (the exponent) */
     int64_t vocab;           /* EMBEDDING_BWD: rows of the table */
+    int padded;              /* EMBEDDING, EMBEDDING_BWD: padding_idx is set */
+    int64_t padding_idx;     /* ... the id whose row the backward leaves out */
     int axis;                /* SLICE, SLICE_BWD */
     int64_t start;           /* SLICE, SLICE_BWD */
 } regc_attrs;

@@ -287,9 +287,11 @@ struct regc_backend {
     /* dtable[v, :] (+)= sum over r with ids[r] == v of dout[r, :], the sum in row
      * order from 0 (dtable is [vocab, cols]): written fresh, or with
      * accumulate added once to the rows of ids (others untouched), so a
-     * gradient already in dtable takes no separate add */
+     * gradient already in dtable takes no separate add; the row of id `pad`
+     * (PyTorch's padding_idx; -1 for none) takes nothing: zeros, or left as
+     * it is */
     void (*embedding_bwd)(regc_backend *be, float *dtable, const int32_t *ids, const float *dout,
-                          int64_t rows, int64_t cols, int64_t vocab, int accumulate);
+                          int64_t rows, int64_t cols, int64_t vocab, int accumulate, int64_t pad);
 
     void (*add)(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
     /* out[r, c] = x[r, c] + b[c] */

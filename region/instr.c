@@ -189,7 +189,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_EMBED_BWD:
         NEED(embedding_bwd);
-        be->embedding_bwd(be, P(0), I32(1), C(2), d[0], d[1], d[2], in->accumulate);
+        be->embedding_bwd(be, P(0), I32(1), C(2), d[0], d[1], d[2], in->accumulate, d[3] - 1);
         return REGC_OK;
     case K_ADD:
         NEED(add);

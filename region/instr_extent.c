@@ -287,6 +287,8 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
         break;
     case K_EMBED_BWD: /* dtable [vocab, cols], ids, dout; ids checked against vocab */
         rows = dim(&r, 0), cols = dim(&r, 1);
+        if (dim(&r, 3) > dim(&r, 2))
+            fail(&r, "embedding_bwd's padding id is outside the vocabulary");
         need(&r, 0, mul(&r, dim(&r, 2), cols), F32), need(&r, 1, rows, 4);
         need(&r, 2, mul(&r, rows, cols), F32);
         e->ids = 1u << 1;

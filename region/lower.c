@@ -334,6 +334,7 @@ static int lower_node(lower_ctx *c, int i)
             const regc_node *l = regc_graph_node(c->g, c->embed_acc[i]);
             EMIT(K_EMBED_BWD, 1, o[0], l->in[1], l->in[0]);
             x->d[0] = numel(c, l->in[1]), x->d[1] = last_dim(c, l->in[0]), x->d[2] = l->attrs.vocab;
+            x->d[3] = l->attrs.padded ? l->attrs.padding_idx + 1 : 0;
             x->accumulate = 1, x->node = c->embed_acc[i];
             break;
         }
@@ -446,6 +447,7 @@ static int lower_node(lower_ctx *c, int i)
     case REGC_OP_EMBEDDING_BWD:
         EMIT(K_EMBED_BWD, 1, o[0], in[1], in[0]);
         x->d[0] = numel(c, in[1]), x->d[1] = last_dim(c, in[0]), x->d[2] = n->attrs.vocab;
+        x->d[3] = n->attrs.padded ? n->attrs.padding_idx + 1 : 0;
         break;
     case REGC_OP_SOFTMAX:
     case REGC_OP_LOG_SOFTMAX:

@@ -26,7 +26,8 @@ typedef enum {
     K_TRANSPOSE,  /* out, x; d0 = ndim, shape in d[1..], perm */
     K_GEMM,       /* c, a, b, bias, aux, bias_grad; see flags */
     K_EMBED_FWD,  /* out, ids, table; d0 = rows, d1 = cols */
-    K_EMBED_BWD,  /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab; accumulate */
+    K_EMBED_BWD,  /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab, d3 = 1 + the padding
+                     id (0: none); accumulate */
     K_ADD,        /* out, a, b; d0 = n */
     K_BIAS_ADD,   /* out, x, b; d0 = rows, d1 = cols */
     K_SUM_ROWS,   /* out, x; d0 = rows, d1 = cols */

@@ -640,6 +640,57 @@ CASE(attention_decomposed)
 CASE(masked_fill)
 CASE(slice)
 
+/* A padding row (PyTorch's padding_idx) takes no gradient from the
+ * embedding; every other row gets the bits it gets without one. */
+static void test_embedding_padding_row(void **state)
+{
+    (void)state;
+    float *grads[2];
+    const int64_t vocab = VOCAB, cols = 4, pad = 1; /* fill_input's ids hold 1 */
+    for (int padded = 0; padded < 2; padded++) {
+        regc_graph *g = regc_graph_new();
+        int i = ids(g, "ids", 2, (int64_t[]){2, 3});
+        int table = input(g, "table", 2, (int64_t[]){vocab, cols});
+        regc_attrs a = {.padded = padded, .padding_idx = padded ? pad : 0};
+        int y = 0;
+        assert_true(regc_graph_add_node(g, REGC_OP_EMBEDDING, &a, 2, (int[]){i, table}, 1, &y, 0,
+                                        NULL) >= 0);
+        add_objective(g, y);
+        regc_compile_options o;
+        regc_compile_options_default(&o);
+        o.regional = 0;
+        regc_program *p = NULL;
+        assert_int_equal(regc_program_compile_graph(g, &o, &p, NULL), REGC_OK);
+        int n_in = regc_program_n_inputs(p);
+        void **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
+        for (int k = 0; k < n_in; k++) {
+            const regc_tensor *t = regc_program_input(p, k);
+            inputs[k] = malloc((size_t)regc_tensor_bytes(t));
+            fill_input(t, inputs[k], regc_rng_substream(43, (uint64_t)k));
+        }
+        float *params = malloc((size_t)(vocab * cols) * sizeof *params);
+        grads[padded] = malloc((size_t)(vocab * cols) * sizeof(float));
+        regc_rng_fill_uniform(params, (size_t)(vocab * cols), 42, 0.0f, 1.0f);
+        regc_backend *be = regc_backend_cpu_new(1);
+        regc_program_memory mem = {.params = params, .grads = grads[padded], .inputs = inputs};
+        assert_int_equal(regc_program_bind(p, be, &mem), REGC_OK);
+        assert_int_equal(regc_program_run(p), REGC_OK);
+        for (int k = 0; k < n_in; k++)
+            free(inputs[k]);
+        free(inputs), free(params);
+        regc_program_free(p); /* and the graph it took */
+        regc_backend_free(be);
+    }
+    for (int64_t v = 0; v < vocab; v++)
+        for (int64_t c = 0; c < cols; c++) {
+            const float got = grads[1][v * cols + c], plain = grads[0][v * cols + c];
+            if (v == pad ? got != 0.0f || plain == 0.0f : memcmp(&got, &plain, sizeof got) != 0)
+                fail_msg("row %lld column %lld: %g with the padding row %lld, %g without",
+                         (long long)v, (long long)c, got, (long long)pad, plain);
+        }
+    free(grads[0]), free(grads[1]);
+}
+
 /* ---- errors */
 
 static void test_backward_op_has_no_rule(void **state)
@@ -721,6 +772,7 @@ int main(void)
         cmocka_unit_test(test_attention_decomposed),
         cmocka_unit_test(test_masked_fill),
         cmocka_unit_test(test_slice),
+        cmocka_unit_test(test_embedding_padding_row),
         cmocka_unit_test(test_backward_op_has_no_rule),
         cmocka_unit_test(test_loss_must_be_scalar),
     };

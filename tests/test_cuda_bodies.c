@@ -365,7 +365,8 @@ static int compare_keys(const void *a, const void *b)
  * the id half gives), the zeroing of a fresh table, then the body over its
  * grid of rows x cols threads. Returns the sorted keys. */
 static uint64_t *host_embedding_bwd(float *dtable, const int32_t *ids, const float *dout,
-                                    int64_t rows, int64_t cols, int64_t vocab, int accumulate)
+                                    int64_t rows, int64_t cols, int64_t vocab, int accumulate,
+                                    int64_t pad)
 {
     uint64_t *key = malloc((size_t)rows * sizeof *key);
     assert_non_null(key);
@@ -378,7 +379,7 @@ static uint64_t *host_embedding_bwd(float *dtable, const int32_t *ids, const flo
         for (int64_t i = 0; i < vocab * cols; i++)
             dtable[i] = 0.0f;
     for (int64_t i = 0; i < rows * cols; i++)
-        cuda_body_embedding_bwd(i, dtable, key, dout, rows, cols);
+        cuda_body_embedding_bwd(i, dtable, key, dout, rows, cols, pad);
     return key;
 }
 
@@ -404,15 +405,28 @@ static void test_embedding_bwd_body(void **state)
         hinit[i] = -0.0f;
     int32_t *dids = regc_test_upload_ints(cpu, ids, (size_t)rows);
     const float *dout = regc_test_upload(cpu, hdout, nd);
-    for (int accumulate = 0; accumulate < 2; accumulate++) {
+    for (int pass = 0; pass < 4; pass++) {
+        const int accumulate = pass & 1;
+        const int64_t pad = pass & 2 ? 3 : -1; /* the busiest id as the padding row */
         float *dtable = regc_test_upload(cpu, hinit, nt);
-        cpu->embedding_bwd(cpu, dtable, dids, dout, rows, cols, vocab, accumulate);
+        cpu->embedding_bwd(cpu, dtable, dids, dout, rows, cols, vocab, accumulate, pad);
         const float *want = cpu_download(dtable, nt);
         float *got = regc_test_host_floats(nt);
         memcpy(got, hinit, nt * sizeof(float));
-        uint64_t *key = host_embedding_bwd(got, ids, hdout, rows, cols, vocab, accumulate);
-        const char *what = accumulate ? "embedding_bwd accumulate" : "embedding_bwd";
+        uint64_t *key = host_embedding_bwd(got, ids, hdout, rows, cols, vocab, accumulate, pad);
+        const char *what = pass == 0   ? "embedding_bwd"
+                           : pass == 1 ? "embedding_bwd accumulate"
+                           : pass == 2 ? "embedding_bwd padded"
+                                       : "embedding_bwd padded accumulate";
         expect_bits(what, got, want, nt);
+        if (pad >= 0) { /* the padding row took nothing: zeros, or as it was */
+            for (int64_t c = 0; c < cols; c++)
+                if (memcmp(&want[pad * cols + c], accumulate ? &hinit[pad * cols + c] : &(float){0},
+                           sizeof(float)) != 0)
+                    fail_msg("%s: the padding row changed at column %lld", what, (long long)c);
+            free(key);
+            continue;
+        }
 
         /* each id's rows summed in reverse order instead */
         float *var = regc_test_host_floats(nt);
@@ -449,13 +463,13 @@ static void test_embedding_bad_ids(void **state)
     for (size_t s = 0; s < sizeof bad / sizeof bad[0]; s++) {
         float *got = regc_test_host_floats((size_t)(vocab * cols));
         memcpy(got, hinit, (size_t)(vocab * cols) * sizeof(float));
-        uint64_t *key = host_embedding_bwd(got, bad_sets[s], hdout, rows, cols, vocab, 0);
+        uint64_t *key = host_embedding_bwd(got, bad_sets[s], hdout, rows, cols, vocab, 0, -1);
         assert_int_equal(cuda_embedding_keys_ok(key, rows, vocab), !bad[s]);
         free(key);
         float *dtable = regc_test_upload(cpu, hinit, (size_t)(vocab * cols));
         cpu->embedding_bwd(cpu, dtable, regc_test_upload_ints(cpu, bad_sets[s], (size_t)rows),
                            regc_test_upload(cpu, hdout, (size_t)(rows * cols)), rows, cols, vocab,
-                           0);
+                           0, -1);
         assert_int_equal(cpu->sync(cpu), bad[s] ? REGC_ERR_ARG : REGC_OK);
         if (bad[s]) { /* both leave the table as it was */
             expect_bits("embedding_bwd bad id, host", got, hinit, (size_t)(vocab * cols));

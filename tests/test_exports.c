@@ -123,7 +123,7 @@ static void test_exports_train_like_pytorch(void **state)
         check_case(d, c);
         n++;
     }
-    assert_true(n >= 4);
+    assert_true(n >= 5);
 }
 
 /* A graph with a constant missing from the weights file is refused, naming

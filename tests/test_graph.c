@@ -31,7 +31,10 @@ static regc_graph *every_op_graph(void)
     /* RoPE tables for 3 heads of head_dim 2: [T, head_dim / 2] */
     int cs = regc_graph_add_constant(g, "cos", REGC_F32, 2, (int64_t[]){4, 1});
     int sn = regc_graph_add_constant(g, "sin", REGC_F32, 2, (int64_t[]){4, 1});
-    int x = regc_graph_embedding(g, ids, wte);                              /* [2, 4, 6] */
+    regc_attrs pad = {.padded = 1, .padding_idx = 3}; /* id 3's row takes no gradient */
+    int x = 0;
+    assert_true(regc_graph_add_node(g, REGC_OP_EMBEDDING, &pad, 2, (int[]){ids, wte}, 1, &x, 0,
+                                    NULL) >= 0);                            /* [2, 4, 6] */
     int h = regc_graph_layernorm(g, x, lnw, lnb, 1e-5f);                    /* [2, 4, 6] */
     int hr = regc_graph_rmsnorm(g, h, rmsw, 1e-6f);                         /* [2, 4, 6] */
     int qkv = regc_graph_bias_add(g, regc_graph_matmul(g, hr, w, 0, 0), b); /* [2, 4, 18] */

@@ -551,7 +551,7 @@ static void test_embedding_and_sum_rows_match_naive(void **state)
     float *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols)),
           *col = regc_test_dev_nan(be, (size_t)cols);
     be->embedding_bwd(be, dtable, regc_test_upload_ints(be, ids, (size_t)rows), dout, rows, cols,
-                      vocab, 0);
+                      vocab, 0, -1);
     be->sum_rows(be, col, dout, rows, cols);
     double *want = regc_test_host_doubles((size_t)(vocab * cols)),
            *wcol = regc_test_host_doubles((size_t)cols);
@@ -603,9 +603,9 @@ static void test_embedding_bwd_accumulate_equals_fresh_plus_add(void **state)
         float *base = regc_test_upload(d, hbase, nt); /* [vocab, cols] */
         float *fresh = regc_test_dev_nan(d, nt), *sum = regc_test_dev_nan(d, nt);
         float *acc = regc_test_upload(d, hbase, nt); /* [vocab, cols] */
-        d->embedding_bwd(d, fresh, dids, dout, rows, cols, vocab, 0);
+        d->embedding_bwd(d, fresh, dids, dout, rows, cols, vocab, 0, -1);
         d->add(d, sum, base, fresh, (int64_t)nt);
-        d->embedding_bwd(d, acc, dids, dout, rows, cols, vocab, 1);
+        d->embedding_bwd(d, acc, dids, dout, rows, cols, vocab, 1, -1);
         assert_int_equal(d->sync(d), REGC_OK);
         res[t][0] = regc_test_download(d, sum, nt);
         res[t][1] = regc_test_download(d, acc, nt);
@@ -621,7 +621,7 @@ static void test_embedding_bwd_accumulate_equals_fresh_plus_add(void **state)
     int32_t bad[2] = {1, 40}; /* id 40 >= vocab 40 */
     float *acc = regc_test_upload(be, hbase, nt);
     be->embedding_bwd(be, acc, regc_test_upload_ints(be, bad, 2), regc_test_upload(be, hd, nd), 2,
-                      cols, vocab, 1);
+                      cols, vocab, 1, -1);
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "outside the vocabulary"));
     regc_test_assert_bitwise_equal("table after a bad id", regc_test_download(be, acc, nt), hbase,

@@ -299,8 +299,8 @@ static void test_sync_reports_kernel_failures(void **state)
     assert_non_null(strstr(regc_error_message(), "step_schedule"));
 
     int32_t ids[2] = {1, 9};
-    be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4,
-                      0); /* id 9 >= vocab 4 */
+    be->embedding_bwd(be, y, regc_test_upload_ints(be, ids, 2), x, 2, 2, 4, 0,
+                      -1); /* id 9 >= vocab 4 */
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "embedding_bwd"));
 

@@ -34,6 +34,7 @@ class Exporter:
         self.params = {}  # regc parameter name -> torch tensor
         self.unmapped = []
         self.n_const = 0
+        self.const_cache = {}  # (dtype, shape, bytes) -> its leaf
 
     # ---- leaves
     def const_leaf(self, value, name=None):
@@ -46,12 +47,17 @@ class Exporter:
             arr, dtype = value.to(torch.int32).numpy(), "i32"
         else:
             arr, dtype = value.to(torch.float32).numpy(), "f32"
+        shape = arr.shape if arr.ndim else (1,)
+        key = (dtype, shape, arr.tobytes())
+        if name is None and key in self.const_cache:  # one leaf per distinct value
+            return self.const_cache[key]
         if name is None:
             self.n_const += 1
             name = "const.%d" % self.n_const
-        shape = arr.shape if arr.ndim else (1,)
         self.consts[name] = arr.reshape(shape)
-        return self.g.leaf(name, dtype, shape, "constant")
+        leaf = self.g.leaf(name, dtype, shape, "constant")
+        self.const_cache.setdefault(key, leaf)
+        return leaf
 
     def tensor(self, v, shape=None):
         """A regc tensor of value v, laid out (shape: reshaped to it)."""
@@ -240,7 +246,12 @@ def m_transpose(ex, node):
 def m_embedding(ex, node):
     weight = ex.tensor(ex.val(node.args[0]))
     ids = ex.tensor(ex.val(node.args[1]))
-    return ("dyn", Lazy(ex.g.one("embedding", [ids, weight], ids.shape + (weight.shape[1],))))
+    pad = node.args[2] if len(node.args) > 2 else node.kwargs.get("padding_idx", -1)
+    if (len(node.args) > 3 and node.args[3]) or node.kwargs.get("scale_grad_by_freq"):
+        raise ExportError("%s: an embedding with scale_grad_by_freq" % node.name)
+    attrs = {"padding_idx": pad % weight.shape[0]} if pad is not None and pad != -1 else {}
+    return ("dyn", Lazy(ex.g.one("embedding", [ids, weight], ids.shape + (weight.shape[1],),
+                                 attrs)))
 
 
 def m_layer_norm(ex, node):
@@ -545,6 +556,8 @@ def m_sdpa(ex, node):
             raise ExportError("%s: an attention mask that depends on the data" % node.name)
         if causal_mask(mask, q.shape[1]):
             causal = True
+        elif bool((mask if mask.dtype == torch.bool else mask == 0).all()):
+            pass  # every key visible: no mask at all
         else:  # an additive bias [H, Tq, Tk], the same for every batch row
             bias = mask if mask.dtype != torch.bool else torch.where(
                 mask, 0.0, float("-inf"))

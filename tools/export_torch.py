@@ -79,8 +79,13 @@ def load_model(spec):
                     "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
             if hasattr(config, key):
                 setattr(config, key, 0.0)
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            spec, config=config, torch_dtype=torch.float32, attn_implementation="sdpa")
+        # the class the directory was saved from (a masked LM stays one),
+        # else a causal LM
+        names = getattr(config, "architectures", None) or []
+        cls = getattr(transformers, names[0], None) if names else None
+        cls = cls or transformers.AutoModelForCausalLM
+        model = cls.from_pretrained(spec, config=config, torch_dtype=torch.float32,
+                                    attn_implementation="sdpa")
     elif ":" in spec:
         module, fn = spec.split(":", 1)
         sys.path.insert(0, os.getcwd())

@@ -71,7 +71,7 @@ static int compare_keys(const void *a, const void *b)
  * adding it to the old contents. An untouched row keeps its value, where
  * fresh + add would give old + 0: the same except that -0.0 becomes +0.0. */
 void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids, const float *dout,
-                            int64_t rows, int64_t cols, int64_t vocab, int accumulate)
+                            int64_t rows, int64_t cols, int64_t vocab, int accumulate, int64_t pad)
 {
     const int threads = regc_cpu_threads(be);
     for (int64_t r = 0; r < rows; r++) {
@@ -109,6 +109,11 @@ void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
         const int64_t w = cols - c0 < REGC_CPU_COL_BLOCK ? cols - c0 : REGC_CPU_COL_BLOCK;
         for (int64_t g = 0; g < rows;) {
             const int64_t id = (int64_t)(key[g] >> 32);
+            if (id == pad) { /* the padding row takes no gradient */
+                while (g < rows && (int64_t)(key[g] >> 32) == id)
+                    g++;
+                continue;
+            }
             float acc[REGC_CPU_COL_BLOCK] = {0}; /* [w] */
             for (; g < rows && (int64_t)(key[g] >> 32) == id; g++) {
                 const float *src = dout + (int64_t)(key[g] & UINT32_MAX) * cols + c0; /* [w] */

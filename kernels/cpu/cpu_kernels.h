@@ -220,7 +220,7 @@ void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int
 void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids, const float *table,
                             int64_t rows, int64_t cols);
 void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids, const float *dout,
-                            int64_t rows, int64_t cols, int64_t vocab, int accumulate);
+                            int64_t rows, int64_t cols, int64_t vocab, int accumulate, int64_t pad);
 void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n);
 void regc_cpu_add_bias(regc_backend *be, float *out, const float *x, const float *b, int64_t rows,
                        int64_t cols);

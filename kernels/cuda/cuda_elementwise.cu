@@ -360,17 +360,18 @@ __global__ void cuda_embedding_zero_kernel(float *dtable, const uint64_t *key, i
  * thread per column, serially: the price of the CPU's order, paid over a
  * batch's tokens, once per step. */
 __global__ void cuda_embedding_bwd_kernel(float *dtable, const uint64_t *key, const float *dout,
-                                          int64_t rows, int64_t cols, int64_t vocab, int64_t n)
+                                          int64_t rows, int64_t cols, int64_t vocab, int64_t n,
+                                          int64_t pad)
 /* dtable: [vocab, cols]; key: [rows], sorted; dout: [rows, cols] (n elements) */
 {
     if (!cuda_embedding_keys_ok(key, rows, vocab))
         return;
-    CUDA_GRID_LOOP(i, n) { cuda_body_embedding_bwd(i, dtable, key, dout, rows, cols); }
+    CUDA_GRID_LOOP(i, n) { cuda_body_embedding_bwd(i, dtable, key, dout, rows, cols, pad); }
 }
 
 static void cuda_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids,
                                const float *dout, int64_t rows, int64_t cols, int64_t vocab,
-                               int accumulate)
+                               int accumulate, int64_t pad)
 {
     if (rows > (int64_t)UINT32_MAX) {
         cuda_refuse(be, REGC_ERR_ARG,
@@ -421,8 +422,8 @@ static void cuda_embedding_bwd(regc_backend *be, float *dtable, const int32_t *i
         cuda_note(be, cudaGetLastError(), "embedding_bwd zero");
     }
     const int64_t n = rows * cols;
-    cuda_embedding_bwd_kernel<<<cuda_grid_for(n), CUDA_THREADS, 0, stream>>>(dtable, sorted, dout,
-                                                                             rows, cols, vocab, n);
+    cuda_embedding_bwd_kernel<<<cuda_grid_for(n), CUDA_THREADS, 0, stream>>>(
+        dtable, sorted, dout, rows, cols, vocab, n, pad);
     cuda_note(be, cudaGetLastError(), "embedding_bwd");
     cuda_scratch_free(be, scratch, "embedding_bwd");
 }

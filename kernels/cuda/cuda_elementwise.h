@@ -148,13 +148,14 @@ static inline REGC_HD int cuda_embedding_keys_ok(const uint64_t *key, int64_t ro
  * to dtable[id, c] — the CPU's sum and the CPU's single add, so the bits
  * agree. Every other thread has nothing to do. */
 static inline REGC_HD void cuda_body_embedding_bwd(int64_t i, float *dtable, const uint64_t *key,
-                                                   const float *dout, int64_t rows, int64_t cols)
+                                                   const float *dout, int64_t rows, int64_t cols,
+                                                   int64_t pad)
 /* dtable: [vocab, cols]; key: [rows], sorted; dout: [rows, cols] */
 {
     const int64_t g = i / cols, c = i % cols;
     const uint64_t id = key[g] >> 32;
-    if (g > 0 && key[g - 1] >> 32 == id)
-        return;
+    if ((g > 0 && key[g - 1] >> 32 == id) || (int64_t)id == pad)
+        return; /* not the group's first, or the padding row (which takes nothing) */
     float acc = 0.0f;
     for (int64_t k = g; k < rows && key[k] >> 32 == id; k++)
         acc = regc_addf(acc, dout[(int64_t)(key[k] & UINT32_MAX) * cols + c]);

@@ -58,6 +58,12 @@ CASES = [
          config=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
                      sliding_window=None, bos_token_id=0, eos_token_id=0)),
+    # an encoder: bidirectional attention, token types, the MLM head; trained
+    # as a graph model is, on next-token targets
+    dict(name="bert", arch="Bert", seed=15, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
+         n_tokens=300, masked=True,
+         config=dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=32)),
 ]
 
 
@@ -65,7 +71,9 @@ def build(case):
     import transformers
     config = getattr(transformers, case["arch"] + "Config")(**case["config"])
     torch.manual_seed(case["seed"])
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    auto = transformers.AutoModelForMaskedLM if case.get("masked") else \
+        transformers.AutoModelForCausalLM
+    model = auto.from_config(config, attn_implementation="sdpa")
     return model.float().train(False)
 
 
