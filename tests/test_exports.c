@@ -48,24 +48,6 @@ static char *write_tokens(const regc_test_dir *d, const cJSON *c)
     return path;
 }
 
-/* The losses of a `regc train --json` run, in step order. */
-static int read_losses(const char *out, double *loss, int max)
-{
-    int n = 0;
-    for (const char *line = out; *line;) {
-        const char *nl = strchr(line, '\n');
-        assert_non_null(nl);
-        cJSON *o = cJSON_ParseWithLength(line, (size_t)(nl - line));
-        assert_non_null(o);
-        const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
-        if (cJSON_IsNumber(l) && n < max)
-            loss[n++] = l->valuedouble;
-        cJSON_Delete(o);
-        line = nl + 1;
-    }
-    return n;
-}
-
 static void check_case(const regc_test_dir *d, const cJSON *c)
 {
     const char *name = regc_test_json_string(c, "name");
@@ -89,7 +71,7 @@ static void check_case(const regc_test_dir *d, const cJSON *c)
                                         text[4], "--json", NULL),
                      0);
     double got[16];
-    assert_int_equal(read_losses(p.out, got, 16), (int)steps);
+    assert_int_equal(regc_test_json_losses(p.out, got, 16), (int)steps);
     regc_test_proc_free(&p);
     for (int64_t i = 0; i < steps; i++)
         if (!(fabs(got[i] - want[i]) <= RTOL * fabs(want[i])))

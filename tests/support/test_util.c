@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "regc_common.h"
@@ -329,5 +330,25 @@ int regc_test_count_lines(const char *s)
     int n = 0;
     for (; *s; s++)
         n += *s == '\n';
+    return n;
+}
+
+int regc_test_json_losses(const char *out, double *loss, int max)
+{
+    int n = 0;
+    for (const char *line = out; *line;) {
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        cJSON *o = cJSON_ParseWithLength(line, (size_t)(nl - line));
+        if (!o)
+            fail_msg("stdout line is not JSON: %.*s", (int)(nl - line), line);
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        if (cJSON_IsNumber(l)) {
+            assert_true(n < max);
+            loss[n++] = l->valuedouble;
+        }
+        cJSON_Delete(o);
+        line = nl + 1;
+    }
     return n;
 }

@@ -73,5 +73,8 @@ int regc_test_is_file(const char *path);
 int regc_test_run_regc(regc_test_proc *p, ...) __attribute__((sentinel));
 /* Number of '\n' in s. */
 int regc_test_count_lines(const char *s);
+/* The "loss" of each line of a `regc train --json` stdout that has one, in
+ * order (at most max); every line must be JSON. */
+int regc_test_json_losses(const char *out, double *loss, int max);
 
 #endif
