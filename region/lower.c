@@ -597,6 +597,65 @@ static int in_group(const ew_group *gr, int node)
     return 0;
 }
 
+/* The tensor whose memory t is: t, or what the reshapes it comes through
+ * view (aliases, which emit nothing, so a chain may run across them). */
+static int ew_alias_source(const lower_ctx *c, int t)
+{
+    for (;;) {
+        const int p = T(c, t)->producer;
+        if (p < 0 || !c->skip[p] || regc_graph_node(c->g, p)->op != REGC_OP_RESHAPE)
+            return t;
+        t = regc_graph_node(c->g, p)->in[0];
+    }
+}
+
+/* The member of gr whose output operand t of a member is, through any
+ * alias, or -1: such an operand is a register of the chain, never read
+ * from memory (which the chain writes only at its end). */
+static int ew_member_source(const lower_ctx *c, const ew_group *gr, int t)
+{
+    const int p = T(c, ew_alias_source(c, t))->producer;
+    return p >= 0 && in_group(gr, p) ? ew_alias_source(c, t) : -1;
+}
+
+/* How member x reads operand t in a chain over n elements: element by
+ * element (both 0), a row's statistic [..., 1] held along x's rows
+ * (inner), or trailing dimensions repeated over x's leading ones
+ * (period). */
+static void ew_read_rule(const lower_ctx *c, const regc_node *x, int t, int64_t n, int64_t *inner,
+                         int64_t *period)
+{
+    const regc_tensor *in = T(c, t), *full = T(c, x->out[0]);
+    *inner = *period = 0;
+    if (regc_tensor_numel(in) == n)
+        return;
+    if (in->ndim == full->ndim && in->ndim >= 1 && in->shape[in->ndim - 1] == 1 &&
+        full->shape[full->ndim - 1] > 1)
+        *inner = full->shape[full->ndim - 1];
+    else
+        *period = regc_tensor_numel(in);
+}
+
+/* Does every member that reads input t read it the same way? A chain
+ * gives each input one rule; members of other shapes may need others. */
+static int ew_reads_agree(const lower_ctx *c, const ew_group *gr, int t, int64_t n)
+{
+    int64_t inner0 = -1, period0 = -1;
+    for (int m = 0; m < gr->n_members; m++) {
+        const regc_node *x = regc_graph_node(c->g, gr->members[m]);
+        for (int k = 0; k < x->n_in; k++) {
+            if (x->in[k] != t)
+                continue;
+            int64_t inner, period;
+            ew_read_rule(c, x, t, n, &inner, &period);
+            if (inner0 >= 0 && (inner != inner0 || period != period0))
+                return 0;
+            inner0 = inner, period0 = period;
+        }
+    }
+    return 1;
+}
+
 /* Would adding node i keep the group within the program limits? Fills the
  * group's inputs and outputs as they would be. */
 static int ew_try(const lower_ctx *c, ew_group *gr, int i)
@@ -604,16 +663,17 @@ static int ew_try(const lower_ctx *c, ew_group *gr, int i)
     ew_group t = *gr;
     t.members[t.n_members++] = i;
     t.n_inputs = 0, t.n_outputs = 0;
+    const int64_t n = numel(c, regc_graph_node(c->g, t.members[0])->out[0]);
     for (int m = 0; m < t.n_members; m++) {
         const regc_node *x = regc_graph_node(c->g, t.members[m]);
         for (int k = 0; k < x->n_in; k++) {
-            int p = T(c, x->in[k])->producer, seen = 0;
-            if (p >= 0 && in_group(&t, p))
+            int seen = 0;
+            if (ew_member_source(c, &t, x->in[k]) >= 0)
                 continue;
             for (int j = 0; j < t.n_inputs; j++)
                 seen |= t.inputs[j] == x->in[k];
             if (!seen) {
-                if (t.n_inputs == REGC_EW_MAX_INPUTS)
+                if (t.n_inputs == REGC_EW_MAX_INPUTS || !ew_reads_agree(c, &t, x->in[k], n))
                     return 0;
                 t.inputs[t.n_inputs++] = x->in[k];
             }
@@ -654,20 +714,13 @@ static int emit_group(lower_ctx *c, const ew_group *gr, regc_ew_program *prog)
         tensor_of[n_regs++] = gr->inputs[k];
         if (regc_tensor_numel(t) == n)
             continue; /* read element by element */
-        /* broadcast: as the shape of the member that reads it says */
-        const regc_tensor *full = NULL;
-        for (int m = 0; m < gr->n_members && !full; m++) {
+        /* broadcast: as its readers say (ew_try made them agree) */
+        for (int m = 0; m < gr->n_members; m++) {
             const regc_node *x = regc_graph_node(c->g, gr->members[m]);
-            for (int j = 0; j < x->n_in && !full; j++)
+            for (int j = 0; j < x->n_in; j++)
                 if (x->in[j] == gr->inputs[k])
-                    full = T(c, x->out[0]);
+                    ew_read_rule(c, x, gr->inputs[k], n, &prog->inner[k], &prog->period[k]);
         }
-        const int row = full && t->ndim == full->ndim && t->ndim >= 1 &&
-                        t->shape[t->ndim - 1] == 1 && full->shape[full->ndim - 1] > 1;
-        if (row) /* a row's statistic [..., 1]: held along the row */
-            prog->inner[k] = full->shape[full->ndim - 1];
-        else /* trailing dimensions: repeated over the leading ones */
-            prog->period[k] = regc_tensor_numel(t);
     }
     prog->n_inputs = gr->n_inputs;
     for (int m = 0; m < gr->n_members; m++) {
@@ -675,10 +728,13 @@ static int emit_group(lower_ctx *c, const ew_group *gr, regc_ew_program *prog)
         regc_ew_step *s = &prog->steps[m];
         s->op = (uint8_t)ew_op_of(x->op);
         s->value = x->op == REGC_OP_EXPAND ? 1.0f : x->attrs.value;
-        for (int k = 0; k < x->n_in && k < 2; k++)
+        for (int k = 0; k < x->n_in && k < 2; k++) {
+            const int src = ew_member_source(c, gr, x->in[k]); /* a register, through aliases */
+            const int want = src >= 0 ? src : x->in[k];
             for (int r = 0; r < n_regs; r++)
-                if (tensor_of[r] == x->in[k])
+                if (tensor_of[r] == want)
                     *(k == 0 ? &s->a : &s->b) = (uint8_t)r;
+        }
         tensor_of[n_regs++] = x->out[0];
     }
     prog->n_steps = gr->n_members;

@@ -560,6 +560,24 @@ static int b_attention_decomposed(regc_graph *g)
     return regc_graph_matmul(g, p, v, 0, 0); /* [5, 3] */
 }
 
+static int b_chain_shared_broadcast(regc_graph *g)
+{
+    /* one operand broadcast two ways by two ops of one chain: t [2, 1] a
+     * row's statistic of A [2, 3], trailing dimensions of B [3, 2, 1] */
+    int A = input(g, "A", 2, (int64_t[]){2, 3}), B = input(g, "B", 3, (int64_t[]){3, 2, 1});
+    int t = input(g, "t", 2, (int64_t[]){2, 1});
+    int y1 = regc_graph_sub(g, A, t), y2 = regc_graph_mul(g, B, t); /* 6 elements each */
+    return regc_graph_matmul(g, regc_graph_reshape(g, y1, 2, (int64_t[]){6, 1}),
+                             regc_graph_reshape(g, y2, 2, (int64_t[]){1, 6}), 0, 0); /* [6, 6] */
+}
+
+static int b_chain_through_reshape(regc_graph *g)
+{
+    /* a chain across a view: the add reads the gelu's output reshaped */
+    int x = input(g, "x", 2, (int64_t[]){2, 3}), w = input(g, "w", 2, (int64_t[]){3, 2});
+    return regc_graph_add(g, regc_graph_reshape(g, regc_graph_gelu(g, x), 2, (int64_t[]){3, 2}), w);
+}
+
 static int b_masked_fill(regc_graph *g)
 {
     /* masks from constants: relu zeroes about half of each; one of x's
@@ -638,6 +656,8 @@ CASE(row_broadcast)
 CASE(rmsnorm_decomposed)
 CASE(attention_decomposed)
 CASE(masked_fill)
+CASE(chain_shared_broadcast)
+CASE(chain_through_reshape)
 CASE(slice)
 
 /* A padding row (PyTorch's padding_idx) takes no gradient from the
@@ -771,6 +791,8 @@ int main(void)
         cmocka_unit_test(test_rmsnorm_decomposed),
         cmocka_unit_test(test_attention_decomposed),
         cmocka_unit_test(test_masked_fill),
+        cmocka_unit_test(test_chain_shared_broadcast),
+        cmocka_unit_test(test_chain_through_reshape),
         cmocka_unit_test(test_slice),
         cmocka_unit_test(test_embedding_padding_row),
         cmocka_unit_test(test_backward_op_has_no_rule),
