@@ -475,8 +475,8 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
     case REGC_OP_DIV:
     case REGC_OP_MUL:
     case REGC_OP_BIAS_ADD: {
-        if (op == REGC_OP_MASKED_FILL && isnan(a->value))
-            return regc_error(REGC_ERR_ARG, "%s: value must not be NaN", name);
+        if (op == REGC_OP_MASKED_FILL && !isfinite(a->value)) /* JSON has no infinity */
+            return regc_error(REGC_ERR_ARG, "%s: value must be finite", name);
         /* b broadcast over a's leading dimensions; SUB, DIV, MUL: or of a's
          * shape, or a row's statistic [..., 1] */
         if (op != REGC_OP_BIAS_ADD && (same_shape(x[0], x[1]) || is_row_of(x[1], x[0]))) {
@@ -694,6 +694,9 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         if (a->vocab < 1 || x[0]->ndim != x[1]->ndim + 1 ||
             want_shape(op, x[1], x[1]->ndim, x[0]->shape))
             return bad(op, x[0], "does not match the ids' shape plus a width");
+        if (a->padded && (a->padding_idx < 0 || a->padding_idx >= a->vocab))
+            return regc_error(REGC_ERR_ARG, "%s: padding_idx %lld is not below vocab %lld", name,
+                              (long long)a->padding_idx, (long long)a->vocab);
         s[0] = a->vocab;
         s[1] = last_dim(x[0]);
         spec_set(&o[0], REGC_F32, 2, s);

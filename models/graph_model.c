@@ -182,8 +182,8 @@ static int graph_check_indices(const regc_model *m, const graph_config *c)
 }
 
 /* An i32 constant's values, read from a file, index only rows that exist:
- * an embedding's ids in [0, rows), a loss's targets in [-1, rows) (-1 is
- * ignored). */
+ * an embedding's ids in [0, rows), a loss's targets below rows (a negative
+ * one is ignored). */
 static int graph_check_constant(const regc_model *m, const regc_model_const *k)
 {
     if (!k->data)
@@ -202,7 +202,9 @@ static int graph_check_constant(const regc_model *m, const regc_model_const *k)
         int root = graph_viewed_input(g, ids);
         if (root < 0 || strcmp(regc_graph_tensor(g, root)->name, k->name) != 0)
             continue;
-        const int64_t lo = n->op == REGC_OP_EMBEDDING || n->op == REGC_OP_EMBEDDING_BWD ? 0 : -1;
+        const int64_t lo = n->op == REGC_OP_EMBEDDING || n->op == REGC_OP_EMBEDDING_BWD
+                               ? 0
+                               : INT32_MIN; /* a loss ignores any negative target */
         for (int64_t e = 0; e < k->numel; e++)
             if (v[e] < lo || v[e] >= rows)
                 return regc_error(REGC_ERR_FORMAT,
@@ -317,8 +319,15 @@ static int graph_fill_inputs(const regc_model *m, const regc_tokens *data, const
         if (!k->data) /* regc_model_read_constants gives them, checked */
             return regc_error(REGC_ERR_ARG,
                               "%s: constant %s has no values: a graph with constants trains "
-                              "from --weights, a file that holds them",
+                              "from --weights, a file that holds them (dump-graph --save "
+                              "writes one)",
                               m->source, t->name);
+        if (t->dtype != k->dtype || regc_tensor_numel(t) != k->numel)
+            return regc_error(REGC_ERR_SHAPE,
+                              "%s: graph input %s is %s with %" PRId64
+                              " elements; the constant read for it is %s with %" PRId64,
+                              m->source, t->name, regc_dtype_name(t->dtype), regc_tensor_numel(t),
+                              regc_dtype_name(k->dtype), k->numel);
         memcpy(in[i].host, k->data, (size_t)regc_tensor_bytes(t));
         in[i].filled = in[i].constant = 1;
     }
@@ -423,6 +432,11 @@ static int graph_fill_constants_from(const regc_model *m, regc_model *gm, int64_
 int regc_model_as_graph(const regc_model *m, int64_t batch, int64_t seq, regc_model **out)
 {
     *out = NULL;
+    if (m->arch == &regc_arch_graph)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: a graph model already: it trains with --weights; dump-graph "
+                          "--save writes the other architectures as graph models",
+                          m->source);
     if (m->arch->own_data)
         return regc_error(REGC_ERR_UNSUPPORTED,
                           "%s: a %s model fills its data inputs its own way; a graph model fills "

@@ -135,7 +135,8 @@ int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int
                       float init_center, float init_halfwidth);
 
 /* Check the text (len bytes) of a model.safetensors.index.json against m:
- * files[i] (n_params entries, each malloc'd, NULL on failure) gets the
+ * files[i] (n_params entries, then one per constant without a prefix; each
+ * malloc'd, NULL on failure) gets the
  * file the weight_map names for parameter i (under prefix); an entry that
  * names a file outside the directory, or a tensor m has no parameter for,
  * is an error naming `index` and the tensor. */

@@ -398,7 +398,8 @@ int regc_model_read_constants(regc_model *m, regc_weights *w)
         if (w->m != m || w->seeded || i >= w->n_bound)
             return regc_error(REGC_ERR_ARG,
                               "%s: constant %s has no values: a graph with constants trains "
-                              "from --weights, a file that holds them",
+                              "from --weights, a file that holds them (dump-graph --save "
+                              "writes one)",
                               m->source, c->name);
         void *data = malloc((size_t)c->numel * 4 + 1);
         if (!data)

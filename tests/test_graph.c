@@ -168,6 +168,21 @@ static void test_new_op_shape_errors(void **state)
     assert_true(regc_graph_add_node(g, REGC_OP_RELU_BWD, NULL, 2, (int[]){x, cs}, 1, out, 0, NULL) <
                 0);
     assert_non_null(strstr(regc_error_message(), "relu_bwd"));
+    /* the exported graphs' ops */
+    int w6 = regc_graph_add_tensor(g, "w6", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){6});
+    assert_true(regc_graph_masked_fill(g, x, w6, -INFINITY) < 0); /* JSON has no infinity */
+    assert_non_null(strstr(regc_error_message(), "masked_fill: value must be finite"));
+    assert_true(regc_graph_sub(g, x, w5) < 0); /* [5] is no broadcast of [2, 4, 6] */
+    assert_non_null(strstr(regc_error_message(), "sub"));
+    assert_true(regc_graph_slice(g, x, 2, 4, 3) < 0); /* 4 + 3 > 6 */
+    assert_non_null(strstr(regc_error_message(), "window"));
+    assert_true(regc_graph_expand(g, x, 9) < 0); /* the last dimension is 6, not 1 */
+    assert_non_null(strstr(regc_error_message(), "expand"));
+    int ids = regc_graph_add_tensor(g, "ids", REGC_I32, REGC_ROLE_INPUT, 2, (int64_t[]){2, 4});
+    regc_attrs pad = {.vocab = 5, .padded = 1, .padding_idx = 5};
+    assert_true(regc_graph_add_node(g, REGC_OP_EMBEDDING_BWD, &pad, 2, (int[]){x, ids}, 1, out, 0,
+                                    NULL) < 0);
+    assert_non_null(strstr(regc_error_message(), "padding_idx 5 is not below vocab 5"));
     assert_int_equal(regc_graph_n_nodes(g), 0);
     regc_graph_free(g);
 }

@@ -286,6 +286,13 @@ static void test_graph_constant_errors(void **state)
                      "transformer.wpe.weight");
     regc_test_proc_free(&p);
 
+    /* a graph model is one already */
+    regc_test_run_regc(&p, "dump-graph", "--model", graph, "--batch", "2", "--seq", "16", "--save",
+                       bert, NULL);
+    expect_cli_error(&p, 1, graph, "a graph model already");
+    regc_test_proc_free(&p);
+    assert_false(regc_test_is_file(bert));
+
     regc_test_run_regc(&p, "dump-graph", "--model", "bert-tiny", "--save", bert, NULL);
     expect_cli_error(&p, 1, "bert-tiny", "a bert model fills its data inputs its own way");
     regc_test_proc_free(&p);

@@ -472,8 +472,11 @@ def m_cat(ex, node):
 def m_masked_fill(ex, node):
     x = ex.tensor(ex.val(node.args[0]))
     mask, _ = broadcast_operand(ex, ex.val(node.args[1]), x.shape)
-    return ("dyn", Lazy(ex.g.one("masked_fill", [x, mask], x.shape,
-                                 {"value": float(node.args[2])})))
+    # JSON has no infinity: -inf fills become the lowest float, which a
+    # softmax turns into the same zero (the rows with nothing unmasked
+    # aside, which give NaN in PyTorch and a uniform row here)
+    value = max(min(float(node.args[2]), 3.4028234663852886e38), -3.4028234663852886e38)
+    return ("dyn", Lazy(ex.g.one("masked_fill", [x, mask], x.shape, {"value": value})))
 
 
 def m_cross_entropy(ex, node):

@@ -38,11 +38,11 @@ const regc_option regc_option_table[] = {
      OPT_LIST_PRESETS,
      "Hugging Face model directory (config.json + safetensors), a regc graph JSON file (see regc "
      "dump-graph; it trains only at the batch and sequence it was built for, initialised at "
-     "random from --seed unless --weights is given), or a built-in preset, initialised at random "
-     "from --seed:"},
+     "random from --seed unless --weights is given, which a graph with constants needs: "
+     "dump-graph --save writes both), or a built-in preset, initialised at random from --seed:"},
     {"train", "weights", "--weights", OPT_STRING, "<FILE>", 0, 0, 0, NULL, FIELD(weights), 0,
      "safetensors file with the weights of a graph JSON model, matched by the graph's parameter "
-     "names (graph models only)"},
+     "and constant names (graph models only)"},
     {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
      0, "token file in the llm.c format (default: the built-in corpus)"},
     {"train", "loss_mask", "--loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,
