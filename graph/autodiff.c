@@ -200,13 +200,27 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
                 return parts[i];
         return accumulate(c, in[0], regc_graph_concat(g, n->n_out, parts));
     }
-    case REGC_OP_CONCAT:
-        if (regc_graph_split(g, dy, n->n_in, out))
+    case REGC_OP_CONCAT: {
+        /* equal parts: one split; otherwise each part's window */
+        const regc_tensor *y = regc_graph_tensor(g, n->out[0]);
+        const int axis = y->ndim - 1;
+        int equal = 1;
+        for (int i = 1; i < n->n_in; i++)
+            equal &= regc_graph_tensor(g, in[i])->shape[axis] ==
+                     regc_graph_tensor(g, in[0])->shape[axis];
+        if (equal && regc_graph_split(g, dy, n->n_in, out))
             return REGC_ERR_SHAPE;
-        for (int i = 0; i < n->n_in; i++)
+        int64_t start = 0;
+        for (int i = 0; i < n->n_in; i++) {
+            const int64_t len = regc_graph_tensor(g, in[i])->shape[axis];
+            if (!equal)
+                out[i] = regc_graph_slice(g, dy, axis, start, len);
+            start += len;
             if (accumulate(c, in[i], out[i]))
                 return REGC_ERR_SHAPE;
+        }
         return REGC_OK;
+    }
     case REGC_OP_ATTENTION: {
         /* with a score bias (input 3) the backward reads it and returns
          * its gradient as a 4th output */

@@ -439,7 +439,8 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         return regc_error(REGC_ERR_ARG, "%s: %d inputs given", name, n_in);
     if (want_out >= 0 ? n_out != want_out : (n_out < 1 || n_out > REGC_MAX_IO))
         return regc_error(REGC_ERR_ARG, "%s: %d outputs requested", name, n_out);
-    /* every op but these reads f32 in every slot */
+    /* every op but these reads f32 in every slot (ids are read only from
+     * the graph's inputs, whose values are checked when they are filled) */
     for (int i = 0; i < n_in; i++) {
         int is_index =
             (op == REGC_OP_EMBEDDING && i == 0) || (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
@@ -570,7 +571,7 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
         if (!ok)
             return bad(op, x[0],
                        "the window (axis, start and the output's shape) is not inside it");
-        spec_set(&o[0], REGC_F32, out_ndim, out_shape);
+        spec_set(&o[0], x[0]->dtype, out_ndim, out_shape);
         return REGC_OK;
     }
     case REGC_OP_ADD_SCALAR:
@@ -588,16 +589,20 @@ static int infer_outputs(regc_op op, const regc_attrs *a, int n_in, const regc_t
             o[i].shape[x[0]->ndim - 1] /= n_out;
         }
         return REGC_OK;
-    case REGC_OP_CONCAT:
-        for (int i = 1; i < n_in; i++)
-            if (!same_shape(x[0], x[i]))
-                return bad(op, x[i], "shape differs from the first input");
+    case REGC_OP_CONCAT: /* on the last axis; the parts may differ there */
         if (x[0]->ndim < 1)
             return bad(op, x[0], "a scalar has no last axis");
         spec_like(&o[0], x[0]);
-        if (__builtin_mul_overflow(o[0].shape[x[0]->ndim - 1], (int64_t)n_in,
-                                   &o[0].shape[x[0]->ndim - 1]))
-            return bad(op, x[0], "the concatenated axis overflows int64");
+        for (int i = 1; i < n_in; i++) {
+            int same = x[i]->ndim == x[0]->ndim;
+            for (int d = 0; same && d + 1 < x[0]->ndim; d++)
+                same = x[i]->shape[d] == x[0]->shape[d];
+            if (!same)
+                return bad(op, x[i], "shape differs from the first input's but in the last axis");
+            if (__builtin_add_overflow(o[0].shape[x[0]->ndim - 1], last_dim(x[i]),
+                                       &o[0].shape[x[0]->ndim - 1]))
+                return bad(op, x[0], "the concatenated axis overflows int64");
+        }
         return REGC_OK;
     case REGC_OP_ATTENTION: {
         /* q, k, v and optionally T5's additive score bias */

@@ -351,18 +351,22 @@ static int lower_node(lower_ctx *c, int i)
         break;
     case REGC_OP_MATMUL: return lower_matmul(c, i, n);
     case REGC_OP_SPLIT:
-    case REGC_OP_CONCAT: {
-        int split = n->op == REGC_OP_SPLIT, parts = split ? n->n_out : n->n_in;
-        int narrow0 = split ? o[0] : in[0];
-        int64_t cols = last_dim(c, narrow0), rows = numel(c, narrow0) / cols;
+    case REGC_OP_CONCAT: { /* each part a 2-D copy at its column offset of the whole */
+        const int split = n->op == REGC_OP_SPLIT, parts = split ? n->n_out : n->n_in;
+        const int whole = split ? in[0] : o[0];
+        const int64_t width = last_dim(c, whole), rows = numel(c, whole) / width;
+        int64_t at = 0; /* columns */
         for (int p = 0; p < parts; p++) {
+            const int part = split ? o[p] : in[p];
+            const int64_t cols = last_dim(c, part);
             if (split)
                 EMIT(K_COPY_2D, 1, o[p], in[0]);
             else
                 EMIT(K_COPY_2D, 1, o[0], in[p]);
-            x->refs[split ? 1 : 0].off += p * cols * (int64_t)sizeof(float);
+            x->refs[split ? 1 : 0].off += at * (int64_t)sizeof(float);
             x->d[0] = rows, x->d[1] = cols;
-            x->d[2] = split ? cols : cols * parts, x->d[3] = split ? cols * parts : cols;
+            x->d[2] = split ? cols : width, x->d[3] = split ? width : cols;
+            at += cols;
         }
         break;
     }

@@ -578,6 +578,14 @@ static int b_chain_through_reshape(regc_graph *g)
     return regc_graph_add(g, regc_graph_reshape(g, regc_graph_gelu(g, x), 2, (int64_t[]){3, 2}), w);
 }
 
+static int b_concat_unequal(regc_graph *g)
+{
+    /* parts of widths 2, 5 and 1 on the last axis */
+    int a = input(g, "a", 2, (int64_t[]){3, 2}), b = input(g, "b", 2, (int64_t[]){3, 5});
+    int c = input(g, "c", 2, (int64_t[]){3, 1});
+    return regc_graph_concat(g, 3, (int[]){a, regc_graph_tanh(g, b), c}); /* [3, 8] */
+}
+
 static int b_masked_fill(regc_graph *g)
 {
     /* masks from constants: relu zeroes about half of each; one of x's
@@ -656,6 +664,7 @@ CASE(row_broadcast)
 CASE(rmsnorm_decomposed)
 CASE(attention_decomposed)
 CASE(masked_fill)
+CASE(concat_unequal)
 CASE(chain_shared_broadcast)
 CASE(chain_through_reshape)
 CASE(slice)
@@ -791,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm_decomposed),
         cmocka_unit_test(test_attention_decomposed),
         cmocka_unit_test(test_masked_fill),
+        cmocka_unit_test(test_concat_unequal),
         cmocka_unit_test(test_chain_shared_broadcast),
         cmocka_unit_test(test_chain_through_reshape),
         cmocka_unit_test(test_slice),
