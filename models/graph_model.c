@@ -17,7 +17,9 @@
  *
  * Inputs marked constant (rotary tables, positions, buckets) are read from
  * the weights file by name, never trained, and saved beside the
- * parameters; the data inputs are filled as a causal language model's.
+ * parameters; the data inputs are filled as a causal language model's
+ * (input_ids, targets the next tokens) and, for an encoder-decoder,
+ * decoder_input_ids as T5's: the targets shifted right behind id 0.
  *
  * Saving writes model.safetensors (graph names) and graph.json into the
  * directory; `--model DIR/graph.json --weights DIR/model.safetensors` loads
@@ -121,9 +123,11 @@ static int64_t graph_index_bound(const regc_model *m, const graph_config *c, int
     const regc_tensor *t = id >= 0 ? regc_graph_tensor(c->graph, id) : NULL;
     if (!t || t->constant)
         return 0;
-    return !strcmp(t->name, "input_ids") || !strcmp(t->name, "targets") ? m->vocab
-           : !strcmp(t->name, "position_ids")                           ? c->seq
-                                                                        : 0;
+    return !strcmp(t->name, "input_ids") || !strcmp(t->name, "targets") ||
+                   !strcmp(t->name, "decoder_input_ids")
+               ? m->vocab
+           : !strcmp(t->name, "position_ids") ? c->seq
+                                              : 0;
 }
 
 /* The rows an op indexes by its ids operand, and that operand: an
@@ -331,7 +335,30 @@ static int graph_fill_inputs(const regc_model *m, const regc_tokens *data, const
         memcpy(in[i].host, k->data, (size_t)regc_tensor_bytes(t));
         in[i].filled = in[i].constant = 1;
     }
-    return regc_model_fill_lm_inputs(m, data, b, n, in);
+    int rc = regc_model_fill_lm_inputs(m, data, b, n, in);
+    regc_input *dec = regc_input_find(n, in, "decoder_input_ids");
+    if (rc < 0 || !dec)
+        return rc;
+    /* an encoder-decoder's: the targets shifted right behind id 0, an
+     * ignored (negative) target as 0 (T5's _shift_right: its start and pad
+     * ids are 0) */
+    const regc_input *tg = regc_input_find(n, in, "targets");
+    const int64_t bt = b->batch * b->seq;
+    if (!tg || dec->tensor->dtype != REGC_I32 || regc_tensor_numel(dec->tensor) != bt ||
+        regc_tensor_numel(tg->tensor) != bt)
+        return regc_error(REGC_ERR_SHAPE,
+                          "%s: graph input decoder_input_ids must be i32 [%" PRId64 ", %" PRId64
+                          "] beside targets of that shape",
+                          m->source, b->batch, b->seq);
+    const int32_t *t = tg->host;
+    int32_t *d = dec->host;
+    for (int64_t r = 0; r < b->batch; r++)
+        for (int64_t s = 0; s < b->seq; s++) {
+            const int32_t prev = s ? t[r * b->seq + s - 1] : 0;
+            d[r * b->seq + s] = prev > 0 ? prev : 0;
+        }
+    dec->filled = 1;
+    return REGC_OK;
 }
 
 static int graph_preset_config(regc_model *m, const char *preset)

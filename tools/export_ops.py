@@ -87,9 +87,10 @@ class Exporter:
         lifted = {s.arg.name: s.target for s in sig.input_specs
                   if s.kind.name in ("CONSTANT_TENSOR", "CUSTOM_OBJ")}
         user = [s.arg.name for s in sig.input_specs if s.kind.name == "USER_INPUT"]
-        if len(user) != 2:
-            raise ExportError("the traced forward takes %d inputs; expected input_ids and targets"
-                              % len(user))
+        if len(user) not in (2, 3):
+            raise ExportError("the traced forward takes %d inputs; expected input_ids, targets "
+                              "and, for an encoder-decoder, decoder_input_ids" % len(user))
+        data_names = dict(zip(user, ("input_ids", "targets", "decoder_input_ids")))
         out = None
         for node in self.ep.graph.nodes:
             if node.op == "placeholder":
@@ -104,8 +105,7 @@ class Exporter:
                     value = state[target] if target in state else consts[target]
                     self.env[node] = ("const", value)
                 else:
-                    name = "input_ids" if node.name == user[0] else "targets"
-                    leaf = self.g.leaf(name, "i32", (self.B, self.T), "input")
+                    leaf = self.g.leaf(data_names[node.name], "i32", (self.B, self.T), "input")
                     self.env[node] = ("dyn", Lazy(leaf))
             elif node.op == "call_function":
                 self.call(node)
@@ -158,6 +158,13 @@ class Exporter:
         deferred = [self.env[a] for a in node.all_input_nodes if self.env[a][0] == "deferred"]
         if deferred and target is not aten.scaled_dot_product_attention.default:
             self.env[node] = deferred[0]  # an error only if something needs it laid out
+            return
+        if target in (aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf):
+            # a computed score bias under a constant mask: attention reads it
+            # as its bias (m_sdpa); anywhere else regc has no `where`
+            self.env[node] = ("deferred", "%s: a where over a computed tensor regc does not "
+                              "express (other than an attention's masked bias)%s" %
+                              (node.name, source_of(node)))
             return
         if target is aten.expand.default:
             # repeat_kv's copies of the key and value heads, which attention
@@ -536,6 +543,31 @@ def causal_mask(mask, T):
     return bool((m == want).all())
 
 
+def computed_bias(ex, node, mask_n, tq, tk, heads):
+    """A score bias computed from parameters (T5's relative positions) and
+    the causal flag, from where(mask, bias, lowest) with a constant mask
+    that lets every key through or is causal: [H, Tq, Tk]."""
+    m = src(ex, mask_n)
+    causal = False
+    if is_op(m, aten.where.ScalarOther) and isinstance(m.args[2], (int, float)):
+        kind, cond = ex.val(m.args[0])
+        if kind != "const":
+            raise ExportError("%s: an attention mask that depends on the data" % node.name)
+        if causal_mask(cond, tq):
+            causal = True
+        elif not bool(cond.all()):
+            raise ExportError("%s: a computed attention bias under a mask that is neither "
+                              "causal nor empty" % node.name)
+        bias_n = m.args[1]
+    else:
+        bias_n = mask_n
+    b = ex.tensor(ex.val(bias_n))
+    if numel(b.shape) != heads * tq * tk:
+        raise ExportError("%s: an attention bias of shape %s, not one [%d, %d, %d] for every "
+                          "batch row" % (node.name, list(b.shape), heads, tq, tk))
+    return ex.g.reshape(b, (heads, tq, tk)), causal
+
+
 def m_sdpa(ex, node):
     a = list(node.args) + [None] * (8 - len(node.args))
     q_n, k_n, v_n, mask_n = a[0], unrepeat_kv(ex, a[1]), unrepeat_kv(ex, a[2]), a[3]
@@ -553,10 +585,12 @@ def m_sdpa(ex, node):
         scale = 1.0 / math.sqrt(D)
     causal = bool(is_causal)
     inputs = [q, k, v]
+    if mask_n is not None and ex.val(mask_n)[0] != "const":
+        bias, causal = computed_bias(ex, node, mask_n, q.shape[1], k.shape[1], H)
+        inputs.append(bias)
+        mask_n = None
     if mask_n is not None:
         kind, mask = ex.val(mask_n)
-        if kind != "const":
-            raise ExportError("%s: an attention mask that depends on the data" % node.name)
         if causal_mask(mask, q.shape[1]):
             causal = True
         elif bool((mask if mask.dtype == torch.bool else mask == 0).all()):

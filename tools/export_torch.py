@@ -52,19 +52,40 @@ from export_ops import Exporter, ExportError  # noqa: E402
 
 
 class LossModule(torch.nn.Module):
-    """forward(input_ids, targets): the mean cross-entropy of the model's
-    logits against the targets, negative targets ignored."""
+    """forward(input_ids, targets[, decoder_input_ids]): the mean
+    cross-entropy of the model's logits against the targets, negative
+    targets ignored. An encoder-decoder also reads decoder_input_ids, which
+    regc's graph models fill with the targets shifted right behind id 0
+    (decoder_inputs here)."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, targets):
-        out = self.model(input_ids=input_ids, use_cache=False) if is_hf(self.model) \
-            else self.model(input_ids)
+    def forward(self, input_ids, targets, decoder_input_ids=None):
+        if decoder_input_ids is not None:
+            out = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids,
+                             use_cache=False)
+        elif is_hf(self.model):
+            out = self.model(input_ids=input_ids, use_cache=False)
+        else:
+            out = self.model(input_ids)
         logits = out.logits if hasattr(out, "logits") else out
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                ignore_index=-100)
+
+
+def is_encoder_decoder(model):
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def decoder_inputs(targets):
+    """The decoder's inputs as regc's graph models fill them: the targets
+    shifted right behind id 0, an ignored (negative) target as 0 (T5's
+    _shift_right, whose start and pad ids are 0)."""
+    d = torch.zeros_like(targets)
+    d[:, 1:] = targets[:, :-1]
+    return d.clamp(min=0)
 
 
 def is_hf(model):
@@ -105,8 +126,17 @@ def export(model, batch, seq, out_dir):
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     ids = torch.zeros(batch, seq, dtype=torch.long) if vocab is None else \
         torch.randint(0, vocab, (batch, seq))
+    args = (ids, ids.clone())
+    if is_encoder_decoder(model):
+        config = model.config
+        if config.decoder_start_token_id != 0 or config.pad_token_id != 0:
+            raise ExportError("an encoder-decoder whose decoder_start_token_id (%s) or "
+                              "pad_token_id (%s) is not 0: regc's graph models start the "
+                              "decoder's inputs with 0" % (config.decoder_start_token_id,
+                                                           config.pad_token_id))
+        args = args + (decoder_inputs(ids),)
     with torch.no_grad():
-        ep = torch.export.export(wrapper, (ids, ids.clone()), strict=False)
+        ep = torch.export.export(wrapper, args, strict=False)
     ex = Exporter(ep, batch, seq)
     loss = ex.run()
     doc, leaves = ex.g.to_json([loss])

@@ -64,6 +64,12 @@ CASES = [
          n_tokens=300, masked=True,
          config=dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=32)),
+    # an encoder-decoder: relative position biases, cross-attention; the
+    # decoder reads the targets shifted right behind id 0
+    dict(name="t5", arch="T5", seed=16, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
+         n_tokens=300, seq2seq=True, kinds=2,
+         config=dict(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                     decoder_start_token_id=0, pad_token_id=0)),
 ]
 
 
@@ -72,6 +78,7 @@ def build(case):
     config = getattr(transformers, case["arch"] + "Config")(**case["config"])
     torch.manual_seed(case["seed"])
     auto = transformers.AutoModelForMaskedLM if case.get("masked") else \
+        transformers.AutoModelForSeq2SeqLM if case.get("seq2seq") else \
         transformers.AutoModelForCausalLM
     model = auto.from_config(config, attn_implementation="sdpa")
     return model.float().train(False)
@@ -89,7 +96,10 @@ def reference_losses(model, case):
 
     def forward_loss(p, k, c):
         ids, targets = get_batch(c["tokens"], k, c["batch"], c["seq"])
-        return torch.func.functional_call(wrapper, {n: p[n] for n in names}, (ids, targets))
+        args = (ids, targets)
+        if export_torch.is_encoder_decoder(model):
+            args += (export_torch.decoder_inputs(targets),)
+        return torch.func.functional_call(wrapper, {n: p[n] for n in names}, args)
 
     torch.set_num_threads(1)
     losses, _ = train(case, init, forward_loss, torch.float32)
@@ -107,7 +117,7 @@ def write_all(out_root):
         record.append({k: case[k] for k in ("name", "seed", "batch", "seq", "lr", "weight_decay",
                                             "n_tokens")}
                       | {"vocab": case["config"]["vocab_size"], "layers": 2,
-                         "steps": len(losses), "losses": losses})
+                         "kinds": case.get("kinds", 1), "steps": len(losses), "losses": losses})
     doc = {"generator": "tools/reference/export_cases.py", "torch": torch.__version__,
            "cases": record}
     with open(os.path.join(out_root, "reference.json"), "w") as f:
