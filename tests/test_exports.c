@@ -108,7 +108,7 @@ static void test_exports_train_like_pytorch(void **state)
         check_case(d, c);
         n++;
     }
-    assert_true(n >= 6);
+    assert_true(n >= 7);
 }
 
 /* A graph with a constant missing from the weights file is refused, naming

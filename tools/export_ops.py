@@ -160,11 +160,11 @@ class Exporter:
             self.env[node] = deferred[0]  # an error only if something needs it laid out
             return
         if target in (aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf):
-            # a computed score bias under a constant mask: attention reads it
-            # as its bias (m_sdpa); anywhere else regc has no `where`
-            self.env[node] = ("deferred", "%s: a where over a computed tensor regc does not "
-                              "express (other than an attention's masked bias)%s" %
-                              (node.name, source_of(node)))
+            if self.env[node.args[0]][0] == "const":
+                self.env[node] = m_where(self, node)
+            else:  # a mask computed from the data: regc has no comparisons
+                self.env[node] = ("deferred", "%s: a where whose condition depends on the "
+                                  "data%s" % (node.name, source_of(node)))
             return
         if target is aten.expand.default:
             # repeat_kv's copies of the key and value heads, which attention
@@ -484,6 +484,27 @@ def m_masked_fill(ex, node):
     # aside, which give NaN in PyTorch and a uniform row here)
     value = max(min(float(node.args[2]), 3.4028234663852886e38), -3.4028234663852886e38)
     return ("dyn", Lazy(ex.g.one("masked_fill", [x, mask], x.shape, {"value": value})))
+
+
+def m_where(ex, node):
+    """where(c, a, b) under a constant condition, as masked fills: a where c
+    holds, b elsewhere (a scalar side is the fill value; two tensor sides
+    are each zeroed where the other is taken, and added)."""
+    shape = ex.out_shape(node)
+    cond = torch.broadcast_to(ex.env[node.args[0]][1].bool(), shape)
+    a, b = ex.val(node.args[1]), ex.val(node.args[2])
+
+    def filled(v, where_cond, value):
+        x = ex.tensor(v, shape if v[0] != "py" else None)
+        mask = ex.const_leaf(where_cond.float().contiguous())
+        return ex.g.one("masked_fill", [x, mask], shape, {"value": value})
+    lowest = 3.4028234663852886e38
+    clamp = lambda s: max(min(float(s), lowest), -lowest)  # noqa: E731 (JSON has no infinity)
+    if a[0] == "py":
+        return ("dyn", Lazy(filled(b, cond, clamp(a[1]))))
+    if b[0] == "py":
+        return ("dyn", Lazy(filled(a, ~cond, clamp(b[1]))))
+    return ("dyn", Lazy(ex.g.one("add", [filled(a, ~cond, 0.0), filled(b, cond, 0.0)], shape)))
 
 
 def m_cross_entropy(ex, node):

@@ -112,7 +112,7 @@ def load_model(spec):
         sys.path.insert(0, os.getcwd())
         model = getattr(importlib.import_module(module), fn)()
     else:
-        raise ExportError("%s: neither a model directory nor module:function" % spec)
+        raise ExportError("neither a model directory nor module:function")
     model = model.float()
     model.train(False)  # no dropout: regc trains without it
     return model

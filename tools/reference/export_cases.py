@@ -70,10 +70,37 @@ CASES = [
          n_tokens=300, seq2seq=True, kinds=2,
          config=dict(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                      decoder_start_token_id=0, pad_token_id=0)),
+    # a module of the user's own, no layers to repeat
+    dict(name="custom", arch="Custom", seed=17, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
+         n_tokens=300, kinds=0, config=dict(vocab_size=96)),
 ]
 
 
+class Custom(torch.nn.Module):
+    """A user's own module (export_torch.py's module:function form), its
+    ops the exporter maps one by one: a where under a constant mask, a
+    normalisation written out, a softmax gate."""
+
+    def __init__(self, vocab=96, width=16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, width)
+        self.lin = torch.nn.Linear(width, width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        self.register_buffer("keep", torch.arange(width) % 3 != 0)
+
+    def forward(self, input_ids):
+        h = torch.tanh(self.lin(self.emb(input_ids)))
+        h = torch.where(self.keep, h, h * -0.5)
+        h = h - h.mean(-1, keepdim=True)
+        h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5)
+        h = torch.softmax(h, -1) * h + torch.exp(-h) / 4
+        return self.head(h)
+
+
 def build(case):
+    if case["arch"] == "Custom":
+        torch.manual_seed(case["seed"])
+        return Custom().float().train(False)
     import transformers
     config = getattr(transformers, case["arch"] + "Config")(**case["config"])
     torch.manual_seed(case["seed"])
