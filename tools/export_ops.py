@@ -342,6 +342,9 @@ def binary(ex, node, op, commutative):
         if op == "sub":  # s - x
             n = ex.g.one("neg", [x], x.shape)
             return ("dyn", Lazy(ex.g.one("add_scalar", [n], x.shape, {"value": s})))
+        if op == "div":  # s / x
+            r = ex.g.one("pow", [x], x.shape, {"value": -1.0})
+            return ("dyn", Lazy(ex.g.one("scale", [r], x.shape, {"value": s})))
     a_full = tuple(a[1].shape) == shape
     if not a_full and commutative:
         a, b = b, a
@@ -387,6 +390,22 @@ def unary(op, attrs=None):
     def fn(ex, node):
         x = ex.tensor(ex.val(node.args[0]))
         return ("dyn", Lazy(ex.g.one(op, [x], x.shape, attrs)))
+    return fn
+
+
+def m_rsub(ex, node):
+    """other - x (alpha 1)"""
+    if (len(node.args) > 2 and node.args[2] != 1) or node.kwargs.get("alpha", 1) != 1:
+        raise ExportError("%s: rsub with alpha" % node.name)
+    x = ex.tensor(ex.val(node.args[0]))
+    n = ex.g.one("neg", [x], x.shape)
+    return ("dyn", Lazy(ex.g.one("add_scalar", [n], x.shape, {"value": float(node.args[1])})))
+
+
+def m_power(exponent):
+    def fn(ex, node):  # reciprocal, sqrt: powers regc_powf computes exactly as 1/x, sqrtf
+        x = ex.tensor(ex.val(node.args[0]))
+        return ("dyn", Lazy(ex.g.one("pow", [x], x.shape, {"value": exponent})))
     return fn
 
 
@@ -769,7 +788,8 @@ MAPPING = {
     aten.neg.default: unary("neg"), aten.exp.default: unary("exp"),
     aten.tanh.default: unary("tanh"), aten.rsqrt.default: unary("rsqrt"),
     aten.silu.default: unary("silu"), aten.relu.default: unary("relu"),
-    aten.gelu.default: m_gelu, aten.pow.Tensor_Scalar: m_pow,
+    aten.gelu.default: m_gelu, aten.pow.Tensor_Scalar: m_pow, aten.rsub.Scalar: m_rsub,
+    aten.reciprocal.default: m_power(-1.0), aten.sqrt.default: m_power(0.5),
     aten.mean.dim: m_reduce("mean_last"), aten.sum.dim_IntList: m_reduce("sum_last"),
     aten.softmax.int: m_softmax("softmax"), aten._softmax.default: m_softmax("softmax"),
     aten.log_softmax.int: m_softmax("log_softmax"),
