@@ -194,6 +194,11 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
 int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in, const int *in,
                         int n_out, int *out, int out_ndim, const int64_t *out_shape);
 
+/* A copy of g with the decomposed ops regc knows replaced by its own
+ * (graph_fuse.c: a written-out RMSNorm, GPT-2's tanh GELU), each only
+ * where nothing else reads the ops it replaces. */
+int regc_graph_fuse_patterns(const regc_graph *g, regc_graph **out);
+
 /* Graph outputs (a training graph's loss and gradients). */
 int regc_graph_mark_output(regc_graph *g, int tensor);
 int regc_graph_n_outputs(const regc_graph *g);

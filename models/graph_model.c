@@ -272,7 +272,13 @@ int regc_graph_model_parse(regc_model *m, const char *text, const char *path)
     if (!c)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     m->cfg = c;
-    int rc = regc_graph_from_json(text, path, &c->graph);
+    regc_graph *read = NULL;
+    int rc = regc_graph_from_json(text, path, &read);
+    if (rc < 0)
+        return rc;
+    /* a decomposed RMSNorm or GELU runs as regc's own kernel */
+    rc = regc_graph_fuse_patterns(read, &c->graph);
+    regc_graph_free(read);
     if (rc < 0)
         return rc;
     if ((rc = graph_read_shapes(m, c)) < 0 || (rc = graph_check_indices(m, c)) < 0 ||

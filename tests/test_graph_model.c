@@ -301,6 +301,110 @@ static void test_graph_constant_errors(void **state)
     free(gdir), free(graph), free(weights), free(bad), free(bert);
 }
 
+/* ---- decomposed ops are fused back ------------------------------------------ */
+
+/* g with every RMSNorm and tanh GELU written out op by op, as an exporter
+ * that knows no patterns would write them. */
+static regc_graph *decompose(const regc_graph *g)
+{
+    regc_graph *h = regc_graph_new();
+    const int n_t = regc_graph_n_tensors(g);
+    int *map = malloc((size_t)n_t * sizeof *map);
+    assert_non_null(map);
+    for (int t = 0; t < n_t; t++) {
+        const regc_tensor *x = regc_graph_tensor(g, t);
+        if (x->producer >= 0)
+            continue;
+        map[t] = x->constant
+                     ? regc_graph_add_constant(h, x->name, x->dtype, x->ndim, x->shape)
+                     : regc_graph_add_tensor(h, x->name, x->dtype, x->role, x->ndim, x->shape);
+        assert_true(map[t] >= 0);
+    }
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        int in[REGC_MAX_IO], o[REGC_MAX_IO];
+        for (int k = 0; k < n->n_in; k++)
+            in[k] = map[n->in[k]];
+        if (n->op == REGC_OP_RMSNORM) { /* (x * rsqrt(mean(x^2) + eps)) * w */
+            int ms = regc_graph_mean_last(h, regc_graph_pow(h, in[0], 2.0f));
+            int r = regc_graph_rsqrt(h, regc_graph_add_scalar(h, ms, n->attrs.eps));
+            map[n->out[0]] = regc_graph_mul(h, regc_graph_mul(h, in[0], r), in[1]);
+            assert_true(map[n->out[0]] >= 0);
+            continue;
+        }
+        if (n->op == REGC_OP_GELU) { /* (x/2) (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+            int inner = regc_graph_add(
+                h, in[0], regc_graph_scale(h, regc_graph_pow(h, in[0], 3.0f), 0.044715f));
+            int th = regc_graph_tanh(h, regc_graph_scale(h, inner, 0.7978845608f));
+            map[n->out[0]] = regc_graph_mul(h, regc_graph_scale(h, in[0], 0.5f),
+                                            regc_graph_add_scalar(h, th, 1.0f));
+            if (map[n->out[0]] < 0)
+                fail_msg("%s", regc_error_message());
+            continue;
+        }
+        const regc_tensor *y = regc_graph_tensor(g, n->out[0]);
+        assert_true(regc_graph_add_node(h, n->op, &n->attrs, n->n_in, in, n->n_out, o, y->ndim,
+                                        y->shape) >= 0);
+        for (int k = 0; k < n->n_out; k++)
+            map[n->out[k]] = o[k];
+    }
+    for (int i = 0; i < regc_graph_n_outputs(g); i++)
+        assert_int_equal(regc_graph_mark_output(h, map[regc_graph_output(g, i)]), REGC_OK);
+    free(map);
+    return h;
+}
+
+static int count_op(const regc_graph *g, regc_op op)
+{
+    int n = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++)
+        n += regc_graph_node(g, i)->op == op;
+    return n;
+}
+
+/* A graph written op by op is fused back into the very graph the
+ * frontend builds (the same canonical bytes, so the same program and the
+ * same bits); a pattern whose inside something else reads stays as it is. */
+static void test_decomposed_ops_fuse_back(void **state)
+{
+    (void)state;
+    const char *const presets[] = {"gpt2-tiny", "llama-tiny"};
+    const regc_op fused[] = {REGC_OP_GELU, REGC_OP_RMSNORM};
+    for (int p = 0; p < 2; p++) {
+        regc_model *m = NULL;
+        regc_graph *g = NULL, *f = NULL;
+        assert_int_equal(regc_model_load_shapes(presets[p], &m), REGC_OK);
+        assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
+        regc_graph *d = decompose(g);
+        assert_int_equal(count_op(d, fused[p]), 0);
+        assert_int_equal(regc_graph_fuse_patterns(d, &f), REGC_OK);
+        assert_true(count_op(f, fused[p]) > 0);
+        regc_bytes a = {0}, b = {0};
+        assert_int_equal(regc_graph_canon(g, &a), REGC_OK);
+        assert_int_equal(regc_graph_canon(f, &b), REGC_OK);
+        if (a.len != b.len || memcmp(a.data, b.data, a.len) != 0)
+            fail_msg("%s: the fused graph is not the frontend's", presets[p]);
+        regc_bytes_free(&a), regc_bytes_free(&b);
+        regc_graph_free(f);
+
+        /* a mean square read elsewhere too (made a second output): that
+         * pattern stays written out */
+        int ms = -1;
+        for (int i = 0; i < regc_graph_n_nodes(d) && ms < 0; i++)
+            if (regc_graph_node(d, i)->op == REGC_OP_MEAN_LAST)
+                ms = regc_graph_node(d, i)->out[0];
+        if (p) {
+            assert_int_equal(regc_graph_mark_output(d, ms), REGC_OK);
+            assert_int_equal(regc_graph_fuse_patterns(d, &f), REGC_OK);
+            assert_int_equal(count_op(f, REGC_OP_RMSNORM), count_op(g, REGC_OP_RMSNORM) - 1);
+            regc_graph_free(f);
+        }
+        regc_graph_free(d);
+        regc_graph_free(g);
+        regc_model_free(m);
+    }
+}
+
 /* ---- the library's view of a graph model -------------------------------- */
 
 static void test_graph_model_shapes_and_init(void **state)
@@ -606,6 +710,7 @@ int main(void)
         regc_test_in_dir(test_saved_graph_trains_like_gpt2, setup),
         regc_test_in_dir(test_saved_graph_trains_like_llama, setup),
         regc_test_in_dir(test_graph_constant_errors, setup),
+        cmocka_unit_test(test_decomposed_ops_fuse_back),
         regc_test_in_dir(test_graph_model_shapes_and_init, setup),
         regc_test_in_dir(test_graph_model_errors, setup),
         regc_test_in_dir(test_graph_model_short_tables, setup),
