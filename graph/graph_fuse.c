@@ -187,10 +187,10 @@ int regc_graph_fuse_patterns(const regc_graph *g, regc_graph **out)
             rc = regc_graph_add_node(h, REGC_OP_RMSNORM, &a, 2,
                                      (int[]){map[arg[2 * i]], map[arg[2 * i + 1]]}, 2, outs, 0,
                                      NULL);
-            map[n->out[0]] = outs[0];
+            map[n->out[0]] = rc < 0 ? -1 : outs[0];
         } else if (fused[i] == 2) {
             rc = regc_graph_add_node(h, REGC_OP_GELU, NULL, 1, &map[arg[2 * i]], 1, o, 0, NULL);
-            map[n->out[0]] = o[0];
+            map[n->out[0]] = rc < 0 ? -1 : o[0];
         } else {
             for (int k = 0; k < n->n_in; k++)
                 in[k] = map[n->in[k]];

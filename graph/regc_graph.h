@@ -34,7 +34,7 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *                 shape a.shape[:-1] + [N] when !trans_a, else [M, N]
  *   GELU          (x) tanh form                           -> x's shape
  *   SPLIT         (x [..., n*C]) into n equal parts on the last axis -> n x [..., C]
- *   CONCAT        (x1..xn [..., C]) on the last axis       -> [..., n*C]
+ *   CONCAT        (x1..xn [..., Ci]) on the last axis      -> [..., sum of Ci]
  *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D] [, bias [H, Tq, Tk]])
  *                 n_head, n_kv_head, causal, scale        -> out [B, Tq, H*D], lse [B, H, Tq]
  *                 bias (T5's position bias) is added to the scaled scores

@@ -81,6 +81,14 @@ static int graph_read_shapes(regc_model *m, graph_config *c)
                           "%s: the graph needs an i32 input \"targets\" of shape [%" PRId64
                           ", %" PRId64 "] like input_ids",
                           src, c->batch, c->seq);
+    int dec = regc_graph_find_tensor(g, "decoder_input_ids");
+    t = dec >= 0 ? regc_graph_tensor(g, dec) : NULL;
+    if (t && (t->role != REGC_ROLE_INPUT || t->constant || t->dtype != REGC_I32 || t->ndim != 2 ||
+              t->shape[0] != c->batch || t->shape[1] != c->seq))
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: decoder_input_ids must be an i32 data input of shape [%" PRId64
+                          ", %" PRId64 "] like input_ids",
+                          src, c->batch, c->seq);
     if (regc_graph_n_outputs(g) < 1)
         return regc_error(REGC_ERR_FORMAT, "%s: the graph has no outputs (output 0 is the loss)",
                           src);

@@ -161,7 +161,10 @@ class Exporter:
             return
         if target in (aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf):
             if self.env[node.args[0]][0] == "const":
-                self.env[node] = m_where(self, node)
+                try:
+                    self.env[node] = m_where(self, node)
+                except ExportError as e:  # an error only if something other than
+                    self.env[node] = ("deferred", str(e))  # attention's bias reads it
             else:  # a mask computed from the data: regc has no comparisons
                 self.env[node] = ("deferred", "%s: a where whose condition depends on the "
                                   "data%s" % (node.name, source_of(node)))
@@ -490,8 +493,6 @@ def m_cat(ex, node):
     if dim % len(shape) != len(shape) - 1:
         raise ExportError("%s: cat on axis %d; regc concatenates the last" % (node.name, dim))
     ts = [ex.tensor(v) for v in vals]
-    if len({t.shape for t in ts}) != 1:
-        raise ExportError("%s: cat of parts of different widths" % node.name)
     return ("dyn", Lazy(ex.g.one("concat", ts, shape)))
 
 
@@ -513,16 +514,31 @@ def m_where(ex, node):
     cond = torch.broadcast_to(ex.env[node.args[0]][1].bool(), shape)
     a, b = ex.val(node.args[1]), ex.val(node.args[2])
 
+    def side(v):
+        """A tensor side of the output's shape: a constant broadcast here
+        (once), a computed one only as it is."""
+        if v[0] == "const":
+            return ex.const_leaf(torch.broadcast_to(v[1], shape).contiguous())
+        x = ex.tensor(v)
+        if tuple(x.shape) != tuple(shape):
+            x = ex.g.reshape(x, shape) if numel(x.shape) == numel(shape) else None
+        if x is None:
+            raise ExportError("%s: a where whose computed side is broadcast" % node.name)
+        return x
+
     def filled(v, where_cond, value):
-        x = ex.tensor(v, shape if v[0] != "py" else None)
         mask = ex.const_leaf(where_cond.float().contiguous())
-        return ex.g.one("masked_fill", [x, mask], shape, {"value": value})
-    lowest = 3.4028234663852886e38
-    clamp = lambda s: max(min(float(s), lowest), -lowest)  # noqa: E731 (JSON has no infinity)
-    if a[0] == "py":
-        return ("dyn", Lazy(filled(b, cond, clamp(a[1]))))
-    if b[0] == "py":
-        return ("dyn", Lazy(filled(a, ~cond, clamp(b[1]))))
+        return ex.g.one("masked_fill", [side(v), mask], shape, {"value": value})
+
+    def scalar(s):  # JSON has no infinity: the largest floats stand in for it
+        s = float(s)
+        if math.isnan(s):
+            raise ExportError("%s: a where that fills NaN" % node.name)
+        return max(min(s, 3.4028234663852886e38), -3.4028234663852886e38)
+    if a[0] == "py" or (a[0] == "const" and a[1].numel() == 1 and b[0] != "py"):
+        return ("dyn", Lazy(filled(b, cond, scalar(a[1] if a[0] == "py" else a[1].item()))))
+    if b[0] == "py" or (b[0] == "const" and b[1].numel() == 1):
+        return ("dyn", Lazy(filled(a, ~cond, scalar(b[1] if b[0] == "py" else b[1].item()))))
     return ("dyn", Lazy(ex.g.one("add", [filled(a, ~cond, 0.0), filled(b, cond, 0.0)], shape)))
 
 
@@ -575,10 +591,24 @@ def unrepeat_kv(ex, node):
     return node
 
 
+LOWEST = -1e30  # an additive mask's value that hides a key (finfo.min, -inf)
+
+
+def visible(mask):
+    """A bool mask, or an additive float one whose entries are 0 or hide
+    their key; None for a float mask with any other (softer) value."""
+    if mask.dtype == torch.bool:
+        return mask
+    if not bool(((mask == 0) | (mask <= LOWEST)).all()):
+        return None
+    return mask == 0
+
+
 def causal_mask(mask, T):
-    m = mask
-    if m.dtype != torch.bool:
-        m = m == 0
+    """Is mask ([..., T, T]) causal: query i sees keys 0..i, in every row?"""
+    m = visible(mask)
+    if m is None or tuple(m.shape[-2:]) != (T, T):
+        return False
     want = torch.ones(T, T, dtype=torch.bool).tril()
     return bool((m == want).all())
 
@@ -593,16 +623,21 @@ def computed_bias(ex, node, mask_n, tq, tk, heads):
         kind, cond = ex.val(m.args[0])
         if kind != "const":
             raise ExportError("%s: an attention mask that depends on the data" % node.name)
-        if causal_mask(cond, tq):
-            causal = True
-        elif not bool(cond.all()):
+        if bool(cond.all()):
+            pass  # every key visible: the bias alone
+        elif float(m.args[2]) <= LOWEST and causal_mask(cond, tq):
+            causal = True  # hidden keys are the future ones
+        else:
             raise ExportError("%s: a computed attention bias under a mask that is neither "
                               "causal nor empty" % node.name)
         bias_n = m.args[1]
     else:
         bias_n = mask_n
     b = ex.tensor(ex.val(bias_n))
-    if numel(b.shape) != heads * tq * tk:
+    shape = list(b.shape)
+    while len(shape) > 3 and shape[0] == 1:
+        shape = shape[1:]
+    if shape != [heads, tq, tk]:
         raise ExportError("%s: an attention bias of shape %s, not one [%d, %d, %d] for every "
                           "batch row" % (node.name, list(b.shape), heads, tq, tk))
     return ex.g.reshape(b, (heads, tq, tk)), causal
@@ -631,7 +666,7 @@ def m_sdpa(ex, node):
         mask_n = None
     if mask_n is not None:
         kind, mask = ex.val(mask_n)
-        if causal_mask(mask, q.shape[1]):
+        if q.shape[1] == k.shape[1] and causal_mask(mask, q.shape[1]):
             causal = True
         elif bool((mask if mask.dtype == torch.bool else mask == 0).all()):
             pass  # every key visible: no mask at all

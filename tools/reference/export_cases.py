@@ -28,6 +28,7 @@ import sys
 import tempfile
 
 import torch
+import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -187,6 +188,43 @@ def check_unsupported():
     return 1
 
 
+class Attend(torch.nn.Module):
+    """One attention over embeddings under a given constant mask."""
+
+    def __init__(self, mask):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+        self.head = torch.nn.Linear(8, 16)
+        self.register_buffer("mask", mask)
+
+    def forward(self, input_ids):
+        x = self.emb(input_ids).view(2, 4, 2, 4).transpose(1, 2)  # [B, H, T, D]
+        y = F.scaled_dot_product_attention(x, x, x, attn_mask=self.mask)
+        return self.head(y.transpose(1, 2).reshape(2, 4, 8))
+
+
+def check_masks():
+    """A causal mask (bool, or additive with the lowest float) becomes the
+    causal flag; a soft additive mask stays a bias, as PyTorch adds it."""
+    tril = torch.ones(4, 4, dtype=torch.bool).tril()
+    lowest = torch.finfo(torch.float32).min
+    cases = [(tril, 1, 3), (torch.zeros(4, 4).masked_fill(~tril, lowest), 1, 3),
+             (torch.triu(torch.full((4, 4), -1.0), 1), 0, 4)]
+    for mask, causal, n_in in cases:
+        tmp = tempfile.mkdtemp(prefix="regc-masks-")
+        try:
+            torch.manual_seed(0)
+            doc = export_torch.export(Attend(mask), 2, 4, tmp)
+        finally:
+            shutil.rmtree(tmp)
+        att = [n for n in doc["nodes"] if n["op"] == "attention"]
+        if len(att) != 1 or att[0]["causal"] != causal or len(att[0]["in"]) != n_in:
+            print("export_cases: a mask %s exported as %s" % (mask.tolist(), att),
+                  file=sys.stderr)
+            return 1
+    return 0
+
+
 def check_round_trip(regc):
     """The user's whole path: export, train with regc (5 steps, saved), load
     the saved weights back into the PyTorch model; its loss on the next
@@ -255,7 +293,7 @@ def main():
             print("export_cases: regenerated exports differ from the committed ones: %s"
                   % ", ".join(bad), file=sys.stderr)
             return 1
-        if check_unsupported():
+        if check_unsupported() or check_masks():
             return 1
         if args.regc and check_round_trip(args.regc):
             return 1
