@@ -19,7 +19,7 @@
 void print_dump_graph_usage(FILE *f)
 {
     fputs("usage: regc dump-graph --model <hf-dir|graph.json|preset> --out <FILE> [options]\n"
-          "       regc dump-graph --model <hf-dir|graph.json|preset> --save <DIR> [options]\n"
+          "       regc dump-graph --model <hf-dir|preset> --save <DIR> [options]\n"
           "\n"
           "Write a model's flat forward graph (data inputs input_ids and targets; constant\n"
           "inputs such as position_ids, rotary tables and position buckets; one parameter\n"
@@ -37,7 +37,8 @@ void print_dump_graph_usage(FILE *f)
           "options:\n"
           "  --model <dir|file|preset>  Hugging Face directory (only config.json is read,\n"
           "                             and its weights with --save), a regc graph JSON\n"
-          "                             file, or a built-in preset\n"
+          "                             file (not with --save: it is a graph model\n"
+          "                             already), or a built-in preset\n"
           "  --batch <B>                sequences in the graph's batch, >= 1 (default 4)\n"
           "  --seq <T>                  tokens per sequence, >= 1 (default 64)\n"
           "  --out <FILE>               where to write the graph; replaced atomically\n"
