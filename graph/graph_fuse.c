@@ -3,6 +3,8 @@
  * frontends use:
  *
  *   w * (x * rsqrt(mean_last(pow(x, 2)) + eps))                 -> rmsnorm(x, w, eps)
+ *   (d * rsqrt(mean_last(pow(d, 2)) + eps)) * w + b, d = x - mean_last(x)
+ *                                            (or d / pow(.., 0.5)) -> layernorm(x, w, b, eps)
  *   (x * 0.5) * (tanh((x + pow(x, 3) * 0.044715) * sqrt(2/pi)) + 1) -> gelu(x)
  *
  * (either operand order of each product; scale and mul both spell "* c").
@@ -76,6 +78,66 @@ static int match_rmsnorm(const fuse_ctx *c, const regc_node *root, int *x, int *
     return 0;
 }
 
+/* x / sqrt(v) or x * rsqrt(v): *v gets v, *x the operand, inner the nodes. */
+static int over_root(const fuse_ctx *c, const regc_node *n, int *x, int *v, int *inner, int *k)
+{
+    if (n->op == REGC_OP_DIV) {
+        const regc_node *sq = made_by(c, n->in[1], REGC_OP_POW);
+        if (!sq || sq->attrs.value != 0.5f)
+            return 0;
+        *x = n->in[0], *v = sq->in[0];
+        inner[(*k)++] = regc_graph_tensor(c->g, n->in[1])->producer;
+        return 1;
+    }
+    for (int xi = 0; n->op == REGC_OP_MUL && xi < 2; xi++) {
+        const regc_node *rs = made_by(c, n->in[1 - xi], REGC_OP_RSQRT);
+        if (!rs)
+            continue;
+        *x = n->in[xi], *v = rs->in[0];
+        inner[(*k)++] = regc_graph_tensor(c->g, n->in[1 - xi])->producer;
+        return 1;
+    }
+    return 0;
+}
+
+/* Match LayerNorm at root (a BIAS_ADD of b [C]): ((x - mean(x)) scaled by
+ * 1 / sqrt(mean((x - mean(x))^2) + eps)) * w + b. */
+static int match_layernorm(const fuse_ctx *c, const regc_node *root, int *x, int *w, int *b,
+                           float *eps, int *inner, int *n_inner)
+{
+    const regc_node *mw = made_by(c, root->in[0], REGC_OP_MUL);
+    const regc_tensor *bv = regc_graph_tensor(c->g, root->in[1]);
+    for (int wi = 0; mw && bv->ndim == 1 && wi < 2; wi++) {
+        const regc_tensor *wv = regc_graph_tensor(c->g, mw->in[wi]);
+        const regc_node *norm =
+            regc_graph_tensor(c->g, mw->in[1 - wi])->producer >= 0
+                ? regc_graph_node(c->g, regc_graph_tensor(c->g, mw->in[1 - wi])->producer)
+                : NULL;
+        int k = 0, d, v;
+        if (wv->ndim != 1 || wv->shape[0] != bv->shape[0] || !norm ||
+            !over_root(c, norm, &d, &v, inner, &k))
+            continue;
+        const regc_node *add = made_by(c, v, REGC_OP_ADD_SCALAR);
+        const regc_node *var = add ? made_by(c, add->in[0], REGC_OP_MEAN_LAST) : NULL;
+        const regc_node *sq = var ? made_by(c, var->in[0], REGC_OP_POW) : NULL;
+        const regc_node *sub = made_by(c, d, REGC_OP_SUB);
+        const regc_node *mean = sub ? made_by(c, sub->in[1], REGC_OP_MEAN_LAST) : NULL;
+        if (!sq || sq->attrs.value != 2.0f || sq->in[0] != d || !mean ||
+            mean->in[0] != sub->in[0] || !(add->attrs.value > 0.0f))
+            continue;
+        const regc_tensor *xv = regc_graph_tensor(c->g, sub->in[0]);
+        if (xv->ndim < 1 || xv->shape[xv->ndim - 1] != bv->shape[0])
+            continue;
+        *x = sub->in[0], *w = mw->in[wi], *b = root->in[1], *eps = add->attrs.value;
+        const int outs[] = {root->in[0], mw->in[1 - wi], v, add->in[0], var->in[0], d, sub->in[1]};
+        for (int j = 0; j < 7; j++)
+            inner[k++] = regc_graph_tensor(c->g, outs[j])->producer;
+        *n_inner = k;
+        return 1;
+    }
+    return 0;
+}
+
 /* Match GPT-2's tanh GELU at root (a MUL). */
 static int match_gelu(const fuse_ctx *c, const regc_node *root, int *x, int *inner, int *n_inner)
 {
@@ -132,9 +194,9 @@ int regc_graph_fuse_patterns(const regc_graph *g, regc_graph **out)
     fuse_ctx c = {.g = g, .readers = calloc((size_t)n_t + 1, sizeof(int))};
     int *map = malloc(((size_t)n_t + 1) * sizeof *map);
     char *skip = calloc((size_t)n_n + 1, 1);
-    /* fused[i]: what node i becomes: 0 itself, 1 rmsnorm, 2 gelu */
+    /* fused[i]: what node i becomes: 0 itself, 1 rmsnorm, 2 gelu, 3 layernorm */
     char *fused = calloc((size_t)n_n + 1, 1);
-    int *arg = malloc(((size_t)n_n + 1) * 2 * sizeof *arg);
+    int *arg = malloc(((size_t)n_n + 1) * 3 * sizeof *arg); /* [n_nodes, 3] */
     float *eps = malloc(((size_t)n_n + 1) * sizeof *eps);
     regc_graph *h = regc_graph_new();
     int rc = REGC_OK;
@@ -151,17 +213,24 @@ int regc_graph_fuse_patterns(const regc_graph *g, regc_graph **out)
      * another's root */
     for (int i = n_n - 1; rc == REGC_OK && i >= 0; i--) {
         const regc_node *n = regc_graph_node(g, i);
-        int inner[8], n_inner = 0, x, w;
+        int inner[12], n_inner = 0, x, w, b;
         float e;
-        if (skip[i] || n->op != REGC_OP_MUL)
+        if (skip[i] || (n->op != REGC_OP_MUL && n->op != REGC_OP_BIAS_ADD))
             continue;
-        if (match_rmsnorm(&c, n, &x, &w, &e, inner, &n_inner) &&
-            interior_private(&c, n, inner, n_inner))
-            fused[i] = 1, arg[2 * i] = x, arg[2 * i + 1] = w, eps[i] = e;
-        else if (match_gelu(&c, n, &x, inner, &n_inner) && interior_private(&c, n, inner, n_inner))
-            fused[i] = 2, arg[2 * i] = x;
-        else
+        if (n->op == REGC_OP_BIAS_ADD) {
+            if (!match_layernorm(&c, n, &x, &w, &b, &e, inner, &n_inner) ||
+                !interior_private(&c, n, inner, n_inner))
+                continue;
+            fused[i] = 3, arg[3 * i] = x, arg[3 * i + 1] = w, arg[3 * i + 2] = b, eps[i] = e;
+        } else if (match_rmsnorm(&c, n, &x, &w, &e, inner, &n_inner) &&
+                   interior_private(&c, n, inner, n_inner)) {
+            fused[i] = 1, arg[3 * i] = x, arg[3 * i + 1] = w, eps[i] = e;
+        } else if (match_gelu(&c, n, &x, inner, &n_inner) &&
+                   interior_private(&c, n, inner, n_inner)) {
+            fused[i] = 2, arg[3 * i] = x;
+        } else {
             continue;
+        }
         for (int k = 0; k < n_inner; k++)
             skip[inner[k]] = 1;
     }
@@ -185,11 +254,17 @@ int regc_graph_fuse_patterns(const regc_graph *g, regc_graph **out)
             regc_attrs a = {.eps = eps[i]};
             int outs[2];
             rc = regc_graph_add_node(h, REGC_OP_RMSNORM, &a, 2,
-                                     (int[]){map[arg[2 * i]], map[arg[2 * i + 1]]}, 2, outs, 0,
+                                     (int[]){map[arg[3 * i]], map[arg[3 * i + 1]]}, 2, outs, 0,
                                      NULL);
             map[n->out[0]] = rc < 0 ? -1 : outs[0];
         } else if (fused[i] == 2) {
-            rc = regc_graph_add_node(h, REGC_OP_GELU, NULL, 1, &map[arg[2 * i]], 1, o, 0, NULL);
+            rc = regc_graph_add_node(h, REGC_OP_GELU, NULL, 1, &map[arg[3 * i]], 1, o, 0, NULL);
+            map[n->out[0]] = rc < 0 ? -1 : o[0];
+        } else if (fused[i] == 3) {
+            regc_attrs a = {.eps = eps[i]};
+            rc = regc_graph_add_node(
+                h, REGC_OP_LAYERNORM, &a, 3,
+                (int[]){map[arg[3 * i]], map[arg[3 * i + 1]], map[arg[3 * i + 2]]}, 3, o, 0, NULL);
             map[n->out[0]] = rc < 0 ? -1 : o[0];
         } else {
             for (int k = 0; k < n->n_in; k++)

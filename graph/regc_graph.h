@@ -195,7 +195,7 @@ int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int 
                         int n_out, int *out, int out_ndim, const int64_t *out_shape);
 
 /* A copy of g with the decomposed ops regc knows replaced by its own
- * (graph_fuse.c: a written-out RMSNorm, GPT-2's tanh GELU), each only
+ * (graph_fuse.c: a written-out RMSNorm or LayerNorm, GPT-2's tanh GELU), each only
  * where nothing else reads the ops it replaces. */
 int regc_graph_fuse_patterns(const regc_graph *g, regc_graph **out);
 

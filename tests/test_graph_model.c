@@ -303,8 +303,8 @@ static void test_graph_constant_errors(void **state)
 
 /* ---- decomposed ops are fused back ------------------------------------------ */
 
-/* g with every RMSNorm and tanh GELU written out op by op, as an exporter
- * that knows no patterns would write them. */
+/* g with every RMSNorm, LayerNorm and tanh GELU written out op by op, as
+ * an exporter that knows no patterns would write them. */
 static regc_graph *decompose(const regc_graph *g)
 {
     regc_graph *h = regc_graph_new();
@@ -330,6 +330,16 @@ static regc_graph *decompose(const regc_graph *g)
             int r = regc_graph_rsqrt(h, regc_graph_add_scalar(h, ms, n->attrs.eps));
             map[n->out[0]] = regc_graph_mul(h, regc_graph_mul(h, in[0], r), in[1]);
             assert_true(map[n->out[0]] >= 0);
+            continue;
+        }
+        if (n->op == REGC_OP_LAYERNORM) { /* (d * rsqrt(mean(d^2) + eps)) * w + b */
+            int d = regc_graph_sub(h, in[0], regc_graph_mean_last(h, in[0]));
+            int var = regc_graph_mean_last(h, regc_graph_pow(h, d, 2.0f));
+            int r = regc_graph_rsqrt(h, regc_graph_add_scalar(h, var, n->attrs.eps));
+            map[n->out[0]] =
+                regc_graph_bias_add(h, regc_graph_mul(h, regc_graph_mul(h, d, r), in[1]), in[2]);
+            if (map[n->out[0]] < 0)
+                fail_msg("%s", regc_error_message());
             continue;
         }
         if (n->op == REGC_OP_GELU) { /* (x/2) (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -377,6 +387,7 @@ static void test_decomposed_ops_fuse_back(void **state)
         assert_int_equal(regc_model_build_graph(m, 2, 16, &g), REGC_OK);
         regc_graph *d = decompose(g);
         assert_int_equal(count_op(d, fused[p]), 0);
+        assert_int_equal(count_op(d, REGC_OP_LAYERNORM), 0);
         assert_int_equal(regc_graph_fuse_patterns(d, &f), REGC_OK);
         assert_true(count_op(f, fused[p]) > 0);
         regc_bytes a = {0}, b = {0};
@@ -403,6 +414,23 @@ static void test_decomposed_ops_fuse_back(void **state)
         regc_graph_free(g);
         regc_model_free(m);
     }
+
+    /* LayerNorm divided by the square root, as torch's sqrt exports */
+    regc_graph *g = regc_graph_new(), *f = NULL;
+    int x = regc_graph_add_tensor(g, "x", REGC_F32, REGC_ROLE_INPUT, 3, (int64_t[]){2, 3, 8});
+    int w = regc_graph_add_tensor(g, "w", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){8});
+    int b = regc_graph_add_tensor(g, "b", REGC_F32, REGC_ROLE_PARAM, 1, (int64_t[]){8});
+    int d = regc_graph_sub(g, x, regc_graph_mean_last(g, x));
+    int var = regc_graph_mean_last(g, regc_graph_pow(g, d, 2.0f));
+    int sd = regc_graph_pow(g, regc_graph_add_scalar(g, var, 1e-5f), 0.5f);
+    int y = regc_graph_bias_add(g, regc_graph_mul(g, regc_graph_div(g, d, sd), w), b);
+    assert_int_equal(regc_graph_mark_output(g, y), REGC_OK);
+    assert_int_equal(regc_graph_fuse_patterns(g, &f), REGC_OK);
+    assert_int_equal(count_op(f, REGC_OP_LAYERNORM), 1);
+    assert_int_equal(regc_graph_n_nodes(f), 1);
+    assert_true(regc_graph_node(f, 0)->attrs.eps == 1e-5f);
+    regc_graph_free(f);
+    regc_graph_free(g);
 }
 
 /* ---- the library's view of a graph model -------------------------------- */
