@@ -11,6 +11,10 @@ base.reshape(vshape).permute(perm), laid out only when an op needs it.
 import numpy as np
 
 
+class ExportError(Exception):
+    """A model the exporter cannot bring to regc; the message says why."""
+
+
 class Tensor:
     """A regc tensor being built: a leaf (input, constant, parameter) or a
     node's output. Ids are given when the graph is written."""

@@ -1,8 +1,8 @@
 """export_ops.py — the walk of a torch.export program for
 tools/export_torch.py: each ATen op of the traced training forward mapped to
-regc graph ops (export_graph.py), constants folded, views kept lazy, and the
-known patterns fused into regc's own ops (a decomposed RMSNorm, GPT-2's
-tanh GELU, the rotary embedding, repeated key/value heads, a causal mask).
+regc graph ops (export_graph.py), constants folded, views kept lazy; what is
+recognised rather than mapped (norms, GELU, rotary, attention's layouts and
+masks) is export_patterns.py's.
 """
 
 import math
@@ -11,17 +11,13 @@ import re
 
 import torch
 
-from export_graph import Graph, Lazy, Tensor, numel
+from export_graph import ExportError, Graph, Lazy, Tensor, numel
+from export_patterns import (IDENTITY_OPS, causal_mask, computed_bias, heads_of, match_gelu_tanh,
+                             match_rms_norm, match_rope, unrepeat_kv)
 
 aten = torch.ops.aten
 
 
-class ExportError(Exception):
-    pass
-
-
-IDENTITY_OPS = {aten.dropout.default, aten.alias.default, aten.clone.default,
-                aten.contiguous.default, aten.detach.default, aten.lift_fresh_copy.default}
 IGNORED_OPS = {aten._assert_tensor_metadata.default}
 
 
@@ -76,6 +72,14 @@ class Exporter:
             t = self.g.transpose(t, lz.perm)
             lz.base, lz.vshape, lz.perm = t, t.shape, list(range(len(t.shape)))
         return t
+
+    def rope_table(self, name, value):
+        """A rotary table as a constant, one leaf per distinct table."""
+        key = (name, value.numpy().tobytes())
+        cache = self.__dict__.setdefault("rope_cache", {})
+        if key not in cache:
+            cache[key] = self.const_leaf(value, name if name not in self.consts else None)
+        return cache[key]
 
     # ---- the walk
     def run(self):
@@ -206,23 +210,6 @@ def strip_wrapper(name):
 
 
 # --------------------------------------------------------------------------- op mappings
-
-def src(ex, node):
-    """Skip identity ops (dropout, casts to float32, aliases) when matching."""
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and (
-            node.target in IDENTITY_OPS or is_noop_cast(node)):
-        node = node.args[0]
-    return node
-
-
-def is_noop_cast(node):
-    if node.target not in (aten.to.dtype, aten.to.dtype_layout, aten.to.device,
-                           aten._to_copy.default):
-        return False
-    val = node.meta.get("val")
-    arg = node.args[0]
-    return (val is not None and isinstance(arg, torch.fx.Node) and "val" in arg.meta
-            and val.dtype == arg.meta["val"].dtype)
 
 
 def m_identity(ex, node):
@@ -423,8 +410,6 @@ def m_gelu(ex, node):
     return ("dyn", Lazy(ex.g.one("gelu" if approx == "tanh" else "gelu_erf", [x], x.shape)))
 
 
-
-
 def m_reduce(op):
     def fn(ex, node):
         x = ex.tensor(ex.val(node.args[0]))
@@ -566,83 +551,6 @@ def m_cross_entropy(ex, node):
     return ("dyn", Lazy(loss))
 
 
-def heads_of(ex, v):
-    """[B, T, H*D] regc tensor of a [B, H, T, D] value, and H."""
-    kind, x = v
-    if kind == "dyn" and len(x.vshape) == 4 and x.perm == [0, 2, 1, 3]:
-        B, T, H, D = x.vshape
-        return ex.g.reshape(x.base, (B, T, H * D)), H
-    t = ex.tensor(v)
-    B, H, T, D = t.shape
-    return ex.g.reshape(ex.g.transpose(t, [0, 2, 1, 3]), (B, T, H * D)), H
-
-
-def unrepeat_kv(ex, node):
-    """repeat_kv's reshape(expand(unsqueeze(x, 2), [B, Hkv, rep, T, D])) -> x."""
-    n = src(ex, node)
-    if (isinstance(n, torch.fx.Node) and n.target in (aten.reshape.default, aten.view.default,
-                                                      aten._unsafe_view.default)):
-        e = src(ex, n.args[0])
-        if isinstance(e, torch.fx.Node) and e.target == aten.expand.default:
-            u = src(ex, e.args[0])
-            if isinstance(u, torch.fx.Node) and u.target == aten.unsqueeze.default and \
-                    u.args[1] == 2:
-                return u.args[0]
-    return node
-
-
-LOWEST = -1e30  # an additive mask's value that hides a key (finfo.min, -inf)
-
-
-def visible(mask):
-    """A bool mask, or an additive float one whose entries are 0 or hide
-    their key; None for a float mask with any other (softer) value."""
-    if mask.dtype == torch.bool:
-        return mask
-    if not bool(((mask == 0) | (mask <= LOWEST)).all()):
-        return None
-    return mask == 0
-
-
-def causal_mask(mask, T):
-    """Is mask ([..., T, T]) causal: query i sees keys 0..i, in every row?"""
-    m = visible(mask)
-    if m is None or tuple(m.shape[-2:]) != (T, T):
-        return False
-    want = torch.ones(T, T, dtype=torch.bool).tril()
-    return bool((m == want).all())
-
-
-def computed_bias(ex, node, mask_n, tq, tk, heads):
-    """A score bias computed from parameters (T5's relative positions) and
-    the causal flag, from where(mask, bias, lowest) with a constant mask
-    that lets every key through or is causal: [H, Tq, Tk]."""
-    m = src(ex, mask_n)
-    causal = False
-    if is_op(m, aten.where.ScalarOther) and isinstance(m.args[2], (int, float)):
-        kind, cond = ex.val(m.args[0])
-        if kind != "const":
-            raise ExportError("%s: an attention mask that depends on the data" % node.name)
-        if bool(cond.all()):
-            pass  # every key visible: the bias alone
-        elif float(m.args[2]) <= LOWEST and causal_mask(cond, tq):
-            causal = True  # hidden keys are the future ones
-        else:
-            raise ExportError("%s: a computed attention bias under a mask that is neither "
-                              "causal nor empty" % node.name)
-        bias_n = m.args[1]
-    else:
-        bias_n = mask_n
-    b = ex.tensor(ex.val(bias_n))
-    shape = list(b.shape)
-    while len(shape) > 3 and shape[0] == 1:
-        shape = shape[1:]
-    if shape != [heads, tq, tk]:
-        raise ExportError("%s: an attention bias of shape %s, not one [%d, %d, %d] for every "
-                          "batch row" % (node.name, list(b.shape), heads, tq, tk))
-    return ex.g.reshape(b, (heads, tq, tk)), causal
-
-
 def m_sdpa(ex, node):
     a = list(node.args) + [None] * (8 - len(node.args))
     q_n, k_n, v_n, mask_n = a[0], unrepeat_kv(ex, a[1]), unrepeat_kv(ex, a[2]), a[3]
@@ -686,127 +594,6 @@ def m_sdpa(ex, node):
 
 
 # ---- patterns fused into regc's own ops
-
-def is_op(n, *targets):
-    return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets
-
-
-def scalar_arg(n, i):
-    v = n.args[i] if len(n.args) > i else None
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-def match_rms_norm(ex, node):
-    """w * (x * rsqrt(mean(x^2, -1, keepdim) + eps)) -> rmsnorm(x, w, eps)"""
-    for wi in (0, 1):
-        w_n, y_n = node.args[wi], src(ex, node.args[1 - wi])
-        if not (isinstance(w_n, torch.fx.Node) and ex.env[w_n][0] == "dyn" and
-                len(ex.env[w_n][1].shape) == 1 and is_op(y_n, aten.mul.Tensor)):
-            continue
-        for xi in (0, 1):
-            x_n, r_n = src(ex, y_n.args[xi]), src(ex, y_n.args[1 - xi])
-            if not is_op(r_n, aten.rsqrt.default):
-                continue
-            add_n = src(ex, r_n.args[0])
-            if not is_op(add_n, aten.add.Tensor) or scalar_arg(add_n, 1) is None:
-                continue
-            mean_n = src(ex, add_n.args[0])
-            if not is_op(mean_n, aten.mean.dim) or list(mean_n.args[1]) != [-1]:
-                continue
-            pow_n = src(ex, mean_n.args[0])
-            if not is_op(pow_n, aten.pow.Tensor_Scalar) or scalar_arg(pow_n, 1) != 2.0 or \
-                    src(ex, pow_n.args[0]) is not x_n:
-                continue
-            x = ex.tensor(ex.val(x_n))
-            w = ex.tensor(ex.val(w_n))
-            y = ex.g.node("rmsnorm", [x, w], [x.shape, x.shape[:-1]],
-                          {"eps": scalar_arg(add_n, 1)})[0]
-            return ("dyn", Lazy(y))
-    return None
-
-
-def match_gelu_tanh(ex, node):
-    """(x * 0.5) * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> gelu(x)"""
-    for hi in (0, 1):
-        half, rest = src(ex, node.args[hi]), src(ex, node.args[1 - hi])
-        if not (is_op(half, aten.mul.Tensor) and scalar_arg(half, 1) == 0.5 and
-                is_op(rest, aten.add.Tensor) and scalar_arg(rest, 1) == 1.0):
-            continue
-        x_n = src(ex, half.args[0])
-        t = src(ex, rest.args[0])
-        if not is_op(t, aten.tanh.default):
-            continue
-        inner = src(ex, t.args[0])
-        if not (is_op(inner, aten.mul.Tensor) and
-                abs((scalar_arg(inner, 1) or 0) - math.sqrt(2 / math.pi)) < 1e-7):
-            continue
-        s = src(ex, inner.args[0])
-        if not (is_op(s, aten.add.Tensor) and src(ex, s.args[0]) is x_n):
-            continue
-        c = src(ex, s.args[1])
-        if not (is_op(c, aten.mul.Tensor) and scalar_arg(c, 1) == 0.044715):
-            continue
-        p = src(ex, c.args[0])
-        if not (is_op(p, aten.pow.Tensor_Scalar) and scalar_arg(p, 1) == 3.0 and
-                src(ex, p.args[0]) is x_n):
-            continue
-        x = ex.tensor(ex.val(x_n))
-        return ("dyn", Lazy(ex.g.one("gelu", [x], x.shape)))
-    return None
-
-
-def match_rope(ex, node):
-    """q * cos + cat(-q[..., D/2:], q[..., :D/2]) * sin -> rope(q, cos, sin),
-    q a [B, H, T, D] view of a [B, T, H*D] projection, cos and sin
-    constants whose halves repeat (HF's cat(freqs, freqs))."""
-    for ai in (0, 1):
-        m1, m2 = src(ex, node.args[ai]), src(ex, node.args[1 - ai])
-        if not (is_op(m1, aten.mul.Tensor) and is_op(m2, aten.mul.Tensor)):
-            continue
-        q_n, cos_n = m1.args
-        cat_n, sin_n = m2.args
-        if not is_op(src(ex, cat_n), aten.cat.default):
-            cat_n, sin_n = sin_n, cat_n
-        cat_n = src(ex, cat_n)
-        if not is_op(cat_n, aten.cat.default) or len(cat_n.args[0]) != 2:
-            continue
-        neg_n, lo_n = src(ex, cat_n.args[0][0]), src(ex, cat_n.args[0][1])
-        if not (is_op(neg_n, aten.neg.default) and is_op(lo_n, aten.slice.Tensor)):
-            continue
-        hi_n = src(ex, neg_n.args[0])
-        if not (is_op(hi_n, aten.slice.Tensor) and src(ex, hi_n.args[0]) is src(ex, q_n) and
-                src(ex, lo_n.args[0]) is src(ex, q_n)):
-            continue
-        qv, cv, sv = ex.val(q_n), ex.val(cos_n), ex.val(sin_n)
-        if qv[0] != "dyn" or cv[0] != "const" or sv[0] != "const" or len(qv[1].shape) != 4:
-            continue
-        B, H, T, D = qv[1].shape
-        tabs = []
-        for tab in (cv[1], sv[1]):
-            t = torch.broadcast_to(tab, (B, H, T, D)).reshape(-1, T, D)
-            if not bool((t == t[:1]).all()) or not bool((t[0, :, :D // 2] ==
-                                                         t[0, :, D // 2:]).all()):
-                break
-            tabs.append(t[0, :, :D // 2].contiguous())
-        if len(tabs) != 2:
-            continue
-        x, h = heads_of(ex, qv)
-        cos = ex.rope_table("rope_cos", tabs[0])
-        sin = ex.rope_table("rope_sin", tabs[1])
-        y = ex.g.one("rope", [x, cos, sin], x.shape, {"n_head": h, "inverse": 0})
-        return ("dyn", Lazy(y, (B, T, H, D), [0, 2, 1, 3]))
-    return None
-
-
-def rope_table(self, name, value):
-    key = (name, value.numpy().tobytes())
-    cache = self.__dict__.setdefault("rope_cache", {})
-    if key not in cache:
-        cache[key] = self.const_leaf(value, name if name not in self.consts else None)
-    return cache[key]
-
-
-Exporter.rope_table = rope_table
 
 
 MAPPING = {
