@@ -328,11 +328,13 @@ static int graph_fill_inputs(const regc_model *m, const regc_tokens *data, const
 {
     for (int i = 0; i < n; i++) {
         const regc_tensor *t = in[i].tensor;
+        if (in[i].filled) /* a constant stays filled from the first batch on */
+            continue;
         const regc_model_const *k = NULL;
         for (int j = 0; j < m->n_consts && !k; j++)
             if (!strcmp(m->consts[j].name, t->name))
                 k = &m->consts[j];
-        if (!k || in[i].filled)
+        if (!k)
             continue;
         if (!k->data) /* regc_model_read_constants gives them, checked */
             return regc_error(REGC_ERR_ARG,

@@ -576,6 +576,37 @@ static void test_graph_model_errors(void **state)
     expect_cli_error(&p, 1, noloss, "no outputs");
     regc_test_proc_free(&p);
 
+    /* an encoder-decoder's decoder inputs of another shape than input_ids */
+    char *dec = regc_test_join(f->dir, "dec.json");
+    text = regc_test_read_file(graph, NULL);
+    root = cJSON_Parse(text);
+    free(text);
+    int next = 0; /* the next unused id: past every tensor and node output */
+    const cJSON *item, *id;
+    cJSON_ArrayForEach (item, cJSON_GetObjectItemCaseSensitive(root, "tensors"))
+        next = (int)cJSON_GetObjectItemCaseSensitive(item, "id")->valuedouble + 1 > next
+                   ? (int)cJSON_GetObjectItemCaseSensitive(item, "id")->valuedouble + 1
+                   : next;
+    cJSON_ArrayForEach (item, cJSON_GetObjectItemCaseSensitive(root, "nodes"))
+        cJSON_ArrayForEach (id, cJSON_GetObjectItemCaseSensitive(item, "out"))
+            next = (int)id->valuedouble + 1 > next ? (int)id->valuedouble + 1 : next;
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "id", next);
+    cJSON_AddStringToObject(t, "name", "decoder_input_ids");
+    cJSON_AddStringToObject(t, "dtype", "i32");
+    cJSON_AddStringToObject(t, "role", "input");
+    cJSON_AddItemToObject(t, "shape", cJSON_CreateIntArray((const int[]){2, 15}, 2));
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(root, "tensors"), t);
+    text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    assert_int_equal(regc_test_write_file(dec, text, strlen(text)), 0);
+    cJSON_free(text);
+    regc_test_run_regc(&p, "train", "--model", dec, "--batch", "2", "--seq", "16", "--steps", "1",
+                       NULL);
+    expect_cli_error(&p, 1, dec, "decoder_input_ids must be an i32 data input of shape [2, 16]");
+    regc_test_proc_free(&p);
+    free(dec);
+
     regc_test_run_regc(&p, "train", "--model", missing, "--steps", "1", NULL);
     expect_cli_error(&p, 1, missing, NULL);
     regc_test_proc_free(&p);
