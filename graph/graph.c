@@ -303,6 +303,21 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
     return id;
 }
 
+int regc_graph_copy_leaves(const regc_graph *g, regc_graph *h, int *map)
+{
+    for (int t = 0; t < g->n_tensors; t++) {
+        const regc_tensor *x = &g->tensors[t];
+        if (x->producer >= 0)
+            continue;
+        map[t] = x->constant
+                     ? regc_graph_add_constant(h, x->name, x->dtype, x->ndim, x->shape)
+                     : regc_graph_add_tensor(h, x->name, x->dtype, x->role, x->ndim, x->shape);
+        if (map[t] < 0)
+            return map[t];
+    }
+    return REGC_OK;
+}
+
 int regc_graph_mark_output(regc_graph *g, int tensor)
 {
     if (tensor < 0 || tensor >= g->n_tensors)

@@ -235,16 +235,8 @@ int regc_graph_fuse_patterns(const regc_graph *g, regc_graph **out)
             skip[inner[k]] = 1;
     }
     /* the replay */
-    for (int t = 0; rc == REGC_OK && t < n_t; t++) {
-        const regc_tensor *x = regc_graph_tensor(g, t);
-        if (x->producer >= 0)
-            continue;
-        map[t] = x->constant
-                     ? regc_graph_add_constant(h, x->name, x->dtype, x->ndim, x->shape)
-                     : regc_graph_add_tensor(h, x->name, x->dtype, x->role, x->ndim, x->shape);
-        if (map[t] < 0)
-            rc = map[t];
-    }
+    if (rc == REGC_OK)
+        rc = regc_graph_copy_leaves(g, h, map);
     for (int i = 0; rc == REGC_OK && i < n_n; i++) {
         const regc_node *n = regc_graph_node(g, i);
         if (skip[i])

@@ -194,6 +194,10 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
 int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in, const int *in,
                         int n_out, int *out, int out_ndim, const int64_t *out_shape);
 
+/* Add g's inputs, constants and parameters to h, in g's order; map[t]
+ * (n_tensors entries) gets each one's id in h. For a graph rebuilt node by
+ * node into h. */
+int regc_graph_copy_leaves(const regc_graph *g, regc_graph *h, int *map);
 /* A copy of g with the decomposed ops regc knows replaced by its own
  * (graph_fuse.c: a written-out RMSNorm or LayerNorm, GPT-2's tanh GELU), each only
  * where nothing else reads the ops it replaces. */

@@ -311,15 +311,7 @@ static regc_graph *decompose(const regc_graph *g)
     const int n_t = regc_graph_n_tensors(g);
     int *map = malloc((size_t)n_t * sizeof *map);
     assert_non_null(map);
-    for (int t = 0; t < n_t; t++) {
-        const regc_tensor *x = regc_graph_tensor(g, t);
-        if (x->producer >= 0)
-            continue;
-        map[t] = x->constant
-                     ? regc_graph_add_constant(h, x->name, x->dtype, x->ndim, x->shape)
-                     : regc_graph_add_tensor(h, x->name, x->dtype, x->role, x->ndim, x->shape);
-        assert_true(map[t] >= 0);
-    }
+    assert_int_equal(regc_graph_copy_leaves(g, h, map), REGC_OK);
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *n = regc_graph_node(g, i);
         int in[REGC_MAX_IO], o[REGC_MAX_IO];
