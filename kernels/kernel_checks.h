@@ -32,6 +32,10 @@ static inline int regc_gemm_check(const regc_gemm *g)
                           (long long)g->ldc, (long long)g->n);
     if (!g->c || (g->k > 0 && g->m > 0 && g->n > 0 && (!g->a || !g->b)))
         return regc_error(REGC_ERR_ARG, "gemm: a NULL matrix pointer");
+    if ((g->a_bf16 || g->b_bf16 || g->c_bf16) && !g->bf16)
+        return regc_error(REGC_ERR_ARG, "gemm: an operand held in bf16 needs a bf16 GEMM");
+    if (g->c_bf16 && g->accumulate)
+        return regc_error(REGC_ERR_ARG, "gemm: C held in bf16 cannot accumulate");
 
     int needs_bias = 0, needs_aux = 0, needs_bias_grad = 0;
     switch (g->epilogue) {
@@ -78,7 +82,7 @@ static inline const char *regc_ew_op_name(int op)
 /* Everything the loop relies on, checked before it reads a byte: a bad
  * program is refused with a message instead of reading outside the arrays. */
 static inline int regc_ew_check(const regc_ew_program *p, int64_t n, float *const *out,
-                                const float *const *in)
+                                const float *const *in, unsigned out_bf16)
 {
     if (!p)
         return regc_error(REGC_ERR_ARG, "elementwise: no program");
@@ -122,9 +126,15 @@ static inline int regc_ew_check(const regc_ew_program *p, int64_t n, float *cons
                               k, reg, p->n_inputs + p->n_steps - 1);
         if (n > 0 && (!out || !out[k]))
             return regc_error(REGC_ERR_ARG, "elementwise: output %d is NULL", k);
-        /* a broadcast input is read at every block; overwriting it races */
+        /* a broadcast input is read at every block, and a bf16 output's
+         * elements lie at other addresses than the input's: overwriting
+         * either races */
         for (int i = 0; n > 0 && i < p->n_inputs; i++)
-            if ((p->period[i] > 0 || p->inner[i] > 1) && (const float *)out[k] == in[i])
+            if ((out_bf16 >> k & 1u) && (const float *)out[k] == in[i])
+                return regc_error(REGC_ERR_ARG,
+                                  "elementwise: output %d is held in bf16 and overwrites input %d",
+                                  k, i);
+            else if ((p->period[i] > 0 || p->inner[i] > 1) && (const float *)out[k] == in[i])
                 return regc_error(REGC_ERR_ARG,
                                   "elementwise: output %d overwrites input %d, which is "
                                   "broadcast (period %lld, inner %lld)",

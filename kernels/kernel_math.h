@@ -87,6 +87,30 @@ static inline REGC_HD float regc_round_bf16(float x)
     return regc_bits_to_float(u & 0xffff0000u);
 }
 
+/* A tensor stored in bf16 (compile.precision "bf16" keeps a tensor that
+ * only bf16 GEMMs read in half the bytes): each element the upper half of
+ * regc_round_bf16's float, so a GEMM reading it sees exactly what it would
+ * have rounded from the fp32 value. */
+static inline REGC_HD uint16_t regc_bf16_bits(float x)
+{
+    return (uint16_t)(regc_float_to_bits(regc_round_bf16(x)) >> 16);
+}
+
+static inline REGC_HD float regc_bf16_value(uint16_t h)
+{
+    return regc_bits_to_float((uint32_t)h << 16);
+}
+
+/* Element i of an output held in fp32, or in bf16 when bf16: the one store
+ * every kernel with a bf16 output makes. */
+static inline REGC_HD void regc_store_f32_or_bf16(void *y, int bf16, int64_t i, float v)
+{
+    if (bf16)
+        ((uint16_t *)y)[i] = regc_bf16_bits(v);
+    else
+        ((float *)y)[i] = v;
+}
+
 /* ---- exp and erfc */
 
 /* exp(x) to about one ulp (Cephes' polynomial after Cody-Waite reduction),

@@ -84,6 +84,12 @@ typedef struct {
      * products where the build has them, which count bf16 values and sums
      * below 2^-126 in magnitude as zero */
     int bf16;
+    /* with bf16, operands held in bf16 (regc_bf16_bits; a, b, c then point
+     * at uint16_t values, their leading dimensions still in elements): A or
+     * B is read as it is, and C is written rounded to bf16 after the
+     * epilogue (not with accumulate). Each gives the bits the fp32 operand
+     * would, rounded where the GEMM rounds it, in half the memory. */
+    int a_bf16, b_bf16, c_bf16;
 } regc_gemm;
 
 /* Multi-head attention over row-major [batch, t, heads * head_dim] tensors:
@@ -304,9 +310,12 @@ struct regc_backend {
     void (*row_sum)(regc_backend *be, float *out, const float *x, int64_t rows, int64_t cols,
                     int mean);
 
-    /* y = (x - mean) * rstd * w + b over each row of cols; mean, rstd: [rows] */
-    void (*layernorm_fwd)(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
-                          const float *w, const float *b, int64_t rows, int64_t cols, float eps);
+    /* y = (x - mean) * rstd * w + b over each row of cols; mean, rstd: [rows].
+     * The norms' y is held in bf16 when y_bf16 (regc_store_f32_or_bf16): a
+     * norm feeding only bf16 GEMMs. */
+    void (*layernorm_fwd)(regc_backend *be, void *y, float *mean, float *rstd, const float *x,
+                          const float *w, const float *b, int64_t rows, int64_t cols, float eps,
+                          int y_bf16);
     void (*layernorm_bwd)(regc_backend *be, float *dx, float *dw, float *db, const float *dy,
                           const float *x, const float *w, const float *mean, const float *rstd,
                           int64_t rows, int64_t cols);
@@ -315,8 +324,8 @@ struct regc_backend {
     void (*gelu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 
     /* y = x * rstd * w over each row of cols, rstd = 1 / sqrt(mean(x^2) + eps): [rows] */
-    void (*rmsnorm_fwd)(regc_backend *be, float *y, float *rstd, const float *x, const float *w,
-                        int64_t rows, int64_t cols, float eps);
+    void (*rmsnorm_fwd)(regc_backend *be, void *y, float *rstd, const float *x, const float *w,
+                        int64_t rows, int64_t cols, float eps, int y_bf16);
     void (*rmsnorm_bwd)(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,
                         const float *w, const float *rstd, int64_t rows, int64_t cols);
     /* rotary embedding, HF Llama's rotate_half: x, y [batch, t, n_head * head_dim],
@@ -361,23 +370,27 @@ struct regc_backend {
      * not x. */
     void (*softmax_fwd)(regc_backend *be, float *y, float *lse, const float *x, int64_t rows,
                         int64_t cols, int log);
-    /* dlogits = dloss[0] / n_valid * (softmax(logits) - onehot(target)) */
-    void (*cross_entropy_bwd)(regc_backend *be, float *dlogits, const float *dloss,
+    /* dlogits = dloss[0] / n_valid * (softmax(logits) - onehot(target)),
+     * held in bf16 when dlogits_bf16 (it feeds only the head's bf16 GEMMs) */
+    void (*cross_entropy_bwd)(regc_backend *be, void *dlogits, const float *dloss,
                               const float *logits, const int32_t *targets, const float *lse,
-                              int64_t rows, int64_t cols);
+                              int64_t rows, int64_t cols, int dlogits_bf16);
 
     /* ---- fused kernels of the compiled levels; each gives bit-identical
      * results to the unfused kernels it replaces */
-    /* out[k][e] = the program's out_reg[k] at element e, for e < n */
+    /* out[k][e] = the program's out_reg[k] at element e, for e < n; out[k]
+     * holds bf16 values (regc_store_f32_or_bf16) when bit k of out_bf16 is
+     * set, and then overlaps no input */
     void (*elementwise)(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
-                        const float *const *in);
+                        const float *const *in, unsigned out_bf16);
     /* sum = a + b, then layernorm_fwd over sum: the residual add that ends
      * one layer fused with the norm that starts the next */
-    void (*add_layernorm_fwd)(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
+    void (*add_layernorm_fwd)(regc_backend *be, float *sum, void *y, float *mean, float *rstd,
                               const float *a, const float *b, const float *w, const float *bias,
-                              int64_t rows, int64_t cols, float eps);
-    void (*add_rmsnorm_fwd)(regc_backend *be, float *sum, float *y, float *rstd, const float *a,
-                            const float *b, const float *w, int64_t rows, int64_t cols, float eps);
+                              int64_t rows, int64_t cols, float eps, int y_bf16);
+    void (*add_rmsnorm_fwd)(regc_backend *be, float *sum, void *y, float *rstd, const float *a,
+                            const float *b, const float *w, int64_t rows, int64_t cols, float eps,
+                            int y_bf16);
     /* the backward pair: dx = dres + (layernorm_bwd's dx); dx may be dres */
     void (*layernorm_bwd_add)(regc_backend *be, float *dx, float *dw, float *db, const float *dres,
                               const float *dy, const float *x, const float *w, const float *mean,

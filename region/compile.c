@@ -278,24 +278,6 @@ static int dump_all(const regc_program *p, const char *dir);
 /* Compile graph g (taken: the program owns it from here on, and it is
  * freed on failure), its parameter tensor t at byte param_offset[t] of the
  * parameter and gradient blocks. */
-/* compile.precision on the step's regions: under bf16 every GEMM takes
- * bf16-rounded operands. Regions are compiled (and cached) without a
- * policy; the step applies its own, which is part of the step's key, so
- * one cached layer serves both precisions. */
-static void apply_precision(regc_program *p, regc_precision precision)
-{
-    for (int r = 0; r < p->n_regions; r++) {
-        regc_compiled_region *cr = p->regions[r];
-        for (int pass = 0; pass < 2; pass++) {
-            regc_instr *ins = pass ? cr->bwd : cr->fwd;
-            const int n = pass ? cr->n_bwd : cr->n_fwd;
-            for (int i = 0; i < n; i++)
-                if (ins[i].kernel == K_GEMM)
-                    ins[i].bf16 = precision == REGC_PRECISION_BF16;
-        }
-    }
-}
-
 static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
                          regc_program **out, regc_compile_stats *st)
 {
@@ -340,8 +322,6 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
         rc = compile_full(&pl, prog, o->level, st);
         st->compile_ms = regc_time_ms() - c0;
     }
-    if (rc == REGC_OK)
-        apply_precision(prog, o->precision);
     for (int i = 0; i < pl.n_pieces && rc == REGC_OK; i++)
         rc = regc_program_add_piece(prog, pl.pieces[i].region, pl.pieces[i].in, pl.pieces[i].out);
     if (rc == REGC_OK && prog->zero_stage == 3)

@@ -58,7 +58,11 @@ int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec
     if (regc_compile_uses_cache(o)) {
         double t0 = regc_time_ms();
         regc_bytes_put_str(&canon, target(o));
-        if ((rc = regc_region_canon(g, spec, level, &canon)) == REGC_OK)
+        rc = regc_region_canon(g, spec, level, &canon);
+        /* after the kind the canonical form begins with (verify reads it) */
+        regc_bytes_put_u64(&canon, (uint64_t)o->precision);
+        regc_bytes_put_u64(&canon, (uint64_t)(o->fp32_storage != 0));
+        if (rc == REGC_OK)
             hit = regc_cache_get(o->cache, &canon, &payload);
         if (hit < 0)
             rc = hit;
@@ -86,13 +90,14 @@ int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec
         st->cache_hits++;
     } else if (rc == REGC_OK) {
         ++*compiles;
-        rc = regc_region_compile(g, spec, level, out);
+        rc = regc_region_compile(g, spec, level, o->precision, !o->fp32_storage, out);
         if (rc == REGC_OK && regc_compile_uses_cache(o)) {
             check_own(regc_region_validate(*out), "region");
             check_own(regc_region_validate_spec(*out, g, spec), "region");
             char label[160];
-            snprintf(label, sizeof label, "region: %d nodes, %d inputs, %d outputs, %s, %s",
-                     spec->n_nodes, spec->n_in, spec->n_out, regc_level_name(level), target(o));
+            snprintf(label, sizeof label, "region: %d nodes, %d inputs, %d outputs, %s, %s, %s",
+                     spec->n_nodes, spec->n_in, spec->n_out, regc_level_name(level),
+                     regc_precision_name(o->precision), target(o));
             regc_bytes_free(&payload);
             regc_region_write(*out, &payload);
             rc = payload.failed ? regc_error(REGC_ERR_MEMORY, "compile: out of memory")
@@ -110,6 +115,7 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_str(b, "step");
     regc_bytes_put_u64(b, (uint64_t)o->level);
     regc_bytes_put_u64(b, (uint64_t)o->precision);
+    regc_bytes_put_u64(b, (uint64_t)(o->fp32_storage != 0));
     regc_bytes_put_u64(b, (uint64_t)(o->regional != 0));
     regc_bytes_put_u64(b, (uint64_t)(o->inline_back && o->level != REGC_LEVEL_O0));
     regc_bytes_put_u64(b, (uint64_t)(o->forward_only != 0));

@@ -43,6 +43,7 @@ int regc_fuse_add_norm(regc_instr *ins, int *n)
                 if (is_ln)
                     f.refs[4 + no] = nm->refs[no + 2];
                 f.n_refs = (uint8_t)(is_ln ? 8 : 6);
+                f.bf16_refs = (uint16_t)(regc_instr_ref_bf16(nm, 0) << 1); /* y: 0 -> 1 */
                 ins[w++] = f;
                 i++;
                 fused++;

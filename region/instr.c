@@ -60,8 +60,24 @@ int regc_instr_writes(const regc_instr *in, int k)
     return k < in->n_out;
 }
 
+int regc_instr_bf16_allowed(const regc_instr *in, int k)
+{
+    switch (in->kernel) {
+    case K_GEMM: return in->bf16 && (k == 1 || k == 2 || (k == 0 && !in->accumulate));
+    case K_LN_FWD:
+    case K_RMS_FWD:
+    case K_CE_BWD: return k == 0;
+    case K_ADD_LN_FWD:
+    case K_ADD_RMS_FWD: return k == 1;
+    case K_EW: return k < in->n_out;
+    default: return 0;
+    }
+}
+
 int regc_instr_inplace_input(const regc_instr *in)
 {
+    if (in->bf16_refs) /* a bf16 output's elements lie elsewhere than its input's */
+        return -1;
     switch (in->kernel) {
     case K_ADD:
     case K_BIAS_ADD:
@@ -156,7 +172,10 @@ void regc_instr_gemm(const regc_instr *in, void *const *p, regc_gemm *g)
                      .aux = P(4),
                      .ldaux = d[1],
                      .bias_grad = P(5),
-                     .bf16 = in->bf16};
+                     .bf16 = in->bf16,
+                     .c_bf16 = regc_instr_ref_bf16(in, 0),
+                     .a_bf16 = regc_instr_ref_bf16(in, 1),
+                     .b_bf16 = regc_instr_ref_bf16(in, 2)};
 }
 
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
@@ -213,7 +232,8 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_LN_FWD:
         NEED(layernorm_fwd);
-        be->layernorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f);
+        be->layernorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f,
+                          regc_instr_ref_bf16(in, 0));
         return REGC_OK;
     case K_LN_BWD:
         NEED(layernorm_bwd);
@@ -221,7 +241,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_RMS_FWD:
         NEED(rmsnorm_fwd);
-        be->rmsnorm_fwd(be, P(0), P(1), C(2), C(3), d[0], d[1], in->f);
+        be->rmsnorm_fwd(be, P(0), P(1), C(2), C(3), d[0], d[1], in->f, regc_instr_ref_bf16(in, 0));
         return REGC_OK;
     case K_RMS_BWD:
         NEED(rmsnorm_bwd);
@@ -248,22 +268,25 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_CE_BWD:
         NEED(cross_entropy_bwd);
-        be->cross_entropy_bwd(be, P(0), C(1), C(2), I32(3), C(4), d[0], d[1]);
+        be->cross_entropy_bwd(be, P(0), C(1), C(2), I32(3), C(4), d[0], d[1],
+                              regc_instr_ref_bf16(in, 0));
         return REGC_OK;
     case K_EW: {
         NEED(elementwise);
         int no = in->ew->n_outputs;
-        be->elementwise(be, in->ew, d[0], (float *const *)p, (const float *const *)(p + no));
+        be->elementwise(be, in->ew, d[0], (float *const *)p, (const float *const *)(p + no),
+                        in->bf16_refs & ((1u << no) - 1u));
         return REGC_OK;
     }
     case K_ADD_LN_FWD:
         NEED(add_layernorm_fwd);
-        be->add_layernorm_fwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), d[0], d[1],
-                              in->f);
+        be->add_layernorm_fwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), d[0], d[1], in->f,
+                              regc_instr_ref_bf16(in, 1));
         return REGC_OK;
     case K_ADD_RMS_FWD:
         NEED(add_rmsnorm_fwd);
-        be->add_rmsnorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f);
+        be->add_rmsnorm_fwd(be, P(0), P(1), P(2), C(3), C(4), C(5), d[0], d[1], in->f,
+                            regc_instr_ref_bf16(in, 1));
         return REGC_OK;
     case K_LN_BWD_ADD:
         NEED(layernorm_bwd_add);
@@ -344,6 +367,8 @@ void regc_instr_dump(const regc_instr *in, FILE *f)
                     (long long)in->refs[k].off);
         else
             fprintf(f, " %s%d", regc_instr_writes(in, k) ? "w" : "r", in->refs[k].buf);
+        if (regc_instr_ref_bf16(in, k))
+            fprintf(f, ":bf16");
     }
     fputc('\n', f);
 }

@@ -416,6 +416,16 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
         fail(&r, "a signal on a kernel that is no collective");
     if (k == K_COMM_WAIT && in->signal < 1)
         fail(&r, "a wait without a signal");
+    /* an operand held in bf16 spans half the bytes of its fp32 rule, where
+     * its kernel reads or writes bf16 at all */
+    if (in->bf16_refs >> in->n_refs)
+        fail(&r, "a bf16 mark on an absent operand");
+    for (int i = 0; i < in->n_refs && !r.bad; i++)
+        if (regc_instr_ref_bf16(in, i)) {
+            if (!regc_instr_bf16_allowed(in, i))
+                fail(&r, "an operand held in bf16 that the kernel reads or writes in fp32");
+            e->bytes[i] /= 2;
+        }
     if (r.bad)
         return regc_error(REGC_ERR_FORMAT, "%s: %s", regc_kernel_name(k), r.why);
     return REGC_OK;

@@ -64,8 +64,8 @@ typedef enum {
     K_COUNT
 } regc_kernel;
 
-#define REGC_INSTR_MAX_REFS 12
-#define REGC_REF_NONE (-1) /* an absent operand (no bias, no aux) */
+#define REGC_INSTR_MAX_REFS 12 /* bf16_refs has a bit for each */
+#define REGC_REF_NONE (-1)     /* an absent operand (no bias, no aux) */
 
 typedef struct {
     int32_t buf; /* slot or program buffer; REGC_REF_NONE when absent */
@@ -82,16 +82,28 @@ typedef struct {
     float f;
     int trans_a, trans_b, epilogue, accumulate; /* K_GEMM; accumulate also K_EMBED_BWD */
     int bf16;                                   /* K_GEMM: bf16 operands (regc_gemm's) */
-    regc_attn_shape attn;                       /* K_ATTN_* */
-    int perm[REGC_MAX_DIMS];                    /* K_TRANSPOSE */
-    const regc_ew_program *ew;                  /* K_EW, owned by the compiled region */
-    int node;                                   /* region node it came from (dumps) */
+    /* bit k: refs[k] is held in bf16 (half the bytes; its offset counts
+     * them), where regc_instr_bf16_allowed says the kernel can */
+    uint16_t bf16_refs;
+    regc_attn_shape attn;      /* K_ATTN_* */
+    int perm[REGC_MAX_DIMS];   /* K_TRANSPOSE */
+    const regc_ew_program *ew; /* K_EW, owned by the compiled region */
+    int node;                  /* region node it came from (dumps) */
     /* collectives: 0 runs at once; k > 0 starts asynchronous collective k
      * on the communication queue, finished by the K_COMM_WAIT of signal k */
     int signal;
 } regc_instr;
 
 const char *regc_kernel_name(regc_kernel k);
+static inline int regc_instr_ref_bf16(const regc_instr *in, int k)
+{
+    return (in->bf16_refs >> k) & 1;
+}
+/* May operand k of the instruction be held in bf16? A bf16 GEMM's A and B,
+ * and C when it does not accumulate; the norms' y; a fused chain's
+ * outputs; the cross-entropy's dlogits: the kernels that read or write a
+ * bf16 tensor (kernels/regc_backend.h). */
+int regc_instr_bf16_allowed(const regc_instr *in, int k);
 /* One instruction through a backend, operands already resolved to device
  * pointers (ptr[i] for refs[i], NULL when absent). */
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *ptr);
@@ -128,6 +140,7 @@ typedef struct {
     int64_t alias_off;
     int64_t offset; /* SAVED: in the instance's saved block; TEMP: in the region's scratch */
     int tensor;     /* region graph tensor (dumps) */
+    int bf16;       /* held in bf16: bytes are half the tensor's (region_bf16.c) */
 } regc_slot;
 
 /* What a region is compiled from: n_nodes graph nodes (an instance in a
@@ -162,8 +175,11 @@ typedef struct {
 } regc_compiled_region;
 
 /* Extract, differentiate, optimise (per level) and lower one region. */
+/* precision: compile.precision (bf16: every GEMM multiplies bf16
+ * operands); bf16_storage: then also hold in bf16 what only those GEMMs
+ * read (region_bf16.c). */
 int regc_region_compile(const regc_graph *g, const regc_region_spec *spec, regc_level level,
-                        regc_compiled_region **out);
+                        regc_precision precision, int bf16_storage, regc_compiled_region **out);
 void regc_compiled_region_free(regc_compiled_region *r);
 void regc_compiled_region_dump(const regc_compiled_region *r, FILE *f);
 

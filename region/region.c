@@ -291,7 +291,7 @@ static int plan_memory(regc_compiled_region *r)
 /* ---------------------------------------------------------------- driver */
 
 int regc_region_compile(const regc_graph *g, const regc_region_spec *s, regc_level level,
-                        regc_compiled_region **out)
+                        regc_precision precision, int bf16_storage, regc_compiled_region **out)
 {
     *out = NULL;
     regc_compiled_region *r = calloc(1, sizeof *r);
@@ -328,7 +328,8 @@ int regc_region_compile(const regc_graph *g, const regc_region_spec *s, regc_lev
         goto done;
     }
     if ((rc = assign_slots(r, in_t, out_t, dout_t, seed_t, din_t, slot_of)) ||
-        (rc = regc_region_lower(r, slot_of, level)) || (rc = plan_memory(r)))
+        (rc = regc_region_lower(r, slot_of, level)) ||
+        (rc = regc_region_apply_precision(r, precision, bf16_storage)) || (rc = plan_memory(r)))
         goto done;
     *out = r;
     r = NULL;
@@ -351,8 +352,8 @@ void regc_compiled_region_dump(const regc_compiled_region *r, FILE *f)
         fprintf(f, "slot %d %s", s, kinds[sl->kind]);
         if (sl->index >= 0)
             fprintf(f, "%d", sl->index);
-        fprintf(f, " %s bytes=%lld", regc_graph_tensor(r->graph, sl->tensor)->name,
-                (long long)sl->bytes);
+        fprintf(f, " %s bytes=%lld%s", regc_graph_tensor(r->graph, sl->tensor)->name,
+                (long long)sl->bytes, sl->bf16 ? " bf16" : "");
         if (sl->alias >= 0)
             fprintf(f, " view of slot %d+%lld", sl->alias, (long long)sl->alias_off);
         else if (sl->kind == SLOT_SAVED || sl->kind == SLOT_TEMP)

@@ -10,6 +10,10 @@
  * gradient sum after it, and elementwise chains fuse. slot_of[t] is the
  * slot of region tensor t. */
 int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level level);
+/* compile.precision on a lowered region (region_bf16.c): bf16 GEMMs, and
+ * with bf16_storage the tensors only they read held in bf16. */
+int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision,
+                                int bf16_storage);
 
 /* Fusions over a flat instruction list (region/fuse_instr.c). The residual
  * add fused with the norm that reads its sum right after it, in place;

@@ -103,6 +103,7 @@ enum {
     F_NODE,
     F_SIGNAL,
     F_BF16,
+    F_BF16_REFS,
     F_COUNT
 };
 
@@ -142,6 +143,7 @@ static void put_instr(regc_bytes *b, const regc_instr *in, int ew_region, int ew
     v[F_NODE] = in->node + 1;
     v[F_SIGNAL] = in->signal;
     v[F_BF16] = in->bf16;
+    v[F_BF16_REFS] = in->bf16_refs;
     uint64_t mask = 0;
     for (int k = 0; k < F_COUNT; k++)
         mask |= (uint64_t)(v[k] != 0) << k;
@@ -199,6 +201,7 @@ static void get_instr(regc_reader *r, regc_instr *in, int n_bufs, int *ew_region
     in->epilogue = (int)field(r, v, F_EPILOGUE, 0, 64);
     in->accumulate = (int)field(r, v, F_ACCUMULATE, 0, 1);
     in->bf16 = (int)field(r, v, F_BF16, 0, 1);
+    in->bf16_refs = (uint16_t)field(r, v, F_BF16_REFS, 0, (1 << REGC_INSTR_MAX_REFS) - 1);
     regc_attn_shape *a = &in->attn;
     a->batch = v[F_BATCH], a->tq = v[F_TQ], a->tk = v[F_TK];
     a->n_head = (int)field(r, v, F_N_HEAD, 0, INT32_MAX);
@@ -278,6 +281,7 @@ void regc_region_write(const regc_compiled_region *r, regc_bytes *b)
         regc_bytes_put_i64(b, x->alias_off);
         regc_bytes_put_i64(b, x->offset);
         regc_bytes_put_i64(b, x->tensor);
+        regc_bytes_put_i64(b, x->bf16);
     }
     put_slot_map(b, r->in_slot, r->n_in);
     put_slot_map(b, r->seed_slot, r->n_in);
@@ -354,6 +358,7 @@ int regc_region_read(regc_reader *rd, regc_compiled_region **out)
         x->alias_off = regc_reader_int(rd, 0, INT64_MAX);
         x->offset = regc_reader_int(rd, 0, INT64_MAX);
         x->tensor = (int)regc_reader_int(rd, -1, INT32_MAX);
+        x->bf16 = (int)regc_reader_int(rd, 0, 1);
     }
     if (!rd->failed) {
         r->in_slot = get_slot_map(rd, r->n_in, r->n_slots);

@@ -183,6 +183,42 @@ static void test_memory_plan(void **state)
     }
 }
 
+/* Under bf16 the plan counts the bytes of what is held in bf16: for every
+ * architecture the activation arena is smaller than with every tensor in
+ * fp32, and it stays at its lower bound (within 5%). */
+static void test_bf16_memory_plan(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load_shapes(presets[i], &m), 0);
+        int64_t peak[2], arena[2];
+        for (int wide = 0; wide < 2; wide++) {
+            regc_compile_options o;
+            regc_compile_options_default(&o);
+            o.precision = REGC_PRECISION_BF16, o.fp32_storage = wide;
+            regc_program *p = NULL;
+            regc_compile_stats st;
+            assert_int_equal(regc_program_compile(m, 4, 64, &o, &p, &st), 0);
+            if (st.peak_bytes < st.lower_bound_bytes ||
+                (double)st.peak_bytes > 1.05 * (double)st.lower_bound_bytes)
+                fail_msg("%s bf16%s: peak %lld, lower bound %lld", presets[i],
+                         wide ? " (fp32 storage)" : "", (long long)st.peak_bytes,
+                         (long long)st.lower_bound_bytes);
+            regc_device_memory dm;
+            regc_program_device_memory(p, &dm);
+            peak[wide] = st.peak_bytes, arena[wide] = dm.activations;
+            regc_program_free(p);
+        }
+        print_message("%s bf16: activation plan %lld bytes, %lld with every tensor in fp32\n",
+                      presets[i], (long long)peak[0], (long long)peak[1]);
+        if (!(peak[0] < peak[1] && arena[0] < arena[1]))
+            fail_msg("%s: the bf16 storage saves nothing (%lld vs %lld bytes)", presets[i],
+                     (long long)peak[0], (long long)peak[1]);
+        regc_model_free(m);
+    }
+}
+
 /* The tied embedding's backward accumulates into the head's gradient in
  * the step program dumped at path: no add sums the two after it. */
 static void assert_embedding_bwd_accumulates(const char *path)
@@ -394,6 +430,7 @@ int main(void)
 #endif
         cmocka_unit_test(test_one_compile_per_kind),
         cmocka_unit_test(test_memory_plan),
+        cmocka_unit_test(test_bf16_memory_plan),
         regc_test_in_dir(test_dump_graphs, dir_setup),
         cmocka_unit_test(test_with_layers_errors),
         cmocka_unit_test(test_missing_kernel),

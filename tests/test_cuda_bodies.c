@@ -550,13 +550,13 @@ static void check_chain(const char *what, const regc_ew_program *p, int64_t n,
         got[k] = regc_test_host_floats((size_t)n);
         var[k] = regc_test_host_floats((size_t)n);
     }
-    cpu->elementwise(cpu, p, n, dev_out, dev_in);
+    cpu->elementwise(cpu, p, n, dev_out, dev_in, 0);
     const float *const *in = (const float *const *)host_in;
-    assert_int_equal(regc_ew_check(p, n, got, in), REGC_OK);
+    assert_int_equal(regc_ew_check(p, n, got, in, 0), REGC_OK);
     for (int64_t e = 0; e < n; e++)
-        cuda_body_elementwise(e, p, got, in);
+        cuda_body_elementwise(e, p, got, in, 0);
     for (int64_t e = 0; e < n; e++)
-        cuda_body_elementwise(e, variant, var, in);
+        cuda_body_elementwise(e, variant, var, in, 0);
     int caught = 0;
     for (int k = 0; k < p->n_outputs; k++) {
         const float *want = cpu_download(dev_out[k], (size_t)n);
@@ -672,14 +672,14 @@ static void test_chain_in_place(void **state)
     float *x = regc_test_upload(cpu, hx, (size_t)n), *copy = regc_test_dev_nan(cpu, (size_t)n);
     float *outs[2] = {x, copy};
     const float *ins[2] = {x, regc_test_upload(cpu, hb, (size_t)cols)};
-    cpu->elementwise(cpu, &p, n, outs, ins);
+    cpu->elementwise(cpu, &p, n, outs, ins, 0);
     const float *want = cpu_download(x, (size_t)n), *want_copy = cpu_download(copy, (size_t)n);
     float *got = regc_test_host_floats((size_t)n), *got_copy = regc_test_host_floats((size_t)n);
     memcpy(got, hx, (size_t)n * sizeof(float));
     float *host_outs[2] = {got, got_copy};
     const float *host_ins[2] = {got, hb};
     for (int64_t e = 0; e < n; e++)
-        cuda_body_elementwise(e, &p, host_outs, host_ins);
+        cuda_body_elementwise(e, &p, host_outs, host_ins, 0);
     expect_bits("chain in place", got, want, (size_t)n);
     expect_bits("chain in place, pass-through", got_copy, want_copy, (size_t)n);
     expect_bits("chain in place, pass-through is the input", got_copy, hx, (size_t)n);

@@ -115,7 +115,7 @@ static void emulate_layernorm_fwd(float *sum, float *y, float *mean, float *rstd
         const float m = (float)mu;
         const float s = regc_norm_rstd(var, eps);
         for (int u = 0; u < CUDA_ROW_LANES; u++)
-            cuda_write_layernorm_lane(y + off, xr, w, bias, m, s, cols, u);
+            cuda_write_layernorm_lane(y + off, 0, xr, w, bias, m, s, cols, u);
         mean[r] = m;
         rstd[r] = s;
     }
@@ -137,7 +137,7 @@ static void emulate_rmsnorm_fwd(float *sum, float *y, float *rstd, const float *
         const double ms = cuda_divide_cols(gather_total(part), cols);
         const float s = regc_norm_rstd(ms, eps);
         for (int u = 0; u < CUDA_ROW_LANES; u++)
-            cuda_write_rmsnorm_lane(y + off, xr, w, s, cols, u);
+            cuda_write_rmsnorm_lane(y + off, 0, xr, w, s, cols, u);
         rstd[r] = s;
     }
 }
@@ -286,7 +286,7 @@ static void test_layernorm(void **state)
             float *b = regc_test_upload(be, hb, nc), *dy = regc_test_upload(be, hdy, n);
             float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, nr);
             float *rstd = regc_test_dev_nan(be, nr);
-            be->layernorm_fwd(be, y, mean, rstd, x, w, b, s.rows, s.cols, EPS);
+            be->layernorm_fwd(be, y, mean, rstd, x, w, b, s.rows, s.cols, EPS, 0);
             float *ey = regc_test_host_floats(n), *emean = regc_test_host_floats(nr);
             float *erstd = regc_test_host_floats(nr);
             emulate_layernorm_fwd(NULL, ey, emean, erstd, hx, NULL, NULL, hw, hb, s.rows, s.cols,
@@ -321,7 +321,7 @@ static void test_rmsnorm(void **state)
             float *x = regc_test_upload(be, hx, n), *w = regc_test_upload(be, hw, nc);
             float *dy = regc_test_upload(be, hdy, n);
             float *y = regc_test_dev_nan(be, n), *rstd = regc_test_dev_nan(be, nr);
-            be->rmsnorm_fwd(be, y, rstd, x, w, s.rows, s.cols, EPS);
+            be->rmsnorm_fwd(be, y, rstd, x, w, s.rows, s.cols, EPS, 0);
             float *ey = regc_test_host_floats(n), *erstd = regc_test_host_floats(nr);
             emulate_rmsnorm_fwd(NULL, ey, erstd, hx, NULL, NULL, hw, s.rows, s.cols, EPS);
             expect_bits("rmsnorm_fwd y", s, ey, regc_test_download(be, y, n), n);
@@ -360,7 +360,8 @@ static void test_add_norms_fwd(void **state)
                 float *sum = in_place ? a : regc_test_dev_nan(be, n);
                 float *ea = host_copy(ha, n);
                 float *esum = in_place ? ea : regc_test_host_floats(n);
-                be->add_layernorm_fwd(be, sum, y, mean, rstd, a, b, w, bias, s.rows, s.cols, EPS);
+                be->add_layernorm_fwd(be, sum, y, mean, rstd, a, b, w, bias, s.rows, s.cols, EPS,
+                                      0);
                 emulate_layernorm_fwd(esum, ey, emean, erstd, NULL, ea, hb, hw, hbias, s.rows,
                                       s.cols, EPS);
                 expect_bits("add_layernorm_fwd sum", s, esum, regc_test_download(be, sum, n), n);
@@ -380,7 +381,7 @@ static void test_add_norms_fwd(void **state)
                 sum = in_place ? a : regc_test_dev_nan(be, n);
                 ea = host_copy(ha, n);
                 esum = in_place ? ea : regc_test_host_floats(n);
-                be->add_rmsnorm_fwd(be, sum, y, rstd, a, b, w, s.rows, s.cols, EPS);
+                be->add_rmsnorm_fwd(be, sum, y, rstd, a, b, w, s.rows, s.cols, EPS, 0);
                 emulate_rmsnorm_fwd(esum, ey, erstd, NULL, ea, hb, hw, s.rows, s.cols, EPS);
                 expect_bits("add_rmsnorm_fwd sum", s, esum, regc_test_download(be, sum, n), n);
                 expect_bits("add_rmsnorm_fwd y", s, ey, regc_test_download(be, y, n), n);
@@ -491,7 +492,7 @@ static void check_cross_entropy(regc_backend *be, shape2 s, const float *hx, con
     float *loss = regc_test_dev_nan(be, 1), *lse = regc_test_dev_nan(be, nr);
     float *dl = regc_test_upload(be, &dloss, 1), *dx = regc_test_dev_nan(be, n);
     be->cross_entropy_fwd(be, loss, lse, x, targets, s.rows, s.cols);
-    be->cross_entropy_bwd(be, dx, dl, x, targets, lse, s.rows, s.cols);
+    be->cross_entropy_bwd(be, dx, dl, x, targets, lse, s.rows, s.cols, 0);
     float *cl = regc_test_host_floats(1), *clse = regc_test_host_floats(nr);
     float *cdx = regc_test_host_floats(n);
     be->copy_d2h(be, cl, loss, sizeof(float));
@@ -669,7 +670,7 @@ static void test_orders_show(void **state)
         float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, nr);
         float *rstd = regc_test_dev_nan(be, nr), *dx = regc_test_dev_nan(be, n);
         float *dw = regc_test_dev_nan(be, nc), *db = regc_test_dev_nan(be, nc);
-        be->layernorm_fwd(be, y, mean, rstd, x, w, b, s.rows, s.cols, EPS);
+        be->layernorm_fwd(be, y, mean, rstd, x, w, b, s.rows, s.cols, EPS, 0);
         be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, s.rows, s.cols);
         float *ey = regc_test_host_floats(n), *emean = regc_test_host_floats(nr);
         float *erstd = regc_test_host_floats(nr), *edx = regc_test_host_floats(n);

@@ -410,7 +410,7 @@ static void test_layernorm_reference(void **state)
     float *dx = regc_test_dev_nan(be, n), *dw = regc_test_dev_nan(be, (size_t)cols),
           *db = regc_test_dev_nan(be, (size_t)cols);
     be->layernorm_fwd(be, y, mean, rstd, x, w, b, rows, cols,
-                      (float)regc_test_json_number(c, "eps"));
+                      (float)regc_test_json_number(c, "eps"), 0);
     ref_check(c, "y", y, n, "layernorm");
     ref_check(c, "mean", mean, (size_t)rows, "layernorm");
     ref_check(c, "rstd", rstd, (size_t)rows, "layernorm");
@@ -491,7 +491,7 @@ static void test_rmsnorm_reference(void **state)
     float *dy = ref_input(c, "dy", n);
     float *y = regc_test_dev_nan(be, n), *rstd = regc_test_dev_nan(be, (size_t)rows);
     float *dx = regc_test_dev_nan(be, n), *dw = regc_test_dev_nan(be, (size_t)cols);
-    be->rmsnorm_fwd(be, y, rstd, x, w, rows, cols, (float)regc_test_json_number(c, "eps"));
+    be->rmsnorm_fwd(be, y, rstd, x, w, rows, cols, (float)regc_test_json_number(c, "eps"), 0);
     ref_check(c, "y", y, n, "rmsnorm");
     ref_check(c, "rstd", rstd, (size_t)rows, "rmsnorm");
     be->rmsnorm_bwd(be, dx, dw, dy, x, w, rstd, rows, cols);
@@ -560,7 +560,7 @@ static void ew_one(regc_ew_op op, float v, float *out, const float *a, const flo
     p.out_reg[0] = 2;
     float *outs[1] = {out};
     const float *ins[2] = {a, b};
-    be->elementwise(be, &p, (int64_t)n, outs, ins);
+    be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
     assert_int_equal(be->sync(be), REGC_OK);
 }
 
@@ -643,7 +643,7 @@ static void test_cross_entropy_reference(void **state)
     be->cross_entropy_fwd(be, loss, lse, logits, targets, rows, cols);
     ref_check(c, "loss", loss, 1, "cross_entropy");
     ref_check(c, "lse", lse, (size_t)rows, "cross_entropy");
-    be->cross_entropy_bwd(be, dlogits, dloss, logits, targets, lse, rows, cols);
+    be->cross_entropy_bwd(be, dlogits, dloss, logits, targets, lse, rows, cols, 0);
     ref_check(c, "dlogits", dlogits, n, "cross_entropy");
 }
 

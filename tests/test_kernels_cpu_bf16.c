@@ -144,7 +144,7 @@ static void run_case(regc_backend *d, const bf16_case *cs, regc_epilogue epi, in
         assert_int_equal(d->gemm(d, &g), REGC_OK);
     } else {
 #ifdef REGC_CPU_OWN_SGEMM
-        assert_int_equal(regc_cpu_sgemm(d, &g), REGC_OK);
+        assert_int_equal(regc_cpu_sgemm(d, &g, NULL), REGC_OK);
 #else
         fail_msg("no sgemm of regc's own in this build");
 #endif

@@ -98,7 +98,7 @@ static void test_bias_add_gelu_chain(void **state)
             be->gelu_fwd(be, h_ref, pre_ref, (int64_t)n);
             float *outs[2] = {pre, h};
             const float *ins[2] = {x, bias};
-            be->elementwise(be, &p, (int64_t)n, outs, ins);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
             expect_same(be, "bias_add+gelu pre", s, pre, pre_ref, n);
             expect_same(be, "bias_add+gelu h", s, h, h_ref, n);
         }
@@ -127,7 +127,7 @@ static void test_swiglu_chain_two_outputs(void **state)
             be->mul(be, h_ref, a_ref, up, (int64_t)n);
             float *outs[2] = {h, a};
             const float *ins[2] = {gate, up};
-            be->elementwise(be, &p, (int64_t)n, outs, ins);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
             expect_same(be, "swiglu h", s, h, h_ref, n);
             expect_same(be, "swiglu silu", s, a, a_ref, n);
         }
@@ -161,7 +161,7 @@ static void test_swiglu_backward_chain(void **state)
             float *dup = regc_test_dev_nan(be, n), *dgate = regc_test_dev_nan(be, n);
             float *outs[2] = {dup, dgate};
             const float *ins[3] = {dh, gate, up};
-            be->elementwise(be, &p, (int64_t)n, outs, ins);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
             expect_same(be, "swiglu bwd dup", s, dup, dup_ref, n);
             expect_same(be, "swiglu bwd dgate", s, dgate, dgate_ref, n);
         }
@@ -189,7 +189,7 @@ static void test_gelu_bwd_then_scale(void **state)
             float *dx = regc_test_dev_nan(be, n);
             float *outs[1] = {dx};
             const float *ins[2] = {dy, x};
-            be->elementwise(be, &p, (int64_t)n, outs, ins);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
             expect_same(be, "gelu_bwd+scale", s, dx, ref, n);
         }
 }
@@ -215,7 +215,7 @@ static void test_relu_bwd_chain(void **state)
             be->relu_bwd(be, ref, dy, x, (int64_t)n);
             float *outs[1] = {dx};
             const float *ins[2] = {dy, x};
-            be->elementwise(be, &p, (int64_t)n, outs, ins);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
             expect_same(be, "relu_bwd", s, dx, ref, n);
         }
 }
@@ -278,7 +278,7 @@ static void test_every_op_in_one_chain(void **state)
             for (int k = 0; k < 4; k++)
                 outs[k] = regc_test_dev_nan(be, un);
             const float *ins[2] = {x, v};
-            be->elementwise(be, &p, n, outs, ins);
+            be->elementwise(be, &p, n, outs, ins, 0);
             for (int k = 0; k < 4; k++) {
                 char what[32];
                 snprintf(what, sizeof what, "every op, output %d", k);
@@ -312,7 +312,7 @@ static void test_in_place(void **state)
             float *copy = regc_test_dev_nan(be, n);
             float *outs[2] = {x, copy};
             const float *ins[2] = {x, bias};
-            be->elementwise(be, &p, (int64_t)n, outs, ins);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
             expect_same(be, "in place result", s, x, ref, n);
             expect_same(be, "in place pass-through", s, copy, x_orig, n);
         }
@@ -336,7 +336,7 @@ static void test_chain_independent_of_threads(void **state)
         float *y = regc_test_dev_nan(be, (size_t)n);
         float *outs[1] = {y};
         const float *ins[2] = {x, bias};
-        be->elementwise(be, &p, n, outs, ins);
+        be->elementwise(be, &p, n, outs, ins, 0);
         res[t] = regc_test_download(be, y, (size_t)n);
     }
     regc_test_assert_bitwise_equal("bias_add+gelu_erf, 1 vs 2 threads", res[0], res[1], (size_t)n);
@@ -354,7 +354,7 @@ static void expect_refused(const regc_ew_program *p, int status, const char *nee
     float *outs[REGC_EW_MAX_OUTPUTS] = {y, y, y, y};
     const float *ins[REGC_EW_MAX_INPUTS] = {x, x, x, x, x, x, x, x};
     regc_error_clear();
-    be->elementwise(be, p, 16, outs, ins);
+    be->elementwise(be, p, 16, outs, ins, 0);
     assert_int_equal(be->sync(be), status);
     if (!strstr(regc_error_message(), needle))
         fail_msg("message \"%s\" does not mention \"%s\"", regc_error_message(), needle);
@@ -423,11 +423,12 @@ static void test_add_layernorm_fwd(void **state)
                 float *mean_ref = regc_test_dev_nan(be, nr), *rstd_ref = regc_test_dev_nan(be, nr);
                 be->add(be, sum_ref, a_ref, b, (int64_t)n);
                 be->layernorm_fwd(be, y_ref, mean_ref, rstd_ref, sum_ref, w, bias, s.rows, s.cols,
-                                  eps);
+                                  eps, 0);
                 float *sum = in_place ? a : regc_test_dev_nan(be, n);
                 float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, nr);
                 float *rstd = regc_test_dev_nan(be, nr);
-                be->add_layernorm_fwd(be, sum, y, mean, rstd, a, b, w, bias, s.rows, s.cols, eps);
+                be->add_layernorm_fwd(be, sum, y, mean, rstd, a, b, w, bias, s.rows, s.cols, eps,
+                                      0);
                 const char *tag = in_place ? "add_layernorm_fwd in place" : "add_layernorm_fwd";
                 char what[80];
                 snprintf(what, sizeof what, "%s sum", tag);
@@ -458,10 +459,10 @@ static void test_add_rmsnorm_fwd(void **state)
                 float *sum_ref = regc_test_dev_nan(be, n), *y_ref = regc_test_dev_nan(be, n);
                 float *rstd_ref = regc_test_dev_nan(be, nr);
                 be->add(be, sum_ref, a_ref, b, (int64_t)n);
-                be->rmsnorm_fwd(be, y_ref, rstd_ref, sum_ref, w, s.rows, s.cols, eps);
+                be->rmsnorm_fwd(be, y_ref, rstd_ref, sum_ref, w, s.rows, s.cols, eps, 0);
                 float *sum = in_place ? a : regc_test_dev_nan(be, n);
                 float *y = regc_test_dev_nan(be, n), *rstd = regc_test_dev_nan(be, nr);
-                be->add_rmsnorm_fwd(be, sum, y, rstd, a, b, w, s.rows, s.cols, eps);
+                be->add_rmsnorm_fwd(be, sum, y, rstd, a, b, w, s.rows, s.cols, eps, 0);
                 const char *tag = in_place ? "add_rmsnorm_fwd in place" : "add_rmsnorm_fwd";
                 char what[80];
                 snprintf(what, sizeof what, "%s sum", tag);
@@ -493,7 +494,7 @@ static void test_layernorm_bwd_add(void **state)
                 float *dres_ref = regc_test_upload(be, hdres, n);
                 float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, nr);
                 float *rstd = regc_test_dev_nan(be, nr);
-                be->layernorm_fwd(be, y, mean, rstd, x, w, bias, s.rows, s.cols, 1e-5f);
+                be->layernorm_fwd(be, y, mean, rstd, x, w, bias, s.rows, s.cols, 1e-5f, 0);
 
                 float *dxln = regc_test_dev_nan(be, n), *dx_ref = regc_test_dev_nan(be, n);
                 float *dw_ref = regc_test_dev_nan(be, nc), *db_ref = regc_test_dev_nan(be, nc);
@@ -530,7 +531,7 @@ static void test_rmsnorm_bwd_add(void **state)
                 float *dres = regc_test_upload(be, hdres, n);
                 float *dres_ref = regc_test_upload(be, hdres, n);
                 float *y = regc_test_dev_nan(be, n), *rstd = regc_test_dev_nan(be, nr);
-                be->rmsnorm_fwd(be, y, rstd, x, w, s.rows, s.cols, 1e-6f);
+                be->rmsnorm_fwd(be, y, rstd, x, w, s.rows, s.cols, 1e-6f, 0);
 
                 float *dxn = regc_test_dev_nan(be, n), *dx_ref = regc_test_dev_nan(be, n);
                 float *dw_ref = regc_test_dev_nan(be, nc);

@@ -285,7 +285,7 @@ static void test_cross_entropy_ignored_targets(void **state)
     int32_t none[5] = {-1, -100, -1, -7, -1};
     int32_t *t_none = regc_test_upload_ints(be, none, 5);
     be->cross_entropy_fwd(be, loss, lse, logits, t_none, rows, cols);
-    be->cross_entropy_bwd(be, dl, dloss, logits, t_none, lse, rows, cols);
+    be->cross_entropy_bwd(be, dl, dloss, logits, t_none, lse, rows, cols, 0);
     assert_float_equal(regc_test_download(be, loss, 1)[0], 0.0f, 0.0f);
     float *hlse = regc_test_download(be, lse, (size_t)rows),
           *hdl = regc_test_download(be, dl, (size_t)(rows * cols));
@@ -298,7 +298,7 @@ static void test_cross_entropy_ignored_targets(void **state)
     int32_t some[5] = {-100, 4, -1, 0, -1};
     int32_t *t_some = regc_test_upload_ints(be, some, 5);
     be->cross_entropy_fwd(be, loss, lse, logits, t_some, rows, cols);
-    be->cross_entropy_bwd(be, dl, dloss, logits, t_some, lse, rows, cols);
+    be->cross_entropy_bwd(be, dl, dloss, logits, t_some, lse, rows, cols, 0);
     hdl = regc_test_download(be, dl, (size_t)(rows * cols));
     double want = 0.0;
     for (int64_t r = 0; r < rows; r++) {
@@ -463,7 +463,7 @@ static void test_layernorm_matches_naive(void **state)
     float *y = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, (size_t)rows);
     float *rstd = regc_test_dev_nan(be, (size_t)rows), *dx = regc_test_dev_nan(be, n);
     float *dw = regc_test_dev_nan(be, (size_t)cols), *db = regc_test_dev_nan(be, (size_t)cols);
-    be->layernorm_fwd(be, y, mean, rstd, x, w, b, rows, cols, 1e-5f);
+    be->layernorm_fwd(be, y, mean, rstd, x, w, b, rows, cols, 1e-5f, 0);
     be->layernorm_bwd(be, dx, dw, db, dy, x, w, mean, rstd, rows, cols);
     double *wy = regc_test_host_doubles(n), *wdx = regc_test_host_doubles(n);
     double *wdw = regc_test_host_doubles((size_t)cols), *wdb = regc_test_host_doubles((size_t)cols);
@@ -645,7 +645,7 @@ static void test_llama_bert_ops_match_naive(void **state)
     double *wy = regc_test_host_doubles(n), *wdx = regc_test_host_doubles(n);
     double *wdw = regc_test_host_doubles((size_t)cols);
 
-    be->rmsnorm_fwd(be, y, rstd, x, w, rows, cols, 1e-6f);
+    be->rmsnorm_fwd(be, y, rstd, x, w, rows, cols, 1e-6f, 0);
     be->rmsnorm_bwd(be, dx, dw, dy, x, w, rstd, rows, cols);
     memset(wdw, 0, (size_t)cols * sizeof *wdw);
     for (int64_t r = 0; r < rows; r++) {

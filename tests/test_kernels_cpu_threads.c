@@ -84,14 +84,15 @@ static void test_results_do_not_depend_on_thread_count(void **state)
         float *y = regc_test_dev_nan(d, n), *mean = regc_test_dev_nan(d, (size_t)rows);
         float *rstd = regc_test_dev_nan(d, (size_t)rows), *dx = regc_test_dev_nan(d, n);
         float *dw = regc_test_dev_nan(d, (size_t)cols), *db = regc_test_dev_nan(d, (size_t)cols);
-        d->layernorm_fwd(d, y, mean, rstd, x, w, w, rows, cols, 1e-5f);
+        d->layernorm_fwd(d, y, mean, rstd, x, w, w, rows, cols, 1e-5f, 0);
         d->layernorm_bwd(d, dx, dw, db, y, x, w, mean, rstd, rows, cols); /* y as dy */
 
         float one = 1.0f, *loss = regc_test_dev_nan(d, 1), *dl = regc_test_dev_nan(d, n);
         float *ce_lse = regc_test_dev_nan(d, (size_t)rows);
         int32_t *targets = regc_test_upload_ints(d, tg, 300);
         d->cross_entropy_fwd(d, loss, ce_lse, x, targets, rows, cols);
-        d->cross_entropy_bwd(d, dl, regc_test_upload(d, &one, 1), x, targets, ce_lse, rows, cols);
+        d->cross_entropy_bwd(d, dl, regc_test_upload(d, &one, 1), x, targets, ce_lse, rows, cols,
+                             0);
 
         /* T5's biased attention: dbias sums over the batch, the one
          * reduction across the (batch, head) tasks */
@@ -104,7 +105,7 @@ static void test_results_do_not_depend_on_thread_count(void **state)
 
         float *rdx = regc_test_dev_nan(d, n), *rdw = regc_test_dev_nan(d, (size_t)cols);
         float *rrstd = regc_test_dev_nan(d, (size_t)rows);
-        d->rmsnorm_fwd(d, y, rrstd, x, w, rows, cols, 1e-6f);
+        d->rmsnorm_fwd(d, y, rrstd, x, w, rows, cols, 1e-6f, 0);
         d->rmsnorm_bwd(d, rdx, rdw, x, x, w, rrstd, rows, cols); /* x as dy */
         assert_int_equal(d->sync(d), REGC_OK);
 

@@ -12,8 +12,12 @@
  *   (c) regc bf16 vs PyTorch autocast:  relative gap <= tol;
  *   (d) regc bf16 differs from regc fp32 by at least g / 20 at some step:
  *       the flag reaches the GEMMs rather than being ignored.
+ *   (e) regc bf16 with every tensor held in fp32 (--fp32-storage on) gives
+ *       the same losses bit for bit: holding what only bf16 GEMMs read in
+ *       bf16 changes no value.
  * Then, on one GPT-2 case, bf16 training is bit for bit the same with
- * regional compilation off as on, and at 1 thread as at 2.
+ * regional compilation off as on, at 1 thread as at 2, and with every
+ * tensor in fp32 as with the bf16 storage, weights included.
  *
  * The tolerance. g is the case's recorded autocast_vs_fp32_max_rel, PyTorch's
  * own largest relative loss gap between bf16 autocast and fp32 over the 20
@@ -70,6 +74,8 @@
 
 static const char *const fp32_flags[] = {"--precision", "fp32", NULL};
 static const char *const bf16_flags[] = {"--precision", "bf16", NULL};
+static const char *const bf16_fp32_storage_flags[] = {"--precision", "bf16", "--fp32-storage", "on",
+                                                      NULL};
 
 /* block[key]: exactly n numbers, into out. */
 static void read_losses(const cJSON *block, const char *key, int n, double *out)
@@ -119,9 +125,10 @@ static void test_bf16_tracks_fp32(void **state)
     const char *arch = regc_test_json_string(regc_test_json_get(c->spec, "config"), "model_type");
 
     regc_test_train_case_build(c);
-    regc_test_train_result r32, r16;
+    regc_test_train_result r32, r16, r16_wide;
     regc_test_train_case_run(c, steps, fp32_flags, &r32);
     regc_test_train_case_run(c, steps, bf16_flags, &r16);
+    regc_test_train_case_run(c, steps, bf16_fp32_storage_flags, &r16_wide);
 
     for (int k = 0; k < steps; k++)
         print_message("%s %s step %2d: regc fp32 %.7f bf16 %.7f | pytorch fp32 %.7f autocast "
@@ -141,6 +148,13 @@ static void test_bf16_tracks_fp32(void **state)
     expect_within(c->name, "regc's bf16 losses and its fp32 ones", r16.loss, r32.loss, steps, tol);
     expect_within(c->name, "regc's bf16 losses and PyTorch's autocast ones", r16.loss, autocast,
                   steps, tol);
+    for (int k = 0; k < steps; k++)
+        if (memcmp(&r16.loss[k], &r16_wide.loss[k], sizeof r16.loss[k])) {
+            print_error("case %s: (e) step %d: bf16 loss %.9g with the bf16 storage, %.9g with "
+                        "every tensor in fp32\n",
+                        c->name, k, r16.loss[k], r16_wide.loss[k]);
+            fail();
+        }
     if (!(b >= ENGAGED_GAPS * g)) {
         print_error("case %s: --precision bf16 moves the losses by at most %.2e relative, under "
                     "%gg = %.2e: the GEMMs do not round to bf16\n",
@@ -151,15 +165,17 @@ static void test_bf16_tracks_fp32(void **state)
 
 /* One bf16 run of the bits case: its losses and trained weights. */
 static void bits_run(regc_test_train_case *c, const char *label, const char *regional,
-                     const char *threads, regc_test_train_result *r, char **weights, size_t *size)
+                     const char *threads, const char *fp32_storage, regc_test_train_result *r,
+                     char **weights, size_t *size)
 {
     /* A compile cache of its own, so each run compiles its program afresh. */
     char save[1200], cache[1200], path[1300];
     snprintf(save, sizeof save, "%s/save-%s", c->tmp, label);
     snprintf(cache, sizeof cache, "%s/cache-%s", c->tmp, label);
-    const char *const flags[] = {"--precision", "bf16",  "--regional", regional,
-                                 "--threads",   threads, "--save",     save,
-                                 "--cache-dir", cache,   NULL};
+    const char *const flags[] = {"--precision", "bf16",  "--regional",     regional,
+                                 "--threads",   threads, "--fp32-storage", fp32_storage,
+                                 "--save",      save,    "--cache-dir",    cache,
+                                 NULL};
     regc_test_train_case_run(c, BITS_STEPS, flags, r);
     snprintf(path, sizeof path, "%s/model.safetensors", save);
     *weights = regc_test_read_file(path, size);
@@ -178,18 +194,21 @@ static void test_bf16_bits(void **state)
     /* The idle machine's thresholds whatever the load, so that two threads
      * really split the loops that can be split. */
     setenv("REGC_FIXED_TEAM", "1", 1);
-    regc_test_train_result base, full, one;
-    char *w_base = NULL, *w_full = NULL, *w_one = NULL;
-    size_t n_base = 0, n_full = 0, n_one = 0;
-    bits_run(c, "regional-2", "on", "2", &base, &w_base, &n_base);
-    bits_run(c, "full-2", "off", "2", &full, &w_full, &n_full);
-    bits_run(c, "regional-1", "on", "1", &one, &w_one, &n_one);
+    regc_test_train_result base, full, one, wide;
+    char *w_base = NULL, *w_full = NULL, *w_one = NULL, *w_wide = NULL;
+    size_t n_base = 0, n_full = 0, n_one = 0, n_wide = 0;
+    bits_run(c, "regional-2", "on", "2", "off", &base, &w_base, &n_base);
+    bits_run(c, "full-2", "off", "2", "off", &full, &w_full, &n_full);
+    bits_run(c, "regional-1", "on", "1", "off", &one, &w_one, &n_one);
+    bits_run(c, "fp32-storage", "on", "2", "on", &wide, &w_wide, &n_wide);
     unsetenv("REGC_FIXED_TEAM");
     const size_t loss_bytes = (size_t)base.steps * sizeof base.loss[0];
     int loss_full = memcmp(full.loss, base.loss, loss_bytes) == 0;
     int loss_one = memcmp(one.loss, base.loss, loss_bytes) == 0;
     int bits_full = n_full == n_base && memcmp(w_full, w_base, n_base) == 0;
     int bits_one = n_one == n_base && memcmp(w_one, w_base, n_base) == 0;
+    const int loss_wide = memcmp(wide.loss, base.loss, loss_bytes) == 0;
+    const int bits_wide = n_wide == n_base && memcmp(w_wide, w_base, n_base) == 0;
     /* the thread count's independence is regc's own GEMM's promise;
      * OpenBLAS, the GEMM of builds without AVX-512, makes none */
     const int own_gemm = strcmp(regc_backend_cpu_gemm_name(), "OpenBLAS") != 0;
@@ -198,14 +217,18 @@ static void test_bf16_bits(void **state)
     free(w_base);
     free(w_full);
     free(w_one);
+    free(w_wide);
     print_message("bf16 %d steps, --regional off vs on: losses %s, trained weights %s\n",
                   base.steps, same_or_not(loss_full), same_or_not(bits_full));
     if (own_gemm)
         print_message("bf16 %d steps, 1 thread vs 2:        losses %s, trained weights %s\n",
                       base.steps, same_or_not(loss_one), same_or_not(bits_one));
-    if (!(loss_full && bits_full && loss_one && bits_one)) {
-        print_error("case %s: bf16 training changes bits with the compilation or the thread "
-                    "count (above)\n",
+    print_message("bf16 %d steps, every tensor fp32 vs bf16 storage: losses %s, trained weights "
+                  "%s\n",
+                  base.steps, same_or_not(loss_wide), same_or_not(bits_wide));
+    if (!(loss_full && bits_full && loss_one && bits_one && loss_wide && bits_wide)) {
+        print_error("case %s: bf16 training changes bits with the compilation, the thread "
+                    "count or the storage (above)\n",
                     c->name);
         fail();
     }

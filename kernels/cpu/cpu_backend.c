@@ -21,11 +21,11 @@ void regc_cpu_set_failure(regc_backend *be, int status)
         ctx->status = status;
 }
 
-void *regc_cpu_get_scratch(regc_backend *be, size_t bytes)
+static void *cpu_scratch_of(regc_backend *be, int which, size_t bytes)
 {
     regc_cpu_ctx *ctx = be->ctx;
-    if (bytes <= ctx->scratch_bytes)
-        return ctx->scratch;
+    if (bytes <= ctx->scratch_bytes[which])
+        return ctx->scratch[which];
     size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
     void *p = rounded >= bytes ? aligned_alloc(CPU_ALIGN, rounded) : NULL;
     if (!p) {
@@ -34,10 +34,17 @@ void *regc_cpu_get_scratch(regc_backend *be, size_t bytes)
                            "cpu backend: cannot allocate %zu bytes of kernel scratch", bytes));
         return NULL;
     }
-    free(ctx->scratch);
-    ctx->scratch = p;
-    ctx->scratch_bytes = rounded;
+    free(ctx->scratch[which]);
+    ctx->scratch[which] = p;
+    ctx->scratch_bytes[which] = rounded;
     return p;
+}
+
+void *regc_cpu_get_scratch(regc_backend *be, size_t bytes) { return cpu_scratch_of(be, 0, bytes); }
+
+void *regc_cpu_get_gemm_scratch(regc_backend *be, size_t bytes)
+{
+    return cpu_scratch_of(be, 1, bytes);
 }
 
 /* Each allocation carries its size in a header of CPU_ALIGN bytes before
@@ -88,7 +95,7 @@ static void cpu_destroy(regc_backend *be)
 {
     regc_cpu_ctx *ctx = be->ctx;
     if (ctx)
-        free(ctx->scratch);
+        free(ctx->scratch[0]), free(ctx->scratch[1]);
     free(ctx);
     free(be);
 }

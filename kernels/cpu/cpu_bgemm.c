@@ -34,6 +34,10 @@
  * (1 + 2^-7) at 2i+1 and 2^-24 at 2i give 1 + 2^-22; swapped, 1 + 2^-23): fp32 sums of the exact
  * products, as the fma fallback computes them in another order.
  *
+ * Operands held in bf16 (regc_gemm's a_bf16, b_bf16) are packed as they
+ * are, without a fp32 copy: the values are widened as they are loaded, and
+ * rounding keeps them.
+ *
  * Every element of C is summed by one thread, pair after pair and slice
  * after slice in the same order, so the result does not depend on the
  * thread count. */
@@ -68,31 +72,43 @@ static inline __m512i bgemm_interleave(__m512 x0, __m512 x1)
                                      _mm512_set1_epi32((int)0xffff0000u), 0xf8);
 }
 
-/* s[0 .. depth) (depth <= 32, zeros after) as 16 bf16 pairs along k:
- * lane i = bf16(s[2i]) | bf16(s[2i+1]) << 16. */
-static inline __m512i bgemm_pairs(const float *s, int depth)
+/* Values at..at+15 of an operand (the lanes `in`, zeros elsewhere) as
+ * floats: an fp32 operand's own, or a bf16 operand's (regc_gemm's a_bf16,
+ * b_bf16) widened, which are exact and which rounding then keeps. */
+static inline __m512 bgemm_load(const void *base, int bf16, int64_t at, __mmask16 in)
+{
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(in, (const uint16_t *)base + at)), 16));
+    return _mm512_maskz_loadu_ps(in, (const float *)base + at);
+}
+
+/* Values at .. at+depth of an operand (depth <= 32, zeros after) as 16
+ * bf16 pairs along k: lane i = bf16(s[2i]) | bf16(s[2i+1]) << 16. */
+static inline __m512i bgemm_pairs(const void *base, int bf16, int64_t at, int depth)
 {
     /* 16-bit word w of the result is the upper half of value w: word
      * 2w + 1 of the two sources taken as one 64-word table */
     const __m512i upper =
         _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
                          25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512i lo = regc_cpu_round_bf16_upper(_mm512_maskz_loadu_ps(bgemm_lanes(depth), s));
+    const __m512i lo = regc_cpu_round_bf16_upper(bgemm_load(base, bf16, at, bgemm_lanes(depth)));
     const __m512i hi =
-        regc_cpu_round_bf16_upper(_mm512_maskz_loadu_ps(bgemm_lanes(depth - 16), s + 16));
+        regc_cpu_round_bf16_upper(bgemm_load(base, bf16, at + 16, bgemm_lanes(depth - 16)));
     return _mm512_permutex2var_epi16(lo, upper, hi);
 }
 
-/* Up to 16 rows src[q * ld_src ..] (q < rows) contiguous along k, k values
- * [0, depth) (depth <= 32), as bf16 pairs transposed in registers:
- * d[x * ld_d + q] = pair x of row q, for x < depth / 2 rounded up, in the
- * lanes `store` selects; rows from `rows` on are zeros. */
-static void bgemm_pack_rows16(uint32_t *restrict d, int64_t ld_d, __mmask16 store, const float *src,
-                              int64_t ld_src, int64_t rows, int depth)
+/* Up to 16 rows of an operand from value `at` on, row q at at + q *
+ * ld_src (q < rows), contiguous along k, k values [0, depth) (depth <=
+ * 32), as bf16 pairs transposed in registers: d[x * ld_d + q] = pair x of
+ * row q, for x < depth / 2 rounded up, in the lanes `store` selects; rows
+ * from `rows` on are zeros. */
+static void bgemm_pack_rows16(uint32_t *restrict d, int64_t ld_d, __mmask16 store, const void *base,
+                              int bf16, int64_t at, int64_t ld_src, int64_t rows, int depth)
 {
     __m512 r[16]; /* [16 rows][16 pairs], then [16 pairs][16 rows] */
     for (int q = 0; q < 16; q++)
-        r[q] = q < rows ? _mm512_castsi512_ps(bgemm_pairs(src + q * ld_src, depth))
+        r[q] = q < rows ? _mm512_castsi512_ps(bgemm_pairs(base, bf16, at + q * ld_src, depth))
                         : _mm512_setzero_ps();
     regc_cpu_transpose16(r);
     for (int x = 0; x < (depth + 1) / 2; x++)
@@ -112,13 +128,14 @@ static void bgemm_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int
          * pair after row pair, each read straight across the block, for the
          * reason bgemm_pack_b gives. */
         for (int64_t x = 0; x < kc2; x++) {
-            const float *s0 = g->a + (p0 + 2 * x) * g->lda + i0; /* [mc] */
-            const float *s1 = 2 * x + 1 < kc ? s0 + g->lda : NULL;
+            const int64_t s0 = (p0 + 2 * x) * g->lda + i0;         /* [mc] values from here */
+            const int odd = 2 * x + 1 < kc;                        /* row p0 + 2x + 1 exists */
             uint32_t *restrict d = (uint32_t *)dst + x * BGEMM_MR; /* panel 0, pair row x */
             for (int64_t ir = 0; ir < mc; ir += BGEMM_MR, d += kc2 * BGEMM_MR) {
                 const __mmask16 in = bgemm_lanes(bgemm_min(mc - ir, BGEMM_MR));
-                const __m512 x0 = _mm512_maskz_loadu_ps(in, s0 + ir);
-                const __m512 x1 = s1 ? _mm512_maskz_loadu_ps(in, s1 + ir) : _mm512_setzero_ps();
+                const __m512 x0 = bgemm_load(g->a, g->a_bf16, s0 + ir, in);
+                const __m512 x1 =
+                    odd ? bgemm_load(g->a, g->a_bf16, s0 + g->lda + ir, in) : _mm512_setzero_ps();
                 _mm512_mask_storeu_epi32(d, tile_rows, bgemm_interleave(x0, x1));
             }
         }
@@ -128,10 +145,10 @@ static void bgemm_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int
         /* A is [m, k]: each row is contiguous along k */
         const int64_t rows = bgemm_min(mc - ir, BGEMM_MR);
         uint32_t *restrict d = (uint32_t *)dst + ir * kc2; /* [kc/2][MR] bf16 pairs */
-        const float *s = g->a + (i0 + ir) * g->lda + p0;   /* [rows][lda] */
+        const int64_t s = (i0 + ir) * g->lda + p0;         /* [rows][lda] values from here */
         for (int64_t p = 0; p < kc; p += 32)
-            bgemm_pack_rows16(d + p / 2 * BGEMM_MR, BGEMM_MR, tile_rows, s + p, g->lda, rows,
-                              (int)bgemm_min(kc - p, 32));
+            bgemm_pack_rows16(d + p / 2 * BGEMM_MR, BGEMM_MR, tile_rows, g->a, g->a_bf16, s + p,
+                              g->lda, rows, (int)bgemm_min(kc - p, 32));
     }
 }
 
@@ -151,17 +168,17 @@ static void bgemm_pack_b(void *restrict dst, const regc_gemm *g, int64_t j0, int
         for (int64_t jg = 0; jg < nc; jg += BGEMM_GROUP * BGEMM_NR) {
             const int64_t gc = bgemm_min(nc - jg, BGEMM_GROUP * BGEMM_NR);
             for (int64_t x = 0; x < kc2; x++) {
-                const float *s0 = g->b + (p0 + 2 * x) * g->ldb + j0 + jg; /* [gc] */
-                const float *s1 = 2 * x + 1 < kc ? s0 + g->ldb : NULL;
+                const int64_t s0 = (p0 + 2 * x) * g->ldb + j0 + jg; /* [gc] values from here */
+                const int odd = 2 * x + 1 < kc;
                 uint32_t *restrict d = (uint32_t *)dst + jg * kc2 + x * BGEMM_NR;
                 for (int64_t jr = 0; jr < gc; jr += BGEMM_NR, d += kc2 * BGEMM_NR) {
                     for (int h = 0; h < BGEMM_NR; h += 16) {
                         const __mmask16 in = bgemm_lanes(gc - jr - h);
                         __m512 x0 = _mm512_setzero_ps(), x1 = x0;
                         if (in) { /* no pointer past the edge of B */
-                            x0 = _mm512_maskz_loadu_ps(in, s0 + jr + h);
-                            if (s1)
-                                x1 = _mm512_maskz_loadu_ps(in, s1 + jr + h);
+                            x0 = bgemm_load(g->b, g->b_bf16, s0 + jr + h, in);
+                            if (odd)
+                                x1 = bgemm_load(g->b, g->b_bf16, s0 + g->ldb + jr + h, in);
                         }
                         _mm512_store_si512(d + h, bgemm_interleave(x0, x1));
                     }
@@ -175,10 +192,10 @@ static void bgemm_pack_b(void *restrict dst, const regc_gemm *g, int64_t j0, int
         const int64_t cols = bgemm_min(nc - jr, BGEMM_NR);
         uint32_t *restrict d = (uint32_t *)dst + jr * kc2; /* [kc/2][NR] bf16 pairs */
         for (int h = 0; h < BGEMM_NR; h += 16) {
-            const float *s = g->b + (j0 + jr + h) * g->ldb + p0; /* [16][ldb] */
+            const int64_t s = (j0 + jr + h) * g->ldb + p0; /* [16][ldb] values from here */
             for (int64_t p = 0; p < kc; p += 32)
-                bgemm_pack_rows16(d + p / 2 * BGEMM_NR + h, BGEMM_NR, bgemm_lanes(16), s + p,
-                                  g->ldb, cols - h, (int)bgemm_min(kc - p, 32));
+                bgemm_pack_rows16(d + p / 2 * BGEMM_NR + h, BGEMM_NR, bgemm_lanes(16), g->b,
+                                  g->b_bf16, s + p, g->ldb, cols - h, (int)bgemm_min(kc - p, 32));
         }
     }
 }
@@ -223,9 +240,9 @@ static const regc_cpu_gemm_kernel bgemm_kernel = {
     .product = bgemm_product,
 };
 
-int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g)
+int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g, const regc_gemm *out16)
 {
-    return regc_cpu_gemm_blocked(be, g, &bgemm_kernel);
+    return regc_cpu_gemm_blocked(be, g, &bgemm_kernel, out16);
 }
 
 #endif /* REGC_CPU_BF16_GEMM */

@@ -50,9 +50,9 @@ static void ew_apply(const regc_ew_step *st, float *restrict d, const float *res
 }
 
 void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
-                          const float *const *in)
+                          const float *const *in, unsigned out_bf16)
 {
-    int status = regc_ew_check(p, n, out, in);
+    int status = regc_ew_check(p, n, out, in, out_bf16);
     if (status != REGC_OK) {
         regc_cpu_set_failure(be, status);
         return;
@@ -115,7 +115,15 @@ void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
             reg[n_in + s] = d;
         }
         /* every source here is a scratch register, never an output array */
-        for (int k = 0; k < n_out; k++)
-            memcpy(out[k] + e0, reg[p->out_reg[k]], (size_t)len * sizeof(float));
+        for (int k = 0; k < n_out; k++) {
+            if (out_bf16 >> k & 1u) {
+                uint16_t *o = (uint16_t *)out[k] + e0; /* [len] bf16 */
+                const float *v = reg[p->out_reg[k]];
+                for (int64_t j = 0; j < len; j++)
+                    o[j] = regc_bf16_bits(v[j]);
+            } else {
+                memcpy(out[k] + e0, reg[p->out_reg[k]], (size_t)len * sizeof(float));
+            }
+        }
     }
 }

@@ -11,7 +11,14 @@
  * values are exact in fp32, so each is a bf16 GEMM summed in fp32. BGRAD's
  * bias gradient then sums op(B) as rounded, the values the product used
  * (as under PyTorch's autocast, where the bias gradient is the sum of the
- * bf16 output gradient). */
+ * bf16 output gradient).
+ *
+ * Operands held in bf16 (a_bf16, b_bf16, c_bf16): the bf16 kernel packs A
+ * and B as they are; elsewhere (and for BGRAD's sums of B) they are first
+ * widened into a second scratch buffer, exactly. A C held in bf16 is
+ * computed into an fp32 view in that buffer (the slices' partial sums need
+ * fp32) and rounded as each tile of the last slice is stored, or by the
+ * pass that applies the epilogue where that comes after the product. */
 #include <limits.h>
 #include <string.h>
 
@@ -127,7 +134,8 @@ static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
  * thread runs down the rows over its own columns, a chunk at a time, so a
  * chunk of C is summed while still in cache, in the same order (double, row
  * by row) as the separate dgelu and sum_rows kernels, giving the same bits. */
-REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_backend *be, const regc_gemm *g)
+REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_backend *be, const regc_gemm *g,
+                                                  const regc_gemm *out16)
 {
     const int threads = regc_cpu_threads(be);
     const int64_t m = g->m, n = g->n;
@@ -145,6 +153,8 @@ REGC_CPU_WIDE_VECTORS static void cpu_dgelu_bgrad(const regc_backend *be, const 
                     c[j] = regc_gelu_dx(c[j], aux[j]);
                     acc[j] += c[j];
                 }
+                if (out16) /* C held in bf16: the chunk rounded while in cache */
+                    regc_cpu_store_bf16((uint16_t *)out16->c + i * out16->ldc + c0, c, w);
             }
             for (int64_t j = 0; j < w; j++)
                 g->bias_grad[c0 + j] = (float)acc[j];
@@ -189,29 +199,95 @@ REGC_CPU_WIDE_VECTORS void regc_cpu_apply_epilogue_span(const regc_gemm *g, int6
     }
 }
 
-/* C = epilogue(C) row by row; C already holds G. */
-static void cpu_apply_epilogue(const regc_backend *be, const regc_gemm *g)
+/* C = epilogue(C) row by row; C already holds G. With out16 each row is
+ * then rounded into the C held in bf16. */
+static void cpu_apply_epilogue(const regc_backend *be, const regc_gemm *g, const regc_gemm *out16)
 {
     const int threads = regc_cpu_threads(be);
     const int64_t m = g->m, n = g->n;
     const regc_epilogue e = g->epilogue;
-    if (e == REGC_EPI_NONE || e == REGC_EPI_BGRAD)
-        return;
     if (e == REGC_EPI_DGELU_BGRAD) {
-        cpu_dgelu_bgrad(be, g);
+        cpu_dgelu_bgrad(be, g, out16);
+        return;
+    }
+    if (e == REGC_EPI_NONE || e == REGC_EPI_BGRAD) {
+        if (!out16)
+            return;
+#pragma omp parallel for num_threads(threads) if (m * n >= regc_cpu_par_min(be)) schedule(static)
+        for (int64_t i = 0; i < m; i++)
+            regc_cpu_store_bf16((uint16_t *)out16->c + i * out16->ldc, g->c + i * g->ldc, n);
         return;
     }
 #pragma omp parallel for num_threads(threads) if (m * n >= regc_cpu_par_min(be)) schedule(static)
-    for (int64_t i = 0; i < m; i++)
+    for (int64_t i = 0; i < m; i++) {
         regc_cpu_apply_epilogue_span(g, i, 0, n);
+        if (out16)
+            regc_cpu_store_bf16((uint16_t *)out16->c + i * out16->ldc, g->c + i * g->ldc, n);
+    }
 }
 
-int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
+/* ---------------------------------------------------------------- operands held in bf16 */
+
+/* dst [rows, cols] (contiguous) = x [rows, cols] (row stride ld) held in
+ * bf16, widened to fp32: exact */
+static void cpu_widen_copy(const regc_backend *be, float *dst, const uint16_t *x, int64_t rows,
+                           int64_t cols, int64_t ld)
 {
-    if (!g)
+#pragma omp parallel for num_threads(                                                              \
+    regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            dst[i * cols + j] = regc_bf16_value(x[i * ld + j]);
+}
+
+/* w: the descriptor the kernels run for g, over fp32 views where they need
+ * them (this file's header); *out16: g where C is held in bf16, else NULL. */
+static int cpu_gemm_views(regc_backend *be, const regc_gemm *g, regc_gemm *w,
+                          const regc_gemm **out16)
+{
+    *w = *g;
+    *out16 = NULL;
+    if (!g->a_bf16 && !g->b_bf16 && !g->c_bf16)
+        return REGC_OK;
+#ifdef REGC_CPU_BF16_GEMM
+    const int widen_a = 0, widen_b = g->b_bf16 && g->epilogue == REGC_EPI_BGRAD;
+#else
+    const int widen_a = g->a_bf16, widen_b = g->b_bf16;
+#endif
+    const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
+    const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
+    const int64_t floats = (g->c_bf16 ? g->m * g->n : 0) + (widen_a ? a_rows * a_cols : 0) +
+                           (widen_b ? b_rows * b_cols : 0);
+    float *s = regc_cpu_get_gemm_scratch(be, (size_t)(floats + 1) * sizeof(float));
+    if (!s)
+        return REGC_ERR_MEMORY;
+    if (g->c_bf16) {
+        w->c = s, w->ldc = g->n > 0 ? g->n : 1, w->c_bf16 = 0;
+        *out16 = g;
+        s += g->m * g->n;
+    }
+    if (widen_a) {
+        cpu_widen_copy(be, s, (const uint16_t *)g->a, a_rows, a_cols, g->lda);
+        w->a = s, w->lda = a_cols > 0 ? a_cols : 1, w->a_bf16 = 0;
+        s += a_rows * a_cols;
+    }
+    if (widen_b) {
+        cpu_widen_copy(be, s, (const uint16_t *)g->b, b_rows, b_cols, g->ldb);
+        w->b = s, w->ldb = b_cols > 0 ? b_cols : 1, w->b_bf16 = 0;
+    }
+    return REGC_OK;
+}
+
+int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g_in)
+{
+    if (!g_in)
         return regc_error(REGC_ERR_ARG, "gemm: NULL descriptor");
-    int status = cpu_check_gemm(g);
+    int status = cpu_check_gemm(g_in);
     if (status != REGC_OK)
+        return status;
+    regc_gemm view;
+    const regc_gemm *g = &view, *out16;
+    if ((status = cpu_gemm_views(be, g_in, &view, &out16)) != REGC_OK)
         return status;
     if (g->epilogue == REGC_EPI_BGRAD)
         cpu_bgrad_of_b(be, g);
@@ -220,10 +296,12 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
     if (g->m > 0 && g->n > 0) {
         if (g->k > 0) {
 #ifdef REGC_CPU_OWN_SGEMM
+            /* DGELU_BGRAD's C is rounded after its epilogue, below */
+            const regc_gemm *tiles16 = g->epilogue == REGC_EPI_DGELU_BGRAD ? NULL : out16;
 #ifdef REGC_CPU_BF16_GEMM
-            status = g->bf16 ? regc_cpu_bgemm(be, g) : regc_cpu_sgemm(be, g);
+            status = g->bf16 ? regc_cpu_bgemm(be, g, tiles16) : regc_cpu_sgemm(be, g, tiles16);
 #else
-            status = regc_cpu_sgemm(be, g); /* rounds its packed values when g->bf16 */
+            status = regc_cpu_sgemm(be, g, tiles16); /* rounds its packed values when g->bf16 */
 #endif
             if (status != REGC_OK)
                 return status;
@@ -241,7 +319,7 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g)
         }
     }
     if (!epilogue_done)
-        cpu_apply_epilogue(be, g);
+        cpu_apply_epilogue(be, g, out16);
     return REGC_OK;
 }
 

@@ -18,8 +18,11 @@ typedef struct {
     double team_checked_ms; /* when it last looked */
     int64_t par_scale;      /* 1, or REGC_CPU_CONTENDED_SCALE while cores are shared */
     int status;             /* first failure of a void kernel, reported by sync() */
-    void *scratch;          /* reused between calls so hot kernels never malloc */
-    size_t scratch_bytes;
+    /* reused between calls so hot kernels never malloc: the kernels' own,
+     * and the GEMM's fp32 views of operands held in bf16, which live while
+     * the GEMM's kernel takes the first for its packing */
+    void *scratch[2];
+    size_t scratch_bytes[2];
 } regc_cpu_ctx;
 
 /* Below this many elements a loop stays on one thread: waking the team
@@ -88,6 +91,8 @@ void regc_cpu_set_failure(regc_backend *be, int status);
 /* A buffer of at least `bytes` owned by the backend, valid until the next
  * call; NULL (failure recorded) when it cannot grow. */
 void *regc_cpu_get_scratch(regc_backend *be, size_t bytes);
+/* The same, a second buffer: the GEMM's fp32 views of bf16 operands. */
+void *regc_cpu_get_gemm_scratch(regc_backend *be, size_t bytes);
 
 /* Marks a loop nest bound by vector arithmetic rather than memory (the exp
  * in GELU and the cross-entropy, attention's row products): GCC keeps to
@@ -99,6 +104,14 @@ void *regc_cpu_get_scratch(regc_backend *be, size_t bytes);
 #else
 #define REGC_CPU_WIDE_VECTORS
 #endif
+
+/* dst[j] = src[j] in bf16 (regc_bf16_bits) for j < n: a row of a GEMM's C
+ * held in bf16, rounded from its fp32 view */
+static inline void regc_cpu_store_bf16(uint16_t *restrict dst, const float *restrict src, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        dst[j] = regc_bf16_bits(src[j]);
+}
 
 /* out[c] = sum over r < rows of x[r * ld + c]   (x: [rows, ld], out: [cols]) */
 void regc_cpu_sum_columns(const regc_backend *be, float *out, const float *x, int64_t ld,
@@ -115,8 +128,11 @@ void regc_cpu_sum_columns(const regc_backend *be, float *out, const float *x, in
  * it is finished, packing in the backend's scratch; k > 0. With g->bf16
  * the packed operands are rounded by regc_round_bf16 (the products of bf16
  * values are exact in fp32, so this is bf16 GEMM in fp32 arithmetic).
+ * out16, when not NULL, is where C is held in bf16 (cpu_gemm.c's c_bf16):
+ * g->c is then its fp32 view, and each tile of the last slice is rounded
+ * into out16->c after its epilogue, while in L1. g's operands are fp32.
  * REGC_OK, or REGC_ERR_MEMORY when the scratch cannot grow. */
-int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g);
+int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g, const regc_gemm *out16);
 
 /* The register tile of regc's own GEMMs: MR rows by NR columns of C. */
 #define REGC_CPU_GEMM_MR 12
@@ -142,7 +158,8 @@ typedef struct {
 } regc_cpu_gemm_kernel;
 
 /* regc_cpu_sgemm's contract, with `kernel` packing and multiplying. */
-int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_gemm_kernel *kernel);
+int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_gemm_kernel *kernel,
+                          const regc_gemm *out16);
 
 /* r[i] holds row i of a 16 x 16 block of 32-bit values; afterwards r[j]
  * holds column j. */
@@ -202,7 +219,7 @@ static inline __m512i regc_cpu_round_bf16_bits(__m512 x)
 /* The bf16 GEMM (g->bf16) in AVX-512 BF16's pair products (cpu_bgemm.c),
  * with regc_cpu_sgemm's contract. */
 #define REGC_CPU_BF16_GEMM 1
-int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g);
+int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g, const regc_gemm *out16);
 #endif
 #endif
 /* The elementwise epilogue (BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU) on
@@ -232,8 +249,9 @@ void regc_cpu_softmax_fwd(regc_backend *be, float *y, float *lse, const float *x
 void regc_cpu_gelu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_gelu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 
-void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
-                            const float *w, const float *b, int64_t rows, int64_t cols, float eps);
+void regc_cpu_layernorm_fwd(regc_backend *be, void *y, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int64_t rows, int64_t cols, float eps,
+                            int y_bf16);
 void regc_cpu_layernorm_bwd(regc_backend *be, float *dx, float *dw, float *db, const float *dy,
                             const float *x, const float *w, const float *mean, const float *rstd,
                             int64_t rows, int64_t cols);
@@ -246,8 +264,8 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                             const float *bias, const float *out, const float *lse,
                             const regc_attn_shape *s);
 
-void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x, const float *w,
-                          int64_t rows, int64_t cols, float eps);
+void regc_cpu_rmsnorm_fwd(regc_backend *be, void *y, float *rstd, const float *x, const float *w,
+                          int64_t rows, int64_t cols, float eps, int y_bf16);
 void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,
                           const float *w, const float *rstd, int64_t rows, int64_t cols);
 void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
@@ -262,13 +280,13 @@ void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n);
 
 void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
-                          const float *const *in);
-void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
+                          const float *const *in, unsigned out_bf16);
+void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, void *y, float *mean, float *rstd,
                                 const float *a, const float *b, const float *w, const float *bias,
-                                int64_t rows, int64_t cols, float eps);
-void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd, const float *a,
-                              const float *b, const float *w, int64_t rows, int64_t cols,
-                              float eps);
+                                int64_t rows, int64_t cols, float eps, int y_bf16);
+void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, void *y, float *rstd, const float *a,
+                              const float *b, const float *w, int64_t rows, int64_t cols, float eps,
+                              int y_bf16);
 void regc_cpu_layernorm_bwd_add(regc_backend *be, float *dx, float *dw, float *db,
                                 const float *dres, const float *dy, const float *x, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t cols);
@@ -278,9 +296,9 @@ void regc_cpu_rmsnorm_bwd_add(regc_backend *be, float *dx, float *dw, const floa
 
 void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const float *logits,
                                 const int32_t *targets, int64_t rows, int64_t cols);
-void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
+void regc_cpu_cross_entropy_bwd(regc_backend *be, void *dlogits, const float *dloss,
                                 const float *logits, const int32_t *targets, const float *lse,
-                                int64_t rows, int64_t cols);
+                                int64_t rows, int64_t cols, int dlogits_bf16);
 
 void regc_cpu_step_schedule(regc_backend *be, regc_step_scalars *s);
 void regc_cpu_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_scalars *s);

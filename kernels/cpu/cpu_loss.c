@@ -98,10 +98,20 @@ cpu_row_softmax_scaled(float *restrict dx, const float *restrict x, float l, flo
         dx[c] = regc_ce_dx(x[c], l, g, 0);
 }
 
-void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
-                                const float *logits, const int32_t *targets, const float *lse,
-                                int64_t rows, int64_t cols)
+/* the same in bf16 (a dlogits held in bf16: every value rounded on store) */
+REGC_CPU_WIDE_VECTORS static void cpu_row_softmax_scaled_bf16(uint16_t *restrict dx,
+                                                              const float *restrict x, float l,
+                                                              float g, int64_t cols)
 {
+    for (int64_t c = 0; c < cols; c++)
+        dx[c] = regc_bf16_bits(regc_ce_dx(x[c], l, g, 0));
+}
+
+void regc_cpu_cross_entropy_bwd(regc_backend *be, void *dlogits, const float *dloss,
+                                const float *logits, const int32_t *targets, const float *lse,
+                                int64_t rows, int64_t cols, int dlogits_bf16)
+{
+    const size_t elem = dlogits_bf16 ? sizeof(uint16_t) : sizeof(float);
     int64_t n_valid = 0;
     for (int64_t r = 0; r < rows; r++)
         n_valid += targets[r] >= 0;
@@ -109,15 +119,18 @@ void regc_cpu_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *d
 #pragma omp parallel for num_threads(                                                              \
     regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits + r * cols; /* [cols] */
-        float *dx = dlogits + r * cols;     /* [cols] */
+        const float *x = logits + r * cols;                     /* [cols] */
+        void *dx = (char *)dlogits + (size_t)(r * cols) * elem; /* [cols] */
         const int32_t t = targets[r];
         if (t < 0) {
-            memset(dx, 0, (size_t)cols * sizeof(float));
+            memset(dx, 0, (size_t)cols * elem);
             continue;
         }
-        cpu_row_softmax_scaled(dx, x, lse[r], g, cols);
+        if (dlogits_bf16)
+            cpu_row_softmax_scaled_bf16(dx, x, lse[r], g, cols);
+        else
+            cpu_row_softmax_scaled(dx, x, lse[r], g, cols);
         if (t < cols)
-            dx[t] = regc_ce_dx(x[t], lse[r], g, 1);
+            regc_store_f32_or_bf16(dx, dlogits_bf16, t, regc_ce_dx(x[t], lse[r], g, 1));
     }
 }

@@ -64,7 +64,7 @@ static double norm_row_sq_dev(const float *x, double mu, int64_t cols)
 
 /* One row of LayerNorm forward: the single kernel and the fused residual
  * add + norm both run this, so their arithmetic is the same code. */
-static void layernorm_fwd_row(float *yr, float *mean_r, float *rstd_r, const float *xr,
+static void layernorm_fwd_row(void *yr, int y_bf16, float *mean_r, float *rstd_r, const float *xr,
                               const float *w, const float *b, int64_t cols, float eps)
 {
     double mu = cols > 0 ? norm_row_sum(xr, cols) / (double)cols : 0.0;
@@ -73,24 +73,36 @@ static void layernorm_fwd_row(float *yr, float *mean_r, float *rstd_r, const flo
     double var = cols > 0 ? sq / (double)cols : 0.0;
     float m = (float)mu;
     float s = regc_norm_rstd(var, eps);
-    for (int64_t c = 0; c < cols; c++)
-        yr[c] = regc_layernorm_y(xr[c], m, s, w[c], b[c]);
+    if (y_bf16) /* one loop per storage, each vectorises */
+        for (int64_t c = 0; c < cols; c++)
+            ((uint16_t *)yr)[c] = regc_bf16_bits(regc_layernorm_y(xr[c], m, s, w[c], b[c]));
+    else
+        for (int64_t c = 0; c < cols; c++)
+            ((float *)yr)[c] = regc_layernorm_y(xr[c], m, s, w[c], b[c]);
     *mean_r = m;
     *rstd_r = s;
 }
 
-void regc_cpu_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
-                            const float *w, const float *b, int64_t rows, int64_t cols, float eps)
+/* Row r of an output held in fp32 or bf16. */
+static void *norm_row_of(void *y, int y_bf16, int64_t r, int64_t cols)
+{
+    return (char *)y + (size_t)(r * cols) * (y_bf16 ? sizeof(uint16_t) : sizeof(float));
+}
+
+void regc_cpu_layernorm_fwd(regc_backend *be, void *y, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int64_t rows, int64_t cols, float eps,
+                            int y_bf16)
 {
 #pragma omp parallel for num_threads(                                                              \
     regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++)
-        layernorm_fwd_row(y + r * cols, &mean[r], &rstd[r], x + r * cols, w, b, cols, eps);
+        layernorm_fwd_row(norm_row_of(y, y_bf16, r, cols), y_bf16, &mean[r], &rstd[r], x + r * cols,
+                          w, b, cols, eps);
 }
 
-void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
+void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, void *y, float *mean, float *rstd,
                                 const float *a, const float *b, const float *w, const float *bias,
-                                int64_t rows, int64_t cols, float eps)
+                                int64_t rows, int64_t cols, float eps, int y_bf16)
 {
     /* the row of sum is written and then normalised while still in cache;
      * sum may be a or b (each element is read before it is written) */
@@ -102,7 +114,8 @@ void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *m
         const float *br = b + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
             sr[c] = regc_addf(ar[c], br[c]);
-        layernorm_fwd_row(y + r * cols, &mean[r], &rstd[r], sr, w, bias, cols, eps);
+        layernorm_fwd_row(norm_row_of(y, y_bf16, r, cols), y_bf16, &mean[r], &rstd[r], sr, w, bias,
+                          cols, eps);
     }
 }
 
@@ -201,8 +214,8 @@ void regc_cpu_layernorm_bwd_add(regc_backend *be, float *dx, float *dw, float *d
     layernorm_bwd(be, dx, dw, db, dres, dy, x, w, mean, rstd, rows, cols);
 }
 
-static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const float *w, int64_t cols,
-                            float eps)
+static void rmsnorm_fwd_row(void *yr, int y_bf16, float *rstd_r, const float *xr, const float *w,
+                            int64_t cols, float eps)
 {
     double acc[NORM_LANES] = {0};
     int64_t c0 = 0;
@@ -214,22 +227,28 @@ static void rmsnorm_fwd_row(float *yr, float *rstd_r, const float *xr, const flo
     const double sq = norm_lanes_total(acc);
     double ms = cols > 0 ? sq / (double)cols : 0.0;
     float s = regc_norm_rstd(ms, eps);
-    for (int64_t c = 0; c < cols; c++)
-        yr[c] = regc_rmsnorm_y(xr[c], s, w[c]);
+    if (y_bf16)
+        for (int64_t c = 0; c < cols; c++)
+            ((uint16_t *)yr)[c] = regc_bf16_bits(regc_rmsnorm_y(xr[c], s, w[c]));
+    else
+        for (int64_t c = 0; c < cols; c++)
+            ((float *)yr)[c] = regc_rmsnorm_y(xr[c], s, w[c]);
     *rstd_r = s;
 }
 
-void regc_cpu_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x, const float *w,
-                          int64_t rows, int64_t cols, float eps)
+void regc_cpu_rmsnorm_fwd(regc_backend *be, void *y, float *rstd, const float *x, const float *w,
+                          int64_t rows, int64_t cols, float eps, int y_bf16)
 {
 #pragma omp parallel for num_threads(                                                              \
     regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++)
-        rmsnorm_fwd_row(y + r * cols, &rstd[r], x + r * cols, w, cols, eps);
+        rmsnorm_fwd_row(norm_row_of(y, y_bf16, r, cols), y_bf16, &rstd[r], x + r * cols, w, cols,
+                        eps);
 }
 
-void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd, const float *a,
-                              const float *b, const float *w, int64_t rows, int64_t cols, float eps)
+void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, void *y, float *rstd, const float *a,
+                              const float *b, const float *w, int64_t rows, int64_t cols, float eps,
+                              int y_bf16)
 {
 #pragma omp parallel for num_threads(                                                              \
     regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
@@ -239,7 +258,7 @@ void regc_cpu_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rst
         const float *br = b + r * cols; /* [cols] */
         for (int64_t c = 0; c < cols; c++)
             sr[c] = regc_addf(ar[c], br[c]);
-        rmsnorm_fwd_row(y + r * cols, &rstd[r], sr, w, cols, eps);
+        rmsnorm_fwd_row(norm_row_of(y, y_bf16, r, cols), y_bf16, &rstd[r], sr, w, cols, eps);
     }
 }
 

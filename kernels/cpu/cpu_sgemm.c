@@ -206,9 +206,10 @@ static void sgemm_pack_sizes(const regc_gemm *g, const regc_cpu_gemm_kernel *ker
 
 /* The rows x cols tile (at most MR x NR) of C at [i, j] becomes alpha * t,
  * added to what C holds when `add`; with `epilogue` the elementwise
- * epilogue follows while the tile is in L1. */
+ * epilogue follows while the tile is in L1, and with out16 (the last
+ * slice of a C held in bf16) its rounding into out16->c. */
 static void sgemm_store_tile(const regc_gemm *g, float t[SGEMM_MR][SGEMM_NR], int64_t i, int64_t j,
-                             int rows, int cols, int add, int epilogue)
+                             int rows, int cols, int add, int epilogue, const regc_gemm *out16)
 {
     float *c = g->c + i * g->ldc + j; /* [rows, ldc] */
     const int64_t ldc = g->ldc;
@@ -236,6 +237,10 @@ static void sgemm_store_tile(const regc_gemm *g, float t[SGEMM_MR][SGEMM_NR], in
     if (epilogue)
         for (int r = 0; r < rows; r++)
             regc_cpu_apply_epilogue_span(g, i + r, j, cols);
+    if (out16)
+        for (int r = 0; r < rows; r++)
+            regc_cpu_store_bf16((uint16_t *)out16->c + (i + r) * out16->ldc + j,
+                                g->c + (i + r) * g->ldc + j, cols);
 }
 
 /* Part `part` of `parts` of the cache lines of x[r0 .. r0+rows, c0 .. c0+cols]
@@ -246,18 +251,18 @@ static void sgemm_store_tile(const regc_gemm *g, float t[SGEMM_MR][SGEMM_NR], in
  * times slower than those, where their rows lie pages apart as op(B)'s
  * rows of weights [k, n] do. Always inlined: GCC takes a function that only
  * prefetches for one without effects and drops its calls. */
-static inline __attribute__((always_inline)) void sgemm_prefetch_rect(const float *x, int64_t ld,
-                                                                      int64_t r0, int64_t rows,
-                                                                      int64_t c0, int64_t cols,
-                                                                      int64_t part, int64_t parts)
+static inline __attribute__((always_inline)) void
+sgemm_prefetch_rect(const void *x, int64_t elem, int64_t ld, int64_t r0, int64_t rows, int64_t c0,
+                    int64_t cols, int64_t part, int64_t parts)
 {
     /* lines a row can touch: its bytes, plus one where it starts mid-line */
-    const int64_t per_row = (cols * (int64_t)sizeof(float) + 63) / 64 + 1;
+    const int64_t per_row = (cols * elem + 63) / 64 + 1;
     const int64_t lo = rows * per_row * part / parts, hi = rows * per_row * (part + 1) / parts;
     int64_t r = lo / per_row, l = lo % per_row;
     for (int64_t t = lo; t < hi; r++, l = 0) {
-        const float *row = x + (r0 + r) * ld + c0; /* [cols] */
-        const uintptr_t first = (uintptr_t)row & ~(uintptr_t)63, last = (uintptr_t)(row + cols - 1);
+        const char *row = (const char *)x + ((r0 + r) * ld + c0) * elem; /* [cols] values */
+        const uintptr_t first = (uintptr_t)row & ~(uintptr_t)63,
+                        last = (uintptr_t)(row + (cols - 1) * elem);
         for (; l < per_row && t < hi; l++, t++)
             if (first + 64 * (uintptr_t)l <= last)
                 _mm_prefetch((const char *)(first + 64 * (uintptr_t)l), _MM_HINT_T0);
@@ -270,10 +275,11 @@ static inline __attribute__((always_inline)) void sgemm_prefetch_a(const regc_ge
                                                                    int64_t kc, int64_t part,
                                                                    int64_t parts)
 {
-    if (g->trans_a) /* A is [k, m] */
-        sgemm_prefetch_rect(g->a, g->lda, p0, kc, i0, mc, part, parts);
+    const int64_t elem = g->a_bf16 ? 2 : 4; /* bytes of a value as stored */
+    if (g->trans_a)                         /* A is [k, m] */
+        sgemm_prefetch_rect(g->a, elem, g->lda, p0, kc, i0, mc, part, parts);
     else
-        sgemm_prefetch_rect(g->a, g->lda, i0, mc, p0, kc, part, parts);
+        sgemm_prefetch_rect(g->a, elem, g->lda, i0, mc, p0, kc, part, parts);
 }
 
 /* Part `part` of `parts` of op(B)[p0 .. p0+kc, j0 .. j0+nc] as stored. */
@@ -282,10 +288,11 @@ static inline __attribute__((always_inline)) void sgemm_prefetch_b(const regc_ge
                                                                    int64_t kc, int64_t part,
                                                                    int64_t parts)
 {
+    const int64_t elem = g->b_bf16 ? 2 : 4;
     if (g->trans_b) /* B is [n, k] */
-        sgemm_prefetch_rect(g->b, g->ldb, j0, nc, p0, kc, part, parts);
+        sgemm_prefetch_rect(g->b, elem, g->ldb, j0, nc, p0, kc, part, parts);
     else
-        sgemm_prefetch_rect(g->b, g->ldb, p0, kc, j0, nc, part, parts);
+        sgemm_prefetch_rect(g->b, elem, g->ldb, p0, kc, j0, nc, part, parts);
 }
 
 /* sgemm_compute_block where the rows fit one A block (m1 - m0 <= MC), as
@@ -300,7 +307,7 @@ static inline __attribute__((always_inline)) void sgemm_prefetch_b(const regc_ge
  * loop, in the same order. */
 static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, int64_t m0,
                                int64_t m1, int64_t n0, int64_t n1, int elementwise, char *apack,
-                               char *bpack)
+                               char *bpack, const regc_gemm *out16)
 {
     float t[SGEMM_MR][SGEMM_NR] __attribute__((aligned(64))); /* one tile's sums */
     const int64_t mc = m1 - m0, tiles = (mc + SGEMM_MR - 1) / SGEMM_MR;
@@ -310,6 +317,7 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
         const int64_t stride = sgemm_round_up(kc, kern->k_unit) * (int64_t)kern->value_bytes;
         const int add = g->accumulate || p0 > 0;
         const int epilogue = elementwise && p0 + kc == g->k;
+        const regc_gemm *last16 = p0 + kc == g->k ? out16 : NULL;
         kern->pack_a(apack, g, m0, mc, p0, kc);
         for (int64_t j0 = n0; j0 < n1; j0 += strip) {
             const int64_t nc = sgemm_min(n1 - j0, strip);
@@ -325,7 +333,7 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
                 for (int64_t ir = 0; ir < mc; ir += SGEMM_MR, part++) {
                     const int rows = (int)sgemm_min(mc - ir, SGEMM_MR);
                     kern->product(t, kc, apack + ir * stride, bpack + jr * stride);
-                    sgemm_store_tile(g, t, m0 + ir, j0 + jr, rows, cols, add, epilogue);
+                    sgemm_store_tile(g, t, m0 + ir, j0 + jr, rows, cols, add, epilogue, last16);
                     if (next_kc > 0)
                         sgemm_prefetch_b(g, next_j0, next_nc, next_p0, next_kc, part, parts);
                 }
@@ -337,13 +345,14 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
 /* The block [m0, m1) x [n0, n1) of C, by one thread with its own buffers
  * apack (an A block) and bpack (a B block). */
 static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, int64_t m0,
-                                int64_t m1, int64_t n0, int64_t n1, char *apack, char *bpack)
+                                int64_t m1, int64_t n0, int64_t n1, char *apack, char *bpack,
+                                const regc_gemm *out16)
 {
     /* BGRAD's sums are of B and DGELU_BGRAD's of all of C: both come after */
     const int elementwise = g->epilogue != REGC_EPI_NONE && g->epilogue != REGC_EPI_BGRAD &&
                             g->epilogue != REGC_EPI_DGELU_BGRAD;
     if (m1 - m0 <= SGEMM_MC) {
-        sgemm_compute_rows(g, kern, m0, m1, n0, n1, elementwise, apack, bpack);
+        sgemm_compute_rows(g, kern, m0, m1, n0, n1, elementwise, apack, bpack, out16);
         return;
     }
     float t[SGEMM_MR][SGEMM_NR] __attribute__((aligned(64))); /* one tile's sums */
@@ -355,6 +364,7 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
             const int64_t stride = sgemm_round_up(kc, kern->k_unit) * (int64_t)kern->value_bytes;
             const int add = g->accumulate || p0 > 0;             /* later slices add to C */
             const int epilogue = elementwise && p0 + kc == g->k; /* after the last slice */
+            const regc_gemm *last16 = p0 + kc == g->k ? out16 : NULL;
             kern->pack_b(bpack, g, j0, nc, p0, kc);
             for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {
                 const int64_t mc = sgemm_min(m1 - i0, SGEMM_MC);
@@ -371,7 +381,7 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
                     for (int64_t ir = 0; ir < mc; ir += SGEMM_MR, part++) {
                         const int rows = (int)sgemm_min(mc - ir, SGEMM_MR);
                         kern->product(t, kc, apack + ir * stride, bpack + jr * stride);
-                        sgemm_store_tile(g, t, i0 + ir, j0 + jr, rows, cols, add, epilogue);
+                        sgemm_store_tile(g, t, i0 + ir, j0 + jr, rows, cols, add, epilogue, last16);
                         if (next_mc > 0)
                             sgemm_prefetch_a(g, i0 + SGEMM_MC, next_mc, p0, kc, part, parts);
                     }
@@ -381,7 +391,8 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
     }
 }
 
-int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_gemm_kernel *kern)
+int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_gemm_kernel *kern,
+                          const regc_gemm *out16)
 {
     const int threads = regc_cpu_threads(be);
     size_t a_bytes, b_bytes;
@@ -399,19 +410,19 @@ int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_g
         if (g->n >= g->m) {
             regc_cpu_team_range(g->n, SGEMM_NR, &lo, &hi);
             if (lo < hi)
-                sgemm_compute_block(g, kern, 0, g->m, lo, hi, apack, bpack);
+                sgemm_compute_block(g, kern, 0, g->m, lo, hi, apack, bpack, out16);
         } else {
             regc_cpu_team_range(g->m, SGEMM_MR, &lo, &hi);
             if (lo < hi)
-                sgemm_compute_block(g, kern, lo, hi, 0, g->n, apack, bpack);
+                sgemm_compute_block(g, kern, lo, hi, 0, g->n, apack, bpack, out16);
         }
     }
     return REGC_OK;
 }
 
-int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g)
+int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g, const regc_gemm *out16)
 {
-    return regc_cpu_gemm_blocked(be, g, &sgemm_kernel);
+    return regc_cpu_gemm_blocked(be, g, &sgemm_kernel, out16);
 }
 
 #endif /* REGC_CPU_OWN_SGEMM */

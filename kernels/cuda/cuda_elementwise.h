@@ -181,8 +181,10 @@ static inline REGC_HD void cuda_body_sum_rows(int64_t c, float *out, const float
 #define CUDA_EW_MAX_REGS (REGC_EW_MAX_INPUTS + REGC_EW_MAX_STEPS)
 
 static inline REGC_HD void cuda_body_elementwise(int64_t e, const regc_ew_program *p,
-                                                 float *const *out, const float *const *in)
-/* out[k]: [n]; in[i]: [n], or fewer when broadcast (regc_ew_index) */
+                                                 float *const *out, const float *const *in,
+                                                 unsigned out_bf16)
+/* out[k]: [n], bf16 values where bit k of out_bf16 is set; in[i]: [n], or
+ * fewer when broadcast (regc_ew_index) */
 {
     float reg[CUDA_EW_MAX_REGS];
     for (int i = 0; i < p->n_inputs; i++)
@@ -194,7 +196,7 @@ static inline REGC_HD void cuda_body_elementwise(int64_t e, const regc_ew_progra
         reg[p->n_inputs + s] = regc_ew_eval(st, reg[st->a], b);
     }
     for (int k = 0; k < p->n_outputs; k++)
-        out[k][e] = reg[p->out_reg[k]];
+        regc_store_f32_or_bf16(out[k], (int)(out_bf16 >> k & 1u), e, reg[p->out_reg[k]]);
 }
 
 /* ---- transpose: output element o copies source element

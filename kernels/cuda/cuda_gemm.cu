@@ -369,15 +369,19 @@ __global__ void cuda_epilogue_kernel(int e, int64_t m, int64_t n, float *c, int6
  * first rounded to bf16 when round_bf16 (BGRAD of a bf16 GEMM sums the
  * operand it multiplied), in double, i in order from 0 (the CPU's column
  * sums): one thread per column. */
-__global__ void cuda_strided_sums_kernel(float *out, const float *x, int64_t rows, int64_t cols,
-                                         int64_t ld_row, int64_t ld_col, int round_bf16)
+__global__ void cuda_strided_sums_kernel(float *out, const void *x, int x_bf16, int64_t rows,
+                                         int64_t cols, int64_t ld_row, int64_t ld_col,
+                                         int round_bf16)
+/* x: fp32 values, or bf16 ones where x_bf16 */
 {
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols)
         return;
     double acc = 0.0;
     for (int64_t i = 0; i < rows; i++) {
-        const float v = x[i * ld_row + j * ld_col];
+        const int64_t at = i * ld_row + j * ld_col;
+        const float v =
+            x_bf16 ? regc_bf16_value(((const uint16_t *)x)[at]) : ((const float *)x)[at];
         acc += round_bf16 ? regc_round_bf16(v) : v;
     }
     out[j] = (float)acc;
@@ -390,59 +394,108 @@ static void cuda_gemm_unfused_epilogue(regc_backend *be, const regc_gemm *g)
     if (e == REGC_EPI_BGRAD) { /* bias_grad[n] = sum over k of op(B)[k, n] */
         const int64_t ld_row = g->trans_b ? 1 : g->ldb, ld_col = g->trans_b ? g->ldb : 1;
         cuda_strided_sums_kernel<<<cuda_blocks_for(g->n), CUDA_THREADS, 0, st>>>(
-            g->bias_grad, g->b, g->k, g->n, ld_row, ld_col, g->bf16);
+            g->bias_grad, g->b, g->b_bf16, g->k, g->n, ld_row, ld_col, g->bf16);
     } else if (e != REGC_EPI_NONE && g->m > 0 && g->n > 0) {
         cuda_epilogue_kernel<<<cuda_blocks_for(g->m * g->n), CUDA_THREADS, 0, st>>>(
             e, g->m, g->n, g->c, g->ldc, g->aux, g->ldaux, g->bias);
         if (e == REGC_EPI_DGELU_BGRAD)
             cuda_strided_sums_kernel<<<cuda_blocks_for(g->n), CUDA_THREADS, 0, st>>>(
-                g->bias_grad, g->c, g->m, g->n, g->ldc, 1, 0);
+                g->bias_grad, g->c, 0, g->m, g->n, g->ldc, 1, 0);
     }
     cuda_note(be, cudaGetLastError(), "gemm epilogue");
 }
 
 /* ---- bf16 operands: x [rows, cols] (row stride ld) rounded to bf16
- * (regc_round_bf16: the CPU's rounding) into a contiguous copy */
+ * (regc_round_bf16: the CPU's rounding) into a contiguous copy; an operand
+ * held in bf16 already (x_bf16) is copied as it is */
 
-__global__ void cuda_to_bf16_kernel(uint16_t *dst, const float *x, int64_t rows, int64_t cols,
-                                    int64_t ld) /* dst: [rows, cols]; x: [rows, ld] */
+__global__ void cuda_to_bf16_kernel(uint16_t *dst, const void *x, int x_bf16, int64_t rows,
+                                    int64_t cols, int64_t ld) /* dst: [rows, cols]; x: [rows, ld] */
 {
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= rows * cols)
         return;
-    const float v = x[idx / cols * ld + idx % cols];
-    dst[idx] = (uint16_t)(regc_float_to_bits(regc_round_bf16(v)) >> 16);
+    const int64_t at = idx / cols * ld + idx % cols;
+    dst[idx] = x_bf16 ? ((const uint16_t *)x)[at] : regc_bf16_bits(((const float *)x)[at]);
 }
 
-static uint16_t *cuda_gemm_to_bf16(regc_backend *be, const float *x, int64_t rows, int64_t cols,
-                                   int64_t ld)
+static uint16_t *cuda_gemm_to_bf16(regc_backend *be, const void *x, int x_bf16, int64_t rows,
+                                   int64_t cols, int64_t ld)
 {
     uint16_t *dst =
         (uint16_t *)cuda_scratch_alloc(be, (size_t)(rows * cols) * sizeof *dst, "gemm bf16");
     if (!dst)
         return NULL;
     cuda_to_bf16_kernel<<<cuda_blocks_for(rows * cols), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        dst, x, rows, cols, ld);
+        dst, x, x_bf16, rows, cols, ld);
     cuda_note(be, cudaGetLastError(), "gemm bf16");
     return dst;
 }
 
+/* ---- a C held in bf16 (c_bf16): the GEMM and its epilogue write an fp32
+ * view [m, n] in scratch (cuBLASLt's fused epilogues and regc's unfused
+ * ones alike, so the bias gradient and aux are those of fp32 values), then
+ * one pass rounds it into C */
+
+__global__ void cuda_store_bf16_kernel(uint16_t *dst, int64_t ld_dst, const float *src,
+                                       int64_t rows, int64_t cols) /* dst: [rows, ld_dst] */
+{
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * cols)
+        return;
+    dst[idx / cols * ld_dst + idx % cols] = regc_bf16_bits(src[idx]);
+}
+
+/* g with C replaced by its fp32 view c32 where g's C is held in bf16 (a
+ * plan's key sees the view: prepare passes c32 = NULL, aligned as scratch) */
+static regc_gemm cuda_gemm_fp32_view(const regc_gemm *g, float *c32)
+{
+    regc_gemm w = *g;
+    if (g->c_bf16)
+        w.c = c32, w.ldc = g->n > 0 ? g->n : 1, w.c_bf16 = 0;
+    return w;
+}
+
 /* ---- the entries */
 
-static int cuda_gemm_prepare(regc_backend *be, const regc_gemm *g)
+static int cuda_gemm_run(regc_backend *be, const regc_gemm *g);
+
+static int cuda_gemm_prepare(regc_backend *be, const regc_gemm *g_in)
 {
     cuda_gemm_plan *p;
-    int rc = regc_gemm_check(g);
+    int rc = regc_gemm_check(g_in);
     if (rc != REGC_OK)
         return rc;
-    return g->m > 0 && g->n > 0 && g->k > 0 ? cuda_gemm_plan_for(be, g, &p) : REGC_OK;
+    const regc_gemm g = cuda_gemm_fp32_view(g_in, NULL);
+    return g.m > 0 && g.n > 0 && g.k > 0 ? cuda_gemm_plan_for(be, &g, &p) : REGC_OK;
 }
 
 static int cuda_gemm(regc_backend *be, const regc_gemm *g)
 {
-    cuda_ctx *c = cuda_ctx_of(be);
     int rc = regc_gemm_check(g);
-    if (rc != REGC_OK || g->n == 0)
+    if (rc != REGC_OK || !g->c_bf16 || g->m == 0 || g->n == 0)
+        return rc == REGC_OK ? cuda_gemm_run(be, g) : rc;
+    float *c32 =
+        (float *)cuda_scratch_alloc(be, (size_t)(g->m * g->n) * sizeof(float), "gemm bf16 C");
+    if (!c32)
+        return regc_error(REGC_ERR_MEMORY, "cuda: no memory for a GEMM's fp32 view of C");
+    const regc_gemm w = cuda_gemm_fp32_view(g, c32);
+    rc = cuda_gemm_run(be, &w);
+    if (rc == REGC_OK) {
+        cuda_store_bf16_kernel<<<cuda_blocks_for(g->m * g->n), CUDA_THREADS, 0, cuda_stream(be)>>>(
+            (uint16_t *)g->c, g->ldc, c32, g->m, g->n);
+        cuda_note(be, cudaGetLastError(), "gemm bf16 C");
+    }
+    cuda_scratch_free(be, c32, "gemm bf16 C");
+    return rc;
+}
+
+/* g's C is fp32 here (cuda_gemm made the view) */
+static int cuda_gemm_run(regc_backend *be, const regc_gemm *g)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    int rc = REGC_OK;
+    if (g->n == 0)
         return rc;
     if (g->m == 0) { /* no C, but a bias gradient as the CPU writes it */
         if (g->epilogue == REGC_EPI_BGRAD)
@@ -471,8 +524,8 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
     if (g->bf16) {
         const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
         const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
-        a = a16 = cuda_gemm_to_bf16(be, g->a, a_rows, a_cols, g->lda);
-        b = b16 = cuda_gemm_to_bf16(be, g->b, b_rows, b_cols, g->ldb);
+        a = a16 = cuda_gemm_to_bf16(be, g->a, g->a_bf16, a_rows, a_cols, g->lda);
+        b = b16 = cuda_gemm_to_bf16(be, g->b, g->b_bf16, b_rows, b_cols, g->ldb);
         if (!a16 || !b16) {
             cuda_scratch_free(be, a16, "gemm bf16");
             cuda_scratch_free(be, b16, "gemm bf16");

@@ -177,25 +177,25 @@ static __global__ void __launch_bounds__(CUDA_LOSS_THREADS)
 
 /* one block per row, its threads striding over the columns */
 static __global__ void __launch_bounds__(CUDA_THREADS)
-    cuda_ce_dx_kernel(float *dlogits,         /* [rows, cols] */
+    cuda_ce_dx_kernel(void *dlogits,          /* [rows, cols], fp32 or (bf16) bf16 */
                       const float *g,         /* [1] */
                       const float *logits,    /* [rows, cols] */
                       const int32_t *targets, /* [rows] */
                       const float *lse,       /* [rows] */
-                      int64_t cols)
+                      int64_t cols, int bf16)
 {
     const int64_t r = blockIdx.x;
     const int32_t t = targets[r];
     const float l = lse[r], gv = *g;
-    const float *x = logits + r * cols; /* [cols] */
-    float *dx = dlogits + r * cols;     /* [cols] */
+    const float *x = logits + r * cols;                     /* [cols] */
+    void *dx = (char *)dlogits + r * cols * (bf16 ? 2 : 4); /* [cols] */
     for (int64_t c = threadIdx.x; c < cols; c += CUDA_THREADS)
-        dx[c] = cuda_ce_dx_at(x, l, gv, t, c);
+        regc_store_f32_or_bf16(dx, bf16, c, cuda_ce_dx_at(x, l, gv, t, c));
 }
 
-static void cuda_cross_entropy_bwd(regc_backend *be, float *dlogits, const float *dloss,
+static void cuda_cross_entropy_bwd(regc_backend *be, void *dlogits, const float *dloss,
                                    const float *logits, const int32_t *targets, const float *lse,
-                                   int64_t rows, int64_t cols)
+                                   int64_t rows, int64_t cols, int dlogits_bf16)
 {
     if (rows <= 0 || cols <= 0)
         return; /* no gradient to write */
@@ -206,8 +206,8 @@ static void cuda_cross_entropy_bwd(regc_backend *be, float *dlogits, const float
         return;
     cuda_ce_scale_kernel<<<1, CUDA_LOSS_THREADS, 0, cuda_stream(be)>>>(g, dloss, targets, rows);
     cuda_note(be, cudaGetLastError(), "cross_entropy_bwd");
-    cuda_ce_dx_kernel<<<(unsigned)rows, CUDA_THREADS, 0, cuda_stream(be)>>>(dlogits, g, logits,
-                                                                            targets, lse, cols);
+    cuda_ce_dx_kernel<<<(unsigned)rows, CUDA_THREADS, 0, cuda_stream(be)>>>(
+        dlogits, g, logits, targets, lse, cols, dlogits_bf16);
     cuda_note(be, cudaGetLastError(), "cross_entropy_bwd");
     cuda_scratch_free(be, g, "cross_entropy_bwd");
 }

@@ -67,7 +67,7 @@ static __device__ __forceinline__ cuda_row_slot cuda_find_row(int64_t rows, int6
  * sum = a + b (x is then ignored and sum is normalised) */
 static __global__ void __launch_bounds__(CUDA_THREADS)
     cuda_layernorm_fwd_kernel(float *sum,        /* [rows, cols], the fused add's */
-                              float *y,          /* [rows, cols] */
+                              void *y,           /* [rows, cols], fp32 or (y_bf16) bf16 */
                               float *mean,       /* [rows] */
                               float *rstd,       /* [rows] */
                               const float *x,    /* [rows, cols], unfused */
@@ -75,7 +75,7 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
                               const float *b,    /* [rows, cols], fused */
                               const float *w,    /* [cols] */
                               const float *bias, /* [cols] */
-                              int64_t rows, int64_t cols, float eps)
+                              int64_t rows, int64_t cols, float eps, int y_bf16)
 {
     const cuda_row_slot t = cuda_find_row(rows, cols);
     double part;
@@ -93,17 +93,17 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
         cuda_divide_cols(cuda_gather_total(cuda_sum_sq_dev_lane(xr, mu, t.n, t.u)), cols);
     const float m = (float)mu;
     const float s = regc_norm_rstd(var, eps);
-    cuda_write_layernorm_lane(y + t.off, xr, w, bias, m, s, t.n, t.u);
+    cuda_write_layernorm_lane(cuda_row_of(y, y_bf16, t.off), y_bf16, xr, w, bias, m, s, t.n, t.u);
     if (t.live && t.u == 0) {
         mean[t.r] = m;
         rstd[t.r] = s;
     }
 }
 
-static void cuda_launch_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean,
+static void cuda_launch_layernorm_fwd(regc_backend *be, float *sum, void *y, float *mean,
                                       float *rstd, const float *x, const float *a, const float *b,
                                       const float *w, const float *bias, int64_t rows, int64_t cols,
-                                      float eps, const char *what)
+                                      float eps, int y_bf16, const char *what)
 {
     if (rows <= 0)
         return;
@@ -111,36 +111,37 @@ static void cuda_launch_layernorm_fwd(regc_backend *be, float *sum, float *y, fl
     if (blocks == 0)
         return;
     cuda_layernorm_fwd_kernel<<<blocks, CUDA_THREADS, 0, cuda_stream(be)>>>(
-        sum, y, mean, rstd, x, a, b, w, bias, rows, cols, eps);
+        sum, y, mean, rstd, x, a, b, w, bias, rows, cols, eps, y_bf16);
     cuda_note(be, cudaGetLastError(), what);
 }
 
-static void cuda_layernorm_fwd(regc_backend *be, float *y, float *mean, float *rstd, const float *x,
+static void cuda_layernorm_fwd(regc_backend *be, void *y, float *mean, float *rstd, const float *x,
                                const float *w, const float *b, int64_t rows, int64_t cols,
-                               float eps)
+                               float eps, int y_bf16)
 {
-    cuda_launch_layernorm_fwd(be, NULL, y, mean, rstd, x, NULL, NULL, w, b, rows, cols, eps,
+    cuda_launch_layernorm_fwd(be, NULL, y, mean, rstd, x, NULL, NULL, w, b, rows, cols, eps, y_bf16,
                               "layernorm_fwd");
 }
 
-static void cuda_add_layernorm_fwd(regc_backend *be, float *sum, float *y, float *mean, float *rstd,
+static void cuda_add_layernorm_fwd(regc_backend *be, float *sum, void *y, float *mean, float *rstd,
                                    const float *a, const float *b, const float *w,
-                                   const float *bias, int64_t rows, int64_t cols, float eps)
+                                   const float *bias, int64_t rows, int64_t cols, float eps,
+                                   int y_bf16)
 {
-    cuda_launch_layernorm_fwd(be, sum, y, mean, rstd, NULL, a, b, w, bias, rows, cols, eps,
+    cuda_launch_layernorm_fwd(be, sum, y, mean, rstd, NULL, a, b, w, bias, rows, cols, eps, y_bf16,
                               "add_layernorm_fwd");
 }
 
 /* RMSNorm of each row; with a non-NULL, of sum = a + b (written) */
 static __global__ void __launch_bounds__(CUDA_THREADS)
     cuda_rmsnorm_fwd_kernel(float *sum,     /* [rows, cols], the fused add's */
-                            float *y,       /* [rows, cols] */
+                            void *y,        /* [rows, cols], fp32 or (y_bf16) bf16 */
                             float *rstd,    /* [rows] */
                             const float *x, /* [rows, cols], unfused */
                             const float *a, /* [rows, cols], fused */
                             const float *b, /* [rows, cols], fused */
                             const float *w, /* [cols] */
-                            int64_t rows, int64_t cols, float eps)
+                            int64_t rows, int64_t cols, float eps, int y_bf16)
 {
     const cuda_row_slot t = cuda_find_row(rows, cols);
     double part;
@@ -154,14 +155,15 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
     }
     const double ms = cuda_divide_cols(cuda_gather_total(part), cols);
     const float s = regc_norm_rstd(ms, eps);
-    cuda_write_rmsnorm_lane(y + t.off, xr, w, s, t.n, t.u);
+    cuda_write_rmsnorm_lane(cuda_row_of(y, y_bf16, t.off), y_bf16, xr, w, s, t.n, t.u);
     if (t.live && t.u == 0)
         rstd[t.r] = s;
 }
 
-static void cuda_launch_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd,
+static void cuda_launch_rmsnorm_fwd(regc_backend *be, float *sum, void *y, float *rstd,
                                     const float *x, const float *a, const float *b, const float *w,
-                                    int64_t rows, int64_t cols, float eps, const char *what)
+                                    int64_t rows, int64_t cols, float eps, int y_bf16,
+                                    const char *what)
 {
     if (rows <= 0)
         return;
@@ -169,21 +171,23 @@ static void cuda_launch_rmsnorm_fwd(regc_backend *be, float *sum, float *y, floa
     if (blocks == 0)
         return;
     cuda_rmsnorm_fwd_kernel<<<blocks, CUDA_THREADS, 0, cuda_stream(be)>>>(sum, y, rstd, x, a, b, w,
-                                                                          rows, cols, eps);
+                                                                          rows, cols, eps, y_bf16);
     cuda_note(be, cudaGetLastError(), what);
 }
 
-static void cuda_rmsnorm_fwd(regc_backend *be, float *y, float *rstd, const float *x,
-                             const float *w, int64_t rows, int64_t cols, float eps)
+static void cuda_rmsnorm_fwd(regc_backend *be, void *y, float *rstd, const float *x, const float *w,
+                             int64_t rows, int64_t cols, float eps, int y_bf16)
 {
-    cuda_launch_rmsnorm_fwd(be, NULL, y, rstd, x, NULL, NULL, w, rows, cols, eps, "rmsnorm_fwd");
+    cuda_launch_rmsnorm_fwd(be, NULL, y, rstd, x, NULL, NULL, w, rows, cols, eps, y_bf16,
+                            "rmsnorm_fwd");
 }
 
-static void cuda_add_rmsnorm_fwd(regc_backend *be, float *sum, float *y, float *rstd,
-                                 const float *a, const float *b, const float *w, int64_t rows,
-                                 int64_t cols, float eps)
+static void cuda_add_rmsnorm_fwd(regc_backend *be, float *sum, void *y, float *rstd, const float *a,
+                                 const float *b, const float *w, int64_t rows, int64_t cols,
+                                 float eps, int y_bf16)
 {
-    cuda_launch_rmsnorm_fwd(be, sum, y, rstd, NULL, a, b, w, rows, cols, eps, "add_rmsnorm_fwd");
+    cuda_launch_rmsnorm_fwd(be, sum, y, rstd, NULL, a, b, w, rows, cols, eps, y_bf16,
+                            "add_rmsnorm_fwd");
 }
 
 /* ---- a row's plain sum or mean, the lanes of LayerNorm's mean */

@@ -159,20 +159,28 @@ static inline REGC_HD double cuda_sum_rmsnorm_bwd_lane(const float *dy, const fl
 
 /* ---- the element-wise outputs of lane u's elements */
 
-static inline REGC_HD void cuda_write_layernorm_lane(float *y, const float *x, const float *w,
-                                                     const float *b, float m, float s, int64_t cols,
+/* y: the row, held in fp32 or (y_bf16) in bf16 */
+static inline REGC_HD void cuda_write_layernorm_lane(void *y, int y_bf16, const float *x,
+                                                     const float *w, const float *b, float m,
+                                                     float s, int64_t cols,
                                                      int u) /* y, x, w, b: [cols] */
 {
     for (int64_t c = u; c < cols; c += CUDA_ROW_LANES)
-        y[c] = regc_layernorm_y(x[c], m, s, w[c], b[c]);
+        regc_store_f32_or_bf16(y, y_bf16, c, regc_layernorm_y(x[c], m, s, w[c], b[c]));
 }
 
-static inline REGC_HD void cuda_write_rmsnorm_lane(float *y, const float *x, const float *w,
-                                                   float s, int64_t cols,
+static inline REGC_HD void cuda_write_rmsnorm_lane(void *y, int y_bf16, const float *x,
+                                                   const float *w, float s, int64_t cols,
                                                    int u) /* y, x, w: [cols] */
 {
     for (int64_t c = u; c < cols; c += CUDA_ROW_LANES)
-        y[c] = regc_rmsnorm_y(x[c], s, w[c]);
+        regc_store_f32_or_bf16(y, y_bf16, c, regc_rmsnorm_y(x[c], s, w[c]));
+}
+
+/* Row `off / cols` of an output held in fp32 or in bf16: off counts values. */
+static inline REGC_HD void *cuda_row_of(void *y, int y_bf16, int64_t off)
+{
+    return (char *)y + off * (y_bf16 ? 2 : 4);
 }
 
 /* dx; with dres non-NULL, dx = dres + dx in the add kernel's one float add

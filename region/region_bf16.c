@@ -1,0 +1,94 @@
+/* region_bf16.c — compile.precision "bf16" on one compiled region, after
+ * lowering and before its memory is planned.
+ *
+ * Every GEMM multiplies bf16 operands (the backend rounds A and B to bf16
+ * as it reads them and sums in fp32, as torch.autocast does). Then the
+ * storage: a tensor whose every reader is such a GEMM's A or B would be
+ * rounded by each of them anyway, so its writer may round it once, on
+ * store, and hold it in half the bytes; every GEMM then reads the very
+ * values it would have rounded, and the step's bits do not change. In a
+ * transformer these are the norms' outputs (the inputs of the Q/K/V and
+ * MLP projections, kept for their weight gradients), the MLP's activation
+ * (kept for the down projection's weight gradient), the gradients that
+ * only the projections' two backward GEMMs read, and the head's logits
+ * gradient.
+ *
+ * A slot qualifies when:
+ *   - it lives inside the region (saved per instance, or temporary), so
+ *     no other region reads it;
+ *   - it is no view of another slot and none is a view of it;
+ *   - every operand naming it may be bf16 (regc_instr_bf16_allowed: the
+ *     GEMM's A or B, a non-accumulating GEMM's C, a norm's y, a fused
+ *     chain's output, the cross-entropy's dlogits), at a byte offset that
+ *     stays 4-aligned when halved.
+ * Its bytes halve, and each operand naming it is marked bf16 with its
+ * offset counted in bf16 values. The instructions that read a bf16
+ * operand run no in place (regc_instr_inplace_input). */
+#include <stdlib.h>
+
+#include "program.h"
+#include "region_internal.h"
+
+/* Every GEMM of the region multiplies bf16 operands. */
+static void set_bf16_gemms(regc_compiled_region *r)
+{
+    for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
+        regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        if (in->kernel == K_GEMM)
+            in->bf16 = 1;
+    }
+}
+
+/* ok[s] = 1 for the slots the header's rule lets be held in bf16 and
+ * that some GEMM reads (an unread slot gains nothing). read: scratch. */
+static void find_bf16_slots(const regc_compiled_region *r, char *ok, char *read)
+{
+    for (int s = 0; s < r->n_slots; s++) {
+        const regc_slot *x = &r->slots[s];
+        ok[s] = (x->kind == SLOT_SAVED || x->kind == SLOT_TEMP) && x->alias < 0 && x->bytes > 0 &&
+                x->bytes % 4 == 0;
+    }
+    for (int s = 0; s < r->n_slots; s++)
+        if (r->slots[s].alias >= 0)
+            ok[r->slots[s].alias] = 0;
+    for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
+        const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        for (int k = 0; k < in->n_refs; k++) {
+            const regc_ref ref = in->refs[k];
+            if (ref.buf >= 0 && (!regc_instr_bf16_allowed(in, k) || ref.off % 8))
+                ok[ref.buf] = 0;
+            if (ref.buf >= 0 && !regc_instr_writes(in, k))
+                read[ref.buf] = 1;
+        }
+    }
+    for (int s = 0; s < r->n_slots; s++)
+        ok[s] &= read[s];
+}
+
+int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage)
+{
+    if (precision != REGC_PRECISION_BF16)
+        return REGC_OK;
+    set_bf16_gemms(r);
+    if (!bf16_storage)
+        return REGC_OK;
+    char *ok = malloc((size_t)r->n_slots + 1), *read = calloc((size_t)r->n_slots + 1, 1);
+    if (!ok || !read) {
+        free(ok), free(read);
+        return regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
+    }
+    find_bf16_slots(r, ok, read);
+    for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
+        regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        for (int k = 0; k < in->n_refs; k++)
+            if (in->refs[k].buf >= 0 && ok[in->refs[k].buf]) {
+                in->bf16_refs |= (uint16_t)(1u << k);
+                in->refs[k].off /= 2;
+            }
+    }
+    for (int s = 0; s < r->n_slots; s++)
+        if (ok[s])
+            r->slots[s].bytes /= 2, r->slots[s].bf16 = 1;
+    free(ok), free(read);
+    return REGC_OK;
+}

@@ -1,0 +1,392 @@
+/* test_kernels_cpu_bf16_storage.c — tensors held in bf16 (compile.precision
+ * "bf16" keeps what only bf16 GEMMs read in half the bytes): every kernel
+ * that reads or writes one gives the bits of its fp32 counterpart,
+ * rounded on store (regc_bf16_bits) where it writes.
+ *   - a bf16 GEMM reading A or B held in bf16 gives the bits of the same
+ *     GEMM reading the fp32 values they were rounded from, and one writing
+ *     C in bf16 gives the fp32 C rounded, with the same aux and bias
+ *     gradient: every transpose and epilogue, several k slices, row and
+ *     column blocks, one thread or two;
+ *   - the norms' y, a fused chain's outputs and the cross-entropy's
+ *     dlogits held in bf16 are the fp32 kernels' rounded, the rest of
+ *     their outputs unchanged;
+ *   - what cannot hold: a C held in bf16 that accumulates, a bf16 operand
+ *     of an fp32 GEMM, a bf16 chain output over one of its inputs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_math.h"
+#include "regc_backend.h"
+#include "regc_common.h"
+#include "test_device.h"
+
+static regc_backend *be;     /* OMP_NUM_THREADS (2 under ctest) */
+static regc_backend *serial; /* one thread */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    be = regc_test_cpu_backend(0);
+    serial = regc_test_cpu_backend(1);
+    return be && serial ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    regc_backend_free(serial);
+    regc_backend_free(be);
+    return 0;
+}
+
+#define SENTINEL16 0x7e01u /* a NaN no rounding makes: bf16 padding that must come back */
+
+/* n bf16 values as the device holds them (uploaded as floats: pairs of them) */
+static uint16_t *upload16(regc_backend *d, const uint16_t *host, size_t n)
+{
+    uint16_t *pad = calloc(n + 2, sizeof *pad);
+    assert_non_null(pad);
+    memcpy(pad, host, n * sizeof *pad);
+    uint16_t *dev = (uint16_t *)regc_test_upload(d, (const float *)pad, (n + 1) / 2);
+    free(pad);
+    return dev;
+}
+
+static uint16_t *download16(regc_backend *d, const uint16_t *dev, size_t n)
+{
+    return (uint16_t *)regc_test_download(d, (const float *)dev, (n + 1) / 2);
+}
+
+/* x rounded to bf16, each value (its storage) */
+static uint16_t *to_bf16(const float *x, size_t n)
+{
+    uint16_t *h = calloc(n + 2, sizeof *h);
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = regc_bf16_bits(x[i]);
+    return h;
+}
+
+/* Fail unless got[i * ld + j] holds want[i * ld_want + j] rounded to bf16. */
+static void expect_rounded(const char *what, const uint16_t *got, int64_t ld, const float *want,
+                           int64_t ld_want, int64_t rows, int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            const uint16_t g = got[i * ld + j], w = regc_bf16_bits(want[i * ld_want + j]);
+            if (g != w)
+                fail_msg("%s: [%lld, %lld] is 0x%04x, the fp32 value %.9g rounds to 0x%04x", what,
+                         (long long)i, (long long)j, g, (double)want[i * ld_want + j], w);
+        }
+}
+
+/* ---- GEMMs ------------------------------------------------------------------- */
+
+typedef struct {
+    int ta, tb, acc;
+    regc_epilogue epi;
+    int64_t m, n, k, lda, ldb, ldc, ldaux;
+    float *a, *b, *c0, *bias, *aux0;
+    uint16_t *a16, *b16, *c16_0; /* A and B rounded; C's bf16 start: sentinels */
+} storage_case;
+
+static storage_case make_case(int ta, int tb, regc_epilogue epi, int acc, int64_t m, int64_t n,
+                              int64_t k, uint64_t seed)
+{
+    storage_case cs = {.ta = ta, .tb = tb, .acc = acc, .epi = epi, .m = m, .n = n, .k = k};
+    cs.lda = (ta ? m : k) + 3, cs.ldb = (tb ? k : n) + 2, cs.ldc = n + 5, cs.ldaux = n + 4;
+    const size_t na = (size_t)((ta ? k : m) * cs.lda), nb = (size_t)((tb ? n : k) * cs.ldb);
+    cs.a = regc_test_host_uniform(na, seed + 1, 0.0f, 1.0f);
+    cs.b = regc_test_host_uniform(nb, seed + 2, 0.0f, 1.0f);
+    cs.c0 = regc_test_host_uniform((size_t)(m * cs.ldc), seed + 3, 0.0f, 1.0f);
+    cs.bias = regc_test_host_uniform((size_t)n, seed + 4, 0.2f, 0.5f);
+    cs.aux0 = regc_test_host_uniform((size_t)(m * cs.ldaux), seed + 5, 0.0f, 3.0f);
+    cs.a16 = to_bf16(cs.a, na);
+    cs.b16 = to_bf16(cs.b, nb);
+    cs.c16_0 = calloc((size_t)(m * cs.ldc) + 2, sizeof *cs.c16_0);
+    assert_non_null(cs.c16_0);
+    for (int64_t i = 0; i < m * cs.ldc; i++)
+        cs.c16_0[i] = SENTINEL16;
+    return cs;
+}
+
+static void free_case(storage_case *cs) { free(cs->a16), free(cs->b16), free(cs->c16_0); }
+
+typedef struct {
+    float *c, *aux, *bgrad; /* c: fp32 C, or NULL where C is held in bf16 */
+    uint16_t *c16;
+} gemm_out;
+
+/* The case on d, with A, B and C held as the flags say. */
+static gemm_out run_gemm(regc_backend *d, const storage_case *cs, int a16, int b16, int c16)
+{
+    const size_t na = (size_t)((cs->ta ? cs->k : cs->m) * cs->lda);
+    const size_t nb = (size_t)((cs->tb ? cs->n : cs->k) * cs->ldb);
+    const size_t nc = (size_t)(cs->m * cs->ldc);
+    regc_gemm g = {
+        .trans_a = cs->ta,
+        .trans_b = cs->tb,
+        .m = cs->m,
+        .n = cs->n,
+        .k = cs->k,
+        .a = a16 ? (const float *)upload16(d, cs->a16, na) : regc_test_upload(d, cs->a, na),
+        .lda = cs->lda,
+        .b = b16 ? (const float *)upload16(d, cs->b16, nb) : regc_test_upload(d, cs->b, nb),
+        .ldb = cs->ldb,
+        .c = c16 ? (float *)upload16(d, cs->c16_0, nc) : regc_test_upload(d, cs->c0, nc),
+        .ldc = cs->ldc,
+        .alpha = 0.625f,
+        .accumulate = cs->acc,
+        .epilogue = cs->epi,
+        .bias = regc_test_upload(d, cs->bias, (size_t)cs->n),
+        .aux = regc_test_upload(d, cs->aux0, (size_t)(cs->m * cs->ldaux)),
+        .ldaux = cs->ldaux,
+        .bias_grad = regc_test_dev_nan(d, (size_t)cs->n),
+        .bf16 = 1,
+        .a_bf16 = a16,
+        .b_bf16 = b16,
+        .c_bf16 = c16,
+    };
+    assert_int_equal(d->gemm(d, &g), REGC_OK);
+    assert_int_equal(d->sync(d), REGC_OK);
+    gemm_out o = {0};
+    if (c16)
+        o.c16 = download16(d, (const uint16_t *)g.c, nc);
+    else
+        o.c = regc_test_download(d, g.c, nc);
+    o.aux = regc_test_download(d, g.aux, (size_t)(cs->m * cs->ldaux));
+    o.bgrad = regc_test_download(d, g.bias_grad, (size_t)cs->n);
+    return o;
+}
+
+/* Every storage of A, B and C against the GEMM of fp32 operands and C. */
+static void check_storage(regc_backend *d, const storage_case *cs)
+{
+    char what[200];
+    const gemm_out ref = run_gemm(d, cs, 0, 0, 0);
+    for (int flags = 1; flags < 8; flags++) {
+        const int a16 = flags & 1, b16 = flags >> 1 & 1, c16 = flags >> 2 & 1;
+        if (c16 && cs->acc)
+            continue; /* refused: test_bf16_storage_refusals */
+        snprintf(what, sizeof what,
+                 "gemm ta=%d tb=%d %s acc=%d m=%lld n=%lld k=%lld, A %s, B %s, C %s", cs->ta,
+                 cs->tb, regc_epilogue_name(cs->epi), cs->acc, (long long)cs->m, (long long)cs->n,
+                 (long long)cs->k, a16 ? "bf16" : "fp32", b16 ? "bf16" : "fp32",
+                 c16 ? "bf16" : "fp32");
+        const gemm_out got = run_gemm(d, cs, a16, b16, c16);
+        if (c16) {
+            expect_rounded(what, got.c16, cs->ldc, ref.c, cs->ldc, cs->m, cs->n);
+            for (int64_t i = 0; i < cs->m; i++)
+                for (int64_t j = cs->n; j < cs->ldc; j++)
+                    if (got.c16[i * cs->ldc + j] != SENTINEL16)
+                        fail_msg("%s: C padding [%lld, %lld] was written", what, (long long)i,
+                                 (long long)j);
+        } else {
+            regc_test_assert_bitwise_equal(what, got.c, ref.c, (size_t)(cs->m * cs->ldc));
+        }
+        regc_test_assert_bitwise_equal(what, got.aux, ref.aux, (size_t)(cs->m * cs->ldaux));
+        if (cs->epi == REGC_EPI_BGRAD || cs->epi == REGC_EPI_DGELU_BGRAD)
+            regc_test_assert_bitwise_equal(what, got.bgrad, ref.bgrad, (size_t)cs->n);
+    }
+    regc_test_release_all();
+}
+
+/* Every transpose and epilogue, with and without accumulation, at shapes
+ * off the register tile and past the blocks: k over two and three slices
+ * of the bf16 kernel (512) with odd remainders, m past a 264-row block. */
+static void test_bf16_gemm_storage(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][3] = {
+        {13, 37, 19}, {1, 45, 7}, {29, 1, 1}, {40, 70, 1031}, {275, 33, 531}};
+    uint64_t seed = 30000;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int epi = REGC_EPI_NONE; epi <= REGC_EPI_BGRAD; epi++, seed += 10) {
+                    /* accumulation on the small shapes only: it keeps C fp32 */
+                    storage_case cs = make_case(ta, tb, (regc_epilogue)epi, s < 2 && (epi & 1),
+                                                shapes[s][0], shapes[s][1], shapes[s][2], seed);
+                    check_storage(be, &cs);
+                    free_case(&cs);
+                }
+}
+
+/* One thread gives the bits two do, bf16 C and operands included. */
+static void test_bf16_gemm_storage_one_thread(void **state)
+{
+    (void)state;
+    storage_case cs = make_case(0, 1, REGC_EPI_BIAS_GELU_AUX, 0, 275, 70, 1031, 31000);
+    const gemm_out two = run_gemm(be, &cs, 1, 1, 1), one = run_gemm(serial, &cs, 1, 1, 1);
+    if (memcmp(one.c16, two.c16, (size_t)(cs.m * cs.ldc) * sizeof(uint16_t)))
+        fail_msg("a bf16 C depends on the thread count");
+    regc_test_assert_bitwise_equal("aux, one thread", one.aux, two.aux, (size_t)(cs.m * cs.ldaux));
+    free_case(&cs);
+}
+
+static void test_bf16_storage_refusals(void **state)
+{
+    (void)state;
+    float *x = regc_test_upload(be, (float[16]){0}, 16);
+    regc_gemm g = {.m = 2,
+                   .n = 2,
+                   .k = 2,
+                   .a = x,
+                   .lda = 2,
+                   .b = x + 4,
+                   .ldb = 2,
+                   .c = x + 8,
+                   .ldc = 2,
+                   .alpha = 1.0f,
+                   .bf16 = 1,
+                   .c_bf16 = 1,
+                   .accumulate = 1};
+    assert_int_equal(be->gemm(be, &g), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "cannot accumulate"));
+    g.accumulate = 0, g.bf16 = 0, g.c_bf16 = 0, g.a_bf16 = 1;
+    assert_int_equal(be->gemm(be, &g), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "needs a bf16 GEMM"));
+
+    /* a chain's bf16 output over its own input */
+    regc_ew_program p = {.n_inputs = 1, .n_steps = 1, .n_outputs = 1};
+    p.steps[0] = (regc_ew_step){.op = REGC_EW_GELU, .a = 0};
+    p.out_reg[0] = 1;
+    float *outs[1] = {x};
+    const float *ins[1] = {x};
+    be->elementwise(be, &p, 8, outs, ins, 1u);
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "held in bf16 and overwrites input 0"));
+    regc_test_release_all();
+}
+
+/* ---- the other kernels --------------------------------------------------------- */
+
+#define ROWS 37
+#define COLS 133 /* past a vector, odd */
+
+/* LayerNorm, RMSNorm and their fused residual adds: y held in bf16 is the
+ * fp32 y rounded; mean, rstd and the sum keep their bits. */
+static void test_bf16_norm_outputs(void **state)
+{
+    (void)state;
+    const size_t rc = (size_t)ROWS * COLS;
+    float *hx = regc_test_host_uniform(rc, 32001, 0.5f, 2.0f);
+    float *hb = regc_test_host_uniform(rc, 32002, 0.0f, 1.0f);
+    float *hw = regc_test_host_uniform(COLS, 32003, 1.0f, 0.5f);
+    float *hbias = regc_test_host_uniform(COLS, 32004, 0.0f, 0.5f);
+    const float *x = regc_test_upload(be, hx, rc), *b = regc_test_upload(be, hb, rc);
+    const float *w = regc_test_upload(be, hw, COLS), *bias = regc_test_upload(be, hbias, COLS);
+    for (int kind = 0; kind < 4; kind++) { /* layernorm, rmsnorm, add + each */
+        const int ln = kind % 2 == 0, add = kind >= 2;
+        float *y[2], *mean[2], *rstd[2], *sum[2];
+        for (int s = 0; s < 2; s++) { /* s: y in bf16 */
+            y[s] = regc_test_dev_nan(be, rc), mean[s] = regc_test_dev_nan(be, ROWS);
+            rstd[s] = regc_test_dev_nan(be, ROWS), sum[s] = regc_test_dev_nan(be, rc);
+            if (ln && add)
+                be->add_layernorm_fwd(be, sum[s], y[s], mean[s], rstd[s], x, b, w, bias, ROWS, COLS,
+                                      1e-5f, s);
+            else if (ln)
+                be->layernorm_fwd(be, y[s], mean[s], rstd[s], x, w, bias, ROWS, COLS, 1e-5f, s);
+            else if (add)
+                be->add_rmsnorm_fwd(be, sum[s], y[s], rstd[s], x, b, w, ROWS, COLS, 1e-6f, s);
+            else
+                be->rmsnorm_fwd(be, y[s], rstd[s], x, w, ROWS, COLS, 1e-6f, s);
+            assert_int_equal(be->sync(be), REGC_OK);
+        }
+        static const char *const names[4] = {"layernorm", "rmsnorm", "add_layernorm",
+                                             "add_rmsnorm"};
+        float *y32 = regc_test_download(be, y[0], rc);
+        uint16_t *y16 = download16(be, (const uint16_t *)y[1], rc);
+        expect_rounded(names[kind], y16, COLS, y32, COLS, ROWS, COLS);
+        regc_test_assert_bitwise_equal(names[kind], regc_test_download(be, rstd[1], ROWS),
+                                       regc_test_download(be, rstd[0], ROWS), ROWS);
+        if (ln)
+            regc_test_assert_bitwise_equal(names[kind], regc_test_download(be, mean[1], ROWS),
+                                           regc_test_download(be, mean[0], ROWS), ROWS);
+        if (add)
+            regc_test_assert_bitwise_equal(names[kind], regc_test_download(be, sum[1], rc),
+                                           regc_test_download(be, sum[0], rc), rc);
+    }
+    regc_test_release_all();
+}
+
+/* A chain of two outputs (bias add, then GELU of it), each in either
+ * storage: a bf16 one is the fp32 one rounded, the other keeps its bits. */
+static void test_bf16_chain_outputs(void **state)
+{
+    (void)state;
+    const int64_t n = ROWS * COLS;
+    regc_ew_program p = {.n_inputs = 2, .n_steps = 2, .n_outputs = 2};
+    p.period[1] = COLS;
+    p.steps[0] = (regc_ew_step){.op = REGC_EW_ADD, .a = 0, .b = 1};
+    p.steps[1] = (regc_ew_step){.op = REGC_EW_GELU, .a = 2};
+    p.out_reg[0] = 2, p.out_reg[1] = 3;
+    float *hx = regc_test_host_uniform((size_t)n, 33001, 0.0f, 3.0f);
+    float *hb = regc_test_host_uniform(COLS, 33002, 0.0f, 1.0f);
+    const float *ins[2] = {regc_test_upload(be, hx, (size_t)n), regc_test_upload(be, hb, COLS)};
+    float *ref[2] = {regc_test_dev_nan(be, (size_t)n), regc_test_dev_nan(be, (size_t)n)};
+    be->elementwise(be, &p, n, ref, ins, 0u);
+    float *want[2] = {regc_test_download(be, ref[0], (size_t)n),
+                      regc_test_download(be, ref[1], (size_t)n)};
+    for (unsigned mask = 1; mask < 4; mask++) {
+        float *outs[2] = {regc_test_dev_nan(be, (size_t)n), regc_test_dev_nan(be, (size_t)n)};
+        be->elementwise(be, &p, n, outs, ins, mask);
+        assert_int_equal(be->sync(be), REGC_OK);
+        for (int k = 0; k < 2; k++) {
+            char what[64];
+            snprintf(what, sizeof what, "chain output %d, mask %u", k, mask);
+            if (mask >> k & 1u)
+                expect_rounded(what, download16(be, (const uint16_t *)outs[k], (size_t)n), n,
+                               want[k], n, 1, n);
+            else
+                regc_test_assert_bitwise_equal(what, regc_test_download(be, outs[k], (size_t)n),
+                                               want[k], (size_t)n);
+        }
+    }
+    regc_test_release_all();
+}
+
+/* The cross-entropy's dlogits in bf16, ignored rows (zeros) included. */
+static void test_bf16_dlogits(void **state)
+{
+    (void)state;
+    const size_t rc = (size_t)ROWS * COLS;
+    float *hx = regc_test_host_uniform(rc, 34001, 0.0f, 4.0f);
+    int32_t targets[ROWS];
+    for (int r = 0; r < ROWS; r++)
+        targets[r] = r % 5 == 3 ? -100 : (r * 7) % COLS;
+    const float *x = regc_test_upload(be, hx, rc);
+    const int32_t *t = regc_test_upload_ints(be, targets, ROWS);
+    float *loss = regc_test_dev_nan(be, 1), *lse = regc_test_dev_nan(be, ROWS);
+    const float one = 1.0f;
+    const float *dloss = regc_test_upload(be, &one, 1);
+    be->cross_entropy_fwd(be, loss, lse, x, t, ROWS, COLS);
+    float *d32 = regc_test_dev_nan(be, rc), *d16 = regc_test_dev_nan(be, rc);
+    be->cross_entropy_bwd(be, d32, dloss, x, t, lse, ROWS, COLS, 0);
+    be->cross_entropy_bwd(be, d16, dloss, x, t, lse, ROWS, COLS, 1);
+    assert_int_equal(be->sync(be), REGC_OK);
+    expect_rounded("dlogits", download16(be, (const uint16_t *)d16, rc), COLS,
+                   regc_test_download(be, d32, rc), COLS, ROWS, COLS);
+    regc_test_release_all();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        regc_test_with_buffers(test_bf16_gemm_storage),
+        regc_test_with_buffers(test_bf16_gemm_storage_one_thread),
+        regc_test_with_buffers(test_bf16_storage_refusals),
+        regc_test_with_buffers(test_bf16_norm_outputs),
+        regc_test_with_buffers(test_bf16_chain_outputs),
+        regc_test_with_buffers(test_bf16_dlogits),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
