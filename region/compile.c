@@ -30,6 +30,35 @@ static int has_grad(const regc_graph *g, const char *needs, int t)
     return n->op == REGC_OP_SPLIT || n->out[0] == t;
 }
 
+/* ZeRO-3 under bf16 gathers in bf16 the parameters that only matrix
+ * products read: their GEMMs round them to bf16 anyway (forward and the
+ * input gradient's backward), so the gathered copy holds exactly those
+ * values in half the bytes, and the step's bits stay those of stage 0.
+ * NULL where nothing is (another precision or stage, or fp32 storage). */
+static int bf16_params_wanted(const regc_compile_options *o)
+{
+    return o->precision == REGC_PRECISION_BF16 && !o->fp32_storage && o->zero_stage == 3;
+}
+
+static char *bf16_params(const regc_graph *g, const regc_compile_options *o)
+{
+    if (!bf16_params_wanted(o))
+        return NULL;
+    int n_t = regc_graph_n_tensors(g);
+    char *only_matmul = calloc((size_t)n_t + 1, 1);
+    if (!only_matmul)
+        return NULL;
+    for (int t = 0; t < n_t; t++)
+        only_matmul[t] = regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        for (int k = 0; k < n->n_in; k++)
+            if (n->op != REGC_OP_MATMUL)
+                only_matmul[n->in[k]] = 0;
+    }
+    return only_matmul;
+}
+
 /* One piece as the pipeline sees it before compiling. */
 typedef struct {
     int region; /* index into the step's regions */
@@ -45,6 +74,7 @@ typedef struct {
     int n_pieces, cap;
     piece_plan *pieces;
     int *last_reader; /* [n_tensors] the last piece reading each tensor, -1 */
+    char *bf16_param; /* [n_tensors] a parameter gathered in bf16, or NULL: none are */
     int *mark;        /* [n_tensors] scratch, all -1 between uses */
     char *in_glue;    /* [n_nodes] scratch */
 } pipeline;
@@ -148,9 +178,9 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
             first = &pl->pieces[i];
     n_in = first->n_in, n_out = first->n_out;
     char *in_needs = calloc((size_t)n_in + 1, 1), *seeded = calloc((size_t)n_in + 1, 1);
-    char *out_grad = calloc((size_t)n_out + 1, 1);
+    char *out_grad = calloc((size_t)n_out + 1, 1), *in_bf16 = calloc((size_t)n_in + 1, 1);
     int rc = REGC_OK;
-    if (!in_needs || !seeded || !out_grad) {
+    if (!in_needs || !seeded || !out_grad || !in_bf16) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
@@ -159,6 +189,8 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
         if (pp->region != region)
             continue;
         for (int k = 0; k < n_in; k++) {
+            /* the same for every instance: a layer's parameters are alike */
+            in_bf16[k] = pl->bf16_param && pl->bf16_param[pp->in[k]];
             in_needs[k] |= pl->needs[pp->in[k]];
             seeded[k] |= pl->last_reader[pp->in[k]] > i;
             /* accumulating, every parameter's gradient adds to what the
@@ -178,6 +210,7 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
                              .in_needs_grad = in_needs,
                              .in_seeded = seeded,
                              .out_has_grad = out_grad,
+                             .in_bf16 = in_bf16,
                              .name = name};
     regc_compiled_region *r;
     if ((rc = regc_compile_cached_region(pl->g, &spec, level, pl->o, pl->st, compiles, &r)))
@@ -185,7 +218,7 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
     if ((rc = regc_program_add_region(prog, r)) >= 0)
         rc = REGC_OK;
 done:
-    free(in_needs), free(seeded), free(out_grad);
+    free(in_needs), free(seeded), free(out_grad), free(in_bf16);
     return rc;
 }
 
@@ -269,7 +302,8 @@ static void pipeline_free(pipeline *pl)
 {
     for (int i = 0; i < pl->n_pieces; i++)
         free(pl->pieces[i].in), free(pl->pieces[i].out);
-    free(pl->pieces), free(pl->last_reader), free(pl->mark), free(pl->in_glue);
+    free(pl->pieces), free(pl->last_reader), free(pl->mark), free(pl->in_glue),
+        free(pl->bf16_param);
     free((void *)pl->needs);
 }
 
@@ -302,8 +336,10 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     pl.mark = malloc(((size_t)n_t + 1) * sizeof(int));
     pl.in_glue = calloc((size_t)regc_graph_n_nodes(g) + 1, 1);
     pl.needs = flat_needs(g);
+    pl.bf16_param = bf16_params(g, o);
     regc_blocks *blocks = NULL;
-    if (!pl.last_reader || !pl.mark || !pl.in_glue || !pl.needs) {
+    if (!pl.last_reader || !pl.mark || !pl.in_glue || !pl.needs ||
+        (!pl.bf16_param && bf16_params_wanted(o))) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
@@ -325,7 +361,7 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     for (int i = 0; i < pl.n_pieces && rc == REGC_OK; i++)
         rc = regc_program_add_piece(prog, pl.pieces[i].region, pl.pieces[i].in, pl.pieces[i].out);
     if (rc == REGC_OK && prog->zero_stage == 3)
-        rc = regc_zero3_layout(prog, param_offset);
+        rc = regc_zero3_layout(prog, param_offset, pl.bf16_param);
     if (rc)
         goto done;
     double l0 = regc_time_ms();

@@ -70,6 +70,8 @@ int regc_instr_bf16_allowed(const regc_instr *in, int k)
     case K_ADD_LN_FWD:
     case K_ADD_RMS_FWD: return k == 1;
     case K_EW: return k < in->n_out;
+    case K_ALLGATHER: return k == 0;
+    case K_COMM_WAIT: return k == 0 && in->d[1] == K_ALLGATHER;
     default: return 0;
     }
 }

@@ -420,6 +420,8 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
      * its kernel reads or writes bf16 at all */
     if (in->bf16_refs >> in->n_refs)
         fail(&r, "a bf16 mark on an absent operand");
+    if ((k == K_ALLGATHER || k == K_COMM_WAIT) && regc_instr_ref_bf16(in, 0) && d[0] % 2)
+        fail(&r, "a bf16 all-gather of an odd count (its values travel in pairs)");
     for (int i = 0; i < in->n_refs && !r.bad; i++)
         if (regc_instr_ref_bf16(in, i)) {
             if (!regc_instr_bf16_allowed(in, i))

@@ -102,7 +102,8 @@ static inline int regc_instr_ref_bf16(const regc_instr *in, int k)
 /* May operand k of the instruction be held in bf16? A bf16 GEMM's A and B,
  * and C when it does not accumulate; the norms' y; a fused chain's
  * outputs; the cross-entropy's dlogits: the kernels that read or write a
- * bf16 tensor (kernels/regc_backend.h). */
+ * bf16 tensor (kernels/regc_backend.h); and an all-gather's destination
+ * (ZeRO-3's units gathered in bf16, program_run.c). */
 int regc_instr_bf16_allowed(const regc_instr *in, int k);
 /* One instruction through a backend, operands already resolved to device
  * pointers (ptr[i] for refs[i], NULL when absent). */
@@ -155,7 +156,10 @@ typedef struct {
     const char *in_needs_grad; /* [n_in] */
     const char *in_seeded;     /* [n_in] a later reader accumulates its gradient first */
     const char *out_has_grad;  /* [n_out] receives an incoming gradient */
-    const char *name;          /* "layer kind 0", "glue 1", "step" */
+    /* [n_in] or NULL: a parameter gathered in bf16 (ZeRO-3 under bf16,
+     * region_bf16.c), its slot held in bf16 */
+    const char *in_bf16;
+    const char *name; /* "layer kind 0", "glue 1", "step" */
 } regc_region_spec;
 
 typedef struct {

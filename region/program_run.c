@@ -113,6 +113,23 @@ static void resolve(char *const *base, const regc_instr *in, void **ptr)
         ptr[k] = in->refs[k].buf < 0 ? NULL : base[in->refs[k].buf] + in->refs[k].off;
 }
 
+/* An all-gather in bf16 (a unit that only bf16 GEMMs read): this rank's
+ * fp32 shard src [n] is rounded into its own place in dst (the downcast
+ * fused with the gather: no other copy of it), and *send is that place;
+ * the ranks' bf16 values then travel as n / 2 pairs, each pair one float's
+ * bytes, in place. */
+static int allgather_bf16_send(regc_program *p, void *dst, const float *src, int64_t n,
+                               float **send)
+{
+    static const regc_ew_program copy = {.n_inputs = 1, .n_outputs = 1, .out_reg = {0}};
+    uint16_t *mine = (uint16_t *)dst + (int64_t)p->comm->rank * n; /* [n] bf16 */
+    float *outs[1] = {(float *)mine};
+    const float *ins[1] = {src};
+    p->be->elementwise(p->be, &copy, n, outs, ins, 1u);
+    *send = (float *)mine;
+    return p->be->sync(p->be);
+}
+
 /* A collective on the program's communicator, after the compute before it
  * has finished: at once, started on the queue (signal > 0), or waited for
  * (K_COMM_WAIT). */
@@ -122,6 +139,11 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
     int rc = p->be->sync(p->be);
     if (rc)
         return rc;
+    const int bf16 = in->kernel == K_ALLGATHER && regc_instr_ref_bf16(in, 0);
+    float *send = NULL;
+    if (bf16 && (rc = allgather_bf16_send(p, ptr[0], (const float *)ptr[1], in->d[0], &send)))
+        return rc;
+    const int64_t n = bf16 ? in->d[0] / 2 : in->d[0]; /* floats, or bf16 pairs, per rank */
     if (in->kernel == K_COMM_WAIT) {
         if (!p->queue)
             return REGC_OK;
@@ -135,8 +157,10 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
                                    : in->kernel == K_ALLREDUCE ? REGC_COMM_OP_ALLREDUCE
                                                                : REGC_COMM_OP_REDUCE_SCATTER,
                            .dst = ptr[0],
-                           .src = in->kernel == K_ALLREDUCE ? NULL : ptr[1],
-                           .n = in->d[0],
+                           .src = in->kernel == K_ALLREDUCE ? NULL
+                                  : bf16                    ? send
+                                                            : ptr[1],
+                           .n = n,
                            .accumulate = in->accumulate,
                            .ms = p->op_ms ? &p->op_ms[in->signal] : NULL};
         return regc_comm_queue_start(p->queue, &op, &p->tickets[in->signal]);
@@ -144,7 +168,7 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
     switch (in->kernel) {
     case K_ALLREDUCE:
         return c->allreduce(c, ptr[0], in->d[0], in->d[1] ? REGC_COMM_F64 : REGC_COMM_F32);
-    case K_ALLGATHER: return c->allgather(c, ptr[0], ptr[1], in->d[0]);
+    case K_ALLGATHER: return c->allgather(c, ptr[0], bf16 ? send : ptr[1], n);
     case K_REDUCE_SCATTER: return c->reduce_scatter(c, ptr[0], ptr[1], in->d[0], in->accumulate);
     default: return regc_error(REGC_ERR_ARG, "step program: %d is no collective", in->kernel);
     }

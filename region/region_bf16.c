@@ -23,7 +23,13 @@
  *     stays 4-aligned when halved.
  * Its bytes halve, and each operand naming it is marked bf16 with its
  * offset counted in bf16 values. The instructions that read a bf16
- * operand run no in place (regc_instr_inplace_input). */
+ * operand run no in place (regc_instr_inplace_input).
+ *
+ * Under ZeRO-3 the compiler also names the parameters it gathers in bf16
+ * (compile.c: those only matrix products read, in_bf16): their formal
+ * slots are held in bf16 the same way. Every operand naming one must be a
+ * GEMM's A or B, or the compile fails: the gathered unit is bf16 for every
+ * region that reads it. */
 #include <stdlib.h>
 
 #include "program.h"
@@ -65,7 +71,37 @@ static void find_bf16_slots(const regc_compiled_region *r, char *ok, char *read)
         ok[s] &= read[s];
 }
 
-int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage)
+/* The formal inputs in_bf16 names: ok[] set for their slots, or an error
+ * naming an operand that reads one in fp32. */
+static int mark_bf16_params(const regc_compiled_region *r, const char *in_bf16, char *ok)
+{
+    for (int k = 0; k < r->n_in; k++) {
+        const int s = r->in_slot[k];
+        if (!in_bf16[k] || s < 0)
+            continue;
+        const char *name = regc_graph_tensor(r->graph, r->slots[s].tensor)->name;
+        for (int v = 0; v < r->n_slots; v++)
+            if (r->slots[v].alias == s)
+                return regc_error(REGC_ERR_UNSUPPORTED,
+                                  "region %s: parameter %s, gathered in bf16, has a view", r->name,
+                                  name);
+        for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
+            const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+            for (int j = 0; j < in->n_refs; j++)
+                if (in->refs[j].buf == s && (!regc_instr_bf16_allowed(in, j) ||
+                                             regc_instr_writes(in, j) || in->refs[j].off % 8))
+                    return regc_error(REGC_ERR_UNSUPPORTED,
+                                      "region %s: parameter %s, gathered in bf16, is read in fp32 "
+                                      "by %s",
+                                      r->name, name, regc_kernel_name(in->kernel));
+        }
+        ok[s] = 1;
+    }
+    return REGC_OK;
+}
+
+int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage,
+                                const char *in_bf16)
 {
     if (precision != REGC_PRECISION_BF16)
         return REGC_OK;
@@ -78,6 +114,11 @@ int regc_region_apply_precision(regc_compiled_region *r, regc_precision precisio
         return regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
     }
     find_bf16_slots(r, ok, read);
+    int rc = in_bf16 ? mark_bf16_params(r, in_bf16, ok) : REGC_OK;
+    if (rc) {
+        free(ok), free(read);
+        return rc;
+    }
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
         regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
         for (int k = 0; k < in->n_refs; k++)

@@ -60,6 +60,7 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
         regc_bytes_put_i64(b, t->role == REGC_ROLE_PARAM);
         regc_bytes_put_i64(b, s->in_needs_grad[k]);
         regc_bytes_put_i64(b, s->in_seeded[k]);
+        regc_bytes_put_i64(b, s->in_bf16 ? s->in_bf16[k] : 0);
     }
     regc_bytes_put_i64(b, s->n_nodes);
     for (int i = 0; i < s->n_nodes; i++) {

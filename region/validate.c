@@ -168,13 +168,22 @@ int regc_region_validate_spec(const regc_compiled_region *r, const regc_graph *g
         const regc_tensor *t = regc_graph_tensor(g, in ? s->in[f] : s->out[f]);
         int slots[3] = {in ? r->in_slot[f] : r->out_slot[f], in ? r->seed_slot[f] : r->dout_slot[f],
                         in ? r->din_slot[f] : -1};
-        for (int j = 0; j < 3; j++)
-            if (slots[j] >= 0 && r->slots[slots[j]].bytes != regc_tensor_bytes(t))
-                return regc_error(REGC_ERR_FORMAT,
-                                  "region %s: slot %d of %s %d holds %lld bytes, the tensor %lld",
-                                  s->name, slots[j], in ? "input" : "output", f,
-                                  (long long)r->slots[slots[j]].bytes,
-                                  (long long)regc_tensor_bytes(t));
+        /* a parameter gathered in bf16 (its input slot) holds half */
+        const int bf16 = in && s->in_bf16 && s->in_bf16[f];
+        for (int j = 0; j < 3; j++) {
+            if (slots[j] < 0)
+                continue;
+            const regc_slot *x = &r->slots[slots[j]];
+            const int half = bf16 && j == 0;
+            if (x->bf16 != half ||
+                x->bytes != (half ? regc_tensor_bytes(t) / 2 : regc_tensor_bytes(t)))
+                return regc_error(
+                    REGC_ERR_FORMAT,
+                    "region %s: slot %d of %s %d holds %lld bytes%s, the tensor %lld%s", s->name,
+                    slots[j], in ? "input" : "output", f, (long long)x->bytes,
+                    x->bf16 ? " in bf16" : "", (long long)regc_tensor_bytes(t),
+                    half ? " gathered in bf16" : "");
+        }
     }
     /* ids are read from int32 formal inputs only */
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
@@ -227,7 +236,7 @@ static int check_operand(prog_ctx *c, const regc_instr *in, const regc_instr_ext
         return prog_fail(c, in, k, "does not fit its buffer", buf, off, e->bytes[k]);
     /* kernels read floats and ids, the f64 all-reduce doubles: aligned */
     int64_t at = add_sizes(x->kind == BUF_INPUT ? 0 : x->offset, off);
-    int align = in->kernel == K_ALLREDUCE && in->d[1] ? 8 : 4;
+    int align = in->kernel == K_ALLREDUCE && in->d[1] ? 8 : regc_instr_ref_bf16(in, k) ? 2 : 4;
     if (at % align)
         return prog_fail(c, in, k, "is misaligned", buf, off, e->bytes[k]);
     if ((e->ids >> k & 1) && (x->kind != BUF_INPUT ||

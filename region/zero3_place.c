@@ -24,10 +24,11 @@
 typedef struct {
     regc_program *p;
     const regc_shard_layout *l;
-    int *param_of;  /* [n_bufs] the parameter a per-parameter buffer holds (values or grads), -1 */
-    int *gathered;  /* [n_units] this pass's gathered buffer, -1 */
-    int *grads;     /* [n_units] the unit's gradient buffer, -1 */
-    int *last_grad; /* [n_units] the last step touching its gradients */
+    int *param_of;   /* [n_bufs] the parameter a per-parameter buffer holds (values or grads), -1 */
+    int *gathered;   /* [n_units] this pass's gathered buffer, -1 */
+    char *unit_bf16; /* [n_units] gathered in bf16 (its readers' slots are) */
+    int *grads;      /* [n_units] the unit's gradient buffer, -1 */
+    int *last_grad;  /* [n_units] the last step touching its gradients */
     int shard_params, shard_grads;
     lazy_step *out;
     int n_out, cap_out;
@@ -92,13 +93,13 @@ static int map_buffers(placer *z)
  * names (an embedding table in the backward, which reads only the ids) is
  * unbound instead: nothing is gathered for it. */
 static int visit_refs(placer *z, lazy_step *s, int step,
-                      int (*visit)(placer *z, regc_ref *ref, int step))
+                      int (*visit)(placer *z, regc_ref *ref, int step, int bf16))
 {
     int rc = REGC_OK;
     if (s->piece < 0) {
         for (int k = 0; k < s->instr.n_refs && rc == REGC_OK; k++)
             if (s->instr.refs[k].buf >= 0)
-                rc = visit(z, &s->instr.refs[k], step);
+                rc = visit(z, &s->instr.refs[k], step, regc_instr_ref_bf16(&s->instr, k));
         return rc;
     }
     const regc_compiled_region *r = z->p->regions[z->p->pieces[s->piece].region];
@@ -119,7 +120,7 @@ static int visit_refs(placer *z, lazy_step *s, int step,
         if (s->bind[k].buf < 0)
             continue;
         if (named[k])
-            rc = visit(z, &s->bind[k], step);
+            rc = visit(z, &s->bind[k], step, r->slots[k].bf16);
         else if (z->param_of[s->bind[k].buf] >= 0)
             s->bind[k] = (regc_ref){REGC_REF_NONE, 0};
     }
@@ -127,8 +128,9 @@ static int visit_refs(placer *z, lazy_step *s, int step,
     return rc;
 }
 
-static int note_grads(placer *z, regc_ref *ref, int step)
+static int note_grads(placer *z, regc_ref *ref, int step, int bf16)
 {
+    (void)bf16;
     int i = z->param_of[ref->buf];
     if (i >= 0 && z->p->bufs[ref->buf].kind == BUF_GRADS)
         z->last_grad[z->l->param_unit[i]] = step;
@@ -136,8 +138,10 @@ static int note_grads(placer *z, regc_ref *ref, int step)
 }
 
 /* A parameter or gradient ref moves into its unit's gathered or gradient
- * buffer, emitting the all-gather or the zero fill that makes it. */
-static int place_ref(placer *z, regc_ref *ref, int step)
+ * buffer, emitting the all-gather or the zero fill that makes it. bf16:
+ * the ref is to a slot held in bf16, a parameter gathered in bf16 (its
+ * all-gather rounds this rank's shard to bf16 as it sends it). */
+static int place_ref(placer *z, regc_ref *ref, int step, int bf16)
 {
     (void)step;
     regc_program *p = z->p;
@@ -146,9 +150,15 @@ static int place_ref(placer *z, regc_ref *ref, int step)
     if (i < 0)
         return REGC_OK;
     int u = l->param_unit[i], grads = p->bufs[ref->buf].kind == BUF_GRADS;
-    int64_t bytes = l->unit_padded[u] * (int64_t)sizeof(float);
+    const int64_t elem = bf16 ? 2 : (int64_t)sizeof(float); /* bytes of a gathered value */
+    int64_t bytes = l->unit_padded[u] * elem;
     int *own = grads ? &z->grads[u] : &z->gathered[u];
+    if (*own >= 0 && !grads && z->unit_bf16[u] != bf16)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "zero3: unit %d is read in bf16 and in fp32 (parameter %d)", u, i);
     if (*own < 0) {
+        if (!grads)
+            z->unit_bf16[u] = (char)bf16;
         if ((*own = regc_program_new_buf(p, BUF_ARENA, bytes, 0)) < 0)
             return *own;
         int rc;
@@ -162,6 +172,7 @@ static int place_ref(placer *z, regc_ref *ref, int step)
             rc = emit_instr(z, (regc_instr){.kernel = K_ALLGATHER,
                                             .n_refs = 2,
                                             .n_out = 1,
+                                            .bf16_refs = (uint16_t)(bf16 ? 1 : 0),
                                             .refs = {{*own, 0},
                                                      {z->shard_params,
                                                       l->shard_offset[u] * (int64_t)sizeof(float)}},
@@ -170,7 +181,7 @@ static int place_ref(placer *z, regc_ref *ref, int step)
             return rc;
     }
     ref->buf = *own;
-    ref->off += l->param_offset[i] * (int64_t)sizeof(float);
+    ref->off = (bf16 ? ref->off / 2 : ref->off) + l->param_offset[i] * elem;
     return REGC_OK;
 }
 
@@ -189,8 +200,10 @@ static int cmp_param_at(const void *a, const void *b)
 
 /* Units in execution order: a piece's unit is the parameters it reads that
  * no earlier piece read, so a parameter two pieces share (GPT-2's tied
- * embedding) is gathered with the first. */
-int regc_zero3_layout(regc_program *p, const int64_t *param_offset)
+ * embedding) is gathered with the first. Under bf16 (bf16_param, else
+ * NULL) the piece's parameters gathered in bf16 are a unit of their own,
+ * after the rest: a unit is gathered in one precision. */
+int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *bf16_param)
 {
     const regc_graph *g = p->graph;
     int n_t = regc_graph_n_tensors(g), n_params = 0;
@@ -209,13 +222,16 @@ int regc_zero3_layout(regc_program *p, const int64_t *param_offset)
     int n_units = 0;
     for (int i = 0; i < p->n_pieces; i++) {
         const piece *pc = &p->pieces[i];
-        int fresh = 0;
-        for (int k = 0; k < p->regions[pc->region]->n_in; k++) {
-            int t = pc->in[k];
-            if (regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM && unit[t] < 0)
-                unit[t] = n_units, fresh = 1;
+        for (int half = 0; half < 2; half++) { /* fp32, then bf16 */
+            int fresh = 0;
+            for (int k = 0; k < p->regions[pc->region]->n_in; k++) {
+                int t = pc->in[k];
+                if (regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM && unit[t] < 0 &&
+                    (bf16_param && bf16_param[t]) == half)
+                    unit[t] = n_units, fresh = 1;
+            }
+            n_units += fresh;
         }
-        n_units += fresh;
     }
     /* parameters nothing reads: a unit of their own, never gathered */
     int unread = 0;
@@ -251,10 +267,11 @@ int regc_zero3_place(regc_program *p)
     const int n_bufs = p->n_bufs; /* before the pass adds its own */
     z.param_of = malloc(((size_t)p->n_bufs + 1) * sizeof *z.param_of);
     z.gathered = malloc(((size_t)l->n_units + 1) * sizeof(int));
+    z.unit_bf16 = calloc((size_t)l->n_units + 1, 1);
     z.grads = malloc(((size_t)l->n_units + 1) * sizeof(int));
     z.last_grad = malloc(((size_t)l->n_units + 1) * sizeof(int));
     int rc = REGC_OK;
-    if (!z.param_of || !z.gathered || !z.grads || !z.last_grad)
+    if (!z.param_of || !z.gathered || !z.unit_bf16 || !z.grads || !z.last_grad)
         rc = regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
     for (int u = 0; rc == REGC_OK && u < l->n_units; u++)
         z.gathered[u] = z.grads[u] = z.last_grad[u] = -1;
@@ -314,6 +331,6 @@ int regc_zero3_place(regc_program *p)
                 z.out[i].bind = NULL; /* still owned by p->steps */
         free(z.out);
     }
-    free(z.param_of), free(z.gathered), free(z.grads), free(z.last_grad);
+    free(z.param_of), free(z.gathered), free(z.unit_bf16), free(z.grads), free(z.last_grad);
     return rc;
 }

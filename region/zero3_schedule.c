@@ -146,7 +146,8 @@ static void count_comm(const regc_program *p, const regc_instr *in, regc_comm_pl
     switch (in->kernel) {
     case K_ALLGATHER:
         c->gathers++;
-        c->gather_bytes += others * in->d[0] * (int64_t)sizeof(float);
+        /* a unit gathered in bf16 sends 2 bytes a value */
+        c->gather_bytes += others * in->d[0] * (regc_instr_ref_bf16(in, 0) ? 2 : 4);
         break;
     case K_REDUCE_SCATTER:
         c->scatters++;

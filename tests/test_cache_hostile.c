@@ -517,6 +517,19 @@ static int temp_past_the_scratch(regc_compiled_region *r)
     return 0;
 }
 
+/* a bf16 mark where the kernel reads fp32: the operand would be read as
+ * half its bytes' worth of other values */
+static int bf16_mark_on_an_fp32_operand(regc_compiled_region *r)
+{
+    for (int i = 0; i < r->n_fwd; i++)
+        for (int k = 0; k < r->fwd[i].n_refs; k++)
+            if (r->fwd[i].refs[k].buf >= 0 && !regc_instr_bf16_allowed(&r->fwd[i], k)) {
+                r->fwd[i].bf16_refs |= (uint16_t)(1u << k);
+                return 1;
+            }
+    return 0;
+}
+
 static int forward_reads_a_gradient(regc_compiled_region *r) /* unbound in a forward call */
 {
     for (int k = 0; k < r->n_out; k++)
@@ -534,6 +547,7 @@ static const struct {
     {"wider input slot", wider_input_slot},
     {"temporary past the scratch", temp_past_the_scratch},
     {"forward reads a gradient", forward_reads_a_gradient},
+    {"bf16 mark on an fp32 operand", bf16_mark_on_an_fp32_operand},
 };
 
 /* A region entry changed while the step entry is gone: the step compiles

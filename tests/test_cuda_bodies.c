@@ -686,6 +686,39 @@ static void test_chain_in_place(void **state)
     expect_caught("chain in place", got, hx, (size_t)n);
 }
 
+/* Outputs held in bf16 (each bit of out_bf16): the body stores the CPU
+ * kernel's bytes, the fp32 output beside them its bits. */
+static void test_chain_bf16_outputs(void **state)
+{
+    (void)state;
+    const int64_t rows = 13, cols = 77, n = rows * cols;
+    regc_ew_program p = {.n_inputs = 2, .n_steps = 2, .n_outputs = 2};
+    p.period[1] = cols;
+    p.steps[0] = step(REGC_EW_ADD, 0, 1, 0.0f);
+    p.steps[1] = step(REGC_EW_GELU, 2, 0, 0.0f);
+    p.out_reg[0] = 3;
+    p.out_reg[1] = 2;
+    float *hx = spread_edges((size_t)n, 240, 0.0f, 4.0f);
+    float *hb = spread_edges((size_t)cols, 241, 0.0f, 1.0f);
+    const float *ins[2] = {regc_test_upload(cpu, hx, (size_t)n),
+                           regc_test_upload(cpu, hb, (size_t)cols)};
+    float *outs[2] = {regc_test_dev_nan(cpu, (size_t)n), regc_test_dev_nan(cpu, (size_t)n)};
+    cpu->elementwise(cpu, &p, n, outs, ins, 1u); /* output 0 in bf16 */
+    const uint16_t *want16 = (const uint16_t *)cpu_download(outs[0], (size_t)(n + 1) / 2);
+    const float *want32 = cpu_download(outs[1], (size_t)n);
+    uint16_t *got16 = calloc((size_t)n + 2, sizeof *got16);
+    float *got32 = regc_test_host_floats((size_t)n);
+    assert_non_null(got16);
+    float *host_outs[2] = {(float *)got16, got32};
+    const float *host_ins[2] = {hx, hb};
+    for (int64_t e = 0; e < n; e++)
+        cuda_body_elementwise(e, &p, host_outs, host_ins, 1u);
+    if (memcmp(got16, want16, (size_t)n * sizeof *got16))
+        fail_msg("chain output in bf16: the body's bytes differ from the CPU's");
+    expect_bits("chain output in fp32 beside a bf16 one", got32, want32, (size_t)n);
+    free(got16);
+}
+
 /* ---- transpose --------------------------------------------------------------------------- */
 
 static void check_transpose(int ndim, const int64_t *shape, const int *perm)
@@ -763,6 +796,7 @@ int main(void)
         regc_test_with_buffers(test_chain_bias_gelu),
         regc_test_with_buffers(test_chain_swiglu_backward),
         regc_test_with_buffers(test_chain_in_place),
+        regc_test_with_buffers(test_chain_bf16_outputs),
         regc_test_with_buffers(test_transpose_body),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -337,6 +337,53 @@ static void test_rmsnorm(void **state)
 }
 
 /* sum = a + b then the norm, into a new buffer and in place over a */
+/* y held in bf16: the lane writers with y_bf16, over the rows' statistics,
+ * give the CPU kernels' bf16 bytes, every shape, LayerNorm and RMSNorm. */
+static void test_norms_bf16_y(void **state)
+{
+    (void)state;
+    regc_backend *be = bes[1];
+    for (size_t i = 0; i < N_NORM_SHAPES; i++) {
+        const shape2 s = norm_shapes[i];
+        const size_t n = count(s), nc = (size_t)s.cols, nr = (size_t)s.rows;
+        float *hx = norm_input(s, 700 + i);
+        float *hw = regc_test_host_uniform(nc, 710 + i, 1.0f, 0.5f);
+        float *hb = regc_test_host_uniform(nc, 720 + i, 0.0f, 0.5f);
+        float *x = regc_test_upload(be, hx, n), *w = regc_test_upload(be, hw, nc);
+        float *b = regc_test_upload(be, hb, nc);
+        for (int ln = 0; ln < 2; ln++) {
+            float *y16 = regc_test_dev_nan(be, n), *mean = regc_test_dev_nan(be, nr);
+            float *rstd = regc_test_dev_nan(be, nr);
+            if (ln)
+                be->layernorm_fwd(be, y16, mean, rstd, x, w, b, s.rows, s.cols, EPS, 1);
+            else
+                be->rmsnorm_fwd(be, y16, rstd, x, w, s.rows, s.cols, EPS, 1);
+            const float *hmean = regc_test_download(be, mean, nr);
+            const float *hrstd = regc_test_download(be, rstd, nr);
+            const uint16_t *got = (const uint16_t *)regc_test_download(be, y16, (n + 1) / 2);
+            uint16_t *want = calloc(n + 2, sizeof *want);
+            assert_non_null(want);
+            for (int64_t r = 0; r < s.rows; r++) {
+                const int64_t off = r * s.cols;
+                for (int u = 0; u < CUDA_ROW_LANES; u++)
+                    if (ln)
+                        cuda_write_layernorm_lane(cuda_row_of(want, 1, off), 1, hx + off, hw, hb,
+                                                  hmean[r], hrstd[r], s.cols, u);
+                    else
+                        cuda_write_rmsnorm_lane(cuda_row_of(want, 1, off), 1, hx + off, hw,
+                                                hrstd[r], s.cols, u);
+            }
+            for (size_t e = 0; e < n; e++)
+                if (got[e] != want[e])
+                    fail_msg("%s y in bf16 [%lld x %lld]: element %zu is 0x%04x, the CUDA lanes "
+                             "write 0x%04x",
+                             ln ? "layernorm" : "rmsnorm", (long long)s.rows, (long long)s.cols, e,
+                             got[e], want[e]);
+            free(want);
+        }
+    }
+}
+
 static void test_add_norms_fwd(void **state)
 {
     (void)state;
@@ -696,6 +743,7 @@ int main(void)
         regc_test_with_buffers(test_layernorm),
         regc_test_with_buffers(test_rmsnorm),
         regc_test_with_buffers(test_add_norms_fwd),
+        regc_test_with_buffers(test_norms_bf16_y),
         regc_test_with_buffers(test_norms_bwd_add),
         regc_test_with_buffers(test_cross_entropy),
         regc_test_with_buffers(test_cross_entropy_all_ignored),

@@ -154,27 +154,30 @@ static void same_bytes(const char *a, const char *b)
 
 /* ---- equal halves: bit for bit ------------------------------------------ */
 
-static void check_equal_halves(const char *model)
+/* precision: compile.precision of every run; under bf16, stage 3 gathers
+ * the weights in bf16, which gives stage 0's bits (their GEMMs round them) */
+static void check_equal_halves(const char *model, const char *precision)
 {
     char *one = regc_test_join(tmp, "one"), *two = regc_test_join(tmp, "two");
-    const char *a1[] = {
-        "--model", model,  "--data", periodic,     "--batch",   "2", "--seq",  "16", "--steps", "5",
-        "--lr",    "3e-3", "--json", "--no-cache", "--threads", "1", "--save", one,  NULL};
+    const char *a1[] = {"--model",     model,        "--data",    periodic, "--batch", "2",
+                        "--seq",       "16",         "--steps",   "5",      "--lr",    "3e-3",
+                        "--json",      "--no-cache", "--threads", "1",      "--save",  one,
+                        "--precision", precision,    NULL};
     double l1[STEPS], l2[STEPS];
     assert_int_equal(run(0, a1, l1, NULL), 0);
     char *w1 = regc_test_join(one, "model.safetensors"),
          *w2 = regc_test_join(two, "model.safetensors");
     for (int stage = 0; stage <= 3; stage += 3) {
         const char *a2[] = {
-            "--model", model,        "--data",  periodic, "--batch",      "2",
-            "--seq",   "16",         "--steps", "5",      "--lr",         "3e-3",
-            "--json",  "--no-cache", "--save",  two,      "--zero-stage", stage ? "3" : "0",
-            NULL};
+            "--model",     model,        "--data",  periodic, "--batch",      "2",
+            "--seq",       "16",         "--steps", "5",      "--lr",         "3e-3",
+            "--json",      "--no-cache", "--save",  two,      "--zero-stage", stage ? "3" : "0",
+            "--precision", precision,    NULL};
         assert_int_equal(run(2, a2, l2, NULL), 0);
         for (int k = 0; k < STEPS; k++)
             if (memcmp(&l1[k], &l2[k], sizeof l1[k]) != 0)
-                fail_msg("%s step %d: one process %.9g, two ranks at stage %d %.9g", model, k,
-                         l1[k], stage, l2[k]);
+                fail_msg("%s %s step %d: one process %.9g, two ranks at stage %d %.9g", model,
+                         precision, k, l1[k], stage, l2[k]);
         same_bytes(w1, w2);
     }
     free(w1), free(w2), free(one), free(two);
@@ -183,19 +186,22 @@ static void check_equal_halves(const char *model)
 static void test_equal_halves_gpt2(void **state)
 {
     (void)state;
-    check_equal_halves("gpt2-tiny");
+    check_equal_halves("gpt2-tiny", "fp32");
+    check_equal_halves("gpt2-tiny", "bf16");
 }
 
 static void test_equal_halves_llama(void **state)
 {
     (void)state;
-    check_equal_halves("llama-tiny");
+    check_equal_halves("llama-tiny", "fp32");
+    check_equal_halves("llama-tiny", "bf16");
 }
 
 static void test_equal_halves_t5(void **state)
 {
     (void)state;
-    check_equal_halves("t5-tiny");
+    check_equal_halves("t5-tiny", "fp32");
+    check_equal_halves("t5-tiny", "bf16");
 }
 
 /* ---- the global batch split over ranks ------------------------------------ */
@@ -255,28 +261,31 @@ static void test_global_batch_t5(void **state)
     check_global_batch("t5-tiny");
 }
 
-/* At 2 ranks every program of a stage gives the scheduled one's bits. */
-static void check_programs_agree(const char *stage, const char *const (*ways)[2], size_t n_ways)
+/* At 2 ranks every program of a stage gives the scheduled one's bits, at
+ * compile.precision `precision`. */
+static void check_programs_agree(const char *stage, const char *precision,
+                                 const char *const (*ways)[2], size_t n_ways)
 {
     char *ref = regc_test_join(tmp, "scheduled"), *other = regc_test_join(tmp, "other");
     char *wref = regc_test_join(ref, "model.safetensors"),
          *wother = regc_test_join(other, "model.safetensors");
     double lref[STEPS], l[STEPS];
-    const char *base[] = {"--model", "llama-tiny",   "--data", plain,        "--batch",
-                          "2",       "--seq",        "16",     "--steps",    "5",
-                          "--lr",    "3e-3",         "--json", "--no-cache", "--save",
-                          ref,       "--zero-stage", stage,    NULL};
+    const char *base[] = {"--model",     "llama-tiny", "--data",  plain, "--batch",      "2",
+                          "--seq",       "16",         "--steps", "5",   "--lr",         "3e-3",
+                          "--json",      "--no-cache", "--save",  ref,   "--zero-stage", stage,
+                          "--precision", precision,    NULL};
     assert_int_equal(run(2, base, lref, NULL), 0);
     for (size_t w = 0; w < n_ways; w++) {
-        const char *args[] = {"--model",  "llama-tiny", "--data",  plain, "--batch",      "2",
-                              "--seq",    "16",         "--steps", "5",   "--lr",         "3e-3",
-                              "--json",   "--no-cache", "--save",  other, "--zero-stage", stage,
-                              ways[w][0], ways[w][1],   NULL};
+        const char *args[] = {"--model",  "llama-tiny",   "--data", plain,         "--batch",
+                              "2",        "--seq",        "16",     "--steps",     "5",
+                              "--lr",     "3e-3",         "--json", "--no-cache",  "--save",
+                              other,      "--zero-stage", stage,    "--precision", precision,
+                              ways[w][0], ways[w][1],     NULL};
         assert_int_equal(run(2, args, l, NULL), 0);
         for (int k = 0; k < STEPS; k++)
             if (memcmp(&l[k], &lref[k], sizeof l[k]) != 0)
-                fail_msg("stage %s, %s %s, step %d: %.9g, scheduled %.9g", stage, ways[w][0],
-                         ways[w][1], k, l[k], lref[k]);
+                fail_msg("stage %s %s, %s %s, step %d: %.9g, scheduled %.9g", stage, precision,
+                         ways[w][0], ways[w][1], k, l[k], lref[k]);
         same_bytes(wref, wother);
     }
     free(ref), free(other), free(wref), free(wother);
@@ -301,7 +310,14 @@ static void test_stage3_programs_agree_at_two_ranks(void **state)
         {"--schedule", "2:prefetch,overlap_reduce,selective_gather@100000"},
         {"--offload-optimizer", "cpu"},
     };
-    check_programs_agree("3", ways, sizeof ways / sizeof *ways);
+    check_programs_agree("3", "fp32", ways, sizeof ways / sizeof *ways);
+    /* bf16, its units gathered in bf16: the schedules that move the gathers */
+    static const char *const bf16_ways[][2] = {
+        {"--level", "O0"},        {"--prefetch-bucket-size", "0"},
+        {"--regional", "off"},    {"--prefetch-bucket-size", "1000000"},
+        {"--fp32-storage", "on"}, /* every unit gathered in fp32 */
+    };
+    check_programs_agree("3", "bf16", bf16_ways, sizeof bf16_ways / sizeof *bf16_ways);
 }
 
 /* At stage 0: the sums in the update (lazy, or no schedule), and buckets
@@ -317,7 +333,7 @@ static void test_stage0_programs_agree_at_two_ranks(void **state)
         {"--passes", "none"},
         {"--offload-optimizer", "cpu"},
     };
-    check_programs_agree("0", ways, sizeof ways / sizeof *ways);
+    check_programs_agree("0", "fp32", ways, sizeof ways / sizeof *ways);
 }
 
 /* ---- checkpoints move between rank counts and stages ---------------------- */
@@ -503,12 +519,13 @@ static void test_model_directory_read_by_shards(void **state)
 
 /* regc plan's per-rank total against the device memory the ranks of a run
  * measured (their backend's high-water mark). */
-static void check_plan(const char *model, int ranks, const char *stage)
+static void check_plan(const char *model, int ranks, const char *stage, const char *precision)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", ranks);
-    const char *plan[] = {REGC_BIN, "plan", "--model",      model, "--ranks", n,   "--batch", "2",
-                          "--seq",  "16",   "--zero-stage", stage, "--json",  NULL};
+    const char *plan[] = {REGC_BIN,      "plan",    "--model", model, "--ranks",      n,
+                          "--batch",     "2",       "--seq",   "16",  "--zero-stage", stage,
+                          "--precision", precision, "--json",  NULL};
     regc_test_proc p;
     assert_int_equal(regc_test_run_argv(plan, &p), 0);
     cJSON *o = cJSON_Parse(p.out);
@@ -518,23 +535,27 @@ static void check_plan(const char *model, int ranks, const char *stage)
     double predicted = total->valuedouble;
     cJSON_Delete(o);
     regc_test_proc_free(&p);
-    const char *train[] = {"--model", model,        "--data",       plain,     "--batch",
-                           "2",       "--seq",      "16",           "--steps", "2",
-                           "--json",  "--no-cache", "--zero-stage", stage,     NULL};
+    const char *train[] = {"--model",      model, "--data",      plain,     "--batch", "2",
+                           "--seq",        "16",  "--steps",     "2",       "--json",  "--no-cache",
+                           "--zero-stage", stage, "--precision", precision, NULL};
     assert_int_equal(run(ranks > 1 ? ranks : 0, train, NULL, NULL), 0);
     if (!(fabs(device_peak - predicted) <= 0.01 * predicted))
-        fail_msg("%s at %d ranks, stage %s: regc plan says %.0f bytes per rank, the run held %.0f",
-                 model, ranks, stage, predicted, device_peak);
+        fail_msg("%s %s at %d ranks, stage %s: regc plan says %.0f bytes per rank, the run held "
+                 "%.0f",
+                 model, precision, ranks, stage, predicted, device_peak);
 }
 
 static void test_plan_predicts_the_peak(void **state)
 {
     (void)state;
     for (int ranks = 1; ranks <= 4; ranks *= 2) {
-        check_plan("gpt2-tiny", ranks, "3");
-        check_plan("t5-tiny", ranks, "3");
+        check_plan("gpt2-tiny", ranks, "3", "fp32");
+        check_plan("t5-tiny", ranks, "3", "fp32");
     }
-    check_plan("llama-tiny", 2, "0");
+    check_plan("llama-tiny", 2, "0", "fp32");
+    /* bf16: tensors and gathered units in half the bytes */
+    check_plan("gpt2-tiny", 2, "3", "bf16");
+    check_plan("llama-tiny", 2, "0", "bf16");
 }
 
 /* ---- ranks that disagree, and a rank that dies ----------------------------- */

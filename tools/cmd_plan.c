@@ -31,6 +31,9 @@ void print_plan_usage(FILE *f)
           "  --seq <T>                  tokens per sequence, >= 1 (default 64)\n"
           "  --zero-stage <0|3>         ZeRO stage (default 3)\n"
           "  --level <O0|O1|O2>         compile level (default O1)\n"
+          "  --precision <fp32|bf16>    compile.precision (default fp32); bf16 holds what\n"
+          "                             only bf16 GEMMs read in bf16, and gathers those\n"
+          "                             parameters in bf16 at stage 3\n"
           "  --prefetch-bucket-size <E> stage 3: parameters gathered ahead (default one unit)\n"
           "  --param-persistence-threshold <E>\n"
           "                             stage 3: units of at most E parameters stay gathered\n"
@@ -57,7 +60,7 @@ typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     long long reduce_bucket;
-    int level, json, offload;
+    int level, json, offload, precision;
     regc_pass_list passes;
     int passes_given;
 } plan_args;
@@ -119,6 +122,9 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
         else if (!strcmp(flag, "--level")) {
             if ((a->level = regc_level_from_name(value)) < 0)
                 return usage_error("--level: expected O0, O1 or O2, got \"%s\"", value);
+        } else if (!strcmp(flag, "--precision")) {
+            if ((a->precision = regc_precision_from_name(value)) < 0)
+                return usage_error("--precision: expected fp32 or bf16, got \"%s\"", value);
         } else
             return usage_error("unknown option %s (see regc plan --help)", flag);
         if (rc)
@@ -134,8 +140,9 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
 static void print_text(const plan_args *a, const regc_device_memory *mem, const regc_comm_plan *c,
                        const regc_compile_stats *st)
 {
-    printf("%s, %lld ranks x batch %lld x seq %lld, ZeRO stage %lld, %s: compiled in %.1f ms\n",
+    printf("%s, %lld ranks x batch %lld x seq %lld, ZeRO stage %lld, %s, %s: compiled in %.1f ms\n",
            a->model, a->ranks, a->batch, a->seq, a->stage, regc_level_name((regc_level)a->level),
+           regc_precision_name((regc_precision)a->precision),
            st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms);
     if (st->zero3_units)
         print_zero3_schedule(stdout, st);
@@ -160,9 +167,9 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
 {
     char *model = json_quote(a->model);
     printf("{\"model\": %s, \"ranks\": %lld, \"batch\": %lld, \"seq\": %lld, \"zero_stage\": "
-           "%lld, \"level\": \"%s\", \"compile_ms\": %.3f,\n",
+           "%lld, \"level\": \"%s\", \"precision\": \"%s\", \"compile_ms\": %.3f,\n",
            model ? model : "null", a->ranks, a->batch, a->seq, a->stage,
-           regc_level_name((regc_level)a->level),
+           regc_level_name((regc_level)a->level), regc_precision_name((regc_precision)a->precision),
            st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms);
     free(model);
     printf(" \"memory\": {\"params\": %lld, \"grads\": %lld, \"m\": %lld, \"v\": %lld, "
@@ -199,6 +206,7 @@ int cmd_plan(int argc, char **argv)
     regc_compile_options co;
     regc_compile_options_default(&co);
     co.level = (regc_level)a.level;
+    co.precision = (regc_precision)a.precision;
     co.ranks = (int)a.ranks, co.zero_stage = (int)a.stage, co.prefetch_floats = a.prefetch;
     co.accumulate_grads = a.accum > 1;
     co.budget_bytes = (int64_t)a.budget_mb << 20;

@@ -15,7 +15,10 @@
  *   capture;
  * - the optimizer offloaded to the host (AdamW on the CPU over pinned
  *   memory, the gradients copied on a side stream during the backward)
- *   gives the bits of AdamW on the GPU: one formula, kernel_math.h's. */
+ *   gives the bits of AdamW on the GPU: one formula, kernel_math.h's;
+ * - in bf16 (cuBLASLt's bf16 GEMMs, what only they read held in bf16):
+ *   O2 gives O1's bits, regional gives full's, and every tensor held in
+ *   fp32 (compile.fp32_storage) gives the bits of the bf16 storage. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,7 +56,9 @@ static void record_capture(const regc_step_report *r, void *user)
     capture_ms += r->capture_ms;
 }
 
-static int offload; /* the next runs offload the optimizer */
+static int offload;              /* the next runs offload the optimizer */
+static regc_precision precision; /* of the next runs */
+static int fp32_storage;         /* the next bf16 runs hold every tensor in fp32 */
 
 /* Five steps of `preset` on `backend`, regional or full, at O1 or O2. */
 static run_record train_at(const char *preset, const char *backend, int regional, regc_level level)
@@ -68,6 +73,8 @@ static run_record train_at(const char *preset, const char *backend, int regional
     o.compile.regional = regional;
     o.compile.level = level;
     o.compile.offload_optimizer = offload;
+    o.compile.precision = precision;
+    o.compile.fp32_storage = fp32_storage;
     run_record rec = {0};
     if (regc_train(m, &o, record_capture, &rec, NULL) != REGC_OK)
         fail_msg("%s on %s: %s", preset, backend, regc_error_message());
@@ -119,6 +126,34 @@ static void check_architecture(const char *preset)
     if (memcmp(off.loss, gpu.loss, sizeof gpu.loss) ||
         memcmp(off.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
         fail_msg("%s: the optimizer offloaded to the host differs on the GPU", preset);
+
+    precision = REGC_PRECISION_BF16;
+    const run_record b_o1 = train_five(preset, "cuda", 1);
+    capture_ms = 0.0;
+    const run_record b_o2 = train_at(preset, "cuda", 1, REGC_LEVEL_O2);
+    const double b_capture_ms = capture_ms;
+    const run_record b_full = train_five(preset, "cuda", 0);
+    fp32_storage = 1;
+    const run_record b_wide = train_five(preset, "cuda", 1);
+    fp32_storage = 0;
+    const run_record b_cpu = train_five(preset, "cpu", 1);
+    precision = REGC_PRECISION_FP32;
+    for (int s = 0; s < STEPS; s++)
+        printf("%s bf16 step %d loss: cpu %.9g, cuda %.9g\n", preset, s, b_cpu.loss[s],
+               b_o1.loss[s]);
+    printf("%s: bf16 O2 captured in %.2f ms\n", preset, b_capture_ms);
+    if (!(b_capture_ms > 0.0))
+        fail_msg("%s: bf16 O2 captured nothing", preset);
+    const struct {
+        const run_record *r;
+        const char *what;
+    } same[] = {{&b_o2, "O2 and O1"},
+                {&b_full, "full and regional"},
+                {&b_wide, "every tensor in fp32 and the bf16 storage"}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (memcmp(same[i].r->loss, b_o1.loss, sizeof b_o1.loss) ||
+            memcmp(same[i].r->grad_norm, b_o1.grad_norm, sizeof b_o1.grad_norm))
+            fail_msg("%s: in bf16, %s differ on the GPU", preset, same[i].what);
 }
 
 static void test_gpt2(void **state)
