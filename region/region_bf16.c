@@ -22,7 +22,10 @@
  *     chain's output, the cross-entropy's dlogits), at a byte offset that
  *     stays 4-aligned when halved.
  * Its bytes halve, and each operand naming it is marked bf16 with its
- * offset counted in bf16 values. The instructions that read a bf16
+ * offset counted in bf16 values. A lone activation (GELU, SiLU, ReLU, a
+ * scale: one unary kernel, as at O0 or where nothing fused it) writing
+ * such a slot becomes a fused chain of that one step, which computes the
+ * same float operations and can store bf16. The instructions that read a bf16
  * operand run no in place (regc_instr_inplace_input).
  *
  * Under ZeRO-3 the compiler also names the parameters it gathers in bf16
@@ -45,6 +48,41 @@ static void set_bf16_gemms(regc_compiled_region *r)
     }
 }
 
+/* The chain step a unary kernel's op is, or -1 for none. */
+static int chain_step_of(const regc_instr *in)
+{
+    if (in->kernel != K_UNARY)
+        return -1;
+    switch ((regc_op)in->unary) {
+    case REGC_OP_GELU: return REGC_EW_GELU;
+    case REGC_OP_GELU_ERF: return REGC_EW_GELU_ERF;
+    case REGC_OP_SILU: return REGC_EW_SILU;
+    case REGC_OP_RELU: return REGC_EW_RELU;
+    case REGC_OP_SCALE: return REGC_EW_SCALE;
+    default: return -1;
+    }
+}
+
+/* May operand k of `in` be bf16, as it is or once a chain? */
+static int bf16_possible(const regc_instr *in, int k)
+{
+    return regc_instr_bf16_allowed(in, k) || (k == 0 && chain_step_of(in) >= 0);
+}
+
+/* A unary kernel (y, x; n) as the chain of its one step, which the
+ * region's chain table (sized for a chain per node) takes. */
+static void unary_to_chain(regc_compiled_region *r, regc_instr *in)
+{
+    regc_ew_program *p = &r->ew[r->n_ew++];
+    *p = (regc_ew_program){.n_inputs = 1, .n_steps = 1, .n_outputs = 1};
+    p->steps[0] = (regc_ew_step){.op = (uint8_t)chain_step_of(in), .a = 0, .value = in->f};
+    p->out_reg[0] = 1;
+    in->kernel = K_EW;
+    in->unary = 0;
+    in->f = 0.0f;
+    in->ew = p;
+}
+
 /* ok[s] = 1 for the slots the header's rule lets be held in bf16 and
  * that some GEMM reads (an unread slot gains nothing). read: scratch. */
 static void find_bf16_slots(const regc_compiled_region *r, char *ok, char *read)
@@ -61,7 +99,7 @@ static void find_bf16_slots(const regc_compiled_region *r, char *ok, char *read)
         const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
         for (int k = 0; k < in->n_refs; k++) {
             const regc_ref ref = in->refs[k];
-            if (ref.buf >= 0 && (!regc_instr_bf16_allowed(in, k) || ref.off % 8))
+            if (ref.buf >= 0 && (!bf16_possible(in, k) || ref.off % 8))
                 ok[ref.buf] = 0;
             if (ref.buf >= 0 && !regc_instr_writes(in, k))
                 read[ref.buf] = 1;
@@ -121,6 +159,8 @@ int regc_region_apply_precision(regc_compiled_region *r, regc_precision precisio
     }
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
         regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        if (chain_step_of(in) >= 0 && in->refs[0].buf >= 0 && ok[in->refs[0].buf])
+            unary_to_chain(r, in);
         for (int k = 0; k < in->n_refs; k++)
             if (in->refs[k].buf >= 0 && ok[in->refs[k].buf]) {
                 in->bf16_refs |= (uint16_t)(1u << k);

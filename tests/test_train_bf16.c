@@ -16,8 +16,8 @@
  *       the same losses bit for bit: holding what only bf16 GEMMs read in
  *       bf16 changes no value.
  * Then, on one GPT-2 case, bf16 training is bit for bit the same with
- * regional compilation off as on, at 1 thread as at 2, and with every
- * tensor in fp32 as with the bf16 storage, weights included.
+ * regional compilation off as on, at 1 thread as at 2, with every tensor
+ * in fp32 as with the bf16 storage, and at O0 as at O1, weights included.
  *
  * The tolerance. g is the case's recorded autocast_vs_fp32_max_rel, PyTorch's
  * own largest relative loss gap between bf16 autocast and fp32 over the 20
@@ -165,17 +165,17 @@ static void test_bf16_tracks_fp32(void **state)
 
 /* One bf16 run of the bits case: its losses and trained weights. */
 static void bits_run(regc_test_train_case *c, const char *label, const char *regional,
-                     const char *threads, const char *fp32_storage, regc_test_train_result *r,
-                     char **weights, size_t *size)
+                     const char *threads, const char *fp32_storage, const char *level,
+                     regc_test_train_result *r, char **weights, size_t *size)
 {
     /* A compile cache of its own, so each run compiles its program afresh. */
     char save[1200], cache[1200], path[1300];
     snprintf(save, sizeof save, "%s/save-%s", c->tmp, label);
     snprintf(cache, sizeof cache, "%s/cache-%s", c->tmp, label);
-    const char *const flags[] = {"--precision", "bf16",  "--regional",     regional,
-                                 "--threads",   threads, "--fp32-storage", fp32_storage,
-                                 "--save",      save,    "--cache-dir",    cache,
-                                 NULL};
+    const char *const flags[] = {
+        "--precision",    "bf16",       "--regional", regional, "--threads", threads,
+        "--fp32-storage", fp32_storage, "--level",    level,    "--save",    save,
+        "--cache-dir",    cache,        NULL};
     regc_test_train_case_run(c, BITS_STEPS, flags, r);
     snprintf(path, sizeof path, "%s/model.safetensors", save);
     *weights = regc_test_read_file(path, size);
@@ -194,13 +194,15 @@ static void test_bf16_bits(void **state)
     /* The idle machine's thresholds whatever the load, so that two threads
      * really split the loops that can be split. */
     setenv("REGC_FIXED_TEAM", "1", 1);
-    regc_test_train_result base, full, one, wide;
-    char *w_base = NULL, *w_full = NULL, *w_one = NULL, *w_wide = NULL;
-    size_t n_base = 0, n_full = 0, n_one = 0, n_wide = 0;
-    bits_run(c, "regional-2", "on", "2", "off", &base, &w_base, &n_base);
-    bits_run(c, "full-2", "off", "2", "off", &full, &w_full, &n_full);
-    bits_run(c, "regional-1", "on", "1", "off", &one, &w_one, &n_one);
-    bits_run(c, "fp32-storage", "on", "2", "on", &wide, &w_wide, &n_wide);
+    regc_test_train_result base, full, one, wide, o0;
+    char *w_base = NULL, *w_full = NULL, *w_one = NULL, *w_wide = NULL, *w_o0 = NULL;
+    size_t n_base = 0, n_full = 0, n_one = 0, n_wide = 0, n_o0 = 0;
+    bits_run(c, "regional-2", "on", "2", "off", "O1", &base, &w_base, &n_base);
+    bits_run(c, "full-2", "off", "2", "off", "O1", &full, &w_full, &n_full);
+    bits_run(c, "regional-1", "on", "1", "off", "O1", &one, &w_one, &n_one);
+    bits_run(c, "fp32-storage", "on", "2", "on", "O1", &wide, &w_wide, &n_wide);
+    /* op by op: other tensors held in bf16 (a lone GELU's output), no fusion */
+    bits_run(c, "O0", "on", "2", "off", "O0", &o0, &w_o0, &n_o0);
     unsetenv("REGC_FIXED_TEAM");
     const size_t loss_bytes = (size_t)base.steps * sizeof base.loss[0];
     int loss_full = memcmp(full.loss, base.loss, loss_bytes) == 0;
@@ -209,6 +211,8 @@ static void test_bf16_bits(void **state)
     int bits_one = n_one == n_base && memcmp(w_one, w_base, n_base) == 0;
     const int loss_wide = memcmp(wide.loss, base.loss, loss_bytes) == 0;
     const int bits_wide = n_wide == n_base && memcmp(w_wide, w_base, n_base) == 0;
+    const int loss_o0 = memcmp(o0.loss, base.loss, loss_bytes) == 0;
+    const int bits_o0 = n_o0 == n_base && memcmp(w_o0, w_base, n_base) == 0;
     /* the thread count's independence is regc's own GEMM's promise;
      * OpenBLAS, the GEMM of builds without AVX-512, makes none */
     const int own_gemm = strcmp(regc_backend_cpu_gemm_name(), "OpenBLAS") != 0;
@@ -218,6 +222,7 @@ static void test_bf16_bits(void **state)
     free(w_full);
     free(w_one);
     free(w_wide);
+    free(w_o0);
     print_message("bf16 %d steps, --regional off vs on: losses %s, trained weights %s\n",
                   base.steps, same_or_not(loss_full), same_or_not(bits_full));
     if (own_gemm)
@@ -226,9 +231,12 @@ static void test_bf16_bits(void **state)
     print_message("bf16 %d steps, every tensor fp32 vs bf16 storage: losses %s, trained weights "
                   "%s\n",
                   base.steps, same_or_not(loss_wide), same_or_not(bits_wide));
-    if (!(loss_full && bits_full && loss_one && bits_one && loss_wide && bits_wide)) {
-        print_error("case %s: bf16 training changes bits with the compilation, the thread "
-                    "count or the storage (above)\n",
+    print_message("bf16 %d steps, O0 vs O1: losses %s, trained weights %s\n", base.steps,
+                  same_or_not(loss_o0), same_or_not(bits_o0));
+    if (!(loss_full && bits_full && loss_one && bits_one && loss_wide && bits_wide && loss_o0 &&
+          bits_o0)) {
+        print_error("case %s: bf16 training changes bits with the compilation, the level, the "
+                    "thread count or the storage (above)\n",
                     c->name);
         fail();
     }
