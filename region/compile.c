@@ -105,6 +105,32 @@ static int add_piece_plan(pipeline *pl, int region, int n_in, const int *in, int
     return REGC_OK;
 }
 
+/* A region's formal input is gathered in bf16 only if every instance's
+ * parameter there is: where instances disagree (a weight that one layer
+ * shares with something else that reads it in fp32), none of them is, and
+ * a parameter so cleared is cleared for every region that reads it; until
+ * nothing changes. Then every slot a gathered unit is bound to agrees. */
+static void settle_bf16_params(pipeline *pl)
+{
+    if (!pl->bf16_param)
+        return;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < pl->n_pieces; i++) {
+            const piece_plan *a = &pl->pieces[i];
+            for (int k = 0; k < a->n_in; k++) {
+                int all = 1;
+                for (int j = 0; j < pl->n_pieces && all; j++)
+                    if (pl->pieces[j].region == a->region)
+                        all = pl->bf16_param[pl->pieces[j].in[k]];
+                for (int j = 0; j < pl->n_pieces && !all; j++)
+                    if (pl->pieces[j].region == a->region && pl->bf16_param[pl->pieces[j].in[k]])
+                        pl->bf16_param[pl->pieces[j].in[k]] = 0, changed = 1;
+            }
+        }
+    }
+}
+
 static int cmp_int(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
@@ -178,19 +204,20 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
             first = &pl->pieces[i];
     n_in = first->n_in, n_out = first->n_out;
     char *in_needs = calloc((size_t)n_in + 1, 1), *seeded = calloc((size_t)n_in + 1, 1);
-    char *out_grad = calloc((size_t)n_out + 1, 1), *in_bf16 = calloc((size_t)n_in + 1, 1);
+    char *out_grad = calloc((size_t)n_out + 1, 1), *in_bf16 = malloc((size_t)n_in + 1);
     int rc = REGC_OK;
     if (!in_needs || !seeded || !out_grad || !in_bf16) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
+    memset(in_bf16, pl->bf16_param != NULL, (size_t)n_in + 1);
     for (int i = 0; i < pl->n_pieces; i++) {
         const piece_plan *pp = &pl->pieces[i];
         if (pp->region != region)
             continue;
         for (int k = 0; k < n_in; k++) {
-            /* the same for every instance: a layer's parameters are alike */
-            in_bf16[k] = pl->bf16_param && pl->bf16_param[pp->in[k]];
+            /* the same in every instance (settle_bf16_params) */
+            in_bf16[k] &= pl->bf16_param && pl->bf16_param[pp->in[k]];
             in_needs[k] |= pl->needs[pp->in[k]];
             seeded[k] |= pl->last_reader[pp->in[k]] > i;
             /* accumulating, every parameter's gradient adds to what the
@@ -251,6 +278,7 @@ static int compile_regional(pipeline *pl, regc_program *prog, const regc_blocks 
             rc = add_piece_plan(pl, seg->kind, k->n_inputs, k->in_bind + (size_t)i * k->n_inputs,
                                 k->n_outputs, k->out_bind + (size_t)i * k->n_outputs);
     }
+    settle_bf16_params(pl);
     for (int k = 0; k < n_kinds && rc == REGC_OK; k++) {
         const regc_region_kind *kind = regc_blocks_kind(b, k);
         if (!(sorted = malloc(((size_t)kind->n_nodes + 1) * sizeof *sorted))) {
@@ -292,6 +320,7 @@ static int compile_full(pipeline *pl, regc_program *prog, regc_level level, regc
     for (int i = 0; i < n; i++)
         nodes[i] = i;
     int rc = plan_glue(pl, 0, nodes, n);
+    settle_bf16_params(pl);
     if (rc == REGC_OK)
         rc = compile_region(pl, prog, 0, nodes, n, "whole step", level, &st->region_compiles);
     free(nodes);

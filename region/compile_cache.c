@@ -59,9 +59,11 @@ int regc_compile_cached_region(const regc_graph *g, const regc_region_spec *spec
         double t0 = regc_time_ms();
         regc_bytes_put_str(&canon, target(o));
         rc = regc_region_canon(g, spec, level, &canon);
-        /* after the kind the canonical form begins with (verify reads it) */
+        /* at the end: `regc cache verify` reads the device and the kind
+         * first; fp32 storage matters only under bf16 */
         regc_bytes_put_u64(&canon, (uint64_t)o->precision);
-        regc_bytes_put_u64(&canon, (uint64_t)(o->fp32_storage != 0));
+        regc_bytes_put_u64(&canon,
+                           (uint64_t)(o->precision == REGC_PRECISION_BF16 && o->fp32_storage != 0));
         if (rc == REGC_OK)
             hit = regc_cache_get(o->cache, &canon, &payload);
         if (hit < 0)
@@ -115,7 +117,7 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_str(b, "step");
     regc_bytes_put_u64(b, (uint64_t)o->level);
     regc_bytes_put_u64(b, (uint64_t)o->precision);
-    regc_bytes_put_u64(b, (uint64_t)(o->fp32_storage != 0));
+    regc_bytes_put_u64(b, (uint64_t)(o->precision == REGC_PRECISION_BF16 && o->fp32_storage != 0));
     regc_bytes_put_u64(b, (uint64_t)(o->regional != 0));
     regc_bytes_put_u64(b, (uint64_t)(o->inline_back && o->level != REGC_LEVEL_O0));
     regc_bytes_put_u64(b, (uint64_t)(o->forward_only != 0));

@@ -336,7 +336,6 @@ static void test_rmsnorm(void **state)
         }
 }
 
-/* sum = a + b then the norm, into a new buffer and in place over a */
 /* y held in bf16: the lane writers with y_bf16, over the rows' statistics,
  * give the CPU kernels' bf16 bytes, every shape, LayerNorm and RMSNorm. */
 static void test_norms_bf16_y(void **state)
@@ -384,6 +383,7 @@ static void test_norms_bf16_y(void **state)
     }
 }
 
+/* sum = a + b then the norm, into a new buffer and in place over a */
 static void test_add_norms_fwd(void **state)
 {
     (void)state;

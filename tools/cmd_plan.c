@@ -34,6 +34,8 @@ void print_plan_usage(FILE *f)
           "  --precision <fp32|bf16>    compile.precision (default fp32); bf16 holds what\n"
           "                             only bf16 GEMMs read in bf16, and gathers those\n"
           "                             parameters in bf16 at stage 3\n"
+          "  --fp32-storage <on|off>    under bf16, hold and gather every tensor in fp32\n"
+          "                             (default off)\n"
           "  --prefetch-bucket-size <E> stage 3: parameters gathered ahead (default one unit)\n"
           "  --param-persistence-threshold <E>\n"
           "                             stage 3: units of at most E parameters stay gathered\n"
@@ -60,7 +62,7 @@ typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     long long reduce_bucket;
-    int level, json, offload, precision;
+    int level, json, offload, precision, fp32_storage;
     regc_pass_list passes;
     int passes_given;
 } plan_args;
@@ -122,6 +124,10 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
         else if (!strcmp(flag, "--level")) {
             if ((a->level = regc_level_from_name(value)) < 0)
                 return usage_error("--level: expected O0, O1 or O2, got \"%s\"", value);
+        } else if (!strcmp(flag, "--fp32-storage")) {
+            if (strcmp(value, "on") && strcmp(value, "off"))
+                return usage_error("--fp32-storage: expected on or off, got \"%s\"", value);
+            a->fp32_storage = !strcmp(value, "on");
         } else if (!strcmp(flag, "--precision")) {
             if ((a->precision = regc_precision_from_name(value)) < 0)
                 return usage_error("--precision: expected fp32 or bf16, got \"%s\"", value);
@@ -207,6 +213,7 @@ int cmd_plan(int argc, char **argv)
     regc_compile_options_default(&co);
     co.level = (regc_level)a.level;
     co.precision = (regc_precision)a.precision;
+    co.fp32_storage = a.fp32_storage;
     co.ranks = (int)a.ranks, co.zero_stage = (int)a.stage, co.prefetch_floats = a.prefetch;
     co.accumulate_grads = a.accum > 1;
     co.budget_bytes = (int64_t)a.budget_mb << 20;
