@@ -532,7 +532,10 @@ const float *regc_program_loss(const regc_program *p)
 
 void regc_program_dump(const regc_program *p, FILE *f)
 {
-    static const char *const kinds[] = {"arena", "params", "grads", "input", "m", "v", "scalars"};
+    static const char *const kinds[] = {
+        [BUF_ARENA] = "arena",     [BUF_PARAMS] = "params", [BUF_GRADS] = "grads",
+        [BUF_INPUT] = "input",     [BUF_M] = "m",           [BUF_V] = "v",
+        [BUF_SCALARS] = "scalars", [BUF_HOST] = "host"};
     fprintf(f, "# step program: level %s, %s, %d regions\n", regc_level_name(p->level),
             p->lazy ? "lazily inlined" : "inlined back", p->n_regions);
     fprintf(f, "# arena %lld bytes, lower bound %lld, add+norm fusions %d, %s order\n",
@@ -572,7 +575,8 @@ void regc_program_dump(const regc_program *p, FILE *f)
         const regc_buf *x = &p->bufs[b];
         if (x->first < 0 && x->kind == BUF_ARENA)
             continue;
-        fprintf(f, "b%d %s bytes=%lld offset=%lld live=%d..%d\n", b, kinds[x->kind],
+        fprintf(f, "b%d %s bytes=%lld offset=%lld live=%d..%d\n", b,
+                (unsigned)x->kind < sizeof kinds / sizeof *kinds ? kinds[x->kind] : "?",
                 (long long)x->bytes, (long long)x->offset, x->first, x->last);
     }
 }

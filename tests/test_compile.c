@@ -235,6 +235,31 @@ static void test_bf16_memory_plan(void **state)
     }
 }
 
+/* The dump names every buffer: an offloaded update's host memory too. */
+static void test_dump_names_host_buffers(void **state)
+{
+    (void)state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), 0);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    o.offload_optimizer = 1;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, &st), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    regc_program_dump(p, f);
+    fclose(f);
+    if (!strstr(text, " host bytes="))
+        fail_msg("an offloaded program's dump names no host buffer:\n%s", text);
+    free(text);
+    regc_program_free(p);
+    regc_model_free(m);
+}
+
 /* The tied embedding's backward accumulates into the head's gradient in
  * the step program dumped at path: no add sums the two after it. */
 static void assert_embedding_bwd_accumulates(const char *path)
@@ -447,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_one_compile_per_kind),
         cmocka_unit_test(test_memory_plan),
         cmocka_unit_test(test_bf16_memory_plan),
+        cmocka_unit_test(test_dump_names_host_buffers),
         regc_test_in_dir(test_dump_graphs, dir_setup),
         cmocka_unit_test(test_with_layers_errors),
         cmocka_unit_test(test_missing_kernel),
