@@ -204,20 +204,20 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
             first = &pl->pieces[i];
     n_in = first->n_in, n_out = first->n_out;
     char *in_needs = calloc((size_t)n_in + 1, 1), *seeded = calloc((size_t)n_in + 1, 1);
-    char *out_grad = calloc((size_t)n_out + 1, 1), *in_bf16 = malloc((size_t)n_in + 1);
+    char *out_grad = calloc((size_t)n_out + 1, 1), *in_bf16 = calloc((size_t)n_in + 1, 1);
     int rc = REGC_OK;
     if (!in_needs || !seeded || !out_grad || !in_bf16) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
-    memset(in_bf16, pl->bf16_param != NULL, (size_t)n_in + 1);
+    /* the same in every instance (settle_bf16_params) */
+    for (int k = 0; k < n_in && pl->bf16_param; k++)
+        in_bf16[k] = pl->bf16_param[first->in[k]];
     for (int i = 0; i < pl->n_pieces; i++) {
         const piece_plan *pp = &pl->pieces[i];
         if (pp->region != region)
             continue;
         for (int k = 0; k < n_in; k++) {
-            /* the same in every instance (settle_bf16_params) */
-            in_bf16[k] &= pl->bf16_param && pl->bf16_param[pp->in[k]];
             in_needs[k] |= pl->needs[pp->in[k]];
             seeded[k] |= pl->last_reader[pp->in[k]] > i;
             /* accumulating, every parameter's gradient adds to what the

@@ -179,6 +179,13 @@ typedef struct {
 } regc_compiled_region;
 
 /* Extract, differentiate, optimise (per level) and lower one region. */
+/* Instruction i of a region's forward then backward lists, i < n_fwd + n_bwd:
+ * a pass over both in one loop. */
+static inline regc_instr *regc_region_instr(const regc_compiled_region *r, int i)
+{
+    return i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+}
+
 /* precision: compile.precision (bf16: every GEMM multiplies bf16
  * operands); bf16_storage: then also hold in bf16 what only those GEMMs
  * read (region_bf16.c). */

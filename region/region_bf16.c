@@ -42,7 +42,7 @@
 static void set_bf16_gemms(regc_compiled_region *r)
 {
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
-        regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        regc_instr *in = regc_region_instr(r, i);
         if (in->kernel == K_GEMM)
             in->bf16 = 1;
     }
@@ -96,7 +96,7 @@ static void find_bf16_slots(const regc_compiled_region *r, char *ok, char *read)
         if (r->slots[s].alias >= 0)
             ok[r->slots[s].alias] = 0;
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
-        const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        const regc_instr *in = regc_region_instr(r, i);
         for (int k = 0; k < in->n_refs; k++) {
             const regc_ref ref = in->refs[k];
             if (ref.buf >= 0 && (!bf16_possible(in, k) || ref.off % 8))
@@ -124,7 +124,7 @@ static int mark_bf16_params(const regc_compiled_region *r, const char *in_bf16, 
                                   "region %s: parameter %s, gathered in bf16, has a view", r->name,
                                   name);
         for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
-            const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+            const regc_instr *in = regc_region_instr(r, i);
             for (int j = 0; j < in->n_refs; j++)
                 if (in->refs[j].buf == s && (!regc_instr_bf16_allowed(in, j) ||
                                              regc_instr_writes(in, j) || in->refs[j].off % 8))
@@ -158,7 +158,7 @@ int regc_region_apply_precision(regc_compiled_region *r, regc_precision precisio
         return rc;
     }
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
-        regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        regc_instr *in = regc_region_instr(r, i);
         if (chain_step_of(in) >= 0 && in->refs[0].buf >= 0 && ok[in->refs[0].buf])
             unary_to_chain(r, in);
         for (int k = 0; k < in->n_refs; k++)

@@ -295,7 +295,7 @@ void regc_region_write(const regc_compiled_region *r, regc_bytes *b)
     regc_bytes_put_i64(b, r->n_fwd);
     regc_bytes_put_i64(b, r->n_bwd);
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
-        const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        const regc_instr *in = regc_region_instr(r, i);
         put_instr(b, in, 0, in->ew ? (int)(in->ew - r->ew) : -1);
     }
     regc_bytes_put_i64(b, r->saved_bytes);
@@ -382,7 +382,7 @@ int regc_region_read(regc_reader *rd, regc_compiled_region **out)
             rd->failed = 1;
     }
     for (int i = 0; i < r->n_fwd + r->n_bwd && !rd->failed; i++) {
-        regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        regc_instr *in = regc_region_instr(r, i);
         int ew_region, ew_index;
         get_instr(rd, in, r->n_slots, &ew_region, &ew_index);
         in->ew = resolve_ew(rd, r, ew_region, ew_index);

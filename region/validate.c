@@ -187,7 +187,7 @@ int regc_region_validate_spec(const regc_compiled_region *r, const regc_graph *g
     }
     /* ids are read from int32 formal inputs only */
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
-        const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+        const regc_instr *in = regc_region_instr(r, i);
         regc_instr_extent e;
         if (regc_instr_extent_of(in, 1, &e))
             return REGC_ERR_FORMAT;

@@ -760,6 +760,40 @@ static void test_fifo_and_sparse_files_refused(void **state)
     regc_bytes_free(&kf), regc_bytes_free(&ks), regc_bytes_free(&payload);
 }
 
+/* The rule of each kernel honours a bf16 mark only where the kernel can:
+ * an all-gather in bf16 spans half the bytes and moves an even count (its
+ * values travel in pairs); a GEMM's C in bf16 cannot accumulate. */
+static void test_bf16_marks_in_the_rules(void **state)
+{
+    (void)state;
+    regc_instr_extent e;
+    regc_instr gather = {.kernel = K_ALLGATHER,
+                         .n_refs = 2,
+                         .n_out = 1,
+                         .bf16_refs = 1,
+                         .refs = {{0, 0}, {1, 0}},
+                         .d = {32}};
+    assert_int_equal(regc_instr_extent_of(&gather, 2, &e), REGC_OK);
+    assert_int_equal(e.bytes[0], 2 * 32 * 2); /* 2 ranks x 32 values x 2 bytes */
+    assert_int_equal(e.bytes[1], 32 * 4);     /* this rank's fp32 shard */
+    gather.d[0] = 33;
+    assert_int_equal(regc_instr_extent_of(&gather, 2, &e), REGC_ERR_FORMAT);
+    assert_non_null(strstr(regc_error_message(), "odd count"));
+    regc_instr gemm = {.kernel = K_GEMM,
+                       .n_refs = 6,
+                       .n_out = 1,
+                       .bf16 = 1,
+                       .accumulate = 1,
+                       .bf16_refs = 1,
+                       .refs = {{0, 0}, {1, 0}, {2, 0}, {-1, 0}, {-1, 0}, {-1, 0}},
+                       .d = {4, 4, 4, 4, 4}};
+    assert_int_equal(regc_instr_extent_of(&gemm, 1, &e), REGC_ERR_FORMAT);
+    assert_non_null(strstr(regc_error_message(), "held in bf16"));
+    gemm.accumulate = 0;
+    assert_int_equal(regc_instr_extent_of(&gemm, 1, &e), REGC_OK);
+    assert_int_equal(e.bytes[0], 4 * 4 * 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -771,6 +805,7 @@ int main(void)
         regc_test_in_dir(test_random_payload_bytes, setup),
         regc_test_in_dir(test_fifo_and_sparse_files_refused, setup),
         cmocka_unit_test(test_fuzz_corpus_decodes_safely),
+        cmocka_unit_test(test_bf16_marks_in_the_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

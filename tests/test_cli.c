@@ -194,6 +194,23 @@ static void test_passes_on_the_command_line(void **state)
     regc_test_proc_free(&p);
 }
 
+/* regc plan's precision flags: a bad value is one line naming the flag, exit 2 */
+static void test_plan_precision_flags(void **state)
+{
+    (void)state;
+    static const char *const bad[][3] = {
+        {"--precision", "fp16", "--precision: expected fp32"},
+        {"--fp32-storage", "maybe", "--fp32-storage: expected on"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        regc_test_proc p;
+        assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "2",
+                                            bad[i][0], bad[i][1], NULL),
+                         2);
+        assert_one_line_error(&p, bad[i][2]);
+        regc_test_proc_free(&p);
+    }
+}
+
 static void test_unknown_flag(void **state)
 {
     (void)state;
@@ -541,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_unknown_command),
         cmocka_unit_test(test_unknown_flag),
         cmocka_unit_test(test_passes_on_the_command_line),
+        cmocka_unit_test(test_plan_precision_flags),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_missing_values),
         cmocka_unit_test(test_threads_beyond_the_cores),

@@ -247,12 +247,7 @@ static void test_dump_names_host_buffers(void **state)
     regc_program *p = NULL;
     regc_compile_stats st;
     assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, &st), 0);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    regc_program_dump(p, f);
-    fclose(f);
+    char *text = regc_test_program_dump(p);
     if (!strstr(text, " host bytes="))
         fail_msg("an offloaded program's dump names no host buffer:\n%s", text);
     free(text);

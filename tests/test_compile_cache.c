@@ -145,12 +145,7 @@ static regc_compile_stats compile_precision(const char *dir, const regc_model *m
     regc_compile_stats st;
     if (regc_program_compile(m, 2, 16, &o, &p, &st) != REGC_OK)
         fail_msg("compile: %s", regc_error_message());
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    regc_program_dump(p, f);
-    fclose(f);
+    char *text = regc_test_program_dump(p);
     *bf16_gemms = *fp32_gemms = 0;
     for (const char *g = strstr(text, "gemm["); g; g = strstr(g + 1, "gemm[")) {
         const char *end = strchr(g, ']');

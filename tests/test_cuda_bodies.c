@@ -655,18 +655,26 @@ static void test_chain_swiglu_backward(void **state)
     check_chain("swiglu backward", &p, n, in, &variant);
 }
 
+/* x + b (b a row of cols, broadcast), then `act` of the sum: registers 2
+ * and 3; the two outputs are registers out0 and out1 */
+static regc_ew_program bias_then(int64_t cols, regc_ew_op act, int out0, int out1)
+{
+    regc_ew_program p = {.n_inputs = 2, .n_steps = 2, .n_outputs = 2};
+    p.period[1] = cols;
+    p.steps[0] = step(REGC_EW_ADD, 0, 1, 0.0f);
+    p.steps[1] = step(act, 2, 0, 0.0f);
+    p.out_reg[0] = (uint8_t)out0;
+    p.out_reg[1] = (uint8_t)out1;
+    return p;
+}
+
 /* In place on the host as on the GPU: output 0 overwrites input 0 while
  * output 1 passes input 0 through and must see the values from before. */
 static void test_chain_in_place(void **state)
 {
     (void)state;
     const int64_t rows = 13, cols = 77, n = rows * cols;
-    regc_ew_program p = {.n_inputs = 2, .n_steps = 2, .n_outputs = 2};
-    p.period[1] = cols;
-    p.steps[0] = step(REGC_EW_ADD, 0, 1, 0.0f);
-    p.steps[1] = step(REGC_EW_GELU_ERF, 2, 0, 0.0f);
-    p.out_reg[0] = 3;
-    p.out_reg[1] = 0;
+    regc_ew_program p = bias_then(cols, REGC_EW_GELU_ERF, 3, 0);
     float *hx = spread_edges((size_t)n, 230, 0.0f, 4.0f);
     float *hb = spread_edges((size_t)cols, 231, 0.0f, 1.0f);
     float *x = regc_test_upload(cpu, hx, (size_t)n), *copy = regc_test_dev_nan(cpu, (size_t)n);
@@ -692,12 +700,7 @@ static void test_chain_bf16_outputs(void **state)
 {
     (void)state;
     const int64_t rows = 13, cols = 77, n = rows * cols;
-    regc_ew_program p = {.n_inputs = 2, .n_steps = 2, .n_outputs = 2};
-    p.period[1] = cols;
-    p.steps[0] = step(REGC_EW_ADD, 0, 1, 0.0f);
-    p.steps[1] = step(REGC_EW_GELU, 2, 0, 0.0f);
-    p.out_reg[0] = 3;
-    p.out_reg[1] = 2;
+    regc_ew_program p = bias_then(cols, REGC_EW_GELU, 3, 2);
     float *hx = spread_edges((size_t)n, 240, 0.0f, 4.0f);
     float *hb = spread_edges((size_t)cols, 241, 0.0f, 1.0f);
     const float *ins[2] = {regc_test_upload(cpu, hx, (size_t)n),

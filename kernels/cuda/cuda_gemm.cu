@@ -458,38 +458,6 @@ static regc_gemm cuda_gemm_fp32_view(const regc_gemm *g, float *c32)
 
 /* ---- the entries */
 
-static int cuda_gemm_run(regc_backend *be, const regc_gemm *g);
-
-static int cuda_gemm_prepare(regc_backend *be, const regc_gemm *g_in)
-{
-    cuda_gemm_plan *p;
-    int rc = regc_gemm_check(g_in);
-    if (rc != REGC_OK)
-        return rc;
-    const regc_gemm g = cuda_gemm_fp32_view(g_in, NULL);
-    return g.m > 0 && g.n > 0 && g.k > 0 ? cuda_gemm_plan_for(be, &g, &p) : REGC_OK;
-}
-
-static int cuda_gemm(regc_backend *be, const regc_gemm *g)
-{
-    int rc = regc_gemm_check(g);
-    if (rc != REGC_OK || !g->c_bf16 || g->m == 0 || g->n == 0)
-        return rc == REGC_OK ? cuda_gemm_run(be, g) : rc;
-    float *c32 =
-        (float *)cuda_scratch_alloc(be, (size_t)(g->m * g->n) * sizeof(float), "gemm bf16 C");
-    if (!c32)
-        return regc_error(REGC_ERR_MEMORY, "cuda: no memory for a GEMM's fp32 view of C");
-    const regc_gemm w = cuda_gemm_fp32_view(g, c32);
-    rc = cuda_gemm_run(be, &w);
-    if (rc == REGC_OK) {
-        cuda_store_bf16_kernel<<<cuda_blocks_for(g->m * g->n), CUDA_THREADS, 0, cuda_stream(be)>>>(
-            (uint16_t *)g->c, g->ldc, c32, g->m, g->n);
-        cuda_note(be, cudaGetLastError(), "gemm bf16 C");
-    }
-    cuda_scratch_free(be, c32, "gemm bf16 C");
-    return rc;
-}
-
 /* g's C is fp32 here (cuda_gemm made the view) */
 static int cuda_gemm_run(regc_backend *be, const regc_gemm *g)
 {
@@ -542,6 +510,36 @@ static int cuda_gemm_run(regc_backend *be, const regc_gemm *g)
     if (!p->fused)
         cuda_gemm_unfused_epilogue(be, g);
     return REGC_OK;
+}
+
+static int cuda_gemm_prepare(regc_backend *be, const regc_gemm *g_in)
+{
+    cuda_gemm_plan *p;
+    int rc = regc_gemm_check(g_in);
+    if (rc != REGC_OK)
+        return rc;
+    const regc_gemm g = cuda_gemm_fp32_view(g_in, NULL);
+    return g.m > 0 && g.n > 0 && g.k > 0 ? cuda_gemm_plan_for(be, &g, &p) : REGC_OK;
+}
+
+static int cuda_gemm(regc_backend *be, const regc_gemm *g)
+{
+    int rc = regc_gemm_check(g);
+    if (rc != REGC_OK || !g->c_bf16 || g->m == 0 || g->n == 0)
+        return rc == REGC_OK ? cuda_gemm_run(be, g) : rc;
+    float *c32 =
+        (float *)cuda_scratch_alloc(be, (size_t)(g->m * g->n) * sizeof(float), "gemm bf16 C");
+    if (!c32)
+        return regc_error(REGC_ERR_MEMORY, "cuda: no memory for a GEMM's fp32 view of C");
+    const regc_gemm w = cuda_gemm_fp32_view(g, c32);
+    rc = cuda_gemm_run(be, &w);
+    if (rc == REGC_OK) {
+        cuda_store_bf16_kernel<<<cuda_blocks_for(g->m * g->n), CUDA_THREADS, 0, cuda_stream(be)>>>(
+            (uint16_t *)g->c, g->ldc, c32, g->m, g->n);
+        cuda_note(be, cudaGetLastError(), "gemm bf16 C");
+    }
+    cuda_scratch_free(be, c32, "gemm bf16 C");
+    return rc;
 }
 
 /* ---- the chosen algorithms as bytes: a header (magic, cuBLASLt's version,

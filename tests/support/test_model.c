@@ -105,3 +105,14 @@ regc_model *regc_test_train(const char *preset, const regc_train_options *o, reg
     assert_int_equal(l->n, o->steps);
     return m;
 }
+
+char *regc_test_program_dump(const regc_program *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    regc_program_dump(p, f);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}

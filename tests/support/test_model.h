@@ -29,6 +29,8 @@ void regc_test_expect_config_error(const char *dir, int status, const char *what
  * fills with 0..T-1) rather than a constant: it trains from a random init
  * with no weights file. */
 char *regc_test_tiny_graph_json(void);
+/* regc_program_dump's text of p (malloc'd). */
+char *regc_test_program_dump(const regc_program *p);
 
 /* What one training run reports: a loss per step, and the compile's cache
  * hits and misses. */
