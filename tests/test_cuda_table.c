@@ -10,6 +10,7 @@
  *   (--fmad=false) and nothing is approximated.
  * - ptxas -v over that PTX reports no register spills.
  * - Without a usable GPU, `regc train --backend cuda` says why in one line
+ *   ("no CUDA device: " and the reason, where the module is built)
  *   and exits 1.
  * In a build without CUDA there is no table; the test then checks that the
  * backend is refused by name. */
@@ -272,6 +273,11 @@ static void test_cuda_without_gpu_is_one_line(void **state)
         fail_msg("regc train --backend cuda without a GPU: expected exit 1 and one line, got "
                  "%d:\n%s",
                  status, p.err);
+    /* with the module built, it loads (the toolkit on its run path) and
+     * finds no device: the line says so, and why */
+    if (REGC_TEST_CUDA_MODULE && !strstr(why, "cuda: no CUDA device: "))
+        fail_msg("regc train --backend cuda without a GPU: expected \"no CUDA device\", got %s",
+                 why);
     regc_test_proc_free(&p);
 }
 

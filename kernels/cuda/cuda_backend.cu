@@ -376,12 +376,34 @@ extern "C" int regc_cuda_device_count(void)
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
+/* Why cudaGetDeviceCount found no device, in words a user can act on: the
+ * runtime says "driver insufficient" both where there is no driver at all
+ * and where it is too old, so the driver's version tells the two apart. */
+static void cuda_no_device_error(cudaError_t err)
+{
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver); /* 0 where no driver is installed */
+    cudaRuntimeGetVersion(&runtime);
+    if (err == cudaErrorNoDevice || err == cudaSuccess)
+        regc_error(REGC_ERR_UNSUPPORTED, "cuda: no CUDA device: the driver sees none");
+    else if (err == cudaErrorInsufficientDriver && driver == 0)
+        regc_error(REGC_ERR_UNSUPPORTED,
+                   "cuda: no CUDA device: no NVIDIA driver on this machine (libcuda.so.1)");
+    else if (err == cudaErrorInsufficientDriver)
+        regc_error(
+            REGC_ERR_UNSUPPORTED,
+            "cuda: no CUDA device: the driver's CUDA %d.%d is older than the runtime's %d.%d",
+            driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    else
+        regc_error(REGC_ERR_UNSUPPORTED, "cuda: no CUDA device: %s", cudaGetErrorString(err));
+}
+
 extern "C" regc_backend *regc_cuda_backend_open(int device)
 {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) { /* no device, or a driver older than this runtime */
-        regc_error(REGC_ERR_UNSUPPORTED, "cuda: no usable GPU: %s", cudaGetErrorString(err));
+    if (err != cudaSuccess || count == 0) {
+        cuda_no_device_error(err);
         return NULL;
     }
     if (device >= count) {
