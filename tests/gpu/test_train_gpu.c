@@ -38,122 +38,154 @@
 typedef struct {
     float loss[STEPS], grad_norm[STEPS];
     int n;
+    int ok; /* the run trained all its steps */
+    double capture_ms;
 } run_record;
 
 static void record_step(const regc_step_report *r, void *user)
 {
     run_record *rec = user;
-    assert_true(rec->n < STEPS);
-    rec->loss[rec->n] = r->loss;
-    rec->grad_norm[rec->n] = r->grad_norm;
+    if (rec->n < STEPS) {
+        rec->loss[rec->n] = r->loss;
+        rec->grad_norm[rec->n] = r->grad_norm;
+    }
     rec->n++;
+    rec->capture_ms += r->capture_ms;
 }
 
-static double capture_ms;
-static void record_capture(const regc_step_report *r, void *user)
+/* What one run is: the backend, the compile and the options that must not
+ * change its bits. */
+typedef struct {
+    const char *backend;
+    int regional;
+    regc_level level;
+    int offload;
+    regc_precision precision;
+    int fp32_storage;
+} run_setup;
+
+/* A check's findings: every property of an architecture is checked even
+ * after one fails, so that one run on a GPU tells everything at once. */
+typedef struct {
+    const char *preset;
+    int failures;
+} findings;
+
+static void found(findings *f, const char *fmt, ...)
 {
-    record_step(r, user);
-    capture_ms += r->capture_ms;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL %s: ", f->preset);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    f->failures++;
 }
 
-static int offload;              /* the next runs offload the optimizer */
-static regc_precision precision; /* of the next runs */
-static int fp32_storage;         /* the next bf16 runs hold every tensor in fp32 */
-
-/* Five steps of `preset` on `backend`, regional or full, at O1 or O2. */
-static run_record train_at(const char *preset, const char *backend, int regional, regc_level level)
+/* Five steps of `preset` as `u` says; a run that fails is a finding. */
+static run_record train_as(findings *f, run_setup u)
 {
+    run_record rec = {0};
     regc_model *m = NULL;
-    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
+    if (regc_model_load(f->preset, &m) != REGC_OK) {
+        found(f, "load: %s", regc_error_message());
+        return rec;
+    }
     regc_train_options o;
     regc_train_options_default(&o);
-    o.backend = backend;
+    o.backend = u.backend;
     o.batch = 2, o.seq = 32, o.steps = STEPS, o.cache_dir = NULL;
     o.max_grad_norm = 1.0; /* reports the norm every step */
-    o.compile.regional = regional;
-    o.compile.level = level;
-    o.compile.offload_optimizer = offload;
-    o.compile.precision = precision;
-    o.compile.fp32_storage = fp32_storage;
-    run_record rec = {0};
-    if (regc_train(m, &o, record_capture, &rec, NULL) != REGC_OK)
-        fail_msg("%s on %s: %s", preset, backend, regc_error_message());
-    assert_int_equal(rec.n, STEPS);
+    o.compile.regional = u.regional;
+    o.compile.level = u.level;
+    o.compile.offload_optimizer = u.offload;
+    o.compile.precision = u.precision;
+    o.compile.fp32_storage = u.fp32_storage;
+    if (regc_train(m, &o, record_step, &rec, NULL) != REGC_OK)
+        found(f, "%s%s %s %s%s%s: %s", u.backend, u.precision == REGC_PRECISION_BF16 ? " bf16" : "",
+              u.regional ? "regional" : "full", u.level == REGC_LEVEL_O2 ? "O2" : "O1",
+              u.offload ? " offloaded" : "", u.fp32_storage ? " fp32-storage" : "",
+              regc_error_message());
+    else if (rec.n != STEPS)
+        found(f, "%d steps reported, %d expected", rec.n, STEPS);
+    else
+        rec.ok = 1;
     regc_model_free(m);
     return rec;
 }
 
-static run_record train_five(const char *preset, const char *backend, int regional)
-{
-    return train_at(preset, backend, regional, REGC_LEVEL_O1);
-}
-
-static void expect_close(const char *preset, const char *what, const float *cpu, const float *gpu)
+static void expect_close(findings *f, const char *what, const float *cpu, const float *gpu)
 {
     for (int s = 0; s < STEPS; s++) {
-        printf("%s step %d %s: cpu %.9g, cuda %.9g\n", preset, s, what, cpu[s], gpu[s]);
+        printf("%s step %d %s: cpu %.9g, cuda %.9g\n", f->preset, s, what, cpu[s], gpu[s]);
         if (!(fabsf(cpu[s] - gpu[s]) <= 1e-4f * fabsf(cpu[s])))
-            fail_msg("%s step %d %s: cpu %.9g, cuda %.9g (beyond 1e-4 relative)", preset, s, what,
-                     cpu[s], gpu[s]);
+            found(f, "step %d %s: cpu %.9g, cuda %.9g (beyond 1e-4 relative)", s, what, cpu[s],
+                  gpu[s]);
     }
+}
+
+/* `b` gives `a`'s bits, when both ran. */
+static void expect_same(findings *f, const char *what, const run_record *a, const run_record *b)
+{
+    if (!a->ok || !b->ok)
+        return; /* the failed run is a finding already */
+    if (memcmp(a->loss, b->loss, sizeof a->loss) ||
+        memcmp(a->grad_norm, b->grad_norm, sizeof a->grad_norm))
+        found(f, "%s differ on the GPU (losses %.9g and %.9g at the last step)", what,
+              a->loss[STEPS - 1], b->loss[STEPS - 1]);
 }
 
 static void check_architecture(const char *preset)
 {
-    const run_record cpu = train_five(preset, "cpu", 1);
-    const run_record gpu = train_five(preset, "cuda", 1);
-    expect_close(preset, "loss", cpu.loss, gpu.loss);
-    expect_close(preset, "gradient norm", cpu.grad_norm, gpu.grad_norm);
-    const run_record full = train_five(preset, "cuda", 0);
-    if (memcmp(full.loss, gpu.loss, sizeof gpu.loss) ||
-        memcmp(full.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
-        fail_msg("%s: regional and full compilation differ on the GPU", preset);
-    const run_record again = train_five(preset, "cuda", 1);
-    if (memcmp(again.loss, gpu.loss, sizeof gpu.loss) ||
-        memcmp(again.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
-        fail_msg("%s: two GPU runs differ", preset);
-    capture_ms = 0.0;
-    const run_record o2 = train_at(preset, "cuda", 1, REGC_LEVEL_O2);
-    printf("%s: O2 captured in %.2f ms\n", preset, capture_ms);
-    if (!(capture_ms > 0.0))
-        fail_msg("%s: O2 captured nothing", preset);
-    if (memcmp(o2.loss, gpu.loss, sizeof gpu.loss) ||
-        memcmp(o2.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
-        fail_msg("%s: O2 and O1 differ on the GPU", preset);
-    offload = 1;
-    const run_record off = train_five(preset, "cuda", 1);
-    offload = 0;
-    if (memcmp(off.loss, gpu.loss, sizeof gpu.loss) ||
-        memcmp(off.grad_norm, gpu.grad_norm, sizeof gpu.grad_norm))
-        fail_msg("%s: the optimizer offloaded to the host differs on the GPU", preset);
+    findings f = {preset, 0};
+    const run_setup base = {"cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_FP32, 0};
+    run_setup u = base;
 
-    precision = REGC_PRECISION_BF16;
-    const run_record b_o1 = train_five(preset, "cuda", 1);
-    capture_ms = 0.0;
-    const run_record b_o2 = train_at(preset, "cuda", 1, REGC_LEVEL_O2);
-    const double b_capture_ms = capture_ms;
-    const run_record b_full = train_five(preset, "cuda", 0);
-    fp32_storage = 1;
-    const run_record b_wide = train_five(preset, "cuda", 1);
-    fp32_storage = 0;
-    const run_record b_cpu = train_five(preset, "cpu", 1);
-    precision = REGC_PRECISION_FP32;
-    for (int s = 0; s < STEPS; s++)
-        printf("%s bf16 step %d loss: cpu %.9g, cuda %.9g\n", preset, s, b_cpu.loss[s],
-               b_o1.loss[s]);
-    printf("%s: bf16 O2 captured in %.2f ms\n", preset, b_capture_ms);
-    if (!(b_capture_ms > 0.0))
-        fail_msg("%s: bf16 O2 captured nothing", preset);
-    const struct {
-        const run_record *r;
-        const char *what;
-    } same[] = {{&b_o2, "O2 and O1"},
-                {&b_full, "full and regional"},
-                {&b_wide, "every tensor in fp32 and the bf16 storage"}};
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (memcmp(same[i].r->loss, b_o1.loss, sizeof b_o1.loss) ||
-            memcmp(same[i].r->grad_norm, b_o1.grad_norm, sizeof b_o1.grad_norm))
-            fail_msg("%s: in bf16, %s differ on the GPU", preset, same[i].what);
+    u.backend = "cpu";
+    const run_record cpu = train_as(&f, u);
+    const run_record gpu = train_as(&f, base);
+    if (cpu.ok && gpu.ok) {
+        expect_close(&f, "loss", cpu.loss, gpu.loss);
+        expect_close(&f, "gradient norm", cpu.grad_norm, gpu.grad_norm);
+    }
+    u = base, u.regional = 0;
+    const run_record full = train_as(&f, u);
+    expect_same(&f, "regional and full compilation", &gpu, &full);
+    const run_record again = train_as(&f, base);
+    expect_same(&f, "two GPU runs", &gpu, &again);
+    u = base, u.level = REGC_LEVEL_O2;
+    const run_record o2 = train_as(&f, u);
+    printf("%s: O2 captured in %.2f ms\n", preset, o2.capture_ms);
+    if (o2.ok && !(o2.capture_ms > 0.0))
+        found(&f, "O2 captured nothing");
+    expect_same(&f, "O2 and O1", &gpu, &o2);
+    u = base, u.offload = 1;
+    const run_record off = train_as(&f, u);
+    expect_same(&f, "the optimizer offloaded to the host and on the GPU", &gpu, &off);
+
+    const run_setup bf16 = {"cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_BF16, 0};
+    const run_record b_o1 = train_as(&f, bf16);
+    u = bf16, u.level = REGC_LEVEL_O2;
+    const run_record b_o2 = train_as(&f, u);
+    u = bf16, u.regional = 0;
+    const run_record b_full = train_as(&f, u);
+    u = bf16, u.fp32_storage = 1;
+    const run_record b_wide = train_as(&f, u);
+    u = bf16, u.backend = "cpu";
+    const run_record b_cpu = train_as(&f, u);
+    if (b_cpu.ok && b_o1.ok)
+        for (int s = 0; s < STEPS; s++)
+            printf("%s bf16 step %d loss: cpu %.9g, cuda %.9g\n", preset, s, b_cpu.loss[s],
+                   b_o1.loss[s]);
+    printf("%s: bf16 O2 captured in %.2f ms\n", preset, b_o2.capture_ms);
+    if (b_o2.ok && !(b_o2.capture_ms > 0.0))
+        found(&f, "bf16 O2 captured nothing");
+    expect_same(&f, "in bf16, O2 and O1", &b_o1, &b_o2);
+    expect_same(&f, "in bf16, full and regional", &b_o1, &b_full);
+    expect_same(&f, "in bf16, every tensor in fp32 and the bf16 storage", &b_o1, &b_wide);
+
+    if (f.failures)
+        fail_msg("%s: %d findings (the FAIL lines above)", preset, f.failures);
 }
 
 static void test_gpt2(void **state)
