@@ -4,6 +4,8 @@ PyTorch next to regc, at several depths of one Hugging Face model.
 
     tools/coldstart_vs_torch.py MODEL_DIR --layers 2,4,8 --batch 4 --seq 64 \\
         --regc build/regc --out coldstart
+    tools/coldstart_vs_torch.py MODEL_DIR --device cuda --precision bf16 \\
+        --layers 12 --batch 16 --seq 1024 --modes eager,regional,regc
 
 For every depth, the model's config.json with that many layers (random
 weights: compile time does not depend on them) is trained --steps steps of
@@ -17,7 +19,10 @@ AdamW in a fresh process per mode, with a fresh, empty inductor cache:
                O1, no cache), set-up, and its own training steps
 
 and reports the time to the end of the first step (compilation included)
-and the median step after it. OUT/coldstart.md gets the table, OUT/coldstart.svg
+and the median step after it. --device cuda runs every mode on the GPU
+(regc with --backend cuda), timed after the device has finished; --precision
+bf16 runs PyTorch under torch.autocast in bf16 and regc with --precision
+bf16; --modes keeps some of the four. OUT/coldstart.md gets the table, OUT/coldstart.svg
 a chart of the time to the first step against depth, OUT/coldstart.json the
 figures. Needs PyTorch 2.x, transformers and accelerate.
 """
@@ -42,8 +47,10 @@ def child(args):
     import transformers
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     config = transformers.AutoConfig.from_pretrained(args.config_dir)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model.to(device)
     model.train(False)  # no dropout, as regc
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     if args.child == "full":
@@ -52,16 +59,21 @@ def child(args):
         from accelerate.utils import compile_regions
         model = compile_regions(model)
     vocab = config.vocab_size
+    bf16 = args.precision == "bf16"
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for step in range(args.steps):
-        ids = torch.randint(0, vocab, (args.batch, args.seq))
-        targets = torch.randint(0, vocab, (args.batch, args.seq))
+        ids = torch.randint(0, vocab, (args.batch, args.seq), device=device)
+        targets = torch.randint(0, vocab, (args.batch, args.seq), device=device)
+        sync()
         t0 = time.perf_counter()
-        logits = model(input_ids=ids, use_cache=False).logits
-        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=ids, use_cache=False).logits
+            loss = F.cross_entropy(logits.reshape(-1, vocab).float(), targets.reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         times.append((time.perf_counter() - t0) * 1000.0)
     print(json.dumps({"first_ms": times[0], "step_ms": statistics.median(times[1:])}))
     return 0
@@ -88,7 +100,8 @@ def run_torch(mode, config_dir, args):
                    TORCHINDUCTOR_AUTOGRAD_CACHE="0", OMP_NUM_THREADS=str(args.threads))
         cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--config-dir",
                config_dir, "--batch", str(args.batch), "--seq", str(args.seq), "--steps",
-               str(args.steps), "--threads", str(args.threads)]
+               str(args.steps), "--threads", str(args.threads), "--device", args.device,
+               "--precision", args.precision]
         t0 = time.perf_counter()
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = (time.perf_counter() - t0) * 1000.0
@@ -103,7 +116,9 @@ def run_torch(mode, config_dir, args):
 def run_regc(config_dir, layers, args):
     cmd = [args.regc, "coldstart", "--model", config_dir, "--layers", str(layers), "--repeat",
            "1", "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),
-           "--threads", str(args.threads), "--json"]
+           "--threads", str(args.threads), "--precision", args.precision, "--json"]
+    if args.device == "cuda":
+        cmd += ["--backend", "cuda"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit("coldstart_vs_torch: %s: %s" % (" ".join(cmd), out.stderr.strip()))
@@ -115,11 +130,11 @@ def run_regc(config_dir, layers, args):
     raise SystemExit("coldstart_vs_torch: regc coldstart reported no regional mode")
 
 
-def svg_chart(rows, depths, path):
+def svg_chart(rows, depths, args_modes, path):
     """Time to the first step against depth, one polyline per mode, log y."""
     import math
     w, h, left, bottom, top, right = 640, 380, 70, 50, 30, 130
-    vals = [r[m]["first_ms"] for r in rows for m in MODES]
+    vals = [r[m]["first_ms"] for r in rows for m in args_modes]
     lo, hi = math.log10(min(vals)) - 0.2, math.log10(max(vals)) + 0.2
     x = {d: left + (w - left - right) * (i / max(1, len(depths) - 1)) for i, d in
          enumerate(depths)}
@@ -142,7 +157,7 @@ def svg_chart(rows, depths, path):
                                                                            d))
     out.append('<text x="%d" y="%d" text-anchor="middle">layers</text>'
                % ((left + w - right) // 2, h - 10))
-    for i, m in enumerate(MODES):
+    for i, m in enumerate(args_modes):
         pts = " ".join("%.1f,%.1f" % (x[r["layers"]], y(r[m]["first_ms"])) for r in rows)
         out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
                    % (colours[m], pts))
@@ -161,6 +176,10 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma-separated, of " + ",".join(MODES))
     ap.add_argument("--regc", default="build/regc")
     ap.add_argument("--out", default="coldstart")
     ap.add_argument("--child", choices=["eager", "full", "regional"], help=argparse.SUPPRESS)
@@ -171,32 +190,37 @@ def main():
     if not args.model_dir or args.steps < 2:
         ap.error("MODEL_DIR is required, and --steps must be at least 2")
     depths = [int(v) for v in args.layers.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error("--modes: a comma-separated list of " + ",".join(MODES))
     os.makedirs(args.out, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="regc-depths-") as root:
         for layers in depths:
             cfg = depth_dir(args.model_dir, layers, root)
             row = {"layers": layers}
-            for mode in MODES[:3]:
-                row[mode] = run_torch(mode, cfg, args)
-            row["regc"] = run_regc(cfg, layers, args)
+            for mode in modes:
+                row[mode] = run_regc(cfg, layers, args) if mode == "regc" else \
+                    run_torch(mode, cfg, args)
             rows.append(row)
             print("%3d layers: " % layers + ", ".join(
                 "%s first %.0f ms, step %.0f ms" % (m, row[m]["first_ms"], row[m]["step_ms"])
-                for m in MODES), flush=True)
-    table = ["| layers | " + " | ".join("%s: first step / steady step (ms)" % m for m in MODES)
-             + " |", "|---|" + "---|" * len(MODES)]
+                for m in modes), flush=True)
+    table = ["| layers | " + " | ".join("%s: first step / steady step (ms)" % m for m in modes)
+             + " |", "|---|" + "---|" * len(modes)]
     for r in rows:
         table.append("| %d | " % r["layers"] + " | ".join(
-            "%.1f / %.1f" % (r[m]["first_ms"], r[m]["step_ms"]) for m in MODES) + " |")
+            "%.1f / %.1f" % (r[m]["first_ms"], r[m]["step_ms"]) for m in modes) + " |")
     with open(os.path.join(args.out, "coldstart.md"), "w") as f:
-        f.write("%s, B=%d, T=%d, %d threads, %d steps\n\n" % (args.model_dir, args.batch,
-                                                              args.seq, args.threads, args.steps))
+        f.write("%s, B=%d, T=%d, %s, %s, %d threads, %d steps\n\n" % (
+            args.model_dir, args.batch, args.seq, args.device, args.precision, args.threads,
+            args.steps))
         f.write("\n".join(table) + "\n")
     with open(os.path.join(args.out, "coldstart.json"), "w") as f:
         json.dump({"model": args.model_dir, "batch": args.batch, "seq": args.seq,
+                   "device": args.device, "precision": args.precision,
                    "threads": args.threads, "rows": rows}, f, indent=1)
-    svg_chart(rows, depths, os.path.join(args.out, "coldstart.svg"))
+    svg_chart(rows, depths, modes, os.path.join(args.out, "coldstart.svg"))
     print("\n".join(table))
     return 0
 
