@@ -37,8 +37,7 @@ int parse_int(const char *flag, const char *text, long long min, long long max, 
         *out = v;
         return 0;
     }
-    usage_error("%s: expected %s, got \"%s\"", flag, what, text);
-    return -1;
+    return usage_error("%s: expected %s, got \"%s\"", flag, what, text);
 }
 
 /* JSON has no NaN or Infinity; a diverged step must still be a valid line. */

@@ -19,7 +19,7 @@ extern int usage_quiet;
 /* One line on stderr, prefixed with the command; returns EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Strict values: the whole text must be the number, in range; on failure
- * a usage error is printed and a non-zero value returned. */
+ * a usage error is printed and EXIT_USAGE returned (the exit status). */
 int parse_int(const char *flag, const char *text, long long min, long long max, const char *what,
               long long *out);
 /* The flag name of argv[i] into flag and its value ("--flag=value" or
