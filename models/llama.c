@@ -58,11 +58,12 @@ static int llama_preset_config(regc_model *m, const char *preset)
                            .eps = 1e-6,
                            .rope_theta = 10000.0};
     } else if (strcmp(preset, "llama-8b") == 0) {
-        /* Llama 3 8B's published shape */
-        c.hidden = 4096, c.inter = 14336, c.n_layer = 32, c.n_head = 32;
+        /* Llama 3.1 8B's published shape and context (its RoPE plain, at
+         * θ 500000: the presets are for shapes) */
+        c.hidden = 4096, c.inter = 14336, c.n_layer = 32, c.n_head = 32, c.n_pos = 131072;
     } else if (strcmp(preset, "llama-70b") == 0) {
-        /* Llama 3 70B's published shape */
-        c.hidden = 8192, c.inter = 28672, c.n_layer = 80, c.n_head = 64;
+        /* Llama 3.1 70B's, likewise */
+        c.hidden = 8192, c.inter = 28672, c.n_layer = 80, c.n_head = 64, c.n_pos = 131072;
     } else {
         return regc_error(REGC_ERR_ARG, "%s: not a llama preset", preset);
     }

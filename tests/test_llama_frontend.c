@@ -90,14 +90,14 @@ static void test_presets(void **state)
     assert_true(regc_model_is_preset("llama-8b"));
     assert_false(regc_model_is_preset("llama"));
 
-    /* Llama 3 8B: the count Meta and HF publish. */
+    /* Llama 3.1 8B: the count Meta and HF publish, and its context. */
     regc_model *m;
     assert_int_equal(regc_model_load("llama-8b", &m), REGC_OK);
     assert_string_equal(regc_model_arch(m), "llama");
     assert_int_equal(regc_model_total_numel(m), 8030261248LL);
     assert_int_equal(regc_model_n_params(m), 1 + 9 * 32 + 2);
     assert_int_equal(regc_model_vocab(m), 128256);
-    assert_int_equal(regc_model_max_seq(m), 8192);
+    assert_int_equal(regc_model_max_seq(m), 131072);
     assert_false(regc_model_has_weights(m));
     assert_null(regc_model_weights(m));
     assert_param(m, 0, "model.embed_tokens.weight", 2, 128256, 4096);
@@ -620,8 +620,8 @@ static void test_graph_big_shape_only(void **state)
         assert_true(regc_time_ms() - t0 < 2000.0);
         regc_graph_free(g);
         g = (regc_graph *)1;
-        assert_int_equal(regc_model_build_graph(m, 1, 8193, &g), REGC_ERR_ARG);
-        regc_test_expect_error("exceeds max_position_embeddings 8192", big[i].name);
+        assert_int_equal(regc_model_build_graph(m, 1, 131073, &g), REGC_ERR_ARG);
+        regc_test_expect_error("exceeds max_position_embeddings 131072", big[i].name);
         regc_model_free(m);
     }
 }
