@@ -26,6 +26,7 @@ typedef enum {
     REGC_ERR_ARG = -6,         /* a bad argument or option value */
     REGC_ERR_RANK = -7,        /* another rank of the job failed and reported why */
     REGC_ERR_DIVERGED = -8,    /* training met a loss or gradient norm that is not finite */
+    REGC_ERR_BUDGET = -9, /* the step does not fit the memory budget (the least it needs said) */
 } regc_status;
 
 /* Record a message (printf-style) and return `status`, so a failing

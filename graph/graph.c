@@ -164,6 +164,36 @@ void regc_graph_free(regc_graph *g)
     free(g);
 }
 
+regc_graph *regc_graph_dup(const regc_graph *g)
+{
+    regc_graph *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    *h = *g;
+    h->tensors = malloc(((size_t)g->n_tensors + 1) * sizeof *h->tensors);
+    h->nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *h->nodes);
+    h->outputs = malloc(((size_t)g->n_outputs + 1) * sizeof *h->outputs);
+    h->slots = malloc(((size_t)g->n_slots + 1) * sizeof *h->slots);
+    h->cap_tensors = g->n_tensors, h->cap_nodes = g->n_nodes, h->cap_outputs = g->n_outputs;
+    h->n_tensors = 0;
+    if (!h->tensors || !h->nodes || !h->outputs || !h->slots) {
+        regc_graph_free(h);
+        return NULL;
+    }
+    memcpy(h->nodes, g->nodes, (size_t)g->n_nodes * sizeof *h->nodes);
+    memcpy(h->outputs, g->outputs, (size_t)g->n_outputs * sizeof *h->outputs);
+    memcpy(h->slots, g->slots, (size_t)g->n_slots * sizeof *h->slots);
+    for (int t = 0; t < g->n_tensors; t++) {
+        h->tensors[t] = g->tensors[t];
+        if (!(h->tensors[t].name = strdup(g->tensors[t].name))) {
+            regc_graph_free(h);
+            return NULL;
+        }
+        h->n_tensors = t + 1;
+    }
+    return h;
+}
+
 int regc_graph_n_tensors(const regc_graph *g) { return g->n_tensors; }
 int regc_graph_n_nodes(const regc_graph *g) { return g->n_nodes; }
 int regc_graph_n_outputs(const regc_graph *g) { return g->n_outputs; }

@@ -178,6 +178,8 @@ typedef struct regc_graph regc_graph;
 
 regc_graph *regc_graph_new(void);
 void regc_graph_free(regc_graph *g);
+/* A copy of g, ids and names the same; NULL when out of memory. */
+regc_graph *regc_graph_dup(const regc_graph *g);
 
 /* Add a graph input or a parameter; returns its tensor id, or a negative
  * status (duplicate name, bad shape). */

@@ -75,6 +75,7 @@ typedef struct {
     piece_plan *pieces;
     int *last_reader; /* [n_tensors] the last piece reading each tensor, -1 */
     char *bf16_param; /* [n_tensors] a parameter gathered in bf16, or NULL: none are */
+    char *keep;       /* [n_tensors] never recomputed (a whole graph's layer boundaries), or NULL */
     int *mark;        /* [n_tensors] scratch, all -1 between uses */
     char *in_glue;    /* [n_nodes] scratch */
 } pipeline;
@@ -195,7 +196,7 @@ static int plan_glue(pipeline *pl, int region, int *nodes, int n)
 /* Compile region `region` from the pieces that instantiate it; the first
  * one gives the nodes. */
 static int compile_region(pipeline *pl, regc_program *prog, int region, const int *nodes,
-                          int n_nodes, const char *name, regc_level level, int *compiles)
+                          int n_nodes, const char *name, regc_level level, int layer, int *compiles)
 {
     const piece_plan *first = NULL;
     int n_in = 0, n_out = 0;
@@ -228,6 +229,12 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
         for (int k = 0; k < n_out; k++)
             out_grad[k] |= has_grad(pl->g, pl->needs, pp->out[k]);
     }
+    /* auto without a budget (or a ratio chosen) has nothing to fit:
+     * nothing is recomputed */
+    const regc_compile_options *o = pl->o;
+    regc_recompute_policy pol = {.mode = o->recompute, .layer = layer, .ratio = o->recompute_ratio};
+    if (pol.mode == REGC_RECOMPUTE_AUTO && o->budget_bytes <= 0 && o->recompute_ratio < 0)
+        pol.mode = REGC_RECOMPUTE_NONE;
     regc_region_spec spec = {.n_nodes = n_nodes,
                              .nodes = nodes,
                              .n_in = n_in,
@@ -238,7 +245,9 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
                              .in_seeded = seeded,
                              .out_has_grad = out_grad,
                              .in_bf16 = in_bf16,
-                             .name = name};
+                             .name = name,
+                             .recompute = pol.mode != REGC_RECOMPUTE_NONE ? &pol : NULL,
+                             .keep = pl->keep};
     regc_compiled_region *r;
     if ((rc = regc_compile_cached_region(pl->g, &spec, level, pl->o, pl->st, compiles, &r)))
         goto done;
@@ -289,7 +298,8 @@ static int compile_regional(pipeline *pl, regc_program *prog, const regc_blocks 
         qsort(sorted, (size_t)kind->n_nodes, sizeof *sorted, cmp_int);
         char name[64];
         snprintf(name, sizeof name, "layer kind %d", k);
-        rc = compile_region(pl, prog, k, sorted, kind->n_nodes, name, level, &st->region_compiles);
+        rc = compile_region(pl, prog, k, sorted, kind->n_nodes, name, level, 1,
+                            &st->region_compiles);
         free(sorted);
         sorted = NULL;
     }
@@ -299,7 +309,7 @@ static int compile_regional(pipeline *pl, regc_program *prog, const regc_blocks 
             continue;
         char name[64];
         snprintf(name, sizeof name, "glue %d", gi);
-        rc = compile_region(pl, prog, n_kinds + gi++, glue_nodes[s], seg->n_nodes, name, level,
+        rc = compile_region(pl, prog, n_kinds + gi++, glue_nodes[s], seg->n_nodes, name, level, 0,
                             &st->glue_compiles);
     }
     for (int s = 0; s < n_seg; s++)
@@ -322,9 +332,34 @@ static int compile_full(pipeline *pl, regc_program *prog, regc_level level, regc
     int rc = plan_glue(pl, 0, nodes, n);
     settle_bf16_params(pl);
     if (rc == REGC_OK)
-        rc = compile_region(pl, prog, 0, nodes, n, "whole step", level, &st->region_compiles);
+        rc = compile_region(pl, prog, 0, nodes, n, "whole step", level, 1, &st->region_compiles);
     free(nodes);
     return rc;
+}
+
+/* Does the compile recompute anything? */
+static int recomputes(const regc_compile_options *o)
+{
+    return o->recompute == REGC_RECOMPUTE_SELECTIVE || o->recompute == REGC_RECOMPUTE_FULL ||
+           (o->recompute == REGC_RECOMPUTE_AUTO &&
+            (o->budget_bytes > 0 || o->recompute_ratio >= 0));
+}
+
+/* The layers' boundaries (every instance's formal inputs and outputs: the
+ * residual stream between layers), which a whole-graph region keeps as a
+ * layer region keeps its inputs: recomputing one would replay every layer
+ * before it. */
+static char *layer_boundaries(const regc_graph *g, const regc_blocks *b)
+{
+    char *keep = calloc((size_t)regc_graph_n_tensors(g) + 1, 1);
+    for (int k = 0; keep && k < regc_blocks_n_kinds(b); k++) {
+        const regc_region_kind *kind = regc_blocks_kind(b, k);
+        for (int i = 0; i < kind->n_instances * kind->n_inputs; i++)
+            keep[kind->in_bind[i]] = 1;
+        for (int i = 0; i < kind->n_instances * kind->n_outputs; i++)
+            keep[kind->out_bind[i]] = 1;
+    }
+    return keep;
 }
 
 static void pipeline_free(pipeline *pl)
@@ -332,7 +367,7 @@ static void pipeline_free(pipeline *pl)
     for (int i = 0; i < pl->n_pieces; i++)
         free(pl->pieces[i].in), free(pl->pieces[i].out);
     free(pl->pieces), free(pl->last_reader), free(pl->mark), free(pl->in_glue),
-        free(pl->bf16_param);
+        free(pl->bf16_param), free(pl->keep);
     free((void *)pl->needs);
 }
 
@@ -384,6 +419,14 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
         st->compile_ms = regc_time_ms() - d1;
     } else {
         double c0 = regc_time_ms();
+        if (recomputes(o)) { /* the layers, only to know where they meet */
+            if ((rc = regc_detect_blocks(g, &blocks)))
+                goto done;
+            if (!(pl.keep = layer_boundaries(g, blocks))) {
+                rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+                goto done;
+            }
+        }
         rc = compile_full(&pl, prog, o->level, st);
         st->compile_ms = regc_time_ms() - c0;
     }
@@ -464,6 +507,144 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
     return REGC_OK;
 }
 
+/* ---------------------------------------------------------------- recompute auto */
+
+/* Compile g (taken) as o says and weigh it against the budget: 1 fits,
+ * 0 does not (*total: what it holds, or -1 when a schedule pass found no
+ * fit; the message kept), or an error. *out: the program, or NULL. */
+static int probe(regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
+                 regc_program **out, regc_compile_stats *st, int64_t *total)
+{
+    *out = NULL, *total = -1;
+    int rc = compile_graph(g, param_offset, o, out, st);
+    if (rc == REGC_ERR_BUDGET)
+        return 0;
+    if (rc)
+        return rc;
+    regc_device_memory a;
+    regc_program_device_memory(*out, &a);
+    *total = a.total;
+    return a.total <= o->budget_bytes;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every candidate's FLOPs per byte in p's regions, sorted, each once. */
+static int candidate_ratios(const regc_program *p, double **out, int *n_out)
+{
+    int n = 0;
+    for (int i = 0; i < p->n_regions; i++)
+        n += p->regions[i]->n_recompute_ratios;
+    double *v = malloc(((size_t)n + 1) * sizeof *v);
+    if (!v)
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    n = 0;
+    for (int i = 0; i < p->n_regions; i++)
+        for (int j = 0; j < p->regions[i]->n_recompute_ratios; j++)
+            v[n++] = p->regions[i]->recompute_ratios[j];
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (m == 0 || v[i] != v[m - 1])
+            v[m++] = v[i];
+    *out = v, *n_out = m;
+    return REGC_OK;
+}
+
+/* compile.recompute auto under compile.memory_budget_mb: the least
+ * recomputation that fits. Candidates are ranked by FLOPs per byte freed;
+ * dropping every one whose ratio is at most r frees more as r grows, so
+ * a search over the candidates' own ratios finds the smallest r that
+ * fits (none first: a step that fits recomputes nothing). The probes use
+ * no cache and write no dumps; the step is then compiled once more with
+ * the choice, as a compile without a budget would be. */
+static int compile_fitting(regc_graph *g, const int64_t *param_offset,
+                           const regc_compile_options *o, regc_program **out,
+                           regc_compile_stats *st)
+{
+    regc_compile_options a = *o;
+    a.cache = NULL, a.dump_dir = NULL, a.recompute_ratio = -1.0;
+    regc_program *p = NULL;
+    double *ratio = NULL;
+    int n = 0, rc = REGC_OK, fit;
+    int64_t total;
+    regc_graph *h = regc_graph_dup(g);
+    /* nothing recomputed */
+    if ((fit = h ? probe(h, param_offset, &a, &p, st, &total)
+                 : regc_error(REGC_ERR_MEMORY, "compile: out of memory")) < 0) {
+        rc = fit;
+        goto done;
+    }
+    double chosen = -1.0;
+    if (!fit) {
+        /* the candidates, from a step compiled without the budget (a ratio
+         * of 0 drops nothing: every candidate costs something) */
+        regc_compile_options c = a;
+        c.budget_bytes = 0, c.recompute_ratio = 0.0;
+        regc_program_free(p);
+        p = NULL;
+        if (!(h = regc_graph_dup(g)))
+            rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+        if (rc == REGC_OK && (rc = compile_graph(h, param_offset, &c, &p, st)) == REGC_OK)
+            rc = candidate_ratios(p, &ratio, &n);
+        if (rc)
+            goto done;
+        /* everything: the least it can need */
+        int lo = -1, hi = n - 1;
+        a.recompute_ratio = n > 0 ? ratio[n - 1] : -1.0;
+        regc_program_free(p);
+        p = NULL;
+        if (!(h = regc_graph_dup(g)))
+            rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+        if (rc == REGC_OK && (fit = probe(h, param_offset, &a, &p, st, &total)) < 0)
+            rc = fit;
+        if (rc == REGC_OK && !fit) {
+            if (total >= 0)
+                rc = regc_error(REGC_ERR_BUDGET,
+                                "compile.memory_budget_mb: the step needs %.1f MiB per rank at "
+                                "the least (every saved activation that can be recomputed); the "
+                                "budget is %.1f MiB",
+                                (double)total / (1 << 20), (double)o->budget_bytes / (1 << 20));
+            else
+                rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
+        }
+        /* the smallest ratio that fits: lo does not, hi does */
+        while (rc == REGC_OK && hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            a.recompute_ratio = ratio[mid];
+            regc_program_free(p);
+            p = NULL;
+            if (!(h = regc_graph_dup(g)))
+                rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+            else if ((fit = probe(h, param_offset, &a, &p, st, &total)) < 0)
+                rc = fit;
+            else if (fit)
+                hi = mid;
+            else
+                lo = mid;
+        }
+        if (rc)
+            goto done;
+        chosen = n > 0 ? ratio[hi] : -1.0;
+    }
+    regc_program_free(p);
+    p = NULL;
+    regc_error_clear(); /* a probe that did not fit left its message */
+    a = *o;
+    a.recompute_ratio = chosen;
+    rc = compile_graph(g, param_offset, &a, out, st);
+    g = NULL;
+done:
+    regc_program_free(p);
+    regc_graph_free(g);
+    free(ratio);
+    return rc;
+}
+
 /* The whole step: from the cache when its key is there, else compiled
  * (and stored). */
 static int compile_step(step_source *s, const regc_compile_options *o, regc_program **out,
@@ -491,7 +672,10 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
     }
     if ((rc = source_graph(s, &g, &param_offset, st)))
         goto done;
-    rc = compile_graph(g, param_offset, o, out, st);
+    if (o->recompute == REGC_RECOMPUTE_AUTO && o->budget_bytes > 0 && o->recompute_ratio < 0)
+        rc = compile_fitting(g, param_offset, o, out, st);
+    else
+        rc = compile_graph(g, param_offset, o, out, st);
     g = NULL; /* taken */
     if (rc == REGC_OK && cached) {
         char what[200] = "graph";

@@ -141,6 +141,12 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     }
     regc_bytes_put_i64(b, o->replan_step);
     regc_bytes_put_u64(b, (uint64_t)(o->offload_optimizer && !o->forward_only));
+    /* what is recomputed: auto's choice follows from the budget keyed above */
+    regc_bytes_put_u64(b, (uint64_t)o->recompute);
+    int64_t ratio_bits;
+    const double ratio = o->recompute == REGC_RECOMPUTE_AUTO ? o->recompute_ratio : 0.0;
+    memcpy(&ratio_bits, &ratio, sizeof ratio_bits);
+    regc_bytes_put_i64(b, ratio_bits);
 }
 
 int regc_compile_load_step(const regc_compile_options *o, const regc_bytes *canon,

@@ -1,6 +1,7 @@
 /* instr.c — one instruction through a backend, which operands it writes,
  * and its readable form. */
 #include <stdio.h>
+#include <string.h>
 
 #include "program.h"
 
@@ -346,6 +347,10 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
         if (n > 0 && (size_t)n + 1 < size)
             snprintf(buf + n, size - (size_t)n, "]");
     }
+    /* a recomputation is a row of its own in profiles, and says so in dumps */
+    const size_t len = strlen(buf);
+    if (in->replay && len + 1 < size)
+        snprintf(buf + len, size - len, " (recomputed)");
 }
 
 double regc_instr_flop(const regc_instr *in)

@@ -12,6 +12,8 @@ void regc_compile_options_default(regc_compile_options *o)
     o->inline_back = 1;
     o->prefetch_floats = -1; /* one unit ahead */
     o->deepcompile = 1;
+    o->recompute = REGC_RECOMPUTE_AUTO; /* nothing, unless a budget asks */
+    o->recompute_ratio = -1.0;
     regc_pass_list_default(&o->passes);
 }
 
@@ -40,4 +42,19 @@ int regc_precision_from_name(const char *name)
 const char *regc_precision_name(regc_precision p)
 {
     return (unsigned)p < 2 ? precision_names[p] : "?";
+}
+
+static const char *const recompute_names[] = {"none", "selective", "full", "auto"};
+
+int regc_recompute_from_name(const char *name)
+{
+    for (int i = 0; i < 4; i++)
+        if (name && !strcmp(name, recompute_names[i]))
+            return i;
+    return -1;
+}
+
+const char *regc_recompute_name(regc_recompute r)
+{
+    return (unsigned)r < 4 ? recompute_names[r] : "?";
 }

@@ -194,7 +194,7 @@ int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_fla
             budget = o->passes.pass[i].budget_bytes;
     regc_device_memory a;
     if (rc == REGC_OK && l && budget > 0 && (regc_program_device_memory(p, &a), a.total > budget))
-        rc = regc_error(REGC_ERR_ARG,
+        rc = regc_error(REGC_ERR_BUDGET,
                         "compile.passes: the step needs %.1f MiB per rank, over the budget of "
                         "%.1f MiB (a pass after selective_gather changed what it fitted?)",
                         (double)a.total / (1 << 20), (double)budget / (1 << 20));

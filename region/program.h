@@ -92,6 +92,9 @@ typedef struct {
     /* collectives: 0 runs at once; k > 0 starts asynchronous collective k
      * on the communication queue, finished by the K_COMM_WAIT of signal k */
     int signal;
+    /* a forward instruction run again in the backward (compile.recompute):
+     * counted apart in plans, dumps and profiles */
+    uint8_t replay;
 } regc_instr;
 
 const char *regc_kernel_name(regc_kernel k);
@@ -144,6 +147,13 @@ typedef struct {
     int bf16;       /* held in bf16: bytes are half the tensor's (region_bf16.c) */
 } regc_slot;
 
+/* compile.recompute as one region applies it (recompute.c). */
+typedef struct regc_recompute_policy {
+    regc_recompute mode; /* AUTO: drop what costs at most `ratio` */
+    int layer;           /* FULL: a layer (glue recomputes as SELECTIVE) */
+    double ratio;        /* AUTO: FLOPs per byte freed */
+} regc_recompute_policy;
+
 /* What a region is compiled from: n_nodes graph nodes (an instance in a
  * valid order), its formal inputs (tensors read from outside) and outputs
  * (tensors read outside or graph outputs). */
@@ -160,6 +170,11 @@ typedef struct {
      * region_bf16.c), its slot held in bf16 */
     const char *in_bf16;
     const char *name; /* "layer kind 0", "glue 1", "step" */
+    /* compile.recompute for this region (recompute.c), or NULL: none */
+    const regc_recompute_policy *recompute;
+    /* [graph tensors] or NULL: tensors never recomputed (the layers'
+     * boundaries inside a whole-graph region) */
+    const char *keep;
 } regc_region_spec;
 
 typedef struct {
@@ -176,6 +191,10 @@ typedef struct {
     regc_ew_program *ew;   /* fused chains, pointed to by instructions */
     int64_t saved_bytes;   /* per instance */
     int64_t scratch_bytes; /* temporaries of one pass, planned */
+    /* compile.recompute auto: every candidate's FLOPs per byte freed, for
+     * the compile's search (not kept in the cache: NULL when loaded) */
+    int n_recompute_ratios;
+    double *recompute_ratios;
 } regc_compiled_region;
 
 /* Extract, differentiate, optimise (per level) and lower one region. */

@@ -39,6 +39,23 @@ typedef enum {
     REGC_PRECISION_BF16,
 } regc_precision;
 
+/* compile.recompute: which saved activations (what the forward keeps for
+ * the backward) are dropped after the forward and computed again in the
+ * backward by the same kernels from what is kept: the same bits in fewer
+ * bytes, for more arithmetic. */
+typedef enum {
+    REGC_RECOMPUTE_NONE, /* keep every saved activation (the default) */
+    /* keep GEMM and attention outputs; recompute what norms, activations and
+     * elementwise chains make from them */
+    REGC_RECOMPUTE_SELECTIVE,
+    /* keep each layer's inputs only (Hugging Face's gradient checkpointing);
+     * the glue around the layers as selective */
+    REGC_RECOMPUTE_FULL,
+    /* under budget_bytes: the cheapest recomputation, in FLOPs per byte
+     * freed, from none up to full, that makes the step fit */
+    REGC_RECOMPUTE_AUTO,
+} regc_recompute;
+
 /* The schedule passes a compile runs (compile.passes, or a step of
  * compile.schedule), in order, each with its own budget. */
 #define REGC_MAX_PASSES 8
@@ -149,6 +166,15 @@ typedef struct {
      * go there and the parameters come back. The same arithmetic, so the
      * same bits; on the CPU a placement only. */
     int offload_optimizer;
+    /* compile.recompute (default auto, which recomputes nothing without
+     * budget_bytes) */
+    regc_recompute recompute;
+    /* auto's choice: every saved activation whose recomputation costs at
+     * most this many FLOPs per byte it frees is recomputed; negative: not
+     * chosen yet (the compile searches for the least that fits, and the
+     * step is keyed by the budget); a library user may set it to skip the
+     * search */
+    double recompute_ratio;
 } regc_compile_options;
 
 /* Stage 0's buckets when reduce_bucket_floats is 0: 25 MiB of fp32, as
@@ -161,6 +187,9 @@ int regc_level_from_name(const char *name);
 /* "fp32" or "bf16"; -1 for another name */
 int regc_precision_from_name(const char *name);
 const char *regc_precision_name(regc_precision p);
+/* "none", "selective", "full", "auto" -> regc_recompute, or -1 */
+int regc_recompute_from_name(const char *name);
+const char *regc_recompute_name(regc_recompute r);
 const char *regc_level_name(regc_level l);
 
 /* What compiling a step cost and gave. */
@@ -332,6 +361,14 @@ typedef struct regc_device_memory {
     int64_t host;
 } regc_device_memory;
 void regc_program_device_memory(const regc_program *p, regc_device_memory *a);
+/* compile.recompute in a program: what the backward runs again, per step. */
+typedef struct {
+    int replays;        /* instructions */
+    double replay_flop; /* their FLOPs (elementwise kernels: one per element touched) */
+    double step_flop;   /* the same count over the whole forward and backward */
+    char kernels[200];  /* which, most first: "layernorm 24, gemm 12, ..." */
+} regc_recompute_plan;
+void regc_program_recompute_plan(const regc_program *p, regc_recompute_plan *out);
 /* The asynchronous collectives over every run so far: the time the
  * communication queue spent in them, and the time the program blocked
  * waiting for them (what was not hidden behind compute). */

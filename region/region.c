@@ -23,7 +23,7 @@ void regc_compiled_region_free(regc_compiled_region *r)
     regc_graph_free(r->graph);
     free(r->slots);
     free(r->in_slot), free(r->out_slot), free(r->dout_slot), free(r->seed_slot), free(r->din_slot);
-    free(r->fwd), free(r->bwd), free(r->ew);
+    free(r->fwd), free(r->bwd), free(r->ew), free(r->recompute_ratios);
     free(r);
 }
 
@@ -31,7 +31,7 @@ void regc_compiled_region_free(regc_compiled_region *r)
  * dumps read naturally), then the nodes in the given order. map[] takes
  * graph tensor ids to region ids for the formals and node outputs. */
 static int extract(const regc_graph *g, const regc_region_spec *s, regc_graph *rg, int *map_in,
-                   int *map_out)
+                   int *map_out, char **keep)
 {
     int n_t = regc_graph_n_tensors(g);
     int *map = malloc(((size_t)n_t + 1) * sizeof *map);
@@ -74,6 +74,12 @@ static int extract(const regc_graph *g, const regc_region_spec *s, regc_graph *r
         if ((map_out[k] = map[s->out[k]]) < 0)
             rc = regc_error(REGC_ERR_ARG, "region %s: output %s is not produced inside", s->name,
                             regc_graph_tensor(g, s->out[k])->name);
+    /* the tensors never recomputed, in region numbers */
+    if (rc == REGC_OK && s->keep && !(*keep = calloc((size_t)regc_graph_n_tensors(rg) + 1, 1)))
+        rc = regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
+    for (int t = 0; t < n_t && rc == REGC_OK && s->keep; t++)
+        if (map[t] >= 0 && s->keep[t])
+            (*keep)[map[t]] = 1;
     free(map);
     return rc;
 }
@@ -300,6 +306,7 @@ int regc_region_compile(const regc_graph *g, const regc_region_spec *s, regc_lev
     int *dout_t = malloc(nf * sizeof *dout_t), *seed_t = malloc(nf * sizeof *seed_t);
     int *din_t = malloc(nf * sizeof *din_t);
     int *slot_of = NULL;
+    char *keep = NULL; /* [region tensors] never recomputed, or NULL */
     int rc = REGC_OK;
     if (!r || !in_t || !out_t || !dout_t || !seed_t || !din_t || !(r->name = strdup(s->name)) ||
         !(r->graph = regc_graph_new())) {
@@ -316,8 +323,9 @@ int regc_region_compile(const regc_graph *g, const regc_region_spec *s, regc_lev
     }
     for (size_t k = 0; k < nf; k++)
         r->in_slot[k] = r->out_slot[k] = r->dout_slot[k] = r->seed_slot[k] = r->din_slot[k] = -1;
-    if ((rc = extract(g, s, r->graph, in_t, out_t)))
+    if ((rc = extract(g, s, r->graph, in_t, out_t, &keep)))
         goto done;
+    const int n_extracted = regc_graph_n_tensors(r->graph);
     r->n_fwd_nodes = regc_graph_n_nodes(r->graph);
     if ((rc = differentiate(r, s, in_t, out_t, dout_t, seed_t, din_t)) ||
         (rc = add_passthrough_copies(r, din_t)))
@@ -327,16 +335,25 @@ int regc_region_compile(const regc_graph *g, const regc_region_spec *s, regc_lev
         rc = regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
         goto done;
     }
+    if (keep) { /* autodiff's tensors are gradients: never kept */
+        char *grown = realloc(keep, (size_t)regc_graph_n_tensors(r->graph) + 1);
+        if (!grown) {
+            rc = regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
+            goto done;
+        }
+        keep = grown;
+        memset(keep + n_extracted, 0, (size_t)(regc_graph_n_tensors(r->graph) - n_extracted) + 1);
+    }
     if ((rc = assign_slots(r, in_t, out_t, dout_t, seed_t, din_t, slot_of)) ||
         (rc = regc_region_lower(r, slot_of, level)) ||
         (rc = regc_region_apply_precision(r, precision, bf16_storage, s->in_bf16)) ||
-        (rc = plan_memory(r)))
+        (rc = regc_region_recompute(r, s->recompute, keep)) || (rc = plan_memory(r)))
         goto done;
     *out = r;
     r = NULL;
 done:
     regc_compiled_region_free(r);
-    free(in_t), free(out_t), free(dout_t), free(seed_t), free(din_t), free(slot_of);
+    free(in_t), free(out_t), free(dout_t), free(seed_t), free(din_t), free(slot_of), free(keep);
     return rc;
 }
 

@@ -15,6 +15,27 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
 int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage,
                                 const char *in_bf16);
 
+/* compile.recompute on a lowered region (recompute.c): saved slots
+ * dropped after the forward and replayed in the backward, as the policy
+ * (program.h) says. */
+/* A saved slot that can be recomputed: the bytes it frees per instance,
+ * the FLOPs of its replay, and whether that replay is heavy (runs a GEMM
+ * or attention, or costs many FLOPs per byte: not selective's). */
+typedef struct {
+    int slot;
+    int64_t bytes;
+    double flop;
+    int heavy;
+} regc_recompute_candidate;
+/* keep: [region tensors] or NULL. The candidates (malloc'd) of region r. */
+int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,
+                                     regc_recompute_candidate **out, int *n_out);
+int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *pol,
+                          const char *keep);
+/* What an instruction costs, in FLOPs (elementwise kernels: one per
+ * element touched). */
+double regc_instr_cost(const regc_instr *in);
+
 /* Fusions over a flat instruction list (region/fuse_instr.c). The residual
  * add fused with the norm that reads its sum right after it, in place;
  * returns the number of pairs fused. */

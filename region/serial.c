@@ -40,6 +40,13 @@ static int refuse(const char *what)
 
 /* ---------------------------------------------------------------- canonical form */
 
+static uint64_t double_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
 int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level level,
                       regc_bytes *b)
 {
@@ -74,6 +81,18 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
         regc_bytes_put_i64(b, local[s->out[k]]);
         regc_bytes_put_i64(b, s->out_has_grad[k]);
     }
+    /* what is recomputed, and which tensors never are */
+    const regc_recompute_policy *pol = s->recompute;
+    regc_bytes_put_i64(b, pol ? pol->mode : REGC_RECOMPUTE_NONE);
+    if (pol && pol->mode != REGC_RECOMPUTE_NONE) {
+        regc_bytes_put_i64(b, pol->layer);
+        regc_bytes_put_u64(b, pol->mode == REGC_RECOMPUTE_AUTO ? double_bits(pol->ratio) : 0);
+        for (int i = 0; i < s->n_nodes; i++) {
+            const regc_node *n = regc_graph_node(g, s->nodes[i]);
+            for (int k = 0; k < n->n_out; k++)
+                regc_bytes_put_i64(b, s->keep ? s->keep[n->out[k]] : 0);
+        }
+    }
     free(local);
     return b->failed ? regc_error(REGC_ERR_MEMORY, "region %s: out of memory", s->name) : REGC_OK;
 }
@@ -105,6 +124,7 @@ enum {
     F_SIGNAL,
     F_BF16,
     F_BF16_REFS,
+    F_REPLAY,
     F_COUNT
 };
 
@@ -145,6 +165,7 @@ static void put_instr(regc_bytes *b, const regc_instr *in, int ew_region, int ew
     v[F_SIGNAL] = in->signal;
     v[F_BF16] = in->bf16;
     v[F_BF16_REFS] = in->bf16_refs;
+    v[F_REPLAY] = in->replay;
     uint64_t mask = 0;
     for (int k = 0; k < F_COUNT; k++)
         mask |= (uint64_t)(v[k] != 0) << k;
@@ -203,6 +224,7 @@ static void get_instr(regc_reader *r, regc_instr *in, int n_bufs, int *ew_region
     in->accumulate = (int)field(r, v, F_ACCUMULATE, 0, 1);
     in->bf16 = (int)field(r, v, F_BF16, 0, 1);
     in->bf16_refs = (uint16_t)field(r, v, F_BF16_REFS, 0, (1 << REGC_INSTR_MAX_REFS) - 1);
+    in->replay = (uint8_t)field(r, v, F_REPLAY, 0, 1);
     regc_attn_shape *a = &in->attn;
     a->batch = v[F_BATCH], a->tq = v[F_TQ], a->tk = v[F_TK];
     a->n_head = (int)field(r, v, F_N_HEAD, 0, INT32_MAX);

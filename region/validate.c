@@ -131,6 +131,38 @@ static int check_region_instr(const regc_compiled_region *r, const regc_instr *i
     return REGC_OK;
 }
 
+/* What a pass reads was written before it: a temporary earlier in the
+ * same pass, a saved slot in the forward (the backward reads it), so a
+ * recomputation that reads what it never made is refused. written[]:
+ * [n_slots] state kept from the forward into the backward. */
+static int check_reads_written(const regc_compiled_region *r, const regc_instr *ins, int n,
+                               int backward, char *written)
+{
+    for (int s = 0; s < r->n_slots; s++)
+        if (r->slots[s].kind == SLOT_TEMP)
+            written[s] = 0; /* a temporary lives within one pass */
+    for (int i = 0; i < n; i++) {
+        const regc_instr *in = &ins[i];
+        for (int k = 0; k < in->n_refs; k++) {
+            const int s = in->refs[k].buf;
+            if (s < 0 || regc_instr_writes(in, k) || written[s])
+                continue;
+            const regc_slot_kind kind = r->slots[s].kind;
+            if (kind == SLOT_TEMP || kind == SLOT_SAVED || (kind == SLOT_OUT && backward) ||
+                kind == SLOT_DIN)
+                return regc_error(REGC_ERR_FORMAT,
+                                  "region %s: %s instruction %d (%s) reads slot %d, which nothing "
+                                  "wrote before it",
+                                  r->name, backward ? "backward" : "forward", i,
+                                  regc_kernel_name(in->kernel), s);
+        }
+        for (int k = 0; k < in->n_refs; k++)
+            if (in->refs[k].buf >= 0 && regc_instr_writes(in, k))
+                written[in->refs[k].buf] = 1;
+    }
+    return REGC_OK;
+}
+
 int regc_region_validate(const regc_compiled_region *r)
 {
     int rc = check_slots(r);
@@ -143,6 +175,12 @@ int regc_region_validate(const regc_compiled_region *r)
         rc = check_region_instr(r, &r->fwd[i], 0, i, used);
     for (int i = 0; i < r->n_bwd && rc == REGC_OK; i++)
         rc = check_region_instr(r, &r->bwd[i], 1, i, used);
+    char *written = rc == REGC_OK ? calloc((size_t)r->n_slots + 1, 1) : NULL;
+    if (rc == REGC_OK && !written)
+        rc = regc_error(REGC_ERR_MEMORY, "region %s: out of memory", r->name);
+    if (rc == REGC_OK && (rc = check_reads_written(r, r->fwd, r->n_fwd, 0, written)) == REGC_OK)
+        rc = check_reads_written(r, r->bwd, r->n_bwd, 1, written);
+    free(written);
     /* what a call binds to the pass's scratch and the instance's saved block */
     for (int s = 0; s < r->n_slots && rc == REGC_OK; s++) {
         const regc_slot *x = &r->slots[s];
@@ -451,6 +489,31 @@ static int check_arena(const regc_program *p, const char *used)
     return REGC_OK;
 }
 
+/* The flat program reads no activation before something wrote it. */
+static int check_arena_written(const regc_program *p)
+{
+    char *written = calloc((size_t)p->n_bufs + 1, 1);
+    if (!written)
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    int rc = REGC_OK;
+    for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {
+        const regc_instr *in = &p->instr[i];
+        for (int k = 0; k < in->n_refs && rc == REGC_OK; k++) {
+            const int b = in->refs[k].buf;
+            if (b >= 0 && !regc_instr_writes(in, k) && p->bufs[b].kind == BUF_ARENA && !written[b])
+                rc = regc_error(REGC_ERR_FORMAT,
+                                "step program: instruction %d (%s) reads buffer %d, which nothing "
+                                "wrote before it",
+                                i, regc_kernel_name(in->kernel), b);
+        }
+        for (int k = 0; k < in->n_refs; k++)
+            if (in->refs[k].buf >= 0 && regc_instr_writes(in, k))
+                written[in->refs[k].buf] = 1;
+    }
+    free(written);
+    return rc;
+}
+
 int regc_program_validate(const regc_program *p)
 {
     int rc = REGC_OK;
@@ -460,7 +523,7 @@ int regc_program_validate(const regc_program *p)
         (!p->forward_only && !p->n_update))
         return regc_error(REGC_ERR_FORMAT, "step program: phases do not match its kind");
     if ((rc = check_buffers(p)) || (rc = check_layout(p)) || (rc = check_signals(p)) ||
-        (rc = check_host(p)))
+        (rc = check_host(p)) || (rc = check_arena_written(p)))
         return rc;
     char *used = calloc((size_t)p->n_bufs + 1, 1);
     if (!used)

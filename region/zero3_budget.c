@@ -100,7 +100,7 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
     for (int u = 0; u < l->n_units; u++)
         n_kept += kept[u] != 0;
     if (rc == REGC_OK && !fits)
-        rc = regc_error(REGC_ERR_ARG,
+        rc = regc_error(REGC_ERR_BUDGET,
                         "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
                         "least (each unit gathered where it is needed, %s resident); the "
                         "budget is %.1f MiB",

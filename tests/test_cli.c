@@ -211,6 +211,80 @@ static void test_plan_precision_flags(void **state)
     }
 }
 
+/* regc plan's recompute flags: a bad value is one line naming the flag,
+ * exit 2; --fit without its memory likewise */
+static void test_plan_recompute_flags(void **state)
+{
+    (void)state;
+    static const char *const bad[][5] = {
+        {"--recompute", "most", NULL, NULL, "--recompute: expected none"},
+        {"--fit", "depth", "--device-memory-mb", "100", "--fit: expected seq or batch"},
+        {"--fit", "seq", NULL, NULL, "--fit and --device-memory-mb go together"},
+        {"--device-memory-mb", "-4", NULL, NULL, "--device-memory-mb"},
+        {"--fit", "seq", "--device-memory-mb", "0", "--device-memory-mb"},
+        {"--budget-mb", "-3", NULL, NULL, "--budget-mb: expected a positive integer"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        regc_test_proc p;
+        assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                            bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL),
+                         2);
+        assert_one_line_error(&p, bad[i][4]);
+        regc_test_proc_free(&p);
+    }
+}
+
+/* The JSON plan's total at --seq T (and the plan's exit status). */
+static double plan_total(const char *seq, const char *budget_mb, int *status)
+{
+    regc_test_proc p;
+    *status = regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1", "--zero-stage",
+                                 "0", "--seq", seq, "--budget-mb", budget_mb, "--json", NULL);
+    double total = -1.0;
+    cJSON *o = *status == 0 ? cJSON_Parse(p.out) : NULL;
+    const cJSON *t =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "memory"), "total");
+    if (cJSON_IsNumber(t))
+        total = t->valuedouble;
+    cJSON_Delete(o);
+    regc_test_proc_free(&p);
+    return total;
+}
+
+/* regc plan --fit seq finds the longest sequence that fits: the step at it
+ * fits the memory, one token more does not; below the least it can need it
+ * refuses with one line, exit 1. */
+static void test_plan_fit_finds_the_longest(void **state)
+{
+    (void)state;
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                        "--zero-stage", "0", "--fit", "seq", "--device-memory-mb",
+                                        "30", NULL),
+                     0);
+    const char *at = strstr(p.out, "seq ");
+    assert_non_null(at);
+    long long t = atoll(at + 4);
+    assert_true(t >= 1);
+    assert_non_null(strstr(p.out, "recompute: auto"));
+    regc_test_proc_free(&p);
+    char seq[32], next[32];
+    snprintf(seq, sizeof seq, "%lld", t);
+    snprintf(next, sizeof next, "%lld", t + 1);
+    int status;
+    const double fits = plan_total(seq, "30", &status);
+    assert_int_equal(status, 0);
+    assert_true(fits > 0 && fits <= 30.0 * (1 << 20));
+    plan_total(next, "30", &status);
+    if (t < 256) /* gpt2-tiny's positions end at 256: beyond, the model says no */
+        assert_int_equal(status, 1);
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                        "--zero-stage", "0", "--fit", "seq", "--device-memory-mb",
+                                        "5", NULL),
+                     1);
+    assert_one_line_error(&p, "even seq 1 does not fit 5 MiB per rank");
+    regc_test_proc_free(&p);
+}
+
 static void test_unknown_flag(void **state)
 {
     (void)state;
@@ -559,6 +633,8 @@ int main(void)
         cmocka_unit_test(test_unknown_flag),
         cmocka_unit_test(test_passes_on_the_command_line),
         cmocka_unit_test(test_plan_precision_flags),
+        cmocka_unit_test(test_plan_recompute_flags),
+        cmocka_unit_test(test_plan_fit_finds_the_longest),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_missing_values),
         cmocka_unit_test(test_threads_beyond_the_cores),

@@ -249,8 +249,8 @@ static int same_bytes(const regc_bytes *a, const regc_bytes *b)
     return a->len == b->len && !memcmp(a->data, b->data, a->len);
 }
 
-/* Every option a schedule pass may read changes the step's key, in one
- * process at stage 0 too (a pass a program registers may read any; the
+/* Every option a schedule pass may read, and what is recomputed, changes
+ * the step's key, in one process at stage 0 too (a pass a program registers may read any; the
  * built-in ones decide an offloaded update's copies there). */
 static void test_step_key_sees_every_schedule_option(void **state)
 {
@@ -259,7 +259,7 @@ static void test_step_key_sees_every_schedule_option(void **state)
     regc_compile_options_default(&base);
     regc_bytes k0 = {0};
     regc_compile_step_key(&base, &k0);
-    for (int change = 0; change < 10; change++) {
+    for (int change = 0; change < 13; change++) {
         regc_compile_options o = base;
         switch (change) {
         case 0: o.deepcompile = 0; break;
@@ -272,6 +272,9 @@ static void test_step_key_sees_every_schedule_option(void **state)
         case 7: o.passes.n = 1; break;
         case 8: o.passes.pass[0].budget_bytes = 1 << 20; break;
         case 9: o.replan_step = 5; break;
+        case 10: o.recompute = REGC_RECOMPUTE_FULL; break;
+        case 11: o.recompute = REGC_RECOMPUTE_SELECTIVE; break;
+        case 12: o.recompute_ratio = 8.0; break; /* auto's choice */
         }
         regc_bytes k = {0};
         regc_compile_step_key(&o, &k);

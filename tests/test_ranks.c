@@ -309,6 +309,9 @@ static void test_stage3_programs_agree_at_two_ranks(void **state)
         /* re-planned at step 2 on the profile of step 1, every rank alike */
         {"--schedule", "2:prefetch,overlap_reduce,selective_gather@100000"},
         {"--offload-optimizer", "cpu"},
+        /* saved activations computed again in the backward */
+        {"--recompute", "selective"},
+        {"--recompute", "full"},
     };
     check_programs_agree("3", "fp32", ways, sizeof ways / sizeof *ways);
     /* bf16, its units gathered in bf16: the schedules that move the gathers */
@@ -332,6 +335,7 @@ static void test_stage0_programs_agree_at_two_ranks(void **state)
         {"--reduce-bucket-size", "1000000000"},
         {"--passes", "none"},
         {"--offload-optimizer", "cpu"},
+        {"--recompute", "full"},
     };
     check_programs_agree("0", "fp32", ways, sizeof ways / sizeof *ways);
 }
@@ -519,13 +523,14 @@ static void test_model_directory_read_by_shards(void **state)
 
 /* regc plan's per-rank total against the device memory the ranks of a run
  * measured (their backend's high-water mark). */
-static void check_plan(const char *model, int ranks, const char *stage, const char *precision)
+static void check_plan(const char *model, int ranks, const char *stage, const char *precision,
+                       const char *recompute)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", ranks);
-    const char *plan[] = {REGC_BIN,      "plan",    "--model", model, "--ranks",      n,
-                          "--batch",     "2",       "--seq",   "16",  "--zero-stage", stage,
-                          "--precision", precision, "--json",  NULL};
+    const char *plan[] = {REGC_BIN,      "plan",    "--model",     model,     "--ranks",      n,
+                          "--batch",     "2",       "--seq",       "16",      "--zero-stage", stage,
+                          "--precision", precision, "--recompute", recompute, "--json",       NULL};
     regc_test_proc p;
     assert_int_equal(regc_test_run_argv(plan, &p), 0);
     cJSON *o = cJSON_Parse(p.out);
@@ -535,27 +540,33 @@ static void check_plan(const char *model, int ranks, const char *stage, const ch
     double predicted = total->valuedouble;
     cJSON_Delete(o);
     regc_test_proc_free(&p);
-    const char *train[] = {"--model",      model, "--data",      plain,     "--batch", "2",
-                           "--seq",        "16",  "--steps",     "2",       "--json",  "--no-cache",
-                           "--zero-stage", stage, "--precision", precision, NULL};
+    const char *train[] = {"--model", model,         "--data",       plain,     "--batch",
+                           "2",       "--seq",       "16",           "--steps", "2",
+                           "--json",  "--no-cache",  "--zero-stage", stage,     "--precision",
+                           precision, "--recompute", recompute,      NULL};
     assert_int_equal(run(ranks > 1 ? ranks : 0, train, NULL, NULL), 0);
     if (!(fabs(device_peak - predicted) <= 0.01 * predicted))
-        fail_msg("%s %s at %d ranks, stage %s: regc plan says %.0f bytes per rank, the run held "
-                 "%.0f",
-                 model, precision, ranks, stage, predicted, device_peak);
+        fail_msg("%s %s at %d ranks, stage %s, recompute %s: regc plan says %.0f bytes per rank, "
+                 "the run held %.0f",
+                 model, precision, ranks, stage, recompute, predicted, device_peak);
 }
 
 static void test_plan_predicts_the_peak(void **state)
 {
     (void)state;
     for (int ranks = 1; ranks <= 4; ranks *= 2) {
-        check_plan("gpt2-tiny", ranks, "3", "fp32");
-        check_plan("t5-tiny", ranks, "3", "fp32");
+        check_plan("gpt2-tiny", ranks, "3", "fp32", "none");
+        check_plan("t5-tiny", ranks, "3", "fp32", "none");
     }
-    check_plan("llama-tiny", 2, "0", "fp32");
+    check_plan("llama-tiny", 2, "0", "fp32", "none");
     /* bf16: tensors and gathered units in half the bytes */
-    check_plan("gpt2-tiny", 2, "3", "bf16");
-    check_plan("llama-tiny", 2, "0", "bf16");
+    check_plan("gpt2-tiny", 2, "3", "bf16", "none");
+    check_plan("llama-tiny", 2, "0", "bf16", "none");
+    /* saved activations recomputed, at one rank and two */
+    for (int ranks = 1; ranks <= 2; ranks++) {
+        check_plan("gpt2-tiny", ranks, "3", "fp32", "selective");
+        check_plan("llama-tiny", ranks, "3", "bf16", "full");
+    }
 }
 
 /* ---- ranks that disagree, and a rank that dies ----------------------------- */

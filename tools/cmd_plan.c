@@ -49,8 +49,16 @@ void print_plan_usage(FILE *f)
           "                             prefetch,overlap_reduce,selective_gather; none)\n"
           "  --offload-optimizer <cpu|none>\n"
           "                             AdamW's state and update on the host (default none)\n"
-          "  --budget-mb <MiB>          stage 3: device memory per rank in MiB; the\n"
-          "                             compiler picks the prefetch and resident units to fit\n"
+          "  --budget-mb <MiB>          device memory per rank in MiB; the compiler makes\n"
+          "                             the step fit (compile.memory_budget_mb): the least\n"
+          "                             recomputation that does, and at stage 3 the prefetch\n"
+          "                             and the resident units\n"
+          "  --recompute <none|selective|full|auto>\n"
+          "                             saved activations computed again in the backward\n"
+          "                             (default auto: as little as the budget needs)\n"
+          "  --fit <seq|batch>          find the longest sequence (largest batch) whose step\n"
+          "                             fits --device-memory-mb per rank, and print its plan\n"
+          "  --device-memory-mb <MiB>   the device memory --fit fills (its budget)\n"
           "  --gradient-accumulation-steps <K>\n"
           "                             micro-batches per step (default 1)\n"
           "  --json                     one JSON object instead of text\n"
@@ -62,7 +70,9 @@ typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     long long reduce_bucket;
-    int level, json, offload, precision, fp32_storage;
+    int level, json, offload, precision, fp32_storage, recompute;
+    const char *fit; /* "seq", "batch" or NULL */
+    long long device_mb;
     regc_pass_list passes;
     int passes_given;
 } plan_args;
@@ -117,7 +127,18 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             if (strcmp(value, "cpu") && strcmp(value, "none"))
                 return usage_error("--offload-optimizer: expected cpu or none, got \"%s\"", value);
             a->offload = !strcmp(value, "cpu");
-        } else if (!strcmp(flag, "--budget-mb"))
+        } else if (!strcmp(flag, "--recompute")) {
+            if ((a->recompute = regc_recompute_from_name(value)) < 0)
+                return usage_error("--recompute: expected none, selective, full or auto, got "
+                                   "\"%s\"",
+                                   value);
+        } else if (!strcmp(flag, "--fit")) {
+            if (strcmp(value, "seq") && strcmp(value, "batch"))
+                return usage_error("--fit: expected seq or batch, got \"%s\"", value);
+            a->fit = !strcmp(value, "seq") ? "seq" : "batch";
+        } else if (!strcmp(flag, "--device-memory-mb"))
+            rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->device_mb);
+        else if (!strcmp(flag, "--budget-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
         else if (!strcmp(flag, "--gradient-accumulation-steps"))
             rc = parse_int(flag, value, 1, INT32_MAX, "a positive integer", &a->accum);
@@ -140,11 +161,28 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
         return usage_error("--model is required (see regc plan --help)");
     if (!a->ranks)
         return usage_error("--ranks is required (see regc plan --help)");
+    if ((a->fit != NULL) != (a->device_mb > 0))
+        return usage_error("--fit and --device-memory-mb go together (see regc plan --help)");
+    if (a->fit && a->budget_mb)
+        return usage_error("--fit fills --device-memory-mb; --budget-mb is for one plan");
     return 0;
 }
 
+static void print_recompute(const plan_args *a, const regc_recompute_plan *r)
+{
+    if (r->replays == 0) {
+        printf("recompute: %s, nothing recomputed\n",
+               regc_recompute_name((regc_recompute)a->recompute));
+        return;
+    }
+    printf("recompute: %s, %d instructions run again in the backward (%s): %.3g GFLOP a step, "
+           "%.1f%% of its FLOPs\n",
+           regc_recompute_name((regc_recompute)a->recompute), r->replays, r->kernels,
+           r->replay_flop / 1e9, 100.0 * r->replay_flop / (r->step_flop > 0 ? r->step_flop : 1));
+}
+
 static void print_text(const plan_args *a, const regc_device_memory *mem, const regc_comm_plan *c,
-                       const regc_compile_stats *st)
+                       const regc_compile_stats *st, const regc_recompute_plan *r)
 {
     printf("%s, %lld ranks x batch %lld x seq %lld, ZeRO stage %lld, %s, %s: compiled in %.1f ms\n",
            a->model, a->ranks, a->batch, a->seq, a->stage, regc_level_name((regc_level)a->level),
@@ -153,6 +191,7 @@ static void print_text(const plan_args *a, const regc_device_memory *mem, const 
     if (st->zero3_units)
         print_zero3_schedule(stdout, st);
     print_device_memory(stdout, mem, (int)a->ranks);
+    print_recompute(a, r);
     char gather[32], window[32], scatter[32], allreduce[32];
     size_text(gather, sizeof gather, c->gather_bytes);
     size_text(window, sizeof window, c->window_bytes);
@@ -169,7 +208,7 @@ static void print_text(const plan_args *a, const regc_device_memory *mem, const 
 }
 
 static void print_json(const plan_args *a, const regc_device_memory *mem, const regc_comm_plan *c,
-                       const regc_compile_stats *st)
+                       const regc_compile_stats *st, const regc_recompute_plan *r)
 {
     char *model = json_quote(a->model);
     printf("{\"model\": %s, \"ranks\": %lld, \"batch\": %lld, \"seq\": %lld, \"zero_stage\": "
@@ -187,17 +226,122 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
            (long long)mem->host);
     printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
            "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
-           "\"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": %lld, \"resident\": %d}}\n",
+           "\"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": %lld, \"resident\": %d},\n",
            c->units, c->gathers, c->scatters, (long long)c->gather_bytes,
            (long long)c->scatter_bytes, (long long)c->allreduce_bytes, (long long)c->window_bytes,
            (long long)st->zero3_prefetch, st->zero3_resident);
+    printf(" \"recompute\": {\"level\": \"%s\", \"replays\": %d, \"flop\": %.6g, \"step_flop\": "
+           "%.6g}}\n",
+           regc_recompute_name((regc_recompute)a->recompute), r->replays, r->replay_flop,
+           r->step_flop);
+}
+
+/* The step at a's batch and sequence compiled as regc train would compile
+ * it at this rank count, with budget (bytes, 0: none). */
+static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget, regc_program **p,
+                        regc_compile_stats *st)
+{
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.level = (regc_level)a->level;
+    co.precision = (regc_precision)a->precision;
+    co.fp32_storage = a->fp32_storage;
+    co.recompute = (regc_recompute)a->recompute;
+    co.ranks = (int)a->ranks, co.zero_stage = (int)a->stage, co.prefetch_floats = a->prefetch;
+    co.accumulate_grads = a->accum > 1;
+    co.budget_bytes = budget;
+    co.persistence_floats = a->persistence, co.max_live_floats = a->max_live;
+    co.reduce_bucket_floats = a->reduce_bucket;
+    co.offload_optimizer = a->offload;
+    if (a->passes_given)
+        co.passes = a->passes;
+    *p = NULL;
+    return regc_program_compile(m, a->batch, a->seq, &co, p, st);
+}
+
+/* Does the step at *size (a's seq or batch) fit the budget? 1 yes, 0 no
+ * (a budget error), or another error. */
+static int fits_at(plan_args *a, const regc_model *m, long long size, int64_t budget)
+{
+    *(strcmp(a->fit, "seq") ? &a->batch : &a->seq) = size;
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    int rc = compile_plan(a, m, budget, &p, &st);
+    int fit = rc == REGC_OK;
+    if (fit) {
+        regc_device_memory mem;
+        regc_program_device_memory(p, &mem);
+        fit = mem.total <= budget;
+    }
+    regc_program_free(p);
+    return rc == REGC_OK || rc == REGC_ERR_BUDGET ? fit : rc;
+}
+
+/* --fit: the largest size that fits, by doubling then bisecting; a size
+ * the model cannot take (its positions) ends the doubling. a's size is
+ * left at the answer. */
+static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
+{
+    const char *what = a->fit;
+    int rc = fits_at(a, m, 1, budget);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        char least[64] = "";
+        regc_program *p = NULL;
+        regc_compile_stats st;
+        if (compile_plan(a, m, 0, &p, &st) == REGC_OK) { /* nothing to fit: its most */
+            regc_device_memory mem;
+            regc_program_device_memory(p, &mem);
+            snprintf(least, sizeof least, " (without a budget it holds %.1f MiB)",
+                     (double)mem.total / (1 << 20));
+        }
+        regc_program_free(p);
+        fits_at(a, m, 1, budget); /* the budget's own message, naming the least */
+        return regc_error(REGC_ERR_BUDGET,
+                          "regc plan --fit %s: even %s 1 does not fit %lld MiB per rank: %s%s",
+                          what, what, a->device_mb, regc_error_message(), least);
+    }
+    long long lo = 1, hi = -1; /* lo fits; hi does not, or -1: unknown */
+    char stop[300] = "";
+    while (hi < 0) {
+        const long long next = lo * 2;
+        rc = fits_at(a, m, next, budget);
+        if (rc < 0) { /* beyond what the model takes */
+            snprintf(stop, sizeof stop, "; %s %lld: %s", what, next, regc_error_message());
+            hi = next;
+        } else if (rc) {
+            lo = next;
+        } else {
+            hi = next;
+        }
+    }
+    while (hi - lo > 1) {
+        const long long mid = lo + (hi - lo) / 2;
+        rc = fits_at(a, m, mid, budget);
+        if (rc > 0)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *(strcmp(what, "seq") ? &a->batch : &a->seq) = lo;
+    printf("regc plan --fit %s: %s %lld is the most that fits %lld MiB per rank (%lld does "
+           "not%s)\n",
+           what, what, lo, a->device_mb, hi, stop);
+    regc_error_clear();
+    return REGC_OK;
 }
 
 int cmd_plan(int argc, char **argv)
 {
     usage_cmd = "regc plan";
-    plan_args a = {
-        .batch = 4, .seq = 64, .stage = 3, .prefetch = -1, .accum = 1, .level = REGC_LEVEL_O1};
+    plan_args a = {.batch = 4,
+                   .seq = 64,
+                   .stage = 3,
+                   .prefetch = -1,
+                   .accum = 1,
+                   .level = REGC_LEVEL_O1,
+                   .recompute = REGC_RECOMPUTE_AUTO};
     int help = 0, rc = parse_plan_args(argc, argv, &a, &help);
     if (help) {
         print_plan_usage(stdout);
@@ -208,32 +352,24 @@ int cmd_plan(int argc, char **argv)
     regc_model *m = NULL;
     if ((rc = regc_model_load_shapes(a.model, &m)) != REGC_OK)
         return exit_code(rc);
-    /* the step exactly as regc train compiles it at this rank count */
-    regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.level = (regc_level)a.level;
-    co.precision = (regc_precision)a.precision;
-    co.fp32_storage = a.fp32_storage;
-    co.ranks = (int)a.ranks, co.zero_stage = (int)a.stage, co.prefetch_floats = a.prefetch;
-    co.accumulate_grads = a.accum > 1;
-    co.budget_bytes = (int64_t)a.budget_mb << 20;
-    co.persistence_floats = a.persistence, co.max_live_floats = a.max_live;
-    co.reduce_bucket_floats = a.reduce_bucket;
-    co.offload_optimizer = a.offload;
-    if (a.passes_given)
-        co.passes = a.passes;
+    const int64_t budget = (int64_t)(a.fit ? a.device_mb : a.budget_mb) << 20;
     regc_program *p = NULL;
     regc_compile_stats st;
-    rc = regc_program_compile(m, a.batch, a.seq, &co, &p, &st);
+    if (a.fit)
+        rc = fit_size(&a, m, budget);
+    if (rc == REGC_OK)
+        rc = compile_plan(&a, m, budget, &p, &st);
     if (rc == REGC_OK) {
         regc_device_memory mem;
         regc_comm_plan c;
+        regc_recompute_plan r;
         regc_program_device_memory(p, &mem);
         regc_program_comm_plan(p, &c);
+        regc_program_recompute_plan(p, &r);
         if (a.json)
-            print_json(&a, &mem, &c, &st);
+            print_json(&a, &mem, &c, &st, &r);
         else
-            print_text(&a, &mem, &c, &st);
+            print_text(&a, &mem, &c, &st, &r);
     }
     regc_program_free(p);
     regc_model_free(m);

@@ -22,6 +22,8 @@ static const char *const precision_names[] = {"fp32", "bf16", NULL}; /* regc_pre
 /* regc_communicator's order */
 static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
 static const char *const offload_names[] = {"none", "cpu", NULL};
+/* regc_recompute's order */
+static const char *const recompute_names[] = {"none", "selective", "full", "auto", NULL};
 /* regc_train_options.skip_nonfinite */
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 /* regc_schedule's order */
@@ -209,8 +211,16 @@ const regc_option regc_option_table[] = {
      "it reach this many (default: once the next one starts)"},
     {"compile", "memory_budget_mb", "--memory-budget-mb", OPT_INT, "<MB>", 1,
      (double)(INT64_C(1) << 30), INT64_C(1) << 20, NULL, FIELD(train.compile.budget_bytes), 0,
-     "stage 3: device memory per rank in MiB; the compiler picks how far ahead to "
-     "gather and which units to keep gathered from forward to backward so that it fits"},
+     "device memory per rank in MiB; the compiler makes the step fit: with recompute auto, the "
+     "least recomputation that does, and at stage 3 how far ahead to gather and which units to "
+     "keep gathered from forward to backward"},
+    {"compile", "recompute", "--recompute", OPT_CHOICE, "<none|selective|full|auto>", 0, 0, 0,
+     recompute_names, FIELD(train.compile.recompute), OPT_SHOW_DEFAULT,
+     "saved activations dropped after the forward and computed again in the backward, the same "
+     "bits in less memory: selective keeps GEMM and attention outputs and recomputes norms, "
+     "activations and elementwise chains; full keeps each layer's inputs only (Hugging Face's "
+     "gradient checkpointing); auto recomputes the least that fits memory_budget_mb, the "
+     "cheapest in FLOPs per byte freed first (nothing without a budget)"},
     {"compile", "passes", "--passes", OPT_PASSES, "<PASS[@MB],...>", 0, 0, 0, NULL,
      FIELD(train.compile.passes), OPT_SHOW_DEFAULT,
      "the schedule passes that decide when the collectives run, in order, each with its own "

@@ -83,6 +83,7 @@ static void test_collect_loss(const regc_step_report *r, void *user)
     regc_test_losses *l = user;
     if (l->n < REGC_TEST_MAX_STEPS)
         l->loss[l->n++] = r->loss;
+    l->device_peak = r->device_peak;
 }
 
 static void test_collect_compile(const regc_compile_stats *st, void *user)

@@ -32,13 +32,14 @@ char *regc_test_tiny_graph_json(void);
 /* regc_program_dump's text of p (malloc'd). */
 char *regc_test_program_dump(const regc_program *p);
 
-/* What one training run reports: a loss per step, and the compile's cache
- * hits and misses. */
+/* What one training run reports: a loss per step, the compile's cache
+ * hits and misses, and the device memory it held. */
 #define REGC_TEST_MAX_STEPS 8
 typedef struct {
     float loss[REGC_TEST_MAX_STEPS];
     int n;
     int hits, misses;
+    int64_t device_peak; /* the backend's high-water mark after the last step */
 } regc_test_losses;
 /* Load `preset` and train it with o (o->steps <= REGC_TEST_MAX_STEPS; its
  * on_compiled is replaced), reporting into l; the test fails, with regc's

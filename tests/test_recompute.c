@@ -1,0 +1,332 @@
+/* test_recompute.c — compile.recompute: saved activations dropped after the
+ * forward and computed again in the backward by the same kernels.
+ *  - The same bits: GPT-2, Llama, BERT and T5, at O0 and O1, regional and
+ *    as one whole-graph region, at stage 0 and stage 3, with gradient
+ *    accumulation: selective, full, and auto under a budget that makes it
+ *    recompute give the losses and weights of none over five steps.
+ *  - Less memory: full's activation plan is smaller than selective's, and
+ *    selective's than none's; the run's device peak is the plan's total
+ *    within 1% with each.
+ *  - Auto: the program fits its budget; more budget never recomputes
+ *    more; a budget the step fits recomputes nothing; below the least any
+ *    recomputation reaches is refused, naming the key and that least.
+ *  - The program: replays only in the backward, each run of them right
+ *    before an instruction that reads what they made, into memory of their
+ *    own; a replay moved after its reader is refused by the validator
+ *    (region and flat program alike).
+ *  - The cache keys the choice: full and none never share an entry, and
+ *    a warm start gives a cold one's bits. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "program.h"
+#include "regc_train.h"
+#include "test_model.h"
+#include "test_util.h"
+#include "validate.h"
+
+#define STEPS 5
+
+static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
+
+static regc_train_options base_options(void)
+{
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = 2, o.seq = 16, o.steps = STEPS, o.lr = 3e-3f, o.cache_dir = NULL;
+    o.threads = 2;
+    return o;
+}
+
+/* The step of `preset` as o would train it, compiled alone (shapes only). */
+static regc_program *compile_as(const char *preset, const regc_train_options *o, int *status)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes(preset, &m), REGC_OK);
+    regc_program *p = NULL;
+    int rc = regc_program_compile(m, o->batch, o->seq, &o->compile, &p, NULL);
+    regc_model_free(m);
+    if (status)
+        *status = rc;
+    else if (rc)
+        fail_msg("%s: %s", preset, regc_error_message());
+    return p;
+}
+
+static int64_t total_of(const regc_program *p)
+{
+    regc_device_memory a;
+    regc_program_device_memory(p, &a);
+    return a.total;
+}
+
+static int replays_of(const regc_program *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->n_regions; i++)
+        for (int j = 0; j < p->regions[i]->n_fwd + p->regions[i]->n_bwd; j++)
+            n += regc_region_instr(p->regions[i], j)->replay;
+    return n;
+}
+
+static void expect_same(const char *preset, const char *what, const regc_test_losses *a,
+                        regc_model *ma, const regc_test_losses *b, regc_model *mb)
+{
+    for (int k = 0; k < STEPS; k++)
+        if (memcmp(&a->loss[k], &b->loss[k], sizeof a->loss[k]) != 0)
+            fail_msg("%s, %s, step %d: %.9g, without recomputation %.9g", preset, what, k,
+                     a->loss[k], b->loss[k]);
+    regc_test_assert_same_weights(ma, mb);
+}
+
+/* ---- the same bits --------------------------------------------------------- */
+
+static void test_recompute_keeps_the_bits(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what;
+        regc_level level;
+        int regional, stage, accumulate;
+    } ways[] = {
+        {"O1, regional", REGC_LEVEL_O1, 1, 0, 1},
+        {"O0", REGC_LEVEL_O0, 1, 0, 1},
+        {"the whole graph as one region", REGC_LEVEL_O1, 0, 0, 1},
+        {"stage 3", REGC_LEVEL_O1, 1, 3, 1},
+        {"stage 3, O0", REGC_LEVEL_O0, 1, 3, 1},
+        {"two micro-batches a step", REGC_LEVEL_O1, 1, 0, 2},
+    };
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+            regc_train_options o = base_options();
+            o.compile.level = ways[w].level, o.compile.regional = ways[w].regional;
+            o.compile.zero_stage = ways[w].stage, o.grad_accum = ways[w].accumulate;
+            o.compile.recompute = REGC_RECOMPUTE_NONE;
+            regc_test_losses ln;
+            regc_model *mn = regc_test_train(presets[i], &o, &ln);
+            int64_t peak[2];
+            for (int r = 0; r < 3; r++) {
+                regc_train_options x = o;
+                char what[160];
+                if (r < 2) {
+                    x.compile.recompute = r ? REGC_RECOMPUTE_FULL : REGC_RECOMPUTE_SELECTIVE;
+                } else { /* halfway between none's and full's peaks: some recomputed */
+                    x.compile.recompute = REGC_RECOMPUTE_AUTO;
+                    x.compile.budget_bytes = (ln.device_peak + peak[1]) / 2;
+                }
+                snprintf(what, sizeof what, "%s, recompute %s", ways[w].what,
+                         regc_recompute_name(x.compile.recompute));
+                regc_test_losses l;
+                regc_model *m = regc_test_train(presets[i], &x, &l);
+                expect_same(presets[i], what, &l, m, &ln, mn);
+                if (r < 2)
+                    peak[r] = l.device_peak;
+                if (r == 1 && !(peak[1] < ln.device_peak))
+                    fail_msg("%s, %s: full recomputation held %lld bytes, none %lld", presets[i],
+                             ways[w].what, (long long)peak[1], (long long)ln.device_peak);
+                /* (O0 plans no arena: it allocates at run time) */
+                if (r == 2 && ways[w].level != REGC_LEVEL_O0 &&
+                    l.device_peak > x.compile.budget_bytes)
+                    fail_msg("%s, %s: auto held %lld bytes over a budget of %lld", presets[i],
+                             ways[w].what, (long long)l.device_peak,
+                             (long long)x.compile.budget_bytes);
+                regc_model_free(m);
+            }
+            regc_model_free(mn);
+        }
+}
+
+/* ---- less memory, as planned --------------------------------------------- */
+
+static void test_memory_falls_as_planned(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        int64_t act[3];
+        for (int r = 0; r < 3; r++) {
+            regc_train_options o = base_options();
+            o.compile.recompute = (regc_recompute)r; /* none, selective, full */
+            regc_program *p = compile_as(presets[i], &o, NULL);
+            regc_device_memory a;
+            regc_program_device_memory(p, &a);
+            act[r] = a.activations;
+            regc_test_losses l;
+            regc_model *m = regc_test_train(presets[i], &o, &l);
+            if (!(fabs((double)(l.device_peak - a.total)) <= 0.01 * (double)a.total))
+                fail_msg("%s, recompute %s: planned %lld bytes, held %lld", presets[i],
+                         regc_recompute_name(o.compile.recompute), (long long)a.total,
+                         (long long)l.device_peak);
+            printf("%s recompute %-9s activations %8lld bytes, %4d replays\n", presets[i],
+                   regc_recompute_name(o.compile.recompute), (long long)act[r], replays_of(p));
+            regc_model_free(m);
+            regc_program_free(p);
+        }
+        if (!(act[2] < act[1] && act[1] < act[0]))
+            fail_msg("%s: activations none %lld, selective %lld, full %lld", presets[i],
+                     (long long)act[0], (long long)act[1], (long long)act[2]);
+    }
+}
+
+/* ---- auto under a budget ------------------------------------------------- */
+
+static void test_auto_fits_the_budget(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    o.compile.recompute = REGC_RECOMPUTE_NONE;
+    regc_program *none = compile_as("gpt2-tiny", &o, NULL);
+    /* the most auto can recompute: every candidate */
+    o.compile.recompute = REGC_RECOMPUTE_AUTO, o.compile.recompute_ratio = 1e30;
+    regc_program *most = compile_as("gpt2-tiny", &o, NULL);
+    const int64_t hi = total_of(none), lo = total_of(most);
+    assert_true(lo < hi);
+    o.compile.recompute_ratio = -1.0;
+    int prev = INT32_MAX;
+    for (int i = 0; i <= 6; i++) {
+        o.compile.budget_bytes = lo + (hi - lo) * i / 6;
+        regc_program *p = compile_as("gpt2-tiny", &o, NULL);
+        const int n = replays_of(p);
+        if (total_of(p) > o.compile.budget_bytes || n > prev)
+            fail_msg("budget %lld: %lld bytes, %d replays (%d at the budget before)",
+                     (long long)o.compile.budget_bytes, (long long)total_of(p), n, prev);
+        if (i == 6 && n != 0)
+            fail_msg("a budget the step fits recomputed %d instructions", n);
+        prev = n;
+        regc_program_free(p);
+    }
+    o.compile.budget_bytes = lo - 1;
+    int rc;
+    assert_null(compile_as("gpt2-tiny", &o, &rc));
+    assert_int_equal(rc, REGC_ERR_BUDGET);
+    char want[160];
+    snprintf(want, sizeof want, "needs %.1f MiB per rank at the least", (double)lo / (1 << 20));
+    if (!strstr(regc_error_message(), "compile.memory_budget_mb") ||
+        !strstr(regc_error_message(), want))
+        fail_msg("expected the key and \"%s\", got: %s", want, regc_error_message());
+    regc_program_free(none), regc_program_free(most);
+}
+
+/* ---- the program ------------------------------------------------------------ */
+
+static int reads_slot(const regc_instr *in, int s)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf == s && !regc_instr_writes(in, k))
+            return 1;
+    return 0;
+}
+
+static void test_replays_run_late_into_their_own_memory(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    o.compile.recompute = REGC_RECOMPUTE_FULL;
+    regc_program *p = compile_as("llama-tiny", &o, NULL);
+    int checked = 0;
+    for (int ri = 0; ri < p->n_regions; ri++) {
+        regc_compiled_region *r = p->regions[ri];
+        char *fwd_slot = calloc((size_t)r->n_slots + 1, 1);
+        for (int i = 0; i < r->n_fwd; i++) {
+            assert_false(r->fwd[i].replay);
+            for (int k = 0; k < r->fwd[i].n_refs; k++)
+                if (r->fwd[i].refs[k].buf >= 0)
+                    fwd_slot[r->fwd[i].refs[k].buf] = 1;
+        }
+        for (int i = 0; i < r->n_bwd;) {
+            if (!r->bwd[i].replay) {
+                i++;
+                continue;
+            }
+            /* a run of replays, then the instruction they are for */
+            int j = i, used = 0;
+            while (j < r->n_bwd && r->bwd[j].replay)
+                j++;
+            assert_true(j < r->n_bwd);
+            for (int a = i; a < j; a++)
+                for (int k = 0; k < r->bwd[a].n_refs; k++) {
+                    const int s = r->bwd[a].refs[k].buf;
+                    if (s >= 0 && regc_instr_writes(&r->bwd[a], k)) {
+                        if (fwd_slot[s] || r->slots[s].kind != SLOT_TEMP)
+                            fail_msg("%s: a replay writes slot %d, which is not its own", r->name,
+                                     s);
+                        used |= reads_slot(&r->bwd[j], s);
+                    }
+                }
+            if (!used)
+                fail_msg("%s: the replays at %d..%d run before instruction %d, which reads none "
+                         "of what they make",
+                         r->name, i, j - 1, j);
+            checked++;
+            i = j;
+        }
+        free(fwd_slot);
+    }
+    assert_true(checked > 0);
+    /* moved after its reader, a replay is refused */
+    regc_compiled_region *r = p->regions[0];
+    int first = 0;
+    while (first < r->n_bwd && !r->bwd[first].replay)
+        first++;
+    assert_true(first < r->n_bwd);
+    assert_int_equal(regc_region_validate(r), REGC_OK);
+    regc_instr moved = r->bwd[first];
+    memmove(&r->bwd[first], &r->bwd[first + 1], (size_t)(r->n_bwd - first - 1) * sizeof moved);
+    r->bwd[r->n_bwd - 1] = moved;
+    assert_int_equal(regc_region_validate(r), REGC_ERR_FORMAT);
+    assert_non_null(strstr(regc_error_message(), "which nothing wrote before it"));
+    /* in the flat program likewise */
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    int f = 0;
+    while (f < p->n_instr && !p->instr[f].replay)
+        f++;
+    assert_true(f < p->n_instr);
+    moved = p->instr[f];
+    memmove(&p->instr[f], &p->instr[f + 1], (size_t)(p->n_instr - f - 1) * sizeof moved);
+    p->instr[p->n_instr - 1] = moved;
+    assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+    assert_non_null(strstr(regc_error_message(), "which nothing wrote before it"));
+    regc_program_free(p);
+}
+
+/* ---- the cache ------------------------------------------------------------ */
+
+static void test_cache_keys_the_choice(void **state)
+{
+    (void)state;
+    char *dir = regc_test_make_temp_dir("recompute-cache");
+    regc_train_options o = base_options();
+    o.cache_dir = dir;
+    o.compile.recompute = REGC_RECOMPUTE_NONE;
+    regc_test_losses ln, cold, warm;
+    regc_model *mn = regc_test_train("gpt2-tiny", &o, &ln);
+    o.compile.recompute = REGC_RECOMPUTE_FULL;
+    regc_model *mc = regc_test_train("gpt2-tiny", &o, &cold);
+    assert_int_equal(cold.hits, 0);
+    regc_model *mw = regc_test_train("gpt2-tiny", &o, &warm);
+    assert_int_equal(warm.hits, 1);
+    expect_same("gpt2-tiny", "full from the cache", &warm, mw, &ln, mn);
+    expect_same("gpt2-tiny", "full compiled", &cold, mc, &ln, mn);
+    regc_model_free(mn), regc_model_free(mc), regc_model_free(mw);
+    regc_test_remove_tree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_recompute_keeps_the_bits),
+        cmocka_unit_test(test_memory_falls_as_planned),
+        cmocka_unit_test(test_auto_fits_the_budget),
+        cmocka_unit_test(test_replays_run_late_into_their_own_memory),
+        cmocka_unit_test(test_cache_keys_the_choice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
