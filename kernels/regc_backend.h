@@ -370,11 +370,27 @@ struct regc_backend {
      * not x. */
     void (*softmax_fwd)(regc_backend *be, float *y, float *lse, const float *x, int64_t rows,
                         int64_t cols, int log);
-    /* dlogits = dloss[0] / n_valid * (softmax(logits) - onehot(target)),
-     * held in bf16 when dlogits_bf16 (it feeds only the head's bf16 GEMMs) */
+    /* dlogits = dloss[0] / n_valid * (softmax(logits) - onehot(target)) for
+     * rows [row0, row0 + rows) of a loss over all_rows: logits, lse and
+     * dlogits point at those rows, targets at the whole loss's [all_rows],
+     * over which n_valid counts the targets >= 0, so the logits taken in
+     * chunks of rows get one call's factor (one call: row0 0, all_rows
+     * rows). Held in bf16 when dlogits_bf16 (it feeds only the head's bf16
+     * GEMMs). */
     void (*cross_entropy_bwd)(regc_backend *be, void *dlogits, const float *dloss,
                               const float *logits, const int32_t *targets, const float *lse,
-                              int64_t rows, int64_t cols, int dlogits_bf16);
+                              int64_t rows, int64_t cols, int64_t row0, int64_t all_rows,
+                              int dlogits_bf16);
+    /* cross_entropy_fwd's rows without the mean, for logits taken in chunks
+     * of rows: lse[r] as it computes it, picked[r] = logits[r, targets[r]]
+     * (0 where the target is negative); every non-negative target < cols. */
+    void (*cross_entropy_rows)(regc_backend *be, float *lse, float *picked, const float *logits,
+                               const int32_t *targets, int64_t rows, int64_t cols);
+    /* loss[0] = the mean over rows with 0 <= targets[r] < cols of lse[r] -
+     * picked[r]: from cross_entropy_rows' outputs over every chunk,
+     * cross_entropy_fwd's loss to the bit. */
+    void (*cross_entropy_loss)(regc_backend *be, float *loss, const float *lse, const float *picked,
+                               const int32_t *targets, int64_t rows, int64_t cols);
 
     /* ---- fused kernels of the compiled levels; each gives bit-identical
      * results to the unfused kernels it replaces */
@@ -432,6 +448,7 @@ struct regc_backend {
     X(layernorm_fwd) X(layernorm_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd)                               \
     X(add_layernorm_fwd) X(add_rmsnorm_fwd) X(layernorm_bwd_add) X(rmsnorm_bwd_add)               \
     X(attention_fwd) X(attention_bwd) X(softmax_fwd) X(cross_entropy_fwd) X(cross_entropy_bwd)    \
+    X(cross_entropy_rows) X(cross_entropy_loss)                                                   \
     X(step_schedule) X(grad_sumsq) X(grad_clip) X(adamw)
 /* clang-format on */
 

@@ -247,7 +247,8 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
                              .in_bf16 = in_bf16,
                              .name = name,
                              .recompute = pol.mode != REGC_RECOMPUTE_NONE ? &pol : NULL,
-                             .keep = pl->keep};
+                             .keep = pl->keep,
+                             .logits_chunk_rows = o->logits_chunk_rows};
     regc_compiled_region *r;
     if ((rc = regc_compile_cached_region(pl->g, &spec, level, pl->o, pl->st, compiles, &r)))
         goto done;
@@ -509,22 +510,31 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
 
 /* ---------------------------------------------------------------- recompute auto */
 
-/* Compile g (taken) as o says and weigh it against the budget: 1 fits,
+/* Compile a copy of g as o says and weigh it against the budget: 1 fits,
  * 0 does not (*total: what it holds, or -1 when a schedule pass found no
- * fit; the message kept), or an error. *out: the program, or NULL. */
-static int probe(regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
-                 regc_program **out, regc_compile_stats *st, int64_t *total)
+ * fit; the message kept), or an error. *flop: the recomputation's FLOPs
+ * per step when it fits. */
+static int probe(const regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
+                 regc_compile_stats *st, int64_t *total, double *flop)
 {
-    *out = NULL, *total = -1;
-    int rc = compile_graph(g, param_offset, o, out, st);
-    if (rc == REGC_ERR_BUDGET)
-        return 0;
-    if (rc)
-        return rc;
-    regc_device_memory a;
-    regc_program_device_memory(*out, &a);
-    *total = a.total;
-    return a.total <= o->budget_bytes;
+    *total = -1;
+    regc_graph *h = regc_graph_dup(g);
+    if (!h)
+        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    regc_program *p = NULL;
+    int rc = compile_graph(h, param_offset, o, &p, st);
+    if (rc == REGC_OK) {
+        regc_device_memory a;
+        regc_recompute_plan r;
+        regc_program_device_memory(p, &a);
+        regc_program_recompute_plan(p, &r);
+        *total = a.total, *flop = r.replay_flop;
+        rc = a.total <= o->budget_bytes;
+    } else if (rc == REGC_ERR_BUDGET) {
+        rc = 0;
+    }
+    regc_program_free(p);
+    return rc;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -533,19 +543,32 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Every candidate's FLOPs per byte in p's regions, sorted, each once. */
-static int candidate_ratios(const regc_program *p, double **out, int *n_out)
+/* Every candidate's FLOPs per byte, from a copy of g compiled as o says
+ * without the budget (a ratio of 0 drops nothing: every candidate costs
+ * something), sorted, each once. */
+static int candidate_ratios(const regc_graph *g, const int64_t *param_offset,
+                            const regc_compile_options *o, regc_compile_stats *st, double **out,
+                            int *n_out)
 {
+    regc_compile_options c = *o;
+    c.budget_bytes = 0, c.recompute_ratio = 0.0;
+    regc_graph *h = regc_graph_dup(g);
+    regc_program *p = NULL;
+    int rc = h ? compile_graph(h, param_offset, &c, &p, st)
+               : regc_error(REGC_ERR_MEMORY, "compile: out of memory");
     int n = 0;
-    for (int i = 0; i < p->n_regions; i++)
+    for (int i = 0; rc == REGC_OK && i < p->n_regions; i++)
         n += p->regions[i]->n_recompute_ratios;
-    double *v = malloc(((size_t)n + 1) * sizeof *v);
-    if (!v)
-        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    double *v = rc == REGC_OK ? malloc(((size_t)n + 1) * sizeof *v) : NULL;
+    if (rc == REGC_OK && !v)
+        rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
     n = 0;
-    for (int i = 0; i < p->n_regions; i++)
+    for (int i = 0; rc == REGC_OK && i < p->n_regions; i++)
         for (int j = 0; j < p->regions[i]->n_recompute_ratios; j++)
             v[n++] = p->regions[i]->recompute_ratios[j];
+    regc_program_free(p);
+    if (rc)
+        return rc;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -555,93 +578,115 @@ static int candidate_ratios(const regc_program *p, double **out, int *n_out)
     return REGC_OK;
 }
 
+/* The least ratio that fits with o's chunking: *ratio (-1: nothing
+ * recomputed) and *flop; 1 when one fits, 0 when none does (*least: what
+ * the most recomputation holds, -1 when a schedule pass said), or an
+ * error. Dropping every candidate whose ratio is at most r frees more as
+ * r grows, so a search over the candidates' own ratios finds the least. */
+static int least_ratio(const regc_graph *g, const int64_t *param_offset,
+                       const regc_compile_options *o, regc_compile_stats *st, double *ratio,
+                       double *flop, int64_t *least)
+{
+    regc_compile_options a = *o;
+    a.recompute_ratio = -1.0;
+    int64_t total = -1;
+    int fit = probe(g, param_offset, &a, st, &total, flop);
+    if (fit != 0) {
+        *ratio = -1.0;
+        return fit;
+    }
+    double *v = NULL;
+    int n = 0, rc = candidate_ratios(g, param_offset, &a, st, &v, &n);
+    if (rc)
+        return rc;
+    /* everything first: the least it can need; then lo does not fit, hi does */
+    int lo = -1, hi = n - 1;
+    a.recompute_ratio = n > 0 ? v[hi] : -1.0;
+    fit = probe(g, param_offset, &a, st, least, flop);
+    while (fit > 0 && hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        a.recompute_ratio = v[mid];
+        double f = 0.0;
+        const int ok = probe(g, param_offset, &a, st, &total, &f);
+        if (ok < 0)
+            fit = ok;
+        else if (ok)
+            hi = mid, *flop = f;
+        else
+            lo = mid;
+    }
+    if (fit > 0)
+        *ratio = n > 0 ? v[hi] : -1.0;
+    free(v);
+    return fit;
+}
+
+/* The rows of the loss's chunks under a budget: as many as keep the
+ * backward's chunk (its logits and their gradient) within a 64th of the
+ * budget, a power of two; 0 when the graph has no loss over logits. */
+static int64_t budget_chunk_rows(const regc_graph *g, int64_t budget)
+{
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        if (n->op != REGC_OP_CROSS_ENTROPY)
+            continue;
+        const regc_tensor *x = regc_graph_tensor(g, n->in[0]);
+        const int64_t cols = x->ndim ? x->shape[x->ndim - 1] : 1;
+        const int64_t rows = regc_tensor_numel(x) / (cols ? cols : 1);
+        int64_t c = 1;
+        while (c * 2 < rows && c * 2 * cols * 2 * (int64_t)sizeof(float) <= budget / 64)
+            c *= 2;
+        return c;
+    }
+    return 0;
+}
+
 /* compile.recompute auto under compile.memory_budget_mb: the least
- * recomputation that fits. Candidates are ranked by FLOPs per byte freed;
- * dropping every one whose ratio is at most r frees more as r grows, so
- * a search over the candidates' own ratios finds the smallest r that
- * fits (none first: a step that fits recomputes nothing). The probes use
- * no cache and write no dumps; the step is then compiled once more with
- * the choice, as a compile without a budget would be. */
+ * recomputation that fits, the logits whole or in chunks (when neither
+ * the user nor anything else set the chunks), whichever recomputes fewer
+ * FLOPs; a step that fits as it is recomputes nothing. The probes use no
+ * cache and write no dumps; the step is then compiled once more with the
+ * choice, as a compile without a budget would be. */
 static int compile_fitting(regc_graph *g, const int64_t *param_offset,
                            const regc_compile_options *o, regc_program **out,
                            regc_compile_stats *st)
 {
     regc_compile_options a = *o;
-    a.cache = NULL, a.dump_dir = NULL, a.recompute_ratio = -1.0;
-    regc_program *p = NULL;
-    double *ratio = NULL;
-    int n = 0, rc = REGC_OK, fit;
-    int64_t total;
-    regc_graph *h = regc_graph_dup(g);
-    /* nothing recomputed */
-    if ((fit = h ? probe(h, param_offset, &a, &p, st, &total)
-                 : regc_error(REGC_ERR_MEMORY, "compile: out of memory")) < 0) {
-        rc = fit;
-        goto done;
-    }
-    double chosen = -1.0;
-    if (!fit) {
-        /* the candidates, from a step compiled without the budget (a ratio
-         * of 0 drops nothing: every candidate costs something) */
+    a.cache = NULL, a.dump_dir = NULL;
+    double ratio = -1.0, flop = 0.0;
+    int64_t least = -1;
+    int fit = least_ratio(g, param_offset, &a, st, &ratio, &flop, &least);
+    const int64_t chunk = budget_chunk_rows(g, o->budget_bytes);
+    if (fit >= 0 && (fit == 0 || ratio >= 0.0) && o->logits_chunk_rows == 0 && chunk > 0) {
         regc_compile_options c = a;
-        c.budget_bytes = 0, c.recompute_ratio = 0.0;
-        regc_program_free(p);
-        p = NULL;
-        if (!(h = regc_graph_dup(g)))
-            rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-        if (rc == REGC_OK && (rc = compile_graph(h, param_offset, &c, &p, st)) == REGC_OK)
-            rc = candidate_ratios(p, &ratio, &n);
-        if (rc)
-            goto done;
-        /* everything: the least it can need */
-        int lo = -1, hi = n - 1;
-        a.recompute_ratio = n > 0 ? ratio[n - 1] : -1.0;
-        regc_program_free(p);
-        p = NULL;
-        if (!(h = regc_graph_dup(g)))
-            rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-        if (rc == REGC_OK && (fit = probe(h, param_offset, &a, &p, st, &total)) < 0)
-            rc = fit;
-        if (rc == REGC_OK && !fit) {
-            if (total >= 0)
-                rc = regc_error(REGC_ERR_BUDGET,
-                                "compile.memory_budget_mb: the step needs %.1f MiB per rank at "
-                                "the least (every saved activation that can be recomputed); the "
-                                "budget is %.1f MiB",
-                                (double)total / (1 << 20), (double)o->budget_bytes / (1 << 20));
-            else
-                rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
-        }
-        /* the smallest ratio that fits: lo does not, hi does */
-        while (rc == REGC_OK && hi - lo > 1) {
-            const int mid = (lo + hi) / 2;
-            a.recompute_ratio = ratio[mid];
-            regc_program_free(p);
-            p = NULL;
-            if (!(h = regc_graph_dup(g)))
-                rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-            else if ((fit = probe(h, param_offset, &a, &p, st, &total)) < 0)
-                rc = fit;
-            else if (fit)
-                hi = mid;
-            else
-                lo = mid;
-        }
-        if (rc)
-            goto done;
-        chosen = n > 0 ? ratio[hi] : -1.0;
+        c.logits_chunk_rows = chunk;
+        double r2 = -1.0, f2 = 0.0;
+        int64_t least2 = -1;
+        const int fit2 = least_ratio(g, param_offset, &c, st, &r2, &f2, &least2);
+        if (fit2 < 0)
+            fit = fit2;
+        else if (fit2 && (!fit || f2 < flop))
+            fit = 1, ratio = r2, flop = f2, a.logits_chunk_rows = chunk;
+        else if (!fit && least2 >= 0 && (least < 0 || least2 < least))
+            least = least2;
     }
-    regc_program_free(p);
-    p = NULL;
-    regc_error_clear(); /* a probe that did not fit left its message */
-    a = *o;
-    a.recompute_ratio = chosen;
-    rc = compile_graph(g, param_offset, &a, out, st);
-    g = NULL;
-done:
-    regc_program_free(p);
+    int rc = fit < 0 ? fit : REGC_OK;
+    if (fit == 0 && least >= 0)
+        rc = regc_error(REGC_ERR_BUDGET,
+                        "compile.memory_budget_mb: the step needs %.1f MiB per rank at the least "
+                        "(every saved activation that can be recomputed, the logits in chunks); "
+                        "the budget is %.1f MiB",
+                        (double)least / (1 << 20), (double)o->budget_bytes / (1 << 20));
+    else if (fit == 0)
+        rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
+    if (rc == REGC_OK) {
+        regc_error_clear(); /* a probe that did not fit left its message */
+        a.cache = o->cache, a.dump_dir = o->dump_dir;
+        a.recompute_ratio = ratio;
+        rc = compile_graph(g, param_offset, &a, out, st);
+        g = NULL;
+    }
     regc_graph_free(g);
-    free(ratio);
     return rc;
 }
 

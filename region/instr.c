@@ -34,6 +34,8 @@ static const char *const kernel_names[K_COUNT] = {
     [K_ADD_RMS_FWD] = "add_rmsnorm",
     [K_LN_BWD_ADD] = "layernorm_bwd_add",
     [K_RMS_BWD_ADD] = "rmsnorm_bwd_add",
+    [K_CE_ROWS] = "cross_entropy_rows",
+    [K_CE_LOSS] = "cross_entropy_loss",
     [K_STEP_SCHEDULE] = "step_schedule",
     [K_GRAD_SUMSQ] = "grad_sumsq",
     [K_GRAD_CLIP] = "grad_clip",
@@ -271,8 +273,16 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_CE_BWD:
         NEED(cross_entropy_bwd);
-        be->cross_entropy_bwd(be, P(0), C(1), C(2), I32(3), C(4), d[0], d[1],
+        be->cross_entropy_bwd(be, P(0), C(1), C(2), I32(3), C(4), d[0], d[1], d[2], d[3],
                               regc_instr_ref_bf16(in, 0));
+        return REGC_OK;
+    case K_CE_ROWS:
+        NEED(cross_entropy_rows);
+        be->cross_entropy_rows(be, P(0), P(1), C(2), I32(3), d[0], d[1]);
+        return REGC_OK;
+    case K_CE_LOSS:
+        NEED(cross_entropy_loss);
+        be->cross_entropy_loss(be, P(0), C(1), C(2), I32(3), d[0], d[1]);
         return REGC_OK;
     case K_EW: {
         NEED(elementwise);

@@ -32,6 +32,7 @@ static const struct {
     [K_BINARY] = {3, 1},         [K_ATTN_FWD] = {6, 2},
     [K_ATTN_BWD] = {11, 4},      [K_CE_FWD] = {4, 2},
     [K_CE_BWD] = {5, 1},         [K_EW] = {0, 0},
+    [K_CE_ROWS] = {4, 2},        [K_CE_LOSS] = {4, 1},
     [K_ROW_SUM] = {2, 1},        [K_SOFTMAX] = {3, 2},
     [K_ADD_LN_FWD] = {8, 4},     [K_ADD_RMS_FWD] = {6, 3},
     [K_LN_BWD_ADD] = {9, 3},     [K_RMS_BWD_ADD] = {7, 2},
@@ -358,10 +359,22 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
         need(&r, 0, 1, F32), need(&r, 1, rows, F32), need(&r, 2, rc, F32), need(&r, 3, rows, 4);
         e->ids = 1u << 3;
         break;
-    case K_CE_BWD: /* dlogits, dloss [1], logits, targets, lse */
+    case K_CE_BWD: /* dlogits, dloss [1], logits, targets [all], lse; rows from d2 of all */
         norm_sizes(&r, &rc, &rows, &cols);
+        if (d[2] < 0 || d[3] < 1 || d[3] > SIZE_LIMIT || d[2] > d[3] - rows)
+            fail(&r, "rows outside the loss's");
         need(&r, 0, rc, F32), need(&r, 1, 1, F32), need(&r, 2, rc, F32);
-        need(&r, 3, rows, 4), need(&r, 4, rows, F32);
+        need(&r, 3, d[3], 4), need(&r, 4, rows, F32);
+        e->ids = 1u << 3;
+        break;
+    case K_CE_ROWS: /* lse, picked, logits, targets */
+        norm_sizes(&r, &rc, &rows, &cols);
+        need(&r, 0, rows, F32), need(&r, 1, rows, F32), need(&r, 2, rc, F32), need(&r, 3, rows, 4);
+        e->ids = 1u << 3;
+        break;
+    case K_CE_LOSS: /* loss [1], lse, picked, targets */
+        norm_sizes(&r, &rc, &rows, &cols);
+        need(&r, 0, 1, F32), need(&r, 1, rows, F32), need(&r, 2, rows, F32), need(&r, 3, rows, 4);
         e->ids = 1u << 3;
         break;
     case K_EW: ew_rule(&r); break;

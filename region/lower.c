@@ -373,6 +373,7 @@ static int lower_node(lower_ctx *c, int i)
     case REGC_OP_CROSS_ENTROPY_BWD:
         EMIT(K_CE_BWD, 1, o[0], in[0], in[1], in[2], in[3]);
         x->d[1] = last_dim(c, in[1]), x->d[0] = numel(c, in[1]) / x->d[1];
+        x->d[2] = 0, x->d[3] = x->d[0]; /* every row of the loss */
         break;
     case REGC_OP_RMSNORM:
         EMIT(K_RMS_FWD, 2, o[0], o[1], in[0], in[1]);

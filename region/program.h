@@ -41,7 +41,8 @@ typedef enum {
     K_ATTN_FWD,   /* out, lse, q, k, v, bias */
     K_ATTN_BWD,   /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse */
     K_CE_FWD,     /* loss, lse, logits, targets; d0 = rows, d1 = cols */
-    K_CE_BWD,     /* dlogits, dloss, logits, targets, lse */
+    K_CE_BWD,     /* dlogits, dloss, logits, targets [d3], lse; d0 = rows, d1 = cols, d2 = the
+                     first row's index in targets, d3 = the loss's rows */
     K_ROW_SUM,    /* out, x; d0 = rows, d1 = cols, d2 = mean (else the sum) */
     K_SOFTMAX,    /* y, lse, x; d0 = rows, d1 = cols, d2 = log (log-softmax) */
     K_EW,         /* fused elementwise: outs then ins; ew program; d0 = n */
@@ -49,6 +50,10 @@ typedef enum {
     K_ADD_RMS_FWD, /* sum, y, rstd, a, b, w */
     K_LN_BWD_ADD,  /* dx, dw, db, dres, dy, x, w, mean, rstd */
     K_RMS_BWD_ADD, /* dx, dw, dres, dy, x, w, rstd */
+    /* the loss over logits taken in chunks of rows (chunk.c) */
+    K_CE_ROWS,                 /* lse, picked, logits, targets; d0 = rows, d1 = cols */
+    K_CE_LOSS,                 /* loss, lse, picked, targets; d0 = rows, d1 = cols */
+    K_REGION_LAST = K_CE_LOSS, /* the kernels an instruction of a region may run */
     /* the optimizer step (the program's update phase), over the scalar block */
     K_STEP_SCHEDULE, /* scalars */
     K_GRAD_SUMSQ,    /* scalars, g; d0 = n */
@@ -175,6 +180,9 @@ typedef struct {
     /* [graph tensors] or NULL: tensors never recomputed (the layers'
      * boundaries inside a whole-graph region) */
     const char *keep;
+    /* compile.logits_chunk_rows: the head and its loss in chunks of this
+     * many rows (chunk.c); 0: whole */
+    int64_t logits_chunk_rows;
 } regc_region_spec;
 
 typedef struct {

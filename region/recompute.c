@@ -407,6 +407,11 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
 
 static void count(regc_recompute_plan *out, int *per_kernel, const regc_instr *in)
 {
+    if (in->kernel == K_CE_ROWS) {
+        out->logits_chunks++;
+        if (in->d[0] > out->logits_chunk_rows)
+            out->logits_chunk_rows = in->d[0];
+    }
     const double f = regc_instr_cost(in);
     out->step_flop += f;
     if (in->replay) {

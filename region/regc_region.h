@@ -169,6 +169,12 @@ typedef struct {
     /* compile.recompute (default auto, which recomputes nothing without
      * budget_bytes) */
     regc_recompute recompute;
+    /* compile.logits_chunk_rows: the head's GEMM and its cross-entropy
+     * in chunks of this many rows, forward and backward, so that neither
+     * the logits nor their gradient is ever whole (the backward computes a
+     * chunk's logits again); 0 (the default): whole, unless auto under a
+     * budget chooses chunks */
+    int64_t logits_chunk_rows;
     /* auto's choice: every saved activation whose recomputation costs at
      * most this many FLOPs per byte it frees is recomputed; negative: not
      * chosen yet (the compile searches for the least that fits, and the
@@ -367,6 +373,9 @@ typedef struct {
     double replay_flop; /* their FLOPs (elementwise kernels: one per element touched) */
     double step_flop;   /* the same count over the whole forward and backward */
     char kernels[200];  /* which, most first: "layernorm 24, gemm 12, ..." */
+    /* compile.logits_chunk_rows: the loss's chunks and the rows of the
+     * largest (0, 0: the logits whole) */
+    int64_t logits_chunks, logits_chunk_rows;
 } regc_recompute_plan;
 void regc_program_recompute_plan(const regc_program *p, regc_recompute_plan *out);
 /* The asynchronous collectives over every run so far: the time the

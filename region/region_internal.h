@@ -36,6 +36,11 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
  * element touched). */
 double regc_instr_cost(const regc_instr *in);
 
+/* compile.logits_chunk_rows on a lowered region (chunk.c): the head's
+ * GEMM and its cross-entropy in chunks of rows, forward and backward; a
+ * region without that pattern is left as it is. */
+int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows);
+
 /* Fusions over a flat instruction list (region/fuse_instr.c). The residual
  * add fused with the norm that reads its sum right after it, in place;
  * returns the number of pairs fused. */

@@ -81,6 +81,7 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
         regc_bytes_put_i64(b, local[s->out[k]]);
         regc_bytes_put_i64(b, s->out_has_grad[k]);
     }
+    regc_bytes_put_i64(b, s->logits_chunk_rows);
     /* what is recomputed, and which tensors never are */
     const regc_recompute_policy *pol = s->recompute;
     regc_bytes_put_i64(b, pol ? pol->mode : REGC_RECOMPUTE_NONE);

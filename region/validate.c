@@ -100,7 +100,7 @@ static int check_region_instr(const regc_compiled_region *r, const regc_instr *i
     if (regc_instr_extent_of(in, 1, &e))
         return regc_error(REGC_ERR_FORMAT, "region %s: %s instruction %d: %s", r->name, pass, i,
                           regc_error_message());
-    if (in->kernel > K_RMS_BWD_ADD || in->signal)
+    if (in->kernel > K_REGION_LAST || in->signal)
         return regc_error(REGC_ERR_FORMAT, "region %s: %s instruction %d: %s inside a region",
                           r->name, pass, i, regc_kernel_name(in->kernel));
     if (in->kernel == K_EW && (in->ew < r->ew || in->ew >= r->ew + r->n_ew))

@@ -239,6 +239,24 @@ static void emulate_ce_fwd(float *loss, float *lse, const float *logits, const i
     loss[0] = cuda_finish_loss(total, n_valid);
 }
 
+/* the logits in chunks: cuda_lse_kernel and cuda_ce_pick_kernel per chunk,
+ * then cuda_ce_loss_kernel over the picked logits */
+static float emulate_ce_chunked_loss(const float *logits, const int32_t *targets, int64_t rows,
+                                     int64_t cols)
+{
+    double total = 0.0;
+    int64_t n_valid = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float lse = emulate_lse_row(logits + r * cols, cols);
+        const float picked = cuda_ce_picked(logits + r * cols, targets[r], cols);
+        if (cuda_counts_target(targets[r], cols)) {
+            total += cuda_ce_term(lse, picked);
+            n_valid++;
+        }
+    }
+    return cuda_finish_loss(total, n_valid);
+}
+
 /* cuda_ce_scale_kernel, then cuda_ce_dx_kernel */
 static void emulate_ce_bwd(float *dlogits, float dloss, const float *logits, const int32_t *targets,
                            const float *lse, int64_t rows, int64_t cols)
@@ -539,7 +557,7 @@ static void check_cross_entropy(regc_backend *be, shape2 s, const float *hx, con
     float *loss = regc_test_dev_nan(be, 1), *lse = regc_test_dev_nan(be, nr);
     float *dl = regc_test_upload(be, &dloss, 1), *dx = regc_test_dev_nan(be, n);
     be->cross_entropy_fwd(be, loss, lse, x, targets, s.rows, s.cols);
-    be->cross_entropy_bwd(be, dx, dl, x, targets, lse, s.rows, s.cols, 0);
+    be->cross_entropy_bwd(be, dx, dl, x, targets, lse, s.rows, s.cols, 0, s.rows, 0);
     float *cl = regc_test_host_floats(1), *clse = regc_test_host_floats(nr);
     float *cdx = regc_test_host_floats(n);
     be->copy_d2h(be, cl, loss, sizeof(float));
@@ -559,6 +577,27 @@ static void check_cross_entropy(regc_backend *be, shape2 s, const float *hx, con
     expect_bits("cross_entropy_fwd lse", s, e_lse, clse, nr);
     expect_bits("cross_entropy_fwd loss", s, &el, cl, 1);
     expect_bits("cross_entropy_bwd dlogits", s, edx, cdx, n);
+
+    /* the logits in chunks of two rows: the same lse, loss and dlogits */
+    float *picked = regc_test_dev_nan(be, nr), *chunk_lse = regc_test_dev_nan(be, nr);
+    float *chunk_dx = regc_test_dev_nan(be, n);
+    for (int64_t r0 = 0; r0 < s.rows; r0 += 2) {
+        const int64_t rows = s.rows - r0 < 2 ? s.rows - r0 : 2;
+        be->cross_entropy_rows(be, chunk_lse + r0, picked + r0, x + r0 * s.cols, targets + r0, rows,
+                               s.cols);
+        be->cross_entropy_bwd(be, chunk_dx + r0 * s.cols, dl, x + r0 * s.cols, targets,
+                              chunk_lse + r0, rows, s.cols, r0, s.rows, 0);
+    }
+    be->cross_entropy_loss(be, loss, chunk_lse, picked, targets, s.rows, s.cols);
+    be->copy_d2h(be, cl, loss, sizeof(float));
+    be->copy_d2h(be, clse, chunk_lse, nr * sizeof(float));
+    be->copy_d2h(be, cdx, chunk_dx, n * sizeof(float));
+    assert_int_equal(be->sync(be) != REGC_OK, expect_failure);
+    const float chunked = emulate_ce_chunked_loss(hx, ht, s.rows, s.cols);
+    expect_bits("cross_entropy_loss, the emulated chunks", s, &el, &chunked, 1);
+    expect_bits("cross_entropy_rows lse", s, e_lse, clse, nr);
+    expect_bits("cross_entropy_loss", s, &el, cl, 1);
+    expect_bits("cross_entropy_bwd dlogits in chunks", s, edx, cdx, n);
 }
 
 static void test_cross_entropy(void **state)

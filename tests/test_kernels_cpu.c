@@ -643,8 +643,22 @@ static void test_cross_entropy_reference(void **state)
     be->cross_entropy_fwd(be, loss, lse, logits, targets, rows, cols);
     ref_check(c, "loss", loss, 1, "cross_entropy");
     ref_check(c, "lse", lse, (size_t)rows, "cross_entropy");
-    be->cross_entropy_bwd(be, dlogits, dloss, logits, targets, lse, rows, cols, 0);
+    be->cross_entropy_bwd(be, dlogits, dloss, logits, targets, lse, rows, cols, 0, rows, 0);
     ref_check(c, "dlogits", dlogits, n, "cross_entropy");
+    /* the logits in chunks of rows (a chunk of one row, then the rest): the
+     * same values */
+    float *picked = regc_test_dev_nan(be, (size_t)rows);
+    float *chunk_lse = regc_test_dev_nan(be, (size_t)rows), *chunk_dx = regc_test_dev_nan(be, n);
+    for (int64_t r0 = 0, len = 1; r0 < rows; r0 += len, len = rows - r0) {
+        be->cross_entropy_rows(be, chunk_lse + r0, picked + r0, logits + r0 * cols, targets + r0,
+                               len, cols);
+        be->cross_entropy_bwd(be, chunk_dx + r0 * cols, dloss, logits + r0 * cols, targets,
+                              chunk_lse + r0, len, cols, r0, rows, 0);
+    }
+    be->cross_entropy_loss(be, loss, chunk_lse, picked, targets, rows, cols);
+    ref_check(c, "loss", loss, 1, "cross_entropy in chunks");
+    ref_check(c, "lse", chunk_lse, (size_t)rows, "cross_entropy in chunks");
+    ref_check(c, "dlogits", chunk_dx, n, "cross_entropy in chunks");
 }
 
 /* ---- memory-bound kernels and the optimizer ---------------------------------- */

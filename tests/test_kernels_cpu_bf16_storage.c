@@ -376,8 +376,8 @@ static void test_bf16_dlogits(void **state)
     const float *dloss = regc_test_upload(be, &one, 1);
     be->cross_entropy_fwd(be, loss, lse, x, t, ROWS, COLS);
     float *d32 = regc_test_dev_nan(be, rc), *d16 = regc_test_dev_nan(be, rc);
-    be->cross_entropy_bwd(be, d32, dloss, x, t, lse, ROWS, COLS, 0);
-    be->cross_entropy_bwd(be, d16, dloss, x, t, lse, ROWS, COLS, 1);
+    be->cross_entropy_bwd(be, d32, dloss, x, t, lse, ROWS, COLS, 0, ROWS, 0);
+    be->cross_entropy_bwd(be, d16, dloss, x, t, lse, ROWS, COLS, 0, ROWS, 1);
     assert_int_equal(be->sync(be), REGC_OK);
     expect_rounded("dlogits", download16(be, (const uint16_t *)d16, rc), COLS,
                    regc_test_download(be, d32, rc), COLS, ROWS, COLS);

@@ -285,7 +285,7 @@ static void test_cross_entropy_ignored_targets(void **state)
     int32_t none[5] = {-1, -100, -1, -7, -1};
     int32_t *t_none = regc_test_upload_ints(be, none, 5);
     be->cross_entropy_fwd(be, loss, lse, logits, t_none, rows, cols);
-    be->cross_entropy_bwd(be, dl, dloss, logits, t_none, lse, rows, cols, 0);
+    be->cross_entropy_bwd(be, dl, dloss, logits, t_none, lse, rows, cols, 0, rows, 0);
     assert_float_equal(regc_test_download(be, loss, 1)[0], 0.0f, 0.0f);
     float *hlse = regc_test_download(be, lse, (size_t)rows),
           *hdl = regc_test_download(be, dl, (size_t)(rows * cols));
@@ -298,7 +298,7 @@ static void test_cross_entropy_ignored_targets(void **state)
     int32_t some[5] = {-100, 4, -1, 0, -1};
     int32_t *t_some = regc_test_upload_ints(be, some, 5);
     be->cross_entropy_fwd(be, loss, lse, logits, t_some, rows, cols);
-    be->cross_entropy_bwd(be, dl, dloss, logits, t_some, lse, rows, cols, 0);
+    be->cross_entropy_bwd(be, dl, dloss, logits, t_some, lse, rows, cols, 0, rows, 0);
     hdl = regc_test_download(be, dl, (size_t)(rows * cols));
     double want = 0.0;
     for (int64_t r = 0; r < rows; r++) {

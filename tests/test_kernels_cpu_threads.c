@@ -91,8 +91,8 @@ static void test_results_do_not_depend_on_thread_count(void **state)
         float *ce_lse = regc_test_dev_nan(d, (size_t)rows);
         int32_t *targets = regc_test_upload_ints(d, tg, 300);
         d->cross_entropy_fwd(d, loss, ce_lse, x, targets, rows, cols);
-        d->cross_entropy_bwd(d, dl, regc_test_upload(d, &one, 1), x, targets, ce_lse, rows, cols,
-                             0);
+        d->cross_entropy_bwd(d, dl, regc_test_upload(d, &one, 1), x, targets, ce_lse, rows, cols, 0,
+                             rows, 0);
 
         /* T5's biased attention: dbias sums over the batch, the one
          * reduction across the (batch, head) tasks */

@@ -11,7 +11,9 @@
  * The reference's own float32-vs-float64 gap is ~1e-7 relative (it is in the
  * JSON as fp32_vs_fp64_max_rel), so 1e-5 leaves room for a different but
  * correct summation order while still catching any real semantic slip (a
- * wrong epsilon, activation variant, attention scale, batch order or AdamW). */
+ * wrong epsilon, activation variant, attention scale, batch order or AdamW).
+ * Each case runs twice: as it is, and with every layer recomputed and the
+ * logits in chunks of three rows, which change memory, not the model. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,19 +29,17 @@
 
 #define LOSS_RTOL 1e-5
 
-static void test_case(void **state)
+/* One run of the built case with `flags` (NULL-terminated, or NULL)
+ * against PyTorch's losses and norms. */
+static void check_run(regc_test_train_case *c, const char *const *flags, const char *what)
 {
-    regc_test_train_case *c = *state;
     const char *name = c->name;
     int64_t steps = regc_test_json_int(c->spec, "steps");
     const cJSON *losses = regc_test_json_get(c->spec, "losses");
     assert_true(cJSON_IsArray(losses));
     assert_int_equal(cJSON_GetArraySize(losses), steps);
-
-    /* Rebuild the model, its weights and tokens; train with the real command line. */
-    regc_test_train_case_build(c);
     regc_test_train_result r;
-    regc_test_train_case_run(c, steps, NULL, &r);
+    regc_test_train_case_run(c, steps, flags, &r);
 
     int bad = 0;
     for (int k = 0; k < r.steps; k++) {
@@ -48,13 +48,13 @@ static void test_case(void **state)
         double ref = ref_loss->valuedouble;
         double rel = fabs(r.loss[k] - ref) / fabs(ref);
         int ok = isfinite(r.loss[k]) && rel <= LOSS_RTOL;
-        print_message("case %s step %d: regc %.9f  pytorch %.9f  rel %.1e%s\n", name, k, r.loss[k],
-                      ref, rel, ok ? "" : "  <-- MISMATCH");
+        print_message("case %s%s step %d: regc %.9f  pytorch %.9f  rel %.1e%s\n", name, what, k,
+                      r.loss[k], ref, rel, ok ? "" : "  <-- MISMATCH");
         bad += !ok;
     }
     if (bad) {
-        print_error("case %s: %d of %d losses differ from PyTorch by more than %g relative\n", name,
-                    bad, r.steps, LOSS_RTOL);
+        print_error("case %s%s: %d of %d losses differ from PyTorch by more than %g relative\n",
+                    name, what, bad, r.steps, LOSS_RTOL);
         fail();
     }
     /* With clipping, the norm clip_grad_norm_ returned, every step. */
@@ -64,11 +64,23 @@ static void test_case(void **state)
         assert_true(cJSON_IsNumber(ref_norm));
         double rel = fabs(r.grad_norm[k] - ref_norm->valuedouble) / fabs(ref_norm->valuedouble);
         if (!(rel <= LOSS_RTOL)) {
-            print_error("case %s step %d: grad_norm %.9g, PyTorch's %.9g (rel %.1e)\n", name, k,
-                        r.grad_norm[k], ref_norm->valuedouble, rel);
+            print_error("case %s%s step %d: grad_norm %.9g, PyTorch's %.9g (rel %.1e)\n", name,
+                        what, k, r.grad_norm[k], ref_norm->valuedouble, rel);
             fail();
         }
     }
+}
+
+static void test_case(void **state)
+{
+    regc_test_train_case *c = *state;
+    /* Rebuild the model, its weights and tokens; train with the real command line. */
+    regc_test_train_case_build(c);
+    check_run(c, NULL, "");
+    /* every layer's activations recomputed, the logits in chunks of three
+     * rows: the same model, in less memory */
+    static const char *const lean[] = {"--recompute", "full", "--logits-chunk-rows", "3", NULL};
+    check_run(c, lean, " (recompute full, logits in chunks)");
 }
 
 /* One CMocka group per reference file, one test per case, named after it. */

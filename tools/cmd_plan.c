@@ -170,6 +170,9 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
 
 static void print_recompute(const plan_args *a, const regc_recompute_plan *r)
 {
+    if (r->logits_chunks > 0)
+        printf("loss: the logits in %lld chunks of at most %lld rows, never whole\n",
+               (long long)r->logits_chunks, (long long)r->logits_chunk_rows);
     if (r->replays == 0) {
         printf("recompute: %s, nothing recomputed\n",
                regc_recompute_name((regc_recompute)a->recompute));
@@ -231,9 +234,9 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
            (long long)c->scatter_bytes, (long long)c->allreduce_bytes, (long long)c->window_bytes,
            (long long)st->zero3_prefetch, st->zero3_resident);
     printf(" \"recompute\": {\"level\": \"%s\", \"replays\": %d, \"flop\": %.6g, \"step_flop\": "
-           "%.6g}}\n",
+           "%.6g, \"logits_chunks\": %lld, \"logits_chunk_rows\": %lld}}\n",
            regc_recompute_name((regc_recompute)a->recompute), r->replays, r->replay_flop,
-           r->step_flop);
+           r->step_flop, (long long)r->logits_chunks, (long long)r->logits_chunk_rows);
 }
 
 /* The step at a's batch and sequence compiled as regc train would compile

@@ -214,6 +214,12 @@ const regc_option regc_option_table[] = {
      "device memory per rank in MiB; the compiler makes the step fit: with recompute auto, the "
      "least recomputation that does, and at stage 3 how far ahead to gather and which units to "
      "keep gathered from forward to backward"},
+    {"compile", "logits_chunk_rows", "--logits-chunk-rows", OPT_INT, "<ROWS>", 0,
+     (double)(INT64_C(1) << 40), 0, NULL, FIELD(train.compile.logits_chunk_rows), OPT_SHOW_DEFAULT,
+     "the language-model head and its cross-entropy in chunks of this many rows, forward and "
+     "backward, so that neither the logits [batch x seq, vocab] nor their gradient is ever "
+     "whole (the backward computes each chunk's logits again); 0: whole (auto chooses chunks "
+     "under memory_budget_mb)"},
     {"compile", "recompute", "--recompute", OPT_CHOICE, "<none|selective|full|auto>", 0, 0, 0,
      recompute_names, FIELD(train.compile.recompute), OPT_SHOW_DEFAULT,
      "saved activations dropped after the forward and computed again in the backward, the same "

@@ -170,6 +170,8 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->softmax_fwd = regc_cpu_softmax_fwd;
     be->cross_entropy_fwd = regc_cpu_cross_entropy_fwd;
     be->cross_entropy_bwd = regc_cpu_cross_entropy_bwd;
+    be->cross_entropy_rows = regc_cpu_cross_entropy_rows;
+    be->cross_entropy_loss = regc_cpu_cross_entropy_loss;
     be->elementwise = regc_cpu_elementwise;
     be->add_layernorm_fwd = regc_cpu_add_layernorm_fwd;
     be->add_rmsnorm_fwd = regc_cpu_add_rmsnorm_fwd;

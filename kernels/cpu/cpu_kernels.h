@@ -298,7 +298,13 @@ void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const
                                 const int32_t *targets, int64_t rows, int64_t cols);
 void regc_cpu_cross_entropy_bwd(regc_backend *be, void *dlogits, const float *dloss,
                                 const float *logits, const int32_t *targets, const float *lse,
-                                int64_t rows, int64_t cols, int dlogits_bf16);
+                                int64_t rows, int64_t cols, int64_t row0, int64_t all_rows,
+                                int dlogits_bf16);
+void regc_cpu_cross_entropy_rows(regc_backend *be, float *lse, float *picked, const float *logits,
+                                 const int32_t *targets, int64_t rows, int64_t cols);
+void regc_cpu_cross_entropy_loss(regc_backend *be, float *loss, const float *lse,
+                                 const float *picked, const int32_t *targets, int64_t rows,
+                                 int64_t cols);
 
 void regc_cpu_step_schedule(regc_backend *be, regc_step_scalars *s);
 void regc_cpu_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_scalars *s);

@@ -46,8 +46,8 @@ REGC_CPU_WIDE_VECTORS static float cpu_row_logsumexp(const float *x, int64_t col
     return mx + (float)regc_log(sum);
 }
 
-void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const float *logits,
-                                const int32_t *targets, int64_t rows, int64_t cols)
+static void cpu_rows_logsumexp(regc_backend *be, float *lse, const float *logits, int64_t rows,
+                               int64_t cols)
 {
 #pragma omp parallel for num_threads(                                                              \
     regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
@@ -55,24 +55,61 @@ void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const
         const float *x = logits + r * cols; /* [cols] */
         lse[r] = cpu_row_logsumexp(x, cols);
     }
-    /* the mean runs serially in row order so it does not depend on threads */
+}
+
+/* Is target t of row r a class? A negative one is ignored; one past the
+ * classes is reported (the kernel's caller named what it reads). */
+static int cpu_target_ok(regc_backend *be, const char *kernel, int32_t t, int64_t r, int64_t cols)
+{
+    if (t >= cols)
+        regc_cpu_set_failure(be, regc_error(REGC_ERR_ARG,
+                                            "%s: target %d at row %lld is not below %lld classes",
+                                            kernel, (int)t, (long long)r, (long long)cols));
+    return t >= 0 && t < cols;
+}
+
+/* the mean of lse - logit over the counted rows, serially in row order so
+ * it does not depend on threads; logit(r) reads the picked logit */
+static float cpu_loss_mean(const float *lse, const int32_t *targets, const float *logits,
+                           const float *picked, int64_t rows, int64_t cols)
+{
     double total = 0.0;
     int64_t n_valid = 0;
     for (int64_t r = 0; r < rows; r++) {
         const int32_t t = targets[r];
-        if (t < 0)
+        if (t < 0 || t >= cols)
             continue;
-        if (t >= cols) {
-            regc_cpu_set_failure(
-                be, regc_error(REGC_ERR_ARG,
-                               "cross_entropy_fwd: target %d at row %lld is not below %lld classes",
-                               (int)t, (long long)r, (long long)cols));
-            continue;
-        }
-        total += (double)lse[r] - (double)logits[r * cols + t];
+        total += (double)lse[r] - (double)(logits ? logits[r * cols + t] : picked[r]);
         n_valid++;
     }
-    loss[0] = n_valid > 0 ? (float)(total / (double)n_valid) : 0.0f;
+    return n_valid > 0 ? (float)(total / (double)n_valid) : 0.0f;
+}
+
+void regc_cpu_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, const float *logits,
+                                const int32_t *targets, int64_t rows, int64_t cols)
+{
+    cpu_rows_logsumexp(be, lse, logits, rows, cols);
+    for (int64_t r = 0; r < rows; r++)
+        cpu_target_ok(be, "cross_entropy_fwd", targets[r], r, cols);
+    loss[0] = cpu_loss_mean(lse, targets, logits, NULL, rows, cols);
+}
+
+void regc_cpu_cross_entropy_rows(regc_backend *be, float *lse, float *picked, const float *logits,
+                                 const int32_t *targets, int64_t rows, int64_t cols)
+{
+    cpu_rows_logsumexp(be, lse, logits, rows, cols);
+    for (int64_t r = 0; r < rows; r++)
+        picked[r] = cpu_target_ok(be, "cross_entropy_rows", targets[r], r, cols)
+                        ? logits[r * cols + targets[r]]
+                        : 0.0f;
+}
+
+void regc_cpu_cross_entropy_loss(regc_backend *be, float *loss, const float *lse,
+                                 const float *picked, const int32_t *targets, int64_t rows,
+                                 int64_t cols)
+{
+    (void)be;
+    loss[0] = cpu_loss_mean(lse, targets, NULL, picked, rows, cols);
 }
 
 void regc_cpu_softmax_fwd(regc_backend *be, float *y, float *lse, const float *x, int64_t rows,
@@ -108,14 +145,16 @@ REGC_CPU_WIDE_VECTORS static void cpu_row_softmax_scaled_bf16(uint16_t *restrict
 }
 
 void regc_cpu_cross_entropy_bwd(regc_backend *be, void *dlogits, const float *dloss,
-                                const float *logits, const int32_t *targets, const float *lse,
-                                int64_t rows, int64_t cols, int dlogits_bf16)
+                                const float *logits, const int32_t *all_targets, const float *lse,
+                                int64_t rows, int64_t cols, int64_t row0, int64_t all_rows,
+                                int dlogits_bf16)
 {
     const size_t elem = dlogits_bf16 ? sizeof(uint16_t) : sizeof(float);
     int64_t n_valid = 0;
-    for (int64_t r = 0; r < rows; r++)
-        n_valid += targets[r] >= 0;
+    for (int64_t r = 0; r < all_rows; r++)
+        n_valid += all_targets[r] >= 0;
     const float g = n_valid > 0 ? (float)((double)dloss[0] / (double)n_valid) : 0.0f;
+    const int32_t *targets = all_targets + row0; /* [rows]: this call's */
 #pragma omp parallel for num_threads(                                                              \
     regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {

@@ -100,11 +100,14 @@ static void cuda_softmax_fwd(regc_backend *be, float *y, float *lse, const float
     cuda_note(be, cudaGetLastError(), "softmax_fwd");
 }
 
-/* loss[0], from lse written by cuda_lse_kernel; one block */
+/* loss[0], from lse written by cuda_lse_kernel and each row's target
+ * logit: in logits, or picked out already (picked non-NULL:
+ * cuda_ce_pick_kernel's); one block */
 static __global__ void __launch_bounds__(CUDA_LOSS_THREADS)
     cuda_ce_loss_kernel(float *loss,            /* [1] */
                         const float *lse,       /* [rows] */
-                        const float *logits,    /* [rows, cols] */
+                        const float *logits,    /* [rows, cols], or NULL */
+                        const float *picked,    /* [rows], or NULL */
                         const int32_t *targets, /* [rows] */
                         int64_t rows, int64_t cols)
 {
@@ -116,7 +119,8 @@ static __global__ void __launch_bounds__(CUDA_LOSS_THREADS)
         const int64_t r = r0 + threadIdx.x;
         const int32_t t = r < rows ? targets[r] : -1;
         const int take = cuda_counts_target(t, cols);
-        term[threadIdx.x] = take ? cuda_ce_term(lse[r], logits[r * cols + t]) : 0.0;
+        term[threadIdx.x] =
+            take ? cuda_ce_term(lse[r], picked ? picked[r] : logits[r * cols + t]) : 0.0;
         counted[threadIdx.x] = take;
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -145,9 +149,49 @@ static void cuda_cross_entropy_fwd(regc_backend *be, float *loss, float *lse, co
         cuda_note(be, cudaGetLastError(), "cross_entropy_fwd");
     }
     /* with no rows the loss is still written: 0, as on the CPU */
-    cuda_ce_loss_kernel<<<1, CUDA_LOSS_THREADS, 0, cuda_stream(be)>>>(loss, lse, logits, targets,
-                                                                      rows, cols);
+    cuda_ce_loss_kernel<<<1, CUDA_LOSS_THREADS, 0, cuda_stream(be)>>>(loss, lse, logits, NULL,
+                                                                      targets, rows, cols);
     cuda_note(be, cudaGetLastError(), "cross_entropy_fwd");
+}
+
+/* picked[r] = logits[r, targets[r]], 0 for a target the loss leaves out;
+ * a thread a row */
+static __global__ void __launch_bounds__(CUDA_THREADS)
+    cuda_ce_pick_kernel(float *picked,          /* [rows] */
+                        const float *logits,    /* [rows, cols] */
+                        const int32_t *targets, /* [rows] */
+                        int64_t rows, int64_t cols)
+{
+    const int64_t r = (int64_t)blockIdx.x * CUDA_THREADS + threadIdx.x;
+    if (r < rows)
+        picked[r] = cuda_ce_picked(logits + r * cols, targets[r], cols);
+}
+
+static void cuda_cross_entropy_rows(regc_backend *be, float *lse, float *picked,
+                                    const float *logits, const int32_t *targets, int64_t rows,
+                                    int64_t cols)
+{
+    if (rows <= 0)
+        return;
+    const int64_t blocks = (rows + CUDA_LSE_ROWS_PER_BLOCK - 1) / CUDA_LSE_ROWS_PER_BLOCK;
+    const int64_t pick_blocks = (rows + CUDA_THREADS - 1) / CUDA_THREADS;
+    if (!cuda_check_grid(be, blocks, "cross_entropy_rows"))
+        return;
+    cuda_lse_kernel<<<(unsigned)blocks, CUDA_THREADS, 0, cuda_stream(be)>>>(lse, logits, rows,
+                                                                            cols);
+    cuda_note(be, cudaGetLastError(), "cross_entropy_rows");
+    cuda_ce_pick_kernel<<<(unsigned)pick_blocks, CUDA_THREADS, 0, cuda_stream(be)>>>(
+        picked, logits, targets, rows, cols);
+    cuda_note(be, cudaGetLastError(), "cross_entropy_rows");
+}
+
+static void cuda_cross_entropy_loss(regc_backend *be, float *loss, const float *lse,
+                                    const float *picked, const int32_t *targets, int64_t rows,
+                                    int64_t cols)
+{
+    cuda_ce_loss_kernel<<<1, CUDA_LOSS_THREADS, 0, cuda_stream(be)>>>(loss, lse, NULL, picked,
+                                                                      targets, rows, cols);
+    cuda_note(be, cudaGetLastError(), "cross_entropy_loss");
 }
 
 /* ---- backward */
@@ -194,8 +238,9 @@ static __global__ void __launch_bounds__(CUDA_THREADS)
 }
 
 static void cuda_cross_entropy_bwd(regc_backend *be, void *dlogits, const float *dloss,
-                                   const float *logits, const int32_t *targets, const float *lse,
-                                   int64_t rows, int64_t cols, int dlogits_bf16)
+                                   const float *logits, const int32_t *all_targets,
+                                   const float *lse, int64_t rows, int64_t cols, int64_t row0,
+                                   int64_t all_rows, int dlogits_bf16)
 {
     if (rows <= 0 || cols <= 0)
         return; /* no gradient to write */
@@ -204,10 +249,11 @@ static void cuda_cross_entropy_bwd(regc_backend *be, void *dlogits, const float 
     float *g = (float *)cuda_scratch_alloc(be, sizeof *g, "cross_entropy_bwd");
     if (!g)
         return;
-    cuda_ce_scale_kernel<<<1, CUDA_LOSS_THREADS, 0, cuda_stream(be)>>>(g, dloss, targets, rows);
+    cuda_ce_scale_kernel<<<1, CUDA_LOSS_THREADS, 0, cuda_stream(be)>>>(g, dloss, all_targets,
+                                                                       all_rows);
     cuda_note(be, cudaGetLastError(), "cross_entropy_bwd");
     cuda_ce_dx_kernel<<<(unsigned)rows, CUDA_THREADS, 0, cuda_stream(be)>>>(
-        dlogits, g, logits, targets, lse, cols, dlogits_bf16);
+        dlogits, g, logits, all_targets + row0, lse, cols, dlogits_bf16);
     cuda_note(be, cudaGetLastError(), "cross_entropy_bwd");
     cuda_scratch_free(be, g, "cross_entropy_bwd");
 }
@@ -217,4 +263,6 @@ void regc_cuda_set_loss(regc_backend *be)
     be->softmax_fwd = cuda_softmax_fwd;
     be->cross_entropy_fwd = cuda_cross_entropy_fwd;
     be->cross_entropy_bwd = cuda_cross_entropy_bwd;
+    be->cross_entropy_rows = cuda_cross_entropy_rows;
+    be->cross_entropy_loss = cuda_cross_entropy_loss;
 }

@@ -310,6 +310,13 @@ static inline REGC_HD double cuda_ce_term(float lse, float logit)
     return (double)lse - (double)logit;
 }
 
+/* a row's target logit for the loss, 0 where the loss leaves the row out
+ * (cross_entropy_rows' picked) */
+static inline REGC_HD float cuda_ce_picked(const float *x, int32_t t, int64_t cols) /* x: [cols] */
+{
+    return cuda_counts_target(t, cols) ? x[t] : 0.0f;
+}
+
 /* the mean of the terms, summed in row order (0 with no row counted) */
 static inline REGC_HD float cuda_finish_loss(double total, int64_t n_valid)
 {

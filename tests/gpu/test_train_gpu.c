@@ -18,7 +18,9 @@
  *   gives the bits of AdamW on the GPU: one formula, kernel_math.h's;
  * - in bf16 (cuBLASLt's bf16 GEMMs, what only they read held in bf16):
  *   O2 gives O1's bits, regional gives full's, and every tensor held in
- *   fp32 (compile.fp32_storage) gives the bits of the bf16 storage. */
+ *   fp32 (compile.fp32_storage) gives the bits of the bf16 storage;
+ * - saved activations recomputed (full at O1, selective at O2) give the
+ *   bits of none; the logits in chunks give the first loss within 1e-6. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -62,6 +64,8 @@ typedef struct {
     int offload;
     regc_precision precision;
     int fp32_storage;
+    regc_recompute recompute;
+    int64_t logits_chunk_rows;
 } run_setup;
 
 /* A check's findings: every property of an architecture is checked even
@@ -101,6 +105,8 @@ static run_record train_as(findings *f, run_setup u)
     o.compile.offload_optimizer = u.offload;
     o.compile.precision = u.precision;
     o.compile.fp32_storage = u.fp32_storage;
+    o.compile.recompute = u.recompute;
+    o.compile.logits_chunk_rows = u.logits_chunk_rows;
     if (regc_train(m, &o, record_step, &rec, NULL) != REGC_OK)
         found(f, "%s%s %s %s%s%s: %s", u.backend, u.precision == REGC_PRECISION_BF16 ? " bf16" : "",
               u.regional ? "regional" : "full", u.level == REGC_LEVEL_O2 ? "O2" : "O1",
@@ -138,7 +144,8 @@ static void expect_same(findings *f, const char *what, const run_record *a, cons
 static void check_architecture(const char *preset)
 {
     findings f = {preset, 0};
-    const run_setup base = {"cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_FP32, 0};
+    const run_setup base = {
+        "cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_FP32, 0, REGC_RECOMPUTE_NONE, 0};
     run_setup u = base;
 
     u.backend = "cpu";
@@ -162,8 +169,19 @@ static void check_architecture(const char *preset)
     u = base, u.offload = 1;
     const run_record off = train_as(&f, u);
     expect_same(&f, "the optimizer offloaded to the host and on the GPU", &gpu, &off);
+    u = base, u.recompute = REGC_RECOMPUTE_FULL;
+    const run_record rec = train_as(&f, u);
+    expect_same(&f, "every layer recomputed and kept", &gpu, &rec);
+    u = base, u.recompute = REGC_RECOMPUTE_SELECTIVE, u.level = REGC_LEVEL_O2;
+    const run_record rec2 = train_as(&f, u);
+    expect_same(&f, "selective recomputation at O2 and none at O1", &gpu, &rec2);
+    u = base, u.logits_chunk_rows = 5;
+    const run_record chunks = train_as(&f, u);
+    if (chunks.ok && gpu.ok && !(fabsf(chunks.loss[0] - gpu.loss[0]) <= 1e-6f * fabsf(gpu.loss[0])))
+        found(&f, "the logits in chunks: first loss %.9g, whole %.9g", chunks.loss[0], gpu.loss[0]);
 
-    const run_setup bf16 = {"cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_BF16, 0};
+    const run_setup bf16 = {
+        "cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_BF16, 0, REGC_RECOMPUTE_NONE, 0};
     const run_record b_o1 = train_as(&f, bf16);
     u = bf16, u.level = REGC_LEVEL_O2;
     const run_record b_o2 = train_as(&f, u);

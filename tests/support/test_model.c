@@ -82,7 +82,7 @@ static void test_collect_loss(const regc_step_report *r, void *user)
 {
     regc_test_losses *l = user;
     if (l->n < REGC_TEST_MAX_STEPS)
-        l->loss[l->n++] = r->loss;
+        l->grad_norm[l->n] = r->grad_norm, l->loss[l->n++] = r->loss;
     l->device_peak = r->device_peak;
 }
 

@@ -37,6 +37,7 @@ char *regc_test_program_dump(const regc_program *p);
 #define REGC_TEST_MAX_STEPS 8
 typedef struct {
     float loss[REGC_TEST_MAX_STEPS];
+    float grad_norm[REGC_TEST_MAX_STEPS]; /* with max_grad_norm set */
     int n;
     int hits, misses;
     int64_t device_peak; /* the backend's high-water mark after the last step */

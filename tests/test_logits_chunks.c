@@ -1,0 +1,270 @@
+/* test_logits_chunks.c — compile.logits_chunk_rows: the head's GEMM and its
+ * cross-entropy in chunks of rows, forward and backward.
+ *  - The same training: GPT-2, Llama and T5, at O0 and O1, regional and as
+ *    one region, at stage 3, with gradient accumulation, in bf16: the
+ *    first step's loss within 1e-6 relative of the whole logits', its
+ *    gradient norm too (the head's weight gradient sums its rows chunk by
+ *    chunk; in bf16 within 1e-3, below), the next four losses within 1e-4
+ *    (1e-3).
+ *  - Never whole: no buffer of the step holds the logits or their
+ *    gradient, the chunks' rows cover the loss's once each, in order; a
+ *    chunk as large as the loss leaves the step as it was; BERT's head (a
+ *    bias, whose gradient sums every row) is left whole.
+ *  - Less memory, as planned: the arena is smaller, and the run's device
+ *    peak is the plan's total within 1%; the forward-only step (validation)
+ *    is chunked too.
+ *  - Under a budget that only chunks meet, recompute auto takes them; below
+ *    what they reach, the refusal says so. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "program.h"
+#include "regc_train.h"
+#include "test_model.h"
+#include "test_util.h"
+#include "validate.h"
+
+#define STEPS 5
+#define CHUNK 5 /* rows: the loss's 2 x 16 rows in six chunks, the last of two */
+
+static regc_train_options base_options(void)
+{
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = 2, o.seq = 16, o.steps = STEPS, o.lr = 3e-3f, o.cache_dir = NULL;
+    o.threads = 2;
+    return o;
+}
+
+static regc_program *compile_as(const char *preset, const regc_compile_options *co, int64_t batch,
+                                int64_t seq, int *status)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes(preset, &m), REGC_OK);
+    regc_program *p = NULL;
+    int rc = regc_program_compile(m, batch, seq, co, &p, NULL);
+    regc_model_free(m);
+    if (status)
+        *status = rc;
+    else if (rc)
+        fail_msg("%s: %s", preset, regc_error_message());
+    return p;
+}
+
+/* ---- the same training ---------------------------------------------------- */
+
+static void test_chunks_train_alike(void **state)
+{
+    (void)state;
+    static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "t5-tiny"};
+    static const struct {
+        const char *what;
+        regc_level level;
+        int regional, stage, accumulate;
+        regc_precision precision;
+    } ways[] = {
+        {"O1, regional", REGC_LEVEL_O1, 1, 0, 1, REGC_PRECISION_FP32},
+        {"O0", REGC_LEVEL_O0, 1, 0, 1, REGC_PRECISION_FP32},
+        {"the whole graph as one region", REGC_LEVEL_O1, 0, 0, 1, REGC_PRECISION_FP32},
+        {"stage 3", REGC_LEVEL_O1, 1, 3, 1, REGC_PRECISION_FP32},
+        {"two micro-batches a step", REGC_LEVEL_O1, 1, 0, 2, REGC_PRECISION_FP32},
+        {"bf16", REGC_LEVEL_O1, 1, 0, 1, REGC_PRECISION_BF16},
+    };
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+            regc_train_options o = base_options();
+            o.compile.level = ways[w].level, o.compile.regional = ways[w].regional;
+            o.compile.zero_stage = ways[w].stage, o.grad_accum = ways[w].accumulate;
+            o.compile.precision = ways[w].precision;
+            o.max_grad_norm = 1e9; /* reports the gradient's norm, clips nothing */
+            regc_test_losses whole, chunked;
+            regc_model *mw = regc_test_train(presets[i], &o, &whole);
+            o.compile.logits_chunk_rows = CHUNK;
+            regc_model *mc = regc_test_train(presets[i], &o, &chunked);
+            /* the first step's loss and gradient: the same step; after it,
+             * AdamW's first update (each weight by lr times the sign of its
+             * gradient) turns a gradient near 0 whose last bits differ into
+             * a step the other way: the trajectories stay close, no more.
+             * In bf16 a last-bit change of an fp32 sum (the head's input
+             * gradient, its rows computed apart: OpenBLAS may sum them in
+             * another order) moves a bf16 rounding, 2^-8, where it lands:
+             * the gradient within 1e-3 then. */
+            const int bf16 = ways[w].precision == REGC_PRECISION_BF16;
+            const double tol[2] = {1e-6, bf16 ? 1e-3 : 1e-4};
+            for (int k = 0; k < STEPS; k++) {
+                const double rel = fabs((double)chunked.loss[k] - (double)whole.loss[k]) /
+                                   fabs((double)whole.loss[k]);
+                if (!(rel <= tol[k > 0]))
+                    fail_msg("%s, %s, step %d: %.9g in chunks, %.9g whole (%.2e relative)",
+                             presets[i], ways[w].what, k, chunked.loss[k], whole.loss[k], rel);
+            }
+            const double g = fabs((double)chunked.grad_norm[0] - (double)whole.grad_norm[0]) /
+                             fabs((double)whole.grad_norm[0]);
+            if (!(g <= (bf16 ? 1e-3 : 1e-6)))
+                fail_msg("%s, %s: the first gradient's norm %.9g in chunks, %.9g whole", presets[i],
+                         ways[w].what, chunked.grad_norm[0], whole.grad_norm[0]);
+            regc_model_free(mw), regc_model_free(mc);
+        }
+}
+
+/* ---- never whole --------------------------------------------------------- */
+
+/* The flat program's chunks: rows covered once each, in order; no buffer
+ * as large as the logits. */
+static void check_never_whole(const regc_program *p, int64_t rows, int64_t vocab, int backward)
+{
+    int64_t next = 0, loss_at = -1;
+    int chunks = 0, recomputed = 0;
+    for (int i = 0; i < p->n_instr; i++) {
+        const regc_instr *in = &p->instr[i];
+        if (in->kernel == K_CE_ROWS) {
+            assert_int_equal(in->refs[0].off, next * (int64_t)sizeof(float));
+            assert_true(in->d[0] <= CHUNK && in->d[1] == vocab);
+            next += in->d[0], chunks++;
+        }
+        if (in->kernel == K_CE_LOSS)
+            loss_at = i, assert_int_equal(in->d[0], rows);
+        if (in->kernel == K_GEMM && in->replay && in->d[1] == vocab)
+            recomputed++;
+    }
+    assert_int_equal(next, rows);
+    assert_true(loss_at >= 0);
+    assert_int_equal(chunks, (rows + CHUNK - 1) / CHUNK);
+    assert_int_equal(recomputed, backward ? chunks : 0);
+    /* what holds logits or their gradient: the loss kernels' logits and
+     * dlogits (the head's GEMMs write the former) */
+    for (int i = 0; i < p->n_instr; i++) {
+        const regc_instr *in = &p->instr[i];
+        int held[2] = {-1, -1};
+        if (in->kernel == K_CE_ROWS)
+            held[0] = in->refs[2].buf;
+        if (in->kernel == K_CE_BWD)
+            held[0] = in->refs[0].buf, held[1] = in->refs[2].buf;
+        assert_true(in->kernel != K_CE_FWD);
+        for (int k = 0; k < 2; k++)
+            if (held[k] >= 0 && p->bufs[held[k]].bytes > CHUNK * vocab * (int64_t)sizeof(float))
+                fail_msg("instruction %d (%s) holds logits in %lld bytes, more than a chunk", i,
+                         regc_kernel_name(in->kernel), (long long)p->bufs[held[k]].bytes);
+    }
+}
+
+static void test_logits_never_whole(void **state)
+{
+    (void)state;
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.logits_chunk_rows = CHUNK;
+    regc_program *p = compile_as("gpt2-tiny", &co, 2, 16, NULL);
+    check_never_whole(p, 32, 512, 1);
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    regc_program_free(p);
+    /* validation's forward-only step */
+    co.forward_only = 1;
+    p = compile_as("llama-tiny", &co, 2, 16, NULL);
+    check_never_whole(p, 32, 512, 0);
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    regc_program_free(p);
+    co.forward_only = 0;
+    /* a chunk as large as the loss, and BERT's biased head: as they were */
+    static const struct {
+        const char *preset;
+        int64_t chunk;
+    } same[] = {{"gpt2-tiny", 32}, {"gpt2-tiny", 1000}, {"bert-tiny", CHUNK}};
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        regc_compile_options whole;
+        regc_compile_options_default(&whole);
+        co.logits_chunk_rows = same[i].chunk;
+        regc_program *a = compile_as(same[i].preset, &whole, 2, 16, NULL);
+        regc_program *b = compile_as(same[i].preset, &co, 2, 16, NULL);
+        if (regc_program_hash(a) != regc_program_hash(b))
+            fail_msg("%s with chunks of %lld rows: another program", same[i].preset,
+                     (long long)same[i].chunk);
+        regc_program_free(a), regc_program_free(b);
+    }
+}
+
+/* ---- less memory, as planned ------------------------------------------- */
+
+static void test_memory_as_planned(void **state)
+{
+    (void)state;
+    static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "t5-tiny"};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        int64_t act[2];
+        for (int c = 0; c < 2; c++) {
+            regc_train_options o = base_options();
+            o.batch = 4, o.seq = 32;
+            o.compile.logits_chunk_rows = c ? 8 : 0;
+            regc_program *p = compile_as(presets[i], &o.compile, o.batch, o.seq, NULL);
+            regc_device_memory a;
+            regc_program_device_memory(p, &a);
+            act[c] = a.activations;
+            regc_test_losses l;
+            regc_model *m = regc_test_train(presets[i], &o, &l);
+            if (!(fabs((double)(l.device_peak - a.total)) <= 0.01 * (double)a.total))
+                fail_msg("%s, chunks of %lld rows: planned %lld bytes, held %lld", presets[i],
+                         (long long)o.compile.logits_chunk_rows, (long long)a.total,
+                         (long long)l.device_peak);
+            regc_model_free(m);
+            regc_program_free(p);
+        }
+        if (!(act[1] < act[0]))
+            fail_msg("%s: activations %lld in chunks, %lld whole", presets[i], (long long)act[1],
+                     (long long)act[0]);
+    }
+}
+
+/* ---- auto under a budget ------------------------------------------------- */
+
+static void test_auto_takes_chunks(void **state)
+{
+    (void)state;
+    /* GPT-2 124M's 50257-word vocabulary at one sequence of 128: the logits
+     * are most of what the step's activations hold */
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.recompute_ratio = 1e30; /* everything that can be recomputed */
+    regc_program *most = compile_as("gpt2-124m", &co, 1, 128, NULL);
+    co.logits_chunk_rows = 16;
+    regc_program *chunked = compile_as("gpt2-124m", &co, 1, 128, NULL);
+    regc_device_memory a, b;
+    regc_program_device_memory(most, &a), regc_program_device_memory(chunked, &b);
+    assert_true(b.total < a.total);
+    /* between the two: only chunks fit */
+    regc_compile_options_default(&co);
+    co.budget_bytes = (a.total + b.total) / 2;
+    regc_program *p = compile_as("gpt2-124m", &co, 1, 128, NULL);
+    regc_recompute_plan r;
+    regc_program_recompute_plan(p, &r);
+    assert_true(r.logits_chunks > 1);
+    regc_device_memory c;
+    regc_program_device_memory(p, &c);
+    assert_true(c.total <= co.budget_bytes);
+    regc_program_free(p);
+    /* below what the chunks reach: refused, saying so */
+    co.budget_bytes = b.total / 2;
+    int rc;
+    assert_null(compile_as("gpt2-124m", &co, 1, 128, &rc));
+    assert_int_equal(rc, REGC_ERR_BUDGET);
+    assert_non_null(strstr(regc_error_message(), "the logits in chunks"));
+    regc_program_free(most), regc_program_free(chunked);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chunks_train_alike),
+        cmocka_unit_test(test_logits_never_whole),
+        cmocka_unit_test(test_memory_as_planned),
+        cmocka_unit_test(test_auto_takes_chunks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
