@@ -20,12 +20,13 @@
 #                     reference suite through the CUDA backend (60), the
 #                     backend against the CPU (60), training against the CPU
 #                     with regional == full, two runs, O1 == O2, the offloaded
-#                     optimizer and bf16, bit for bit (150), the
-#                     communicators (30)
-#   benchmarks   150  tokens/s of gpt2-124m in bf16 (B=16, T=1024) at O1 and
-#                     O2, in fp32 (B=8, T=1024), llama-127m, the GEMMs' share
-#                     and GEMM TFLOP/s of the profiled step, device_peak
-#                     against the plan (40 each)
+#                     optimizer, recomputation and bf16, bit for bit, the
+#                     logits in chunks (150), the communicators (30)
+#   benchmarks   240  tokens/s of gpt2-124m in bf16 (B=16, T=1024) at O1 and
+#                     O2, in fp32 (B=8, T=1024), llama-127m, gpt2-124m with
+#                     every layer recomputed, the GEMMs' share and GEMM
+#                     TFLOP/s of the profiled step, device_peak against the
+#                     plan (40 each)
 #   torch        150  PyTorch on the same model and shapes: eager and
 #                     torch.compile regional, the first step with its compile
 #                     and the steady step (tools/coldstart_vs_torch.py)
@@ -194,13 +195,14 @@ done
 # share and rate from the profile, and device_peak beside the plan's figure.
 bench() {
     local model="$1" batch="$2" seq="$3" precision="$4" level="$5"
+    shift 5 # the rest: more flags (a recomputation)
     local out="$BUILD/bench.out" profile=(--profile)
     [ "$level" = O2 ] && profile=() # timing each kernel apart would undo the capture
     "$REGC" train --model "$model" --backend cuda --batch "$batch" --seq "$seq" --json \
         --precision "$precision" --level "$level" --steps "$STEPS" "${profile[@]}" --no-cache \
-        >"$out" 2>&1 || { cat "$out"; return 1; }
+        "$@" >"$out" 2>&1 || { cat "$out"; return 1; }
     cat "$out"
-    awk -v what="$model $precision $level" -v b="$batch" -v t="$seq" '
+    awk -v what="$model $precision $level $*" -v b="$batch" -v t="$seq" '
         /"tokens_per_s"/ { n++; s = $0; sub(/.*"tokens_per_s": */, "", s); sub(/[,}].*/, "", s)
                            if (n > 2) { tok += s; k++ }
                            p = $0; if (sub(/.*"device_peak": */, "", p)) { sub(/[,}].*/, "", p); peak = p } }
@@ -228,6 +230,8 @@ part "bench gpt2-124m bf16 O2" 40 run_bench gpt2-124m 16 1024 bf16 O2
 part "bench gpt2-124m fp32 O1" 40 run_bench gpt2-124m 8 1024 fp32 O1
 part "bench llama-127m bf16 O1" 40 run_bench llama-127m 16 1024 bf16 O1
 part "bench llama-127m fp32 O1" 40 run_bench llama-127m 8 1024 fp32 O1
+part "bench gpt2-124m bf16 O1, recompute full" 40 run_bench gpt2-124m 16 1024 bf16 O1 \
+    --recompute full
 
 # ---- PyTorch on the same model and shapes (the machine's torch, if any)
 gpt2_config() {
