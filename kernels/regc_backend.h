@@ -236,7 +236,8 @@ struct regc_backend {
     void (*free)(regc_backend *be, void *ptr);
     /* host memory the device copies to and from without staging (pinned
      * on a GPU; the CPU's is its own memory): an offloaded optimizer's
-     * state. Not counted in mem_in_use unless the host is the device. */
+     * state, offloaded activations. Never counted in mem_in_use: what a
+     * run holds on its device is what it could not put there. */
     void *(*alloc_host)(regc_backend *be, size_t bytes);
     void (*free_host)(regc_backend *be, void *ptr);
     void (*copy_h2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
@@ -246,6 +247,15 @@ struct regc_backend {
      * (sync does). NULL: copy_d2h serves (the CPU, where a copy is done
      * when it returns). */
     void (*copy_d2h_side)(regc_backend *be, void *dst, const void *src, size_t bytes);
+    /* The copy queue (offloaded activations): copy_start queues a copy
+     * between the device and alloc_host's memory (to_host: device to host)
+     * behind the work queued so far, on a queue of its own, and returns its
+     * ticket; work queued later does not wait for it until copy_wait(ticket)
+     * is queued, after which it does (the host never blocks). NULL where
+     * copies are done when they return (the CPU): copy_h2d and copy_d2h
+     * serve then. */
+    int64_t (*copy_start)(regc_backend *be, void *dst, const void *src, size_t bytes, int to_host);
+    void (*copy_wait)(regc_backend *be, int64_t ticket);
     void (*copy_d2d)(regc_backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(regc_backend *be, float *dst, size_t n, float value);
     int (*sync)(regc_backend *be); /* waits for all queued work; reports failures */

@@ -338,6 +338,14 @@ static int compile_full(pipeline *pl, regc_program *prog, regc_level level, regc
     return rc;
 }
 
+double regc_copy_flop_per_byte(const char *device)
+{
+    /* a GPU's bf16 rate over its host link's bandwidth is of this order
+     * (about 800 TFLOP/s over 50 GB/s is 16000; half that allows for the
+     * rate reached); the CPU copies where a copy starts */
+    return device && strncmp(device, "cuda", 4) == 0 ? 8192.0 : 0.0;
+}
+
 /* Does the compile recompute anything? */
 static int recomputes(const regc_compile_options *o)
 {
@@ -395,6 +403,8 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     prog->zero_stage = o->zero_stage;
     prog->prefetch_floats = o->prefetch_floats;
     prog->offload = o->offload_optimizer && !o->forward_only;
+    prog->offload_activation = o->offload_activation && !o->forward_only;
+    prog->copy_flop_per_byte = regc_copy_flop_per_byte(o->device);
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));
@@ -525,9 +535,9 @@ static int probe(const regc_graph *g, const int64_t *param_offset, const regc_co
     int rc = compile_graph(h, param_offset, o, &p, st);
     if (rc == REGC_OK) {
         regc_device_memory a;
-        regc_recompute_plan r;
+        regc_fit_plan r;
         regc_program_device_memory(p, &a);
-        regc_program_recompute_plan(p, &r);
+        regc_program_fit_plan(p, &r);
         *total = a.total, *flop = r.replay_flop;
         rc = a.total <= o->budget_bytes;
     } else if (rc == REGC_ERR_BUDGET) {

@@ -178,6 +178,8 @@ static int stamp(regc_program *p)
                 if (own) {
                     if (*own < 0 && (*own = regc_program_new_buf(p, BUF_ARENA, slot->bytes, 0)) < 0)
                         rc = *own;
+                    else if (slot->kind == SLOT_SAVED)
+                        p->bufs[*own].saved = 1;
                     x.refs[k].buf = *own;
                 } else {
                     x.refs[k].buf = s->bind[sl].buf;
@@ -263,6 +265,15 @@ int regc_program_inline_back(regc_program *p)
     if (p->layout && (p->prefetch_floats != 0 || p->overlap)) {
         if ((rc = regc_zero3_schedule(p, p->prefetch_floats, p->max_live_floats,
                                       p->reduce_bucket_floats, p->overlap)))
+            return rc;
+        flat_liveness(p, p->instr, p->n_instr);
+        if ((rc = plan_arena(p, p->n_instr, 1, &peak, &lower)))
+            return rc;
+    }
+    /* saved activations to the host and back, then the plan again over
+     * the lifetimes that leaves */
+    if (p->offload_activation) {
+        if ((rc = regc_offload_activations(p)))
             return rc;
         flat_liveness(p, p->instr, p->n_instr);
         if ((rc = plan_arena(p, p->n_instr, 1, &peak, &lower)))

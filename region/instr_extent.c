@@ -414,19 +414,22 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
     case K_ALLREDUCE:
     case K_ALLGATHER:
     case K_REDUCE_SCATTER: collective_rule(&r, k, ranks); break;
-    case K_COMM_WAIT: /* names the buffers of the collective it waits for */
-        if (d[1] != K_ALLGATHER && d[1] != K_REDUCE_SCATTER && d[1] != K_ALLREDUCE)
-            fail(&r, "a wait for something that is not an asynchronous collective");
+    case K_COMM_WAIT: /* names the buffers of the collective or copy it waits for */
+        if (d[1] != K_ALLGATHER && d[1] != K_REDUCE_SCATTER && d[1] != K_ALLREDUCE &&
+            d[1] != K_COPY_D2H && d[1] != K_COPY_H2D)
+            fail(&r, "a wait for something that is not an asynchronous collective or copy");
         else if (in->n_refs != arity[d[1]].n_refs || in->n_out != arity[d[1]].n_out)
             fail(&r, "a wait's operands differ from its collective's");
+        else if (d[1] == K_COPY_D2H || d[1] == K_COPY_H2D)
+            need(&r, 0, dim(&r, 0), 1), need(&r, 1, dim(&r, 0), 1);
         else
             collective_rule(&r, (int)d[1], ranks);
         break;
     case K_COUNT: break;
     }
     if (in->signal && k != K_ALLGATHER && k != K_REDUCE_SCATTER && k != K_ALLREDUCE &&
-        k != K_COMM_WAIT)
-        fail(&r, "a signal on a kernel that is no collective");
+        k != K_COMM_WAIT && k != K_COPY_D2H && k != K_COPY_H2D)
+        fail(&r, "a signal on a kernel that is no collective or copy");
     if (k == K_COMM_WAIT && in->signal < 1)
         fail(&r, "a wait without a signal");
     /* an operand held in bf16 spans half the bytes of its fp32 rule, where

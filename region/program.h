@@ -59,13 +59,13 @@ typedef enum {
     K_GRAD_SUMSQ,    /* scalars, g; d0 = n */
     K_GRAD_CLIP,     /* scalars */
     K_ADAMW,         /* param, m, v, g, scalars; d0 = n (offloaded: on the host) */
-    K_COPY_D2H,      /* host dst, device src; d0 = bytes */
-    K_COPY_H2D,      /* device dst, host src; d0 = bytes */
+    K_COPY_D2H,      /* host dst, device src; d0 = bytes; signal k: on the copy queue */
+    K_COPY_H2D,      /* device dst, host src; d0 = bytes; signal k: on the copy queue */
     /* collectives, run on the program's communicator */
     K_ALLREDUCE,      /* buf; d0 = n, d1 = 0: f32, 1: f64; the sum over ranks, in place */
     K_ALLGATHER,      /* dst [ranks x d0], src [d0]: a unit's shards gathered whole */
     K_REDUCE_SCATTER, /* dst [d0], src [ranks x d0]; accumulate: dst (+)= the ranks' sum */
-    K_COMM_WAIT,      /* the refs of collective `signal`; d1: its kernel. Waits for it */
+    K_COMM_WAIT,      /* the refs of collective or copy `signal`; d1: its kernel. Waits for it */
     K_COUNT
 } regc_kernel;
 
@@ -123,6 +123,12 @@ void regc_instr_dump(const regc_instr *in, FILE *f);
 void regc_instr_label(const regc_instr *in, char *buf, size_t size);
 /* Arithmetic counted for GFLOP/s: 2mnk for a GEMM, 0 otherwise. */
 double regc_instr_flop(const regc_instr *in);
+/* A copy on the copy queue, or the wait for one (offload.c)? */
+static inline int regc_instr_is_queued_copy(const regc_instr *in)
+{
+    const int k = in->kernel == K_COMM_WAIT ? (int)in->d[1] : in->kernel;
+    return (k == K_COPY_D2H || k == K_COPY_H2D) && in->signal > 0;
+}
 /* Does the instruction write operand k? */
 int regc_instr_writes(const regc_instr *in, int k);
 /* The operand whose memory output 0 may take over (an elementwise
@@ -240,6 +246,7 @@ typedef struct {
     int64_t offset;  /* arena offset (planned), block offset, or input number */
     int first, last; /* program points of first write and last use */
     int inplace_of;  /* planner hint, -1 if none */
+    int saved;       /* a saved slot's, stamped (what offload.c may move to the host) */
 } regc_buf;
 
 /* A call of a compiled region's forward or backward on one instance: slot s
@@ -309,21 +316,23 @@ struct regc_program {
     void *arena;
     regc_step_scalars *own_scalars; /* allocated by bind when none was given */
     int offload;                    /* the update runs on the host (offload_optimizer) */
-    regc_backend *host_be;          /* where the offloaded AdamW runs: be, or own_host_be */
-    regc_backend *own_host_be;      /* a CPU backend when be is a GPU's */
-    regc_comm *comm;                /* borrowed, or own_comm */
-    regc_comm *own_comm;            /* when bind was given none: one process */
-    regc_shard_layout *layout;      /* stage 3: the units and this rank's shards */
-    regc_comm_queue *queue;         /* runs the asynchronous collectives (ranks > 1) */
-    int64_t *tickets;               /* [n_signals + 1] each started collective's ticket */
-    double wait_ms;                 /* blocked in K_COMM_WAIT, over every run */
-    char **ptr;                     /* [n_bufs] base pointers */
-    regc_profile *profile;          /* borrowed; NULL: runs are not timed */
-    void *captured[2];              /* O2: the run and the update as graphs, or NULL */
-    int eager_runs[2];              /* of each phase before it was captured */
-    int capture_failed[2];          /* the backend could not capture it: it runs as at O1 */
-    double capture_ms;              /* capturing them, over every run */
-    regc_bytes step_key;            /* the compile cache's key of the step, when cached */
+    int offload_activation;         /* saved activations to the host and back (offload.c) */
+    double copy_flop_per_byte; /* compiling: the compute that hides a byte's copy (offload.c) */
+    regc_backend *host_be;     /* where the offloaded AdamW runs: be, or own_host_be */
+    regc_backend *own_host_be; /* a CPU backend when be is a GPU's */
+    regc_comm *comm;           /* borrowed, or own_comm */
+    regc_comm *own_comm;       /* when bind was given none: one process */
+    regc_shard_layout *layout; /* stage 3: the units and this rank's shards */
+    regc_comm_queue *queue;    /* runs the asynchronous collectives (ranks > 1) */
+    int64_t *tickets;          /* [n_signals + 1] each started collective's ticket */
+    double wait_ms;            /* blocked in K_COMM_WAIT, over every run */
+    char **ptr;                /* [n_bufs] base pointers */
+    regc_profile *profile;     /* borrowed; NULL: runs are not timed */
+    void *captured[2];         /* O2: the run and the update as graphs, or NULL */
+    int eager_runs[2];         /* of each phase before it was captured */
+    int capture_failed[2];     /* the backend could not capture it: it runs as at O1 */
+    double capture_ms;         /* capturing them, over every run */
+    regc_bytes step_key;       /* the compile cache's key of the step, when cached */
 };
 
 /* Building a step program (region/program.c): the flat graph (owned by

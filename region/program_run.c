@@ -177,12 +177,34 @@ static int run_comm(regc_program *p, const regc_instr *in, void *const *ptr)
 static int is_comm(const regc_instr *in)
 {
     return in->kernel == K_ALLREDUCE || in->kernel == K_ALLGATHER ||
-           in->kernel == K_REDUCE_SCATTER || in->kernel == K_COMM_WAIT;
+           in->kernel == K_REDUCE_SCATTER ||
+           (in->kernel == K_COMM_WAIT && !regc_instr_is_queued_copy(in));
+}
+
+/* A copy on the backend's copy queue, or the compute's wait for it; where
+ * the backend has no queue the copy is done at once and the wait is
+ * nothing. */
+static int run_queued_copy(regc_program *p, const regc_instr *in, void *const *ptr)
+{
+    regc_backend *be = p->be;
+    if (in->kernel == K_COMM_WAIT) {
+        if (be->copy_wait)
+            be->copy_wait(be, p->tickets[in->signal]);
+        return REGC_OK;
+    }
+    const int to_host = in->kernel == K_COPY_D2H;
+    if (be->copy_start)
+        p->tickets[in->signal] = be->copy_start(be, ptr[0], ptr[1], (size_t)in->d[0], to_host);
+    else
+        (to_host ? be->copy_d2h : be->copy_h2d)(be, ptr[0], ptr[1], (size_t)in->d[0]);
+    return REGC_OK;
 }
 
 /* One instruction; when profiling, timed between two synchronisations. */
 static int run_one(regc_program *p, const regc_instr *in, void *const *ptr)
 {
+    if (regc_instr_is_queued_copy(in))
+        return run_queued_copy(p, in, ptr);
     return is_comm(in) ? run_comm(p, in, ptr) : regc_instr_run(p->be, in, ptr);
 }
 
@@ -472,9 +494,9 @@ void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
     if (p->offload) {
         a->host = a->m + a->v;
         a->m = a->v = 0;
-        for (int b = 0; b < p->n_bufs; b++)
-            a->host += p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
     }
+    for (int b = 0; b < p->n_bufs; b++) /* the update's own, offloaded activations */
+        a->host += p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
     a->total = a->params + a->grads + a->m + a->v + a->activations + a->inputs + a->scalars;
 }
 

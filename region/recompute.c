@@ -405,8 +405,10 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
 
 /* ---------------------------------------------------------------- the program's account */
 
-static void count(regc_recompute_plan *out, int *per_kernel, const regc_instr *in)
+static void count(regc_fit_plan *out, int *per_kernel, const regc_instr *in)
 {
+    if (in->kernel == K_COPY_D2H && regc_instr_is_queued_copy(in))
+        out->offloaded++, out->offload_bytes += in->d[0];
     if (in->kernel == K_CE_ROWS) {
         out->logits_chunks++;
         if (in->d[0] > out->logits_chunk_rows)
@@ -420,7 +422,7 @@ static void count(regc_recompute_plan *out, int *per_kernel, const regc_instr *i
     }
 }
 
-void regc_program_recompute_plan(const regc_program *p, regc_recompute_plan *out)
+void regc_program_fit_plan(const regc_program *p, regc_fit_plan *out)
 {
     memset(out, 0, sizeof *out);
     int per_kernel[K_COUNT] = {0};

@@ -169,6 +169,13 @@ typedef struct {
     /* compile.recompute (default auto, which recomputes nothing without
      * budget_bytes) */
     regc_recompute recompute;
+    /* compile.offload_activation (DeepSpeed DeepCompile's key): inlined
+     * back (O1, O2), every saved activation of at least 64 KiB whose
+     * forward and backward lie far enough apart is copied to host memory
+     * after its forward's last use and back before its backward's first,
+     * on the backend's copy queue; the same bits in less device memory (at
+     * O2 the step's run is then not captured) */
+    int offload_activation;
     /* compile.logits_chunk_rows: the head's GEMM and its cross-entropy
      * in chunks of this many rows, forward and backward, so that neither
      * the logits nor their gradient is ever whole (the backward computes a
@@ -361,23 +368,27 @@ typedef struct regc_device_memory {
     int64_t activations;         /* the step's arena (gathered units included) */
     int64_t inputs, scalars;     /* a batch's inputs; the optimizer's scalar block */
     int64_t total;
-    /* offload_optimizer: the host memory the update holds (m and v, the
-     * parameters' copy, the gradients' and scalars' landing places), not
-     * in total (m and v are then 0 above); 0 otherwise */
+    /* host memory, not in total: offload_optimizer's (m and v, the
+     * parameters' copy, the gradients' and scalars' landing places; m and
+     * v are then 0 above) and offload_activation's (each offloaded
+     * activation's place) */
     int64_t host;
 } regc_device_memory;
 void regc_program_device_memory(const regc_program *p, regc_device_memory *a);
-/* compile.recompute in a program: what the backward runs again, per step. */
+/* What a program does to fit its device, per step: compile.recompute's
+ * replays, compile.logits_chunk_rows's chunks, compile.offload_activation's
+ * copies. */
 typedef struct {
-    int replays;        /* instructions */
+    int replays;        /* instructions the backward runs again */
     double replay_flop; /* their FLOPs (elementwise kernels: one per element touched) */
     double step_flop;   /* the same count over the whole forward and backward */
     char kernels[200];  /* which, most first: "layernorm 24, gemm 12, ..." */
-    /* compile.logits_chunk_rows: the loss's chunks and the rows of the
-     * largest (0, 0: the logits whole) */
+    /* the loss's chunks and the rows of the largest (0, 0: the logits whole) */
     int64_t logits_chunks, logits_chunk_rows;
-} regc_recompute_plan;
-void regc_program_recompute_plan(const regc_program *p, regc_recompute_plan *out);
+    int offloaded;         /* activations moved to the host and back */
+    int64_t offload_bytes; /* their bytes, each way */
+} regc_fit_plan;
+void regc_program_fit_plan(const regc_program *p, regc_fit_plan *out);
 /* The asynchronous collectives over every run so far: the time the
  * communication queue spent in them, and the time the program blocked
  * waiting for them (what was not hidden behind compute). */

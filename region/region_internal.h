@@ -41,6 +41,14 @@ double regc_instr_cost(const regc_instr *in);
  * region without that pattern is left as it is. */
 int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows);
 
+/* compile.offload_activation on the flat program (offload.c): saved
+ * activations copied to host memory after their forward's last use and
+ * back before their backward's first, on the copy queue. */
+int regc_offload_activations(regc_program *p);
+/* The compute (FLOPs) that hides a byte's copy on the target's copy queue:
+ * 0 where copies are done where they start (the CPU). */
+double regc_copy_flop_per_byte(const char *device);
+
 /* Fusions over a flat instruction list (region/fuse_instr.c). The residual
  * add fused with the norm that reads its sum right after it, in place;
  * returns the number of pairs fused. */

@@ -534,6 +534,7 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     regc_bytes_put_i64(b, p->ranks);
     regc_bytes_put_i64(b, p->zero_stage);
     regc_bytes_put_i64(b, p->offload);
+    regc_bytes_put_i64(b, p->offload_activation);
     regc_bytes_put_i64(b, p->n_signals);
     regc_bytes_put_i64(b, st->zero3_prefetch);
     regc_bytes_put_i64(b, p->n_resident);
@@ -673,6 +674,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     p->ranks = (int)regc_reader_int(&rd, 1, 1 << 20);
     p->zero_stage = (int)regc_reader_int(&rd, 0, 3);
     p->offload = (int)regc_reader_int(&rd, 0, 1);
+    p->offload_activation = (int)regc_reader_int(&rd, 0, 1);
     p->n_signals = (int)regc_reader_int(&rd, 0, INT32_MAX);
     st->zero3_prefetch = regc_reader_int(&rd, INT64_MIN / 2, INT64_MAX);
     p->n_resident = (int)regc_reader_int(&rd, 0, INT32_MAX);

@@ -382,10 +382,11 @@ static int check_host(const regc_program *p)
         for (int k = 0; k < in->n_refs && k < REGC_INSTR_MAX_REFS; k++) {
             if (in->refs[k].buf < 0 || in->refs[k].buf >= p->n_bufs)
                 continue; /* the operand checks say what is wrong with it */
-            const int want = in->kernel == K_COPY_D2H   ? k == 0
-                             : in->kernel == K_COPY_H2D ? k == 1
-                             : in->kernel == K_ADAMW    ? p->offload
-                                                        : 0;
+            const int copy = in->kernel == K_COMM_WAIT ? (int)in->d[1] : in->kernel;
+            const int want = copy == K_COPY_D2H      ? k == 0
+                             : copy == K_COPY_H2D    ? k == 1
+                             : in->kernel == K_ADAMW ? p->offload
+                                                     : 0;
             if (on_host(p, in, k) != want)
                 return regc_error(REGC_ERR_FORMAT,
                                   "step program: %s %d: operand %d is %s host memory",
@@ -422,10 +423,9 @@ static int check_buffers(const regc_program *p)
         int bad = x->bytes < 0 || x->bytes > SIZE_LIMIT || x->offset < 0 ||
                   x->offset > SIZE_LIMIT || (unsigned)x->kind > BUF_HOST ||
                   (x->kind == BUF_HOST && x->offset != 0);
-        if (!bad && x->kind == BUF_HOST && !p->offload)
+        if (!bad && x->kind == BUF_HOST && !p->offload && !p->offload_activation)
             return regc_error(REGC_ERR_FORMAT,
-                              "step program: buffer %d is host memory, but the update stays on "
-                              "the device",
+                              "step program: buffer %d is host memory, but nothing is offloaded",
                               b);
         if (!bad && block && !p->forward_only)
             bad = !fits(x->offset, x->bytes, p->block_bytes);
@@ -489,7 +489,9 @@ static int check_arena(const regc_program *p, const char *used)
     return REGC_OK;
 }
 
-/* The flat program reads no activation before something wrote it. */
+/* The flat program reads no activation before something wrote it: a copy
+ * on the copy queue writes its destination when it is waited for, so a
+ * reload read before its wait is refused too. */
 static int check_arena_written(const regc_program *p)
 {
     char *written = calloc((size_t)p->n_bufs + 1, 1);
@@ -498,16 +500,19 @@ static int check_arena_written(const regc_program *p)
     int rc = REGC_OK;
     for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {
         const regc_instr *in = &p->instr[i];
+        const int queued = regc_instr_is_queued_copy(in);
         for (int k = 0; k < in->n_refs && rc == REGC_OK; k++) {
             const int b = in->refs[k].buf;
-            if (b >= 0 && !regc_instr_writes(in, k) && p->bufs[b].kind == BUF_ARENA && !written[b])
+            if (b >= 0 && !regc_instr_writes(in, k) && p->bufs[b].kind == BUF_ARENA &&
+                !written[b] && !(queued && in->kernel == K_COMM_WAIT))
                 rc = regc_error(REGC_ERR_FORMAT,
                                 "step program: instruction %d (%s) reads buffer %d, which nothing "
                                 "wrote before it",
                                 i, regc_kernel_name(in->kernel), b);
         }
         for (int k = 0; k < in->n_refs; k++)
-            if (in->refs[k].buf >= 0 && regc_instr_writes(in, k))
+            if (in->refs[k].buf >= 0 && regc_instr_writes(in, k) &&
+                (!queued || in->kernel == K_COMM_WAIT))
                 written[in->refs[k].buf] = 1;
     }
     free(written);

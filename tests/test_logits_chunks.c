@@ -1,7 +1,7 @@
 /* test_logits_chunks.c — compile.logits_chunk_rows: the head's GEMM and its
  * cross-entropy in chunks of rows, forward and backward.
- *  - The same training: GPT-2, Llama and T5, at O0 and O1, regional and as
- *    one region, at stage 3, with gradient accumulation, in bf16: the
+ *  - The same training: GPT-2, Llama and T5, and on GPT-2 at O0, as one
+ *    region, at stage 3, with gradient accumulation, in bf16: the
  *    first step's loss within 1e-6 relative of the whole logits', its
  *    gradient norm too (the head's weight gradient sums its rows chunk by
  *    chunk; in bf16 within 1e-3, below), the next four losses within 1e-4
@@ -80,6 +80,8 @@ static void test_chunks_train_alike(void **state)
     };
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+            if (i > 0 && w > 0) /* Llama and T5 regional at O1; every way on GPT-2 */
+                continue;
             regc_train_options o = base_options();
             o.compile.level = ways[w].level, o.compile.regional = ways[w].regional;
             o.compile.zero_stage = ways[w].stage, o.grad_accum = ways[w].accumulate;
@@ -242,8 +244,8 @@ static void test_auto_takes_chunks(void **state)
     regc_compile_options_default(&co);
     co.budget_bytes = (a.total + b.total) / 2;
     regc_program *p = compile_as("gpt2-124m", &co, 1, 128, NULL);
-    regc_recompute_plan r;
-    regc_program_recompute_plan(p, &r);
+    regc_fit_plan r;
+    regc_program_fit_plan(p, &r);
     assert_true(r.logits_chunks > 1);
     regc_device_memory c;
     regc_program_device_memory(p, &c);

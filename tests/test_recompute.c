@@ -1,9 +1,9 @@
 /* test_recompute.c — compile.recompute: saved activations dropped after the
  * forward and computed again in the backward by the same kernels.
- *  - The same bits: GPT-2, Llama, BERT and T5, at O0 and O1, regional and
- *    as one whole-graph region, at stage 0 and stage 3, with gradient
+ *  - The same bits: GPT-2, Llama, BERT and T5 at O0 and O1, and the first
+ *    two also as one whole-graph region, at stage 3 and with gradient
  *    accumulation: selective, full, and auto under a budget that makes it
- *    recompute give the losses and weights of none over five steps.
+ *    recompute give the losses and weights of none over three steps.
  *  - Less memory: full's activation plan is smaller than selective's, and
  *    selective's than none's; the run's device peak is the plan's total
  *    within 1% with each.
@@ -33,7 +33,7 @@
 #include "test_util.h"
 #include "validate.h"
 
-#define STEPS 5
+#define STEPS 3
 
 static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
 
@@ -106,6 +106,8 @@ static void test_recompute_keeps_the_bits(void **state)
     };
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+            if (i > 1 && w > 1) /* BERT and T5 at O1 and O0; every way on GPT-2 and Llama */
+                continue;
             regc_train_options o = base_options();
             o.compile.level = ways[w].level, o.compile.regional = ways[w].regional;
             o.compile.zero_stage = ways[w].stage, o.grad_accum = ways[w].accumulate;

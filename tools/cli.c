@@ -135,8 +135,8 @@ void print_device_memory(FILE *f, const regc_device_memory *a, int ranks)
         char host[32];
         size_text(host, sizeof host, a->host);
         fprintf(f,
-                "; host memory of the offloaded optimizer %s (AdamW m and v, the parameters' "
-                "and gradients' copies)",
+                "; host memory %s (what is offloaded: the optimizer's AdamW m and v and its "
+                "copies of the parameters and gradients, activations)",
                 host);
     }
     fputc('\n', f);

@@ -56,6 +56,8 @@ void print_plan_usage(FILE *f)
           "  --recompute <none|selective|full|auto>\n"
           "                             saved activations computed again in the backward\n"
           "                             (default auto: as little as the budget needs)\n"
+          "  --offload-activation <on|off>\n"
+          "                             saved activations to the host and back (default off)\n"
           "  --fit <seq|batch>          find the longest sequence (largest batch) whose step\n"
           "                             fits --device-memory-mb per rank, and print its plan\n"
           "  --device-memory-mb <MiB>   the device memory --fit fills (its budget)\n"
@@ -70,7 +72,7 @@ typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     long long reduce_bucket;
-    int level, json, offload, precision, fp32_storage, recompute;
+    int level, json, offload, precision, fp32_storage, recompute, offload_activation;
     const char *fit; /* "seq", "batch" or NULL */
     long long device_mb;
     regc_pass_list passes;
@@ -132,6 +134,10 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
                 return usage_error("--recompute: expected none, selective, full or auto, got "
                                    "\"%s\"",
                                    value);
+        } else if (!strcmp(flag, "--offload-activation")) {
+            if (strcmp(value, "on") && strcmp(value, "off"))
+                return usage_error("--offload-activation: expected on or off, got \"%s\"", value);
+            a->offload_activation = !strcmp(value, "on");
         } else if (!strcmp(flag, "--fit")) {
             if (strcmp(value, "seq") && strcmp(value, "batch"))
                 return usage_error("--fit: expected seq or batch, got \"%s\"", value);
@@ -168,11 +174,18 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
     return 0;
 }
 
-static void print_recompute(const plan_args *a, const regc_recompute_plan *r)
+static void print_recompute(const plan_args *a, const regc_fit_plan *r)
 {
     if (r->logits_chunks > 0)
         printf("loss: the logits in %lld chunks of at most %lld rows, never whole\n",
                (long long)r->logits_chunks, (long long)r->logits_chunk_rows);
+    if (r->offloaded > 0) {
+        char bytes[32];
+        size_text(bytes, sizeof bytes, r->offload_bytes);
+        printf("offload: %d activations, %s, to the host after their forward and back before "
+               "their backward\n",
+               r->offloaded, bytes);
+    }
     if (r->replays == 0) {
         printf("recompute: %s, nothing recomputed\n",
                regc_recompute_name((regc_recompute)a->recompute));
@@ -185,7 +198,7 @@ static void print_recompute(const plan_args *a, const regc_recompute_plan *r)
 }
 
 static void print_text(const plan_args *a, const regc_device_memory *mem, const regc_comm_plan *c,
-                       const regc_compile_stats *st, const regc_recompute_plan *r)
+                       const regc_compile_stats *st, const regc_fit_plan *r)
 {
     printf("%s, %lld ranks x batch %lld x seq %lld, ZeRO stage %lld, %s, %s: compiled in %.1f ms\n",
            a->model, a->ranks, a->batch, a->seq, a->stage, regc_level_name((regc_level)a->level),
@@ -211,7 +224,7 @@ static void print_text(const plan_args *a, const regc_device_memory *mem, const 
 }
 
 static void print_json(const plan_args *a, const regc_device_memory *mem, const regc_comm_plan *c,
-                       const regc_compile_stats *st, const regc_recompute_plan *r)
+                       const regc_compile_stats *st, const regc_fit_plan *r)
 {
     char *model = json_quote(a->model);
     printf("{\"model\": %s, \"ranks\": %lld, \"batch\": %lld, \"seq\": %lld, \"zero_stage\": "
@@ -234,9 +247,11 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
            (long long)c->scatter_bytes, (long long)c->allreduce_bytes, (long long)c->window_bytes,
            (long long)st->zero3_prefetch, st->zero3_resident);
     printf(" \"recompute\": {\"level\": \"%s\", \"replays\": %d, \"flop\": %.6g, \"step_flop\": "
-           "%.6g, \"logits_chunks\": %lld, \"logits_chunk_rows\": %lld}}\n",
+           "%.6g, \"logits_chunks\": %lld, \"logits_chunk_rows\": %lld, \"offloaded\": %d, "
+           "\"offload_bytes\": %lld}}\n",
            regc_recompute_name((regc_recompute)a->recompute), r->replays, r->replay_flop,
-           r->step_flop, (long long)r->logits_chunks, (long long)r->logits_chunk_rows);
+           r->step_flop, (long long)r->logits_chunks, (long long)r->logits_chunk_rows, r->offloaded,
+           (long long)r->offload_bytes);
 }
 
 /* The step at a's batch and sequence compiled as regc train would compile
@@ -256,6 +271,7 @@ static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget,
     co.persistence_floats = a->persistence, co.max_live_floats = a->max_live;
     co.reduce_bucket_floats = a->reduce_bucket;
     co.offload_optimizer = a->offload;
+    co.offload_activation = a->offload_activation;
     if (a->passes_given)
         co.passes = a->passes;
     *p = NULL;
@@ -365,10 +381,10 @@ int cmd_plan(int argc, char **argv)
     if (rc == REGC_OK) {
         regc_device_memory mem;
         regc_comm_plan c;
-        regc_recompute_plan r;
+        regc_fit_plan r;
         regc_program_device_memory(p, &mem);
         regc_program_comm_plan(p, &c);
-        regc_program_recompute_plan(p, &r);
+        regc_program_fit_plan(p, &r);
         if (a.json)
             print_json(&a, &mem, &c, &st, &r);
         else

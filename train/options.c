@@ -214,6 +214,11 @@ const regc_option regc_option_table[] = {
      "device memory per rank in MiB; the compiler makes the step fit: with recompute auto, the "
      "least recomputation that does, and at stage 3 how far ahead to gather and which units to "
      "keep gathered from forward to backward"},
+    {"compile", "offload_activation", "--offload-activation", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(train.compile.offload_activation), OPT_SHOW_DEFAULT,
+     "saved activations (of at least 64 KiB) copied to host memory after the forward's last use "
+     "and back before the backward's first, on the backend's copy queue: the same bits in less "
+     "device memory (inlined back: O1 and O2)"},
     {"compile", "logits_chunk_rows", "--logits-chunk-rows", OPT_INT, "<ROWS>", 0,
      (double)(INT64_C(1) << 40), 0, NULL, FIELD(train.compile.logits_chunk_rows), OPT_SHOW_DEFAULT,
      "the language-model head and its cross-entropy in chunks of this many rows, forward and "

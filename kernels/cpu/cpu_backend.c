@@ -75,6 +75,24 @@ static void cpu_free(regc_backend *be, void *ptr)
     free(p);
 }
 
+/* Host memory: the same kind, but not the device's to count (the
+ * contract of alloc_host): an offloaded tensor is what the arena does not
+ * hold. */
+static void *cpu_alloc_host(regc_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = aligned_alloc(CPU_ALIGN, (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN + CPU_ALIGN);
+    if (!p)
+        regc_error(REGC_ERR_MEMORY, "cpu backend: cannot allocate %zu bytes of host memory", bytes);
+    return p;
+}
+
+static void cpu_free_host(regc_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
 static void cpu_copy(regc_backend *be, void *dst, const void *src, size_t bytes)
 {
     (void)be;
@@ -134,8 +152,8 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->ctx = ctx;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
-    be->alloc_host = cpu_alloc;
-    be->free_host = cpu_free;
+    be->alloc_host = cpu_alloc_host;
+    be->free_host = cpu_free_host;
     be->copy_h2d = cpu_copy;
     be->copy_d2h = cpu_copy;
     be->copy_d2d = cpu_copy;

@@ -181,30 +181,83 @@ static void cuda_copy_d2h(regc_backend *be, void *d, const void *s, size_t n)
     cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost);
 }
 
+/* The side stream and its event, made on first use (both or neither). */
+static int cuda_side(regc_backend *be)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (c->side)
+        return 1;
+    cudaStream_t side = NULL;
+    cudaEvent_t queued = NULL;
+    cudaError_t err = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    if (err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&queued, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+        if (side)
+            cudaStreamDestroy(side);
+        cuda_note(be, err, "side stream");
+        return 0;
+    }
+    c->side = side, c->queued = queued;
+    return 1;
+}
+
 /* The side stream waits for the work queued on the main one so far, then
  * copies; the main stream goes on without waiting for the copy. */
 static void cuda_copy_d2h_side(regc_backend *be, void *d, const void *s, size_t n)
 {
     cuda_ctx *c = cuda_ctx_of(be);
-    if (!c->side) { /* both or neither */
-        cudaStream_t side = NULL;
-        cudaEvent_t queued = NULL;
-        cudaError_t err = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
-        if (err == cudaSuccess)
-            err = cudaEventCreateWithFlags(&queued, cudaEventDisableTiming);
-        if (err != cudaSuccess) {
-            if (side)
-                cudaStreamDestroy(side);
-            cuda_note(be, err, "side stream");
-            cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost);
-            return;
-        }
-        c->side = side, c->queued = queued;
+    if (!cuda_side(be)) {
+        cuda_copy(be, d, s, n, cudaMemcpyDeviceToHost);
+        return;
     }
     cuda_note(be, cudaEventRecord(c->queued, c->stream), "side copy");
     cuda_note(be, cudaStreamWaitEvent(c->side, c->queued, 0), "side copy");
     if (n)
         cuda_note(be, cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToHost, c->side), "side copy");
+}
+
+/* The copy queue: the side stream waits for the main one, copies, and
+ * records the copy's end in the ticket's event, which copy_wait makes the
+ * main stream wait for. Events are made on first use, as many as tickets
+ * a program keeps in flight. */
+static int64_t cuda_copy_start(regc_backend *be, void *d, const void *s, size_t n, int to_host)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (!c->done) {
+        cudaEvent_t *done = (cudaEvent_t *)calloc(CUDA_COPY_EVENTS, sizeof *done);
+        for (int i = 0; done && i < CUDA_COPY_EVENTS; i++)
+            if (cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming) != cudaSuccess) {
+                while (i-- > 0)
+                    cudaEventDestroy(done[i]);
+                free(done);
+                done = NULL;
+            }
+        c->done = done;
+    }
+    if (!c->done || !cuda_side(be)) { /* copied in order, then: nothing to wait for */
+        cuda_note(be, c->done ? cudaSuccess : cudaErrorMemoryAllocation, "copy queue");
+        cuda_copy(be, d, s, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice);
+        return -1;
+    }
+    const int64_t t = c->next_ticket++;
+    cuda_note(be, cudaEventRecord(c->queued, c->stream), "copy queue");
+    cuda_note(be, cudaStreamWaitEvent(c->side, c->queued, 0), "copy queue");
+    if (n)
+        cuda_note(be,
+                  cudaMemcpyAsync(
+                      d, s, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, c->side),
+                  "copy queue");
+    cuda_note(be, cudaEventRecord(c->done[t % CUDA_COPY_EVENTS], c->side), "copy queue");
+    return t;
+}
+
+static void cuda_copy_wait(regc_backend *be, int64_t ticket)
+{
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (ticket >= 0 && c->done)
+        cuda_note(be, cudaStreamWaitEvent(c->stream, c->done[ticket % CUDA_COPY_EVENTS], 0),
+                  "copy queue");
 }
 
 static void cuda_copy_d2d(regc_backend *be, void *d, const void *s, size_t n)
@@ -312,6 +365,8 @@ void regc_cuda_set_memory(regc_backend *be)
     be->copy_h2d = cuda_copy_h2d;
     be->copy_d2h = cuda_copy_d2h;
     be->copy_d2h_side = cuda_copy_d2h_side;
+    be->copy_start = cuda_copy_start;
+    be->copy_wait = cuda_copy_wait;
     be->copy_d2d = cuda_copy_d2d;
     be->copy_2d = cuda_copy_2d;
     be->fill = cuda_fill;
@@ -363,6 +418,9 @@ static void cuda_destroy(regc_backend *be)
     }
     if (c->queued)
         cudaEventDestroy(c->queued);
+    for (int i = 0; c->done && i < CUDA_COPY_EVENTS; i++)
+        cudaEventDestroy(c->done[i]);
+    free(c->done);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(s->blocks.slot);

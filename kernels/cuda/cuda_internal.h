@@ -26,10 +26,16 @@
 
 typedef struct cuda_gemm_plans cuda_gemm_plans; /* cuda_gemm.cu */
 
+/* copy_start's tickets in flight at once: ticket t records into event
+ * t % CUDA_COPY_EVENTS (a program waits for each copy within as many more) */
+#define CUDA_COPY_EVENTS 4096
+
 typedef struct {
     cudaStream_t stream;
-    cudaStream_t side;  /* copy_d2h_side's copies, made on first use */
+    cudaStream_t side;  /* copy_d2h_side's and copy_start's copies, made on first use */
     cudaEvent_t queued; /* where the stream was when a side copy was asked for */
+    cudaEvent_t *done;  /* [CUDA_COPY_EVENTS] each copy's end on the side stream, or NULL */
+    int64_t next_ticket;
     cublasLtHandle_t lt;
     void *workspace;
     size_t workspace_bytes;

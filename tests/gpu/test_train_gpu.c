@@ -19,8 +19,10 @@
  * - in bf16 (cuBLASLt's bf16 GEMMs, what only they read held in bf16):
  *   O2 gives O1's bits, regional gives full's, and every tensor held in
  *   fp32 (compile.fp32_storage) gives the bits of the bf16 storage;
- * - saved activations recomputed (full at O1, selective at O2) give the
- *   bits of none; the logits in chunks give the first loss within 1e-6. */
+ * - saved activations recomputed (full at O1, selective at O2), and
+ *   offloaded to the host on the copy queue (a side stream, events between
+ *   it and the compute), give the bits of neither; the logits in chunks
+ *   give the first loss within 1e-6. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -66,6 +68,8 @@ typedef struct {
     int fp32_storage;
     regc_recompute recompute;
     int64_t logits_chunk_rows;
+    int offload_activation;
+    int wide; /* B=4, T=64 instead of B=2, T=32: activations large enough to offload */
 } run_setup;
 
 /* A check's findings: every property of an architecture is checked even
@@ -98,7 +102,7 @@ static run_record train_as(findings *f, run_setup u)
     regc_train_options o;
     regc_train_options_default(&o);
     o.backend = u.backend;
-    o.batch = 2, o.seq = 32, o.steps = STEPS, o.cache_dir = NULL;
+    o.batch = u.wide ? 4 : 2, o.seq = u.wide ? 64 : 32, o.steps = STEPS, o.cache_dir = NULL;
     o.max_grad_norm = 1.0; /* reports the norm every step */
     o.compile.regional = u.regional;
     o.compile.level = u.level;
@@ -107,6 +111,7 @@ static run_record train_as(findings *f, run_setup u)
     o.compile.fp32_storage = u.fp32_storage;
     o.compile.recompute = u.recompute;
     o.compile.logits_chunk_rows = u.logits_chunk_rows;
+    o.compile.offload_activation = u.offload_activation;
     if (regc_train(m, &o, record_step, &rec, NULL) != REGC_OK)
         found(f, "%s%s %s %s%s%s: %s", u.backend, u.precision == REGC_PRECISION_BF16 ? " bf16" : "",
               u.regional ? "regional" : "full", u.level == REGC_LEVEL_O2 ? "O2" : "O1",
@@ -144,8 +149,11 @@ static void expect_same(findings *f, const char *what, const run_record *a, cons
 static void check_architecture(const char *preset)
 {
     findings f = {preset, 0};
-    const run_setup base = {
-        "cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_FP32, 0, REGC_RECOMPUTE_NONE, 0};
+    const run_setup base = {.backend = "cuda",
+                            .regional = 1,
+                            .level = REGC_LEVEL_O1,
+                            .precision = REGC_PRECISION_FP32,
+                            .recompute = REGC_RECOMPUTE_NONE};
     run_setup u = base;
 
     u.backend = "cpu";
@@ -175,13 +183,18 @@ static void check_architecture(const char *preset)
     u = base, u.recompute = REGC_RECOMPUTE_SELECTIVE, u.level = REGC_LEVEL_O2;
     const run_record rec2 = train_as(&f, u);
     expect_same(&f, "selective recomputation at O2 and none at O1", &gpu, &rec2);
+    u = base, u.wide = 1;
+    const run_record wide = train_as(&f, u);
+    u.offload_activation = 1;
+    const run_record offloaded = train_as(&f, u);
+    expect_same(&f, "activations offloaded on the copy queue and kept", &wide, &offloaded);
     u = base, u.logits_chunk_rows = 5;
     const run_record chunks = train_as(&f, u);
     if (chunks.ok && gpu.ok && !(fabsf(chunks.loss[0] - gpu.loss[0]) <= 1e-6f * fabsf(gpu.loss[0])))
         found(&f, "the logits in chunks: first loss %.9g, whole %.9g", chunks.loss[0], gpu.loss[0]);
 
-    const run_setup bf16 = {
-        "cuda", 1, REGC_LEVEL_O1, 0, REGC_PRECISION_BF16, 0, REGC_RECOMPUTE_NONE, 0};
+    run_setup bf16 = base;
+    bf16.precision = REGC_PRECISION_BF16;
     const run_record b_o1 = train_as(&f, bf16);
     u = bf16, u.level = REGC_LEVEL_O2;
     const run_record b_o2 = train_as(&f, u);

@@ -1,0 +1,200 @@
+/* offload.c — compile.offload_activation on the flat step program, before
+ * its memory is planned: saved activations moved to host memory after the
+ * forward's last use and brought back before the backward's first, on the
+ * backend's copy queue (a side stream on a GPU), so the device holds
+ * neither copy in between.
+ *
+ * Which instructions are the backward's: those that read what the loss's
+ * seed made (the gradient flows from it), and the recomputations, with
+ * everything they write. A saved activation (a buffer stamped from a saved
+ * slot) qualifies when every forward use comes before every backward use,
+ * the backward only reads it, and it holds at least MIN_BYTES (a copy has
+ * a cost of its own). For each, with f its forward's last use and u its
+ * backward's first:
+ *   after f       start copy to host (signal a)      the buffer stays live
+ *   at w          wait for a                          ... until here
+ *   at s          start copy back into a new buffer (signal b)
+ *   before u      wait for b; the backward reads the new buffer
+ * w is the first point after f with p->copy_flop_per_byte × bytes of
+ * compute behind the copy, s the last before u with as much ahead of it,
+ * so each copy hides behind compute where the backend runs it on its own
+ * queue (regc_copy_flop_per_byte); where the gap is too short to hide both,
+ * w is f + 1 and s is u: the bytes still leave the device, the copies show.
+ * Copies move bytes: the bits are the same. Where the backend has no copy
+ * queue (the CPU) a copy is done where it starts and its wait is nothing,
+ * so nothing is to be hidden: w = f + 1, s = u. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "region_internal.h"
+
+/* Below this, a tensor stays: a copy's fixed cost outweighs its bytes. */
+#define MIN_BYTES (INT64_C(64) << 10)
+
+typedef struct {
+    int pos;   /* insert before instruction pos (p->n_instr: at the end) */
+    int phase; /* at one position: 0 out-start, 1 out-wait, 2 back-start, 3 back-wait */
+    regc_instr in;
+} insertion;
+
+static int cmp_insertion(const void *a, const void *b)
+{
+    const insertion *x = a, *y = b;
+    if (x->pos != y->pos)
+        return (x->pos > y->pos) - (x->pos < y->pos);
+    return (x->phase > y->phase) - (x->phase < y->phase);
+}
+
+/* Which instructions are the backward's (header). */
+static char *backward_of(const regc_program *p)
+{
+    char *bwd = calloc((size_t)p->n_instr + 1, 1);
+    char *tainted = calloc((size_t)p->n_bufs + 1, 1);
+    if (!bwd || !tainted) {
+        free(bwd), free(tainted);
+        return NULL;
+    }
+    for (int i = 0; i < p->n_instr; i++) {
+        const regc_instr *in = &p->instr[i];
+        int b = in->replay;
+        for (int k = 0; k < in->n_refs && !b; k++) {
+            const int x = in->refs[k].buf;
+            b = x >= 0 && !regc_instr_writes(in, k) &&
+                (tainted[x] ||
+                 (p->bufs[x].kind == BUF_SCALARS && in->kernel == K_COPY &&
+                  in->refs[k].off == (int64_t)offsetof(regc_step_scalars, loss_scale)));
+        }
+        if (!b)
+            continue;
+        bwd[i] = 1;
+        for (int k = 0; k < in->n_refs; k++)
+            if (in->refs[k].buf >= 0 && regc_instr_writes(in, k))
+                tainted[in->refs[k].buf] = 1;
+    }
+    free(tainted);
+    return bwd;
+}
+
+static regc_instr copy_instr(regc_kernel kernel, int dst, int src, int64_t bytes, int signal)
+{
+    regc_instr c = {.kernel = (uint8_t)kernel, .n_refs = 2, .n_out = 1, .node = -1};
+    c.refs[0] = (regc_ref){dst, 0};
+    c.refs[1] = (regc_ref){src, 0};
+    c.d[0] = bytes;
+    c.signal = signal;
+    return c;
+}
+
+static regc_instr wait_instr(const regc_instr *start)
+{
+    regc_instr w = *start;
+    w.kernel = K_COMM_WAIT;
+    w.d[1] = start->kernel;
+    return w;
+}
+
+/* One buffer's forward last use, backward first use, and whether it
+ * qualifies (header). */
+static int qualifies(const regc_program *p, const char *bwd, int b, int *f, int *u)
+{
+    *f = -1, *u = -1;
+    int last_bwd = -1;
+    for (int i = 0; i < p->n_instr; i++) {
+        const regc_instr *in = &p->instr[i];
+        for (int k = 0; k < in->n_refs; k++) {
+            if (in->refs[k].buf != b)
+                continue;
+            if (!bwd[i]) {
+                *f = i;
+            } else {
+                if (regc_instr_writes(in, k))
+                    return 0; /* the backward writes it: not only a saved value */
+                if (*u < 0)
+                    *u = i;
+                last_bwd = i;
+            }
+        }
+    }
+    return *f >= 0 && *u > *f && last_bwd >= *u;
+}
+
+int regc_offload_activations(regc_program *p)
+{
+    if (!p->offload_activation || p->forward_only)
+        return REGC_OK;
+    const int n = p->n_instr;
+    char *bwd = backward_of(p);
+    double *cum = malloc(((size_t)n + 2) * sizeof *cum); /* FLOPs before instruction i */
+    insertion *ins = NULL;
+    int n_ins = 0, cap = 0, rc = REGC_OK;
+    if (!bwd || !cum) {
+        rc = regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+        goto done;
+    }
+    cum[0] = 0.0;
+    for (int i = 0; i < n; i++)
+        cum[i + 1] = cum[i] + regc_instr_cost(&p->instr[i]);
+    const int n_bufs = p->n_bufs; /* the buffers before this pass adds any */
+    for (int b = 0; b < n_bufs && rc == REGC_OK; b++) {
+        const regc_buf *x = &p->bufs[b];
+        int f, u;
+        if (x->kind != BUF_ARENA || !x->saved || x->bytes < MIN_BYTES ||
+            !qualifies(p, bwd, b, &f, &u))
+            continue;
+        const double hide = p->copy_flop_per_byte * (double)x->bytes;
+        int w = f + 1, s = u;
+        while (w < u && cum[w] - cum[f + 1] < hide)
+            w++;
+        while (s > w && cum[u] - cum[s] < hide)
+            s--;
+        if (w >= s) /* too close to hide: the bytes leave all the same */
+            w = f + 1, s = u;
+        const int64_t bytes = x->bytes;
+        const int host = regc_program_new_buf(p, BUF_HOST, bytes, 0);
+        const int back = host < 0 ? host : regc_program_new_buf(p, BUF_ARENA, bytes, 0);
+        if (back < 0) {
+            rc = back;
+            break;
+        }
+        if (n_ins + 4 > cap) {
+            cap = cap ? 2 * cap : 64;
+            insertion *grown = realloc(ins, (size_t)cap * sizeof *grown);
+            if (!grown) {
+                rc = regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+                break;
+            }
+            ins = grown;
+        }
+        const regc_instr out = copy_instr(K_COPY_D2H, host, b, bytes, ++p->n_signals);
+        const regc_instr in = copy_instr(K_COPY_H2D, back, host, bytes, ++p->n_signals);
+        ins[n_ins++] = (insertion){f + 1, 0, out};
+        ins[n_ins++] = (insertion){w, 1, wait_instr(&out)};
+        ins[n_ins++] = (insertion){s, 2, in};
+        ins[n_ins++] = (insertion){u, 3, wait_instr(&in)};
+        /* the backward reads the copy brought back */
+        for (int i = u; i < n; i++)
+            for (int k = 0; k < p->instr[i].n_refs; k++)
+                if (p->instr[i].refs[k].buf == b)
+                    p->instr[i].refs[k].buf = back;
+    }
+    if (rc == REGC_OK && n_ins > 0) {
+        qsort(ins, (size_t)n_ins, sizeof *ins, cmp_insertion);
+        regc_instr *merged = malloc(((size_t)n + n_ins + 1) * sizeof *merged);
+        if (!merged) {
+            rc = regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+            goto done;
+        }
+        int m = 0, e = 0;
+        for (int i = 0; i <= n; i++) {
+            for (; e < n_ins && ins[e].pos == i; e++)
+                merged[m++] = ins[e].in;
+            if (i < n)
+                merged[m++] = p->instr[i];
+        }
+        free(p->instr);
+        p->instr = merged, p->n_instr = m;
+    }
+done:
+    free(bwd), free(cum), free(ins);
+    return rc;
+}

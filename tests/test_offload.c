@@ -1,0 +1,242 @@
+/* test_offload.c — compile.offload_activation: saved activations copied to
+ * host memory after their forward's last use and back before their
+ * backward's first, on the backend's copy queue.
+ *  - The same bits: GPT-2, Llama, BERT and T5, and on the first two as one
+ *    region, at stage 3, with gradient accumulation, in bf16, with
+ *    selective recomputation beside it: the losses and weights of no
+ *    offload over three steps.
+ *  - Less device memory, as planned: the activation plan shrinks, the host
+ *    holds what left, and the run's device peak is the plan's total within
+ *    1% (the CPU's host memory is not the device's to count).
+ *  - The program: each copy out starts after its buffer's last forward use
+ *    and is waited for before anything reuses the memory; each copy back
+ *    is waited for before the backward's first read, which reads the copy;
+ *    a read of the copy before its wait is refused by the validator.
+ *  - O0 (the lazy program) keeps its activations on the device, and the
+ *    cache keys the choice. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "program.h"
+#include "regc_train.h"
+#include "test_model.h"
+#include "test_util.h"
+#include "validate.h"
+
+#define STEPS 3
+
+static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
+
+/* B=4, T=64: the tiny presets' activations reach the 64 KiB a copy needs */
+static regc_train_options base_options(void)
+{
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = 4, o.seq = 64, o.steps = STEPS, o.lr = 3e-3f, o.cache_dir = NULL;
+    o.threads = 2;
+    return o;
+}
+
+static regc_program *compile_as(const char *preset, const regc_train_options *o)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes(preset, &m), REGC_OK);
+    regc_program *p = NULL;
+    if (regc_program_compile(m, o->batch, o->seq, &o->compile, &p, NULL) != REGC_OK)
+        fail_msg("%s: %s", preset, regc_error_message());
+    regc_model_free(m);
+    return p;
+}
+
+static void expect_same(const char *preset, const char *what, const regc_test_losses *a,
+                        regc_model *ma, const regc_test_losses *b, regc_model *mb)
+{
+    for (int k = 0; k < STEPS; k++)
+        if (memcmp(&a->loss[k], &b->loss[k], sizeof a->loss[k]) != 0)
+            fail_msg("%s, %s, step %d: %.9g offloaded, %.9g not", preset, what, k, a->loss[k],
+                     b->loss[k]);
+    regc_test_assert_same_weights(ma, mb);
+}
+
+/* ---- the same bits --------------------------------------------------------- */
+
+static void test_offload_keeps_the_bits(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what;
+        int regional, stage, accumulate;
+        regc_precision precision;
+        regc_recompute recompute;
+    } ways[] = {
+        {"regional", 1, 0, 1, REGC_PRECISION_FP32, REGC_RECOMPUTE_NONE},
+        {"the whole graph as one region", 0, 0, 1, REGC_PRECISION_FP32, REGC_RECOMPUTE_NONE},
+        {"stage 3", 1, 3, 1, REGC_PRECISION_FP32, REGC_RECOMPUTE_NONE},
+        {"two micro-batches a step", 1, 0, 2, REGC_PRECISION_FP32, REGC_RECOMPUTE_NONE},
+        {"bf16", 1, 0, 1, REGC_PRECISION_BF16, REGC_RECOMPUTE_NONE},
+        {"selective recomputation beside it", 1, 0, 1, REGC_PRECISION_FP32,
+         REGC_RECOMPUTE_SELECTIVE},
+    };
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+            if (i > 1 && w > 0) /* BERT and T5: as regional; every way on GPT-2 and Llama */
+                continue;
+            regc_train_options o = base_options();
+            o.compile.regional = ways[w].regional, o.compile.zero_stage = ways[w].stage;
+            o.grad_accum = ways[w].accumulate, o.compile.precision = ways[w].precision;
+            o.compile.recompute = ways[w].recompute;
+            regc_test_losses kept, moved;
+            regc_model *mk = regc_test_train(presets[i], &o, &kept);
+            o.compile.offload_activation = 1;
+            regc_model *mm = regc_test_train(presets[i], &o, &moved);
+            expect_same(presets[i], ways[w].what, &moved, mm, &kept, mk);
+            if (!(moved.device_peak < kept.device_peak))
+                fail_msg("%s, %s: %lld bytes held offloaded, %lld not", presets[i], ways[w].what,
+                         (long long)moved.device_peak, (long long)kept.device_peak);
+            regc_model_free(mk), regc_model_free(mm);
+        }
+}
+
+/* ---- less device memory, as planned -------------------------------------- */
+
+static void test_memory_as_planned(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_device_memory a[2];
+        for (int on = 0; on < 2; on++) {
+            regc_train_options o = base_options();
+            o.compile.offload_activation = on;
+            regc_program *p = compile_as(presets[i], &o);
+            regc_program_device_memory(p, &a[on]);
+            regc_fit_plan f;
+            regc_program_fit_plan(p, &f);
+            assert_int_equal(f.offloaded > 0, on);
+            assert_int_equal(a[on].host, f.offload_bytes);
+            regc_test_losses l;
+            regc_model *m = regc_test_train(presets[i], &o, &l);
+            if (!(fabs((double)(l.device_peak - a[on].total)) <= 0.01 * (double)a[on].total))
+                fail_msg("%s, offload %d: planned %lld bytes, held %lld", presets[i], on,
+                         (long long)a[on].total, (long long)l.device_peak);
+            regc_model_free(m);
+            regc_program_free(p);
+        }
+        if (!(a[1].activations < a[0].activations))
+            fail_msg("%s: activations %lld offloaded, %lld not", presets[i],
+                     (long long)a[1].activations, (long long)a[0].activations);
+    }
+}
+
+/* ---- the program ----------------------------------------------------------- */
+
+static int names(const regc_instr *in, int b)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf == b)
+            return 1;
+    return 0;
+}
+
+static void test_copies_in_their_places(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    o.compile.offload_activation = 1;
+    regc_program *p = compile_as("llama-tiny", &o);
+    int pairs = 0;
+    for (int i = 0; i < p->n_instr; i++) {
+        const regc_instr *out = &p->instr[i];
+        if (out->kernel != K_COPY_D2H || !regc_instr_is_queued_copy(out))
+            continue;
+        const int dev = out->refs[1].buf, host = out->refs[0].buf;
+        assert_int_equal(p->bufs[host].kind, BUF_HOST);
+        int out_wait = -1, back = -1, back_wait = -1, back_buf = -1;
+        for (int j = i + 1; j < p->n_instr; j++) {
+            const regc_instr *x = &p->instr[j];
+            if (x->kernel == K_COMM_WAIT && x->signal == out->signal)
+                out_wait = j;
+            else if (x->kernel == K_COPY_H2D && x->refs[1].buf == host)
+                back = j, back_buf = x->refs[0].buf;
+            else if (back >= 0 && x->kernel == K_COMM_WAIT && x->signal == p->instr[back].signal)
+                back_wait = j;
+        }
+        assert_true(out_wait > i && back > out_wait && back_wait > back);
+        /* nothing touches the buffer between its copy out and its wait, nor
+         * after it; nothing touches the copy back until its wait, and the
+         * first instruction after the wait that names either reads the copy */
+        for (int j = i + 1; j < p->n_instr; j++)
+            if (j != out_wait && names(&p->instr[j], dev))
+                fail_msg("instruction %d names buffer %d after its copy out at %d", j, dev, i);
+        int read = 0;
+        for (int j = back + 1; j < p->n_instr; j++) {
+            if (j < back_wait && j != back_wait && names(&p->instr[j], back_buf))
+                fail_msg("instruction %d reads buffer %d before its copy's wait", j, back_buf);
+            read |= j > back_wait && names(&p->instr[j], back_buf);
+        }
+        assert_true(read);
+        pairs++;
+    }
+    assert_true(pairs > 0);
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    /* a read of a copy back before its wait is refused */
+    for (int i = 0; i < p->n_instr; i++)
+        if (p->instr[i].kernel == K_COMM_WAIT && p->instr[i].d[1] == K_COPY_H2D &&
+            i + 1 < p->n_instr) {
+            regc_instr wait = p->instr[i];
+            p->instr[i] = p->instr[i + 1], p->instr[i + 1] = wait;
+            break;
+        }
+    assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+    assert_non_null(strstr(regc_error_message(), "which nothing wrote before it"));
+    regc_program_free(p);
+}
+
+/* ---- O0 and the cache ------------------------------------------------------ */
+
+static void test_lazy_program_and_cache(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    o.compile.level = REGC_LEVEL_O0;
+    o.compile.offload_activation = 1;
+    regc_program *p = compile_as("gpt2-tiny", &o);
+    regc_fit_plan f;
+    regc_program_fit_plan(p, &f);
+    assert_int_equal(f.offloaded, 0);
+    regc_program_free(p);
+
+    char *dir = regc_test_make_temp_dir("offload-cache");
+    o = base_options();
+    o.cache_dir = dir;
+    regc_test_losses kept, cold, warm;
+    regc_model *mk = regc_test_train("gpt2-tiny", &o, &kept);
+    o.compile.offload_activation = 1;
+    regc_model *mc = regc_test_train("gpt2-tiny", &o, &cold);
+    assert_int_equal(cold.misses, 1); /* its regions are the ones kept: the step is new */
+    regc_model *mw = regc_test_train("gpt2-tiny", &o, &warm);
+    assert_int_equal(warm.hits, 1);
+    expect_same("gpt2-tiny", "from the cache", &warm, mw, &kept, mk);
+    assert_int_equal(warm.device_peak, cold.device_peak);
+    regc_model_free(mk), regc_model_free(mc), regc_model_free(mw);
+    regc_test_remove_tree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offload_keeps_the_bits),
+        cmocka_unit_test(test_memory_as_planned),
+        cmocka_unit_test(test_copies_in_their_places),
+        cmocka_unit_test(test_lazy_program_and_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
