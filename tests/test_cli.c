@@ -233,6 +233,37 @@ static void test_plan_recompute_flags(void **state)
     }
 }
 
+/* regc train's memory flags: a bad value is one line naming the flag, exit
+ * 2; a budget below the least the step can need is one line naming that
+ * least, exit 1, before any step runs. */
+static void test_train_memory_flags(void **state)
+{
+    (void)state;
+    static const char *const bad[][3] = {
+        {"--recompute", "most", "--recompute: expected none, selective, full or auto"},
+        {"--memory-budget-mb", "-3", "--memory-budget-mb: expected an integer"},
+        {"--logits-chunk-rows", "-1", "--logits-chunk-rows:"},
+        {"--offload-activation", "yes", "--offload-activation:"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        regc_test_proc p;
+        assert_int_equal(
+            regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", bad[i][0], bad[i][1], NULL), 2);
+        assert_one_line_error(&p, bad[i][2]);
+        regc_test_proc_free(&p);
+    }
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "1",
+                                        "--memory-budget-mb", "4", "--no-cache", NULL),
+                     1);
+    /* the model's description may come first; then one line, the last */
+    const char *why = strstr(p.err, "regc: compile.memory_budget_mb: the step needs");
+    const char *nl = why ? strchr(why, '\n') : NULL;
+    if (!why || (why != p.err && why[-1] != '\n') || !nl || nl[1] != '\0' ||
+        !strstr(why, "MiB per rank at the least") || p.out_len != 0)
+        fail_msg("expected one line naming the least the step needs, got:\n%s%s", p.out, p.err);
+    regc_test_proc_free(&p);
+}
+
 /* The JSON plan's total at --seq T (and the plan's exit status). */
 static double plan_total(const char *seq, const char *budget_mb, int *status)
 {
@@ -634,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_passes_on_the_command_line),
         cmocka_unit_test(test_plan_precision_flags),
         cmocka_unit_test(test_plan_recompute_flags),
+        cmocka_unit_test(test_train_memory_flags),
         cmocka_unit_test(test_plan_fit_finds_the_longest),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_missing_values),

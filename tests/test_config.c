@@ -324,6 +324,13 @@ static const bad_case bad_cases[] = {
     {"{\"zero_optimization\": {\"communicator\": \"gloo\"}}",
      "zero_optimization.communicator: expected \"auto\"", "got \"gloo\""},
     {"{\"compile\": {\"deepcompile\": 1}}", "compile.deepcompile:", "got 1"},
+    {"{\"compile\": {\"recompute\": \"most\"}}",
+     "compile.recompute: expected \"none\", \"selective\", \"full\" or \"auto\"", "got \"most\""},
+    {"{\"compile\": {\"memory_budget_mb\": -5}}", "compile.memory_budget_mb: expected an integer",
+     "got -5"},
+    {"{\"compile\": {\"logits_chunk_rows\": -1}}", "compile.logits_chunk_rows:", "got -1"},
+    {"{\"compile\": {\"offload_activation\": \"yes\"}}",
+     "compile.offload_activation:", "got \"yes\""},
     /* malformed JSON: where it failed */
     {"{\"train\": {\"steps\": 1,}}", "malformed JSON near line 1, column 24", NULL},
     {"{\n  \"train\": {\n    \"steps\": 1\n  \n}\n", "malformed JSON near line 6", NULL},
