@@ -405,6 +405,7 @@ static int compile_graph(regc_graph *g, const int64_t *param_offset, const regc_
     prog->offload = o->offload_optimizer && !o->forward_only;
     prog->offload_activation = o->offload_activation && !o->forward_only;
     prog->copy_flop_per_byte = regc_copy_flop_per_byte(o->device);
+    prog->offload_limit = o->offload_limit;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));
@@ -525,7 +526,7 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
  * fit; the message kept), or an error. *flop: the recomputation's FLOPs
  * per step when it fits. */
 static int probe(const regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
-                 regc_compile_stats *st, int64_t *total, double *flop)
+                 regc_compile_stats *st, int64_t *total, double *flop, int *offloaded)
 {
     *total = -1;
     regc_graph *h = regc_graph_dup(g);
@@ -539,6 +540,8 @@ static int probe(const regc_graph *g, const int64_t *param_offset, const regc_co
         regc_program_device_memory(p, &a);
         regc_program_fit_plan(p, &r);
         *total = a.total, *flop = r.replay_flop;
+        if (offloaded)
+            *offloaded = r.offloaded;
         rc = a.total <= o->budget_bytes;
     } else if (rc == REGC_ERR_BUDGET) {
         rc = 0;
@@ -600,7 +603,7 @@ static int least_ratio(const regc_graph *g, const int64_t *param_offset,
     regc_compile_options a = *o;
     a.recompute_ratio = -1.0;
     int64_t total = -1;
-    int fit = probe(g, param_offset, &a, st, &total, flop);
+    int fit = probe(g, param_offset, &a, st, &total, flop, NULL);
     if (fit != 0) {
         *ratio = -1.0;
         return fit;
@@ -612,12 +615,12 @@ static int least_ratio(const regc_graph *g, const int64_t *param_offset,
     /* everything first: the least it can need; then lo does not fit, hi does */
     int lo = -1, hi = n - 1;
     a.recompute_ratio = n > 0 ? v[hi] : -1.0;
-    fit = probe(g, param_offset, &a, st, least, flop);
+    fit = probe(g, param_offset, &a, st, least, flop, NULL);
     while (fit > 0 && hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         a.recompute_ratio = v[mid];
         double f = 0.0;
-        const int ok = probe(g, param_offset, &a, st, &total, &f);
+        const int ok = probe(g, param_offset, &a, st, &total, &f, NULL);
         if (ok < 0)
             fit = ok;
         else if (ok)
@@ -651,12 +654,43 @@ static int64_t budget_chunk_rows(const regc_graph *g, int64_t budget)
     return 0;
 }
 
-/* compile.recompute auto under compile.memory_budget_mb: the least
- * recomputation that fits, the logits whole or in chunks (when neither
- * the user nor anything else set the chunks), whichever recomputes fewer
- * FLOPs; a step that fits as it is recomputes nothing. The probes use no
- * cache and write no dumps; the step is then compiled once more with the
- * choice, as a compile without a budget would be. */
+/* compile.recompute auto under compile.memory_budget_mb: with offload on,
+ * first the fewest activations offloaded that fit; else (every one
+ * offloaded, with offload on) the least recomputation that fits, the
+ * logits whole or in chunks (when nothing else set the chunks), whichever
+ * recomputes fewer FLOPs; a step that fits as it is recomputes nothing. The
+ * probes use no cache and write no dumps; the step is then compiled once
+ * more with the choice, as a compile without a budget would be. */
+/* With offload on: the fewest activations offloaded (the largest first)
+ * with which the step fits recomputing nothing, into a->offload_limit; 1
+ * when some number fits, 0 when even all do not (a->offload_limit then -1:
+ * all, for recomputation to take it from there), or an error. */
+static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_compile_options *a,
+                         regc_compile_stats *st)
+{
+    int64_t total;
+    double flop;
+    int n = 0;
+    a->recompute_ratio = -1.0, a->offload_limit = -1;
+    int fit = probe(g, param_offset, a, st, &total, &flop, &n);
+    if (fit <= 0)
+        return fit;
+    int lo = -1, hi = n; /* lo does not fit (-1: untried), hi does */
+    while (hi - lo > 1) {
+        const int mid = lo < 0 ? 0 : (lo + hi) / 2;
+        a->offload_limit = mid;
+        const int ok = probe(g, param_offset, a, st, &total, &flop, NULL);
+        if (ok < 0)
+            return ok;
+        if (ok)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    a->offload_limit = hi;
+    return 1;
+}
+
 static int compile_fitting(regc_graph *g, const int64_t *param_offset,
                            const regc_compile_options *o, regc_program **out,
                            regc_compile_stats *st)
@@ -665,7 +699,14 @@ static int compile_fitting(regc_graph *g, const int64_t *param_offset,
     a.cache = NULL, a.dump_dir = NULL;
     double ratio = -1.0, flop = 0.0;
     int64_t least = -1;
-    int fit = least_ratio(g, param_offset, &a, st, &ratio, &flop, &least);
+    int fit = o->offload_activation ? least_offload(g, param_offset, &a, st) : 0;
+    if (fit > 0) { /* offloading fits it: nothing recomputed */
+        regc_error_clear();
+        a.cache = o->cache, a.dump_dir = o->dump_dir;
+        return compile_graph(g, param_offset, &a, out, st);
+    }
+    if (fit == 0)
+        fit = least_ratio(g, param_offset, &a, st, &ratio, &flop, &least);
     const int64_t chunk = budget_chunk_rows(g, o->budget_bytes);
     if (fit >= 0 && (fit == 0 || ratio >= 0.0) && o->logits_chunk_rows == 0 && chunk > 0) {
         regc_compile_options c = a;

@@ -143,6 +143,7 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_u64(b, (uint64_t)(o->offload_optimizer && !o->forward_only));
     regc_bytes_put_i64(b, o->logits_chunk_rows);
     regc_bytes_put_u64(b, (uint64_t)(o->offload_activation && !o->forward_only));
+    regc_bytes_put_i64(b, o->offload_activation ? o->offload_limit : -1);
     /* what is recomputed: auto's choice follows from the budget keyed above */
     regc_bytes_put_u64(b, (uint64_t)o->recompute);
     int64_t ratio_bits;

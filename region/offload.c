@@ -9,8 +9,9 @@
  * everything they write. A saved activation (a buffer stamped from a saved
  * slot) qualifies when every forward use comes before every backward use,
  * the backward only reads it, and it holds at least MIN_BYTES (a copy has
- * a cost of its own). For each, with f its forward's last use and u its
- * backward's first:
+ * a cost of its own); with p->offload_limit >= 0, only that many of them,
+ * the largest first (ties: the earlier buffer). For each, with f its
+ * forward's last use and u its backward's first:
  *   after f       start copy to host (signal a)      the buffer stays live
  *   at w          wait for a                          ... until here
  *   at s          start copy back into a new buffer (signal b)
@@ -126,8 +127,9 @@ int regc_offload_activations(regc_program *p)
     char *bwd = backward_of(p);
     double *cum = malloc(((size_t)n + 2) * sizeof *cum); /* FLOPs before instruction i */
     insertion *ins = NULL;
+    int *order = malloc(((size_t)p->n_bufs + 1) * sizeof *order), n_order = 0;
     int n_ins = 0, cap = 0, rc = REGC_OK;
-    if (!bwd || !cum) {
+    if (!bwd || !cum || !order) {
         rc = regc_error(REGC_ERR_MEMORY, "step program: out of memory");
         goto done;
     }
@@ -135,12 +137,27 @@ int regc_offload_activations(regc_program *p)
     for (int i = 0; i < n; i++)
         cum[i + 1] = cum[i] + regc_instr_cost(&p->instr[i]);
     const int n_bufs = p->n_bufs; /* the buffers before this pass adds any */
-    for (int b = 0; b < n_bufs && rc == REGC_OK; b++) {
+    for (int b = 0; b < n_bufs; b++) {
         const regc_buf *x = &p->bufs[b];
         int f, u;
-        if (x->kind != BUF_ARENA || !x->saved || x->bytes < MIN_BYTES ||
-            !qualifies(p, bwd, b, &f, &u))
-            continue;
+        if (x->kind == BUF_ARENA && x->saved && x->bytes >= MIN_BYTES &&
+            qualifies(p, bwd, b, &f, &u))
+            order[n_order++] = b;
+    }
+    /* the largest first, as many as the limit allows (a stable insertion
+     * sort: the earlier of equals first) */
+    for (int i = 1; i < n_order; i++)
+        for (int j = i; j > 0 && p->bufs[order[j]].bytes > p->bufs[order[j - 1]].bytes; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    if (p->offload_limit >= 0 && n_order > p->offload_limit)
+        n_order = p->offload_limit;
+    for (int o = 0; o < n_order && rc == REGC_OK; o++) {
+        const int b = order[o];
+        const regc_buf *x = &p->bufs[b];
+        int f, u;
+        qualifies(p, bwd, b, &f, &u);
         const double hide = p->copy_flop_per_byte * (double)x->bytes;
         int w = f + 1, s = u;
         while (w < u && cum[w] - cum[f + 1] < hide)
@@ -195,6 +212,6 @@ int regc_offload_activations(regc_program *p)
         p->instr = merged, p->n_instr = m;
     }
 done:
-    free(bwd), free(cum), free(ins);
+    free(bwd), free(cum), free(ins), free(order);
     return rc;
 }

@@ -14,6 +14,7 @@ void regc_compile_options_default(regc_compile_options *o)
     o->deepcompile = 1;
     o->recompute = REGC_RECOMPUTE_AUTO; /* nothing, unless a budget asks */
     o->recompute_ratio = -1.0;
+    o->offload_limit = -1; /* every activation that qualifies */
     regc_pass_list_default(&o->passes);
 }
 

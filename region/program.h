@@ -317,6 +317,7 @@ struct regc_program {
     regc_step_scalars *own_scalars; /* allocated by bind when none was given */
     int offload;                    /* the update runs on the host (offload_optimizer) */
     int offload_activation;         /* saved activations to the host and back (offload.c) */
+    int offload_limit;              /* compiling: at most this many, the largest first; -1 all */
     double copy_flop_per_byte; /* compiling: the compute that hides a byte's copy (offload.c) */
     regc_backend *host_be;     /* where the offloaded AdamW runs: be, or own_host_be */
     regc_backend *own_host_be; /* a CPU backend when be is a GPU's */

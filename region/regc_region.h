@@ -176,6 +176,11 @@ typedef struct {
      * on the backend's copy queue; the same bits in less device memory (at
      * O2 the step's run is then not captured) */
     int offload_activation;
+    /* with offload_activation: at most this many saved activations
+     * offloaded, the largest first; negative (the default): every one that
+     * qualifies. Under budget_bytes with recompute auto, the compile finds
+     * the fewest that fit (DeepCompile offloads only what must go). */
+    int offload_limit;
     /* compile.logits_chunk_rows: the head's GEMM and its cross-entropy
      * in chunks of this many rows, forward and backward, so that neither
      * the logits nor their gradient is ever whole (the backward computes a

@@ -12,6 +12,9 @@
  *    and is waited for before anything reuses the memory; each copy back
  *    is waited for before the backward's first read, which reads the copy;
  *    a read of the copy before its wait is refused by the validator.
+ *  - Under a budget, the fewest offloaded that fit (the largest first):
+ *    none where the step fits, some halfway, every one that is still
+ *    saved and some recomputation below what offloading alone reaches.
  *  - O0 (the lazy program) keeps its activations on the device, and the
  *    cache keys the choice. */
 #include <math.h>
@@ -199,6 +202,44 @@ static void test_copies_in_their_places(void **state)
     regc_program_free(p);
 }
 
+/* ---- under a budget: only what must go ---------------------------------- */
+
+static void test_budget_offloads_what_must_go(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    regc_program *kept = compile_as("gpt2-tiny", &o);
+    o.compile.offload_activation = 1;
+    regc_program *all = compile_as("gpt2-tiny", &o);
+    regc_device_memory k, a;
+    regc_fit_plan fa;
+    regc_program_device_memory(kept, &k), regc_program_device_memory(all, &a);
+    regc_program_fit_plan(all, &fa);
+    assert_true(a.total < k.total && fa.offloaded > 1);
+    static const struct {
+        const char *what;
+        int64_t budget;
+        int some, recomputes; /* offloads some, not all; recomputes */
+    } cases[] = {{"a budget the step fits", 0, 0, 0},
+                 {"halfway", 0, 1, 0},
+                 {"below everything offloaded", 0, 0, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        o.compile.budget_bytes = i == 0 ? k.total : i == 1 ? (k.total + a.total) / 2 : a.total - 1;
+        regc_program *p = compile_as("gpt2-tiny", &o);
+        regc_device_memory m;
+        regc_fit_plan f;
+        regc_program_device_memory(p, &m), regc_program_fit_plan(p, &f);
+        if (m.total > o.compile.budget_bytes || (i == 0 && f.offloaded != 0) ||
+            (cases[i].some && !(f.offloaded > 0 && f.offloaded < fa.offloaded)) ||
+            (cases[i].recomputes != (f.replays > 0)) || (i == 2 && f.offloaded == 0))
+            fail_msg("%s: %lld bytes for a budget of %lld, %d of %d offloaded, %d replays",
+                     cases[i].what, (long long)m.total, (long long)o.compile.budget_bytes,
+                     f.offloaded, fa.offloaded, f.replays);
+        regc_program_free(p);
+    }
+    regc_program_free(kept), regc_program_free(all);
+}
+
 /* ---- O0 and the cache ------------------------------------------------------ */
 
 static void test_lazy_program_and_cache(void **state)
@@ -236,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_offload_keeps_the_bits),
         cmocka_unit_test(test_memory_as_planned),
         cmocka_unit_test(test_copies_in_their_places),
+        cmocka_unit_test(test_budget_offloads_what_must_go),
         cmocka_unit_test(test_lazy_program_and_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
