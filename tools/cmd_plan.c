@@ -58,6 +58,9 @@ void print_plan_usage(FILE *f)
           "                             (default auto: as little as the budget needs)\n"
           "  --offload-activation <on|off>\n"
           "                             saved activations to the host and back (default off)\n"
+          "  --backend <cpu|cuda>       the device the plan is for: on cuda the copies of\n"
+          "                             offloaded activations are placed where compute hides\n"
+          "                             them (default cpu; no device is needed)\n"
           "  --fit <seq|batch>          find the longest sequence (largest batch) whose step\n"
           "                             fits --device-memory-mb per rank, and print its plan\n"
           "  --device-memory-mb <MiB>   the device memory --fit fills (its budget)\n"
@@ -72,7 +75,7 @@ typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
     long long reduce_bucket;
-    int level, json, offload, precision, fp32_storage, recompute, offload_activation;
+    int level, json, offload, precision, fp32_storage, recompute, offload_activation, cuda;
     const char *fit; /* "seq", "batch" or NULL */
     long long device_mb;
     regc_pass_list passes;
@@ -138,6 +141,10 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             if (strcmp(value, "on") && strcmp(value, "off"))
                 return usage_error("--offload-activation: expected on or off, got \"%s\"", value);
             a->offload_activation = !strcmp(value, "on");
+        } else if (!strcmp(flag, "--backend")) {
+            if (strcmp(value, "cpu") && strcmp(value, "cuda"))
+                return usage_error("--backend: expected cpu or cuda, got \"%s\"", value);
+            a->cuda = !strcmp(value, "cuda");
         } else if (!strcmp(flag, "--fit")) {
             if (strcmp(value, "seq") && strcmp(value, "batch"))
                 return usage_error("--fit: expected seq or batch, got \"%s\"", value);
@@ -272,6 +279,7 @@ static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget,
     co.reduce_bucket_floats = a->reduce_bucket;
     co.offload_optimizer = a->offload;
     co.offload_activation = a->offload_activation;
+    co.device = a->cuda ? "cuda" : NULL;
     if (a->passes_given)
         co.passes = a->passes;
     *p = NULL;
