@@ -134,20 +134,6 @@ static int find_head(regc_compiled_region *r, head *h)
     return h->n_readers > 0;
 }
 
-static int new_temp(regc_compiled_region *r, int like, int64_t bytes)
-{
-    regc_slot *grown = realloc(r->slots, ((size_t)r->n_slots + 1) * sizeof *grown);
-    if (!grown)
-        return regc_error(REGC_ERR_MEMORY, "region %s: out of memory", r->name);
-    r->slots = grown;
-    r->slots[r->n_slots] = (regc_slot){.kind = SLOT_TEMP,
-                                       .index = -1,
-                                       .bytes = bytes,
-                                       .alias = -1,
-                                       .tensor = r->slots[like].tensor};
-    return r->n_slots++;
-}
-
 /* An instruction list grown one at a time. */
 typedef struct {
     regc_instr *v;
@@ -267,10 +253,11 @@ int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows)
     if (chunk_rows <= 0 || !find_head(r, &h) || chunk_rows >= h.rows)
         return REGC_OK;
     const int64_t chunk_bytes = chunk_rows * h.vocab * F32;
-    int lc = new_temp(r, h.logits, chunk_bytes);
-    int lcb = lc >= 0 ? new_temp(r, h.logits, chunk_bytes) : lc;
-    int picked = lcb >= 0 ? new_temp(r, h.logits, h.rows * F32) : lcb;
-    int dlc = picked >= 0 && h.ce_bwd >= 0 ? new_temp(r, h.dlogits, chunk_bytes) : picked;
+    int lc = regc_region_add_temp(r, h.logits, chunk_bytes);
+    int lcb = lc >= 0 ? regc_region_add_temp(r, h.logits, chunk_bytes) : lc;
+    int picked = lcb >= 0 ? regc_region_add_temp(r, h.logits, h.rows * F32) : lcb;
+    int dlc =
+        picked >= 0 && h.ce_bwd >= 0 ? regc_region_add_temp(r, h.dlogits, chunk_bytes) : picked;
     if (dlc < 0)
         return dlc;
     list f = {0}, b = {0};

@@ -253,21 +253,6 @@ int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,
 
 /* ---------------------------------------------------------------- the rewrite */
 
-static int add_temp_like(regc_compiled_region *r, int s)
-{
-    regc_slot *grown = realloc(r->slots, ((size_t)r->n_slots + 1) * sizeof *grown);
-    if (!grown)
-        return regc_error(REGC_ERR_MEMORY, "region %s: out of memory", r->name);
-    r->slots = grown;
-    r->slots[r->n_slots] = (regc_slot){.kind = SLOT_TEMP,
-                                       .index = -1,
-                                       .bytes = r->slots[s].bytes,
-                                       .alias = -1,
-                                       .tensor = r->slots[s].tensor,
-                                       .bf16 = r->slots[s].bf16};
-    return r->n_slots++;
-}
-
 /* Drop drop[] (its closure c->in_set, computed): replays into the
  * backward, each before its first reader there. */
 static int rewrite(rc_ctx *c, const char *drop)
@@ -301,7 +286,8 @@ static int rewrite(rc_ctx *c, const char *drop)
             /* a replay reads what stays as the forward left it, and the
              * recomputed copy of the rest */
             const int out = regc_instr_writes(&x, k);
-            if (out && fresh[s] < 0 && (fresh[s] = add_temp_like(r, s)) < 0)
+            if (out && fresh[s] < 0 &&
+                (fresh[s] = regc_region_add_temp(r, s, r->slots[s].bytes)) < 0)
                 rc = fresh[s];
             else if (fresh[s] >= 0 && (out || !available(c, drop, s)))
                 x.refs[k].buf = fresh[s];

@@ -143,6 +143,21 @@ static int differentiate(regc_compiled_region *r, const regc_region_spec *s, con
 
 /* ---------------------------------------------------------------- slots */
 
+int regc_region_add_temp(regc_compiled_region *r, int like, int64_t bytes)
+{
+    regc_slot *grown = realloc(r->slots, ((size_t)r->n_slots + 1) * sizeof *grown);
+    if (!grown)
+        return regc_error(REGC_ERR_MEMORY, "region %s: out of memory", r->name);
+    r->slots = grown;
+    r->slots[r->n_slots] = (regc_slot){.kind = SLOT_TEMP,
+                                       .index = -1,
+                                       .bytes = bytes,
+                                       .alias = -1,
+                                       .tensor = r->slots[like].tensor,
+                                       .bf16 = r->slots[like].bf16};
+    return r->n_slots++;
+}
+
 static int new_slot(regc_compiled_region *r, regc_slot_kind kind, int index, int tensor)
 {
     regc_slot *sl = &r->slots[r->n_slots];

@@ -15,6 +15,10 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
 int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage,
                                 const char *in_bf16);
 
+/* A new temporary of r, `bytes` long, of slot like's tensor and storage
+ * (region.c): its index, or a negative status. */
+int regc_region_add_temp(regc_compiled_region *r, int like, int64_t bytes);
+
 /* compile.recompute on a lowered region (recompute.c): saved slots
  * dropped after the forward and replayed in the backward, as the policy
  * (program.h) says. */

@@ -44,21 +44,6 @@ static regc_train_options base_options(void)
     return o;
 }
 
-static regc_program *compile_as(const char *preset, const regc_compile_options *co, int64_t batch,
-                                int64_t seq, int *status)
-{
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load_shapes(preset, &m), REGC_OK);
-    regc_program *p = NULL;
-    int rc = regc_program_compile(m, batch, seq, co, &p, NULL);
-    regc_model_free(m);
-    if (status)
-        *status = rc;
-    else if (rc)
-        fail_msg("%s: %s", preset, regc_error_message());
-    return p;
-}
-
 /* ---- the same training ---------------------------------------------------- */
 
 static void test_chunks_train_alike(void **state)
@@ -164,13 +149,13 @@ static void test_logits_never_whole(void **state)
     regc_compile_options co;
     regc_compile_options_default(&co);
     co.logits_chunk_rows = CHUNK;
-    regc_program *p = compile_as("gpt2-tiny", &co, 2, 16, NULL);
+    regc_program *p = regc_test_compile("gpt2-tiny", 2, 16, &co, NULL);
     check_never_whole(p, 32, 512, 1);
     assert_int_equal(regc_program_validate(p), REGC_OK);
     regc_program_free(p);
     /* validation's forward-only step */
     co.forward_only = 1;
-    p = compile_as("llama-tiny", &co, 2, 16, NULL);
+    p = regc_test_compile("llama-tiny", 2, 16, &co, NULL);
     check_never_whole(p, 32, 512, 0);
     assert_int_equal(regc_program_validate(p), REGC_OK);
     regc_program_free(p);
@@ -184,8 +169,8 @@ static void test_logits_never_whole(void **state)
         regc_compile_options whole;
         regc_compile_options_default(&whole);
         co.logits_chunk_rows = same[i].chunk;
-        regc_program *a = compile_as(same[i].preset, &whole, 2, 16, NULL);
-        regc_program *b = compile_as(same[i].preset, &co, 2, 16, NULL);
+        regc_program *a = regc_test_compile(same[i].preset, 2, 16, &whole, NULL);
+        regc_program *b = regc_test_compile(same[i].preset, 2, 16, &co, NULL);
         if (regc_program_hash(a) != regc_program_hash(b))
             fail_msg("%s with chunks of %lld rows: another program", same[i].preset,
                      (long long)same[i].chunk);
@@ -205,7 +190,7 @@ static void test_memory_as_planned(void **state)
             regc_train_options o = base_options();
             o.batch = 4, o.seq = 32;
             o.compile.logits_chunk_rows = c ? 8 : 0;
-            regc_program *p = compile_as(presets[i], &o.compile, o.batch, o.seq, NULL);
+            regc_program *p = regc_test_compile(presets[i], o.batch, o.seq, &o.compile, NULL);
             regc_device_memory a;
             regc_program_device_memory(p, &a);
             act[c] = a.activations;
@@ -234,16 +219,16 @@ static void test_auto_takes_chunks(void **state)
     regc_compile_options co;
     regc_compile_options_default(&co);
     co.recompute_ratio = 1e30; /* everything that can be recomputed */
-    regc_program *most = compile_as("gpt2-124m", &co, 1, 128, NULL);
+    regc_program *most = regc_test_compile("gpt2-124m", 1, 128, &co, NULL);
     co.logits_chunk_rows = 16;
-    regc_program *chunked = compile_as("gpt2-124m", &co, 1, 128, NULL);
+    regc_program *chunked = regc_test_compile("gpt2-124m", 1, 128, &co, NULL);
     regc_device_memory a, b;
     regc_program_device_memory(most, &a), regc_program_device_memory(chunked, &b);
     assert_true(b.total < a.total);
     /* between the two: only chunks fit */
     regc_compile_options_default(&co);
     co.budget_bytes = (a.total + b.total) / 2;
-    regc_program *p = compile_as("gpt2-124m", &co, 1, 128, NULL);
+    regc_program *p = regc_test_compile("gpt2-124m", 1, 128, &co, NULL);
     regc_fit_plan r;
     regc_program_fit_plan(p, &r);
     assert_true(r.logits_chunks > 1);
@@ -254,7 +239,7 @@ static void test_auto_takes_chunks(void **state)
     /* below what the chunks reach: refused, saying so */
     co.budget_bytes = b.total / 2;
     int rc;
-    assert_null(compile_as("gpt2-124m", &co, 1, 128, &rc));
+    assert_null(regc_test_compile("gpt2-124m", 1, 128, &co, &rc));
     assert_int_equal(rc, REGC_ERR_BUDGET);
     assert_non_null(strstr(regc_error_message(), "the logits in chunks"));
     regc_program_free(most), regc_program_free(chunked);

@@ -50,13 +50,7 @@ static regc_train_options base_options(void)
 
 static regc_program *compile_as(const char *preset, const regc_train_options *o)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load_shapes(preset, &m), REGC_OK);
-    regc_program *p = NULL;
-    if (regc_program_compile(m, o->batch, o->seq, &o->compile, &p, NULL) != REGC_OK)
-        fail_msg("%s: %s", preset, regc_error_message());
-    regc_model_free(m);
-    return p;
+    return regc_test_compile(preset, o->batch, o->seq, &o->compile, NULL);
 }
 
 static void expect_same(const char *preset, const char *what, const regc_test_losses *a,

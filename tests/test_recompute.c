@@ -46,19 +46,10 @@ static regc_train_options base_options(void)
     return o;
 }
 
-/* The step of `preset` as o would train it, compiled alone (shapes only). */
+/* The step of `preset` as o would train it, compiled alone. */
 static regc_program *compile_as(const char *preset, const regc_train_options *o, int *status)
 {
-    regc_model *m = NULL;
-    assert_int_equal(regc_model_load_shapes(preset, &m), REGC_OK);
-    regc_program *p = NULL;
-    int rc = regc_program_compile(m, o->batch, o->seq, &o->compile, &p, NULL);
-    regc_model_free(m);
-    if (status)
-        *status = rc;
-    else if (rc)
-        fail_msg("%s: %s", preset, regc_error_message());
-    return p;
+    return regc_test_compile(preset, o->batch, o->seq, &o->compile, status);
 }
 
 static int64_t total_of(const regc_program *p)

@@ -107,6 +107,21 @@ regc_model *regc_test_train(const char *preset, const regc_train_options *o, reg
     return m;
 }
 
+regc_program *regc_test_compile(const char *preset, int64_t batch, int64_t seq,
+                                const regc_compile_options *co, int *status)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes(preset, &m), REGC_OK);
+    regc_program *p = NULL;
+    const int rc = regc_program_compile(m, batch, seq, co, &p, NULL);
+    regc_model_free(m);
+    if (status)
+        *status = rc;
+    else if (rc)
+        fail_msg("%s: %s", preset, regc_error_message());
+    return p;
+}
+
 char *regc_test_program_dump(const regc_program *p)
 {
     char *text = NULL;

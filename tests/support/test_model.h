@@ -29,6 +29,11 @@ void regc_test_expect_config_error(const char *dir, int status, const char *what
  * fills with 0..T-1) rather than a constant: it trains from a random init
  * with no weights file. */
 char *regc_test_tiny_graph_json(void);
+/* The step of `preset` (shapes only) at [batch, seq] compiled as co says:
+ * the program; with status NULL the test fails on an error, else the
+ * status goes there (and NULL comes back). */
+regc_program *regc_test_compile(const char *preset, int64_t batch, int64_t seq,
+                                const regc_compile_options *co, int *status);
 /* regc_program_dump's text of p (malloc'd). */
 char *regc_test_program_dump(const regc_program *p);
 
