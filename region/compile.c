@@ -664,15 +664,16 @@ static int64_t budget_chunk_rows(const regc_graph *g, int64_t budget)
 /* With offload on: the fewest activations offloaded (the largest first)
  * with which the step fits recomputing nothing, into a->offload_limit; 1
  * when some number fits, 0 when even all do not (a->offload_limit then -1:
- * all, for recomputation to take it from there), or an error. */
+ * all, for recomputation to take it from there; *least: what all hold, or
+ * -1), or an error. */
 static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_compile_options *a,
-                         regc_compile_stats *st)
+                         regc_compile_stats *st, int64_t *least)
 {
     int64_t total;
     double flop;
     int n = 0;
     a->recompute_ratio = -1.0, a->offload_limit = -1;
-    int fit = probe(g, param_offset, a, st, &total, &flop, &n);
+    int fit = probe(g, param_offset, a, st, least, &flop, &n);
     if (fit <= 0)
         return fit;
     int lo = -1, hi = n; /* lo does not fit (-1: untried), hi does */
@@ -698,8 +699,8 @@ static int compile_fitting(regc_graph *g, const int64_t *param_offset,
     regc_compile_options a = *o;
     a.cache = NULL, a.dump_dir = NULL;
     double ratio = -1.0, flop = 0.0;
-    int64_t least = -1;
-    int fit = o->offload_activation ? least_offload(g, param_offset, &a, st) : 0;
+    int64_t least = -1, offloaded = -1; /* the least any probe held; offloading alone */
+    int fit = o->offload_activation ? least_offload(g, param_offset, &a, st, &offloaded) : 0;
     if (fit > 0) { /* offloading fits it: nothing recomputed */
         regc_error_clear();
         a.cache = o->cache, a.dump_dir = o->dump_dir;
@@ -722,11 +723,13 @@ static int compile_fitting(regc_graph *g, const int64_t *param_offset,
             least = least2;
     }
     int rc = fit < 0 ? fit : REGC_OK;
+    if (offloaded >= 0 && (least < 0 || offloaded < least))
+        least = offloaded;
     if (fit == 0 && least >= 0)
         rc = regc_error(REGC_ERR_BUDGET,
                         "compile.memory_budget_mb: the step needs %.1f MiB per rank at the least "
-                        "(every saved activation that can be recomputed, the logits in chunks); "
-                        "the budget is %.1f MiB",
+                        "(recomputing, offloading and chunking what can be); the budget is %.1f "
+                        "MiB",
                         (double)least / (1 << 20), (double)o->budget_bytes / (1 << 20));
     else if (fit == 0)
         rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */

@@ -178,8 +178,6 @@ static int stamp(regc_program *p)
                 if (own) {
                     if (*own < 0 && (*own = regc_program_new_buf(p, BUF_ARENA, slot->bytes, 0)) < 0)
                         rc = *own;
-                    else if (slot->kind == SLOT_SAVED)
-                        p->bufs[*own].saved = 1;
                     x.refs[k].buf = *own;
                 } else {
                     x.refs[k].buf = s->bind[sl].buf;

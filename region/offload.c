@@ -6,24 +6,21 @@
  *
  * Which instructions are the backward's: those that read what the loss's
  * seed made (the gradient flows from it), and the recomputations, with
- * everything they write. A saved activation (a buffer stamped from a saved
- * slot) qualifies when every forward use comes before every backward use,
- * the backward only reads it, and it holds at least MIN_BYTES (a copy has
- * a cost of its own); with p->offload_limit >= 0, only that many of them,
- * the largest first (ties: the earlier buffer). For each, with f its
- * forward's last use and u its backward's first:
- *   after f       start copy to host (signal a)      the buffer stays live
- *   at w          wait for a                          ... until here
- *   at s          start copy back into a new buffer (signal b)
- *   before u      wait for b; the backward reads the new buffer
- * w is the first point after f with p->copy_flop_per_byte × bytes of
- * compute behind the copy, s the last before u with as much ahead of it,
- * so each copy hides behind compute where the backend runs it on its own
- * queue (regc_copy_flop_per_byte); where the gap is too short to hide both,
- * w is f + 1 and s is u: the bytes still leave the device, the copies show.
- * Copies move bytes: the bits are the same. Where the backend has no copy
- * queue (the CPU) a copy is done where it starts and its wait is nothing,
- * so nothing is to be hidden: w = f + 1, s = u. */
+ * everything they write. An activation the backward reads (a saved slot's,
+ * or a value between layers that a layer's backward recomputes from)
+ * qualifies when every forward use comes before every backward use, the
+ * backward only reads it, it is no unit's gathered parameters, and it
+ * holds at least MIN_BYTES (a copy has a cost of its own); with p->offload_limit >= 0, only that
+ * many of them, the largest first (ties: the earlier buffer). For each, with f its forward's last
+ * use and u its backward's first: after f       start copy to host (signal a)      the buffer stays
+ * live at w          wait for a                          ... until here at s          start copy
+ * back into a new buffer (signal b) before u      wait for b; the backward reads the new buffer w
+ * is the first point after f with p->copy_flop_per_byte × bytes of compute behind the copy, s the
+ * last before u with as much ahead of it, so each copy hides behind compute where the backend runs
+ * it on its own queue (regc_copy_flop_per_byte); where the gap is too short to hide both, w is f +
+ * 1 and s is u: the bytes still leave the device, the copies show. Copies move bytes: the bits are
+ * the same. Where the backend has no copy queue (the CPU) a copy is done where it starts and its
+ * wait is nothing, so nothing is to be hidden: w = f + 1, s = u. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +102,9 @@ static int qualifies(const regc_program *p, const char *bwd, int b, int *f, int 
         for (int k = 0; k < in->n_refs; k++) {
             if (in->refs[k].buf != b)
                 continue;
+            if (regc_instr_writes(in, k) &&
+                (in->kernel == K_ALLGATHER || in->kernel == K_COMM_WAIT))
+                return 0; /* a unit's gathered parameters: ZeRO-3's schedule decides */
             if (!bwd[i]) {
                 *f = i;
             } else {
@@ -140,8 +140,7 @@ int regc_offload_activations(regc_program *p)
     for (int b = 0; b < n_bufs; b++) {
         const regc_buf *x = &p->bufs[b];
         int f, u;
-        if (x->kind == BUF_ARENA && x->saved && x->bytes >= MIN_BYTES &&
-            qualifies(p, bwd, b, &f, &u))
+        if (x->kind == BUF_ARENA && x->bytes >= MIN_BYTES && qualifies(p, bwd, b, &f, &u))
             order[n_order++] = b;
     }
     /* the largest first, as many as the limit allows (a stable insertion

@@ -246,7 +246,6 @@ typedef struct {
     int64_t offset;  /* arena offset (planned), block offset, or input number */
     int first, last; /* program points of first write and last use */
     int inplace_of;  /* planner hint, -1 if none */
-    int saved;       /* a saved slot's, stamped (what offload.c may move to the host) */
 } regc_buf;
 
 /* A call of a compiled region's forward or backward on one instance: slot s

@@ -13,8 +13,8 @@
  *    is waited for before the backward's first read, which reads the copy;
  *    a read of the copy before its wait is refused by the validator.
  *  - Under a budget, the fewest offloaded that fit (the largest first):
- *    none where the step fits, some halfway, every one that is still
- *    saved and some recomputation below what offloading alone reaches.
+ *    none where the step fits, some halfway; below the least anything
+ *    reaches, refused naming that least.
  *  - O0 (the lazy program) keeps its activations on the device, and the
  *    cache keys the choice. */
 #include <math.h>
@@ -210,27 +210,30 @@ static void test_budget_offloads_what_must_go(void **state)
     regc_program_device_memory(kept, &k), regc_program_device_memory(all, &a);
     regc_program_fit_plan(all, &fa);
     assert_true(a.total < k.total && fa.offloaded > 1);
-    static const struct {
-        const char *what;
-        int64_t budget;
-        int some, recomputes; /* offloads some, not all; recomputes */
-    } cases[] = {{"a budget the step fits", 0, 0, 0},
-                 {"halfway", 0, 1, 0},
-                 {"below everything offloaded", 0, 0, 1}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        o.compile.budget_bytes = i == 0 ? k.total : i == 1 ? (k.total + a.total) / 2 : a.total - 1;
+    for (int i = 0; i < 2; i++) { /* a budget the step fits: none; halfway: some */
+        o.compile.budget_bytes = i == 0 ? k.total : (k.total + a.total) / 2;
         regc_program *p = compile_as("gpt2-tiny", &o);
         regc_device_memory m;
         regc_fit_plan f;
         regc_program_device_memory(p, &m), regc_program_fit_plan(p, &f);
-        if (m.total > o.compile.budget_bytes || (i == 0 && f.offloaded != 0) ||
-            (cases[i].some && !(f.offloaded > 0 && f.offloaded < fa.offloaded)) ||
-            (cases[i].recomputes != (f.replays > 0)) || (i == 2 && f.offloaded == 0))
-            fail_msg("%s: %lld bytes for a budget of %lld, %d of %d offloaded, %d replays",
-                     cases[i].what, (long long)m.total, (long long)o.compile.budget_bytes,
-                     f.offloaded, fa.offloaded, f.replays);
+        if (m.total > o.compile.budget_bytes || f.replays != 0 ||
+            (i == 0 ? f.offloaded != 0 : !(f.offloaded > 0 && f.offloaded < fa.offloaded)))
+            fail_msg("budget %lld: %lld bytes, %d of %d offloaded, %d replays",
+                     (long long)o.compile.budget_bytes, (long long)m.total, f.offloaded,
+                     fa.offloaded, f.replays);
         regc_program_free(p);
     }
+    /* below what offloading everything reaches, where recomputing holds
+     * more than offloading does: refused, offloading's own need the least */
+    o.compile.budget_bytes = a.total - 1;
+    int rc;
+    assert_null(regc_test_compile("gpt2-tiny", o.batch, o.seq, &o.compile, &rc));
+    assert_int_equal(rc, REGC_ERR_BUDGET);
+    char want[80];
+    snprintf(want, sizeof want, "needs %.1f MiB per rank at the least",
+             (double)a.total / (1 << 20));
+    if (!strstr(regc_error_message(), want))
+        fail_msg("expected \"%s\", got: %s", want, regc_error_message());
     regc_program_free(kept), regc_program_free(all);
 }
 

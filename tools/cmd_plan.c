@@ -56,6 +56,8 @@ void print_plan_usage(FILE *f)
           "  --recompute <none|selective|full|auto>\n"
           "                             saved activations computed again in the backward\n"
           "                             (default auto: as little as the budget needs)\n"
+          "  --logits-chunk-rows <ROWS> the head and its loss in chunks of this many rows\n"
+          "                             (default 0: whole, unless a budget chunks them)\n"
           "  --offload-activation <on|off>\n"
           "                             saved activations to the host and back (default off)\n"
           "  --backend <cpu|cuda>       the device the plan is for: on cuda the copies of\n"
@@ -74,7 +76,7 @@ void print_plan_usage(FILE *f)
 typedef struct {
     const char *model;
     long long ranks, batch, seq, stage, prefetch, accum, budget_mb, persistence, max_live;
-    long long reduce_bucket;
+    long long reduce_bucket, chunk_rows;
     int level, json, offload, precision, fp32_storage, recompute, offload_activation, cuda;
     const char *fit; /* "seq", "batch" or NULL */
     long long device_mb;
@@ -141,6 +143,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             if (strcmp(value, "on") && strcmp(value, "off"))
                 return usage_error("--offload-activation: expected on or off, got \"%s\"", value);
             a->offload_activation = !strcmp(value, "on");
+        } else if (!strcmp(flag, "--logits-chunk-rows")) {
+            rc = parse_int(flag, value, 0, INT64_C(1) << 40, "an integer >= 0", &a->chunk_rows);
         } else if (!strcmp(flag, "--backend")) {
             if (strcmp(value, "cpu") && strcmp(value, "cuda"))
                 return usage_error("--backend: expected cpu or cuda, got \"%s\"", value);
@@ -279,6 +283,7 @@ static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget,
     co.reduce_bucket_floats = a->reduce_bucket;
     co.offload_optimizer = a->offload;
     co.offload_activation = a->offload_activation;
+    co.logits_chunk_rows = a->chunk_rows;
     co.device = a->cuda ? "cuda" : NULL;
     if (a->passes_given)
         co.passes = a->passes;
