@@ -2,9 +2,9 @@
  * host memory after their forward's last use and back before their
  * backward's first, on the backend's copy queue.
  *  - The same bits: GPT-2, Llama, BERT and T5, and on the first two as one
- *    region, at stage 3, with gradient accumulation, in bf16, with
- *    selective recomputation beside it: the losses and weights of no
- *    offload over three steps.
+ *    region, at stage 3, with gradient accumulation, with selective
+ *    recomputation beside it, and on GPT-2 in bf16: the losses and weights
+ *    of no offload over three steps.
  *  - Less device memory, as planned: the activation plan shrinks, the host
  *    holds what left, and the run's device peak is the plan's total within
  *    1% (the CPU's host memory is not the device's to count).
@@ -38,12 +38,12 @@
 
 static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
 
-/* B=4, T=64: the tiny presets' activations reach the 64 KiB a copy needs */
+/* B=2, T=64: the tiny presets' activations reach the 64 KiB a copy needs */
 static regc_train_options base_options(void)
 {
     regc_train_options o;
     regc_train_options_default(&o);
-    o.batch = 4, o.seq = 64, o.steps = STEPS, o.lr = 3e-3f, o.cache_dir = NULL;
+    o.batch = 2, o.seq = 64, o.steps = STEPS, o.lr = 3e-3f, o.cache_dir = NULL;
     o.threads = 2;
     return o;
 }
@@ -84,7 +84,8 @@ static void test_offload_keeps_the_bits(void **state)
     };
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
-            if (i > 1 && w > 0) /* BERT and T5: as regional; every way on GPT-2 and Llama */
+            /* BERT and T5: as regional; every way on GPT-2, and on Llama but bf16 */
+            if ((i > 1 && w > 0) || (i == 1 && ways[w].precision == REGC_PRECISION_BF16))
                 continue;
             regc_train_options o = base_options();
             o.compile.regional = ways[w].regional, o.compile.zero_stage = ways[w].stage;
