@@ -565,6 +565,66 @@ static void test_plan_predicts_the_peak(void **state)
     check_plan("llama-tiny", 2, "3", "bf16", "full");
 }
 
+/* Activations offloaded at two ranks under ZeRO-3 (B=2, T=64: large
+ * enough to move): the bits of keeping them, the device memory regc plan
+ * says, less of it. */
+static void test_offload_at_two_ranks(void **state)
+{
+    (void)state;
+    double kept[STEPS], moved[STEPS], peak[2];
+    for (int on = 0; on < 2; on++) {
+        const char *const plan[] = {REGC_BIN,
+                                    "plan",
+                                    "--model",
+                                    "llama-tiny",
+                                    "--ranks",
+                                    "2",
+                                    "--batch",
+                                    "2",
+                                    "--seq",
+                                    "64",
+                                    "--offload-activation",
+                                    on ? "on" : "off",
+                                    "--json",
+                                    NULL};
+        regc_test_proc p;
+        assert_int_equal(regc_test_run_argv(plan, &p), 0);
+        cJSON *o = cJSON_Parse(p.out);
+        const cJSON *total = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "memory"), "total");
+        assert_true(cJSON_IsNumber(total));
+        const double predicted = total->valuedouble;
+        cJSON_Delete(o);
+        regc_test_proc_free(&p);
+        const char *train[] = {"--model",
+                               "llama-tiny",
+                               "--data",
+                               plain,
+                               "--batch",
+                               "2",
+                               "--seq",
+                               "64",
+                               "--steps",
+                               "5",
+                               "--lr",
+                               "3e-3",
+                               "--json",
+                               "--no-cache",
+                               "--zero-stage",
+                               "3",
+                               "--offload-activation",
+                               on ? "on" : "off",
+                               NULL};
+        assert_int_equal(run(2, train, on ? moved : kept, NULL), 0);
+        peak[on] = device_peak;
+        if (!(fabs(device_peak - predicted) <= 0.01 * predicted))
+            fail_msg("offload %d: regc plan says %.0f bytes per rank, the run held %.0f", on,
+                     predicted, device_peak);
+    }
+    assert_memory_equal(kept, moved, sizeof kept);
+    assert_true(peak[1] < peak[0]);
+}
+
 /* ---- ranks that disagree, and a rank that dies ----------------------------- */
 
 /* Two ranks, one started with `flag value0`, the other with `flag value1`:
@@ -647,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_moves_between_rank_counts),
         cmocka_unit_test(test_model_directory_read_by_shards),
         cmocka_unit_test(test_plan_predicts_the_peak),
+        cmocka_unit_test(test_offload_at_two_ranks),
         cmocka_unit_test(test_ranks_that_disagree),
         cmocka_unit_test(test_a_rank_that_dies_ends_the_others),
     };
