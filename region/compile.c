@@ -354,20 +354,37 @@ static int recomputes(const regc_compile_options *o)
             (o->budget_bytes > 0 || o->recompute_ratio >= 0));
 }
 
-/* The layers' boundaries (every instance's formal inputs and outputs: the
- * residual stream between layers), which a whole-graph region keeps as a
- * layer region keeps its inputs: recomputing one would replay every layer
- * before it. */
+/* What a whole-graph region recomputes of its tensors (recompute.c's
+ * keep): the layers' boundaries (every instance's formal inputs and
+ * outputs: the residual stream between layers) never, as a layer region
+ * keeps its inputs (recomputing one would replay every layer before it);
+ * what the glue makes (embedding, final norm, head, loss) as a glue region
+ * would, selectively. */
 static char *layer_boundaries(const regc_graph *g, const regc_blocks *b)
 {
+    const int n_nodes = regc_graph_n_nodes(g);
     char *keep = calloc((size_t)regc_graph_n_tensors(g) + 1, 1);
-    for (int k = 0; keep && k < regc_blocks_n_kinds(b); k++) {
+    char *in_layer = calloc((size_t)n_nodes + 1, 1);
+    for (int k = 0; keep && in_layer && k < regc_blocks_n_kinds(b); k++) {
+        const regc_region_kind *kind = regc_blocks_kind(b, k);
+        for (int i = 0; i < kind->n_instances * kind->n_nodes; i++)
+            in_layer[kind->nodes[i]] = 1;
+    }
+    for (int i = 0; keep && in_layer && i < n_nodes; i++) {
+        const regc_node *x = regc_graph_node(g, i);
+        for (int k = 0; !in_layer[i] && k < x->n_out; k++)
+            keep[x->out[k]] = REGC_KEEP_GLUE;
+    }
+    for (int k = 0; keep && in_layer && k < regc_blocks_n_kinds(b); k++) {
         const regc_region_kind *kind = regc_blocks_kind(b, k);
         for (int i = 0; i < kind->n_instances * kind->n_inputs; i++)
-            keep[kind->in_bind[i]] = 1;
+            keep[kind->in_bind[i]] = REGC_KEEP_ALWAYS;
         for (int i = 0; i < kind->n_instances * kind->n_outputs; i++)
-            keep[kind->out_bind[i]] = 1;
+            keep[kind->out_bind[i]] = REGC_KEEP_ALWAYS;
     }
+    if (!in_layer)
+        free(keep), keep = NULL;
+    free(in_layer);
     return keep;
 }
 
@@ -521,6 +538,20 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
 
 /* ---------------------------------------------------------------- recompute auto */
 
+/* One compile of the budget's search: a copy of g as o says, its time and
+ * count into st's fit_ms and fit_probes, its own statistics dropped. */
+static int compile_probe(const regc_graph *g, const int64_t *param_offset,
+                         const regc_compile_options *o, regc_program **p, regc_compile_stats *st)
+{
+    const double t0 = regc_time_ms();
+    regc_compile_stats scratch = {0};
+    regc_graph *h = regc_graph_dup(g);
+    const int rc = h ? compile_graph(h, param_offset, o, p, &scratch)
+                     : regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    st->fit_probes++, st->fit_ms += regc_time_ms() - t0;
+    return rc;
+}
+
 /* Compile a copy of g as o says and weigh it against the budget: 1 fits,
  * 0 does not (*total: what it holds, or -1 when a schedule pass found no
  * fit; the message kept), or an error. *flop: the recomputation's FLOPs
@@ -529,11 +560,8 @@ static int probe(const regc_graph *g, const int64_t *param_offset, const regc_co
                  regc_compile_stats *st, int64_t *total, double *flop, int *offloaded)
 {
     *total = -1;
-    regc_graph *h = regc_graph_dup(g);
-    if (!h)
-        return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
     regc_program *p = NULL;
-    int rc = compile_graph(h, param_offset, o, &p, st);
+    int rc = compile_probe(g, param_offset, o, &p, st);
     if (rc == REGC_OK) {
         regc_device_memory a;
         regc_fit_plan r;
@@ -565,10 +593,8 @@ static int candidate_ratios(const regc_graph *g, const int64_t *param_offset,
 {
     regc_compile_options c = *o;
     c.budget_bytes = 0, c.recompute_ratio = 0.0;
-    regc_graph *h = regc_graph_dup(g);
     regc_program *p = NULL;
-    int rc = h ? compile_graph(h, param_offset, &c, &p, st)
-               : regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    int rc = compile_probe(g, param_offset, &c, &p, st);
     int n = 0;
     for (int i = 0; rc == REGC_OK && i < p->n_regions; i++)
         n += p->regions[i]->n_recompute_ratios;
@@ -725,12 +751,14 @@ static int compile_fitting(regc_graph *g, const int64_t *param_offset,
     int rc = fit < 0 ? fit : REGC_OK;
     if (offloaded >= 0 && (least < 0 || offloaded < least))
         least = offloaded;
+    const int chunked = o->logits_chunk_rows > 0 || chunk > 0;
     if (fit == 0 && least >= 0)
         rc = regc_error(REGC_ERR_BUDGET,
                         "compile.memory_budget_mb: the step needs %.1f MiB per rank at the least "
-                        "(recomputing, offloading and chunking what can be); the budget is %.1f "
-                        "MiB",
-                        (double)least / (1 << 20), (double)o->budget_bytes / (1 << 20));
+                        "(recomputing%s%s what can be); the budget is %.1f MiB",
+                        (double)least / (1 << 20),
+                        o->offload_activation ? (chunked ? ", offloading" : " and offloading") : "",
+                        chunked ? " and chunking" : "", (double)o->budget_bytes / (1 << 20));
     else if (fit == 0)
         rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
     if (rc == REGC_OK) {

@@ -9,18 +9,28 @@
  * everything they write. An activation the backward reads (a saved slot's,
  * or a value between layers that a layer's backward recomputes from)
  * qualifies when every forward use comes before every backward use, the
- * backward only reads it, it is no unit's gathered parameters, and it
- * holds at least MIN_BYTES (a copy has a cost of its own); with p->offload_limit >= 0, only that
- * many of them, the largest first (ties: the earlier buffer). For each, with f its forward's last
- * use and u its backward's first: after f       start copy to host (signal a)      the buffer stays
- * live at w          wait for a                          ... until here at s          start copy
- * back into a new buffer (signal b) before u      wait for b; the backward reads the new buffer w
- * is the first point after f with p->copy_flop_per_byte × bytes of compute behind the copy, s the
- * last before u with as much ahead of it, so each copy hides behind compute where the backend runs
- * it on its own queue (regc_copy_flop_per_byte); where the gap is too short to hide both, w is f +
- * 1 and s is u: the bytes still leave the device, the copies show. Copies move bytes: the bits are
- * the same. Where the backend has no copy queue (the CPU) a copy is done where it starts and its
- * wait is nothing, so nothing is to be hidden: w = f + 1, s = u. */
+ * backward only reads it, it is no unit's gathered parameters, it holds at
+ * least MIN_BYTES (a copy has a cost of its own), and something between
+ * the two uses makes a buffer of at least MIN_BYTES (else the room it frees
+ * serves nothing: the logits, read by the loss and then by its gradient
+ * with only the seed between, stay). With p->offload_limit >= 0, only that
+ * many of them, the largest first (ties: the earlier buffer).
+ *
+ * For each, with f its forward's last use and u its backward's first:
+ *
+ *     after f       start copy to host (signal a)
+ *     at w          wait for a; the device copy dies here
+ *     at s          start copy back into a new buffer (signal b)
+ *     before u      wait for b; the backward reads the new buffer
+ *
+ * w is the first point after f with p->copy_flop_per_byte x bytes of
+ * compute behind the copy, s the last before u with as much ahead of it,
+ * so each copy hides behind compute where the backend runs it on its own
+ * queue (regc_copy_flop_per_byte); where the gap is too short to hide
+ * both, w is f + 1 and s is u: the bytes still leave the device, the copies
+ * show. Copies move bytes: the bits are the same. Where the backend has no
+ * copy queue (the CPU) a copy is done where it starts and its wait is
+ * nothing, so nothing is to be hidden: w = f + 1, s = u. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,12 +101,24 @@ static regc_instr wait_instr(const regc_instr *start)
     return w;
 }
 
+/* Whether an instruction makes an arena buffer of at least MIN_BYTES
+ * other than b: room that b's leaving could serve. */
+static int makes_room_user(const regc_program *p, const regc_instr *in, int b)
+{
+    for (int k = 0; k < in->n_refs; k++) {
+        const int x = in->refs[k].buf;
+        if (x >= 0 && x != b && regc_instr_writes(in, k) && p->bufs[x].kind == BUF_ARENA &&
+            p->bufs[x].bytes >= MIN_BYTES)
+            return 1;
+    }
+    return 0;
+}
+
 /* One buffer's forward last use, backward first use, and whether it
  * qualifies (header). */
 static int qualifies(const regc_program *p, const char *bwd, int b, int *f, int *u)
 {
     *f = -1, *u = -1;
-    int last_bwd = -1;
     for (int i = 0; i < p->n_instr; i++) {
         const regc_instr *in = &p->instr[i];
         for (int k = 0; k < in->n_refs; k++) {
@@ -106,17 +128,23 @@ static int qualifies(const regc_program *p, const char *bwd, int b, int *f, int 
                 (in->kernel == K_ALLGATHER || in->kernel == K_COMM_WAIT))
                 return 0; /* a unit's gathered parameters: ZeRO-3's schedule decides */
             if (!bwd[i]) {
+                if (*u >= 0)
+                    return 0; /* a forward use after a backward one */
                 *f = i;
             } else {
                 if (regc_instr_writes(in, k))
                     return 0; /* the backward writes it: not only a saved value */
                 if (*u < 0)
                     *u = i;
-                last_bwd = i;
             }
         }
     }
-    return *f >= 0 && *u > *f && last_bwd >= *u;
+    if (*f < 0 || *u <= *f)
+        return 0;
+    for (int i = *f + 1; i < *u; i++)
+        if (makes_room_user(p, &p->instr[i], b))
+            return 1;
+    return 0;
 }
 
 int regc_offload_activations(regc_program *p)

@@ -165,6 +165,14 @@ typedef struct regc_recompute_policy {
     double ratio;        /* AUTO: FLOPs per byte freed */
 } regc_recompute_policy;
 
+/* A whole-graph region's keep[] values: what a layer region would do with
+ * the tensor. */
+typedef enum {
+    REGC_KEEP_LAYER = 0,  /* inside a layer: the policy as for a layer */
+    REGC_KEEP_ALWAYS = 1, /* a layer's boundary: never recomputed */
+    REGC_KEEP_GLUE = 2,   /* made by the glue: FULL recomputes it as SELECTIVE */
+} regc_keep;
+
 /* What a region is compiled from: n_nodes graph nodes (an instance in a
  * valid order), its formal inputs (tensors read from outside) and outputs
  * (tensors read outside or graph outputs). */
@@ -183,8 +191,9 @@ typedef struct {
     const char *name; /* "layer kind 0", "glue 1", "step" */
     /* compile.recompute for this region (recompute.c), or NULL: none */
     const regc_recompute_policy *recompute;
-    /* [graph tensors] or NULL: tensors never recomputed (the layers'
-     * boundaries inside a whole-graph region) */
+    /* [graph tensors] or NULL: inside a whole-graph region, which tensors
+     * recompute how (regc_keep: the layers' boundaries never, the glue's
+     * as a glue region's) */
     const char *keep;
     /* compile.logits_chunk_rows: the head and its loss in chunks of this
      * many rows (chunk.c); 0: whole */

@@ -497,6 +497,9 @@ void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
     }
     for (int b = 0; b < p->n_bufs; b++) /* the update's own, offloaded activations */
         a->host += p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
+    for (int i = 0; i < p->n_instr; i++) /* an offloaded activation's place: a copy's dest */
+        if (p->instr[i].kernel == K_COPY_D2H && regc_instr_is_queued_copy(&p->instr[i]))
+            a->host_activations += p->bufs[p->instr[i].refs[0].buf].bytes;
     a->total = a->params + a->grads + a->m + a->v + a->activations + a->inputs + a->scalars;
 }
 

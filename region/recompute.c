@@ -30,8 +30,11 @@
  *   - ratio: those whose replay costs at most `ratio` FLOPs per byte it
  *     frees (compile.recompute auto's choice, compile.c).
  * A slot can be dropped when every instruction of its replay set can run
- * again: none accumulates into or reads its own output. Slots `keep`
- * names (the layers' boundaries of a whole-graph region) never are.
+ * again: none accumulates into or reads its own output, and it is its
+ * slot's only writer in the forward (a slot several instructions write in
+ * turn would be replayed from a later state). In a whole-graph region,
+ * `keep` (regc_keep) names the layers' boundaries, never dropped, and the
+ * glue's tensors, which full drops as selective does.
  *
  * Costs are FLOPs: 2mnk for a GEMM, 4·b·h·tq·tk·d for attention (half
  * when causal), and one per element touched for everything else. */
@@ -126,6 +129,12 @@ static int ctx_init(rc_ctx *c, regc_compiled_region *r)
                 c->writer_at[s] = c->writer_at[s - 1];
     }
     c->writer_at[0] = 0;
+    /* a slot written in turn by several instructions holds, between them,
+     * states a replay in the backward would not remake in order */
+    for (int s = 0; s < r->n_slots; s++)
+        if (c->writer_at[s + 1] - c->writer_at[s] > 1)
+            for (int w = c->writer_at[s]; w < c->writer_at[s + 1]; w++)
+                c->can_replay[c->writers[w]] = 0;
     return REGC_OK;
 }
 
@@ -212,7 +221,8 @@ static int closure(rc_ctx *c, const char *drop)
 static int is_candidate(const regc_compiled_region *r, const char *keep, int s)
 {
     const regc_slot *x = &r->slots[s];
-    return x->kind == SLOT_SAVED && x->alias < 0 && x->bytes > 0 && !(keep && keep[x->tensor]);
+    return x->kind == SLOT_SAVED && x->alias < 0 && x->bytes > 0 &&
+           !(keep && keep[x->tensor] == REGC_KEEP_ALWAYS);
 }
 
 int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,
@@ -231,7 +241,10 @@ int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,
         drop[s] = 1;
         if (closure(&c, drop)) {
             regc_recompute_candidate *x = &list[n++];
-            *x = (regc_recompute_candidate){.slot = s, .bytes = r->slots[s].bytes};
+            *x = (regc_recompute_candidate){.slot = s,
+                                            .bytes = r->slots[s].bytes,
+                                            .glue =
+                                                keep && keep[r->slots[s].tensor] == REGC_KEEP_GLUE};
             for (int j = 0; j < r->n_fwd; j++)
                 if (c.in_set[j]) {
                     x->flop += regc_instr_cost(&r->fwd[j]);
@@ -370,9 +383,11 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
     int any = 0;
     for (int i = 0; i < n && rc == REGC_OK; i++) {
         const regc_recompute_candidate *x = &cand[i];
-        int d = pol->mode == REGC_RECOMPUTE_FULL        ? pol->layer || !x->heavy
+        /* the same expression as the ratios stored above, so that auto's
+         * search, choosing one of them, drops exactly the slots at or below it */
+        int d = pol->mode == REGC_RECOMPUTE_FULL        ? (pol->layer && !x->glue) || !x->heavy
                 : pol->mode == REGC_RECOMPUTE_SELECTIVE ? !x->heavy
-                                                        : x->flop <= pol->ratio * (double)x->bytes;
+                                                        : x->flop / (double)x->bytes <= pol->ratio;
         drop[x->slot] = (char)d;
         any |= d;
     }

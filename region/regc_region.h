@@ -233,6 +233,11 @@ typedef struct {
     int64_t zero3_prefetch;
     int zero3_resident, zero3_units;
     int64_t replan_step; /* compile.schedule's step this compile re-planned at; 0: the first */
+    /* compile.memory_budget_mb's search (compile.recompute auto): the
+     * compiles it tried before the one kept, and their time (not in the
+     * fields above, which are the kept compile's) */
+    int fit_probes;
+    double fit_ms;
 } regc_compile_stats;
 
 /* ======================================================================
@@ -378,6 +383,7 @@ typedef struct regc_device_memory {
      * v are then 0 above) and offload_activation's (each offloaded
      * activation's place) */
     int64_t host;
+    int64_t host_activations; /* offload_activation's part of host */
 } regc_device_memory;
 void regc_program_device_memory(const regc_program *p, regc_device_memory *a);
 /* What a program does to fit its device, per step: compile.recompute's

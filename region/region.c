@@ -79,7 +79,7 @@ static int extract(const regc_graph *g, const regc_region_spec *s, regc_graph *r
         rc = regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
     for (int t = 0; t < n_t && rc == REGC_OK && s->keep; t++)
         if (map[t] >= 0 && s->keep[t])
-            (*keep)[map[t]] = 1;
+            (*keep)[map[t]] = s->keep[t];
     free(map);
     return rc;
 }

@@ -30,6 +30,7 @@ typedef struct {
     int64_t bytes;
     double flop;
     int heavy;
+    int glue; /* made by a whole-graph region's glue (REGC_KEEP_GLUE) */
 } regc_recompute_candidate;
 /* keep: [region tensors] or NULL. The candidates (malloc'd) of region r. */
 int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,

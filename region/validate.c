@@ -335,15 +335,29 @@ static int check_call(prog_ctx *c, const lazy_step *s)
     return rc;
 }
 
+/* Does wait w name the transfer `start` began: its kind and buffers? */
+static int waits_for(const regc_instr *w, const regc_instr *start)
+{
+    if (w->d[1] != start->kernel || w->n_refs != start->n_refs)
+        return 0;
+    for (int k = 0; k < w->n_refs; k++)
+        if (w->refs[k].buf != start->refs[k].buf || w->refs[k].off != start->refs[k].off)
+            return 0;
+    return 1;
+}
+
 /* Each asynchronous collective starts once, before the wait that names it. */
 static int check_signals(const regc_program *p)
 {
     if (p->n_signals < 0 || p->n_signals > p->n_instr)
         return regc_error(REGC_ERR_FORMAT, "step program: %d signals for %d instructions",
                           p->n_signals, p->n_instr);
-    unsigned char *state = calloc((size_t)p->n_signals + 1, 1); /* 1 started, 2 waited */
-    if (!state)
+    int *start = malloc(((size_t)p->n_signals + 1) * sizeof *start); /* -1, or where it started */
+    unsigned char *state = calloc((size_t)p->n_signals + 1, 1);      /* 1 started, 2 waited */
+    if (!start || !state) {
+        free(start), free(state);
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    }
     int rc = REGC_OK;
     for (int i = 0; i < p->n_instr && rc == REGC_OK; i++) {
         const regc_instr *in = &p->instr[i];
@@ -356,10 +370,20 @@ static int check_signals(const regc_program *p)
         else if (k && in->kernel == K_COMM_WAIT && state[k] != 1)
             rc =
                 regc_error(REGC_ERR_FORMAT, "step program: a wait for signal %d, not in flight", k);
-        else if (k)
+        else if (k && in->kernel == K_COMM_WAIT && !waits_for(in, &p->instr[start[k]]))
+            /* the wait names what it waits for: the run and the memory plan
+             * read its kind and buffers */
+            rc = regc_error(REGC_ERR_FORMAT,
+                            "step program: instruction %d waits for signal %d as another "
+                            "transfer than instruction %d started",
+                            i, k, start[k]);
+        else if (k) {
+            if (in->kernel != K_COMM_WAIT)
+                start[k] = i;
             state[k]++;
+        }
     }
-    free(state);
+    free(start), free(state);
     return rc;
 }
 

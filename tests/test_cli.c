@@ -316,6 +316,48 @@ static void test_plan_fit_finds_the_longest(void **state)
     regc_test_proc_free(&p);
 }
 
+/* regc plan says what the host holds: offloaded activations, the
+ * optimizer's state, or both with each part's size; the JSON's host is
+ * the sum of its parts. */
+static void test_plan_host_memory(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *optimizer, *activation, *says;
+    } ways[] = {
+        {"none", "on", "(offloaded activations)"},
+        {"cpu", "off", "(the optimizer's, offloaded: AdamW m and v"},
+        {"cpu", "on", "; offloaded activations "},
+    };
+    for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+        regc_test_proc p;
+        for (int json = 0; json < 2; json++) {
+            assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                                "--batch", "2", "--seq", "64",
+                                                "--offload-optimizer", ways[w].optimizer,
+                                                "--offload-activation", ways[w].activation,
+                                                json ? "--json" : NULL, NULL),
+                             0);
+            if (!json) {
+                if (!strstr(p.out, ways[w].says))
+                    fail_msg("optimizer %s, activations %s: no \"%s\" in\n%s", ways[w].optimizer,
+                             ways[w].activation, ways[w].says, p.out);
+            } else {
+                cJSON *o = cJSON_Parse(p.out);
+                const cJSON *mem = cJSON_GetObjectItemCaseSensitive(o, "memory");
+                const double host = cJSON_GetObjectItemCaseSensitive(mem, "host")->valuedouble;
+                const double act =
+                    cJSON_GetObjectItemCaseSensitive(mem, "host_activations")->valuedouble;
+                const int on = strcmp(ways[w].activation, "on") == 0;
+                assert_true(on ? act > 0 : act == 0);
+                assert_true(strcmp(ways[w].optimizer, "cpu") == 0 ? host > act : host == act);
+                cJSON_Delete(o);
+            }
+            regc_test_proc_free(&p);
+        }
+    }
+}
+
 static void test_unknown_flag(void **state)
 {
     (void)state;
@@ -667,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_plan_recompute_flags),
         cmocka_unit_test(test_train_memory_flags),
         cmocka_unit_test(test_plan_fit_finds_the_longest),
+        cmocka_unit_test(test_plan_host_memory),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_missing_values),
         cmocka_unit_test(test_threads_beyond_the_cores),

@@ -241,7 +241,8 @@ static void test_auto_takes_chunks(void **state)
     int rc;
     assert_null(regc_test_compile("gpt2-124m", 1, 128, &co, &rc));
     assert_int_equal(rc, REGC_ERR_BUDGET);
-    assert_non_null(strstr(regc_error_message(), "offloading and chunking what can be"));
+    /* offloading is off: the message says what was tried */
+    assert_non_null(strstr(regc_error_message(), "(recomputing and chunking what can be)"));
     regc_program_free(most), regc_program_free(chunked);
 }
 

@@ -11,7 +11,10 @@
  *  - The program: each copy out starts after its buffer's last forward use
  *    and is waited for before anything reuses the memory; each copy back
  *    is waited for before the backward's first read, which reads the copy;
- *    a read of the copy before its wait is refused by the validator.
+ *    while a buffer is away something else takes the room (the logits,
+ *    whose gradient follows their last read, stay); a read of the copy
+ *    before its wait, or a wait naming another transfer than its signal's,
+ *    is refused by the validator.
  *  - Under a budget, the fewest offloaded that fit (the largest first):
  *    none where the step fits, some halfway; below the least anything
  *    reaches, refused naming that least.
@@ -167,6 +170,19 @@ static void test_copies_in_their_places(void **state)
                 back_wait = j;
         }
         assert_true(out_wait > i && back > out_wait && back_wait > back);
+        /* the room it leaves serves something: a buffer of a copy's least
+         * (64 KiB) made while it is away (not the logits, with only the
+         * loss's seed between their last read and their gradient's first) */
+        int room = 0;
+        for (int j = i + 1; j < back && !room; j++)
+            for (int k = 0; k < p->instr[j].n_refs; k++) {
+                const int x = p->instr[j].refs[k].buf;
+                room |= x >= 0 && regc_instr_writes(&p->instr[j], k) &&
+                        p->bufs[x].kind == BUF_ARENA && p->bufs[x].bytes >= (64 << 10);
+            }
+        if (!room)
+            fail_msg("buffer %d (%lld bytes) offloaded with nothing made while it is away", dev,
+                     (long long)p->bufs[dev].bytes);
         /* nothing touches the buffer between its copy out and its wait, nor
          * after it; nothing touches the copy back until its wait, and the
          * first instruction after the wait that names either reads the copy */
@@ -183,6 +199,21 @@ static void test_copies_in_their_places(void **state)
         pairs++;
     }
     assert_true(pairs > 0);
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    /* a wait that names another kind of transfer, or other buffers, than
+     * the one its signal started is refused */
+    for (int i = 0; i < p->n_instr; i++)
+        if (p->instr[i].kernel == K_COMM_WAIT && p->instr[i].d[1] == K_COPY_D2H) {
+            const regc_instr kept = p->instr[i];
+            p->instr[i].d[1] = K_COPY_H2D;
+            assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+            assert_non_null(strstr(regc_error_message(), "as another transfer than instruction"));
+            p->instr[i] = kept;
+            p->instr[i].refs[1].buf = p->instr[i].refs[0].buf;
+            assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+            p->instr[i] = kept;
+            break;
+        }
     assert_int_equal(regc_program_validate(p), REGC_OK);
     /* a read of a copy back before its wait is refused */
     for (int i = 0; i < p->n_instr; i++)
@@ -233,8 +264,9 @@ static void test_budget_offloads_what_must_go(void **state)
     char want[80];
     snprintf(want, sizeof want, "needs %.1f MiB per rank at the least",
              (double)a.total / (1 << 20));
-    if (!strstr(regc_error_message(), want))
-        fail_msg("expected \"%s\", got: %s", want, regc_error_message());
+    if (!strstr(regc_error_message(), want) ||
+        !strstr(regc_error_message(), "(recomputing, offloading and chunking what can be)"))
+        fail_msg("expected \"%s\" and what was tried, got: %s", want, regc_error_message());
     regc_program_free(kept), regc_program_free(all);
 }
 

@@ -7,6 +7,8 @@
  *  - Less memory: full's activation plan is smaller than selective's, and
  *    selective's than none's; the run's device peak is the plan's total
  *    within 1% with each.
+ *  - One whole-graph region recomputes what layer and glue regions do
+ *    under full: the layers' inputs kept, the glue as selective.
  *  - Auto: the program fits its budget; more budget never recomputes
  *    more; a budget the step fits recomputes nothing; below the least any
  *    recomputation reaches is refused, naming the key and that least.
@@ -168,6 +170,32 @@ static void test_memory_falls_as_planned(void **state)
     }
 }
 
+/* ---- one whole-graph region recomputes what the regions do --------------- */
+
+/* full keeps each layer's inputs and recomputes the glue (embedding, final
+ * norm, head, loss) as selective does, whether the layers are regions of
+ * their own or parts of one whole-graph region: the same replays, the same
+ * FLOPs, never the head's GEMM. */
+static void test_whole_graph_recomputes_as_regions_do(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < 2; i++) { /* GPT-2 and Llama */
+        regc_fit_plan f[2];
+        for (int regional = 0; regional < 2; regional++) {
+            regc_train_options o = base_options();
+            o.compile.recompute = REGC_RECOMPUTE_FULL, o.compile.regional = regional;
+            regc_program *p = compile_as(presets[i], &o, NULL);
+            regc_program_fit_plan(p, &f[regional]);
+            regc_program_free(p);
+        }
+        if (f[0].replays != f[1].replays || f[0].replay_flop != f[1].replay_flop ||
+            strcmp(f[0].kernels, f[1].kernels) != 0)
+            fail_msg("%s: whole graph replays %d (%.6g FLOPs: %s), regions %d (%.6g: %s)",
+                     presets[i], f[0].replays, f[0].replay_flop, f[0].kernels, f[1].replays,
+                     f[1].replay_flop, f[1].kernels);
+    }
+}
+
 /* ---- auto under a budget ------------------------------------------------- */
 
 static void test_auto_fits_the_budget(void **state)
@@ -195,6 +223,25 @@ static void test_auto_fits_the_budget(void **state)
         prev = n;
         regc_program_free(p);
     }
+    /* the search's compiles are counted apart: the statistics of the
+     * compile kept are a plain compile's */
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    regc_compile_stats st[2];
+    for (int k = 0; k < 2; k++) {
+        regc_compile_options c = o.compile;
+        c.budget_bytes = k ? (lo + hi) / 2 : 0;
+        regc_program *p = NULL;
+        assert_int_equal(regc_program_compile(m, o.batch, o.seq, &c, &p, &st[k]), REGC_OK);
+        regc_program_free(p);
+    }
+    regc_model_free(m);
+    if (st[0].fit_probes != 0 || st[1].fit_probes < 2 || !(st[1].fit_ms > 0.0) ||
+        st[1].region_compiles != st[0].region_compiles ||
+        st[1].glue_compiles != st[0].glue_compiles)
+        fail_msg("with a budget: %d compiles tried, %d + %d kept; without: %d tried, %d + %d kept",
+                 st[1].fit_probes, st[1].region_compiles, st[1].glue_compiles, st[0].fit_probes,
+                 st[0].region_compiles, st[0].glue_compiles);
     o.compile.budget_bytes = lo - 1;
     int rc;
     assert_null(compile_as("gpt2-tiny", &o, &rc));
@@ -317,6 +364,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recompute_keeps_the_bits),
         cmocka_unit_test(test_memory_falls_as_planned),
+        cmocka_unit_test(test_whole_graph_recomputes_as_regions_do),
         cmocka_unit_test(test_auto_fits_the_budget),
         cmocka_unit_test(test_replays_run_late_into_their_own_memory),
         cmocka_unit_test(test_cache_keys_the_choice),

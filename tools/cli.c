@@ -132,12 +132,21 @@ void print_device_memory(FILE *f, const regc_device_memory *a, int ranks)
                 100.0 * ((double)a->block_floats - even) / even);
     fprintf(f, "), activations %s, inputs %s: %s", act, in, total);
     if (a->host > 0) {
-        char host[32];
+        char host[32], opt[32], act_host[32];
         size_text(host, sizeof host, a->host);
-        fprintf(f,
-                "; host memory %s (what is offloaded: the optimizer's AdamW m and v and its "
-                "copies of the parameters and gradients, activations)",
-                host);
+        size_text(opt, sizeof opt, a->host - a->host_activations);
+        size_text(act_host, sizeof act_host, a->host_activations);
+        if (a->host_activations == 0)
+            fprintf(f,
+                    "; host memory %s (the optimizer's, offloaded: AdamW m and v and its copies "
+                    "of the parameters and gradients)",
+                    host);
+        else if (a->host_activations == a->host)
+            fprintf(f, "; host memory %s (offloaded activations)", host);
+        else
+            fprintf(f,
+                    "; host memory %s (the optimizer's, offloaded, %s; offloaded activations %s)",
+                    host, opt, act_host);
     }
     fputc('\n', f);
 }

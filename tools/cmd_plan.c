@@ -215,6 +215,9 @@ static void print_text(const plan_args *a, const regc_device_memory *mem, const 
            a->model, a->ranks, a->batch, a->seq, a->stage, regc_level_name((regc_level)a->level),
            regc_precision_name((regc_precision)a->precision),
            st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms);
+    if (st->fit_probes)
+        printf("memory budget: %d compiles tried to choose what fits, in %.1f ms\n", st->fit_probes,
+               st->fit_ms);
     if (st->zero3_units)
         print_zero3_schedule(stdout, st);
     print_device_memory(stdout, mem, (int)a->ranks);
@@ -239,18 +242,21 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
 {
     char *model = json_quote(a->model);
     printf("{\"model\": %s, \"ranks\": %lld, \"batch\": %lld, \"seq\": %lld, \"zero_stage\": "
-           "%lld, \"level\": \"%s\", \"precision\": \"%s\", \"compile_ms\": %.3f,\n",
+           "%lld, \"level\": \"%s\", \"precision\": \"%s\", \"compile_ms\": %.3f, "
+           "\"fit_probes\": %d, \"fit_ms\": %.3f,\n",
            model ? model : "null", a->ranks, a->batch, a->seq, a->stage,
            regc_level_name((regc_level)a->level), regc_precision_name((regc_precision)a->precision),
-           st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms);
+           st->detect_ms + st->compile_ms + st->inline_ms + st->build_ms, st->fit_probes,
+           st->fit_ms);
     free(model);
     printf(" \"memory\": {\"params\": %lld, \"grads\": %lld, \"m\": %lld, \"v\": %lld, "
            "\"model_floats\": %lld, \"block_floats\": %lld, \"activations\": %lld, \"inputs\": "
-           "%lld, \"scalars\": %lld, \"total\": %lld, \"host\": %lld},\n",
+           "%lld, \"scalars\": %lld, \"total\": %lld, \"host\": %lld, \"host_activations\": "
+           "%lld},\n",
            (long long)mem->params, (long long)mem->grads, (long long)mem->m, (long long)mem->v,
            (long long)mem->model_floats, (long long)mem->block_floats, (long long)mem->activations,
            (long long)mem->inputs, (long long)mem->scalars, (long long)mem->total,
-           (long long)mem->host);
+           (long long)mem->host, (long long)mem->host_activations);
     printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
            "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
            "\"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": %lld, \"resident\": %d},\n",

@@ -185,8 +185,8 @@ static void cuda_copy_d2h(regc_backend *be, void *d, const void *s, size_t n)
 static int cuda_side(regc_backend *be)
 {
     cuda_ctx *c = cuda_ctx_of(be);
-    if (c->side)
-        return 1;
+    if (c->side || c->no_side)
+        return c->side != NULL; /* made, or failed once (noted then) */
     cudaStream_t side = NULL;
     cudaEvent_t queued = NULL;
     cudaError_t err = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
@@ -196,6 +196,7 @@ static int cuda_side(regc_backend *be)
         if (side)
             cudaStreamDestroy(side);
         cuda_note(be, err, "side stream");
+        c->no_side = 1;
         return 0;
     }
     c->side = side, c->queued = queued;
@@ -224,7 +225,7 @@ static void cuda_copy_d2h_side(regc_backend *be, void *d, const void *s, size_t 
 static int64_t cuda_copy_start(regc_backend *be, void *d, const void *s, size_t n, int to_host)
 {
     cuda_ctx *c = cuda_ctx_of(be);
-    if (!c->done) {
+    if (!c->done && !c->no_copy_queue) { /* tried once: a failure is noted, not retried */
         cudaEvent_t *done = (cudaEvent_t *)calloc(CUDA_COPY_EVENTS, sizeof *done);
         for (int i = 0; done && i < CUDA_COPY_EVENTS; i++)
             if (cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming) != cudaSuccess) {
@@ -234,9 +235,12 @@ static int64_t cuda_copy_start(regc_backend *be, void *d, const void *s, size_t 
                 done = NULL;
             }
         c->done = done;
+        if (!done) {
+            c->no_copy_queue = 1;
+            cuda_note(be, cudaErrorMemoryAllocation, "copy queue");
+        }
     }
     if (!c->done || !cuda_side(be)) { /* copied in order, then: nothing to wait for */
-        cuda_note(be, c->done ? cudaSuccess : cudaErrorMemoryAllocation, "copy queue");
         cuda_copy(be, d, s, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice);
         return -1;
     }

@@ -35,6 +35,8 @@ typedef struct {
     cudaStream_t side;  /* copy_d2h_side's and copy_start's copies, made on first use */
     cudaEvent_t queued; /* where the stream was when a side copy was asked for */
     cudaEvent_t *done;  /* [CUDA_COPY_EVENTS] each copy's end on the side stream, or NULL */
+    int no_side;        /* making side failed: side copies are made in order */
+    int no_copy_queue;  /* making done failed: copies are made in order */
     int64_t next_ticket;
     cublasLtHandle_t lt;
     void *workspace;
