@@ -82,7 +82,7 @@ static inline const char *regc_ew_op_name(int op)
 /* Everything the loop relies on, checked before it reads a byte: a bad
  * program is refused with a message instead of reading outside the arrays. */
 static inline int regc_ew_check(const regc_ew_program *p, int64_t n, float *const *out,
-                                const float *const *in, unsigned out_bf16)
+                                const float *const *in, unsigned out_bf16, unsigned in_bf16)
 {
     if (!p)
         return regc_error(REGC_ERR_ARG, "elementwise: no program");
@@ -134,6 +134,9 @@ static inline int regc_ew_check(const regc_ew_program *p, int64_t n, float *cons
                 return regc_error(REGC_ERR_ARG,
                                   "elementwise: output %d is held in bf16 and overwrites input %d",
                                   k, i);
+            else if ((in_bf16 >> i & 1u) && (const float *)out[k] == in[i])
+                return regc_error(REGC_ERR_ARG,
+                                  "elementwise: output %d overwrites input %d, held in bf16", k, i);
             else if ((p->period[i] > 0 || p->inner[i] > 1) && (const float *)out[k] == in[i])
                 return regc_error(REGC_ERR_ARG,
                                   "elementwise: output %d overwrites input %d, which is "

@@ -101,6 +101,14 @@ static inline REGC_HD float regc_bf16_value(uint16_t h)
     return regc_bits_to_float((uint32_t)h << 16);
 }
 
+/* Element i of an input held in fp32, or in bf16 when bf16 (its value
+ * exactly: every bf16 value is a float): the one load every kernel with a
+ * bf16 input makes. */
+static inline REGC_HD float regc_load_f32_or_bf16(const void *x, int bf16, int64_t i)
+{
+    return bf16 ? regc_bf16_value(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
+
 /* Element i of an output held in fp32, or in bf16 when bf16: the one store
  * every kernel with a bf16 output makes. */
 static inline REGC_HD void regc_store_f32_or_bf16(void *y, int bf16, int64_t i, float v)

@@ -406,9 +406,12 @@ struct regc_backend {
      * results to the unfused kernels it replaces */
     /* out[k][e] = the program's out_reg[k] at element e, for e < n; out[k]
      * holds bf16 values (regc_store_f32_or_bf16) when bit k of out_bf16 is
-     * set, and then overlaps no input */
+     * set, and then overlaps no input; in[i] holds bf16 values
+     * (regc_load_f32_or_bf16: read exactly, widened) when bit i of in_bf16
+     * is set, and then no output overlaps it. A program of no steps whose
+     * output is its input converts: fp32 to bf16 or back. */
     void (*elementwise)(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
-                        const float *const *in, unsigned out_bf16);
+                        const float *const *in, unsigned out_bf16, unsigned in_bf16);
     /* sum = a + b, then layernorm_fwd over sum: the residual add that ends
      * one layer fused with the norm that starts the next */
     void (*add_layernorm_fwd)(regc_backend *be, float *sum, void *y, float *mean, float *rstd,

@@ -72,7 +72,7 @@ int regc_instr_bf16_allowed(const regc_instr *in, int k)
     case K_CE_BWD: return k == 0;
     case K_ADD_LN_FWD:
     case K_ADD_RMS_FWD: return k == 1;
-    case K_EW: return k < in->n_out;
+    case K_EW: return k < in->n_refs; /* outputs and inputs */
     case K_ALLGATHER: return k == 0;
     case K_COMM_WAIT: return k == 0 && in->d[1] == K_ALLGATHER;
     default: return 0;
@@ -288,7 +288,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         NEED(elementwise);
         int no = in->ew->n_outputs;
         be->elementwise(be, in->ew, d[0], (float *const *)p, (const float *const *)(p + no),
-                        in->bf16_refs & ((1u << no) - 1u));
+                        in->bf16_refs & ((1u << no) - 1u), (unsigned)in->bf16_refs >> no);
         return REGC_OK;
     }
     case K_ADD_LN_FWD:

@@ -125,7 +125,7 @@ static int allgather_bf16_send(regc_program *p, void *dst, const float *src, int
     uint16_t *mine = (uint16_t *)dst + (int64_t)p->comm->rank * n; /* [n] bf16 */
     float *outs[1] = {(float *)mine};
     const float *ins[1] = {src};
-    p->be->elementwise(p->be, &copy, n, outs, ins, 1u);
+    p->be->elementwise(p->be, &copy, n, outs, ins, 1u, 0u);
     *send = (float *)mine;
     return p->be->sync(p->be);
 }

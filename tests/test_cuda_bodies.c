@@ -550,13 +550,13 @@ static void check_chain(const char *what, const regc_ew_program *p, int64_t n,
         got[k] = regc_test_host_floats((size_t)n);
         var[k] = regc_test_host_floats((size_t)n);
     }
-    cpu->elementwise(cpu, p, n, dev_out, dev_in, 0);
+    cpu->elementwise(cpu, p, n, dev_out, dev_in, 0, 0u);
     const float *const *in = (const float *const *)host_in;
-    assert_int_equal(regc_ew_check(p, n, got, in, 0), REGC_OK);
+    assert_int_equal(regc_ew_check(p, n, got, in, 0, 0), REGC_OK);
     for (int64_t e = 0; e < n; e++)
-        cuda_body_elementwise(e, p, got, in, 0);
+        cuda_body_elementwise(e, p, got, in, 0, 0u);
     for (int64_t e = 0; e < n; e++)
-        cuda_body_elementwise(e, variant, var, in, 0);
+        cuda_body_elementwise(e, variant, var, in, 0, 0u);
     int caught = 0;
     for (int k = 0; k < p->n_outputs; k++) {
         const float *want = cpu_download(dev_out[k], (size_t)n);
@@ -680,14 +680,14 @@ static void test_chain_in_place(void **state)
     float *x = regc_test_upload(cpu, hx, (size_t)n), *copy = regc_test_dev_nan(cpu, (size_t)n);
     float *outs[2] = {x, copy};
     const float *ins[2] = {x, regc_test_upload(cpu, hb, (size_t)cols)};
-    cpu->elementwise(cpu, &p, n, outs, ins, 0);
+    cpu->elementwise(cpu, &p, n, outs, ins, 0, 0u);
     const float *want = cpu_download(x, (size_t)n), *want_copy = cpu_download(copy, (size_t)n);
     float *got = regc_test_host_floats((size_t)n), *got_copy = regc_test_host_floats((size_t)n);
     memcpy(got, hx, (size_t)n * sizeof(float));
     float *host_outs[2] = {got, got_copy};
     const float *host_ins[2] = {got, hb};
     for (int64_t e = 0; e < n; e++)
-        cuda_body_elementwise(e, &p, host_outs, host_ins, 0);
+        cuda_body_elementwise(e, &p, host_outs, host_ins, 0, 0u);
     expect_bits("chain in place", got, want, (size_t)n);
     expect_bits("chain in place, pass-through", got_copy, want_copy, (size_t)n);
     expect_bits("chain in place, pass-through is the input", got_copy, hx, (size_t)n);
@@ -706,7 +706,7 @@ static void test_chain_bf16_outputs(void **state)
     const float *ins[2] = {regc_test_upload(cpu, hx, (size_t)n),
                            regc_test_upload(cpu, hb, (size_t)cols)};
     float *outs[2] = {regc_test_dev_nan(cpu, (size_t)n), regc_test_dev_nan(cpu, (size_t)n)};
-    cpu->elementwise(cpu, &p, n, outs, ins, 1u); /* output 0 in bf16 */
+    cpu->elementwise(cpu, &p, n, outs, ins, 1u, 0u); /* output 0 in bf16 */
     const uint16_t *want16 = (const uint16_t *)cpu_download(outs[0], (size_t)(n + 1) / 2);
     const float *want32 = cpu_download(outs[1], (size_t)n);
     uint16_t *got16 = calloc((size_t)n + 2, sizeof *got16);
@@ -715,11 +715,51 @@ static void test_chain_bf16_outputs(void **state)
     float *host_outs[2] = {(float *)got16, got32};
     const float *host_ins[2] = {hx, hb};
     for (int64_t e = 0; e < n; e++)
-        cuda_body_elementwise(e, &p, host_outs, host_ins, 1u);
+        cuda_body_elementwise(e, &p, host_outs, host_ins, 1u, 0u);
     if (memcmp(got16, want16, (size_t)n * sizeof *got16))
         fail_msg("chain output in bf16: the body's bytes differ from the CPU's");
     expect_bits("chain output in fp32 beside a bf16 one", got32, want32, (size_t)n);
     free(got16);
+}
+
+/* Inputs held in bf16 (the full one, the bias, both): the body reads them
+ * as the CPU kernel does, to the bit. */
+static void test_chain_bf16_inputs(void **state)
+{
+    (void)state;
+    const int64_t rows = 13, cols = 77, n = rows * cols;
+    regc_ew_program p = bias_then(cols, REGC_EW_GELU, 3, 2);
+    const size_t len[2] = {(size_t)n, (size_t)cols};
+    uint16_t *h16[2];
+    const float *dev16[2];
+    for (int i = 0; i < 2; i++) {
+        const float *h = spread_edges(len[i], 250 + (uint64_t)i, 0.0f, 4.0f);
+        assert_non_null(h16[i] = calloc(len[i] + 2, sizeof *h16[i]));
+        for (size_t j = 0; j < len[i]; j++)
+            h16[i][j] = regc_bf16_bits(h[j]);
+        dev16[i] = regc_test_upload(cpu, (const float *)h16[i], (len[i] + 1) / 2);
+    }
+    for (unsigned mask = 1; mask < 4; mask++) {
+        const float *ins[2] = {dev16[0], dev16[1]},
+                    *host_ins[2] = {(const float *)h16[0], (const float *)h16[1]};
+        float *wide[2];
+        for (int i = 0; i < 2; i++) /* an fp32 input holds the bf16 values */
+            if (!(mask >> i & 1u)) {
+                wide[i] = regc_test_host_floats(len[i]);
+                for (size_t j = 0; j < len[i]; j++)
+                    wide[i][j] = regc_bf16_value(h16[i][j]);
+                ins[i] = regc_test_upload(cpu, wide[i], len[i]), host_ins[i] = wide[i];
+            }
+        float *outs[2] = {regc_test_dev_nan(cpu, (size_t)n), regc_test_dev_nan(cpu, (size_t)n)};
+        cpu->elementwise(cpu, &p, n, outs, ins, 0u, mask);
+        const float *want[2] = {cpu_download(outs[0], (size_t)n), cpu_download(outs[1], (size_t)n)};
+        float *got[2] = {regc_test_host_floats((size_t)n), regc_test_host_floats((size_t)n)};
+        for (int64_t e = 0; e < n; e++)
+            cuda_body_elementwise(e, &p, got, host_ins, 0u, mask);
+        expect_bits("chain over bf16 inputs", got[0], want[0], (size_t)n);
+        expect_bits("chain over bf16 inputs, second output", got[1], want[1], (size_t)n);
+    }
+    free(h16[0]), free(h16[1]);
 }
 
 /* ---- transpose --------------------------------------------------------------------------- */
@@ -800,6 +840,7 @@ int main(void)
         regc_test_with_buffers(test_chain_swiglu_backward),
         regc_test_with_buffers(test_chain_in_place),
         regc_test_with_buffers(test_chain_bf16_outputs),
+        regc_test_with_buffers(test_chain_bf16_inputs),
         regc_test_with_buffers(test_transpose_body),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

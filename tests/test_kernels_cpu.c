@@ -560,7 +560,7 @@ static void ew_one(regc_ew_op op, float v, float *out, const float *a, const flo
     p.out_reg[0] = 2;
     float *outs[1] = {out};
     const float *ins[2] = {a, b};
-    be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
+    be->elementwise(be, &p, (int64_t)n, outs, ins, 0, 0u);
     assert_int_equal(be->sync(be), REGC_OK);
 }
 

@@ -10,8 +10,12 @@
  *   - the norms' y, a fused chain's outputs and the cross-entropy's
  *     dlogits held in bf16 are the fp32 kernels' rounded, the rest of
  *     their outputs unchanged;
+ *   - a fused chain reading inputs held in bf16 (full, broadcast, a row's
+ *     statistic) gives the bits of the chain reading their fp32 values,
+ *     and the chain of no steps converts either way;
  *   - what cannot hold: a C held in bf16 that accumulates, a bf16 operand
- *     of an fp32 GEMM, a bf16 chain output over one of its inputs. */
+ *     of an fp32 GEMM, a bf16 chain output over one of its inputs, an
+ *     output over a chain's bf16 input. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -267,7 +271,7 @@ static void test_bf16_storage_refusals(void **state)
     p.out_reg[0] = 1;
     float *outs[1] = {x};
     const float *ins[1] = {x};
-    be->elementwise(be, &p, 8, outs, ins, 1u);
+    be->elementwise(be, &p, 8, outs, ins, 1u, 0u);
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "held in bf16 and overwrites input 0"));
     regc_test_release_all();
@@ -339,12 +343,12 @@ static void test_bf16_chain_outputs(void **state)
     float *hb = regc_test_host_uniform(COLS, 33002, 0.0f, 1.0f);
     const float *ins[2] = {regc_test_upload(be, hx, (size_t)n), regc_test_upload(be, hb, COLS)};
     float *ref[2] = {regc_test_dev_nan(be, (size_t)n), regc_test_dev_nan(be, (size_t)n)};
-    be->elementwise(be, &p, n, ref, ins, 0u);
+    be->elementwise(be, &p, n, ref, ins, 0u, 0u);
     float *want[2] = {regc_test_download(be, ref[0], (size_t)n),
                       regc_test_download(be, ref[1], (size_t)n)};
     for (unsigned mask = 1; mask < 4; mask++) {
         float *outs[2] = {regc_test_dev_nan(be, (size_t)n), regc_test_dev_nan(be, (size_t)n)};
-        be->elementwise(be, &p, n, outs, ins, mask);
+        be->elementwise(be, &p, n, outs, ins, mask, 0u);
         assert_int_equal(be->sync(be), REGC_OK);
         for (int k = 0; k < 2; k++) {
             char what[64];
@@ -357,6 +361,84 @@ static void test_bf16_chain_outputs(void **state)
                                                want[k], (size_t)n);
         }
     }
+    regc_test_release_all();
+}
+
+/* A chain reading inputs held in bf16 (a full one, a bias of period COLS,
+ * a row statistic of inner COLS), in every combination, at two threads
+ * and one: the bits of the same chain reading the fp32 values they hold.
+ * And the program of no steps converts: fp32 to bf16 is the fp32 value
+ * rounded, bf16 to fp32 its value exactly. */
+static void test_bf16_chain_inputs(void **state)
+{
+    (void)state;
+    const int64_t n = ROWS * COLS;
+    regc_ew_program p = {.n_inputs = 3, .n_steps = 3, .n_outputs = 2};
+    p.period[1] = COLS, p.inner[2] = COLS;
+    p.steps[0] = (regc_ew_step){.op = REGC_EW_ADD, .a = 0, .b = 1};
+    p.steps[1] = (regc_ew_step){.op = REGC_EW_SILU, .a = 3};
+    p.steps[2] = (regc_ew_step){.op = REGC_EW_MUL, .a = 4, .b = 2};
+    p.out_reg[0] = 5, p.out_reg[1] = 3;
+    const size_t len[3] = {(size_t)n, COLS, ROWS};
+    float *h[3];
+    uint16_t *h16[3];
+    for (int i = 0; i < 3; i++) { /* values bf16 holds exactly */
+        h[i] = regc_test_host_uniform(len[i], 35001 + (uint64_t)i, 0.0f, 3.0f);
+        h16[i] = to_bf16(h[i], len[i]);
+        for (size_t j = 0; j < len[i]; j++)
+            h[i][j] = regc_bf16_value(h16[i][j]);
+    }
+    regc_backend *const bes[2] = {be, serial};
+    for (int t = 0; t < 2; t++) {
+        regc_backend *d = bes[t];
+        const float *wide[3], *half[3];
+        for (int i = 0; i < 3; i++) {
+            wide[i] = regc_test_upload(d, h[i], len[i]);
+            half[i] = (const float *)upload16(d, h16[i], len[i]);
+        }
+        float *ref[2] = {regc_test_dev_nan(d, (size_t)n), regc_test_dev_nan(d, (size_t)n)};
+        d->elementwise(d, &p, n, ref, wide, 0u, 0u);
+        float *want[2] = {regc_test_download(d, ref[0], (size_t)n),
+                          regc_test_download(d, ref[1], (size_t)n)};
+        for (unsigned mask = 1; mask < 8; mask++) {
+            const float *ins[3];
+            for (int i = 0; i < 3; i++)
+                ins[i] = mask >> i & 1u ? half[i] : wide[i];
+            float *outs[2] = {regc_test_dev_nan(d, (size_t)n), regc_test_dev_nan(d, (size_t)n)};
+            d->elementwise(d, &p, n, outs, ins, 0u, mask);
+            assert_int_equal(d->sync(d), REGC_OK);
+            for (int k = 0; k < 2; k++) {
+                char what[80];
+                snprintf(what, sizeof what, "chain output %d, inputs in bf16 %u, %s", k, mask,
+                         t ? "one thread" : "two threads");
+                regc_test_assert_bitwise_equal(what, regc_test_download(d, outs[k], (size_t)n),
+                                               want[k], (size_t)n);
+            }
+        }
+        /* the conversions */
+        const regc_ew_program convert = {.n_inputs = 1, .n_outputs = 1, .out_reg = {0}};
+        float *hx = regc_test_host_uniform((size_t)n, 35011, 0.0f, 3.0f);
+        const float *x[1] = {regc_test_upload(d, hx, (size_t)n)};
+        float *narrow[1] = {regc_test_dev_nan(d, (size_t)n)};
+        d->elementwise(d, &convert, n, narrow, x, 1u, 0u);
+        float *widened[1] = {regc_test_dev_nan(d, (size_t)n)};
+        d->elementwise(d, &convert, n, widened, (const float *const *)narrow, 0u, 1u);
+        assert_int_equal(d->sync(d), REGC_OK);
+        expect_rounded("fp32 to bf16", download16(d, (const uint16_t *)narrow[0], (size_t)n), n, hx,
+                       n, 1, n);
+        float *back = regc_test_download(d, widened[0], (size_t)n);
+        for (int64_t j = 0; j < n; j++)
+            if (regc_float_to_bits(back[j]) != (uint32_t)regc_bf16_bits(hx[j]) << 16)
+                fail_msg("bf16 to fp32: element %lld is %.9g, not %.9g rounded", (long long)j,
+                         (double)back[j], (double)hx[j]);
+        /* an output over an input held in bf16 is refused */
+        d->elementwise(d, &convert, n, (float *const *)narrow, (const float *const *)narrow, 0u,
+                       1u);
+        assert_int_not_equal(d->sync(d), REGC_OK);
+        assert_non_null(strstr(regc_error_message(), "overwrites input 0, held in bf16"));
+    }
+    for (int i = 0; i < 3; i++)
+        free(h16[i]);
     regc_test_release_all();
 }
 
@@ -392,6 +474,7 @@ int main(void)
         regc_test_with_buffers(test_bf16_storage_refusals),
         regc_test_with_buffers(test_bf16_norm_outputs),
         regc_test_with_buffers(test_bf16_chain_outputs),
+        regc_test_with_buffers(test_bf16_chain_inputs),
         regc_test_with_buffers(test_bf16_dlogits),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -98,7 +98,7 @@ static void test_bias_add_gelu_chain(void **state)
             be->gelu_fwd(be, h_ref, pre_ref, (int64_t)n);
             float *outs[2] = {pre, h};
             const float *ins[2] = {x, bias};
-            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0, 0u);
             expect_same(be, "bias_add+gelu pre", s, pre, pre_ref, n);
             expect_same(be, "bias_add+gelu h", s, h, h_ref, n);
         }
@@ -127,7 +127,7 @@ static void test_swiglu_chain_two_outputs(void **state)
             be->mul(be, h_ref, a_ref, up, (int64_t)n);
             float *outs[2] = {h, a};
             const float *ins[2] = {gate, up};
-            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0, 0u);
             expect_same(be, "swiglu h", s, h, h_ref, n);
             expect_same(be, "swiglu silu", s, a, a_ref, n);
         }
@@ -161,7 +161,7 @@ static void test_swiglu_backward_chain(void **state)
             float *dup = regc_test_dev_nan(be, n), *dgate = regc_test_dev_nan(be, n);
             float *outs[2] = {dup, dgate};
             const float *ins[3] = {dh, gate, up};
-            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0, 0u);
             expect_same(be, "swiglu bwd dup", s, dup, dup_ref, n);
             expect_same(be, "swiglu bwd dgate", s, dgate, dgate_ref, n);
         }
@@ -189,7 +189,7 @@ static void test_gelu_bwd_then_scale(void **state)
             float *dx = regc_test_dev_nan(be, n);
             float *outs[1] = {dx};
             const float *ins[2] = {dy, x};
-            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0, 0u);
             expect_same(be, "gelu_bwd+scale", s, dx, ref, n);
         }
 }
@@ -215,7 +215,7 @@ static void test_relu_bwd_chain(void **state)
             be->relu_bwd(be, ref, dy, x, (int64_t)n);
             float *outs[1] = {dx};
             const float *ins[2] = {dy, x};
-            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0, 0u);
             expect_same(be, "relu_bwd", s, dx, ref, n);
         }
 }
@@ -278,7 +278,7 @@ static void test_every_op_in_one_chain(void **state)
             for (int k = 0; k < 4; k++)
                 outs[k] = regc_test_dev_nan(be, un);
             const float *ins[2] = {x, v};
-            be->elementwise(be, &p, n, outs, ins, 0);
+            be->elementwise(be, &p, n, outs, ins, 0, 0u);
             for (int k = 0; k < 4; k++) {
                 char what[32];
                 snprintf(what, sizeof what, "every op, output %d", k);
@@ -312,7 +312,7 @@ static void test_in_place(void **state)
             float *copy = regc_test_dev_nan(be, n);
             float *outs[2] = {x, copy};
             const float *ins[2] = {x, bias};
-            be->elementwise(be, &p, (int64_t)n, outs, ins, 0);
+            be->elementwise(be, &p, (int64_t)n, outs, ins, 0, 0u);
             expect_same(be, "in place result", s, x, ref, n);
             expect_same(be, "in place pass-through", s, copy, x_orig, n);
         }
@@ -336,7 +336,7 @@ static void test_chain_independent_of_threads(void **state)
         float *y = regc_test_dev_nan(be, (size_t)n);
         float *outs[1] = {y};
         const float *ins[2] = {x, bias};
-        be->elementwise(be, &p, n, outs, ins, 0);
+        be->elementwise(be, &p, n, outs, ins, 0, 0u);
         res[t] = regc_test_download(be, y, (size_t)n);
     }
     regc_test_assert_bitwise_equal("bias_add+gelu_erf, 1 vs 2 threads", res[0], res[1], (size_t)n);
@@ -354,7 +354,7 @@ static void expect_refused(const regc_ew_program *p, int status, const char *nee
     float *outs[REGC_EW_MAX_OUTPUTS] = {y, y, y, y};
     const float *ins[REGC_EW_MAX_INPUTS] = {x, x, x, x, x, x, x, x};
     regc_error_clear();
-    be->elementwise(be, p, 16, outs, ins, 0);
+    be->elementwise(be, p, 16, outs, ins, 0, 0u);
     assert_int_equal(be->sync(be), status);
     if (!strstr(regc_error_message(), needle))
         fail_msg("message \"%s\" does not mention \"%s\"", regc_error_message(), needle);

@@ -5,7 +5,8 @@
  * the stack, so each step is a loop that vectorises and the intermediate
  * values never leave L1. Each step calls the same per-element function as
  * its single kernel (kernel_math.h), so the chain is bit-identical to the
- * kernels run one by one. */
+ * kernels run one by one. An input or output may be held in bf16: read
+ * widened, written rounded, each element alone. */
 #include "cpu_kernels.h"
 #include "kernel_checks.h"
 #include "regc_common.h"
@@ -50,9 +51,9 @@ static void ew_apply(const regc_ew_step *st, float *restrict d, const float *res
 }
 
 void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
-                          const float *const *in, unsigned out_bf16)
+                          const float *const *in, unsigned out_bf16, unsigned in_bf16)
 {
-    int status = regc_ew_check(p, n, out, in, out_bf16);
+    int status = regc_ew_check(p, n, out, in, out_bf16, in_bf16);
     if (status != REGC_OK) {
         regc_cpu_set_failure(be, status);
         return;
@@ -84,9 +85,12 @@ void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
         for (int i = 0; i < n_in; i++) {
             const int64_t period = p->period[i];
             const int64_t start = period > 0 ? e0 % period : e0;
-            if (p->inner[i] > 1) { /* a row's statistic: each value over inner elements */
+            if (p->inner[i] > 1 || (in_bf16 >> i & 1u)) {
+                /* a row's statistic (each value over inner elements), or
+                 * bf16 values widened */
+                const int bf16 = (int)(in_bf16 >> i & 1u);
                 for (int64_t j = 0; j < len; j++)
-                    buf[i][j] = in[i][regc_ew_index(p, i, e0 + j)];
+                    buf[i][j] = regc_load_f32_or_bf16(in[i], bf16, regc_ew_index(p, i, e0 + j));
                 reg[i] = buf[i];
                 continue;
             }

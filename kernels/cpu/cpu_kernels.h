@@ -280,7 +280,7 @@ void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n);
 
 void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
-                          const float *const *in, unsigned out_bf16);
+                          const float *const *in, unsigned out_bf16, unsigned in_bf16);
 void regc_cpu_add_layernorm_fwd(regc_backend *be, float *sum, void *y, float *mean, float *rstd,
                                 const float *a, const float *b, const float *w, const float *bias,
                                 int64_t rows, int64_t cols, float eps, int y_bf16);

@@ -248,20 +248,22 @@ typedef struct {
     float *out[REGC_EW_MAX_OUTPUTS];     /* out[k]: [n] */
     const float *in[REGC_EW_MAX_INPUTS]; /* in[i]: [n], or [period[i]] */
     unsigned out_bf16;                   /* bit k: out[k] holds bf16 values */
+    unsigned in_bf16;                    /* bit i: in[i] holds bf16 values */
 } cuda_ew_args;
 
 __global__ void cuda_elementwise_kernel(const __grid_constant__ cuda_ew_args args, int64_t n)
 {
     CUDA_GRID_LOOP(e, n)
     {
-        cuda_body_elementwise(e, &args.program, args.out, args.in, args.out_bf16);
+        cuda_body_elementwise(e, &args.program, args.out, args.in, args.out_bf16, args.in_bf16);
     }
 }
 
 static void cuda_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n,
-                             float *const *out, const float *const *in, unsigned out_bf16)
+                             float *const *out, const float *const *in, unsigned out_bf16,
+                             unsigned in_bf16)
 {
-    if (regc_ew_check(p, n, out, in, out_bf16) != REGC_OK) {
+    if (regc_ew_check(p, n, out, in, out_bf16, in_bf16) != REGC_OK) {
         cuda_note_failure(be, regc_error_message());
         return;
     }
@@ -270,7 +272,7 @@ static void cuda_elementwise(regc_backend *be, const regc_ew_program *p, int64_t
     cuda_ew_args args;
     memset(&args, 0, sizeof args);
     args.program = *p;
-    args.out_bf16 = out_bf16;
+    args.out_bf16 = out_bf16, args.in_bf16 = in_bf16;
     for (int k = 0; k < p->n_outputs; k++)
         args.out[k] = out[k];
     for (int i = 0; i < p->n_inputs; i++)

@@ -182,13 +182,14 @@ static inline REGC_HD void cuda_body_sum_rows(int64_t c, float *out, const float
 
 static inline REGC_HD void cuda_body_elementwise(int64_t e, const regc_ew_program *p,
                                                  float *const *out, const float *const *in,
-                                                 unsigned out_bf16)
+                                                 unsigned out_bf16, unsigned in_bf16)
 /* out[k]: [n], bf16 values where bit k of out_bf16 is set; in[i]: [n], or
- * fewer when broadcast (regc_ew_index) */
+ * fewer when broadcast (regc_ew_index), bf16 values where bit i of in_bf16
+ * is set */
 {
     float reg[CUDA_EW_MAX_REGS];
     for (int i = 0; i < p->n_inputs; i++)
-        reg[i] = in[i][regc_ew_index(p, i, e)];
+        reg[i] = regc_load_f32_or_bf16(in[i], (int)(in_bf16 >> i & 1u), regc_ew_index(p, i, e));
     for (int s = 0; s < p->n_steps; s++) {
         const regc_ew_step *st = &p->steps[s];
         /* a one-operand op's b is unchecked: never index with it */
