@@ -20,13 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "regc_backend.h"
-
-#if defined(__CUDACC__)
-#define REGC_HD __host__ __device__
-#else
-#define REGC_HD
-#endif
+#include "regc_backend.h" /* and REGC_HD */
 
 /* ---- bits */
 
@@ -373,18 +367,6 @@ static inline REGC_HD float regc_ew_eval(const regc_ew_step *st, float a, float 
         REGC_EW_OPS(REGC_EW_CASE)
 #undef REGC_EW_CASE
     default: return a; /* refused before any element is read */
-    }
-}
-
-/* Does an op read its second operand? */
-static inline REGC_HD int regc_ew_binary(int op)
-{
-    switch (op) {
-#define REGC_EW_CASE(id, name, arity, costly, f)                                                   \
-    case REGC_EW_##id: return arity == 2;
-        REGC_EW_OPS(REGC_EW_CASE)
-#undef REGC_EW_CASE
-    default: return 0;
     }
 }
 

@@ -141,7 +141,8 @@ typedef struct {
     X(TANH_BWD, "tanh_bwd", 2, 0, regc_tanh_dy(a, b)) /* b = y = tanh x */                         \
     X(RSQRT, "rsqrt", 1, 1, regc_rsqrtf(a))                                                        \
     X(POW, "pow", 1, 1, regc_powf(a, v))                                                           \
-    X(MASKED_FILL, "masked_fill", 2, 0, regc_masked_fillf(v, a, b)) /* b = the mask */
+    X(MASKED_FILL, "masked_fill", 2, 0, regc_masked_fillf(v, a, b)) /* b = the mask */             \
+    X(ROUND_BF16, "round_bf16", 1, 0, regc_round_bf16(a))           /* as a bf16 slot holds it */
 
 typedef enum {
 #define REGC_EW_ENUM(id, name, arity, costly, f) REGC_EW_##id,
@@ -149,6 +150,25 @@ typedef enum {
 #undef REGC_EW_ENUM
         REGC_EW_COUNT
 } regc_ew_op;
+
+/* Functions the host and, compiled by nvcc, the GPU both call. */
+#if defined(__CUDACC__)
+#define REGC_HD __host__ __device__
+#else
+#define REGC_HD
+#endif
+
+/* Does an op read its second operand? */
+static inline REGC_HD int regc_ew_binary(int op)
+{
+    switch (op) {
+#define REGC_EW_CASE(id, name, arity, costly, f)                                                   \
+    case REGC_EW_##id: return arity == 2;
+        REGC_EW_OPS(REGC_EW_CASE)
+#undef REGC_EW_CASE
+    default: return 0;
+    }
+}
 
 typedef struct {
     uint8_t op;   /* regc_ew_op */

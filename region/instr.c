@@ -351,7 +351,9 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
                  in->accumulate ? " acc" : "", in->bf16 ? " bf16" : "");
     if (in->kernel == K_EMBED_BWD && in->accumulate)
         snprintf(buf + n, size - (size_t)n, "[acc]");
-    if (in->kernel == K_EW) {
+    if (in->kernel == K_EW && in->ew->n_steps == 0 && n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, "[to %s]", in->bf16_refs & 1u ? "bf16" : "fp32");
+    else if (in->kernel == K_EW) {
         for (int s = 0; s < in->ew->n_steps && n > 0 && (size_t)n + 1 < size; s++)
             n += snprintf(buf + n, size - (size_t)n, "%s%d", s ? " " : "[", in->ew->steps[s].op);
         if (n > 0 && (size_t)n + 1 < size)

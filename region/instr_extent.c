@@ -163,6 +163,7 @@ static void attention_rule(rule *r, int backward)
         r->e->required |= 1u << 8;
 }
 
+/* (a chain of no steps converts between fp32 and bf16) */
 static void ew_rule(rule *r)
 {
     const regc_instr *in = r->in;
@@ -171,7 +172,7 @@ static void ew_rule(rule *r)
         fail(r, "a fused chain without its program");
         return;
     }
-    if (p->n_inputs < 1 || p->n_inputs > REGC_EW_MAX_INPUTS || p->n_steps < 1 ||
+    if (p->n_inputs < 1 || p->n_inputs > REGC_EW_MAX_INPUTS || p->n_steps < 0 ||
         p->n_steps > REGC_EW_MAX_STEPS || p->n_outputs < 1 || p->n_outputs > REGC_EW_MAX_OUTPUTS) {
         fail(r, "fused chain counts out of range");
         return;

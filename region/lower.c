@@ -509,6 +509,7 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
     c.gemm_c = malloc(nn * sizeof(int)), c.fused_norm = malloc(nn * sizeof(int));
     c.embed_acc = malloc(nn * sizeof(int));
     r->ew = calloc(nn, sizeof *r->ew);
+    r->ew_cap = (int)nn;
     int rc = REGC_OK;
     if (!c.n_readers || !c.n_fwd_readers || !c.reader || !c.skip || !c.gemm_epi || !c.gemm_bias ||
         !c.gemm_aux || !c.gemm_bgrad || !c.gemm_c || !c.fused_norm || !c.embed_acc || !r->ew) {

@@ -210,8 +210,8 @@ typedef struct {
     int *in_slot, *out_slot, *dout_slot, *seed_slot, *din_slot; /* per formal, -1 if none */
     int n_fwd, n_bwd;
     regc_instr *fwd, *bwd;
-    int n_ew;
-    regc_ew_program *ew;   /* fused chains, pointed to by instructions */
+    int n_ew, ew_cap;
+    regc_ew_program *ew;   /* fused chains, pointed to by instructions: [ew_cap] */
     int64_t saved_bytes;   /* per instance */
     int64_t scratch_bytes; /* temporaries of one pass, planned */
     /* compile.recompute auto: every candidate's FLOPs per byte freed, for

@@ -394,6 +394,7 @@ int regc_region_read(regc_reader *rd, regc_compiled_region **out)
     }
     if (!rd->failed && !(r->ew = calloc((size_t)r->n_ew + 1, sizeof *r->ew)))
         rd->failed = 1;
+    r->ew_cap = r->n_ew + 1;
     for (int k = 0; k < r->n_ew && !rd->failed; k++)
         get_ew(rd, &r->ew[k]);
     if (!rd->failed) {

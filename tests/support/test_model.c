@@ -132,3 +132,54 @@ char *regc_test_program_dump(const regc_program *p)
     assert_int_equal(fclose(f), 0);
     return text;
 }
+
+regc_graph *regc_test_decompose(const regc_graph *g)
+{
+    regc_graph *h = regc_graph_new();
+    const int n_t = regc_graph_n_tensors(g);
+    int *map = malloc((size_t)n_t * sizeof *map);
+    assert_non_null(map);
+    assert_int_equal(regc_graph_copy_leaves(g, h, map), REGC_OK);
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        int in[REGC_MAX_IO], o[REGC_MAX_IO];
+        for (int k = 0; k < n->n_in; k++)
+            in[k] = map[n->in[k]];
+        if (n->op == REGC_OP_RMSNORM) { /* (x * rsqrt(mean(x^2) + eps)) * w */
+            int ms = regc_graph_mean_last(h, regc_graph_pow(h, in[0], 2.0f));
+            int r = regc_graph_rsqrt(h, regc_graph_add_scalar(h, ms, n->attrs.eps));
+            map[n->out[0]] = regc_graph_mul(h, regc_graph_mul(h, in[0], r), in[1]);
+            assert_true(map[n->out[0]] >= 0);
+            continue;
+        }
+        if (n->op == REGC_OP_LAYERNORM) { /* (d * rsqrt(mean(d^2) + eps)) * w + b */
+            int d = regc_graph_sub(h, in[0], regc_graph_mean_last(h, in[0]));
+            int var = regc_graph_mean_last(h, regc_graph_pow(h, d, 2.0f));
+            int r = regc_graph_rsqrt(h, regc_graph_add_scalar(h, var, n->attrs.eps));
+            map[n->out[0]] =
+                regc_graph_bias_add(h, regc_graph_mul(h, regc_graph_mul(h, d, r), in[1]), in[2]);
+            if (map[n->out[0]] < 0)
+                fail_msg("%s", regc_error_message());
+            continue;
+        }
+        if (n->op == REGC_OP_GELU) { /* (x/2) (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+            int inner = regc_graph_add(
+                h, in[0], regc_graph_scale(h, regc_graph_pow(h, in[0], 3.0f), 0.044715f));
+            int th = regc_graph_tanh(h, regc_graph_scale(h, inner, 0.7978845608f));
+            map[n->out[0]] = regc_graph_mul(h, regc_graph_scale(h, in[0], 0.5f),
+                                            regc_graph_add_scalar(h, th, 1.0f));
+            if (map[n->out[0]] < 0)
+                fail_msg("%s", regc_error_message());
+            continue;
+        }
+        const regc_tensor *y = regc_graph_tensor(g, n->out[0]);
+        assert_true(regc_graph_add_node(h, n->op, &n->attrs, n->n_in, in, n->n_out, o, y->ndim,
+                                        y->shape) >= 0);
+        for (int k = 0; k < n->n_out; k++)
+            map[n->out[k]] = o[k];
+    }
+    for (int i = 0; i < regc_graph_n_outputs(g); i++)
+        assert_int_equal(regc_graph_mark_output(h, map[regc_graph_output(g, i)]), REGC_OK);
+    free(map);
+    return h;
+}

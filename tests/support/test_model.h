@@ -36,6 +36,9 @@ regc_program *regc_test_compile(const char *preset, int64_t batch, int64_t seq,
                                 const regc_compile_options *co, int *status);
 /* regc_program_dump's text of p (malloc'd). */
 char *regc_test_program_dump(const regc_program *p);
+/* g with every RMSNorm, LayerNorm and tanh GELU written out op by op, as
+ * an exporter that knows no patterns would write them (a new graph). */
+regc_graph *regc_test_decompose(const regc_graph *g);
 
 /* What one training run reports: a loss per step, the compile's cache
  * hits and misses, and the device memory it held. */
