@@ -6,8 +6,12 @@
  *
  * Which instructions are the backward's: those that read what the loss's
  * seed made (the gradient flows from it), and the recomputations, with
- * everything they write. An activation the backward reads (a saved slot's,
- * or a value between layers that a layer's backward recomputes from)
+ * everything they write; and, after the first of them, those whose
+ * outputs only the backward reads, made from what they read (a value
+ * held in bf16, widened for a backward kernel; not a fill, which the
+ * forward may hold for the backward). Counting one of the forward's as the backward's only
+ * keeps buffers on the device: the copies follow the uses either way. An activation the backward
+ * reads (a saved slot's, or a value between layers that a layer's backward recomputes from)
  * qualifies when every forward use comes before every backward use, the
  * backward only reads it, it is no unit's gathered parameters, it holds at
  * least MIN_BYTES (a copy has a cost of its own), and something between
@@ -79,7 +83,37 @@ static char *backward_of(const regc_program *p)
             if (in->refs[k].buf >= 0 && regc_instr_writes(in, k))
                 tainted[in->refs[k].buf] = 1;
     }
-    free(tainted);
+    /* then, last to first, what runs inside the backward to serve it
+     * alone: an instruction after the first backward one whose outputs
+     * only the backward reads (a held bf16 value widened for a backward
+     * kernel reads nothing the gradient made) */
+    int first = 0;
+    while (first < p->n_instr && !bwd[first])
+        first++;
+    char *read = tainted, *fwd_read = calloc((size_t)p->n_bufs + 1, 1);
+    memset(read, 0, (size_t)p->n_bufs + 1);
+    if (!fwd_read) {
+        free(bwd), free(read);
+        return NULL;
+    }
+    for (int i = p->n_instr - 1; i > first; i--) {
+        const regc_instr *in = &p->instr[i];
+        int serves = !bwd[i], writes = 0, reads = 0;
+        for (int k = 0; k < in->n_refs && serves; k++) {
+            const int x = in->refs[k].buf;
+            if (x >= 0 && regc_instr_writes(in, k))
+                writes = 1, serves = read[x] && !fwd_read[x];
+            else if (x >= 0)
+                reads = 1;
+        }
+        bwd[i] |= serves && writes && reads;
+        for (int k = 0; k < in->n_refs; k++) {
+            const int x = in->refs[k].buf;
+            if (x >= 0 && !regc_instr_writes(in, k))
+                read[x] = 1, fwd_read[x] |= !bwd[i];
+        }
+    }
+    free(read), free(fwd_read);
     return bwd;
 }
 

@@ -80,9 +80,11 @@ typedef struct {
     regc_level level;         /* compile.level (default O1) */
     regc_precision precision; /* compile.precision (default fp32) */
     /* Under bf16, a tensor that only bf16 GEMMs read is held in bf16: half
-     * its bytes, the same bits (the GEMM rounds it anyway). 1 holds every
-     * tensor in fp32 instead: the reference that equality is checked
-     * against, and the memory it saves measured by. */
+     * its bytes, the same bits (the GEMM rounds it anyway); and a saved
+     * activation autocast keeps in bf16 is rounded where it is made and
+     * held so (region_bf16.c: the model's rounding, which changes bits).
+     * 1 holds every tensor in fp32 instead: bf16 only in the GEMMs'
+     * operands, and the memory the storage saves measured by. */
     int fp32_storage;
     /* compile.inline_back (default 1): stamp the compiled regions into one
      * flat step program; 0 runs the lazily-inlined program (prologue,

@@ -19,7 +19,9 @@
  *    none where the step fits, some halfway; below the least anything
  *    reaches, refused naming that least.
  *  - O0 (the lazy program) keeps its activations on the device, and the
- *    cache keys the choice. */
+ *    cache keys the choice.
+ *  - Under bf16, the saved values held in bf16 leave too: each widening
+ *    of one for a backward kernel reads the copy brought back. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -301,6 +303,52 @@ static void test_lazy_program_and_cache(void **state)
     free(dir);
 }
 
+/* ---- bf16: the values held in bf16 leave too ------------------------------- */
+
+/* Under bf16 a saved activation held in bf16 is widened into an fp32
+ * temporary right before a backward kernel that reads fp32 (attention,
+ * RoPE, a copy): that widening reads nothing the gradient made, and is the
+ * backward's all the same. Every such widening of a buffer a copy may move
+ * (64 KiB) reads the copy brought back. */
+static void test_bf16_values_leave(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_train_options o = base_options();
+        o.batch = 4, o.seq = 128; /* every held value reaches 64 KiB */
+        o.compile.precision = REGC_PRECISION_BF16, o.compile.offload_activation = 1;
+        regc_program *p = compile_as(presets[i], &o);
+        int first_back = -1, widened = 0;
+        for (int j = 0; j < p->n_instr && first_back < 0; j++)
+            if (p->instr[j].kernel == K_COPY_H2D)
+                first_back = j;
+        assert_true(first_back > 0);
+        for (int j = first_back; j < p->n_instr; j++) {
+            const regc_instr *in = &p->instr[j];
+            if (in->kernel != K_EW || in->ew->n_steps != 0 || !regc_instr_ref_bf16(in, 1))
+                continue;
+            const int b = in->refs[1].buf;
+            if (p->bufs[b].kind != BUF_ARENA || p->bufs[b].bytes < (64 << 10))
+                continue;
+            int writer = -1;
+            for (int w = 0; w < j; w++)
+                for (int k = 0; k < p->instr[w].n_refs; k++)
+                    if (p->instr[w].refs[k].buf == b && regc_instr_writes(&p->instr[w], k) &&
+                        p->instr[w].kernel != K_COMM_WAIT)
+                        writer = w;
+            if (writer < 0 || p->instr[writer].kernel != K_COPY_H2D)
+                fail_msg("%s: instruction %d widens buffer %d (%lld bytes), written by %s, not "
+                         "brought back",
+                         presets[i], j, b, (long long)p->bufs[b].bytes,
+                         writer < 0 ? "nothing" : regc_kernel_name(p->instr[writer].kernel));
+            widened++;
+        }
+        if (widened == 0)
+            fail_msg("%s: no value held in bf16 is widened in the backward", presets[i]);
+        regc_program_free(p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -309,6 +357,7 @@ int main(void)
         cmocka_unit_test(test_copies_in_their_places),
         cmocka_unit_test(test_budget_offloads_what_must_go),
         cmocka_unit_test(test_lazy_program_and_cache),
+        cmocka_unit_test(test_bf16_values_leave),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

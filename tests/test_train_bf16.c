@@ -138,14 +138,15 @@ static void test_bf16_tracks_fp32(void **state)
                       "%.7f\n",
                       arch, c->name, k, r32.loss[k], r16.loss[k], torch32[k], autocast[k]);
     double a = max_rel(r32.loss, torch32, steps), b = max_rel(r16.loss, r32.loss, steps);
-    double d = max_rel(r16.loss, autocast, steps);
+    double d = max_rel(r16.loss, autocast, steps), e = max_rel(r16_wide.loss, autocast, steps);
     print_message("%s %s: %d steps, pytorch autocast vs fp32 g = %.2e, tol = %gg + %g = %.2e\n"
                   "  (a) regc fp32 vs pytorch fp32     max rel %.2e (<= %.0e)\n"
                   "  (b) regc bf16 vs regc fp32        max rel %.2e = %.2fg\n"
                   "  (c) regc bf16 vs pytorch autocast max rel %.2e = %.2fg\n"
-                  "  (d) (b) at least %gg = %.2e\n",
+                  "  (d) (b) at least %gg = %.2e\n"
+                  "  (e) every tensor in fp32 vs pytorch autocast max rel %.2e = %.2fg\n",
                   arch, c->name, steps, g, TOL_GAPS, FP32_RTOL, tol, a, FP32_RTOL, b, b / g, d,
-                  d / g, ENGAGED_GAPS, ENGAGED_GAPS * g);
+                  d / g, ENGAGED_GAPS, ENGAGED_GAPS * g, e, e / g);
 
     expect_within(c->name, "regc's fp32 losses and PyTorch's", r32.loss, torch32, steps, FP32_RTOL);
     expect_within(c->name, "regc's bf16 losses and its fp32 ones", r16.loss, r32.loss, steps, tol);

@@ -143,13 +143,15 @@ const regc_option regc_option_table[] = {
      FIELD(train.compile.precision), OPT_SHOW_DEFAULT,
      "fp32, or bf16 mixed precision as torch.autocast does it for matrix products: every GEMM "
      "multiplies bf16-rounded operands with fp32 sums (AVX-512 BF16 on the CPU where present), "
-     "and what only those GEMMs read is held in bf16; weights, gradients, optimizer state, "
-     "norms, softmax and the loss stay fp32"},
+     "the saved activations autocast keeps in bf16 are rounded where made and held in bf16, and "
+     "so is what only those GEMMs read; weights, gradients, optimizer state, norms, softmax and "
+     "the loss stay fp32"},
     {"compile", "fp32_storage", "--fp32-storage", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.fp32_storage), OPT_SHOW_DEFAULT,
-     "under bf16, hold every tensor in fp32 (the same bits in more memory); off holds each tensor "
-     "that only bf16 GEMMs read in bf16: the norms' outputs, the MLP's activation, the logits' "
-     "gradient"},
+     "under bf16, hold every tensor in fp32 (bf16 only in the GEMMs' operands, in more memory); "
+     "off holds in bf16 the saved activations autocast keeps in bf16 (the projections' outputs, "
+     "attention's, the MLP's) and each tensor that only bf16 GEMMs read (the norms' outputs, the "
+     "logits' gradient)"},
     {"compile", "use_regional_compilation", "--regional", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.regional), OPT_SHOW_DEFAULT,
      "compile each distinct layer once and reuse it for every repeat"},
