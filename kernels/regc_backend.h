@@ -102,7 +102,16 @@ typedef struct {
     int n_head, n_kv_head, head_dim;
     int causal;  /* query i sees keys 0..i (requires tq == tk) */
     float scale; /* multiplies q.k, usually 1/sqrt(head_dim) */
+    /* the operands held in bf16 (regc_bf16_bits; their pointers then point
+     * to uint16_t), REGC_ATTN_*_BF16: each is read widened, exactly, and a
+     * bf16 out is stored rounded; every other operand is fp32 */
+    unsigned bf16;
 } regc_attn_shape;
+
+#define REGC_ATTN_Q_BF16 1u   /* q */
+#define REGC_ATTN_K_BF16 2u   /* k */
+#define REGC_ATTN_V_BF16 4u   /* v */
+#define REGC_ATTN_OUT_BF16 8u /* the forward's out, which the backward reads */
 
 /* A fused elementwise chain (the CPU form of a fused loop): a straight-line
  * program over per-element registers. Registers 0 .. n_inputs-1 hold the

@@ -72,7 +72,9 @@ int regc_instr_bf16_allowed(const regc_instr *in, int k)
     case K_CE_BWD: return k == 0;
     case K_ADD_LN_FWD:
     case K_ADD_RMS_FWD: return k == 1;
-    case K_EW: return k < in->n_refs; /* outputs and inputs */
+    case K_EW: return k < in->n_refs;                     /* outputs and inputs */
+    case K_ATTN_FWD: return k == 0 || (k >= 2 && k <= 4); /* out, q, k, v */
+    case K_ATTN_BWD: return (k >= 5 && k <= 7) || k == 9; /* q, k, v, out */
     case K_ALLGATHER: return k == 0;
     case K_COMM_WAIT: return k == 0 && in->d[1] == K_ALLGATHER;
     default: return 0;
@@ -183,6 +185,18 @@ void regc_instr_gemm(const regc_instr *in, void *const *p, regc_gemm *g)
                      .b_bf16 = regc_instr_ref_bf16(in, 2)};
 }
 
+/* An attention instruction's shape with its bf16 operands named: q, k and v
+ * at refs q_ref .. q_ref + 2, out at ref out_ref. */
+static regc_attn_shape attn_with_bf16(const regc_instr *in, int q_ref, int out_ref)
+{
+    regc_attn_shape s = in->attn;
+    s.bf16 = (regc_instr_ref_bf16(in, q_ref) ? REGC_ATTN_Q_BF16 : 0u) |
+             (regc_instr_ref_bf16(in, q_ref + 1) ? REGC_ATTN_K_BF16 : 0u) |
+             (regc_instr_ref_bf16(in, q_ref + 2) ? REGC_ATTN_V_BF16 : 0u) |
+             (regc_instr_ref_bf16(in, out_ref) ? REGC_ATTN_OUT_BF16 : 0u);
+    return s;
+}
+
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
 {
     const int64_t *d = in->d;
@@ -258,15 +272,19 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_UNARY:
     case K_BINARY: return run_unary(be, in, p);
-    case K_ATTN_FWD:
+    case K_ATTN_FWD: {
         NEED(attention_fwd);
-        be->attention_fwd(be, P(0), P(1), C(2), C(3), C(4), C(5), &in->attn);
+        const regc_attn_shape s = attn_with_bf16(in, 2, 0);
+        be->attention_fwd(be, P(0), P(1), C(2), C(3), C(4), C(5), &s);
         return REGC_OK;
-    case K_ATTN_BWD:
+    }
+    case K_ATTN_BWD: {
         NEED(attention_bwd);
+        const regc_attn_shape s = attn_with_bf16(in, 5, 9);
         be->attention_bwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), C(8), C(9), C(10),
-                          &in->attn);
+                          &s);
         return REGC_OK;
+    }
     case K_CE_FWD:
         NEED(cross_entropy_fwd);
         be->cross_entropy_fwd(be, P(0), P(1), C(2), I32(3), d[0], d[1]);

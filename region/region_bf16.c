@@ -36,17 +36,16 @@
  * does: a sum with it is fp32, as torch's type promotion makes it). Such
  * a value that the backward reads (a saved slot) is rounded to bf16 once,
  * where it is made, and held so: its writer stores bf16 where its kernel
- * can (a GEMM's C, a chain's output), else writes an fp32 temporary that a
- * chain of no steps then rounds into the slot; its readers read bf16 where
- * their kernel can (a bf16 GEMM's A or B, a chain's input), else a chain of
- * no steps widens it into an fp32 temporary first (attention, RoPE, a
- * copy). Every reader then sees the rounded value, forward and backward
- * alike, and only one instruction's widened copy is live at a time. A
- * value read by what autocast runs in fp32 (the norms, softmax, the loss)
- * stays fp32, as autocast's own upcast copy would be; so do temporaries
- * (nothing keeps them) and gradients. Unlike the storage above, this
- * changes bits: the model trains as under autocast; compile.fp32_storage
- * turns both off.
+ * can (a GEMM's C, a chain's output, attention's output), else writes an
+ * fp32 temporary that a chain of no steps then rounds into the slot; its
+ * readers read bf16 where their kernel can (a bf16 GEMM's A or B, a
+ * chain's input, attention's q, k, v and out), else a chain of no steps
+ * widens it into an fp32 temporary first (RoPE, a copy). Every reader then sees the rounded value,
+ * forward and backward alike, and only one instruction's widened copy is live at a time. A value
+ * read by what autocast runs in fp32 (the norms, softmax, the loss) stays fp32, as autocast's own
+ * upcast copy would be; so do temporaries (nothing keeps them) and gradients. Unlike the storage
+ * above, this changes bits: the model trains as under autocast; compile.fp32_storage turns both
+ * off.
  *
  * Under ZeRO-3 the compiler also names the parameters it gathers in bf16
  * (compile.c: those only matrix products read, in_bf16): their formal
@@ -234,8 +233,7 @@ static int runs_on_bf16(regc_kernel k)
 /* Does `in` read operand k held in bf16 itself? */
 static int reads_bf16(const regc_instr *in, int k)
 {
-    return in->refs[k].off % 8 == 0 && !regc_instr_writes(in, k) &&
-           regc_instr_bf16_allowed(in, k) && (in->kernel == K_GEMM || in->kernel == K_EW);
+    return in->refs[k].off % 8 == 0 && !regc_instr_writes(in, k) && regc_instr_bf16_allowed(in, k);
 }
 
 /* Does `in` write operand k in bf16 itself? */

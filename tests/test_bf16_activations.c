@@ -5,7 +5,8 @@
  *  - Which: in GPT-2, Llama, BERT and T5 every such saved value of a layer
  *    is held in bf16, what the norms or the loss read stays fp32, and the
  *    layer keeps fewer saved bytes than with compile.fp32_storage; every
- *    read of a held value reads bf16 or a copy widened from it.
+ *    read of a held value reads bf16 or a copy widened from it, and
+ *    attention reads its q, k, v and out, and writes its out, in bf16.
  *  - The same rounding however the step is compiled: op by op (O0) and
  *    fused (O1) give the same loss and gradients bit for bit, on GPT-2
  *    and on GPT-2 written out op by op (GELU as tanh and products, whose
@@ -101,6 +102,17 @@ static void test_saved_values_held_in_bf16(void **state)
                 if (!r->slots[s].bf16)
                     fail_msg("%s, %s: the saved output of forward instruction %d (%s) is fp32",
                              presets[m], r->name, j, regc_kernel_name(in->kernel));
+            }
+            /* attention reads q, k and v held in bf16 itself and writes
+             * its out so; its backward reads the four as they are held */
+            for (int j = 0; j < r->n_fwd + r->n_bwd; j++) {
+                const regc_instr *in = regc_region_instr(r, j);
+                const unsigned want = in->kernel == K_ATTN_FWD   ? 0x1du  /* out, q, k, v */
+                                      : in->kernel == K_ATTN_BWD ? 0x2e0u /* q, k, v, out */
+                                                                 : 0u;
+                if (want && (in->bf16_refs & want) != want)
+                    fail_msg("%s, %s: %s holds operands 0x%x in bf16, not 0x%x", presets[m],
+                             r->name, regc_kernel_name(in->kernel), (unsigned)in->bf16_refs, want);
             }
             /* every read of a held slot reads bf16 (or is the widening) */
             for (int j = 0; j < r->n_fwd + r->n_bwd; j++) {

@@ -13,6 +13,10 @@
  *   - a fused chain reading inputs held in bf16 (full, broadcast, a row's
  *     statistic) gives the bits of the chain reading their fp32 values,
  *     and the chain of no steps converts either way;
+ *   - attention reading q, k, v and out held in bf16 (all or some; GQA and
+ *     causal, T5's bias and its gradient; one thread or two) gives the bits
+ *     of attention reading their fp32 values, and its out in bf16 is the
+ *     fp32 out rounded;
  *   - what cannot hold: a C held in bf16 that accumulates, a bf16 operand
  *     of an fp32 GEMM, a bf16 chain output over one of its inputs, an
  *     output over a chain's bf16 input. */
@@ -466,6 +470,102 @@ static void test_bf16_dlogits(void **state)
     regc_test_release_all();
 }
 
+/* ---- attention ---------------------------------------------------------------- */
+
+/* n bf16 values widened, as fp32 device memory */
+static float *widened(regc_backend *d, const uint16_t *h16, size_t n)
+{
+    float *h = malloc((n + 1) * sizeof *h);
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = regc_bf16_value(h16[i]);
+    float *dev = regc_test_upload(d, h, n);
+    free(h);
+    return dev;
+}
+
+/* Attention reading q, k, v (and, backward, out) held in bf16 as `flags`
+ * names them gives the bits of attention reading their values widened into
+ * fp32, and writes out rounded where out is bf16. */
+static void check_attention_bf16(regc_backend *d, regc_attn_shape s, unsigned flags, int bias)
+{
+    const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s);
+    const size_t nl = (size_t)(s.batch * s.n_head * s.tq), nb = (size_t)(s.n_head * s.tq * s.tk);
+    uint16_t *h16[3] = {to_bf16(regc_test_host_uniform(nq, 35001, 0.0f, 1.0f), nq),
+                        to_bf16(regc_test_host_uniform(nkv, 35002, 0.0f, 1.0f), nkv),
+                        to_bf16(regc_test_host_uniform(nkv, 35003, 0.0f, 1.0f), nkv)};
+    const size_t n[3] = {nq, nkv, nkv};
+    const unsigned bit[3] = {REGC_ATTN_Q_BF16, REGC_ATTN_K_BF16, REGC_ATTN_V_BF16};
+    const float *x32[3], *x[3]; /* x: as the bf16 run reads them */
+    for (int i = 0; i < 3; i++) {
+        x32[i] = widened(d, h16[i], n[i]);
+        x[i] = flags & bit[i] ? (const float *)upload16(d, h16[i], n[i]) : x32[i];
+    }
+    const float *b =
+        bias ? regc_test_upload(d, regc_test_host_uniform(nb, 35004, 0.0f, 1.0f), nb) : NULL;
+    const float *dout = regc_test_upload(d, regc_test_host_uniform(nq, 35005, 0.0f, 1.0f), nq);
+    const int o16 = (flags & REGC_ATTN_OUT_BF16) != 0;
+
+    /* forward: the fp32 run, then the bf16 one */
+    regc_attn_shape s16 = s;
+    s16.bf16 = flags;
+    float *out32 = regc_test_dev_nan(d, nq), *lse32 = regc_test_dev_nan(d, nl);
+    float *out = regc_test_dev_nan(d, nq), *lse = regc_test_dev_nan(d, nl);
+    d->attention_fwd(d, out32, lse32, x32[0], x32[1], x32[2], b, &s);
+    d->attention_fwd(d, out, lse, x[0], x[1], x[2], b, &s16);
+    assert_int_equal(d->sync(d), REGC_OK);
+    float *h_out32 = regc_test_download(d, out32, nq);
+    regc_test_assert_bitwise_equal("attention lse", regc_test_download(d, lse, nl),
+                                   regc_test_download(d, lse32, nl), nl);
+    uint16_t *h_out16 = to_bf16(h_out32, nq);
+    if (o16)
+        expect_rounded("attention out", download16(d, (const uint16_t *)out, nq), 1, h_out32, 1, 1,
+                       (int64_t)nq);
+    else
+        regc_test_assert_bitwise_equal("attention out", regc_test_download(d, out, nq), h_out32,
+                                       nq);
+
+    /* backward: the fp32 run reads out's values as the bf16 run holds them */
+    const float *out_ref = o16 ? widened(d, h_out16, nq) : out32;
+    float *g32[4], *g[4];
+    const size_t gn[4] = {nq, nkv, nkv, nb};
+    for (int i = 0; i < 4; i++)
+        g32[i] = regc_test_dev_nan(d, gn[i]), g[i] = regc_test_dev_nan(d, gn[i]);
+    d->attention_bwd(d, g32[0], g32[1], g32[2], bias ? g32[3] : NULL, dout, x32[0], x32[1], x32[2],
+                     b, out_ref, lse32, &s);
+    d->attention_bwd(d, g[0], g[1], g[2], bias ? g[3] : NULL, dout, x[0], x[1], x[2], b, out, lse,
+                     &s16);
+    assert_int_equal(d->sync(d), REGC_OK);
+    static const char *const names[4] = {"attention dq", "attention dk", "attention dv",
+                                         "attention dbias"};
+    for (int i = 0; i < (bias ? 4 : 3); i++)
+        regc_test_assert_bitwise_equal(names[i], regc_test_download(d, g[i], gn[i]),
+                                       regc_test_download(d, g32[i], gn[i]), gn[i]);
+    for (int i = 0; i < 3; i++)
+        free(h16[i]);
+    free(h_out16);
+}
+
+static void test_bf16_attention(void **state)
+{
+    (void)state;
+    const unsigned all =
+        REGC_ATTN_Q_BF16 | REGC_ATTN_K_BF16 | REGC_ATTN_V_BF16 | REGC_ATTN_OUT_BF16;
+    /* GQA, causal, head_dim 19 (blocks and a tail); T5: a bias, tq != tk */
+    const regc_attn_shape gqa = {3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0};
+    const regc_attn_shape t5 = {3, 11, 29, 4, 4, 8, 0, 1.0f, 0};
+    for (int threads = 0; threads < 2; threads++) {
+        regc_backend *d = threads ? be : serial;
+        check_attention_bf16(d, gqa, all, 0);
+        check_attention_bf16(d, t5, all, 1);
+        /* each operand alone, and out without q (the bias gradient's rows) */
+        check_attention_bf16(d, gqa, REGC_ATTN_K_BF16, 0);
+        check_attention_bf16(d, t5, REGC_ATTN_OUT_BF16, 1);
+        check_attention_bf16(d, t5, REGC_ATTN_Q_BF16 | REGC_ATTN_V_BF16, 1);
+    }
+    regc_test_release_all();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +576,7 @@ int main(void)
         regc_test_with_buffers(test_bf16_chain_outputs),
         regc_test_with_buffers(test_bf16_chain_inputs),
         regc_test_with_buffers(test_bf16_dlogits),
+        regc_test_with_buffers(test_bf16_attention),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -148,12 +148,12 @@ static void test_attention_matches_naive(void **state)
 {
     (void)state;
     /* head_dim 19: two 8-wide blocks of the dot product plus a tail */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f}, 100, 0);
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f}, 200, 0);
-    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f}, 300, 0);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0}, 100, 0);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f, 0}, 200, 0);
+    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f, 0}, 300, 0);
     /* T5: scale 1 and a position bias, multi-threaded dbias over 3 batch rows */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f}, 600, 1);
-    check_attention_vs_naive((regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f}, 700, 1);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f, 0}, 600, 1);
+    check_attention_vs_naive((regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f, 0}, 700, 1);
 }
 
 /* GQA must equal ordinary attention with each kv head repeated for its
@@ -161,7 +161,7 @@ static void test_attention_matches_naive(void **state)
 static void test_attention_gqa_equals_repeated_heads(void **state)
 {
     (void)state;
-    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f};
+    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f, 0};
     regc_attn_shape mha = gqa;
     mha.n_kv_head = gqa.n_head;
     const int rep = gqa.n_head / gqa.n_kv_head, D = gqa.head_dim;
@@ -217,7 +217,7 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
 static void test_attention_causal_first_row_is_v0(void **state)
 {
     (void)state;
-    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f};
+    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f, 0};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     regc_test_attention_inputs(be, &s, 500, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
@@ -248,7 +248,7 @@ static void test_attention_without_keys(void **state)
     (void)state;
     regc_backend *d = regc_test_cpu_backend(2);
     assert_non_null(d);
-    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f};
+    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f, 0};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *q = regc_test_upload(d, regc_test_host_uniform(nq, 510, 0.0f, 1.0f), nq);
     float *dout = regc_test_upload(d, regc_test_host_uniform(nq, 511, 0.0f, 1.0f), nq);

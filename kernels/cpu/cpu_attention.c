@@ -6,7 +6,13 @@
  * probabilities from it, one head at a time per thread, keeping that head's
  * probabilities and score gradients (transposed) for dK and dV. Every
  * product runs as a row times a matrix, a block of columns at a time, with
- * sums in a fixed order. The bias gradient is the one T x T output. */
+ * sums in a fixed order. The bias gradient is the one T x T output.
+ *
+ * q, k, v and out may be held in bf16 (regc_attn_shape.bf16): a head's keys
+ * and values are widened, exactly, as they are transposed or into the
+ * thread's scratch, a query or output row likewise, so every product reads
+ * the fp32 values it would have read from an fp32 copy, and the bits are
+ * that copy's; a bf16 out is stored rounded. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -52,18 +58,35 @@ static int64_t cpu_attn_ld(int64_t tk)
     return (tk + CPU_ATTN_BLOCK - 1) / CPU_ATTN_BLOCK * CPU_ATTN_BLOCK;
 }
 
-/* xt[d, j] = x[j, d] for one head, its rows ld_x apart (xt: [D, ld], the
- * padding columns zero so a block past the last key reads finite values). */
-static void cpu_attn_transpose_head(float *restrict xt, const float *restrict x, int64_t ld_x,
-                                    int64_t tk, int D, int64_t ld)
+/* xt[d, j] = x[off + j * ld_x + d] for one head (x held in bf16 when bf16;
+ * xt: [D, ld], the padding columns zero so a block past the last key reads
+ * finite values). */
+static void cpu_attn_transpose_head(float *restrict xt, const float *x, int bf16, int64_t off,
+                                    int64_t ld_x, int64_t tk, int D, int64_t ld)
 {
     for (int d = 0; d < D; d++) {
         float *row = xt + (int64_t)d * ld; /* [ld] */
         for (int64_t j = 0; j < tk; j++)
-            row[j] = x[j * ld_x + d];
+            row[j] = regc_load_f32_or_bf16(x, bf16, off + j * ld_x + d);
         for (int64_t j = tk; j < ld; j++)
             row[j] = 0.0f;
     }
+}
+
+/* rows x[off + r * ld_x .. + D) for r < n_rows as fp32: where they are, or,
+ * x held in bf16, widened into buf ([n_rows, D]); *ld: their stride. */
+static const float *cpu_attn_rows(const float *x, int bf16, int64_t off, int64_t ld_x,
+                                  int64_t n_rows, int D, float *buf, int64_t *ld)
+{
+    if (!bf16) {
+        *ld = ld_x;
+        return x + off;
+    }
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int d = 0; d < D; d++)
+            buf[r * D + d] = regc_bf16_value(((const uint16_t *)x)[off + r * ld_x + d]);
+    *ld = D;
+    return buf;
 }
 
 /* s[j] = scale * (a . x_j) for j < n_keys, with xt the head transposed
@@ -130,7 +153,10 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
     const int H = s->n_head, D = s->head_dim, rep = s->n_head / s->n_kv_head;
     const int64_t tq = s->tq, tk = s->tk, ld = cpu_attn_ld(tk);
     const int64_t q_ld = (int64_t)H * D, kv_ld = (int64_t)s->n_kv_head * D;
-    const size_t stride = cpu_thread_stride((int64_t)D * ld + ld + D);
+    const int q16 = (s->bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s->bf16 & REGC_ATTN_K_BF16) != 0;
+    const int v16 = (s->bf16 & REGC_ATTN_V_BF16) != 0, o16 = (s->bf16 & REGC_ATTN_OUT_BF16) != 0;
+    const size_t stride =
+        cpu_thread_stride((int64_t)D * ld + ld + D + (v16 ? tk * D : 0) + (q16 ? D : 0));
     float *scratch = regc_cpu_get_scratch(be, (size_t)threads * stride * sizeof(float));
     if (!scratch)
         return;
@@ -141,21 +167,25 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
         float *kt = scratch + (size_t)omp_get_thread_num() * stride; /* [D, ld] */
         float *p = kt + (int64_t)D * ld;                             /* [ld] */
         float *acc = p + ld;                                         /* [D] */
+        float *v_wide = acc + D;                                     /* [tk, D] when v16 */
+        float *q_wide = v_wide + (v16 ? tk * D : 0);                 /* [D] when q16 */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int64_t b = task / H;
             const int h = (int)(task % H), g = h / rep;
             /* this head's keys and values: [tk, D] rows, kv_ld apart */
-            const float *kb = k + b * tk * kv_ld + (int64_t)g * D;
-            const float *vb = v + b * tk * kv_ld + (int64_t)g * D;
-            cpu_attn_transpose_head(kt, kb, kv_ld, tk, D, ld);
+            const int64_t kv_off = b * tk * kv_ld + (int64_t)g * D;
+            int64_t v_ld, q_row_ld;
+            cpu_attn_transpose_head(kt, k, k16, kv_off, kv_ld, tk, D, ld);
+            const float *vb = cpu_attn_rows(v, v16, kv_off, kv_ld, tk, D, v_wide, &v_ld);
             for (int64_t i = 0; i < tq; i++) {
-                const float *qi = q + (b * tq + i) * q_ld + (int64_t)h * D; /* [D] */
-                float *oi = out + (b * tq + i) * q_ld + (int64_t)h * D;     /* [D] */
+                const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
+                const float *qi = cpu_attn_rows(q, q16, row, q_ld, 1, D, q_wide, &q_row_ld);
                 float *lse_i = lse + (b * H + h) * tq + i;
                 const int64_t n_keys = s->causal ? i + 1 : tk;
                 if (n_keys == 0) { /* no key to attend to: define the output as zero */
-                    memset(oi, 0, (size_t)D * sizeof(float));
+                    for (int d = 0; d < D; d++)
+                        regc_store_f32_or_bf16(out, o16, row + d, 0.0f);
                     *lse_i = -INFINITY;
                     continue;
                 }
@@ -174,10 +204,10 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 for (int64_t j = 0; j < n_keys; j++)
                     sum += p[j];
                 memset(acc, 0, (size_t)D * sizeof(float));
-                cpu_attn_row_combine(acc, p, n_keys, vb, kv_ld, D);
+                cpu_attn_row_combine(acc, p, n_keys, vb, v_ld, D);
                 const float inv = (float)(1.0 / sum);
                 for (int d = 0; d < D; d++)
-                    oi[d] = acc[d] * inv;
+                    regc_store_f32_or_bf16(out, o16, row + d, acc[d] * inv);
                 *lse_i = mx + (float)regc_log(sum);
             }
         }
@@ -191,12 +221,15 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
  * probabilities are recomputed once more rather than kept: storing dS for
  * the whole batch would be the T x T per batch row this file avoids.
  * kt, vt: every (batch, kv head)'s keys and values transposed, [batch *
- * n_kv_head, D, ld]; p, dp: one row of [ld] per thread. */
+ * n_kv_head, D, ld]; per thread, rows of row_stride floats: p, dp [ld]
+ * each, and from `wide` a query row [D] where q is bf16, then an output
+ * row [D] where out is. */
 static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dout, const float *q,
                                 const float *out, const float *bias, const float *lse,
                                 const float *kt, const float *vt, float *rows, size_t row_stride,
-                                const regc_attn_shape *s)
+                                size_t wide, const regc_attn_shape *s)
 {
+    const int q16 = (s->bf16 & REGC_ATTN_Q_BF16) != 0, o16 = (s->bf16 & REGC_ATTN_OUT_BF16) != 0;
     const int H = s->n_head, D = s->head_dim, rep = H / s->n_kv_head;
     const int64_t tq = s->tq, tk = s->tk, ld = cpu_attn_ld(tk);
     const int64_t q_ld = (int64_t)H * D, head_size = (int64_t)D * ld;
@@ -207,6 +240,7 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
         float *dp = p + ld;                                          /* [ld] */
+        float *q_wide = p + wide, *o_wide = q_wide + (q16 ? D : 0);  /* [D] each, as needed */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int h = (int)(task / tq), g = h / rep;
@@ -217,9 +251,12 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
             const int64_t n_keys = s->causal ? i + 1 : tk;
             for (int64_t b = 0; b < s->batch; b++) {
                 const int64_t row = (b * tq + i) * q_ld + (int64_t)h * D;
-                const float *qi = q + row, *oi = out + row, *doi = dout + row; /* [D] each */
-                const float *kth = kt + (b * s->n_kv_head + g) * head_size;    /* [D, ld] */
-                const float *vth = vt + (b * s->n_kv_head + g) * head_size;    /* [D, ld] */
+                int64_t unused;
+                const float *qi = cpu_attn_rows(q, q16, row, q_ld, 1, D, q_wide, &unused);
+                const float *oi = cpu_attn_rows(out, o16, row, q_ld, 1, D, o_wide, &unused);
+                const float *doi = dout + row;                              /* [D] */
+                const float *kth = kt + (b * s->n_kv_head + g) * head_size; /* [D, ld] */
+                const float *vth = vt + (b * s->n_kv_head + g) * head_size; /* [D, ld] */
                 const float lse_i = lse[(b * H + h) * tq + i];
                 const float delta = cpu_dot(doi, oi, D);
                 cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, s->scale);
@@ -253,9 +290,15 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
      * summing over the query heads that share it, and the dq of those query
      * heads, so no two threads ever touch the same output. */
     const int64_t n_tasks = s->batch * Hkv, head_size = (int64_t)D * ld;
-    /* per thread: rows p, dp [ld] and, for one query head, P^T and dS^T
-     * [tk, tq] (T x T of one head, never of the batch) */
-    const size_t row_stride = cpu_thread_stride(2 * ld + 2 * tk * tq);
+    const int q16 = (s->bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s->bf16 & REGC_ATTN_K_BF16) != 0;
+    const int v16 = (s->bf16 & REGC_ATTN_V_BF16) != 0, o16 = (s->bf16 & REGC_ATTN_OUT_BF16) != 0;
+    /* per thread: rows p, dp [ld]; for one query head, P^T and dS^T [tk, tq]
+     * (T x T of one head, never of the batch); then what is widened from
+     * bf16: the kv head's keys [tk, D], the query head's rows [tq, D] (at
+     * least [D], the dbias pass's query row) and an output row [D] */
+    const size_t wide = (size_t)(2 * ld + 2 * tk * tq);
+    const size_t row_stride = cpu_thread_stride((int64_t)wide + (k16 ? tk * D : 0) +
+                                                (q16 ? (tq > 1 ? tq : 1) * D : 0) + (o16 ? D : 0));
     const size_t heads = (size_t)(n_tasks * head_size);
     /* one float more: a shape without keys still gets a buffer, and with it
      * the zeros it owes dq */
@@ -272,30 +315,38 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
         float *dp = p + ld;                                          /* [ld] */
         float *pt = dp + ld;                                         /* [tk, tq] */
         float *dst = pt + tk * tq;                                   /* [tk, tq] */
+        float *k_wide = p + wide;                                    /* [tk, D] when k16 */
+        float *q_wide = k_wide + (k16 ? tk * D : 0);                 /* [tq, D] when q16 */
+        float *o_wide = q_wide + (q16 ? (tq > 1 ? tq : 1) * D : 0);  /* [D] when o16 */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int64_t b = task / Hkv;
             const int g = (int)(task % Hkv);
-            /* this kv head's rows, [tk, D] each, kv_ld apart */
-            const float *kb = k + b * tk * kv_ld + (int64_t)g * D;
-            const float *vb = v + b * tk * kv_ld + (int64_t)g * D;
-            float *dkb = dk + b * tk * kv_ld + (int64_t)g * D;
-            float *dvb = dv + b * tk * kv_ld + (int64_t)g * D;
+            /* this kv head's rows, [tk, D] each, kv_ld apart (k's as fp32 in
+             * kb, k_ld apart) */
+            const int64_t kv_off = b * tk * kv_ld + (int64_t)g * D;
+            int64_t k_ld, q_head_ld, o_ld;
+            const float *kb = cpu_attn_rows(k, k16, kv_off, kv_ld, tk, D, k_wide, &k_ld);
+            float *dkb = dk + kv_off;
+            float *dvb = dv + kv_off;
             float *kth = kt + task * head_size, *vth = vt + task * head_size; /* [D, ld] */
-            cpu_attn_transpose_head(kth, kb, kv_ld, tk, D, ld);
-            cpu_attn_transpose_head(vth, vb, kv_ld, tk, D, ld);
+            cpu_attn_transpose_head(kth, k, k16, kv_off, kv_ld, tk, D, ld);
+            cpu_attn_transpose_head(vth, v, v16, kv_off, kv_ld, tk, D, ld);
             for (int64_t j = 0; j < tk; j++) {
                 memset(dkb + j * kv_ld, 0, (size_t)D * sizeof(float));
                 memset(dvb + j * kv_ld, 0, (size_t)D * sizeof(float));
             }
             for (int h = g * rep; h < (g + 1) * rep; h++) {
-                /* this query head's rows, [tq, D] each, q_ld apart */
-                const float *qh = q + b * tq * q_ld + (int64_t)h * D;
-                const float *doh = dout + b * tq * q_ld + (int64_t)h * D;
+                /* this query head's rows, [tq, D] each, q_ld apart (q's as
+                 * fp32 in qh, q_head_ld apart) */
+                const int64_t head_off = b * tq * q_ld + (int64_t)h * D;
+                const float *qh = cpu_attn_rows(q, q16, head_off, q_ld, tq, D, q_wide, &q_head_ld);
+                const float *doh = dout + head_off;
                 for (int64_t i = 0; i < tq; i++) {
-                    const float *qi = qh + i * q_ld, *doi = doh + i * q_ld;       /* [D] each */
-                    const float *oi = out + (b * tq + i) * q_ld + (int64_t)h * D; /* [D] */
-                    float *dqi = dq + (b * tq + i) * q_ld + (int64_t)h * D;       /* [D] */
+                    const float *qi = qh + i * q_head_ld, *doi = doh + i * q_ld; /* [D] each */
+                    const float *oi =
+                        cpu_attn_rows(out, o16, head_off + i * q_ld, q_ld, 1, D, o_wide, &o_ld);
+                    float *dqi = dq + head_off + i * q_ld; /* [D] */
                     const int64_t n_keys = s->causal ? i + 1 : tk;
                     const float lse_i = lse[(b * H + h) * tq + i];
                     const float delta = cpu_dot(doi, oi, D); /* rowsum(dO * O) */
@@ -317,13 +368,13 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                         dst[j * tq + i] = dp[j];
                     }
                     memset(dqi, 0, (size_t)D * sizeof(float));
-                    cpu_attn_row_combine(dqi, dp, n_keys, kb, kv_ld, D); /* dS K */
+                    cpu_attn_row_combine(dqi, dp, n_keys, kb, k_ld, D); /* dS K */
                 }
                 /* dK += dS^T Q and dV += P^T dO over the queries that see key j */
                 for (int64_t j = 0; j < tk; j++) {
                     const int64_t i0 = s->causal ? j : 0;
                     cpu_attn_row_combine(dkb + j * kv_ld, dst + j * tq + i0, tq - i0,
-                                         qh + i0 * q_ld, q_ld, D);
+                                         qh + i0 * q_head_ld, q_head_ld, D);
                     cpu_attn_row_combine(dvb + j * kv_ld, pt + j * tq + i0, tq - i0,
                                          doh + i0 * q_ld, q_ld, D);
                 }
@@ -331,5 +382,5 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
         }
     }
     if (dbias)
-        cpu_attention_dbias(be, dbias, dout, q, out, bias, lse, kt, vt, rows, row_stride, s);
+        cpu_attention_dbias(be, dbias, dout, q, out, bias, lse, kt, vt, rows, row_stride, wide, s);
 }

@@ -111,12 +111,27 @@ extern __shared__ float cuda_attn_smem[]; /* each kernel's tiles, carved below *
 
 /* ---- the pieces every kernel is built from */
 
-/* tile[r, d] = src[(row0 + r) * ld + d] for row0 + r < n_rows and d < D,
- * zero elsewhere, so padded rows and columns read as finite zeros (tile:
- * [ROWS, DM + 1]; src: [n_rows, D], rows ld apart). Consecutive threads take
- * consecutive d: the global reads coalesce. */
+/* Head `head`'s rows of a [batch, t, heads * D] tensor in batch row b,
+ * held in fp32, or in bf16 where bf16 (regc_attn_shape.bf16): element
+ * (r, d) at x[off + r * ld + d]. */
+struct cuda_head {
+    const void *x;
+    int64_t off, ld;
+    int bf16;
+};
+
+static __device__ __forceinline__ cuda_head cuda_head_of(const float *x, int bf16, int64_t b,
+                                                         int64_t t, int64_t ld, int head, int D)
+{
+    return cuda_head{x, b * t * ld + (int64_t)head * D, ld, bf16};
+}
+
+/* tile[r, d] = src(row0 + r, d) for row0 + r < n_rows and d < D, widened
+ * exactly where src is bf16, zero elsewhere, so padded rows and columns
+ * read as finite zeros (tile: [ROWS, DM + 1]; src: [n_rows, D]).
+ * Consecutive threads take consecutive d: the global reads coalesce. */
 template <int ROWS, int DM>
-static __device__ __forceinline__ void cuda_load_tile(float *tile, const float *src, int64_t ld,
+static __device__ __forceinline__ void cuda_load_tile(float *tile, const cuda_head &src,
                                                       int64_t row0, int64_t n_rows, int D)
 {
 #pragma unroll 4
@@ -124,7 +139,9 @@ static __device__ __forceinline__ void cuda_load_tile(float *tile, const float *
         const int r = e / DM, d = e % DM;
         const int64_t row = row0 + r;
         /* the padded offset r * (DM + 1) + d is e + r */
-        tile[e + r] = row < n_rows && d < D ? src[row * ld + d] : 0.0f;
+        tile[e + r] = row < n_rows && d < D
+                          ? regc_load_f32_or_bf16(src.x, src.bf16, src.off + row * src.ld + d)
+                          : 0.0f;
     }
 }
 
@@ -244,15 +261,6 @@ static __device__ __forceinline__ bool cuda_sees_key(int64_t i, int64_t j, int64
 static __device__ __forceinline__ float *cuda_own_element(float *tile, int ld)
 {
     return tile + (int)threadIdx.x / ATTN_SIDE * ld + (int)threadIdx.x % ATTN_SIDE;
-}
-
-/* Head `head`'s rows of a [batch, t, heads * D] tensor in batch row b:
- * [t, D], ld apart. */
-template <typename T>
-static __device__ __forceinline__ T *cuda_head_rows(T *x, int64_t b, int64_t t, int64_t ld,
-                                                    int head, int D)
-{
-    return x + b * t * ld + (int64_t)head * D;
 }
 
 /* A query-tile kernel's block: its first query row, batch row, head and

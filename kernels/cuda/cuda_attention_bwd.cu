@@ -6,33 +6,37 @@
 
 /* ---- backward */
 
-/* cpu_dot's sum: eight partial chains, then a fixed tree (a: [n], b: [n]) */
-static __device__ float cuda_dot_row(const float *a, const float *b, int n)
+/* cpu_dot's sum: eight partial chains, then a fixed tree (a: [n]; b: [n]
+ * from b_off, held in bf16 where b_bf16) */
+static __device__ float cuda_dot_row(const float *a, const float *b, int b_bf16, int64_t b_off,
+                                     int n)
 {
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     int d = 0;
     for (; d + 8 <= n; d += 8)
 #pragma unroll
         for (int u = 0; u < 8; u++)
-            acc[u] += a[d + u] * b[d + u];
+            acc[u] += a[d + u] * regc_load_f32_or_bf16(b, b_bf16, b_off + d + u);
     for (; d < n; d++)
-        acc[0] += a[d] * b[d];
+        acc[0] += a[d] * regc_load_f32_or_bf16(b, b_bf16, b_off + d);
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 /* delta[b, h, i] = rowsum(dout * out) over head_dim, one thread per row
- * (rows = batch * tq * n_head, in the layout of q). */
+ * (rows = batch * tq * n_head, in the layout of q); out held in bf16 where
+ * out_bf16, each value widened exactly. */
 static __global__ void cuda_attention_delta_kernel(float *delta,      /* [batch, n_head, tq] */
                                                    const float *dout, /* [batch, tq, n_head * D] */
                                                    const float *out,  /* [batch, tq, n_head * D] */
-                                                   int64_t rows, int64_t tq, int H, int D)
+                                                   int out_bf16, int64_t rows, int64_t tq, int H,
+                                                   int D)
 {
     const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* (b * tq + i) * H + h */
     if (row >= rows)
         return;
     const int h = (int)(row % H);
     const int64_t i = row / H % tq, b = row / H / tq;
-    delta[(b * H + h) * tq + i] = cuda_dot_row(dout + row * D, out + row * D, D);
+    delta[(b * H + h) * tq + i] = cuda_dot_row(dout + row * D, out, out_bf16, row * D, D);
 }
 
 /* p = exp(s - lse) and ds = p (dp - delta) of the thread's tile, s the
@@ -98,16 +102,18 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     float *p_own = cuda_own_element(ps, LDP), *ds_own = cuda_own_element(dss, LDP);
     const int ty = threadIdx.x / ATTN_SIDE, tx = threadIdx.x % ATTN_SIDE;
     const int H = s.n_head, Hkv = s.n_kv_head, D = s.head_dim, rep = H / Hkv;
+    const int q16 = (s.bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s.bf16 & REGC_ATTN_K_BF16) != 0;
+    const int v16 = (s.bf16 & REGC_ATTN_V_BF16) != 0;
     const int64_t tq = s.tq, tk = s.tk, q_ld = (int64_t)H * D, kv_ld = (int64_t)Hkv * D;
     const int n_kt = (int)((tk + BK - 1) / BK), blk = (int)blockIdx.x; /* as in the forward */
     const int64_t k0 = (int64_t)(blk % n_kt) * BK;
     const int g = blk / n_kt % Hkv;
     const int64_t b = blk / n_kt / Hkv;
-    const float *kh = cuda_head_rows(k, b, tk, kv_ld, g, D); /* [tk, D] */
-    const float *vh = cuda_head_rows(v, b, tk, kv_ld, g, D); /* [tk, D] */
+    const cuda_head kh = cuda_head_of(k, k16, b, tk, kv_ld, g, D); /* [tk, D] */
+    const cuda_head vh = cuda_head_of(v, v16, b, tk, kv_ld, g, D); /* [tk, D] */
 
-    cuda_load_tile<BK, DM>(ks, kh, kv_ld, k0, tk, D);
-    cuda_load_tile<BK, DM>(vs, vh, kv_ld, k0, tk, D);
+    cuda_load_tile<BK, DM>(ks, kh, k0, tk, D);
+    cuda_load_tile<BK, DM>(vs, vh, k0, tk, D);
     float dk_sum[RK][CD], dv_sum[RK][CD];
 #pragma unroll
     for (int r = 0; r < RK; r++)
@@ -117,8 +123,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     /* the first query tile holding a query that sees key k0 */
     const int64_t q_first = s.causal ? k0 / BQ * BQ : 0;
     for (int h = g * rep, h_end = h + rep; h < h_end; h++) {
-        const float *qh = cuda_head_rows(q, b, tq, q_ld, h, D);                  /* [tq, D] */
-        const float *doh = cuda_head_rows(dout, b, tq, q_ld, h, D);              /* [tq, D] */
+        const cuda_head qh = cuda_head_of(q, q16, b, tq, q_ld, h, D);            /* [tq, D] */
+        const cuda_head doh = cuda_head_of(dout, 0, b, tq, q_ld, h, D);          /* [tq, D] */
         const float *lse_h = lse + (b * H + h) * tq;                             /* [tq] */
         const float *delta_h = delta + (b * H + h) * tq;                         /* [tq] */
         const float *bh = bias ? bias + (int64_t)h * tq * tk : (const float *)0; /* [tq, tk] */
@@ -130,8 +136,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
                 dk_head[r][c] = dv_head[r][c] = 0.0f;
         for (int64_t q0 = q_first; q0 < tq; q0 += BQ) {
             __syncthreads(); /* the previous tiles are read (and K, V stored) */
-            cuda_load_tile<BQ, DM>(qs, qh, q_ld, q0, tq, D);
-            cuda_load_tile<BQ, DM>(dos, doh, q_ld, q0, tq, D);
+            cuda_load_tile<BQ, DM>(qs, qh, q0, tq, D);
+            cuda_load_tile<BQ, DM>(dos, doh, q0, tq, D);
             __syncthreads();
             float sc[RQ][CK], dp[RQ][CK];
             cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);
@@ -199,20 +205,22 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     float *ds_own = cuda_own_element(dss, LDP);
     const int ty = threadIdx.x / ATTN_SIDE, tx = threadIdx.x % ATTN_SIDE;
     const int H = s.n_head, D = s.head_dim;
+    const int q16 = (s.bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s.bf16 & REGC_ATTN_K_BF16) != 0;
+    const int v16 = (s.bf16 & REGC_ATTN_V_BF16) != 0;
     const int64_t tq = s.tq, tk = s.tk, q_ld = (int64_t)H * D, kv_ld = (int64_t)s.n_kv_head * D;
     const cuda_query_block blk = cuda_query_block_of<BQ>(s);
     const int64_t q0 = blk.q0, b = blk.b;
     const int h = blk.h;
-    const float *qh = cuda_head_rows(q, b, tq, q_ld, h, D);                  /* [tq, D] */
-    const float *doh = cuda_head_rows(dout, b, tq, q_ld, h, D);              /* [tq, D] */
-    const float *kh = cuda_head_rows(k, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
-    const float *vh = cuda_head_rows(v, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
+    const cuda_head qh = cuda_head_of(q, q16, b, tq, q_ld, h, D);            /* [tq, D] */
+    const cuda_head doh = cuda_head_of(dout, 0, b, tq, q_ld, h, D);          /* [tq, D] */
+    const cuda_head kh = cuda_head_of(k, k16, b, tk, kv_ld, blk.g, D);       /* [tk, D] */
+    const cuda_head vh = cuda_head_of(v, v16, b, tk, kv_ld, blk.g, D);       /* [tk, D] */
     const float *lse_h = lse + (b * H + h) * tq;                             /* [tq] */
     const float *delta_h = delta + (b * H + h) * tq;                         /* [tq] */
     const float *bh = bias ? bias + (int64_t)h * tq * tk : (const float *)0; /* [tq, tk] */
 
-    cuda_load_tile<BQ, DM>(qs, qh, q_ld, q0, tq, D);
-    cuda_load_tile<BQ, DM>(dos, doh, q_ld, q0, tq, D);
+    cuda_load_tile<BQ, DM>(qs, qh, q0, tq, D);
+    cuda_load_tile<BQ, DM>(dos, doh, q0, tq, D);
     float acc[RQ][CD];
 #pragma unroll
     for (int r = 0; r < RQ; r++)
@@ -222,8 +230,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const int64_t k_end = s.causal ? (tk < q0 + BQ ? tk : q0 + BQ) : tk;
     for (int64_t k0 = 0; k0 < k_end; k0 += BK) {
         __syncthreads(); /* the previous tiles are read (and Q, dO stored) */
-        cuda_load_tile<BK, DM>(ks, kh, kv_ld, k0, tk, D);
-        cuda_load_tile<BK, DM>(vs, vh, kv_ld, k0, tk, D);
+        cuda_load_tile<BK, DM>(ks, kh, k0, tk, D);
+        cuda_load_tile<BK, DM>(vs, vh, k0, tk, D);
         __syncthreads();
         float sc[RQ][CK], dp[RQ][CK];
         cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);
@@ -276,6 +284,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     float *vs = ks + BK * LD;   /* [BK, LD] */
     const int ty = threadIdx.x / ATTN_SIDE, tx = threadIdx.x % ATTN_SIDE;
     const int H = s.n_head, D = s.head_dim;
+    const int q16 = (s.bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s.bf16 & REGC_ATTN_K_BF16) != 0;
+    const int v16 = (s.bf16 & REGC_ATTN_V_BF16) != 0;
     const int64_t tq = s.tq, tk = s.tk, q_ld = (int64_t)H * D, kv_ld = (int64_t)s.n_kv_head * D;
     const int n_kt = (int)((tk + BK - 1) / BK), n_qt = (int)((tq + BQ - 1) / BQ);
     const int blk = (int)blockIdx.x; /* as in the forward */
@@ -295,10 +305,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const int64_t n_batch = s.causal && k0 > q0 + BQ - 1 ? 0 : s.batch;
     for (int64_t b = 0; b < n_batch; b++) {
         __syncthreads(); /* the previous batch row's tiles are read */
-        cuda_load_tile<BQ, DM>(qs, cuda_head_rows(q, b, tq, q_ld, h, D), q_ld, q0, tq, D);
-        cuda_load_tile<BQ, DM>(dos, cuda_head_rows(dout, b, tq, q_ld, h, D), q_ld, q0, tq, D);
-        cuda_load_tile<BK, DM>(ks, cuda_head_rows(k, b, tk, kv_ld, g, D), kv_ld, k0, tk, D);
-        cuda_load_tile<BK, DM>(vs, cuda_head_rows(v, b, tk, kv_ld, g, D), kv_ld, k0, tk, D);
+        cuda_load_tile<BQ, DM>(qs, cuda_head_of(q, q16, b, tq, q_ld, h, D), q0, tq, D);
+        cuda_load_tile<BQ, DM>(dos, cuda_head_of(dout, 0, b, tq, q_ld, h, D), q0, tq, D);
+        cuda_load_tile<BK, DM>(ks, cuda_head_of(k, k16, b, tk, kv_ld, g, D), k0, tk, D);
+        cuda_load_tile<BK, DM>(vs, cuda_head_of(v, v16, b, tk, kv_ld, g, D), k0, tk, D);
         __syncthreads();
         float sc[RQ][CK], dp[RQ][CK];
         cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);
@@ -399,7 +409,8 @@ static void cuda_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv
         if (!delta)
             return;
         cuda_attention_delta_kernel<<<cuda_blocks_for(rows), CUDA_THREADS, 0, cuda_stream(be)>>>(
-            delta, dout, out, rows, s->tq, s->n_head, s->head_dim);
+            delta, dout, out, (s->bf16 & REGC_ATTN_OUT_BF16) != 0, rows, s->tq, s->n_head,
+            s->head_dim);
         cuda_note(be, cudaGetLastError(), "attention_bwd delta");
     }
     const int D = s->head_dim;

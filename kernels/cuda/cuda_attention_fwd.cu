@@ -10,7 +10,8 @@
  * longest blocks first. */
 template <int DM, int BQ, int BK>
 static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
-    cuda_attention_fwd_kernel(float *out,        /* [batch, tq, n_head * D] */
+    cuda_attention_fwd_kernel(float *out,        /* [batch, tq, n_head * D]; q, k, v and out
+                                                    held in bf16 as s.bf16 names them */
                               float *lse,        /* [batch, n_head, tq] */
                               const float *q,    /* [batch, tq, n_head * D] */
                               const float *k,    /* [batch, tk, n_kv_head * D] */
@@ -27,16 +28,18 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     float *p_own = cuda_own_element(ps, LDP);
     const int ty = threadIdx.x / ATTN_SIDE, tx = threadIdx.x % ATTN_SIDE;
     const int H = s.n_head, D = s.head_dim;
+    const int q16 = (s.bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s.bf16 & REGC_ATTN_K_BF16) != 0;
+    const int v16 = (s.bf16 & REGC_ATTN_V_BF16) != 0, o16 = (s.bf16 & REGC_ATTN_OUT_BF16) != 0;
     const int64_t tq = s.tq, tk = s.tk, q_ld = (int64_t)H * D, kv_ld = (int64_t)s.n_kv_head * D;
     const cuda_query_block blk = cuda_query_block_of<BQ>(s);
     const int64_t q0 = blk.q0, b = blk.b;
     const int h = blk.h;
-    const float *qh = cuda_head_rows(q, b, tq, q_ld, h, D);                  /* [tq, D] */
-    const float *kh = cuda_head_rows(k, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
-    const float *vh = cuda_head_rows(v, b, tk, kv_ld, blk.g, D);             /* [tk, D] */
+    const cuda_head qh = cuda_head_of(q, q16, b, tq, q_ld, h, D);            /* [tq, D] */
+    const cuda_head kh = cuda_head_of(k, k16, b, tk, kv_ld, blk.g, D);       /* [tk, D] */
+    const cuda_head vh = cuda_head_of(v, v16, b, tk, kv_ld, blk.g, D);       /* [tk, D] */
     const float *bh = bias ? bias + (int64_t)h * tq * tk : (const float *)0; /* [tq, tk] */
 
-    cuda_load_tile<BQ, DM>(qs, qh, q_ld, q0, tq, D);
+    cuda_load_tile<BQ, DM>(qs, qh, q0, tq, D);
     float o[RQ][CD], m[RQ];
     double l[RQ]; /* the CPU sums each row in double */
 #pragma unroll
@@ -51,8 +54,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const int64_t k_end = s.causal ? (tk < q0 + BQ ? tk : q0 + BQ) : tk;
     for (int64_t k0 = 0; k0 < k_end; k0 += BK) {
         __syncthreads(); /* the previous tiles are read (and the Q tile stored) */
-        cuda_load_tile<BK, DM>(ks, kh, kv_ld, k0, tk, D);
-        cuda_load_tile<BK, DM>(vs, vh, kv_ld, k0, tk, D);
+        cuda_load_tile<BK, DM>(ks, kh, k0, tk, D);
+        cuda_load_tile<BK, DM>(vs, vh, k0, tk, D);
         __syncthreads();
         float sc[RQ][CK];
         cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);
@@ -110,7 +113,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
         const int64_t i = q0 + ty + ATTN_SIDE * r;
         if (i >= tq)
             continue;
-        float *oi = out + (b * tq + i) * q_ld + (int64_t)h * D; /* [D] */
+        const int64_t oi = (b * tq + i) * q_ld + (int64_t)h * D; /* out's row: [D] */
         /* l is at least 1 once a key is seen (the maximum's own exp(0)) */
         const bool seen = l[r] > 0.0;
         const float inv = seen ? (float)(1.0 / l[r]) : 0.0f;
@@ -118,7 +121,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
         for (int c = 0; c < CD; c++) {
             const int d = tx + ATTN_SIDE * c;
             if (d < D)
-                oi[d] = seen ? o[r][c] * inv : 0.0f;
+                regc_store_f32_or_bf16(out, o16, oi + d, seen ? o[r][c] * inv : 0.0f);
         }
         if (tx == 0)
             lse[(b * H + h) * tq + i] = seen ? m[r] + (float)regc_log(l[r]) : -INFINITY;
