@@ -370,9 +370,10 @@ struct regc_backend {
     /* rotary embedding, HF Llama's rotate_half: x, y [batch, t, n_head * head_dim],
      * cos, sin [t, head_dim / 2]; per head y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin
      * over the halves x1 = x[:head_dim/2], x2 = x[head_dim/2:]; inverse = 1
-     * negates sin (the backward). head_dim is even. */
+     * negates sin (the backward). head_dim is even. y_bf16: y is held in
+     * bf16 (regc_bf16_bits), each value rounded as it is stored. */
     void (*rope)(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
-                 int64_t batch, int64_t t, int n_head, int head_dim, int inverse);
+                 int64_t batch, int64_t t, int n_head, int head_dim, int inverse, int y_bf16);
     /* silu(x) = x * sigmoid(x) */
     void (*silu_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
     void (*silu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);

@@ -74,6 +74,7 @@ int regc_instr_bf16_allowed(const regc_instr *in, int k)
     case K_ADD_RMS_FWD: return k == 1;
     case K_EW: return k < in->n_refs;                     /* outputs and inputs */
     case K_ATTN_FWD: return k == 0 || (k >= 2 && k <= 4); /* out, q, k, v */
+    case K_ROPE: return k == 0;                           /* y */
     case K_ATTN_BWD: return (k >= 5 && k <= 7) || k == 9; /* q, k, v, out */
     case K_ALLGATHER: return k == 0;
     case K_COMM_WAIT: return k == 0 && in->d[1] == K_ALLGATHER;
@@ -268,7 +269,8 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_ROPE:
         NEED(rope);
-        be->rope(be, P(0), C(1), C(2), C(3), d[0], d[1], (int)d[2], (int)d[3], (int)d[4]);
+        be->rope(be, P(0), C(1), C(2), C(3), d[0], d[1], (int)d[2], (int)d[3], (int)d[4],
+                 regc_instr_ref_bf16(in, 0));
         return REGC_OK;
     case K_UNARY:
     case K_BINARY: return run_unary(be, in, p);

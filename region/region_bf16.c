@@ -18,9 +18,9 @@
  *     no other region reads it;
  *   - it is no view of another slot and none is a view of it;
  *   - every reader is a GEMM's A or B, and every writer can store bf16
- *     (bf16_possible: a non-accumulating GEMM's C, a norm's y, a fused
- *     chain's output, the cross-entropy's dlogits), at a byte offset that
- *     stays 4-aligned when halved.
+ *     (bf16_possible: a non-accumulating GEMM's C, a norm's y, the output
+ *     of a fused chain, attention or RoPE, the cross-entropy's dlogits),
+ *     at a byte offset that stays 4-aligned when halved.
  * Its bytes halve, and each operand naming it is marked bf16 with its
  * offset counted in bf16 values. A lone activation (GELU, SiLU, ReLU, a
  * scale: one unary kernel, as at O0 or where nothing fused it) writing
@@ -36,16 +36,17 @@
  * does: a sum with it is fp32, as torch's type promotion makes it). Such
  * a value that the backward reads (a saved slot) is rounded to bf16 once,
  * where it is made, and held so: its writer stores bf16 where its kernel
- * can (a GEMM's C, a chain's output, attention's output), else writes an
- * fp32 temporary that a chain of no steps then rounds into the slot; its
- * readers read bf16 where their kernel can (a bf16 GEMM's A or B, a
- * chain's input, attention's q, k, v and out), else a chain of no steps
- * widens it into an fp32 temporary first (RoPE, a copy). Every reader then sees the rounded value,
- * forward and backward alike, and only one instruction's widened copy is live at a time. A value
- * read by what autocast runs in fp32 (the norms, softmax, the loss) stays fp32, as autocast's own
- * upcast copy would be; so do temporaries (nothing keeps them) and gradients. Unlike the storage
- * above, this changes bits: the model trains as under autocast; compile.fp32_storage turns both
- * off.
+ * can (a GEMM's C, a chain's output, attention's output, RoPE's), else
+ * writes an fp32 temporary that a chain of no steps then rounds into the
+ * slot; its readers read bf16 where their kernel can (a bf16 GEMM's A or
+ * B, a chain's input, attention's q, k, v and out), else a chain of no
+ * steps widens it into an fp32 temporary first (a copy). Every reader then
+ * sees the rounded value, forward and backward alike, and only one
+ * instruction's widened copy is live at a time. A value read by what
+ * autocast runs in fp32 (the norms, softmax, the loss) stays fp32, as
+ * autocast's own upcast copy would be; so do temporaries (nothing keeps
+ * them) and gradients. Unlike the storage above, this changes bits: the
+ * model trains as under autocast; compile.fp32_storage turns both off.
  *
  * Under ZeRO-3 the compiler also names the parameters it gathers in bf16
  * (compile.c: those only matrix products read, in_bf16): their formal

@@ -6,7 +6,8 @@
  *    is held in bf16, what the norms or the loss read stays fp32, and the
  *    layer keeps fewer saved bytes than with compile.fp32_storage; every
  *    read of a held value reads bf16 or a copy widened from it, and
- *    attention reads its q, k, v and out, and writes its out, in bf16.
+ *    attention reads its q, k, v and out, and writes its out, in bf16,
+ *    as RoPE writes its rotated q and k.
  *  - The same rounding however the step is compiled: op by op (O0) and
  *    fused (O1) give the same loss and gradients bit for bit, on GPT-2
  *    and on GPT-2 written out op by op (GELU as tanh and products, whose
@@ -104,12 +105,14 @@ static void test_saved_values_held_in_bf16(void **state)
                              presets[m], r->name, j, regc_kernel_name(in->kernel));
             }
             /* attention reads q, k and v held in bf16 itself and writes
-             * its out so; its backward reads the four as they are held */
+             * its out so, RoPE writes its rotated q and k so; attention's
+             * backward reads the four as they are held */
             for (int j = 0; j < r->n_fwd + r->n_bwd; j++) {
                 const regc_instr *in = regc_region_instr(r, j);
                 const unsigned want = in->kernel == K_ATTN_FWD   ? 0x1du  /* out, q, k, v */
                                       : in->kernel == K_ATTN_BWD ? 0x2e0u /* q, k, v, out */
-                                                                 : 0u;
+                                      : in->kernel == K_ROPE && j < r->n_fwd ? 0x1u /* y */
+                                                                             : 0u;
                 if (want && (in->bf16_refs & want) != want)
                     fail_msg("%s, %s: %s holds operands 0x%x in bf16, not 0x%x", presets[m],
                              r->name, regc_kernel_name(in->kernel), (unsigned)in->bf16_refs, want);

@@ -284,8 +284,8 @@ static void check_rope(int64_t batch, int64_t t, int n_head, int head_dim, int i
     float *hc = spread_edges(nt, 61, 0.0f, 1.0f), *hs = spread_edges(nt, 62, 0.0f, 1.0f);
     float *x = regc_test_upload(cpu, hx, n);
     float *y = in_place ? x : regc_test_dev_nan(cpu, n);
-    cpu->rope(cpu, y, x, regc_test_upload(cpu, hc, nt), regc_test_upload(cpu, hs, nt), batch, t,
-              n_head, head_dim, inverse);
+    const float *cs = regc_test_upload(cpu, hc, nt), *sn = regc_test_upload(cpu, hs, nt);
+    cpu->rope(cpu, y, x, cs, sn, batch, t, n_head, head_dim, inverse, 0);
     const float *want = cpu_download(y, n);
     const float sign = inverse ? -1.0f : 1.0f;
     float *got = regc_test_host_floats(n);
@@ -293,12 +293,25 @@ static void check_rope(int64_t batch, int64_t t, int n_head, int head_dim, int i
         memcpy(got, hx, n * sizeof(float));
     const int64_t pairs = batch * t * n_head * half;
     for (int64_t i = 0; i < pairs; i++)
-        cuda_body_rope(i, got, in_place ? got : hx, hc, hs, t, n_head, head_dim, sign);
+        cuda_body_rope(i, got, in_place ? got : hx, hc, hs, t, n_head, head_dim, sign, 0);
     char what[128];
     snprintf(what, sizeof what, "rope%s%s batch=%lld t=%lld n_head=%d head_dim=%d",
              inverse ? " inverse" : "", in_place ? " in place" : "", (long long)batch, (long long)t,
              n_head, head_dim);
     expect_bits(what, got, want, n);
+    if (!in_place) { /* y held in bf16: the fp32 values rounded, by the CPU and the body */
+        float *y16 = regc_test_dev_nan(cpu, (n + 1) / 2);
+        cpu->rope(cpu, y16, x, cs, sn, batch, t, n_head, head_dim, inverse, 1);
+        const uint16_t *cpu16 = (const uint16_t *)cpu_download(y16, (n + 1) / 2);
+        uint16_t *body16 = (uint16_t *)regc_test_host_floats((n + 1) / 2);
+        for (int64_t i = 0; i < batch * t * n_head * half; i++)
+            cuda_body_rope(i, (float *)body16, hx, hc, hs, t, n_head, head_dim, sign, 1);
+        for (size_t i = 0; i < n; i++)
+            if (cpu16[i] != regc_bf16_bits(want[i]) || body16[i] != cpu16[i])
+                fail_msg("%s, y in bf16: [%zu] is 0x%04x on the CPU, 0x%04x in the body; %.9g "
+                         "rounds to 0x%04x",
+                         what, i, cpu16[i], body16[i], (double)want[i], regc_bf16_bits(want[i]));
+    }
 
     /* an fma in the rotation, and the other direction, are both caught */
     float *var = regc_test_host_floats(n), *other = regc_test_host_floats(n);
@@ -312,7 +325,7 @@ static void check_rope(int64_t batch, int64_t t, int n_head, int head_dim, int i
                 var[b] = fmaf(hx[b], c, hx[a] * s);
             }
     for (int64_t i = 0; i < pairs; i++)
-        cuda_body_rope(i, other, hx, hc, hs, t, n_head, head_dim, -sign);
+        cuda_body_rope(i, other, hx, hc, hs, t, n_head, head_dim, -sign, 0);
     expect_caught(what, var, want, n);
     expect_caught(what, other, want, n);
 }

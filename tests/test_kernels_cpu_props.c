@@ -705,8 +705,8 @@ static void test_llama_bert_ops_match_naive(void **state)
         }
     float *cs = regc_test_upload(be, hc, nt), *sn = regc_test_upload(be, hs, nt);
     float *back = regc_test_dev_nan(be, nr);
-    be->rope(be, y, x, cs, sn, B, T, H, D, 0);
-    be->rope(be, back, y, cs, sn, B, T, H, D, 1);
+    be->rope(be, y, x, cs, sn, B, T, H, D, 0, 0);
+    be->rope(be, back, y, cs, sn, B, T, H, D, 1, 0);
     assert_int_equal(be->sync(be), REGC_OK);
     for (int64_t r = 0; r < B * T; r++)
         for (int h = 0; h < H; h++)

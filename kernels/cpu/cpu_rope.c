@@ -1,13 +1,14 @@
 /* cpu_rope.c — rotary position embedding in Hugging Face Llama's
  * rotate_half convention: each head's vector is two halves, and pair i is
  * (x[i], x[i + D/2]) rotated by the angle of (position, i). The backward is
- * the same kernel with the angle negated (a rotation's transpose). */
+ * the same kernel with the angle negated (a rotation's transpose). A y
+ * held in bf16 gets each rotated value rounded as it is stored. */
 #include "cpu_kernels.h"
 #include "kernel_checks.h"
 #include "regc_common.h"
 
 void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
-                   int64_t batch, int64_t t, int n_head, int head_dim, int inverse)
+                   int64_t batch, int64_t t, int n_head, int head_dim, int inverse, int y_bf16)
 {
     const int status = regc_rope_check(batch, t, n_head, head_dim);
     if (status != REGC_OK) {
@@ -24,10 +25,20 @@ void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos,
         const float *c = cos + (r % t) * half; /* [half] */
         const float *s = sin + (r % t) * half; /* [half] */
         for (int h = 0; h < n_head; h++) {
-            const float *xh = x + r * ld + (int64_t)h * head_dim; /* [head_dim] */
-            float *yh = y + r * ld + (int64_t)h * head_dim;       /* [head_dim] */
-            for (int i = 0; i < half; i++)
-                regc_rope_pair(&yh[i], &yh[i + half], xh[i], xh[i + half], c[i], sign * s[i]);
+            const int64_t at = r * ld + (int64_t)h * head_dim; /* the head's [head_dim] */
+            const float *xh = x + at;
+            if (!y_bf16) {
+                float *yh = y + at;
+                for (int i = 0; i < half; i++)
+                    regc_rope_pair(&yh[i], &yh[i + half], xh[i], xh[i + half], c[i], sign * s[i]);
+                continue;
+            }
+            uint16_t *yh = (uint16_t *)y + at; /* y held in bf16 (never x: no bf16 in place) */
+            for (int i = 0; i < half; i++) {
+                float y1, y2;
+                regc_rope_pair(&y1, &y2, xh[i], xh[i + half], c[i], sign * s[i]);
+                yh[i] = regc_bf16_bits(y1), yh[i + half] = regc_bf16_bits(y2);
+            }
         }
     }
 }

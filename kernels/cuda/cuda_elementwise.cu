@@ -215,15 +215,19 @@ static void cuda_relu_bwd(regc_backend *be, float *dx, const float *dy, const fl
 /* ---- rotary embedding: one thread per rotated pair */
 
 __global__ void cuda_rope_kernel(float *y, const float *x, const float *cos, const float *sin,
-                                 int64_t t, int n_head, int head_dim, float sign, int64_t pairs)
-/* y, x: [batch, t, n_head * head_dim]; cos, sin: [t, head_dim / 2] */
+                                 int64_t t, int n_head, int head_dim, float sign, int y_bf16,
+                                 int64_t pairs)
+/* y, x: [batch, t, n_head * head_dim] (y in bf16 where y_bf16); cos, sin: [t, head_dim / 2] */
 {
-    CUDA_GRID_LOOP(i, pairs) { cuda_body_rope(i, y, x, cos, sin, t, n_head, head_dim, sign); }
+    CUDA_GRID_LOOP(i, pairs)
+    {
+        cuda_body_rope(i, y, x, cos, sin, t, n_head, head_dim, sign, y_bf16);
+    }
 }
 
 static void cuda_rope(regc_backend *be, float *y, const float *x, const float *cos,
                       const float *sin, int64_t batch, int64_t t, int n_head, int head_dim,
-                      int inverse)
+                      int inverse, int y_bf16)
 {
     if (regc_rope_check(batch, t, n_head, head_dim) != REGC_OK) {
         cuda_note_failure(be, regc_error_message());
@@ -234,7 +238,7 @@ static void cuda_rope(regc_backend *be, float *y, const float *x, const float *c
         return;
     const float sign = inverse ? -1.0f : 1.0f;
     cuda_rope_kernel<<<cuda_grid_for(pairs), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        y, x, cos, sin, t, n_head, head_dim, sign, pairs);
+        y, x, cos, sin, t, n_head, head_dim, sign, y_bf16, pairs);
     cuda_note(be, cudaGetLastError(), "rope");
 }
 

@@ -102,15 +102,18 @@ static inline REGC_HD void cuda_body_relu_bwd(int64_t i, float *dx, const float 
  * multiplies sin as the CPU does (exact: a sign flip). */
 static inline REGC_HD void cuda_body_rope(int64_t i, float *y, const float *x, const float *cos,
                                           const float *sin, int64_t t, int n_head, int head_dim,
-                                          float sign)
-/* y, x: [batch, t, n_head * head_dim]; cos, sin: [t, head_dim / 2] */
+                                          float sign, int y_bf16)
+/* y, x: [batch, t, n_head * head_dim] (y in bf16 where y_bf16); cos, sin: [t, head_dim / 2] */
 {
     const int64_t half = head_dim / 2;
     const int64_t j = i % half, head_row = i / half; /* head_row = row * n_head + head */
     const int64_t row = head_row / n_head, pos = row % t;
     const int64_t base = head_row * head_dim; /* row * n_head * head_dim + head * head_dim */
     const float c = cos[pos * half + j], s = sign * sin[pos * half + j];
-    regc_rope_pair(&y[base + j], &y[base + j + half], x[base + j], x[base + j + half], c, s);
+    float y1, y2;
+    regc_rope_pair(&y1, &y2, x[base + j], x[base + j + half], c, s);
+    regc_store_f32_or_bf16(y, y_bf16, base + j, y1);
+    regc_store_f32_or_bf16(y, y_bf16, base + j + half, y2);
 }
 
 /* ---- embedding */
