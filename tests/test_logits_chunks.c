@@ -35,14 +35,7 @@
 #define STEPS 5
 #define CHUNK 5 /* rows: the loss's 2 x 16 rows in six chunks, the last of two */
 
-static regc_train_options base_options(void)
-{
-    regc_train_options o;
-    regc_train_options_default(&o);
-    o.batch = 2, o.seq = 16, o.steps = STEPS, o.lr = 3e-3f, o.cache_dir = NULL;
-    o.threads = 2;
-    return o;
-}
+static regc_train_options base_options(void) { return regc_test_train_options(2, 16, STEPS); }
 
 /* ---- the same training ---------------------------------------------------- */
 

@@ -44,14 +44,7 @@
 static const char *const presets[] = {"gpt2-tiny", "llama-tiny", "bert-tiny", "t5-tiny"};
 
 /* B=2, T=64: the tiny presets' activations reach the 64 KiB a copy needs */
-static regc_train_options base_options(void)
-{
-    regc_train_options o;
-    regc_train_options_default(&o);
-    o.batch = 2, o.seq = 64, o.steps = STEPS, o.lr = 3e-3f, o.cache_dir = NULL;
-    o.threads = 2;
-    return o;
-}
+static regc_train_options base_options(void) { return regc_test_train_options(2, 64, STEPS); }
 
 static regc_program *compile_as(const char *preset, const regc_train_options *o)
 {

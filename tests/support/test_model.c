@@ -92,6 +92,15 @@ static void test_collect_compile(const regc_compile_stats *st, void *user)
     l->hits = st->cache_hits, l->misses = st->cache_misses;
 }
 
+regc_train_options regc_test_train_options(int64_t batch, int64_t seq, int steps)
+{
+    regc_train_options o;
+    regc_train_options_default(&o);
+    o.batch = batch, o.seq = seq, o.steps = steps, o.lr = 3e-3f, o.cache_dir = NULL;
+    o.threads = 2;
+    return o;
+}
+
 regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l)
 {
     assert_true(o->steps <= REGC_TEST_MAX_STEPS);

@@ -50,6 +50,9 @@ typedef struct {
     int hits, misses;
     int64_t device_peak; /* the backend's high-water mark after the last step */
 } regc_test_losses;
+/* The options of a short run on a tiny preset: batch x seq tokens, `steps`
+ * AdamW steps at lr 3e-3, 2 threads, no compile cache. */
+regc_train_options regc_test_train_options(int64_t batch, int64_t seq, int steps);
 /* Load `preset` and train it with o (o->steps <= REGC_TEST_MAX_STEPS; its
  * on_compiled is replaced), reporting into l; the test fails, with regc's
  * message, on an error or a step short. Returns the trained model. */
