@@ -114,6 +114,19 @@ void regc_pass_list_default(regc_pass_list *l);
 /* The built-in selective_gather pass (zero3_budget.c). */
 int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s, void *user);
 
+/* ---- the driver (region/compile.c) and the budget's search (compile_fit.c) */
+/* Compile graph g (taken: the program owns it from here on, and it is
+ * freed on failure), its parameter tensor t at byte param_offset[t] of the
+ * parameter and gradient blocks. */
+int regc_compile_graph_taken(regc_graph *g, const int64_t *param_offset,
+                             const regc_compile_options *o, regc_program **out,
+                             regc_compile_stats *st);
+/* Compile g (taken) with the least recomputation, offloading and chunking
+ * that fits o->budget_bytes (recompute auto), or refuse naming the least
+ * memory any choice reached. */
+int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
+                         regc_program **out, regc_compile_stats *st);
+
 /* ---- the compile cache's glue (region/compile_cache.c) */
 /* Is the cache read and written? (Dumps always compile afresh.) */
 int regc_compile_uses_cache(const regc_compile_options *o);

@@ -1,0 +1,247 @@
+/* compile_fit.c — compile.memory_budget_mb under recompute auto: the step
+ * compiled as many times as the search needs to find the cheapest choice
+ * that fits the budget. Offloading alone is tried first (the fewest
+ * activations offloaded, largest first); then the least recomputation, by
+ * the FLOP-per-byte ratio below which a saved value is recomputed (a
+ * bisection over the ratios the graph's candidates have); then the same
+ * with the head and its loss in chunks of rows, kept where it recomputes
+ * fewer FLOPs. A budget nothing reaches is refused naming the least any
+ * probe held. Each probe is a compile of a copy of the graph, counted in
+ * the stats' fit_probes and fit_ms. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "region_internal.h"
+
+/* One compile of the budget's search: a copy of g as o says, its time and
+ * count into st's fit_ms and fit_probes, its own statistics dropped. */
+static int compile_probe(const regc_graph *g, const int64_t *param_offset,
+                         const regc_compile_options *o, regc_program **p, regc_compile_stats *st)
+{
+    const double t0 = regc_time_ms();
+    regc_compile_stats scratch = {0};
+    regc_graph *h = regc_graph_dup(g);
+    const int rc = h ? regc_compile_graph_taken(h, param_offset, o, p, &scratch)
+                     : regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    st->fit_probes++, st->fit_ms += regc_time_ms() - t0;
+    return rc;
+}
+
+/* Compile a copy of g as o says and weigh it against the budget: 1 fits,
+ * 0 does not (*total: what it holds, or -1 when a schedule pass found no
+ * fit; the message kept), or an error. *flop: the recomputation's FLOPs
+ * per step when it fits. */
+static int probe(const regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
+                 regc_compile_stats *st, int64_t *total, double *flop, int *offloaded)
+{
+    *total = -1;
+    regc_program *p = NULL;
+    int rc = compile_probe(g, param_offset, o, &p, st);
+    if (rc == REGC_OK) {
+        regc_device_memory a;
+        regc_fit_plan r;
+        regc_program_device_memory(p, &a);
+        regc_program_fit_plan(p, &r);
+        *total = a.total, *flop = r.replay_flop;
+        if (offloaded)
+            *offloaded = r.offloaded;
+        rc = a.total <= o->budget_bytes;
+    } else if (rc == REGC_ERR_BUDGET) {
+        rc = 0;
+    }
+    regc_program_free(p);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every candidate's FLOPs per byte, from a copy of g compiled as o says
+ * without the budget (a ratio of 0 drops nothing: every candidate costs
+ * something), sorted, each once. */
+static int candidate_ratios(const regc_graph *g, const int64_t *param_offset,
+                            const regc_compile_options *o, regc_compile_stats *st, double **out,
+                            int *n_out)
+{
+    regc_compile_options c = *o;
+    c.budget_bytes = 0, c.recompute_ratio = 0.0;
+    regc_program *p = NULL;
+    int rc = compile_probe(g, param_offset, &c, &p, st);
+    int n = 0;
+    for (int i = 0; rc == REGC_OK && i < p->n_regions; i++)
+        n += p->regions[i]->n_recompute_ratios;
+    double *v = rc == REGC_OK ? malloc(((size_t)n + 1) * sizeof *v) : NULL;
+    if (rc == REGC_OK && !v)
+        rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
+    n = 0;
+    for (int i = 0; rc == REGC_OK && i < p->n_regions; i++)
+        for (int j = 0; j < p->regions[i]->n_recompute_ratios; j++)
+            v[n++] = p->regions[i]->recompute_ratios[j];
+    regc_program_free(p);
+    if (rc)
+        return rc;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (m == 0 || v[i] != v[m - 1])
+            v[m++] = v[i];
+    *out = v, *n_out = m;
+    return REGC_OK;
+}
+
+/* The least ratio that fits with o's chunking: *ratio (-1: nothing
+ * recomputed) and *flop; 1 when one fits, 0 when none does (*least: what
+ * the most recomputation holds, -1 when a schedule pass said), or an
+ * error. Dropping every candidate whose ratio is at most r frees more as
+ * r grows, so a search over the candidates' own ratios finds the least. */
+static int least_ratio(const regc_graph *g, const int64_t *param_offset,
+                       const regc_compile_options *o, regc_compile_stats *st, double *ratio,
+                       double *flop, int64_t *least)
+{
+    regc_compile_options a = *o;
+    a.recompute_ratio = -1.0;
+    int64_t total = -1;
+    int fit = probe(g, param_offset, &a, st, &total, flop, NULL);
+    if (fit != 0) {
+        *ratio = -1.0;
+        return fit;
+    }
+    double *v = NULL;
+    int n = 0, rc = candidate_ratios(g, param_offset, &a, st, &v, &n);
+    if (rc)
+        return rc;
+    /* everything first: the least it can need; then lo does not fit, hi does */
+    int lo = -1, hi = n - 1;
+    a.recompute_ratio = n > 0 ? v[hi] : -1.0;
+    fit = probe(g, param_offset, &a, st, least, flop, NULL);
+    while (fit > 0 && hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        a.recompute_ratio = v[mid];
+        double f = 0.0;
+        const int ok = probe(g, param_offset, &a, st, &total, &f, NULL);
+        if (ok < 0)
+            fit = ok;
+        else if (ok)
+            hi = mid, *flop = f;
+        else
+            lo = mid;
+    }
+    if (fit > 0)
+        *ratio = n > 0 ? v[hi] : -1.0;
+    free(v);
+    return fit;
+}
+
+/* The rows of the loss's chunks under a budget: as many as keep the
+ * backward's chunk (its logits and their gradient) within a 64th of the
+ * budget, a power of two; 0 when the graph has no loss over logits. */
+static int64_t budget_chunk_rows(const regc_graph *g, int64_t budget)
+{
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        if (n->op != REGC_OP_CROSS_ENTROPY)
+            continue;
+        const regc_tensor *x = regc_graph_tensor(g, n->in[0]);
+        const int64_t cols = x->ndim ? x->shape[x->ndim - 1] : 1;
+        const int64_t rows = regc_tensor_numel(x) / (cols ? cols : 1);
+        int64_t c = 1;
+        while (c * 2 < rows && c * 2 * cols * 2 * (int64_t)sizeof(float) <= budget / 64)
+            c *= 2;
+        return c;
+    }
+    return 0;
+}
+
+/* compile.recompute auto under compile.memory_budget_mb: with offload on,
+ * first the fewest activations offloaded that fit; else (every one
+ * offloaded, with offload on) the least recomputation that fits, the
+ * logits whole or in chunks (when nothing else set the chunks), whichever
+ * recomputes fewer FLOPs; a step that fits as it is recomputes nothing. The
+ * probes use no cache and write no dumps; the step is then compiled once
+ * more with the choice, as a compile without a budget would be. */
+/* With offload on: the fewest activations offloaded (the largest first)
+ * with which the step fits recomputing nothing, into a->offload_limit; 1
+ * when some number fits, 0 when even all do not (a->offload_limit then -1:
+ * all, for recomputation to take it from there; *least: what all hold, or
+ * -1), or an error. */
+static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_compile_options *a,
+                         regc_compile_stats *st, int64_t *least)
+{
+    int64_t total;
+    double flop;
+    int n = 0;
+    a->recompute_ratio = -1.0, a->offload_limit = -1;
+    int fit = probe(g, param_offset, a, st, least, &flop, &n);
+    if (fit <= 0)
+        return fit;
+    int lo = -1, hi = n; /* lo does not fit (-1: untried), hi does */
+    while (hi - lo > 1) {
+        const int mid = lo < 0 ? 0 : (lo + hi) / 2;
+        a->offload_limit = mid;
+        const int ok = probe(g, param_offset, a, st, &total, &flop, NULL);
+        if (ok < 0)
+            return ok;
+        if (ok)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    a->offload_limit = hi;
+    return 1;
+}
+
+int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
+                         regc_program **out, regc_compile_stats *st)
+{
+    regc_compile_options a = *o;
+    a.cache = NULL, a.dump_dir = NULL;
+    double ratio = -1.0, flop = 0.0;
+    int64_t least = -1, offloaded = -1; /* the least any probe held; offloading alone */
+    int fit = o->offload_activation ? least_offload(g, param_offset, &a, st, &offloaded) : 0;
+    if (fit > 0) { /* offloading fits it: nothing recomputed */
+        regc_error_clear();
+        a.cache = o->cache, a.dump_dir = o->dump_dir;
+        return regc_compile_graph_taken(g, param_offset, &a, out, st);
+    }
+    if (fit == 0)
+        fit = least_ratio(g, param_offset, &a, st, &ratio, &flop, &least);
+    const int64_t chunk = budget_chunk_rows(g, o->budget_bytes);
+    if (fit >= 0 && (fit == 0 || ratio >= 0.0) && o->logits_chunk_rows == 0 && chunk > 0) {
+        regc_compile_options c = a;
+        c.logits_chunk_rows = chunk;
+        double r2 = -1.0, f2 = 0.0;
+        int64_t least2 = -1;
+        const int fit2 = least_ratio(g, param_offset, &c, st, &r2, &f2, &least2);
+        if (fit2 < 0)
+            fit = fit2;
+        else if (fit2 && (!fit || f2 < flop))
+            fit = 1, ratio = r2, flop = f2, a.logits_chunk_rows = chunk;
+        else if (!fit && least2 >= 0 && (least < 0 || least2 < least))
+            least = least2;
+    }
+    int rc = fit < 0 ? fit : REGC_OK;
+    if (offloaded >= 0 && (least < 0 || offloaded < least))
+        least = offloaded;
+    const int chunked = o->logits_chunk_rows > 0 || chunk > 0;
+    if (fit == 0 && least >= 0)
+        rc = regc_error(REGC_ERR_BUDGET,
+                        "compile.memory_budget_mb: the step needs %.1f MiB per rank at the least "
+                        "(recomputing%s%s what can be); the budget is %.1f MiB",
+                        (double)least / (1 << 20),
+                        o->offload_activation ? (chunked ? ", offloading" : " and offloading") : "",
+                        chunked ? " and chunking" : "", (double)o->budget_bytes / (1 << 20));
+    else if (fit == 0)
+        rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
+    if (rc == REGC_OK) {
+        regc_error_clear(); /* a probe that did not fit left its message */
+        a.cache = o->cache, a.dump_dir = o->dump_dir;
+        a.recompute_ratio = ratio;
+        rc = regc_compile_graph_taken(g, param_offset, &a, out, st);
+        g = NULL;
+    }
+    regc_graph_free(g);
+    return rc;
+}
