@@ -495,12 +495,22 @@ struct regc_backend {
     X(step_schedule) X(grad_sumsq) X(grad_clip) X(adamw)
 /* clang-format on */
 
-/* The CPU backend (OpenMP; its own AVX-512 GEMM, else OpenBLAS). threads <= 0:
- * OMP_NUM_THREADS or all cores. */
+/* The CPU backend (OpenMP; regc's own GEMM kernels, else OpenBLAS).
+ * threads <= 0: OMP_NUM_THREADS or all cores. NULL with a message when
+ * REGC_CPU_GEMM names a GEMM this CPU cannot run. */
 regc_backend *regc_backend_cpu_new(int threads);
-/* Which GEMM the CPU backend runs: "regc's AVX-512 kernel" where the
- * build targets AVX-512, else "OpenBLAS". */
+/* The GEMM the CPU backends of this process run: "avx512-bf16" (regc's
+ * kernels, bf16 GEMMs in AVX-512 BF16's pair products), "avx512", "avx2"
+ * (with FMA), or "openblas" (processors with none of these, or builds
+ * other than x86-64 GCC). Chosen when the first backend is made: the
+ * first of these this CPU runs, or the one REGC_CPU_GEMM names. */
 const char *regc_backend_cpu_gemm_name(void);
+/* Whether this CPU runs the GEMM so named. */
+int regc_backend_cpu_gemm_runs(const char *name);
+/* Chooses the CPU backends' GEMM by name (NULL: the best this CPU runs),
+ * for every backend of the process from its next GEMM on. REGC_ERR_ARG for
+ * an unknown name, REGC_ERR_UNSUPPORTED where this CPU cannot run it. */
+int regc_backend_cpu_use_gemm(const char *name);
 /* The CUDA backend; NULL with a message when regc was built without CUDA,
  * its module cannot be loaded or no device can be used. */
 regc_backend *regc_backend_cuda_new(int device);

@@ -154,7 +154,36 @@ static void test_version(void **state)
     regc_test_proc p;
     assert_int_equal(regc_test_run_regc(&p, "version", NULL), 0);
     assert_true(strncmp(p.out, "regc ", 5) == 0);
-    assert_int_equal(regc_test_count_lines(p.out), 1);
+    assert_int_equal(regc_test_count_lines(p.out), 2);
+    /* the GEMM chosen for this CPU, which it runs */
+    char want[64];
+    snprintf(want, sizeof want, "\ncpu GEMM: %s (", regc_backend_cpu_gemm_name());
+    assert_non_null(strstr(p.out, want));
+    snprintf(want, sizeof want, " %s", regc_backend_cpu_gemm_name());
+    assert_non_null(strstr(strchr(p.out, '('), want));
+    regc_test_proc_free(&p);
+
+    /* REGC_CPU_GEMM chooses another: OpenBLAS runs anywhere */
+    setenv("REGC_CPU_GEMM", "openblas", 1);
+    assert_int_equal(regc_test_run_regc(&p, "version", NULL), 0);
+    assert_non_null(strstr(p.out, "\ncpu GEMM: openblas ("));
+    regc_test_proc_free(&p);
+    unsetenv("REGC_CPU_GEMM");
+}
+
+/* A REGC_CPU_GEMM that names no GEMM stops a run before it trains, with a
+ * line naming the variable and the GEMMs there are. */
+static void test_bad_cpu_gemm(void **state)
+{
+    (void)state;
+    regc_test_proc p;
+    setenv("REGC_CPU_GEMM", "avx3", 1);
+    const int rc = regc_test_run_regc(&p, "train", "--model", "llama-tiny", "--steps", "1", NULL);
+    unsetenv("REGC_CPU_GEMM");
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(p.err, "REGC_CPU_GEMM"));
+    assert_non_null(strstr(p.err, "regc: REGC_CPU_GEMM: cpu GEMM \"avx3\": not one of avx512-bf16, "
+                                  "avx512, avx2, openblas\n"));
     regc_test_proc_free(&p);
 }
 
@@ -702,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_help_lists_commands),
         cmocka_unit_test(test_train_help_describes_every_flag),
         cmocka_unit_test(test_version),
+        cmocka_unit_test(test_bad_cpu_gemm),
         cmocka_unit_test(test_unknown_command),
         cmocka_unit_test(test_unknown_flag),
         cmocka_unit_test(test_passes_on_the_command_line),

@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "cpu/cpu_kernels.h" /* REGC_CPU_OWN_SGEMM */
 #include "regc_train.h"
+#include "test_device.h"
 #include "test_model.h"
 #include "test_util.h"
 
@@ -92,13 +92,14 @@ static void test_levels_agree(void **state)
     }
 }
 
-#ifdef REGC_CPU_OWN_SGEMM
 /* Every CPU kernel splits its work so that no sum depends on how many
  * threads share it (with regc's own GEMM; OpenBLAS's makes no such
  * promise): training at 1, 2 and 3 threads gives the same bits. */
 static void test_threads_change_nothing(void **state)
 {
     (void)state;
+    if (!regc_test_own_gemm())
+        skip();
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         regc_test_losses l[3];
         regc_model *m[3];
@@ -119,7 +120,6 @@ static void test_threads_change_nothing(void **state)
             regc_model_free(m[t]);
     }
 }
-#endif
 
 /* One compile per region kind, whatever the depth; a full compile is one
  * region. */
@@ -456,14 +456,13 @@ static int dir_setup(void **state) { return regc_test_dir_setup(state, "compile"
 
 int main(void)
 {
+    regc_test_gemm_or_skip();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regional_equals_full_o1),
         cmocka_unit_test(test_regional_equals_full_o0),
         cmocka_unit_test(test_regional_equals_full_lazy),
         cmocka_unit_test(test_levels_agree),
-#ifdef REGC_CPU_OWN_SGEMM
         cmocka_unit_test(test_threads_change_nothing),
-#endif
         cmocka_unit_test(test_one_compile_per_kind),
         cmocka_unit_test(test_memory_plan),
         cmocka_unit_test(test_bf16_memory_plan),

@@ -59,6 +59,7 @@
 #include <cmocka.h>
 
 #include "regc_backend.h"
+#include "test_device.h"
 #include "test_reference.h"
 #include "test_train_case.h"
 #include "test_util.h"
@@ -217,8 +218,8 @@ static void test_bf16_bits(void **state)
     const int loss_o0 = memcmp(o0.loss, base.loss, loss_bytes) == 0;
     const int bits_o0 = n_o0 == n_base && memcmp(w_o0, w_base, n_base) == 0;
     /* the thread count's independence is regc's own GEMM's promise;
-     * OpenBLAS, the GEMM of builds without AVX-512, makes none */
-    const int own_gemm = strcmp(regc_backend_cpu_gemm_name(), "OpenBLAS") != 0;
+     * OpenBLAS, the GEMM of CPUs without AVX2, makes none */
+    const int own_gemm = regc_test_own_gemm();
     if (!own_gemm)
         loss_one = bits_one = 1;
     free(w_base);
@@ -269,6 +270,7 @@ static int run_bits(void)
 
 int main(void)
 {
+    regc_test_gemm_or_skip();
     int failed = 0;
     for (size_t i = 0; regc_test_reference_files[i]; i++)
         failed +=

@@ -5,20 +5,27 @@
  *               M,N,K,TA,TB[,COUNT] ...
  *
  * --kernel openblas (the default) times OpenBLAS's cblas_sgemm; regc times
- * the CPU backend's GEMM (regc's own kernel where the build targets AVX-512);
- * regc-bf16 its mixed-precision GEMM (compile.precision "bf16": operands
- * rounded to bf16, fp32 sums; AVX-512 BF16 where the CPU has it).
+ * the CPU backend's GEMM (regc's own kernel for the CPU: AVX-512 or AVX2,
+ * or another that REGC_CPU_GEMM names); regc-bf16 its mixed-precision GEMM
+ * (compile.precision "bf16": operands rounded to bf16, fp32 sums; AVX-512
+ * BF16 where the CPU has it).
  * Each shape is C[M, N] = op(A) op(B) in row-major order (TA, TB: 1 for a
  * transposed operand), timed R times after one untimed call; the best time
  * counts. COUNT (default 1) is how often the shape occurs in a step: the
  * summary line is the rate of the whole mix, total FLOPs over total best time,
- * the figure a step made only of these GEMMs would reach. */
+ * the figure a step made only of these GEMMs would reach.
+ *
+ * The peak is measured too, before and after the shapes: independent
+ * chains of fused multiply-adds on every thread, in the widest vectors the
+ * CPU has, so the mix's rate is also given as a fraction of what the cores
+ * can do at that moment (a shared machine's speed drifts between runs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include "regc_backend.h"
@@ -57,6 +64,74 @@ static float *bench_matrix(long rows, long cols)
             p[i] = (float)((i * 7919) % 17 - 8) * 0.01f;
     return p;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* FLOPs of `iters` steps of 12 chains of 256-bit fused multiply-adds, or
+ * 24 of 512-bit ones: as many chains as hide the FMA's latency on both of
+ * a core's FMA pipes, the sums kept so the work is not optimised away. */
+__attribute__((target("avx2,fma"))) static double bench_fma_avx2(long iters, float *sink)
+{
+    __m256 acc[12];
+    const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++)
+        acc[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++)
+            acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+    float out[8];
+    for (int i = 1; i < 12; i++)
+        acc[0] = _mm256_add_ps(acc[0], acc[i]);
+    _mm256_storeu_ps(out, acc[0]);
+    *sink += out[0];
+    return (double)iters * 12 * 8 * 2;
+}
+
+__attribute__((target("avx512f"))) static double bench_fma_avx512(long iters, float *sink)
+{
+    __m512 acc[24];
+    const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 24; i++)
+        acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 24
+        for (int i = 0; i < 24; i++)
+            acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+    float out[16];
+    for (int i = 1; i < 24; i++)
+        acc[0] = _mm512_add_ps(acc[0], acc[i]);
+    _mm512_storeu_ps(out, acc[0]);
+    *sink += out[0];
+    return (double)iters * 24 * 16 * 2;
+}
+
+/* The fp32 FMA peak of `threads` threads in GFLOP/s, best of 3 (0 where
+ * the CPU has neither instruction set). */
+static double bench_peak(int threads)
+{
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f");
+    if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+        return 0.0;
+    double best = 0.0;
+    float sink = 0.0f;
+    for (int r = 0; r < 3; r++) {
+        double flop = 0.0;
+        const double t0 = bench_now();
+#pragma omp parallel num_threads(threads) reduction(+ : flop, sink)
+        flop += avx512 ? bench_fma_avx512(20000000, &sink) : bench_fma_avx2(40000000, &sink);
+        const double rate = flop / (bench_now() - t0) * 1e-9;
+        best = rate > best ? rate : best;
+    }
+    return sink == 12345.0f ? 0.0 : best; /* never 12345: keeps the sums */
+}
+#else
+static double bench_peak(int threads)
+{
+    (void)threads;
+    return 0.0;
+}
+#endif
 
 /* C = op(A) op(B) through OpenBLAS, or through the backend when be != NULL */
 static int bench_bf16; /* --kernel regc-bf16 */
@@ -157,6 +232,8 @@ int main(int argc, char **argv)
                openblas_get_corename(), openblas_get_num_threads(), repeat);
     }
 
+    const int team = threads > 0 ? threads : omp_get_max_threads();
+    const double peak_before = bench_peak(team);
     double total_flop = 0.0, total_s = 0.0;
     for (int i = first; i < argc; i++) {
         bench_shape s;
@@ -176,8 +253,13 @@ int main(int argc, char **argv)
         total_flop += flop * (double)s.count;
         total_s += best * (double)s.count;
     }
-    printf("mix: %.2f GFLOP in %.1f ms: %.1f GFLOP/s\n", total_flop * 1e-9, total_s * 1e3,
-           total_flop / total_s * 1e-9);
+    const double rate = total_flop / total_s * 1e-9, peak_after = bench_peak(team);
+    const double peak = peak_before > peak_after ? peak_before : peak_after;
+    printf("mix: %.2f GFLOP in %.1f ms: %.1f GFLOP/s\n", total_flop * 1e-9, total_s * 1e3, rate);
+    if (peak > 0.0)
+        printf("peak: %.1f GFLOP/s (fp32 fused multiply-adds on %d threads, %.1f before the "
+               "shapes, %.1f after); the mix at %.0f%% of it\n",
+               peak, team, peak_before, peak_after, 100.0 * rate / peak);
     regc_backend_free(be);
     return 0;
 }

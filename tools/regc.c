@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "regc_backend.h"
 
 #ifndef REGC_VERSION
 #define REGC_VERSION "0.1.0"
@@ -116,7 +117,13 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("regc %s\n", REGC_VERSION);
+        /* the GEMM regc train would run here: regc_backend.h names them */
+        printf("regc %s\ncpu GEMM: %s (this CPU runs:", REGC_VERSION, regc_backend_cpu_gemm_name());
+        static const char *const gemms[] = {"avx512-bf16", "avx512", "avx2", "openblas"};
+        for (size_t i = 0; i < sizeof gemms / sizeof gemms[0]; i++)
+            if (regc_backend_cpu_gemm_runs(gemms[i]))
+                printf(" %s", gemms[i]);
+        printf(")\n");
         return fflush(stdout) == 0 ? 0 : EXIT_ERROR;
     }
     int k = find_command(cmd);

@@ -120,6 +120,8 @@ static void cpu_destroy(regc_backend *be)
 
 regc_backend *regc_backend_cpu_new(int threads)
 {
+    if (regc_cpu_choose_gemm() != REGC_OK)
+        return NULL;
     regc_backend *be = calloc(1, sizeof *be);
     regc_cpu_ctx *ctx = calloc(1, sizeof *ctx);
     if (!be || !ctx) {

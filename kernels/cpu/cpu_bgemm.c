@@ -40,16 +40,23 @@
  *
  * Every element of C is summed by one thread, pair after pair and slice
  * after slice in the same order, so the result does not depend on the
- * thread count. */
+ * thread count.
+ *
+ * Built for AVX-512 BF16 whatever the build targets (the pragma below),
+ * and run only where CPUID reports it (cpu_gemm.c). */
 #include "cpu_kernels.h"
 #include "regc_common.h"
 
-#ifdef REGC_CPU_BF16_GEMM
+#ifdef REGC_CPU_OWN_SGEMM
 
-#include <immintrin.h>
+#include <immintrin.h> /* before the target below, as for every file */
 
-#define BGEMM_MR REGC_CPU_GEMM_MR
-#define BGEMM_NR REGC_CPU_GEMM_NR
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,fma")
+
+#include "cpu_avx512.h"
+
+#define BGEMM_MR 12 /* the tile of cpu_sgemm_avx512.c */
+#define BGEMM_NR 32
 #define BGEMM_KC 512  /* a B panel, KC x NR bf16 = 32 KiB, as sgemm's 256 floats */
 #define BGEMM_GROUP 4 /* B panels packed together from B [k, n]: 512 bytes of a row */
 
@@ -203,7 +210,7 @@ static void bgemm_pack_b(void *restrict dst, const regc_gemm *g, int64_t j0, int
 /* The micro-kernel: t[r][c] = sum over k of a[k][r] * b[k][c], one
  * vdpbf16ps (two k) per row and half-tile, in 24 vector registers.
  * a: [kc/2][MR] and b: [kc/2][NR] bf16 pairs, packed. */
-static void bgemm_product(float t[BGEMM_MR][BGEMM_NR], int64_t kc, const void *restrict ap,
+static void bgemm_product(float *restrict t, int64_t kc, const void *restrict ap,
                           const void *restrict bp)
 {
     const uint32_t *restrict a = ap, *restrict b = bp;
@@ -226,23 +233,22 @@ static void bgemm_product(float t[BGEMM_MR][BGEMM_NR], int64_t kc, const void *r
     }
 #pragma GCC unroll 12
     for (int r = 0; r < BGEMM_MR; r++) {
-        _mm512_store_ps(t[r], acc[r][0]);
-        _mm512_store_ps(t[r] + 16, acc[r][1]);
+        _mm512_store_ps(t + r * BGEMM_NR, acc[r][0]);
+        _mm512_store_ps(t + r * BGEMM_NR + 16, acc[r][1]);
     }
 }
 
-static const regc_cpu_gemm_kernel bgemm_kernel = {
+const regc_cpu_gemm_kernel regc_cpu_bgemm_avx512bf16 = {
+    .name = "avx512-bf16",
+    .mr = BGEMM_MR,
+    .nr = BGEMM_NR,
     .kc = BGEMM_KC,
     .k_unit = 2,
     .value_bytes = sizeof(uint16_t),
+    .reads_bf16 = 1,
     .pack_a = bgemm_pack_a,
     .pack_b = bgemm_pack_b,
     .product = bgemm_product,
 };
 
-int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g, const regc_gemm *out16)
-{
-    return regc_cpu_gemm_blocked(be, g, &bgemm_kernel, out16);
-}
-
-#endif /* REGC_CPU_BF16_GEMM */
+#endif /* REGC_CPU_OWN_SGEMM */

@@ -20,6 +20,8 @@
  * fp32) and rounded as each tile of the last slice is stored, or by the
  * pass that applies the epilogue where that comes after the product. */
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -87,7 +89,6 @@ static void cpu_bgrad_of_b(const regc_backend *be, const regc_gemm *g)
     }
 }
 
-#ifndef REGC_CPU_OWN_SGEMM
 /* A contiguous copy of x [rows, cols] (row stride ld) rounded to bf16 into
  * dst [rows, cols], for OpenBLAS, which has no bf16 operands of its own. */
 static void cpu_round_copy(const regc_backend *be, float *restrict dst, const float *x,
@@ -128,7 +129,6 @@ static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
                 a, (int)lda, b, (int)ldb, g->accumulate ? 1.0f : 0.0f, g->c, (int)g->ldc);
     return REGC_OK;
 }
-#endif
 
 /* C = G * gelu'(aux) and bias_grad = its column sums in one pass: each
  * thread runs down the rows over its own columns, a chunk at a time, so a
@@ -240,6 +240,123 @@ static void cpu_widen_copy(const regc_backend *be, float *dst, const uint16_t *x
             dst[i * cols + j] = regc_bf16_value(x[i * ld + j]);
 }
 
+/* ---- the kernels, chosen at run time ----
+ * Each entry names the kernels of the fp32 and the bf16 GEMM (NULL:
+ * OpenBLAS) and the CPUID features they need, best first. The choice is
+ * the process's, as the processor is: the first entry this CPU runs,
+ * unless REGC_CPU_GEMM names another when the first backend is made, or
+ * regc_backend_cpu_use_gemm does (tests and benchmarks that compare the
+ * kernels). */
+typedef struct {
+    const char *name;
+    const regc_cpu_gemm_kernel *fp32, *bf16;
+} cpu_gemm_choice;
+
+static const cpu_gemm_choice cpu_gemm_choices[] = {
+#ifdef REGC_CPU_OWN_SGEMM
+    {"avx512-bf16", &regc_cpu_sgemm_avx512, &regc_cpu_bgemm_avx512bf16},
+    {"avx512", &regc_cpu_sgemm_avx512, &regc_cpu_sgemm_avx512},
+    {"avx2", &regc_cpu_sgemm_avx2, &regc_cpu_sgemm_avx2},
+#endif
+    {"openblas", NULL, NULL},
+};
+#define CPU_GEMM_CHOICES ((int)(sizeof cpu_gemm_choices / sizeof cpu_gemm_choices[0]))
+
+static const cpu_gemm_choice *cpu_gemm_chosen; /* NULL until the first backend */
+
+/* Whether this CPU (and its operating system, which must save the wider
+ * registers: GCC's CPUID check asks it) runs choice c. */
+static int cpu_gemm_runs(const cpu_gemm_choice *c)
+{
+#ifdef REGC_CPU_OWN_SGEMM
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("fma");
+    if (c->bf16 == &regc_cpu_bgemm_avx512bf16)
+        return avx512 && __builtin_cpu_supports("avx512bf16");
+    if (c->fp32 == &regc_cpu_sgemm_avx512)
+        return avx512;
+    if (c->fp32 == &regc_cpu_sgemm_avx2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return c->fp32 == NULL;
+}
+
+static const cpu_gemm_choice *cpu_gemm_find(const char *name)
+{
+    for (int i = 0; i < CPU_GEMM_CHOICES; i++)
+        if (!strcmp(cpu_gemm_choices[i].name, name))
+            return &cpu_gemm_choices[i];
+    return NULL;
+}
+
+/* The names, for messages: "avx512-bf16, avx512, avx2, openblas" */
+static const char *cpu_gemm_names(void)
+{
+    static char list[128];
+    if (!list[0])
+        for (int i = 0; i < CPU_GEMM_CHOICES; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     cpu_gemm_choices[i].name);
+    return list;
+}
+
+int regc_backend_cpu_gemm_runs(const char *name)
+{
+    const cpu_gemm_choice *c = name ? cpu_gemm_find(name) : NULL;
+    return c && cpu_gemm_runs(c);
+}
+
+int regc_backend_cpu_use_gemm(const char *name)
+{
+    if (!name) {
+        for (int i = 0; i < CPU_GEMM_CHOICES; i++)
+            if (cpu_gemm_runs(&cpu_gemm_choices[i])) {
+                cpu_gemm_chosen = &cpu_gemm_choices[i];
+                break;
+            }
+        return REGC_OK;
+    }
+    const cpu_gemm_choice *c = cpu_gemm_find(name);
+    if (!c)
+        return regc_error(REGC_ERR_ARG, "cpu GEMM \"%s\": not one of %s", name, cpu_gemm_names());
+    if (!cpu_gemm_runs(c))
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "cpu GEMM \"%s\": this CPU lacks the instructions it needs", name);
+    cpu_gemm_chosen = c;
+    return REGC_OK;
+}
+
+int regc_cpu_choose_gemm(void)
+{
+    if (cpu_gemm_chosen)
+        return REGC_OK;
+    const char *name = getenv("REGC_CPU_GEMM");
+    if (name && name[0]) {
+        const int status = regc_backend_cpu_use_gemm(name);
+        if (status != REGC_OK)
+            regc_error_prefix("REGC_CPU_GEMM");
+        return status;
+    }
+    return regc_backend_cpu_use_gemm(NULL);
+}
+
+const char *regc_backend_cpu_gemm_name(void)
+{
+    if (!cpu_gemm_chosen && regc_cpu_choose_gemm() != REGC_OK)
+        regc_backend_cpu_use_gemm(NULL); /* a bad REGC_CPU_GEMM fails the backend, not this */
+    return cpu_gemm_chosen->name;
+}
+
+/* The kernel that runs g, NULL for OpenBLAS. */
+static const regc_cpu_gemm_kernel *cpu_gemm_kernel_for(const regc_gemm *g)
+{
+    if (!cpu_gemm_chosen)
+        regc_backend_cpu_use_gemm(NULL);
+    return g->bf16 ? cpu_gemm_chosen->bf16 : cpu_gemm_chosen->fp32;
+}
+
 /* w: the descriptor the kernels run for g, over fp32 views where they need
  * them (this file's header); *out16: g where C is held in bf16, else NULL. */
 static int cpu_gemm_views(regc_backend *be, const regc_gemm *g, regc_gemm *w,
@@ -249,11 +366,10 @@ static int cpu_gemm_views(regc_backend *be, const regc_gemm *g, regc_gemm *w,
     *out16 = NULL;
     if (!g->a_bf16 && !g->b_bf16 && !g->c_bf16)
         return REGC_OK;
-#ifdef REGC_CPU_BF16_GEMM
-    const int widen_a = 0, widen_b = g->b_bf16 && g->epilogue == REGC_EPI_BGRAD;
-#else
-    const int widen_a = g->a_bf16, widen_b = g->b_bf16;
-#endif
+    const regc_cpu_gemm_kernel *kern = cpu_gemm_kernel_for(g);
+    const int reads = kern && kern->reads_bf16;
+    const int widen_a = g->a_bf16 && !reads,
+              widen_b = g->b_bf16 && (!reads || g->epilogue == REGC_EPI_BGRAD);
     const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
     const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
     const int64_t floats = (g->c_bf16 ? g->m * g->n : 0) + (widen_a ? a_rows * a_cols : 0) +
@@ -294,24 +410,19 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g_in)
 
     int epilogue_done = 0;
     if (g->m > 0 && g->n > 0) {
-        if (g->k > 0) {
-#ifdef REGC_CPU_OWN_SGEMM
+        const regc_cpu_gemm_kernel *kern = cpu_gemm_kernel_for(g);
+        if (g->k > 0 && kern) {
             /* DGELU_BGRAD's C is rounded after its epilogue, below */
             const regc_gemm *tiles16 = g->epilogue == REGC_EPI_DGELU_BGRAD ? NULL : out16;
-#ifdef REGC_CPU_BF16_GEMM
-            status = g->bf16 ? regc_cpu_bgemm(be, g, tiles16) : regc_cpu_sgemm(be, g, tiles16);
-#else
-            status = regc_cpu_sgemm(be, g, tiles16); /* rounds its packed values when g->bf16 */
-#endif
+            status = regc_cpu_gemm_blocked(be, g, kern, tiles16);
             if (status != REGC_OK)
                 return status;
             /* the elementwise epilogues were applied on each tile */
             epilogue_done = g->epilogue != REGC_EPI_DGELU_BGRAD;
-#else
+        } else if (g->k > 0) {
             status = cpu_blas_gemm(be, g);
             if (status != REGC_OK)
                 return status;
-#endif
         } else if (!g->accumulate) {
             /* an empty product is zero; BLAS implementations disagree on k = 0 */
             for (int64_t i = 0; i < g->m; i++)
@@ -321,13 +432,4 @@ int regc_cpu_run_gemm(regc_backend *be, const regc_gemm *g_in)
     if (!epilogue_done)
         cpu_apply_epilogue(be, g, out16);
     return REGC_OK;
-}
-
-const char *regc_backend_cpu_gemm_name(void)
-{
-#ifdef REGC_CPU_OWN_SGEMM
-    return "regc's AVX-512 kernel";
-#else
-    return "OpenBLAS";
-#endif
 }

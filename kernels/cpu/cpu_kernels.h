@@ -117,110 +117,103 @@ static inline void regc_cpu_store_bf16(uint16_t *restrict dst, const float *rest
 void regc_cpu_sum_columns(const regc_backend *be, float *out, const float *x, int64_t ld,
                           int64_t rows, int64_t cols);
 
-/* Where the build targets AVX-512, GEMMs run regc's own kernel
- * (cpu_sgemm.c), elsewhere OpenBLAS's. */
-#if defined(__AVX512F__)
+/* regc's own GEMMs (cpu_sgemm.c's blocking and threading, a micro-kernel
+ * per instruction set) are built side by side on x86-64 with GCC, each
+ * file for its own instructions, and one is chosen by CPUID when the
+ * first CPU backend is made (cpu_gemm.c): AVX-512 with its BF16 pair
+ * products, AVX-512, AVX2 with FMA, or else OpenBLAS. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define REGC_CPU_OWN_SGEMM 1
-#include <immintrin.h>
 
-/* C = alpha op(A) op(B) (+ C when g->accumulate), then the elementwise
- * epilogue (all but DGELU_BGRAD's column sums and BGRAD's) on each tile as
- * it is finished, packing in the backend's scratch; k > 0. With g->bf16
- * the packed operands are rounded by regc_round_bf16 (the products of bf16
- * values are exact in fp32, so this is bf16 GEMM in fp32 arithmetic).
- * out16, when not NULL, is where C is held in bf16 (cpu_gemm.c's c_bf16):
- * g->c is then its fp32 view, and each tile of the last slice is rounded
- * into out16->c after its epilogue, while in L1. g's operands are fp32.
- * REGC_OK, or REGC_ERR_MEMORY when the scratch cannot grow. */
-int regc_cpu_sgemm(regc_backend *be, const regc_gemm *g, const regc_gemm *out16);
-
-/* The register tile of regc's own GEMMs: MR rows by NR columns of C. */
-#define REGC_CPU_GEMM_MR 12
-#define REGC_CPU_GEMM_NR 32
+/* The largest register tile of regc's own GEMMs, in floats of C: AVX-512's
+ * 12 x 32 (AVX2's is 6 x 16). */
+#define REGC_CPU_GEMM_TILE_MAX (12 * 32)
 
 /* What a GEMM kernel supplies to the blocking, packing and threading of
- * cpu_sgemm.c (regc_cpu_gemm_blocked): the fp32 kernel and the bf16 one
- * differ only in the packed format and the micro-kernel. */
+ * cpu_sgemm.c (regc_cpu_gemm_blocked): the kernels differ in the tile, the
+ * packed format and the micro-kernel. */
 typedef struct {
+    const char *name;   /* as regc version prints it */
+    int mr, nr;         /* the register tile: mr rows by nr columns of C */
     int64_t kc;         /* the slice of k one packed panel holds */
     int64_t k_unit;     /* packed panels hold kc rounded up to a multiple of this */
     size_t value_bytes; /* one packed value */
-    /* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows (zeros past
-     * the matrix edge), each panel k_unit-rounded kc x MR values */
+    int reads_bf16;     /* packs operands held in bf16 (a_bf16, b_bf16) as they are */
+    /* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of mr rows (zeros past
+     * the matrix edge), each panel k_unit-rounded kc x mr values; with
+     * g->bf16 each value rounded by regc_round_bf16 */
     void (*pack_a)(void *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
                    int64_t kc);
-    /* op(B)[p0 .. p0+kc, j0 .. j0+nc] as panels of NR columns, likewise */
+    /* op(B)[p0 .. p0+kc, j0 .. j0+nc] as panels of nr columns, likewise */
     void (*pack_b)(void *restrict dst, const regc_gemm *g, int64_t j0, int64_t nc, int64_t p0,
                    int64_t kc);
-    /* t[r][c] = sum over p < kc of a[p][r] b[p][c], one panel of each */
-    void (*product)(float t[REGC_CPU_GEMM_MR][REGC_CPU_GEMM_NR], int64_t kc, const void *restrict a,
-                    const void *restrict b);
+    /* t[r * nr + c] = sum over p < kc of a[p][r] b[p][c], one panel of
+     * each; t: [mr][nr], 64-byte aligned */
+    void (*product)(float *restrict t, int64_t kc, const void *restrict a, const void *restrict b);
 } regc_cpu_gemm_kernel;
 
-/* regc_cpu_sgemm's contract, with `kernel` packing and multiplying. */
+/* The kernels (cpu_sgemm_avx512.c, cpu_sgemm_avx2.c, cpu_bgemm.c): fp32
+ * GEMMs, whose bf16 GEMMs (g->bf16) round each value as it is packed (a
+ * product of two bf16 values is exact in fp32, so the fused multiply-adds
+ * give the products of the rounded operands summed in fp32), and the bf16
+ * GEMM in AVX-512 BF16's pair products. */
+extern const regc_cpu_gemm_kernel regc_cpu_sgemm_avx512;
+extern const regc_cpu_gemm_kernel regc_cpu_sgemm_avx2;
+extern const regc_cpu_gemm_kernel regc_cpu_bgemm_avx512bf16;
+
+/* The GEMM the process's CPU backends run, chosen once (cpu_gemm.c): by
+ * REGC_CPU_GEMM where set, else the best this CPU runs. REGC_OK, or the
+ * status of a REGC_CPU_GEMM that names no GEMM or one this CPU cannot run,
+ * with the message. */
+int regc_cpu_choose_gemm(void);
+
+/* C = alpha op(A) op(B) (+ C when g->accumulate) by `kernel`, then the
+ * elementwise epilogue (all but DGELU_BGRAD's column sums and BGRAD's) on
+ * each tile as it is finished, packing in the backend's scratch; k > 0.
+ * out16, when not NULL, is where C is held in bf16 (cpu_gemm.c's c_bf16):
+ * g->c is then its fp32 view, and each tile of the last slice is rounded
+ * into out16->c after its epilogue, while in L1. g's operands are fp32, or
+ * bf16 where the kernel reads_bf16. REGC_OK, or REGC_ERR_MEMORY when the
+ * scratch cannot grow. */
 int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_gemm_kernel *kernel,
                           const regc_gemm *out16);
 
-/* r[i] holds row i of a 16 x 16 block of 32-bit values; afterwards r[j]
- * holds column j. */
-static inline void regc_cpu_transpose16(__m512 r[16])
+/* op(A)[i0 .. i0+mc, p0 .. p0+kc] as fp32 panels of mr rows, each
+ * [kc][mr]: dst[panel * kc * mr + p * mr + r] = op(A)[i0 + panel * mr + r,
+ * p0 + p], zeros past the edge, rounded to bf16 for a bf16 GEMM; A held in
+ * fp32, or in bf16 (g->a_bf16). Scalar, and inlined into each kernel's
+ * file: A is packed once per block of B, a small share of the work. */
+static inline void regc_cpu_pack_a_fp32(float *restrict dst, const regc_gemm *g, int64_t i0,
+                                        int64_t mc, int64_t p0, int64_t kc, int mr)
 {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {                  /* within each 128-bit lane: */
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* a0 b0 a1 b1 */
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* a2 b2 a3 b3 */
-    }
-    for (int i = 0; i < 16; i += 4) {
-        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);         /* a0 b0 c0 d0 */
-        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);     /* a1 b1 c1 d1 */
-        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44); /* a2 b2 c2 d2 */
-        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE); /* a3 b3 c3 d3 */
-    }
-    /* u[4 g + c], lane L: column 4 L + c of rows 4 g .. 4 g + 3; now gather
-     * lane L of the four groups into one register */
-    for (int c = 0; c < 4; c++) {
-        const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88); /* lanes 0, 2 */
-        const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);  /* lanes 1, 3 */
-        const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);     /* lane 0 */
-        r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);   /* lane 1 */
-        r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD); /* lane 2 */
-        r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);  /* lane 3 */
+    for (int64_t ir = 0; ir < mc; ir += mr) {
+        const int rows = mc - ir < mr ? (int)(mc - ir) : mr;
+        float *restrict d = dst + ir * kc; /* [kc][mr] */
+        if (g->trans_a) {                  /* A is [k, m]: a panel's mr values are contiguous */
+            for (int64_t p = 0; p < kc; p++) {
+                const int64_t at = (p0 + p) * g->lda + i0 + ir; /* [rows] values from here */
+                int r = 0;
+                for (; r < rows; r++) {
+                    const float x = regc_load_f32_or_bf16(g->a, g->a_bf16, at + r);
+                    d[p * mr + r] = g->bf16 ? regc_round_bf16(x) : x;
+                }
+                for (; r < mr; r++)
+                    d[p * mr + r] = 0.0f;
+            }
+        } else { /* A is [m, k]: each row is contiguous */
+            for (int r = 0; r < rows; r++) {
+                const int64_t at = (i0 + ir + r) * g->lda + p0; /* [kc] values from here */
+                for (int64_t p = 0; p < kc; p++) {
+                    const float x = regc_load_f32_or_bf16(g->a, g->a_bf16, at + p);
+                    d[p * mr + r] = g->bf16 ? regc_round_bf16(x) : x;
+                }
+            }
+            for (int r = rows; r < mr; r++)
+                for (int64_t p = 0; p < kc; p++)
+                    d[p * mr + r] = 0.0f;
+        }
     }
 }
-
-/* regc_round_bf16 on 16 floats, bit for bit, in the upper halves; the
- * lower halves are left as they fall, for packing that keeps only the upper
- * ones. Integer operations, because the conversion instructions flush
- * subnormal inputs to zero (cpu_bgemm.c): u + 0x7fff, or + 0x8000 where bit
- * 16 is odd, rounds to nearest even (a carry out of the mantissa raises the
- * exponent, to infinity past the largest value), and a NaN, which that sum
- * could turn into another value, keeps its upper bits with the quiet bit
- * set. */
-static inline __m512i regc_cpu_round_bf16_upper(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x00010000));
-    __m512i r = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
-    r = _mm512_mask_add_epi32(r, odd, u, _mm512_set1_epi32(0x8000));
-    return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
-}
-
-/* regc_round_bf16 on 16 floats, bit for bit: the bf16 values in the upper
- * halves, zeros below. */
-static inline __m512i regc_cpu_round_bf16_bits(__m512 x)
-{
-    return _mm512_and_si512(regc_cpu_round_bf16_upper(x), _mm512_set1_epi32((int)0xffff0000u));
-}
-
-#if defined(__AVX512BF16__)
-/* The bf16 GEMM (g->bf16) in AVX-512 BF16's pair products (cpu_bgemm.c),
- * with regc_cpu_sgemm's contract. */
-#define REGC_CPU_BF16_GEMM 1
-int regc_cpu_bgemm(regc_backend *be, const regc_gemm *g, const regc_gemm *out16);
-#endif
 #endif
 /* The elementwise epilogue (BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU) on
  * C[i, j0 .. j0+len) and aux, C holding G; other kinds leave C as it is. */

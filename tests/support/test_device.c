@@ -57,8 +57,41 @@ int regc_test_release_teardown(void **state)
     return 0;
 }
 
+void regc_test_gemm_or_skip(void)
+{
+    static int checked; /* once a process: later calls find REGC_CPU_GEMM set */
+    const char *name = getenv("REGC_TEST_GEMM");
+    if (checked || !name || !name[0])
+        return;
+    checked = 1;
+    const int status = regc_backend_cpu_use_gemm(name);
+    if (status == REGC_ERR_UNSUPPORTED) {
+        printf("REGC_TEST_GEMM=%s: not tested, this CPU lacks its instructions\n", name);
+        exit(77);
+    }
+    if (status != REGC_OK) {
+        fprintf(stderr, "REGC_TEST_GEMM: %s\n", regc_error_message());
+        exit(1);
+    }
+    /* the GEMM of the run without a variant: REGC_CPU_GEMM's, else the best */
+    const char *plain = getenv("REGC_CPU_GEMM");
+    if (!plain || !plain[0]) {
+        regc_backend_cpu_use_gemm(NULL);
+        plain = regc_backend_cpu_gemm_name();
+    }
+    if (!strcmp(plain, name)) {
+        printf("REGC_TEST_GEMM=%s: the run without a variant tests it\n", name);
+        exit(77);
+    }
+    setenv("REGC_CPU_GEMM", name, 1);
+    regc_backend_cpu_use_gemm(name);
+}
+
+int regc_test_own_gemm(void) { return strcmp(regc_backend_cpu_gemm_name(), "openblas") != 0; }
+
 regc_backend *regc_test_cpu_backend(int threads)
 {
+    regc_test_gemm_or_skip();
     regc_backend *be = regc_backend_new("cpu", threads);
     if (!be)
         fprintf(stderr, "cpu backend: %s\n", regc_error_message());
@@ -67,6 +100,7 @@ regc_backend *regc_test_cpu_backend(int threads)
 
 regc_backend *regc_test_backend(int threads)
 {
+    regc_test_gemm_or_skip();
     const char *name = getenv("REGC_TEST_BACKEND");
     regc_backend *be = regc_backend_new(name && name[0] ? name : "cpu", threads);
     if (!be)

@@ -50,6 +50,18 @@ int regc_test_release_teardown(void **state);
 /* A CMocka test entry whose buffers are released after it runs. */
 #define regc_test_with_buffers(test) cmocka_unit_test_teardown(test, regc_test_release_teardown)
 
+/* The kernel variants of a test: CMakeLists.txt runs some tests again once
+ * per GEMM, REGC_TEST_GEMM naming it, which becomes REGC_CPU_GEMM for the
+ * backends. Where this CPU cannot run the one named, or the run without a
+ * variant already runs it, says so and exits with 77, which ctest counts
+ * as skipped; a name that is no GEMM fails. Called by the backend helpers
+ * below, and by tests whose backends the trainer makes. */
+void regc_test_gemm_or_skip(void);
+
+/* Whether the CPU backends run regc's own GEMM (not OpenBLAS): the
+ * kernels that promise sums independent of the thread count. */
+int regc_test_own_gemm(void);
+
 /* A CPU backend with `threads` threads (0: OMP_NUM_THREADS), or NULL after
  * saying why on stderr; for a test group's setup. */
 regc_backend *regc_test_cpu_backend(int threads);
