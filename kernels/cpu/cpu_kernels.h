@@ -97,10 +97,18 @@ void *regc_cpu_get_gemm_scratch(regc_backend *be, size_t bytes);
 /* Marks a loop nest bound by vector arithmetic rather than memory (the exp
  * in GELU and the cross-entropy, attention's row products): GCC keeps to
  * 256-bit vectors under -march=native, and where the CPU has AVX-512 these
- * loops run 1.3 to 2 times faster in 512-bit ones. Every lane computes the
- * same operations either way, so only the speed changes. */
+ * loops run 1.3 to 2 times faster in 512-bit ones. In a build for no
+ * particular x86-64 CPU (REGC_NATIVE=OFF: one binary for all), GCC builds
+ * each such function three times, for AVX-512, for AVX2 and for the
+ * baseline, and the loader picks one by CPUID (target_clones), as the GEMM
+ * kernels are picked (cpu_gemm.c). Every lane computes the same operations
+ * whatever the vectors (no contraction, no reassociation), so only the
+ * speed changes. */
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 #define REGC_CPU_WIDE_VECTORS __attribute__((target("prefer-vector-width=512")))
+#elif !defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define REGC_CPU_WIDE_VECTORS                                                                      \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define REGC_CPU_WIDE_VECTORS
 #endif

@@ -4,7 +4,7 @@
  * the same float operations and order as PyTorch's single-tensor
  * implementation so the two agree to the last bit or two. */
 #include <math.h>
-#if defined(__AVX__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -77,12 +77,14 @@ void regc_cpu_grad_clip(regc_backend *be, regc_step_scalars *s)
  * semantics, under which GCC will not vectorise sqrtf; the AVX path spells
  * out regc_adamw_one (kernel_math.h) with vsqrtps, which gives sqrtf's bits, and
  * -ffp-contract=off keeps every multiply and add separate, so both paths
- * give the same results. */
-static void cpu_adamw_span(float *restrict param, const float *restrict grad, float *restrict m,
-                           float *restrict v, int64_t n, const regc_step_scalars *cf) /* all [n] */
+ * give the same results. The AVX path is built whatever the build targets
+ * and taken where CPUID reports AVX. Returns the elements done. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx"))) static int64_t
+cpu_adamw_span_avx(float *restrict param, const float *restrict grad, float *restrict m,
+                   float *restrict v, int64_t n, const regc_step_scalars *cf) /* all [n] */
 {
     int64_t i = 0;
-#if defined(__AVX__)
     const __m256 beta1 = _mm256_set1_ps(cf->beta1_f), beta2 = _mm256_set1_ps(cf->beta2_f);
     const __m256 omb1 = _mm256_set1_ps(cf->one_minus_beta1);
     const __m256 omb2 = _mm256_set1_ps(cf->one_minus_beta2);
@@ -102,6 +104,17 @@ static void cpu_adamw_span(float *restrict param, const float *restrict grad, fl
         _mm256_storeu_ps(v + i, vi);
         _mm256_storeu_ps(param + i, pi);
     }
+    return i;
+}
+#endif
+
+static void cpu_adamw_span(float *restrict param, const float *restrict grad, float *restrict m,
+                           float *restrict v, int64_t n, const regc_step_scalars *cf) /* all [n] */
+{
+    int64_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("avx"))
+        i = cpu_adamw_span_avx(param, grad, m, v, n, cf);
 #endif
     for (; i < n; i++)
         param[i] = regc_adamw_one(&m[i], &v[i], param[i], grad[i], cf);
