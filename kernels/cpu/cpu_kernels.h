@@ -62,6 +62,10 @@ static inline void regc_cpu_team_columns(int64_t cols, int64_t *lo, int64_t *hi)
     regc_cpu_team_range(cols, 16, lo, hi);
 }
 
+/* Below this many multiply-adds (times regc_cpu_par_scale) one thread does
+ * a whole GEMM, regc's or OpenBLAS's. */
+#define REGC_CPU_GEMM_PAR_MIN (1 << 18)
+
 /* Before a program run: the thresholds fitted to the free cores (cpu_team.c). */
 void regc_cpu_fit_team(regc_backend *be);
 /* Are fewer than `threads` of `cores` free, with `running` runnable tasks on

@@ -46,9 +46,6 @@
 #define SGEMM_NC 4096  /* a B block, KC x NC floats = 4 MiB */
 #define SGEMM_STRIP 64 /* columns of B packed at a time where m fits one A block */
 
-/* Below this many multiply-adds one thread does the whole product. */
-#define SGEMM_PAR_MIN (1 << 18)
-
 static int64_t sgemm_round_up(int64_t x, int64_t unit) { return (x + unit - 1) / unit * unit; }
 
 static int64_t sgemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -273,7 +270,7 @@ int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_g
     if (!pack)
         return REGC_ERR_MEMORY;
     const double madds = (double)g->m * (double)g->n * (double)g->k;
-#pragma omp parallel num_threads(threads) if (madds >= (double)SGEMM_PAR_MIN *                     \
+#pragma omp parallel num_threads(threads) if (madds >= (double)REGC_CPU_GEMM_PAR_MIN *                     \
                                                            (double)regc_cpu_par_scale(be))
     {
         char *apack = pack + (size_t)omp_get_thread_num() * (a_bytes + b_bytes);
