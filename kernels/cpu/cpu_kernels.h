@@ -190,6 +190,17 @@ int regc_cpu_choose_gemm(void);
 int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_gemm_kernel *kernel,
                           const regc_gemm *out16);
 
+/* Element `at` of an operand as a GEMM reads it: held in bf16, widened
+ * (exact, and what rounding would give); fp32, rounded to bf16 for a bf16
+ * GEMM, else itself. */
+static inline float regc_cpu_gemm_value(const regc_gemm *g, const void *base, int bf16, int64_t at)
+{
+    if (bf16)
+        return regc_bf16_value(((const uint16_t *)base)[at]);
+    const float x = ((const float *)base)[at];
+    return g->bf16 ? regc_round_bf16(x) : x;
+}
+
 /* op(A)[i0 .. i0+mc, p0 .. p0+kc] as fp32 panels of mr rows, each
  * [kc][mr]: dst[panel * kc * mr + p * mr + r] = op(A)[i0 + panel * mr + r,
  * p0 + p], zeros past the edge, rounded to bf16 for a bf16 GEMM; A held in
@@ -205,20 +216,16 @@ static inline void regc_cpu_pack_a_fp32(float *restrict dst, const regc_gemm *g,
             for (int64_t p = 0; p < kc; p++) {
                 const int64_t at = (p0 + p) * g->lda + i0 + ir; /* [rows] values from here */
                 int r = 0;
-                for (; r < rows; r++) {
-                    const float x = regc_load_f32_or_bf16(g->a, g->a_bf16, at + r);
-                    d[p * mr + r] = g->bf16 ? regc_round_bf16(x) : x;
-                }
+                for (; r < rows; r++)
+                    d[p * mr + r] = regc_cpu_gemm_value(g, g->a, g->a_bf16, at + r);
                 for (; r < mr; r++)
                     d[p * mr + r] = 0.0f;
             }
         } else { /* A is [m, k]: each row is contiguous */
             for (int r = 0; r < rows; r++) {
                 const int64_t at = (i0 + ir + r) * g->lda + p0; /* [kc] values from here */
-                for (int64_t p = 0; p < kc; p++) {
-                    const float x = regc_load_f32_or_bf16(g->a, g->a_bf16, at + p);
-                    d[p * mr + r] = g->bf16 ? regc_round_bf16(x) : x;
-                }
+                for (int64_t p = 0; p < kc; p++)
+                    d[p * mr + r] = regc_cpu_gemm_value(g, g->a, g->a_bf16, at + p);
             }
             for (int r = rows; r < mr; r++)
                 for (int64_t p = 0; p < kc; p++)

@@ -270,7 +270,7 @@ int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_g
     if (!pack)
         return REGC_ERR_MEMORY;
     const double madds = (double)g->m * (double)g->n * (double)g->k;
-#pragma omp parallel num_threads(threads) if (madds >= (double)REGC_CPU_GEMM_PAR_MIN *                     \
+#pragma omp parallel num_threads(threads) if (madds >= (double)REGC_CPU_GEMM_PAR_MIN *             \
                                                            (double)regc_cpu_par_scale(be))
     {
         char *apack = pack + (size_t)omp_get_thread_num() * (a_bytes + b_bytes);

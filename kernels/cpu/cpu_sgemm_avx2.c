@@ -35,25 +35,17 @@
 
 static int64_t avx2_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Values at .. at+7 of an operand as the GEMM reads them: fp32 as stored,
- * or bf16 widened (exact), then rounded to bf16 for a bf16 GEMM. */
+/* Values at .. at+7 of an operand as the GEMM reads them: fp32 rounded to
+ * bf16 for a bf16 GEMM, or as stored; one held in bf16 widened (exact, and
+ * already what rounding would give). */
 static inline __m256 avx2_load8(const regc_gemm *g, const void *base, int bf16, int64_t at)
 {
-    __m256 x;
     if (bf16)
-        x = _mm256_castsi256_ps(_mm256_slli_epi32(
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
             _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + at))),
             16));
-    else
-        x = _mm256_loadu_ps((const float *)base + at);
+    const __m256 x = _mm256_loadu_ps((const float *)base + at);
     return g->bf16 ? regc_cpu_avx2_round_bf16(x) : x;
-}
-
-/* The same for one value. */
-static inline float avx2_load1(const regc_gemm *g, const void *base, int bf16, int64_t at)
-{
-    const float x = regc_load_f32_or_bf16(base, bf16, at);
-    return g->bf16 ? regc_round_bf16(x) : x;
 }
 
 static void avx2_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
@@ -77,7 +69,7 @@ static void avx2_pack_b_rows8(float *restrict d, const regc_gemm *g, int64_t j, 
         } else { /* the end of k: no read past it */
             float v[8] = {0};
             for (int q = 0; q < depth; q++)
-                v[q] = avx2_load1(g, g->b, g->b_bf16, (j + c) * g->ldb + p + q);
+                v[q] = regc_cpu_gemm_value(g, g->b, g->b_bf16, (j + c) * g->ldb + p + q);
             r[c] = _mm256_loadu_ps(v);
         }
     }
@@ -103,7 +95,7 @@ static void avx2_pack_b(void *restrict dst, const regc_gemm *g, int64_t j0, int6
                 } else {
                     int c = 0;
                     for (; c < cols; c++)
-                        d[p * AVX2_NR + c] = avx2_load1(g, g->b, g->b_bf16, at + c);
+                        d[p * AVX2_NR + c] = regc_cpu_gemm_value(g, g->b, g->b_bf16, at + c);
                     for (; c < AVX2_NR; c++)
                         d[p * AVX2_NR + c] = 0.0f;
                 }
