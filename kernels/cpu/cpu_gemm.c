@@ -119,15 +119,11 @@ static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
         a = copy, lda = a_cols;
         b = copy + a_rows * a_cols, ldb = b_cols;
     }
-    /* OpenBLAS's thread count is process-wide: set this backend's, in case
-     * another backend instance changed it; one thread for a GEMM too small
-     * for the team now (its threads spin at their barrier like any
-     * OpenMP team's, and beside busy processes a small model's step went
-     * from 12 ms to 540 ms) */
-    const double madds = (double)g->m * (double)g->n * (double)g->k;
-    const int threads = madds >= (double)REGC_CPU_GEMM_PAR_MIN * (double)regc_cpu_par_scale(be)
-                            ? regc_cpu_threads(be)
-                            : 1;
+    /* OpenBLAS's thread count is process-wide: restore this backend's in
+     * case another backend instance changed it. Always the whole team:
+     * OpenBLAS's sums depend on its thread count, and results must not
+     * depend on the load that fits regc's own loops to the free cores */
+    const int threads = regc_cpu_threads(be);
     if (openblas_get_num_threads() != threads)
         openblas_set_num_threads(threads);
     cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,

@@ -63,7 +63,7 @@ static inline void regc_cpu_team_columns(int64_t cols, int64_t *lo, int64_t *hi)
 }
 
 /* Below this many multiply-adds (times regc_cpu_par_scale) one thread does
- * a whole GEMM, regc's or OpenBLAS's. */
+ * a whole GEMM of regc's own. */
 #define REGC_CPU_GEMM_PAR_MIN (1 << 18)
 
 /* Before a program run: the thresholds fitted to the free cores (cpu_team.c). */
