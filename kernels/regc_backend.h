@@ -505,6 +505,8 @@ regc_backend *regc_backend_cpu_new(int threads);
  * other than x86-64 GCC). Chosen when the first backend is made: the
  * first of these this CPU runs, or the one REGC_CPU_GEMM names. */
 const char *regc_backend_cpu_gemm_name(void);
+/* The names of the CPU GEMMs, best first, i from 0; NULL past the last. */
+const char *regc_backend_cpu_gemm_at(int i);
 /* Whether this CPU runs the GEMM so named. */
 int regc_backend_cpu_gemm_runs(const char *name);
 /* Chooses the CPU backends' GEMM by name (NULL: the best this CPU runs),

@@ -185,6 +185,22 @@ static void test_bad_cpu_gemm(void **state)
     assert_non_null(strstr(p.err, "regc: REGC_CPU_GEMM: cpu GEMM \"avx3\": not one of avx512-bf16, "
                                   "avx512, avx2, openblas\n"));
     regc_test_proc_free(&p);
+
+    /* a GEMM this CPU cannot run (where there is one) is refused by name */
+    for (int i = 0; regc_backend_cpu_gemm_at(i); i++) {
+        const char *name = regc_backend_cpu_gemm_at(i);
+        if (regc_backend_cpu_gemm_runs(name))
+            continue;
+        assert_int_equal(regc_backend_cpu_use_gemm(name), REGC_ERR_UNSUPPORTED);
+        assert_non_null(strstr(regc_error_message(), name));
+        assert_non_null(strstr(regc_error_message(), "lacks the instructions"));
+    }
+    int n = 0; /* OpenBLAS, which runs anywhere, last */
+    while (regc_backend_cpu_gemm_at(n))
+        n++;
+    assert_true(n > 0);
+    assert_string_equal(regc_backend_cpu_gemm_at(n - 1), "openblas");
+    assert_true(regc_backend_cpu_gemm_runs("openblas"));
 }
 
 static void test_unknown_command(void **state)

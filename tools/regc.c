@@ -119,10 +119,9 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         /* the GEMM regc train would run here: regc_backend.h names them */
         printf("regc %s\ncpu GEMM: %s (this CPU runs:", REGC_VERSION, regc_backend_cpu_gemm_name());
-        static const char *const gemms[] = {"avx512-bf16", "avx512", "avx2", "openblas"};
-        for (size_t i = 0; i < sizeof gemms / sizeof gemms[0]; i++)
-            if (regc_backend_cpu_gemm_runs(gemms[i]))
-                printf(" %s", gemms[i]);
+        for (int i = 0; regc_backend_cpu_gemm_at(i); i++)
+            if (regc_backend_cpu_gemm_runs(regc_backend_cpu_gemm_at(i)))
+                printf(" %s", regc_backend_cpu_gemm_at(i));
         printf(")\n");
         return fflush(stdout) == 0 ? 0 : EXIT_ERROR;
     }

@@ -249,18 +249,21 @@ static void cpu_widen_copy(const regc_backend *be, float *dst, const uint16_t *x
  * unless REGC_CPU_GEMM names another when the first backend is made, or
  * regc_backend_cpu_use_gemm does (tests and benchmarks that compare the
  * kernels). */
+typedef enum { NEEDS_NOTHING, NEEDS_AVX2, NEEDS_AVX512, NEEDS_AVX512_BF16 } cpu_gemm_needs;
+
 typedef struct {
     const char *name;
     const regc_cpu_gemm_kernel *fp32, *bf16;
+    cpu_gemm_needs needs;
 } cpu_gemm_choice;
 
 static const cpu_gemm_choice cpu_gemm_choices[] = {
 #ifdef REGC_CPU_OWN_SGEMM
-    {"avx512-bf16", &regc_cpu_sgemm_avx512, &regc_cpu_bgemm_avx512bf16},
-    {"avx512", &regc_cpu_sgemm_avx512, &regc_cpu_sgemm_avx512},
-    {"avx2", &regc_cpu_sgemm_avx2, &regc_cpu_sgemm_avx2},
+    {"avx512-bf16", &regc_cpu_sgemm_avx512, &regc_cpu_bgemm_avx512bf16, NEEDS_AVX512_BF16},
+    {"avx512", &regc_cpu_sgemm_avx512, &regc_cpu_sgemm_avx512, NEEDS_AVX512},
+    {"avx2", &regc_cpu_sgemm_avx2, &regc_cpu_sgemm_avx2, NEEDS_AVX2},
 #endif
-    {"openblas", NULL, NULL},
+    {"openblas", NULL, NULL, NEEDS_NOTHING},
 };
 #define CPU_GEMM_CHOICES ((int)(sizeof cpu_gemm_choices / sizeof cpu_gemm_choices[0]))
 
@@ -270,19 +273,21 @@ static const cpu_gemm_choice *cpu_gemm_chosen; /* NULL until the first backend *
  * registers: GCC's CPUID check asks it) runs choice c. */
 static int cpu_gemm_runs(const cpu_gemm_choice *c)
 {
+    if (c->needs == NEEDS_NOTHING)
+        return 1;
 #ifdef REGC_CPU_OWN_SGEMM
     __builtin_cpu_init();
     const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                        __builtin_cpu_supports("fma");
-    if (c->bf16 == &regc_cpu_bgemm_avx512bf16)
-        return avx512 && __builtin_cpu_supports("avx512bf16");
-    if (c->fp32 == &regc_cpu_sgemm_avx512)
-        return avx512;
-    if (c->fp32 == &regc_cpu_sgemm_avx2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    switch (c->needs) {
+    case NEEDS_AVX512_BF16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    case NEEDS_AVX512: return avx512;
+    case NEEDS_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: break;
+    }
 #endif
-    return c->fp32 == NULL;
+    return 0;
 }
 
 static const cpu_gemm_choice *cpu_gemm_find(const char *name)
@@ -302,6 +307,11 @@ static const char *cpu_gemm_names(void)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                      cpu_gemm_choices[i].name);
     return list;
+}
+
+const char *regc_backend_cpu_gemm_at(int i)
+{
+    return i >= 0 && i < CPU_GEMM_CHOICES ? cpu_gemm_choices[i].name : NULL;
 }
 
 int regc_backend_cpu_gemm_runs(const char *name)
