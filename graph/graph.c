@@ -333,6 +333,14 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
     return id;
 }
 
+int regc_graph_set_frozen(regc_graph *g, int t, int frozen)
+{
+    if (t < 0 || t >= g->n_tensors || g->tensors[t].role != REGC_ROLE_PARAM)
+        return regc_error(REGC_ERR_ARG, "tensor %d: only a parameter can be frozen", t);
+    g->tensors[t].frozen = frozen != 0;
+    return REGC_OK;
+}
+
 int regc_graph_copy_leaves(const regc_graph *g, regc_graph *h, int *map)
 {
     for (int t = 0; t < g->n_tensors; t++) {
@@ -344,6 +352,7 @@ int regc_graph_copy_leaves(const regc_graph *g, regc_graph *h, int *map)
                      : regc_graph_add_tensor(h, x->name, x->dtype, x->role, x->ndim, x->shape);
         if (map[t] < 0)
             return map[t];
+        h->tensors[map[t]].frozen = x->frozen;
     }
     return REGC_OK;
 }

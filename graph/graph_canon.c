@@ -62,6 +62,7 @@ int regc_graph_canon(const regc_graph *g, regc_bytes *b)
         regc_bytes_put_i64(b, t);
         regc_bytes_put_i64(b, x->role);
         regc_bytes_put_i64(b, x->constant);
+        regc_bytes_put_i64(b, x->frozen);
         regc_graph_canon_shape(b, x);
         if (x->role == REGC_ROLE_INPUT)
             regc_bytes_put_str(b, x->name);

@@ -7,7 +7,8 @@
  *
  * A tensor's role is "input" (data: token ids, targets), "constant" (an
  * input whose values depend on the shapes alone: positions, rotary tables,
- * buckets; a graph model reads them from its weights file) or "param".
+ * buckets; a graph model reads them from its weights file), "param", or
+ * "frozen" (a parameter never trained: a LoRA model's base).
  * "tensors" lists graph inputs and parameters only; activations are the
  * nodes' outputs, named "%<id>". Ids are dense and follow creation order, so
  * reading replays inputs, parameters and nodes in id order: a node that reads
@@ -140,7 +141,10 @@ char *regc_graph_to_json(const regc_graph *g)
         cJSON_AddNumberToObject(o, "id", id);
         cJSON_AddStringToObject(o, "name", t->name);
         cJSON_AddStringToObject(o, "dtype", regc_dtype_name(t->dtype));
-        cJSON_AddStringToObject(o, "role", t->constant ? "constant" : regc_role_name(t->role));
+        cJSON_AddStringToObject(o, "role",
+                                t->constant ? "constant"
+                                : t->frozen ? "frozen"
+                                            : regc_role_name(t->role));
         cJSON_AddItemToObject(o, "shape", shape_array(t->shape, t->ndim));
         cJSON_AddItemToArray(tensors, o);
     }
@@ -243,9 +247,11 @@ static int read_leaf(json_ctx *c, regc_graph *g, const cJSON *o)
             : strcmp(role, "input") == 0    ? REGC_ROLE_INPUT
             : strcmp(role, "constant") == 0 ? REGC_ROLE_COUNT /* an input, constant */
             : strcmp(role, "param") == 0    ? REGC_ROLE_PARAM
+            : strcmp(role, "frozen") == 0   ? REGC_ROLE_PARAM
                                             : -1;
     if (r < 0)
-        return fail(c, REGC_ERR_FORMAT, "\"role\" must be \"input\", \"constant\" or \"param\"");
+        return fail(c, REGC_ERR_FORMAT,
+                    "\"role\" must be \"input\", \"constant\", \"param\" or \"frozen\"");
     int64_t shape[REGC_MAX_DIMS];
     int ndim;
     if (get_ints(c, o, "shape", REGC_MAX_DIMS, 1, INT64_C(1) << 40, shape, &ndim))
@@ -255,6 +261,8 @@ static int read_leaf(json_ctx *c, regc_graph *g, const cJSON *o)
                  : regc_graph_add_tensor(g, name, (regc_dtype)dt, (regc_role)r, ndim, shape);
     if (id < 0)
         regc_error_prefix("%s: %s", c->source, c->where);
+    if (id >= 0 && strcmp(role, "frozen") == 0)
+        regc_graph_set_frozen(g, id, 1);
     return id < 0 ? id : REGC_OK;
 }
 

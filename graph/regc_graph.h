@@ -164,6 +164,10 @@ typedef struct {
      * graph model reads it from its weights file by name. 0 for data
      * inputs (token ids, targets) and for everything else. */
     int constant;
+    /* A parameter that is never trained (the base of a LoRA model): it takes
+     * no gradient, no optimizer state and no weight-gradient product; the
+     * gradient of what reads it still flows. 0 for everything else. */
+    int frozen;
 } regc_tensor;
 
 typedef struct {
@@ -196,6 +200,8 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
 int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in, const int *in,
                         int n_out, int *out, int out_ndim, const int64_t *out_shape);
 
+/* Freeze (1) or thaw (0) parameter t (regc_tensor's `frozen`). */
+int regc_graph_set_frozen(regc_graph *g, int t, int frozen);
 /* Add g's inputs, constants and parameters to h, in g's order; map[t]
  * (n_tensors entries) gets each one's id in h. For a graph rebuilt node by
  * node into h. */

@@ -38,6 +38,7 @@ void regc_model_free(regc_model *m)
     for (int i = 0; i < m->n_consts; i++)
         free(m->consts[i].name), free(m->consts[i].data);
     free(m->consts);
+    regc_lora_free(m->lora);
     if (m->cfg && m->arch && m->arch->free_config)
         m->arch->free_config(m->cfg);
     else
@@ -152,7 +153,15 @@ int64_t regc_model_total_numel(const regc_model *m) { return m->total_numel; }
 int regc_model_n_constants(const regc_model *m) { return m->n_consts; }
 float *regc_model_weights(regc_model *m) { return m->weights; }
 
+static int write_structure(const regc_model *m, regc_bytes *b);
+
 int regc_model_write_structure(const regc_model *m, regc_bytes *b)
+{
+    int rc = write_structure(m, b);
+    return rc || !m->lora ? rc : regc_lora_write_structure(m, b);
+}
+
+static int write_structure(const regc_model *m, regc_bytes *b)
 {
     regc_bytes_put_str(b, m->arch->model_type);
     if (m->arch->write_structure)
@@ -250,6 +259,8 @@ int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
         p[i] = regc_graph_add_tensor(g, q->name, REGC_F32, REGC_ROLE_PARAM, q->ndim, q->shape);
         if (p[i] < 0)
             return p[i];
+        if (q->frozen)
+            regc_graph_set_frozen(g, p[i], 1);
     }
     return REGC_OK;
 }
@@ -262,7 +273,13 @@ int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc
                           "%s: batch %" PRId64 " and sequence length %" PRId64
                           " must both be at least 1",
                           m->source, batch, seq);
-    return m->arch->build_graph(m, batch, seq, out);
+    int rc = m->arch->build_graph(m, batch, seq, out);
+    if (rc || !m->lora)
+        return rc;
+    regc_graph *g = *out;
+    rc = regc_lora_rewrite(m, g, out);
+    regc_graph_free(g);
+    return rc;
 }
 
 /* ------------------------------------------------------- graph inputs */
@@ -378,7 +395,7 @@ int regc_model_save(const regc_model *m, const char *dir)
     if (rc)
         return rc;
     rc = regc_model_writer_open(m, regc_staged_dir_path(s), &w);
-    for (int i = 0; i < m->n_params && rc == REGC_OK; i++)
+    for (int i = m->lora ? m->lora->n_base : 0; i < m->n_params && rc == REGC_OK; i++)
         rc = regc_model_writer_put(w, i, 0, m->params[i].numel, m->weights + m->params[i].offset);
     if (rc == REGC_OK) {
         rc = regc_model_writer_finish(w);

@@ -22,7 +22,29 @@ typedef struct {
     int64_t numel, offset; /* offset in floats into the weights block */
     /* regc_model_init_random draws uniform on [center - halfwidth, center + halfwidth) */
     float init_center, init_halfwidth;
+    int frozen; /* never trained (regc_tensor's `frozen`): a LoRA model's base */
 } regc_model_param;
+
+/* A model's LoRA adapters (lora.c): parameters n_base, n_base + 1 are
+ * module 0's A and B, and so on. */
+typedef struct {
+    regc_lora_config cfg; /* its strings are targets and adapter */
+    char *targets, *adapter;
+    int n_base;    /* the parameters before the adapters */
+    int n_modules; /* the layers adapted */
+    int *base_of;  /* [n_modules] the parameter index of each one's weight */
+    char *conv1d;  /* [n_modules] its weight is [in, out] (GPT-2's Conv1D), else [out, in] */
+    float scale;   /* alpha / r, or alpha / sqrt r */
+} regc_lora;
+void regc_lora_free(regc_lora *l);
+/* What PEFT's adapter files put before a parameter's name. */
+#define REGC_PEFT_PREFIX "base_model.model."
+/* g with every targeted product's adapter added (lora.c's header). */
+int regc_lora_rewrite(const regc_model *m, regc_graph *g, regc_graph **out);
+/* adapter_config.json in dir, as PEFT writes it, atomically. */
+int regc_lora_save_config(const regc_model *m, const char *dir);
+/* The adapters' part of the model's structure key. */
+int regc_lora_write_structure(const regc_model *m, regc_bytes *b);
 
 /* A constant input of a graph model (regc_tensor's `constant`): read from
  * the weights file by name beside the parameters, never trained, written
@@ -50,6 +72,7 @@ struct regc_model {
     float *weights; /* total_numel floats, or NULL while shape-only */
     int n_consts;
     regc_model_const *consts;
+    regc_lora *lora; /* NULL: every parameter is trained */
 };
 
 struct regc_arch {

@@ -53,6 +53,45 @@ int regc_model_alloc_weights(regc_model *m);
  * does not apply yet) as one line. */
 void regc_model_describe(const regc_model *m, char *buf, size_t cap);
 
+/* LoRA as PEFT defines it (models/lora.c): rank-r adapters on the linear
+ * layers target_modules names, every other parameter frozen. */
+typedef struct {
+    int64_t r;
+    double alpha;   /* lora_alpha: the update is scaled by alpha / r */
+    double dropout; /* lora_dropout (not applied yet: must be 0) */
+    int use_rslora; /* scale by alpha / sqrt r */
+    /* module names separated by commas (a layer whose name is one, or ends
+     * in "." and one), "all-linear" (every linear layer but the output
+     * head), or with target_regex a regular expression the whole name
+     * matches */
+    const char *target_modules;
+    int target_regex;
+    const char *adapter; /* a PEFT adapter directory the adapters start from, or NULL */
+    uint64_t seed;       /* of A's initial draw when there is no adapter */
+} regc_lora_config;
+/* Add the adapters to m (shape-only or with weights: A drawn, B zero) and
+ * freeze the rest: an error naming the key when the configuration is bad or
+ * matches no linear layer. */
+int regc_model_add_lora(regc_model *m, const regc_lora_config *c);
+int regc_model_has_lora(const regc_model *m);
+/* "LoRA r=8, alpha 16 (scale 2) on 8 layers (q_proj, v_proj): 65,536 of
+ * 1,000,000 parameters trained" into buf. */
+void regc_lora_describe(const regc_model *m, char *buf, size_t cap);
+/* W += scale * B A into every adapted weight (PEFT's merge_and_unload):
+ * m becomes its base again, with the merged weights. */
+int regc_model_merge_lora(regc_model *m);
+/* PEFT's default target_modules for m's architecture, or NULL. */
+const char *regc_lora_default_targets(const regc_model *m);
+/* c from a PEFT adapter directory's adapter_config.json (its
+ * target_modules written into targets, cap bytes; c->adapter = dir): an
+ * error naming the file and the key for anything regc does not do (bias,
+ * DoRA, per-layer ranks, modules_to_save, ...). */
+int regc_lora_read_config(const char *dir, regc_lora_config *c, char *targets, size_t cap);
+int regc_model_param_frozen(const regc_model *m, int i);
+/* The floats of the parameters that are trained: the weights block's
+ * prefix (frozen parameters follow them). */
+int64_t regc_model_trainable_numel(const regc_model *m);
+
 /* Parameters in checkpoint order; their names are the checkpoint's names. */
 int regc_model_n_params(const regc_model *m);
 const char *regc_model_param_name(const regc_model *m, int i);
@@ -148,6 +187,9 @@ int regc_weights_open(const regc_model *m, const char *path, const char *prefix,
                       regc_weights **out);
 /* The weights regc_model_init_random(m, seed) draws. */
 int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out);
+/* A LoRA model's base source w reads its adapters from the PEFT adapter
+ * directory dir from now on (a checkpoint's). */
+int regc_weights_use_adapter(regc_weights *w, const char *dir);
 /* Elements [first, first + n) of parameter i (row-major) as fp32. */
 int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *dst);
 /* The bytes of files read so far (0 for the seeded init). */

@@ -15,7 +15,13 @@
  * A graph model's constants (rotary tables, positions, buckets) are
  * tensors of its own file too: a source without a prefix binds them after
  * the parameters, by name, and regc_model_read_constants reads them whole;
- * a checkpoint's moments (a prefixed source) hold parameters only. */
+ * a checkpoint's moments (a prefixed source) hold parameters only.
+ *
+ * A LoRA model's adapters are not in its base's files: a source of the
+ * base reads them from a source of their own, the PEFT adapter directory
+ * the model names (adapter_model.safetensors, names after
+ * "base_model.model.") or the seeded draw. Saved, a LoRA model is its
+ * adapter alone, as PEFT writes it. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,8 +95,19 @@ static int inside_name(const char *name)
 
 /* ---------------------------------------------------------------- reading */
 
+/* What a source binds: every parameter, or of a LoRA model its base or its
+ * adapters alone. */
+typedef enum { PART_ALL, PART_BASE, PART_ADAPTER } weights_part;
+
+static int is_adapter(const regc_model *m, int i)
+{
+    return m->lora && i >= m->lora->n_base && i < m->n_params;
+}
+
 struct regc_weights {
     const regc_model *m;
+    weights_part part;
+    regc_weights *adapter; /* PART_BASE: where the adapters come from */
     int seeded;
     uint64_t seed;
     int n_bound; /* bound_count: parameters, then constants */
@@ -107,6 +124,7 @@ void regc_weights_close(regc_weights *w)
         return;
     for (int f = 0; f < w->n_files; f++)
         regc_st_close(w->file[f]);
+    regc_weights_close(w->adapter);
     free(w->file), free(w->file_of), free(w->tensor_of), free(w);
 }
 
@@ -142,11 +160,22 @@ static int weights_file(regc_weights *w, const char *path, const char **paths, i
     return rc;
 }
 
+/* Does w leave bound tensor i to another source? */
+static int skips(const regc_weights *w, int i)
+{
+    return w->part != PART_ALL && i < w->m->n_params &&
+           is_adapter(w->m, i) != (w->part == PART_ADAPTER);
+}
+
 /* Bound tensor i (a parameter, or a constant past them) is tensor `name`
  * of file f: check its shape. */
 static int weights_bind(regc_weights *w, int i, int f, const char *path, const char *prefix)
 {
     const regc_model *m = w->m;
+    if (skips(w, i)) {
+        w->file_of[i] = -1;
+        return REGC_OK;
+    }
     weight_names c;
     weight_names_of(m, prefix, bound_name(m, i), &c);
     int t = -1;
@@ -232,6 +261,8 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
     if (!cJSON_IsObject(map))
         rc = regc_error(REGC_ERR_FORMAT, "%s: missing or invalid \"weight_map\"", index);
     for (int i = 0; i < n && rc == REGC_OK; i++) {
+        if (is_adapter(m, i)) /* a base's index never names them */
+            continue;
         weight_names c;
         weight_names_of(m, prefix, bound_name(m, i), &c);
         const cJSON *e = NULL;
@@ -296,6 +327,10 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
         rc = regc_weights_parse_index(m, text, len, index, prefix, files);
     free(text);
     for (int i = 0; i < n && rc == REGC_OK; i++) {
+        if (!files[i]) {
+            w->file_of[i] = -1;
+            continue;
+        }
         if ((rc = regc_path_join(path[i], sizeof path[i], dir, files[i])) == REGC_OK) {
             int f;
             if ((rc = weights_file(w, path[i], paths, &f)) == REGC_OK)
@@ -310,6 +345,21 @@ static int weights_indexed(regc_weights *w, const char *dir, const char *index, 
     return rc;
 }
 
+/* A LoRA model's adapters from its PEFT adapter directory. */
+static int weights_adapter(const regc_model *m, const char *dir, regc_weights **out)
+{
+    char path[4096];
+    int rc = regc_path_join(path, sizeof path, dir, "adapter_model.safetensors");
+    if (rc == REGC_OK && (rc = weights_new(m, REGC_PEFT_PREFIX, out)) == REGC_OK) {
+        (*out)->part = PART_ADAPTER;
+        if ((rc = weights_one_file(*out, path, REGC_PEFT_PREFIX))) {
+            regc_weights_close(*out);
+            *out = NULL;
+        }
+    }
+    return rc;
+}
+
 int regc_weights_open(const regc_model *m, const char *path, const char *prefix, regc_weights **out)
 {
     regc_weights *w = NULL;
@@ -317,6 +367,19 @@ int regc_weights_open(const regc_model *m, const char *path, const char *prefix,
     *out = NULL;
     if (rc)
         return rc;
+    if (m->lora && prefix[0]) /* a checkpoint's moments: the adapters' alone */
+        w->part = PART_ADAPTER;
+    if (m->lora && !prefix[0]) { /* a base: the adapters from elsewhere */
+        w->part = PART_BASE;
+        if (m->lora->adapter)
+            rc = weights_adapter(m, m->lora->adapter, &w->adapter);
+        else if ((rc = weights_new(m, "", &w->adapter)) == REGC_OK)
+            w->adapter->seeded = 1, w->adapter->seed = m->lora->cfg.seed;
+        if (rc) {
+            regc_weights_close(w);
+            return rc;
+        }
+    }
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         /* HF's loader prefers the single file when both exist; so do we, so
@@ -349,6 +412,30 @@ int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out)
     int rc = weights_new(m, "", out);
     if (rc == REGC_OK)
         (*out)->seeded = 1, (*out)->seed = seed;
+    if (rc == REGC_OK && m->lora) { /* a drawn base; the adapters given, or drawn too */
+        (*out)->part = PART_BASE;
+        if (m->lora->adapter)
+            rc = weights_adapter(m, m->lora->adapter, &(*out)->adapter);
+        else if ((rc = weights_new(m, "", &(*out)->adapter)) == REGC_OK)
+            (*out)->adapter->seeded = 1, (*out)->adapter->seed = m->lora->cfg.seed;
+        if (rc) {
+            regc_weights_close(*out);
+            *out = NULL;
+        }
+    }
+    return rc;
+}
+
+int regc_weights_use_adapter(regc_weights *w, const char *dir)
+{
+    if (w->part != PART_BASE)
+        return regc_error(REGC_ERR_ARG, "%s: not the base of a LoRA model", w->m->source);
+    regc_weights *a = NULL;
+    int rc = weights_adapter(w->m, dir, &a);
+    if (rc == REGC_OK) {
+        regc_weights_close(w->adapter);
+        w->adapter = a;
+    }
     return rc;
 }
 
@@ -362,6 +449,8 @@ int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *d
         return regc_error(REGC_ERR_ARG, "%s: parameter %s has %lld elements, not [%lld, %lld)",
                           m->source, p->name, (long long)p->numel, (long long)first,
                           (long long)(first + n));
+    if (w->adapter && is_adapter(m, i))
+        return regc_weights_read(w->adapter, i, first, n, dst);
     if (w->seeded) { /* each parameter its own stream, each element its own draw */
         regc_rng_fill_uniform_range(dst, (size_t)first, (size_t)n,
                                     regc_rng_substream(w->seed, (uint64_t)i), p->init_center,
@@ -375,7 +464,10 @@ int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *d
     return rc;
 }
 
-int64_t regc_weights_bytes_read(const regc_weights *w) { return w ? w->bytes_read : 0; }
+int64_t regc_weights_bytes_read(const regc_weights *w)
+{
+    return w ? w->bytes_read + regc_weights_bytes_read(w->adapter) : 0;
+}
 
 int regc_model_read_weights(regc_model *m, regc_weights *w)
 {
@@ -424,6 +516,7 @@ struct regc_model_writer {
     const regc_model *m;
     char *dir;
     regc_st_writer *st;
+    int first; /* the first parameter written: a LoRA model's first adapter */
 };
 
 void regc_model_writer_abandon(regc_model_writer *w)
@@ -441,18 +534,24 @@ int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writ
     if (rc < 0)
         return rc;
     regc_model_writer *w = calloc(1, sizeof *w);
-    const int n = m->n_params + m->n_consts;
+    const int first = m->lora ? m->lora->n_base : 0, n = m->n_params - first + m->n_consts;
     regc_st_entry *e = calloc((size_t)n + 1, sizeof *e);
+    char(*peft)[600] = m->lora ? calloc((size_t)n + 1, sizeof *peft) : NULL;
     char path[4096];
-    if (!w || !e || !(w->dir = strdup(dir))) {
-        free(e);
+    if (!w || !e || (m->lora && !peft) || !(w->dir = strdup(dir))) {
+        free(e), free(peft);
         regc_model_writer_abandon(w);
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", dir);
     }
     w->m = m;
-    for (int i = 0; i < m->n_params; i++) {
-        const regc_model_param *p = &m->params[i];
+    w->first = first;
+    for (int i = 0; i < m->n_params - first; i++) {
+        const regc_model_param *p = &m->params[first + i];
         e[i].name = p->name;
+        if (peft) { /* the adapter alone, as PEFT names it */
+            snprintf(peft[i], sizeof peft[i], "%s%s", REGC_PEFT_PREFIX, p->name);
+            e[i].name = peft[i];
+        }
         e[i].dtype = REGC_F32;
         e[i].ndim = p->ndim;
         memcpy(e[i].shape, p->shape, sizeof p->shape);
@@ -469,8 +568,9 @@ int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writ
             rc = regc_error(REGC_ERR_ARG, "%s: constant %s has no values to save", m->source,
                             c->name);
     }
-    if (rc == REGC_OK &&
-        (rc = regc_path_join(path, sizeof path, dir, "model.safetensors")) == REGC_OK)
+    if (rc == REGC_OK && (rc = regc_path_join(path, sizeof path, dir,
+                                              m->lora ? "adapter_model.safetensors"
+                                                      : "model.safetensors")) == REGC_OK)
         rc = regc_st_writer_open(path, e, n, 0, &w->st);
     for (int k = 0; k < m->n_consts && rc == REGC_OK; k++) {
         const regc_model_const *c = &m->consts[k];
@@ -478,7 +578,7 @@ int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writ
         rc = c->dtype == REGC_I32 ? regc_st_writer_put_i32(w->st, i, 0, c->numel, c->data)
                                   : regc_st_writer_put(w->st, i, 0, c->numel, c->data);
     }
-    free(e);
+    free(e), free(peft);
     if (rc) {
         regc_model_writer_abandon(w);
         return rc;
@@ -489,7 +589,10 @@ int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writ
 
 int regc_model_writer_put(regc_model_writer *w, int i, int64_t first, int64_t n, const float *src)
 {
-    return regc_st_writer_put(w->st, i, first, n, src);
+    if (i < w->first)
+        return regc_error(REGC_ERR_ARG, "%s: parameter %s is frozen: the adapter is saved alone",
+                          w->dir, w->m->params[i].name);
+    return regc_st_writer_put(w->st, i - w->first, first, n, src);
 }
 
 int regc_model_writer_finish(regc_model_writer *w)
@@ -499,7 +602,8 @@ int regc_model_writer_finish(regc_model_writer *w)
     int rc = regc_st_writer_finish(w->st);
     w->st = NULL;
     if (rc == REGC_OK)
-        rc = regc_model_save_config(w->m, w->dir);
+        rc =
+            w->m->lora ? regc_lora_save_config(w->m, w->dir) : regc_model_save_config(w->m, w->dir);
     regc_model_writer_abandon(w);
     return rc;
 }

@@ -8,14 +8,24 @@
 
 /* ---------------------------------------------------------------- the pipeline */
 
-/* Which tensors depend on a float input or parameter: the same rule as
- * autodiff's, over the whole graph, so every region agrees on it. */
+/* Which tensors depend on a float input or a parameter that is not frozen:
+ * the same rule as autodiff's, over the whole graph, so every region agrees
+ * on it. A frozen parameter so takes no gradient, and nothing computes one
+ * for what depends on frozen parameters alone. */
 static char *flat_needs(const regc_graph *g)
 {
     int n_t = regc_graph_n_tensors(g);
-    char *needs = calloc((size_t)n_t + 1, 1);
-    if (needs)
-        regc_autodiff_needs(g, n_t, regc_graph_n_nodes(g), NULL, needs);
+    char *needs = calloc((size_t)n_t + 1, 1), *leaf = malloc((size_t)n_t + 1);
+    if (needs && leaf) {
+        for (int t = 0; t < n_t; t++)
+            leaf[t] = !regc_graph_tensor(g, t)->frozen;
+        regc_autodiff_needs(g, n_t, regc_graph_n_nodes(g), leaf, needs);
+    }
+    free(leaf);
+    if (!leaf) {
+        free(needs);
+        return NULL;
+    }
     return needs;
 }
 
@@ -49,7 +59,8 @@ static char *bf16_params(const regc_graph *g, const regc_compile_options *o)
     if (!only_matmul)
         return NULL;
     for (int t = 0; t < n_t; t++)
-        only_matmul[t] = regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM;
+        only_matmul[t] =
+            regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM && !regc_graph_tensor(g, t)->frozen;
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *n = regc_graph_node(g, i);
         for (int k = 0; k < n->n_in; k++)
@@ -499,7 +510,8 @@ static int source_key(const step_source *s, regc_bytes *b)
 }
 
 /* The flat graph (s->g is taken) and where each parameter tensor lies in
- * the blocks: a model's order, or a bare graph's tensor order. */
+ * the blocks: a model's order, or a bare graph's tensor order; a frozen
+ * parameter in the frozen block, which follows the trainable ones. */
 static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
                         regc_compile_stats *st)
 {
@@ -516,21 +528,28 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
     int64_t *off = *param_offset = calloc((size_t)n_t + 1, sizeof *off);
     if (!off)
         return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-    if (!s->m) { /* each parameter's floats after the previous one's */
-        int64_t at = 0;
+    if (!s->m) { /* each parameter's floats after the previous one's, in its block */
+        int64_t at[2] = {0, 0};
         for (int t = 0; t < n_t; t++) {
             const regc_tensor *x = regc_graph_tensor(*g, t);
             if (x->role == REGC_ROLE_PARAM)
-                off[t] = at, at += regc_tensor_numel(x) * (int64_t)sizeof(float);
+                off[t] = at[x->frozen], at[x->frozen] += regc_tensor_bytes(x);
         }
         return REGC_OK;
     }
+    const int64_t trainable = regc_model_trainable_numel(s->m);
     for (int i = 0; i < regc_model_n_params(s->m); i++) {
         int t = regc_graph_find_tensor(*g, regc_model_param_name(s->m, i));
         if (t < 0)
             return regc_error(REGC_ERR_ARG, "model graph has no parameter %s",
                               regc_model_param_name(s->m, i));
-        off[t] = regc_model_param_offset(s->m, i) * (int64_t)sizeof(float);
+        if (regc_graph_tensor(*g, t)->frozen != regc_model_param_frozen(s->m, i))
+            return regc_error(REGC_ERR_ARG, "model graph: parameter %s is %s in the model",
+                              regc_model_param_name(s->m, i),
+                              regc_model_param_frozen(s->m, i) ? "frozen" : "trained");
+        off[t] = (regc_model_param_offset(s->m, i) -
+                  (regc_model_param_frozen(s->m, i) ? trainable : 0)) *
+                 (int64_t)sizeof(float);
     }
     return REGC_OK;
 }

@@ -71,7 +71,7 @@ void regc_program_unlink(regc_program *p)
     p->steps = NULL, p->instr = NULL, p->update = NULL, p->bufs = NULL;
     regc_program_measure(p, 0);
     p->n_steps = p->n_instr = p->n_update = p->n_bufs = p->cap_bufs = p->n_signals = 0;
-    p->arena_bytes = p->lower_bound = p->block_bytes = 0;
+    p->arena_bytes = p->lower_bound = p->block_bytes = p->frozen_bytes = 0;
     p->fused_pairs = p->reordered = 0;
 }
 
@@ -234,6 +234,8 @@ static int make_values(lazy_ctx *c, const int64_t *param_offset)
         if (x->role == REGC_ROLE_INPUT) {
             p->inputs[k] = t;
             c->val[t] = regc_program_new_buf(p, BUF_INPUT, bytes, k++);
+        } else if (x->role == REGC_ROLE_PARAM && x->frozen) {
+            c->val[t] = regc_program_new_buf(p, BUF_FROZEN, bytes, param_offset[t]);
         } else if (x->role == REGC_ROLE_PARAM) {
             c->val[t] = regc_program_new_buf(p, BUF_PARAMS, bytes, param_offset[t]);
             c->param_grad[t] = regc_program_new_buf(p, BUF_GRADS, bytes, param_offset[t]);
@@ -405,11 +407,13 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
     if (rc == REGC_OK && p->layout)
         rc = regc_zero3_place(p);
     /* the blocks: as far as the parameters reach (under ZeRO-3, the shard) */
-    p->block_bytes = 0;
+    p->block_bytes = p->frozen_bytes = 0;
     for (int b = 0; b < p->n_bufs; b++) {
         const regc_buf *x = &p->bufs[b];
         if (x->kind == BUF_PARAMS && x->offset + x->bytes > p->block_bytes)
             p->block_bytes = x->offset + x->bytes;
+        if (x->kind == BUF_FROZEN && x->offset + x->bytes > p->frozen_bytes)
+            p->frozen_bytes = x->offset + x->bytes;
     }
     if (rc == REGC_OK && !p->forward_only)
         rc = build_update(p);

@@ -247,6 +247,7 @@ typedef enum {
     BUF_V,       /* AdamW's second moments at `offset` */
     BUF_SCALARS, /* the step's regc_step_scalars, at byte `offset` */
     BUF_HOST,    /* the program's own host memory (an offloaded update's), bytes long */
+    BUF_FROZEN,  /* the frozen block (parameters never trained) at `offset` */
 } regc_buf_kind;
 
 typedef struct {
@@ -317,8 +318,9 @@ struct regc_program {
     int64_t arena_bytes, lower_bound;
     int fused_pairs, reordered;
     int n_update;
-    regc_instr *update;  /* the optimizer step */
-    int64_t block_bytes; /* of each parameter-shaped block (params, grads, m, v) */
+    regc_instr *update;   /* the optimizer step */
+    int64_t block_bytes;  /* of each parameter-shaped block (params, grads, m, v) */
+    int64_t frozen_bytes; /* of the frozen block: the parameters never trained */
     /* bound memory */
     regc_backend *be;
     void *arena;
@@ -351,7 +353,8 @@ regc_program *regc_program_new(regc_graph *g, regc_level level);
 /* Takes r (freed on failure); returns its index or a negative status. */
 int regc_program_add_region(regc_program *p, regc_compiled_region *r);
 int regc_program_add_piece(regc_program *p, int region, const int *in, const int *out);
-/* param_offset[t]: byte offset of graph parameter t in the blocks. With
+/* param_offset[t]: byte offset of graph parameter t in the blocks (a
+ * frozen one's in the frozen block). With
  * p->layout (ZeRO-3) the
  * blocks are this rank's shards and the communication is placed
  * (zero3_place.c). */

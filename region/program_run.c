@@ -83,6 +83,7 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
         switch (x->kind) {
         case BUF_ARENA: p->ptr[b] = dynamic ? NULL : arena + x->offset; break;
         case BUF_PARAMS: p->ptr[b] = at(mem->params, x->offset); break;
+        case BUF_FROZEN: p->ptr[b] = at((void *)mem->frozen, x->offset); break; /* read only */
         case BUF_GRADS: p->ptr[b] = at(mem->grads, x->offset); break;
         case BUF_M: p->ptr[b] = at(mem->m, x->offset); break;
         case BUF_V: p->ptr[b] = at(mem->v, x->offset); break;
@@ -487,6 +488,7 @@ void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
     a->block_floats = regc_program_block_floats(p);
     a->model_floats = p->layout ? p->layout->model_floats : a->block_floats;
     a->params = a->grads = a->m = a->v = a->block_floats * (int64_t)sizeof(float);
+    a->frozen = p->frozen_bytes;
     a->activations = regc_program_arena_bytes(p);
     for (int i = 0; i < p->n_inputs; i++)
         a->inputs += regc_tensor_bytes(regc_program_input(p, i));
@@ -500,7 +502,13 @@ void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
     for (int i = 0; i < p->n_instr; i++) /* an offloaded activation's place: a copy's dest */
         if (p->instr[i].kernel == K_COPY_D2H && regc_instr_is_queued_copy(&p->instr[i]))
             a->host_activations += p->bufs[p->instr[i].refs[0].buf].bytes;
-    a->total = a->params + a->grads + a->m + a->v + a->activations + a->inputs + a->scalars;
+    a->total =
+        a->params + a->grads + a->m + a->v + a->frozen + a->activations + a->inputs + a->scalars;
+}
+
+int64_t regc_program_frozen_floats(const regc_program *p)
+{
+    return p->frozen_bytes / (int64_t)sizeof(float);
 }
 
 int64_t regc_program_arena_bytes(const regc_program *p)
@@ -560,7 +568,7 @@ void regc_program_dump(const regc_program *p, FILE *f)
     static const char *const kinds[] = {
         [BUF_ARENA] = "arena",     [BUF_PARAMS] = "params", [BUF_GRADS] = "grads",
         [BUF_INPUT] = "input",     [BUF_M] = "m",           [BUF_V] = "v",
-        [BUF_SCALARS] = "scalars", [BUF_HOST] = "host"};
+        [BUF_SCALARS] = "scalars", [BUF_HOST] = "host",     [BUF_FROZEN] = "frozen"};
     fprintf(f, "# step program: level %s, %s, %d regions\n", regc_level_name(p->level),
             p->lazy ? "lazily inlined" : "inlined back", p->n_regions);
     fprintf(f, "# arena %lld bytes, lower bound %lld, add+norm fusions %d, %s order\n",

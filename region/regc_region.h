@@ -375,6 +375,7 @@ void regc_program_comm_plan(const regc_program *p, regc_comm_plan *c);
  * from the program alone, so `regc plan` predicts it without devices. */
 typedef struct regc_device_memory {
     int64_t params, grads, m, v; /* the four parameter-shaped blocks */
+    int64_t frozen;              /* the frozen parameters' block (never sharded) */
     int64_t model_floats;        /* floats of the whole model */
     int64_t block_floats;        /* of each block: the model, or this rank's padded shard */
     int64_t activations;         /* the step's arena (gathered units included) */
@@ -388,6 +389,8 @@ typedef struct regc_device_memory {
     int64_t host_activations; /* offload_activation's part of host */
 } regc_device_memory;
 void regc_program_device_memory(const regc_program *p, regc_device_memory *a);
+/* The floats of the frozen block the program reads (0: none). */
+int64_t regc_program_frozen_floats(const regc_program *p);
 /* What a program does to fit its device, per step: compile.recompute's
  * replays, compile.logits_chunk_rows's chunks, compile.offload_activation's
  * copies. */
@@ -414,6 +417,9 @@ void regc_program_comm_times(const regc_program *p, double *busy_ms, double *wai
  * its own with loss_scale 1 (enough to run forward and backward). */
 typedef struct {
     float *params, *grads, *m, *v;
+    /* the frozen parameters (regc_tensor's `frozen`), in the model's order
+     * after the trainable ones; NULL where the model has none */
+    const float *frozen;
     regc_step_scalars *scalars;
     void *const *inputs; /* one buffer per program input */
     /* the ranks' communicator (NULL: one process); a program compiled for

@@ -576,6 +576,7 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
         put_program_instr(b, p, &p->update[i]);
     write_layout(p->layout, b);
     regc_bytes_put_i64(b, p->block_bytes);
+    regc_bytes_put_i64(b, p->frozen_bytes);
     regc_bytes_put_i64(b, p->loss.buf);
     regc_bytes_put_i64(b, p->loss.off);
     regc_bytes_put_i64(b, p->arena_bytes);
@@ -697,7 +698,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
             rd.failed = 1;
         for (int i = 0; i < p->n_bufs && !rd.failed; i++) {
             regc_buf *x = &p->bufs[i];
-            x->kind = (regc_buf_kind)regc_reader_int(&rd, BUF_ARENA, BUF_HOST);
+            x->kind = (regc_buf_kind)regc_reader_int(&rd, BUF_ARENA, BUF_FROZEN);
             x->bytes = regc_reader_int(&rd, 0, INT64_MAX);
             x->offset = regc_reader_int(&rd, 0, INT64_MAX);
             x->first = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;
@@ -733,6 +734,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     if ((p->layout != NULL) != (p->zero_stage == 3))
         rd.failed = 1;
     p->block_bytes = regc_reader_int(&rd, 0, INT64_MAX);
+    p->frozen_bytes = regc_reader_int(&rd, 0, INT64_MAX);
     p->loss.buf = (int32_t)regc_reader_int(&rd, 0, p->n_bufs - 1);
     p->loss.off = regc_reader_int(&rd, 0, INT64_MAX);
     p->arena_bytes = regc_reader_int(&rd, 0, INT64_MAX);

@@ -435,6 +435,9 @@ static int check_buffers(const regc_program *p)
     if (p->block_bytes < 0 || p->block_bytes > SIZE_LIMIT || p->block_bytes % F32)
         return regc_error(REGC_ERR_FORMAT, "step program: blocks of %lld bytes",
                           (long long)p->block_bytes);
+    if (p->frozen_bytes < 0 || p->frozen_bytes > SIZE_LIMIT || p->frozen_bytes % F32)
+        return regc_error(REGC_ERR_FORMAT, "step program: a frozen block of %lld bytes",
+                          (long long)p->frozen_bytes);
     if (p->layout && p->block_bytes != p->layout->shard_floats * F32)
         return regc_error(REGC_ERR_FORMAT,
                           "step program: blocks of %lld bytes for shards of %lld floats",
@@ -445,7 +448,7 @@ static int check_buffers(const regc_program *p)
         int block =
             x->kind == BUF_PARAMS || x->kind == BUF_GRADS || x->kind == BUF_M || x->kind == BUF_V;
         int bad = x->bytes < 0 || x->bytes > SIZE_LIMIT || x->offset < 0 ||
-                  x->offset > SIZE_LIMIT || (unsigned)x->kind > BUF_HOST ||
+                  x->offset > SIZE_LIMIT || (unsigned)x->kind > BUF_FROZEN ||
                   (x->kind == BUF_HOST && x->offset != 0);
         if (!bad && x->kind == BUF_HOST && !p->offload && !p->offload_activation)
             return regc_error(REGC_ERR_FORMAT,
@@ -453,6 +456,8 @@ static int check_buffers(const regc_program *p)
                               b);
         if (!bad && block && !p->forward_only)
             bad = !fits(x->offset, x->bytes, p->block_bytes);
+        if (!bad && x->kind == BUF_FROZEN)
+            bad = !fits(x->offset, x->bytes, p->frozen_bytes);
         if (!bad && x->kind == BUF_INPUT)
             bad = x->offset >= p->n_inputs ||
                   x->bytes != regc_tensor_bytes(regc_graph_tensor(p->graph, p->inputs[x->offset]));
@@ -515,7 +520,8 @@ static int check_arena(const regc_program *p, const char *used)
 
 /* The flat program reads no activation before something wrote it: a copy
  * on the copy queue writes its destination when it is waited for, so a
- * reload read before its wait is refused too. */
+ * reload read before its wait is refused too. Nothing writes the frozen
+ * block. */
 static int check_arena_written(const regc_program *p)
 {
     char *written = calloc((size_t)p->n_bufs + 1, 1);
@@ -538,6 +544,12 @@ static int check_arena_written(const regc_program *p)
             if (in->refs[k].buf >= 0 && regc_instr_writes(in, k) &&
                 (!queued || in->kernel == K_COMM_WAIT))
                 written[in->refs[k].buf] = 1;
+        for (int k = 0; k < in->n_refs && rc == REGC_OK; k++)
+            if (in->refs[k].buf >= 0 && regc_instr_writes(in, k) &&
+                p->bufs[in->refs[k].buf].kind == BUF_FROZEN)
+                rc = regc_error(REGC_ERR_FORMAT,
+                                "step program: instruction %d (%s) writes the frozen block", i,
+                                regc_kernel_name(in->kernel));
     }
     free(written);
     return rc;

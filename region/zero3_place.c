@@ -226,7 +226,8 @@ int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *
             int fresh = 0;
             for (int k = 0; k < p->regions[pc->region]->n_in; k++) {
                 int t = pc->in[k];
-                if (regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM && unit[t] < 0 &&
+                const regc_tensor *x = regc_graph_tensor(g, t);
+                if (x->role == REGC_ROLE_PARAM && !x->frozen && unit[t] < 0 &&
                     (bf16_param && bf16_param[t]) == half)
                     unit[t] = n_units, fresh = 1;
             }
@@ -237,7 +238,7 @@ int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *
     int unread = 0;
     for (int t = 0; t < n_t; t++) {
         const regc_tensor *x = regc_graph_tensor(g, t);
-        if (x->role != REGC_ROLE_PARAM)
+        if (x->role != REGC_ROLE_PARAM || x->frozen) /* frozen: every rank holds it whole */
             continue;
         if (unit[t] < 0)
             unit[t] = n_units, unread = 1;

@@ -130,7 +130,14 @@ void print_device_memory(FILE *f, const regc_device_memory *a, int ranks)
     if (a->block_floats != a->model_floats)
         fprintf(f, " = 1/%d of %lld parameters + %.2f%% padding", ranks, (long long)a->model_floats,
                 100.0 * ((double)a->block_floats - even) / even);
-    fprintf(f, "), activations %s, inputs %s: %s", act, in, total);
+    fputc(')', f);
+    if (a->frozen > 0) {
+        char frozen[32];
+        size_text(frozen, sizeof frozen, a->frozen);
+        fprintf(f, ", frozen parameters %s (fp32, 4 bytes x %lld)", frozen,
+                (long long)(a->frozen / 4));
+    }
+    fprintf(f, ", activations %s, inputs %s: %s", act, in, total);
     if (a->host > 0) {
         char host[32], opt[32], act_host[32];
         size_text(host, sizeof host, a->host);

@@ -48,11 +48,13 @@ int cmd_detect(int argc, char **argv);
 int cmd_coldstart(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 void print_train_usage(FILE *f);
 void print_dump_graph_usage(FILE *f);
 void print_detect_usage(FILE *f);
 void print_coldstart_usage(FILE *f);
 void print_cache_usage(FILE *f);
 void print_plan_usage(FILE *f);
+void print_merge_usage(FILE *f);
 
 #endif

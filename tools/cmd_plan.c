@@ -69,6 +69,10 @@ void print_plan_usage(FILE *f)
           "  --device-memory-mb <MiB>   the device memory --fit fills (its budget)\n"
           "  --gradient-accumulation-steps <K>\n"
           "                             micro-batches per step (default 1)\n"
+          "  --lora-r <R>               LoRA adapters of rank R, the rest frozen (as regc\n"
+          "                             train --lora-r): no gradients or moments for the base\n"
+          "  --lora-target-modules <NAME,...|all-linear>\n"
+          "                             the layers adapted (default: the architecture's)\n"
           "  --json                     one JSON object instead of text\n"
           "  -h, --help                 print this text\n",
           f);
@@ -80,6 +84,8 @@ typedef struct {
     long long reduce_bucket, chunk_rows;
     int level, json, offload, precision, fp32_storage, recompute, offload_activation, cuda;
     const char *fit; /* "seq", "batch" or NULL */
+    long long lora_r;
+    const char *lora_targets;
     long long device_mb;
     regc_pass_list passes;
     int passes_given;
@@ -154,7 +160,11 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             if (strcmp(value, "seq") && strcmp(value, "batch"))
                 return usage_error("--fit: expected seq or batch, got \"%s\"", value);
             a->fit = !strcmp(value, "seq") ? "seq" : "batch";
-        } else if (!strcmp(flag, "--device-memory-mb"))
+        } else if (!strcmp(flag, "--lora-r"))
+            rc = parse_int(flag, value, 1, 65536, "an integer from 1 to 65536", &a->lora_r);
+        else if (!strcmp(flag, "--lora-target-modules"))
+            a->lora_targets = value;
+        else if (!strcmp(flag, "--device-memory-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->device_mb);
         else if (!strcmp(flag, "--budget-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
@@ -183,6 +193,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
         return usage_error("--fit and --device-memory-mb go together (see regc plan --help)");
     if (a->fit && a->budget_mb)
         return usage_error("--fit fills --device-memory-mb; --budget-mb is for one plan");
+    if (a->lora_targets && !a->lora_r)
+        return usage_error("--lora-target-modules needs --lora-r");
     return 0;
 }
 
@@ -251,13 +263,14 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
            st->fit_ms);
     free(model);
     printf(" \"memory\": {\"params\": %lld, \"grads\": %lld, \"m\": %lld, \"v\": %lld, "
-           "\"model_floats\": %lld, \"block_floats\": %lld, \"activations\": %lld, \"inputs\": "
+           "\"frozen\": %lld, \"model_floats\": %lld, \"block_floats\": %lld, \"activations\": "
+           "%lld, \"inputs\": "
            "%lld, \"scalars\": %lld, \"total\": %lld, \"host\": %lld, \"host_activations\": "
            "%lld},\n",
            (long long)mem->params, (long long)mem->grads, (long long)mem->m, (long long)mem->v,
-           (long long)mem->model_floats, (long long)mem->block_floats, (long long)mem->activations,
-           (long long)mem->inputs, (long long)mem->scalars, (long long)mem->total,
-           (long long)mem->host, (long long)mem->host_activations);
+           (long long)mem->frozen, (long long)mem->model_floats, (long long)mem->block_floats,
+           (long long)mem->activations, (long long)mem->inputs, (long long)mem->scalars,
+           (long long)mem->total, (long long)mem->host, (long long)mem->host_activations);
     printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
            "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
            "\"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": %lld, \"resident\": %d},\n",
@@ -391,6 +404,16 @@ int cmd_plan(int argc, char **argv)
     regc_model *m = NULL;
     if ((rc = regc_model_load_shapes(a.model, &m)) != REGC_OK)
         return exit_code(rc);
+    if (a.lora_r) {
+        regc_lora_config c = {.r = a.lora_r,
+                              .alpha = 8.0,
+                              .target_modules =
+                                  a.lora_targets ? a.lora_targets : regc_lora_default_targets(m)};
+        if ((rc = regc_model_add_lora(m, &c)) != REGC_OK) {
+            regc_model_free(m);
+            return exit_code(rc);
+        }
+    }
     const int64_t budget = (int64_t)(a.fit ? a.device_mb : a.budget_mb) << 20;
     regc_program *p = NULL;
     regc_compile_stats st;

@@ -267,6 +267,37 @@ static int report_error(regc_comm *comm, int rc)
     return EXIT_ERROR;
 }
 
+/* The lora section (or --adapter's adapter_config.json) onto the model:
+ * LoRA is on when lora.r or --adapter is given; a lora key without it, or
+ * beside an adapter that has its own, would not be applied and is refused. */
+static int apply_lora(const regc_train_settings *s, regc_model *model)
+{
+    const char *given = s->lora.alpha > 0.0           ? "lora_alpha"
+                        : s->lora.dropout > 0.0       ? "lora_dropout"
+                        : s->lora.use_rslora          ? "use_rslora"
+                        : s->lora.targets.text[0]     ? "target_modules"
+                        : s->adapter && s->lora.r > 0 ? "r"
+                                                      : NULL;
+    if (given && (s->adapter || s->lora.r < 1))
+        return regc_error(REGC_ERR_ARG, "lora.%s: %s", given,
+                          s->adapter ? "the adapter's adapter_config.json says it (--adapter)"
+                                     : "LoRA is off (set lora.r, --lora-r, to train adapters)");
+    if (!s->adapter && s->lora.r < 1)
+        return REGC_OK;
+    char targets[1024];
+    regc_lora_config c = {.r = s->lora.r,
+                          .alpha = s->lora.alpha > 0.0 ? s->lora.alpha : 8.0,
+                          .dropout = s->lora.dropout,
+                          .use_rslora = s->lora.use_rslora,
+                          .target_modules = s->lora.targets.text[0]
+                                                ? s->lora.targets.text
+                                                : regc_lora_default_targets(model),
+                          .target_regex = s->lora.targets.regex};
+    int rc = s->adapter ? regc_lora_read_config(s->adapter, &c, targets, sizeof targets) : REGC_OK;
+    c.seed = s->train.seed;
+    return rc ? rc : regc_model_add_lora(model, &c);
+}
+
 static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_comm *comm)
 {
     regc_train_options o = s->train;
@@ -303,10 +334,18 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
                 : regc_model_is_preset(model_spec) || !strcmp(arch, "graph") ? NULL
                                                                              : model_spec;
     o.return_weights = 0;
+    if ((rc = apply_lora(s, model))) {
+        regc_model_free(model);
+        return report_error(comm, rc);
+    }
     char desc[1024];
     regc_model_describe(model, desc, sizeof desc);
     if (comm->rank == 0)
         fprintf(stderr, "%s\n", desc);
+    if (comm->rank == 0 && regc_model_has_lora(model)) {
+        regc_lora_describe(model, desc, sizeof desc);
+        fprintf(stderr, "%s\n", desc);
+    }
 
     /* rank 0 speaks for every rank */
     step_printer p = {.quiet = comm->rank != 0,

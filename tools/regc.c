@@ -56,6 +56,8 @@ static const struct {
     {"cache", cmd_cache, print_cache_usage, "list, verify or clear the compile cache"},
     {"plan", cmd_plan, print_plan_usage,
      "per-rank device memory and communication of a run on N ranks, from shapes alone"},
+    {"merge", cmd_merge, print_merge_usage,
+     "merge a LoRA adapter into its base and save the merged model"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -213,14 +213,16 @@ int regc_checkpoint_moments_open(const regc_checkpoint_writer *ck, const regc_mo
         free(e), free(names);
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", ck->tmp);
     }
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < 2; k++) {
-            regc_st_entry *x = &e[2 * i + k];
-            x->name = names + (2 * (size_t)i + (size_t)k) * 512;
+    int j = 0; /* the trained parameters alone have moments */
+    for (int i = 0; i < n; j += !regc_model_param_frozen(m, i), i++)
+        for (int k = 0; k < 2 && !regc_model_param_frozen(m, i); k++) {
+            regc_st_entry *x = &e[2 * j + k];
+            x->name = names + (2 * (size_t)j + (size_t)k) * 512;
             snprintf(x->name, 512, "%s%s", k ? MOMENT2 : MOMENT1, regc_model_param_name(m, i));
             x->dtype = REGC_F32;
             x->ndim = regc_model_param_shape(m, i, x->shape);
         }
+    n = j;
     if ((rc = regc_path_join(path, sizeof path, ck->tmp, OPTIMIZER_FILE)) == REGC_OK)
         rc = regc_st_writer_open(path, e, 2 * n, 0, out);
     free(e), free(names);
@@ -407,7 +409,7 @@ int regc_checkpoint_open(const char *dir, const regc_model *m, regc_weights *src
     char path[4096];
     int rc = REGC_OK;
     src[0] = src[1] = src[2] = NULL;
-    for (int k = 0; k < 3 && rc == REGC_OK; k++)
+    for (int k = regc_model_has_lora(m); k < 3 && rc == REGC_OK; k++) /* LoRA: the caller's base */
         if ((rc = regc_path_join(path, sizeof path, dir,
                                  k ? OPTIMIZER_FILE : "model.safetensors")) == REGC_OK)
             rc = regc_weights_open(m, path, prefix[k], &src[k]);

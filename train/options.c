@@ -45,6 +45,25 @@ const regc_option regc_option_table[] = {
     {"train", "weights", "--weights", OPT_STRING, "<FILE>", 0, 0, 0, NULL, FIELD(weights), 0,
      "safetensors file with the weights of a graph JSON model, matched by the graph's parameter "
      "and constant names (graph models only)"},
+    {"train", "adapter", "--adapter", OPT_STRING, "<DIR>", 0, 0, 0, NULL, FIELD(adapter), 0,
+     "a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to train "
+     "further: its configuration is the lora section's, the base is --model"},
+    {"lora", "r", "--lora-r", OPT_INT, "<R>", 1, 65536, 0, NULL, FIELD(lora.r), 0,
+     "train LoRA adapters of this rank on the layers lora.target_modules names, as PEFT does, "
+     "with every other parameter frozen (no gradient, no optimizer state); --save writes the "
+     "adapter as PEFT does"},
+    {"lora", "lora_alpha", "--lora-alpha", OPT_FLOAT, "<ALPHA>", 1e-30, 0, 0, NULL,
+     FIELD(lora.alpha), 0, "the adapters' update is scaled by alpha / r (default 8, PEFT's)"},
+    {"lora", "target_modules", "--lora-target-modules", OPT_MODULES, "<NAME,...>", 0, 0, 0, NULL,
+     FIELD(lora.targets), 0,
+     "the linear layers adapted: names (q_proj,v_proj; a layer whose name ends in one), "
+     "all-linear (every linear layer but the output head), or in the file a string, a regular "
+     "expression the whole name matches (PEFT's rule); default q_proj,v_proj for llama, c_attn "
+     "for gpt2, query,value for bert, q,v for t5"},
+    {"lora", "lora_dropout", "--lora-dropout", OPT_FLOAT, "<P>", 0, 0.999, 0, NULL,
+     FIELD(lora.dropout), 0, "dropout on the adapters' input (not applied yet: only 0 is taken)"},
+    {"lora", "use_rslora", "--use-rslora", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(lora.use_rslora), 0, "scale by alpha / sqrt(r) (rank-stabilised LoRA)"},
     {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
      0, "token file in the llm.c format (default: the built-in corpus)"},
     {"train", "loss_mask", "--loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,
@@ -361,6 +380,11 @@ void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t c
     case OPT_REPLANS:
         snprintf(buf, cap, in_file ? "an array of [step, [passes]] pairs" : "STEP:passes;...");
         break;
+    case OPT_MODULES:
+        snprintf(buf, cap,
+                 in_file ? "an array of module names, a regular expression or \"all-linear\""
+                         : "module names separated by commas, or all-linear");
+        break;
     }
 }
 
@@ -456,6 +480,14 @@ int regc_option_set_text(const regc_option *o, regc_train_settings *s, const cha
             return regc_error(REGC_ERR_ARG, "%s: %s, got \"%s\"", o->flag, why, text);
         return REGC_OK;
     }
+    case OPT_MODULES: {
+        regc_lora_targets *t = f;
+        if (!text[0] || strlen(text) >= sizeof t->text || strspn(text, ",") == strlen(text))
+            return bad_value(o, text);
+        snprintf(t->text, sizeof t->text, "%s", text);
+        t->regex = 0;
+        return REGC_OK;
+    }
     case OPT_FLAG: break;
     }
     return REGC_OK;
@@ -511,6 +543,7 @@ static void default_text(const regc_option *o, const regc_train_settings *d, cha
     case OPT_FLAG: snprintf(buf, cap, "off"); break;
     case OPT_PASSES: regc_passes_to_text(f, buf, cap); break;
     case OPT_REPLANS: snprintf(buf, cap, "none"); break;
+    case OPT_MODULES: snprintf(buf, cap, "%.48s", ((const regc_lora_targets *)f)->text); break;
     }
 }
 
@@ -555,6 +588,10 @@ void regc_option_write_usage(FILE *f)
     fprintf(f, "options:\n");
     for (int i = 0; i < regc_option_count; i++)
         if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "train"))
+            write_row(f, &regc_option_table[i], &d);
+    fprintf(f, "\nLoRA (PEFT's; the config file's \"lora\" keys):\n");
+    for (int i = 0; i < regc_option_count; i++)
+        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "lora"))
             write_row(f, &regc_option_table[i], &d);
     fprintf(f, "\ncompile options (the config file's \"compile\" keys):\n");
     for (int i = 0; i < regc_option_count; i++)

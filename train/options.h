@@ -19,6 +19,7 @@ typedef enum {
     OPT_BACKEND, /* "cpu", "cuda" or "cuda:N" */
     OPT_PASSES,  /* regc_pass_list: "name[@MB],..."; in the file [name or [name, MB], ...] */
     OPT_REPLANS, /* regc_replan_list: "STEP:passes;..."; in the file [[STEP, passes], ...] */
+    OPT_MODULES, /* regc_lora_targets: "a,b"; in the file ["a", "b"] or a regular expression */
 } opt_type;
 
 enum {

@@ -174,12 +174,28 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
  * with its config-file key, its flag, type, range, default and help; it
  * drives `regc train`'s flags, the config file's keys and the usage text.
  * ====================================================================== */
+/* lora.target_modules: module names separated by commas (a JSON list, or
+ * the flag's text), or a regular expression (a JSON string, PEFT's rule),
+ * or "all-linear". */
+typedef struct {
+    char text[1024];
+    int regex;
+} regc_lora_targets;
+
 /* Everything a training run is configured with: the library's options,
  * and what the command adds (the model to load, the output form). */
 typedef struct {
     regc_train_options train;
     const char *model;   /* train.model, --model */
     const char *weights; /* train.weights, --weights: a graph JSON model's weights */
+    /* the lora section (0 / empty: unset; LoRA is on with lora.r or --adapter) */
+    struct {
+        int64_t r;
+        double alpha, dropout;
+        int use_rslora;
+        regc_lora_targets targets;
+    } lora;
+    const char *adapter; /* train.adapter, --adapter: a PEFT adapter directory to start from */
     int json;            /* train.json, --json: one JSON object per step */
     const char *config;  /* --config: the config file */
     int profile;         /* --profile */

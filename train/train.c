@@ -50,7 +50,7 @@ static void trainer_free(trainer *t)
 {
     regc_backend *be = t->be;
     if (be) {
-        void *blocks[] = {t->params, t->grads, t->scalars};
+        void *blocks[] = {t->params, t->grads, t->scalars, t->frozen};
         for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++)
             if (blocks[i])
                 be->free(be, blocks[i]);
@@ -210,9 +210,15 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
     regc_backend *be = t->be;
     t->shards = regc_program_shard_layout(t->program);
     t->block = regc_program_block_floats(t->program);
-    if (!t->shards && t->block != regc_model_total_numel(t->model))
+    const int64_t trained = regc_model_trainable_numel(t->model);
+    t->frozen_floats = regc_model_total_numel(t->model) - trained;
+    if (!t->shards && t->block != trained)
         return regc_error(REGC_ERR_ARG, "step program: blocks of %lld floats for a model of %lld",
-                          (long long)t->block, (long long)regc_model_total_numel(t->model));
+                          (long long)t->block, (long long)trained);
+    if (regc_program_frozen_floats(t->program) > t->frozen_floats)
+        return regc_error(
+            REGC_ERR_ARG, "step program: a frozen block of %lld floats for a model of %lld",
+            (long long)regc_program_frozen_floats(t->program), (long long)t->frozen_floats);
     if (t->shards && t->shards->n_params != regc_model_n_params(t->model))
         return regc_error(REGC_ERR_ARG, "step program: a shard layout of %d parameters for %d",
                           t->shards->n_params, regc_model_n_params(t->model));
@@ -235,6 +241,8 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
         t->v = device_alloc(t, bytes, &rc);
     }
     t->scalars = device_alloc(t, sizeof *t->scalars, &rc);
+    if (t->frozen_floats > 0)
+        t->frozen = device_alloc(t, (size_t)t->frozen_floats * sizeof(float), &rc);
     if (rc || (rc = regc_trainer_load_state(t, o, loaded)))
         return rc;
     be->fill(be, t->grads, (size_t)t->block, 0.0f);
@@ -252,6 +260,7 @@ static int bind_programs(trainer *t, const regc_train_options *o)
     regc_backend *be = t->be;
     int rc;
     regc_program_memory mem = {.params = t->params,
+                               .frozen = t->frozen,
                                .grads = t->grads,
                                .m = t->m,
                                .v = t->v,
@@ -264,6 +273,7 @@ static int bind_programs(trainer *t, const regc_train_options *o)
         return rc;
     /* validation runs between steps: it borrows the step's arena */
     regc_program_memory val = {.params = t->params,
+                               .frozen = t->frozen,
                                .scalars = t->scalars,
                                .inputs = t->d_inputs,
                                .comm = t->step_comm,
@@ -418,11 +428,26 @@ static int resume_run(trainer *t, const regc_train_options *o, int64_t *start)
         snprintf(dir, sizeof dir, "%s", o->resume_from);
     }
     regc_run_state now, saved;
-    for (int k = 0; k < 3; k++) /* the checkpoint's, instead */
+    /* the checkpoint's, instead; a LoRA model's base stays, its adapter is
+     * the checkpoint's */
+    regc_weights *base = regc_model_has_lora(t->model) ? t->src[0] : NULL;
+    if (base)
+        t->src[0] = NULL;
+    else if (regc_model_has_lora(t->model))
+        return regc_error(REGC_ERR_ARG, "%s: resuming a LoRA model needs its base from a file",
+                          regc_model_source(t->model));
+    for (int k = 0; k < 3; k++)
         regc_weights_close(t->src[k]), t->src[k] = NULL;
     if (rc || (rc = regc_run_state_of(o, t->model, t->tokens, 0, &now)) ||
         (rc = regc_checkpoint_check(dir, &now, &saved)) ||
-        (rc = regc_checkpoint_open(dir, t->model, t->src)) || (rc = read_constants(t)))
+        (rc = regc_checkpoint_open(dir, t->model, t->src)) ||
+        (base && (rc = regc_weights_use_adapter(base, dir)))) {
+        regc_weights_close(base);
+        return rc;
+    }
+    if (base)
+        t->src[0] = base;
+    if ((rc = read_constants(t)))
         return rc;
     snprintf(t->checkpoint, sizeof t->checkpoint, "%s", dir);
     *start = saved.global_step;
@@ -516,6 +541,10 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     int rc = regc_train_check_options(o);
     if (rc)
         return rc;
+    if (o->zero_stage == 3 && regc_model_has_lora(m))
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "zero_optimization.stage: 3 with LoRA is not supported yet (stage 0 "
+                          "is, over any number of ranks: each holds the frozen base whole)");
     trainer t;
     memset(&t, 0, sizeof t);
     t.model = m;
@@ -666,6 +695,11 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     /* the trained weights return to the model */
     if (rc == REGC_OK && o->return_weights && (rc = regc_model_alloc_weights(m)) == REGC_OK)
         rc = regc_trainer_block_to_host(&t, regc_model_weights(m), t.params);
+    if (rc == REGC_OK && o->return_weights && t.frozen) { /* after the trained ones */
+        t.be->copy_d2h(t.be, regc_model_weights(m) + regc_model_trainable_numel(m), t.frozen,
+                       (size_t)t.frozen_floats * sizeof(float));
+        rc = t.be->sync(t.be);
+    }
     trainer_free(&t);
     return rc;
 }

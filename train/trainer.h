@@ -14,11 +14,13 @@ typedef struct {
     regc_program *val_program;     /* forward only, over the same parameters and inputs */
     regc_cache *cache;             /* opened from cache_dir, or NULL */
     float *params, *grads, *m, *v; /* device, [block] each (m and v: host when offloaded) */
+    float *frozen;                 /* device, [frozen_floats]: the parameters never trained */
+    int64_t frozen_floats;
     /* where m and v live: be, or under offload_optimizer on a GPU a CPU
      * backend over the host memory be->alloc_host gave */
     regc_backend *state_be;
     regc_backend *own_state_be;
-    int64_t block;                   /* total_numel, or under ZeRO-3 this rank's shard */
+    int64_t block; /* the trained parameters' floats, or under ZeRO-3 this rank's shard */
     const regc_shard_layout *shards; /* the program's, under ZeRO-3; else NULL */
     regc_step_scalars *scalars;      /* device: the optimizer's state and constants */
     regc_step_scalars host;          /* what the trainer set, and the last step's readback */

@@ -1,7 +1,9 @@
 /* trainer_state.c — a run's weights and moments in and out of the device
  * blocks: each rank reads only its shards of the sources at start-up, a
  * chunk at a time, and checkpoints and --save stream the blocks one gather
- * unit at a time, rank 0 writing, so no rank holds the whole model. */
+ * unit at a time, rank 0 writing, so no rank holds the whole model. The
+ * frozen parameters (a LoRA model's base) are read once into a block of
+ * their own and never written back: saved, a LoRA model is its adapter. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +47,8 @@ static int block_to_device(trainer *t, regc_backend *be, float *dev, const float
                           (long long)LOAD_CHUNK);
     double t0 = regc_time_ms();
     for (int i = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
+        if (regc_model_param_frozen(t->model, i))
+            continue;
         int64_t first, n, at;
         param_part(t, i, &first, &n, &at);
         for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
@@ -54,6 +58,39 @@ static int block_to_device(trainer *t, regc_backend *be, float *dev, const float
             if (src && (rc = regc_weights_read(src, i, first + done, k, chunk)))
                 break;
             be->copy_h2d(be, dev + at + done, from, (size_t)k * sizeof(float));
+            rc = src ? be->sync(be) : REGC_OK; /* before the buffer is reused */
+        }
+    }
+    if (rc == REGC_OK)
+        rc = be->sync(be);
+    *load_ms += regc_time_ms() - t0;
+    free(chunk);
+    return rc;
+}
+
+/* The frozen block from the model's weights or the source, whole on every
+ * rank, a chunk at a time. */
+static int frozen_to_device(trainer *t, const float *model, regc_weights *src, double *load_ms)
+{
+    regc_backend *be = t->be;
+    const regc_model *m = t->model;
+    const int64_t trained = regc_model_trainable_numel(m);
+    float *chunk = src ? malloc((size_t)LOAD_CHUNK * sizeof *chunk) : NULL;
+    if (src && !chunk)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float buffer",
+                          (long long)LOAD_CHUNK);
+    double t0 = regc_time_ms();
+    int rc = REGC_OK;
+    for (int i = 0; i < regc_model_n_params(m) && rc == REGC_OK; i++) {
+        if (!regc_model_param_frozen(m, i))
+            continue;
+        const int64_t n = regc_model_param_numel(m, i), at = regc_model_param_offset(m, i);
+        for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
+            int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
+            if (src && (rc = regc_weights_read(src, i, done, k, chunk)))
+                break;
+            be->copy_h2d(be, t->frozen + at - trained + done, src ? chunk : model + at + done,
+                         (size_t)k * sizeof(float));
             rc = src ? be->sync(be) : REGC_OK; /* before the buffer is reused */
         }
     }
@@ -86,22 +123,26 @@ int regc_trainer_block_to_host(trainer *t, float *model, const float *dev)
     return rc;
 }
 
-/* Where the tensors of a file go: rank 0's writer. */
-typedef int (*put_fn)(void *w, int i, int64_t first, int64_t n, const float *src);
+/* Where the tensors of a file go: rank 0's writer; parameter i is the
+ * j-th of those trained (the moments' files hold those alone). */
+typedef int (*put_fn)(void *w, int i, int j, int64_t first, int64_t n, const float *src);
 
-static int put_weight(void *w, int i, int64_t first, int64_t n, const float *src)
+static int put_weight(void *w, int i, int j, int64_t first, int64_t n, const float *src)
 {
+    (void)j;
     return regc_model_writer_put(w, i, first, n, src);
 }
 
-static int put_exp_avg(void *w, int i, int64_t first, int64_t n, const float *src)
+static int put_exp_avg(void *w, int i, int j, int64_t first, int64_t n, const float *src)
 {
-    return regc_st_writer_put(w, 2 * i, first, n, src);
+    (void)i;
+    return regc_st_writer_put(w, 2 * j, first, n, src);
 }
 
-static int put_exp_avg_sq(void *w, int i, int64_t first, int64_t n, const float *src)
+static int put_exp_avg_sq(void *w, int i, int j, int64_t first, int64_t n, const float *src)
 {
-    return regc_st_writer_put(w, 2 * i + 1, first, n, src);
+    (void)i;
+    return regc_st_writer_put(w, 2 * j + 1, first, n, src);
 }
 
 /* Stream a device block into rank 0's writer w, one gather unit at a time
@@ -128,11 +169,13 @@ static int stream_block(trainer *t, regc_backend *be, const float *dev, put_fn p
     float *buf = malloc((size_t)most * sizeof *buf + 1);
     if (!buf)
         return regc_error(REGC_ERR_MEMORY, "out of memory for %lld floats", (long long)most);
-    for (int i = 0; !l && i < n_params && rc == REGC_OK && *wrc == REGC_OK; i++) {
+    for (int i = 0, j = 0; !l && i < n_params && rc == REGC_OK && *wrc == REGC_OK; i++) {
+        if (regc_model_param_frozen(m, i)) /* never changes: not saved */
+            continue;
         int64_t n = regc_model_param_numel(m, i);
         be->copy_d2h(be, buf, dev + regc_model_param_offset(m, i), (size_t)n * sizeof *buf);
         if ((rc = be->sync(be)) == REGC_OK)
-            *wrc = put(w, i, 0, n, buf);
+            *wrc = put(w, i, j++, 0, n, buf);
     }
     for (int u = 0; l && u < l->n_units && rc == REGC_OK; u++) {
         float *mine = buf + (int64_t)c->rank * l->unit_shard[u];
@@ -140,8 +183,8 @@ static int stream_block(trainer *t, regc_backend *be, const float *dev, put_fn p
         if ((rc = be->sync(be)) || (rc = c->allgather(c, buf, mine, l->unit_shard[u])))
             break;
         for (int i = 0; c->rank == 0 && i < n_params && *wrc == REGC_OK; i++)
-            if (l->param_unit[i] == u)
-                *wrc = put(w, i, 0, l->param_numel[i], buf + l->param_offset[i]);
+            if (l->param_unit[i] == u) /* stage 3 trains every parameter */
+                *wrc = put(w, i, i, 0, l->param_numel[i], buf + l->param_offset[i]);
     }
     free(buf);
     return rc;
@@ -236,6 +279,8 @@ int regc_trainer_load_state(trainer *t, const regc_train_options *o, regc_load_r
     double load_ms = 0.0;
     int rc =
         block_to_device(t, t->be, t->params, regc_model_weights(t->model), t->src[0], &load_ms);
+    if (rc == REGC_OK && t->frozen)
+        rc = frozen_to_device(t, regc_model_weights(t->model), t->src[0], &load_ms);
     if (rc == REGC_OK && t->src[1])
         rc = block_to_device(t, be, t->m, NULL, t->src[1], &load_ms);
     if (rc == REGC_OK && t->src[2])

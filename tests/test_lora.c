@@ -1,0 +1,433 @@
+/* test_lora.c — LoRA as PEFT trains it.
+ *
+ * Against PEFT (tests/data/lora_reference.json, written by
+ * tools/reference/lora_reference.py with Transformers + PEFT): the tiny
+ * Llama of llama_reference.json's first case, an adapter PEFT saved, 10
+ * AdamW steps with the real `regc` command; every loss within 1e-5
+ * relative; the adapter regc saves holds PEFT's names and shapes, reads back
+ * as the same configuration, and gives PEFT's next loss; merged into the
+ * base by `regc merge`, PEFT's merged model's loss.
+ *
+ * By property, on every architecture's preset: regional == full, O0 == O1
+ * and 1 == 2 threads bit for bit; the frozen base comes back exactly as
+ * drawn while the adapters move; the step holds gradients and moments of
+ * the adapters alone; a run resumed from a checkpoint == one that never
+ * stopped. Bad configurations are refused with one line naming the key. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "regc_models.h"
+#include "regc_train.h"
+#include "test_device.h"
+#include "test_model.h"
+#include "test_reference.h"
+#include "test_train_case.h"
+#include "test_util.h"
+
+#define LOSS_RTOL 1e-5
+#define STEPS 5
+
+/* ---------------------------------------------------------------- against PEFT */
+
+/* The tensors of two safetensors files: the same names and shapes. */
+static void assert_same_tensors(const char *a_path, const char *b_path)
+{
+    regc_st_file *a = NULL, *b = NULL;
+    assert_int_equal(regc_st_open(a_path, &a), REGC_OK);
+    assert_int_equal(regc_st_open(b_path, &b), REGC_OK);
+    assert_int_equal(regc_st_count(a), regc_st_count(b));
+    for (int i = 0; i < regc_st_count(a); i++) {
+        int j = regc_st_find(b, regc_st_name(a, i));
+        if (j < 0)
+            fail_msg("%s has %s, %s does not", a_path, regc_st_name(a, i), b_path);
+        assert_int_equal(regc_st_bytes(a, i), regc_st_bytes(b, j));
+    }
+    regc_st_close(a);
+    regc_st_close(b);
+}
+
+static void check_losses(const char *name, const double *got, const cJSON *want, int n)
+{
+    int bad = 0;
+    for (int k = 0; k < n; k++) {
+        double ref = cJSON_GetArrayItem(want, k)->valuedouble, rel = fabs(got[k] - ref) / fabs(ref);
+        print_message("case %s step %d: regc %.9f  peft %.9f  rel %.1e%s\n", name, k, got[k], ref,
+                      rel, rel <= LOSS_RTOL ? "" : "  <-- MISMATCH");
+        bad += !(rel <= LOSS_RTOL);
+    }
+    if (bad)
+        fail_msg("case %s: %d of %d losses differ from PEFT's by more than %g", name, bad, n,
+                 LOSS_RTOL);
+}
+
+static void test_peft_case(void **state)
+{
+    regc_test_train_case *c = *state;
+    const cJSON *lora_case = c->spec;
+    c->spec = regc_test_json_get(lora_case, "base"); /* the base model's own record */
+    regc_test_train_case_build(c);
+    char adapter[1200], saved[1200];
+    snprintf(adapter, sizeof adapter, "%s/%s", REGC_SOURCE_DIR,
+             regc_test_json_get(lora_case, "adapter_dir")->valuestring);
+    snprintf(saved, sizeof saved, "%s/saved", c->tmp);
+
+    /* 10 steps from PEFT's adapter, its losses */
+    const int steps = (int)regc_test_json_int(lora_case, "steps");
+    const char *const flags[] = {"--adapter", adapter, "--save", saved, NULL};
+    regc_test_train_result r;
+    regc_test_train_case_run(c, steps, flags, &r);
+    check_losses(c->name, r.loss, regc_test_json_get(lora_case, "losses"), steps);
+
+    /* the adapter regc saved: PEFT's names and shapes, the same config */
+    char a[1300], b[1300];
+    snprintf(a, sizeof a, "%s/adapter_model.safetensors", adapter);
+    snprintf(b, sizeof b, "%s/adapter_model.safetensors", saved);
+    assert_same_tensors(a, b);
+    regc_lora_config want, got;
+    char want_t[1024], got_t[1024];
+    assert_int_equal(regc_lora_read_config(adapter, &want, want_t, sizeof want_t), REGC_OK);
+    if (regc_lora_read_config(saved, &got, got_t, sizeof got_t) != REGC_OK)
+        fail_msg("%s", regc_error_message());
+    assert_int_equal(got.r, want.r);
+    assert_true(got.alpha == want.alpha && got.use_rslora == want.use_rslora);
+
+    /* trained further from it at a rate that moves nothing, the next
+     * batch's loss is PEFT's after its 10 steps (batch 1 holds the next
+     * batch's rows, 10 .. 19) */
+    c->spec = regc_test_json_get(lora_case, "base");
+    const char *const again[] = {"--adapter", saved, "--lr", "1e-30", NULL};
+    regc_test_train_case_run(c, 2, again, &r);
+    const double next = regc_test_json_number(lora_case, "next_loss");
+    print_message("case %s next batch: regc %.9f  peft %.9f\n", c->name, r.loss[1], next);
+    assert_true(fabs(r.loss[1] - next) <= LOSS_RTOL * fabs(next));
+
+    /* merged into the base by `regc merge`: PEFT's merged model's loss */
+    char merged[sizeof c->model_dir], cmd[4200], *out = NULL;
+    snprintf(merged, sizeof merged, "%.1000s/merged", c->tmp);
+    snprintf(cmd, sizeof cmd, "'%s' merge --model '%s' --adapter '%s' --save '%s' 2>&1", REGC_BIN,
+             c->model_dir, saved, merged);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s", out);
+    free(out);
+    snprintf(c->model_dir, sizeof c->model_dir, "%s", merged);
+    const char *const plain[] = {"--lr", "1e-30", NULL};
+    regc_test_train_case_run(c, 2, plain, &r);
+    const double merged_loss = regc_test_json_number(lora_case, "merged_next_loss");
+    print_message("case %s merged: regc %.9f  peft %.9f\n", c->name, r.loss[1], merged_loss);
+    assert_true(fabs(r.loss[1] - merged_loss) <= LOSS_RTOL * fabs(merged_loss));
+    c->spec = lora_case;
+}
+
+/* ---------------------------------------------------------------- properties */
+
+static const char *const presets[] = {"llama-tiny", "gpt2-tiny", "bert-tiny", "t5-tiny"};
+
+static regc_lora_config lora_config(const char *targets, uint64_t seed)
+{
+    return (regc_lora_config){.r = 4, .alpha = 8.0, .target_modules = targets, .seed = seed};
+}
+
+/* The losses too: regc_test_train's collector, on a LoRA model. */
+static void on_step(const regc_step_report *r, void *user)
+{
+    regc_test_losses *l = user;
+    if (l->n < REGC_TEST_MAX_STEPS)
+        l->loss[l->n++] = r->loss;
+}
+
+static regc_model *train_lora_losses(const char *preset, regc_train_options *o, regc_test_losses *l)
+{
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load(preset, &m), REGC_OK);
+    regc_lora_config c = lora_config("all-linear", o->seed);
+    if (regc_model_add_lora(m, &c) != REGC_OK)
+        fail_msg("%s: %s", preset, regc_error_message());
+    memset(l, 0, sizeof *l);
+    if (regc_train(m, o, on_step, l, NULL) != REGC_OK)
+        fail_msg("train %s: %s", preset, regc_error_message());
+    assert_int_equal(l->n, o->steps);
+    return m;
+}
+
+static void assert_same_run(const char *what, const char *preset, regc_model *a,
+                            const regc_test_losses *la, regc_model *b, const regc_test_losses *lb)
+{
+    if (memcmp(la->loss, lb->loss, sizeof la->loss) != 0)
+        fail_msg("%s: %s: the losses differ (%.9g vs %.9g at step 0)", preset, what, la->loss[0],
+                 lb->loss[0]);
+    regc_test_assert_same_weights(a, b);
+}
+
+/* Regional == full and O0 == O1, bit for bit, with the adapters as
+ * parameters of every layer region; and the frozen base is untouched. */
+static void test_regional_levels_and_frozen(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_train_options o = regc_test_train_options(2, 16, STEPS);
+        o.weight_decay = 0.01f;
+        regc_test_losses lr, lf, l0;
+        regc_model *r = train_lora_losses(presets[i], &o, &lr);
+        o.compile.regional = 0;
+        regc_model *f = train_lora_losses(presets[i], &o, &lf);
+        o.compile.regional = 1, o.compile.level = REGC_LEVEL_O0, o.compile.inline_back = 0;
+        regc_model *z = train_lora_losses(presets[i], &o, &l0);
+        assert_same_run("regional vs full", presets[i], r, &lr, f, &lf);
+        assert_same_run("O1 vs O0", presets[i], r, &lr, z, &l0);
+
+        /* the same model drawn again: the base bit for bit, the adapters moved */
+        regc_model *fresh = NULL;
+        assert_int_equal(regc_model_load(presets[i], &fresh), REGC_OK);
+        regc_lora_config c = lora_config("all-linear", o.seed);
+        assert_int_equal(regc_model_add_lora(fresh, &c), REGC_OK);
+        assert_int_equal(regc_model_init_random(fresh, o.seed), REGC_OK);
+        int moved = 0;
+        for (int p = 0; p < regc_model_n_params(r); p++) {
+            const float *x = regc_model_weights(r) + regc_model_param_offset(r, p);
+            const float *y = regc_model_weights(fresh) + regc_model_param_offset(fresh, p);
+            size_t bytes = (size_t)regc_model_param_numel(r, p) * sizeof *x;
+            if (regc_model_param_frozen(r, p) && memcmp(x, y, bytes) != 0)
+                fail_msg("%s: frozen %s changed", presets[i], regc_model_param_name(r, p));
+            moved += !regc_model_param_frozen(r, p) && memcmp(x, y, bytes) != 0;
+        }
+        int adapters = 0;
+        for (int p = 0; p < regc_model_n_params(r); p++)
+            adapters += !regc_model_param_frozen(r, p);
+        assert_int_equal(moved, adapters); /* every A and B */
+        regc_model_free(fresh);
+        regc_model_free(r), regc_model_free(f), regc_model_free(z);
+    }
+}
+
+/* Every thread count sums every element in one order: the same bits. */
+static void test_threads(void **state)
+{
+    (void)state;
+    if (!regc_test_own_gemm())
+        skip();
+    regc_test_losses l1, l2;
+    regc_train_options o = regc_test_train_options(2, 16, STEPS);
+    o.threads = 1;
+    regc_model *a = train_lora_losses("llama-tiny", &o, &l1);
+    o.threads = 3;
+    regc_model *b = train_lora_losses("llama-tiny", &o, &l2);
+    assert_same_run("1 vs 3 threads", "llama-tiny", a, &l1, b, &l2);
+    regc_model_free(a), regc_model_free(b);
+}
+
+/* The step's blocks: parameters, gradients and moments of the adapters
+ * alone; the frozen base in a block of its own, read only. */
+static void test_memory(void **state)
+{
+    (void)state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("llama-tiny", &m), REGC_OK);
+    const int64_t total = regc_model_total_numel(m);
+    regc_lora_config c = lora_config("q_proj,v_proj", 1);
+    assert_int_equal(regc_model_add_lora(m, &c), REGC_OK);
+    /* llama-tiny: 4 layers, hidden 128, 2 kv heads of 32: q 128 -> 128, v 128 -> 64 */
+    const int64_t adapters = 4 * (4 * 128 + 128 * 4 + 4 * 128 + 64 * 4);
+    assert_int_equal(regc_model_trainable_numel(m), adapters);
+    assert_int_equal(regc_model_total_numel(m), total + adapters);
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    regc_program *p = NULL;
+    if (regc_program_compile(m, 2, 16, &co, &p, NULL) != REGC_OK)
+        fail_msg("%s", regc_error_message());
+    regc_device_memory a;
+    regc_program_device_memory(p, &a);
+    assert_int_equal(a.block_floats, adapters);
+    assert_int_equal(a.grads + a.m + a.v, 3 * adapters * 4);
+    assert_int_equal(a.frozen, total * 4);
+    assert_true(a.total >= a.params + a.grads + a.m + a.v + a.frozen);
+    regc_program_free(p);
+    regc_model_free(m);
+}
+
+/* ---------------------------------------------------------------- the command */
+
+/* `regc train` on a preset with `args`: its status, its output in *out
+ * (stdout alone with --json, else stdout and stderr). */
+static int run_regc(const char *args, char **out)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s train --model llama-tiny --batch 2 --seq 16 --threads 2 %s %s",
+             REGC_BIN, args, strstr(args, "--json") ? "2>/dev/null" : "2>&1");
+    return regc_test_run_capture(cmd, out);
+}
+
+/* The one error line of a failed run: the last, and no other says "regc:". */
+static const char *error_line(const char *out)
+{
+    const char *line = strstr(out, "regc");
+    return line && !strstr(line + 1, "\nregc") ? line : "";
+}
+
+/* Resumed from a checkpoint == never stopped: the same losses after it and
+ * the same adapter, byte for byte. */
+static void test_resume(void **state)
+{
+    (void)state;
+    char *tmp = regc_test_make_temp_dir("lora-resume"), args[3000], *out = NULL;
+    assert_non_null(tmp);
+    const char *lora = "--lora-r 4 --lora-target-modules all-linear --steps 6 --json";
+    snprintf(args, sizeof args, "%s --save %s/whole", lora, tmp);
+    if (run_regc(args, &out) != 0)
+        fail_msg("%s", out);
+    double whole[8], resumed[8];
+    assert_int_equal(regc_test_json_losses(out, whole, 8), 6);
+    free(out);
+    snprintf(args, sizeof args, "%s --output-dir %s/ck --save-steps 3", lora, tmp);
+    if (run_regc(args, &out) != 0)
+        fail_msg("%s", out);
+    free(out);
+    snprintf(args, sizeof args, "%s --resume-from-checkpoint %s/ck/checkpoint-3 --save %s/resumed",
+             lora, tmp, tmp);
+    if (run_regc(args, &out) != 0)
+        fail_msg("%s", out);
+    assert_int_equal(regc_test_json_losses(out, resumed, 8), 3);
+    free(out);
+    for (int k = 0; k < 3; k++)
+        assert_memory_equal(&whole[3 + k], &resumed[k], sizeof *whole);
+    char a[3100], b[3100];
+    snprintf(a, sizeof a, "%s/whole/adapter_model.safetensors", tmp);
+    snprintf(b, sizeof b, "%s/resumed/adapter_model.safetensors", tmp);
+    size_t na = 0, nb = 0;
+    char *x = regc_test_read_file(a, &na), *y = regc_test_read_file(b, &nb);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_int_equal(na, nb);
+    assert_memory_equal(x, y, na);
+    free(x), free(y);
+    regc_test_remove_tree(tmp);
+    free(tmp);
+}
+
+/* The lora section of a config file: target_modules as a list, or as a
+ * string (a regular expression, PEFT's rule), adapt the same layers as the
+ * flags do: the same bits. */
+static void test_config_file(void **state)
+{
+    (void)state;
+    char *tmp = regc_test_make_temp_dir("lora-config"), args[3000], *out = NULL;
+    assert_non_null(tmp);
+    static const char *const configs[] = {
+        "{\"lora\": {\"r\": 4, \"lora_alpha\": 16, \"target_modules\": [\"q_proj\", \"v_proj\"]}}",
+        "{\"lora\": {\"r\": 4, \"lora_alpha\": 16, \"target_modules\": "
+        "\"model\\\\.layers\\\\.[0-9]+\\\\.self_attn\\\\.(q|v)_proj\"}}",
+    };
+    double want[8], got[8];
+    if (run_regc("--lora-r 4 --lora-alpha 16 --lora-target-modules q_proj,v_proj --steps 3 --json",
+                 &out) != 0)
+        fail_msg("%s", out);
+    assert_int_equal(regc_test_json_losses(out, want, 8), 3);
+    free(out);
+    for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
+        assert_int_equal(regc_test_write_text(tmp, "config.json", configs[i]), 0);
+        snprintf(args, sizeof args, "--config %s/config.json --steps 3 --json", tmp);
+        if (run_regc(args, &out) != 0)
+            fail_msg("%s:\n%s", configs[i], out);
+        assert_int_equal(regc_test_json_losses(out, got, 8), 3);
+        assert_memory_equal(want, got, 3 * sizeof *want);
+        free(out);
+    }
+    regc_test_remove_tree(tmp);
+    free(tmp);
+}
+
+/* One line naming the key, exit 1, for each thing regc does not take. */
+static void test_bad_input(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args, *says;
+        int status; /* 2: a usage error */
+    } cases[] = {
+        {"--lora-r 4 --lora-target-modules nothing_here",
+         "lora.target_modules: \"nothing_here\" matches no linear layer", 1},
+        {"--lora-r 0", "--lora-r: expected an integer from 1", 2},
+        {"--lora-alpha 16", "lora.lora_alpha: LoRA is off", 1},
+        {"--lora-r 4 --lora-dropout 0.1", "lora.lora_dropout: 0.1: dropout is not applied", 1},
+        {"--lora-r 4 --zero-stage 3", "zero_optimization.stage: 3 with LoRA", 1},
+        {"--adapter /nonexistent-adapter", "/nonexistent-adapter/adapter_config.json", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *out = NULL;
+        int status = run_regc(cases[i].args, &out);
+        if (status != cases[i].status || !strstr(error_line(out), cases[i].says) ||
+            regc_test_count_lines(error_line(out)) != 1)
+            fail_msg("%s: exit %d, expected %d and one line saying \"%s\":\n%s", cases[i].args,
+                     status, cases[i].status, cases[i].says, out);
+        free(out);
+    }
+}
+
+/* An adapter of another base (other shapes) or one regc cannot train as
+ * PEFT would is refused naming the file and the tensor or key. */
+static void test_bad_adapter(void **state)
+{
+    (void)state;
+    char *tmp = regc_test_make_temp_dir("lora-adapter"), args[3000], *out = NULL;
+    assert_non_null(tmp);
+    /* a llama-tiny adapter saved by regc, then read as gpt2-tiny's */
+    snprintf(args, sizeof args, "--lora-r 4 --lora-target-modules q_proj --steps 1 --save %s/a",
+             tmp);
+    if (run_regc(args, &out) != 0)
+        fail_msg("%s", out);
+    free(out);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s train --model gpt2-tiny --steps 1 --adapter %s/a 2>&1", REGC_BIN,
+             tmp);
+    int status = regc_test_run_capture(cmd, &out);
+    if (status != 1 || !strstr(out, "\"q_proj\" matches no linear layer of gpt2-tiny"))
+        fail_msg("exit %d:\n%s", status, out);
+    free(out);
+    /* the same adapter with another rank in its config: the shapes differ */
+    char path[3100], *text = NULL;
+    snprintf(path, sizeof path, "%s/a/adapter_config.json", tmp);
+    assert_non_null(text = regc_test_read_file(path, NULL));
+    char *r = strstr(text, "\"r\":");
+    assert_non_null(r);
+    r[5] = '8'; /* "r":\t4 -> 8 */
+    regc_test_write_file(path, text, strlen(text));
+    snprintf(args, sizeof args, "--steps 1 --adapter %s/a", tmp);
+    status = run_regc(args, &out);
+    if (status != 1 || !strstr(out, "adapter_model.safetensors") || !strstr(out, "lora_A"))
+        fail_msg("exit %d:\n%s", status, out);
+    free(out);
+    /* a bias regc does not train */
+    r[5] = '4';
+    char *bias = strstr(text, "\"none\"");
+    assert_non_null(bias);
+    memcpy(bias, "\"all\" ", 6);
+    regc_test_write_file(path, text, strlen(text));
+    status = run_regc(args, &out);
+    if (status != 1 || !strstr(out, "adapter_config.json: bias"))
+        fail_msg("exit %d:\n%s", status, out);
+    free(out);
+    free(text);
+    regc_test_remove_tree(tmp);
+    free(tmp);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_memory),      cmocka_unit_test(test_regional_levels_and_frozen),
+        cmocka_unit_test(test_threads),     cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_config_file), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_adapter),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    failed += regc_test_train_cases_run(REGC_SOURCE_DIR "/tests/data/lora_reference.json", NULL,
+                                        test_peft_case);
+    return failed;
+}

@@ -1,0 +1,299 @@
+#!/tmp/venv/bin/python
+"""LoRA training references from Hugging Face Transformers + PEFT, for a C
+test that compares regc's LoRA training with them.
+
+NOT part of the test suite and not run by it: it needs torch 2.x,
+transformers, peft and safetensors (Debian's python3 has only torch 1.13),
+so run it by hand in a virtual environment that has them:
+
+    /tmp/venv/bin/python tools/reference/lora_reference.py
+
+It writes tests/data/lora_reference.json and, per case, the PEFT adapter that
+training starts from, exactly as PeftModel.save_pretrained writes it:
+tests/data/lora/<case>/adapter_model.safetensors and adapter_config.json.
+
+The base model of every case is the FIRST case of tests/data/llama_reference.json
+(written by llama_reference.py): its config.json, its counter-based random
+weights (reference_common.init_params), its token stream, batch, seq, lr,
+weight decay and schedule. The JSON copies that record into each case's
+"base", with every field tests/support/test_train_case.c reads, so the C test
+rebuilds the base model exactly as test_train_reference.c does, loads the
+adapter from "adapter_dir" and trains `steps` steps of it.
+
+Here the base is Transformers' own LlamaForCausalLM (float32, eager
+attention) rather than llama_reference.py's written-out forward; the script
+prints the check that its loss on batch 0 matches that reference's first
+loss. The LoRA weights are set to nonzero counter-based values (B too, so
+the adapter changes the loss from step 0), saved, then trained with
+torch.optim.AdamW over the LoRA parameters only (PEFT freezes the rest).
+
+    /tmp/venv/bin/python tools/reference/lora_reference.py --check-regc build/regc
+
+checks a built regc against the JSON instead, rewriting nothing: per case it
+writes the base model (config.json, fp32 model.safetensors) and tokens.bin to
+a temporary directory as tests/support/test_train_case.c does, runs `regc
+train --adapter tests/data/lora/<case> ... --save <tmp>/saved`, loads the
+saved adapter with PeftModel.from_pretrained and prints regc's losses and
+PEFT's next-batch loss against the JSON's (exit 1 past 1e-5 relative), and
+any warning PEFT gives on the saved adapter_config.json.
+"""
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import peft
+import safetensors
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from reference_common import default_out, get_batch, init_params, lr_lambda, make_tokens
+
+STEPS = 10
+LORA = dict(r=8, lora_alpha=16, lora_dropout=0.0, bias="none", use_rslora=False)
+CASES = [
+    # seed: the LoRA weights' own counter-based stream (distinct from the base's)
+    dict(name="llama_qv", target_modules=["q_proj", "v_proj"], lora_seed=4001),
+    dict(name="llama_all", target_modules="all-linear", lora_seed=4002),
+]
+# uniform in [center - halfwidth, center + halfwidth), as reference_common
+A_INIT, B_INIT = (0.0, 0.1), (0.0, 0.05)
+# what the C harness needs to rebuild the base (test_train_case.c reads these)
+BASE_KEYS = ("name", "seed", "config", "params", "batch", "seq", "lr", "weight_decay",
+             "n_tokens", "extra_args", "param_sum")
+
+
+def batch_loss(model, tokens, k, base):
+    """Batch k's mean next-token loss. Not HF's labels= path, which shifts
+    inside each row and drops its last position: the reference (and regc)
+    take targets from the token stream one past the inputs."""
+    idx, targets = get_batch(tokens, k, base["batch"], base["seq"])
+    logits = model(input_ids=idx).logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def build_base(base):
+    """LlamaForCausalLM from the case's config.json, with the reference's weights.
+    Its parameter names are already Transformers' (llama_reference.py lists
+    them in LlamaForCausalLM's state_dict order), so no mapping is needed."""
+    config = LlamaConfig(**base["config"], attn_implementation="eager")
+    model = LlamaForCausalLM(config).to(torch.float32)
+    assert model.config._attn_implementation == "eager"
+    specs = [(n, tuple(s), c, h) for n, s, c, h in base["params"]]
+    weights = init_params(base["seed"], specs)
+    total = float(sum(np.sum(a, dtype=np.float64) for a in weights.values()))
+    assert abs(total - base["param_sum"]) <= 1e-9 * abs(base["param_sum"]), "RNG drift"
+    # strict: every parameter of the model comes from the list, and nothing else
+    model.load_state_dict({n: torch.from_numpy(a) for n, a in weights.items()}, strict=True)
+    return model.eval()  # dropout is 0 anyway; eval() only silences train-mode paths
+
+
+def file_key(name):
+    """PEFT's parameter name -> its key in adapter_model.safetensors: the
+    adapter name ("default") is dropped, nothing else changes."""
+    return name.replace(".default", "")
+
+
+def run_case(case, base, tokens, out_dir):
+    model = build_base(base)
+    with torch.no_grad():
+        base_loss = batch_loss(model, tokens, 0, base).item()
+    rel = abs(base_loss - base["reference_loss0"]) / abs(base["reference_loss0"])
+    print("%-10s base loss on batch 0: transformers %.9f, llama_reference %.9f, rel %.1e" %
+          (case["name"], base_loss, base["reference_loss0"], rel))
+    assert rel < 1e-5, "Transformers' Llama disagrees with llama_reference.py"
+
+    lora_cfg = peft.LoraConfig(target_modules=case["target_modules"], **LORA)
+    model = peft.get_peft_model(model, lora_cfg)
+    # Nonzero A and B, counter-based: tensor t of PEFT's named_parameters()
+    # order draws from substream t of lora_seed (reference_common.init_params).
+    lora = [(n, p) for n, p in model.named_parameters() if "lora_" in n]
+    assert all(p.requires_grad for _, p in lora)
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == [n for n, _ in lora]
+    specs = [(file_key(n), tuple(p.shape), *(A_INIT if ".lora_A." in n else B_INIT))
+             for n, p in lora]
+    init = init_params(case["lora_seed"], specs)
+    with torch.no_grad():
+        for (n, p), (key, *_) in zip(lora, specs):
+            p.copy_(torch.from_numpy(init[key]))
+
+    # The adapter training starts from, as PEFT writes it. PEFT also writes a
+    # boilerplate model card (README.md); it holds nothing the test reads.
+    adapter_dir = os.path.join(out_dir, case["name"])
+    shutil.rmtree(adapter_dir, ignore_errors=True)
+    model.save_pretrained(adapter_dir)
+    if os.path.exists(os.path.join(adapter_dir, "README.md")):
+        os.remove(os.path.join(adapter_dir, "README.md"))
+    with safetensors.safe_open(os.path.join(adapter_dir, "adapter_model.safetensors"), "pt") as f:
+        peft_keys = [[k, list(f.get_slice(k).get_shape())] for k in f.keys()]
+    assert sorted(k for k, _ in peft_keys) == sorted(s[0] for s in specs)
+
+    # AdamW exactly as reference_common.train: one group, HF's schedule factor
+    # set before each step, loss recorded before its update.
+    params = [p for _, p in lora]
+    opt = torch.optim.AdamW(params, lr=base["lr"], betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=base["weight_decay"])
+    sched = dict(base["schedule"], lr=base["lr"], steps=STEPS)
+    losses = []
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = batch_loss(model, tokens, step, base)
+        loss.backward()
+        losses.append(loss.item())
+        for group in opt.param_groups:
+            group["lr"] = base["lr"] * lr_lambda(sched, step)
+        opt.step()
+    with torch.no_grad():
+        next_loss = batch_loss(model, tokens, STEPS, base).item()
+        # merge on a copy: merge_and_unload rewrites the base weights in place
+        merged = copy.deepcopy(model).merge_and_unload()
+        merged_next_loss = batch_loss(merged, tokens, STEPS, base).item()
+    print("%-10s %d tensors, losses %s\n%-10s next %.9f merged %.9f (rel %.1e)" %
+          (case["name"], len(peft_keys), " ".join("%.6f" % x for x in losses), "", next_loss,
+           merged_next_loss, abs(next_loss - merged_next_loss) / abs(next_loss)))
+    return {
+        "name": case["name"],
+        "base": {k: base[k] for k in BASE_KEYS},
+        "base_source": "tests/data/llama_reference.json, cases[0]",
+        "base_loss_batch0": base_loss,
+        "adapter_dir": "tests/data/lora/" + case["name"],
+        "lora": {"r": LORA["r"], "lora_alpha": LORA["lora_alpha"],
+                 "target_modules": case["target_modules"], "use_rslora": LORA["use_rslora"],
+                 "lora_dropout": LORA["lora_dropout"], "bias": LORA["bias"]},
+        "lora_init": {
+            "how": "the adapter file is the source of truth; it was made as: tensor t of "
+                   "\"tensors\" (PEFT's named_parameters order) = "
+                   "regc_rng_fill_uniform(numel, regc_rng_substream(seed, t), center, "
+                   "halfwidth) in row-major order of its shape, i.e. "
+                   "reference_common.init_params(seed, tensors); lora_A [r, in] center 0 "
+                   "halfwidth 0.1, lora_B [out, r] center 0 halfwidth 0.05",
+            "seed": case["lora_seed"],
+            "tensors": [[k, list(s), c, h] for k, s, c, h in specs],
+        },
+        "steps": STEPS,
+        "optimizer": "torch.optim.AdamW over the LoRA tensors only, betas (0.9, 0.999), "
+                     "eps 1e-8, the base's lr, weight_decay and schedule; step k trains "
+                     "on batch k",
+        "losses": losses,
+        "next_loss": next_loss,
+        "merged_next_loss": merged_next_loss,
+        "peft_keys": peft_keys,
+    }
+
+
+def check_regc(regc, rec, tokens, repo):
+    """Train rec's adapter with regc as test_lora.c does; the largest relative
+    differences of its losses, and of PEFT's next loss with regc's adapter."""
+    base, name = rec["base"], rec["name"]
+    tmp = tempfile.mkdtemp(prefix="lora_check_")
+    try:
+        model_dir, saved = os.path.join(tmp, "model"), os.path.join(tmp, "saved")
+        os.mkdir(model_dir)
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump(base["config"], f, indent="\t")
+        state = {k: v.contiguous() for k, v in build_base(base).state_dict().items()}
+        safetensors.torch.save_file(state, os.path.join(model_dir, "model.safetensors"),
+                                    metadata={"format": "pt"})
+        # llm.c's token file: 256 int32 header (magic, version, count), uint16 tokens
+        header = np.zeros(256, dtype="<i4")
+        header[:3] = 20240520, 1, len(tokens)
+        tok_path = os.path.join(tmp, "tokens.bin")
+        with open(tok_path, "wb") as f:
+            f.write(header.tobytes() + tokens.astype("<u2").tobytes())
+
+        cmd = [regc, "train", "--model", model_dir, "--data", tok_path,
+               "--steps", str(rec["steps"]), "--batch", str(base["batch"]),
+               "--seq", str(base["seq"]), "--lr", repr(base["lr"]),
+               "--weight-decay", repr(base["weight_decay"]), "--json", *base["extra_args"],
+               "--adapter", os.path.join(repo, rec["adapter_dir"]), "--save", saved]
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
+        reports = [json.loads(line) for line in out.splitlines() if line.strip()]
+        losses = [r["loss"] for r in reports if "step" in r and "loss" in r]
+        assert len(losses) == rec["steps"], "regc reported %d steps" % len(losses)
+        loss_rel = max(abs(a - b) / abs(b) for a, b in zip(losses, rec["losses"]))
+
+        # PEFT warns of keys it does not know; those it misses it fills with defaults
+        caught = {}
+        with warnings.catch_warnings(record=True) as caught["LoraConfig.from_pretrained"]:
+            warnings.simplefilter("always")
+            peft.LoraConfig.from_pretrained(saved)
+        with warnings.catch_warnings(record=True) as caught["PeftModel.from_pretrained"]:
+            warnings.simplefilter("always")
+            model = peft.PeftModel.from_pretrained(build_base(base), saved)
+        keys = [set(json.load(open(os.path.join(d, "adapter_config.json"))))
+                for d in (os.path.join(repo, rec["adapter_dir"]), saved)]
+        with torch.no_grad():
+            next_loss = batch_loss(model.eval(), tokens, rec["steps"], base).item()
+        next_rel = abs(next_loss - rec["next_loss"]) / abs(rec["next_loss"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%-10s regc  %s\n%-10s json  %s\n%-10s losses max rel %.1e; next loss: peft+regc's "
+          "adapter %.9f, json %.9f, rel %.1e" %
+          (name, " ".join("%.6f" % x for x in losses), "",
+           " ".join("%.6f" % x for x in rec["losses"]), "", loss_rel, next_loss,
+           rec["next_loss"], next_rel))
+    print("%-10s adapter_config.json: %d keys; PEFT's own has %d; defaulted: %s; extra: %s" %
+          (name, len(keys[1]), len(keys[0]), " ".join(sorted(keys[0] - keys[1])) or "none",
+           " ".join(sorted(keys[1] - keys[0])) or "none"))
+    for call, ws in caught.items():
+        for w in ws:
+            print("%-10s %s warns (%s:%d): %s: %s" % (name, call, os.path.basename(w.filename),
+                                                     w.lineno, w.category.__name__, w.message))
+    return max(loss_rel, next_rel)
+
+
+def main():
+    # PEFT expands "all-linear" into a Python set of module paths and writes
+    # it into adapter_config.json in set order, which string hashing
+    # randomises per run: pin the hash seed so the file is reproducible.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.execve(sys.executable, [sys.executable] + sys.argv,
+                  dict(os.environ, PYTHONHASHSEED="0"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=default_out(__file__, "lora_reference.json"))
+    ap.add_argument("--llama", default=default_out(__file__, "llama_reference.json"))
+    ap.add_argument("--check-regc", metavar="REGC",
+                    help="check this regc binary against --out instead of writing it")
+    args = ap.parse_args()
+    torch.manual_seed(0)  # nothing draws from torch's RNG after the weights are set
+    torch.set_num_threads(1)  # the same summation order on every machine
+    if args.check_regc:
+        repo = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+        worst = 0.0
+        for rec in json.load(open(args.out))["cases"]:
+            b = rec["base"]
+            tokens = make_tokens(b["seed"], b["n_tokens"], b["config"]["vocab_size"])
+            worst = max(worst, check_regc(os.path.abspath(args.check_regc), rec, tokens, repo))
+        print("worst relative difference %.1e: %s" % (worst, "ok" if worst <= 1e-5 else "FAIL"))
+        sys.exit(0 if worst <= 1e-5 else 1)
+    ref = json.load(open(args.llama))["cases"][0]
+    base = dict(ref, reference_loss0=ref["losses"][0],
+                # the schedule keys reference_common.lr_lambda reads, if the case has any
+                schedule={k: ref[k] for k in ("lr_scheduler_type", "warmup_steps",
+                                              "warmup_ratio", "min_lr", "min_lr_rate")
+                          if k in ref})
+    # this script applies no clipping or accumulation; the base case must have none
+    assert not any(k in ref for k in ("max_grad_norm", "gradient_accumulation_steps"))
+    tokens = make_tokens(base["seed"], base["n_tokens"], base["config"]["vocab_size"])
+    out_dir = os.path.join(os.path.dirname(args.out), "lora")
+    cases = [run_case(c, base, tokens, out_dir) for c in CASES]
+    doc = {"generator": "lora_reference.py", "torch": torch.__version__,
+           "transformers": transformers.__version__, "peft": peft.__version__, "cases": cases}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)  # repr floats: full round-trip precision
+        f.write("\n")
+    print("wrote %s and %s/<case>/" % (args.out, out_dir))
+
+
+if __name__ == "__main__":
+    main()
