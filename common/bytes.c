@@ -55,6 +55,16 @@ void regc_bytes_put_i64(regc_bytes *b, int64_t v)
     regc_bytes_put_u64(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
 }
 
+uint16_t regc_f32_to_bf16(float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((bits >> 16) | 0x40u); /* keep NaN a NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1u);       /* round to nearest even */
+    return (uint16_t)(bits >> 16);
+}
+
 void regc_bytes_put_f32(regc_bytes *b, float v)
 {
     uint32_t u;

@@ -157,6 +157,11 @@ typedef struct {
  * structure, to recognise it again. */
 uint64_t regc_hash64(const void *data, size_t n);
 
+/* v as bfloat16's bits: rounded to nearest, ties to even; a NaN stays a
+ * (quiet) NaN. The kernels' regc_bf16_bits, for the host's own files and
+ * blocks. */
+uint16_t regc_f32_to_bf16(float v);
+
 /* A zeroed regc_bytes is empty and ready; free releases it. */
 void regc_bytes_free(regc_bytes *b);
 void regc_bytes_put(regc_bytes *b, const void *p, size_t n);

@@ -337,7 +337,9 @@ int regc_graph_set_frozen(regc_graph *g, int t, int frozen)
 {
     if (t < 0 || t >= g->n_tensors || g->tensors[t].role != REGC_ROLE_PARAM)
         return regc_error(REGC_ERR_ARG, "tensor %d: only a parameter can be frozen", t);
-    g->tensors[t].frozen = frozen != 0;
+    if (frozen < 0 || frozen > REGC_FROZEN_BF16)
+        return regc_error(REGC_ERR_ARG, "tensor %s: frozen %d", g->tensors[t].name, frozen);
+    g->tensors[t].frozen = frozen;
     return REGC_OK;
 }
 

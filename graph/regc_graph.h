@@ -16,7 +16,8 @@
 #include "regc_common.h"
 
 #define REGC_MAX_DIMS 6
-#define REGC_MAX_IO 8 /* inputs or outputs of one node */
+#define REGC_MAX_IO 8      /* inputs or outputs of one node */
+#define REGC_FROZEN_BF16 2 /* regc_tensor's frozen: held in bf16 */
 
 typedef enum { REGC_F32, REGC_BF16, REGC_F16, REGC_I32, REGC_DTYPE_COUNT } regc_dtype;
 typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT } regc_role;
@@ -166,7 +167,9 @@ typedef struct {
     int constant;
     /* A parameter that is never trained (the base of a LoRA model): it takes
      * no gradient, no optimizer state and no weight-gradient product; the
-     * gradient of what reads it still flows. 0 for everything else. */
+     * gradient of what reads it still flows. 1: held in fp32;
+     * REGC_FROZEN_BF16: held in bf16, read by matrix products alone, which
+     * multiply it as bf16 GEMMs do. 0 for everything else. */
     int frozen;
 } regc_tensor;
 
@@ -200,7 +203,8 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
 int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in, const int *in,
                         int n_out, int *out, int out_ndim, const int64_t *out_shape);
 
-/* Freeze (1) or thaw (0) parameter t (regc_tensor's `frozen`). */
+/* Freeze (1, or REGC_FROZEN_BF16) or thaw (0) parameter t (regc_tensor's
+ * `frozen`). */
 int regc_graph_set_frozen(regc_graph *g, int t, int frozen);
 /* Add g's inputs, constants and parameters to h, in g's order; map[t]
  * (n_tensors entries) gets each one's id in h. For a graph rebuilt node by

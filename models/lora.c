@@ -67,8 +67,8 @@ static int list_matches(const char *list, const char *module)
 /* The graph's linear layers: for each parameter, whether it is the weight
  * of a linear layer (1), of the output head (2: a product that reaches the
  * loss through views and a bias alone, or a weight an embedding also reads)
- * or neither (0). */
-static int find_linear(const regc_model *m, const regc_graph *g, char *kind)
+ * or neither (0); only_mm[i]: matrix products alone read it. */
+static int find_linear(const regc_model *m, const regc_graph *g, char *kind, char *only_mm)
 {
     int n_t = regc_graph_n_tensors(g);
     int *param_of = malloc(((size_t)n_t + 1) * sizeof *param_of);
@@ -81,6 +81,13 @@ static int find_linear(const regc_model *m, const regc_graph *g, char *kind)
         if (t >= 0)
             param_of[t] = i;
         kind[i] = 0;
+        only_mm[i] = t >= 0;
+    }
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        for (int k = 0; k < n->n_in; k++)
+            if (param_of[n->in[k]] >= 0 && n->op != REGC_OP_MATMUL)
+                only_mm[param_of[n->in[k]]] = 0;
     }
     int head = -1; /* the tensor whose product feeds the loss */
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
@@ -164,9 +171,17 @@ static int choose_targets(const regc_model *m, const regc_lora_config *c, const 
 }
 
 /* Offsets again: the trained parameters first, then the frozen ones, each
- * in list order; the weights (if any) move with them. */
+ * in list order; the weights (if any) move with them. And the frozen block:
+ * each frozen parameter in its own dtype, 64-byte aligned. */
 static int relayout(regc_model *m)
 {
+    m->frozen_bytes = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        regc_model_param *p = &m->params[i];
+        p->frozen_at = p->frozen ? m->frozen_bytes : 0;
+        if (p->frozen)
+            m->frozen_bytes += (p->numel * (p->frozen == REGC_FROZEN_BF16 ? 2 : 4) + 63) & ~63;
+    }
     float *moved = NULL;
     if (m->weights && !(moved = malloc((size_t)m->total_numel * sizeof *moved + 1)))
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
@@ -174,7 +189,7 @@ static int relayout(regc_model *m)
     for (int frozen = 0; frozen < 2; frozen++)
         for (int i = 0; i < m->n_params; i++) {
             regc_model_param *p = &m->params[i];
-            if (p->frozen != frozen)
+            if ((p->frozen != 0) != frozen)
                 continue;
             if (moved)
                 memcpy(moved + at, m->weights + p->offset, (size_t)p->numel * sizeof *moved);
@@ -214,12 +229,13 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
     regc_graph *g = NULL;
     int rc = m->arch->build_graph(m, 1, 1, &g);
     char *kind = malloc((size_t)m->n_params + 1), *chosen = malloc((size_t)m->n_params + 1);
+    char *only_mm = malloc((size_t)m->n_params + 1);
     regc_lora *l = calloc(1, sizeof *l);
     int n_chosen = 0;
-    if (rc == REGC_OK && (!kind || !chosen || !l))
+    if (rc == REGC_OK && (!kind || !chosen || !only_mm || !l))
         rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
     if (rc == REGC_OK)
-        rc = find_linear(m, g, kind);
+        rc = find_linear(m, g, kind, only_mm);
     if (rc == REGC_OK)
         rc = choose_targets(m, c, kind, chosen, &n_chosen);
     if (rc == REGC_OK) {
@@ -236,7 +252,7 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
     }
     const int n_base = m->n_params;
     for (int i = 0; i < n_base && rc == REGC_OK; i++) {
-        m->params[i].frozen = 1;
+        m->params[i].frozen = c->base_bf16 && only_mm[i] ? REGC_FROZEN_BF16 : 1;
         if (!chosen[i])
             continue;
         const regc_model_param w = m->params[i]; /* a copy: adding moves the list */
@@ -260,7 +276,7 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
         l->base_of[l->n_modules++] = i;
     }
     regc_graph_free(g);
-    free(kind), free(chosen);
+    free(kind), free(chosen), free(only_mm);
     if (rc == REGC_OK && m->weights) { /* room for the adapters, drawn from the seed */
         float *grown = realloc(m->weights, (size_t)m->total_numel * sizeof *grown + 1);
         if (!grown)
@@ -294,8 +310,15 @@ int regc_model_has_lora(const regc_model *m) { return m->lora != NULL; }
 
 int regc_model_param_frozen(const regc_model *m, int i)
 {
-    return i >= 0 && i < m->n_params && m->params[i].frozen;
+    return i >= 0 && i < m->n_params ? m->params[i].frozen : 0;
 }
+
+int64_t regc_model_param_frozen_at(const regc_model *m, int i)
+{
+    return i >= 0 && i < m->n_params && m->params[i].frozen ? m->params[i].frozen_at : -1;
+}
+
+int64_t regc_model_frozen_bytes(const regc_model *m) { return m->frozen_bytes; }
 
 int64_t regc_model_trainable_numel(const regc_model *m)
 {
@@ -314,6 +337,8 @@ int regc_lora_write_structure(const regc_model *m, regc_bytes *b)
     regc_bytes_put_i64(b, l->n_modules);
     for (int k = 0; k < l->n_modules; k++)
         regc_bytes_put_i64(b, l->base_of[k]);
+    for (int i = 0; i < m->n_params; i++) /* what is held in bf16 */
+        regc_bytes_put_i64(b, m->params[i].frozen);
     return b->failed ? regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source) : REGC_OK;
 }
 
@@ -534,7 +559,10 @@ int regc_lora_read_config(const char *dir, regc_lora_config *c, char *targets, s
     cJSON_Delete(root);
     if (rc)
         return rc;
+    const int regex = c->target_regex;
+    memset(c, 0, sizeof *c);
     c->r = r, c->alpha = alpha, c->dropout = dropout, c->use_rslora = rslora;
+    c->target_regex = regex;
     c->target_modules = targets;
     c->adapter = dir;
     return REGC_OK;
@@ -571,10 +599,10 @@ void regc_lora_describe(const regc_model *m, char *buf, size_t cap)
     regc_model_group_digits(total, sizeof total, m->total_numel);
     snprintf(
         buf, cap,
-        "LoRA r=%lld, alpha %g%s (scale %g) on %d layers (%s)%s%s: %s of %s parameters trained",
+        "LoRA r=%lld, alpha %g%s (scale %g) on %d layers (%s)%s%s: %s of %s parameters trained%s",
         (long long)l->cfg.r, l->cfg.alpha, l->cfg.use_rslora ? ", rsLoRA" : "", (double)l->scale,
         l->n_modules, names, l->adapter ? ", from " : "", l->adapter ? l->adapter : "", trained,
-        total);
+        total, l->cfg.base_bf16 ? "; the base's linear weights held in bf16" : "");
 }
 
 /* ---------------------------------------------------------------- merging */

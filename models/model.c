@@ -260,7 +260,7 @@ int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
         if (p[i] < 0)
             return p[i];
         if (q->frozen)
-            regc_graph_set_frozen(g, p[i], 1);
+            regc_graph_set_frozen(g, p[i], q->frozen);
     }
     return REGC_OK;
 }

@@ -22,7 +22,10 @@ typedef struct {
     int64_t numel, offset; /* offset in floats into the weights block */
     /* regc_model_init_random draws uniform on [center - halfwidth, center + halfwidth) */
     float init_center, init_halfwidth;
-    int frozen; /* never trained (regc_tensor's `frozen`): a LoRA model's base */
+    /* never trained (regc_tensor's `frozen`): a LoRA model's base, 1 held in
+     * fp32, REGC_FROZEN_BF16 in bf16; at byte frozen_at of the frozen block */
+    int frozen;
+    int64_t frozen_at;
 } regc_model_param;
 
 /* A model's LoRA adapters (lora.c): parameters n_base, n_base + 1 are
@@ -72,7 +75,8 @@ struct regc_model {
     float *weights; /* total_numel floats, or NULL while shape-only */
     int n_consts;
     regc_model_const *consts;
-    regc_lora *lora; /* NULL: every parameter is trained */
+    regc_lora *lora;      /* NULL: every parameter is trained */
+    int64_t frozen_bytes; /* the frozen block's bytes */
 };
 
 struct regc_arch {

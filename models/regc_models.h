@@ -68,6 +68,9 @@ typedef struct {
     int target_regex;
     const char *adapter; /* a PEFT adapter directory the adapters start from, or NULL */
     uint64_t seed;       /* of A's initial draw when there is no adapter */
+    /* the frozen weights that matrix products alone read held in bf16, and
+     * multiplied as bf16 GEMMs do (a base in bf16, as PEFT trains one) */
+    int base_bf16;
 } regc_lora_config;
 /* Add the adapters to m (shape-only or with weights: A drawn, B zero) and
  * freeze the rest: an error naming the key when the configuration is bad or
@@ -87,7 +90,12 @@ const char *regc_lora_default_targets(const regc_model *m);
  * error naming the file and the key for anything regc does not do (bias,
  * DoRA, per-layer ranks, modules_to_save, ...). */
 int regc_lora_read_config(const char *dir, regc_lora_config *c, char *targets, size_t cap);
+/* 0: trained; 1: frozen, held in fp32; REGC_FROZEN_BF16: held in bf16. */
 int regc_model_param_frozen(const regc_model *m, int i);
+/* A frozen parameter's byte offset in the frozen block, and that block's
+ * bytes: the frozen parameters in the model's order, each 64-byte aligned. */
+int64_t regc_model_param_frozen_at(const regc_model *m, int i);
+int64_t regc_model_frozen_bytes(const regc_model *m);
 /* The floats of the parameters that are trained: the weights block's
  * prefix (frozen parameters follow them). */
 int64_t regc_model_trainable_numel(const regc_model *m);

@@ -19,16 +19,6 @@
 
 #define ST_WRITE_BOUNCE 65536 /* elements converted at a time */
 
-static uint16_t st_f32_to_bf16(float v)
-{
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((bits >> 16) | 0x40u); /* keep NaN a NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);       /* round to nearest even */
-    return (uint16_t)(bits >> 16);
-}
-
 /* Round to nearest even via float arithmetic (the FP16 library's method):
  * scaling up then down makes the FPU do the rounding, subnormals included. */
 static uint16_t st_f32_to_f16(float v)
@@ -257,7 +247,7 @@ int regc_st_writer_put(regc_st_writer *w, int i, int64_t first, int64_t n, const
     for (int64_t done = 0; done < n && rc == REGC_OK; done += ST_WRITE_BOUNCE) {
         int64_t chunk = n - done < ST_WRITE_BOUNCE ? n - done : ST_WRITE_BOUNCE;
         for (int64_t j = 0; j < chunk; j++)
-            bounce[j] = w->dtype[i] == REGC_BF16 ? st_f32_to_bf16(src[done + j])
+            bounce[j] = w->dtype[i] == REGC_BF16 ? regc_f32_to_bf16(src[done + j])
                                                  : st_f32_to_f16(src[done + j]);
         rc = regc_atomic_pwrite(w->file, bounce, (size_t)chunk * 2,
                                 w->data_at[i] + (uint64_t)(first + done) * 2);

@@ -50,17 +50,37 @@ static int bf16_params_wanted(const regc_compile_options *o)
     return o->precision == REGC_PRECISION_BF16 && !o->fp32_storage && o->zero_stage == 3;
 }
 
+/* A frozen parameter held in bf16 (a LoRA model's base in bf16). */
+static int frozen_bf16(const regc_graph *g, int t)
+{
+    return regc_graph_tensor(g, t)->frozen == REGC_FROZEN_BF16;
+}
+
+/* Does the graph hold any parameter in bf16? */
+static int holds_bf16(const regc_graph *g)
+{
+    for (int t = 0; t < regc_graph_n_tensors(g); t++)
+        if (frozen_bf16(g, t))
+            return 1;
+    return 0;
+}
+
+/* [n_tensors]: the parameters held in bf16, or NULL (none; or out of
+ * memory when bf16_params_wanted or holds_bf16): those gathered in bf16
+ * (above), and the frozen ones held so, whose every reader must be a
+ * matrix product (the compile fails otherwise). */
 static char *bf16_params(const regc_graph *g, const regc_compile_options *o)
 {
-    if (!bf16_params_wanted(o))
+    if (!bf16_params_wanted(o) && !holds_bf16(g))
         return NULL;
     int n_t = regc_graph_n_tensors(g);
     char *only_matmul = calloc((size_t)n_t + 1, 1);
     if (!only_matmul)
         return NULL;
     for (int t = 0; t < n_t; t++)
-        only_matmul[t] =
-            regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM && !regc_graph_tensor(g, t)->frozen;
+        only_matmul[t] = frozen_bf16(g, t) || (bf16_params_wanted(o) &&
+                                               regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM &&
+                                               !regc_graph_tensor(g, t)->frozen);
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *n = regc_graph_node(g, i);
         for (int k = 0; k < n->n_in; k++)
@@ -121,11 +141,13 @@ static int add_piece_plan(pipeline *pl, int region, int n_in, const int *in, int
  * parameter there is: where instances disagree (a weight that one layer
  * shares with something else that reads it in fp32), none of them is, and
  * a parameter so cleared is cleared for every region that reads it; until
- * nothing changes. Then every slot a gathered unit is bound to agrees. */
-static void settle_bf16_params(pipeline *pl)
+ * nothing changes. Then every slot a gathered unit is bound to agrees. A
+ * frozen parameter held in bf16 cannot be so cleared: its bytes are bf16,
+ * and whatever would read them in fp32 fails the compile, named. */
+static int settle_bf16_params(pipeline *pl)
 {
     if (!pl->bf16_param)
-        return;
+        return REGC_OK;
     for (int changed = 1; changed;) {
         changed = 0;
         for (int i = 0; i < pl->n_pieces; i++) {
@@ -141,6 +163,13 @@ static void settle_bf16_params(pipeline *pl)
             }
         }
     }
+    for (int t = 0; t < regc_graph_n_tensors(pl->g); t++)
+        if (frozen_bf16(pl->g, t) && !pl->bf16_param[t])
+            return regc_error(REGC_ERR_UNSUPPORTED,
+                              "compile: frozen parameter %s is held in bf16, but something other "
+                              "than a matrix product reads it",
+                              regc_graph_tensor(pl->g, t)->name);
+    return REGC_OK;
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -299,7 +328,8 @@ static int compile_regional(pipeline *pl, regc_program *prog, const regc_blocks 
             rc = add_piece_plan(pl, seg->kind, k->n_inputs, k->in_bind + (size_t)i * k->n_inputs,
                                 k->n_outputs, k->out_bind + (size_t)i * k->n_outputs);
     }
-    settle_bf16_params(pl);
+    if (rc == REGC_OK)
+        rc = settle_bf16_params(pl);
     for (int k = 0; k < n_kinds && rc == REGC_OK; k++) {
         const regc_region_kind *kind = regc_blocks_kind(b, k);
         if (!(sorted = malloc(((size_t)kind->n_nodes + 1) * sizeof *sorted))) {
@@ -342,7 +372,8 @@ static int compile_full(pipeline *pl, regc_program *prog, regc_level level, regc
     for (int i = 0; i < n; i++)
         nodes[i] = i;
     int rc = plan_glue(pl, 0, nodes, n);
-    settle_bf16_params(pl);
+    if (rc == REGC_OK)
+        rc = settle_bf16_params(pl);
     if (rc == REGC_OK)
         rc = compile_region(pl, prog, 0, nodes, n, "whole step", level, 1, &st->region_compiles);
     free(nodes);
@@ -442,7 +473,7 @@ int regc_compile_graph_taken(regc_graph *g, const int64_t *param_offset,
     pl.bf16_param = bf16_params(g, o);
     regc_blocks *blocks = NULL;
     if (!pl.last_reader || !pl.mark || !pl.in_glue || !pl.needs ||
-        (!pl.bf16_param && bf16_params_wanted(o))) {
+        (!pl.bf16_param && (bf16_params_wanted(o) || holds_bf16(g)))) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
@@ -528,16 +559,20 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
     int64_t *off = *param_offset = calloc((size_t)n_t + 1, sizeof *off);
     if (!off)
         return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
-    if (!s->m) { /* each parameter's floats after the previous one's, in its block */
-        int64_t at[2] = {0, 0};
+    if (!s->m) { /* each parameter after the previous one, in its block (as a model's) */
+        int64_t at = 0, frozen_at = 0;
         for (int t = 0; t < n_t; t++) {
             const regc_tensor *x = regc_graph_tensor(*g, t);
-            if (x->role == REGC_ROLE_PARAM)
-                off[t] = at[x->frozen], at[x->frozen] += regc_tensor_bytes(x);
+            if (x->role == REGC_ROLE_PARAM && !x->frozen)
+                off[t] = at, at += regc_tensor_bytes(x);
+            if (x->role == REGC_ROLE_PARAM && x->frozen) {
+                off[t] = frozen_at;
+                frozen_at += (regc_tensor_numel(x) * (x->frozen == REGC_FROZEN_BF16 ? 2 : 4) + 63) &
+                             ~INT64_C(63);
+            }
         }
         return REGC_OK;
     }
-    const int64_t trainable = regc_model_trainable_numel(s->m);
     for (int i = 0; i < regc_model_n_params(s->m); i++) {
         int t = regc_graph_find_tensor(*g, regc_model_param_name(s->m, i));
         if (t < 0)
@@ -547,9 +582,9 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
             return regc_error(REGC_ERR_ARG, "model graph: parameter %s is %s in the model",
                               regc_model_param_name(s->m, i),
                               regc_model_param_frozen(s->m, i) ? "frozen" : "trained");
-        off[t] = (regc_model_param_offset(s->m, i) -
-                  (regc_model_param_frozen(s->m, i) ? trainable : 0)) *
-                 (int64_t)sizeof(float);
+        off[t] = regc_model_param_frozen(s->m, i)
+                     ? regc_model_param_frozen_at(s->m, i)
+                     : regc_model_param_offset(s->m, i) * (int64_t)sizeof(float);
     }
     return REGC_OK;
 }

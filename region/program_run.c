@@ -506,10 +506,7 @@ void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
         a->params + a->grads + a->m + a->v + a->frozen + a->activations + a->inputs + a->scalars;
 }
 
-int64_t regc_program_frozen_floats(const regc_program *p)
-{
-    return p->frozen_bytes / (int64_t)sizeof(float);
-}
+int64_t regc_program_frozen_bytes(const regc_program *p) { return p->frozen_bytes; }
 
 int64_t regc_program_arena_bytes(const regc_program *p)
 {

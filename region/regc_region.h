@@ -389,8 +389,8 @@ typedef struct regc_device_memory {
     int64_t host_activations; /* offload_activation's part of host */
 } regc_device_memory;
 void regc_program_device_memory(const regc_program *p, regc_device_memory *a);
-/* The floats of the frozen block the program reads (0: none). */
-int64_t regc_program_frozen_floats(const regc_program *p);
+/* The bytes of the frozen block the program reads (0: none). */
+int64_t regc_program_frozen_bytes(const regc_program *p);
 /* What a program does to fit its device, per step: compile.recompute's
  * replays, compile.logits_chunk_rows's chunks, compile.offload_activation's
  * copies. */
@@ -419,7 +419,7 @@ typedef struct {
     float *params, *grads, *m, *v;
     /* the frozen parameters (regc_tensor's `frozen`), in the model's order
      * after the trainable ones; NULL where the model has none */
-    const float *frozen;
+    const void *frozen;
     regc_step_scalars *scalars;
     void *const *inputs; /* one buffer per program input */
     /* the ranks' communicator (NULL: one process); a program compiled for

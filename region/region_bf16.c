@@ -52,7 +52,9 @@
  * (compile.c: those only matrix products read, in_bf16): their formal
  * slots are held in bf16 the same way. Every operand naming one must be a
  * GEMM's A or B, or the compile fails: the gathered unit is bf16 for every
- * region that reads it. */
+ * region that reads it. So are a LoRA model's frozen weights held in bf16
+ * (regc_tensor's REGC_FROZEN_BF16), in fp32 too: there the GEMMs that read
+ * one, and they alone, multiply bf16 operands, as a bf16 base's layers do. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -536,23 +538,45 @@ static int mark_bf16_params(const regc_compiled_region *r, const char *in_bf16, 
     return REGC_OK;
 }
 
+/* In fp32: the GEMMs that read a formal in_bf16 names (a frozen weight held
+ * in bf16) multiply bf16 operands, as they would under bf16; nothing else. */
+static int set_bf16_gemms_of(regc_compiled_region *r, const char *in_bf16)
+{
+    int any = 0;
+    for (int i = 0; in_bf16 && i < r->n_fwd + r->n_bwd; i++) {
+        regc_instr *in = regc_region_instr(r, i);
+        for (int k = 0; k < r->n_in && in->kernel == K_GEMM; k++)
+            for (int j = 0; j < in->n_refs && in_bf16[k] && r->in_slot[k] >= 0; j++)
+                if (in->refs[j].buf == r->in_slot[k])
+                    in->bf16 = 1, any = 1;
+    }
+    return any;
+}
+
 int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage,
                                 const char *in_bf16)
 {
-    if (precision != REGC_PRECISION_BF16)
+    /* the whole precision, or in fp32 the products of weights held in bf16 */
+    const int storage = precision == REGC_PRECISION_BF16 && bf16_storage;
+    if (precision == REGC_PRECISION_BF16)
+        set_bf16_gemms(r);
+    else if (!set_bf16_gemms_of(r, in_bf16))
         return REGC_OK;
-    set_bf16_gemms(r);
-    if (!bf16_storage)
+    int held = 0;
+    for (int k = 0; in_bf16 && k < r->n_in; k++)
+        held |= in_bf16[k];
+    if (!storage && !held)
         return REGC_OK;
-    int rc = hold_activations(r);
+    int rc = storage ? hold_activations(r) : REGC_OK;
     if (rc)
         return rc;
-    char *ok = malloc((size_t)r->n_slots + 1), *read = calloc((size_t)r->n_slots + 1, 1);
+    char *ok = calloc((size_t)r->n_slots + 1, 1), *read = calloc((size_t)r->n_slots + 1, 1);
     if (!ok || !read) {
         free(ok), free(read);
         return regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
     }
-    find_bf16_slots(r, ok, read);
+    if (storage)
+        find_bf16_slots(r, ok, read);
     rc = in_bf16 ? mark_bf16_params(r, in_bf16, ok) : REGC_OK;
     for (int i = 0; i < r->n_fwd + r->n_bwd && rc == REGC_OK; i++) {
         regc_instr *in = regc_region_instr(r, i);

@@ -435,7 +435,7 @@ static int check_buffers(const regc_program *p)
     if (p->block_bytes < 0 || p->block_bytes > SIZE_LIMIT || p->block_bytes % F32)
         return regc_error(REGC_ERR_FORMAT, "step program: blocks of %lld bytes",
                           (long long)p->block_bytes);
-    if (p->frozen_bytes < 0 || p->frozen_bytes > SIZE_LIMIT || p->frozen_bytes % F32)
+    if (p->frozen_bytes < 0 || p->frozen_bytes > SIZE_LIMIT)
         return regc_error(REGC_ERR_FORMAT, "step program: a frozen block of %lld bytes",
                           (long long)p->frozen_bytes);
     if (p->layout && p->block_bytes != p->layout->shard_floats * F32)

@@ -143,11 +143,15 @@ static void on_step(const regc_step_report *r, void *user)
         l->loss[l->n++] = r->loss;
 }
 
-static regc_model *train_lora_losses(const char *preset, regc_train_options *o, regc_test_losses *l)
+/* `preset` with LoRA on every linear layer (the base's linear weights held
+ * in bf16 with base_bf16), trained as o says. */
+static regc_model *train_lora_base(const char *preset, regc_train_options *o, regc_test_losses *l,
+                                   int base_bf16)
 {
     regc_model *m = NULL;
     assert_int_equal(regc_model_load(preset, &m), REGC_OK);
     regc_lora_config c = lora_config("all-linear", o->seed);
+    c.base_bf16 = base_bf16;
     if (regc_model_add_lora(m, &c) != REGC_OK)
         fail_msg("%s: %s", preset, regc_error_message());
     memset(l, 0, sizeof *l);
@@ -155,6 +159,11 @@ static regc_model *train_lora_losses(const char *preset, regc_train_options *o, 
         fail_msg("train %s: %s", preset, regc_error_message());
     assert_int_equal(l->n, o->steps);
     return m;
+}
+
+static regc_model *train_lora_losses(const char *preset, regc_train_options *o, regc_test_losses *l)
+{
+    return train_lora_base(preset, o, l, 0);
 }
 
 static void assert_same_run(const char *what, const char *preset, regc_model *a,
@@ -205,6 +214,83 @@ static void test_regional_levels_and_frozen(void **state)
         regc_model_free(fresh);
         regc_model_free(r), regc_model_free(f), regc_model_free(z);
     }
+}
+
+/* A base held in bf16: under compile.precision bf16, whose GEMMs round
+ * their operands to bf16 anyway, the same bits as the base in fp32; in fp32
+ * its products are bf16 GEMMs: other bits, close; regional == full and
+ * O0 == O1 bit for bit; the frozen block smaller by half the linear
+ * weights' bytes; the base comes back as it was drawn, rounded to bf16. */
+static void test_bf16_base(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        regc_train_options o = regc_test_train_options(2, 16, STEPS);
+        regc_test_losses a, b, f, z, ref;
+        o.compile.precision = REGC_PRECISION_BF16;
+        regc_model *ma = train_lora_base(presets[i], &o, &a, 1);
+        regc_model *mb = train_lora_base(presets[i], &o, &b, 0);
+        if (memcmp(a.loss, b.loss, sizeof a.loss))
+            fail_msg("%s: under bf16 a bf16 base gives other losses (%.9g vs %.9g)", presets[i],
+                     a.loss[STEPS - 1], b.loss[STEPS - 1]);
+        o.compile.precision = REGC_PRECISION_FP32;
+        regc_model *m16 = train_lora_base(presets[i], &o, &a, 1);
+        regc_model *m32 = train_lora_base(presets[i], &o, &ref, 0);
+        o.compile.regional = 0;
+        regc_model *mf = train_lora_base(presets[i], &o, &f, 1);
+        o.compile.regional = 1, o.compile.level = REGC_LEVEL_O0, o.compile.inline_back = 0;
+        regc_model *mz = train_lora_base(presets[i], &o, &z, 1);
+        assert_same_run("bf16 base, regional vs full", presets[i], m16, &a, mf, &f);
+        assert_same_run("bf16 base, O1 vs O0", presets[i], m16, &a, mz, &z);
+        for (int s = 0; s < STEPS; s++) {
+            const double rel = fabs(a.loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
+            if (!(rel < 2e-2) || (s == 0 && a.loss[0] == ref.loss[0]))
+                fail_msg("%s step %d: bf16 base %.9g, fp32 base %.9g", presets[i], s, a.loss[s],
+                         ref.loss[s]);
+        }
+        /* every frozen weight held in bf16 comes back as its fp32 draw rounded */
+        int64_t bf16 = 0;
+        for (int p = 0; p < regc_model_n_params(m16); p++) {
+            const int64_t n = regc_model_param_numel(m16, p);
+            const float *x = regc_model_weights(m16) + regc_model_param_offset(m16, p);
+            const float *y = regc_model_weights(m32) + regc_model_param_offset(m32, p);
+            if (regc_model_param_frozen(m16, p) != REGC_FROZEN_BF16)
+                continue;
+            bf16 += n;
+            for (int64_t k = 0; k < n; k++) {
+                const uint32_t bits = (uint32_t)regc_f32_to_bf16(y[k]) << 16;
+                float want;
+                memcpy(&want, &bits, sizeof want);
+                if (memcmp(&x[k], &want, sizeof want))
+                    fail_msg("%s: %s[%lld] is %.9g, not its draw rounded %.9g", presets[i],
+                             regc_model_param_name(m16, p), (long long)k, x[k], want);
+            }
+        }
+        assert_true(bf16 > 0);
+        assert_true(regc_model_frozen_bytes(m16) < regc_model_frozen_bytes(m32));
+        assert_true(regc_model_frozen_bytes(m16) >= regc_model_frozen_bytes(m32) - 2 * bf16);
+        regc_model *all[] = {ma, mb, m16, m32, mf, mz};
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+            regc_model_free(all[k]);
+    }
+}
+
+/* ZeRO-3 with LoRA: the adapters in gather units and shards, the frozen
+ * base whole; in one process stage 3 == stage 0 bit for bit, with the base
+ * in fp32 and in bf16 (two ranks: tests/test_ranks.c's way, below). */
+static void test_stage3(void **state)
+{
+    (void)state;
+    for (int base_bf16 = 0; base_bf16 < 2; base_bf16++)
+        for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+            regc_train_options o = regc_test_train_options(2, 16, STEPS);
+            regc_test_losses l0, l3;
+            regc_model *a = train_lora_base(presets[i], &o, &l0, base_bf16);
+            o.zero_stage = 3;
+            regc_model *b = train_lora_base(presets[i], &o, &l3, base_bf16);
+            assert_same_run("stage 3 vs stage 0", presets[i], a, &l0, b, &l3);
+            regc_model_free(a), regc_model_free(b);
+        }
 }
 
 /* Every thread count sums every element in one order: the same bits. */
@@ -356,7 +442,6 @@ static void test_bad_input(void **state)
         {"--lora-r 0", "--lora-r: expected an integer from 1", 2},
         {"--lora-alpha 16", "lora.lora_alpha: LoRA is off", 1},
         {"--lora-r 4 --lora-dropout 0.1", "lora.lora_dropout: 0.1: dropout is not applied", 1},
-        {"--lora-r 4 --zero-stage 3", "zero_optimization.stage: 3 with LoRA", 1},
         {"--adapter /nonexistent-adapter", "/nonexistent-adapter/adapter_config.json", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -422,6 +507,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory),      cmocka_unit_test(test_regional_levels_and_frozen),
+        cmocka_unit_test(test_bf16_base),   cmocka_unit_test(test_stage3),
         cmocka_unit_test(test_threads),     cmocka_unit_test(test_resume),
         cmocka_unit_test(test_config_file), cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_bad_adapter),

@@ -197,6 +197,78 @@ static void test_equal_halves_llama(void **state)
     check_equal_halves("llama-tiny", "bf16");
 }
 
+/* LoRA (every linear layer, the base held in bf16): two ranks at stage 0
+ * and at stage 3 (the adapters sharded, the frozen base whole on each)
+ * give one process's losses and adapter, bit for bit. */
+static void test_equal_halves_lora(void **state)
+{
+    (void)state;
+    char *one = regc_test_join(tmp, "lora-one"), *two = regc_test_join(tmp, "lora-two");
+    const char *a1[] = {"--model",
+                        "llama-tiny",
+                        "--data",
+                        periodic,
+                        "--batch",
+                        "2",
+                        "--seq",
+                        "16",
+                        "--steps",
+                        "5",
+                        "--lr",
+                        "3e-3",
+                        "--json",
+                        "--no-cache",
+                        "--threads",
+                        "1",
+                        "--save",
+                        one,
+                        "--lora-r",
+                        "4",
+                        "--lora-target-modules",
+                        "all-linear",
+                        "--base-dtype",
+                        "bf16",
+                        NULL};
+    double l1[STEPS], l2[STEPS];
+    assert_int_equal(run(0, a1, l1, NULL), 0);
+    char *w1 = regc_test_join(one, "adapter_model.safetensors"),
+         *w2 = regc_test_join(two, "adapter_model.safetensors");
+    for (int stage = 0; stage <= 3; stage += 3) {
+        const char *a2[] = {"--model",
+                            "llama-tiny",
+                            "--data",
+                            periodic,
+                            "--batch",
+                            "2",
+                            "--seq",
+                            "16",
+                            "--steps",
+                            "5",
+                            "--lr",
+                            "3e-3",
+                            "--json",
+                            "--no-cache",
+                            "--save",
+                            two,
+                            "--lora-r",
+                            "4",
+                            "--lora-target-modules",
+                            "all-linear",
+                            "--base-dtype",
+                            "bf16",
+                            "--zero-stage",
+                            stage ? "3" : "0",
+                            NULL};
+        assert_int_equal(run(2, a2, l2, NULL), 0);
+        for (int k = 0; k < STEPS; k++)
+            if (memcmp(&l1[k], &l2[k], sizeof l1[k]) != 0)
+                fail_msg("LoRA step %d: one process %.9g, two ranks at stage %d %.9g", k, l1[k],
+                         stage, l2[k]);
+        same_bytes(w1, w2);
+    }
+    free(w1), free(w2), free(one), free(two);
+}
+
 static void test_equal_halves_t5(void **state)
 {
     (void)state;
@@ -698,6 +770,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equal_halves_gpt2),
         cmocka_unit_test(test_equal_halves_llama),
+        cmocka_unit_test(test_equal_halves_lora),
         cmocka_unit_test(test_equal_halves_t5),
         cmocka_unit_test(test_global_batch_gpt2),
         cmocka_unit_test(test_global_batch_llama),

@@ -134,8 +134,7 @@ void print_device_memory(FILE *f, const regc_device_memory *a, int ranks)
     if (a->frozen > 0) {
         char frozen[32];
         size_text(frozen, sizeof frozen, a->frozen);
-        fprintf(f, ", frozen parameters %s (fp32, 4 bytes x %lld)", frozen,
-                (long long)(a->frozen / 4));
+        fprintf(f, ", frozen parameters %s", frozen);
     }
     fprintf(f, ", activations %s, inputs %s: %s", act, in, total);
     if (a->host > 0) {

@@ -73,6 +73,7 @@ void print_plan_usage(FILE *f)
           "                             train --lora-r): no gradients or moments for the base\n"
           "  --lora-target-modules <NAME,...|all-linear>\n"
           "                             the layers adapted (default: the architecture's)\n"
+          "  --base-dtype <fp32|bf16>   the frozen base's linear weights held in bf16\n"
           "  --json                     one JSON object instead of text\n"
           "  -h, --help                 print this text\n",
           f);
@@ -86,6 +87,7 @@ typedef struct {
     const char *fit; /* "seq", "batch" or NULL */
     long long lora_r;
     const char *lora_targets;
+    int base_bf16;
     long long device_mb;
     regc_pass_list passes;
     int passes_given;
@@ -164,7 +166,11 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             rc = parse_int(flag, value, 1, 65536, "an integer from 1 to 65536", &a->lora_r);
         else if (!strcmp(flag, "--lora-target-modules"))
             a->lora_targets = value;
-        else if (!strcmp(flag, "--device-memory-mb"))
+        else if (!strcmp(flag, "--base-dtype")) {
+            if (strcmp(value, "fp32") && strcmp(value, "bf16"))
+                return usage_error("--base-dtype: expected fp32 or bf16, got \"%s\"", value);
+            a->base_bf16 = !strcmp(value, "bf16");
+        } else if (!strcmp(flag, "--device-memory-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->device_mb);
         else if (!strcmp(flag, "--budget-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
@@ -193,8 +199,9 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
         return usage_error("--fit and --device-memory-mb go together (see regc plan --help)");
     if (a->fit && a->budget_mb)
         return usage_error("--fit fills --device-memory-mb; --budget-mb is for one plan");
-    if (a->lora_targets && !a->lora_r)
-        return usage_error("--lora-target-modules needs --lora-r");
+    if ((a->lora_targets || a->base_bf16) && !a->lora_r)
+        return usage_error("%s needs --lora-r",
+                           a->lora_targets ? "--lora-target-modules" : "--base-dtype bf16");
     return 0;
 }
 
@@ -408,7 +415,8 @@ int cmd_plan(int argc, char **argv)
         regc_lora_config c = {.r = a.lora_r,
                               .alpha = 8.0,
                               .target_modules =
-                                  a.lora_targets ? a.lora_targets : regc_lora_default_targets(m)};
+                                  a.lora_targets ? a.lora_targets : regc_lora_default_targets(m),
+                              .base_bf16 = a.base_bf16};
         if ((rc = regc_model_add_lora(m, &c)) != REGC_OK) {
             regc_model_free(m);
             return exit_code(rc);

@@ -278,6 +278,9 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
                         : s->lora.targets.text[0]     ? "target_modules"
                         : s->adapter && s->lora.r > 0 ? "r"
                                                       : NULL;
+    if (s->lora.base_bf16 && !s->adapter && s->lora.r < 1)
+        return regc_error(REGC_ERR_ARG, "lora.base_dtype: bf16 holds a LoRA model's frozen base "
+                                        "(set lora.r, --lora-r, or --adapter)");
     if (given && (s->adapter || s->lora.r < 1))
         return regc_error(REGC_ERR_ARG, "lora.%s: %s", given,
                           s->adapter ? "the adapter's adapter_config.json says it (--adapter)"
@@ -295,6 +298,7 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
                           .target_regex = s->lora.targets.regex};
     int rc = s->adapter ? regc_lora_read_config(s->adapter, &c, targets, sizeof targets) : REGC_OK;
     c.seed = s->train.seed;
+    c.base_bf16 = s->lora.base_bf16;
     return rc ? rc : regc_model_add_lora(model, &c);
 }
 

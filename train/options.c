@@ -18,7 +18,8 @@
 #define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
 
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
-static const char *const precision_names[] = {"fp32", "bf16", NULL}; /* regc_precision's order */
+static const char *const base_dtype_names[] = {"fp32", "bf16", NULL}; /* lora.base_bf16 */
+static const char *const precision_names[] = {"fp32", "bf16", NULL};  /* regc_precision's order */
 /* regc_communicator's order */
 static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
 static const char *const offload_names[] = {"none", "cpu", NULL};
@@ -64,6 +65,11 @@ const regc_option regc_option_table[] = {
      FIELD(lora.dropout), 0, "dropout on the adapters' input (not applied yet: only 0 is taken)"},
     {"lora", "use_rslora", "--use-rslora", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(lora.use_rslora), 0, "scale by alpha / sqrt(r) (rank-stabilised LoRA)"},
+    {"lora", "base_dtype", "--base-dtype", OPT_CHOICE, "<fp32|bf16>", 0, 0, 0, base_dtype_names,
+     FIELD(lora.base_bf16), OPT_SHOW_DEFAULT,
+     "the frozen base's linear weights held in bf16 (half the bytes, no fp32 copy) and "
+     "multiplied as bf16 GEMMs do (bf16 operands, fp32 sums), as a bf16 base trains under PEFT; "
+     "norms, biases and embeddings stay fp32"},
     {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
      0, "token file in the llm.c format (default: the built-in corpus)"},
     {"train", "loss_mask", "--loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,

@@ -194,6 +194,7 @@ typedef struct {
         double alpha, dropout;
         int use_rslora;
         regc_lora_targets targets;
+        int base_bf16; /* lora.base_dtype: 0 fp32, 1 bf16 */
     } lora;
     const char *adapter; /* train.adapter, --adapter: a PEFT adapter directory to start from */
     int json;            /* train.json, --json: one JSON object per step */

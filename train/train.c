@@ -211,17 +211,20 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
     t->shards = regc_program_shard_layout(t->program);
     t->block = regc_program_block_floats(t->program);
     const int64_t trained = regc_model_trainable_numel(t->model);
-    t->frozen_floats = regc_model_total_numel(t->model) - trained;
+    t->frozen_bytes = regc_model_frozen_bytes(t->model);
     if (!t->shards && t->block != trained)
         return regc_error(REGC_ERR_ARG, "step program: blocks of %lld floats for a model of %lld",
                           (long long)t->block, (long long)trained);
-    if (regc_program_frozen_floats(t->program) > t->frozen_floats)
+    if (regc_program_frozen_bytes(t->program) > t->frozen_bytes)
         return regc_error(
-            REGC_ERR_ARG, "step program: a frozen block of %lld floats for a model of %lld",
-            (long long)regc_program_frozen_floats(t->program), (long long)t->frozen_floats);
-    if (t->shards && t->shards->n_params != regc_model_n_params(t->model))
+            REGC_ERR_ARG, "step program: a frozen block of %lld bytes for a model of %lld",
+            (long long)regc_program_frozen_bytes(t->program), (long long)t->frozen_bytes);
+    int n_trained = 0;
+    for (int i = 0; i < regc_model_n_params(t->model); i++)
+        n_trained += !regc_model_param_frozen(t->model, i);
+    if (t->shards && t->shards->n_params != n_trained)
         return regc_error(REGC_ERR_ARG, "step program: a shard layout of %d parameters for %d",
-                          t->shards->n_params, regc_model_n_params(t->model));
+                          t->shards->n_params, n_trained);
     size_t bytes = (size_t)t->block * sizeof(float);
     int rc = REGC_OK;
     t->params = device_alloc(t, bytes, &rc);
@@ -241,8 +244,8 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
         t->v = device_alloc(t, bytes, &rc);
     }
     t->scalars = device_alloc(t, sizeof *t->scalars, &rc);
-    if (t->frozen_floats > 0)
-        t->frozen = device_alloc(t, (size_t)t->frozen_floats * sizeof(float), &rc);
+    if (t->frozen_bytes > 0)
+        t->frozen = device_alloc(t, (size_t)t->frozen_bytes, &rc);
     if (rc || (rc = regc_trainer_load_state(t, o, loaded)))
         return rc;
     be->fill(be, t->grads, (size_t)t->block, 0.0f);
@@ -541,10 +544,6 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     int rc = regc_train_check_options(o);
     if (rc)
         return rc;
-    if (o->zero_stage == 3 && regc_model_has_lora(m))
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "zero_optimization.stage: 3 with LoRA is not supported yet (stage 0 "
-                          "is, over any number of ranks: each holds the frozen base whole)");
     trainer t;
     memset(&t, 0, sizeof t);
     t.model = m;
@@ -695,11 +694,8 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     /* the trained weights return to the model */
     if (rc == REGC_OK && o->return_weights && (rc = regc_model_alloc_weights(m)) == REGC_OK)
         rc = regc_trainer_block_to_host(&t, regc_model_weights(m), t.params);
-    if (rc == REGC_OK && o->return_weights && t.frozen) { /* after the trained ones */
-        t.be->copy_d2h(t.be, regc_model_weights(m) + regc_model_trainable_numel(m), t.frozen,
-                       (size_t)t.frozen_floats * sizeof(float));
-        rc = t.be->sync(t.be);
-    }
+    if (rc == REGC_OK && o->return_weights && t.frozen)
+        rc = regc_trainer_frozen_to_host(&t, regc_model_weights(m));
     trainer_free(&t);
     return rc;
 }

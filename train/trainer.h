@@ -14,8 +14,8 @@ typedef struct {
     regc_program *val_program;     /* forward only, over the same parameters and inputs */
     regc_cache *cache;             /* opened from cache_dir, or NULL */
     float *params, *grads, *m, *v; /* device, [block] each (m and v: host when offloaded) */
-    float *frozen;                 /* device, [frozen_floats]: the parameters never trained */
-    int64_t frozen_floats;
+    void *frozen;                  /* device, frozen_bytes: the parameters never trained */
+    int64_t frozen_bytes;
     /* where m and v live: be, or under offload_optimizer on a GPU a CPU
      * backend over the host memory be->alloc_host gave */
     regc_backend *state_be;
@@ -53,6 +53,8 @@ int regc_trainer_evaluate(trainer *t, const regc_train_options *o, float *val_lo
 /* The weights (the model's, or t->src[0]) and the moments (t->src[1..2],
  * else zeros) onto the allocated device blocks; *r: what every rank read. */
 int regc_trainer_load_state(trainer *t, const regc_train_options *o, regc_load_report *r);
+/* The frozen block back into the model's weights (fp32), on every rank. */
+int regc_trainer_frozen_to_host(trainer *t, float *model);
 /* A device block into a model-ordered host block on every rank (joined
  * from every rank's shards under ZeRO-3). */
 int regc_trainer_block_to_host(trainer *t, float *model, const float *dev);

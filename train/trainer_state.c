@@ -10,12 +10,22 @@
 #include "checkpoint.h"
 #include "trainer.h"
 
-/* The part of parameter i this rank's block holds: elements [first,
- * first + n) of it, at float `at` of the block. */
+/* Parameter i among those trained (the shard layout's numbering, and the
+ * moments files'): the frozen ones before it are left out. */
+static int trained_index(const regc_model *m, int i)
+{
+    int j = 0;
+    for (int k = 0; k < i; k++)
+        j += !regc_model_param_frozen(m, k);
+    return j;
+}
+
+/* The part of trained parameter i this rank's block holds: elements
+ * [first, first + n) of it, at float `at` of the block. */
 static void param_part(const trainer *t, int i, int64_t *first, int64_t *n, int64_t *at)
 {
     if (t->shards) {
-        regc_shard_param_part(t->shards, i, t->comm->rank, first, n, at);
+        regc_shard_param_part(t->shards, trained_index(t->model, i), t->comm->rank, first, n, at);
         return;
     }
     *first = 0;
@@ -69,35 +79,67 @@ static int block_to_device(trainer *t, regc_backend *be, float *dev, const float
 }
 
 /* The frozen block from the model's weights or the source, whole on every
- * rank, a chunk at a time. */
+ * rank, a chunk at a time, each parameter in the dtype it is held in. */
 static int frozen_to_device(trainer *t, const float *model, regc_weights *src, double *load_ms)
 {
     regc_backend *be = t->be;
     const regc_model *m = t->model;
-    const int64_t trained = regc_model_trainable_numel(m);
-    float *chunk = src ? malloc((size_t)LOAD_CHUNK * sizeof *chunk) : NULL;
-    if (src && !chunk)
+    float *chunk = malloc((size_t)LOAD_CHUNK * sizeof *chunk);
+    uint16_t *half = malloc((size_t)LOAD_CHUNK * sizeof *half);
+    if (!chunk || !half) {
+        free(chunk), free(half);
         return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float buffer",
                           (long long)LOAD_CHUNK);
+    }
     double t0 = regc_time_ms();
     int rc = REGC_OK;
     for (int i = 0; i < regc_model_n_params(m) && rc == REGC_OK; i++) {
-        if (!regc_model_param_frozen(m, i))
+        const int held = regc_model_param_frozen(m, i);
+        if (!held)
             continue;
         const int64_t n = regc_model_param_numel(m, i), at = regc_model_param_offset(m, i);
+        char *dev = (char *)t->frozen + regc_model_param_frozen_at(m, i);
         for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
-            int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
+            const int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
             if (src && (rc = regc_weights_read(src, i, done, k, chunk)))
                 break;
-            be->copy_h2d(be, t->frozen + at - trained + done, src ? chunk : model + at + done,
-                         (size_t)k * sizeof(float));
-            rc = src ? be->sync(be) : REGC_OK; /* before the buffer is reused */
+            const float *from = src ? chunk : model + at + done;
+            if (held == REGC_FROZEN_BF16) {
+                for (int64_t j = 0; j < k; j++)
+                    half[j] = regc_f32_to_bf16(from[j]);
+                be->copy_h2d(be, dev + done * 2, half, (size_t)k * sizeof *half);
+            } else {
+                be->copy_h2d(be, dev + done * 4, from, (size_t)k * sizeof *from);
+            }
+            rc = be->sync(be); /* before the buffers are reused */
         }
     }
-    if (rc == REGC_OK)
-        rc = be->sync(be);
     *load_ms += regc_time_ms() - t0;
-    free(chunk);
+    free(chunk), free(half);
+    return rc;
+}
+
+int regc_trainer_frozen_to_host(trainer *t, float *model)
+{
+    regc_backend *be = t->be;
+    const regc_model *m = t->model;
+    int rc = REGC_OK;
+    for (int i = 0; i < regc_model_n_params(m) && rc == REGC_OK; i++) {
+        const int held = regc_model_param_frozen(m, i);
+        if (!held)
+            continue;
+        const int64_t n = regc_model_param_numel(m, i);
+        float *to = model + regc_model_param_offset(m, i);
+        const char *dev = (const char *)t->frozen + regc_model_param_frozen_at(m, i);
+        be->copy_d2h(be, to, dev, (size_t)n * (held == REGC_FROZEN_BF16 ? 2 : 4));
+        if ((rc = be->sync(be)) || held != REGC_FROZEN_BF16)
+            continue;
+        const uint16_t *half = (const uint16_t *)to; /* widened in place, from the end */
+        for (int64_t j = n - 1; j >= 0; j--) {
+            uint32_t bits = (uint32_t)half[j] << 16;
+            memcpy(&to[j], &bits, sizeof bits);
+        }
+    }
     return rc;
 }
 
@@ -182,9 +224,13 @@ static int stream_block(trainer *t, regc_backend *be, const float *dev, put_fn p
         be->copy_d2h(be, mine, dev + l->shard_offset[u], (size_t)l->unit_shard[u] * sizeof *buf);
         if ((rc = be->sync(be)) || (rc = c->allgather(c, buf, mine, l->unit_shard[u])))
             break;
-        for (int i = 0; c->rank == 0 && i < n_params && *wrc == REGC_OK; i++)
-            if (l->param_unit[i] == u) /* stage 3 trains every parameter */
-                *wrc = put(w, i, i, 0, l->param_numel[i], buf + l->param_offset[i]);
+        for (int i = 0, j = 0; c->rank == 0 && i < n_params && *wrc == REGC_OK; i++) {
+            if (regc_model_param_frozen(m, i)) /* the layout has the trained alone */
+                continue;
+            if (l->param_unit[j] == u)
+                *wrc = put(w, i, j, 0, l->param_numel[j], buf + l->param_offset[j]);
+            j++;
+        }
     }
     free(buf);
     return rc;
