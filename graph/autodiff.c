@@ -298,6 +298,12 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         return accumulate(c, in[0], d);
     }
     case REGC_OP_EXPAND: return accumulate(c, in[0], regc_graph_sum_last(g, dy));
+    case REGC_OP_DROPOUT: {
+        /* the same mask: the same site and draw */
+        if (node_n(c, REGC_OP_DROPOUT, &n->attrs, 3, (int[]){dy, in[1], in[2]}, 1, out))
+            return REGC_ERR_SHAPE;
+        return accumulate(c, in[0], out[0]);
+    }
     case REGC_OP_MASKED_FILL: {
         /* the filled places pass nothing back; the mask is not differentiable */
         regc_attrs a = {.value = 0.0f};

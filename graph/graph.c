@@ -66,6 +66,7 @@ static const struct {
     [REGC_OP_MEAN_LAST] = {"mean_last", 1, 1},
     [REGC_OP_EXPAND] = {"expand", 1, 1},
     [REGC_OP_MASKED_FILL] = {"masked_fill", 2, 1},
+    [REGC_OP_DROPOUT] = {"dropout", 3, 1},
     [REGC_OP_SLICE] = {"slice", 1, 1},
     [REGC_OP_FILL] = {"fill", 0, 1},
     [REGC_OP_SUM_ROWS] = {"sum_rows", 1, 1},

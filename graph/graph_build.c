@@ -206,6 +206,12 @@ int regc_graph_masked_fill(regc_graph *g, int x, int mask, float value)
     return one_output(g, REGC_OP_MASKED_FILL, &a, 2, (int[]){x, mask});
 }
 
+int regc_graph_dropout(regc_graph *g, int x, int site, int draw, float p)
+{
+    regc_attrs a = {.value = p};
+    return one_output(g, REGC_OP_DROPOUT, &a, 3, (int[]){x, site, draw});
+}
+
 int regc_graph_slice(regc_graph *g, int x, int axis, int64_t start, int64_t len)
 {
     const regc_tensor *t = regc_graph_tensor(g, x);

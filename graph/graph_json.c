@@ -55,6 +55,7 @@ static int op_attr_set(regc_op op)
     case REGC_OP_SCALE:
     case REGC_OP_ADD_SCALAR:
     case REGC_OP_MASKED_FILL:
+    case REGC_OP_DROPOUT:
     case REGC_OP_POW: return A_VALUE;
     case REGC_OP_SLICE:
     case REGC_OP_SLICE_BWD: return A_SLICE | A_SHAPE;

@@ -134,7 +134,8 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
     for (int i = 0; i < n_in; i++) {
         int is_index =
             (op == REGC_OP_EMBEDDING && i == 0) || (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
-            (op == REGC_OP_CROSS_ENTROPY && i == 1) || (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2);
+            (op == REGC_OP_CROSS_ENTROPY && i == 1) ||
+            (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2) || (op == REGC_OP_DROPOUT && i > 0);
         if (want_dtype(op, x[i], is_index ? REGC_I32 : REGC_F32))
             return REGC_ERR_SHAPE;
     }
@@ -265,6 +266,15 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
         spec_set(&o[0], x[0]->dtype, out_ndim, out_shape);
         return REGC_OK;
     }
+    case REGC_OP_DROPOUT:
+        if (!(a->value >= 0.0f && a->value < 1.0f))
+            return regc_error(REGC_ERR_ARG, "%s: p must be in [0, 1)", name);
+        if (x[1]->dtype != REGC_I32 || regc_tensor_numel(x[1]) != 1)
+            return bad(op, x[1], "must be an i32 site [1]");
+        if (x[2]->dtype != REGC_I32 || regc_tensor_numel(x[2]) != 4)
+            return bad(op, x[2], "must be the i32 draw [4]");
+        spec_like(&o[0], x[0]);
+        return REGC_OK;
     case REGC_OP_ADD_SCALAR:
     case REGC_OP_POW:
     case REGC_OP_SCALE:

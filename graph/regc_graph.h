@@ -70,6 +70,11 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *                 broadcast as SUB's b, and given no gradient -> x's shape
  *   SLICE         (x) axis, start: elements start .. start + len - 1 of
  *                 the axis, len the output's size there -> the output's shape
+ *   DROPOUT       (x, site i32 [1], draw i32 [4]) value = p -> x's shape: each
+ *                 element kept with probability 1 - p and scaled by 1 / (1 - p),
+ *                 else 0, by Philox4x32-10 (kernels' regc_backend dropout): the
+ *                 mask a function of the run's seed and micro-batch (draw), the
+ *                 site and the element alone; its backward applies the same mask
  *   FILL          () value                                 -> the given shape
  *   SUM_ROWS      (x [..., S...])                          -> [S...] summed over leading dims
  *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
@@ -119,6 +124,7 @@ typedef enum {
     REGC_OP_EXPAND,
     REGC_OP_MASKED_FILL,
     REGC_OP_SLICE,
+    REGC_OP_DROPOUT,
     REGC_OP_FILL,
     REGC_OP_SUM_ROWS,
     REGC_OP_EMBEDDING_BWD,
@@ -144,7 +150,7 @@ typedef struct {
     int causal;              /* ATTENTION, ATTENTION_BWD */
     float scale;             /* ATTENTION, ATTENTION_BWD */
     int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
-    float value;             /* FILL, SCALE, ADD_SCALAR, POW (the exponent) */
+    float value;             /* FILL, SCALE, ADD_SCALAR, POW (the exponent), DROPOUT (p) */
     int64_t vocab;           /* EMBEDDING_BWD: rows of the table */
     int padded;              /* EMBEDDING, EMBEDDING_BWD: padding_idx is set */
     int64_t padding_idx;     /* ... the id whose row the backward leaves out */
@@ -265,6 +271,7 @@ int regc_graph_mean_last(regc_graph *g, int x);            /* [..., 1] */
 int regc_graph_expand(regc_graph *g, int x, int64_t cols); /* [..., 1] -> [..., cols] */
 int regc_graph_masked_fill(regc_graph *g, int x, int mask, float value);
 int regc_graph_slice(regc_graph *g, int x, int axis, int64_t start, int64_t len);
+int regc_graph_dropout(regc_graph *g, int x, int site, int draw, float p);
 
 /* ---- facts about ops, dtypes and tensors */
 const char *regc_op_name(regc_op op);

@@ -113,6 +113,53 @@ static inline REGC_HD void regc_store_f32_or_bf16(void *y, int bf16, int64_t i, 
         ((float *)y)[i] = v;
 }
 
+/* ---- dropout's masks: Philox4x32-10 (Salmon et al., "Parallel random
+ * numbers: as easy as 1, 2, 3", Random123), a counter-based generator: an
+ * element's draw is a function of its index and the keys alone, so any
+ * thread on any device, a recomputation, or a resumed run, draws the same. */
+
+static inline REGC_HD uint32_t regc_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi)
+{
+    const uint64_t p = (uint64_t)a * (uint64_t)b;
+    *hi = (uint32_t)(p >> 32);
+    return (uint32_t)p;
+}
+
+/* The four 32-bit words of Philox4x32-10 at counter c under key k. */
+static inline REGC_HD void regc_philox4x32_10(const uint32_t c_in[4], const uint32_t k_in[2],
+                                              uint32_t out[4])
+{
+    uint32_t c0 = c_in[0], c1 = c_in[1], c2 = c_in[2], c3 = c_in[3], k0 = k_in[0], k1 = k_in[1];
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0, hi1;
+        const uint32_t lo0 = regc_mulhilo32(0xD2511F53u, c0, &hi0);
+        const uint32_t lo1 = regc_mulhilo32(0xCD9E8D57u, c2, &hi1);
+        c0 = hi1 ^ c1 ^ k0, c1 = lo1, c2 = hi0 ^ c3 ^ k1, c3 = lo0;
+        k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    }
+    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+/* Dropout's draw for elements 4q .. 4q + 3 of a tensor: key the run's seed,
+ * counter (q, the dropout site, the micro-batch). draw[4]: seed's low and
+ * high words, the micro-batch, 1 in training (regc_dropout_draw). */
+static inline REGC_HD void regc_dropout_words(const int32_t *draw, int32_t site, int64_t q,
+                                              uint32_t out[4])
+{
+    const uint32_t c[4] = {(uint32_t)q, (uint32_t)((uint64_t)q >> 32), (uint32_t)site,
+                           (uint32_t)draw[2]};
+    const uint32_t k[2] = {(uint32_t)draw[0], (uint32_t)draw[1]};
+    regc_philox4x32_10(c, k, out);
+}
+
+/* An element kept with probability 1 - p, from its 32-bit word: the top 24
+ * bits as a uniform u in [0, 1), kept when u >= p; kept, it is scaled as
+ * torch scales it (x * (1 / (1 - p)), the factor rounded to float). */
+static inline REGC_HD float regc_dropout_apply(float x, uint32_t word, float p, float scale)
+{
+    return (float)(word >> 8) * 0x1p-24f >= p ? x * scale : 0.0f;
+}
+
 /* ---- exp and erfc */
 
 /* exp(x) to about one ulp (Cephes' polynomial after Cody-Waite reduction),

@@ -387,6 +387,13 @@ struct regc_backend {
     void (*relu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
     /* y = value * x (T5's tied-head rescaling; its own backward) */
     void (*scale)(regc_backend *be, float *y, const float *x, float value, int64_t n);
+    /* y = dropout(x) [n]: element i kept with probability 1 - p and scaled
+     * by 1 / (1 - p), else 0; its draw is Philox4x32-10's word i % 4 at
+     * counter (i / 4, *site, draw[2]) under key (draw[0], draw[1]) (device
+     * int32: site [1], draw [4]; regc_dropout_words). draw[3] == 0 (not
+     * training): y = x. The same call on a gradient applies the same mask. */
+    void (*dropout)(regc_backend *be, float *y, const float *x, const int32_t *site,
+                    const int32_t *draw, float p, int64_t n);
 
     /* out, q: [batch, tq, n_head * head_dim]; k, v: [batch, tk, n_kv_head * head_dim].
      * bias [n_head, tq, tk] or NULL: added to the scaled scores before the
@@ -485,7 +492,7 @@ struct regc_backend {
 /* clang-format off */
 #define REGC_BACKEND_KERNELS(X)                                                                    \
     X(copy_2d) X(transpose) X(gemm) X(embedding_fwd) X(embedding_bwd)                             \
-    X(add) X(bias_add) X(sum_rows) X(row_sum) X(mul) X(scale)                                     \
+    X(add) X(bias_add) X(sum_rows) X(row_sum) X(mul) X(scale) X(dropout)                          \
     X(gelu_fwd) X(gelu_bwd) X(gelu_erf_fwd) X(gelu_erf_bwd) X(silu_fwd) X(silu_bwd)               \
     X(relu_fwd) X(relu_bwd) X(rope) X(elementwise)                                                \
     X(layernorm_fwd) X(layernorm_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd)                               \
@@ -533,7 +540,7 @@ int regc_backend_cuda_device_count(void);
 
 /* Raised whenever the table changes: a module of another build is refused
  * rather than called through the wrong layout. */
-#define REGC_CUDA_MODULE_ABI 3
+#define REGC_CUDA_MODULE_ABI 4
 #define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
 
 typedef int (*regc_error_fn)(int status, const char *fmt, ...);

@@ -251,6 +251,10 @@ static int bert_legacy_name(const char *name, char *buf, size_t cap)
 static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
 {
     const bert_config *c = m->cfg;
+    int rc0 = regc_model_dropout_unapplied(m, "hidden_dropout_prob", c->hidden_drop);
+    if (rc0 ||
+        (rc0 = regc_model_dropout_unapplied(m, "attention_probs_dropout_prob", c->attn_drop)))
+        return rc0;
     if (T > c->n_pos)
         return regc_error(REGC_ERR_ARG,
                           "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64

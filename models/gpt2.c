@@ -195,11 +195,14 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
         return regc_error(REGC_ERR_ARG,
                           "sequence length %" PRId64 " exceeds n_positions %" PRId64 " of %s", T,
                           c->n_pos, m->source);
+    int rc = regc_model_dropout_unapplied(m, "attn_pdrop", c->attn_pdrop);
+    if (rc)
+        return rc;
     regc_graph *g = regc_graph_new();
     int *p = NULL; /* [n_params] the parameters' tensor ids */
     if (!g)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
-    int rc, ids, pos, targets, x, h, t, k = 0;
+    int ids, pos, targets, x, h, t, k = 0;
     const int64_t bt[] = {B, T}, tt[] = {T};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     G(pos = regc_graph_add_constant(g, "position_ids", REGC_I32, 1, tt));
@@ -211,6 +214,7 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     G(x = regc_graph_embedding(g, ids, wte)); /* [B, T, C] */
     G(t = regc_graph_embedding(g, pos, wpe)); /* [T, C] */
     G(x = regc_graph_bias_add(g, x, t));      /* [B, T, C] */
+    G(regc_model_dropout(m, g, x, x, c->embd_pdrop, &x));
     for (int64_t l = 0; l < c->n_layer; l++) {
         const int *w = &p[k]; /* this layer's parameters, by slot */
         k += LAYER_PARAMS;
@@ -223,6 +227,7 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
                                    scale));                           /* [B, T, C] */
         G(h = regc_graph_matmul(g, h, w[ATTN_PROJ_W], 0, 0));         /* [B, T, C] */
         G(h = regc_graph_bias_add(g, h, w[ATTN_PROJ_B]));             /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->resid_pdrop, &h));        /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                               /* [B, T, C] */
         G(h = regc_graph_layernorm(g, x, w[LN_2_W], w[LN_2_B], eps)); /* [B, T, C] */
         G(h = regc_graph_matmul(g, h, w[FC_W], 0, 0));                /* [B, T, n_inner] */
@@ -230,6 +235,7 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
         G(h = regc_graph_gelu(g, h));                                 /* [B, T, n_inner] */
         G(h = regc_graph_matmul(g, h, w[FC_PROJ_W], 0, 0));           /* [B, T, C] */
         G(h = regc_graph_bias_add(g, h, w[FC_PROJ_B]));               /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->resid_pdrop, &h));        /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                               /* [B, T, C] */
     }
     const int lnf_w = p[k++], lnf_b = p[k++];
@@ -288,10 +294,10 @@ static void gpt2_describe(const regc_model *m, char *buf, size_t cap)
              "gpt2 %s: vocab %" PRId64 ", n_positions %" PRId64 ", n_embd %" PRId64
              ", n_layer %" PRId64 ", n_head %" PRId64 ", n_inner %" PRId64
              ", layer_norm_epsilon %g, %s, %s embeddings, %s parameters%s; dropout resid %g "
-             "embd %g attn %g (not applied in training)",
+             "embd %g attn %g %s",
              m->source, c->vocab, c->n_pos, c->n_embd, c->n_layer, c->n_head, c->n_inner, c->eps,
              c->activation, c->tied ? "tied" : "untied", count, m->weights ? "" : " (shape only)",
-             c->resid_pdrop, c->embd_pdrop, c->attn_pdrop);
+             c->resid_pdrop, c->embd_pdrop, c->attn_pdrop, regc_model_dropout_note(m));
 }
 
 /* the tied head, and the causal-mask buffers older checkpoints saved */

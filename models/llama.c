@@ -239,6 +239,9 @@ static int llama_build_graph(const regc_model *m, int64_t B, int64_t T, regc_gra
                           "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64
                           " of %s",
                           T, c->n_pos, m->source);
+    int rc0 = regc_model_dropout_unapplied(m, "attention_dropout", c->attn_dropout);
+    if (rc0)
+        return rc0;
     regc_graph *g = regc_graph_new();
     int *p = NULL; /* [n_params] the parameters' tensor ids */
     if (!g)
@@ -382,10 +385,10 @@ static void llama_describe(const regc_model *m, char *buf, size_t cap)
              ", hidden_size %" PRId64 ", intermediate_size %" PRId64 ", num_hidden_layers %" PRId64
              ", num_attention_heads %" PRId64 ", num_key_value_heads %" PRId64 ", head_dim %" PRId64
              ", rms_norm_eps %g, rope_theta %g, silu, %s embeddings, %s parameters%s; "
-             "attention_dropout %g (not applied in training)",
+             "attention_dropout %g %s",
              m->source, c->vocab, c->n_pos, c->hidden, c->inter, c->n_layer, c->n_head,
              c->n_kv_head, c->head_dim, c->eps, c->rope_theta, c->tied ? "tied" : "untied", count,
-             m->weights ? "" : " (shape only)", c->attn_dropout);
+             m->weights ? "" : " (shape only)", c->attn_dropout, regc_model_dropout_note(m));
 }
 
 /* the head of a tied model, and the rotary buffer older checkpoints saved */

@@ -218,11 +218,6 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
         return regc_error(REGC_ERR_ARG, "lora.lora_alpha: %g (a positive number)", c->alpha);
     if (!(c->dropout >= 0.0 && c->dropout < 1.0))
         return regc_error(REGC_ERR_ARG, "lora.lora_dropout: %g (in [0, 1))", c->dropout);
-    if (c->dropout > 0.0)
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "lora.lora_dropout: %g: dropout is not applied in training yet; 0 "
-                          "trains without it",
-                          c->dropout);
     if (!c->target_modules || !c->target_modules[0])
         return regc_error(REGC_ERR_ARG, "lora.target_modules: empty");
     /* the linear layers, from a graph of the smallest shape */
@@ -334,6 +329,7 @@ int regc_lora_write_structure(const regc_model *m, regc_bytes *b)
     regc_bytes_put_str(b, "lora");
     regc_bytes_put_i64(b, l->cfg.r);
     regc_bytes_put_f32(b, l->scale);
+    regc_bytes_put_f32(b, (float)l->cfg.dropout);
     regc_bytes_put_i64(b, l->n_modules);
     for (int k = 0; k < l->n_modules; k++)
         regc_bytes_put_i64(b, l->base_of[k]);
@@ -342,7 +338,8 @@ int regc_lora_write_structure(const regc_model *m, regc_bytes *b)
     return b->failed ? regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source) : REGC_OK;
 }
 
-/* The adapter of module k after product node n's output y: y + s (x A^T) B^T. */
+/* The adapter of module k after product node n's output y:
+ * y + s (dropout(x) A^T) B^T, the dropout's site A's own. */
 static int add_adapter(const regc_model *m, regc_graph *h, int x, int y, int k, int *out)
 {
     const regc_lora *l = m->lora;
@@ -351,6 +348,9 @@ static int add_adapter(const regc_model *m, regc_graph *h, int x, int y, int k, 
     if (a < 0 || b < 0)
         return regc_error(REGC_ERR_ARG, "%s: the graph lacks LoRA parameter %s", m->source,
                           m->params[l->n_base + 2 * k + (a >= 0)].name);
+    int rc = regc_model_dropout(m, h, x, a, l->cfg.dropout, &x); /* [..., in] */
+    if (rc)
+        return rc;
     int t = regc_graph_matmul(h, x, a, 0, 1);                   /* [..., r] */
     int d = t < 0 ? t : regc_graph_matmul(h, t, b, 0, 1);       /* [..., out] */
     int s = d < 0 ? d : regc_graph_scale(h, d, m->lora->scale); /* [..., out] */
@@ -362,6 +362,11 @@ int regc_lora_rewrite(const regc_model *m, regc_graph *g, regc_graph **out)
 {
     *out = NULL;
     const regc_lora *l = m->lora;
+    if (l->cfg.dropout > 0.0 && !m->dropout)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "lora.lora_dropout: %g is applied with train.dropout on (off, the run "
+                          "would train without it); set lora_dropout 0 or train.dropout on",
+                          l->cfg.dropout);
     int n_t = regc_graph_n_tensors(g), n_n = regc_graph_n_nodes(g);
     int *map = malloc(((size_t)n_t + 1) * sizeof *map);
     int *module = malloc(((size_t)n_t + 1) * sizeof *module); /* a targeted weight's module */

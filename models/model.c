@@ -157,6 +157,7 @@ static int write_structure(const regc_model *m, regc_bytes *b);
 
 int regc_model_write_structure(const regc_model *m, regc_bytes *b)
 {
+    regc_bytes_put_i64(b, m->dropout);
     int rc = write_structure(m, b);
     return rc || !m->lora ? rc : regc_lora_write_structure(m, b);
 }
@@ -265,6 +266,63 @@ int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
     return REGC_OK;
 }
 
+void regc_model_set_dropout(regc_model *m, int on) { m->dropout = on != 0; }
+int regc_model_dropout_on(const regc_model *m) { return m->dropout; }
+
+#define DROPOUT_SITE "dropout.site."
+#define DROPOUT_DRAW "dropout.draw"
+
+int regc_model_dropout(const regc_model *m, regc_graph *g, int x, int site, double p, int *out)
+{
+    *out = x;
+    if (!m->dropout || p <= 0.0)
+        return REGC_OK;
+    const int64_t one = 1, four = 4;
+    char name[64];
+    snprintf(name, sizeof name, DROPOUT_SITE "%d", site);
+    int draw = regc_graph_find_tensor(g, DROPOUT_DRAW), s;
+    if (draw < 0 &&
+        (draw = regc_graph_add_tensor(g, DROPOUT_DRAW, REGC_I32, REGC_ROLE_INPUT, 1, &four)) < 0)
+        return draw;
+    if ((s = regc_graph_add_constant(g, name, REGC_I32, 1, &one)) < 0)
+        return s;
+    *out = regc_graph_dropout(g, x, s, draw, (float)p);
+    return *out < 0 ? *out : REGC_OK;
+}
+
+int regc_model_dropout_unapplied(const regc_model *m, const char *key, double p)
+{
+    if (!m->dropout || p <= 0.0)
+        return REGC_OK;
+    return regc_error(REGC_ERR_UNSUPPORTED,
+                      "%s: %s %g: this dropout is not applied in training yet (train.dropout on "
+                      "applies the others); set it to 0, or train.dropout off",
+                      m->source, key, p);
+}
+
+const char *regc_model_dropout_note(const regc_model *m)
+{
+    return m->dropout ? "(applied in training)" : "(not applied: train.dropout off)";
+}
+
+/* The dropout inputs: each site's number (a constant), and the draw of this
+ * batch: the seed's words, the micro-batch, 1 when training. */
+static void fill_dropout(const regc_batch_spec *b, int n, regc_input *in)
+{
+    for (int i = 0; i < n; i++) {
+        const char *name = in[i].tensor->name;
+        int32_t *v = in[i].host;
+        if (!strncmp(name, DROPOUT_SITE, strlen(DROPOUT_SITE)) && !in[i].filled) {
+            v[0] = (int32_t)strtol(name + strlen(DROPOUT_SITE), NULL, 10);
+            in[i].filled = in[i].constant = 1;
+        } else if (!strcmp(name, DROPOUT_DRAW)) {
+            v[0] = (int32_t)(uint32_t)b->seed, v[1] = (int32_t)(uint32_t)(b->seed >> 32);
+            v[2] = (int32_t)(uint32_t)b->step, v[3] = !b->eval;
+            in[i].filled = 1;
+        }
+    }
+}
+
 int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out)
 {
     *out = NULL;
@@ -343,6 +401,7 @@ int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data, const r
 {
     for (int i = 0; i < n; i++)
         in[i].filled = in[i].constant;
+    fill_dropout(b, n, in);
     int rc = m->arch->fill_inputs ? m->arch->fill_inputs(m, data, b, n, in)
                                   : regc_model_fill_lm_inputs(m, data, b, n, in);
     if (rc < 0)

@@ -76,6 +76,7 @@ struct regc_model {
     int n_consts;
     regc_model_const *consts;
     regc_lora *lora;      /* NULL: every parameter is trained */
+    int dropout;          /* the graph applies the model's dropouts (train.dropout) */
     int64_t frozen_bytes; /* the frozen block's bytes */
 };
 
@@ -177,6 +178,18 @@ void regc_model_group_digits(char *buf, size_t cap, int64_t v);
  * as the parameter; *ids (malloc'd, the caller frees it, also on failure)
  * gets their tensor ids in parameter order. */
 int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids);
+
+/* ---- dropout (train.dropout): DROPOUT nodes keyed by site */
+/* x dropped with probability p (out: the result), at the site named after
+ * tensor `site` (a constant input "dropout.site.<site>" whose value is
+ * site; every site of a graph is another tensor), drawn from the graph's
+ * "dropout.draw" input; x itself when m trains without dropout or p is 0. */
+int regc_model_dropout(const regc_model *m, regc_graph *g, int x, int site, double p, int *out);
+/* An architecture's dropout that regc does not apply yet: an error naming
+ * the config key when m trains with dropout and p > 0. */
+int regc_model_dropout_unapplied(const regc_model *m, const char *key, double p);
+/* "(applied)" or "(not applied: train.dropout off)", for descriptions. */
+const char *regc_model_dropout_note(const regc_model *m);
 
 /* ---- graph inputs (regc_model_fill_inputs) */
 /* A causal LM's inputs, each where the graph has it: "input_ids" and

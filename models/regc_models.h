@@ -100,6 +100,12 @@ int64_t regc_model_frozen_bytes(const regc_model *m);
  * prefix (frozen parameters follow them). */
 int64_t regc_model_trainable_numel(const regc_model *m);
 
+/* Apply the model's dropouts in training (train.dropout; before building
+ * a graph): its architecture's own (GPT-2's embedding and residual ones)
+ * and lora_dropout. Off by default: the graph has none. */
+void regc_model_set_dropout(regc_model *m, int on);
+int regc_model_dropout_on(const regc_model *m);
+
 /* Parameters in checkpoint order; their names are the checkpoint's names. */
 int regc_model_n_params(const regc_model *m);
 const char *regc_model_param_name(const regc_model *m, int i);
@@ -236,6 +242,7 @@ typedef struct {
     /* data parallelism: these `batch` rows are rows row0 .. of a global
      * batch of global_rows (0: the batch is the whole batch) */
     int64_t row0, global_rows;
+    int eval; /* a validation batch: no dropout */
 } regc_batch_spec;
 
 /* One graph input and its host buffer (numel x dtype size bytes). */

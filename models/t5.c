@@ -305,6 +305,9 @@ fail:
 static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
 {
     const t5_config *c = m->cfg;
+    const int rc0 = regc_model_dropout_unapplied(m, "dropout_rate", c->dropout);
+    if (rc0)
+        return rc0;
     regc_graph *g = regc_graph_new();
     int *p = NULL; /* [n_params] the parameters' tensor ids */
     if (!g)

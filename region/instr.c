@@ -34,6 +34,7 @@ static const char *const kernel_names[K_COUNT] = {
     [K_ADD_RMS_FWD] = "add_rmsnorm",
     [K_LN_BWD_ADD] = "layernorm_bwd_add",
     [K_RMS_BWD_ADD] = "rmsnorm_bwd_add",
+    [K_DROPOUT] = "dropout",
     [K_CE_ROWS] = "cross_entropy_rows",
     [K_CE_LOSS] = "cross_entropy_loss",
     [K_STEP_SCHEDULE] = "step_schedule",
@@ -90,7 +91,8 @@ int regc_instr_inplace_input(const regc_instr *in)
     case K_ADD:
     case K_BIAS_ADD:
     case K_UNARY:
-    case K_BINARY: return 1;
+    case K_BINARY:
+    case K_DROPOUT: return 1;
     case K_EW: return in->ew->period[0] == 0 ? in->n_out : -1;
     case K_LN_BWD_ADD: return 3;
     case K_RMS_BWD_ADD: return 2;
@@ -274,6 +276,10 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_UNARY:
     case K_BINARY: return run_unary(be, in, p);
+    case K_DROPOUT:
+        NEED(dropout);
+        be->dropout(be, P(0), C(1), I32(2), I32(3), in->f, d[0]);
+        return REGC_OK;
     case K_ATTN_FWD: {
         NEED(attention_fwd);
         const regc_attn_shape s = attn_with_bf16(in, 2, 0);

@@ -21,26 +21,27 @@
 static const struct {
     uint8_t n_refs, n_out;
 } arity[K_COUNT] = {
-    [K_FILL] = {1, 1},           [K_COPY] = {2, 1},
-    [K_COPY_2D] = {2, 1},        [K_TRANSPOSE] = {2, 1},
-    [K_GEMM] = {6, 1},           [K_EMBED_FWD] = {3, 1},
-    [K_EMBED_BWD] = {3, 1},      [K_ADD] = {3, 1},
-    [K_BIAS_ADD] = {3, 1},       [K_SUM_ROWS] = {2, 1},
-    [K_LN_FWD] = {6, 3},         [K_LN_BWD] = {8, 3},
-    [K_RMS_FWD] = {4, 2},        [K_RMS_BWD] = {6, 2},
-    [K_ROPE] = {4, 1},           [K_UNARY] = {2, 1},
-    [K_BINARY] = {3, 1},         [K_ATTN_FWD] = {6, 2},
-    [K_ATTN_BWD] = {11, 4},      [K_CE_FWD] = {4, 2},
-    [K_CE_BWD] = {5, 1},         [K_EW] = {0, 0},
-    [K_CE_ROWS] = {4, 2},        [K_CE_LOSS] = {4, 1},
-    [K_ROW_SUM] = {2, 1},        [K_SOFTMAX] = {3, 2},
-    [K_ADD_LN_FWD] = {8, 4},     [K_ADD_RMS_FWD] = {6, 3},
-    [K_LN_BWD_ADD] = {9, 3},     [K_RMS_BWD_ADD] = {7, 2},
-    [K_STEP_SCHEDULE] = {1, 1},  [K_GRAD_SUMSQ] = {2, 1},
-    [K_GRAD_CLIP] = {1, 1},      [K_ADAMW] = {5, 3},
-    [K_COPY_D2H] = {2, 1},       [K_COPY_H2D] = {2, 1},
-    [K_ALLREDUCE] = {1, 1},      [K_ALLGATHER] = {2, 1},
-    [K_REDUCE_SCATTER] = {2, 1}, [K_COMM_WAIT] = {0, 0},
+    [K_FILL] = {1, 1},       [K_COPY] = {2, 1},
+    [K_COPY_2D] = {2, 1},    [K_TRANSPOSE] = {2, 1},
+    [K_GEMM] = {6, 1},       [K_EMBED_FWD] = {3, 1},
+    [K_EMBED_BWD] = {3, 1},  [K_ADD] = {3, 1},
+    [K_BIAS_ADD] = {3, 1},   [K_SUM_ROWS] = {2, 1},
+    [K_LN_FWD] = {6, 3},     [K_LN_BWD] = {8, 3},
+    [K_RMS_FWD] = {4, 2},    [K_RMS_BWD] = {6, 2},
+    [K_ROPE] = {4, 1},       [K_UNARY] = {2, 1},
+    [K_BINARY] = {3, 1},     [K_ATTN_FWD] = {6, 2},
+    [K_ATTN_BWD] = {11, 4},  [K_CE_FWD] = {4, 2},
+    [K_CE_BWD] = {5, 1},     [K_EW] = {0, 0},
+    [K_CE_ROWS] = {4, 2},    [K_CE_LOSS] = {4, 1},
+    [K_ROW_SUM] = {2, 1},    [K_SOFTMAX] = {3, 2},
+    [K_ADD_LN_FWD] = {8, 4}, [K_ADD_RMS_FWD] = {6, 3},
+    [K_LN_BWD_ADD] = {9, 3}, [K_RMS_BWD_ADD] = {7, 2},
+    [K_DROPOUT] = {4, 1},    [K_STEP_SCHEDULE] = {1, 1},
+    [K_GRAD_SUMSQ] = {2, 1}, [K_GRAD_CLIP] = {1, 1},
+    [K_ADAMW] = {5, 3},      [K_COPY_D2H] = {2, 1},
+    [K_COPY_H2D] = {2, 1},   [K_ALLREDUCE] = {1, 1},
+    [K_ALLGATHER] = {2, 1},  [K_REDUCE_SCATTER] = {2, 1},
+    [K_COMM_WAIT] = {0, 0},
 };
 
 typedef struct {
@@ -352,6 +353,13 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
             fail(&r, "an elementwise op of the other kind");
         for (int i = 0; i < in->n_refs; i++)
             need(&r, i, dim(&r, 0), F32);
+        break;
+    case K_DROPOUT: /* y, x [n]; the site [1] and the draw [4], int32 inputs */
+        need(&r, 0, dim(&r, 0), F32), need(&r, 1, dim(&r, 0), F32);
+        need(&r, 2, 1, 4), need(&r, 3, 4, 4);
+        if (!(in->f >= 0.0f && in->f < 1.0f))
+            fail(&r, "dropout's p is outside [0, 1)");
+        e->ids = 1u << 2 | 1u << 3;
         break;
     case K_ATTN_FWD: attention_rule(&r, 0); break;
     case K_ATTN_BWD: attention_rule(&r, 1); break;

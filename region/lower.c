@@ -410,6 +410,10 @@ static int lower_node(lower_ctx *c, int i)
         EMIT(K_BINARY, 1, o[0], in[0], in[1]);
         x->unary = (uint8_t)n->op, x->d[0] = numel(c, o[0]);
         break;
+    case REGC_OP_DROPOUT:
+        EMIT(K_DROPOUT, 1, o[0], in[0], in[1], in[2]);
+        x->d[0] = numel(c, in[0]), x->f = n->attrs.value;
+        break;
     case REGC_OP_FILL:
         EMIT(K_FILL, 1, o[0]);
         x->d[0] = numel(c, o[0]), x->f = n->attrs.value;

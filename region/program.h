@@ -50,6 +50,7 @@ typedef enum {
     K_ADD_RMS_FWD, /* sum, y, rstd, a, b, w */
     K_LN_BWD_ADD,  /* dx, dw, db, dres, dy, x, w, mean, rstd */
     K_RMS_BWD_ADD, /* dx, dw, dres, dy, x, w, rstd */
+    K_DROPOUT,     /* y, x, site, draw; d0 = n; f = p */
     /* the loss over logits taken in chunks of rows (chunk.c) */
     K_CE_ROWS,                 /* lse, picked, logits, targets; d0 = rows, d1 = cols */
     K_CE_LOSS,                 /* loss, lse, picked, targets; d0 = rows, d1 = cols */

@@ -246,6 +246,29 @@ static void test_scale_body(void **state)
     }
 }
 
+/* Dropout: the body over every group of four, for a length that is no
+ * multiple of four, against the CPU kernel; a body that drew from another
+ * micro-batch would differ. */
+static void test_dropout_body(void **state)
+{
+    (void)state;
+    const size_t n = N_ELEMS - 1;
+    const float p = 0.25f, scale = 1.0f / (1.0f - p);
+    const int32_t site = 3, draw[4] = {42, 7, 11, 1}, other[4] = {42, 7, 12, 1};
+    float *hx = test_inputs(n, 33, 0);
+    float *x = regc_test_upload(cpu, hx, n);
+    float *y = regc_test_dev_nan(cpu, n);
+    cpu->dropout(cpu, y, x, &site, draw, p, (int64_t)n);
+    const float *want = cpu_download(y, n);
+    float *got = regc_test_host_floats(n), *var = regc_test_host_floats(n);
+    for (int64_t q = 0; q < ((int64_t)n + 3) / 4; q++) {
+        cuda_body_dropout(q, got, hx, &site, draw, p, scale, (int64_t)n);
+        cuda_body_dropout(q, var, hx, &site, other, p, scale, (int64_t)n);
+    }
+    expect_bits("dropout", got, want, n);
+    expect_caught("dropout", var, want, n);
+}
+
 static void test_bias_add_body(void **state)
 {
     (void)state;
@@ -841,6 +864,7 @@ int main(void)
         regc_test_with_buffers(test_unary_bodies),
         regc_test_with_buffers(test_binary_bodies),
         regc_test_with_buffers(test_scale_body),
+        regc_test_with_buffers(test_dropout_body),
         regc_test_with_buffers(test_bias_add_body),
         regc_test_with_buffers(test_rope_body),
         regc_test_with_buffers(test_embedding_fwd_body),

@@ -55,6 +55,10 @@ static regc_graph *every_op_graph(void)
     a = regc_graph_sub(g, regc_graph_log_softmax(g, a), regc_graph_expand(g, rs, 6));
     a = regc_graph_mul(g, a, regc_graph_mean_last(g, a)); /* [2, 4, 6] */
     a = regc_graph_masked_fill(g, a, lnw, -1.0f);         /* the mask [6] broadcast */
+    int site = regc_graph_add_constant(g, "dropout.site.1", REGC_I32, 1, (int64_t[]){1});
+    int draw =
+        regc_graph_add_tensor(g, "dropout.draw", REGC_I32, REGC_ROLE_INPUT, 1, (int64_t[]){4});
+    a = regc_graph_dropout(g, a, site, draw, 0.25f); /* [2, 4, 6] */
     int lo = regc_graph_slice(g, a, 2, 0, 3), hi = regc_graph_slice(g, a, 2, 3, 3);
     a = regc_graph_concat(g, 2, (int[]){hi, lo});                             /* [2, 4, 6] */
     int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
@@ -95,7 +99,7 @@ static void test_json_round_trip_is_exact(void **state)
     int n_constant = 0; /* the JSON spells the role out */
     for (const char *s = text; (s = strstr(s, "\"constant\"")) != NULL; s++)
         n_constant++;
-    assert_int_equal(n_constant, 2);
+    assert_int_equal(n_constant, 3);
     /* every op kind made it through, attributes included */
     int seen[REGC_OP_COUNT] = {0};
     for (int i = 0; i < regc_graph_n_nodes(back); i++) {

@@ -201,7 +201,7 @@ static void test_config_defaults(void **state)
     assert_int_equal(regc_model_max_seq(m), 2048);
     describe_has(m, "num_attention_heads 6, num_key_value_heads 6, head_dim 4");
     describe_has(m, "rms_norm_eps 1e-06, rope_theta 10000, silu, untied");
-    describe_has(m, "attention_dropout 0 (not applied in training)");
+    describe_has(m, "attention_dropout 0 (not applied: train.dropout off)");
     assert_param(m, 2, "model.layers.0.self_attn.k_proj.weight", 2, 24, 24);
     assert_string_equal(regc_model_param_name(m, regc_model_n_params(m) - 1), "lm_head.weight");
     regc_model_free(m);
@@ -213,7 +213,7 @@ static void test_config_defaults(void **state)
                        "\"attention_dropout\": 0.1, \"tie_word_embeddings\": true");
     describe_has(m, "num_key_value_heads 6, head_dim 4");
     describe_has(m, "rms_norm_eps 1e-05, rope_theta 500000, silu, tied");
-    describe_has(m, "attention_dropout 0.1 (not applied in training)");
+    describe_has(m, "attention_dropout 0.1 (not applied: train.dropout off)");
     assert_string_equal(regc_model_param_name(m, regc_model_n_params(m) - 1), "model.norm.weight");
     regc_model_free(m);
 

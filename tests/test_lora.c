@@ -441,7 +441,8 @@ static void test_bad_input(void **state)
          "lora.target_modules: \"nothing_here\" matches no linear layer", 1},
         {"--lora-r 0", "--lora-r: expected an integer from 1", 2},
         {"--lora-alpha 16", "lora.lora_alpha: LoRA is off", 1},
-        {"--lora-r 4 --lora-dropout 0.1", "lora.lora_dropout: 0.1: dropout is not applied", 1},
+        {"--lora-r 4 --lora-dropout 0.1", "lora.lora_dropout: 0.1 is applied with train.dropout on",
+         1},
         {"--adapter /nonexistent-adapter", "/nonexistent-adapter/adapter_config.json", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

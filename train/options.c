@@ -49,6 +49,13 @@ const regc_option regc_option_table[] = {
     {"train", "adapter", "--adapter", OPT_STRING, "<DIR>", 0, 0, 0, NULL, FIELD(adapter), 0,
      "a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to train "
      "further: its configuration is the lora section's, the base is --model"},
+    {"train", "dropout", "--dropout", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL, FIELD(dropout),
+     OPT_SHOW_DEFAULT,
+     "apply the model's dropouts as Transformers trains: GPT-2's embedding and residual ones "
+     "and lora.lora_dropout, each mask drawn by Philox4x32-10 from --seed, the micro-batch, the "
+     "site and the element (the same on every thread, when recomputed and after a resume); a "
+     "dropout regc does not apply yet (attention's, BERT's, T5's) is refused by its config key "
+     "when above 0. Off: none is applied"},
     {"lora", "r", "--lora-r", OPT_INT, "<R>", 1, 65536, 0, NULL, FIELD(lora.r), 0,
      "train LoRA adapters of this rank on the layers lora.target_modules names, as PEFT does, "
      "with every other parameter frozen (no gradient, no optimizer state); --save writes the "
@@ -62,7 +69,7 @@ const regc_option regc_option_table[] = {
      "expression the whole name matches (PEFT's rule); default q_proj,v_proj for llama, c_attn "
      "for gpt2, query,value for bert, q,v for t5"},
     {"lora", "lora_dropout", "--lora-dropout", OPT_FLOAT, "<P>", 0, 0.999, 0, NULL,
-     FIELD(lora.dropout), 0, "dropout on the adapters' input (not applied yet: only 0 is taken)"},
+     FIELD(lora.dropout), 0, "dropout on each adapter's input (with --dropout on)"},
     {"lora", "use_rslora", "--use-rslora", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(lora.use_rslora), 0, "scale by alpha / sqrt(r) (rank-stabilised LoRA)"},
     {"lora", "base_dtype", "--base-dtype", OPT_CHOICE, "<fp32|bf16>", 0, 0, 0, base_dtype_names,

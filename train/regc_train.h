@@ -197,6 +197,7 @@ typedef struct {
         int base_bf16; /* lora.base_dtype: 0 fp32, 1 bf16 */
     } lora;
     const char *adapter; /* train.adapter, --adapter: a PEFT adapter directory to start from */
+    int dropout;         /* train.dropout, --dropout: the model's dropouts applied */
     int json;            /* train.json, --json: one JSON object per step */
     const char *config;  /* --config: the config file */
     int profile;         /* --profile */

@@ -28,7 +28,7 @@ static int profile_since(regc_backend *be, regc_profile *pr, const char *label, 
 
 /* Micro-batch `index` of the data (llm.c's order) into the host inputs. */
 static int fill_batch(trainer *t, const regc_train_options *o, const regc_tokens *data,
-                      int64_t index)
+                      int64_t index, int eval)
 {
     /* this rank's rows of the global batch of ranks x batch rows */
     const regc_batch_spec b = {.step = index,
@@ -36,7 +36,8 @@ static int fill_batch(trainer *t, const regc_train_options *o, const regc_tokens
                                .seq = o->seq,
                                .seed = o->seed,
                                .row0 = (int64_t)t->comm->rank * o->batch,
-                               .global_rows = (int64_t)t->comm->size * o->batch};
+                               .global_rows = (int64_t)t->comm->size * o->batch,
+                               .eval = eval};
     return regc_model_fill_inputs(t->model, data, &b, t->n_inputs, t->inputs);
 }
 
@@ -79,7 +80,7 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
     regc_program_comm_times(t->program, &comm0, &wait0);
     if (shared) {
         for (int j = 0; j < k && rc == REGC_OK; j++)
-            if ((rc = fill_batch(t, o, t->tokens, (int64_t)step * k + j)) == REGC_OK)
+            if ((rc = fill_batch(t, o, t->tokens, (int64_t)step * k + j, 0)) == REGC_OK)
                 total += t->counts[j] = count_targets(t);
         if (rc || (rc = t->comm->allreduce(t->comm, &total, 1, REGC_COMM_I64)))
             return rc;
@@ -91,7 +92,7 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
     if (k > 1)
         be->fill(be, t->grads, (size_t)t->block, 0.0f);
     for (int j = 0; j < k && rc == REGC_OK; j++) {
-        if ((rc = fill_batch(t, o, t->tokens, (int64_t)step * k + j)))
+        if ((rc = fill_batch(t, o, t->tokens, (int64_t)step * k + j, 0)))
             return rc;
         upload_batch(t);
         if (shared) {
@@ -157,7 +158,7 @@ int regc_trainer_evaluate(trainer *t, const regc_train_options *o, float *val_lo
     double sums[2] = {0.0, 0.0}; /* loss x targets, targets */
     for (int b = 0; b < o->val_batches; b++) {
         float loss = 0.0f;
-        int rc = fill_batch(t, o, t->val_tokens, b);
+        int rc = fill_batch(t, o, t->val_tokens, b, 1);
         if (rc)
             return rc;
         int64_t n = count_targets(t);

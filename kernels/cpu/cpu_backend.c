@@ -185,6 +185,7 @@ regc_backend *regc_backend_cpu_new(int threads)
     be->relu_fwd = regc_cpu_relu_fwd;
     be->relu_bwd = regc_cpu_relu_bwd;
     be->scale = regc_cpu_scale;
+    be->dropout = regc_cpu_dropout;
     be->attention_fwd = regc_cpu_attention_fwd;
     be->attention_bwd = regc_cpu_attention_bwd;
     be->softmax_fwd = regc_cpu_softmax_fwd;

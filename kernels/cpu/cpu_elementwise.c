@@ -232,3 +232,27 @@ void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int
     for (int64_t i = 0; i < n; i++)
         y[i] = regc_scalef(value, x[i]);
 }
+
+/* One Philox call draws four elements' words: each thread takes whole
+ * groups of four, so every element's draw and product are the same at any
+ * thread count (they depend on the element's index alone). */
+void regc_cpu_dropout(regc_backend *be, float *y, const float *x, const int32_t *site,
+                      const int32_t *draw, float p, int64_t n)
+{
+    if (!draw[3] || p <= 0.0f) {
+        if (y != x)
+            memmove(y, x, (size_t)n * sizeof *y);
+        return;
+    }
+    const float scale = 1.0f / (1.0f - p);
+    const int32_t s = *site;
+    const int64_t groups = (n + 3) / 4;
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
+    schedule(static)
+    for (int64_t q = 0; q < groups; q++) {
+        uint32_t w[4];
+        regc_dropout_words(draw, s, q, w);
+        for (int64_t i = 4 * q; i < 4 * q + 4 && i < n; i++)
+            y[i] = regc_dropout_apply(x[i], w[i - 4 * q], p, scale);
+    }
+}

@@ -290,6 +290,8 @@ void regc_cpu_gelu_erf_bwd(regc_backend *be, float *dx, const float *dy, const f
 void regc_cpu_relu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_relu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 void regc_cpu_scale(regc_backend *be, float *y, const float *x, float value, int64_t n);
+void regc_cpu_dropout(regc_backend *be, float *y, const float *x, const int32_t *site,
+                      const int32_t *draw, float p, int64_t n);
 
 void regc_cpu_elementwise(regc_backend *be, const regc_ew_program *p, int64_t n, float *const *out,
                           const float *const *in, unsigned out_bf16, unsigned in_bf16);

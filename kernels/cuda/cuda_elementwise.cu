@@ -55,6 +55,13 @@ __global__ void cuda_bias_add_kernel(float *out, const float *x, const float *b,
     CUDA_GRID_LOOP(i, n) { cuda_body_bias_add(i, out, x, b, cols); }
 }
 
+__global__ void cuda_dropout_kernel(float *y, const float *x, const int32_t *site,
+                                    const int32_t *draw, float p, float scale,
+                                    int64_t n) /* y, x: [n] */
+{
+    CUDA_GRID_LOOP(q, (n + 3) / 4) { cuda_body_dropout(q, y, x, site, draw, p, scale, n); }
+}
+
 __global__ void cuda_scale_kernel(float *y, const float *x, float value, int64_t n) /* y, x: [n] */
 {
     CUDA_GRID_LOOP(i, n) { cuda_body_scale(i, y, x, value); }
@@ -137,6 +144,17 @@ static void cuda_add_bias(regc_backend *be, float *out, const float *x, const fl
     cuda_bias_add_kernel<<<cuda_grid_for(n), CUDA_THREADS, 0, cuda_stream(be)>>>(out, x, b, cols,
                                                                                  n);
     cuda_note(be, cudaGetLastError(), "bias_add");
+}
+
+static void cuda_dropout(regc_backend *be, float *y, const float *x, const int32_t *site,
+                         const int32_t *draw, float p, int64_t n)
+{
+    if (n <= 0)
+        return;
+    const int64_t groups = (n + 3) / 4;
+    cuda_dropout_kernel<<<cuda_grid_for(groups), CUDA_THREADS, 0, cuda_stream(be)>>>(
+        y, x, site, draw, p, 1.0f / (1.0f - p), n);
+    cuda_note(be, cudaGetLastError(), "dropout");
 }
 
 static void cuda_scale(regc_backend *be, float *y, const float *x, float value, int64_t n)
@@ -482,5 +500,6 @@ void regc_cuda_set_elementwise(regc_backend *be)
     be->relu_fwd = cuda_relu_fwd;
     be->relu_bwd = cuda_relu_bwd;
     be->scale = cuda_scale;
+    be->dropout = cuda_dropout;
     be->elementwise = cuda_elementwise;
 }

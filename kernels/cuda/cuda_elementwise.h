@@ -51,6 +51,18 @@ static inline REGC_HD void cuda_body_scale(int64_t i, float *y, const float *x,
     y[i] = regc_scalef(value, x[i]);
 }
 
+/* Elements 4q .. 4q + 3 (those below n) of dropout: one Philox call, the
+ * CPU kernel's words and products. */
+static inline REGC_HD void cuda_body_dropout(int64_t q, float *y, const float *x,
+                                             const int32_t *site, const int32_t *draw, float p,
+                                             float scale, int64_t n) /* y, x: [n] */
+{
+    uint32_t w[4];
+    regc_dropout_words(draw, *site, q, w);
+    for (int64_t i = 4 * q; i < 4 * q + 4 && i < n; i++)
+        y[i] = draw[3] ? regc_dropout_apply(x[i], w[i - 4 * q], p, scale) : x[i];
+}
+
 static inline REGC_HD void cuda_body_gelu_fwd(int64_t i, float *y, const float *x) /* y, x: [n] */
 {
     y[i] = regc_gelu(x[i]);
