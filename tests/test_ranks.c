@@ -155,24 +155,34 @@ static void same_bytes(const char *a, const char *b)
 /* ---- equal halves: bit for bit ------------------------------------------ */
 
 /* precision: compile.precision of every run; under bf16, stage 3 gathers
- * the weights in bf16, which gives stage 0's bits (their GEMMs round them) */
-static void check_equal_halves(const char *model, const char *precision)
+ * the weights in bf16, which gives stage 0's bits (their GEMMs round them);
+ * extra (NULL-terminated, or NULL) more flags of every run, and `saved` the
+ * file of --save's directory compared. */
+static void equal_halves(const char *model, const char *precision, const char *const *extra,
+                         const char *saved)
 {
     char *one = regc_test_join(tmp, "one"), *two = regc_test_join(tmp, "two");
-    const char *a1[] = {"--model",     model,        "--data",    periodic, "--batch", "2",
-                        "--seq",       "16",         "--steps",   "5",      "--lr",    "3e-3",
-                        "--json",      "--no-cache", "--threads", "1",      "--save",  one,
-                        "--precision", precision,    NULL};
+    const char *a1[48] = {"--model", model,    "--data", periodic,      "--batch",
+                          "2",       "--seq",  "16",     "--steps",     "5",
+                          "--lr",    "3e-3",   "--json", "--no-cache",  "--threads",
+                          "1",       "--save", one,      "--precision", precision};
+    int n1 = 20;
+    for (int i = 0; extra && extra[i]; i++)
+        a1[n1++] = extra[i];
+    a1[n1] = NULL;
     double l1[STEPS], l2[STEPS];
     assert_int_equal(run(0, a1, l1, NULL), 0);
-    char *w1 = regc_test_join(one, "model.safetensors"),
-         *w2 = regc_test_join(two, "model.safetensors");
+    char *w1 = regc_test_join(one, saved), *w2 = regc_test_join(two, saved);
     for (int stage = 0; stage <= 3; stage += 3) {
-        const char *a2[] = {
+        const char *a2[48] = {
             "--model",     model,        "--data",  periodic, "--batch",      "2",
             "--seq",       "16",         "--steps", "5",      "--lr",         "3e-3",
             "--json",      "--no-cache", "--save",  two,      "--zero-stage", stage ? "3" : "0",
-            "--precision", precision,    NULL};
+            "--precision", precision};
+        int n2 = 20;
+        for (int i = 0; extra && extra[i]; i++)
+            a2[n2++] = extra[i];
+        a2[n2] = NULL;
         assert_int_equal(run(2, a2, l2, NULL), 0);
         for (int k = 0; k < STEPS; k++)
             if (memcmp(&l1[k], &l2[k], sizeof l1[k]) != 0)
@@ -181,6 +191,11 @@ static void check_equal_halves(const char *model, const char *precision)
         same_bytes(w1, w2);
     }
     free(w1), free(w2), free(one), free(two);
+}
+
+static void check_equal_halves(const char *model, const char *precision)
+{
+    equal_halves(model, precision, NULL, "model.safetensors");
 }
 
 static void test_equal_halves_gpt2(void **state)
@@ -203,70 +218,9 @@ static void test_equal_halves_llama(void **state)
 static void test_equal_halves_lora(void **state)
 {
     (void)state;
-    char *one = regc_test_join(tmp, "lora-one"), *two = regc_test_join(tmp, "lora-two");
-    const char *a1[] = {"--model",
-                        "llama-tiny",
-                        "--data",
-                        periodic,
-                        "--batch",
-                        "2",
-                        "--seq",
-                        "16",
-                        "--steps",
-                        "5",
-                        "--lr",
-                        "3e-3",
-                        "--json",
-                        "--no-cache",
-                        "--threads",
-                        "1",
-                        "--save",
-                        one,
-                        "--lora-r",
-                        "4",
-                        "--lora-target-modules",
-                        "all-linear",
-                        "--base-dtype",
-                        "bf16",
-                        NULL};
-    double l1[STEPS], l2[STEPS];
-    assert_int_equal(run(0, a1, l1, NULL), 0);
-    char *w1 = regc_test_join(one, "adapter_model.safetensors"),
-         *w2 = regc_test_join(two, "adapter_model.safetensors");
-    for (int stage = 0; stage <= 3; stage += 3) {
-        const char *a2[] = {"--model",
-                            "llama-tiny",
-                            "--data",
-                            periodic,
-                            "--batch",
-                            "2",
-                            "--seq",
-                            "16",
-                            "--steps",
-                            "5",
-                            "--lr",
-                            "3e-3",
-                            "--json",
-                            "--no-cache",
-                            "--save",
-                            two,
-                            "--lora-r",
-                            "4",
-                            "--lora-target-modules",
-                            "all-linear",
-                            "--base-dtype",
-                            "bf16",
-                            "--zero-stage",
-                            stage ? "3" : "0",
-                            NULL};
-        assert_int_equal(run(2, a2, l2, NULL), 0);
-        for (int k = 0; k < STEPS; k++)
-            if (memcmp(&l1[k], &l2[k], sizeof l1[k]) != 0)
-                fail_msg("LoRA step %d: one process %.9g, two ranks at stage %d %.9g", k, l1[k],
-                         stage, l2[k]);
-        same_bytes(w1, w2);
-    }
-    free(w1), free(w2), free(one), free(two);
+    static const char *const lora[] = {
+        "--lora-r", "4", "--lora-target-modules", "all-linear", "--base-dtype", "bf16", NULL};
+    equal_halves("llama-tiny", "fp32", lora, "adapter_model.safetensors");
 }
 
 static void test_equal_halves_t5(void **state)
