@@ -443,6 +443,11 @@ int regc_model_save_config(const regc_model *m, const char *dir)
 
 int regc_model_save(const regc_model *m, const char *dir)
 {
+    return regc_model_save_as(m, dir, NULL);
+}
+
+int regc_model_save_as(const regc_model *m, const char *dir, const regc_dtype *dtype)
+{
     if (!m->weights)
         return regc_error(REGC_ERR_ARG,
                           "%s: cannot save %s: the model has no weights yet (shape-only)", dir,
@@ -453,7 +458,7 @@ int regc_model_save(const regc_model *m, const char *dir)
     int rc = regc_staged_dir_open(dir, &s);
     if (rc)
         return rc;
-    rc = regc_model_writer_open(m, regc_staged_dir_path(s), &w);
+    rc = regc_model_writer_open_as(m, regc_staged_dir_path(s), dtype, &w);
     for (int i = m->lora ? m->lora->n_base : 0; i < m->n_params && rc == REGC_OK; i++)
         rc = regc_model_writer_put(w, i, 0, m->params[i].numel, m->weights + m->params[i].offset);
     if (rc == REGC_OK) {

@@ -132,6 +132,8 @@ int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc
  * creating it; each file is written atomically. Graph models write
  * graph.json instead of config.json. */
 int regc_model_save(const regc_model *m, const char *dir);
+/* The same with parameter i stored as dtype[i] (NULL: all fp32). */
+int regc_model_save_as(const regc_model *m, const char *dir, const regc_dtype *dtype);
 /* m as a graph model of its flat graph at [batch, seq]: the same
  * parameters (and weights, when m has them) and its constant inputs'
  * values as m's architecture fills them. Saved, it trains with no
@@ -159,6 +161,9 @@ int regc_st_parse(const char *name, const void *bytes, size_t size, regc_st_file
 void regc_st_close(regc_st_file *f);
 int regc_st_count(const regc_st_file *f);
 const char *regc_st_name(const regc_st_file *f, int i);
+/* Tensor i's dtype when it is a float one (REGC_F32, REGC_BF16, REGC_F16),
+ * else -1. */
+int regc_st_float_dtype(const regc_st_file *f, int i);
 int regc_st_find(const regc_st_file *f, const char *name); /* index or -1 */
 /* Read tensor i converted to fp32 (F32, BF16, F16 accepted), checking that
  * its shape is exactly `shape`. */
@@ -204,6 +209,8 @@ int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out);
 /* A LoRA model's base source w reads its adapters from the PEFT adapter
  * directory dir from now on (a checkpoint's). */
 int regc_weights_use_adapter(regc_weights *w, const char *dir);
+/* The dtype parameter i is stored in at its source (REGC_F32 when drawn). */
+regc_dtype regc_weights_dtype(const regc_weights *w, int i);
 /* Elements [first, first + n) of parameter i (row-major) as fp32. */
 int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *dst);
 /* The bytes of files read so far (0 for the seeded init). */
@@ -223,6 +230,10 @@ int regc_model_read_constants(regc_model *m, regc_weights *w);
  * nothing behind. */
 typedef struct regc_model_writer regc_model_writer;
 int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writer **out);
+/* The same with parameter i stored as dtype[i] (REGC_F32, REGC_BF16 or
+ * REGC_F16; NULL: all fp32). */
+int regc_model_writer_open_as(const regc_model *m, const char *dir, const regc_dtype *dtype,
+                              regc_model_writer **out);
 int regc_model_writer_put(regc_model_writer *w, int i, int64_t first, int64_t n, const float *src);
 int regc_model_writer_finish(regc_model_writer *w);
 void regc_model_writer_abandon(regc_model_writer *w);

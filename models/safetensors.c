@@ -422,6 +422,17 @@ const char *regc_st_name(const regc_st_file *f, int i)
     return (i >= 0 && i < f->n) ? f->t[i].name : NULL;
 }
 
+int regc_st_float_dtype(const regc_st_file *f, int i)
+{
+    if (i < 0 || i >= f->n)
+        return -1;
+    const char *d = f->t[i].dtype;
+    return !strcmp(d, "F32")    ? REGC_F32
+           : !strcmp(d, "BF16") ? REGC_BF16
+           : !strcmp(d, "F16")  ? REGC_F16
+                                : -1;
+}
+
 int regc_st_find(const regc_st_file *f, const char *name)
 {
     st_sorted key = {name, -1};

@@ -426,6 +426,16 @@ int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out)
     return rc;
 }
 
+regc_dtype regc_weights_dtype(const regc_weights *w, int i)
+{
+    if (w->adapter && is_adapter(w->m, i))
+        return regc_weights_dtype(w->adapter, i);
+    if (w->seeded || i < 0 || i >= w->n_bound || w->file_of[i] < 0)
+        return REGC_F32;
+    const int d = regc_st_float_dtype(w->file[w->file_of[i]], w->tensor_of[i]);
+    return d < 0 ? REGC_F32 : (regc_dtype)d;
+}
+
 int regc_weights_use_adapter(regc_weights *w, const char *dir)
 {
     if (w->part != PART_BASE)
@@ -529,6 +539,12 @@ void regc_model_writer_abandon(regc_model_writer *w)
 
 int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writer **out)
 {
+    return regc_model_writer_open_as(m, dir, NULL, out);
+}
+
+int regc_model_writer_open_as(const regc_model *m, const char *dir, const regc_dtype *dtype,
+                              regc_model_writer **out)
+{
     *out = NULL;
     int rc = regc_make_dirs(dir);
     if (rc < 0)
@@ -552,7 +568,7 @@ int regc_model_writer_open(const regc_model *m, const char *dir, regc_model_writ
             snprintf(peft[i], sizeof peft[i], "%s%s", REGC_PEFT_PREFIX, p->name);
             e[i].name = peft[i];
         }
-        e[i].dtype = REGC_F32;
+        e[i].dtype = dtype ? dtype[first + i] : REGC_F32;
         e[i].ndim = p->ndim;
         memcpy(e[i].shape, p->shape, sizeof p->shape);
     }

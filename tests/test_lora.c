@@ -429,6 +429,67 @@ static void test_config_file(void **state)
     free(tmp);
 }
 
+/* `regc merge` of a base stored in bf16 writes every tensor in bf16: those
+ * no adapter touched as they were, the adapted ones moved. */
+static void test_merge_keeps_dtype(void **state)
+{
+    (void)state;
+    char *tmp = regc_test_make_temp_dir("lora-merge"), args[3000], cmd[4000], *out = NULL;
+    assert_non_null(tmp);
+    char *base = regc_test_join(tmp, "base"), *merged = regc_test_join(tmp, "merged");
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load("llama-tiny", &m), REGC_OK);
+    assert_int_equal(regc_model_init_random(m, 5), REGC_OK);
+    const int n = regc_model_n_params(m);
+    regc_dtype *bf16 = malloc((size_t)n * sizeof *bf16);
+    assert_non_null(bf16);
+    for (int i = 0; i < n; i++)
+        bf16[i] = REGC_BF16;
+    assert_int_equal(regc_model_save_as(m, base, bf16), REGC_OK);
+    free(bf16);
+    regc_model_free(m);
+    snprintf(args, sizeof args, "--model %s --lora-r 4 --steps 2 --save %s/a", base, tmp);
+    snprintf(cmd, sizeof cmd, "%s train --batch 2 --seq 16 %s 2>&1", REGC_BIN, args);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s merge --model %s --adapter %s/a --save %s 2>&1", REGC_BIN, base,
+             tmp, merged);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s", out);
+    free(out);
+    char a[3100], b[3100];
+    snprintf(a, sizeof a, "%s/model.safetensors", base);
+    snprintf(b, sizeof b, "%s/model.safetensors", merged);
+    regc_st_file *fa = NULL, *fb = NULL;
+    assert_int_equal(regc_st_open(a, &fa), REGC_OK);
+    assert_int_equal(regc_st_open(b, &fb), REGC_OK);
+    assert_int_equal(regc_st_count(fa), regc_st_count(fb));
+    int moved = 0;
+    for (int i = 0; i < regc_st_count(fa); i++) {
+        const char *name = regc_st_name(fa, i);
+        const int j = regc_st_find(fb, name);
+        assert_true(j >= 0);
+        assert_int_equal(regc_st_float_dtype(fb, j), REGC_BF16);
+        const int64_t bytes = regc_st_bytes(fa, i);
+        assert_int_equal(bytes, regc_st_bytes(fb, j));
+        float *x = malloc((size_t)bytes * 2), *y = malloc((size_t)bytes * 2);
+        assert_non_null(x), assert_non_null(y);
+        assert_int_equal(regc_st_read_range(fa, i, 0, bytes / 2, x), REGC_OK);
+        assert_int_equal(regc_st_read_range(fb, j, 0, bytes / 2, y), REGC_OK);
+        const int same = !memcmp(x, y, (size_t)bytes * 2);
+        const int adapted = strstr(name, "q_proj") || strstr(name, "v_proj");
+        if (!adapted && !same)
+            fail_msg("%s changed, yet no adapter touches it", name);
+        moved += adapted && !same;
+        free(x), free(y);
+    }
+    assert_int_equal(moved, 8); /* q_proj and v_proj of 4 layers */
+    regc_st_close(fa), regc_st_close(fb);
+    regc_test_remove_tree(tmp);
+    free(tmp), free(base), free(merged);
+}
+
 /* One line naming the key, exit 1, for each thing regc does not take. */
 static void test_bad_input(void **state)
 {
@@ -510,8 +571,8 @@ int main(void)
         cmocka_unit_test(test_memory),      cmocka_unit_test(test_regional_levels_and_frozen),
         cmocka_unit_test(test_bf16_base),   cmocka_unit_test(test_stage3),
         cmocka_unit_test(test_threads),     cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_config_file), cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_bad_adapter),
+        cmocka_unit_test(test_config_file), cmocka_unit_test(test_merge_keeps_dtype),
+        cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_bad_adapter),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     failed += regc_test_train_cases_run(REGC_SOURCE_DIR "/tests/data/lora_reference.json", NULL,

@@ -1,6 +1,8 @@
 /* cmd_merge.c — `regc merge`: a PEFT LoRA adapter merged into its base, as
- * PEFT's merge_and_unload does (W += alpha / r * B A on every adapted layer),
- * written as a plain model directory that trains or loads without PEFT. */
+ * PEFT's merge_and_unload does (W += alpha / r * B A on every adapted layer,
+ * in fp32), written as a plain model directory that trains or loads without
+ * PEFT, each tensor in the dtype the base stored it in. */
+#include <stdlib.h>
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +16,7 @@ void print_merge_usage(FILE *f)
           "\n"
           "Merge a LoRA adapter (PEFT's adapter_config.json and adapter_model.safetensors, as\n"
           "`regc train --save` writes them under LoRA) into its base model and write the\n"
-          "merged model: config.json and model.safetensors (fp32).\n"
+          "merged model: config.json and model.safetensors, each tensor in the base's dtype.\n"
           "\n"
           "options:\n"
           "  --model <dir>    the base: a Hugging Face directory\n"
@@ -53,6 +55,7 @@ int cmd_merge(int argc, char **argv)
                            "--help)");
     regc_model *m = NULL;
     regc_weights *w = NULL;
+    regc_dtype *dtype = NULL; /* the base's, per parameter */
     regc_lora_config c;
     char targets[1024], what[600];
     int rc = regc_model_load_shapes(model, &m);
@@ -63,11 +66,17 @@ int cmd_merge(int argc, char **argv)
         regc_lora_describe(m, what, sizeof what);
     if (rc == REGC_OK && (rc = regc_weights_open(m, model, "", &w)) == REGC_OK)
         rc = regc_model_read_weights(m, w);
+    const int n = rc == REGC_OK ? regc_model_n_params(m) : 0;
+    if (rc == REGC_OK && !(dtype = malloc((size_t)n * sizeof *dtype + 1)))
+        rc = regc_error(REGC_ERR_MEMORY, "out of memory");
+    for (int i = 0; i < n && dtype; i++)
+        dtype[i] = regc_weights_dtype(w, i);
     regc_weights_close(w);
     if (rc == REGC_OK)
-        rc = regc_model_merge_lora(m);
+        rc = regc_model_merge_lora(m); /* the base's parameters, first, in order */
     if (rc == REGC_OK)
-        rc = regc_model_save(m, save);
+        rc = regc_model_save_as(m, save, dtype);
+    free(dtype);
     regc_model_free(m);
     if (rc) {
         fprintf(stderr, "regc: %s\n", regc_error_message());
