@@ -307,6 +307,12 @@ int regc_graph_model_read(regc_model *m, const char *path)
     return rc;
 }
 
+void regc_graph_model_shape(const regc_model *m, int64_t *batch, int64_t *seq)
+{
+    const graph_config *c = m->cfg;
+    *batch = c->batch, *seq = c->seq;
+}
+
 static int graph_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out)
 {
     const graph_config *c = m->cfg;

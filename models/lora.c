@@ -207,11 +207,6 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
 {
     if (m->lora)
         return regc_error(REGC_ERR_ARG, "%s: the model has LoRA adapters already", m->source);
-    if (!strcmp(m->arch->model_type, "graph"))
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "lora: applies to gpt2, llama, bert and t5 models, not to a graph JSON "
-                          "model (%s)",
-                          m->source);
     if (c->r < 1 || c->r > 65536)
         return regc_error(REGC_ERR_ARG, "lora.r: %lld (a rank of at least 1)", (long long)c->r);
     if (!(c->alpha > 0.0) || !isfinite(c->alpha))
@@ -220,9 +215,13 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
         return regc_error(REGC_ERR_ARG, "lora.lora_dropout: %g (in [0, 1))", c->dropout);
     if (!c->target_modules || !c->target_modules[0])
         return regc_error(REGC_ERR_ARG, "lora.target_modules: empty");
-    /* the linear layers, from a graph of the smallest shape */
+    /* the linear layers, from a graph of the smallest shape (a graph
+     * model's own: it has one) */
+    int64_t batch = 1, seq = 1;
+    if (m->arch == &regc_arch_graph)
+        regc_graph_model_shape(m, &batch, &seq);
     regc_graph *g = NULL;
-    int rc = m->arch->build_graph(m, 1, 1, &g);
+    int rc = m->arch->build_graph(m, batch, seq, &g);
     char *kind = malloc((size_t)m->n_params + 1), *chosen = malloc((size_t)m->n_params + 1);
     char *only_mm = malloc((size_t)m->n_params + 1);
     regc_lora *l = calloc(1, sizeof *l);
@@ -382,6 +381,17 @@ int regc_lora_rewrite(const regc_model *m, regc_graph *g, regc_graph **out)
     }
     if (rc == REGC_OK)
         rc = regc_graph_copy_leaves(g, h, map);
+    /* a graph model's graph knows neither the adapters nor what is frozen:
+     * the model says */
+    for (int i = 0; rc == REGC_OK && i < m->n_params; i++) {
+        const regc_model_param *q = &m->params[i];
+        int t = regc_graph_find_tensor(h, q->name);
+        if (t < 0 && (t = regc_graph_add_tensor(h, q->name, REGC_F32, REGC_ROLE_PARAM, q->ndim,
+                                                q->shape)) < 0)
+            rc = t;
+        else
+            rc = regc_graph_set_frozen(h, t, q->frozen);
+    }
     for (int i = 0; rc == REGC_OK && i < n_n; i++) {
         const regc_node *n = regc_graph_node(g, i);
         int in[REGC_MAX_IO], o[REGC_MAX_IO];

@@ -139,6 +139,8 @@ int regc_graph_model_read(regc_model *m, const char *path);
 /* The same for the file's text (NUL-terminated); `path` names it in
  * messages. */
 int regc_graph_model_parse(regc_model *m, const char *text, const char *path);
+/* The one batch and sequence a graph model's graph is built for. */
+void regc_graph_model_shape(const regc_model *m, int64_t *batch, int64_t *seq);
 
 /* A model from the text of a config.json (len bytes), shapes only: `path`
  * names the file in messages, `dir` the model (its source). */

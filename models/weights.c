@@ -550,7 +550,10 @@ int regc_model_writer_open_as(const regc_model *m, const char *dir, const regc_d
     if (rc < 0)
         return rc;
     regc_model_writer *w = calloc(1, sizeof *w);
-    const int first = m->lora ? m->lora->n_base : 0, n = m->n_params - first + m->n_consts;
+    /* a LoRA model: the adapters alone (a graph model's constants stay in
+     * its base's file) */
+    const int first = m->lora ? m->lora->n_base : 0, n_consts = m->lora ? 0 : m->n_consts;
+    const int n = m->n_params - first + n_consts;
     regc_st_entry *e = calloc((size_t)n + 1, sizeof *e);
     char(*peft)[600] = m->lora ? calloc((size_t)n + 1, sizeof *peft) : NULL;
     char path[4096];
@@ -573,7 +576,7 @@ int regc_model_writer_open_as(const regc_model *m, const char *dir, const regc_d
         memcpy(e[i].shape, p->shape, sizeof p->shape);
     }
     /* the constants after the parameters, written now: they never change */
-    for (int k = 0; k < m->n_consts; k++) {
+    for (int k = 0; k < n_consts; k++) {
         const regc_model_const *c = &m->consts[k];
         regc_st_entry *x = &e[m->n_params + k];
         x->name = c->name;
@@ -588,7 +591,7 @@ int regc_model_writer_open_as(const regc_model *m, const char *dir, const regc_d
                                               m->lora ? "adapter_model.safetensors"
                                                       : "model.safetensors")) == REGC_OK)
         rc = regc_st_writer_open(path, e, n, 0, &w->st);
-    for (int k = 0; k < m->n_consts && rc == REGC_OK; k++) {
+    for (int k = 0; k < n_consts && rc == REGC_OK; k++) {
         const regc_model_const *c = &m->consts[k];
         const int i = m->n_params + k;
         rc = c->dtype == REGC_I32 ? regc_st_writer_put_i32(w->st, i, 0, c->numel, c->data)

@@ -429,6 +429,54 @@ static void test_config_file(void **state)
     free(tmp);
 }
 
+/* LoRA on a model exported from PyTorch (a graph JSON model: Qwen2's
+ * graph, tests/data/exports): every linear layer found by the names the
+ * exporter kept, regional == full bit for bit, the adapter saved with
+ * PEFT's names. */
+static void test_exported_model(void **state)
+{
+    (void)state;
+    char *tmp = regc_test_make_temp_dir("lora-export"), cmd[4000], *out = NULL;
+    assert_non_null(tmp);
+    uint16_t t[4096];
+    for (int i = 0; i < 4096; i++)
+        t[i] = (uint16_t)((i * 7919u + 13u) % 96u);
+    char *tokens = regc_test_join(tmp, "tokens.bin");
+    assert_int_equal(regc_tokens_write(tokens, t, 4096), 0);
+    double loss[2][8];
+    for (int regional = 0; regional < 2; regional++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s train --model %s/tests/data/exports/qwen2/graph.json --weights "
+                 "%s/tests/data/exports/qwen2/model.safetensors --data %s --batch 2 --seq 12 "
+                 "--steps 4 --json --lora-r 4 --lora-target-modules all-linear --regional %s "
+                 "--save %s/%d 2>/dev/null",
+                 REGC_BIN, REGC_SOURCE_DIR, REGC_SOURCE_DIR, tokens, regional ? "on" : "off", tmp,
+                 regional);
+        if (regc_test_run_capture(cmd, &out) != 0)
+            fail_msg("%s", out);
+        assert_int_equal(regc_test_json_losses(out, loss[regional], 8), 4);
+        free(out);
+    }
+    assert_memory_equal(loss[0], loss[1], 4 * sizeof loss[0][0]);
+    char a[3100], b[3100];
+    snprintf(a, sizeof a, "%s/0/adapter_model.safetensors", tmp);
+    snprintf(b, sizeof b, "%s/1/adapter_model.safetensors", tmp);
+    size_t na = 0, nb = 0;
+    char *x = regc_test_read_file(a, &na), *y = regc_test_read_file(b, &nb);
+    assert_non_null(x), assert_non_null(y);
+    assert_int_equal(na, nb);
+    assert_memory_equal(x, y, na);
+    free(x), free(y);
+    regc_st_file *f = NULL;
+    assert_int_equal(regc_st_open(a, &f), REGC_OK);
+    assert_int_equal(regc_st_count(f), 2 * 7 * 2); /* A and B of 7 layers in each of 2 blocks */
+    assert_true(regc_st_find(f, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight") >=
+                0);
+    regc_st_close(f);
+    regc_test_remove_tree(tmp);
+    free(tmp), free(tokens);
+}
+
 /* `regc merge` of a base stored in bf16 writes every tensor in bf16: those
  * no adapter touched as they were, the adapted ones moved. */
 static void test_merge_keeps_dtype(void **state)
@@ -568,11 +616,12 @@ static void test_bad_adapter(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_memory),      cmocka_unit_test(test_regional_levels_and_frozen),
-        cmocka_unit_test(test_bf16_base),   cmocka_unit_test(test_stage3),
-        cmocka_unit_test(test_threads),     cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_config_file), cmocka_unit_test(test_merge_keeps_dtype),
-        cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_bad_adapter),
+        cmocka_unit_test(test_memory),         cmocka_unit_test(test_regional_levels_and_frozen),
+        cmocka_unit_test(test_bf16_base),      cmocka_unit_test(test_stage3),
+        cmocka_unit_test(test_threads),        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_config_file),    cmocka_unit_test(test_merge_keeps_dtype),
+        cmocka_unit_test(test_exported_model), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_adapter),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     failed += regc_test_train_cases_run(REGC_SOURCE_DIR "/tests/data/lora_reference.json", NULL,

@@ -59,6 +59,11 @@ int cmd_merge(int argc, char **argv)
     regc_lora_config c;
     char targets[1024], what[600];
     int rc = regc_model_load_shapes(model, &m);
+    if (rc == REGC_OK && !strcmp(regc_model_arch(m), "graph"))
+        rc = regc_error(REGC_ERR_UNSUPPORTED,
+                        "%s: a graph JSON model's adapter is not merged yet (its weights are a "
+                        "file of their own)",
+                        model);
     if (rc == REGC_OK &&
         (rc = regc_lora_read_config(adapter, &c, targets, sizeof targets)) == REGC_OK)
         rc = regc_model_add_lora(m, &c);
