@@ -126,6 +126,47 @@ static void test_peft_case(void **state)
     c->spec = lora_case;
 }
 
+/* A case of the file's "graph_cases": LoRA on a model exported from
+ * PyTorch (Qwen2's graph), from PEFT's adapter, with its own token file. */
+static void test_peft_graph_case(void **state)
+{
+    const cJSON *c = *state;
+    const char *name = regc_test_json_get(c, "name")->valuestring;
+    char *tmp = regc_test_make_temp_dir("lora-graph"), cmd[4000], *out = NULL;
+    assert_non_null(tmp);
+    const int steps = (int)regc_test_json_int(c, "steps");
+    char model[3000];
+    snprintf(model, sizeof model,
+             "%s train --model %s/%s --weights %s/%s --data %s/%s --batch %lld --seq %lld --lr "
+             "%.17g --weight-decay %.17g --json",
+             REGC_BIN, REGC_SOURCE_DIR, regc_test_json_get(c, "graph")->valuestring,
+             REGC_SOURCE_DIR, regc_test_json_get(c, "weights")->valuestring, REGC_SOURCE_DIR,
+             regc_test_json_get(c, "tokens")->valuestring,
+             (long long)regc_test_json_int(c, "batch"), (long long)regc_test_json_int(c, "seq"),
+             regc_test_json_number(c, "lr"), regc_test_json_number(c, "weight_decay"));
+    snprintf(cmd, sizeof cmd, "%s --steps %d --adapter %s/%s --save %s/saved 2>/dev/null", model,
+             steps, REGC_SOURCE_DIR, regc_test_json_get(c, "adapter_dir")->valuestring, tmp);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s: %s", name, out);
+    double loss[REGC_TEST_TRAIN_MAX_STEPS];
+    assert_int_equal(regc_test_json_losses(out, loss, REGC_TEST_TRAIN_MAX_STEPS), steps);
+    free(out);
+    check_losses(name, loss, regc_test_json_get(c, "losses"), steps);
+    /* the saved adapter, at a rate that moves nothing: batch `steps`, the
+     * next one, gives PEFT's loss after its steps */
+    snprintf(cmd, sizeof cmd, "%s --steps %d --lr 1e-30 --adapter %s/saved 2>/dev/null", model,
+             steps + 1, tmp);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s: %s", name, out);
+    assert_int_equal(regc_test_json_losses(out, loss, REGC_TEST_TRAIN_MAX_STEPS), steps + 1);
+    free(out);
+    const double next = regc_test_json_number(c, "next_loss");
+    print_message("case %s next batch: regc %.9f  peft %.9f\n", name, loss[steps], next);
+    assert_true(fabs(loss[steps] - next) <= LOSS_RTOL * fabs(next));
+    regc_test_remove_tree(tmp);
+    free(tmp);
+}
+
 /* ---------------------------------------------------------------- properties */
 
 static const char *const presets[] = {"llama-tiny", "gpt2-tiny", "bert-tiny", "t5-tiny"};
@@ -624,7 +665,27 @@ int main(void)
         cmocka_unit_test(test_bad_adapter),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    failed += regc_test_train_cases_run(REGC_SOURCE_DIR "/tests/data/lora_reference.json", NULL,
-                                        test_peft_case);
+    const char *path = REGC_SOURCE_DIR "/tests/data/lora_reference.json";
+    failed += regc_test_train_cases_run(path, NULL, test_peft_case);
+    /* the exported models' cases */
+    char *text = regc_test_read_file(path, NULL);
+    cJSON *ref = text ? cJSON_Parse(text) : NULL;
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(ref, "graph_cases");
+    struct CMUnitTest graph[8];
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach (c, cases)
+        if (n < 8)
+            graph[n++] =
+                (struct CMUnitTest){cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring,
+                                    test_peft_graph_case, NULL, NULL, (void *)c};
+    if (n == 0) {
+        fprintf(stderr, "%s: no \"graph_cases\" (run tools/reference/lora_reference.py)\n", path);
+        failed++;
+    } else {
+        failed += _cmocka_run_group_tests("graph_cases", graph, (size_t)n, NULL, NULL);
+    }
+    cJSON_Delete(ref);
+    free(text);
     return failed;
 }

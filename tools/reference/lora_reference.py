@@ -36,6 +36,27 @@ train --adapter tests/data/lora/<case> ... --save <tmp>/saved`, loads the
 saved adapter with PeftModel.from_pretrained and prints regc's losses and
 PEFT's next-batch loss against the JSON's (exit 1 past 1e-5 relative), and
 any warning PEFT gives on the saved adapter_config.json.
+
+"graph_cases" (a list of its own, so the C test that reads "cases" is
+unaffected): the same LoRA on a graph model, the tiny Qwen2 that
+export_cases.py exported to tests/data/exports/qwen2/ (graph.json and
+model.safetensors, Transformers' own parameter names), which regc trains as
+
+    regc train --model tests/data/exports/qwen2/graph.json \
+        --weights tests/data/exports/qwen2/model.safetensors \
+        --data tests/data/lora/qwen2_tokens.bin --batch 2 --seq 12 --steps 10 \
+        --lr <lr> --weight-decay <weight_decay> --json --adapter tests/data/lora/<case>
+
+Here the base is Transformers' Qwen2ForCausalLM (float32, eager attention)
+with export_cases.py's config, its weights loaded strictly from that
+model.safetensors (the embedding tied to lm_head, as the export has it); the
+script prints its loss on batch 0 against export_cases.py's PyTorch loss
+(tests/data/exports/reference.json; its token stream starts as ours) and,
+when a built regc is found (--regc, default build/regc), against `regc train
+... --steps 1 --lr 1e-30 --json` without the adapter. The tokens are
+reference_common.make_tokens(export seed, GRAPH["n_tokens"], vocab), written
+as an llm.c token file, tests/data/lora/qwen2_tokens.bin; batch k is
+llm.c's (regc_tokens_batch's). --check-regc checks these cases too.
 """
 
 import argparse
@@ -55,7 +76,7 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from reference_common import default_out, get_batch, init_params, lr_lambda, make_tokens
 
@@ -68,6 +89,16 @@ CASES = [
 ]
 # uniform in [center - halfwidth, center + halfwidth), as reference_common
 A_INIT, B_INIT = (0.0, 0.1), (0.0, 0.05)
+# The graph cases: LoRA on export_cases.py's exported Qwen2 (its CASES entry
+# GRAPH["export"], in tests/data/exports/<export>/), trained at the batch and
+# sequence the graph was built for, constant learning rate, AdamW's defaults.
+GRAPH = dict(export="qwen2", lr=3e-3, weight_decay=0.0, n_tokens=1000,
+             tokens="tests/data/lora/qwen2_tokens.bin")
+GRAPH_CASES = [
+    dict(name="qwen2_qv", target_modules=["q_proj", "v_proj"], lora_seed=4003),
+    dict(name="qwen2_all", target_modules="all-linear", lora_seed=4004),
+]
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 # what the C harness needs to rebuild the base (test_train_case.c reads these)
 BASE_KEYS = ("name", "seed", "config", "params", "batch", "seq", "lr", "weight_decay",
              "n_tokens", "extra_args", "param_sum")
@@ -104,15 +135,18 @@ def file_key(name):
     return name.replace(".default", "")
 
 
-def run_case(case, base, tokens, out_dir):
-    model = build_base(base)
-    with torch.no_grad():
-        base_loss = batch_loss(model, tokens, 0, base).item()
-    rel = abs(base_loss - base["reference_loss0"]) / abs(base["reference_loss0"])
-    print("%-10s base loss on batch 0: transformers %.9f, llama_reference %.9f, rel %.1e" %
-          (case["name"], base_loss, base["reference_loss0"], rel))
-    assert rel < 1e-5, "Transformers' Llama disagrees with llama_reference.py"
+LORA_INIT_HOW = ("the adapter file is the source of truth; it was made as: tensor t of "
+                 "\"tensors\" (PEFT's named_parameters order) = "
+                 "regc_rng_fill_uniform(numel, regc_rng_substream(seed, t), center, "
+                 "halfwidth) in row-major order of its shape, i.e. "
+                 "reference_common.init_params(seed, tensors); lora_A [r, in] center 0 "
+                 "halfwidth 0.1, lora_B [out, r] center 0 halfwidth 0.05")
 
+
+def lora_train(model, case, tokens, bs, lr, weight_decay, schedule, out_dir):
+    """Wrap model with the case's LoRA, set its weights, save the adapter to
+    out_dir/<case>, train STEPS AdamW steps; bs holds "batch" and "seq".
+    What the JSON records of it."""
     lora_cfg = peft.LoraConfig(target_modules=case["target_modules"], **LORA)
     model = peft.get_peft_model(model, lora_cfg)
     # Nonzero A and B, counter-based: tensor t of PEFT's named_parameters()
@@ -141,53 +175,206 @@ def run_case(case, base, tokens, out_dir):
     # AdamW exactly as reference_common.train: one group, HF's schedule factor
     # set before each step, loss recorded before its update.
     params = [p for _, p in lora]
-    opt = torch.optim.AdamW(params, lr=base["lr"], betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=base["weight_decay"])
-    sched = dict(base["schedule"], lr=base["lr"], steps=STEPS)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=weight_decay)
+    sched = dict(schedule, lr=lr, steps=STEPS)
     losses = []
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
-        loss = batch_loss(model, tokens, step, base)
+        loss = batch_loss(model, tokens, step, bs)
         loss.backward()
         losses.append(loss.item())
         for group in opt.param_groups:
-            group["lr"] = base["lr"] * lr_lambda(sched, step)
+            group["lr"] = lr * lr_lambda(sched, step)
         opt.step()
     with torch.no_grad():
-        next_loss = batch_loss(model, tokens, STEPS, base).item()
+        next_loss = batch_loss(model, tokens, STEPS, bs).item()
         # merge on a copy: merge_and_unload rewrites the base weights in place
         merged = copy.deepcopy(model).merge_and_unload()
-        merged_next_loss = batch_loss(merged, tokens, STEPS, base).item()
+        merged_next_loss = batch_loss(merged, tokens, STEPS, bs).item()
     print("%-10s %d tensors, losses %s\n%-10s next %.9f merged %.9f (rel %.1e)" %
           (case["name"], len(peft_keys), " ".join("%.6f" % x for x in losses), "", next_loss,
            merged_next_loss, abs(next_loss - merged_next_loss) / abs(next_loss)))
+    return dict(specs=specs, peft_keys=peft_keys, losses=losses,
+                next_loss=next_loss, merged_next_loss=merged_next_loss)
+
+
+def lora_record(case):
+    return {"r": LORA["r"], "lora_alpha": LORA["lora_alpha"],
+            "target_modules": case["target_modules"], "use_rslora": LORA["use_rslora"],
+            "lora_dropout": LORA["lora_dropout"], "bias": LORA["bias"]}
+
+
+def run_case(case, base, tokens, out_dir):
+    model = build_base(base)
+    with torch.no_grad():
+        base_loss = batch_loss(model, tokens, 0, base).item()
+    rel = abs(base_loss - base["reference_loss0"]) / abs(base["reference_loss0"])
+    print("%-10s base loss on batch 0: transformers %.9f, llama_reference %.9f, rel %.1e" %
+          (case["name"], base_loss, base["reference_loss0"], rel))
+    assert rel < 1e-5, "Transformers' Llama disagrees with llama_reference.py"
+
+    t = lora_train(model, case, tokens, base, base["lr"], base["weight_decay"], base["schedule"],
+                   out_dir)
     return {
         "name": case["name"],
         "base": {k: base[k] for k in BASE_KEYS},
         "base_source": "tests/data/llama_reference.json, cases[0]",
         "base_loss_batch0": base_loss,
         "adapter_dir": "tests/data/lora/" + case["name"],
-        "lora": {"r": LORA["r"], "lora_alpha": LORA["lora_alpha"],
-                 "target_modules": case["target_modules"], "use_rslora": LORA["use_rslora"],
-                 "lora_dropout": LORA["lora_dropout"], "bias": LORA["bias"]},
+        "lora": lora_record(case),
         "lora_init": {
-            "how": "the adapter file is the source of truth; it was made as: tensor t of "
-                   "\"tensors\" (PEFT's named_parameters order) = "
-                   "regc_rng_fill_uniform(numel, regc_rng_substream(seed, t), center, "
-                   "halfwidth) in row-major order of its shape, i.e. "
-                   "reference_common.init_params(seed, tensors); lora_A [r, in] center 0 "
-                   "halfwidth 0.1, lora_B [out, r] center 0 halfwidth 0.05",
+            "how": LORA_INIT_HOW,
             "seed": case["lora_seed"],
-            "tensors": [[k, list(s), c, h] for k, s, c, h in specs],
+            "tensors": [[k, list(s), c, h] for k, s, c, h in t["specs"]],
         },
         "steps": STEPS,
         "optimizer": "torch.optim.AdamW over the LoRA tensors only, betas (0.9, 0.999), "
                      "eps 1e-8, the base's lr, weight_decay and schedule; step k trains "
                      "on batch k",
-        "losses": losses,
-        "next_loss": next_loss,
-        "merged_next_loss": merged_next_loss,
-        "peft_keys": peft_keys,
+        "losses": t["losses"],
+        "next_loss": t["next_loss"],
+        "merged_next_loss": t["merged_next_loss"],
+        "peft_keys": t["peft_keys"],
+    }
+
+
+# ---------------------------------------------------------------------------
+# The graph cases: LoRA on an exported model (export_cases.py's Qwen2)
+# ---------------------------------------------------------------------------
+def graph_setup():
+    """Everything the graph cases share: export_cases.py's case of the export
+    (its config, seed, batch and seq), the paths, the token stream."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import export_cases  # its CASES: the config the export was made with
+    ex = next(c for c in export_cases.CASES if c["name"] == GRAPH["export"])
+    assert ex["arch"] == "Qwen2"
+    d = "tests/data/exports/" + GRAPH["export"]
+    g = dict(GRAPH, export_case=ex, config=ex["config"], batch=ex["batch"], seq=ex["seq"],
+             token_seed=ex["seed"], vocab=ex["config"]["vocab_size"],
+             graph=d + "/graph.json", weights=d + "/model.safetensors")
+    g["token_stream"] = make_tokens(g["token_seed"], g["n_tokens"], g["vocab"])
+    g["token_bytes"] = token_file_bytes(g["token_stream"])
+    # export_cases.py's PyTorch loss of the export on its batch 0: its stream
+    # is make_tokens(seed, its n_tokens, vocab), which ours extends
+    with open(os.path.join(REPO, "tests/data/exports/reference.json")) as f:
+        ref = json.load(f)
+    rec = next(c for c in ref["cases"] if c["name"] == GRAPH["export"])
+    assert (rec["seed"], rec["batch"], rec["seq"], rec["vocab"]) == \
+        (ex["seed"], ex["batch"], ex["seq"], g["vocab"])
+    assert rec["n_tokens"] <= g["n_tokens"]
+    g["export_loss0"] = rec["losses"][0]
+    return g
+
+
+def token_file_bytes(tokens):
+    """llm.c's token file: 256 int32 header (magic, version, count), uint16 tokens."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = 20240520, 1, len(tokens)
+    return header.tobytes() + tokens.astype("<u2").tobytes()
+
+
+def build_graph_base(g):
+    """Qwen2ForCausalLM with the export's config and its weights, strictly:
+    every parameter from model.safetensors and every tensor of it used but
+    the graph's constants (rope_cos, rope_sin: the graph's rotary tables;
+    Transformers computes its own). The export holds the tied embedding
+    once, as lm_head.weight (the graph's embedding node reads that tensor)."""
+    config = Qwen2Config(**g["config"], attn_implementation="eager")
+    model = Qwen2ForCausalLM(config).to(torch.float32)
+    assert model.config._attn_implementation == "eager"
+    with open(os.path.join(REPO, g["graph"])) as f:
+        graph = json.load(f)
+    consts = {t["name"] for t in graph["tensors"] if t["role"] == "constant"}
+    state = safetensors.torch.load_file(os.path.join(REPO, g["weights"]))
+    assert consts <= set(state), "the weights lack a constant of the graph"
+    state = {k: v for k, v in state.items() if k not in consts}
+    tied = config.tie_word_embeddings
+    assert tied == ("model.embed_tokens.weight" not in state), "tied as the export is"
+    if tied:
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+        state["model.embed_tokens.weight"] = state["lm_head.weight"]
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def regc_json(regc, args):
+    run = subprocess.run([regc, "train", *args, "--json"], capture_output=True, text=True,
+                         cwd=REPO)
+    if run.returncode:
+        sys.stderr.write(run.stderr)
+        run.check_returncode()
+    out = run.stdout
+    reports = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [r["loss"] for r in reports if "step" in r and "loss" in r]
+
+
+def regc_graph_args(g, tokens_path, steps, lr, weight_decay):
+    return ["--model", g["graph"], "--weights", g["weights"], "--data", tokens_path,
+            "--batch", str(g["batch"]), "--seq", str(g["seq"]), "--steps", str(steps),
+            "--lr", repr(lr), "--weight-decay", repr(weight_decay)]
+
+
+def run_graph_case(case, g, out_dir, regc):
+    tokens = g["token_stream"]
+    model = build_graph_base(g)
+    with torch.no_grad():
+        base_loss = batch_loss(model, tokens, 0, g).item()
+    rel = abs(base_loss - g["export_loss0"]) / abs(g["export_loss0"])
+    print("%-10s base loss on batch 0: transformers %.9f, export_cases %.9f, rel %.1e" %
+          (case["name"], base_loss, g["export_loss0"], rel))
+    assert rel < 1e-5, "Transformers' Qwen2 disagrees with export_cases.py's loss"
+    if regc:
+        # the graph model without LoRA, one step whose update is nil: its loss on batch 0
+        got = regc_json(regc, regc_graph_args(g, g["tokens_path"], 1, 1e-30, 0.0))[0]
+        rel = abs(got - base_loss) / abs(base_loss)
+        print("%-10s base loss on batch 0: transformers %.9f, regc %.9f, rel %.1e" %
+              (case["name"], base_loss, got, rel))
+        assert rel < 1e-5, "regc's graph model disagrees with Transformers' Qwen2"
+
+    t = lora_train(model, case, tokens, g, g["lr"], g["weight_decay"], {}, out_dir)
+    targeted = sorted({k.rsplit(".lora_", 1)[0] for k, _ in t["peft_keys"]})
+    print("%-10s LoRA on %s" % (case["name"], " ".join(targeted)))
+    ex = g["export_case"]
+    return {
+        "name": case["name"],
+        "graph": g["graph"],
+        "weights": g["weights"],
+        "tokens": g["tokens"],
+        "batch": g["batch"],
+        "seq": g["seq"],
+        "lr": g["lr"],
+        "weight_decay": g["weight_decay"],
+        "steps": STEPS,
+        "adapter_dir": "tests/data/lora/" + case["name"],
+        "lora": lora_record(case),
+        "losses": t["losses"],
+        "next_loss": t["next_loss"],
+        "merged_next_loss": t["merged_next_loss"],
+        "base_source": "tools/reference/export_cases.py, case %r: Transformers' %sForCausalLM "
+                       "with this config (float32, eager attention), tie_word_embeddings as "
+                       "its config; the weights the export's model.safetensors"
+                       % (ex["name"], ex["arch"]),
+        "config": g["config"],
+        "base_loss_batch0": base_loss,
+        "token_stream": {
+            "how": "reference_common.make_tokens(seed, n_tokens, vocab): token i = "
+                   "regc_rng_at(regc_rng_substream(seed, 1000000), i) % vocab, the "
+                   "stream test_exports.c trains the export on, longer; the tokens file "
+                   "holds it as llm.c's token file; batch k is regc_tokens_batch's "
+                   "(llm.c's order)",
+            "seed": g["token_seed"], "n_tokens": g["n_tokens"], "vocab": g["vocab"],
+        },
+        "lora_init": {
+            "how": LORA_INIT_HOW,
+            "seed": case["lora_seed"],
+            "tensors": [[k, list(s), c, h] for k, s, c, h in t["specs"]],
+        },
+        "schedule": "constant",
+        "optimizer": "torch.optim.AdamW over the LoRA tensors only, betas (0.9, 0.999), "
+                     "eps 1e-8, lr and weight_decay as recorded, constant; step k trains "
+                     "on batch k",
+        "peft_keys": t["peft_keys"],
     }
 
 
@@ -204,12 +391,9 @@ def check_regc(regc, rec, tokens, repo):
         state = {k: v.contiguous() for k, v in build_base(base).state_dict().items()}
         safetensors.torch.save_file(state, os.path.join(model_dir, "model.safetensors"),
                                     metadata={"format": "pt"})
-        # llm.c's token file: 256 int32 header (magic, version, count), uint16 tokens
-        header = np.zeros(256, dtype="<i4")
-        header[:3] = 20240520, 1, len(tokens)
         tok_path = os.path.join(tmp, "tokens.bin")
         with open(tok_path, "wb") as f:
-            f.write(header.tobytes() + tokens.astype("<u2").tobytes())
+            f.write(token_file_bytes(tokens))
 
         cmd = [regc, "train", "--model", model_dir, "--data", tok_path,
                "--steps", str(rec["steps"]), "--batch", str(base["batch"]),
@@ -222,21 +406,31 @@ def check_regc(regc, rec, tokens, repo):
         assert len(losses) == rec["steps"], "regc reported %d steps" % len(losses)
         loss_rel = max(abs(a - b) / abs(b) for a, b in zip(losses, rec["losses"]))
 
-        # PEFT warns of keys it does not know; those it misses it fills with defaults
-        caught = {}
-        with warnings.catch_warnings(record=True) as caught["LoraConfig.from_pretrained"]:
-            warnings.simplefilter("always")
-            peft.LoraConfig.from_pretrained(saved)
-        with warnings.catch_warnings(record=True) as caught["PeftModel.from_pretrained"]:
-            warnings.simplefilter("always")
-            model = peft.PeftModel.from_pretrained(build_base(base), saved)
-        keys = [set(json.load(open(os.path.join(d, "adapter_config.json"))))
-                for d in (os.path.join(repo, rec["adapter_dir"]), saved)]
-        with torch.no_grad():
-            next_loss = batch_loss(model.eval(), tokens, rec["steps"], base).item()
-        next_rel = abs(next_loss - rec["next_loss"]) / abs(rec["next_loss"])
+        next_rel = check_saved(name, rec, losses, saved, lambda: build_base(base), tokens, base,
+                               repo)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return max(loss_rel, next_rel)
+
+
+def check_saved(name, rec, losses, saved, build, tokens, bs, repo):
+    """Print regc's losses against the JSON's and PEFT's next-batch loss with
+    the adapter regc saved in `saved` (on the base build() makes); the
+    relative difference of that next loss."""
+    loss_rel = max(abs(a - b) / abs(b) for a, b in zip(losses, rec["losses"]))
+    # PEFT warns of keys it does not know; those it misses it fills with defaults
+    caught = {}
+    with warnings.catch_warnings(record=True) as caught["LoraConfig.from_pretrained"]:
+        warnings.simplefilter("always")
+        peft.LoraConfig.from_pretrained(saved)
+    with warnings.catch_warnings(record=True) as caught["PeftModel.from_pretrained"]:
+        warnings.simplefilter("always")
+        model = peft.PeftModel.from_pretrained(build(), saved)
+    keys = [set(json.load(open(os.path.join(d, "adapter_config.json"))))
+            for d in (os.path.join(repo, rec["adapter_dir"]), saved)]
+    with torch.no_grad():
+        next_loss = batch_loss(model.eval(), tokens, rec["steps"], bs).item()
+    next_rel = abs(next_loss - rec["next_loss"]) / abs(rec["next_loss"])
     print("%-10s regc  %s\n%-10s json  %s\n%-10s losses max rel %.1e; next loss: peft+regc's "
           "adapter %.9f, json %.9f, rel %.1e" %
           (name, " ".join("%.6f" % x for x in losses), "",
@@ -249,6 +443,29 @@ def check_regc(regc, rec, tokens, repo):
         for w in ws:
             print("%-10s %s warns (%s:%d): %s: %s" % (name, call, os.path.basename(w.filename),
                                                      w.lineno, w.category.__name__, w.message))
+    return next_rel
+
+
+def check_regc_graph(regc, rec, g):
+    """Train a graph case's adapter with regc; as check_regc."""
+    name = rec["name"]
+    for k in ("graph", "weights", "batch", "seq", "tokens"):
+        assert rec[k] == g[k], "%s: %s is not the script's" % (name, k)
+    tok_path = os.path.join(REPO, rec["tokens"])
+    with open(tok_path, "rb") as f:
+        assert f.read() == g["token_bytes"], "%s differs from the token stream" % rec["tokens"]
+    tmp = tempfile.mkdtemp(prefix="lora_check_")
+    try:
+        saved = os.path.join(tmp, "saved")
+        losses = regc_json(regc, regc_graph_args(g, tok_path, rec["steps"], rec["lr"],
+                                                 rec["weight_decay"]) +
+                           ["--adapter", os.path.join(REPO, rec["adapter_dir"]), "--save", saved])
+        assert len(losses) == rec["steps"], "regc reported %d steps" % len(losses)
+        loss_rel = max(abs(a - b) / abs(b) for a, b in zip(losses, rec["losses"]))
+        next_rel = check_saved(name, rec, losses, saved, lambda: build_graph_base(g),
+                               g["token_stream"], g, REPO)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return max(loss_rel, next_rel)
 
 
@@ -264,16 +481,23 @@ def main():
     ap.add_argument("--llama", default=default_out(__file__, "llama_reference.json"))
     ap.add_argument("--check-regc", metavar="REGC",
                     help="check this regc binary against --out instead of writing it")
+    ap.add_argument("--regc", default=os.path.join(REPO, "build", "regc"),
+                    help="writing: the regc whose graph-model loss on batch 0 the graph "
+                         "cases' base is checked against, if it exists (default build/regc)")
     args = ap.parse_args()
     torch.manual_seed(0)  # nothing draws from torch's RNG after the weights are set
     torch.set_num_threads(1)  # the same summation order on every machine
     if args.check_regc:
-        repo = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+        repo = REPO
         worst = 0.0
-        for rec in json.load(open(args.out))["cases"]:
+        doc = json.load(open(args.out))
+        for rec in doc["cases"]:
             b = rec["base"]
             tokens = make_tokens(b["seed"], b["n_tokens"], b["config"]["vocab_size"])
             worst = max(worst, check_regc(os.path.abspath(args.check_regc), rec, tokens, repo))
+        g = graph_setup()
+        for rec in doc.get("graph_cases", []):
+            worst = max(worst, check_regc_graph(os.path.abspath(args.check_regc), rec, g))
         print("worst relative difference %.1e: %s" % (worst, "ok" if worst <= 1e-5 else "FAIL"))
         sys.exit(0 if worst <= 1e-5 else 1)
     ref = json.load(open(args.llama))["cases"][0]
@@ -287,8 +511,17 @@ def main():
     tokens = make_tokens(base["seed"], base["n_tokens"], base["config"]["vocab_size"])
     out_dir = os.path.join(os.path.dirname(args.out), "lora")
     cases = [run_case(c, base, tokens, out_dir) for c in CASES]
+    g = graph_setup()
+    g["tokens_path"] = os.path.join(out_dir, os.path.basename(g["tokens"]))
+    with open(g["tokens_path"], "wb") as f:
+        f.write(g["token_bytes"])
+    regc = os.path.abspath(args.regc) if os.access(args.regc, os.X_OK) else None
+    if not regc:
+        print("no regc at %s: the graph cases' base is not checked against it" % args.regc)
+    graph_cases = [run_graph_case(c, g, out_dir, regc) for c in GRAPH_CASES]
     doc = {"generator": "lora_reference.py", "torch": torch.__version__,
-           "transformers": transformers.__version__, "peft": peft.__version__, "cases": cases}
+           "transformers": transformers.__version__, "peft": peft.__version__, "cases": cases,
+           "graph_cases": graph_cases}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)  # repr floats: full round-trip precision
         f.write("\n")
