@@ -49,6 +49,34 @@ static int module_of(const char *param, char *buf, size_t cap)
     return 1;
 }
 
+/* A module's last name: "q_proj" of "model.layers.0.self_attn.q_proj". */
+static const char *leaf_of(const char *module)
+{
+    const char *dot = strrchr(module, '.');
+    return dot ? dot + 1 : module;
+}
+
+/* The distinct last names of parameters params[0 .. n) (weights of
+ * modules), in order, separated by sep, into buf: what the messages, the
+ * description and adapter_config.json's target_modules list. */
+static void leaf_names(const regc_model *m, const int *params, int n, const char *sep, char *buf,
+                       size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < n && at + 1 < cap; k++) {
+        char module[512], other[512];
+        if (!module_of(m->params[params[k]].name, module, sizeof module))
+            continue;
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++)
+            seen = module_of(m->params[params[j]].name, other, sizeof other) &&
+                   !strcmp(leaf_of(other), leaf_of(module));
+        if (!seen)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? sep : "", leaf_of(module));
+    }
+}
+
 /* PEFT's check_target_module_exists for a list: the name is an entry or
  * ends in "." + an entry. */
 static int list_matches(const char *list, const char *module)
@@ -67,8 +95,11 @@ static int list_matches(const char *list, const char *module)
 /* The graph's linear layers: for each parameter, whether it is the weight
  * of a linear layer (1), of the output head (2: a product that reaches the
  * loss through views and a bias alone, or a weight an embedding also reads)
- * or neither (0); only_mm[i]: matrix products alone read it. */
-static int find_linear(const regc_model *m, const regc_graph *g, char *kind, char *only_mm)
+ * or neither (0); only_mm[i]: matrix products alone read it; conv1d[i]: the
+ * product reads it as it is ([in, out], GPT-2's Conv1D), not transposed
+ * (nn.Linear's [out, in]). */
+static int find_linear(const regc_model *m, const regc_graph *g, char *kind, char *only_mm,
+                       char *conv1d)
 {
     int n_t = regc_graph_n_tensors(g);
     int *param_of = malloc(((size_t)n_t + 1) * sizeof *param_of);
@@ -80,7 +111,7 @@ static int find_linear(const regc_model *m, const regc_graph *g, char *kind, cha
         int t = regc_graph_find_tensor(g, m->params[i].name);
         if (t >= 0)
             param_of[t] = i;
-        kind[i] = 0;
+        kind[i] = conv1d[i] = 0;
         only_mm[i] = t >= 0;
     }
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
@@ -111,6 +142,7 @@ static int find_linear(const regc_model *m, const regc_graph *g, char *kind, cha
         char module[512];
         if (kind[p] != 2 && module_of(m->params[p].name, module, sizeof module))
             kind[p] = n->out[0] == head ? 2 : 1;
+        conv1d[p] = !n->attrs.trans_b;
     }
     free(param_of);
     return REGC_OK;
@@ -155,15 +187,13 @@ static int choose_targets(const regc_model *m, const regc_lora_config *c, const 
         return REGC_OK;
     /* name what there is to match */
     char names[400] = "";
-    size_t at = 0;
-    for (int i = 0; i < m->n_params && at + 1 < sizeof names; i++) {
-        char module[512];
-        if (kind[i] != 1 || !module_of(m->params[i].name, module, sizeof module))
-            continue;
-        const char *leaf = strrchr(module, '.') ? strrchr(module, '.') + 1 : module;
-        if (!strstr(names, leaf))
-            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", at ? ", " : "", leaf);
-    }
+    int *linear = malloc((size_t)m->n_params * sizeof *linear + 1), n = 0;
+    for (int i = 0; linear && i < m->n_params; i++)
+        if (kind[i] == 1)
+            linear[n++] = i;
+    if (linear)
+        leaf_names(m, linear, n, ", ", names, sizeof names);
+    free(linear);
     return regc_error(REGC_ERR_ARG,
                       "lora.target_modules: \"%s\" matches no linear layer of %s (its linear "
                       "layers: %s)",
@@ -203,8 +233,26 @@ static int relayout(regc_model *m)
     return REGC_OK;
 }
 
-int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
+/* PEFT's default target_modules per architecture
+ * (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). */
+static const char *default_targets(const regc_model *m)
 {
+    static const char *const table[][2] = {
+        {"gpt2", "c_attn"}, {"llama", "q_proj,v_proj"}, {"bert", "query,value"}, {"t5", "q,v"}};
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+        if (!strcmp(m->arch->model_type, table[i][0]))
+            return table[i][1];
+    return NULL;
+}
+
+int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
+{
+    regc_lora_config d = *given; /* PEFT's defaults where unset */
+    if (d.alpha == 0.0)
+        d.alpha = 8.0;
+    if (!d.target_modules)
+        d.target_modules = default_targets(m);
+    const regc_lora_config *c = &d;
     if (m->lora)
         return regc_error(REGC_ERR_ARG, "%s: the model has LoRA adapters already", m->source);
     if (c->r < 1 || c->r > 65536)
@@ -214,7 +262,10 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
     if (!(c->dropout >= 0.0 && c->dropout < 1.0))
         return regc_error(REGC_ERR_ARG, "lora.lora_dropout: %g (in [0, 1))", c->dropout);
     if (!c->target_modules || !c->target_modules[0])
-        return regc_error(REGC_ERR_ARG, "lora.target_modules: empty");
+        return regc_error(REGC_ERR_ARG,
+                          "lora.target_modules: none given, and %s has no default (PEFT's are "
+                          "for gpt2, llama, bert and t5)",
+                          m->source);
     /* the linear layers, from a graph of the smallest shape (a graph
      * model's own: it has one) */
     int64_t batch = 1, seq = 1;
@@ -223,13 +274,13 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
     regc_graph *g = NULL;
     int rc = m->arch->build_graph(m, batch, seq, &g);
     char *kind = malloc((size_t)m->n_params + 1), *chosen = malloc((size_t)m->n_params + 1);
-    char *only_mm = malloc((size_t)m->n_params + 1);
+    char *only_mm = malloc((size_t)m->n_params + 1), *conv1d = malloc((size_t)m->n_params + 1);
     regc_lora *l = calloc(1, sizeof *l);
     int n_chosen = 0;
-    if (rc == REGC_OK && (!kind || !chosen || !only_mm || !l))
+    if (rc == REGC_OK && (!kind || !chosen || !only_mm || !conv1d || !l))
         rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
     if (rc == REGC_OK)
-        rc = find_linear(m, g, kind, only_mm);
+        rc = find_linear(m, g, kind, only_mm, conv1d);
     if (rc == REGC_OK)
         rc = choose_targets(m, c, kind, chosen, &n_chosen);
     if (rc == REGC_OK) {
@@ -252,25 +303,17 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c)
         const regc_model_param w = m->params[i]; /* a copy: adding moves the list */
         char module[512], name[600];
         module_of(w.name, module, sizeof module);
-        /* the layout as the product reads it (nn.Linear [out, in]; Conv1D [in, out]) */
-        int conv1d = 0;
-        for (int k = 0; k < regc_graph_n_nodes(g); k++) {
-            const regc_node *n = regc_graph_node(g, k);
-            if (n->op == REGC_OP_MATMUL && n->n_in > 1 &&
-                !strcmp(regc_graph_tensor(g, n->in[1])->name, w.name))
-                conv1d = !n->attrs.trans_b;
-        }
-        const int64_t in = conv1d ? w.shape[0] : w.shape[1], out = conv1d ? w.shape[1] : w.shape[0];
+        const int64_t in = w.shape[conv1d[i] ? 0 : 1], out = w.shape[conv1d[i] ? 1 : 0];
         snprintf(name, sizeof name, "%s.lora_A.weight", module);
         rc = regc_model_add_2d(m, name, 2, c->r, in, 0.0f, (float)(1.0 / sqrt((double)in)));
         snprintf(name, sizeof name, "%s.lora_B.weight", module);
         if (rc == REGC_OK)
             rc = regc_model_add_2d(m, name, 2, out, c->r, 0.0f, 0.0f);
-        l->conv1d[l->n_modules] = (char)conv1d;
+        l->conv1d[l->n_modules] = conv1d[i];
         l->base_of[l->n_modules++] = i;
     }
     regc_graph_free(g);
-    free(kind), free(chosen), free(only_mm);
+    free(kind), free(chosen), free(only_mm), free(conv1d);
     if (rc == REGC_OK && m->weights) { /* room for the adapters, drawn from the seed */
         float *grown = realloc(m->weights, (size_t)m->total_numel * sizeof *grown + 1);
         if (!grown)
@@ -427,21 +470,16 @@ int regc_lora_save_config(const regc_model *m, const char *dir)
 {
     const regc_lora *l = m->lora;
     cJSON *o = cJSON_CreateObject(), *targets = NULL;
-    int conv1d = !strcmp(m->arch->model_type, "gpt2"); /* its linear layers are Conv1D */
+    int conv1d = 0; /* PEFT's fan_in_fan_out: the layers are Conv1D (GPT-2's) */
+    for (int k = 0; k < l->n_modules; k++)
+        conv1d |= l->conv1d[k];
+    char names[1024];
+    leaf_names(m, l->base_of, l->n_modules, ",", names, sizeof names);
     if (o && l->cfg.target_regex)
         targets = cJSON_CreateString(l->targets);
     else if (o && (targets = cJSON_CreateArray())) /* the layers' own names, once each */
-        for (int k = 0; k < l->n_modules; k++) {
-            char module[512];
-            module_of(m->params[l->base_of[k]].name, module, sizeof module);
-            const char *leaf = strrchr(module, '.') ? strrchr(module, '.') + 1 : module;
-            int seen = 0;
-            const cJSON *e;
-            cJSON_ArrayForEach (e, targets)
-                seen |= !strcmp(e->valuestring, leaf);
-            if (!seen)
-                cJSON_AddItemToArray(targets, cJSON_CreateString(leaf));
-        }
+        for (char *save = NULL, *p = strtok_r(names, ",", &save); p; p = strtok_r(NULL, ",", &save))
+            cJSON_AddItemToArray(targets, cJSON_CreateString(p));
     if (o && targets) {
         cJSON_AddStringToObject(o, "peft_type", "LORA");
         const char *task = task_type(m);
@@ -481,16 +519,26 @@ int regc_lora_save_config(const regc_model *m, const char *dir)
     return rc;
 }
 
-/* PEFT's default target_modules per architecture
- * (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). */
-const char *regc_lora_default_targets(const regc_model *m)
+int regc_lora_targets_from_json(const cJSON *it, char *buf, size_t cap, int *regex)
 {
-    static const char *const table[][2] = {
-        {"gpt2", "c_attn"}, {"llama", "q_proj,v_proj"}, {"bert", "query,value"}, {"t5", "q,v"}};
-    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
-        if (!strcmp(m->arch->model_type, table[i][0]))
-            return table[i][1];
-    return NULL;
+    buf[0] = '\0';
+    *regex = 0;
+    if (cJSON_IsString(it) && it->valuestring[0] && strlen(it->valuestring) < cap) {
+        snprintf(buf, cap, "%s", it->valuestring);
+        *regex = strcmp(it->valuestring, "all-linear") != 0;
+        return 0;
+    }
+    if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) < 1)
+        return -1;
+    size_t n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach (e, it) {
+        if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, ',') ||
+            n + strlen(e->valuestring) + 2 >= cap)
+            return -1;
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? "," : "", e->valuestring);
+    }
+    return 0;
 }
 
 /* A key of adapter_config.json that changes the math in ways regc does not
@@ -551,26 +599,9 @@ int regc_lora_read_config(const char *dir, regc_lora_config *c, char *targets, s
     for (size_t i = 0; i < sizeof plain / sizeof *plain && rc == REGC_OK; i++)
         rc = key_plain(root, path, plain[i][0], plain[i][1]);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "target_modules");
-    size_t n = 0;
-    targets[0] = '\0';
-    c->target_regex = 0;
-    if (rc == REGC_OK && cJSON_IsString(t) && t->valuestring[0] && strlen(t->valuestring) < cap) {
-        snprintf(targets, cap, "%s", t->valuestring);
-        c->target_regex = strcmp(t->valuestring, "all-linear") != 0;
-    } else if (rc == REGC_OK && cJSON_IsArray(t) && cJSON_GetArraySize(t) > 0) {
-        const cJSON *e;
-        cJSON_ArrayForEach (e, t) {
-            if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, ',') ||
-                n + strlen(e->valuestring) + 2 >= cap) {
-                rc = regc_error(REGC_ERR_FORMAT, "%s: target_modules: names of modules", path);
-                break;
-            }
-            n += (size_t)snprintf(targets + n, cap - n, "%s%s", n ? "," : "", e->valuestring);
-        }
-    } else if (rc == REGC_OK) {
+    if (rc == REGC_OK && regc_lora_targets_from_json(t, targets, cap, &c->target_regex))
         rc = regc_error(REGC_ERR_FORMAT,
                         "%s: target_modules: a list of module names or a regular expression", path);
-    }
     cJSON_Delete(root);
     if (rc)
         return rc;
@@ -583,33 +614,11 @@ int regc_lora_read_config(const char *dir, regc_lora_config *c, char *targets, s
     return REGC_OK;
 }
 
-/* The distinct last names of the adapted modules, "q_proj, v_proj". */
-static void module_names(const regc_model *m, char *buf, size_t cap)
-{
-    const regc_lora *l = m->lora;
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int k = 0; k < l->n_modules && at + 1 < cap; k++) {
-        char module[512];
-        module_of(m->params[l->base_of[k]].name, module, sizeof module);
-        const char *leaf = strrchr(module, '.') ? strrchr(module, '.') + 1 : module;
-        int seen = 0;
-        for (int j = 0; j < k && !seen; j++) {
-            char other[512];
-            module_of(m->params[l->base_of[j]].name, other, sizeof other);
-            const char *o = strrchr(other, '.') ? strrchr(other, '.') + 1 : other;
-            seen = !strcmp(o, leaf);
-        }
-        if (!seen)
-            at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", leaf);
-    }
-}
-
 void regc_lora_describe(const regc_model *m, char *buf, size_t cap)
 {
     const regc_lora *l = m->lora;
     char names[300], trained[32], total[32];
-    module_names(m, names, sizeof names);
+    leaf_names(m, l->base_of, l->n_modules, ", ", names, sizeof names);
     regc_model_group_digits(trained, sizeof trained, regc_model_trainable_numel(m));
     regc_model_group_digits(total, sizeof total, m->total_numel);
     snprintf(

@@ -57,13 +57,14 @@ void regc_model_describe(const regc_model *m, char *buf, size_t cap);
  * layers target_modules names, every other parameter frozen. */
 typedef struct {
     int64_t r;
-    double alpha;   /* lora_alpha: the update is scaled by alpha / r */
+    double alpha;   /* lora_alpha: the update is scaled by alpha / r (0: PEFT's 8) */
     double dropout; /* lora_dropout (not applied yet: must be 0) */
     int use_rslora; /* scale by alpha / sqrt r */
     /* module names separated by commas (a layer whose name is one, or ends
      * in "." and one), "all-linear" (every linear layer but the output
      * head), or with target_regex a regular expression the whole name
-     * matches */
+     * matches; NULL: PEFT's default for the architecture (q_proj,v_proj for
+     * llama, c_attn for gpt2, query,value for bert, q,v for t5) */
     const char *target_modules;
     int target_regex;
     const char *adapter; /* a PEFT adapter directory the adapters start from, or NULL */
@@ -83,8 +84,11 @@ void regc_lora_describe(const regc_model *m, char *buf, size_t cap);
 /* W += scale * B A into every adapted weight (PEFT's merge_and_unload):
  * m becomes its base again, with the merged weights. */
 int regc_model_merge_lora(regc_model *m);
-/* PEFT's default target_modules for m's architecture, or NULL. */
-const char *regc_lora_default_targets(const regc_model *m);
+/* PEFT's target_modules as JSON into buf (cap bytes): a list of module
+ * names, joined by commas; or a string, a regular expression (*regex = 1)
+ * but for "all-linear". 0, or -1 when it is neither or does not fit. */
+struct cJSON;
+int regc_lora_targets_from_json(const struct cJSON *it, char *buf, size_t cap, int *regex);
 /* c from a PEFT adapter directory's adapter_config.json (its
  * target_modules written into targets, cap bytes; c->adapter = dir): an
  * error naming the file and the key for anything regc does not do (bias,

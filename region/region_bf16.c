@@ -539,17 +539,26 @@ static int mark_bf16_params(const regc_compiled_region *r, const char *in_bf16, 
 }
 
 /* In fp32: the GEMMs that read a formal in_bf16 names (a frozen weight held
- * in bf16) multiply bf16 operands, as they would under bf16; nothing else. */
+ * in bf16) multiply bf16 operands, as they would under bf16; nothing else.
+ * Whether any does, or -1 out of memory. */
 static int set_bf16_gemms_of(regc_compiled_region *r, const char *in_bf16)
 {
+    if (!in_bf16)
+        return 0;
+    char *held = calloc((size_t)r->n_slots + 1, 1); /* [n_slots] */
+    if (!held)
+        return -1;
+    for (int k = 0; k < r->n_in; k++)
+        if (in_bf16[k] && r->in_slot[k] >= 0)
+            held[r->in_slot[k]] = 1;
     int any = 0;
-    for (int i = 0; in_bf16 && i < r->n_fwd + r->n_bwd; i++) {
+    for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
         regc_instr *in = regc_region_instr(r, i);
-        for (int k = 0; k < r->n_in && in->kernel == K_GEMM; k++)
-            for (int j = 0; j < in->n_refs && in_bf16[k] && r->in_slot[k] >= 0; j++)
-                if (in->refs[j].buf == r->in_slot[k])
-                    in->bf16 = 1, any = 1;
+        for (int j = 0; j < in->n_refs && in->kernel == K_GEMM; j++)
+            if (in->refs[j].buf >= 0 && held[in->refs[j].buf])
+                in->bf16 = 1, any = 1;
     }
+    free(held);
     return any;
 }
 
@@ -558,10 +567,13 @@ int regc_region_apply_precision(regc_compiled_region *r, regc_precision precisio
 {
     /* the whole precision, or in fp32 the products of weights held in bf16 */
     const int storage = precision == REGC_PRECISION_BF16 && bf16_storage;
-    if (precision == REGC_PRECISION_BF16)
+    if (precision == REGC_PRECISION_BF16) {
         set_bf16_gemms(r);
-    else if (!set_bf16_gemms_of(r, in_bf16))
-        return REGC_OK;
+    } else {
+        const int any = set_bf16_gemms_of(r, in_bf16);
+        if (any <= 0)
+            return any < 0 ? regc_error(REGC_ERR_MEMORY, "region compile: out of memory") : REGC_OK;
+    }
     int held = 0;
     for (int k = 0; in_bf16 && k < r->n_in; k++)
         held |= in_bf16[k];

@@ -594,6 +594,7 @@ static void test_bad_input(void **state)
         {"--lora-r 4 --lora-dropout 0.1", "lora.lora_dropout: 0.1 is applied with train.dropout on",
          1},
         {"--adapter /nonexistent-adapter", "/nonexistent-adapter/adapter_config.json", 1},
+        {"--base-dtype bf16", "lora.base_dtype: bf16 holds a LoRA model's frozen base", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *out = NULL;
@@ -604,6 +605,44 @@ static void test_bad_input(void **state)
                      status, cases[i].status, cases[i].says, out);
         free(out);
     }
+}
+
+/* What the library refuses, by key: a target that is no regular
+ * expression, a dropout of 1, no target where the model has no default
+ * (a graph model), a second set of adapters; and merging a graph model's
+ * adapter. Each leaves the model as it was. */
+static void test_refused_configs(void **state)
+{
+    (void)state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("llama-tiny", &m), REGC_OK);
+    const int64_t total = regc_model_total_numel(m);
+    regc_lora_config c = {.r = 4, .target_modules = "(q_proj", .target_regex = 1};
+    assert_int_equal(regc_model_add_lora(m, &c), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "\"(q_proj\" is not a regular expression"));
+    c = (regc_lora_config){.r = 4, .dropout = 1.0};
+    assert_int_equal(regc_model_add_lora(m, &c), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "lora.lora_dropout: 1 (in [0, 1))"));
+    assert_false(regc_model_has_lora(m));
+    assert_int_equal(regc_model_total_numel(m), total);
+    c = (regc_lora_config){.r = 4};
+    assert_int_equal(regc_model_add_lora(m, &c), REGC_OK); /* q_proj,v_proj: PEFT's default */
+    assert_int_equal(regc_model_add_lora(m, &c), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "has LoRA adapters already"));
+    regc_model_free(m);
+
+    char graph[2000], cmd[4200], *out = NULL;
+    snprintf(graph, sizeof graph, "%s/tests/data/exports/qwen2/graph.json", REGC_SOURCE_DIR);
+    assert_int_equal(regc_model_load_shapes(graph, &m), REGC_OK);
+    assert_int_equal(regc_model_add_lora(m, &c), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "lora.target_modules: none given"));
+    regc_model_free(m);
+    snprintf(cmd, sizeof cmd,
+             "%s merge --model %s --adapter %s/tests/data/lora/qwen2_qv --save /nonexistent 2>&1",
+             REGC_BIN, graph, REGC_SOURCE_DIR);
+    assert_int_equal(regc_test_run_capture(cmd, &out), 1);
+    assert_non_null(strstr(out, "a graph JSON model's adapter is not merged yet"));
+    free(out);
 }
 
 /* An adapter of another base (other shapes) or one regc cannot train as
@@ -657,12 +696,12 @@ static void test_bad_adapter(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_memory),         cmocka_unit_test(test_regional_levels_and_frozen),
-        cmocka_unit_test(test_bf16_base),      cmocka_unit_test(test_stage3),
-        cmocka_unit_test(test_threads),        cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_config_file),    cmocka_unit_test(test_merge_keeps_dtype),
-        cmocka_unit_test(test_exported_model), cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_bad_adapter),
+        cmocka_unit_test(test_memory),          cmocka_unit_test(test_regional_levels_and_frozen),
+        cmocka_unit_test(test_bf16_base),       cmocka_unit_test(test_stage3),
+        cmocka_unit_test(test_threads),         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_config_file),     cmocka_unit_test(test_merge_keeps_dtype),
+        cmocka_unit_test(test_exported_model),  cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_refused_configs), cmocka_unit_test(test_bad_adapter),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     const char *path = REGC_SOURCE_DIR "/tests/data/lora_reference.json";

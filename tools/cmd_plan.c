@@ -412,11 +412,8 @@ int cmd_plan(int argc, char **argv)
     if ((rc = regc_model_load_shapes(a.model, &m)) != REGC_OK)
         return exit_code(rc);
     if (a.lora_r) {
-        regc_lora_config c = {.r = a.lora_r,
-                              .alpha = 8.0,
-                              .target_modules =
-                                  a.lora_targets ? a.lora_targets : regc_lora_default_targets(m),
-                              .base_bf16 = a.base_bf16};
+        regc_lora_config c = {
+            .r = a.lora_r, .target_modules = a.lora_targets, .base_bf16 = a.base_bf16};
         if ((rc = regc_model_add_lora(m, &c)) != REGC_OK) {
             regc_model_free(m);
             return exit_code(rc);

@@ -289,12 +289,10 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
         return REGC_OK;
     char targets[1024];
     regc_lora_config c = {.r = s->lora.r,
-                          .alpha = s->lora.alpha > 0.0 ? s->lora.alpha : 8.0,
+                          .alpha = s->lora.alpha,
                           .dropout = s->lora.dropout,
                           .use_rslora = s->lora.use_rslora,
-                          .target_modules = s->lora.targets.text[0]
-                                                ? s->lora.targets.text
-                                                : regc_lora_default_targets(model),
+                          .target_modules = s->lora.targets.text[0] ? s->lora.targets.text : NULL,
                           .target_regex = s->lora.targets.regex};
     int rc = s->adapter ? regc_lora_read_config(s->adapter, &c, targets, sizeof targets) : REGC_OK;
     c.seed = s->train.seed;

@@ -177,28 +177,11 @@ static int read_value(const load_ctx *x, const regc_option *o, const char *key, 
             return regc_error(REGC_ERR_FORMAT, "%s: %s: %s", x->file, key, why);
         return 1;
     }
-    case OPT_MODULES: {
+    case OPT_MODULES: { /* PEFT's form: a list, or a string that is a regular expression */
         regc_lora_targets *t = f;
-        size_t n = 0;
-        int ok =
-            cJSON_IsString(it) && it->valuestring[0] && strlen(it->valuestring) < sizeof t->text;
-        if (ok) { /* PEFT: a string is a regular expression, but for all-linear */
-            snprintf(t->text, sizeof t->text, "%s", it->valuestring);
-            t->regex = strcmp(it->valuestring, "all-linear") != 0;
-            return 1;
-        }
-        ok = cJSON_IsArray(it) && cJSON_GetArraySize(it) > 0;
-        const cJSON *e;
-        t->text[0] = '\0';
-        cJSON_ArrayForEach (e, it) {
-            ok = ok && cJSON_IsString(e) && e->valuestring[0] && !strchr(e->valuestring, ',') &&
-                 n + strlen(e->valuestring) + 2 < sizeof t->text;
-            if (ok)
-                n += (size_t)snprintf(t->text + n, sizeof t->text - n, "%s%s", n ? "," : "",
-                                      e->valuestring);
-        }
-        t->regex = 0;
-        return ok ? 1 : expected(x, key, it, what);
+        return regc_lora_targets_from_json(it, t->text, sizeof t->text, &t->regex)
+                   ? expected(x, key, it, what)
+                   : 1;
     }
     case OPT_CHOICE:
         if (cJSON_IsNull(it)) /* null: unset, like every string key */

@@ -10,22 +10,13 @@
 #include "checkpoint.h"
 #include "trainer.h"
 
-/* Parameter i among those trained (the shard layout's numbering, and the
- * moments files'): the frozen ones before it are left out. */
-static int trained_index(const regc_model *m, int i)
-{
-    int j = 0;
-    for (int k = 0; k < i; k++)
-        j += !regc_model_param_frozen(m, k);
-    return j;
-}
-
-/* The part of trained parameter i this rank's block holds: elements
- * [first, first + n) of it, at float `at` of the block. */
-static void param_part(const trainer *t, int i, int64_t *first, int64_t *n, int64_t *at)
+/* The part of trained parameter i, the j-th of those trained (the shard
+ * layout's numbering), this rank's block holds: elements [first, first +
+ * n) of it, at float `at` of the block. */
+static void param_part(const trainer *t, int i, int j, int64_t *first, int64_t *n, int64_t *at)
 {
     if (t->shards) {
-        regc_shard_param_part(t->shards, trained_index(t->model, i), t->comm->rank, first, n, at);
+        regc_shard_param_part(t->shards, j, t->comm->rank, first, n, at);
         return;
     }
     *first = 0;
@@ -56,11 +47,11 @@ static int block_to_device(trainer *t, regc_backend *be, float *dev, const float
         return regc_error(REGC_ERR_MEMORY, "out of memory for a %lld-float buffer",
                           (long long)LOAD_CHUNK);
     double t0 = regc_time_ms();
-    for (int i = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
+    for (int i = 0, j = 0; i < regc_model_n_params(t->model) && rc == REGC_OK; i++) {
         if (regc_model_param_frozen(t->model, i))
             continue;
         int64_t first, n, at;
-        param_part(t, i, &first, &n, &at);
+        param_part(t, i, j++, &first, &n, &at);
         for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
             int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
             const float *from =

@@ -205,14 +205,22 @@ def lora_record(case):
             "lora_dropout": LORA["lora_dropout"], "bias": LORA["bias"]}
 
 
+def check_base_loss(name, model, tokens, bs, want, source):
+    """The base model's loss on batch 0 against the one `source` recorded: the
+    same model before any adapter."""
+    with torch.no_grad():
+        base_loss = batch_loss(model, tokens, 0, bs).item()
+    rel = abs(base_loss - want) / abs(want)
+    print("%-10s base loss on batch 0: transformers %.9f, %s %.9f, rel %.1e" %
+          (name, base_loss, source, want, rel))
+    assert rel < 1e-5, "Transformers' model disagrees with %s" % source
+    return base_loss
+
+
 def run_case(case, base, tokens, out_dir):
     model = build_base(base)
-    with torch.no_grad():
-        base_loss = batch_loss(model, tokens, 0, base).item()
-    rel = abs(base_loss - base["reference_loss0"]) / abs(base["reference_loss0"])
-    print("%-10s base loss on batch 0: transformers %.9f, llama_reference %.9f, rel %.1e" %
-          (case["name"], base_loss, base["reference_loss0"], rel))
-    assert rel < 1e-5, "Transformers' Llama disagrees with llama_reference.py"
+    base_loss = check_base_loss(case["name"], model, tokens, base, base["reference_loss0"],
+                                "llama_reference")
 
     t = lora_train(model, case, tokens, base, base["lr"], base["weight_decay"], base["schedule"],
                    out_dir)
@@ -318,12 +326,7 @@ def regc_graph_args(g, tokens_path, steps, lr, weight_decay):
 def run_graph_case(case, g, out_dir, regc):
     tokens = g["token_stream"]
     model = build_graph_base(g)
-    with torch.no_grad():
-        base_loss = batch_loss(model, tokens, 0, g).item()
-    rel = abs(base_loss - g["export_loss0"]) / abs(g["export_loss0"])
-    print("%-10s base loss on batch 0: transformers %.9f, export_cases %.9f, rel %.1e" %
-          (case["name"], base_loss, g["export_loss0"], rel))
-    assert rel < 1e-5, "Transformers' Qwen2 disagrees with export_cases.py's loss"
+    base_loss = check_base_loss(case["name"], model, tokens, g, g["export_loss0"], "export_cases")
     if regc:
         # the graph model without LoRA, one step whose update is nil: its loss on batch 0
         got = regc_json(regc, regc_graph_args(g, g["tokens_path"], 1, 1e-30, 0.0))[0]
