@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "graph_internal.h"
+#include "regc_backend.h"
 #include "regc_common.h"
 
 struct regc_graph {
@@ -334,11 +335,43 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
     return id;
 }
 
+/* The roles of the frozen kinds, by kind (0: trained). */
+static const char *const frozen_roles[REGC_FROZEN_KINDS] = {NULL, "frozen", "frozen_bf16",
+                                                            "frozen_nf4", "frozen_nf4_bf16"};
+
+const char *regc_frozen_role(int kind)
+{
+    return kind > 0 && kind < REGC_FROZEN_KINDS ? frozen_roles[kind] : NULL;
+}
+
+int regc_frozen_from_role(const char *role)
+{
+    for (int k = 1; role && k < REGC_FROZEN_KINDS; k++)
+        if (!strcmp(role, frozen_roles[k]))
+            return k;
+    return 0;
+}
+
+int64_t regc_frozen_bytes(const regc_tensor *t)
+{
+    return regc_frozen_kind_bytes(t->frozen, regc_tensor_numel(t));
+}
+
+int64_t regc_frozen_kind_bytes(int kind, int64_t n)
+{
+    switch (kind) {
+    case REGC_FROZEN_BF16: return 2 * n;
+    case REGC_FROZEN_NF4:
+    case REGC_FROZEN_NF4_BF16: return regc_nf4_layout(n).bytes;
+    default: return 4 * n;
+    }
+}
+
 int regc_graph_set_frozen(regc_graph *g, int t, int frozen)
 {
     if (t < 0 || t >= g->n_tensors || g->tensors[t].role != REGC_ROLE_PARAM)
         return regc_error(REGC_ERR_ARG, "tensor %d: only a parameter can be frozen", t);
-    if (frozen < 0 || frozen > REGC_FROZEN_BF16)
+    if (frozen < 0 || frozen >= REGC_FROZEN_KINDS)
         return regc_error(REGC_ERR_ARG, "tensor %s: frozen %d", g->tensors[t].name, frozen);
     g->tensors[t].frozen = frozen;
     return REGC_OK;

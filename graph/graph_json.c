@@ -9,7 +9,7 @@
  * input whose values depend on the shapes alone: positions, rotary tables,
  * buckets; a graph model reads them from its weights file), "param", or
  * "frozen" (a parameter never trained: a LoRA model's base; "frozen_bf16"
- * held in bf16).
+ * held in bf16, "frozen_nf4" and "frozen_nf4_bf16" in NF4).
  * "tensors" lists graph inputs and parameters only; activations are the
  * nodes' outputs, named "%<id>". Ids are dense and follow creation order, so
  * reading replays inputs, parameters and nodes in id order: a node that reads
@@ -144,10 +144,9 @@ char *regc_graph_to_json(const regc_graph *g)
         cJSON_AddStringToObject(o, "name", t->name);
         cJSON_AddStringToObject(o, "dtype", regc_dtype_name(t->dtype));
         cJSON_AddStringToObject(o, "role",
-                                t->constant                     ? "constant"
-                                : t->frozen == REGC_FROZEN_BF16 ? "frozen_bf16"
-                                : t->frozen                     ? "frozen"
-                                                                : regc_role_name(t->role));
+                                t->constant ? "constant"
+                                : t->frozen ? regc_frozen_role(t->frozen)
+                                            : regc_role_name(t->role));
         cJSON_AddItemToObject(o, "shape", shape_array(t->shape, t->ndim));
         cJSON_AddItemToArray(tensors, o);
     }
@@ -246,17 +245,16 @@ static int read_leaf(json_ctx *c, regc_graph *g, const cJSON *o)
     int dt = dtype ? regc_dtype_from_name(dtype) : -1;
     if (dt < 0)
         return fail(c, REGC_ERR_FORMAT, "\"dtype\" must be one of f32, bf16, f16, i32");
-    int r = !role                              ? -1
-            : strcmp(role, "input") == 0       ? REGC_ROLE_INPUT
-            : strcmp(role, "constant") == 0    ? REGC_ROLE_COUNT /* an input, constant */
-            : strcmp(role, "param") == 0       ? REGC_ROLE_PARAM
-            : strcmp(role, "frozen") == 0      ? REGC_ROLE_PARAM
-            : strcmp(role, "frozen_bf16") == 0 ? REGC_ROLE_PARAM
-                                               : -1;
+    int r = !role                           ? -1
+            : strcmp(role, "input") == 0    ? REGC_ROLE_INPUT
+            : strcmp(role, "constant") == 0 ? REGC_ROLE_COUNT /* an input, constant */
+            : strcmp(role, "param") == 0    ? REGC_ROLE_PARAM
+            : regc_frozen_from_role(role)   ? REGC_ROLE_PARAM
+                                            : -1;
     if (r < 0)
         return fail(c, REGC_ERR_FORMAT,
                     "\"role\" must be \"input\", \"constant\", \"param\", "
-                    "\"frozen\" or \"frozen_bf16\"");
+                    "\"frozen\", \"frozen_bf16\", \"frozen_nf4\" or \"frozen_nf4_bf16\"");
     int64_t shape[REGC_MAX_DIMS];
     int ndim;
     if (get_ints(c, o, "shape", REGC_MAX_DIMS, 1, INT64_C(1) << 40, shape, &ndim))
@@ -266,8 +264,8 @@ static int read_leaf(json_ctx *c, regc_graph *g, const cJSON *o)
                  : regc_graph_add_tensor(g, name, (regc_dtype)dt, (regc_role)r, ndim, shape);
     if (id < 0)
         regc_error_prefix("%s: %s", c->source, c->where);
-    if (id >= 0 && !strncmp(role, "frozen", 6))
-        regc_graph_set_frozen(g, id, strcmp(role, "frozen") ? REGC_FROZEN_BF16 : 1);
+    if (id >= 0 && regc_frozen_from_role(role))
+        regc_graph_set_frozen(g, id, regc_frozen_from_role(role));
     return id < 0 ? id : REGC_OK;
 }
 

@@ -16,8 +16,12 @@
 #include "regc_common.h"
 
 #define REGC_MAX_DIMS 6
-#define REGC_MAX_IO 8      /* inputs or outputs of one node */
-#define REGC_FROZEN_BF16 2 /* regc_tensor's frozen: held in bf16 */
+#define REGC_MAX_IO 8 /* inputs or outputs of one node */
+/* regc_tensor's frozen: how a frozen parameter is held (regc_frozen_kinds) */
+#define REGC_FROZEN_BF16 2     /* in bf16 */
+#define REGC_FROZEN_NF4 3      /* in NF4 (kernels/nf4_format.h), multiplied in fp32 */
+#define REGC_FROZEN_NF4_BF16 4 /* in NF4, multiplied as bf16 GEMMs do */
+#define REGC_FROZEN_KINDS 5
 
 typedef enum { REGC_F32, REGC_BF16, REGC_F16, REGC_I32, REGC_DTYPE_COUNT } regc_dtype;
 typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT } regc_role;
@@ -175,7 +179,9 @@ typedef struct {
      * no gradient, no optimizer state and no weight-gradient product; the
      * gradient of what reads it still flows. 1: held in fp32;
      * REGC_FROZEN_BF16: held in bf16, read by matrix products alone, which
-     * multiply it as bf16 GEMMs do. 0 for everything else. */
+     * multiply it as bf16 GEMMs do; REGC_FROZEN_NF4 (_BF16): held in NF4,
+     * QLoRA's 4 bits, read as the B operand of matrix products alone,
+     * dequantised as they read it (in bf16 GEMMs). 0 for everything else. */
     int frozen;
 } regc_tensor;
 
@@ -209,8 +215,8 @@ int regc_graph_add_constant(regc_graph *g, const char *name, regc_dtype dtype, i
 int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int n_in, const int *in,
                         int n_out, int *out, int out_ndim, const int64_t *out_shape);
 
-/* Freeze (1, or REGC_FROZEN_BF16) or thaw (0) parameter t (regc_tensor's
- * `frozen`). */
+/* Freeze (1, or a REGC_FROZEN_* kind) or thaw (0) parameter t
+ * (regc_tensor's `frozen`). */
 int regc_graph_set_frozen(regc_graph *g, int t, int frozen);
 /* Add g's inputs, constants and parameters to h, in g's order; map[t]
  * (n_tensors entries) gets each one's id in h. For a graph rebuilt node by
@@ -281,6 +287,15 @@ int regc_dtype_from_name(const char *name); /* dtype or -1 */
 size_t regc_dtype_size(regc_dtype t);
 const char *regc_role_name(regc_role r);
 int64_t regc_tensor_numel(const regc_tensor *t);
+/* The bytes a frozen parameter is held in (its kind's: 4, 2 or NF4's per
+ * value); the same for n values of frozen kind `kind`. */
+int64_t regc_frozen_bytes(const regc_tensor *t);
+int64_t regc_frozen_kind_bytes(int kind, int64_t n);
+/* The name of frozen kind k as graph JSON spells its role ("frozen",
+ * "frozen_bf16", "frozen_nf4", "frozen_nf4_bf16"), NULL for 0; and back
+ * (0 for none). */
+const char *regc_frozen_role(int kind);
+int regc_frozen_from_role(const char *role);
 int64_t regc_tensor_bytes(const regc_tensor *t); /* numel x dtype size */
 
 /* ---- text and JSON forms */

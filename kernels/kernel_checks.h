@@ -36,6 +36,11 @@ static inline int regc_gemm_check(const regc_gemm *g)
         return regc_error(REGC_ERR_ARG, "gemm: an operand held in bf16 needs a bf16 GEMM");
     if (g->c_bf16 && g->accumulate)
         return regc_error(REGC_ERR_ARG, "gemm: C held in bf16 cannot accumulate");
+    if (g->b_nf4 && (g->b_bf16 || g->ldb != b_cols))
+        return regc_error(REGC_ERR_ARG,
+                          "gemm: B held in NF4 must be contiguous (ldb=%lld, %lld "
+                          "columns) and not also bf16",
+                          (long long)g->ldb, (long long)b_cols);
 
     int needs_bias = 0, needs_aux = 0, needs_bias_grad = 0;
     switch (g->epilogue) {

@@ -90,6 +90,11 @@ typedef struct {
      * epilogue (not with accumulate). Each gives the bits the fp32 operand
      * would, rounded where the GEMM rounds it, in half the memory. */
     int a_bf16, b_bf16, c_bf16;
+    /* 1: B is a frozen weight held in NF4 (nf4_format.h): b points at the
+     * blob of B's k * n values as stored, which is contiguous (ldb = n, or
+     * k when trans_b), and each value is dequantised as it is read, to
+     * fp32 (then rounded to bf16 with bf16). Never with b_bf16. */
+    int b_nf4;
 } regc_gemm;
 
 /* Multi-head attention over row-major [batch, t, heads * head_dim] tensors:
@@ -326,9 +331,13 @@ struct regc_backend {
     /* the choices preparing made by searching rather than by loading */
     int64_t tuning_queries;
 
-    /* out[r, c] = table[ids[r], c]; every id < vocab (checked by the caller) */
+    /* out[r, c] = table[ids[r], c]; every id < vocab (checked by the caller).
+     * The table is held in bf16 when table_bf16 (regc_bf16_bits; table then
+     * points at its uint16_t values): a frozen embedding of a base held in
+     * bf16, each value read exactly, widened (regc_load_f32_or_bf16), so out
+     * holds the bf16 value itself. */
     void (*embedding_fwd)(regc_backend *be, float *out, const int32_t *ids, const float *table,
-                          int64_t rows, int64_t cols);
+                          int64_t rows, int64_t cols, int table_bf16);
     /* dtable[v, :] (+)= sum over r with ids[r] == v of dout[r, :], the sum in row
      * order from 0 (dtable is [vocab, cols]): written fresh, or with
      * accumulate added once to the rows of ids (others untouched), so a
@@ -538,9 +547,10 @@ int regc_backend_cuda_device_count(void);
  * given. It is looked for at $REGC_CUDA_MODULE, beside the executable, in
  * the build directory, then on the loader's path. */
 
-/* Raised whenever the table changes: a module of another build is refused
- * rather than called through the wrong layout. */
-#define REGC_CUDA_MODULE_ABI 4
+/* Raised whenever the table or a descriptor passed through it changes: a
+ * module of another build is refused rather than called through the wrong
+ * layout (5: regc_gemm.b_nf4, which a module built before it would ignore). */
+#define REGC_CUDA_MODULE_ABI 5
 #define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
 
 typedef int (*regc_error_fn)(int status, const char *fmt, ...);
@@ -572,6 +582,10 @@ int regc_cuda_add_on_stream(void *stream, float *out, const float *a, const floa
 /* "cpu" or "cuda"; NULL with a message for an unknown or unavailable name */
 regc_backend *regc_backend_new(const char *name, int threads);
 void regc_backend_free(regc_backend *be);
+
+/* NF4's format and dequantisation (QLoRA's frozen weights: regc_gemm's
+ * b_nf4), shared by both backends' GEMMs and the models' quantiser */
+#include "nf4_format.h"
 
 #ifdef __cplusplus
 }

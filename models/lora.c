@@ -95,10 +95,11 @@ static int list_matches(const char *list, const char *module)
 /* The graph's linear layers: for each parameter, whether it is the weight
  * of a linear layer (1), of the output head (2: a product that reaches the
  * loss through views and a bias alone, or a weight an embedding also reads)
- * or neither (0); only_mm[i]: matrix products alone read it; conv1d[i]: the
+ * or neither (0); lookup_mm[i]: matrix products alone read it, and embedding
+ * lookups of its rows (what a bf16 base may hold in bf16); conv1d[i]: the
  * product reads it as it is ([in, out], GPT-2's Conv1D), not transposed
  * (nn.Linear's [out, in]). */
-static int find_linear(const regc_model *m, const regc_graph *g, char *kind, char *only_mm,
+static int find_linear(const regc_model *m, const regc_graph *g, char *kind, char *lookup_mm,
                        char *conv1d)
 {
     int n_t = regc_graph_n_tensors(g);
@@ -112,13 +113,14 @@ static int find_linear(const regc_model *m, const regc_graph *g, char *kind, cha
         if (t >= 0)
             param_of[t] = i;
         kind[i] = conv1d[i] = 0;
-        only_mm[i] = t >= 0;
+        lookup_mm[i] = t >= 0;
     }
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *n = regc_graph_node(g, i);
         for (int k = 0; k < n->n_in; k++)
-            if (param_of[n->in[k]] >= 0 && n->op != REGC_OP_MATMUL)
-                only_mm[param_of[n->in[k]]] = 0;
+            if (param_of[n->in[k]] >= 0 && n->op != REGC_OP_MATMUL &&
+                !(n->op == REGC_OP_EMBEDDING && k == 1))
+                lookup_mm[param_of[n->in[k]]] = 0;
     }
     int head = -1; /* the tensor whose product feeds the loss */
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
@@ -210,7 +212,7 @@ static int relayout(regc_model *m)
         regc_model_param *p = &m->params[i];
         p->frozen_at = p->frozen ? m->frozen_bytes : 0;
         if (p->frozen)
-            m->frozen_bytes += (p->numel * (p->frozen == REGC_FROZEN_BF16 ? 2 : 4) + 63) & ~63;
+            m->frozen_bytes += (regc_frozen_kind_bytes(p->frozen, p->numel) + 63) & ~63;
     }
     float *moved = NULL;
     if (m->weights && !(moved = malloc((size_t)m->total_numel * sizeof *moved + 1)))
@@ -233,6 +235,32 @@ static int relayout(regc_model *m)
     return REGC_OK;
 }
 
+/* How base parameter i is held: kind 1 (a linear layer's weight, not the
+ * head's) and lookup_mm (read by matrix products and embedding lookups
+ * alone) as find_linear says.
+ * In NF4 as bitsandbytes quantises a model: every linear layer's weight
+ * but the head's, which Transformers keeps (llm_int8_skip_modules). */
+static int base_kind(const regc_lora_config *c, int kind, int lookup_mm)
+{
+    if (c->load_in_4bit && lookup_mm && kind == 1) /* kind 1: never an embedding's */
+        return c->compute_bf16 ? REGC_FROZEN_NF4_BF16 : REGC_FROZEN_NF4;
+    if (c->base_dtype == REGC_BASE_BF16 && lookup_mm)
+        return REGC_FROZEN_BF16;
+    return 1;
+}
+
+static const char *base_dtype_note(const regc_lora_config *c)
+{
+    if (c->load_in_4bit)
+        return c->base_dtype == REGC_BASE_BF16
+                   ? (c->compute_bf16 ? "; the base's linear layers in NF4, multiplied in bf16, "
+                                        "the head in bf16"
+                                      : "; the base's linear layers in NF4, the head in bf16")
+                   : (c->compute_bf16 ? "; the base's linear layers in NF4, multiplied in bf16"
+                                      : "; the base's linear layers in NF4");
+    return c->base_dtype == REGC_BASE_BF16 ? "; the base's linear weights held in bf16" : "";
+}
+
 /* PEFT's default target_modules per architecture
  * (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). */
 static const char *default_targets(const regc_model *m)
@@ -252,6 +280,10 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
         d.alpha = 8.0;
     if (!d.target_modules)
         d.target_modules = default_targets(m);
+    /* a checkpoint saved in 4 bits is NF4, as Transformers loads it, its
+     * compute dtype bfloat16 when it says so */
+    if (m->checkpoint_nf4)
+        d.load_in_4bit = 1, d.compute_bf16 |= m->checkpoint_nf4 == REGC_FROZEN_NF4_BF16;
     const regc_lora_config *c = &d;
     if (m->lora)
         return regc_error(REGC_ERR_ARG, "%s: the model has LoRA adapters already", m->source);
@@ -274,13 +306,13 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
     regc_graph *g = NULL;
     int rc = m->arch->build_graph(m, batch, seq, &g);
     char *kind = malloc((size_t)m->n_params + 1), *chosen = malloc((size_t)m->n_params + 1);
-    char *only_mm = malloc((size_t)m->n_params + 1), *conv1d = malloc((size_t)m->n_params + 1);
+    char *lookup_mm = malloc((size_t)m->n_params + 1), *conv1d = malloc((size_t)m->n_params + 1);
     regc_lora *l = calloc(1, sizeof *l);
     int n_chosen = 0;
-    if (rc == REGC_OK && (!kind || !chosen || !only_mm || !conv1d || !l))
+    if (rc == REGC_OK && (!kind || !chosen || !lookup_mm || !conv1d || !l))
         rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
     if (rc == REGC_OK)
-        rc = find_linear(m, g, kind, only_mm, conv1d);
+        rc = find_linear(m, g, kind, lookup_mm, conv1d);
     if (rc == REGC_OK)
         rc = choose_targets(m, c, kind, chosen, &n_chosen);
     if (rc == REGC_OK) {
@@ -297,7 +329,7 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
     }
     const int n_base = m->n_params;
     for (int i = 0; i < n_base && rc == REGC_OK; i++) {
-        m->params[i].frozen = c->base_bf16 && only_mm[i] ? REGC_FROZEN_BF16 : 1;
+        m->params[i].frozen = base_kind(c, kind[i], lookup_mm[i]);
         if (!chosen[i])
             continue;
         const regc_model_param w = m->params[i]; /* a copy: adding moves the list */
@@ -313,7 +345,7 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
         l->base_of[l->n_modules++] = i;
     }
     regc_graph_free(g);
-    free(kind), free(chosen), free(only_mm), free(conv1d);
+    free(kind), free(chosen), free(lookup_mm), free(conv1d);
     if (rc == REGC_OK && m->weights) { /* room for the adapters, drawn from the seed */
         float *grown = realloc(m->weights, (size_t)m->total_numel * sizeof *grown + 1);
         if (!grown)
@@ -626,7 +658,7 @@ void regc_lora_describe(const regc_model *m, char *buf, size_t cap)
         "LoRA r=%lld, alpha %g%s (scale %g) on %d layers (%s)%s%s: %s of %s parameters trained%s",
         (long long)l->cfg.r, l->cfg.alpha, l->cfg.use_rslora ? ", rsLoRA" : "", (double)l->scale,
         l->n_modules, names, l->adapter ? ", from " : "", l->adapter ? l->adapter : "", trained,
-        total, l->cfg.base_bf16 ? "; the base's linear weights held in bf16" : "");
+        total, base_dtype_note(&l->cfg));
 }
 
 /* ---------------------------------------------------------------- merging */

@@ -506,6 +506,8 @@ int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **ou
         x = NULL;
     }
     cJSON_Delete(cfg);
+    if (x) /* the same checkpoint's kind of weights */
+        x->checkpoint_nf4 = m->checkpoint_nf4;
     *out = x;
     return rc < 0 ? rc : REGC_OK;
 }

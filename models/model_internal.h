@@ -78,6 +78,10 @@ struct regc_model {
     regc_lora *lora;      /* NULL: every parameter is trained */
     int dropout;          /* the graph applies the model's dropouts (train.dropout) */
     int64_t frozen_bytes; /* the frozen block's bytes */
+    /* config.json's quantization_config: the checkpoint holds the linear
+     * layers in NF4 (nf4_checkpoint.c), as REGC_FROZEN_NF4 (_BF16: its
+     * compute dtype bfloat16); 0 when it is not quantised */
+    int checkpoint_nf4;
 };
 
 struct regc_arch {
@@ -172,6 +176,31 @@ int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int
  * is an error naming `index` and the tensor. */
 int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, const char *index,
                              const char *prefix, char **files);
+
+/* ---- a checkpoint saved from a model in 4 bits (nf4_checkpoint.c) */
+/* m->checkpoint_nf4 from config.json's quantization_config: an error
+ * naming `path` and the key for one regc cannot honour. */
+int regc_nf4_read_quantization_config(regc_model *m, const cJSON *root, const char *path);
+/* A quantised weight's tensors in its file: the packed values, then its
+ * quant state's (absmax, nested_absmax, quant_map, nested_quant_map, the
+ * JSON), and the offset the JSON gives. */
+#define REGC_NF4_EXTRA 5
+typedef struct {
+    int weight;
+    int extra[REGC_NF4_EXTRA];
+    float offset;
+} regc_nf4_tensors;
+/* Tensor t of f (at path) is parameter p's weight in NF4: find and check
+ * its quant state (each missing tensor, wrong table, block size or shape
+ * an error naming the file and the tensor) into *q. compute_bf16: its
+ * products are bf16 GEMMs (a bfloat16 state dtype is then allowed). */
+int regc_nf4_bind(const regc_st_file *f, const char *path, int t, const regc_model_param *p,
+                  int compute_bf16, regc_nf4_tensors *q);
+/* The blob (regc_nf4_layout(n).bytes) of a bound weight of n values. */
+int regc_nf4_read_blob(const regc_st_file *f, const regc_nf4_tensors *q, int64_t n, uint8_t *blob);
+/* The length of `name` without a quant-state suffix (".absmax", ...), or 0
+ * when it has none. */
+size_t regc_nf4_state_base(const char *name);
 
 /* 124439808 -> "124,439,808" in buf: parameter counts are read by people. */
 void regc_model_group_digits(char *buf, size_t cap, int64_t v);

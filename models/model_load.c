@@ -229,7 +229,8 @@ int regc_model_config_parse(const char *text, size_t len, const char *path, cons
     }
     if ((rc = cfg_check_bounds(root, path)) < 0 || (rc = regc_model_new(arch, dir, &m)) < 0)
         goto done;
-    if ((rc = arch->parse_config(m, root, path)) < 0 || (rc = arch->list_params(m)) < 0) {
+    if ((rc = arch->parse_config(m, root, path)) < 0 || (rc = arch->list_params(m)) < 0 ||
+        (rc = regc_nf4_read_quantization_config(m, root, path)) < 0) {
         regc_model_free(m);
         m = NULL;
     }

@@ -69,14 +69,32 @@ typedef struct {
     int target_regex;
     const char *adapter; /* a PEFT adapter directory the adapters start from, or NULL */
     uint64_t seed;       /* of A's initial draw when there is no adapter */
-    /* the frozen weights that matrix products alone read held in bf16, and
-     * multiplied as bf16 GEMMs do (a base in bf16, as PEFT trains one) */
-    int base_bf16;
+    /* how the frozen base's weights are held (regc_base_dtype) */
+    int base_dtype;
+    /* QLoRA: every linear layer's weight but the output head's held in NF4
+     * as bitsandbytes quantises it (kernels/nf4_format.h), whatever
+     * base_dtype holds the rest in */
+    int load_in_4bit;
+    /* load_in_4bit: the NF4 weights multiplied as bf16 GEMMs do
+     * (bnb_4bit_compute_dtype bfloat16); else in fp32 */
+    int compute_bf16;
 } regc_lora_config;
+
+/* A LoRA model's frozen base. REGC_BASE_BF16: the weights that matrix
+ * products alone read, in bf16 and multiplied as bf16 GEMMs do (a base in
+ * bf16, as PEFT trains one). */
+typedef enum { REGC_BASE_FP32, REGC_BASE_BF16 } regc_base_dtype;
 /* Add the adapters to m (shape-only or with weights: A drawn, B zero) and
  * freeze the rest: an error naming the key when the configuration is bad or
  * matches no linear layer. */
 int regc_model_add_lora(regc_model *m, const regc_lora_config *c);
+/* What a checkpoint saved from a model in 4 bits holds (config.json's
+ * quantization_config, bitsandbytes' NF4): its linear layers' frozen kind,
+ * REGC_FROZEN_NF4 or REGC_FROZEN_NF4_BF16 (bnb_4bit_compute_dtype
+ * bfloat16); 0 when it is not quantised. Such a base trains only with
+ * LoRA, whose load_in_4bit it implies, and its NF4 weights go to the
+ * frozen block as the checkpoint's bytes (regc_weights_read_nf4). */
+int regc_model_checkpoint_nf4(const regc_model *m);
 int regc_model_has_lora(const regc_model *m);
 /* "LoRA r=8, alpha 16 (scale 2) on 8 layers (q_proj, v_proj): 65,536 of
  * 1,000,000 parameters trained" into buf. */
@@ -94,7 +112,7 @@ int regc_lora_targets_from_json(const struct cJSON *it, char *buf, size_t cap, i
  * error naming the file and the key for anything regc does not do (bias,
  * DoRA, per-layer ranks, modules_to_save, ...). */
 int regc_lora_read_config(const char *dir, regc_lora_config *c, char *targets, size_t cap);
-/* 0: trained; 1: frozen, held in fp32; REGC_FROZEN_BF16: held in bf16. */
+/* 0: trained; 1: frozen, held in fp32; else its REGC_FROZEN_* kind. */
 int regc_model_param_frozen(const regc_model *m, int i);
 /* A frozen parameter's byte offset in the frozen block, and that block's
  * bytes: the frozen parameters in the model's order, each 64-byte aligned. */
@@ -175,6 +193,12 @@ int regc_st_read_f32(const regc_st_file *f, int i, int ndim, const int64_t *shap
 /* Tensor i whole as int32 (I32 or I64 accepted, each value within int32),
  * checking that it has exactly n elements. */
 int regc_st_read_i32(const regc_st_file *f, int i, int64_t n, int32_t *dst);
+/* Tensor i's dtype as the file spells it ("F32", "U8", ...), NULL past the last. */
+const char *regc_st_dtype(const regc_st_file *f, int i);
+/* Tensor i whole, its bytes as stored, checking that its dtype is `dtype`
+ * and that it holds exactly n elements (a bitsandbytes checkpoint's U8
+ * and F32 tensors, copied as they are). */
+int regc_st_read_raw(const regc_st_file *f, int i, const char *dtype, int64_t n, void *dst);
 /* The bytes of tensor i's data in the file (-1: no tensor i). */
 int64_t regc_st_bytes(const regc_st_file *f, int i);
 /* REGC_OK when tensor i has exactly `shape`, else an error naming both. */
@@ -215,8 +239,15 @@ int regc_weights_seeded(const regc_model *m, uint64_t seed, regc_weights **out);
 int regc_weights_use_adapter(regc_weights *w, const char *dir);
 /* The dtype parameter i is stored in at its source (REGC_F32 when drawn). */
 regc_dtype regc_weights_dtype(const regc_weights *w, int i);
-/* Elements [first, first + n) of parameter i (row-major) as fp32. */
+/* Elements [first, first + n) of parameter i (row-major) as fp32 (a
+ * weight held in NF4 at its source: dequantised, bitsandbytes' floats). */
 int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *dst);
+/* 1 when parameter i is held in NF4 at its source (a checkpoint saved in
+ * 4 bits), else 0. */
+int regc_weights_is_nf4(const regc_weights *w, int i);
+/* Such a parameter's NF4 blob (kernels/regc_nf4.h, regc_nf4_layout(numel)
+ * bytes) assembled from its tensors as they are. */
+int regc_weights_read_nf4(regc_weights *w, int i, uint8_t *blob);
 /* The bytes of files read so far (0 for the seeded init). */
 int64_t regc_weights_bytes_read(const regc_weights *w);
 void regc_weights_close(regc_weights *w);
@@ -280,5 +311,26 @@ regc_input *regc_input_find(int n, regc_input *in, const char *name);
  * does not know is an error naming it. */
 int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
                            int n, regc_input *in);
+
+/* ======================================================================
+ * NF4 (models/nf4.c): QLoRA's 4-bit frozen weights in kernels/nf4_format.h's
+ * blob, byte for byte as bitsandbytes 0.50.2 quantises on the CPU, so a
+ * base regc quantises holds the bytes a bitsandbytes checkpoint would.
+ * ====================================================================== */
+/* n values (row-major, flattened) into blob (regc_nf4_layout(n).bytes
+ * bytes): quantize_4bit(x, blocksize=64, compress_statistics=True,
+ * quant_type="nf4") with torch on one thread. A NaN or infinite value is an
+ * error naming its index. */
+int regc_nf4_quantize(const float *x, int64_t n, uint8_t *blob);
+/* The same with torch's mean of the absmaxes (the blob's offset) taken as
+ * on `threads` intra-op threads (torch.get_num_threads()): its summation
+ * order depends on them past 32768 blocks (2,097,152 values). */
+int regc_nf4_quantize_threads(const float *x, int64_t n, int threads, uint8_t *blob);
+/* The n values a blob holds, in fp32: dequantize_4bit's bits. */
+void regc_nf4_dequantize(const uint8_t *blob, int64_t n, float *out);
+/* 0 when a checkpoint's quant_map (16 floats) and nested_quant_map (256)
+ * are regc's NF4 and dynamic tables bit for bit, else an error naming the
+ * first entry that differs (the blob means nothing under other tables). */
+int regc_nf4_check_tables(const float *quant_map16, const float *nested_map256);
 
 #endif

@@ -554,6 +554,30 @@ int regc_st_read_i32(const regc_st_file *f, int i, int64_t n, int32_t *dst)
     return rc;
 }
 
+const char *regc_st_dtype(const regc_st_file *f, int i)
+{
+    return i >= 0 && i < f->n ? f->t[i].dtype : NULL;
+}
+
+/* The bytes as stored, for tensors regc does not convert to fp32: a
+ * bitsandbytes checkpoint's packed NF4 values and quant state (U8) are
+ * assembled into regc's blob as they are. */
+int regc_st_read_raw(const regc_st_file *f, int i, const char *dtype, int64_t n, void *dst)
+{
+    if (i < 0 || i >= f->n)
+        return regc_error(REGC_ERR_ARG, "%s: no tensor with index %d", f->path, i);
+    const st_tensor *t = &f->t[i];
+    if (strcmp(t->dtype, dtype) != 0)
+        return regc_error(REGC_ERR_FORMAT, "%s: tensor %s has dtype %s, expected %s", f->path,
+                          t->name, t->dtype, dtype);
+    const uint64_t esize = (uint64_t)t->esize;
+    if (n < 0 || esize == 0 || (uint64_t)n != (t->end - t->begin) / esize)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: tensor %s has %" PRIu64 " elements, expected %" PRId64, f->path,
+                          t->name, esize ? (t->end - t->begin) / esize : 0, n);
+    return st_pread_full(f, dst, (size_t)(t->end - t->begin), f->data_start + t->begin, t->name);
+}
+
 int regc_st_check_shape(const regc_st_file *f, int i, int ndim, const int64_t *shape)
 {
     if (i < 0 || i >= f->n)

@@ -17,6 +17,11 @@
  * the parameters, by name, and regc_model_read_constants reads them whole;
  * a checkpoint's moments (a prefixed source) hold parameters only.
  *
+ * A checkpoint saved from a model in 4 bits (config.json's
+ * quantization_config) holds each quantised weight as bitsandbytes' packed
+ * bytes and quant state (nf4_checkpoint.c): such a parameter binds those
+ * tensors, checked at open, and reads as its NF4 blob, or dequantised.
+ *
  * A LoRA model's adapters are not in its base's files: a source of the
  * base reads them from a source of their own, the PEFT adapter directory
  * the model names (adapter_model.safetensors, names after
@@ -115,6 +120,9 @@ struct regc_weights {
     regc_st_file **file; /* [n_bound]: at most one file per tensor */
     int *file_of;        /* [n_bound] */
     int *tensor_of;      /* [n_bound] the tensor's index in its file */
+    /* [n_bound] for a checkpoint in 4 bits (else NULL): parameter i's NF4
+     * tensors in its file, weight -1 where it is not quantised */
+    regc_nf4_tensors *nf4;
     int64_t bytes_read;
 };
 
@@ -125,7 +133,7 @@ void regc_weights_close(regc_weights *w)
     for (int f = 0; f < w->n_files; f++)
         regc_st_close(w->file[f]);
     regc_weights_close(w->adapter);
-    free(w->file), free(w->file_of), free(w->tensor_of), free(w);
+    free(w->file), free(w->file_of), free(w->tensor_of), free(w->nf4), free(w);
 }
 
 static int weights_new(const regc_model *m, const char *prefix, regc_weights **out)
@@ -139,8 +147,12 @@ static int weights_new(const regc_model *m, const char *prefix, regc_weights **o
         w->file = calloc(n, sizeof *w->file);
         w->file_of = calloc(n, sizeof *w->file_of);
         w->tensor_of = calloc(n, sizeof *w->tensor_of);
+        if (m->checkpoint_nf4 && !prefix[0] && (w->nf4 = calloc(n, sizeof *w->nf4)))
+            for (size_t i = 0; i < n; i++)
+                w->nf4[i].weight = -1;
     }
-    if (!w || !w->file || !w->file_of || !w->tensor_of) {
+    if (!w || !w->file || !w->file_of || !w->tensor_of ||
+        (m->checkpoint_nf4 && !prefix[0] && !w->nf4)) {
         regc_weights_close(w);
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
     }
@@ -185,6 +197,12 @@ static int weights_bind(regc_weights *w, int i, int f, const char *path, const c
         return regc_error(REGC_ERR_FORMAT, "%s: missing %s %s%s", path, bound_kind(m, i), prefix,
                           bound_name(m, i));
     w->file_of[i] = f, w->tensor_of[i] = t;
+    /* a weight bitsandbytes quantised: its packed bytes and quant state */
+    if (w->nf4 && i < m->n_params && !strcmp(regc_st_dtype(w->file[f], t), "U8")) {
+        const int bf16 =
+            m->lora ? m->lora->cfg.compute_bf16 : m->checkpoint_nf4 == REGC_FROZEN_NF4_BF16;
+        return regc_nf4_bind(w->file[f], path, t, &m->params[i], bf16, &w->nf4[i]);
+    }
     if (i >= m->n_params) {
         const regc_model_const *k = &m->consts[i - m->n_params];
         return regc_st_check_shape(w->file[f], t, k->ndim, k->shape);
@@ -219,8 +237,11 @@ static int weights_check_unexpected(const regc_weights *w, int f, const char *pa
     if (!claimed)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     for (int i = 0; i < w->n_bound; i++)
-        if (w->file_of[i] == f)
+        if (w->file_of[i] == f) {
             claimed[w->tensor_of[i]] = 1;
+            for (int k = 0; w->nf4 && w->nf4[i].weight >= 0 && k < REGC_NF4_EXTRA; k++)
+                claimed[w->nf4[i].extra[k]] = 1;
+        }
     size_t k = strlen(prefix);
     int rc = REGC_OK;
     for (int t = 0; t < n && rc == REGC_OK; t++) {
@@ -287,11 +308,15 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
             if (strncmp(e->string, prefix, k) || weights_ignored(m->arch, e->string + k))
                 continue;
             int used = 0;
+            /* a 4-bit weight's quant state goes with the weight */
+            const size_t base =
+                m->checkpoint_nf4 && !prefix[0] ? regc_nf4_state_base(e->string) : 0;
             for (int i = 0; i < n && !used; i++) {
                 weight_names c;
                 weight_names_of(m, prefix, bound_name(m, i), &c);
                 for (int j = 0; j < c.n && !used; j++)
-                    used = !strcmp(c.name[j], e->string);
+                    used = !strcmp(c.name[j], e->string) || (base && strlen(c.name[j]) == base &&
+                                                             !strncmp(c.name[j], e->string, base));
             }
             if (!used) {
                 rc = regc_error(REGC_ERR_FORMAT,
@@ -467,10 +492,42 @@ int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *d
                                     p->init_halfwidth);
         return REGC_OK;
     }
+    if (regc_weights_is_nf4(w, i)) { /* dequantised whole: blocks share the offset */
+        uint8_t *blob = malloc((size_t)regc_frozen_kind_bytes(REGC_FROZEN_NF4, p->numel));
+        float *all = malloc((size_t)p->numel * sizeof *all + 1);
+        int rc = blob && all ? regc_weights_read_nf4(w, i, blob)
+                             : regc_error(REGC_ERR_MEMORY, "%s: out of memory dequantising %s",
+                                          m->source, p->name);
+        if (rc == REGC_OK) {
+            regc_nf4_dequantize(blob, p->numel, all);
+            memcpy(dst, all + first, (size_t)n * sizeof *dst);
+        }
+        free(blob), free(all);
+        return rc;
+    }
     const regc_st_file *f = w->file[w->file_of[i]];
     int rc = regc_st_read_range(f, w->tensor_of[i], first, n, dst);
     if (rc == REGC_OK && p->numel > 0)
         w->bytes_read += n * (regc_st_bytes(f, w->tensor_of[i]) / p->numel);
+    return rc;
+}
+
+int regc_weights_is_nf4(const regc_weights *w, int i)
+{
+    if (w->adapter && is_adapter(w->m, i))
+        return 0;
+    return w->nf4 && i >= 0 && i < w->m->n_params && w->file_of[i] >= 0 && w->nf4[i].weight >= 0;
+}
+
+int regc_weights_read_nf4(regc_weights *w, int i, uint8_t *blob)
+{
+    if (!regc_weights_is_nf4(w, i))
+        return regc_error(REGC_ERR_ARG, "%s: parameter %d is not held in NF4 at its source",
+                          w->m->source, i);
+    const int64_t n = w->m->params[i].numel;
+    int rc = regc_nf4_read_blob(w->file[w->file_of[i]], &w->nf4[i], n, blob);
+    if (rc == REGC_OK)
+        w->bytes_read += regc_frozen_kind_bytes(REGC_FROZEN_NF4, n);
     return rc;
 }
 

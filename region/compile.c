@@ -50,41 +50,54 @@ static int bf16_params_wanted(const regc_compile_options *o)
     return o->precision == REGC_PRECISION_BF16 && !o->fp32_storage && o->zero_stage == 3;
 }
 
-/* A frozen parameter held in bf16 (a LoRA model's base in bf16). */
-static int frozen_bf16(const regc_graph *g, int t)
+/* How frozen parameter t is held, where not in fp32 (regc_held; 0: fp32
+ * or not frozen): a LoRA model's base in bf16, a QLoRA model's in NF4. */
+static int frozen_held(const regc_graph *g, int t)
 {
-    return regc_graph_tensor(g, t)->frozen == REGC_FROZEN_BF16;
+    switch (regc_graph_tensor(g, t)->frozen) {
+    case REGC_FROZEN_BF16: return REGC_HELD_BF16;
+    case REGC_FROZEN_NF4: return REGC_HELD_NF4;
+    case REGC_FROZEN_NF4_BF16: return REGC_HELD_NF4_BF16;
+    default: return 0;
+    }
 }
 
-/* Does the graph hold any parameter in bf16? */
-static int holds_bf16(const regc_graph *g)
+/* Does the graph hold any frozen parameter in bf16 or NF4? */
+static int holds_frozen(const regc_graph *g)
 {
     for (int t = 0; t < regc_graph_n_tensors(g); t++)
-        if (frozen_bf16(g, t))
+        if (frozen_held(g, t))
             return 1;
     return 0;
 }
 
-/* [n_tensors]: the parameters held in bf16, or NULL (none; or out of
- * memory when bf16_params_wanted or holds_bf16): those gathered in bf16
- * (above), and the frozen ones held so, whose every reader must be a
- * matrix product (the compile fails otherwise). */
-static char *bf16_params(const regc_graph *g, const regc_compile_options *o)
+/* [n_tensors]: how each parameter is held (regc_held), or NULL (every one
+ * in fp32; or out of memory when bf16_params_wanted or holds_frozen):
+ * those gathered in bf16 (above), and the frozen ones held in bf16 or NF4,
+ * whose every reader must be a matrix product, or for a bf16 table an
+ * embedding lookup (the compile fails
+ * otherwise). */
+static char *held_params(const regc_graph *g, const regc_compile_options *o)
 {
-    if (!bf16_params_wanted(o) && !holds_bf16(g))
+    if (!bf16_params_wanted(o) && !holds_frozen(g))
         return NULL;
     int n_t = regc_graph_n_tensors(g);
     char *only_matmul = calloc((size_t)n_t + 1, 1);
     if (!only_matmul)
         return NULL;
     for (int t = 0; t < n_t; t++)
-        only_matmul[t] = frozen_bf16(g, t) || (bf16_params_wanted(o) &&
-                                               regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM &&
-                                               !regc_graph_tensor(g, t)->frozen);
+        only_matmul[t] = frozen_held(g, t)
+                             ? (char)frozen_held(g, t)
+                             : (char)(bf16_params_wanted(o) &&
+                                      regc_graph_tensor(g, t)->role == REGC_ROLE_PARAM &&
+                                      !regc_graph_tensor(g, t)->frozen);
+    /* a frozen table held in bf16 may also be looked up: its rows are
+     * bf16 values, copied exactly */
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *n = regc_graph_node(g, i);
         for (int k = 0; k < n->n_in; k++)
-            if (n->op != REGC_OP_MATMUL)
+            if (n->op != REGC_OP_MATMUL && !(n->op == REGC_OP_EMBEDDING && k == 1 &&
+                                             frozen_held(g, n->in[k]) == REGC_HELD_BF16))
                 only_matmul[n->in[k]] = 0;
     }
     return only_matmul;
@@ -105,7 +118,7 @@ typedef struct {
     int n_pieces, cap;
     piece_plan *pieces;
     int *last_reader; /* [n_tensors] the last piece reading each tensor, -1 */
-    char *bf16_param; /* [n_tensors] a parameter gathered in bf16, or NULL: none are */
+    char *held_param; /* [n_tensors] a parameter gathered in bf16, or NULL: none are */
     char *keep;       /* [n_tensors] never recomputed (a whole graph's layer boundaries), or NULL */
     int *mark;        /* [n_tensors] scratch, all -1 between uses */
     char *in_glue;    /* [n_nodes] scratch */
@@ -146,7 +159,7 @@ static int add_piece_plan(pipeline *pl, int region, int n_in, const int *in, int
  * and whatever would read them in fp32 fails the compile, named. */
 static int settle_bf16_params(pipeline *pl)
 {
-    if (!pl->bf16_param)
+    if (!pl->held_param)
         return REGC_OK;
     for (int changed = 1; changed;) {
         changed = 0;
@@ -156,19 +169,20 @@ static int settle_bf16_params(pipeline *pl)
                 int all = 1;
                 for (int j = 0; j < pl->n_pieces && all; j++)
                     if (pl->pieces[j].region == a->region)
-                        all = pl->bf16_param[pl->pieces[j].in[k]];
+                        all = pl->held_param[pl->pieces[j].in[k]];
                 for (int j = 0; j < pl->n_pieces && !all; j++)
-                    if (pl->pieces[j].region == a->region && pl->bf16_param[pl->pieces[j].in[k]])
-                        pl->bf16_param[pl->pieces[j].in[k]] = 0, changed = 1;
+                    if (pl->pieces[j].region == a->region && pl->held_param[pl->pieces[j].in[k]])
+                        pl->held_param[pl->pieces[j].in[k]] = 0, changed = 1;
             }
         }
     }
     for (int t = 0; t < regc_graph_n_tensors(pl->g); t++)
-        if (frozen_bf16(pl->g, t) && !pl->bf16_param[t])
+        if (frozen_held(pl->g, t) && !pl->held_param[t])
             return regc_error(REGC_ERR_UNSUPPORTED,
-                              "compile: frozen parameter %s is held in bf16, but something other "
-                              "than a matrix product reads it",
-                              regc_graph_tensor(pl->g, t)->name);
+                              "compile: frozen parameter %s is held in %s, but something other "
+                              "than a matrix product (or a lookup, in bf16) reads it",
+                              regc_graph_tensor(pl->g, t)->name,
+                              frozen_held(pl->g, t) == REGC_HELD_BF16 ? "bf16" : "NF4");
     return REGC_OK;
 }
 
@@ -245,15 +259,15 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
             first = &pl->pieces[i];
     n_in = first->n_in, n_out = first->n_out;
     char *in_needs = calloc((size_t)n_in + 1, 1), *seeded = calloc((size_t)n_in + 1, 1);
-    char *out_grad = calloc((size_t)n_out + 1, 1), *in_bf16 = calloc((size_t)n_in + 1, 1);
+    char *out_grad = calloc((size_t)n_out + 1, 1), *in_held = calloc((size_t)n_in + 1, 1);
     int rc = REGC_OK;
-    if (!in_needs || !seeded || !out_grad || !in_bf16) {
+    if (!in_needs || !seeded || !out_grad || !in_held) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
     /* the same in every instance (settle_bf16_params) */
-    for (int k = 0; k < n_in && pl->bf16_param; k++)
-        in_bf16[k] = pl->bf16_param[first->in[k]];
+    for (int k = 0; k < n_in && pl->held_param; k++)
+        in_held[k] = pl->held_param[first->in[k]];
     for (int i = 0; i < pl->n_pieces; i++) {
         const piece_plan *pp = &pl->pieces[i];
         if (pp->region != region)
@@ -284,7 +298,7 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
                              .in_needs_grad = in_needs,
                              .in_seeded = seeded,
                              .out_has_grad = out_grad,
-                             .in_bf16 = in_bf16,
+                             .in_held = in_held,
                              .name = name,
                              .recompute = pol.mode != REGC_RECOMPUTE_NONE ? &pol : NULL,
                              .keep = pl->keep,
@@ -295,7 +309,7 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
     if ((rc = regc_program_add_region(prog, r)) >= 0)
         rc = REGC_OK;
 done:
-    free(in_needs), free(seeded), free(out_grad), free(in_bf16);
+    free(in_needs), free(seeded), free(out_grad), free(in_held);
     return rc;
 }
 
@@ -435,7 +449,7 @@ static void pipeline_free(pipeline *pl)
     for (int i = 0; i < pl->n_pieces; i++)
         free(pl->pieces[i].in), free(pl->pieces[i].out);
     free(pl->pieces), free(pl->last_reader), free(pl->mark), free(pl->in_glue),
-        free(pl->bf16_param), free(pl->keep);
+        free(pl->held_param), free(pl->keep);
     free((void *)pl->needs);
 }
 
@@ -470,10 +484,10 @@ int regc_compile_graph_taken(regc_graph *g, const int64_t *param_offset,
     pl.mark = malloc(((size_t)n_t + 1) * sizeof(int));
     pl.in_glue = calloc((size_t)regc_graph_n_nodes(g) + 1, 1);
     pl.needs = flat_needs(g);
-    pl.bf16_param = bf16_params(g, o);
+    pl.held_param = held_params(g, o);
     regc_blocks *blocks = NULL;
     if (!pl.last_reader || !pl.mark || !pl.in_glue || !pl.needs ||
-        (!pl.bf16_param && (bf16_params_wanted(o) || holds_bf16(g)))) {
+        (!pl.held_param && (bf16_params_wanted(o) || holds_frozen(g)))) {
         rc = regc_error(REGC_ERR_MEMORY, "compile: out of memory");
         goto done;
     }
@@ -503,7 +517,7 @@ int regc_compile_graph_taken(regc_graph *g, const int64_t *param_offset,
     for (int i = 0; i < pl.n_pieces && rc == REGC_OK; i++)
         rc = regc_program_add_piece(prog, pl.pieces[i].region, pl.pieces[i].in, pl.pieces[i].out);
     if (rc == REGC_OK && prog->zero_stage == 3)
-        rc = regc_zero3_layout(prog, param_offset, pl.bf16_param);
+        rc = regc_zero3_layout(prog, param_offset, pl.held_param);
     if (rc)
         goto done;
     double l0 = regc_time_ms();
@@ -567,8 +581,7 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
                 off[t] = at, at += regc_tensor_bytes(x);
             if (x->role == REGC_ROLE_PARAM && x->frozen) {
                 off[t] = frozen_at;
-                frozen_at += (regc_tensor_numel(x) * (x->frozen == REGC_FROZEN_BF16 ? 2 : 4) + 63) &
-                             ~INT64_C(63);
+                frozen_at += (regc_frozen_bytes(x) + 63) & ~INT64_C(63);
             }
         }
         return REGC_OK;

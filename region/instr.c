@@ -77,6 +77,7 @@ int regc_instr_bf16_allowed(const regc_instr *in, int k)
     case K_ATTN_FWD: return k == 0 || (k >= 2 && k <= 4); /* out, q, k, v */
     case K_ROPE: return k == 0;                           /* y */
     case K_ATTN_BWD: return (k >= 5 && k <= 7) || k == 9; /* q, k, v, out */
+    case K_EMBED_FWD: return k == 2; /* the table: a frozen embedding of a bf16 base */
     case K_ALLGATHER: return k == 0;
     case K_COMM_WAIT: return k == 0 && in->d[1] == K_ALLGATHER;
     default: return 0;
@@ -185,7 +186,8 @@ void regc_instr_gemm(const regc_instr *in, void *const *p, regc_gemm *g)
                      .bf16 = in->bf16,
                      .c_bf16 = regc_instr_ref_bf16(in, 0),
                      .a_bf16 = regc_instr_ref_bf16(in, 1),
-                     .b_bf16 = regc_instr_ref_bf16(in, 2)};
+                     .b_bf16 = regc_instr_ref_bf16(in, 2),
+                     .b_nf4 = in->b_nf4};
 }
 
 /* An attention instruction's shape with its bf16 operands named: q, k and v
@@ -226,7 +228,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     }
     case K_EMBED_FWD:
         NEED(embedding_fwd);
-        be->embedding_fwd(be, P(0), I32(1), C(2), d[0], d[1]);
+        be->embedding_fwd(be, P(0), I32(1), C(2), d[0], d[1], regc_instr_ref_bf16(in, 2));
         return REGC_OK;
     case K_EMBED_BWD:
         NEED(embedding_bwd);
@@ -371,10 +373,10 @@ void regc_instr_label(const regc_instr *in, char *buf, size_t size)
     else if (in->signal)
         snprintf(buf + n, size - (size_t)n, " start");
     if (in->kernel == K_GEMM)
-        snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s%s]",
+        snprintf(buf + n, size - (size_t)n, "[%s m=%lld n=%lld k=%lld ta=%d tb=%d%s%s%s]",
                  regc_epilogue_name((regc_epilogue)in->epilogue), (long long)in->d[0],
                  (long long)in->d[1], (long long)in->d[2], in->trans_a, in->trans_b,
-                 in->accumulate ? " acc" : "", in->bf16 ? " bf16" : "");
+                 in->accumulate ? " acc" : "", in->bf16 ? " bf16" : "", in->b_nf4 ? " nf4" : "");
     if (in->kernel == K_EMBED_BWD && in->accumulate)
         snprintf(buf + n, size - (size_t)n, "[acc]");
     if (in->kernel == K_EW && in->ew->n_steps == 0 && n > 0 && (size_t)n < size)

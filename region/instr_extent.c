@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "regc_backend.h"
 #include "validate.h"
 
 #define SIZE_LIMIT REGC_VALIDATE_SIZE_LIMIT
@@ -128,6 +129,11 @@ static void gemm_rule(rule *r)
         fail(r, "a leading dimension below 1");
     if (busy)
         need(r, 1, a, F32), need(r, 2, b, F32);
+    /* B held in NF4: the blob of its values, stored contiguous */
+    if (in->b_nf4 && (ldb != (in->trans_b ? k : n) || regc_instr_ref_bf16(in, 2)))
+        fail(r, "a B held in NF4 that is not contiguous, or also bf16");
+    else if (in->b_nf4 && busy)
+        need(r, 2, regc_nf4_layout(mul(r, k, n)).bytes, 1);
     if (bias)
         need(r, 3, n, F32);
     if (aux)
@@ -249,7 +255,7 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
         return regc_error(REGC_ERR_FORMAT, "%s: %d operands (%d written), the kernel has %d (%d)",
                           regc_kernel_name(k), in->n_refs, in->n_out, arity[k].n_refs,
                           arity[k].n_out);
-    if (k != K_GEMM && (in->epilogue || in->trans_a || in->trans_b))
+    if (k != K_GEMM && (in->epilogue || in->trans_a || in->trans_b || in->b_nf4))
         fail(&r, "GEMM fields on another kernel");
     if (in->ew && k != K_EW)
         fail(&r, "a fused chain on another kernel");

@@ -235,8 +235,7 @@ static int make_values(lazy_ctx *c, const int64_t *param_offset)
             p->inputs[k] = t;
             c->val[t] = regc_program_new_buf(p, BUF_INPUT, bytes, k++);
         } else if (x->role == REGC_ROLE_PARAM && x->frozen) { /* held in its own dtype */
-            c->val[t] = regc_program_new_buf(
-                p, BUF_FROZEN, x->frozen == REGC_FROZEN_BF16 ? bytes / 2 : bytes, param_offset[t]);
+            c->val[t] = regc_program_new_buf(p, BUF_FROZEN, regc_frozen_bytes(x), param_offset[t]);
         } else if (x->role == REGC_ROLE_PARAM) {
             c->val[t] = regc_program_new_buf(p, BUF_PARAMS, bytes, param_offset[t]);
             c->param_grad[t] = regc_program_new_buf(p, BUF_GRADS, bytes, param_offset[t]);

@@ -71,7 +71,15 @@ typedef enum {
 } regc_kernel;
 
 #define REGC_INSTR_MAX_REFS 12 /* bf16_refs has a bit for each */
-#define REGC_REF_NONE (-1)     /* an absent operand (no bias, no aux) */
+
+/* How a region's formal parameter is held (regc_region_spec's in_held;
+ * compile.c's held_param): 0 in fp32. */
+typedef enum {
+    REGC_HELD_BF16 = 1, /* in bf16: read by bf16 GEMMs (and all-gathers) alone */
+    REGC_HELD_NF4,      /* in NF4: the B of fp32 GEMMs alone */
+    REGC_HELD_NF4_BF16, /* in NF4: the B of bf16 GEMMs alone */
+} regc_held;
+#define REGC_REF_NONE (-1) /* an absent operand (no bias, no aux) */
 
 typedef struct {
     int32_t buf; /* slot or program buffer; REGC_REF_NONE when absent */
@@ -91,8 +99,9 @@ typedef struct {
     /* bit k: refs[k] is held in bf16 (half the bytes; its offset counts
      * them), where regc_instr_bf16_allowed says the kernel can */
     uint16_t bf16_refs;
-    regc_attn_shape attn;      /* K_ATTN_* */
-    int perm[REGC_MAX_DIMS];   /* K_TRANSPOSE */
+    uint8_t b_nf4;           /* K_GEMM: B (refs[2]) is a frozen weight held in NF4 (regc_gemm's) */
+    regc_attn_shape attn;    /* K_ATTN_* */
+    int perm[REGC_MAX_DIMS]; /* K_TRANSPOSE */
     const regc_ew_program *ew; /* K_EW, owned by the compiled region */
     int node;                  /* region node it came from (dumps) */
     /* collectives: 0 runs at once; k > 0 starts asynchronous collective k
@@ -186,9 +195,10 @@ typedef struct {
     const char *in_needs_grad; /* [n_in] */
     const char *in_seeded;     /* [n_in] a later reader accumulates its gradient first */
     const char *out_has_grad;  /* [n_out] receives an incoming gradient */
-    /* [n_in] or NULL: a parameter gathered in bf16 (ZeRO-3 under bf16,
-     * region_bf16.c), its slot held in bf16 */
-    const char *in_bf16;
+    /* [n_in] or NULL: how a formal parameter is held where not in fp32
+     * (regc_held): gathered in bf16 (ZeRO-3 under bf16, region_bf16.c) or
+     * frozen in bf16 or NF4; its slot holds that many bytes */
+    const char *in_held;
     const char *name; /* "layer kind 0", "glue 1", "step" */
     /* compile.recompute for this region (recompute.c), or NULL: none */
     const regc_recompute_policy *recompute;

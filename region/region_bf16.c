@@ -49,7 +49,7 @@
  * model trains as under autocast; compile.fp32_storage turns both off.
  *
  * Under ZeRO-3 the compiler also names the parameters it gathers in bf16
- * (compile.c: those only matrix products read, in_bf16): their formal
+ * (compile.c: those only matrix products read, in_held): their formal
  * slots are held in bf16 the same way. Every operand naming one must be a
  * GEMM's A or B, or the compile fails: the gathered unit is bf16 for every
  * region that reads it. So are a LoRA model's frozen weights held in bf16
@@ -509,13 +509,13 @@ static void find_bf16_slots(const regc_compiled_region *r, char *ok, char *read)
         ok[s] &= read[s];
 }
 
-/* The formal inputs in_bf16 names: ok[] set for their slots, or an error
+/* The formal inputs in_held names: ok[] set for their slots, or an error
  * naming an operand that reads one in fp32. */
-static int mark_bf16_params(const regc_compiled_region *r, const char *in_bf16, char *ok)
+static int mark_bf16_params(const regc_compiled_region *r, const char *in_held, char *ok)
 {
     for (int k = 0; k < r->n_in; k++) {
         const int s = r->in_slot[k];
-        if (!in_bf16[k] || s < 0)
+        if (in_held[k] != REGC_HELD_BF16 || s < 0)
             continue;
         const char *name = regc_graph_tensor(r->graph, r->slots[s].tensor)->name;
         for (int v = 0; v < r->n_slots; v++)
@@ -538,18 +538,20 @@ static int mark_bf16_params(const regc_compiled_region *r, const char *in_bf16, 
     return REGC_OK;
 }
 
-/* In fp32: the GEMMs that read a formal in_bf16 names (a frozen weight held
- * in bf16) multiply bf16 operands, as they would under bf16; nothing else.
+/* In fp32: the GEMMs that read a formal in_held names in bf16 (a frozen
+ * weight held in bf16, or in NF4 multiplied in bf16) multiply bf16
+ * operands, as they would under bf16; nothing else.
  * Whether any does, or -1 out of memory. */
-static int set_bf16_gemms_of(regc_compiled_region *r, const char *in_bf16)
+static int set_bf16_gemms_of(regc_compiled_region *r, const char *in_held)
 {
-    if (!in_bf16)
+    if (!in_held)
         return 0;
     char *held = calloc((size_t)r->n_slots + 1, 1); /* [n_slots] */
     if (!held)
         return -1;
     for (int k = 0; k < r->n_in; k++)
-        if (in_bf16[k] && r->in_slot[k] >= 0)
+        if ((in_held[k] == REGC_HELD_BF16 || in_held[k] == REGC_HELD_NF4_BF16) &&
+            r->in_slot[k] >= 0)
             held[r->in_slot[k]] = 1;
     int any = 0;
     for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
@@ -562,21 +564,56 @@ static int set_bf16_gemms_of(regc_compiled_region *r, const char *in_bf16)
     return any;
 }
 
-int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage,
-                                const char *in_bf16)
+/* The formal inputs held in NF4 (a QLoRA model's frozen weights): every
+ * reader must be a GEMM reading the whole weight as its B, which then
+ * dequantises it as it reads (b_nf4); the slot holds the blob's bytes. An
+ * error names the parameter otherwise. */
+static int mark_nf4_params(regc_compiled_region *r, const char *in_held)
 {
+    for (int k = 0; in_held && k < r->n_in; k++) {
+        const int s = r->in_slot[k];
+        if ((in_held[k] != REGC_HELD_NF4 && in_held[k] != REGC_HELD_NF4_BF16) || s < 0)
+            continue;
+        const regc_tensor *t = regc_graph_tensor(r->graph, r->slots[s].tensor);
+        for (int v = 0; v < r->n_slots; v++)
+            if (r->slots[v].alias == s)
+                return regc_error(REGC_ERR_UNSUPPORTED,
+                                  "region %s: frozen parameter %s, held in NF4, has a view",
+                                  r->name, t->name);
+        for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
+            regc_instr *in = regc_region_instr(r, i);
+            for (int j = 0; j < in->n_refs; j++) {
+                if (in->refs[j].buf != s)
+                    continue;
+                if (in->kernel != K_GEMM || j != 2 || in->refs[j].off != 0)
+                    return regc_error(REGC_ERR_UNSUPPORTED,
+                                      "region %s: frozen parameter %s, held in NF4, is read by %s "
+                                      "(only as the whole B of a matrix product can it be)",
+                                      r->name, t->name, regc_kernel_name(in->kernel));
+                in->b_nf4 = 1;
+            }
+        }
+        r->slots[s].bytes = regc_frozen_kind_bytes(REGC_FROZEN_NF4, regc_tensor_numel(t));
+    }
+    return REGC_OK;
+}
+
+int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage,
+                                const char *in_held)
+{
+    int nf4 = mark_nf4_params(r, in_held);
+    if (nf4)
+        return nf4;
     /* the whole precision, or in fp32 the products of weights held in bf16 */
     const int storage = precision == REGC_PRECISION_BF16 && bf16_storage;
     if (precision == REGC_PRECISION_BF16) {
         set_bf16_gemms(r);
-    } else {
-        const int any = set_bf16_gemms_of(r, in_bf16);
-        if (any <= 0)
-            return any < 0 ? regc_error(REGC_ERR_MEMORY, "region compile: out of memory") : REGC_OK;
+    } else if (set_bf16_gemms_of(r, in_held) < 0) {
+        return regc_error(REGC_ERR_MEMORY, "region compile: out of memory");
     }
     int held = 0;
-    for (int k = 0; in_bf16 && k < r->n_in; k++)
-        held |= in_bf16[k];
+    for (int k = 0; in_held && k < r->n_in; k++)
+        held |= in_held[k] == REGC_HELD_BF16;
     if (!storage && !held)
         return REGC_OK;
     int rc = storage ? hold_activations(r) : REGC_OK;
@@ -589,7 +626,7 @@ int regc_region_apply_precision(regc_compiled_region *r, regc_precision precisio
     }
     if (storage)
         find_bf16_slots(r, ok, read);
-    rc = in_bf16 ? mark_bf16_params(r, in_bf16, ok) : REGC_OK;
+    rc = in_held ? mark_bf16_params(r, in_held, ok) : REGC_OK;
     for (int i = 0; i < r->n_fwd + r->n_bwd && rc == REGC_OK; i++) {
         regc_instr *in = regc_region_instr(r, i);
         if (chain_step_of(in) >= 0 && in->refs[0].buf >= 0 && ok[in->refs[0].buf] &&

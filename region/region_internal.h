@@ -13,7 +13,7 @@ int regc_region_lower(regc_compiled_region *r, const int *slot_of, regc_level le
 /* compile.precision on a lowered region (region_bf16.c): bf16 GEMMs, and
  * with bf16_storage the tensors only they read held in bf16. */
 int regc_region_apply_precision(regc_compiled_region *r, regc_precision precision, int bf16_storage,
-                                const char *in_bf16);
+                                const char *in_held);
 
 /* A new temporary of r, `bytes` long, of slot like's tensor and storage
  * (region.c): its index, or a negative status. */
@@ -78,7 +78,7 @@ int regc_program_plan_lazy(regc_program *p);
 /* ZeRO-3's gather units and shard layout (p->layout) from the program's
  * pieces; param_offset[t]: graph parameter t's byte offset in the model's
  * block. */
-int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *bf16_param);
+int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *held_param);
 /* ZeRO-3 (zero3_place.c): all-gathers before the steps that read a unit's
  * parameters, zeroed unit gradient buffers, reduce-scatters after the last
  * step that writes them, over the lazy program (p->layout says where each

@@ -67,7 +67,7 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
         regc_bytes_put_i64(b, t->role == REGC_ROLE_PARAM);
         regc_bytes_put_i64(b, s->in_needs_grad[k]);
         regc_bytes_put_i64(b, s->in_seeded[k]);
-        regc_bytes_put_i64(b, s->in_bf16 ? s->in_bf16[k] : 0);
+        regc_bytes_put_i64(b, s->in_held ? s->in_held[k] : 0);
     }
     regc_bytes_put_i64(b, s->n_nodes);
     for (int i = 0; i < s->n_nodes; i++) {
@@ -126,6 +126,7 @@ enum {
     F_BF16,
     F_BF16_REFS,
     F_REPLAY,
+    F_B_NF4,
     F_COUNT
 };
 
@@ -167,6 +168,7 @@ static void put_instr(regc_bytes *b, const regc_instr *in, int ew_region, int ew
     v[F_BF16] = in->bf16;
     v[F_BF16_REFS] = in->bf16_refs;
     v[F_REPLAY] = in->replay;
+    v[F_B_NF4] = in->b_nf4;
     uint64_t mask = 0;
     for (int k = 0; k < F_COUNT; k++)
         mask |= (uint64_t)(v[k] != 0) << k;
@@ -226,6 +228,7 @@ static void get_instr(regc_reader *r, regc_instr *in, int n_bufs, int *ew_region
     in->bf16 = (int)field(r, v, F_BF16, 0, 1);
     in->bf16_refs = (uint16_t)field(r, v, F_BF16_REFS, 0, (1 << REGC_INSTR_MAX_REFS) - 1);
     in->replay = (uint8_t)field(r, v, F_REPLAY, 0, 1);
+    in->b_nf4 = (uint8_t)field(r, v, F_B_NF4, 0, 1);
     regc_attn_shape *a = &in->attn;
     a->batch = v[F_BATCH], a->tq = v[F_TQ], a->tk = v[F_TK];
     a->n_head = (int)field(r, v, F_N_HEAD, 0, INT32_MAX);

@@ -206,21 +206,28 @@ int regc_region_validate_spec(const regc_compiled_region *r, const regc_graph *g
         const regc_tensor *t = regc_graph_tensor(g, in ? s->in[f] : s->out[f]);
         int slots[3] = {in ? r->in_slot[f] : r->out_slot[f], in ? r->seed_slot[f] : r->dout_slot[f],
                         in ? r->din_slot[f] : -1};
-        /* a parameter gathered in bf16 (its input slot) holds half */
-        const int bf16 = in && s->in_bf16 && s->in_bf16[f];
+        /* a parameter held in bf16 (its input slot) holds half, one in NF4
+         * its blob */
+        const int held = in && s->in_held ? s->in_held[f] : 0;
         for (int j = 0; j < 3; j++) {
             if (slots[j] < 0)
                 continue;
             const regc_slot *x = &r->slots[slots[j]];
-            const int half = bf16 && j == 0;
-            if (x->bf16 != half ||
-                x->bytes != (half ? regc_tensor_bytes(t) / 2 : regc_tensor_bytes(t)))
+            const int half = held == REGC_HELD_BF16 && j == 0;
+            const int nf4 = (held == REGC_HELD_NF4 || held == REGC_HELD_NF4_BF16) && j == 0;
+            const int64_t want = half ? regc_tensor_bytes(t) / 2
+                                 : nf4
+                                     ? regc_frozen_kind_bytes(REGC_FROZEN_NF4, regc_tensor_numel(t))
+                                     : regc_tensor_bytes(t);
+            if (x->bf16 != half || x->bytes != want)
                 return regc_error(
                     REGC_ERR_FORMAT,
                     "region %s: slot %d of %s %d holds %lld bytes%s, the tensor %lld%s", s->name,
                     slots[j], in ? "input" : "output", f, (long long)x->bytes,
                     x->bf16 ? " in bf16" : "", (long long)regc_tensor_bytes(t),
-                    half ? " gathered in bf16" : "");
+                    half  ? " held in bf16"
+                    : nf4 ? " held in NF4"
+                          : "");
         }
     }
     /* ids are read from int32 formal inputs only */

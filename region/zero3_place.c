@@ -200,10 +200,10 @@ static int cmp_param_at(const void *a, const void *b)
 
 /* Units in execution order: a piece's unit is the parameters it reads that
  * no earlier piece read, so a parameter two pieces share (GPT-2's tied
- * embedding) is gathered with the first. Under bf16 (bf16_param, else
+ * embedding) is gathered with the first. Under bf16 (held_param, else
  * NULL) the piece's parameters gathered in bf16 are a unit of their own,
  * after the rest: a unit is gathered in one precision. */
-int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *bf16_param)
+int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *held_param)
 {
     const regc_graph *g = p->graph;
     int n_t = regc_graph_n_tensors(g), n_params = 0;
@@ -228,7 +228,7 @@ int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *
                 int t = pc->in[k];
                 const regc_tensor *x = regc_graph_tensor(g, t);
                 if (x->role == REGC_ROLE_PARAM && !x->frozen && unit[t] < 0 &&
-                    (bf16_param && bf16_param[t]) == half)
+                    (held_param && held_param[t]) == half)
                     unit[t] = n_units, fresh = 1;
             }
             n_units += fresh;

@@ -378,15 +378,33 @@ static void test_embedding_fwd_body(void **state)
     const size_t n = (size_t)(rows * cols);
     float *out = regc_test_dev_nan(cpu, n);
     cpu->embedding_fwd(cpu, out, regc_test_upload_ints(cpu, ids, (size_t)rows),
-                       regc_test_upload(cpu, htable, (size_t)(vocab * cols)), rows, cols);
+                       regc_test_upload(cpu, htable, (size_t)(vocab * cols)), rows, cols, 0);
     const float *want = cpu_download(out, n);
     float *got = regc_test_host_floats(n), *var = regc_test_host_floats(n);
     for (int64_t i = 0; i < rows * cols; i++)
-        cuda_body_embedding_fwd(i, got, ids, htable, cols);
+        cuda_body_embedding_fwd(i, got, ids, htable, cols, 0);
     expect_bits("embedding_fwd", got, want, n);
     for (int64_t i = 0; i < rows * cols; i++) /* the row indexed by position, not id */
         var[i] = htable[((i / cols) % vocab) * cols + i % cols];
     expect_caught("embedding_fwd", var, want, n);
+
+    /* the table held in bf16: the body widens each value as the CPU does */
+    const size_t tn = (size_t)(vocab * cols);
+    uint16_t *h16 = calloc(tn + 2, sizeof *h16);
+    assert_non_null(h16);
+    for (size_t j = 0; j < tn; j++)
+        h16[j] = regc_bf16_bits(htable[j]);
+    float *out16 = regc_test_dev_nan(cpu, n);
+    cpu->embedding_fwd(cpu, out16, regc_test_upload_ints(cpu, ids, (size_t)rows),
+                       regc_test_upload(cpu, (const float *)h16, (tn + 1) / 2), rows, cols, 1);
+    const float *want16 = cpu_download(out16, n);
+    for (int64_t i = 0; i < rows * cols; i++)
+        cuda_body_embedding_fwd(i, got, ids, (const float *)h16, cols, 1);
+    expect_bits("embedding_fwd, table in bf16", got, want16, n);
+    for (int64_t i = 0; i < rows * cols; i++) /* the fp32 values, not the bf16 ones */
+        cuda_body_embedding_fwd(i, var, ids, htable, cols, 0);
+    expect_caught("embedding_fwd, table in bf16", var, want16, n);
+    free(h16);
     free(ids);
 }
 

@@ -676,7 +676,7 @@ static void test_embedding_reference(void **state)
     float *dout = ref_input(c, "dout", (size_t)(rows * cols));
     float *out = regc_test_dev_nan(be, (size_t)(rows * cols)),
           *dtable = regc_test_dev_nan(be, (size_t)(vocab * cols));
-    be->embedding_fwd(be, out, ids, table, rows, cols);
+    be->embedding_fwd(be, out, ids, table, rows, cols, 0);
     be->embedding_bwd(be, dtable, ids, dout, rows, cols, vocab, 0, -1);
     ref_check(c, "out", out, (size_t)(rows * cols), "embedding");
     ref_check(c, "dtable", dtable, (size_t)(vocab * cols), "embedding");

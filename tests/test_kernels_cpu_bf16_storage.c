@@ -13,10 +13,15 @@
  *   - a fused chain reading inputs held in bf16 (full, broadcast, a row's
  *     statistic) gives the bits of the chain reading their fp32 values,
  *     and the chain of no steps converts either way;
+ *   - the embedding lookup reading its table held in bf16 (repeated ids,
+ *     one thread or two) gives the bits of the lookup reading the fp32
+ *     values it holds;
  *   - attention reading q, k, v and out held in bf16 (all or some; GQA and
  *     causal, T5's bias and its gradient; one thread or two) gives the bits
  *     of attention reading their fp32 values, and its out in bf16 is the
  *     fp32 out rounded;
+ *   - a GEMM reading B as an NF4 blob (a frozen QLoRA weight) gives the
+ *     bits of the GEMM reading the fp32 values it dequantises to;
  *   - what cannot hold: a C held in bf16 that accumulates, a bf16 operand
  *     of an fp32 GEMM, a bf16 chain output over one of its inputs, an
  *     output over a chain's bf16 input. */
@@ -27,6 +32,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +285,131 @@ static void test_bf16_storage_refusals(void **state)
     regc_test_release_all();
 }
 
+/* ---- B held in NF4 -------------------------------------------------------------- */
+
+/* A random NF4 blob of n values: any bytes are a valid one, with a finite
+ * offset and nested absmaxes. Returned as floats, ready to upload. */
+static float *random_nf4_blob(int64_t n, uint64_t seed, size_t *floats)
+{
+    const regc_nf4_layout_t l = regc_nf4_layout(n);
+    *floats = (size_t)(l.bytes + 3) / 4;
+    float *blob = regc_test_host_uniform(*floats, seed, 0.0f, 1.0f);
+    uint8_t *bytes = (uint8_t *)blob;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = l.q8_at; i < l.bytes; i++) { /* q8 and the packed nibbles */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        bytes[i] = (uint8_t)(x >> 24);
+    }
+    blob[0] = 0.03125f;                           /* the offset */
+    for (int64_t b = 0; b < l.nested_blocks; b++) /* the nested absmaxes, in [0.5, 1.5) */
+        ((float *)(bytes + l.nested_at))[b] = 1.0f + blob[1 + b] * 0.5f;
+    return blob;
+}
+
+/* The n values of a blob, dequantised on the host (tracked: released). */
+static float *dequantised(const float *blob, int64_t n)
+{
+    static const float levels[16] = REGC_NF4_LEVELS, map[256] = REGC_NF4_DYNAMIC_MAP;
+    const regc_nf4_layout_t l = regc_nf4_layout(n);
+    float *x = regc_test_host_floats((size_t)n);
+    regc_nf4_read((const uint8_t *)blob, &l, levels, map, 0, n, x, 1);
+    return x;
+}
+
+/* A GEMM reading B as an NF4 blob gives the bits of the same GEMM reading
+ * the fp32 values the blob dequantises to (nf4_format.h's formula, on the
+ * host): B as stored and transposed, fp32 and bf16, through the epilogues
+ * (BGRAD sums B itself), at shapes whose k crosses slices and whose n
+ * crosses the strips and NF4's blocks off their edges, on one thread and
+ * two. */
+static void test_nf4_gemm(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][3] = {
+        {3, 37, 19}, {40, 70, 1031}, {275, 129, 300}, {1, 4200, 65}};
+    uint64_t seed = 40000;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int bf16 = 0; bf16 < 2; bf16++)
+                for (int e = 0; e < 4; e++, seed += 10) {
+                    static const regc_epilogue epis[4] = {REGC_EPI_NONE, REGC_EPI_BIAS,
+                                                          REGC_EPI_BIAS_GELU_AUX, REGC_EPI_BGRAD};
+                    const regc_epilogue epi = epis[e];
+                    const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                    size_t blob_floats;
+                    float *blob = random_nf4_blob(n * k, seed, &blob_floats);
+                    float *b = dequantised(blob, n * k);
+                    float *a = regc_test_host_uniform((size_t)(m * k), seed + 1, 0.0f, 1.0f);
+                    float *bias = regc_test_host_uniform((size_t)n, seed + 2, 0.0f, 1.0f);
+                    for (int threads = 1; threads <= 2; threads++) {
+                        regc_backend *d = threads == 1 ? serial : be;
+                        float *out[2], *bgrad[2], *aux[2];
+                        for (int nf4 = 0; nf4 < 2; nf4++) {
+                            regc_gemm g = {
+                                .trans_b = tb,
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .a = regc_test_upload(d, a, (size_t)(m * k)),
+                                .lda = k,
+                                .b = regc_test_upload(d, nf4 ? blob : b,
+                                                      nf4 ? blob_floats : (size_t)(n * k)),
+                                .ldb = tb ? k : n,
+                                .c = regc_test_dev_nan(d, (size_t)(m * n)),
+                                .ldc = n,
+                                .alpha = 1.0f,
+                                .epilogue = epi,
+                                .bias = regc_test_upload(d, bias, (size_t)n),
+                                .aux = regc_test_dev_nan(d, (size_t)(m * n)),
+                                .ldaux = n,
+                                .bias_grad = regc_test_dev_nan(d, (size_t)n),
+                                .bf16 = bf16,
+                                .b_nf4 = nf4,
+                            };
+                            assert_int_equal(d->gemm(d, &g), REGC_OK);
+                            assert_int_equal(d->sync(d), REGC_OK);
+                            out[nf4] = regc_test_download(d, g.c, (size_t)(m * n));
+                            bgrad[nf4] = regc_test_download(d, g.bias_grad, (size_t)n);
+                            aux[nf4] = regc_test_download(d, g.aux, (size_t)(m * n));
+                        }
+                        char what[160];
+                        snprintf(what, sizeof what,
+                                 "NF4 B: m=%lld n=%lld k=%lld tb=%d bf16=%d %s, %d thread(s)",
+                                 (long long)m, (long long)n, (long long)k, tb, bf16,
+                                 regc_epilogue_name(epi), threads);
+                        regc_test_assert_bitwise_equal(what, out[1], out[0], (size_t)(m * n));
+                        regc_test_assert_bitwise_equal(what, aux[1], aux[0], (size_t)(m * n));
+                        if (epi == REGC_EPI_BGRAD)
+                            regc_test_assert_bitwise_equal(what, bgrad[1], bgrad[0], (size_t)n);
+                    }
+                    regc_test_release_all();
+                }
+}
+
+/* B held in NF4 must be contiguous and is never bf16 as well. */
+static void test_nf4_gemm_refusals(void **state)
+{
+    (void)state;
+    float *x = regc_test_upload(be, (float[64]){0}, 64);
+    regc_gemm g = {.m = 2,
+                   .n = 2,
+                   .k = 2,
+                   .a = x,
+                   .lda = 2,
+                   .b = x + 8,
+                   .ldb = 3,
+                   .c = x + 32,
+                   .ldc = 2,
+                   .alpha = 1.0f,
+                   .b_nf4 = 1};
+    assert_int_equal(be->gemm(be, &g), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "NF4 must be contiguous"));
+    g.ldb = 2, g.bf16 = 1, g.b_bf16 = 1;
+    assert_int_equal(be->gemm(be, &g), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "not also bf16"));
+    regc_test_release_all();
+}
+
 /* ---- the other kernels --------------------------------------------------------- */
 
 #define ROWS 37
@@ -468,6 +599,48 @@ static void test_bf16_dlogits(void **state)
     regc_test_release_all();
 }
 
+/* The embedding lookup reading its table held in bf16 (a frozen embedding
+ * of a base held in bf16), at two threads and one, over ids that repeat
+ * and reach both ends of the table: the bits of the lookup reading the
+ * fp32 table of the values it holds. Enough rows that two threads split
+ * the loop; signed zeros, a subnormal, infinities and a NaN among the
+ * values, each widened exactly. */
+static void test_bf16_embedding_table(void **state)
+{
+    (void)state;
+    const int64_t vocab = 61, rows = 300;
+    const size_t tn = (size_t)vocab * COLS, n = (size_t)rows * COLS;
+    float *h = regc_test_host_uniform(tn, 36001, 0.0f, 3.0f);
+    static const float specials[] = {0.0f, -0.0f, 1e-40f, INFINITY, -INFINITY, NAN};
+    for (size_t j = 0; j < sizeof specials / sizeof specials[0]; j++)
+        h[j * 97] = specials[j];
+    uint16_t *h16 = to_bf16(h, tn);
+    for (size_t j = 0; j < tn; j++) /* the values the bf16 table holds */
+        h[j] = regc_bf16_value(h16[j]);
+    int32_t ids[300];
+    for (int64_t r = 0; r < rows; r++) /* many repeats, the first and last rows */
+        ids[r] = r % 5 == 0    ? 3
+                 : r % 11 == 0 ? (int32_t)(vocab - 1)
+                 : r % 13 == 0 ? 0
+                               : (int32_t)((r * 7) % vocab);
+    regc_backend *const bes[2] = {be, serial};
+    for (int t = 0; t < 2; t++) {
+        regc_backend *d = bes[t];
+        const int32_t *dev_ids = regc_test_upload_ints(d, ids, (size_t)rows);
+        const float *wide = regc_test_upload(d, h, tn);
+        const float *half = (const float *)upload16(d, h16, tn);
+        float *want = regc_test_dev_nan(d, n), *got = regc_test_dev_nan(d, n);
+        d->embedding_fwd(d, want, dev_ids, wide, rows, COLS, 0);
+        d->embedding_fwd(d, got, dev_ids, half, rows, COLS, 1);
+        assert_int_equal(d->sync(d), REGC_OK);
+        regc_test_assert_bitwise_equal(
+            t ? "embedding, table in bf16, one thread" : "embedding, table in bf16, two threads",
+            regc_test_download(d, got, n), regc_test_download(d, want, n), n);
+    }
+    free(h16);
+    regc_test_release_all();
+}
+
 /* ---- attention ---------------------------------------------------------------- */
 
 /* n bf16 values widened, as fp32 device memory */
@@ -570,10 +743,13 @@ int main(void)
         regc_test_with_buffers(test_bf16_gemm_storage),
         regc_test_with_buffers(test_bf16_gemm_storage_one_thread),
         regc_test_with_buffers(test_bf16_storage_refusals),
+        regc_test_with_buffers(test_nf4_gemm),
+        regc_test_with_buffers(test_nf4_gemm_refusals),
         regc_test_with_buffers(test_bf16_norm_outputs),
         regc_test_with_buffers(test_bf16_chain_outputs),
         regc_test_with_buffers(test_bf16_chain_inputs),
         regc_test_with_buffers(test_bf16_dlogits),
+        regc_test_with_buffers(test_bf16_embedding_table),
         regc_test_with_buffers(test_bf16_attention),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

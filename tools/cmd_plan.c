@@ -74,6 +74,7 @@ void print_plan_usage(FILE *f)
           "  --lora-target-modules <NAME,...|all-linear>\n"
           "                             the layers adapted (default: the architecture's)\n"
           "  --base-dtype <fp32|bf16>   the frozen base's linear weights held in bf16\n"
+          "  --load-in-4bit <on|off>    QLoRA: the linear layers in NF4 (as regc train)\n"
           "  --json                     one JSON object instead of text\n"
           "  -h, --help                 print this text\n",
           f);
@@ -87,7 +88,8 @@ typedef struct {
     const char *fit; /* "seq", "batch" or NULL */
     long long lora_r;
     const char *lora_targets;
-    int base_bf16;
+    int base_dtype;   /* regc_base_dtype */
+    int load_in_4bit; /* the linear layers in NF4 */
     long long device_mb;
     regc_pass_list passes;
     int passes_given;
@@ -169,7 +171,11 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
         else if (!strcmp(flag, "--base-dtype")) {
             if (strcmp(value, "fp32") && strcmp(value, "bf16"))
                 return usage_error("--base-dtype: expected fp32 or bf16, got \"%s\"", value);
-            a->base_bf16 = !strcmp(value, "bf16");
+            a->base_dtype = !strcmp(value, "bf16") ? REGC_BASE_BF16 : REGC_BASE_FP32;
+        } else if (!strcmp(flag, "--load-in-4bit")) {
+            if (strcmp(value, "on") && strcmp(value, "off"))
+                return usage_error("--load-in-4bit: expected on or off, got \"%s\"", value);
+            a->load_in_4bit = !strcmp(value, "on");
         } else if (!strcmp(flag, "--device-memory-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->device_mb);
         else if (!strcmp(flag, "--budget-mb"))
@@ -199,9 +205,10 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
         return usage_error("--fit and --device-memory-mb go together (see regc plan --help)");
     if (a->fit && a->budget_mb)
         return usage_error("--fit fills --device-memory-mb; --budget-mb is for one plan");
-    if ((a->lora_targets || a->base_bf16) && !a->lora_r)
-        return usage_error("%s needs --lora-r",
-                           a->lora_targets ? "--lora-target-modules" : "--base-dtype bf16");
+    if ((a->lora_targets || a->base_dtype || a->load_in_4bit) && !a->lora_r)
+        return usage_error("%s needs --lora-r", a->lora_targets ? "--lora-target-modules"
+                                                : a->base_dtype ? "--base-dtype bf16"
+                                                                : "--load-in-4bit on");
     return 0;
 }
 
@@ -412,8 +419,10 @@ int cmd_plan(int argc, char **argv)
     if ((rc = regc_model_load_shapes(a.model, &m)) != REGC_OK)
         return exit_code(rc);
     if (a.lora_r) {
-        regc_lora_config c = {
-            .r = a.lora_r, .target_modules = a.lora_targets, .base_bf16 = a.base_bf16};
+        regc_lora_config c = {.r = a.lora_r,
+                              .target_modules = a.lora_targets,
+                              .base_dtype = a.base_dtype,
+                              .load_in_4bit = a.load_in_4bit};
         if ((rc = regc_model_add_lora(m, &c)) != REGC_OK) {
             regc_model_free(m);
             return exit_code(rc);

@@ -278,9 +278,29 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
                         : s->lora.targets.text[0]     ? "target_modules"
                         : s->adapter && s->lora.r > 0 ? "r"
                                                       : NULL;
-    if (s->lora.base_bf16 && !s->adapter && s->lora.r < 1)
-        return regc_error(REGC_ERR_ARG, "lora.base_dtype: bf16 holds a LoRA model's frozen base "
-                                        "(set lora.r, --lora-r, or --adapter)");
+    /* a checkpoint saved in 4 bits is NF4 as if load_in_4bit were given
+     * (Transformers loads it so); regc_model_add_lora applies it */
+    const int saved_nf4 = regc_model_checkpoint_nf4(model) != 0;
+    const int base = s->lora.base_dtype, nf4 = s->quant.load_in_4bit || saved_nf4;
+    if (saved_nf4 && !s->adapter && s->lora.r < 1)
+        return regc_error(REGC_ERR_ARG,
+                          "%s/config.json: quantization_config: the base is in 4 bits (NF4), "
+                          "which cannot be trained: LoRA needed (set lora.r, --lora-r, or "
+                          "--adapter)",
+                          regc_model_source(model));
+    if (!s->quant.double_quant)
+        return regc_error(REGC_ERR_ARG,
+                          "quantization.bnb_4bit_use_double_quant: false is not supported (regc "
+                          "holds NF4 with its absmaxes quantised again, as QLoRA does)");
+    if (s->quant.compute_dtype && !nf4)
+        return regc_error(REGC_ERR_ARG, "quantization.bnb_4bit_compute_dtype: the base is not in "
+                                        "NF4 (quantization.load_in_4bit)");
+    if ((base || nf4) && !s->adapter && s->lora.r < 1)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: a frozen base in %s needs LoRA adapters to train (set lora.r, "
+                          "--lora-r, or --adapter)",
+                          nf4 ? "quantization.load_in_4bit" : "lora.base_dtype",
+                          nf4 ? "NF4" : "bf16");
     if (given && (s->adapter || s->lora.r < 1))
         return regc_error(REGC_ERR_ARG, "lora.%s: %s", given,
                           s->adapter ? "the adapter's adapter_config.json says it (--adapter)"
@@ -296,7 +316,9 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
                           .target_regex = s->lora.targets.regex};
     int rc = s->adapter ? regc_lora_read_config(s->adapter, &c, targets, sizeof targets) : REGC_OK;
     c.seed = s->train.seed;
-    c.base_bf16 = s->lora.base_bf16;
+    c.base_dtype = base;
+    c.load_in_4bit = nf4;
+    c.compute_bf16 = s->quant.compute_dtype == 1;
     return rc ? rc : regc_model_add_lora(model, &c);
 }
 

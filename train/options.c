@@ -18,8 +18,10 @@
 #define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
 
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
-static const char *const base_dtype_names[] = {"fp32", "bf16", NULL}; /* lora.base_bf16 */
-static const char *const precision_names[] = {"fp32", "bf16", NULL};  /* regc_precision's order */
+static const char *const base_dtype_names[] = {"fp32", "bf16", NULL}; /* regc_base_dtype */
+static const char *const quant_type_names[] = {"nf4", NULL};
+static const char *const compute_dtype_names[] = {"float32", "bfloat16", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", NULL}; /* regc_precision's order */
 /* regc_communicator's order */
 static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
 static const char *const offload_names[] = {"none", "cpu", NULL};
@@ -73,10 +75,28 @@ const regc_option regc_option_table[] = {
     {"lora", "use_rslora", "--use-rslora", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(lora.use_rslora), 0, "scale by alpha / sqrt(r) (rank-stabilised LoRA)"},
     {"lora", "base_dtype", "--base-dtype", OPT_CHOICE, "<fp32|bf16>", 0, 0, 0, base_dtype_names,
-     FIELD(lora.base_bf16), OPT_SHOW_DEFAULT,
-     "the frozen base's linear weights held in bf16 (half the bytes, no fp32 copy) and "
-     "multiplied as bf16 GEMMs do (bf16 operands, fp32 sums), as a bf16 base trains under PEFT; "
-     "norms, biases and embeddings stay fp32"},
+     FIELD(lora.base_dtype), OPT_SHOW_DEFAULT,
+     "the frozen base's weights that matrix products read held in bf16 (half the bytes, no fp32 "
+     "copy) and multiplied as bf16 GEMMs do (bf16 operands, fp32 sums), as a bf16 base trains "
+     "under PEFT; with --load-in-4bit, those left out of NF4 (the head); norms, biases and "
+     "embeddings stay fp32"},
+    {"quantization", "load_in_4bit", "--load-in-4bit", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(quant.load_in_4bit), 0,
+     "QLoRA: every linear layer's weight but the output head's held in NF4 exactly as "
+     "bitsandbytes quantises it (blocks of 64, the absmaxes quantised again), quantised as the "
+     "model loads; dequantised as the GEMMs read it; the rest of the base as --base-dtype "
+     "says. Needs LoRA"},
+    {"quantization", "bnb_4bit_quant_type", "--bnb-4bit-quant-type", OPT_CHOICE, "<nf4>", 0, 0, 0,
+     quant_type_names, FIELD(quant.quant_type), OPT_SHOW_DEFAULT,
+     "the 4-bit format: nf4 (fp4 is not one regc has)"},
+    {"quantization", "bnb_4bit_use_double_quant", "--bnb-4bit-use-double-quant", OPT_SWITCH,
+     "<on|off>", 0, 0, 0, NULL, FIELD(quant.double_quant), OPT_SHOW_DEFAULT,
+     "the absmaxes quantised again to 8 bits, as QLoRA does (regc stores NF4 so; off is "
+     "refused)"},
+    {"quantization", "bnb_4bit_compute_dtype", "--bnb-4bit-compute-dtype", OPT_CHOICE,
+     "<float32|bfloat16>", 0, 0, 0, compute_dtype_names, FIELD(quant.compute_dtype),
+     OPT_SHOW_DEFAULT,
+     "the NF4 layers' products: of the dequantised fp32 weights, or as bf16 GEMMs do"},
     {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
      0, "token file in the llm.c format (default: the built-in corpus)"},
     {"train", "loss_mask", "--loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,
@@ -290,6 +310,7 @@ void regc_train_settings_default(regc_train_settings *s)
 {
     memset(s, 0, sizeof *s);
     regc_train_options_default(&s->train);
+    s->quant.double_quant = 1; /* QLoRA's; Transformers' default is off, refused */
 }
 
 void *regc_option_field(const regc_option *o, regc_train_settings *s)
@@ -605,6 +626,11 @@ void regc_option_write_usage(FILE *f)
     fprintf(f, "\nLoRA (PEFT's; the config file's \"lora\" keys):\n");
     for (int i = 0; i < regc_option_count; i++)
         if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "lora"))
+            write_row(f, &regc_option_table[i], &d);
+    fprintf(f, "\nQLoRA (Transformers' BitsAndBytesConfig; the config file's \"quantization\" "
+               "keys):\n");
+    for (int i = 0; i < regc_option_count; i++)
+        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "quantization"))
             write_row(f, &regc_option_table[i], &d);
     fprintf(f, "\ncompile options (the config file's \"compile\" keys):\n");
     for (int i = 0; i < regc_option_count; i++)

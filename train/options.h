@@ -42,7 +42,7 @@ struct regc_option {
     const char *help;
 };
 
-#define REGC_OPTION_MAX 64 /* rows the config file can record as set */
+#define REGC_OPTION_MAX 80 /* rows the config file can record as set */
 
 extern const regc_option regc_option_table[];
 extern const int regc_option_count;

@@ -194,8 +194,15 @@ typedef struct {
         double alpha, dropout;
         int use_rslora;
         regc_lora_targets targets;
-        int base_bf16; /* lora.base_dtype: 0 fp32, 1 bf16 */
+        int base_dtype; /* lora.base_dtype: regc_base_dtype */
     } lora;
+    /* the quantization section (Transformers' BitsAndBytesConfig names) */
+    struct {
+        int load_in_4bit;  /* the base in NF4: lora.base_dtype nf4 */
+        int quant_type;    /* bnb_4bit_quant_type: 0 nf4 (the one regc has) */
+        int double_quant;  /* bnb_4bit_use_double_quant */
+        int compute_dtype; /* bnb_4bit_compute_dtype: 0 float32, 1 bfloat16 */
+    } quant;
     const char *adapter; /* train.adapter, --adapter: a PEFT adapter directory to start from */
     int dropout;         /* train.dropout, --dropout: the model's dropouts applied */
     int json;            /* train.json, --json: one JSON object per step */

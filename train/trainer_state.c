@@ -69,6 +69,37 @@ static int block_to_device(trainer *t, regc_backend *be, float *dev, const float
     return rc;
 }
 
+/* Frozen parameter i quantised to NF4 (regc_nf4_quantize: bitsandbytes'
+ * bytes) into dev: the whole tensor at once, since the absmaxes' offset is
+ * their mean over all of it. From `from` (the model's weights) or the
+ * source; a source that holds it in NF4 already (a checkpoint saved in 4
+ * bits) gives its bytes as they are. */
+static int nf4_to_device(trainer *t, int i, const float *from, regc_weights *src, char *dev)
+{
+    regc_backend *be = t->be;
+    const int64_t n = regc_model_param_numel(t->model, i);
+    const int64_t bytes = regc_frozen_kind_bytes(REGC_FROZEN_NF4, n);
+    const int held = !from && regc_weights_is_nf4(src, i);
+    float *values = from || held ? NULL : malloc((size_t)n * sizeof *values + 1);
+    uint8_t *blob = malloc((size_t)bytes);
+    int rc = REGC_OK;
+    if (!blob || (!from && !held && !values))
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory quantising it to NF4",
+                        regc_model_param_name(t->model, i));
+    if (rc == REGC_OK && held)
+        rc = regc_weights_read_nf4(src, i, blob);
+    else if (rc == REGC_OK && !from && (rc = regc_weights_read(src, i, 0, n, values)) == REGC_OK)
+        from = values;
+    if (rc == REGC_OK && !held && (rc = regc_nf4_quantize(from, n, blob)) != REGC_OK)
+        regc_error_prefix("%s", regc_model_param_name(t->model, i));
+    if (rc == REGC_OK) {
+        be->copy_h2d(be, dev, blob, (size_t)bytes);
+        rc = be->sync(be); /* before the blob is freed */
+    }
+    free(values), free(blob);
+    return rc;
+}
+
 /* The frozen block from the model's weights or the source, whole on every
  * rank, a chunk at a time, each parameter in the dtype it is held in. */
 static int frozen_to_device(trainer *t, const float *model, regc_weights *src, double *load_ms)
@@ -90,6 +121,10 @@ static int frozen_to_device(trainer *t, const float *model, regc_weights *src, d
             continue;
         const int64_t n = regc_model_param_numel(m, i), at = regc_model_param_offset(m, i);
         char *dev = (char *)t->frozen + regc_model_param_frozen_at(m, i);
+        if (held == REGC_FROZEN_NF4 || held == REGC_FROZEN_NF4_BF16) {
+            rc = nf4_to_device(t, i, src ? NULL : model + at, src, dev);
+            continue;
+        }
         for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
             const int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
             if (src && (rc = regc_weights_read(src, i, done, k, chunk)))
@@ -122,6 +157,17 @@ int regc_trainer_frozen_to_host(trainer *t, float *model)
         const int64_t n = regc_model_param_numel(m, i);
         float *to = model + regc_model_param_offset(m, i);
         const char *dev = (const char *)t->frozen + regc_model_param_frozen_at(m, i);
+        if (held == REGC_FROZEN_NF4 || held == REGC_FROZEN_NF4_BF16) { /* dequantised */
+            const int64_t bytes = regc_frozen_kind_bytes(held, n);
+            uint8_t *blob = malloc((size_t)bytes);
+            if (!blob)
+                return regc_error(REGC_ERR_MEMORY, "out of memory");
+            be->copy_d2h(be, blob, dev, (size_t)bytes);
+            if ((rc = be->sync(be)) == REGC_OK)
+                regc_nf4_dequantize(blob, n, to);
+            free(blob);
+            continue;
+        }
         be->copy_d2h(be, to, dev, (size_t)n * (held == REGC_FROZEN_BF16 ? 2 : 4));
         if ((rc = be->sync(be)) || held != REGC_FROZEN_BF16)
             continue;

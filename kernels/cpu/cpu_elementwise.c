@@ -50,13 +50,24 @@ void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const floa
         memmove(dst + r * ld_dst, src + r * ld_src, (size_t)cols * sizeof(float));
 }
 
+/* A table held in bf16 is widened value by value, exactly (every bf16
+ * value is a float): the row the fp32 table of the same values gives. */
 void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids, const float *table,
-                            int64_t rows, int64_t cols)
+                            int64_t rows, int64_t cols, int table_bf16)
 {
+    const uint16_t *table16 = (const uint16_t *)table; /* [vocab, cols] when table_bf16 */
 #pragma omp parallel for num_threads(                                                              \
     regc_cpu_threads(be)) if (rows * cols >= regc_cpu_par_min(be)) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(out + r * cols, table + (int64_t)ids[r] * cols, (size_t)cols * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        if (!table_bf16) {
+            memcpy(out + r * cols, table + (int64_t)ids[r] * cols, (size_t)cols * sizeof(float));
+            continue;
+        }
+        const uint16_t *src = table16 + (int64_t)ids[r] * cols; /* [cols] */
+        float *dst = out + r * cols;                            /* [cols] */
+        for (int64_t c = 0; c < cols; c++)
+            dst[c] = regc_bf16_value(src[c]);
+    }
 }
 
 static int compare_keys(const void *a, const void *b)

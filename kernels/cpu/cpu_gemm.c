@@ -18,7 +18,12 @@
  * widened into a second scratch buffer, exactly. A C held in bf16 is
  * computed into an fp32 view in that buffer (the slices' partial sums need
  * fp32) and rounded as each tile of the last slice is stored, or by the
- * pass that applies the epilogue where that comes after the product. */
+ * pass that applies the epilogue where that comes after the product.
+ *
+ * A B held in NF4 (b_nf4, a frozen QLoRA weight): regc's kernels
+ * dequantise it a slice at a time as they pack (cpu_sgemm.c); for
+ * OpenBLAS, and for BGRAD's sums, it is dequantised whole into that
+ * buffer first. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +33,7 @@
 
 #include "cpu_kernels.h"
 #include "kernel_checks.h"
+#include "regc_backend.h"
 #include "regc_common.h"
 
 /* The shared checks (gemm_check.h), and the 32-bit interface of BLAS. */
@@ -230,6 +236,22 @@ static void cpu_apply_epilogue(const regc_backend *be, const regc_gemm *g, const
 
 /* ---------------------------------------------------------------- operands held in bf16 */
 
+/* dst[n] = the n values of an NF4 blob, dequantised (nf4_format.h), a range
+ * of blocks per thread. */
+static void cpu_dequant_copy(const regc_backend *be, float *dst, const uint8_t *blob, int64_t n)
+{
+    static const float levels[16] = REGC_NF4_LEVELS;
+    static const float dynamic_map[256] = REGC_NF4_DYNAMIC_MAP;
+    const regc_nf4_layout_t l = regc_nf4_layout(n);
+    const int64_t blocks = l.blocks;
+#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t e0 = b * REGC_NF4_BLOCK,
+                      len = n - e0 < REGC_NF4_BLOCK ? n - e0 : REGC_NF4_BLOCK;
+        regc_nf4_read(blob, &l, levels, dynamic_map, e0, len, dst + e0, 1);
+    }
+}
+
 /* dst [rows, cols] (contiguous) = x [rows, cols] (row stride ld) held in
  * bf16, widened to fp32: exact */
 static void cpu_widen_copy(const regc_backend *be, float *dst, const uint16_t *x, int64_t rows,
@@ -376,16 +398,19 @@ static int cpu_gemm_views(regc_backend *be, const regc_gemm *g, regc_gemm *w,
 {
     *w = *g;
     *out16 = NULL;
-    if (!g->a_bf16 && !g->b_bf16 && !g->c_bf16)
+    if (!g->a_bf16 && !g->b_bf16 && !g->c_bf16 && !g->b_nf4)
         return REGC_OK;
     const regc_cpu_gemm_kernel *kern = cpu_gemm_kernel_for(g);
     const int reads = kern && kern->reads_bf16;
     const int widen_a = g->a_bf16 && !reads,
               widen_b = g->b_bf16 && (!reads || g->epilogue == REGC_EPI_BGRAD);
+    /* regc's kernels dequantise NF4 as they pack; OpenBLAS and BGRAD's
+     * sums read a whole fp32 B */
+    const int dequant_b = g->b_nf4 && (!kern || g->epilogue == REGC_EPI_BGRAD);
     const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
     const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
     const int64_t floats = (g->c_bf16 ? g->m * g->n : 0) + (widen_a ? a_rows * a_cols : 0) +
-                           (widen_b ? b_rows * b_cols : 0);
+                           (widen_b || dequant_b ? b_rows * b_cols : 0);
     float *s = regc_cpu_get_gemm_scratch(be, (size_t)(floats + 1) * sizeof(float));
     if (!s)
         return REGC_ERR_MEMORY;
@@ -402,6 +427,10 @@ static int cpu_gemm_views(regc_backend *be, const regc_gemm *g, regc_gemm *w,
     if (widen_b) {
         cpu_widen_copy(be, s, (const uint16_t *)g->b, b_rows, b_cols, g->ldb);
         w->b = s, w->ldb = b_cols > 0 ? b_cols : 1, w->b_bf16 = 0;
+    }
+    if (dequant_b) {
+        cpu_dequant_copy(be, s, (const uint8_t *)g->b, b_rows * b_cols);
+        w->b = s, w->b_nf4 = 0;
     }
     return REGC_OK;
 }

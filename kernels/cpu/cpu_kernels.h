@@ -247,7 +247,7 @@ void regc_cpu_copy_rows(regc_backend *be, float *dst, int64_t ld_dst, const floa
 void regc_cpu_transpose_tensor(regc_backend *be, float *out, const float *x, int ndim,
                                const int64_t *shape, const int *perm);
 void regc_cpu_embedding_fwd(regc_backend *be, float *out, const int32_t *ids, const float *table,
-                            int64_t rows, int64_t cols);
+                            int64_t rows, int64_t cols, int table_bf16);
 void regc_cpu_embedding_bwd(regc_backend *be, float *dtable, const int32_t *ids, const float *dout,
                             int64_t rows, int64_t cols, int64_t vocab, int accumulate, int64_t pad);
 void regc_cpu_add_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n);

@@ -35,8 +35,12 @@
  * the micro-kernel, each in a file built for its instructions
  * (cpu_sgemm_avx512.c, cpu_sgemm_avx2.c, cpu_bgemm.c); this file is
  * portable C, the loops and the stores of C, whose cost grows with m n
- * rather than m n k. */
+ * rather than m n k.
+ *
+ * A B held in NF4 (b_nf4) is dequantised a slice at a time as it is
+ * packed (sgemm_pack_b). */
 #include "cpu_kernels.h"
+#include "regc_backend.h"
 #include "regc_common.h"
 
 #ifdef REGC_CPU_OWN_SGEMM
@@ -51,9 +55,10 @@ static int64_t sgemm_round_up(int64_t x, int64_t unit) { return (x + unit - 1) /
 static int64_t sgemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* One thread's packing buffers for g: an A block and a B block, each a
- * whole number of cache lines, no larger than g needs. */
+ * whole number of cache lines, no larger than g needs, and where B is held
+ * in NF4 room for a slice of op(B) dequantised before it is packed. */
 static void sgemm_pack_sizes(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, size_t *a_bytes,
-                             size_t *b_bytes)
+                             size_t *b_bytes, size_t *dq_bytes)
 {
     const int64_t kc = sgemm_round_up(sgemm_min(g->k, kern->kc), kern->k_unit);
     const int64_t vb = (int64_t)kern->value_bytes;
@@ -61,6 +66,36 @@ static void sgemm_pack_sizes(const regc_gemm *g, const regc_cpu_gemm_kernel *ker
         (size_t)sgemm_round_up(sgemm_min(sgemm_round_up(g->m, kern->mr), SGEMM_MC) * kc * vb, 64);
     *b_bytes =
         (size_t)sgemm_round_up(kc * sgemm_min(sgemm_round_up(g->n, kern->nr), SGEMM_NC) * vb, 64);
+    *dq_bytes = g->b_nf4 ? (size_t)sgemm_round_up(kc * sgemm_min(g->n, SGEMM_NC) * 4, 64) : 0;
+}
+
+/* op(B)[p0 .. p0+kc, j0 .. j0+nc] packed as the kernel packs it. A B held
+ * in NF4 is dequantised first into dq ([kc][nc] fp32, a thread's own),
+ * stored row after stored row so each block's absmax is read once, and
+ * packed from there as an fp32 B (rounded to bf16 as packed, in a bf16
+ * GEMM): the weight is never whole in fp32, and the kernels know nothing of
+ * NF4. */
+static void sgemm_pack_b(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, char *bpack,
+                         float *dq, int64_t j0, int64_t nc, int64_t p0, int64_t kc)
+{
+    if (!g->b_nf4) {
+        kern->pack_b(bpack, g, j0, nc, p0, kc);
+        return;
+    }
+    static const float levels[16] = REGC_NF4_LEVELS;
+    static const float dynamic_map[256] = REGC_NF4_DYNAMIC_MAP;
+    const uint8_t *blob = (const uint8_t *)g->b;
+    const int64_t cols = g->ldb; /* contiguous: B's columns as stored */
+    const regc_nf4_layout_t l = regc_nf4_layout((g->trans_b ? g->n : g->k) * cols);
+    if (!g->trans_b) /* B is [k, n]: row p0 + p holds op(B)'s row */
+        for (int64_t p = 0; p < kc; p++)
+            regc_nf4_read(blob, &l, levels, dynamic_map, (p0 + p) * cols + j0, nc, dq + p * nc, 1);
+    else /* B is [n, k]: row j0 + j holds op(B)'s column */
+        for (int64_t j = 0; j < nc; j++)
+            regc_nf4_read(blob, &l, levels, dynamic_map, (j0 + j) * cols + p0, kc, dq + j, nc);
+    regc_gemm h = *g;
+    h.b = dq, h.ldb = nc, h.trans_b = 0, h.b_bf16 = 0, h.b_nf4 = 0;
+    kern->pack_b(bpack, &h, 0, nc, 0, kc);
 }
 
 /* The rows x cols tile (at most MR x NR) of C at [i, j] becomes alpha * t
@@ -154,6 +189,8 @@ static inline __attribute__((always_inline)) void sgemm_prefetch_b(const regc_ge
                                                                    int64_t parts)
 {
     const int64_t elem = g->b_bf16 ? 2 : 4;
+    if (g->b_nf4) /* its bytes are not laid out as values */
+        return;
     if (g->trans_b) /* B is [n, k] */
         sgemm_prefetch_rect(g->b, elem, g->ldb, j0, nc, p0, kc, part, parts);
     else
@@ -172,7 +209,7 @@ static inline __attribute__((always_inline)) void sgemm_prefetch_b(const regc_ge
  * loop, in the same order. */
 static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, int64_t m0,
                                int64_t m1, int64_t n0, int64_t n1, int elementwise, char *apack,
-                               char *bpack, const regc_gemm *out16)
+                               char *bpack, float *dq, const regc_gemm *out16)
 {
     float t[REGC_CPU_GEMM_TILE_MAX] __attribute__((aligned(64))); /* one tile's sums, [MR][NR] */
     const int mr = kern->mr, nr = kern->nr;
@@ -187,7 +224,7 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
         kern->pack_a(apack, g, m0, mc, p0, kc);
         for (int64_t j0 = n0; j0 < n1; j0 += strip) {
             const int64_t nc = sgemm_min(n1 - j0, strip);
-            kern->pack_b(bpack, g, j0, nc, p0, kc);
+            sgemm_pack_b(g, kern, bpack, dq, j0, nc, p0, kc);
             const int64_t next_j0 = j0 + strip < n1 ? j0 + strip : n0;
             const int64_t next_p0 = j0 + strip < n1 ? p0 : p0 + kern->kc;
             const int64_t next_nc = sgemm_min(n1 - next_j0, strip);
@@ -213,13 +250,13 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
  * apack (an A block) and bpack (a B block). */
 static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, int64_t m0,
                                 int64_t m1, int64_t n0, int64_t n1, char *apack, char *bpack,
-                                const regc_gemm *out16)
+                                float *dq, const regc_gemm *out16)
 {
     /* BGRAD's sums are of B and DGELU_BGRAD's of all of C: both come after */
     const int elementwise = g->epilogue != REGC_EPI_NONE && g->epilogue != REGC_EPI_BGRAD &&
                             g->epilogue != REGC_EPI_DGELU_BGRAD;
     if (m1 - m0 <= SGEMM_MC) {
-        sgemm_compute_rows(g, kern, m0, m1, n0, n1, elementwise, apack, bpack, out16);
+        sgemm_compute_rows(g, kern, m0, m1, n0, n1, elementwise, apack, bpack, dq, out16);
         return;
     }
     float t[REGC_CPU_GEMM_TILE_MAX] __attribute__((aligned(64))); /* one tile's sums, [MR][NR] */
@@ -233,7 +270,7 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
             const int add = g->accumulate || p0 > 0;             /* later slices add to C */
             const int epilogue = elementwise && p0 + kc == g->k; /* after the last slice */
             const regc_gemm *last16 = p0 + kc == g->k ? out16 : NULL;
-            kern->pack_b(bpack, g, j0, nc, p0, kc);
+            sgemm_pack_b(g, kern, bpack, dq, j0, nc, p0, kc);
             for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {
                 const int64_t mc = sgemm_min(m1 - i0, SGEMM_MC);
                 kern->pack_a(apack, g, i0, mc, p0, kc);
@@ -264,26 +301,28 @@ int regc_cpu_gemm_blocked(regc_backend *be, const regc_gemm *g, const regc_cpu_g
                           const regc_gemm *out16)
 {
     const int threads = regc_cpu_threads(be);
-    size_t a_bytes, b_bytes;
-    sgemm_pack_sizes(g, kern, &a_bytes, &b_bytes);
-    char *pack = regc_cpu_get_scratch(be, (size_t)threads * (a_bytes + b_bytes));
+    size_t a_bytes, b_bytes, dq_bytes;
+    sgemm_pack_sizes(g, kern, &a_bytes, &b_bytes, &dq_bytes);
+    const size_t per_thread = a_bytes + b_bytes + dq_bytes;
+    char *pack = regc_cpu_get_scratch(be, (size_t)threads * per_thread);
     if (!pack)
         return REGC_ERR_MEMORY;
     const double madds = (double)g->m * (double)g->n * (double)g->k;
 #pragma omp parallel num_threads(threads) if (madds >= (double)REGC_CPU_GEMM_PAR_MIN *             \
                                                            (double)regc_cpu_par_scale(be))
     {
-        char *apack = pack + (size_t)omp_get_thread_num() * (a_bytes + b_bytes);
+        char *apack = pack + (size_t)omp_get_thread_num() * per_thread;
         char *bpack = apack + a_bytes;
+        float *dq = (float *)(bpack + b_bytes); /* dq_bytes: none unless B is NF4 */
         int64_t lo, hi;
         if (g->n >= g->m) {
             regc_cpu_team_range(g->n, kern->nr, &lo, &hi);
             if (lo < hi)
-                sgemm_compute_block(g, kern, 0, g->m, lo, hi, apack, bpack, out16);
+                sgemm_compute_block(g, kern, 0, g->m, lo, hi, apack, bpack, dq, out16);
         } else {
             regc_cpu_team_range(g->m, kern->mr, &lo, &hi);
             if (lo < hi)
-                sgemm_compute_block(g, kern, lo, hi, 0, g->n, apack, bpack, out16);
+                sgemm_compute_block(g, kern, lo, hi, 0, g->n, apack, bpack, dq, out16);
         }
     }
     return REGC_OK;

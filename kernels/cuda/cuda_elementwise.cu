@@ -339,20 +339,20 @@ static void cuda_transpose(regc_backend *be, float *out, const float *x, int ndi
 /* ---- embedding lookup */
 
 __global__ void cuda_embedding_fwd_kernel(float *out, const int32_t *ids, const float *table,
-                                          int64_t cols, int64_t n)
-/* out: [rows, cols]; ids: [rows]; table: [vocab, cols] */
+                                          int64_t cols, int table_bf16, int64_t n)
+/* out: [rows, cols]; ids: [rows]; table: [vocab, cols] (bf16 values where table_bf16) */
 {
-    CUDA_GRID_LOOP(i, n) { cuda_body_embedding_fwd(i, out, ids, table, cols); }
+    CUDA_GRID_LOOP(i, n) { cuda_body_embedding_fwd(i, out, ids, table, cols, table_bf16); }
 }
 
 static void cuda_embedding_fwd(regc_backend *be, float *out, const int32_t *ids, const float *table,
-                               int64_t rows, int64_t cols)
+                               int64_t rows, int64_t cols, int table_bf16)
 {
     const int64_t n = rows * cols;
     if (rows <= 0 || cols <= 0)
         return;
     cuda_embedding_fwd_kernel<<<cuda_grid_for(n), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        out, ids, table, cols, n);
+        out, ids, table, cols, table_bf16, n);
     cuda_note(be, cudaGetLastError(), "embedding_fwd");
 }
 

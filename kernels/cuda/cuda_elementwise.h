@@ -131,13 +131,14 @@ static inline REGC_HD void cuda_body_rope(int64_t i, float *y, const float *x, c
 /* ---- embedding */
 
 /* out[r, c] = table[ids[r], c], i = r * cols + c; ids are the caller's
- * to check, as on the CPU */
+ * to check, as on the CPU. A table held in bf16 (table_bf16) is read
+ * exactly, widened: the CPU's copy, value for value. */
 static inline REGC_HD void cuda_body_embedding_fwd(int64_t i, float *out, const int32_t *ids,
-                                                   const float *table, int64_t cols)
-/* out: [rows, cols]; ids: [rows]; table: [vocab, cols] */
+                                                   const float *table, int64_t cols, int table_bf16)
+/* out: [rows, cols]; ids: [rows]; table: [vocab, cols] (bf16 values where table_bf16) */
 {
     const int64_t r = i / cols, c = i % cols;
-    out[i] = table[(int64_t)ids[r] * cols + c];
+    out[i] = regc_load_f32_or_bf16(table, table_bf16, (int64_t)ids[r] * cols + c);
 }
 
 /* The backward groups rows by id with a sort of (id << 32 | row): the rows

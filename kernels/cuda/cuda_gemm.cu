@@ -25,13 +25,29 @@
  * dimension that is a multiple of 8, or no algorithm supports the fused
  * form — the plan is a plain GEMM followed by regc's own epilogue kernel,
  * whose per-element math is kernel_math.h's (the CPU's bits for the
- * epilogue; the GEMM's own sums are cuBLASLt's order, not the CPU's). */
+ * epilogue; the GEMM's own sums are cuBLASLt's order, not the CPU's).
+ *
+ * A B held in NF4 (b_nf4, a frozen QLoRA weight): cuBLASLt has no 4-bit
+ * operand, so one pass (cuda_nf4_dequant_kernel, one thread per value)
+ * dequantises the whole blob into stream-ordered scratch with nf4_format.h's
+ * formula and bitsandbytes' tables in __constant__ memory — the CPU's fp32
+ * bits, since nothing is fused (--fmad=false) — stored as regc_bf16_bits
+ * when the GEMM is bf16, exactly what a B held in bf16 would hold. The GEMM
+ * then runs on a copy of the descriptor pointing at that scratch (b_bf16 =
+ * bf16, b_nf4 = 0) and the scratch is freed after it, on the stream, so a
+ * captured step records the allocation, the pass and the free as graph
+ * nodes. The plan is the dequantised GEMM's: prepare keys it with B at
+ * NULL, aligned as scratch is, so an NF4 weight and a plain one of the same
+ * shape share a plan and the key needs no field of its own. A bf16 B that
+ * is contiguous and 256-byte aligned (the dequantised copy, or a weight
+ * held in bf16) is read where it lies instead of being copied again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
 #include "kernel_checks.h"
+#include "regc_backend.h"
 
 #define CUDA_WORKSPACE_BYTES (32u << 20)
 
@@ -432,6 +448,64 @@ static uint16_t *cuda_gemm_to_bf16(regc_backend *be, const void *x, int x_bf16, 
     return dst;
 }
 
+/* ---- a B held in NF4 (b_nf4): dequantised whole into scratch, then the
+ * GEMM of that copy */
+
+/* bitsandbytes' tables (nf4_format.h), read by every thread at the same few
+ * addresses: constant memory's broadcast */
+__constant__ float cuda_nf4_levels[16] = REGC_NF4_LEVELS;
+__constant__ float cuda_nf4_dynamic_map[256] = REGC_NF4_DYNAMIC_MAP;
+
+/* dst[e] = value e of the blob (count values), fp32 or regc_bf16_bits of
+ * it; one value per thread, grid-stride. Each thread recomputes its
+ * block's absmax (a multiply and an add of cached values), cheaper than
+ * sharing it through shared memory and a barrier. */
+__global__ void cuda_nf4_dequant_kernel(void *dst, int to_bf16, const uint8_t *blob, int64_t count)
+{
+    const regc_nf4_layout_t l = regc_nf4_layout(count);
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += step) {
+        float v;
+        regc_nf4_read(blob, &l, cuda_nf4_levels, cuda_nf4_dynamic_map, e, 1, &v, 1);
+        if (to_bf16)
+            ((uint16_t *)dst)[e] = regc_bf16_bits(v);
+        else
+            ((float *)dst)[e] = v;
+    }
+}
+
+/* Blocks for the grid-stride pass: enough to fill any current GPU, and the
+ * grid's x dimension stays far below its limit whatever the count. */
+#define CUDA_NF4_MAX_BLOCKS 8192
+
+/* B's k * n values dequantised into fresh scratch (bf16 with g->bf16);
+ * NULL when there is no memory. */
+static void *cuda_gemm_dequant_b(regc_backend *be, const regc_gemm *g)
+{
+    const int64_t count = g->k * g->n;
+    const size_t bytes = (size_t)count * (g->bf16 ? sizeof(uint16_t) : sizeof(float));
+    void *dst = cuda_scratch_alloc(be, bytes, "gemm nf4");
+    if (!dst)
+        return NULL;
+    const int64_t blocks = (count + CUDA_THREADS - 1) / CUDA_THREADS;
+    const unsigned grid = (unsigned)(blocks < CUDA_NF4_MAX_BLOCKS ? blocks : CUDA_NF4_MAX_BLOCKS);
+    cuda_nf4_dequant_kernel<<<grid, CUDA_THREADS, 0, cuda_stream(be)>>>(
+        dst, g->bf16, (const uint8_t *)g->b, count);
+    cuda_note(be, cudaGetLastError(), "gemm nf4");
+    return dst;
+}
+
+/* g with an NF4 B replaced by its dequantised copy bq, held in bf16 with a
+ * bf16 GEMM (a plan's key sees the copy: prepare passes bq = NULL, aligned
+ * as scratch). The blob is contiguous, so ldb already suits the copy. */
+static regc_gemm cuda_gemm_dequant_view(const regc_gemm *g, void *bq)
+{
+    regc_gemm w = *g;
+    if (g->b_nf4)
+        w.b = (const float *)bq, w.b_bf16 = g->bf16, w.b_nf4 = 0;
+    return w;
+}
+
 /* ---- a C held in bf16 (c_bf16): the GEMM and its epilogue write an fp32
  * view [m, n] in scratch (cuBLASLt's fused epilogues and regc's unfused
  * ones alike, so the bias gradient and aux are those of fp32 values), then
@@ -492,9 +566,13 @@ static int cuda_gemm_run(regc_backend *be, const regc_gemm *g)
     if (g->bf16) {
         const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
         const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
+        /* the plan takes bf16 operands contiguous and 256-byte aligned
+         * (cuda_gemm_key_of): a B already so needs no copy */
+        const int b_as_is = g->b_bf16 && g->ldb == b_cols && cuda_alignment(g->b) == 256;
         a = a16 = cuda_gemm_to_bf16(be, g->a, g->a_bf16, a_rows, a_cols, g->lda);
-        b = b16 = cuda_gemm_to_bf16(be, g->b, g->b_bf16, b_rows, b_cols, g->ldb);
-        if (!a16 || !b16) {
+        if (!b_as_is)
+            b = b16 = cuda_gemm_to_bf16(be, g->b, g->b_bf16, b_rows, b_cols, g->ldb);
+        if (!a16 || !b) {
             cuda_scratch_free(be, a16, "gemm bf16");
             cuda_scratch_free(be, b16, "gemm bf16");
             return regc_error(REGC_ERR_MEMORY, "cuda: no memory for a GEMM's bf16 operands");
@@ -518,27 +596,44 @@ static int cuda_gemm_prepare(regc_backend *be, const regc_gemm *g_in)
     int rc = regc_gemm_check(g_in);
     if (rc != REGC_OK)
         return rc;
-    const regc_gemm g = cuda_gemm_fp32_view(g_in, NULL);
+    const regc_gemm c_view = cuda_gemm_fp32_view(g_in, NULL);
+    const regc_gemm g = cuda_gemm_dequant_view(&c_view, NULL);
     return g.m > 0 && g.n > 0 && g.k > 0 ? cuda_gemm_plan_for(be, &g, &p) : REGC_OK;
 }
 
-static int cuda_gemm(regc_backend *be, const regc_gemm *g)
+/* g checked, its B not in NF4 */
+static int cuda_gemm_checked(regc_backend *be, const regc_gemm *g)
 {
-    int rc = regc_gemm_check(g);
-    if (rc != REGC_OK || !g->c_bf16 || g->m == 0 || g->n == 0)
-        return rc == REGC_OK ? cuda_gemm_run(be, g) : rc;
+    if (!g->c_bf16 || g->m == 0 || g->n == 0)
+        return cuda_gemm_run(be, g);
     float *c32 =
         (float *)cuda_scratch_alloc(be, (size_t)(g->m * g->n) * sizeof(float), "gemm bf16 C");
     if (!c32)
         return regc_error(REGC_ERR_MEMORY, "cuda: no memory for a GEMM's fp32 view of C");
     const regc_gemm w = cuda_gemm_fp32_view(g, c32);
-    rc = cuda_gemm_run(be, &w);
+    const int rc = cuda_gemm_run(be, &w);
     if (rc == REGC_OK) {
         cuda_store_bf16_kernel<<<cuda_blocks_for(g->m * g->n), CUDA_THREADS, 0, cuda_stream(be)>>>(
             (uint16_t *)g->c, g->ldc, c32, g->m, g->n);
         cuda_note(be, cudaGetLastError(), "gemm bf16 C");
     }
     cuda_scratch_free(be, c32, "gemm bf16 C");
+    return rc;
+}
+
+static int cuda_gemm(regc_backend *be, const regc_gemm *g)
+{
+    int rc = regc_gemm_check(g);
+    if (rc != REGC_OK || !g->b_nf4)
+        return rc == REGC_OK ? cuda_gemm_checked(be, g) : rc;
+    /* B is read by the product, and by BGRAD's sums even without rows of C */
+    const int reads_b = g->n > 0 && g->k > 0 && (g->m > 0 || g->epilogue == REGC_EPI_BGRAD);
+    void *bq = reads_b ? cuda_gemm_dequant_b(be, g) : NULL;
+    if (reads_b && !bq)
+        return regc_error(REGC_ERR_MEMORY, "cuda: no memory for a GEMM's dequantised NF4 B");
+    const regc_gemm w = cuda_gemm_dequant_view(g, bq);
+    rc = cuda_gemm_checked(be, &w);
+    cuda_scratch_free(be, bq, "gemm nf4");
     return rc;
 }
 

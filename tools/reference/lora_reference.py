@@ -37,6 +37,14 @@ saved adapter with PeftModel.from_pretrained and prints regc's losses and
 PEFT's next-batch loss against the JSON's (exit 1 past 1e-5 relative), and
 any warning PEFT gives on the saved adapter_config.json.
 
+"qlora_cases": QLoRA, the LoRA cases' adapters (tests/data/lora/<adapter>)
+trained on the same base loaded in 4 bits by Transformers with bitsandbytes
+(BitsAndBytesConfig: NF4, double quantisation, compute in float32), as
+PeftModel.from_pretrained(..., is_trainable=True) trains them; each records
+its quantised layers' CRC-32s (in kernels/nf4_format.h's blob order), so the C
+test checks regc's quantisation of the same weights byte for byte, and its
+losses (regc within 1e-4). --check-regc runs them with --load-in-4bit on.
+
 "graph_cases" (a list of its own, so the C test that reads "cases" is
 unaffected): the same LoRA on a graph model, the tiny Qwen2 that
 export_cases.py exported to tests/data/exports/qwen2/ (graph.json and
@@ -68,7 +76,9 @@ import subprocess
 import sys
 import tempfile
 import warnings
+import zlib
 
+import bitsandbytes as bnb
 import numpy as np
 import peft
 import safetensors
@@ -94,6 +104,13 @@ A_INIT, B_INIT = (0.0, 0.1), (0.0, 0.05)
 # sequence the graph was built for, constant learning rate, AdamW's defaults.
 GRAPH = dict(export="qwen2", lr=3e-3, weight_decay=0.0, n_tokens=1000,
              tokens="tests/data/lora/qwen2_tokens.bin")
+# QLoRA: the LoRA cases' adapters on the same base loaded in 4 bits
+# (Transformers' BitsAndBytesConfig, these keys; compute in float32, the
+# base's dtype)
+QLORA = dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+             bnb_4bit_compute_dtype="float32")
+QLORA_CASES = [dict(name="qlora_qv", adapter="llama_qv"),
+               dict(name="qlora_all", adapter="llama_all")]
 GRAPH_CASES = [
     dict(name="qwen2_qv", target_modules=["q_proj", "v_proj"], lora_seed=4003),
     dict(name="qwen2_all", target_modules="all-linear", lora_seed=4004),
@@ -143,6 +160,27 @@ LORA_INIT_HOW = ("the adapter file is the source of truth; it was made as: tenso
                  "halfwidth 0.1, lora_B [out, r] center 0 halfwidth 0.05")
 
 
+def train_adapter(model, params, tokens, bs, lr, weight_decay, schedule):
+    """STEPS AdamW steps exactly as reference_common.train: one group, HF's
+    schedule factor set before each step, loss recorded before its update.
+    The losses, and the loss on the batch after."""
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=weight_decay)
+    sched = dict(schedule, lr=lr, steps=STEPS)
+    losses = []
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = batch_loss(model, tokens, step, bs)
+        loss.backward()
+        losses.append(loss.item())
+        for group in opt.param_groups:
+            group["lr"] = lr * lr_lambda(sched, step)
+        opt.step()
+    with torch.no_grad():
+        next_loss = batch_loss(model, tokens, STEPS, bs).item()
+    return losses, next_loss
+
+
 def lora_train(model, case, tokens, bs, lr, weight_decay, schedule, out_dir):
     """Wrap model with the case's LoRA, set its weights, save the adapter to
     out_dir/<case>, train STEPS AdamW steps; bs holds "batch" and "seq".
@@ -172,23 +210,9 @@ def lora_train(model, case, tokens, bs, lr, weight_decay, schedule, out_dir):
         peft_keys = [[k, list(f.get_slice(k).get_shape())] for k in f.keys()]
     assert sorted(k for k, _ in peft_keys) == sorted(s[0] for s in specs)
 
-    # AdamW exactly as reference_common.train: one group, HF's schedule factor
-    # set before each step, loss recorded before its update.
-    params = [p for _, p in lora]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=weight_decay)
-    sched = dict(schedule, lr=lr, steps=STEPS)
-    losses = []
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        loss = batch_loss(model, tokens, step, bs)
-        loss.backward()
-        losses.append(loss.item())
-        for group in opt.param_groups:
-            group["lr"] = lr * lr_lambda(sched, step)
-        opt.step()
+    losses, next_loss = train_adapter(model, [p for _, p in lora], tokens, bs, lr, weight_decay,
+                                      schedule)
     with torch.no_grad():
-        next_loss = batch_loss(model, tokens, STEPS, bs).item()
         # merge on a copy: merge_and_unload rewrites the base weights in place
         merged = copy.deepcopy(model).merge_and_unload()
         merged_next_loss = batch_loss(merged, tokens, STEPS, bs).item()
@@ -381,6 +405,82 @@ def run_graph_case(case, g, out_dir, regc):
     }
 
 
+# ---------------------------------------------------------------------------
+# The QLoRA cases: the same base in NF4 (bitsandbytes), the adapters of the
+# LoRA cases trained on it
+# ---------------------------------------------------------------------------
+def write_base_dir(base, model_dir):
+    """The base as a Hugging Face directory: config.json, fp32 model.safetensors."""
+    os.makedirs(model_dir, exist_ok=True)
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(base["config"], f, indent="\t")
+    state = {k: v.contiguous() for k, v in build_base(base).state_dict().items()}
+    safetensors.torch.save_file(state, os.path.join(model_dir, "model.safetensors"),
+                                metadata={"format": "pt"})
+
+
+def build_qlora_base(base, model_dir):
+    """LlamaForCausalLM loaded from the base's directory in 4 bits, as a QLoRA
+    user loads it: BitsAndBytesConfig(QLORA), on the CPU, float32 elsewhere."""
+    q = transformers.BitsAndBytesConfig(**dict(QLORA, bnb_4bit_compute_dtype=torch.float32))
+    model = LlamaForCausalLM.from_pretrained(model_dir, quantization_config=q,
+                                             dtype=torch.float32, device_map="cpu",
+                                             attn_implementation="eager")
+    return model.eval()
+
+
+def nf4_crcs(model):
+    """Per quantised layer, zlib's CRC-32 of its weight's NF4 bytes in regc's
+    blob order (kernels/nf4_format.h: the offset, the nested absmaxes, the
+    8-bit absmaxes, the packed values), and its layer name."""
+    out = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, bnb.nn.Linear4bit):
+            st = mod.weight.quant_state
+            assert st.nested and st.blocksize == 64 and st.state2.blocksize == 256
+            blob = (np.float32(st.offset.item()).tobytes() +
+                    st.state2.absmax.float().numpy().astype("<f4").tobytes() +
+                    st.absmax.numpy().astype(np.uint8).tobytes() +
+                    mod.weight.data.numpy().astype(np.uint8).tobytes())
+            out.append([name.replace("base_model.model.", "") + ".weight",
+                        zlib.crc32(blob) & 0xffffffff])
+    return out
+
+
+def run_qlora_case(case, base, tokens):
+    tmp = tempfile.mkdtemp(prefix="qlora_")
+    try:
+        write_base_dir(base, tmp)
+        qbase = build_qlora_base(base, tmp)
+        crcs = nf4_crcs(qbase)
+        adapter_dir = os.path.join(REPO, "tests/data/lora", case["adapter"])
+        model = peft.PeftModel.from_pretrained(qbase, adapter_dir, is_trainable=True)
+        params = [p for n, p in model.named_parameters() if p.requires_grad]
+        assert params and all("lora_" in n for n, p in model.named_parameters()
+                              if p.requires_grad)
+        losses, next_loss = train_adapter(model, params, tokens, base, base["lr"],
+                                          base["weight_decay"], base["schedule"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%-10s %d layers in NF4, losses %s, next %.9f" %
+          (case["name"], len(crcs), " ".join("%.6f" % x for x in losses), next_loss))
+    return {
+        "name": case["name"],
+        "base": {k: base[k] for k in BASE_KEYS},
+        "base_source": "tests/data/llama_reference.json, cases[0]; loaded in 4 bits by "
+                       "LlamaForCausalLM.from_pretrained from its fp32 model.safetensors",
+        "adapter_dir": "tests/data/lora/" + case["adapter"],
+        "quantization": QLORA,
+        "nf4_crc32": crcs,
+        "steps": STEPS,
+        "optimizer": "torch.optim.AdamW over the LoRA tensors only, betas (0.9, 0.999), "
+                     "eps 1e-8, the base's lr, weight_decay and schedule; step k trains "
+                     "on batch k",
+        "losses": losses,
+        "next_loss": next_loss,
+    }
+
+
 def check_regc(regc, rec, tokens, repo):
     """Train rec's adapter with regc as test_lora.c does; the largest relative
     differences of its losses, and of PEFT's next loss with regc's adapter."""
@@ -398,19 +498,20 @@ def check_regc(regc, rec, tokens, repo):
         with open(tok_path, "wb") as f:
             f.write(token_file_bytes(tokens))
 
+        quant = ["--load-in-4bit", "on"] if "quantization" in rec else []
         cmd = [regc, "train", "--model", model_dir, "--data", tok_path,
                "--steps", str(rec["steps"]), "--batch", str(base["batch"]),
                "--seq", str(base["seq"]), "--lr", repr(base["lr"]),
                "--weight-decay", repr(base["weight_decay"]), "--json", *base["extra_args"],
-               "--adapter", os.path.join(repo, rec["adapter_dir"]), "--save", saved]
+               *quant, "--adapter", os.path.join(repo, rec["adapter_dir"]), "--save", saved]
         out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
         reports = [json.loads(line) for line in out.splitlines() if line.strip()]
         losses = [r["loss"] for r in reports if "step" in r and "loss" in r]
         assert len(losses) == rec["steps"], "regc reported %d steps" % len(losses)
         loss_rel = max(abs(a - b) / abs(b) for a, b in zip(losses, rec["losses"]))
 
-        next_rel = check_saved(name, rec, losses, saved, lambda: build_base(base), tokens, base,
-                               repo)
+        build = (lambda: build_qlora_base(base, model_dir)) if quant else lambda: build_base(base)
+        next_rel = check_saved(name, rec, losses, saved, build, tokens, base, repo)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return max(loss_rel, next_rel)
@@ -502,7 +603,14 @@ def main():
         for rec in doc.get("graph_cases", []):
             worst = max(worst, check_regc_graph(os.path.abspath(args.check_regc), rec, g))
         print("worst relative difference %.1e: %s" % (worst, "ok" if worst <= 1e-5 else "FAIL"))
-        sys.exit(0 if worst <= 1e-5 else 1)
+        qworst = 0.0
+        for rec in doc.get("qlora_cases", []):
+            b = rec["base"]
+            tokens = make_tokens(b["seed"], b["n_tokens"], b["config"]["vocab_size"])
+            qworst = max(qworst, check_regc(os.path.abspath(args.check_regc), rec, tokens, repo))
+        print("QLoRA: worst relative difference %.1e: %s" %
+              (qworst, "ok" if qworst <= 1e-4 else "FAIL"))
+        sys.exit(0 if worst <= 1e-5 and qworst <= 1e-4 else 1)
     ref = json.load(open(args.llama))["cases"][0]
     base = dict(ref, reference_loss0=ref["losses"][0],
                 # the schedule keys reference_common.lr_lambda reads, if the case has any
@@ -522,9 +630,11 @@ def main():
     if not regc:
         print("no regc at %s: the graph cases' base is not checked against it" % args.regc)
     graph_cases = [run_graph_case(c, g, out_dir, regc) for c in GRAPH_CASES]
+    qlora_cases = [run_qlora_case(c, base, tokens) for c in QLORA_CASES]
     doc = {"generator": "lora_reference.py", "torch": torch.__version__,
-           "transformers": transformers.__version__, "peft": peft.__version__, "cases": cases,
-           "graph_cases": graph_cases}
+           "transformers": transformers.__version__, "peft": peft.__version__,
+           "bitsandbytes": bnb.__version__, "cases": cases, "graph_cases": graph_cases,
+           "qlora_cases": qlora_cases}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)  # repr floats: full round-trip precision
         f.write("\n")
