@@ -181,7 +181,8 @@ fi
 say "regc: $("$REGC" version 2>&1 | head -1)"
 
 # ---- the gpu label, the most telling test first
-for t in "gpu_kernel_reference 60" "test_cuda_backend 60" "test_train_gpu 150" "test_comm_gpu 30"; do
+for t in "gpu_kernel_reference 60" "test_cuda_backend 60" "test_cuda_nf4 30" "test_train_gpu 150" \
+    "test_comm_gpu 30"; do
     set -- $t
     part "gpu test $1" "$2" ctest --test-dir "$BUILD" -R "^$1\$" --output-on-failure \
         --timeout "$2" --no-tests=error
