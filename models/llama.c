@@ -14,7 +14,8 @@
 
 typedef struct {
     int64_t vocab, hidden, inter, n_layer, n_head, n_kv_head, head_dim, n_pos;
-    double eps, rope_theta, attn_dropout;
+    double eps, attn_dropout;
+    regc_rope rope; /* rope_theta and its scaling (rope.c) */
     int tied;
 } llama_config;
 
@@ -33,7 +34,7 @@ static int llama_set_config(regc_model *m, const llama_config *c)
 static int llama_preset_config(regc_model *m, const char *preset)
 {
     llama_config c = {
-        .eps = 1e-5, .rope_theta = 500000.0, .n_pos = 8192, .vocab = 128256, .n_kv_head = 8};
+        .eps = 1e-5, .rope.theta = 500000.0, .n_pos = 8192, .vocab = 128256, .n_kv_head = 8};
     if (strcmp(preset, "llama-tiny") == 0) {
         c = (llama_config){.vocab = 512,
                            .hidden = 128,
@@ -43,7 +44,7 @@ static int llama_preset_config(regc_model *m, const char *preset)
                            .n_kv_head = 2,
                            .n_pos = 256,
                            .eps = 1e-6,
-                           .rope_theta = 10000.0};
+                           .rope.theta = 10000.0};
     } else if (strcmp(preset, "llama-127m") == 0) {
         /* llama-tiny's shape (grouped-query attention, two query heads per
          * key/value head; SwiGLU; an untied head) at GPT-2 124M's width
@@ -56,7 +57,7 @@ static int llama_preset_config(regc_model *m, const char *preset)
                            .n_kv_head = 6,
                            .n_pos = 1024,
                            .eps = 1e-6,
-                           .rope_theta = 10000.0};
+                           .rope.theta = 10000.0};
     } else if (strcmp(preset, "llama-8b") == 0) {
         /* Llama 3.1 8B's published shape and context (its RoPE plain, at
          * θ 500000: the presets are for shapes) */
@@ -85,11 +86,6 @@ static int llama_check_unsupported(const cJSON *root, const char *path)
                               "%s: key \"%s\" = true is not supported (no bias terms)", path,
                               biases[i]);
     }
-    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (scaling && !cJSON_IsNull(scaling))
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "%s: key \"rope_scaling\" is not supported (only null: plain RoPE)",
-                          path);
     const char *act = NULL;
     int rc = regc_cfg_string(root, path, "hidden_act", 0, "silu", &act);
     if (rc < 0)
@@ -132,8 +128,7 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 0, 2048, 1, LLAMA_MAX_DIM,
                            &c.n_pos)) < 0 ||
         (rc = regc_cfg_double(root, path, "rms_norm_eps", 0, 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
-        (rc = regc_cfg_double(root, path, "rope_theta", 0, 10000.0, 0.0, 1e300, &c.rope_theta)) <
-            0 ||
+        (rc = regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 0, &c.tied)) < 0 ||
         (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0, &c.attn_dropout)) <
             0 ||
@@ -151,10 +146,6 @@ static int llama_parse_config(regc_model *m, const cJSON *root, const char *path
     if ((float)c.eps <= 0.0f)
         return regc_error(REGC_ERR_FORMAT, "%s: key \"rms_norm_eps\" is %g, must be positive", path,
                           c.eps);
-    if (!((float)c.rope_theta > 0.0f) || isinf((float)c.rope_theta))
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: key \"rope_theta\" is %g, must be a positive float32", path,
-                          c.rope_theta);
     if (c.n_head * c.head_dim > LLAMA_MAX_DIM)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: num_attention_heads * head_dim = %" PRId64 " is too large", path,
@@ -297,11 +288,21 @@ fail:
 }
 #undef G
 
+static int64_t llama_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling)
+{
+    const llama_config *c = m->cfg;
+    if (inv_freq)
+        regc_rope_inv_freq(&c->rope, c->head_dim, inv_freq, scaling);
+    (void)n;
+    return c->head_dim / 2;
+}
+
 /* The rotary tables [T, D/2], rounded exactly as HF's LlamaRotaryEmbedding
- * rounds them: inv_freq = 1 / theta^(2j/D) and the angle t * inv_freq both
- * in float32 (HF computes them in float32 whatever the model's dtype), so
- * long positions see the same angle error as the checkpoint was trained
- * with. */
+ * rounds them: inv_freq as Transformers' initialiser for the rope_type
+ * computes it (rope.c), the angle t * inv_freq in float32 (HF computes
+ * them in float32 whatever the model's dtype), so long positions see the
+ * same angle error as the checkpoint was trained with; then cos and sin
+ * times the attention scaling (yarn's; 1 otherwise), in float32. */
 static int llama_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
                              int n, regc_input *in)
 {
@@ -324,17 +325,16 @@ static int llama_fill_inputs(const regc_model *m, const regc_tokens *data, const
     float *inv_freq = malloc((size_t)half * sizeof *inv_freq + 1);
     if (!inv_freq)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory for the rotary tables", m->source);
-    const float theta = (float)c->rope_theta, dim = (float)c->head_dim;
-    for (int64_t j = 0; j < half; j++)
-        inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / dim);
+    float scaling;
+    regc_rope_inv_freq(&c->rope, c->head_dim, inv_freq, &scaling);
     float *cs = cos ? cos->host : NULL, *sn = sin ? sin->host : NULL;
     for (int64_t t = 0; t < b->seq; t++) {
         for (int64_t j = 0; j < half; j++) {
             const float angle = (float)t * inv_freq[j];
             if (cs)
-                cs[t * half + j] = cosf(angle);
+                cs[t * half + j] = cosf(angle) * scaling;
             if (sn)
-                sn[t * half + j] = sinf(angle);
+                sn[t * half + j] = sinf(angle) * scaling;
         }
     }
     free(inv_freq);
@@ -359,8 +359,7 @@ static cJSON *llama_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
     ok = ok && cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->n_pos);
     ok = ok && cJSON_AddNumberToObject(o, "rms_norm_eps", c->eps);
-    ok = ok && cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-    ok = ok && cJSON_AddNullToObject(o, "rope_scaling");
+    ok = ok && regc_rope_write_config(&c->rope, o);
     ok = ok && cJSON_AddStringToObject(o, "hidden_act", "silu");
     ok = ok && cJSON_AddBoolToObject(o, "attention_bias", 0);
     ok = ok && cJSON_AddBoolToObject(o, "mlp_bias", 0);
@@ -378,17 +377,18 @@ static cJSON *llama_write_config(const regc_model *m)
 static void llama_describe(const regc_model *m, char *buf, size_t cap)
 {
     const llama_config *c = m->cfg;
-    char count[40];
+    char count[40], rope[200];
     regc_model_group_digits(count, sizeof count, m->total_numel);
+    regc_rope_describe(&c->rope, rope, sizeof rope);
     snprintf(buf, cap,
              "llama %s: vocab %" PRId64 ", max_position_embeddings %" PRId64
              ", hidden_size %" PRId64 ", intermediate_size %" PRId64 ", num_hidden_layers %" PRId64
              ", num_attention_heads %" PRId64 ", num_key_value_heads %" PRId64 ", head_dim %" PRId64
-             ", rms_norm_eps %g, rope_theta %g, silu, %s embeddings, %s parameters%s; "
+             ", rms_norm_eps %g, rope_theta %g%s, silu, %s embeddings, %s parameters%s; "
              "attention_dropout %g %s",
              m->source, c->vocab, c->n_pos, c->hidden, c->inter, c->n_layer, c->n_head,
-             c->n_kv_head, c->head_dim, c->eps, c->rope_theta, c->tied ? "tied" : "untied", count,
-             m->weights ? "" : " (shape only)", c->attn_dropout, regc_model_dropout_note(m));
+             c->n_kv_head, c->head_dim, c->eps, c->rope.theta, rope, c->tied ? "tied" : "untied",
+             count, m->weights ? "" : " (shape only)", c->attn_dropout, regc_model_dropout_note(m));
 }
 
 /* the head of a tied model, and the rotary buffer older checkpoints saved */
@@ -405,4 +405,5 @@ const regc_arch regc_arch_llama = {
     .write_config = llama_write_config,
     .describe = llama_describe,
     .fill_inputs = llama_fill_inputs,
+    .compute_rope = llama_compute_rope,
 };

@@ -128,6 +128,9 @@ struct regc_arch {
     /* Optional: check the constants' values once read (a graph model's
      * indices within the tables they index). */
     int (*check_constants)(const regc_model *m);
+    /* Optional: the rotary embedding's inverse frequencies and the factor
+     * on cos and sin, as regc_model_compute_rope (n checked there). */
+    int64_t (*compute_rope)(const regc_model *m, float *inv_freq, int64_t n, float *scaling);
 };
 
 extern const regc_arch regc_arch_gpt2;
@@ -232,6 +235,33 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
  * m's "model_type", for write_config to add its keys to; NULL when out of
  * memory. */
 cJSON *regc_model_config_new(const regc_model *m, const char *architecture);
+
+/* ---- rotary position embeddings as Transformers configures them (rope.c) */
+enum { REGC_ROPE_DEFAULT, REGC_ROPE_LINEAR, REGC_ROPE_LLAMA3, REGC_ROPE_YARN };
+typedef struct {
+    int type;      /* REGC_ROPE_* */
+    double theta;  /* rope_theta */
+    double factor; /* linear, llama3, yarn (yarn's derived when absent) */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int64_t original_max_pos;                 /* llama3, yarn */
+    double attention_factor;                  /* yarn: 0 when derived from factor, mscale */
+    double beta_fast, beta_slow;              /* yarn, defaults applied */
+    double mscale, mscale_all_dim;            /* yarn: 0 when absent */
+    int truncate;                             /* yarn */
+} regc_rope;
+/* Read rope_parameters, or rope_scaling and rope_theta, from config.json
+ * (`path` in messages; max_pos is max_position_embeddings): refuses by
+ * name every type and key regc does not apply. */
+int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r);
+/* inv_freq[head_dim / 2] and the factor on cos and sin, as Transformers'
+ * initialisers compute them in float32. */
+void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, float *inv_freq,
+                        float *attention_scaling);
+/* Add rope_theta and rope_scaling (null for the default type) to a
+ * config.json object; 0 when out of memory. */
+int regc_rope_write_config(const regc_rope *r, cJSON *o);
+/* ", rope_type ..." for a scaled type, "" for the default. */
+void regc_rope_describe(const regc_rope *r, char *buf, size_t cap);
 
 /* ---- config.json readers for architectures. Each returns REGC_OK with
  * *out set (the default when the key is absent or null and required is 0),

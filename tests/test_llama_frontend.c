@@ -307,10 +307,14 @@ static void test_config_errors(void **state)
                         "key \"mlp_bias\" = true is not supported");
     expect_config_error(f, "\"mlp_bias\": \"no\"", REGC_ERR_FORMAT,
                         "key \"mlp_bias\" must be true or false");
+    /* RoPE scaling (models/rope.c; every case in tests/test_rope_config.c) */
     expect_config_error(f, "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
-                        REGC_ERR_UNSUPPORTED, "key \"rope_scaling\" is not supported");
-    expect_config_error(f, "\"rope_scaling\": false", REGC_ERR_UNSUPPORTED,
-                        "key \"rope_scaling\" is not supported");
+                        REGC_ERR_FORMAT, "missing required key \"rope_scaling.low_freq_factor\"");
+    expect_config_error(f, "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 8.0}",
+                        REGC_ERR_UNSUPPORTED,
+                        "key \"rope_scaling.rope_type\" is \"dynamic\": regc does not implement");
+    expect_config_error(f, "\"rope_scaling\": false", REGC_ERR_FORMAT,
+                        "key \"rope_scaling\" must be an object or null");
 }
 
 /* ---------------------------------------------------- save / load files */

@@ -16,7 +16,8 @@ Nothing here imports transformers: the forward pass is written out so that
 every choice is visible; it matches HF's LlamaForCausalLM (eager attention,
 dropout 0): LlamaRMSNorm in float32 as x * rsqrt(mean(x^2) + eps), then the
 weight; rotary tables computed in float32 (inv_freq = 1 / theta^(2j/D),
-angle = t * inv_freq) in the rotate_half convention; repeat_kv for grouped
+rescaled as _compute_llama3_parameters does for a case with llama3
+rope_parameters, angle = t * inv_freq) in the rotate_half convention; repeat_kv for grouped
 query attention; the 1/sqrt(head_dim) scale; a causal softmax in float32;
 the SwiGLU MLP down(silu(gate(x)) * up(x)); a tied or untied head.
 
@@ -30,10 +31,13 @@ case (measured when the cases were chosen): GPT-J's interleaved rotary pairs
 instead of rotate_half 6e-4..3e-3, rope_theta x10 2e-4..1e-3, no rotary at
 all 1e-3..6e-3, kv heads tiled (h % Hkv) instead of repeat_kv 4e-2 (the GQA
 cases), a 10x epsilon 1e-4..3e-4, a centred (LayerNorm-like) norm 3e-3..1e-2,
-GELU instead of SiLU 9e-4..8e-3, lr off by 1% 2e-5..4e-4.
+GELU instead of SiLU 9e-4..8e-3, lr off by 1% 2e-5..4e-4; in the llama3_rope
+case, plain RoPE instead of llama3's scaling 7.6e-6 at step 0 and up to
+4.9e-4 over the five steps.
 """
 
 import argparse
+import json
 import math
 
 import torch
@@ -81,6 +85,17 @@ CASES = [
          rope_theta=10000.0, tie_word_embeddings=False, batch=2, seq=9, lr=5e-3,
          weight_decay=0.01, n_tokens=500, steps=10, lr_scheduler_type="cosine_with_min_lr",
          warmup_steps=2, min_lr_rate=0.1, max_grad_norm=0.3, gradient_accumulation_steps=2),
+    # Llama 3.1's RoPE scaling in Transformers 5's spelling (rope_parameters),
+    # its original context shortened to 32 so that, at D = 16, frequency 0
+    # keeps its value, 1 and 2 are smoothed and 3..7 divided by the factor;
+    # T = 40 runs past the original context. The inverse frequencies are
+    # Transformers' (rope_reference.py's case "e2e_llama3", checked below).
+    dict(name="llama3_rope", seed=4242, vocab_size=263, hidden_size=48, intermediate_size=96,
+         num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1, head_dim=None,
+         max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0,
+         rope_parameters=dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0,
+                              high_freq_factor=4.0, original_max_position_embeddings=32),
+         tie_word_embeddings=False, batch=2, seq=40, lr=2e-3, weight_decay=0.01, n_tokens=400),
     # A constant rate after 4 warmup steps, no clipping, no accumulation.
     dict(name="constant_warmup", seed=6262, vocab_size=257, hidden_size=32,
          intermediate_size=80, num_hidden_layers=2, num_attention_heads=2,
@@ -135,9 +150,27 @@ def rms_norm(x, w, eps):
     return w * h.to(dt)
 
 
-def rotary_tables(T, D, theta):
-    """LlamaRotaryEmbedding (rope_type "default"): cos and sin [T, D], in float32."""
+def llama3_inv_freq(inv_freq, rope):
+    """Transformers' _compute_llama3_parameters, op for op in float32."""
+    factor, ctx = rope["factor"], rope["original_max_position_embeddings"]
+    low, high = rope["low_freq_factor"], rope["high_freq_factor"]
+    low_freq_wavelen, high_freq_wavelen = ctx / low, ctx / high
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (ctx / wavelen - low) / (high - low)
+    smoothed_inv_freq = ((1 - smooth_factor) * inv_freq_llama / factor
+                         + smooth_factor * inv_freq_llama)
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def rotary_tables(T, D, theta, rope=None):
+    """LlamaRotaryEmbedding: cos and sin [T, D], in float32; rope_type
+    "default", or "llama3" when `rope` (the case's rope_parameters) says so."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    if rope is not None:
+        assert rope["rope_type"] == "llama3"
+        inv_freq = llama3_inv_freq(inv_freq, rope)
     pos = torch.arange(T, dtype=torch.int64).float()
     freqs = (inv_freq[:, None] @ pos[None, :]).transpose(0, 1)  # [T, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
@@ -185,7 +218,7 @@ def forward_loss(p, k, case):
     B, T = idx.shape
     eps = case["rms_norm_eps"]
     x = p["model.embed_tokens.weight"][idx]  # [B, T, C]
-    cos, sin = rotary_tables(T, head_dim(case), case["rope_theta"])
+    cos, sin = rotary_tables(T, head_dim(case), case["rope_theta"], case.get("rope_parameters"))
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     for l in range(case["num_hidden_layers"]):
         h = "model.layers.%d." % l
@@ -220,7 +253,25 @@ def hf_config(case):
     }
     if case["head_dim"] is not None:
         cfg["head_dim"] = case["head_dim"]
+    if "rope_parameters" in case:  # Transformers 5's spelling, theta inside
+        del cfg["rope_theta"], cfg["rope_scaling"]
+        cfg["rope_parameters"] = dict(case["rope_parameters"], rope_theta=case["rope_theta"])
     return cfg
+
+
+def check_rope_reference(case):
+    """The llama3 case's inverse frequencies equal Transformers' (recorded by
+    rope_reference.py, which runs transformers 5 in another environment)."""
+    path = default_out(__file__, "rope_reference.json")
+    ref = [c for c in json.load(open(path))["cases"] if c["name"] == "e2e_llama3"][0]
+    cfg = hf_config(case)
+    for key in ("hidden_size", "num_attention_heads", "max_position_embeddings",
+                "rope_parameters"):
+        assert ref["config"][key] == cfg[key], key
+    D = head_dim(case)
+    inv = 1.0 / (case["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    inv = llama3_inv_freq(inv, case["rope_parameters"])
+    assert inv.tolist() == ref["inv_freq"], (inv.tolist(), ref["inv_freq"])
 
 
 def main():
@@ -232,6 +283,8 @@ def main():
         assert case["num_attention_heads"] % case["num_key_value_heads"] == 0
         assert head_dim(case) % 2 == 0 and case["seq"] <= case["max_position_embeddings"]
         assert case["n_tokens"] >= case["batch"] * case["seq"] + 1
+        if "rope_parameters" in case:
+            check_rope_reference(case)
         out_cases.append(run_case(case, param_specs(case), hf_config(case), forward_loss))
     write_doc("tools/reference/llama_reference.py", out_cases, args.out)
 

@@ -1,0 +1,433 @@
+/* rope.c — rotary position embeddings as Hugging Face Transformers (5.x,
+ * modeling_rope_utils.py) configures and initialises them: reading either
+ * spelling of the RoPE options from config.json, refusing what regc does
+ * not apply, and computing the inverse frequencies and the factor on
+ * cos/sin.
+ *
+ * Spellings. Transformers 5 writes "rope_parameters": {"rope_type", "rope_theta", ...};
+ * older configs give a top-level "rope_theta" and "rope_scaling": {"rope_type" or
+ * "type", ...}. Transformers reads rope_scaling when it is given, takes
+ * rope_theta from the dictionary before the top level (default 10000) and
+ * original_max_position_embeddings from the dictionary (default
+ * max_position_embeddings). regc reads the same, refusing the ambiguous
+ * cases Transformers resolves silently (both dictionaries, two different
+ * thetas, "type" and "rope_type" that disagree).
+ *
+ * Types applied: default, linear, llama3, yarn (yarn's attention factor
+ * multiplies cos and sin). Refused by name: every other rope_type
+ * (dynamic, longrope, proportional, ...), partial_rotary_factor other
+ * than 1 (Transformers' Llama rotates the whole head), and any key of the
+ * dictionary the type does not use.
+ *
+ * Arithmetic. Transformers computes inv_freq on the CPU in float32 torch
+ * ops, Python scalars (theta, factor, ...) rounded to float32 where they
+ * meet a tensor, and `a / t` as reciprocal(t) * a; regc repeats every such
+ * op in float32 in the same order (rope_f32 below rounds each step), and
+ * the Python-side scalars (yarn's correction range, its attention factor)
+ * in double as Python does. The one op regc cannot repeat bit for bit is
+ * torch's float32 pow: its vectorised body is Sleef's powf (within 1 ulp)
+ * and its tail libm's, so torch's own results depend on the CPU and on the
+ * position in the vector. regc rounds the exact power once (computed in
+ * double), which is torch's result in about 98.5% of entries and 1 ulp
+ * from it otherwise (tests/test_rope_config.c measures it against
+ * tests/data/rope_reference.json). On a GPU torch divides by a scalar as a
+ * multiplication by its reciprocal; the initialisers run on the CPU. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+#define ROPE_PI 3.141592653589793 /* Python's math.pi */
+
+static const char *const rope_type_names[] = {
+    [REGC_ROPE_DEFAULT] = "default",
+    [REGC_ROPE_LINEAR] = "linear",
+    [REGC_ROPE_LLAMA3] = "llama3",
+    [REGC_ROPE_YARN] = "yarn",
+};
+#define N_ROPE_TYPES (int)(sizeof rope_type_names / sizeof rope_type_names[0])
+
+/* The keys each type reads from the dictionary, beyond the common ones. */
+static const char *const rope_keys_common[] = {"rope_type", "type", "rope_theta",
+                                               "partial_rotary_factor", NULL};
+static const char *const rope_keys_type[][9] = {
+    [REGC_ROPE_DEFAULT] = {NULL},
+    [REGC_ROPE_LINEAR] = {"factor", NULL},
+    [REGC_ROPE_LLAMA3] = {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings", NULL},
+    [REGC_ROPE_YARN] = {"factor", "original_max_position_embeddings", "attention_factor",
+                        "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate", NULL},
+};
+
+static int rope_key_known(const char *const *keys, const char *key)
+{
+    for (int i = 0; keys[i]; i++)
+        if (strcmp(keys[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+/* dict[key] as a number: *out, or *present = 0 when absent or null. */
+static int rope_number(const cJSON *dict, const char *path, const char *dname, const char *key,
+                       int required, double *out, int *present)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(dict, key);
+    *present = it && !cJSON_IsNull(it);
+    if (!*present) {
+        if (required)
+            return regc_error(REGC_ERR_FORMAT, "%s: missing required key \"%s.%s\"", path, dname,
+                              key);
+        return REGC_OK;
+    }
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s.%s\" must be a finite number", path, dname,
+                          key);
+    *out = it->valuedouble;
+    return REGC_OK;
+}
+
+static int rope_positive(const char *path, const char *dname, const char *key, double v)
+{
+    if (!((float)v > 0.0f) || isinf((float)v))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s.%s\" is %g, must be a positive float32",
+                          path, dname, key, v);
+    return REGC_OK;
+}
+
+/* The type's own keys, checked and stored in r. */
+static int rope_parse_type(const cJSON *d, const char *path, const char *dn, int64_t max_pos,
+                           regc_rope *r)
+{
+    int has, has_factor, rc;
+    double v = 0.0;
+    if (r->type == REGC_ROPE_DEFAULT)
+        return REGC_OK;
+    /* yarn alone derives a missing factor (max_position_embeddings over the
+     * original length); the others need it */
+    if ((rc = rope_number(d, path, dn, "factor", r->type != REGC_ROPE_YARN, &r->factor,
+                          &has_factor)) < 0)
+        return rc;
+    if (r->type == REGC_ROPE_LINEAR)
+        return rope_positive(path, dn, "factor", r->factor);
+    if ((rc = rope_number(d, path, dn, "original_max_position_embeddings", 0, &v, &has)) < 0)
+        return rc;
+    r->original_max_pos = has ? (int64_t)v : max_pos;
+    if (has && !(v >= 1.0 && v <= 2147483647.0 && v == (double)(int64_t)v))
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"%s.original_max_position_embeddings\" is %g, must be a "
+                          "positive integer",
+                          path, dn, v);
+    if (r->type == REGC_ROPE_LLAMA3) {
+        if ((rc = rope_positive(path, dn, "factor", r->factor)) < 0 ||
+            (rc = rope_number(d, path, dn, "low_freq_factor", 1, &r->low_freq_factor, &has)) < 0 ||
+            (rc = rope_number(d, path, dn, "high_freq_factor", 1, &r->high_freq_factor, &has)) <
+                0 ||
+            (rc = rope_positive(path, dn, "low_freq_factor", r->low_freq_factor)) < 0)
+            return rc;
+        /* the smoothing divides by their difference */
+        if (!((float)(r->high_freq_factor - r->low_freq_factor) > 0.0f))
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: key \"%s.high_freq_factor\" is %g, must exceed "
+                              "low_freq_factor %g",
+                              path, dn, r->high_freq_factor, r->low_freq_factor);
+        return REGC_OK;
+    }
+    /* yarn */
+    if (!has_factor)
+        r->factor = (double)max_pos / (double)r->original_max_pos;
+    if ((rc = rope_positive(path, dn, "factor", r->factor)) < 0 ||
+        (rc = rope_number(d, path, dn, "attention_factor", 0, &r->attention_factor, &has)) < 0)
+        return rc;
+    if (has && (rc = rope_positive(path, dn, "attention_factor", r->attention_factor)) < 0)
+        return rc;
+    if (!has)
+        r->attention_factor = 0.0; /* derived from factor and mscale */
+    /* Transformers takes `value or default`: a 0 means the default too */
+    r->beta_fast = 32.0, r->beta_slow = 1.0;
+    if ((rc = rope_number(d, path, dn, "beta_fast", 0, &v, &has)) < 0)
+        return rc;
+    if (has && v != 0.0)
+        r->beta_fast = v;
+    if ((rc = rope_number(d, path, dn, "beta_slow", 0, &v, &has)) < 0)
+        return rc;
+    if (has && v != 0.0)
+        r->beta_slow = v;
+    if (!(r->beta_fast > 0.0) || !(r->beta_slow > 0.0))
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: keys \"%s.beta_fast\" and \"%s.beta_slow\" must "
+                          "be positive",
+                          path, dn, dn);
+    r->mscale = r->mscale_all_dim = 0.0;
+    if ((rc = rope_number(d, path, dn, "mscale", 0, &v, &has)) < 0)
+        return rc;
+    r->mscale = has ? v : 0.0;
+    if ((rc = rope_number(d, path, dn, "mscale_all_dim", 0, &v, &has)) < 0)
+        return rc;
+    r->mscale_all_dim = has ? v : 0.0;
+    /* .get("truncate", True): absent truncates, null does not */
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(d, "truncate");
+    if (t && !cJSON_IsNull(t) && !cJSON_IsBool(t))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s.truncate\" must be true or false", path,
+                          dn);
+    r->truncate = !t || cJSON_IsTrue(t);
+    return REGC_OK;
+}
+
+int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r)
+{
+    *r = (regc_rope){.type = REGC_ROPE_DEFAULT, .theta = 10000.0};
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    static const char *const names[2] = {"rope_parameters", "rope_scaling"};
+    const cJSON *dicts[2] = {params, scaling};
+    for (int i = 0; i < 2; i++) {
+        if (dicts[i] && cJSON_IsNull(dicts[i]))
+            dicts[i] = NULL;
+        if (dicts[i] && !cJSON_IsObject(dicts[i]))
+            return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be an object or null", path,
+                              names[i]);
+    }
+    if (dicts[0] && dicts[1])
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: keys \"rope_parameters\" and \"rope_scaling\" are both given "
+                          "(Transformers reads only rope_scaling): give one",
+                          path);
+    const cJSON *d = dicts[1] ? dicts[1] : dicts[0];
+    const char *dn = dicts[1] ? names[1] : names[0];
+
+    /* theta: the dictionary's, else the top level's, else 10000 */
+    double top = 0.0, own = 0.0;
+    int has_top = 0, has_own = 0, rc;
+    const cJSON *tt = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
+    if (tt && !cJSON_IsNull(tt)) {
+        if ((rc = regc_cfg_double(root, path, "rope_theta", 0, 10000.0, -1e300, 1e300, &top)) < 0)
+            return rc;
+        has_top = 1;
+        r->theta = top;
+    }
+    if (d && (rc = rope_number(d, path, dn, "rope_theta", 0, &own, &has_own)) < 0)
+        return rc;
+    if (has_own && has_top && own != top)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: keys \"rope_theta\" (%g) and \"%s.rope_theta\" (%g) differ "
+                          "(Transformers takes the latter): give one",
+                          path, top, dn, own);
+    if (has_own)
+        r->theta = own;
+    if (!((float)r->theta > 0.0f) || isinf((float)r->theta))
+        return regc_error(
+            REGC_ERR_FORMAT, "%s: key \"%s\" is %g, must be a positive float32", path,
+            has_own ? (dicts[1] ? "rope_scaling.rope_theta" : "rope_parameters.rope_theta")
+                    : "rope_theta",
+            r->theta);
+
+    /* partial rotation: Transformers' Llama ignores it for the default type
+     * and fails for the others; regc rotates the whole head */
+    for (int i = 0; i < 2; i++) {
+        const cJSON *where = i ? d : root;
+        const cJSON *p =
+            where ? cJSON_GetObjectItemCaseSensitive(where, "partial_rotary_factor") : NULL;
+        if (p && !cJSON_IsNull(p) && !(cJSON_IsNumber(p) && p->valuedouble == 1.0))
+            return regc_error(REGC_ERR_UNSUPPORTED,
+                              "%s: key \"%s%spartial_rotary_factor\" is not 1: regc's Llama "
+                              "rotates the whole head",
+                              path, i ? dn : "", i ? "." : "");
+    }
+    if (!d)
+        return REGC_OK;
+
+    const char *type = "default";
+    const cJSON *rt = cJSON_GetObjectItemCaseSensitive(d, "rope_type");
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(d, "type");
+    const cJSON *tys[2] = {rt, ty};
+    static const char *const tkeys[2] = {"rope_type", "type"};
+    for (int i = 0; i < 2; i++)
+        if (tys[i] && !cJSON_IsNull(tys[i]) && !cJSON_IsString(tys[i]))
+            return regc_error(REGC_ERR_FORMAT, "%s: key \"%s.%s\" must be a string", path, dn,
+                              tkeys[i]);
+    if (cJSON_IsString(rt) && cJSON_IsString(ty) && strcmp(rt->valuestring, ty->valuestring))
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: keys \"%s.rope_type\" (\"%s\") and \"%s.type\" (\"%s\") differ",
+                          path, dn, rt->valuestring, dn, ty->valuestring);
+    const char *tkey = cJSON_IsString(rt) ? "rope_type" : "type";
+    if (cJSON_IsString(rt))
+        type = rt->valuestring;
+    else if (cJSON_IsString(ty))
+        type = ty->valuestring;
+    r->type = -1;
+    for (int i = 0; i < N_ROPE_TYPES; i++)
+        if (strcmp(type, rope_type_names[i]) == 0)
+            r->type = i;
+    if (r->type < 0)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: key \"%s.%s\" is \"%s\": regc does not implement it (supported: "
+                          "default, linear, llama3, yarn)",
+                          path, dn, tkey, type);
+    /* a key the type does not read would be silently ignored */
+    for (const cJSON *it = d->child; it; it = it->next) {
+        if (cJSON_IsNull(it) || rope_key_known(rope_keys_common, it->string) ||
+            rope_key_known(rope_keys_type[r->type], it->string))
+            continue;
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: key \"%s.%s\" is not used by rope_type \"%s\": regc refuses what "
+                          "it would not apply",
+                          path, dn, it->string, type);
+    }
+    return rope_parse_type(d, path, dn, max_pos, r);
+}
+
+/* One float32 operation's result, rounded (volatile keeps x87-free
+ * compilers and excess precision honest). */
+static float rope_f32(double x)
+{
+    volatile float f = (float)x;
+    return f;
+}
+
+/* float32 pow, rounded once from the exact power (see the header). */
+static float rope_powf(float base, float e) { return rope_f32(pow((double)base, (double)e)); }
+
+/* 0.1 * mscale * ln(scale) + 1, Transformers' get_mscale, in double. */
+static double rope_mscale(double scale, double mscale)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+/* (dim * ln(max_pos / (rotations * 2π))) / (2 ln base), yarn's
+ * find_correction_dim, in double. */
+static double rope_correction_dim(double rotations, int64_t dim, double base, int64_t max_pos)
+{
+    return ((double)dim * log((double)max_pos / (rotations * 2.0 * ROPE_PI))) / (2.0 * log(base));
+}
+
+void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, float *inv_freq,
+                        float *attention_scaling)
+{
+    const int64_t half = head_dim / 2;
+    const float base = (float)r->theta, dim = (float)head_dim, factor = (float)r->factor;
+    *attention_scaling = 1.0f;
+    /* base ** (arange(0, dim, 2).float() / dim), then 1 / that */
+    for (int64_t j = 0; j < half; j++) {
+        const float pos = rope_powf(base, rope_f32((double)(float)(2 * j) / (double)dim));
+        inv_freq[j] = rope_f32(1.0 / (double)pos);
+        if (r->type == REGC_ROPE_LINEAR)
+            inv_freq[j] = rope_f32((double)inv_freq[j] / (double)factor);
+        if (r->type == REGC_ROPE_YARN) {
+            /* interpolation 1 / (factor * pos); extrapolation 1 / pos */
+            inv_freq[j] = rope_f32(1.0 / (double)rope_f32((double)factor * (double)pos));
+        }
+    }
+    if (r->type == REGC_ROPE_LLAMA3) {
+        /* _compute_llama3_parameters: wavelengths below the original
+         * context / high_freq_factor keep their frequency, those above
+         * context / low_freq_factor are divided by factor, and those
+         * between interpolate with the smooth factor */
+        const double ctx = (double)r->original_max_pos;
+        const float low_wl = (float)(ctx / r->low_freq_factor);
+        const float high_wl = (float)(ctx / r->high_freq_factor);
+        const float twopi = (float)(2.0 * ROPE_PI), ctxf = (float)ctx;
+        const float lowf = (float)r->low_freq_factor;
+        const float span = (float)(r->high_freq_factor - r->low_freq_factor);
+        for (int64_t j = 0; j < half; j++) {
+            const float inv = inv_freq[j];
+            const float wl = rope_f32((double)rope_f32(1.0 / (double)inv) * (double)twopi);
+            const float llama = wl > low_wl ? rope_f32((double)inv / (double)factor) : inv;
+            const float s =
+                rope_f32((double)rope_f32(
+                             (double)rope_f32((double)rope_f32(1.0 / (double)wl) * (double)ctxf) -
+                             (double)lowf) /
+                         (double)span);
+            const float a =
+                rope_f32((double)rope_f32((double)rope_f32(1.0 - (double)s) * (double)llama) /
+                         (double)factor);
+            const float smoothed =
+                rope_f32((double)a + (double)rope_f32((double)s * (double)llama));
+            const int medium = !(wl < high_wl) && !(wl > low_wl);
+            inv_freq[j] = medium ? smoothed : llama;
+        }
+    }
+    if (r->type == REGC_ROPE_YARN) {
+        /* _compute_yarn_parameters: a linear ramp over the dimensions
+         * between the correction range's ends blends interpolation (low
+         * frequencies) into extrapolation (high frequencies) */
+        double low = rope_correction_dim(r->beta_fast, head_dim, r->theta, r->original_max_pos);
+        double high = rope_correction_dim(r->beta_slow, head_dim, r->theta, r->original_max_pos);
+        if (r->truncate)
+            low = floor(low), high = ceil(high);
+        low = low > 0.0 ? low : 0.0;
+        high = high < (double)(head_dim - 1) ? high : (double)(head_dim - 1);
+        if (low == high)
+            high += 0.001; /* Transformers' guard against a zero-width ramp */
+        const float lo = (float)low, width = (float)(high - low);
+        for (int64_t j = 0; j < half; j++) {
+            const float pos = rope_powf(base, rope_f32((double)(float)(2 * j) / (double)dim));
+            const float extra = rope_f32(1.0 / (double)pos), inter = inv_freq[j];
+            float ramp = rope_f32((double)rope_f32((double)(float)j - (double)lo) / (double)width);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            const float ext = rope_f32(1.0 - (double)ramp);
+            inv_freq[j] =
+                rope_f32((double)rope_f32((double)inter * (double)rope_f32(1.0 - (double)ext)) +
+                         (double)rope_f32((double)extra * (double)ext));
+        }
+        double att = r->attention_factor;
+        if (att == 0.0)
+            att =
+                r->mscale != 0.0 && r->mscale_all_dim != 0.0
+                    ? rope_mscale(r->factor, r->mscale) / rope_mscale(r->factor, r->mscale_all_dim)
+                    : rope_mscale(r->factor, 1.0);
+        *attention_scaling = (float)att;
+    }
+}
+
+int regc_rope_write_config(const regc_rope *r, cJSON *o)
+{
+    int ok = cJSON_AddNumberToObject(o, "rope_theta", r->theta) != NULL;
+    if (r->type == REGC_ROPE_DEFAULT)
+        return ok && cJSON_AddNullToObject(o, "rope_scaling");
+    /* the older spelling: Transformers 4 reads it and 5 converts it */
+    cJSON *s = ok ? cJSON_AddObjectToObject(o, "rope_scaling") : NULL;
+    ok = s && cJSON_AddStringToObject(s, "rope_type", rope_type_names[r->type]);
+    ok = ok && cJSON_AddNumberToObject(s, "factor", r->factor);
+    if (r->type == REGC_ROPE_LINEAR)
+        return ok;
+    ok = ok && cJSON_AddNumberToObject(s, "original_max_position_embeddings",
+                                       (double)r->original_max_pos);
+    if (r->type == REGC_ROPE_LLAMA3) {
+        ok = ok && cJSON_AddNumberToObject(s, "low_freq_factor", r->low_freq_factor);
+        return ok && cJSON_AddNumberToObject(s, "high_freq_factor", r->high_freq_factor);
+    }
+    if (r->attention_factor != 0.0)
+        ok = ok && cJSON_AddNumberToObject(s, "attention_factor", r->attention_factor);
+    ok = ok && cJSON_AddNumberToObject(s, "beta_fast", r->beta_fast);
+    ok = ok && cJSON_AddNumberToObject(s, "beta_slow", r->beta_slow);
+    if (r->mscale != 0.0)
+        ok = ok && cJSON_AddNumberToObject(s, "mscale", r->mscale);
+    if (r->mscale_all_dim != 0.0)
+        ok = ok && cJSON_AddNumberToObject(s, "mscale_all_dim", r->mscale_all_dim);
+    return ok && cJSON_AddBoolToObject(s, "truncate", r->truncate);
+}
+
+void regc_rope_describe(const regc_rope *r, char *buf, size_t cap)
+{
+    switch (r->type) {
+    case REGC_ROPE_LINEAR: snprintf(buf, cap, ", rope_type linear factor %g", r->factor); break;
+    case REGC_ROPE_LLAMA3:
+        snprintf(buf, cap,
+                 ", rope_type llama3 factor %g low_freq_factor %g high_freq_factor %g "
+                 "original_max_position_embeddings %lld",
+                 r->factor, r->low_freq_factor, r->high_freq_factor,
+                 (long long)r->original_max_pos);
+        break;
+    case REGC_ROPE_YARN:
+        snprintf(buf, cap,
+                 ", rope_type yarn factor %g original_max_position_embeddings %lld beta_fast %g "
+                 "beta_slow %g%s",
+                 r->factor, (long long)r->original_max_pos, r->beta_fast, r->beta_slow,
+                 r->truncate ? "" : " untruncated");
+        break;
+    default:
+        if (cap)
+            buf[0] = '\0';
+    }
+}
