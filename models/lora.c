@@ -280,10 +280,18 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
         d.alpha = 8.0;
     if (!d.target_modules)
         d.target_modules = default_targets(m);
-    /* a checkpoint saved in 4 bits is NF4, as Transformers loads it, its
-     * compute dtype bfloat16 when it says so */
-    if (m->checkpoint_nf4)
-        d.load_in_4bit = 1, d.compute_bf16 |= m->checkpoint_nf4 == REGC_FROZEN_NF4_BF16;
+    /* a checkpoint saved in 4 bits is NF4, as Transformers loads it, with
+     * the compute dtype its config says */
+    if (m->checkpoint_nf4) {
+        const int saved_bf16 = m->checkpoint_nf4 == REGC_FROZEN_NF4_BF16;
+        if (d.compute_given && d.compute_bf16 != saved_bf16)
+            return regc_error(REGC_ERR_ARG,
+                              "quantization.bnb_4bit_compute_dtype: %s, but %s's "
+                              "quantization_config says %s",
+                              d.compute_bf16 ? "bfloat16" : "float32", m->source,
+                              saved_bf16 ? "bfloat16" : "float32");
+        d.load_in_4bit = 1, d.compute_bf16 = saved_bf16;
+    }
     const regc_lora_config *c = &d;
     if (m->lora)
         return regc_error(REGC_ERR_ARG, "%s: the model has LoRA adapters already", m->source);
@@ -330,6 +338,16 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
     const int n_base = m->n_params;
     for (int i = 0; i < n_base && rc == REGC_OK; i++) {
         m->params[i].frozen = base_kind(c, kind[i], lookup_mm[i]);
+        /* bitsandbytes quantises a Conv1D's weight transposed ([out, in],
+         * Transformers' rule), which regc's NF4 weights are not */
+        if (conv1d[i] && (m->params[i].frozen == REGC_FROZEN_NF4 ||
+                          m->params[i].frozen == REGC_FROZEN_NF4_BF16)) {
+            rc = regc_error(REGC_ERR_UNSUPPORTED,
+                            "quantization.load_in_4bit: %s is a Conv1D weight ([in, out]), which "
+                            "bitsandbytes quantises transposed; regc does not hold one in NF4 yet",
+                            m->params[i].name);
+            break;
+        }
         if (!chosen[i])
             continue;
         const regc_model_param w = m->params[i]; /* a copy: adding moves the list */

@@ -115,6 +115,18 @@ int regc_nf4_read_quantization_config(regc_model *m, const cJSON *root, const ch
         (rc = qc_string(q, path, "bnb_4bit_compute_dtype", "float32", compute,
                         "regc multiplies NF4 in float32 or as bfloat16 GEMMs do", &s)))
         return rc;
+    /* the modules kept out of 4 bits: regc keeps the output head out, as
+     * Transformers does by default, and no other */
+    const cJSON *skip = cJSON_GetObjectItemCaseSensitive(q, "llm_int8_skip_modules"), *it;
+    int only_head = !skip || cJSON_IsNull(skip) || cJSON_IsArray(skip);
+    if (cJSON_IsArray(skip))
+        cJSON_ArrayForEach (it, skip)
+            only_head &= cJSON_IsString(it) && !strcmp(it->valuestring, "lm_head");
+    if (!only_head)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: key \"quantization_config.llm_int8_skip_modules\" names modules "
+                          "other than lm_head (regc keeps only the output head out of NF4)",
+                          path);
     m->checkpoint_nf4 = !strcmp(s, "bfloat16") ? REGC_FROZEN_NF4_BF16 : REGC_FROZEN_NF4;
     return REGC_OK;
 }

@@ -84,6 +84,9 @@ typedef struct {
     /* load_in_4bit: the NF4 weights multiplied as bf16 GEMMs do
      * (bnb_4bit_compute_dtype bfloat16); else in fp32 */
     int compute_bf16;
+    /* compute_bf16 was given (not defaulted): a checkpoint saved in 4 bits
+     * that says otherwise is refused, naming the key */
+    int compute_given;
 } regc_lora_config;
 
 /* A LoRA model's frozen base. REGC_BASE_BF16: the weights that matrix

@@ -585,7 +585,9 @@ static int mark_nf4_params(regc_compiled_region *r, const char *in_held)
             for (int j = 0; j < in->n_refs; j++) {
                 if (in->refs[j].buf != s)
                     continue;
-                if (in->kernel != K_GEMM || j != 2 || in->refs[j].off != 0)
+                /* the blob's layout is that of all of the tensor's values */
+                if (in->kernel != K_GEMM || j != 2 || in->refs[j].off != 0 ||
+                    in->d[1] * in->d[2] != regc_tensor_numel(t))
                     return regc_error(REGC_ERR_UNSUPPORTED,
                                       "region %s: frozen parameter %s, held in NF4, is read by %s "
                                       "(only as the whole B of a matrix product can it be)",

@@ -292,6 +292,8 @@ static void test_refused_config(void **state)
          "quantization_config.quant_method"},
         {"\"bnb_4bit_compute_dtype\": \"float32\"", "\"bnb_4bit_compute_dtype\": \"float16\"",
          "quantization_config.bnb_4bit_compute_dtype"},
+        {"\"llm_int8_skip_modules\": null", "\"llm_int8_skip_modules\": [\"lm_head\", \"q_proj\"]",
+         "quantization_config.llm_int8_skip_modules"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         copy_checkpoint(d->dir, cases[k][0], cases[k][1]);
@@ -299,6 +301,19 @@ static void test_refused_config(void **state)
     }
     copy_checkpoint(d->dir, NULL, NULL);
     expect_refused(d->dir, 0, "quantization_config", "LoRA needed");
+
+    /* a compute dtype the checkpoint's config contradicts */
+    copy_checkpoint(d->dir, "\"bnb_4bit_compute_dtype\": \"float32\"",
+                    "\"bnb_4bit_compute_dtype\": \"bfloat16\"");
+    regc_test_proc p;
+    regc_test_run_regc(&p, "train", "--model", d->dir, "--lora-r", "8", "--steps", "1", "--batch",
+                       "1", "--seq", "8", "--no-cache", "--bnb-4bit-compute-dtype", "float32",
+                       NULL);
+    const char *line = strstr(p.err, "regc: ");
+    if (p.status != 1 || !line || regc_test_count_lines(line) != 1 ||
+        !strstr(line, "bnb_4bit_compute_dtype: float32, but"))
+        fail_msg("a contradicted compute dtype: exit %d:\n%s", p.status, p.err);
+    regc_test_proc_free(&p);
 }
 
 /* Trained from the checkpoint and from the fp32 base quantised as it

@@ -318,7 +318,8 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
     c.seed = s->train.seed;
     c.base_dtype = base;
     c.load_in_4bit = nf4;
-    c.compute_bf16 = s->quant.compute_dtype == 1;
+    c.compute_bf16 = s->quant.compute_dtype == 2;
+    c.compute_given = s->quant.compute_dtype != 0;
     return rc ? rc : regc_model_add_lora(model, &c);
 }
 

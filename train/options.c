@@ -20,7 +20,8 @@
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
 static const char *const base_dtype_names[] = {"fp32", "bf16", NULL}; /* regc_base_dtype */
 static const char *const quant_type_names[] = {"nf4", NULL};
-static const char *const compute_dtype_names[] = {"float32", "bfloat16", NULL};
+/* auto: a checkpoint saved in 4 bits says, else float32 */
+static const char *const compute_dtype_names[] = {"auto", "float32", "bfloat16", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", NULL}; /* regc_precision's order */
 /* regc_communicator's order */
 static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
@@ -94,9 +95,10 @@ const regc_option regc_option_table[] = {
      "the absmaxes quantised again to 8 bits, as QLoRA does (regc stores NF4 so; off is "
      "refused)"},
     {"quantization", "bnb_4bit_compute_dtype", "--bnb-4bit-compute-dtype", OPT_CHOICE,
-     "<float32|bfloat16>", 0, 0, 0, compute_dtype_names, FIELD(quant.compute_dtype),
+     "<auto|float32|bfloat16>", 0, 0, 0, compute_dtype_names, FIELD(quant.compute_dtype),
      OPT_SHOW_DEFAULT,
-     "the NF4 layers' products: of the dequantised fp32 weights, or as bf16 GEMMs do"},
+     "the NF4 layers' products: of the dequantised fp32 weights, or as bf16 GEMMs do; auto: as "
+     "a checkpoint saved in 4 bits says (a choice it contradicts is refused), else float32"},
     {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
      0, "token file in the llm.c format (default: the built-in corpus)"},
     {"train", "loss_mask", "--loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,

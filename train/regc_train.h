@@ -201,7 +201,7 @@ typedef struct {
         int load_in_4bit;  /* the base in NF4: lora.base_dtype nf4 */
         int quant_type;    /* bnb_4bit_quant_type: 0 nf4 (the one regc has) */
         int double_quant;  /* bnb_4bit_use_double_quant */
-        int compute_dtype; /* bnb_4bit_compute_dtype: 0 float32, 1 bfloat16 */
+        int compute_dtype; /* bnb_4bit_compute_dtype: 0 auto, 1 float32, 2 bfloat16 */
     } quant;
     const char *adapter; /* train.adapter, --adapter: a PEFT adapter directory to start from */
     int dropout;         /* train.dropout, --dropout: the model's dropouts applied */

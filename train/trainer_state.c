@@ -80,6 +80,13 @@ static int nf4_to_device(trainer *t, int i, const float *from, regc_weights *src
     const int64_t n = regc_model_param_numel(t->model, i);
     const int64_t bytes = regc_frozen_kind_bytes(REGC_FROZEN_NF4, n);
     const int held = !from && regc_weights_is_nf4(src, i);
+    /* a checkpoint saved in 4 bits that keeps this layer unquantised:
+     * Transformers would train it so, regc would not */
+    if (!from && !held && regc_model_checkpoint_nf4(t->model))
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: tensor %s is not in 4 bits in the checkpoint, but regc holds "
+                          "every linear layer but the head in NF4",
+                          regc_model_source(t->model), regc_model_param_name(t->model, i));
     float *values = from || held ? NULL : malloc((size_t)n * sizeof *values + 1);
     uint8_t *blob = malloc((size_t)bytes);
     int rc = REGC_OK;
@@ -124,6 +131,13 @@ static int frozen_to_device(trainer *t, const float *model, regc_weights *src, d
         if (held == REGC_FROZEN_NF4 || held == REGC_FROZEN_NF4_BF16) {
             rc = nf4_to_device(t, i, src ? NULL : model + at, src, dev);
             continue;
+        }
+        if (src && regc_weights_is_nf4(src, i)) { /* the other way: quantised where regc is not */
+            rc = regc_error(REGC_ERR_FORMAT,
+                            "%s: tensor %s is in 4 bits in the checkpoint, but regc holds it "
+                            "unquantised (only the linear layers but the head are NF4)",
+                            regc_model_source(m), regc_model_param_name(m, i));
+            break;
         }
         for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
             const int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
