@@ -239,13 +239,15 @@ static int nf4_state(const regc_st_file *f, const char *path, const char *weight
         same = cJSON_IsNumber(x) && x->valuedouble == (double)p->shape[d];
     }
     if (rc == REGC_OK && !same) {
+        /* an empty array is "[]" (it was appended to "missing": "missing[]") */
         char have[160] = "missing", want[160] = "[";
-        for (int d = 0; cJSON_IsArray(it) && d < cJSON_GetArraySize(it); d++)
-            snprintf(have + (d ? strlen(have) : 0), sizeof have - (d ? strlen(have) : 0), "%s%.17g",
-                     d ? ", " : "[", cJSON_GetArrayItem(it, d)->valuedouble);
-        if (cJSON_IsArray(it))
-            snprintf(have + strlen(have), sizeof have - strlen(have), "%s",
-                     cJSON_GetArraySize(it) ? "]" : "[]");
+        if (cJSON_IsArray(it)) {
+            snprintf(have, sizeof have, "[");
+            for (int d = 0; d < cJSON_GetArraySize(it); d++)
+                snprintf(have + strlen(have), sizeof have - strlen(have), "%s%.17g", d ? ", " : "",
+                         cJSON_GetArrayItem(it, d)->valuedouble);
+            snprintf(have + strlen(have), sizeof have - strlen(have), "]");
+        }
         for (int d = 0; d < p->ndim; d++)
             snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
                      (long long)p->shape[d]);

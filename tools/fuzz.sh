@@ -49,13 +49,23 @@ for name in "${names[@]}"; do
     if [ -d "tests/fuzz/corpus/$name" ]; then
         cp -R "tests/fuzz/corpus/$name/." "$corpus/"
     fi
+    # inputs up to 64 KiB, but a whole checkpoint's model.safetensors: the
+    # nf4_checkpoint harness starts from the test data's 4-bit checkpoint
+    # (161 KiB: a longer seed would be cut short)
+    max_len=65536
+    case "$name" in
+        nf4_checkpoint)
+            max_len=262144
+            cp tests/data/qlora_checkpoint/model.safetensors "$corpus/qlora.safetensors"
+            ;;
+    esac
     log "fuzz_$name for ${SECONDS_EACH}s"
     # -timeout: one input taking 10 s is a hang; -rss_limit_mb: a parser
     # that allocates what its input claims is a finding, not a slow run.
     if ! ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
         "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
-        -malloc_limit_mb=1024 -max_len=65536 -print_final_stats=1 \
+        -malloc_limit_mb=1024 -max_len="$max_len" -print_final_stats=1 \
         -artifact_prefix="$findings/" "$corpus" 2>"$scratch/$name.log"; then
         tail -n 60 "$scratch/$name.log" >&2
         failed+=("$name")
