@@ -180,20 +180,32 @@ static inline REGC_HD int regc_nf4_index(const uint8_t *blob, const regc_nf4_lay
 }
 
 /* Values e0 .. e0+len-1 of the blob, dequantised into d[0], d[stride],
- * ...: each block's absmax computed once. */
+ * ...: a block's run of values at a time, its absmax computed once, two
+ * values a byte where the run allows. */
 static inline REGC_HD void regc_nf4_read(const uint8_t *blob, const regc_nf4_layout_t *l,
                                          const float *levels, const float *dynamic_map, int64_t e0,
                                          int64_t len, float *d, int64_t stride)
 {
-    int64_t block = -1;
-    float absmax = 0.0f;
-    for (int64_t q = 0; q < len; q++) {
-        const int64_t e = e0 + q;
-        if (e / REGC_NF4_BLOCK != block) {
-            block = e / REGC_NF4_BLOCK;
-            absmax = regc_nf4_absmax(blob, l, dynamic_map, block);
+    const uint8_t *packed = blob + l->packed_at;
+    for (int64_t q = 0; q < len;) {
+        const int64_t block = (e0 + q) / REGC_NF4_BLOCK;
+        const int64_t end = (block + 1) * REGC_NF4_BLOCK - e0 < len
+                                ? (block + 1) * REGC_NF4_BLOCK - e0
+                                : len; /* the run ends with its block or the range */
+        const float absmax = regc_nf4_absmax(blob, l, dynamic_map, block);
+        if ((e0 + q) & 1) { /* a low nibble first */
+            d[q * stride] = levels[packed[(e0 + q) / 2] & 15] * absmax;
+            q++;
         }
-        d[q * stride] = levels[regc_nf4_index(blob, l, e)] * absmax;
+        for (; q + 1 < end; q += 2) { /* whole bytes: the high nibble, then the low */
+            const uint8_t byte = packed[(e0 + q) / 2];
+            d[q * stride] = levels[byte >> 4] * absmax;
+            d[(q + 1) * stride] = levels[byte & 15] * absmax;
+        }
+        if (q < end) { /* a high nibble last */
+            d[q * stride] = levels[packed[(e0 + q) / 2] >> 4] * absmax;
+            q++;
+        }
     }
 }
 

@@ -85,8 +85,9 @@ const regc_option regc_option_table[] = {
      FIELD(quant.load_in_4bit), 0,
      "QLoRA: every linear layer's weight but the output head's held in NF4 exactly as "
      "bitsandbytes quantises it (blocks of 64, the absmaxes quantised again), quantised as the "
-     "model loads; dequantised as the GEMMs read it; the rest of the base as --base-dtype "
-     "says. Needs LoRA"},
+     "model loads (a checkpoint Transformers saved in 4 bits is read as its bytes, and implies "
+     "this); dequantised as the GEMMs read it; the rest of the base as --base-dtype says. Needs "
+     "LoRA"},
     {"quantization", "bnb_4bit_quant_type", "--bnb-4bit-quant-type", OPT_CHOICE, "<nf4>", 0, 0, 0,
      quant_type_names, FIELD(quant.quant_type), OPT_SHOW_DEFAULT,
      "the 4-bit format: nf4 (fp4 is not one regc has)"},
