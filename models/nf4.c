@@ -270,17 +270,18 @@ int regc_nf4_quantize(const float *x, int64_t n, uint8_t *blob)
 
 /* ---------------------------------------------------------------- dequantising */
 
-void regc_nf4_dequantize(const uint8_t *blob, int64_t n, float *out)
+void regc_nf4_dequantize_range(const uint8_t *blob, int64_t n, int64_t first, int64_t count,
+                               float *out)
 {
-    if (!blob || !out || n < 1)
+    if (!blob || !out || first < 0 || count < 1 || first > n - count)
         return;
     const regc_nf4_layout_t l = regc_nf4_layout(n);
-    for (int64_t b = 0; b < l.blocks; b++) {
-        const float absmax = regc_nf4_absmax(blob, &l, nf4_dynamic_map, b);
-        const int64_t e1 = (b + 1) * REGC_NF4_BLOCK < n ? (b + 1) * REGC_NF4_BLOCK : n;
-        for (int64_t e = b * REGC_NF4_BLOCK; e < e1; e++)
-            out[e] = nf4_levels[regc_nf4_index(blob, &l, e)] * absmax;
-    }
+    regc_nf4_read(blob, &l, nf4_levels, nf4_dynamic_map, first, count, out, 1);
+}
+
+void regc_nf4_dequantize(const uint8_t *blob, int64_t n, float *out)
+{
+    regc_nf4_dequantize_range(blob, n, 0, n, out);
 }
 
 int regc_nf4_check_tables(const float *quant_map16, const float *nested_map256)

@@ -133,6 +133,16 @@ int regc_nf4_read_quantization_config(regc_model *m, const cJSON *root, const ch
 
 int regc_model_checkpoint_nf4(const regc_model *m) { return m->checkpoint_nf4; }
 
+int regc_model_check_nf4_trainable(const regc_model *m, int lora)
+{
+    if (!m->checkpoint_nf4 || lora)
+        return REGC_OK;
+    return regc_error(REGC_ERR_ARG,
+                      "%s: config.json's quantization_config holds the base in 4 bits (NF4), "
+                      "which cannot be trained: LoRA needed (lora.r, --lora-r or --adapter)",
+                      m->source);
+}
+
 /* ---------------------------------------------------------------- tensors */
 
 /* The quant state's tensors, in regc_nf4_tensors.extra's order. */

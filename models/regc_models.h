@@ -104,6 +104,9 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *c);
  * LoRA, whose load_in_4bit it implies, and its NF4 weights go to the
  * frozen block as the checkpoint's bytes (regc_weights_read_nf4). */
 int regc_model_checkpoint_nf4(const regc_model *m);
+/* An error naming the model's quantization_config when its base is saved
+ * in 4 bits and `lora` (LoRA is, or will be, on) is 0; else REGC_OK. */
+int regc_model_check_nf4_trainable(const regc_model *m, int lora);
 int regc_model_has_lora(const regc_model *m);
 /* "LoRA r=8, alpha 16 (scale 2) on 8 layers (q_proj, v_proj): 65,536 of
  * 1,000,000 parameters trained" into buf. */
@@ -337,6 +340,9 @@ int regc_nf4_quantize(const float *x, int64_t n, uint8_t *blob);
 int regc_nf4_quantize_threads(const float *x, int64_t n, int threads, uint8_t *blob);
 /* The n values a blob holds, in fp32: dequantize_4bit's bits. */
 void regc_nf4_dequantize(const uint8_t *blob, int64_t n, float *out);
+/* Values [first, first + count) of the blob's n, into out[0 .. count). */
+void regc_nf4_dequantize_range(const uint8_t *blob, int64_t n, int64_t first, int64_t count,
+                               float *out);
 /* 0 when a checkpoint's quant_map (16 floats) and nested_quant_map (256)
  * are regc's NF4 and dynamic tables bit for bit, else an error naming the
  * first entry that differs (the blob means nothing under other tables). */

@@ -492,17 +492,15 @@ int regc_weights_read(regc_weights *w, int i, int64_t first, int64_t n, float *d
                                     p->init_halfwidth);
         return REGC_OK;
     }
-    if (regc_weights_is_nf4(w, i)) { /* dequantised whole: blocks share the offset */
+    if (regc_weights_is_nf4(
+            w, i)) { /* the blob whole (its parts are tensors apart), the range dequantised */
         uint8_t *blob = malloc((size_t)regc_frozen_kind_bytes(REGC_FROZEN_NF4, p->numel));
-        float *all = malloc((size_t)p->numel * sizeof *all + 1);
-        int rc = blob && all ? regc_weights_read_nf4(w, i, blob)
-                             : regc_error(REGC_ERR_MEMORY, "%s: out of memory dequantising %s",
-                                          m->source, p->name);
-        if (rc == REGC_OK) {
-            regc_nf4_dequantize(blob, p->numel, all);
-            memcpy(dst, all + first, (size_t)n * sizeof *dst);
-        }
-        free(blob), free(all);
+        int rc = blob ? regc_weights_read_nf4(w, i, blob)
+                      : regc_error(REGC_ERR_MEMORY, "%s: out of memory dequantising %s", m->source,
+                                   p->name);
+        if (rc == REGC_OK)
+            regc_nf4_dequantize_range(blob, p->numel, first, n, dst);
+        free(blob);
         return rc;
     }
     const regc_st_file *f = w->file[w->file_of[i]];

@@ -101,6 +101,10 @@ static void check_same_bytes(regc_test_train_case *c)
         regc_nf4_dequantize(quant, n, deq);
         assert_int_equal(regc_weights_read(w, i, 0, n, read), REGC_OK);
         assert_memory_equal(read, deq, (size_t)n * sizeof *deq);
+        /* and a range off a block's and a byte's edge: the same values */
+        const int64_t first = 37, count = n / 2;
+        assert_int_equal(regc_weights_read(w, i, first, count, read), REGC_OK);
+        assert_memory_equal(read, deq + first, (size_t)count * sizeof *deq);
         free(got), free(quant), free(deq), free(read);
         quantised++;
     }

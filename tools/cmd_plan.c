@@ -418,13 +418,9 @@ int cmd_plan(int argc, char **argv)
     regc_model *m = NULL;
     if ((rc = regc_model_load_shapes(a.model, &m)) != REGC_OK)
         return exit_code(rc);
-    if (regc_model_checkpoint_nf4(m) && !a.lora_r) { /* as regc train refuses it */
-        regc_error(REGC_ERR_ARG,
-                   "%s: its quantization_config holds the base in 4 bits (NF4), which cannot be "
-                   "trained: LoRA needed (--lora-r)",
-                   a.model);
+    if ((rc = regc_model_check_nf4_trainable(m, a.lora_r > 0)) != REGC_OK) {
         regc_model_free(m);
-        return exit_code(REGC_ERR_ARG);
+        return exit_code(rc);
     }
     if (a.lora_r) {
         regc_lora_config c = {.r = a.lora_r,

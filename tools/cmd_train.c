@@ -282,12 +282,9 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
      * (Transformers loads it so); regc_model_add_lora applies it */
     const int saved_nf4 = regc_model_checkpoint_nf4(model) != 0;
     const int base = s->lora.base_dtype, nf4 = s->quant.load_in_4bit || saved_nf4;
-    if (saved_nf4 && !s->adapter && s->lora.r < 1)
-        return regc_error(REGC_ERR_ARG,
-                          "%s/config.json: quantization_config: the base is in 4 bits (NF4), "
-                          "which cannot be trained: LoRA needed (set lora.r, --lora-r, or "
-                          "--adapter)",
-                          regc_model_source(model));
+    int rc = regc_model_check_nf4_trainable(model, s->adapter || s->lora.r >= 1);
+    if (rc)
+        return rc;
     if (!s->quant.double_quant)
         return regc_error(REGC_ERR_ARG,
                           "quantization.bnb_4bit_use_double_quant: false is not supported (regc "
@@ -314,7 +311,7 @@ static int apply_lora(const regc_train_settings *s, regc_model *model)
                           .use_rslora = s->lora.use_rslora,
                           .target_modules = s->lora.targets.text[0] ? s->lora.targets.text : NULL,
                           .target_regex = s->lora.targets.regex};
-    int rc = s->adapter ? regc_lora_read_config(s->adapter, &c, targets, sizeof targets) : REGC_OK;
+    rc = s->adapter ? regc_lora_read_config(s->adapter, &c, targets, sizeof targets) : REGC_OK;
     c.seed = s->train.seed;
     c.base_dtype = base;
     c.load_in_4bit = nf4;

@@ -410,11 +410,8 @@ static int open_weights(trainer *t, const regc_train_options *o)
 {
     int rc = REGC_OK;
     /* its weights are frozen NF4 bytes: only adapters beside them train */
-    if (regc_model_checkpoint_nf4(t->model) && !regc_model_has_lora(t->model))
-        return regc_error(REGC_ERR_ARG,
-                          "%s: config.json's quantization_config holds the base in 4 bits (NF4), "
-                          "which cannot be trained: LoRA needed (lora.r, --lora-r or --adapter)",
-                          regc_model_source(t->model));
+    if ((rc = regc_model_check_nf4_trainable(t->model, regc_model_has_lora(t->model))))
+        return rc;
     if (o->weights)
         rc = regc_weights_open(t->model, o->weights, "", &t->src[0]);
     else if (!regc_model_has_weights(t->model))

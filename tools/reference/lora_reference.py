@@ -488,12 +488,7 @@ def check_regc(regc, rec, tokens, repo):
     tmp = tempfile.mkdtemp(prefix="lora_check_")
     try:
         model_dir, saved = os.path.join(tmp, "model"), os.path.join(tmp, "saved")
-        os.mkdir(model_dir)
-        with open(os.path.join(model_dir, "config.json"), "w") as f:
-            json.dump(base["config"], f, indent="\t")
-        state = {k: v.contiguous() for k, v in build_base(base).state_dict().items()}
-        safetensors.torch.save_file(state, os.path.join(model_dir, "model.safetensors"),
-                                    metadata={"format": "pt"})
+        write_base_dir(base, model_dir)
         tok_path = os.path.join(tmp, "tokens.bin")
         with open(tok_path, "wb") as f:
             f.write(token_file_bytes(tokens))
