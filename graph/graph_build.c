@@ -19,6 +19,12 @@ int regc_graph_embedding(regc_graph *g, int ids, int table)
     return one_output(g, REGC_OP_EMBEDDING, NULL, 2, (int[]){ids, table});
 }
 
+int regc_graph_embedding_padded(regc_graph *g, int ids, int table, int64_t padding_idx)
+{
+    const regc_attrs a = {.padded = 1, .padding_idx = padding_idx};
+    return one_output(g, REGC_OP_EMBEDDING, &a, 2, (int[]){ids, table});
+}
+
 int regc_graph_add(regc_graph *g, int a, int b)
 {
     return one_output(g, REGC_OP_ADD, NULL, 2, (int[]){a, b});

@@ -240,6 +240,8 @@ int regc_graph_find_tensor(const regc_graph *g, const char *name); /* id or -1 *
 
 /* ---- one helper per op for frontends: a tensor id, or a negative status */
 int regc_graph_embedding(regc_graph *g, int ids, int table);
+/* the same, padding_idx's row taking no gradient (PyTorch's padding_idx) */
+int regc_graph_embedding_padded(regc_graph *g, int ids, int table, int64_t padding_idx);
 int regc_graph_add(regc_graph *g, int a, int b);
 int regc_graph_bias_add(regc_graph *g, int x, int b);
 int regc_graph_layernorm(regc_graph *g, int x, int w, int b, float eps);

@@ -440,8 +440,37 @@ static const char *const bert_ignored[] = {
     "bert.pooler.dense.weight",       "bert.pooler.dense.bias",
     "*embeddings.position_ids",       NULL};
 
+/* config.json's keys (model_load.c checks every key against them) */
+static const regc_config_key bert_keys[] = {
+    {"vocab_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_hidden_layers", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_attention_heads", REGC_KEY_APPLIED, NULL, NULL},
+    {"intermediate_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"max_position_embeddings", REGC_KEY_APPLIED, NULL, NULL},
+    {"type_vocab_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_act", REGC_KEY_APPLIED, NULL, NULL},
+    {"position_embedding_type", REGC_KEY_APPLIED, NULL, NULL},
+    {"tie_word_embeddings", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_dropout_prob", REGC_KEY_APPLIED, NULL, NULL},
+    {"attention_probs_dropout_prob", REGC_KEY_APPLIED, NULL, NULL},
+    {"mask_token_id", REGC_KEY_APPLIED, NULL, NULL},
+    {"pad_token_id", REGC_KEY_APPLIED, NULL, NULL},
+    {"is_decoder", REGC_KEY_APPLIED, NULL, NULL},
+    {"add_cross_attention", REGC_KEY_APPLIED, NULL, NULL},
+    {"classifier_dropout", REGC_KEY_INERT, NULL,
+     "a classification head's, which regc does not build"},
+    {"gradient_checkpointing", REGC_KEY_INERT, NULL,
+     "memory, not the math (compile.recompute is regc's)"},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key *const bert_tables[] = {bert_keys, NULL};
+
 const regc_arch regc_arch_bert = {
     .model_type = "bert",
+    .config_keys = bert_tables,
+    .peft_targets = "query,value", /* PEFT's default target_modules */
     .optional_prefix = NULL,
     .ignored_tensors = bert_ignored,
     .legacy_name = bert_legacy_name,

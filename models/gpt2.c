@@ -304,8 +304,45 @@ static void gpt2_describe(const regc_model *m, char *buf, size_t cap)
 static const char *const gpt2_ignored[] = {"lm_head.weight", "*.attn.bias", "*.attn.masked_bias",
                                            NULL};
 
+/* config.json's keys (model_load.c checks every key against them) */
+static const regc_config_key gpt2_keys[] = {
+    {"vocab_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"n_positions", REGC_KEY_APPLIED, NULL, NULL},
+    {"n_embd", REGC_KEY_APPLIED, NULL, NULL},
+    {"n_layer", REGC_KEY_APPLIED, NULL, NULL},
+    {"n_head", REGC_KEY_APPLIED, NULL, NULL},
+    {"n_inner", REGC_KEY_APPLIED, NULL, NULL},
+    {"layer_norm_epsilon", REGC_KEY_APPLIED, NULL, NULL},
+    {"activation_function", REGC_KEY_APPLIED, NULL, NULL},
+    {"tie_word_embeddings", REGC_KEY_APPLIED, NULL, NULL},
+    {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
+    {"embd_pdrop", REGC_KEY_APPLIED, NULL, NULL},
+    {"attn_pdrop", REGC_KEY_APPLIED, NULL, NULL},
+    {"scale_attn_weights", REGC_KEY_APPLIED, NULL, NULL},
+    {"scale_attn_by_inverse_layer_idx", REGC_KEY_APPLIED, NULL, NULL},
+    {"reorder_and_upcast_attn", REGC_KEY_APPLIED, NULL, NULL},
+    {"add_cross_attention", REGC_KEY_APPLIED, NULL, NULL},
+    {"n_ctx", REGC_KEY_INERT, NULL,
+     "an older copy of n_positions that Transformers' GPT-2 does not read"},
+    {"summary_activation", REGC_KEY_INERT, NULL,
+     "GPT2DoubleHeadsModel's summary head, which a causal LM has not"},
+    {"summary_first_dropout", REGC_KEY_INERT, NULL,
+     "GPT2DoubleHeadsModel's summary head, which a causal LM has not"},
+    {"summary_proj_to_labels", REGC_KEY_INERT, NULL,
+     "GPT2DoubleHeadsModel's summary head, which a causal LM has not"},
+    {"summary_type", REGC_KEY_INERT, NULL,
+     "GPT2DoubleHeadsModel's summary head, which a causal LM has not"},
+    {"summary_use_proj", REGC_KEY_INERT, NULL,
+     "GPT2DoubleHeadsModel's summary head, which a causal LM has not"},
+    {"task_specific_params", REGC_KEY_INERT, NULL, "generation settings per task"},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key *const gpt2_tables[] = {gpt2_keys, NULL};
+
 const regc_arch regc_arch_gpt2 = {
     .model_type = "gpt2",
+    .config_keys = gpt2_tables,
+    .peft_targets = "c_attn", /* PEFT's default target_modules */
     .optional_prefix = GPT2_PREFIX,
     .ignored_tensors = gpt2_ignored,
     .preset_config = gpt2_preset_config,

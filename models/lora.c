@@ -261,25 +261,13 @@ static const char *base_dtype_note(const regc_lora_config *c)
     return c->base_dtype == REGC_BASE_BF16 ? "; the base's linear weights held in bf16" : "";
 }
 
-/* PEFT's default target_modules per architecture
- * (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). */
-static const char *default_targets(const regc_model *m)
-{
-    static const char *const table[][2] = {
-        {"gpt2", "c_attn"}, {"llama", "q_proj,v_proj"}, {"bert", "query,value"}, {"t5", "q,v"}};
-    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
-        if (!strcmp(m->arch->model_type, table[i][0]))
-            return table[i][1];
-    return NULL;
-}
-
 int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
 {
     regc_lora_config d = *given; /* PEFT's defaults where unset */
     if (d.alpha == 0.0)
         d.alpha = 8.0;
     if (!d.target_modules)
-        d.target_modules = default_targets(m);
+        d.target_modules = m->arch->peft_targets;
     /* a checkpoint saved in 4 bits is NF4, as Transformers loads it, with
      * the compute dtype its config says */
     if (m->checkpoint_nf4) {
@@ -303,9 +291,9 @@ int regc_model_add_lora(regc_model *m, const regc_lora_config *given)
         return regc_error(REGC_ERR_ARG, "lora.lora_dropout: %g (in [0, 1))", c->dropout);
     if (!c->target_modules || !c->target_modules[0])
         return regc_error(REGC_ERR_ARG,
-                          "lora.target_modules: none given, and %s has no default (PEFT's are "
-                          "for gpt2, llama, bert and t5)",
-                          m->source);
+                          "lora.target_modules: none given, and PEFT has no default for %s's "
+                          "model_type \"%s\"",
+                          m->source, m->arch->model_type);
     /* the linear layers, from a graph of the smallest shape (a graph
      * model's own: it has one) */
     int64_t batch = 1, seq = 1;

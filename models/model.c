@@ -43,6 +43,7 @@ void regc_model_free(regc_model *m)
         m->arch->free_config(m->cfg);
     else
         free(m->cfg);
+    cJSON_Delete(m->inert_keys);
     free(m->weights);
     free(m->source);
     free(m);
@@ -434,6 +435,14 @@ int regc_model_save_config(const regc_model *m, const char *dir)
     if (m->arch->save_files)
         return m->arch->save_files(m, dir);
     cJSON *cfg = m->arch->write_config(m);
+    /* the keys that change nothing, as the model's config.json had them
+     * (its tokenizer's ids: generation after training needs them) */
+    for (const cJSON *it = m->inert_keys ? m->inert_keys->child : NULL; cfg && it; it = it->next) {
+        cJSON *copy =
+            cJSON_GetObjectItemCaseSensitive(cfg, it->string) ? NULL : cJSON_Duplicate(it, 1);
+        if (copy && !cJSON_AddItemToObject(cfg, it->string, copy))
+            cJSON_Delete(copy);
+    }
     char *text = cfg ? cJSON_Print(cfg) : NULL;
     cJSON_Delete(cfg);
     if (!text)

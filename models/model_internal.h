@@ -82,10 +82,21 @@ struct regc_model {
      * layers in NF4 (nf4_checkpoint.c), as REGC_FROZEN_NF4 (_BF16: its
      * compute dtype bfloat16); 0 when it is not quantised */
     int checkpoint_nf4;
+    /* config.json's inert keys (regc_config_key), written back on save
+     * beside the architecture's own; NULL when none */
+    cJSON *inert_keys;
 };
 
 struct regc_arch {
     const char *model_type; /* config.json's "model_type" */
+    /* Optional: the description a file serving several model types keeps
+     * per type (decoder.c's families) */
+    const void *family;
+    /* The tables of config.json's keys beside the shared one
+     * (regc_model_config_keys), NULL-terminated; NULL: not checked. */
+    const regc_config_key *const *config_keys;
+    /* PEFT's default LoRA target_modules, comma-separated; NULL: none */
+    const char *peft_targets;
     /* Checkpoints may omit this prefix of the parameter names (the original
      * OpenAI GPT-2 files say "h.0.ln_1.weight"); NULL when none. */
     const char *optional_prefix;
@@ -135,6 +146,11 @@ struct regc_arch {
 
 extern const regc_arch regc_arch_gpt2;
 extern const regc_arch regc_arch_llama;
+extern const regc_arch regc_arch_mistral;
+extern const regc_arch regc_arch_qwen2;
+extern const regc_arch regc_arch_qwen3;
+extern const regc_arch regc_arch_olmo2;
+extern const regc_arch regc_arch_phi3;
 extern const regc_arch regc_arch_t5;
 extern const regc_arch regc_arch_bert;
 /* Models read from a regc graph JSON file (graph_model.c); not in the

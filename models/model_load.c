@@ -14,8 +14,9 @@
 #include "model_internal.h"
 
 /* The architectures a config.json's model_type selects. */
-static const regc_arch *const model_archs[] = {&regc_arch_gpt2, &regc_arch_llama, &regc_arch_bert,
-                                               &regc_arch_t5};
+static const regc_arch *const model_archs[] = {
+    &regc_arch_gpt2,  &regc_arch_llama, &regc_arch_mistral, &regc_arch_qwen2, &regc_arch_qwen3,
+    &regc_arch_olmo2, &regc_arch_phi3,  &regc_arch_bert,    &regc_arch_t5};
 #define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
 /* The presets and the architecture each belongs to. */
@@ -32,6 +33,121 @@ static const struct {
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
 /* ------------------------------------------------------ config readers */
+
+/* Keys any Hugging Face config.json may hold, whatever the architecture. */
+static const regc_config_key shared_keys[] = {
+    {"model_type", REGC_KEY_APPLIED, NULL, NULL},
+    {"quantization_config", REGC_KEY_APPLIED, NULL, NULL},
+    {"architectures", REGC_KEY_INERT, NULL,
+     "regc trains the architecture's language-model head, whatever class it names"},
+    {"transformers_version", REGC_KEY_INERT, NULL, "the version that wrote the file"},
+    {"torch_dtype", REGC_KEY_INERT, NULL,
+     "the tensors are read in the dtype the checkpoint stores; compile.precision sets the "
+     "arithmetic"},
+    {"dtype", REGC_KEY_INERT, NULL, "as torch_dtype, Transformers 5's spelling"},
+    {"use_cache", REGC_KEY_INERT, NULL, "a key/value cache for generation; training keeps none"},
+    {"bos_token_id", REGC_KEY_INERT, NULL, "generation's; training reads the token file as it is"},
+    {"eos_token_id", REGC_KEY_INERT, NULL, "generation's; training reads the token file as it is"},
+    {"pad_token_id", REGC_KEY_INERT, NULL,
+     "padding's; regc's batches are unpadded windows of the token file"},
+    {"initializer_range", REGC_KEY_INERT, NULL,
+     "random initialisation's; a checkpoint's weights are read as they are"},
+    {"_name_or_path", REGC_KEY_INERT, NULL, "where the model came from"},
+    {"output_attentions", REGC_KEY_INERT, NULL, "what the forward returns, not what it computes"},
+    {"output_hidden_states", REGC_KEY_INERT, NULL,
+     "what the forward returns, not what it computes"},
+    {"return_dict", REGC_KEY_INERT, NULL, "what the forward returns, not what it computes"},
+    {"id2label", REGC_KEY_INERT, NULL, "a classification head's, which regc does not build"},
+    {"label2id", REGC_KEY_INERT, NULL, "a classification head's, which regc does not build"},
+    {"tokenizer_class", REGC_KEY_INERT, NULL, "the tokenizer's; regc reads token ids"},
+    {"auto_map", REGC_KEY_INERT, NULL, "where remote code lives; regc builds the model itself"},
+    {"attn_implementation", REGC_KEY_INERT, NULL,
+     "which attention kernel Transformers runs; every one computes the same attention"},
+    {NULL, 0, NULL, NULL},
+};
+
+const char *regc_model_type_name(int i)
+{
+    return i >= 0 && (size_t)i < N_ARCHS ? model_archs[i]->model_type : NULL;
+}
+
+int regc_model_config_keys(const char *model_type, const regc_config_key **tables, int cap)
+{
+    for (size_t i = 0; i < N_ARCHS; i++) {
+        if (strcmp(model_archs[i]->model_type, model_type) != 0 || !model_archs[i]->config_keys)
+            continue;
+        int n = 0;
+        for (const regc_config_key *const *t = model_archs[i]->config_keys; *t && n < cap - 2; t++)
+            tables[n++] = *t;
+        tables[n++] = shared_keys;
+        tables[n] = NULL;
+        return n;
+    }
+    return 0;
+}
+
+/* Inert keys that describe the file rather than the model: the saved
+ * model's own take their place. */
+static const char *const file_keys[] = {"architectures", "transformers_version", "torch_dtype",
+                                        "dtype"};
+
+static const regc_config_key *find_key(const regc_config_key *const *tables, const char *key)
+{
+    for (int t = 0; tables[t]; t++)
+        for (const regc_config_key *k = tables[t]; k->key; k++)
+            if (strcmp(k->key, key) == 0)
+                return k;
+    return NULL;
+}
+
+/* Every key of root against the architecture's tables: one no table names,
+ * or a REFUSED one with other than its neutral value, is an error naming
+ * it (a key that would change the model must never be passed over). The
+ * inert keys but file_keys are copied into *inert, for the model to write
+ * back when it is saved (a tokenizer's ids, generation's settings). */
+static int cfg_check_keys(const cJSON *root, const char *path, const regc_arch *arch, cJSON **inert)
+{
+    const regc_config_key *tables[8];
+    *inert = NULL;
+    if (!arch->config_keys || regc_model_config_keys(arch->model_type, tables, 8) == 0)
+        return REGC_OK;
+    int rc = REGC_OK;
+    for (const cJSON *it = root->child; it && rc == REGC_OK; it = it->next) {
+        const regc_config_key *found = find_key(tables, it->string);
+        if (!found) {
+            rc = regc_error(REGC_ERR_UNSUPPORTED,
+                            "%s: key \"%s\" is not one regc knows for model_type \"%s\" (it "
+                            "might change the model; remove it if Transformers ignores it)",
+                            path, it->string, arch->model_type);
+        } else if (found->use == REGC_KEY_REFUSED) {
+            cJSON *neutral = found->neutral ? cJSON_Parse(found->neutral) : NULL;
+            const int same = neutral && cJSON_Compare(it, neutral, 1);
+            cJSON_Delete(neutral);
+            if (!same)
+                rc = regc_error(REGC_ERR_UNSUPPORTED, "%s: key \"%s\" is not supported: %s%s%s%s",
+                                path, it->string, found->why, found->neutral ? " (allowed: " : "",
+                                found->neutral ? found->neutral : "", found->neutral ? ")" : "");
+        } else if (found->use == REGC_KEY_INERT) {
+            int file_key = 0;
+            for (size_t i = 0; i < sizeof file_keys / sizeof *file_keys; i++)
+                file_key |= !strcmp(it->string, file_keys[i]);
+            if (file_key)
+                continue;
+            cJSON *copy = cJSON_Duplicate(it, 1);
+            if (!*inert)
+                *inert = cJSON_CreateObject();
+            if (!copy || !*inert || !cJSON_AddItemToObject(*inert, it->string, copy)) {
+                cJSON_Delete(copy);
+                rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+            }
+        }
+    }
+    if (rc != REGC_OK) {
+        cJSON_Delete(*inert);
+        *inert = NULL;
+    }
+    return rc;
+}
 
 static const cJSON *cfg_item(const cJSON *root, const char *key)
 {
@@ -227,8 +343,15 @@ int regc_model_config_parse(const char *text, size_t len, const char *path, cons
                         path, type, list);
         goto done;
     }
-    if ((rc = cfg_check_bounds(root, path)) < 0 || (rc = regc_model_new(arch, dir, &m)) < 0)
+    cJSON *inert = NULL;
+    if ((rc = cfg_check_bounds(root, path)) < 0 ||
+        (rc = cfg_check_keys(root, path, arch, &inert)) < 0)
         goto done;
+    if ((rc = regc_model_new(arch, dir, &m)) < 0) {
+        cJSON_Delete(inert);
+        goto done;
+    }
+    m->inert_keys = inert;
     if ((rc = arch->parse_config(m, root, path)) < 0 || (rc = arch->list_params(m)) < 0 ||
         (rc = regc_nf4_read_quantization_config(m, root, path)) < 0) {
         regc_model_free(m);

@@ -39,6 +39,27 @@ int regc_model_is_preset(const char *spec);
 int regc_model_with_layers(const regc_model *m, int64_t n_layer, regc_model **out);
 /* Preset i's name (gpt2-tiny, ...), or NULL past the last. */
 const char *regc_model_preset_name(int i);
+
+/* What regc does with a key of an architecture's config.json. A key no
+ * table of its architecture names is refused when the model loads, and so
+ * is a REFUSED key whose value is not its neutral one. */
+typedef enum {
+    REGC_KEY_APPLIED, /* read, and the model built as it says (or refused by value) */
+    REGC_KEY_INERT,   /* changes nothing in training, whatever its value */
+    REGC_KEY_REFUSED, /* changes the model in a way regc does not build */
+} regc_key_use;
+typedef struct {
+    const char *key;
+    regc_key_use use;
+    const char *neutral; /* REFUSED: the value (JSON text) that changes nothing; NULL: none */
+    const char *why;     /* INERT: why it changes nothing; REFUSED: what regc does not build */
+} regc_config_key;
+/* config.json's model_type i ("gpt2", "llama", ...), or NULL past the last. */
+const char *regc_model_type_name(int i);
+/* The tables of model_type's keys, NULL-terminated (the last is the one
+ * every architecture shares; each table ends with a NULL key); NULL for a
+ * model_type regc does not load. Writes at most cap tables. */
+int regc_model_config_keys(const char *model_type, const regc_config_key **tables, int cap);
 void regc_model_free(regc_model *m);
 
 const char *regc_model_arch(const regc_model *m);   /* "gpt2", "graph" */

@@ -538,8 +538,48 @@ static const char *const t5_ignored[] = {
     "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight",
     "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight", NULL};
 
+/* config.json's keys (model_load.c checks every key against them) */
+static const regc_config_key t5_keys[] = {
+    {"vocab_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"d_model", REGC_KEY_APPLIED, NULL, NULL},
+    {"d_kv", REGC_KEY_APPLIED, NULL, NULL},
+    {"d_ff", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_layers", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_decoder_layers", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_heads", REGC_KEY_APPLIED, NULL, NULL},
+    {"relative_attention_num_buckets", REGC_KEY_APPLIED, NULL, NULL},
+    {"relative_attention_max_distance", REGC_KEY_APPLIED, NULL, NULL},
+    {"layer_norm_epsilon", REGC_KEY_APPLIED, NULL, NULL},
+    {"feed_forward_proj", REGC_KEY_APPLIED, NULL, NULL},
+    {"tie_word_embeddings", REGC_KEY_APPLIED, NULL, NULL},
+    {"pad_token_id", REGC_KEY_APPLIED, NULL, NULL},
+    {"decoder_start_token_id", REGC_KEY_APPLIED, NULL, NULL},
+    {"is_encoder_decoder", REGC_KEY_APPLIED, NULL, NULL},
+    {"dropout_rate", REGC_KEY_APPLIED, NULL, NULL},
+    {"dense_act_fn", REGC_KEY_INERT, NULL,
+     "Transformers derives it from feed_forward_proj, which regc applies"},
+    {"is_gated_act", REGC_KEY_INERT, NULL,
+     "Transformers derives it from feed_forward_proj, which regc applies"},
+    {"scale_decoder_outputs", REGC_KEY_INERT, NULL,
+     "Transformers derives it from tie_word_embeddings, which regc applies"},
+    {"initializer_factor", REGC_KEY_INERT, NULL,
+     "random initialisation's; a checkpoint's weights are read as they are"},
+    {"n_positions", REGC_KEY_INERT, NULL,
+     "T5's positions are relative buckets; Transformers does not read it"},
+    {"output_past", REGC_KEY_INERT, NULL, "an older spelling of use_cache (generation's)"},
+    {"task_specific_params", REGC_KEY_INERT, NULL, "generation settings per task"},
+    {"classifier_dropout", REGC_KEY_INERT, NULL,
+     "a classification head's, which regc does not build"},
+    {"is_decoder", REGC_KEY_INERT, NULL,
+     "T5ForConditionalGeneration sets it for each stack itself"},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key *const t5_tables[] = {t5_keys, NULL};
+
 const regc_arch regc_arch_t5 = {
     .model_type = "t5",
+    .config_keys = t5_tables,
+    .peft_targets = "q,v", /* PEFT's default target_modules */
     .optional_prefix = NULL,
     .ignored_tensors = t5_ignored,
     .preset_config = t5_preset_config,

@@ -42,7 +42,7 @@ static const char *const required_keys[][2] = {
  * names replaces the default one; `omit` (may be NULL) drops a required key. */
 static void write_config_omit(regc_test_dir *f, const char *extra, const char *omit)
 {
-    regc_test_write_config(f->path, "\"model_type\": \"bert\", \"unknown_key\": [1, 2]",
+    regc_test_write_config(f->path, "\"model_type\": \"bert\", \"_name_or_path\": [1, 2]",
                            required_keys, N_REQUIRED, extra, omit);
 }
 

@@ -36,7 +36,7 @@ static void write_config(regc_test_dir *f, const char *extra)
         {"vocab_size", "64"}, {"n_positions", "16"}, {"n_embd", "16"},
         {"n_layer", "2"},     {"n_head", "2"},
     };
-    regc_test_write_config(f->path, "\"model_type\": \"gpt2\", \"unknown_key\": [1, 2]", keys,
+    regc_test_write_config(f->path, "\"model_type\": \"gpt2\", \"_name_or_path\": [1, 2]", keys,
                            sizeof keys / sizeof keys[0], extra, NULL);
 }
 

@@ -301,10 +301,8 @@ static void test_config_errors(void **state)
                         "key \"hidden_act\" is \"gelu\" (supported: silu)");
     expect_config_error(f, "\"hidden_act\": 3", REGC_ERR_FORMAT,
                         "key \"hidden_act\" must be a string");
-    expect_config_error(f, "\"attention_bias\": true", REGC_ERR_UNSUPPORTED,
-                        "key \"attention_bias\" = true is not supported");
-    expect_config_error(f, "\"mlp_bias\": true", REGC_ERR_UNSUPPORTED,
-                        "key \"mlp_bias\" = true is not supported");
+    expect_config_error(f, "\"sliding_window\": 4096", REGC_ERR_UNSUPPORTED,
+                        "key \"sliding_window\" is not one regc knows for model_type \"llama\"");
     expect_config_error(f, "\"mlp_bias\": \"no\"", REGC_ERR_FORMAT,
                         "key \"mlp_bias\" must be true or false");
     /* RoPE scaling (models/rope.c; every case in tests/test_rope_config.c) */

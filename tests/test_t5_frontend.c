@@ -38,7 +38,7 @@ static void write_config(regc_test_dir *f, const char *extra)
         {"vocab_size", "64"}, {"d_model", "16"},   {"d_kv", "4"},
         {"d_ff", "24"},       {"num_layers", "2"}, {"num_heads", "3"},
     };
-    regc_test_write_config(f->path, "\"model_type\": \"t5\", \"unknown_key\": [1, 2]", keys,
+    regc_test_write_config(f->path, "\"model_type\": \"t5\", \"_name_or_path\": [1, 2]", keys,
                            sizeof keys / sizeof keys[0], extra, NULL);
 }
 

@@ -21,6 +21,7 @@ const char *const regc_test_reference_files[] = {
     REGC_SOURCE_DIR "/tests/data/llama_reference.json",
     REGC_SOURCE_DIR "/tests/data/t5_reference.json",
     REGC_SOURCE_DIR "/tests/data/bert_reference.json",
+    REGC_SOURCE_DIR "/tests/data/decoder_reference.json",
     NULL,
 };
 

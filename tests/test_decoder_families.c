@@ -1,0 +1,478 @@
+/* test_decoder_families.c — the decoder families of models/decoder.c
+ * (Llama with biases, Mistral, Qwen 2, Qwen 3, OLMo 2, Phi-3): each
+ * family's layer parameters in its checkpoint order and shapes, one region
+ * kind repeated per layer for detect/, save and reload, the sliding
+ * windows (refused past the window, accepted within it), Phi-3's residual
+ * dropout, PEFT's default LoRA targets; and every architecture's table of
+ * config.json keys, key by key: an applied key's bad value refused by
+ * name, an inert key accepted with any value, a refused key refused, an
+ * unknown key refused. The families' training against Transformers is
+ * tests/data/decoder_reference.json (test_train_reference). */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "regc_detect.h"
+#include "regc_models.h"
+#include "test_model.h"
+#include "test_util.h"
+
+static int setup(void **state) { return regc_test_dir_setup(state, "decoder", "model"); }
+
+/* Every family at one small shape: C 24, 6 heads of 4 over 2 kv heads,
+ * 3 layers, no pad token; `extra` adds keys (a key named there replaces
+ * its default), `omit` leaves one out. */
+static void write_config_omit(regc_test_dir *f, const char *model_type, const char *extra,
+                              const char *omit)
+{
+    static const char *const keys[][2] = {
+        {"vocab_size", "64"},
+        {"hidden_size", "24"},
+        {"intermediate_size", "40"},
+        {"num_hidden_layers", "3"},
+        {"num_attention_heads", "6"},
+        {"num_key_value_heads", "2"},
+        {"max_position_embeddings", "16"},
+        {"pad_token_id", "null"},
+    };
+    char head[96];
+    snprintf(head, sizeof head, "\"model_type\": \"%s\"", model_type);
+    regc_test_write_config(f->path, head, keys, sizeof keys / sizeof keys[0], extra, omit);
+}
+
+static void write_config(regc_test_dir *f, const char *model_type, const char *extra)
+{
+    write_config_omit(f, model_type, extra, NULL);
+}
+
+static regc_model *load(regc_test_dir *f, const char *model_type, const char *extra)
+{
+    write_config(f, model_type, extra);
+    regc_model *m = NULL;
+    if (regc_model_load_config(f->path, &m) != REGC_OK)
+        fail_msg("%s: %s", model_type, regc_error_message());
+    return m;
+}
+
+/* A family, the keys that choose its variant, and layer 0's parameters. */
+typedef struct {
+    const char *model_type, *extra;
+    const char *params[20]; /* "suffix:d0xd1" or "suffix:d0" */
+} family_case;
+
+static const family_case families[] = {
+    {"llama",
+     "\"attention_bias\": true, \"mlp_bias\": true",
+     {"self_attn.q_proj.weight:24x24", "self_attn.q_proj.bias:24", "self_attn.k_proj.weight:8x24",
+      "self_attn.k_proj.bias:8", "self_attn.v_proj.weight:8x24", "self_attn.v_proj.bias:8",
+      "self_attn.o_proj.weight:24x24", "self_attn.o_proj.bias:24", "mlp.gate_proj.weight:40x24",
+      "mlp.gate_proj.bias:40", "mlp.up_proj.weight:40x24", "mlp.up_proj.bias:40",
+      "mlp.down_proj.weight:24x40", "mlp.down_proj.bias:24", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24"}},
+    {"mistral",
+     "\"sliding_window\": 4096",
+     {"self_attn.q_proj.weight:24x24", "self_attn.k_proj.weight:8x24",
+      "self_attn.v_proj.weight:8x24", "self_attn.o_proj.weight:24x24", "mlp.gate_proj.weight:40x24",
+      "mlp.up_proj.weight:40x24", "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24"}},
+    {"qwen2",
+     "\"tie_word_embeddings\": true",
+     {"self_attn.q_proj.weight:24x24", "self_attn.q_proj.bias:24", "self_attn.k_proj.weight:8x24",
+      "self_attn.k_proj.bias:8", "self_attn.v_proj.weight:8x24", "self_attn.v_proj.bias:8",
+      "self_attn.o_proj.weight:24x24", "mlp.gate_proj.weight:40x24", "mlp.up_proj.weight:40x24",
+      "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24"}},
+    {"qwen3",
+     "\"head_dim\": 6",
+     {"self_attn.q_proj.weight:36x24", "self_attn.k_proj.weight:12x24",
+      "self_attn.v_proj.weight:12x24", "self_attn.o_proj.weight:24x36", "self_attn.q_norm.weight:6",
+      "self_attn.k_norm.weight:6", "mlp.gate_proj.weight:40x24", "mlp.up_proj.weight:40x24",
+      "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24"}},
+    {"olmo2",
+     NULL,
+     {"self_attn.q_proj.weight:24x24", "self_attn.k_proj.weight:8x24",
+      "self_attn.v_proj.weight:8x24", "self_attn.o_proj.weight:24x24", "self_attn.q_norm.weight:24",
+      "self_attn.k_norm.weight:8", "mlp.gate_proj.weight:40x24", "mlp.up_proj.weight:40x24",
+      "mlp.down_proj.weight:24x40", "post_attention_layernorm.weight:24",
+      "post_feedforward_layernorm.weight:24"}},
+    {"phi3",
+     NULL,
+     {"self_attn.o_proj.weight:24x24", "self_attn.qkv_proj.weight:40x24",
+      "mlp.gate_up_proj.weight:80x24", "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24"}},
+};
+#define N_FAMILIES (sizeof families / sizeof families[0])
+
+static int count_params(const family_case *c)
+{
+    int n = 0;
+    while (n < 20 && c->params[n])
+        n++;
+    return n;
+}
+
+/* Layer 0's names and shapes in order, the same count in every layer, and
+ * the embedding, final norm and head (tied for qwen2 here) around them. */
+static void test_params(void **state)
+{
+    regc_test_dir *f = *state;
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        const family_case *c = &families[i];
+        regc_model *m = load(f, c->model_type, c->extra);
+        assert_string_equal(regc_model_arch(m), c->model_type);
+        const int per_layer = count_params(c), tied = !strcmp(c->model_type, "qwen2");
+        assert_int_equal(regc_model_n_params(m), 1 + 3 * per_layer + 1 + !tied);
+        assert_string_equal(regc_model_param_name(m, 0), "model.embed_tokens.weight");
+        for (int p = 0; p < per_layer; p++) {
+            char name[128], want[128];
+            const char *colon = strchr(c->params[p], ':');
+            snprintf(want, sizeof want, "model.layers.0.%.*s", (int)(colon - c->params[p]),
+                     c->params[p]);
+            assert_string_equal(regc_model_param_name(m, 1 + p), want);
+            int64_t shape[REGC_MAX_DIMS];
+            const int ndim = regc_model_param_shape(m, 1 + p, shape);
+            if (ndim == 2)
+                snprintf(name, sizeof name, "%" PRId64 "x%" PRId64, shape[0], shape[1]);
+            else
+                snprintf(name, sizeof name, "%" PRId64, shape[0]);
+            if (strcmp(name, colon + 1) != 0)
+                fail_msg("%s %s: shape %s, want %s", c->model_type, want, name, colon + 1);
+            /* the next layer has the same parameter in the same place */
+            char next[128];
+            snprintf(next, sizeof next, "model.layers.1.%.*s", (int)(colon - c->params[p]),
+                     c->params[p]);
+            assert_string_equal(regc_model_param_name(m, 1 + per_layer + p), next);
+        }
+        assert_string_equal(regc_model_param_name(m, 1 + 3 * per_layer), "model.norm.weight");
+        regc_model_free(m);
+    }
+}
+
+/* detect/ finds one region kind, run once per layer, in every family. */
+static void test_one_kind_per_layer(void **state)
+{
+    regc_test_dir *f = *state;
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        regc_model *m = load(f, families[i].model_type, families[i].extra);
+        regc_graph *g = NULL;
+        assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
+        regc_blocks *b = NULL;
+        assert_int_equal(regc_detect_blocks(g, &b), REGC_OK);
+        if (regc_blocks_n_kinds(b) != 1)
+            fail_msg("%s: %d region kinds", families[i].model_type, regc_blocks_n_kinds(b));
+        int layers = 0;
+        for (int s = 0; s < regc_blocks_n_segments(b); s++)
+            if (regc_blocks_segment(b, s)->type == REGC_SEGMENT_RUN)
+                layers += regc_blocks_segment(b, s)->count;
+        assert_int_equal(layers, 3);
+        regc_blocks_free(b);
+        regc_graph_free(g);
+        regc_model_free(m);
+    }
+}
+
+/* Saved and loaded back: the same model_type, parameters and weights, and
+ * a config.json that passes its own key table. */
+static void test_save_reload(void **state)
+{
+    regc_test_dir *f = *state;
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        char extra[256];
+        snprintf(extra, sizeof extra, "\"bos_token_id\": 3, \"use_cache\": false%s%s",
+                 families[i].extra ? ", " : "", families[i].extra ? families[i].extra : "");
+        regc_model *m = load(f, families[i].model_type, extra), *back = NULL;
+        assert_int_equal(regc_model_init_random(m, 11 + (uint64_t)i), REGC_OK);
+        char out[1200];
+        snprintf(out, sizeof out, "%s/saved-%s", f->dir, families[i].model_type);
+        assert_int_equal(regc_model_save(m, out), REGC_OK);
+        if (regc_model_load(out, &back) != REGC_OK)
+            fail_msg("%s: %s", out, regc_error_message());
+        assert_string_equal(regc_model_arch(back), families[i].model_type);
+        regc_test_assert_same_weights(m, back);
+        char a[2048], d[2048];
+        regc_model_describe(m, a, sizeof a);
+        regc_model_describe(back, d, sizeof d);
+        assert_non_null(strstr(d, families[i].model_type));
+        assert_string_equal(strchr(a, ':'), strchr(d, ':')); /* all but the source */
+        /* the inert keys as they were: a tokenizer's ids survive training */
+        char *path = regc_test_join(out, "config.json");
+        char *text = regc_test_read_file(path, NULL);
+        assert_non_null(text);
+        if (!strstr(text, "\"bos_token_id\":\t3") || !strstr(text, "\"use_cache\":\tfalse"))
+            fail_msg("%s lacks the inert keys:\n%s", path, text);
+        free(text);
+        free(path);
+        regc_model_free(back);
+        regc_model_free(m);
+    }
+}
+
+/* Transformers masks keys i - j >= sliding_window away: nothing while
+ * T <= sliding_window, so regc trains that and refuses longer sequences. */
+static void expect_graph(regc_model *m, int64_t T, int ok, const char *what)
+{
+    regc_graph *g = NULL;
+    int rc = regc_model_build_graph(m, 1, T, &g);
+    if (ok) {
+        if (rc != REGC_OK)
+            fail_msg("T=%" PRId64 ": %s", T, regc_error_message());
+        regc_graph_free(g);
+        return;
+    }
+    assert_int_equal(rc, REGC_ERR_UNSUPPORTED);
+    assert_null(g);
+    regc_test_expect_error(what, NULL);
+}
+
+static void test_sliding_windows(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = load(f, "mistral", "\"sliding_window\": 8");
+    expect_graph(m, 8, 1, NULL);
+    expect_graph(m, 9, 0, "sequence length 9 exceeds key \"sliding_window\" 8 (layer 0 slides");
+    regc_model_free(m);
+    m = load(f, "phi3", "\"sliding_window\": null");
+    expect_graph(m, 16, 1, NULL);
+    regc_model_free(m);
+    /* Qwen: the window only with use_sliding_window, on the layers from
+     * max_window_layers on, or as layer_types says */
+    m = load(f, "qwen2", "\"sliding_window\": 4, \"max_window_layers\": 1");
+    expect_graph(m, 16, 1, NULL);
+    regc_model_free(m);
+    m = load(f, "qwen2",
+             "\"use_sliding_window\": true, \"sliding_window\": 4, \"max_window_layers\": 1");
+    expect_graph(m, 4, 1, NULL);
+    expect_graph(m, 5, 0, "(layer 1 slides");
+    /* written back as layer_types, and read so again */
+    char out[1200];
+    snprintf(out, sizeof out, "%s/qwen2-window", f->dir);
+    assert_int_equal(regc_model_init_random(m, 3), REGC_OK);
+    assert_int_equal(regc_model_save(m, out), REGC_OK);
+    regc_model_free(m);
+    assert_int_equal(regc_model_load(out, &m), REGC_OK);
+    expect_graph(m, 5, 0, "(layer 1 slides");
+    regc_model_free(m);
+    m = load(f, "qwen3",
+             "\"use_sliding_window\": true, \"sliding_window\": 4, \"layer_types\": "
+             "[\"full_attention\", \"full_attention\", \"sliding_attention\"]");
+    expect_graph(m, 5, 0, "(layer 2 slides");
+    regc_model_free(m);
+    write_config(f, "qwen3", "\"layer_types\": [\"full_attention\", \"chunked_attention\", 1]");
+    regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
+                                  "key \"layer_types\" entry 1 is not \"full_attention\"");
+    write_config(f, "qwen2", "\"layer_types\": [\"full_attention\"]");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"layer_types\" must be a list of num_hidden_layers (3)");
+}
+
+static int count_ops(const regc_graph *g, regc_op op)
+{
+    int n = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++)
+        n += regc_graph_node(g, i)->op == op;
+    return n;
+}
+
+/* Phi-3's resid_pdrop drops the attention's and the MLP's outputs, once
+ * each per layer, when training applies dropout. */
+static void test_phi3_dropout(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = load(f, "phi3", "\"resid_pdrop\": 0.1");
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
+    assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 0);
+    regc_graph_free(g);
+    regc_model_set_dropout(m, 1);
+    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
+    assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 2 * 3);
+    regc_graph_free(g);
+    regc_model_free(m);
+    /* attention_dropout has no kernel yet: refused when it would apply */
+    m = load(f, "qwen2", "\"attention_dropout\": 0.1");
+    regc_model_set_dropout(m, 1);
+    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_ERR_UNSUPPORTED);
+    regc_test_expect_error("attention_dropout 0.1: this dropout is not applied", NULL);
+    regc_model_free(m);
+}
+
+static int64_t embedding_padding(regc_model *m)
+{
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
+    const regc_node *n = regc_graph_node(g, 0);
+    assert_int_equal(n->op, REGC_OP_EMBEDDING);
+    const int64_t pad = n->attrs.padded ? n->attrs.padding_idx : -1;
+    regc_graph_free(g);
+    regc_model_free(m);
+    return pad;
+}
+
+/* pad_token_id is the embedding's padding_idx in every family, as
+ * Transformers builds it; absent, the family's default (OLMo 2's 1,
+ * Phi-3's 32000, none for the others); null, none. */
+static void test_pad_token(void **state)
+{
+    regc_test_dir *f = *state;
+    assert_int_equal(embedding_padding(load(f, "llama", "\"pad_token_id\": 5")), 5);
+    assert_int_equal(embedding_padding(load(f, "qwen3", NULL)), -1);
+    write_config_omit(f, "olmo2", NULL, "pad_token_id");
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
+    assert_int_equal(embedding_padding(m), 1);
+    write_config_omit(f, "mistral", NULL, "pad_token_id");
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
+    assert_int_equal(embedding_padding(m), -1);
+    write_config_omit(f, "phi3", NULL, "pad_token_id");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"pad_token_id\" is 32000 (the family's default), not "
+                                  "below vocab_size 64");
+    write_config(f, "qwen2", "\"pad_token_id\": 64");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"pad_token_id\" is 64, not below vocab_size 64");
+    /* written back, and read so again */
+    m = load(f, "phi3", "\"pad_token_id\": 7");
+    assert_int_equal(regc_model_init_random(m, 5), REGC_OK);
+    char out[1200];
+    snprintf(out, sizeof out, "%s/phi3-pad", f->dir);
+    assert_int_equal(regc_model_save(m, out), REGC_OK);
+    regc_model_free(m);
+    assert_int_equal(regc_model_load(out, &m), REGC_OK);
+    assert_int_equal(embedding_padding(m), 7);
+}
+
+/* PEFT's default target_modules where it has one; none for OLMo 2 and Phi-3. */
+static void test_peft_defaults(void **state)
+{
+    regc_test_dir *f = *state;
+    const regc_lora_config lora = {.r = 2};
+    regc_model *m = load(f, "qwen3", NULL);
+    assert_int_equal(regc_model_add_lora(m, &lora), REGC_OK);
+    char d[512];
+    regc_lora_describe(m, d, sizeof d);
+    if (!strstr(d, "q_proj") || !strstr(d, "v_proj") || strstr(d, "k_proj"))
+        fail_msg("qwen3's default targets: %s", d);
+    regc_model_free(m);
+    m = load(f, "phi3", NULL);
+    assert_int_equal(regc_model_add_lora(m, &lora), REGC_ERR_ARG);
+    regc_test_expect_error("lora.target_modules: none given, and PEFT has no default", "phi3");
+    regc_model_free(m);
+}
+
+/* A small config.json of any architecture, extra keys replacing its own. */
+static void write_any_config(regc_test_dir *f, const char *type, const char *extra)
+{
+    static const char *const gpt2[][2] = {{"vocab_size", "64"},
+                                          {"n_positions", "16"},
+                                          {"n_embd", "24"},
+                                          {"n_layer", "2"},
+                                          {"n_head", "4"}};
+    static const char *const bert[][2] = {
+        {"vocab_size", "64"},        {"hidden_size", "24"},
+        {"num_hidden_layers", "2"},  {"num_attention_heads", "4"},
+        {"intermediate_size", "40"}, {"max_position_embeddings", "16"},
+        {"type_vocab_size", "2"}};
+    static const char *const t5[][2] = {{"vocab_size", "64"}, {"d_model", "24"},
+                                        {"d_kv", "6"},        {"d_ff", "40"},
+                                        {"num_layers", "2"},  {"num_heads", "4"}};
+    char head[96];
+    snprintf(head, sizeof head, "\"model_type\": \"%s\"", type);
+    if (!strcmp(type, "gpt2"))
+        regc_test_write_config(f->path, head, gpt2, sizeof gpt2 / sizeof *gpt2, extra, NULL);
+    else if (!strcmp(type, "bert"))
+        regc_test_write_config(f->path, head, bert, sizeof bert / sizeof *bert, extra, NULL);
+    else if (!strcmp(type, "t5"))
+        regc_test_write_config(f->path, head, t5, sizeof t5 / sizeof *t5, extra, NULL);
+    else
+        write_config(f, type, extra);
+}
+
+/* An earlier table names key too (an architecture's own entry comes
+ * before the shared one's and wins). */
+static int shadowed(const regc_config_key *const *tables, int t, const char *key)
+{
+    for (int u = 0; u < t; u++)
+        for (const regc_config_key *k = tables[u]; k->key; k++)
+            if (!strcmp(k->key, key))
+                return 1;
+    return 0;
+}
+
+/* Every key of every architecture's table, as the table says; and a key no
+ * table names. A value no key accepts ([[]]) must be refused naming an
+ * applied key, and accepted for an inert one. */
+static void test_key_tables(void **state)
+{
+    regc_test_dir *f = *state;
+    int checked = 0;
+    for (int a = 0; regc_model_type_name(a); a++) {
+        const char *type = regc_model_type_name(a);
+        const regc_config_key *tables[8];
+        if (regc_model_config_keys(type, tables, 8) == 0)
+            continue;
+        for (int t = 0; tables[t]; t++) {
+            for (const regc_config_key *k = tables[t]; k->key; k++) {
+                if (shadowed(tables, t, k->key))
+                    continue;
+                char extra[256];
+                snprintf(extra, sizeof extra, "\"%s\": [[]]", k->key);
+                write_any_config(f, type, extra);
+                if (!strcmp(k->key, "model_type"))
+                    continue; /* the file's dispatch key: tested below */
+                regc_model *m = NULL;
+                const int rc = regc_model_load_config(f->path, &m);
+                char quoted[128];
+                snprintf(quoted, sizeof quoted, "\"%s", k->key);
+                if (k->use == REGC_KEY_INERT) {
+                    if (rc != REGC_OK)
+                        fail_msg("%s: inert key %s refused: %s", type, k->key,
+                                 regc_error_message());
+                    regc_model_free(m);
+                } else if (rc == REGC_OK || !strstr(regc_error_message(), quoted)) {
+                    fail_msg("%s: key %s with [[]]: %s", type, k->key,
+                             rc == REGC_OK ? "accepted" : regc_error_message());
+                }
+                if (k->use == REGC_KEY_REFUSED && k->neutral) {
+                    snprintf(extra, sizeof extra, "\"%s\": %s", k->key, k->neutral);
+                    write_any_config(f, type, extra);
+                    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
+                    regc_model_free(m);
+                }
+                checked++;
+            }
+        }
+        write_any_config(f, type, "\"rope_interleaved\": true");
+        char want[128];
+        snprintf(want, sizeof want,
+                 "key \"rope_interleaved\" is not one regc knows for "
+                 "model_type \"%s\"",
+                 type);
+        regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED, want);
+    }
+    assert_true(checked > 9 * 20);
+    assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": [[]]}"), 0);
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "key \"model_type\" must be a string");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        regc_test_in_dir(test_params, setup),
+        regc_test_in_dir(test_one_kind_per_layer, setup),
+        regc_test_in_dir(test_save_reload, setup),
+        regc_test_in_dir(test_sliding_windows, setup),
+        regc_test_in_dir(test_phi3_dropout, setup),
+        regc_test_in_dir(test_pad_token, setup),
+        regc_test_in_dir(test_peft_defaults, setup),
+        regc_test_in_dir(test_key_tables, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

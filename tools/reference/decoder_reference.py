@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""PyTorch reference losses for regc's end-to-end training of decoder-only
+Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3, Llama with biases.
+
+For small models with deliberately odd sizes, this script builds the weights
+and the token stream with the SAME counter-based RNG as common/rng.c, trains
+10 steps of AdamW and writes the per-step losses to
+tests/data/decoder_reference.json in reference_common's format:
+tests/test_train_reference.c rebuilds each case from its recorded config.json
+and "params" list alone, trains it with `regc train` and compares the losses.
+
+Unlike llama_reference.py, the forward pass is not written out: it is
+Transformers' own <Family>ForCausalLM (from_config, eager attention, eval
+mode, dropout 0) called with the trained tensors through
+torch.func.functional_call (strict: every parameter and buffer named; a tied
+head reads the embedding), then the mean cross-entropy over all B*T
+next-token targets. "params" is named_parameters() order (the state_dict's
+less a tied head), names and shapes checked against what save_pretrained
+writes; config.json is what save_pretrained writes for the family, with
+"architectures" set, and the model is built from it. Per case the script
+checks that a fresh model given the initial weights by load_state_dict has
+the same loss on batch 0 and that every parameter takes a gradient.
+Every family's embedding has padding_idx = pad_token_id, whose row takes no
+gradient: the olmo2 and phi3_fused cases have that id in their batches
+(ignoring it moves their losses by up to 1.7e-3 and 3e-4).
+
+The float64 runs (the noise floor) use a float64 copy of the model, keeping
+the float32 casts Transformers writes into its RMSNorms, softmax and rotary
+tables; they differ from the float32 losses by at most ~1.7e-7 relative. The
+floor depends on the draw: Adam's first steps amplify float32 noise in
+near-zero gradients, and OLMo 2 seeds gave 8e-8..8e-6; the seed here is calm.
+
+Run in a virtual environment with torch 2.x, transformers 5 (recorded with
+5.24.0) and safetensors:
+
+    python tools/reference/decoder_reference.py
+    python tools/reference/decoder_reference.py --check-regc build/regc
+
+The second checks a built regc against the JSON, rewriting nothing: per case
+it writes config.json, the initial weights (float32 model.safetensors) and
+the token file to a temporary directory, runs `regc train` with the C test's
+flags for the case's steps (losses against the JSON's) and again for
+CHECK_STEP steps with --save, loads that directory with
+AutoModelForCausalLM.from_pretrained and compares its loss on batch
+CHECK_STEP with regc's loss of that step (a constant rate: the first run's);
+1e-5 relative, exit 1 past it. It prints how the saved config.json differs.
+"""
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+from reference_common import (default_out, get_batch, init_params, make_tokens, run_case,
+                              write_doc)
+
+STEPS = 10
+CHECK_STEP = 3  # --check-regc: the step whose loss the saved directory must give
+RTOL = 1e-5
+NORM, WEIGHT = (1.0, 0.2), (0.0, 0.1)  # (center, halfwidth) of norm weights, of the rest
+
+# ---------------------------------------------------------------------------
+# The cases: "config" holds the family's config arguments (the rest are
+# Transformers' defaults); the other keys are reference_common's.
+# ---------------------------------------------------------------------------
+CASES = [
+    # GQA 6 heads over 2 kv heads with head_dim 10 (heads * head_dim = 60 !=
+    # 48), untied; the sliding window (64) is longer than the sequence.
+    # 200 tokens with B*T = 24: batches at 0, 24, ..., 168, then 0 again.
+    dict(name="mistral_gqa_window", model_type="mistral", seed=2101,
+         config=dict(vocab_size=300, hidden_size=48, intermediate_size=100,
+                     num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+                     head_dim=10, max_position_embeddings=64, sliding_window=64,
+                     rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+         batch=2, seq=12, lr=3e-3, weight_decay=0.01, n_tokens=200),
+    # Qwen2's q/k/v biases, tied head, GQA, 3 layers, Qwen2.5's rope_theta.
+    dict(name="qwen2_bias_tied", model_type="qwen2", seed=2202,
+         config=dict(vocab_size=257, hidden_size=64, intermediate_size=150,
+                     num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=32, tie_word_embeddings=True,
+                     rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+         batch=3, seq=17, lr=2e-3, weight_decay=0.1, n_tokens=500,
+         bf16=True),  # and the bf16 block (reference_common.bf16_record)
+    # Per-head q/k RMSNorm over head_dim 16 (heads * head_dim = 64 != 40), no biases.
+    dict(name="qwen3_head_dim", model_type="qwen3", seed=2303,
+         config=dict(vocab_size=389, hidden_size=40, intermediate_size=96,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=16, max_position_embeddings=32, attention_bias=False,
+                     rms_norm_eps=1e-6),
+         batch=2, seq=24, lr=2e-3, weight_decay=0.01, n_tokens=300),
+    # attention_bias: biases on q, k, v AND o_proj; one kv head; tied head.
+    dict(name="qwen3_bias_tied_mqa", model_type="qwen3", seed=2404,
+         config=dict(vocab_size=311, hidden_size=56, intermediate_size=120,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                     head_dim=8, max_position_embeddings=16, attention_bias=True,
+                     tie_word_embeddings=True),
+         batch=2, seq=9, lr=4e-3, weight_decay=0.05, n_tokens=150),
+    # Norms after attention and MLP (no pre-norms), q/k norms over the whole
+    # projection, GQA, untied. pad_token_id 1 is OLMo 2's default: the
+    # embedding's padding_idx, whose row takes no gradient (token 1 is in the
+    # batches); eos moved into the vocabulary (the default 50279 is not).
+    dict(name="olmo2_post_norm", model_type="olmo2", seed=2674,
+         config=dict(vocab_size=271, hidden_size=48, intermediate_size=112,
+                     num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=3,
+                     max_position_embeddings=32, pad_token_id=1, eos_token_id=270,
+                     rope_parameters=dict(rope_type="default", rope_theta=500000.0)),
+         batch=2, seq=16, lr=3e-3, weight_decay=0.1, n_tokens=400, pad_check=True),
+    # Fused qkv_proj and gate_up_proj, GQA, no sliding window. Phi-3's
+    # pad_token_id is its eos (32000 < vocab 32064): here 5, in the batches.
+    dict(name="phi3_fused_gqa", model_type="phi3", seed=2608,
+         config=dict(vocab_size=293, hidden_size=64, intermediate_size=128,
+                     num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                     max_position_embeddings=32, original_max_position_embeddings=32,
+                     sliding_window=None, eos_token_id=5, pad_token_id=5,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
+         batch=3, seq=11, lr=2e-3, weight_decay=0.0, n_tokens=300, pad_check=True),
+    # Multi-head, a sliding window longer than the sequence, tied, no pad id.
+    dict(name="phi3_window_tied", model_type="phi3", seed=2707,
+         config=dict(vocab_size=263, hidden_size=48, intermediate_size=80,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                     max_position_embeddings=64, original_max_position_embeddings=64,
+                     sliding_window=48, eos_token_id=2, pad_token_id=None,
+                     tie_word_embeddings=True),
+         batch=2, seq=20, lr=5e-3, weight_decay=0.01, n_tokens=250),
+    # Biases on q, k, v, o (attention_bias) and gate, up, down (mlp_bias); GQA.
+    dict(name="llama_biases", model_type="llama", seed=2808,
+         config=dict(vocab_size=263, hidden_size=40, intermediate_size=90,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=64, attention_bias=True, mlp_bias=True,
+                     rms_norm_eps=1e-5),
+         batch=2, seq=40, lr=1.5e-3, weight_decay=0.05, n_tokens=400),
+]
+for _c in CASES:
+    _c.setdefault("steps", STEPS)
+
+# (case name, dtype) -> the case's model; config.json dicts by case name
+MODELS, CONFIGS = {}, {}
+
+
+# ---------------------------------------------------------------------------
+# config.json, the model and its parameter list
+# ---------------------------------------------------------------------------
+def hf_config(case):
+    """config.json as save_pretrained writes it for the case's family, with
+    "architectures" set, read back from the file."""
+    if case["name"] not in CONFIGS:
+        cfg = AutoConfig.for_model(case["model_type"], **case["config"])
+        cfg.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[case["model_type"]]]
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg.save_pretrained(tmp)
+            with open(os.path.join(tmp, "config.json")) as f:
+                CONFIGS[case["name"]] = json.load(f)
+    return CONFIGS[case["name"]]
+
+
+def config_dir(config, path):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return path
+
+
+def build_model(config):
+    """<Family>ForCausalLM from the config.json dict: eager attention, eval mode."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = AutoConfig.from_pretrained(config_dir(config, tmp))
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    assert type(model).__name__ == config["architectures"][0]
+    assert model.config._attn_implementation == "eager"
+    return model.to(torch.float32).eval()
+
+
+def model_for(case, dtype):
+    """The case's model, built once; a float64 copy for float64 parameters."""
+    key = (case["name"], dtype)
+    if key not in MODELS:
+        MODELS[key] = build_model(hf_config(case)) if dtype == torch.float32 else \
+            copy.deepcopy(model_for(case, torch.float32)).to(dtype)
+    return MODELS[key]
+
+
+def param_specs(case):
+    """(name, shape, center, halfwidth) in named_parameters() order; the
+    position in this list is the parameter's substream index t. The names and
+    shapes must be those save_pretrained writes to model.safetensors."""
+    model = model_for(case, torch.float32)
+    specs = [(name, tuple(p.shape)) + (NORM if "norm" in name else WEIGHT)
+             for name, p in model.named_parameters()]
+    state = [k for k in model.state_dict() if not (k == "lm_head.weight" and
+                                                    model.config.tie_word_embeddings)]
+    assert [s[0] for s in specs] == state
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        saved = safetensors.torch.load_file(os.path.join(tmp, "model.safetensors"))
+    assert {k: tuple(v.shape) for k, v in saved.items()} == {s[0]: s[1] for s in specs}
+    return specs
+
+
+# ---------------------------------------------------------------------------
+# The loss: Transformers' forward with our tensors
+# ---------------------------------------------------------------------------
+def model_loss(model, p, idx, targets):
+    """Mean next-token cross-entropy of `model` with parameters p (all of
+    them, strictly; a tied head reads the embedding through the tie)."""
+    tensors = dict(p, **{n: b for n, b in model.named_buffers()})
+    logits = torch.func.functional_call(model, tensors, (idx,), {"use_cache": False},
+                                        strict=True).logits
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def forward_loss(p, k, case):
+    idx, targets = get_batch(case["tokens"], k, case["batch"], case["seq"])
+    dtype = next(iter(p.values())).dtype
+    return model_loss(model_for(case, dtype), p, idx, targets)
+
+
+def check_case(case, specs, config):
+    """Batch 0's loss through functional_call equals a fresh model's, given
+    the initial weights by load_state_dict; every parameter takes a gradient;
+    a padding_idx row (pad_token_id) is among the inputs where the case says so."""
+    torch.set_num_threads(1)
+    init = init_params(case["seed"], specs)
+    tokens = make_tokens(case["seed"], case["n_tokens"], config["vocab_size"])
+    idx, targets = get_batch(tokens, 0, case["batch"], case["seq"])
+    fresh = build_model(config)
+    tied = fresh.config.tie_word_embeddings
+    state = {n: torch.from_numpy(a) for n, a in init.items()}
+    missing, unexpected = fresh.load_state_dict(state, strict=False)
+    assert not unexpected and missing == (["lm_head.weight"] if tied else []), missing
+    assert (fresh.get_output_embeddings().weight is fresh.get_input_embeddings().weight) == tied
+    with torch.no_grad():
+        logits = fresh(input_ids=idx).logits
+        want = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1)).item()
+    p = {n: torch.tensor(a, requires_grad=True) for n, a in init.items()}
+    loss = model_loss(model_for(case, torch.float32), p, idx, targets)
+    loss.backward()
+    rel = abs(loss.item() - want) / abs(want)
+    assert rel <= 1e-7, (case["name"], loss.item(), want)
+    assert all(t.grad is not None and t.grad.abs().max() > 0 for t in p.values())
+    pad, note = config.get("pad_token_id"), ""
+    assert fresh.get_input_embeddings().padding_idx == pad
+    if case.get("pad_check"):  # batch 0 has the pad id; its embedding row takes nothing
+        assert pad is not None and (idx == pad).any(), "the pad id is not in batch 0"
+        assert p["model.embed_tokens.weight"].grad[pad].abs().max() == 0
+        n = sum(int((get_batch(tokens, k, case["batch"], case["seq"])[0] == pad).sum())
+                for k in range(case["steps"]))
+        note = "; padding_idx %d, %d times in the inputs" % (pad, n)
+    print("%-24s %s, %d params; batch 0: functional_call %.9f, fresh model %.9f (rel %.1e)%s"
+          % (case["name"], config["architectures"][0], sum(a.size for a in init.values()),
+             loss.item(), want, rel, note))
+
+
+# ---------------------------------------------------------------------------
+# --check-regc: regc trains the case; Transformers loads what it saves
+# ---------------------------------------------------------------------------
+def token_file_bytes(tokens):
+    """llm.c's token file: 256 int32 header (magic, version, count), uint16 tokens."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = 20240520, 1, len(tokens)
+    return header.tobytes() + tokens.astype("<u2").tobytes()
+
+
+def regc_losses(regc, rec, model_dir, tok_path, steps, extra=()):
+    """`regc train` as tests/support/test_train_case.c runs it; the step losses."""
+    cmd = [regc, "train", "--model", model_dir, "--data", tok_path, "--steps", str(steps),
+           "--batch", str(rec["batch"]), "--seq", str(rec["seq"]), "--lr", repr(rec["lr"]),
+           "--weight-decay", repr(rec["weight_decay"]), "--json", *rec["extra_args"], *extra]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode:
+        return None, (run.stderr.strip() or run.stdout.strip()).splitlines()[-1:]
+    reports = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    return [r["loss"] for r in reports if "step" in r and "loss" in r], None
+
+
+def saved_loss(saved, rec, tokens):
+    """Transformers' loss on batch CHECK_STEP of the directory regc saved,
+    and how its config.json differs from the case's (None where it loads not)."""
+    with open(os.path.join(saved, "config.json")) as f:
+        cfg = json.load(f)
+    want = rec["config"]
+    diff = (["-" + k for k in want if k not in cfg] + ["+" + k for k in cfg if k not in want] +
+            ["%s: %r" % (k, cfg[k]) for k in want if k in cfg and cfg[k] != want[k]])
+    try:
+        model = AutoModelForCausalLM.from_pretrained(saved, attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+    except Exception as e:  # reported, not raised: the other cases still run
+        return None, diff + ["from_pretrained: %s: %s" % (type(e).__name__, e)]
+    idx, targets = get_batch(tokens, CHECK_STEP, rec["batch"], rec["seq"])
+    with torch.no_grad():
+        logits = model(input_ids=idx).logits
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1)).item()
+    return loss, diff
+
+
+def check_regc(regc, rec):
+    """Train one recorded case with regc: its losses against the JSON's, and
+    Transformers' loss on batch CHECK_STEP of the directory --save writes
+    after CHECK_STEP steps against regc's loss of that step. True if both agree."""
+    assert not rec["extra_args"], "a schedule would change with --steps"
+    specs = [(n, tuple(s), c, h) for n, s, c, h in rec["params"]]
+    tokens = make_tokens(rec["seed"], rec["n_tokens"], rec["config"]["vocab_size"])
+    tmp = tempfile.mkdtemp(prefix="decoder_check_")
+    name, saved = rec["name"], os.path.join(tmp, "saved")
+    try:
+        model_dir = config_dir(rec["config"], os.path.join(tmp, "model"))
+        state = {n: torch.from_numpy(a) for n, a in init_params(rec["seed"], specs).items()}
+        safetensors.torch.save_file(state, os.path.join(model_dir, "model.safetensors"),
+                                    metadata={"format": "pt"})
+        tok_path = os.path.join(tmp, "tokens.bin")
+        with open(tok_path, "wb") as f:
+            f.write(token_file_bytes(tokens))
+        losses, err = regc_losses(regc, rec, model_dir, tok_path, rec["steps"])
+        if err is None:
+            _, err = regc_losses(regc, rec, model_dir, tok_path, CHECK_STEP, ["--save", saved])
+        if err is not None:
+            print("%-24s FAIL: regc refuses it: %s" % (name, " ".join(err)))
+            return False
+        assert len(losses) == rec["steps"], "regc reported %d steps" % len(losses)
+        got, diff = saved_loss(saved, rec, tokens)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    curve = max(abs(a - b) / abs(b) for a, b in zip(losses, rec["losses"]))
+    want = losses[CHECK_STEP]
+    rel = abs(got - want) / abs(want) if got is not None else float("inf")
+    ok, shown = curve <= RTOL and rel <= RTOL, "%.9f" % got if got is not None else "-"
+    print("%-24s %s: %d losses vs json max rel %.1e; step %d: regc %.9f, transformers on "
+          "--save %s (rel %.1e)" % (name, "pass" if ok else "FAIL", len(losses), curve,
+                                    CHECK_STEP, want, shown, rel))
+    if diff:
+        print("%-24s --save's config.json: %s" % ("", "; ".join(diff)))
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=default_out(__file__, "decoder_reference.json"))
+    ap.add_argument("--check-regc", metavar="REGC",
+                    help="check this regc binary against --out instead of writing it")
+    args = ap.parse_args()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    if args.check_regc:
+        torch.set_num_threads(1)
+        regc = os.path.abspath(args.check_regc)
+        with open(args.out) as f:
+            doc = json.load(f)
+        results = [check_regc(regc, rec) for rec in doc["cases"]]
+        print("%d of %d cases pass" % (sum(results), len(results)))
+        sys.exit(0 if all(results) else 1)
+    out_cases = []
+    for case in CASES:
+        cfg = case["config"]
+        assert case["seq"] <= cfg["max_position_embeddings"]
+        assert case["n_tokens"] >= case["batch"] * case["seq"] + 1
+        assert cfg.get("sliding_window") is None or cfg["sliding_window"] > case["seq"]
+        specs, config = param_specs(case), hf_config(case)
+        check_case(case, specs, config)
+        out_cases.append(run_case(case, specs, config, forward_loss))
+    write_doc("tools/reference/decoder_reference.py (transformers %s)" % transformers.__version__,
+              out_cases, args.out)
+
+
+if __name__ == "__main__":
+    main()
