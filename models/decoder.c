@@ -207,39 +207,29 @@ static const regc_config_key keys_decoder[] = {
     {"pad_token_id", REGC_KEY_APPLIED, NULL, NULL}, /* the embedding's padding_idx */
     {NULL, 0, NULL, NULL},
 };
-static const regc_config_key keys_llama[] = {
+static const regc_config_key keys_attention_bias[] = {
     {"attention_bias", REGC_KEY_APPLIED, NULL, NULL},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key keys_llama[] = {
     {"mlp_bias", REGC_KEY_APPLIED, NULL, NULL},
     {"pretraining_tp", REGC_KEY_INERT, NULL,
      "Transformers 5's LlamaForCausalLM does not read it (it only split the projections' "
      "products in pre-training)"},
     {NULL, 0, NULL, NULL},
 };
-static const regc_config_key keys_mistral[] = {
+static const regc_config_key keys_window[] = {
     {"sliding_window", REGC_KEY_APPLIED, NULL, NULL},
     {NULL, 0, NULL, NULL},
 };
-static const regc_config_key keys_qwen2[] = {
+/* Qwen's: sliding_window (keys_window) gated, and placed by layer */
+static const regc_config_key keys_qwen_windows[] = {
     {"use_sliding_window", REGC_KEY_APPLIED, NULL, NULL},
-    {"sliding_window", REGC_KEY_APPLIED, NULL, NULL},
     {"max_window_layers", REGC_KEY_APPLIED, NULL, NULL},
     {"layer_types", REGC_KEY_APPLIED, NULL, NULL},
-    {NULL, 0, NULL, NULL},
-};
-static const regc_config_key keys_qwen3[] = {
-    {"attention_bias", REGC_KEY_APPLIED, NULL, NULL},
-    {"use_sliding_window", REGC_KEY_APPLIED, NULL, NULL},
-    {"sliding_window", REGC_KEY_APPLIED, NULL, NULL},
-    {"max_window_layers", REGC_KEY_APPLIED, NULL, NULL},
-    {"layer_types", REGC_KEY_APPLIED, NULL, NULL},
-    {NULL, 0, NULL, NULL},
-};
-static const regc_config_key keys_olmo2[] = {
-    {"attention_bias", REGC_KEY_APPLIED, NULL, NULL},
     {NULL, 0, NULL, NULL},
 };
 static const regc_config_key keys_phi3[] = {
-    {"sliding_window", REGC_KEY_APPLIED, NULL, NULL},
     {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"embd_pdrop", REGC_KEY_INERT, NULL, "Transformers 5's Phi3Model never applies it"},
     {"original_max_position_embeddings", REGC_KEY_INERT, NULL,
@@ -843,12 +833,15 @@ static const char *const decoder_ignored[] = {"lm_head.weight", "*.rotary_emb.in
         .compute_rope = decoder_compute_rope,                                                      \
     }
 
-static const regc_config_key *const tables_llama[] = {keys_decoder, keys_llama, NULL};
-static const regc_config_key *const tables_mistral[] = {keys_decoder, keys_mistral, NULL};
-static const regc_config_key *const tables_qwen2[] = {keys_decoder, keys_qwen2, NULL};
-static const regc_config_key *const tables_qwen3[] = {keys_decoder, keys_qwen3, NULL};
-static const regc_config_key *const tables_olmo2[] = {keys_decoder, keys_olmo2, NULL};
-static const regc_config_key *const tables_phi3[] = {keys_decoder, keys_phi3, NULL};
+static const regc_config_key *const tables_llama[] = {keys_decoder, keys_attention_bias, keys_llama,
+                                                      NULL};
+static const regc_config_key *const tables_mistral[] = {keys_decoder, keys_window, NULL};
+static const regc_config_key *const tables_qwen2[] = {keys_decoder, keys_window, keys_qwen_windows,
+                                                      NULL};
+static const regc_config_key *const tables_qwen3[] = {keys_decoder, keys_attention_bias,
+                                                      keys_window, keys_qwen_windows, NULL};
+static const regc_config_key *const tables_olmo2[] = {keys_decoder, keys_attention_bias, NULL};
+static const regc_config_key *const tables_phi3[] = {keys_decoder, keys_window, keys_phi3, NULL};
 
 /* PEFT's default target_modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING;
  * it has none for OLMo 2 and Phi-3) */
