@@ -49,6 +49,8 @@ static uint64_t node_label(const regc_graph *g, const regc_node *n)
     h = mix(h, (uint64_t)a->inverse);
     h = mix(h, (uint64_t)a->causal);
     h = mix_float(h, a->scale);
+    h = mix_float(h, a->softcap);
+    h = mix(h, (uint64_t)a->window);
     for (int d = 0; d < REGC_MAX_DIMS; d++)
         h = mix(h, (uint64_t)a->perm[d]);
     h = mix_float(h, a->value);

@@ -71,6 +71,13 @@ int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_k
     return rc < 0 ? rc : out[0];
 }
 
+int regc_graph_attention_with(regc_graph *g, int q, int k, int v, const regc_attrs *a)
+{
+    int out[2] = {0};
+    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, a, 3, (int[]){q, k, v}, 2, out, 0, NULL);
+    return rc < 0 ? rc : out[0];
+}
+
 int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape)
 {
     int out[1] = {0};

@@ -29,6 +29,10 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
     case REGC_OP_ATTENTION_BWD:
         fprintf(f, " n_head=%d n_kv_head=%d causal=%d scale=%g", a->n_head, a->n_kv_head, a->causal,
                 a->scale);
+        if (a->softcap != 0.0f)
+            fprintf(f, " softcap=%g", a->softcap);
+        if (a->window != 0)
+            fprintf(f, " window=%lld", (long long)a->window);
         break;
     case REGC_OP_ROPE: fprintf(f, " n_head=%d inverse=%d", a->n_head, a->inverse); break;
     case REGC_OP_TRANSPOSE:

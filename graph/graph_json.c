@@ -105,6 +105,10 @@ static cJSON *node_to_json(const regc_graph *g, const regc_node *n)
         cJSON_AddNumberToObject(o, "n_kv_head", a->n_kv_head);
         cJSON_AddNumberToObject(o, "causal", a->causal);
         cJSON_AddNumberToObject(o, "scale", a->scale);
+        if (a->softcap != 0.0f) /* absent: none, as in files written before it */
+            cJSON_AddNumberToObject(o, "softcap", a->softcap);
+        if (a->window != 0)
+            cJSON_AddNumberToObject(o, "window", (double)a->window);
     }
     if (set & A_ROPE) {
         cJSON_AddNumberToObject(o, "n_head", a->n_head);
@@ -313,6 +317,14 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
         a.causal = (int)v;
         if (get_float(c, o, "scale", &a.scale))
             return REGC_ERR_FORMAT;
+        if (cJSON_GetObjectItemCaseSensitive(o, "softcap") &&
+            get_float(c, o, "softcap", &a.softcap))
+            return REGC_ERR_FORMAT;
+        if (cJSON_GetObjectItemCaseSensitive(o, "window")) {
+            if (get_int(c, o, "window", 0, INT64_C(1) << 40, &v))
+                return REGC_ERR_FORMAT;
+            a.window = v;
+        }
     }
     if (set & A_ROPE) {
         if (get_int(c, o, "n_head", 1, 1 << 20, &v))

@@ -96,6 +96,12 @@ static int infer_attention(regc_op op, const regc_attrs *a, const regc_tensor *q
         return k->ndim != 3 ? bad(op, k, "expected [B, T, n_kv_head * head_dim]") : REGC_ERR_SHAPE;
     if (a->causal && k->shape[1] != q->shape[1])
         return bad(op, k, "causal attention needs as many keys as queries");
+    if (!(a->softcap >= 0.0f && a->softcap < INFINITY) || a->window < 0 ||
+        (a->window > 0 && !a->causal))
+        return regc_error(REGC_ERR_ARG,
+                          "%s: softcap %g must be finite and not negative, and a window (%lld) "
+                          "needs the causal mask",
+                          regc_op_name(op), (double)a->softcap, (long long)a->window);
     return REGC_OK;
 }
 
@@ -313,6 +319,8 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
         if (infer_attention(op, a, x[0], x[1], x[2]) ||
             (n_in == 4 && want_bias(op, a, x[0], x[1], x[3])))
             return REGC_ERR_SHAPE;
+        if (n_in == 4 && a->softcap > 0.0f)
+            return regc_error(REGC_ERR_UNSUPPORTED, "%s: a score bias with soft-capping", name);
         spec_like(&o[0], x[0]);
         int64_t lse[3] = {x[0]->shape[0], a->n_head, x[0]->shape[1]};
         spec_set(&o[1], REGC_F32, 3, lse);

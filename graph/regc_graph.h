@@ -43,7 +43,9 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D] [, bias [H, Tq, Tk]])
  *                 n_head, n_kv_head, causal, scale        -> out [B, Tq, H*D], lse [B, H, Tq]
  *                 bias (T5's position bias) is added to the scaled scores
- *                 before masking and softmax, the same for every batch row
+ *                 before masking and softmax, the same for every batch row;
+ *                 [softcap] caps the scaled scores (never with a bias),
+ *                 [window] slides the causal mask (Gemma 2's, Mistral's)
  *   RESHAPE       (x) to the output's shape, same element count (a view)
  *   TRANSPOSE     (x) perm                                -> x.shape[perm[i]]
  *   CROSS_ENTROPY (logits [..., V], targets i32 [...])    -> loss [] (mean), lse [...]
@@ -147,12 +149,14 @@ typedef enum {
 
 /* Attributes of a node; each op reads only its own fields (the rest stay 0). */
 typedef struct {
-    int trans_a, trans_b;    /* MATMUL */
-    float eps;               /* LAYERNORM, RMSNORM */
-    int n_head, n_kv_head;   /* ATTENTION, ATTENTION_BWD; n_head also ROPE */
-    int inverse;             /* ROPE: rotate backwards (negated sin) */
-    int causal;              /* ATTENTION, ATTENTION_BWD */
-    float scale;             /* ATTENTION, ATTENTION_BWD */
+    int trans_a, trans_b;  /* MATMUL */
+    float eps;             /* LAYERNORM, RMSNORM */
+    int n_head, n_kv_head; /* ATTENTION, ATTENTION_BWD; n_head also ROPE */
+    int inverse;           /* ROPE: rotate backwards (negated sin) */
+    int causal;            /* ATTENTION, ATTENTION_BWD */
+    float scale;           /* ATTENTION, ATTENTION_BWD */
+    float softcap; /* ATTENTION, ATTENTION_BWD: scores capped, softcap tanh(x / softcap); 0: none */
+    int64_t window; /* ATTENTION, ATTENTION_BWD (causal): keys i - window + 1 .. i; 0: all */
     int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
     float value;             /* FILL, SCALE, ADD_SCALAR, POW (the exponent), DROPOUT (p) */
     int64_t vocab;           /* EMBEDDING_BWD: rows of the table */
@@ -255,6 +259,8 @@ int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape);
 int regc_graph_transpose(regc_graph *g, int x, const int *perm);
 int regc_graph_cross_entropy(regc_graph *g, int logits, int targets);
 /* attention with an additive score bias [n_head, Tq, Tk] (T5) */
+/* ATTENTION with every attribute of a (heads, causal, scale, softcap, window). */
+int regc_graph_attention_with(regc_graph *g, int q, int k, int v, const regc_attrs *a);
 int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int n_head,
                               int n_kv_head, int causal, float scale);
 int regc_graph_rmsnorm(regc_graph *g, int x, int w, float eps);

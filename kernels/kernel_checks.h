@@ -189,7 +189,29 @@ static inline int regc_attn_check(const regc_attn_shape *s, const char *what)
                           "head_dim=%d causal=%d",
                           what, (long long)s->batch, (long long)s->tq, (long long)s->tk, s->n_head,
                           s->n_kv_head, s->head_dim, s->causal);
+    if (!(s->softcap >= 0.0f && s->softcap < INFINITY) || s->window < 0 ||
+        (s->window > 0 && !s->causal))
+        return regc_error(REGC_ERR_ARG,
+                          "%s: softcap %g must be finite and not negative, and a window (%lld) "
+                          "needs the causal mask",
+                          what, (double)s->softcap, (long long)s->window);
     return REGC_OK;
+}
+
+/* A score bias and soft-capping together: the bias gradient would be the
+ * capped scores', which neither backend forms; no model has both. */
+static inline int regc_attn_check_bias(const regc_attn_shape *s, const void *bias, const char *what)
+{
+    if (bias && s->softcap > 0.0f)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: a score bias with soft-capping is not supported", what);
+    return REGC_OK;
+}
+
+/* The first key query i sees: i - window + 1 under a sliding window. */
+static inline REGC_HD int64_t regc_attn_first_key(const regc_attn_shape *s, int64_t i)
+{
+    return s->window > 0 && i >= s->window ? i - s->window + 1 : 0;
 }
 
 #endif

@@ -357,6 +357,17 @@ static inline REGC_HD float regc_tanhf(float x)
 /* d tanh x = (1 - y^2) dx, from the saved y = tanh x */
 static inline REGC_HD float regc_tanh_dy(float dy, float y) { return dy * (1.0f - y * y); }
 
+/* Gemma 2's soft-capping of a scaled attention score, cap tanh(x / cap), as
+ * Transformers' eager attention rounds it (a division, tanh, a product);
+ * *slope, when asked, gets its derivative 1 - tanh^2 for the backward. */
+static inline REGC_HD float regc_softcap(float x, float cap, float *slope)
+{
+    const float th = regc_tanhf(x / cap);
+    if (slope)
+        *slope = 1.0f - th * th;
+    return cap * th;
+}
+
 /* 1 / sqrt(x): IEEE's correctly rounded sqrt and division on the CPU and
  * (without fast math) on the GPU, so both give the same bits. */
 static inline REGC_HD float regc_rsqrtf(float x) { return 1.0f / sqrtf(x); }

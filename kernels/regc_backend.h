@@ -111,6 +111,12 @@ typedef struct {
      * to uint16_t), REGC_ATTN_*_BF16: each is read widened, exactly, and a
      * bf16 out is stored rounded; every other operand is fp32 */
     unsigned bf16;
+    /* soft-capping (Gemma 2's attn_logit_softcapping): the scaled score x
+     * becomes softcap tanh(x / softcap); 0: none (never with a bias) */
+    float softcap;
+    /* a sliding window (causal only): query i sees keys i - window + 1 ..
+     * i, Transformers' sliding_window; 0: none */
+    int64_t window;
 } regc_attn_shape;
 
 #define REGC_ATTN_Q_BF16 1u   /* q */
@@ -549,8 +555,9 @@ int regc_backend_cuda_device_count(void);
 
 /* Raised whenever the table or a descriptor passed through it changes: a
  * module of another build is refused rather than called through the wrong
- * layout (5: regc_gemm.b_nf4, which a module built before it would ignore). */
-#define REGC_CUDA_MODULE_ABI 5
+ * layout (6: regc_attn_shape.softcap and window, which a module built before
+ * them would ignore). */
+#define REGC_CUDA_MODULE_ABI 6
 #define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
 
 typedef int (*regc_error_fn)(int status, const char *fmt, ...);

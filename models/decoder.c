@@ -1,68 +1,25 @@
 /* decoder.c — the decoder-only families of Hugging Face Transformers that
  * share Llama's layer (LlamaForCausalLM, MistralForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM):
- * one description of the layer whose variations a family fixes or
- * config.json chooses, its parameters in checkpoint order, the presets,
- * the flat forward graph and its rotary tables.
- *
- * The layer, x [B, T, C] in and out:
- *     h = x                          (norm_after: OLMo 2)
- *     h = rmsnorm(x)                 (otherwise: input_layernorm)
- *     q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (fused: one qkv_proj, sliced)
- *     q, k = qk_norm(q), qk_norm(k)  (Qwen 3 per head; OLMo 2 over the whole projection)
- *     q, k = rope(q), rope(k)
- *     a = attention(q, k, v) Wo + bo
- *     x = x + a                      (norm_after: x + rmsnorm(a))
- *     m = down(silu(gate(h')) * up(h'))   (fused: one gate_up_proj, halved)
- *     x = x + m                      (likewise; h' = rmsnorm(x) before the MLP
- *                                     unless norm_after)
- * then the final rmsnorm, the head (tied or not) and the cross-entropy.
- * Where a family reads a key (attention_bias, mlp_bias, sliding_window,
- * layer_types, ...) the table of its keys says so (decoder_keys_*), and
- * model_load.c refuses every key no table knows. The graph is flat: layer
- * structure is left for detect/ to discover from the ops alone.
+ * Qwen2ForCausalLM, Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM,
+ * Gemma2ForCausalLM, Gemma3ForCausalLM): one description of the layer
+ * (decoder.h's decoder_family) whose variations a family fixes or
+ * config.json chooses, the table of each family's config.json keys, the
+ * config read and written back, its parameters in checkpoint order, and
+ * the presets. decoder_graph.c builds the graph from the description.
  *
  * Sliding windows. Transformers masks key j from query i when
- * i - j >= sliding_window on a sliding layer, which changes nothing while
- * T <= sliding_window; regc's attention has no window, so a longer
- * sequence is refused by name (decoder_build_graph) rather than trained
- * with the whole context. */
+ * i - j >= sliding_window on a sliding layer; regc's attention takes the
+ * same window per layer, so every family's windows train as written. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_internal.h"
+#include "decoder.h"
 
 #define DECODER_MAX_DIM 2147483647 /* ids are i32 and heads are int */
-
-/* One layer's parameter slots; a family lists the ones it may have in its
- * checkpoint order, and the config decides which optional ones exist. */
-enum {
-    S_Q,
-    S_Q_BIAS,
-    S_K,
-    S_K_BIAS,
-    S_V,
-    S_V_BIAS,
-    S_QKV, /* Phi-3: [q; k; v] in one projection */
-    S_O,
-    S_O_BIAS,
-    S_Q_NORM,
-    S_K_NORM,
-    S_GATE,
-    S_GATE_BIAS,
-    S_UP,
-    S_UP_BIAS,
-    S_GATE_UP, /* Phi-3: [gate; up] in one projection */
-    S_DOWN,
-    S_DOWN_BIAS,
-    S_INPUT_NORM,
-    S_POST_ATTN_NORM,
-    S_POST_FF_NORM,
-    N_SLOTS
-};
 
 static const char *const slot_suffix[N_SLOTS] = {
     [S_Q] = "self_attn.q_proj.weight",
@@ -85,54 +42,20 @@ static const char *const slot_suffix[N_SLOTS] = {
     [S_DOWN_BIAS] = "mlp.down_proj.bias",
     [S_INPUT_NORM] = "input_layernorm.weight",
     [S_POST_ATTN_NORM] = "post_attention_layernorm.weight",
+    [S_PRE_FF_NORM] = "pre_feedforward_layernorm.weight",
     [S_POST_FF_NORM] = "post_feedforward_layernorm.weight",
 };
 
-typedef enum { QK_NORM_NONE, QK_NORM_HEAD, QK_NORM_WHOLE } qk_norm_kind;
-/* how a family reads its sliding windows */
-typedef enum {
-    WINDOW_NONE,   /* no window (Llama, OLMo 2) */
-    WINDOW_ALL,    /* sliding_window, when set, on every layer (Mistral, Phi-3) */
-    WINDOW_LAYERS, /* layer_types, or use_sliding_window and max_window_layers (Qwen) */
-} window_kind;
-
-typedef struct {
-    const char *architecture; /* config.json's "architectures" */
-    const int *slots;         /* its layer's possible slots, checkpoint order, -1 ends */
-    qk_norm_kind qk_norm;
-    int norm_after; /* the norms follow attention and the MLP; no input norm */
-    int fused;      /* qkv_proj and gate_up_proj */
-    int qkv_bias;   /* q, k and v always have biases (Qwen 2) */
-    int bias_key;   /* attention_bias adds biases to q, k, v and o */
-    int mlp_bias_key;
-    int resid_dropout; /* resid_pdrop after attention and the MLP (Phi-3) */
-    window_kind window;
-    int64_t pad_default; /* pad_token_id when config.json has none; -1: none */
-} decoder_family;
-
-static const int slots_llama[] = {
-    S_Q,      S_Q_BIAS,    S_K,          S_K_BIAS,         S_V,         S_V_BIAS, S_O,
-    S_O_BIAS, S_Q_NORM,    S_K_NORM,     S_GATE,           S_GATE_BIAS, S_UP,     S_UP_BIAS,
-    S_DOWN,   S_DOWN_BIAS, S_INPUT_NORM, S_POST_ATTN_NORM, -1};
-static const int slots_olmo2[] = {S_Q,
-                                  S_Q_BIAS,
-                                  S_K,
-                                  S_K_BIAS,
-                                  S_V,
-                                  S_V_BIAS,
-                                  S_O,
-                                  S_O_BIAS,
-                                  S_Q_NORM,
-                                  S_K_NORM,
-                                  S_GATE,
-                                  S_GATE_BIAS,
-                                  S_UP,
-                                  S_UP_BIAS,
-                                  S_DOWN,
-                                  S_DOWN_BIAS,
-                                  S_POST_ATTN_NORM,
-                                  S_POST_FF_NORM,
-                                  -1};
+/* The families' layers, each a list of slots in its checkpoint order. */
+#define SLOTS_ATTENTION S_Q, S_Q_BIAS, S_K, S_K_BIAS, S_V, S_V_BIAS, S_O, S_O_BIAS
+#define SLOTS_MLP S_GATE, S_GATE_BIAS, S_UP, S_UP_BIAS, S_DOWN, S_DOWN_BIAS
+static const int slots_llama[] = {SLOTS_ATTENTION, S_Q_NORM,         S_K_NORM, SLOTS_MLP,
+                                  S_INPUT_NORM,    S_POST_ATTN_NORM, -1};
+static const int slots_olmo2[] = {SLOTS_ATTENTION,  S_Q_NORM,       S_K_NORM, SLOTS_MLP,
+                                  S_POST_ATTN_NORM, S_POST_FF_NORM, -1};
+static const int slots_gemma[] = {SLOTS_ATTENTION, S_Q_NORM,       S_K_NORM,
+                                  SLOTS_MLP,       S_INPUT_NORM,   S_POST_ATTN_NORM,
+                                  S_PRE_FF_NORM,   S_POST_FF_NORM, -1};
 /* Phi3Attention defines o_proj before qkv_proj */
 static const int slots_phi3[] = {S_O, S_QKV, S_GATE_UP, S_DOWN, S_INPUT_NORM, S_POST_ATTN_NORM, -1};
 
@@ -140,50 +63,68 @@ static const decoder_family family_llama = {.architecture = "LlamaForCausalLM",
                                             .slots = slots_llama,
                                             .bias_key = 1,
                                             .mlp_bias_key = 1,
+                                            .act_key = "hidden_act",
                                             .pad_default = -1};
 static const decoder_family family_mistral = {.architecture = "MistralForCausalLM",
                                               .slots = slots_llama,
+                                              .act_key = "hidden_act",
                                               .window = WINDOW_ALL,
                                               .pad_default = -1};
 static const decoder_family family_qwen2 = {.architecture = "Qwen2ForCausalLM",
                                             .slots = slots_llama,
                                             .qkv_bias = 1,
+                                            .act_key = "hidden_act",
                                             .window = WINDOW_LAYERS,
                                             .pad_default = -1};
 static const decoder_family family_qwen3 = {.architecture = "Qwen3ForCausalLM",
                                             .slots = slots_llama,
                                             .qk_norm = QK_NORM_HEAD,
                                             .bias_key = 1,
+                                            .act_key = "hidden_act",
                                             .window = WINDOW_LAYERS,
                                             .pad_default = -1};
 static const decoder_family family_olmo2 = {.architecture = "Olmo2ForCausalLM",
                                             .slots = slots_olmo2,
                                             .qk_norm = QK_NORM_WHOLE,
-                                            .norm_after = 1,
+                                            .norms = NORMS_AFTER,
                                             .bias_key = 1,
+                                            .act_key = "hidden_act",
                                             .pad_default = 1};
 static const decoder_family family_phi3 = {.architecture = "Phi3ForCausalLM",
                                            .slots = slots_phi3,
                                            .fused = 1,
                                            .resid_dropout = 1,
+                                           .act_key = "hidden_act",
                                            .window = WINDOW_ALL,
                                            .pad_default = 32000};
-
-typedef struct {
-    const decoder_family *family;
-    int64_t vocab, hidden, inter, n_layer, n_head, n_kv_head, head_dim, n_pos;
-    double eps, attn_dropout, resid_dropout;
-    regc_rope rope; /* rope_theta and its scaling (rope.c) */
-    int tied;
-    int64_t pad;             /* pad_token_id: the embedding row that takes no gradient; -1: none */
-    int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */
-    int use_sliding_window;  /* Qwen's switch, written back as read */
-    int64_t max_window_layers;
-    int64_t window;          /* sliding_window; 0: none */
-    int n_slots;             /* the layer's parameters */
-    int slot_at[N_SLOTS];    /* a slot's index among them, or -1 */
-    unsigned char sliding[]; /* [n_layer] the layer slides (its window is `window`) */
-} decoder_config;
+static const decoder_family family_gemma2 = {.architecture = "Gemma2ForCausalLM",
+                                             .slots = slots_gemma,
+                                             .norms = NORMS_BOTH,
+                                             .norm_offset = 1,
+                                             .embed_scale = 1,
+                                             .bias_key = 1,
+                                             .gemma = 2,
+                                             .act_key = "hidden_activation",
+                                             .act_default = ACT_GELU_TANH,
+                                             .window = WINDOW_GEMMA,
+                                             .window_pattern = 2,
+                                             .pad_default = 0,
+                                             .tied_default = 1};
+static const decoder_family family_gemma3 = {.architecture = "Gemma3ForCausalLM",
+                                             .slots = slots_gemma,
+                                             .qk_norm = QK_NORM_HEAD,
+                                             .norms = NORMS_BOTH,
+                                             .norm_offset = 1,
+                                             .embed_scale = 1,
+                                             .bias_key = 1,
+                                             .gemma = 3,
+                                             .local_rope = 1,
+                                             .act_key = "hidden_activation",
+                                             .act_default = ACT_GELU_TANH,
+                                             .window = WINDOW_GEMMA,
+                                             .window_pattern = 6,
+                                             .pad_default = 0,
+                                             .tied_default = 1};
 
 /* ---- config.json's keys (model_load.c checks every key against these
  * tables and those every architecture shares before parse_config) */
@@ -227,6 +168,36 @@ static const regc_config_key keys_qwen_windows[] = {
     {"use_sliding_window", REGC_KEY_APPLIED, NULL, NULL},
     {"max_window_layers", REGC_KEY_APPLIED, NULL, NULL},
     {"layer_types", REGC_KEY_APPLIED, NULL, NULL},
+    {NULL, 0, NULL, NULL},
+};
+/* Gemma's: its activation's own key, the scores' scale, windows by layer
+ * type; listed before keys_decoder, whose hidden_act they override */
+static const regc_config_key keys_gemma[] = {
+    {"hidden_activation", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_act", REGC_KEY_INERT, NULL, "Gemma's MLP reads hidden_activation"},
+    {"query_pre_attn_scalar", REGC_KEY_APPLIED, NULL, NULL},
+    {"final_logit_softcapping", REGC_KEY_APPLIED, NULL, NULL},
+    {"sliding_window", REGC_KEY_APPLIED, NULL, NULL},
+    {"layer_types", REGC_KEY_APPLIED, NULL, NULL},
+    {"cache_implementation", REGC_KEY_INERT, NULL, "generation's key/value cache"},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key keys_gemma2[] = {
+    {"attn_logit_softcapping", REGC_KEY_APPLIED, NULL, NULL},
+    {"use_bidirectional_attention", REGC_KEY_INERT, NULL,
+     "Transformers' Gemma 2 masks never read it"},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key keys_gemma3[] = {
+    {"attn_logit_softcapping", REGC_KEY_INERT, NULL,
+     "Transformers' Gemma 3 attention never applies it"},
+    {"use_bidirectional_attention", REGC_KEY_APPLIED, NULL, NULL}, /* true refused */
+    {"rope_local_base_freq", REGC_KEY_APPLIED, NULL, NULL},
+    {"partial_rotary_factor", REGC_KEY_REFUSED, "1.0",
+     "regc rotates the whole head (Gemma 3 reads rotation options per layer type in "
+     "rope_parameters)"},
+    {"sliding_window_pattern", REGC_KEY_APPLIED, NULL, NULL},
+    {"_sliding_window_pattern", REGC_KEY_APPLIED, NULL, NULL},
     {NULL, 0, NULL, NULL},
 };
 static const regc_config_key keys_phi3[] = {
@@ -303,34 +274,16 @@ static int llama_preset_config(regc_model *m, const char *preset)
 /* The family a model_type names (its regc_arch's description). */
 static const decoder_family *family_of(const regc_model *m) { return m->arch->family; }
 
-/* The sliding windows: which layers slide, and by how much (0: none). */
-static int decoder_parse_windows(const cJSON *root, const char *path, decoder_config *c,
-                                 unsigned char *sliding)
+/* layer_types, when config.json gives it: sliding[l] for each
+ * "sliding_attention" (and a window to slide by); *given says whether it
+ * was there. */
+static int decoder_parse_layer_types(const cJSON *root, const char *path, const decoder_config *c,
+                                     unsigned char *sliding, int *given)
 {
-    int rc;
-    memset(sliding, 0, (size_t)c->n_layer);
-    if (c->family->window == WINDOW_NONE)
-        return REGC_OK;
-    if ((rc = regc_cfg_int(root, path, "sliding_window", 0, 0, 1, INT64_MAX, &c->window)) < 0)
-        return rc;
-    if (c->family->window == WINDOW_ALL) {
-        memset(sliding, c->window > 0, (size_t)c->n_layer);
-        return REGC_OK;
-    }
-    /* Qwen: use_sliding_window gates the window; layer_types, or else the
-     * layers from max_window_layers on, say which layers slide */
-    if ((rc = regc_cfg_bool(root, path, "use_sliding_window", 0, 0, &c->use_sliding_window)) < 0 ||
-        (rc = regc_cfg_int(root, path, "max_window_layers", 0, 28, 0, INT64_MAX,
-                           &c->max_window_layers)) < 0)
-        return rc;
-    if (!c->use_sliding_window)
-        c->window = 0;
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (!types || cJSON_IsNull(types)) {
-        for (int64_t l = c->max_window_layers; c->window > 0 && l < c->n_layer; l++)
-            sliding[l] = 1;
+    *given = types && !cJSON_IsNull(types);
+    if (!*given)
         return REGC_OK;
-    }
     if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layer)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: key \"layer_types\" must be a list of num_hidden_layers (%" PRId64
@@ -347,6 +300,200 @@ static int decoder_parse_windows(const cJSON *root, const char *path, decoder_co
         sliding[l] = c->window > 0 && s[0] == 's';
     }
     return REGC_OK;
+}
+
+/* The sliding windows: which layers slide, and by how much (0: none). */
+static int decoder_parse_windows(const cJSON *root, const char *path, decoder_config *c,
+                                 unsigned char *sliding)
+{
+    const decoder_family *f = c->family;
+    int rc, given;
+    memset(sliding, 0, (size_t)c->n_layer);
+    if (f->window == WINDOW_NONE)
+        return REGC_OK;
+    /* null is no window; absent, Gemma's default of 4096 */
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (!(w && cJSON_IsNull(w)) &&
+        (rc = regc_cfg_int(root, path, "sliding_window", 0, f->window == WINDOW_GEMMA ? 4096 : 0, 1,
+                           INT64_MAX, &c->window)) < 0)
+        return rc;
+    switch (f->window) {
+    case WINDOW_ALL: memset(sliding, c->window > 0, (size_t)c->n_layer); return REGC_OK;
+    case WINDOW_LAYERS:
+        /* Qwen: use_sliding_window gates the window; layer_types, or else
+         * the layers from max_window_layers on, say which layers slide */
+        if ((rc = regc_cfg_bool(root, path, "use_sliding_window", 0, 0, &c->use_sliding_window)) <
+                0 ||
+            (rc = regc_cfg_int(root, path, "max_window_layers", 0, 28, 0, INT64_MAX,
+                               &c->max_window_layers)) < 0)
+            return rc;
+        if (!c->use_sliding_window)
+            c->window = 0;
+        if ((rc = decoder_parse_layer_types(root, path, c, sliding, &given)) < 0 || given)
+            return rc;
+        for (int64_t l = c->max_window_layers; c->window > 0 && l < c->n_layer; l++)
+            sliding[l] = 1;
+        return REGC_OK;
+    case WINDOW_GEMMA:
+        /* layer_types, or every pattern-th layer full (Gemma 3's
+         * sliding_window_pattern, either spelling; Gemma 2's 2) */
+        c->window_pattern = f->window_pattern;
+        if (f->gemma == 3 &&
+            ((rc = regc_cfg_int(root, path, "_sliding_window_pattern", 0, c->window_pattern, 1,
+                                INT64_MAX, &c->window_pattern)) < 0 ||
+             (rc = regc_cfg_int(root, path, "sliding_window_pattern", 0, c->window_pattern, 1,
+                                INT64_MAX, &c->window_pattern)) < 0))
+            return rc;
+        if ((rc = decoder_parse_layer_types(root, path, c, sliding, &given)) < 0 || given)
+            return rc;
+        for (int64_t l = 0; c->window > 0 && l < c->n_layer; l++)
+            sliding[l] = (l + 1) % c->window_pattern != 0;
+        return REGC_OK;
+    case WINDOW_NONE: break;
+    }
+    return REGC_OK;
+}
+
+/* The gate's activation from the family's key (hidden_act, or Gemma's
+ * hidden_activation): the forms regc's kernels compute exactly. */
+static int decoder_parse_act(const cJSON *root, const char *path, decoder_config *c)
+{
+    static const struct {
+        const char *name;
+        act_kind act;
+    } acts[] = {{"silu", ACT_SILU},
+                {"gelu_pytorch_tanh", ACT_GELU_TANH},
+                {"gelu_new", ACT_GELU_TANH},
+                {"gelu", ACT_GELU},
+                {"relu", ACT_RELU}};
+    const char *key = c->family->act_key, *name = NULL;
+    int rc = regc_cfg_string(root, path, key, 0, NULL, &name);
+    if (rc < 0)
+        return rc;
+    c->act = c->family->act_default;
+    if (!name)
+        return REGC_OK;
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
+        if (!strcmp(name, acts[i].name)) {
+            c->act = acts[i].act;
+            return REGC_OK;
+        }
+    return regc_error(REGC_ERR_UNSUPPORTED,
+                      "%s: key \"%s\" is \"%s\" (supported: silu, gelu_pytorch_tanh, gelu_new, "
+                      "gelu, relu)",
+                      path, key, name);
+}
+
+/* config.json's spelling of an activation, for writing it back. */
+static const char *decoder_act_name(act_kind act)
+{
+    switch (act) {
+    case ACT_GELU_TANH: return "gelu_pytorch_tanh";
+    case ACT_GELU: return "gelu";
+    case ACT_RELU: return "relu";
+    case ACT_SILU: break;
+    }
+    return "silu";
+}
+
+/* A nullable positive number: 0 when null (or absent with no default). */
+static int decoder_parse_cap(const cJSON *root, const char *path, const char *key, double dflt,
+                             double *out)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = 0.0;
+    if (it && cJSON_IsNull(it))
+        return REGC_OK;
+    int rc = regc_cfg_double(root, path, key, 0, dflt, 0.0, 1e30, out);
+    if (rc == REGC_OK && it && !(*out > 0.0))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is %g, must be positive (or null)", path,
+                          key, *out);
+    return rc;
+}
+
+/* Gemma's keys: the scores' scale, the soft-capping (Gemma 2's attention;
+ * the logits of both, when set), bidirectional attention refused. */
+static int decoder_parse_gemma(const cJSON *root, const char *path, decoder_config *c)
+{
+    const int g2 = c->family->gemma == 2;
+    int bidi = 0, rc;
+    if ((rc = regc_cfg_double(root, path, "query_pre_attn_scalar", 0, 256.0, 1e-30, 1e30,
+                              &c->query_scalar)) < 0 ||
+        (rc = decoder_parse_cap(root, path, "final_logit_softcapping", g2 ? 30.0 : 0.0,
+                                &c->final_softcap)) < 0 ||
+        (g2 && (rc = decoder_parse_cap(root, path, "attn_logit_softcapping", 50.0,
+                                       &c->attn_softcap)) < 0))
+        return rc;
+    if (!g2 && (rc = regc_cfg_bool(root, path, "use_bidirectional_attention", 0, 0, &bidi)) < 0)
+        return rc;
+    if (bidi)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: key \"use_bidirectional_attention\" = true is not supported "
+                          "(regc's decoders attend causally)",
+                          path);
+    return REGC_OK;
+}
+
+/* One of Gemma 3's two RoPE configurations as rope.c reads them: `sub`, a
+ * dictionary of rope_parameters (or NULL), its rope_theta defaulting to
+ * theta; read through a root of its own so rope.c's rules apply. */
+static int decoder_parse_rope_of(const cJSON *sub, double theta, const char *path,
+                                 const char *which, int64_t n_pos, regc_rope *r)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *dict = sub ? cJSON_Duplicate(sub, 1) : cJSON_CreateObject();
+    char where[512];
+    snprintf(where, sizeof where, "%s (%s)", path, which);
+    int ok = root && dict && cJSON_IsObject(dict) &&
+             cJSON_AddItemToObject(root, "rope_parameters", dict);
+    if (!ok)
+        cJSON_Delete(dict);
+    if (ok && !cJSON_GetObjectItemCaseSensitive(dict, "rope_type") &&
+        !cJSON_GetObjectItemCaseSensitive(dict, "type"))
+        ok = cJSON_AddStringToObject(dict, "rope_type", "default") != NULL;
+    if (ok && !cJSON_GetObjectItemCaseSensitive(dict, "rope_theta"))
+        ok = cJSON_AddNumberToObject(dict, "rope_theta", theta) != NULL;
+    int rc = ok ? regc_rope_parse(root, where, n_pos, r)
+             : sub && !cJSON_IsObject(sub)
+                 ? regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be an object", path, which)
+                 : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Gemma 3's RoPE: rope_parameters per layer type ("full_attention",
+ * "sliding_attention"), or the older rope_theta (1e6) with rope_scaling
+ * for the full layers and rope_local_base_freq (1e4) for the sliding
+ * ones, as Gemma3TextConfig reads them. */
+static int decoder_parse_gemma3_rope(const cJSON *root, const char *path, decoder_config *c)
+{
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    double theta, local;
+    int rc;
+    if ((rc = regc_cfg_double(root, path, "rope_theta", 0, 1e6, 1e-30, 1e30, &theta)) < 0 ||
+        (rc = regc_cfg_double(root, path, "rope_local_base_freq", 0, 1e4, 1e-30, 1e30, &local)) < 0)
+        return rc;
+    if (params && !cJSON_IsNull(params)) {
+        const cJSON *full = cJSON_GetObjectItemCaseSensitive(params, "full_attention");
+        const cJSON *slide = cJSON_GetObjectItemCaseSensitive(params, "sliding_attention");
+        if (!cJSON_IsObject(params) ||
+            cJSON_GetArraySize(params) != (full != NULL) + (slide != NULL))
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: key \"rope_parameters\" must hold \"full_attention\" and "
+                              "\"sliding_attention\" for gemma3_text",
+                              path);
+        if ((rc = decoder_parse_rope_of(full, theta, path, "rope_parameters.full_attention",
+                                        c->n_pos, &c->rope)) < 0)
+            return rc;
+        return decoder_parse_rope_of(slide, local, path, "rope_parameters.sliding_attention",
+                                     c->n_pos, &c->rope_local);
+    }
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if ((rc = decoder_parse_rope_of(scaling && !cJSON_IsNull(scaling) ? scaling : NULL, theta, path,
+                                    "rope_scaling", c->n_pos, &c->rope)) < 0)
+        return rc;
+    return decoder_parse_rope_of(NULL, local, path, "rope_local_base_freq", c->n_pos,
+                                 &c->rope_local);
 }
 
 static int decoder_parse_biases(const cJSON *root, const char *path, decoder_config *c)
@@ -404,28 +551,26 @@ static int decoder_parse_config(regc_model *m, const cJSON *root, const char *pa
                           "%s: hidden_size %" PRId64 " is not divisible by num_attention_heads "
                           "%" PRId64 " (give \"head_dim\" explicitly)",
                           path, c.hidden, c.n_head);
-    const char *act = NULL;
     if ((rc = regc_cfg_int(root, path, "head_dim", 0, c.hidden / c.n_head, 1, DECODER_MAX_DIM,
                            &c.head_dim)) < 0 ||
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 0, 2048, 1, DECODER_MAX_DIM,
                            &c.n_pos)) < 0 ||
         (rc = regc_cfg_double(root, path, "rms_norm_eps", 0, 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
-        (rc = regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
-        (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 0, &c.tied)) < 0 ||
+        (rc = c.family->local_rope ? decoder_parse_gemma3_rope(root, path, &c)
+                                   : regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
+        (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,
+                            &c.tied)) < 0 ||
         (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0, &c.attn_dropout)) <
             0 ||
-        (rc = regc_cfg_string(root, path, "hidden_act", 0, "silu", &act)) < 0 ||
+        (rc = decoder_parse_act(root, path, &c)) < 0 ||
         (rc = decoder_parse_biases(root, path, &c)) < 0 ||
         (rc = decoder_parse_pad(root, path, &c)) < 0)
         return rc;
     if (c.family->resid_dropout &&
         (rc = regc_cfg_double(root, path, "resid_pdrop", 0, 0.0, 0.0, 1.0, &c.resid_dropout)) < 0)
         return rc;
-    /* The SwiGLU gate is what the graph builds; any other activation
-     * would silently train a different model. */
-    if (strcmp(act, "silu") != 0)
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "%s: key \"hidden_act\" is \"%s\" (supported: silu)", path, act);
+    if (c.family->gemma && (rc = decoder_parse_gemma(root, path, &c)) < 0)
+        return rc;
     if (c.n_head % c.n_kv_head != 0)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: key \"num_key_value_heads\" is %" PRId64
@@ -456,7 +601,7 @@ static int decoder_parse_config(regc_model *m, const cJSON *root, const char *pa
 
 /* A slot's shape and random init (HF's: normal with std
  * initializer_range = 0.02 for every weight, as uniform draws of the same
- * std; biases zero; norm weights one). */
+ * std; biases zero; norms the identity). */
 static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, float *center,
                        float *halfwidth)
 {
@@ -484,17 +629,19 @@ static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, fl
         [S_DOWN_BIAS] = C,
         [S_INPUT_NORM] = C,
         [S_POST_ATTN_NORM] = C,
+        [S_PRE_FF_NORM] = C,
         [S_POST_FF_NORM] = C,
     };
     const int is_weight = s == S_Q || s == S_K || s == S_V || s == S_QKV || s == S_O ||
                           s == S_GATE || s == S_UP || s == S_GATE_UP || s == S_DOWN;
     const int is_norm = s == S_Q_NORM || s == S_K_NORM || s == S_INPUT_NORM ||
-                        s == S_POST_ATTN_NORM || s == S_POST_FF_NORM;
+                        s == S_POST_ATTN_NORM || s == S_PRE_FF_NORM || s == S_POST_FF_NORM;
     d[0] = out[s];
     /* nn.Linear weights are stored [out, in] */
     d[1] = !is_weight ? 0 : s == S_O ? QD : s == S_DOWN ? F : C;
     *ndim = is_weight ? 2 : 1;
-    *center = is_norm ? 1.0f : 0.0f;
+    /* a norm's scale one: its weight 1, or Gemma's 0 (it multiplies by 1 + w) */
+    *center = is_norm && !c->family->norm_offset ? 1.0f : 0.0f;
     *halfwidth = is_weight ? (float)(0.02 * sqrt(3.0)) : 0.0f;
 }
 
@@ -521,211 +668,90 @@ static int decoder_list_params(regc_model *m)
                 return rc;
         }
     }
-    if ((rc = regc_model_add_2d(m, "model.norm.weight", 1, C, 0, 1.0f, 0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, "model.norm.weight", 1, C, 0,
+                                c->family->norm_offset ? 0.0f : 1.0f, 0.0f)) < 0)
         return rc;
     if (!c->tied && (rc = regc_model_add_2d(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
         return rc;
     return REGC_OK;
 }
 
-/* Tensor ids below are checked once per call through this macro: every
- * helper returns an id or a negative status with its own message. */
-#define G(expr)                                                                                    \
-    do {                                                                                           \
-        if ((rc = (expr)) < 0)                                                                     \
-            goto fail;                                                                             \
-    } while (0)
-
-/* x W^T (+ b): an nn.Linear, its bias a parameter id or -1. */
-static int decoder_linear(regc_graph *g, int x, int w, int b)
+/* A float as JSON that reads back as a float (Transformers' strict
+ * configs refuse 50 where they want 50.0). */
+static int decoder_add_float(cJSON *o, const char *key, double v)
 {
-    int y = regc_graph_matmul(g, x, w, 0, 1);
-    return y < 0 || b < 0 ? y : regc_graph_bias_add(g, y, b);
+    char text[64];
+    snprintf(text, sizeof text, "%.17g", v);
+    if (!strpbrk(text, ".eEn"))
+        strcat(text, ".0");
+    return cJSON_AddRawToObject(o, key, text) != NULL;
 }
 
-/* Qwen 3's q/k norm: RMSNorm over each head's D values, weight [D]. */
-static int decoder_head_norm(regc_graph *g, int x, int w, int64_t B, int64_t T, int64_t heads,
-                             int64_t D, float eps)
+/* A rope_parameters dictionary of r (Gemma 3 writes one per layer type). */
+static cJSON *decoder_rope_dict(const regc_rope *r)
 {
-    const int64_t split[] = {B, T, heads, D}, whole[] = {B, T, heads * D};
-    int rc, y;
-    if ((rc = y = regc_graph_reshape(g, x, 4, split)) < 0 || /* [B, T, heads, D] */
-        (rc = y = regc_graph_rmsnorm(g, y, w, eps)) < 0)     /* [B, T, heads, D] */
-        return rc;
-    return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
+    cJSON *tmp = cJSON_CreateObject(), *dict = NULL;
+    if (tmp && regc_rope_write_config(r, tmp)) {
+        const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(tmp, "rope_scaling");
+        dict = cJSON_IsObject(scaling) ? cJSON_Duplicate(scaling, 1) : cJSON_CreateObject();
+        if (dict && !cJSON_GetObjectItemCaseSensitive(dict, "rope_type") &&
+            !cJSON_AddStringToObject(dict, "rope_type", "default"))
+            cJSON_Delete(dict), dict = NULL;
+        if (dict && !cJSON_AddNumberToObject(dict, "rope_theta", r->theta))
+            cJSON_Delete(dict), dict = NULL;
+    }
+    cJSON_Delete(tmp);
+    return dict;
 }
 
-static int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
+/* The windows as read, and which layers slide, spelled as Transformers 5
+ * spells them. */
+static int decoder_write_windows(const decoder_config *c, cJSON *o)
 {
-    const decoder_config *c = m->cfg;
     const decoder_family *f = c->family;
-    if (T > c->n_pos)
-        return regc_error(REGC_ERR_ARG,
-                          "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64
-                          " of %s",
-                          T, c->n_pos, m->source);
-    for (int64_t l = 0; l < c->n_layer; l++)
-        if (c->sliding[l] && T > c->window)
-            return regc_error(REGC_ERR_UNSUPPORTED,
-                              "%s: sequence length %" PRId64
-                              " exceeds key \"sliding_window\" %" PRId64 " (layer %" PRId64
-                              " slides; regc's attention has no window): "
-                              "train at most %" PRId64 " tokens",
-                              m->source, T, c->window, l, c->window);
-    int rc0 = regc_model_dropout_unapplied(m, "attention_dropout", c->attn_dropout);
-    if (rc0)
-        return rc0;
-    regc_graph *g = regc_graph_new();
-    int *p = NULL; /* [n_params] the parameters' tensor ids */
-    if (!g)
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
-    const int H = (int)c->n_head, Hkv = (int)c->n_kv_head;
-    const int64_t D = c->head_dim, QD = H * D, KD = Hkv * D, F = c->inter;
-    int rc, ids, targets, cos, sin, x, h, q, k, v, u, n = 0;
-    const int64_t bt[] = {B, T}, rot[] = {T, D / 2};
-    G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    /* One rotary table for every layer, filled per batch (decoder_fill_inputs). */
-    G(cos = regc_graph_add_constant(g, "rope_cos", REGC_F32, 2, rot));
-    G(sin = regc_graph_add_constant(g, "rope_sin", REGC_F32, 2, rot));
-    G(regc_model_add_param_tensors(m, g, &p));
-    const int embed = p[n++];
-    const float eps = (float)c->eps;
-    const float scale = (float)(1.0 / sqrt((double)D));
-    if (c->pad >= 0)
-        G(x = regc_graph_embedding_padded(g, ids, embed, c->pad)); /* [B, T, C] */
-    else
-        G(x = regc_graph_embedding(g, ids, embed)); /* [B, T, C] */
-    for (int64_t l = 0; l < c->n_layer; l++) {
-        int w[N_SLOTS]; /* this layer's parameters by slot, -1 where absent */
-        for (int s = 0; s < N_SLOTS; s++)
-            w[s] = c->slot_at[s] < 0 ? -1 : p[n + c->slot_at[s]];
-        n += c->n_slots;
-        /* attention */
-        if (f->norm_after)
-            h = x;
-        else
-            G(h = regc_graph_rmsnorm(g, x, w[S_INPUT_NORM], eps)); /* [B, T, C] */
-        if (f->fused) {
-            G(u = regc_graph_matmul(g, h, w[S_QKV], 0, 1)); /* [B, T, QD + 2 KD] */
-            G(q = regc_graph_slice(g, u, 2, 0, QD));        /* [B, T, QD] */
-            G(k = regc_graph_slice(g, u, 2, QD, KD));       /* [B, T, KD] */
-            G(v = regc_graph_slice(g, u, 2, QD + KD, KD));  /* [B, T, KD] */
-        } else {
-            G(q = decoder_linear(g, h, w[S_Q], w[S_Q_BIAS])); /* [B, T, QD] */
-            G(k = decoder_linear(g, h, w[S_K], w[S_K_BIAS])); /* [B, T, KD] */
-            G(v = decoder_linear(g, h, w[S_V], w[S_V_BIAS])); /* [B, T, KD] */
-        }
-        if (f->qk_norm == QK_NORM_WHOLE) {
-            G(q = regc_graph_rmsnorm(g, q, w[S_Q_NORM], eps)); /* [B, T, QD] */
-            G(k = regc_graph_rmsnorm(g, k, w[S_K_NORM], eps)); /* [B, T, KD] */
-        } else if (f->qk_norm == QK_NORM_HEAD) {
-            G(q = decoder_head_norm(g, q, w[S_Q_NORM], B, T, H, D, eps));   /* [B, T, QD] */
-            G(k = decoder_head_norm(g, k, w[S_K_NORM], B, T, Hkv, D, eps)); /* [B, T, KD] */
-        }
-        G(q = regc_graph_rope(g, q, cos, sin, H));                 /* [B, T, QD] */
-        G(k = regc_graph_rope(g, k, cos, sin, Hkv));               /* [B, T, KD] */
-        G(h = regc_graph_attention(g, q, k, v, H, Hkv, 1, scale)); /* [B, T, QD] */
-        G(h = decoder_linear(g, h, w[S_O], w[S_O_BIAS]));          /* [B, T, C] */
-        if (f->norm_after)
-            G(h = regc_graph_rmsnorm(g, h, w[S_POST_ATTN_NORM], eps)); /* [B, T, C] */
-        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h));       /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                                /* [B, T, C] */
-        /* the MLP (SwiGLU) */
-        if (f->norm_after)
-            h = x;
-        else
-            G(h = regc_graph_rmsnorm(g, x, w[S_POST_ATTN_NORM], eps)); /* [B, T, C] */
-        if (f->fused) {
-            G(h = regc_graph_matmul(g, h, w[S_GATE_UP], 0, 1)); /* [B, T, 2F] */
-            G(u = regc_graph_slice(g, h, 2, 0, F));             /* [B, T, F] gate */
-            G(u = regc_graph_silu(g, u));                       /* [B, T, F] */
-            G(h = regc_graph_slice(g, h, 2, F, F));             /* [B, T, F] up */
-        } else {
-            G(u = decoder_linear(g, h, w[S_GATE], w[S_GATE_BIAS])); /* [B, T, F] */
-            G(u = regc_graph_silu(g, u));                           /* [B, T, F] */
-            G(h = decoder_linear(g, h, w[S_UP], w[S_UP_BIAS]));     /* [B, T, F] */
-        }
-        G(h = regc_graph_mul(g, u, h));                         /* [B, T, F] */
-        G(h = decoder_linear(g, h, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */
-        if (f->norm_after)
-            G(h = regc_graph_rmsnorm(g, h, w[S_POST_FF_NORM], eps)); /* [B, T, C] */
-        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h));     /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                              /* [B, T, C] */
+    if (f->window == WINDOW_NONE)
+        return 1;
+    int ok = c->window > 0 ? cJSON_AddNumberToObject(o, "sliding_window", (double)c->window) != NULL
+                           : cJSON_AddNullToObject(o, "sliding_window") != NULL;
+    if (f->window == WINDOW_ALL)
+        return ok;
+    if (f->window == WINDOW_LAYERS) {
+        ok = ok && cJSON_AddBoolToObject(o, "use_sliding_window", c->use_sliding_window);
+        ok = ok && cJSON_AddNumberToObject(o, "max_window_layers", (double)c->max_window_layers);
     }
-    const int norm = p[n++];
-    const int head = c->tied ? embed : p[n++];
-    int logits, loss;
-    G(x = regc_graph_rmsnorm(g, x, norm, eps));             /* [B, T, C] */
-    G(logits = regc_graph_matmul(g, x, head, 0, 1));        /* [B, T, V] */
-    G(loss = regc_graph_cross_entropy(g, logits, targets)); /* [] */
-    G(regc_graph_mark_output(g, loss));
-    free(p);
-    *out = g;
-    return REGC_OK;
-fail:
-    regc_error_prefix("%s: building the %s graph", m->source, m->arch->model_type);
-    free(p);
-    regc_graph_free(g);
-    return rc;
-}
-#undef G
-
-static int64_t decoder_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling)
-{
-    const decoder_config *c = m->cfg;
-    if (inv_freq)
-        regc_rope_inv_freq(&c->rope, c->head_dim, inv_freq, scaling);
-    (void)n;
-    return c->head_dim / 2;
+    cJSON *types = ok ? cJSON_AddArrayToObject(o, "layer_types") : NULL;
+    ok = types != NULL;
+    for (int64_t l = 0; ok && l < c->n_layer; l++) {
+        cJSON *s = cJSON_CreateString(c->sliding[l] ? "sliding_attention" : "full_attention");
+        ok = s && cJSON_AddItemToArray(types, s);
+    }
+    return ok;
 }
 
-/* The rotary tables [T, D/2], rounded exactly as HF's LlamaRotaryEmbedding
- * rounds them: inv_freq as Transformers' initialiser for the rope_type
- * computes it (rope.c), the angle t * inv_freq in float32 (HF computes
- * them in float32 whatever the model's dtype), so long positions see the
- * same angle error as the checkpoint was trained with; then cos and sin
- * times the attention scaling (yarn's; 1 otherwise), in float32. */
-static int decoder_fill_inputs(const regc_model *m, const regc_tokens *data,
-                               const regc_batch_spec *b, int n, regc_input *in)
+/* Gemma's own keys. */
+static int decoder_write_gemma(const decoder_config *c, cJSON *o)
 {
-    const decoder_config *c = m->cfg;
-    int rc = regc_model_fill_lm_inputs(m, data, b, n, in);
-    if (rc < 0)
-        return rc;
-    regc_input *cos = regc_input_find(n, in, "rope_cos");
-    regc_input *sin = regc_input_find(n, in, "rope_sin");
-    if ((!cos || cos->filled) && (!sin || sin->filled))
-        return REGC_OK; /* absent, or filled for an earlier batch */
-    const int64_t half = c->head_dim / 2, numel = b->seq * half;
-    const regc_input *tabs[2] = {cos, sin};
-    for (int i = 0; i < 2; i++)
-        if (tabs[i] &&
-            (tabs[i]->tensor->dtype != REGC_F32 || regc_tensor_numel(tabs[i]->tensor) != numel))
-            return regc_error(REGC_ERR_SHAPE,
-                              "%s: graph input %s must be f32 [%" PRId64 ", %" PRId64 "]",
-                              m->source, tabs[i]->tensor->name, b->seq, half);
-    float *inv_freq = malloc((size_t)half * sizeof *inv_freq + 1);
-    if (!inv_freq)
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for the rotary tables", m->source);
-    float scaling;
-    regc_rope_inv_freq(&c->rope, c->head_dim, inv_freq, &scaling);
-    float *cs = cos ? cos->host : NULL, *sn = sin ? sin->host : NULL;
-    for (int64_t t = 0; t < b->seq; t++) {
-        for (int64_t j = 0; j < half; j++) {
-            const float angle = (float)t * inv_freq[j];
-            if (cs)
-                cs[t * half + j] = cosf(angle) * scaling;
-            if (sn)
-                sn[t * half + j] = sinf(angle) * scaling;
-        }
+    int ok = cJSON_AddNumberToObject(o, "query_pre_attn_scalar", c->query_scalar) != NULL;
+    if (c->family->gemma == 2)
+        ok = ok && (c->attn_softcap > 0.0
+                        ? decoder_add_float(o, "attn_logit_softcapping", c->attn_softcap)
+                        : cJSON_AddNullToObject(o, "attn_logit_softcapping") != NULL);
+    ok = ok &&
+         (c->final_softcap > 0.0 ? decoder_add_float(o, "final_logit_softcapping", c->final_softcap)
+                                 : cJSON_AddNullToObject(o, "final_logit_softcapping") != NULL);
+    if (c->family->gemma == 3)
+        ok = ok && cJSON_AddBoolToObject(o, "use_bidirectional_attention", 0);
+    if (c->family->local_rope) {
+        cJSON *params = cJSON_AddObjectToObject(o, "rope_parameters");
+        cJSON *full = decoder_rope_dict(&c->rope), *local = decoder_rope_dict(&c->rope_local);
+        ok = ok && params && full && cJSON_AddItemToObject(params, "full_attention", full);
+        if (!ok)
+            cJSON_Delete(full);
+        ok = ok && local && cJSON_AddItemToObject(params, "sliding_attention", local);
+        if (!ok)
+            cJSON_Delete(local);
     }
-    free(inv_freq);
-    if (cos)
-        cos->filled = cos->constant = 1;
-    if (sin)
-        sin->filled = sin->constant = 1;
-    return REGC_OK;
+    return ok;
 }
 
 static cJSON *decoder_write_config(const regc_model *m)
@@ -743,30 +769,18 @@ static cJSON *decoder_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
     ok = ok && cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->n_pos);
     ok = ok && cJSON_AddNumberToObject(o, "rms_norm_eps", c->eps);
-    ok = ok && regc_rope_write_config(&c->rope, o);
-    ok = ok && cJSON_AddStringToObject(o, "hidden_act", "silu");
+    if (!f->local_rope)
+        ok = ok && regc_rope_write_config(&c->rope, o);
+    ok = ok && cJSON_AddStringToObject(o, f->act_key, decoder_act_name(c->act));
+    if (f->gemma)
+        ok = ok && decoder_write_gemma(c, o);
     if (f->bias_key)
         ok = ok && cJSON_AddBoolToObject(o, "attention_bias", c->attn_bias);
     if (f->mlp_bias_key)
         ok = ok && cJSON_AddBoolToObject(o, "mlp_bias", c->mlp_bias);
     if (f->resid_dropout)
         ok = ok && cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_dropout);
-    if (f->window == WINDOW_ALL)
-        ok = ok && (c->window > 0 ? cJSON_AddNumberToObject(o, "sliding_window", (double)c->window)
-                                  : cJSON_AddNullToObject(o, "sliding_window"));
-    if (f->window == WINDOW_LAYERS) {
-        /* the window as read, and which layers slide, spelled as Transformers 5 does */
-        ok = ok && cJSON_AddBoolToObject(o, "use_sliding_window", c->use_sliding_window);
-        ok = ok && (c->window > 0 ? cJSON_AddNumberToObject(o, "sliding_window", (double)c->window)
-                                  : cJSON_AddNullToObject(o, "sliding_window"));
-        ok = ok && cJSON_AddNumberToObject(o, "max_window_layers", (double)c->max_window_layers);
-        cJSON *types = ok ? cJSON_AddArrayToObject(o, "layer_types") : NULL;
-        ok = types != NULL;
-        for (int64_t l = 0; ok && l < c->n_layer; l++) {
-            cJSON *s = cJSON_CreateString(c->sliding[l] ? "sliding_attention" : "full_attention");
-            ok = s && cJSON_AddItemToArray(types, s);
-        }
-    }
+    ok = ok && decoder_write_windows(c, o);
     ok = ok && cJSON_AddNumberToObject(o, "attention_dropout", c->attn_dropout);
     ok = ok && cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tied);
     ok = ok && (c->pad >= 0 ? cJSON_AddNumberToObject(o, "pad_token_id", (double)c->pad)
@@ -780,31 +794,58 @@ static cJSON *decoder_write_config(const regc_model *m)
     return o;
 }
 
+/* printf onto the end of buf (cap bytes), truncating. */
+static void decoder_append(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void decoder_append(char *buf, size_t cap, const char *fmt, ...)
+{
+    const size_t at = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    if (at + 1 < cap)
+        vsnprintf(buf + at, cap - at, fmt, ap);
+    va_end(ap);
+}
+
 static void decoder_describe(const regc_model *m, char *buf, size_t cap)
 {
     const decoder_config *c = m->cfg;
     const decoder_family *f = c->family;
-    char count[40], rope[200], extra[160] = "";
+    char count[40], rope[200], extra[512] = "";
     regc_model_group_digits(count, sizeof count, m->total_numel);
     regc_rope_describe(&c->rope, rope, sizeof rope);
-    size_t at = 0;
+    if (f->local_rope)
+        decoder_append(rope, sizeof rope, " (sliding layers %g)", c->rope_local.theta);
     if (f->qkv_bias || c->attn_bias)
-        at += (size_t)snprintf(extra + at, sizeof extra - at, ", %s biases",
-                               c->attn_bias ? "q/k/v/o" : "q/k/v");
-    if (c->mlp_bias && at < sizeof extra)
-        at += (size_t)snprintf(extra + at, sizeof extra - at, ", MLP biases");
-    if (f->qk_norm != QK_NORM_NONE && at < sizeof extra)
-        at += (size_t)snprintf(extra + at, sizeof extra - at, ", q/k norm %s",
-                               f->qk_norm == QK_NORM_HEAD ? "per head" : "over the projection");
-    if (f->norm_after && at < sizeof extra)
-        at += (size_t)snprintf(extra + at, sizeof extra - at, ", norms after each block");
-    if (f->fused && at < sizeof extra)
-        at += (size_t)snprintf(extra + at, sizeof extra - at, ", fused qkv and gate_up");
-    if (c->window > 0 && at < sizeof extra)
-        at +=
-            (size_t)snprintf(extra + at, sizeof extra - at, ", sliding_window %" PRId64, c->window);
-    if (c->pad >= 0 && at < sizeof extra)
-        snprintf(extra + at, sizeof extra - at, ", pad_token_id %" PRId64 " (no gradient)", c->pad);
+        decoder_append(extra, sizeof extra, ", %s biases", c->attn_bias ? "q/k/v/o" : "q/k/v");
+    if (c->mlp_bias)
+        decoder_append(extra, sizeof extra, ", MLP biases");
+    if (f->qk_norm != QK_NORM_NONE)
+        decoder_append(extra, sizeof extra, ", q/k norm %s",
+                       f->qk_norm == QK_NORM_HEAD ? "per head" : "over the projection");
+    if (f->norms != NORMS_BEFORE)
+        decoder_append(extra, sizeof extra, ", norms %s each block",
+                       f->norms == NORMS_AFTER ? "after" : "before and after");
+    if (f->norm_offset)
+        decoder_append(extra, sizeof extra, ", norms by 1 + w, embeddings times sqrt(hidden_size)");
+    if (f->fused)
+        decoder_append(extra, sizeof extra, ", fused qkv and gate_up");
+    if (f->gemma)
+        decoder_append(extra, sizeof extra, ", query_pre_attn_scalar %g", c->query_scalar);
+    if (c->attn_softcap > 0.0)
+        decoder_append(extra, sizeof extra, ", attn_logit_softcapping %g", c->attn_softcap);
+    if (c->final_softcap > 0.0)
+        decoder_append(extra, sizeof extra, ", final_logit_softcapping %g", c->final_softcap);
+    if (c->window > 0) {
+        int64_t n = 0;
+        for (int64_t l = 0; l < c->n_layer; l++)
+            n += c->sliding[l];
+        decoder_append(extra, sizeof extra,
+                       ", sliding_window %" PRId64 " on %" PRId64 " of %" PRId64 " layers",
+                       c->window, n, c->n_layer);
+    }
+    if (c->pad >= 0)
+        decoder_append(extra, sizeof extra, ", pad_token_id %" PRId64 " (no gradient)", c->pad);
     char drop[96] = "";
     if (f->resid_dropout)
         snprintf(drop, sizeof drop, ", resid_pdrop %g", c->resid_dropout);
@@ -812,12 +853,12 @@ static void decoder_describe(const regc_model *m, char *buf, size_t cap)
              "%s %s: vocab %" PRId64 ", max_position_embeddings %" PRId64 ", hidden_size %" PRId64
              ", intermediate_size %" PRId64 ", num_hidden_layers %" PRId64
              ", num_attention_heads %" PRId64 ", num_key_value_heads %" PRId64 ", head_dim %" PRId64
-             ", rms_norm_eps %g, rope_theta %g%s, silu%s, %s embeddings, %s parameters%s; "
+             ", rms_norm_eps %g, rope_theta %g%s, %s%s, %s embeddings, %s parameters%s; "
              "attention_dropout %g%s %s",
              m->arch->model_type, m->source, c->vocab, c->n_pos, c->hidden, c->inter, c->n_layer,
-             c->n_head, c->n_kv_head, c->head_dim, c->eps, c->rope.theta, rope, extra,
-             c->tied ? "tied" : "untied", count, m->weights ? "" : " (shape only)", c->attn_dropout,
-             drop, regc_model_dropout_note(m));
+             c->n_head, c->n_kv_head, c->head_dim, c->eps, c->rope.theta, rope,
+             decoder_act_name(c->act), extra, c->tied ? "tied" : "untied", count,
+             m->weights ? "" : " (shape only)", c->attn_dropout, drop, regc_model_dropout_note(m));
 }
 
 /* the head of a tied model, and the rotary buffer older checkpoints saved */
@@ -842,6 +883,10 @@ static const regc_config_key *const tables_qwen3[] = {keys_decoder, keys_attenti
                                                       keys_window, keys_qwen_windows, NULL};
 static const regc_config_key *const tables_olmo2[] = {keys_decoder, keys_attention_bias, NULL};
 static const regc_config_key *const tables_phi3[] = {keys_decoder, keys_window, keys_phi3, NULL};
+static const regc_config_key *const tables_gemma2[] = {keys_gemma, keys_gemma2, keys_decoder,
+                                                       keys_attention_bias, NULL};
+static const regc_config_key *const tables_gemma3[] = {keys_gemma, keys_gemma3, keys_decoder,
+                                                       keys_attention_bias, NULL};
 
 /* PEFT's default target_modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING;
  * it has none for OLMo 2 and Phi-3) */
@@ -855,3 +900,7 @@ const regc_arch regc_arch_qwen3 =
     DECODER_ARCH("qwen3", family_qwen3, tables_qwen3, "q_proj,v_proj", NULL);
 const regc_arch regc_arch_olmo2 = DECODER_ARCH("olmo2", family_olmo2, tables_olmo2, NULL, NULL);
 const regc_arch regc_arch_phi3 = DECODER_ARCH("phi3", family_phi3, tables_phi3, NULL, NULL);
+const regc_arch regc_arch_gemma2 =
+    DECODER_ARCH("gemma2", family_gemma2, tables_gemma2, "q_proj,v_proj", NULL);
+const regc_arch regc_arch_gemma3 =
+    DECODER_ARCH("gemma3_text", family_gemma3, tables_gemma3, "q_proj,v_proj", NULL);

@@ -264,7 +264,9 @@ static void attn_of(const lower_ctx *c, const regc_node *n, int q, int k, regc_a
                            .n_kv_head = n->attrs.n_kv_head,
                            .head_dim = (int)(tq->shape[2] / n->attrs.n_head),
                            .causal = n->attrs.causal,
-                           .scale = n->attrs.scale};
+                           .scale = n->attrs.scale,
+                           .softcap = n->attrs.softcap,
+                           .window = n->attrs.window};
 }
 
 static int lower_node(lower_ctx *c, int i)

@@ -118,6 +118,8 @@ enum {
     F_HEAD_DIM,
     F_CAUSAL,
     F_SCALE,
+    F_SOFTCAP,
+    F_WINDOW,
     F_PERM,
     F_EW_REGION = F_PERM + REGC_MAX_DIMS,
     F_EW_INDEX,
@@ -159,6 +161,7 @@ static void put_instr(regc_bytes *b, const regc_instr *in, int ew_region, int ew
     v[F_BATCH] = a->batch, v[F_TQ] = a->tq, v[F_TK] = a->tk;
     v[F_N_HEAD] = a->n_head, v[F_N_KV_HEAD] = a->n_kv_head, v[F_HEAD_DIM] = a->head_dim;
     v[F_CAUSAL] = a->causal, v[F_SCALE] = float_bits(a->scale);
+    v[F_SOFTCAP] = float_bits(a->softcap), v[F_WINDOW] = a->window;
     for (int d = 0; d < REGC_MAX_DIMS; d++)
         v[F_PERM + d] = in->perm[d];
     v[F_EW_REGION] = in->ew ? ew_region + 1 : 0;
@@ -236,6 +239,8 @@ static void get_instr(regc_reader *r, regc_instr *in, int n_bufs, int *ew_region
     a->head_dim = (int)field(r, v, F_HEAD_DIM, 0, INT32_MAX);
     a->causal = (int)field(r, v, F_CAUSAL, 0, 1);
     a->scale = bits_float(field(r, v, F_SCALE, 0, UINT32_MAX));
+    a->softcap = bits_float(field(r, v, F_SOFTCAP, 0, UINT32_MAX));
+    a->window = field(r, v, F_WINDOW, 0, INT64_C(1) << 40);
     for (int d = 0; d < REGC_MAX_DIMS; d++)
         in->perm[d] = (int)field(r, v, F_PERM + d, 0, REGC_MAX_DIMS - 1);
     *ew_region = (int)field(r, v, F_EW_REGION, 0, INT32_MAX) - 1;

@@ -9,6 +9,7 @@
  * unknown key refused. The families' training against Transformers is
  * tests/data/decoder_reference.json (test_train_reference). */
 #include <inttypes.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -103,6 +104,22 @@ static const family_case families[] = {
       "self_attn.k_norm.weight:8", "mlp.gate_proj.weight:40x24", "mlp.up_proj.weight:40x24",
       "mlp.down_proj.weight:24x40", "post_attention_layernorm.weight:24",
       "post_feedforward_layernorm.weight:24"}},
+    {"gemma2",
+     NULL,
+     {"self_attn.q_proj.weight:24x24", "self_attn.k_proj.weight:8x24",
+      "self_attn.v_proj.weight:8x24", "self_attn.o_proj.weight:24x24", "mlp.gate_proj.weight:40x24",
+      "mlp.up_proj.weight:40x24", "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24", "pre_feedforward_layernorm.weight:24",
+      "post_feedforward_layernorm.weight:24"}},
+    {"gemma3_text",
+     "\"attention_bias\": true",
+     {"self_attn.q_proj.weight:24x24", "self_attn.q_proj.bias:24", "self_attn.k_proj.weight:8x24",
+      "self_attn.k_proj.bias:8", "self_attn.v_proj.weight:8x24", "self_attn.v_proj.bias:8",
+      "self_attn.o_proj.weight:24x24", "self_attn.o_proj.bias:24", "self_attn.q_norm.weight:4",
+      "self_attn.k_norm.weight:4", "mlp.gate_proj.weight:40x24", "mlp.up_proj.weight:40x24",
+      "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24", "pre_feedforward_layernorm.weight:24",
+      "post_feedforward_layernorm.weight:24"}},
     {"phi3",
      NULL,
      {"self_attn.o_proj.weight:24x24", "self_attn.qkv_proj.weight:40x24",
@@ -120,7 +137,8 @@ static int count_params(const family_case *c)
 }
 
 /* Layer 0's names and shapes in order, the same count in every layer, and
- * the embedding, final norm and head (tied for qwen2 here) around them. */
+ * the embedding, final norm and head (tied for qwen2 here, and Gemma's by
+ * default) around them. */
 static void test_params(void **state)
 {
     regc_test_dir *f = *state;
@@ -128,7 +146,9 @@ static void test_params(void **state)
         const family_case *c = &families[i];
         regc_model *m = load(f, c->model_type, c->extra);
         assert_string_equal(regc_model_arch(m), c->model_type);
-        const int per_layer = count_params(c), tied = !strcmp(c->model_type, "qwen2");
+        /* qwen2's tied here; Gemma ties by default */
+        const int per_layer = count_params(c),
+                  tied = !strcmp(c->model_type, "qwen2") || strstr(c->model_type, "gemma");
         assert_int_equal(regc_model_n_params(m), 1 + 3 * per_layer + 1 + !tied);
         assert_string_equal(regc_model_param_name(m, 0), "model.embed_tokens.weight");
         for (int p = 0; p < per_layer; p++) {
@@ -179,6 +199,25 @@ static void test_one_kind_per_layer(void **state)
     }
 }
 
+/* Gemma 2's alternating windows, really applied: detect/ still covers
+ * every layer (a super-block of the pair, or two kinds). */
+static void test_alternating_layers(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = load(f, "gemma2", "\"num_hidden_layers\": 4, \"sliding_window\": 3");
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
+    regc_blocks *b = NULL;
+    assert_int_equal(regc_detect_blocks(g, &b), REGC_OK);
+    print_message("gemma2, 4 layers, window 3 of 8: %d kinds, coverage %.3f\n",
+                  regc_blocks_n_kinds(b), regc_blocks_coverage(b));
+    assert_true(regc_blocks_n_kinds(b) >= 1 && regc_blocks_n_kinds(b) <= 2);
+    assert_true(regc_blocks_coverage(b) > 0.9);
+    regc_blocks_free(b);
+    regc_graph_free(g);
+    regc_model_free(m);
+}
+
 /* Saved and loaded back: the same model_type, parameters and weights, and
  * a config.json that passes its own key table. */
 static void test_save_reload(void **state)
@@ -215,62 +254,146 @@ static void test_save_reload(void **state)
     }
 }
 
-/* Transformers masks keys i - j >= sliding_window away: nothing while
- * T <= sliding_window, so regc trains that and refuses longer sequences. */
-static void expect_graph(regc_model *m, int64_t T, int ok, const char *what)
+/* The attention nodes' windows, layer by layer (n of them), and their
+ * soft-capping and scale. */
+static void attention_attrs(regc_model *m, int64_t T, int64_t *window, int n, float *softcap,
+                            float *scale)
 {
     regc_graph *g = NULL;
-    int rc = regc_model_build_graph(m, 1, T, &g);
-    if (ok) {
-        if (rc != REGC_OK)
-            fail_msg("T=%" PRId64 ": %s", T, regc_error_message());
-        regc_graph_free(g);
-        return;
+    if (regc_model_build_graph(m, 1, T, &g) != REGC_OK)
+        fail_msg("T=%" PRId64 ": %s", T, regc_error_message());
+    int l = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *nd = regc_graph_node(g, i);
+        if (nd->op != REGC_OP_ATTENTION)
+            continue;
+        assert_true(l < n);
+        window[l++] = nd->attrs.window;
+        *softcap = nd->attrs.softcap, *scale = nd->attrs.scale;
     }
-    assert_int_equal(rc, REGC_ERR_UNSUPPORTED);
-    assert_null(g);
-    regc_test_expect_error(what, NULL);
+    assert_int_equal(l, n);
+    regc_graph_free(g);
 }
 
+static void expect_windows(regc_model *m, int64_t w0, int64_t w1, int64_t w2)
+{
+    int64_t w[3];
+    float cap, scale;
+    attention_attrs(m, 16, w, 3, &cap, &scale);
+    if (w[0] != w0 || w[1] != w1 || w[2] != w2)
+        fail_msg("%s: windows %" PRId64 " %" PRId64 " %" PRId64 ", want %" PRId64 " %" PRId64
+                 " %" PRId64,
+                 regc_model_arch(m), w[0], w[1], w[2], w0, w1, w2);
+    regc_model_free(m);
+}
+
+/* Transformers masks keys i - j >= sliding_window away on a sliding layer;
+ * each family's rule for which layers slide gives regc's attention the
+ * same window, layer by layer. */
 static void test_sliding_windows(void **state)
 {
     regc_test_dir *f = *state;
-    regc_model *m = load(f, "mistral", "\"sliding_window\": 8");
-    expect_graph(m, 8, 1, NULL);
-    expect_graph(m, 9, 0, "sequence length 9 exceeds key \"sliding_window\" 8 (layer 0 slides");
-    regc_model_free(m);
-    m = load(f, "phi3", "\"sliding_window\": null");
-    expect_graph(m, 16, 1, NULL);
-    regc_model_free(m);
+    expect_windows(load(f, "mistral", "\"sliding_window\": 8"), 8, 8, 8);
+    expect_windows(load(f, "phi3", "\"sliding_window\": null"), 0, 0, 0);
     /* Qwen: the window only with use_sliding_window, on the layers from
      * max_window_layers on, or as layer_types says */
-    m = load(f, "qwen2", "\"sliding_window\": 4, \"max_window_layers\": 1");
-    expect_graph(m, 16, 1, NULL);
-    regc_model_free(m);
-    m = load(f, "qwen2",
-             "\"use_sliding_window\": true, \"sliding_window\": 4, \"max_window_layers\": 1");
-    expect_graph(m, 4, 1, NULL);
-    expect_graph(m, 5, 0, "(layer 1 slides");
+    expect_windows(load(f, "qwen2", "\"sliding_window\": 4, \"max_window_layers\": 1"), 0, 0, 0);
+    regc_model *m = load(f, "qwen2",
+                         "\"use_sliding_window\": true, \"sliding_window\": 4, "
+                         "\"max_window_layers\": 1");
     /* written back as layer_types, and read so again */
     char out[1200];
     snprintf(out, sizeof out, "%s/qwen2-window", f->dir);
     assert_int_equal(regc_model_init_random(m, 3), REGC_OK);
     assert_int_equal(regc_model_save(m, out), REGC_OK);
-    regc_model_free(m);
+    expect_windows(m, 0, 4, 4);
     assert_int_equal(regc_model_load(out, &m), REGC_OK);
-    expect_graph(m, 5, 0, "(layer 1 slides");
-    regc_model_free(m);
-    m = load(f, "qwen3",
-             "\"use_sliding_window\": true, \"sliding_window\": 4, \"layer_types\": "
-             "[\"full_attention\", \"full_attention\", \"sliding_attention\"]");
-    expect_graph(m, 5, 0, "(layer 2 slides");
-    regc_model_free(m);
+    expect_windows(m, 0, 4, 4);
+    expect_windows(load(f, "qwen3",
+                        "\"use_sliding_window\": true, \"sliding_window\": 4, \"layer_types\": "
+                        "[\"full_attention\", \"full_attention\", \"sliding_attention\"]"),
+                   0, 0, 4);
+    /* Gemma: every second layer full (Gemma 2), every sliding_window_pattern-th (Gemma 3, 6) */
+    expect_windows(load(f, "gemma2", "\"sliding_window\": 6"), 6, 0, 6);
+    /* a window no shorter than the sequence masks nothing, and is left out */
+    expect_windows(load(f, "gemma2", NULL), 0, 0, 0);
+    expect_windows(load(f, "gemma2", "\"sliding_window\": null"), 0, 0, 0);
+    expect_windows(load(f, "gemma3_text", "\"sliding_window\": 5"), 5, 5, 5);
+    expect_windows(load(f, "gemma3_text", "\"sliding_window\": 5, \"sliding_window_pattern\": 3"),
+                   5, 5, 0);
     write_config(f, "qwen3", "\"layer_types\": [\"full_attention\", \"chunked_attention\", 1]");
     regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
                                   "key \"layer_types\" entry 1 is not \"full_attention\"");
-    write_config(f, "qwen2", "\"layer_types\": [\"full_attention\"]");
+    write_config(f, "gemma2", "\"layer_types\": [\"full_attention\"]");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
                                   "key \"layer_types\" must be a list of num_hidden_layers (3)");
+}
+
+/* Gemma: the scores scaled by query_pre_attn_scalar^-1/2, Gemma 2's
+ * attention soft-capped (50 by default; Gemma 3's never), the logits
+ * soft-capped when final_logit_softcapping says, the embeddings times
+ * sqrt(hidden_size), and Gemma 3's sliding layers rotating with their own
+ * base (a second pair of rotary tables). */
+static void test_gemma(void **state)
+{
+    regc_test_dir *f = *state;
+    int64_t w[3];
+    float cap, scale;
+    regc_model *m = load(f, "gemma2", "\"query_pre_attn_scalar\": 16");
+    attention_attrs(m, 8, w, 3, &cap, &scale);
+    assert_true(cap == 50.0f && scale == 0.25f);
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 1, 8, &g), REGC_OK);
+    /* the logits: tanh between the head's GEMM and the loss */
+    const int ce = regc_graph_n_nodes(g) - 1;
+    assert_int_equal(regc_graph_node(g, ce)->op, REGC_OP_CROSS_ENTROPY);
+    assert_int_equal(regc_graph_node(g, ce - 2)->op, REGC_OP_TANH);
+    assert_int_equal(regc_graph_node(g, 1)->op, REGC_OP_SCALE); /* sqrt(24) on the embeddings */
+    assert_true(regc_graph_node(g, 1)->attrs.value == (float)sqrt(24.0));
+    assert_int_equal(regc_graph_find_tensor(g, "rope_local_cos"), -1);
+    regc_graph_free(g);
+    regc_model_free(m);
+    m = load(f, "gemma2", "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": null");
+    attention_attrs(m, 8, w, 3, &cap, &scale);
+    assert_true(cap == 0.0f && scale == 0.0625f); /* 256^-1/2 */
+    assert_int_equal(regc_model_build_graph(m, 1, 8, &g), REGC_OK);
+    assert_int_equal(regc_graph_node(g, regc_graph_n_nodes(g) - 2)->op, REGC_OP_MATMUL);
+    regc_graph_free(g);
+    regc_model_free(m);
+    m = load(f, "gemma3_text", "\"attn_logit_softcapping\": 20.0, \"sliding_window\": 4");
+    attention_attrs(m, 8, w, 3, &cap, &scale);
+    assert_true(cap == 0.0f);
+    assert_int_equal(regc_model_build_graph(m, 1, 8, &g), REGC_OK);
+    assert_true(regc_graph_find_tensor(g, "rope_local_cos") >= 0);
+    regc_graph_free(g);
+    /* the two bases: Gemma 3's defaults, 1e6 and 1e4, then as written */
+    float full[2], local[2], s1;
+    assert_int_equal(regc_model_compute_rope(m, full, 2, &s1), 2);
+    assert_true(full[1] == (float)(1.0 / pow(1e6, 0.5)));
+    regc_model_free(m);
+    m = load(f, "gemma3_text",
+             "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\", "
+             "\"rope_theta\": 100.0}, \"sliding_attention\": {\"rope_type\": \"linear\", "
+             "\"factor\": 2.0, \"rope_theta\": 10.0}}");
+    char d[2048];
+    regc_model_describe(m, d, sizeof d);
+    if (!strstr(d, "rope_theta 100") || !strstr(d, "(sliding layers 10)"))
+        fail_msg("%s", d);
+    (void)local;
+    regc_model_free(m);
+    write_config(f, "gemma3_text", "\"rope_parameters\": {\"rope_type\": \"default\"}");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"rope_parameters\" must hold \"full_attention\" and "
+                                  "\"sliding_attention\" for gemma3_text");
+    write_config(f, "gemma3_text", "\"use_bidirectional_attention\": true");
+    regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
+                                  "key \"use_bidirectional_attention\" = true is not supported");
+    write_config(f, "gemma2", "\"final_logit_softcapping\": 0");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"final_logit_softcapping\" is 0, must be positive");
+    write_config(f, "gemma2", "\"hidden_activation\": \"gelu_fast\"");
+    regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
+                                  "key \"hidden_activation\" is \"gelu_fast\"");
 }
 
 static int count_ops(const regc_graph *g, regc_op op)
@@ -347,6 +470,38 @@ static void test_pad_token(void **state)
     regc_model_free(m);
     assert_int_equal(regc_model_load(out, &m), REGC_OK);
     assert_int_equal(embedding_padding(m), 7);
+}
+
+/* hidden_act (Gemma's hidden_activation) chooses the gate's op. */
+static void test_activations(void **state)
+{
+    regc_test_dir *f = *state;
+    static const struct {
+        const char *type, *key, *name;
+        regc_op op;
+    } acts[] = {
+        {"llama", "hidden_act", "silu", REGC_OP_SILU},
+        {"qwen2", "hidden_act", "gelu_pytorch_tanh", REGC_OP_GELU},
+        {"phi3", "hidden_act", "gelu_new", REGC_OP_GELU},
+        {"mistral", "hidden_act", "gelu", REGC_OP_GELU_ERF},
+        {"olmo2", "hidden_act", "relu", REGC_OP_RELU},
+        {"gemma2", "hidden_activation", "gelu", REGC_OP_GELU_ERF},
+        {"gemma3_text", "hidden_act", "silu", REGC_OP_GELU}, /* Gemma reads hidden_activation */
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) {
+        char extra[128];
+        snprintf(extra, sizeof extra, "\"%s\": \"%s\"", acts[i].key, acts[i].name);
+        regc_model *m = load(f, acts[i].type, extra);
+        regc_graph *g = NULL;
+        assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
+        const int others[] = {REGC_OP_SILU, REGC_OP_GELU, REGC_OP_GELU_ERF, REGC_OP_RELU};
+        for (size_t k = 0; k < sizeof others / sizeof *others; k++)
+            if (count_ops(g, (regc_op)others[k]) != (others[k] == (int)acts[i].op ? 3 : 0))
+                fail_msg("%s with %s: %d ops %d", acts[i].type, extra,
+                         count_ops(g, (regc_op)others[k]), others[k]);
+        regc_graph_free(g);
+        regc_model_free(m);
+    }
 }
 
 /* PEFT's default target_modules where it has one; none for OLMo 2 and Phi-3. */
@@ -467,10 +622,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_params, setup),
         regc_test_in_dir(test_one_kind_per_layer, setup),
+        regc_test_in_dir(test_alternating_layers, setup),
         regc_test_in_dir(test_save_reload, setup),
         regc_test_in_dir(test_sliding_windows, setup),
+        regc_test_in_dir(test_gemma, setup),
         regc_test_in_dir(test_phi3_dropout, setup),
         regc_test_in_dir(test_pad_token, setup),
+        regc_test_in_dir(test_activations, setup),
         regc_test_in_dir(test_peft_defaults, setup),
         regc_test_in_dir(test_key_tables, setup),
     };

@@ -47,7 +47,10 @@ static int group_teardown(void **state)
 
 /* Attention written out in double with an explicit probability row: out,
  * lse and the gradients for upstream gradient dout; with a score bias
- * [H, tq, tk] (or NULL) also its gradient dbias, summed over the batch. */
+ * [H, tq, tk] (or NULL) also its gradient dbias, summed over the batch;
+ * with soft-capping and a sliding window as Transformers' eager attention
+ * applies them (cap tanh(x / cap) of the scaled score; keys i - j >=
+ * window masked). */
 static void naive_attention(const regc_attn_shape *s, const float *q, const float *k,
                             const float *v, const float *dout, const float *bias, double *out,
                             double *lse, double *dq, double *dk, double *dv, double *dbias)
@@ -55,8 +58,10 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
     const int64_t H = s->n_head, Hkv = s->n_kv_head, D = s->head_dim, rep = H / Hkv;
     const int64_t qld = H * D, kvld = Hkv * D;
     double *p = malloc((size_t)s->tk * sizeof *p), *dp = malloc((size_t)s->tk * sizeof *dp);
+    double *slope = malloc((size_t)s->tk * sizeof *slope);
     assert_non_null(p);
     assert_non_null(dp);
+    assert_non_null(slope);
     memset(dk, 0, regc_test_attn_kv_count(s) * sizeof *dk);
     memset(dv, 0, regc_test_attn_kv_count(s) * sizeof *dv);
     if (dbias)
@@ -65,25 +70,34 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < s->tq; i++) {
                 const int64_t g = h / rep, nk = s->causal ? i + 1 : s->tk;
+                /* a sliding window: keys before i - window + 1 are not seen */
+                const int64_t j0 = s->window > 0 && i >= s->window ? i - s->window + 1 : 0;
                 const float *qi = q + (b * s->tq + i) * qld + h * D;
                 const float *doi = dout + (b * s->tq + i) * qld + h * D;
                 double mx = -INFINITY, sum = 0.0, delta = 0.0;
-                for (int64_t j = 0; j < nk; j++) {
+                for (int64_t j = j0; j < nk; j++) {
                     const float *kj = k + (b * s->tk + j) * kvld + g * D;
                     double d = 0.0;
                     for (int64_t e = 0; e < D; e++)
                         d += (double)qi[e] * kj[e];
-                    p[j] = d * s->scale + (bias ? bias[(h * s->tq + i) * s->tk + j] : 0.0);
+                    p[j] = d * s->scale;
+                    slope[j] = 1.0;
+                    if (s->softcap > 0.0f) { /* cap tanh(x / cap), slope 1 - tanh^2 */
+                        const double t = tanh(p[j] / s->softcap);
+                        p[j] = s->softcap * t;
+                        slope[j] = 1.0 - t * t;
+                    }
+                    p[j] += bias ? bias[(h * s->tq + i) * s->tk + j] : 0.0;
                     mx = fmax(mx, p[j]);
                 }
-                for (int64_t j = 0; j < nk; j++)
+                for (int64_t j = j0; j < nk; j++)
                     sum += exp(p[j] - mx);
                 lse[(b * H + h) * s->tq + i] = mx + log(sum);
                 double *oi = out + (b * s->tq + i) * qld + h * D;
                 double *dqi = dq + (b * s->tq + i) * qld + h * D;
                 for (int64_t e = 0; e < D; e++)
                     oi[e] = dqi[e] = 0.0;
-                for (int64_t j = 0; j < nk; j++) {
+                for (int64_t j = j0; j < nk; j++) {
                     const float *vj = v + (b * s->tk + j) * kvld + g * D;
                     p[j] = exp(p[j] - mx) / sum;
                     dp[j] = 0.0;
@@ -93,11 +107,11 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
                     }
                     delta += p[j] * dp[j];
                 }
-                for (int64_t j = 0; j < nk; j++) {
+                for (int64_t j = j0; j < nk; j++) {
                     const float *kj = k + (b * s->tk + j) * kvld + g * D;
                     double *dkj = dk + (b * s->tk + j) * kvld + g * D;
                     double *dvj = dv + (b * s->tk + j) * kvld + g * D;
-                    const double ds = p[j] * (dp[j] - delta) * s->scale;
+                    const double ds = p[j] * (dp[j] - delta) * slope[j] * s->scale;
                     if (dbias)
                         dbias[(h * s->tq + i) * s->tk + j] += p[j] * (dp[j] - delta);
                     for (int64_t e = 0; e < D; e++) {
@@ -109,6 +123,7 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
             }
     free(p);
     free(dp);
+    free(slope);
 }
 
 static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_bias)
@@ -133,8 +148,10 @@ static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_
     double *w_db = with_bias ? regc_test_host_doubles(nb) : NULL;
     naive_attention(&s, hq, hk, hv, hdo, hb, w_out, w_lse, w_dq, w_dk, w_dv, w_db);
     char what[96];
-    snprintf(what, sizeof what, "attention T=%lld D=%d H=%d/%d causal=%d bias=%d", (long long)s.tq,
-             s.head_dim, s.n_head, s.n_kv_head, s.causal, with_bias);
+    snprintf(what, sizeof what,
+             "attention T=%lld D=%d H=%d/%d causal=%d bias=%d cap=%g window=%lld", (long long)s.tq,
+             s.head_dim, s.n_head, s.n_kv_head, s.causal, with_bias, (double)s.softcap,
+             (long long)s.window);
     if (with_bias)
         regc_test_assert_close(what, regc_test_download(be, dbias, nb), w_db, nb, 3e-5, 3e-5);
     regc_test_assert_close(what, regc_test_download(be, out, nq), w_out, nq, 3e-5, 3e-5);
@@ -148,12 +165,40 @@ static void test_attention_matches_naive(void **state)
 {
     (void)state;
     /* head_dim 19: two 8-wide blocks of the dot product plus a tail */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0}, 100, 0);
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f, 0}, 200, 0);
-    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f, 0}, 300, 0);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0, 0.0f, 0}, 100,
+                             0);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f, 0, 0.0f, 0}, 200,
+                             0);
+    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f, 0, 0.0f, 0}, 300, 0);
     /* T5: scale 1 and a position bias, multi-threaded dbias over 3 batch rows */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f, 0}, 600, 1);
-    check_attention_vs_naive((regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f, 0}, 700, 1);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f, 0, 0.0f, 0}, 600, 1);
+    check_attention_vs_naive((regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0}, 700, 1);
+    /* Gemma 2: soft-capped scores (a cap the scores reach, so tanh bends
+     * them), a sliding window shorter than T, and both */
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.6f, 0, 0.5f, 0}, 800, 0);
+    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.23f, 0, 0.0f, 5}, 900, 0);
+    check_attention_vs_naive((regc_attn_shape){2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9}, 1000, 0);
+    /* a window as long as T changes nothing; one key wide, each query sees itself */
+    check_attention_vs_naive((regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 11}, 1100, 0);
+    check_attention_vs_naive((regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 1}, 1200, 0);
+}
+
+/* Soft-capping with a bias is refused by name (neither backend forms its
+ * bias gradient), and so is a window without the causal mask. */
+static void test_attention_refusals(void **state)
+{
+    (void)state;
+    regc_attn_shape s = {1, 4, 4, 2, 2, 4, 1, 0.5f, 0, 0.5f, 0};
+    float *q = regc_test_dev_nan(be, 32), *out = regc_test_dev_nan(be, 32);
+    float *lse = regc_test_dev_nan(be, 8), *bias = regc_test_dev_nan(be, 32);
+    be->attention_fwd(be, out, lse, q, q, q, bias, &s);
+    assert_int_equal(be->sync(be), REGC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(regc_error_message(),
+                           "attention_fwd: a score bias with soft-capping is not supported"));
+    s.softcap = 0.0f, s.window = 2, s.causal = 0;
+    be->attention_fwd(be, out, lse, q, q, q, NULL, &s);
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "a window (2) needs the causal mask"));
 }
 
 /* GQA must equal ordinary attention with each kv head repeated for its
@@ -161,7 +206,7 @@ static void test_attention_matches_naive(void **state)
 static void test_attention_gqa_equals_repeated_heads(void **state)
 {
     (void)state;
-    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f, 0};
+    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f, 0, 0.0f, 0};
     regc_attn_shape mha = gqa;
     mha.n_kv_head = gqa.n_head;
     const int rep = gqa.n_head / gqa.n_kv_head, D = gqa.head_dim;
@@ -217,7 +262,7 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
 static void test_attention_causal_first_row_is_v0(void **state)
 {
     (void)state;
-    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f, 0};
+    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f, 0, 0.0f, 0};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     regc_test_attention_inputs(be, &s, 500, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
@@ -248,7 +293,7 @@ static void test_attention_without_keys(void **state)
     (void)state;
     regc_backend *d = regc_test_cpu_backend(2);
     assert_non_null(d);
-    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f, 0};
+    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f, 0, 0.0f, 0};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *q = regc_test_upload(d, regc_test_host_uniform(nq, 510, 0.0f, 1.0f), nq);
     float *dout = regc_test_upload(d, regc_test_host_uniform(nq, 511, 0.0f, 1.0f), nq);
@@ -725,6 +770,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         regc_test_with_buffers(test_attention_matches_naive),
+        regc_test_with_buffers(test_attention_refusals),
         regc_test_with_buffers(test_attention_gqa_equals_repeated_heads),
         regc_test_with_buffers(test_attention_causal_first_row_is_v0),
         regc_test_with_buffers(test_attention_without_keys),

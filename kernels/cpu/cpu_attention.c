@@ -1,6 +1,9 @@
 /* cpu_attention.c — softmax attention, forward and backward, with grouped
- * query heads, an optional causal mask and an optional additive score bias
- * (T5's position bias, [n_head, tq, tk] shared by the batch). Nothing of
+ * query heads, an optional causal mask (optionally a sliding window of it:
+ * keys before the window take no weight), optional soft-capping of the
+ * scaled scores (Gemma 2's cap tanh(x / cap), whose slope 1 - tanh^2 the
+ * backward applies to the score gradients) and an optional additive score
+ * bias (T5's position bias, [n_head, tq, tk] shared by the batch). Nothing of
  * size T x T is ever stored per batch: the forward keeps one row of scores
  * per thread and saves each row's log-sum-exp; the backward recomputes the
  * probabilities from it, one head at a time per thread, keeping that head's
@@ -35,9 +38,12 @@ static inline float cpu_dot(const float *a, const float *b, int n)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-static int cpu_check_attention(regc_backend *be, const regc_attn_shape *s, const char *what)
+static int cpu_check_attention(regc_backend *be, const regc_attn_shape *s, const float *bias,
+                               const char *what)
 {
-    const int status = regc_attn_check(s, what);
+    int status = regc_attn_check(s, what);
+    if (status == REGC_OK)
+        status = regc_attn_check_bias(s, bias, what);
     if (status != REGC_OK)
         regc_cpu_set_failure(be, status);
     return status == REGC_OK;
@@ -147,7 +153,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                             const float *k, const float *v, const float *bias,
                             const regc_attn_shape *s)
 {
-    if (!cpu_check_attention(be, s, "attention_fwd"))
+    if (!cpu_check_attention(be, s, bias, "attention_fwd"))
         return;
     const int threads = regc_cpu_threads(be);
     const int H = s->n_head, D = s->head_dim, rep = s->n_head / s->n_kv_head;
@@ -191,14 +197,21 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 }
                 float mx = -INFINITY;
                 cpu_attn_row_scores(p, qi, kt, ld, D, n_keys, s->scale);
+                if (s->softcap > 0.0f)
+                    for (int64_t j = 0; j < n_keys; j++)
+                        p[j] = regc_softcap(p[j], s->softcap, NULL);
                 if (bias) {
                     const float *bi = bias + ((int64_t)h * tq + i) * tk; /* [tk] */
                     for (int64_t j = 0; j < n_keys; j++)
                         p[j] += bi[j];
                 }
-                for (int64_t j = 0; j < n_keys; j++)
+                /* keys before the window take no weight */
+                const int64_t first = regc_attn_first_key(s, i);
+                for (int64_t j = first; j < n_keys; j++)
                     mx = p[j] > mx ? p[j] : mx;
-                for (int64_t j = 0; j < n_keys; j++)
+                for (int64_t j = 0; j < first; j++)
+                    p[j] = 0.0f;
+                for (int64_t j = first; j < n_keys; j++)
                     p[j] = regc_expf(p[j] - mx);
                 double sum = 0.0;
                 for (int64_t j = 0; j < n_keys; j++)
@@ -261,7 +274,7 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
                 const float delta = cpu_dot(doi, oi, D);
                 cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, s->scale);
                 cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
-                for (int64_t j = 0; j < n_keys; j++)
+                for (int64_t j = regc_attn_first_key(s, i); j < n_keys; j++)
                     dbi[j] += regc_expf(p[j] + bi[j] - lse_i) * (dp[j] - delta);
             }
         }
@@ -273,7 +286,7 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                             const float *bias, const float *out, const float *lse,
                             const regc_attn_shape *s)
 {
-    if (!cpu_check_attention(be, s, "attention_bwd"))
+    if (!cpu_check_attention(be, s, bias, "attention_bwd"))
         return;
     if (dbias && !bias) {
         regc_cpu_set_failure(
@@ -359,14 +372,29 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                     if (bi)
                         for (int64_t j = 0; j < n_keys; j++)
                             p[j] += bi[j];
+                    const int64_t first = regc_attn_first_key(s, i);
+                    for (int64_t j = 0; j < first; j++) /* before the window: no weight */
+                        pt[j * tq + i] = dst[j * tq + i] = 0.0f;
                     /* p becomes the probabilities, dp the score gradients;
                      * both are kept transposed for dK and dV below */
-                    for (int64_t j = 0; j < n_keys; j++) {
-                        p[j] = regc_expf(p[j] - lse_i);
-                        dp[j] = scale * (p[j] * (dp[j] - delta));
-                        pt[j * tq + i] = p[j];
-                        dst[j * tq + i] = dp[j];
+                    if (s->softcap > 0.0f) {
+                        for (int64_t j = first; j < n_keys; j++) {
+                            float slope;
+                            p[j] = regc_expf(regc_softcap(p[j], s->softcap, &slope) - lse_i);
+                            dp[j] = scale * (p[j] * (dp[j] - delta) * slope);
+                            pt[j * tq + i] = p[j];
+                            dst[j * tq + i] = dp[j];
+                        }
+                    } else {
+                        for (int64_t j = first; j < n_keys; j++) {
+                            p[j] = regc_expf(p[j] - lse_i);
+                            dp[j] = scale * (p[j] * (dp[j] - delta));
+                            pt[j * tq + i] = p[j];
+                            dst[j * tq + i] = dp[j];
+                        }
                     }
+                    for (int64_t j = 0; j < first; j++)
+                        dp[j] = 0.0f;
                     memset(dqi, 0, (size_t)D * sizeof(float));
                     cpu_attn_row_combine(dqi, dp, n_keys, kb, k_ld, D); /* dS K */
                 }

@@ -5,8 +5,9 @@
  *
  * Softmax attention, forward and backward, in the manner of FlashAttention-2 in fp32 on the CUDA
  * cores, with the CPU backend's semantics (cpu_attention.c): grouped query heads, an optional
- * causal mask and an optional additive score bias [n_head, tq, tk] shared by the batch (T5), whose
- * gradient is summed over the batch. Nothing of size T x T is stored per batch row; the bias
+ * causal mask and sliding window, optional soft-capping of the scaled scores (regc_softcap) and an
+ * optional additive score bias [n_head, tq, tk] shared by the batch (T5), whose gradient is
+ * summed over the batch. Nothing of size T x T is stored per batch row; the bias
  * gradient is the one T x T output.
  *
  * Tiling. A block is 256 threads seen as a 16 x 16 grid (ty, tx). Tiles of
@@ -249,11 +250,11 @@ static __device__ __forceinline__ double cuda_sum_row(double x)
     return x;
 }
 
-/* Does query i see key j? Padded rows and columns see nothing. */
-static __device__ __forceinline__ bool cuda_sees_key(int64_t i, int64_t j, int64_t tq, int64_t tk,
-                                                     int causal)
+/* Does query i see key j? Padded rows and columns see nothing; under a
+ * sliding window, neither do keys before it. */
+static __device__ __forceinline__ bool cuda_sees_key(int64_t i, int64_t j, const regc_attn_shape &s)
 {
-    return i < tq && j < tk && (!causal || j <= i);
+    return i < s.tq && j < s.tk && (!s.causal || j <= i) && j >= regc_attn_first_key(&s, i);
 }
 
 /* The thread's own element (ty, tx) of a tile with rows ld apart; its
@@ -289,9 +290,10 @@ static __device__ __forceinline__ cuda_query_block cuda_query_block_of(const reg
 
 /* The shape rules every backend checks (kernel_checks.h), plus this
  * file's head_dim limit. */
-static inline int cuda_check_attention(regc_backend *be, const regc_attn_shape *s, const char *what)
+static inline int cuda_check_attention(regc_backend *be, const regc_attn_shape *s,
+                                       const float *bias, const char *what)
 {
-    if (regc_attn_check(s, what) != REGC_OK) {
+    if (regc_attn_check(s, what) != REGC_OK || regc_attn_check_bias(s, bias, what) != REGC_OK) {
         cuda_note_failure(be, regc_error_message());
         return 0;
     }

@@ -59,12 +59,16 @@ static __device__ __forceinline__ void cuda_form_ds(float (&sc)[R][C], float (&d
         for (int c = 0; c < C; c++) {
             const int64_t j = k0 + tx + ATTN_SIDE * c;
             float p = 0.0f, ds = 0.0f;
-            if (cuda_sees_key(i, j, s.tq, s.tk, s.causal)) {
-                float x = s.scale * sc[r][c];
+            if (cuda_sees_key(i, j, s)) {
+                float x = s.scale * sc[r][c], slope = 1.0f;
+                if (s.softcap > 0.0f)
+                    x = regc_softcap(x, s.softcap, &slope);
                 if (bh)
                     x = x + bh[i * s.tk + j];
                 p = regc_expf(x - li);
                 ds = p * (dp[r][c] - di);
+                if (s.softcap > 0.0f) /* the CPU's order: (p (dp - delta)) slope */
+                    ds = ds * slope;
             }
             sc[r][c] = p;
             dp[r][c] = ds;
@@ -395,7 +399,7 @@ static void cuda_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv
                                const float *bias, const float *out, const float *lse,
                                const regc_attn_shape *s)
 {
-    if (!cuda_check_attention(be, s, "attention_bwd"))
+    if (!cuda_check_attention(be, s, bias, "attention_bwd"))
         return;
     if (dbias && !bias) {
         cuda_refuse(be, REGC_ERR_ARG,

@@ -68,8 +68,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
             for (int c = 0; c < CK; c++) {
                 const int64_t j = k0 + tx + ATTN_SIDE * c;
                 float x = -INFINITY;
-                if (cuda_sees_key(i, j, tq, tk, s.causal)) {
+                if (cuda_sees_key(i, j, s)) {
                     x = s.scale * sc[r][c];
+                    if (s.softcap > 0.0f)
+                        x = regc_softcap(x, s.softcap, NULL);
                     if (bh)
                         x = x + bh[i * tk + j];
                 }
@@ -151,7 +153,7 @@ static void cuda_attention_fwd(regc_backend *be, float *out, float *lse, const f
                                const float *k, const float *v, const float *bias,
                                const regc_attn_shape *s)
 {
-    if (!cuda_check_attention(be, s, "attention_fwd"))
+    if (!cuda_check_attention(be, s, bias, "attention_fwd"))
         return;
     if (s->batch == 0 || s->tq == 0)
         return;

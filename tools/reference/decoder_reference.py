@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference losses for regc's end-to-end training of decoder-only
-Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3, Llama with biases.
+Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3, Llama with biases,
+Gemma 2 and Gemma 3 (text).
 
 For small models with deliberately odd sizes, this script builds the weights
 and the token stream with the SAME counter-based RNG as common/rng.c, trains
@@ -21,14 +22,42 @@ writes; config.json is what save_pretrained writes for the family, with
 checks that a fresh model given the initial weights by load_state_dict has
 the same loss on batch 0 and that every parameter takes a gradient.
 Every family's embedding has padding_idx = pad_token_id, whose row takes no
-gradient: the olmo2 and phi3_fused cases have that id in their batches
-(ignoring it moves their losses by up to 1.7e-3 and 3e-4).
+gradient from the lookup (a tied head still updates it): the olmo2,
+phi3_fused and gemma cases have that id in their batches (ignoring it moves
+the olmo2 and phi3_fused losses by up to 1.7e-3 and 3e-4, gemma2_softcap's,
+tied, by up to 5.4e-3, not at step 0).
+
+Norm weights are drawn around 1 (NORM), except Gemma's (GEMMA_NORM, around
+0): its RMSNorms scale by 1 + w, and Transformers initialises w at 0. A
+case's "effects" are config changes whose float32 losses the script prints
+the distance to (the feature must move the losses far past the fp32 noise
+for the C test to see it); they are not recorded. Gemma 2's soft-caps
+(0.5 on the scores, 2.0 on the logits) move gemma2_softcap's losses by up to
+5.5e-3 and 1.2e-2; a window of 5 instead of T moves gemma2_window's by
+0.17; in gemma3_text one RoPE theta for both layer types moves the losses by
+9.2e-2 (1e6) or 1.2e-2 (1e4), a window of T instead of 6 by 9.1e-2.
+
+What Transformers 5 does for Gemma, beyond Llama: the embedding output is
+multiplied by sqrt(hidden_size), held as a float32 buffer (so float32-rounded,
+also in the float64 copy) and cast to the weight's dtype; every RMSNorm
+(also Gemma 3's per-head q/k norms, over head_dim before RoPE) computes
+normalize(x) * (1 + w) in float32; a layer is x + post_norm(attn(pre_norm(x)))
+then the same around the MLP (gelu_pytorch_tanh gate); the scores are scaled
+by query_pre_attn_scalar**-0.5, Gemma 2 soft-caps them (cap * tanh(s / cap))
+before adding the mask (Gemma 3's attention never passes its
+attn_logit_softcapping on), and both soft-cap the logits before the loss.
+layer_types defaults to sliding every layer but each 2nd (Gemma 2) or 6th
+(Gemma 3, the sliding_window_pattern argument); a sliding layer keeps key j
+for query i where i - sliding_window < j <= i. Gemma 3's rope_parameters has
+one entry per layer type. pad_token_id defaults to 0 for both, and the head
+is tied by default. Gemma 3's config.json also carries "_sliding_window_pattern".
 
 The float64 runs (the noise floor) use a float64 copy of the model, keeping
 the float32 casts Transformers writes into its RMSNorms, softmax and rotary
 tables; they differ from the float32 losses by at most ~1.7e-7 relative. The
 floor depends on the draw: Adam's first steps amplify float32 noise in
-near-zero gradients, and OLMo 2 seeds gave 8e-8..8e-6; the seed here is calm.
+near-zero gradients, and OLMo 2 seeds gave 8e-8..8e-6 (Gemma 3's 7e-8..5e-5);
+the seeds here are calm.
 
 Run in a virtual environment with torch 2.x, transformers 5 (recorded with
 5.24.0) and safetensors:
@@ -64,12 +93,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from reference_common import (default_out, get_batch, init_params, make_tokens, run_case,
-                              write_doc)
+                              train, write_doc)
 
 STEPS = 10
 CHECK_STEP = 3  # --check-regc: the step whose loss the saved directory must give
 RTOL = 1e-5
 NORM, WEIGHT = (1.0, 0.2), (0.0, 0.1)  # (center, halfwidth) of norm weights, of the rest
+GEMMA_NORM = (0.0, 0.2)  # Gemma's norms scale by 1 + w (Transformers initialises w at 0)
 
 # ---------------------------------------------------------------------------
 # The cases: "config" holds the family's config arguments (the rest are
@@ -141,6 +171,64 @@ CASES = [
                      max_position_embeddings=64, attention_bias=True, mlp_bias=True,
                      rms_norm_eps=1e-5),
          batch=2, seq=40, lr=1.5e-3, weight_decay=0.05, n_tokens=400),
+    # Gemma 2: sqrt(hidden) on the embedding, RMSNorms x * (1 + w) before
+    # and after attention and MLP, gelu_pytorch_tanh, scores scaled by
+    # query_pre_attn_scalar**-0.5 (24, not head_dim 16) and soft-capped
+    # (cap * tanh(s / cap)) before the mask, the logits soft-capped before
+    # the loss; GQA; layer_types alternate sliding/full (the config's
+    # default); the window (32) is longer than the sequence; tied (Gemma's
+    # default). The caps are small enough to matter with these small
+    # weights (the real models' 50 and 30 would not). pad_token_id 0 is
+    # Gemma's default: the embedding's padding_idx, in the batches.
+    dict(name="gemma2_softcap", model_type="gemma2", seed=3110,
+         config=dict(vocab_size=113, hidden_size=44, intermediate_size=92,
+                     num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=16, query_pre_attn_scalar=24, max_position_embeddings=32,
+                     sliding_window=32, attn_logit_softcapping=0.5,
+                     final_logit_softcapping=2.0),
+         batch=2, seq=14, lr=3e-3, weight_decay=0.01, n_tokens=300, pad_check=True,
+         norm_init=GEMMA_NORM,
+         effects=[("attn_logit_softcapping null", dict(attn_logit_softcapping=None)),
+                  ("final_logit_softcapping null", dict(final_logit_softcapping=None)),
+                  ("pad_token_id null", dict(pad_token_id=None))]),
+    # Gemma 2 with a window (5) shorter than the sequence (12): layers 0 and 2
+    # of 3 see only the last 5 positions (Transformers' sliding mask keeps
+    # key j for query i where i - 5 < j <= i); no soft-capping; multi-head,
+    # query_pre_attn_scalar = head_dim (10; heads * head_dim = 30 != 42).
+    dict(name="gemma2_window", model_type="gemma2", seed=3222,
+         config=dict(vocab_size=167, hidden_size=42, intermediate_size=70,
+                     num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=3,
+                     head_dim=10, query_pre_attn_scalar=10, max_position_embeddings=32,
+                     sliding_window=5, attn_logit_softcapping=None,
+                     final_logit_softcapping=None),
+         batch=3, seq=12, lr=3e-3, weight_decay=0.05, n_tokens=300, windowed=True,
+         pad_check=True,
+         norm_init=GEMMA_NORM,
+         effects=[("sliding_window 12 (= T)", dict(sliding_window=12))]),
+    # Gemma 3 text (Gemma3ForCausalLM): Gemma 2's layer plus q/k RMSNorms
+    # (1 + w) over head_dim 12 before RoPE, and RoPE theta per layer type
+    # (rope_parameters' full_attention 1e6, sliding_attention 1e4);
+    # query_pre_attn_scalar 16 (not head_dim); the default layer pattern of
+    # 6 (five sliding layers, then a full one) with a window (6) shorter than
+    # the sequence (16); no soft-capping (Gemma 3's defaults); GQA; tied.
+    dict(name="gemma3_text", model_type="gemma3_text", seed=3304,
+         config=dict(vocab_size=151, hidden_size=40, intermediate_size=84,
+                     num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=12, query_pre_attn_scalar=16, max_position_embeddings=32,
+                     sliding_window=6, use_bidirectional_attention=False,
+                     rope_parameters=dict(
+                         full_attention=dict(rope_type="default", rope_theta=1000000.0),
+                         sliding_attention=dict(rope_type="default", rope_theta=10000.0))),
+         batch=2, seq=16, lr=3e-3, weight_decay=0.01, n_tokens=300, windowed=True,
+         pad_check=True,
+         norm_init=GEMMA_NORM,
+         effects=[("rope_theta 1e6 for both", dict(rope_parameters=dict(
+                       full_attention=dict(rope_type="default", rope_theta=1000000.0),
+                       sliding_attention=dict(rope_type="default", rope_theta=1000000.0)))),
+                  ("rope_theta 1e4 for both", dict(rope_parameters=dict(
+                       full_attention=dict(rope_type="default", rope_theta=10000.0),
+                       sliding_attention=dict(rope_type="default", rope_theta=10000.0)))),
+                  ("sliding_window 16 (= T)", dict(sliding_window=16))]),
 ]
 for _c in CASES:
     _c.setdefault("steps", STEPS)
@@ -156,7 +244,7 @@ def hf_config(case):
     """config.json as save_pretrained writes it for the case's family, with
     "architectures" set, read back from the file."""
     if case["name"] not in CONFIGS:
-        cfg = AutoConfig.for_model(case["model_type"], **case["config"])
+        cfg = AutoConfig.for_model(case["model_type"], **copy.deepcopy(case["config"]))
         cfg.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[case["model_type"]]]
         with tempfile.TemporaryDirectory() as tmp:
             cfg.save_pretrained(tmp)
@@ -196,7 +284,8 @@ def param_specs(case):
     position in this list is the parameter's substream index t. The names and
     shapes must be those save_pretrained writes to model.safetensors."""
     model = model_for(case, torch.float32)
-    specs = [(name, tuple(p.shape)) + (NORM if "norm" in name else WEIGHT)
+    norm = case.get("norm_init", NORM)
+    specs = [(name, tuple(p.shape)) + (norm if "norm" in name else WEIGHT)
              for name, p in model.named_parameters()]
     state = [k for k in model.state_dict() if not (k == "lm_head.weight" and
                                                     model.config.tie_word_embeddings)]
@@ -226,6 +315,37 @@ def forward_loss(p, k, case):
     return model_loss(model_for(case, dtype), p, idx, targets)
 
 
+def untied_grads(case, init, idx, targets):
+    """Batch 0's gradients of a tied embedding split in two: through the
+    lookup and through the head (functional_call with the tie undone)."""
+    model = model_for(case, torch.float32)
+    emb = torch.tensor(init["model.embed_tokens.weight"], requires_grad=True)
+    head = torch.tensor(init["model.embed_tokens.weight"], requires_grad=True)
+    tensors = {n: torch.tensor(a) for n, a in init.items()}
+    tensors.update({"model.embed_tokens.weight": emb, "lm_head.weight": head},
+                   **{n: b for n, b in model.named_buffers()})
+    logits = torch.func.functional_call(model, tensors, (idx,), {"use_cache": False},
+                                        tie_weights=False, strict=True).logits
+    F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1)).backward()
+    return emb.grad, head.grad
+
+
+def print_effects(case, specs, losses):
+    """How far each of the case's "effects" (config changes) moves its float32
+    losses from the same start: the feature is visible to the C test only
+    if this is well above the fp32 noise. Printed, not recorded."""
+    init = init_params(case["seed"], specs)
+    for label, overrides in case.get("effects", []):
+        variant = dict(case, name="%s/%s" % (case["name"], label),
+                       config=dict(case["config"], **overrides))
+        variant["tokens"] = make_tokens(case["seed"], case["n_tokens"],
+                                        hf_config(variant)["vocab_size"])
+        other, _ = train(variant, init, forward_loss, torch.float32)
+        diff = [abs(a - b) for a, b in zip(other, losses)]
+        print("%-24s %s: losses move by up to %.1e (%.1e relative; step 0 %.1e)"
+              % ("", label, max(diff), max(d / abs(b) for d, b in zip(diff, losses)), diff[0]))
+
+
 def check_case(case, specs, config):
     """Batch 0's loss through functional_call equals a fresh model's, given
     the initial weights by load_state_dict; every parameter takes a gradient;
@@ -253,7 +373,13 @@ def check_case(case, specs, config):
     assert fresh.get_input_embeddings().padding_idx == pad
     if case.get("pad_check"):  # batch 0 has the pad id; its embedding row takes nothing
         assert pad is not None and (idx == pad).any(), "the pad id is not in batch 0"
-        assert p["model.embed_tokens.weight"].grad[pad].abs().max() == 0
+        if tied:  # ... from the lookup: the head's gradient still reaches it
+            lookup, head = untied_grads(case, init, idx, targets)
+            assert lookup[pad].abs().max() == 0 and head[pad].abs().max() > 0
+            assert torch.allclose(lookup + head, p["model.embed_tokens.weight"].grad,
+                                  rtol=1e-5, atol=1e-9)
+        else:
+            assert p["model.embed_tokens.weight"].grad[pad].abs().max() == 0
         n = sum(int((get_batch(tokens, k, case["batch"], case["seq"])[0] == pad).sum())
                 for k in range(case["steps"]))
         note = "; padding_idx %d, %d times in the inputs" % (pad, n)
@@ -364,10 +490,13 @@ def main():
         cfg = case["config"]
         assert case["seq"] <= cfg["max_position_embeddings"]
         assert case["n_tokens"] >= case["batch"] * case["seq"] + 1
-        assert cfg.get("sliding_window") is None or cfg["sliding_window"] > case["seq"]
+        # a window shorter than the sequence only where the case says so
+        assert (cfg.get("sliding_window") is None or cfg["sliding_window"] > case["seq"]) != \
+            bool(case.get("windowed"))
         specs, config = param_specs(case), hf_config(case)
         check_case(case, specs, config)
         out_cases.append(run_case(case, specs, config, forward_loss))
+        print_effects(case, specs, out_cases[-1]["losses"])
     write_doc("tools/reference/decoder_reference.py (transformers %s)" % transformers.__version__,
               out_cases, args.out)
 

@@ -1,0 +1,109 @@
+/* decoder.h — private to models/: what the decoder families' two files
+ * share. decoder.c describes each family and reads its config.json into a
+ * decoder_config (and lists, writes back and describes it); decoder_graph.c
+ * builds the flat forward graph from that description and fills its rotary
+ * tables. */
+#ifndef REGC_DECODER_H
+#define REGC_DECODER_H
+
+#include "model_internal.h"
+
+/* One layer's parameter slots; a family lists the ones it may have in its
+ * checkpoint order, and the config decides which optional ones exist. */
+enum {
+    S_Q,
+    S_Q_BIAS,
+    S_K,
+    S_K_BIAS,
+    S_V,
+    S_V_BIAS,
+    S_QKV, /* Phi-3: [q; k; v] in one projection */
+    S_O,
+    S_O_BIAS,
+    S_Q_NORM,
+    S_K_NORM,
+    S_GATE,
+    S_GATE_BIAS,
+    S_UP,
+    S_UP_BIAS,
+    S_GATE_UP, /* Phi-3: [gate; up] in one projection */
+    S_DOWN,
+    S_DOWN_BIAS,
+    S_INPUT_NORM,
+    S_POST_ATTN_NORM,
+    S_PRE_FF_NORM,
+    S_POST_FF_NORM,
+    N_SLOTS
+};
+
+typedef enum { QK_NORM_NONE, QK_NORM_HEAD, QK_NORM_WHOLE } qk_norm_kind;
+
+/* Where a layer's norms stand. */
+typedef enum {
+    NORMS_BEFORE, /* before attention and the MLP (Llama): input, post_attention */
+    NORMS_AFTER,  /* after them, on their outputs (OLMo 2): post_attention, post_feedforward */
+    NORMS_BOTH,   /* before and after each (Gemma): input, post_attention, pre_ and post_feedforward
+                   */
+} norm_place;
+
+/* How a family reads its sliding windows. */
+typedef enum {
+    WINDOW_NONE,   /* no window (Llama, OLMo 2) */
+    WINDOW_ALL,    /* sliding_window, when set, on every layer (Mistral, Phi-3) */
+    WINDOW_LAYERS, /* layer_types, or use_sliding_window and max_window_layers (Qwen) */
+    WINDOW_GEMMA,  /* layer_types, or every `pattern`-th layer full (Gemma) */
+} window_kind;
+
+/* The activations the MLP's gate may take: hidden_act's values. */
+typedef enum { ACT_SILU, ACT_GELU_TANH, ACT_GELU, ACT_RELU } act_kind;
+
+typedef struct {
+    const char *architecture; /* config.json's "architectures" */
+    const int *slots;         /* its layer's possible slots, checkpoint order, -1 ends */
+    qk_norm_kind qk_norm;
+    norm_place norms;
+    int norm_offset; /* Gemma: a norm multiplies by 1 + w */
+    int embed_scale; /* Gemma: the embeddings times sqrt(hidden_size) */
+    int fused;       /* qkv_proj and gate_up_proj */
+    int qkv_bias;    /* q, k and v always have biases (Qwen 2) */
+    int bias_key;    /* attention_bias adds biases to q, k, v and o */
+    int mlp_bias_key;
+    int resid_dropout;    /* resid_pdrop after attention and the MLP (Phi-3) */
+    int gemma;            /* query_pre_attn_scalar and the soft-capping keys */
+    int local_rope;       /* sliding layers rotate with their own base (Gemma 3) */
+    const char *act_key;  /* "hidden_act", or Gemma's "hidden_activation" */
+    act_kind act_default; /* when act_key is absent */
+    window_kind window;
+    int64_t window_pattern; /* WINDOW_GEMMA without layer_types: every n-th layer is full */
+    int64_t pad_default;    /* pad_token_id when config.json has none; -1: none */
+    int tied_default;       /* tie_word_embeddings when config.json has none (Gemma's true) */
+} decoder_family;
+
+typedef struct {
+    const decoder_family *family;
+    int64_t vocab, hidden, inter, n_layer, n_head, n_kv_head, head_dim, n_pos;
+    double eps, attn_dropout, resid_dropout;
+    regc_rope rope;       /* rope_theta and its scaling (rope.c); a sliding layer's... */
+    regc_rope rope_local; /* ... when the family's local_rope is set */
+    act_kind act;
+    int tied;
+    int64_t pad;             /* pad_token_id: the embedding row that takes no gradient; -1: none */
+    int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */
+    double query_scalar;     /* Gemma's query_pre_attn_scalar: scores scaled by its -1/2 power */
+    double attn_softcap, final_softcap; /* Gemma 2's soft-capping; 0: none */
+    int use_sliding_window;             /* Qwen's switch, written back as read */
+    int64_t max_window_layers;
+    int64_t window_pattern;  /* Gemma's sliding_window_pattern, written back as read */
+    int64_t window;          /* sliding_window; 0: none */
+    int n_slots;             /* the layer's parameters */
+    int slot_at[N_SLOTS];    /* a slot's index among them, or -1 */
+    unsigned char sliding[]; /* [n_layer] the layer slides (its window is `window`) */
+} decoder_config;
+
+/* decoder_graph.c */
+int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out);
+int decoder_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                        int n, regc_input *in);
+int64_t decoder_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling);
+
+#endif

@@ -1,0 +1,279 @@
+/* decoder_graph.c — the decoder families' flat forward graph (decoder.h's
+ * description of the layer, as decoder.c read it from config.json) and the
+ * rotary tables it reads.
+ *
+ * The layer, x [B, T, C] in and out (norms as the family places them):
+ *     h = norm(x)                    (NORMS_BEFORE, NORMS_BOTH; else h = x)
+ *     q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (fused: one qkv_proj, sliced)
+ *     q, k = qk_norm(q), qk_norm(k)  (per head: Qwen 3, Gemma 3; whole: OLMo 2)
+ *     q, k = rope(q), rope(k)        (a sliding layer's own tables: Gemma 3)
+ *     a = attention(q, k, v) Wo + bo (scale, soft-capping, sliding window)
+ *     x = x + a                      (NORMS_AFTER, NORMS_BOTH: x + norm(a))
+ *     m = down(act(gate(h')) * up(h'))    (fused: one gate_up_proj, halved)
+ *     x = x + m                      (likewise)
+ * with h' = norm(x) before the MLP under NORMS_BEFORE and NORMS_BOTH; then
+ * the final norm, the head (tied or not), Gemma 2's soft-capping of the
+ * logits, and the cross-entropy. A Gemma norm multiplies by 1 + w, made as
+ * its own op on the weight so the norm kernel stays Llama's. The graph is
+ * flat: layer structure is left for detect/ to discover from the ops
+ * alone. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decoder.h"
+
+/* Tensor ids below are checked once per call through this macro: every
+ * helper returns an id or a negative status with its own message. */
+#define G(expr)                                                                                    \
+    do {                                                                                           \
+        if ((rc = (expr)) < 0)                                                                     \
+            goto fail;                                                                             \
+    } while (0)
+
+/* x W^T (+ b): an nn.Linear, its bias a parameter id or -1. */
+static int decoder_linear(regc_graph *g, int x, int w, int b)
+{
+    int y = regc_graph_matmul(g, x, w, 0, 1);
+    return y < 0 || b < 0 ? y : regc_graph_bias_add(g, y, b);
+}
+
+/* RMSNorm of x's last axis by weight w, or by 1 + w (Gemma's, formed in
+ * float32 as Transformers forms it). */
+static int decoder_norm(regc_graph *g, const decoder_config *c, int x, int w)
+{
+    if (c->family->norm_offset && (w = regc_graph_add_scalar(g, w, 1.0f)) < 0)
+        return w;
+    return regc_graph_rmsnorm(g, x, w, (float)c->eps);
+}
+
+/* A q/k norm over each head's D values, weight [D] (Qwen 3, Gemma 3). */
+static int decoder_head_norm(regc_graph *g, const decoder_config *c, int x, int w, int64_t B,
+                             int64_t T, int64_t heads)
+{
+    const int64_t D = c->head_dim, split[] = {B, T, heads, D}, whole[] = {B, T, heads * D};
+    int rc, y;
+    if ((rc = y = regc_graph_reshape(g, x, 4, split)) < 0 || /* [B, T, heads, D] */
+        (rc = y = decoder_norm(g, c, y, w)) < 0)             /* [B, T, heads, D] */
+        return rc;
+    return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
+}
+
+/* The MLP's gate activation. */
+static int decoder_act(regc_graph *g, act_kind act, int x)
+{
+    switch (act) {
+    case ACT_GELU_TANH: return regc_graph_gelu(g, x);
+    case ACT_GELU: return regc_graph_gelu_erf(g, x);
+    case ACT_RELU: return regc_graph_relu(g, x);
+    case ACT_SILU: break;
+    }
+    return regc_graph_silu(g, x);
+}
+
+/* cap tanh(x / cap), as Gemma 2's head applies it to the logits (the
+ * division as a product by the reciprocal: within an ulp of it). */
+static int decoder_softcap(regc_graph *g, int x, double cap)
+{
+    int rc;
+    if ((rc = x = regc_graph_scale(g, x, (float)(1.0 / cap))) < 0 ||
+        (rc = x = regc_graph_tanh(g, x)) < 0)
+        return rc;
+    return regc_graph_scale(g, x, (float)cap);
+}
+
+int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
+{
+    const decoder_config *c = m->cfg;
+    const decoder_family *f = c->family;
+    if (T > c->n_pos)
+        return regc_error(REGC_ERR_ARG,
+                          "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64
+                          " of %s",
+                          T, c->n_pos, m->source);
+    int rc0 = regc_model_dropout_unapplied(m, "attention_dropout", c->attn_dropout);
+    if (rc0)
+        return rc0;
+    regc_graph *g = regc_graph_new();
+    int *p = NULL; /* [n_params] the parameters' tensor ids */
+    if (!g)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
+    const int H = (int)c->n_head, Hkv = (int)c->n_kv_head;
+    const int64_t D = c->head_dim, QD = H * D, KD = Hkv * D, F = c->inter;
+    int rc, ids, targets, cos, sin, cos_local = -1, sin_local = -1, x, h, q, k, v, u, n = 0;
+    const int64_t bt[] = {B, T}, rot[] = {T, D / 2};
+    G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
+    G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
+    /* One rotary table for every layer (a second for the sliding ones when
+     * they rotate with their own base), filled per batch (decoder_fill_inputs). */
+    G(cos = regc_graph_add_constant(g, "rope_cos", REGC_F32, 2, rot));
+    G(sin = regc_graph_add_constant(g, "rope_sin", REGC_F32, 2, rot));
+    int any_sliding = 0;
+    for (int64_t l = 0; l < c->n_layer; l++)
+        any_sliding |= c->sliding[l];
+    if (f->local_rope && any_sliding) {
+        G(cos_local = regc_graph_add_constant(g, "rope_local_cos", REGC_F32, 2, rot));
+        G(sin_local = regc_graph_add_constant(g, "rope_local_sin", REGC_F32, 2, rot));
+    }
+    G(regc_model_add_param_tensors(m, g, &p));
+    const int embed = p[n++];
+    /* the scores' scale: head_dim^-1/2, or Gemma's query_pre_attn_scalar^-1/2
+     * (a Python power, then float32, as Transformers takes it) */
+    regc_attrs attn = {.n_head = H,
+                       .n_kv_head = Hkv,
+                       .causal = 1,
+                       .scale = (float)pow(f->gemma ? c->query_scalar : (double)D, -0.5),
+                       .softcap = (float)c->attn_softcap};
+    if (c->pad >= 0)
+        G(x = regc_graph_embedding_padded(g, ids, embed, c->pad)); /* [B, T, C] */
+    else
+        G(x = regc_graph_embedding(g, ids, embed)); /* [B, T, C] */
+    if (f->embed_scale) /* sqrt(hidden_size) as a float32 tensor, as Transformers holds it */
+        G(x = regc_graph_scale(g, x, (float)sqrt((double)c->hidden))); /* [B, T, C] */
+    for (int64_t l = 0; l < c->n_layer; l++) {
+        int w[N_SLOTS]; /* this layer's parameters by slot, -1 where absent */
+        for (int s = 0; s < N_SLOTS; s++)
+            w[s] = c->slot_at[s] < 0 ? -1 : p[n + c->slot_at[s]];
+        n += c->n_slots;
+        const int local = cos_local >= 0 && c->sliding[l];
+        /* a window as long as the sequence masks nothing: left out, so the
+         * layer is the full ones' twin and detect/ sees one kind */
+        attn.window = c->sliding[l] && c->window < T ? c->window : 0;
+        /* attention */
+        if (f->norms == NORMS_AFTER)
+            h = x;
+        else
+            G(h = decoder_norm(g, c, x, w[S_INPUT_NORM])); /* [B, T, C] */
+        if (f->fused) {
+            G(u = regc_graph_matmul(g, h, w[S_QKV], 0, 1)); /* [B, T, QD + 2 KD] */
+            G(q = regc_graph_slice(g, u, 2, 0, QD));        /* [B, T, QD] */
+            G(k = regc_graph_slice(g, u, 2, QD, KD));       /* [B, T, KD] */
+            G(v = regc_graph_slice(g, u, 2, QD + KD, KD));  /* [B, T, KD] */
+        } else {
+            G(q = decoder_linear(g, h, w[S_Q], w[S_Q_BIAS])); /* [B, T, QD] */
+            G(k = decoder_linear(g, h, w[S_K], w[S_K_BIAS])); /* [B, T, KD] */
+            G(v = decoder_linear(g, h, w[S_V], w[S_V_BIAS])); /* [B, T, KD] */
+        }
+        if (f->qk_norm == QK_NORM_WHOLE) {
+            G(q = decoder_norm(g, c, q, w[S_Q_NORM])); /* [B, T, QD] */
+            G(k = decoder_norm(g, c, k, w[S_K_NORM])); /* [B, T, KD] */
+        } else if (f->qk_norm == QK_NORM_HEAD) {
+            G(q = decoder_head_norm(g, c, q, w[S_Q_NORM], B, T, H));   /* [B, T, QD] */
+            G(k = decoder_head_norm(g, c, k, w[S_K_NORM], B, T, Hkv)); /* [B, T, KD] */
+        }
+        G(q = regc_graph_rope(g, q, local ? cos_local : cos, local ? sin_local : sin, H));
+        G(k = regc_graph_rope(g, k, local ? cos_local : cos, local ? sin_local : sin, Hkv));
+        G(h = regc_graph_attention_with(g, q, k, v, &attn)); /* [B, T, QD] */
+        G(h = decoder_linear(g, h, w[S_O], w[S_O_BIAS]));    /* [B, T, C] */
+        if (f->norms != NORMS_BEFORE)
+            G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM]));   /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
+        /* the gated MLP */
+        if (f->norms == NORMS_AFTER)
+            h = x;
+        else
+            G(h = decoder_norm(g, c, x,
+                               w[f->norms == NORMS_BOTH ? S_PRE_FF_NORM : S_POST_ATTN_NORM]));
+        if (f->fused) {
+            G(h = regc_graph_matmul(g, h, w[S_GATE_UP], 0, 1)); /* [B, T, 2F] */
+            G(u = regc_graph_slice(g, h, 2, 0, F));             /* [B, T, F] gate */
+            G(u = decoder_act(g, c->act, u));                   /* [B, T, F] */
+            G(h = regc_graph_slice(g, h, 2, F, F));             /* [B, T, F] up */
+        } else {
+            G(u = decoder_linear(g, h, w[S_GATE], w[S_GATE_BIAS])); /* [B, T, F] */
+            G(u = decoder_act(g, c->act, u));                       /* [B, T, F] */
+            G(h = decoder_linear(g, h, w[S_UP], w[S_UP_BIAS]));     /* [B, T, F] */
+        }
+        G(h = regc_graph_mul(g, u, h));                         /* [B, T, F] */
+        G(h = decoder_linear(g, h, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */
+        if (f->norms != NORMS_BEFORE)
+            G(h = decoder_norm(g, c, h, w[S_POST_FF_NORM]));     /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
+    }
+    const int norm = p[n++];
+    const int head = c->tied ? embed : p[n++];
+    int logits, loss;
+    G(x = decoder_norm(g, c, x, norm));              /* [B, T, C] */
+    G(logits = regc_graph_matmul(g, x, head, 0, 1)); /* [B, T, V] */
+    if (c->final_softcap > 0.0)
+        G(logits = decoder_softcap(g, logits, c->final_softcap)); /* [B, T, V] */
+    G(loss = regc_graph_cross_entropy(g, logits, targets));       /* [] */
+    G(regc_graph_mark_output(g, loss));
+    free(p);
+    *out = g;
+    return REGC_OK;
+fail:
+    regc_error_prefix("%s: building the %s graph", m->source, m->arch->model_type);
+    free(p);
+    regc_graph_free(g);
+    return rc;
+}
+#undef G
+
+int64_t decoder_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling)
+{
+    const decoder_config *c = m->cfg;
+    if (inv_freq)
+        regc_rope_inv_freq(&c->rope, c->head_dim, inv_freq, scaling);
+    (void)n;
+    return c->head_dim / 2;
+}
+
+/* One pair of rotary tables [T, D/2] (either may be absent), rounded
+ * exactly as HF's rotary embeddings round them: inv_freq as Transformers'
+ * initialiser for the rope_type computes it (rope.c), the angle t *
+ * inv_freq in float32 (HF computes them in float32 whatever the model's
+ * dtype), so long positions see the same angle error as the checkpoint was
+ * trained with; then cos and sin times the attention scaling (yarn's; 1
+ * otherwise), in float32. */
+static int decoder_fill_rope(const regc_model *m, const regc_rope *rope, regc_input *cos,
+                             regc_input *sin, int64_t T)
+{
+    const decoder_config *c = m->cfg;
+    if ((!cos || cos->filled) && (!sin || sin->filled))
+        return REGC_OK; /* absent, or filled for an earlier batch */
+    const int64_t half = c->head_dim / 2, numel = T * half;
+    const regc_input *tabs[2] = {cos, sin};
+    for (int i = 0; i < 2; i++)
+        if (tabs[i] &&
+            (tabs[i]->tensor->dtype != REGC_F32 || regc_tensor_numel(tabs[i]->tensor) != numel))
+            return regc_error(REGC_ERR_SHAPE,
+                              "%s: graph input %s must be f32 [%" PRId64 ", %" PRId64 "]",
+                              m->source, tabs[i]->tensor->name, T, half);
+    float *inv_freq = malloc((size_t)half * sizeof *inv_freq + 1);
+    if (!inv_freq)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for the rotary tables", m->source);
+    float scaling;
+    regc_rope_inv_freq(rope, c->head_dim, inv_freq, &scaling);
+    float *cs = cos ? cos->host : NULL, *sn = sin ? sin->host : NULL;
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < half; j++) {
+            const float angle = (float)t * inv_freq[j];
+            if (cs)
+                cs[t * half + j] = cosf(angle) * scaling;
+            if (sn)
+                sn[t * half + j] = sinf(angle) * scaling;
+        }
+    }
+    free(inv_freq);
+    if (cos)
+        cos->filled = cos->constant = 1;
+    if (sin)
+        sin->filled = sin->constant = 1;
+    return REGC_OK;
+}
+
+int decoder_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
+                        int n, regc_input *in)
+{
+    const decoder_config *c = m->cfg;
+    int rc = regc_model_fill_lm_inputs(m, data, b, n, in);
+    if (rc < 0 || (rc = decoder_fill_rope(m, &c->rope, regc_input_find(n, in, "rope_cos"),
+                                          regc_input_find(n, in, "rope_sin"), b->seq)) < 0)
+        return rc;
+    return decoder_fill_rope(m, &c->rope_local, regc_input_find(n, in, "rope_local_cos"),
+                             regc_input_find(n, in, "rope_local_sin"), b->seq);
+}
