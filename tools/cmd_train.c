@@ -16,7 +16,7 @@
 void print_train_usage(FILE *f)
 {
     fputs("usage: regc train --model <hf-dir|graph.json|preset> [options]\n"
-          "       regc train --config <FILE> [options]\n"
+          "       regc train --config <FILE> [--deepspeed <ds_config.json>] [options]\n"
           "\n"
           "Train a model for a number of steps with AdamW, printing one line per step.\n"
           "\n",
@@ -216,8 +216,10 @@ static void on_step(const regc_step_report *r, void *user)
  * once to find --config and catch usage errors before anything is loaded,
  * then over the settings the config file gave, so every flag given
  * overrides the file whatever its position. Returns 0, or the usage exit
- * code (the message already printed). */
-static int parse_train_args(int argc, char **argv, regc_train_settings *s, int *help)
+ * code (the message already printed). `from` (may be NULL) records the
+ * options the flags set. */
+static int parse_train_args(int argc, char **argv, regc_train_settings *s, int *help,
+                            regc_origins *from)
 {
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
@@ -244,6 +246,7 @@ static int parse_train_args(int argc, char **argv, regc_train_settings *s, int *
             i++;
         if (regc_option_set_text(o, s, value) != REGC_OK)
             return usage_error("%s", regc_error_message());
+        regc_origins_flag(from, o, NULL);
     }
     return 0;
 }
@@ -424,7 +427,29 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
     return 0;
 }
 
-/* Flags and the config file into settings, then the run. */
+/* A config file applied over s: --config's, then the DeepSpeed one. */
+static int load_config(const char *path, regc_config **cfg, regc_train_settings *s,
+                       regc_origins *from)
+{
+    int rc = regc_config_load(path, cfg);
+    return rc ? rc : regc_config_apply_from(*cfg, s, from);
+}
+
+/* The settings made whole (epochs need the model's rows: T5 reads two
+ * rows' worth of tokens a row), then printed and the command done. */
+static int resolve(regc_train_settings *s, regc_origins *from, regc_comm *comm)
+{
+    regc_model *m = NULL;
+    int rc = REGC_OK;
+    if (s->train.num_train_epochs > 0.0 && s->model)
+        rc = regc_model_load_shapes(s->model, &m);
+    if (rc == REGC_OK)
+        rc = regc_settings_resolve(s, from, comm->size, m);
+    regc_model_free(m);
+    return rc;
+}
+
+/* Flags and the config files into settings, then the run. */
 static int train_command(int argc, char **argv, regc_comm *comm)
 {
     /* The compile cache is on by default, in the user's cache directory
@@ -437,30 +462,46 @@ static int train_command(int argc, char **argv, regc_comm *comm)
     regc_train_settings_default(&s);
     s.train.cache_dir = cache;
     int help = 0;
-    int urc = parse_train_args(argc, argv, &s, &help);
+    int urc = parse_train_args(argc, argv, &s, &help, NULL);
     if (urc || help) {
         if (help)
             print_train_usage(stdout);
         return urc;
     }
 
-    /* The file first, then the command line over it. */
-    regc_config *cfg = NULL;
-    if (s.config) {
-        const char *config = s.config;
-        int rc = regc_config_load(config, &cfg);
-        if (rc != REGC_OK)
-            return report_error(comm, rc);
-        regc_train_settings_default(&s);
-        s.train.cache_dir = cache;
-        regc_config_apply(cfg, &s);
-        parse_train_args(argc, argv, &s, &help); /* already checked: cannot fail */
+    /* The files first (--config, then the DeepSpeed config that --deepspeed
+     * or the first file names), then the command line over them. */
+    regc_origins *from = regc_origins_new();
+    regc_config *cfg = NULL, *ds = NULL;
+    const char *config = s.config, *ds_flag = s.deepspeed;
+    int rc = from ? REGC_OK : regc_error(REGC_ERR_MEMORY, "out of memory");
+    regc_train_settings_default(&s);
+    s.train.cache_dir = cache;
+    if (rc == REGC_OK && config)
+        rc = load_config(config, &cfg, &s, from);
+    const char *ds_path = ds_flag ? ds_flag : s.deepspeed;
+    if (rc == REGC_OK && ds_path && (rc = load_config(ds_path, &ds, &s, from)) == REGC_OK &&
+        regc_config_deepspeed(ds))
+        rc = regc_error(REGC_ERR_FORMAT, "%s: deepspeed: a DeepSpeed config names no other",
+                        ds_path);
+    if (rc == REGC_OK) {
+        parse_train_args(argc, argv, &s, &help, from); /* already checked: cannot fail */
+        if (s.no_cache) {
+            s.train.cache_dir = NULL;
+            regc_origins_flag(from, regc_option_by_flag("--cache-dir"), "--no-cache");
+        }
+        rc = resolve(&s, from, comm);
     }
-    if (s.no_cache)
-        s.train.cache_dir = NULL;
-    int rc = train_run(&s, cfg, comm);
+    /* --print-config: rank 0 prints what every rank resolved alike */
+    if (rc == REGC_OK && s.print_config && comm->rank == 0)
+        rc = regc_settings_print(stdout, &s, from);
+    int exit_code = rc != REGC_OK    ? report_error(comm, rc)
+                    : s.print_config ? 0
+                                     : train_run(&s, cfg, comm);
+    regc_config_free(ds);
     regc_config_free(cfg);
-    return rc;
+    regc_origins_free(from);
+    return exit_code;
 }
 
 int cmd_train(int argc, char **argv)

@@ -38,9 +38,6 @@
 #define MOMENT1 "exp_avg."
 #define MOMENT2 "exp_avg_sq."
 
-static const char *const schedule_names[REGC_SCHEDULE_COUNT] = {
-    "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"};
-
 int regc_run_state_of(const regc_train_options *o, const regc_model *m, const regc_tokens *data,
                       int64_t step, regc_run_state *st)
 {
@@ -61,7 +58,20 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, const re
     st->lr = (double)o->lr, st->weight_decay = (double)o->weight_decay;
     st->max_grad_norm = o->max_grad_norm;
     st->min_lr_rate = o->min_lr >= 0.0 ? o->min_lr / (double)o->lr : o->min_lr_rate;
+    st->beta1 = (double)o->beta1, st->beta2 = (double)o->beta2, st->eps = (double)o->eps;
     st->schedule = (int)o->lr_scheduler;
+    if (regc_train_schedule_is_deepspeed(o->lr_scheduler)) {
+        const int cosine = o->lr_scheduler == REGC_SCHEDULE_WARMUP_COSINE_LR;
+        st->warmup_min_lr = cosine ? 0.0 : o->warmup_min_lr;
+        st->warmup_type = o->warmup_type;
+        st->total_num_steps = o->lr_scheduler == REGC_SCHEDULE_WARMUP_LR ? 0
+                              : o->total_num_steps > 0                   ? o->total_num_steps
+                                                                         : o->steps;
+        st->warmup_min_ratio = !cosine                      ? 0.0
+                               : o->warmup_min_ratio >= 0.0 ? o->warmup_min_ratio
+                                                            : 0.0;
+        st->cos_min_ratio = !cosine ? 0.0 : o->cos_min_ratio >= 0.0 ? o->cos_min_ratio : 0.0001;
+    }
     return rc;
 }
 
@@ -86,12 +96,21 @@ static char *state_json(const regc_run_state *st)
     ok = ok && cJSON_AddNumberToObject(train, "seq", (double)st->seq);
     ok =
         ok && cJSON_AddNumberToObject(train, "gradient_accumulation_steps", (double)st->grad_accum);
-    ok = ok && cJSON_AddStringToObject(train, "lr_scheduler_type", schedule_names[st->schedule]);
+    ok = ok && cJSON_AddStringToObject(train, "lr_scheduler_type",
+                                       regc_train_schedule_name(st->schedule));
     ok = ok && cJSON_AddNumberToObject(train, "warmup_steps", (double)st->warmup);
     ok = ok && cJSON_AddNumberToObject(train, "lr", st->lr);
     ok = ok && cJSON_AddNumberToObject(train, "weight_decay", st->weight_decay);
     ok = ok && cJSON_AddNumberToObject(train, "max_grad_norm", st->max_grad_norm);
     ok = ok && cJSON_AddNumberToObject(train, "min_lr_rate", st->min_lr_rate);
+    ok = ok && cJSON_AddNumberToObject(train, "adam_beta1", st->beta1);
+    ok = ok && cJSON_AddNumberToObject(train, "adam_beta2", st->beta2);
+    ok = ok && cJSON_AddNumberToObject(train, "adam_epsilon", st->eps);
+    ok = ok && cJSON_AddNumberToObject(train, "warmup_min_lr", st->warmup_min_lr);
+    ok = ok && cJSON_AddNumberToObject(train, "warmup_type", (double)st->warmup_type);
+    ok = ok && cJSON_AddNumberToObject(train, "total_num_steps", (double)st->total_num_steps);
+    ok = ok && cJSON_AddNumberToObject(train, "warmup_min_ratio", st->warmup_min_ratio);
+    ok = ok && cJSON_AddNumberToObject(train, "cos_min_ratio", st->cos_min_ratio);
     ok = ok && cJSON_AddStringToObject(train, "seed", seed);
     ok = ok && cJSON_AddNumberToObject(train, "data_tokens", (double)st->data_tokens);
     ok = ok && cJSON_AddStringToObject(train, "data_hash", data);
@@ -151,9 +170,40 @@ static int read_state(const char *dir, regc_run_state *st)
     memset(st, 0, sizeof *st);
     const cJSON *sched = cJSON_GetObjectItemCaseSensitive(train, "lr_scheduler_type");
     st->schedule = -1;
-    for (int k = 0; cJSON_IsString(sched) && k < REGC_SCHEDULE_COUNT; k++)
-        if (!strcmp(sched->valuestring, schedule_names[k]))
+    for (int k = 0; cJSON_IsString(sched) && k < REGC_TRAIN_SCHEDULE_COUNT; k++)
+        if (!strcmp(sched->valuestring, regc_train_schedule_name(k)))
             st->schedule = k;
+    /* written since AdamW's constants and DeepSpeed's schedules became
+     * options; a checkpoint from before ran with torch's constants. AdamW's
+     * are floats in regc: cJSON writes 15 digits where they read back
+     * within a rounding, enough to name the float exactly. */
+    st->beta1 = (double)0.9f, st->beta2 = (double)0.999f, st->eps = (double)1e-8f;
+    const struct {
+        const char *key;
+        double *d;
+        int64_t *i;
+        int is_float;
+    } later[] = {{"adam_beta1", &st->beta1, NULL, 1},
+                 {"adam_beta2", &st->beta2, NULL, 1},
+                 {"adam_epsilon", &st->eps, NULL, 1},
+                 {"warmup_min_lr", &st->warmup_min_lr, NULL, 0},
+                 {"warmup_type", NULL, &st->warmup_type, 0},
+                 {"total_num_steps", NULL, &st->total_num_steps, 0},
+                 {"warmup_min_ratio", &st->warmup_min_ratio, NULL, 0},
+                 {"cos_min_ratio", &st->cos_min_ratio, NULL, 0}};
+    for (size_t k = 0; k < sizeof later / sizeof later[0] && rc == REGC_OK; k++) {
+        double v = 0.0;
+        if (!cJSON_GetObjectItemCaseSensitive(train, later[k].key))
+            continue;
+        if (later[k].i)
+            rc = get_int(train, later[k].key, path, later[k].i);
+        else if ((rc = get_double(train, later[k].key, path, &v)) == REGC_OK)
+            *later[k].d = later[k].is_float ? (double)(float)v : v;
+    }
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
     if ((rc = get_int(root, "global_step", path, &st->global_step)) ||
         (rc = get_int(root, "skipped_steps", path, &st->skipped_steps)) ||
         (rc = get_int(root, "next_batch", path, &st->next_batch)) ||
@@ -347,8 +397,9 @@ int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_
         return 1;
     }
     if (a->schedule != b->schedule) {
-        snprintf(buf, cap, "train.lr_scheduler_type is %s %s, %s %s", schedule_names[a->schedule],
-                 a_is, schedule_names[b->schedule], b_is);
+        snprintf(buf, cap, "train.lr_scheduler_type is %s %s, %s %s",
+                 regc_train_schedule_name(a->schedule), a_is, regc_train_schedule_name(b->schedule),
+                 b_is);
         return 1;
     }
     if (a->seed != b->seed) {
@@ -360,9 +411,13 @@ int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_
         const char *key;
         double a, b;
     } fields[] = {
-        /* a constant schedule does not depend on the run's length */
+        /* a constant schedule does not depend on the run's length, nor do
+         * DeepSpeed's, whose length is total_num_steps (compared below) */
         {"steps", (double)a->steps,
-         any_length && a->schedule == REGC_SCHEDULE_CONSTANT ? (double)a->steps : (double)b->steps},
+         any_length && (a->schedule == REGC_SCHEDULE_CONSTANT ||
+                        regc_train_schedule_is_deepspeed(a->schedule))
+             ? (double)a->steps
+             : (double)b->steps},
         {"batch", (double)a->batch, (double)b->batch},
         {"seq", (double)a->seq, (double)b->seq},
         {"gradient_accumulation_steps", (double)a->grad_accum, (double)b->grad_accum},
@@ -371,6 +426,14 @@ int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_
         {"weight_decay", a->weight_decay, b->weight_decay},
         {"max_grad_norm", a->max_grad_norm, b->max_grad_norm},
         {"min_lr_rate", a->min_lr_rate, b->min_lr_rate},
+        {"adam_beta1", a->beta1, b->beta1},
+        {"adam_beta2", a->beta2, b->beta2},
+        {"adam_epsilon", a->eps, b->eps},
+        {"warmup_min_lr", a->warmup_min_lr, b->warmup_min_lr},
+        {"warmup_type", (double)a->warmup_type, (double)b->warmup_type},
+        {"total_num_steps", (double)a->total_num_steps, (double)b->total_num_steps},
+        {"warmup_min_ratio", a->warmup_min_ratio, b->warmup_min_ratio},
+        {"cos_min_ratio", a->cos_min_ratio, b->cos_min_ratio},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (fields[i].a != fields[i].b) {

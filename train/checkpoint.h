@@ -21,7 +21,11 @@ typedef struct {
     uint64_t data_hash; /* of the tokens and their loss mask */
     uint64_t seed;
     double lr, weight_decay, max_grad_norm, min_lr_rate;
-    int schedule; /* regc_schedule */
+    double beta1, beta2, eps; /* AdamW's (a checkpoint without them: torch's defaults) */
+    int schedule;             /* regc_train_schedule */
+    /* DeepSpeed's schedules' parameters as they apply (0 for the others) */
+    double warmup_min_lr, warmup_min_ratio, cos_min_ratio;
+    int64_t warmup_type, total_num_steps;
 } regc_run_state;
 
 /* The state a run with options o over model m and data is in after `step`

@@ -15,6 +15,10 @@
 
 #include "options.h"
 
+/* Rows give the fields they need and leave the rest (aliases, values) zero:
+ * the table would be unreadable with every field of every row spelled out. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 #define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
 
 static const char *const level_names[] = {"O0", "O1", "O2", NULL};
@@ -30,16 +34,85 @@ static const char *const offload_names[] = {"none", "cpu", NULL};
 static const char *const recompute_names[] = {"none", "selective", "full", "auto", NULL};
 /* regc_train_options.skip_nonfinite */
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
-/* regc_schedule's order */
-static const char *const schedule_names[] = {"constant", "constant_with_warmup", "linear",
-                                             "cosine",   "cosine_with_min_lr",   NULL};
+/* regc_train_schedule's order: Hugging Face's, then DeepSpeed's */
+static const char *const schedule_names[] = {"constant",      "constant_with_warmup", "linear",
+                                             "cosine",        "cosine_with_min_lr",   "WarmupLR",
+                                             "WarmupDecayLR", "WarmupCosineLR",       NULL};
+static const char *const warmup_type_names[] = {"log", "linear", NULL};
+static const char *const optimizer_names[] = {"AdamW", "Adam", NULL};
+static const char *const save_strategy_names[] = {"steps", "no", NULL};
+/* Why a key of DeepSpeed's or Transformers' changes nothing here (OPT_INERT),
+ * or why any value but its neutral ones is refused (OPT_NEUTRAL): the help
+ * of their rows. */
+#define WHY_REPORT "logging, reporting and the Hub: regc reports every step on stdout"
+#define WHY_EVAL                                                                                   \
+    "evaluation, which changes no training step: regc validates on val_data after every "          \
+    "eval_steps steps"
+#define WHY_LOADER                                                                                 \
+    "data loading: regc reads the token file's rows in llm.c's order, the same on every run"
+#define WHY_DEVICE "the device and launcher: regc's are compile.backend and mpirun"
+#define WHY_SAVE "what a save holds: --save and checkpoints write what a resume needs, in fp32"
+#define WHY_COMPILE "torch.compile: regc compiles every step"
+#define WHY_DIST "the launcher's bookkeeping: regc's ranks sum the gradients as one process would"
+#define WHY_ZERO_COMM                                                                              \
+    "how ZeRO communicates, which changes no value: the compiler places regc's collectives and "   \
+    "compile.passes schedules them"
+#define WHY_STAGE12 "ZeRO stage 1 and 2 only: regc builds stages 0 and 3"
+#define WHY_NVME "NVMe offload only, whose device (\"nvme\") is refused"
+#define WHY_OFFLOAD_PARAM                                                                          \
+    "parameter offload, which regc does not do: each rank keeps its parameter shard on its "       \
+    "device"
+#define WHY_FP16                                                                                   \
+    "fp16 mixed precision: regc has no loss scaling (bf16.enabled is its mixed precision)"
+#define WHY_FP16_OFF "fp16's settings, which apply only with fp16.enabled true, refused"
+#define WHY_MONITOR "a monitor or profiler: regc's are --json and --profile"
+#define WHY_CKPT_DS                                                                                \
+    "DeepSpeed's checkpoints: regc's are Hugging Face directories that resume at any rank count "  \
+    "keeping the global batch"
+#define WHY_ACT_CKPT                                                                               \
+    "deepspeed.checkpointing, which a model's own code calls: regc recomputes as "                 \
+    "compile.recompute says"
+#define WHY_DC_SYNC "DeepCompile's synchronisation around its collectives: timing only"
+#define WHY_QUANT_COMM                                                                             \
+    "quantised ZeRO++ communication, which changes values: regc sends fp32 (or bf16 gathers "      \
+    "under compile.precision bf16)"
+#define WHY_OFFLOAD_PARAM_OFF                                                                      \
+    "parameter offload's settings, which apply only with offload_param.device cpu or nvme, "       \
+    "refused"
+
+/* A row of a key that changes nothing (kind: the JSON kinds it takes,
+ * "bool|null", or NULL for any), and of one that changes nothing at the
+ * values listed and is refused at any other. */
+#define INERT(section, key, kind, why)                                                             \
+    {                                                                                              \
+        section, key, NULL, OPT_INERT, NULL, 0, 0, 0, NULL, 0, 0, 0, why, .values = kind           \
+    }
+#define NEUTRAL(section, key, values_, why)                                                        \
+    {                                                                                              \
+        section, key, NULL, OPT_NEUTRAL, NULL, 0, 0, 0, NULL, 0, 0, 0, why, .values = values_      \
+    }
+#define NEUTRAL_AUTO(section, key, values_, why)                                                   \
+    {                                                                                              \
+        section, key, NULL, OPT_NEUTRAL, NULL, 0, 0, 0, NULL, 0, 0, OPT_AUTO, why,                 \
+            .values = values_                                                                      \
+    }
 
 const regc_option regc_option_table[] = {
     {"train", NULL, "--config", OPT_STRING, "<FILE>", 0, 0, 0, NULL, FIELD(config), 0,
      "JSON config file {\"compile\": {...}, \"train\": {...}} whose keys are these options' "
-     "(train.steps, ..., compile.level, ...); unknown keys are errors. Every flag given on the "
-     "command line overrides the file, wherever it appears; --model is not needed when the file "
-     "sets train.model"},
+     "(train.steps, ..., compile.level, ...), or their DeepSpeed (a ds_config.json) or "
+     "Transformers TrainingArguments spellings, listed as \"also\"; unknown keys are errors. "
+     "Every flag given on the command line overrides the file, wherever it appears; --model is "
+     "not needed when the file sets train.model"},
+    {"train", "deepspeed", "--deepspeed", OPT_STRING, "<FILE>", 0, 0, 0, NULL, FIELD(deepspeed), 0,
+     "a DeepSpeed config (ds_config.json) read after the --config file: its keys as DeepSpeed "
+     "spells them, \"auto\" where Transformers fills one in taking regc's own value; a value "
+     "both files give must agree (Transformers' inline dict form is read in place)",
+     .alias = {{"deepspeed"}}},
+    {"train", NULL, "--print-config", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(print_config), 0,
+     "print the whole resolved configuration as regc's JSON, every key with its value and where "
+     "it came from (default, file and key, flag, or the options it follows from), and exit "
+     "without training"},
     {"train", "model", "--model", OPT_STRING, "<dir|file|preset>", 0, 0, 0, NULL, FIELD(model),
      OPT_LIST_PRESETS,
      "Hugging Face model directory (config.json + safetensors), a regc graph JSON file (see regc "
@@ -109,36 +182,119 @@ const regc_option regc_option_table[] = {
     {"train", "val_loss_mask", "--val-loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,
      FIELD(train.val_loss_mask), 0, "the loss mask of --val-data"},
     {"train", "steps", "--steps", OPT_INT, "<N>", 1, INT_MAX, 0, NULL, FIELD(train.steps),
-     OPT_SHOW_DEFAULT, "optimizer steps, >= 1"},
+     OPT_SHOW_DEFAULT, "optimizer steps, >= 1 (-1 in max_steps: num_train_epochs decides)",
+     .alias = {{"max_steps", 0, "-1"}}},
+    {"train", "num_train_epochs", "--num-train-epochs", OPT_FLOAT, "<E>", 1e-30, 0, 0, NULL,
+     FIELD(train.num_train_epochs), 0,
+     "instead of steps: read the token file E times (fractions too), the steps being "
+     "ceil(E x its batches of ranks x batch rows / gradient_accumulation_steps); steps given "
+     "too win, as max_steps does in Transformers",
+     .alias = {{"num_train_epochs"}}},
     {"train", "batch", "--batch", OPT_INT, "<B>", 1, INT32_MAX, 0, NULL, FIELD(train.batch),
-     OPT_SHOW_DEFAULT, "sequences per step, >= 1"},
+     OPT_SHOW_DEFAULT, "sequences per step on each rank (the micro-batch), >= 1",
+     .alias = {{"train_micro_batch_size_per_gpu", OPT_AUTO}, {"per_device_train_batch_size"}}},
+    {"train", "train_batch_size", "--train-batch-size", OPT_INT, "<N>", 1, INT32_MAX, 0, NULL,
+     FIELD(train_batch_size), OPT_AUTO,
+     "DeepSpeed's global batch: batch x gradient_accumulation_steps x ranks, checked when all "
+     "three are given, else the one missing is derived from it (accumulation first)",
+     .alias = {{"train_batch_size", OPT_AUTO}}},
     {"train", "seq", "--seq", OPT_INT, "<T>", 1, INT32_MAX, 0, NULL, FIELD(train.seq),
      OPT_SHOW_DEFAULT, "tokens per sequence, >= 1"},
     {"train", "lr", "--lr", OPT_FLOAT, "<LR>", 1, 0, 0, NULL, FIELD(train.lr), OPT_SHOW_DEFAULT,
-     "AdamW learning rate, > 0"},
+     "AdamW learning rate, > 0: the peak of any schedule",
+     .alias = {{"learning_rate"},
+               {"optimizer.params.lr", OPT_AUTO},
+               {"scheduler.params.warmup_max_lr", OPT_AUTO}}},
     {"train", "weight_decay", "--weight-decay", OPT_FLOAT, "<WD>", 0, 0, 0, NULL,
-     FIELD(train.weight_decay), OPT_SHOW_DEFAULT, "AdamW decoupled weight decay, >= 0"},
+     FIELD(train.weight_decay), OPT_SHOW_DEFAULT, "AdamW decoupled weight decay, >= 0",
+     .alias = {{"weight_decay"}, {"optimizer.params.weight_decay", OPT_AUTO}}},
+    {"train", "adam_beta1", "--adam-beta1", OPT_FLOAT, "<B1>", 0, 0.9999999, 0, NULL,
+     FIELD(train.beta1), OPT_SHOW_DEFAULT, "AdamW's first moment decay, below 1",
+     .alias = {{"adam_beta1"}}},
+    {"train", "adam_beta2", "--adam-beta2", OPT_FLOAT, "<B2>", 0, 0.9999999, 0, NULL,
+     FIELD(train.beta2), OPT_SHOW_DEFAULT, "AdamW's second moment decay, below 1",
+     .alias = {{"adam_beta2"}}},
+    {"optimizer.params", "betas", NULL, OPT_BETAS, NULL, 0, 0, 0, NULL,
+     offsetof(regc_train_settings, train.beta1), 2 * sizeof(float), OPT_AUTO,
+     "DeepSpeed's [beta1, beta2]: train.adam_beta1 and adam_beta2"},
+    {"train", "adam_epsilon", "--adam-epsilon", OPT_FLOAT, "<EPS>", 1e-30, 0, 0, NULL,
+     FIELD(train.eps), OPT_SHOW_DEFAULT, "AdamW's epsilon, > 0",
+     .alias = {{"adam_epsilon"}, {"optimizer.params.eps", OPT_AUTO}}},
+    {"optimizer", "type", NULL, OPT_CHOICE, NULL, 0, 0, 0, optimizer_names, FIELD(optimizer_type),
+     OPT_NOCASE,
+     "DeepSpeed's optimizer: AdamW, or Adam, which DeepSpeed runs as AdamW unless "
+     "optimizer.params.adam_w_mode is false; regc's update is torch.optim.AdamW's"},
+    {"optimizer.params", "adam_w_mode", NULL, OPT_SWITCH, NULL, 0, 0, 0, NULL, FIELD(adam_w_mode),
+     0,
+     "false makes DeepSpeed's Adam add the weight decay to the gradient (L2), which regc does "
+     "not do: refused unless weight_decay is 0, where the two agree"},
+    {"optimizer.params", "torch_adam", NULL, OPT_INERT, NULL, 0, 0, 0, NULL, 0, 0, 0,
+     "torch's AdamW or DeepSpeed's fused one: the same update", .values = "bool"},
+    {"optimizer.params", "bias_correction", NULL, OPT_NEUTRAL, NULL, 0, 0, 0, NULL, 0, 0, 0,
+     "AdamW's bias correction, which regc always applies", .values = "[true]"},
+    {"optimizer.params", "amsgrad", NULL, OPT_NEUTRAL, NULL, 0, 0, 0, NULL, 0, 0, 0,
+     "AMSGrad, which regc does not do", .values = "[false]"},
+    {"optimizer.params", "fp32_optimizer_states", NULL, OPT_NEUTRAL, NULL, 0, 0, 0, NULL, 0, 0, 0,
+     "AdamW's moments in fp32, which regc's always are", .values = "[true]"},
+    {"optimizer.params", "set_grad_none", NULL, OPT_INERT, NULL, 0, 0, 0, NULL, 0, 0, 0,
+     "how the gradients are cleared: regc writes them, adding only while accumulating",
+     .values = "bool"},
     {"train", "lr_scheduler_type", "--lr-scheduler-type", OPT_CHOICE,
-     "<constant|constant_with_warmup|linear|cosine|cosine_with_min_lr>", 0, 0, 0, schedule_names,
-     FIELD(train.lr_scheduler), OPT_SHOW_DEFAULT,
+     "<constant|constant_with_warmup|linear|cosine|cosine_with_min_lr|WarmupLR|WarmupDecayLR|"
+     "WarmupCosineLR>",
+     0, 0, 0, schedule_names, FIELD(train.lr_scheduler), OPT_SHOW_DEFAULT,
      "how the learning rate moves from step to step, as Hugging Face's get_scheduler: warmup "
      "from 0 over warmup_steps, then constant, a linear decay to 0, or a half cosine to 0 (or to "
-     "min_lr) at the last step"},
+     "min_lr) at the last step; or as DeepSpeed's schedulers (scheduler.type): warmup from "
+     "warmup_min_lr (log or linear: warmup_type) then constant (WarmupLR) or a linear decay to 0 "
+     "at total_num_steps (WarmupDecayLR), or from warmup_min_ratio x lr to a half cosine ending "
+     "at cos_min_ratio x lr (WarmupCosineLR); a DeepSpeed scheduler's parameters left out of "
+     "its file take DeepSpeed's defaults, and its scheduler replaces a Transformers file's "
+     "lr_scheduler_type, as the Trainer then makes none",
+     .alias = {{"lr_scheduler_type"}, {"scheduler.type", OPT_OVERRIDES}}},
     {"train", "warmup_steps", "--warmup-steps", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
      FIELD(train.warmup_steps), OPT_SHOW_DEFAULT,
-     "optimizer steps of linear warmup from 0 (the schedules *_with_warmup, linear and cosine)"},
+     "optimizer steps of warmup (the schedules *_with_warmup, linear, cosine and DeepSpeed's, "
+     "which warm up over at least 2); in Transformers' warmup_steps a fraction below 1 is "
+     "warmup_ratio",
+     .alias = {{"warmup_steps", OPT_FRACTION}, {"scheduler.params.warmup_num_steps", OPT_AUTO}}},
     {"train", "warmup_ratio", "--warmup-ratio", OPT_FLOAT, "<R>", 0, 1, 0, NULL,
      FIELD(train.warmup_ratio), OPT_SHOW_DEFAULT,
-     "warmup as a fraction of the steps (rounded up), when warmup_steps is 0"},
+     "warmup as a fraction of the steps (rounded up), when warmup_steps is 0",
+     .alias = {{"warmup_ratio"}}},
     {"train", "min_lr", "--min-lr", OPT_FLOAT, "<LR>", 0, 0, 0, NULL, FIELD(train.min_lr), 0,
-     "cosine_with_min_lr: the learning rate the cosine ends at (or min_lr_rate)"},
+     "cosine_with_min_lr: the learning rate the cosine ends at (or min_lr_rate)",
+     .alias = {{"lr_scheduler_kwargs.min_lr"}}},
     {"train", "min_lr_rate", "--min-lr-rate", OPT_FLOAT, "<R>", 0, 1, 0, NULL,
-     FIELD(train.min_lr_rate), 0,
-     "cosine_with_min_lr: the final learning rate as a fraction of lr"},
+     FIELD(train.min_lr_rate), 0, "cosine_with_min_lr: the final learning rate as a fraction of lr",
+     .alias = {{"lr_scheduler_kwargs.min_lr_rate"}}},
+    {"lr_scheduler_kwargs", "num_cycles", NULL, OPT_NEUTRAL, NULL, 0, 0, 0, NULL, 0, 0, 0,
+     "cosine's half cycle, the one regc's cosine schedules take", .values = "[0.5]"},
+    {"scheduler.params", "warmup_min_lr", "--warmup-min-lr", OPT_FLOAT, "<LR>", 0, 0, 0, NULL,
+     FIELD(train.warmup_min_lr), OPT_AUTO,
+     "WarmupLR and WarmupDecayLR: the rate the warmup starts from (default 0)"},
+    {"scheduler.params", "warmup_type", "--warmup-type", OPT_CHOICE, "<log|linear>", 0, 0, 0,
+     warmup_type_names, FIELD(train.warmup_type), 0,
+     "DeepSpeed's schedulers: the warmup's curve from its start to the peak, log(s + 1) / "
+     "log(W) or s / W at step s of W (default log)"},
+    {"scheduler.params", "total_num_steps", "--total-num-steps", OPT_INT, "<N>", 1, INT_MAX, 0,
+     NULL, FIELD(train.total_num_steps), OPT_AUTO,
+     "WarmupDecayLR and WarmupCosineLR: the step the decay ends at (default: the run's steps)"},
+    {"scheduler.params", "warmup_min_ratio", "--warmup-min-ratio", OPT_FLOAT, "<R>", 0, 1, 0, NULL,
+     FIELD(train.warmup_min_ratio), 0,
+     "WarmupCosineLR: the warmup's start as a fraction of lr (default 0)"},
+    {"scheduler.params", "cos_min_ratio", "--cos-min-ratio", OPT_FLOAT, "<R>", 0, 1, 0, NULL,
+     FIELD(train.cos_min_ratio), 0,
+     "WarmupCosineLR: the cosine's end as a fraction of lr (default 0.0001)"},
+    {"scheduler.params", "last_batch_iteration", NULL, OPT_NEUTRAL, NULL, 0, 0, 0, NULL, 0, 0, 0,
+     "a scheduler started part way: regc resumes one from a checkpoint "
+     "(resume_from_checkpoint)",
+     .values = "[-1]"},
     {"train", "max_grad_norm", "--max-grad-norm", OPT_FLOAT, "<N>", 0, 0, 0, NULL,
      FIELD(train.max_grad_norm), OPT_SHOW_DEFAULT,
      "clip the gradients' global L2 norm to N before each update, as torch's clip_grad_norm_ "
-     "(0: no clipping); the norm is reported per step"},
+     "(0: no clipping); the norm is reported per step",
+     .alias = {{"max_grad_norm"}, {"gradient_clipping", OPT_AUTO}}},
     {"train", "on_nonfinite", "--on-nonfinite", OPT_CHOICE, "<stop|skip>", 0, 0, 0, nonfinite_names,
      FIELD(train.skip_nonfinite), OPT_SHOW_DEFAULT,
      "a step whose loss or gradient norm is NaN or infinite is never applied; stop ends the run "
@@ -147,19 +303,21 @@ const regc_option regc_option_table[] = {
     {"train", "gradient_accumulation_steps", "--gradient-accumulation-steps", OPT_INT, "<K>", 1,
      1 << 20, 0, NULL, FIELD(train.grad_accum), OPT_SHOW_DEFAULT,
      "micro-batches of --batch sequences per optimizer step, their gradients summed in place: "
-     "the step is that of one batch of K x batch sequences"},
+     "the step is that of one batch of K x batch sequences",
+     .alias = {{"gradient_accumulation_steps", OPT_AUTO}}},
     {"train", "val_data", "--val-data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL,
      FIELD(train.val_data_path), 0,
      "validation token file (llm.c format): the mean loss over its first val_batches batches, "
      "through a forward-only program that keeps no gradients"},
     {"train", "eval_steps", "--eval-steps", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
      FIELD(train.eval_steps), OPT_SHOW_DEFAULT,
-     "validate after every N optimizer steps (0: once, after the last)"},
+     "validate after every N optimizer steps (0: once, after the last)", .alias = {{"eval_steps"}}},
     {"train", "val_batches", "--val-batches", OPT_INT, "<K>", 1, INT32_MAX, 0, NULL,
      FIELD(train.val_batches), OPT_SHOW_DEFAULT, "batches of --batch sequences per validation"},
     {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed), OPT_SHOW_DEFAULT,
      "seed of the random init of presets and of the masked positions of masked-LM (BERT) "
-     "training"},
+     "training",
+     .alias = {{"seed"}}},
     {"train", "threads", "--threads", OPT_INT, "<N>", 0, 4096, 0, NULL, FIELD(train.threads),
      OPT_SHOW_DEFAULT, "CPU threads; 0 uses OMP_NUM_THREADS or all cores"},
     {"train", "json", "--json", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(json), 0,
@@ -172,19 +330,26 @@ const regc_option regc_option_table[] = {
      FIELD(train.output_dir), 0,
      "where checkpoints go: DIR/checkpoint-N (Hugging Face's layout: config.json, "
      "model.safetensors, optimizer.safetensors, trainer_state.json), each appearing whole or not "
-     "at all"},
+     "at all",
+     .alias = {{"output_dir"}}},
     {"train", "save_steps", "--save-steps", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
      FIELD(train.save_steps), OPT_SHOW_DEFAULT,
      "write a checkpoint after every N optimizer steps (0: none; SIGINT and SIGTERM still write "
-     "one before exiting)"},
+     "one before exiting)",
+     .alias = {{"save_steps"}}},
+    {"train", "save_strategy", NULL, OPT_CHOICE, NULL, 0, 0, 0, save_strategy_names,
+     FIELD(save_strategy), 0,
+     "Transformers' save_strategy: steps (every save_steps), or no: no checkpoints",
+     .alias = {{"save_strategy"}}},
     {"train", "save_total_limit", "--save-total-limit", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
-     FIELD(train.save_total_limit), OPT_SHOW_DEFAULT,
-     "keep only the newest N checkpoints (0: all)"},
+     FIELD(train.save_total_limit), OPT_SHOW_DEFAULT, "keep only the newest N checkpoints (0: all)",
+     .alias = {{"save_total_limit"}}},
     {"train", "resume_from_checkpoint", "--resume-from-checkpoint", OPT_STRING, "<DIR|latest>", 0,
      0, 0, NULL, FIELD(train.resume_from), 0,
      "continue from a checkpoint (latest: the newest in --output-dir) exactly as if the run had "
      "never stopped: same data position, schedule and optimizer state; one from another model or "
-     "other settings is refused"},
+     "other settings is refused",
+     .alias = {{"resume_from_checkpoint"}}},
     {"train", NULL, "--profile", OPT_FLAG, NULL, 0, 0, 0, NULL, FIELD(profile), 0,
      "time every instruction of the steps after the first and, after training, print on stderr "
      "where a step's time goes: per kernel and GEMM shape, ms per step and GFLOP/s"},
@@ -195,12 +360,15 @@ const regc_option regc_option_table[] = {
      "O0 op by op; O1 fused with a static memory plan; O2 adds whole-step capture (on the CPU "
      "the same as O1)"},
     {"compile", "precision", "--precision", OPT_CHOICE, "<fp32|bf16>", 0, 0, 0, precision_names,
-     FIELD(train.compile.precision), OPT_SHOW_DEFAULT,
+     FIELD(train.compile.precision), OPT_SHOW_DEFAULT | OPT_BOOL,
      "fp32, or bf16 mixed precision as torch.autocast does it for matrix products: every GEMM "
      "multiplies bf16-rounded operands with fp32 sums (AVX-512 BF16 on the CPU where present), "
      "the saved activations autocast keeps in bf16 are rounded where made and held in bf16, and "
      "so is what only those GEMMs read; weights, gradients, optimizer state, norms, softmax and "
-     "the loss stay fp32"},
+     "the loss stay fp32 (DeepSpeed's bf16.enabled and Transformers' bf16: true is bf16, false "
+     "fp32)",
+     .alias = {{"bf16.enabled", OPT_AUTO | OPT_BOOL}, {"bf16", OPT_BOOL}}, .bool_true = 1,
+     .bool_false = 0},
     {"compile", "fp32_storage", "--fp32-storage", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.fp32_storage), OPT_SHOW_DEFAULT,
      "under bf16, hold every tensor in fp32 (bf16 only in the GEMMs' operands, in more memory); "
@@ -215,8 +383,10 @@ const regc_option regc_option_table[] = {
      "stamp the compiled regions into one flat step program; off runs them as calls, the "
      "reference"},
     {"compile", "dump_graphs", "--dump-graphs", OPT_STRING, "<DIR>", 0, 0, 0, NULL,
-     FIELD(train.compile.dump_dir), 0,
-     "write the compiler's intermediate graphs to DIR (compiles afresh: the cache is not read)"},
+     FIELD(train.compile.dump_dir), OPT_BOOL_PATH,
+     "write the compiler's intermediate graphs to DIR (compiles afresh: the cache is not read); "
+     "in the file true is the directory regc-graphs, false none",
+     .values = "regc-graphs"},
     {"compile", "cache_dir", "--cache-dir", OPT_STRING, "<DIR>", 0, 0, 0, NULL,
      FIELD(train.cache_dir), OPT_NULL_SETS,
      "compile cache directory (default $XDG_CACHE_HOME/regc, else ~/.cache/regc; null in the "
@@ -231,14 +401,15 @@ const regc_option regc_option_table[] = {
      FIELD(train.zero_stage), OPT_SHOW_DEFAULT,
      "DeepSpeed's ZeRO stage under mpirun: 0 replicates the model on every rank and sums the "
      "gradients before each update (data parallelism); 3 shards the parameters, gradients and "
-     "AdamW's moments over the ranks, each unit gathered before its use"},
+     "AdamW's moments over the ranks, each unit gathered before its use (1 and 2 are refused)"},
     {"zero_optimization", "communicator", "--communicator", OPT_CHOICE, "<auto|mpi|staged|nccl>", 0,
      0, 0, communicator_names, FIELD(train.communicator), OPT_SHOW_DEFAULT,
      "what the ranks' collectives run on: mpi over host buffers (the cpu backend), staged (MPI "
      "with device buffers copied through the host: ranks sharing a GPU), nccl (between GPUs); "
      "auto: mpi on the cpu, nccl on GPUs of their own, else staged"},
     {"zero_optimization", "stage3_prefetch_bucket_size", "--prefetch-bucket-size", OPT_INT,
-     "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.prefetch_floats), 0,
+     "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.prefetch_floats),
+     OPT_AUTO,
      "stage 3: parameters gathered ahead of the compute, at least one unit (default: one unit "
      "ahead; 0 gathers each unit where it is needed)"},
     {"zero_optimization", "stage3_max_live_parameters", "--max-live-parameters", OPT_INT,
@@ -247,21 +418,26 @@ const regc_option regc_option_table[] = {
      "gathered ahead of it (default 0: no limit; resident units not counted)"},
     {"zero_optimization", "stage3_param_persistence_threshold", "--param-persistence-threshold",
      OPT_INT, "<ELEMENTS>", 0, (double)(INT64_C(1) << 50), 0, NULL,
-     FIELD(train.compile.persistence_floats), 0,
+     FIELD(train.compile.persistence_floats), OPT_AUTO,
      "stage 3: units (a layer's parameters, a piece of glue's) of at most this many parameters "
      "stay gathered from their forward to their backward, gathered once a step instead of "
      "twice (default 0: none)"},
     {"zero_optimization.offload_optimizer", "device", "--offload-optimizer", OPT_CHOICE,
-     "<none|cpu>", 0, 0, 0, offload_names, FIELD(train.compile.offload_optimizer), OPT_SHOW_DEFAULT,
+     "<none|cpu>", 0, 0, 0, offload_names, FIELD(train.compile.offload_optimizer),
+     OPT_SHOW_DEFAULT | OPT_BOOL,
      "where AdamW's moments live and its update runs: cpu keeps them, and a copy of the "
      "parameters, in the host's pinned memory, the update on the host's cores (the gradients "
      "copied there during the backward, the parameters back after the update): a GPU holds 8 "
-     "bytes a parameter instead of 16, for the same bits"},
+     "bytes a parameter instead of 16, for the same bits (DeepCompile's offload_opt_states and "
+     "DeepSpeed's older cpu_offload: true is cpu)",
+     .alias = {{"compile.offload_opt_states", OPT_BOOL},
+               {"zero_optimization.cpu_offload", OPT_BOOL}},
+     .bool_true = 1, .bool_false = 0},
     {"zero_optimization.offload_optimizer", "pin_memory", NULL, OPT_SWITCH, NULL, 0, 0, 0, NULL,
      FIELD(train.offload_pin_memory), 0,
      "the offloaded state in pinned host memory: always (DeepSpeed's key, accepted as true)"},
     {"zero_optimization", "reduce_bucket_size", "--reduce-bucket-size", OPT_INT, "<ELEMENTS>", 1,
-     (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.reduce_bucket_floats), 0,
+     (double)(INT64_C(1) << 50), 0, NULL, FIELD(train.compile.reduce_bucket_floats), OPT_AUTO,
      "gradient elements reduced at a time: stage 0 all-reduces the gradients in buckets of "
      "whole parameters of at most this many, each as soon as the backward has written it "
      "(default 6553600: 25 MiB); stage 3 waits for a reduce-scatter once those started after "
@@ -283,12 +459,14 @@ const regc_option regc_option_table[] = {
      "whole (the backward computes each chunk's logits again); 0: whole (auto chooses chunks "
      "under memory_budget_mb)"},
     {"compile", "recompute", "--recompute", OPT_CHOICE, "<none|selective|full|auto>", 0, 0, 0,
-     recompute_names, FIELD(train.compile.recompute), OPT_SHOW_DEFAULT,
+     recompute_names, FIELD(train.compile.recompute), OPT_SHOW_DEFAULT | OPT_BOOL,
      "saved activations dropped after the forward and computed again in the backward, the same "
      "bits in less memory: selective keeps GEMM and attention outputs and recomputes norms, "
      "activations and elementwise chains; full keeps each layer's inputs only (Hugging Face's "
      "gradient checkpointing); auto recomputes the least that fits memory_budget_mb, the "
-     "cheapest in FLOPs per byte freed first (nothing without a budget)"},
+     "cheapest in FLOPs per byte freed first (nothing without a budget); Transformers' "
+     "gradient_checkpointing true is full",
+     .alias = {{"gradient_checkpointing", OPT_BOOL}}, .bool_true = 2, .bool_false = -1},
     {"compile", "passes", "--passes", OPT_PASSES, "<PASS[@MB],...>", 0, 0, 0, NULL,
      FIELD(train.compile.passes), OPT_SHOW_DEFAULT,
      "the schedule passes that decide when the collectives run, in order, each with its own "
@@ -302,347 +480,326 @@ const regc_option regc_option_table[] = {
      FIELD(train.compile.deepcompile), OPT_SHOW_DEFAULT,
      "the compiler's communication schedule (stage 3: gathers started ahead, reduce-scatters "
      "overlapping the backward; stage 0: the buckets' all-reduces overlapping it); off waits "
-     "for each collective where it is placed"},
+     "for each collective where it is placed (DeepCompile's key; on is what regc always does)"},
+    /* ---- DeepSpeed's keys (ds_config.json) that regc takes as they are:
+     * every key DeepSpeed documents under zero_optimization and compile
+     * has a row, applied above or here with the reason it changes
+     * nothing, or refused at the values that would change the math */
+    INERT("", "steps_per_print", "number|null",
+          "how often DeepSpeed logs: regc reports every step"),
+    INERT("", "wall_clock_breakdown", "bool", "timings: regc's --profile times every instruction"),
+    INERT("", "dump_state", "bool", WHY_MONITOR),
+    INERT("", "memory_breakdown", "bool",
+          "memory reports: regc prints its account of device memory before the first step"),
+    INERT("", "prescale_gradients", "bool",
+          "when the gradients are divided by the ranks: regc's are already the global batch's "
+          "mean when summed (each micro-batch's loss seeded with its share)"),
+    INERT("", "gradient_predivide_factor", "number",
+          "when the gradients are divided by the ranks: regc's are already the global batch's "
+          "mean when summed (each micro-batch's loss seeded with its share)"),
+    NEUTRAL("", "sparse_gradients", "[false]",
+            "sparse embedding gradients, which regc does not make"),
+    NEUTRAL("", "communication_data_type", "[null, \"fp32\", \"float32\"]",
+            "the gradients reduced in another type: regc reduces them in fp32"),
+    INERT("", "zero_allow_untested_optimizer", "bool",
+          "DeepSpeed's check of an optimizer under ZeRO: regc's AdamW runs at every stage"),
+    INERT("", "zero_force_ds_cpu_optimizer", "bool",
+          "DeepSpeed's check of an optimizer under ZeRO: regc's AdamW runs at every stage"),
+    NEUTRAL_AUTO("fp16", "enabled", "[false]", WHY_FP16),
+    INERT("fp16", "auto_cast", "bool", WHY_FP16_OFF),
+    INERT("fp16", "loss_scale", "number", WHY_FP16_OFF),
+    INERT("fp16", "initial_scale_power", "number", WHY_FP16_OFF),
+    INERT("fp16", "loss_scale_window", "number", WHY_FP16_OFF),
+    INERT("fp16", "hysteresis", "number", WHY_FP16_OFF),
+    INERT("fp16", "consecutive_hysteresis", "bool", WHY_FP16_OFF),
+    INERT("fp16", "min_loss_scale", "number", WHY_FP16_OFF),
+    INERT("fp16", "fp16_master_weights_and_grads", "bool", WHY_FP16_OFF),
+    INERT("bf16", "immediate_grad_update", "bool",
+          "when DeepSpeed's bf16 optimizer moves gradients to fp32: regc's are fp32 throughout"),
+    INERT("bf16", "check_grad_overflow", "bool",
+          "regc checks every step's gradient norm (train.on_nonfinite)"),
+    NEUTRAL("bf16", "bf16_master_weights_and_grads", "[false]",
+            "weights and gradients held in bf16: regc keeps them in fp32"),
+    NEUTRAL("bf16", "bf16_optimizer_states", "[false]",
+            "AdamW's moments held in bf16: regc keeps them in fp32"),
+    NEUTRAL_AUTO("amp", "enabled", "[false]",
+                 "apex's amp, fp16 with loss scaling, which regc does not have"),
+    INERT("amp", "*", NULL, "apex's settings, which apply only with amp.enabled true, refused"),
+    NEUTRAL(
+        "torch_autocast", "enabled", "[false]",
+        "DeepSpeed's torch.autocast: regc's mixed precision is compile.precision (bf16.enabled)"),
+    INERT("torch_autocast", "*", NULL,
+          "torch.autocast's settings, which apply only with torch_autocast.enabled true, refused"),
+    INERT("activation_checkpointing", "*", NULL, WHY_ACT_CKPT),
+    INERT("", "flops_profiler", "object", WHY_MONITOR),
+    INERT("", "tensorboard", "object", WHY_MONITOR),
+    INERT("", "wandb", "object", WHY_MONITOR),
+    INERT("", "comet", "object", WHY_MONITOR),
+    INERT("", "csv_monitor", "object", WHY_MONITOR),
+    INERT("", "comms_logger", "object", WHY_MONITOR),
+    INERT("", "autotuning", "object", "DeepSpeed's autotuner, which launches its own runs"),
+    INERT("", "checkpoint", "object", WHY_CKPT_DS),
+    INERT("", "aio", "object", WHY_NVME),
+    NEUTRAL("data_types", "grad_accum_dtype", "[null, \"fp32\"]",
+            "gradients accumulated in another type: regc accumulates them in fp32"),
+    NEUTRAL("elasticity", "enabled", "[false]",
+            "elastic training, which chooses the batch sizes: regc's are the config's"),
+    INERT("elasticity", "*", NULL,
+          "elastic training's settings, which apply only with elasticity.enabled true, refused"),
+    /* zero_optimization */
+    INERT("zero_optimization", "contiguous_gradients", "bool",
+          "regc's gradients are one contiguous block always"),
+    INERT("zero_optimization", "reduce_scatter", "bool", WHY_ZERO_COMM),
+    INERT("zero_optimization", "use_multi_rank_bucket_allreduce", "bool", WHY_ZERO_COMM),
+    INERT("zero_optimization", "allgather_partitions", "bool", WHY_STAGE12),
+    INERT("zero_optimization", "allgather_bucket_size", "number", WHY_STAGE12),
+    INERT("zero_optimization", "overlap_comm", "bool|null",
+          "the reductions overlapping the backward, which regc's do always under "
+          "compile.deepcompile (the default)"),
+    INERT("zero_optimization", "load_from_fp32_weights", "bool",
+          "regc's weights and checkpoints are fp32 always"),
+    INERT("zero_optimization", "elastic_checkpoint", "bool", WHY_CKPT_DS),
+    NEUTRAL("zero_optimization.offload_param", "device", "[\"none\", null]", WHY_OFFLOAD_PARAM),
+    INERT("zero_optimization.offload_param", "nvme_path", NULL, WHY_OFFLOAD_PARAM_OFF),
+    INERT("zero_optimization.offload_param", "pin_memory", "bool", WHY_OFFLOAD_PARAM_OFF),
+    INERT("zero_optimization.offload_param", "buffer_count", "number", WHY_OFFLOAD_PARAM_OFF),
+    INERT("zero_optimization.offload_param", "buffer_size", "number", WHY_OFFLOAD_PARAM_OFF),
+    INERT("zero_optimization.offload_param", "max_in_cpu", "number", WHY_OFFLOAD_PARAM_OFF),
+    INERT("zero_optimization.offload_optimizer", "nvme_path", NULL, WHY_NVME),
+    INERT("zero_optimization.offload_optimizer", "buffer_count", "number", WHY_NVME),
+    INERT("zero_optimization.offload_optimizer", "pipeline_read", "bool", WHY_NVME),
+    INERT("zero_optimization.offload_optimizer", "pipeline_write", "bool", WHY_NVME),
+    INERT("zero_optimization.offload_optimizer", "fast_init", "bool", WHY_NVME),
+    NEUTRAL("zero_optimization.offload_optimizer", "ratio", "[1]",
+            "part of AdamW's state offloaded: regc offloads all of it or none"),
+    NEUTRAL("zero_optimization.offload_optimizer", "super_offload", "[false]",
+            "SuperOffload's update on Superchips, which regc does not build"),
+    INERT("zero_optimization.offload_optimizer", "cpuadam_cores_perc", "number",
+          "the host's cores AdamW takes: regc's offloaded update runs on the rank's threads "
+          "(train.threads)"),
+    NEUTRAL("zero_optimization", "zenflow", "[null]",
+            "ZenFlow's updates from stale gradients, which change the math and regc does not make"),
+    INERT("zero_optimization", "sub_group_size", "number",
+          "the host AdamW's working set: regc's offloaded update runs over the rank's whole shard, "
+          "already in pinned host memory (no NVMe swap to bound), and AdamW is elementwise, so "
+          "updating it a sub-group at a time would give the same bits"),
+    NEUTRAL("zero_optimization", "cpu_offload_param", "[null, false]", WHY_OFFLOAD_PARAM),
+    INERT("zero_optimization", "cpu_offload_use_pin_memory", "bool|null",
+          "regc's offloaded state is in pinned memory always"),
+    INERT("zero_optimization", "stage3_model_persistence_threshold", "number",
+          "a cap on the parameters kept gathered, memory only: regc keeps those "
+          "stage3_param_persistence_threshold and compile.memory_budget_mb choose"),
+    INERT("zero_optimization", "stage3_max_reuse_distance", "number",
+          "when a gathered parameter is released, memory only: regc's plan releases each gathered "
+          "unit after its last reader, or keeps it to its backward "
+          "(stage3_param_persistence_threshold)"),
+    INERT("zero_optimization", "stage3_gather_16bit_weights_on_model_save", "bool",
+          "regc's --save and checkpoints gather every shard always, in fp32"),
+    INERT("zero_optimization", "stage3_gather_fp16_weights_on_model_save", "bool",
+          "regc's --save and checkpoints gather every shard always, in fp32"),
+    INERT("zero_optimization", "stage3_module_granularity_threshold", "number",
+          "regc gathers by units (a layer's parameters, a piece of glue's), not by module"),
+    INERT("zero_optimization", "stage3_use_all_reduce_for_fetch_params", "bool", WHY_ZERO_COMM),
+    INERT("zero_optimization", "stage3_allgather_sequential", "bool", WHY_ZERO_COMM),
+    INERT("zero_optimization", "ignore_unused_parameters", "bool",
+          "unused parameters (stage 2's check): regc's graph holds what the loss reads"),
+    INERT("zero_optimization", "legacy_stage1", "bool", WHY_STAGE12),
+    INERT("zero_optimization", "round_robin_gradients", "bool", WHY_STAGE12),
+    INERT("zero_optimization", "grad_hooks", "bool", WHY_STAGE12),
+    INERT("zero_optimization", "zero_hpz_partition_size", "number", WHY_ZERO_COMM),
+    NEUTRAL("zero_optimization", "zero_quantized_weights", "[false]", WHY_QUANT_COMM),
+    NEUTRAL("zero_optimization", "zero_quantized_nontrainable_weights", "[false]",
+            "frozen weights held quantised by ZeRO++: regc's frozen base is fp32, bf16 "
+            "(lora.base_dtype) or NF4 (quantization.load_in_4bit)"),
+    NEUTRAL("zero_optimization", "zero_quantized_gradients", "[false]", WHY_QUANT_COMM),
+    INERT("zero_optimization", "zeropp_loco_param", NULL,
+          "LoCo's settings, which apply only with zero_quantized_gradients true, refused"),
+    INERT("zero_optimization", "mics_shard_size", "number", WHY_ZERO_COMM),
+    INERT("zero_optimization", "mics_hierarchical_params_gather", "bool", WHY_ZERO_COMM),
+    INERT("zero_optimization", "memory_efficient_linear", "bool",
+          "a linear layer that frees its input: regc's memory plan frees every activation after "
+          "its last use"),
+    INERT("zero_optimization", "pipeline_loading_checkpoint", "bool", WHY_CKPT_DS),
+    INERT("zero_optimization", "override_module_apply", "bool",
+          "a hook on torch's nn.Module.apply: regc has no modules to hook"),
+    INERT("zero_optimization", "log_trace_cache_warnings", "bool", WHY_MONITOR),
+    INERT("zero_optimization", "enable_sanity_checks", "bool",
+          "DeepSpeed's own checks: regc checks every program before it runs"),
+    INERT("zero_optimization", "save_muon_momentum_buffer_in_memory", "bool",
+          "Muon's buffer (optimizer.type Muon is refused)"),
+    INERT("zero_optimization", "leaf_module", NULL,
+          "ZeRO-3's leaf modules: regc gathers by units (a layer's parameters)"),
+    /* compile: DeepCompile's keys */
+    INERT("compile", "free_activation", "bool",
+          "regc's static memory plan frees every activation after its last use, always"),
+    INERT("compile", "free_activation_threshold", "number",
+          "regc's static memory plan frees every activation after its last use, always"),
+    NEUTRAL("compile", "offload_activation_pin_memory", "[true]",
+            "regc's offloaded activations are in pinned host memory always"),
+    INERT("compile", "double_buffer", "bool",
+          "double-buffered reduce buckets: regc's reduce-scatters each write a buffer of their "
+          "own, reused only after their wait, as many in flight as "
+          "zero_optimization.reduce_bucket_size holds"),
+    NEUTRAL("compile", "symmetric_memory", "[false]",
+            "NCCL's symmetric memory for the collectives, which regc's NCCL communicator does not "
+            "register"),
+    INERT(
+        "compile", "debug_log", "bool",
+        "DeepCompile's log: regc prints what it compiled (compile.dump_graphs writes the graphs)"),
+    NEUTRAL("compile", "offload_parameters", "[false]", WHY_OFFLOAD_PARAM),
+    INERT("compile", "sync_before_reduce", "bool", WHY_DC_SYNC),
+    INERT("compile", "sync_after_reduce", "bool", WHY_DC_SYNC),
+    INERT("compile", "sync_before_allgather", "bool", WHY_DC_SYNC),
+    INERT("compile", "sync_after_allgather", "bool", WHY_DC_SYNC),
+    INERT("compile", "keep_int_input_tensors", "bool",
+          "inputs DeepCompile keeps for its profiling: regc compiles from shapes and profiles the "
+          "real steps (compile.schedule)"),
+    INERT("compile", "keep_all_input_tensors", "bool",
+          "inputs DeepCompile keeps for its profiling: regc compiles from shapes and profiles the "
+          "real steps (compile.schedule)"),
+    /* ---- Transformers' TrainingArguments (a JSON file of them): those not
+     * applied above */
+    {"train", "average_tokens_across_devices", NULL, OPT_SWITCH, NULL, 0, 0, 0, NULL,
+     FIELD(average_tokens), 0,
+     "Transformers' loss over every target of the global batch, which regc's always is; false "
+     "(each rank's mean) is refused where the ranks can count different targets (a loss mask)",
+     .alias = {{"average_tokens_across_devices"}}},
+    NEUTRAL("", "fp16", "[false]", WHY_FP16),
+    NEUTRAL("", "bf16_full_eval", "[false]",
+            "validation in pure bf16: regc validates as it trains"),
+    NEUTRAL("", "fp16_full_eval", "[false]",
+            "validation in pure fp16: regc validates as it trains"),
+    NEUTRAL("", "tf32", "[null, false]",
+            "TF32 products, which regc does not use (fp32, or bf16 under compile.precision)"),
+    NEUTRAL("", "label_smoothing_factor", "[0]",
+            "label smoothing, which regc's cross-entropy does not do"),
+    NEUTRAL("", "neftune_noise_alpha", "[null]",
+            "NEFTune's embedding noise, which regc does not add"),
+    NEUTRAL("", "optim", "[\"adamw_torch\", \"adamw_torch_fused\", \"adamw_hf\"]",
+            "the optimizer: regc's is torch.optim.AdamW"),
+    NEUTRAL("", "optim_args", "[null, \"\"]", "the optimizer's own arguments: regc's is AdamW"),
+    NEUTRAL("", "optim_target_modules", "[null]", "GaLore and APOLLO, which regc does not do"),
+    NEUTRAL("", "adafactor", "[false]", "the optimizer: regc's is torch.optim.AdamW"),
+    NEUTRAL("", "auto_find_batch_size", "[false]",
+            "a search for a batch that fits: regc fits the step to compile.memory_budget_mb by "
+            "recomputing and gathering instead"),
+    NEUTRAL("", "group_by_length", "[false]", "batches of alike lengths: a token file has none"),
+    NEUTRAL("", "train_sampling_strategy", "[\"random\", \"sequential\"]",
+            "batches of alike lengths: a token file has none (regc reads its rows in llm.c's "
+            "order)"),
+    NEUTRAL("", "past_index", "[-1]", "a model's past state fed back in, which regc's do not have"),
+    NEUTRAL("", "ignore_data_skip", "[false]",
+            "a resumed run restarting its data: regc's goes on where it stood"),
+    NEUTRAL("", "load_best_model_at_end", "[false]",
+            "the best checkpoint loaded at the end: regc's --save holds the last step's weights"),
+    NEUTRAL("", "fsdp", "[null, \"\", [], false]",
+            "PyTorch FSDP: regc shards with zero_optimization.stage 3"),
+    NEUTRAL("", "parallelism_config", "[null]",
+            "Accelerate's parallelism: regc's is data parallel under ZeRO"),
+    NEUTRAL("", "per_gpu_train_batch_size", "[null]",
+            "the old name of per_device_train_batch_size, which regc reads instead"),
+    INERT("", "report_to", NULL, WHY_REPORT),
+    INERT("", "run_name", NULL, WHY_REPORT),
+    INERT("", "logging_dir", NULL, WHY_REPORT),
+    INERT("", "logging_strategy", NULL, WHY_REPORT),
+    INERT("", "logging_steps", NULL, WHY_REPORT),
+    INERT("", "logging_first_step", NULL, WHY_REPORT),
+    INERT("", "logging_nan_inf_filter", NULL, WHY_REPORT),
+    INERT("", "log_level", NULL, WHY_REPORT),
+    INERT("", "log_level_replica", NULL, WHY_REPORT),
+    INERT("", "log_on_each_node", NULL, WHY_REPORT),
+    INERT("", "disable_tqdm", NULL, WHY_REPORT),
+    INERT("", "project", NULL, WHY_REPORT),
+    INERT("", "trackio_space_id", NULL, WHY_REPORT),
+    INERT("", "push_to_hub", NULL, WHY_REPORT),
+    INERT("", "hub_token", NULL, WHY_REPORT),
+    INERT("", "hub_private_repo", NULL, WHY_REPORT),
+    INERT("", "hub_model_id", NULL, WHY_REPORT),
+    INERT("", "hub_strategy", NULL, WHY_REPORT),
+    INERT("", "hub_always_push", NULL, WHY_REPORT),
+    INERT("", "hub_revision", NULL, WHY_REPORT),
+    INERT("", "push_to_hub_model_id", NULL, WHY_REPORT),
+    INERT("", "push_to_hub_organization", NULL, WHY_REPORT),
+    INERT("", "push_to_hub_token", NULL, WHY_REPORT),
+    INERT("", "include_tokens_per_second", NULL, WHY_REPORT),
+    INERT("", "include_num_input_tokens_seen", NULL, WHY_REPORT),
+    INERT("", "skip_memory_metrics", NULL, WHY_REPORT),
+    INERT("", "ray_scope", NULL, WHY_REPORT),
+    INERT("", "debug", NULL, WHY_REPORT),
+    INERT("", "eval_strategy", NULL, WHY_EVAL),
+    INERT("", "evaluation_strategy", NULL, WHY_EVAL),
+    INERT("", "eval_delay", NULL, WHY_EVAL),
+    INERT("", "per_device_eval_batch_size", NULL, WHY_EVAL),
+    INERT("", "per_gpu_eval_batch_size", NULL, WHY_EVAL),
+    INERT("", "prediction_loss_only", NULL, WHY_EVAL),
+    INERT("", "eval_on_start", NULL, WHY_EVAL),
+    INERT("", "eval_do_concat_batches", NULL, WHY_EVAL),
+    INERT("", "eval_use_gather_object", NULL, WHY_EVAL),
+    INERT("", "eval_accumulation_steps", NULL, WHY_EVAL),
+    INERT("", "include_for_metrics", NULL, WHY_EVAL),
+    INERT("", "include_inputs_for_metrics", NULL, WHY_EVAL),
+    INERT("", "batch_eval_metrics", NULL, WHY_EVAL),
+    INERT("", "metric_for_best_model", NULL, WHY_EVAL),
+    INERT("", "greater_is_better", NULL, WHY_EVAL),
+    INERT("", "use_legacy_prediction_loop", NULL, WHY_EVAL),
+    INERT("", "do_train", NULL, "a script's switch: regc train trains"),
+    INERT("", "do_eval", NULL, WHY_EVAL),
+    INERT("", "do_predict", NULL, WHY_EVAL),
+    INERT("", "dataloader_drop_last", NULL, WHY_LOADER),
+    INERT("", "dataloader_num_workers", NULL, WHY_LOADER),
+    INERT("", "dataloader_pin_memory", NULL, WHY_LOADER),
+    INERT("", "dataloader_persistent_workers", NULL, WHY_LOADER),
+    INERT("", "dataloader_prefetch_factor", NULL, WHY_LOADER),
+    INERT("", "remove_unused_columns", NULL, WHY_LOADER),
+    INERT("", "label_names", NULL, WHY_LOADER),
+    INERT("", "length_column_name", NULL, WHY_LOADER),
+    INERT("", "data_seed", NULL, WHY_LOADER),
+    INERT("", "dispatch_batches", NULL, WHY_LOADER),
+    INERT("", "split_batches", NULL, WHY_LOADER),
+    INERT("", "use_cpu", NULL, WHY_DEVICE),
+    INERT("", "no_cuda", NULL, WHY_DEVICE),
+    INERT("", "use_mps_device", NULL, WHY_DEVICE),
+    INERT("", "local_rank", NULL, WHY_DEVICE),
+    INERT("", "tpu_num_cores", NULL, WHY_DEVICE),
+    INERT("", "tpu_metrics_debug", NULL, WHY_DEVICE),
+    INERT("", "ddp_backend", NULL, WHY_DIST),
+    INERT("", "ddp_timeout", NULL, WHY_DIST),
+    INERT("", "ddp_find_unused_parameters", NULL, WHY_DIST),
+    INERT("", "ddp_bucket_cap_mb", NULL, WHY_DIST),
+    INERT("", "ddp_broadcast_buffers", NULL, WHY_DIST),
+    INERT("", "accelerator_config", NULL, WHY_DIST),
+    INERT("", "mp_parameters", NULL, WHY_DIST),
+    INERT("", "sharded_ddp", NULL, WHY_DIST),
+    INERT("", "fsdp_config", NULL, "FSDP's settings, which apply only with fsdp, refused"),
+    INERT("", "fsdp_min_num_params", NULL, "FSDP's settings, which apply only with fsdp, refused"),
+    INERT("", "fsdp_transformer_layer_cls_to_wrap", NULL,
+          "FSDP's settings, which apply only with fsdp, refused"),
+    INERT("", "half_precision_backend", NULL, WHY_DEVICE),
+    INERT("", "fp16_backend", NULL, WHY_FP16_OFF),
+    INERT("", "fp16_opt_level", NULL, WHY_FP16_OFF),
+    INERT("", "jit_mode_eval", NULL, WHY_EVAL),
+    INERT("", "use_ipex", NULL, WHY_DEVICE),
+    INERT("", "torch_empty_cache_steps", NULL, WHY_DEVICE),
+    INERT("", "use_cache", NULL, "the model's key-value cache, which training does not use"),
+    INERT("", "full_determinism", NULL, "regc's runs are deterministic always"),
+    INERT("", "overwrite_output_dir", NULL, WHY_SAVE),
+    INERT("", "save_on_each_node", NULL, WHY_SAVE),
+    INERT("", "save_safetensors", NULL, WHY_SAVE),
+    INERT("", "save_only_model", NULL, WHY_SAVE),
+    INERT("", "enable_jit_checkpoint", NULL,
+          "a checkpoint on SIGTERM, which regc writes always (with output_dir)"),
+    INERT("", "restore_callback_states_from_checkpoint", NULL, WHY_SAVE),
+    INERT("", "torch_compile", NULL, WHY_COMPILE),
+    INERT("", "torch_compile_backend", NULL, WHY_COMPILE),
+    INERT("", "torch_compile_mode", NULL, WHY_COMPILE),
+    INERT("", "torchdynamo", NULL, WHY_COMPILE),
+    INERT("", "gradient_checkpointing_kwargs", NULL,
+          "how gradient checkpointing runs: regc's recomputation gives the same bits whatever it "
+          "recomputes"),
+    INERT("", "use_liger_kernel", NULL, "Liger's fused kernels: regc fuses its own"),
+    INERT("", "liger_kernel_config", NULL, "Liger's fused kernels: regc fuses its own"),
 };
 
 const int regc_option_count = (int)(sizeof regc_option_table / sizeof regc_option_table[0]);
 _Static_assert(sizeof regc_option_table / sizeof regc_option_table[0] <= REGC_OPTION_MAX,
                "raise REGC_OPTION_MAX");
-
-void regc_train_settings_default(regc_train_settings *s)
-{
-    memset(s, 0, sizeof *s);
-    regc_train_options_default(&s->train);
-    s->quant.double_quant = 1; /* QLoRA's; Transformers' default is off, refused */
-}
-
-void *regc_option_field(const regc_option *o, regc_train_settings *s)
-{
-    return (char *)s + o->offset;
-}
-
-const regc_option *regc_option_by_key(const char *section, const char *key)
-{
-    for (int i = 0; i < regc_option_count; i++) {
-        const regc_option *o = &regc_option_table[i];
-        if (o->key && !strcmp(o->section, section) && !strcmp(o->key, key))
-            return o;
-    }
-    return NULL;
-}
-
-int regc_option_section_known(const char *section)
-{
-    for (int i = 0; i < regc_option_count; i++)
-        if (regc_option_table[i].key && !strcmp(regc_option_table[i].section, section))
-            return 1;
-    return 0;
-}
-
-/* DeepSpeed's keys that regc knows by name but does not take yet: refused
- * as such rather than as typos. */
-int regc_option_not_yet(const char *section, const char *key)
-{
-    static const char *const later[] = {"offload_param", NULL};
-    for (int i = 0; !strcmp(section, "zero_optimization") && later[i]; i++)
-        if (!strcmp(key, later[i]))
-            return 1;
-    return 0;
-}
-
-const regc_option *regc_option_by_flag(const char *flag)
-{
-    for (int i = 0; i < regc_option_count; i++)
-        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].flag, flag))
-            return &regc_option_table[i];
-    return NULL;
-}
-
-int regc_option_takes_value(const regc_option *o) { return o->type != OPT_FLAG; }
-
-/* Ranges up to INT32_MAX and beyond read as "no upper bound" to a person. */
-static int unbounded(const regc_option *o) { return o->max >= (double)INT32_MAX; }
-
-void regc_option_describe(const regc_option *o, int in_file, char *buf, size_t cap)
-{
-    switch (o->type) {
-    case OPT_STRING:
-        snprintf(buf, cap, in_file ? "a non-empty string or null" : "a non-empty value");
-        break;
-    case OPT_INT:
-        if (unbounded(o) && in_file)
-            snprintf(buf, cap, "an integer >= %.0f", o->min);
-        else if (unbounded(o))
-            snprintf(buf, cap, o->min > 0 ? "a positive integer" : "a non-negative integer");
-        else
-            snprintf(buf, cap, "an integer from %.0f to %.0f", o->min, o->max);
-        break;
-    case OPT_SEED:
-        snprintf(buf, cap,
-                 in_file ? "an integer from 0 to 2^53 - 1 (9007199254740991)"
-                         : "a non-negative integer below 2^64");
-        break;
-    case OPT_FLOAT:
-        if (o->max > 0)
-            snprintf(buf, cap, "a number from %g to %g", o->min, o->max);
-        else if (in_file)
-            snprintf(buf, cap, o->min > 0 ? "a finite number > 0" : "a finite number >= 0");
-        else
-            snprintf(buf, cap, o->min > 0 ? "a positive number" : "a non-negative number");
-        break;
-    case OPT_FLAG:
-    case OPT_SWITCH: snprintf(buf, cap, in_file ? "true or false" : "on or off"); break;
-    case OPT_CHOICE: {
-        /* "O0, O1 or O2"; quoted in the file, where they are JSON strings */
-        size_t n = 0;
-        const char *q = in_file ? "\"" : "";
-        buf[0] = '\0';
-        for (int i = 0; o->choices[i] && n < cap; i++)
-            n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s",
-                                  i == 0              ? ""
-                                  : o->choices[i + 1] ? ", "
-                                                      : " or ",
-                                  q, o->choices[i], q);
-        break;
-    }
-    case OPT_BACKEND:
-        snprintf(buf, cap,
-                 in_file ? "\"cpu\", \"cuda\", \"cuda:N\" or null" : "cpu, cuda or cuda:N");
-        break;
-    case OPT_PASSES:
-        snprintf(buf, cap,
-                 in_file ? "an array of pass names or [name, budget_mb] pairs"
-                         : "pass names separated by commas, or none");
-        break;
-    case OPT_REPLANS:
-        snprintf(buf, cap, in_file ? "an array of [step, [passes]] pairs" : "STEP:passes;...");
-        break;
-    case OPT_MODULES:
-        snprintf(buf, cap,
-                 in_file ? "an array of module names, a regular expression or \"all-linear\""
-                         : "module names separated by commas, or all-linear");
-        break;
-    }
-}
-
-void regc_option_store_int(const regc_option *o, regc_train_settings *s, int64_t v)
-{
-    v *= o->scale ? o->scale : 1;
-    void *f = regc_option_field(o, s);
-    if (o->size == sizeof(int64_t))
-        memcpy(f, &v, sizeof v);
-    else {
-        int x = (int)v;
-        memcpy(f, &x, sizeof x);
-    }
-}
-
-/* "cpu", "cuda" or "cuda:N" (N a device number up to 1024). */
-static int backend_name_ok(const char *s)
-{
-    int64_t device;
-    return !strcmp(s, "cpu") || !strcmp(s, "cuda") ||
-           (!strncmp(s, "cuda:", 5) && regc_text_to_i64(s + 5, 0, 1024, &device) == 0);
-}
-
-static int bad_value(const regc_option *o, const char *text)
-{
-    char what[160];
-    regc_option_describe(o, 0, what, sizeof what);
-    return regc_error(REGC_ERR_ARG, "%s: expected %s, got \"%s\"", o->flag, what, text);
-}
-
-int regc_option_set_text(const regc_option *o, regc_train_settings *s, const char *text)
-{
-    void *f = regc_option_field(o, s);
-    if (o->type == OPT_FLAG) {
-        if (text)
-            return regc_error(REGC_ERR_ARG, "%s takes no value", o->flag);
-        *(int *)f = 1;
-        return REGC_OK;
-    }
-    if (!text)
-        return regc_error(REGC_ERR_ARG, "%s: missing value", o->flag);
-    switch (o->type) {
-    case OPT_STRING:
-        if (!text[0])
-            return bad_value(o, text);
-        *(const char **)f = text;
-        return REGC_OK;
-    case OPT_INT: {
-        int64_t v;
-        if (regc_text_to_i64(text, (int64_t)o->min, (int64_t)o->max, &v))
-            return bad_value(o, text);
-        regc_option_store_int(o, s, v);
-        return REGC_OK;
-    }
-    case OPT_SEED: return regc_text_to_u64(text, (uint64_t *)f) ? bad_value(o, text) : REGC_OK;
-    case OPT_FLOAT: {
-        float v;
-        int rc = regc_text_to_float(text, o->min > 0, &v);
-        if (rc == -2)
-            return regc_error(REGC_ERR_ARG, "%s: %s is too small for a float", o->flag, text);
-        if (rc || (o->max > 0 && !(v <= o->max)))
-            return bad_value(o, text);
-        /* a double field keeps the decimal as written (a ratio times the
-         * steps must round up as the user's arithmetic does) */
-        if (o->size == sizeof(double))
-            *(double *)f = strtod(text, NULL);
-        else
-            *(float *)f = v;
-        return REGC_OK;
-    }
-    case OPT_SWITCH:
-        if (strcmp(text, "on") != 0 && strcmp(text, "off") != 0)
-            return bad_value(o, text);
-        *(int *)f = !strcmp(text, "on");
-        return REGC_OK;
-    case OPT_CHOICE:
-        for (int i = 0; o->choices[i]; i++)
-            if (!strcmp(text, o->choices[i])) {
-                *(int *)f = i;
-                return REGC_OK;
-            }
-        return bad_value(o, text);
-    case OPT_BACKEND:
-        if (!backend_name_ok(text))
-            return bad_value(o, text);
-        *(const char **)f = text;
-        return REGC_OK;
-    case OPT_PASSES:
-    case OPT_REPLANS: {
-        char why[160];
-        if (o->type == OPT_PASSES ? regc_passes_from_text(text, f, why, sizeof why)
-                                  : regc_replans_from_text(text, f, why, sizeof why))
-            return regc_error(REGC_ERR_ARG, "%s: %s, got \"%s\"", o->flag, why, text);
-        return REGC_OK;
-    }
-    case OPT_MODULES: {
-        regc_lora_targets *t = f;
-        if (!text[0] || strlen(text) >= sizeof t->text || strspn(text, ",") == strlen(text))
-            return bad_value(o, text);
-        snprintf(t->text, sizeof t->text, "%s", text);
-        t->regex = 0;
-        return REGC_OK;
-    }
-    case OPT_FLAG: break;
-    }
-    return REGC_OK;
-}
-
-/* ---------------------------------------------------------------- usage */
-
-#define USAGE_COL 25   /* where help text starts */
-#define USAGE_WIDTH 92 /* and where it wraps */
-
-/* Words of text from column `col` on, wrapping at USAGE_WIDTH. */
-static void write_wrapped(FILE *f, const char *text, int col)
-{
-    while (*text) {
-        size_t word = strcspn(text, " ");
-        if (col > USAGE_COL && col + 1 + (int)word > USAGE_WIDTH) {
-            fprintf(f, "\n%*s", USAGE_COL, "");
-            col = USAGE_COL;
-        } else if (col > USAGE_COL) {
-            fputc(' ', f);
-            col++;
-        }
-        fprintf(f, "%.*s", (int)word, text);
-        col += (int)word;
-        text += word;
-        text += strspn(text, " ");
-    }
-}
-
-static void default_text(const regc_option *o, const regc_train_settings *d, char *buf, size_t cap)
-{
-    const void *f = (const char *)d + o->offset;
-    int64_t v;
-    switch (o->type) {
-    case OPT_INT:
-        if (o->size == sizeof(int64_t))
-            memcpy(&v, f, sizeof v);
-        else
-            v = *(const int *)f;
-        snprintf(buf, cap, "%" PRId64, v / (o->scale ? o->scale : 1));
-        break;
-    case OPT_SEED: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)f); break;
-    case OPT_FLOAT:
-        snprintf(buf, cap, "%g",
-                 o->size == sizeof(double) ? *(const double *)f : (double)*(const float *)f);
-        break;
-    case OPT_SWITCH: snprintf(buf, cap, "%s", *(const int *)f ? "on" : "off"); break;
-    case OPT_CHOICE: snprintf(buf, cap, "%s", o->choices[*(const int *)f]); break;
-    case OPT_STRING:
-    case OPT_BACKEND:
-        snprintf(buf, cap, "%s", *(const char *const *)f ? *(const char *const *)f : "none");
-        break;
-    case OPT_FLAG: snprintf(buf, cap, "off"); break;
-    case OPT_PASSES: regc_passes_to_text(f, buf, cap); break;
-    case OPT_REPLANS: snprintf(buf, cap, "none"); break;
-    case OPT_MODULES: snprintf(buf, cap, "%.48s", ((const regc_lora_targets *)f)->text); break;
-    }
-}
-
-static void write_row(FILE *f, const regc_option *o, const regc_train_settings *d)
-{
-    char head[128], help[1024];
-    snprintf(head, sizeof head, "  %s%s%s", o->flag, o->metavar ? " " : "",
-             o->metavar ? o->metavar : "");
-    fputs(head, f);
-    int col = (int)strlen(head);
-    if (col + 1 > USAGE_COL) {
-        fprintf(f, "\n%*s", USAGE_COL, "");
-        col = USAGE_COL;
-    } else {
-        fprintf(f, "%*s", USAGE_COL - col, "");
-        col = USAGE_COL;
-    }
-    size_t n = (size_t)snprintf(help, sizeof help, "%s", o->help);
-    if (o->flags & OPT_LIST_PRESETS)
-        for (int i = 0; regc_model_preset_name(i) && n < sizeof help; i++)
-            n += (size_t)snprintf(help + n, sizeof help - n, " %s", regc_model_preset_name(i));
-    /* the file's key, where it is not the flag with underscores */
-    char dashed[64];
-    snprintf(dashed, sizeof dashed, "--%s", o->key ? o->key : "");
-    for (char *c = dashed; *c; c++)
-        *c = *c == '_' ? '-' : *c;
-    if (o->key && strcmp(dashed, o->flag) != 0 && n < sizeof help)
-        n += (size_t)snprintf(help + n, sizeof help - n, " (%s.%s)", o->section, o->key);
-    if ((o->flags & OPT_SHOW_DEFAULT) && n < sizeof help) {
-        char v[64];
-        default_text(o, d, v, sizeof v);
-        snprintf(help + n, sizeof help - n, " (default %s)", v);
-    }
-    write_wrapped(f, help, col);
-    fputc('\n', f);
-}
-
-void regc_option_write_usage(FILE *f)
-{
-    regc_train_settings d;
-    regc_train_settings_default(&d);
-    fprintf(f, "options:\n");
-    for (int i = 0; i < regc_option_count; i++)
-        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "train"))
-            write_row(f, &regc_option_table[i], &d);
-    fprintf(f, "\nLoRA (PEFT's; the config file's \"lora\" keys):\n");
-    for (int i = 0; i < regc_option_count; i++)
-        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "lora"))
-            write_row(f, &regc_option_table[i], &d);
-    fprintf(f, "\nQLoRA (Transformers' BitsAndBytesConfig; the config file's \"quantization\" "
-               "keys):\n");
-    for (int i = 0; i < regc_option_count; i++)
-        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "quantization"))
-            write_row(f, &regc_option_table[i], &d);
-    fprintf(f, "\ncompile options (the config file's \"compile\" keys):\n");
-    for (int i = 0; i < regc_option_count; i++)
-        if (regc_option_table[i].flag && !strcmp(regc_option_table[i].section, "compile"))
-            write_row(f, &regc_option_table[i], &d);
-    fprintf(f, "\nseveral processes (mpirun -np N regc train ...; the config file's "
-               "\"zero_optimization\" keys):\n");
-    for (int i = 0; i < regc_option_count; i++) /* zero_optimization and its sections */
-        if (regc_option_table[i].flag &&
-            !strncmp(regc_option_table[i].section, "zero_optimization", 17))
-            write_row(f, &regc_option_table[i], &d);
-}

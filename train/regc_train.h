@@ -49,13 +49,27 @@ typedef struct {
     const char *loss_mask, *val_loss_mask;
     int64_t batch, seq;
     int steps;
+    /* train.num_train_epochs: > 0 makes `steps` the optimizer steps that
+     * read the token file this many times (regc_train_resolve_epochs) */
+    double num_train_epochs;
     float lr, weight_decay;
-    float beta1, beta2, eps;    /* AdamW; 0.9, 0.999, 1e-8 by default */
-    regc_schedule lr_scheduler; /* train.lr_scheduler_type (default constant) */
-    int64_t warmup_steps;       /* optimizer steps of warmup */
-    double warmup_ratio;        /* or this fraction of steps (rounded up), when warmup_steps is 0 */
+    /* AdamW; 0.9, 0.999, 1e-8 by default (beta1 and beta2 side by side:
+     * DeepSpeed's betas set both) */
+    float beta1, beta2, eps;
+    int lr_scheduler;     /* train.lr_scheduler_type: regc_train_schedule (default constant) */
+    int64_t warmup_steps; /* optimizer steps of warmup */
+    double warmup_ratio;  /* or this fraction of steps (rounded up), when warmup_steps is 0 */
     double min_lr, min_lr_rate; /* cosine_with_min_lr's floor: absolute, or as a fraction of lr */
-    double max_grad_norm;       /* > 0: clip the gradients' global L2 norm to it */
+    /* DeepSpeed's schedulers' parameters (scheduler.params): the rate
+     * warmup starts from (WarmupLR, WarmupDecayLR); the warmup's curve
+     * (0 log, 1 linear); the schedule's length (0: steps); where
+     * WarmupCosineLR's warmup starts and its cosine ends, as fractions of
+     * lr (negative: DeepSpeed's defaults, 0 and 0.0001) */
+    double warmup_min_lr;
+    int warmup_type;
+    int64_t total_num_steps;
+    double warmup_min_ratio, cos_min_ratio;
+    double max_grad_norm; /* > 0: clip the gradients' global L2 norm to it */
     /* A step whose loss or gradient norm is not finite changes nothing; then
      * 0 stops the run with REGC_ERR_DIVERGED, 1 goes on to the next step. */
     int skip_nonfinite;
@@ -114,6 +128,39 @@ typedef struct {
 } regc_train_options;
 
 void regc_train_options_default(regc_train_options *o);
+
+/* train.lr_scheduler_type: Hugging Face's schedules (regc_schedule), which
+ * the step's update computes from the step count, then DeepSpeed's
+ * (deepspeed/runtime/lr_schedules.py), whose rate the trainer computes on
+ * the host before each step (regc_train_ds_lr) and gives the update as its
+ * base rate under the constant schedule. */
+enum {
+    REGC_SCHEDULE_WARMUP_LR = REGC_SCHEDULE_COUNT, /* warmup, then constant */
+    REGC_SCHEDULE_WARMUP_DECAY_LR,                 /* warmup, then linear to 0 */
+    REGC_SCHEDULE_WARMUP_COSINE_LR,                /* warmup, then a half cosine */
+    REGC_TRAIN_SCHEDULE_COUNT
+};
+
+/* The name of schedule s ("linear", "WarmupDecayLR"), or NULL. */
+const char *regc_train_schedule_name(int s);
+/* Is schedule s one of DeepSpeed's? */
+int regc_train_schedule_is_deepspeed(int s);
+
+/* DeepSpeed's learning rate for optimizer step s (from 0) under o's
+ * DeepSpeed schedule: what its scheduler's get_lr() gives after s calls
+ * of step() (the engine steps it after each applied optimizer step, so the
+ * first step runs at the rate the constructor set), with warmup_num_steps
+ * regc_train_warmup_steps(o), total_num_steps o->total_num_steps (else
+ * o->steps) and the peak o->lr. */
+double regc_train_ds_lr(const regc_train_options *o, int64_t s);
+
+/* With o->num_train_epochs > 0: o->steps = the optimizer steps that take
+ * ceil(epochs x B) micro-batches, B the batches of ranks x batch rows the
+ * token file (o->data_path, else the built-in corpus) holds before
+ * llm.c's order starts again at its beginning (rows of 2 x seq tokens for
+ * T5, which m names; m may be NULL). One line naming the file when it
+ * cannot be read or is too short for one batch. */
+int regc_train_resolve_epochs(regc_train_options *o, const regc_model *m, int ranks);
 
 /* compile.passes and compile.schedule as text ("prefetch,selective_gather@512",
  * "5:prefetch;20:none"; names must be registered passes): 0, or -1 with
@@ -209,9 +256,27 @@ typedef struct {
     const char *config;  /* --config: the config file */
     int profile;         /* --profile */
     int no_cache;        /* --no-cache */
+    /* A DeepSpeed config (train.deepspeed, --deepspeed, Transformers'
+     * "deepspeed"): read after the --config file, over the same table */
+    const char *deepspeed;
+    int print_config; /* --print-config: print the resolved settings, do not train */
+    /* DeepSpeed's train_batch_size: micro-batch x accumulation x ranks (0:
+     * unset; regc_settings_resolve derives or checks it) */
+    int64_t train_batch_size;
+    /* optimizer.type (0 AdamW, 1 Adam) and optimizer.params.adam_w_mode:
+     * DeepSpeed's Adam is AdamW unless adam_w_mode is false */
+    int optimizer_type, adam_w_mode;
+    int save_strategy;  /* Transformers' save_strategy: 0 steps, 1 no (no checkpoints) */
+    int average_tokens; /* Transformers' average_tokens_across_devices */
 } regc_train_settings;
 
 void regc_train_settings_default(regc_train_settings *s);
+
+/* Where each option's value came from: its default, a file (and the key
+ * as the file spells it), a flag, or another option it follows from. */
+typedef struct regc_origins regc_origins;
+regc_origins *regc_origins_new(void);
+void regc_origins_free(regc_origins *o);
 
 typedef struct regc_option regc_option;
 /* The option of a flag ("--batch"), or NULL for an unknown flag. */
@@ -225,6 +290,10 @@ int regc_option_set_text(const regc_option *o, regc_train_settings *s, const cha
 /* Every flag with its value, help, config key and default, wrapped for a
  * terminal: the options part of `regc train --help`. */
 void regc_option_write_usage(FILE *f);
+/* Record that option o was set by its flag (flag NULL) or by another that
+ * implies it (a string that outlives `from`: "--no-cache"); NULL origins:
+ * nothing. */
+void regc_origins_flag(regc_origins *from, const regc_option *o, const char *flag);
 
 /* ======================================================================
  * Config file (JSON): {"compile": {...}, "train": {...}} with the option
@@ -239,8 +308,28 @@ int regc_config_parse(const char *text, size_t size, const char *path, regc_conf
 void regc_config_free(regc_config *c);
 /* Set the fields of s that the file sets; strings stay owned by c. */
 void regc_config_apply(const regc_config *c, regc_train_settings *s);
+/* The same, recording in `from` where each value came from (may be NULL).
+ * A value that an earlier file applied to `from` set otherwise is refused
+ * naming both files and keys, as Transformers refuses a DeepSpeed value
+ * that differs from its own: REGC_ERR_FORMAT. */
+int regc_config_apply_from(const regc_config *c, regc_train_settings *s, regc_origins *from);
+
+/* The settings the files and flags gave, made whole for `ranks` processes
+ * (m: the model, may be NULL): DeepSpeed's train_batch_size checked
+ * against micro-batch x accumulation x ranks or the missing one of the
+ * three derived, num_train_epochs turned into steps, Transformers'
+ * save_strategy, and the options that only apply together checked. One
+ * line naming the keys as the file spelled them. */
+int regc_settings_resolve(regc_train_settings *s, regc_origins *from, int ranks,
+                          const regc_model *m);
+/* The whole resolved configuration as regc's own JSON: every option under
+ * its section and key, {"value": ..., "from": "default" | "flag --x" |
+ * "FILE: key" | ...}. */
+int regc_settings_print(FILE *f, const regc_train_settings *s, const regc_origins *from);
 const char *regc_config_model(const regc_config *c);   /* train.model or NULL */
 const char *regc_config_weights(const regc_config *c); /* train.weights or NULL */
-int regc_config_json(const regc_config *c);            /* train.json: 1, 0, or -1 when unset */
+/* train.deepspeed (Transformers' "deepspeed") as a path, or NULL */
+const char *regc_config_deepspeed(const regc_config *c);
+int regc_config_json(const regc_config *c); /* train.json: 1, 0, or -1 when unset */
 
 #endif

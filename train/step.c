@@ -78,6 +78,12 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
     int rc = REGC_OK;
     double t0 = regc_time_ms(), comm0, wait0;
     regc_program_comm_times(t->program, &comm0, &wait0);
+    /* DeepSpeed's schedules: this step's rate from the steps applied so far
+     * (the last read-back), the update's constant schedule applying it */
+    if (regc_train_schedule_is_deepspeed(o->lr_scheduler)) {
+        const double lr = regc_train_ds_lr(o, (int64_t)t->host.step);
+        be->copy_h2d(be, (char *)t->scalars + offsetof(regc_step_scalars, base_lr), &lr, sizeof lr);
+    }
     if (shared) {
         for (int j = 0; j < k && rc == REGC_OK; j++)
             if ((rc = fill_batch(t, o, t->tokens, (int64_t)step * k + j, 0)) == REGC_OK)

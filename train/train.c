@@ -34,7 +34,8 @@ void regc_train_options_default(regc_train_options *o)
     o->cache_max_bytes = INT64_C(1024) << 20;
     o->lr_scheduler = REGC_SCHEDULE_CONSTANT;
     o->offload_pin_memory = 1;
-    o->min_lr = o->min_lr_rate = -1.0; /* unset */
+    o->min_lr = o->min_lr_rate = -1.0;             /* unset */
+    o->warmup_min_ratio = o->cos_min_ratio = -1.0; /* DeepSpeed's defaults */
     o->grad_accum = 1;
     o->val_batches = 8;
     o->return_weights = 1;
@@ -162,6 +163,10 @@ static void init_scalars(regc_step_scalars *s, const regc_train_options *o)
     s->weight_decay = (double)o->weight_decay;
     s->beta1 = (double)o->beta1, s->beta2 = (double)o->beta2, s->eps = (double)o->eps;
     s->schedule = (int32_t)o->lr_scheduler;
+    /* DeepSpeed's schedules: the trainer hands each step its rate
+     * (regc_trainer_step), which the constant schedule applies as it is */
+    if (regc_train_schedule_is_deepspeed(o->lr_scheduler))
+        s->schedule = REGC_SCHEDULE_CONSTANT;
     s->warmup_steps = (double)regc_train_warmup_steps(o);
     s->total_steps = (double)o->steps;
     s->num_cycles = 0.5;
@@ -476,9 +481,17 @@ int regc_train_check_options(const regc_train_options *o)
     if (o->grad_accum < 1)
         return regc_error(REGC_ERR_ARG, "train.gradient_accumulation_steps: %d (at least 1)",
                           o->grad_accum);
-    if ((unsigned)o->lr_scheduler >= REGC_SCHEDULE_COUNT)
+    if ((unsigned)o->lr_scheduler >= REGC_TRAIN_SCHEDULE_COUNT)
         return regc_error(REGC_ERR_ARG, "train.lr_scheduler_type: no schedule %d",
                           (int)o->lr_scheduler);
+    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f) || !(o->beta2 >= 0.0f && o->beta2 < 1.0f))
+        return regc_error(REGC_ERR_ARG, "train.adam_beta%d: %g (from 0 to below 1)",
+                          o->beta1 >= 0.0f && o->beta1 < 1.0f ? 2 : 1,
+                          (double)(o->beta1 >= 0.0f && o->beta1 < 1.0f ? o->beta2 : o->beta1));
+    if (!(o->eps > 0.0f))
+        return regc_error(REGC_ERR_ARG, "train.adam_epsilon: %g (> 0)", (double)o->eps);
+    if (o->num_train_epochs < 0.0)
+        return regc_error(REGC_ERR_ARG, "train.num_train_epochs: %g (> 0)", o->num_train_epochs);
     if (o->val_loss_mask && !o->val_data_path)
         return regc_error(REGC_ERR_ARG, "train.val_loss_mask: needs train.val_data");
     if (o->compile.offload_optimizer && !o->offload_pin_memory)
@@ -521,7 +534,9 @@ int regc_train_check_options(const regc_train_options *o)
     const char *warmup_key = o->warmup_steps > 0 ? "warmup_steps" : "warmup_ratio";
     if (warmup < 0 || !(o->warmup_ratio >= 0.0 && o->warmup_ratio <= 1.0))
         return regc_error(REGC_ERR_ARG, "train.%s: a negative warmup", warmup_key);
-    if (warmup > o->steps)
+    /* DeepSpeed's warmup may outlast a run (it stops part way up) */
+    const int ds = regc_train_schedule_is_deepspeed(o->lr_scheduler);
+    if (warmup > o->steps && !ds)
         return regc_error(REGC_ERR_ARG,
                           "train.%s: %lld warmup steps are more than the run's %d steps",
                           warmup_key, (long long)warmup, o->steps);
@@ -538,14 +553,47 @@ int regc_train_check_options(const regc_train_options *o)
         return regc_error(REGC_ERR_ARG,
                           "train.%s: applies to lr_scheduler_type cosine_with_min_lr only",
                           min_lr ? "min_lr" : "min_lr_rate");
+    /* DeepSpeed's parameters only where its scheduler takes them, as its
+     * constructors refuse an argument they do not have */
+    const int warmup_lr = o->lr_scheduler == REGC_SCHEDULE_WARMUP_LR ||
+                          o->lr_scheduler == REGC_SCHEDULE_WARMUP_DECAY_LR,
+              decays = o->lr_scheduler == REGC_SCHEDULE_WARMUP_DECAY_LR ||
+                       o->lr_scheduler == REGC_SCHEDULE_WARMUP_COSINE_LR,
+              cosine = o->lr_scheduler == REGC_SCHEDULE_WARMUP_COSINE_LR;
+    if (!(o->warmup_min_lr >= 0.0))
+        return regc_error(REGC_ERR_ARG, "scheduler.params.warmup_min_lr: %g (>= 0)",
+                          o->warmup_min_lr);
+    const char *not_taken = o->warmup_min_lr > 0.0 && !warmup_lr    ? "warmup_min_lr"
+                            : o->total_num_steps > 0 && !decays     ? "total_num_steps"
+                            : o->warmup_min_ratio >= 0.0 && !cosine ? "warmup_min_ratio"
+                            : o->cos_min_ratio >= 0.0 && !cosine    ? "cos_min_ratio"
+                            : o->warmup_type != 0 && !ds            ? "warmup_type"
+                                                                    : NULL;
+    if (not_taken)
+        return regc_error(REGC_ERR_ARG,
+                          "scheduler.params.%s: lr_scheduler_type %s does not take it", not_taken,
+                          regc_train_schedule_name(o->lr_scheduler));
+    if (o->total_num_steps < 0 || (unsigned)o->warmup_type > 1)
+        return regc_error(REGC_ERR_ARG, "scheduler.params.%s: %lld",
+                          o->total_num_steps < 0 ? "total_num_steps" : "warmup_type",
+                          o->total_num_steps < 0 ? (long long)o->total_num_steps
+                                                 : (long long)o->warmup_type);
     return REGC_OK;
 }
 
 int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step, void *user,
                int *stopped_at)
 {
-    int rc = regc_train_check_options(o);
-    if (rc)
+    /* epochs decide the steps once the data's length is known */
+    regc_train_options by_epochs;
+    int rc;
+    if (o->num_train_epochs > 0.0) {
+        by_epochs = *o;
+        if ((rc = regc_train_resolve_epochs(&by_epochs, m, o->comm ? o->comm->size : 1)))
+            return rc;
+        o = &by_epochs;
+    }
+    if ((rc = regc_train_check_options(o)))
         return rc;
     trainer t;
     memset(&t, 0, sizeof t);
