@@ -1,7 +1,8 @@
 /* decoder.h — private to models/: what the decoder families' two files
- * share. decoder.c describes each family and reads its config.json into a
- * decoder_config (and lists, writes back and describes it); decoder_graph.c
- * builds the flat forward graph from that description and fills its rotary
+ * share. decoder.c describes each family (its layer, its config keys) and
+ * lists its parameters; decoder_config.c reads its config.json into a
+ * decoder_config, writes it back and describes it; decoder_graph.c builds
+ * the flat forward graph from that description and fills its rotary
  * tables. */
 #ifndef REGC_DECODER_H
 #define REGC_DECODER_H
@@ -99,6 +100,14 @@ typedef struct {
     int slot_at[N_SLOTS];    /* a slot's index among them, or -1 */
     unsigned char sliding[]; /* [n_layer] the layer slides (its window is `window`) */
 } decoder_config;
+
+/* decoder_config.c: c into m's config (a copy, with the layers' windows
+ * from sliding, or every layer sliding when NULL and c has a window), and
+ * the regc_arch entries that read, write and describe config.json */
+int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned char *sliding);
+int decoder_parse_config(regc_model *m, const cJSON *root, const char *path);
+cJSON *decoder_write_config(const regc_model *m);
+void decoder_describe(const regc_model *m, char *buf, size_t cap);
 
 /* decoder_graph.c */
 int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out);

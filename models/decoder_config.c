@@ -1,0 +1,561 @@
+/* decoder_config.c — a decoder family's config.json: read (every key its
+ * tables in decoder.c apply: sizes, norms' epsilon, RoPE — Gemma 3's per
+ * layer type —, biases, the gate's activation, the pad token, Gemma's
+ * scale and soft-capping, which layers slide and by how much) into a
+ * decoder_config, written back as Transformers 5 spells it (so that
+ * Transformers loads a saved model, and the key reads back the same
+ * model), and described. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decoder.h"
+
+#define DECODER_MAX_DIM 2147483647 /* ids are i32 and heads are int */
+
+int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned char *sliding)
+{
+    decoder_config *copy = malloc(sizeof *copy + (size_t)c->n_layer);
+    if (!copy)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
+    *copy = *c;
+    for (int64_t l = 0; l < c->n_layer; l++)
+        copy->sliding[l] = sliding ? sliding[l] : (c->window > 0);
+    /* the layer's slots: the family's, less the optional ones the config leaves out */
+    copy->n_slots = 0;
+    for (int s = 0; s < N_SLOTS; s++)
+        copy->slot_at[s] = -1;
+    for (const int *s = c->family->slots; *s >= 0; s++) {
+        int present = 1;
+        if (*s == S_Q_BIAS || *s == S_K_BIAS || *s == S_V_BIAS)
+            present = c->family->qkv_bias || c->attn_bias;
+        else if (*s == S_O_BIAS)
+            present = c->attn_bias;
+        else if (*s == S_GATE_BIAS || *s == S_UP_BIAS || *s == S_DOWN_BIAS)
+            present = c->mlp_bias;
+        else if (*s == S_Q_NORM || *s == S_K_NORM)
+            present = c->family->qk_norm != QK_NORM_NONE;
+        if (present)
+            copy->slot_at[*s] = copy->n_slots++;
+    }
+    m->cfg = copy;
+    m->vocab = c->vocab;
+    m->max_seq = c->n_pos;
+    return REGC_OK;
+}
+
+/* The family a model_type names (its regc_arch's description). */
+static const decoder_family *family_of(const regc_model *m) { return m->arch->family; }
+
+/* layer_types, when config.json gives it: sliding[l] for each
+ * "sliding_attention" (and a window to slide by); *given says whether it
+ * was there. */
+static int decoder_parse_layer_types(const cJSON *root, const char *path, const decoder_config *c,
+                                     unsigned char *sliding, int *given)
+{
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    *given = types && !cJSON_IsNull(types);
+    if (!*given)
+        return REGC_OK;
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layer)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"layer_types\" must be a list of num_hidden_layers (%" PRId64
+                          ") strings",
+                          path, c->n_layer);
+    int64_t l = 0;
+    for (const cJSON *t = types->child; t; t = t->next, l++) {
+        const char *s = cJSON_IsString(t) ? t->valuestring : "";
+        if (strcmp(s, "sliding_attention") != 0 && strcmp(s, "full_attention") != 0)
+            return regc_error(REGC_ERR_UNSUPPORTED,
+                              "%s: key \"layer_types\" entry %" PRId64
+                              " is not \"full_attention\" or \"sliding_attention\"",
+                              path, l);
+        sliding[l] = c->window > 0 && s[0] == 's';
+    }
+    return REGC_OK;
+}
+
+/* The sliding windows: which layers slide, and by how much (0: none). */
+static int decoder_parse_windows(const cJSON *root, const char *path, decoder_config *c,
+                                 unsigned char *sliding)
+{
+    const decoder_family *f = c->family;
+    int rc, given;
+    memset(sliding, 0, (size_t)c->n_layer);
+    if (f->window == WINDOW_NONE)
+        return REGC_OK;
+    /* null is no window; absent, Gemma's default of 4096 */
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (!(w && cJSON_IsNull(w)) &&
+        (rc = regc_cfg_int(root, path, "sliding_window", 0, f->window == WINDOW_GEMMA ? 4096 : 0, 1,
+                           INT64_MAX, &c->window)) < 0)
+        return rc;
+    switch (f->window) {
+    case WINDOW_ALL: memset(sliding, c->window > 0, (size_t)c->n_layer); return REGC_OK;
+    case WINDOW_LAYERS:
+        /* Qwen: use_sliding_window gates the window; layer_types, or else
+         * the layers from max_window_layers on, say which layers slide */
+        if ((rc = regc_cfg_bool(root, path, "use_sliding_window", 0, 0, &c->use_sliding_window)) <
+                0 ||
+            (rc = regc_cfg_int(root, path, "max_window_layers", 0, 28, 0, INT64_MAX,
+                               &c->max_window_layers)) < 0)
+            return rc;
+        if (!c->use_sliding_window)
+            c->window = 0;
+        if ((rc = decoder_parse_layer_types(root, path, c, sliding, &given)) < 0 || given)
+            return rc;
+        for (int64_t l = c->max_window_layers; c->window > 0 && l < c->n_layer; l++)
+            sliding[l] = 1;
+        return REGC_OK;
+    case WINDOW_GEMMA:
+        /* layer_types, or every pattern-th layer full (Gemma 3's
+         * sliding_window_pattern, either spelling; Gemma 2's 2) */
+        c->window_pattern = f->window_pattern;
+        if (f->gemma == 3 &&
+            ((rc = regc_cfg_int(root, path, "_sliding_window_pattern", 0, c->window_pattern, 1,
+                                INT64_MAX, &c->window_pattern)) < 0 ||
+             (rc = regc_cfg_int(root, path, "sliding_window_pattern", 0, c->window_pattern, 1,
+                                INT64_MAX, &c->window_pattern)) < 0))
+            return rc;
+        if ((rc = decoder_parse_layer_types(root, path, c, sliding, &given)) < 0 || given)
+            return rc;
+        for (int64_t l = 0; c->window > 0 && l < c->n_layer; l++)
+            sliding[l] = (l + 1) % c->window_pattern != 0;
+        return REGC_OK;
+    case WINDOW_NONE: break;
+    }
+    return REGC_OK;
+}
+
+/* The gate's activation from the family's key (hidden_act, or Gemma's
+ * hidden_activation): the forms regc's kernels compute exactly. */
+static int decoder_parse_act(const cJSON *root, const char *path, decoder_config *c)
+{
+    static const struct {
+        const char *name;
+        act_kind act;
+    } acts[] = {{"silu", ACT_SILU},
+                {"gelu_pytorch_tanh", ACT_GELU_TANH},
+                {"gelu_new", ACT_GELU_TANH},
+                {"gelu", ACT_GELU},
+                {"relu", ACT_RELU}};
+    const char *key = c->family->act_key, *name = NULL;
+    int rc = regc_cfg_string(root, path, key, 0, NULL, &name);
+    if (rc < 0)
+        return rc;
+    c->act = c->family->act_default;
+    if (!name)
+        return REGC_OK;
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
+        if (!strcmp(name, acts[i].name)) {
+            c->act = acts[i].act;
+            return REGC_OK;
+        }
+    return regc_error(REGC_ERR_UNSUPPORTED,
+                      "%s: key \"%s\" is \"%s\" (supported: silu, gelu_pytorch_tanh, gelu_new, "
+                      "gelu, relu)",
+                      path, key, name);
+}
+
+/* config.json's spelling of an activation, for writing it back. */
+static const char *decoder_act_name(act_kind act)
+{
+    switch (act) {
+    case ACT_GELU_TANH: return "gelu_pytorch_tanh";
+    case ACT_GELU: return "gelu";
+    case ACT_RELU: return "relu";
+    case ACT_SILU: break;
+    }
+    return "silu";
+}
+
+/* A nullable positive number: 0 when null (or absent with no default). */
+static int decoder_parse_cap(const cJSON *root, const char *path, const char *key, double dflt,
+                             double *out)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = 0.0;
+    if (it && cJSON_IsNull(it))
+        return REGC_OK;
+    int rc = regc_cfg_double(root, path, key, 0, dflt, 0.0, 1e30, out);
+    if (rc == REGC_OK && it && !(*out > 0.0))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is %g, must be positive (or null)", path,
+                          key, *out);
+    return rc;
+}
+
+/* Gemma's keys: the scores' scale, the soft-capping (Gemma 2's attention;
+ * the logits of both, when set), bidirectional attention refused. */
+static int decoder_parse_gemma(const cJSON *root, const char *path, decoder_config *c)
+{
+    const int g2 = c->family->gemma == 2;
+    int bidi = 0, rc;
+    if ((rc = regc_cfg_double(root, path, "query_pre_attn_scalar", 0, 256.0, 1e-30, 1e30,
+                              &c->query_scalar)) < 0 ||
+        (rc = decoder_parse_cap(root, path, "final_logit_softcapping", g2 ? 30.0 : 0.0,
+                                &c->final_softcap)) < 0 ||
+        (g2 && (rc = decoder_parse_cap(root, path, "attn_logit_softcapping", 50.0,
+                                       &c->attn_softcap)) < 0))
+        return rc;
+    if (!g2 && (rc = regc_cfg_bool(root, path, "use_bidirectional_attention", 0, 0, &bidi)) < 0)
+        return rc;
+    if (bidi)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: key \"use_bidirectional_attention\" = true is not supported "
+                          "(regc's decoders attend causally)",
+                          path);
+    return REGC_OK;
+}
+
+/* One of Gemma 3's two RoPE configurations as rope.c reads them: `sub`, a
+ * dictionary of rope_parameters (or NULL), its rope_theta defaulting to
+ * theta; read through a root of its own so rope.c's rules apply. */
+static int decoder_parse_rope_of(const cJSON *sub, double theta, const char *path,
+                                 const char *which, int64_t n_pos, regc_rope *r)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *dict = sub ? cJSON_Duplicate(sub, 1) : cJSON_CreateObject();
+    char where[512];
+    snprintf(where, sizeof where, "%s (%s)", path, which);
+    int ok = root && dict && cJSON_IsObject(dict) &&
+             cJSON_AddItemToObject(root, "rope_parameters", dict);
+    if (!ok)
+        cJSON_Delete(dict);
+    if (ok && !cJSON_GetObjectItemCaseSensitive(dict, "rope_type") &&
+        !cJSON_GetObjectItemCaseSensitive(dict, "type"))
+        ok = cJSON_AddStringToObject(dict, "rope_type", "default") != NULL;
+    if (ok && !cJSON_GetObjectItemCaseSensitive(dict, "rope_theta"))
+        ok = cJSON_AddNumberToObject(dict, "rope_theta", theta) != NULL;
+    int rc = ok ? regc_rope_parse(root, where, n_pos, r)
+             : sub && !cJSON_IsObject(sub)
+                 ? regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be an object", path, which)
+                 : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Gemma 3's RoPE: rope_parameters per layer type ("full_attention",
+ * "sliding_attention"), or the older rope_theta (1e6) with rope_scaling
+ * for the full layers and rope_local_base_freq (1e4) for the sliding
+ * ones, as Gemma3TextConfig reads them. */
+static int decoder_parse_gemma3_rope(const cJSON *root, const char *path, decoder_config *c)
+{
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    double theta, local;
+    int rc;
+    if ((rc = regc_cfg_double(root, path, "rope_theta", 0, 1e6, 1e-30, 1e30, &theta)) < 0 ||
+        (rc = regc_cfg_double(root, path, "rope_local_base_freq", 0, 1e4, 1e-30, 1e30, &local)) < 0)
+        return rc;
+    if (params && !cJSON_IsNull(params)) {
+        const cJSON *full = cJSON_GetObjectItemCaseSensitive(params, "full_attention");
+        const cJSON *slide = cJSON_GetObjectItemCaseSensitive(params, "sliding_attention");
+        if (!cJSON_IsObject(params) ||
+            cJSON_GetArraySize(params) != (full != NULL) + (slide != NULL))
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: key \"rope_parameters\" must hold \"full_attention\" and "
+                              "\"sliding_attention\" for gemma3_text",
+                              path);
+        if ((rc = decoder_parse_rope_of(full, theta, path, "rope_parameters.full_attention",
+                                        c->n_pos, &c->rope)) < 0)
+            return rc;
+        return decoder_parse_rope_of(slide, local, path, "rope_parameters.sliding_attention",
+                                     c->n_pos, &c->rope_local);
+    }
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if ((rc = decoder_parse_rope_of(scaling && !cJSON_IsNull(scaling) ? scaling : NULL, theta, path,
+                                    "rope_scaling", c->n_pos, &c->rope)) < 0)
+        return rc;
+    return decoder_parse_rope_of(NULL, local, path, "rope_local_base_freq", c->n_pos,
+                                 &c->rope_local);
+}
+
+static int decoder_parse_biases(const cJSON *root, const char *path, decoder_config *c)
+{
+    int rc;
+    if (c->family->bias_key &&
+        (rc = regc_cfg_bool(root, path, "attention_bias", 0, 0, &c->attn_bias)) < 0)
+        return rc;
+    if (c->family->mlp_bias_key &&
+        (rc = regc_cfg_bool(root, path, "mlp_bias", 0, 0, &c->mlp_bias)) < 0)
+        return rc;
+    return REGC_OK;
+}
+
+/* pad_token_id: Transformers makes it the embedding's padding_idx, whose
+ * row takes no gradient; null means none, absent the family's default. */
+static int decoder_parse_pad(const cJSON *root, const char *path, decoder_config *c)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "pad_token_id");
+    c->pad = -1;
+    if (it && cJSON_IsNull(it))
+        return REGC_OK;
+    int rc =
+        regc_cfg_int(root, path, "pad_token_id", 0, c->family->pad_default, -1, INT64_MAX, &c->pad);
+    if (rc < 0)
+        return rc;
+    if (c->pad >= c->vocab)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"pad_token_id\" is %" PRId64 "%s, not below vocab_size %" PRId64
+                          " (Transformers' embedding refuses it too; give it explicitly, or null)",
+                          path, c->pad, it ? "" : " (the family's default)", c->vocab);
+    return REGC_OK;
+}
+
+int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
+{
+    decoder_config c = {.family = family_of(m)};
+    int rc;
+    if ((rc = regc_cfg_int(root, path, "vocab_size", 1, 0, 1, DECODER_MAX_DIM, &c.vocab)) < 0 ||
+        (rc = regc_cfg_int(root, path, "hidden_size", 1, 0, 1, DECODER_MAX_DIM, &c.hidden)) < 0 ||
+        (rc = regc_cfg_int(root, path, "intermediate_size", 1, 0, 1, DECODER_MAX_DIM, &c.inter)) <
+            0 ||
+        (rc = regc_cfg_int(root, path, "num_hidden_layers", 1, 0, 1, DECODER_MAX_DIM, &c.n_layer)) <
+            0 ||
+        (rc = regc_cfg_int(root, path, "num_attention_heads", 1, 0, 1, DECODER_MAX_DIM,
+                           &c.n_head)) < 0 ||
+        (rc = regc_cfg_int(root, path, "num_key_value_heads", 0, c.n_head, 1, DECODER_MAX_DIM,
+                           &c.n_kv_head)) < 0)
+        return rc;
+    /* HF derives head_dim when it is absent; a hidden size the heads do not
+     * divide would then drop columns, so that needs an explicit head_dim. */
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if ((!hd || cJSON_IsNull(hd)) && c.hidden % c.n_head != 0)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: hidden_size %" PRId64 " is not divisible by num_attention_heads "
+                          "%" PRId64 " (give \"head_dim\" explicitly)",
+                          path, c.hidden, c.n_head);
+    if ((rc = regc_cfg_int(root, path, "head_dim", 0, c.hidden / c.n_head, 1, DECODER_MAX_DIM,
+                           &c.head_dim)) < 0 ||
+        (rc = regc_cfg_int(root, path, "max_position_embeddings", 0, 2048, 1, DECODER_MAX_DIM,
+                           &c.n_pos)) < 0 ||
+        (rc = regc_cfg_double(root, path, "rms_norm_eps", 0, 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
+        (rc = c.family->local_rope ? decoder_parse_gemma3_rope(root, path, &c)
+                                   : regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
+        (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,
+                            &c.tied)) < 0 ||
+        (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0, &c.attn_dropout)) <
+            0 ||
+        (rc = decoder_parse_act(root, path, &c)) < 0 ||
+        (rc = decoder_parse_biases(root, path, &c)) < 0 ||
+        (rc = decoder_parse_pad(root, path, &c)) < 0)
+        return rc;
+    if (c.family->resid_dropout &&
+        (rc = regc_cfg_double(root, path, "resid_pdrop", 0, 0.0, 0.0, 1.0, &c.resid_dropout)) < 0)
+        return rc;
+    if (c.family->gemma && (rc = decoder_parse_gemma(root, path, &c)) < 0)
+        return rc;
+    if (c.n_head % c.n_kv_head != 0)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"num_key_value_heads\" is %" PRId64
+                          ", which does not divide num_attention_heads %" PRId64,
+                          path, c.n_kv_head, c.n_head);
+    /* RoPE rotates the two halves of each head against each other. */
+    if (c.head_dim % 2 != 0)
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"head_dim\" is %" PRId64 ", must be even",
+                          path, c.head_dim);
+    if ((float)c.eps <= 0.0f)
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"rms_norm_eps\" is %g, must be positive", path,
+                          c.eps);
+    if (c.n_head * c.head_dim + 2 * c.n_kv_head * c.head_dim > DECODER_MAX_DIM ||
+        2 * c.inter > DECODER_MAX_DIM)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: the projections (num_attention_heads * head_dim, "
+                          "intermediate_size) are too large",
+                          path);
+    unsigned char *sliding = malloc((size_t)c.n_layer);
+    if (!sliding)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    rc = decoder_parse_windows(root, path, &c, sliding);
+    if (rc == REGC_OK)
+        rc = decoder_set_config(m, &c, sliding);
+    free(sliding);
+    return rc;
+}
+
+/* A float as JSON that reads back as a float (Transformers' strict
+ * configs refuse 50 where they want 50.0). */
+static int decoder_add_float(cJSON *o, const char *key, double v)
+{
+    char text[64];
+    snprintf(text, sizeof text, "%.17g", v);
+    if (!strpbrk(text, ".eEn"))
+        strcat(text, ".0");
+    return cJSON_AddRawToObject(o, key, text) != NULL;
+}
+
+/* A rope_parameters dictionary of r (Gemma 3 writes one per layer type). */
+static cJSON *decoder_rope_dict(const regc_rope *r)
+{
+    cJSON *tmp = cJSON_CreateObject(), *dict = NULL;
+    if (tmp && regc_rope_write_config(r, tmp)) {
+        const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(tmp, "rope_scaling");
+        dict = cJSON_IsObject(scaling) ? cJSON_Duplicate(scaling, 1) : cJSON_CreateObject();
+        if (dict && !cJSON_GetObjectItemCaseSensitive(dict, "rope_type") &&
+            !cJSON_AddStringToObject(dict, "rope_type", "default"))
+            cJSON_Delete(dict), dict = NULL;
+        if (dict && !cJSON_AddNumberToObject(dict, "rope_theta", r->theta))
+            cJSON_Delete(dict), dict = NULL;
+    }
+    cJSON_Delete(tmp);
+    return dict;
+}
+
+/* The windows as read, and which layers slide, spelled as Transformers 5
+ * spells them. */
+static int decoder_write_windows(const decoder_config *c, cJSON *o)
+{
+    const decoder_family *f = c->family;
+    if (f->window == WINDOW_NONE)
+        return 1;
+    int ok = c->window > 0 ? cJSON_AddNumberToObject(o, "sliding_window", (double)c->window) != NULL
+                           : cJSON_AddNullToObject(o, "sliding_window") != NULL;
+    if (f->window == WINDOW_ALL)
+        return ok;
+    if (f->window == WINDOW_LAYERS) {
+        ok = ok && cJSON_AddBoolToObject(o, "use_sliding_window", c->use_sliding_window);
+        ok = ok && cJSON_AddNumberToObject(o, "max_window_layers", (double)c->max_window_layers);
+    }
+    cJSON *types = ok ? cJSON_AddArrayToObject(o, "layer_types") : NULL;
+    ok = types != NULL;
+    for (int64_t l = 0; ok && l < c->n_layer; l++) {
+        cJSON *s = cJSON_CreateString(c->sliding[l] ? "sliding_attention" : "full_attention");
+        ok = s && cJSON_AddItemToArray(types, s);
+    }
+    return ok;
+}
+
+/* Gemma's own keys. */
+static int decoder_write_gemma(const decoder_config *c, cJSON *o)
+{
+    int ok = cJSON_AddNumberToObject(o, "query_pre_attn_scalar", c->query_scalar) != NULL;
+    if (c->family->gemma == 2)
+        ok = ok && (c->attn_softcap > 0.0
+                        ? decoder_add_float(o, "attn_logit_softcapping", c->attn_softcap)
+                        : cJSON_AddNullToObject(o, "attn_logit_softcapping") != NULL);
+    ok = ok &&
+         (c->final_softcap > 0.0 ? decoder_add_float(o, "final_logit_softcapping", c->final_softcap)
+                                 : cJSON_AddNullToObject(o, "final_logit_softcapping") != NULL);
+    if (c->family->gemma == 3)
+        ok = ok && cJSON_AddBoolToObject(o, "use_bidirectional_attention", 0);
+    if (c->family->local_rope) {
+        cJSON *params = cJSON_AddObjectToObject(o, "rope_parameters");
+        cJSON *full = decoder_rope_dict(&c->rope), *local = decoder_rope_dict(&c->rope_local);
+        ok = ok && params && full && cJSON_AddItemToObject(params, "full_attention", full);
+        if (!ok)
+            cJSON_Delete(full);
+        ok = ok && local && cJSON_AddItemToObject(params, "sliding_attention", local);
+        if (!ok)
+            cJSON_Delete(local);
+    }
+    return ok;
+}
+
+cJSON *decoder_write_config(const regc_model *m)
+{
+    const decoder_config *c = m->cfg;
+    const decoder_family *f = c->family;
+    cJSON *o = regc_model_config_new(m, f->architecture);
+    int ok = o != NULL;
+    ok = ok && cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
+    ok = ok && cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
+    ok = ok && cJSON_AddNumberToObject(o, "intermediate_size", (double)c->inter);
+    ok = ok && cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layer);
+    ok = ok && cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->n_head);
+    ok = ok && cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_head);
+    ok = ok && cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    ok = ok && cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->n_pos);
+    ok = ok && cJSON_AddNumberToObject(o, "rms_norm_eps", c->eps);
+    if (!f->local_rope)
+        ok = ok && regc_rope_write_config(&c->rope, o);
+    ok = ok && cJSON_AddStringToObject(o, f->act_key, decoder_act_name(c->act));
+    if (f->gemma)
+        ok = ok && decoder_write_gemma(c, o);
+    if (f->bias_key)
+        ok = ok && cJSON_AddBoolToObject(o, "attention_bias", c->attn_bias);
+    if (f->mlp_bias_key)
+        ok = ok && cJSON_AddBoolToObject(o, "mlp_bias", c->mlp_bias);
+    if (f->resid_dropout)
+        ok = ok && cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_dropout);
+    ok = ok && decoder_write_windows(c, o);
+    ok = ok && cJSON_AddNumberToObject(o, "attention_dropout", c->attn_dropout);
+    ok = ok && cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tied);
+    ok = ok && (c->pad >= 0 ? cJSON_AddNumberToObject(o, "pad_token_id", (double)c->pad)
+                            : cJSON_AddNullToObject(o, "pad_token_id"));
+    ok = ok && cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+    ok = ok && cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* printf onto the end of buf (cap bytes), truncating. */
+static void decoder_append(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void decoder_append(char *buf, size_t cap, const char *fmt, ...)
+{
+    const size_t at = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    if (at + 1 < cap)
+        vsnprintf(buf + at, cap - at, fmt, ap);
+    va_end(ap);
+}
+
+void decoder_describe(const regc_model *m, char *buf, size_t cap)
+{
+    const decoder_config *c = m->cfg;
+    const decoder_family *f = c->family;
+    char count[40], rope[200], extra[512] = "";
+    regc_model_group_digits(count, sizeof count, m->total_numel);
+    regc_rope_describe(&c->rope, rope, sizeof rope);
+    if (f->local_rope)
+        decoder_append(rope, sizeof rope, " (sliding layers %g)", c->rope_local.theta);
+    if (f->qkv_bias || c->attn_bias)
+        decoder_append(extra, sizeof extra, ", %s biases", c->attn_bias ? "q/k/v/o" : "q/k/v");
+    if (c->mlp_bias)
+        decoder_append(extra, sizeof extra, ", MLP biases");
+    if (f->qk_norm != QK_NORM_NONE)
+        decoder_append(extra, sizeof extra, ", q/k norm %s",
+                       f->qk_norm == QK_NORM_HEAD ? "per head" : "over the projection");
+    if (f->norms != NORMS_BEFORE)
+        decoder_append(extra, sizeof extra, ", norms %s each block",
+                       f->norms == NORMS_AFTER ? "after" : "before and after");
+    if (f->norm_offset)
+        decoder_append(extra, sizeof extra, ", norms by 1 + w, embeddings times sqrt(hidden_size)");
+    if (f->fused)
+        decoder_append(extra, sizeof extra, ", fused qkv and gate_up");
+    if (f->gemma)
+        decoder_append(extra, sizeof extra, ", query_pre_attn_scalar %g", c->query_scalar);
+    if (c->attn_softcap > 0.0)
+        decoder_append(extra, sizeof extra, ", attn_logit_softcapping %g", c->attn_softcap);
+    if (c->final_softcap > 0.0)
+        decoder_append(extra, sizeof extra, ", final_logit_softcapping %g", c->final_softcap);
+    if (c->window > 0) {
+        int64_t n = 0;
+        for (int64_t l = 0; l < c->n_layer; l++)
+            n += c->sliding[l];
+        decoder_append(extra, sizeof extra,
+                       ", sliding_window %" PRId64 " on %" PRId64 " of %" PRId64 " layers",
+                       c->window, n, c->n_layer);
+    }
+    if (c->pad >= 0)
+        decoder_append(extra, sizeof extra, ", pad_token_id %" PRId64 " (no gradient)", c->pad);
+    char drop[96] = "";
+    if (f->resid_dropout)
+        snprintf(drop, sizeof drop, ", resid_pdrop %g", c->resid_dropout);
+    snprintf(buf, cap,
+             "%s %s: vocab %" PRId64 ", max_position_embeddings %" PRId64 ", hidden_size %" PRId64
+             ", intermediate_size %" PRId64 ", num_hidden_layers %" PRId64
+             ", num_attention_heads %" PRId64 ", num_key_value_heads %" PRId64 ", head_dim %" PRId64
+             ", rms_norm_eps %g, rope_theta %g%s, %s%s, %s embeddings, %s parameters%s; "
+             "attention_dropout %g%s %s",
+             m->arch->model_type, m->source, c->vocab, c->n_pos, c->hidden, c->inter, c->n_layer,
+             c->n_head, c->n_kv_head, c->head_dim, c->eps, c->rope.theta, rope,
+             decoder_act_name(c->act), extra, c->tied ? "tied" : "untied", count,
+             m->weights ? "" : " (shape only)", c->attn_dropout, drop, regc_model_dropout_note(m));
+}
