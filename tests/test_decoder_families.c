@@ -367,7 +367,7 @@ static void test_gemma(void **state)
     assert_true(regc_graph_find_tensor(g, "rope_local_cos") >= 0);
     regc_graph_free(g);
     /* the two bases: Gemma 3's defaults, 1e6 and 1e4, then as written */
-    float full[2], local[2], s1;
+    float full[2], s1;
     assert_int_equal(regc_model_compute_rope(m, full, 2, &s1), 2);
     assert_true(full[1] == (float)(1.0 / pow(1e6, 0.5)));
     regc_model_free(m);
@@ -379,7 +379,6 @@ static void test_gemma(void **state)
     regc_model_describe(m, d, sizeof d);
     if (!strstr(d, "rope_theta 100") || !strstr(d, "(sliding layers 10)"))
         fail_msg("%s", d);
-    (void)local;
     regc_model_free(m);
     write_config(f, "gemma3_text", "\"rope_parameters\": {\"rope_type\": \"default\"}");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,

@@ -196,28 +196,29 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                     continue;
                 }
                 float mx = -INFINITY;
-                cpu_attn_row_scores(p, qi, kt, ld, D, n_keys, s->scale);
+                /* keys before the window are never scored: the row runs from
+                 * the block holding the first key seen (a key's score does
+                 * not depend on where its block starts) */
+                const int64_t first = regc_attn_first_key(s, i);
+                const int64_t base = first / CPU_ATTN_BLOCK * CPU_ATTN_BLOCK;
+                cpu_attn_row_scores(p + base, qi, kt + base, ld, D, n_keys - base, s->scale);
                 if (s->softcap > 0.0f)
-                    for (int64_t j = 0; j < n_keys; j++)
+                    for (int64_t j = first; j < n_keys; j++)
                         p[j] = regc_softcap(p[j], s->softcap, NULL);
                 if (bias) {
                     const float *bi = bias + ((int64_t)h * tq + i) * tk; /* [tk] */
-                    for (int64_t j = 0; j < n_keys; j++)
+                    for (int64_t j = first; j < n_keys; j++)
                         p[j] += bi[j];
                 }
-                /* keys before the window take no weight */
-                const int64_t first = regc_attn_first_key(s, i);
                 for (int64_t j = first; j < n_keys; j++)
                     mx = p[j] > mx ? p[j] : mx;
-                for (int64_t j = 0; j < first; j++)
-                    p[j] = 0.0f;
                 for (int64_t j = first; j < n_keys; j++)
                     p[j] = regc_expf(p[j] - mx);
                 double sum = 0.0;
-                for (int64_t j = 0; j < n_keys; j++)
+                for (int64_t j = first; j < n_keys; j++)
                     sum += p[j];
                 memset(acc, 0, (size_t)D * sizeof(float));
-                cpu_attn_row_combine(acc, p, n_keys, vb, v_ld, D);
+                cpu_attn_row_combine(acc, p + first, n_keys - first, vb + first * v_ld, v_ld, D);
                 const float inv = (float)(1.0 / sum);
                 for (int d = 0; d < D; d++)
                     regc_store_f32_or_bf16(out, o16, row + d, acc[d] * inv);
@@ -364,17 +365,17 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                     const float lse_i = lse[(b * H + h) * tq + i];
                     const float delta = cpu_dot(doi, oi, D); /* rowsum(dO * O) */
                     const float *bi = bias ? bias + ((int64_t)h * tq + i) * tk : NULL; /* [tk] */
-                    cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, scale);
-                    cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
+                    /* as in the forward: the keys from the first one seen */
+                    const int64_t first = regc_attn_first_key(s, i);
+                    const int64_t base = first / CPU_ATTN_BLOCK * CPU_ATTN_BLOCK;
+                    cpu_attn_row_scores(p + base, qi, kth + base, ld, D, n_keys - base, scale);
+                    cpu_attn_row_scores(dp + base, doi, vth + base, ld, D, n_keys - base, 1.0f);
                     /* a separate loop: inside the one below, the choice
                      * compiles to a masked load from bias, which, NULL,
                      * costs a fault-suppression assist per vector */
                     if (bi)
-                        for (int64_t j = 0; j < n_keys; j++)
+                        for (int64_t j = first; j < n_keys; j++)
                             p[j] += bi[j];
-                    const int64_t first = regc_attn_first_key(s, i);
-                    for (int64_t j = 0; j < first; j++) /* before the window: no weight */
-                        pt[j * tq + i] = dst[j * tq + i] = 0.0f;
                     /* p becomes the probabilities, dp the score gradients;
                      * both are kept transposed for dK and dV below */
                     if (s->softcap > 0.0f) {
@@ -393,17 +394,18 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                             dst[j * tq + i] = dp[j];
                         }
                     }
-                    for (int64_t j = 0; j < first; j++)
-                        dp[j] = 0.0f;
                     memset(dqi, 0, (size_t)D * sizeof(float));
-                    cpu_attn_row_combine(dqi, dp, n_keys, kb, k_ld, D); /* dS K */
+                    cpu_attn_row_combine(dqi, dp + first, n_keys - first, kb + first * k_ld, k_ld,
+                                         D); /* dS K */
                 }
-                /* dK += dS^T Q and dV += P^T dO over the queries that see key j */
+                /* dK += dS^T Q and dV += P^T dO over the queries that see key
+                 * j: from j (causal) to the last whose window holds it */
                 for (int64_t j = 0; j < tk; j++) {
                     const int64_t i0 = s->causal ? j : 0;
-                    cpu_attn_row_combine(dkb + j * kv_ld, dst + j * tq + i0, tq - i0,
+                    const int64_t i1 = s->window > 0 && j + s->window < tq ? j + s->window : tq;
+                    cpu_attn_row_combine(dkb + j * kv_ld, dst + j * tq + i0, i1 - i0,
                                          qh + i0 * q_head_ld, q_head_ld, D);
-                    cpu_attn_row_combine(dvb + j * kv_ld, pt + j * tq + i0, tq - i0,
+                    cpu_attn_row_combine(dvb + j * kv_ld, pt + j * tq + i0, i1 - i0,
                                          doh + i0 * q_ld, q_ld, D);
                 }
             }
