@@ -21,9 +21,14 @@
  * (input_ids, targets the next tokens) and, for an encoder-decoder,
  * decoder_input_ids as T5's: the targets shifted right behind id 0.
  *
- * Saving writes model.safetensors (graph names) and graph.json into the
- * directory; `--model DIR/graph.json --weights DIR/model.safetensors` loads
- * it back. */
+ * A graph exported from a Hugging Face directory names its constants'
+ * own file (top-level "constants", beside graph.json): its parameters are
+ * then read from the user's checkpoint as it is, sharded or not, and the
+ * constants from that file.
+ *
+ * Saving writes model.safetensors (graph names, the constants beside the
+ * parameters) and graph.json into the directory; `--model DIR/graph.json
+ * --weights DIR/model.safetensors` loads it back. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <math.h>
@@ -295,6 +300,31 @@ int regc_graph_model_parse(regc_model *m, const char *text, const char *path)
     return graph_list_params(m);
 }
 
+/* The top-level "constants" of an exported graph: the safetensors file,
+ * beside graph.json, its constants are read from, so that its parameters
+ * come from the user's own checkpoint unchanged. */
+static int graph_read_constants_file(regc_model *m, const char *text, size_t len, const char *path)
+{
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "constants");
+    int rc = REGC_OK;
+    if (name && (!cJSON_IsString(name) || !regc_model_inside_name(name->valuestring)))
+        rc = regc_error(REGC_ERR_FORMAT,
+                        "%s: \"constants\" must name a file beside the graph (no absolute path, "
+                        "no \"..\")",
+                        path);
+    else if (name) {
+        char dir[4096], file[4096];
+        const char *slash = strrchr(path, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        if ((rc = regc_path_join(file, sizeof file, dir, name->valuestring)) == REGC_OK &&
+            !(m->consts_file = strdup(file)))
+            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 int regc_graph_model_read(regc_model *m, const char *path)
 {
     char *text = NULL;
@@ -303,6 +333,8 @@ int regc_graph_model_read(regc_model *m, const char *path)
     if (rc < 0)
         return rc;
     rc = regc_graph_model_parse(m, text, path);
+    if (rc == REGC_OK)
+        rc = graph_read_constants_file(m, text, len, path);
     free(text);
     return rc;
 }

@@ -38,6 +38,7 @@ void regc_model_free(regc_model *m)
     for (int i = 0; i < m->n_consts; i++)
         free(m->consts[i].name), free(m->consts[i].data);
     free(m->consts);
+    free(m->consts_file);
     regc_lora_free(m->lora);
     if (m->cfg && m->arch && m->arch->free_config)
         m->arch->free_config(m->cfg);

@@ -75,6 +75,10 @@ struct regc_model {
     float *weights; /* total_numel floats, or NULL while shape-only */
     int n_consts;
     regc_model_const *consts;
+    /* the file the constants are read from when it is not the weights'
+     * (a graph exported beside the user's own checkpoint names one); NULL:
+     * every source of the weights holds them too */
+    char *consts_file;
     regc_lora *lora;      /* NULL: every parameter is trained */
     int dropout;          /* the graph applies the model's dropouts (train.dropout) */
     int64_t frozen_bytes; /* the frozen block's bytes */
@@ -197,6 +201,11 @@ int regc_model_add_2d(regc_model *m, const char *name, int ndim, int64_t d0, int
  * is an error naming `index` and the tensor. */
 int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, const char *index,
                              const char *prefix, char **files);
+
+/* Does a file name stay inside the directory it is relative to (no
+ * absolute path, no ".." segment)? An index's shards and a graph's
+ * constants file must. */
+int regc_model_inside_name(const char *name);
 
 /* ---- a checkpoint saved from a model in 4 bits (nf4_checkpoint.c) */
 /* m->checkpoint_nf4 from config.json's quantization_config: an error

@@ -15,7 +15,10 @@
  * A graph model's constants (rotary tables, positions, buckets) are
  * tensors of its own file too: a source without a prefix binds them after
  * the parameters, by name, and regc_model_read_constants reads them whole;
- * a checkpoint's moments (a prefixed source) hold parameters only.
+ * a checkpoint's moments (a prefixed source) hold parameters only. A graph
+ * exported beside the user's own checkpoint keeps its constants in a file
+ * of their own (consts_file): its sources bind the parameters alone, and
+ * the constants a checkpoint saved beside them are left unread.
  *
  * A checkpoint saved from a model in 4 bits (config.json's
  * quantization_config) holds each quantised weight as bitsandbytes' packed
@@ -66,10 +69,22 @@ static void weight_names_of(const regc_model *m, const char *prefix, const char 
 }
 
 /* The tensors a source with this prefix binds: every parameter, then
- * (no prefix: the model's own file) every constant. */
+ * (no prefix: the model's own file) every constant, unless the constants
+ * have a file of their own. */
 static int bound_count(const regc_model *m, const char *prefix)
 {
-    return m->n_params + (prefix[0] ? 0 : m->n_consts);
+    return m->n_params + (prefix[0] || m->consts_file ? 0 : m->n_consts);
+}
+
+/* Is `name` one of the model's constants, which a source may hold beside
+ * the parameters when they are read from their own file (a checkpoint
+ * saves them)? */
+static int is_unbound_constant(const regc_model *m, const char *name)
+{
+    for (int k = 0; m->consts_file && k < m->n_consts; k++)
+        if (!strcmp(m->consts[k].name, name))
+            return 1;
+    return 0;
 }
 
 static const char *bound_name(const regc_model *m, int i)
@@ -82,8 +97,7 @@ static const char *bound_kind(const regc_model *m, int i)
     return i < m->n_params ? "tensor" : "constant";
 }
 
-/* A file named by an index must stay inside the model directory. */
-static int inside_name(const char *name)
+int regc_model_inside_name(const char *name)
 {
     if (!name[0] || name[0] == '/')
         return 0;
@@ -246,7 +260,8 @@ static int weights_check_unexpected(const regc_weights *w, int f, const char *pa
     int rc = REGC_OK;
     for (int t = 0; t < n && rc == REGC_OK; t++) {
         const char *name = regc_st_name(st, t);
-        if (!claimed[t] && !strncmp(name, prefix, k) && !weights_ignored(w->m->arch, name + k))
+        if (!claimed[t] && !strncmp(name, prefix, k) && !weights_ignored(w->m->arch, name + k) &&
+            !is_unbound_constant(w->m, name + k))
             rc = regc_error(REGC_ERR_FORMAT,
                             "%s: unexpected tensor %s: %s has no such parameter (does "
                             "config.json match the weights?)",
@@ -292,7 +307,7 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
         if (!e)
             rc = regc_error(REGC_ERR_FORMAT, "%s: missing %s %s%s", index, bound_kind(m, i), prefix,
                             bound_name(m, i));
-        else if (!cJSON_IsString(e) || !inside_name(e->valuestring))
+        else if (!cJSON_IsString(e) || !regc_model_inside_name(e->valuestring))
             rc = regc_error(REGC_ERR_FORMAT,
                             "%s: weight_map entry %s must name a file inside the directory", index,
                             e->string);
@@ -305,7 +320,8 @@ int regc_weights_parse_index(const regc_model *m, const char *text, size_t len, 
     const cJSON *e;
     if (rc == REGC_OK)
         cJSON_ArrayForEach (e, map) {
-            if (strncmp(e->string, prefix, k) || weights_ignored(m->arch, e->string + k))
+            if (strncmp(e->string, prefix, k) || weights_ignored(m->arch, e->string + k) ||
+                is_unbound_constant(m, e->string + k))
                 continue;
             int used = 0;
             /* a 4-bit weight's quant state goes with the weight */
@@ -547,8 +563,43 @@ int regc_model_read_weights(regc_model *m, regc_weights *w)
     return rc;
 }
 
+/* The constants from the model's constants file, each by name and shape. */
+static int read_constants_file(regc_model *m)
+{
+    regc_st_file *f = NULL;
+    int rc = regc_st_open(m->consts_file, &f);
+    for (int k = 0; k < m->n_consts && rc == REGC_OK; k++) {
+        regc_model_const *c = &m->consts[k];
+        const int t = regc_st_find(f, c->name);
+        if (t < 0) {
+            rc = regc_error(REGC_ERR_FORMAT, "%s: missing constant %s", m->consts_file, c->name);
+            break;
+        }
+        void *data = NULL;
+        if ((rc = regc_st_check_shape(f, t, c->ndim, c->shape)) == REGC_OK &&
+            !(data = malloc((size_t)c->numel * 4 + 1)))
+            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for constant %s", m->source,
+                            c->name);
+        if (rc == REGC_OK)
+            rc = c->dtype == REGC_I32 ? regc_st_read_i32(f, t, c->numel, data)
+                                      : regc_st_read_range(f, t, 0, c->numel, data);
+        if (rc) {
+            free(data);
+            break;
+        }
+        free(c->data);
+        c->data = data;
+    }
+    regc_st_close(f);
+    return rc;
+}
+
 int regc_model_read_constants(regc_model *m, regc_weights *w)
 {
+    if (m->consts_file) {
+        int rc = read_constants_file(m);
+        return rc ? rc : m->arch->check_constants ? m->arch->check_constants(m) : REGC_OK;
+    }
     for (int k = 0; k < m->n_consts; k++) {
         regc_model_const *c = &m->consts[k];
         const int i = m->n_params + k;

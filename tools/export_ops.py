@@ -11,8 +11,9 @@ import re
 
 import torch
 
+import export_attention  # noqa: F401  (regc::attention, mapped below)
 from export_graph import ExportError, Graph, Lazy, Tensor, numel
-from export_patterns import (IDENTITY_OPS, causal_mask, computed_bias, heads_of, match_gelu_tanh,
+from export_patterns import (IDENTITY_OPS, causal_window, computed_bias, heads_of, match_gelu_tanh,
                              match_rms_norm, match_rope, unrepeat_kv)
 
 aten = torch.ops.aten
@@ -22,8 +23,11 @@ IGNORED_OPS = {aten._assert_tensor_metadata.default}
 
 
 class Exporter:
-    def __init__(self, ep, batch, seq):
+    def __init__(self, ep, batch, seq, buffers=None):
         self.ep, self.B, self.T = ep, batch, seq
+        # a trace on the meta device has no buffer values: they are given
+        # here, by their names in the traced module, on the host
+        self.buffers = buffers or {}
         self.g = Graph()
         self.env = {}  # fx node -> ("const", tensor) | ("dyn", Lazy) | ("tuple", [...])
         self.consts = {}  # regc constant name -> numpy array
@@ -31,6 +35,14 @@ class Exporter:
         self.unmapped = []
         self.n_const = 0
         self.const_cache = {}  # (dtype, shape, bytes) -> its leaf
+        self.memo_cache = {}  # (what, id of a constant, ...) -> a fact about it
+
+    def memo(self, key, compute):
+        """A fact about a constant (a mask's window, a rotary table's
+        halves), computed once: every layer reads the same constant."""
+        if key not in self.memo_cache:
+            self.memo_cache[key] = compute()
+        return self.memo_cache[key]
 
     # ---- leaves
     def const_leaf(self, value, name=None):
@@ -106,7 +118,12 @@ class Exporter:
                     self.env[node] = ("dyn", Lazy(leaf))
                 elif node.name in buffers or node.name in lifted:
                     target = buffers.get(node.name) or lifted[node.name]
-                    value = state[target] if target in state else consts[target]
+                    value = self.buffers.get(target)
+                    if value is None:
+                        value = state[target] if target in state else consts[target]
+                    if value.is_meta:
+                        raise ExportError("buffer %s has no value (traced on the meta device "
+                                          "and not given)" % target)
                     self.env[node] = ("const", value)
                 else:
                     leaf = self.g.leaf(data_names[node.name], "i32", (self.B, self.T), "input")
@@ -144,9 +161,9 @@ class Exporter:
         target = node.target
         if target in IGNORED_OPS:
             return
-        try:  # an op of constants alone is folded
-            args = self.concrete(list(node.args))
-            kwargs = {k: self.concrete(v) for k, v in node.kwargs.items()}
+        try:  # an op of constants alone is folded, on the host
+            args = on_host(self.concrete(list(node.args)))
+            kwargs = {k: on_host(self.concrete(v)) for k, v in node.kwargs.items()}
             value = target(*args, **kwargs)
             if isinstance(value, (list, tuple)):
                 self.env[node] = ("tuple", [("const", v) for v in value])
@@ -157,10 +174,12 @@ class Exporter:
             pass
         if target is operator.getitem:
             kind, items = self.env[node.args[0]]
-            self.env[node] = items[node.args[1]]
+            # (an unmapped op's stand-in is no tuple; the error lists it)
+            self.env[node] = items[node.args[1]] if kind == "tuple" else (kind, items)
             return
         deferred = [self.env[a] for a in node.all_input_nodes if self.env[a][0] == "deferred"]
-        if deferred and target is not aten.scaled_dot_product_attention.default:
+        if deferred and target not in (aten.scaled_dot_product_attention.default,
+                                       torch.ops.regc.attention.default):
             self.env[node] = deferred[0]  # an error only if something needs it laid out
             return
         if target in (aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf):
@@ -187,10 +206,26 @@ class Exporter:
             shape = tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else (1,)
             self.env[node] = ("dyn", Lazy(Tensor("?", "f32", shape)))
             return
-        self.env[node] = fn(self, node)
+        try:
+            self.env[node] = fn(self, node)
+        except ExportError:
+            raise
+        except Exception as e:  # a form of a mapped op the mapping does not read
+            raise ExportError("%s (%s): a form of the op regc's mapping does not take (%s: %s)%s"
+                              % (target, node.name, type(e).__name__, e, source_of(node)))
 
     def out_shape(self, node):
         return tuple(int(s) for s in node.meta["val"].shape)
+
+
+def on_host(a):
+    """An argument of a folded op with the meta device (a trace's) made the
+    host's, so that the constant is computed."""
+    if isinstance(a, torch.device) and a.type == "meta":
+        return torch.device("cpu")
+    if isinstance(a, (list, tuple)):
+        return type(a)(on_host(x) for x in a)
+    return a
 
 
 def source_of(node):
@@ -213,6 +248,16 @@ def strip_wrapper(name):
 
 
 def m_identity(ex, node):
+    return ex.env[node.args[0]]
+
+
+def m_cast(ex, node):
+    """A cast to float32 (Gemma's norms: type_as(x)) changes nothing in a
+    float32 graph; to any other type, regc has no such cast."""
+    val = node.meta.get("val")
+    if val is None or val.dtype != torch.float32:
+        raise ExportError("%s: a cast to %s; regc's graph models compute in float32%s" %
+                          (node.name, getattr(val, "dtype", "?"), source_of(node)))
     return ex.env[node.args[0]]
 
 
@@ -436,6 +481,8 @@ def m_split(ex, node):
     x = ex.tensor(ex.val(node.args[0]))
     size, dim = node.args[1], node.args[2] if len(node.args) > 2 else 0
     nd = len(x.shape)
+    if node.target == aten.chunk.default:  # chunk(n): split in parts of ceil(size / n)
+        size = -(-x.shape[dim % nd] // size)
     if dim % nd == nd - 1 and x.shape[-1] % size == 0:
         parts = x.shape[-1] // size
         outs = ex.g.node("split", [x], [x.shape[:-1] + (size,)] * parts)
@@ -475,9 +522,15 @@ def m_cat(ex, node):
     vals = [ex.val(v) for v in node.args[0]]
     dim = node.args[1] if len(node.args) > 1 else 0
     shape = ex.out_shape(node)
+    # an empty part adds nothing (Phi-3's rotary: cat(rotated, pass) when
+    # the whole head rotates)
+    parts = [(v, n) for v, n in zip(vals, node.args[0])
+             if not isinstance(n, torch.fx.Node) or n.meta["val"].shape[dim] != 0]
+    if len(parts) == 1:
+        return parts[0][0]
     if dim % len(shape) != len(shape) - 1:
         raise ExportError("%s: cat on axis %d; regc concatenates the last" % (node.name, dim))
-    ts = [ex.tensor(v) for v in vals]
+    ts = [ex.tensor(v) for v, _ in parts]
     return ("dyn", Lazy(ex.g.one("concat", ts, shape)))
 
 
@@ -553,30 +606,47 @@ def m_cross_entropy(ex, node):
 
 def m_sdpa(ex, node):
     a = list(node.args) + [None] * (8 - len(node.args))
-    q_n, k_n, v_n, mask_n = a[0], unrepeat_kv(ex, a[1]), unrepeat_kv(ex, a[2]), a[3]
     dropout = a[4] or node.kwargs.get("dropout_p", 0.0)
     is_causal = a[5] or node.kwargs.get("is_causal", False)
     scale = a[6] if a[6] is not None else node.kwargs.get("scale")
     if dropout:
         raise ExportError("%s: attention dropout %g (regc trains without dropout)" % (node.name,
                                                                                      dropout))
+    mask_n = a[3] if a[3] is not None else node.kwargs.get("attn_mask")
+    return attention(ex, node, a[:3], mask_n, scale, bool(is_causal), 0.0)
+
+
+def m_regc_attention(ex, node):
+    """export_attention's regc::attention: soft-capped scores."""
+    q_n, k_n, v_n, mask_n, scale, softcap = node.args
+    return attention(ex, node, [q_n, k_n, v_n], mask_n, scale, False, softcap)
+
+
+def attention(ex, node, qkv, mask_n, scale, causal, softcap):
+    """regc's attention of [B, H, T, D] q, k and v, under a constant mask
+    (causal, causal with a window, empty, or an additive bias) or a bias
+    computed from parameters; [B, T, H, D] out."""
+    q_n, k_n, v_n = qkv[0], unrepeat_kv(ex, qkv[1]), unrepeat_kv(ex, qkv[2])
     q, H = heads_of(ex, ex.val(q_n))
     k, Hk = heads_of(ex, ex.val(k_n))
     v, Hv = heads_of(ex, ex.val(v_n))
     D = q.shape[-1] // H
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    causal = bool(is_causal)
-    inputs = [q, k, v]
+    inputs, window = [q, k, v], 0
     if mask_n is not None and ex.val(mask_n)[0] != "const":
         bias, causal = computed_bias(ex, node, mask_n, q.shape[1], k.shape[1], H)
         inputs.append(bias)
         mask_n = None
     if mask_n is not None:
         kind, mask = ex.val(mask_n)
-        if q.shape[1] == k.shape[1] and causal_mask(mask, q.shape[1]):
-            causal = True
-        elif bool((mask if mask.dtype == torch.bool else mask == 0).all()):
+        T = q.shape[1]
+        w = ex.memo(("window", id(mask), T), lambda: causal_window(mask, T)) \
+            if T == k.shape[1] else 0
+        if w:
+            causal, window = True, (w if w < T else 0)
+        elif ex.memo(("empty", id(mask)), lambda: bool(
+                (mask if mask.dtype == torch.bool else mask == 0).all())):
             pass  # every key visible: no mask at all
         else:  # an additive bias [H, Tq, Tk], the same for every batch row
             bias = mask if mask.dtype != torch.bool else torch.where(
@@ -586,9 +656,15 @@ def m_sdpa(ex, node):
                 raise ExportError("%s: an attention mask that differs between batch rows" %
                                   node.name)
             inputs.append(ex.const_leaf(bias[0].contiguous().float()))
-    out = ex.g.node("attention", inputs, [q.shape, (q.shape[0], H, q.shape[1])],
-                    {"n_head": H, "n_kv_head": Hk, "causal": int(causal),
-                     "scale": float(scale)})[0]
+    if softcap and len(inputs) > 3:
+        raise ExportError("%s: soft-capped scores under a bias (regc's attention caps only "
+                          "unbiased scores)%s" % (node.name, source_of(node)))
+    attrs = {"n_head": H, "n_kv_head": Hk, "causal": int(causal), "scale": float(scale)}
+    if softcap:
+        attrs["softcap"] = float(softcap)
+    if window:
+        attrs["window"] = window
+    out = ex.g.node("attention", inputs, [q.shape, (q.shape[0], H, q.shape[1])], attrs)[0]
     B, T, _ = q.shape
     return ("dyn", Lazy(out, (B, T, H, D), [0, 2, 1, 3]))
 
@@ -616,11 +692,14 @@ MAPPING = {
     aten.softmax.int: m_softmax("softmax"), aten._softmax.default: m_softmax("softmax"),
     aten.log_softmax.int: m_softmax("log_softmax"),
     aten._log_softmax.default: m_softmax("log_softmax"),
-    aten.split.Tensor: m_split, aten.slice.Tensor: m_slice, aten.cat.default: m_cat,
+    aten.split.Tensor: m_split, aten.chunk.default: m_split, aten.slice.Tensor: m_slice, aten.cat.default: m_cat,
     aten.masked_fill.Scalar: m_masked_fill,
     aten.scaled_dot_product_attention.default: m_sdpa,
+    torch.ops.regc.attention.default: m_regc_attention,
     aten.cross_entropy_loss.default: m_cross_entropy,
 }
-for _op in IDENTITY_OPS | {aten.to.dtype, aten.to.dtype_layout, aten.to.device,
-                           aten._to_copy.default}:
+for _op in IDENTITY_OPS:
     MAPPING[_op] = m_identity
+for _op in (aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten._to_copy.default,
+            aten.type_as.default):
+    MAPPING[_op] = m_cast

@@ -1,7 +1,7 @@
 """export_patterns.py — what tools/export_torch.py recognises in a traced
 program rather than mapping op by op: identity ops skipped while matching,
 attention's [B, H, T, D] views of [B, T, H*D] projections, repeated key and
-value heads, causal and empty masks, a score bias computed from parameters,
+value heads, causal, windowed and empty masks, a score bias computed from parameters,
 and the decomposed ops fused into regc's own (RMSNorm, GPT-2's tanh GELU,
 the rotary embedding).
 """
@@ -28,7 +28,7 @@ def src(ex, node):
 
 def is_noop_cast(node):
     if node.target not in (aten.to.dtype, aten.to.dtype_layout, aten.to.device,
-                           aten._to_copy.default):
+                           aten._to_copy.default, aten.type_as.default):
         return False
     val = node.meta.get("val")
     arg = node.args[0]
@@ -76,11 +76,20 @@ def visible(mask):
 
 def causal_mask(mask, T):
     """Is mask ([..., T, T]) causal: query i sees keys 0..i, in every row?"""
+    return causal_window(mask, T) == T
+
+
+def causal_window(mask, T):
+    """W where mask ([..., T, T]) is causal with a sliding window of W keys
+    (query i sees keys i-W+1..i, in every row; W = T: plainly causal, as
+    regc's attention leaves a window no shorter than T out), else 0."""
     m = visible(mask)
     if m is None or tuple(m.shape[-2:]) != (T, T):
-        return False
-    want = torch.ones(T, T, dtype=torch.bool).tril()
-    return bool((m == want).all())
+        return 0
+    w = int(m.reshape(-1, T, T)[0, T - 1].sum())
+    i = torch.arange(T)
+    want = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < w)
+    return w if w > 0 and bool((m == want).all()) else 0
 
 
 def computed_bias(ex, node, mask_n, tq, tk, heads):
@@ -143,11 +152,20 @@ def match_rms_norm(ex, node):
             if not is_op(pow_n, aten.pow.Tensor_Scalar) or scalar_arg(pow_n, 1) != 2.0 or \
                     src(ex, pow_n.args[0]) is not x_n:
                 continue
-            x = ex.tensor(ex.val(x_n))
+            # over the last axis of a view that keeps it last (Gemma 3's
+            # q/k norms of [B, H, T, D] heads): the norm of the view's rows
+            # as they lie, the view kept lazy (the view as it was, where
+            # the pattern's own ops laid it out)
+            kind, lz = ex.val(x_n)
+            p = lz.base.producer if kind == "dyn" and lz.plain() else None
+            if p and p[0] == "transpose" and lz.vshape == lz.base.shape:
+                lz = Lazy(p[1][0], p[1][0].shape, p[2]["perm"])
+            keep = kind == "dyn" and lz.perm[-1] == len(lz.perm) - 1
+            x = ex.g.reshape(lz.base, lz.vshape) if keep else ex.tensor((kind, lz))
             w = ex.tensor(ex.val(w_n))
             y = ex.g.node("rmsnorm", [x, w], [x.shape, x.shape[:-1]],
                           {"eps": scalar_arg(add_n, 1)})[0]
-            return ("dyn", Lazy(y))
+            return ("dyn", Lazy(y, lz.vshape, lz.perm) if keep else Lazy(y))
     return None
 
 
@@ -181,6 +199,16 @@ def match_gelu_tanh(ex, node):
     return None
 
 
+def rope_half(tab, B, H, T, D):
+    """A rotary table [T, D/2] of one broadcast to [B, H, T, D] whose rows
+    are the same for every batch row and head and whose halves repeat
+    (HF's cat(freqs, freqs)); None for any other."""
+    t = torch.broadcast_to(tab, (B, H, T, D)).reshape(-1, T, D)
+    if not bool((t == t[:1]).all()) or not bool((t[0, :, :D // 2] == t[0, :, D // 2:]).all()):
+        return None
+    return t[0, :, :D // 2].contiguous()
+
+
 def match_rope(ex, node):
     """q * cos + cat(-q[..., D/2:], q[..., :D/2]) * sin -> rope(q, cos, sin),
     q a [B, H, T, D] view of a [B, T, H*D] projection, cos and sin
@@ -207,14 +235,9 @@ def match_rope(ex, node):
         if qv[0] != "dyn" or cv[0] != "const" or sv[0] != "const" or len(qv[1].shape) != 4:
             continue
         B, H, T, D = qv[1].shape
-        tabs = []
-        for tab in (cv[1], sv[1]):
-            t = torch.broadcast_to(tab, (B, H, T, D)).reshape(-1, T, D)
-            if not bool((t == t[:1]).all()) or not bool((t[0, :, :D // 2] ==
-                                                         t[0, :, D // 2:]).all()):
-                break
-            tabs.append(t[0, :, :D // 2].contiguous())
-        if len(tabs) != 2:
+        tabs = [ex.memo(("rope half", id(tab), B, H, T, D), lambda: rope_half(tab, B, H, T, D))
+                for tab in (cv[1], sv[1])]
+        if any(t is None for t in tabs):
             continue
         x, h = heads_of(ex, qv)
         cos = ex.rope_table("rope_cos", tabs[0])

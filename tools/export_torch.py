@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Export a PyTorch model's training forward (the forward pass and its loss)
-to regc graph JSON, with its weights, for `regc train`.
+to regc graph JSON, for `regc train` to train from the model's own weights.
 
     tools/export_torch.py MODEL OUT_DIR --batch B --seq T
 
@@ -8,12 +8,24 @@ MODEL is a Hugging Face model directory, or `module:function` (a Python
 factory returning an nn.Module whose forward(input_ids) returns logits, or
 an object with .logits). OUT_DIR gets:
 
-    graph.json          regc graph JSON: inputs input_ids and targets [B, T],
-                        the constants, the parameters, the ops, the loss first
-    model.safetensors   the parameters under their PyTorch names, and the
-                        constants (I32 for integers, F32 otherwise)
+    graph.json             regc graph JSON: inputs input_ids and targets
+                           [B, T], the constants, the parameters (named as
+                           the checkpoint names them), the ops, the loss
+                           first; "constants" names the file beside it
+    constants.safetensors  the folded constants (I32 for integers, F32
+                           otherwise): rotary tables, positions, biases
+    model.safetensors      module:function only: the module's parameters
 
-    regc train --model OUT_DIR/graph.json --weights OUT_DIR/model.safetensors
+A directory's weights are never loaded or copied: the model is built on the
+meta device (shapes only; its buffers, such as rotary frequencies, keep
+their values), traced there, and each of the graph's parameters is checked
+against the directory's own checkpoint (one file or an index's shards, any
+float dtype) by name and shape, a tied head under the name the checkpoint
+gives it. regc reads that checkpoint in place, by range:
+
+    regc train --model OUT_DIR/graph.json --weights MODEL_DIR
+
+so a model of any size exports in about the memory of PyTorch itself.
 
 The loss is the mean cross-entropy of the logits [B, T, V] against targets
 [B, T] (negative targets ignored), which is what regc's graph models train:
@@ -22,19 +34,23 @@ targets are the next tokens of the data.
 How it works. torch.export traces the forward and its loss to ATen ops
 (PyTorch 2.x, in the user's environment; nothing in regc's build or default
 tests needs it). Every op whose inputs depend on neither the data nor the
-parameters is evaluated here and becomes a named constant (position ids,
-rotary tables, causal masks). The rest maps to regc ops; views and
+parameters is evaluated here, on the host, and becomes a named constant
+(position ids, rotary tables, masks). The rest maps to regc ops; views and
 transposes stay lazy until an op needs the tensor laid out, so that
 attention's [B, H, T, D] views of a projection reach regc's attention as the
 [B, T, H*D] projection itself. Known patterns become regc's fused ops: a
-decomposed RMSNorm, GPT-2's tanh GELU, the rotary embedding (rotate_half),
-repeated key/value heads, a causal mask. An op with no mapping is an error
-listing every such op with its source line, never a silent skip.
+decomposed RMSNorm (by w or 1 + w, over a projection or its heads), GPT-2's
+tanh GELU, the rotary embedding (rotate_half), repeated key/value heads, a
+causal mask with or without a sliding window. The model's attention is
+export_attention's, which keeps soft-capped scores (Gemma 2) one op. An op
+with no mapping is an error listing every such op with its source line,
+never a silent skip; any other failure is one line too.
 
 Needs torch >= 2.5 (training IR export) and, for a directory, transformers.
 """
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -45,6 +61,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_attention  # noqa: E402
 from export_ops import Exporter, ExportError  # noqa: E402
 
 
@@ -92,12 +109,39 @@ def is_hf(model):
     return hasattr(model, "config") and hasattr(model, "can_generate")
 
 
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Modules built inside hold their parameters on the meta device: a
+    parameter is made on the host uninitialised (its pages never touched)
+    and replaced by its meta twin as it is registered, before any init
+    writes it, so a model of any size is built in moments and no memory.
+    Buffers keep their values (rotary frequencies): the constants the
+    exporter folds are computed from them."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        if param is not None and not param.is_meta:
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
 def load_model(spec):
+    """The model to trace: a Hugging Face directory's, its parameters on the
+    meta device (their values stay in the directory's checkpoint), or a
+    module:function factory's, with its own weights."""
     if os.path.isdir(spec):
         import transformers
+        export_attention.register()
         config = transformers.AutoConfig.from_pretrained(spec)
         for key in ("dropout", "attention_dropout", "hidden_dropout_prob",
-                    "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
+                    "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                    "resid_dropout", "embd_dropout"):
             if hasattr(config, key):
                 setattr(config, key, 0.0)
         # the class the directory was saved from (a masked LM stays one),
@@ -105,27 +149,98 @@ def load_model(spec):
         names = getattr(config, "architectures", None) or []
         cls = getattr(transformers, names[0], None) if names else None
         cls = cls or transformers.AutoModelForCausalLM
-        model = cls.from_pretrained(spec, config=config, torch_dtype=torch.float32,
-                                    attn_implementation="sdpa")
+        with parameters_on_meta():
+            if cls is transformers.AutoModelForCausalLM:
+                model = cls.from_config(config, dtype=torch.float32, attn_implementation="regc")
+            else:
+                model = cls._from_config(config, dtype=torch.float32, attn_implementation="regc")
     elif ":" in spec:
         module, fn = spec.split(":", 1)
         sys.path.insert(0, os.getcwd())
-        model = getattr(importlib.import_module(module), fn)()
+        model = getattr(importlib.import_module(module), fn)().float()
     else:
         raise ExportError("neither a model directory nor module:function")
-    model = model.float()
     model.train(False)  # no dropout: regc trains without it
     return model
 
 
-def export(model, batch, seq, out_dir):
-    """Trace model's loss at [batch, seq]; write graph.json and
-    model.safetensors into out_dir. Returns the graph JSON."""
+def checkpoint_shapes(directory):
+    """{name: shape} of every tensor in a Hugging Face directory's
+    safetensors checkpoint (one file or an index's shards), from their
+    headers alone."""
+    from safetensors import safe_open
+    single = os.path.join(directory, "model.safetensors")
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(single):
+        files = [single]
+    elif os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(os.path.join(directory, v)
+                               for v in json.load(f)["weight_map"].values()))
+    else:
+        raise ExportError("no model.safetensors or model.safetensors.index.json")
+    shapes = {}
+    for path in files:
+        with safe_open(path, framework="pt") as f:
+            for name in f.keys():
+                shapes[name] = tuple(f.get_slice(name).get_shape())
+    return shapes
+
+
+def tied_names(model):
+    """{name: every name of that parameter}, names in the model's order:
+    a tied head and embedding are one parameter with two names."""
+    names = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    return {n: ns for ns in names.values() for n in ns}
+
+
+def name_params(ex, model, shapes):
+    """Each of the graph's parameters by the name the weights give it: of a
+    tied parameter's names, the first the checkpoint holds (shapes), else
+    the first in the model."""
+    tied = tied_names(model)
+    for t in ex.g.leaves:
+        if t.role != "param":
+            continue
+        names = tied.get(t.name, [t.name])
+        name = next((n for n in names if n in shapes), names[0])
+        if name != t.name:
+            ex.params[name] = ex.params.pop(t.name)
+            t.name = name
+
+
+def check_checkpoint(directory, shapes, params):
+    """Every parameter of the graph is a tensor of the directory's
+    checkpoint, by name and shape: regc reads it there (--weights DIR)."""
+    for name, value in params.items():
+        if name not in shapes:
+            raise ExportError("the checkpoint has no tensor %s for the graph's parameter of "
+                              "that name" % name)
+        if shapes[name] != tuple(value.shape):
+            raise ExportError("the checkpoint's %s is %s; the graph's parameter is %s" %
+                              (name, list(shapes[name]), list(value.shape)))
+
+
+def export(model, batch, seq, out_dir, checkpoint=None):
+    """Trace model's loss at [batch, seq]; write into out_dir graph.json,
+    constants.safetensors (the folded constants) and, for a model with its
+    own weights, model.safetensors (its parameters). A model on the meta
+    device writes no weights: they are checkpoint's, a Hugging Face
+    directory the graph's parameters are checked against. Returns the graph
+    JSON."""
     from safetensors.torch import save_file
     wrapper = LossModule(model)
+    meta = any(p.is_meta for p in wrapper.parameters())
+    buffers = {}
+    if meta:  # every value on the meta device for the trace; buffers' kept
+        buffers = {n: b.detach().clone() for n, b in wrapper.named_buffers() if not b.is_meta}
+        wrapper.to("meta")
+    device = "meta" if meta else "cpu"
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    ids = torch.zeros(batch, seq, dtype=torch.long) if vocab is None else \
-        torch.randint(0, vocab, (batch, seq))
+    ids = torch.zeros(batch, seq, dtype=torch.long, device=device) if vocab is None else \
+        torch.randint(0, vocab, (batch, seq), device=device)
     args = (ids, ids.clone())
     if is_encoder_decoder(model):
         config = model.config
@@ -136,27 +251,48 @@ def export(model, batch, seq, out_dir):
                                                            config.pad_token_id))
         args = args + (decoder_inputs(ids),)
     with torch.no_grad():
-        ep = torch.export.export(wrapper, args, strict=False)
-    ex = Exporter(ep, batch, seq)
+        try:
+            ep = torch.export.export(wrapper, args, strict=False)
+        except Exception as e:  # the trace's own error, in one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ExportError("torch.export cannot trace the training forward (%s: %s)" %
+                              (type(e).__name__, first))
+    ex = Exporter(ep, batch, seq, buffers)
     loss = ex.run()
+    if meta and checkpoint is None:
+        raise ExportError("a model on the meta device needs the checkpoint its weights are "
+                          "read from")
+    shapes = checkpoint_shapes(checkpoint) if meta else {}
+    name_params(ex, model, shapes)
     doc, leaves = ex.g.to_json([loss])
-    tensors = {}
-    for t in leaves:
-        if t.role == "param":
-            tensors[t.name] = ex.params[t.name].detach().float().contiguous()
-        elif t.role == "constant":
-            tensors[t.name] = torch.from_numpy(np.ascontiguousarray(ex.consts[t.name]))
+    params = {t.name: ex.params[t.name] for t in leaves if t.role == "param"}
+    consts = {t.name: torch.from_numpy(np.ascontiguousarray(ex.consts[t.name]))
+              for t in leaves if t.role == "constant"}
+    if meta:
+        check_checkpoint(checkpoint, shapes, params)
+    if consts:
+        doc["constants"] = "constants.safetensors"
     os.makedirs(out_dir, exist_ok=True)
-    tmp = os.path.join(out_dir, "graph.json.tmp")
-    with open(tmp, "w") as f:
+    written = {"graph.json": lambda path: write_json(doc, path)}
+    if consts:
+        written["constants.safetensors"] = lambda path: save_file(consts, path,
+                                                                  metadata={"format": "pt"})
+    if not meta:
+        tensors = {n: v.detach().float().contiguous() for n, v in params.items()}
+        written["model.safetensors"] = lambda path: save_file(tensors, path,
+                                                              metadata={"format": "pt"})
+    for name in sorted(written, key=lambda n: n == "graph.json"):  # the graph last
+        tmp = os.path.join(out_dir, name + ".tmp")
+        written[name](tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, os.path.join(out_dir, name))
+    return doc
+
+
+def write_json(doc, path):
+    with open(path, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-    save_file(tensors, os.path.join(out_dir, "model.safetensors.tmp"), metadata={"format": "pt"})
-    os.chmod(os.path.join(out_dir, "model.safetensors.tmp"), 0o644)
-    os.replace(os.path.join(out_dir, "model.safetensors.tmp"),
-               os.path.join(out_dir, "model.safetensors"))
-    os.replace(tmp, os.path.join(out_dir, "graph.json"))
-    return doc
 
 
 def main():
@@ -167,8 +303,13 @@ def main():
     ap.add_argument("--seq", type=int, required=True)
     args = ap.parse_args()
     try:
-        model = load_model(args.model)
-        doc = export(model, args.batch, args.seq, args.out_dir)
+        try:
+            model = load_model(args.model)
+        except (OSError, ValueError, ImportError, AttributeError, KeyError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ExportError("cannot build the model (%s: %s)" % (type(e).__name__, first))
+        checkpoint = args.model if os.path.isdir(args.model) else None
+        doc = export(model, args.batch, args.seq, args.out_dir, checkpoint)
     except ExportError as e:
         print("export_torch: %s: %s" % (args.model, e), file=sys.stderr)
         return 1
@@ -178,6 +319,9 @@ def main():
     print("%s: %d nodes (%s), %d tensors" % (
         os.path.join(args.out_dir, "graph.json"), len(doc["nodes"]),
         ", ".join("%s %d" % kv for kv in sorted(ops.items())), len(doc["tensors"])))
+    weights = checkpoint or os.path.join(args.out_dir, "model.safetensors")
+    print("train it: regc train --model %s --weights %s --batch %d --seq %d" % (
+        os.path.join(args.out_dir, "graph.json"), weights, args.batch, args.seq))
     return 0
 
 

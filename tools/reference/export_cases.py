@@ -3,9 +3,12 @@
 PyTorch's losses over 5 training steps, for tests/test_exports.c.
 
 For each case: a tiny model of the architecture, its weights drawn by
-Hugging Face's own init under torch.manual_seed(case seed); its export at the
-case's batch and sequence into tests/data/exports/<name>/ (graph.json,
-model.safetensors); and 5 steps of AdamW in PyTorch on the token stream of
+Hugging Face's own init under torch.manual_seed(case seed), saved into
+tests/data/exports/<name>/ as Transformers saves a checkpoint (config.json,
+model.safetensors, or an index and its bfloat16 shards); its export from
+that directory at the case's batch and sequence (graph.json and
+constants.safetensors beside the checkpoint, which regc trains from as it
+is); and 5 steps of AdamW in PyTorch on the token stream of
 reference_common (regc's counter-based stream, llm.c's batch order), the
 loss before each update recorded in tests/data/exports/reference.json. The C
 test trains the committed export with `regc train` on the same tokens and
@@ -38,43 +41,52 @@ import export_torch  # noqa: E402
 from reference_common import get_batch, make_tokens, train  # noqa: E402
 
 # Small widths with more than one head and kv group; two layers, so the
-# detector sees a repeated layer.
+# detector sees a repeated layer (Gemma 2: four, two pairs of a sliding and
+# a global layer).
+DECODER = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+               bos_token_id=0, eos_token_id=0)
+STEP = dict(batch=2, seq=12, lr=2e-3, weight_decay=0.05, n_tokens=300)
 CASES = [
-    dict(name="gpt2", arch="GPT2", seed=11, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
-         n_tokens=300,
+    dict(name="gpt2", arch="GPT2", seed=11,
          config=dict(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4,
                      bos_token_id=0, eos_token_id=0)),
-    dict(name="llama", arch="Llama", seed=12, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
-         n_tokens=300,
-         config=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                     bos_token_id=0, eos_token_id=0)),
-    dict(name="qwen2", arch="Qwen2", seed=13, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
-         n_tokens=300,
-         config=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                     bos_token_id=0, eos_token_id=0, tie_word_embeddings=True)),
-    dict(name="mistral", arch="Mistral", seed=14, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
-         n_tokens=300,
-         config=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                     sliding_window=None, bos_token_id=0, eos_token_id=0)),
+    dict(name="llama", arch="Llama", seed=12, config=DECODER),
+    dict(name="qwen2", arch="Qwen2", seed=13, config=dict(DECODER, tie_word_embeddings=True)),
+    dict(name="mistral", arch="Mistral", seed=14, config=dict(DECODER, sliding_window=None)),
     # an encoder: bidirectional attention, token types, the MLM head; trained
     # as a graph model is, on next-token targets
-    dict(name="bert", arch="Bert", seed=15, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
-         n_tokens=300, masked=True,
+    dict(name="bert", arch="Bert", seed=15, masked=True,
          config=dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=32)),
     # an encoder-decoder: relative position biases, cross-attention; the
     # decoder reads the targets shifted right behind id 0
-    dict(name="t5", arch="T5", seed=16, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
-         n_tokens=300, seq2seq=True, kinds=2,
+    dict(name="t5", arch="T5", seed=16, seq2seq=True, kinds=2,
          config=dict(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                      decoder_start_token_id=0, pad_token_id=0)),
     # a module of the user's own, no layers to repeat
-    dict(name="custom", arch="Custom", seed=17, batch=2, seq=12, lr=2e-3, weight_decay=0.05,
-         n_tokens=300, kinds=0, config=dict(vocab_size=96)),
+    dict(name="custom", arch="Custom", seed=17, kinds=0, config=dict(vocab_size=96)),
+    # per-head q/k norms
+    dict(name="qwen3", arch="Qwen3", seed=18, config=dict(DECODER, head_dim=8)),
+    # norms after each block, q/k norms over the whole projection
+    dict(name="olmo2", arch="Olmo2", seed=19, config=dict(DECODER, pad_token_id=1)),
+    # fused qkv and gate-up projections, sliced
+    dict(name="phi3", arch="Phi3", seed=20, config=dict(DECODER, pad_token_id=0)),
+    # norms by 1 + w, scaled embeddings, tanh GeGLU, soft-capped attention
+    # and logits, sliding windows alternating with global attention; the
+    # reference runs Transformers' eager attention, which caps
+    dict(name="gemma2", arch="Gemma2", seed=21, attn="eager", layers=2,
+         config=dict(DECODER, head_dim=8, num_hidden_layers=4, sliding_window=5,
+                     query_pre_attn_scalar=8, pad_token_id=0)),
+    # per-head q/k norms by 1 + w, a local RoPE base for the sliding layers
+    dict(name="gemma3", arch="Gemma3Text", seed=22,
+         config=dict(DECODER, head_dim=8, sliding_window=5, pad_token_id=0)),
+    # the user's own checkpoint as Hugging Face shards it, in bfloat16: the
+    # export reads no weights, regc trains from the shards as they are
+    dict(name="llama_sharded", arch="Llama", seed=23, dtype=torch.bfloat16, shard="16KB",
+         config=DECODER),
 ]
+CASES = [dict(STEP, **c) for c in CASES]
 
 
 class Custom(torch.nn.Module):
@@ -106,11 +118,37 @@ def build(case):
     import transformers
     config = getattr(transformers, case["arch"] + "Config")(**case["config"])
     torch.manual_seed(case["seed"])
-    auto = transformers.AutoModelForMaskedLM if case.get("masked") else \
+    return auto_class(case).from_config(config).train(False)
+
+
+def auto_class(case):
+    import transformers
+    return transformers.AutoModelForMaskedLM if case.get("masked") else \
         transformers.AutoModelForSeq2SeqLM if case.get("seq2seq") else \
         transformers.AutoModelForCausalLM
-    model = auto.from_config(config, attn_implementation="sdpa")
-    return model.float().train(False)
+
+
+def write_case(case, out_dir):
+    """The case's model and its export into out_dir: a Hugging Face model
+    saved as the user's checkpoint is (config.json, model.safetensors or an
+    index and its shards), exported from that directory (graph.json,
+    constants.safetensors); the module of the user's own exported with its
+    weights. Returns the model PyTorch trains: the checkpoint loaded back,
+    in float32."""
+    model = build(case)
+    os.makedirs(out_dir, exist_ok=True)
+    if case["arch"] == "Custom":
+        export_torch.export(model, case["batch"], case["seq"], out_dir)
+        return model
+    model.to(case.get("dtype", torch.float32)).save_pretrained(
+        out_dir, max_shard_size=case.get("shard", "5GB"))
+    os.remove(os.path.join(out_dir, "generation_config.json")) if os.path.exists(
+        os.path.join(out_dir, "generation_config.json")) else None
+    export_torch.export(export_torch.load_model(out_dir), case["batch"], case["seq"], out_dir,
+                        checkpoint=out_dir)
+    return auto_class(case).from_pretrained(out_dir, dtype=torch.float32,
+                                            attn_implementation=case.get("attn", "sdpa")
+                                            ).train(False)
 
 
 def reference_losses(model, case):
@@ -138,14 +176,12 @@ def reference_losses(model, case):
 def write_all(out_root):
     record = []
     for case in CASES:
-        model = build(case)
-        out_dir = os.path.join(out_root, case["name"])
-        export_torch.export(model, case["batch"], case["seq"], out_dir)
+        model = write_case(case, os.path.join(out_root, case["name"]))
         losses = reference_losses(model, case)
         print("%-8s losses %s" % (case["name"], " ".join("%.6f" % x for x in losses)))
         record.append({k: case[k] for k in ("name", "seed", "batch", "seq", "lr", "weight_decay",
                                             "n_tokens")}
-                      | {"vocab": case["config"]["vocab_size"], "layers": 2,
+                      | {"vocab": case["config"]["vocab_size"], "layers": case.get("layers", 2),
                          "kinds": case.get("kinds", 1), "steps": len(losses), "losses": losses})
     doc = {"generator": "tools/reference/export_cases.py", "torch": torch.__version__,
            "cases": record}
@@ -235,14 +271,13 @@ def check_round_trip(regc):
     case = CASES[1]
     tmp = tempfile.mkdtemp(prefix="regc-round-trip-")
     try:
-        model = build(case)
-        export_torch.export(model, case["batch"], case["seq"], os.path.join(tmp, "export"))
+        model = write_case(case, os.path.join(tmp, "export"))
         tokens = make_tokens(case["seed"], case["n_tokens"], case["config"]["vocab_size"])
         with open(os.path.join(tmp, "tokens.bin"), "wb") as f:  # llm.c's token file
             f.write(struct.pack("<3i", 20240520, 1, len(tokens)) + bytes(256 * 4 - 12))
             f.write(tokens.astype("<u2").tobytes())
         args = [regc, "train", "--model", os.path.join(tmp, "export", "graph.json"),
-                "--weights", os.path.join(tmp, "export", "model.safetensors"),
+                "--weights", os.path.join(tmp, "export"),
                 "--data", os.path.join(tmp, "tokens.bin"), "--batch", str(case["batch"]),
                 "--seq", str(case["seq"]), "--lr", repr(case["lr"]),
                 "--weight-decay", repr(case["weight_decay"]), "--json"]
@@ -285,9 +320,13 @@ def main():
         write_all(tmp)
         bad = []
         for case in CASES:
-            for f in ("graph.json", "model.safetensors"):
-                a, b = os.path.join(out, case["name"], f), os.path.join(tmp, case["name"], f)
-                if not os.path.exists(a) or not filecmp.cmp(a, b, shallow=False):
+            a_dir, b_dir = os.path.join(out, case["name"]), os.path.join(tmp, case["name"])
+            names = set(os.listdir(b_dir)) | set(
+                os.listdir(a_dir) if os.path.isdir(a_dir) else [])
+            for f in sorted(names):
+                a, b = os.path.join(a_dir, f), os.path.join(b_dir, f)
+                if not (os.path.exists(a) and os.path.exists(b)) or \
+                        not filecmp.cmp(a, b, shallow=False):
                     bad.append(os.path.join(case["name"], f))
         if bad:
             print("export_cases: regenerated exports differ from the committed ones: %s"

@@ -48,7 +48,8 @@ losses (regc within 1e-4). --check-regc runs them with --load-in-4bit on.
 "graph_cases" (a list of its own, so the C test that reads "cases" is
 unaffected): the same LoRA on a graph model, the tiny Qwen2 that
 export_cases.py exported to tests/data/exports/qwen2/ (graph.json and
-model.safetensors, Transformers' own parameter names), which regc trains as
+constants.safetensors beside the checkpoint Transformers saved,
+model.safetensors), which regc trains as
 
     regc train --model tests/data/exports/qwen2/graph.json \
         --weights tests/data/exports/qwen2/model.safetensors \
@@ -308,10 +309,10 @@ def token_file_bytes(tokens):
 
 def build_graph_base(g):
     """Qwen2ForCausalLM with the export's config and its weights, strictly:
-    every parameter from model.safetensors and every tensor of it used but
-    the graph's constants (rope_cos, rope_sin: the graph's rotary tables;
-    Transformers computes its own). The export holds the tied embedding
-    once, as lm_head.weight (the graph's embedding node reads that tensor)."""
+    every parameter from model.safetensors, the checkpoint the export was
+    made from, which holds the tied embedding once, as Transformers saves
+    it (model.embed_tokens.weight, which the graph's embedding and head
+    read); the graph's constants are beside it, not in it."""
     config = Qwen2Config(**g["config"], attn_implementation="eager")
     model = Qwen2ForCausalLM(config).to(torch.float32)
     assert model.config._attn_implementation == "eager"
@@ -319,13 +320,12 @@ def build_graph_base(g):
         graph = json.load(f)
     consts = {t["name"] for t in graph["tensors"] if t["role"] == "constant"}
     state = safetensors.torch.load_file(os.path.join(REPO, g["weights"]))
-    assert consts <= set(state), "the weights lack a constant of the graph"
-    state = {k: v for k, v in state.items() if k not in consts}
+    assert not consts & set(state), "the checkpoint holds a constant of the graph"
     tied = config.tie_word_embeddings
-    assert tied == ("model.embed_tokens.weight" not in state), "tied as the export is"
+    assert tied == ("lm_head.weight" not in state), "tied as the checkpoint is"
     if tied:
         assert model.lm_head.weight is model.model.embed_tokens.weight
-        state["model.embed_tokens.weight"] = state["lm_head.weight"]
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=True)
     return model.eval()
 
