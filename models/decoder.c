@@ -91,6 +91,7 @@ static const decoder_family family_phi3 = {.architecture = "Phi3ForCausalLM",
                                            .slots = slots_phi3,
                                            .fused = 1,
                                            .resid_dropout = 1,
+                                           .phi3_rope = 1,
                                            .act_key = "hidden_act",
                                            .window = WINDOW_ALL,
                                            .pad_default = 32000};
@@ -200,8 +201,7 @@ static const regc_config_key keys_gemma3[] = {
 static const regc_config_key keys_phi3[] = {
     {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"embd_pdrop", REGC_KEY_INERT, NULL, "Transformers 5's Phi3Model never applies it"},
-    {"original_max_position_embeddings", REGC_KEY_INERT, NULL,
-     "only longrope scaling reads it, and rope.c refuses longrope"},
+    {"original_max_position_embeddings", REGC_KEY_APPLIED, NULL, NULL}, /* longrope's */
     {NULL, 0, NULL, NULL},
 };
 

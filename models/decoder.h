@@ -72,6 +72,7 @@ typedef struct {
     int resid_dropout;    /* resid_pdrop after attention and the MLP (Phi-3) */
     int gemma;            /* query_pre_attn_scalar and the soft-capping keys */
     int local_rope;       /* sliding layers rotate with their own base (Gemma 3) */
+    int phi3_rope;        /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
     const char *act_key;  /* "hidden_act", or Gemma's "hidden_activation" */
     act_kind act_default; /* when act_key is absent */
     window_kind window;
@@ -113,6 +114,7 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap);
 int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out);
 int decoder_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
                         int n, regc_input *in);
-int64_t decoder_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling);
+int64_t decoder_compute_rope(const regc_model *m, int64_t seq, float *inv_freq, int64_t n,
+                             float *scaling);
 
 #endif

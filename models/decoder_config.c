@@ -332,8 +332,10 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 0, 2048, 1, DECODER_MAX_DIM,
                            &c.n_pos)) < 0 ||
         (rc = regc_cfg_double(root, path, "rms_norm_eps", 0, 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
-        (rc = c.family->local_rope ? decoder_parse_gemma3_rope(root, path, &c)
-                                   : regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
+        (rc = c.family->local_rope  ? decoder_parse_gemma3_rope(root, path, &c)
+              : c.family->phi3_rope ? regc_rope_parse_phi3(root, path, c.n_pos, &c.rope)
+                                    : regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
+        (rc = regc_rope_check_head(&c.rope, c.head_dim, path)) < 0 ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,
                             &c.tied)) < 0 ||
         (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0, &c.attn_dropout)) <
@@ -470,6 +472,10 @@ cJSON *decoder_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "rms_norm_eps", c->eps);
     if (!f->local_rope)
         ok = ok && regc_rope_write_config(&c->rope, o);
+    /* Phi3Config takes longrope's original length from the top level */
+    if (f->phi3_rope)
+        ok = ok && cJSON_AddNumberToObject(o, "original_max_position_embeddings",
+                                           (double)c->rope.original_max_pos);
     ok = ok && cJSON_AddStringToObject(o, f->act_key, decoder_act_name(c->act));
     if (f->gemma)
         ok = ok && decoder_write_gemma(c, o);

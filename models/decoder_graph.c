@@ -87,7 +87,10 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
 {
     const decoder_config *c = m->cfg;
     const decoder_family *f = c->family;
-    if (T > c->n_pos)
+    /* dynamic RoPE scales its base for longer sequences: that is what it
+     * is for (Transformers trains past max_position_embeddings either way,
+     * the other types out of the range they were made for) */
+    if (T > c->n_pos && c->rope.type != REGC_ROPE_DYNAMIC)
         return regc_error(REGC_ERR_ARG,
                           "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64
                           " of %s",
@@ -213,18 +216,20 @@ fail:
 }
 #undef G
 
-int64_t decoder_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling)
+int64_t decoder_compute_rope(const regc_model *m, int64_t seq, float *inv_freq, int64_t n,
+                             float *scaling)
 {
     const decoder_config *c = m->cfg;
     if (inv_freq)
-        regc_rope_inv_freq(&c->rope, c->head_dim, inv_freq, scaling);
+        regc_rope_inv_freq(&c->rope, c->head_dim, seq, inv_freq, scaling);
     (void)n;
     return c->head_dim / 2;
 }
 
 /* One pair of rotary tables [T, D/2] (either may be absent), rounded
  * exactly as HF's rotary embeddings round them: inv_freq as Transformers'
- * initialiser for the rope_type computes it (rope.c), the angle t *
+ * initialiser for the rope_type computes it (rope.c) for positions
+ * 0..T-1 (dynamic's and longrope's depend on T), the angle t *
  * inv_freq in float32 (HF computes them in float32 whatever the model's
  * dtype), so long positions see the same angle error as the checkpoint was
  * trained with; then cos and sin times the attention scaling (yarn's; 1
@@ -247,7 +252,7 @@ static int decoder_fill_rope(const regc_model *m, const regc_rope *rope, regc_in
     if (!inv_freq)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory for the rotary tables", m->source);
     float scaling;
-    regc_rope_inv_freq(rope, c->head_dim, inv_freq, &scaling);
+    regc_rope_inv_freq(rope, c->head_dim, T, inv_freq, &scaling);
     float *cs = cos ? cos->host : NULL, *sn = sin ? sin->host : NULL;
     for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < half; j++) {

@@ -187,19 +187,20 @@ void regc_model_describe(const regc_model *m, char *buf, size_t cap)
         m->arch->describe(m, buf, cap);
 }
 
-int64_t regc_model_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling)
+int64_t regc_model_compute_rope(const regc_model *m, int64_t seq, float *inv_freq, int64_t n,
+                                float *scaling)
 {
     if (!m->arch->compute_rope)
         return regc_error(REGC_ERR_ARG, "%s: a %s model has no rotary embedding", m->source,
                           m->arch->model_type);
-    const int64_t want = m->arch->compute_rope(m, NULL, 0, NULL);
+    const int64_t want = m->arch->compute_rope(m, 0, NULL, 0, NULL);
     if (!inv_freq)
         return want;
     if (n != want)
         return regc_error(REGC_ERR_ARG, "%s: the rotary embedding has %lld frequencies, not %lld",
                           m->source, (long long)want, (long long)n);
     float dummy;
-    return m->arch->compute_rope(m, inv_freq, n, scaling ? scaling : &dummy);
+    return m->arch->compute_rope(m, seq, inv_freq, n, scaling ? scaling : &dummy);
 }
 
 void regc_model_group_digits(char *buf, size_t cap, int64_t v)

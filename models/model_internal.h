@@ -145,7 +145,8 @@ struct regc_arch {
     int (*check_constants)(const regc_model *m);
     /* Optional: the rotary embedding's inverse frequencies and the factor
      * on cos and sin, as regc_model_compute_rope (n checked there). */
-    int64_t (*compute_rope)(const regc_model *m, float *inv_freq, int64_t n, float *scaling);
+    int64_t (*compute_rope)(const regc_model *m, int64_t seq, float *inv_freq, int64_t n,
+                            float *scaling);
 };
 
 extern const regc_arch regc_arch_gpt2;
@@ -264,25 +265,46 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
 cJSON *regc_model_config_new(const regc_model *m, const char *architecture);
 
 /* ---- rotary position embeddings as Transformers configures them (rope.c) */
-enum { REGC_ROPE_DEFAULT, REGC_ROPE_LINEAR, REGC_ROPE_LLAMA3, REGC_ROPE_YARN };
+enum {
+    REGC_ROPE_DEFAULT,
+    REGC_ROPE_LINEAR,
+    REGC_ROPE_LLAMA3,
+    REGC_ROPE_YARN,
+    REGC_ROPE_DYNAMIC,
+    REGC_ROPE_LONGROPE
+};
+#define REGC_ROPE_MAX_FACTORS 512 /* longrope's per-frequency factors: head_dim / 2 */
 typedef struct {
-    int type;      /* REGC_ROPE_* */
-    double theta;  /* rope_theta */
-    double factor; /* linear, llama3, yarn (yarn's derived when absent) */
+    int type;        /* REGC_ROPE_* */
+    double theta;    /* rope_theta */
+    double factor;   /* linear, llama3, yarn, dynamic, longrope (yarn's, longrope's derived) */
+    int64_t max_pos; /* max_position_embeddings */
     double low_freq_factor, high_freq_factor; /* llama3 */
-    int64_t original_max_pos;                 /* llama3, yarn */
-    double attention_factor;                  /* yarn: 0 when derived from factor, mscale */
-    double beta_fast, beta_slow;              /* yarn, defaults applied */
-    double mscale, mscale_all_dim;            /* yarn: 0 when absent */
-    int truncate;                             /* yarn */
+    int64_t original_max_pos;                 /* llama3, yarn, longrope */
+    double attention_factor;       /* yarn, longrope: 0 when derived from factor (and mscale) */
+    double beta_fast, beta_slow;   /* yarn, defaults applied */
+    double mscale, mscale_all_dim; /* yarn: 0 when absent */
+    int truncate;                  /* yarn */
+    int n_factors;                 /* longrope: the length of both lists */
+    double long_factor[REGC_ROPE_MAX_FACTORS], short_factor[REGC_ROPE_MAX_FACTORS];
 } regc_rope;
 /* Read rope_parameters, or rope_scaling and rope_theta, from config.json
  * (`path` in messages; max_pos is max_position_embeddings): refuses by
  * name every type and key regc does not apply. */
 int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r);
+/* The same as Phi3Config reads it: "su" and "yarn" mean longrope, only
+ * default and longrope are taken, and the top-level
+ * original_max_position_embeddings (default 4096) is longrope's. */
+int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r);
+/* REGC_OK when r's per-frequency lists fit a head of head_dim, else an
+ * error naming `path` and the keys. */
+int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path);
 /* inv_freq[head_dim / 2] and the factor on cos and sin, as Transformers'
- * initialisers compute them in float32. */
-void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, float *inv_freq,
+ * initialisers compute them in float32, for a model trained on sequences
+ * of seq tokens (0: as initialised; dynamic and longrope compute them again
+ * when positions reach past max_position_embeddings or the original
+ * length, as Transformers' forward does). */
+void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, int64_t seq, float *inv_freq,
                         float *attention_scaling);
 /* Add rope_theta and rope_scaling (null for the default type) to a
  * config.json object; 0 when out of memory. */

@@ -75,10 +75,13 @@ int regc_model_alloc_weights(regc_model *m);
 void regc_model_describe(const regc_model *m, char *buf, size_t cap);
 /* The rotary embedding's inverse frequencies, n = head_dim / 2 of them
  * (inv_freq may be NULL to ask for n: returns it), and the factor on cos
- * and sin (yarn's attention factor, else 1), as Transformers' RoPE
- * initialisers compute them. Returns n, or an error for an architecture
- * without RoPE or a wrong n. */
-int64_t regc_model_compute_rope(const regc_model *m, float *inv_freq, int64_t n, float *scaling);
+ * and sin (yarn's and longrope's attention factor, else 1), as
+ * Transformers' RoPE initialisers compute them, and as its forward
+ * computes them again for seq positions (dynamic, longrope; seq 0: as
+ * initialised). Returns n, or an error for an architecture without RoPE or
+ * a wrong n. */
+int64_t regc_model_compute_rope(const regc_model *m, int64_t seq, float *inv_freq, int64_t n,
+                                float *scaling);
 
 /* LoRA as PEFT defines it (models/lora.c): rank-r adapters on the linear
  * layers target_modules names, every other parameter frozen. */

@@ -14,10 +14,15 @@
  * thetas, "type" and "rope_type" that disagree).
  *
  * Types applied: default, linear, llama3, yarn (yarn's attention factor
- * multiplies cos and sin). Refused by name: every other rope_type
- * (dynamic, longrope, proportional, ...), partial_rotary_factor other
- * than 1 (Transformers' Llama rotates the whole head), and any key of the
- * dictionary the type does not use.
+ * multiplies cos and sin), dynamic and longrope. Those two depend on the
+ * length trained: Transformers' forward computes dynamic's frequencies
+ * again (a larger base) once positions reach past max_position_embeddings,
+ * and switches longrope from its short factors to its long ones past the
+ * original length; a training step sees positions 0..T-1, so regc computes
+ * them for T (regc_rope_inv_freq's seq), as that forward would. Refused by
+ * name: every other rope_type (proportional, ...), partial_rotary_factor
+ * other than 1 (Transformers' Llama rotates the whole head), and any key
+ * of the dictionary the type does not use.
  *
  * Arithmetic. Transformers computes inv_freq on the CPU in float32 torch
  * ops, Python scalars (theta, factor, ...) rounded to float32 where they
@@ -41,10 +46,9 @@
 #define ROPE_PI 3.141592653589793 /* Python's math.pi */
 
 static const char *const rope_type_names[] = {
-    [REGC_ROPE_DEFAULT] = "default",
-    [REGC_ROPE_LINEAR] = "linear",
-    [REGC_ROPE_LLAMA3] = "llama3",
-    [REGC_ROPE_YARN] = "yarn",
+    [REGC_ROPE_DEFAULT] = "default", [REGC_ROPE_LINEAR] = "linear",
+    [REGC_ROPE_LLAMA3] = "llama3",   [REGC_ROPE_YARN] = "yarn",
+    [REGC_ROPE_DYNAMIC] = "dynamic", [REGC_ROPE_LONGROPE] = "longrope",
 };
 #define N_ROPE_TYPES (int)(sizeof rope_type_names / sizeof rope_type_names[0])
 
@@ -58,6 +62,9 @@ static const char *const rope_keys_type[][9] = {
                           "original_max_position_embeddings", NULL},
     [REGC_ROPE_YARN] = {"factor", "original_max_position_embeddings", "attention_factor",
                         "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate", NULL},
+    [REGC_ROPE_DYNAMIC] = {"factor", NULL},
+    [REGC_ROPE_LONGROPE] = {"factor", "original_max_position_embeddings", "attention_factor",
+                            "long_factor", "short_factor", NULL},
 };
 
 static int rope_key_known(const char *const *keys, const char *key)
@@ -95,6 +102,50 @@ static int rope_positive(const char *path, const char *dname, const char *key, d
     return REGC_OK;
 }
 
+/* dict[key]: a list of finite numbers, at most REGC_ROPE_MAX_FACTORS. */
+static int rope_list(const cJSON *d, const char *path, const char *dn, const char *key, double *out,
+                     int *n)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(d, key);
+    if (!cJSON_IsArray(a))
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s.%s\" must be a list of numbers", path, dn,
+                          key);
+    *n = 0;
+    for (const cJSON *x = a->child; x; x = x->next) {
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble))
+            return regc_error(REGC_ERR_FORMAT, "%s: key \"%s.%s\" must be a list of numbers", path,
+                              dn, key);
+        if (*n == REGC_ROPE_MAX_FACTORS)
+            return regc_error(REGC_ERR_UNSUPPORTED, "%s: key \"%s.%s\" has more than %d values",
+                              path, dn, key, REGC_ROPE_MAX_FACTORS);
+        out[(*n)++] = x->valuedouble;
+    }
+    return REGC_OK;
+}
+
+/* longrope's keys beyond factor and the original length: the two lists,
+ * one factor per frequency, and the attention factor. */
+static int rope_parse_longrope(const cJSON *d, const char *path, const char *dn, regc_rope *r)
+{
+    int n_long = 0, n_short = 0, has, rc;
+    if ((rc = rope_positive(path, dn, "factor", r->factor)) < 0 ||
+        (rc = rope_list(d, path, dn, "long_factor", r->long_factor, &n_long)) < 0 ||
+        (rc = rope_list(d, path, dn, "short_factor", r->short_factor, &n_short)) < 0 ||
+        (rc = rope_number(d, path, dn, "attention_factor", 0, &r->attention_factor, &has)) < 0)
+        return rc;
+    if (has && (rc = rope_positive(path, dn, "attention_factor", r->attention_factor)) < 0)
+        return rc;
+    if (!has)
+        r->attention_factor = 0.0; /* derived from factor and the original length */
+    if (n_long != n_short)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: keys \"%s.long_factor\" (%d values) and \"%s.short_factor\" (%d) "
+                          "differ in length",
+                          path, dn, n_long, dn, n_short);
+    r->n_factors = n_long;
+    return REGC_OK;
+}
+
 /* The type's own keys, checked and stored in r. */
 static int rope_parse_type(const cJSON *d, const char *path, const char *dn, int64_t max_pos,
                            regc_rope *r)
@@ -103,12 +154,12 @@ static int rope_parse_type(const cJSON *d, const char *path, const char *dn, int
     double v = 0.0;
     if (r->type == REGC_ROPE_DEFAULT)
         return REGC_OK;
-    /* yarn alone derives a missing factor (max_position_embeddings over the
-     * original length); the others need it */
-    if ((rc = rope_number(d, path, dn, "factor", r->type != REGC_ROPE_YARN, &r->factor,
-                          &has_factor)) < 0)
+    /* yarn and longrope derive a missing factor (max_position_embeddings
+     * over the original length); the others need it */
+    const int derived = r->type == REGC_ROPE_YARN || r->type == REGC_ROPE_LONGROPE;
+    if ((rc = rope_number(d, path, dn, "factor", !derived, &r->factor, &has_factor)) < 0)
         return rc;
-    if (r->type == REGC_ROPE_LINEAR)
+    if (r->type == REGC_ROPE_LINEAR || r->type == REGC_ROPE_DYNAMIC)
         return rope_positive(path, dn, "factor", r->factor);
     if ((rc = rope_number(d, path, dn, "original_max_position_embeddings", 0, &v, &has)) < 0)
         return rc;
@@ -133,9 +184,11 @@ static int rope_parse_type(const cJSON *d, const char *path, const char *dn, int
                               path, dn, r->high_freq_factor, r->low_freq_factor);
         return REGC_OK;
     }
-    /* yarn */
     if (!has_factor)
         r->factor = (double)max_pos / (double)r->original_max_pos;
+    if (r->type == REGC_ROPE_LONGROPE)
+        return rope_parse_longrope(d, path, dn, r);
+    /* yarn */
     if ((rc = rope_positive(path, dn, "factor", r->factor)) < 0 ||
         (rc = rope_number(d, path, dn, "attention_factor", 0, &r->attention_factor, &has)) < 0)
         return rc;
@@ -176,7 +229,7 @@ static int rope_parse_type(const cJSON *d, const char *path, const char *dn, int
 
 int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r)
 {
-    *r = (regc_rope){.type = REGC_ROPE_DEFAULT, .theta = 10000.0};
+    *r = (regc_rope){.type = REGC_ROPE_DEFAULT, .theta = 10000.0, .max_pos = max_pos};
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     static const char *const names[2] = {"rope_parameters", "rope_scaling"};
@@ -262,7 +315,7 @@ int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_r
     if (r->type < 0)
         return regc_error(REGC_ERR_UNSUPPORTED,
                           "%s: key \"%s.%s\" is \"%s\": regc does not implement it (supported: "
-                          "default, linear, llama3, yarn)",
+                          "default, linear, llama3, yarn, dynamic, longrope)",
                           path, dn, tkey, type);
     /* a key the type does not read would be silently ignored */
     for (const cJSON *it = d->child; it; it = it->next) {
@@ -301,16 +354,54 @@ static double rope_correction_dim(double rotations, int64_t dim, double base, in
     return ((double)dim * log((double)max_pos / (rotations * 2.0 * ROPE_PI))) / (2.0 * log(base));
 }
 
-void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, float *inv_freq,
+/* dynamic's base, _compute_dynamic_ntk_parameters':
+ * theta · (factor · L / max_pos − (factor − 1)) ^ (dim / (dim − 2)) with L
+ * the longer of seq and max_pos. At initialisation L is a Python int and
+ * the arithmetic Python's (double; then L = max_pos and the base is
+ * theta's); in the forward, past max_pos, L is the positions' tensor and
+ * every step is a float32 op. */
+static float rope_dynamic_base(const regc_rope *r, int64_t dim, int64_t seq)
+{
+    const double e = (double)dim / (double)(dim - 2);
+    if (seq <= r->max_pos) {
+        const double m = (double)r->max_pos;
+        return (float)(r->theta * pow(r->factor * m / m - (r->factor - 1.0), e));
+    }
+    float x = rope_f32((double)(float)r->factor * (double)(float)seq);
+    x = rope_f32((double)x / (double)(float)r->max_pos);
+    x = rope_f32((double)x - (double)(float)(r->factor - 1.0));
+    x = rope_f32(pow((double)x, e)); /* a float32 tensor to a Python float: in double */
+    return rope_f32((double)(float)r->theta * (double)x);
+}
+
+/* longrope's factor on cos and sin: given, else (the paper's)
+ * sqrt(1 + ln factor / ln original length) for a factor above 1, in
+ * double as Python computes it. */
+static float rope_longrope_scaling(const regc_rope *r)
+{
+    if (r->attention_factor != 0.0)
+        return (float)r->attention_factor;
+    if (r->factor <= 1.0)
+        return 1.0f;
+    return (float)sqrt(1.0 + log(r->factor) / log((double)r->original_max_pos));
+}
+
+void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, int64_t seq, float *inv_freq,
                         float *attention_scaling)
 {
     const int64_t half = head_dim / 2;
-    const float base = (float)r->theta, dim = (float)head_dim, factor = (float)r->factor;
-    *attention_scaling = 1.0f;
+    const float base =
+        r->type == REGC_ROPE_DYNAMIC ? rope_dynamic_base(r, head_dim, seq) : (float)r->theta;
+    const float dim = (float)head_dim, factor = (float)r->factor;
+    /* longrope: past the original length, the long factors */
+    const double *ext = seq > r->original_max_pos ? r->long_factor : r->short_factor;
+    *attention_scaling = r->type == REGC_ROPE_LONGROPE ? rope_longrope_scaling(r) : 1.0f;
     /* base ** (arange(0, dim, 2).float() / dim), then 1 / that */
     for (int64_t j = 0; j < half; j++) {
         const float pos = rope_powf(base, rope_f32((double)(float)(2 * j) / (double)dim));
         inv_freq[j] = rope_f32(1.0 / (double)pos);
+        if (r->type == REGC_ROPE_LONGROPE) /* 1 / (ext · pos) */
+            inv_freq[j] = rope_f32(1.0 / (double)rope_f32((double)(float)ext[j] * (double)pos));
         if (r->type == REGC_ROPE_LINEAR)
             inv_freq[j] = rope_f32((double)inv_freq[j] / (double)factor);
         if (r->type == REGC_ROPE_YARN) {
@@ -389,7 +480,7 @@ int regc_rope_write_config(const regc_rope *r, cJSON *o)
     cJSON *s = ok ? cJSON_AddObjectToObject(o, "rope_scaling") : NULL;
     ok = s && cJSON_AddStringToObject(s, "rope_type", rope_type_names[r->type]);
     ok = ok && cJSON_AddNumberToObject(s, "factor", r->factor);
-    if (r->type == REGC_ROPE_LINEAR)
+    if (r->type == REGC_ROPE_LINEAR || r->type == REGC_ROPE_DYNAMIC)
         return ok;
     ok = ok && cJSON_AddNumberToObject(s, "original_max_position_embeddings",
                                        (double)r->original_max_pos);
@@ -399,6 +490,17 @@ int regc_rope_write_config(const regc_rope *r, cJSON *o)
     }
     if (r->attention_factor != 0.0)
         ok = ok && cJSON_AddNumberToObject(s, "attention_factor", r->attention_factor);
+    if (r->type == REGC_ROPE_LONGROPE) {
+        cJSON *lf = ok ? cJSON_CreateDoubleArray(r->long_factor, r->n_factors) : NULL;
+        ok = lf && cJSON_AddItemToObject(s, "long_factor", lf);
+        if (!ok)
+            cJSON_Delete(lf);
+        cJSON *sf = ok ? cJSON_CreateDoubleArray(r->short_factor, r->n_factors) : NULL;
+        ok = sf && cJSON_AddItemToObject(s, "short_factor", sf);
+        if (!ok)
+            cJSON_Delete(sf);
+        return ok;
+    }
     ok = ok && cJSON_AddNumberToObject(s, "beta_fast", r->beta_fast);
     ok = ok && cJSON_AddNumberToObject(s, "beta_slow", r->beta_slow);
     if (r->mscale != 0.0)
@@ -412,6 +514,16 @@ void regc_rope_describe(const regc_rope *r, char *buf, size_t cap)
 {
     switch (r->type) {
     case REGC_ROPE_LINEAR: snprintf(buf, cap, ", rope_type linear factor %g", r->factor); break;
+    case REGC_ROPE_DYNAMIC:
+        snprintf(buf, cap, ", rope_type dynamic factor %g past %lld positions", r->factor,
+                 (long long)r->max_pos);
+        break;
+    case REGC_ROPE_LONGROPE:
+        snprintf(buf, cap,
+                 ", rope_type longrope factor %g, its long factors past "
+                 "original_max_position_embeddings %lld",
+                 r->factor, (long long)r->original_max_pos);
+        break;
     case REGC_ROPE_LLAMA3:
         snprintf(buf, cap,
                  ", rope_type llama3 factor %g low_freq_factor %g high_freq_factor %g "
@@ -430,4 +542,64 @@ void regc_rope_describe(const regc_rope *r, char *buf, size_t cap)
         if (cap)
             buf[0] = '\0';
     }
+}
+
+int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path)
+{
+    if (r->type == REGC_ROPE_LONGROPE && r->n_factors != head_dim / 2)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: longrope's \"long_factor\" and \"short_factor\" have %d values; "
+                          "a head of %lld rotates %lld frequencies",
+                          path, r->n_factors, (long long)head_dim, (long long)(head_dim / 2));
+    return REGC_OK;
+}
+
+/* Phi3Config's reading, on a copy of config.json: "su" and "yarn" renamed
+ * longrope, and longrope's original length the top-level key's (Phi 3's
+ * pretraining length; Transformers prefers it to the dictionary's). */
+int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r)
+{
+    int64_t original = 0;
+    int rc = regc_cfg_int(root, path, "original_max_position_embeddings", 0, 4096, 1, 2147483647,
+                          &original);
+    if (rc < 0)
+        return rc;
+    cJSON *copy = cJSON_Duplicate(root, 1);
+    if (!copy)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    static const char *const dicts[] = {"rope_scaling", "rope_parameters"};
+    static const char *const tkeys[] = {"rope_type", "type"};
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+        cJSON *d = cJSON_GetObjectItemCaseSensitive(copy, dicts[i]);
+        if (!cJSON_IsObject(d))
+            continue;
+        int longrope = 0;
+        for (int k = 0; k < 2 && ok; k++) {
+            cJSON *t = cJSON_GetObjectItemCaseSensitive(d, tkeys[k]);
+            if (!cJSON_IsString(t))
+                continue;
+            if (!strcmp(t->valuestring, "su") || !strcmp(t->valuestring, "yarn"))
+                ok = cJSON_ReplaceItemInObjectCaseSensitive(d, tkeys[k],
+                                                            cJSON_CreateString("longrope"));
+            longrope = longrope ||
+                       !strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, tkeys[k])),
+                               "longrope");
+        }
+        if (ok && longrope) {
+            cJSON_DeleteItemFromObjectCaseSensitive(d, "original_max_position_embeddings");
+            ok = cJSON_AddNumberToObject(d, "original_max_position_embeddings", (double)original) !=
+                 NULL;
+        }
+    }
+    rc = ok ? regc_rope_parse(copy, path, max_pos, r)
+            : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    cJSON_Delete(copy);
+    r->original_max_pos = original; /* written back whatever the type */
+    if (rc == REGC_OK && r->type != REGC_ROPE_DEFAULT && r->type != REGC_ROPE_LONGROPE)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: RoPE type \"%s\": Phi-3 reads only default and longrope (Phi3Config "
+                          "refuses the others)",
+                          path, rope_type_names[r->type]);
+    return rc;
 }

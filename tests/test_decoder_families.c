@@ -368,7 +368,7 @@ static void test_gemma(void **state)
     regc_graph_free(g);
     /* the two bases: Gemma 3's defaults, 1e6 and 1e4, then as written */
     float full[2], s1;
-    assert_int_equal(regc_model_compute_rope(m, full, 2, &s1), 2);
+    assert_int_equal(regc_model_compute_rope(m, 0, full, 2, &s1), 2);
     assert_true(full[1] == (float)(1.0 / pow(1e6, 0.5)));
     regc_model_free(m);
     m = load(f, "gemma3_text",
@@ -424,6 +424,49 @@ static void test_phi3_dropout(void **state)
     assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_ERR_UNSUPPORTED);
     regc_test_expect_error("attention_dropout 0.1: this dropout is not applied", NULL);
     regc_model_free(m);
+}
+
+/* Phi-3's RoPE as Phi3Config reads it: "su" (and "yarn") mean longrope,
+ * whose original length is the top-level key (default 4096, whatever the
+ * dictionary says); past it, the long factors; only default and longrope.
+ * Heads of 4: two frequencies, theta 10000 gives 1 and 1/100 before the
+ * factors. */
+static void test_phi3_rope(void **state)
+{
+    regc_test_dir *f = *state;
+    const char *lists = "\"short_factor\": [1.0, 2.0], \"long_factor\": [3.0, 4.0]";
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "\"original_max_position_embeddings\": 8, \"rope_scaling\": {\"type\": \"su\", %s}",
+             lists);
+    regc_model *m = load(f, "phi3", extra), *back = NULL;
+    float inv[2], s, inv2[2], s2;
+    assert_int_equal(regc_model_compute_rope(m, 8, inv, 2, &s), 2); /* within 8: short */
+    assert_true(fabsf(inv[1] - 1.0f / 200.0f) <= 1e-7f * inv[1]);
+    /* past 8: long, and sqrt(1 + ln(16 / 8) / ln 8) on cos and sin */
+    assert_int_equal(regc_model_compute_rope(m, 12, inv, 2, &s), 2);
+    assert_true(fabsf(inv[0] - 1.0f / 3.0f) <= 1e-7f && fabsf(inv[1] - 1.0f / 400.0f) <= 1e-9f);
+    assert_true(fabsf(s - (float)sqrt(1.0 + log(2.0) / log(8.0))) <= 1e-7f);
+    /* written back (the top-level length too) and read again alike */
+    assert_int_equal(regc_model_with_layers(m, 2, &back), REGC_OK);
+    assert_int_equal(regc_model_compute_rope(back, 12, inv2, 2, &s2), 2);
+    assert_memory_equal(inv, inv2, sizeof inv);
+    assert_true(s == s2);
+    regc_model_free(back);
+    regc_model_free(m);
+    /* the dictionary's length gives way to the top level's default 4096 */
+    snprintf(extra, sizeof extra,
+             "\"rope_scaling\": {\"type\": \"longrope\", "
+             "\"original_max_position_embeddings\": 8, %s}",
+             lists);
+    m = load(f, "phi3", extra);
+    assert_int_equal(regc_model_compute_rope(m, 12, inv, 2, &s), 2);
+    assert_true(fabsf(inv[1] - 1.0f / 200.0f) <= 1e-7f * inv[1]);
+    regc_model_free(m);
+    /* Phi3Config refuses the other types */
+    write_config(f, "phi3", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}");
+    regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
+                                  "RoPE type \"linear\": Phi-3 reads only default and longrope");
 }
 
 static int64_t embedding_padding(regc_model *m)
@@ -626,6 +669,7 @@ int main(void)
         regc_test_in_dir(test_sliding_windows, setup),
         regc_test_in_dir(test_gemma, setup),
         regc_test_in_dir(test_phi3_dropout, setup),
+        regc_test_in_dir(test_phi3_rope, setup),
         regc_test_in_dir(test_pad_token, setup),
         regc_test_in_dir(test_activations, setup),
         regc_test_in_dir(test_peft_defaults, setup),

@@ -309,9 +309,10 @@ static void test_config_errors(void **state)
     /* RoPE scaling (models/rope.c; every case in tests/test_rope_config.c) */
     expect_config_error(f, "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
                         REGC_ERR_FORMAT, "missing required key \"rope_scaling.low_freq_factor\"");
-    expect_config_error(f, "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 8.0}",
-                        REGC_ERR_UNSUPPORTED,
-                        "key \"rope_scaling.rope_type\" is \"dynamic\": regc does not implement");
+    expect_config_error(
+        f, "\"rope_scaling\": {\"rope_type\": \"proportional\", \"factor\": 8.0}",
+        REGC_ERR_UNSUPPORTED,
+        "key \"rope_scaling.rope_type\" is \"proportional\": regc does not implement");
     expect_config_error(f, "\"rope_scaling\": false", REGC_ERR_FORMAT,
                         "key \"rope_scaling\" must be an object or null");
 }

@@ -85,7 +85,7 @@ static void test_reference(void **state)
         regc_model *m = NULL;
         if (regc_model_load_config(f->path, &m) != REGC_OK)
             fail_msg("%s: %s", name, regc_error_message());
-        const int64_t n = regc_model_compute_rope(m, NULL, 0, NULL);
+        const int64_t n = regc_model_compute_rope(m, 0, NULL, 0, NULL);
         const int size = cJSON_GetArraySize(regc_test_json_get(c, "inv_freq"));
         if (n != size)
             fail_msg("%s: %lld frequencies, Transformers has %d", name, (long long)n, size);
@@ -93,7 +93,8 @@ static void test_reference(void **state)
         float *got = malloc((size_t)n * sizeof *got);
         float scaling = 0.0f;
         assert_non_null(got);
-        assert_int_equal(regc_model_compute_rope(m, got, n, &scaling), n);
+        assert_int_equal(regc_model_compute_rope(m, regc_test_json_int(c, "seq"), got, n, &scaling),
+                         n);
         for (int64_t j = 0; j < n; j++, n_freq++) {
             const float w = (float)want[j];
             assert_true((double)w == want[j]); /* recorded as float32 values */
@@ -132,7 +133,7 @@ static void test_tables_scaled(void **state)
     regc_model *m = load_ok(f);
     const int64_t B = 1, T = 12, half = 8;
     float inv[8], scaling;
-    assert_int_equal(regc_model_compute_rope(m, inv, half, &scaling), half);
+    assert_int_equal(regc_model_compute_rope(m, 0, inv, half, &scaling), half);
     assert_true(scaling == 1.25f);
     regc_graph *g;
     assert_int_equal(regc_model_build_graph(m, B, T, &g), REGC_OK);
@@ -180,6 +181,9 @@ static void test_round_trip(void **state)
 {
     regc_test_dir *f = *state;
     static const char *const ropes[] = {
+        "\"rope_scaling\": {\"type\": \"longrope\", \"original_max_position_embeddings\": 16, "
+        "\"short_factor\": [1.0, 1.01, 1.05, 1.1, 1.3, 1.7, 2.3, 3.1], "
+        "\"long_factor\": [1.1, 1.2, 1.5, 2.0, 3.5, 6.0, 9.0, 11.0]}",
         "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, "
         "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
         "\"original_max_position_embeddings\": 32}",
@@ -189,21 +193,23 @@ static void test_round_trip(void **state)
         "\"original_max_position_embeddings\": 16, \"attention_factor\": 0.9}",
         "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.5}",
         "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 123.0}",
+        /* at initialisation dynamic is the default; past 64 positions it is not */
+        "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 4.0}",
     };
     for (size_t i = 0; i < sizeof ropes / sizeof ropes[0]; i++) {
         write_llama(f, ropes[i]);
         regc_model *m = load_ok(f), *back = NULL;
         assert_int_equal(regc_model_with_layers(m, 2, &back), REGC_OK);
         float a[8], b[8], sa, sb;
-        assert_int_equal(regc_model_compute_rope(m, a, 8, &sa), 8);
-        assert_int_equal(regc_model_compute_rope(back, b, 8, &sb), 8);
+        assert_int_equal(regc_model_compute_rope(m, 0, a, 8, &sa), 8);
+        assert_int_equal(regc_model_compute_rope(back, 0, b, 8, &sb), 8);
         assert_memory_equal(a, b, sizeof a);
         assert_true(sa == sb);
         /* a plain RoPE would have given other frequencies */
-        if (i < 4) {
+        if (i < 5) {
             write_llama(f, "");
             regc_model *plain = load_ok(f);
-            assert_int_equal(regc_model_compute_rope(plain, b, 8, &sb), 8);
+            assert_int_equal(regc_model_compute_rope(plain, 0, b, 8, &sb), 8);
             assert_memory_not_equal(a, b, sizeof a);
             regc_model_free(plain);
         }
@@ -211,7 +217,7 @@ static void test_round_trip(void **state)
         regc_model_free(m);
     }
     /* the description names the scaling */
-    write_llama(f, ropes[0]);
+    write_llama(f, ropes[1]);
     regc_model *m = load_ok(f);
     char d[1024];
     regc_model_describe(m, d, sizeof d);
@@ -219,7 +225,7 @@ static void test_round_trip(void **state)
     regc_model_free(m);
     /* a model without RoPE says so */
     assert_int_equal(regc_model_load("gpt2-tiny", &m), REGC_OK);
-    assert_true(regc_model_compute_rope(m, NULL, 0, NULL) < 0);
+    assert_true(regc_model_compute_rope(m, 0, NULL, 0, NULL) < 0);
     regc_test_expect_error("no rotary embedding", NULL);
     regc_model_free(m);
 }
@@ -236,12 +242,32 @@ static void test_refusals(void **state)
 {
     regc_test_dir *f = *state;
     const int U = REGC_ERR_UNSUPPORTED, F = REGC_ERR_FORMAT;
-    expect_refused(f, "\"rope_parameters\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}", U,
-                   "key \"rope_parameters.rope_type\" is \"dynamic\": regc does not implement");
+    /* dynamic's factor is required; longrope's lists are numbers, as long
+     * as each other and as half the head */
+    expect_refused(f, "\"rope_parameters\": {\"rope_type\": \"dynamic\"}", F,
+                   "missing required key \"rope_parameters.factor\"");
+    expect_refused(f,
+                   "\"rope_parameters\": {\"rope_type\": \"dynamic\", \"factor\": 2.0, "
+                   "\"original_max_position_embeddings\": 64}",
+                   U,
+                   "key \"rope_parameters.original_max_position_embeddings\" is not used by "
+                   "rope_type \"dynamic\"");
     expect_refused(f,
                    "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1], "
                    "\"long_factor\": [1]}",
-                   U, "key \"rope_scaling.type\" is \"longrope\"");
+                   F, "\"long_factor\" and \"short_factor\" have 1 values; a head of");
+    expect_refused(f,
+                   "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 2], "
+                   "\"long_factor\": [1]}",
+                   F,
+                   "keys \"rope_scaling.long_factor\" (1 values) and \"rope_scaling.short_factor\" "
+                   "(2) differ in length");
+    expect_refused(f,
+                   "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, \"x\"], "
+                   "\"long_factor\": [1, 1]}",
+                   F, "key \"rope_scaling.short_factor\" must be a list of numbers");
+    expect_refused(f, "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1]}", F,
+                   "key \"rope_scaling.long_factor\" must be a list of numbers");
     expect_refused(f, "\"rope_parameters\": {\"rope_type\": \"proportional\"}", U,
                    "\"rope_parameters.rope_type\" is \"proportional\"");
     expect_refused(f, "\"rope_parameters\": {\"rope_type\": \"default\", \"factor\": 2.0}", U,
@@ -304,12 +330,12 @@ static void test_refusals(void **state)
 static void test_cli_refusal(void **state)
 {
     regc_test_dir *f = *state;
-    write_llama(f, "\"rope_parameters\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}");
+    write_llama(f, "\"rope_parameters\": {\"rope_type\": \"proportional\", \"factor\": 2.0}");
     regc_test_proc p;
     snprintf(f->buf, sizeof f->buf, "%s/graph.json", f->dir);
     const int rc = regc_test_run_regc(&p, "dump-graph", "--model", f->path, "--out", f->buf, NULL);
     assert_true(rc != 0);
-    if (!strstr(p.err, "key \"rope_parameters.rope_type\" is \"dynamic\"") ||
+    if (!strstr(p.err, "key \"rope_parameters.rope_type\" is \"proportional\"") ||
         regc_test_count_lines(p.err) != 1)
         fail_msg("stderr: %s", p.err);
     regc_test_proc_free(&p);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference losses for regc's end-to-end training of decoder-only
-Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3, Llama with biases,
-Gemma 2 and Gemma 3 (text).
+Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3 (with LongRoPE
+too), Llama with biases and with dynamic RoPE, Gemma 2 and Gemma 3 (text).
 
 For small models with deliberately odd sizes, this script builds the weights
 and the token stream with the SAME counter-based RNG as common/rng.c, trains
@@ -164,6 +164,33 @@ CASES = [
                      sliding_window=48, eos_token_id=2, pad_token_id=None,
                      tie_word_embeddings=True),
          batch=2, seq=20, lr=5e-3, weight_decay=0.01, n_tokens=250),
+    # LongRoPE (Phi3Config: the top-level original_max_position_embeddings,
+    # 16, is the pretraining length): trained on 20 positions, past it, so
+    # Transformers' forward rotates with the long factors; the attention
+    # factor is derived from max_position_embeddings / 16 = 4.
+    dict(name="phi3_longrope", model_type="phi3", seed=2909,
+         config=dict(vocab_size=241, hidden_size=48, intermediate_size=72,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=64, original_max_position_embeddings=16,
+                     sliding_window=None, eos_token_id=2, pad_token_id=None,
+                     rope_scaling=dict(type="longrope",
+                                       short_factor=[1.0, 1.02, 1.1, 1.3, 1.9, 2.6],
+                                       long_factor=[1.1, 1.6, 2.9, 5.0, 9.5, 14.0])),
+         batch=2, seq=20, lr=3e-3, weight_decay=0.01, n_tokens=250,
+         effects=[("long_factor = short_factor", dict(rope_scaling=dict(
+             type="longrope", short_factor=[1.0, 1.02, 1.1, 1.3, 1.9, 2.6],
+             long_factor=[1.0, 1.02, 1.1, 1.3, 1.9, 2.6])))]),
+    # Dynamic NTK scaling trained past max_position_embeddings (16 < 24):
+    # Transformers' forward computes a larger base for 24 positions, in
+    # float32 tensor arithmetic.
+    dict(name="llama_dynamic", model_type="llama", seed=3001,
+         config=dict(vocab_size=211, hidden_size=32, intermediate_size=64,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=16,
+                     rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=3.0)),
+         batch=2, seq=24, lr=3e-3, weight_decay=0.01, n_tokens=250, past_max_pos=True,
+         effects=[("rope_type default", dict(rope_parameters=dict(rope_type="default",
+                                                                  rope_theta=10000.0)))]),
     # Biases on q, k, v, o (attention_bias) and gate, up, down (mlp_bias); GQA.
     dict(name="llama_biases", model_type="llama", seed=2808,
          config=dict(vocab_size=263, hidden_size=40, intermediate_size=90,
@@ -271,11 +298,18 @@ def build_model(config):
 
 
 def model_for(case, dtype):
-    """The case's model, built once; a float64 copy for float64 parameters."""
+    """The case's model, built once; a float64 copy for float64 parameters.
+    One forward over the case's positions first, as training's first step
+    does: dynamic and longrope RoPE set their frequencies for the length
+    there and keep them (the buffers functional_call is then given)."""
     key = (case["name"], dtype)
     if key not in MODELS:
-        MODELS[key] = build_model(hf_config(case)) if dtype == torch.float32 else \
-            copy.deepcopy(model_for(case, torch.float32)).to(dtype)
+        if dtype == torch.float32:
+            MODELS[key] = build_model(hf_config(case))
+            with torch.no_grad():
+                MODELS[key](input_ids=torch.zeros(1, case["seq"], dtype=torch.long))
+        else:
+            MODELS[key] = copy.deepcopy(model_for(case, torch.float32)).to(dtype)
     return MODELS[key]
 
 
@@ -488,7 +522,7 @@ def main():
     out_cases = []
     for case in CASES:
         cfg = case["config"]
-        assert case["seq"] <= cfg["max_position_embeddings"]
+        assert (case["seq"] <= cfg["max_position_embeddings"]) != bool(case.get("past_max_pos"))
         assert case["n_tokens"] >= case["batch"] * case["seq"] + 1
         # a window shorter than the sequence only where the case says so
         assert (cfg.get("sliding_window") is None or cfg["sliding_window"] > case["seq"]) != \

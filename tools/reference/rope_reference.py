@@ -4,7 +4,9 @@ of Llama config.json files (each supported rope_type, in Transformers 5's
 `rope_parameters` spelling and in the older `rope_theta` + `rope_scaling`
 one, head dims 16, 64, 96 and 128), the inverse frequencies and the
 attention scaling that LlamaRotaryEmbedding computes, which regc's Llama
-frontend (models/rope.c) must reproduce.
+frontend (models/rope.c) must reproduce: as initialised, or, for a case
+with "seq", after a forward over that many positions (dynamic and longrope
+compute them again there).
 
 NOT part of the test suite and not run by it: it needs transformers 5.x and
 torch 2.x, so run it by hand in a virtual environment that has them:
@@ -99,6 +101,33 @@ CASES = [
      {"rope_theta": 10000.0,
       "rope_scaling": {"rope_type": "yarn", "factor": 2.0,
                        "original_max_position_embeddings": 128}}),
+    # dynamic: as initialised (the base unchanged), and after a forward over
+    # more positions than max_position_embeddings (a larger base, computed
+    # in float32 tensor arithmetic)
+    ("dynamic_v5_init", (128, 2, None), 2048,
+     {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}}),
+    ("dynamic_legacy_past_max", (128, 2, None), 512,
+     {"rope_theta": 500000.0, "rope_scaling": {"type": "dynamic", "factor": 4.0}}, 3000),
+    ("dynamic_v5_head96_past_max", (192, 2, None), 256,
+     {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 1.5}}, 1000),
+    # longrope: the short factors as initialised and within the original
+    # length, the long ones past it; the attention factor derived or given
+    ("longrope_v5_init", (128, 2, None), 131072,
+     {"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+                          "original_max_position_embeddings": 4096,
+                          "short_factor": [1.0 + 0.01 * i for i in range(32)],
+                          "long_factor": [1.0 + 0.5 * i ** 1.5 for i in range(32)]}}),
+    ("longrope_v5_past_original", (128, 2, None), 131072,
+     {"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+                          "original_max_position_embeddings": 4096,
+                          "short_factor": [1.0 + 0.01 * i for i in range(32)],
+                          "long_factor": [1.0 + 0.5 * i ** 1.5 for i in range(32)]}}, 5000),
+    ("longrope_legacy_head96_attention_factor", (192, 2, None), 32768,
+     {"rope_theta": 250000.0,
+      "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 2048,
+                       "attention_factor": 1.1, "factor": 8.0,
+                       "short_factor": [1.0 + 0.02 * i for i in range(48)],
+                       "long_factor": [1.0 + 0.3 * i for i in range(48)]}}, 2049),
 ]
 
 
@@ -113,13 +142,17 @@ def config_json(hidden, heads, head_dim, max_pos, rope):
     return cfg
 
 
-def hf_rope(cfg):
-    """LlamaRotaryEmbedding of the config loaded from a directory."""
+def hf_rope(cfg, seq):
+    """LlamaRotaryEmbedding of the config loaded from a directory; after a
+    forward over positions 0..seq-1 when seq is given (dynamic and longrope
+    set their frequencies for the length there)."""
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
         config = AutoConfig.from_pretrained(d)
     emb = LlamaRotaryEmbedding(config)  # on the CPU, as the initialisers run
+    if seq:
+        emb(torch.zeros(1, seq, 8), torch.arange(seq)[None])
     assert emb.inv_freq.dtype == torch.float32
     return [float(x) for x in emb.inv_freq.tolist()], float(emb.attention_scaling), \
         dict(config.rope_parameters)
@@ -133,11 +166,12 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     cases = []
-    for name, (hidden, heads, head_dim), max_pos, rope in CASES:
+    for name, (hidden, heads, head_dim), max_pos, rope, *seq in CASES:
         cfg = config_json(hidden, heads, head_dim, max_pos, rope)
-        inv_freq, scaling, params = hf_rope(cfg)
-        cases.append({"name": name, "config": cfg, "rope_parameters_read": params,
-                      "inv_freq": inv_freq, "attention_scaling": scaling})
+        inv_freq, scaling, params = hf_rope(cfg, seq[0] if seq else 0)
+        cases.append({"name": name, "config": cfg, "seq": seq[0] if seq else 0,
+                      "rope_parameters_read": params, "inv_freq": inv_freq,
+                      "attention_scaling": scaling})
     doc = {"generator": "tools/reference/rope_reference.py",
            "transformers": transformers.__version__, "torch": torch.__version__,
            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "cases": cases}
