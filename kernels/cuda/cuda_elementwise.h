@@ -4,8 +4,10 @@
  * Each body computes one element (or one pair, one column, one column of
  * one id's rows) of its kernel's output exactly as the GPU kernel does: the
  * kernel is a loop over its grid that calls the body, nothing more. The
- * same source compiled on the host is what tests/test_cuda_bodies.c runs
- * over every index of the grid and compares bit for bit with the CPU
+ * same source compiled on the host is what tests/test_cuda_bodies.c (the
+ * elementwise bodies) and tests/test_cuda_bodies_indexed.c (those that
+ * index: rope, embeddings, column sums, transposes) run over every index
+ * of the grid and compares bit for bit with the CPU
  * backend, so the GPU's indexing and the choice of formula are proven
  * without a GPU. What the host run cannot show, that the GPU rounds every
  * operation as the host does, rests on kernel_math.h's rules: only IEEE
