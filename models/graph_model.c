@@ -21,10 +21,10 @@
  * (input_ids, targets the next tokens) and, for an encoder-decoder,
  * decoder_input_ids as T5's: the targets shifted right behind id 0.
  *
- * A graph exported from a Hugging Face directory names its constants'
- * own file (top-level "constants", beside graph.json): its parameters are
- * then read from the user's checkpoint as it is, sharded or not, and the
- * constants from that file.
+ * A graph tools/export_torch.py wrote names its constants' own file
+ * (top-level "constants", beside graph.json): its parameters are then read
+ * from --weights alone (a Hugging Face directory's: the user's checkpoint
+ * as it is, sharded or not), and the constants from that file.
  *
  * Saving writes model.safetensors (graph names, the constants beside the
  * parameters) and graph.json into the directory; `--model DIR/graph.json
@@ -279,6 +279,46 @@ static int graph_list_params(regc_model *m)
     return REGC_OK;
 }
 
+/* The directory part of path ("." when it has none). */
+static void graph_dirname(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+/* The top-level "constants" of an exported graph: the safetensors file,
+ * beside the graph's file at path, its constants are read from, so that its
+ * parameters come from the user's own checkpoint unchanged. */
+static int graph_read_constants_file(regc_model *m, const char *text, const char *path)
+{
+    cJSON *root = cJSON_Parse(text);
+    if (!root) /* the graph itself parsed: only memory can fail here */
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "constants");
+    int rc = REGC_OK;
+    char dir[4096], file[4096];
+    if (name && !cJSON_IsString(name))
+        rc = regc_error(REGC_ERR_FORMAT, "%s: \"constants\" must be a file name (a string)", path);
+    else if (name && !regc_model_inside_name(name->valuestring))
+        rc = regc_error(REGC_ERR_FORMAT,
+                        "%s: \"constants\" must name a file beside the graph (no absolute path, "
+                        "no \"..\")",
+                        path);
+    else if (name) {
+        graph_dirname(path, dir, sizeof dir);
+        if ((rc = regc_path_join(file, sizeof file, dir, name->valuestring)) == REGC_OK &&
+            !(m->consts_file = strdup(file)))
+            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 int regc_graph_model_parse(regc_model *m, const char *text, const char *path)
 {
     graph_config *c = calloc(1, sizeof *c);
@@ -295,34 +335,9 @@ int regc_graph_model_parse(regc_model *m, const char *text, const char *path)
     if (rc < 0)
         return rc;
     if ((rc = graph_read_shapes(m, c)) < 0 || (rc = graph_check_indices(m, c)) < 0 ||
-        (rc = graph_list_constants(m)) < 0)
+        (rc = graph_list_constants(m)) < 0 || (rc = graph_read_constants_file(m, text, path)) < 0)
         return rc;
     return graph_list_params(m);
-}
-
-/* The top-level "constants" of an exported graph: the safetensors file,
- * beside graph.json, its constants are read from, so that its parameters
- * come from the user's own checkpoint unchanged. */
-static int graph_read_constants_file(regc_model *m, const char *text, size_t len, const char *path)
-{
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "constants");
-    int rc = REGC_OK;
-    if (name && (!cJSON_IsString(name) || !regc_model_inside_name(name->valuestring)))
-        rc = regc_error(REGC_ERR_FORMAT,
-                        "%s: \"constants\" must name a file beside the graph (no absolute path, "
-                        "no \"..\")",
-                        path);
-    else if (name) {
-        char dir[4096], file[4096];
-        const char *slash = strrchr(path, '/');
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-        if ((rc = regc_path_join(file, sizeof file, dir, name->valuestring)) == REGC_OK &&
-            !(m->consts_file = strdup(file)))
-            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    }
-    cJSON_Delete(root);
-    return rc;
 }
 
 int regc_graph_model_read(regc_model *m, const char *path)
@@ -333,8 +348,6 @@ int regc_graph_model_read(regc_model *m, const char *path)
     if (rc < 0)
         return rc;
     rc = regc_graph_model_parse(m, text, path);
-    if (rc == REGC_OK)
-        rc = graph_read_constants_file(m, text, len, path);
     free(text);
     return rc;
 }

@@ -78,7 +78,8 @@ static int bound_count(const regc_model *m, const char *prefix)
 
 /* Is `name` one of the model's constants, which a source may hold beside
  * the parameters when they are read from their own file (a checkpoint
- * saves them)? */
+ * saves them)? Such a name is left unread in any source, prefixed (a
+ * checkpoint's moments, which never name a constant) or not. */
 static int is_unbound_constant(const regc_model *m, const char *name)
 {
     for (int k = 0; m->consts_file && k < m->n_consts; k++)
@@ -563,32 +564,36 @@ int regc_model_read_weights(regc_model *m, regc_weights *w)
     return rc;
 }
 
-/* The constants from the model's constants file, each by name and shape. */
+/* Constant c from tensor t of file f (its shape checked), into c->data;
+ * `file` names f in messages. */
+static int read_one_constant(regc_model_const *c, const regc_st_file *f, int t, const char *file)
+{
+    int rc = regc_st_check_shape(f, t, c->ndim, c->shape);
+    void *data = rc ? NULL : malloc((size_t)c->numel * 4 + 1);
+    if (rc == REGC_OK && !data)
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for constant %s", file, c->name);
+    if (rc == REGC_OK)
+        rc = c->dtype == REGC_I32 ? regc_st_read_i32(f, t, c->numel, data)
+                                  : regc_st_read_range(f, t, 0, c->numel, data);
+    if (rc) {
+        free(data);
+        return rc;
+    }
+    free(c->data);
+    c->data = data;
+    return REGC_OK;
+}
+
+/* The constants from the model's constants file, each by name. */
 static int read_constants_file(regc_model *m)
 {
     regc_st_file *f = NULL;
     int rc = regc_st_open(m->consts_file, &f);
     for (int k = 0; k < m->n_consts && rc == REGC_OK; k++) {
-        regc_model_const *c = &m->consts[k];
-        const int t = regc_st_find(f, c->name);
-        if (t < 0) {
-            rc = regc_error(REGC_ERR_FORMAT, "%s: missing constant %s", m->consts_file, c->name);
-            break;
-        }
-        void *data = NULL;
-        if ((rc = regc_st_check_shape(f, t, c->ndim, c->shape)) == REGC_OK &&
-            !(data = malloc((size_t)c->numel * 4 + 1)))
-            rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for constant %s", m->source,
-                            c->name);
-        if (rc == REGC_OK)
-            rc = c->dtype == REGC_I32 ? regc_st_read_i32(f, t, c->numel, data)
-                                      : regc_st_read_range(f, t, 0, c->numel, data);
-        if (rc) {
-            free(data);
-            break;
-        }
-        free(c->data);
-        c->data = data;
+        const int t = regc_st_find(f, m->consts[k].name);
+        rc = t < 0 ? regc_error(REGC_ERR_FORMAT, "%s: missing constant %s", m->consts_file,
+                                m->consts[k].name)
+                   : read_one_constant(&m->consts[k], f, t, m->consts_file);
     }
     regc_st_close(f);
     return rc;
@@ -609,19 +614,9 @@ int regc_model_read_constants(regc_model *m, regc_weights *w)
                               "from --weights, a file that holds them (dump-graph --save "
                               "writes one)",
                               m->source, c->name);
-        void *data = malloc((size_t)c->numel * 4 + 1);
-        if (!data)
-            return regc_error(REGC_ERR_MEMORY, "%s: out of memory for constant %s", m->source,
-                              c->name);
-        const regc_st_file *f = w->file[w->file_of[i]];
-        int rc = c->dtype == REGC_I32 ? regc_st_read_i32(f, w->tensor_of[i], c->numel, data)
-                                      : regc_st_read_range(f, w->tensor_of[i], 0, c->numel, data);
-        if (rc) {
-            free(data);
+        int rc = read_one_constant(c, w->file[w->file_of[i]], w->tensor_of[i], m->source);
+        if (rc)
             return rc;
-        }
-        free(c->data);
-        c->data = data;
     }
     return m->n_consts && m->arch->check_constants ? m->arch->check_constants(m) : REGC_OK;
 }

@@ -139,14 +139,14 @@ static void expect_refused(const char *graph, const char *weights, const char *w
     regc_test_proc_free(&p);
 }
 
-/* The Llama export's graph.json with its "constants" key set to `file`
+/* The Llama export's graph.json with its "constants" key set to `item`
  * (NULL: removed), written into the test's directory. */
-static char *graph_naming(const regc_test_dir *d, const char *file)
+static char *graph_with(const regc_test_dir *d, cJSON *item)
 {
     cJSON *doc = regc_test_load_json(EXPORTS "/llama/graph.json");
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "constants");
-    if (file)
-        cJSON_AddStringToObject(doc, "constants", file);
+    if (item)
+        cJSON_AddItemToObject(doc, "constants", item);
     char *text = cJSON_PrintUnformatted(doc), *path = regc_test_join(d->dir, "graph.json");
     assert_int_equal(regc_test_write_file(path, text, strlen(text)), 0);
     cJSON_free(text);
@@ -154,10 +154,16 @@ static char *graph_naming(const regc_test_dir *d, const char *file)
     return path;
 }
 
+static char *graph_naming(const regc_test_dir *d, const char *file)
+{
+    return graph_with(d, file ? cJSON_CreateString(file) : NULL);
+}
+
 /* A constant missing where the graph says its constants are is refused,
  * naming the file and the constant: from the graph's constants file, or,
  * when the graph names none, from the weights (the user's checkpoint holds
- * none). A constants file outside the graph's directory is refused. */
+ * none). A constants file outside the graph's directory, or not named by a
+ * string, is refused. */
 static void test_export_without_its_constants(void **state)
 {
     const regc_test_dir *d = *state;
@@ -185,6 +191,9 @@ static void test_export_without_its_constants(void **state)
     free(graph);
     graph = graph_naming(d, "../llama/constants.safetensors");
     expect_refused(graph, EXPORTS "/llama", graph, "\"constants\" must name a file beside");
+    free(graph);
+    graph = graph_with(d, cJSON_CreateNumber(5));
+    expect_refused(graph, EXPORTS "/llama", graph, "\"constants\" must be a file name");
     free(graph);
     free(consts);
 }

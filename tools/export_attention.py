@@ -47,23 +47,32 @@ def regc_attention_forward(module, query, key, value, attention_mask, scaling=No
                            softcap=None, **kwargs):
     """Transformers' attention interface: [B, Tq, H, D] and no weights."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if kwargs.get("s_aux") is not None:  # sinks: a score regc's attention has not
+        raise ExportError("attention sinks (s_aux): regc's attention has none")
     if not softcap:
         return sdpa_attention_forward(module, query, key, value, attention_mask,
                                       scaling=scaling, dropout=dropout, **kwargs)
     if dropout:
         raise ExportError("attention dropout %g (regc trains without dropout)" % dropout)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.shape[-1] != key.shape[-2]:
         attention_mask = attention_mask[:, :, :, :key.shape[-2]]
     out = torch.ops.regc.attention(query, key, value, attention_mask, float(scale),
                                    float(softcap))
     return out.transpose(1, 2).contiguous(), None
 
 
+def regc_mask(*args, **kwargs):
+    """The mask as "sdpa" builds it, but always built: Transformers may
+    leave a causal one out (None) for SDPA's is_causal, which
+    regc::attention does not take."""
+    from transformers.masking_utils import sdpa_mask
+    return sdpa_mask(*args, **dict(kwargs, allow_is_causal_skip=False))
+
+
 def register():
-    """Make "regc" an attn_implementation Transformers accepts, its masks
-    built as for "sdpa"."""
+    """Make "regc" an attn_implementation Transformers accepts."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
     AttentionInterface.register("regc", regc_attention_forward)
-    AttentionMaskInterface.register("regc", sdpa_mask)
+    AttentionMaskInterface.register("regc", regc_mask)

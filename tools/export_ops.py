@@ -13,8 +13,8 @@ import torch
 
 import export_attention  # noqa: F401  (regc::attention, mapped below)
 from export_graph import ExportError, Graph, Lazy, Tensor, numel
-from export_patterns import (IDENTITY_OPS, causal_window, computed_bias, heads_of, match_gelu_tanh,
-                             match_rms_norm, match_rope, unrepeat_kv)
+from export_patterns import (CAST_OPS, IDENTITY_OPS, causal_window, computed_bias, const_key,
+                             heads_of, match_gelu_tanh, match_rms_norm, match_rope, unrepeat_kv)
 
 aten = torch.ops.aten
 
@@ -35,11 +35,12 @@ class Exporter:
         self.unmapped = []
         self.n_const = 0
         self.const_cache = {}  # (dtype, shape, bytes) -> its leaf
-        self.memo_cache = {}  # (what, id of a constant, ...) -> a fact about it
+        self.memo_cache = {}  # const_key(what, a constant, ...) -> a fact about it
 
     def memo(self, key, compute):
         """A fact about a constant (a mask's window, a rotary table's
-        halves), computed once: every layer reads the same constant."""
+        halves; key: const_key), computed once: every layer reads the
+        same constant."""
         if key not in self.memo_cache:
             self.memo_cache[key] = compute()
         return self.memo_cache[key]
@@ -254,10 +255,11 @@ def m_identity(ex, node):
 def m_cast(ex, node):
     """A cast to float32 (Gemma's norms: type_as(x)) changes nothing in a
     float32 graph; to any other type, regc has no such cast."""
-    val = node.meta.get("val")
-    if val is None or val.dtype != torch.float32:
-        raise ExportError("%s: a cast to %s; regc's graph models compute in float32%s" %
-                          (node.name, getattr(val, "dtype", "?"), source_of(node)))
+    val, arg = node.meta.get("val"), node.args[0].meta.get("val")
+    if val is None or val.dtype != torch.float32 or arg is None or arg.dtype != torch.float32:
+        raise ExportError("%s: a cast from %s to %s; regc's graph models compute in float32%s" %
+                          (node.name, getattr(arg, "dtype", "?"), getattr(val, "dtype", "?"),
+                           source_of(node)))
     return ex.env[node.args[0]]
 
 
@@ -641,11 +643,11 @@ def attention(ex, node, qkv, mask_n, scale, causal, softcap):
     if mask_n is not None:
         kind, mask = ex.val(mask_n)
         T = q.shape[1]
-        w = ex.memo(("window", id(mask), T), lambda: causal_window(mask, T)) \
+        w = ex.memo(const_key("window", mask, T), lambda: causal_window(mask, T)) \
             if T == k.shape[1] else 0
         if w:
             causal, window = True, (w if w < T else 0)
-        elif ex.memo(("empty", id(mask)), lambda: bool(
+        elif ex.memo(const_key("empty", mask), lambda: bool(
                 (mask if mask.dtype == torch.bool else mask == 0).all())):
             pass  # every key visible: no mask at all
         else:  # an additive bias [H, Tq, Tk], the same for every batch row
@@ -700,6 +702,5 @@ MAPPING = {
 }
 for _op in IDENTITY_OPS:
     MAPPING[_op] = m_identity
-for _op in (aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten._to_copy.default,
-            aten.type_as.default):
+for _op in CAST_OPS:
     MAPPING[_op] = m_cast

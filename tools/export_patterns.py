@@ -16,6 +16,16 @@ aten = torch.ops.aten
 
 IDENTITY_OPS = {aten.dropout.default, aten.alias.default, aten.clone.default,
                 aten.contiguous.default, aten.detach.default, aten.lift_fresh_copy.default}
+CAST_OPS = {aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten._to_copy.default,
+            aten.type_as.default}
+
+
+def const_key(what, t, *more):
+    """A memo key for a fact about constant tensor t: its storage, offset,
+    shape and strides, so that views alike (each layer's unsqueeze of one
+    rotary table, its slice of one mask) share the fact."""
+    return (what, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+            t.stride(), t.dtype) + more
 
 
 def src(ex, node):
@@ -27,8 +37,7 @@ def src(ex, node):
 
 
 def is_noop_cast(node):
-    if node.target not in (aten.to.dtype, aten.to.dtype_layout, aten.to.device,
-                           aten._to_copy.default, aten.type_as.default):
+    if node.target not in CAST_OPS:
         return False
     val = node.meta.get("val")
     arg = node.args[0]
@@ -235,8 +244,8 @@ def match_rope(ex, node):
         if qv[0] != "dyn" or cv[0] != "const" or sv[0] != "const" or len(qv[1].shape) != 4:
             continue
         B, H, T, D = qv[1].shape
-        tabs = [ex.memo(("rope half", id(tab), B, H, T, D), lambda: rope_half(tab, B, H, T, D))
-                for tab in (cv[1], sv[1])]
+        tabs = [ex.memo(const_key("rope half", tab, B, H, T, D),
+                        lambda: rope_half(tab, B, H, T, D)) for tab in (cv[1], sv[1])]
         if any(t is None for t in tabs):
             continue
         x, h = heads_of(ex, qv)

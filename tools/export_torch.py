@@ -19,9 +19,10 @@ an object with .logits). OUT_DIR gets:
 A directory's weights are never loaded or copied: the model is built on the
 meta device (shapes only; its buffers, such as rotary frequencies, keep
 their values), traced there, and each of the graph's parameters is checked
-against the directory's own checkpoint (one file or an index's shards, any
-float dtype) by name and shape, a tied head under the name the checkpoint
-gives it. regc reads that checkpoint in place, by range:
+against the directory's own checkpoint (one file or an index's shards, in
+float32, bfloat16 or float16) by name, shape and dtype, a tied head under
+the name the checkpoint gives it. regc reads that checkpoint in place, by
+range:
 
     regc train --model OUT_DIR/graph.json --weights MODEL_DIR
 
@@ -164,27 +165,44 @@ def load_model(spec):
     return model
 
 
+READ_DTYPES = ("F32", "BF16", "F16")  # the float dtypes regc reads a checkpoint's weights in
+
+
 def checkpoint_shapes(directory):
-    """{name: shape} of every tensor in a Hugging Face directory's
+    """{name: (shape, dtype)} of every tensor in a Hugging Face directory's
     safetensors checkpoint (one file or an index's shards), from their
-    headers alone."""
+    headers alone; a file that cannot be read is an ExportError naming it."""
     from safetensors import safe_open
     single = os.path.join(directory, "model.safetensors")
     index = os.path.join(directory, "model.safetensors.index.json")
     if os.path.exists(single):
         files = [single]
     elif os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(os.path.join(directory, v)
-                               for v in json.load(f)["weight_map"].values()))
+        try:
+            with open(index) as f:
+                files = sorted(set(os.path.join(directory, v)
+                                   for v in json.load(f)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:
+            raise ExportError("%s: not an index of safetensors shards (%s)" %
+                              (index, one_line(e)))
     else:
         raise ExportError("no model.safetensors or model.safetensors.index.json")
-    shapes = {}
+    tensors = {}
     for path in files:
-        with safe_open(path, framework="pt") as f:
-            for name in f.keys():
-                shapes[name] = tuple(f.get_slice(name).get_shape())
-    return shapes
+        try:
+            with safe_open(path, framework="pt") as f:
+                for name in f.keys():
+                    s = f.get_slice(name)
+                    tensors[name] = (tuple(s.get_shape()), s.get_dtype())
+        except Exception as e:  # missing or malformed: safetensors' own error
+            raise ExportError("%s: %s" % (path, one_line(e)))
+    return tensors
+
+
+def one_line(e):
+    """An exception as one line: its type and its message's first line."""
+    text = str(e).strip()
+    return "%s: %s" % (type(e).__name__, text.splitlines()[0] if text else "")
 
 
 def tied_names(model):
@@ -211,16 +229,20 @@ def name_params(ex, model, shapes):
             t.name = name
 
 
-def check_checkpoint(directory, shapes, params):
-    """Every parameter of the graph is a tensor of the directory's
-    checkpoint, by name and shape: regc reads it there (--weights DIR)."""
+def check_checkpoint(tensors, params):
+    """Every parameter of the graph is a tensor of the checkpoint, by name,
+    shape and a dtype regc reads: regc reads it there (--weights DIR)."""
     for name, value in params.items():
-        if name not in shapes:
+        if name not in tensors:
             raise ExportError("the checkpoint has no tensor %s for the graph's parameter of "
                               "that name" % name)
-        if shapes[name] != tuple(value.shape):
+        shape, dtype = tensors[name]
+        if shape != tuple(value.shape):
             raise ExportError("the checkpoint's %s is %s; the graph's parameter is %s" %
-                              (name, list(shapes[name]), list(value.shape)))
+                              (name, list(shape), list(value.shape)))
+        if dtype not in READ_DTYPES:
+            raise ExportError("the checkpoint's %s is %s; regc reads %s" %
+                              (name, dtype, ", ".join(READ_DTYPES)))
 
 
 def export(model, batch, seq, out_dir, checkpoint=None):
@@ -228,13 +250,17 @@ def export(model, batch, seq, out_dir, checkpoint=None):
     constants.safetensors (the folded constants) and, for a model with its
     own weights, model.safetensors (its parameters). A model on the meta
     device writes no weights: they are checkpoint's, a Hugging Face
-    directory the graph's parameters are checked against. Returns the graph
-    JSON."""
+    directory the graph's parameters are checked against; such a model is
+    left on the meta device, buffers too. Returns the graph JSON."""
     from safetensors.torch import save_file
     wrapper = LossModule(model)
     meta = any(p.is_meta for p in wrapper.parameters())
+    if meta and checkpoint is None:
+        raise ExportError("a model on the meta device needs the checkpoint its weights are "
+                          "read from")
+    tensors = checkpoint_shapes(checkpoint) if meta else {}  # before the trace: it fails fast
     buffers = {}
-    if meta:  # every value on the meta device for the trace; buffers' kept
+    if meta:  # every value on the meta device for the trace (the model's too); buffers' kept
         buffers = {n: b.detach().clone() for n, b in wrapper.named_buffers() if not b.is_meta}
         wrapper.to("meta")
     device = "meta" if meta else "cpu"
@@ -253,23 +279,20 @@ def export(model, batch, seq, out_dir, checkpoint=None):
     with torch.no_grad():
         try:
             ep = torch.export.export(wrapper, args, strict=False)
+        except ExportError:
+            raise
         except Exception as e:  # the trace's own error, in one line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise ExportError("torch.export cannot trace the training forward (%s: %s)" %
-                              (type(e).__name__, first))
+            raise ExportError("torch.export cannot trace the training forward (%s)" %
+                              one_line(e))
     ex = Exporter(ep, batch, seq, buffers)
     loss = ex.run()
-    if meta and checkpoint is None:
-        raise ExportError("a model on the meta device needs the checkpoint its weights are "
-                          "read from")
-    shapes = checkpoint_shapes(checkpoint) if meta else {}
-    name_params(ex, model, shapes)
+    name_params(ex, model, tensors)
     doc, leaves = ex.g.to_json([loss])
     params = {t.name: ex.params[t.name] for t in leaves if t.role == "param"}
     consts = {t.name: torch.from_numpy(np.ascontiguousarray(ex.consts[t.name]))
               for t in leaves if t.role == "constant"}
     if meta:
-        check_checkpoint(checkpoint, shapes, params)
+        check_checkpoint(tensors, params)
     if consts:
         doc["constants"] = "constants.safetensors"
     os.makedirs(out_dir, exist_ok=True)
@@ -281,11 +304,20 @@ def export(model, batch, seq, out_dir, checkpoint=None):
         tensors = {n: v.detach().float().contiguous() for n, v in params.items()}
         written["model.safetensors"] = lambda path: save_file(tensors, path,
                                                               metadata={"format": "pt"})
-    for name in sorted(written, key=lambda n: n == "graph.json"):  # the graph last
-        tmp = os.path.join(out_dir, name + ".tmp")
-        written[name](tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, os.path.join(out_dir, name))
+    # every file written aside first, then each put in place, the graph
+    # last: a failure leaves what was there before, and no .tmp behind
+    tmps = {name: os.path.join(out_dir, name + ".tmp") for name in written}
+    try:
+        for name, write in written.items():
+            write(tmps[name])
+            os.chmod(tmps[name], 0o644)
+    except BaseException:
+        for tmp in tmps.values():
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    for name in sorted(written, key=lambda n: n == "graph.json"):
+        os.replace(tmps[name], os.path.join(out_dir, name))
     return doc
 
 
@@ -305,9 +337,10 @@ def main():
     try:
         try:
             model = load_model(args.model)
-        except (OSError, ValueError, ImportError, AttributeError, KeyError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise ExportError("cannot build the model (%s: %s)" % (type(e).__name__, first))
+        except ExportError:
+            raise
+        except Exception as e:  # Transformers' or the factory's own error, in one line
+            raise ExportError("cannot build the model (%s)" % one_line(e))
         checkpoint = args.model if os.path.isdir(args.model) else None
         doc = export(model, args.batch, args.seq, args.out_dir, checkpoint)
     except ExportError as e:
