@@ -9,7 +9,8 @@
 #
 # Environment: PYTHON (a Python with torch and transformers >= 5, which makes
 # each family's random checkpoint; default python3), THREADS (default 2),
-# REGC (the binary, default build/regc), FAMILIES (default all eight).
+# REGC (the binary, default build/regc), FAMILIES (default all eight, the
+# first the one the others are compared with), ROUNDS (default 3).
 # B=4, T=64, fp32; the first step is a warm-up.
 set -euo pipefail
 
@@ -17,6 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 STEPS="${1:-8}"
 THREADS="${THREADS:-2}"
+ROUNDS="${ROUNDS:-3}"
 PYTHON="${PYTHON:-python3}"
 REGC="${REGC:-build/regc}"
 FAMILIES="${FAMILIES:-llama mistral qwen2 qwen3 olmo2 phi3 gemma2 gemma3_text}"
@@ -26,7 +28,10 @@ FAMILIES="${FAMILIES:-llama mistral qwen2 qwen3 olmo2 phi3 gemma2 gemma3_text}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-llama_ms=""
+# every family's checkpoint first, then ROUNDS rounds of one run each, the
+# order rotated each round: a family is compared with the first family's run
+# of the same round, so the machine's drift between rounds cancels out of
+# the ratio
 for family in $FAMILIES; do
     dir="$work/$family"
     # llama-127m's shape in the family's own config, head_dim 64 given
@@ -45,8 +50,9 @@ torch.manual_seed(0)
 transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
 EOF
         { cat "$work/python.log" >&2; echo "bench_families.sh: $PYTHON could not make $family" >&2; exit 1; }
-    tokens="$work/tokens.bin"
-    [ -f "$tokens" ] || "$PYTHON" - "$tokens" <<'EOF'
+done
+tokens="$work/tokens.bin"
+"$PYTHON" - "$tokens" <<'EOF'
 import struct, sys, random
 random.seed(1)
 n = 100000
@@ -54,13 +60,40 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack("<%dH" % n, *[random.randrange(32000) for _ in range(n)]))
 EOF
-    out="$(OMP_NUM_THREADS="$THREADS" "$REGC" train --model "$dir" --data "$tokens" --batch 4 \
-        --seq 64 --steps "$STEPS" --threads "$THREADS" --json 2>/dev/null)"
-    ms="$(printf '%s\n' "$out" | sed -n 's/.*"step": \([0-9]*\),.*"ms": \([0-9.]*\).*/\1 \2/p' |
+
+# the median step of one run, its first (warm-up) step left out
+median_step() {
+    OMP_NUM_THREADS="$THREADS" "$REGC" train --model "$work/$1" --data "$tokens" --batch 4 \
+        --seq 64 --steps "$STEPS" --threads "$THREADS" --json 2>/dev/null |
+        sed -n 's/.*"step": \([0-9]*\),.*"ms": \([0-9.]*\).*/\1 \2/p' |
         awk '$1 >= 1 { print $2 }' | sort -g | awk '{ t[n++] = $1 } END {
-            print (n % 2) ? t[int(n / 2)] : (t[n / 2 - 1] + t[n / 2]) / 2 }')"
-    [ -n "$llama_ms" ] || llama_ms="$ms"
-    awk -v f="$family" -v ms="$ms" -v base="$llama_ms" \
-        'BEGIN { printf "%-12s median step %7.1f ms  %.2fx the first family'"'"'s\n", f, ms, ms / base }'
-    rm -rf "$dir"
+            print (n % 2) ? t[int(n / 2)] : (t[n / 2 - 1] + t[n / 2]) / 2 }'
+}
+
+read -r -a list <<<"$FAMILIES"
+n=${#list[@]}
+for ((r = 0; r < ROUNDS; r++)); do
+    for ((i = 0; i < n; i++)); do
+        family="${list[$(((i + r) % n))]}"
+        echo "$r $family $(median_step "$family")" >>"$work/steps"
+    done
 done
+# per family: its median step in each round, and the median over the rounds
+# of its ratio to the first family's step in the same round (with the range)
+awk -v first="${list[0]}" -v rounds="$ROUNDS" -v order="$FAMILIES" '
+    { ms[$2, $1] = $3 }
+    END {
+        k = split(order, fam, " ")
+        for (i = 1; i <= k; i++) {
+            f = fam[i]; m = 0; line = ""
+            for (r = 0; r < rounds; r++) {
+                ratio[m++] = ms[f, r] / ms[first, r]
+                line = line sprintf(" %7.1f", ms[f, r])
+            }
+            for (a = 1; a < m; a++) for (b = a; b > 0 && ratio[b - 1] > ratio[b]; b--) {
+                x = ratio[b]; ratio[b] = ratio[b - 1]; ratio[b - 1] = x }
+            med = (m % 2) ? ratio[int(m / 2)] : (ratio[m / 2 - 1] + ratio[m / 2]) / 2
+            printf "%-12s median step per round (ms)%s  ratio to %s: median %.3f (%.3f..%.3f)\n",
+                   f, line, first, med, ratio[0], ratio[m - 1]
+        }
+    }' "$work/steps"
