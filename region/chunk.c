@@ -6,37 +6,52 @@
  *
  * The pattern, as lowering leaves it:
  *   forward   L = H · W (a plain GEMM: no bias, no accumulation, H not
- *             transposed); loss, lse = cross_entropy(L, targets)
- *   backward  dL = cross_entropy_bwd(dloss, L, targets, lse); then only
- *             GEMMs read dL as their A: dH = dL · W (rows split) and
+ *             transposed); then elementwise steps over the whole [rows,
+ *             vocab], if any (Gemma 2's soft-capping: S = cap·tanh(L/cap),
+ *             unfused at O0, one fused chain at O1); loss, lse =
+ *             cross_entropy(S, targets)
+ *   backward  dS = cross_entropy_bwd(dloss, S, targets, lse); elementwise
+ *             steps from dS and the forward's slots to dL, if any; then
+ *             only GEMMs read dL as their A: dH = dL · W (rows split) and
  *             dW (+)= dLᵀ · H (the sum over rows split, each chunk after
  *             the first accumulating)
- * and nothing else reads L or dL. It becomes:
- *   forward   per chunk: Lc = Hc · W; lse, picked = cross_entropy_rows(Lc);
- *             then loss = cross_entropy_loss(lse, picked) over every row
- *   backward  per chunk: Lc = Hc · W again; dLc = cross_entropy_bwd of the
- *             chunk's rows (its factor counted over every row); each GEMM
- *             that read dL on the chunk
- * with one chunk's logits and one chunk's gradient as temporaries. The
+ * and nothing else touches L, S, dS, dL or the steps' other slots. An
+ * elementwise step does the same arithmetic on each element, so on a
+ * chunk of rows it gives those rows' bits. It becomes:
+ *   forward   per chunk: Lc = Hc · W and the steps on it; lse, picked =
+ *             cross_entropy_rows(Sc); then loss = cross_entropy_loss(lse,
+ *             picked) over every row
+ *   backward  per chunk: Lc = Hc · W and the forward's steps again; dSc =
+ *             cross_entropy_bwd of the chunk's rows (its factor counted
+ *             over every row); the backward's steps; each GEMM that read
+ *             dL on the chunk
+ * with one chunk of each slot as temporaries. The
  * loss and lse keep their bits (the per-row log-sum-exp and the serial
  * mean are the same arithmetic); dW sums its rows chunk by chunk, so it
- * differs in the last bits. The chunks' GEMMs of the backward are
- * recomputation (regc_instr.replay), counted as such by plans. A region
- * without the pattern is left as it is. */
+ * differs in the last bits. The chunks' GEMMs and steps of the backward's
+ * forward are recomputation (regc_instr.replay), counted as such by plans.
+ * A region without the pattern is left as it is. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "region_internal.h"
 
 #define F32 ((int64_t)sizeof(float))
+#define MAX_CHAIN 8                   /* elementwise steps on either side of the loss */
+#define MAX_SLOTS (2 * MAX_CHAIN + 4) /* the pattern's [rows, vocab] slots */
 
 typedef struct {
     regc_compiled_region *r;
-    int gemm, ce;   /* forward: the head's GEMM and the loss */
-    int ce_bwd;     /* backward: the loss's gradient */
-    int readers[8]; /* backward: the GEMMs that read dL */
+    int gemm, ce;                    /* forward: the head's GEMM and the loss */
+    int fchain[MAX_CHAIN], n_fchain; /* forward: the steps from L to the loss's input */
+    int ce_bwd;                      /* backward: the loss's gradient */
+    int bchain[MAX_CHAIN], n_bchain; /* backward: the steps from it to dL */
+    int readers[8];                  /* backward: the GEMMs that read dL */
     int n_readers;
-    int logits, dlogits; /* slots */
+    int logits, ce_in;            /* slots: L, and what the loss reads (L, or the chain's last) */
+    int dlogits, dfinal;          /* slots: the loss's gradient, and dL (what the GEMMs read) */
+    int slot[MAX_SLOTS], n_slots; /* every [rows, vocab] slot of the pattern */
+    char grad[MAX_SLOTS];         /* ... written in the backward */
     int64_t rows, vocab;
 } head;
 
@@ -53,18 +68,201 @@ static int touches(const regc_instr *in, int s)
     return refs_slot(in, s, 0) || refs_slot(in, s, 1);
 }
 
-/* Does any instruction of ins[lo, hi) write a slot that `in` reads, or
- * touch one `in` writes? (Then `in` cannot move across them.) */
-static int crosses(const regc_instr *ins, int lo, int hi, const regc_instr *in)
+/* The pattern slot s's index, or -1. */
+static int slot_index(const head *h, int s)
 {
-    for (int i = lo; i < hi; i++)
+    for (int j = 0; j < h->n_slots; j++)
+        if (h->slot[j] == s)
+            return j;
+    return -1;
+}
+
+static int add_slot(head *h, int s, int grad)
+{
+    if (slot_index(h, s) >= 0)
+        return 1;
+    if (h->n_slots == MAX_SLOTS)
+        return 0;
+    h->grad[h->n_slots] = (char)grad;
+    h->slot[h->n_slots++] = s;
+    return 1;
+}
+
+/* Does instruction `in` touch a slot of the pattern? */
+static int touches_pattern(const head *h, const regc_instr *in)
+{
+    for (int k = 0; k < in->n_refs; k++)
+        if (slot_index(h, in->refs[k].buf) >= 0)
+            return 1;
+    return 0;
+}
+
+static int in_list(const int *v, int n, int i)
+{
+    for (int k = 0; k < n; k++)
+        if (v[k] == i)
+            return 1;
+    return 0;
+}
+
+/* Is instruction i of the forward (fwd) or backward one of the pattern's? */
+static int of_pattern(const head *h, int fwd, int i)
+{
+    return fwd ? i == h->gemm || i == h->ce || in_list(h->fchain, h->n_fchain, i)
+               : i == h->ce_bwd || in_list(h->bchain, h->n_bchain, i) ||
+                     in_list(h->readers, h->n_readers, i);
+}
+
+/* Does any instruction of ins[lo, hi) outside the pattern write a slot
+ * that `in` reads, or touch one `in` writes? (Then `in` cannot move
+ * across them to where the chunks run.) */
+static int crosses(const head *h, int fwd, const regc_instr *ins, int lo, int hi,
+                   const regc_instr *in)
+{
+    for (int i = lo; i < hi; i++) {
+        if (of_pattern(h, fwd, i))
+            continue;
         for (int k = 0; k < in->n_refs; k++) {
             const int s = in->refs[k].buf;
             if (s >= 0 &&
                 (regc_instr_writes(in, k) ? touches(&ins[i], s) : refs_slot(&ins[i], s, 1)))
                 return 1;
         }
+    }
     return 0;
+}
+
+/* An elementwise step over the whole [rows, vocab] (a unary, a binary or a
+ * fused chain, every operand a whole slot): rows apart, it is the same
+ * arithmetic on each element, so it runs a chunk at a time. */
+static int rowwise(const head *h, const regc_instr *in)
+{
+    if ((in->kernel != K_UNARY && in->kernel != K_BINARY && in->kernel != K_EW) ||
+        in->d[0] != h->rows * h->vocab)
+        return 0;
+    for (int k = 0; k < in->n_refs; k++)
+        if (in->refs[k].buf < 0 || in->refs[k].off != 0)
+            return 0;
+    return 1;
+}
+
+/* The forward's part: from the loss back through elementwise steps (Gemma
+ * 2's soft-capping of the logits) to the head's GEMM; each step's inputs
+ * join the pattern, and its outputs are the pattern's alone. */
+static int find_forward(head *h)
+{
+    regc_compiled_region *r = h->r;
+    if (!add_slot(h, h->ce_in, 0))
+        return 0;
+    for (int i = h->ce - 1; i >= 0; i--) {
+        const regc_instr *in = &r->fwd[i];
+        int writes = 0;
+        for (int k = 0; k < in->n_out; k++)
+            writes |= slot_index(h, in->refs[k].buf) >= 0;
+        if (!writes)
+            continue;
+        if (in->kernel == K_GEMM) {
+            if (h->gemm >= 0 || in->n_out != 1)
+                return 0;
+            h->gemm = i, h->logits = in->refs[0].buf;
+            continue;
+        }
+        if (!rowwise(h, in) || h->n_fchain == MAX_CHAIN)
+            return 0;
+        for (int k = 0; k < in->n_refs; k++)
+            if (!add_slot(h, in->refs[k].buf, 0))
+                return 0;
+        h->fchain[h->n_fchain++] = i;
+    }
+    if (h->gemm < 0)
+        return 0;
+    /* program order */
+    for (int a = 0, b = h->n_fchain - 1; a < b; a++, b--) {
+        const int t = h->fchain[a];
+        h->fchain[a] = h->fchain[b], h->fchain[b] = t;
+    }
+    /* every slot is L or a step's output, written once; nothing else of
+     * the forward touches one */
+    for (int i = 0; i < r->n_fwd; i++) {
+        const regc_instr *in = &r->fwd[i];
+        if (!of_pattern(h, 1, i) && touches_pattern(h, in))
+            return 0;
+    }
+    for (int j = 0; j < h->n_slots; j++) {
+        int writers = 0;
+        for (int i = 0; i < r->n_fwd; i++)
+            writers += refs_slot(&r->fwd[i], h->slot[j], 1);
+        if (writers != 1)
+            return 0;
+    }
+    const regc_instr *g = &r->fwd[h->gemm];
+    if (g->epilogue != REGC_EPI_NONE || g->accumulate || g->trans_a || g->refs[0].off != 0 ||
+        g->d[0] != h->rows || g->d[1] != h->vocab || crosses(h, 1, r->fwd, h->gemm + 1, h->ce, g))
+        return 0;
+    for (int k = 0; k < h->n_fchain; k++)
+        if (crosses(h, 1, r->fwd, h->fchain[k] + 1, h->ce, &r->fwd[h->fchain[k]]))
+            return 0;
+    return 1;
+}
+
+/* The backward's part: the loss's gradient, elementwise steps from it (and
+ * from the forward's slots) to dL, and the GEMMs that read dL as their A;
+ * nothing else touches a slot of the pattern. */
+static int find_backward(head *h)
+{
+    regc_compiled_region *r = h->r;
+    for (int i = 0; i < r->n_bwd; i++) {
+        const regc_instr *in = &r->bwd[i];
+        if (!touches_pattern(h, in))
+            continue;
+        if (in->kernel == K_CE_BWD && h->ce_bwd < 0 && in->refs[2].buf == h->ce_in &&
+            in->refs[0].off == 0 && in->d[2] == 0 && in->d[3] == h->rows &&
+            slot_index(h, in->refs[0].buf) < 0) {
+            h->ce_bwd = i, h->dlogits = h->dfinal = in->refs[0].buf;
+            if (!add_slot(h, h->dlogits, 1))
+                return 0;
+            continue;
+        }
+        if (h->ce_bwd < 0)
+            return 0;
+        if (in->kernel == K_GEMM) {
+            /* dL whole as A, rows split or summed over */
+            const int s = in->refs[1].buf, j = slot_index(h, s);
+            const int ok = j >= 0 && h->grad[j] && (h->n_readers == 0 || s == h->dfinal) &&
+                           in->epilogue == REGC_EPI_NONE && in->refs[1].off == 0 &&
+                           !refs_slot(in, s, 1) && slot_index(h, in->refs[2].buf) < 0 &&
+                           slot_index(h, in->refs[0].buf) < 0 && !in->trans_b &&
+                           (in->trans_a ? in->d[2] : in->d[0]) == h->rows &&
+                           h->n_readers < (int)(sizeof h->readers / sizeof *h->readers);
+            if (!ok)
+                return 0;
+            h->dfinal = s;
+            h->readers[h->n_readers++] = i;
+            continue;
+        }
+        /* a step toward dL: its inputs the pattern's, its outputs new */
+        if (!rowwise(h, in) || h->n_bchain == MAX_CHAIN || h->n_readers > 0)
+            return 0;
+        for (int k = 0; k < in->n_refs; k++) {
+            const int known = slot_index(h, in->refs[k].buf) >= 0;
+            if (known == (k < in->n_out) || (k < in->n_out && !add_slot(h, in->refs[k].buf, 1)))
+                return 0;
+        }
+        h->bchain[h->n_bchain++] = i;
+    }
+    if (h->ce_bwd < 0) /* no backward (forward only): the forward alone is chunked */
+        return h->n_bchain == 0;
+    for (int i = 0; i < r->n_fwd; i++)
+        for (int j = 0; j < h->n_slots; j++)
+            if (h->grad[j] && touches(&r->fwd[i], h->slot[j]))
+                return 0;
+    for (int k = 0; k < h->n_bchain; k++)
+        if (crosses(h, 0, r->bwd, h->ce_bwd + 1, h->bchain[k], &r->bwd[h->bchain[k]]))
+            return 0;
+    for (int k = 0; k < h->n_readers; k++)
+        if (crosses(h, 0, r->bwd, h->ce_bwd + 1, h->readers[k], &r->bwd[h->readers[k]]))
+            return 0;
+    return h->n_readers > 0;
 }
 
 /* The pattern in r, or 0. */
@@ -78,60 +276,8 @@ static int find_head(regc_compiled_region *r, head *h)
     if (h->ce < 0 || r->fwd[h->ce].refs[2].off != 0)
         return 0;
     const regc_instr *ce = &r->fwd[h->ce];
-    h->logits = ce->refs[2].buf, h->rows = ce->d[0], h->vocab = ce->d[1];
-    /* the logits: one writer, a plain GEMM before the loss; read by the
-     * loss and its gradient only */
-    for (int i = 0; i < r->n_fwd; i++) {
-        const regc_instr *in = &r->fwd[i];
-        if (refs_slot(in, h->logits, 1)) {
-            if (h->gemm >= 0 || i > h->ce)
-                return 0;
-            h->gemm = i;
-        } else if (i != h->ce && refs_slot(in, h->logits, 0)) {
-            return 0;
-        }
-    }
-    if (h->gemm < 0)
-        return 0;
-    const regc_instr *g = &r->fwd[h->gemm];
-    if (g->kernel != K_GEMM || g->epilogue != REGC_EPI_NONE || g->accumulate || g->trans_a ||
-        g->refs[0].off != 0 || g->d[0] != h->rows || g->d[1] != h->vocab ||
-        crosses(r->fwd, h->gemm + 1, h->ce, g))
-        return 0;
-    for (int i = 0; i < r->n_bwd; i++) {
-        const regc_instr *in = &r->bwd[i];
-        if (!touches(in, h->logits))
-            continue;
-        if (in->kernel != K_CE_BWD || h->ce_bwd >= 0 || in->refs[2].buf != h->logits ||
-            refs_slot(in, h->logits, 1))
-            return 0;
-        h->ce_bwd = i;
-    }
-    if (h->ce_bwd < 0) /* no backward (forward only): the forward alone is chunked */
-        return 1;
-    const regc_instr *cb = &r->bwd[h->ce_bwd];
-    h->dlogits = cb->refs[0].buf;
-    if (cb->refs[0].off != 0 || cb->d[2] != 0 || cb->d[3] != h->rows)
-        return 0;
-    for (int i = 0; i < r->n_fwd; i++)
-        if (touches(&r->fwd[i], h->dlogits))
-            return 0;
-    for (int i = 0; i < r->n_bwd; i++) {
-        const regc_instr *in = &r->bwd[i];
-        if (i == h->ce_bwd || !touches(in, h->dlogits))
-            continue;
-        /* a GEMM reading dL whole as A, rows split or summed over */
-        const int ok = in->kernel == K_GEMM && i > h->ce_bwd && in->epilogue == REGC_EPI_NONE &&
-                       in->refs[1].buf == h->dlogits && in->refs[1].off == 0 &&
-                       !refs_slot(in, h->dlogits, 1) && in->refs[2].buf != h->dlogits &&
-                       !in->trans_b && (in->trans_a ? in->d[2] : in->d[0]) == h->rows &&
-                       h->n_readers < (int)(sizeof h->readers / sizeof *h->readers) &&
-                       !crosses(r->bwd, h->ce_bwd + 1, i, in);
-        if (!ok)
-            return 0;
-        h->readers[h->n_readers++] = i;
-    }
-    return h->n_readers > 0;
+    h->ce_in = ce->refs[2].buf, h->rows = ce->d[0], h->vocab = ce->d[1];
+    return find_forward(h) && find_backward(h);
 }
 
 /* An instruction list grown one at a time. */
@@ -163,13 +309,41 @@ static regc_instr gemm_rows(const regc_instr *g, int out, int64_t r0, int64_t n)
     return x;
 }
 
-static int emit_forward(const head *h, int64_t chunk, int lc, int picked, list *out)
+/* An elementwise step on a chunk of n rows: each pattern slot its chunk's
+ * temporary (at[j] for slot j). */
+static regc_instr step_rows(const head *h, const regc_instr *in, const int *at, int64_t n)
+{
+    regc_instr x = *in;
+    for (int k = 0; k < in->n_refs; k++)
+        x.refs[k] = (regc_ref){at[slot_index(h, in->refs[k].buf)], 0};
+    x.d[0] = n * h->vocab;
+    return x;
+}
+
+/* The forward's chunk of rows [r0, r0 + n): the head's GEMM, then the
+ * elementwise steps, each into its slot's temporary (at); replayed in the
+ * backward (computed again). */
+static int chunk_forward(const head *h, const int *at, int64_t r0, int64_t n, int replay, list *out)
 {
     const regc_compiled_region *r = h->r;
-    const regc_instr *g = &r->fwd[h->gemm], *ce = &r->fwd[h->ce];
+    regc_instr x = gemm_rows(&r->fwd[h->gemm], at[slot_index(h, h->logits)], r0, n);
+    x.replay = (uint8_t)replay;
+    int rc = put(out, &x);
+    for (int k = 0; k < h->n_fchain && rc == REGC_OK; k++) {
+        x = step_rows(h, &r->fwd[h->fchain[k]], at, n);
+        x.replay = (uint8_t)replay;
+        rc = put(out, &x);
+    }
+    return rc;
+}
+
+static int emit_forward(const head *h, int64_t chunk, const int *at, int picked, list *out)
+{
+    const regc_compiled_region *r = h->r;
+    const regc_instr *ce = &r->fwd[h->ce];
     int rc = REGC_OK;
     for (int i = 0; i < r->n_fwd && rc == REGC_OK; i++) {
-        if (i == h->gemm)
+        if (i == h->gemm || in_list(h->fchain, h->n_fchain, i))
             continue;
         if (i != h->ce) {
             rc = put(out, &r->fwd[i]);
@@ -177,14 +351,13 @@ static int emit_forward(const head *h, int64_t chunk, int lc, int picked, list *
         }
         for (int64_t r0 = 0; r0 < h->rows && rc == REGC_OK; r0 += chunk) {
             const int64_t n = h->rows - r0 < chunk ? h->rows - r0 : chunk;
-            regc_instr x = gemm_rows(g, lc, r0, n);
-            if ((rc = put(out, &x)))
+            if ((rc = chunk_forward(h, at, r0, n, 0, out)))
                 break;
             regc_instr rows = *ce; /* lse, picked, logits, targets */
             rows.kernel = K_CE_ROWS, rows.n_out = 2, rows.n_refs = 4;
             rows.refs[0] = (regc_ref){ce->refs[1].buf, ce->refs[1].off + r0 * F32};
             rows.refs[1] = (regc_ref){picked, r0 * F32};
-            rows.refs[2] = (regc_ref){lc, 0};
+            rows.refs[2] = (regc_ref){at[slot_index(h, h->ce_in)], 0};
             rows.refs[3] = (regc_ref){ce->refs[3].buf, ce->refs[3].off + r0 * F32};
             rows.d[0] = n, rows.d[1] = h->vocab;
             rc = put(out, &rows);
@@ -201,16 +374,13 @@ static int emit_forward(const head *h, int64_t chunk, int lc, int picked, list *
     return rc;
 }
 
-static int emit_backward(const head *h, int64_t chunk, int lc, int dlc, list *out)
+static int emit_backward(const head *h, int64_t chunk, const int *at, list *out)
 {
     const regc_compiled_region *r = h->r;
-    const regc_instr *g = &r->fwd[h->gemm], *cb = &r->bwd[h->ce_bwd];
+    const regc_instr *cb = &r->bwd[h->ce_bwd];
     int rc = REGC_OK;
     for (int i = 0; i < r->n_bwd && rc == REGC_OK; i++) {
-        int moved = 0;
-        for (int k = 0; k < h->n_readers; k++)
-            moved |= h->readers[k] == i;
-        if (moved)
+        if (in_list(h->readers, h->n_readers, i) || in_list(h->bchain, h->n_bchain, i))
             continue;
         if (i != h->ce_bwd) {
             rc = put(out, &r->bwd[i]);
@@ -218,20 +388,23 @@ static int emit_backward(const head *h, int64_t chunk, int lc, int dlc, list *ou
         }
         for (int64_t r0 = 0; r0 < h->rows && rc == REGC_OK; r0 += chunk) {
             const int64_t n = h->rows - r0 < chunk ? h->rows - r0 : chunk;
-            regc_instr x = gemm_rows(g, lc, r0, n);
-            x.replay = 1; /* the chunk's logits computed again */
-            if ((rc = put(out, &x)))
+            /* the chunk's logits computed again */
+            if ((rc = chunk_forward(h, at, r0, n, 1, out)))
                 break;
             regc_instr d = *cb; /* dlogits, dloss, logits, targets (all), lse */
-            d.refs[0] = (regc_ref){dlc, 0};
-            d.refs[2] = (regc_ref){lc, 0};
+            d.refs[0] = (regc_ref){at[slot_index(h, h->dlogits)], 0};
+            d.refs[2] = (regc_ref){at[slot_index(h, h->ce_in)], 0};
             d.refs[4].off += r0 * F32;
             d.d[0] = n, d.d[2] = r0, d.d[3] = h->rows;
             if ((rc = put(out, &d)))
                 break;
+            for (int k = 0; k < h->n_bchain && rc == REGC_OK; k++) {
+                regc_instr x = step_rows(h, &r->bwd[h->bchain[k]], at, n);
+                rc = put(out, &x);
+            }
             for (int k = 0; k < h->n_readers && rc == REGC_OK; k++) {
                 regc_instr m = r->bwd[h->readers[k]];
-                m.refs[1] = (regc_ref){dlc, 0};
+                m.refs[1] = (regc_ref){at[slot_index(h, h->dfinal)], 0};
                 if (!m.trans_a) { /* its rows: C's rows */
                     m.refs[0].off += r0 * m.d[1] * F32;
                     m.d[0] = n;
@@ -252,18 +425,24 @@ int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows)
     head h;
     if (chunk_rows <= 0 || !find_head(r, &h) || chunk_rows >= h.rows)
         return REGC_OK;
+    /* each slot of the pattern a chunk's temporary, the forward's apart
+     * from the backward's (whose are computed again) */
     const int64_t chunk_bytes = chunk_rows * h.vocab * F32;
-    int lc = regc_region_add_temp(r, h.logits, chunk_bytes);
-    int lcb = lc >= 0 ? regc_region_add_temp(r, h.logits, chunk_bytes) : lc;
-    int picked = lcb >= 0 ? regc_region_add_temp(r, h.logits, h.rows * F32) : lcb;
-    int dlc =
-        picked >= 0 && h.ce_bwd >= 0 ? regc_region_add_temp(r, h.dlogits, chunk_bytes) : picked;
-    if (dlc < 0)
-        return dlc;
+    int fwd_at[MAX_SLOTS], bwd_at[MAX_SLOTS];
+    for (int j = 0; j < h.n_slots; j++) {
+        fwd_at[j] = bwd_at[j] = -1;
+        if (!h.grad[j] && (fwd_at[j] = regc_region_add_temp(r, h.slot[j], chunk_bytes)) < 0)
+            return fwd_at[j];
+        if (h.ce_bwd >= 0 && (bwd_at[j] = regc_region_add_temp(r, h.slot[j], chunk_bytes)) < 0)
+            return bwd_at[j];
+    }
+    const int picked = regc_region_add_temp(r, h.logits, h.rows * F32);
+    if (picked < 0)
+        return picked;
     list f = {0}, b = {0};
-    int rc = emit_forward(&h, chunk_rows, lc, picked, &f);
+    int rc = emit_forward(&h, chunk_rows, fwd_at, picked, &f);
     if (rc == REGC_OK && h.ce_bwd >= 0)
-        rc = emit_backward(&h, chunk_rows, lcb, dlc, &b);
+        rc = emit_backward(&h, chunk_rows, bwd_at, &b);
     if (rc == REGC_OK && h.ce_bwd < 0)
         for (int i = 0; i < r->n_bwd && rc == REGC_OK; i++)
             rc = put(&b, &r->bwd[i]);
@@ -276,9 +455,8 @@ int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows)
     free(r->fwd), free(r->bwd);
     r->fwd = f.v, r->n_fwd = f.n;
     r->bwd = b.v, r->n_bwd = b.n;
-    /* the whole logits and their gradient are no one's now */
-    r->slots[h.logits].kind = SLOT_TEMP;
-    if (h.ce_bwd >= 0)
-        r->slots[h.dlogits].kind = SLOT_TEMP;
+    /* the whole logits, the steps' outputs and the gradients are no one's now */
+    for (int j = 0; j < h.n_slots; j++)
+        r->slots[h.slot[j]].kind = SLOT_TEMP;
     return REGC_OK;
 }

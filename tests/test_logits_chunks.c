@@ -7,7 +7,9 @@
  *    chunk; in bf16 within 1e-3, below), the next four losses within 1e-4
  *    (1e-3).
  *  - Never whole: no buffer of the step holds the logits or their
- *    gradient, the chunks' rows cover the loss's once each, in order; a
+ *    gradient, the chunks' rows cover the loss's once each, in order;
+ *    Gemma 2's soft-capped logits (elementwise steps between the head and
+ *    the loss, forward and backward) are chunked too, at O0 and O1; a
  *    chunk as large as the loss leaves the step as it was; BERT's head (a
  *    bias, whose gradient sums every row) is left whole.
  *  - Less memory, as planned: the arena is smaller, and the run's device
@@ -36,6 +38,8 @@
 #define CHUNK 5 /* rows: the loss's 2 x 16 rows in six chunks, the last of two */
 
 static regc_train_options base_options(void) { return regc_test_train_options(2, 16, STEPS); }
+
+static int setup(void **state) { return regc_test_dir_setup(state, "chunks", NULL); }
 
 /* ---- the same training ---------------------------------------------------- */
 
@@ -171,6 +175,95 @@ static void test_logits_never_whole(void **state)
     }
 }
 
+/* ---- steps between the head and the loss --------------------------------- */
+
+/* Gemma 2's logits soft-capped (cap·tanh(L/cap)) between the head's GEMM
+ * and the loss: the steps run a chunk at a time too, forward and backward
+ * (unfused at O0, one fused chain at O1), none over the whole logits, and
+ * the training is the same as with the logits whole. */
+static void test_softcapped_logits_in_chunks(void **state)
+{
+    const regc_test_dir *d = *state;
+    static const char *const keys[][2] = {
+        {"vocab_size", "300"},
+        {"hidden_size", "32"},
+        {"intermediate_size", "48"},
+        {"num_hidden_layers", "2"},
+        {"num_attention_heads", "4"},
+        {"num_key_value_heads", "2"},
+        {"head_dim", "8"},
+        {"max_position_embeddings", "32"},
+        {"sliding_window", "32"},
+        {"final_logit_softcapping", "2.0"},
+        {"attn_logit_softcapping", "null"},
+    };
+    regc_test_write_config(d->dir, "\"model_type\": \"gemma2\"", keys, sizeof keys / sizeof keys[0],
+                           NULL, NULL);
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_config(d->dir, &m), REGC_OK);
+    static const regc_level levels[] = {REGC_LEVEL_O0, REGC_LEVEL_O1};
+    for (size_t l = 0; l < 2; l++) {
+        regc_compile_options co;
+        regc_compile_options_default(&co);
+        co.level = levels[l], co.logits_chunk_rows = CHUNK;
+        regc_program *p = NULL;
+        assert_int_equal(regc_program_compile(m, 2, 16, &co, &p, NULL), REGC_OK);
+        assert_int_equal(regc_program_validate(p), REGC_OK);
+        if (levels[l] == REGC_LEVEL_O1) { /* the flat program's instructions */
+            check_never_whole(p, 32, 300, 1);
+            for (int i = 0; i < p->n_instr; i++) {
+                const regc_instr *in = &p->instr[i];
+                if ((in->kernel == K_UNARY || in->kernel == K_BINARY || in->kernel == K_EW) &&
+                    in->d[0] % 300 == 0 && in->d[0] > CHUNK * 300)
+                    fail_msg("instruction %d (%s) over %lld elements, more than a chunk's", i,
+                             regc_kernel_name(in->kernel), (long long)in->d[0]);
+            }
+        }
+        /* O0 runs its regions as they are: the head's region has the
+         * chunks' loss kernels and no whole-logits step */
+        int rows_kernels = 0, whole_steps = 0;
+        for (int k = 0; k < regc_program_n_regions(p); k++) {
+            const regc_compiled_region *r = regc_program_region(p, k);
+            for (int i = 0; i < r->n_fwd + r->n_bwd; i++) {
+                const regc_instr *in = i < r->n_fwd ? &r->fwd[i] : &r->bwd[i - r->n_fwd];
+                rows_kernels += in->kernel == K_CE_ROWS;
+                whole_steps +=
+                    (in->kernel == K_UNARY || in->kernel == K_BINARY || in->kernel == K_EW) &&
+                    in->d[0] >= 32 * 300;
+            }
+        }
+        if (rows_kernels != (32 + CHUNK - 1) / CHUNK || whole_steps)
+            fail_msg("O%zu: %d chunks' loss kernels, %d steps over the whole logits", l,
+                     rows_kernels, whole_steps);
+        regc_program_free(p);
+
+        regc_train_options o = base_options();
+        o.compile.level = levels[l];
+        o.max_grad_norm = 1e9;
+        regc_test_losses whole, chunked;
+        regc_model *mw = NULL, *mc = NULL; /* each its own draw of the init */
+        assert_int_equal(regc_model_load_config(d->dir, &mw), REGC_OK);
+        assert_int_equal(regc_model_load_config(d->dir, &mc), REGC_OK);
+        regc_test_train_model(mw, &o, &whole);
+        o.compile.logits_chunk_rows = CHUNK;
+        regc_test_train_model(mc, &o, &chunked);
+        regc_model_free(mw), regc_model_free(mc);
+        for (int k = 0; k < STEPS; k++) {
+            const double rel =
+                fabs((double)chunked.loss[k] - (double)whole.loss[k]) / fabs((double)whole.loss[k]);
+            if (!(rel <= (k ? 1e-4 : 1e-6)))
+                fail_msg("O%zu, step %d: %.9g in chunks, %.9g whole (%.2e relative)", l, k,
+                         chunked.loss[k], whole.loss[k], rel);
+        }
+        const double g = fabs((double)chunked.grad_norm[0] - (double)whole.grad_norm[0]) /
+                         fabs((double)whole.grad_norm[0]);
+        if (!(g <= 1e-6))
+            fail_msg("O%zu: the first gradient's norm %.9g in chunks, %.9g whole", l,
+                     chunked.grad_norm[0], whole.grad_norm[0]);
+    }
+    regc_model_free(m);
+}
+
 /* ---- less memory, as planned ------------------------------------------- */
 
 static void test_memory_as_planned(void **state)
@@ -244,6 +337,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks_train_alike),
         cmocka_unit_test(test_logits_never_whole),
+        regc_test_in_dir(test_softcapped_logits_in_chunks, setup),
         cmocka_unit_test(test_memory_as_planned),
         cmocka_unit_test(test_auto_takes_chunks),
     };

@@ -101,18 +101,23 @@ regc_train_options regc_test_train_options(int64_t batch, int64_t seq, int steps
     return o;
 }
 
-regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l)
+void regc_test_train_model(regc_model *m, const regc_train_options *o, regc_test_losses *l)
 {
     assert_true(o->steps <= REGC_TEST_MAX_STEPS);
-    regc_model *m = NULL;
-    if (regc_model_load(preset, &m) != REGC_OK)
-        fail_msg("load %s: %s", preset, regc_error_message());
     regc_train_options with_stats = *o;
     with_stats.on_compiled = test_collect_compile;
     memset(l, 0, sizeof *l);
     if (regc_train(m, &with_stats, test_collect_loss, l, NULL) != REGC_OK)
-        fail_msg("train %s: %s", preset, regc_error_message());
+        fail_msg("train %s: %s", regc_model_source(m), regc_error_message());
     assert_int_equal(l->n, o->steps);
+}
+
+regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l)
+{
+    regc_model *m = NULL;
+    if (regc_model_load(preset, &m) != REGC_OK)
+        fail_msg("load %s: %s", preset, regc_error_message());
+    regc_test_train_model(m, o, l);
     return m;
 }
 

@@ -57,5 +57,7 @@ regc_train_options regc_test_train_options(int64_t batch, int64_t seq, int steps
  * on_compiled is replaced), reporting into l; the test fails, with regc's
  * message, on an error or a step short. Returns the trained model. */
 regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l);
+/* The same for a model loaded already (a shape-only one draws its init). */
+void regc_test_train_model(regc_model *m, const regc_train_options *o, regc_test_losses *l);
 
 #endif
