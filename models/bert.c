@@ -21,7 +21,7 @@
 
 typedef struct {
     int64_t vocab, n_pos, hidden, n_layer, n_head, inter, type_vocab;
-    int64_t mask_id, pad_id;
+    int64_t mask_id, pad_id; /* pad_id: the word embedding's padding_idx; -1: none */
     double eps;
     int tied;
     double hidden_drop, attn_drop;
@@ -117,9 +117,14 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
         return rc;
     /* Small vocabularies have no id 103; their last id stands in for [MASK]. */
     int64_t dflt_mask = c.vocab > BERT_DEFAULT_MASK_ID ? BERT_DEFAULT_MASK_ID : c.vocab - 1;
+    /* pad_token_id (BertConfig's default 0) is the word embedding's
+     * padding_idx, whose row takes no gradient from the lookup; null: none */
+    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(root, "pad_token_id");
+    c.pad_id = -1;
     if ((rc = regc_cfg_int(root, path, "mask_token_id", 0, dflt_mask, 0, c.vocab - 1, &c.mask_id)) <
             0 ||
-        (rc = regc_cfg_int(root, path, "pad_token_id", 0, 0, 0, c.vocab - 1, &c.pad_id)) < 0)
+        (!cJSON_IsNull(pad) &&
+         (rc = regc_cfg_int(root, path, "pad_token_id", 0, 0, 0, c.vocab - 1, &c.pad_id)) < 0))
         return rc;
     if (c.hidden % c.n_head != 0)
         return regc_error(REGC_ERR_FORMAT,
@@ -276,12 +281,13 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     const float scale = (float)(1.0 / sqrt((double)(c->hidden / c->n_head)));
     const int H = (int)c->n_head;
     /* HF's order: word + token type, then + position. */
-    G(x = regc_graph_embedding(g, ids, word));            /* [B, T, C] */
-    G(t = regc_graph_embedding(g, types, tte));           /* [B, T, C] */
-    G(x = regc_graph_add(g, x, t));                       /* [B, T, C] */
-    G(t = regc_graph_embedding(g, pos, wpe));             /* [T, C] */
-    G(x = regc_graph_bias_add(g, x, t));                  /* [B, T, C] */
-    G(x = regc_graph_layernorm(g, x, eln_w, eln_b, eps)); /* [B, T, C] */
+    G(x = c->pad_id >= 0 ? regc_graph_embedding_padded(g, ids, word, c->pad_id)
+                         : regc_graph_embedding(g, ids, word)); /* [B, T, C] */
+    G(t = regc_graph_embedding(g, types, tte));                 /* [B, T, C] */
+    G(x = regc_graph_add(g, x, t));                             /* [B, T, C] */
+    G(t = regc_graph_embedding(g, pos, wpe));                   /* [T, C] */
+    G(x = regc_graph_bias_add(g, x, t));                        /* [B, T, C] */
+    G(x = regc_graph_layernorm(g, x, eln_w, eln_b, eps));       /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
         const int *w = &p[k];
         k += L_COUNT;
@@ -407,7 +413,8 @@ static cJSON *bert_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "hidden_dropout_prob", c->hidden_drop);
     ok = ok && cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", c->attn_drop);
     ok = ok && cJSON_AddNumberToObject(o, "mask_token_id", (double)c->mask_id);
-    ok = ok && cJSON_AddNumberToObject(o, "pad_token_id", (double)c->pad_id);
+    ok = ok && (c->pad_id >= 0 ? cJSON_AddNumberToObject(o, "pad_token_id", (double)c->pad_id)
+                               : cJSON_AddNullToObject(o, "pad_token_id")) != NULL;
     ok = ok && cJSON_AddStringToObject(o, "torch_dtype", "float32");
     if (!ok) {
         cJSON_Delete(o);

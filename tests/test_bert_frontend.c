@@ -366,6 +366,25 @@ static void test_untied_decoder(void **state)
 
 /* -------------------------------------------------------------- errors */
 
+/* pad_token_id is the word embedding's padding_idx, as BertConfig builds
+ * it: 0 when absent, none when null, and written back as read. */
+static void test_pad_token(void **state)
+{
+    regc_test_dir *f = *state;
+    static const struct {
+        const char *extra;
+        int64_t pad;
+    } cases[] = {{NULL, 0}, {"\"pad_token_id\": 5", 5}, {"\"pad_token_id\": null", -1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_config(f, cases[i].extra);
+        regc_model *m = NULL, *back = NULL;
+        assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
+        assert_int_equal(regc_model_with_layers(m, 1, &back), REGC_OK);
+        assert_int_equal(regc_test_embedding_padding(m), cases[i].pad);
+        assert_int_equal(regc_test_embedding_padding(back), cases[i].pad);
+    }
+}
+
 static void expect_config_error(regc_test_dir *f, const char *extra, int status, const char *what)
 {
     write_config(f, extra);
@@ -735,6 +754,7 @@ int main(void)
         regc_test_in_dir(test_save_load_round_trip, setup),
         regc_test_in_dir(test_legacy_names_and_extras, setup),
         regc_test_in_dir(test_untied_decoder, setup),
+        regc_test_in_dir(test_pad_token, setup),
         regc_test_in_dir(test_config_errors, setup),
         cmocka_unit_test(test_graph_tiny),
         cmocka_unit_test(test_base_shape_only),

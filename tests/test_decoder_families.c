@@ -469,33 +469,21 @@ static void test_phi3_rope(void **state)
                                   "RoPE type \"linear\": Phi-3 reads only default and longrope");
 }
 
-static int64_t embedding_padding(regc_model *m)
-{
-    regc_graph *g = NULL;
-    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
-    const regc_node *n = regc_graph_node(g, 0);
-    assert_int_equal(n->op, REGC_OP_EMBEDDING);
-    const int64_t pad = n->attrs.padded ? n->attrs.padding_idx : -1;
-    regc_graph_free(g);
-    regc_model_free(m);
-    return pad;
-}
-
 /* pad_token_id is the embedding's padding_idx in every family, as
  * Transformers builds it; absent, the family's default (OLMo 2's 1,
  * Phi-3's 32000, none for the others); null, none. */
 static void test_pad_token(void **state)
 {
     regc_test_dir *f = *state;
-    assert_int_equal(embedding_padding(load(f, "llama", "\"pad_token_id\": 5")), 5);
-    assert_int_equal(embedding_padding(load(f, "qwen3", NULL)), -1);
+    assert_int_equal(regc_test_embedding_padding(load(f, "llama", "\"pad_token_id\": 5")), 5);
+    assert_int_equal(regc_test_embedding_padding(load(f, "qwen3", NULL)), -1);
     write_config_omit(f, "olmo2", NULL, "pad_token_id");
     regc_model *m = NULL;
     assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
-    assert_int_equal(embedding_padding(m), 1);
+    assert_int_equal(regc_test_embedding_padding(m), 1);
     write_config_omit(f, "mistral", NULL, "pad_token_id");
     assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
-    assert_int_equal(embedding_padding(m), -1);
+    assert_int_equal(regc_test_embedding_padding(m), -1);
     write_config_omit(f, "phi3", NULL, "pad_token_id");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
                                   "key \"pad_token_id\" is 32000 (the family's default), not "
@@ -511,7 +499,7 @@ static void test_pad_token(void **state)
     assert_int_equal(regc_model_save(m, out), REGC_OK);
     regc_model_free(m);
     assert_int_equal(regc_model_load(out, &m), REGC_OK);
-    assert_int_equal(embedding_padding(m), 7);
+    assert_int_equal(regc_test_embedding_padding(m), 7);
 }
 
 /* hidden_act (Gemma's hidden_activation) chooses the gate's op. */

@@ -197,3 +197,15 @@ regc_graph *regc_test_decompose(const regc_graph *g)
     free(map);
     return h;
 }
+
+int64_t regc_test_embedding_padding(regc_model *m)
+{
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
+    const regc_node *n = regc_graph_node(g, 0);
+    assert_int_equal(n->op, REGC_OP_EMBEDDING);
+    const int64_t pad = n->attrs.padded ? n->attrs.padding_idx : -1;
+    regc_graph_free(g);
+    regc_model_free(m);
+    return pad;
+}

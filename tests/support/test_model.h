@@ -59,5 +59,8 @@ regc_train_options regc_test_train_options(int64_t batch, int64_t seq, int steps
 regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l);
 /* The same for a model loaded already (a shape-only one draws its init). */
 void regc_test_train_model(regc_model *m, const regc_train_options *o, regc_test_losses *l);
+/* The padding_idx of the first node of m's graph, its (word) embedding, or
+ * -1 for none; frees m. */
+int64_t regc_test_embedding_padding(regc_model *m);
 
 #endif
