@@ -152,6 +152,24 @@ static unsigned char *st_bytes(st_image *im, const char *name, size_t *len)
     return im->data + begin;
 }
 
+/* A tensor of n zero bytes added to the image as `dtype` of shape [d0, d1]. */
+static void st_add_zeros(st_image *im, const char *name, const char *dtype, int64_t d0, int64_t d1,
+                         size_t n)
+{
+    unsigned char *grown = realloc(im->data, im->data_len + n + 1);
+    assert_non_null(grown);
+    memset(grown + im->data_len, 0, n);
+    cJSON *e = cJSON_AddObjectToObject(im->header, name);
+    cJSON_AddStringToObject(e, "dtype", dtype);
+    cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)d0));
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)d1));
+    cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)im->data_len));
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(im->data_len + n)));
+    im->data = grown, im->data_len += n;
+}
+
 /* Written with the tensors left in the header laid out again, contiguous. */
 static void st_save(st_image *im, const char *path)
 {
@@ -282,6 +300,34 @@ static void test_wrong_state(void **state)
     free(path);
 }
 
+/* A linear layer the checkpoint keeps unquantised (its quant state gone,
+ * the weight in float32) where regc holds every linear layer but the head
+ * in NF4: refused, naming the tensor, as training it so would not be the
+ * model Transformers trains. */
+static void test_unquantised_layer(void **state)
+{
+    regc_test_dir *d = *state;
+    static const char *const state_of[] = {"",
+                                           ".absmax",
+                                           ".nested_absmax",
+                                           ".nested_quant_map",
+                                           ".quant_map",
+                                           ".quant_state.bitsandbytes__nf4"};
+    copy_checkpoint(d->dir, NULL, NULL);
+    char *path = regc_test_join(d->dir, "model.safetensors"), name[160];
+    st_image im;
+    st_load(path, &im);
+    for (size_t k = 0; k < sizeof state_of / sizeof *state_of; k++) {
+        snprintf(name, sizeof name, "%s%s", Q_PROJ, state_of[k]);
+        cJSON_DeleteItemFromObjectCaseSensitive(im.header, name);
+    }
+    st_add_zeros(&im, Q_PROJ, "F32", 48, 48, 48 * 48 * sizeof(float));
+    st_save(&im, path);
+    free(path);
+    expect_refused(d->dir, 1, "tensor " Q_PROJ " is not in 4 bits in the checkpoint",
+                   "every linear layer but the head in NF4");
+}
+
 /* A quantization_config regc cannot honour, by its key; the base without LoRA. */
 static void test_refused_config(void **state)
 {
@@ -362,6 +408,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_missing_tensor, setup),
         regc_test_in_dir(test_wrong_state, setup),
+        regc_test_in_dir(test_unquantised_layer, setup),
         regc_test_in_dir(test_refused_config, setup),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
