@@ -118,13 +118,10 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
     /* Small vocabularies have no id 103; their last id stands in for [MASK]. */
     int64_t dflt_mask = c.vocab > BERT_DEFAULT_MASK_ID ? BERT_DEFAULT_MASK_ID : c.vocab - 1;
     /* pad_token_id (BertConfig's default 0) is the word embedding's
-     * padding_idx, whose row takes no gradient from the lookup; null: none */
-    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(root, "pad_token_id");
-    c.pad_id = -1;
+     * padding_idx, whose row takes no gradient from the lookup */
     if ((rc = regc_cfg_int(root, path, "mask_token_id", 0, dflt_mask, 0, c.vocab - 1, &c.mask_id)) <
             0 ||
-        (!cJSON_IsNull(pad) &&
-         (rc = regc_cfg_int(root, path, "pad_token_id", 0, 0, 0, c.vocab - 1, &c.pad_id)) < 0))
+        (rc = regc_cfg_pad_token(root, path, 0, c.vocab, &c.pad_id)) < 0)
         return rc;
     if (c.hidden % c.n_head != 0)
         return regc_error(REGC_ERR_FORMAT,

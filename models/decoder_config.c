@@ -288,20 +288,15 @@ static int decoder_parse_biases(const cJSON *root, const char *path, decoder_con
  * row takes no gradient; null means none, absent the family's default. */
 static int decoder_parse_pad(const cJSON *root, const char *path, decoder_config *c)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "pad_token_id");
-    c->pad = -1;
-    if (it && cJSON_IsNull(it))
-        return REGC_OK;
-    int rc =
-        regc_cfg_int(root, path, "pad_token_id", 0, c->family->pad_default, -1, INT64_MAX, &c->pad);
-    if (rc < 0)
-        return rc;
-    if (c->pad >= c->vocab)
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: key \"pad_token_id\" is %" PRId64 "%s, not below vocab_size %" PRId64
-                          " (Transformers' embedding refuses it too; give it explicitly, or null)",
-                          path, c->pad, it ? "" : " (the family's default)", c->vocab);
-    return REGC_OK;
+    return regc_cfg_pad_token(root, path, c->family->pad_default, c->vocab, &c->pad);
+}
+
+/* Gemma 3's sliding layers' RoPE against the head, named as such. */
+static int decoder_check_local_rope(const decoder_config *c, const char *path)
+{
+    char where[512];
+    snprintf(where, sizeof where, "%s (the sliding layers' RoPE)", path);
+    return regc_rope_check_head(&c->rope_local, c->head_dim, where);
 }
 
 int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
@@ -336,6 +331,7 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
               : c.family->phi3_rope ? regc_rope_parse_phi3(root, path, c.n_pos, &c.rope)
                                     : regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
         (rc = regc_rope_check_head(&c.rope, c.head_dim, path)) < 0 ||
+        (c.family->local_rope && (rc = decoder_check_local_rope(&c, path)) < 0) ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,
                             &c.tied)) < 0 ||
         (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0, &c.attn_dropout)) <

@@ -286,6 +286,7 @@ typedef struct {
     double mscale, mscale_all_dim; /* yarn: 0 when absent */
     int truncate;                  /* yarn */
     int n_factors;                 /* longrope: the length of both lists */
+    const char *dict; /* the dictionary read ("rope_parameters", "rope_scaling"), for messages */
     double long_factor[REGC_ROPE_MAX_FACTORS], short_factor[REGC_ROPE_MAX_FACTORS];
 } regc_rope;
 /* Read rope_parameters, or rope_scaling and rope_theta, from config.json
@@ -320,6 +321,12 @@ int regc_cfg_int(const cJSON *root, const char *path, const char *key, int requi
                  int64_t lo, int64_t hi, int64_t *out);
 int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required, double dflt,
                     double lo, double hi, double *out);
+/* pad_token_id as Transformers makes it the embedding's padding_idx (the
+ * row that takes no gradient from the lookup): dflt when absent (-1:
+ * none), none when null, a negative id counted from the end as torch
+ * counts it; *pad in [0, vocab), or -1 for none. */
+int regc_cfg_pad_token(const cJSON *root, const char *path, int64_t dflt, int64_t vocab,
+                       int64_t *pad);
 int regc_cfg_bool(const cJSON *root, const char *path, const char *key, int required, int dflt,
                   int *out);
 /* *out points into root (valid while root lives), or to dflt. */

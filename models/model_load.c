@@ -177,6 +177,30 @@ int regc_cfg_int(const cJSON *root, const char *path, const char *key, int requi
     return REGC_OK;
 }
 
+int regc_cfg_pad_token(const cJSON *root, const char *path, int64_t dflt, int64_t vocab,
+                       int64_t *pad)
+{
+    const cJSON *it = cfg_item(root, "pad_token_id");
+    *pad = -1;
+    if (it && cJSON_IsNull(it)) /* Transformers: no padding_idx */
+        return REGC_OK;
+    int64_t v = dflt;
+    int rc =
+        it ? regc_cfg_int(root, path, "pad_token_id", 0, dflt, INT64_MIN / 2, INT64_MAX / 2, &v)
+           : REGC_OK;
+    if (rc < 0 || (!it && dflt < 0))
+        return rc;
+    /* torch's padding_idx: a negative one counts from the end */
+    if (v < -vocab || v >= vocab)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"pad_token_id\" is %" PRId64 "%s, not within the vocabulary "
+                          "(-%" PRId64 " to %" PRId64
+                          ": Transformers' embedding refuses it too; give it explicitly, or null)",
+                          path, v, it ? "" : " (the architecture's default)", vocab, vocab - 1);
+    *pad = v < 0 ? v + vocab : v;
+    return REGC_OK;
+}
+
 int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required, double dflt,
                     double lo, double hi, double *out)
 {

@@ -36,7 +36,10 @@
  * double), which is torch's result in about 98.5% of entries and 1 ulp
  * from it otherwise (tests/test_rope_config.c measures it against
  * tests/data/rope_reference.json). On a GPU torch divides by a scalar as a
- * multiplication by its reciprocal; the initialisers run on the CPU. */
+ * multiplication by its reciprocal; the initialisers run on the CPU, but
+ * dynamic's and longrope's computing again in the forward runs on the
+ * model's device, where dynamic's division by max_position_embeddings may
+ * then be 1 ulp from the CPU's (regc computes as the CPU does). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -248,6 +251,7 @@ int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_r
                           path);
     const cJSON *d = dicts[1] ? dicts[1] : dicts[0];
     const char *dn = dicts[1] ? names[1] : names[0];
+    r->dict = dn;
 
     /* theta: the dictionary's, else the top level's, else 10000 */
     double top = 0.0, own = 0.0;
@@ -548,15 +552,21 @@ int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path)
 {
     if (r->type == REGC_ROPE_LONGROPE && r->n_factors != head_dim / 2)
         return regc_error(REGC_ERR_FORMAT,
-                          "%s: longrope's \"long_factor\" and \"short_factor\" have %d values; "
+                          "%s: keys \"%s.long_factor\" and \"%s.short_factor\" have %d values; "
                           "a head of %lld rotates %lld frequencies",
-                          path, r->n_factors, (long long)head_dim, (long long)(head_dim / 2));
+                          path, r->dict ? r->dict : "rope_parameters",
+                          r->dict ? r->dict : "rope_parameters", r->n_factors, (long long)head_dim,
+                          (long long)(head_dim / 2));
     return REGC_OK;
 }
 
 /* Phi3Config's reading, on a copy of config.json: "su" and "yarn" renamed
  * longrope, and longrope's original length the top-level key's (Phi 3's
- * pretraining length; Transformers prefers it to the dictionary's). */
+ * pretraining length; Transformers prefers it to the dictionary's). One
+ * difference: Transformers 5.24 moves the top-level length into the
+ * dictionary before it renames "su", so it fails (KeyError) on an "su"
+ * dictionary without a length of its own; regc reads it as it reads
+ * "yarn" there. */
 int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r)
 {
     int64_t original = 0;
@@ -598,8 +608,8 @@ int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, r
     r->original_max_pos = original; /* written back whatever the type */
     if (rc == REGC_OK && r->type != REGC_ROPE_DEFAULT && r->type != REGC_ROPE_LONGROPE)
         return regc_error(REGC_ERR_UNSUPPORTED,
-                          "%s: RoPE type \"%s\": Phi-3 reads only default and longrope (Phi3Config "
-                          "refuses the others)",
-                          path, rope_type_names[r->type]);
+                          "%s: key \"%s\" has rope_type \"%s\": Phi-3 reads only default and "
+                          "longrope (Phi3Config refuses the others)",
+                          path, r->dict, rope_type_names[r->type]);
     return rc;
 }

@@ -30,7 +30,11 @@
  * mean are the same arithmetic); dW sums its rows chunk by chunk, so it
  * differs in the last bits. The chunks' GEMMs and steps of the backward's
  * forward are recomputation (regc_instr.replay), counted as such by plans.
- * A region without the pattern is left as it is. */
+ * The head's input H is read by the backward's chunks: it is kept for the
+ * backward (saved) even where no weight gradient reads it (a frozen head).
+ * Under held bf16 activations the elementwise steps stay whole (see
+ * regc_region_chunk_logits' held). A region without the pattern is left
+ * as it is. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -277,7 +281,14 @@ static int find_head(regc_compiled_region *r, head *h)
         return 0;
     const regc_instr *ce = &r->fwd[h->ce];
     h->ce_in = ce->refs[2].buf, h->rows = ce->d[0], h->vocab = ce->d[1];
-    return find_forward(h) && find_backward(h);
+    if (!find_forward(h) || !find_backward(h))
+        return 0;
+    /* the slots become the chunks' temporaries: none may be a value the
+     * region hands on (an output, a gradient of an input) */
+    for (int j = 0; j < h->n_slots; j++)
+        if (r->slots[h->slot[j]].kind != SLOT_TEMP && r->slots[h->slot[j]].kind != SLOT_SAVED)
+            return 0;
+    return 1;
 }
 
 /* An instruction list grown one at a time. */
@@ -420,10 +431,11 @@ static int emit_backward(const head *h, int64_t chunk, const int *at, list *out)
     return rc;
 }
 
-int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows)
+int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows, int held)
 {
     head h;
-    if (chunk_rows <= 0 || !find_head(r, &h) || chunk_rows >= h.rows)
+    if (chunk_rows <= 0 || !find_head(r, &h) || chunk_rows >= h.rows ||
+        (held && h.n_fchain + h.n_bchain > 0))
         return REGC_OK;
     /* each slot of the pattern a chunk's temporary, the forward's apart
      * from the backward's (whose are computed again) */
@@ -439,6 +451,7 @@ int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows)
     const int picked = regc_region_add_temp(r, h.logits, h.rows * F32);
     if (picked < 0)
         return picked;
+    const int hin = r->fwd[h.gemm].refs[1].buf; /* H, the head's input */
     list f = {0}, b = {0};
     int rc = emit_forward(&h, chunk_rows, fwd_at, picked, &f);
     if (rc == REGC_OK && h.ce_bwd >= 0)
@@ -455,8 +468,12 @@ int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows)
     free(r->fwd), free(r->bwd);
     r->fwd = f.v, r->n_fwd = f.n;
     r->bwd = b.v, r->n_bwd = b.n;
-    /* the whole logits, the steps' outputs and the gradients are no one's now */
+    /* the whole logits, the steps' outputs and the gradients are no one's
+     * now; the head's input H is read by the backward's chunks, so it is
+     * kept for it (a frozen head has no weight gradient that would) */
     for (int j = 0; j < h.n_slots; j++)
         r->slots[h.slot[j]].kind = SLOT_TEMP;
+    if (h.ce_bwd >= 0 && r->slots[hin].kind == SLOT_TEMP)
+        r->slots[hin].kind = SLOT_SAVED;
     return REGC_OK;
 }

@@ -361,7 +361,8 @@ int regc_region_compile(const regc_graph *g, const regc_region_spec *s, regc_lev
     }
     if ((rc = assign_slots(r, in_t, out_t, dout_t, seed_t, din_t, slot_of)) ||
         (rc = regc_region_lower(r, slot_of, level)) ||
-        (rc = regc_region_chunk_logits(r, s->logits_chunk_rows)) ||
+        (rc = regc_region_chunk_logits(r, s->logits_chunk_rows,
+                                       precision == REGC_PRECISION_BF16 && bf16_storage)) ||
         (rc = regc_region_apply_precision(r, precision, bf16_storage, s->in_held)) ||
         (rc = regc_region_recompute(r, s->recompute, keep)) || (rc = plan_memory(r)))
         goto done;

@@ -43,8 +43,11 @@ double regc_instr_cost(const regc_instr *in);
 
 /* compile.logits_chunk_rows on a lowered region (chunk.c): the head's
  * GEMM and its cross-entropy in chunks of rows, forward and backward; a
- * region without that pattern is left as it is. */
-int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows);
+ * region without that pattern is left as it is. held: the precision pass
+ * will hold saved activations in bf16 (then elementwise steps between the
+ * head and the loss stay whole: chunked, they would not be held, and the
+ * bits would change). */
+int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows, int held);
 
 /* compile.offload_activation on the flat program (offload.c): saved
  * activations copied to host memory after their forward's last use and

@@ -367,14 +367,18 @@ static void test_untied_decoder(void **state)
 /* -------------------------------------------------------------- errors */
 
 /* pad_token_id is the word embedding's padding_idx, as BertConfig builds
- * it: 0 when absent, none when null, and written back as read. */
+ * it: 0 when absent, none when null, a negative one from the end, and
+ * written back as read. */
 static void test_pad_token(void **state)
 {
     regc_test_dir *f = *state;
     static const struct {
         const char *extra;
         int64_t pad;
-    } cases[] = {{NULL, 0}, {"\"pad_token_id\": 5", 5}, {"\"pad_token_id\": null", -1}};
+    } cases[] = {{NULL, 0},
+                 {"\"pad_token_id\": 5", 5},
+                 {"\"pad_token_id\": null", -1},
+                 {"\"pad_token_id\": -1", 63}}; /* torch counts a negative one from the end */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_config(f, cases[i].extra);
         regc_model *m = NULL, *back = NULL;
@@ -440,7 +444,12 @@ static void test_config_errors(void **state)
                         "key \"attention_probs_dropout_prob\" must be a number");
     expect_config_error(f, "\"mask_token_id\": 64", REGC_ERR_FORMAT,
                         "key \"mask_token_id\" is 64, expected 0 to 63");
-    expect_config_error(f, "\"pad_token_id\": -1", REGC_ERR_FORMAT, "key \"pad_token_id\" is -1");
+    expect_config_error(f, "\"pad_token_id\": -65", REGC_ERR_FORMAT,
+                        "key \"pad_token_id\" is -65, not within the vocabulary");
+    expect_config_error(f, "\"pad_token_id\": 64", REGC_ERR_FORMAT,
+                        "key \"pad_token_id\" is 64, not within the vocabulary");
+    expect_config_error(f, "\"pad_token_id\": 1.5", REGC_ERR_FORMAT,
+                        "key \"pad_token_id\" must be an integer");
 
     /* Defaults, nulls and reported values. */
     write_config(f, "\"layer_norm_eps\": null, \"hidden_dropout_prob\": 0.0, "

@@ -463,10 +463,27 @@ static void test_phi3_rope(void **state)
     assert_int_equal(regc_model_compute_rope(m, 12, inv, 2, &s), 2);
     assert_true(fabsf(inv[1] - 1.0f / 200.0f) <= 1e-7f * inv[1]);
     regc_model_free(m);
+    /* a top-level original length that is no length */
+    snprintf(extra, sizeof extra,
+             "\"original_max_position_embeddings\": 0, \"rope_scaling\": {\"type\": "
+             "\"longrope\", %s}",
+             lists);
+    write_config(f, "phi3", extra);
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"original_max_position_embeddings\" is 0");
+    /* Gemma 3's sliding layers' lists against the head too */
+    write_config(f, "gemma3_text",
+                 "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, "
+                 "\"sliding_attention\": {\"rope_type\": \"longrope\", "
+                 "\"short_factor\": [1.0], \"long_factor\": [2.0]}}");
+    regc_test_expect_config_error(
+        f->path, REGC_ERR_FORMAT,
+        "(the sliding layers' RoPE): keys \"rope_parameters.long_factor\"");
     /* Phi3Config refuses the other types */
     write_config(f, "phi3", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}");
     regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
-                                  "RoPE type \"linear\": Phi-3 reads only default and longrope");
+                                  "key \"rope_scaling\" has rope_type \"linear\": Phi-3 reads "
+                                  "only default and longrope");
 }
 
 /* pad_token_id is the embedding's padding_idx in every family, as
@@ -486,11 +503,16 @@ static void test_pad_token(void **state)
     assert_int_equal(regc_test_embedding_padding(m), -1);
     write_config_omit(f, "phi3", NULL, "pad_token_id");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
-                                  "key \"pad_token_id\" is 32000 (the family's default), not "
-                                  "below vocab_size 64");
+                                  "key \"pad_token_id\" is 32000 (the architecture's default), "
+                                  "not within the vocabulary (-64 to 63");
     write_config(f, "qwen2", "\"pad_token_id\": 64");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
-                                  "key \"pad_token_id\" is 64, not below vocab_size 64");
+                                  "key \"pad_token_id\" is 64, not within the vocabulary");
+    write_config(f, "qwen2", "\"pad_token_id\": -65");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"pad_token_id\" is -65, not within the vocabulary");
+    /* a negative id counts from the end, as torch's padding_idx does */
+    assert_int_equal(regc_test_embedding_padding(load(f, "qwen2", "\"pad_token_id\": -1")), 63);
     /* written back, and read so again */
     m = load(f, "phi3", "\"pad_token_id\": 7");
     assert_int_equal(regc_model_init_random(m, 5), REGC_OK);

@@ -9,7 +9,9 @@
  *  - Never whole: no buffer of the step holds the logits or their
  *    gradient, the chunks' rows cover the loss's once each, in order;
  *    Gemma 2's soft-capped logits (elementwise steps between the head and
- *    the loss, forward and backward) are chunked too, at O0 and O1; a
+ *    the loss, forward and backward) are chunked too, at O0 and O1 (in
+ *    bf16 with held activations they stay whole); a frozen head (LoRA)
+ *    keeps its input for the backward's chunks; every region valid; a
  *    chunk as large as the loss leaves the step as it was; BERT's head (a
  *    bias, whose gradient sums every row) is left whole.
  *  - Less memory, as planned: the arena is smaller, and the run's device
@@ -140,6 +142,16 @@ static void check_never_whole(const regc_program *p, int64_t rows, int64_t vocab
     }
 }
 
+/* Every region of p valid on its own: no pass reads what it did not write
+ * (a backward chunk's logits computed again from a head input the forward
+ * let go would be refused). */
+static void check_regions(const regc_program *p)
+{
+    for (int k = 0; k < regc_program_n_regions(p); k++)
+        if (regc_region_validate(regc_program_region(p, k)) != REGC_OK)
+            fail_msg("region %d: %s", k, regc_error_message());
+}
+
 static void test_logits_never_whole(void **state)
 {
     (void)state;
@@ -209,6 +221,7 @@ static void test_softcapped_logits_in_chunks(void **state)
         regc_program *p = NULL;
         assert_int_equal(regc_program_compile(m, 2, 16, &co, &p, NULL), REGC_OK);
         assert_int_equal(regc_program_validate(p), REGC_OK);
+        check_regions(p);
         if (levels[l] == REGC_LEVEL_O1) { /* the flat program's instructions */
             check_never_whole(p, 32, 300, 1);
             for (int i = 0; i < p->n_instr; i++) {
@@ -261,7 +274,59 @@ static void test_softcapped_logits_in_chunks(void **state)
             fail_msg("O%zu: the first gradient's norm %.9g in chunks, %.9g whole", l,
                      chunked.grad_norm[0], whole.grad_norm[0]);
     }
+    /* in bf16, where the tanh the backward reads is held in bf16, the
+     * steps stay whole (chunked, they would not be held): the same
+     * program as without chunks; fp32 storage chunks them */
+    regc_compile_options co, whole;
+    regc_compile_options_default(&co), regc_compile_options_default(&whole);
+    co.precision = whole.precision = REGC_PRECISION_BF16, co.logits_chunk_rows = CHUNK;
+    regc_program *a = NULL, *b = NULL;
+    assert_int_equal(regc_program_compile(m, 2, 16, &co, &a, NULL), REGC_OK);
+    assert_int_equal(regc_program_compile(m, 2, 16, &whole, &b, NULL), REGC_OK);
+    assert_true(regc_program_hash(a) == regc_program_hash(b));
+    regc_program_free(a), regc_program_free(b);
+    co.fp32_storage = 1;
+    assert_int_equal(regc_program_compile(m, 2, 16, &co, &a, NULL), REGC_OK);
+    check_never_whole(a, 32, 300, 1);
+    regc_program_free(a);
     regc_model_free(m);
+}
+
+/* ---- a frozen head ------------------------------------------------------ */
+
+/* LoRA leaves the head frozen: no weight gradient reads the head's input,
+ * which the backward's chunks read to compute their logits again; it is
+ * kept for them, and the training is the one with the logits whole. */
+static void test_frozen_head_in_chunks(void **state)
+{
+    (void)state;
+    regc_test_losses whole, chunked;
+    regc_train_options o = base_options();
+    o.max_grad_norm = 1e9;
+    for (int c = 0; c < 2; c++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load("llama-tiny", &m), REGC_OK);
+        regc_lora_config lc = {.r = 4, .alpha = 8.0, .target_modules = "q_proj,v_proj", .seed = 1};
+        assert_int_equal(regc_model_add_lora(m, &lc), REGC_OK);
+        o.compile.logits_chunk_rows = c ? CHUNK : 0;
+        if (c) {
+            regc_program *p = NULL;
+            assert_int_equal(regc_program_compile(m, 2, 16, &o.compile, &p, NULL), REGC_OK);
+            check_never_whole(p, 32, 512, 1);
+            check_regions(p);
+            regc_program_free(p);
+        }
+        regc_test_train_model(m, &o, c ? &chunked : &whole);
+        regc_model_free(m);
+    }
+    for (int k = 0; k < STEPS; k++)
+        if (!(fabs((double)chunked.loss[k] - (double)whole.loss[k]) <=
+              (k ? 1e-4 : 1e-6) * fabs((double)whole.loss[k])))
+            fail_msg("step %d: %.9g in chunks, %.9g whole", k, chunked.loss[k], whole.loss[k]);
+    if (!(fabs((double)chunked.grad_norm[0] - (double)whole.grad_norm[0]) <=
+          1e-6 * fabs((double)whole.grad_norm[0])))
+        fail_msg("the first gradient's norm %.9g in chunks, %.9g whole", chunked.grad_norm[0],
+                 whole.grad_norm[0]);
 }
 
 /* ---- less memory, as planned ------------------------------------------- */
@@ -338,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_chunks_train_alike),
         cmocka_unit_test(test_logits_never_whole),
         regc_test_in_dir(test_softcapped_logits_in_chunks, setup),
+        cmocka_unit_test(test_frozen_head_in_chunks),
         cmocka_unit_test(test_memory_as_planned),
         cmocka_unit_test(test_auto_takes_chunks),
     };

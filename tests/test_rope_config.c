@@ -39,7 +39,7 @@ static int setup(void **state) { return regc_test_dir_setup(state, "rope", "mode
  * plus `rope`, the RoPE keys as JSON members ("" for none). */
 static void write_llama(regc_test_dir *f, const char *rope)
 {
-    char text[2048];
+    char text[8192];
     snprintf(text, sizeof text,
              "{\"model_type\": \"llama\", \"vocab_size\": 64, \"hidden_size\": 32, "
              "\"intermediate_size\": 40, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
@@ -255,7 +255,23 @@ static void test_refusals(void **state)
     expect_refused(f,
                    "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1], "
                    "\"long_factor\": [1]}",
-                   F, "\"long_factor\" and \"short_factor\" have 1 values; a head of");
+                   F,
+                   "keys \"rope_scaling.long_factor\" and \"rope_scaling.short_factor\" have 1 "
+                   "values; a head of 16 rotates 8 frequencies");
+    expect_refused(f,
+                   "\"rope_scaling\": {\"type\": \"longrope\", \"attention_factor\": 0, "
+                   "\"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1], "
+                   "\"long_factor\": [1, 1, 1, 1, 1, 1, 1, 1]}",
+                   F, "key \"rope_scaling.attention_factor\" is 0, must be a positive float32");
+    /* more factors than any head regc builds */
+    char many[4096];
+    int at = snprintf(many, sizeof many,
+                      "\"rope_scaling\": {\"type\": \"longrope\", "
+                      "\"short_factor\": [1], \"long_factor\": [1");
+    for (int i = 0; i < 512; i++)
+        at += snprintf(many + at, sizeof many - (size_t)at, ", 1");
+    snprintf(many + at, sizeof many - (size_t)at, "]}");
+    expect_refused(f, many, U, "key \"rope_scaling.long_factor\" has more than 512 values");
     expect_refused(f,
                    "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 2], "
                    "\"long_factor\": [1]}",
