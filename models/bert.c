@@ -253,9 +253,8 @@ static int bert_legacy_name(const char *name, char *buf, size_t cap)
 static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
 {
     const bert_config *c = m->cfg;
-    int rc0 = regc_model_dropout_unapplied(m, "hidden_dropout_prob", c->hidden_drop);
-    if (rc0 ||
-        (rc0 = regc_model_dropout_unapplied(m, "attention_probs_dropout_prob", c->attn_drop)))
+    int rc0 = regc_model_dropout_unapplied(m, "attention_probs_dropout_prob", c->attn_drop);
+    if (rc0)
         return rc0;
     if (T > c->n_pos)
         return regc_error(REGC_ERR_ARG,
@@ -285,6 +284,9 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     G(t = regc_graph_embedding(g, pos, wpe));                   /* [T, C] */
     G(x = regc_graph_bias_add(g, x, t));                        /* [B, T, C] */
     G(x = regc_graph_layernorm(g, x, eln_w, eln_b, eps));       /* [B, T, C] */
+    /* hidden_dropout_prob where Transformers applies it: after the
+     * embeddings' norm, and on each sublayer's output before the residual */
+    G(regc_model_dropout(m, g, x, x, c->hidden_drop, &x)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
         const int *w = &p[k];
         k += L_COUNT;
@@ -298,6 +300,7 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
         G(h = regc_graph_attention(g, q, kk, v, H, H, 0, scale));       /* [B, T, C] */
         G(h = regc_graph_matmul(g, h, w[L_AO_W], 0, 1));                /* [B, T, C] */
         G(h = regc_graph_bias_add(g, h, w[L_AO_B]));                    /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->hidden_drop, &h));          /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                                 /* [B, T, C] */
         G(x = regc_graph_layernorm(g, x, w[L_ALN_W], w[L_ALN_B], eps)); /* [B, T, C] */
         G(h = regc_graph_matmul(g, x, w[L_I_W], 0, 1));                 /* [B, T, F] */
@@ -305,6 +308,7 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
         G(h = regc_graph_gelu_erf(g, h));                               /* [B, T, F] */
         G(h = regc_graph_matmul(g, h, w[L_O_W], 0, 1));                 /* [B, T, C] */
         G(h = regc_graph_bias_add(g, h, w[L_O_B]));                     /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->hidden_drop, &h));          /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                                 /* [B, T, C] */
         G(x = regc_graph_layernorm(g, x, w[L_OLN_W], w[L_OLN_B], eps)); /* [B, T, C] */
     }
@@ -429,11 +433,11 @@ static void bert_describe(const regc_model *m, char *buf, size_t cap)
              "bert %s: vocab %" PRId64 ", max_position_embeddings %" PRId64 ", hidden %" PRId64
              ", layers %" PRId64 ", heads %" PRId64 ", intermediate %" PRId64
              ", type_vocab %" PRId64 ", layer_norm_eps %g, gelu, %s decoder, [MASK] id %" PRId64
-             " (15%% of positions masked), %s parameters%s; dropout hidden %g attention %g "
-             "(not applied in training)",
+             " (15%% of positions masked), %s parameters%s; dropout hidden %g attention %g %s",
              m->source, c->vocab, c->n_pos, c->hidden, c->n_layer, c->n_head, c->inter,
              c->type_vocab, c->eps, c->tied ? "tied" : "untied", c->mask_id, count,
-             m->weights ? "" : " (shape only)", c->hidden_drop, c->attn_drop);
+             m->weights ? "" : " (shape only)", c->hidden_drop, c->attn_drop,
+             regc_model_dropout_note(m));
 }
 
 /* the tied decoder, the next-sentence head and the pooler (pre-training
