@@ -214,16 +214,16 @@ def tied_names(model):
     return {n: ns for ns in names.values() for n in ns}
 
 
-def name_params(ex, model, shapes):
+def name_params(ex, model, held):
     """Each of the graph's parameters by the name the weights give it: of a
-    tied parameter's names, the first the checkpoint holds (shapes), else
-    the first in the model."""
+    tied parameter's names, the first the checkpoint holds (held:
+    checkpoint_shapes'), else the first in the model."""
     tied = tied_names(model)
     for t in ex.g.leaves:
         if t.role != "param":
             continue
         names = tied.get(t.name, [t.name])
-        name = next((n for n in names if n in shapes), names[0])
+        name = next((n for n in names if n in held), names[0])
         if name != t.name:
             ex.params[name] = ex.params.pop(t.name)
             t.name = name
@@ -258,7 +258,7 @@ def export(model, batch, seq, out_dir, checkpoint=None):
     if meta and checkpoint is None:
         raise ExportError("a model on the meta device needs the checkpoint its weights are "
                           "read from")
-    tensors = checkpoint_shapes(checkpoint) if meta else {}  # before the trace: it fails fast
+    held = checkpoint_shapes(checkpoint) if meta else {}  # before the trace: it fails fast
     buffers = {}
     if meta:  # every value on the meta device for the trace (the model's too); buffers' kept
         buffers = {n: b.detach().clone() for n, b in wrapper.named_buffers() if not b.is_meta}
@@ -286,13 +286,13 @@ def export(model, batch, seq, out_dir, checkpoint=None):
                               one_line(e))
     ex = Exporter(ep, batch, seq, buffers)
     loss = ex.run()
-    name_params(ex, model, tensors)
+    name_params(ex, model, held)
     doc, leaves = ex.g.to_json([loss])
     params = {t.name: ex.params[t.name] for t in leaves if t.role == "param"}
     consts = {t.name: torch.from_numpy(np.ascontiguousarray(ex.consts[t.name]))
               for t in leaves if t.role == "constant"}
     if meta:
-        check_checkpoint(tensors, params)
+        check_checkpoint(held, params)
     if consts:
         doc["constants"] = "constants.safetensors"
     os.makedirs(out_dir, exist_ok=True)
@@ -301,8 +301,8 @@ def export(model, batch, seq, out_dir, checkpoint=None):
         written["constants.safetensors"] = lambda path: save_file(consts, path,
                                                                   metadata={"format": "pt"})
     if not meta:
-        tensors = {n: v.detach().float().contiguous() for n, v in params.items()}
-        written["model.safetensors"] = lambda path: save_file(tensors, path,
+        weights = {n: v.detach().float().contiguous() for n, v in params.items()}
+        written["model.safetensors"] = lambda path: save_file(weights, path,
                                                               metadata={"format": "pt"})
     # every file written aside first, then each put in place, the graph
     # last: a failure leaves what was there before, and no .tmp behind

@@ -36,6 +36,12 @@
 #define WHY_QUANT_COMM                                                                             \
     "quantised ZeRO++ communication, which changes values: regc sends fp32 (or bf16 gathers "      \
     "under compile.precision bf16)"
+#define WHY_PREDIVIDE                                                                              \
+    "when the gradients are divided by the ranks: regc's are already the global batch's mean "     \
+    "when summed (each micro-batch's loss seeded with its share)"
+#define WHY_OPT_CHECK                                                                              \
+    "DeepSpeed's check of an optimizer under ZeRO: regc's AdamW runs at every stage"
+#define WHY_SAVE_GATHER "regc's --save and checkpoints gather every shard always, in fp32"
 #define WHY_OFFLOAD_PARAM_OFF                                                                      \
     "parameter offload's settings, which apply only with offload_param.device cpu or nvme, "       \
     "refused"

@@ -142,8 +142,9 @@ def write_case(case, out_dir):
         return model
     model.to(case.get("dtype", torch.float32)).save_pretrained(
         out_dir, max_shard_size=case.get("shard", "5GB"))
-    os.remove(os.path.join(out_dir, "generation_config.json")) if os.path.exists(
-        os.path.join(out_dir, "generation_config.json")) else None
+    generation = os.path.join(out_dir, "generation_config.json")  # nothing regc reads
+    if os.path.exists(generation):
+        os.remove(generation)
     export_torch.export(export_torch.load_model(out_dir), case["batch"], case["seq"], out_dir,
                         checkpoint=out_dir)
     return auto_class(case).from_pretrained(out_dir, dtype=torch.float32,
@@ -239,6 +240,58 @@ class Attend(torch.nn.Module):
         return self.head(y.transpose(1, 2).reshape(2, 4, 8))
 
 
+def write_index(directory, weight_map):
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump({"weight_map": weight_map}, f)
+
+
+def check_checkpoint_errors():
+    """A directory whose checkpoint does not hold the graph's parameters as
+    regc reads them is refused in one line naming what is wrong, before
+    anything is written: a tensor missing, one in a dtype regc does not
+    read, an index naming a shard that is not there, no checkpoint."""
+    from safetensors.torch import load_file, save_file
+    case = next(c for c in CASES if c["name"] == "llama")
+    tmp = tempfile.mkdtemp(prefix="regc-checkpoint-errors-")
+    try:
+        src = os.path.join(tmp, "src")
+        write_case(case, src)
+        state = load_file(os.path.join(src, "model.safetensors"))
+        edits = [
+            ("missing", lambda d: save_file({k: v for k, v in state.items()
+                                             if k != "lm_head.weight"},
+                                            os.path.join(d, "model.safetensors")),
+             "has no tensor lm_head.weight"),
+            ("float64", lambda d: save_file(dict(state, **{"lm_head.weight":
+                                                           state["lm_head.weight"].double()}),
+                                            os.path.join(d, "model.safetensors")),
+             "lm_head.weight is F64"),
+            ("no shard", lambda d: write_index(d, {"lm_head.weight": "gone.safetensors"}),
+             "gone.safetensors"),
+            ("nothing", lambda d: None, "no model.safetensors or model.safetensors.index.json"),
+        ]
+        for what, make, want in edits:
+            d = os.path.join(tmp, what.replace(" ", "_"))
+            os.makedirs(d)
+            shutil.copy(os.path.join(src, "config.json"), d)
+            make(d)
+            out = os.path.join(tmp, "out_" + what.replace(" ", "_"))
+            try:
+                export_torch.export(export_torch.load_model(d), case["batch"], case["seq"], out,
+                                    checkpoint=d)
+            except export_torch.ExportError as e:
+                if want not in str(e) or "\n" in str(e) or os.path.exists(out):
+                    print("export_cases: a checkpoint with %s: %r (or output written)" % (what, e),
+                          file=sys.stderr)
+                    return 1
+                continue
+            print("export_cases: a checkpoint with %s exported" % what, file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        shutil.rmtree(tmp)
+
+
 def check_masks():
     """A causal mask (bool, or additive with the lowest float) becomes the
     causal flag; a soft additive mask stays a bias, as PyTorch adds it."""
@@ -332,7 +385,7 @@ def main():
             print("export_cases: regenerated exports differ from the committed ones: %s"
                   % ", ".join(bad), file=sys.stderr)
             return 1
-        if check_unsupported() or check_masks():
+        if check_unsupported() or check_masks() or check_checkpoint_errors():
             return 1
         if args.regc and check_round_trip(args.regc):
             return 1
