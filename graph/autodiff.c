@@ -222,11 +222,19 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         return REGC_OK;
     }
     case REGC_OP_ATTENTION: {
-        /* with a score bias (input 3) the backward reads it and returns
-         * its gradient as a 4th output */
-        int has_bias = n->n_in == 4;
-        int bwd_in[7] = {dy, in[0], in[1], in[2], n->out[0], n->out[1], has_bias ? in[3] : -1};
-        if (node_n(c, REGC_OP_ATTENTION_BWD, &n->attrs, 6 + has_bias, bwd_in, 3 + has_bias, out))
+        /* with a score bias the backward reads it and returns its gradient
+         * as a 4th output; with dropout it reads the site and draw, to draw
+         * the same mask (they get no gradient) */
+        regc_attn_slots at;
+        if (regc_attn_slots_of(n->op, &n->attrs, n->n_in, &at))
+            return REGC_ERR_SHAPE;
+        const int has_bias = at.bias >= 0;
+        int bwd_in[9] = {dy, in[0], in[1], in[2], n->out[0], n->out[1]}, n_bwd = 6;
+        if (has_bias)
+            bwd_in[n_bwd++] = in[at.bias];
+        if (at.site >= 0)
+            bwd_in[n_bwd++] = in[at.site], bwd_in[n_bwd++] = in[at.draw];
+        if (node_n(c, REGC_OP_ATTENTION_BWD, &n->attrs, n_bwd, bwd_in, 3 + has_bias, out))
             return REGC_ERR_SHAPE;
         for (int i = 0; i < 3 + has_bias; i++)
             if (accumulate(c, in[i], out[i]))

@@ -143,6 +143,22 @@ void regc_op_arity(regc_op op, int *n_in, int *n_out)
     *n_out = op_info[op].n_out;
 }
 
+int regc_attn_slots_of(regc_op op, const regc_attrs *a, int n_in, regc_attn_slots *out)
+{
+    /* the fixed inputs: q, k, v; the backward's dout before them and out,
+     * lse after */
+    const int fixed = op == REGC_OP_ATTENTION_BWD ? 6 : 3, drop = a->value > 0.0f ? 2 : 0;
+    const int bias = n_in - fixed - drop;
+    if (bias != 0 && bias != 1)
+        return regc_error(REGC_ERR_ARG, "%s: %d inputs given (%d, one more with a bias%s)",
+                          regc_op_name(op), n_in, fixed + drop,
+                          drop ? ", the dropout's site and draw last" : "");
+    out->bias = bias ? fixed : -1;
+    out->site = drop ? fixed + bias : -1;
+    out->draw = drop ? fixed + bias + 1 : -1;
+    return REGC_OK;
+}
+
 /* ---------------------------------------------------------------- storage */
 
 regc_graph *regc_graph_new(void)

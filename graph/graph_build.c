@@ -73,8 +73,18 @@ int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_k
 
 int regc_graph_attention_with(regc_graph *g, int q, int k, int v, const regc_attrs *a)
 {
-    int out[2] = {0};
-    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, a, 3, (int[]){q, k, v}, 2, out, 0, NULL);
+    return regc_graph_attention_full(g, q, k, v, -1, -1, -1, a);
+}
+
+int regc_graph_attention_full(regc_graph *g, int q, int k, int v, int bias, int site, int draw,
+                              const regc_attrs *a)
+{
+    int in[6] = {q, k, v}, n = 3, out[2] = {0};
+    if (bias >= 0)
+        in[n++] = bias;
+    if (a->value > 0.0f)
+        in[n++] = site, in[n++] = draw;
+    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, a, n, in, 2, out, 0, NULL);
     return rc < 0 ? rc : out[0];
 }
 

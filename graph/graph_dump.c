@@ -33,6 +33,8 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
             fprintf(f, " softcap=%g", a->softcap);
         if (a->window != 0)
             fprintf(f, " window=%lld", (long long)a->window);
+        if (a->value != 0.0f)
+            fprintf(f, " dropout=%g", a->value);
         break;
     case REGC_OP_ROPE: fprintf(f, " n_head=%d inverse=%d", a->n_head, a->inverse); break;
     case REGC_OP_TRANSPOSE:

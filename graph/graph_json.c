@@ -109,6 +109,8 @@ static cJSON *node_to_json(const regc_graph *g, const regc_node *n)
             cJSON_AddNumberToObject(o, "softcap", a->softcap);
         if (a->window != 0)
             cJSON_AddNumberToObject(o, "window", (double)a->window);
+        if (a->value != 0.0f) /* the probabilities' dropout */
+            cJSON_AddNumberToObject(o, "dropout", a->value);
     }
     if (set & A_ROPE) {
         cJSON_AddNumberToObject(o, "n_head", a->n_head);
@@ -325,6 +327,8 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
                 return REGC_ERR_FORMAT;
             a.window = v;
         }
+        if (cJSON_GetObjectItemCaseSensitive(o, "dropout") && get_float(c, o, "dropout", &a.value))
+            return REGC_ERR_FORMAT;
     }
     if (set & A_ROPE) {
         if (get_int(c, o, "n_head", 1, 1 << 20, &v))

@@ -102,6 +102,9 @@ static int infer_attention(regc_op op, const regc_attrs *a, const regc_tensor *q
                           "%s: softcap %g must be finite and not negative, and a window (%lld) "
                           "needs the causal mask",
                           regc_op_name(op), (double)a->softcap, (long long)a->window);
+    if (!(a->value >= 0.0f && a->value < 1.0f))
+        return regc_error(REGC_ERR_ARG, "%s: dropout %g is outside [0, 1)", regc_op_name(op),
+                          (double)a->value);
     return REGC_OK;
 }
 
@@ -111,6 +114,17 @@ static int want_bias(regc_op op, const regc_attrs *a, const regc_tensor *q, cons
 {
     int64_t s[3] = {a->n_head, q->shape[1], k->shape[1]};
     return want_shape(op, bias, 3, s);
+}
+
+/* A dropout's site [1] and draw [4] (their dtype is checked with every
+ * input's). */
+static int want_draw(regc_op op, const regc_tensor *site, const regc_tensor *draw)
+{
+    if (regc_tensor_numel(site) != 1)
+        return bad(op, site, "must be an i32 site [1]");
+    if (regc_tensor_numel(draw) != 4)
+        return bad(op, draw, "must be the i32 draw [4]");
+    return REGC_OK;
 }
 
 /* Is r a row statistic of x: x's shape with the last dimension 1? */
@@ -135,13 +149,19 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
         return regc_error(REGC_ERR_ARG, "%s: %d inputs given", name, n_in);
     if (want_out >= 0 ? n_out != want_out : (n_out < 1 || n_out > REGC_MAX_IO))
         return regc_error(REGC_ERR_ARG, "%s: %d outputs requested", name, n_out);
+    /* attention's dropout reads its site and draw last */
+    regc_attn_slots at = {-1, -1, -1};
+    if ((op == REGC_OP_ATTENTION || op == REGC_OP_ATTENTION_BWD) &&
+        regc_attn_slots_of(op, a, n_in, &at))
+        return REGC_ERR_ARG;
     /* every op but these reads f32 in every slot (ids are read only from
      * the graph's inputs, whose values are checked when they are filled) */
     for (int i = 0; i < n_in; i++) {
-        int is_index =
-            (op == REGC_OP_EMBEDDING && i == 0) || (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
-            (op == REGC_OP_CROSS_ENTROPY && i == 1) ||
-            (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2) || (op == REGC_OP_DROPOUT && i > 0);
+        int is_index = (op == REGC_OP_EMBEDDING && i == 0) ||
+                       (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
+                       (op == REGC_OP_CROSS_ENTROPY && i == 1) ||
+                       (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2) ||
+                       (op == REGC_OP_DROPOUT && i > 0) || i == at.site || i == at.draw;
         if (want_dtype(op, x[i], is_index ? REGC_I32 : REGC_F32))
             return REGC_ERR_SHAPE;
     }
@@ -275,10 +295,8 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
     case REGC_OP_DROPOUT:
         if (!(a->value >= 0.0f && a->value < 1.0f))
             return regc_error(REGC_ERR_ARG, "%s: p must be in [0, 1)", name);
-        if (x[1]->dtype != REGC_I32 || regc_tensor_numel(x[1]) != 1)
-            return bad(op, x[1], "must be an i32 site [1]");
-        if (x[2]->dtype != REGC_I32 || regc_tensor_numel(x[2]) != 4)
-            return bad(op, x[2], "must be the i32 draw [4]");
+        if (want_draw(op, x[1], x[2]))
+            return REGC_ERR_SHAPE;
         spec_like(&o[0], x[0]);
         return REGC_OK;
     case REGC_OP_ADD_SCALAR:
@@ -312,14 +330,13 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
         }
         return REGC_OK;
     case REGC_OP_ATTENTION: {
-        /* q, k, v and optionally T5's additive score bias */
-        if (n_in != 3 && n_in != 4)
-            return regc_error(REGC_ERR_ARG, "%s: %d inputs given (3, or 4 with a bias)", name,
-                              n_in);
+        /* q, k, v, optionally T5's additive score bias, then the dropout's
+         * site and draw when it drops */
         if (infer_attention(op, a, x[0], x[1], x[2]) ||
-            (n_in == 4 && want_bias(op, a, x[0], x[1], x[3])))
+            (at.bias >= 0 && want_bias(op, a, x[0], x[1], x[at.bias])) ||
+            (at.site >= 0 && want_draw(op, x[at.site], x[at.draw])))
             return REGC_ERR_SHAPE;
-        if (n_in == 4 && a->softcap > 0.0f)
+        if (at.bias >= 0 && a->softcap > 0.0f)
             return regc_error(REGC_ERR_UNSUPPORTED, "%s: a score bias with soft-capping", name);
         spec_like(&o[0], x[0]);
         int64_t lse[3] = {x[0]->shape[0], a->n_head, x[0]->shape[1]};
@@ -427,13 +444,13 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
         return REGC_OK;
     }
     case REGC_OP_ATTENTION_BWD: {
-        /* a forward with a bias reads it again and returns its gradient too */
-        if ((n_in != 6 && n_in != 7) || n_out != n_in - 3)
-            return regc_error(REGC_ERR_ARG,
-                              "%s: %d inputs and %d outputs (6 and 3, or 7 and 4 with a bias)",
-                              name, n_in, n_out);
+        /* a forward with a bias reads it again and returns its gradient
+         * too; one that drops draws its mask again */
+        if (n_out != (at.bias >= 0 ? 4 : 3))
+            return regc_error(REGC_ERR_ARG, "%s: %d outputs (3, or 4 with a bias)", name, n_out);
         if (infer_attention(op, a, x[1], x[2], x[3]) ||
-            (n_in == 7 && want_bias(op, a, x[1], x[2], x[6])))
+            (at.bias >= 0 && want_bias(op, a, x[1], x[2], x[at.bias])) ||
+            (at.site >= 0 && want_draw(op, x[at.site], x[at.draw])))
             return REGC_ERR_SHAPE;
         int64_t lse[3] = {x[1]->shape[0], a->n_head, x[1]->shape[1]};
         if (!same_shape(x[0], x[1]) || !same_shape(x[4], x[1]) || want_shape(op, x[5], 3, lse))
@@ -442,7 +459,7 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
         spec_like(&o[1], x[2]);
         spec_like(&o[2], x[3]);
         if (n_out == 4)
-            spec_like(&o[3], x[6]);
+            spec_like(&o[3], x[at.bias]);
         return REGC_OK;
     }
     case REGC_OP_CROSS_ENTROPY_BWD:

@@ -16,7 +16,7 @@
 #include "regc_common.h"
 
 #define REGC_MAX_DIMS 6
-#define REGC_MAX_IO 8 /* inputs or outputs of one node */
+#define REGC_MAX_IO 9 /* inputs or outputs of one node (ATTENTION_BWD reads 9 at most) */
 /* regc_tensor's frozen: how a frozen parameter is held (regc_frozen_kinds) */
 #define REGC_FROZEN_BF16 2     /* in bf16 */
 #define REGC_FROZEN_NF4 3      /* in NF4 (kernels/nf4_format.h), multiplied in fp32 */
@@ -40,12 +40,16 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   GELU          (x) tanh form                           -> x's shape
  *   SPLIT         (x [..., n*C]) into n equal parts on the last axis -> n x [..., C]
  *   CONCAT        (x1..xn [..., Ci]) on the last axis      -> [..., sum of Ci]
- *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D] [, bias [H, Tq, Tk]])
+ *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D] [, bias [H, Tq, Tk]]
+ *                 [, site i32 [1], draw i32 [4]])
  *                 n_head, n_kv_head, causal, scale        -> out [B, Tq, H*D], lse [B, H, Tq]
  *                 bias (T5's position bias) is added to the scaled scores
  *                 before masking and softmax, the same for every batch row;
  *                 [softcap] caps the scaled scores (never with a bias),
- *                 [window] slides the causal mask (Gemma 2's, Mistral's)
+ *                 [window] slides the causal mask (Gemma 2's, Mistral's);
+ *                 [value] = p drops the probabilities as DROPOUT drops x
+ *                 (GPT-2's attn_pdrop), site and draw given then alone;
+ *                 lse stays the undropped softmax's (regc_attn_slots_of)
  *   RESHAPE       (x) to the output's shape, same element count (a view)
  *   TRANSPOSE     (x) perm                                -> x.shape[perm[i]]
  *   CROSS_ENTROPY (logits [..., V], targets i32 [...])    -> loss [] (mean), lse [...]
@@ -86,7 +90,8 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   EMBEDDING_BWD (dout [..., C], ids [...]) vocab         -> dtable [vocab, C]
  *   LAYERNORM_BWD (dy, x, w, mean, rstd)                   -> dx, dw, db
  *   GELU_BWD      (dy, x)                                  -> dx
- *   ATTENTION_BWD (dout, q, k, v, out, lse [, bias]) as ATTENTION -> dq, dk, dv [, dbias]
+ *   ATTENTION_BWD (dout, q, k, v, out, lse [, bias] [, site, draw]) as
+ *                 ATTENTION                              -> dq, dk, dv [, dbias]
  *                 dbias [H, Tq, Tk] (summed over the batch) only with a bias
  *   CROSS_ENTROPY_BWD (dloss [], logits, targets, lse)     -> dlogits
  *   RMSNORM_BWD   (dy, x, w, rstd)                         -> dx, dw
@@ -158,12 +163,13 @@ typedef struct {
     float softcap; /* ATTENTION, ATTENTION_BWD: scores capped, softcap tanh(x / softcap); 0: none */
     int64_t window; /* ATTENTION, ATTENTION_BWD (causal): keys i - window + 1 .. i; 0: all */
     int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
-    float value;             /* FILL, SCALE, ADD_SCALAR, POW (the exponent), DROPOUT (p) */
-    int64_t vocab;           /* EMBEDDING_BWD: rows of the table */
-    int padded;              /* EMBEDDING, EMBEDDING_BWD: padding_idx is set */
-    int64_t padding_idx;     /* ... the id whose row the backward leaves out */
-    int axis;                /* SLICE, SLICE_BWD */
-    int64_t start;           /* SLICE, SLICE_BWD */
+    float value;         /* FILL, SCALE, ADD_SCALAR, POW (the exponent), DROPOUT (p), ATTENTION and
+                            ATTENTION_BWD (the probabilities' dropout p; 0: none) */
+    int64_t vocab;       /* EMBEDDING_BWD: rows of the table */
+    int padded;          /* EMBEDDING, EMBEDDING_BWD: padding_idx is set */
+    int64_t padding_idx; /* ... the id whose row the backward leaves out */
+    int axis;            /* SLICE, SLICE_BWD */
+    int64_t start;       /* SLICE, SLICE_BWD */
 } regc_attrs;
 
 typedef struct {
@@ -258,9 +264,13 @@ int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_k
 int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape);
 int regc_graph_transpose(regc_graph *g, int x, const int *perm);
 int regc_graph_cross_entropy(regc_graph *g, int logits, int targets);
-/* attention with an additive score bias [n_head, Tq, Tk] (T5) */
 /* ATTENTION with every attribute of a (heads, causal, scale, softcap, window). */
 int regc_graph_attention_with(regc_graph *g, int q, int k, int v, const regc_attrs *a);
+/* ... and every input: bias -1 for none; site and draw (DROPOUT's) when
+ * a->value, the probabilities' dropout p, is above 0, else -1. */
+int regc_graph_attention_full(regc_graph *g, int q, int k, int v, int bias, int site, int draw,
+                              const regc_attrs *a);
+/* attention with an additive score bias [n_head, Tq, Tk] (T5) */
 int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int n_head,
                               int n_kv_head, int causal, float scale);
 int regc_graph_rmsnorm(regc_graph *g, int x, int w, float eps);
@@ -288,6 +298,15 @@ int regc_graph_slice(regc_graph *g, int x, int axis, int64_t start, int64_t len)
 int regc_graph_dropout(regc_graph *g, int x, int site, int draw, float p);
 
 /* ---- facts about ops, dtypes and tensors */
+
+/* Where an ATTENTION's or ATTENTION_BWD's optional inputs sit among its
+ * n_in (its dropout's when a->value > 0); -1 where absent. */
+typedef struct {
+    int bias, site, draw;
+} regc_attn_slots;
+/* REGC_OK, or an error naming op when n_in does not fit its attributes. */
+int regc_attn_slots_of(regc_op op, const regc_attrs *a, int n_in, regc_attn_slots *out);
+
 const char *regc_op_name(regc_op op);
 int regc_op_from_name(const char *name); /* op or -1 */
 const char *regc_dtype_name(regc_dtype t);

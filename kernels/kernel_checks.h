@@ -195,6 +195,11 @@ static inline int regc_attn_check(const regc_attn_shape *s, const char *what)
                           "%s: softcap %g must be finite and not negative, and a window (%lld) "
                           "needs the causal mask",
                           what, (double)s->softcap, (long long)s->window);
+    if (!(s->dropout >= 0.0f && s->dropout < 1.0f) ||
+        (s->dropout > 0.0f && (!s->drop_site || !s->drop_draw)))
+        return regc_error(REGC_ERR_ARG,
+                          "%s: dropout %g must be in [0, 1), and given its site and draw", what,
+                          (double)s->dropout);
     return REGC_OK;
 }
 
@@ -206,6 +211,28 @@ static inline int regc_attn_check_bias(const regc_attn_shape *s, const void *bia
         return regc_error(REGC_ERR_UNSUPPORTED,
                           "%s: a score bias with soft-capping is not supported", what);
     return REGC_OK;
+}
+
+/* Is attention's dropout drawn in this call? (Read from drop_draw, which
+ * lives where the kernel runs.) */
+static inline REGC_HD int regc_attn_drops(const regc_attn_shape *s)
+{
+    return s->dropout > 0.0f && s->drop_draw[3] != 0;
+}
+
+/* The factor attention's dropout multiplies probability (b, h, i, j) by
+ * when regc_attn_drops: 0, or 1 / (1 - dropout) rounded to float as torch
+ * rounds it, from the dropout kernel's draw (regc_dropout_words) at that
+ * element's index in the [batch, n_head, tq, tk] probabilities; a backend
+ * that walks a row may draw four elements per call instead, as the dropout
+ * kernel does, and get the same factors. */
+static inline REGC_HD float regc_attn_keep(const regc_attn_shape *s, int64_t b, int h, int64_t i,
+                                           int64_t j)
+{
+    const int64_t e = ((b * s->n_head + h) * s->tq + i) * s->tk + j;
+    uint32_t w[4];
+    regc_dropout_words(s->drop_draw, *s->drop_site, e >> 2, w);
+    return regc_dropout_apply(1.0f, w[e & 3], s->dropout, 1.0f / (1.0f - s->dropout));
 }
 
 /* The first key query i sees: i - window + 1 under a sliding window. */

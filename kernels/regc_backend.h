@@ -117,6 +117,14 @@ typedef struct {
     /* a sliding window (causal only): query i sees keys i - window + 1 ..
      * i, Transformers' sliding_window; 0: none */
     int64_t window;
+    /* dropout on the probabilities (GPT-2's attn_pdrop): each kept with
+     * chance 1 - dropout and scaled by 1 / (1 - dropout), else 0, drawn as
+     * the dropout kernel draws at the element's index in the [batch, n_head,
+     * tq, tk] probabilities (regc_attn_keep); drop_site [1] and drop_draw [4]
+     * are the dropout kernel's device int32 operands, and drop_draw[3] == 0
+     * (not training) draws nothing. 0: none. */
+    float dropout;
+    const int32_t *drop_site, *drop_draw;
 } regc_attn_shape;
 
 #define REGC_ATTN_Q_BF16 1u   /* q */

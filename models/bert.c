@@ -253,9 +253,6 @@ static int bert_legacy_name(const char *name, char *buf, size_t cap)
 static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
 {
     const bert_config *c = m->cfg;
-    int rc0 = regc_model_dropout_unapplied(m, "attention_probs_dropout_prob", c->attn_drop);
-    if (rc0)
-        return rc0;
     if (T > c->n_pos)
         return regc_error(REGC_ERR_ARG,
                           "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64
@@ -275,7 +272,7 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     const int word = p[k++], wpe = p[k++], tte = p[k++], eln_w = p[k++], eln_b = p[k++];
     const float eps = (float)c->eps;
     const float scale = (float)(1.0 / sqrt((double)(c->hidden / c->n_head)));
-    const int H = (int)c->n_head;
+    const regc_attrs attn = {.n_head = (int)c->n_head, .n_kv_head = (int)c->n_head, .scale = scale};
     /* HF's order: word + token type, then + position. */
     G(x = c->pad_id >= 0 ? regc_graph_embedding_padded(g, ids, word, c->pad_id)
                          : regc_graph_embedding(g, ids, word)); /* [B, T, C] */
@@ -291,26 +288,26 @@ static int bert_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
         const int *w = &p[k];
         k += L_COUNT;
         /* Post-LN: each sublayer's output joins the residual, then normalises. */
-        G(q = regc_graph_matmul(g, x, w[L_Q_W], 0, 1));                 /* [B, T, C] */
-        G(q = regc_graph_bias_add(g, q, w[L_Q_B]));                     /* [B, T, C] */
-        G(kk = regc_graph_matmul(g, x, w[L_K_W], 0, 1));                /* [B, T, C] */
-        G(kk = regc_graph_bias_add(g, kk, w[L_K_B]));                   /* [B, T, C] */
-        G(v = regc_graph_matmul(g, x, w[L_V_W], 0, 1));                 /* [B, T, C] */
-        G(v = regc_graph_bias_add(g, v, w[L_V_B]));                     /* [B, T, C] */
-        G(h = regc_graph_attention(g, q, kk, v, H, H, 0, scale));       /* [B, T, C] */
-        G(h = regc_graph_matmul(g, h, w[L_AO_W], 0, 1));                /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[L_AO_B]));                    /* [B, T, C] */
-        G(regc_model_dropout(m, g, h, h, c->hidden_drop, &h));          /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                                 /* [B, T, C] */
-        G(x = regc_graph_layernorm(g, x, w[L_ALN_W], w[L_ALN_B], eps)); /* [B, T, C] */
-        G(h = regc_graph_matmul(g, x, w[L_I_W], 0, 1));                 /* [B, T, F] */
-        G(h = regc_graph_bias_add(g, h, w[L_I_B]));                     /* [B, T, F] */
-        G(h = regc_graph_gelu_erf(g, h));                               /* [B, T, F] */
-        G(h = regc_graph_matmul(g, h, w[L_O_W], 0, 1));                 /* [B, T, C] */
-        G(h = regc_graph_bias_add(g, h, w[L_O_B]));                     /* [B, T, C] */
-        G(regc_model_dropout(m, g, h, h, c->hidden_drop, &h));          /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                                 /* [B, T, C] */
-        G(x = regc_graph_layernorm(g, x, w[L_OLN_W], w[L_OLN_B], eps)); /* [B, T, C] */
+        G(q = regc_graph_matmul(g, x, w[L_Q_W], 0, 1));                       /* [B, T, C] */
+        G(q = regc_graph_bias_add(g, q, w[L_Q_B]));                           /* [B, T, C] */
+        G(kk = regc_graph_matmul(g, x, w[L_K_W], 0, 1));                      /* [B, T, C] */
+        G(kk = regc_graph_bias_add(g, kk, w[L_K_B]));                         /* [B, T, C] */
+        G(v = regc_graph_matmul(g, x, w[L_V_W], 0, 1));                       /* [B, T, C] */
+        G(v = regc_graph_bias_add(g, v, w[L_V_B]));                           /* [B, T, C] */
+        G(regc_model_attention(m, g, q, kk, v, -1, &attn, c->attn_drop, &h)); /* [B, T, C] */
+        G(h = regc_graph_matmul(g, h, w[L_AO_W], 0, 1));                      /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[L_AO_B]));                          /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->hidden_drop, &h));                /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                                       /* [B, T, C] */
+        G(x = regc_graph_layernorm(g, x, w[L_ALN_W], w[L_ALN_B], eps));       /* [B, T, C] */
+        G(h = regc_graph_matmul(g, x, w[L_I_W], 0, 1));                       /* [B, T, F] */
+        G(h = regc_graph_bias_add(g, h, w[L_I_B]));                           /* [B, T, F] */
+        G(h = regc_graph_gelu_erf(g, h));                                     /* [B, T, F] */
+        G(h = regc_graph_matmul(g, h, w[L_O_W], 0, 1));                       /* [B, T, C] */
+        G(h = regc_graph_bias_add(g, h, w[L_O_B]));                           /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->hidden_drop, &h));                /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                                       /* [B, T, C] */
+        G(x = regc_graph_layernorm(g, x, w[L_OLN_W], w[L_OLN_B], eps));       /* [B, T, C] */
     }
     const int dec_b = p[k++], tr_w = p[k++], tr_b = p[k++], tln_w = p[k++], tln_b = p[k++];
     const int dec_w = c->tied ? word : p[k++];

@@ -95,9 +95,6 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
                           "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64
                           " of %s",
                           T, c->n_pos, m->source);
-    int rc0 = regc_model_dropout_unapplied(m, "attention_dropout", c->attn_dropout);
-    if (rc0)
-        return rc0;
     regc_graph *g = regc_graph_new();
     int *p = NULL; /* [n_params] the parameters' tensor ids */
     if (!g)
@@ -167,8 +164,8 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         }
         G(q = regc_graph_rope(g, q, local ? cos_local : cos, local ? sin_local : sin, H));
         G(k = regc_graph_rope(g, k, local ? cos_local : cos, local ? sin_local : sin, Hkv));
-        G(h = regc_graph_attention_with(g, q, k, v, &attn)); /* [B, T, QD] */
-        G(h = decoder_linear(g, h, w[S_O], w[S_O_BIAS]));    /* [B, T, C] */
+        G(regc_model_attention(m, g, q, k, v, -1, &attn, c->attn_dropout, &h)); /* [B, T, QD] */
+        G(h = decoder_linear(g, h, w[S_O], w[S_O_BIAS]));                       /* [B, T, C] */
         if (f->norms != NORMS_BEFORE)
             G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM]));   /* [B, T, C] */
         G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */

@@ -195,9 +195,7 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
         return regc_error(REGC_ERR_ARG,
                           "sequence length %" PRId64 " exceeds n_positions %" PRId64 " of %s", T,
                           c->n_pos, m->source);
-    int rc = regc_model_dropout_unapplied(m, "attn_pdrop", c->attn_pdrop);
-    if (rc)
-        return rc;
+    int rc;
     regc_graph *g = regc_graph_new();
     int *p = NULL; /* [n_params] the parameters' tensor ids */
     if (!g)
@@ -211,6 +209,8 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
     const int wte = p[k++], wpe = p[k++];
     const float eps = (float)c->eps;
     const float scale = (float)(1.0 / sqrt((double)(c->n_embd / c->n_head)));
+    const regc_attrs attn = {
+        .n_head = (int)c->n_head, .n_kv_head = (int)c->n_head, .causal = 1, .scale = scale};
     G(x = regc_graph_embedding(g, ids, wte)); /* [B, T, C] */
     G(t = regc_graph_embedding(g, pos, wpe)); /* [T, C] */
     G(x = regc_graph_bias_add(g, x, t));      /* [B, T, C] */
@@ -223,8 +223,8 @@ static int gpt2_build_graph(const regc_model *m, int64_t B, int64_t T, regc_grap
         G(h = regc_graph_matmul(g, h, w[ATTN_W], 0, 0));              /* [B, T, 3C] */
         G(h = regc_graph_bias_add(g, h, w[ATTN_B]));                  /* [B, T, 3C] */
         G(regc_graph_split(g, h, 3, qkv));                            /* 3 x [B, T, C] */
-        G(h = regc_graph_attention(g, qkv[0], qkv[1], qkv[2], (int)c->n_head, (int)c->n_head, 1,
-                                   scale));                           /* [B, T, C] */
+        G(regc_model_attention(m, g, qkv[0], qkv[1], qkv[2], -1, &attn, c->attn_pdrop,
+                               &h));                                  /* [B, T, C] */
         G(h = regc_graph_matmul(g, h, w[ATTN_PROJ_W], 0, 0));         /* [B, T, C] */
         G(h = regc_graph_bias_add(g, h, w[ATTN_PROJ_B]));             /* [B, T, C] */
         G(regc_model_dropout(m, g, h, h, c->resid_pdrop, &h));        /* [B, T, C] */

@@ -290,32 +290,47 @@ int regc_model_dropout_on(const regc_model *m) { return m->dropout; }
 #define DROPOUT_SITE "dropout.site."
 #define DROPOUT_DRAW "dropout.draw"
 
+/* A dropout's inputs: the constant naming its site (*s) and the batch's
+ * draw, one for the graph (*draw). */
+static int dropout_inputs(regc_graph *g, int site, int *s, int *draw)
+{
+    const int64_t one = 1, four = 4;
+    char name[64];
+    snprintf(name, sizeof name, DROPOUT_SITE "%d", site);
+    *draw = regc_graph_find_tensor(g, DROPOUT_DRAW);
+    if (*draw < 0 &&
+        (*draw = regc_graph_add_tensor(g, DROPOUT_DRAW, REGC_I32, REGC_ROLE_INPUT, 1, &four)) < 0)
+        return *draw;
+    *s = regc_graph_add_constant(g, name, REGC_I32, 1, &one);
+    return *s < 0 ? *s : REGC_OK;
+}
+
 int regc_model_dropout(const regc_model *m, regc_graph *g, int x, int site, double p, int *out)
 {
     *out = x;
     if (!m->dropout || p <= 0.0)
         return REGC_OK;
-    const int64_t one = 1, four = 4;
-    char name[64];
-    snprintf(name, sizeof name, DROPOUT_SITE "%d", site);
-    int draw = regc_graph_find_tensor(g, DROPOUT_DRAW), s;
-    if (draw < 0 &&
-        (draw = regc_graph_add_tensor(g, DROPOUT_DRAW, REGC_I32, REGC_ROLE_INPUT, 1, &four)) < 0)
-        return draw;
-    if ((s = regc_graph_add_constant(g, name, REGC_I32, 1, &one)) < 0)
-        return s;
+    int s, draw, rc = dropout_inputs(g, site, &s, &draw);
+    if (rc)
+        return rc;
     *out = regc_graph_dropout(g, x, s, draw, (float)p);
     return *out < 0 ? *out : REGC_OK;
 }
 
-int regc_model_dropout_unapplied(const regc_model *m, const char *key, double p)
+int regc_model_attention(const regc_model *m, regc_graph *g, int q, int k, int v, int bias,
+                         const regc_attrs *a, double p, int *out)
 {
-    if (!m->dropout || p <= 0.0)
-        return REGC_OK;
-    return regc_error(REGC_ERR_UNSUPPORTED,
-                      "%s: %s %g: this dropout is not applied in training yet (train.dropout on "
-                      "applies the others); set it to 0, or train.dropout off",
-                      m->source, key, p);
+    regc_attrs with = *a;
+    int s = -1, draw = -1;
+    with.value = 0.0f;
+    if (m->dropout && p > 0.0) {
+        int rc = dropout_inputs(g, q, &s, &draw);
+        if (rc)
+            return rc;
+        with.value = (float)p;
+    }
+    *out = regc_graph_attention_full(g, q, k, v, bias, s, draw, &with);
+    return *out < 0 ? *out : REGC_OK;
 }
 
 const char *regc_model_dropout_note(const regc_model *m)

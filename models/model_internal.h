@@ -247,9 +247,11 @@ int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids);
  * site; every site of a graph is another tensor), drawn from the graph's
  * "dropout.draw" input; x itself when m trains without dropout or p is 0. */
 int regc_model_dropout(const regc_model *m, regc_graph *g, int x, int site, double p, int *out);
-/* An architecture's dropout that regc does not apply yet: an error naming
- * the config key when m trains with dropout and p > 0. */
-int regc_model_dropout_unapplied(const regc_model *m, const char *key, double p);
+/* *out = ATTENTION of a over q, k, v with a score bias (-1: none), its
+ * probabilities dropped with p when m trains with dropout (the site is q's
+ * id); a->value is ignored. */
+int regc_model_attention(const regc_model *m, regc_graph *g, int q, int k, int v, int bias,
+                         const regc_attrs *a, double p, int *out);
 /* "(applied)" or "(not applied: train.dropout off)", for descriptions. */
 const char *regc_model_dropout_note(const regc_model *m);
 

@@ -88,7 +88,7 @@ int64_t regc_model_compute_rope(const regc_model *m, int64_t seq, float *inv_fre
 typedef struct {
     int64_t r;
     double alpha;   /* lora_alpha: the update is scaled by alpha / r (0: PEFT's 8) */
-    double dropout; /* lora_dropout (not applied yet: must be 0) */
+    double dropout; /* lora_dropout, applied with train.dropout on */
     int use_rslora; /* scale by alpha / sqrt r */
     /* module names separated by commas (a layer whose name is one, or ends
      * in "." and one), "all-linear" (every linear layer but the output

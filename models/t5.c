@@ -251,30 +251,33 @@ static t5_ff_params t5_take_ff(const t5_config *c, const int *p, int *k)
 }
 
 /* rmsnorm, q/k/v from (x, kv), attention with an optional bias, o, and the
- * residual add: one pre-norm attention sublayer. */
-static int t5_attention(regc_graph *g, const t5_config *c, int x, int kv, const t5_attn_params *w,
+ * residual add: one pre-norm attention sublayer. dropout_rate drops the
+ * probabilities and the sublayer's output, as T5LayerSelfAttention does. */
+static int t5_attention(const regc_model *m, regc_graph *g, int x, int kv, const t5_attn_params *w,
                         int bias, int causal)
 {
+    const t5_config *c = m->cfg;
     int rc, h, q, k, v, a;
     const int H = (int)c->n_head;
+    const regc_attrs attn = {.n_head = H, .n_kv_head = H, .causal = causal, .scale = 1.0f};
     G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps));    /* [B, T, C] */
     G(q = regc_graph_matmul(g, h, w->q, 0, 1));               /* [B, T, H*Dkv] */
     G(k = regc_graph_matmul(g, kv < 0 ? h : kv, w->k, 0, 1)); /* [B, Tk, H*Dkv] */
     G(v = regc_graph_matmul(g, kv < 0 ? h : kv, w->v, 0, 1)); /* [B, Tk, H*Dkv] */
     /* T5 folds the 1/sqrt(d_kv) into q's init: the scores are not scaled */
-    if (bias >= 0)
-        G(a = regc_graph_attention_bias(g, q, k, v, bias, H, H, causal, 1.0f)); /* [B, T, H*Dkv] */
-    else
-        G(a = regc_graph_attention(g, q, k, v, H, H, causal, 1.0f)); /* [B, T, H*Dkv] */
-    G(a = regc_graph_matmul(g, a, w->o, 0, 1));                      /* [B, T, C] */
-    return regc_graph_add(g, x, a);                                  /* [B, T, C] */
+    G(regc_model_attention(m, g, q, k, v, bias, &attn, c->dropout, &a)); /* [B, T, H*Dkv] */
+    G(a = regc_graph_matmul(g, a, w->o, 0, 1));                          /* [B, T, C] */
+    G(regc_model_dropout(m, g, a, a, c->dropout, &a));                   /* [B, T, C] */
+    return regc_graph_add(g, x, a);                                      /* [B, T, C] */
 fail:
     return rc;
 }
 
-/* rmsnorm, DenseReluDense (relu or gated-gelu) and the residual add. */
-static int t5_feed_forward(regc_graph *g, const t5_config *c, int x, const t5_ff_params *w)
+/* rmsnorm, DenseReluDense (relu or gated-gelu) and the residual add;
+ * dropout_rate drops the activation before wo and the sublayer's output. */
+static int t5_feed_forward(const regc_model *m, regc_graph *g, int x, const t5_ff_params *w)
 {
+    const t5_config *c = m->cfg;
     int rc, h, u;
     G(h = regc_graph_rmsnorm(g, x, w->ln, (float)c->eps)); /* [B, T, C] */
     if (c->gated) {
@@ -286,8 +289,10 @@ static int t5_feed_forward(regc_graph *g, const t5_config *c, int x, const t5_ff
         G(h = regc_graph_matmul(g, h, w->wi_0, 0, 1)); /* [B, T, F] */
         G(h = regc_graph_relu(g, h));                  /* [B, T, F] */
     }
-    G(h = regc_graph_matmul(g, h, w->wo, 0, 1)); /* [B, T, C] */
-    return regc_graph_add(g, x, h);              /* [B, T, C] */
+    G(regc_model_dropout(m, g, h, h, c->dropout, &h)); /* [B, T, F] */
+    G(h = regc_graph_matmul(g, h, w->wo, 0, 1));       /* [B, T, C] */
+    G(regc_model_dropout(m, g, h, h, c->dropout, &h)); /* [B, T, C] */
+    return regc_graph_add(g, x, h);                    /* [B, T, C] */
 fail:
     return rc;
 }
@@ -305,9 +310,6 @@ fail:
 static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out)
 {
     const t5_config *c = m->cfg;
-    const int rc0 = regc_model_dropout_unapplied(m, "dropout_rate", c->dropout);
-    if (rc0)
-        return rc0;
     regc_graph *g = regc_graph_new();
     int *p = NULL; /* [n_params] the parameters' tensor ids */
     if (!g)
@@ -323,36 +325,41 @@ static int t5_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph 
     const int shared = p[k++];
     const float eps = (float)c->eps;
 
-    /* encoder: block 0's table gives every layer's bias */
-    G(x = regc_graph_embedding(g, ids, shared)); /* [B, T, C] */
+    /* encoder: block 0's table gives every layer's bias; dropout_rate
+     * drops each stack's embeddings and its final norm's output too */
+    G(x = regc_graph_embedding(g, ids, shared));       /* [B, T, C] */
+    G(regc_model_dropout(m, g, x, x, c->dropout, &x)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_enc; l++) {
         const t5_attn_params self = t5_take_attn(p, &k, l == 0);
         const t5_ff_params ff = t5_take_ff(c, p, &k);
         if (l == 0)
             G(bias = t5_position_bias(g, enc_buckets, self.rel_bias)); /* [H, T, T] */
-        G(x = t5_attention(g, c, x, -1, &self, bias, 0));              /* [B, T, C] */
-        G(x = t5_feed_forward(g, c, x, &ff));                          /* [B, T, C] */
+        G(x = t5_attention(m, g, x, -1, &self, bias, 0));              /* [B, T, C] */
+        G(x = t5_feed_forward(m, g, x, &ff));                          /* [B, T, C] */
     }
     const int enc_norm = p[k++];
     int enc;
-    G(enc = regc_graph_rmsnorm(g, x, enc_norm, eps)); /* [B, T, C] */
+    G(enc = regc_graph_rmsnorm(g, x, enc_norm, eps));        /* [B, T, C] */
+    G(regc_model_dropout(m, g, enc, enc, c->dropout, &enc)); /* [B, T, C] */
 
     /* decoder: causal self-attention with its own bias, then cross-attention */
-    G(y = regc_graph_embedding(g, dec_ids, shared)); /* [B, T, C] */
+    G(y = regc_graph_embedding(g, dec_ids, shared));   /* [B, T, C] */
+    G(regc_model_dropout(m, g, y, y, c->dropout, &y)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_dec; l++) {
         const t5_attn_params self = t5_take_attn(p, &k, l == 0);
         const t5_attn_params cross = t5_take_attn(p, &k, 0);
         const t5_ff_params ff = t5_take_ff(c, p, &k);
         if (l == 0)
             G(bias = t5_position_bias(g, dec_buckets, self.rel_bias)); /* [H, T, T] */
-        G(y = t5_attention(g, c, y, -1, &self, bias, 1));              /* [B, T, C] */
-        G(y = t5_attention(g, c, y, enc, &cross, -1, 0));              /* [B, T, C] */
-        G(y = t5_feed_forward(g, c, y, &ff));                          /* [B, T, C] */
+        G(y = t5_attention(m, g, y, -1, &self, bias, 1));              /* [B, T, C] */
+        G(y = t5_attention(m, g, y, enc, &cross, -1, 0));              /* [B, T, C] */
+        G(y = t5_feed_forward(m, g, y, &ff));                          /* [B, T, C] */
     }
     const int dec_norm = p[k++];
     const int head = c->tied ? shared : p[k++];
     int logits, loss;
-    G(y = regc_graph_rmsnorm(g, y, dec_norm, eps)); /* [B, T, C] */
+    G(y = regc_graph_rmsnorm(g, y, dec_norm, eps));    /* [B, T, C] */
+    G(regc_model_dropout(m, g, y, y, c->dropout, &y)); /* [B, T, C] */
     /* a tied head reads the embedding table, whose scale is the input's:
      * HF rescales the decoder output by d_model^-1/2 first */
     if (c->tied)
@@ -525,11 +532,11 @@ static void t5_describe(const regc_model *m, char *buf, size_t cap)
              ", %" PRId64 " encoder + %" PRId64 " decoder layers, %" PRId64 " heads, %" PRId64
              " relative buckets up to %" PRId64
              ", layer_norm_epsilon %g, %s, %s embeddings, decoder start %" PRId64
-             ", %s parameters%s; dropout_rate %g (not applied in training)",
+             ", %s parameters%s; dropout_rate %g %s",
              m->source, c->vocab, c->d_model, c->d_kv, c->d_ff, c->n_enc, c->n_dec, c->n_head,
              c->n_buckets, c->max_distance, c->eps, c->gated ? "gated-gelu" : "relu",
              c->tied ? "tied" : "untied", c->start_id, count, m->weights ? "" : " (shape only)",
-             c->dropout);
+             c->dropout, regc_model_dropout_note(m));
 }
 
 /* the copies of the shared embedding, the tied head, and the decoder's

@@ -280,6 +280,7 @@ static int lower_node(lower_ctx *c, int i)
         if (!(x = regc_lower_emit(c, k, i, n_out, (int)(sizeof t_ / sizeof *t_), t_)))             \
             return regc_error(REGC_ERR_MEMORY, "region compile: out of memory");                   \
     } while (0)
+#define OPT(slot) ((slot) >= 0 ? in[slot] : -1) /* an optional input, -1 when absent */
     int64_t rows_in0 = n->n_in ? numel(c, in[0]) / last_dim(c, in[0]) : 0;
     switch (n->op) {
     case REGC_OP_EMBEDDING:
@@ -341,21 +342,26 @@ static int lower_node(lower_ctx *c, int i)
         }
         break;
     }
-    case REGC_OP_ATTENTION:
-        if (n->n_in == 4)
-            EMIT(K_ATTN_FWD, 2, o[0], o[1], in[0], in[1], in[2], in[3]);
-        else
-            EMIT(K_ATTN_FWD, 2, o[0], o[1], in[0], in[1], in[2], -1);
+    case REGC_OP_ATTENTION: {
+        regc_attn_slots at;
+        if (regc_attn_slots_of(n->op, &n->attrs, n->n_in, &at))
+            return REGC_ERR_ARG;
+        EMIT(K_ATTN_FWD, 2, o[0], o[1], in[0], in[1], in[2], OPT(at.bias), OPT(at.site),
+             OPT(at.draw));
         attn_of(c, n, in[0], in[1], &x->attn);
+        x->f = n->attrs.value; /* the probabilities' dropout */
         break;
-    case REGC_OP_ATTENTION_BWD:
-        if (n->n_in == 7)
-            EMIT(K_ATTN_BWD, 4, o[0], o[1], o[2], o[3], in[0], in[1], in[2], in[3], in[6], in[4],
-                 in[5]);
-        else
-            EMIT(K_ATTN_BWD, 4, o[0], o[1], o[2], -1, in[0], in[1], in[2], in[3], -1, in[4], in[5]);
+    }
+    case REGC_OP_ATTENTION_BWD: {
+        regc_attn_slots at;
+        if (regc_attn_slots_of(n->op, &n->attrs, n->n_in, &at))
+            return REGC_ERR_ARG;
+        EMIT(K_ATTN_BWD, 4, o[0], o[1], o[2], at.bias >= 0 ? o[3] : -1, in[0], in[1], in[2], in[3],
+             OPT(at.bias), in[4], in[5], OPT(at.site), OPT(at.draw));
         attn_of(c, n, in[1], in[2], &x->attn);
+        x->f = n->attrs.value;
         break;
+    }
     case REGC_OP_RESHAPE:
         EMIT(K_COPY, 1, o[0], in[0]);
         x->d[0] = regc_tensor_bytes(T(c, in[0]));
@@ -480,6 +486,7 @@ static int lower_node(lower_ctx *c, int i)
                           regc_op_name(n->op));
     }
 #undef EMIT
+#undef OPT
     return REGC_OK;
 }
 

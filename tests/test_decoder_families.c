@@ -404,7 +404,8 @@ static int count_ops(const regc_graph *g, regc_op op)
 }
 
 /* Phi-3's resid_pdrop drops the attention's and the MLP's outputs, once
- * each per layer, when training applies dropout. */
+ * each per layer, when training applies dropout; attention_dropout, each
+ * attention's probabilities. */
 static void test_phi3_dropout(void **state)
 {
     regc_test_dir *f = *state;
@@ -418,11 +419,18 @@ static void test_phi3_dropout(void **state)
     assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 2 * 3);
     regc_graph_free(g);
     regc_model_free(m);
-    /* attention_dropout has no kernel yet: refused when it would apply */
+    /* attention_dropout drops each layer's attention probabilities */
     m = load(f, "qwen2", "\"attention_dropout\": 0.1");
     regc_model_set_dropout(m, 1);
-    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_ERR_UNSUPPORTED);
-    regc_test_expect_error("attention_dropout 0.1: this dropout is not applied", NULL);
+    assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
+    int dropping = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        dropping += n->op == REGC_OP_ATTENTION && n->attrs.value == 0.1f && n->n_in == 5;
+    }
+    assert_int_equal(dropping, 3);
+    assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 0);
+    regc_graph_free(g);
     regc_model_free(m);
 }
 

@@ -59,6 +59,10 @@ static regc_graph *every_op_graph(void)
     int draw =
         regc_graph_add_tensor(g, "dropout.draw", REGC_I32, REGC_ROLE_INPUT, 1, (int64_t[]){4});
     a = regc_graph_dropout(g, a, site, draw, 0.25f); /* [2, 4, 6] */
+    /* attention with a bias and its probabilities dropped */
+    const regc_attrs drop = {.n_head = 2, .n_kv_head = 2, .scale = 1.0f, .value = 0.125f};
+    a = regc_graph_add(g, a,
+                       regc_graph_attention_full(g, a, parts[1], parts[2], pos, site, draw, &drop));
     int lo = regc_graph_slice(g, a, 2, 0, 3), hi = regc_graph_slice(g, a, 2, 3, 3);
     a = regc_graph_concat(g, 2, (int[]){hi, lo});                             /* [2, 4, 6] */
     int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
@@ -166,7 +170,24 @@ static void test_new_op_shape_errors(void **state)
     regc_attrs a = {.n_head = 2, .n_kv_head = 2, .scale = 1.0f};
     assert_true(regc_graph_add_node(g, REGC_OP_ATTENTION_BWD, &a, 6, (int[]){x, x, x, x, x, lse}, 4,
                                     out, 0, NULL) < 0);
-    assert_non_null(strstr(regc_error_message(), "7 and 4 with a bias"));
+    assert_non_null(strstr(regc_error_message(), "4 outputs (3, or 4 with a bias)"));
+    /* the probabilities' dropout: p in [0, 1), its site i32 [1] and draw
+     * i32 [4] last */
+    int site = regc_graph_add_tensor(g, "site", REGC_I32, REGC_ROLE_INPUT, 1, (int64_t[]){1});
+    int draw = regc_graph_add_tensor(g, "draw", REGC_I32, REGC_ROLE_INPUT, 1, (int64_t[]){4});
+    regc_attrs drop = {.n_head = 2, .n_kv_head = 2, .scale = 1.0f, .value = 0.1f};
+    assert_true(
+        regc_graph_add_node(g, REGC_OP_ATTENTION, &drop, 3, (int[]){x, x, x}, 2, out, 0, NULL) < 0);
+    assert_non_null(strstr(regc_error_message(),
+                           "attention: 3 inputs given (5, one more with a bias, the dropout's "
+                           "site and draw last)"));
+    assert_true(regc_graph_attention_full(g, x, x, x, -1, draw, site, &drop) < 0);
+    assert_non_null(strstr(regc_error_message(), "draw [4]: must be an i32 site [1]"));
+    assert_true(regc_graph_attention_full(g, x, x, x, -1, x, draw, &drop) < 0);
+    assert_non_null(strstr(regc_error_message(), "x [2, 4, 6]: dtype f32, expected i32"));
+    drop.value = 1.0f;
+    assert_true(regc_graph_attention_full(g, x, x, x, -1, site, draw, &drop) < 0);
+    assert_non_null(strstr(regc_error_message(), "attention: dropout 1 is outside [0, 1)"));
     assert_true(regc_graph_scale(g, x, INFINITY) < 0);
     assert_non_null(strstr(regc_error_message(), "scale: value must be finite"));
     assert_true(regc_graph_add_node(g, REGC_OP_RELU_BWD, NULL, 2, (int[]){x, cs}, 1, out, 0, NULL) <

@@ -50,10 +50,12 @@ static int group_teardown(void **state)
  * [H, tq, tk] (or NULL) also its gradient dbias, summed over the batch;
  * with soft-capping and a sliding window as Transformers' eager attention
  * applies them (cap tanh(x / cap) of the scaled score; keys i - j >=
- * window masked). */
+ * window masked); with z ([B, H, tq, tk] or NULL) the probabilities
+ * multiplied by it, as eager attention's dropout does after the softmax. */
 static void naive_attention(const regc_attn_shape *s, const float *q, const float *k,
-                            const float *v, const float *dout, const float *bias, double *out,
-                            double *lse, double *dq, double *dk, double *dv, double *dbias)
+                            const float *v, const float *dout, const float *bias, const float *z,
+                            double *out, double *lse, double *dq, double *dk, double *dv,
+                            double *dbias)
 {
     const int64_t H = s->n_head, Hkv = s->n_kv_head, D = s->head_dim, rep = H / Hkv;
     const int64_t qld = H * D, kvld = Hkv * D;
@@ -97,27 +99,32 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
                 double *dqi = dq + (b * s->tq + i) * qld + h * D;
                 for (int64_t e = 0; e < D; e++)
                     oi[e] = dqi[e] = 0.0;
+                /* the row's dropout factors, 1 without */
+                const float *zi = z ? z + ((b * H + h) * s->tq + i) * s->tk : NULL;
                 for (int64_t j = j0; j < nk; j++) {
                     const float *vj = v + (b * s->tk + j) * kvld + g * D;
+                    const double zj = zi ? zi[j] : 1.0;
                     p[j] = exp(p[j] - mx) / sum;
                     dp[j] = 0.0;
                     for (int64_t e = 0; e < D; e++) {
-                        oi[e] += p[j] * vj[e];
+                        oi[e] += p[j] * zj * vj[e];
                         dp[j] += (double)doi[e] * vj[e];
                     }
+                    dp[j] *= zj; /* the gradient of the dropped probability's input */
                     delta += p[j] * dp[j];
                 }
                 for (int64_t j = j0; j < nk; j++) {
                     const float *kj = k + (b * s->tk + j) * kvld + g * D;
                     double *dkj = dk + (b * s->tk + j) * kvld + g * D;
                     double *dvj = dv + (b * s->tk + j) * kvld + g * D;
+                    const double zj = zi ? zi[j] : 1.0;
                     const double ds = p[j] * (dp[j] - delta) * slope[j] * s->scale;
                     if (dbias)
                         dbias[(h * s->tq + i) * s->tk + j] += p[j] * (dp[j] - delta);
                     for (int64_t e = 0; e < D; e++) {
                         dqi[e] += ds * kj[e];
                         dkj[e] += ds * qi[e];
-                        dvj[e] += p[j] * doi[e];
+                        dvj[e] += p[j] * zj * doi[e];
                     }
                 }
             }
@@ -126,11 +133,41 @@ static void naive_attention(const regc_attn_shape *s, const float *q, const floa
     free(slope);
 }
 
-static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_bias)
+/* The factors the dropout kernel gives a tensor of ones of the
+ * probabilities' shape [B, H, tq, tk] for s's site and draw: attention's
+ * dropout must draw these. */
+static float *dropout_of_ones(const regc_attn_shape *s)
+{
+    const size_t n = (size_t)(s->batch * s->n_head * s->tq * s->tk);
+    float *ones = malloc(n * sizeof *ones);
+    assert_non_null(ones);
+    for (size_t e = 0; e < n; e++)
+        ones[e] = 1.0f;
+    float *x = regc_test_upload(be, ones, n), *y = regc_test_dev_nan(be, n);
+    be->dropout(be, y, x, s->drop_site, s->drop_draw, s->dropout, (int64_t)n);
+    free(ones);
+    return regc_test_download(be, y, n);
+}
+
+/* s as given, or with its probabilities dropped with p (p > 0), against
+ * the naive loops above. */
+static void check_attention_vs_naive_drop(regc_attn_shape s, uint64_t seed, int with_bias, float p)
 {
     const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s),
                  nl = (size_t)(s.batch * s.n_head * s.tq);
     const size_t nb = (size_t)(s.n_head * s.tq * s.tk);
+    const int32_t site = 11 + (int32_t)seed, draw[4] = {(int32_t)seed, 7, 3, 1};
+    float *z = NULL;
+    if (p > 0.0f) {
+        s.dropout = p;
+        s.drop_site = regc_test_upload_ints(be, &site, 1);
+        s.drop_draw = regc_test_upload_ints(be, draw, 4);
+        z = dropout_of_ones(&s);
+        size_t dropped = 0, n = (size_t)(s.batch * s.n_head * s.tq * s.tk);
+        for (size_t e = 0; e < n; e++)
+            dropped += z[e] == 0.0f;
+        assert_true(dropped > 0 && dropped < n / 2); /* a mask, not all or nothing */
+    }
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     regc_test_attention_inputs(be, &s, seed, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
     float *hb = with_bias ? regc_test_host_uniform(nb, seed + 7, 0.0f, 2.0f) : NULL;
@@ -146,12 +183,12 @@ static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_
     double *w_dq = regc_test_host_doubles(nq), *w_dk = regc_test_host_doubles(nkv);
     double *w_dv = regc_test_host_doubles(nkv);
     double *w_db = with_bias ? regc_test_host_doubles(nb) : NULL;
-    naive_attention(&s, hq, hk, hv, hdo, hb, w_out, w_lse, w_dq, w_dk, w_dv, w_db);
-    char what[96];
+    naive_attention(&s, hq, hk, hv, hdo, hb, z, w_out, w_lse, w_dq, w_dk, w_dv, w_db);
+    char what[128];
     snprintf(what, sizeof what,
-             "attention T=%lld D=%d H=%d/%d causal=%d bias=%d cap=%g window=%lld", (long long)s.tq,
-             s.head_dim, s.n_head, s.n_kv_head, s.causal, with_bias, (double)s.softcap,
-             (long long)s.window);
+             "attention T=%lld D=%d H=%d/%d causal=%d bias=%d cap=%g window=%lld dropout=%g",
+             (long long)s.tq, s.head_dim, s.n_head, s.n_kv_head, s.causal, with_bias,
+             (double)s.softcap, (long long)s.window, (double)p);
     if (with_bias)
         regc_test_assert_close(what, regc_test_download(be, dbias, nb), w_db, nb, 3e-5, 3e-5);
     regc_test_assert_close(what, regc_test_download(be, out, nq), w_out, nq, 3e-5, 3e-5);
@@ -161,26 +198,51 @@ static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_
     regc_test_assert_close(what, regc_test_download(be, dv, nkv), w_dv, nkv, 3e-5, 3e-5);
 }
 
+static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_bias)
+{
+    check_attention_vs_naive_drop(s, seed, with_bias, 0.0f);
+}
+
 static void test_attention_matches_naive(void **state)
 {
     (void)state;
     /* head_dim 19: two 8-wide blocks of the dot product plus a tail */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0, 0.0f, 0}, 100,
-                             0);
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f, 0, 0.0f, 0}, 200,
-                             0);
-    check_attention_vs_naive((regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f, 0, 0.0f, 0}, 300, 0);
+    check_attention_vs_naive(
+        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 100,
+        0);
+    check_attention_vs_naive(
+        (regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 200,
+        0);
+    check_attention_vs_naive(
+        (regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 300, 0);
     /* T5: scale 1 and a position bias, multi-threaded dbias over 3 batch rows */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f, 0, 0.0f, 0}, 600, 1);
-    check_attention_vs_naive((regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0}, 700, 1);
+    check_attention_vs_naive(
+        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 600, 1);
+    check_attention_vs_naive(
+        (regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 700, 1);
     /* Gemma 2: soft-capped scores (a cap the scores reach, so tanh bends
      * them), a sliding window shorter than T, and both */
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.6f, 0, 0.5f, 0}, 800, 0);
-    check_attention_vs_naive((regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.23f, 0, 0.0f, 5}, 900, 0);
-    check_attention_vs_naive((regc_attn_shape){2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9}, 1000, 0);
+    check_attention_vs_naive(
+        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.6f, 0, 0.5f, 0, 0.0f, NULL, NULL}, 800, 0);
+    check_attention_vs_naive(
+        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.23f, 0, 0.0f, 5, 0.0f, NULL, NULL}, 900, 0);
+    check_attention_vs_naive(
+        (regc_attn_shape){2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9, 0.0f, NULL, NULL}, 1000, 0);
     /* a window as long as T changes nothing; one key wide, each query sees itself */
-    check_attention_vs_naive((regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 11}, 1100, 0);
-    check_attention_vs_naive((regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 1}, 1200, 0);
+    check_attention_vs_naive(
+        (regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 11, 0.0f, NULL, NULL}, 1100, 0);
+    check_attention_vs_naive(
+        (regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 1, 0.0f, NULL, NULL}, 1200, 0);
+    /* the probabilities' dropout: GPT-2's (causal, rows of 37 keys, so a
+     * draw's four elements straddle rows), T5's (a bias, tq != tk, the
+     * bias gradient summed over the batch), with grouped heads, a cap and a
+     * window */
+    const regc_attn_shape gpt2 = {3, 37, 37, 6, 6, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    const regc_attn_shape t5 = {3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    const regc_attn_shape gemma = {2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9, 0.0f, NULL, NULL};
+    check_attention_vs_naive_drop(gpt2, 1300, 0, 0.1f);
+    check_attention_vs_naive_drop(t5, 1400, 1, 0.25f);
+    check_attention_vs_naive_drop(gemma, 1500, 0, 0.1f);
 }
 
 /* Soft-capping with a bias is refused by name (neither backend forms its
@@ -188,7 +250,7 @@ static void test_attention_matches_naive(void **state)
 static void test_attention_refusals(void **state)
 {
     (void)state;
-    regc_attn_shape s = {1, 4, 4, 2, 2, 4, 1, 0.5f, 0, 0.5f, 0};
+    regc_attn_shape s = {1, 4, 4, 2, 2, 4, 1, 0.5f, 0, 0.5f, 0, 0.0f, NULL, NULL};
     float *q = regc_test_dev_nan(be, 32), *out = regc_test_dev_nan(be, 32);
     float *lse = regc_test_dev_nan(be, 8), *bias = regc_test_dev_nan(be, 32);
     be->attention_fwd(be, out, lse, q, q, q, bias, &s);
@@ -206,7 +268,7 @@ static void test_attention_refusals(void **state)
 static void test_attention_gqa_equals_repeated_heads(void **state)
 {
     (void)state;
-    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f, 0, 0.0f, 0};
+    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f, 0, 0.0f, 0, 0.0f, NULL, NULL};
     regc_attn_shape mha = gqa;
     mha.n_kv_head = gqa.n_head;
     const int rep = gqa.n_head / gqa.n_kv_head, D = gqa.head_dim;
@@ -262,7 +324,7 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
 static void test_attention_causal_first_row_is_v0(void **state)
 {
     (void)state;
-    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f, 0, 0.0f, 0};
+    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f, 0, 0.0f, 0, 0.0f, NULL, NULL};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     regc_test_attention_inputs(be, &s, 500, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
@@ -293,7 +355,7 @@ static void test_attention_without_keys(void **state)
     (void)state;
     regc_backend *d = regc_test_cpu_backend(2);
     assert_non_null(d);
-    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f, 0, 0.0f, 0};
+    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f, 0, 0.0f, 0, 0.0f, NULL, NULL};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *q = regc_test_upload(d, regc_test_host_uniform(nq, 510, 0.0f, 1.0f), nq);
     float *dout = regc_test_upload(d, regc_test_host_uniform(nq, 511, 0.0f, 1.0f), nq);

@@ -111,7 +111,7 @@ static void test_presets(void **state)
     assert_non_null(strstr(d, "t5-small"));
     assert_non_null(strstr(d, "60,506,624 parameters (shape only)"));
     assert_non_null(strstr(d, "6 encoder + 6 decoder layers"));
-    assert_non_null(strstr(d, "dropout_rate 0.1 (not applied in training)"));
+    assert_non_null(strstr(d, "dropout_rate 0.1 (not applied: train.dropout off)"));
     regc_model_free(m);
 
     assert_int_equal(regc_model_load("t5-tiny", &m), REGC_OK);

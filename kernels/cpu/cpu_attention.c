@@ -2,8 +2,9 @@
  * query heads, an optional causal mask (optionally a sliding window of it:
  * keys before the window take no weight), optional soft-capping of the
  * scaled scores (Gemma 2's cap tanh(x / cap), whose slope 1 - tanh^2 the
- * backward applies to the score gradients) and an optional additive score
- * bias (T5's position bias, [n_head, tq, tk] shared by the batch). Nothing of
+ * backward applies to the score gradients), an optional additive score
+ * bias (T5's position bias, [n_head, tq, tk] shared by the batch) and an
+ * optional dropout on the probabilities (GPT-2's attn_pdrop). Nothing of
  * size T x T is ever stored per batch: the forward keeps one row of scores
  * per thread and saves each row's log-sum-exp; the backward recomputes the
  * probabilities from it, one head at a time per thread, keeping that head's
@@ -15,7 +16,13 @@
  * and values are widened, exactly, as they are transposed or into the
  * thread's scratch, a query or output row likewise, so every product reads
  * the fp32 values it would have read from an fp32 copy, and the bits are
- * that copy's; a bf16 out is stored rounded. */
+ * that copy's; a bf16 out is stored rounded.
+ *
+ * Dropout (out = (P * Z) V, Z the mask scaled by 1 / (1 - p)): the row's
+ * sum and the saved log-sum-exp are of the undropped probabilities, and the
+ * mask is drawn again in the backward rather than stored, so dV = (P Z)^T dO
+ * and dS = P (Z dP - delta); delta = rowsum(dO * O) still equals
+ * rowsum(P Z dP), as in FlashAttention. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -95,6 +102,25 @@ static const float *cpu_attn_rows(const float *x, int bf16, int64_t off, int64_t
     return buf;
 }
 
+/* z[j] = attention dropout's factor for keys first .. n_keys - 1 of query
+ * i of head h in batch row b (regc_attn_keep's), drawn four elements per
+ * Philox call as the dropout kernel draws them. */
+static void cpu_attn_keep_row(float *restrict z, const regc_attn_shape *s, int64_t b, int h,
+                              int64_t i, int64_t first, int64_t n_keys)
+{
+    const int64_t e0 = ((b * s->n_head + h) * s->tq + i) * s->tk;
+    const float scale = 1.0f / (1.0f - s->dropout);
+    const int32_t site = *s->drop_site;
+    uint32_t w[4];
+    int64_t q = -1; /* the group of four whose words w holds */
+    for (int64_t j = first; j < n_keys; j++) {
+        const int64_t e = e0 + j;
+        if (e >> 2 != q)
+            regc_dropout_words(s->drop_draw, site, q = e >> 2, w);
+        z[j] = regc_dropout_apply(1.0f, w[e & 3], s->dropout, scale);
+    }
+}
+
 /* s[j] = scale * (a . x_j) for j < n_keys, with xt the head transposed
  * ([D, ld]): the sum runs down d in order for every key, a block of keys at
  * a time, so it vectorises across keys and its bits never depend on the
@@ -161,8 +187,9 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
     const int64_t q_ld = (int64_t)H * D, kv_ld = (int64_t)s->n_kv_head * D;
     const int q16 = (s->bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s->bf16 & REGC_ATTN_K_BF16) != 0;
     const int v16 = (s->bf16 & REGC_ATTN_V_BF16) != 0, o16 = (s->bf16 & REGC_ATTN_OUT_BF16) != 0;
-    const size_t stride =
-        cpu_thread_stride((int64_t)D * ld + ld + D + (v16 ? tk * D : 0) + (q16 ? D : 0));
+    const int drop = regc_attn_drops(s);
+    const size_t stride = cpu_thread_stride((int64_t)D * ld + ld + D + (v16 ? tk * D : 0) +
+                                            (q16 ? D : 0) + (drop ? ld : 0));
     float *scratch = regc_cpu_get_scratch(be, (size_t)threads * stride * sizeof(float));
     if (!scratch)
         return;
@@ -175,6 +202,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
         float *acc = p + ld;                                         /* [D] */
         float *v_wide = acc + D;                                     /* [tk, D] when v16 */
         float *q_wide = v_wide + (v16 ? tk * D : 0);                 /* [D] when q16 */
+        float *z = q_wide + (q16 ? D : 0);                           /* [ld] when drop */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
             const int64_t b = task / H;
@@ -217,6 +245,11 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 double sum = 0.0;
                 for (int64_t j = first; j < n_keys; j++)
                     sum += p[j];
+                if (drop) { /* after the sum: the softmax is of every key */
+                    cpu_attn_keep_row(z, s, b, h, i, first, n_keys);
+                    for (int64_t j = first; j < n_keys; j++)
+                        p[j] *= z[j];
+                }
                 memset(acc, 0, (size_t)D * sizeof(float));
                 cpu_attn_row_combine(acc, p + first, n_keys - first, vb + first * v_ld, v_ld, D);
                 const float inv = (float)(1.0 / sum);
@@ -235,7 +268,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
  * probabilities are recomputed once more rather than kept: storing dS for
  * the whole batch would be the T x T per batch row this file avoids.
  * kt, vt: every (batch, kv head)'s keys and values transposed, [batch *
- * n_kv_head, D, ld]; per thread, rows of row_stride floats: p, dp [ld]
+ * n_kv_head, D, ld]; per thread, rows of row_stride floats: p, dp, z [ld]
  * each, and from `wide` a query row [D] where q is bf16, then an output
  * row [D] where out is. */
 static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dout, const float *q,
@@ -254,6 +287,7 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
         float *dp = p + ld;                                          /* [ld] */
+        float *z = dp + ld;                                          /* [ld] */
         float *q_wide = p + wide, *o_wide = q_wide + (q16 ? D : 0);  /* [D] each, as needed */
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < n_tasks; task++) {
@@ -275,7 +309,13 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
                 const float delta = cpu_dot(doi, oi, D);
                 cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, s->scale);
                 cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
-                for (int64_t j = regc_attn_first_key(s, i); j < n_keys; j++)
+                const int64_t first = regc_attn_first_key(s, i);
+                if (regc_attn_drops(s)) { /* the mask's gradient: Z dP */
+                    cpu_attn_keep_row(z, s, b, h, i, first, n_keys);
+                    for (int64_t j = first; j < n_keys; j++)
+                        dp[j] *= z[j];
+                }
+                for (int64_t j = first; j < n_keys; j++)
                     dbi[j] += regc_expf(p[j] + bi[j] - lse_i) * (dp[j] - delta);
             }
         }
@@ -306,11 +346,12 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
     const int64_t n_tasks = s->batch * Hkv, head_size = (int64_t)D * ld;
     const int q16 = (s->bf16 & REGC_ATTN_Q_BF16) != 0, k16 = (s->bf16 & REGC_ATTN_K_BF16) != 0;
     const int v16 = (s->bf16 & REGC_ATTN_V_BF16) != 0, o16 = (s->bf16 & REGC_ATTN_OUT_BF16) != 0;
-    /* per thread: rows p, dp [ld]; for one query head, P^T and dS^T [tk, tq]
+    const int drop = regc_attn_drops(s);
+    /* per thread: rows p, dp, z [ld]; for one query head, P^T and dS^T [tk, tq]
      * (T x T of one head, never of the batch); then what is widened from
      * bf16: the kv head's keys [tk, D], the query head's rows [tq, D] (at
      * least [D], the dbias pass's query row) and an output row [D] */
-    const size_t wide = (size_t)(2 * ld + 2 * tk * tq);
+    const size_t wide = (size_t)(3 * ld + 2 * tk * tq);
     const size_t row_stride = cpu_thread_stride((int64_t)wide + (k16 ? tk * D : 0) +
                                                 (q16 ? (tq > 1 ? tq : 1) * D : 0) + (o16 ? D : 0));
     const size_t heads = (size_t)(n_tasks * head_size);
@@ -327,7 +368,8 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
     {
         float *p = rows + (size_t)omp_get_thread_num() * row_stride; /* [ld] */
         float *dp = p + ld;                                          /* [ld] */
-        float *pt = dp + ld;                                         /* [tk, tq] */
+        float *z = dp + ld;                                          /* [ld] */
+        float *pt = z + ld;                                          /* [tk, tq] */
         float *dst = pt + tk * tq;                                   /* [tk, tq] */
         float *k_wide = p + wide;                                    /* [tk, D] when k16 */
         float *q_wide = k_wide + (k16 ? tk * D : 0);                 /* [tq, D] when q16 */
@@ -376,6 +418,11 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                     if (bi)
                         for (int64_t j = first; j < n_keys; j++)
                             p[j] += bi[j];
+                    if (drop) { /* the mask's gradient: Z dP */
+                        cpu_attn_keep_row(z, s, b, h, i, first, n_keys);
+                        for (int64_t j = first; j < n_keys; j++)
+                            dp[j] *= z[j];
+                    }
                     /* p becomes the probabilities, dp the score gradients;
                      * both are kept transposed for dK and dV below */
                     if (s->softcap > 0.0f) {
@@ -394,6 +441,9 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                             dst[j * tq + i] = dp[j];
                         }
                     }
+                    if (drop) /* dV reads the probabilities as dropped: P Z */
+                        for (int64_t j = first; j < n_keys; j++)
+                            pt[j * tq + i] *= z[j];
                     memset(dqi, 0, (size_t)D * sizeof(float));
                     cpu_attn_row_combine(dqi, dp + first, n_keys - first, kb + first * k_ld, k_ld,
                                          D); /* dS K */

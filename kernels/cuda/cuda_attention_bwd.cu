@@ -39,17 +39,20 @@ static __global__ void cuda_attention_delta_kernel(float *delta,      /* [batch,
     delta[(b * H + h) * tq + i] = cuda_dot_row(dout + row * D, out, out_bf16, row * D, D);
 }
 
-/* p = exp(s - lse) and ds = p (dp - delta) of the thread's tile, s the
- * scaled and biased score; zeros where the key is not seen. */
+/* p = exp(s - lse) and ds = p (dp - delta) of the thread's tile of batch
+ * row b and head h, s the scaled and biased score; zeros where the key is
+ * not seen. With dropout, dp is first multiplied by the element's factor z
+ * and p becomes p z, what dV reads (the CPU's operations in its order). */
 template <int R, int C>
 static __device__ __forceinline__ void cuda_form_ds(float (&sc)[R][C], float (&dp)[R][C],
-                                                    int64_t q0, int64_t k0,
+                                                    int64_t q0, int64_t k0, int64_t b, int h,
                                                     const float *lse_h,   /* [tq] */
                                                     const float *delta_h, /* [tq] */
                                                     const float *bh,      /* [tq, tk] or NULL */
                                                     const regc_attn_shape &s)
 {
     const int ty = threadIdx.x / ATTN_SIDE, tx = threadIdx.x % ATTN_SIDE;
+    const bool drop = regc_attn_drops(&s);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const int64_t i = q0 + ty + ATTN_SIDE * r;
@@ -66,9 +69,12 @@ static __device__ __forceinline__ void cuda_form_ds(float (&sc)[R][C], float (&d
                 if (bh)
                     x = x + bh[i * s.tk + j];
                 p = regc_expf(x - li);
-                ds = p * (dp[r][c] - di);
+                const float z = drop ? regc_attn_keep(&s, b, h, i, j) : 1.0f;
+                ds = p * ((drop ? dp[r][c] * z : dp[r][c]) - di);
                 if (s.softcap > 0.0f) /* the CPU's order: (p (dp - delta)) slope */
                     ds = ds * slope;
+                if (drop)
+                    p = p * z;
             }
             sc[r][c] = p;
             dp[r][c] = ds;
@@ -146,7 +152,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
             float sc[RQ][CK], dp[RQ][CK];
             cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);
             cuda_dot_tile<RQ, CK>(dp, dos, vs, LD, D);
-            cuda_form_ds<RQ, CK>(sc, dp, q0, k0, lse_h, delta_h, bh, s);
+            cuda_form_ds<RQ, CK>(sc, dp, q0, k0, b, h, lse_h, delta_h, bh, s);
 #pragma unroll
             for (int r = 0; r < RQ; r++)
 #pragma unroll
@@ -240,7 +246,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
         float sc[RQ][CK], dp[RQ][CK];
         cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);
         cuda_dot_tile<RQ, CK>(dp, dos, vs, LD, D);
-        cuda_form_ds<RQ, CK>(sc, dp, q0, k0, lse_h, delta_h, bh, s);
+        cuda_form_ds<RQ, CK>(sc, dp, q0, k0, b, h, lse_h, delta_h, bh, s);
 #pragma unroll
         for (int r = 0; r < RQ; r++)
 #pragma unroll
@@ -317,8 +323,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
         float sc[RQ][CK], dp[RQ][CK];
         cuda_dot_tile<RQ, CK>(sc, qs, ks, LD, D);
         cuda_dot_tile<RQ, CK>(dp, dos, vs, LD, D);
-        cuda_form_ds<RQ, CK>(sc, dp, q0, k0, lse + (b * H + h) * tq, delta + (b * H + h) * tq, bh,
-                             s);
+        cuda_form_ds<RQ, CK>(sc, dp, q0, k0, b, h, lse + (b * H + h) * tq, delta + (b * H + h) * tq,
+                             bh, s);
 #pragma unroll
         for (int r = 0; r < RQ; r++)
 #pragma unroll

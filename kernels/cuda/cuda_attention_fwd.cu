@@ -38,6 +38,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     const cuda_head kh = cuda_head_of(k, k16, b, tk, kv_ld, blk.g, D);       /* [tk, D] */
     const cuda_head vh = cuda_head_of(v, v16, b, tk, kv_ld, blk.g, D);       /* [tk, D] */
     const float *bh = bias ? bias + (int64_t)h * tq * tk : (const float *)0; /* [tq, tk] */
+    const bool drop = regc_attn_drops(&s);
 
     cuda_load_tile<BQ, DM>(qs, qh, q0, tq, D);
     float o[RQ][CD], m[RQ];
@@ -103,6 +104,15 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
 #pragma unroll
             for (int c = 0; c < CD; c++)
                 o[r][c] *= alpha;
+            /* the sum is of every key's probability; P V reads the kept
+             * ones, scaled (the CPU's order: p times its factor) */
+            if (drop)
+#pragma unroll
+                for (int c = 0; c < CK; c++) {
+                    const int64_t j = k0 + tx + ATTN_SIDE * c;
+                    if (sc[r][c] != 0.0f)
+                        sc[r][c] = sc[r][c] * regc_attn_keep(&s, b, h, i, j);
+                }
 #pragma unroll
             for (int c = 0; c < CK; c++)
                 p_own[ATTN_SIDE * (r * LDP + c)] = sc[r][c];

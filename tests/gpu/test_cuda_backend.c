@@ -155,11 +155,55 @@ static void test_adamw_matches_cpu(void **state)
     free(p2);
 }
 
+/* Attention with its probabilities dropped, cuda against cpu from the same
+ * inputs, site and draw: a mask drawn differently moves values by far more
+ * than the tolerance, which covers only the forward's other order of sums. */
+static void check_attention_dropout(regc_attn_shape s, uint64_t seed, int with_bias, float p)
+{
+    const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s);
+    const size_t nl = (size_t)(s.batch * s.n_head * s.tq), nb = (size_t)(s.n_head * s.tq * s.tk);
+    const int32_t site = 5 + (int32_t)seed, draw[4] = {(int32_t)seed, 3, 2, 1};
+    float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
+    regc_test_attention_inputs(gpu, &s, seed, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
+    float *hb = with_bias ? regc_test_host_uniform(nb, seed + 1, 0.0f, 2.0f) : NULL;
+    float *bias = with_bias ? regc_test_upload(gpu, hb, nb) : NULL;
+    regc_attn_shape sc = s, sg = s;
+    sc.dropout = sg.dropout = p;
+    sc.drop_site = &site, sc.drop_draw = draw;
+    sg.drop_site = regc_test_upload_ints(gpu, &site, 1);
+    sg.drop_draw = regc_test_upload_ints(gpu, draw, 4);
+    float *c[6], *g[6]; /* out, lse, dq, dk, dv, dbias */
+    const size_t n[6] = {nq, nl, nq, nkv, nkv, nb};
+    for (int i = 0; i < 6; i++)
+        c[i] = regc_test_host_floats(n[i]), g[i] = regc_test_dev_nan(gpu, n[i]);
+    cpu->attention_fwd(cpu, c[0], c[1], hq, hk, hv, hb, &sc);
+    cpu->attention_bwd(cpu, c[2], c[3], c[4], hb ? c[5] : NULL, hdo, hq, hk, hv, hb, c[0], c[1],
+                       &sc);
+    gpu->attention_fwd(gpu, g[0], g[1], q, k, v, bias, &sg);
+    gpu->attention_bwd(gpu, g[2], g[3], g[4], bias ? g[5] : NULL, dout, q, k, v, bias, g[0], g[1],
+                       &sg);
+    static const char *const name[6] = {"out", "lse", "dq", "dk", "dv", "dbias"};
+    for (int i = 0; i < (with_bias ? 6 : 5); i++)
+        assert_close(c[i], regc_test_download(gpu, g[i], n[i]), n[i], 1e-4f, name[i]);
+}
+
+static void test_attention_dropout_matches_cpu(void **state)
+{
+    (void)state;
+    const regc_attn_shape gpt2 = {3, 37, 37, 6, 6, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    const regc_attn_shape t5 = {3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    const regc_attn_shape gemma = {2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9, 0.0f, NULL, NULL};
+    check_attention_dropout(gpt2, 13, 0, 0.1f);
+    check_attention_dropout(t5, 14, 1, 0.25f);
+    check_attention_dropout(gemma, 15, 0, 0.1f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_epilogues_match_cpu),
         cmocka_unit_test(test_adamw_matches_cpu),
+        regc_test_with_buffers(test_attention_dropout_matches_cpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
