@@ -604,6 +604,25 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
 
 /* The whole step: from the cache when its key is there, else compiled
  * (and stored). */
+/* compile.host_memory_mb against what the step holds on the host: the
+ * offloaded optimizer state and activations. */
+static int check_host(const regc_compile_options *o, const regc_program *p)
+{
+    if (o->host_budget_bytes <= 0)
+        return REGC_OK;
+    regc_device_memory a;
+    regc_program_device_memory(p, &a);
+    if (a.host <= o->host_budget_bytes)
+        return REGC_OK;
+    const double mib = 1 << 20;
+    return regc_error(REGC_ERR_BUDGET,
+                      "compile.host_memory_mb: the step holds %.1f MiB per rank on the host "
+                      "(offloaded: %.1f MiB of optimizer state, %.1f MiB of activations); the "
+                      "limit is %.1f MiB",
+                      (double)a.host / mib, (double)(a.host - a.host_activations) / mib,
+                      (double)a.host_activations / mib, (double)o->host_budget_bytes / mib);
+}
+
 static int compile_step(step_source *s, const regc_compile_options *o, regc_program **out,
                         regc_compile_stats *st)
 {
@@ -634,6 +653,10 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
     else
         rc = regc_compile_graph_taken(g, param_offset, o, out, st);
     g = NULL; /* taken */
+    if (rc == REGC_OK && (rc = check_host(o, *out))) {
+        regc_program_free(*out);
+        *out = NULL;
+    }
     if (rc == REGC_OK && cached) {
         char what[200] = "graph";
         if (s->m)

@@ -131,6 +131,7 @@ void regc_compile_step_key(const regc_compile_options *o, regc_bytes *b)
     regc_bytes_put_i64(b, o->prefetch_floats);
     regc_bytes_put_i64(b, o->max_live_floats);
     regc_bytes_put_i64(b, o->budget_bytes);
+    regc_bytes_put_i64(b, o->host_budget_bytes);
     regc_bytes_put_i64(b, o->persistence_floats);
     /* the schedule passes, and which re-plan this is (its profile is not
      * keyed: a restart reuses what the first run decided) */

@@ -1,7 +1,10 @@
 /* compile_fit.c — compile.memory_budget_mb under recompute auto: the step
  * compiled as many times as the search needs to find the cheapest choice
  * that fits the budget. Offloading alone is tried first (the fewest
- * activations offloaded, largest first); then the least recomputation, by
+ * activations offloaded, largest first, and no more than fit
+ * compile.host_memory_mb: the host bytes grow with each one offloaded, and
+ * shrink as recomputation leaves fewer to offload); then the least
+ * recomputation, by
  * the FLOP-per-byte ratio below which a saved value is recomputed (a
  * bisection over the ratios the graph's candidates have); then the same
  * with the head and its loss in chunks of rows, kept where it recomputes
@@ -27,25 +30,31 @@ static int compile_probe(const regc_graph *g, const int64_t *param_offset,
     return rc;
 }
 
-/* Compile a copy of g as o says and weigh it against the budget: 1 fits,
- * 0 does not (*total: what it holds, or -1 when a schedule pass found no
- * fit; the message kept), or an error. *flop: the recomputation's FLOPs
- * per step when it fits. */
+/* What a probe's step holds: device bytes per rank (-1 when a schedule
+ * pass found no fit), host bytes, the recomputation's FLOPs per step and
+ * the activations offloaded. */
+typedef struct {
+    int64_t total, host;
+    double flop;
+    int offloaded;
+} probed;
+
+/* Compile a copy of g as o says and weigh it against the budgets: 1 fits,
+ * 0 does not (the message kept), or an error; *r what it holds. */
 static int probe(const regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
-                 regc_compile_stats *st, int64_t *total, double *flop, int *offloaded)
+                 regc_compile_stats *st, probed *r)
 {
-    *total = -1;
+    *r = (probed){.total = -1};
     regc_program *p = NULL;
     int rc = compile_probe(g, param_offset, o, &p, st);
     if (rc == REGC_OK) {
         regc_device_memory a;
-        regc_fit_plan r;
+        regc_fit_plan f;
         regc_program_device_memory(p, &a);
-        regc_program_fit_plan(p, &r);
-        *total = a.total, *flop = r.replay_flop;
-        if (offloaded)
-            *offloaded = r.offloaded;
-        rc = a.total <= o->budget_bytes;
+        regc_program_fit_plan(p, &f);
+        *r = (probed){a.total, a.host, f.replay_flop, f.offloaded};
+        rc = a.total <= o->budget_bytes &&
+             (o->host_budget_bytes <= 0 || a.host <= o->host_budget_bytes);
     } else if (rc == REGC_ERR_BUDGET) {
         rc = 0;
     }
@@ -103,8 +112,9 @@ static int least_ratio(const regc_graph *g, const int64_t *param_offset,
 {
     regc_compile_options a = *o;
     a.recompute_ratio = -1.0;
-    int64_t total = -1;
-    int fit = probe(g, param_offset, &a, st, &total, flop, NULL);
+    probed r;
+    int fit = probe(g, param_offset, &a, st, &r);
+    *flop = r.flop;
     if (fit != 0) {
         *ratio = -1.0;
         return fit;
@@ -116,16 +126,16 @@ static int least_ratio(const regc_graph *g, const int64_t *param_offset,
     /* everything first: the least it can need; then lo does not fit, hi does */
     int lo = -1, hi = n - 1;
     a.recompute_ratio = n > 0 ? v[hi] : -1.0;
-    fit = probe(g, param_offset, &a, st, least, flop, NULL);
+    fit = probe(g, param_offset, &a, st, &r);
+    *least = r.total, *flop = r.flop;
     while (fit > 0 && hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         a.recompute_ratio = v[mid];
-        double f = 0.0;
-        const int ok = probe(g, param_offset, &a, st, &total, &f, NULL);
+        const int ok = probe(g, param_offset, &a, st, &r);
         if (ok < 0)
             fit = ok;
         else if (ok)
-            hi = mid, *flop = f;
+            hi = mid, *flop = r.flop;
         else
             lo = mid;
     }
@@ -162,26 +172,67 @@ static int64_t budget_chunk_rows(const regc_graph *g, int64_t budget)
  * recomputes fewer FLOPs; a step that fits as it is recomputes nothing. The
  * probes use no cache and write no dumps; the step is then compiled once
  * more with the choice, as a compile without a budget would be. */
+/* With offload on and a host budget: the most activations offloaded (the
+ * largest first) whose host bytes fit it, of those `all` offloaded, into
+ * a->offload_limit (-1: all of them); an error when even none fit (the
+ * offloaded optimizer state alone is over it). */
+static int most_offload(const regc_graph *g, const int64_t *param_offset, regc_compile_options *a,
+                        regc_compile_stats *st, const probed *all)
+{
+    if (a->host_budget_bytes <= 0 || all->host <= a->host_budget_bytes)
+        return REGC_OK;
+    probed r;
+    int lo = 0, hi = all->offloaded; /* lo's host fits (checked first), hi's does not */
+    a->offload_limit = 0;
+    int rc = probe(g, param_offset, a, st, &r);
+    if (rc < 0)
+        return rc;
+    if (r.host > a->host_budget_bytes)
+        return regc_error(REGC_ERR_BUDGET,
+                          "compile.host_memory_mb: the step holds %.1f MiB per rank on the host "
+                          "with no activation offloaded (the offloaded optimizer state); the "
+                          "limit is %.1f MiB",
+                          (double)r.host / (1 << 20), (double)a->host_budget_bytes / (1 << 20));
+    while (hi - lo > 1) {
+        a->offload_limit = lo + (hi - lo) / 2;
+        if ((rc = probe(g, param_offset, a, st, &r)) < 0)
+            return rc;
+        if (r.host <= a->host_budget_bytes)
+            lo = a->offload_limit;
+        else
+            hi = a->offload_limit;
+    }
+    a->offload_limit = lo;
+    return REGC_OK;
+}
+
 /* With offload on: the fewest activations offloaded (the largest first)
  * with which the step fits recomputing nothing, into a->offload_limit; 1
- * when some number fits, 0 when even all do not (a->offload_limit then -1:
- * all, for recomputation to take it from there; *least: what all hold, or
- * -1), or an error. */
+ * when some number fits, 0 when even the most the host budget takes do not
+ * (a->offload_limit then that most, -1 for all, for recomputation to take
+ * it from there; *least: what they hold, or -1), or an error. */
 static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_compile_options *a,
                          regc_compile_stats *st, int64_t *least)
 {
-    int64_t total;
-    double flop;
-    int n = 0;
+    probed r;
     a->recompute_ratio = -1.0, a->offload_limit = -1;
-    int fit = probe(g, param_offset, a, st, least, &flop, &n);
+    int fit = probe(g, param_offset, a, st, &r);
+    *least = r.total;
+    int n = r.offloaded;
+    if (fit < 0)
+        return fit;
+    if (fit == 0 && r.total >= 0 && (fit = most_offload(g, param_offset, a, st, &r)) == REGC_OK &&
+        a->offload_limit >= 0) { /* the most the host takes: what they hold */
+        fit = probe(g, param_offset, a, st, &r);
+        *least = r.total, n = a->offload_limit;
+    }
     if (fit <= 0)
         return fit;
     int lo = -1, hi = n; /* lo does not fit (-1: untried), hi does */
     while (hi - lo > 1) {
         const int mid = lo < 0 ? 0 : (lo + hi) / 2;
         a->offload_limit = mid;
-        const int ok = probe(g, param_offset, a, st, &total, &flop, NULL);
+        const int ok = probe(g, param_offset, a, st, &r);
         if (ok < 0)
             return ok;
         if (ok)

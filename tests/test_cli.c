@@ -267,7 +267,8 @@ static void test_plan_recompute_flags(void **state)
         {"--fit", "seq", NULL, NULL, "--fit and --device-memory-mb go together"},
         {"--device-memory-mb", "-4", NULL, NULL, "--device-memory-mb"},
         {"--fit", "seq", "--device-memory-mb", "0", "--device-memory-mb"},
-        {"--budget-mb", "-3", NULL, NULL, "--budget-mb: expected a positive integer"}};
+        {"--budget-mb", "-3", NULL, NULL, "--budget-mb: expected a positive integer"},
+        {"--host-memory-mb", "0", NULL, NULL, "--host-memory-mb: expected a positive integer"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         regc_test_proc p;
         assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
@@ -288,7 +289,8 @@ static void test_train_memory_flags(void **state)
         {"--recompute", "most", "--recompute: expected none, selective, full or auto"},
         {"--memory-budget-mb", "-3", "--memory-budget-mb: expected an integer"},
         {"--logits-chunk-rows", "-1", "--logits-chunk-rows:"},
-        {"--offload-activation", "yes", "--offload-activation:"}};
+        {"--offload-activation", "yes", "--offload-activation:"},
+        {"--host-memory-mb", "-1", "--host-memory-mb: expected an integer"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         regc_test_proc p;
         assert_int_equal(
@@ -359,6 +361,36 @@ static void test_plan_fit_finds_the_longest(void **state)
                      1);
     assert_one_line_error(&p, "even seq 1 does not fit 5 MiB per rank");
     regc_test_proc_free(&p);
+}
+
+/* The sequence regc plan --fit finds for gpt2-tiny offloading activations
+ * within 18 MiB of device memory, and `host` MiB of host memory (NULL: no
+ * limit). */
+static long long fit_offloading(const char *host)
+{
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                        "--zero-stage", "0", "--offload-activation", "on", "--fit",
+                                        "seq", "--device-memory-mb", "18",
+                                        host ? "--host-memory-mb" : NULL, host, NULL),
+                     0);
+    const char *at = strstr(p.out, "seq ");
+    assert_non_null(at);
+    const long long t = atoll(at + 4);
+    if (host && !strstr(p.out, "and 1 MiB of host memory"))
+        fail_msg("the fit does not name its host memory:\n%s", p.out);
+    regc_test_proc_free(&p);
+    return t;
+}
+
+/* --host-memory-mb bounds what offloading may put on the host: with 1 MiB
+ * the longest sequence that fits is shorter than offloading freely finds. */
+static void test_plan_fit_host_memory(void **state)
+{
+    (void)state;
+    const long long free_fit = fit_offloading(NULL), host_fit = fit_offloading("1");
+    if (!(host_fit >= 1 && host_fit < free_fit))
+        fail_msg("seq %lld within 1 MiB of host memory, %lld without a limit", host_fit, free_fit);
 }
 
 /* regc plan says what the host holds: offloaded activations, the
@@ -755,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_plan_recompute_flags),
         cmocka_unit_test(test_train_memory_flags),
         cmocka_unit_test(test_plan_fit_finds_the_longest),
+        cmocka_unit_test(test_plan_fit_host_memory),
         cmocka_unit_test(test_plan_host_memory),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_missing_values),

@@ -17,7 +17,10 @@
  *    is refused by the validator.
  *  - Under a budget, the fewest offloaded that fit (the largest first):
  *    none where the step fits, some halfway; below the least anything
- *    reaches, refused naming that least.
+ *    reaches, refused naming that least. Under a host budget too, no more
+ *    offloaded than fit it, recomputation making up the rest; a host
+ *    budget the offloaded optimizer state alone is over, refused naming
+ *    both.
  *  - O0 (the lazy program) keeps its activations on the device, and the
  *    cache keys the choice.
  *  - Under bf16, the saved values held in bf16 leave too: each widening
@@ -265,6 +268,51 @@ static void test_budget_offloads_what_must_go(void **state)
     regc_program_free(kept), regc_program_free(all);
 }
 
+/* compile.host_memory_mb: the budget halfway offloads some activations;
+ * given half their host bytes, the step still fits the device, holds no
+ * more on the host than allowed, and recomputes what stays; a host budget
+ * below the offloaded optimizer state is refused, with or without a
+ * device budget, naming what the host would hold. */
+static void test_host_budget(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    regc_program *kept = compile_as("gpt2-tiny", &o);
+    o.compile.offload_activation = 1;
+    regc_program *all = compile_as("gpt2-tiny", &o);
+    regc_device_memory k, a, m;
+    regc_fit_plan f;
+    regc_program_device_memory(kept, &k), regc_program_device_memory(all, &a);
+    o.compile.budget_bytes = (k.total + a.total) / 2;
+    regc_program *p = compile_as("gpt2-tiny", &o);
+    regc_program_device_memory(p, &m), regc_program_fit_plan(p, &f);
+    const int64_t host = m.host;
+    assert_true(f.offloaded > 0 && host > 0 && f.replays == 0);
+    regc_program_free(p);
+    o.compile.host_budget_bytes = host / 2;
+    p = compile_as("gpt2-tiny", &o);
+    regc_program_device_memory(p, &m), regc_program_fit_plan(p, &f);
+    if (m.total > o.compile.budget_bytes || m.host > o.compile.host_budget_bytes || f.replays == 0)
+        fail_msg("host budget %lld: %lld device bytes (budget %lld), %lld on the host, %d "
+                 "offloaded, %d replays",
+                 (long long)o.compile.host_budget_bytes, (long long)m.total,
+                 (long long)o.compile.budget_bytes, (long long)m.host, f.offloaded, f.replays);
+    regc_program_free(p);
+    /* AdamW's moments offloaded: 8 bytes a parameter on the host */
+    o.compile.offload_optimizer = 1;
+    o.compile.host_budget_bytes = 1 << 20;
+    for (int budget = 0; budget < 2; budget++) {
+        o.compile.budget_bytes = budget ? k.total : 0;
+        int rc;
+        assert_null(regc_test_compile("gpt2-tiny", o.batch, o.seq, &o.compile, &rc));
+        assert_int_equal(rc, REGC_ERR_BUDGET);
+        if (!strstr(regc_error_message(), "compile.host_memory_mb: the step holds") ||
+            !strstr(regc_error_message(), "the limit is 1.0 MiB"))
+            fail_msg("expected the host's need and limit, got: %s", regc_error_message());
+    }
+    regc_program_free(kept), regc_program_free(all);
+}
+
 /* ---- O0 and the cache ------------------------------------------------------ */
 
 static void test_lazy_program_and_cache(void **state)
@@ -359,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_memory_as_planned),
         cmocka_unit_test(test_copies_in_their_places),
         cmocka_unit_test(test_budget_offloads_what_must_go),
+        cmocka_unit_test(test_host_budget),
         cmocka_unit_test(test_lazy_program_and_cache),
         cmocka_unit_test(test_bf16_values_leave),
     };

@@ -67,6 +67,8 @@ void print_plan_usage(FILE *f)
           "  --fit <seq|batch>          find the longest sequence (largest batch) whose step\n"
           "                             fits --device-memory-mb per rank, and print its plan\n"
           "  --device-memory-mb <MiB>   the device memory --fit fills (its budget)\n"
+          "  --host-memory-mb <MiB>     host memory per rank the offloaded optimizer state\n"
+          "                             and activations may take (default: no limit)\n"
           "  --gradient-accumulation-steps <K>\n"
           "                             micro-batches per step (default 1)\n"
           "  --lora-r <R>               LoRA adapters of rank R, the rest frozen (as regc\n"
@@ -90,7 +92,7 @@ typedef struct {
     const char *lora_targets;
     int base_dtype;   /* regc_base_dtype */
     int load_in_4bit; /* the linear layers in NF4 */
-    long long device_mb;
+    long long device_mb, host_mb;
     regc_pass_list passes;
     int passes_given;
 } plan_args;
@@ -178,6 +180,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *a, int *help)
             a->load_in_4bit = !strcmp(value, "on");
         } else if (!strcmp(flag, "--device-memory-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->device_mb);
+        else if (!strcmp(flag, "--host-memory-mb"))
+            rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->host_mb);
         else if (!strcmp(flag, "--budget-mb"))
             rc = parse_int(flag, value, 1, INT64_C(1) << 30, "a positive integer", &a->budget_mb);
         else if (!strcmp(flag, "--gradient-accumulation-steps"))
@@ -313,6 +317,7 @@ static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget,
     co.ranks = (int)a->ranks, co.zero_stage = (int)a->stage, co.prefetch_floats = a->prefetch;
     co.accumulate_grads = a->accum > 1;
     co.budget_bytes = budget;
+    co.host_budget_bytes = (int64_t)a->host_mb << 20;
     co.persistence_floats = a->persistence, co.max_live_floats = a->max_live;
     co.reduce_bucket_floats = a->reduce_bucket;
     co.offload_optimizer = a->offload;
@@ -391,9 +396,12 @@ static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
             hi = mid;
     }
     *(strcmp(what, "seq") ? &a->batch : &a->seq) = lo;
-    printf("regc plan --fit %s: %s %lld is the most that fits %lld MiB per rank (%lld does "
+    char host[64] = "";
+    if (a->host_mb)
+        snprintf(host, sizeof host, " and %lld MiB of host memory", a->host_mb);
+    printf("regc plan --fit %s: %s %lld is the most that fits %lld MiB per rank%s (%lld does "
            "not%s)\n",
-           what, what, lo, a->device_mb, hi, stop);
+           what, what, lo, a->device_mb, host, hi, stop);
     regc_error_clear();
     return REGC_OK;
 }
