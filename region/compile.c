@@ -478,6 +478,7 @@ int regc_compile_graph_taken(regc_graph *g, const int64_t *param_offset,
     prog->offload_activation = o->offload_activation && !o->forward_only;
     prog->copy_flop_per_byte = regc_copy_flop_per_byte(o->device);
     prog->offload_limit = o->offload_limit;
+    prog->host_budget_bytes = o->host_budget_bytes;
     int n_t = regc_graph_n_tensors(g), rc = REGC_OK;
     pipeline pl = {.g = g, .o = o, .st = st};
     pl.last_reader = malloc(((size_t)n_t + 1) * sizeof(int));

@@ -1,10 +1,8 @@
 /* compile_fit.c — compile.memory_budget_mb under recompute auto: the step
  * compiled as many times as the search needs to find the cheapest choice
  * that fits the budget. Offloading alone is tried first (the fewest
- * activations offloaded, largest first, and no more than fit
- * compile.host_memory_mb: the host bytes grow with each one offloaded, and
- * shrink as recomputation leaves fewer to offload); then the least
- * recomputation, by
+ * activations offloaded, largest first, no more than compile.host_memory_mb
+ * takes, which offload.c keeps to); then the least recomputation, by
  * the FLOP-per-byte ratio below which a saved value is recomputed (a
  * bisection over the ratios the graph's candidates have); then the same
  * with the head and its loss in chunks of rows, kept where it recomputes
@@ -172,45 +170,33 @@ static int64_t budget_chunk_rows(const regc_graph *g, int64_t budget)
  * recomputes fewer FLOPs; a step that fits as it is recomputes nothing. The
  * probes use no cache and write no dumps; the step is then compiled once
  * more with the choice, as a compile without a budget would be. */
-/* With offload on and a host budget: the most activations offloaded (the
- * largest first) whose host bytes fit it, of those `all` offloaded, into
- * a->offload_limit (-1: all of them); an error when even none fit (the
- * offloaded optimizer state alone is over it). */
-static int most_offload(const regc_graph *g, const int64_t *param_offset, regc_compile_options *a,
-                        regc_compile_stats *st, const probed *all)
+/* Under a host budget: the step with nothing offloaded and nothing
+ * recomputed must fit it (what stays on the host then is the offloaded
+ * optimizer state, which nothing the search chooses shrinks), else an
+ * error naming both; offload.c offloads no more than the rest of it. */
+static int host_floor(const regc_graph *g, const int64_t *param_offset,
+                      const regc_compile_options *o, regc_compile_stats *st)
 {
-    if (a->host_budget_bytes <= 0 || all->host <= a->host_budget_bytes)
+    if (o->host_budget_bytes <= 0)
         return REGC_OK;
+    regc_compile_options a = *o;
+    a.offload_activation = 0, a.recompute_ratio = -1.0;
     probed r;
-    int lo = 0, hi = all->offloaded; /* lo's host fits (checked first), hi's does not */
-    a->offload_limit = 0;
-    int rc = probe(g, param_offset, a, st, &r);
-    if (rc < 0)
-        return rc;
-    if (r.host > a->host_budget_bytes)
-        return regc_error(REGC_ERR_BUDGET,
-                          "compile.host_memory_mb: the step holds %.1f MiB per rank on the host "
-                          "with no activation offloaded (the offloaded optimizer state); the "
-                          "limit is %.1f MiB",
-                          (double)r.host / (1 << 20), (double)a->host_budget_bytes / (1 << 20));
-    while (hi - lo > 1) {
-        a->offload_limit = lo + (hi - lo) / 2;
-        if ((rc = probe(g, param_offset, a, st, &r)) < 0)
-            return rc;
-        if (r.host <= a->host_budget_bytes)
-            lo = a->offload_limit;
-        else
-            hi = a->offload_limit;
-    }
-    a->offload_limit = lo;
-    return REGC_OK;
+    const int rc = probe(g, param_offset, &a, st, &r);
+    if (rc < 0 || r.host <= o->host_budget_bytes)
+        return rc < 0 ? rc : REGC_OK;
+    return regc_error(REGC_ERR_BUDGET,
+                      "compile.host_memory_mb: the step holds %.1f MiB per rank on the host "
+                      "with no activation offloaded (the offloaded optimizer state); the limit "
+                      "is %.1f MiB",
+                      (double)r.host / (1 << 20), (double)o->host_budget_bytes / (1 << 20));
 }
 
-/* With offload on: the fewest activations offloaded (the largest first)
- * with which the step fits recomputing nothing, into a->offload_limit; 1
- * when some number fits, 0 when even the most the host budget takes do not
- * (a->offload_limit then that most, -1 for all, for recomputation to take
- * it from there; *least: what they hold, or -1), or an error. */
+/* With offload on: the fewest activations offloaded (the largest first,
+ * as many as the host budget takes) with which the step fits recomputing
+ * nothing, into a->offload_limit; 1 when some number fits, 0 when even all
+ * do not (a->offload_limit then -1: all, for recomputation to take it from
+ * there; *least: what all hold, or -1), or an error. */
 static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_compile_options *a,
                          regc_compile_stats *st, int64_t *least)
 {
@@ -219,13 +205,6 @@ static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_
     int fit = probe(g, param_offset, a, st, &r);
     *least = r.total;
     int n = r.offloaded;
-    if (fit < 0)
-        return fit;
-    if (fit == 0 && r.total >= 0 && (fit = most_offload(g, param_offset, a, st, &r)) == REGC_OK &&
-        a->offload_limit >= 0) { /* the most the host takes: what they hold */
-        fit = probe(g, param_offset, a, st, &r);
-        *least = r.total, n = a->offload_limit;
-    }
     if (fit <= 0)
         return fit;
     int lo = -1, hi = n; /* lo does not fit (-1: untried), hi does */
@@ -251,7 +230,9 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
     a.cache = NULL, a.dump_dir = NULL;
     double ratio = -1.0, flop = 0.0;
     int64_t least = -1, offloaded = -1; /* the least any probe held; offloading alone */
-    int fit = o->offload_activation ? least_offload(g, param_offset, &a, st, &offloaded) : 0;
+    int fit = host_floor(g, param_offset, &a, st);
+    if (fit == REGC_OK && o->offload_activation)
+        fit = least_offload(g, param_offset, &a, st, &offloaded);
     if (fit > 0) { /* offloading fits it: nothing recomputed */
         regc_error_clear();
         a.cache = o->cache, a.dump_dir = o->dump_dir;

@@ -18,7 +18,10 @@
  * the two uses makes a buffer of at least MIN_BYTES (else the room it frees
  * serves nothing: the logits, read by the loss and then by its gradient
  * with only the seed between, stay). With p->offload_limit >= 0, only that
- * many of them, the largest first (ties: the earlier buffer).
+ * many of them, the largest first (ties: the earlier buffer); under
+ * p->host_budget_bytes, the largest first that the host room left beside
+ * what it already holds (the offloaded optimizer state) takes, a smaller
+ * one where a larger does not fit.
  *
  * For each, with f its forward's last use and u its backward's first:
  *
@@ -212,6 +215,16 @@ int regc_offload_activations(regc_program *p)
             const int t = order[j];
             order[j] = order[j - 1], order[j - 1] = t;
         }
+    if (p->host_budget_bytes > 0) { /* what fits the host's room, largest first */
+        int64_t room = p->host_budget_bytes - (p->offload ? 2 * p->block_bytes : 0);
+        for (int b = 0; b < n_bufs; b++)
+            room -= p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
+        int kept = 0;
+        for (int o = 0; o < n_order; o++)
+            if (p->bufs[order[o]].bytes <= room)
+                room -= p->bufs[order[o]].bytes, order[kept++] = order[o];
+        n_order = kept;
+    }
     if (p->offload_limit >= 0 && n_order > p->offload_limit)
         n_order = p->offload_limit;
     for (int o = 0; o < n_order && rc == REGC_OK; o++) {

@@ -339,6 +339,7 @@ struct regc_program {
     int offload;                    /* the update runs on the host (offload_optimizer) */
     int offload_activation;         /* saved activations to the host and back (offload.c) */
     int offload_limit;              /* compiling: at most this many, the largest first; -1 all */
+    int64_t host_budget_bytes;      /* compiling: the host bytes a rank may hold; 0: no limit */
     double copy_flop_per_byte; /* compiling: the compute that hides a byte's copy (offload.c) */
     regc_backend *host_be;     /* where the offloaded AdamW runs: be, or own_host_be */
     regc_backend *own_host_be; /* a CPU backend when be is a GPU's */

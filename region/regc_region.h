@@ -133,9 +133,11 @@ typedef struct {
      * naming the least it needs when nothing does. */
     int64_t budget_bytes;
     /* Host memory per rank in bytes the step may hold (compile.host_memory_mb;
-     * 0: no limit): the offloaded optimizer state and activations. The
-     * budget's search offloads no more activations than fit it, recomputing
-     * instead, and a step that needs more is refused naming both. */
+     * 0: no limit): the offloaded optimizer state and activations.
+     * Offloading takes the largest activations that fit the room the
+     * optimizer state leaves, the budget's search recomputing what the
+     * device still cannot hold; a step that needs more is refused naming
+     * both. */
     int64_t host_budget_bytes;
     /* Stage 3: units of at most this many parameters (DeepSpeed's
      * stage3_param_persistence_threshold, counted per unit: a layer's

@@ -270,7 +270,9 @@ static void test_budget_offloads_what_must_go(void **state)
 
 /* compile.host_memory_mb: the budget halfway offloads some activations;
  * given half their host bytes, the step still fits the device, holds no
- * more on the host than allowed, and recomputes what stays; a host budget
+ * more on the host than allowed, and recomputes what stays; without a
+ * device budget, half of what offloading all holds takes some of them, not
+ * all; a host budget
  * below the offloaded optimizer state is refused, with or without a
  * device budget, naming what the host would hold. */
 static void test_host_budget(void **state)
@@ -297,6 +299,16 @@ static void test_host_budget(void **state)
                  "offloaded, %d replays",
                  (long long)o.compile.host_budget_bytes, (long long)m.total,
                  (long long)o.compile.budget_bytes, (long long)m.host, f.offloaded, f.replays);
+    regc_program_free(p);
+    /* no device budget: as many as fit half of what offloading all takes */
+    regc_fit_plan fa;
+    regc_program_fit_plan(all, &fa);
+    o.compile.budget_bytes = 0, o.compile.host_budget_bytes = a.host / 2;
+    p = compile_as("gpt2-tiny", &o);
+    regc_program_device_memory(p, &m), regc_program_fit_plan(p, &f);
+    if (m.host > a.host / 2 || f.offloaded < 1 || f.offloaded >= fa.offloaded)
+        fail_msg("host budget %lld: %lld on the host, %d of %d offloaded", (long long)(a.host / 2),
+                 (long long)m.host, f.offloaded, fa.offloaded);
     regc_program_free(p);
     /* AdamW's moments offloaded: 8 bytes a parameter on the host */
     o.compile.offload_optimizer = 1;

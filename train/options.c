@@ -412,9 +412,10 @@ const regc_option regc_option_table[] = {
      "keep gathered from forward to backward"},
     {"compile", "host_memory_mb", "--host-memory-mb", OPT_INT, "<MB>", 1,
      (double)(INT64_C(1) << 30), INT64_C(1) << 20, NULL, FIELD(train.compile.host_budget_bytes), 0,
-     "host memory per rank in MiB that the offloaded optimizer state and activations may take; "
-     "under memory_budget_mb the compiler offloads no more activations than fit it and "
-     "recomputes instead, and a step that needs more is refused"},
+     "host memory per rank in MiB that the offloaded optimizer state and activations may take: "
+     "offloading takes the largest activations that fit (under memory_budget_mb, auto "
+     "recomputes what the device still cannot hold), and an optimizer state over it is "
+     "refused"},
     {"compile", "offload_activation", "--offload-activation", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.offload_activation), OPT_SHOW_DEFAULT,
      "saved activations (of at least 64 KiB) copied to host memory after the forward's last use "
