@@ -228,7 +228,12 @@ int regc_program_unit_profile(const regc_program *p, regc_unit_profile *out)
     for (int i = 0; i < p->n_instr; i++) {
         const regc_instr *in = &p->instr[i];
         const double ms = p->instr_ms[i] / runs;
-        if (in->kernel == K_ALLGATHER) {
+        const int frozen =
+            (in->kernel == K_ALLGATHER || (in->kernel == K_COMM_WAIT && in->d[1] == K_ALLGATHER)) &&
+            p->bufs[in->refs[1].buf].kind == BUF_FROZEN;
+        if (frozen) {
+            /* a frozen unit's gather: the layout's units are the trained */
+        } else if (in->kernel == K_ALLGATHER) {
             const int u = unit_at(l, in->refs[1].off / (int64_t)sizeof(float));
             if (u >= 0)
                 out[u].gather_ms += ms, out[u].gathers += 1.0;

@@ -42,6 +42,7 @@ void regc_program_free(regc_program *p)
     free(p->tickets);
     regc_comm_free(p->own_comm);
     regc_shard_layout_free(p->layout);
+    regc_shard_layout_free(p->frozen_layout);
     if (p->be && p->lazy && p->level == REGC_LEVEL_O0 && p->ptr)
         for (int b = 0; b < p->n_bufs; b++)
             if (p->bufs[b].kind == BUF_ARENA && p->ptr[b])

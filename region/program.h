@@ -346,16 +346,19 @@ struct regc_program {
     regc_comm *comm;           /* borrowed, or own_comm */
     regc_comm *own_comm;       /* when bind was given none: one process */
     regc_shard_layout *layout; /* stage 3: the units and this rank's shards */
-    regc_comm_queue *queue;    /* runs the asynchronous collectives (ranks > 1) */
-    int64_t *tickets;          /* [n_signals + 1] each started collective's ticket */
-    double wait_ms;            /* blocked in K_COMM_WAIT, over every run */
-    char **ptr;                /* [n_bufs] base pointers */
-    regc_profile *profile;     /* borrowed; NULL: runs are not timed */
-    void *captured[2];         /* O2: the run and the update as graphs, or NULL */
-    int eager_runs[2];         /* of each phase before it was captured */
-    int capture_failed[2];     /* the backend could not capture it: it runs as at O1 */
-    double capture_ms;         /* capturing them, over every run */
-    regc_bytes step_key;       /* the compile cache's key of the step, when cached */
+    /* stage 3: the frozen parameters' units and shards, in 4-byte words of
+     * the frozen block (NULL: none frozen) */
+    regc_shard_layout *frozen_layout;
+    regc_comm_queue *queue; /* runs the asynchronous collectives (ranks > 1) */
+    int64_t *tickets;       /* [n_signals + 1] each started collective's ticket */
+    double wait_ms;         /* blocked in K_COMM_WAIT, over every run */
+    char **ptr;             /* [n_bufs] base pointers */
+    regc_profile *profile;  /* borrowed; NULL: runs are not timed */
+    void *captured[2];      /* O2: the run and the update as graphs, or NULL */
+    int eager_runs[2];      /* of each phase before it was captured */
+    int capture_failed[2];  /* the backend could not capture it: it runs as at O1 */
+    double capture_ms;      /* capturing them, over every run */
+    regc_bytes step_key;    /* the compile cache's key of the step, when cached */
 };
 
 /* Building a step program (region/program.c): the flat graph (owned by

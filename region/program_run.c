@@ -476,6 +476,11 @@ int64_t regc_program_block_floats(const regc_program *p)
 
 const regc_shard_layout *regc_program_shard_layout(const regc_program *p) { return p->layout; }
 
+const regc_shard_layout *regc_program_frozen_layout(const regc_program *p)
+{
+    return p->frozen_layout;
+}
+
 void regc_program_comm_times(const regc_program *p, double *busy_ms, double *wait_ms)
 {
     *busy_ms = p->queue ? regc_comm_queue_busy_ms(p->queue) : 0.0;

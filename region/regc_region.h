@@ -366,6 +366,9 @@ int64_t regc_program_block_floats(const regc_program *p);
 /* ZeRO-3's layout of the blocks (units, shards, where each parameter lies),
  * or NULL when every rank holds the whole model. */
 const regc_shard_layout *regc_program_shard_layout(const regc_program *p);
+/* ZeRO-3's layout of the frozen block, in 4-byte words of the bytes its
+ * parameters are held in, or NULL (no layout, or nothing frozen). */
+const regc_shard_layout *regc_program_frozen_layout(const regc_program *p);
 /* A step's communication, per rank, from the program alone. */
 typedef struct {
     int units;               /* ZeRO-3's gather units; 0 without */
@@ -382,11 +385,11 @@ void regc_program_comm_plan(const regc_program *p, regc_comm_plan *c);
  * from the program alone, so `regc plan` predicts it without devices. */
 typedef struct regc_device_memory {
     int64_t params, grads, m, v; /* the four parameter-shaped blocks */
-    int64_t frozen;              /* the frozen parameters' block (never sharded) */
-    int64_t model_floats;        /* floats of the whole model */
-    int64_t block_floats;        /* of each block: the model, or this rank's padded shard */
-    int64_t activations;         /* the step's arena (gathered units included) */
-    int64_t inputs, scalars;     /* a batch's inputs; the optimizer's scalar block */
+    int64_t frozen;          /* the frozen parameters' block (under ZeRO-3, this rank's shard) */
+    int64_t model_floats;    /* floats of the whole model */
+    int64_t block_floats;    /* of each block: the model, or this rank's padded shard */
+    int64_t activations;     /* the step's arena (gathered units included) */
+    int64_t inputs, scalars; /* a batch's inputs; the optimizer's scalar block */
     int64_t total;
     /* host memory, not in total: offload_optimizer's (m and v, the
      * parameters' copy, the gradients' and scalars' landing places; m and

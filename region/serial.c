@@ -513,7 +513,7 @@ static void write_layout(const regc_shard_layout *l, regc_bytes *b)
     }
 }
 
-static void read_layout(regc_reader *rd, regc_program *p)
+static void read_layout(regc_reader *rd, regc_program *p, regc_shard_layout **out)
 {
     if (!regc_reader_int(rd, 0, 1) || rd->failed)
         return;
@@ -528,8 +528,7 @@ static void read_layout(regc_reader *rd, regc_program *p)
         offset[i] = regc_reader_int(rd, 0, SIZE_BOUND);
         unit[i] = (int)regc_reader_int(rd, 0, n_units - 1);
     }
-    if (!rd->failed &&
-        regc_shard_layout_new(p->ranks, n_params, numel, offset, unit, n_units, &p->layout))
+    if (!rd->failed && regc_shard_layout_new(p->ranks, n_params, numel, offset, unit, n_units, out))
         rd->failed = 1;
     free(numel), free(offset), free(unit);
 }
@@ -583,6 +582,7 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
     for (int i = 0; i < p->n_update; i++)
         put_program_instr(b, p, &p->update[i]);
     write_layout(p->layout, b);
+    write_layout(p->frozen_layout, b);
     regc_bytes_put_i64(b, p->block_bytes);
     regc_bytes_put_i64(b, p->frozen_bytes);
     regc_bytes_put_i64(b, p->loss.buf);
@@ -738,8 +738,10 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
                 p->n_update = i + 1;
     }
     if (!rd.failed && rc == REGC_OK)
-        read_layout(&rd, p);
-    if ((p->layout != NULL) != (p->zero_stage == 3))
+        read_layout(&rd, p, &p->layout);
+    if (!rd.failed && rc == REGC_OK)
+        read_layout(&rd, p, &p->frozen_layout);
+    if ((p->layout != NULL) != (p->zero_stage == 3) || (p->frozen_layout && !p->layout))
         rd.failed = 1;
     p->block_bytes = regc_reader_int(&rd, 0, INT64_MAX);
     p->frozen_bytes = regc_reader_int(&rd, 0, INT64_MAX);

@@ -14,6 +14,10 @@
  *    rank's gradient shard (adding into it when micro-batches accumulate).
  * A unit kept resident (p->resident, a memory budget's choice) keeps its
  * forward buffer through the backward instead of being gathered again.
+ * The frozen parameters (a LoRA model's base) are sharded too, in a layout
+ * of their own (p->frozen_layout) counted in 4-byte words of the bytes they
+ * are held in (fp32, bf16 or NF4): each unit gathered as bytes before its
+ * readers, forward and backward, and nothing ever reduce-scattered.
  * Gathering right before each use is the reference that a scheduled
  * program (prefetch, resident units) must reproduce bit for bit. */
 #include <stdlib.h>
@@ -24,7 +28,11 @@
 typedef struct {
     regc_program *p;
     const regc_shard_layout *l;
-    int *param_of;   /* [n_bufs] the parameter a per-parameter buffer holds (values or grads), -1 */
+    const regc_shard_layout *fl; /* the frozen parameters' (NULL: none) */
+    int *param_of;  /* [n_bufs] the parameter a per-parameter buffer holds (values or grads), -1 */
+    int *frozen_of; /* [n_bufs] the frozen parameter a frozen buffer holds, -1 */
+    int *fgathered; /* [fl's n_units] this pass's gathered frozen unit, -1 */
+    int shard_frozen;
     int *gathered;   /* [n_units] this pass's gathered buffer, -1 */
     char *unit_bf16; /* [n_units] gathered in bf16 (its readers' slots are) */
     int *grads;      /* [n_units] the unit's gradient buffer, -1 */
@@ -59,31 +67,35 @@ static int emit_instr(placer *z, regc_instr in)
     return REGC_OK;
 }
 
+/* The parameter of layout l at byte `offset` of its block, or -1: model
+ * order is offset order, so a binary search finds it. */
+static int param_at(const regc_shard_layout *l, int64_t offset)
+{
+    int lo = 0, hi = l->n_params - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (l->model_offset[mid] * (int64_t)sizeof(float) <= offset)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return l->n_params > 0 && l->model_offset[lo] * (int64_t)sizeof(float) == offset ? lo : -1;
+}
+
 /* The parameter buffers of the lazy program, by the offsets they were
- * given in the model's block. */
+ * given in the model's block (the frozen ones in the frozen block). */
 static int map_buffers(placer *z)
 {
     regc_program *p = z->p;
-    const regc_shard_layout *l = z->l;
-    const int64_t *model_offset = l->model_offset;
     for (int b = 0; b < p->n_bufs; b++) {
         regc_buf *x = &p->bufs[b];
-        z->param_of[b] = -1;
-        if (x->kind != BUF_PARAMS && x->kind != BUF_GRADS)
-            continue;
-        /* model order is offset order: a binary search finds the parameter */
-        int lo = 0, hi = l->n_params - 1;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            if (model_offset[mid] * (int64_t)sizeof(float) <= x->offset)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        if (l->n_params == 0 || model_offset[lo] * (int64_t)sizeof(float) != x->offset)
+        z->param_of[b] = z->frozen_of[b] = -1;
+        int *of = x->kind == BUF_PARAMS || x->kind == BUF_GRADS ? &z->param_of[b]
+                  : x->kind == BUF_FROZEN && z->fl              ? &z->frozen_of[b]
+                                                                : NULL;
+        if (of && (*of = param_at(of == &z->param_of[b] ? z->l : z->fl, x->offset)) < 0)
             return regc_error(REGC_ERR_ARG, "zero3: buffer %d at byte %lld is no parameter", b,
                               (long long)x->offset);
-        z->param_of[b] = lo;
     }
     return REGC_OK;
 }
@@ -121,11 +133,37 @@ static int visit_refs(placer *z, lazy_step *s, int step,
             continue;
         if (named[k])
             rc = visit(z, &s->bind[k], step, r->slots[k].bf16);
-        else if (z->param_of[s->bind[k].buf] >= 0)
+        else if (z->param_of[s->bind[k].buf] >= 0 || z->frozen_of[s->bind[k].buf] >= 0)
             s->bind[k] = (regc_ref){REGC_REF_NONE, 0};
     }
     free(named);
     return rc;
+}
+
+/* A frozen parameter's ref moves into its unit's gathered buffer, emitting
+ * the all-gather of the unit's bytes (as 4-byte words, converted nowhere:
+ * a bf16 or NF4 parameter arrives as it is held). */
+static int place_frozen(placer *z, regc_ref *ref)
+{
+    const regc_shard_layout *l = z->fl;
+    const int i = z->frozen_of[ref->buf], u = l->param_unit[i];
+    const int64_t word = (int64_t)sizeof(float);
+    int *own = &z->fgathered[u];
+    if (*own < 0) {
+        if ((*own = regc_program_new_buf(z->p, BUF_ARENA, l->unit_padded[u] * word, 0)) < 0)
+            return *own;
+        int rc = emit_instr(
+            z, (regc_instr){.kernel = K_ALLGATHER,
+                            .n_refs = 2,
+                            .n_out = 1,
+                            .refs = {{*own, 0}, {z->shard_frozen, l->shard_offset[u] * word}},
+                            .d = {l->unit_shard[u]}});
+        if (rc)
+            return rc;
+    }
+    ref->buf = *own;
+    ref->off += l->param_offset[i] * word;
+    return REGC_OK;
 }
 
 static int note_grads(placer *z, regc_ref *ref, int step, int bf16)
@@ -146,6 +184,8 @@ static int place_ref(placer *z, regc_ref *ref, int step, int bf16)
     (void)step;
     regc_program *p = z->p;
     const regc_shard_layout *l = z->l;
+    if (z->frozen_of[ref->buf] >= 0)
+        return place_frozen(z, ref);
     int i = z->param_of[ref->buf];
     if (i < 0)
         return REGC_OK;
@@ -190,11 +230,11 @@ static int place_ref(placer *z, regc_ref *ref, int step, int bf16)
 typedef struct {
     int64_t offset; /* bytes into the model's block */
     int tensor;
-} param_at;
+} param_at_offset;
 
 static int cmp_param_at(const void *a, const void *b)
 {
-    const param_at *x = a, *y = b;
+    const param_at_offset *x = a, *y = b;
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
@@ -202,17 +242,23 @@ static int cmp_param_at(const void *a, const void *b)
  * no earlier piece read, so a parameter two pieces share (GPT-2's tied
  * embedding) is gathered with the first. Under bf16 (held_param, else
  * NULL) the piece's parameters gathered in bf16 are a unit of their own,
- * after the rest: a unit is gathered in one precision. */
-int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *held_param)
+ * after the rest: a unit is gathered in one precision. The trained
+ * parameters (frozen 0) are laid out in floats; the frozen ones (frozen 1)
+ * in 4-byte words of their bytes in the frozen block, each padded to 64
+ * bytes as the block pads them. *out: NULL when there is no such
+ * parameter (frozen 1). */
+static int layout_of(const regc_program *p, const int64_t *param_offset, const char *held_param,
+                     int frozen, regc_shard_layout **out)
 {
     const regc_graph *g = p->graph;
     int n_t = regc_graph_n_tensors(g), n_params = 0;
     int *unit = malloc(((size_t)n_t + 1) * sizeof *unit);
-    param_at *order = malloc(((size_t)n_t + 1) * sizeof *order);
+    param_at_offset *order = malloc(((size_t)n_t + 1) * sizeof *order);
     int64_t *numel = malloc(((size_t)n_t + 1) * sizeof *numel);
     int64_t *model_offset = malloc(((size_t)n_t + 1) * sizeof *model_offset);
     int *unit_of = malloc(((size_t)n_t + 1) * sizeof *unit_of);
     int rc = REGC_OK;
+    *out = NULL;
     if (!unit || !order || !numel || !model_offset || !unit_of) {
         rc = regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
         goto done;
@@ -227,8 +273,8 @@ int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *
             for (int k = 0; k < p->regions[pc->region]->n_in; k++) {
                 int t = pc->in[k];
                 const regc_tensor *x = regc_graph_tensor(g, t);
-                if (x->role == REGC_ROLE_PARAM && !x->frozen && unit[t] < 0 &&
-                    (held_param && held_param[t]) == half)
+                if (x->role == REGC_ROLE_PARAM && !x->frozen == !frozen && unit[t] < 0 &&
+                    (!frozen && held_param && held_param[t]) == half)
                     unit[t] = n_units, fresh = 1;
             }
             n_units += fresh;
@@ -238,46 +284,65 @@ int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *
     int unread = 0;
     for (int t = 0; t < n_t; t++) {
         const regc_tensor *x = regc_graph_tensor(g, t);
-        if (x->role != REGC_ROLE_PARAM || x->frozen) /* frozen: every rank holds it whole */
+        if (x->role != REGC_ROLE_PARAM || !x->frozen != !frozen)
             continue;
         if (unit[t] < 0)
             unit[t] = n_units, unread = 1;
-        order[n_params++] = (param_at){param_offset[t], t};
+        order[n_params++] = (param_at_offset){param_offset[t], t};
     }
     n_units += unread;
     /* the model's order is its block's */
     qsort(order, (size_t)n_params, sizeof *order, cmp_param_at);
     for (int i = 0; i < n_params; i++) {
-        numel[i] = regc_tensor_numel(regc_graph_tensor(g, order[i].tensor));
+        const regc_tensor *x = regc_graph_tensor(g, order[i].tensor);
+        numel[i] = frozen ? ((regc_frozen_bytes(x) + 63) & ~INT64_C(63)) / (int64_t)sizeof(float)
+                          : regc_tensor_numel(x);
         model_offset[i] = order[i].offset / (int64_t)sizeof(float);
         unit_of[i] = unit[order[i].tensor];
     }
-    rc = regc_shard_layout_new(p->ranks, n_params, numel, model_offset, unit_of, n_units,
-                               &p->layout);
+    if (!frozen || n_params > 0)
+        rc = regc_shard_layout_new(p->ranks, n_params, numel, model_offset, unit_of, n_units, out);
 done:
     free(unit), free(order), free(numel), free(model_offset), free(unit_of);
     return rc;
+}
+
+int regc_zero3_layout(regc_program *p, const int64_t *param_offset, const char *held_param)
+{
+    int rc = layout_of(p, param_offset, held_param, 0, &p->layout);
+    return rc ? rc : layout_of(p, param_offset, held_param, 1, &p->frozen_layout);
 }
 
 /* ---------------------------------------------------------------- placement */
 
 int regc_zero3_place(regc_program *p)
 {
-    const regc_shard_layout *l = p->layout;
-    placer z = {.p = p, .l = l};
+    const regc_shard_layout *l = p->layout, *fl = p->frozen_layout;
+    placer z = {.p = p, .l = l, .fl = fl};
     const int n_bufs = p->n_bufs; /* before the pass adds its own */
+    const int n_frozen_units = fl ? fl->n_units : 0;
     z.param_of = malloc(((size_t)p->n_bufs + 1) * sizeof *z.param_of);
+    z.frozen_of = malloc(((size_t)p->n_bufs + 1) * sizeof *z.frozen_of);
+    z.fgathered = malloc(((size_t)n_frozen_units + 1) * sizeof(int));
     z.gathered = malloc(((size_t)l->n_units + 1) * sizeof(int));
     z.unit_bf16 = calloc((size_t)l->n_units + 1, 1);
     z.grads = malloc(((size_t)l->n_units + 1) * sizeof(int));
     z.last_grad = malloc(((size_t)l->n_units + 1) * sizeof(int));
     int rc = REGC_OK;
-    if (!z.param_of || !z.gathered || !z.unit_bf16 || !z.grads || !z.last_grad)
+    if (!z.param_of || !z.frozen_of || !z.fgathered || !z.gathered || !z.unit_bf16 || !z.grads ||
+        !z.last_grad)
         rc = regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
     for (int u = 0; rc == REGC_OK && u < l->n_units; u++)
         z.gathered[u] = z.grads[u] = z.last_grad[u] = -1;
+    for (int u = 0; rc == REGC_OK && u < n_frozen_units; u++)
+        z.fgathered[u] = -1;
     if (rc == REGC_OK)
         rc = map_buffers(&z);
+    /* this rank's shard of the frozen block */
+    if (rc == REGC_OK && fl &&
+        (z.shard_frozen =
+             regc_program_new_buf(p, BUF_FROZEN, fl->shard_floats * (int64_t)sizeof(float), 0)) < 0)
+        rc = z.shard_frozen;
     /* this rank's shard blocks, as the collectives address them */
     int64_t shard_bytes = l->shard_floats * (int64_t)sizeof(float);
     if (rc == REGC_OK && (z.shard_params = regc_program_new_buf(p, BUF_PARAMS, shard_bytes, 0)) < 0)
@@ -296,6 +361,8 @@ int regc_zero3_place(regc_program *p)
             for (int u = 0; u < l->n_units; u++)
                 if (!p->resident || !p->resident[u])
                     z.gathered[u] = -1;
+            for (int u = 0; u < n_frozen_units; u++)
+                z.fgathered[u] = -1;
         }
         if ((rc = visit_refs(&z, s, i, place_ref)))
             break;
@@ -323,7 +390,7 @@ int regc_zero3_place(regc_program *p)
         z.out = NULL;
         /* the per-parameter buffers no step names any more */
         for (int b = 0; b < n_bufs; b++)
-            if (z.param_of[b] >= 0)
+            if (z.param_of[b] >= 0 || z.frozen_of[b] >= 0)
                 p->bufs[b] =
                     (regc_buf){.kind = BUF_ARENA, .first = -1, .last = -1, .inplace_of = -1};
     } else {
@@ -332,6 +399,7 @@ int regc_zero3_place(regc_program *p)
                 z.out[i].bind = NULL; /* still owned by p->steps */
         free(z.out);
     }
-    free(z.param_of), free(z.gathered), free(z.unit_bf16), free(z.grads), free(z.last_grad);
+    free(z.param_of), free(z.frozen_of), free(z.fgathered), free(z.gathered), free(z.unit_bf16);
+    free(z.grads), free(z.last_grad);
     return rc;
 }

@@ -337,8 +337,9 @@ static void test_bf16_base(void **state)
 }
 
 /* ZeRO-3 with LoRA: the adapters in gather units and shards, the frozen
- * base whole; in one process stage 3 == stage 0 bit for bit, with the base
- * in fp32 and in bf16 (two ranks: tests/test_ranks.c's way, below). */
+ * base in units and shards of its own; in one process stage 3 == stage 0
+ * bit for bit, the frozen base returned as drawn, with the base in fp32
+ * and in bf16 (two ranks: tests/test_ranks.c's way). */
 static void test_stage3(void **state)
 {
     (void)state;
@@ -371,7 +372,9 @@ static void test_threads(void **state)
 }
 
 /* The step's blocks: parameters, gradients and moments of the adapters
- * alone; the frozen base in a block of its own, read only. */
+ * alone; the frozen base in a block of its own, read only, and at ZeRO-3
+ * over 4 ranks a quarter of it on each (its units padded to whole words
+ * per rank). */
 static void test_memory(void **state)
 {
     (void)state;
@@ -395,6 +398,17 @@ static void test_memory(void **state)
     assert_int_equal(a.grads + a.m + a.v, 3 * adapters * 4);
     assert_int_equal(a.frozen, total * 4);
     assert_true(a.total >= a.params + a.grads + a.m + a.v + a.frozen);
+    regc_program_free(p);
+    co.zero_stage = 3, co.ranks = 4;
+    if (regc_program_compile(m, 2, 16, &co, &p, NULL) != REGC_OK)
+        fail_msg("%s", regc_error_message());
+    regc_program_device_memory(p, &a);
+    const regc_shard_layout *fl = regc_program_frozen_layout(p);
+    assert_non_null(fl);
+    const int64_t slack = (int64_t)fl->n_units * REGC_SHARD_ALIGN * 4; /* each unit's padding */
+    if (!(a.frozen * 4 >= total * 4 && a.frozen <= total + slack))
+        fail_msg("a frozen shard of %lld bytes of %lld at 4 ranks", (long long)a.frozen,
+                 (long long)(total * 4));
     regc_program_free(p);
     regc_model_free(m);
 }

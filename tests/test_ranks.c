@@ -212,15 +212,19 @@ static void test_equal_halves_llama(void **state)
     check_equal_halves("llama-tiny", "bf16");
 }
 
-/* LoRA (every linear layer, the base held in bf16): two ranks at stage 0
- * and at stage 3 (the adapters sharded, the frozen base whole on each)
- * give one process's losses and adapter, bit for bit. */
+/* LoRA (every linear layer, the base held in bf16, or in NF4): two ranks
+ * at stage 0 and at stage 3 (the adapters sharded, and the frozen base in
+ * the bytes it is held in) give one process's losses and adapter, bit for
+ * bit. */
 static void test_equal_halves_lora(void **state)
 {
     (void)state;
     static const char *const lora[] = {
         "--lora-r", "4", "--lora-target-modules", "all-linear", "--base-dtype", "bf16", NULL};
+    static const char *const qlora[] = {
+        "--lora-r", "4", "--lora-target-modules", "all-linear", "--load-in-4bit", "on", NULL};
     equal_halves("llama-tiny", "fp32", lora, "adapter_model.safetensors");
+    equal_halves("llama-tiny", "fp32", qlora, "adapter_model.safetensors");
 }
 
 static void test_equal_halves_t5(void **state)
@@ -547,15 +551,21 @@ static void test_model_directory_read_by_shards(void **state)
 /* ---- regc plan against the runtime --------------------------------------- */
 
 /* regc plan's per-rank total against the device memory the ranks of a run
- * measured (their backend's high-water mark). */
-static void check_plan(const char *model, int ranks, const char *stage, const char *precision,
-                       const char *recompute)
+ * measured (their backend's high-water mark); extra: more flags of both
+ * (NULL-terminated, or NULL). */
+static void check_plan_with(const char *model, int ranks, const char *stage, const char *precision,
+                            const char *recompute, const char *const *extra)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", ranks);
-    const char *plan[] = {REGC_BIN,      "plan",    "--model",     model,     "--ranks",      n,
-                          "--batch",     "2",       "--seq",       "16",      "--zero-stage", stage,
-                          "--precision", precision, "--recompute", recompute, "--json",       NULL};
+    const char *plan[32] = {
+        REGC_BIN,      "plan",    "--model",     model,     "--ranks",      n,
+        "--batch",     "2",       "--seq",       "16",      "--zero-stage", stage,
+        "--precision", precision, "--recompute", recompute, "--json"};
+    int n_plan = 17;
+    for (int i = 0; extra && extra[i]; i++)
+        plan[n_plan++] = extra[i];
+    plan[n_plan] = NULL;
     regc_test_proc p;
     assert_int_equal(regc_test_run_argv(plan, &p), 0);
     cJSON *o = cJSON_Parse(p.out);
@@ -565,15 +575,25 @@ static void check_plan(const char *model, int ranks, const char *stage, const ch
     double predicted = total->valuedouble;
     cJSON_Delete(o);
     regc_test_proc_free(&p);
-    const char *train[] = {"--model", model,         "--data",       plain,     "--batch",
-                           "2",       "--seq",       "16",           "--steps", "2",
-                           "--json",  "--no-cache",  "--zero-stage", stage,     "--precision",
-                           precision, "--recompute", recompute,      NULL};
+    const char *train[32] = {"--model", model,         "--data",       plain,     "--batch",
+                             "2",       "--seq",       "16",           "--steps", "2",
+                             "--json",  "--no-cache",  "--zero-stage", stage,     "--precision",
+                             precision, "--recompute", recompute};
+    int n_train = 18;
+    for (int i = 0; extra && extra[i]; i++)
+        train[n_train++] = extra[i];
+    train[n_train] = NULL;
     assert_int_equal(run(ranks > 1 ? ranks : 0, train, NULL, NULL), 0);
     if (!(fabs(device_peak - predicted) <= 0.01 * predicted))
         fail_msg("%s %s at %d ranks, stage %s, recompute %s: regc plan says %.0f bytes per rank, "
                  "the run held %.0f",
                  model, precision, ranks, stage, recompute, predicted, device_peak);
+}
+
+static void check_plan(const char *model, int ranks, const char *stage, const char *precision,
+                       const char *recompute)
+{
+    check_plan_with(model, ranks, stage, precision, recompute, NULL);
 }
 
 static void test_plan_predicts_the_peak(void **state)
@@ -590,6 +610,13 @@ static void test_plan_predicts_the_peak(void **state)
     /* saved activations recomputed, at one rank and two */
     check_plan("gpt2-tiny", 1, "3", "fp32", "selective");
     check_plan("llama-tiny", 2, "3", "bf16", "full");
+    /* LoRA: the frozen base sharded at stage 3, in bf16 and in NF4 */
+    static const char *const bf16_base[] = {
+        "--lora-r", "4", "--lora-target-modules", "all-linear", "--base-dtype", "bf16", NULL};
+    static const char *const nf4_base[] = {
+        "--lora-r", "4", "--lora-target-modules", "all-linear", "--load-in-4bit", "on", NULL};
+    check_plan_with("llama-tiny", 2, "3", "fp32", "none", bf16_base);
+    check_plan_with("llama-tiny", 2, "3", "fp32", "none", nf4_base);
 }
 
 /* Activations offloaded at two ranks under ZeRO-3 (B=2, T=64: large

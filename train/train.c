@@ -214,22 +214,30 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
 {
     regc_backend *be = t->be;
     t->shards = regc_program_shard_layout(t->program);
+    t->frozen_shards = regc_program_frozen_layout(t->program);
     t->block = regc_program_block_floats(t->program);
     const int64_t trained = regc_model_trainable_numel(t->model);
-    t->frozen_bytes = regc_model_frozen_bytes(t->model);
+    const int64_t frozen = regc_model_frozen_bytes(t->model);
+    t->frozen_bytes =
+        t->frozen_shards ? t->frozen_shards->shard_floats * (int64_t)sizeof(float) : frozen;
     if (!t->shards && t->block != trained)
         return regc_error(REGC_ERR_ARG, "step program: blocks of %lld floats for a model of %lld",
                           (long long)t->block, (long long)trained);
-    if (regc_program_frozen_bytes(t->program) > t->frozen_bytes)
-        return regc_error(
-            REGC_ERR_ARG, "step program: a frozen block of %lld bytes for a model of %lld",
-            (long long)regc_program_frozen_bytes(t->program), (long long)t->frozen_bytes);
+    if (regc_program_frozen_bytes(t->program) > t->frozen_bytes ||
+        (t->frozen_shards && t->frozen_shards->model_floats * (int64_t)sizeof(float) != frozen))
+        return regc_error(REGC_ERR_ARG,
+                          "step program: a frozen block of %lld bytes for a model of %lld",
+                          (long long)regc_program_frozen_bytes(t->program), (long long)frozen);
     int n_trained = 0;
     for (int i = 0; i < regc_model_n_params(t->model); i++)
         n_trained += !regc_model_param_frozen(t->model, i);
-    if (t->shards && t->shards->n_params != n_trained)
-        return regc_error(REGC_ERR_ARG, "step program: a shard layout of %d parameters for %d",
-                          t->shards->n_params, n_trained);
+    const int n_frozen = regc_model_n_params(t->model) - n_trained;
+    if ((t->shards && t->shards->n_params != n_trained) ||
+        (t->frozen_shards && t->frozen_shards->n_params != n_frozen))
+        return regc_error(REGC_ERR_ARG,
+                          "step program: a shard layout of %d parameters for %d (%d frozen)",
+                          t->shards->n_params + (t->frozen_shards ? t->frozen_shards->n_params : 0),
+                          n_trained + n_frozen, n_frozen);
     size_t bytes = (size_t)t->block * sizeof(float);
     int rc = REGC_OK;
     t->params = device_alloc(t, bytes, &rc);
@@ -370,7 +378,8 @@ static int replan(trainer *t, const regc_train_options *o, const regc_compile_op
     regc_program_free(t->program), regc_program_free(t->val_program);
     t->program = step, t->val_program = val;
     t->shards = regc_program_shard_layout(step); /* the same layout, the new program's copy */
-    for (int i = 0; i < t->n_inputs; i++)        /* the same inputs, in the new program's graph */
+    t->frozen_shards = regc_program_frozen_layout(step);
+    for (int i = 0; i < t->n_inputs; i++) /* the same inputs, in the new program's graph */
         t->inputs[i].tensor = regc_program_input(step, i);
     if ((rc = bind_programs(t, o)))
         return rc;

@@ -15,7 +15,8 @@ typedef struct {
     regc_cache *cache;             /* opened from cache_dir, or NULL */
     float *params, *grads, *m, *v; /* device, [block] each (m and v: host when offloaded) */
     void *frozen;                  /* device, frozen_bytes: the parameters never trained */
-    int64_t frozen_bytes;
+    int64_t frozen_bytes;          /* the model's frozen block, or under ZeRO-3 this rank's shard */
+    const regc_shard_layout *frozen_shards; /* the program's, under ZeRO-3; else NULL */
     /* where m and v live: be, or under offload_optimizer on a GPU a CPU
      * backend over the host memory be->alloc_host gave */
     regc_backend *state_be;

@@ -3,7 +3,8 @@
  * chunk at a time, and checkpoints and --save stream the blocks one gather
  * unit at a time, rank 0 writing, so no rank holds the whole model. The
  * frozen parameters (a LoRA model's base) are read once into a block of
- * their own and never written back: saved, a LoRA model is its adapter. */
+ * their own (under ZeRO-3 each rank's shard of it, in the bytes they are
+ * held in) and never written back: saved, a LoRA model is its adapter. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,12 +70,35 @@ static int block_to_device(trainer *t, regc_backend *be, float *dev, const float
     return rc;
 }
 
-/* Frozen parameter i quantised to NF4 (regc_nf4_quantize: bitsandbytes'
- * bytes) into dev: the whole tensor at once, since the absmaxes' offset is
- * their mean over all of it. From `from` (the model's weights) or the
- * source; a source that holds it in NF4 already (a checkpoint saved in 4
- * bits) gives its bytes as they are. */
-static int nf4_to_device(trainer *t, int i, const float *from, regc_weights *src, char *dev)
+/* Bytes [at, at + n) of frozen parameter i, the j-th frozen one (the
+ * frozen layout's numbering), onto the device: into the frozen block, or
+ * under ZeRO-3 the part of them this rank's shard holds. */
+static void frozen_put(trainer *t, int i, int j, int64_t at, const void *bytes, int64_t n)
+{
+    regc_backend *be = t->be;
+    const regc_shard_layout *l = t->frozen_shards;
+    char *dev = t->frozen;
+    if (!l) {
+        be->copy_h2d(be, dev + regc_model_param_frozen_at(t->model, i) + at, bytes, (size_t)n);
+        return;
+    }
+    const int64_t word = (int64_t)sizeof(float);
+    int64_t first, words, where; /* in words: of the parameter, held at `where` of the shard */
+    regc_shard_param_part(l, j, t->comm->rank, &first, &words, &where);
+    const int64_t lo = at > first * word ? at : first * word;
+    const int64_t hi = at + n < (first + words) * word ? at + n : (first + words) * word;
+    if (lo < hi)
+        be->copy_h2d(be, dev + where * word + (lo - first * word), (const char *)bytes + (lo - at),
+                     (size_t)(hi - lo));
+}
+
+/* Frozen parameter i (the j-th frozen) quantised to NF4
+ * (regc_nf4_quantize: bitsandbytes' bytes) onto the device: the whole
+ * tensor at once, since the absmaxes' offset is their mean over all of it.
+ * From `from` (the model's weights) or the source; a source that holds it
+ * in NF4 already (a checkpoint saved in 4 bits) gives its bytes as they
+ * are. */
+static int nf4_to_device(trainer *t, int i, int j, const float *from, regc_weights *src)
 {
     regc_backend *be = t->be;
     const int64_t n = regc_model_param_numel(t->model, i);
@@ -100,15 +124,16 @@ static int nf4_to_device(trainer *t, int i, const float *from, regc_weights *src
     if (rc == REGC_OK && !held && (rc = regc_nf4_quantize(from, n, blob)) != REGC_OK)
         regc_error_prefix("%s", regc_model_param_name(t->model, i));
     if (rc == REGC_OK) {
-        be->copy_h2d(be, dev, blob, (size_t)bytes);
+        frozen_put(t, i, j, 0, blob, bytes);
         rc = be->sync(be); /* before the blob is freed */
     }
     free(values), free(blob);
     return rc;
 }
 
-/* The frozen block from the model's weights or the source, whole on every
- * rank, a chunk at a time, each parameter in the dtype it is held in. */
+/* The frozen block from the model's weights or the source (under ZeRO-3,
+ * this rank's shard of it), a chunk at a time, each parameter in the dtype
+ * it is held in. */
 static int frozen_to_device(trainer *t, const float *model, regc_weights *src, double *load_ms)
 {
     regc_backend *be = t->be;
@@ -122,14 +147,18 @@ static int frozen_to_device(trainer *t, const float *model, regc_weights *src, d
     }
     double t0 = regc_time_ms();
     int rc = REGC_OK;
-    for (int i = 0; i < regc_model_n_params(m) && rc == REGC_OK; i++) {
+    if (t->frozen_shards) { /* the padding between parameters too: zero */
+        be->fill(be, t->frozen, (size_t)(t->frozen_bytes / (int64_t)sizeof(float)), 0.0f);
+        rc = be->sync(be);
+    }
+    for (int i = 0, j = 0; i < regc_model_n_params(m) && rc == REGC_OK; i++) {
         const int held = regc_model_param_frozen(m, i);
         if (!held)
             continue;
         const int64_t n = regc_model_param_numel(m, i), at = regc_model_param_offset(m, i);
-        char *dev = (char *)t->frozen + regc_model_param_frozen_at(m, i);
+        const int jf = j++; /* the layout's numbering */
         if (held == REGC_FROZEN_NF4 || held == REGC_FROZEN_NF4_BF16) {
-            rc = nf4_to_device(t, i, src ? NULL : model + at, src, dev);
+            rc = nf4_to_device(t, i, jf, src ? NULL : model + at, src);
             continue;
         }
         if (src && regc_weights_is_nf4(src, i)) { /* the other way: quantised where regc is not */
@@ -145,11 +174,11 @@ static int frozen_to_device(trainer *t, const float *model, regc_weights *src, d
                 break;
             const float *from = src ? chunk : model + at + done;
             if (held == REGC_FROZEN_BF16) {
-                for (int64_t j = 0; j < k; j++)
-                    half[j] = regc_f32_to_bf16(from[j]);
-                be->copy_h2d(be, dev + done * 2, half, (size_t)k * sizeof *half);
+                for (int64_t e = 0; e < k; e++)
+                    half[e] = regc_f32_to_bf16(from[e]);
+                frozen_put(t, i, jf, done * 2, half, k * (int64_t)sizeof *half);
             } else {
-                be->copy_h2d(be, dev + done * 4, from, (size_t)k * sizeof *from);
+                frozen_put(t, i, jf, done * 4, from, k * (int64_t)sizeof *from);
             }
             rc = be->sync(be); /* before the buffers are reused */
         }
@@ -159,8 +188,60 @@ static int frozen_to_device(trainer *t, const float *model, regc_weights *src, d
     return rc;
 }
 
+/* n values of a frozen parameter held as `held` says, from its bytes on
+ * the host, into fp32 (NF4: dequantised). */
+static void frozen_decode(int held, int64_t n, const void *bytes, float *to)
+{
+    if (held == REGC_FROZEN_NF4 || held == REGC_FROZEN_NF4_BF16) {
+        regc_nf4_dequantize(bytes, n, to);
+    } else if (held == REGC_FROZEN_BF16) {
+        const uint16_t *half = bytes;
+        for (int64_t j = 0; j < n; j++) {
+            const uint32_t bits = (uint32_t)half[j] << 16;
+            memcpy(&to[j], &bits, sizeof bits);
+        }
+    } else {
+        memcpy(to, bytes, (size_t)n * sizeof *to);
+    }
+}
+
+/* Under ZeRO-3: every rank's shard of each frozen unit gathered in turn,
+ * and its parameters decoded into the model's weights, on every rank. */
+static int frozen_units_to_host(trainer *t, float *model)
+{
+    regc_backend *be = t->be;
+    regc_comm *c = t->comm;
+    const regc_model *m = t->model;
+    const regc_shard_layout *l = t->frozen_shards;
+    int64_t most = 0;
+    for (int u = 0; u < l->n_units; u++)
+        most = l->unit_padded[u] > most ? l->unit_padded[u] : most;
+    float *buf = malloc((size_t)most * sizeof *buf + 1); /* the unit's bytes, as words */
+    if (!buf)
+        return regc_error(REGC_ERR_MEMORY, "out of memory for %lld words", (long long)most);
+    int rc = REGC_OK;
+    for (int u = 0; u < l->n_units && rc == REGC_OK; u++) {
+        float *mine = buf + (int64_t)c->rank * l->unit_shard[u];
+        be->copy_d2h(be, mine, (const float *)t->frozen + l->shard_offset[u],
+                     (size_t)l->unit_shard[u] * sizeof *buf);
+        if ((rc = be->sync(be)) || (rc = c->allgather(c, buf, mine, l->unit_shard[u])))
+            break;
+        for (int i = 0, j = 0; i < regc_model_n_params(m); i++) {
+            const int held = regc_model_param_frozen(m, i);
+            if (held && l->param_unit[j] == u)
+                frozen_decode(held, regc_model_param_numel(m, i), buf + l->param_offset[j],
+                              model + regc_model_param_offset(m, i));
+            j += held != 0;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
 int regc_trainer_frozen_to_host(trainer *t, float *model)
 {
+    if (t->frozen_shards)
+        return frozen_units_to_host(t, model);
     regc_backend *be = t->be;
     const regc_model *m = t->model;
     int rc = REGC_OK;
