@@ -203,46 +203,46 @@ static void check_attention_vs_naive(regc_attn_shape s, uint64_t seed, int with_
     check_attention_vs_naive_drop(s, seed, with_bias, 0.0f);
 }
 
+/* An attention shape: batch, tq, tk, heads, kv heads, head_dim, causal,
+ * scale, softcap, window. */
+#define ATTN_SHAPE(b, q, k, h, kv, d, c, sc, cap, w)                                               \
+    {                                                                                              \
+        .batch = b, .tq = q, .tk = k, .n_head = h, .n_kv_head = kv, .head_dim = d, .causal = c,    \
+        .scale = sc, .softcap = cap, .window = w                                                   \
+    }
+
 static void test_attention_matches_naive(void **state)
 {
     (void)state;
-    /* head_dim 19: two 8-wide blocks of the dot product plus a tail */
-    check_attention_vs_naive(
-        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 100,
-        0);
-    check_attention_vs_naive(
-        (regc_attn_shape){3, 37, 37, 6, 3, 19, 0, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 200,
-        0);
-    check_attention_vs_naive(
-        (regc_attn_shape){2, 11, 29, 4, 1, 8, 0, 0.35f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 300, 0);
-    /* T5: scale 1 and a position bias, multi-threaded dbias over 3 batch rows */
-    check_attention_vs_naive(
-        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 600, 1);
-    check_attention_vs_naive(
-        (regc_attn_shape){3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL}, 700, 1);
-    /* Gemma 2: soft-capped scores (a cap the scores reach, so tanh bends
-     * them), a sliding window shorter than T, and both */
-    check_attention_vs_naive(
-        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.6f, 0, 0.5f, 0, 0.0f, NULL, NULL}, 800, 0);
-    check_attention_vs_naive(
-        (regc_attn_shape){3, 37, 37, 6, 2, 19, 1, 0.23f, 0, 0.0f, 5, 0.0f, NULL, NULL}, 900, 0);
-    check_attention_vs_naive(
-        (regc_attn_shape){2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9, 0.0f, NULL, NULL}, 1000, 0);
-    /* a window as long as T changes nothing; one key wide, each query sees itself */
-    check_attention_vs_naive(
-        (regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 11, 0.0f, NULL, NULL}, 1100, 0);
-    check_attention_vs_naive(
-        (regc_attn_shape){2, 11, 11, 4, 2, 8, 1, 0.35f, 0, 0.0f, 1, 0.0f, NULL, NULL}, 1200, 0);
-    /* the probabilities' dropout: GPT-2's (causal, rows of 37 keys, so a
-     * draw's four elements straddle rows), T5's (a bias, tq != tk, the
-     * bias gradient summed over the batch), with grouped heads, a cap and a
-     * window */
-    const regc_attn_shape gpt2 = {3, 37, 37, 6, 6, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL};
-    const regc_attn_shape t5 = {3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL};
-    const regc_attn_shape gemma = {2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9, 0.0f, NULL, NULL};
-    check_attention_vs_naive_drop(gpt2, 1300, 0, 0.1f);
-    check_attention_vs_naive_drop(t5, 1400, 1, 0.25f);
-    check_attention_vs_naive_drop(gemma, 1500, 0, 0.1f);
+    static const struct {
+        regc_attn_shape s;
+        uint64_t seed;
+        int bias;
+    } cases[] = {
+        /* head_dim 19: two 8-wide blocks of the dot product plus a tail */
+        {ATTN_SHAPE(3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0.0f, 0), 100, 0},
+        {ATTN_SHAPE(3, 37, 37, 6, 3, 19, 0, 0.2294157f, 0.0f, 0), 200, 0},
+        {ATTN_SHAPE(2, 11, 29, 4, 1, 8, 0, 0.35f, 0.0f, 0), 300, 0},
+        /* T5: scale 1 and a position bias, multi-threaded dbias over 3 batch rows */
+        {ATTN_SHAPE(3, 37, 37, 6, 2, 19, 1, 1.0f, 0.0f, 0), 600, 1},
+        {ATTN_SHAPE(3, 11, 29, 4, 4, 8, 0, 1.0f, 0.0f, 0), 700, 1},
+        /* Gemma 2: soft-capped scores (a cap the scores reach, so tanh
+         * bends them), a sliding window shorter than T, and both */
+        {ATTN_SHAPE(3, 37, 37, 6, 2, 19, 1, 0.6f, 0.5f, 0), 800, 0},
+        {ATTN_SHAPE(3, 37, 37, 6, 2, 19, 1, 0.23f, 0.0f, 5), 900, 0},
+        {ATTN_SHAPE(2, 70, 70, 4, 1, 16, 1, 0.6f, 0.7f, 9), 1000, 0},
+        /* a window as long as T changes nothing; one key wide, each query
+         * sees itself */
+        {ATTN_SHAPE(2, 11, 11, 4, 2, 8, 1, 0.35f, 0.0f, 11), 1100, 0},
+        {ATTN_SHAPE(2, 11, 11, 4, 2, 8, 1, 0.35f, 0.0f, 1), 1200, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_attention_vs_naive(cases[i].s, cases[i].seed, cases[i].bias);
+    /* the probabilities' dropout */
+    for (int i = 0; i < REGC_TEST_ATTN_DROP_CASES; i++) {
+        const regc_test_attn_drop_case *c = &regc_test_attn_drop_cases[i];
+        check_attention_vs_naive_drop(c->s, c->seed, c->bias, c->p);
+    }
 }
 
 /* Soft-capping with a bias is refused by name (neither backend forms its

@@ -190,12 +190,10 @@ static void check_attention_dropout(regc_attn_shape s, uint64_t seed, int with_b
 static void test_attention_dropout_matches_cpu(void **state)
 {
     (void)state;
-    const regc_attn_shape gpt2 = {3, 37, 37, 6, 6, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL};
-    const regc_attn_shape t5 = {3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL};
-    const regc_attn_shape gemma = {2, 70, 70, 4, 1, 16, 1, 0.6f, 0, 0.7f, 9, 0.0f, NULL, NULL};
-    check_attention_dropout(gpt2, 13, 0, 0.1f);
-    check_attention_dropout(t5, 14, 1, 0.25f);
-    check_attention_dropout(gemma, 15, 0, 0.1f);
+    for (int i = 0; i < REGC_TEST_ATTN_DROP_CASES; i++) {
+        const regc_test_attn_drop_case *c = &regc_test_attn_drop_cases[i];
+        check_attention_dropout(c->s, c->seed, c->bias, c->p);
+    }
 }
 
 int main(void)

@@ -165,6 +165,41 @@ void regc_test_assert_bitwise_equal(const char *what, const float *a, const floa
             fail_msg("%s: differs at [%zu]: %.9g vs %.9g", what, i, (double)a[i], (double)b[i]);
 }
 
+const regc_test_attn_drop_case regc_test_attn_drop_cases[REGC_TEST_ATTN_DROP_CASES] = {
+    {.s = {.batch = 3,
+           .tq = 37,
+           .tk = 37,
+           .n_head = 6,
+           .n_kv_head = 6,
+           .head_dim = 19,
+           .causal = 1,
+           .scale = 0.2294157f},
+     .p = 0.1f,
+     .seed = 1300},
+    {.s = {.batch = 3,
+           .tq = 11,
+           .tk = 29,
+           .n_head = 4,
+           .n_kv_head = 4,
+           .head_dim = 8,
+           .scale = 1.0f},
+     .bias = 1,
+     .p = 0.25f,
+     .seed = 1400},
+    {.s = {.batch = 2,
+           .tq = 70,
+           .tk = 70,
+           .n_head = 4,
+           .n_kv_head = 1,
+           .head_dim = 16,
+           .causal = 1,
+           .scale = 0.6f,
+           .softcap = 0.7f,
+           .window = 9},
+     .p = 0.1f,
+     .seed = 1500},
+};
+
 size_t regc_test_attn_q_count(const regc_attn_shape *s)
 {
     return (size_t)(s->batch * s->tq * s->n_head * s->head_dim);

@@ -24,6 +24,20 @@ double *regc_test_host_doubles(size_t n);
 /* n values of regc's random stream `seed`, uniform on center +- halfwidth */
 float *regc_test_host_uniform(size_t n, uint64_t seed, float center, float halfwidth);
 
+/* Attention's dropout cases, the same for every backend: GPT-2's (causal,
+ * rows of 37 keys, so a draw's four elements straddle rows), T5's (a
+ * score bias, tq != tk, the bias gradient summed over the batch) and
+ * Gemma 2's (grouped heads, a cap and a window); p the dropout, seed the
+ * inputs'. */
+typedef struct {
+    regc_attn_shape s;
+    int bias;
+    float p;
+    uint64_t seed;
+} regc_test_attn_drop_case;
+#define REGC_TEST_ATTN_DROP_CASES 3
+extern const regc_test_attn_drop_case regc_test_attn_drop_cases[REGC_TEST_ATTN_DROP_CASES];
+
 /* Elements of an attention shape's q (and out) and of its k (and v). */
 size_t regc_test_attn_q_count(const regc_attn_shape *s);
 size_t regc_test_attn_kv_count(const regc_attn_shape *s);
