@@ -603,8 +603,6 @@ static int source_graph(step_source *s, regc_graph **g, int64_t **param_offset,
     return REGC_OK;
 }
 
-/* The whole step: from the cache when its key is there, else compiled
- * (and stored). */
 /* compile.host_memory_mb against what the step holds on the host: the
  * offloaded optimizer state and activations. */
 static int check_host(const regc_compile_options *o, const regc_program *p)
@@ -624,6 +622,8 @@ static int check_host(const regc_compile_options *o, const regc_program *p)
                       (double)a.host_activations / mib, (double)o->host_budget_bytes / mib);
 }
 
+/* The whole step: from the cache when its key is there, else compiled
+ * (and stored). */
 static int compile_step(step_source *s, const regc_compile_options *o, regc_program **out,
                         regc_compile_stats *st)
 {

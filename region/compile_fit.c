@@ -177,8 +177,8 @@ static int64_t budget_chunk_rows(const regc_graph *g, int64_t budget)
 static int host_floor(const regc_graph *g, const int64_t *param_offset,
                       const regc_compile_options *o, regc_compile_stats *st)
 {
-    if (o->host_budget_bytes <= 0)
-        return REGC_OK;
+    if (o->host_budget_bytes <= 0 || !o->offload_activation)
+        return REGC_OK; /* without offloading, the compile's own check refuses it */
     regc_compile_options a = *o;
     a.offload_activation = 0, a.recompute_ratio = -1.0;
     probed r;

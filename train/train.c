@@ -238,6 +238,23 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
                           "step program: a shard layout of %d parameters for %d (%d frozen)",
                           t->shards->n_params + (t->frozen_shards ? t->frozen_shards->n_params : 0),
                           n_trained + n_frozen, n_frozen);
+    /* each frozen parameter where the model holds it, as long as it is */
+    for (int i = 0, j = 0; t->frozen_shards && i < regc_model_n_params(t->model); i++) {
+        const int held = regc_model_param_frozen(t->model, i);
+        if (!held)
+            continue;
+        const int64_t bytes = regc_frozen_kind_bytes(held, regc_model_param_numel(t->model, i));
+        const regc_shard_layout *l = t->frozen_shards;
+        if (l->model_offset[j] * 4 != regc_model_param_frozen_at(t->model, i) ||
+            l->param_numel[j] * 4 != ((bytes + 63) & ~INT64_C(63)))
+            return regc_error(REGC_ERR_ARG,
+                              "step program: frozen parameter %s laid out at %lld (%lld bytes), "
+                              "the model holds it at %lld (%lld bytes)",
+                              regc_model_param_name(t->model, i), (long long)l->model_offset[j] * 4,
+                              (long long)l->param_numel[j] * 4,
+                              (long long)regc_model_param_frozen_at(t->model, i), (long long)bytes);
+        j++;
+    }
     size_t bytes = (size_t)t->block * sizeof(float);
     int rc = REGC_OK;
     t->params = device_alloc(t, bytes, &rc);
@@ -285,6 +302,17 @@ static int bind_programs(trainer *t, const regc_train_options *o)
                                .comm = t->step_comm,
                                .tuning_cache = t->cache ? t->cache : o->compile.cache,
                                .host = t->state_be};
+    /* every program reads the frozen block as the trainer laid it out */
+    for (int k = 0; k < 2; k++) {
+        const regc_program *p = k ? t->val_program : t->program;
+        if (p && (regc_program_frozen_bytes(p) > t->frozen_bytes ||
+                  !regc_shard_layout_same(regc_program_frozen_layout(p), t->frozen_shards)))
+            return regc_error(REGC_ERR_ARG,
+                              "%s program: its frozen block's layout is not the run's (%lld bytes "
+                              "for %lld)",
+                              k ? "validation" : "step", (long long)regc_program_frozen_bytes(p),
+                              (long long)t->frozen_bytes);
+    }
     if ((rc = regc_program_bind(t->program, be, &mem)) || !t->val_program)
         return rc;
     /* validation runs between steps: it borrows the step's arena */

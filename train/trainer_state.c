@@ -168,8 +168,17 @@ static int frozen_to_device(trainer *t, const float *model, regc_weights *src, d
                             regc_model_source(m), regc_model_param_name(m, i));
             break;
         }
-        for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
-            const int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
+        /* the elements this rank holds: all, or under ZeRO-3 its part's */
+        int64_t e0 = 0, e1 = n;
+        if (t->frozen_shards) {
+            const int64_t size = held == REGC_FROZEN_BF16 ? 2 : 4; /* bytes of a value */
+            int64_t first, words, where;
+            regc_shard_param_part(t->frozen_shards, jf, t->comm->rank, &first, &words, &where);
+            e0 = first * 4 / size, e1 = words ? ((first + words) * 4 + size - 1) / size : e0;
+            e1 = e1 < n ? e1 : n;
+        }
+        for (int64_t done = e0; done < e1 && rc == REGC_OK; done += LOAD_CHUNK) {
+            const int64_t k = e1 - done < LOAD_CHUNK ? e1 - done : LOAD_CHUNK;
             if (src && (rc = regc_weights_read(src, i, done, k, chunk)))
                 break;
             const float *from = src ? chunk : model + at + done;

@@ -135,6 +135,8 @@ int regc_shard_layout_new(int ranks, int n_params, const int64_t *numel,
                           const int64_t *model_offset, const int *unit_of, int n_units,
                           regc_shard_layout **out);
 void regc_shard_layout_free(regc_shard_layout *l);
+/* Do a and b (either may be NULL) lay the same parameters out alike? */
+int regc_shard_layout_same(const regc_shard_layout *a, const regc_shard_layout *b);
 /* Rank r's shard of the model's block into shard [shard_floats]; padding
  * is zero. */
 void regc_shard_take(const regc_shard_layout *l, int rank, const float *model, float *shard);

@@ -15,6 +15,22 @@ void regc_shard_layout_free(regc_shard_layout *l)
     free(l);
 }
 
+int regc_shard_layout_same(const regc_shard_layout *a, const regc_shard_layout *b)
+{
+    if (!a || !b)
+        return a == b;
+    if (a->ranks != b->ranks || a->n_units != b->n_units || a->n_params != b->n_params ||
+        a->shard_floats != b->shard_floats || a->model_floats != b->model_floats)
+        return 0;
+    const size_t nu = (size_t)a->n_units * sizeof(int64_t), np = (size_t)a->n_params;
+    return !memcmp(a->unit_padded, b->unit_padded, nu) &&
+           !memcmp(a->shard_offset, b->shard_offset, nu) &&
+           !memcmp(a->param_unit, b->param_unit, np * sizeof(int)) &&
+           !memcmp(a->param_offset, b->param_offset, np * sizeof(int64_t)) &&
+           !memcmp(a->param_numel, b->param_numel, np * sizeof(int64_t)) &&
+           !memcmp(a->model_offset, b->model_offset, np * sizeof(int64_t));
+}
+
 int regc_shard_layout_new(int ranks, int n_params, const int64_t *numel,
                           const int64_t *model_offset, const int *unit_of, int n_units,
                           regc_shard_layout **out)
