@@ -372,6 +372,7 @@ const regc_shard_layout *regc_program_frozen_layout(const regc_program *p);
 /* A step's communication, per rank, from the program alone. */
 typedef struct {
     int units;               /* ZeRO-3's gather units; 0 without */
+    int frozen_units;        /* ... of the frozen block, gathered too (never scattered) */
     int gathers, scatters;   /* all-gathers and reduce-scatters per step */
     int64_t gather_bytes;    /* received per step: (N - 1) / N of every gathered unit */
     int64_t scatter_bytes;   /* sent per step: (N - 1) / N of every unit's gradients */

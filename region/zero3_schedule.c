@@ -165,6 +165,7 @@ void regc_program_comm_plan(const regc_program *p, regc_comm_plan *c)
 {
     memset(c, 0, sizeof *c);
     c->units = p->layout ? p->layout->n_units : 0;
+    c->frozen_units = p->frozen_layout ? p->frozen_layout->n_units : 0;
     int n = p->lazy ? p->n_steps : p->n_instr;
     for (int i = 0; i < n; i++) {
         const regc_instr *in = p->lazy ? &p->steps[i].instr : &p->instr[i];

@@ -258,10 +258,13 @@ static void print_text(const plan_args *a, const regc_device_memory *mem, const 
     size_text(window, sizeof window, c->window_bytes);
     size_text(scatter, sizeof scatter, c->scatter_bytes);
     size_text(allreduce, sizeof allreduce, c->allreduce_bytes);
+    char frozen[48] = "";
+    if (c->frozen_units)
+        snprintf(frozen, sizeof frozen, " and %d of the frozen block", c->frozen_units);
     if (c->units)
         printf("communication per rank and step: all-gather %s received (%d gathers of %d "
-               "units; at most %s gathered at once), reduce-scatter %s sent (%d)%s%s%s\n",
-               gather, c->gathers, c->units, window, scatter, c->scatters,
+               "units%s; at most %s gathered at once), reduce-scatter %s sent (%d)%s%s%s\n",
+               gather, c->gathers, c->units, frozen, window, scatter, c->scatters,
                c->allreduce_bytes ? ", all-reduce " : "", c->allreduce_bytes ? allreduce : "",
                c->allreduce_bytes ? " sent" : "");
     else
@@ -289,10 +292,11 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
            (long long)mem->frozen, (long long)mem->model_floats, (long long)mem->block_floats,
            (long long)mem->activations, (long long)mem->inputs, (long long)mem->scalars,
            (long long)mem->total, (long long)mem->host, (long long)mem->host_activations);
-    printf(" \"communication\": {\"units\": %d, \"gathers\": %d, \"scatters\": %d, "
-           "\"gather_bytes\": %lld, \"scatter_bytes\": %lld, \"allreduce_bytes\": %lld, "
-           "\"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": %lld, \"resident\": %d},\n",
-           c->units, c->gathers, c->scatters, (long long)c->gather_bytes,
+    printf(" \"communication\": {\"units\": %d, \"frozen_units\": %d, \"gathers\": %d, "
+           "\"scatters\": %d, \"gather_bytes\": %lld, \"scatter_bytes\": %lld, "
+           "\"allreduce_bytes\": %lld, \"window_bytes\": %lld},\n \"schedule\": {\"prefetch\": "
+           "%lld, \"resident\": %d},\n",
+           c->units, c->frozen_units, c->gathers, c->scatters, (long long)c->gather_bytes,
            (long long)c->scatter_bytes, (long long)c->allreduce_bytes, (long long)c->window_bytes,
            (long long)st->zero3_prefetch, st->zero3_resident);
     printf(" \"recompute\": {\"level\": \"%s\", \"replays\": %d, \"flop\": %.6g, \"step_flop\": "
