@@ -109,10 +109,9 @@ static int bert_parse_config(regc_model *m, const cJSON *root, const char *path)
             0 ||
         (rc = regc_cfg_double(root, path, "layer_norm_eps", 0, 1e-12, 0.0, 1.0, &c.eps)) < 0 ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 1, &c.tied)) < 0 ||
-        (rc = regc_cfg_double(root, path, "hidden_dropout_prob", 0, 0.1, 0.0, 1.0,
-                              &c.hidden_drop)) < 0 ||
-        (rc = regc_cfg_double(root, path, "attention_probs_dropout_prob", 0, 0.1, 0.0, 1.0,
-                              &c.attn_drop)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "hidden_dropout_prob", 0.1, &c.hidden_drop)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "attention_probs_dropout_prob", 0.1, &c.attn_drop)) <
+            0 ||
         (rc = bert_check_unsupported(root, path)) < 0)
         return rc;
     /* Small vocabularies have no id 103; their last id stands in for [MASK]. */

@@ -334,14 +334,13 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         (c.family->local_rope && (rc = decoder_check_local_rope(&c, path)) < 0) ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,
                             &c.tied)) < 0 ||
-        (rc = regc_cfg_double(root, path, "attention_dropout", 0, 0.0, 0.0, 1.0, &c.attn_dropout)) <
-            0 ||
+        (rc = regc_cfg_dropout(root, path, "attention_dropout", 0.0, &c.attn_dropout)) < 0 ||
         (rc = decoder_parse_act(root, path, &c)) < 0 ||
         (rc = decoder_parse_biases(root, path, &c)) < 0 ||
         (rc = decoder_parse_pad(root, path, &c)) < 0)
         return rc;
     if (c.family->resid_dropout &&
-        (rc = regc_cfg_double(root, path, "resid_pdrop", 0, 0.0, 0.0, 1.0, &c.resid_dropout)) < 0)
+        (rc = regc_cfg_dropout(root, path, "resid_pdrop", 0.0, &c.resid_dropout)) < 0)
         return rc;
     if (c.family->gemma && (rc = decoder_parse_gemma(root, path, &c)) < 0)
         return rc;

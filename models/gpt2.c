@@ -91,9 +91,9 @@ static int gpt2_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = regc_cfg_double(root, path, "layer_norm_epsilon", 0, 1e-5, 0.0, 1.0, &c.eps)) < 0 ||
         (rc = regc_cfg_string(root, path, "activation_function", 0, "gelu_new", &act)) < 0 ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 1, &c.tied)) < 0 ||
-        (rc = regc_cfg_double(root, path, "resid_pdrop", 0, 0.1, 0.0, 1.0, &c.resid_pdrop)) < 0 ||
-        (rc = regc_cfg_double(root, path, "embd_pdrop", 0, 0.1, 0.0, 1.0, &c.embd_pdrop)) < 0 ||
-        (rc = regc_cfg_double(root, path, "attn_pdrop", 0, 0.1, 0.0, 1.0, &c.attn_pdrop)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "resid_pdrop", 0.1, &c.resid_pdrop)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "embd_pdrop", 0.1, &c.embd_pdrop)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "attn_pdrop", 0.1, &c.attn_pdrop)) < 0 ||
         (rc = gpt2_check_unsupported(root, path)) < 0)
         return rc;
     /* Both names denote the tanh approximation, which is what the kernels

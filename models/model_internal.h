@@ -323,6 +323,10 @@ int regc_cfg_int(const cJSON *root, const char *path, const char *key, int requi
                  int64_t lo, int64_t hi, int64_t *out);
 int regc_cfg_double(const cJSON *root, const char *path, const char *key, int required, double dflt,
                     double lo, double hi, double *out);
+/* A dropout probability: dflt when absent, else a number in [0, 1) (a
+ * dropout of 1 would zero everything; no kernel scales by 1 / 0). */
+int regc_cfg_dropout(const cJSON *root, const char *path, const char *key, double dflt,
+                     double *out);
 /* pad_token_id as Transformers makes it the embedding's padding_idx (the
  * row that takes no gradient from the lookup): dflt when absent (-1:
  * none), none when null, a negative id counted from the end as torch

@@ -221,6 +221,17 @@ int regc_cfg_double(const cJSON *root, const char *path, const char *key, int re
     return REGC_OK;
 }
 
+int regc_cfg_dropout(const cJSON *root, const char *path, const char *key, double dflt, double *out)
+{
+    int rc = regc_cfg_double(root, path, key, 0, dflt, 0.0, 1.0, out);
+    if (rc == REGC_OK && *out >= 1.0)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"%s\" is %g, expected a dropout probability below 1 (1 "
+                          "drops every element)",
+                          path, key, *out);
+    return rc;
+}
+
 int regc_cfg_bool(const cJSON *root, const char *path, const char *key, int required, int dflt,
                   int *out)
 {

@@ -77,7 +77,7 @@ static int t5_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = regc_cfg_int(root, path, "decoder_start_token_id", 0, c.pad_id, 0, c.vocab - 1,
                            &c.start_id)) < 0 ||
         (rc = regc_cfg_bool(root, path, "is_encoder_decoder", 0, 1, &enc_dec)) < 0 ||
-        (rc = regc_cfg_double(root, path, "dropout_rate", 0, 0.1, 0.0, 1.0, &c.dropout)) < 0)
+        (rc = regc_cfg_dropout(root, path, "dropout_rate", 0.1, &c.dropout)) < 0)
         return rc;
     if (!enc_dec)
         return regc_error(REGC_ERR_UNSUPPORTED,

@@ -490,6 +490,9 @@ static void test_config_errors(void **state)
     expect_config_error(f, "\"tie_word_embeddings\": 1", REGC_ERR_FORMAT,
                         "key \"tie_word_embeddings\" must be true or false");
     expect_config_error(f, "\"attn_pdrop\": 1.5", REGC_ERR_FORMAT, "key \"attn_pdrop\" is 1.5");
+    /* 1 is a probability, but no dropout kernel scales by 1 / (1 - p) */
+    expect_config_error(f, "\"resid_pdrop\": 1", REGC_ERR_FORMAT,
+                        "key \"resid_pdrop\" is 1, expected a dropout probability below 1");
 
     /* Optional keys: null means the default, the rest are reported. */
     write_config(f, "\"n_inner\": null, \"layer_norm_epsilon\": 1e-6, "

@@ -90,11 +90,11 @@ const regc_option regc_option_table[] = {
      "further: its configuration is the lora section's, the base is --model"},
     {"train", "dropout", "--dropout", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL, FIELD(dropout),
      OPT_SHOW_DEFAULT,
-     "apply the model's dropouts as Transformers trains: GPT-2's embedding and residual ones "
-     "and lora.lora_dropout, each mask drawn by Philox4x32-10 from --seed, the micro-batch, the "
-     "site and the element (the same on every thread, when recomputed and after a resume); a "
-     "dropout regc does not apply yet (attention's, BERT's, T5's) is refused by its config key "
-     "when above 0. Off: none is applied"},
+     "apply the model's dropouts as Transformers trains (GPT-2's embedding, residual and "
+     "attention ones, BERT's, the Llama family's, T5's dropout_rate) and lora.lora_dropout, each "
+     "mask drawn by Philox4x32-10 from --seed, the micro-batch, the site and the element (the "
+     "same on every thread, when recomputed and after a resume; the attention probabilities' "
+     "inside the attention kernel, never stored). Off: none is applied"},
     {"lora", "r", "--lora-r", OPT_INT, "<R>", 1, 65536, 0, NULL, FIELD(lora.r), 0,
      "train LoRA adapters of this rank on the layers lora.target_modules names, as PEFT does, "
      "with every other parameter frozen (no gradient, no optimizer state); --save writes the "
