@@ -491,10 +491,19 @@ static int check_layout(const regc_program *p)
         return regc_error(REGC_ERR_FORMAT, "step program: ZeRO stage %d %s a shard layout",
                           p->zero_stage, l ? "with" : "without");
     if (!l)
-        return REGC_OK;
+        return p->frozen_layout ? regc_error(REGC_ERR_FORMAT,
+                                             "step program: a frozen block's layout without ZeRO-3")
+                                : REGC_OK;
     if (l->ranks != p->ranks || l->model_floats > SIZE_LIMIT || l->shard_floats > SIZE_LIMIT)
         return regc_error(REGC_ERR_FORMAT, "step program: a shard layout of %lld floats",
                           (long long)l->model_floats);
+    /* the frozen block, when sharded, is this rank's shard of it */
+    const regc_shard_layout *fl = p->frozen_layout;
+    if (fl && (fl->ranks != p->ranks || fl->model_floats > SIZE_LIMIT ||
+               fl->shard_floats > SIZE_LIMIT || p->frozen_bytes != fl->shard_floats * F32))
+        return regc_error(REGC_ERR_FORMAT,
+                          "step program: a frozen block of %lld bytes for a shard of %lld words",
+                          (long long)p->frozen_bytes, (long long)fl->shard_floats);
     return REGC_OK;
 }
 

@@ -5,7 +5,8 @@
  * entry, and that `regc cache verify` names), or, where no check can tell
  * it from a program regc could make, run without a stray access (the
  * sanitizers watch). A FIFO or a huge sparse file in an entry's place is
- * refused at once, never waited on or read. */
+ * refused at once, never waited on or read. The programs regc compiles
+ * validate, a LoRA base sharded under ZeRO-3 among them. */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <fcntl.h>
@@ -273,6 +274,36 @@ static void test_offloaded_update_stays_on_the_host(void **state)
         regc_program_free(p);
     }
     regc_model_free(m);
+}
+
+/* A LoRA model at ZeRO-3 over 2 ranks, its base in bf16 and in NF4: the
+ * programs validate, the frozen block a shard of the frozen layout; a
+ * frozen block of any other size is refused. */
+static void test_frozen_shards_validate(void **state)
+{
+    (void)state;
+    for (int nf4 = 0; nf4 < 2; nf4++) {
+        regc_model *m = NULL;
+        assert_int_equal(regc_model_load_shapes("llama-tiny", &m), REGC_OK);
+        regc_lora_config c = {.r = 4,
+                              .target_modules = "all-linear",
+                              .base_dtype = nf4 ? REGC_BASE_FP32 : REGC_BASE_BF16,
+                              .load_in_4bit = nf4};
+        assert_int_equal(regc_model_add_lora(m, &c), REGC_OK);
+        regc_compile_options o;
+        regc_compile_options_default(&o);
+        o.ranks = 2, o.zero_stage = 3;
+        regc_program *p = NULL;
+        assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, NULL), REGC_OK);
+        assert_non_null(p->frozen_layout);
+        assert_int_equal(p->frozen_bytes, p->frozen_layout->shard_floats * 4);
+        assert_int_equal(regc_program_validate(p), REGC_OK);
+        p->frozen_bytes += 64;
+        assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+        assert_non_null(strstr(regc_error_message(), "a frozen block of"));
+        regc_program_free(p);
+        regc_model_free(m);
+    }
 }
 
 /* ---------------------------------------------------------------- changed step programs */
@@ -806,6 +837,7 @@ int main(void)
         regc_test_in_dir(test_fifo_and_sparse_files_refused, setup),
         cmocka_unit_test(test_fuzz_corpus_decodes_safely),
         cmocka_unit_test(test_bf16_marks_in_the_rules),
+        cmocka_unit_test(test_frozen_shards_validate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
