@@ -65,15 +65,7 @@ int regc_graph_concat(regc_graph *g, int n, const int *xs)
 int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_kv_head, int causal,
                          float scale)
 {
-    regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
-    int out[2] = {0};
-    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 3, (int[]){q, k, v}, 2, out, 0, NULL);
-    return rc < 0 ? rc : out[0];
-}
-
-int regc_graph_attention_with(regc_graph *g, int q, int k, int v, const regc_attrs *a)
-{
-    return regc_graph_attention_full(g, q, k, v, -1, -1, -1, a);
+    return regc_graph_attention_bias(g, q, k, v, -1, n_head, n_kv_head, causal, scale);
 }
 
 int regc_graph_attention_full(regc_graph *g, int q, int k, int v, int bias, int site, int draw,
@@ -115,11 +107,9 @@ int regc_graph_cross_entropy(regc_graph *g, int logits, int targets)
 int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int n_head,
                               int n_kv_head, int causal, float scale)
 {
-    regc_attrs a = {.n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
-    int out[2] = {0};
-    int rc =
-        regc_graph_add_node(g, REGC_OP_ATTENTION, &a, 4, (int[]){q, k, v, bias}, 2, out, 0, NULL);
-    return rc < 0 ? rc : out[0];
+    const regc_attrs a = {
+        .n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
+    return regc_graph_attention_full(g, q, k, v, bias, -1, -1, &a);
 }
 
 int regc_graph_rmsnorm(regc_graph *g, int x, int w, float eps)

@@ -264,10 +264,9 @@ int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_k
 int regc_graph_reshape(regc_graph *g, int x, int ndim, const int64_t *shape);
 int regc_graph_transpose(regc_graph *g, int x, const int *perm);
 int regc_graph_cross_entropy(regc_graph *g, int logits, int targets);
-/* ATTENTION with every attribute of a (heads, causal, scale, softcap, window). */
-int regc_graph_attention_with(regc_graph *g, int q, int k, int v, const regc_attrs *a);
-/* ... and every input: bias -1 for none; site and draw (DROPOUT's) when
- * a->value, the probabilities' dropout p, is above 0, else -1. */
+/* ATTENTION with every attribute of a (heads, causal, scale, softcap,
+ * window) and every input: bias -1 for none; site and draw (DROPOUT's)
+ * when a->value, the probabilities' dropout p, is above 0, else -1. */
 int regc_graph_attention_full(regc_graph *g, int q, int k, int v, int bias, int site, int draw,
                               const regc_attrs *a);
 /* attention with an additive score bias [n_head, Tq, Tk] (T5) */

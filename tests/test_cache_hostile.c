@@ -6,7 +6,8 @@
  * it from a program regc could make, run without a stray access (the
  * sanitizers watch). A FIFO or a huge sparse file in an entry's place is
  * refused at once, never waited on or read. The programs regc compiles
- * validate, a LoRA base sharded under ZeRO-3 among them. */
+ * validate, a LoRA base sharded under ZeRO-3 among them; attention's
+ * dropout operands out of their rule are refused. */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <fcntl.h>
@@ -304,6 +305,37 @@ static void test_frozen_shards_validate(void **state)
         regc_program_free(p);
         regc_model_free(m);
     }
+}
+
+/* Attention's dropout in a program: its p in [0, 1), its site and draw
+ * given exactly when it drops; otherwise refused. */
+static void test_attention_dropout_operands(void **state)
+{
+    (void)state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    regc_model_set_dropout(m, 1);
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    regc_program *p = NULL;
+    assert_int_equal(regc_program_compile(m, 2, 16, &o, &p, NULL), REGC_OK);
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    regc_instr *attn = NULL;
+    for (int i = 0; i < p->n_instr && !attn; i++)
+        attn = p->instr[i].kernel == K_ATTN_FWD ? &p->instr[i] : NULL;
+    assert_non_null(attn);
+    assert_true(attn->f > 0.0f && attn->refs[6].buf >= 0 && attn->refs[7].buf >= 0);
+    const float p_drop = attn->f;
+    attn->f = 0.0f;
+    assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+    assert_non_null(strstr(regc_error_message(), "a dropout's site or draw given to an attention"));
+    attn->f = 1.5f;
+    assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+    assert_non_null(strstr(regc_error_message(), "attention's dropout p is outside [0, 1)"));
+    attn->f = p_drop;
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    regc_program_free(p);
+    regc_model_free(m);
 }
 
 /* ---------------------------------------------------------------- changed step programs */
@@ -838,6 +870,7 @@ int main(void)
         cmocka_unit_test(test_fuzz_corpus_decodes_safely),
         cmocka_unit_test(test_bf16_marks_in_the_rules),
         cmocka_unit_test(test_frozen_shards_validate),
+        cmocka_unit_test(test_attention_dropout_operands),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -261,6 +261,17 @@ static void test_attention_refusals(void **state)
     be->attention_fwd(be, out, lse, q, q, q, NULL, &s);
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "a window (2) needs the causal mask"));
+    /* a dropout needs its site and draw, and a probability below 1 */
+    const int32_t site = 1, draw[4] = {1, 0, 0, 1};
+    s.window = 0, s.dropout = 0.1f;
+    be->attention_fwd(be, out, lse, q, q, q, NULL, &s);
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "dropout 0.1 must be in [0, 1), and given its "
+                                                 "site and draw"));
+    s.dropout = 1.0f, s.drop_site = &site, s.drop_draw = draw;
+    be->attention_fwd(be, out, lse, q, q, q, NULL, &s);
+    assert_int_equal(be->sync(be), REGC_ERR_ARG);
+    assert_non_null(strstr(regc_error_message(), "dropout 1 must be in [0, 1)"));
 }
 
 /* GQA must equal ordinary attention with each kv head repeated for its

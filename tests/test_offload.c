@@ -228,17 +228,26 @@ static void test_copies_in_their_places(void **state)
 
 /* ---- under a budget: only what must go ---------------------------------- */
 
+/* gpt2-tiny's step as o says keeping every activation (*k) and offloading
+ * all that qualify (*a, *fa); o is left offloading. */
+static void kept_and_offloaded(regc_train_options *o, regc_device_memory *k, regc_device_memory *a,
+                               regc_fit_plan *fa)
+{
+    regc_program *kept = compile_as("gpt2-tiny", o);
+    o->compile.offload_activation = 1;
+    regc_program *all = compile_as("gpt2-tiny", o);
+    regc_program_device_memory(kept, k), regc_program_device_memory(all, a);
+    regc_program_fit_plan(all, fa);
+    regc_program_free(kept), regc_program_free(all);
+}
+
 static void test_budget_offloads_what_must_go(void **state)
 {
     (void)state;
     regc_train_options o = base_options();
-    regc_program *kept = compile_as("gpt2-tiny", &o);
-    o.compile.offload_activation = 1;
-    regc_program *all = compile_as("gpt2-tiny", &o);
     regc_device_memory k, a;
     regc_fit_plan fa;
-    regc_program_device_memory(kept, &k), regc_program_device_memory(all, &a);
-    regc_program_fit_plan(all, &fa);
+    kept_and_offloaded(&o, &k, &a, &fa);
     assert_true(a.total < k.total && fa.offloaded > 1);
     for (int i = 0; i < 2; i++) { /* a budget the step fits: none; halfway: some */
         o.compile.budget_bytes = i == 0 ? k.total : (k.total + a.total) / 2;
@@ -265,7 +274,6 @@ static void test_budget_offloads_what_must_go(void **state)
     if (!strstr(regc_error_message(), want) ||
         !strstr(regc_error_message(), "(recomputing, offloading and chunking what can be)"))
         fail_msg("expected \"%s\" and what was tried, got: %s", want, regc_error_message());
-    regc_program_free(kept), regc_program_free(all);
 }
 
 /* compile.host_memory_mb: the budget halfway offloads some activations;
@@ -279,12 +287,9 @@ static void test_host_budget(void **state)
 {
     (void)state;
     regc_train_options o = base_options();
-    regc_program *kept = compile_as("gpt2-tiny", &o);
-    o.compile.offload_activation = 1;
-    regc_program *all = compile_as("gpt2-tiny", &o);
     regc_device_memory k, a, m;
-    regc_fit_plan f;
-    regc_program_device_memory(kept, &k), regc_program_device_memory(all, &a);
+    regc_fit_plan f, fa;
+    kept_and_offloaded(&o, &k, &a, &fa);
     o.compile.budget_bytes = (k.total + a.total) / 2;
     regc_program *p = compile_as("gpt2-tiny", &o);
     regc_program_device_memory(p, &m), regc_program_fit_plan(p, &f);
@@ -301,8 +306,6 @@ static void test_host_budget(void **state)
                  (long long)o.compile.budget_bytes, (long long)m.host, f.offloaded, f.replays);
     regc_program_free(p);
     /* no device budget: as many as fit half of what offloading all takes */
-    regc_fit_plan fa;
-    regc_program_fit_plan(all, &fa);
     o.compile.budget_bytes = 0, o.compile.host_budget_bytes = a.host / 2;
     p = compile_as("gpt2-tiny", &o);
     regc_program_device_memory(p, &m), regc_program_fit_plan(p, &f);
@@ -322,7 +325,6 @@ static void test_host_budget(void **state)
             !strstr(regc_error_message(), "the limit is 1.0 MiB"))
             fail_msg("expected the host's need and limit, got: %s", regc_error_message());
     }
-    regc_program_free(kept), regc_program_free(all);
 }
 
 /* ---- O0 and the cache ------------------------------------------------------ */
