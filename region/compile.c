@@ -289,6 +289,10 @@ static int compile_region(pipeline *pl, regc_program *prog, int region, const in
     regc_recompute_policy pol = {.mode = o->recompute, .layer = layer, .ratio = o->recompute_ratio};
     if (pol.mode == REGC_RECOMPUTE_AUTO && o->budget_bytes <= 0 && o->recompute_ratio < 0)
         pol.mode = REGC_RECOMPUTE_NONE;
+    if (pol.mode == REGC_RECOMPUTE_AUTO && o->kernel_cost) { /* a measured profile */
+        pol.costs = o->kernel_cost, pol.n_costs = o->n_kernel_cost;
+        pol.rate = regc_kernel_cost_rate(o->kernel_cost, o->n_kernel_cost);
+    }
     regc_region_spec spec = {.n_nodes = n_nodes,
                              .nodes = nodes,
                              .n_in = n_in,
@@ -671,6 +675,10 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
     }
 done:
     st->replan_step = o->replan_step;
+    st->measured_kernels =
+        o->recompute == REGC_RECOMPUTE_AUTO && o->budget_bytes > 0 && o->kernel_cost
+            ? o->n_kernel_cost
+            : 0;
     if (rc >= 0 && cached && *out) /* the key the backend's tuning is kept under */
         regc_bytes_put(&(*out)->step_key, canon.data, canon.len);
     regc_graph_free(g);

@@ -172,7 +172,12 @@ typedef struct {
 typedef struct regc_recompute_policy {
     regc_recompute mode; /* AUTO: drop what costs at most `ratio` */
     int layer;           /* FULL: a layer (glue recomputes as SELECTIVE) */
-    double ratio;        /* AUTO: FLOPs per byte freed */
+    double ratio;        /* AUTO: cost (FLOPs, or measured) per byte freed */
+    /* AUTO: measured kernel costs ([n_costs], or none) and their average
+     * rate (regc_kernel_cost_rate) */
+    const regc_kernel_cost *costs;
+    int n_costs;
+    double rate;
 } regc_recompute_policy;
 
 /* A whole-graph region's keep[] values: what a layer region would do with

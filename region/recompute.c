@@ -37,7 +37,14 @@
  * glue's tensors, which full drops as selective does.
  *
  * Costs are FLOPs: 2mnk for a GEMM, 4·b·h·tq·tk·d for attention (half
- * when causal), and one per element touched for everything else. */
+ * when causal), and one per element touched for everything else. With a
+ * measured profile (compile.schedule's re-plans: regc_kernel_cost), auto
+ * counts what each kernel took instead, in FLOPs at the measured step's
+ * average rate: a kernel's cost times its measured time per cost over the
+ * step's, so a memory-bound norm that runs fifty times slower per FLOP
+ * than the GEMMs costs fifty times its FLOPs, and the ranking by cost per
+ * byte freed follows time rather than arithmetic. A kernel the profile
+ * does not hold (another shape of chunk) counts its FLOPs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +71,36 @@ double regc_instr_cost(const regc_instr *in)
         for (int k = 0; k < in->n_refs; k++)
             elems += (double)e.bytes[k] / (regc_instr_ref_bf16(in, k) ? 2.0 : 4.0);
     return elems;
+}
+
+/* What `in` cost as pol counts it: measured when pol holds its kernel,
+ * else FLOPs (regc_instr_cost). */
+static double policy_cost(const regc_recompute_policy *pol, const regc_instr *in)
+{
+    const double f = regc_instr_cost(in);
+    if (!pol || pol->n_costs == 0 || !(pol->rate > 0.0))
+        return f;
+    char label[REGC_PROFILE_LABEL];
+    regc_instr x = *in;
+    x.replay = 0;
+    regc_instr_label(&x, label, sizeof label);
+    for (int i = 0; i < pol->n_costs; i++) {
+        const regc_kernel_cost *k = &pol->costs[i];
+        if (k->cost > 0.0 && k->ms > 0.0 && !strcmp(k->label, label))
+            return f * (k->ms / k->cost) * pol->rate;
+    }
+    return f;
+}
+
+/* The measured step's average rate, in cost per millisecond: what turns
+ * a kernel's time back into FLOPs; 0 when nothing was measured. */
+double regc_kernel_cost_rate(const regc_kernel_cost *k, int n)
+{
+    double ms = 0.0, cost = 0.0;
+    for (int i = 0; i < n; i++)
+        if (k[i].cost > 0.0 && k[i].ms > 0.0)
+            ms += k[i].ms, cost += k[i].cost;
+    return ms > 0.0 ? cost / ms : 0.0;
 }
 
 typedef struct {
@@ -225,16 +262,19 @@ static int is_candidate(const regc_compiled_region *r, const char *keep, int s)
            !(keep && keep[x->tensor] == REGC_KEEP_ALWAYS);
 }
 
-int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,
-                                     regc_recompute_candidate **out, int *n_out)
+int regc_region_recompute_candidates(regc_compiled_region *r, const regc_recompute_policy *pol,
+                                     const char *keep, regc_recompute_candidate **out, int *n_out)
 {
     *out = NULL, *n_out = 0;
     rc_ctx c;
     char *drop = calloc((size_t)r->n_slots + 1, 1);
     regc_recompute_candidate *list = calloc((size_t)r->n_slots + 1, sizeof *list);
+    double *cost = malloc(((size_t)r->n_fwd + 1) * sizeof *cost); /* [n_fwd] */
     int rc = ctx_init(&c, r), n = 0;
-    if (rc == REGC_OK && (!drop || !list))
+    if (rc == REGC_OK && (!drop || !list || !cost))
         rc = regc_error(REGC_ERR_MEMORY, "region %s: out of memory", r->name);
+    for (int j = 0; rc == REGC_OK && j < r->n_fwd; j++)
+        cost[j] = policy_cost(pol, &r->fwd[j]);
     for (int s = 0; s < r->n_slots && rc == REGC_OK; s++) {
         if (!is_candidate(r, keep, s))
             continue;
@@ -245,17 +285,19 @@ int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,
                                             .bytes = r->slots[s].bytes,
                                             .glue =
                                                 keep && keep[r->slots[s].tensor] == REGC_KEEP_GLUE};
+            double flop = 0.0;
             for (int j = 0; j < r->n_fwd; j++)
                 if (c.in_set[j]) {
-                    x->flop += regc_instr_cost(&r->fwd[j]);
+                    flop += regc_instr_cost(&r->fwd[j]);
+                    x->cost += cost[j];
                     x->heavy |= r->fwd[j].kernel == K_GEMM || r->fwd[j].kernel == K_ATTN_FWD;
                 }
-            x->heavy |= x->flop > CHEAP_RATIO * (double)x->bytes;
+            x->heavy |= flop > CHEAP_RATIO * (double)x->bytes;
         }
         drop[s] = 0;
     }
     ctx_free(&c);
-    free(drop);
+    free(drop), free(cost);
     if (rc) {
         free(list);
         return rc;
@@ -368,7 +410,7 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
     if (!pol || pol->mode == REGC_RECOMPUTE_NONE || r->n_bwd == 0)
         return REGC_OK;
     regc_recompute_candidate *cand = NULL;
-    int n = 0, rc = regc_region_recompute_candidates(r, keep, &cand, &n);
+    int n = 0, rc = regc_region_recompute_candidates(r, pol, keep, &cand, &n);
     char *drop = calloc((size_t)r->n_slots + 1, 1);
     if (rc == REGC_OK && !drop)
         rc = regc_error(REGC_ERR_MEMORY, "region %s: out of memory", r->name);
@@ -378,7 +420,7 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
         if (!(r->recompute_ratios = malloc(((size_t)n + 1) * sizeof *r->recompute_ratios)))
             rc = regc_error(REGC_ERR_MEMORY, "region %s: out of memory", r->name);
         for (int i = 0; i < n && rc == REGC_OK; i++)
-            r->recompute_ratios[r->n_recompute_ratios++] = cand[i].flop / (double)cand[i].bytes;
+            r->recompute_ratios[r->n_recompute_ratios++] = cand[i].cost / (double)cand[i].bytes;
     }
     int any = 0;
     for (int i = 0; i < n && rc == REGC_OK; i++) {
@@ -387,7 +429,7 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
          * search, choosing one of them, drops exactly the slots at or below it */
         int d = pol->mode == REGC_RECOMPUTE_FULL        ? (pol->layer && !x->glue) || !x->heavy
                 : pol->mode == REGC_RECOMPUTE_SELECTIVE ? !x->heavy
-                                                        : x->flop / (double)x->bytes <= pol->ratio;
+                                                        : x->cost / (double)x->bytes <= pol->ratio;
         drop[x->slot] = (char)d;
         any |= d;
     }
@@ -454,4 +496,43 @@ void regc_program_fit_plan(const regc_program *p, regc_fit_plan *out)
                                per_kernel[best]);
         per_kernel[best] = 0;
     }
+}
+
+/* ---------------------------------------------------------------- measured costs */
+
+/* Collectives, their waits and the copies of offloading: time spent
+ * moving bytes, which no recomputation changes. */
+static int moves_bytes(const regc_instr *in)
+{
+    return in->kernel == K_ALLREDUCE || in->kernel == K_ALLGATHER ||
+           in->kernel == K_REDUCE_SCATTER || in->kernel == K_COMM_WAIT ||
+           in->kernel == K_COPY_D2H || in->kernel == K_COPY_H2D;
+}
+
+int regc_program_kernel_costs(const regc_program *p, regc_kernel_cost **out, int *n_out)
+{
+    *out = NULL, *n_out = 0;
+    if (p->lazy || !p->instr_ms || p->measured_runs < 1)
+        return regc_error(REGC_ERR_ARG, "kernel costs: no measured flat program");
+    regc_kernel_cost *rows = calloc((size_t)p->n_instr + 1, sizeof *rows);
+    if (!rows)
+        return regc_error(REGC_ERR_MEMORY, "kernel costs: out of memory");
+    int n = 0;
+    for (int i = 0; i < p->n_instr; i++) {
+        regc_instr in = p->instr[i];
+        if (moves_bytes(&in))
+            continue;
+        in.replay = 0; /* a recomputation is its kernel again */
+        char label[REGC_PROFILE_LABEL];
+        regc_instr_label(&in, label, sizeof label);
+        int j = 0;
+        while (j < n && strcmp(rows[j].label, label) != 0)
+            j++;
+        if (j == n)
+            memcpy(rows[n++].label, label, sizeof label);
+        rows[j].ms += p->instr_ms[i] / p->measured_runs;
+        rows[j].cost += regc_instr_cost(&in);
+    }
+    *out = rows, *n_out = n;
+    return REGC_OK;
 }

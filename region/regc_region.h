@@ -75,6 +75,18 @@ typedef struct {
     double gathers;    /* all-gathers of it per step */
 } regc_unit_profile;
 
+/* What one kernel cost per step in the steps measured so far: the
+ * instructions of one label (regc_instr_label: the kernel, a GEMM's shape
+ * and epilogue; a recomputation counted as its kernel), their time, and
+ * their cost as compile.recompute counts it (FLOPs, one per element
+ * touched outside GEMMs and attention). */
+#define REGC_PROFILE_LABEL 96 /* a label's bytes, terminator included */
+typedef struct {
+    char label[REGC_PROFILE_LABEL];
+    double ms;
+    double cost;
+} regc_kernel_cost;
+
 typedef struct {
     int regional;             /* compile.use_regional_compilation (default 1) */
     regc_level level;         /* compile.level (default O1) */
@@ -166,6 +178,15 @@ typedef struct {
      * key: a re-planned step is keyed by its replan_step. */
     const regc_unit_profile *unit_profile;
     int n_unit_profile;
+    /* What the steps measured so far cost per kernel ([n_kernel_cost],
+     * averaged over the ranks), or NULL. With recompute auto under a
+     * budget, a candidate's cost is then its kernels' measured time,
+     * counted in FLOPs at the measured step's average rate (a kernel not
+     * measured: its FLOPs), so that slow memory-bound kernels count as
+     * what they cost. Not part of the step's cache key (keyed by
+     * replan_step, as the unit profile); a region's key holds it. */
+    const regc_kernel_cost *kernel_cost;
+    int n_kernel_cost;
     /* the step of compile.schedule this compile re-plans at; 0: the first */
     int64_t replan_step;
     /* zero_optimization.offload_optimizer.device "cpu": AdamW's moments
@@ -247,6 +268,8 @@ typedef struct {
      * fields above, which are the kept compile's) */
     int fit_probes;
     double fit_ms;
+    /* kernels whose measured cost ranked auto's recomputation (kernel_cost) */
+    int measured_kernels;
 } regc_compile_stats;
 
 /* ======================================================================
@@ -306,6 +329,11 @@ int regc_pass_register(const char *name, regc_pass_fn fn, void *user);
 int regc_pass_known(const char *name);
 /* Link the step with schedule s and give what it would hold per rank. */
 int regc_pass_try(const regc_pass_input *in, const regc_comm_schedule *s, regc_device_memory *mem);
+/* A program that ran (with measuring on) into its kernels' costs, one row
+ * per label in the order the program first runs them (the same on every
+ * rank of one program): *out malloc'd, [*n]. */
+int regc_program_kernel_costs(const regc_program *p, regc_kernel_cost **out, int *n);
+
 /* A program that ran (with measuring on) into its units' profile: out
  * [layout's n_units], per step; REGC_ERR_ARG without units or measures. */
 int regc_program_unit_profile(const regc_program *p, regc_unit_profile *out);
@@ -319,7 +347,6 @@ int regc_program_measure(regc_program *p, int on);
  * Profile: where the time of a run goes, summed per row (a kernel and its
  * shape) and reported per run, largest first.
  * ====================================================================== */
-#define REGC_PROFILE_LABEL 96 /* a row's label, terminator included */
 typedef struct regc_profile regc_profile;
 regc_profile *regc_profile_new(void); /* NULL when out of memory (error set) */
 void regc_profile_free(regc_profile *pr);

@@ -23,23 +23,27 @@ int regc_region_add_temp(regc_compiled_region *r, int like, int64_t bytes);
  * dropped after the forward and replayed in the backward, as the policy
  * (program.h) says. */
 /* A saved slot that can be recomputed: the bytes it frees per instance,
- * the FLOPs of its replay, and whether that replay is heavy (runs a GEMM
- * or attention, or costs many FLOPs per byte: not selective's). */
+ * the cost of its replay (FLOPs, or measured: pol's costs), and whether
+ * that replay is heavy (runs a GEMM or attention, or costs many FLOPs per
+ * byte: not selective's). */
 typedef struct {
     int slot;
     int64_t bytes;
-    double flop;
+    double cost;
     int heavy;
     int glue; /* made by a whole-graph region's glue (REGC_KEEP_GLUE) */
 } regc_recompute_candidate;
-/* keep: [region tensors] or NULL. The candidates (malloc'd) of region r. */
-int regc_region_recompute_candidates(regc_compiled_region *r, const char *keep,
-                                     regc_recompute_candidate **out, int *n_out);
+/* keep: [region tensors] or NULL; pol: whose costs count (NULL: FLOPs).
+ * The candidates (malloc'd) of region r. */
+int regc_region_recompute_candidates(regc_compiled_region *r, const regc_recompute_policy *pol,
+                                     const char *keep, regc_recompute_candidate **out, int *n_out);
 int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *pol,
                           const char *keep);
 /* What an instruction costs, in FLOPs (elementwise kernels: one per
  * element touched). */
 double regc_instr_cost(const regc_instr *in);
+/* Measured kernel costs' average rate, cost per millisecond (0: none). */
+double regc_kernel_cost_rate(const regc_kernel_cost *k, int n);
 
 /* compile.logits_chunk_rows on a lowered region (chunk.c): the head's
  * GEMM and its cross-entropy in chunks of rows, forward and backward; a

@@ -88,6 +88,13 @@ int regc_region_canon(const regc_graph *g, const regc_region_spec *s, regc_level
     if (pol && pol->mode != REGC_RECOMPUTE_NONE) {
         regc_bytes_put_i64(b, pol->layer);
         regc_bytes_put_u64(b, pol->mode == REGC_RECOMPUTE_AUTO ? double_bits(pol->ratio) : 0);
+        /* the measured costs auto's ratio is counted in */
+        regc_bytes_put_i64(b, pol->mode == REGC_RECOMPUTE_AUTO ? pol->n_costs : 0);
+        for (int i = 0; pol->mode == REGC_RECOMPUTE_AUTO && i < pol->n_costs; i++) {
+            regc_bytes_put_str(b, pol->costs[i].label);
+            regc_bytes_put_u64(b, double_bits(pol->costs[i].ms));
+            regc_bytes_put_u64(b, double_bits(pol->costs[i].cost));
+        }
         for (int i = 0; i < s->n_nodes; i++) {
             const regc_node *n = regc_graph_node(g, s->nodes[i]);
             for (int k = 0; k < n->n_out; k++)

@@ -12,6 +12,11 @@
  *  - Auto: the program fits its budget; more budget never recomputes
  *    more; a budget the step fits recomputes nothing; below the least any
  *    recomputation reaches is refused, naming the key and that least.
+ *  - Measured costs: kernels measured at one rate choose what FLOPs
+ *    choose; norms measured far slower than their FLOPs are recomputed no
+ *    more where something else frees the bytes; a re-plan of
+ *    compile.schedule under a budget ranks by the kernels it measured and
+ *    keeps the bits.
  *  - The program: replays only in the backward, each run of them right
  *    before an instruction that reads what they made, into memory of their
  *    own; a replay moved after its reader is refused by the validator
@@ -31,6 +36,7 @@
 
 #include "program.h"
 #include "regc_train.h"
+#include "region_internal.h"
 #include "test_model.h"
 #include "test_util.h"
 #include "validate.h"
@@ -247,6 +253,116 @@ static void test_auto_fits_the_budget(void **state)
     regc_program_free(none), regc_program_free(most);
 }
 
+/* ---- measured costs ------------------------------------------------------ */
+
+/* Replays of a LayerNorm (alone, or fused with the residual add before it). */
+static int norm_replays_of(const regc_program *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->n_instr; i++)
+        n += p->instr[i].replay &&
+             (p->instr[i].kernel == K_LN_FWD || p->instr[i].kernel == K_ADD_LN_FWD);
+    return n;
+}
+
+/* p's kernels as a measured profile would give them (one row a label, a
+ * recomputation counted as its kernel), each taking `ms_per_cost` times
+ * its cost, the norms `norm_ms_per_cost`. */
+static regc_kernel_cost *costs_of(const regc_program *p, double ms_per_cost,
+                                  double norm_ms_per_cost, int *n_out)
+{
+    regc_kernel_cost *rows = calloc((size_t)p->n_instr + 1, sizeof *rows);
+    int n = 0;
+    for (int i = 0; i < p->n_instr; i++) {
+        regc_instr in = p->instr[i];
+        in.replay = 0;
+        char label[REGC_PROFILE_LABEL];
+        regc_instr_label(&in, label, sizeof label);
+        int j = 0;
+        while (j < n && strcmp(rows[j].label, label) != 0)
+            j++;
+        if (j == n)
+            memcpy(rows[n++].label, label, sizeof label);
+        const double c = regc_instr_cost(&in);
+        const int norm = in.kernel == K_LN_FWD || in.kernel == K_ADD_LN_FWD;
+        rows[j].cost += c;
+        rows[j].ms += c * (norm ? norm_ms_per_cost : ms_per_cost);
+    }
+    *n_out = n;
+    return rows;
+}
+
+/* With a measured profile auto ranks by time: kernels measured at one rate
+ * choose as FLOPs do, and norms measured far slower than their FLOPs say
+ * are recomputed no more where something else frees the bytes. */
+static void test_measured_costs_rank_what_is_recomputed(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    o.compile.recompute = REGC_RECOMPUTE_NONE;
+    regc_program *none = compile_as("gpt2-tiny", &o, NULL);
+    o.compile.recompute = REGC_RECOMPUTE_AUTO;
+    /* the largest budget below none's at which FLOPs choose norms */
+    regc_program *by_flop = NULL;
+    for (int i = 1; i < 64 && !by_flop; i++) {
+        o.compile.budget_bytes = total_of(none) - total_of(none) / 256 * i;
+        regc_program *p = compile_as("gpt2-tiny", &o, NULL);
+        if (p && norm_replays_of(p) > 0)
+            by_flop = p;
+        else
+            regc_program_free(p);
+    }
+    assert_non_null(by_flop);
+    int n = 0;
+    regc_kernel_cost *even = costs_of(none, 1.0, 1.0, &n);
+    o.compile.kernel_cost = even, o.compile.n_kernel_cost = n;
+    regc_program *same = compile_as("gpt2-tiny", &o, NULL);
+    assert_non_null(same);
+    if (regc_program_hash(same) != regc_program_hash(by_flop))
+        fail_msg("kernels measured at one rate chose %d replays, FLOPs %d", replays_of(same),
+                 replays_of(by_flop));
+    regc_kernel_cost *slow = costs_of(none, 1.0, 1e4, &n);
+    o.compile.kernel_cost = slow, o.compile.n_kernel_cost = n;
+    regc_program *timed = compile_as("gpt2-tiny", &o, NULL);
+    assert_non_null(timed);
+    if (norm_replays_of(timed) != 0 || replays_of(timed) == 0 ||
+        total_of(timed) > o.compile.budget_bytes)
+        fail_msg("slow norms: %d of %d replays are norms, %lld bytes for a budget of %lld",
+                 norm_replays_of(timed), replays_of(timed), (long long)total_of(timed),
+                 (long long)o.compile.budget_bytes);
+    /* a program never measured has no costs to give */
+    regc_kernel_cost *none_rows = NULL;
+    assert_int_equal(regc_program_kernel_costs(none, &none_rows, &n), REGC_ERR_ARG);
+    assert_null(none_rows);
+    free(even), free(slow);
+    regc_program_free(none), regc_program_free(by_flop), regc_program_free(same);
+    regc_program_free(timed);
+}
+
+/* compile.schedule's re-plan measures the kernels under auto and a budget
+ * and compiles the step again ranked by them: the bits stay. */
+static void test_replan_by_measured_costs_keeps_the_bits(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    o.compile.recompute = REGC_RECOMPUTE_NONE;
+    regc_test_losses ln, lf, lm;
+    regc_model *mn = regc_test_train("gpt2-tiny", &o, &ln);
+    regc_train_options x = o;
+    x.compile.recompute = REGC_RECOMPUTE_FULL;
+    regc_model_free(regc_test_train("gpt2-tiny", &x, &lf));
+    x.compile.recompute = REGC_RECOMPUTE_AUTO; /* halfway: some recomputed */
+    x.compile.budget_bytes = (ln.device_peak + lf.device_peak) / 2;
+    x.replans.n = 1;
+    x.replans.at[0].step = 3; /* passes: none */
+    regc_model *mm = regc_test_train("gpt2-tiny", &x, &lm);
+    if (lm.measured_at != 3)
+        fail_msg("measured kernels ranked the recomputation at step %lld, not 3",
+                 (long long)lm.measured_at);
+    expect_same("gpt2-tiny", "re-planned by measured costs", &lm, mm, &ln, mn);
+    regc_model_free(mn), regc_model_free(mm);
+}
+
 /* ---- the program ------------------------------------------------------------ */
 
 static int reads_slot(const regc_instr *in, int s)
@@ -359,6 +475,8 @@ int main(void)
         cmocka_unit_test(test_memory_falls_as_planned),
         cmocka_unit_test(test_whole_graph_recomputes_as_regions_do),
         cmocka_unit_test(test_auto_fits_the_budget),
+        cmocka_unit_test(test_measured_costs_rank_what_is_recomputed),
+        cmocka_unit_test(test_replan_by_measured_costs_keeps_the_bits),
         cmocka_unit_test(test_replays_run_late_into_their_own_memory),
         cmocka_unit_test(test_cache_keys_the_choice),
     };

@@ -59,10 +59,13 @@ static void on_compiled(const regc_compile_stats *st, void *user)
     if (st->replan_step > 0 && !p->quiet)
         fprintf(stderr,
                 "step %lld: the step compiled again with the profile measured so far "
-                "(compile.schedule) in %.1f ms\n",
+                "(compile.schedule) in %.1f ms%s\n",
                 (long long)st->replan_step,
                 st->cache_hits ? st->cache_ms
-                               : st->build_ms + st->detect_ms + st->compile_ms + st->inline_ms);
+                               : st->build_ms + st->detect_ms + st->compile_ms + st->inline_ms,
+                st->measured_kernels > 0 ? ", what to recompute ranked by the kernels' measured "
+                                           "time"
+                                         : "");
     if (st->zero3_units && !p->quiet)
         print_zero3_schedule(stderr, st);
     if (p->cache_dir && !p->quiet)

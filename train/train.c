@@ -345,11 +345,50 @@ static int compile_pair(trainer *t, const regc_train_options *o, const regc_comp
     return rc;
 }
 
+/* Do the steps before a re-plan measure each kernel's cost? Under
+ * compile.recompute auto with a budget: the re-plan ranks what to
+ * recompute by what it took. */
+static int measures_kernels(const regc_train_options *o)
+{
+    return o->compile.recompute == REGC_RECOMPUTE_AUTO && o->compile.budget_bytes > 0 &&
+           o->compile.recompute_ratio < 0;
+}
+
+/* The measured kernels' costs, every rank's average (the ranks run one
+ * program, so their rows are the same labels in the same order); none
+ * (*n = 0) when nothing was measured, as on a resumed run's first plan. */
+static int shared_kernel_costs(trainer *t, regc_kernel_cost **out, int *n_out)
+{
+    *out = NULL, *n_out = 0;
+    regc_kernel_cost *kc = NULL;
+    int n = 0;
+    if (regc_program_kernel_costs(t->program, &kc, &n) != REGC_OK) {
+        regc_error_clear();
+        return REGC_OK;
+    }
+    double *v = malloc(((size_t)2 * n + 1) * sizeof *v); /* [n][ms, cost] */
+    int rc = v ? REGC_OK : regc_error(REGC_ERR_MEMORY, "compile.schedule: out of memory");
+    for (int i = 0; rc == REGC_OK && i < n; i++)
+        v[2 * i] = kc[i].ms, v[2 * i + 1] = kc[i].cost;
+    if (rc == REGC_OK && n > 0)
+        rc = t->comm->allreduce(t->comm, v, 2 * (int64_t)n, REGC_COMM_F64);
+    for (int i = 0; rc == REGC_OK && i < n; i++)
+        kc[i].ms = v[2 * i] / t->comm->size, kc[i].cost = v[2 * i + 1] / t->comm->size;
+    free(v);
+    if (rc) {
+        free(kc);
+        return rc;
+    }
+    *out = kc, *n_out = n;
+    return REGC_OK;
+}
+
 /* compile.schedule's entry k: the step compiled again with its passes and
  * the profile measured since the last plan (every rank's average, so the
- * ranks decide alike; none on a resumed run's first step), bound in place
- * of the old one; the validation program is compiled again beside it (it
- * borrows the step's arena). */
+ * ranks decide alike; none on a resumed run's first step): each ZeRO-3
+ * unit's compute and gathers, and under recompute auto with a budget each
+ * kernel's time; bound in place of the old one; the validation program is
+ * compiled again beside it (it borrows the step's arena). */
 static int replan(trainer *t, const regc_train_options *o, const regc_compile_options *base, int k,
                   void *user)
 {
@@ -366,6 +405,10 @@ static int replan(trainer *t, const regc_train_options *o, const regc_compile_op
             ((double *)pr)[i] /= t->comm->size;
         co.unit_profile = pr, co.n_unit_profile = l->n_units;
     }
+    regc_kernel_cost *kc = NULL;
+    if (rc == REGC_OK && measures_kernels(o))
+        rc = shared_kernel_costs(t, &kc, &co.n_kernel_cost);
+    co.kernel_cost = kc;
     regc_error_clear();
     regc_program *step = NULL, *val = NULL;
     regc_compile_stats st;
@@ -387,7 +430,7 @@ static int replan(trainer *t, const regc_train_options *o, const regc_compile_op
             rc = compile_pair(t, o, &co, &step, &val, &st);
         }
     }
-    free(pr);
+    free(pr), free(kc);
     if (rc == REGC_OK && regc_program_block_floats(step) != t->block)
         rc = regc_error(REGC_ERR_ARG,
                         "compile.schedule: step %lld re-planned blocks of %lld floats "
@@ -724,8 +767,10 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     for (int step = (int)start; rc == REGC_OK && step < o->steps && !stopped; step++) {
         /* compile.schedule: the few steps before a plan are measured (each
          * instruction timed, which slows them), never the run's first;
-         * only ZeRO-3's units have a profile to measure */
-        if (next_plan < o->replans.n && regc_program_shard_layout(t.program)) {
+         * what there is to measure: ZeRO-3's units, and the kernels that
+         * auto's recomputation ranks */
+        if (next_plan < o->replans.n &&
+            (regc_program_shard_layout(t.program) || measures_kernels(o))) {
             const int64_t plan = o->replans.at[next_plan].step, from = plan - REPLAN_MEASURED;
             if (step == (from > start + 1 ? from : start + 1) && step < plan)
                 rc = regc_program_measure(t.program, 1);

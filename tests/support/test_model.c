@@ -90,6 +90,8 @@ static void test_collect_compile(const regc_compile_stats *st, void *user)
 {
     regc_test_losses *l = user;
     l->hits = st->cache_hits, l->misses = st->cache_misses;
+    if (st->measured_kernels > 0)
+        l->measured_at = st->replan_step;
 }
 
 regc_train_options regc_test_train_options(int64_t batch, int64_t seq, int steps)

@@ -41,13 +41,15 @@ char *regc_test_program_dump(const regc_program *p);
 regc_graph *regc_test_decompose(const regc_graph *g);
 
 /* What one training run reports: a loss per step, the compile's cache
- * hits and misses, and the device memory it held. */
+ * hits and misses, the step a re-plan ranked recomputation by measured
+ * kernels at, and the device memory it held. */
 #define REGC_TEST_MAX_STEPS 8
 typedef struct {
     float loss[REGC_TEST_MAX_STEPS];
     float grad_norm[REGC_TEST_MAX_STEPS]; /* with max_grad_norm set */
     int n;
     int hits, misses;
+    int64_t measured_at; /* a compile's replan_step with measured_kernels > 0; else 0 */
     int64_t device_peak; /* the backend's high-water mark after the last step */
 } regc_test_losses;
 /* The options of a short run on a tiny preset: batch x seq tokens, `steps`
