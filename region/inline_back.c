@@ -36,15 +36,14 @@ static void clear_liveness(regc_program *p)
         p->bufs[b].first = p->bufs[b].last = -1, p->bufs[b].inplace_of = -1;
 }
 
-/* Lifetimes at the granularity of lazy steps. */
-static void lazy_liveness(regc_program *p)
+void regc_lazy_each_ref(regc_program *p, void (*fn)(regc_program *p, int buf, int step, void *user),
+                        void *user)
 {
-    clear_liveness(p);
     for (int i = 0; i < p->n_steps; i++) {
         const lazy_step *s = &p->steps[i];
         if (s->piece < 0) {
             for (int k = 0; k < s->instr.n_refs; k++)
-                touch(p, s->instr.refs[k].buf, i);
+                fn(p, s->instr.refs[k].buf, i, user);
             continue;
         }
         const regc_compiled_region *r = p->regions[p->pieces[s->piece].region];
@@ -53,8 +52,21 @@ static void lazy_liveness(regc_program *p)
         for (int j = 0; j < n; j++)
             for (int k = 0; k < ins[j].n_refs; k++)
                 if (ins[j].refs[k].buf >= 0)
-                    touch(p, s->bind[ins[j].refs[k].buf].buf, i);
+                    fn(p, s->bind[ins[j].refs[k].buf].buf, i, user);
     }
+}
+
+static void touch_at(regc_program *p, int b, int step, void *user)
+{
+    (void)user;
+    touch(p, b, step);
+}
+
+/* Lifetimes at the granularity of lazy steps. */
+static void lazy_liveness(regc_program *p)
+{
+    clear_liveness(p);
+    regc_lazy_each_ref(p, touch_at, NULL);
     touch(p, p->loss.buf, p->n_steps);
 }
 

@@ -247,6 +247,83 @@ static int alloc_step(regc_program *p, int step, int release)
     return REGC_OK;
 }
 
+/* O0's offload (compile.offload_activation): the flat step's copies are
+ * placed by offload.c on the copy queue; O0 allocates each buffer at run
+ * time, so its offload is at run time too, synchronous as all of O0 is. A
+ * buffer of at least LAZY_OFFLOAD_MIN bytes that the forward's steps use
+ * and the backward's read again, with a step between its forward's last
+ * and its backward's first, is copied to host memory after the former and
+ * freed, and allocated and copied back before the latter: the same bytes,
+ * so the same bits, and the device holds neither copy in between. */
+#define LAZY_OFFLOAD_MIN (INT64_C(64) << 10) /* as offload.c's: a copy costs */
+
+typedef struct {
+    int backward; /* the first step of the backward */
+} lazy_walk;
+
+static void note_use(regc_program *p, int b, int step, void *user)
+{
+    const lazy_walk *w = user;
+    if (b < 0)
+        return;
+    if (step < w->backward)
+        p->away[b] = step; /* the forward's last so far */
+    else if (p->back[b] < 0)
+        p->back[b] = step;
+}
+
+static int lazy_offload_points(regc_program *p)
+{
+    p->away = malloc(((size_t)p->n_bufs + 1) * sizeof *p->away);
+    p->back = malloc(((size_t)p->n_bufs + 1) * sizeof *p->back);
+    p->host_copy = calloc((size_t)p->n_bufs + 1, sizeof *p->host_copy);
+    if (!p->away || !p->back || !p->host_copy)
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    lazy_walk w = {.backward = p->n_steps};
+    for (int i = 0; i < p->n_steps && w.backward == p->n_steps; i++)
+        if (p->steps[i].piece >= 0 && p->steps[i].backward)
+            w.backward = i;
+    for (int b = 0; b < p->n_bufs; b++)
+        p->away[b] = p->back[b] = -1;
+    regc_lazy_each_ref(p, note_use, &w);
+    for (int b = 0; b < p->n_bufs; b++) {
+        const regc_buf *x = &p->bufs[b];
+        if (x->kind != BUF_ARENA || b == p->loss.buf || x->bytes < LAZY_OFFLOAD_MIN ||
+            p->away[b] < 0 || p->back[b] < p->away[b] + 2)
+            p->away[b] = p->back[b] = -1;
+    }
+    return REGC_OK;
+}
+
+/* Before lazy step `step` (!after) the buffers it brings back; after it,
+ * those that leave. */
+static int lazy_offload_step(regc_program *p, int step, int after)
+{
+    regc_backend *be = p->be;
+    for (int b = 0; b < p->n_bufs; b++) {
+        const size_t bytes = (size_t)p->bufs[b].bytes;
+        if (after && p->away[b] == step && p->ptr[b]) {
+            if (!p->host_copy[b] && !(p->host_copy[b] = be->alloc_host(be, bytes)))
+                return regc_error(REGC_ERR_MEMORY,
+                                  "backend %s: out of host memory for an offloaded activation "
+                                  "(%zu bytes)",
+                                  be->name, bytes);
+            be->copy_d2h(be, p->host_copy[b], p->ptr[b], bytes);
+            int rc = be->sync(be); /* landed before its memory is freed */
+            if (rc)
+                return rc;
+            be->free(be, p->ptr[b]);
+            p->ptr[b] = NULL;
+        } else if (!after && p->back[b] == step && p->host_copy[b] && !p->ptr[b]) {
+            if (!(p->ptr[b] = be->alloc(be, bytes)))
+                return regc_error(REGC_ERR_MEMORY, "backend %s: out of memory (%zu bytes)",
+                                  be->name, bytes);
+            be->copy_h2d(be, p->ptr[b], p->host_copy[b], bytes);
+        }
+    }
+    return REGC_OK;
+}
+
 /* A lazy step's call: its region's slots resolved through the step's
  * binding into *slot (grown to *cap), and the instructions of its pass. */
 static int lazy_call(const regc_program *p, const lazy_step *s, char ***slot, int *cap,
@@ -271,12 +348,17 @@ static int lazy_call(const regc_program *p, const lazy_step *s, char ***slot, in
 static int run_lazy(regc_program *p)
 {
     int dynamic = p->level == REGC_LEVEL_O0, rc = REGC_OK;
+    const int offload = dynamic && p->offload_activation && !p->forward_only;
+    if (offload && !p->away && (rc = lazy_offload_points(p)))
+        return rc;
     void *ptr[REGC_INSTR_MAX_REFS];
     char **slot = NULL;
     int cap = 0;
     for (int i = 0; i < p->n_steps && rc == REGC_OK; i++) {
         const lazy_step *s = &p->steps[i];
         if (dynamic && (rc = alloc_step(p, i, 0)))
+            break;
+        if (offload && (rc = lazy_offload_step(p, i, 0)))
             break;
         if (s->piece < 0) {
             resolve(p->ptr, &s->instr, ptr);
@@ -292,6 +374,8 @@ static int run_lazy(regc_program *p)
         }
         if (dynamic && rc == REGC_OK)
             rc = alloc_step(p, i, 1);
+        if (offload && rc == REGC_OK)
+            rc = lazy_offload_step(p, i, 1);
     }
     free(slot);
     return rc;

@@ -81,6 +81,10 @@ int regc_program_inline_back(regc_program *p);
 /* Plan a program that stays lazy over lifetimes in whole calls (nothing
  * to plan at O0, which allocates at run time). */
 int regc_program_plan_lazy(regc_program *p);
+/* fn(p, buf, step, user) for each buffer reference of each lazy step, in
+ * step order (a buffer once per reference). */
+void regc_lazy_each_ref(regc_program *p, void (*fn)(regc_program *p, int buf, int step, void *user),
+                        void *user);
 
 /* ZeRO-3's gather units and shard layout (p->layout) from the program's
  * pieces; param_offset[t]: graph parameter t's byte offset in the model's
