@@ -500,6 +500,22 @@ void regc_program_fit_plan(const regc_program *p, regc_fit_plan *out)
 
 /* ---------------------------------------------------------------- measured costs */
 
+int regc_kernel_cost_row(regc_kernel_cost *rows, int *n, const regc_instr *in)
+{
+    regc_instr x = *in;
+    x.replay = 0; /* a recomputation is its kernel again */
+    char label[REGC_PROFILE_LABEL];
+    regc_instr_label(&x, label, sizeof label);
+    int j = 0;
+    while (j < *n && strcmp(rows[j].label, label) != 0)
+        j++;
+    if (j == *n) {
+        memset(&rows[j], 0, sizeof rows[j]);
+        memcpy(rows[(*n)++].label, label, sizeof label);
+    }
+    return j;
+}
+
 /* Collectives, their waits and the copies of offloading: time spent
  * moving bytes, which no recomputation changes. */
 static int moves_bytes(const regc_instr *in)
@@ -519,19 +535,11 @@ int regc_program_kernel_costs(const regc_program *p, regc_kernel_cost **out, int
         return regc_error(REGC_ERR_MEMORY, "kernel costs: out of memory");
     int n = 0;
     for (int i = 0; i < p->n_instr; i++) {
-        regc_instr in = p->instr[i];
-        if (moves_bytes(&in))
+        if (moves_bytes(&p->instr[i]))
             continue;
-        in.replay = 0; /* a recomputation is its kernel again */
-        char label[REGC_PROFILE_LABEL];
-        regc_instr_label(&in, label, sizeof label);
-        int j = 0;
-        while (j < n && strcmp(rows[j].label, label) != 0)
-            j++;
-        if (j == n)
-            memcpy(rows[n++].label, label, sizeof label);
-        rows[j].ms += p->instr_ms[i] / p->measured_runs;
-        rows[j].cost += regc_instr_cost(&in);
+        regc_kernel_cost *row = &rows[regc_kernel_cost_row(rows, &n, &p->instr[i])];
+        row->ms += p->instr_ms[i] / p->measured_runs;
+        row->cost += regc_instr_cost(&p->instr[i]);
     }
     *out = rows, *n_out = n;
     return REGC_OK;

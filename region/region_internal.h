@@ -42,6 +42,9 @@ int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *
 /* What an instruction costs, in FLOPs (elementwise kernels: one per
  * element touched). */
 double regc_instr_cost(const regc_instr *in);
+/* The row of rows[*n] (room for one more) that counts `in`: its label's,
+ * a recomputation as its kernel, added (zeroed) when there is none yet. */
+int regc_kernel_cost_row(regc_kernel_cost *rows, int *n, const regc_instr *in);
 /* Measured kernel costs' average rate, cost per millisecond (0: none). */
 double regc_kernel_cost_rate(const regc_kernel_cost *k, int n);
 

@@ -274,19 +274,12 @@ static regc_kernel_cost *costs_of(const regc_program *p, double ms_per_cost,
     regc_kernel_cost *rows = calloc((size_t)p->n_instr + 1, sizeof *rows);
     int n = 0;
     for (int i = 0; i < p->n_instr; i++) {
-        regc_instr in = p->instr[i];
-        in.replay = 0;
-        char label[REGC_PROFILE_LABEL];
-        regc_instr_label(&in, label, sizeof label);
-        int j = 0;
-        while (j < n && strcmp(rows[j].label, label) != 0)
-            j++;
-        if (j == n)
-            memcpy(rows[n++].label, label, sizeof label);
-        const double c = regc_instr_cost(&in);
-        const int norm = in.kernel == K_LN_FWD || in.kernel == K_ADD_LN_FWD;
-        rows[j].cost += c;
-        rows[j].ms += c * (norm ? norm_ms_per_cost : ms_per_cost);
+        const regc_instr *in = &p->instr[i];
+        regc_kernel_cost *row = &rows[regc_kernel_cost_row(rows, &n, in)];
+        const double c = regc_instr_cost(in);
+        const int norm = in->kernel == K_LN_FWD || in->kernel == K_ADD_LN_FWD;
+        row->cost += c;
+        row->ms += c * (norm ? norm_ms_per_cost : ms_per_cost);
     }
     *n_out = n;
     return rows;
