@@ -239,6 +239,98 @@ static void test_passes_on_the_command_line(void **state)
     regc_test_proc_free(&p);
 }
 
+/* One plan's JSON (its exit status 0 asserted), from regc plan argv. */
+static cJSON *plan_json(const char *const *args)
+{
+    const char *argv[32] = {REGC_BIN, "plan", "--json"};
+    int n = 3;
+    for (; args[n - 3] && n < 31; n++)
+        argv[n] = args[n - 3];
+    argv[n] = NULL;
+    regc_test_proc p;
+    if (regc_test_run_argv(argv, &p) != 0)
+        fail_msg("regc plan failed: %s", p.err);
+    cJSON *o = cJSON_Parse(p.out);
+    regc_test_proc_free(&p);
+    assert_non_null(o);
+    return o;
+}
+
+static double json_at(const cJSON *o, const char *section, const char *key)
+{
+    const cJSON *x = section ? cJSON_GetObjectItemCaseSensitive(o, section) : o;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, key);
+    assert_true(cJSON_IsNumber(v));
+    return v->valuedouble;
+}
+
+/* regc plan reads regc train's options, config files included: a DeepSpeed
+ * config's micro-batch, bf16 and offloaded optimizer reach the plan, and
+ * the plan of the file is the plan of the flags that say the same; a flag
+ * overrides the file; a bad key is the file's error, exit 1. */
+static void test_plan_reads_the_configs(void **state)
+{
+    (void)state;
+    const char *ds = REGC_SOURCE_DIR "/tests/data/ds_zero3.json";
+    const char *by_file[] = {"--model", "gpt2-tiny", "--ranks", "2", "--deepspeed", ds, NULL};
+    cJSON *f = plan_json(by_file);
+    const cJSON *precision = cJSON_GetObjectItemCaseSensitive(f, "precision");
+    if (json_at(f, NULL, "batch") != 2 || !cJSON_IsString(precision) ||
+        strcmp(precision->valuestring, "bf16") != 0 || !(json_at(f, "memory", "host") > 0))
+        fail_msg("the DeepSpeed config's micro-batch 2, bf16 and offloaded optimizer did not "
+                 "reach the plan");
+    /* the same step said by flags: ds_zero3.json's keys one by one */
+    const char *by_flags[] = {"--model",
+                              "gpt2-tiny",
+                              "--ranks",
+                              "2",
+                              "--batch",
+                              "2",
+                              "--gradient-accumulation-steps",
+                              "2",
+                              "--precision",
+                              "bf16",
+                              "--offload-optimizer",
+                              "cpu",
+                              "--prefetch-bucket-size",
+                              "50000000",
+                              "--param-persistence-threshold",
+                              "100000",
+                              "--max-live-parameters",
+                              "1000000000",
+                              "--reduce-bucket-size",
+                              "500000000",
+                              NULL};
+    cJSON *g = plan_json(by_flags);
+    if (json_at(f, "memory", "total") != json_at(g, "memory", "total") ||
+        json_at(f, "memory", "host") != json_at(g, "memory", "host") ||
+        json_at(f, "schedule", "resident") != json_at(g, "schedule", "resident"))
+        fail_msg("the config planned %.0f bytes (%.0f on the host, %.0f resident), its flags "
+                 "%.0f (%.0f, %.0f)",
+                 json_at(f, "memory", "total"), json_at(f, "memory", "host"),
+                 json_at(f, "schedule", "resident"), json_at(g, "memory", "total"),
+                 json_at(g, "memory", "host"), json_at(g, "schedule", "resident"));
+    const char *overridden[] = {"--model", "gpt2-tiny", "--ranks", "2", "--deepspeed",
+                                ds,        "--batch",   "1",       NULL};
+    cJSON *h = plan_json(overridden);
+    assert_true(json_at(h, NULL, "batch") == 1);
+    cJSON_Delete(f), cJSON_Delete(g), cJSON_Delete(h);
+    char *dir = regc_test_make_temp_dir("plan-config");
+    char *bad = regc_test_join(dir, "bad.json");
+    FILE *out = fopen(bad, "w");
+    assert_non_null(out);
+    fputs("{\"compile\": {\"recompute\": \"most\"}}", out);
+    fclose(out);
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                        "--config", bad, NULL),
+                     1);
+    assert_one_line_error(&p, "compile.recompute");
+    regc_test_proc_free(&p);
+    regc_test_remove_tree(dir);
+    free(bad), free(dir);
+}
+
 /* regc plan's precision flags: a bad value is one line naming the flag, exit 2 */
 static void test_plan_precision_flags(void **state)
 {
@@ -267,8 +359,8 @@ static void test_plan_recompute_flags(void **state)
         {"--fit", "seq", NULL, NULL, "--fit and --device-memory-mb go together"},
         {"--device-memory-mb", "-4", NULL, NULL, "--device-memory-mb"},
         {"--fit", "seq", "--device-memory-mb", "0", "--device-memory-mb"},
-        {"--budget-mb", "-3", NULL, NULL, "--budget-mb: expected a positive integer"},
-        {"--host-memory-mb", "0", NULL, NULL, "--host-memory-mb: expected a positive integer"}};
+        {"--memory-budget-mb", "-3", NULL, NULL, "--memory-budget-mb: expected an integer"},
+        {"--host-memory-mb", "0", NULL, NULL, "--host-memory-mb: expected an integer from 1"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         regc_test_proc p;
         assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
@@ -315,8 +407,9 @@ static void test_train_memory_flags(void **state)
 static double plan_total(const char *seq, const char *budget_mb, int *status)
 {
     regc_test_proc p;
-    *status = regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1", "--zero-stage",
-                                 "0", "--seq", seq, "--budget-mb", budget_mb, "--json", NULL);
+    *status =
+        regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1", "--zero-stage", "0",
+                           "--seq", seq, "--memory-budget-mb", budget_mb, "--json", NULL);
     double total = -1.0;
     cJSON *o = *status == 0 ? cJSON_Parse(p.out) : NULL;
     const cJSON *t =
@@ -784,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_unknown_flag),
         cmocka_unit_test(test_passes_on_the_command_line),
         cmocka_unit_test(test_plan_precision_flags),
+        cmocka_unit_test(test_plan_reads_the_configs),
         cmocka_unit_test(test_plan_recompute_flags),
         cmocka_unit_test(test_train_memory_flags),
         cmocka_unit_test(test_plan_fit_finds_the_longest),

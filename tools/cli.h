@@ -41,6 +41,27 @@ void print_device_memory(FILE *f, const regc_device_memory *a, int ranks);
 /* ZeRO-3's schedule as compiled (units, prefetch, resident units), one line. */
 void print_zero3_schedule(FILE *f, const regc_compile_stats *st);
 
+/* regc train's options as a command reads them (cli_settings.c): the
+ * settings, where each came from, and the config files its strings may
+ * point into. */
+typedef struct {
+    regc_train_settings s;
+    regc_origins *from;
+    regc_config *cfg, *ds; /* --config's and the DeepSpeed config, or NULL */
+} cli_settings;
+/* argv through the option table into c->s, whose values on entry are the
+ * defaults: the config files first, then every flag over them. *usage:
+ * the usage exit code (the message printed) or 0; *help: -h or --help was
+ * given (nothing else read). Returns REGC_OK or the library's error, the
+ * message set. cli_settings_free releases the files and origins. */
+int cli_read_settings(int argc, char **argv, cli_settings *c, int *help, int *usage);
+void cli_settings_free(cli_settings *c);
+/* The settings' lora section (or --adapter's adapter_config.json) onto the
+ * model: LoRA is on when lora.r or --adapter is given; a lora key without
+ * it, or beside an adapter that has its own, would not be applied and is
+ * refused. */
+int cli_apply_lora(const regc_train_settings *s, regc_model *model);
+
 /* The commands: argv after the command's name; each returns the exit code. */
 int cmd_train(int argc, char **argv);
 int cmd_dump_graph(int argc, char **argv);

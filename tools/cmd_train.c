@@ -215,45 +215,6 @@ static void on_step(const regc_step_report *r, void *user)
         p->write_failed = 1;
 }
 
-/* Parse argv into s, each flag through the option table. It runs twice:
- * once to find --config and catch usage errors before anything is loaded,
- * then over the settings the config file gave, so every flag given
- * overrides the file whatever its position. Returns 0, or the usage exit
- * code (the message already printed). `from` (may be NULL) records the
- * options the flags set. */
-static int parse_train_args(int argc, char **argv, regc_train_settings *s, int *help,
-                            regc_origins *from)
-{
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            *help = 1;
-            return 0;
-        }
-        if (strncmp(arg, "--", 2) != 0)
-            return usage_error("unexpected argument \"%s\" (options start with --; see "
-                               "regc train --help)",
-                               arg);
-        /* "--flag value" or "--flag=value"; a flag without a value only
-         * ever has one after "=" */
-        char flag[64];
-        const char *value = split_flag(argc, argv, i, flag, sizeof flag), *eq = strchr(arg, '=');
-        const regc_option *o = regc_option_by_flag(flag);
-        if (!o)
-            return !strcmp(flag, "--help")
-                       ? usage_error("%s takes no value", flag)
-                       : usage_error("unknown option %s (see regc train --help)", flag);
-        if (!regc_option_takes_value(o))
-            value = eq ? eq + 1 : NULL;
-        else if (value && !eq) /* the value was the next argument */
-            i++;
-        if (regc_option_set_text(o, s, value) != REGC_OK)
-            return usage_error("%s", regc_error_message());
-        regc_origins_flag(from, o, NULL);
-    }
-    return 0;
-}
-
 /* Load the model and train it; the strings in s may belong to cfg. */
 /* An error of the library: its line (REGC_ERR_RANK: another rank reported
  * it), then, with several ranks, the end of every rank, so that none waits
@@ -271,59 +232,6 @@ static int report_error(regc_comm *comm, int rc)
         comm->abort(comm, EXIT_ERROR);
     }
     return EXIT_ERROR;
-}
-
-/* The lora section (or --adapter's adapter_config.json) onto the model:
- * LoRA is on when lora.r or --adapter is given; a lora key without it, or
- * beside an adapter that has its own, would not be applied and is refused. */
-static int apply_lora(const regc_train_settings *s, regc_model *model)
-{
-    const char *given = s->lora.alpha > 0.0           ? "lora_alpha"
-                        : s->lora.dropout > 0.0       ? "lora_dropout"
-                        : s->lora.use_rslora          ? "use_rslora"
-                        : s->lora.targets.text[0]     ? "target_modules"
-                        : s->adapter && s->lora.r > 0 ? "r"
-                                                      : NULL;
-    /* a checkpoint saved in 4 bits is NF4 as if load_in_4bit were given
-     * (Transformers loads it so); regc_model_add_lora applies it */
-    const int saved_nf4 = regc_model_checkpoint_nf4(model) != 0;
-    const int base = s->lora.base_dtype, nf4 = s->quant.load_in_4bit || saved_nf4;
-    int rc = regc_model_check_nf4_trainable(model, s->adapter || s->lora.r >= 1);
-    if (rc)
-        return rc;
-    if (!s->quant.double_quant)
-        return regc_error(REGC_ERR_ARG,
-                          "quantization.bnb_4bit_use_double_quant: false is not supported (regc "
-                          "holds NF4 with its absmaxes quantised again, as QLoRA does)");
-    if (s->quant.compute_dtype && !nf4)
-        return regc_error(REGC_ERR_ARG, "quantization.bnb_4bit_compute_dtype: the base is not in "
-                                        "NF4 (quantization.load_in_4bit)");
-    if ((base || nf4) && !s->adapter && s->lora.r < 1)
-        return regc_error(REGC_ERR_ARG,
-                          "%s: a frozen base in %s needs LoRA adapters to train (set lora.r, "
-                          "--lora-r, or --adapter)",
-                          nf4 ? "quantization.load_in_4bit" : "lora.base_dtype",
-                          nf4 ? "NF4" : "bf16");
-    if (given && (s->adapter || s->lora.r < 1))
-        return regc_error(REGC_ERR_ARG, "lora.%s: %s", given,
-                          s->adapter ? "the adapter's adapter_config.json says it (--adapter)"
-                                     : "LoRA is off (set lora.r, --lora-r, to train adapters)");
-    if (!s->adapter && s->lora.r < 1)
-        return REGC_OK;
-    char targets[1024];
-    regc_lora_config c = {.r = s->lora.r,
-                          .alpha = s->lora.alpha,
-                          .dropout = s->lora.dropout,
-                          .use_rslora = s->lora.use_rslora,
-                          .target_modules = s->lora.targets.text[0] ? s->lora.targets.text : NULL,
-                          .target_regex = s->lora.targets.regex};
-    rc = s->adapter ? regc_lora_read_config(s->adapter, &c, targets, sizeof targets) : REGC_OK;
-    c.seed = s->train.seed;
-    c.base_dtype = base;
-    c.load_in_4bit = nf4;
-    c.compute_bf16 = s->quant.compute_dtype == 2;
-    c.compute_given = s->quant.compute_dtype != 0;
-    return rc ? rc : regc_model_add_lora(model, &c);
 }
 
 static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_comm *comm)
@@ -363,7 +271,7 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
                                                                              : model_spec;
     o.return_weights = 0;
     regc_model_set_dropout(model, s->dropout);
-    if ((rc = apply_lora(s, model))) {
+    if ((rc = cli_apply_lora(s, model))) {
         regc_model_free(model);
         return report_error(comm, rc);
     }
@@ -430,14 +338,6 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
     return 0;
 }
 
-/* A config file applied over s: --config's, then the DeepSpeed one. */
-static int load_config(const char *path, regc_config **cfg, regc_train_settings *s,
-                       regc_origins *from)
-{
-    int rc = regc_config_load(path, cfg);
-    return rc ? rc : regc_config_apply_from(*cfg, s, from);
-}
-
 /* The settings made whole (epochs need the model's rows: T5 reads two
  * rows' worth of tokens a row), then printed and the command done. */
 static int resolve(regc_train_settings *s, regc_origins *from, regc_comm *comm)
@@ -461,34 +361,20 @@ static int train_command(int argc, char **argv, regc_comm *comm)
     const char *cache = regc_cache_default_dir(default_cache, sizeof default_cache) == REGC_OK
                             ? default_cache
                             : NULL;
-    regc_train_settings s;
-    regc_train_settings_default(&s);
-    s.train.cache_dir = cache;
-    int help = 0;
-    int urc = parse_train_args(argc, argv, &s, &help, NULL);
-    if (urc || help) {
+    cli_settings c;
+    regc_train_settings_default(&c.s);
+    c.s.train.cache_dir = cache;
+    int help = 0, usage = 0;
+    int rc = cli_read_settings(argc, argv, &c, &help, &usage);
+    if (usage || help) {
         if (help)
             print_train_usage(stdout);
-        return urc;
+        cli_settings_free(&c);
+        return usage;
     }
-
-    /* The files first (--config, then the DeepSpeed config that --deepspeed
-     * or the first file names), then the command line over them. */
-    regc_origins *from = regc_origins_new();
-    regc_config *cfg = NULL, *ds = NULL;
-    const char *config = s.config, *ds_flag = s.deepspeed;
-    int rc = from ? REGC_OK : regc_error(REGC_ERR_MEMORY, "out of memory");
-    regc_train_settings_default(&s);
-    s.train.cache_dir = cache;
-    if (rc == REGC_OK && config)
-        rc = load_config(config, &cfg, &s, from);
-    const char *ds_path = ds_flag ? ds_flag : s.deepspeed;
-    if (rc == REGC_OK && ds_path && (rc = load_config(ds_path, &ds, &s, from)) == REGC_OK &&
-        regc_config_deepspeed(ds))
-        rc = regc_error(REGC_ERR_FORMAT, "%s: deepspeed: a DeepSpeed config names no other",
-                        ds_path);
+    regc_train_settings s = c.s;
+    regc_origins *from = c.from;
     if (rc == REGC_OK) {
-        parse_train_args(argc, argv, &s, &help, from); /* already checked: cannot fail */
         if (s.no_cache) {
             s.train.cache_dir = NULL;
             regc_origins_flag(from, regc_option_by_flag("--cache-dir"), "--no-cache");
@@ -500,10 +386,8 @@ static int train_command(int argc, char **argv, regc_comm *comm)
         rc = regc_settings_print(stdout, &s, from);
     int exit_code = rc != REGC_OK    ? report_error(comm, rc)
                     : s.print_config ? 0
-                                     : train_run(&s, cfg, comm);
-    regc_config_free(ds);
-    regc_config_free(cfg);
-    regc_origins_free(from);
+                                     : train_run(&s, c.cfg, comm);
+    cli_settings_free(&c);
     return exit_code;
 }
 
