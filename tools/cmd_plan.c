@@ -1,8 +1,11 @@
 /* cmd_plan.c — `regc plan`: a run's device memory and communication per
  * rank for N ranks, from shapes alone (a dry run: no weights, no devices,
- * no MPI). The step is compiled for N ranks exactly as `mpirun -np N regc
- * train` compiles it, and the memory is the program's own account of what
- * the trainer allocates for it. */
+ * no MPI). It reads regc train's options, flags and config files, through
+ * the same table (cli_settings.c), and compiles the step for N ranks
+ * exactly as `mpirun -np N regc train` would compile it with them; the
+ * memory is the program's own account of what the trainer allocates for
+ * it. Its own flags (--ranks, --fit, --device-memory-mb, --json) are taken
+ * out of argv before the rest goes to the table. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -52,8 +55,8 @@ typedef struct {
     int json;
 } plan_flags;
 
-/* What a plan is of: the settings as regc train reads them, the plan's
- * own flags, and the model's path (its name in the output). */
+/* What a plan is of: the settings as regc train reads them and the
+ * plan's own flags. */
 typedef struct {
     const regc_train_settings *s;
     plan_flags f;
