@@ -675,10 +675,11 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
     }
 done:
     st->replan_step = o->replan_step;
-    st->measured_kernels =
-        o->recompute == REGC_RECOMPUTE_AUTO && o->budget_bytes > 0 && o->kernel_cost
-            ? o->n_kernel_cost
-            : 0;
+    /* a step from the cache was chosen by whatever its compile measured */
+    st->measured_kernels = o->recompute == REGC_RECOMPUTE_AUTO && o->budget_bytes > 0 &&
+                                   o->kernel_cost && !st->cache_hits
+                               ? o->n_kernel_cost
+                               : 0;
     if (rc >= 0 && cached && *out) /* the key the backend's tuning is kept under */
         regc_bytes_put(&(*out)->step_key, canon.data, canon.len);
     regc_graph_free(g);

@@ -305,7 +305,8 @@ int regc_program_plan_lazy(regc_program *p)
 {
     lazy_liveness(p);
     int64_t peak = 0, lower = 0;
-    int rc = p->level == REGC_LEVEL_O0 ? REGC_OK : plan_arena(p, p->n_steps, 1, &peak, &lower);
+    int rc = p->level == REGC_LEVEL_O0 ? regc_offload_lazy(p)
+                                       : plan_arena(p, p->n_steps, 1, &peak, &lower);
     p->arena_bytes = peak, p->lower_bound = lower;
     return rc;
 }

@@ -1,6 +1,6 @@
 /* offload.c — compile.offload_activation on the flat step program, before
- * its memory is planned: saved activations moved to host memory after the
- * forward's last use and brought back before the backward's first, on the
+ * its memory is planned (and on O0's lazy steps, at the end): saved activations moved to host
+ * memory after the forward's last use and brought back before the backward's first, on the
  * backend's copy queue (a side stream on a GPU), so the device holds
  * neither copy in between.
  *
@@ -184,6 +184,33 @@ static int qualifies(const regc_program *p, const char *bwd, int b, int *f, int 
     return 0;
 }
 
+/* Of the buffers order[n_order] that qualify, those offloaded: the largest
+ * first (a stable sort: the earlier of equals first), as many as the host's
+ * room beside what it holds already (the first n_bufs buffers' BUF_HOST,
+ * the offloaded optimizer's moments) takes, a smaller one where a larger
+ * does not fit, and no more than p->offload_limit; their number. */
+static int keep_largest(const regc_program *p, int *order, int n_order, int n_bufs)
+{
+    for (int i = 1; i < n_order; i++)
+        for (int j = i; j > 0 && p->bufs[order[j]].bytes > p->bufs[order[j - 1]].bytes; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    if (p->host_budget_bytes > 0) {
+        int64_t room = p->host_budget_bytes - (p->offload ? 2 * p->block_bytes : 0);
+        for (int b = 0; b < n_bufs; b++)
+            room -= p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
+        int kept = 0;
+        for (int o = 0; o < n_order; o++)
+            if (p->bufs[order[o]].bytes <= room)
+                room -= p->bufs[order[o]].bytes, order[kept++] = order[o];
+        n_order = kept;
+    }
+    if (p->offload_limit >= 0 && n_order > p->offload_limit)
+        n_order = p->offload_limit;
+    return n_order;
+}
+
 int regc_offload_activations(regc_program *p)
 {
     if (!p->offload_activation || p->forward_only)
@@ -208,25 +235,7 @@ int regc_offload_activations(regc_program *p)
         if (x->kind == BUF_ARENA && x->bytes >= MIN_BYTES && qualifies(p, bwd, b, &f, &u))
             order[n_order++] = b;
     }
-    /* the largest first, as many as the limit allows (a stable insertion
-     * sort: the earlier of equals first) */
-    for (int i = 1; i < n_order; i++)
-        for (int j = i; j > 0 && p->bufs[order[j]].bytes > p->bufs[order[j - 1]].bytes; j--) {
-            const int t = order[j];
-            order[j] = order[j - 1], order[j - 1] = t;
-        }
-    if (p->host_budget_bytes > 0) { /* what fits the host's room, largest first */
-        int64_t room = p->host_budget_bytes - (p->offload ? 2 * p->block_bytes : 0);
-        for (int b = 0; b < n_bufs; b++)
-            room -= p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
-        int kept = 0;
-        for (int o = 0; o < n_order; o++)
-            if (p->bufs[order[o]].bytes <= room)
-                room -= p->bufs[order[o]].bytes, order[kept++] = order[o];
-        n_order = kept;
-    }
-    if (p->offload_limit >= 0 && n_order > p->offload_limit)
-        n_order = p->offload_limit;
+    n_order = keep_largest(p, order, n_order, n_bufs);
     for (int o = 0; o < n_order && rc == REGC_OK; o++) {
         const int b = order[o];
         const regc_buf *x = &p->bufs[b];
@@ -288,4 +297,74 @@ int regc_offload_activations(regc_program *p)
 done:
     free(bwd), free(cum), free(ins), free(order);
     return rc;
+}
+
+/* ---------------------------------------------------------------- O0 */
+
+typedef struct {
+    int backward; /* the first lazy step of the backward */
+    int *fwd_last, *bwd_first;
+} lazy_uses;
+
+static void note_use(regc_program *p, int b, int step, void *user)
+{
+    lazy_uses *w = user;
+    if (b < 0 || b >= p->n_bufs)
+        return;
+    if (step < w->backward)
+        w->fwd_last[b] = step;
+    else if (w->bwd_first[b] < 0)
+        w->bwd_first[b] = step;
+}
+
+int regc_offload_lazy(regc_program *p)
+{
+    for (int b = 0; b < p->n_bufs; b++)
+        p->bufs[b].away = p->bufs[b].back = -1;
+    if (!p->offload_activation || p->forward_only || !p->lazy || p->level != REGC_LEVEL_O0)
+        return REGC_OK;
+    const int n_bufs = p->n_bufs;
+    lazy_uses w = {.backward = p->n_steps};
+    w.fwd_last = malloc(((size_t)n_bufs + 1) * sizeof *w.fwd_last);
+    w.bwd_first = malloc(((size_t)n_bufs + 1) * sizeof *w.bwd_first);
+    char *gathered = calloc((size_t)n_bufs + 1, 1);
+    int *made =
+        calloc((size_t)p->n_steps + 2, sizeof *made); /* [step + 1] MIN_BYTES buffers so far */
+    int *order = malloc(((size_t)n_bufs + 1) * sizeof *order), n_order = 0;
+    if (!w.fwd_last || !w.bwd_first || !gathered || !made || !order) {
+        free(w.fwd_last), free(w.bwd_first), free(gathered), free(made), free(order);
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    }
+    for (int i = 0; i < p->n_steps && w.backward == p->n_steps; i++)
+        if (p->steps[i].piece >= 0 && p->steps[i].backward)
+            w.backward = i;
+    for (int b = 0; b < n_bufs; b++)
+        w.fwd_last[b] = w.bwd_first[b] = -1;
+    regc_lazy_each_ref(p, note_use, &w);
+    /* a unit's gathered parameters are the schedule's, not activations */
+    for (int i = 0; i < p->n_steps; i++)
+        if (p->steps[i].piece < 0 && p->steps[i].instr.kernel == K_ALLGATHER &&
+            p->steps[i].instr.refs[0].buf >= 0)
+            gathered[p->steps[i].instr.refs[0].buf] = 1;
+    /* buffers of MIN_BYTES and more allocated (first used) at each step,
+     * summed: what a buffer's leaving can make room for */
+    for (int b = 0; b < n_bufs; b++)
+        if (p->bufs[b].kind == BUF_ARENA && p->bufs[b].bytes >= MIN_BYTES &&
+            p->bufs[b].first >= 0 && p->bufs[b].first < p->n_steps)
+            made[p->bufs[b].first + 1]++;
+    for (int i = 0; i < p->n_steps; i++)
+        made[i + 1] += made[i];
+    for (int b = 0; b < n_bufs; b++) {
+        const regc_buf *x = &p->bufs[b];
+        const int f = w.fwd_last[b], u = w.bwd_first[b];
+        if (x->kind == BUF_ARENA && b != p->loss.buf && !gathered[b] && x->bytes >= MIN_BYTES &&
+            f >= 0 && u > f + 1 && made[u] - made[f + 1] > 0)
+            order[n_order++] = b;
+    }
+    n_order = keep_largest(p, order, n_order, n_bufs);
+    for (int o = 0; o < n_order; o++)
+        p->bufs[order[o]].away = w.fwd_last[order[o]],
+        p->bufs[order[o]].back = w.bwd_first[order[o]];
+    free(w.fwd_last), free(w.bwd_first), free(gathered), free(made), free(order);
+    return REGC_OK;
 }

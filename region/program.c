@@ -22,8 +22,14 @@ int regc_program_new_buf(regc_program *p, regc_buf_kind kind, int64_t bytes, int
             return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
         p->bufs = b, p->cap_bufs = cap;
     }
-    p->bufs[p->n_bufs] = (regc_buf){
-        .kind = kind, .bytes = bytes, .offset = offset, .first = -1, .last = -1, .inplace_of = -1};
+    p->bufs[p->n_bufs] = (regc_buf){.kind = kind,
+                                    .bytes = bytes,
+                                    .offset = offset,
+                                    .first = -1,
+                                    .last = -1,
+                                    .inplace_of = -1,
+                                    .away = -1,
+                                    .back = -1};
     return p->n_bufs++;
 }
 
@@ -53,7 +59,7 @@ void regc_program_free(regc_program *p)
     for (int b = 0; p->be && p->host_copy && b < p->n_bufs; b++)
         if (p->host_copy[b])
             p->be->free_host(p->be, p->host_copy[b]);
-    free(p->away), free(p->back), free(p->host_copy);
+    free(p->host_copy);
     regc_backend_free(p->own_host_be);
     for (int i = 0; i < p->n_regions; i++)
         regc_compiled_region_free(p->regions[i]);

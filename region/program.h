@@ -272,6 +272,10 @@ typedef struct {
     int64_t offset;  /* arena offset (planned), block offset, or input number */
     int first, last; /* program points of first write and last use */
     int inplace_of;  /* planner hint, -1 if none */
+    /* O0 with offload_activation (offload.c's regc_offload_lazy): the lazy
+     * step after which it leaves for host memory and the one before which
+     * it comes back; -1: it stays */
+    int away, back;
 } regc_buf;
 
 /* A call of a compiled region's forward or backward on one instance: slot s
@@ -358,17 +362,13 @@ struct regc_program {
     int64_t *tickets;       /* [n_signals + 1] each started collective's ticket */
     double wait_ms;         /* blocked in K_COMM_WAIT, over every run */
     char **ptr;             /* [n_bufs] base pointers */
-    /* O0 with offload_activation (program_run.c): per buffer the lazy step
-     * after which it leaves for the host and the one before which it comes
-     * back (-1: it stays), and its host copy; made at the first run */
-    int *away, *back;
-    void **host_copy;
-    regc_profile *profile; /* borrowed; NULL: runs are not timed */
-    void *captured[2];     /* O2: the run and the update as graphs, or NULL */
-    int eager_runs[2];     /* of each phase before it was captured */
-    int capture_failed[2]; /* the backend could not capture it: it runs as at O1 */
-    double capture_ms;     /* capturing them, over every run */
-    regc_bytes step_key;   /* the compile cache's key of the step, when cached */
+    void **host_copy;       /* [n_bufs] O0: an offloaded buffer's host copy (bufs' away) */
+    regc_profile *profile;  /* borrowed; NULL: runs are not timed */
+    void *captured[2];      /* O2: the run and the update as graphs, or NULL */
+    int eager_runs[2];      /* of each phase before it was captured */
+    int capture_failed[2];  /* the backend could not capture it: it runs as at O1 */
+    double capture_ms;      /* capturing them, over every run */
+    regc_bytes step_key;    /* the compile cache's key of the step, when cached */
 };
 
 /* Building a step program (region/program.c): the flat graph (owned by

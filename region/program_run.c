@@ -247,62 +247,21 @@ static int alloc_step(regc_program *p, int step, int release)
     return REGC_OK;
 }
 
-/* O0's offload (compile.offload_activation): the flat step's copies are
- * placed by offload.c on the copy queue; O0 allocates each buffer at run
- * time, so its offload is at run time too, synchronous as all of O0 is. A
- * buffer of at least LAZY_OFFLOAD_MIN bytes that the forward's steps use
- * and the backward's read again, with a step between its forward's last
- * and its backward's first, is copied to host memory after the former and
- * freed, and allocated and copied back before the latter: the same bytes,
- * so the same bits, and the device holds neither copy in between. */
-#define LAZY_OFFLOAD_MIN (INT64_C(64) << 10) /* as offload.c's: a copy costs */
-
-typedef struct {
-    int backward; /* the first step of the backward */
-} lazy_walk;
-
-static void note_use(regc_program *p, int b, int step, void *user)
-{
-    const lazy_walk *w = user;
-    if (b < 0)
-        return;
-    if (step < w->backward)
-        p->away[b] = step; /* the forward's last so far */
-    else if (p->back[b] < 0)
-        p->back[b] = step;
-}
-
-static int lazy_offload_points(regc_program *p)
-{
-    p->away = malloc(((size_t)p->n_bufs + 1) * sizeof *p->away);
-    p->back = malloc(((size_t)p->n_bufs + 1) * sizeof *p->back);
-    p->host_copy = calloc((size_t)p->n_bufs + 1, sizeof *p->host_copy);
-    if (!p->away || !p->back || !p->host_copy)
-        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
-    lazy_walk w = {.backward = p->n_steps};
-    for (int i = 0; i < p->n_steps && w.backward == p->n_steps; i++)
-        if (p->steps[i].piece >= 0 && p->steps[i].backward)
-            w.backward = i;
-    for (int b = 0; b < p->n_bufs; b++)
-        p->away[b] = p->back[b] = -1;
-    regc_lazy_each_ref(p, note_use, &w);
-    for (int b = 0; b < p->n_bufs; b++) {
-        const regc_buf *x = &p->bufs[b];
-        if (x->kind != BUF_ARENA || b == p->loss.buf || x->bytes < LAZY_OFFLOAD_MIN ||
-            p->away[b] < 0 || p->back[b] < p->away[b] + 2)
-            p->away[b] = p->back[b] = -1;
-    }
-    return REGC_OK;
-}
-
+/* O0's offload (compile.offload_activation; offload.c chose which buffers
+ * and between which lazy steps): O0 allocates each buffer as it runs, so
+ * its copies are made as it runs too, synchronous as all of O0 is: the
+ * same bytes, so the same bits, and the device holds neither copy in
+ * between. The host copies are made at the first run and kept. */
 /* Before lazy step `step` (!after) the buffers it brings back; after it,
  * those that leave. */
 static int lazy_offload_step(regc_program *p, int step, int after)
 {
     regc_backend *be = p->be;
+    if (!p->host_copy && !(p->host_copy = calloc((size_t)p->n_bufs + 1, sizeof *p->host_copy)))
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
     for (int b = 0; b < p->n_bufs; b++) {
         const size_t bytes = (size_t)p->bufs[b].bytes;
-        if (after && p->away[b] == step && p->ptr[b]) {
+        if (after && p->bufs[b].away == step && p->ptr[b]) {
             if (!p->host_copy[b] && !(p->host_copy[b] = be->alloc_host(be, bytes)))
                 return regc_error(REGC_ERR_MEMORY,
                                   "backend %s: out of host memory for an offloaded activation "
@@ -314,7 +273,7 @@ static int lazy_offload_step(regc_program *p, int step, int after)
                 return rc;
             be->free(be, p->ptr[b]);
             p->ptr[b] = NULL;
-        } else if (!after && p->back[b] == step && p->host_copy[b] && !p->ptr[b]) {
+        } else if (!after && p->bufs[b].back == step && p->host_copy[b] && !p->ptr[b]) {
             if (!(p->ptr[b] = be->alloc(be, bytes)))
                 return regc_error(REGC_ERR_MEMORY, "backend %s: out of memory (%zu bytes)",
                                   be->name, bytes);
@@ -349,8 +308,6 @@ static int run_lazy(regc_program *p)
 {
     int dynamic = p->level == REGC_LEVEL_O0, rc = REGC_OK;
     const int offload = dynamic && p->offload_activation && !p->forward_only;
-    if (offload && !p->away && (rc = lazy_offload_points(p)))
-        return rc;
     void *ptr[REGC_INSTR_MAX_REFS];
     char **slot = NULL;
     int cap = 0;
@@ -588,6 +545,9 @@ void regc_program_device_memory(const regc_program *p, regc_device_memory *a)
     }
     for (int b = 0; b < p->n_bufs; b++) /* the update's own, offloaded activations */
         a->host += p->bufs[b].kind == BUF_HOST ? p->bufs[b].bytes : 0;
+    for (int b = 0; p->lazy && b < p->n_bufs; b++) /* O0's, copied as it runs */
+        if (p->bufs[b].away >= 0)
+            a->host += p->bufs[b].bytes, a->host_activations += p->bufs[b].bytes;
     for (int i = 0; i < p->n_instr; i++) /* an offloaded activation's place: a copy's dest */
         if (p->instr[i].kernel == K_COPY_D2H && regc_instr_is_queued_copy(&p->instr[i]))
             a->host_activations += p->bufs[p->instr[i].refs[0].buf].bytes;

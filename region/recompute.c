@@ -73,8 +73,32 @@ double regc_instr_cost(const regc_instr *in)
     return elems;
 }
 
-/* What `in` cost as pol counts it: measured when pol holds its kernel,
- * else FLOPs (regc_instr_cost). */
+/* The measured time per cost of the row labelled `label`, or 0. */
+static double measured_rate(const regc_recompute_policy *pol, const char *label)
+{
+    for (int i = 0; i < pol->n_costs; i++) {
+        const regc_kernel_cost *k = &pol->costs[i];
+        if (k->cost > 0.0 && k->ms > 0.0 && !strcmp(k->label, label))
+            return k->ms / k->cost;
+    }
+    return 0.0;
+}
+
+/* A norm's kernel with and without the residual add before it: inlined
+ * back, the step fuses a layer's last add with the next layer's first norm,
+ * so a norm a region runs alone may run only fused in the measured step
+ * (and the other way round); one's time per cost stands for the other's. */
+static regc_kernel norm_sibling(regc_kernel k)
+{
+    return k == K_LN_FWD        ? K_ADD_LN_FWD
+           : k == K_ADD_LN_FWD  ? K_LN_FWD
+           : k == K_RMS_FWD     ? K_ADD_RMS_FWD
+           : k == K_ADD_RMS_FWD ? K_RMS_FWD
+                                : K_COUNT;
+}
+
+/* What `in` cost as pol counts it: measured when pol holds its kernel (or
+ * its norm sibling), else FLOPs (regc_instr_cost). */
 static double policy_cost(const regc_recompute_policy *pol, const regc_instr *in)
 {
     const double f = regc_instr_cost(in);
@@ -84,12 +108,10 @@ static double policy_cost(const regc_recompute_policy *pol, const regc_instr *in
     regc_instr x = *in;
     x.replay = 0;
     regc_instr_label(&x, label, sizeof label);
-    for (int i = 0; i < pol->n_costs; i++) {
-        const regc_kernel_cost *k = &pol->costs[i];
-        if (k->cost > 0.0 && k->ms > 0.0 && !strcmp(k->label, label))
-            return f * (k->ms / k->cost) * pol->rate;
-    }
-    return f;
+    double r = measured_rate(pol, label);
+    if (r == 0.0 && norm_sibling(in->kernel) != K_COUNT)
+        r = measured_rate(pol, regc_kernel_name(norm_sibling(in->kernel)));
+    return r > 0.0 ? f * r * pol->rate : f;
 }
 
 /* The measured step's average rate, in cost per millisecond: what turns
@@ -472,6 +494,9 @@ void regc_program_fit_plan(const regc_program *p, regc_fit_plan *out)
     if (!p->lazy)
         for (int i = 0; i < p->n_instr; i++)
             count(out, per_kernel, &p->instr[i]);
+    for (int b = 0; p->lazy && b < p->n_bufs; b++) /* O0's copies, made as it runs */
+        if (p->bufs[b].away >= 0)
+            out->offloaded++, out->offload_bytes += p->bufs[b].bytes;
     for (int i = 0; p->lazy && i < p->n_steps; i++) {
         const lazy_step *s = &p->steps[i];
         if (s->piece < 0) {

@@ -60,6 +60,14 @@ int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows, int he
  * activations copied to host memory after their forward's last use and
  * back before their backward's first, on the copy queue. */
 int regc_offload_activations(regc_program *p);
+/* The same at O0, whose lazy program allocates as it runs: each buffer of
+ * MIN_BYTES and more that a forward step uses and a backward step uses
+ * again, no unit's gathered parameters, with a buffer of that size first
+ * used between the two (room its leaving serves), chosen as the flat pass
+ * chooses (largest first, the host's room, offload_limit), gets the steps
+ * it leaves after and comes back before (bufs' away, back; program_run.c
+ * copies it then). */
+int regc_offload_lazy(regc_program *p);
 /* The compute (FLOPs) that hides a byte's copy on the target's copy queue:
  * 0 where copies are done where they start (the CPU). */
 double regc_copy_flop_per_byte(const char *device);

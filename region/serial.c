@@ -576,6 +576,8 @@ void regc_program_write(const regc_program *p, const regc_compile_stats *st, reg
         if (p->lazy) {
             regc_bytes_put_i64(b, x->first);
             regc_bytes_put_i64(b, x->last);
+            regc_bytes_put_i64(b, x->away); /* O0's offload */
+            regc_bytes_put_i64(b, x->back);
         }
     }
     if (p->lazy) {
@@ -718,7 +720,11 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
             x->offset = regc_reader_int(&rd, 0, INT64_MAX);
             x->first = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;
             x->last = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;
+            x->away = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;
+            x->back = p->lazy ? (int)regc_reader_int(&rd, -1, INT32_MAX) : -1;
             x->inplace_of = -1;
+            if ((x->away < 0) != (x->back < 0) || (x->away >= 0 && x->back <= x->away))
+                rd.failed = 1; /* a copy back before it left */
             if (x->kind == BUF_INPUT && x->offset >= p->n_inputs)
                 rd.failed = 1;
             if (x->kind == BUF_SCALARS &&

@@ -267,7 +267,9 @@ static double json_at(const cJSON *o, const char *section, const char *key)
 /* regc plan reads regc train's options, config files included: a DeepSpeed
  * config's micro-batch, bf16 and offloaded optimizer reach the plan, and
  * the plan of the file is the plan of the flags that say the same; a flag
- * overrides the file; a bad key is the file's error, exit 1. */
+ * overrides the file; a bad key is the file's error, exit 1; a file that
+ * names no stage plans stage 0, as its run would, and its epochs read no
+ * data. */
 static void test_plan_reads_the_configs(void **state)
 {
     (void)state;
@@ -327,8 +329,20 @@ static void test_plan_reads_the_configs(void **state)
                      1);
     assert_one_line_error(&p, "compile.recompute");
     regc_test_proc_free(&p);
+    /* a file that names no stage plans its run's, 0; epochs read no data */
+    char *plain = regc_test_join(dir, "plain.json");
+    out = fopen(plain, "w");
+    assert_non_null(out);
+    fputs("{\"train\": {\"model\": \"gpt2-tiny\", \"data\": \"/nonexistent/tokens.bin\"}, "
+          "\"num_train_epochs\": 2}",
+          out);
+    fclose(out);
+    const char *by_plain[] = {"--config", plain, "--ranks", "2", NULL};
+    cJSON *k = plan_json(by_plain);
+    assert_true(json_at(k, NULL, "zero_stage") == 0);
+    cJSON_Delete(k);
     regc_test_remove_tree(dir);
-    free(bad), free(dir);
+    free(bad), free(plain), free(dir);
 }
 
 /* regc plan's precision flags: a bad value is one line naming the flag, exit 2 */

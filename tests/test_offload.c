@@ -21,9 +21,11 @@
  *    offloaded than fit it, recomputation making up the rest; a host
  *    budget the offloaded optimizer state alone is over, refused naming
  *    both.
- *  - O0 (the lazy program, which allocates as it runs) offloads as it
- *    runs: no copy in the program, the bits of none, a lower device peak;
- *    and the cache keys the choice.
+ *  - O0 (the lazy program, which allocates as it runs) chooses when it
+ *    compiles and copies as it runs: no copy in the program, the chosen
+ *    bytes in its account and within a host budget, the bits of none, a
+ *    lower device peak, the same from the cache; and the cache keys the
+ *    choice.
  *  - Under bf16, the saved values held in bf16 leave too: each widening
  *    of one for a backward kernel reads the copy brought back. */
 #include <math.h>
@@ -333,28 +335,51 @@ static void test_host_budget(void **state)
 static void test_lazy_program_and_cache(void **state)
 {
     (void)state;
+    /* O0 (its [256, 128] activations are 128 KiB at this size) chooses at
+     * compile time and copies as it runs: no copy in the program, the
+     * chosen buffers in its account and on the host */
     regc_train_options o = base_options();
+    o.batch = 4, o.seq = 64;
     o.compile.level = REGC_LEVEL_O0;
     o.compile.offload_activation = 1;
     regc_program *p = compile_as("gpt2-tiny", &o);
     regc_fit_plan f;
     regc_program_fit_plan(p, &f);
-    assert_int_equal(f.offloaded, 0); /* no copy in the program: they happen as it runs */
-    regc_program_free(p);
-    /* O0 moves its activations at run time: the bits of none, in less
-     * device memory (its [256, 128] activations are 128 KiB) */
-    o.batch = 4, o.seq = 64, o.compile.offload_activation = 0;
-    regc_test_losses lazy_kept, lazy_moved;
+    regc_device_memory a;
+    regc_program_device_memory(p, &a);
+    assert_int_equal(p->n_instr, 0); /* lazy: its steps call the regions */
+    if (f.offloaded == 0 || a.host_activations != f.offload_bytes)
+        fail_msg("O0: %d offloaded, %lld bytes; the host holds %lld", f.offloaded,
+                 (long long)f.offload_bytes, (long long)a.host_activations);
+    /* a host budget takes the largest that fit it */
+    o.compile.host_budget_bytes = f.offload_bytes / 2;
+    regc_program *q = compile_as("gpt2-tiny", &o);
+    regc_device_memory b;
+    regc_program_device_memory(q, &b);
+    if (!(b.host_activations > 0 && b.host_activations <= o.compile.host_budget_bytes))
+        fail_msg("O0 under a host budget of %lld bytes: %lld offloaded",
+                 (long long)o.compile.host_budget_bytes, (long long)b.host_activations);
+    regc_program_free(p), regc_program_free(q);
+    o.compile.host_budget_bytes = 0;
+    /* the bits of none, in less device memory; from the cache alike */
+    char *dir = regc_test_make_temp_dir("offload-cache");
+    o.cache_dir = dir;
+    o.compile.offload_activation = 0;
+    regc_test_losses lazy_kept, lazy_moved, lazy_warm;
     regc_model *lk = regc_test_train("gpt2-tiny", &o, &lazy_kept);
     o.compile.offload_activation = 1;
     regc_model *lm = regc_test_train("gpt2-tiny", &o, &lazy_moved);
-    expect_same("gpt2-tiny", "O0, offloaded at run time", &lazy_moved, lm, &lazy_kept, lk);
-    if (!(lazy_moved.device_peak < lazy_kept.device_peak))
-        fail_msg("O0: offloaded %lld bytes at the peak, kept %lld",
-                 (long long)lazy_moved.device_peak, (long long)lazy_kept.device_peak);
-    regc_model_free(lk), regc_model_free(lm);
+    regc_model *lw = regc_test_train("gpt2-tiny", &o, &lazy_warm);
+    assert_int_equal(lazy_warm.hits, 1);
+    expect_same("gpt2-tiny", "O0, offloaded as it runs", &lazy_moved, lm, &lazy_kept, lk);
+    expect_same("gpt2-tiny", "O0, offloaded, from the cache", &lazy_warm, lw, &lazy_kept, lk);
+    if (!(lazy_moved.device_peak < lazy_kept.device_peak) ||
+        lazy_warm.device_peak != lazy_moved.device_peak)
+        fail_msg("O0: offloaded %lld bytes at the peak (%lld from the cache), kept %lld",
+                 (long long)lazy_moved.device_peak, (long long)lazy_warm.device_peak,
+                 (long long)lazy_kept.device_peak);
+    regc_model_free(lk), regc_model_free(lm), regc_model_free(lw);
 
-    char *dir = regc_test_make_temp_dir("offload-cache");
     o = base_options();
     o.cache_dir = dir;
     regc_test_losses kept, cold, warm;

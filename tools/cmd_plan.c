@@ -4,8 +4,8 @@
  * the same table (cli_settings.c), and compiles the step for N ranks
  * exactly as `mpirun -np N regc train` would compile it with them; the
  * memory is the program's own account of what the trainer allocates for
- * it. Its own flags (--ranks, --fit, --device-memory-mb, --json) are taken
- * out of argv before the rest goes to the table. */
+ * it. Its own flags (--ranks, --fit, --device-memory-mb) are taken out of
+ * argv before the rest goes to the table. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -42,7 +42,7 @@ void print_plan_usage(FILE *f)
           "  --fit <seq|batch>          find the longest sequence (largest batch) whose step\n"
           "                             fits --device-memory-mb per rank, and print its plan\n"
           "  --device-memory-mb <MiB>   the device memory --fit fills (its budget)\n"
-          "  --json                     one JSON object instead of text\n"
+          "  --json                     one JSON object instead of text (as regc train's)\n"
           "  -h, --help                 print this text\n",
           f);
 }
@@ -52,7 +52,6 @@ typedef struct {
     long long ranks;
     const char *fit; /* "seq", "batch" or NULL */
     long long device_mb;
-    int json;
 } plan_flags;
 
 /* What a plan is of: the settings as regc train reads them and the
@@ -62,6 +61,16 @@ typedef struct {
     plan_flags f;
     long long batch, seq; /* the settings', or what --fit found */
 } plan_args;
+
+/* Is flag (--name) among argv's, as "--name value" or "--name=value"? */
+static int given(int argc, char **argv, const char *flag)
+{
+    const size_t n = strlen(flag);
+    for (int i = 0; i < argc; i++)
+        if (!strncmp(argv[i], flag, n) && (argv[i][n] == '\0' || argv[i][n] == '='))
+            return 1;
+    return 0;
+}
 
 /* argv's plan flags into f, the rest (regc train's) into rest[*n_rest]:
  * 0, or the usage exit code. */
@@ -78,10 +87,6 @@ static int split_plan_flags(int argc, char **argv, plan_flags *f, char **rest, i
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
             *help = 1;
             return 0;
-        }
-        if (!strcmp(arg, "--json")) {
-            f->json = 1;
-            continue;
         }
         if (!own || strncmp(arg, "--", 2) != 0) {
             rest[(*n_rest)++] = argv[i];
@@ -330,7 +335,7 @@ static int plan_command(plan_args *a)
         regc_program_device_memory(p, &mem);
         regc_program_comm_plan(p, &c);
         regc_program_fit_plan(p, &r);
-        if (a->f.json)
+        if (a->s->json)
             print_json(a, &mem, &c, &st, &r);
         else
             print_text(a, &mem, &c, &st, &r);
@@ -351,7 +356,10 @@ int cmd_plan(int argc, char **argv)
     usage = split_plan_flags(argc, argv, &f, rest, &n_rest, &help);
     cli_settings c;
     regc_train_settings_default(&c.s);
-    c.s.train.zero_stage = 3; /* the plan of a sharded run, unless told */
+    /* from flags alone, the plan of a sharded run unless told; a config
+     * file's plan is its run's, whose stage is 0 unless the file says */
+    if (!given(n_rest, rest, "--config") && !given(n_rest, rest, "--deepspeed"))
+        c.s.train.zero_stage = 3;
     c.s.train.cache_dir = NULL;
     c.from = NULL, c.cfg = c.ds = NULL;
     int rc = REGC_OK;
@@ -376,6 +384,9 @@ int cmd_plan(int argc, char **argv)
         cli_settings_free(&c);
         return usage;
     }
+    /* the step count is the run's business: epochs would read the data */
+    if (c.s.train.num_train_epochs > 0.0)
+        c.s.train.num_train_epochs = 0.0, c.s.train.steps = INT32_MAX;
     if (rc == REGC_OK)
         rc = regc_settings_resolve(&c.s, c.from, (int)f.ranks, NULL);
     if (rc == REGC_OK)

@@ -356,18 +356,28 @@ static int measures_kernels(const regc_train_options *o)
 
 /* The measured kernels' costs, every rank's average (the ranks run one
  * program, so their rows are the same labels in the same order); none
- * (*n = 0) when nothing was measured, as on a resumed run's first plan. */
+ * (*n = 0) when nothing was measured, as on a resumed run's first plan.
+ * The ranks first agree that each has the same number of rows (the sums
+ * of n and n² are size·n and size·n² only when every n is the same), so
+ * that one whose account failed never leaves the others in a collective
+ * it skips. */
 static int shared_kernel_costs(trainer *t, regc_kernel_cost **out, int *n_out)
 {
     *out = NULL, *n_out = 0;
     regc_kernel_cost *kc = NULL;
-    int n = 0;
-    if (regc_program_kernel_costs(t->program, &kc, &n) != REGC_OK) {
-        regc_error_clear();
-        return REGC_OK;
-    }
-    double *v = malloc(((size_t)2 * n + 1) * sizeof *v); /* [n][ms, cost] */
-    int rc = v ? REGC_OK : regc_error(REGC_ERR_MEMORY, "compile.schedule: out of memory");
+    int n = 0, rc = regc_program_kernel_costs(t->program, &kc, &n);
+    if (rc == REGC_ERR_ARG) /* nothing measured */
+        regc_error_clear(), rc = REGC_OK, n = 0;
+    int64_t agree[2] = {rc == REGC_OK ? n : -1, rc == REGC_OK ? (int64_t)n * n : 1};
+    int crc = t->comm->allreduce(t->comm, agree, 2, REGC_COMM_I64);
+    const int64_t size = t->comm->size;
+    if (rc == REGC_OK && crc == REGC_OK && (agree[0] != size * n || agree[1] != size * n * n))
+        crc = regc_error(REGC_ERR_RANK, "compile.schedule: the ranks measured different steps");
+    if (rc == REGC_OK)
+        rc = crc;
+    double *v = rc == REGC_OK ? malloc(((size_t)2 * n + 1) * sizeof *v) : NULL; /* [n][ms, cost] */
+    if (rc == REGC_OK && !v)
+        rc = regc_error(REGC_ERR_MEMORY, "compile.schedule: out of memory");
     for (int i = 0; rc == REGC_OK && i < n; i++)
         v[2 * i] = kc[i].ms, v[2 * i + 1] = kc[i].cost;
     if (rc == REGC_OK && n > 0)
