@@ -48,6 +48,23 @@ typedef struct {
 int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_profile *pr,
                       regc_step_report *r);
 
+/* Is a step program's memory within the device's (train.c)? Else an
+ * error with the figures. */
+int regc_trainer_check_memory_fits(trainer *t, const regc_program *p);
+/* The step program (and the validation one) onto the trainer's memory. */
+int regc_trainer_bind_programs(trainer *t, const regc_train_options *o);
+
+/* ---- compile.schedule (replan.c) */
+/* *next_plan: the first listed step after `start`; a run resumed past a
+ * listed step compiles that step's plan now. */
+int regc_trainer_replan_resumed(trainer *t, const regc_train_options *o,
+                                const regc_compile_options *co, int64_t start, int *next_plan,
+                                void *user);
+/* Before step `step`: measuring starts a few steps ahead of the next
+ * listed one, and at it the step is compiled again (*next_plan advances). */
+int regc_trainer_replan_at(trainer *t, const regc_train_options *o, const regc_compile_options *co,
+                           int step, int64_t start, int *next_plan, void *user);
+
 /* The validation loss over the first val_batches global batches. */
 int regc_trainer_evaluate(trainer *t, const regc_train_options *o, float *val_loss);
 
