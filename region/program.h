@@ -362,13 +362,16 @@ struct regc_program {
     int64_t *tickets;       /* [n_signals + 1] each started collective's ticket */
     double wait_ms;         /* blocked in K_COMM_WAIT, over every run */
     char **ptr;             /* [n_bufs] base pointers */
-    void **host_copy;       /* [n_bufs] O0: an offloaded buffer's host copy (bufs' away) */
-    regc_profile *profile;  /* borrowed; NULL: runs are not timed */
-    void *captured[2];      /* O2: the run and the update as graphs, or NULL */
-    int eager_runs[2];      /* of each phase before it was captured */
-    int capture_failed[2];  /* the backend could not capture it: it runs as at O1 */
-    double capture_ms;      /* capturing them, over every run */
-    regc_bytes step_key;    /* the compile cache's key of the step, when cached */
+    /* O0: the buffers offloaded (bufs' away >= 0) and, by buffer, their
+     * host copies ([n_bufs]); made at the first run */
+    int *offloaded, n_offloaded;
+    void **host_copy;
+    regc_profile *profile; /* borrowed; NULL: runs are not timed */
+    void *captured[2];     /* O2: the run and the update as graphs, or NULL */
+    int eager_runs[2];     /* of each phase before it was captured */
+    int capture_failed[2]; /* the backend could not capture it: it runs as at O1 */
+    double capture_ms;     /* capturing them, over every run */
+    regc_bytes step_key;   /* the compile cache's key of the step, when cached */
 };
 
 /* Building a step program (region/program.c): the flat graph (owned by

@@ -251,15 +251,26 @@ static int alloc_step(regc_program *p, int step, int release)
  * and between which lazy steps): O0 allocates each buffer as it runs, so
  * its copies are made as it runs too, synchronous as all of O0 is: the
  * same bytes, so the same bits, and the device holds neither copy in
- * between. The host copies are made at the first run and kept. */
-/* Before lazy step `step` (!after) the buffers it brings back; after it,
+ * between. At the first run the chosen buffers are listed (each step then
+ * looks at those only) and their host copies made, kept for later runs.
+ * Before lazy step `step` (!after) the buffers it brings back; after it,
  * those that leave. */
 static int lazy_offload_step(regc_program *p, int step, int after)
 {
     regc_backend *be = p->be;
-    if (!p->host_copy && !(p->host_copy = calloc((size_t)p->n_bufs + 1, sizeof *p->host_copy)))
-        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
-    for (int b = 0; b < p->n_bufs; b++) {
+    if (!p->host_copy) {
+        if (!(p->offloaded = malloc(((size_t)p->n_bufs + 1) * sizeof *p->offloaded)) ||
+            !(p->host_copy = calloc((size_t)p->n_bufs + 1, sizeof *p->host_copy))) {
+            free(p->offloaded), p->offloaded = NULL;
+            return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+        }
+        p->n_offloaded = 0;
+        for (int b = 0; b < p->n_bufs; b++)
+            if (p->bufs[b].away >= 0)
+                p->offloaded[p->n_offloaded++] = b;
+    }
+    for (int o = 0; o < p->n_offloaded; o++) {
+        const int b = p->offloaded[o];
         const size_t bytes = (size_t)p->bufs[b].bytes;
         if (after && p->bufs[b].away == step && p->ptr[b]) {
             if (!p->host_copy[b] && !(p->host_copy[b] = be->alloc_host(be, bytes)))

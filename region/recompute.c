@@ -97,6 +97,15 @@ static regc_kernel norm_sibling(regc_kernel k)
                                 : K_COUNT;
 }
 
+/* The label a measured profile counts `in` under: its own, a
+ * recomputation's as its kernel's. */
+static void cost_label(const regc_instr *in, char *label)
+{
+    regc_instr x = *in;
+    x.replay = 0;
+    regc_instr_label(&x, label, REGC_PROFILE_LABEL);
+}
+
 /* What `in` cost as pol counts it: measured when pol holds its kernel (or
  * its norm sibling), else FLOPs (regc_instr_cost). */
 static double policy_cost(const regc_recompute_policy *pol, const regc_instr *in)
@@ -105,9 +114,7 @@ static double policy_cost(const regc_recompute_policy *pol, const regc_instr *in
     if (!pol || pol->n_costs == 0 || !(pol->rate > 0.0))
         return f;
     char label[REGC_PROFILE_LABEL];
-    regc_instr x = *in;
-    x.replay = 0;
-    regc_instr_label(&x, label, sizeof label);
+    cost_label(in, label);
     double r = measured_rate(pol, label);
     if (r == 0.0 && norm_sibling(in->kernel) != K_COUNT)
         r = measured_rate(pol, regc_kernel_name(norm_sibling(in->kernel)));
@@ -527,10 +534,8 @@ void regc_program_fit_plan(const regc_program *p, regc_fit_plan *out)
 
 int regc_kernel_cost_row(regc_kernel_cost *rows, int *n, const regc_instr *in)
 {
-    regc_instr x = *in;
-    x.replay = 0; /* a recomputation is its kernel again */
     char label[REGC_PROFILE_LABEL];
-    regc_instr_label(&x, label, sizeof label);
+    cost_label(in, label);
     int j = 0;
     while (j < *n && strcmp(rows[j].label, label) != 0)
         j++;

@@ -23,9 +23,10 @@
  *    both.
  *  - O0 (the lazy program, which allocates as it runs) chooses when it
  *    compiles and copies as it runs: no copy in the program, the chosen
- *    bytes in its account and within a host budget, the bits of none, a
- *    lower device peak, the same from the cache; and the cache keys the
- *    choice.
+ *    bytes in its account and within a host budget, the choice serialised
+ *    (one that comes back before it leaves refused when read), the bits of
+ *    none, a lower device peak, the same from the cache; and the cache
+ *    keys the choice.
  *  - Under bf16, the saved values held in bf16 leave too: each widening
  *    of one for a backward kernel reads the copy brought back. */
 #include <math.h>
@@ -41,6 +42,7 @@
 
 #include "program.h"
 #include "regc_train.h"
+#include "serial.h"
 #include "test_model.h"
 #include "test_util.h"
 #include "validate.h"
@@ -351,6 +353,25 @@ static void test_lazy_program_and_cache(void **state)
     if (f.offloaded == 0 || a.host_activations != f.offload_bytes)
         fail_msg("O0: %d offloaded, %lld bytes; the host holds %lld", f.offloaded,
                  (long long)f.offload_bytes, (long long)a.host_activations);
+    /* the choice is serialised; one that would come back before it left
+     * is refused when read */
+    int away = 0;
+    while (away < p->n_bufs && p->bufs[away].away < 0)
+        away++;
+    assert_true(away < p->n_bufs);
+    regc_compile_stats st = {0};
+    regc_bytes sound = {0}, bad = {0};
+    regc_program_write(p, &st, &sound);
+    regc_program *r = NULL;
+    assert_int_equal(regc_program_read(sound.data, sound.len, &r, &st), REGC_OK);
+    assert_int_equal(r->bufs[away].away, p->bufs[away].away);
+    assert_int_equal(r->bufs[away].back, p->bufs[away].back);
+    regc_program_free(r), r = NULL;
+    p->bufs[away].back = p->bufs[away].away;
+    regc_program_write(p, &st, &bad);
+    assert_int_not_equal(regc_program_read(bad.data, bad.len, &r, &st), REGC_OK);
+    assert_null(r);
+    regc_bytes_free(&sound), regc_bytes_free(&bad);
     /* a host budget takes the largest that fit it */
     o.compile.host_budget_bytes = f.offload_bytes / 2;
     regc_program *q = compile_as("gpt2-tiny", &o);
