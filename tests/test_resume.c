@@ -5,7 +5,8 @@
  *   AdamW moment, for GPT-2, Llama, BERT and T5, with a cosine schedule,
  *   clipping and gradient accumulation on; Llama and T5 resume with the
  *   optimizer offloaded to the host, which changes where AdamW runs, not
- *   what it computes.
+ *   what it computes. GPT-2 also at a rate and a decay that a float holds
+ *   inexactly (2e-5, 0.01).
  * - Killed with SIGKILL at 20 moments while it writes checkpoints, a run
  *   leaves only whole checkpoints; the newest resumes and finishes with the
  *   bits of a run that was never killed.
@@ -87,7 +88,8 @@ static char *path_in(const char *dir, const char *a, const char *b)
 
 /* ---- resume == a run that never stopped --------------------------------- */
 
-static void check_resume(const char *model, int offload)
+/* lr: the run's learning rate; `more`: flags of every run (NULL-terminated) */
+static void check_resume(const char *model, int offload, const char *lr, const char *const *more)
 {
     char *dir = regc_test_make_temp_dir("resume");
     assert_non_null(dir);
@@ -102,8 +104,6 @@ static void check_resume(const char *model, int offload)
                                          "2",
                                          "--seq",
                                          "8",
-                                         "--lr",
-                                         "3e-3",
                                          "--lr-scheduler-type",
                                          "cosine",
                                          "--warmup-steps",
@@ -116,10 +116,12 @@ static void check_resume(const char *model, int offload)
                                          "3",
                                          "--json",
                                          "--no-cache"};
-    const char *argv[40] = {REGC_BIN, "train", "--model", model};
-    int n = 4;
+    const char *argv[48] = {REGC_BIN, "train", "--model", model, "--lr", lr};
+    int n = 6;
     for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
         argv[n++] = common[i];
+    for (int i = 0; more && more[i]; i++)
+        argv[n++] = more[i];
     int base = n;
     regc_test_proc p;
 
@@ -164,25 +166,72 @@ static void check_resume(const char *model, int offload)
 static void test_resume_gpt2(void **state)
 {
     (void)state;
-    check_resume("gpt2-tiny", 0);
+    check_resume("gpt2-tiny", 0, "3e-3", NULL);
+}
+
+/* Rates and decays that a float holds inexactly (2e-5 and 0.01, as
+ * fine-tuning often uses), whose doubles a 15-digit decimal does not name. */
+static void test_resume_usual_fine_tuning_rates(void **state)
+{
+    (void)state;
+    static const char *const more[] = {"--weight-decay", "0.01", NULL};
+    check_resume("gpt2-tiny", 0, "2e-5", more);
+
+    /* a state file that names the rate in 15 digits (a neighbouring
+     * double, as cJSON wrote it before) still resumes */
+    char *dir = regc_test_make_temp_dir("resume-rate");
+    assert_non_null(dir);
+    char *out = path_in(dir, "out", NULL), *ck = path_in(out, "checkpoint-1", NULL);
+    char *state_file = path_in(ck, "trainer_state.json", NULL);
+    const char *argv[] = {
+        REGC_BIN, "train",        "--model", "gpt2-tiny", "--steps", "2",          "--batch",
+        "2",      "--seq",        "8",       "--lr",      "2e-5",    "--no-cache", "--save-steps",
+        "1",      "--output-dir", out,       NULL,        NULL,      NULL};
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_argv(argv, &p), 0);
+    regc_test_proc_free(&p);
+    size_t len;
+    char *text = regc_test_read_file(state_file, &len);
+    assert_non_null(text);
+    cJSON *root = cJSON_Parse(text);
+    cJSON *train = cJSON_GetObjectItemCaseSensitive(root, "train");
+    assert_non_null(train);
+    cJSON_ReplaceItemInObjectCaseSensitive(train, "lr", cJSON_CreateRaw("1.99999994947575e-05"));
+    char *old_text = cJSON_Print(root);
+    assert_int_equal(regc_test_write_file(state_file, old_text, strlen(old_text)), 0);
+    const char *resume[] = {REGC_BIN,     "train",
+                            "--model",    "gpt2-tiny",
+                            "--steps",    "2",
+                            "--batch",    "2",
+                            "--seq",      "8",
+                            "--lr",       "2e-5",
+                            "--no-cache", "--resume-from-checkpoint",
+                            ck,           NULL};
+    if (regc_test_run_argv(resume, &p) != 0)
+        fail_msg("resumed from a 15-digit rate: %s", p.err);
+    regc_test_proc_free(&p);
+    cJSON_free(old_text), cJSON_Delete(root), free(text);
+    free(out), free(ck), free(state_file);
+    assert_int_equal(regc_test_remove_tree(dir), 0);
+    free(dir);
 }
 
 static void test_resume_llama(void **state)
 {
     (void)state;
-    check_resume("llama-tiny", 1);
+    check_resume("llama-tiny", 1, "3e-3", NULL);
 }
 
 static void test_resume_bert(void **state)
 {
     (void)state;
-    check_resume("bert-tiny", 0);
+    check_resume("bert-tiny", 0, "3e-3", NULL);
 }
 
 static void test_resume_t5(void **state)
 {
     (void)state;
-    check_resume("t5-tiny", 1);
+    check_resume("t5-tiny", 1, "3e-3", NULL);
 }
 
 /* ---- SIGKILL while checkpoints are written -------------------------------- */
@@ -379,8 +428,10 @@ static int error_lines(const char *s)
     return n;
 }
 
-/* One error line naming `what`, exit 1, nothing on stdout, no --save. */
-static void expect_refused(const char *dir, const char *ck, const char *what, const char *extra)
+/* One error line naming `what`, exit 1, nothing on stdout, no --save;
+ * extra: more flags (NULL-terminated), or NULL. */
+static void expect_refused(const char *dir, const char *ck, const char *what,
+                           const char *const *extra)
 {
     char *save = path_in(dir, "never", NULL);
     const char *argv[24] = {REGC_BIN,    "train",      "--model",
@@ -388,8 +439,9 @@ static void expect_refused(const char *dir, const char *ck, const char *what, co
                             "--batch",   "2",          "--seq",
                             "8",         "--no-cache", "--json",
                             "--save",    save,         "--resume-from-checkpoint",
-                            ck,          extra,        extra ? "3" : NULL,
-                            NULL};
+                            ck};
+    for (int i = 0, n = 16; extra && extra[i]; i++)
+        argv[n++] = extra[i];
     regc_test_proc p;
     int rc = regc_test_run_argv(argv, &p);
     if (rc != 1 || error_lines(p.err) != 1 || !strstr(p.err, what) || p.out_len != 0)
@@ -426,8 +478,10 @@ static void test_bad_resume_directories(void **state)
     expect_refused(dir, missing, "no-such-checkpoint", NULL);
     expect_refused(dir, llama_ck, "another model", NULL);
     /* settings the remaining steps depend on */
-    expect_refused(dir, ck, "train.batch is 2 in the checkpoint", "--batch");
-    expect_refused(dir, ck, "train.gradient_accumulation_steps", "--gradient-accumulation-steps");
+    static const char *const batch[] = {"--batch", "3", NULL};
+    static const char *const accumulation[] = {"--gradient-accumulation-steps", "3", NULL};
+    expect_refused(dir, ck, "train.batch is 2 in the checkpoint", batch);
+    expect_refused(dir, ck, "train.gradient_accumulation_steps", accumulation);
 
     /* damage: each file truncated or mangled in turn */
     static const char *const files[] = {"trainer_state.json", "model.safetensors",
@@ -451,6 +505,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_gpt2),
+        cmocka_unit_test(test_resume_usual_fine_tuning_rates),
         cmocka_unit_test(test_resume_llama),
         cmocka_unit_test(test_resume_bert),
         cmocka_unit_test(test_resume_t5),

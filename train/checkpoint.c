@@ -77,6 +77,16 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, const re
 
 /* ---------------------------------------------------------------- the state file */
 
+/* A double that reads back as itself: cJSON writes 15 digits wherever they
+ * come within a rounding of the value, and a float widened (a learning
+ * rate of 2e-5) needs 17 to be named exactly. */
+static int add_exact(cJSON *o, const char *key, double v)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%.17g", v);
+    return cJSON_AddRawToObject(o, key, text) != NULL;
+}
+
 static char *state_json(const regc_run_state *st)
 {
     char structure[24], seed[24], data[24];
@@ -99,18 +109,18 @@ static char *state_json(const regc_run_state *st)
     ok = ok && cJSON_AddStringToObject(train, "lr_scheduler_type",
                                        regc_train_schedule_name(st->schedule));
     ok = ok && cJSON_AddNumberToObject(train, "warmup_steps", (double)st->warmup);
-    ok = ok && cJSON_AddNumberToObject(train, "lr", st->lr);
-    ok = ok && cJSON_AddNumberToObject(train, "weight_decay", st->weight_decay);
-    ok = ok && cJSON_AddNumberToObject(train, "max_grad_norm", st->max_grad_norm);
-    ok = ok && cJSON_AddNumberToObject(train, "min_lr_rate", st->min_lr_rate);
-    ok = ok && cJSON_AddNumberToObject(train, "adam_beta1", st->beta1);
-    ok = ok && cJSON_AddNumberToObject(train, "adam_beta2", st->beta2);
-    ok = ok && cJSON_AddNumberToObject(train, "adam_epsilon", st->eps);
-    ok = ok && cJSON_AddNumberToObject(train, "warmup_min_lr", st->warmup_min_lr);
+    ok = ok && add_exact(train, "lr", st->lr);
+    ok = ok && add_exact(train, "weight_decay", st->weight_decay);
+    ok = ok && add_exact(train, "max_grad_norm", st->max_grad_norm);
+    ok = ok && add_exact(train, "min_lr_rate", st->min_lr_rate);
+    ok = ok && add_exact(train, "adam_beta1", st->beta1);
+    ok = ok && add_exact(train, "adam_beta2", st->beta2);
+    ok = ok && add_exact(train, "adam_epsilon", st->eps);
+    ok = ok && add_exact(train, "warmup_min_lr", st->warmup_min_lr);
     ok = ok && cJSON_AddNumberToObject(train, "warmup_type", (double)st->warmup_type);
     ok = ok && cJSON_AddNumberToObject(train, "total_num_steps", (double)st->total_num_steps);
-    ok = ok && cJSON_AddNumberToObject(train, "warmup_min_ratio", st->warmup_min_ratio);
-    ok = ok && cJSON_AddNumberToObject(train, "cos_min_ratio", st->cos_min_ratio);
+    ok = ok && add_exact(train, "warmup_min_ratio", st->warmup_min_ratio);
+    ok = ok && add_exact(train, "cos_min_ratio", st->cos_min_ratio);
     ok = ok && cJSON_AddStringToObject(train, "seed", seed);
     ok = ok && cJSON_AddNumberToObject(train, "data_tokens", (double)st->data_tokens);
     ok = ok && cJSON_AddStringToObject(train, "data_hash", data);
@@ -137,6 +147,17 @@ static int get_double(const cJSON *o, const char *key, const char *path, double 
         return regc_error(REGC_ERR_FORMAT, "%s: \"%s\" is missing or not a number", path, key);
     *out = it->valuedouble;
     return REGC_OK;
+}
+
+/* A setting regc holds as a float (the rate, the decay), read back rounded
+ * to one: a state file whose 15 digits name a neighbouring double (as
+ * cJSON wrote them before add_exact) still reads as the run's value. */
+static int get_float(const cJSON *o, const char *key, const char *path, double *out)
+{
+    const int rc = get_double(o, key, path, out);
+    if (rc == REGC_OK)
+        *out = (double)(float)*out;
+    return rc;
 }
 
 static int get_hex_or_dec(const cJSON *o, const char *key, const char *path, int base,
@@ -214,8 +235,8 @@ static int read_state(const char *dir, regc_run_state *st)
         (rc = get_int(train, "gradient_accumulation_steps", path, &st->grad_accum)) ||
         (rc = get_int(train, "warmup_steps", path, &st->warmup)) ||
         (rc = get_int(train, "data_tokens", path, &st->data_tokens)) ||
-        (rc = get_double(train, "lr", path, &st->lr)) ||
-        (rc = get_double(train, "weight_decay", path, &st->weight_decay)) ||
+        (rc = get_float(train, "lr", path, &st->lr)) ||
+        (rc = get_float(train, "weight_decay", path, &st->weight_decay)) ||
         (rc = get_double(train, "max_grad_norm", path, &st->max_grad_norm)) ||
         (rc = get_double(train, "min_lr_rate", path, &st->min_lr_rate)) ||
         (rc = get_hex_or_dec(train, "seed", path, 10, &st->seed)) ||
