@@ -492,15 +492,17 @@ static inline REGC_HD float regc_ce_dx(float x, float l, float g, int is_target)
 
 /* ---- AdamW on one element: the same float operations in the same order
  * as PyTorch's (the gradient first scaled by the clip, as
- * clip_grad_norm_ does in place); returns the new parameter */
+ * clip_grad_norm_ does in place); returns the new parameter. decay is
+ * c->decay, or 1 for a parameter in a group of weight_decay 0 (p * 1 is
+ * p, as torch leaves it). */
 static inline REGC_HD float regc_adamw_one(float *m, float *v, float p, float g,
-                                           const regc_step_scalars *c)
+                                           const regc_step_scalars *c, float decay)
 {
     g = g * c->clip_scale;
     *m = *m * c->beta1_f + c->one_minus_beta1 * g;
     *v = *v * c->beta2_f + (c->one_minus_beta2 * g) * g;
     const float denom = sqrtf(*v) / c->bc2_sqrt + c->eps_f;
-    return p * c->decay + (c->neg_step_size * *m) / denom;
+    return p * decay + (c->neg_step_size * *m) / denom;
 }
 
 #endif

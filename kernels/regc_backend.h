@@ -501,9 +501,11 @@ struct regc_backend {
     void (*grad_clip)(regc_backend *be, regc_step_scalars *s);
     /* torch.optim.AdamW over one contiguous span, each gradient first
      * multiplied by s->clip_scale (exact when it is 1), with the step's
-     * coefficients from s */
+     * coefficients from s; decay 0: the span's parameters are in a group
+     * of weight_decay 0 (biases and norms, as Transformers' Trainer groups
+     * them), 1: s->weight_decay's */
     void (*adamw)(regc_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
-                  const regc_step_scalars *s);
+                  const regc_step_scalars *s, int decay);
 
     void (*destroy)(regc_backend *be); /* frees ctx and be; called by regc_backend_free */
 };

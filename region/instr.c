@@ -353,7 +353,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_ADAMW:
         NEED(adamw);
-        be->adamw(be, P(0), C(3), P(1), P(2), d[0], (const regc_step_scalars *)p[4]);
+        be->adamw(be, P(0), C(3), P(1), P(2), d[0], (const regc_step_scalars *)p[4], 1);
         return REGC_OK;
     case K_ALLREDUCE: /* collectives run on the communicator (program_run.c) */
     case K_ALLGATHER:

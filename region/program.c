@@ -59,7 +59,7 @@ void regc_program_free(regc_program *p)
     for (int b = 0; p->be && p->host_copy && b < p->n_bufs; b++)
         if (p->host_copy[b])
             p->be->free_host(p->be, p->host_copy[b]);
-    free(p->host_copy), free(p->offloaded);
+    free(p->host_copy), free(p->offloaded), free(p->no_decay);
     regc_backend_free(p->own_host_be);
     for (int i = 0; i < p->n_regions; i++)
         regc_compiled_region_free(p->regions[i]);

@@ -351,6 +351,8 @@ struct regc_program {
     int64_t host_budget_bytes;      /* compiling: the host bytes a rank may hold; 0: no limit */
     double copy_flop_per_byte; /* compiling: the compute that hides a byte's copy (offload.c) */
     regc_backend *host_be;     /* where the offloaded AdamW runs: be, or own_host_be */
+    int64_t *no_decay;         /* [2 n_no_decay] ranges AdamW does not decay (bind's copy) */
+    int n_no_decay;
     regc_backend *own_host_be; /* a CPU backend when be is a GPU's */
     regc_comm *comm;           /* borrowed, or own_comm */
     regc_comm *own_comm;       /* when bind was given none: one process */

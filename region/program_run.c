@@ -40,6 +40,27 @@ static int bind_host_update(regc_program *p, regc_backend *host)
     return p->be->sync(p->be);
 }
 
+/* The ranges AdamW leaves undecayed, checked (ascending, disjoint, within
+ * the block) and copied. */
+static int bind_no_decay(regc_program *p, const int64_t *r, int n)
+{
+    const int64_t floats = p->block_bytes / (int64_t)sizeof(float);
+    for (int k = 0; k < n; k++)
+        if (r[2 * k] < (k ? r[2 * k - 1] : 0) || r[2 * k + 1] < r[2 * k] || r[2 * k + 1] > floats)
+            return regc_error(REGC_ERR_ARG,
+                              "step program: range %d of the undecayed parameters, [%lld, %lld), "
+                              "is not ascending within the %lld-float block",
+                              k, (long long)r[2 * k], (long long)r[2 * k + 1], (long long)floats);
+    free(p->no_decay);
+    p->no_decay = NULL, p->n_no_decay = 0;
+    if (n > 0 && !(p->no_decay = malloc((size_t)n * 2 * sizeof *r)))
+        return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
+    if (n > 0)
+        memcpy(p->no_decay, r, (size_t)n * 2 * sizeof *r);
+    p->n_no_decay = n;
+    return REGC_OK;
+}
+
 int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memory *mem)
 {
     p->be = be;
@@ -96,6 +117,8 @@ int regc_program_bind(regc_program *p, regc_backend *be, const regc_program_memo
         }
     }
     if (p->offload && (rc = bind_host_update(p, mem->host)))
+        return rc;
+    if ((rc = bind_no_decay(p, mem->no_decay, mem->n_no_decay)))
         return rc;
     /* the backend's choices for the GEMMs: an earlier start's, or made now
      * and kept for the next */
@@ -202,8 +225,37 @@ static int run_queued_copy(regc_program *p, const regc_instr *in, void *const *p
 }
 
 /* One instruction; when profiling, timed between two synchronisations. */
+/* AdamW over the parameter block on `be`, a run at a time: the ranges
+ * bind was given without weight decay, what lies between them with it.
+ * Each element is updated once, by the same formula, so the split changes
+ * no bits of what decays. */
+static int run_adamw(const regc_program *p, regc_backend *be, const regc_instr *in,
+                     void *const *ptr)
+{
+    if (!be->adamw)
+        return regc_error(REGC_ERR_UNSUPPORTED, "backend %s: no adamw kernel", be->name);
+    float *param = ptr[0], *m = ptr[1], *v = ptr[2]; /* [n] each */
+    const float *g = ptr[3];                         /* [n] */
+    const regc_step_scalars *s = ptr[4];
+    const int64_t n = in->d[0];
+    int64_t at = 0; /* where the next decayed run starts */
+    for (int k = 0; k <= p->n_no_decay; k++) {
+        const int64_t lo = k < p->n_no_decay && p->no_decay[2 * k] < n ? p->no_decay[2 * k] : n;
+        const int64_t hi =
+            k < p->n_no_decay && p->no_decay[2 * k + 1] < n ? p->no_decay[2 * k + 1] : n;
+        if (lo > at)
+            be->adamw(be, param + at, g + at, m + at, v + at, lo - at, s, 1);
+        if (hi > lo)
+            be->adamw(be, param + lo, g + lo, m + lo, v + lo, hi - lo, s, 0);
+        at = hi > at ? hi : at;
+    }
+    return REGC_OK;
+}
+
 static int run_one(regc_program *p, const regc_instr *in, void *const *ptr)
 {
+    if (in->kernel == K_ADAMW)
+        return run_adamw(p, p->be, in, ptr);
     if (regc_instr_is_queued_copy(in))
         return run_queued_copy(p, in, ptr);
     return is_comm(in) ? run_comm(p, in, ptr) : regc_instr_run(p->be, in, ptr);
@@ -604,7 +656,7 @@ int regc_program_update(regc_program *p)
             if (p->host_be != p->be && p->host_be->begin_run)
                 p->host_be->begin_run(p->host_be);
             if ((rc = p->be->sync(p->be)) == REGC_OK)
-                rc = regc_instr_run(p->host_be, in, ptr);
+                rc = run_adamw(p, p->host_be, in, ptr);
         } else {
             rc = run_instr(p, in, ptr);
         }

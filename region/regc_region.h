@@ -477,6 +477,13 @@ typedef struct {
      * sized for its share of the cores), or NULL: be itself on the CPU, a
      * CPU backend of the program's own beside a GPU */
     regc_backend *host;
+    /* optional: ranges [no_decay[2k], no_decay[2k + 1]) of the parameter
+     * block, in floats, ascending and disjoint, whose parameters AdamW
+     * does not decay (a parameter group of weight_decay 0: biases and norm
+     * weights, as Transformers' Trainer groups them); the rest decays.
+     * Copied by bind. */
+    const int64_t *no_decay;
+    int n_no_decay;
 } regc_program_memory;
 
 /* Bind device memory; allocates the activation arena on be (unless it

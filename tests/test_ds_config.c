@@ -664,6 +664,38 @@ static void test_two_files(void **state)
     assert_true(s.train.lr == 1e-4f);
 }
 
+/* Transformers' weight_decay brings its Trainer's groups (biases and norm
+ * weights undecayed) unless a DeepSpeed optimizer section makes the
+ * optimizer, which decays all; regc's own spelling, and a value given,
+ * decide for themselves. */
+static void test_weight_decay_groups_follow_the_optimizer(void **state)
+{
+    (void)state;
+    regc_train_settings s;
+    const char *trainer[] = {"{\"weight_decay\": 0.1}", NULL};
+    assert_int_equal(settings_of(trainer, 1, &s), REGC_OK);
+    assert_int_equal(s.train.weight_decay_params, REGC_DECAY_NOT_BIAS_NORM);
+    const char *own[] = {"{\"train\": {\"weight_decay\": 0.1}}", NULL};
+    assert_int_equal(settings_of(own, 1, &s), REGC_OK);
+    assert_int_equal(s.train.weight_decay_params, REGC_DECAY_ALL);
+    const char *deepspeed[] = {"{\"weight_decay\": 0.1}",
+                               "{\"optimizer\": {\"type\": \"AdamW\", \"params\":"
+                               " {\"weight_decay\": \"auto\"}}}",
+                               NULL};
+    assert_int_equal(settings_of(deepspeed, 1, &s), REGC_OK);
+    assert_int_equal(s.train.weight_decay_params, REGC_DECAY_ALL);
+    assert_true(s.train.weight_decay == 0.1f);
+    const char *given[] = {"{\"weight_decay\": 0.1}",
+                           "{\"train\": {\"weight_decay_params\": \"all\"}}", NULL};
+    assert_int_equal(settings_of(given, 1, &s), REGC_OK);
+    assert_int_equal(s.train.weight_decay_params, REGC_DECAY_ALL);
+    const char *chosen[] = {"{\"train\": {\"weight_decay_params\": \"not_bias_norm\"}}", NULL};
+    assert_int_equal(settings_of(chosen, 1, &s), REGC_OK);
+    assert_int_equal(s.train.weight_decay_params, REGC_DECAY_NOT_BIAS_NORM);
+    parse_refused("{\"train\": {\"weight_decay_params\": \"norms\"}}",
+                  "ds.json: train.weight_decay_params:", "\"norms\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -677,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_spellings_and_auto),
         cmocka_unit_test(test_batch_rule),
         cmocka_unit_test(test_two_files),
+        cmocka_unit_test(test_weight_decay_groups_follow_the_optimizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -745,7 +745,7 @@ static void test_adamw_reference(void **state)
                         (float)regc_test_json_number(c, "beta1"),
                         (float)regc_test_json_number(c, "beta2"),
                         (float)regc_test_json_number(c, "eps"),
-                        (float)regc_test_json_number(c, "weight_decay"), step);
+                        (float)regc_test_json_number(c, "weight_decay"), step, 1);
     }
     /* PyTorch ran the same float32 operations, except that its vector
      * loops fuse some multiply-adds (regc never fuses): agreement is to a

@@ -645,7 +645,17 @@ static void test_gelu_and_adamw_match_naive(void **state)
     float *hv = regc_test_host_uniform(n, 1104, 0.02f, 0.01f);
     float *p = regc_test_upload(be, hp, n), *m = regc_test_upload(be, hm, n),
           *v = regc_test_upload(be, hv, n);
-    regc_test_adamw(be, p, dy, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 5);
+    /* the same step with the parameters in a group of weight_decay 0 is
+     * exactly the step at weight_decay 0 (taken first, from copies) */
+    float *p0 = regc_test_upload(be, hp, n), *m0 = regc_test_upload(be, hm, n),
+          *v0 = regc_test_upload(be, hv, n);
+    float *p1 = regc_test_upload(be, hp, n), *m1 = regc_test_upload(be, hm, n),
+          *v1 = regc_test_upload(be, hv, n);
+    regc_test_adamw(be, p0, dy, m0, v0, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 5, 1);
+    regc_test_adamw(be, p1, dy, m1, v1, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 5, 0);
+    regc_test_assert_bitwise_equal("adamw undecayed", regc_test_download(be, p1, n),
+                                   regc_test_download(be, p0, n), n);
+    regc_test_adamw(be, p, dy, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 5, 1);
     double *wp = regc_test_host_doubles(n);
     const double bc1 = 1.0 - pow(0.9f, 5), bc2 = 1.0 - pow(0.999f, 5);
     for (size_t i = 0; i < n; i++) {

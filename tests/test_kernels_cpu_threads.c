@@ -158,7 +158,7 @@ static void test_column_sums_and_adamw_do_not_depend_on_thread_count(void **stat
         float *gr = regc_test_upload(d, regc_test_host_uniform(n, 1404, 0.0f, 1.0f), n);
         float *m = regc_test_upload(d, regc_test_host_uniform(n, 1405, 0.0f, 0.1f), n);
         float *v = regc_test_upload(d, regc_test_host_uniform(n, 1406, 0.02f, 0.01f), n);
-        regc_test_adamw(d, p, gr, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2);
+        regc_test_adamw(d, p, gr, m, v, (int64_t)n, 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 2, 1);
         assert_int_equal(d->sync(d), REGC_OK);
 
         const float *outs[N_OUT] = {sums, g.c, g.bias_grad, p, m, v};

@@ -4,7 +4,8 @@
  *   batch) gives one process's losses and weights bit for bit at N = 2, at
  *   stage 0 and at stage 3: the mean of two equal halves is exact. GPT-2,
  *   Llama and T5 (BERT's masks are drawn per global position, so its
- *   halves differ).
+ *   halves differ); GPT-2 also with its biases and norms undecayed
+ *   (Transformers' weight-decay groups).
  * - Each rank reading its own rows of the global batch, N = 2 and N = 4
  *   match one process at the global batch within 1e-5 over 5 steps, for
  *   GPT-2, Llama, BERT and T5; two runs at the same N give the same bits.
@@ -203,6 +204,11 @@ static void test_equal_halves_gpt2(void **state)
     (void)state;
     check_equal_halves("gpt2-tiny", "fp32");
     check_equal_halves("gpt2-tiny", "bf16");
+    /* biases and norms undecayed: under stage 3 each rank's block holds
+     * other parts of them */
+    static const char *const groups[] = {"--weight-decay", "0.1", "--weight-decay-params",
+                                         "not_bias_norm", NULL};
+    equal_halves("gpt2-tiny", "fp32", groups, "model.safetensors");
 }
 
 static void test_equal_halves_llama(void **state)

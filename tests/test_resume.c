@@ -6,7 +6,7 @@
  *   clipping and gradient accumulation on; Llama and T5 resume with the
  *   optimizer offloaded to the host, which changes where AdamW runs, not
  *   what it computes. GPT-2 also at a rate and a decay that a float holds
- *   inexactly (2e-5, 0.01).
+ *   inexactly (2e-5, 0.01), its biases and norms undecayed.
  * - Killed with SIGKILL at 20 moments while it writes checkpoints, a run
  *   leaves only whole checkpoints; the newest resumes and finishes with the
  *   bits of a run that was never killed.
@@ -170,11 +170,13 @@ static void test_resume_gpt2(void **state)
 }
 
 /* Rates and decays that a float holds inexactly (2e-5 and 0.01, as
- * fine-tuning often uses), whose doubles a 15-digit decimal does not name. */
+ * fine-tuning often uses), whose doubles a 15-digit decimal does not name,
+ * and weight decay in Transformers' groups. */
 static void test_resume_usual_fine_tuning_rates(void **state)
 {
     (void)state;
-    static const char *const more[] = {"--weight-decay", "0.01", NULL};
+    static const char *const more[] = {"--weight-decay", "0.01", "--weight-decay-params",
+                                       "not_bias_norm", NULL};
     check_resume("gpt2-tiny", 0, "2e-5", more);
 
     /* a state file that names the rate in 15 digits (a neighbouring
@@ -480,8 +482,12 @@ static void test_bad_resume_directories(void **state)
     /* settings the remaining steps depend on */
     static const char *const batch[] = {"--batch", "3", NULL};
     static const char *const accumulation[] = {"--gradient-accumulation-steps", "3", NULL};
+    static const char *const groups[] = {"--weight-decay", "0.1", "--weight-decay-params",
+                                         "not_bias_norm", NULL};
     expect_refused(dir, ck, "train.batch is 2 in the checkpoint", batch);
     expect_refused(dir, ck, "train.gradient_accumulation_steps", accumulation);
+    expect_refused(dir, ck, "train.weight_decay_params is all in the checkpoint, not_bias_norm now",
+                   groups);
 
     /* damage: each file truncated or mangled in turn */
     static const char *const files[] = {"trainer_state.json", "model.safetensors",

@@ -56,6 +56,7 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, const re
     st->data_hash = regc_tokens_hash(data);
     st->seed = o->seed;
     st->lr = (double)o->lr, st->weight_decay = (double)o->weight_decay;
+    st->decay_params = o->weight_decay != 0.0f ? o->weight_decay_params : REGC_DECAY_ALL;
     st->max_grad_norm = o->max_grad_norm;
     st->min_lr_rate = o->min_lr >= 0.0 ? o->min_lr / (double)o->lr : o->min_lr_rate;
     st->beta1 = (double)o->beta1, st->beta2 = (double)o->beta2, st->eps = (double)o->eps;
@@ -111,6 +112,8 @@ static char *state_json(const regc_run_state *st)
     ok = ok && cJSON_AddNumberToObject(train, "warmup_steps", (double)st->warmup);
     ok = ok && add_exact(train, "lr", st->lr);
     ok = ok && add_exact(train, "weight_decay", st->weight_decay);
+    ok = ok && cJSON_AddStringToObject(train, "weight_decay_params",
+                                       regc_decay_params_names[st->decay_params]);
     ok = ok && add_exact(train, "max_grad_norm", st->max_grad_norm);
     ok = ok && add_exact(train, "min_lr_rate", st->min_lr_rate);
     ok = ok && add_exact(train, "adam_beta1", st->beta1);
@@ -194,6 +197,11 @@ static int read_state(const char *dir, regc_run_state *st)
     for (int k = 0; cJSON_IsString(sched) && k < REGC_TRAIN_SCHEDULE_COUNT; k++)
         if (!strcmp(sched->valuestring, regc_train_schedule_name(k)))
             st->schedule = k;
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(train, "weight_decay_params");
+    st->decay_params = groups ? -1 : REGC_DECAY_ALL; /* written since it became an option */
+    for (int k = 0; cJSON_IsString(groups) && regc_decay_params_names[k]; k++)
+        if (!strcmp(groups->valuestring, regc_decay_params_names[k]))
+            st->decay_params = k;
     /* written since AdamW's constants and DeepSpeed's schedules became
      * options; a checkpoint from before ran with torch's constants. AdamW's
      * are floats in regc: cJSON writes 15 digits where they read back
@@ -247,6 +255,9 @@ static int read_state(const char *dir, regc_run_state *st)
     cJSON_Delete(root);
     if (st->schedule < 0)
         return regc_error(REGC_ERR_FORMAT, "%s: \"lr_scheduler_type\" is not a schedule", path);
+    if (st->decay_params < 0)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: \"weight_decay_params\" is not \"all\" or \"not_bias_norm\"", path);
     if (st->skipped_steps > st->global_step)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: skipped_steps %" PRId64 " is more than global_step %" PRId64, path,
@@ -421,6 +432,12 @@ int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_
         snprintf(buf, cap, "train.lr_scheduler_type is %s %s, %s %s",
                  regc_train_schedule_name(a->schedule), a_is, regc_train_schedule_name(b->schedule),
                  b_is);
+        return 1;
+    }
+    if (a->decay_params != b->decay_params) {
+        snprintf(buf, cap, "train.weight_decay_params is %s %s, %s %s",
+                 regc_decay_params_names[a->decay_params], a_is,
+                 regc_decay_params_names[b->decay_params], b_is);
         return 1;
     }
     if (a->seed != b->seed) {

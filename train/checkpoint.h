@@ -23,6 +23,9 @@ typedef struct {
     double lr, weight_decay, max_grad_norm, min_lr_rate;
     double beta1, beta2, eps; /* AdamW's (a checkpoint without them: torch's defaults) */
     int schedule;             /* regc_train_schedule */
+    /* regc_decay_params where weight_decay is not 0 (else all: the same
+     * step); a checkpoint without it: all */
+    int decay_params;
     /* DeepSpeed's schedules' parameters as they apply (0 for the others) */
     double warmup_min_lr, warmup_min_ratio, cos_min_ratio;
     int64_t warmup_type, total_num_steps;

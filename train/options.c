@@ -171,6 +171,12 @@ const regc_option regc_option_table[] = {
     {"train", "weight_decay", "--weight-decay", OPT_FLOAT, "<WD>", 0, 0, 0, NULL,
      FIELD(train.weight_decay), OPT_SHOW_DEFAULT, "AdamW decoupled weight decay, >= 0",
      .alias = {{"weight_decay"}, {"optimizer.params.weight_decay", OPT_AUTO}}},
+    {"train", "weight_decay_params", "--weight-decay-params", OPT_CHOICE, "<all|not_bias_norm>", 0,
+     0, 0, regc_decay_params_names, FIELD(train.weight_decay_params), OPT_SHOW_DEFAULT,
+     "the parameters weight_decay applies to: all (DeepSpeed's optimizer, torch's AdamW), or "
+     "not_bias_norm (Transformers' Trainer: neither biases nor the weights of norms). When not "
+     "given: not_bias_norm where weight_decay is Transformers' (a TrainingArguments file's) and "
+     "no DeepSpeed optimizer section is given, else all"},
     {"train", "adam_beta1", "--adam-beta1", OPT_FLOAT, "<B1>", 0, 0.9999999, 0, NULL,
      FIELD(train.beta1), OPT_SHOW_DEFAULT, "AdamW's first moment decay, below 1",
      .alias = {{"adam_beta1"}}},

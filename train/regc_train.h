@@ -53,6 +53,7 @@ typedef struct {
      * read the token file this many times (regc_train_resolve_epochs) */
     double num_train_epochs;
     float lr, weight_decay;
+    int weight_decay_params; /* regc_decay_params: the parameters weight_decay applies to */
     /* AdamW; 0.9, 0.999, 1e-8 by default (beta1 and beta2 side by side:
      * DeepSpeed's betas set both) */
     float beta1, beta2, eps;
@@ -140,6 +141,25 @@ enum {
     REGC_SCHEDULE_WARMUP_COSINE_LR,                /* warmup, then a half cosine */
     REGC_TRAIN_SCHEDULE_COUNT
 };
+
+/* train.weight_decay_params: which trained parameters AdamW decays
+ * (train/decay.c). */
+typedef enum {
+    REGC_DECAY_ALL,           /* every one: DeepSpeed's optimizer, torch's AdamW */
+    REGC_DECAY_NOT_BIAS_NORM, /* all but biases and norm weights: Transformers' Trainer */
+} regc_decay_params;
+/* Their names, in that order, NULL-terminated: "all", "not_bias_norm". */
+extern const char *const regc_decay_params_names[];
+/* Does Transformers' Trainer decay a parameter of this name, the
+ * checkpoint's (its name patterns: not "bias", "layernorm", "rmsnorm", a
+ * "norm" or "..._norm" component)? */
+int regc_train_name_decays(const char *name);
+/* decays[i] (regc_model_n_params entries): whether AdamW decays parameter
+ * i under `params_kind` (regc_decay_params); under not_bias_norm, a
+ * LayerNorm's scale and shift in m's graph at [batch, seq] do not decay,
+ * nor do names regc_train_name_decays refuses. */
+int regc_train_decayed_params(const regc_model *m, int params_kind, int64_t batch, int64_t seq,
+                              unsigned char *decays);
 
 /* The name of schedule s ("linear", "WarmupDecayLR"), or NULL. */
 const char *regc_train_schedule_name(int s);

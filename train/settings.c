@@ -140,6 +140,18 @@ int regc_settings_resolve(regc_train_settings *s, regc_origins *from, int ranks,
         return regc_error(REGC_ERR_UNSUPPORTED,
                           "%s: %d is not built (0 or 3; stage 3 shards all that stage %d does)",
                           named(from, kz, a, sizeof a), s->train.zero_stage, s->train.zero_stage);
+    /* Transformers' Trainer makes its AdamW with biases and norm weights in
+     * a group of weight_decay 0; with a DeepSpeed optimizer section,
+     * DeepSpeed makes the optimizer from it, over every parameter */
+    const int kwp = row_of("train", "weight_decay_params"), kwd = row_of("train", "weight_decay");
+    if (!given(from, kwp) && from->kind[kwd] == REGC_FROM_FILE &&
+        !strcmp(from->key[kwd], "weight_decay") && !given(from, row_of("optimizer", "type"))) {
+        s->train.weight_decay_params = REGC_DECAY_NOT_BIAS_NORM;
+        from->kind[kwp] = REGC_FROM_DERIVED;
+        snprintf(from->note[kwp], sizeof from->note[kwp],
+                 "%.300s is Transformers', whose Trainer decays neither biases nor norm weights",
+                 named(from, kwd, a, sizeof a));
+    }
     /* DeepSpeed's Adam without adam_w_mode adds the decay to the gradient */
     const int kw = row_of("optimizer.params", "adam_w_mode");
     if (s->optimizer_type == 1 && !s->adam_w_mode && s->train.weight_decay > 0.0f)

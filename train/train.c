@@ -72,6 +72,7 @@ static void trainer_free(trainer *t)
     free(t->d_inputs);
     free(t->counts);
     free(t->losses);
+    free(t->no_decay);
     for (int k = 0; k < 3; k++)
         regc_weights_close(t->src[k]);
     regc_program_free(t->val_program);
@@ -280,7 +281,7 @@ static int bind_memory(trainer *t, const regc_train_options *o, int64_t start,
     init_scalars(&t->host, o);
     t->host.step = (double)(start - t->skipped); /* skipped steps did not count */
     be->copy_h2d(be, t->scalars, &t->host, sizeof t->host);
-    if ((rc = alloc_inputs(t)))
+    if ((rc = alloc_inputs(t)) || (rc = regc_trainer_no_decay(t, o)))
         return rc;
     return regc_trainer_bind_programs(t, o);
 }
@@ -298,7 +299,9 @@ int regc_trainer_bind_programs(trainer *t, const regc_train_options *o)
                                .inputs = t->d_inputs,
                                .comm = t->step_comm,
                                .tuning_cache = t->cache ? t->cache : o->compile.cache,
-                               .host = t->state_be};
+                               .host = t->state_be,
+                               .no_decay = t->no_decay,
+                               .n_no_decay = t->n_no_decay};
     /* every program reads the frozen block as the trainer laid it out */
     for (int k = 0; k < 2; k++) {
         const regc_program *p = k ? t->val_program : t->program;

@@ -34,8 +34,12 @@ typedef struct {
     /* where the weights, AdamW's m and v come from (NULL: the model's
      * weights, zeros): each rank reads only its shards */
     regc_weights *src[3];
-    char checkpoint[4096];    /* the last checkpoint written (or resumed from) */
-    int64_t skipped;          /* steps skipped so far for a non-finite loss or norm */
+    char checkpoint[4096]; /* the last checkpoint written (or resumed from) */
+    int64_t skipped;       /* steps skipped so far for a non-finite loss or norm */
+    /* [2 n_no_decay] the ranges of this rank's block that AdamW does not
+     * decay (decay.c), or NULL: every parameter decays */
+    int64_t *no_decay;
+    int n_no_decay;
     regc_comm *comm;          /* the ranks (one process: a single communicator) */
     regc_comm *own_comm;      /* that communicator, when the caller gave none */
     regc_comm *step_comm;     /* the step's collectives: comm, or own_step_comm */
@@ -53,6 +57,9 @@ int regc_trainer_step(trainer *t, const regc_train_options *o, int step, regc_pr
 int regc_trainer_check_memory_fits(trainer *t, const regc_program *p);
 /* The step program (and the validation one) onto the trainer's memory. */
 int regc_trainer_bind_programs(trainer *t, const regc_train_options *o);
+
+/* t->no_decay from o->weight_decay_params, for this rank's block (decay.c). */
+int regc_trainer_no_decay(trainer *t, const regc_train_options *o);
 
 /* ---- compile.schedule (replan.c) */
 /* *next_plan: the first listed step after `start`; a run resumed past a

@@ -324,6 +324,6 @@ void regc_cpu_step_schedule(regc_backend *be, regc_step_scalars *s);
 void regc_cpu_grad_sumsq(regc_backend *be, const float *g, int64_t n, regc_step_scalars *s);
 void regc_cpu_grad_clip(regc_backend *be, regc_step_scalars *s);
 void regc_cpu_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
-                    int64_t n, const regc_step_scalars *s);
+                    int64_t n, const regc_step_scalars *s, int decay);
 
 #endif

@@ -82,14 +82,15 @@ void regc_cpu_grad_clip(regc_backend *be, regc_step_scalars *s)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target("avx"))) static int64_t
 cpu_adamw_span_avx(float *restrict param, const float *restrict grad, float *restrict m,
-                   float *restrict v, int64_t n, const regc_step_scalars *cf) /* all [n] */
+                   float *restrict v, int64_t n, const regc_step_scalars *cf,
+                   float decay_f) /* all [n] */
 {
     int64_t i = 0;
     const __m256 beta1 = _mm256_set1_ps(cf->beta1_f), beta2 = _mm256_set1_ps(cf->beta2_f);
     const __m256 omb1 = _mm256_set1_ps(cf->one_minus_beta1);
     const __m256 omb2 = _mm256_set1_ps(cf->one_minus_beta2);
     const __m256 bc2_sqrt = _mm256_set1_ps(cf->bc2_sqrt), eps = _mm256_set1_ps(cf->eps_f);
-    const __m256 decay = _mm256_set1_ps(cf->decay), nss = _mm256_set1_ps(cf->neg_step_size);
+    const __m256 decay = _mm256_set1_ps(decay_f), nss = _mm256_set1_ps(cf->neg_step_size);
     const __m256 clip = _mm256_set1_ps(cf->clip_scale);
     for (; i + 8 <= n; i += 8) {
         const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), clip);
@@ -109,28 +110,30 @@ cpu_adamw_span_avx(float *restrict param, const float *restrict grad, float *res
 #endif
 
 static void cpu_adamw_span(float *restrict param, const float *restrict grad, float *restrict m,
-                           float *restrict v, int64_t n, const regc_step_scalars *cf) /* all [n] */
+                           float *restrict v, int64_t n, const regc_step_scalars *cf,
+                           float decay) /* all [n] */
 {
     int64_t i = 0;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     if (__builtin_cpu_supports("avx"))
-        i = cpu_adamw_span_avx(param, grad, m, v, n, cf);
+        i = cpu_adamw_span_avx(param, grad, m, v, n, cf, decay);
 #endif
     for (; i < n; i++)
-        param[i] = regc_adamw_one(&m[i], &v[i], param[i], grad[i], cf);
+        param[i] = regc_adamw_one(&m[i], &v[i], param[i], grad[i], cf, decay);
 }
 
 void regc_cpu_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
-                    int64_t n, const regc_step_scalars *cf)
+                    int64_t n, const regc_step_scalars *cf, int decay)
 {
     if (cf->skipped) /* a non-finite gradient norm: this step changes nothing */
         return;
+    const float decay_f = decay ? cf->decay : 1.0f;
     const int64_t n_spans = (n + CPU_ADAMW_SPAN - 1) / CPU_ADAMW_SPAN;
 #pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be))          \
     schedule(static)
     for (int64_t sp = 0; sp < n_spans; sp++) {
         const int64_t i0 = sp * CPU_ADAMW_SPAN;
         const int64_t len = n - i0 < CPU_ADAMW_SPAN ? n - i0 : CPU_ADAMW_SPAN;
-        cpu_adamw_span(param + i0, grad + i0, m + i0, v + i0, len, cf);
+        cpu_adamw_span(param + i0, grad + i0, m + i0, v + i0, len, cf, decay_f);
     }
 }

@@ -82,26 +82,27 @@ static void cuda_grad_clip(regc_backend *be, regc_step_scalars *s)
     cuda_note(be, cudaGetLastError(), "grad_clip");
 }
 
-/* torch.optim.AdamW, one element per thread, the coefficients from s. */
+/* torch.optim.AdamW, one element per thread, the coefficients from s
+ * (decay 0: no weight decay on these parameters). */
 __global__ void cuda_adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n,
-                                  const regc_step_scalars *s) /* p, g, m, v: [n] */
+                                  const regc_step_scalars *s, int decay) /* p, g, m, v: [n] */
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n || s->skipped) /* skipped: a non-finite gradient norm */
         return;
     float mi = m[i], vi = v[i];
-    p[i] = regc_adamw_one(&mi, &vi, p[i], g[i], s);
+    p[i] = regc_adamw_one(&mi, &vi, p[i], g[i], s, decay ? s->decay : 1.0f);
     m[i] = mi;
     v[i] = vi;
 }
 
 static void cuda_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
-                       int64_t n, const regc_step_scalars *s)
+                       int64_t n, const regc_step_scalars *s, int decay)
 {
     if (n <= 0)
         return;
     cuda_adamw_kernel<<<cuda_blocks_for(n), CUDA_THREADS, 0, cuda_stream(be)>>>(param, grad, m, v,
-                                                                                n, s);
+                                                                                n, s, decay);
     cuda_note(be, cudaGetLastError(), "adamw");
 }
 

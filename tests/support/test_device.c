@@ -227,7 +227,7 @@ void regc_test_attention_inputs(regc_backend *dev, const regc_attn_shape *s, uin
 
 void regc_test_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
                      int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                     int step)
+                     int step, int decay)
 {
     regc_step_scalars s = {.base_lr = lr,
                            .weight_decay = weight_decay,
@@ -242,7 +242,7 @@ void regc_test_adamw(regc_backend *be, float *param, const float *grad, float *m
     assert_non_null(d);
     be->copy_h2d(be, d, &s, sizeof s);
     be->step_schedule(be, d);
-    be->adamw(be, param, grad, m, v, n, d);
+    be->adamw(be, param, grad, m, v, n, d, decay);
     assert_int_equal(be->sync(be), REGC_OK);
     be->free(be, d);
 }

@@ -53,10 +53,11 @@ void regc_test_assert_bitwise_equal(const char *what, const float *a, const floa
 
 /* One torch.optim.AdamW step (constant learning rate) through the
  * backend's optimizer kernels: a scalar block on the device at t = step
- * (from 1), step_schedule, then adamw over n elements. */
+ * (from 1), step_schedule, then adamw over n elements (decay 0: as a
+ * parameter group of weight_decay 0). */
 void regc_test_adamw(regc_backend *be, float *param, const float *grad, float *m, float *v,
                      int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                     int step);
+                     int step, int decay);
 
 void regc_test_release_all(void);
 /* A CMocka teardown that calls regc_test_release_all(); always 0. */
