@@ -133,6 +133,10 @@ static void apply(regc_program *p, const regc_comm_schedule *s)
         p->resident[u] = s->resident[u];
         p->n_resident += p->resident[u] != 0;
     }
+    for (int u = 0; p->frozen_layout && u < p->frozen_layout->n_units; u++) {
+        p->frozen_resident[u] = s->frozen_resident ? s->frozen_resident[u] : 0;
+        p->n_resident += p->frozen_resident[u] != 0;
+    }
 }
 
 int regc_pass_try(const regc_pass_input *in, const regc_comm_schedule *s, regc_device_memory *mem)
@@ -149,23 +153,28 @@ int regc_pass_try(const regc_pass_input *in, const regc_comm_schedule *s, regc_d
 int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_flat,
                     const regc_compile_options *o, regc_compile_stats *st)
 {
-    const regc_shard_layout *l = p->layout;
-    const int n_units = l ? l->n_units : 0;
+    const regc_shard_layout *l = p->layout, *fl = p->frozen_layout;
+    const int n_units = l ? l->n_units : 0, n_frozen = fl ? fl->n_units : 0;
     regc_comm_schedule s = {.max_live_floats = o->max_live_floats,
                             .reduce_bucket_floats = o->reduce_bucket_floats};
-    free(p->resident);
+    free(p->resident), free(p->frozen_resident);
     p->resident = calloc((size_t)n_units + 1, 1);
+    p->frozen_resident = calloc((size_t)n_frozen + 1, 1);
     s.resident = calloc((size_t)n_units + 1, 1);
-    if (!p->resident || !s.resident) {
-        free(s.resident);
+    s.frozen_resident = fl ? calloc((size_t)n_frozen + 1, 1) : NULL;
+    if (!p->resident || !p->frozen_resident || !s.resident || (fl && !s.frozen_resident)) {
+        free(s.resident), free(s.frozen_resident);
         return regc_error(REGC_ERR_MEMORY, "compile: out of memory");
     }
     for (int u = 0; u < n_units; u++)
         s.resident[u] = l->unit_floats[u] <= o->persistence_floats;
+    for (int u = 0; u < n_frozen; u++) /* DeepSpeed's threshold holds for frozen ones too */
+        s.frozen_resident[u] = fl->unit_floats[u] <= o->persistence_floats;
     regc_pass_link link = {p, param_offset, inline_flat};
     regc_pass_input in = {
         .options = o,
         .layout = l,
+        .frozen_layout = fl,
         .profile = l && o->unit_profile && o->n_unit_profile == n_units ? o->unit_profile : NULL,
         .link = &link};
     int rc = REGC_OK;
@@ -185,7 +194,7 @@ int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_fla
         apply(p, &s);
         rc = regc_program_link(p, param_offset, inline_flat, st);
     }
-    free(s.resident);
+    free(s.resident), free(s.frozen_resident);
     /* a pass after the one that fitted a budget may have undone the fit */
     int64_t budget = o->budget_bytes;
     for (int i = 0; i < o->passes.n; i++)

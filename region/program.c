@@ -68,7 +68,7 @@ void regc_program_free(regc_program *p)
         free(p->pieces[i].in), free(p->pieces[i].out);
     free(p->pieces);
     regc_program_unlink(p);
-    free(p->resident), free(p->inputs), free(p->ptr);
+    free(p->resident), free(p->frozen_resident), free(p->inputs), free(p->ptr);
     regc_bytes_free(&p->step_key);
     regc_graph_free(p->graph);
     free(p);
@@ -437,7 +437,8 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
         st->peak_bytes = p->arena_bytes;
         st->lower_bound_bytes = p->lower_bound;
         st->memory_aware_order = p->reordered;
-        st->zero3_units = p->layout ? p->layout->n_units : 0;
+        st->zero3_units = (p->layout ? p->layout->n_units : 0) +
+                          (p->frozen_layout ? p->frozen_layout->n_units : 0);
         st->zero3_prefetch = p->layout ? p->prefetch_floats : 0;
         st->zero3_resident = p->n_resident;
         int64_t n = 0;

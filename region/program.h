@@ -320,7 +320,8 @@ struct regc_program {
     int *started_at;         /* [n_signals + 1] the instruction that started each, measuring */
     double *op_ms;           /* [n_signals + 1] each collective's own time, measuring */
     unsigned char *resident; /* [n_units] kept gathered from forward to backward, or NULL */
-    int n_resident;
+    unsigned char *frozen_resident; /* [frozen_layout's n_units] the same, or NULL */
+    int n_resident;                 /* of both */
     regc_graph *graph;
     int n_regions;
     regc_compiled_region **regions;

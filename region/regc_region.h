@@ -153,9 +153,10 @@ typedef struct {
     int64_t host_budget_bytes;
     /* Stage 3: units of at most this many parameters (DeepSpeed's
      * stage3_param_persistence_threshold, counted per unit: a layer's
-     * parameters, a piece of glue's) stay gathered from their forward to
-     * their backward, gathered once a step instead of twice; 0: none. A
-     * budget keeps them too, and chooses among the larger ones. */
+     * parameters, a piece of glue's; a frozen unit by its bytes over 4, as
+     * its layout counts it) stay gathered from their forward to their
+     * backward, gathered once a step instead of twice; 0: none. A budget
+     * keeps them too, and chooses among the larger ones. */
     int64_t persistence_floats;
     /* DeepSpeed's reduce_bucket_size: gradient elements reduced at a time.
      * Stage 0 over several ranks: the gradient block is all-reduced in
@@ -259,7 +260,8 @@ typedef struct {
     int cache_misses;          /* looked up, not usable, compiled and stored */
     double cache_ms;           /* keying, reading and decoding cache entries */
     /* ZeRO-3's schedule: the prefetch (as prefetch_floats), the units kept
-     * gathered from forward to backward, of how many */
+     * gathered from forward to backward, of how many (the frozen
+     * parameters' units counted with the others) */
     int64_t zero3_prefetch;
     int zero3_resident, zero3_units;
     int64_t replan_step; /* compile.schedule's step this compile re-planned at; 0: the first */
@@ -297,8 +299,9 @@ typedef struct {
  *  - "selective_gather": under a budget, the deepest prefetch (4, 2, 1 or
  *    0 units ahead, none when no pass before it prefetches) that fits, then
  *    the most units kept gathered that fit, the highest gather cost per
- *    byte first (measured, or the smallest units first without a profile);
- *    fails naming the least the step needs when nothing fits.
+ *    byte first (measured, or the smallest units first without a profile),
+ *    then in what remains the most frozen units, smallest first; fails
+ *    naming the least the step needs when nothing fits.
  * ====================================================================== */
 typedef struct regc_program regc_program;
 typedef struct regc_device_memory regc_device_memory;
@@ -309,15 +312,19 @@ typedef struct {
     int64_t reduce_bucket_floats; /* as compile.reduce_bucket_floats */
     int overlap;                  /* reduce collectives overlapped with the backward */
     unsigned char *resident;      /* [n_units] kept gathered from forward to backward */
+    /* [frozen units] the same for the frozen parameters' units (a LoRA
+     * model's base, in their own layout), or NULL where there are none */
+    unsigned char *frozen_resident;
 } regc_comm_schedule;
 
 typedef struct regc_pass_link regc_pass_link;
 typedef struct {
     const regc_compile_options *options;
-    const regc_shard_layout *layout;  /* stage 3's units, or NULL */
-    const regc_unit_profile *profile; /* [layout->n_units], or NULL: none measured */
-    int64_t budget_bytes;             /* this pass's device memory per rank; 0: none */
-    regc_pass_link *link;             /* for regc_pass_try */
+    const regc_shard_layout *layout;        /* stage 3's units, or NULL */
+    const regc_shard_layout *frozen_layout; /* the frozen parameters' units, or NULL */
+    const regc_unit_profile *profile;       /* [layout->n_units], or NULL: none measured */
+    int64_t budget_bytes;                   /* this pass's device memory per rank; 0: none */
+    regc_pass_link *link;                   /* for regc_pass_try */
 } regc_pass_input;
 
 typedef int (*regc_pass_fn)(const regc_pass_input *in, regc_comm_schedule *s, void *user);

@@ -16,7 +16,11 @@
  *     k, the first k units by gather cost per byte: measured (an
  *     all-gather's time over its bytes), or without a profile the smallest
  *     units first (a gather costs a latency plus its bytes: the smallest
- *     cost the most per byte kept).
+ *     cost the most per byte kept);
+ *  3. with those, the most frozen units (a LoRA model's base) that fit,
+ *     smallest first, by the same bisection: no profile times their
+ *     gathers, and the trained units' come first as their gradients'
+ *     reduce-scatters already load the backward's communication.
  * Units the schedule already keeps (the persistent ones) stay resident in
  * every candidate. Without a budget the pass changes nothing. */
 #include <stdlib.h>
@@ -27,19 +31,27 @@
 typedef struct {
     const regc_pass_input *in;
     regc_comm_schedule *s;
-    const unsigned char *kept; /* resident before the pass */
-    const int *order;          /* units, highest gather cost per byte first */
+    const unsigned char *kept;        /* resident before the pass */
+    const int *order;                 /* units, highest gather cost per byte first */
+    int n_trained;                    /* of the order's first units resident */
+    const unsigned char *frozen_kept; /* the frozen units resident before the pass */
+    const int *frozen_order;          /* frozen units, smallest first */
 } fitter;
 
-/* The schedule with `prefetch` and the first k units of the order
- * resident; the device memory it needs into *total. */
-static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total)
+/* The schedule with `prefetch`, the first k units of the order resident
+ * (and the first f->n_trained when `frozen`, with the first k frozen
+ * units); the device memory it needs into *total. */
+static int try_schedule(fitter *f, int64_t prefetch, int k, int frozen, int64_t *total)
 {
-    const regc_shard_layout *l = f->in->layout;
+    const regc_shard_layout *l = f->in->layout, *fl = f->in->frozen_layout;
     f->s->prefetch_floats = prefetch;
     memcpy(f->s->resident, f->kept, (size_t)l->n_units);
-    for (int i = 0; i < k; i++)
+    for (int i = 0; i < (frozen ? f->n_trained : k); i++)
         f->s->resident[f->order[i]] = 1;
+    if (fl)
+        memcpy(f->s->frozen_resident, f->frozen_kept, (size_t)fl->n_units);
+    for (int i = 0; frozen && i < k; i++)
+        f->s->frozen_resident[f->frozen_order[i]] = 1;
     regc_device_memory a;
     int rc = regc_pass_try(f->in, f->s, &a);
     if (rc == REGC_OK)
@@ -47,7 +59,8 @@ static int try_schedule(fitter *f, int64_t prefetch, int k, int64_t *total)
     return rc;
 }
 
-/* The units by gather cost per element, highest first (ties by number). */
+/* The units by gather cost per element, highest first (ties by number);
+ * pr NULL: the smallest first. */
 static int sort_units(const regc_shard_layout *l, const regc_unit_profile *pr, int *order)
 {
     double *cost = malloc(((size_t)l->n_units + 1) * sizeof *cost);
@@ -67,37 +80,58 @@ static int sort_units(const regc_shard_layout *l, const regc_unit_profile *pr, i
     return REGC_OK;
 }
 
+/* The most of `count` units (the order's, or the frozen order's) kept
+ * resident that fit: *k fits, *k + 1 does not (bisection). */
+static int most_that_fit(fitter *f, int64_t prefetch, int count, int frozen, int *k)
+{
+    int lo = 0, hi = count + 1, rc = REGC_OK;
+    int64_t total = 0;
+    while (rc == REGC_OK && hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if ((rc = try_schedule(f, prefetch, mid, frozen, &total)) == REGC_OK) {
+            if (total <= f->in->budget_bytes)
+                lo = mid;
+            else
+                hi = mid;
+        }
+    }
+    *k = lo;
+    return rc;
+}
+
 int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s, void *user)
 {
     (void)user;
-    const regc_shard_layout *l = in->layout;
+    const regc_shard_layout *l = in->layout, *fl = in->frozen_layout;
     if (!l || l->n_units <= 0 || in->budget_bytes <= 0)
         return REGC_OK;
-    const size_t n = (size_t)l->n_units;
-    int *order = malloc((n + 1) * sizeof *order);
-    unsigned char *kept = malloc(n + 1);
-    if (!order || !kept) {
-        free(order), free(kept);
-        return regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
+    const size_t n = (size_t)l->n_units, nf = fl ? (size_t)fl->n_units : 0;
+    int *order = malloc((n + 1) * sizeof *order), *frozen_order = malloc((nf + 1) * sizeof(int));
+    unsigned char *kept = malloc(n + 1), *frozen_kept = malloc(nf + 1);
+    int rc = order && kept && frozen_order && frozen_kept
+                 ? REGC_OK
+                 : regc_error(REGC_ERR_MEMORY, "zero3: out of memory");
+    if (rc == REGC_OK) {
+        memcpy(kept, s->resident, n);
+        if (nf)
+            memcpy(frozen_kept, s->frozen_resident, nf);
+        rc = sort_units(l, in->profile, order);
     }
-    memcpy(kept, s->resident, n);
-    if (sort_units(l, in->profile, order)) {
-        free(order), free(kept);
-        return REGC_ERR_MEMORY;
-    }
-    fitter f = {in, s, kept, order};
+    if (rc == REGC_OK && nf)
+        rc = sort_units(fl, NULL, frozen_order);
+    fitter f = {in, s, kept, order, 0, frozen_kept, frozen_order};
     static const int64_t depths[] = {-4, -2, -1, 0};
     const int first = s->prefetch_floats != 0 ? 0 : 3;
     const int64_t budget = in->budget_bytes;
     int64_t total = 0, prefetch = 0;
-    int rc = REGC_OK, fits = 0;
+    int fits = 0;
     for (int d = first; d < 4 && rc == REGC_OK && !fits; d++) {
         prefetch = depths[d];
-        if ((rc = try_schedule(&f, prefetch, 0, &total)) == REGC_OK)
+        if ((rc = try_schedule(&f, prefetch, 0, 0, &total)) == REGC_OK)
             fits = total <= budget;
     }
     int n_kept = 0;
-    for (int u = 0; u < l->n_units; u++)
+    for (size_t u = 0; rc == REGC_OK && u < n; u++)
         n_kept += kept[u] != 0;
     if (rc == REGC_OK && !fits)
         rc = regc_error(REGC_ERR_BUDGET,
@@ -106,23 +140,23 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
                         "budget is %.1f MiB",
                         (double)total / (1 << 20), n_kept ? "only the persistent ones" : "none",
                         (double)budget / (1 << 20));
-    /* the most resident units that fit: k = lo fits, k = hi does not */
-    int lo = 0, hi = l->n_units + 1;
-    while (rc == REGC_OK && hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if ((rc = try_schedule(&f, prefetch, mid, &total)) == REGC_OK) {
-            if (total <= budget)
-                lo = mid;
-            else
-                hi = mid;
-        }
-    }
+    /* the most resident units that fit, then the most frozen ones with them */
+    int k = 0, k_frozen = 0;
+    if (rc == REGC_OK)
+        rc = most_that_fit(&f, prefetch, l->n_units, 0, &k);
+    f.n_trained = k;
+    if (rc == REGC_OK && nf)
+        rc = most_that_fit(&f, prefetch, (int)nf, 1, &k_frozen);
     if (rc == REGC_OK) { /* the schedule decided; the driver links it */
         s->prefetch_floats = prefetch;
         memcpy(s->resident, kept, n);
-        for (int i = 0; i < lo; i++)
+        for (int i = 0; i < k; i++)
             s->resident[order[i]] = 1;
+        if (nf)
+            memcpy(s->frozen_resident, frozen_kept, nf);
+        for (int i = 0; i < k_frozen; i++)
+            s->frozen_resident[frozen_order[i]] = 1;
     }
-    free(order), free(kept);
+    free(order), free(kept), free(frozen_order), free(frozen_kept);
     return rc;
 }

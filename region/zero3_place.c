@@ -12,8 +12,9 @@
  *    buffer for the whole unit (padding included), and after the last step
  *    that writes them, a reduce-scatter sums every rank's buffer into this
  *    rank's gradient shard (adding into it when micro-batches accumulate).
- * A unit kept resident (p->resident, a memory budget's choice) keeps its
- * forward buffer through the backward instead of being gathered again.
+ * A unit kept resident (p->resident, p->frozen_resident: persistent, or a
+ * memory budget's choice) keeps its forward buffer through the backward
+ * instead of being gathered again.
  * The frozen parameters (a LoRA model's base) are sharded too, in a layout
  * of their own (p->frozen_layout) counted in 4-byte words of the bytes they
  * are held in (fp32, bf16 or NF4): each unit gathered as bytes before its
@@ -362,7 +363,8 @@ int regc_zero3_place(regc_program *p)
                 if (!p->resident || !p->resident[u])
                     z.gathered[u] = -1;
             for (int u = 0; u < n_frozen_units; u++)
-                z.fgathered[u] = -1;
+                if (!p->frozen_resident || !p->frozen_resident[u])
+                    z.fgathered[u] = -1;
         }
         if ((rc = visit_refs(&z, s, i, place_ref)))
             break;

@@ -13,8 +13,10 @@
  * holding the weights NF4 dequantises to, since the GEMMs dequantise as
  * they read; regional == full, O0 == O1, stage 3 == stage 0 and 1 == 3
  * threads bit for bit; a resumed run == one that never stopped; the frozen
- * block holds NF4's bytes. The quantization section's keys regc does not
- * apply are refused by name. */
+ * block holds NF4's bytes. Under ZeRO-3 the frozen base's units stay
+ * gathered from forward to backward under the persistence threshold and
+ * where a budget leaves room, gathered once a step, the same bits. The quantization section's keys
+ * regc does not apply are refused by name. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +29,7 @@
 #include <cmocka.h>
 #include <zlib.h>
 
+#include "program.h"
 #include "regc_graph.h"
 #include "regc_models.h"
 #include "regc_train.h"
@@ -225,6 +228,88 @@ static void test_nf4_is_its_dequantised_base(void **state)
         }
 }
 
+/* The all-gathers of a QLoRA llama-tiny's stage 3 step at 4 ranks under
+ * co (its units, the frozen base's included, and those kept resident into
+ * st). */
+static int gathers_of(const regc_compile_options *co, regc_compile_stats *st)
+{
+    regc_train_options o = regc_test_train_options(2, 16, 1);
+    regc_model *m = lora_model("llama-tiny", &o, 1, 0, 0);
+    regc_program *p = NULL;
+    if (regc_program_compile(m, 2, 16, co, &p, st) != REGC_OK)
+        fail_msg("%s", regc_error_message());
+    int n = 0;
+    for (int i = 0; i < p->n_instr; i++)
+        n += p->instr[i].kernel == K_ALLGATHER;
+    regc_program_free(p);
+    regc_model_free(m);
+    return n;
+}
+
+/* The frozen base's units stay gathered from forward to backward as the
+ * trained ones do: under the persistence threshold (DeepSpeed's holds for
+ * every parameter), and where a memory budget leaves room, after the
+ * trained units; then each is gathered once a step, not twice. The bits
+ * do not change. */
+static void test_frozen_units_resident(void **state)
+{
+    (void)state;
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.ranks = 4, co.zero_stage = 3;
+    regc_compile_stats st;
+    const int none = gathers_of(&co, &st);
+    assert_int_equal(st.zero3_resident, 0);
+    const int units = st.zero3_units;
+    co.persistence_floats = INT64_C(1) << 40;
+    const int all = gathers_of(&co, &st);
+    assert_int_equal(st.zero3_resident, units);
+    /* each unit once; without residency twice, but for the frozen
+     * embedding, which no backward reads */
+    assert_int_equal(all, units);
+    assert_int_equal(none, 2 * units - 1);
+    /* gathered on demand, a budget one byte short of every unit resident:
+     * every trained unit resident, and some of the frozen ones, the
+     * smallest first */
+    co.prefetch_floats = 0;
+    regc_train_options o = regc_test_train_options(2, 16, 1);
+    regc_model *m = lora_model("llama-tiny", &o, 1, 0, 0);
+    regc_program *p = NULL;
+    assert_int_equal(regc_program_compile(m, 2, 16, &co, &p, NULL), REGC_OK);
+    regc_device_memory most;
+    regc_program_device_memory(p, &most);
+    regc_program_free(p);
+    co.persistence_floats = 0, co.budget_bytes = most.total - 1;
+    assert_int_equal(regc_program_compile(m, 2, 16, &co, &p, &st), REGC_OK);
+    const regc_shard_layout *fl = p->frozen_layout;
+    int trained = 0, frozen = 0;
+    for (int u = 0; u < p->layout->n_units; u++)
+        trained += p->resident[u];
+    for (int u = 0; u < fl->n_units; u++)
+        frozen += p->frozen_resident[u];
+    print_message("%d units: %d all-gathers, %d all persistent; under a budget %d of %d trained "
+                  "and %d of %d frozen units resident\n",
+                  units, none, all, trained, p->layout->n_units, frozen, fl->n_units);
+    assert_int_equal(trained, p->layout->n_units);
+    assert_true(frozen > 0 && frozen < fl->n_units);
+    for (int u = 0; u < fl->n_units; u++) /* a resident unit is no larger than one that is not */
+        for (int v = 0; v < fl->n_units; v++)
+            assert_false(p->frozen_resident[u] && !p->frozen_resident[v] &&
+                         fl->unit_padded[u] > fl->unit_padded[v]);
+    regc_program_free(p);
+    regc_model_free(m);
+    /* bits: every unit persistent, at one rank, against none */
+    o = regc_test_train_options(2, 16, STEPS);
+    o.zero_stage = 3;
+    regc_test_losses l0, l1;
+    regc_model *a = train(lora_model("llama-tiny", &o, 1, 0, 0), &o, &l0);
+    o.compile.persistence_floats = INT64_C(1) << 40;
+    regc_model *b = train(lora_model("llama-tiny", &o, 1, 0, 0), &o, &l1);
+    assert_same_adapters("NF4 at stage 3, every unit resident vs none", "llama-tiny", a, &l0, b,
+                         &l1);
+    regc_model_free(a), regc_model_free(b);
+}
+
 /* Every thread count sums every element in one order: the same bits. */
 static void test_threads(void **state)
 {
@@ -348,9 +433,13 @@ static void test_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_memory),      cmocka_unit_test(test_nf4_is_its_dequantised_base),
-        cmocka_unit_test(test_threads),     cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_config_file), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_nf4_is_its_dequantised_base),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_frozen_units_resident),
+        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     const char *path = REGC_SOURCE_DIR "/tests/data/lora_reference.json";

@@ -220,8 +220,8 @@ static void test_equal_halves_llama(void **state)
 
 /* LoRA (every linear layer, the base held in bf16, or in NF4): two ranks
  * at stage 0 and at stage 3 (the adapters sharded, and the frozen base in
- * the bytes it is held in) give one process's losses and adapter, bit for
- * bit. */
+ * the bytes it is held in, gathered twice a step or kept from forward to
+ * backward) give one process's losses and adapter, bit for bit. */
 static void test_equal_halves_lora(void **state)
 {
     (void)state;
@@ -229,8 +229,19 @@ static void test_equal_halves_lora(void **state)
         "--lora-r", "4", "--lora-target-modules", "all-linear", "--base-dtype", "bf16", NULL};
     static const char *const qlora[] = {
         "--lora-r", "4", "--lora-target-modules", "all-linear", "--load-in-4bit", "on", NULL};
+    /* every unit, the frozen base's included, kept from forward to backward */
+    static const char *const resident[] = {"--lora-r",
+                                           "4",
+                                           "--lora-target-modules",
+                                           "all-linear",
+                                           "--load-in-4bit",
+                                           "on",
+                                           "--param-persistence-threshold",
+                                           "1000000000",
+                                           NULL};
     equal_halves("llama-tiny", "fp32", lora, "adapter_model.safetensors");
     equal_halves("llama-tiny", "fp32", qlora, "adapter_model.safetensors");
+    equal_halves("llama-tiny", "fp32", resident, "adapter_model.safetensors");
 }
 
 static void test_equal_halves_t5(void **state)
