@@ -7,6 +7,8 @@
  *   whatever their names (GPT-2's ln_1): the families' counts are what
  *   Transformers' get_decay_parameter_names leaves out of their
  *   checkpoints' names (T5's relative_attention_bias among them).
+ * - Against PyTorch: tests/data/gpt2_reference.json's decay_groups case
+ *   (test_train_reference.c).
  * - One step under not_bias_norm gives, parameter by parameter, the bits
  *   of the step at weight_decay 0 where a parameter does not decay and of
  *   the step decaying all where it does (GPT-2, Llama, BERT, T5).

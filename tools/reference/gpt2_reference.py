@@ -68,6 +68,12 @@ CASES = [
          batch=3, seq=7, lr=3e-3, weight_decay=0.0, n_tokens=400, steps=10,
          lr_scheduler_type="linear", warmup_ratio=0.25, max_grad_norm=2.0,
          gradient_accumulation_steps=3),
+    # Transformers' weight-decay groups: biases and the LayerNorms undecayed,
+    # a decay large enough that decaying them too moves the losses by ~1e-3.
+    dict(name="decay_groups", seed=5150, vocab_size=301, n_positions=24, n_embd=64, n_layer=2,
+         n_head=4, n_inner=None, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+         batch=2, seq=13, lr=1e-2, weight_decay=0.5, n_tokens=300, steps=8,
+         weight_decay_params="not_bias_norm", layernorm_modules=r"(^|\.)ln_(1|2|f)\."),
 ]
 def inner_size(case):
     return case["n_inner"] if case["n_inner"] is not None else 4 * case["n_embd"]

@@ -16,6 +16,7 @@ Run the scripts with Debian's python3 (torch + numpy): /usr/bin/python3.
 import json
 import math
 import os
+import re
 
 import numpy as np
 import torch
@@ -130,11 +131,35 @@ def lr_lambda(case, step):
     return max(0.0, factor)
 
 
+# Transformers' Trainer (get_decay_parameter_names) gives weight decay 0 to
+# the parameters of its nn.LayerNorm modules and to those whose lower-cased
+# names match these.
+NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+
+
+def param_groups(case, p):
+    """AdamW's parameter groups: one over everything (regc's default), or with
+    weight_decay_params "not_bias_norm" Transformers' two, the case naming
+    its family's nn.LayerNorm modules in layernorm_modules (a regex)."""
+    wd = case["weight_decay"]
+    if case.get("weight_decay_params", "all") == "all":
+        return [{"params": list(p.values()), "weight_decay": wd}]
+    layernorm = re.compile(case["layernorm_modules"])
+
+    def decays(name):
+        return not layernorm.search(name) and not any(
+            re.search(pattern, name.lower()) for pattern in NO_DECAY_PATTERNS)
+
+    return [{"params": [v for n, v in p.items() if decays(n)], "weight_decay": wd},
+            {"params": [v for n, v in p.items() if not decays(n)], "weight_decay": 0.0}]
+
+
 def schedule_args(case):
-    """The `regc train` flags of a case's schedule, clipping and accumulation."""
+    """The `regc train` flags of a case's schedule, clipping, accumulation and
+    weight-decay groups."""
     args = []
     for key in ("lr_scheduler_type", "warmup_steps", "warmup_ratio", "min_lr", "min_lr_rate",
-                "max_grad_norm", "gradient_accumulation_steps"):
+                "max_grad_norm", "gradient_accumulation_steps", "weight_decay_params"):
         if key in case:
             args += ["--" + key.replace("_", "-"), repr(case[key])
                      if isinstance(case[key], float) else str(case[key])]
@@ -153,10 +178,7 @@ def train(case, init, forward_loss, dtype, autocast=False):
     outside it, as PyTorch's AMP recipe has it; parameters, gradients and
     AdamW state stay `dtype`."""
     p = {name: torch.tensor(a, dtype=dtype, requires_grad=True) for name, a in init.items()}
-    # One parameter group over everything: decay applies to norms and biases
-    # too, which is what regc's optimizer does.
-    opt = torch.optim.AdamW(list(p.values()), lr=case["lr"], betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=case["weight_decay"])
+    opt = torch.optim.AdamW(param_groups(case, p), lr=case["lr"], betas=(0.9, 0.999), eps=1e-8)
     k = case.get("gradient_accumulation_steps", 1)
     max_norm = case.get("max_grad_norm", 0.0)
     losses, norms = [], []
