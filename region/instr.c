@@ -351,10 +351,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         NEED(grad_clip);
         be->grad_clip(be, (regc_step_scalars *)p[0]);
         return REGC_OK;
-    case K_ADAMW:
-        NEED(adamw);
-        be->adamw(be, P(0), C(3), P(1), P(2), d[0], (const regc_step_scalars *)p[4], 1);
-        return REGC_OK;
+    case K_ADAMW:     /* over the block's runs with and without decay (program_run.c) */
     case K_ALLREDUCE: /* collectives run on the communicator (program_run.c) */
     case K_ALLGATHER:
     case K_REDUCE_SCATTER:

@@ -124,7 +124,9 @@ static inline int regc_instr_ref_bf16(const regc_instr *in, int k)
  * (ZeRO-3's units gathered in bf16, program_run.c). */
 int regc_instr_bf16_allowed(const regc_instr *in, int k);
 /* One instruction through a backend, operands already resolved to device
- * pointers (ptr[i] for refs[i], NULL when absent). */
+ * pointers (ptr[i] for refs[i], NULL when absent); not the collectives and
+ * AdamW, which run through their program (program_run.c: the
+ * communicator, the undecayed ranges). */
 int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *ptr);
 /* The GEMM descriptor of a K_GEMM instruction over resolved operands. */
 void regc_instr_gemm(const regc_instr *in, void *const *ptr, regc_gemm *g);

@@ -45,6 +45,8 @@ static int bind_host_update(regc_program *p, regc_backend *host)
 static int bind_no_decay(regc_program *p, const int64_t *r, int n)
 {
     const int64_t floats = p->block_bytes / (int64_t)sizeof(float);
+    if (n < 0 || (n > 0 && !r))
+        return regc_error(REGC_ERR_ARG, "step program: %d undecayed ranges and no table", n);
     for (int k = 0; k < n; k++)
         if (r[2 * k] < (k ? r[2 * k - 1] : 0) || r[2 * k + 1] < r[2 * k] || r[2 * k + 1] > floats)
             return regc_error(REGC_ERR_ARG,
@@ -224,7 +226,6 @@ static int run_queued_copy(regc_program *p, const regc_instr *in, void *const *p
     return REGC_OK;
 }
 
-/* One instruction; when profiling, timed between two synchronisations. */
 /* AdamW over the parameter block on `be`, a run at a time: the ranges
  * bind was given without weight decay, what lies between them with it.
  * Each element is updated once, by the same formula, so the split changes
@@ -252,6 +253,7 @@ static int run_adamw(const regc_program *p, regc_backend *be, const regc_instr *
     return REGC_OK;
 }
 
+/* One instruction. */
 static int run_one(regc_program *p, const regc_instr *in, void *const *ptr)
 {
     if (in->kernel == K_ADAMW)
@@ -261,6 +263,7 @@ static int run_one(regc_program *p, const regc_instr *in, void *const *ptr)
     return is_comm(in) ? run_comm(p, in, ptr) : regc_instr_run(p->be, in, ptr);
 }
 
+/* One instruction; when profiling, timed between two synchronisations. */
 static int run_instr(regc_program *p, const regc_instr *in, void *const *ptr)
 {
     if (!p->profile)
@@ -526,7 +529,7 @@ static int run_phase(regc_program *p, int phase, const regc_instr *ins, int n)
         int rc = REGC_OK;
         for (int i = 0; i < n && rc == REGC_OK; i++) {
             resolve(p->ptr, &ins[i], ptr);
-            rc = regc_instr_run(p->be, &ins[i], ptr);
+            rc = run_one(p, &ins[i], ptr); /* AdamW's runs are captured as they are */
         }
         void *graph = NULL; /* a capture begun is ended, whatever failed */
         const int end = p->be->capture_end(p->be, &graph);

@@ -313,7 +313,7 @@ typedef struct {
     int overlap;                  /* reduce collectives overlapped with the backward */
     unsigned char *resident;      /* [n_units] kept gathered from forward to backward */
     /* [frozen units] the same for the frozen parameters' units (a LoRA
-     * model's base, in their own layout), or NULL where there are none */
+     * model's base, in their own layout); NULL: none kept */
     unsigned char *frozen_resident;
 } regc_comm_schedule;
 
@@ -321,10 +321,10 @@ typedef struct regc_pass_link regc_pass_link;
 typedef struct {
     const regc_compile_options *options;
     const regc_shard_layout *layout;        /* stage 3's units, or NULL */
-    const regc_shard_layout *frozen_layout; /* the frozen parameters' units, or NULL */
     const regc_unit_profile *profile;       /* [layout->n_units], or NULL: none measured */
     int64_t budget_bytes;                   /* this pass's device memory per rank; 0: none */
     regc_pass_link *link;                   /* for regc_pass_try */
+    const regc_shard_layout *frozen_layout; /* the frozen parameters' units, or NULL */
 } regc_pass_input;
 
 typedef int (*regc_pass_fn)(const regc_pass_input *in, regc_comm_schedule *s, void *user);

@@ -48,7 +48,7 @@ static int try_schedule(fitter *f, int64_t prefetch, int k, int frozen, int64_t 
     memcpy(f->s->resident, f->kept, (size_t)l->n_units);
     for (int i = 0; i < (frozen ? f->n_trained : k); i++)
         f->s->resident[f->order[i]] = 1;
-    if (fl)
+    if (fl && f->s->frozen_resident)
         memcpy(f->s->frozen_resident, f->frozen_kept, (size_t)fl->n_units);
     for (int i = 0; frozen && i < k; i++)
         f->s->frozen_resident[f->frozen_order[i]] = 1;
@@ -105,7 +105,8 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
     const regc_shard_layout *l = in->layout, *fl = in->frozen_layout;
     if (!l || l->n_units <= 0 || in->budget_bytes <= 0)
         return REGC_OK;
-    const size_t n = (size_t)l->n_units, nf = fl ? (size_t)fl->n_units : 0;
+    /* a schedule without frozen_resident (a registered pass's) keeps none */
+    const size_t n = (size_t)l->n_units, nf = fl && s->frozen_resident ? (size_t)fl->n_units : 0;
     int *order = malloc((n + 1) * sizeof *order), *frozen_order = malloc((nf + 1) * sizeof(int));
     unsigned char *kept = malloc(n + 1), *frozen_kept = malloc(nf + 1);
     int rc = order && kept && frozen_order && frozen_kept
@@ -133,6 +134,8 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
     int n_kept = 0;
     for (size_t u = 0; rc == REGC_OK && u < n; u++)
         n_kept += kept[u] != 0;
+    for (size_t u = 0; rc == REGC_OK && u < nf; u++)
+        n_kept += frozen_kept[u] != 0;
     if (rc == REGC_OK && !fits)
         rc = regc_error(REGC_ERR_BUDGET,
                         "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "

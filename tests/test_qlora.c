@@ -15,8 +15,8 @@
  * threads bit for bit; a resumed run == one that never stopped; the frozen
  * block holds NF4's bytes. Under ZeRO-3 the frozen base's units stay
  * gathered from forward to backward under the persistence threshold and
- * where a budget leaves room, gathered once a step, the same bits. The quantization section's keys
- * regc does not apply are refused by name. */
+ * where a budget leaves room: gathered once a step, the same bits. The
+ * quantization section's keys regc does not apply are refused by name. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

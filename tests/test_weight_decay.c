@@ -14,7 +14,9 @@
  *   the step decaying all where it does (GPT-2, Llama, BERT, T5).
  * - ZeRO-3 at one rank (each parameter where its shard puts it), and the
  *   update offloaded to the host, give stage 0's bits over several steps
- *   (two ranks: test_ranks.c; resumed: test_resume.c). */
+ *   (two ranks: test_ranks.c; resumed: test_resume.c).
+ * - Ranges a program is bound with that are not ascending and disjoint
+ *   within the block are refused, naming the range. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,7 +27,9 @@
 
 #include <cmocka.h>
 
+#include "regc_backend.h"
 #include "regc_models.h"
+#include "regc_region.h"
 #include "regc_train.h"
 #include "test_model.h"
 #include "test_util.h"
@@ -168,6 +172,59 @@ static void test_stage3_and_offload_group_as_stage0(void **state)
     }
 }
 
+/* Ranges that are not ascending, overlap, pass the block's end or are
+ * missing are refused when the program is bound, naming them. */
+static void test_bad_ranges_refused(void **state)
+{
+    (void)state;
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    const int64_t n = regc_model_total_numel(m);
+    regc_backend *be = regc_backend_new("cpu", 1);
+    assert_non_null(be);
+    float *block[4];
+    for (int k = 0; k < 4; k++) {
+        block[k] = be->alloc(be, (size_t)n * sizeof(float));
+        be->fill(be, block[k], (size_t)n, 0.0f);
+    }
+    void *inputs[8] = {0};
+    const int64_t descending[] = {10, 5}, overlapping[] = {0, 10, 5, 20}, past[] = {0, n + 1};
+    const struct {
+        const int64_t *r;
+        int n;
+        const char *says;
+    } cases[] = {{descending, 1, "range 0 of the undecayed parameters, [10, 5)"},
+                 {overlapping, 2, "range 1 of the undecayed parameters, [5, 20)"},
+                 {past, 1, "within the"},
+                 {NULL, 3, "3 undecayed ranges and no table"}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        regc_compile_options o;
+        regc_compile_options_default(&o);
+        regc_program *p = NULL;
+        assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, NULL), REGC_OK);
+        for (int i = 0; i < regc_program_n_inputs(p); i++)
+            if (!inputs[i])
+                inputs[i] = be->alloc(be, (size_t)regc_tensor_bytes(regc_program_input(p, i)));
+        regc_program_memory mem = {.params = block[0],
+                                   .grads = block[1],
+                                   .m = block[2],
+                                   .v = block[3],
+                                   .inputs = inputs,
+                                   .no_decay = cases[c].r,
+                                   .n_no_decay = cases[c].n};
+        assert_int_equal(regc_program_bind(p, be, &mem), REGC_ERR_ARG);
+        regc_test_expect_error(cases[c].says, NULL);
+        regc_program_free(p);
+    }
+    for (int i = 0; i < 8; i++)
+        if (inputs[i])
+            be->free(be, inputs[i]);
+    for (int k = 0; k < 4; k++)
+        be->free(be, block[k]);
+    regc_backend_free(be);
+    regc_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_groups_of_the_families),
         cmocka_unit_test(test_one_step_decays_only_the_decayed),
         cmocka_unit_test(test_stage3_and_offload_group_as_stage0),
+        cmocka_unit_test(test_bad_ranges_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

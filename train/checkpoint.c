@@ -21,7 +21,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,8 +206,8 @@ static int read_state(const char *dir, regc_run_state *st)
             st->decay_params = k;
     /* written since AdamW's constants and DeepSpeed's schedules became
      * options; a checkpoint from before ran with torch's constants. AdamW's
-     * are floats in regc: cJSON writes 15 digits where they read back
-     * within a rounding, enough to name the float exactly. */
+     * are floats in regc, read back rounded to one: older files name them
+     * in 15 digits, enough to name the float. */
     st->beta1 = (double)0.9f, st->beta2 = (double)0.999f, st->eps = (double)1e-8f;
     const struct {
         const char *key;
@@ -414,6 +416,15 @@ int regc_checkpoint_prune(const char *output_dir, int keep)
 
 /* ---------------------------------------------------------------- resuming */
 
+/* One setting in two states: equal, or within a few roundings, which is
+ * how far apart the 15 digits an older state file wrote a double in
+ * (min_lr_rate, a ratio) can read back; any setting given differently is
+ * further apart. */
+static int same_setting(double a, double b)
+{
+    return a == b || fabs(a - b) <= 4.0 * DBL_EPSILON * fmax(fabs(a), fabs(b));
+}
+
 int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_run_state *b,
                           const char *b_is, int any_length, char *buf, size_t cap)
 {
@@ -474,7 +485,7 @@ int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_
         {"cos_min_ratio", a->cos_min_ratio, b->cos_min_ratio},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (fields[i].a != fields[i].b) {
+        if (!same_setting(fields[i].a, fields[i].b)) {
             snprintf(buf, cap, "train.%s is %.17g %s, %.17g %s", fields[i].key, fields[i].a, a_is,
                      fields[i].b, b_is);
             return 1;

@@ -28,27 +28,29 @@
 
 const char *const regc_decay_params_names[] = {"all", "not_bias_norm", NULL};
 
-/* Does "norm" stand at `at` of s as a whole dotted component? */
-static int whole_norm(const char *s, const char *at)
+/* The first place at or after `from` where `word` (lower case) stands in
+ * s, whatever its case; NULL when nowhere. */
+static const char *find_nocase(const char *from, const char *word)
 {
-    return (at == s || at[-1] == '.') && (at[4] == '\0' || at[4] == '.');
+    for (; *from; from++) {
+        size_t k = 0;
+        while (word[k] && tolower((unsigned char)from[k]) == word[k])
+            k++;
+        if (!word[k])
+            return from;
+    }
+    return NULL;
 }
-
-/* Does "_norm" at `at` end a dotted component? */
-static int ends_norm(const char *at) { return at[5] == '\0' || at[5] == '.'; }
 
 int regc_train_name_decays(const char *name)
 {
-    char low[512];
-    size_t n = 0;
-    for (; name[n] && n + 1 < sizeof low; n++)
-        low[n] = (char)tolower((unsigned char)name[n]);
-    low[n] = '\0';
-    if (strstr(low, "bias") || strstr(low, "layernorm") || strstr(low, "rmsnorm"))
+    if (find_nocase(name, "bias") || find_nocase(name, "layernorm") || find_nocase(name, "rmsnorm"))
         return 0;
-    for (const char *at = strstr(low, "norm"); at; at = strstr(at + 1, "norm"))
-        if (whole_norm(low, at) || (at > low && at[-1] == '_' && ends_norm(at - 1)))
+    for (const char *at = find_nocase(name, "norm"); at; at = find_nocase(at + 1, "norm")) {
+        const int ends = at[4] == '\0' || at[4] == '.';             /* the component ends with it */
+        if (ends && (at == name || at[-1] == '.' || at[-1] == '_')) /* "norm", "..._norm" */
             return 0;
+    }
     return 1;
 }
 
@@ -109,11 +111,7 @@ int regc_trainer_no_decay(trainer *t, const regc_train_options *o)
         if (regc_model_param_frozen(m, i))
             continue;
         int64_t first, len, at;
-        if (t->shards)
-            regc_shard_param_part(t->shards, j, t->comm->rank, &first, &len, &at);
-        else
-            len = regc_model_param_numel(m, i), at = regc_model_param_offset(m, i);
-        j++;
+        regc_trainer_param_part(t, i, j++, &first, &len, &at);
         if (!decays[i] && len > 0)
             r[2 * k] = at, r[2 * k + 1] = at + len, k++;
     }

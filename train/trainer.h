@@ -58,6 +58,11 @@ int regc_trainer_check_memory_fits(trainer *t, const regc_program *p);
 /* The step program (and the validation one) onto the trainer's memory. */
 int regc_trainer_bind_programs(trainer *t, const regc_train_options *o);
 
+/* The part of trained parameter i, the j-th of those trained (the shard
+ * layout's numbering), this rank's block holds: elements [first, first +
+ * n) of it, at float `at` of the block (trainer_state.c). */
+void regc_trainer_param_part(const trainer *t, int i, int j, int64_t *first, int64_t *n,
+                             int64_t *at);
 /* t->no_decay from o->weight_decay_params, for this rank's block (decay.c). */
 int regc_trainer_no_decay(trainer *t, const regc_train_options *o);
 

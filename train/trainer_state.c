@@ -11,10 +11,8 @@
 #include "checkpoint.h"
 #include "trainer.h"
 
-/* The part of trained parameter i, the j-th of those trained (the shard
- * layout's numbering), this rank's block holds: elements [first, first +
- * n) of it, at float `at` of the block. */
-static void param_part(const trainer *t, int i, int j, int64_t *first, int64_t *n, int64_t *at)
+void regc_trainer_param_part(const trainer *t, int i, int j, int64_t *first, int64_t *n,
+                             int64_t *at)
 {
     if (t->shards) {
         regc_shard_param_part(t->shards, j, t->comm->rank, first, n, at);
@@ -52,7 +50,7 @@ static int block_to_device(trainer *t, regc_backend *be, float *dev, const float
         if (regc_model_param_frozen(t->model, i))
             continue;
         int64_t first, n, at;
-        param_part(t, i, j++, &first, &n, &at);
+        regc_trainer_param_part(t, i, j++, &first, &n, &at);
         for (int64_t done = 0; done < n && rc == REGC_OK; done += LOAD_CHUNK) {
             int64_t k = n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK;
             const float *from =
