@@ -179,16 +179,35 @@ static void test_resume_usual_fine_tuning_rates(void **state)
                                        "not_bias_norm", NULL};
     check_resume("gpt2-tiny", 0, "2e-5", more);
 
-    /* a state file that names the rate in 15 digits (a neighbouring
-     * double, as cJSON wrote it before) still resumes */
+    /* a state file whose doubles cJSON wrote, as it did before, in 15
+     * digits wherever they read back within a rounding (the rate, the
+     * floor's ratio to it: neighbouring doubles) still resumes */
     char *dir = regc_test_make_temp_dir("resume-rate");
     assert_non_null(dir);
     char *out = path_in(dir, "out", NULL), *ck = path_in(out, "checkpoint-1", NULL);
     char *state_file = path_in(ck, "trainer_state.json", NULL);
-    const char *argv[] = {
-        REGC_BIN, "train",        "--model", "gpt2-tiny", "--steps", "2",          "--batch",
-        "2",      "--seq",        "8",       "--lr",      "2e-5",    "--no-cache", "--save-steps",
-        "1",      "--output-dir", out,       NULL,        NULL,      NULL};
+    const char *argv[] = {REGC_BIN,
+                          "train",
+                          "--model",
+                          "gpt2-tiny",
+                          "--steps",
+                          "2",
+                          "--batch",
+                          "2",
+                          "--seq",
+                          "8",
+                          "--lr",
+                          "2e-5",
+                          "--no-cache",
+                          "--save-steps",
+                          "1",
+                          "--output-dir",
+                          out,
+                          "--lr-scheduler-type",
+                          "cosine_with_min_lr",
+                          "--min-lr",
+                          "7e-6",
+                          NULL};
     regc_test_proc p;
     assert_int_equal(regc_test_run_argv(argv, &p), 0);
     regc_test_proc_free(&p);
@@ -196,21 +215,33 @@ static void test_resume_usual_fine_tuning_rates(void **state)
     char *text = regc_test_read_file(state_file, &len);
     assert_non_null(text);
     cJSON *root = cJSON_Parse(text);
-    cJSON *train = cJSON_GetObjectItemCaseSensitive(root, "train");
-    assert_non_null(train);
-    cJSON_ReplaceItemInObjectCaseSensitive(train, "lr", cJSON_CreateRaw("1.99999994947575e-05"));
+    assert_non_null(root);
     char *old_text = cJSON_Print(root);
+    assert_non_null(strstr(old_text, "1.99999994947575e-05"));
+    assert_non_null(strstr(old_text, "0.350000008841744,")); /* 7e-6 / the rate */
     assert_int_equal(regc_test_write_file(state_file, old_text, strlen(old_text)), 0);
-    const char *resume[] = {REGC_BIN,     "train",
-                            "--model",    "gpt2-tiny",
-                            "--steps",    "2",
-                            "--batch",    "2",
-                            "--seq",      "8",
-                            "--lr",       "2e-5",
-                            "--no-cache", "--resume-from-checkpoint",
-                            ck,           NULL};
+    const char *resume[] = {REGC_BIN,
+                            "train",
+                            "--model",
+                            "gpt2-tiny",
+                            "--steps",
+                            "2",
+                            "--batch",
+                            "2",
+                            "--seq",
+                            "8",
+                            "--lr",
+                            "2e-5",
+                            "--no-cache",
+                            "--resume-from-checkpoint",
+                            ck,
+                            "--lr-scheduler-type",
+                            "cosine_with_min_lr",
+                            "--min-lr",
+                            "7e-6",
+                            NULL};
     if (regc_test_run_argv(resume, &p) != 0)
-        fail_msg("resumed from a 15-digit rate: %s", p.err);
+        fail_msg("resumed from a state file of 15-digit doubles: %s", p.err);
     regc_test_proc_free(&p);
     cJSON_free(old_text), cJSON_Delete(root), free(text);
     free(out), free(ck), free(state_file);
