@@ -186,6 +186,7 @@ static void test_resume_usual_fine_tuning_rates(void **state)
     assert_non_null(dir);
     char *out = path_in(dir, "out", NULL), *ck = path_in(out, "checkpoint-1", NULL);
     char *state_file = path_in(ck, "trainer_state.json", NULL);
+    /* two steps at the rate, a cosine to a floor: written, then resumed */
     const char *argv[] = {REGC_BIN,
                           "train",
                           "--model",
@@ -198,15 +199,15 @@ static void test_resume_usual_fine_tuning_rates(void **state)
                           "8",
                           "--lr",
                           "2e-5",
+                          "--lr-scheduler-type",
+                          "cosine_with_min_lr",
+                          "--min-lr",
+                          "7e-6",
                           "--no-cache",
                           "--save-steps",
                           "1",
                           "--output-dir",
                           out,
-                          "--lr-scheduler-type",
-                          "cosine_with_min_lr",
-                          "--min-lr",
-                          "7e-6",
                           NULL};
     regc_test_proc p;
     assert_int_equal(regc_test_run_argv(argv, &p), 0);
@@ -220,27 +221,10 @@ static void test_resume_usual_fine_tuning_rates(void **state)
     assert_non_null(strstr(old_text, "1.99999994947575e-05"));
     assert_non_null(strstr(old_text, "0.350000008841744,")); /* 7e-6 / the rate */
     assert_int_equal(regc_test_write_file(state_file, old_text, strlen(old_text)), 0);
-    const char *resume[] = {REGC_BIN,
-                            "train",
-                            "--model",
-                            "gpt2-tiny",
-                            "--steps",
-                            "2",
-                            "--batch",
-                            "2",
-                            "--seq",
-                            "8",
-                            "--lr",
-                            "2e-5",
-                            "--no-cache",
-                            "--resume-from-checkpoint",
-                            ck,
-                            "--lr-scheduler-type",
-                            "cosine_with_min_lr",
-                            "--min-lr",
-                            "7e-6",
-                            NULL};
-    if (regc_test_run_argv(resume, &p) != 0)
+    /* in place of --save-steps 1 and the output directory */
+    argv[17] = "--resume-from-checkpoint", argv[18] = ck;
+    argv[19] = NULL;
+    if (regc_test_run_argv(argv, &p) != 0)
         fail_msg("resumed from a state file of 15-digit doubles: %s", p.err);
     regc_test_proc_free(&p);
     cJSON_free(old_text), cJSON_Delete(root), free(text);
