@@ -132,6 +132,13 @@ int regc_text_to_float(const char *text, int positive, float *out);
 
 /* ---- time --------------------------------------------------------------- */
 double regc_time_ms(void); /* monotonic milliseconds */
+
+/* qsort's comparison of two int64_t (or of records that begin with one). */
+static inline int regc_cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
 /* SipHash-2-4 of data under a 128-bit key (siphash.c): the 64-bit output,
  * and the 128-bit one that seals compile-cache entries. */
 uint64_t regc_siphash64(const uint8_t key[16], const void *data, size_t n);

@@ -1,8 +1,8 @@
 /* offload.c — compile.offload_activation on the flat step program, before
  * its memory is planned (and on O0's lazy steps, at the end): saved
  * activations moved to host memory after the forward's last use and
- * brought back before the backward's first, on the backend's copy queue (a side stream on a GPU),
- * so the device holds neither copy in between.
+ * brought back before the backward's first, on the backend's copy queue
+ * (a side stream on a GPU), so the device holds neither copy in between.
  *
  * Which instructions are the backward's: those that read what the loss's
  * seed made (the gradient flows from it), and the recomputations, with

@@ -22,14 +22,7 @@ int regc_program_new_buf(regc_program *p, regc_buf_kind kind, int64_t bytes, int
             return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
         p->bufs = b, p->cap_bufs = cap;
     }
-    p->bufs[p->n_bufs] = (regc_buf){.kind = kind,
-                                    .bytes = bytes,
-                                    .offset = offset,
-                                    .first = -1,
-                                    .last = -1,
-                                    .inplace_of = -1,
-                                    .away = -1,
-                                    .back = -1};
+    p->bufs[p->n_bufs] = regc_buf_unplanned(kind, bytes, offset);
     return p->n_bufs++;
 }
 
@@ -437,8 +430,7 @@ int regc_program_link(regc_program *p, const int64_t *param_offset, int inline_f
         st->peak_bytes = p->arena_bytes;
         st->lower_bound_bytes = p->lower_bound;
         st->memory_aware_order = p->reordered;
-        st->zero3_units = (p->layout ? p->layout->n_units : 0) +
-                          (p->frozen_layout ? p->frozen_layout->n_units : 0);
+        st->zero3_units = regc_program_gather_units(p);
         st->zero3_prefetch = p->layout ? p->prefetch_floats : 0;
         st->zero3_resident = p->n_resident;
         int64_t n = 0;

@@ -280,6 +280,20 @@ typedef struct {
     int away, back;
 } regc_buf;
 
+/* A buffer with nothing planned yet: no lifetime, no in-place hint, not
+ * offloaded. */
+static inline regc_buf regc_buf_unplanned(regc_buf_kind kind, int64_t bytes, int64_t offset)
+{
+    return (regc_buf){.kind = kind,
+                      .bytes = bytes,
+                      .offset = offset,
+                      .first = -1,
+                      .last = -1,
+                      .inplace_of = -1,
+                      .away = -1,
+                      .back = -1};
+}
+
 /* A call of a compiled region's forward or backward on one instance: slot s
  * is program reference bind[s]. */
 typedef struct {
@@ -378,6 +392,13 @@ struct regc_program {
     double capture_ms;     /* capturing them, over every run */
     regc_bytes step_key;   /* the compile cache's key of the step, when cached */
 };
+
+/* ZeRO-3's gather units, the frozen parameters' with the trained ones'. */
+static inline int regc_program_gather_units(const regc_program *p)
+{
+    return (p->layout ? p->layout->n_units : 0) +
+           (p->frozen_layout ? p->frozen_layout->n_units : 0);
+}
 
 /* Building a step program (region/program.c): the flat graph (owned by
  * the program from here on), regions, then their instances in execution

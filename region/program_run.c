@@ -54,10 +54,10 @@ static int bind_no_decay(regc_program *p, const int64_t *r, int n)
                               "is not ascending within the %lld-float block",
                               k, (long long)r[2 * k], (long long)r[2 * k + 1], (long long)floats);
     free(p->no_decay);
-    p->no_decay = NULL, p->n_no_decay = 0;
-    if (n > 0 && !(p->no_decay = malloc((size_t)n * 2 * sizeof *r)))
+    p->no_decay = malloc((size_t)n * 2 * sizeof *r + 1), p->n_no_decay = 0;
+    if (!p->no_decay)
         return regc_error(REGC_ERR_MEMORY, "step program: out of memory");
-    if (n > 0)
+    if (n > 0) /* r may be NULL then */
         memcpy(p->no_decay, r, (size_t)n * 2 * sizeof *r);
     p->n_no_decay = n;
     return REGC_OK;
@@ -238,18 +238,18 @@ static int run_adamw(const regc_program *p, regc_backend *be, const regc_instr *
     float *param = ptr[0], *m = ptr[1], *v = ptr[2]; /* [n] each */
     const float *g = ptr[3];                         /* [n] */
     const regc_step_scalars *s = ptr[4];
-    const int64_t n = in->d[0];
-    int64_t at = 0; /* where the next decayed run starts */
-    for (int k = 0; k <= p->n_no_decay; k++) {
-        const int64_t lo = k < p->n_no_decay && p->no_decay[2 * k] < n ? p->no_decay[2 * k] : n;
-        const int64_t hi =
-            k < p->n_no_decay && p->no_decay[2 * k + 1] < n ? p->no_decay[2 * k + 1] : n;
+    const int64_t n = in->d[0]; /* the block, which bind checked the ranges against */
+    int64_t at = 0;             /* where the next decayed run starts */
+    for (int k = 0; k < p->n_no_decay; k++) {
+        const int64_t lo = p->no_decay[2 * k], hi = p->no_decay[2 * k + 1];
         if (lo > at)
             be->adamw(be, param + at, g + at, m + at, v + at, lo - at, s, 1);
         if (hi > lo)
             be->adamw(be, param + lo, g + lo, m + lo, v + lo, hi - lo, s, 0);
-        at = hi > at ? hi : at;
+        at = hi;
     }
+    if (n > at)
+        be->adamw(be, param + at, g + at, m + at, v + at, n - at, s, 1);
     return REGC_OK;
 }
 

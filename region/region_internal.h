@@ -120,13 +120,6 @@ int regc_zero3_schedule(regc_program *p, int64_t prefetch_floats, int64_t max_li
 int regc_allreduce_schedule(regc_program *p);
 int regc_offload_schedule(regc_program *p);
 
-/* qsort's comparison of two int64_t. */
-static inline int regc_cmp_i64(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* The schedule passes (passes.c): run the ones o->passes names on p's
  * schedule, then link p with it. */
 int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_flat,

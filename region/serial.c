@@ -778,8 +778,7 @@ int regc_program_read(const void *data, size_t len, regc_program **out, regc_com
     st->peak_bytes = p->arena_bytes;
     st->lower_bound_bytes = p->lower_bound;
     st->memory_aware_order = p->reordered;
-    st->zero3_units =
-        (p->layout ? p->layout->n_units : 0) + (p->frozen_layout ? p->frozen_layout->n_units : 0);
+    st->zero3_units = regc_program_gather_units(p);
     st->zero3_resident = p->n_resident;
     *into = local;
     *out = p;

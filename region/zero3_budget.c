@@ -33,24 +33,23 @@ typedef struct {
     regc_comm_schedule *s;
     const unsigned char *kept;        /* resident before the pass */
     const int *order;                 /* units, highest gather cost per byte first */
-    int n_trained;                    /* of the order's first units resident */
     const unsigned char *frozen_kept; /* the frozen units resident before the pass */
     const int *frozen_order;          /* frozen units, smallest first */
 } fitter;
 
-/* The schedule with `prefetch`, the first k units of the order resident
- * (and the first f->n_trained when `frozen`, with the first k frozen
- * units); the device memory it needs into *total. */
-static int try_schedule(fitter *f, int64_t prefetch, int k, int frozen, int64_t *total)
+/* The schedule with `prefetch`, the first k units of the order and the
+ * first k_frozen of the frozen order resident; the device memory it needs
+ * into *total. */
+static int try_schedule(fitter *f, int64_t prefetch, int k, int k_frozen, int64_t *total)
 {
     const regc_shard_layout *l = f->in->layout, *fl = f->in->frozen_layout;
     f->s->prefetch_floats = prefetch;
     memcpy(f->s->resident, f->kept, (size_t)l->n_units);
-    for (int i = 0; i < (frozen ? f->n_trained : k); i++)
+    for (int i = 0; i < k; i++)
         f->s->resident[f->order[i]] = 1;
     if (fl && f->s->frozen_resident)
         memcpy(f->s->frozen_resident, f->frozen_kept, (size_t)fl->n_units);
-    for (int i = 0; frozen && i < k; i++)
+    for (int i = 0; i < k_frozen; i++)
         f->s->frozen_resident[f->frozen_order[i]] = 1;
     regc_device_memory a;
     int rc = regc_pass_try(f->in, f->s, &a);
@@ -80,15 +79,18 @@ static int sort_units(const regc_shard_layout *l, const regc_unit_profile *pr, i
     return REGC_OK;
 }
 
-/* The most of `count` units (the order's, or the frozen order's) kept
- * resident that fit: *k fits, *k + 1 does not (bisection). */
-static int most_that_fit(fitter *f, int64_t prefetch, int count, int frozen, int *k)
+/* The most of `count` units kept resident that fit: *k fits, *k + 1 does
+ * not (bisection). k_trained < 0: of the order's units, no frozen one;
+ * else of the frozen order's, with the order's first k_trained. */
+static int most_that_fit(fitter *f, int64_t prefetch, int count, int k_trained, int *k)
 {
     int lo = 0, hi = count + 1, rc = REGC_OK;
     int64_t total = 0;
     while (rc == REGC_OK && hi - lo > 1) {
         int mid = (lo + hi) / 2;
-        if ((rc = try_schedule(f, prefetch, mid, frozen, &total)) == REGC_OK) {
+        rc = k_trained < 0 ? try_schedule(f, prefetch, mid, 0, &total)
+                           : try_schedule(f, prefetch, k_trained, mid, &total);
+        if (rc == REGC_OK) {
             if (total <= f->in->budget_bytes)
                 lo = mid;
             else
@@ -120,7 +122,7 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
     }
     if (rc == REGC_OK && nf)
         rc = sort_units(fl, NULL, frozen_order);
-    fitter f = {in, s, kept, order, 0, frozen_kept, frozen_order};
+    fitter f = {in, s, kept, order, frozen_kept, frozen_order};
     static const int64_t depths[] = {-4, -2, -1, 0};
     const int first = s->prefetch_floats != 0 ? 0 : 3;
     const int64_t budget = in->budget_bytes;
@@ -146,10 +148,9 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
     /* the most resident units that fit, then the most frozen ones with them */
     int k = 0, k_frozen = 0;
     if (rc == REGC_OK)
-        rc = most_that_fit(&f, prefetch, l->n_units, 0, &k);
-    f.n_trained = k;
+        rc = most_that_fit(&f, prefetch, l->n_units, -1, &k);
     if (rc == REGC_OK && nf)
-        rc = most_that_fit(&f, prefetch, (int)nf, 1, &k_frozen);
+        rc = most_that_fit(&f, prefetch, (int)nf, k, &k_frozen);
     if (rc == REGC_OK) { /* the schedule decided; the driver links it */
         s->prefetch_floats = prefetch;
         memcpy(s->resident, kept, n);

@@ -393,12 +393,7 @@ int regc_zero3_place(regc_program *p)
         /* the per-parameter buffers no step names any more */
         for (int b = 0; b < n_bufs; b++)
             if (z.param_of[b] >= 0 || z.frozen_of[b] >= 0)
-                p->bufs[b] = (regc_buf){.kind = BUF_ARENA,
-                                        .first = -1,
-                                        .last = -1,
-                                        .inplace_of = -1,
-                                        .away = -1,
-                                        .back = -1};
+                p->bufs[b] = regc_buf_unplanned(BUF_ARENA, 0, 0);
     } else {
         for (int i = 0; i < z.n_out; i++)
             if (z.out[i].piece >= 0)

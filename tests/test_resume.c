@@ -517,6 +517,22 @@ static void test_bad_resume_directories(void **state)
         assert_int_equal(regc_test_write_file(f, orig, len), 0);
         free(orig), free(f);
     }
+    /* a grouping of the weight decay regc does not know */
+    char *f = path_in(ck, "trainer_state.json", NULL);
+    size_t len;
+    char *orig = regc_test_read_file(f, &len);
+    assert_non_null(orig);
+    char *at = strstr(orig, "\"weight_decay_params\":");
+    assert_non_null(at);
+    char *mangled = malloc(len + 16);
+    assert_non_null(mangled);
+    const char *value = strchr(at + 22, '"'); /* the value's opening quote */
+    const char *end = strchr(value + 1, '"');
+    int n = snprintf(mangled, len + 16, "%.*s\"norms\"%s", (int)(value - orig), orig, end + 1);
+    assert_int_equal(regc_test_write_file(f, mangled, (size_t)n), 0);
+    expect_refused(dir, ck, "\"weight_decay_params\" is not \"all\" or \"not_bias_norm\"", NULL);
+    assert_int_equal(regc_test_write_file(f, orig, len), 0);
+    free(mangled), free(orig), free(f);
     free(missing), free(out), free(ck), free(llama), free(llama_ck);
     assert_int_equal(regc_test_remove_tree(dir), 0);
     free(dir);

@@ -154,17 +154,6 @@ static int get_double(const cJSON *o, const char *key, const char *path, double 
     return REGC_OK;
 }
 
-/* A setting regc holds as a float (the rate, the decay), read back rounded
- * to one: a state file whose 15 digits name a neighbouring double (as
- * cJSON wrote them before add_exact) still reads as the run's value. */
-static int get_float(const cJSON *o, const char *key, const char *path, double *out)
-{
-    const int rc = get_double(o, key, path, out);
-    if (rc == REGC_OK)
-        *out = (double)(float)*out;
-    return rc;
-}
-
 static int get_hex_or_dec(const cJSON *o, const char *key, const char *path, int base,
                           uint64_t *out)
 {
@@ -206,8 +195,7 @@ static int read_state(const char *dir, regc_run_state *st)
             st->decay_params = k;
     /* written since AdamW's constants and DeepSpeed's schedules became
      * options; a checkpoint from before ran with torch's constants. AdamW's
-     * are floats in regc, read back rounded to one: older files name them
-     * in 15 digits, enough to name the float. */
+     * are floats in regc, read back rounded to one. */
     st->beta1 = (double)0.9f, st->beta2 = (double)0.999f, st->eps = (double)1e-8f;
     const struct {
         const char *key;
@@ -245,8 +233,8 @@ static int read_state(const char *dir, regc_run_state *st)
         (rc = get_int(train, "gradient_accumulation_steps", path, &st->grad_accum)) ||
         (rc = get_int(train, "warmup_steps", path, &st->warmup)) ||
         (rc = get_int(train, "data_tokens", path, &st->data_tokens)) ||
-        (rc = get_float(train, "lr", path, &st->lr)) ||
-        (rc = get_float(train, "weight_decay", path, &st->weight_decay)) ||
+        (rc = get_double(train, "lr", path, &st->lr)) ||
+        (rc = get_double(train, "weight_decay", path, &st->weight_decay)) ||
         (rc = get_double(train, "max_grad_norm", path, &st->max_grad_norm)) ||
         (rc = get_double(train, "min_lr_rate", path, &st->min_lr_rate)) ||
         (rc = get_hex_or_dec(train, "seed", path, 10, &st->seed)) ||
@@ -416,10 +404,11 @@ int regc_checkpoint_prune(const char *output_dir, int keep)
 
 /* ---------------------------------------------------------------- resuming */
 
-/* One setting in two states: equal, or within a few roundings, which is
- * how far apart the 15 digits an older state file wrote a double in
- * (min_lr_rate, a ratio) can read back; any setting given differently is
- * further apart. */
+/* One setting in two states: equal, or within a few roundings. A state
+ * file written before add_exact names a double in the 15 digits cJSON
+ * chose wherever they read back within one rounding (a rate of 2e-5, a
+ * float widened, or min_lr_rate, a ratio, read back as a neighbouring
+ * double); any setting given differently is further apart. */
 static int same_setting(double a, double b)
 {
     return a == b || fabs(a - b) <= 4.0 * DBL_EPSILON * fmax(fabs(a), fabs(b));

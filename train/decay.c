@@ -20,25 +20,22 @@
  * a rank's block holds its shard of every unit, and where a parameter
  * falls in it differs from rank to rank while every rank runs one program,
  * so each rank lists the parts it holds. */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "trainer.h"
 
 const char *const regc_decay_params_names[] = {"all", "not_bias_norm", NULL};
 
-/* The first place at or after `from` where `word` (lower case) stands in
- * s, whatever its case; NULL when nowhere. */
+/* The first place at or after `from` where `word` stands, whatever its
+ * case; NULL when nowhere. */
 static const char *find_nocase(const char *from, const char *word)
 {
-    for (; *from; from++) {
-        size_t k = 0;
-        while (word[k] && tolower((unsigned char)from[k]) == word[k])
-            k++;
-        if (!word[k])
+    const size_t len = strlen(word);
+    for (; *from; from++)
+        if (!strncasecmp(from, word, len))
             return from;
-    }
     return NULL;
 }
 
@@ -87,12 +84,6 @@ int regc_train_decayed_params(const regc_model *m, int params_kind, int64_t batc
     return REGC_OK;
 }
 
-static int cmp_range(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 int regc_trainer_no_decay(trainer *t, const regc_train_options *o)
 {
     free(t->no_decay);
@@ -121,7 +112,7 @@ int regc_trainer_no_decay(trainer *t, const regc_train_options *o)
         return rc;
     }
     /* in the block's order, neighbours joined: one AdamW call per run */
-    qsort(r, (size_t)k, 2 * sizeof *r, cmp_range);
+    qsort(r, (size_t)k, 2 * sizeof *r, regc_cmp_i64); /* by their starts */
     int runs = 0;
     for (int i = 0; i < k; i++) {
         if (runs > 0 && r[2 * i] <= r[2 * runs - 1]) {
