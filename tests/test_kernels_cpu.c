@@ -179,8 +179,8 @@ static double naive_gelu_grad(double x)
 
 /* One GEMM with padded leading dimensions against a triple loop in double;
  * the padding of C and aux must come back untouched. */
-static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t m, int64_t n,
-                            int64_t k, uint64_t seed)
+static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, float alpha, int64_t m,
+                            int64_t n, int64_t k, uint64_t seed)
 {
     const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 5, ldaux = n + 4;
     const int64_t a_rows = ta ? k : m, b_rows = tb ? n : k;
@@ -208,7 +208,7 @@ static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t 
         .ldb = ldb,
         .c = regc_test_upload(be, c0, (size_t)(m * ldc)),
         .ldc = ldc,
-        .alpha = 0.625f,
+        .alpha = alpha,
         .accumulate = acc,
         .epilogue = epi,
         .bias = regc_test_upload(be, bias, (size_t)n),
@@ -230,7 +230,7 @@ static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t 
             for (int64_t p = 0; p < k; p++)
                 s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
                      (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
-            double gv = 0.625 * s + (acc ? c0[i * ldc + j] : 0.0), out = gv;
+            double gv = (double)alpha * s + (acc ? c0[i * ldc + j] : 0.0), out = gv;
             double au = aux0[i * ldaux + j];
             switch (epi) {
             case REGC_EPI_BIAS: out = gv + bias[j]; break;
@@ -262,8 +262,8 @@ static void check_gemm_case(int ta, int tb, regc_epilogue epi, int acc, int64_t 
         want_bg[j] = s;
     }
     char what[128];
-    snprintf(what, sizeof what, "gemm ta=%d tb=%d epilogue=%d acc=%d m=%lld n=%lld k=%lld", ta, tb,
-             (int)epi, acc, (long long)m, (long long)n, (long long)k);
+    snprintf(what, sizeof what, "gemm ta=%d tb=%d epilogue=%d acc=%d alpha=%g m=%lld n=%lld k=%lld",
+             ta, tb, (int)epi, acc, (double)alpha, (long long)m, (long long)n, (long long)k);
     float *c_packed = regc_test_host_floats((size_t)(m * n)),
           *aux_packed = regc_test_host_floats((size_t)(m * n));
     for (int64_t i = 0; i < m; i++) {
@@ -293,35 +293,40 @@ static void test_gemm_all_transposes_and_epilogues(void **state)
         for (int tb = 0; tb < 2; tb++)
             for (int epi = REGC_EPI_NONE; epi <= REGC_EPI_BGRAD; epi++)
                 for (int acc = 0; acc < 2; acc++, seed += 10)
-                    check_gemm_case(ta, tb, (regc_epilogue)epi, acc, 9, 11, 7, seed);
+                    check_gemm_case(ta, tb, (regc_epilogue)epi, acc, 0.625f, 9, 11, 7, seed);
 }
 
 static void test_gemm_large_parallel_epilogues(void **state)
 {
     (void)state;
     /* big enough that the epilogue and the column sums run multi-threaded */
-    check_gemm_case(0, 0, REGC_EPI_BIAS_GELU_AUX, 0, 200, 190, 33, 7000);
-    check_gemm_case(1, 0, REGC_EPI_DGELU_BGRAD, 1, 200, 190, 33, 7100);
-    check_gemm_case(0, 1, REGC_EPI_BGRAD, 0, 190, 200, 300, 7200);
-    check_gemm_case(1, 1, REGC_EPI_BGRAD, 1, 150, 170, 260, 7300);
+    check_gemm_case(0, 0, REGC_EPI_BIAS_GELU_AUX, 0, 0.625f, 200, 190, 33, 7000);
+    check_gemm_case(1, 0, REGC_EPI_DGELU_BGRAD, 1, 0.625f, 200, 190, 33, 7100);
+    check_gemm_case(0, 1, REGC_EPI_BGRAD, 0, 0.625f, 190, 200, 300, 7200);
+    check_gemm_case(1, 1, REGC_EPI_BGRAD, 1, 0.625f, 150, 170, 260, 7300);
 }
 
 /* Shapes past every block of regc's packed GEMM at up to 3 threads: k over
  * two slices of 256 with a ragged end (an elementwise epilogue must wait
  * for the last), m over a 264-row block in each thread's rows (rows split),
  * n over a 4096-column block in each thread's columns (columns split), and
- * tile edges in both directions. */
+ * tile edges in both directions; at alpha 1 too, where whole tiles skip
+ * the kernel's buffer. */
 static void test_gemm_blocking_edges(void **state)
 {
     (void)state;
     static const regc_epilogue deep_k[4] = {REGC_EPI_NONE, REGC_EPI_BIAS_GELU_AUX, REGC_EPI_DGELU,
                                             REGC_EPI_GELU};
     uint64_t seed = 8000;
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++, seed += 10) {
-            check_gemm_case(ta, tb, deep_k[2 * ta + tb], ta ^ tb, 3 * 264 + 13, 45, 530, seed);
-            check_gemm_case(ta, tb, REGC_EPI_BIAS, ta, 14, 3 * 4096 + 45, 37, seed + 5);
-        }
+    static const float alphas[2] = {0.625f, 1.0f};
+    for (int s = 0; s < 2; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++, seed += 10) {
+                check_gemm_case(ta, tb, deep_k[2 * ta + tb], ta ^ tb, alphas[s], 3 * 264 + 13, 45,
+                                530, seed);
+                check_gemm_case(ta, tb, REGC_EPI_BIAS, ta, alphas[s], 14, 3 * 4096 + 45, 37,
+                                seed + 5);
+            }
 }
 
 static void test_gemm_empty_k(void **state)

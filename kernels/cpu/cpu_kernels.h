@@ -162,6 +162,11 @@ typedef struct {
     /* t[r * nr + c] = sum over p < kc of a[p][r] b[p][c], one panel of
      * each; t: [mr][nr], 64-byte aligned */
     void (*product)(float *restrict t, int64_t kc, const void *restrict a, const void *restrict b);
+    /* where not NULL, product's sums written straight into a whole mr x nr
+     * tile of C at c (row stride ldc): C = t, or C + t when `add` (the
+     * values of product and then sgemm_store_tile at alpha = 1) */
+    void (*product_c)(float *restrict c, int64_t ldc, int add, int64_t kc, const void *restrict a,
+                      const void *restrict b);
 } regc_cpu_gemm_kernel;
 
 /* The kernels (cpu_sgemm_avx512.c, cpu_sgemm_avx2.c, cpu_bgemm.c): fp32

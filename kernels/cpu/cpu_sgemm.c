@@ -98,13 +98,25 @@ static void sgemm_pack_b(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, c
     kern->pack_b(bpack, &h, 0, nc, 0, kc);
 }
 
+/* The elementwise epilogue on the rows x cols tile of C at [i, j] just
+ * finished, while it is in L1, and with out16 (the last slice of a C held
+ * in bf16) its rounding into out16->c. */
+static void sgemm_finish_tile(const regc_gemm *g, int64_t i, int64_t j, int rows, int cols,
+                              int epilogue, const regc_gemm *out16)
+{
+    if (epilogue)
+        for (int r = 0; r < rows; r++)
+            regc_cpu_apply_epilogue_span(g, i + r, j, cols);
+    if (out16)
+        for (int r = 0; r < rows; r++)
+            regc_cpu_store_bf16((uint16_t *)out16->c + (i + r) * out16->ldc + j,
+                                g->c + (i + r) * g->ldc + j, cols);
+}
+
 /* The rows x cols tile (at most MR x NR) of C at [i, j] becomes alpha * t
- * (t: [MR][nr]), added to what C holds when `add`; with `epilogue` the
- * elementwise epilogue follows while the tile is in L1, and with out16 (the
- * last slice of a C held in bf16) its rounding into out16->c. */
+ * (t: [MR][nr]), added to what C holds when `add`. */
 static void sgemm_store_tile(const regc_gemm *g, const float *restrict t, int nr, int64_t i,
-                             int64_t j, int rows, int cols, int add, int epilogue,
-                             const regc_gemm *out16)
+                             int64_t j, int rows, int cols, int add)
 {
     const float alpha = g->alpha;
     for (int r = 0; r < rows; r++) {
@@ -117,13 +129,25 @@ static void sgemm_store_tile(const regc_gemm *g, const float *restrict t, int nr
             for (int q = 0; q < cols; q++)
                 c[q] = alpha * tr[q];
     }
-    if (epilogue)
-        for (int r = 0; r < rows; r++)
-            regc_cpu_apply_epilogue_span(g, i + r, j, cols);
-    if (out16)
-        for (int r = 0; r < rows; r++)
-            regc_cpu_store_bf16((uint16_t *)out16->c + (i + r) * out16->ldc + j,
-                                g->c + (i + r) * g->ldc + j, cols);
+}
+
+/* One tile of C at [i, j] (rows x cols of it inside C): the product of
+ * the packed panels a and b over kc, stored (added when `add`), then
+ * finished. A whole tile at alpha = 1 goes from the kernel's registers
+ * straight into C where the kernel can (product_c: the same values);
+ * others through t, [MR][NR], aligned. */
+static inline __attribute__((always_inline)) void
+sgemm_tile(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, float *restrict t, int64_t kc,
+           const char *a, const char *b, int64_t i, int64_t j, int rows, int cols, int add,
+           int epilogue, const regc_gemm *out16)
+{
+    if (kern->product_c && rows == kern->mr && cols == kern->nr && g->alpha == 1.0f) {
+        kern->product_c(g->c + i * g->ldc + j, g->ldc, add, kc, a, b);
+    } else {
+        kern->product(t, kc, a, b);
+        sgemm_store_tile(g, t, kern->nr, i, j, rows, cols, add);
+    }
+    sgemm_finish_tile(g, i, j, rows, cols, epilogue, out16);
 }
 
 /* The rows x cols tile of C at [i, j], fetched for writing before its
@@ -236,8 +260,8 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
                 for (int64_t ir = 0; ir < mc; ir += mr, part++) {
                     const int rows = (int)sgemm_min(mc - ir, mr);
                     sgemm_prefetch_tile(g, m0 + ir, j0 + jr, rows, cols);
-                    kern->product(t, kc, apack + ir * stride, bpack + jr * stride);
-                    sgemm_store_tile(g, t, nr, m0 + ir, j0 + jr, rows, cols, add, epilogue, last16);
+                    sgemm_tile(g, kern, t, kc, apack + ir * stride, bpack + jr * stride, m0 + ir,
+                               j0 + jr, rows, cols, add, epilogue, last16);
                     if (next_kc > 0)
                         sgemm_prefetch_b(g, next_j0, next_nc, next_p0, next_kc, part, parts);
                 }
@@ -285,9 +309,8 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
                     for (int64_t ir = 0; ir < mc; ir += mr, part++) {
                         const int rows = (int)sgemm_min(mc - ir, mr);
                         sgemm_prefetch_tile(g, i0 + ir, j0 + jr, rows, cols);
-                        kern->product(t, kc, apack + ir * stride, bpack + jr * stride);
-                        sgemm_store_tile(g, t, nr, i0 + ir, j0 + jr, rows, cols, add, epilogue,
-                                         last16);
+                        sgemm_tile(g, kern, t, kc, apack + ir * stride, bpack + jr * stride,
+                                   i0 + ir, j0 + jr, rows, cols, add, epilogue, last16);
                         if (next_mc > 0)
                             sgemm_prefetch_a(g, i0 + SGEMM_MC, next_mc, p0, kc, part, parts);
                     }

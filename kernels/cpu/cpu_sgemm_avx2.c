@@ -48,10 +48,63 @@ static inline __m256 avx2_load8(const regc_gemm *g, const void *base, int bf16, 
     return g->bf16 ? regc_cpu_avx2_round_bf16(x) : x;
 }
 
+/* Rows i .. i+MR of op(A) for A stored [m, k], at columns p .. p+8 of
+ * its k, into d[q * MR + r] = op(A)[i + r, p + q]: six rows' vectors
+ * transposed in registers (two rows of zeros). Each column's six values
+ * are stored as eight, the two extra ones overwritten by the next column;
+ * the last column is stored as four and two, so nothing past d[8 * MR) is
+ * touched (masked stores are several times slower on Zen 3). */
+static void avx2_pack_a_rows6x8(float *restrict d, const regc_gemm *g, int64_t i, int64_t p)
+{
+    __m256 r[8];
+    for (int c = 0; c < AVX2_MR; c++)
+        r[c] = avx2_load8(g, g->a, g->a_bf16, (i + c) * g->lda + p);
+    r[6] = r[7] = _mm256_setzero_ps();
+    regc_cpu_transpose8(r);
+    for (int q = 0; q < 7; q++)
+        _mm256_storeu_ps(d + q * AVX2_MR, r[q]);
+    _mm_storeu_ps(d + 7 * AVX2_MR, _mm256_castps256_ps128(r[7]));
+    _mm_storel_pi((__m64 *)(d + 7 * AVX2_MR + 4), _mm256_extractf128_ps(r[7], 1));
+}
+
+/* The same for A stored [k, m], where a panel's MR values at one p are
+ * contiguous: read as eight where the row of A has them (the last panels
+ * of A as regc_cpu_pack_a_fp32 packs them), stored as four and two. */
+static void avx2_pack_a_cols(float *restrict d, const regc_gemm *g, int64_t i, int64_t p0,
+                             int64_t kc)
+{
+    for (int64_t p = 0; p < kc; p++) {
+        const __m256 x = avx2_load8(g, g->a, g->a_bf16, (p0 + p) * g->lda + i);
+        _mm_storeu_ps(d + p * AVX2_MR, _mm256_castps256_ps128(x));
+        _mm_storel_pi((__m64 *)(d + p * AVX2_MR + 4), _mm256_extractf128_ps(x, 1));
+    }
+}
+
+/* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows, each [kc][MR], in
+ * registers eight values at a time: A stored [m, k] (activations) read
+ * along its rows and transposed, A stored [k, m] copied six values a p.
+ * The rest (panels at the end of A, past which eight values would read)
+ * as regc_cpu_pack_a_fp32 packs it, which gives the same values. */
 static void avx2_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
                         int64_t kc)
 {
-    regc_cpu_pack_a_fp32(dst, g, i0, mc, p0, kc, AVX2_MR);
+    int64_t ir = 0;
+    if (g->trans_a)
+        for (; ir + AVX2_MR <= mc && i0 + ir + 8 <= g->m; ir += AVX2_MR)
+            avx2_pack_a_cols((float *)dst + ir * kc, g, i0 + ir, p0, kc);
+    else
+        for (; ir + AVX2_MR <= mc; ir += AVX2_MR) {
+            float *restrict d = (float *)dst + ir * kc; /* [kc][MR] */
+            int64_t p = 0;
+            for (; p + 8 <= kc; p += 8)
+                avx2_pack_a_rows6x8(d + p * AVX2_MR, g, i0 + ir, p0 + p);
+            for (; p < kc; p++) /* the end of k */
+                for (int r = 0; r < AVX2_MR; r++)
+                    d[p * AVX2_MR + r] =
+                        regc_cpu_gemm_value(g, g->a, g->a_bf16, (i0 + ir + r) * g->lda + p0 + p);
+        }
+    if (ir < mc)
+        regc_cpu_pack_a_fp32((float *)dst + ir * kc, g, i0 + ir, mc - ir, p0, kc, AVX2_MR);
 }
 
 /* For B stored [n, k]: columns j .. j+cols of op(B) (cols <= 8) at rows
@@ -109,14 +162,13 @@ static void avx2_pack_b(void *restrict dst, const regc_gemm *g, int64_t j0, int6
     }
 }
 
-/* The micro-kernel: t[r][c] = sum over p of a[p][r] * b[p][c], one fused
- * multiply-add per p, in 12 accumulators. a: [kc][MR] and b: [kc][NR],
- * packed. */
-static void avx2_product(float *restrict t, int64_t kc, const void *restrict ap,
-                         const void *restrict bp)
+/* The micro-kernel's sums: acc[r][h] = sum over p of a[p][r] * b[p][8h ..
+ * 8h+8], one fused multiply-add per p, in 12 accumulators. a: [kc][MR] and
+ * b: [kc][NR], packed. Inlined into both of its stores below, so the tile
+ * stays in registers. */
+static inline __attribute__((always_inline)) void
+avx2_sums(__m256 acc[AVX2_MR][2], int64_t kc, const float *restrict a, const float *restrict b)
 {
-    const float *restrict a = ap, *restrict b = bp;
-    __m256 acc[AVX2_MR][2]; /* the tile, row r in acc[r][0..1] */
 #pragma GCC unroll 6
     for (int r = 0; r < AVX2_MR; r++) {
         acc[r][0] = _mm256_setzero_ps();
@@ -133,11 +185,42 @@ static void avx2_product(float *restrict t, int64_t kc, const void *restrict ap,
             acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
         }
     }
+}
+
+/* t[r][c] = the tile's sums, t: [MR][NR]. */
+static void avx2_product(float *restrict t, int64_t kc, const void *restrict ap,
+                         const void *restrict bp)
+{
+    __m256 acc[AVX2_MR][2]; /* the tile, row r in acc[r][0..1] */
+    avx2_sums(acc, kc, ap, bp);
 #pragma GCC unroll 6
     for (int r = 0; r < AVX2_MR; r++) {
         _mm256_store_ps(t + r * AVX2_NR, acc[r][0]);
         _mm256_store_ps(t + r * AVX2_NR + 8, acc[r][1]);
     }
+}
+
+/* The whole tile of C at c (row stride ldc) = the sums, or C + them when
+ * `add`: straight from the registers, without avx2_product's trip through
+ * t (a few percent of a GEMM at m = 256). */
+static void avx2_product_c(float *restrict c, int64_t ldc, int add, int64_t kc,
+                           const void *restrict ap, const void *restrict bp)
+{
+    __m256 acc[AVX2_MR][2];
+    avx2_sums(acc, kc, ap, bp);
+    if (add)
+#pragma GCC unroll 6
+        for (int r = 0; r < AVX2_MR; r++) {
+            float *restrict row = c + r * ldc; /* [NR] */
+            _mm256_storeu_ps(row, _mm256_add_ps(_mm256_loadu_ps(row), acc[r][0]));
+            _mm256_storeu_ps(row + 8, _mm256_add_ps(_mm256_loadu_ps(row + 8), acc[r][1]));
+        }
+    else
+#pragma GCC unroll 6
+        for (int r = 0; r < AVX2_MR; r++) {
+            _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+            _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+        }
 }
 
 const regc_cpu_gemm_kernel regc_cpu_sgemm_avx2 = {
@@ -151,6 +234,7 @@ const regc_cpu_gemm_kernel regc_cpu_sgemm_avx2 = {
     .pack_a = avx2_pack_a,
     .pack_b = avx2_pack_b,
     .product = avx2_product,
+    .product_c = avx2_product_c,
 };
 
 #endif /* REGC_CPU_OWN_SGEMM */
