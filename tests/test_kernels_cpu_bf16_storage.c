@@ -106,6 +106,7 @@ static void expect_rounded(const char *what, const uint16_t *got, int64_t ld, co
 
 typedef struct {
     int ta, tb, acc;
+    float alpha; /* 0.625; 1 where a kernel writes whole tiles from its registers */
     regc_epilogue epi;
     int64_t m, n, k, lda, ldb, ldc, ldaux;
     float *a, *b, *c0, *bias, *aux0;
@@ -115,7 +116,8 @@ typedef struct {
 static storage_case make_case(int ta, int tb, regc_epilogue epi, int acc, int64_t m, int64_t n,
                               int64_t k, uint64_t seed)
 {
-    storage_case cs = {.ta = ta, .tb = tb, .acc = acc, .epi = epi, .m = m, .n = n, .k = k};
+    storage_case cs = {
+        .ta = ta, .tb = tb, .acc = acc, .alpha = 0.625f, .epi = epi, .m = m, .n = n, .k = k};
     cs.lda = (ta ? m : k) + 3, cs.ldb = (tb ? k : n) + 2, cs.ldc = n + 5, cs.ldaux = n + 4;
     const size_t na = (size_t)((ta ? k : m) * cs.lda), nb = (size_t)((tb ? n : k) * cs.ldb);
     cs.a = regc_test_host_uniform(na, seed + 1, 0.0f, 1.0f);
@@ -157,7 +159,7 @@ static gemm_out run_gemm(regc_backend *d, const storage_case *cs, int a16, int b
         .ldb = cs->ldb,
         .c = c16 ? (float *)upload16(d, cs->c16_0, nc) : regc_test_upload(d, cs->c0, nc),
         .ldc = cs->ldc,
-        .alpha = 0.625f,
+        .alpha = cs->alpha,
         .accumulate = cs->acc,
         .epilogue = cs->epi,
         .bias = regc_test_upload(d, cs->bias, (size_t)cs->n),
@@ -191,10 +193,10 @@ static void check_storage(regc_backend *d, const storage_case *cs)
         if (c16 && cs->acc)
             continue; /* refused: test_bf16_storage_refusals */
         snprintf(what, sizeof what,
-                 "gemm ta=%d tb=%d %s acc=%d m=%lld n=%lld k=%lld, A %s, B %s, C %s", cs->ta,
-                 cs->tb, regc_epilogue_name(cs->epi), cs->acc, (long long)cs->m, (long long)cs->n,
-                 (long long)cs->k, a16 ? "bf16" : "fp32", b16 ? "bf16" : "fp32",
-                 c16 ? "bf16" : "fp32");
+                 "gemm ta=%d tb=%d %s acc=%d alpha=%g m=%lld n=%lld k=%lld, A %s, B %s, C %s",
+                 cs->ta, cs->tb, regc_epilogue_name(cs->epi), cs->acc, (double)cs->alpha,
+                 (long long)cs->m, (long long)cs->n, (long long)cs->k, a16 ? "bf16" : "fp32",
+                 b16 ? "bf16" : "fp32", c16 ? "bf16" : "fp32");
         const gemm_out got = run_gemm(d, cs, a16, b16, c16);
         if (c16) {
             expect_rounded(what, got.c16, cs->ldc, ref.c, cs->ldc, cs->m, cs->n);
@@ -232,6 +234,14 @@ static void test_bf16_gemm_storage(void **state)
                     check_storage(be, &cs);
                     free_case(&cs);
                 }
+    /* alpha 1, where whole tiles go from the kernel's registers into C */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++, seed += 10) {
+            storage_case cs = make_case(ta, tb, REGC_EPI_BIAS_GELU_AUX, 0, 275, 33, 531, seed);
+            cs.alpha = 1.0f;
+            check_storage(be, &cs);
+            free_case(&cs);
+        }
 }
 
 /* One thread gives the bits two do, bf16 C and operands included: regc's
