@@ -54,6 +54,8 @@ static int64_t sgemm_round_up(int64_t x, int64_t unit) { return (x + unit - 1) /
 
 static int64_t sgemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+static int64_t sgemm_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
 /* One thread's packing buffers for g: an A block and a B block, each a
  * whole number of cache lines, no larger than g needs, and where B is held
  * in NF4 room for a slice of op(B) dequantised before it is packed. */
@@ -167,58 +169,72 @@ static inline __attribute__((always_inline)) void sgemm_prefetch_tile(const regc
     }
 }
 
-/* Part `part` of `parts` of the cache lines of x[r0 .. r0+rows, c0 .. c0+cols]
- * (row stride ld), fetched ahead of their packing while tiles are
- * multiplied: the parts spread the fetches, which the hardware then serves
+/* The cache lines of x[r0 .. r0+rows, c0 .. c0+cols] (row stride ld),
+ * fetched ahead of their packing while tiles are multiplied, a few lines
+ * after each tile (sgemm_fetch_some): spread out, the fetches are served
  * beside the arithmetic rather than as one burst. Into L1 (T0): on AMD
  * Zen 5, lines fetched for L2 alone (T1, T2) were read back two to four
  * times slower than those, where their rows lie pages apart as op(B)'s
- * rows of weights [k, n] do. Always inlined: GCC takes a function that only
- * prefetches for one without effects and drops its calls. */
-static inline __attribute__((always_inline)) void
-sgemm_prefetch_rect(const void *x, int64_t elem, int64_t ld, int64_t r0, int64_t rows, int64_t c0,
-                    int64_t cols, int64_t part, int64_t parts)
+ * rows of weights [k, n] do. */
+typedef struct {
+    const char *x;             /* the rectangle's first value */
+    int64_t row_bytes;         /* bytes between its rows */
+    int64_t rows, span;        /* its rows, and the bytes of one */
+    int64_t per_row, per_call; /* lines a row can touch, lines a call fetches */
+    int64_t r, l;              /* the next line: line l of row r */
+} sgemm_fetch;
+
+/* A walk over the rectangle in `calls` calls of sgemm_fetch_some; a
+ * rectangle with no rows or columns fetches nothing. */
+static void sgemm_fetch_start(sgemm_fetch *f, const void *x, int64_t elem, int64_t ld, int64_t r0,
+                              int64_t rows, int64_t c0, int64_t cols, int64_t calls)
 {
-    /* lines a row can touch: its bytes, plus one where it starts mid-line */
-    const int64_t per_row = (cols * elem + 63) / 64 + 1;
-    const int64_t lo = rows * per_row * part / parts, hi = rows * per_row * (part + 1) / parts;
-    int64_t r = lo / per_row, l = lo % per_row;
-    for (int64_t t = lo; t < hi; r++, l = 0) {
-        const char *row = (const char *)x + ((r0 + r) * ld + c0) * elem; /* [cols] values */
+    f->rows = cols > 0 ? rows : 0;
+    f->x = (const char *)x + (f->rows > 0 ? (r0 * ld + c0) * elem : 0); /* never past x */
+    f->row_bytes = ld * elem;
+    f->span = cols * elem;
+    f->per_row = (f->span + 63) / 64 + 1; /* one more where a row starts mid-line */
+    f->per_call = f->rows > 0 ? (f->rows * f->per_row + calls - 1) / calls : 0;
+    f->r = f->l = 0;
+}
+
+/* The walk's next per_call lines. Always inlined: GCC takes a function
+ * that only prefetches for one without effects and drops its calls. */
+static inline __attribute__((always_inline)) void sgemm_fetch_some(sgemm_fetch *f)
+{
+    for (int64_t t = 0; t < f->per_call && f->r < f->rows; t++) {
+        const char *row = f->x + f->r * f->row_bytes; /* [span] bytes */
         const uintptr_t first = (uintptr_t)row & ~(uintptr_t)63,
-                        last = (uintptr_t)(row + (cols - 1) * elem);
-        for (; l < per_row && t < hi; l++, t++)
-            if (first + 64 * (uintptr_t)l <= last)
-                __builtin_prefetch((const void *)(first + 64 * (uintptr_t)l), 0, 3);
+                        last = (uintptr_t)(row + f->span - 1);
+        if (first + 64 * (uintptr_t)f->l <= last)
+            __builtin_prefetch((const void *)(first + 64 * (uintptr_t)f->l), 0, 3);
+        if (++f->l == f->per_row)
+            f->l = 0, f->r++;
     }
 }
 
-/* Part `part` of `parts` of op(A)[i0 .. i0+mc, p0 .. p0+kc] as stored. */
-static inline __attribute__((always_inline)) void sgemm_prefetch_a(const regc_gemm *g, int64_t i0,
-                                                                   int64_t mc, int64_t p0,
-                                                                   int64_t kc, int64_t part,
-                                                                   int64_t parts)
+/* The walk over op(A)[i0 .. i0+mc, p0 .. p0+kc] as stored. */
+static void sgemm_fetch_a(sgemm_fetch *f, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
+                          int64_t kc, int64_t calls)
 {
     const int64_t elem = g->a_bf16 ? 2 : 4; /* bytes of a value as stored */
     if (g->trans_a)                         /* A is [k, m] */
-        sgemm_prefetch_rect(g->a, elem, g->lda, p0, kc, i0, mc, part, parts);
+        sgemm_fetch_start(f, g->a, elem, g->lda, p0, kc, i0, mc, calls);
     else
-        sgemm_prefetch_rect(g->a, elem, g->lda, i0, mc, p0, kc, part, parts);
+        sgemm_fetch_start(f, g->a, elem, g->lda, i0, mc, p0, kc, calls);
 }
 
-/* Part `part` of `parts` of op(B)[p0 .. p0+kc, j0 .. j0+nc] as stored. */
-static inline __attribute__((always_inline)) void sgemm_prefetch_b(const regc_gemm *g, int64_t j0,
-                                                                   int64_t nc, int64_t p0,
-                                                                   int64_t kc, int64_t part,
-                                                                   int64_t parts)
+/* The walk over op(B)[p0 .. p0+kc, j0 .. j0+nc] as stored. */
+static void sgemm_fetch_b(sgemm_fetch *f, const regc_gemm *g, int64_t j0, int64_t nc, int64_t p0,
+                          int64_t kc, int64_t calls)
 {
     const int64_t elem = g->b_bf16 ? 2 : 4;
     if (g->b_nf4) /* its bytes are not laid out as values */
-        return;
-    if (g->trans_b) /* B is [n, k] */
-        sgemm_prefetch_rect(g->b, elem, g->ldb, j0, nc, p0, kc, part, parts);
+        sgemm_fetch_start(f, g->b, 1, 0, 0, 0, 0, 0, calls);
+    else if (g->trans_b) /* B is [n, k] */
+        sgemm_fetch_start(f, g->b, elem, g->ldb, j0, nc, p0, kc, calls);
     else
-        sgemm_prefetch_rect(g->b, elem, g->ldb, p0, kc, j0, nc, part, parts);
+        sgemm_fetch_start(f, g->b, elem, g->ldb, p0, kc, j0, nc, calls);
 }
 
 /* sgemm_compute_block where the rows fit one A block (m1 - m0 <= MC), as
@@ -253,17 +269,17 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
             const int64_t next_p0 = j0 + strip < n1 ? p0 : p0 + kern->kc;
             const int64_t next_nc = sgemm_min(n1 - next_j0, strip);
             const int64_t next_kc = sgemm_min(g->k - next_p0, kern->kc); /* <= 0 past k */
-            const int64_t parts = (nc + nr - 1) / nr * tiles;
-            int64_t part = 0;
+            sgemm_fetch next;
+            sgemm_fetch_b(&next, g, next_j0, next_nc, next_p0, sgemm_max(next_kc, 0),
+                          (nc + nr - 1) / nr * tiles);
             for (int64_t jr = 0; jr < nc; jr += nr) {
                 const int cols = (int)sgemm_min(nc - jr, nr);
-                for (int64_t ir = 0; ir < mc; ir += mr, part++) {
+                for (int64_t ir = 0; ir < mc; ir += mr) {
                     const int rows = (int)sgemm_min(mc - ir, mr);
                     sgemm_prefetch_tile(g, m0 + ir, j0 + jr, rows, cols);
                     sgemm_tile(g, kern, t, kc, apack + ir * stride, bpack + jr * stride, m0 + ir,
                                j0 + jr, rows, cols, add, epilogue, last16);
-                    if (next_kc > 0)
-                        sgemm_prefetch_b(g, next_j0, next_nc, next_p0, next_kc, part, parts);
+                    sgemm_fetch_some(&next);
                 }
             }
         }
@@ -302,17 +318,17 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
                  * with m in the tens of thousands (the vocabulary) op(A) is
                  * too large to stay in the caches from the kernel before */
                 const int64_t next_mc = sgemm_min(m1 - i0 - SGEMM_MC, SGEMM_MC); /* <= 0: none */
-                const int64_t parts = (nc + nr - 1) / nr * ((mc + mr - 1) / mr);
-                int64_t part = 0;
+                sgemm_fetch next;
+                sgemm_fetch_a(&next, g, i0 + SGEMM_MC, sgemm_max(next_mc, 0), p0, kc,
+                              (nc + nr - 1) / nr * ((mc + mr - 1) / mr));
                 for (int64_t jr = 0; jr < nc; jr += nr) {
                     const int cols = (int)sgemm_min(nc - jr, nr);
-                    for (int64_t ir = 0; ir < mc; ir += mr, part++) {
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int rows = (int)sgemm_min(mc - ir, mr);
                         sgemm_prefetch_tile(g, i0 + ir, j0 + jr, rows, cols);
                         sgemm_tile(g, kern, t, kc, apack + ir * stride, bpack + jr * stride,
                                    i0 + ir, j0 + jr, rows, cols, add, epilogue, last16);
-                        if (next_mc > 0)
-                            sgemm_prefetch_a(g, i0 + SGEMM_MC, next_mc, p0, kc, part, parts);
+                        sgemm_fetch_some(&next);
                     }
                 }
             }
