@@ -33,9 +33,10 @@
  *
  * A kernel (regc_cpu_gemm_kernel) brings the tile, the packed format and
  * the micro-kernel, each in a file built for its instructions
- * (cpu_sgemm_avx512.c, cpu_sgemm_avx2.c, cpu_bgemm.c); this file is
- * portable C, the loops and the stores of C, whose cost grows with m n
- * rather than m n k.
+ * (cpu_sgemm_avx512.c, cpu_sgemm_avx2.c, cpu_bgemm.c), and may store a
+ * whole tile into C itself, from its registers (product_c); this file is
+ * portable C, the loops and the other stores of C, whose cost grows with
+ * m n rather than m n k.
  *
  * A B held in NF4 (b_nf4) is dequantised a slice at a time as it is
  * packed (sgemm_pack_b). */
