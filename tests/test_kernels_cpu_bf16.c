@@ -434,6 +434,80 @@ static void test_bf16_vector_rounding_matches_scalar(void **state)
 #endif
 }
 
+/* The AVX2 packing of op(A) (regc_cpu_avx2_pack_a: the AVX2 kernel's
+ * panels of 6 rows and the AVX-512 kernel's of 12) lays out what the
+ * scalar regc_cpu_pack_a_fp32 does, byte for byte: both layouts of A,
+ * fp32 and bf16-held, with and without a bf16 GEMM's rounding (edge
+ * inputs among the values), blocks starting inside A and ending at its
+ * edge, and k ragged against the eight values read at a time. A and the
+ * panels are allocated to their last byte, so a read or write past either
+ * is the sanitizers' to see. */
+static void test_avx2_pack_a_matches_scalar(void **state)
+{
+    (void)state;
+#ifdef REGC_CPU_OWN_SGEMM
+    if (!regc_backend_cpu_gemm_runs("avx2")) {
+        print_message("AVX2 packing: not tested, this CPU lacks AVX2\n");
+        skip();
+    }
+    static const int64_t sizes[][2] = {{13, 37}, {72, 16}, {50, 9}, {8, 300}, {25, 256}}; /* m, k */
+    uint64_t seed = 41000;
+    int cases = 0;
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int a16 = 0; a16 < 2; a16++)
+                for (int bf16 = 0; bf16 < 2; bf16++)
+                    for (int mr = 6; mr <= 12; mr += 6) {
+                        const int64_t m = sizes[z][0], k = sizes[z][1];
+                        float *a = regc_test_host_uniform((size_t)(m * k), seed++, 0.0f, 2.0f);
+                        for (int i = 0; i < N_EDGE && i < m * k; i++) /* spread through A */
+                            memcpy(&a[i * 7 % (m * k)], &edge_bits[i], sizeof(float));
+                        uint16_t *a_bits = malloc((size_t)(m * k) * sizeof *a_bits);
+                        assert_non_null(a_bits);
+                        for (int64_t i = 0; i < m * k; i++)
+                            a_bits[i] = regc_bf16_bits(a[i]);
+                        regc_gemm g = {.trans_a = ta,
+                                       .m = m,
+                                       .k = k,
+                                       .a = a16 ? (const float *)a_bits : a,
+                                       .lda = ta ? m : k, /* A [k, m] or [m, k], unpadded */
+                                       .a_bf16 = a16,
+                                       .bf16 = bf16};
+                        const int64_t starts[3] = {0, 7, m / 2}, k_starts[2] = {0, 3};
+                        for (int si = 0; si < 3; si++)
+                            for (int whole = 0; whole < 2; whole++)
+                                for (int sk = 0; sk < 2; sk++) {
+                                    const int64_t i0 = starts[si] < m ? starts[si] : 0;
+                                    const int64_t mc = whole || m - i0 < 2 * mr + 1
+                                                           ? m - i0
+                                                           : 2 * mr + 1; /* to the edge, or not */
+                                    const int64_t p0 = k_starts[sk] < k ? k_starts[sk] : 0;
+                                    const int64_t kc = k - p0 - (sk && k - p0 > 9 ? 5 : 0);
+                                    const size_t n = (size_t)((mc + mr - 1) / mr * mr * kc);
+                                    float *want = malloc(n * sizeof *want),
+                                          *got = malloc(n * sizeof *got);
+                                    assert_non_null(want);
+                                    assert_non_null(got);
+                                    regc_cpu_pack_a_fp32(want, &g, i0, mc, p0, kc, mr);
+                                    regc_cpu_avx2_pack_a(got, &g, i0, mc, p0, kc, mr);
+                                    if (memcmp(want, got, n * sizeof *got))
+                                        fail_msg("AVX2 pack of A: m=%lld k=%lld ta=%d a_bf16=%d "
+                                                 "bf16=%d mr=%d i0=%lld mc=%lld p0=%lld kc=%lld "
+                                                 "differs from the scalar pack",
+                                                 (long long)m, (long long)k, ta, a16, bf16, mr,
+                                                 (long long)i0, (long long)mc, (long long)p0,
+                                                 (long long)kc);
+                                    free(want), free(got);
+                                    cases++;
+                                }
+                        free(a_bits); /* a: released after the test */
+                    }
+    assert_true(cases > 0);
+#else
+    skip(); /* no kernels of regc's own in this build */
+#endif
+}
+
 /* What the GEMM makes of x * 1 for each edge input x, through op(A) (a
  * column, m of them) and op(B) (a row, n of them) in every layout: x as
  * regc_round_bf16 rounds it. The AVX-512 BF16 product counts a subnormal
@@ -530,6 +604,7 @@ int main(void)
         regc_test_with_buffers(test_bf16_blocking_edges_parallel),
         regc_test_with_buffers(test_bf16_differs_from_fp32),
         regc_test_with_buffers(test_bf16_vector_rounding_matches_scalar),
+        regc_test_with_buffers(test_avx2_pack_a_matches_scalar),
         regc_test_with_buffers(test_bf16_gemm_rounds_like_regc_round_bf16),
         regc_test_with_buffers(test_bf16_subnormal_product),
         regc_test_with_buffers(test_bf16_does_not_depend_on_thread_count),

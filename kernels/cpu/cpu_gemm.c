@@ -299,9 +299,11 @@ static int cpu_gemm_runs(const cpu_gemm_choice *c)
         return 1;
 #ifdef REGC_CPU_OWN_SGEMM
     __builtin_cpu_init();
+    /* the AVX-512 kernel packs op(A) with AVX2's instructions, which every
+     * AVX-512 CPU has; asked all the same */
     const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                       __builtin_cpu_supports("fma");
+                       __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
     switch (c->needs) {
     case NEEDS_AVX512_BF16: return avx512 && __builtin_cpu_supports("avx512bf16");
     case NEEDS_AVX512: return avx512;

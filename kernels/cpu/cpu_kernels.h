@@ -238,6 +238,12 @@ static inline void regc_cpu_pack_a_fp32(float *restrict dst, const regc_gemm *g,
         }
     }
 }
+
+/* regc_cpu_pack_a_fp32, the same values, in AVX2's registers eight at a
+ * time for mr = 6 or 12 (cpu_sgemm_avx2.c; the AVX2 and AVX-512 kernels'
+ * tiles); only on a CPU with AVX2. */
+void regc_cpu_avx2_pack_a(float *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc,
+                          int64_t p0, int64_t kc, int mr);
 #endif
 /* The elementwise epilogue (BIAS, GELU, GELU_AUX, BIAS_GELU_AUX, DGELU) on
  * C[i, j0 .. j0+len) and aux, C holding G; other kinds leave C as it is. */

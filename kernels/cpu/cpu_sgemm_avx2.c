@@ -48,63 +48,95 @@ static inline __m256 avx2_load8(const regc_gemm *g, const void *base, int bf16, 
     return g->bf16 ? regc_cpu_avx2_round_bf16(x) : x;
 }
 
-/* Rows i .. i+MR of op(A) for A stored [m, k], at columns p .. p+8 of
- * its k, into d[q * MR + r] = op(A)[i + r, p + q]: six rows' vectors
- * transposed in registers (two rows of zeros). Each column's six values
- * are stored as eight, the two extra ones overwritten by the next column;
- * the last column is stored as four and two, so nothing past d[8 * MR) is
- * touched (masked stores are several times slower on Zen 3). */
-static void avx2_pack_a_rows6x8(float *restrict d, const regc_gemm *g, int64_t i, int64_t p)
+/* Six floats of x at d: four and two, nothing past d[6). */
+static inline void avx2_store6(float *d, __m256 x)
 {
-    __m256 r[8];
-    for (int c = 0; c < AVX2_MR; c++)
-        r[c] = avx2_load8(g, g->a, g->a_bf16, (i + c) * g->lda + p);
-    r[6] = r[7] = _mm256_setzero_ps();
-    regc_cpu_transpose8(r);
-    for (int q = 0; q < 7; q++)
-        _mm256_storeu_ps(d + q * AVX2_MR, r[q]);
-    _mm_storeu_ps(d + 7 * AVX2_MR, _mm256_castps256_ps128(r[7]));
-    _mm_storel_pi((__m64 *)(d + 7 * AVX2_MR + 4), _mm256_extractf128_ps(r[7], 1));
+    _mm_storeu_ps(d, _mm256_castps256_ps128(x));
+    _mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(x, 1));
 }
 
-/* The same for A stored [k, m], where a panel's MR values at one p are
- * contiguous: read as eight where the row of A has them (the last panels
- * of A as regc_cpu_pack_a_fp32 packs them), stored as four and two. */
-static void avx2_pack_a_cols(float *restrict d, const regc_gemm *g, int64_t i, int64_t p0,
-                             int64_t kc)
+/* Rows i .. i+6G of op(A) for A stored [m, k], at columns p .. p+8 of its
+ * k, into a panel of mr = 6G rows: d[q * mr + r] = op(A)[i + r, p + q].
+ * Each group of six rows is transposed in registers (two rows of zeros);
+ * each column's six values are stored as eight, the two extra ones
+ * overwritten by the next group or column, in that order, except the last
+ * (four and two), so nothing past d[8 * mr) is touched (masked stores are
+ * several times slower on Zen 3). */
+static inline __attribute__((always_inline)) void
+avx2_pack_a_rows8(float *restrict d, int groups, const regc_gemm *g, int64_t i, int64_t p)
 {
-    for (int64_t p = 0; p < kc; p++) {
-        const __m256 x = avx2_load8(g, g->a, g->a_bf16, (p0 + p) * g->lda + i);
-        _mm_storeu_ps(d + p * AVX2_MR, _mm256_castps256_ps128(x));
-        _mm_storel_pi((__m64 *)(d + p * AVX2_MR + 4), _mm256_extractf128_ps(x, 1));
+    const int mr = 6 * groups;
+    __m256 r[2][8]; /* [group][column], groups <= 2 */
+    for (int h = 0; h < groups; h++) {
+        for (int c = 0; c < 6; c++)
+            r[h][c] = avx2_load8(g, g->a, g->a_bf16, (i + 6 * h + c) * g->lda + p);
+        r[h][6] = r[h][7] = _mm256_setzero_ps();
+        regc_cpu_transpose8(r[h]);
     }
+    for (int q = 0; q < 8; q++)
+        for (int h = 0; h < groups; h++) {
+            if (q == 7 && h == groups - 1)
+                avx2_store6(d + q * mr + 6 * h, r[h][q]);
+            else
+                _mm256_storeu_ps(d + q * mr + 6 * h, r[h][q]);
+        }
 }
 
-/* op(A)[i0 .. i0+mc, p0 .. p0+kc] as panels of MR rows, each [kc][MR], in
- * registers eight values at a time: A stored [m, k] (activations) read
- * along its rows and transposed, A stored [k, m] copied six values a p.
- * The rest (panels at the end of A, past which eight values would read)
- * as regc_cpu_pack_a_fp32 packs it, which gives the same values. */
+/* A panel of mr = 6G rows of op(A) from row i, for A stored [k, m], where
+ * a group's six values at one p are contiguous: read as eight (the caller
+ * sees that the row of A has them), stored as four and two. */
+static inline __attribute__((always_inline)) void avx2_pack_a_cols(float *restrict d, int groups,
+                                                                   const regc_gemm *g, int64_t i,
+                                                                   int64_t p0, int64_t kc)
+{
+    for (int64_t p = 0; p < kc; p++)
+        for (int h = 0; h < groups; h++)
+            avx2_store6(d + p * 6 * groups + 6 * h,
+                        avx2_load8(g, g->a, g->a_bf16, (p0 + p) * g->lda + i + 6 * h));
+}
+
+/* regc_cpu_pack_a_fp32 with mr six rows a group, in registers eight values
+ * at a time where it can. */
+static inline __attribute__((always_inline)) void avx2_pack_a_groups(float *restrict dst,
+                                                                     int groups, const regc_gemm *g,
+                                                                     int64_t i0, int64_t mc,
+                                                                     int64_t p0, int64_t kc)
+{
+    const int mr = 6 * groups;
+    int64_t ir = 0;
+    if (g->trans_a) /* the last group's eight values within A's row */
+        for (; ir + mr <= mc && i0 + ir + mr + 2 <= g->m; ir += mr)
+            avx2_pack_a_cols(dst + ir * kc, groups, g, i0 + ir, p0, kc);
+    else
+        for (; ir + mr <= mc; ir += mr) {
+            float *restrict d = dst + ir * kc; /* [kc][mr] */
+            int64_t p = 0;
+            for (; p + 8 <= kc; p += 8)
+                avx2_pack_a_rows8(d + p * mr, groups, g, i0 + ir, p0 + p);
+            for (; p < kc; p++) /* the end of k */
+                for (int r = 0; r < mr; r++)
+                    d[p * mr + r] =
+                        regc_cpu_gemm_value(g, g->a, g->a_bf16, (i0 + ir + r) * g->lda + p0 + p);
+        }
+    if (ir < mc) /* panels at the end of A, past which eight values would read */
+        regc_cpu_pack_a_fp32(dst + ir * kc, g, i0 + ir, mc - ir, p0, kc, mr);
+}
+
+void regc_cpu_avx2_pack_a(float *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc,
+                          int64_t p0, int64_t kc, int mr)
+{
+    if (mr == 6)
+        avx2_pack_a_groups(dst, 1, g, i0, mc, p0, kc);
+    else if (mr == 12)
+        avx2_pack_a_groups(dst, 2, g, i0, mc, p0, kc);
+    else
+        regc_cpu_pack_a_fp32(dst, g, i0, mc, p0, kc, mr);
+}
+
 static void avx2_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
                         int64_t kc)
 {
-    int64_t ir = 0;
-    if (g->trans_a)
-        for (; ir + AVX2_MR <= mc && i0 + ir + 8 <= g->m; ir += AVX2_MR)
-            avx2_pack_a_cols((float *)dst + ir * kc, g, i0 + ir, p0, kc);
-    else
-        for (; ir + AVX2_MR <= mc; ir += AVX2_MR) {
-            float *restrict d = (float *)dst + ir * kc; /* [kc][MR] */
-            int64_t p = 0;
-            for (; p + 8 <= kc; p += 8)
-                avx2_pack_a_rows6x8(d + p * AVX2_MR, g, i0 + ir, p0 + p);
-            for (; p < kc; p++) /* the end of k */
-                for (int r = 0; r < AVX2_MR; r++)
-                    d[p * AVX2_MR + r] =
-                        regc_cpu_gemm_value(g, g->a, g->a_bf16, (i0 + ir + r) * g->lda + p0 + p);
-        }
-    if (ir < mc)
-        regc_cpu_pack_a_fp32((float *)dst + ir * kc, g, i0 + ir, mc - ir, p0, kc, AVX2_MR);
+    regc_cpu_avx2_pack_a(dst, g, i0, mc, p0, kc, AVX2_MR);
 }
 
 /* For B stored [n, k]: columns j .. j+cols of op(B) (cols <= 8) at rows

@@ -38,10 +38,13 @@ static inline __m512 sgemm_values(const regc_gemm *g, __m512 x)
     return g->bf16 ? _mm512_castsi512_ps(regc_cpu_round_bf16_bits(x)) : x;
 }
 
+/* op(A) as panels of MR rows: AVX2's packing (an AVX-512 CPU has AVX2),
+ * the values regc_cpu_pack_a_fp32 gives (tests/test_kernels_cpu_bf16.c
+ * checks the two byte for byte on any CPU with AVX2) */
 static void sgemm_pack_a(void *restrict dst, const regc_gemm *g, int64_t i0, int64_t mc, int64_t p0,
                          int64_t kc)
 {
-    regc_cpu_pack_a_fp32(dst, g, i0, mc, p0, kc, SGEMM_MR);
+    regc_cpu_avx2_pack_a(dst, g, i0, mc, p0, kc, SGEMM_MR);
 }
 
 /* For B stored [n, k]: 16 columns of op(B) from column j, rows p .. p+depth
