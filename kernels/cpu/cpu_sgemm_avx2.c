@@ -16,6 +16,11 @@
  * copied. The products of rounded values are exact in fp32 and summed in
  * it, as every bf16 GEMM of regc.
  *
+ * A whole tile at alpha 1 goes from the accumulators straight into C
+ * (avx2_product_c); op(A) is packed eight values at a time through 8 x 8
+ * transposes in registers (regc_cpu_avx2_pack_a, which also packs the
+ * AVX-512 kernel's panels of 12 rows).
+ *
  * Built for AVX2 and FMA whatever the build targets (the pragma below),
  * and run only where CPUID reports both (cpu_gemm.c). */
 #include "cpu_kernels.h"
