@@ -405,22 +405,20 @@ static void three_steps(regc_level level, int refusing, float *loss)
         be->capture_begin = refuse_capture;
         be->capture_end = NULL, be->graph_launch = NULL, be->graph_free = NULL;
     }
-    size_t bytes = (size_t)regc_model_total_numel(m) * sizeof(float);
-    float *block[4];
-    for (int k = 0; k < 4; k++) {
-        block[k] = be->alloc(be, bytes);
-        be->fill(be, block[k], bytes / sizeof(float), k == 0 ? 0.02f : 0.0f);
-    }
-    void *inputs[8] = {0};
+    regc_test_state st;
+    regc_test_state_alloc(be, m, 0.02f, &st);
     assert_true(regc_program_n_inputs(p) <= 8);
     for (int i = 0; i < regc_program_n_inputs(p); i++) {
         size_t b = (size_t)regc_tensor_bytes(regc_program_input(p, i));
-        inputs[i] = be->alloc(be, b);
-        memset(inputs[i], 0, b);
-        ((int32_t *)inputs[i])[0] = 7; /* one other token */
+        st.inputs[i] = be->alloc(be, b);
+        memset(st.inputs[i], 0, b);
+        ((int32_t *)st.inputs[i])[0] = 7; /* one other token */
     }
-    regc_program_memory mem = {
-        .params = block[0], .grads = block[1], .m = block[2], .v = block[3], .inputs = inputs};
+    regc_program_memory mem = {.params = st.block[0],
+                               .grads = st.block[1],
+                               .m = st.block[2],
+                               .v = st.block[3],
+                               .inputs = st.inputs};
     assert_int_equal(regc_program_bind(p, be, &mem), 0);
     for (int s = 0; s < 3; s++) {
         assert_int_equal(regc_program_run(p), 0);
@@ -429,11 +427,7 @@ static void three_steps(regc_level level, int refusing, float *loss)
     }
     assert_true(regc_program_capture_ms(p) == 0.0);
     regc_program_free(p);
-    for (int i = 0; i < 8; i++)
-        if (inputs[i])
-            be->free(be, inputs[i]);
-    for (int k = 0; k < 4; k++)
-        be->free(be, block[k]);
+    regc_test_state_free(be, &st);
     regc_backend_free(be);
     regc_model_free(m);
 }

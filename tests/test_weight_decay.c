@@ -182,12 +182,8 @@ static void test_bad_ranges_refused(void **state)
     const int64_t n = regc_model_total_numel(m);
     regc_backend *be = regc_backend_new("cpu", 1);
     assert_non_null(be);
-    float *block[4];
-    for (int k = 0; k < 4; k++) {
-        block[k] = be->alloc(be, (size_t)n * sizeof(float));
-        be->fill(be, block[k], (size_t)n, 0.0f);
-    }
-    void *inputs[8] = {0};
+    regc_test_state st;
+    regc_test_state_alloc(be, m, 0.0f, &st);
     const int64_t descending[] = {10, 5}, overlapping[] = {0, 10, 5, 20}, past[] = {0, n + 1};
     const struct {
         const int64_t *r;
@@ -203,24 +199,20 @@ static void test_bad_ranges_refused(void **state)
         regc_program *p = NULL;
         assert_int_equal(regc_program_compile(m, 2, 8, &o, &p, NULL), REGC_OK);
         for (int i = 0; i < regc_program_n_inputs(p); i++)
-            if (!inputs[i])
-                inputs[i] = be->alloc(be, (size_t)regc_tensor_bytes(regc_program_input(p, i)));
-        regc_program_memory mem = {.params = block[0],
-                                   .grads = block[1],
-                                   .m = block[2],
-                                   .v = block[3],
-                                   .inputs = inputs,
+            if (!st.inputs[i])
+                st.inputs[i] = be->alloc(be, (size_t)regc_tensor_bytes(regc_program_input(p, i)));
+        regc_program_memory mem = {.params = st.block[0],
+                                   .grads = st.block[1],
+                                   .m = st.block[2],
+                                   .v = st.block[3],
+                                   .inputs = st.inputs,
                                    .no_decay = cases[c].r,
                                    .n_no_decay = cases[c].n};
         assert_int_equal(regc_program_bind(p, be, &mem), REGC_ERR_ARG);
         regc_test_expect_error(cases[c].says, NULL);
         regc_program_free(p);
     }
-    for (int i = 0; i < 8; i++)
-        if (inputs[i])
-            be->free(be, inputs[i]);
-    for (int k = 0; k < 4; k++)
-        be->free(be, block[k]);
+    regc_test_state_free(be, &st);
     regc_backend_free(be);
     regc_model_free(m);
 }

@@ -138,6 +138,27 @@ regc_program *regc_test_compile(const char *preset, int64_t batch, int64_t seq,
     return p;
 }
 
+void regc_test_state_alloc(regc_backend *be, const regc_model *m, float param, regc_test_state *s)
+{
+    const size_t n = (size_t)regc_model_total_numel(m);
+    *s = (regc_test_state){0};
+    for (int k = 0; k < 4; k++) {
+        s->block[k] = be->alloc(be, n * sizeof(float));
+        assert_non_null(s->block[k]);
+        be->fill(be, s->block[k], n, k == 0 ? param : 0.0f);
+    }
+}
+
+void regc_test_state_free(regc_backend *be, regc_test_state *s)
+{
+    for (int i = 0; i < 8; i++)
+        if (s->inputs[i])
+            be->free(be, s->inputs[i]);
+    for (int k = 0; k < 4; k++)
+        be->free(be, s->block[k]);
+    *s = (regc_test_state){0};
+}
+
 char *regc_test_program_dump(const regc_program *p)
 {
     char *text = NULL;

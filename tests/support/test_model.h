@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "regc_backend.h"
 #include "regc_train.h"
 
 /* Write dir/config.json (making dir): "{" head, then each default key
@@ -34,6 +35,18 @@ char *regc_test_tiny_graph_json(void);
  * status goes there (and NULL comes back). */
 regc_program *regc_test_compile(const char *preset, int64_t batch, int64_t seq,
                                 const regc_compile_options *co, int *status);
+/* What a test binds a program to on a CPU backend: the four blocks of the
+ * model's floats (parameters, gradients, AdamW's m and v) and room for the
+ * step's inputs, NULL until the test makes them. */
+typedef struct {
+    float *block[4]; /* [numel] each */
+    void *inputs[8];
+} regc_test_state;
+/* The blocks of m's floats on be, the parameters filled with `param`, the
+ * rest with 0; no inputs yet. */
+void regc_test_state_alloc(regc_backend *be, const regc_model *m, float param, regc_test_state *s);
+/* Frees the blocks and the inputs made. */
+void regc_test_state_free(regc_backend *be, regc_test_state *s);
 /* regc_program_dump's text of p (malloc'd). */
 char *regc_test_program_dump(const regc_program *p);
 /* g with every RMSNorm, LayerNorm and tanh GELU written out op by op, as
