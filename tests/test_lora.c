@@ -359,8 +359,6 @@ static void test_stage3(void **state)
 static void test_threads(void **state)
 {
     (void)state;
-    if (!regc_test_own_gemm())
-        skip();
     regc_test_losses l1, l2;
     regc_train_options o = regc_test_train_options(2, 16, STEPS);
     o.threads = 1;

@@ -211,26 +211,20 @@ static void test_bf16_bits(void **state)
     bits_run(c, "O0", "on", "2", "off", "O0", &o0, &w_o0, &n_o0);
     unsetenv("REGC_FIXED_TEAM");
     const size_t loss_bytes = (size_t)base.steps * sizeof base.loss[0];
-    int loss_full = memcmp(full.loss, base.loss, loss_bytes) == 0;
-    int loss_one = memcmp(one.loss, base.loss, loss_bytes) == 0;
-    int bits_full = n_full == n_base && memcmp(w_full, w_base, n_base) == 0;
-    int bits_one = n_one == n_base && memcmp(w_one, w_base, n_base) == 0;
+    const int loss_full = memcmp(full.loss, base.loss, loss_bytes) == 0;
+    const int loss_one = memcmp(one.loss, base.loss, loss_bytes) == 0;
+    const int bits_full = n_full == n_base && memcmp(w_full, w_base, n_base) == 0;
+    const int bits_one = n_one == n_base && memcmp(w_one, w_base, n_base) == 0;
     const int loss_o0 = memcmp(o0.loss, base.loss, loss_bytes) == 0;
     const int bits_o0 = n_o0 == n_base && memcmp(w_o0, w_base, n_base) == 0;
-    /* the thread count's independence is regc's own GEMM's promise;
-     * OpenBLAS, the GEMM of CPUs without AVX2, makes none */
-    const int own_gemm = regc_test_own_gemm();
-    if (!own_gemm)
-        loss_one = bits_one = 1;
     free(w_base);
     free(w_full);
     free(w_one);
     free(w_o0);
     print_message("bf16 %d steps, --regional off vs on: losses %s, trained weights %s\n",
                   base.steps, same_or_not(loss_full), same_or_not(bits_full));
-    if (own_gemm)
-        print_message("bf16 %d steps, 1 thread vs 2:        losses %s, trained weights %s\n",
-                      base.steps, same_or_not(loss_one), same_or_not(bits_one));
+    print_message("bf16 %d steps, 1 thread vs 2:        losses %s, trained weights %s\n",
+                  base.steps, same_or_not(loss_one), same_or_not(bits_one));
     print_message("bf16 %d steps, O0 vs O1: losses %s, trained weights %s\n", base.steps,
                   same_or_not(loss_o0), same_or_not(bits_o0));
     if (!(loss_full && bits_full && loss_one && bits_one && loss_o0 && bits_o0)) {

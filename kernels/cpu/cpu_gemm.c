@@ -1,11 +1,11 @@
-/* cpu_gemm.c — the GEMM entry: regc's own sgemm where the build targets
- * AVX-512, which applies the elementwise epilogues on each tile of C, or
- * else OpenBLAS's cblas_sgemm followed by the cuBLASLt-style epilogue as a
- * row-parallel pass over C (never inside the BLAS call, so the OpenMP and
- * OpenBLAS thread pools never run at once). DGELU_BGRAD's column sums are
- * that pass in both.
+/* cpu_gemm.c — the GEMM entry: regc's own sgemm where the CPU has AVX-512
+ * or AVX2 (chosen at run time, below), which applies the elementwise
+ * epilogues on each tile of C, or else OpenBLAS's cblas_sgemm, one thread
+ * per block of C in regc's team (cpu_blas_gemm), followed by the
+ * cuBLASLt-style epilogue as a row-parallel pass over C. DGELU_BGRAD's
+ * column sums are that pass in both.
  *
- * A bf16 GEMM (g->bf16) runs regc's bf16 kernel where the build targets
+ * A bf16 GEMM (g->bf16) runs regc's bf16 kernel where the CPU has
  * AVX-512 BF16 (cpu_bgemm.c), else the sgemm with its packed values
  * rounded, else cblas_sgemm on rounded copies of A and B: products of bf16
  * values are exact in fp32, so each is a bf16 GEMM summed in fp32. BGRAD's
@@ -107,8 +107,20 @@ static void cpu_round_copy(const regc_backend *be, float *restrict dst, const fl
             dst[i * cols + j] = regc_round_bf16(x[i * ld + j]);
 }
 
-/* C = alpha op(A) op(B) (+ C) through OpenBLAS; a bf16 GEMM multiplies
- * rounded copies of A and B, made in the backend's scratch. */
+/* OpenBLAS's sums depend on how many threads split its GEMM, and a step's
+ * bits must depend on neither the thread count nor the load that fits
+ * regc's team to the free cores. So regc splits C itself, into blocks of
+ * CPU_BLAS_BLOCK columns (or rows, where m > n) fixed by the shape alone,
+ * and each block is one single-threaded cblas_sgemm inside regc's team:
+ * every block's sums are the same whichever thread runs it and however
+ * many there are, and a small GEMM under load stays on one thread as
+ * regc's own loops do (no library threads spin). Each block repacks the
+ * other operand, one value per CPU_BLAS_BLOCK multiply-adds. */
+#define CPU_BLAS_BLOCK 128
+
+/* C = alpha op(A) op(B) (+ C) through OpenBLAS, in blocks of C; a bf16
+ * GEMM multiplies rounded copies of A and B, made in the backend's
+ * scratch. */
 static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
 {
     const float *a = g->a, *b = g->b;
@@ -125,16 +137,33 @@ static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
         a = copy, lda = a_cols;
         b = copy + a_rows * a_cols, ldb = b_cols;
     }
-    /* OpenBLAS's thread count is process-wide: restore this backend's in
-     * case another backend instance changed it. Always the whole team:
-     * OpenBLAS's sums depend on its thread count, and results must not
-     * depend on the load that fits regc's own loops to the free cores */
-    const int threads = regc_cpu_threads(be);
-    if (openblas_get_num_threads() != threads)
-        openblas_set_num_threads(threads);
-    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                g->trans_b ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, g->alpha,
-                a, (int)lda, b, (int)ldb, g->accumulate ? 1.0f : 0.0f, g->c, (int)g->ldc);
+    /* OpenBLAS's thread count is process-wide: another library in the
+     * process may have raised it. One thread: the blocks are the split. */
+    if (openblas_get_num_threads() != 1)
+        openblas_set_num_threads(1);
+    const CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans,
+                          tb = g->trans_b ? CblasTrans : CblasNoTrans;
+    const float beta = g->accumulate ? 1.0f : 0.0f;
+    const int by_cols = g->n >= g->m;
+    const double madds = (double)g->m * (double)g->n * (double)g->k;
+    const int threads = regc_cpu_threads(be),
+              parallel = madds >= (double)REGC_CPU_GEMM_PAR_MIN * (double)regc_cpu_par_scale(be);
+#pragma omp parallel num_threads(threads) if (parallel)
+    {
+        int64_t lo, hi; /* this thread's blocks: whole ones, at multiples of the block */
+        regc_cpu_team_range(by_cols ? g->n : g->m, CPU_BLAS_BLOCK, &lo, &hi);
+        for (int64_t x0 = lo; x0 < hi; x0 += CPU_BLAS_BLOCK) {
+            const int64_t len = hi - x0 < CPU_BLAS_BLOCK ? hi - x0 : CPU_BLAS_BLOCK;
+            if (by_cols) /* C[:, x0 .. x0+len) = op(A) op(B)[:, x0 .. x0+len) */
+                cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)len, (int)g->k, g->alpha, a,
+                            (int)lda, g->trans_b ? b + x0 * ldb : b + x0, (int)ldb, beta, g->c + x0,
+                            (int)g->ldc);
+            else /* C[x0 .. x0+len, :) = op(A)[x0 .. x0+len, :) op(B) */
+                cblas_sgemm(CblasRowMajor, ta, tb, (int)len, (int)g->n, (int)g->k, g->alpha,
+                            g->trans_a ? a + x0 : a + x0 * lda, (int)lda, b, (int)ldb, beta,
+                            g->c + x0 * g->ldc, (int)g->ldc);
+        }
+    }
     return REGC_OK;
 }
 

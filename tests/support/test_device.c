@@ -87,8 +87,6 @@ void regc_test_gemm_or_skip(void)
     regc_backend_cpu_use_gemm(name);
 }
 
-int regc_test_own_gemm(void) { return strcmp(regc_backend_cpu_gemm_name(), "openblas") != 0; }
-
 regc_backend *regc_test_cpu_backend(int threads)
 {
     regc_test_gemm_or_skip();

@@ -73,10 +73,6 @@ int regc_test_release_teardown(void **state);
  * below, and by tests whose backends the trainer makes. */
 void regc_test_gemm_or_skip(void);
 
-/* Whether the CPU backends run regc's own GEMM (not OpenBLAS): the
- * kernels that promise sums independent of the thread count. */
-int regc_test_own_gemm(void);
-
 /* A CPU backend with `threads` threads (0: OMP_NUM_THREADS), or NULL after
  * saying why on stderr; for a test group's setup. */
 regc_backend *regc_test_cpu_backend(int threads);
