@@ -285,7 +285,6 @@ int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
 }
 
 void regc_model_set_dropout(regc_model *m, int on) { m->dropout = on != 0; }
-int regc_model_dropout_on(const regc_model *m) { return m->dropout; }
 
 #define DROPOUT_SITE "dropout.site."
 #define DROPOUT_DRAW "dropout.draw"

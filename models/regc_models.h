@@ -162,7 +162,6 @@ int64_t regc_model_trainable_numel(const regc_model *m);
  * a graph): its architecture's own (GPT-2's embedding and residual ones)
  * and lora_dropout. Off by default: the graph has none. */
 void regc_model_set_dropout(regc_model *m, int on);
-int regc_model_dropout_on(const regc_model *m);
 
 /* Parameters in checkpoint order; their names are the checkpoint's names. */
 int regc_model_n_params(const regc_model *m);

@@ -18,44 +18,33 @@ void regc_compile_options_default(regc_compile_options *o)
     regc_pass_list_default(&o->passes);
 }
 
-static const char *const level_names[] = {"O0", "O1", "O2"};
+/* The options' names in their enums' order, NULL-terminated: the config
+ * file and the flags (train/options.c) take these same tables. */
+const char *const regc_level_names[] = {"O0", "O1", "O2", NULL};
+const char *const regc_precision_names[] = {"fp32", "bf16", NULL};
+const char *const regc_recompute_names[] = {"none", "selective", "full", "auto", NULL};
 
-int regc_level_from_name(const char *name)
+/* names[i]'s index, or -1 */
+static int name_index(const char *const *names, const char *name)
 {
-    for (int i = 0; i < 3; i++)
-        if (name && !strcmp(name, level_names[i]))
+    for (int i = 0; name && names[i]; i++)
+        if (!strcmp(name, names[i]))
             return i;
     return -1;
 }
 
-const char *regc_level_name(regc_level l) { return (unsigned)l < 3 ? level_names[l] : "?"; }
+int regc_level_from_name(const char *name) { return name_index(regc_level_names, name); }
 
-static const char *const precision_names[] = {"fp32", "bf16"};
+int regc_precision_from_name(const char *name) { return name_index(regc_precision_names, name); }
 
-int regc_precision_from_name(const char *name)
-{
-    for (int i = 0; i < 2; i++)
-        if (name && !strcmp(name, precision_names[i]))
-            return i;
-    return -1;
-}
+const char *regc_level_name(regc_level l) { return (unsigned)l < 3 ? regc_level_names[l] : "?"; }
 
 const char *regc_precision_name(regc_precision p)
 {
-    return (unsigned)p < 2 ? precision_names[p] : "?";
-}
-
-static const char *const recompute_names[] = {"none", "selective", "full", "auto"};
-
-int regc_recompute_from_name(const char *name)
-{
-    for (int i = 0; i < 4; i++)
-        if (name && !strcmp(name, recompute_names[i]))
-            return i;
-    return -1;
+    return (unsigned)p < 2 ? regc_precision_names[p] : "?";
 }
 
 const char *regc_recompute_name(regc_recompute r)
 {
-    return (unsigned)r < 4 ? recompute_names[r] : "?";
+    return (unsigned)r < 4 ? regc_recompute_names[r] : "?";
 }

@@ -231,15 +231,19 @@ typedef struct {
 #define REGC_REDUCE_BUCKET_DEFAULT (INT64_C(25) << 18)
 
 void regc_compile_options_default(regc_compile_options *o);
-/* "O0", "O1", "O2" -> level, or -1 */
+/* The names of the levels ("O0", "O1", "O2"), the precisions ("fp32",
+ * "bf16") and the recompute levels ("none", "selective", "full", "auto"),
+ * in their enums' order, NULL-terminated. */
+extern const char *const regc_level_names[];
+extern const char *const regc_precision_names[];
+extern const char *const regc_recompute_names[];
+/* a name -> its enum value, or -1 */
 int regc_level_from_name(const char *name);
-/* "fp32" or "bf16"; -1 for another name */
 int regc_precision_from_name(const char *name);
-const char *regc_precision_name(regc_precision p);
-/* "none", "selective", "full", "auto" -> regc_recompute, or -1 */
-int regc_recompute_from_name(const char *name);
-const char *regc_recompute_name(regc_recompute r);
+/* an enum value -> its name, "?" when out of range */
 const char *regc_level_name(regc_level l);
+const char *regc_precision_name(regc_precision p);
+const char *regc_recompute_name(regc_recompute r);
 
 /* What compiling a step cost and gave. */
 typedef struct {

@@ -21,17 +21,13 @@
 
 #define FIELD(f) offsetof(regc_train_settings, f), sizeof(((regc_train_settings *)0)->f)
 
-static const char *const level_names[] = {"O0", "O1", "O2", NULL};
 static const char *const base_dtype_names[] = {"fp32", "bf16", NULL}; /* regc_base_dtype */
 static const char *const quant_type_names[] = {"nf4", NULL};
 /* auto: a checkpoint saved in 4 bits says, else float32 */
 static const char *const compute_dtype_names[] = {"auto", "float32", "bfloat16", NULL};
-static const char *const precision_names[] = {"fp32", "bf16", NULL}; /* regc_precision's order */
 /* regc_communicator's order */
 static const char *const communicator_names[] = {"auto", "mpi", "staged", "nccl", NULL};
 static const char *const offload_names[] = {"none", "cpu", NULL};
-/* regc_recompute's order */
-static const char *const recompute_names[] = {"none", "selective", "full", "auto", NULL};
 /* regc_train_options.skip_nonfinite */
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 /* regc_train_schedule's order: Hugging Face's, then DeepSpeed's */
@@ -324,12 +320,12 @@ const regc_option regc_option_table[] = {
      "where a step's time goes: per kernel and GEMM shape, ms per step and GFLOP/s"},
     {"compile", "backend", "--backend", OPT_BACKEND, "<name>", 0, 0, 0, NULL, FIELD(train.backend),
      OPT_SHOW_DEFAULT, "compute backend: cpu, or cuda (cuda:N for device N) where built"},
-    {"compile", "level", "--level", OPT_CHOICE, "<O0|O1|O2>", 0, 0, 0, level_names,
+    {"compile", "level", "--level", OPT_CHOICE, "<O0|O1|O2>", 0, 0, 0, regc_level_names,
      FIELD(train.compile.level), OPT_SHOW_DEFAULT,
      "O0 op by op; O1 fused with a static memory plan; O2 adds whole-step capture (on the CPU "
      "the same as O1)"},
-    {"compile", "precision", "--precision", OPT_CHOICE, "<fp32|bf16>", 0, 0, 0, precision_names,
-     FIELD(train.compile.precision), OPT_SHOW_DEFAULT | OPT_BOOL,
+    {"compile", "precision", "--precision", OPT_CHOICE, "<fp32|bf16>", 0, 0, 0,
+     regc_precision_names, FIELD(train.compile.precision), OPT_SHOW_DEFAULT | OPT_BOOL,
      "fp32, or bf16 mixed precision as torch.autocast does it for matrix products: every GEMM "
      "multiplies bf16-rounded operands with fp32 sums (AVX-512 BF16 on the CPU where present), "
      "the saved activations autocast keeps in bf16 are rounded where made and held in bf16, and "
@@ -434,7 +430,7 @@ const regc_option regc_option_table[] = {
      "whole (the backward computes each chunk's logits again); 0: whole (auto chooses chunks "
      "under memory_budget_mb)"},
     {"compile", "recompute", "--recompute", OPT_CHOICE, "<none|selective|full|auto>", 0, 0, 0,
-     recompute_names, FIELD(train.compile.recompute), OPT_SHOW_DEFAULT | OPT_BOOL,
+     regc_recompute_names, FIELD(train.compile.recompute), OPT_SHOW_DEFAULT | OPT_BOOL,
      "saved activations dropped after the forward and computed again in the backward, the same "
      "bits in less memory: selective keeps GEMM and attention outputs and recomputes norms, "
      "activations and elementwise chains; full keeps each layer's inputs only (Hugging Face's "
