@@ -18,7 +18,7 @@
 
 #include "decoder.h"
 
-static const char *const slot_suffix[N_SLOTS] = {
+static const char *const llama_slot_suffix[N_SLOTS] = {
     [S_Q] = "self_attn.q_proj.weight",
     [S_Q_BIAS] = "self_attn.q_proj.bias",
     [S_K] = "self_attn.k_proj.weight",
@@ -42,6 +42,11 @@ static const char *const slot_suffix[N_SLOTS] = {
     [S_PRE_FF_NORM] = "pre_feedforward_layernorm.weight",
     [S_POST_FF_NORM] = "post_feedforward_layernorm.weight",
 };
+
+static const decoder_names llama_names = {.embed = "model.embed_tokens.weight",
+                                          .layer = "model.layers.%" PRId64 ".",
+                                          .norm = "model.norm.weight",
+                                          .slot_suffix = llama_slot_suffix};
 
 /* The families' layers, each a list of slots in its checkpoint order. */
 #define SLOTS_ATTENTION S_Q, S_Q_BIAS, S_K, S_K_BIAS, S_V, S_V_BIAS, S_O, S_O_BIAS
@@ -239,7 +244,8 @@ static int llama_preset_config(regc_model *m, const char *preset)
 
 /* A slot's shape and random init (HF's: normal with std
  * initializer_range = 0.02 for every weight, as uniform draws of the same
- * std; biases zero; norms the identity). */
+ * std, GPT-2's projections into the residual 0.02 / sqrt(2 n_layer);
+ * biases zero; norms the identity). */
 static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, float *center,
                        float *halfwidth)
 {
@@ -254,6 +260,7 @@ static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, fl
         [S_V] = KD,
         [S_V_BIAS] = KD,
         [S_QKV] = QD + 2 * KD,
+        [S_QKV_BIAS] = QD + 2 * KD,
         [S_O] = C,
         [S_O_BIAS] = C,
         [S_Q_NORM] = head_norm ? c->head_dim : QD,
@@ -266,7 +273,9 @@ static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, fl
         [S_DOWN] = C,
         [S_DOWN_BIAS] = C,
         [S_INPUT_NORM] = C,
+        [S_INPUT_NORM_BIAS] = C,
         [S_POST_ATTN_NORM] = C,
+        [S_POST_ATTN_NORM_BIAS] = C,
         [S_PRE_FF_NORM] = C,
         [S_POST_FF_NORM] = C,
     };
@@ -274,26 +283,37 @@ static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, fl
                           s == S_GATE || s == S_UP || s == S_GATE_UP || s == S_DOWN;
     const int is_norm = s == S_Q_NORM || s == S_K_NORM || s == S_INPUT_NORM ||
                         s == S_POST_ATTN_NORM || s == S_PRE_FF_NORM || s == S_POST_FF_NORM;
-    d[0] = out[s];
-    /* nn.Linear weights are stored [out, in] */
-    d[1] = !is_weight ? 0 : s == S_O ? QD : s == S_DOWN ? F : C;
+    const int64_t in = !is_weight ? 0 : s == S_O ? QD : s == S_DOWN ? F : C;
+    /* nn.Linear weights are stored [out, in], Conv1D's [in, out] */
+    d[0] = c->family->conv1d && is_weight ? in : out[s];
+    d[1] = c->family->conv1d && is_weight ? out[s] : in;
     *ndim = is_weight ? 2 : 1;
     /* a norm's scale one: its weight 1, or Gemma's 0 (it multiplies by 1 + w) */
     *center = is_norm && !c->family->norm_offset ? 1.0f : 0.0f;
-    *halfwidth = is_weight ? (float)(0.02 * sqrt(3.0)) : 0.0f;
+    if (!is_weight)
+        *halfwidth = 0.0f;
+    else if (c->family->scaled_init && (s == S_O || s == S_DOWN))
+        *halfwidth = (float)(0.02 / sqrt(2.0 * (double)c->n_layer) * sqrt(3.0));
+    else
+        *halfwidth = (float)(0.02 * sqrt(3.0));
 }
 
 /* The checkpoint order of the family's state dict. */
-static int decoder_list_params(regc_model *m)
+int decoder_list_params(regc_model *m)
 {
     const decoder_config *c = m->cfg;
+    const decoder_names *names = c->family->names ? c->family->names : &llama_names;
     const int64_t C = c->hidden, V = c->vocab;
     const float w = (float)(0.02 * sqrt(3.0));
-    char n[160];
+    char n[160], prefix[80];
     int rc;
-    if ((rc = regc_model_add_2d(m, "model.embed_tokens.weight", 2, V, C, 0.0f, w)) < 0)
+    if ((rc = regc_model_add_2d(m, names->embed, 2, V, C, 0.0f, w)) < 0)
+        return rc;
+    if (c->family->learned_positions &&
+        (rc = regc_model_add_2d(m, names->positions, 2, c->n_pos, C, 0.0f, w)) < 0)
         return rc;
     for (int64_t l = 0; l < c->n_layer; l++) {
+        snprintf(prefix, sizeof prefix, names->layer, l);
         for (const int *s = c->family->slots; *s >= 0; s++) {
             if (c->slot_at[*s] < 0)
                 continue;
@@ -301,13 +321,15 @@ static int decoder_list_params(regc_model *m)
             int64_t d[2];
             float center, hw;
             slot_shape(c, *s, &ndim, d, &center, &hw);
-            snprintf(n, sizeof n, "model.layers.%" PRId64 ".%s", l, slot_suffix[*s]);
+            snprintf(n, sizeof n, "%s%s", prefix, names->slot_suffix[*s]);
             if ((rc = regc_model_add_2d(m, n, ndim, d[0], d[1], center, hw)) < 0)
                 return rc;
         }
     }
-    if ((rc = regc_model_add_2d(m, "model.norm.weight", 1, C, 0,
-                                c->family->norm_offset ? 0.0f : 1.0f, 0.0f)) < 0)
+    if ((rc = regc_model_add_2d(m, names->norm, 1, C, 0, c->family->norm_offset ? 0.0f : 1.0f,
+                                0.0f)) < 0)
+        return rc;
+    if (names->norm_bias && (rc = regc_model_add_2d(m, names->norm_bias, 1, C, 0, 0.0f, 0.0f)) < 0)
         return rc;
     if (!c->tied && (rc = regc_model_add_2d(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
         return rc;

@@ -1,9 +1,10 @@
-/* decoder.h — private to models/: what the decoder families' two files
- * share. decoder.c describes each family (its layer, its config keys) and
- * lists its parameters; decoder_config.c reads its config.json into a
- * decoder_config, writes it back and describes it; decoder_graph.c builds
- * the flat forward graph from that description and fills its rotary
- * tables. */
+/* decoder.h — private to models/: what the decoder families' files
+ * share. decoder.c describes each family of Llama's lineage (its layer, its
+ * config keys) and lists any family's parameters; decoder_config.c reads
+ * those families' config.json into a decoder_config, writes it back and
+ * describes it; decoder_graph.c builds the flat forward graph from that
+ * description and fills its rotary tables. gpt2.c describes GPT-2's layer
+ * in the same terms and reads its own config.json. */
 #ifndef REGC_DECODER_H
 #define REGC_DECODER_H
 
@@ -18,7 +19,8 @@ enum {
     S_K_BIAS,
     S_V,
     S_V_BIAS,
-    S_QKV, /* Phi-3: [q; k; v] in one projection */
+    S_QKV, /* Phi-3, GPT-2: [q; k; v] in one projection */
+    S_QKV_BIAS,
     S_O,
     S_O_BIAS,
     S_Q_NORM,
@@ -31,7 +33,9 @@ enum {
     S_DOWN,
     S_DOWN_BIAS,
     S_INPUT_NORM,
+    S_INPUT_NORM_BIAS, /* a LayerNorm's (GPT-2) */
     S_POST_ATTN_NORM,
+    S_POST_ATTN_NORM_BIAS,
     S_PRE_FF_NORM,
     S_POST_FF_NORM,
     N_SLOTS
@@ -58,23 +62,40 @@ typedef enum {
 /* The activations the MLP's gate may take: hidden_act's values. */
 typedef enum { ACT_SILU, ACT_GELU_TANH, ACT_GELU, ACT_RELU } act_kind;
 
+/* A family's checkpoint names, where they are not Llama's. */
 typedef struct {
-    const char *architecture; /* config.json's "architectures" */
-    const int *slots;         /* its layer's possible slots, checkpoint order, -1 ends */
+    const char *embed;              /* the token embedding */
+    const char *positions;          /* the learned position embedding, or NULL */
+    const char *layer;              /* a layer's prefix: a printf format of its index (int64_t) */
+    const char *norm;               /* the final norm's weight, */
+    const char *norm_bias;          /* and its bias (a LayerNorm's) or NULL */
+    const char *const *slot_suffix; /* [N_SLOTS] each slot's name after the layer's prefix */
+} decoder_names;
+
+typedef struct {
+    const char *architecture;   /* config.json's "architectures" */
+    const int *slots;           /* its layer's possible slots, checkpoint order, -1 ends */
+    const decoder_names *names; /* NULL: Llama's */
+    int layernorm;              /* LayerNorms with biases (GPT-2), else RMSNorms */
+    int learned_positions;      /* a position embedding added to the tokens' (GPT-2), else RoPE */
+    int plain_mlp;              /* down(act(up(h))) (GPT-2), else the gated MLP */
+    int conv1d;                 /* weights stored [in, out] (GPT-2's Conv1D), else nn.Linear's */
+    int scaled_init; /* o and down drawn with std / sqrt(2 n_layer), as GPT-2 initialises */
     qk_norm_kind qk_norm;
     norm_place norms;
     int norm_offset; /* Gemma: a norm multiplies by 1 + w */
     int embed_scale; /* Gemma: the embeddings times sqrt(hidden_size) */
-    int fused;       /* qkv_proj and gate_up_proj */
+    int fused;       /* qkv_proj, and gate_up_proj in a gated MLP */
     int qkv_bias;    /* q, k and v always have biases (Qwen 2) */
     int bias_key;    /* attention_bias adds biases to q, k, v and o */
     int mlp_bias_key;
-    int resid_dropout;    /* resid_pdrop after attention and the MLP (Phi-3) */
-    int gemma;            /* query_pre_attn_scalar and the soft-capping keys */
-    int local_rope;       /* sliding layers rotate with their own base (Gemma 3) */
-    int phi3_rope;        /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
-    const char *act_key;  /* "hidden_act", or Gemma's "hidden_activation" */
-    act_kind act_default; /* when act_key is absent */
+    int resid_dropout;     /* resid_pdrop after attention and the MLP (Phi-3) */
+    int gemma;             /* query_pre_attn_scalar and the soft-capping keys */
+    int local_rope;        /* sliding layers rotate with their own base (Gemma 3) */
+    int phi3_rope;         /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
+    const char *act_key;   /* "hidden_act", or Gemma's "hidden_activation" */
+    const char *n_pos_key; /* the longest sequence's key; NULL: max_position_embeddings */
+    act_kind act_default;  /* when act_key is absent */
     window_kind window;
     int64_t window_pattern; /* WINDOW_GEMMA without layer_types: every n-th layer is full */
     int64_t pad_default;    /* pad_token_id when config.json has none; -1: none */
@@ -84,10 +105,11 @@ typedef struct {
 typedef struct {
     const decoder_family *family;
     int64_t vocab, hidden, inter, n_layer, n_head, n_kv_head, head_dim, n_pos;
-    double eps, attn_dropout, resid_dropout;
+    double eps, attn_dropout, resid_dropout, embed_dropout;
     regc_rope rope;       /* rope_theta and its scaling (rope.c); a sliding layer's... */
     regc_rope rope_local; /* ... when the family's local_rope is set */
     act_kind act;
+    char act_name[24]; /* the activation as config.json spells it, where a family keeps that */
     int tied;
     int64_t pad;             /* pad_token_id: the embedding row that takes no gradient; -1: none */
     int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */
@@ -109,6 +131,9 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
 int decoder_parse_config(regc_model *m, const cJSON *root, const char *path);
 cJSON *decoder_write_config(const regc_model *m);
 void decoder_describe(const regc_model *m, char *buf, size_t cap);
+
+/* decoder.c: the parameters in checkpoint order (regc_arch's list_params) */
+int decoder_list_params(regc_model *m);
 
 /* decoder_graph.c */
 int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **out);

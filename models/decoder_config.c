@@ -30,7 +30,7 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
         copy->slot_at[s] = -1;
     for (const int *s = c->family->slots; *s >= 0; s++) {
         int present = 1;
-        if (*s == S_Q_BIAS || *s == S_K_BIAS || *s == S_V_BIAS)
+        if (*s == S_Q_BIAS || *s == S_K_BIAS || *s == S_V_BIAS || *s == S_QKV_BIAS)
             present = c->family->qkv_bias || c->attn_bias;
         else if (*s == S_O_BIAS)
             present = c->attn_bias;
@@ -38,6 +38,8 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
             present = c->mlp_bias;
         else if (*s == S_Q_NORM || *s == S_K_NORM)
             present = c->family->qk_norm != QK_NORM_NONE;
+        else if (*s == S_INPUT_NORM_BIAS || *s == S_POST_ATTN_NORM_BIAS)
+            present = c->family->layernorm;
         if (present)
             copy->slot_at[*s] = copy->n_slots++;
     }

@@ -1,20 +1,27 @@
 /* decoder_graph.c — the decoder families' flat forward graph (decoder.h's
- * description of the layer, as decoder.c read it from config.json) and the
- * rotary tables it reads.
+ * description of the layer, as decoder.c or gpt2.c read it from
+ * config.json) and the rotary tables it reads.
  *
- * The layer, x [B, T, C] in and out (norms as the family places them):
+ * The embeddings: x = embed(ids) (times sqrt(C): Gemma), plus a learned
+ * position embedding (GPT-2), then dropout (GPT-2's embd_pdrop). The
+ * layer, x [B, T, C] in and out (norms as the family places them):
  *     h = norm(x)                    (NORMS_BEFORE, NORMS_BOTH; else h = x)
- *     q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (fused: one qkv_proj, sliced)
+ *     q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (fused: one qkv_proj,
+ *                                     split in three equal parts or sliced)
  *     q, k = qk_norm(q), qk_norm(k)  (per head: Qwen 3, Gemma 3; whole: OLMo 2)
- *     q, k = rope(q), rope(k)        (a sliding layer's own tables: Gemma 3)
+ *     q, k = rope(q), rope(k)        (a sliding layer's own tables: Gemma 3;
+ *                                     none with learned positions)
  *     a = attention(q, k, v) Wo + bo (scale, soft-capping, sliding window)
  *     x = x + a                      (NORMS_AFTER, NORMS_BOTH: x + norm(a))
- *     m = down(act(gate(h')) * up(h'))    (fused: one gate_up_proj, halved)
+ *     m = down(act(gate(h')) * up(h'))    (fused: one gate_up_proj, halved;
+ *                                     plain: down(act(up(h'))), GPT-2)
  *     x = x + m                      (likewise)
  * with h' = norm(x) before the MLP under NORMS_BEFORE and NORMS_BOTH; then
  * the final norm, the head (tied or not), Gemma 2's soft-capping of the
- * logits, and the cross-entropy. A Gemma norm multiplies by 1 + w, made as
- * its own op on the weight so the norm kernel stays Llama's. The graph is
+ * logits, and the cross-entropy. A norm is an RMSNorm, or a LayerNorm with
+ * a bias (GPT-2); a Gemma norm multiplies by 1 + w, made as its own op on
+ * the weight so the norm kernel stays Llama's. A weight is nn.Linear's
+ * [out, in] or Conv1D's [in, out] (GPT-2), read as stored. The graph is
  * flat: layer structure is left for detect/ to discover from the ops
  * alone. */
 #include <inttypes.h>
@@ -32,17 +39,21 @@
             goto fail;                                                                             \
     } while (0)
 
-/* x W^T (+ b): an nn.Linear, its bias a parameter id or -1. */
-static int decoder_linear(regc_graph *g, int x, int w, int b)
+/* x W^T (+ b) for nn.Linear's W [out, in], x W (+ b) for Conv1D's
+ * [in, out]; the bias a parameter id or -1. */
+static int decoder_linear(regc_graph *g, const decoder_config *c, int x, int w, int b)
 {
-    int y = regc_graph_matmul(g, x, w, 0, 1);
+    int y = regc_graph_matmul(g, x, w, 0, !c->family->conv1d);
     return y < 0 || b < 0 ? y : regc_graph_bias_add(g, y, b);
 }
 
-/* RMSNorm of x's last axis by weight w, or by 1 + w (Gemma's, formed in
- * float32 as Transformers forms it). */
-static int decoder_norm(regc_graph *g, const decoder_config *c, int x, int w)
+/* The norm of x's last axis: a LayerNorm by weight w and bias b, or an
+ * RMSNorm by w, or by 1 + w (Gemma's, formed in float32 as Transformers
+ * forms it). */
+static int decoder_norm(regc_graph *g, const decoder_config *c, int x, int w, int b)
 {
+    if (c->family->layernorm)
+        return regc_graph_layernorm(g, x, w, b, (float)c->eps);
     if (c->family->norm_offset && (w = regc_graph_add_scalar(g, w, 1.0f)) < 0)
         return w;
     return regc_graph_rmsnorm(g, x, w, (float)c->eps);
@@ -55,7 +66,7 @@ static int decoder_head_norm(regc_graph *g, const decoder_config *c, int x, int 
     const int64_t D = c->head_dim, split[] = {B, T, heads, D}, whole[] = {B, T, heads * D};
     int rc, y;
     if ((rc = y = regc_graph_reshape(g, x, 4, split)) < 0 || /* [B, T, heads, D] */
-        (rc = y = decoder_norm(g, c, y, w)) < 0)             /* [B, T, heads, D] */
+        (rc = y = decoder_norm(g, c, y, w, -1)) < 0)         /* [B, T, heads, D] */
         return rc;
     return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
 }
@@ -70,6 +81,32 @@ static int decoder_act(regc_graph *g, act_kind act, int x)
     case ACT_SILU: break;
     }
     return regc_graph_silu(g, x);
+}
+
+/* The MLP's hidden activations [B, T, F] from its input h [B, T, C], the
+ * layer's parameters w by slot: act(up(h)) in a plain MLP, else
+ * act(gate(h)) * up(h), gate and up from one projection when fused. */
+static int decoder_mlp_hidden(regc_graph *g, const decoder_config *c, int h, const int *w)
+{
+    const int64_t F = c->inter;
+    int rc, gate, up;
+    if (c->family->plain_mlp) {
+        if ((rc = up = decoder_linear(g, c, h, w[S_UP], w[S_UP_BIAS])) < 0) /* [B, T, F] */
+            return rc;
+        return decoder_act(g, c->act, up); /* [B, T, F] */
+    }
+    if (c->family->fused) {
+        if ((rc = h = regc_graph_matmul(g, h, w[S_GATE_UP], 0, 1)) < 0 || /* [B, T, 2F] */
+            (rc = gate = regc_graph_slice(g, h, 2, 0, F)) < 0 ||          /* [B, T, F] */
+            (rc = gate = decoder_act(g, c->act, gate)) < 0 ||             /* [B, T, F] */
+            (rc = up = regc_graph_slice(g, h, 2, F, F)) < 0)              /* [B, T, F] */
+            return rc;
+    } else if ((rc = gate = decoder_linear(g, c, h, w[S_GATE], w[S_GATE_BIAS])) <
+                   0 ||                                                        /* [B, T, F] */
+               (rc = gate = decoder_act(g, c->act, gate)) < 0 ||               /* [B, T, F] */
+               (rc = up = decoder_linear(g, c, h, w[S_UP], w[S_UP_BIAS])) < 0) /* [B, T, F] */
+        return rc;
+    return regc_graph_mul(g, gate, up); /* [B, T, F] */
 }
 
 /* cap tanh(x / cap), as Gemma 2's head applies it to the logits (the
@@ -91,33 +128,38 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
      * is for (Transformers trains past max_position_embeddings either way,
      * the other types out of the range they were made for) */
     if (T > c->n_pos && c->rope.type != REGC_ROPE_DYNAMIC)
-        return regc_error(REGC_ERR_ARG,
-                          "sequence length %" PRId64 " exceeds max_position_embeddings %" PRId64
-                          " of %s",
-                          T, c->n_pos, m->source);
+        return regc_error(REGC_ERR_ARG, "sequence length %" PRId64 " exceeds %s %" PRId64 " of %s",
+                          T, f->n_pos_key ? f->n_pos_key : "max_position_embeddings", c->n_pos,
+                          m->source);
     regc_graph *g = regc_graph_new();
     int *p = NULL; /* [n_params] the parameters' tensor ids */
     if (!g)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory building the graph", m->source);
     const int H = (int)c->n_head, Hkv = (int)c->n_kv_head;
-    const int64_t D = c->head_dim, QD = H * D, KD = Hkv * D, F = c->inter;
-    int rc, ids, targets, cos, sin, cos_local = -1, sin_local = -1, x, h, q, k, v, u, n = 0;
-    const int64_t bt[] = {B, T}, rot[] = {T, D / 2};
+    const int64_t D = c->head_dim, QD = H * D, KD = Hkv * D;
+    int rc, ids, pos = -1, targets, cos = -1, sin = -1, cos_local = -1, sin_local = -1, x, h, q, k,
+                 v, u, n = 0;
+    const int64_t bt[] = {B, T}, tt[] = {T}, rot[] = {T, D / 2};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
+    if (f->learned_positions) /* 0 .. T-1, filled per batch (regc_model_fill_lm_inputs) */
+        G(pos = regc_graph_add_constant(g, "position_ids", REGC_I32, 1, tt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    /* One rotary table for every layer (a second for the sliding ones when
-     * they rotate with their own base), filled per batch (decoder_fill_inputs). */
-    G(cos = regc_graph_add_constant(g, "rope_cos", REGC_F32, 2, rot));
-    G(sin = regc_graph_add_constant(g, "rope_sin", REGC_F32, 2, rot));
     int any_sliding = 0;
     for (int64_t l = 0; l < c->n_layer; l++)
         any_sliding |= c->sliding[l];
-    if (f->local_rope && any_sliding) {
+    /* One rotary table for every layer (a second for the sliding ones when
+     * they rotate with their own base), filled per batch (decoder_fill_inputs). */
+    if (!f->learned_positions) {
+        G(cos = regc_graph_add_constant(g, "rope_cos", REGC_F32, 2, rot));
+        G(sin = regc_graph_add_constant(g, "rope_sin", REGC_F32, 2, rot));
+    }
+    if (!f->learned_positions && f->local_rope && any_sliding) {
         G(cos_local = regc_graph_add_constant(g, "rope_local_cos", REGC_F32, 2, rot));
         G(sin_local = regc_graph_add_constant(g, "rope_local_sin", REGC_F32, 2, rot));
     }
     G(regc_model_add_param_tensors(m, g, &p));
     const int embed = p[n++];
+    const int positions = f->learned_positions ? p[n++] : -1;
     /* the scores' scale: head_dim^-1/2, or Gemma's query_pre_attn_scalar^-1/2
      * (a Python power, then float32, as Transformers takes it) */
     regc_attrs attn = {.n_head = H,
@@ -131,6 +173,11 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         G(x = regc_graph_embedding(g, ids, embed)); /* [B, T, C] */
     if (f->embed_scale) /* sqrt(hidden_size) as a float32 tensor, as Transformers holds it */
         G(x = regc_graph_scale(g, x, (float)sqrt((double)c->hidden))); /* [B, T, C] */
+    if (f->learned_positions) {
+        G(h = regc_graph_embedding(g, pos, positions)); /* [T, C] */
+        G(x = regc_graph_bias_add(g, x, h));            /* [B, T, C] */
+    }
+    G(regc_model_dropout(m, g, x, x, c->embed_dropout, &x)); /* [B, T, C] */
     for (int64_t l = 0; l < c->n_layer; l++) {
         int w[N_SLOTS]; /* this layer's parameters by slot, -1 where absent */
         for (int s = 0; s < N_SLOTS; s++)
@@ -144,59 +191,58 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         if (f->norms == NORMS_AFTER)
             h = x;
         else
-            G(h = decoder_norm(g, c, x, w[S_INPUT_NORM])); /* [B, T, C] */
-        if (f->fused) {
-            G(u = regc_graph_matmul(g, h, w[S_QKV], 0, 1)); /* [B, T, QD + 2 KD] */
-            G(q = regc_graph_slice(g, u, 2, 0, QD));        /* [B, T, QD] */
-            G(k = regc_graph_slice(g, u, 2, QD, KD));       /* [B, T, KD] */
-            G(v = regc_graph_slice(g, u, 2, QD + KD, KD));  /* [B, T, KD] */
+            G(h = decoder_norm(g, c, x, w[S_INPUT_NORM], w[S_INPUT_NORM_BIAS])); /* [B, T, C] */
+        if (f->fused && QD == KD) {
+            int qkv[3];
+            G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, 3 QD] */
+            G(regc_graph_split(g, u, 3, qkv));                       /* 3 x [B, T, QD] */
+            q = qkv[0], k = qkv[1], v = qkv[2];
+        } else if (f->fused) {
+            G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, QD + 2 KD] */
+            G(q = regc_graph_slice(g, u, 2, 0, QD));                 /* [B, T, QD] */
+            G(k = regc_graph_slice(g, u, 2, QD, KD));                /* [B, T, KD] */
+            G(v = regc_graph_slice(g, u, 2, QD + KD, KD));           /* [B, T, KD] */
         } else {
-            G(q = decoder_linear(g, h, w[S_Q], w[S_Q_BIAS])); /* [B, T, QD] */
-            G(k = decoder_linear(g, h, w[S_K], w[S_K_BIAS])); /* [B, T, KD] */
-            G(v = decoder_linear(g, h, w[S_V], w[S_V_BIAS])); /* [B, T, KD] */
+            G(q = decoder_linear(g, c, h, w[S_Q], w[S_Q_BIAS])); /* [B, T, QD] */
+            G(k = decoder_linear(g, c, h, w[S_K], w[S_K_BIAS])); /* [B, T, KD] */
+            G(v = decoder_linear(g, c, h, w[S_V], w[S_V_BIAS])); /* [B, T, KD] */
         }
         if (f->qk_norm == QK_NORM_WHOLE) {
-            G(q = decoder_norm(g, c, q, w[S_Q_NORM])); /* [B, T, QD] */
-            G(k = decoder_norm(g, c, k, w[S_K_NORM])); /* [B, T, KD] */
+            G(q = decoder_norm(g, c, q, w[S_Q_NORM], -1)); /* [B, T, QD] */
+            G(k = decoder_norm(g, c, k, w[S_K_NORM], -1)); /* [B, T, KD] */
         } else if (f->qk_norm == QK_NORM_HEAD) {
             G(q = decoder_head_norm(g, c, q, w[S_Q_NORM], B, T, H));   /* [B, T, QD] */
             G(k = decoder_head_norm(g, c, k, w[S_K_NORM], B, T, Hkv)); /* [B, T, KD] */
         }
-        G(q = regc_graph_rope(g, q, local ? cos_local : cos, local ? sin_local : sin, H));
-        G(k = regc_graph_rope(g, k, local ? cos_local : cos, local ? sin_local : sin, Hkv));
+        if (!f->learned_positions) {
+            G(q = regc_graph_rope(g, q, local ? cos_local : cos, local ? sin_local : sin, H));
+            G(k = regc_graph_rope(g, k, local ? cos_local : cos, local ? sin_local : sin, Hkv));
+        }
         G(regc_model_attention(m, g, q, k, v, -1, &attn, c->attn_dropout, &h)); /* [B, T, QD] */
-        G(h = decoder_linear(g, h, w[S_O], w[S_O_BIAS]));                       /* [B, T, C] */
+        G(h = decoder_linear(g, c, h, w[S_O], w[S_O_BIAS]));                    /* [B, T, C] */
         if (f->norms != NORMS_BEFORE)
-            G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM]));   /* [B, T, C] */
-        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
-        /* the gated MLP */
+            G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM], -1)); /* [B, T, C] */
+        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h));   /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                            /* [B, T, C] */
+        /* the MLP */
         if (f->norms == NORMS_AFTER)
             h = x;
+        else if (f->norms == NORMS_BOTH)
+            G(h = decoder_norm(g, c, x, w[S_PRE_FF_NORM], -1)); /* [B, T, C] */
         else
-            G(h = decoder_norm(g, c, x,
-                               w[f->norms == NORMS_BOTH ? S_PRE_FF_NORM : S_POST_ATTN_NORM]));
-        if (f->fused) {
-            G(h = regc_graph_matmul(g, h, w[S_GATE_UP], 0, 1)); /* [B, T, 2F] */
-            G(u = regc_graph_slice(g, h, 2, 0, F));             /* [B, T, F] gate */
-            G(u = decoder_act(g, c->act, u));                   /* [B, T, F] */
-            G(h = regc_graph_slice(g, h, 2, F, F));             /* [B, T, F] up */
-        } else {
-            G(u = decoder_linear(g, h, w[S_GATE], w[S_GATE_BIAS])); /* [B, T, F] */
-            G(u = decoder_act(g, c->act, u));                       /* [B, T, F] */
-            G(h = decoder_linear(g, h, w[S_UP], w[S_UP_BIAS]));     /* [B, T, F] */
-        }
-        G(h = regc_graph_mul(g, u, h));                         /* [B, T, F] */
-        G(h = decoder_linear(g, h, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */
+            G(h = decoder_norm(g, c, x, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
+        G(h = decoder_mlp_hidden(g, c, h, w));                     /* [B, T, F] */
+        G(h = decoder_linear(g, c, h, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */
         if (f->norms != NORMS_BEFORE)
-            G(h = decoder_norm(g, c, h, w[S_POST_FF_NORM]));     /* [B, T, C] */
+            G(h = decoder_norm(g, c, h, w[S_POST_FF_NORM], -1)); /* [B, T, C] */
         G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
     }
     const int norm = p[n++];
+    const int norm_bias = f->layernorm ? p[n++] : -1;
     const int head = c->tied ? embed : p[n++];
     int logits, loss;
-    G(x = decoder_norm(g, c, x, norm));              /* [B, T, C] */
+    G(x = decoder_norm(g, c, x, norm, norm_bias));   /* [B, T, C] */
     G(logits = regc_graph_matmul(g, x, head, 0, 1)); /* [B, T, V] */
     if (c->final_softcap > 0.0)
         G(logits = decoder_softcap(g, logits, c->final_softcap)); /* [B, T, V] */
