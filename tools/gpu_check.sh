@@ -165,6 +165,7 @@ if [ ! -f "$toolkit/include/nccl.h" ]; then
         say "configure: NCCL from Python's nvidia-nccl package ($nccl_lib)"
     fi
 fi
+say "cuda: ${nvcc:-no nvcc} ($("${nvcc:-false}" --version 2>/dev/null | grep -i release | head -1))"
 part "configure" 90 cmake -S "$SRC" -B "$BUILD" "${flags[@]}"
 found="$(grep -h '^-- regc: ' "$LOG" | tail -2 | sed 's/^-- regc: //' | paste -sd ';' -)"
 say "configure: ${found:-nothing reported}"
@@ -186,8 +187,9 @@ for t in "gpu_kernel_reference 60" "test_cuda_backend 60" "test_cuda_nf4 30" "te
     set -- $t
     part "gpu test $1" "$2" ctest --test-dir "$BUILD" -R "^$1\$" --output-on-failure \
         --timeout "$2" --no-tests=error
-    # a failure's reasons into the report too
-    [ "$?" = 0 ] || grep -E 'no CUDA device|fail|FAIL|differ|beyond' "$LOG" | grep -v '^==' |
+    # a failure's reasons into the report too: from this part's output only
+    [ "$?" = 0 ] || awk -v h="== gpu test $1 (" 'index($0, h) == 1 { on = 1; next } on' "$LOG" |
+        grep -E 'no CUDA device|fail|FAIL|differ|beyond' | grep -v '^==' |
         tail -5 | sed 's/^/    /' | tee -a "$REPORT" >&2
 done
 

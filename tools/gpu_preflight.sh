@@ -111,7 +111,7 @@ for p in configure build; do
     grep -q "^== $p: passed" "$report" || fail "$p did not pass (see $checklog)"
 done
 # every gpu test ran and failed, and its output says no device is why
-gpu_tests="gpu_kernel_reference test_cuda_backend test_train_gpu test_comm_gpu"
+gpu_tests="gpu_kernel_reference test_cuda_backend test_cuda_nf4 test_train_gpu test_comm_gpu"
 for t in $gpu_tests; do
     grep -q "^== gpu test $t: FAILED" "$report" || fail "gpu test $t did not fail as it must"
     awk -v t="$t" '$0 ~ "^== gpu test " t " " { on = 1; next } /^== / { on = 0 }

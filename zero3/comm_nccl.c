@@ -23,9 +23,10 @@ typedef struct {
     ncclComm_t nccl;
     cudaStream_t stream;
     int device;
-    /* device scratch of the accumulating reduce-scatter: cudaMalloc'd, not
-     * the backend's, whose stream-ordered pool and bookkeeping belong to
-     * the compute thread (collectives run on the queue's thread) */
+    /* device scratch of the accumulating reduce-scatter and the barrier:
+     * cudaMalloc'd, not the backend's, whose stream-ordered pool and
+     * bookkeeping belong to the compute thread (collectives run on the
+     * queue's thread) */
     float *tmp;
     size_t tmp_n;
 } nccl_ctx;
@@ -45,6 +46,22 @@ static int nccl_finish(nccl_ctx *x, const char *what, ncclResult_t r)
                             : regc_error(REGC_ERR_IO, "nccl: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* x->tmp holds at least n floats. */
+static int nccl_scratch(nccl_ctx *x, size_t n, const char *what)
+{
+    if (x->tmp_n >= n)
+        return REGC_OK;
+    cudaFree(x->tmp);
+    x->tmp = NULL;
+    x->tmp_n = 0;
+    cudaError_t e = cudaMalloc((void **)&x->tmp, n * sizeof(float));
+    if (e != cudaSuccess)
+        return regc_error(REGC_ERR_MEMORY, "nccl: %s: %zu bytes of scratch: %s", what,
+                          n * sizeof(float), cudaGetErrorString(e));
+    x->tmp_n = n;
+    return REGC_OK;
+}
+
 static int nccl_allgather(regc_comm *c, float *dst, const float *src, int64_t n)
 {
     nccl_ctx *x = c->ctx;
@@ -60,16 +77,9 @@ static int nccl_reduce_scatter(regc_comm *c, float *dst, const float *src, int64
     cudaSetDevice(x->device);
     float *out = dst;
     if (accumulate) {
-        if (x->tmp_n < (size_t)n) {
-            cudaFree(x->tmp);
-            x->tmp = NULL;
-            x->tmp_n = 0;
-            cudaError_t e = cudaMalloc((void **)&x->tmp, (size_t)n * sizeof(float));
-            if (e != cudaSuccess)
-                return regc_error(REGC_ERR_MEMORY, "nccl: reduce_scatter: %zu bytes of scratch: %s",
-                                  (size_t)n * sizeof(float), cudaGetErrorString(e));
-            x->tmp_n = (size_t)n;
-        }
+        int rc = nccl_scratch(x, (size_t)n, "reduce_scatter");
+        if (rc != REGC_OK)
+            return rc;
         out = x->tmp;
     }
     int rc = nccl_finish(
@@ -107,11 +117,16 @@ static int nccl_broadcast(regc_comm *c, void *buf, size_t bytes, int root)
 
 static int nccl_barrier(regc_comm *c)
 {
-    /* an all-reduce of nothing orders every rank's stream */
+    /* an all-reduce of one value, waited for, returns on no rank before
+     * every rank has entered it (NCCL drops a collective of nothing
+     * without ordering anything) */
     nccl_ctx *x = c->ctx;
     cudaSetDevice(x->device);
+    int rc = nccl_scratch(x, 1, "barrier");
+    if (rc != REGC_OK)
+        return rc;
     return nccl_finish(x, "barrier",
-                       ncclAllReduce(x->tmp, x->tmp, 0, ncclFloat32, ncclSum, x->nccl, x->stream));
+                       ncclAllReduce(x->tmp, x->tmp, 1, ncclFloat32, ncclSum, x->nccl, x->stream));
 }
 
 static void nccl_abort(regc_comm *c, int code)
