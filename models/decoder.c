@@ -329,7 +329,8 @@ int decoder_list_params(regc_model *m)
     if ((rc = regc_model_add_2d(m, names->norm, 1, C, 0, c->family->norm_offset ? 0.0f : 1.0f,
                                 0.0f)) < 0)
         return rc;
-    if (names->norm_bias && (rc = regc_model_add_2d(m, names->norm_bias, 1, C, 0, 0.0f, 0.0f)) < 0)
+    if (c->family->layernorm &&
+        (rc = regc_model_add_2d(m, names->norm_bias, 1, C, 0, 0.0f, 0.0f)) < 0)
         return rc;
     if (!c->tied && (rc = regc_model_add_2d(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
         return rc;

@@ -65,10 +65,10 @@ typedef enum { ACT_SILU, ACT_GELU_TANH, ACT_GELU, ACT_RELU } act_kind;
 /* A family's checkpoint names, where they are not Llama's. */
 typedef struct {
     const char *embed;              /* the token embedding */
-    const char *positions;          /* the learned position embedding, or NULL */
+    const char *positions;          /* the learned position embedding (learned_positions) */
     const char *layer;              /* a layer's prefix: a printf format of its index (int64_t) */
     const char *norm;               /* the final norm's weight, */
-    const char *norm_bias;          /* and its bias (a LayerNorm's) or NULL */
+    const char *norm_bias;          /* and its bias (layernorm) */
     const char *const *slot_suffix; /* [N_SLOTS] each slot's name after the layer's prefix */
 } decoder_names;
 

@@ -71,7 +71,7 @@ static int decoder_head_norm(regc_graph *g, const decoder_config *c, int x, int 
     return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
 }
 
-/* The MLP's gate activation. */
+/* The MLP's activation (of its gate, in a gated MLP). */
 static int decoder_act(regc_graph *g, act_kind act, int x)
 {
     switch (act) {
@@ -96,10 +96,10 @@ static int decoder_mlp_hidden(regc_graph *g, const decoder_config *c, int h, con
         return decoder_act(g, c->act, up); /* [B, T, F] */
     }
     if (c->family->fused) {
-        if ((rc = h = regc_graph_matmul(g, h, w[S_GATE_UP], 0, 1)) < 0 || /* [B, T, 2F] */
-            (rc = gate = regc_graph_slice(g, h, 2, 0, F)) < 0 ||          /* [B, T, F] */
-            (rc = gate = decoder_act(g, c->act, gate)) < 0 ||             /* [B, T, F] */
-            (rc = up = regc_graph_slice(g, h, 2, F, F)) < 0)              /* [B, T, F] */
+        if ((rc = h = decoder_linear(g, c, h, w[S_GATE_UP], -1)) < 0 || /* [B, T, 2F] */
+            (rc = gate = regc_graph_slice(g, h, 2, 0, F)) < 0 ||        /* [B, T, F] */
+            (rc = gate = decoder_act(g, c->act, gate)) < 0 ||           /* [B, T, F] */
+            (rc = up = regc_graph_slice(g, h, 2, F, F)) < 0)            /* [B, T, F] */
             return rc;
     } else if ((rc = gate = decoder_linear(g, c, h, w[S_GATE], w[S_GATE_BIAS])) <
                    0 ||                                                        /* [B, T, F] */
@@ -221,15 +221,15 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         G(regc_model_attention(m, g, q, k, v, -1, &attn, c->attn_dropout, &h)); /* [B, T, QD] */
         G(h = decoder_linear(g, c, h, w[S_O], w[S_O_BIAS]));                    /* [B, T, C] */
         if (f->norms != NORMS_BEFORE)
-            G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM], -1)); /* [B, T, C] */
-        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h));   /* [B, T, C] */
-        G(x = regc_graph_add(g, x, h));                            /* [B, T, C] */
+            G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
+        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
         /* the MLP */
         if (f->norms == NORMS_AFTER)
             h = x;
         else if (f->norms == NORMS_BOTH)
             G(h = decoder_norm(g, c, x, w[S_PRE_FF_NORM], -1)); /* [B, T, C] */
-        else
+        else                                                    /* [B, T, C] */
             G(h = decoder_norm(g, c, x, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
         G(h = decoder_mlp_hidden(g, c, h, w));                     /* [B, T, F] */
         G(h = decoder_linear(g, c, h, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */

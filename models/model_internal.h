@@ -93,8 +93,8 @@ struct regc_model {
 
 struct regc_arch {
     const char *model_type; /* config.json's "model_type" */
-    /* Optional: the description a file serving several model types keeps
-     * per type (decoder.c's families) */
+    /* Optional: the description of the layer a shared builder reads
+     * (decoder.h's decoder_family: the Llama lineage's, GPT-2's) */
     const void *family;
     /* The tables of config.json's keys beside the shared one
      * (regc_model_config_keys), NULL-terminated; NULL: not checked. */

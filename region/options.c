@@ -37,14 +37,20 @@ int regc_level_from_name(const char *name) { return name_index(regc_level_names,
 
 int regc_precision_from_name(const char *name) { return name_index(regc_precision_names, name); }
 
-const char *regc_level_name(regc_level l) { return (unsigned)l < 3 ? regc_level_names[l] : "?"; }
+/* the names in a table, its NULL left out */
+#define NAMES(table) (sizeof table / sizeof *table - 1)
+
+const char *regc_level_name(regc_level l)
+{
+    return (size_t)l < NAMES(regc_level_names) ? regc_level_names[l] : "?";
+}
 
 const char *regc_precision_name(regc_precision p)
 {
-    return (unsigned)p < 2 ? regc_precision_names[p] : "?";
+    return (size_t)p < NAMES(regc_precision_names) ? regc_precision_names[p] : "?";
 }
 
 const char *regc_recompute_name(regc_recompute r)
 {
-    return (unsigned)r < 4 ? regc_recompute_names[r] : "?";
+    return (size_t)r < NAMES(regc_recompute_names) ? regc_recompute_names[r] : "?";
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +220,37 @@ static void test_gemm_does_not_depend_on_thread_count(void **state)
                 }
 }
 
+/* A backend made with 0 threads takes the calling thread's default OpenMP
+ * team, so the GEMM (OpenBLAS's too, which follows that default and whose
+ * own thread setting would change it for good) leaves it as it found it,
+ * at a size that goes parallel and one that does not. */
+static void test_gemm_keeps_the_default_team(void **state)
+{
+    (void)state;
+    regc_backend *two = regc_test_cpu_backend(2); /* the default made 2 */
+    assert_non_null(two);
+    assert_int_equal(omp_get_max_threads(), 2);
+    static const int64_t sizes[2] = {160, 8}; /* m = n = k: 4.1M multiply-adds, and 512 */
+    for (int s = 0; s < 2; s++) {
+        const int64_t n = sizes[s];
+        regc_gemm g = {0};
+        g.m = g.n = g.k = n, g.lda = g.ldb = g.ldc = n, g.alpha = 1.0f;
+        g.a = regc_test_upload(two, regc_test_host_uniform((size_t)(n * n), 1600, 0.0f, 1.0f),
+                               (size_t)(n * n)); /* [n, n] */
+        g.b = regc_test_upload(two, regc_test_host_uniform((size_t)(n * n), 1601, 0.0f, 1.0f),
+                               (size_t)(n * n)); /* [n, n] */
+        g.c = regc_test_upload(two, regc_test_host_uniform((size_t)(n * n), 1602, 0.0f, 1.0f),
+                               (size_t)(n * n)); /* [n, n] */
+        assert_int_equal(two->gemm(two, &g), REGC_OK);
+        assert_int_equal(two->sync(two), REGC_OK);
+        if (omp_get_max_threads() != 2)
+            fail_msg("a %lld-cube GEMM on %s left the default team at %d threads, not 2",
+                     (long long)n, regc_backend_cpu_gemm_name(), omp_get_max_threads());
+    }
+    regc_test_release_all(); /* the buffers, while their backend lives */
+    regc_backend_free(two);
+}
+
 static void test_backend_by_name(void **state)
 {
     (void)state;
@@ -320,6 +352,7 @@ int main(void)
         regc_test_with_buffers(test_results_do_not_depend_on_thread_count),
         regc_test_with_buffers(test_column_sums_and_adamw_do_not_depend_on_thread_count),
         regc_test_with_buffers(test_gemm_does_not_depend_on_thread_count),
+        regc_test_with_buffers(test_gemm_keeps_the_default_team),
         regc_test_with_buffers(test_backend_by_name),
         regc_test_with_buffers(test_sync_reports_kernel_failures),
     };

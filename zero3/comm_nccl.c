@@ -46,7 +46,8 @@ static int nccl_finish(nccl_ctx *x, const char *what, ncclResult_t r)
                             : regc_error(REGC_ERR_IO, "nccl: %s: %s", what, cudaGetErrorString(e));
 }
 
-/* x->tmp holds at least n floats. */
+/* x->tmp holds at least n floats, zeros when new (the barrier sums what
+ * is there). */
 static int nccl_scratch(nccl_ctx *x, size_t n, const char *what)
 {
     if (x->tmp_n >= n)
@@ -55,6 +56,8 @@ static int nccl_scratch(nccl_ctx *x, size_t n, const char *what)
     x->tmp = NULL;
     x->tmp_n = 0;
     cudaError_t e = cudaMalloc((void **)&x->tmp, n * sizeof(float));
+    if (e == cudaSuccess)
+        e = cudaMemset(x->tmp, 0, n * sizeof(float));
     if (e != cudaSuccess)
         return regc_error(REGC_ERR_MEMORY, "nccl: %s: %zu bytes of scratch: %s", what,
                           n * sizeof(float), cudaGetErrorString(e));

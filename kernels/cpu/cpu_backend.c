@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "cpu_kernels.h"
 #include "regc_common.h"
 
@@ -136,9 +134,6 @@ regc_backend *regc_backend_cpu_new(int threads)
         threads = omp_get_max_threads(); /* honours OMP_NUM_THREADS, else all cores */
     if (threads < 1)
         threads = 1;
-    /* OpenBLAS runs one thread per call: regc splits its GEMMs into blocks
-     * across its own team (cpu_gemm.c). */
-    openblas_set_num_threads(1);
     ctx->threads = threads;
     ctx->par_scale = 1;
     /* REGC_FIXED_TEAM=1: the idle thresholds whatever the load (benchmarks

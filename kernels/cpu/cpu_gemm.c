@@ -115,7 +115,13 @@ static void cpu_round_copy(const regc_backend *be, float *restrict dst, const fl
  * every block's sums are the same whichever thread runs it and however
  * many there are, and a small GEMM under load stays on one thread as
  * regc's own loops do (no library threads spin). Each block repacks the
- * other operand, one value per CPU_BLAS_BLOCK multiply-adds. */
+ * other operand, one value per CPU_BLAS_BLOCK multiply-adds.
+ *
+ * OpenBLAS built on OpenMP runs a call on one thread inside an active
+ * parallel region, else on as many as the calling thread's default team
+ * (omp_get_max_threads): a region that stays on one thread is inactive,
+ * so that default is 1 while the blocks run, and restored after. (Its own
+ * openblas_set_num_threads would set the same default for good.) */
 #define CPU_BLAS_BLOCK 128
 
 /* C = alpha op(A) op(B) (+ C) through OpenBLAS, in blocks of C; a bf16
@@ -137,10 +143,6 @@ static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
         a = copy, lda = a_cols;
         b = copy + a_rows * a_cols, ldb = b_cols;
     }
-    /* OpenBLAS's thread count is process-wide: another library in the
-     * process may have raised it. One thread: the blocks are the split. */
-    if (openblas_get_num_threads() != 1)
-        openblas_set_num_threads(1);
     const CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans,
                           tb = g->trans_b ? CblasTrans : CblasNoTrans;
     const float beta = g->accumulate ? 1.0f : 0.0f;
@@ -148,6 +150,8 @@ static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
     const double madds = (double)g->m * (double)g->n * (double)g->k;
     const int threads = regc_cpu_threads(be),
               parallel = madds >= (double)REGC_CPU_GEMM_PAR_MIN * (double)regc_cpu_par_scale(be);
+    const int default_team = omp_get_max_threads();
+    omp_set_num_threads(1); /* each block's call on one thread: the team inherits it */
 #pragma omp parallel num_threads(threads) if (parallel)
     {
         int64_t lo, hi; /* this thread's blocks: whole ones, at multiples of the block */
@@ -164,6 +168,7 @@ static int cpu_blas_gemm(regc_backend *be, const regc_gemm *g)
                             g->c + x0 * g->ldc, (int)g->ldc);
         }
     }
+    omp_set_num_threads(default_team);
     return REGC_OK;
 }
 
