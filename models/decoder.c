@@ -4,8 +4,9 @@
  * Gemma2ForCausalLM, Gemma3ForCausalLM): one description of the layer
  * (decoder.h's decoder_family) whose variations a family fixes or
  * config.json chooses, the table of each family's config.json keys, its
- * parameters in checkpoint order, and the presets. decoder_config.c reads
- * and writes config.json, decoder_graph.c builds the graph.
+ * parameters in checkpoint order (any family's, GPT-2's included, by its
+ * names), and the presets. decoder_config.c reads and writes config.json,
+ * decoder_graph.c builds the graph.
  *
  * Sliding windows. Transformers masks key j from query i when
  * i - j >= sliding_window on a sliding layer; regc's attention takes the

@@ -28,16 +28,6 @@ static int setup(void **state) { return regc_test_dir_setup(state, "cache", "c")
 
 /* ---------------------------------------------------------------- 8. regc cache */
 
-/* A usage error: exit 2, one stderr line naming `a`, nothing on stdout. */
-static void expect_usage(const regc_test_proc *p, const char *a)
-{
-    if (p->status != 2)
-        fail_msg("expected exit 2, got %d; stderr:\n%s", p->status, p->err);
-    if (regc_test_count_lines(p->err) != 1 || !strstr(p->err, a))
-        fail_msg("expected one stderr line naming \"%s\", got:\n%s", a, p->err);
-    assert_int_equal(p->out_len, 0);
-}
-
 /* The line of `out` containing `s`, copied into buf; fails if none. */
 static void line_with(const char *out, const char *s, char *buf, size_t cap)
 {
@@ -150,25 +140,25 @@ static void test_cli_usage(void **state)
     regc_test_dir *t = *state;
     regc_test_proc p;
     regc_test_run_regc(&p, "cache", NULL);
-    expect_usage(&p, "expected ls, verify or clear");
+    regc_test_expect_one_line_error(&p, 2, "expected ls, verify or clear", NULL);
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "cache", "lss", "--dir", t->path, NULL);
-    expect_usage(&p, "\"lss\"");
+    regc_test_expect_one_line_error(&p, 2, "\"lss\"", NULL);
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "cache", "ls", "--bogus", NULL);
-    expect_usage(&p, "--bogus");
+    regc_test_expect_one_line_error(&p, 2, "--bogus", NULL);
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "cache", "ls", "--dir", NULL);
-    expect_usage(&p, "--dir");
+    regc_test_expect_one_line_error(&p, 2, "--dir", NULL);
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "cache", "ls", "--dir=", NULL);
-    expect_usage(&p, "--dir");
+    regc_test_expect_one_line_error(&p, 2, "--dir", NULL);
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "cache", "ls", "--dir", "--bogus", NULL);
-    expect_usage(&p, "--dir");
+    regc_test_expect_one_line_error(&p, 2, "--dir", NULL);
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "cache", "ls", "verify", NULL);
-    expect_usage(&p, "\"verify\"");
+    regc_test_expect_one_line_error(&p, 2, "\"verify\"", NULL);
     regc_test_proc_free(&p);
     assert_false(regc_test_exists(t->path));
 

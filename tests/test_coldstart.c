@@ -18,18 +18,6 @@
 
 static int setup(void **state) { return regc_test_dir_setup(state, "coldstart", "chart.svg"); }
 
-/* A usage or load error: the exit code, exactly one stderr line naming
- * both `a` and `b` (b may be NULL), nothing on stdout. */
-static void expect_error(const regc_test_proc *p, int status, const char *a, const char *b)
-{
-    if (p->status != status)
-        fail_msg("expected exit %d, got %d; stderr:\n%s", status, p->status, p->err);
-    if (regc_test_count_lines(p->err) != 1 || !strstr(p->err, a) || (b && !strstr(p->err, b)))
-        fail_msg("expected one stderr line naming \"%s\" and \"%s\", got:\n%s", a, b ? b : "",
-                 p->err);
-    assert_int_equal(p->out_len, 0);
-}
-
 static const char *const json_keys[] = {
     "model",           "layers",     "mode",         "detect_ms",
     "compile_ms",      "inline_ms",  "total_ms",     "setup_ms",
@@ -178,7 +166,7 @@ static void test_usage_errors(void **state)
         regc_test_proc p;
         regc_test_run_regc(&p, "coldstart", "--model", "gpt2-tiny", "--svg", t->path, cases[i].flag,
                            cases[i].value, NULL);
-        expect_error(&p, 2, cases[i].a, cases[i].b);
+        regc_test_expect_one_line_error(&p, 2, cases[i].a, cases[i].b);
         assert_non_null(strstr(p.err, "regc coldstart"));
         regc_test_proc_free(&p);
         assert_false(regc_test_is_file(t->path));
@@ -186,16 +174,16 @@ static void test_usage_errors(void **state)
 
     regc_test_proc p;
     regc_test_run_regc(&p, "coldstart", "--layers", "1", NULL);
-    expect_error(&p, 2, "--model", "required");
+    regc_test_expect_one_line_error(&p, 2, "--model", "required");
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "coldstart", "--model", "gpt2-tiny", "--repeat", NULL);
-    expect_error(&p, 2, "--repeat", "missing value");
+    regc_test_expect_one_line_error(&p, 2, "--repeat", "missing value");
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "coldstart", "--model", "gpt2-tiny", "--json=1", NULL);
-    expect_error(&p, 2, "--json", "takes no value");
+    regc_test_expect_one_line_error(&p, 2, "--json", "takes no value");
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "coldstart", "--model", "gpt2-tiny", "stray", NULL);
-    expect_error(&p, 2, "stray", NULL);
+    regc_test_expect_one_line_error(&p, 2, "stray", NULL);
     regc_test_proc_free(&p);
 }
 
@@ -204,7 +192,7 @@ static void test_library_errors(void **state)
     regc_test_dir *t = *state;
     regc_test_proc p;
     regc_test_run_regc(&p, "coldstart", "--model", "gpt2-nonexistent", "--svg", t->path, NULL);
-    expect_error(&p, 1, "gpt2-nonexistent", NULL);
+    regc_test_expect_one_line_error(&p, 1, "gpt2-nonexistent", NULL);
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(t->path));
 
@@ -216,7 +204,7 @@ static void test_library_errors(void **state)
     regc_test_proc_free(&p);
     regc_test_run_regc(&p, "coldstart", "--model", graph, "--layers", "2", "--repeat", "1", "--svg",
                        t->path, NULL);
-    expect_error(&p, 1, graph, "depth");
+    regc_test_expect_one_line_error(&p, 1, graph, "depth");
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(t->path));
     free(graph);

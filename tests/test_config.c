@@ -476,14 +476,6 @@ static void test_cli_flags_override_file(void **state)
     regc_test_proc_free(&p);
 }
 
-static void assert_one_error_line(const regc_test_proc *p, const char *a, const char *b)
-{
-    if (regc_test_count_lines(p->err) != 1 || !strstr(p->err, a) || (b && !strstr(p->err, b)))
-        fail_msg("expected one stderr line naming \"%s\" and \"%s\", got:\n%s", a, b ? b : "",
-                 p->err);
-    assert_int_equal(p->out_len, 0);
-}
-
 static void test_cli_bad_config_is_an_error(void **state)
 {
     regc_test_dir *f = *state;
@@ -497,7 +489,7 @@ static void test_cli_bad_config_is_an_error(void **state)
     regc_test_proc p;
 
     assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, NULL), 1);
-    assert_one_error_line(&p, f->path, "train.bacth: unknown key");
+    regc_test_expect_one_line_error(&p, -1, f->path, "train.bacth: unknown key");
     regc_test_proc_free(&p);
     struct stat st;
     assert_true(stat(save, &st) != 0); /* nothing written */
@@ -505,19 +497,20 @@ static void test_cli_bad_config_is_an_error(void **state)
     /* A flag for the same option does not excuse a bad value in the file. */
     write_config(f, "{\"train\": {\"model\": \"gpt2-tiny\", \"steps\": 0}}");
     assert_int_equal(regc_test_run_regc(&p, "train", "--steps", "1", "--config", f->path, NULL), 1);
-    assert_one_error_line(&p, f->path, "train.steps: expected an integer >= 1, got 0");
+    regc_test_expect_one_line_error(&p, -1, f->path,
+                                    "train.steps: expected an integer >= 1, got 0");
     regc_test_proc_free(&p);
 
     char *missing = regc_test_join(f->dir, "missing.json");
     assert_int_equal(regc_test_run_regc(&p, "train", "--config", missing, NULL), 1);
-    assert_one_error_line(&p, missing, "cannot open");
+    regc_test_expect_one_line_error(&p, -1, missing, "cannot open");
     regc_test_proc_free(&p);
     free(missing);
 
     /* train.weights on a preset: the file's mistake, named by its key. */
     write_config(f, "{\"train\": {\"model\": \"gpt2-tiny\", \"weights\": \"w.safetensors\"}}");
     assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, NULL), 1);
-    assert_one_error_line(&p, f->path, "train.weights");
+    regc_test_expect_one_line_error(&p, -1, f->path, "train.weights");
     regc_test_proc_free(&p);
     free(save);
 }
@@ -540,21 +533,21 @@ static void test_cli_usage_errors(void **state)
         assert_int_equal(
             regc_test_run_regc(&p, "train", "--config", f->path, cases[i][0], cases[i][1], NULL),
             2);
-        assert_one_error_line(&p, "regc train", cases[i][2]);
+        regc_test_expect_one_line_error(&p, -1, "regc train", cases[i][2]);
         regc_test_proc_free(&p);
     }
 
     /* A usage error is reported before the file is even read. */
     char *missing = regc_test_join(f->dir, "missing.json");
     assert_int_equal(regc_test_run_regc(&p, "train", "--config", missing, "--level=O3", NULL), 2);
-    assert_one_error_line(&p, "--level", NULL);
+    regc_test_expect_one_line_error(&p, -1, "--level", NULL);
     regc_test_proc_free(&p);
     free(missing);
 
     /* --model stays required when the file does not give train.model. */
     write_config(f, "{\"train\": {\"steps\": 1}}");
     assert_int_equal(regc_test_run_regc(&p, "train", "--config", f->path, NULL), 2);
-    assert_one_error_line(&p, "--model is required", NULL);
+    regc_test_expect_one_line_error(&p, -1, "--model is required", NULL);
     regc_test_proc_free(&p);
 
     assert_int_equal(regc_test_run_regc(&p, "train", "--help", NULL), 0);

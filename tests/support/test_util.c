@@ -333,6 +333,21 @@ int regc_test_count_lines(const char *s)
     return n;
 }
 
+void regc_test_expect_one_line_error(const regc_test_proc *p, int status, const char *a,
+                                     const char *b)
+{
+    if (status >= 0 && p->status != status)
+        fail_msg("expected exit %d, got %d; stderr:\n%s", status, p->status, p->err);
+    if (regc_test_count_lines(p->err) != 1 || p->err[p->err_len - 1] != '\n' ||
+        !strstr(p->err, a) || (b && !strstr(p->err, b)))
+        fail_msg("expected one stderr line naming \"%s\" and \"%s\", got:\n%s", a, b ? b : "",
+                 p->err);
+    if (!strstr(p->err, "regc"))
+        fail_msg("the error line does not name regc: %s", p->err);
+    if (p->out_len != 0)
+        fail_msg("an error wrote to stdout too:\n%s", p->out);
+}
+
 int regc_test_json_losses(const char *out, double *loss, int max)
 {
     int n = 0;

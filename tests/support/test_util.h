@@ -73,6 +73,12 @@ int regc_test_is_file(const char *path);
 int regc_test_run_regc(regc_test_proc *p, ...) __attribute__((sentinel));
 /* Number of '\n' in s. */
 int regc_test_count_lines(const char *s);
+/* Fail unless p is a usage or load error as regc gives one: exit `status`
+ * (-1: not checked), exactly one line on stderr that names regc, `a` and
+ * `b` (b may be NULL), and nothing on stdout (a sanitizer report or a stray
+ * diagnostic would add lines). */
+void regc_test_expect_one_line_error(const regc_test_proc *p, int status, const char *a,
+                                     const char *b);
 /* The "loss" of each line of a `regc train --json` stdout that has one, in
  * order (at most max); every line must be JSON. */
 int regc_test_json_losses(const char *out, double *loss, int max);
