@@ -192,16 +192,17 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
             h = x;
         else
             G(h = decoder_norm(g, c, x, w[S_INPUT_NORM], w[S_INPUT_NORM_BIAS])); /* [B, T, C] */
-        if (f->fused && QD == KD) {
-            int qkv[3];
-            G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, 3 QD] */
-            G(regc_graph_split(g, u, 3, qkv));                       /* 3 x [B, T, QD] */
-            q = qkv[0], k = qkv[1], v = qkv[2];
-        } else if (f->fused) {
+        if (f->fused) {
             G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, QD + 2 KD] */
-            G(q = regc_graph_slice(g, u, 2, 0, QD));                 /* [B, T, QD] */
-            G(k = regc_graph_slice(g, u, 2, QD, KD));                /* [B, T, KD] */
-            G(v = regc_graph_slice(g, u, 2, QD + KD, KD));           /* [B, T, KD] */
+            if (QD == KD) { /* three equal parts: one split */
+                int qkv[3];
+                G(regc_graph_split(g, u, 3, qkv)); /* 3 x [B, T, QD] */
+                q = qkv[0], k = qkv[1], v = qkv[2];
+            } else {
+                G(q = regc_graph_slice(g, u, 2, 0, QD));       /* [B, T, QD] */
+                G(k = regc_graph_slice(g, u, 2, QD, KD));      /* [B, T, KD] */
+                G(v = regc_graph_slice(g, u, 2, QD + KD, KD)); /* [B, T, KD] */
+            }
         } else {
             G(q = decoder_linear(g, c, h, w[S_Q], w[S_Q_BIAS])); /* [B, T, QD] */
             G(k = decoder_linear(g, c, h, w[S_K], w[S_K_BIAS])); /* [B, T, KD] */

@@ -59,42 +59,36 @@ static const decoder_family family_gpt2 = {.architecture = "GPT2LMHeadModel",
                                            .n_pos_key = "n_positions",
                                            .pad_default = -1};
 
-/* GPT-2's sizes and options in the builder's config: every projection has
- * its bias, q, k and v as many heads each. */
-static int gpt2_set_config(regc_model *m, int64_t vocab, int64_t n_pos, int64_t n_embd,
-                           int64_t n_layer, int64_t n_head, int64_t n_inner, double eps,
-                           const char *activation, int tied, const double pdrop[3])
+/* GPT-2's constants in the builder's config: every projection has its
+ * bias, the tanh GELU, no padding index; the sizes and options are read. */
+#define GPT2_CONFIG                                                                                \
+    {                                                                                              \
+        .family = &family_gpt2, .act = ACT_GELU_TANH, .pad = -1, .attn_bias = 1, .mlp_bias = 1     \
+    }
+
+/* c, its sizes and options read, into m's config: q, k and v as many
+ * heads each, the activation named as config.json spells it. */
+static int gpt2_set_config(regc_model *m, decoder_config *c, const char *activation)
 {
-    decoder_config c = {.family = &family_gpt2,
-                        .vocab = vocab,
-                        .hidden = n_embd,
-                        .inter = n_inner,
-                        .n_layer = n_layer,
-                        .n_head = n_head,
-                        .n_kv_head = n_head,
-                        .head_dim = n_embd / n_head,
-                        .n_pos = n_pos,
-                        .eps = eps,
-                        .resid_dropout = pdrop[0],
-                        .embed_dropout = pdrop[1],
-                        .attn_dropout = pdrop[2],
-                        .act = ACT_GELU_TANH,
-                        .tied = tied,
-                        .pad = -1,
-                        .attn_bias = 1,
-                        .mlp_bias = 1};
-    snprintf(c.act_name, sizeof c.act_name, "%s", activation);
-    return decoder_set_config(m, &c, NULL);
+    c->n_kv_head = c->n_head;
+    c->head_dim = c->hidden / c->n_head;
+    snprintf(c->act_name, sizeof c->act_name, "%s", activation);
+    return decoder_set_config(m, c, NULL);
 }
 
 static int gpt2_preset_config(regc_model *m, const char *preset)
 {
-    const double pdrop[3] = {0.1, 0.1, 0.1}; /* resid, embd, attn */
+    decoder_config c = GPT2_CONFIG;
+    c.eps = 1e-5, c.tied = 1;
+    c.resid_dropout = c.embed_dropout = c.attn_dropout = 0.1;
     if (strcmp(preset, "gpt2-tiny") == 0)
-        return gpt2_set_config(m, 512, 256, 128, 4, 4, 4 * 128, 1e-5, "gelu_new", 1, pdrop);
-    if (strcmp(preset, "gpt2-124m") == 0)
-        return gpt2_set_config(m, 50257, 1024, 768, 12, 12, 4 * 768, 1e-5, "gelu_new", 1, pdrop);
-    return regc_error(REGC_ERR_ARG, "%s: not a gpt2 preset", preset);
+        c.vocab = 512, c.n_pos = 256, c.hidden = 128, c.n_layer = 4, c.n_head = 4;
+    else if (strcmp(preset, "gpt2-124m") == 0)
+        c.vocab = 50257, c.n_pos = 1024, c.hidden = 768, c.n_layer = 12, c.n_head = 12;
+    else
+        return regc_error(REGC_ERR_ARG, "%s: not a gpt2 preset", preset);
+    c.inter = 4 * c.hidden;
+    return gpt2_set_config(m, &c, "gelu_new");
 }
 
 /* Keys whose non-default value changes the computation in ways regc does
@@ -123,23 +117,22 @@ static int gpt2_check_unsupported(const cJSON *root, const char *path)
 
 static int gpt2_parse_config(regc_model *m, const cJSON *root, const char *path)
 {
-    int64_t vocab, n_pos, n_embd, n_layer, n_head, n_inner;
-    double eps, pdrop[3]; /* resid, embd, attn */
+    decoder_config c = GPT2_CONFIG;
     const char *act = NULL;
-    int tied, rc;
-    if ((rc = regc_cfg_int(root, path, "vocab_size", 1, 0, 1, GPT2_MAX_DIM, &vocab)) < 0 ||
-        (rc = regc_cfg_int(root, path, "n_positions", 1, 0, 1, GPT2_MAX_DIM, &n_pos)) < 0 ||
-        (rc = regc_cfg_int(root, path, "n_embd", 1, 0, 1, GPT2_MAX_DIM, &n_embd)) < 0 ||
-        (rc = regc_cfg_int(root, path, "n_layer", 1, 0, 1, GPT2_MAX_DIM, &n_layer)) < 0 ||
-        (rc = regc_cfg_int(root, path, "n_head", 1, 0, 1, GPT2_MAX_DIM, &n_head)) < 0 ||
-        (rc = regc_cfg_int(root, path, "n_inner", 0, 4 * n_embd, 1, 4 * (int64_t)GPT2_MAX_DIM,
-                           &n_inner)) < 0 ||
-        (rc = regc_cfg_double(root, path, "layer_norm_epsilon", 0, 1e-5, 0.0, 1.0, &eps)) < 0 ||
+    int rc;
+    if ((rc = regc_cfg_int(root, path, "vocab_size", 1, 0, 1, GPT2_MAX_DIM, &c.vocab)) < 0 ||
+        (rc = regc_cfg_int(root, path, "n_positions", 1, 0, 1, GPT2_MAX_DIM, &c.n_pos)) < 0 ||
+        (rc = regc_cfg_int(root, path, "n_embd", 1, 0, 1, GPT2_MAX_DIM, &c.hidden)) < 0 ||
+        (rc = regc_cfg_int(root, path, "n_layer", 1, 0, 1, GPT2_MAX_DIM, &c.n_layer)) < 0 ||
+        (rc = regc_cfg_int(root, path, "n_head", 1, 0, 1, GPT2_MAX_DIM, &c.n_head)) < 0 ||
+        (rc = regc_cfg_int(root, path, "n_inner", 0, 4 * c.hidden, 1, 4 * (int64_t)GPT2_MAX_DIM,
+                           &c.inter)) < 0 ||
+        (rc = regc_cfg_double(root, path, "layer_norm_epsilon", 0, 1e-5, 0.0, 1.0, &c.eps)) < 0 ||
         (rc = regc_cfg_string(root, path, "activation_function", 0, "gelu_new", &act)) < 0 ||
-        (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 1, &tied)) < 0 ||
-        (rc = regc_cfg_dropout(root, path, "resid_pdrop", 0.1, &pdrop[0])) < 0 ||
-        (rc = regc_cfg_dropout(root, path, "embd_pdrop", 0.1, &pdrop[1])) < 0 ||
-        (rc = regc_cfg_dropout(root, path, "attn_pdrop", 0.1, &pdrop[2])) < 0 ||
+        (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, 1, &c.tied)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "resid_pdrop", 0.1, &c.resid_dropout)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "embd_pdrop", 0.1, &c.embed_dropout)) < 0 ||
+        (rc = regc_cfg_dropout(root, path, "attn_pdrop", 0.1, &c.attn_dropout)) < 0 ||
         (rc = gpt2_check_unsupported(root, path)) < 0)
         return rc;
     /* Both names denote the tanh approximation, which is what the kernels
@@ -149,12 +142,11 @@ static int gpt2_parse_config(regc_model *m, const cJSON *root, const char *path)
                           "%s: key \"activation_function\" is \"%s\" (supported: gelu_new, "
                           "gelu_pytorch_tanh)",
                           path, act);
-    if (n_embd % n_head != 0)
+    if (c.hidden % c.n_head != 0)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: n_embd %" PRId64 " is not divisible by n_head %" PRId64, path,
-                          n_embd, n_head);
-    return gpt2_set_config(m, vocab, n_pos, n_embd, n_layer, n_head, n_inner, eps, act, tied,
-                           pdrop);
+                          c.hidden, c.n_head);
+    return gpt2_set_config(m, &c, act);
 }
 
 static cJSON *gpt2_write_config(const regc_model *m)

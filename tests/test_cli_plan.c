@@ -123,6 +123,17 @@ static void test_plan_reads_the_configs(void **state)
     free(bad), free(plain), free(dir);
 }
 
+/* regc plan of gpt2-tiny at `ranks` with flags a .. d (NULL ends them) is
+ * refused as a usage error: exit 2, one line naming `what`. */
+static void expect_plan_refuses(const char *ranks, const char *a, const char *b, const char *c,
+                                const char *d, const char *what)
+{
+    regc_test_proc p;
+    regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", ranks, a, b, c, d, NULL);
+    regc_test_expect_one_line_error(&p, 2, what, NULL);
+    regc_test_proc_free(&p);
+}
+
 /* regc plan's precision flags: a bad value is one line naming the flag, exit 2 */
 static void test_plan_precision_flags(void **state)
 {
@@ -130,14 +141,8 @@ static void test_plan_precision_flags(void **state)
     static const char *const bad[][3] = {
         {"--precision", "fp16", "--precision: expected fp32"},
         {"--fp32-storage", "maybe", "--fp32-storage: expected on"}};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        regc_test_proc p;
-        assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "2",
-                                            bad[i][0], bad[i][1], NULL),
-                         2);
-        regc_test_expect_one_line_error(&p, -1, bad[i][2], NULL);
-        regc_test_proc_free(&p);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_plan_refuses("2", bad[i][0], bad[i][1], NULL, NULL, bad[i][2]);
 }
 
 /* regc plan's recompute flags: a bad value is one line naming the flag,
@@ -153,14 +158,8 @@ static void test_plan_recompute_flags(void **state)
         {"--fit", "seq", "--device-memory-mb", "0", "--device-memory-mb"},
         {"--memory-budget-mb", "-3", NULL, NULL, "--memory-budget-mb: expected an integer"},
         {"--host-memory-mb", "0", NULL, NULL, "--host-memory-mb: expected an integer from 1"}};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        regc_test_proc p;
-        assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
-                                            bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL),
-                         2);
-        regc_test_expect_one_line_error(&p, -1, bad[i][4], NULL);
-        regc_test_proc_free(&p);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_plan_refuses("1", bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4]);
 }
 
 /* regc train's memory flags: a bad value is one line naming the flag, exit
