@@ -238,6 +238,49 @@ static void sgemm_fetch_b(sgemm_fetch *f, const regc_gemm *g, int64_t j0, int64_
         sgemm_fetch_start(f, g->b, elem, g->ldb, p0, kc, j0, nc, calls);
 }
 
+/* One slice of k, [p0, p0 + kc), as both loops below run it. */
+typedef struct {
+    int64_t kc;            /* its depth */
+    int64_t stride;        /* bytes per row (A) or column (B) of a packed panel */
+    int add;               /* later slices add to C, as does an accumulating GEMM */
+    int epilogue;          /* the elementwise epilogue runs after the last slice */
+    const regc_gemm *last; /* the bf16 C to round into, after the last slice only */
+} sgemm_slice;
+
+static sgemm_slice sgemm_slice_at(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, int64_t p0,
+                                  int elementwise, const regc_gemm *out16)
+{
+    sgemm_slice s;
+    s.kc = sgemm_min(g->k - p0, kern->kc);
+    s.stride = sgemm_round_up(s.kc, kern->k_unit) * (int64_t)kern->value_bytes;
+    s.add = g->accumulate || p0 > 0;
+    const int last = p0 + s.kc == g->k;
+    s.epilogue = elementwise && last;
+    s.last = last ? out16 : NULL;
+    return s;
+}
+
+/* The tiles of C[i0 .. i0+mc, j0 .. j0+nc] from packed A and B panels of
+ * slice s, a B panel's column of tiles after another, each tile's C
+ * fetched before its product and `next` walked a part after it. */
+static inline __attribute__((always_inline)) void
+sgemm_tiles(const regc_gemm *g, const regc_cpu_gemm_kernel *kern, float *restrict t,
+            const sgemm_slice *s, const char *apack, const char *bpack, int64_t i0, int64_t mc,
+            int64_t j0, int64_t nc, sgemm_fetch *next)
+{
+    const int mr = kern->mr, nr = kern->nr;
+    for (int64_t jr = 0; jr < nc; jr += nr) {
+        const int cols = (int)sgemm_min(nc - jr, nr);
+        for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int rows = (int)sgemm_min(mc - ir, mr);
+            sgemm_prefetch_tile(g, i0 + ir, j0 + jr, rows, cols);
+            sgemm_tile(g, kern, t, s->kc, apack + ir * s->stride, bpack + jr * s->stride, i0 + ir,
+                       j0 + jr, rows, cols, s->add, s->epilogue, s->last);
+            sgemm_fetch_some(next);
+        }
+    }
+}
+
 /* sgemm_compute_block where the rows fit one A block (m1 - m0 <= MC), as
  * in the GEMMs of a small batch of tokens (m = 256), whose op(B) is then
  * mostly weights that no earlier kernel left in the caches. Each B panel is
@@ -253,36 +296,22 @@ static void sgemm_compute_rows(const regc_gemm *g, const regc_cpu_gemm_kernel *k
                                char *bpack, float *dq, const regc_gemm *out16)
 {
     float t[REGC_CPU_GEMM_TILE_MAX] __attribute__((aligned(64))); /* one tile's sums, [MR][NR] */
-    const int mr = kern->mr, nr = kern->nr;
-    const int64_t mc = m1 - m0, tiles = (mc + mr - 1) / mr;
+    const int64_t mc = m1 - m0, tiles = (mc + kern->mr - 1) / kern->mr;
     const int64_t strip = SGEMM_STRIP;
     for (int64_t p0 = 0; p0 < g->k; p0 += kern->kc) {
-        const int64_t kc = sgemm_min(g->k - p0, kern->kc);
-        const int64_t stride = sgemm_round_up(kc, kern->k_unit) * (int64_t)kern->value_bytes;
-        const int add = g->accumulate || p0 > 0;
-        const int epilogue = elementwise && p0 + kc == g->k;
-        const regc_gemm *last16 = p0 + kc == g->k ? out16 : NULL;
-        kern->pack_a(apack, g, m0, mc, p0, kc);
+        const sgemm_slice s = sgemm_slice_at(g, kern, p0, elementwise, out16);
+        kern->pack_a(apack, g, m0, mc, p0, s.kc);
         for (int64_t j0 = n0; j0 < n1; j0 += strip) {
             const int64_t nc = sgemm_min(n1 - j0, strip);
-            sgemm_pack_b(g, kern, bpack, dq, j0, nc, p0, kc);
+            sgemm_pack_b(g, kern, bpack, dq, j0, nc, p0, s.kc);
             const int64_t next_j0 = j0 + strip < n1 ? j0 + strip : n0;
             const int64_t next_p0 = j0 + strip < n1 ? p0 : p0 + kern->kc;
             const int64_t next_nc = sgemm_min(n1 - next_j0, strip);
             const int64_t next_kc = sgemm_min(g->k - next_p0, kern->kc); /* <= 0 past k */
             sgemm_fetch next;
             sgemm_fetch_b(&next, g, next_j0, next_nc, next_p0, sgemm_max(next_kc, 0),
-                          (nc + nr - 1) / nr * tiles);
-            for (int64_t jr = 0; jr < nc; jr += nr) {
-                const int cols = (int)sgemm_min(nc - jr, nr);
-                for (int64_t ir = 0; ir < mc; ir += mr) {
-                    const int rows = (int)sgemm_min(mc - ir, mr);
-                    sgemm_prefetch_tile(g, m0 + ir, j0 + jr, rows, cols);
-                    sgemm_tile(g, kern, t, kc, apack + ir * stride, bpack + jr * stride, m0 + ir,
-                               j0 + jr, rows, cols, add, epilogue, last16);
-                    sgemm_fetch_some(&next);
-                }
-            }
+                          (nc + kern->nr - 1) / kern->nr * tiles);
+            sgemm_tiles(g, kern, t, &s, apack, bpack, m0, mc, j0, nc, &next);
         }
     }
 }
@@ -301,37 +330,22 @@ static void sgemm_compute_block(const regc_gemm *g, const regc_cpu_gemm_kernel *
         return;
     }
     float t[REGC_CPU_GEMM_TILE_MAX] __attribute__((aligned(64))); /* one tile's sums, [MR][NR] */
-    const int mr = kern->mr, nr = kern->nr;
     for (int64_t j0 = n0; j0 < n1; j0 += SGEMM_NC) {
         const int64_t nc = sgemm_min(n1 - j0, SGEMM_NC);
         for (int64_t p0 = 0; p0 < g->k; p0 += kern->kc) {
-            const int64_t kc = sgemm_min(g->k - p0, kern->kc);
-            /* bytes per row (A) or column (B) of a packed panel */
-            const int64_t stride = sgemm_round_up(kc, kern->k_unit) * (int64_t)kern->value_bytes;
-            const int add = g->accumulate || p0 > 0;             /* later slices add to C */
-            const int epilogue = elementwise && p0 + kc == g->k; /* after the last slice */
-            const regc_gemm *last16 = p0 + kc == g->k ? out16 : NULL;
-            sgemm_pack_b(g, kern, bpack, dq, j0, nc, p0, kc);
+            const sgemm_slice s = sgemm_slice_at(g, kern, p0, elementwise, out16);
+            sgemm_pack_b(g, kern, bpack, dq, j0, nc, p0, s.kc);
             for (int64_t i0 = m0; i0 < m1; i0 += SGEMM_MC) {
                 const int64_t mc = sgemm_min(m1 - i0, SGEMM_MC);
-                kern->pack_a(apack, g, i0, mc, p0, kc);
+                kern->pack_a(apack, g, i0, mc, p0, s.kc);
                 /* the next A block is fetched while this one's tiles run:
                  * with m in the tens of thousands (the vocabulary) op(A) is
                  * too large to stay in the caches from the kernel before */
                 const int64_t next_mc = sgemm_min(m1 - i0 - SGEMM_MC, SGEMM_MC); /* <= 0: none */
                 sgemm_fetch next;
-                sgemm_fetch_a(&next, g, i0 + SGEMM_MC, sgemm_max(next_mc, 0), p0, kc,
-                              (nc + nr - 1) / nr * ((mc + mr - 1) / mr));
-                for (int64_t jr = 0; jr < nc; jr += nr) {
-                    const int cols = (int)sgemm_min(nc - jr, nr);
-                    for (int64_t ir = 0; ir < mc; ir += mr) {
-                        const int rows = (int)sgemm_min(mc - ir, mr);
-                        sgemm_prefetch_tile(g, i0 + ir, j0 + jr, rows, cols);
-                        sgemm_tile(g, kern, t, kc, apack + ir * stride, bpack + jr * stride,
-                                   i0 + ir, j0 + jr, rows, cols, add, epilogue, last16);
-                        sgemm_fetch_some(&next);
-                    }
-                }
+                sgemm_fetch_a(&next, g, i0 + SGEMM_MC, sgemm_max(next_mc, 0), p0, s.kc,
+                              (nc + kern->nr - 1) / kern->nr * ((mc + kern->mr - 1) / kern->mr));
+                sgemm_tiles(g, kern, t, &s, apack, bpack, i0, mc, j0, nc, &next);
             }
         }
     }
