@@ -25,12 +25,6 @@
 /* f->path is dir/model, the HF directory most tests build. */
 static int setup(void **state) { return regc_test_dir_setup(state, "bert", "model"); }
 
-static const char *path_in(regc_test_dir *f, const char *name)
-{
-    snprintf(f->buf, sizeof f->buf, "%s/%s", f->path, name);
-    return f->buf;
-}
-
 /* The keys BertConfig needs, as a small model. */
 static const char *const required_keys[][2] = {
     {"vocab_size", "64"},         {"hidden_size", "16"},       {"num_hidden_layers", "2"},
@@ -51,23 +45,7 @@ static void write_config(regc_test_dir *f, const char *extra) { write_config_omi
 static regc_model *make_small_model(regc_test_dir *f, const char *extra, uint64_t seed)
 {
     write_config(f, extra);
-    regc_model *m;
-    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
-    assert_false(regc_model_has_weights(m));
-    assert_int_equal(regc_model_init_random(m, seed), REGC_OK);
-    return m;
-}
-
-static void assert_shape(const regc_model *m, const char *name, int ndim, int64_t d0, int64_t d1)
-{
-    int i = regc_test_param_index(m, name);
-    if (i < 0)
-        fail_msg("no parameter %s", name);
-    int64_t shape[REGC_MAX_DIMS];
-    assert_int_equal(regc_model_param_shape(m, i, shape), ndim);
-    assert_int_equal(shape[0], d0);
-    if (ndim == 2)
-        assert_int_equal(shape[1], d1);
+    return regc_test_load_config(f->path, seed);
 }
 
 /* BertForMaskedLM's parameter count with a tied decoder. */
@@ -138,12 +116,12 @@ static void test_presets(void **state)
     for (int i = 0; i < 6; i++)
         assert_string_equal(regc_model_param_name(m, 196 + i), last[i]);
     assert_null(regc_model_param_name(m, 202));
-    assert_shape(m, "bert.embeddings.word_embeddings.weight", 2, 30522, 768);
-    assert_shape(m, "bert.embeddings.token_type_embeddings.weight", 2, 2, 768);
-    assert_shape(m, "bert.encoder.layer.5.intermediate.dense.weight", 2, 3072, 768);
-    assert_shape(m, "bert.encoder.layer.5.intermediate.dense.bias", 1, 3072, 0);
-    assert_shape(m, "bert.encoder.layer.5.output.dense.weight", 2, 768, 3072);
-    assert_shape(m, "cls.predictions.bias", 1, 30522, 0);
+    regc_test_assert_param_shape(m, "bert.embeddings.word_embeddings.weight", 2, 30522, 768);
+    regc_test_assert_param_shape(m, "bert.embeddings.token_type_embeddings.weight", 2, 2, 768);
+    regc_test_assert_param_shape(m, "bert.encoder.layer.5.intermediate.dense.weight", 2, 3072, 768);
+    regc_test_assert_param_shape(m, "bert.encoder.layer.5.intermediate.dense.bias", 1, 3072, 0);
+    regc_test_assert_param_shape(m, "bert.encoder.layer.5.output.dense.weight", 2, 768, 3072);
+    regc_test_assert_param_shape(m, "cls.predictions.bias", 1, 30522, 0);
     int64_t off = 0;
     for (int i = 0; i < regc_model_n_params(m); i++) {
         assert_int_equal(regc_model_param_offset(m, i), off);
@@ -224,7 +202,7 @@ static void test_save_load_round_trip(void **state)
     /* Every setting survives (the sources differ: preset vs directory). */
     assert_string_equal(strchr(d1, ':'), strchr(d2, ':'));
 
-    char *cfg = regc_test_read_file(path_in(f, "config.json"), NULL);
+    char *cfg = regc_test_read_file(regc_test_path_in(f, "config.json"), NULL);
     assert_non_null(cfg);
     cJSON *root = cJSON_Parse(cfg);
     free(cfg);
@@ -238,7 +216,7 @@ static void test_save_load_round_trip(void **state)
     cJSON_Delete(root);
 
     regc_st_file *st;
-    assert_int_equal(regc_st_open(path_in(f, "model.safetensors"), &st), REGC_OK);
+    assert_int_equal(regc_st_open(regc_test_path_in(f, "model.safetensors"), &st), REGC_OK);
     assert_int_equal(regc_st_count(st), regc_model_n_params(m));
     assert_int_equal(regc_st_find(st, "cls.predictions.decoder.weight"), -1);
     assert_true(regc_st_find(st, "cls.predictions.bias") >= 0);
@@ -294,16 +272,17 @@ static void test_legacy_names_and_extras(void **state)
     int bias = regc_test_param_index(m, "cls.predictions.bias");
     all[n + 2] = e[bias];
     all[n + 2].name = "cls.predictions.decoder.bias";
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, n + 3), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), all, n + 3), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     regc_test_assert_same_weights(m, back);
     regc_model_free(back);
-    unlink(path_in(f, "model.safetensors"));
+    unlink(regc_test_path_in(f, "model.safetensors"));
 
     /* The same through a sharded checkpoint's weight map. */
     int half = n / 2;
-    assert_int_equal(regc_st_write(path_in(f, "a.safetensors"), e, half), REGC_OK);
-    assert_int_equal(regc_st_write(path_in(f, "b.safetensors"), e + half, n - half), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "a.safetensors"), e, half), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "b.safetensors"), e + half, n - half),
+                     REGC_OK);
     char *index = malloc(65536);
     assert_non_null(index);
     size_t len = (size_t)snprintf(index, 65536, "{\"weight_map\": {");
@@ -338,7 +317,7 @@ static void test_untied_decoder(void **state)
     int n = regc_model_n_params(m);
     assert_int_equal(n, 5 + 16 * 2 + 6);
     assert_string_equal(regc_model_param_name(m, n - 1), "cls.predictions.decoder.weight");
-    assert_shape(m, "cls.predictions.decoder.weight", 2, 64, 16);
+    regc_test_assert_param_shape(m, "cls.predictions.decoder.weight", 2, 64, 16);
     assert_int_equal(regc_model_total_numel(m), bert_count(64, 16, 2, 16, 24, 2) + 64 * 16);
     char out[1200];
     snprintf(out, sizeof out, "%s/saved", f->dir);
@@ -405,7 +384,7 @@ static void test_config_errors(void **state)
         assert_int_equal(regc_model_load_config(f->path, &m), REGC_ERR_FORMAT);
         assert_null(m);
         snprintf(want, sizeof want, "missing required key \"%s\"", required_keys[i][0]);
-        regc_test_expect_error(path_in(f, "config.json"), want);
+        regc_test_expect_error(regc_test_path_in(f, "config.json"), want);
     }
     expect_config_error(f, "\"hidden_act\": \"gelu_new\"", REGC_ERR_UNSUPPORTED,
                         "key \"hidden_act\" is \"gelu_new\" (supported: gelu)");

@@ -22,12 +22,6 @@
 /* f->path is dir/model, the HF directory most tests build. */
 static int setup(void **state) { return regc_test_dir_setup(state, "gpt2", "model"); }
 
-static const char *path_in(regc_test_dir *f, const char *name)
-{
-    snprintf(f->buf, sizeof f->buf, "%s/%s", f->path, name);
-    return f->buf;
-}
-
 /* A small GPT-2 config.json in f->path. `extra` adds keys; a required key
  * it names replaces the default one (cJSON would read the first of two). */
 static void write_config(regc_test_dir *f, const char *extra)
@@ -44,11 +38,7 @@ static void write_config(regc_test_dir *f, const char *extra)
 static regc_model *make_small_model(regc_test_dir *f, const char *extra, uint64_t seed)
 {
     write_config(f, extra);
-    regc_model *m;
-    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
-    assert_false(regc_model_has_weights(m));
-    assert_int_equal(regc_model_init_random(m, seed), REGC_OK);
-    return m;
+    return regc_test_load_config(f->path, seed);
 }
 
 /* ------------------------------------------------------------- presets */
@@ -219,10 +209,11 @@ static regc_st_entry *entries_of(regc_model *m, int strip_prefix)
 static void write_two_shards(regc_test_dir *f, const regc_st_entry *e, int n)
 {
     int half = n / 2;
-    assert_int_equal(regc_st_write(path_in(f, "model-00001-of-00002.safetensors"), e, half),
-                     REGC_OK);
     assert_int_equal(
-        regc_st_write(path_in(f, "model-00002-of-00002.safetensors"), e + half, n - half), REGC_OK);
+        regc_st_write(regc_test_path_in(f, "model-00001-of-00002.safetensors"), e, half), REGC_OK);
+    assert_int_equal(
+        regc_st_write(regc_test_path_in(f, "model-00002-of-00002.safetensors"), e + half, n - half),
+        REGC_OK);
 }
 
 /* Their index: each name mapped to its shard, but the names that contain
@@ -278,7 +269,7 @@ static void test_sharded(void **state)
     strcpy(cut, "}}");
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
-    regc_test_expect_error(path_in(f, "model.safetensors.index.json"),
+    regc_test_expect_error(regc_test_path_in(f, "model.safetensors.index.json"),
                            "missing tensor transformer.ln_f.bias");
 
     /* A shard outside the directory is refused. */
@@ -291,7 +282,7 @@ static void test_sharded(void **state)
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", "{\"weight_"),
                      0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
-    regc_test_expect_error(path_in(f, "model.safetensors.index.json"), "malformed JSON");
+    regc_test_expect_error(regc_test_path_in(f, "model.safetensors.index.json"), "malformed JSON");
     free(index);
     free(e);
     regc_model_free(m);
@@ -378,7 +369,7 @@ static void test_names_without_prefix(void **state)
                                  .ndim = 4,
                                  .shape = {1, 1, 16, 16},
                                  .data = mask};
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, n + 2), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), all, n + 2), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     regc_test_assert_same_weights(m, back);
     assert_string_equal(regc_model_param_name(back, 0), "transformer.wte.weight");
@@ -423,7 +414,8 @@ static void test_untied_head(void **state)
     memcpy(all, e, (size_t)nt * sizeof *e);
     all[nt] = all[0];
     all[nt].name = "lm_head.weight";
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), all, nt + 1), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), all, nt + 1),
+                     REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     regc_test_assert_same_weights(m, back);
     regc_model_free(back);
@@ -445,10 +437,10 @@ static void test_config_errors(void **state)
     regc_test_dir *f = *state;
     regc_model *m = (regc_model *)1;
     write_config(f, NULL);
-    unlink(path_in(f, "config.json"));
+    unlink(regc_test_path_in(f, "config.json"));
     assert_int_equal(regc_model_load(f->path, &m), REGC_ERR_IO);
     assert_null(m);
-    regc_test_expect_error(path_in(f, "config.json"), "cannot open");
+    regc_test_expect_error(regc_test_path_in(f, "config.json"), "cannot open");
 
     assert_int_equal(regc_test_write_text(f->path, "config.json", "{\"model_type\": \"gpt2\","), 0);
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "malformed JSON");
@@ -558,11 +550,12 @@ static void test_weight_errors(void **state)
     assert_non_null(some);
     memcpy(some, e, (size_t)skip * sizeof *e);
     memcpy(some + skip, e + skip + 1, (size_t)(n - skip - 1) * sizeof *e);
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), some, n - 1), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), some, n - 1),
+                     REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     char want[4096];
     snprintf(want, sizeof want, "%s: missing tensor transformer.h.1.mlp.c_fc.weight",
-             path_in(f, "model.safetensors"));
+             regc_test_path_in(f, "model.safetensors"));
     assert_string_equal(regc_error_message(), want);
 
     /* ln_1.weight stored as [2, 8] instead of [16] */
@@ -572,16 +565,17 @@ static void test_weight_errors(void **state)
     bad[2].ndim = 2;
     bad[2].shape[0] = 2;
     bad[2].shape[1] = 8;
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), bad, n), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), bad, n), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_SHAPE);
-    regc_test_expect_error(path_in(f, "model.safetensors"),
+    regc_test_expect_error(regc_test_path_in(f, "model.safetensors"),
                            "tensor transformer.h.0.ln_1.weight has shape [2, 8], expected [16]");
 
     /* A corrupt file is reported by the safetensors reader, with its name. */
-    assert_int_equal(
-        regc_test_write_file(path_in(f, "model.safetensors"), "\xff\xff\0\0\0\0\0\0{}", 10), 0);
+    assert_int_equal(regc_test_write_file(regc_test_path_in(f, "model.safetensors"),
+                                          "\xff\xff\0\0\0\0\0\0{}", 10),
+                     0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
-    regc_test_expect_error(path_in(f, "model.safetensors"),
+    regc_test_expect_error(regc_test_path_in(f, "model.safetensors"),
                            "header length 65535 exceeds file size 10");
     free(bad);
     free(some);
@@ -600,23 +594,23 @@ static void test_more_layers_than_config(void **state)
     regc_model *m = make_small_model(f, NULL, 12), *back = (regc_model *)1;
     int n = regc_model_n_params(m);
     regc_st_entry *e = entries_of(m, 0);
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), e, n), REGC_OK);
     write_config(f, "\"n_layer\": 1");
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     assert_null(back);
     char want[4096];
     snprintf(want, sizeof want, "%s: unexpected tensor transformer.h.1.ln_1.weight",
-             path_in(f, "model.safetensors"));
+             regc_test_path_in(f, "model.safetensors"));
     regc_test_expect_error(want, "has no such parameter");
 
     /* the same weights as two shards and an index */
-    unlink(path_in(f, "model.safetensors"));
+    unlink(regc_test_path_in(f, "model.safetensors"));
     write_two_shards(f, e, n);
     char *index = shard_index(e, n, NULL);
     assert_int_equal(regc_test_write_text(f->path, "model.safetensors.index.json", index), 0);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     snprintf(want, sizeof want, "%s: unexpected tensor transformer.h.1.",
-             path_in(f, "model.safetensors.index.json"));
+             regc_test_path_in(f, "model.safetensors.index.json"));
     regc_test_expect_error(want, NULL);
 
     /* an index that lists only layer 0 still has shards holding layer 1 */
@@ -667,11 +661,11 @@ static void test_ignored_tensors_are_the_architectures(void **state)
     e[n].shape[0] = e[n + 1].shape[0] = 1;
     e[n].name = "transformer.h.0.attn.bias";
     e[n + 1].name = "transformer.h.0.attn.masked_bias";
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n + 2), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), e, n + 2), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     regc_model_free(back);
     e[n + 1].name = "transformer.embeddings.position_ids"; /* BERT's buffer */
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n + 2), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), e, n + 2), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
     regc_test_expect_error("unexpected tensor transformer.embeddings.position_ids",
                            "has no such parameter");

@@ -23,12 +23,6 @@
 /* f->path is dir/model, the HF directory most tests build. */
 static int setup(void **state) { return regc_test_dir_setup(state, "llama", "model"); }
 
-static const char *path_in(regc_test_dir *f, const char *name)
-{
-    snprintf(f->buf, sizeof f->buf, "%s/%s", f->path, name);
-    return f->buf;
-}
-
 /* A small GQA Llama config.json in f->path (C 24, 6 heads of 4 over 2 kv
  * heads). `extra` adds keys; a required key it names replaces the default
  * one (cJSON would read the first of two). */
@@ -50,12 +44,7 @@ static void write_config(regc_test_dir *f, const char *extra)
 static regc_model *load_config(regc_test_dir *f, const char *extra)
 {
     write_config(f, extra);
-    regc_model *m;
-    int rc = regc_model_load_config(f->path, &m);
-    if (rc != REGC_OK)
-        fail_msg("%s", regc_error_message());
-    assert_false(regc_model_has_weights(m));
-    return m;
+    return regc_test_load_config(f->path, 0);
 }
 
 static void assert_param(regc_model *m, int i, const char *name, int ndim, int64_t d0, int64_t d1)
@@ -253,7 +242,7 @@ static void test_config_errors(void **state)
         assert_int_equal(regc_model_load_config(f->path, &m), REGC_ERR_FORMAT);
         assert_null(m);
         snprintf(want, sizeof want, "missing required key \"%s\"", required[i]);
-        regc_test_expect_error(path_in(f, "config.json"), want);
+        regc_test_expect_error(regc_test_path_in(f, "config.json"), want);
     }
 
     expect_config_error(f, "\"hidden_size\": \"24\"", REGC_ERR_FORMAT,
@@ -395,21 +384,22 @@ static void test_weight_errors(void **state)
     assert_non_null(big);
     const float *saved = e[kproj].data;
     e[kproj].data = big;
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), e, n), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_SHAPE);
     assert_null(back);
-    regc_test_expect_error(path_in(f, "model.safetensors"),
+    regc_test_expect_error(regc_test_path_in(f, "model.safetensors"),
                            "tensor model.layers.1.self_attn.k_proj.weight has shape [24, 24], "
                            "expected [8, 24]");
     e[kproj].shape[0] = 8;
     e[kproj].data = saved;
 
     /* The untied head missing. */
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n - 1), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), e, n - 1), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_ERR_FORMAT);
-    regc_test_expect_error(path_in(f, "model.safetensors"), "missing tensor lm_head.weight");
+    regc_test_expect_error(regc_test_path_in(f, "model.safetensors"),
+                           "missing tensor lm_head.weight");
 
-    assert_int_equal(regc_st_write(path_in(f, "model.safetensors"), e, n), REGC_OK);
+    assert_int_equal(regc_st_write(regc_test_path_in(f, "model.safetensors"), e, n), REGC_OK);
     assert_int_equal(regc_model_load(f->path, &back), REGC_OK);
     regc_test_assert_same_weights(m, back);
     regc_model_free(back);

@@ -24,12 +24,6 @@
 
 static int setup(void **state) { return regc_test_dir_setup(state, "t5", "model"); }
 
-static const char *path_in(regc_test_dir *f, const char *name)
-{
-    snprintf(f->buf, sizeof f->buf, "%s/%s", f->path, name);
-    return f->buf;
-}
-
 /* A small T5 config.json in f->path. `extra` adds keys; a required key it
  * names replaces the default one (cJSON would read the first of two). */
 static void write_config(regc_test_dir *f, const char *extra)
@@ -45,22 +39,7 @@ static void write_config(regc_test_dir *f, const char *extra)
 static regc_model *load_config(regc_test_dir *f, const char *extra)
 {
     write_config(f, extra);
-    regc_model *m;
-    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
-    return m;
-}
-
-static void assert_param(regc_model *m, const char *name, int64_t d0, int64_t d1)
-{
-    int i = regc_test_param_index(m, name);
-    if (i < 0)
-        fail_msg("no parameter %s", name);
-    int64_t shape[REGC_MAX_DIMS];
-    int nd = regc_model_param_shape(m, i, shape);
-    assert_int_equal(nd, d1 ? 2 : 1);
-    assert_int_equal(shape[0], d0);
-    if (d1)
-        assert_int_equal(shape[1], d1);
+    return regc_test_load_config(f->path, 0);
 }
 
 /* ------------------------------------------------------------- presets */
@@ -90,13 +69,17 @@ static void test_presets(void **state)
                         "encoder.block.0.layer.1.DenseReluDense.wi.weight");
     assert_string_equal(regc_model_param_name(m, 10),
                         "encoder.block.1.layer.0.SelfAttention.q.weight");
-    assert_param(m, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 8);
+    regc_test_assert_param_shape(
+        m, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, 32, 8);
     assert_int_equal(regc_test_param_index(
                          m, "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"),
                      -1);
-    assert_param(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 8);
-    assert_param(m, "decoder.block.5.layer.1.EncDecAttention.k.weight", 512, 512);
-    assert_param(m, "decoder.block.5.layer.2.DenseReluDense.wo.weight", 512, 2048);
+    regc_test_assert_param_shape(
+        m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, 32, 8);
+    regc_test_assert_param_shape(m, "decoder.block.5.layer.1.EncDecAttention.k.weight", 2, 512,
+                                 512);
+    regc_test_assert_param_shape(m, "decoder.block.5.layer.2.DenseReluDense.wo.weight", 2, 512,
+                                 2048);
     assert_string_equal(regc_model_param_name(m, regc_model_n_params(m) - 1),
                         "decoder.final_layer_norm.weight");
     assert_int_equal(regc_test_param_index(m, "lm_head.weight"), -1);
@@ -168,8 +151,8 @@ static void test_config_defaults_and_keys(void **state)
     assert_non_null(strstr(d, "32 relative buckets up to 128"));
     assert_non_null(strstr(d, "layer_norm_epsilon 1e-06, relu, tied embeddings, decoder start 0"));
     assert_int_equal(regc_test_param_index(m, "lm_head.weight"), -1);
-    assert_param(m, "encoder.block.1.layer.1.DenseReluDense.wi.weight", 24, 16);
-    assert_param(m, "encoder.block.1.layer.0.SelfAttention.o.weight", 16, 12);
+    regc_test_assert_param_shape(m, "encoder.block.1.layer.1.DenseReluDense.wi.weight", 2, 24, 16);
+    regc_test_assert_param_shape(m, "encoder.block.1.layer.0.SelfAttention.o.weight", 2, 16, 12);
     regc_model_free(m);
 
     m = load_config(f, "\"num_decoder_layers\": 3, \"feed_forward_proj\": \"gated-gelu\", "
@@ -182,9 +165,12 @@ static void test_config_defaults_and_keys(void **state)
     assert_non_null(strstr(d, "8 relative buckets up to 20"));
     assert_non_null(strstr(d, "gated-gelu, untied embeddings, decoder start 5"));
     assert_non_null(strstr(d, "dropout_rate 0.25"));
-    assert_param(m, "decoder.block.2.layer.2.DenseReluDense.wi_0.weight", 24, 16);
-    assert_param(m, "decoder.block.2.layer.2.DenseReluDense.wi_1.weight", 24, 16);
-    assert_param(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 8, 2);
+    regc_test_assert_param_shape(m, "decoder.block.2.layer.2.DenseReluDense.wi_0.weight", 2, 24,
+                                 16);
+    regc_test_assert_param_shape(m, "decoder.block.2.layer.2.DenseReluDense.wi_1.weight", 2, 24,
+                                 16);
+    regc_test_assert_param_shape(
+        m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, 8, 2);
     assert_int_equal(
         regc_test_param_index(
             m, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"),
@@ -227,7 +213,7 @@ static void test_config_errors(void **state)
         assert_int_equal(regc_model_load_config(f->path, &m), REGC_ERR_FORMAT);
         assert_null(m);
         snprintf(want, sizeof want, "missing required key \"%s\"", required[i]);
-        regc_test_expect_error(path_in(f, "config.json"), want);
+        regc_test_expect_error(regc_test_path_in(f, "config.json"), want);
     }
     expect_config_error(f, "\"d_kv\": null", REGC_ERR_FORMAT, "key \"d_kv\" must be an integer");
     expect_config_error(

@@ -47,6 +47,30 @@ int regc_test_param_index(const regc_model *m, const char *name)
     return -1;
 }
 
+void regc_test_assert_param_shape(const regc_model *m, const char *name, int ndim, int64_t d0,
+                                  int64_t d1)
+{
+    const int i = regc_test_param_index(m, name);
+    if (i < 0)
+        fail_msg("no parameter %s", name);
+    int64_t shape[REGC_MAX_DIMS];
+    assert_int_equal(regc_model_param_shape(m, i, shape), ndim);
+    assert_int_equal(shape[0], d0);
+    if (ndim == 2)
+        assert_int_equal(shape[1], d1);
+}
+
+regc_model *regc_test_load_config(const char *dir, uint64_t seed)
+{
+    regc_model *m;
+    if (regc_model_load_config(dir, &m) != REGC_OK)
+        fail_msg("%s", regc_error_message());
+    assert_false(regc_model_has_weights(m));
+    if (seed)
+        assert_int_equal(regc_model_init_random(m, seed), REGC_OK);
+    return m;
+}
+
 void regc_test_expect_config_error(const char *dir, int status, const char *what)
 {
     regc_model *m = (regc_model *)1;

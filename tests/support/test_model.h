@@ -22,6 +22,13 @@ void regc_test_write_config(const char *dir, const char *head, const char *const
 void regc_test_assert_same_weights(regc_model *a, regc_model *b);
 /* Index of the parameter called `name`, or -1. */
 int regc_test_param_index(const regc_model *m, const char *name);
+/* m has a parameter `name` of ndim (1 or 2) dimensions, [d0] or [d0, d1]. */
+void regc_test_assert_param_shape(const regc_model *m, const char *name, int ndim, int64_t d0,
+                                  int64_t d1);
+/* The model of dir/config.json, shapes only (the test fails with regc's
+ * message if it does not load), its weights drawn from `seed` unless
+ * seed is 0. */
+regc_model *regc_test_load_config(const char *dir, uint64_t seed);
 /* regc_model_load_config(dir) fails with `status`, returns no model, and
  * leaves one line naming dir/config.json and saying `what`. */
 void regc_test_expect_config_error(const char *dir, int status, const char *what);

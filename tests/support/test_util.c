@@ -294,6 +294,12 @@ void regc_test_expect_error(const char *a, const char *b)
         fail_msg("error \"%s\" should be one line", msg);
 }
 
+const char *regc_test_path_in(regc_test_dir *f, const char *name)
+{
+    snprintf(f->buf, sizeof f->buf, "%s/%s", f->path, name);
+    return f->buf;
+}
+
 char *regc_test_join(const char *dir, const char *name)
 {
     size_t cap = strlen(dir) + strlen(name) + 2;

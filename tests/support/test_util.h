@@ -52,6 +52,8 @@ typedef struct {
 /* Make *state a new regc_test_dir whose directory is named after `tag` and
  * whose path is dir/file (file may be NULL); 0 on success, -1 on failure. */
 int regc_test_dir_setup(void **state, const char *tag, const char *file);
+/* f->path/name in f->buf (overwritten by the next call). */
+const char *regc_test_path_in(regc_test_dir *f, const char *name);
 /* Remove the directory tree and free the fixture; always 0. */
 int regc_test_dir_teardown(void **state);
 /* A CMocka test entry run in a regc_test_dir made by `setup` (a function
