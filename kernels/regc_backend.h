@@ -330,6 +330,12 @@ struct regc_backend {
                       const int *perm);
 
     int (*gemm)(regc_backend *be, const regc_gemm *g);
+    /* TF32: has_tf32, the device multiplies fp32 operands rounded to TF32
+     * (10 mantissa bits, fp32 sums) on its matrix units (a CUDA device of
+     * compute capability 8.0 or later; never the CPU); tf32, set by the
+     * caller before the first gemm or gemm_prepare, lets its fp32 GEMMs do
+     * so (torch.backends.cuda.matmul.allow_tf32). bf16 GEMMs are unaffected. */
+    int has_tf32, tf32;
     /* Optional (NULL: nothing to set up). Set up, once, what gemm() needs
      * for the GEMMs g describes (its shape, epilogue and operands'
      * alignment): a program calls it for each of its GEMMs when it is

@@ -272,6 +272,44 @@ static void test_training_arguments(void **state)
     free(data), free(out);
 }
 
+/* Transformers' tf32, as its usual GPU arguments set it beside bf16: under
+ * bf16 every GEMM is bf16 and the run is the bits of one without it; under
+ * fp32 the cpu backend, which has no TF32, refuses it by name, from the
+ * file and from the flag, as Transformers refuses it without an Ampere GPU. */
+static void test_tf32(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_test_proc p;
+    double with[4] = {0}, without[4] = {0};
+    write_config(f, "{\"bf16\": true, \"tf32\": true}");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path,
+                                        "--steps", "3", "--batch", "2", "--seq", "8", "--json",
+                                        NULL),
+                     0);
+    assert_int_equal(regc_test_json_losses(p.out, with, 4), 3);
+    regc_test_proc_free(&p);
+    write_config(f, "{\"bf16\": true, \"tf32\": null}");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path,
+                                        "--steps", "3", "--batch", "2", "--seq", "8", "--json",
+                                        NULL),
+                     0);
+    assert_int_equal(regc_test_json_losses(p.out, without, 4), 3);
+    regc_test_proc_free(&p);
+    assert_memory_equal(with, without, sizeof with);
+
+    write_config(f, "{\"tf32\": true}");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path,
+                                        "--steps", "1", NULL),
+                     1);
+    regc_test_expect_one_line_error(&p, 1, "compile.tf32: the cpu backend has no TF32", NULL);
+    regc_test_proc_free(&p);
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                        "--tf32", "on", NULL),
+                     1);
+    regc_test_expect_one_line_error(&p, 1, "compile.tf32: the cpu backend has no TF32", NULL);
+    regc_test_proc_free(&p);
+}
+
 /* --print-config: every option with a key once, from its default, file,
  * flag, "auto" or what it follows from; nothing trains. */
 static void test_print_config(void **state)
@@ -333,6 +371,7 @@ int main(void)
         regc_test_in_dir(test_configs_train, setup),
         regc_test_in_dir(test_configs_train_two_ranks, setup),
         regc_test_in_dir(test_training_arguments, setup),
+        regc_test_in_dir(test_tf32, setup),
         regc_test_in_dir(test_print_config, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

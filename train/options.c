@@ -334,6 +334,14 @@ const regc_option regc_option_table[] = {
      "fp32)",
      .alias = {{"bf16.enabled", OPT_AUTO | OPT_BOOL}, {"bf16", OPT_BOOL}}, .bool_true = 1,
      .bool_false = 0},
+    {"compile", "tf32", "--tf32", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL, FIELD(train.tf32),
+     OPT_SHOW_DEFAULT,
+     "let fp32 GEMMs multiply operands rounded to TF32 (10 mantissa bits, fp32 sums) on a GPU's "
+     "matrix units, as torch.backends.cuda.matmul.allow_tf32 (Transformers' tf32): a cuda "
+     "backend of compute capability 8.0 or later; refused under fp32 on the cpu backend, which "
+     "has no TF32 (as Transformers refuses it without such a GPU); under bf16 every GEMM is bf16 "
+     "and it changes nothing",
+     .alias = {{"tf32"}}},
     {"compile", "fp32_storage", "--fp32-storage", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(train.compile.fp32_storage), OPT_SHOW_DEFAULT,
      "under bf16, hold every tensor in fp32 (bf16 only in the GEMMs' operands, in more memory); "
@@ -633,8 +641,6 @@ const regc_option regc_option_table[] = {
             "validation in pure bf16: regc validates as it trains"),
     NEUTRAL("", "fp16_full_eval", "[false]",
             "validation in pure fp16: regc validates as it trains"),
-    NEUTRAL("", "tf32", "[null, false]",
-            "TF32 products, which regc does not use (fp32, or bf16 under compile.precision)"),
     NEUTRAL("", "label_smoothing_factor", "[0]",
             "label smoothing, which regc's cross-entropy does not do"),
     NEUTRAL("", "neftune_noise_alpha", "[null]",

@@ -108,7 +108,10 @@ typedef struct {
     int return_weights;
     const char *save_dir; /* NULL: do not save */
     const char *backend;  /* "cpu" */
-    int threads;          /* <= 0: OMP_NUM_THREADS or all cores */
+    /* compile.tf32: the backend's fp32 GEMMs may multiply TF32 operands
+     * (regc_backend.tf32); refused under fp32 on a backend without them */
+    int tf32;
+    int threads; /* <= 0: OMP_NUM_THREADS or all cores */
     regc_compile_options compile;
     regc_replan_list replans; /* compile.schedule */
     /* zero_optimization.offload_optimizer.pin_memory (default 1): the

@@ -442,6 +442,13 @@ int regc_train_check_options(const regc_train_options *o)
         return regc_error(REGC_ERR_ARG, "train.num_train_epochs: %g (> 0)", o->num_train_epochs);
     if (o->val_loss_mask && !o->val_data_path)
         return regc_error(REGC_ERR_ARG, "train.val_loss_mask: needs train.val_data");
+    if (o->tf32 && o->compile.precision == REGC_PRECISION_FP32 &&
+        (!o->backend || strncmp(o->backend, "cuda", 4) != 0))
+        return regc_error(REGC_ERR_ARG,
+                          "compile.tf32: the %s backend has no TF32 products (a cuda backend of "
+                          "compute capability 8.0 or later has); under compile.precision bf16 "
+                          "it changes nothing",
+                          o->backend ? o->backend : "cpu");
     if (o->compile.offload_optimizer && !o->offload_pin_memory)
         return regc_error(REGC_ERR_ARG,
                           "zero_optimization.offload_optimizer.pin_memory: false is not "
@@ -557,6 +564,14 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
         trainer_free(&t);
         return REGC_ERR_UNSUPPORTED;
     }
+    if (o->tf32 && o->compile.precision == REGC_PRECISION_FP32 && !t.be->has_tf32) {
+        rc = regc_error(REGC_ERR_UNSUPPORTED,
+                        "compile.tf32: %s has no TF32 products (compute capability 8.0 or later)",
+                        t.be->device);
+        trainer_free(&t);
+        return rc;
+    }
+    t.be->tf32 = o->tf32;
     if ((rc = regc_trainer_open_step_comm(&t, o)) || (rc = check_outputs(&t, o)) ||
         (rc = open_weights(&t, o))) {
         trainer_free(&t);

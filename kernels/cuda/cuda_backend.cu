@@ -492,9 +492,10 @@ extern "C" regc_backend *regc_cuda_backend_open(int device)
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
         be->mem_capacity = (int64_t)total_bytes;
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
         snprintf(c->device, sizeof c->device, "cuda sm_%d%d", prop.major, prop.minor);
-    else
+        be->has_tf32 = prop.major >= 8; /* Ampere's tensor cores and later */
+    } else
         snprintf(c->device, sizeof c->device, "cuda");
     be->device = c->device;
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess) {

@@ -58,6 +58,7 @@ typedef struct {
     int64_t m, n, k, lda, ldb, ldc, ldaux;
     int64_t align_a, align_b, align_c, align_aux, align_bias;
     int64_t bf16; /* operands copied to bf16 first (cuda_gemm_to_bf16) */
+    int64_t tf32; /* fp32 operands multiplied as TF32 (regc_backend.tf32) */
 } cuda_gemm_key;
 
 typedef struct {
@@ -101,7 +102,7 @@ static int cuda_epilogue_has_aux(int e)
            e == REGC_EPI_DGELU_BGRAD;
 }
 
-static cuda_gemm_key cuda_gemm_key_of(const regc_gemm *g)
+static cuda_gemm_key cuda_gemm_key_of(const regc_backend *be, const regc_gemm *g)
 {
     cuda_gemm_key k;
     memset(&k, 0, sizeof k);
@@ -117,6 +118,7 @@ static cuda_gemm_key cuda_gemm_key_of(const regc_gemm *g)
     k.ldc = g->ldc;
     k.ldaux = cuda_epilogue_has_aux(g->epilogue) ? g->ldaux : 0;
     k.bf16 = g->bf16 != 0;
+    k.tf32 = !k.bf16 && be->tf32;
     /* bf16 operands are fresh copies, aligned as every allocation is */
     k.align_a = k.bf16 ? 256 : cuda_alignment(g->a);
     k.align_b = k.bf16 ? 256 : cuda_alignment(g->b);
@@ -176,7 +178,8 @@ static int cuda_gemm_plan_describe(cuda_gemm_plan *p, int fused)
     const uint64_t b_rows = (uint64_t)(k->trans_a ? k->m : k->k);
     const uint64_t b_cols = (uint64_t)(k->trans_a ? k->k : k->m);
     cublasLtEpilogue_t epi = fused ? cuda_lt_epilogue((int)k->epilogue) : CUBLASLT_EPILOGUE_DEFAULT;
-    if ((st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)))
+    const cublasComputeType_t compute = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if ((st = cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F)))
         return cuda_gemm_lt_fail("descriptor", st);
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
@@ -311,7 +314,7 @@ static int cuda_gemm_plan_for(regc_backend *be, const regc_gemm *g, cuda_gemm_pl
     if (!c->plans && !(c->plans = (cuda_gemm_plans *)calloc(1, sizeof *c->plans)))
         return regc_error(REGC_ERR_MEMORY, "cuda: out of memory");
     cuda_gemm_plans *ps = c->plans;
-    const cuda_gemm_key key = cuda_gemm_key_of(g);
+    const cuda_gemm_key key = cuda_gemm_key_of(be, g);
     for (int i = 0; i < ps->n; i++)
         if (memcmp(&ps->plan[i].key, &key, sizeof key) == 0) {
             *out = &ps->plan[i];
@@ -640,7 +643,7 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
 /* ---- the chosen algorithms as bytes: a header (magic, cuBLASLt's version,
  * the count), then (key, algorithm, fused) records */
 
-#define CUDA_TUNING_MAGIC 0x32304c6363676572ull /* "regccL02" */
+#define CUDA_TUNING_MAGIC 0x33304c6363676572ull /* "regccL03" */
 
 typedef struct {
     uint64_t magic, lt_version, count;

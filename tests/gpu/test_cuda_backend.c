@@ -129,6 +129,53 @@ static void test_gemm_epilogues_match_cpu(void **state)
     free(aux_in);
 }
 
+/* compile.tf32 on the GPU (regc_backend.tf32): an fp32 GEMM multiplies
+ * TF32 operands (10 mantissa bits, rounded or cut) with fp32 sums, so it
+ * stays within 2^-8 of the exact products' magnitude (each operand within
+ * 2^-10, the sums' rounding far below), and it is not the fp32 GEMM: the
+ * setting took effect. */
+static void test_gemm_tf32(void **state)
+{
+    (void)state;
+    const int64_t m = 128, n = 128, k = 256;
+    const size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
+    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+    float *c32 = malloc(nc * sizeof(float)), *c_tf32 = malloc(nc * sizeof(float));
+    regc_rng_fill_uniform(a, na, 5, 0.0f, 1.0f); /* [-1, 1) */
+    regc_rng_fill_uniform(b, nb, 6, 0.0f, 1.0f);
+    float *da = to_gpu(a, na), *db = to_gpu(b, nb), *dc = gpu->alloc(gpu, nc * sizeof(float));
+    assert_true(gpu->has_tf32); /* every GPU the check runs on is sm_80 or later */
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        gpu->tf32 = tf32;
+        regc_gemm g = {.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n, .alpha = 1.0f};
+        g.a = da, g.b = db, g.c = dc;
+        if (gpu->gemm(gpu, &g) != REGC_OK)
+            fail_msg("tf32 %d: %s", tf32, regc_error_message());
+        from_gpu(tf32 ? c_tf32 : c32, dc, nc);
+    }
+    gpu->tf32 = 0;
+    size_t differ = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double exact = 0.0, size = 0.0;
+            for (int64_t p = 0; p < k; p++) {
+                exact += (double)a[i * k + p] * (double)b[p * n + j];
+                size += fabs((double)a[i * k + p] * (double)b[p * n + j]);
+            }
+            const float got = c_tf32[i * n + j];
+            if (fabs((double)got - exact) > size * 0x1p-8)
+                fail_msg("C[%lld, %lld]: tf32 %.7g, exact %.7g (magnitude %.4g)", (long long)i,
+                         (long long)j, (double)got, exact, size);
+            differ += got != c32[i * n + j];
+        }
+    printf("tf32: %zu of %zu elements differ from the fp32 GEMM's\n", differ, nc);
+    assert_true(differ > 0);
+    gpu->free(gpu, da);
+    gpu->free(gpu, db);
+    gpu->free(gpu, dc);
+    free(a), free(b), free(c32), free(c_tf32);
+}
+
 static void test_adamw_matches_cpu(void **state)
 {
     (void)state;
@@ -202,6 +249,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_epilogues_match_cpu),
+        cmocka_unit_test(test_gemm_tf32),
         cmocka_unit_test(test_adamw_matches_cpu),
         regc_test_with_buffers(test_attention_dropout_matches_cpu),
     };
