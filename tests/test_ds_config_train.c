@@ -280,22 +280,19 @@ static void test_tf32(void **state)
 {
     regc_test_dir *f = *state;
     regc_test_proc p;
-    double with[4] = {0}, without[4] = {0};
-    write_config(f, "{\"bf16\": true, \"tf32\": true}");
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path,
-                                        "--steps", "3", "--batch", "2", "--seq", "8", "--json",
-                                        NULL),
-                     0);
-    assert_int_equal(regc_test_json_losses(p.out, with, 4), 3);
-    regc_test_proc_free(&p);
-    write_config(f, "{\"bf16\": true, \"tf32\": null}");
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path,
-                                        "--steps", "3", "--batch", "2", "--seq", "8", "--json",
-                                        NULL),
-                     0);
-    assert_int_equal(regc_test_json_losses(p.out, without, 4), 3);
-    regc_test_proc_free(&p);
-    assert_memory_equal(with, without, sizeof with);
+    static const char *const files[2] = {"{\"bf16\": true, \"tf32\": true}",
+                                         "{\"bf16\": true, \"tf32\": null}"};
+    double loss[2][4] = {{0}};
+    for (int i = 0; i < 2; i++) {
+        write_config(f, files[i]);
+        assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config",
+                                            f->path, "--steps", "3", "--batch", "2", "--seq", "8",
+                                            "--json", NULL),
+                         0);
+        assert_int_equal(regc_test_json_losses(p.out, loss[i], 4), 3);
+        regc_test_proc_free(&p);
+    }
+    assert_memory_equal(loss[0], loss[1], sizeof loss[0]);
 
     write_config(f, "{\"tf32\": true}");
     assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--config", f->path,
