@@ -25,9 +25,9 @@ static int attrs_equal(const regc_attrs *a, const regc_attrs *b)
     if (a->trans_a != b->trans_a || a->trans_b != b->trans_b || a->eps != b->eps ||
         a->n_head != b->n_head || a->n_kv_head != b->n_kv_head || a->inverse != b->inverse ||
         a->causal != b->causal || a->scale != b->scale || a->softcap != b->softcap ||
-        a->window != b->window || a->value != b->value || a->vocab != b->vocab ||
-        a->axis != b->axis || a->start != b->start || a->padded != b->padded ||
-        a->padding_idx != b->padding_idx)
+        a->window != b->window || a->documents != b->documents || a->value != b->value ||
+        a->vocab != b->vocab || a->axis != b->axis || a->start != b->start ||
+        a->padded != b->padded || a->padding_idx != b->padding_idx)
         return 0;
     for (int d = 0; d < REGC_MAX_DIMS; d++)
         if (a->perm[d] != b->perm[d])

@@ -51,6 +51,7 @@ static uint64_t node_label(const regc_graph *g, const regc_node *n)
     h = mix_float(h, a->scale);
     h = mix_float(h, a->softcap);
     h = mix(h, (uint64_t)a->window);
+    h = mix(h, (uint64_t)a->documents);
     for (int d = 0; d < REGC_MAX_DIMS; d++)
         h = mix(h, (uint64_t)a->perm[d]);
     h = mix_float(h, a->value);

@@ -229,11 +229,13 @@ static int backward_rule(ad_ctx *c, const regc_node *n, int dy)
         if (regc_attn_slots_of(n->op, &n->attrs, n->n_in, &at))
             return REGC_ERR_SHAPE;
         const int has_bias = at.bias >= 0;
-        int bwd_in[9] = {dy, in[0], in[1], in[2], n->out[0], n->out[1]}, n_bwd = 6;
+        int bwd_in[10] = {dy, in[0], in[1], in[2], n->out[0], n->out[1]}, n_bwd = 6;
         if (has_bias)
             bwd_in[n_bwd++] = in[at.bias];
         if (at.site >= 0)
             bwd_in[n_bwd++] = in[at.site], bwd_in[n_bwd++] = in[at.draw];
+        if (at.docs >= 0) /* where each query's document starts; no gradient */
+            bwd_in[n_bwd++] = in[at.docs];
         if (node_n(c, REGC_OP_ATTENTION_BWD, &n->attrs, n_bwd, bwd_in, 3 + has_bias, out))
             return REGC_ERR_SHAPE;
         for (int i = 0; i < 3 + has_bias; i++)

@@ -148,14 +148,17 @@ int regc_attn_slots_of(regc_op op, const regc_attrs *a, int n_in, regc_attn_slot
     /* the fixed inputs: q, k, v; the backward's dout before them and out,
      * lse after */
     const int fixed = op == REGC_OP_ATTENTION_BWD ? 6 : 3, drop = a->value > 0.0f ? 2 : 0;
-    const int bias = n_in - fixed - drop;
+    const int docs = a->documents != 0;
+    const int bias = n_in - fixed - drop - docs;
     if (bias != 0 && bias != 1)
-        return regc_error(REGC_ERR_ARG, "%s: %d inputs given (%d, one more with a bias%s)",
-                          regc_op_name(op), n_in, fixed + drop,
-                          drop ? ", the dropout's site and draw last" : "");
+        return regc_error(REGC_ERR_ARG, "%s: %d inputs given (%d, one more with a bias%s%s)",
+                          regc_op_name(op), n_in, fixed + drop + docs,
+                          drop ? ", the dropout's site and draw after it" : "",
+                          docs ? ", doc_start last" : "");
     out->bias = bias ? fixed : -1;
     out->site = drop ? fixed + bias : -1;
     out->draw = drop ? fixed + bias + 1 : -1;
+    out->docs = docs ? fixed + bias + drop : -1;
     return REGC_OK;
 }
 

@@ -69,14 +69,18 @@ int regc_graph_attention(regc_graph *g, int q, int k, int v, int n_head, int n_k
 }
 
 int regc_graph_attention_full(regc_graph *g, int q, int k, int v, int bias, int site, int draw,
-                              const regc_attrs *a)
+                              int docs, const regc_attrs *a)
 {
-    int in[6] = {q, k, v}, n = 3, out[2] = {0};
+    int in[7] = {q, k, v}, n = 3, out[2] = {0};
+    regc_attrs with = *a;
+    with.documents = docs >= 0;
     if (bias >= 0)
         in[n++] = bias;
     if (a->value > 0.0f)
         in[n++] = site, in[n++] = draw;
-    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, a, n, in, 2, out, 0, NULL);
+    if (docs >= 0)
+        in[n++] = docs;
+    int rc = regc_graph_add_node(g, REGC_OP_ATTENTION, &with, n, in, 2, out, 0, NULL);
     return rc < 0 ? rc : out[0];
 }
 
@@ -109,7 +113,7 @@ int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int 
 {
     const regc_attrs a = {
         .n_head = n_head, .n_kv_head = n_kv_head, .causal = causal, .scale = scale};
-    return regc_graph_attention_full(g, q, k, v, bias, -1, -1, &a);
+    return regc_graph_attention_full(g, q, k, v, bias, -1, -1, -1, &a);
 }
 
 int regc_graph_rmsnorm(regc_graph *g, int x, int w, float eps)

@@ -28,6 +28,7 @@ static void put_attrs(regc_bytes *b, const regc_attrs *a)
     regc_bytes_put_f32(b, a->scale);
     regc_bytes_put_f32(b, a->softcap);
     regc_bytes_put_i64(b, a->window);
+    regc_bytes_put_i64(b, a->documents);
     for (int d = 0; d < REGC_MAX_DIMS; d++)
         regc_bytes_put_i64(b, a->perm[d]);
     regc_bytes_put_f32(b, a->value);

@@ -33,6 +33,8 @@ static void print_attrs(FILE *f, const regc_graph *g, const regc_node *n)
             fprintf(f, " softcap=%g", a->softcap);
         if (a->window != 0)
             fprintf(f, " window=%lld", (long long)a->window);
+        if (a->documents)
+            fprintf(f, " documents=1");
         if (a->value != 0.0f)
             fprintf(f, " dropout=%g", a->value);
         break;

@@ -109,6 +109,8 @@ static cJSON *node_to_json(const regc_graph *g, const regc_node *n)
             cJSON_AddNumberToObject(o, "softcap", a->softcap);
         if (a->window != 0)
             cJSON_AddNumberToObject(o, "window", (double)a->window);
+        if (a->documents) /* absent: one document a row */
+            cJSON_AddNumberToObject(o, "documents", 1);
         if (a->value != 0.0f) /* the probabilities' dropout */
             cJSON_AddNumberToObject(o, "dropout", a->value);
     }
@@ -326,6 +328,11 @@ static int read_node(json_ctx *c, regc_graph *g, const cJSON *o, int op, int nex
             if (get_int(c, o, "window", 0, INT64_C(1) << 40, &v))
                 return REGC_ERR_FORMAT;
             a.window = v;
+        }
+        if (cJSON_GetObjectItemCaseSensitive(o, "documents")) {
+            if (get_int(c, o, "documents", 0, 1, &v))
+                return REGC_ERR_FORMAT;
+            a.documents = (int)v;
         }
         if (cJSON_GetObjectItemCaseSensitive(o, "dropout") && get_float(c, o, "dropout", &a.value))
             return REGC_ERR_FORMAT;

@@ -97,10 +97,10 @@ static int infer_attention(regc_op op, const regc_attrs *a, const regc_tensor *q
     if (a->causal && k->shape[1] != q->shape[1])
         return bad(op, k, "causal attention needs as many keys as queries");
     if (!(a->softcap >= 0.0f && a->softcap < INFINITY) || a->window < 0 ||
-        (a->window > 0 && !a->causal))
+        ((a->window > 0 || a->documents) && !a->causal))
         return regc_error(REGC_ERR_ARG,
                           "%s: softcap %g must be finite and not negative, and a window (%lld) "
-                          "needs the causal mask",
+                          "or documents need the causal mask",
                           regc_op_name(op), (double)a->softcap, (long long)a->window);
     if (!(a->value >= 0.0f && a->value < 1.0f))
         return regc_error(REGC_ERR_ARG, "%s: dropout %g is outside [0, 1)", regc_op_name(op),
@@ -127,6 +127,13 @@ static int want_draw(regc_op op, const regc_tensor *site, const regc_tensor *dra
     return REGC_OK;
 }
 
+/* Attention's doc_start: [B, Tq], a document's first position per query. */
+static int want_docs(regc_op op, const regc_tensor *q, const regc_tensor *docs)
+{
+    int64_t s[2] = {q->shape[0], q->shape[1]};
+    return want_shape(op, docs, 2, s);
+}
+
 /* Is r a row statistic of x: x's shape with the last dimension 1? */
 static int is_row_of(const regc_tensor *r, const regc_tensor *x)
 {
@@ -150,18 +157,18 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
     if (want_out >= 0 ? n_out != want_out : (n_out < 1 || n_out > REGC_MAX_IO))
         return regc_error(REGC_ERR_ARG, "%s: %d outputs requested", name, n_out);
     /* attention's dropout reads its site and draw last */
-    regc_attn_slots at = {-1, -1, -1};
+    regc_attn_slots at = {-1, -1, -1, -1};
     if ((op == REGC_OP_ATTENTION || op == REGC_OP_ATTENTION_BWD) &&
         regc_attn_slots_of(op, a, n_in, &at))
         return REGC_ERR_ARG;
     /* every op but these reads f32 in every slot (ids are read only from
      * the graph's inputs, whose values are checked when they are filled) */
     for (int i = 0; i < n_in; i++) {
-        int is_index = (op == REGC_OP_EMBEDDING && i == 0) ||
-                       (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
-                       (op == REGC_OP_CROSS_ENTROPY && i == 1) ||
-                       (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2) ||
-                       (op == REGC_OP_DROPOUT && i > 0) || i == at.site || i == at.draw;
+        int is_index =
+            (op == REGC_OP_EMBEDDING && i == 0) || (op == REGC_OP_EMBEDDING_BWD && i == 1) ||
+            (op == REGC_OP_CROSS_ENTROPY && i == 1) ||
+            (op == REGC_OP_CROSS_ENTROPY_BWD && i == 2) || (op == REGC_OP_DROPOUT && i > 0) ||
+            i == at.site || i == at.draw || i == at.docs;
         if (want_dtype(op, x[i], is_index ? REGC_I32 : REGC_F32))
             return REGC_ERR_SHAPE;
     }
@@ -334,7 +341,8 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
          * site and draw when it drops */
         if (infer_attention(op, a, x[0], x[1], x[2]) ||
             (at.bias >= 0 && want_bias(op, a, x[0], x[1], x[at.bias])) ||
-            (at.site >= 0 && want_draw(op, x[at.site], x[at.draw])))
+            (at.site >= 0 && want_draw(op, x[at.site], x[at.draw])) ||
+            (at.docs >= 0 && want_docs(op, x[0], x[at.docs])))
             return REGC_ERR_SHAPE;
         if (at.bias >= 0 && a->softcap > 0.0f)
             return regc_error(REGC_ERR_UNSUPPORTED, "%s: a score bias with soft-capping", name);

@@ -41,7 +41,7 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   SPLIT         (x [..., n*C]) into n equal parts on the last axis -> n x [..., C]
  *   CONCAT        (x1..xn [..., Ci]) on the last axis      -> [..., sum of Ci]
  *   ATTENTION     (q [B, Tq, H*D], k, v [B, Tk, Hkv*D] [, bias [H, Tq, Tk]]
- *                 [, site i32 [1], draw i32 [4]])
+ *                 [, site i32 [1], draw i32 [4]] [, doc_start i32 [B, Tq]])
  *                 n_head, n_kv_head, causal, scale        -> out [B, Tq, H*D], lse [B, H, Tq]
  *                 bias (T5's position bias) is added to the scaled scores
  *                 before masking and softmax, the same for every batch row;
@@ -49,6 +49,8 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *                 [window] slides the causal mask (Gemma 2's, Mistral's);
  *                 [value] = p drops the probabilities as DROPOUT drops x
  *                 (GPT-2's attn_pdrop), site and draw given then alone;
+ *                 [documents] (causal) reads doc_start: query i of row b
+ *                 sees no key before doc_start[b, i] (packed documents);
  *                 lse stays the undropped softmax's (regc_attn_slots_of)
  *   RESHAPE       (x) to the output's shape, same element count (a view)
  *   TRANSPOSE     (x) perm                                -> x.shape[perm[i]]
@@ -162,6 +164,7 @@ typedef struct {
     float scale;           /* ATTENTION, ATTENTION_BWD */
     float softcap; /* ATTENTION, ATTENTION_BWD: scores capped, softcap tanh(x / softcap); 0: none */
     int64_t window; /* ATTENTION, ATTENTION_BWD (causal): keys i - window + 1 .. i; 0: all */
+    int documents;  /* ATTENTION, ATTENTION_BWD (causal): the doc_start input, read last */
     int perm[REGC_MAX_DIMS]; /* TRANSPOSE */
     float value;         /* FILL, SCALE, ADD_SCALAR, POW (the exponent), DROPOUT (p), ATTENTION and
                             ATTENTION_BWD (the probabilities' dropout p; 0: none) */
@@ -266,9 +269,10 @@ int regc_graph_transpose(regc_graph *g, int x, const int *perm);
 int regc_graph_cross_entropy(regc_graph *g, int logits, int targets);
 /* ATTENTION with every attribute of a (heads, causal, scale, softcap,
  * window) and every input: bias -1 for none; site and draw (DROPOUT's)
- * when a->value, the probabilities' dropout p, is above 0, else -1. */
+ * when a->value, the probabilities' dropout p, is above 0, else -1; docs,
+ * the doc_start input (a->documents is then set), or -1. */
 int regc_graph_attention_full(regc_graph *g, int q, int k, int v, int bias, int site, int draw,
-                              const regc_attrs *a);
+                              int docs, const regc_attrs *a);
 /* attention with an additive score bias [n_head, Tq, Tk] (T5) */
 int regc_graph_attention_bias(regc_graph *g, int q, int k, int v, int bias, int n_head,
                               int n_kv_head, int causal, float scale);
@@ -301,7 +305,7 @@ int regc_graph_dropout(regc_graph *g, int x, int site, int draw, float p);
 /* Where an ATTENTION's or ATTENTION_BWD's optional inputs sit among its
  * n_in (its dropout's when a->value > 0); -1 where absent. */
 typedef struct {
-    int bias, site, draw;
+    int bias, site, draw, docs;
 } regc_attn_slots;
 /* REGC_OK, or an error naming op when n_in does not fit its attributes. */
 int regc_attn_slots_of(regc_op op, const regc_attrs *a, int n_in, regc_attn_slots *out);

@@ -190,10 +190,10 @@ static inline int regc_attn_check(const regc_attn_shape *s, const char *what)
                           what, (long long)s->batch, (long long)s->tq, (long long)s->tk, s->n_head,
                           s->n_kv_head, s->head_dim, s->causal);
     if (!(s->softcap >= 0.0f && s->softcap < INFINITY) || s->window < 0 ||
-        (s->window > 0 && !s->causal))
+        ((s->window > 0 || s->doc_start) && !s->causal))
         return regc_error(REGC_ERR_ARG,
                           "%s: softcap %g must be finite and not negative, and a window (%lld) "
-                          "needs the causal mask",
+                          "or documents need the causal mask",
                           what, (double)s->softcap, (long long)s->window);
     if (!(s->dropout >= 0.0f && s->dropout < 1.0f) ||
         (s->dropout > 0.0f && (!s->drop_site || !s->drop_draw)))
@@ -235,10 +235,13 @@ static inline REGC_HD float regc_attn_keep(const regc_attn_shape *s, int64_t b, 
     return regc_dropout_apply(1.0f, w[e & 3], s->dropout, 1.0f / (1.0f - s->dropout));
 }
 
-/* The first key query i sees: i - window + 1 under a sliding window. */
-static inline REGC_HD int64_t regc_attn_first_key(const regc_attn_shape *s, int64_t i)
+/* The first key query i of batch row b sees: i - window + 1 under a
+ * sliding window, and never one before its document's first position. */
+static inline REGC_HD int64_t regc_attn_first_key(const regc_attn_shape *s, int64_t b, int64_t i)
 {
-    return s->window > 0 && i >= s->window ? i - s->window + 1 : 0;
+    const int64_t w = s->window > 0 && i >= s->window ? i - s->window + 1 : 0;
+    const int64_t d = s->doc_start ? s->doc_start[b * s->tq + i] : 0;
+    return w > d ? w : d;
 }
 
 #endif

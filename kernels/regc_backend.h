@@ -125,6 +125,11 @@ typedef struct {
      * (not training) draws nothing. 0: none. */
     float dropout;
     const int32_t *drop_site, *drop_draw;
+    /* documents packed in a row (causal only): query i of batch row b sees
+     * no key before doc_start[b * tq + i], the first position of its
+     * document (device int32 [batch, tq], non-decreasing along a row, each
+     * at most its own position); NULL: one document a row */
+    const int32_t *doc_start;
 } regc_attn_shape;
 
 #define REGC_ATTN_Q_BF16 1u   /* q */

@@ -328,7 +328,7 @@ int regc_model_attention(const regc_model *m, regc_graph *g, int q, int k, int v
             return rc;
         with.value = (float)p;
     }
-    *out = regc_graph_attention_full(g, q, k, v, bias, s, draw, &with);
+    *out = regc_graph_attention_full(g, q, k, v, bias, s, draw, -1, &with);
     return *out < 0 ? *out : REGC_OK;
 }
 

@@ -285,14 +285,14 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
     case K_ATTN_FWD: {
         NEED(attention_fwd);
         regc_attn_shape s = attn_with_bf16(in, 2, 0);
-        s.dropout = in->f, s.drop_site = I32(6), s.drop_draw = I32(7);
+        s.dropout = in->f, s.drop_site = I32(6), s.drop_draw = I32(7), s.doc_start = I32(8);
         be->attention_fwd(be, P(0), P(1), C(2), C(3), C(4), C(5), &s);
         return REGC_OK;
     }
     case K_ATTN_BWD: {
         NEED(attention_bwd);
         regc_attn_shape s = attn_with_bf16(in, 5, 9);
-        s.dropout = in->f, s.drop_site = I32(11), s.drop_draw = I32(12);
+        s.dropout = in->f, s.drop_site = I32(11), s.drop_draw = I32(12), s.doc_start = I32(13);
         be->attention_bwd(be, P(0), P(1), P(2), P(3), C(4), C(5), C(6), C(7), C(8), C(9), C(10),
                           &s);
         return REGC_OK;

@@ -30,8 +30,8 @@ static const struct {
     [K_LN_FWD] = {6, 3},     [K_LN_BWD] = {8, 3},
     [K_RMS_FWD] = {4, 2},    [K_RMS_BWD] = {6, 2},
     [K_ROPE] = {4, 1},       [K_UNARY] = {2, 1},
-    [K_BINARY] = {3, 1},     [K_ATTN_FWD] = {8, 2},
-    [K_ATTN_BWD] = {13, 4},  [K_CE_FWD] = {4, 2},
+    [K_BINARY] = {3, 1},     [K_ATTN_FWD] = {9, 2},
+    [K_ATTN_BWD] = {14, 4},  [K_CE_FWD] = {4, 2},
     [K_CE_BWD] = {5, 1},     [K_EW] = {0, 0},
     [K_CE_ROWS] = {4, 2},    [K_CE_LOSS] = {4, 1},
     [K_ROW_SUM] = {2, 1},    [K_SOFTMAX] = {3, 2},
@@ -157,13 +157,20 @@ static void attention_rule(rule *r, int backward)
     int64_t q = mul(r, mul(r, s->batch, s->tq), hd), kv = mul(r, mul(r, s->batch, s->tk), kvd);
     int64_t bias = mul(r, mul(r, s->n_head, s->tq), s->tk);
     int64_t lse = mul(r, mul(r, s->batch, s->n_head), s->tq);
-    /* the dropout's site [1] and draw [4], int32, after every other operand */
-    const int site = backward ? 11 : 6, draw = site + 1;
+    /* the dropout's site [1] and draw [4], int32, after every other operand
+     * but the documents' starts [batch, tq], int32, last */
+    const int site = backward ? 11 : 6, draw = site + 1, docs = draw + 1;
+    if (r->in->refs[docs].buf >= 0) {
+        if (!s->causal)
+            fail(r, "documents given to an attention that is not causal");
+        need(r, docs, mul(r, s->batch, s->tq), 4);
+        r->e->ids |= 1u << docs;
+    }
     if (!(r->in->f >= 0.0f && r->in->f < 1.0f))
         fail(r, "attention's dropout p is outside [0, 1)");
     if (r->in->f > 0.0f) {
         need(r, site, 1, 4), need(r, draw, 4, 4);
-        r->e->ids = 1u << site | 1u << draw;
+        r->e->ids |= 1u << site | 1u << draw;
     } else if (r->in->refs[site].buf >= 0 || r->in->refs[draw].buf >= 0) {
         fail(r, "a dropout's site or draw given to an attention that does not drop");
     }

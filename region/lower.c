@@ -347,7 +347,7 @@ static int lower_node(lower_ctx *c, int i)
         if (regc_attn_slots_of(n->op, &n->attrs, n->n_in, &at))
             return REGC_ERR_ARG;
         EMIT(K_ATTN_FWD, 2, o[0], o[1], in[0], in[1], in[2], OPT(at.bias), OPT(at.site),
-             OPT(at.draw));
+             OPT(at.draw), OPT(at.docs));
         attn_of(c, n, in[0], in[1], &x->attn);
         x->f = n->attrs.value; /* the probabilities' dropout */
         break;
@@ -357,7 +357,7 @@ static int lower_node(lower_ctx *c, int i)
         if (regc_attn_slots_of(n->op, &n->attrs, n->n_in, &at))
             return REGC_ERR_ARG;
         EMIT(K_ATTN_BWD, 4, o[0], o[1], o[2], at.bias >= 0 ? o[3] : -1, in[0], in[1], in[2], in[3],
-             OPT(at.bias), in[4], in[5], OPT(at.site), OPT(at.draw));
+             OPT(at.bias), in[4], in[5], OPT(at.site), OPT(at.draw), OPT(at.docs));
         attn_of(c, n, in[1], in[2], &x->attn);
         x->f = n->attrs.value;
         break;

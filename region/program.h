@@ -70,7 +70,7 @@ typedef enum {
     K_COUNT
 } regc_kernel;
 
-#define REGC_INSTR_MAX_REFS 13 /* bf16_refs has a bit for each */
+#define REGC_INSTR_MAX_REFS 14 /* bf16_refs has a bit for each */
 
 /* How a region's formal parameter is held (regc_region_spec's in_held;
  * compile.c's held_param): 0 in fp32. */

@@ -124,6 +124,19 @@ static int b_attention_causal_gqa(regc_graph *g)
     return regc_graph_attention(g, q, k, v, 4, 2, 1, 1.0f / sqrtf(3.0f));
 }
 
+static int b_attention_documents(regc_graph *g)
+{
+    /* rows of 7 holding documents of 3, 3 and 1 (the harness's doc_start),
+     * with a window of 2 inside them */
+    int q = regc_test_vjp_param(g, "q", 3, (int64_t[]){2, 7, 12});
+    int k = regc_test_vjp_param(g, "k", 3, (int64_t[]){2, 7, 6}),
+        v = regc_test_vjp_param(g, "v", 3, (int64_t[]){2, 7, 6});
+    int docs = regc_test_vjp_ids(g, "doc_start", 2, (int64_t[]){2, 7});
+    const regc_attrs a = {
+        .n_head = 4, .n_kv_head = 2, .causal = 1, .scale = 1.0f / sqrtf(3.0f), .window = 2};
+    return regc_graph_attention_full(g, q, k, v, -1, -1, -1, docs, &a);
+}
+
 static int b_attention_cross(regc_graph *g)
 {
     /* bidirectional, fewer queries than keys */
@@ -254,6 +267,7 @@ REGC_TEST_VJP_CASE(gelu)
 REGC_TEST_VJP_CASE(split_concat)
 REGC_TEST_VJP_CASE(concat)
 REGC_TEST_VJP_CASE(attention_causal_gqa)
+REGC_TEST_VJP_CASE(attention_documents)
 REGC_TEST_VJP_CASE(attention_cross)
 REGC_TEST_VJP_CASE(attention_bias_causal_gqa)
 REGC_TEST_VJP_CASE(attention_bias_cross)
@@ -370,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_split_concat),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_attention_causal_gqa),
+        cmocka_unit_test(test_attention_documents),
         cmocka_unit_test(test_attention_cross),
         cmocka_unit_test(test_attention_bias_causal_gqa),
         cmocka_unit_test(test_attention_bias_cross),

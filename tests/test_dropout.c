@@ -113,7 +113,7 @@ static void test_kernel(void **state)
 static void test_attention_kernel(void **state)
 {
     (void)state;
-    regc_attn_shape s = {3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    regc_attn_shape s = {3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL, NULL};
     regc_backend *one = regc_test_backend(1), *three = regc_test_backend(3);
     const int32_t site = 9, other = 10, draw[4] = {42, 0, 1, 1}, eval[4] = {42, 0, 1, 0};
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;

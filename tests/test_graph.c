@@ -61,8 +61,8 @@ static regc_graph *every_op_graph(void)
     a = regc_graph_dropout(g, a, site, draw, 0.25f); /* [2, 4, 6] */
     /* attention with a bias and its probabilities dropped */
     const regc_attrs drop = {.n_head = 2, .n_kv_head = 2, .scale = 1.0f, .value = 0.125f};
-    a = regc_graph_add(g, a,
-                       regc_graph_attention_full(g, a, parts[1], parts[2], pos, site, draw, &drop));
+    a = regc_graph_add(
+        g, a, regc_graph_attention_full(g, a, parts[1], parts[2], pos, site, draw, -1, &drop));
     int lo = regc_graph_slice(g, a, 2, 0, 3), hi = regc_graph_slice(g, a, 2, 3, 3);
     a = regc_graph_concat(g, 2, (int[]){hi, lo});                             /* [2, 4, 6] */
     int t = regc_graph_transpose(g, regc_graph_gelu(g, a), (int[]){1, 0, 2}); /* [4, 2, 6] */
@@ -180,13 +180,13 @@ static void test_new_op_shape_errors(void **state)
         regc_graph_add_node(g, REGC_OP_ATTENTION, &drop, 3, (int[]){x, x, x}, 2, out, 0, NULL) < 0);
     assert_non_null(strstr(regc_error_message(),
                            "attention: 3 inputs given (5, one more with a bias, the dropout's "
-                           "site and draw last)"));
-    assert_true(regc_graph_attention_full(g, x, x, x, -1, draw, site, &drop) < 0);
+                           "site and draw after it)"));
+    assert_true(regc_graph_attention_full(g, x, x, x, -1, draw, site, -1, &drop) < 0);
     assert_non_null(strstr(regc_error_message(), "draw [4]: must be an i32 site [1]"));
-    assert_true(regc_graph_attention_full(g, x, x, x, -1, x, draw, &drop) < 0);
+    assert_true(regc_graph_attention_full(g, x, x, x, -1, x, draw, -1, &drop) < 0);
     assert_non_null(strstr(regc_error_message(), "x [2, 4, 6]: dtype f32, expected i32"));
     drop.value = 1.0f;
-    assert_true(regc_graph_attention_full(g, x, x, x, -1, site, draw, &drop) < 0);
+    assert_true(regc_graph_attention_full(g, x, x, x, -1, site, draw, -1, &drop) < 0);
     assert_non_null(strstr(regc_error_message(), "attention: dropout 1 is outside [0, 1)"));
     assert_true(regc_graph_scale(g, x, INFINITY) < 0);
     assert_non_null(strstr(regc_error_message(), "scale: value must be finite"));

@@ -2,8 +2,9 @@
  * which need no recorded values: forward and backward against attention
  * written out in double (score bias, soft-capping, sliding windows, the
  * probabilities' dropout), grouped-query attention equal to attention over
- * repeated heads, a causal first row that is v's first, no keys at all,
- * and the shapes refused. */
+ * repeated heads, a causal first row that is v's first, documents packed in
+ * a row equal to each document alone, no keys at all, and the shapes
+ * refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -244,7 +245,7 @@ static void test_attention_matches_naive(void **state)
 static void test_attention_refusals(void **state)
 {
     (void)state;
-    regc_attn_shape s = {1, 4, 4, 2, 2, 4, 1, 0.5f, 0, 0.5f, 0, 0.0f, NULL, NULL};
+    regc_attn_shape s = {1, 4, 4, 2, 2, 4, 1, 0.5f, 0, 0.5f, 0, 0.0f, NULL, NULL, NULL};
     float *q = regc_test_dev_nan(be, 32), *out = regc_test_dev_nan(be, 32);
     float *lse = regc_test_dev_nan(be, 8), *bias = regc_test_dev_nan(be, 32);
     be->attention_fwd(be, out, lse, q, q, q, bias, &s);
@@ -254,7 +255,7 @@ static void test_attention_refusals(void **state)
     s.softcap = 0.0f, s.window = 2, s.causal = 0;
     be->attention_fwd(be, out, lse, q, q, q, NULL, &s);
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
-    assert_non_null(strstr(regc_error_message(), "a window (2) needs the causal mask"));
+    assert_non_null(strstr(regc_error_message(), "a window (2) or documents need the causal mask"));
     /* a dropout needs its site and draw, and a probability below 1 */
     const int32_t site = 1, draw[4] = {1, 0, 0, 1};
     s.window = 0, s.dropout = 0.1f;
@@ -273,7 +274,7 @@ static void test_attention_refusals(void **state)
 static void test_attention_gqa_equals_repeated_heads(void **state)
 {
     (void)state;
-    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    regc_attn_shape gqa = {2, 9, 9, 6, 2, 5, 1, 0.4472136f, 0, 0.0f, 0, 0.0f, NULL, NULL, NULL};
     regc_attn_shape mha = gqa;
     mha.n_kv_head = gqa.n_head;
     const int rep = gqa.n_head / gqa.n_kv_head, D = gqa.head_dim;
@@ -329,7 +330,7 @@ static void test_attention_gqa_equals_repeated_heads(void **state)
 static void test_attention_causal_first_row_is_v0(void **state)
 {
     (void)state;
-    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    regc_attn_shape s = {3, 7, 7, 4, 2, 6, 1, 0.408f, 0, 0.0f, 0, 0.0f, NULL, NULL, NULL};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
     regc_test_attention_inputs(be, &s, 500, &hq, &hk, &hv, &hdo, &q, &k, &v, &dout);
@@ -353,6 +354,80 @@ static void test_attention_causal_first_row_is_v0(void **state)
         }
 }
 
+/* Documents packed in a row (doc_start) attend as separate sequences: each
+ * document's rows of out, lse, dq, dk and dv hold the bits of attention run
+ * on that document alone, with or without a sliding window (every sum runs
+ * from the first key seen, in order, wherever the row starts). */
+static void check_documents(int64_t window)
+{
+    enum { B = 2, T = 21, H = 4, HKV = 2, D = 6 };
+    static const int64_t starts[B][4] = {{0, 7, 15, T}, {0, 12, T, T}}; /* T ends the list */
+    regc_attn_shape s = {B, T,    T,      H,    HKV,  D,    1,   0.40824829f,
+                         0, 0.0f, window, 0.0f, NULL, NULL, NULL};
+    int32_t doc_start[B * T];
+    for (int b = 0; b < B; b++)
+        for (int d = 0; starts[b][d] < T; d++)
+            for (int64_t i = starts[b][d]; i < starts[b][d + 1]; i++)
+                doc_start[b * T + i] = (int32_t)starts[b][d];
+    const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s);
+    const size_t nl = (size_t)(B * H * T);
+    float *hq, *hk, *hv, *hdo, *q, *k, *v, *dout;
+    regc_test_attention_inputs(be, &s, 600 + (uint64_t)window, &hq, &hk, &hv, &hdo, &q, &k, &v,
+                               &dout);
+    s.doc_start = regc_test_upload_ints(be, doc_start, B * T);
+    float *out = regc_test_dev_nan(be, nq), *lse = regc_test_dev_nan(be, nl);
+    float *dq = regc_test_dev_nan(be, nq), *dk = regc_test_dev_nan(be, nkv);
+    float *dv = regc_test_dev_nan(be, nkv);
+    be->attention_fwd(be, out, lse, q, k, v, NULL, &s);
+    be->attention_bwd(be, dq, dk, dv, NULL, dout, q, k, v, NULL, out, lse, &s);
+    const float *ho = regc_test_download(be, out, nq), *hl = regc_test_download(be, lse, nl);
+    const float *hdq = regc_test_download(be, dq, nq), *hdk = regc_test_download(be, dk, nkv);
+    const float *hdv = regc_test_download(be, dv, nkv);
+    for (int b = 0; b < B; b++)
+        for (int d = 0; starts[b][d] < T; d++) {
+            const int64_t a = starts[b][d], n = starts[b][d + 1] - a;
+            regc_attn_shape one = s;
+            one.batch = 1, one.tq = one.tk = n, one.doc_start = NULL;
+            const size_t oq = (size_t)(n * H * D), okv = (size_t)(n * HKV * D);
+            const size_t at_q = (size_t)((b * T + a) * H * D),
+                         at_kv = (size_t)((b * T + a) * HKV * D);
+            float *q1 = regc_test_upload(be, hq + at_q, oq),
+                  *k1 = regc_test_upload(be, hk + at_kv, okv);
+            float *v1 = regc_test_upload(be, hv + at_kv, okv);
+            float *do1 = regc_test_upload(be, hdo + at_q, oq);
+            float *out1 = regc_test_dev_nan(be, oq), *lse1 = regc_test_dev_nan(be, (size_t)(H * n));
+            float *dq1 = regc_test_dev_nan(be, oq), *dk1 = regc_test_dev_nan(be, okv);
+            float *dv1 = regc_test_dev_nan(be, okv);
+            be->attention_fwd(be, out1, lse1, q1, k1, v1, NULL, &one);
+            be->attention_bwd(be, dq1, dk1, dv1, NULL, do1, q1, k1, v1, NULL, out1, lse1, &one);
+            char what[64];
+            snprintf(what, sizeof what, "window %d, row %d, document %d: out", (int)window, b, d);
+            regc_test_assert_bitwise_equal(what, ho + at_q, regc_test_download(be, out1, oq), oq);
+            snprintf(what, sizeof what, "window %d, row %d, document %d: dq", (int)window, b, d);
+            regc_test_assert_bitwise_equal(what, hdq + at_q, regc_test_download(be, dq1, oq), oq);
+            snprintf(what, sizeof what, "window %d, row %d, document %d: dk", (int)window, b, d);
+            regc_test_assert_bitwise_equal(what, hdk + at_kv, regc_test_download(be, dk1, okv),
+                                           okv);
+            snprintf(what, sizeof what, "window %d, row %d, document %d: dv", (int)window, b, d);
+            regc_test_assert_bitwise_equal(what, hdv + at_kv, regc_test_download(be, dv1, okv),
+                                           okv);
+            const float *hl1 = regc_test_download(be, lse1, (size_t)(H * n)); /* [H, n] */
+            for (int h = 0; h < H; h++) {
+                snprintf(what, sizeof what, "window %d, row %d, document %d: lse", (int)window, b,
+                         d);
+                regc_test_assert_bitwise_equal(what, hl + (b * H + h) * T + a, hl1 + h * n,
+                                               (size_t)n);
+            }
+        }
+}
+
+static void test_attention_documents_are_separate(void **state)
+{
+    (void)state;
+    check_documents(0);
+    check_documents(5);
+}
+
 /* with no keys at all every output is defined: zero, and -inf for lse; a
  * fresh backend, so the kernels find their scratch still unallocated */
 static void test_attention_without_keys(void **state)
@@ -360,7 +435,7 @@ static void test_attention_without_keys(void **state)
     (void)state;
     regc_backend *d = regc_test_cpu_backend(2);
     assert_non_null(d);
-    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    regc_attn_shape s = {2, 5, 0, 4, 2, 8, 0, 0.35f, 0, 0.0f, 0, 0.0f, NULL, NULL, NULL};
     const size_t nq = regc_test_attn_q_count(&s), nl = (size_t)(s.batch * s.n_head * s.tq);
     float *q = regc_test_upload(d, regc_test_host_uniform(nq, 510, 0.0f, 1.0f), nq);
     float *dout = regc_test_upload(d, regc_test_host_uniform(nq, 511, 0.0f, 1.0f), nq);
@@ -388,6 +463,7 @@ int main(void)
         regc_test_with_buffers(test_attention_refusals),
         regc_test_with_buffers(test_attention_gqa_equals_repeated_heads),
         regc_test_with_buffers(test_attention_causal_first_row_is_v0),
+        regc_test_with_buffers(test_attention_documents_are_separate),
         regc_test_with_buffers(test_attention_without_keys),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

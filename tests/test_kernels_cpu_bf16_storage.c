@@ -733,8 +733,9 @@ static void test_bf16_attention(void **state)
     const unsigned all =
         REGC_ATTN_Q_BF16 | REGC_ATTN_K_BF16 | REGC_ATTN_V_BF16 | REGC_ATTN_OUT_BF16;
     /* GQA, causal, head_dim 19 (blocks and a tail); T5: a bias, tq != tk */
-    const regc_attn_shape gqa = {3, 37, 37, 6, 2, 19, 1, 0.2294157f, 0, 0.0f, 0, 0.0f, NULL, NULL};
-    const regc_attn_shape t5 = {3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    const regc_attn_shape gqa = {3, 37,   37, 6,    2,    19,   1,   0.2294157f,
+                                 0, 0.0f, 0,  0.0f, NULL, NULL, NULL};
+    const regc_attn_shape t5 = {3, 11, 29, 4, 4, 8, 0, 1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL, NULL};
     for (int threads = 0; threads < 2; threads++) {
         regc_backend *d = threads ? be : serial;
         check_attention_bf16(d, gqa, all, 0);

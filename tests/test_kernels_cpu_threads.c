@@ -55,7 +55,7 @@ static void test_results_do_not_depend_on_thread_count(void **state)
         "layernorm dx",  "layernorm dw", "loss",      "dlogits",   "biased attention out",
         "biased lse",    "biased dq",    "biased dk", "biased dv", "dbias",
         "rmsnorm dx",    "rmsnorm dw"};
-    regc_attn_shape s = {2, 40, 40, 4, 2, 16, 1, 0.25f, 0, 0.0f, 0, 0.0f, NULL, NULL};
+    regc_attn_shape s = {2, 40, 40, 4, 2, 16, 1, 0.25f, 0, 0.0f, 0, 0.0f, NULL, NULL, NULL};
     const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s),
                  nl = (size_t)(s.batch * s.n_head * s.tq);
     const int64_t rows = 300, cols = 257;
@@ -340,8 +340,8 @@ static void test_sync_reports_kernel_failures(void **state)
     assert_int_equal(be->sync(be), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "embedding_bwd"));
 
-    regc_attn_shape s = {1,    3, 4,    2, 2,    2,    1,
-                         1.0f, 0, 0.0f, 0, 0.0f, NULL, NULL}; /* causal needs tq == tk */
+    regc_attn_shape s = {1, 3,    4, 2,    2,    2,    1,   1.0f,
+                         0, 0.0f, 0, 0.0f, NULL, NULL, NULL}; /* causal needs tq == tk */
     be->attention_fwd(be, x, y, x, x, x, NULL, &s);
     assert_int_equal(be->sync(be), REGC_ERR_SHAPE);
 }

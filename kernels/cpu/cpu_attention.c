@@ -175,6 +175,23 @@ REGC_CPU_WIDE_VECTORS static void cpu_attn_row_combine(float *restrict y, const 
         y[d0 + u] += acc[u];
 }
 
+/* One past the last query that sees key j of batch row b (causal or not):
+ * the window's end, or its document's, whichever comes first. A document
+ * ends where a later query's starts past j (doc_start rises along a row). */
+static int64_t cpu_attn_last_query(const regc_attn_shape *s, int64_t b, int64_t j)
+{
+    int64_t end = s->window > 0 && j + s->window < s->tq ? j + s->window : s->tq;
+    if (s->doc_start) {
+        const int32_t *start = s->doc_start + b * s->tq; /* [tq] */
+        for (int64_t i = j + 1; i < end; i++)
+            if (start[i] > j) {
+                end = i;
+                break;
+            }
+    }
+    return end;
+}
+
 void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const float *q,
                             const float *k, const float *v, const float *bias,
                             const regc_attn_shape *s)
@@ -227,7 +244,7 @@ void regc_cpu_attention_fwd(regc_backend *be, float *out, float *lse, const floa
                 /* keys before the window are never scored: the row runs from
                  * the block holding the first key seen (a key's score does
                  * not depend on where its block starts) */
-                const int64_t first = regc_attn_first_key(s, i);
+                const int64_t first = regc_attn_first_key(s, b, i);
                 const int64_t base = first / CPU_ATTN_BLOCK * CPU_ATTN_BLOCK;
                 cpu_attn_row_scores(p + base, qi, kt + base, ld, D, n_keys - base, s->scale);
                 if (s->softcap > 0.0f)
@@ -309,7 +326,7 @@ static void cpu_attention_dbias(regc_backend *be, float *dbias, const float *dou
                 const float delta = cpu_dot(doi, oi, D);
                 cpu_attn_row_scores(p, qi, kth, ld, D, n_keys, s->scale);
                 cpu_attn_row_scores(dp, doi, vth, ld, D, n_keys, 1.0f);
-                const int64_t first = regc_attn_first_key(s, i);
+                const int64_t first = regc_attn_first_key(s, b, i);
                 if (regc_attn_drops(s)) { /* the mask's gradient: Z dP */
                     cpu_attn_keep_row(z, s, b, h, i, first, n_keys);
                     for (int64_t j = first; j < n_keys; j++)
@@ -408,7 +425,7 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                     const float delta = cpu_dot(doi, oi, D); /* rowsum(dO * O) */
                     const float *bi = bias ? bias + ((int64_t)h * tq + i) * tk : NULL; /* [tk] */
                     /* as in the forward: the keys from the first one seen */
-                    const int64_t first = regc_attn_first_key(s, i);
+                    const int64_t first = regc_attn_first_key(s, b, i);
                     const int64_t base = first / CPU_ATTN_BLOCK * CPU_ATTN_BLOCK;
                     cpu_attn_row_scores(p + base, qi, kth + base, ld, D, n_keys - base, scale);
                     cpu_attn_row_scores(dp + base, doi, vth + base, ld, D, n_keys - base, 1.0f);
@@ -449,10 +466,11 @@ void regc_cpu_attention_bwd(regc_backend *be, float *dq, float *dk, float *dv, f
                                          D); /* dS K */
                 }
                 /* dK += dS^T Q and dV += P^T dO over the queries that see key
-                 * j: from j (causal) to the last whose window holds it */
+                 * j: from j (causal) to the last whose window holds it and
+                 * whose document it is in */
                 for (int64_t j = 0; j < tk; j++) {
                     const int64_t i0 = s->causal ? j : 0;
-                    const int64_t i1 = s->window > 0 && j + s->window < tq ? j + s->window : tq;
+                    const int64_t i1 = cpu_attn_last_query(s, b, j);
                     cpu_attn_row_combine(dkb + j * kv_ld, dst + j * tq + i0, i1 - i0,
                                          qh + i0 * q_head_ld, q_head_ld, D);
                     cpu_attn_row_combine(dvb + j * kv_ld, pt + j * tq + i0, i1 - i0,

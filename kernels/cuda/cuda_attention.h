@@ -252,11 +252,13 @@ static __device__ __forceinline__ double cuda_sum_row(double x)
     return x;
 }
 
-/* Does query i see key j? Padded rows and columns see nothing; under a
- * sliding window, neither do keys before it. */
-static __device__ __forceinline__ bool cuda_sees_key(int64_t i, int64_t j, const regc_attn_shape &s)
+/* Does query i of batch row b see key j? Padded rows and columns see
+ * nothing; under a sliding window, neither do keys before it, nor keys
+ * before the query's document. */
+static __device__ __forceinline__ bool cuda_sees_key(int64_t b, int64_t i, int64_t j,
+                                                     const regc_attn_shape &s)
 {
-    return i < s.tq && j < s.tk && (!s.causal || j <= i) && j >= regc_attn_first_key(&s, i);
+    return i < s.tq && j < s.tk && (!s.causal || j <= i) && j >= regc_attn_first_key(&s, b, i);
 }
 
 /* The thread's own element (ty, tx) of a tile with rows ld apart; its

@@ -62,7 +62,7 @@ static __device__ __forceinline__ void cuda_form_ds(float (&sc)[R][C], float (&d
         for (int c = 0; c < C; c++) {
             const int64_t j = k0 + tx + ATTN_SIDE * c;
             float p = 0.0f, ds = 0.0f;
-            if (cuda_sees_key(i, j, s)) {
+            if (cuda_sees_key(b, i, j, s)) {
                 float x = s.scale * sc[r][c], slope = 1.0f;
                 if (s.softcap > 0.0f)
                     x = regc_softcap(x, s.softcap, &slope);

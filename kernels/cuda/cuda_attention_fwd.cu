@@ -69,7 +69,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
             for (int c = 0; c < CK; c++) {
                 const int64_t j = k0 + tx + ATTN_SIDE * c;
                 float x = -INFINITY;
-                if (cuda_sees_key(i, j, s)) {
+                if (cuda_sees_key(b, i, j, s)) {
                     x = s.scale * sc[r][c];
                     if (s.softcap > 0.0f)
                         x = regc_softcap(x, s.softcap, NULL);

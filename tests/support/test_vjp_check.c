@@ -92,7 +92,10 @@ void regc_test_vjp_fill_input(const regc_tensor *t, void *data, uint64_t seed)
         for (int64_t i = 0; i < n; i++)
             v[i] = (int32_t)((i * 3 + 1) % REGC_TEST_VJP_VOCAB);
         if (strcmp(t->name, "targets") == 0 && n > 1)
-            v[1] = -1; /* an ignored position */
+            v[1] = -1;                                         /* an ignored position */
+        if (strcmp(t->name, "doc_start") == 0 && t->ndim == 2) /* documents of 3 in each row */
+            for (int64_t i = 0; i < n; i++)
+                v[i] = (int32_t)(i % t->shape[1] / 3 * 3);
     } else {
         regc_rng_fill_uniform(data, (size_t)n, seed, 0.0f, 1.0f);
     }

@@ -31,7 +31,8 @@ int regc_test_vjp_ids(regc_graph *g, const char *name, int ndim, const int64_t *
 int regc_test_vjp_objective(regc_graph *g, int y);
 
 /* An input's values as every case draws them: ids (i * 3 + 1) % VOCAB, a
- * "targets" input with one ignored position, floats uniform in [0, 1). */
+ * "targets" input with one ignored position, a "doc_start" [B, T] of
+ * documents three long in each row, floats uniform in [0, 1). */
 void regc_test_vjp_fill_input(const regc_tensor *t, void *data, uint64_t seed);
 
 /* The whole check of one case, named `what` in failures: the gradients'
