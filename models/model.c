@@ -160,6 +160,8 @@ static int write_structure(const regc_model *m, regc_bytes *b);
 int regc_model_write_structure(const regc_model *m, regc_bytes *b)
 {
     regc_bytes_put_i64(b, m->dropout);
+    if (m->documents) /* absent without: the structures of runs before it */
+        regc_bytes_put_str(b, "documents"), regc_bytes_put_i64(b, m->eod);
     int rc = write_structure(m, b);
     return rc || !m->lora ? rc : regc_lora_write_structure(m, b);
 }
@@ -286,7 +288,29 @@ int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
 
 void regc_model_set_dropout(regc_model *m, int on) { m->dropout = on != 0; }
 
+int regc_model_set_documents(regc_model *m, int64_t eod)
+{
+    const char *arch = m->arch->model_type;
+    if (eod < 0) {
+        m->documents = 0;
+        return REGC_OK;
+    }
+    if (!strcmp(arch, "bert") || !strcmp(arch, "t5") || !strcmp(arch, "graph"))
+        return regc_error(REGC_ERR_ARG,
+                          "train.eod_token_id: documents apply to the causal language models "
+                          "regc builds (gpt2, the llama family); %s is a %s model",
+                          m->source, arch);
+    if (eod >= regc_model_vocab(m))
+        return regc_error(REGC_ERR_ARG,
+                          "train.eod_token_id: %" PRId64 " is past the vocabulary of %s (%" PRId64
+                          " tokens)",
+                          eod, m->source, regc_model_vocab(m));
+    m->documents = 1, m->eod = (int32_t)eod;
+    return REGC_OK;
+}
+
 #define DROPOUT_SITE "dropout.site."
+#define DOC_START "doc_start" /* where each position's document starts */
 #define DROPOUT_DRAW "dropout.draw"
 
 /* A dropout's inputs: the constant naming its site (*s) and the batch's
@@ -320,7 +344,7 @@ int regc_model_attention(const regc_model *m, regc_graph *g, int q, int k, int v
                          const regc_attrs *a, double p, int *out)
 {
     regc_attrs with = *a;
-    int s = -1, draw = -1;
+    int s = -1, draw = -1, docs = -1;
     with.value = 0.0f;
     if (m->dropout && p > 0.0) {
         int rc = dropout_inputs(g, q, &s, &draw);
@@ -328,7 +352,14 @@ int regc_model_attention(const regc_model *m, regc_graph *g, int q, int k, int v
             return rc;
         with.value = (float)p;
     }
-    *out = regc_graph_attention_full(g, q, k, v, bias, s, draw, -1, &with);
+    if (m->documents && a->causal) { /* one input for every layer: [B, T] as q's */
+        const regc_tensor *tq = regc_graph_tensor(g, q);
+        if ((docs = regc_graph_find_tensor(g, DOC_START)) < 0 &&
+            (docs = regc_graph_add_tensor(g, DOC_START, REGC_I32, REGC_ROLE_INPUT, 2, tq->shape)) <
+                0)
+            return docs;
+    }
+    *out = regc_graph_attention_full(g, q, k, v, bias, s, draw, docs, &with);
     return *out < 0 ? *out : REGC_OK;
 }
 
@@ -428,6 +459,35 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
     return REGC_OK;
 }
 
+/* doc_start [B, T] from the batch's input ids: a document ends after each
+ * eod token, and a row starts one (its first tokens may continue a
+ * document of the row before, which they no longer see). */
+static int fill_documents(const regc_model *m, const regc_batch_spec *b, int n, regc_input *in)
+{
+    regc_input *docs = regc_input_find(n, in, DOC_START),
+               *ids = regc_input_find(n, in, "input_ids");
+    if (!docs || docs->filled)
+        return REGC_OK;
+    if (!m->documents || !ids || !ids->filled ||
+        regc_tensor_numel(docs->tensor) != b->batch * b->seq)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: graph input " DOC_START " needs train.eod_token_id and the batch's "
+                          "input_ids [%" PRId64 ", %" PRId64 "]",
+                          m->source, b->batch, b->seq);
+    const int32_t *tok = ids->host; /* [B, T] */
+    int32_t *start = docs->host;    /* [B, T] */
+    for (int64_t r = 0; r < b->batch; r++) {
+        int32_t first = 0;
+        for (int64_t t = 0; t < b->seq; t++) {
+            start[r * b->seq + t] = first;
+            if (tok[r * b->seq + t] == m->eod)
+                first = (int32_t)(t + 1);
+        }
+    }
+    docs->filled = 1;
+    return REGC_OK;
+}
+
 int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data, const regc_batch_spec *b,
                            int n, regc_input *in)
 {
@@ -436,7 +496,7 @@ int regc_model_fill_inputs(const regc_model *m, const regc_tokens *data, const r
     fill_dropout(b, n, in);
     int rc = m->arch->fill_inputs ? m->arch->fill_inputs(m, data, b, n, in)
                                   : regc_model_fill_lm_inputs(m, data, b, n, in);
-    if (rc < 0)
+    if (rc < 0 || (rc = fill_documents(m, b, n, in)) < 0)
         return rc;
     for (int i = 0; i < n; i++)
         if (!in[i].filled)

@@ -79,8 +79,12 @@ struct regc_model {
      * (a graph exported beside the user's own checkpoint names one); NULL:
      * every source of the weights holds them too */
     char *consts_file;
-    regc_lora *lora;      /* NULL: every parameter is trained */
-    int dropout;          /* the graph applies the model's dropouts (train.dropout) */
+    regc_lora *lora; /* NULL: every parameter is trained */
+    int dropout;     /* the graph applies the model's dropouts (train.dropout) */
+    /* train.eod_token_id: documents end after each token eod, and a causal
+     * attention sees none before its own (the "doc_start" input) */
+    int documents;
+    int32_t eod;
     int64_t frozen_bytes; /* the frozen block's bytes */
     /* config.json's quantization_config: the checkpoint holds the linear
      * layers in NF4 (nf4_checkpoint.c), as REGC_FROZEN_NF4 (_BF16: its

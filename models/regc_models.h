@@ -163,6 +163,17 @@ int64_t regc_model_trainable_numel(const regc_model *m);
  * and lora_dropout. Off by default: the graph has none. */
 void regc_model_set_dropout(regc_model *m, int on);
 
+/* Documents packed in the token stream end after each token `eod` (< 0:
+ * one document a row, the default): every causal attention of m's graphs
+ * then reads a "doc_start" input, [B, T] i32, filled from the batch's
+ * input ids, and no query sees a key before its document's first
+ * position (Megatron's reset_attention_mask). Positions go on counting
+ * across documents, as Megatron's do unless reset_position_ids. Causal
+ * language models whose graphs regc builds: an error names the model
+ * otherwise (BERT, T5, a graph JSON model), and an id past its vocabulary.
+ * Before building a graph. */
+int regc_model_set_documents(regc_model *m, int64_t eod);
+
 /* Parameters in checkpoint order; their names are the checkpoint's names. */
 int regc_model_n_params(const regc_model *m);
 const char *regc_model_param_name(const regc_model *m, int i);

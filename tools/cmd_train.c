@@ -271,7 +271,8 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
                                                                              : model_spec;
     o.return_weights = 0;
     regc_model_set_dropout(model, s->dropout);
-    if ((rc = cli_apply_lora(s, model))) {
+    if ((rc = regc_model_set_documents(model, s->eod_token_id)) ||
+        (rc = cli_apply_lora(s, model))) {
         regc_model_free(model);
         return report_error(comm, rc);
     }

@@ -16,7 +16,9 @@ becomes prompt tokens, response tokens and the end-of-text token, packed one
 after another into one stream that regc cuts into rows of --seq tokens; the
 mask is 0 on the prompt and 1 on the response and the end-of-text token, so
 the loss is on the responses only. Text: the whole file, every token counted
-(no mask is written; regc counts every target without one).
+(no mask is written; regc counts every target without one). With
+--eod-token-id set to the end-of-text id this prints, regc trains each packed
+example as if alone: attention never looks back past an end of text.
 
 The tokenizer is a Hugging Face tokenizer.json read with the `tokenizers`
 package (pip install tokenizers), the end of text its --eos token. Without
@@ -168,7 +170,8 @@ def main(argv):
         print("prepare_data.py: %s: %s" % (e.filename or args.out, e.strerror), file=sys.stderr)
         return 1
     counted = sum(mask) if mask is not None else len(tokens)
-    print("%s.bin: %d tokens, %d counted toward the loss" % (args.out, len(tokens), counted))
+    print("%s.bin: %d tokens, %d counted toward the loss; end of text %d"
+          % (args.out, len(tokens), counted, tok.eos))
     return 0
 
 

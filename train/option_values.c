@@ -17,6 +17,7 @@ void regc_train_settings_default(regc_train_settings *s)
     s->quant.double_quant = 1; /* QLoRA's; Transformers' default is off, refused */
     s->adam_w_mode = 1;        /* DeepSpeed's default */
     s->average_tokens = 1;     /* what regc's loss is */
+    s->eod_token_id = -1;      /* a row is one document */
 }
 
 void *regc_option_field(const regc_option *o, regc_train_settings *s)

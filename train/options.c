@@ -91,6 +91,13 @@ const regc_option regc_option_table[] = {
      "mask drawn by Philox4x32-10 from --seed, the micro-batch, the site and the element (the "
      "same on every thread, when recomputed and after a resume; the attention probabilities' "
      "inside the attention kernel, never stored). Off: none is applied"},
+    {"train", "eod_token_id", "--eod-token-id", OPT_INT, "<ID>", -1, INT32_MAX, 0, NULL,
+     FIELD(eod_token_id), OPT_SHOW_DEFAULT,
+     "documents packed in the token file end after each token ID (its end-of-text), and "
+     "attention never looks back past one: each example of a packed file is trained as if alone, "
+     "as Megatron's reset_attention_mask and Transformers' padding-free packing train them "
+     "(positions keep counting across documents); causal language models; -1: a row is one "
+     "document"},
     {"lora", "r", "--lora-r", OPT_INT, "<R>", 1, 65536, 0, NULL, FIELD(lora.r), 0,
      "train LoRA adapters of this rank on the layers lora.target_modules names, as PEFT does, "
      "with every other parameter frozen (no gradient, no optimizer state); --save writes the "

@@ -1,6 +1,7 @@
 /* cpu_attention.c — softmax attention, forward and backward, with grouped
  * query heads, an optional causal mask (optionally a sliding window of it:
- * keys before the window take no weight), optional soft-capping of the
+ * keys before the window take no weight; and documents packed in a row:
+ * keys before a query's document take none), optional soft-capping of the
  * scaled scores (Gemma 2's cap tanh(x / cap), whose slope 1 - tanh^2 the
  * backward applies to the score gradients), an optional additive score
  * bias (T5's position bias, [n_head, tq, tk] shared by the batch) and an

@@ -5,12 +5,12 @@
  *
  * Softmax attention, forward and backward, in the manner of FlashAttention-2 in fp32 on the CUDA
  * cores, with the CPU backend's semantics (cpu_attention.c): grouped query heads, an optional
- * causal mask and sliding window, optional soft-capping of the scaled scores (regc_softcap) and an
- * optional additive score bias [n_head, tq, tk] shared by the batch (T5), whose gradient is
- * summed over the batch, and an optional dropout on the probabilities, each element's factor
- * drawn where it is used (regc_attn_keep: the CPU's draw), in the forward after the row's
- * sum and in every backward kernel again. Nothing of size T x T is stored per batch row; the
- * bias gradient is the one T x T output.
+ * causal mask, sliding window and documents' starts, optional soft-capping of the scaled scores
+ * (regc_softcap) and an optional additive score bias [n_head, tq, tk] shared by the batch (T5),
+ * whose gradient is summed over the batch, and an optional dropout on the probabilities, each
+ * element's factor drawn where it is used (regc_attn_keep: the CPU's draw), in the forward after
+ * the row's sum and in every backward kernel again. Nothing of size T x T is stored per batch row;
+ * the bias gradient is the one T x T output.
  *
  * Tiling. A block is 256 threads seen as a 16 x 16 grid (ty, tx). Tiles of
  * queries (BQ rows) and keys (BK rows) are staged in shared memory, each row

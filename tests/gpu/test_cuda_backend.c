@@ -204,10 +204,13 @@ static void test_adamw_matches_cpu(void **state)
     free(p2);
 }
 
-/* Attention with its probabilities dropped, cuda against cpu from the same
- * inputs, site and draw: a mask drawn differently moves values by far more
- * than the tolerance, which covers only the forward's other order of sums. */
-static void check_attention_dropout(regc_attn_shape s, uint64_t seed, int with_bias, float p)
+/* Attention with its probabilities dropped (or documents' starts docs,
+ * [batch, tq], where not NULL), cuda against cpu from the same inputs,
+ * site and draw: a mask drawn or applied differently moves values by far
+ * more than the tolerance, which covers only the forward's other order of
+ * sums. */
+static void check_attention(regc_attn_shape s, uint64_t seed, int with_bias, float p,
+                            const int32_t *docs)
 {
     const size_t nq = regc_test_attn_q_count(&s), nkv = regc_test_attn_kv_count(&s);
     const size_t nl = (size_t)(s.batch * s.n_head * s.tq), nb = (size_t)(s.n_head * s.tq * s.tk);
@@ -221,6 +224,8 @@ static void check_attention_dropout(regc_attn_shape s, uint64_t seed, int with_b
     sc.drop_site = &site, sc.drop_draw = draw;
     sg.drop_site = regc_test_upload_ints(gpu, &site, 1);
     sg.drop_draw = regc_test_upload_ints(gpu, draw, 4);
+    sc.doc_start = docs;
+    sg.doc_start = docs ? regc_test_upload_ints(gpu, docs, (size_t)(s.batch * s.tq)) : NULL;
     float *c[6], *g[6]; /* out, lse, dq, dk, dv, dbias */
     const size_t n[6] = {nq, nl, nq, nkv, nkv, nb};
     for (int i = 0; i < 6; i++)
@@ -241,8 +246,33 @@ static void test_attention_dropout_matches_cpu(void **state)
     (void)state;
     for (int i = 0; i < REGC_TEST_ATTN_DROP_CASES; i++) {
         const regc_test_attn_drop_case *c = &regc_test_attn_drop_cases[i];
-        check_attention_dropout(c->s, c->seed, c->bias, c->p);
+        check_attention(c->s, c->seed, c->bias, c->p, NULL);
     }
+}
+
+/* Documents packed in rows, their starts inside and across the kernels'
+ * tiles, with a window, with dropout, and one document a row. */
+static void test_attention_documents_match_cpu(void **state)
+{
+    (void)state;
+    enum { B = 2, T = 150 };
+    static const int starts[B][5] = {{0, 5, 64, 97, T}, {0, T, T, T, T}};
+    int32_t docs[B * T];
+    for (int b = 0; b < B; b++)
+        for (int d = 0; starts[b][d] < T; d++)
+            for (int i = starts[b][d]; i < starts[b][d + 1]; i++)
+                docs[b * T + i] = starts[b][d];
+    regc_attn_shape s = {.batch = B,
+                         .tq = T,
+                         .tk = T,
+                         .n_head = 4,
+                         .n_kv_head = 2,
+                         .head_dim = 64,
+                         .causal = 1,
+                         .scale = 0.125f};
+    check_attention(s, 70, 0, 0.0f, docs);
+    s.window = 40;
+    check_attention(s, 71, 0, 0.1f, docs);
 }
 
 int main(void)
@@ -252,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_gemm_tf32),
         cmocka_unit_test(test_adamw_matches_cpu),
         regc_test_with_buffers(test_attention_dropout_matches_cpu),
+        regc_test_with_buffers(test_attention_documents_match_cpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,145 @@
+/* test_documents.c — documents packed in a token file (train.eod_token_id)
+ * train as if each were alone, through `regc train`.
+ *
+ * The token file holds documents of half a row, each ending with the
+ * end-of-document token. Rows of T with the documents' mask then see what
+ * rows of T / 2, one document each, see: the same token pairs, summed in
+ * the same flattened order by every GEMM, and attention over the same keys,
+ * only at positions T / 2 further on, which RoPE's relative rotation
+ * cancels up to rounding. So llama-tiny's losses agree within 2e-6 over
+ * five steps, where without the mask they differ by far more; regional ==
+ * full, O0 == O1 and 1 == 2 threads hold bit for bit with the mask; and the
+ * models it cannot apply to refuse it by name. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "regc_data.h"
+#include "test_model.h"
+#include "test_util.h"
+
+#define STEPS 5
+#define SEQ 32 /* a row: two documents of SEQ / 2 */
+#define EOD 7
+
+static int setup(void **state) { return regc_test_dir_setup(state, "documents", "tokens.bin"); }
+
+/* STEPS batches of 2 rows of SEQ, and one token more, in documents of
+ * SEQ / 2 that each end with EOD; no other token is EOD. */
+static void write_documents(const regc_test_dir *f)
+{
+    const int n = STEPS * 2 * SEQ + 1;
+    uint16_t *t = malloc((size_t)n * sizeof *t);
+    assert_non_null(t);
+    for (int i = 0; i < n; i++)
+        t[i] = (uint16_t)(i % (SEQ / 2) == SEQ / 2 - 1 ? EOD : 8 + (i * 37 + 11) % 240);
+    assert_int_equal(regc_tokens_write(f->path, t, n), 0);
+    free(t);
+}
+
+/* regc train on llama-tiny over the file at [batch, seq] with more flags
+ * (NULL-terminated): its STEPS losses. */
+static void train(const regc_test_dir *f, const char *batch, const char *seq, double *loss, ...)
+{
+    const char *argv[32] = {"train",   "--model", "llama-tiny", "--data", f->path,
+                            "--steps", "5",       "--batch",    batch,    "--seq",
+                            seq,       "--json",  "--lr",       "1e-3",   "--no-cache"};
+    int n = 15;
+    va_list ap;
+    va_start(ap, loss);
+    for (const char *a; (a = va_arg(ap, const char *)) && n < 31;)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    regc_test_proc p;
+    const char *full[34] = {REGC_BIN};
+    for (int i = 0; i <= n; i++)
+        full[i + 1] = argv[i];
+    if (regc_test_run_argv(full, &p) != 0)
+        fail_msg("regc train failed: %s", p.err);
+    assert_int_equal(regc_test_json_losses(p.out, loss, STEPS), STEPS);
+    regc_test_proc_free(&p);
+}
+
+static double largest_gap(const double *a, const double *b)
+{
+    double gap = 0.0;
+    for (int s = 0; s < STEPS; s++) {
+        const double g = fabs(a[s] - b[s]) / fabs(b[s]);
+        gap = g > gap ? g : gap;
+    }
+    return gap;
+}
+
+static void test_packed_rows_train_as_separate_documents(void **state)
+{
+    regc_test_dir *f = *state;
+    write_documents(f);
+    double packed[STEPS], separate[STEPS], unmasked[STEPS];
+    train(f, "2", "32", packed, "--eod-token-id", "7", NULL);
+    train(f, "4", "16", separate, NULL);
+    train(f, "2", "32", unmasked, NULL);
+    const double gap = largest_gap(packed, separate), without = largest_gap(unmasked, separate);
+    printf("packed vs separate: %.3g relative; without the mask %.3g\n", gap, without);
+    if (!(gap <= 2e-6))
+        fail_msg("packed rows with the documents' mask are %.3g away from separate documents", gap);
+    if (!(without > 100 * 2e-6))
+        fail_msg("without the mask packed rows are only %.3g away: the check could not fail",
+                 without);
+}
+
+static void test_documents_keep_the_invariants(void **state)
+{
+    regc_test_dir *f = *state;
+    write_documents(f);
+    double want[STEPS], got[STEPS];
+    train(f, "2", "32", want, "--eod-token-id", "7", "--threads", "2", NULL);
+    static const char *const variants[][2] = {
+        {"--regional", "off"}, {"--level", "O0"}, {"--threads", "1"}};
+    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+        train(f, "2", "32", got, "--eod-token-id", "7", variants[v][0], variants[v][1], NULL);
+        if (memcmp(want, got, sizeof want))
+            fail_msg("%s %s: step losses differ from the default run's", variants[v][0],
+                     variants[v][1]);
+    }
+}
+
+/* BERT and T5 attend their own way, a graph model's attention is its
+ * graph's, and an id past the vocabulary is no token: one line each. */
+static void test_documents_refused(void **state)
+{
+    regc_test_dir *f = *state;
+    char *json = regc_test_tiny_graph_json(), *graph = regc_test_join(f->dir, "graph.json");
+    assert_int_equal(regc_test_write_text(f->dir, "graph.json", json), 0);
+    const char *const refused[][3] = {
+        {"bert-tiny", "7", "bert-tiny is a bert model"},
+        {"t5-tiny", "7", "t5-tiny is a t5 model"},
+        {graph, "7", "is a graph model"},
+        {"llama-tiny", "100000", "100000 is past the vocabulary"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        regc_test_proc p;
+        regc_test_run_regc(&p, "train", "--model", refused[i][0], "--eod-token-id", refused[i][1],
+                           "--steps", "1", NULL);
+        regc_test_expect_one_line_error(&p, 1, "train.eod_token_id", refused[i][2]);
+        regc_test_proc_free(&p);
+    }
+    free(json), free(graph);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        regc_test_in_dir(test_packed_rows_train_as_separate_documents, setup),
+        regc_test_in_dir(test_documents_keep_the_invariants, setup),
+        regc_test_in_dir(test_documents_refused, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
