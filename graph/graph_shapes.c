@@ -458,7 +458,8 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
             return regc_error(REGC_ERR_ARG, "%s: %d outputs (3, or 4 with a bias)", name, n_out);
         if (infer_attention(op, a, x[1], x[2], x[3]) ||
             (at.bias >= 0 && want_bias(op, a, x[1], x[2], x[at.bias])) ||
-            (at.site >= 0 && want_draw(op, x[at.site], x[at.draw])))
+            (at.site >= 0 && want_draw(op, x[at.site], x[at.draw])) ||
+            (at.docs >= 0 && want_docs(op, x[1], x[at.docs])))
             return REGC_ERR_SHAPE;
         int64_t lse[3] = {x[1]->shape[0], a->n_head, x[1]->shape[1]};
         if (!same_shape(x[0], x[1]) || !same_shape(x[4], x[1]) || want_shape(op, x[5], 3, lse))

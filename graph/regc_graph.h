@@ -16,7 +16,7 @@
 #include "regc_common.h"
 
 #define REGC_MAX_DIMS 6
-#define REGC_MAX_IO 9 /* inputs or outputs of one node (ATTENTION_BWD reads 9 at most) */
+#define REGC_MAX_IO 10 /* inputs or outputs of one node (ATTENTION_BWD reads 10 at most) */
 /* regc_tensor's frozen: how a frozen parameter is held (regc_frozen_kinds) */
 #define REGC_FROZEN_BF16 2     /* in bf16 */
 #define REGC_FROZEN_NF4 3      /* in NF4 (kernels/nf4_format.h), multiplied in fp32 */

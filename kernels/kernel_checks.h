@@ -236,11 +236,14 @@ static inline REGC_HD float regc_attn_keep(const regc_attn_shape *s, int64_t b, 
 }
 
 /* The first key query i of batch row b sees: i - window + 1 under a
- * sliding window, and never one before its document's first position. */
+ * sliding window, and never one before its document's first position (a
+ * start outside [0, i] held to it: no read outside the row, whatever the
+ * values). */
 static inline REGC_HD int64_t regc_attn_first_key(const regc_attn_shape *s, int64_t b, int64_t i)
 {
     const int64_t w = s->window > 0 && i >= s->window ? i - s->window + 1 : 0;
-    const int64_t d = s->doc_start ? s->doc_start[b * s->tq + i] : 0;
+    int64_t d = s->doc_start ? s->doc_start[b * s->tq + i] : 0;
+    d = d < 0 ? 0 : d > i ? i : d;
     return w > d ? w : d;
 }
 

@@ -103,6 +103,15 @@ static int graph_read_shapes(regc_model *m, graph_config *c)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: output 0 (%s) is not the loss of a cross_entropy node", src,
                           loss->name);
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *a = regc_graph_node(g, i);
+        if ((a->op == REGC_OP_ATTENTION || a->op == REGC_OP_ATTENTION_BWD) && a->attrs.documents)
+            return regc_error(REGC_ERR_UNSUPPORTED,
+                              "%s: node %d attends over documents, whose starts a graph model "
+                              "does not fill (train.eod_token_id applies to gpt2 and the llama "
+                              "family)",
+                              src, i);
+    }
     const regc_tensor *logits = regc_graph_tensor(g, n->in[0]);
     m->vocab = logits->shape[logits->ndim - 1];
     m->max_seq = c->seq;

@@ -309,6 +309,8 @@ int regc_model_set_documents(regc_model *m, int64_t eod)
     return REGC_OK;
 }
 
+int64_t regc_model_eod(const regc_model *m) { return m->documents ? m->eod : -1; }
+
 #define DROPOUT_SITE "dropout.site."
 #define DOC_START "doc_start" /* where each position's document starts */
 #define DROPOUT_DRAW "dropout.draw"

@@ -173,6 +173,8 @@ void regc_model_set_dropout(regc_model *m, int on);
  * otherwise (BERT, T5, a graph JSON model), and an id past its vocabulary.
  * Before building a graph. */
 int regc_model_set_documents(regc_model *m, int64_t eod);
+/* The token documents end after, or -1 (regc_model_set_documents). */
+int64_t regc_model_eod(const regc_model *m);
 
 /* Parameters in checkpoint order; their names are the checkpoint's names. */
 int regc_model_n_params(const regc_model *m);

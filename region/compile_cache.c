@@ -213,6 +213,7 @@ static void tuning_key(const regc_program *p, const regc_backend *be, regc_bytes
 {
     regc_bytes_put_str(canon, be->device ? be->device : be->name);
     regc_bytes_put_str(canon, "tuning");
+    regc_bytes_put_u64(canon, (uint64_t)(be->tf32 != 0)); /* TF32 plans are other plans */
     regc_bytes_put(canon, p->step_key.data, p->step_key.len);
 }
 

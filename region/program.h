@@ -38,8 +38,8 @@ typedef enum {
     K_ROPE,       /* y, x, cos, sin; d0 = batch, d1 = t, d2 = n_head, d3 = head_dim, d4 = inverse */
     K_UNARY,      /* y, x; d0 = n; unary = which (gelu, silu, ...); f = SCALE's value */
     K_BINARY,     /* out, a, b; d0 = n; unary = which (mul or an elementwise backward) */
-    K_ATTN_FWD,   /* out, lse, q, k, v, bias, site, draw; f = the dropout's p */
-    K_ATTN_BWD,   /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse, site, draw; f as fwd */
+    K_ATTN_FWD,   /* out, lse, q, k, v, bias, site, draw, doc_start; f = the dropout's p */
+    K_ATTN_BWD,   /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse, site, draw, doc_start */
     K_CE_FWD,     /* loss, lse, logits, targets; d0 = rows, d1 = cols */
     K_CE_BWD,     /* dlogits, dloss, logits, targets [d3], lse; d0 = rows, d1 = cols, d2 = the
                      first row's index in targets, d3 = the loss's rows */

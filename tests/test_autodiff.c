@@ -137,6 +137,21 @@ static int b_attention_documents(regc_graph *g)
     return regc_graph_attention_full(g, q, k, v, -1, -1, -1, docs, &a);
 }
 
+static int b_attention_every_input(regc_graph *g)
+{
+    /* a score bias, a dropout's site and draw (its draw says not training)
+     * and documents: the backward reads ten inputs */
+    int q = regc_test_vjp_param(g, "q", 3, (int64_t[]){1, 6, 4});
+    int k = regc_test_vjp_param(g, "k", 3, (int64_t[]){1, 6, 4}),
+        v = regc_test_vjp_param(g, "v", 3, (int64_t[]){1, 6, 4});
+    int bias = regc_test_vjp_param(g, "bias", 3, (int64_t[]){2, 6, 6});
+    int site = regc_test_vjp_ids(g, "site", 1, (int64_t[]){1});
+    int draw = regc_test_vjp_ids(g, "draw", 1, (int64_t[]){4});
+    int docs = regc_test_vjp_ids(g, "doc_start", 2, (int64_t[]){1, 6});
+    const regc_attrs a = {.n_head = 2, .n_kv_head = 2, .causal = 1, .scale = 0.7f, .value = 0.1f};
+    return regc_graph_attention_full(g, q, k, v, bias, site, draw, docs, &a);
+}
+
 static int b_attention_cross(regc_graph *g)
 {
     /* bidirectional, fewer queries than keys */
@@ -268,6 +283,7 @@ REGC_TEST_VJP_CASE(split_concat)
 REGC_TEST_VJP_CASE(concat)
 REGC_TEST_VJP_CASE(attention_causal_gqa)
 REGC_TEST_VJP_CASE(attention_documents)
+REGC_TEST_VJP_CASE(attention_every_input)
 REGC_TEST_VJP_CASE(attention_cross)
 REGC_TEST_VJP_CASE(attention_bias_causal_gqa)
 REGC_TEST_VJP_CASE(attention_bias_cross)
@@ -385,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_attention_causal_gqa),
         cmocka_unit_test(test_attention_documents),
+        cmocka_unit_test(test_attention_every_input),
         cmocka_unit_test(test_attention_cross),
         cmocka_unit_test(test_attention_bias_causal_gqa),
         cmocka_unit_test(test_attention_bias_cross),

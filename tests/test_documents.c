@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "regc_data.h"
+#include "regc_graph.h"
 #include "test_model.h"
 #include "test_util.h"
 
@@ -111,6 +112,79 @@ static void test_documents_keep_the_invariants(void **state)
     }
 }
 
+/* A run resumed from its checkpoint goes on with the bits of one that never
+ * stopped; a resume that would change the documents is refused by key. */
+static void test_documents_resume(void **state)
+{
+    regc_test_dir *f = *state;
+    write_documents(f);
+    char *out = regc_test_join(f->dir, "out"), *ck = regc_test_join(out, "checkpoint-2");
+    double whole[STEPS], resumed[STEPS];
+    train(f, "2", "32", whole, "--eod-token-id", "7", "--output-dir", out, "--save-steps", "2",
+          NULL);
+    regc_test_proc p;
+    const char *argv[] = {REGC_BIN,
+                          "train",
+                          "--model",
+                          "llama-tiny",
+                          "--data",
+                          f->path,
+                          "--steps",
+                          "5",
+                          "--batch",
+                          "2",
+                          "--seq",
+                          "32",
+                          "--json",
+                          "--lr",
+                          "1e-3",
+                          "--no-cache",
+                          "--eod-token-id",
+                          "7",
+                          "--resume-from-checkpoint",
+                          ck,
+                          NULL};
+    assert_int_equal(regc_test_run_argv(argv, &p), 0);
+    assert_int_equal(regc_test_json_losses(p.out, resumed, STEPS), STEPS - 2);
+    regc_test_proc_free(&p);
+    if (memcmp(resumed, whole + 2, (STEPS - 2) * sizeof(double)))
+        fail_msg("the resumed run's losses differ from the whole run's");
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "llama-tiny", "--data", f->path,
+                                        "--steps", "5", "--batch", "2", "--seq", "32",
+                                        "--resume-from-checkpoint", ck, NULL),
+                     1);
+    if (!strstr(p.err, "trainer_state.json: train.eod_token_id is 7 in the checkpoint, -1 (none) "
+                       "now\n"))
+        fail_msg("the refusal does not name the key:\n%s", p.err);
+    regc_test_proc_free(&p);
+    free(out), free(ck);
+}
+
+/* A graph JSON model whose attention reads documents' starts: the graph
+ * model fills no such input, so the file is refused when loaded. */
+static char *graph_attending_over_documents(const regc_test_dir *f)
+{
+    regc_graph *g = regc_graph_new();
+    const int64_t bt[2] = {2, 16}, table[2] = {64, 8}, cols[2] = {64, 8};
+    int ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt);
+    int targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt);
+    int docs = regc_graph_add_tensor(g, "doc_start", REGC_I32, REGC_ROLE_INPUT, 2, bt);
+    int wte = regc_graph_add_tensor(g, "wte", REGC_F32, REGC_ROLE_PARAM, 2, table);
+    int head = regc_graph_add_tensor(g, "head", REGC_F32, REGC_ROLE_PARAM, 2, cols);
+    int x = regc_graph_embedding(g, ids, wte); /* [2, 16, 8] */
+    const regc_attrs a = {.n_head = 2, .n_kv_head = 2, .causal = 1, .scale = 0.5f};
+    int h = regc_graph_attention_full(g, x, x, x, -1, -1, -1, docs, &a); /* [2, 16, 8] */
+    int logits = regc_graph_matmul(g, h, head, 0, 1);                    /* [2, 16, 64] */
+    assert_int_equal(regc_graph_mark_output(g, regc_graph_cross_entropy(g, logits, targets)),
+                     REGC_OK);
+    char *json = regc_graph_to_json(g);
+    assert_non_null(json);
+    assert_int_equal(regc_test_write_text(f->dir, "documents.json", json), 0);
+    free(json);
+    regc_graph_free(g);
+    return regc_test_join(f->dir, "documents.json");
+}
+
 /* BERT and T5 attend their own way, a graph model's attention is its
  * graph's, and an id past the vocabulary is no token: one line each. */
 static void test_documents_refused(void **state)
@@ -132,6 +206,13 @@ static void test_documents_refused(void **state)
         regc_test_proc_free(&p);
     }
     free(json), free(graph);
+    char *documents = graph_attending_over_documents(f);
+    regc_test_proc p;
+    regc_test_run_regc(&p, "train", "--model", documents, "--steps", "1", NULL);
+    regc_test_expect_one_line_error(&p, 1, "node 1 attends over documents",
+                                    "a graph model does not fill");
+    regc_test_proc_free(&p);
+    free(documents);
 }
 
 int main(void)
@@ -139,6 +220,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_packed_rows_train_as_separate_documents, setup),
         regc_test_in_dir(test_documents_keep_the_invariants, setup),
+        regc_test_in_dir(test_documents_resume, setup),
         regc_test_in_dir(test_documents_refused, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

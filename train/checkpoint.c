@@ -57,6 +57,7 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, const re
     st->data_tokens = regc_tokens_count(data);
     st->data_hash = regc_tokens_hash(data);
     st->seed = o->seed;
+    st->eod = regc_model_eod(m);
     st->lr = (double)o->lr, st->weight_decay = (double)o->weight_decay;
     st->decay_params = o->weight_decay != 0.0f ? o->weight_decay_params : REGC_DECAY_ALL;
     st->max_grad_norm = o->max_grad_norm;
@@ -129,6 +130,8 @@ static char *state_json(const regc_run_state *st)
     ok = ok && cJSON_AddStringToObject(train, "seed", seed);
     ok = ok && cJSON_AddNumberToObject(train, "data_tokens", (double)st->data_tokens);
     ok = ok && cJSON_AddStringToObject(train, "data_hash", data);
+    if (st->eod >= 0) /* absent: one document a row, as before the option */
+        ok = ok && cJSON_AddNumberToObject(train, "eod_token_id", (double)st->eod);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;
@@ -197,6 +200,7 @@ static int read_state(const char *dir, regc_run_state *st)
      * options; a checkpoint from before ran with torch's constants. AdamW's
      * are floats in regc, read back rounded to one. */
     st->beta1 = (double)0.9f, st->beta2 = (double)0.999f, st->eps = (double)1e-8f;
+    st->eod = -1;
     const struct {
         const char *key;
         double *d;
@@ -209,7 +213,8 @@ static int read_state(const char *dir, regc_run_state *st)
                  {"warmup_type", NULL, &st->warmup_type, 0},
                  {"total_num_steps", NULL, &st->total_num_steps, 0},
                  {"warmup_min_ratio", &st->warmup_min_ratio, NULL, 0},
-                 {"cos_min_ratio", &st->cos_min_ratio, NULL, 0}};
+                 {"cos_min_ratio", &st->cos_min_ratio, NULL, 0},
+                 {"eod_token_id", NULL, &st->eod, 0}};
     for (size_t k = 0; k < sizeof later / sizeof later[0] && rc == REGC_OK; k++) {
         double v = 0.0;
         if (!cJSON_GetObjectItemCaseSensitive(train, later[k].key))
@@ -414,9 +419,26 @@ static int same_setting(double a, double b)
     return a == b || fabs(a - b) <= 4.0 * DBL_EPSILON * fmax(fabs(a), fabs(b));
 }
 
+/* The documents' token, named before the structure it is part of. */
+static int eod_differs(const regc_run_state *a, const char *a_is, const regc_run_state *b,
+                       const char *b_is, char *buf, size_t cap)
+{
+    if (a->eod == b->eod)
+        return 0;
+    char x[24] = "-1 (none)", y[24] = "-1 (none)";
+    if (a->eod >= 0)
+        snprintf(x, sizeof x, "%" PRId64, a->eod);
+    if (b->eod >= 0)
+        snprintf(y, sizeof y, "%" PRId64, b->eod);
+    snprintf(buf, cap, "train.eod_token_id is %s %s, %s %s", x, a_is, y, b_is);
+    return 1;
+}
+
 int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_run_state *b,
                           const char *b_is, int any_length, char *buf, size_t cap)
 {
+    if (eod_differs(a, a_is, b, b_is, buf, cap))
+        return 1;
     if (a->structure != b->structure) {
         snprintf(buf, cap, "the model's structure differs (%s and %s)", a_is, b_is);
         return 1;
@@ -489,6 +511,8 @@ int regc_checkpoint_check(const char *dir, const regc_run_state *now, regc_run_s
         return rc;
     char path[4096], what[512];
     regc_path_join(path, sizeof path, dir, STATE_FILE);
+    if (eod_differs(saved, "in the checkpoint", now, "now", what, sizeof what))
+        return regc_error(REGC_ERR_ARG, "%s: %s", path, what);
     if (saved->structure != now->structure)
         return regc_error(REGC_ERR_ARG,
                           "%s: the checkpoint is of another model (its structure differs from "
