@@ -146,6 +146,7 @@ int regc_model_alloc_weights(regc_model *m)
 /* ----------------------------------------------------------- accessors */
 
 const char *regc_model_arch(const regc_model *m) { return m->arch->model_type; }
+int regc_model_chooses_targets(const regc_model *m) { return m->arch->own_data; }
 const char *regc_model_source(const regc_model *m) { return m->source; }
 int64_t regc_model_vocab(const regc_model *m) { return m->vocab; }
 int64_t regc_model_max_seq(const regc_model *m) { return m->max_seq; }
@@ -290,16 +291,16 @@ void regc_model_set_dropout(regc_model *m, int on) { m->dropout = on != 0; }
 
 int regc_model_set_documents(regc_model *m, int64_t eod)
 {
-    const char *arch = m->arch->model_type;
     if (eod < 0) {
         m->documents = 0;
         return REGC_OK;
     }
-    if (!strcmp(arch, "bert") || !strcmp(arch, "t5") || !strcmp(arch, "graph"))
+    /* The shared decoder builder is what places the "doc_start" input. */
+    if (!m->arch->family)
         return regc_error(REGC_ERR_ARG,
                           "train.eod_token_id: documents apply to the causal language models "
                           "regc builds (gpt2, the llama family); %s is a %s model",
-                          m->source, arch);
+                          m->source, m->arch->model_type);
     if (eod >= regc_model_vocab(m))
         return regc_error(REGC_ERR_ARG,
                           "train.eod_token_id: %" PRId64 " is past the vocabulary of %s (%" PRId64

@@ -64,6 +64,9 @@ void regc_model_free(regc_model *m);
 
 const char *regc_model_arch(const regc_model *m);   /* "gpt2", "graph" */
 const char *regc_model_source(const regc_model *m); /* the directory, file or preset */
+/* 1 when m draws its own targets from a row (BERT's masked positions, T5's
+ * split pairs) rather than predicting each next token, as a causal LM does. */
+int regc_model_chooses_targets(const regc_model *m);
 int64_t regc_model_vocab(const regc_model *m);
 int64_t regc_model_max_seq(const regc_model *m); /* n_positions */
 int regc_model_has_weights(const regc_model *m);

@@ -89,14 +89,13 @@ static void trainer_free(trainer *t)
 /* Masks decide which targets count; BERT and T5 choose their own targets. */
 static int open_mask(trainer *t, regc_tokens *data, const char *mask, const char *key)
 {
-    const char *arch = regc_model_arch(t->model);
     if (!mask)
         return REGC_OK;
-    if (!strcmp(arch, "bert") || !strcmp(arch, "t5"))
+    if (regc_model_chooses_targets(t->model))
         return regc_error(REGC_ERR_ARG,
                           "train.%s: loss masks apply to causal language models (gpt2, llama, "
                           "graph models); %s chooses its own targets",
-                          key, arch);
+                          key, regc_model_arch(t->model));
     return regc_tokens_open_mask(data, mask);
 }
 
