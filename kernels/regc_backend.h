@@ -576,9 +576,9 @@ int regc_backend_cuda_device_count(void);
 
 /* Raised whenever the table or a descriptor passed through it changes: a
  * module of another build is refused rather than called through the wrong
- * layout (6: regc_attn_shape.softcap and window, which a module built before
- * them would ignore). */
-#define REGC_CUDA_MODULE_ABI 6
+ * layout (7: regc_backend's has_tf32 and tf32, which moved the fields after
+ * them, and regc_attn_shape.doc_start). */
+#define REGC_CUDA_MODULE_ABI 7
 #define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
 
 typedef int (*regc_error_fn)(int status, const char *fmt, ...);

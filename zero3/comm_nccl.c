@@ -56,8 +56,11 @@ static int nccl_scratch(nccl_ctx *x, size_t n, const char *what)
     x->tmp = NULL;
     x->tmp_n = 0;
     cudaError_t e = cudaMalloc((void **)&x->tmp, n * sizeof(float));
+    /* zeroed on the collectives' stream, where every use of tmp runs: a
+     * plain cudaMemset of device memory is asynchronous and goes on the
+     * legacy stream, which x->stream (non-blocking) is not ordered after */
     if (e == cudaSuccess)
-        e = cudaMemset(x->tmp, 0, n * sizeof(float));
+        e = cudaMemsetAsync(x->tmp, 0, n * sizeof(float), x->stream);
     if (e != cudaSuccess)
         return regc_error(REGC_ERR_MEMORY, "nccl: %s: %zu bytes of scratch: %s", what,
                           n * sizeof(float), cudaGetErrorString(e));

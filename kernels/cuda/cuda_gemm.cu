@@ -59,6 +59,11 @@ typedef struct {
     int64_t align_a, align_b, align_c, align_aux, align_bias;
     int64_t bf16; /* operands copied to bf16 first (cuda_gemm_to_bf16) */
     int64_t tf32; /* fp32 operands multiplied as TF32 (regc_backend.tf32) */
+    /* BGRAD only: alpha is not 1. cuBLASLt documents BGRADA's reduction of
+     * its input over k but not whether alpha scales it, and regc's BGRAD
+     * leaves the sums unscaled, so only alpha 1 (every GEMM the compiler
+     * makes) runs fused */
+    int64_t bgrad_scaled;
 } cuda_gemm_key;
 
 typedef struct {
@@ -119,6 +124,7 @@ static cuda_gemm_key cuda_gemm_key_of(const regc_backend *be, const regc_gemm *g
     k.ldaux = cuda_epilogue_has_aux(g->epilogue) ? g->ldaux : 0;
     k.bf16 = g->bf16 != 0;
     k.tf32 = !k.bf16 && be->tf32;
+    k.bgrad_scaled = g->epilogue == REGC_EPI_BGRAD && g->alpha != 1.0f;
     /* bf16 operands are fresh copies, aligned as every allocation is */
     k.align_a = k.bf16 ? 256 : cuda_alignment(g->a);
     k.align_b = k.bf16 ? 256 : cuda_alignment(g->b);
@@ -289,7 +295,8 @@ static int cuda_gemm_plan_choose(regc_backend *be, cuda_gemm_plan *p, const regc
 {
     const int e = (int)p->key.epilogue;
     /* GELU's aux: cuBLASLt wants its leading dimension a multiple of 8 */
-    const int can_fuse = e != REGC_EPI_NONE && (!cuda_epilogue_has_aux(e) || p->key.ldaux % 8 == 0);
+    const int can_fuse = e != REGC_EPI_NONE && !p->key.bgrad_scaled &&
+                         (!cuda_epilogue_has_aux(e) || p->key.ldaux % 8 == 0);
     for (int fused = can_fuse; fused >= 0; fused--) {
         int rc = cuda_gemm_plan_describe(p, fused);
         if (rc == REGC_OK)
@@ -643,7 +650,7 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
 /* ---- the chosen algorithms as bytes: a header (magic, cuBLASLt's version,
  * the count), then (key, algorithm, fused) records */
 
-#define CUDA_TUNING_MAGIC 0x33304c6363676572ull /* "regccL03" */
+#define CUDA_TUNING_MAGIC 0x34304c6363676572ull /* "regccL04" */
 
 typedef struct {
     uint64_t magic, lt_version, count;
