@@ -141,7 +141,11 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
                  v, u, n = 0;
     const int64_t bt[] = {B, T}, tt[] = {T}, rot[] = {T, D / 2};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    if (f->learned_positions) /* 0 .. T-1, filled per batch (regc_model_fill_lm_inputs) */
+    /* learned positions: 0 .. T-1 (regc_model_fill_lm_inputs), or per row,
+     * from each document's start (train.reset_position_ids) */
+    if (f->learned_positions && m->reset_positions)
+        G(pos = regc_graph_add_tensor(g, "position_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
+    else if (f->learned_positions)
         G(pos = regc_graph_add_constant(g, "position_ids", REGC_I32, 1, tt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     int any_sliding = 0;
@@ -173,7 +177,10 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         G(x = regc_graph_embedding(g, ids, embed)); /* [B, T, C] */
     if (f->embed_scale) /* sqrt(hidden_size) as a float32 tensor, as Transformers holds it */
         G(x = regc_graph_scale(g, x, (float)sqrt((double)c->hidden))); /* [B, T, C] */
-    if (f->learned_positions) {
+    if (f->learned_positions && m->reset_positions) {
+        G(h = regc_graph_embedding(g, pos, positions)); /* [B, T, C] */
+        G(x = regc_graph_add(g, x, h));                 /* [B, T, C] */
+    } else if (f->learned_positions) {
         G(h = regc_graph_embedding(g, pos, positions)); /* [T, C] */
         G(x = regc_graph_bias_add(g, x, h));            /* [B, T, C] */
     }

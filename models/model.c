@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "decoder.h"
 #include "model_internal.h"
 
 /* -------------------------------------------------------- construction */
@@ -163,6 +164,8 @@ int regc_model_write_structure(const regc_model *m, regc_bytes *b)
     regc_bytes_put_i64(b, m->dropout);
     if (m->documents) /* absent without: the structures of runs before it */
         regc_bytes_put_str(b, "documents"), regc_bytes_put_i64(b, m->eod);
+    if (m->reset_positions) /* its graph reads positions per row */
+        regc_bytes_put_str(b, "reset_position_ids");
     int rc = write_structure(m, b);
     return rc || !m->lora ? rc : regc_lora_write_structure(m, b);
 }
@@ -289,14 +292,21 @@ int regc_model_add_param_tensors(const regc_model *m, regc_graph *g, int **ids)
 
 void regc_model_set_dropout(regc_model *m, int on) { m->dropout = on != 0; }
 
-int regc_model_set_documents(regc_model *m, int64_t eod)
+int regc_model_set_documents(regc_model *m, const regc_documents *d)
 {
+    const int64_t eod = d->eod_token_id;
+    m->documents = m->reset_positions = m->mask_eod = 0;
     if (eod < 0) {
-        m->documents = 0;
+        if (d->reset_position_ids || d->eod_mask_loss)
+            return regc_error(REGC_ERR_ARG,
+                              "train.%s: needs train.eod_token_id, the token "
+                              "documents end after",
+                              d->reset_position_ids ? "reset_position_ids" : "eod_mask_loss");
         return REGC_OK;
     }
     /* The shared decoder builder is what places the "doc_start" input. */
-    if (!m->arch->family)
+    const decoder_family *f = m->arch->family;
+    if (!f)
         return regc_error(REGC_ERR_ARG,
                           "train.eod_token_id: documents apply to the causal language models "
                           "regc builds (gpt2, the llama family); %s is a %s model",
@@ -306,11 +316,27 @@ int regc_model_set_documents(regc_model *m, int64_t eod)
                           "train.eod_token_id: %" PRId64 " is past the vocabulary of %s (%" PRId64
                           " tokens)",
                           eod, m->source, regc_model_vocab(m));
+    /* A rotary score depends on the distance between query and key alone,
+     * so a document's scores are the same wherever it starts: there is no
+     * position to reset, and regc's rotary tables are per position, not
+     * per row. */
+    if (d->reset_position_ids && !f->learned_positions)
+        return regc_error(REGC_ERR_ARG,
+                          "train.reset_position_ids: %s's rotary positions are relative, so its "
+                          "documents already train as if each began at 0; it applies to learned "
+                          "positions (gpt2)",
+                          m->source);
     m->documents = 1, m->eod = (int32_t)eod;
+    m->reset_positions = d->reset_position_ids != 0, m->mask_eod = d->eod_mask_loss != 0;
     return REGC_OK;
 }
 
-int64_t regc_model_eod(const regc_model *m) { return m->documents ? m->eod : -1; }
+void regc_model_documents(const regc_model *m, regc_documents *out)
+{
+    *out = (regc_documents){.eod_token_id = m->documents ? m->eod : -1,
+                            .reset_position_ids = m->reset_positions,
+                            .eod_mask_loss = m->mask_eod};
+}
 
 #define DROPOUT_SITE "dropout.site."
 #define DOC_START "doc_start" /* where each position's document starts */
@@ -431,7 +457,8 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
 {
     regc_input *ids = regc_input_find(n, in, "input_ids");
     regc_input *targets = regc_input_find(n, in, "targets");
-    regc_input *pos = regc_input_find(n, in, "position_ids");
+    /* per row under reset_position_ids: fill_documents fills them */
+    regc_input *pos = m->reset_positions ? NULL : regc_input_find(n, in, "position_ids");
     const int64_t bt = b->batch * b->seq;
     int rc;
     if ((ids && (rc = lm_input_check(m, ids, bt)) < 0) ||
@@ -464,30 +491,49 @@ int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
 
 /* doc_start [B, T] from the batch's input ids: a document ends after each
  * eod token, and a row starts one (its first tokens may continue a
- * document of the row before, which they no longer see). */
+ * document of the row before, which they no longer see). Under
+ * reset_position_ids each position counts from its document's start
+ * (position_ids [B, T]); under eod_mask_loss the target read at an eod
+ * token, the next document's first token, does not count. */
 static int fill_documents(const regc_model *m, const regc_batch_spec *b, int n, regc_input *in)
 {
     regc_input *docs = regc_input_find(n, in, DOC_START),
-               *ids = regc_input_find(n, in, "input_ids");
+               *ids = regc_input_find(n, in, "input_ids"),
+               *pos = m->reset_positions ? regc_input_find(n, in, "position_ids") : NULL,
+               *targets = m->mask_eod ? regc_input_find(n, in, "targets") : NULL;
+    const int64_t bt = b->batch * b->seq;
+    int rc;
     if (!docs || docs->filled)
         return REGC_OK;
-    if (!m->documents || !ids || !ids->filled ||
-        regc_tensor_numel(docs->tensor) != b->batch * b->seq)
+    if (!m->documents || !ids || !ids->filled || regc_tensor_numel(docs->tensor) != bt)
         return regc_error(REGC_ERR_UNSUPPORTED,
                           "%s: graph input " DOC_START " needs train.eod_token_id and the batch's "
                           "input_ids [%" PRId64 ", %" PRId64 "]",
                           m->source, b->batch, b->seq);
-    const int32_t *tok = ids->host; /* [B, T] */
-    int32_t *start = docs->host;    /* [B, T] */
+    if ((pos && (rc = lm_input_check(m, pos, bt)) < 0) ||
+        (targets && (rc = lm_input_check(m, targets, bt)) < 0))
+        return rc;
+    const int32_t *tok = ids->host;                 /* [B, T] */
+    int32_t *start = docs->host;                    /* [B, T] */
+    int32_t *p = pos ? pos->host : NULL;            /* [B, T] or NULL */
+    int32_t *next = targets ? targets->host : NULL; /* [B, T] or NULL */
     for (int64_t r = 0; r < b->batch; r++) {
         int32_t first = 0;
         for (int64_t t = 0; t < b->seq; t++) {
-            start[r * b->seq + t] = first;
-            if (tok[r * b->seq + t] == m->eod)
+            const int64_t i = r * b->seq + t;
+            start[i] = first;
+            if (p)
+                p[i] = (int32_t)t - first;
+            if (tok[i] == m->eod) {
                 first = (int32_t)(t + 1);
+                if (next)
+                    next[i] = -1;
+            }
         }
     }
     docs->filled = 1;
+    if (pos)
+        pos->filled = 1;
     return REGC_OK;
 }
 

@@ -82,9 +82,13 @@ struct regc_model {
     regc_lora *lora; /* NULL: every parameter is trained */
     int dropout;     /* the graph applies the model's dropouts (train.dropout) */
     /* train.eod_token_id: documents end after each token eod, and a causal
-     * attention sees none before its own (the "doc_start" input) */
+     * attention sees none before its own (the "doc_start" input); with
+     * reset_positions the learned positions count from each document's
+     * start ("position_ids" [B, T]), with mask_eod the target read at an
+     * eod token does not count */
     int documents;
     int32_t eod;
+    int reset_positions, mask_eod;
     int64_t frozen_bytes; /* the frozen block's bytes */
     /* config.json's quantization_config: the checkpoint holds the linear
      * layers in NF4 (nf4_checkpoint.c), as REGC_FROZEN_NF4 (_BF16: its

@@ -166,18 +166,31 @@ int64_t regc_model_trainable_numel(const regc_model *m);
  * and lora_dropout. Off by default: the graph has none. */
 void regc_model_set_dropout(regc_model *m, int on);
 
-/* Documents packed in the token stream end after each token `eod` (< 0:
- * one document a row, the default): every causal attention of m's graphs
- * then reads a "doc_start" input, [B, T] i32, filled from the batch's
- * input ids, and no query sees a key before its document's first
- * position (Megatron's reset_attention_mask). Positions go on counting
- * across documents, as Megatron's do unless reset_position_ids. Causal
- * language models whose graphs regc builds: an error names the model
- * otherwise (BERT, T5, a graph JSON model), and an id past its vocabulary.
- * Before building a graph. */
-int regc_model_set_documents(regc_model *m, int64_t eod);
-/* The token documents end after, or -1 (regc_model_set_documents). */
-int64_t regc_model_eod(const regc_model *m);
+/* Documents packed in one token stream, and Megatron's switches for them. */
+typedef struct {
+    /* documents end after each such token (< 0: a row is one document, the
+     * default): every causal attention of the graph then reads a
+     * "doc_start" input, [B, T] i32, filled from the batch's input ids, and
+     * no query sees a key before its document's first position (Megatron's
+     * reset_attention_mask) */
+    int64_t eod_token_id;
+    /* learned positions count from 0 in each document ("position_ids"
+     * becomes [B, T], filled beside doc_start); otherwise they go on counting
+     * across documents, as Megatron's do by default. Rotary positions are
+     * relative and refuse it. */
+    int reset_position_ids;
+    /* the target read at an eod token (the next document's first token)
+     * does not count (Megatron's eod_mask_loss) */
+    int eod_mask_loss;
+} regc_documents;
+
+/* Set how m's graphs treat packed documents; before building a graph.
+ * Causal language models whose graphs regc builds: an error names the key
+ * and the model otherwise (BERT, T5, a graph JSON model), an id past its
+ * vocabulary, a switch without eod_token_id, and reset_position_ids on
+ * rotary positions. */
+int regc_model_set_documents(regc_model *m, const regc_documents *d);
+void regc_model_documents(const regc_model *m, regc_documents *out);
 
 /* Parameters in checkpoint order; their names are the checkpoint's names. */
 int regc_model_n_params(const regc_model *m);

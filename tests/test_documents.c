@@ -7,9 +7,14 @@
  * the same flattened order by every GEMM, and attention over the same keys,
  * only at positions T / 2 further on, which RoPE's relative rotation
  * cancels up to rounding. So llama-tiny's losses agree within 2e-6 over
- * five steps, where without the mask they differ by far more; regional ==
- * full, O0 == O1 and 1 == 2 threads hold bit for bit with the mask; and the
- * models it cannot apply to refuse it by name. */
+ * five steps, where without the mask they differ by far more. GPT-2's
+ * learned positions see the offset unless train.reset_position_ids counts
+ * them from each document's start; with it, gpt2-tiny's losses agree as
+ * closely. train.eod_mask_loss gives the bits of a loss mask file that
+ * leaves out the targets read at the end-of-document token. Regional ==
+ * full, O0 == O1 and 1 == 2 threads hold bit for bit with each; a resume
+ * keeps the bits and refuses a change of any of the three by its key; and
+ * what they cannot apply to is refused by name. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,13 +50,29 @@ static void write_documents(const regc_test_dir *f)
     free(t);
 }
 
-/* regc train on llama-tiny over the file at [batch, seq] with more flags
- * (NULL-terminated): its STEPS losses. */
-static void train(const regc_test_dir *f, const char *batch, const char *seq, double *loss, ...)
+/* Beside write_documents' file: a loss mask that leaves out each target
+ * read at EOD, as train.eod_mask_loss does. */
+static char *write_eod_mask(const regc_test_dir *f)
 {
-    const char *argv[32] = {"train",   "--model", "llama-tiny", "--data", f->path,
-                            "--steps", "5",       "--batch",    batch,    "--seq",
-                            seq,       "--json",  "--lr",       "1e-3",   "--no-cache"};
+    const int n = STEPS * 2 * SEQ + 1;
+    uint8_t *m = malloc((size_t)n);
+    assert_non_null(m);
+    for (int i = 0; i < n; i++) /* token i is read at i - 1 */
+        m[i] = i > 0 && (i - 1) % (SEQ / 2) == SEQ / 2 - 1 ? 0 : 1;
+    char *path = regc_test_join(f->dir, "eod.mask.bin");
+    assert_int_equal(regc_tokens_write_mask(path, m, n), 0);
+    free(m);
+    return path;
+}
+
+/* regc train on model over the file at [batch, seq] with more flags
+ * (NULL-terminated): its STEPS losses. */
+static void train(const regc_test_dir *f, const char *model, const char *batch, const char *seq,
+                  double *loss, ...)
+{
+    const char *argv[32] = {"train",   "--model", model,     "--data", f->path,
+                            "--steps", "5",       "--batch", batch,    "--seq",
+                            seq,       "--json",  "--lr",    "1e-3",   "--no-cache"};
     int n = 15;
     va_list ap;
     va_start(ap, loss);
@@ -84,9 +105,9 @@ static void test_packed_rows_train_as_separate_documents(void **state)
     regc_test_dir *f = *state;
     write_documents(f);
     double packed[STEPS], separate[STEPS], unmasked[STEPS];
-    train(f, "2", "32", packed, "--eod-token-id", "7", NULL);
-    train(f, "4", "16", separate, NULL);
-    train(f, "2", "32", unmasked, NULL);
+    train(f, "llama-tiny", "2", "32", packed, "--eod-token-id", "7", NULL);
+    train(f, "llama-tiny", "4", "16", separate, NULL);
+    train(f, "llama-tiny", "2", "32", unmasked, NULL);
     const double gap = largest_gap(packed, separate), without = largest_gap(unmasked, separate);
     printf("packed vs separate: %.3g relative; without the mask %.3g\n", gap, without);
     if (!(gap <= 2e-6))
@@ -96,19 +117,64 @@ static void test_packed_rows_train_as_separate_documents(void **state)
                  without);
 }
 
+/* GPT-2's positions are learned: packed rows see their documents at the
+ * row's positions unless they count from each document's start. */
+static void test_reset_positions_train_gpt2_as_separate_documents(void **state)
+{
+    regc_test_dir *f = *state;
+    write_documents(f);
+    double packed[STEPS], separate[STEPS], offset[STEPS];
+    train(f, "gpt2-tiny", "2", "32", packed, "--eod-token-id", "7", "--reset-position-ids", "on",
+          NULL);
+    train(f, "gpt2-tiny", "4", "16", separate, NULL);
+    train(f, "gpt2-tiny", "2", "32", offset, "--eod-token-id", "7", NULL);
+    const double gap = largest_gap(packed, separate), without = largest_gap(offset, separate);
+    printf("gpt2 packed vs separate: %.3g relative; positions not reset %.3g\n", gap, without);
+    if (!(gap <= 2e-6))
+        fail_msg("packed rows with positions reset are %.3g away from separate documents", gap);
+    if (!(without > 100 * 2e-6))
+        fail_msg("without the reset packed rows are only %.3g away: the check could not fail",
+                 without);
+}
+
+/* train.eod_mask_loss is the loss mask that leaves out the targets read at
+ * EOD, bit for bit; without either, the loss differs. */
+static void test_eod_mask_loss_is_a_loss_mask(void **state)
+{
+    regc_test_dir *f = *state;
+    write_documents(f);
+    char *mask = write_eod_mask(f);
+    double switched[STEPS], masked[STEPS], all[STEPS];
+    train(f, "llama-tiny", "2", "32", switched, "--eod-token-id", "7", "--eod-mask-loss", "on",
+          NULL);
+    train(f, "llama-tiny", "2", "32", masked, "--eod-token-id", "7", "--loss-mask", mask, NULL);
+    train(f, "llama-tiny", "2", "32", all, "--eod-token-id", "7", NULL);
+    if (memcmp(switched, masked, sizeof masked))
+        fail_msg("eod_mask_loss: first loss %.9g, the loss mask's %.9g", switched[0], masked[0]);
+    if (!memcmp(switched, all, sizeof all))
+        fail_msg("eod_mask_loss changed nothing: the check could not fail");
+    free(mask);
+}
+
 static void test_documents_keep_the_invariants(void **state)
 {
     regc_test_dir *f = *state;
     write_documents(f);
-    double want[STEPS], got[STEPS];
-    train(f, "2", "32", want, "--eod-token-id", "7", "--threads", "2", NULL);
+    static const char *const runs[][3] = {{"llama-tiny", "--eod-mask-loss", "on"},
+                                          {"gpt2-tiny", "--reset-position-ids", "on"}};
     static const char *const variants[][2] = {
         {"--regional", "off"}, {"--level", "O0"}, {"--threads", "1"}};
-    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
-        train(f, "2", "32", got, "--eod-token-id", "7", variants[v][0], variants[v][1], NULL);
-        if (memcmp(want, got, sizeof want))
-            fail_msg("%s %s: step losses differ from the default run's", variants[v][0],
-                     variants[v][1]);
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        double want[STEPS], got[STEPS];
+        train(f, runs[r][0], "2", "32", want, "--eod-token-id", "7", runs[r][1], runs[r][2],
+              "--threads", "2", NULL);
+        for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+            train(f, runs[r][0], "2", "32", got, "--eod-token-id", "7", runs[r][1], runs[r][2],
+                  variants[v][0], variants[v][1], NULL);
+            if (memcmp(want, got, sizeof want))
+                fail_msg("%s %s %s, %s %s: step losses differ from the default run's", runs[r][0],
+                         runs[r][1], runs[r][2], variants[v][0], variants[v][1]);
+        }
     }
 }
 
@@ -120,43 +186,39 @@ static void test_documents_resume(void **state)
     write_documents(f);
     char *out = regc_test_join(f->dir, "out"), *ck = regc_test_join(out, "checkpoint-2");
     double whole[STEPS], resumed[STEPS];
-    train(f, "2", "32", whole, "--eod-token-id", "7", "--output-dir", out, "--save-steps", "2",
-          NULL);
+    train(f, "gpt2-tiny", "2", "32", whole, "--eod-token-id", "7", "--reset-position-ids", "on",
+          "--eod-mask-loss", "on", "--output-dir", out, "--save-steps", "2", NULL);
     regc_test_proc p;
-    const char *argv[] = {REGC_BIN,
-                          "train",
-                          "--model",
-                          "llama-tiny",
-                          "--data",
-                          f->path,
-                          "--steps",
-                          "5",
-                          "--batch",
-                          "2",
-                          "--seq",
-                          "32",
-                          "--json",
-                          "--lr",
-                          "1e-3",
-                          "--no-cache",
-                          "--eod-token-id",
-                          "7",
-                          "--resume-from-checkpoint",
-                          ck,
-                          NULL};
-    assert_int_equal(regc_test_run_argv(argv, &p), 0);
+    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", f->path,
+                                        "--steps", "5", "--batch", "2", "--seq", "32", "--json",
+                                        "--lr", "1e-3", "--no-cache", "--eod-token-id", "7",
+                                        "--reset-position-ids", "on", "--eod-mask-loss", "on",
+                                        "--resume-from-checkpoint", ck, NULL),
+                     0);
     assert_int_equal(regc_test_json_losses(p.out, resumed, STEPS), STEPS - 2);
     regc_test_proc_free(&p);
     if (memcmp(resumed, whole + 2, (STEPS - 2) * sizeof(double)))
         fail_msg("the resumed run's losses differ from the whole run's");
-    assert_int_equal(regc_test_run_regc(&p, "train", "--model", "llama-tiny", "--data", f->path,
-                                        "--steps", "5", "--batch", "2", "--seq", "32",
-                                        "--resume-from-checkpoint", ck, NULL),
-                     1);
-    if (!strstr(p.err, "trainer_state.json: train.eod_token_id is 7 in the checkpoint, -1 (none) "
-                       "now\n"))
-        fail_msg("the refusal does not name the key:\n%s", p.err);
-    regc_test_proc_free(&p);
+    /* each setting changed alone, the others as the checkpoint has them */
+    static const char *const changed[][5] = {
+        {"--eod-token-id", "-1", "off", "off",
+         "train.eod_token_id is 7 in the checkpoint, -1 (none) now"},
+        {"--eod-token-id", "7", "off", "on",
+         "train.reset_position_ids is true in the checkpoint, false now"},
+        {"--eod-token-id", "7", "on", "off",
+         "train.eod_mask_loss is true in the checkpoint, false now"}};
+    for (size_t i = 0; i < sizeof changed / sizeof *changed; i++) {
+        regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", f->path, "--steps", "5",
+                           "--batch", "2", "--seq", "32", changed[i][0], changed[i][1],
+                           "--reset-position-ids", changed[i][2], "--eod-mask-loss", changed[i][3],
+                           "--resume-from-checkpoint", ck, NULL);
+        if (p.status != 1 || !strstr(p.err, changed[i][4]) || !strstr(p.err, "trainer_state.json"))
+            fail_msg("a resume with %s %s --reset-position-ids %s --eod-mask-loss %s: exit %d, "
+                     "not the refusal \"%s\":\n%s",
+                     changed[i][0], changed[i][1], changed[i][2], changed[i][3], p.status,
+                     changed[i][4], p.err);
+        regc_test_proc_free(&p);
+    }
     free(out), free(ck);
 }
 
@@ -205,6 +267,20 @@ static void test_documents_refused(void **state)
         regc_test_expect_one_line_error(&p, 1, "train.eod_token_id", refused[i][2]);
         regc_test_proc_free(&p);
     }
+    /* the switches: without the token, and a reset of rotary positions */
+    static const char *const switches[][5] = {
+        {"gpt2-tiny", "-1", "--reset-position-ids", "train.reset_position_ids",
+         "needs train.eod_token_id"},
+        {"gpt2-tiny", "-1", "--eod-mask-loss", "train.eod_mask_loss", "needs train.eod_token_id"},
+        {"llama-tiny", "7", "--reset-position-ids", "train.reset_position_ids",
+         "llama-tiny's rotary positions are relative"}};
+    for (size_t i = 0; i < sizeof switches / sizeof *switches; i++) {
+        regc_test_proc p;
+        regc_test_run_regc(&p, "train", "--model", switches[i][0], "--eod-token-id", switches[i][1],
+                           switches[i][2], "on", "--steps", "1", NULL);
+        regc_test_expect_one_line_error(&p, 1, switches[i][3], switches[i][4]);
+        regc_test_proc_free(&p);
+    }
     free(json), free(graph);
     char *documents = graph_attending_over_documents(f);
     regc_test_proc p;
@@ -219,6 +295,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         regc_test_in_dir(test_packed_rows_train_as_separate_documents, setup),
+        regc_test_in_dir(test_reset_positions_train_gpt2_as_separate_documents, setup),
+        regc_test_in_dir(test_eod_mask_loss_is_a_loss_mask, setup),
         regc_test_in_dir(test_documents_keep_the_invariants, setup),
         regc_test_in_dir(test_documents_resume, setup),
         regc_test_in_dir(test_documents_refused, setup),

@@ -61,6 +61,9 @@ void cli_settings_free(cli_settings *c);
  * it, or beside an adapter that has its own, would not be applied and is
  * refused. */
 int cli_apply_lora(const regc_train_settings *s, regc_model *model);
+/* The model as the run trains it: its dropouts, its packed documents
+ * (eod_token_id and the switches beside it), then LoRA. */
+int cli_apply_model_settings(const regc_train_settings *s, regc_model *model);
 
 /* The commands: argv after the command's name; each returns the exit code. */
 int cmd_train(int argc, char **argv);

@@ -92,6 +92,16 @@ void cli_settings_free(cli_settings *c)
     c->ds = c->cfg = NULL, c->from = NULL;
 }
 
+int cli_apply_model_settings(const regc_train_settings *s, regc_model *model)
+{
+    const regc_documents docs = {.eod_token_id = s->eod_token_id,
+                                 .reset_position_ids = s->reset_position_ids,
+                                 .eod_mask_loss = s->eod_mask_loss};
+    regc_model_set_dropout(model, s->dropout);
+    int rc = regc_model_set_documents(model, &docs);
+    return rc ? rc : cli_apply_lora(s, model);
+}
+
 /* The lora section (or --adapter's adapter_config.json) onto the model:
  * LoRA is on when lora.r or --adapter is given; a lora key without it, or
  * beside an adapter that has its own, would not be applied and is refused. */

@@ -304,11 +304,8 @@ static int plan_model(const regc_train_settings *s, regc_model **out)
     *out = NULL;
     regc_model *m = NULL;
     int rc = regc_model_load_shapes(s->model, &m);
-    if (rc == REGC_OK) {
-        regc_model_set_dropout(m, s->dropout);
-        if ((rc = regc_model_set_documents(m, s->eod_token_id)) == REGC_OK)
-            rc = cli_apply_lora(s, m);
-    }
+    if (rc == REGC_OK)
+        rc = cli_apply_model_settings(s, m);
     if (rc)
         regc_model_free(m);
     else

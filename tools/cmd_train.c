@@ -270,9 +270,7 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
                 : regc_model_is_preset(model_spec) || !strcmp(arch, "graph") ? NULL
                                                                              : model_spec;
     o.return_weights = 0;
-    regc_model_set_dropout(model, s->dropout);
-    if ((rc = regc_model_set_documents(model, s->eod_token_id)) ||
-        (rc = cli_apply_lora(s, model))) {
+    if ((rc = cli_apply_model_settings(s, model))) {
         regc_model_free(model);
         return report_error(comm, rc);
     }

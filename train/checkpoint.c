@@ -57,7 +57,10 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, const re
     st->data_tokens = regc_tokens_count(data);
     st->data_hash = regc_tokens_hash(data);
     st->seed = o->seed;
-    st->eod = regc_model_eod(m);
+    regc_documents docs;
+    regc_model_documents(m, &docs);
+    st->eod = docs.eod_token_id;
+    st->reset_positions = docs.reset_position_ids, st->mask_eod = docs.eod_mask_loss;
     st->lr = (double)o->lr, st->weight_decay = (double)o->weight_decay;
     st->decay_params = o->weight_decay != 0.0f ? o->weight_decay_params : REGC_DECAY_ALL;
     st->max_grad_norm = o->max_grad_norm;
@@ -132,6 +135,10 @@ static char *state_json(const regc_run_state *st)
     ok = ok && cJSON_AddStringToObject(train, "data_hash", data);
     if (st->eod >= 0) /* absent: one document a row, as before the option */
         ok = ok && cJSON_AddNumberToObject(train, "eod_token_id", (double)st->eod);
+    if (st->reset_positions)
+        ok = ok && cJSON_AddBoolToObject(train, "reset_position_ids", 1);
+    if (st->mask_eod)
+        ok = ok && cJSON_AddBoolToObject(train, "eod_mask_loss", 1);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;
@@ -145,6 +152,15 @@ static int get_int(const cJSON *o, const char *key, const char *path, int64_t *o
         return regc_error(REGC_ERR_FORMAT, "%s: \"%s\" is missing or not a whole number", path,
                           key);
     *out = (int64_t)it->valuedouble;
+    return REGC_OK;
+}
+
+static int get_bool(const cJSON *o, const char *key, const char *path, int64_t *out)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsBool(it))
+        return regc_error(REGC_ERR_FORMAT, "%s: \"%s\" is missing or not true or false", path, key);
+    *out = cJSON_IsTrue(it);
     return REGC_OK;
 }
 
@@ -201,28 +217,33 @@ static int read_state(const char *dir, regc_run_state *st)
      * are floats in regc, read back rounded to one. */
     st->beta1 = (double)0.9f, st->beta2 = (double)0.999f, st->eps = (double)1e-8f;
     st->eod = -1;
+    enum { DOUBLE, FLOAT, INT, BOOL }; /* how each key is read */
     const struct {
         const char *key;
         double *d;
         int64_t *i;
-        int is_float;
-    } later[] = {{"adam_beta1", &st->beta1, NULL, 1},
-                 {"adam_beta2", &st->beta2, NULL, 1},
-                 {"adam_epsilon", &st->eps, NULL, 1},
-                 {"warmup_min_lr", &st->warmup_min_lr, NULL, 0},
-                 {"warmup_type", NULL, &st->warmup_type, 0},
-                 {"total_num_steps", NULL, &st->total_num_steps, 0},
-                 {"warmup_min_ratio", &st->warmup_min_ratio, NULL, 0},
-                 {"cos_min_ratio", &st->cos_min_ratio, NULL, 0},
-                 {"eod_token_id", NULL, &st->eod, 0}};
+        int kind;
+    } later[] = {{"adam_beta1", &st->beta1, NULL, FLOAT},
+                 {"adam_beta2", &st->beta2, NULL, FLOAT},
+                 {"adam_epsilon", &st->eps, NULL, FLOAT},
+                 {"warmup_min_lr", &st->warmup_min_lr, NULL, DOUBLE},
+                 {"warmup_type", NULL, &st->warmup_type, INT},
+                 {"total_num_steps", NULL, &st->total_num_steps, INT},
+                 {"warmup_min_ratio", &st->warmup_min_ratio, NULL, DOUBLE},
+                 {"cos_min_ratio", &st->cos_min_ratio, NULL, DOUBLE},
+                 {"eod_token_id", NULL, &st->eod, INT},
+                 {"reset_position_ids", NULL, &st->reset_positions, BOOL},
+                 {"eod_mask_loss", NULL, &st->mask_eod, BOOL}};
     for (size_t k = 0; k < sizeof later / sizeof later[0] && rc == REGC_OK; k++) {
         double v = 0.0;
         if (!cJSON_GetObjectItemCaseSensitive(train, later[k].key))
             continue;
-        if (later[k].i)
+        if (later[k].kind == BOOL)
+            rc = get_bool(train, later[k].key, path, later[k].i);
+        else if (later[k].kind == INT)
             rc = get_int(train, later[k].key, path, later[k].i);
         else if ((rc = get_double(train, later[k].key, path, &v)) == REGC_OK)
-            *later[k].d = later[k].is_float ? (double)(float)v : v;
+            *later[k].d = later[k].kind == FLOAT ? (double)(float)v : v;
     }
     if (rc) {
         cJSON_Delete(root);
@@ -419,25 +440,38 @@ static int same_setting(double a, double b)
     return a == b || fabs(a - b) <= 4.0 * DBL_EPSILON * fmax(fabs(a), fabs(b));
 }
 
-/* The documents' token, named before the structure it is part of. */
-static int eod_differs(const regc_run_state *a, const char *a_is, const regc_run_state *b,
-                       const char *b_is, char *buf, size_t cap)
+/* The documents' settings, each named by its key before the structure
+ * they are part of. */
+static int documents_differ(const regc_run_state *a, const char *a_is, const regc_run_state *b,
+                            const char *b_is, char *buf, size_t cap)
 {
-    if (a->eod == b->eod)
-        return 0;
-    char x[24] = "-1 (none)", y[24] = "-1 (none)";
-    if (a->eod >= 0)
-        snprintf(x, sizeof x, "%" PRId64, a->eod);
-    if (b->eod >= 0)
-        snprintf(y, sizeof y, "%" PRId64, b->eod);
-    snprintf(buf, cap, "train.eod_token_id is %s %s, %s %s", x, a_is, y, b_is);
-    return 1;
+    if (a->eod != b->eod) {
+        char x[24] = "-1 (none)", y[24] = "-1 (none)";
+        if (a->eod >= 0)
+            snprintf(x, sizeof x, "%" PRId64, a->eod);
+        if (b->eod >= 0)
+            snprintf(y, sizeof y, "%" PRId64, b->eod);
+        snprintf(buf, cap, "train.eod_token_id is %s %s, %s %s", x, a_is, y, b_is);
+        return 1;
+    }
+    const struct {
+        const char *key;
+        int64_t x, y;
+    } flags[] = {{"reset_position_ids", a->reset_positions, b->reset_positions},
+                 {"eod_mask_loss", a->mask_eod, b->mask_eod}};
+    for (size_t k = 0; k < sizeof flags / sizeof *flags; k++)
+        if (flags[k].x != flags[k].y) {
+            snprintf(buf, cap, "train.%s is %s %s, %s %s", flags[k].key,
+                     flags[k].x ? "true" : "false", a_is, flags[k].y ? "true" : "false", b_is);
+            return 1;
+        }
+    return 0;
 }
 
 int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_run_state *b,
                           const char *b_is, int any_length, char *buf, size_t cap)
 {
-    if (eod_differs(a, a_is, b, b_is, buf, cap))
+    if (documents_differ(a, a_is, b, b_is, buf, cap))
         return 1;
     if (a->structure != b->structure) {
         snprintf(buf, cap, "the model's structure differs (%s and %s)", a_is, b_is);
@@ -511,7 +545,7 @@ int regc_checkpoint_check(const char *dir, const regc_run_state *now, regc_run_s
         return rc;
     char path[4096], what[512];
     regc_path_join(path, sizeof path, dir, STATE_FILE);
-    if (eod_differs(saved, "in the checkpoint", now, "now", what, sizeof what))
+    if (documents_differ(saved, "in the checkpoint", now, "now", what, sizeof what))
         return regc_error(REGC_ERR_ARG, "%s: %s", path, what);
     if (saved->structure != now->structure)
         return regc_error(REGC_ERR_ARG,

@@ -29,7 +29,9 @@ typedef struct {
     /* DeepSpeed's schedules' parameters as they apply (0 for the others) */
     double warmup_min_lr, warmup_min_ratio, cos_min_ratio;
     int64_t warmup_type, total_num_steps;
-    int64_t eod; /* train.eod_token_id (part of the structure too); -1: none, or before it */
+    /* train.eod_token_id (part of the structure too; -1: none, or before
+     * it), reset_position_ids and eod_mask_loss (0 or 1; 0 before them) */
+    int64_t eod, reset_positions, mask_eod;
 } regc_run_state;
 
 /* The state a run with options o over model m and data is in after `step`

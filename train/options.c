@@ -96,8 +96,18 @@ const regc_option regc_option_table[] = {
      "documents packed in the token file end after each token ID (its end-of-text), and "
      "attention never looks back past one: each example of a packed file is trained as if alone, "
      "as Megatron's reset_attention_mask and Transformers' padding-free packing train them "
-     "(positions keep counting across documents); causal language models; -1: a row is one "
-     "document"},
+     "(positions keep counting across documents unless reset_position_ids); causal language "
+     "models; -1: a row is one document"},
+    {"train", "reset_position_ids", "--reset-position-ids", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(reset_position_ids), OPT_SHOW_DEFAULT,
+     "with eod_token_id, learned positions (gpt2's) count from 0 in each document, as Megatron's "
+     "reset_position_ids and Transformers' padding-free packing give them; rotary positions are "
+     "relative and need none (refused). Off: positions count across the row"},
+    {"train", "eod_mask_loss", "--eod-mask-loss", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
+     FIELD(eod_mask_loss), OPT_SHOW_DEFAULT,
+     "with eod_token_id, the target read at each eod token (the next document's first token, "
+     "which nothing before it in its document predicts) does not count toward the loss, as "
+     "Megatron's eod_mask_loss and Transformers' padding-free packing leave it out"},
     {"lora", "r", "--lora-r", OPT_INT, "<R>", 1, 65536, 0, NULL, FIELD(lora.r), 0,
      "train LoRA adapters of this rank on the layers lora.target_modules names, as PEFT does, "
      "with every other parameter frozen (no gradient, no optimizer state); --save writes the "

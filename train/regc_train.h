@@ -273,13 +273,15 @@ typedef struct {
         int double_quant;  /* bnb_4bit_use_double_quant */
         int compute_dtype; /* bnb_4bit_compute_dtype: 0 auto, 1 float32, 2 bfloat16 */
     } quant;
-    const char *adapter;  /* train.adapter, --adapter: a PEFT adapter directory to start from */
-    int dropout;          /* train.dropout, --dropout: the model's dropouts applied */
-    int64_t eod_token_id; /* train.eod_token_id: documents end after it; -1 none */
-    int json;             /* train.json, --json: one JSON object per step */
-    const char *config;   /* --config: the config file */
-    int profile;          /* --profile */
-    int no_cache;         /* --no-cache */
+    const char *adapter;    /* train.adapter, --adapter: a PEFT adapter directory to start from */
+    int dropout;            /* train.dropout, --dropout: the model's dropouts applied */
+    int64_t eod_token_id;   /* train.eod_token_id: documents end after it; -1 none */
+    int reset_position_ids; /* train.reset_position_ids: positions from each document's start */
+    int eod_mask_loss;      /* train.eod_mask_loss: the target read at an eod does not count */
+    int json;               /* train.json, --json: one JSON object per step */
+    const char *config;     /* --config: the config file */
+    int profile;            /* --profile */
+    int no_cache;           /* --no-cache */
     /* A DeepSpeed config (train.deepspeed, --deepspeed, Transformers'
      * "deepspeed"): read after the --config file, over the same table */
     const char *deepspeed;
