@@ -39,8 +39,9 @@
  * nodes. The plan is the dequantised GEMM's: prepare keys it with B at
  * NULL, aligned as scratch is, so an NF4 weight and a plain one of the same
  * shape share a plan and the key needs no field of its own. A bf16 B that
- * is contiguous and 256-byte aligned (the dequantised copy, or a weight
- * held in bf16) is read where it lies instead of being copied again. */
+ * is contiguous, with rows of a multiple of 8 values, and 256-byte aligned
+ * (the dequantised copy, or a weight held in bf16) is read where it lies
+ * instead of being copied again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,13 @@ static int64_t cuda_alignment(const void *p)
         a *= 2;
     return a;
 }
+
+/* The row stride of a bf16 operand's copy: a multiple of 8 values (16
+ * bytes), as cuBLASLt's tensor-core kernels want their leading dimensions
+ * aligned; a vocabulary of 50,257 would otherwise leave the head's GEMMs to
+ * slower kernels, or to none (llm.c pads its vocabulary to 50,304 for the
+ * same reason). */
+static int64_t cuda_bf16_ld(int64_t cols) { return (cols + 7) / 8 * 8; }
 
 static int cuda_epilogue_has_aux(int e)
 {
@@ -194,11 +202,11 @@ static int cuda_gemm_plan_describe(cuda_gemm_plan *p, int fused)
         const int64_t ld = k->ldaux;
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
     }
-    /* bf16: the operands' copies are contiguous (cuda_gemm_to_bf16), and
-     * the bias and aux stay fp32 */
+    /* bf16: the operands' copies have rows of cuda_bf16_ld values
+     * (cuda_gemm_to_bf16), and the bias and aux stay fp32 */
     const cudaDataType_t in_type = k->bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    const int64_t lda = k->bf16 ? (int64_t)b_rows : k->lda,
-                  ldb = k->bf16 ? (int64_t)a_rows : k->ldb;
+    const int64_t lda = k->bf16 ? cuda_bf16_ld((int64_t)b_rows) : k->lda,
+                  ldb = k->bf16 ? cuda_bf16_ld((int64_t)a_rows) : k->ldb;
     if (k->bf16) {
         const cudaDataType_t f32 = CUDA_R_32F;
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
@@ -432,28 +440,33 @@ static void cuda_gemm_unfused_epilogue(regc_backend *be, const regc_gemm *g)
 }
 
 /* ---- bf16 operands: x [rows, cols] (row stride ld) rounded to bf16
- * (regc_round_bf16: the CPU's rounding) into a contiguous copy; an operand
- * held in bf16 already (x_bf16) is copied as it is */
+ * (regc_round_bf16: the CPU's rounding) into a copy of row stride
+ * cuda_bf16_ld(cols), whose padding no product reads; an operand held in
+ * bf16 already (x_bf16) is copied as it is */
 
-__global__ void cuda_to_bf16_kernel(uint16_t *dst, const void *x, int x_bf16, int64_t rows,
-                                    int64_t cols, int64_t ld) /* dst: [rows, cols]; x: [rows, ld] */
+__global__ void cuda_to_bf16_kernel(uint16_t *dst, int64_t dst_ld, const void *x, int x_bf16,
+                                    int64_t rows, int64_t cols,
+                                    int64_t ld) /* dst: [rows, dst_ld]; x: [rows, ld] */
 {
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= rows * cols)
         return;
-    const int64_t at = idx / cols * ld + idx % cols;
-    dst[idx] = x_bf16 ? ((const uint16_t *)x)[at] : regc_bf16_bits(((const float *)x)[at]);
+    const int64_t r = idx / cols, col = idx % cols;
+    const int64_t at = r * ld + col;
+    dst[r * dst_ld + col] =
+        x_bf16 ? ((const uint16_t *)x)[at] : regc_bf16_bits(((const float *)x)[at]);
 }
 
 static uint16_t *cuda_gemm_to_bf16(regc_backend *be, const void *x, int x_bf16, int64_t rows,
                                    int64_t cols, int64_t ld)
 {
+    const int64_t dst_ld = cuda_bf16_ld(cols);
     uint16_t *dst =
-        (uint16_t *)cuda_scratch_alloc(be, (size_t)(rows * cols) * sizeof *dst, "gemm bf16");
+        (uint16_t *)cuda_scratch_alloc(be, (size_t)(rows * dst_ld) * sizeof *dst, "gemm bf16");
     if (!dst)
         return NULL;
     cuda_to_bf16_kernel<<<cuda_blocks_for(rows * cols), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        dst, x, x_bf16, rows, cols, ld);
+        dst, dst_ld, x, x_bf16, rows, cols, ld);
     cuda_note(be, cudaGetLastError(), "gemm bf16");
     return dst;
 }
@@ -572,13 +585,14 @@ static int cuda_gemm_run(regc_backend *be, const regc_gemm *g)
     cuda_gemm_plan_point(p, g);
     const float beta = g->accumulate ? 1.0f : 0.0f;
     const void *a = g->a, *b = g->b;
-    uint16_t *a16 = NULL, *b16 = NULL; /* op(A), op(B) as stored, in bf16, contiguous */
+    uint16_t *a16 = NULL, *b16 = NULL; /* op(A), op(B) as stored, in bf16 (cuda_bf16_ld) */
     if (g->bf16) {
         const int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
         const int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
-        /* the plan takes bf16 operands contiguous and 256-byte aligned
-         * (cuda_gemm_key_of): a B already so needs no copy */
-        const int b_as_is = g->b_bf16 && g->ldb == b_cols && cuda_alignment(g->b) == 256;
+        /* the plan takes bf16 operands of row stride cuda_bf16_ld and
+         * 256-byte aligned (cuda_gemm_key_of): a B already so needs no copy */
+        const int b_as_is =
+            g->b_bf16 && g->ldb == cuda_bf16_ld(b_cols) && cuda_alignment(g->b) == 256;
         a = a16 = cuda_gemm_to_bf16(be, g->a, g->a_bf16, a_rows, a_cols, g->lda);
         if (!b_as_is)
             b = b16 = cuda_gemm_to_bf16(be, g->b, g->b_bf16, b_rows, b_cols, g->ldb);
@@ -650,7 +664,7 @@ static int cuda_gemm(regc_backend *be, const regc_gemm *g)
 /* ---- the chosen algorithms as bytes: a header (magic, cuBLASLt's version,
  * the count), then (key, algorithm, fused) records */
 
-#define CUDA_TUNING_MAGIC 0x34304c6363676572ull /* "regccL04" */
+#define CUDA_TUNING_MAGIC 0x35304c6363676572ull /* "regccL05" */
 
 typedef struct {
     uint64_t magic, lt_version, count;
