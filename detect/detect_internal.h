@@ -91,7 +91,6 @@ typedef struct {
  * detect_detector_free (also after a failed init). */
 int detect_detector_init(detector *d, const regc_graph *g);
 void detect_detector_free(detector *d);
-void detect_run_free(run_t *r);
 /* Find runs until no period gives one: d->runs, each node owned by at most
  * one instance (d->c.owner), and near misses in d->near. */
 int detect_find_runs(detector *d);

@@ -14,7 +14,7 @@
 
 #define MAX_PERIODS 12 /* candidate periods tried per round */
 
-void detect_run_free(run_t *r)
+static void detect_run_free(run_t *r)
 {
     free(r->nodes), free(r->bind), free(r->carried_j), free(r->carried_s);
     memset(r, 0, sizeof *r);

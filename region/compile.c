@@ -398,7 +398,9 @@ static int compile_full(pipeline *pl, regc_program *prog, regc_level level, regc
     return rc;
 }
 
-double regc_copy_flop_per_byte(const char *device)
+/* The compute (FLOPs) that hides a byte's copy on the target's copy queue:
+ * 0 where copies are done where they start (the CPU). */
+static double regc_copy_flop_per_byte(const char *device)
 {
     /* a GPU's bf16 rate over its host link's bandwidth is of this order
      * (about 800 TFLOP/s over 50 GB/s is 16000; half that allows for the

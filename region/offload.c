@@ -33,7 +33,7 @@
  * w is the first point after f with p->copy_flop_per_byte x bytes of
  * compute behind the copy, s the last before u with as much ahead of it,
  * so each copy hides behind compute where the backend runs it on its own
- * queue (regc_copy_flop_per_byte); where the gap is too short to hide
+ * queue (compile.c's regc_copy_flop_per_byte); where the gap is too short to hide
  * both, w is f + 1 and s is u: the bytes still leave the device, the copies
  * show. Copies move bytes: the bits are the same. Where the backend has no
  * copy queue (the CPU) a copy is done where it starts and its wait is

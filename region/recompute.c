@@ -291,8 +291,11 @@ static int is_candidate(const regc_compiled_region *r, const char *keep, int s)
            !(keep && keep[x->tensor] == REGC_KEEP_ALWAYS);
 }
 
-int regc_region_recompute_candidates(regc_compiled_region *r, const regc_recompute_policy *pol,
-                                     const char *keep, regc_recompute_candidate **out, int *n_out)
+/* keep: [region tensors] or NULL; pol: whose costs count (NULL: FLOPs).
+ * The candidates (malloc'd) of region r. */
+static int regc_region_recompute_candidates(regc_compiled_region *r,
+                                            const regc_recompute_policy *pol, const char *keep,
+                                            regc_recompute_candidate **out, int *n_out)
 {
     *out = NULL, *n_out = 0;
     rc_ctx c;

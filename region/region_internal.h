@@ -33,10 +33,6 @@ typedef struct {
     int heavy;
     int glue; /* made by a whole-graph region's glue (REGC_KEEP_GLUE) */
 } regc_recompute_candidate;
-/* keep: [region tensors] or NULL; pol: whose costs count (NULL: FLOPs).
- * The candidates (malloc'd) of region r. */
-int regc_region_recompute_candidates(regc_compiled_region *r, const regc_recompute_policy *pol,
-                                     const char *keep, regc_recompute_candidate **out, int *n_out);
 int regc_region_recompute(regc_compiled_region *r, const regc_recompute_policy *pol,
                           const char *keep);
 /* What an instruction costs, in FLOPs (elementwise kernels: one per
@@ -68,9 +64,6 @@ int regc_offload_activations(regc_program *p);
  * it leaves after and comes back before (bufs' away, back; program_run.c
  * copies it then). */
 int regc_offload_lazy(regc_program *p);
-/* The compute (FLOPs) that hides a byte's copy on the target's copy queue:
- * 0 where copies are done where they start (the CPU). */
-double regc_copy_flop_per_byte(const char *device);
 
 /* Fusions over a flat instruction list (region/fuse_instr.c). The residual
  * add fused with the norm that reads its sum right after it, in place;
