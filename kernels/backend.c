@@ -11,6 +11,7 @@
 
 #include "regc_backend.h"
 #include "regc_common.h"
+#include "regc_source_id.h"
 
 /* ---------------------------------------------------------------- the CUDA module */
 
@@ -36,10 +37,12 @@ static int cuda_module_try(const char *path, int named)
     }
     regc_cuda_module_entry_fn entry = (regc_cuda_module_entry_fn)dlsym(h, REGC_CUDA_MODULE_ENTRY);
     const regc_cuda_module *m = entry ? entry(regc_error) : NULL;
-    if (!m || m->abi != REGC_CUDA_MODULE_ABI) {
+    if (!m || m->abi != REGC_CUDA_MODULE_ABI || strcmp(m->source_id, REGC_SOURCE_ID) != 0) {
         snprintf(cuda_module_why, sizeof cuda_module_why,
-                 "%s: not a CUDA module of this build of regc (ABI %d, expected %d)", path,
-                 m ? m->abi : -1, REGC_CUDA_MODULE_ABI);
+                 "%s: not a CUDA module of this build of regc (ABI %d, sources %s; expected %d, "
+                 "%s)",
+                 path, m ? m->abi : -1, m && m->abi == REGC_CUDA_MODULE_ABI ? m->source_id : "?",
+                 REGC_CUDA_MODULE_ABI, REGC_SOURCE_ID);
         dlclose(h);
         return -1;
     }

@@ -574,16 +574,17 @@ int regc_backend_cuda_device_count(void);
  * given. It is looked for at $REGC_CUDA_MODULE, beside the executable, in
  * the build directory, then on the loader's path. */
 
-/* Raised whenever the table or a descriptor passed through it changes: a
- * module of another build is refused rather than called through the wrong
- * layout (7: regc_backend's has_tf32 and tf32, which moved the fields after
- * them, and regc_attn_shape.doc_start). */
-#define REGC_CUDA_MODULE_ABI 7
+/* Raised whenever this table's first fields change. A module of another
+ * build is refused rather than called through another layout of the
+ * backend or a descriptor: its source_id (the hash of the sources and
+ * headers, generated/regc_source_id.h) must be the library's. */
+#define REGC_CUDA_MODULE_ABI 8
 #define REGC_CUDA_MODULE_ENTRY "regc_cuda_module_entry" /* the one exported symbol */
 
 typedef int (*regc_error_fn)(int status, const char *fmt, ...);
 typedef struct {
-    int abi; /* REGC_CUDA_MODULE_ABI of the module's build */
+    int abi;               /* REGC_CUDA_MODULE_ABI of the module's build */
+    const char *source_id; /* REGC_SOURCE_ID of the module's build */
     regc_backend *(*backend_new)(int device);
     int (*device_count)(void);
     /* every entry the backend sets, into a zeroed table, without a device

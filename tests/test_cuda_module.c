@@ -3,8 +3,10 @@
  * `regc` links none of cudart, cuBLASLt or NCCL (ldd), and a CPU training
  * run leaves none of them mapped in the process (/proc/self/maps). Where
  * the build has the CUDA module, asking for a GPU count maps them; a
- * module that REGC_CUDA_MODULE names but that is missing or not regc's is
- * refused with one line naming it. No GPU is needed for any of this. */
+ * module that REGC_CUDA_MODULE names but that is missing, not regc's, or
+ * regc's from other sources (a module of the same table built before a
+ * header changed) is refused with one line naming it. No GPU is needed
+ * for any of this. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -113,6 +115,31 @@ static void test_named_module_refused(void **state)
     free(out);
 }
 
+static int setup(void **state) { return regc_test_dir_setup(state, "cuda_module", "other.c"); }
+
+/* A module with this build's table but another build's sources. */
+static void test_module_of_other_sources_refused(void **state)
+{
+    regc_test_dir *f = *state;
+    if (!REGC_TEST_CUDA_MODULE)
+        return;
+    char text[1024], cmd[4096], *out = NULL;
+    snprintf(text, sizeof text,
+             "struct table { int abi; const char *source_id; void *fn[4]; };\n"
+             "static const struct table t = {%d, \"0123456789abcdef\", {0}};\n"
+             "const struct table *regc_cuda_module_entry(void *error) { (void)error; "
+             "return &t; }\n",
+             REGC_CUDA_MODULE_ABI);
+    assert_int_equal(regc_test_write_text(f->dir, "other.c", text), 0);
+    char *so = regc_test_join(f->dir, "libother.so");
+    snprintf(cmd, sizeof cmd, "cc -shared -fPIC -o %s %s 2>&1", so, f->path);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s: %s", cmd, out);
+    free(out);
+    expect_module_refused(so, "not a CUDA module of this build");
+    free(so);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -120,6 +147,7 @@ int main(void)
         cmocka_unit_test(test_cpu_run_maps_no_cuda_library),
         cmocka_unit_test(test_cuda_module_loads_when_asked),
         cmocka_unit_test(test_named_module_refused),
+        regc_test_in_dir(test_module_of_other_sources_refused, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

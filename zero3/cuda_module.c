@@ -10,6 +10,7 @@
 
 #include "regc_backend.h"
 #include "regc_common.h"
+#include "regc_source_id.h"
 #include "regc_zero3.h"
 
 static regc_error_fn host_error;
@@ -33,6 +34,7 @@ regc_cuda_module_entry(regc_error_fn error)
 {
     static const regc_cuda_module table = {
         .abi = REGC_CUDA_MODULE_ABI,
+        .source_id = REGC_SOURCE_ID,
         .backend_new = regc_cuda_backend_open,
         .device_count = regc_cuda_device_count,
         .fill_table = regc_cuda_fill_table,
