@@ -100,6 +100,22 @@ static double largest_gap(const double *a, const double *b)
     return gap;
 }
 
+/* Packed rows trained with a setting (packed) against rows of one document
+ * (separate) and packed rows without it (without): within 2e-6 with it,
+ * and far enough without that the check could fail. */
+static void expect_as_separate(const char *model, const char *setting, const double *packed,
+                               const double *separate, const double *without)
+{
+    const double gap = largest_gap(packed, separate), off = largest_gap(without, separate);
+    printf("%s, packed vs separate: %.3g relative; without %s %.3g\n", model, gap, setting, off);
+    if (!(gap <= 2e-6))
+        fail_msg("%s: packed rows with %s are %.3g away from separate documents", model, setting,
+                 gap);
+    if (!(off > 100 * 2e-6))
+        fail_msg("%s: without %s packed rows are only %.3g away: the check could not fail", model,
+                 setting, off);
+}
+
 static void test_packed_rows_train_as_separate_documents(void **state)
 {
     regc_test_dir *f = *state;
@@ -108,13 +124,7 @@ static void test_packed_rows_train_as_separate_documents(void **state)
     train(f, "llama-tiny", "2", "32", packed, "--eod-token-id", "7", NULL);
     train(f, "llama-tiny", "4", "16", separate, NULL);
     train(f, "llama-tiny", "2", "32", unmasked, NULL);
-    const double gap = largest_gap(packed, separate), without = largest_gap(unmasked, separate);
-    printf("packed vs separate: %.3g relative; without the mask %.3g\n", gap, without);
-    if (!(gap <= 2e-6))
-        fail_msg("packed rows with the documents' mask are %.3g away from separate documents", gap);
-    if (!(without > 100 * 2e-6))
-        fail_msg("without the mask packed rows are only %.3g away: the check could not fail",
-                 without);
+    expect_as_separate("llama-tiny", "the documents' mask", packed, separate, unmasked);
 }
 
 /* GPT-2's positions are learned: packed rows see their documents at the
@@ -128,13 +138,7 @@ static void test_reset_positions_train_gpt2_as_separate_documents(void **state)
           NULL);
     train(f, "gpt2-tiny", "4", "16", separate, NULL);
     train(f, "gpt2-tiny", "2", "32", offset, "--eod-token-id", "7", NULL);
-    const double gap = largest_gap(packed, separate), without = largest_gap(offset, separate);
-    printf("gpt2 packed vs separate: %.3g relative; positions not reset %.3g\n", gap, without);
-    if (!(gap <= 2e-6))
-        fail_msg("packed rows with positions reset are %.3g away from separate documents", gap);
-    if (!(without > 100 * 2e-6))
-        fail_msg("without the reset packed rows are only %.3g away: the check could not fail",
-                 without);
+    expect_as_separate("gpt2-tiny", "positions reset", packed, separate, offset);
 }
 
 /* train.eod_mask_loss is the loss mask that leaves out the targets read at
