@@ -151,6 +151,30 @@ static void test_peft_graph_case(void **state)
     const double next = regc_test_json_number(c, "next_loss");
     print_message("case %s next batch: regc %.9f  peft %.9f\n", name, loss[steps], next);
     assert_true(fabs(loss[steps] - next) <= LOSS_RTOL * fabs(next));
+    /* merged into the graph model's weights by `regc merge`: a graph model
+     * of its own (graph.json, model.safetensors), PEFT's merged model's
+     * next loss */
+    snprintf(cmd, sizeof cmd,
+             "%s merge --model %s/%s --weights %s/%s --adapter %s/saved --save "
+             "%s/merged 2>&1",
+             REGC_BIN, REGC_SOURCE_DIR, regc_test_json_get(c, "graph")->valuestring,
+             REGC_SOURCE_DIR, regc_test_json_get(c, "weights")->valuestring, tmp, tmp);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s: %s", name, out);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/merged/graph.json --weights %s/merged/model.safetensors --data "
+             "%s/%s --batch %lld --seq %lld --lr 1e-30 --steps %d --json 2>/dev/null",
+             REGC_BIN, tmp, tmp, REGC_SOURCE_DIR, regc_test_json_get(c, "tokens")->valuestring,
+             (long long)regc_test_json_int(c, "batch"), (long long)regc_test_json_int(c, "seq"),
+             steps + 1);
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s merged: %s", name, out);
+    assert_int_equal(regc_test_json_losses(out, loss, REGC_TEST_TRAIN_MAX_STEPS), steps + 1);
+    free(out);
+    const double merged = regc_test_json_number(c, "merged_next_loss");
+    print_message("case %s merged: regc %.9f  peft %.9f\n", name, loss[steps], merged);
+    assert_true(fabs(loss[steps] - merged) <= LOSS_RTOL * fabs(merged));
     regc_test_remove_tree(tmp);
     free(tmp);
 }
@@ -628,11 +652,19 @@ static void test_refused_configs(void **state)
     assert_int_equal(regc_model_add_lora(m, &c), REGC_ERR_ARG);
     assert_non_null(strstr(regc_error_message(), "lora.target_modules: none given"));
     regc_model_free(m);
+    /* merge: a graph model without its weights, --weights beside a directory */
     snprintf(cmd, sizeof cmd,
              "%s merge --model %s --adapter %s/tests/data/lora/qwen2_qv --save /nonexistent 2>&1",
              REGC_BIN, graph, REGC_SOURCE_DIR);
     assert_int_equal(regc_test_run_capture(cmd, &out), 1);
-    assert_non_null(strstr(out, "a graph JSON model's adapter is not merged yet"));
+    assert_non_null(strstr(out, "weights are a file of their own: give --weights"));
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "%s merge --model %s/tests/data/exports/llama --weights x.safetensors --adapter "
+             "%s/tests/data/lora/llama_qv --save /nonexistent 2>&1",
+             REGC_BIN, REGC_SOURCE_DIR, REGC_SOURCE_DIR);
+    assert_int_equal(regc_test_run_capture(cmd, &out), 2);
+    assert_non_null(strstr(out, "--weights applies to graph JSON models only"));
     free(out);
 }
 

@@ -1,7 +1,10 @@
 /* cmd_merge.c — `regc merge`: a PEFT LoRA adapter merged into its base, as
  * PEFT's merge_and_unload does (W += alpha / r * B A on every adapted layer,
  * in fp32), written as a plain model directory that trains or loads without
- * PEFT, each tensor in the dtype the base stored it in. */
+ * PEFT, each tensor in the dtype the base stored it in. A graph JSON model
+ * (an export) takes its weights from --weights, as regc train does, and is
+ * written as regc train --save writes one: graph.json, and model.safetensors
+ * with the merged parameters under their own names and the constants. */
 #include <stdlib.h>
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -12,22 +15,26 @@
 
 void print_merge_usage(FILE *f)
 {
-    fputs("usage: regc merge --model <hf-dir> --adapter <dir> --save <dir>\n"
+    fputs("usage: regc merge --model <hf-dir|graph.json> [--weights <file|dir>] --adapter <dir>\n"
+          "                  --save <dir>\n"
           "\n"
           "Merge a LoRA adapter (PEFT's adapter_config.json and adapter_model.safetensors, as\n"
           "`regc train --save` writes them under LoRA) into its base model and write the\n"
-          "merged model: config.json and model.safetensors, each tensor in the base's dtype.\n"
+          "merged model: config.json (graph.json for a graph model) and model.safetensors,\n"
+          "each tensor in the base's dtype.\n"
           "\n"
           "options:\n"
-          "  --model <dir>    the base: a Hugging Face directory\n"
-          "  --adapter <dir>  the adapter\n"
-          "  --save <dir>     where the merged model goes (appears whole or not at all)\n",
+          "  --model <dir>     the base: a Hugging Face directory, or a graph JSON model\n"
+          "  --weights <path>  a graph model's weights (a safetensors file, or the directory of\n"
+          "                    the checkpoint it was exported from), as regc train takes them\n"
+          "  --adapter <dir>   the adapter\n"
+          "  --save <dir>      where the merged model goes (appears whole or not at all)\n",
           f);
 }
 
 int cmd_merge(int argc, char **argv)
 {
-    const char *model = NULL, *adapter = NULL, *save = NULL;
+    const char *model = NULL, *weights = NULL, *adapter = NULL, *save = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             print_merge_usage(stdout);
@@ -43,6 +50,8 @@ int cmd_merge(int argc, char **argv)
             i++;
         if (!strcmp(flag, "--model"))
             model = value;
+        else if (!strcmp(flag, "--weights"))
+            weights = value;
         else if (!strcmp(flag, "--adapter"))
             adapter = value;
         else if (!strcmp(flag, "--save"))
@@ -59,18 +68,25 @@ int cmd_merge(int argc, char **argv)
     regc_lora_config c;
     char targets[1024], what[600];
     int rc = regc_model_load_shapes(model, &m);
-    if (rc == REGC_OK && !strcmp(regc_model_arch(m), "graph"))
-        rc = regc_error(REGC_ERR_UNSUPPORTED,
-                        "%s: a graph JSON model's adapter is not merged yet (its weights are a "
-                        "file of their own)",
+    const int graph = rc == REGC_OK && !strcmp(regc_model_arch(m), "graph");
+    if (rc == REGC_OK && graph && !weights)
+        rc = regc_error(REGC_ERR_ARG,
+                        "%s: a graph JSON model's weights are a file of their own: give --weights",
                         model);
+    else if (rc == REGC_OK && !graph && weights) {
+        const char *arch = regc_model_arch(m); /* the architecture table's, not m's */
+        regc_model_free(m);
+        return usage_error("--weights applies to graph JSON models only (%s is a %s model)", model,
+                           arch);
+    }
     if (rc == REGC_OK &&
         (rc = regc_lora_read_config(adapter, &c, targets, sizeof targets)) == REGC_OK)
         rc = regc_model_add_lora(m, &c);
     if (rc == REGC_OK)
         regc_lora_describe(m, what, sizeof what);
-    if (rc == REGC_OK && (rc = regc_weights_open(m, model, "", &w)) == REGC_OK)
-        rc = regc_model_read_weights(m, w);
+    if (rc == REGC_OK && (rc = regc_weights_open(m, graph ? weights : model, "", &w)) == REGC_OK &&
+        (rc = regc_model_read_weights(m, w)) == REGC_OK && regc_model_n_constants(m) > 0)
+        rc = regc_model_read_constants(m, w); /* written back beside the parameters */
     const int n = rc == REGC_OK ? regc_model_n_params(m) : 0;
     if (rc == REGC_OK && !(dtype = malloc((size_t)n * sizeof *dtype + 1)))
         rc = regc_error(REGC_ERR_MEMORY, "out of memory");
