@@ -6,7 +6,8 @@
  * unchanged. A loss mask is the same header with magic 20240601 followed
  * by one byte per token: 1 when predicting that token counts toward the
  * loss (a response in supervised fine-tuning), 0 when it does not (the
- * prompt). Batches are read in llm.c's order. */
+ * prompt). Batches are read in llm.c's order, or shuffled: each epoch a
+ * permutation of the file's rows. */
 #ifndef REGC_DATA_H
 #define REGC_DATA_H
 
@@ -35,10 +36,17 @@ int regc_tokens_open_mask(regc_tokens *t, const char *path);
 /* The same for a mask file image in memory. */
 int regc_tokens_parse_mask(regc_tokens *t, const char *source, const void *bytes, size_t size);
 int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n);
+/* Read t's rows shuffled (on) or in llm.c's order (off, the default). */
+void regc_tokens_set_shuffle(regc_tokens *t, int on, uint64_t seed);
 /* Batch k: inputs [B, T] = tokens[p .. p+B*T-1], targets = the next tokens,
  * p advancing by B*T each batch and wrapping to 0 when fewer than B*T+1
- * tokens remain. Needs count >= B*T + 1. With a mask, a target whose token
- * the mask marks 0 is -1: ignored by the loss. */
+ * tokens remain (a cycle of (count - 1) / (B*T) batches: an epoch). Needs
+ * count >= B*T + 1. With a mask, a target whose token the mask marks 0 is
+ * -1: ignored by the loss. Shuffled, the file is n = (count - 1) / T rows
+ * (row j: tokens j*T .. j*T+T-1, targets the next ones), and epoch e of
+ * as many batches reads the rows of a permutation of [0, n) drawn from
+ * (seed, e), B at a time: every row at most once an epoch, the n mod B
+ * rows left over a different few each epoch. */
 int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
                       int32_t *targets);
 /* Rows row0 .. row0+rows-1 of batch k of shape [batch, seq] (the rows a

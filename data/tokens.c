@@ -2,7 +2,14 @@
  * header (magic 20240520, version 1, token count) followed by `count`
  * uint16 tokens, so that data prepared for llm.c works unchanged; and loss
  * masks beside them: the same header with magic 20240601, then one byte
- * per token, 1 when predicting that token counts toward the loss. */
+ * per token, 1 when predicting that token counts toward the loss.
+ *
+ * Shuffled rows: epoch e reads the file's rows in the order of a bijection
+ * of [0, n) keyed by (seed, e), a four-round Feistel network on the
+ * smallest even number of bits that holds n, applied again to its own
+ * output until that falls inside [0, n) (the cycle through an index in
+ * [0, n) comes back into it). So the order takes no memory, and batch k is
+ * read without the batches before it, as a resumed run or a rank needs. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +28,8 @@ struct regc_tokens {
     uint8_t *mask;    /* [count] or NULL: every target counts */
     int64_t count;
     char *source; /* the file, or "built-in corpus": batch errors name it */
+    int shuffle;  /* rows in a permutation drawn per epoch from shuffle_seed */
+    uint64_t shuffle_seed;
 };
 
 static char *copy_string(const char *s)
@@ -255,6 +264,33 @@ uint64_t regc_tokens_hash(const regc_tokens *t)
     return h;
 }
 
+void regc_tokens_set_shuffle(regc_tokens *t, int on, uint64_t seed)
+{
+    t->shuffle = on != 0;
+    t->shuffle_seed = seed;
+}
+
+/* Place i of epoch e's order of n rows (the header above). */
+static int64_t shuffled_row(uint64_t seed, int64_t e, int64_t i, int64_t n)
+{
+    int bits = 2;
+    while (bits < 62 && ((int64_t)1 << bits) < n)
+        bits += 2;
+    const int half = bits / 2;
+    const uint64_t mask = ((uint64_t)1 << half) - 1, key = regc_rng_substream(seed, (uint64_t)e);
+    uint64_t x = (uint64_t)i;
+    do {
+        uint64_t l = x >> half, r = x & mask;
+        for (uint64_t round = 0; round < 4; round++) {
+            const uint64_t f = regc_rng_at(key, r << 2 | round) & mask;
+            const uint64_t next = l ^ f;
+            l = r, r = next;
+        }
+        x = l << half | r;
+    } while (x >= (uint64_t)n);
+    return (int64_t)x;
+}
+
 int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row0, int64_t rows,
                      int64_t seq, int32_t *inputs, int32_t *targets)
 {
@@ -279,12 +315,20 @@ int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row
      * then starts again at 0: a cycle of floor((count - 1) / bt) batches, so
      * batch k starts at (k mod cycle) * bt with no need to replay the past. */
     int64_t cycle = (t->count - 1) / bt;
-    int64_t p = (k % cycle) * bt + row0 * seq;
-    const uint16_t *src = t->tokens + p;
-    const uint8_t *counts = t->mask ? t->mask + p + 1 : NULL; /* of each target */
-    for (int64_t i = 0; i < rows * seq; i++) {
-        inputs[i] = src[i];
-        targets[i] = counts && !counts[i] ? -1 : src[i + 1];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t p;      /* the row's first token */
+        if (t->shuffle) /* place (k mod cycle) * batch + row0 + r of the epoch's permutation */
+            p = seq * shuffled_row(t->shuffle_seed, k / cycle, (k % cycle) * batch + row0 + r,
+                                   (t->count - 1) / seq);
+        else /* llm.c's: the batch's rows one after another */
+            p = (k % cycle) * bt + (row0 + r) * seq;
+        const uint16_t *src = t->tokens + p;
+        const uint8_t *counts = t->mask ? t->mask + p + 1 : NULL;  /* of each target */
+        int32_t *in = inputs + r * seq, *next = targets + r * seq; /* [seq] */
+        for (int64_t i = 0; i < seq; i++) {
+            in[i] = src[i];
+            next[i] = counts && !counts[i] ? -1 : src[i + 1];
+        }
     }
     return REGC_OK;
 }

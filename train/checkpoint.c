@@ -57,6 +57,7 @@ int regc_run_state_of(const regc_train_options *o, const regc_model *m, const re
     st->data_tokens = regc_tokens_count(data);
     st->data_hash = regc_tokens_hash(data);
     st->seed = o->seed;
+    st->shuffle = o->shuffle != 0, st->data_seed = o->shuffle ? o->data_seed : 0;
     regc_documents docs;
     regc_model_documents(m, &docs);
     st->eod = docs.eod_token_id;
@@ -96,10 +97,11 @@ static int add_exact(cJSON *o, const char *key, double v)
 
 static char *state_json(const regc_run_state *st)
 {
-    char structure[24], seed[24], data[24];
+    char structure[24], seed[24], data[24], data_seed[24];
     snprintf(structure, sizeof structure, "%016" PRIx64, st->structure);
     snprintf(data, sizeof data, "%016" PRIx64, st->data_hash);
     snprintf(seed, sizeof seed, "%" PRIu64, st->seed);
+    snprintf(data_seed, sizeof data_seed, "%" PRIu64, st->data_seed);
     cJSON *root = cJSON_CreateObject(), *train = cJSON_CreateObject();
     int ok = root && train && cJSON_AddItemToObject(root, "train", train);
     if (!ok)
@@ -139,6 +141,9 @@ static char *state_json(const regc_run_state *st)
         ok = ok && cJSON_AddBoolToObject(train, "reset_position_ids", 1);
     if (st->mask_eod)
         ok = ok && cJSON_AddBoolToObject(train, "eod_mask_loss", 1);
+    if (st->shuffle) /* absent: llm.c's order, as before the option */
+        ok = ok && cJSON_AddBoolToObject(train, "shuffle", 1) &&
+             cJSON_AddStringToObject(train, "data_seed", data_seed);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;
@@ -233,7 +238,8 @@ static int read_state(const char *dir, regc_run_state *st)
                  {"cos_min_ratio", &st->cos_min_ratio, NULL, DOUBLE},
                  {"eod_token_id", NULL, &st->eod, INT},
                  {"reset_position_ids", NULL, &st->reset_positions, BOOL},
-                 {"eod_mask_loss", NULL, &st->mask_eod, BOOL}};
+                 {"eod_mask_loss", NULL, &st->mask_eod, BOOL},
+                 {"shuffle", NULL, &st->shuffle, BOOL}};
     for (size_t k = 0; k < sizeof later / sizeof later[0] && rc == REGC_OK; k++) {
         double v = 0.0;
         if (!cJSON_GetObjectItemCaseSensitive(train, later[k].key))
@@ -264,7 +270,8 @@ static int read_state(const char *dir, regc_run_state *st)
         (rc = get_double(train, "max_grad_norm", path, &st->max_grad_norm)) ||
         (rc = get_double(train, "min_lr_rate", path, &st->min_lr_rate)) ||
         (rc = get_hex_or_dec(train, "seed", path, 10, &st->seed)) ||
-        (rc = get_hex_or_dec(train, "data_hash", path, 16, &st->data_hash))) {
+        (rc = get_hex_or_dec(train, "data_hash", path, 16, &st->data_hash)) ||
+        (st->shuffle && (rc = get_hex_or_dec(train, "data_seed", path, 10, &st->data_seed)))) {
         cJSON_Delete(root);
         return rc;
     }
@@ -499,6 +506,16 @@ int regc_run_state_differ(const regc_run_state *a, const char *a_is, const regc_
     if (a->seed != b->seed) {
         snprintf(buf, cap, "train.seed is %" PRIu64 " %s, %" PRIu64 " %s", a->seed, a_is, b->seed,
                  b_is);
+        return 1;
+    }
+    if (a->shuffle != b->shuffle) {
+        snprintf(buf, cap, "train.shuffle is %s %s, %s %s", a->shuffle ? "true" : "false", a_is,
+                 b->shuffle ? "true" : "false", b_is);
+        return 1;
+    }
+    if (a->data_seed != b->data_seed) {
+        snprintf(buf, cap, "train.data_seed is %" PRIu64 " %s, %" PRIu64 " %s", a->data_seed, a_is,
+                 b->data_seed, b_is);
         return 1;
     }
     const struct {

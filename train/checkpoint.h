@@ -32,6 +32,9 @@ typedef struct {
     /* train.eod_token_id (part of the structure too; -1: none, or before
      * it), reset_position_ids and eod_mask_loss (0 or 1; 0 before them) */
     int64_t eod, reset_positions, mask_eod;
+    /* train.shuffle (0 or 1; 0 before it) and its data_seed (0 when off) */
+    int64_t shuffle;
+    uint64_t data_seed;
 } regc_run_state;
 
 /* The state a run with options o over model m and data is in after `step`

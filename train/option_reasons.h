@@ -9,7 +9,8 @@
     "evaluation, which changes no training step: regc validates on val_data after every "          \
     "eval_steps steps"
 #define WHY_LOADER                                                                                 \
-    "data loading: regc reads the token file's rows in llm.c's order, the same on every run"
+    "data loading: regc reads the token file's rows itself, in llm.c's order or as train.shuffle " \
+    "draws them"
 #define WHY_DEVICE "the device and launcher: regc's are compile.backend and mpirun"
 #define WHY_SAVE "what a save holds: --save and checkpoints write what a resume needs, in fp32"
 #define WHY_COMPILE "torch.compile: regc compiles every step"

@@ -296,6 +296,15 @@ const regc_option regc_option_table[] = {
      "validate after every N optimizer steps (0: once, after the last)", .alias = {{"eval_steps"}}},
     {"train", "val_batches", "--val-batches", OPT_INT, "<K>", 1, INT32_MAX, 0, NULL,
      FIELD(train.val_batches), OPT_SHOW_DEFAULT, "batches of --batch sequences per validation"},
+    {"train", "shuffle", "--shuffle", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL, FIELD(train.shuffle),
+     OPT_SHOW_DEFAULT,
+     "read the token file as rows of --seq tokens, each epoch in an order drawn from data_seed: "
+     "every row once an epoch, a different order each epoch, as a shuffling sampler reads a "
+     "dataset (torchtune's shuffle; Transformers' Trainer always shuffles). Off: llm.c's order, "
+     "batches of consecutive rows one after another, the same every epoch"},
+    {"train", "data_seed", "--data-seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.data_seed), 0,
+     "seed of train.shuffle's order (Transformers' data_seed); train.seed when not given",
+     .alias = {{"data_seed"}}},
     {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed), OPT_SHOW_DEFAULT,
      "seed of the random init of presets and of the masked positions of masked-LM (BERT) "
      "training",
@@ -740,7 +749,6 @@ const regc_option regc_option_table[] = {
     INERT("", "remove_unused_columns", NULL, WHY_LOADER),
     INERT("", "label_names", NULL, WHY_LOADER),
     INERT("", "length_column_name", NULL, WHY_LOADER),
-    INERT("", "data_seed", NULL, WHY_LOADER),
     INERT("", "dispatch_batches", NULL, WHY_LOADER),
     INERT("", "split_batches", NULL, WHY_LOADER),
     INERT("", "use_cpu", NULL, WHY_DEVICE),

@@ -47,6 +47,10 @@ typedef struct {
     /* loss masks beside data_path and val_data_path (regc_data.h): only the
      * targets they mark count toward the loss; causal language models only */
     const char *loss_mask, *val_loss_mask;
+    /* train.shuffle: each epoch reads data_path's rows in a permutation
+     * drawn from data_seed (regc_tokens_set_shuffle); 0: llm.c's order */
+    int shuffle;
+    uint64_t data_seed;
     int64_t batch, seq;
     int steps;
     /* train.num_train_epochs: > 0 makes `steps` the optimizer steps that

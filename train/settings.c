@@ -152,6 +152,20 @@ int regc_settings_resolve(regc_train_settings *s, regc_origins *from, int ranks,
                  "%.300s is Transformers', whose Trainer decays neither biases nor norm weights",
                  named(from, kwd, a, sizeof a));
     }
+    /* the order's seed: train.seed unless given; without shuffle there is
+     * no order for it to draw */
+    const int ksh = row_of("train", "shuffle"), kds = row_of("train", "data_seed");
+    if (given(from, kds) && !s->train.shuffle)
+        return regc_error(REGC_ERR_ARG,
+                          "%s: seeds the order of train.shuffle, which is off (llm.c's order, the "
+                          "same every run): give train.shuffle true, or leave it out",
+                          named(from, kds, a, sizeof a));
+    if (s->train.shuffle && !given(from, kds)) {
+        s->train.data_seed = s->train.seed;
+        from->kind[kds] = REGC_FROM_DERIVED;
+        snprintf(from->note[kds], sizeof from->note[kds], "train.seed, as %.300s is on",
+                 named(from, ksh, a, sizeof a));
+    }
     /* DeepSpeed's Adam without adam_w_mode adds the decay to the gradient */
     const int kw = row_of("optimizer.params", "adam_w_mode");
     if (s->optimizer_type == 1 && !s->adam_w_mode && s->train.weight_decay > 0.0f)

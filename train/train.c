@@ -114,6 +114,8 @@ static int open_data(trainer *t, const regc_train_options *o)
                           (long long)vocab);
     else
         rc = regc_tokens_builtin(&t->tokens);
+    if (rc == REGC_OK) /* the training rows only: validation reads its file in order */
+        regc_tokens_set_shuffle(t->tokens, o->shuffle, o->data_seed);
     return rc ? rc : open_mask(t, t->tokens, o->loss_mask, "loss_mask");
 }
 
