@@ -659,12 +659,12 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
         rc = regc_compile_fitting(g, param_offset, o, out, st);
     else
         rc = regc_compile_graph_taken(g, param_offset, o, out, st);
-    g = NULL; /* taken */
-    if (rc == REGC_OK && (rc = check_host(o, *out))) {
+    g = NULL;                                                  /* taken */
+    if (rc == REGC_OK && *out && (rc = check_host(o, *out))) { /* NULL: fit_check's answer */
         regc_program_free(*out);
         *out = NULL;
     }
-    if (rc == REGC_OK && cached) {
+    if (rc == REGC_OK && cached && *out) {
         char what[200] = "graph";
         if (s->m)
             snprintf(what, sizeof what, "%s, %lld parameters, batch %lld, seq %lld",

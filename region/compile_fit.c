@@ -6,9 +6,13 @@
  * the FLOP-per-byte ratio below which a saved value is recomputed (a
  * bisection over the ratios the graph's candidates have); then the same
  * with the head and its loss in chunks of rows, kept where it recomputes
- * fewer FLOPs. A budget nothing reaches is refused naming the least any
+ * fewer FLOPs (FLOPs even where measured times rank the recomputation,
+ * since the chunks change the head's gradient in its last bits). A budget nothing reaches is refused naming the least any
  * probe held. Each probe is a compile of a copy of the graph, counted in
- * the stats' fit_probes and fit_ms. */
+ * the stats' fit_probes and fit_ms. Asked only whether something fits
+ * (fit_check), the search tries the same probes in the same order but
+ * stops at the first that fits: nothing recomputed, then everything, and
+ * the same in chunks, never the bisections between. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,7 +130,7 @@ static int least_ratio(const regc_graph *g, const int64_t *param_offset,
     a.recompute_ratio = n > 0 ? v[hi] : -1.0;
     fit = probe(g, param_offset, &a, st, &r);
     *least = r.total, *flop = r.flop;
-    while (fit > 0 && hi - lo > 1) {
+    while (fit > 0 && hi - lo > 1 && !o->fit_check) {
         const int mid = (lo + hi) / 2;
         a.recompute_ratio = v[mid];
         const int ok = probe(g, param_offset, &a, st, &r);
@@ -233,6 +237,11 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
     int fit = host_floor(g, param_offset, &a, st);
     if (fit == REGC_OK && o->offload_activation)
         fit = least_offload(g, param_offset, &a, st, &offloaded);
+    if (fit > 0 && o->fit_check) {
+        regc_error_clear();
+        regc_graph_free(g);
+        return REGC_OK;
+    }
     if (fit > 0) { /* offloading fits it: nothing recomputed */
         regc_error_clear();
         a.cache = o->cache, a.dump_dir = o->dump_dir;
@@ -241,18 +250,38 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
     if (fit == 0)
         fit = least_ratio(g, param_offset, &a, st, &ratio, &flop, &least);
     const int64_t chunk = budget_chunk_rows(g, o->budget_bytes);
-    if (fit >= 0 && (fit == 0 || ratio >= 0.0) && o->logits_chunk_rows == 0 && chunk > 0) {
+    if (fit >= 0 && (fit == 0 || (ratio >= 0.0 && !o->fit_check)) && o->logits_chunk_rows == 0 &&
+        chunk > 0) {
+        /* Whether to chunk is weighed in FLOPs, whatever ranks the
+         * recomputation: the chunks change the head weight's gradient in
+         * its last bits, so measured times, which vary from run to run,
+         * must not decide them. With measured costs, the FLOPs of what the
+         * whole logits would recompute are those of the FLOP-ranked choice. */
         regc_compile_options c = a;
-        c.logits_chunk_rows = chunk;
-        double r2 = -1.0, f2 = 0.0;
+        c.logits_chunk_rows = chunk, c.kernel_cost = NULL, c.n_kernel_cost = 0;
+        double r2 = -1.0, f2 = 0.0, whole_flop = flop;
         int64_t least2 = -1;
-        const int fit2 = least_ratio(g, param_offset, &c, st, &r2, &f2, &least2);
-        if (fit2 < 0)
+        int fit2 = 0;
+        if (fit > 0 && o->kernel_cost) {
+            regc_compile_options w = c;
+            w.logits_chunk_rows = 0;
+            double rw = -1.0;
+            int64_t lw = -1;
+            fit2 = least_ratio(g, param_offset, &w, st, &rw, &whole_flop, &lw);
+        }
+        if (fit2 >= 0)
+            fit2 = least_ratio(g, param_offset, &c, st, &r2, &f2, &least2);
+        if (fit2 < 0) {
             fit = fit2;
-        else if (fit2 && (!fit || f2 < flop))
-            fit = 1, ratio = r2, flop = f2, a.logits_chunk_rows = chunk;
-        else if (!fit && least2 >= 0 && (least < 0 || least2 < least))
+        } else if (fit2 && (!fit || f2 < whole_flop)) {
+            a.logits_chunk_rows = chunk;
+            if (o->kernel_cost) /* the chunks chosen, the measured ranking within them */
+                fit = least_ratio(g, param_offset, &a, st, &ratio, &flop, &least);
+            else
+                fit = 1, ratio = r2, flop = f2;
+        } else if (!fit && least2 >= 0 && (least < 0 || least2 < least)) {
             least = least2;
+        }
     }
     int rc = fit < 0 ? fit : REGC_OK;
     if (offloaded >= 0 && (least < 0 || offloaded < least))
@@ -267,7 +296,9 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
                         chunked ? " and chunking" : "", (double)o->budget_bytes / (1 << 20));
     else if (fit == 0)
         rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
-    if (rc == REGC_OK) {
+    if (rc == REGC_OK && o->fit_check) {
+        regc_error_clear();
+    } else if (rc == REGC_OK) {
         regc_error_clear(); /* a probe that did not fit left its message */
         a.cache = o->cache, a.dump_dir = o->dump_dir;
         a.recompute_ratio = ratio;

@@ -224,6 +224,12 @@ typedef struct {
      * step is keyed by the budget); a library user may set it to skip the
      * search */
     double recompute_ratio;
+    /* Under budget_bytes with recompute auto: only whether some choice
+     * fits. The search stops at its first probe that fits, with *out left
+     * NULL and REGC_OK; none fitting is REGC_ERR_BUDGET naming the least,
+     * as without it. The same answer in a fraction of the compiles: what
+     * `regc plan --fit` asks of every size it tries. */
+    int fit_check;
 } regc_compile_options;
 
 /* Stage 0's buckets when reduce_bucket_floats is 0: 25 MiB of fp32, as

@@ -253,6 +253,48 @@ static void test_auto_fits_the_budget(void **state)
     regc_program_free(none), regc_program_free(most);
 }
 
+/* fit_check answers as the whole search does, at budgets from below the
+ * least to above what nothing recomputed holds, offloading or not, in
+ * fewer compiles where the search has ratios to bisect. */
+static void test_fit_check_answers_as_the_search(void **state)
+{
+    (void)state;
+    regc_train_options o = base_options();
+    o.compile.recompute = REGC_RECOMPUTE_NONE;
+    regc_program *none = compile_as("gpt2-tiny", &o, NULL);
+    o.compile.recompute = REGC_RECOMPUTE_AUTO, o.compile.recompute_ratio = 1e30;
+    o.compile.logits_chunk_rows = 1;
+    regc_program *most = compile_as("gpt2-tiny", &o, NULL);
+    const int64_t hi = total_of(none), lo = total_of(most);
+    regc_program_free(none), regc_program_free(most);
+    regc_model *m = NULL;
+    assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
+    int fewer = 0, fits = 0, refused = 0;
+    for (int offload = 0; offload < 2; offload++)
+        for (int i = -1; i <= 8; i++) {
+            regc_compile_options c = o.compile;
+            c.recompute_ratio = -1.0, c.logits_chunk_rows = 0, c.offload_activation = offload;
+            c.budget_bytes = i < 0 ? lo / 2 : lo + (hi - lo) * i / 8;
+            regc_compile_stats whole, check;
+            regc_program *p = NULL, *q = NULL;
+            const int rc = regc_program_compile(m, o.batch, o.seq, &c, &p, &whole);
+            c.fit_check = 1;
+            const int rc_check = regc_program_compile(m, o.batch, o.seq, &c, &q, &check);
+            if ((rc == REGC_OK) != (rc_check == REGC_OK) || q ||
+                (rc != REGC_OK && rc != REGC_ERR_BUDGET) ||
+                (rc_check != REGC_OK && rc_check != REGC_ERR_BUDGET))
+                fail_msg("offload %d, budget %lld: the search %d, fit_check %d (program %p)",
+                         offload, (long long)c.budget_bytes, rc, rc_check, (void *)q);
+            fewer |= check.fit_probes < whole.fit_probes;
+            fits += rc == REGC_OK, refused += rc != REGC_OK;
+            regc_program_free(p);
+        }
+    if (!fewer || !fits || !refused)
+        fail_msg("fit_check: fewer compiles %d, budgets that fit %d, that did not %d", fewer, fits,
+                 refused);
+    regc_model_free(m);
+}
+
 /* ---- measured costs ------------------------------------------------------ */
 
 /* Replays of a LayerNorm (alone, or fused with the residual add before it). */
@@ -287,7 +329,8 @@ static regc_kernel_cost *costs_of(const regc_program *p, double ms_per_cost,
 
 /* With a measured profile auto ranks by time: kernels measured at one rate
  * choose as FLOPs do, and norms measured far slower than their FLOPs say
- * are recomputed no more where something else frees the bytes. */
+ * are recomputed no more where something else frees the bytes; whether
+ * the logits go in chunks stays FLOPs' choice. */
 static void test_measured_costs_rank_what_is_recomputed(void **state)
 {
     (void)state;
@@ -323,6 +366,10 @@ static void test_measured_costs_rank_what_is_recomputed(void **state)
         fail_msg("slow norms: %d of %d replays are norms, %lld bytes for a budget of %lld",
                  norm_replays_of(timed), replays_of(timed), (long long)total_of(timed),
                  (long long)o.compile.budget_bytes);
+    /* the logits' chunks change bits: FLOPs decide them, never times */
+    regc_fit_plan f_flop, f_timed;
+    regc_program_fit_plan(by_flop, &f_flop), regc_program_fit_plan(timed, &f_timed);
+    assert_int_equal(f_timed.logits_chunk_rows, f_flop.logits_chunk_rows);
     /* a program never measured has no costs to give */
     regc_kernel_cost *none_rows = NULL;
     assert_int_equal(regc_program_kernel_costs(none, &none_rows, &n), REGC_ERR_ARG);
@@ -468,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_memory_falls_as_planned),
         cmocka_unit_test(test_whole_graph_recomputes_as_regions_do),
         cmocka_unit_test(test_auto_fits_the_budget),
+        cmocka_unit_test(test_fit_check_answers_as_the_search),
         cmocka_unit_test(test_measured_costs_rank_what_is_recomputed),
         cmocka_unit_test(test_replan_by_measured_costs_keeps_the_bits),
         cmocka_unit_test(test_replays_run_late_into_their_own_memory),

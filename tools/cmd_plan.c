@@ -207,8 +207,8 @@ static void print_json(const plan_args *a, const regc_device_memory *mem, const 
 /* The step at a's batch and sequence compiled as regc train would compile
  * it at this rank count (train.c's compile options), with budget (bytes,
  * 0: none) in place of the settings' own. */
-static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget, regc_program **p,
-                        regc_compile_stats *st)
+static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget, int fit_check,
+                        regc_program **p, regc_compile_stats *st)
 {
     const regc_train_options *o = &a->s->train;
     regc_compile_options co = o->compile;
@@ -217,20 +217,22 @@ static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget,
     co.budget_bytes = budget;
     co.device = o->backend && !strncmp(o->backend, "cuda", 4) ? "cuda" : NULL;
     co.cache = NULL, co.dump_dir = NULL;
+    co.fit_check = fit_check;
     *p = NULL;
     return regc_program_compile(m, a->batch, a->seq, &co, p, st);
 }
 
 /* Does the step at *size (a's seq or batch) fit the budget? 1 yes, 0 no
- * (a budget error), or another error. */
+ * (a budget error), or another error. The budget's search only answers
+ * whether (fit_check): the plan of the size found is compiled in full. */
 static int fits_at(plan_args *a, const regc_model *m, long long size, int64_t budget)
 {
     *(strcmp(a->f.fit, "seq") ? &a->batch : &a->seq) = size;
     regc_program *p = NULL;
     regc_compile_stats st;
-    int rc = compile_plan(a, m, budget, &p, &st);
+    int rc = compile_plan(a, m, budget, 1, &p, &st);
     int fit = rc == REGC_OK;
-    if (fit) {
+    if (fit && p) { /* no search (recompute not auto): the program itself */
         regc_device_memory mem;
         regc_program_device_memory(p, &mem);
         fit = mem.total <= budget;
@@ -252,7 +254,7 @@ static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
         char least[64] = "";
         regc_program *p = NULL;
         regc_compile_stats st;
-        if (compile_plan(a, m, 0, &p, &st) == REGC_OK) { /* nothing to fit: its most */
+        if (compile_plan(a, m, 0, 0, &p, &st) == REGC_OK) { /* nothing to fit: its most */
             regc_device_memory mem;
             regc_program_device_memory(p, &mem);
             snprintf(least, sizeof least, " (without a budget it holds %.1f MiB)",
@@ -325,7 +327,7 @@ static int plan_command(plan_args *a)
     if (rc == REGC_OK && a->f.fit)
         rc = fit_size(a, m, budget);
     if (rc == REGC_OK)
-        rc = compile_plan(a, m, budget, &p, &st);
+        rc = compile_plan(a, m, budget, 0, &p, &st);
     if (rc == REGC_OK) {
         regc_device_memory mem;
         regc_comm_plan c;
