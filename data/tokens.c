@@ -270,6 +270,10 @@ void regc_tokens_set_shuffle(regc_tokens *t, int on, uint64_t seed)
     t->shuffle_seed = seed;
 }
 
+/* The order's streams apart from the others the same seed keys (BERT's
+ * masks by step, the initialisations by parameter): "shuffle" in ASCII. */
+#define SHUFFLE_STREAM 0x73687566666c65ull
+
 /* Place i of epoch e's order of n rows (the header above). */
 static int64_t shuffled_row(uint64_t seed, int64_t e, int64_t i, int64_t n)
 {
@@ -277,7 +281,8 @@ static int64_t shuffled_row(uint64_t seed, int64_t e, int64_t i, int64_t n)
     while (bits < 62 && ((int64_t)1 << bits) < n)
         bits += 2;
     const int half = bits / 2;
-    const uint64_t mask = ((uint64_t)1 << half) - 1, key = regc_rng_substream(seed, (uint64_t)e);
+    const uint64_t mask = ((uint64_t)1 << half) - 1,
+                   key = regc_rng_substream(regc_rng_mix(seed ^ SHUFFLE_STREAM), (uint64_t)e);
     uint64_t x = (uint64_t)i;
     do {
         uint64_t l = x >> half, r = x & mask;

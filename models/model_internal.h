@@ -265,7 +265,9 @@ const char *regc_model_dropout_note(const regc_model *m);
 
 /* ---- graph inputs (regc_model_fill_inputs) */
 /* A causal LM's inputs, each where the graph has it: "input_ids" and
- * "targets" [B, T] from regc_tokens_batch, "position_ids" [T] = 0..T-1. */
+ * "targets" [B, T] from regc_tokens_rows, "position_ids" [T] = 0..T-1
+ * (under reset_position_ids, [B, T] from each document's start: the
+ * documents' fill, in model.c). */
 int regc_model_fill_lm_inputs(const regc_model *m, const regc_tokens *data,
                               const regc_batch_spec *b, int n, regc_input *in);
 

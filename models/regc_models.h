@@ -190,6 +190,8 @@ typedef struct {
  * vocabulary, a switch without eod_token_id, and reset_position_ids on
  * rotary positions. */
 int regc_model_set_documents(regc_model *m, const regc_documents *d);
+/* m's documents as set (eod_token_id -1 and both switches off when none):
+ * what a checkpoint records of them. */
 void regc_model_documents(const regc_model *m, regc_documents *out);
 
 /* Parameters in checkpoint order; their names are the checkpoint's names. */
@@ -211,8 +213,9 @@ int regc_model_init_random(regc_model *m, uint64_t seed);
 /* The flat forward graph for [batch, seq] token inputs, ending in the mean
  * cross-entropy loss (its first output); one parameter tensor per model
  * parameter. Its inputs are the architecture's: causal LMs take
- * "input_ids" [B, T], "position_ids" [T] and "targets" [B, T] (i32); see
- * regc_model_fill_inputs for what each architecture adds. */
+ * "input_ids" [B, T], "position_ids" [T] ([B, T] under reset_position_ids)
+ * and "targets" [B, T] (i32); see regc_model_fill_inputs for what each
+ * architecture adds. */
 int regc_model_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out);
 /* Write config.json and model.safetensors (HF names and layouts) into dir,
  * creating it; each file is written atomically. Graph models write

@@ -114,6 +114,21 @@ static void test_peft_case(void **state)
     c->spec = lora_case;
 }
 
+/* `cmd`, a regc train of steps + 1 steps at a rate that moves nothing, is
+ * within LOSS_RTOL of `want` at its last step: the next batch's loss. */
+static void expect_next_loss(const char *name, const char *what, const char *cmd, int steps,
+                             double want)
+{
+    char *out = NULL;
+    double loss[REGC_TEST_TRAIN_MAX_STEPS];
+    if (regc_test_run_capture(cmd, &out) != 0)
+        fail_msg("%s %s: %s", name, what, out);
+    assert_int_equal(regc_test_json_losses(out, loss, REGC_TEST_TRAIN_MAX_STEPS), steps + 1);
+    free(out);
+    print_message("case %s %s: regc %.9f  peft %.9f\n", name, what, loss[steps], want);
+    assert_true(fabs(loss[steps] - want) <= LOSS_RTOL * fabs(want));
+}
+
 /* A case of the file's "graph_cases": LoRA on a model exported from
  * PyTorch (Qwen2's graph), from PEFT's adapter, with its own token file. */
 static void test_peft_graph_case(void **state)
@@ -144,13 +159,7 @@ static void test_peft_graph_case(void **state)
      * next one, gives PEFT's loss after its steps */
     snprintf(cmd, sizeof cmd, "%s --steps %d --lr 1e-30 --adapter %s/saved 2>/dev/null", model,
              steps + 1, tmp);
-    if (regc_test_run_capture(cmd, &out) != 0)
-        fail_msg("%s: %s", name, out);
-    assert_int_equal(regc_test_json_losses(out, loss, REGC_TEST_TRAIN_MAX_STEPS), steps + 1);
-    free(out);
-    const double next = regc_test_json_number(c, "next_loss");
-    print_message("case %s next batch: regc %.9f  peft %.9f\n", name, loss[steps], next);
-    assert_true(fabs(loss[steps] - next) <= LOSS_RTOL * fabs(next));
+    expect_next_loss(name, "next batch", cmd, steps, regc_test_json_number(c, "next_loss"));
     /* merged into the graph model's weights by `regc merge`: a graph model
      * of its own (graph.json, model.safetensors), PEFT's merged model's
      * next loss */
@@ -168,13 +177,7 @@ static void test_peft_graph_case(void **state)
              REGC_BIN, tmp, tmp, REGC_SOURCE_DIR, regc_test_json_get(c, "tokens")->valuestring,
              (long long)regc_test_json_int(c, "batch"), (long long)regc_test_json_int(c, "seq"),
              steps + 1);
-    if (regc_test_run_capture(cmd, &out) != 0)
-        fail_msg("%s merged: %s", name, out);
-    assert_int_equal(regc_test_json_losses(out, loss, REGC_TEST_TRAIN_MAX_STEPS), steps + 1);
-    free(out);
-    const double merged = regc_test_json_number(c, "merged_next_loss");
-    print_message("case %s merged: regc %.9f  peft %.9f\n", name, loss[steps], merged);
-    assert_true(fabs(loss[steps] - merged) <= LOSS_RTOL * fabs(merged));
+    expect_next_loss(name, "merged", cmd, steps, regc_test_json_number(c, "merged_next_loss"));
     regc_test_remove_tree(tmp);
     free(tmp);
 }

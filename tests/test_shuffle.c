@@ -11,9 +11,11 @@
  * - a rank's rows are its slice of the global batch's, so N ranks read what
  *   one process of N x B rows reads.
  * Through `regc train`: a shuffled run differs from llm.c's order, a run
- * resumed from its checkpoint goes on with the bits of one that never
- * stopped, a resume that changes shuffle or data_seed is refused by key,
- * and data_seed without shuffle is refused in one line. */
+ * resumed from its checkpoint in its second epoch goes on into the third
+ * with the bits of one that never stopped, a resume that changes shuffle
+ * or data_seed is refused by key, and data_seed without shuffle is refused
+ * in one line; a TrainingArguments file's data_seed is unset by null,
+ * applies under shuffle and is refused without it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "regc_data.h"
@@ -153,14 +156,14 @@ static void test_ranks_read_their_slice(void **state)
     regc_tokens_free(d);
 }
 
-/* regc train on gpt2-tiny, the built-in corpus, with more flags: its step
- * losses (n of them). */
-static void train(double *loss, int n, ...)
+/* regc train on gpt2-tiny over `data` at B=4, T=32 for `steps` steps, with
+ * more flags: its n step losses. */
+static void train(const char *data, const char *steps, double *loss, int n, ...)
 {
-    const char *argv[40] = {REGC_BIN, "train",  "--model", "gpt2-tiny", "--steps",
-                            "6",      "--json", "--batch", "4",         "--seq",
-                            "32",     "--lr",   "1e-3",    "--no-cache"};
-    int c = 14;
+    const char *argv[40] = {REGC_BIN,  "train", "--model", "gpt2-tiny", "--data", data,
+                            "--steps", steps,   "--json",  "--batch",   "4",      "--seq",
+                            "32",      "--lr",  "1e-3",    "--no-cache"};
+    int c = 16;
     va_list ap;
     va_start(ap, n);
     for (const char *a; (a = va_arg(ap, const char *)) && c < 39;)
@@ -174,42 +177,105 @@ static void train(double *loss, int n, ...)
     regc_test_proc_free(&p);
 }
 
+/* Three batches of 4 rows of 32 an epoch: 8 steps read three epochs, and a
+ * checkpoint at step 4 stands in the second. */
+static char *write_three_batches(const char *dir)
+{
+    enum { N = 3 * 4 * 32 + 1 };
+    uint16_t t[N];
+    for (int i = 0; i < N; i++)
+        t[i] = (uint16_t)((i * 37 + 11) % 500);
+    char *path = regc_test_join(dir, "three.bin");
+    assert_int_equal(regc_tokens_write(path, t, N), REGC_OK);
+    return path;
+}
+
 static void test_shuffled_run_resumes(void **state)
 {
     (void)state;
     char *dir = regc_test_make_temp_dir("shuffle-resume"),
-         *ck = regc_test_join(dir, "checkpoint-3");
-    double ordered[6], whole[6], resumed[3];
-    train(ordered, 6, NULL);
-    train(whole, 6, "--shuffle", "on", "--data-seed", "5", "--output-dir", dir, "--save-steps", "3",
-          NULL);
+         *ck = regc_test_join(dir, "checkpoint-4");
+    char *data = write_three_batches(dir);
+    double ordered[8], whole[8], resumed[4];
+    train(data, "8", ordered, 8, NULL);
+    train(data, "8", whole, 8, "--shuffle", "on", "--data-seed", "5", "--output-dir", dir,
+          "--save-steps", "4", NULL);
     if (!memcmp(ordered, whole, sizeof whole))
         fail_msg("a shuffled run gave the losses of llm.c's order");
-    train(resumed, 3, "--shuffle", "on", "--data-seed", "5", "--resume-from-checkpoint", ck, NULL);
-    if (memcmp(resumed, whole + 3, sizeof resumed))
+    train(data, "8", resumed, 4, "--shuffle", "on", "--data-seed", "5", "--resume-from-checkpoint",
+          ck, NULL);
+    if (memcmp(resumed, whole + 4, sizeof resumed))
         fail_msg("the resumed run's losses differ from the whole run's: %.9g against %.9g",
-                 resumed[0], whole[3]);
+                 resumed[0], whole[4]);
     static const char *const changed[][3] = {
-        {"--shuffle", "off", "train.shuffle is true in the checkpoint, false now"},
-        {"--data-seed", "6", "train.data_seed is 5 in the checkpoint, 6 now"}};
+        {"off", "5", "train.shuffle is true in the checkpoint, false now"},
+        {"on", "6", "train.data_seed is 5 in the checkpoint, 6 now"}};
     for (size_t i = 0; i < sizeof changed / sizeof *changed; i++) {
         regc_test_proc p;
-        const char *shuffle = strcmp(changed[i][0], "--shuffle") ? "on" : changed[i][1];
-        const char *seed = strcmp(changed[i][0], "--data-seed") ? "5" : changed[i][1];
-        if (!strcmp(shuffle, "off"))
-            regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "6", "--batch", "4",
-                               "--seq", "32", "--resume-from-checkpoint", ck, NULL);
-        else
-            regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "6", "--batch", "4",
-                               "--seq", "32", "--shuffle", shuffle, "--data-seed", seed,
-                               "--resume-from-checkpoint", ck, NULL);
+        const int on = !strcmp(changed[i][0], "on");
+        regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", data, "--steps", "8",
+                           "--batch", "4", "--seq", "32", "--shuffle", changed[i][0],
+                           "--resume-from-checkpoint", ck, on ? "--data-seed" : NULL, changed[i][1],
+                           NULL);
         if (p.status != 1 || !strstr(p.err, changed[i][2]) || !strstr(p.err, "trainer_state.json"))
-            fail_msg("a resume with %s %s: exit %d, not the refusal \"%s\":\n%s", changed[i][0],
-                     changed[i][1], p.status, changed[i][2], p.err);
+            fail_msg("a resume with --shuffle %s, data_seed %s: exit %d, not the refusal "
+                     "\"%s\":\n%s",
+                     changed[i][0], changed[i][1], p.status, changed[i][2], p.err);
         regc_test_proc_free(&p);
     }
     regc_test_remove_tree(dir);
-    free(dir), free(ck);
+    free(dir), free(ck), free(data);
+}
+
+/* train.data_seed's value and where it came from, as --print-config says
+ * for a TrainingArguments file holding `data_seed` and more flags. */
+static int data_seed_of(const char *dir, const char *data_seed, const char *shuffle, double *value,
+                        char *from, size_t cap, regc_test_proc *p)
+{
+    char text[128];
+    snprintf(text, sizeof text, "{\"data_seed\": %s, \"seed\": 3}\n", data_seed);
+    assert_int_equal(regc_test_write_text(dir, "args.json", text), 0);
+    char *file = regc_test_join(dir, "args.json");
+    const int rc = regc_test_run_regc(p, "train", "--model", "gpt2-tiny", "--config", file,
+                                      "--shuffle", shuffle, "--print-config", NULL);
+    free(file);
+    if (rc != 0)
+        return rc;
+    cJSON *cfg = cJSON_Parse(p->out);
+    const cJSON *row = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cfg, "train"), "data_seed");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, "value"),
+                *f = cJSON_GetObjectItemCaseSensitive(row, "from");
+    assert_true(cJSON_IsNumber(v) && cJSON_IsString(f));
+    *value = v->valuedouble;
+    snprintf(from, cap, "%s", f->valuestring);
+    cJSON_Delete(cfg);
+    return rc;
+}
+
+static void test_training_arguments_data_seed(void **state)
+{
+    (void)state;
+    char *dir = regc_test_make_temp_dir("shuffle-args"), from[256];
+    double v;
+    regc_test_proc p;
+    /* null: unset, so train.seed under shuffle; off, nothing to refuse */
+    assert_int_equal(data_seed_of(dir, "null", "on", &v, from, sizeof from, &p), 0);
+    if (v != 3.0 || !strstr(from, "train.seed, as --shuffle is on"))
+        fail_msg("data_seed null under shuffle: %g from \"%s\"", v, from);
+    regc_test_proc_free(&p);
+    assert_int_equal(data_seed_of(dir, "null", "off", &v, from, sizeof from, &p), 0);
+    regc_test_proc_free(&p);
+    /* a number: the order's seed under shuffle, refused naming the key without */
+    assert_int_equal(data_seed_of(dir, "11", "on", &v, from, sizeof from, &p), 0);
+    if (v != 11.0 || !strstr(from, "args.json: data_seed"))
+        fail_msg("data_seed 11 under shuffle: %g from \"%s\"", v, from);
+    regc_test_proc_free(&p);
+    assert_int_equal(data_seed_of(dir, "11", "off", &v, from, sizeof from, &p), 1);
+    regc_test_expect_one_line_error(&p, 1, "args.json: data_seed", "train.shuffle, which is off");
+    regc_test_proc_free(&p);
+    regc_test_remove_tree(dir);
+    free(dir);
 }
 
 static void test_data_seed_without_shuffle_refused(void **state)
@@ -229,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_ranks_read_their_slice),
         cmocka_unit_test(test_shuffled_run_resumes),
         cmocka_unit_test(test_data_seed_without_shuffle_refused),
+        cmocka_unit_test(test_training_arguments_data_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

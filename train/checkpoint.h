@@ -13,8 +13,8 @@
 typedef struct {
     int64_t global_step;   /* training steps done */
     int64_t skipped_steps; /* of them, those skipped for a non-finite loss or norm */
-    int64_t next_batch;    /* the next micro-batch of the data, in llm.c's order */
-    uint64_t structure;    /* hash of the model's structure (regc_model_write_structure) */
+    int64_t next_batch; /* the next micro-batch of the data, in its order (llm.c's, or shuffled) */
+    uint64_t structure; /* hash of the model's structure (regc_model_write_structure) */
     /* the settings that decide what the remaining steps compute (batch: the
      * global batch, over every rank) */
     int64_t steps, batch, seq, grad_accum, warmup, data_tokens;

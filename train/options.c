@@ -298,12 +298,14 @@ const regc_option regc_option_table[] = {
      FIELD(train.val_batches), OPT_SHOW_DEFAULT, "batches of --batch sequences per validation"},
     {"train", "shuffle", "--shuffle", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL, FIELD(train.shuffle),
      OPT_SHOW_DEFAULT,
-     "read the token file as rows of --seq tokens, each epoch in an order drawn from data_seed: "
-     "every row once an epoch, a different order each epoch, as a shuffling sampler reads a "
-     "dataset (torchtune's shuffle; Transformers' Trainer always shuffles). Off: llm.c's order, "
-     "batches of consecutive rows one after another, the same every epoch"},
+     "read the token file as rows (of --seq tokens; T5's of twice that), each epoch in an order "
+     "drawn from data_seed: every row at most once an epoch (the few a batch cannot take left "
+     "over, different ones each epoch), a different order each epoch, as a shuffling sampler "
+     "reads a dataset (torchtune's shuffle; Transformers' Trainer always shuffles). Off: llm.c's "
+     "order, batches of consecutive rows one after another, the same every epoch"},
     {"train", "data_seed", "--data-seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.data_seed), 0,
-     "seed of train.shuffle's order (Transformers' data_seed); train.seed when not given",
+     "seed of train.shuffle's order (Transformers' data_seed); train.seed when not given; "
+     "refused without train.shuffle",
      .alias = {{"data_seed"}}},
     {"train", "seed", "--seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.seed), OPT_SHOW_DEFAULT,
      "seed of the random init of presets and of the masked positions of masked-LM (BERT) "

@@ -26,7 +26,8 @@ static int profile_since(regc_backend *be, regc_profile *pr, const char *label, 
     return rc;
 }
 
-/* Micro-batch `index` of the data (llm.c's order) into the host inputs. */
+/* Micro-batch `index` of the data (llm.c's order, or train.shuffle's) into
+ * the host inputs. */
 static int fill_batch(trainer *t, const regc_train_options *o, const regc_tokens *data,
                       int64_t index, int eval)
 {
