@@ -7,12 +7,13 @@
  * bisection over the ratios the graph's candidates have); then the same
  * with the head and its loss in chunks of rows, kept where it recomputes
  * fewer FLOPs (FLOPs even where measured times rank the recomputation,
- * since the chunks change the head's gradient in its last bits). A budget nothing reaches is refused naming the least any
- * probe held. Each probe is a compile of a copy of the graph, counted in
- * the stats' fit_probes and fit_ms. Asked only whether something fits
- * (fit_check), the search tries the same probes in the same order but
- * stops at the first that fits: nothing recomputed, then everything, and
- * the same in chunks, never the bisections between. */
+ * since the chunks change the head's gradient in its last bits). A budget
+ * nothing reaches is refused naming the least any probe held. Each probe
+ * is a compile of a copy of the graph, counted in the stats' fit_probes
+ * and fit_ms. Asked only whether something fits (fit_check), the search
+ * tries the same probes in the same order but stops at the first that
+ * fits: nothing recomputed, then everything, and the same in chunks, never
+ * the bisections between. */
 #include <stdlib.h>
 #include <string.h>
 
