@@ -308,6 +308,23 @@ static void test_global_batch_t5(void **state)
     check_global_batch("t5-tiny");
 }
 
+/* Shuffled rows: 2 ranks of 2 rows train as one process of 4 (1e-5). */
+static void test_global_batch_shuffled(void **state)
+{
+    (void)state;
+    const char *a[] = {"--model", "gpt2-tiny",   "--data", plain,        "--batch",
+                       "4",       "--seq",       "16",     "--steps",    "5",
+                       "--lr",    "3e-3",        "--json", "--no-cache", "--shuffle",
+                       "on",      "--data-seed", "9",      NULL};
+    double one[STEPS], two[STEPS];
+    assert_int_equal(run(0, a, one, NULL), 0);
+    a[5] = "2"; /* --batch: per rank */
+    assert_int_equal(run(2, a, two, NULL), 0);
+    for (int k = 0; k < STEPS; k++)
+        if (!(fabs(two[k] - one[k]) <= 1e-5 * fabs(one[k])))
+            fail_msg("shuffled, step %d: one process %.9g, 2 ranks %.9g", k, one[k], two[k]);
+}
+
 /* At 2 ranks every program of a stage gives the scheduled one's bits, at
  * compile.precision `precision`. */
 static void check_programs_agree(const char *stage, const char *precision,
@@ -733,6 +750,8 @@ static void test_ranks_that_disagree(void **state)
                         "zero_optimization.stage is 0 on rank 0, 3 on "
                         "rank 1");
     expect_disagreement("--level", "O1", "O0", "compile.level is O1 on rank 0, O0 on rank 1");
+    expect_disagreement("--shuffle", "on", "off",
+                        "train.shuffle is true on rank 0, false on rank 1");
 }
 
 static void test_a_rank_that_dies_ends_the_others(void **state)
@@ -774,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_global_batch_llama),
         cmocka_unit_test(test_global_batch_bert),
         cmocka_unit_test(test_global_batch_t5),
+        cmocka_unit_test(test_global_batch_shuffled),
         cmocka_unit_test(test_stage3_programs_agree_at_two_ranks),
         cmocka_unit_test(test_stage0_programs_agree_at_two_ranks),
         cmocka_unit_test(test_checkpoint_moves_between_rank_counts),
