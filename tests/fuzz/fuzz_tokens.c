@@ -1,8 +1,8 @@
 /* fuzz_tokens.c — token files and loss masks in llm.c's format
  * (data/tokens.c) on arbitrary bytes: the header, the count against the
  * length, every token against the vocabulary; an accepted file is read as
- * a batch. The same bytes are then read as a loss mask for a token file of
- * the count the header claims. */
+ * a batch, in llm.c's order and shuffled. The same bytes are then read as
+ * a loss mask for a token file of the count the header claims. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +22,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_check_failure(rc);
     } else {
         int32_t in[8], tg[8];
-        rc = regc_tokens_batch(t, 3, 2, 4, in, tg);
-        if (rc == REGC_OK) {
+        /* in llm.c's order, then shuffled a batch many epochs on: the rows
+         * either picks lie in the file, whatever its count */
+        for (int shuffled = 0; shuffled < 2; shuffled++) {
+            regc_tokens_set_shuffle(t, shuffled, size);
+            rc = regc_tokens_batch(t, shuffled ? 1000003 : 3, 2, 4, in, tg);
+            if (rc != REGC_OK) {
+                fuzz_check_failure(rc);
+                break;
+            }
             for (int i = 0; i < 8; i++)
                 if (in[i] < 0 || in[i] >= VOCAB || tg[i] < 0 || tg[i] >= VOCAB)
                     abort(); /* checked at open: every token is in the vocabulary */
-        } else {
-            fuzz_check_failure(rc);
         }
         regc_tokens_free(t);
     }
