@@ -105,9 +105,8 @@ const regc_option regc_option_table[] = {
      "relative and need none (refused). Off: positions count across the row"},
     {"train", "eod_mask_loss", "--eod-mask-loss", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL,
      FIELD(eod_mask_loss), OPT_SHOW_DEFAULT,
-     "with eod_token_id, the target read at each eod token (the next document's first token, "
-     "which nothing before it in its document predicts) does not count toward the loss, as "
-     "Megatron's eod_mask_loss and Transformers' padding-free packing leave it out"},
+     "with eod_token_id, the target read at each eod token (the next document's first token) "
+     "does not count, as Megatron's eod_mask_loss and Transformers' padding-free packing drop it"},
     {"lora", "r", "--lora-r", OPT_INT, "<R>", 1, 65536, 0, NULL, FIELD(lora.r), 0,
      "train LoRA adapters of this rank on the layers lora.target_modules names, as PEFT does, "
      "with every other parameter frozen (no gradient, no optimizer state); --save writes the "
@@ -298,11 +297,9 @@ const regc_option regc_option_table[] = {
      FIELD(train.val_batches), OPT_SHOW_DEFAULT, "batches of --batch sequences per validation"},
     {"train", "shuffle", "--shuffle", OPT_SWITCH, "<on|off>", 0, 0, 0, NULL, FIELD(train.shuffle),
      OPT_SHOW_DEFAULT,
-     "read the token file as rows (of --seq tokens; T5's of twice that), each epoch in an order "
-     "drawn from data_seed: every row at most once an epoch (the few a batch cannot take left "
-     "over, different ones each epoch), a different order each epoch, as a shuffling sampler "
-     "reads a dataset (torchtune's shuffle; Transformers' Trainer always shuffles). Off: llm.c's "
-     "order, batches of consecutive rows one after another, the same every epoch"},
+     "read the token file as rows (of --seq tokens; T5's of twice that) in a new order each "
+     "epoch, drawn from data_seed, every row at most once (torchtune's shuffle; Transformers' "
+     "Trainer always shuffles). Off: llm.c's order, the same every epoch"},
     {"train", "data_seed", "--data-seed", OPT_SEED, "<S>", 0, 0, 0, NULL, FIELD(train.data_seed), 0,
      "seed of train.shuffle's order (Transformers' data_seed); train.seed when not given; "
      "refused without train.shuffle",
