@@ -1,4 +1,5 @@
-/* bytes.c — varint encoding into a growable buffer and back. */
+/* bytes.c — varint encoding into a growable buffer and back; the XXH3
+ * hash of bytes, whole or in pieces. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,3 +127,34 @@ char *regc_reader_str(regc_reader *r)
 }
 
 uint64_t regc_hash64(const void *data, size_t n) { return (uint64_t)XXH3_64bits(data, n); }
+
+struct regc_hasher {
+    XXH3_state_t *state;
+};
+
+regc_hasher *regc_hasher_begin(void)
+{
+    regc_hasher *h = malloc(sizeof *h);
+    if (!h)
+        return NULL;
+    h->state = XXH3_createState();
+    if (!h->state || XXH3_64bits_reset(h->state) != XXH_OK) {
+        XXH3_freeState(h->state);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void regc_hasher_update(regc_hasher *h, const void *data, size_t n)
+{
+    XXH3_64bits_update(h->state, data, n);
+}
+
+uint64_t regc_hasher_end(regc_hasher *h)
+{
+    uint64_t v = (uint64_t)XXH3_64bits_digest(h->state);
+    XXH3_freeState(h->state);
+    free(h);
+    return v;
+}

@@ -60,6 +60,26 @@ int regc_file_open_regular(const char *path, uint64_t max_bytes, int *fd_out, ui
                : regc_error(REGC_ERR_IO, "%s: %s", path, why);
 }
 
+int regc_file_pread_full(int fd, const char *path, void *buf, size_t size, uint64_t offset,
+                         const char *what)
+{
+    char *p = buf;
+    while (size > 0) {
+        ssize_t got = pread(fd, p, size, (off_t)offset);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return regc_error(REGC_ERR_IO, "%s: reading %s failed: %s", path, what,
+                              strerror(errno));
+        if (got == 0)
+            return regc_error(REGC_ERR_FORMAT, "%s: truncated while reading %s", path, what);
+        p += got;
+        size -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return REGC_OK;
+}
+
 int regc_file_read_capped(const char *path, uint64_t max_bytes, char **out, size_t *size)
 {
     *out = NULL;

@@ -75,6 +75,10 @@ int regc_file_try_open_regular(const char *path, uint64_t max_bytes, int *fd, ui
 /* Read a whole regular file of at most max_bytes into a new buffer
  * (NUL-terminated, size excludes it). The caller frees *out with free(). */
 int regc_file_read_capped(const char *path, uint64_t max_bytes, char **out, size_t *size);
+/* pread until `size` bytes from `offset` arrive: a file shorter than that
+ * is an error naming path and `what` is read. */
+int regc_file_pread_full(int fd, const char *path, void *buf, size_t size, uint64_t offset,
+                         const char *what);
 /* regc_file_read_capped with REGC_TEXT_FILE_MAX. */
 int regc_file_read_all(const char *path, char **out, size_t *size);
 /* Write `size` bytes to `path` atomically: a temporary file in the same
@@ -163,6 +167,13 @@ typedef struct {
 /* A 64-bit hash of n bytes (XXH3): what a checkpoint records of a model's
  * structure, to recognise it again. */
 uint64_t regc_hash64(const void *data, size_t n);
+/* The same hash of bytes given in pieces: begin (NULL when out of memory),
+ * update with each piece in order, end (which frees h) returns what
+ * regc_hash64 returns for the pieces joined. */
+typedef struct regc_hasher regc_hasher;
+regc_hasher *regc_hasher_begin(void);
+void regc_hasher_update(regc_hasher *h, const void *data, size_t n);
+uint64_t regc_hasher_end(regc_hasher *h);
 
 /* v as bfloat16's bits: rounded to nearest, ties to even; a NaN stays a
  * (quiet) NaN. The kernels' regc_bf16_bits, for the host's own files and

@@ -6,8 +6,12 @@
  * unchanged. A loss mask is the same header with magic 20240601 followed
  * by one byte per token: 1 when predicting that token counts toward the
  * loss (a response in supervised fine-tuning), 0 when it does not (the
- * prompt). Batches are read in llm.c's order, or shuffled: each epoch a
- * permutation of the file's rows. */
+ * prompt). Where a path is taken, a pattern (with * ? or [) names shards:
+ * their tokens one after another in the byte order of the names, as one
+ * file; masks then follow the shards file for file. Every token is checked
+ * and hashed at open; batches read the files again, so nothing is held in
+ * memory. Batches are read in llm.c's order, or shuffled: each epoch a
+ * permutation of the data's rows. */
 #ifndef REGC_DATA_H
 #define REGC_DATA_H
 
@@ -16,9 +20,12 @@
 #include "regc_common.h"
 
 typedef struct regc_tokens regc_tokens;
-/* Open a token file, checking the header, the length and that every token
- * is < vocab. */
+/* Open a token file or the shards a pattern names, checking each header,
+ * each length and that every token is < vocab (vocab <= 0: no bound). */
 int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out);
+/* The tokens of a file or of the shards a pattern names, from their
+ * headers alone. */
+int regc_tokens_count_files(const char *path, int64_t *count);
 /* The same for a whole file image in memory; `source` names it in messages
  * (and in the batch errors of *out). */
 int regc_tokens_parse(const char *source, const void *bytes, size_t size, int64_t vocab,
@@ -30,8 +37,9 @@ int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
 int64_t regc_tokens_count(const regc_tokens *t);
 /* A hash of the tokens and their mask: what a checkpoint records of its data. */
 uint64_t regc_tokens_hash(const regc_tokens *t);
-/* Read a loss mask for t's tokens: one byte per token, 0 or 1. A mask of
- * another length is an error naming the file and both counts. */
+/* Read a loss mask for t's tokens: one byte per token, 0 or 1; a pattern
+ * for sharded tokens, a mask file per shard. A mask of another length is
+ * an error naming the file and both counts. */
 int regc_tokens_open_mask(regc_tokens *t, const char *path);
 /* The same for a mask file image in memory. */
 int regc_tokens_parse_mask(regc_tokens *t, const char *source, const void *bytes, size_t size);

@@ -1,10 +1,8 @@
-/* tokens.c — token data in the llm.c format: a 256 x int32 little-endian
- * header (magic 20240520, version 1, token count) followed by `count`
- * uint16 tokens, so that data prepared for llm.c works unchanged; and loss
- * masks beside them: the same header with magic 20240601, then one byte
- * per token, 1 when predicting that token counts toward the loss.
+/* tokens.c — token data in the llm.c format (stream.c reads the files:
+ * one, or the shards a pattern names, as one sequence), loss masks beside
+ * them file for file, and batches of rows from them.
  *
- * Shuffled rows: epoch e reads the file's rows in the order of a bijection
+ * Shuffled rows: epoch e reads the data's rows in the order of a bijection
  * of [0, n) keyed by (seed, e), a four-round Feistel network on the
  * smallest even number of bits that holds n, applied again to its own
  * output until that falls inside [0, n) (the cycle through an index in
@@ -16,141 +14,83 @@
 
 #include "corpus.h"
 #include "regc_data.h"
-
-#define TOKENS_MAGIC 20240520
-#define TOKENS_VERSION 1
-#define TOKENS_HEADER_INTS 256
-#define TOKENS_HEADER_BYTES (TOKENS_HEADER_INTS * 4)
-#define MASK_MAGIC 20240601
+#include "stream.h"
 
 struct regc_tokens {
-    uint16_t *tokens; /* [count] */
-    uint8_t *mask;    /* [count] or NULL: every target counts */
-    int64_t count;
-    char *source; /* the file, or "built-in corpus": batch errors name it */
-    int shuffle;  /* rows in a permutation drawn per epoch from shuffle_seed */
+    data_stream tokens; /* uint16, little-endian */
+    data_stream mask;   /* a byte per token; no parts: every target counts */
+    int64_t vocab;      /* > 0: each token read is checked against it again */
+    char *source;       /* the file or pattern, or "built-in corpus": batch errors name it */
+    int shuffle;        /* rows in a permutation drawn per epoch from shuffle_seed */
     uint64_t shuffle_seed;
 };
 
-static char *copy_string(const char *s)
+static int check_tokens(const char *path, int64_t index, const unsigned char *body, int64_t n,
+                        void *ctx)
 {
-    size_t n = strlen(s) + 1;
-    char *c = malloc(n);
-    if (c)
-        memcpy(c, s, n);
-    return c;
+    const int64_t vocab = *(const int64_t *)ctx;
+    if (vocab <= 0) /* no model yet: the file inspected without a bound */
+        return REGC_OK;
+    for (int64_t i = 0; i < n; i++) {
+        const unsigned tok = (unsigned)body[2 * i] | (unsigned)body[2 * i + 1] << 8;
+        if (tok >= vocab)
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: token %u at position %lld is >= vocab size %lld", path, tok,
+                              (long long)(index + i), (long long)vocab);
+    }
+    return REGC_OK;
 }
 
-/* The format is little-endian whatever the host is, so decode bytewise. */
-static int32_t read_le32(const unsigned char *p)
+static int check_mask(const char *path, int64_t index, const unsigned char *body, int64_t n,
+                      void *ctx)
 {
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return (int32_t)v;
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        if (body[i] > 1)
+            return regc_error(REGC_ERR_FORMAT, "%s: byte %lld is %u (a mask holds 0 or 1)", path,
+                              (long long)(index + i), (unsigned)body[i]);
+    return REGC_OK;
 }
 
-static void write_le32(unsigned char *p, int32_t value)
+/* A token object around an opened (or failed) stream. */
+static int tokens_wrap(int rc, data_stream *s, const char *source, int64_t vocab, regc_tokens **out)
 {
-    uint32_t v = (uint32_t)value;
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-
-/* The whole file in one buffer: token files are at most a few hundred MB
- * and every byte is checked anyway, so streaming would buy nothing. */
-static int read_file(const char *path, unsigned char **out, size_t *size)
-{
-    return regc_file_read_capped(path, REGC_TOKEN_FILE_MAX, (char **)out, size);
-}
-
-/* A file image in the token format with magic `magic`: its count of
- * `elem`-byte elements, which start at buf + TOKENS_HEADER_BYTES. */
-static int parse_body(const char *path, const unsigned char *buf, size_t size, int32_t magic,
-                      size_t elem, int32_t *count)
-{
-    const char *what = magic == MASK_MAGIC ? "a regc loss mask" : "an llm.c token file";
-    const char *unit = magic == MASK_MAGIC ? "mask bytes" : "tokens";
-    *count = 0;
-    if (size < TOKENS_HEADER_BYTES)
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: truncated header: file holds %zu bytes, the header needs %d", path,
-                          size, TOKENS_HEADER_BYTES);
-    int32_t m = read_le32(buf), version = read_le32(buf + 4), n = read_le32(buf + 8);
-    if (m != magic)
-        return regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not %s", path, m, magic,
-                          what);
-    if (version != TOKENS_VERSION)
-        return regc_error(REGC_ERR_UNSUPPORTED,
-                          "%s: unsupported version %d (regc reads version %d)", path, version,
-                          TOKENS_VERSION);
-    if (n < 0)
-        return regc_error(REGC_ERR_FORMAT, "%s: negative count %d in the header", path, n);
-    size_t body = size - TOKENS_HEADER_BYTES, need = (size_t)n * elem;
-    if (body < need)
-        return regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d %s, file holds %zu", path,
-                          n, unit, body / elem);
-    /* Extra bytes mean the header and the data disagree; guessing which is
-     * right would silently train on the wrong data. */
-    if (body > need)
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: header says %d %s (%zu bytes) but %zu bytes follow the header", path,
-                          n, unit, need, body);
-    *count = n;
+    *out = NULL;
+    if (rc)
+        return rc;
+    regc_tokens *t = calloc(1, sizeof *t);
+    char *copy = strdup(source);
+    if (!t || !copy) {
+        free(t);
+        free(copy);
+        data_stream_free(s);
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", source);
+    }
+    t->tokens = *s;
+    t->vocab = vocab;
+    t->source = copy;
+    *out = t;
     return REGC_OK;
 }
 
 int regc_tokens_parse(const char *source, const void *bytes, size_t size, int64_t vocab,
                       regc_tokens **out)
 {
-    *out = NULL;
-    const unsigned char *buf = bytes;
-    int32_t count;
-    int rc = parse_body(source, buf, size, TOKENS_MAGIC, 2, &count);
-    if (rc)
-        return rc;
-    size_t need = (size_t)count * 2;
-    uint16_t *tokens = malloc(need ? need : 1);
-    regc_tokens *t = calloc(1, sizeof *t);
-    char *copy = copy_string(source);
-    if (!tokens || !t || !copy) {
-        free(tokens);
-        free(t);
-        free(copy);
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %d tokens", source, count);
-    }
-    const unsigned char *p = buf + TOKENS_HEADER_BYTES;
-    for (int64_t i = 0; i < count; i++) {
-        uint16_t tok = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-        /* vocab <= 0 means "no model yet": inspect the file without a bound. */
-        if (vocab > 0 && tok >= vocab) {
-            free(tokens);
-            free(t);
-            free(copy);
-            return regc_error(REGC_ERR_FORMAT,
-                              "%s: token %u at position %lld is >= vocab size %lld", source,
-                              (unsigned)tok, (long long)i, (long long)vocab);
-        }
-        tokens[i] = tok;
-    }
-    t->tokens = tokens;
-    t->count = count;
-    t->source = copy;
-    *out = t;
-    return REGC_OK;
+    data_stream s;
+    int rc = data_stream_parse(source, bytes, size, DATA_TOKENS_MAGIC, check_tokens, &vocab, &s);
+    return tokens_wrap(rc, &s, source, vocab, out);
 }
 
 int regc_tokens_open(const char *path, int64_t vocab, regc_tokens **out)
 {
-    *out = NULL;
-    unsigned char *buf;
-    size_t size;
-    int rc = read_file(path, &buf, &size);
-    if (rc)
-        return rc;
-    rc = regc_tokens_parse(path, buf, size, vocab, out);
-    free(buf);
-    return rc;
+    data_stream s;
+    int rc = data_stream_open(path, DATA_TOKENS_MAGIC, check_tokens, &vocab, &s);
+    return tokens_wrap(rc, &s, path, vocab, out);
+}
+
+int regc_tokens_count_files(const char *path, int64_t *count)
+{
+    return data_stream_count(path, DATA_TOKENS_MAGIC, count);
 }
 
 int regc_tokens_builtin(regc_tokens **out)
@@ -159,108 +99,101 @@ int regc_tokens_builtin(regc_tokens **out)
     size_t n = 0;
     for (const char *const *part = regc_corpus_parts; *part; part++)
         n += strlen(*part);
-    regc_tokens *t = calloc(1, sizeof *t);
-    uint16_t *tokens = malloc(n * sizeof *tokens);
-    char *source = copy_string("built-in corpus");
-    if (!t || !tokens || !source) {
-        free(t);
-        free(tokens);
-        free(source);
+    /* the corpus as a token file's image: byte-level, every token < 256 */
+    unsigned char *image = malloc(DATA_HEADER_BYTES + 2 * n);
+    if (!image)
         return regc_error(REGC_ERR_MEMORY, "built-in corpus: out of memory for %zu tokens", n);
-    }
-    size_t i = 0;
+    data_header_put(image, DATA_TOKENS_MAGIC, (int32_t)n);
+    unsigned char *body = image + DATA_HEADER_BYTES;
     for (const char *const *part = regc_corpus_parts; *part; part++)
-        for (const unsigned char *c = (const unsigned char *)*part; *c; c++)
-            tokens[i++] = *c; /* byte-level: every token id is < 256 */
-    t->tokens = tokens;
-    t->count = (int64_t)n;
-    t->source = source;
-    *out = t;
-    return REGC_OK;
+        for (const unsigned char *c = (const unsigned char *)*part; *c; c++, body += 2)
+            body[0] = *c, body[1] = 0;
+    int rc = regc_tokens_parse("built-in corpus", image, DATA_HEADER_BYTES + 2 * n, 256, out);
+    free(image);
+    return rc;
 }
 
-int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
+/* A file of n elements of elem bytes after a header with magic. */
+static int write_file(const char *path, int32_t magic, const unsigned char *body, int64_t n,
+                      size_t elem)
 {
     if (n < 0 || n > INT32_MAX)
         return regc_error(REGC_ERR_ARG,
-                          "%s: cannot write %lld tokens (the header holds an int32 count)", path,
+                          "%s: cannot write %lld elements (the header holds an int32 count)", path,
                           (long long)n);
-    size_t size = TOKENS_HEADER_BYTES + (size_t)n * 2;
-    unsigned char *buf = calloc(1, size);
+    size_t size = DATA_HEADER_BYTES + (size_t)n * elem;
+    unsigned char *buf = malloc(size);
     if (!buf)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %zu bytes", path, size);
-    write_le32(buf, TOKENS_MAGIC);
-    write_le32(buf + 4, TOKENS_VERSION);
-    write_le32(buf + 8, (int32_t)n);
-    unsigned char *p = buf + TOKENS_HEADER_BYTES;
-    for (int64_t i = 0; i < n; i++) {
-        p[2 * i] = (unsigned char)(tokens[i] & 0xff);
-        p[2 * i + 1] = (unsigned char)(tokens[i] >> 8);
-    }
+    data_header_put(buf, magic, (int32_t)n);
+    memcpy(buf + DATA_HEADER_BYTES, body, (size_t)n * elem);
     int rc = regc_file_write_atomic(path, buf, size);
     free(buf);
     return rc;
 }
 
-int regc_tokens_parse_mask(regc_tokens *t, const char *source, const void *bytes, size_t size)
+int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
 {
-    int32_t count;
-    int rc = parse_body(source, bytes, size, MASK_MAGIC, 1, &count);
-    if (rc)
-        return rc;
-    if (count != t->count)
-        return regc_error(REGC_ERR_SHAPE, "%s: %d mask bytes for the %lld tokens of %s", source,
-                          count, (long long)t->count, t->source);
-    const unsigned char *p = (const unsigned char *)bytes + TOKENS_HEADER_BYTES;
-    for (int32_t i = 0; i < count; i++)
-        if (p[i] > 1)
-            return regc_error(REGC_ERR_FORMAT, "%s: byte %d is %u (a mask holds 0 or 1)", source, i,
-                              (unsigned)p[i]);
-    uint8_t *mask = malloc((size_t)count + 1);
-    if (!mask)
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", source);
-    memcpy(mask, p, (size_t)count);
-    free(t->mask);
-    t->mask = mask;
-    return REGC_OK;
-}
-
-int regc_tokens_open_mask(regc_tokens *t, const char *path)
-{
-    unsigned char *buf;
-    size_t size;
-    int rc = read_file(path, &buf, &size);
-    if (rc)
-        return rc;
-    rc = regc_tokens_parse_mask(t, path, buf, size);
-    free(buf);
+    unsigned char *body = malloc(n > 0 ? 2 * (size_t)n : 1);
+    if (!body)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    for (int64_t i = 0; i < n; i++) { /* little-endian whatever the host is */
+        body[2 * i] = (unsigned char)(tokens[i] & 0xff);
+        body[2 * i + 1] = (unsigned char)(tokens[i] >> 8);
+    }
+    int rc = write_file(path, DATA_TOKENS_MAGIC, body, n, 2);
+    free(body);
     return rc;
 }
 
 int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n)
 {
-    if (n < 0 || n > INT32_MAX)
-        return regc_error(REGC_ERR_ARG, "%s: cannot write %lld mask bytes", path, (long long)n);
-    size_t size = TOKENS_HEADER_BYTES + (size_t)n;
-    unsigned char *buf = calloc(1, size);
-    if (!buf)
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %zu bytes", path, size);
-    write_le32(buf, MASK_MAGIC);
-    write_le32(buf + 4, TOKENS_VERSION);
-    write_le32(buf + 8, (int32_t)n);
-    memcpy(buf + TOKENS_HEADER_BYTES, mask, (size_t)n);
-    int rc = regc_file_write_atomic(path, buf, size);
-    free(buf);
-    return rc;
+    return write_file(path, DATA_MASK_MAGIC, mask, n, 1);
 }
 
-int64_t regc_tokens_count(const regc_tokens *t) { return t->count; }
+/* A mask stream beside t's tokens: file for file, byte for token. */
+static int mask_attach(regc_tokens *t, const char *source, int rc, data_stream *m)
+{
+    if (rc)
+        return rc;
+    if (m->n != t->tokens.n)
+        rc = regc_error(REGC_ERR_SHAPE, "%s: %d mask files for the %d token files of %s", source,
+                        m->n, t->tokens.n, t->source);
+    for (int i = 0; rc == REGC_OK && i < m->n; i++)
+        if (m->parts[i].count != t->tokens.parts[i].count)
+            rc = regc_error(REGC_ERR_SHAPE, "%s: %lld mask bytes for the %lld tokens of %s",
+                            m->parts[i].path, (long long)m->parts[i].count,
+                            (long long)t->tokens.parts[i].count, t->tokens.parts[i].path);
+    if (rc) {
+        data_stream_free(m);
+        return rc;
+    }
+    data_stream_free(&t->mask);
+    t->mask = *m;
+    return REGC_OK;
+}
+
+int regc_tokens_parse_mask(regc_tokens *t, const char *source, const void *bytes, size_t size)
+{
+    data_stream m;
+    int rc = data_stream_parse(source, bytes, size, DATA_MASK_MAGIC, check_mask, NULL, &m);
+    return mask_attach(t, source, rc, &m);
+}
+
+int regc_tokens_open_mask(regc_tokens *t, const char *path)
+{
+    data_stream m;
+    int rc = data_stream_open(path, DATA_MASK_MAGIC, check_mask, NULL, &m);
+    return mask_attach(t, path, rc, &m);
+}
+
+int64_t regc_tokens_count(const regc_tokens *t) { return t->tokens.count; }
 
 uint64_t regc_tokens_hash(const regc_tokens *t)
 {
-    uint64_t h = regc_hash64(t->tokens, (size_t)t->count * sizeof *t->tokens);
-    if (t->mask)
-        h = regc_rng_mix(h ^ regc_hash64(t->mask, (size_t)t->count));
+    uint64_t h = t->tokens.hash;
+    if (t->mask.n)
+        h = regc_rng_mix(h ^ t->mask.hash);
     return h;
 }
 
@@ -309,33 +242,52 @@ int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row
     if (batch > (INT64_MAX - 1) / seq)
         return regc_error(REGC_ERR_ARG, "%s: batch size %lld x sequence length %lld overflows",
                           t->source, (long long)batch, (long long)seq);
-    int64_t bt = batch * seq;
-    if (t->count < bt + 1)
+    const int64_t bt = batch * seq, count = t->tokens.count;
+    if (count < bt + 1)
         return regc_error(REGC_ERR_SHAPE,
                           "%s: %lld tokens are too few for a batch of %lld x %lld, which needs at "
                           "least %lld (batch x sequence + 1 for the shifted targets)",
-                          t->source, (long long)t->count, (long long)batch, (long long)seq,
+                          t->source, (long long)count, (long long)batch, (long long)seq,
                           (long long)(bt + 1));
     /* llm.c's loader visits p = 0, bt, 2 bt, ... while p + bt + 1 <= count,
      * then starts again at 0: a cycle of floor((count - 1) / bt) batches, so
      * batch k starts at (k mod cycle) * bt with no need to replay the past. */
-    int64_t cycle = (t->count - 1) / bt;
-    for (int64_t r = 0; r < rows; r++) {
+    const int64_t cycle = (count - 1) / bt;
+    /* a row's seq + 1 tokens as the file's bytes, then its targets' mask */
+    unsigned char *raw = malloc(2 * (size_t)seq + 2 + (size_t)seq);
+    if (!raw)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for a row of %lld", t->source,
+                          (long long)seq);
+    unsigned char *counts = raw + 2 * (size_t)seq + 2; /* [seq]: does target i count */
+    int rc = REGC_OK;
+    for (int64_t r = 0; r < rows && rc == REGC_OK; r++) {
         int64_t p;      /* the row's first token */
         if (t->shuffle) /* place (k mod cycle) * batch + row0 + r of the epoch's permutation */
             p = seq * shuffled_row(t->shuffle_seed, k / cycle, (k % cycle) * batch + row0 + r,
-                                   (t->count - 1) / seq);
+                                   (count - 1) / seq);
         else /* llm.c's: the batch's rows one after another */
             p = (k % cycle) * bt + (row0 + r) * seq;
-        const uint16_t *src = t->tokens + p;
-        const uint8_t *counts = t->mask ? t->mask + p + 1 : NULL;  /* of each target */
+        rc = data_stream_read(&t->tokens, p, seq + 1, raw);
+        if (rc == REGC_OK && t->mask.n)
+            rc = data_stream_read(&t->mask, p + 1, seq, counts);
         int32_t *in = inputs + r * seq, *next = targets + r * seq; /* [seq] */
-        for (int64_t i = 0; i < seq; i++) {
-            in[i] = src[i];
-            next[i] = counts && !counts[i] ? -1 : src[i + 1];
+        for (int64_t i = 0; i <= seq && rc == REGC_OK; i++) {
+            const int32_t tok = raw[2 * i] | raw[2 * i + 1] << 8;
+            /* checked at open; a file rewritten since must not index past
+             * the embedding */
+            if (t->vocab > 0 && tok >= t->vocab)
+                rc = regc_error(REGC_ERR_FORMAT,
+                                "%s: token %d at position %lld is >= vocab size %lld: the data "
+                                "changed since it was opened",
+                                t->source, tok, (long long)(p + i), (long long)t->vocab);
+            else if (i < seq)
+                in[i] = tok;
+            if (i > 0)
+                next[i - 1] = t->mask.n && !counts[i - 1] ? -1 : tok;
         }
     }
-    return REGC_OK;
+    free(raw);
+    return rc;
 }
 
 int regc_tokens_batch(const regc_tokens *t, int64_t k, int64_t batch, int64_t seq, int32_t *inputs,
@@ -348,8 +300,8 @@ void regc_tokens_free(regc_tokens *t)
 {
     if (!t)
         return;
-    free(t->tokens);
-    free(t->mask);
+    data_stream_free(&t->tokens);
+    data_stream_free(&t->mask);
     free(t->source);
     free(t);
 }

@@ -132,21 +132,7 @@ static int st_pread_full(const regc_st_file *f, void *buf, size_t size, uint64_t
         memcpy(buf, f->mem + offset, size);
         return REGC_OK;
     }
-    char *p = buf;
-    while (size > 0) {
-        ssize_t got = pread(f->fd, p, size, (off_t)offset);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return regc_error(REGC_ERR_IO, "%s: reading %s failed: %s", f->path, what,
-                              strerror(errno));
-        if (got == 0)
-            return regc_error(REGC_ERR_FORMAT, "%s: truncated while reading %s", f->path, what);
-        p += got;
-        size -= (size_t)got;
-        offset += (uint64_t)got;
-    }
-    return REGC_OK;
+    return regc_file_pread_full(f->fd, f->path, buf, size, offset, what);
 }
 
 static int st_parse_entry(regc_st_file *f, const cJSON *item, uint64_t data_size, st_tensor *t)

@@ -10,6 +10,7 @@
  * its position. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "regc_models.h"
@@ -20,12 +21,19 @@
  * the flags set. */
 static int parse_flags(int argc, char **argv, regc_train_settings *s, int *help, regc_origins *from)
 {
+    const char *valued = NULL; /* the flag whose value the argument before was */
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
             *help = 1;
             return 0;
         }
+        /* a file after a flag's value: a shell expanded the pattern meant
+         * for regc into several arguments */
+        if (strncmp(arg, "--", 2) != 0 && valued && access(arg, F_OK) == 0)
+            return usage_error("unexpected argument \"%s\" after %s's value: several files "
+                               "are one quoted pattern, %s 'dir/shard_*.bin'",
+                               arg, valued, valued);
         if (strncmp(arg, "--", 2) != 0)
             return usage_error("unexpected argument \"%s\" (options start with --; see %s "
                                "--help)",
@@ -43,6 +51,7 @@ static int parse_flags(int argc, char **argv, regc_train_settings *s, int *help,
             value = eq ? eq + 1 : NULL;
         else if (value && !eq) /* the value was the next argument */
             i++;
+        valued = value && !eq && regc_option_takes_value(o) ? argv[i - 1] : NULL;
         if (regc_option_set_text(o, s, value) != REGC_OK)
             return usage_error("%s", regc_error_message());
         regc_origins_flag(from, o, NULL);

@@ -149,7 +149,7 @@ const regc_option regc_option_table[] = {
      "the NF4 layers' products: of the dequantised fp32 weights, or as bf16 GEMMs do; auto: as "
      "a checkpoint saved in 4 bits says (a choice it contradicts is refused), else float32"},
     {"train", "data", "--data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL, FIELD(train.data_path),
-     0, "token file in the llm.c format (default: the built-in corpus)"},
+     0, "llm.c token file, or a quoted pattern of its shards (default: the built-in corpus)"},
     {"train", "loss_mask", "--loss-mask", OPT_STRING, "<mask.bin>", 0, 0, 0, NULL,
      FIELD(train.loss_mask), 0,
      "which tokens of --data count toward the loss (a regc loss mask, one byte per token; see "
@@ -288,7 +288,7 @@ const regc_option regc_option_table[] = {
      .alias = {{"gradient_accumulation_steps", OPT_AUTO}}},
     {"train", "val_data", "--val-data", OPT_STRING, "<tokens.bin>", 0, 0, 0, NULL,
      FIELD(train.val_data_path), 0,
-     "validation token file (llm.c format): the mean loss over its first val_batches batches, "
+     "validation tokens (llm.c file or pattern): the mean loss of its first val_batches batches, "
      "through a forward-only program that keeps no gradients"},
     {"train", "eval_steps", "--eval-steps", OPT_INT, "<N>", 0, INT_MAX, 0, NULL,
      FIELD(train.eval_steps), OPT_SHOW_DEFAULT,

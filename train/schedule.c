@@ -11,9 +11,7 @@
  * A step skipped for a non-finite gradient does not count, as DeepSpeed
  * does not step its scheduler on an overflow. */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "regc_train.h"
 
@@ -80,29 +78,6 @@ double regc_train_ds_lr(const regc_train_options *o, int64_t s)
     return min_lr + delta * gamma;
 }
 
-/* The tokens of a token file, from its header (magic, version, count). */
-static int token_count(const char *path, int64_t *count)
-{
-    int fd;
-    uint64_t size;
-    int rc = regc_file_open_regular(path, REGC_TOKEN_FILE_MAX, &fd, &size);
-    if (rc)
-        return rc;
-    unsigned char h[12];
-    ssize_t n = pread(fd, h, sizeof h, 0);
-    close(fd);
-    int32_t v[3];
-    for (int i = 0; i < 3; i++)
-        v[i] = (int32_t)((uint32_t)h[4 * i] | (uint32_t)h[4 * i + 1] << 8 |
-                         (uint32_t)h[4 * i + 2] << 16 | (uint32_t)h[4 * i + 3] << 24);
-    if (n != (ssize_t)sizeof h || v[0] != 20240520 || v[1] != 1 || v[2] < 0)
-        return regc_error(REGC_ERR_FORMAT,
-                          "%s: not an llm.c token file (train.num_train_epochs counts its tokens)",
-                          path);
-    *count = v[2];
-    return REGC_OK;
-}
-
 int regc_train_resolve_epochs(regc_train_options *o, const regc_model *m, int ranks)
 {
     if (!(o->num_train_epochs > 0.0))
@@ -110,7 +85,7 @@ int regc_train_resolve_epochs(regc_train_options *o, const regc_model *m, int ra
     int64_t count = 0;
     int rc;
     if (o->data_path) {
-        rc = token_count(o->data_path, &count);
+        rc = regc_tokens_count_files(o->data_path, &count);
     } else {
         regc_tokens *t = NULL;
         if ((rc = regc_tokens_builtin(&t)) == REGC_OK)

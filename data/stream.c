@@ -1,0 +1,333 @@
+/* stream.c — files of llm.c's format read as one sequence of elements.
+ *
+ * A file is a 256 x int32 little-endian header (magic, version 1, count)
+ * followed by `count` elements. Data prepared for llm.c comes as one file
+ * or as shards (fineweb_train_000001.bin, ...); a pattern names the shards
+ * and the stream is their elements one after another, in the byte order of
+ * their names, as if they were one file.
+ *
+ * Open reads every file once, in chunks: the header against the size, each
+ * element through the caller's check (tokens against the vocabulary), and
+ * all the bytes through one hash, which is what a checkpoint records of
+ * its data. After that nothing is held: a read opens the files its range
+ * lies in and preads it, so data of any size costs no memory, and a file
+ * changed since open (another size, a short read) is an error naming it
+ * rather than other data or a fault. A file is opened per read rather than
+ * held open, as a dataset of a thousand shards would pass the limit of
+ * open files. */
+#define _POSIX_C_SOURCE 200809L
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "regc_common.h"
+#include "stream.h"
+
+#define CHUNK_BYTES ((size_t)1 << 20) /* a multiple of every element size */
+
+static int32_t read_le32(const unsigned char *p)
+{
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return (int32_t)v;
+}
+
+static void write_le32(unsigned char *p, int32_t value)
+{
+    uint32_t v = (uint32_t)value;
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+void data_header_put(unsigned char *header, int32_t magic, int32_t count)
+{
+    memset(header, 0, DATA_HEADER_BYTES);
+    write_le32(header, magic);
+    write_le32(header + 4, DATA_VERSION);
+    write_le32(header + 8, count);
+}
+
+static size_t elem_bytes(int32_t magic) { return magic == DATA_MASK_MAGIC ? 1 : 2; }
+
+/* The count of a file of `size` bytes whose first min(size, header) bytes
+ * are `header`, checked against the size. */
+static int header_check(const char *path, const unsigned char *header, uint64_t size, int32_t magic,
+                        int64_t *count)
+{
+    const char *what = magic == DATA_MASK_MAGIC ? "a regc loss mask" : "an llm.c token file";
+    const char *unit = magic == DATA_MASK_MAGIC ? "mask bytes" : "tokens";
+    const size_t elem = elem_bytes(magic);
+    *count = 0;
+    if (size < DATA_HEADER_BYTES)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: truncated header: file holds %llu bytes, the header needs %d", path,
+                          (unsigned long long)size, DATA_HEADER_BYTES);
+    int32_t m = read_le32(header), version = read_le32(header + 4), n = read_le32(header + 8);
+    if (m != magic)
+        return regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not %s", path, m, magic,
+                          what);
+    if (version != DATA_VERSION)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: unsupported version %d (regc reads version %d)", path, version,
+                          DATA_VERSION);
+    if (n < 0)
+        return regc_error(REGC_ERR_FORMAT, "%s: negative count %d in the header", path, n);
+    uint64_t body = size - DATA_HEADER_BYTES, need = (uint64_t)n * elem;
+    if (body < need)
+        return regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d %s, file holds %llu",
+                          path, n, unit, (unsigned long long)(body / elem));
+    /* Extra bytes mean the header and the data disagree; guessing which is
+     * right would silently train on the wrong data. */
+    if (body > need)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: header says %d %s (%llu bytes) but %llu bytes follow the header",
+                          path, n, unit, (unsigned long long)need, (unsigned long long)body);
+    *count = n;
+    return REGC_OK;
+}
+
+/* The files a pattern names. */
+typedef struct {
+    glob_t g;
+    int globbed;       /* g holds the names */
+    const char *whole; /* else the pattern is the one name */
+    int n;
+} file_list;
+
+static const char *file_at(const file_list *f, int i)
+{
+    return f->globbed ? f->g.gl_pathv[i] : f->whole;
+}
+
+static int files_expand(const char *pattern, file_list *f)
+{
+    memset(f, 0, sizeof *f);
+    if (!strpbrk(pattern, "*?[")) {
+        f->whole = pattern;
+        f->n = 1;
+        return REGC_OK;
+    }
+    /* sorted by glob in the C locale regc runs in: the byte order of the
+     * names, which numbered shards' names follow */
+    int rc = glob(pattern, 0, NULL, &f->g);
+    if (rc != 0 || f->g.gl_pathc > INT32_MAX) {
+        globfree(&f->g);
+        return rc == GLOB_NOMATCH
+                   ? regc_error(REGC_ERR_IO, "%s: no file matches this pattern", pattern)
+                   : regc_error(rc == GLOB_NOSPACE ? REGC_ERR_MEMORY : REGC_ERR_IO,
+                                "%s: cannot list the files of this pattern", pattern);
+    }
+    f->globbed = 1;
+    f->n = (int)f->g.gl_pathc;
+    return REGC_OK;
+}
+
+static void files_free(file_list *f)
+{
+    if (f->globbed)
+        globfree(&f->g);
+}
+
+/* Elements of a part's body through the check and the hash. */
+static int body_take(const data_part *p, int64_t index, const unsigned char *body, int64_t n,
+                     data_check_fn check, void *ctx, regc_hasher *h, size_t elem)
+{
+    int rc = check ? check(p->path, index, body, n, ctx) : REGC_OK;
+    if (rc == REGC_OK)
+        regc_hasher_update(h, body, (size_t)n * elem);
+    return rc;
+}
+
+/* Part p from the file at path: its header, then its body in chunks. */
+static int part_open(data_part *p, const char *path, int32_t magic, data_check_fn check, void *ctx,
+                     regc_hasher *h, unsigned char *chunk)
+{
+    const size_t elem = elem_bytes(magic);
+    if (!(p->path = strdup(path)))
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    int fd;
+    int rc = regc_file_open_regular(path, REGC_TOKEN_FILE_MAX, &fd, &p->file_size);
+    if (rc)
+        return rc;
+    unsigned char header[DATA_HEADER_BYTES];
+    size_t head = p->file_size < DATA_HEADER_BYTES ? (size_t)p->file_size : DATA_HEADER_BYTES;
+    rc = regc_file_pread_full(fd, path, header, head, 0, "the header");
+    if (rc == REGC_OK)
+        rc = header_check(path, header, p->file_size, magic, &p->count);
+    const int64_t per_chunk = (int64_t)(CHUNK_BYTES / elem);
+    for (int64_t i = 0; rc == REGC_OK && i < p->count; i += per_chunk) {
+        const int64_t n = p->count - i < per_chunk ? p->count - i : per_chunk;
+        rc = regc_file_pread_full(fd, path, chunk, (size_t)n * elem,
+                                  DATA_HEADER_BYTES + (uint64_t)i * elem, "the body");
+        if (rc == REGC_OK)
+            rc = body_take(p, i, chunk, n, check, ctx, h, elem);
+    }
+    close(fd);
+    return rc;
+}
+
+static int stream_begin(data_stream *s, int n, int32_t magic, regc_hasher **h)
+{
+    memset(s, 0, sizeof *s);
+    s->magic = magic;
+    s->elem = elem_bytes(magic);
+    s->parts = calloc((size_t)n, sizeof *s->parts);
+    *h = regc_hasher_begin();
+    if (!s->parts || !*h) {
+        free(s->parts);
+        s->parts = NULL;
+        if (*h)
+            regc_hasher_end(*h);
+        return regc_error(REGC_ERR_MEMORY, "out of memory opening data");
+    }
+    return REGC_OK;
+}
+
+/* The parts' places in the stream once each is open; the hash taken. */
+static void stream_end(data_stream *s, regc_hasher *h)
+{
+    s->count = 0;
+    for (int i = 0; i < s->n; i++) {
+        s->parts[i].first = s->count;
+        s->count += s->parts[i].count;
+    }
+    s->hash = regc_hasher_end(h);
+}
+
+int data_stream_open(const char *pattern, int32_t magic, data_check_fn check, void *ctx,
+                     data_stream *s)
+{
+    memset(s, 0, sizeof *s);
+    file_list f;
+    int rc = files_expand(pattern, &f);
+    if (rc)
+        return rc;
+    regc_hasher *h = NULL;
+    unsigned char *chunk = malloc(CHUNK_BYTES);
+    rc = chunk ? stream_begin(s, f.n, magic, &h)
+               : regc_error(REGC_ERR_MEMORY, "%s: out of memory", pattern);
+    for (int i = 0; rc == REGC_OK && i < f.n; i++) {
+        s->n = i + 1; /* so that free releases the part however far it got */
+        rc = part_open(&s->parts[i], file_at(&f, i), magic, check, ctx, h, chunk);
+    }
+    free(chunk);
+    files_free(&f);
+    if (h)
+        stream_end(s, h);
+    if (rc)
+        data_stream_free(s);
+    return rc;
+}
+
+int data_stream_parse(const char *source, const void *bytes, size_t size, int32_t magic,
+                      data_check_fn check, void *ctx, data_stream *s)
+{
+    regc_hasher *h;
+    int rc = stream_begin(s, 1, magic, &h);
+    if (rc)
+        return rc;
+    s->n = 1;
+    data_part *p = &s->parts[0];
+    p->file_size = size;
+    rc = (p->path = strdup(source)) ? header_check(source, bytes, size, magic, &p->count)
+                                    : regc_error(REGC_ERR_MEMORY, "%s: out of memory", source);
+    const size_t body = (size_t)p->count * s->elem;
+    if (rc == REGC_OK && !(p->bytes = malloc(body ? body : 1)))
+        rc = regc_error(REGC_ERR_MEMORY, "%s: out of memory for %zu bytes", source, body);
+    if (rc == REGC_OK) {
+        memcpy(p->bytes, (const unsigned char *)bytes + DATA_HEADER_BYTES, body);
+        rc = body_take(p, 0, p->bytes, p->count, check, ctx, h, s->elem);
+    }
+    stream_end(s, h);
+    if (rc)
+        data_stream_free(s);
+    return rc;
+}
+
+/* Elements [first, first + n) of part p, all inside it. */
+static int part_read(const data_part *p, size_t elem, int64_t first, int64_t n, unsigned char *out)
+{
+    const size_t bytes = (size_t)n * elem;
+    if (p->bytes) {
+        memcpy(out, p->bytes + (size_t)first * elem, bytes);
+        return REGC_OK;
+    }
+    int fd;
+    uint64_t size;
+    int rc = regc_file_open_regular(p->path, REGC_TOKEN_FILE_MAX, &fd, &size);
+    if (rc)
+        return rc;
+    if (size != p->file_size)
+        rc = regc_error(REGC_ERR_IO, "%s: changed since it was opened (%llu bytes then, %llu now)",
+                        p->path, (unsigned long long)p->file_size, (unsigned long long)size);
+    else
+        rc = regc_file_pread_full(fd, p->path, out, bytes,
+                                  DATA_HEADER_BYTES + (uint64_t)first * elem, "the data");
+    close(fd);
+    return rc;
+}
+
+int data_stream_read(const data_stream *s, int64_t first, int64_t n, unsigned char *out)
+{
+    /* the last part starting at or before first, by bisection */
+    int lo = 0, hi = s->n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s->parts[mid].first <= first)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int rc = REGC_OK;
+    for (int i = lo; rc == REGC_OK && n > 0 && i < s->n; i++) {
+        const data_part *p = &s->parts[i];
+        const int64_t at = first - p->first, left = p->count - at;
+        if (left <= 0)
+            continue; /* an empty part */
+        const int64_t take = n < left ? n : left;
+        rc = part_read(p, s->elem, at, take, out);
+        out += (size_t)take * s->elem;
+        first += take;
+        n -= take;
+    }
+    if (rc == REGC_OK && n > 0) /* the callers' ranges lie inside: a bug, not bad data */
+        rc = regc_error(REGC_ERR_ARG, "%s: elements %lld .. %lld past its %lld", s->parts[0].path,
+                        (long long)first, (long long)(first + n - 1), (long long)s->count);
+    return rc;
+}
+
+int data_stream_count(const char *pattern, int32_t magic, int64_t *count)
+{
+    *count = 0;
+    file_list f;
+    int rc = files_expand(pattern, &f);
+    for (int i = 0; rc == REGC_OK && i < f.n; i++) {
+        const char *path = file_at(&f, i);
+        int fd;
+        uint64_t size;
+        unsigned char header[12]; /* magic, version, count: all header_check reads */
+        int64_t c = 0;
+        if ((rc = regc_file_open_regular(path, REGC_TOKEN_FILE_MAX, &fd, &size)))
+            break;
+        if (size >= DATA_HEADER_BYTES)
+            rc = regc_file_pread_full(fd, path, header, sizeof header, 0, "the header");
+        if (rc == REGC_OK)
+            rc = header_check(path, header, size, magic, &c);
+        close(fd);
+        *count += c;
+    }
+    files_free(&f);
+    return rc;
+}
+
+void data_stream_free(data_stream *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        free(s->parts[i].path);
+        free(s->parts[i].bytes);
+    }
+    free(s->parts);
+    memset(s, 0, sizeof *s);
+}

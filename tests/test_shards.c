@@ -1,0 +1,267 @@
+/* test_shards.c — token data in shards, as llm.c's datasets come: a pattern
+ * names files whose tokens read as their concatenation in name order.
+ *
+ * - Shards of uneven sizes (one empty), written out of name order beside
+ *   files the pattern does not match, read as the one file of their
+ *   tokens joined: the same count from the headers alone, the same hash
+ *   (what a checkpoint records, so a run may resume on either), and the
+ *   same batches in llm.c's order and shuffled, rows crossing the files'
+ *   ends; masks beside the shards likewise.
+ * - Errors name the file: a pattern matching nothing, a token past the
+ *   vocabulary in one shard, masks of another number of files or another
+ *   length, and a shard changed, rewritten or removed after open (a batch
+ *   then fails in one line; nothing is read from a file it was not
+ *   checked as).
+ * - Through `regc train`: a pattern trains as the joined file does, its
+ *   epochs counted over every shard, and a pattern a shell expanded into
+ *   several arguments is refused with the quoting that fixes it. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "regc_data.h"
+#include "test_util.h"
+
+#define VOCAB 256 /* below gpt2-tiny's 512: `regc train` reads the same files */
+#define N_SHARDS 4
+static const int64_t shard_count[N_SHARDS] = {37, 0, 101, 64}; /* shard_00 .. shard_03 */
+#define TOTAL (37 + 0 + 101 + 64)
+
+static int setup(void **state) { return regc_test_dir_setup(state, "shards", ""); }
+
+static uint16_t token_at(int64_t i) { return (uint16_t)((i * 31 + 7) % VOCAB); }
+
+/* dir/shard_0s.bin and .mask for each s, last first, and dir/whole.bin and
+ * whole.mask: their concatenation; beside them files no pattern below
+ * matches. */
+static void write_shards(regc_test_dir *f)
+{
+    uint16_t tokens[TOTAL];
+    uint8_t mask[TOTAL];
+    for (int64_t i = 0; i < TOTAL; i++)
+        tokens[i] = token_at(i), mask[i] = (uint8_t)(i % 5 != 0);
+    for (int s = N_SHARDS - 1; s >= 0; s--) {
+        int64_t first = 0;
+        for (int j = 0; j < s; j++)
+            first += shard_count[j];
+        char name[32];
+        snprintf(name, sizeof name, "shard_%02d.bin", s);
+        assert_int_equal(
+            regc_tokens_write(regc_test_path_in(f, name), tokens + first, shard_count[s]), REGC_OK);
+        snprintf(name, sizeof name, "shard_%02d.mask", s);
+        assert_int_equal(
+            regc_tokens_write_mask(regc_test_path_in(f, name), mask + first, shard_count[s]),
+            REGC_OK);
+    }
+    assert_int_equal(regc_tokens_write(regc_test_path_in(f, "whole.bin"), tokens, TOTAL), REGC_OK);
+    assert_int_equal(regc_tokens_write_mask(regc_test_path_in(f, "whole.mask"), mask, TOTAL),
+                     REGC_OK);
+    assert_int_equal(regc_tokens_write(regc_test_path_in(f, "other.bin"), tokens, 9), REGC_OK);
+    assert_int_equal(regc_test_write_file(regc_test_path_in(f, "shard_notes.txt"), "x", 1), 0);
+}
+
+static regc_tokens *open_tokens(regc_test_dir *f, const char *name, const char *mask)
+{
+    regc_tokens *t = NULL;
+    assert_int_equal(regc_tokens_open(regc_test_path_in(f, name), VOCAB, &t), REGC_OK);
+    if (mask)
+        assert_int_equal(regc_tokens_open_mask(t, regc_test_path_in(f, mask)), REGC_OK);
+    return t;
+}
+
+/* Batches 0 .. 19 of 3 x 8 of a and b are the same, in both orders. */
+static void expect_same_batches(regc_tokens *a, regc_tokens *b)
+{
+    enum { B = 3, T = 8 };
+    int32_t in_a[B * T], tg_a[B * T], in_b[B * T], tg_b[B * T];
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        regc_tokens_set_shuffle(a, shuffled, 11);
+        regc_tokens_set_shuffle(b, shuffled, 11);
+        for (int64_t k = 0; k < 20; k++) {
+            assert_int_equal(regc_tokens_batch(a, k, B, T, in_a, tg_a), REGC_OK);
+            assert_int_equal(regc_tokens_batch(b, k, B, T, in_b, tg_b), REGC_OK);
+            assert_memory_equal(in_a, in_b, sizeof in_a);
+            assert_memory_equal(tg_a, tg_b, sizeof tg_a);
+        }
+    }
+}
+
+static void test_shards_read_as_their_concatenation(void **state)
+{
+    regc_test_dir *f = *state;
+    write_shards(f);
+    regc_tokens *shards = open_tokens(f, "shard_*.bin", NULL);
+    regc_tokens *whole = open_tokens(f, "whole.bin", NULL);
+    assert_int_equal(regc_tokens_count(shards), TOTAL);
+    int64_t count = 0;
+    assert_int_equal(regc_tokens_count_files(regc_test_path_in(f, "shard_*.bin"), &count), REGC_OK);
+    assert_int_equal(count, TOTAL);
+    assert_true(regc_tokens_hash(shards) == regc_tokens_hash(whole));
+    expect_same_batches(shards, whole);
+    /* llm.c's order runs through the files' ends: batch 1's first row
+     * starts at token 24, the first shard's ending at 37 */
+    int32_t in[3 * 8], tg[3 * 8];
+    regc_tokens_set_shuffle(shards, 0, 0);
+    assert_int_equal(regc_tokens_batch(shards, 1, 3, 8, in, tg), REGC_OK);
+    for (int i = 0; i < 3 * 8; i++) {
+        assert_int_equal(in[i], token_at(24 + i));
+        assert_int_equal(tg[i], token_at(25 + i));
+    }
+    regc_tokens_free(shards);
+    regc_tokens_free(whole);
+
+    shards = open_tokens(f, "shard_0?.bin", "shard_*.mask");
+    whole = open_tokens(f, "whole.bin", "whole.mask");
+    assert_true(regc_tokens_hash(shards) == regc_tokens_hash(whole));
+    expect_same_batches(shards, whole);
+    regc_tokens_free(shards);
+    regc_tokens_free(whole);
+}
+
+static void expect_mask_error(regc_test_dir *f, const char *mask, const char *a, const char *b)
+{
+    regc_tokens *t = open_tokens(f, "shard_*.bin", NULL);
+    assert_int_equal(regc_tokens_open_mask(t, regc_test_path_in(f, mask)), REGC_ERR_SHAPE);
+    regc_test_expect_error(a, b);
+    regc_tokens_free(t);
+}
+
+static void test_shard_errors_name_the_file(void **state)
+{
+    regc_test_dir *f = *state;
+    write_shards(f);
+    regc_tokens *t = (regc_tokens *)0x1;
+    const char *none = regc_test_path_in(f, "none_*.bin");
+    assert_int_equal(regc_tokens_open(none, VOCAB, &t), REGC_ERR_IO);
+    assert_null(t);
+    regc_test_expect_error(none, "no file matches this pattern");
+    int64_t count = -1;
+    assert_int_equal(regc_tokens_count_files(none, &count), REGC_ERR_IO);
+
+    /* masks: a file too few, then one shard's mask a byte short */
+    expect_mask_error(f, "shard_0[0-2].mask", "3 mask files for the 4 token files", "shard_*.bin");
+    uint8_t short_mask[100] = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s", regc_test_path_in(f, "shard_02.mask"));
+    assert_int_equal(regc_tokens_write_mask(path, short_mask, 100), REGC_OK);
+    expect_mask_error(f, "shard_*.mask", "shard_02.mask: 100 mask bytes for the 101 tokens of",
+                      "shard_02.bin");
+
+    /* a token past the vocabulary in the third shard: named with its place
+     * in that file */
+    uint16_t bad[101];
+    for (int i = 0; i < 101; i++)
+        bad[i] = i == 5 ? VOCAB : token_at(i);
+    snprintf(path, sizeof path, "%s", regc_test_path_in(f, "shard_02.bin"));
+    assert_int_equal(regc_tokens_write(path, bad, 101), REGC_OK);
+    assert_int_equal(regc_tokens_open(regc_test_path_in(f, "shard_*.bin"), VOCAB, &t),
+                     REGC_ERR_FORMAT);
+    assert_null(t);
+    regc_test_expect_error("shard_02.bin", "token 256 at position 5 is >= vocab size 256");
+    /* the headers alone still count it: epochs need no more */
+    assert_int_equal(regc_tokens_count_files(regc_test_path_in(f, "shard_*.bin"), &count), REGC_OK);
+    assert_int_equal(count, TOTAL);
+}
+
+/* Batch 7 of 3 x 8 (tokens 168 .. 192) reads the last shard (138 ..). */
+static void expect_batch_error(regc_tokens *t, const char *a, const char *b)
+{
+    int32_t in[3 * 8], tg[3 * 8];
+    assert_int_equal(regc_tokens_batch(t, 0, 3, 8, in, tg), REGC_OK); /* the first shard is whole */
+    assert_int_not_equal(regc_tokens_batch(t, 7, 3, 8, in, tg), REGC_OK);
+    regc_test_expect_error(a, b);
+}
+
+static void test_shard_changed_after_open(void **state)
+{
+    regc_test_dir *f = *state;
+    write_shards(f);
+    regc_tokens *t = open_tokens(f, "shard_*.bin", NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s", regc_test_path_in(f, "shard_03.bin"));
+    uint16_t tokens[64];
+    for (int i = 0; i < 64; i++)
+        tokens[i] = token_at(TOTAL - 64 + i);
+
+    assert_int_equal(regc_tokens_write(path, tokens, 60), REGC_OK); /* shorter */
+    expect_batch_error(t, "shard_03.bin", "changed since it was opened");
+    tokens[40] = 9999; /* the same size, a token no embedding row holds */
+    assert_int_equal(regc_tokens_write(path, tokens, 64), REGC_OK);
+    expect_batch_error(t, "shard_*.bin", "vocab size 256: the data changed since it was opened");
+    assert_int_equal(remove(path), 0);
+    expect_batch_error(t, "shard_03.bin", "cannot open");
+    regc_tokens_free(t);
+}
+
+/* The losses of a --json run, as their text, one per line. */
+static char *run_losses(regc_test_dir *f, const char *data, const char *steps_flag,
+                        const char *steps)
+{
+    regc_test_proc p;
+    char data_path[1024];
+    snprintf(data_path, sizeof data_path, "%s", regc_test_path_in(f, data));
+    regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", data_path, "--batch", "2",
+                       "--seq", "16", steps_flag, steps, "--json", "--no-cache", NULL);
+    if (p.status != 0)
+        fail_msg("regc train --data %s: exit %d: %s", data_path, p.status, p.err);
+    size_t cap = 4096, len = 0;
+    char *losses = calloc(1, cap);
+    assert_non_null(losses);
+    for (char *line = strtok(p.out, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        if (cJSON_IsNumber(loss))
+            len += (size_t)snprintf(losses + len, cap - len, "%.9g\n", loss->valuedouble);
+        cJSON_Delete(o);
+        assert_true(len < cap);
+    }
+    regc_test_proc_free(&p);
+    return losses;
+}
+
+static void test_train_on_a_pattern(void **state)
+{
+    regc_test_dir *f = *state;
+    write_shards(f);
+    char *shards = run_losses(f, "shard_*.bin", "--steps", "4");
+    char *whole = run_losses(f, "whole.bin", "--steps", "4");
+    assert_string_equal(shards, whole);
+    free(shards);
+    free(whole);
+    /* one epoch of every shard: (202 - 1) / 32 = 6 batches */
+    shards = run_losses(f, "shard_*.bin", "--num-train-epochs", "1");
+    int lines = 0;
+    for (const char *c = shards; *c; c++)
+        lines += *c == '\n';
+    assert_int_equal(lines, (TOTAL - 1) / 32);
+    free(shards);
+
+    /* the pattern unquoted: the shell hands regc the files */
+    regc_test_proc p;
+    char first[1024], second[1024];
+    snprintf(first, sizeof first, "%s", regc_test_path_in(f, "shard_00.bin"));
+    snprintf(second, sizeof second, "%s", regc_test_path_in(f, "shard_01.bin"));
+    regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", first, second, NULL);
+    assert_int_equal(p.status, 2);
+    assert_non_null(strstr(p.err, "after --data's value: several files are one quoted pattern"));
+    regc_test_proc_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        regc_test_in_dir(test_shards_read_as_their_concatenation, setup),
+        regc_test_in_dir(test_shard_errors_name_the_file, setup),
+        regc_test_in_dir(test_shard_changed_after_open, setup),
+        regc_test_in_dir(test_train_on_a_pattern, setup),
+    };
+    return cmocka_run_group_tests_name("shards", tests, NULL, NULL);
+}
