@@ -70,24 +70,12 @@ static char *write_eod_mask(const regc_test_dir *f)
 static void train(const regc_test_dir *f, const char *model, const char *batch, const char *seq,
                   double *loss, ...)
 {
-    const char *argv[32] = {"train",   "--model", model,     "--data", f->path,
-                            "--steps", "5",       "--batch", batch,    "--seq",
-                            seq,       "--json",  "--lr",    "1e-3",   "--no-cache"};
-    int n = 15;
+    const char *const args[] = {"--model", model,   "--data", f->path, "--steps", "5", "--batch",
+                                batch,     "--seq", seq,      "--lr",  "1e-3",    NULL};
     va_list ap;
     va_start(ap, loss);
-    for (const char *a; (a = va_arg(ap, const char *)) && n < 31;)
-        argv[n++] = a;
+    assert_int_equal(regc_test_train_losses_v(loss, STEPS, args, ap), STEPS);
     va_end(ap);
-    argv[n] = NULL;
-    regc_test_proc p;
-    const char *full[34] = {REGC_BIN};
-    for (int i = 0; i <= n; i++)
-        full[i + 1] = argv[i];
-    if (regc_test_run_argv(full, &p) != 0)
-        fail_msg("regc train failed: %s", p.err);
-    assert_int_equal(regc_test_json_losses(p.out, loss, STEPS), STEPS);
-    regc_test_proc_free(&p);
 }
 
 static double largest_gap(const double *a, const double *b)

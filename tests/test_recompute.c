@@ -197,18 +197,28 @@ static void test_whole_graph_recomputes_as_regions_do(void **state)
 
 /* ---- auto under a budget ------------------------------------------------- */
 
+/* The bytes of o's step with nothing recomputed (*hi) and with the most
+ * auto can recompute, every candidate, the logits in chunks of chunk_rows
+ * (0: as the compiler chooses) (*lo). */
+static void budget_bracket(regc_train_options o, int chunk_rows, int64_t *hi, int64_t *lo)
+{
+    o.compile.recompute = REGC_RECOMPUTE_NONE;
+    regc_program *none = compile_as("gpt2-tiny", &o, NULL);
+    o.compile.recompute = REGC_RECOMPUTE_AUTO, o.compile.recompute_ratio = 1e30;
+    o.compile.logits_chunk_rows = chunk_rows;
+    regc_program *most = compile_as("gpt2-tiny", &o, NULL);
+    *hi = total_of(none), *lo = total_of(most);
+    assert_true(*lo < *hi);
+    regc_program_free(none), regc_program_free(most);
+}
+
 static void test_auto_fits_the_budget(void **state)
 {
     (void)state;
     regc_train_options o = base_options();
-    o.compile.recompute = REGC_RECOMPUTE_NONE;
-    regc_program *none = compile_as("gpt2-tiny", &o, NULL);
-    /* the most auto can recompute: every candidate */
-    o.compile.recompute = REGC_RECOMPUTE_AUTO, o.compile.recompute_ratio = 1e30;
-    regc_program *most = compile_as("gpt2-tiny", &o, NULL);
-    const int64_t hi = total_of(none), lo = total_of(most);
-    assert_true(lo < hi);
-    o.compile.recompute_ratio = -1.0;
+    int64_t hi, lo;
+    budget_bracket(o, 0, &hi, &lo);
+    o.compile.recompute = REGC_RECOMPUTE_AUTO, o.compile.recompute_ratio = -1.0;
     int prev = INT32_MAX;
     for (int i = 0; i <= 6; i++) {
         o.compile.budget_bytes = lo + (hi - lo) * i / 6;
@@ -250,7 +260,6 @@ static void test_auto_fits_the_budget(void **state)
     if (!strstr(regc_error_message(), "compile.memory_budget_mb") ||
         !strstr(regc_error_message(), want))
         fail_msg("expected the key and \"%s\", got: %s", want, regc_error_message());
-    regc_program_free(none), regc_program_free(most);
 }
 
 /* fit_check answers as the whole search does, at budgets from below the
@@ -260,13 +269,9 @@ static void test_fit_check_answers_as_the_search(void **state)
 {
     (void)state;
     regc_train_options o = base_options();
-    o.compile.recompute = REGC_RECOMPUTE_NONE;
-    regc_program *none = compile_as("gpt2-tiny", &o, NULL);
-    o.compile.recompute = REGC_RECOMPUTE_AUTO, o.compile.recompute_ratio = 1e30;
-    o.compile.logits_chunk_rows = 1;
-    regc_program *most = compile_as("gpt2-tiny", &o, NULL);
-    const int64_t hi = total_of(none), lo = total_of(most);
-    regc_program_free(none), regc_program_free(most);
+    int64_t hi, lo;
+    budget_bracket(o, 1, &hi, &lo);
+    o.compile.recompute = REGC_RECOMPUTE_AUTO;
     regc_model *m = NULL;
     assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
     int fewer = 0, fits = 0, refused = 0;

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "regc_data.h"
@@ -201,48 +200,29 @@ static void test_shard_changed_after_open(void **state)
     regc_tokens_free(t);
 }
 
-/* The losses of a --json run, as their text, one per line. */
-static char *run_losses(regc_test_dir *f, const char *data, const char *steps_flag,
-                        const char *steps)
+/* The step losses of gpt2-tiny trained on dir/data, B=2, T=16, with the
+ * steps flag given; their number. */
+static int train(regc_test_dir *f, const char *data, const char *steps_flag, const char *steps,
+                 double *loss, int max)
 {
-    regc_test_proc p;
-    char data_path[1024];
-    snprintf(data_path, sizeof data_path, "%s", regc_test_path_in(f, data));
-    regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", data_path, "--batch", "2",
-                       "--seq", "16", steps_flag, steps, "--json", "--no-cache", NULL);
-    if (p.status != 0)
-        fail_msg("regc train --data %s: exit %d: %s", data_path, p.status, p.err);
-    size_t cap = 4096, len = 0;
-    char *losses = calloc(1, cap);
-    assert_non_null(losses);
-    for (char *line = strtok(p.out, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(line);
-        const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss");
-        if (cJSON_IsNumber(loss))
-            len += (size_t)snprintf(losses + len, cap - len, "%.9g\n", loss->valuedouble);
-        cJSON_Delete(o);
-        assert_true(len < cap);
-    }
-    regc_test_proc_free(&p);
-    return losses;
+    char path[1024];
+    snprintf(path, sizeof path, "%s", regc_test_path_in(f, data));
+    const char *const args[] = {"--model", "gpt2-tiny", "--data",   path,  "--batch", "2",
+                                "--seq",   "16",        steps_flag, steps, NULL};
+    return regc_test_train_losses(loss, max, args, NULL);
 }
 
 static void test_train_on_a_pattern(void **state)
 {
     regc_test_dir *f = *state;
     write_shards(f);
-    char *shards = run_losses(f, "shard_*.bin", "--steps", "4");
-    char *whole = run_losses(f, "whole.bin", "--steps", "4");
-    assert_string_equal(shards, whole);
-    free(shards);
-    free(whole);
+    double shards[TOTAL], whole[TOTAL];
+    assert_int_equal(train(f, "shard_*.bin", "--steps", "4", shards, TOTAL), 4);
+    assert_int_equal(train(f, "whole.bin", "--steps", "4", whole, TOTAL), 4);
+    assert_memory_equal(shards, whole, 4 * sizeof *whole);
     /* one epoch of every shard: (202 - 1) / 32 = 6 batches */
-    shards = run_losses(f, "shard_*.bin", "--num-train-epochs", "1");
-    int lines = 0;
-    for (const char *c = shards; *c; c++)
-        lines += *c == '\n';
-    assert_int_equal(lines, (TOTAL - 1) / 32);
-    free(shards);
+    assert_int_equal(train(f, "shard_*.bin", "--num-train-epochs", "1", shards, TOTAL),
+                     (TOTAL - 1) / 32);
 
     /* the pattern unquoted: the shell hands regc the files */
     regc_test_proc p;
@@ -250,8 +230,8 @@ static void test_train_on_a_pattern(void **state)
     snprintf(first, sizeof first, "%s", regc_test_path_in(f, "shard_00.bin"));
     snprintf(second, sizeof second, "%s", regc_test_path_in(f, "shard_01.bin"));
     regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", first, second, NULL);
-    assert_int_equal(p.status, 2);
-    assert_non_null(strstr(p.err, "after --data's value: several files are one quoted pattern"));
+    regc_test_expect_one_line_error(&p, 2, "after --data's value",
+                                    "several files are one quoted pattern");
     regc_test_proc_free(&p);
 }
 

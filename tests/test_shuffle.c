@@ -167,21 +167,13 @@ static void test_ranks_read_their_slice(void **state)
  * more flags: its n step losses. */
 static void train(const char *data, const char *steps, double *loss, int n, ...)
 {
-    const char *argv[40] = {REGC_BIN,  "train", "--model", "gpt2-tiny", "--data", data,
-                            "--steps", steps,   "--json",  "--batch",   "4",      "--seq",
-                            "32",      "--lr",  "1e-3",    "--no-cache"};
-    int c = 16;
+    const char *const args[] = {"--model", "gpt2-tiny", "--data", data,    "--steps",
+                                steps,     "--batch",   "4",      "--seq", "32",
+                                "--lr",    "1e-3",      NULL};
     va_list ap;
     va_start(ap, n);
-    for (const char *a; (a = va_arg(ap, const char *)) && c < 39;)
-        argv[c++] = a;
+    assert_int_equal(regc_test_train_losses_v(loss, n, args, ap), n);
     va_end(ap);
-    argv[c] = NULL;
-    regc_test_proc p;
-    if (regc_test_run_argv(argv, &p) != 0)
-        fail_msg("regc train failed: %s", p.err);
-    assert_int_equal(regc_test_json_losses(p.out, loss, n), n);
-    regc_test_proc_free(&p);
 }
 
 /* Three batches of 4 rows of 32 an epoch: 8 steps read three epochs, and a

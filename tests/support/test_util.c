@@ -373,3 +373,34 @@ int regc_test_json_losses(const char *out, double *loss, int max)
     }
     return n;
 }
+
+int regc_test_train_losses_v(double *loss, int max, const char *const *args, va_list more)
+{
+    enum { max_args = 48 };
+    const char *argv[max_args + 1] = {REGC_BIN, "train", "--json", "--no-cache"};
+    int n = 4;
+    for (; *args; args++) {
+        assert_true(n < max_args);
+        argv[n++] = *args;
+    }
+    for (const char *a; (a = va_arg(more, const char *)) != NULL;) {
+        assert_true(n < max_args);
+        argv[n++] = a;
+    }
+    argv[n] = NULL;
+    regc_test_proc p;
+    if (regc_test_run_argv(argv, &p) != 0)
+        fail_msg("regc train failed (exit %d): %s", p.status, p.err);
+    const int got = regc_test_json_losses(p.out, loss, max);
+    regc_test_proc_free(&p);
+    return got;
+}
+
+int regc_test_train_losses(double *loss, int max, const char *const *args, ...)
+{
+    va_list ap;
+    va_start(ap, args);
+    const int got = regc_test_train_losses_v(loss, max, args, ap);
+    va_end(ap);
+    return got;
+}

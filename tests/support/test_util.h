@@ -4,6 +4,7 @@
 #ifndef REGC_TEST_UTIL_H
 #define REGC_TEST_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Create a fresh directory under $TMPDIR (or /tmp) named after `tag`;
@@ -84,5 +85,11 @@ void regc_test_expect_one_line_error(const regc_test_proc *p, int status, const 
 /* The "loss" of each line of a `regc train --json` stdout that has one, in
  * order (at most max); every line must be JSON. */
 int regc_test_json_losses(const char *out, double *loss, int max);
+/* `regc train --json --no-cache` with `args` (NULL-terminated) and then
+ * the NULL-terminated arguments of `more`: it must exit 0; its step
+ * losses (at most max) go to loss, their number returned. */
+int regc_test_train_losses_v(double *loss, int max, const char *const *args, va_list more);
+int regc_test_train_losses(double *loss, int max, const char *const *args, ...)
+    __attribute__((sentinel));
 
 #endif
