@@ -2,7 +2,8 @@
  * token file and loss mask, and `regc train --loss-mask`.
  *
  * - prepare_data.py packs JSONL examples as prompt · response · end of text,
- *   masked 0 · 1 · 1, byte for byte.
+ *   masked 0 · 1 · 1, byte for byte; in shards (--shard-tokens) the same
+ *   tokens and mask, an earlier run's extra shards removed.
  * - The mask decides which targets count: for the same first batch, the
  *   loss over the masked targets and the loss over the others, weighted by
  *   their counts, add up to the loss over all of them.
@@ -99,6 +100,41 @@ static double step0_loss(const fixture *f, const char *const *extra, double *ste
     if (step1)
         *step1 = loss[1];
     return loss[0];
+}
+
+/* --shard-tokens: shards that read as the one file (tokens, mask and so
+ * the hash a checkpoint records), an earlier run's shards past the last
+ * removed and other files of the prefix kept. */
+static void test_prepare_in_shards(void **state)
+{
+    fixture *f = *state;
+    prepare(f);
+    char *stale = regc_test_join(f->dir, "sft_000099.bin"),
+         *other = regc_test_join(f->dir, "sft_notes.bin");
+    assert_int_equal(regc_test_write_file(stale, "x", 1), 0);
+    assert_int_equal(regc_test_write_file(other, "x", 1), 0);
+    regc_test_proc p;
+    const char *argv[] = {PYTHON,    SCRIPT,           "--jsonl", f->jsonl, "--out",
+                          f->prefix, "--shard-tokens", "7",       NULL};
+    if (regc_test_run_argv(argv, &p) != 0)
+        fail_msg("prepare_data.py --shard-tokens failed: %s", p.err);
+    regc_test_proc_free(&p);
+    assert_false(regc_test_is_file(stale));
+    assert_true(regc_test_is_file(other));
+
+    char *tokens = regc_test_join(f->dir, "sft_??????.bin"),
+         *masks = regc_test_join(f->dir, "sft_??????.mask.bin"),
+         *last = regc_test_join(f->dir, "sft_000001.bin");
+    regc_tokens *whole = NULL, *shards = NULL;
+    assert_int_equal(regc_tokens_open(f->bin, 256, &whole), REGC_OK);
+    assert_int_equal(regc_tokens_open_mask(whole, f->mask), REGC_OK);
+    assert_int_equal(regc_tokens_open(tokens, 256, &shards), REGC_OK);
+    assert_int_equal(regc_tokens_open_mask(shards, masks), REGC_OK);
+    assert_int_equal(regc_tokens_count(shards), regc_tokens_count(whole));
+    assert_true(regc_tokens_hash(shards) == regc_tokens_hash(whole));
+    assert_true(regc_test_is_file(last)); /* more than one shard */
+    regc_tokens_free(whole), regc_tokens_free(shards);
+    free(stale), free(other), free(tokens), free(masks), free(last);
 }
 
 static void test_prepare_packs_and_masks(void **state)
@@ -235,6 +271,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_prepare_packs_and_masks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepare_in_shards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_masked_losses_add_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accumulation_weighs_by_targets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_masks_and_data, setup, teardown),

@@ -11,6 +11,16 @@ that token counts toward the loss). Train with
 
     regc train --model ... --data OUT.bin --loss-mask OUT.mask.bin
 
+With --shard-tokens N it writes shards of N tokens as llm.c's datasets come
+instead, OUT_000000.bin, OUT_000001.bin, ... (and OUT_000000.mask.bin, ...),
+each written as it fills, so that data of any size passes through a bounded
+memory; regc reads them as one file through a quoted pattern:
+
+    regc train --model ... --data 'OUT_??????.bin' --loss-mask 'OUT_??????.mask.bin'
+
+Shards of OUT left by an earlier run past the last one written are removed, so
+that the pattern names this run's data alone.
+
 JSONL: one object per line with "prompt" and "response" strings. Each example
 becomes prompt tokens, response tokens and the end-of-text token, packed one
 after another into one stream that regc cuts into rows of --seq tokens; the
@@ -28,6 +38,8 @@ Every error is one line naming the file (and the line of a JSONL file).
 """
 
 import argparse
+import array
+import glob
 import json
 import os
 import struct
@@ -97,7 +109,7 @@ class HFTokenizer:
 
 
 def from_jsonl(path, tok):
-    tokens, mask = [], []
+    """Each example's tokens and mask, in order."""
     try:
         f = open(path, encoding="utf-8")
     except OSError as e:
@@ -117,14 +129,11 @@ def from_jsonl(path, tok):
                 if not isinstance(ex.get(key), str):
                     raise DataError("%s:%d: \"%s\" is missing or not a string" % (path, n, key))
             p, r = tok.encode(ex["prompt"]), tok.encode(ex["response"])
-            tokens += p + r + [tok.eos]
-            mask += [0] * len(p) + [1] * (len(r) + 1)
-    if not tokens:
-        raise DataError("%s: no examples" % path)
-    return tokens, mask
+            yield p + r + [tok.eos], [0] * len(p) + [1] * (len(r) + 1)
 
 
 def from_text(path, tok):
+    """The whole file's tokens, every one counted (no mask)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -132,10 +141,59 @@ def from_text(path, tok):
         raise DataError("%s: cannot open: %s" % (path, e.strerror))
     except UnicodeDecodeError as e:
         raise DataError("%s: not UTF-8 at byte %d" % (path, e.start))
-    tokens = tok.encode(text)
-    if not tokens:
-        raise DataError("%s: no text" % path)
-    return tokens, None
+    yield tok.encode(text), None
+
+
+class Writer:
+    """Tokens (and their mask) into OUT.bin, or into shards of shard_tokens
+    written as each fills. Tokens are held as uint16 and mask bytes as
+    bytes: two and one byte each, not a Python integer."""
+
+    def __init__(self, out, shard_tokens, has_mask):
+        self.out, self.shard, self.has_mask = out, shard_tokens, has_mask
+        self.tokens, self.mask = array.array("H"), bytearray()
+        self.total = self.counted = self.shards = 0
+
+    def _path(self, index, mask):
+        if not self.shard:
+            return self.out + (".mask.bin" if mask else ".bin")
+        return "%s_%06d%s" % (self.out, index, ".mask.bin" if mask else ".bin")
+
+    def _flush(self, n):
+        tokens = self.tokens[:n]
+        if sys.byteorder != "little":
+            tokens.byteswap()
+        write_atomic(self._path(self.shards, False), TOKENS_MAGIC, n, tokens.tobytes())
+        if self.has_mask:
+            write_atomic(self._path(self.shards, True), MASK_MAGIC, n, bytes(self.mask[:n]))
+        del self.tokens[:n], self.mask[:n]
+        self.shards += 1
+
+    def add(self, tokens, mask):
+        self.tokens.extend(tokens)
+        self.total += len(tokens)
+        if mask is not None:
+            self.mask.extend(mask)
+            self.counted += sum(mask)
+        else:
+            self.counted += len(tokens)
+        while self.shard and len(self.tokens) >= self.shard:
+            self._flush(self.shard)
+
+    def finish(self, source):
+        if not self.total:
+            raise DataError("%s: %s" % (source, "no examples" if self.has_mask else "no text"))
+        if not self.shard and self.total > 2**31 - 1:
+            raise DataError("%s: %d tokens do not fit the header's int32 count "
+                            "(--shard-tokens splits them)" % (source, self.total))
+        if self.tokens or not self.shard:
+            self._flush(len(self.tokens))
+        if self.shard:  # an earlier run's shards past this run's last
+            for path in glob.glob(glob.escape(self.out) + "_[0-9][0-9][0-9][0-9][0-9][0-9]*.bin"):
+                name = os.path.basename(path)[len(os.path.basename(self.out)) + 1:]
+                if name[:6].isdigit() and int(name[:6]) >= self.shards and \
+                        name[6:] in (".bin", ".mask.bin"):
+                    os.unlink(path)
 
 
 def main(argv):
@@ -147,7 +205,10 @@ def main(argv):
     ap.add_argument("--eos", default="<|endoftext|>", help="the tokenizer's end-of-text token")
     ap.add_argument("--eos-id", type=int, default=0, help="byte-level end of text (0..255)")
     ap.add_argument("--out", required=True, help="writes OUT.bin and, for JSONL, OUT.mask.bin")
+    ap.add_argument("--shard-tokens", type=int, default=0,
+                    help="shards of N tokens, OUT_000000.bin, ..., as llm.c's datasets come")
     args = ap.parse_args(argv)
+    source = args.jsonl or args.text
     try:
         if args.tokenizer:
             tok = HFTokenizer(args.tokenizer, args.eos)
@@ -155,23 +216,23 @@ def main(argv):
             raise DataError("--eos-id: %d is not a byte (0..255)" % args.eos_id)
         else:
             tok = ByteTokenizer(args.eos_id)
-        tokens, mask = from_jsonl(args.jsonl, tok) if args.jsonl else from_text(args.text, tok)
-        if len(tokens) > 2**31 - 1:
-            raise DataError("%s: %d tokens do not fit the header's int32 count"
-                            % (args.jsonl or args.text, len(tokens)))
-        write_atomic(args.out + ".bin", TOKENS_MAGIC, len(tokens),
-                     struct.pack("<%dH" % len(tokens), *tokens))
-        if mask is not None:
-            write_atomic(args.out + ".mask.bin", MASK_MAGIC, len(mask), bytes(mask))
+        if not 0 <= args.shard_tokens <= 2**31 - 1:
+            raise DataError("--shard-tokens: %d is not a token count (0: one file; "
+                            "else 1 .. 2^31 - 1)" % args.shard_tokens)
+        w = Writer(args.out, args.shard_tokens, bool(args.jsonl))
+        for tokens, mask in (from_jsonl if args.jsonl else from_text)(source, tok):
+            w.add(tokens, mask)
+        w.finish(source)
     except DataError as e:
         print("prepare_data.py: %s" % e, file=sys.stderr)
         return 1
     except OSError as e:
         print("prepare_data.py: %s: %s" % (e.filename or args.out, e.strerror), file=sys.stderr)
         return 1
-    counted = sum(mask) if mask is not None else len(tokens)
-    print("%s.bin: %d tokens, %d counted toward the loss; end of text %d"
-          % (args.out, len(tokens), counted, tok.eos))
+    where = "%s.bin" % args.out if not args.shard_tokens else \
+        "%s_??????.bin (%d shards)" % (args.out, w.shards)
+    print("%s: %d tokens, %d counted toward the loss; end of text %d"
+          % (where, w.total, w.counted, tok.eos))
     return 0
 
 
