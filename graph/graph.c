@@ -396,6 +396,39 @@ int regc_graph_set_frozen(regc_graph *g, int t, int frozen)
     return REGC_OK;
 }
 
+int regc_graph_attend_documents(regc_graph *g, int docs, int *changed)
+{
+    *changed = 0;
+    if (docs < 0 || docs >= g->n_tensors)
+        return regc_error(REGC_ERR_ARG, "attention's doc_start refers to no tensor (id %d)", docs);
+    for (int i = 0; i < g->n_nodes; i++) {
+        regc_node *n = &g->nodes[i];
+        if (n->op != REGC_OP_ATTENTION || !n->attrs.causal || n->attrs.documents)
+            continue;
+        if (n->n_in >= REGC_MAX_IO)
+            return regc_error(REGC_ERR_ARG, "node %d (attention): no room for doc_start", i);
+        /* the node as it will be, through the same checks as a new one */
+        regc_attrs a = n->attrs;
+        a.documents = 1;
+        const regc_tensor *x[REGC_MAX_IO];
+        for (int k = 0; k < n->n_in; k++)
+            x[k] = &g->tensors[n->in[k]];
+        x[n->n_in] = &g->tensors[docs];
+        out_spec o[REGC_MAX_IO];
+        memset(o, 0, sizeof o);
+        const regc_tensor *y = &g->tensors[n->out[0]];
+        int rc =
+            regc_graph_infer_outputs(n->op, &a, n->n_in + 1, x, n->n_out, o, y->ndim, y->shape);
+        if (rc)
+            return regc_error(rc, "node %d (attention) with doc_start: %s", i,
+                              regc_error_message());
+        n->in[n->n_in++] = docs;
+        n->attrs.documents = 1;
+        ++*changed;
+    }
+    return REGC_OK;
+}
+
 int regc_graph_copy_leaves(const regc_graph *g, regc_graph *h, int *map)
 {
     for (int t = 0; t < g->n_tensors; t++) {

@@ -231,6 +231,10 @@ int regc_graph_add_node(regc_graph *g, regc_op op, const regc_attrs *attrs, int 
 /* Freeze (1, or a REGC_FROZEN_* kind) or thaw (0) parameter t
  * (regc_tensor's `frozen`). */
 int regc_graph_set_frozen(regc_graph *g, int t, int frozen);
+/* Make every causal ATTENTION node of g without a doc_start read tensor
+ * docs as its doc_start (packed documents: an i32 [B, Tq] input, appended
+ * last), its shape checked as add_node checks it; *changed: how many. */
+int regc_graph_attend_documents(regc_graph *g, int docs, int *changed);
 /* Add g's inputs, constants and parameters to h, in g's order; map[t]
  * (n_tensors entries) gets each one's id in h. For a graph rebuilt node by
  * node into h. */

@@ -103,15 +103,6 @@ static int graph_read_shapes(regc_model *m, graph_config *c)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: output 0 (%s) is not the loss of a cross_entropy node", src,
                           loss->name);
-    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
-        const regc_node *a = regc_graph_node(g, i);
-        if ((a->op == REGC_OP_ATTENTION || a->op == REGC_OP_ATTENTION_BWD) && a->attrs.documents)
-            return regc_error(REGC_ERR_UNSUPPORTED,
-                              "%s: node %d attends over documents, whose starts a graph model "
-                              "does not fill (train.eod_token_id applies to gpt2 and the llama "
-                              "family)",
-                              src, i);
-    }
     const regc_tensor *logits = regc_graph_tensor(g, n->in[0]);
     m->vocab = logits->shape[logits->ndim - 1];
     m->max_seq = c->seq;
@@ -367,6 +358,51 @@ void regc_graph_model_shape(const regc_model *m, int64_t *batch, int64_t *seq)
     *batch = c->batch, *seq = c->seq;
 }
 
+int regc_graph_model_check_documents(const regc_model *m, int on)
+{
+    const regc_graph *g = ((const graph_config *)m->cfg)->graph;
+    int causal = 0, reading = -1; /* a causal attention; a node reading doc_start */
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *a = regc_graph_node(g, i);
+        causal |= a->op == REGC_OP_ATTENTION && a->attrs.causal;
+        if (a->op == REGC_OP_ATTENTION && a->attrs.documents && reading < 0)
+            reading = i;
+    }
+    if (!on && reading >= 0)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: node %d attends over documents: train.eod_token_id says where "
+                          "they end",
+                          m->source, reading);
+    if (on && regc_graph_find_tensor(g, "decoder_input_ids") >= 0)
+        return regc_error(REGC_ERR_ARG,
+                          "train.eod_token_id: %s is an encoder-decoder graph; documents apply "
+                          "to causal language models",
+                          m->source);
+    if (on && !causal)
+        return regc_error(REGC_ERR_ARG,
+                          "train.eod_token_id: %s has no causal attention to keep within "
+                          "documents",
+                          m->source);
+    return REGC_OK;
+}
+
+/* Packed documents (train.eod_token_id): every causal attention reads the
+ * doc_start input [B, T] that regc_model_fill_inputs fills from the ids. */
+static int graph_attend_documents(const regc_model *m, regc_graph *g)
+{
+    const graph_config *c = m->cfg;
+    int rc = regc_graph_model_check_documents(m, m->documents);
+    if (rc || !m->documents)
+        return rc;
+    const int64_t shape[2] = {c->batch, c->seq};
+    int docs = regc_graph_find_tensor(g, "doc_start"), changed;
+    if (docs < 0 &&
+        (docs = regc_graph_add_tensor(g, "doc_start", REGC_I32, REGC_ROLE_INPUT, 2, shape)) < 0)
+        return docs;
+    rc = regc_graph_attend_documents(g, docs, &changed);
+    return rc ? regc_error(rc, "%s: %s", m->source, regc_error_message()) : REGC_OK;
+}
+
 static int graph_build_graph(const regc_model *m, int64_t batch, int64_t seq, regc_graph **out)
 {
     const graph_config *c = m->cfg;
@@ -375,7 +411,8 @@ static int graph_build_graph(const regc_model *m, int64_t batch, int64_t seq, re
                           "%s: the graph is built for batch %" PRId64 " and sequence %" PRId64
                           "; got batch %" PRId64 ", sequence %" PRId64,
                           m->source, c->batch, c->seq, batch, seq);
-    return graph_copy(c->graph, m->source, out);
+    int rc = graph_copy(c->graph, m->source, out);
+    return rc ? rc : graph_attend_documents(m, *out);
 }
 
 /* The data inputs as a causal language model's (input_ids, targets, and

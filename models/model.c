@@ -296,6 +296,10 @@ int regc_model_set_documents(regc_model *m, const regc_documents *d)
 {
     const int64_t eod = d->eod_token_id;
     m->documents = m->reset_positions = m->mask_eod = 0;
+    const int graph = m->arch == &regc_arch_graph;
+    int rc = graph ? regc_graph_model_check_documents(m, eod >= 0) : REGC_OK;
+    if (rc)
+        return rc;
     if (eod < 0) {
         if (d->reset_position_ids || d->eod_mask_loss)
             return regc_error(REGC_ERR_ARG,
@@ -304,12 +308,13 @@ int regc_model_set_documents(regc_model *m, const regc_documents *d)
                               d->reset_position_ids ? "reset_position_ids" : "eod_mask_loss");
         return REGC_OK;
     }
-    /* The shared decoder builder is what places the "doc_start" input. */
+    /* The shared decoder builder places the "doc_start" input, and a graph
+     * model's build gives it to the graph's causal attention. */
     const decoder_family *f = m->arch->family;
-    if (!f)
+    if (!f && !graph)
         return regc_error(REGC_ERR_ARG,
-                          "train.eod_token_id: documents apply to the causal language models "
-                          "regc builds (gpt2, the llama family); %s is a %s model",
+                          "train.eod_token_id: documents apply to causal language models (gpt2, "
+                          "the llama family, graph models); %s is a %s model",
                           m->source, m->arch->model_type);
     if (eod >= regc_model_vocab(m))
         return regc_error(REGC_ERR_ARG,
@@ -320,6 +325,11 @@ int regc_model_set_documents(regc_model *m, const regc_documents *d)
      * so a document's scores are the same wherever it starts: there is no
      * position to reset, and regc's rotary tables are per position, not
      * per row. */
+    if (d->reset_position_ids && graph)
+        return regc_error(REGC_ERR_ARG,
+                          "train.reset_position_ids: %s's positions are its graph's, the same "
+                          "for every row; it applies to gpt2",
+                          m->source);
     if (d->reset_position_ids && !f->learned_positions)
         return regc_error(REGC_ERR_ARG,
                           "train.reset_position_ids: %s's rotary positions are relative, so its "

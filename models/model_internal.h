@@ -177,6 +177,10 @@ int regc_graph_model_read(regc_model *m, const char *path);
 /* The same for the file's text (NUL-terminated); `path` names it in
  * messages. */
 int regc_graph_model_parse(regc_model *m, const char *text, const char *path);
+/* Whether a graph model may train with documents on (train.eod_token_id)
+ * or off: a causal attention to keep within them, no decoder; a graph
+ * whose attention reads doc_start already needs them on. */
+int regc_graph_model_check_documents(const regc_model *m, int on);
 /* The one batch and sequence a graph model's graph is built for. */
 void regc_graph_model_shape(const regc_model *m, int64_t *batch, int64_t *seq);
 

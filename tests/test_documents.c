@@ -13,7 +13,8 @@
  * closely. train.eod_mask_loss gives the bits of a loss mask file that
  * leaves out the targets read at the end-of-document token. Regional ==
  * full, O0 == O1 and 1 == 2 threads hold bit for bit with each; a resume
- * keeps the bits and refuses a change of any of the three by its key; and
+ * keeps the bits and refuses a change of any of the three by its key; a
+ * graph model (llama-tiny saved as one) packs with its family's bits; and
  * what they cannot apply to is refused by name. */
 #include <math.h>
 #include <setjmp.h>
@@ -214,32 +215,74 @@ static void test_documents_resume(void **state)
     free(out), free(ck);
 }
 
-/* A graph JSON model whose attention reads documents' starts: the graph
- * model fills no such input, so the file is refused when loaded. */
-static char *graph_attending_over_documents(const regc_test_dir *f)
+/* A graph JSON model of one attention, causal or not, reading a
+ * doc_start input or not (a graph of vocabulary 64), saved as dir/name;
+ * beside it small.bin, tokens it can read. */
+static char *tiny_attention_graph(const regc_test_dir *f, const char *name, int causal,
+                                  int with_docs)
 {
     regc_graph *g = regc_graph_new();
     const int64_t bt[2] = {2, 16}, table[2] = {64, 8}, cols[2] = {64, 8};
     int ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt);
     int targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt);
-    int docs = regc_graph_add_tensor(g, "doc_start", REGC_I32, REGC_ROLE_INPUT, 2, bt);
+    int docs =
+        with_docs ? regc_graph_add_tensor(g, "doc_start", REGC_I32, REGC_ROLE_INPUT, 2, bt) : -1;
     int wte = regc_graph_add_tensor(g, "wte", REGC_F32, REGC_ROLE_PARAM, 2, table);
     int head = regc_graph_add_tensor(g, "head", REGC_F32, REGC_ROLE_PARAM, 2, cols);
     int x = regc_graph_embedding(g, ids, wte); /* [2, 16, 8] */
-    const regc_attrs a = {.n_head = 2, .n_kv_head = 2, .causal = 1, .scale = 0.5f};
+    const regc_attrs a = {.n_head = 2, .n_kv_head = 2, .causal = causal, .scale = 0.5f};
     int h = regc_graph_attention_full(g, x, x, x, -1, -1, -1, docs, &a); /* [2, 16, 8] */
     int logits = regc_graph_matmul(g, h, head, 0, 1);                    /* [2, 16, 64] */
     assert_int_equal(regc_graph_mark_output(g, regc_graph_cross_entropy(g, logits, targets)),
                      REGC_OK);
     char *json = regc_graph_to_json(g);
     assert_non_null(json);
-    assert_int_equal(regc_test_write_text(f->dir, "documents.json", json), 0);
+    assert_int_equal(regc_test_write_text(f->dir, name, json), 0);
     free(json);
     regc_graph_free(g);
-    return regc_test_join(f->dir, "documents.json");
+    uint16_t t[2 * 16 * 3 + 1];
+    for (int i = 0; i < (int)(sizeof t / sizeof *t); i++)
+        t[i] = (uint16_t)(i % 60);
+    char *small = regc_test_join(f->dir, "small.bin");
+    assert_int_equal(regc_tokens_write(small, t, sizeof t / sizeof *t), REGC_OK);
+    free(small);
+    return regc_test_join(f->dir, name);
 }
 
-/* BERT and T5 attend their own way, a graph model's attention is its
+/* A graph model given train.eod_token_id: its causal attention reads the
+ * documents' starts, so llama-tiny saved as a graph model trains packed
+ * rows with the bits of llama-tiny itself, under eod_mask_loss too; without
+ * the setting it gives other losses. */
+static void test_graph_model_packs_as_its_family(void **state)
+{
+    regc_test_dir *f = *state;
+    write_documents(f);
+    char *dir = regc_test_join(f->dir, "graph");
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "dump-graph", "--model", "llama-tiny", "--batch", "2",
+                                        "--seq", "32", "--save", dir, NULL),
+                     0);
+    regc_test_proc_free(&p);
+    char *graph = regc_test_join(dir, "graph.json"),
+         *weights = regc_test_join(dir, "model.safetensors");
+    double family[STEPS], packed[STEPS], plain[STEPS];
+    for (int mask = 0; mask < 2; mask++) {
+        const char *on = mask ? "on" : "off";
+        train(f, "llama-tiny", "2", "32", family, "--eod-token-id", "7", "--eod-mask-loss", on,
+              NULL);
+        train(f, graph, "2", "32", packed, "--weights", weights, "--eod-token-id", "7",
+              "--eod-mask-loss", on, NULL);
+        if (memcmp(family, packed, sizeof family))
+            fail_msg("eod_mask_loss %s: the graph model's step 0 loss %.9g, llama-tiny's %.9g", on,
+                     packed[0], family[0]);
+    }
+    train(f, graph, "2", "32", plain, "--weights", weights, NULL);
+    if (!memcmp(plain, packed, sizeof plain))
+        fail_msg("without train.eod_token_id the graph model gave the packed rows' losses");
+    free(dir), free(graph), free(weights);
+}
+
+/* BERT and T5 attend their own way, a graph model's positions are its
  * graph's, and an id past the vocabulary is no token: one line each. */
 static void test_documents_refused(void **state)
 {
@@ -249,7 +292,6 @@ static void test_documents_refused(void **state)
     const char *const refused[][3] = {
         {"bert-tiny", "7", "bert-tiny is a bert model"},
         {"t5-tiny", "7", "t5-tiny is a t5 model"},
-        {graph, "7", "is a graph model"},
         {"llama-tiny", "100000", "100000 is past the vocabulary"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
@@ -273,14 +315,33 @@ static void test_documents_refused(void **state)
         regc_test_expect_one_line_error(&p, 1, switches[i][3], switches[i][4]);
         regc_test_proc_free(&p);
     }
-    free(json), free(graph);
-    char *documents = graph_attending_over_documents(f);
     regc_test_proc p;
-    regc_test_run_regc(&p, "train", "--model", documents, "--steps", "1", NULL);
-    regc_test_expect_one_line_error(&p, 1, "node 1 attends over documents",
-                                    "a graph model does not fill");
+    regc_test_run_regc(&p, "train", "--model", graph, "--eod-token-id", "7", "--reset-position-ids",
+                       "on", "--steps", "1", NULL);
+    regc_test_expect_one_line_error(&p, 1, "train.reset_position_ids",
+                                    "graph.json's positions are its graph's");
     regc_test_proc_free(&p);
-    free(documents);
+    free(json), free(graph);
+    /* a graph's own doc_start needs the setting; attention that is not
+     * causal has no documents to keep */
+    char *documents = tiny_attention_graph(f, "documents.json", 1, 1),
+         *open = tiny_attention_graph(f, "open.json", 0, 0),
+         *small = regc_test_join(f->dir, "small.bin");
+    regc_test_run_regc(&p, "train", "--model", documents, "--data", small, "--steps", "1", NULL);
+    regc_test_expect_one_line_error(&p, 1, "node 1 attends over documents",
+                                    "train.eod_token_id says where they end");
+    regc_test_proc_free(&p);
+    regc_test_run_regc(&p, "train", "--model", documents, "--data", small, "--steps", "1",
+                       "--batch", "2", "--seq", "16", "--eod-token-id", "7", NULL);
+    if (p.status != 0)
+        fail_msg("a graph reading doc_start with train.eod_token_id: exit %d: %s", p.status, p.err);
+    regc_test_proc_free(&p);
+    regc_test_run_regc(&p, "train", "--model", open, "--data", small, "--steps", "1",
+                       "--eod-token-id", "7", NULL);
+    regc_test_expect_one_line_error(&p, 1, "train.eod_token_id",
+                                    "has no causal attention to keep within documents");
+    regc_test_proc_free(&p);
+    free(documents), free(open), free(small);
 }
 
 int main(void)
@@ -291,6 +352,7 @@ int main(void)
         regc_test_in_dir(test_eod_mask_loss_is_a_loss_mask, setup),
         regc_test_in_dir(test_documents_keep_the_invariants, setup),
         regc_test_in_dir(test_documents_resume, setup),
+        regc_test_in_dir(test_graph_model_packs_as_its_family, setup),
         regc_test_in_dir(test_documents_refused, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
