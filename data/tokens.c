@@ -31,7 +31,14 @@ static int check_tokens(const char *path, int64_t index, const unsigned char *bo
     const int64_t vocab = *(const int64_t *)ctx;
     if (vocab <= 0) /* no model yet: the file inspected without a bound */
         return REGC_OK;
+    /* the largest first, in a loop without exits the compiler vectorises;
+     * the place of a token past the vocabulary only when there is one */
+    unsigned largest = 0;
     for (int64_t i = 0; i < n; i++) {
+        const unsigned tok = (unsigned)body[2 * i] | (unsigned)body[2 * i + 1] << 8;
+        largest = tok > largest ? tok : largest;
+    }
+    for (int64_t i = 0; largest >= vocab && i < n; i++) {
         const unsigned tok = (unsigned)body[2 * i] | (unsigned)body[2 * i + 1] << 8;
         if (tok >= vocab)
             return regc_error(REGC_ERR_FORMAT,
