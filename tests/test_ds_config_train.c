@@ -29,10 +29,11 @@
 #include "options.h"
 #include "regc_data.h"
 #include "regc_train.h"
+#include "test_ranks_run.h"
 #include "test_util.h"
 
 #define DATA REGC_SOURCE_DIR "/tests/data/"
-#define MPIRUN "/usr/bin/mpirun"
+#define MPIRUN REGC_RANKS_MPIRUN
 
 static int setup(void **state) { return regc_test_dir_setup(state, "dsconfig", "cfg.json"); }
 
@@ -102,20 +103,9 @@ static void test_configs_train(void **state)
 /* `mpirun -np 2 regc train ARGS...` (NULL-terminated). */
 static int run_two_ranks(regc_test_proc *p, ...)
 {
-    const char *argv[48] = {MPIRUN,
-                            "--allow-run-as-root",
-                            "--oversubscribe",
-                            "--bind-to",
-                            "none",
-                            "-x",
-                            "OMP_NUM_THREADS=1",
-                            "-x",
-                            "ASAN_OPTIONS=detect_leaks=0",
-                            "-np",
-                            "2",
-                            REGC_BIN,
-                            "train"};
-    int n = 13;
+    const char *argv[48];
+    int n = regc_ranks_add_mpirun(argv, 0);
+    argv[n++] = "-np", argv[n++] = "2", argv[n++] = REGC_BIN, argv[n++] = "train";
     va_list ap;
     va_start(ap, p);
     for (const char *a; (a = va_arg(ap, const char *)) != NULL && n < 47;)

@@ -38,21 +38,6 @@
 #include "test_ranks_run.h"
 #include "test_util.h"
 
-static regc_ranks_data regc_ranks; /* the group's directory and token files */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return regc_ranks_data_make(&regc_ranks);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    regc_ranks_data_free(&regc_ranks);
-    return 0;
-}
-
 /* ---- equal halves: bit for bit ------------------------------------------ */
 
 /* precision: compile.precision of every run; under bf16, stage 3 gathers
@@ -402,5 +387,5 @@ int main(void)
         cmocka_unit_test(test_ranks_that_disagree),
         cmocka_unit_test(test_a_rank_that_dies_ends_the_others),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, regc_ranks_group_setup, regc_ranks_group_teardown);
 }

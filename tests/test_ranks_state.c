@@ -26,21 +26,7 @@
 #include "test_ranks_run.h"
 #include "test_util.h"
 
-static regc_ranks_data regc_ranks; /* the group's directory and token files */
-static double device_peak;         /* the last run's */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return regc_ranks_data_make(&regc_ranks);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    regc_ranks_data_free(&regc_ranks);
-    return 0;
-}
+static double device_peak; /* the last run's */
 
 /* ---- checkpoints move between rank counts and stages ---------------------- */
 
@@ -368,5 +354,5 @@ int main(void)
         cmocka_unit_test(test_plan_predicts_the_peak),
         cmocka_unit_test(test_offload_at_two_ranks),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, regc_ranks_group_setup, regc_ranks_group_teardown);
 }

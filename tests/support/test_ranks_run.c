@@ -20,10 +20,12 @@
 #include "test_ranks_run.h"
 #include "test_util.h"
 
-#define MPIRUN "/usr/bin/mpirun"
+regc_ranks_data regc_ranks;
 
-int regc_ranks_data_make(regc_ranks_data *d)
+int regc_ranks_group_setup(void **state)
 {
+    (void)state;
+    regc_ranks_data *d = &regc_ranks;
     memset(d, 0, sizeof *d);
     if (!(d->dir = regc_test_make_temp_dir("ranks")))
         return -1;
@@ -44,17 +46,20 @@ int regc_ranks_data_make(regc_ranks_data *d)
     return rc;
 }
 
-void regc_ranks_data_free(regc_ranks_data *d)
+int regc_ranks_group_teardown(void **state)
 {
+    (void)state;
+    regc_ranks_data *d = &regc_ranks;
     if (d->dir)
         regc_test_remove_tree(d->dir);
     free(d->dir), free(d->periodic), free(d->plain);
     memset(d, 0, sizeof *d);
+    return 0;
 }
 
 int regc_ranks_add_mpirun(const char **argv, int n)
 {
-    static const char *const mpi[] = {MPIRUN,
+    static const char *const mpi[] = {REGC_RANKS_MPIRUN,
                                       "--allow-run-as-root",
                                       "--oversubscribe",
                                       "--bind-to",

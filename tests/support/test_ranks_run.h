@@ -3,6 +3,7 @@
 #ifndef REGC_TEST_RANKS_RUN_H
 #define REGC_TEST_RANKS_RUN_H
 
+#define REGC_RANKS_MPIRUN "/usr/bin/mpirun"
 #define REGC_RANKS_STEPS 5 /* the step losses a run's loss[] receives */
 
 /* A directory and two token files in it for a group of tests. */
@@ -12,8 +13,11 @@ typedef struct {
     char *plain;    /* tokens without a period */
 } regc_ranks_data;
 
-int regc_ranks_data_make(regc_ranks_data *d);
-void regc_ranks_data_free(regc_ranks_data *d);
+/* The group's, made and removed by the group setup and teardown below
+ * (cmocka_run_group_tests' arguments). */
+extern regc_ranks_data regc_ranks;
+int regc_ranks_group_setup(void **state);
+int regc_ranks_group_teardown(void **state);
 /* mpirun and the options every job here takes (root allowed, more ranks
  * than cores, no binding, one thread per rank, no leak check of Open MPI's
  * own memory) into argv from n; returns the new count. */
