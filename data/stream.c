@@ -19,6 +19,7 @@
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "regc_common.h"
@@ -101,24 +102,42 @@ static const char *file_at(const file_list *f, int i)
     return f->globbed ? f->g.gl_pathv[i] : f->whole;
 }
 
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static int files_expand(const char *pattern, file_list *f)
 {
     memset(f, 0, sizeof *f);
-    if (!strpbrk(pattern, "*?[")) {
+    /* a name that holds none of * ? [, or a file of that very name
+     * ("run[1]/train.bin"), is itself: a pattern never stands in for a file
+     * that exists */
+    struct stat st;
+    if (!strpbrk(pattern, "*?[") || stat(pattern, &st) == 0) {
         f->whole = pattern;
         f->n = 1;
         return REGC_OK;
     }
-    /* sorted by glob in the C locale regc runs in: the byte order of the
-     * names, which numbered shards' names follow */
-    int rc = glob(pattern, 0, NULL, &f->g);
+    /* GLOB_ERR: a directory the pattern cannot read is an error, not fewer
+     * shards; sorted here by strcmp, the byte order of the names (glob's
+     * own order follows the locale), which numbered shards' names follow */
+    int rc = glob(pattern, GLOB_ERR | GLOB_NOSORT, NULL, &f->g);
     if (rc != 0 || f->g.gl_pathc > INT32_MAX) {
         globfree(&f->g);
         return rc == GLOB_NOMATCH
-                   ? regc_error(REGC_ERR_IO, "%s: no file matches this pattern", pattern)
-                   : regc_error(rc == GLOB_NOSPACE ? REGC_ERR_MEMORY : REGC_ERR_IO,
-                                "%s: cannot list the files of this pattern", pattern);
+                   ? regc_error(REGC_ERR_IO,
+                                "%s: no file matches this pattern (a name holding * ? [ is a "
+                                "pattern unless a file has it)",
+                                pattern)
+               : rc == GLOB_NOSPACE
+                   ? regc_error(REGC_ERR_MEMORY, "%s: out of memory listing its files", pattern)
+                   : regc_error(REGC_ERR_IO,
+                                "%s: cannot list the files of this pattern (a directory it "
+                                "reads is unreadable)",
+                                pattern);
     }
+    qsort(f->g.gl_pathv, f->g.gl_pathc, sizeof *f->g.gl_pathv, cmp_names);
     f->globbed = 1;
     f->n = (int)f->g.gl_pathc;
     return REGC_OK;
@@ -140,6 +159,20 @@ static int body_take(const data_part *p, int64_t index, const unsigned char *bod
     return rc;
 }
 
+/* What tells a file from another of its size: its device and inode (a
+ * file renamed over it), its modification and change times (one
+ * rewritten in place). */
+static int file_identity(int fd, const char *path, uint64_t id[4])
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return regc_error(REGC_ERR_IO, "%s: cannot stat the file", path);
+    id[0] = (uint64_t)st.st_dev, id[1] = (uint64_t)st.st_ino;
+    id[2] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+    id[3] = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
+    return REGC_OK;
+}
+
 /* Part p from the file at path: its header, then its body in chunks. */
 static int part_open(data_part *p, const char *path, int32_t magic, data_check_fn check, void *ctx,
                      regc_hasher *h, unsigned char *chunk)
@@ -153,7 +186,9 @@ static int part_open(data_part *p, const char *path, int32_t magic, data_check_f
         return rc;
     unsigned char header[DATA_HEADER_BYTES];
     size_t head = p->file_size < DATA_HEADER_BYTES ? (size_t)p->file_size : DATA_HEADER_BYTES;
-    rc = regc_file_pread_full(fd, path, header, head, 0, "the header");
+    rc = file_identity(fd, path, p->identity);
+    if (rc == REGC_OK)
+        rc = regc_file_pread_full(fd, path, header, head, 0, "the header");
     if (rc == REGC_OK)
         rc = header_check(path, header, p->file_size, magic, &p->count);
     const int64_t per_chunk = (int64_t)(CHUNK_BYTES / elem);
@@ -180,6 +215,7 @@ static int stream_begin(data_stream *s, int n, int32_t magic, regc_hasher **h)
         s->parts = NULL;
         if (*h)
             regc_hasher_end(*h);
+        *h = NULL;
         return regc_error(REGC_ERR_MEMORY, "out of memory opening data");
     }
     return REGC_OK;
@@ -255,33 +291,53 @@ static int part_read(const data_part *p, size_t elem, int64_t first, int64_t n, 
         return REGC_OK;
     }
     int fd;
-    uint64_t size;
+    uint64_t size, identity[4];
     int rc = regc_file_open_regular(p->path, REGC_TOKEN_FILE_MAX, &fd, &size);
     if (rc)
         return rc;
-    if (size != p->file_size)
-        rc = regc_error(REGC_ERR_IO, "%s: changed since it was opened (%llu bytes then, %llu now)",
+    if ((rc = file_identity(fd, p->path, identity)) == REGC_OK &&
+        (size != p->file_size || memcmp(identity, p->identity, sizeof identity) != 0))
+        rc = regc_error(REGC_ERR_IO,
+                        "%s: changed since it was opened (%llu bytes then, %llu now; the run "
+                        "reads its data again each batch)",
                         p->path, (unsigned long long)p->file_size, (unsigned long long)size);
-    else
+    else if (rc == REGC_OK)
         rc = regc_file_pread_full(fd, p->path, out, bytes,
                                   DATA_HEADER_BYTES + (uint64_t)first * elem, "the data");
     close(fd);
     return rc;
 }
 
-int data_stream_read(const data_stream *s, int64_t first, int64_t n, unsigned char *out)
+/* The last part starting at or before element i, by bisection. */
+static int part_index(const data_stream *s, int64_t i)
 {
-    /* the last part starting at or before first, by bisection */
     int lo = 0, hi = s->n - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (s->parts[mid].first <= first)
+        if (s->parts[mid].first <= i)
             lo = mid;
         else
             hi = mid - 1;
     }
+    return lo;
+}
+
+const data_part *data_stream_part_at(const data_stream *s, int64_t i)
+{
+    int k = part_index(s, i);
+    while (k + 1 < s->n && s->parts[k].count == 0) /* an empty part at the same place */
+        k++;
+    return &s->parts[k];
+}
+
+int data_stream_read(const data_stream *s, int64_t first, int64_t n, unsigned char *out)
+{
+    if (s->n == 0 || first < 0 || n < 0 ||
+        first > s->count - n) /* the callers' ranges lie inside */
+        return regc_error(REGC_ERR_ARG, "elements %lld .. %lld of a stream of %lld",
+                          (long long)first, (long long)(first + n - 1), (long long)s->count);
     int rc = REGC_OK;
-    for (int i = lo; rc == REGC_OK && n > 0 && i < s->n; i++) {
+    for (int i = part_index(s, first); rc == REGC_OK && n > 0 && i < s->n; i++) {
         const data_part *p = &s->parts[i];
         const int64_t at = first - p->first, left = p->count - at;
         if (left <= 0)
@@ -292,9 +348,6 @@ int data_stream_read(const data_stream *s, int64_t first, int64_t n, unsigned ch
         first += take;
         n -= take;
     }
-    if (rc == REGC_OK && n > 0) /* the callers' ranges lie inside: a bug, not bad data */
-        rc = regc_error(REGC_ERR_ARG, "%s: elements %lld .. %lld past its %lld", s->parts[0].path,
-                        (long long)first, (long long)(first + n - 1), (long long)s->count);
     return rc;
 }
 

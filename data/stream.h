@@ -19,6 +19,7 @@ typedef struct {
     char *path;           /* the file, or the name of a memory image: errors name it */
     unsigned char *bytes; /* the body when held in memory; NULL: read from path */
     uint64_t file_size;   /* the size it was checked at: a read finding another is refused */
+    uint64_t identity[4]; /* device, inode, modified and changed (ns): likewise */
     int64_t first, count; /* its elements' place in the stream */
 } data_part;
 
@@ -36,8 +37,9 @@ typedef struct {
 typedef int (*data_check_fn)(const char *path, int64_t index, const unsigned char *body, int64_t n,
                              void *ctx);
 
-/* The files `pattern` names: itself when it holds none of * ? [, else
- * every match in byte order of the names (none is an error naming it). */
+/* The files `pattern` names: itself when it holds none of * ? [ or a
+ * file has that very name, else every match in byte order of the names
+ * (none is an error naming it). */
 int data_stream_open(const char *pattern, int32_t magic, data_check_fn check, void *ctx,
                      data_stream *s);
 /* A stream of one file image held in memory under the name `source`. */
@@ -46,6 +48,8 @@ int data_stream_parse(const char *source, const void *bytes, size_t size, int32_
 /* Elements first .. first+n-1 as their bytes (n x elem) into out. A file
  * changed since open is an error naming it. */
 int data_stream_read(const data_stream *s, int64_t first, int64_t n, unsigned char *out);
+/* The part element i lies in (its place there: i - first). */
+const data_part *data_stream_part_at(const data_stream *s, int64_t i);
 /* The element count of the files `pattern` names, from their headers. */
 int data_stream_count(const char *pattern, int32_t magic, int64_t *count);
 void data_stream_free(data_stream *s);

@@ -236,6 +236,36 @@ static int64_t shuffled_row(uint64_t seed, int64_t e, int64_t i, int64_t n)
     return (int64_t)x;
 }
 
+/* Inputs [n] = tokens p .. p+n-1 and targets [n] = the tokens after each
+ * (-1 where the mask says a target does not count): rows that lie one
+ * after another in the data, read at once. raw: 3 n + 2 bytes. */
+static int rows_from(const regc_tokens *t, int64_t p, int64_t n, unsigned char *raw,
+                     int32_t *inputs, int32_t *targets)
+{
+    unsigned char *counts = raw + 2 * (size_t)n + 2; /* [n]: does target i count */
+    int rc = data_stream_read(&t->tokens, p, n + 1, raw);
+    if (rc == REGC_OK && t->mask.n)
+        rc = data_stream_read(&t->mask, p + 1, n, counts);
+    for (int64_t i = 0; i <= n && rc == REGC_OK; i++) {
+        const int32_t tok = raw[2 * i] | raw[2 * i + 1] << 8;
+        /* checked at open; a file rewritten since (and not told by its
+         * size, inode and times) must not index past the embedding */
+        if (t->vocab > 0 && tok >= t->vocab) {
+            const data_part *part = data_stream_part_at(&t->tokens, p + i);
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: token %d at position %lld is >= vocab size %lld: the file "
+                              "changed since it was opened",
+                              part->path, tok, (long long)(p + i - part->first),
+                              (long long)t->vocab);
+        }
+        if (i < n)
+            inputs[i] = tok;
+        if (i > 0)
+            targets[i - 1] = t->mask.n && !counts[i - 1] ? -1 : tok;
+    }
+    return rc;
+}
+
 int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row0, int64_t rows,
                      int64_t seq, int32_t *inputs, int32_t *targets)
 {
@@ -260,38 +290,21 @@ int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row
      * then starts again at 0: a cycle of floor((count - 1) / bt) batches, so
      * batch k starts at (k mod cycle) * bt with no need to replay the past. */
     const int64_t cycle = (count - 1) / bt;
-    /* a row's seq + 1 tokens as the file's bytes, then its targets' mask */
-    unsigned char *raw = malloc(2 * (size_t)seq + 2 + (size_t)seq);
+    /* llm.c's order reads the rows as one run of the data, shuffled rows
+     * one run each */
+    const int64_t run = t->shuffle ? seq : rows * seq;
+    unsigned char *raw = malloc(3 * (size_t)run + 2); /* the run's tokens as bytes, its mask */
     if (!raw)
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for a row of %lld", t->source,
-                          (long long)seq);
-    unsigned char *counts = raw + 2 * (size_t)seq + 2; /* [seq]: does target i count */
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %lld tokens", t->source,
+                          (long long)run);
     int rc = REGC_OK;
-    for (int64_t r = 0; r < rows && rc == REGC_OK; r++) {
-        int64_t p;      /* the row's first token */
-        if (t->shuffle) /* place (k mod cycle) * batch + row0 + r of the epoch's permutation */
-            p = seq * shuffled_row(t->shuffle_seed, k / cycle, (k % cycle) * batch + row0 + r,
-                                   (count - 1) / seq);
-        else /* llm.c's: the batch's rows one after another */
-            p = (k % cycle) * bt + (row0 + r) * seq;
-        rc = data_stream_read(&t->tokens, p, seq + 1, raw);
-        if (rc == REGC_OK && t->mask.n)
-            rc = data_stream_read(&t->mask, p + 1, seq, counts);
-        int32_t *in = inputs + r * seq, *next = targets + r * seq; /* [seq] */
-        for (int64_t i = 0; i <= seq && rc == REGC_OK; i++) {
-            const int32_t tok = raw[2 * i] | raw[2 * i + 1] << 8;
-            /* checked at open; a file rewritten since must not index past
-             * the embedding */
-            if (t->vocab > 0 && tok >= t->vocab)
-                rc = regc_error(REGC_ERR_FORMAT,
-                                "%s: token %d at position %lld is >= vocab size %lld: the data "
-                                "changed since it was opened",
-                                t->source, tok, (long long)(p + i), (long long)t->vocab);
-            else if (i < seq)
-                in[i] = tok;
-            if (i > 0)
-                next[i - 1] = t->mask.n && !counts[i - 1] ? -1 : tok;
-        }
+    if (!t->shuffle) /* llm.c's: the batch's rows one after another */
+        rc = rows_from(t, (k % cycle) * bt + row0 * seq, rows * seq, raw, inputs, targets);
+    for (int64_t r = 0; t->shuffle && r < rows && rc == REGC_OK; r++) {
+        /* place (k mod cycle) * batch + row0 + r of the epoch's permutation */
+        const int64_t row = shuffled_row(t->shuffle_seed, k / cycle, (k % cycle) * batch + row0 + r,
+                                         (count - 1) / seq);
+        rc = rows_from(t, row * seq, seq, raw, inputs + r * seq, targets + r * seq);
     }
     free(raw);
     return rc;

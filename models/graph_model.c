@@ -383,6 +383,16 @@ int regc_graph_model_check_documents(const regc_model *m, int on)
                           "train.eod_token_id: %s has no causal attention to keep within "
                           "documents",
                           m->source);
+    /* the graph's own doc_start must be what regc_model_fill_inputs fills */
+    const int docs = regc_graph_find_tensor(g, "doc_start");
+    const regc_tensor *d = on && docs >= 0 ? regc_graph_tensor(g, docs) : NULL;
+    const graph_config *c = m->cfg;
+    if (d && (d->role != REGC_ROLE_INPUT || d->constant || d->dtype != REGC_I32 || d->ndim != 2 ||
+              d->shape[0] != c->batch || d->shape[1] != c->seq))
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: doc_start must be an i32 data input of shape [%" PRId64 ", %" PRId64
+                          "] like input_ids",
+                          m->source, c->batch, c->seq);
     return REGC_OK;
 }
 

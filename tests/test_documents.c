@@ -215,18 +215,26 @@ static void test_documents_resume(void **state)
     free(out), free(ck);
 }
 
-/* A graph JSON model of one attention, causal or not, reading a
- * doc_start input or not (a graph of vocabulary 64), saved as dir/name;
+/* The doc_start of tiny_attention_graph's attention. */
+enum { NO_DOCS, DOCS_INPUT, DOCS_CONSTANT };
+
+/* A graph JSON model of one attention, causal or not, reading a doc_start
+ * that is a data input, a constant or none, with an unread
+ * decoder_input_ids or not (a graph of vocabulary 64), saved as dir/name;
  * beside it small.bin, tokens it can read. */
-static char *tiny_attention_graph(const regc_test_dir *f, const char *name, int causal,
-                                  int with_docs)
+static char *tiny_attention_graph(const regc_test_dir *f, const char *name, int causal, int doc,
+                                  int decoder)
 {
     regc_graph *g = regc_graph_new();
     const int64_t bt[2] = {2, 16}, table[2] = {64, 8}, cols[2] = {64, 8};
     int ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt);
     int targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt);
-    int docs =
-        with_docs ? regc_graph_add_tensor(g, "doc_start", REGC_I32, REGC_ROLE_INPUT, 2, bt) : -1;
+    if (decoder)
+        regc_graph_add_tensor(g, "decoder_input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt);
+    int docs = doc == DOCS_INPUT
+                   ? regc_graph_add_tensor(g, "doc_start", REGC_I32, REGC_ROLE_INPUT, 2, bt)
+               : doc == DOCS_CONSTANT ? regc_graph_add_constant(g, "doc_start", REGC_I32, 2, bt)
+                                      : -1;
     int wte = regc_graph_add_tensor(g, "wte", REGC_F32, REGC_ROLE_PARAM, 2, table);
     int head = regc_graph_add_tensor(g, "head", REGC_F32, REGC_ROLE_PARAM, 2, cols);
     int x = regc_graph_embedding(g, ids, wte); /* [2, 16, 8] */
@@ -324,8 +332,10 @@ static void test_documents_refused(void **state)
     free(json), free(graph);
     /* a graph's own doc_start needs the setting; attention that is not
      * causal has no documents to keep */
-    char *documents = tiny_attention_graph(f, "documents.json", 1, 1),
-         *open = tiny_attention_graph(f, "open.json", 0, 0),
+    char *documents = tiny_attention_graph(f, "documents.json", 1, DOCS_INPUT, 0),
+         *open = tiny_attention_graph(f, "open.json", 0, NO_DOCS, 0),
+         *constant = tiny_attention_graph(f, "constant.json", 1, DOCS_CONSTANT, 0),
+         *decoder = tiny_attention_graph(f, "decoder.json", 1, NO_DOCS, 1),
          *small = regc_test_join(f->dir, "small.bin");
     regc_test_run_regc(&p, "train", "--model", documents, "--data", small, "--steps", "1", NULL);
     regc_test_expect_one_line_error(&p, 1, "node 1 attends over documents",
@@ -341,7 +351,15 @@ static void test_documents_refused(void **state)
     regc_test_expect_one_line_error(&p, 1, "train.eod_token_id",
                                     "has no causal attention to keep within documents");
     regc_test_proc_free(&p);
-    free(documents), free(open), free(small);
+    regc_test_run_regc(&p, "train", "--model", constant, "--data", small, "--steps", "1",
+                       "--eod-token-id", "7", NULL);
+    regc_test_expect_one_line_error(&p, 1, "constant.json", "doc_start must be an i32 data input");
+    regc_test_proc_free(&p);
+    regc_test_run_regc(&p, "train", "--model", decoder, "--data", small, "--steps", "1",
+                       "--eod-token-id", "7", NULL);
+    regc_test_expect_one_line_error(&p, 1, "train.eod_token_id", "is an encoder-decoder graph");
+    regc_test_proc_free(&p);
+    free(documents), free(open), free(constant), free(decoder), free(small);
 }
 
 int main(void)

@@ -3,7 +3,8 @@
  *
  * - prepare_data.py packs JSONL examples as prompt · response · end of text,
  *   masked 0 · 1 · 1, byte for byte; in shards (--shard-tokens) the same
- *   tokens and mask, an earlier run's extra shards removed.
+ *   tokens and mask, an earlier run's extra shards removed (and its masks
+ *   by a text run), a failed run leaving the shards as they were.
  * - The mask decides which targets count: for the same first batch, the
  *   loss over the masked targets and the loss over the others, weighted by
  *   their counts, add up to the loss over all of them.
@@ -134,7 +135,34 @@ static void test_prepare_in_shards(void **state)
     assert_true(regc_tokens_hash(shards) == regc_tokens_hash(whole));
     assert_true(regc_test_is_file(last)); /* more than one shard */
     regc_tokens_free(whole), regc_tokens_free(shards);
-    free(stale), free(other), free(tokens), free(masks), free(last);
+
+    /* a run that fails on its second example leaves the shards as they
+     * were, nothing staged beside them */
+    char *broken = regc_test_join(f->dir, "broken.jsonl"), *text = regc_test_join(f->dir, "a.txt");
+    const char *bad = "{\"prompt\": \"a\", \"response\": \"b\"}\n{\"prompt\": 1}\n";
+    assert_int_equal(regc_test_write_file(broken, bad, strlen(bad)), 0);
+    size_t n_before, n_after;
+    char *before = regc_test_read_file(last, &n_before);
+    const char *fail[] = {PYTHON,    SCRIPT,           "--jsonl", broken, "--out",
+                          f->prefix, "--shard-tokens", "1",       NULL};
+    assert_int_equal(regc_test_run_argv(fail, &p), 1);
+    regc_test_proc_free(&p);
+    char *after = regc_test_read_file(last, &n_after);
+    assert_non_null(before), assert_non_null(after);
+    assert_true(n_before == n_after && !memcmp(before, after, n_before));
+    char *staged = regc_test_join(f->dir, "sft_000000.bin.staged");
+    assert_false(regc_test_is_file(staged));
+    /* a text run writes no masks: the earlier run's go */
+    assert_int_equal(regc_test_write_file(text, "plain text, every token counted", 31), 0);
+    const char *plain[] = {PYTHON,    SCRIPT,           "--text", text, "--out",
+                           f->prefix, "--shard-tokens", "7",      NULL};
+    assert_int_equal(regc_test_run_argv(plain, &p), 0);
+    regc_test_proc_free(&p);
+    char *mask0 = regc_test_join(f->dir, "sft_000000.mask.bin");
+    assert_false(regc_test_is_file(mask0));
+    assert_true(regc_test_is_file(last));
+    free(stale), free(other), free(tokens), free(masks), free(last), free(broken), free(text);
+    free(before), free(after), free(staged), free(mask0);
 }
 
 static void test_prepare_packs_and_masks(void **state)

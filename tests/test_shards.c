@@ -7,11 +7,12 @@
  *   (what a checkpoint records, so a run may resume on either), and the
  *   same batches in llm.c's order and shuffled, rows crossing the files'
  *   ends; masks beside the shards likewise.
- * - Errors name the file: a pattern matching nothing, a token past the
- *   vocabulary in one shard, masks of another number of files or another
- *   length, and a shard changed, rewritten or removed after open (a batch
- *   then fails in one line; nothing is read from a file it was not
- *   checked as).
+ * - Errors name the file: a pattern matching nothing or a directory, a
+ *   token past the vocabulary in one shard, masks of another number of
+ *   files or another length, and a shard or mask shortened, replaced,
+ *   rewritten in place or removed after open (a batch then fails in one
+ *   line; nothing is read from a file it was not checked as).
+ * - A name holding * ? [ that a file has is that file, not a pattern.
  * - Through `regc train`: a pattern trains as the joined file does, its
  *   epochs counted over every shard, and a pattern a shell expanded into
  *   several arguments is refused with the quoting that fixes it. */
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -183,21 +186,77 @@ static void test_shard_changed_after_open(void **state)
 {
     regc_test_dir *f = *state;
     write_shards(f);
-    regc_tokens *t = open_tokens(f, "shard_*.bin", NULL);
+    regc_tokens *t = open_tokens(f, "shard_*.bin", "shard_*.mask");
     char path[1024];
     snprintf(path, sizeof path, "%s", regc_test_path_in(f, "shard_03.bin"));
     uint16_t tokens[64];
     for (int i = 0; i < 64; i++)
         tokens[i] = token_at(TOTAL - 64 + i);
-
-    assert_int_equal(regc_tokens_write(path, tokens, 60), REGC_OK); /* shorter */
+    /* shorter; the same tokens in a new file of the same size; the same
+     * file rewritten in place, its size the same */
+    assert_int_equal(regc_tokens_write(path, tokens, 60), REGC_OK);
     expect_batch_error(t, "shard_03.bin", "changed since it was opened");
-    tokens[40] = 9999; /* the same size, a token no embedding row holds */
     assert_int_equal(regc_tokens_write(path, tokens, 64), REGC_OK);
-    expect_batch_error(t, "shard_*.bin", "vocab size 256: the data changed since it was opened");
+    expect_batch_error(t, "shard_03.bin", "changed since it was opened");
+    regc_tokens_free(t);
+    t = open_tokens(f, "shard_*.bin", "shard_*.mask");
+    struct timespec pause = {0, 20 * 1000 * 1000}; /* past the file system's time grain */
+    nanosleep(&pause, NULL);
+    FILE *w = fopen(path, "r+b");
+    assert_non_null(w);
+    assert_int_equal(fseek(w, 1024 + 2 * 40, SEEK_SET), 0);
+    assert_int_equal(fputc(0x0f, w), 0x0f); /* token 40 past the vocabulary */
+    assert_int_equal(fclose(w), 0);
+    expect_batch_error(t, "shard_03.bin", "changed since it was opened");
     assert_int_equal(remove(path), 0);
     expect_batch_error(t, "shard_03.bin", "cannot open");
     regc_tokens_free(t);
+    /* a mask rewritten beside its tokens */
+    assert_int_equal(regc_tokens_write(path, tokens, 64), REGC_OK);
+    t = open_tokens(f, "shard_*.bin", "shard_*.mask");
+    uint8_t mask[64] = {0};
+    snprintf(path, sizeof path, "%s", regc_test_path_in(f, "shard_03.mask"));
+    assert_int_equal(regc_tokens_write_mask(path, mask, 64), REGC_OK);
+    expect_batch_error(t, "shard_03.mask", "changed since it was opened");
+    regc_tokens_free(t);
+}
+
+/* A name holding * ? [ that a file has is that file, never a pattern
+ * standing in for others; a pattern matching a directory refuses it. */
+static void test_literal_names_and_directories(void **state)
+{
+    regc_test_dir *f = *state;
+    uint16_t one[40], other[40];
+    for (int i = 0; i < 40; i++)
+        one[i] = 1, other[i] = 2;
+    char bracket[1024];
+    snprintf(bracket, sizeof bracket, "%s", regc_test_path_in(f, "run[1].bin"));
+    assert_int_equal(regc_tokens_write(bracket, one, 40), REGC_OK);
+    assert_int_equal(regc_tokens_write(regc_test_path_in(f, "run1.bin"), other, 40), REGC_OK);
+    regc_tokens *t = NULL;
+    assert_int_equal(regc_tokens_open(bracket, VOCAB, &t), REGC_OK);
+    int32_t in[8], tg[8];
+    assert_int_equal(regc_tokens_batch(t, 0, 1, 8, in, tg), REGC_OK);
+    assert_int_equal(in[0], 1); /* run[1].bin's, not run1.bin's */
+    regc_tokens_free(t);
+    assert_int_equal(regc_tokens_open(regc_test_path_in(f, "run[0-9].bin"), VOCAB, &t), REGC_OK);
+    assert_int_equal(regc_tokens_batch(t, 0, 1, 8, in, tg), REGC_OK);
+    assert_int_equal(in[0], 2); /* as a pattern it matches run1.bin alone */
+    regc_tokens_free(t);
+
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s", regc_test_path_in(f, "run_dir.bin"));
+    assert_int_equal(mkdir(sub, 0700), 0);
+    t = (regc_tokens *)0x1;
+    assert_int_not_equal(regc_tokens_open(regc_test_path_in(f, "run*.bin"), VOCAB, &t), REGC_OK);
+    assert_null(t);
+    regc_test_expect_error("run_dir.bin", "not a regular file");
+    /* the headers alone, of a file that is no token file */
+    assert_int_equal(regc_test_write_file(regc_test_path_in(f, "bad.bin"), "x", 1), 0);
+    int64_t count = 0;
+    assert_int_equal(regc_tokens_count_files(regc_test_path_in(f, "bad.bin"), &count),
+                     REGC_ERR_FORMAT);
+    regc_test_expect_error("bad.bin", "truncated header");
 }
 
 /* The step losses of gpt2-tiny trained on dir/data, B=2, T=16, with the
@@ -233,6 +292,9 @@ static void test_train_on_a_pattern(void **state)
     regc_test_expect_one_line_error(&p, 2, "after --data's value",
                                     "several files are one quoted pattern");
     regc_test_proc_free(&p);
+    regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--steps", "5", second, NULL);
+    regc_test_expect_one_line_error(&p, 2, "unexpected argument", "options start with --");
+    regc_test_proc_free(&p);
 }
 
 int main(void)
@@ -241,6 +303,7 @@ int main(void)
         regc_test_in_dir(test_shards_read_as_their_concatenation, setup),
         regc_test_in_dir(test_shard_errors_name_the_file, setup),
         regc_test_in_dir(test_shard_changed_after_open, setup),
+        regc_test_in_dir(test_literal_names_and_directories, setup),
         regc_test_in_dir(test_train_on_a_pattern, setup),
     };
     return cmocka_run_group_tests_name("shards", tests, NULL, NULL);

@@ -21,7 +21,7 @@
  * the flags set. */
 static int parse_flags(int argc, char **argv, regc_train_settings *s, int *help, regc_origins *from)
 {
-    const char *valued = NULL; /* the flag whose value the argument before was */
+    const char *valued = NULL; /* the flag whose value, a file, the argument before was */
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -51,7 +51,9 @@ static int parse_flags(int argc, char **argv, regc_train_settings *s, int *help,
             value = eq ? eq + 1 : NULL;
         else if (value && !eq) /* the value was the next argument */
             i++;
-        valued = value && !eq && regc_option_takes_value(o) ? argv[i - 1] : NULL;
+        valued = value && !eq && regc_option_takes_value(o) && access(value, F_OK) == 0
+                     ? argv[i - 1]
+                     : NULL;
         if (regc_option_set_text(o, s, value) != REGC_OK)
             return usage_error("%s", regc_error_message());
         regc_origins_flag(from, o, NULL);

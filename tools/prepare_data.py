@@ -13,13 +13,16 @@ that token counts toward the loss). Train with
 
 With --shard-tokens N it writes shards of N tokens as llm.c's datasets come
 instead, OUT_000000.bin, OUT_000001.bin, ... (and OUT_000000.mask.bin, ...),
-each written as it fills, so that data of any size passes through a bounded
-memory; regc reads them as one file through a quoted pattern:
+each written as it fills, so that JSONL of any size passes through a bounded
+memory (a --text file is read whole); regc reads them as one file through a
+quoted pattern:
 
     regc train --model ... --data 'OUT_??????.bin' --loss-mask 'OUT_??????.mask.bin'
 
-Shards of OUT left by an earlier run past the last one written are removed, so
-that the pattern names this run's data alone.
+The shards take their names when the run ends well, and an earlier run's
+shards of OUT past this run's last (and its masks, where this run writes none)
+are removed then, so that the pattern names this run's data alone; a run that
+fails leaves OUT's shards as they were.
 
 JSONL: one object per line with "prompt" and "response" strings. Each example
 becomes prompt tokens, response tokens and the end-of-text token, packed one
@@ -144,10 +147,17 @@ def from_text(path, tok):
     yield tok.encode(text), None
 
 
+STAGED = ".staged"  # a shard written but not yet one of OUT's: no pattern matches it
+MAX_SHARDS = 1000000  # six digits: OUT_??????.bin names them all, in order
+
+
 class Writer:
     """Tokens (and their mask) into OUT.bin, or into shards of shard_tokens
     written as each fills. Tokens are held as uint16 and mask bytes as
-    bytes: two and one byte each, not a Python integer."""
+    bytes: two and one byte each, not a Python integer. Shards are written
+    under a staged name and renamed into place only when the run ends well,
+    the earlier run's extra shards removed then, so a failed run leaves OUT's
+    shards as they were rather than a mix of two runs'."""
 
     def __init__(self, out, shard_tokens, has_mask):
         self.out, self.shard, self.has_mask = out, shard_tokens, has_mask
@@ -159,26 +169,50 @@ class Writer:
             return self.out + (".mask.bin" if mask else ".bin")
         return "%s_%06d%s" % (self.out, index, ".mask.bin" if mask else ".bin")
 
-    def _flush(self, n):
-        tokens = self.tokens[:n]
+    def _flush(self):
+        if self.shard and self.shards == MAX_SHARDS:
+            raise DataError("--shard-tokens: %d tokens make more than %d shards"
+                            % (self.shard, MAX_SHARDS - 1))
+        n, staged = len(self.tokens), STAGED if self.shard else ""
         if sys.byteorder != "little":
-            tokens.byteswap()
-        write_atomic(self._path(self.shards, False), TOKENS_MAGIC, n, tokens.tobytes())
+            self.tokens.byteswap()
+        write_atomic(self._path(self.shards, False) + staged, TOKENS_MAGIC, n,
+                     self.tokens.tobytes())
         if self.has_mask:
-            write_atomic(self._path(self.shards, True), MASK_MAGIC, n, bytes(self.mask[:n]))
-        del self.tokens[:n], self.mask[:n]
+            write_atomic(self._path(self.shards, True) + staged, MASK_MAGIC, n, bytes(self.mask))
+        self.tokens, self.mask = array.array("H"), bytearray()
         self.shards += 1
 
     def add(self, tokens, mask):
-        self.tokens.extend(tokens)
+        """An example's tokens and mask (None: every token counted), into
+        shards as they fill."""
         self.total += len(tokens)
-        if mask is not None:
-            self.mask.extend(mask)
-            self.counted += sum(mask)
-        else:
-            self.counted += len(tokens)
-        while self.shard and len(self.tokens) >= self.shard:
-            self._flush(self.shard)
+        self.counted += sum(mask) if mask is not None else len(tokens)
+        i = 0
+        while i < len(tokens):
+            room = self.shard - len(self.tokens) if self.shard else len(tokens) - i
+            self.tokens.extend(tokens[i:i + room])
+            if mask is not None:
+                self.mask.extend(mask[i:i + room])
+            i += room
+            if self.shard and len(self.tokens) == self.shard:
+                self._flush()
+
+    def _own_shards(self):
+        """OUT's shards on disk (staged or not): (index, path, staged)."""
+        prefix = os.path.basename(self.out) + "_"
+        for path in glob.glob(glob.escape(self.out) + "_[0-9][0-9][0-9][0-9][0-9][0-9]*"):
+            rest = os.path.basename(path)[len(prefix):]
+            staged = rest.endswith(STAGED)
+            kind = rest[6:len(rest) - len(STAGED)] if staged else rest[6:]
+            if rest[:6].isdigit() and kind in (".bin", ".mask.bin"):
+                yield int(rest[:6]), path, staged, kind == ".mask.bin"
+
+    def abandon(self):
+        """A failed run: its staged shards removed, OUT's own left alone."""
+        for _, path, staged, _ in list(self._own_shards()) if self.shard else []:
+            if staged:
+                os.unlink(path)
 
     def finish(self, source):
         if not self.total:
@@ -187,13 +221,17 @@ class Writer:
             raise DataError("%s: %d tokens do not fit the header's int32 count "
                             "(--shard-tokens splits them)" % (source, self.total))
         if self.tokens or not self.shard:
-            self._flush(len(self.tokens))
-        if self.shard:  # an earlier run's shards past this run's last
-            for path in glob.glob(glob.escape(self.out) + "_[0-9][0-9][0-9][0-9][0-9][0-9]*.bin"):
-                name = os.path.basename(path)[len(os.path.basename(self.out)) + 1:]
-                if name[:6].isdigit() and int(name[:6]) >= self.shards and \
-                        name[6:] in (".bin", ".mask.bin"):
-                    os.unlink(path)
+            self._flush()
+        if not self.shard:
+            return
+        # the earlier run's shards past this run's last, and its masks where
+        # this run writes none; then this run's into place
+        for index, path, staged, mask in list(self._own_shards()):
+            if not staged and (index >= self.shards or (mask and not self.has_mask)):
+                os.unlink(path)
+        for index, path, staged, mask in list(self._own_shards()):
+            if staged:
+                os.replace(path, path[:-len(STAGED)])
 
 
 def main(argv):
@@ -220,9 +258,13 @@ def main(argv):
             raise DataError("--shard-tokens: %d is not a token count (0: one file; "
                             "else 1 .. 2^31 - 1)" % args.shard_tokens)
         w = Writer(args.out, args.shard_tokens, bool(args.jsonl))
-        for tokens, mask in (from_jsonl if args.jsonl else from_text)(source, tok):
-            w.add(tokens, mask)
-        w.finish(source)
+        try:
+            for tokens, mask in (from_jsonl if args.jsonl else from_text)(source, tok):
+                w.add(tokens, mask)
+            w.finish(source)
+        except BaseException:
+            w.abandon()
+            raise
     except DataError as e:
         print("prepare_data.py: %s" % e, file=sys.stderr)
         return 1
