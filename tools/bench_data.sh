@@ -2,7 +2,8 @@
 # bench_data.sh — what token data costs a run: the peak resident memory and
 # the wall time of a one-step `regc train` of gpt2-tiny on one llm.c token
 # file of S x N tokens, on the same tokens as S shards named by a pattern,
-# and on the built-in corpus (the run without data). The files come from
+# and on the built-in corpus (the run without data); then bench_tokens (the
+# open, and a batch's read in llm.c's order and shuffled) on both. The files come from
 # the page cache (just written), so the figures compare the readers, not
 # the disk. --regc names another build to compare (one without patterns
 # skips the shards).
@@ -60,4 +61,10 @@ run "one file" --data "$dir/whole.bin"
 help=$("$regc" train --help 2>&1 || true)
 if [[ $help == *"pattern of its shards"* ]]; then
     run "$shards shards" --data "$dir/shard_*.bin"
+fi
+# the open and a batch's read alone, where bench_tokens is built beside regc
+bench=$(dirname "$regc")/bench_tokens
+if [ -x "$bench" ]; then
+    "$bench" --vocab 256 "$dir/whole.bin"
+    "$bench" --vocab 256 --batch 8 --seq 64 "$dir/shard_*.bin"
 fi
