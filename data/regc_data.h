@@ -35,6 +35,10 @@ int regc_tokens_builtin(regc_tokens **out);
 /* Write a token file (for tests and tools). */
 int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
 int64_t regc_tokens_count(const regc_tokens *t);
+/* The files t was read from (1 for a memory image or the built-in corpus). */
+int regc_tokens_n_files(const regc_tokens *t);
+/* Whether a loss mask is attached. */
+int regc_tokens_masked(const regc_tokens *t);
 /* A hash of the tokens and their mask: what a checkpoint records of its data. */
 uint64_t regc_tokens_hash(const regc_tokens *t);
 /* Read a loss mask for t's tokens: one byte per token, 0 or 1; a pattern

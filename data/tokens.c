@@ -196,6 +196,10 @@ int regc_tokens_open_mask(regc_tokens *t, const char *path)
 
 int64_t regc_tokens_count(const regc_tokens *t) { return t->tokens.count; }
 
+int regc_tokens_n_files(const regc_tokens *t) { return t->tokens.n; }
+
+int regc_tokens_masked(const regc_tokens *t) { return t->mask.n > 0; }
+
 uint64_t regc_tokens_hash(const regc_tokens *t)
 {
     uint64_t h = t->tokens.hash;

@@ -14,8 +14,9 @@
  *   line; nothing is read from a file it was not checked as).
  * - A name holding * ? [ that a file has is that file, not a pattern.
  * - Through `regc train`: a pattern trains as the joined file does, its
- *   epochs counted over every shard, and a pattern a shell expanded into
- *   several arguments is refused with the quoting that fixes it. */
+ *   epochs counted over every shard, the run says how many files and
+ *   tokens it read, and a pattern a shell expanded into several arguments
+ *   is refused with the quoting that fixes it. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -283,8 +284,18 @@ static void test_train_on_a_pattern(void **state)
     assert_int_equal(train(f, "shard_*.bin", "--num-train-epochs", "1", shards, TOTAL),
                      (TOTAL - 1) / 32);
 
-    /* the pattern unquoted: the shell hands regc the files */
+    /* the run says what it read */
     regc_test_proc p;
+    char pattern[1024];
+    snprintf(pattern, sizeof pattern, "%s", regc_test_path_in(f, "shard_*.bin"));
+    regc_test_run_regc(&p, "train", "--model", "gpt2-tiny", "--data", pattern, "--batch", "2",
+                       "--seq", "16", "--steps", "1", "--no-cache", NULL);
+    assert_int_equal(p.status, 0);
+    if (!strstr(p.err, "shard_*.bin: 4 files, 202 tokens, checked in"))
+        fail_msg("no data line on stderr:\n%s", p.err);
+    regc_test_proc_free(&p);
+
+    /* the pattern unquoted: the shell hands regc the files */
     char first[1024], second[1024];
     snprintf(first, sizeof first, "%s", regc_test_path_in(f, "shard_00.bin"));
     snprintf(second, sizeof second, "%s", regc_test_path_in(f, "shard_01.bin"));

@@ -109,6 +109,17 @@ static void on_loaded(const regc_load_report *r, void *user)
     fprintf(stderr, ")\n");
 }
 
+/* The training data: the files a pattern named, their tokens. */
+static void on_data(const regc_data_report *d, void *user)
+{
+    const step_printer *p = user;
+    if (p->quiet || !d->from)
+        return;
+    fprintf(stderr, "data: %s: %d file%s, %lld tokens%s, checked in %.0f ms\n", d->from, d->files,
+            d->files == 1 ? "" : "s", (long long)d->tokens, d->masked ? " and their mask" : "",
+            d->ms);
+}
+
 /* The terminal's progress line, replaced in place each step; the last step
  * ends it with a newline. */
 static int print_progress(step_printer *p, const regc_step_report *r)
@@ -295,6 +306,7 @@ static int train_run(const regc_train_settings *s, const regc_config *cfg, regc_
     o.on_compiled = on_compiled;
     o.on_memory = on_memory;
     o.on_loaded = on_loaded;
+    o.on_data = on_data;
     for (int last = o.steps - 1, w = 1; last >= 10; last /= 10)
         if (++w > p.step_width)
             p.step_width = w;

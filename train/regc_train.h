@@ -30,6 +30,16 @@ typedef struct {
     double ms;        /* the slowest rank's time reading them onto the device */
 } regc_load_report;
 
+/* The training data as opened: every token checked against the
+ * vocabulary and hashed. */
+typedef struct {
+    const char *from; /* the file or pattern; NULL: the built-in corpus */
+    int files;        /* the files it names */
+    int64_t tokens;   /* in them all */
+    int masked;       /* a loss mask beside them */
+    double ms;        /* the open's time */
+} regc_data_report;
+
 /* compile.schedule: the steps at which a run compiles its step again, each
  * with its own schedule passes, given the profile measured since the last
  * plan (regc_region.h's "Schedule passes"). */
@@ -133,6 +143,8 @@ typedef struct {
     /* called once the weights (and a checkpoint's moments) are on the
      * device: what every rank read, together */
     void (*on_loaded)(const regc_load_report *r, void *user);
+    /* called once the training data is open: what it holds */
+    void (*on_data)(const regc_data_report *r, void *user);
 } regc_train_options;
 
 void regc_train_options_default(regc_train_options *o);

@@ -619,8 +619,15 @@ int regc_train(regc_model *m, const regc_train_options *o, regc_step_fn on_step,
     if (!t.counts || !t.losses)
         rc = regc_error(REGC_ERR_MEMORY, "out of memory");
     int64_t start = 0;
+    const double data_t0 = regc_time_ms();
     if (rc == REGC_OK)
         rc = open_data(&t, o);
+    if (rc == REGC_OK && o->on_data) {
+        const regc_data_report d = {o->data_path, regc_tokens_n_files(t.tokens),
+                                    regc_tokens_count(t.tokens), regc_tokens_masked(t.tokens),
+                                    regc_time_ms() - data_t0};
+        o->on_data(&d, user);
+    }
     if (rc == REGC_OK)
         rc = regc_trainer_check_ranks_agree(&t, o);
     if (rc == REGC_OK && o->resume_from)
