@@ -2,8 +2,9 @@
  * and the built-in corpus.
  *
  * A token file is a 256-int32 header (magic 20240520, version 1, token
- * count) followed by uint16 tokens, so data prepared for llm.c works
- * unchanged. A loss mask is the same header with magic 20240601 followed
+ * count) followed by uint16 tokens, or (llm.c's format for Llama 3's
+ * vocabulary) magic 20240801, version 7 and uint32 tokens, so data
+ * prepared for llm.c works unchanged. A loss mask is the same header with magic 20240601 followed
  * by one byte per token: 1 when predicting that token counts toward the
  * loss (a response in supervised fine-tuning), 0 when it does not (the
  * prompt). Where a path is taken, a pattern (with * ? or [) names shards:
@@ -32,8 +33,10 @@ int regc_tokens_parse(const char *source, const void *bytes, size_t size, int64_
                       regc_tokens **out);
 /* The built-in corpus: a small English text as byte-level tokens (< 256). */
 int regc_tokens_builtin(regc_tokens **out);
-/* Write a token file (for tests and tools). */
+/* Write a token file (for tests and tools): llm.c's GPT-2 format of
+ * uint16 tokens, or (write32) its Llama 3 format of uint32 ones. */
 int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
+int regc_tokens_write32(const char *path, const uint32_t *tokens, int64_t n);
 int64_t regc_tokens_count(const regc_tokens *t);
 /* The files t was read from (1 for a memory image or the built-in corpus). */
 int regc_tokens_n_files(const regc_tokens *t);

@@ -1,7 +1,9 @@
 /* stream.c — files of llm.c's format read as one sequence of elements.
  *
- * A file is a 256 x int32 little-endian header (magic, version 1, count)
- * followed by `count` elements. Data prepared for llm.c comes as one file
+ * A file is a 256 x int32 little-endian header (magic, version, count)
+ * followed by `count` elements: uint16 tokens (llm.c's GPT-2 files, magic
+ * 20240520 version 1), uint32 tokens (its Llama 3 files, 20240801 version
+ * 7) or mask bytes (regc's, 20240601 version 1). Data prepared for llm.c comes as one file
  * or as shards (fineweb_train_000001.bin, ...); a pattern names the shards
  * and the stream is their elements one after another, in the byte order of
  * their names, as if they were one file.
@@ -42,50 +44,87 @@ static void write_le32(unsigned char *p, int32_t value)
     p[3] = (unsigned char)(v >> 24);
 }
 
+/* The formats: llm.c's token files, GPT-2's of uint16 and Llama 3's of
+ * uint32 (its vocabulary passes 65,536), and regc's loss masks. A stream
+ * of tokens reads either, one format for all its files. */
+typedef struct {
+    int32_t magic, version;
+    size_t elem;      /* bytes per element, little-endian */
+    const char *name; /* for messages */
+} data_format;
+
+static const data_format formats[] = {
+    {DATA_TOKENS_MAGIC, 1, 2, "llm.c's GPT-2 format (uint16 tokens)"},
+    {DATA_TOKENS32_MAGIC, 7, 4, "llm.c's Llama 3 format (uint32 tokens)"},
+    {DATA_MASK_MAGIC, 1, 1, "a regc loss mask"},
+};
+
+static const data_format *format_of(int32_t magic)
+{
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+        if (formats[i].magic == magic)
+            return &formats[i];
+    return NULL;
+}
+
+/* Whether a file of magic m may stand in a stream of `kind`. */
+static int format_is_kind(int32_t m, int32_t kind)
+{
+    return kind == DATA_MASK_MAGIC ? m == DATA_MASK_MAGIC
+                                   : m == DATA_TOKENS_MAGIC || m == DATA_TOKENS32_MAGIC;
+}
+
 void data_header_put(unsigned char *header, int32_t magic, int32_t count)
 {
     memset(header, 0, DATA_HEADER_BYTES);
     write_le32(header, magic);
-    write_le32(header + 4, DATA_VERSION);
+    write_le32(header + 4, format_of(magic)->version);
     write_le32(header + 8, count);
 }
 
-static size_t elem_bytes(int32_t magic) { return magic == DATA_MASK_MAGIC ? 1 : 2; }
+size_t data_elem_bytes(int32_t magic) { return format_of(magic)->elem; }
 
 /* The count of a file of `size` bytes whose first min(size, header) bytes
- * are `header`, checked against the size. */
-static int header_check(const char *path, const unsigned char *header, uint64_t size, int32_t magic,
-                        int64_t *count)
+ * are `header`, a file of `kind` (DATA_TOKENS_MAGIC: either token format),
+ * checked against the size; *elem its element's bytes, or, when *elem is
+ * set (the stream's first file said it), checked against it. */
+static int header_check(const char *path, const unsigned char *header, uint64_t size, int32_t kind,
+                        int64_t *count, size_t *elem)
 {
-    const char *what = magic == DATA_MASK_MAGIC ? "a regc loss mask" : "an llm.c token file";
-    const char *unit = magic == DATA_MASK_MAGIC ? "mask bytes" : "tokens";
-    const size_t elem = elem_bytes(magic);
+    const char *what = kind == DATA_MASK_MAGIC ? "a regc loss mask (magic 20240601)"
+                                               : "an llm.c token file (magic 20240520, or "
+                                                 "20240801 for Llama 3's)";
+    const char *unit = kind == DATA_MASK_MAGIC ? "mask bytes" : "tokens";
     *count = 0;
     if (size < DATA_HEADER_BYTES)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: truncated header: file holds %llu bytes, the header needs %d", path,
                           (unsigned long long)size, DATA_HEADER_BYTES);
     int32_t m = read_le32(header), version = read_le32(header + 4), n = read_le32(header + 8);
-    if (m != magic)
-        return regc_error(REGC_ERR_FORMAT, "%s: bad magic %d (expected %d): not %s", path, m, magic,
-                          what);
-    if (version != DATA_VERSION)
+    const data_format *f = format_is_kind(m, kind) ? format_of(m) : NULL;
+    if (!f)
+        return regc_error(REGC_ERR_FORMAT, "%s: bad magic %d: not %s", path, m, what);
+    if (version != f->version)
         return regc_error(REGC_ERR_UNSUPPORTED,
-                          "%s: unsupported version %d (regc reads version %d)", path, version,
-                          DATA_VERSION);
+                          "%s: unsupported version %d (regc reads version %d of magic %d)", path,
+                          version, f->version, m);
+    if (*elem && *elem != f->elem)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: %s, where the files before it are of %zu-byte tokens", path, f->name,
+                          *elem);
     if (n < 0)
         return regc_error(REGC_ERR_FORMAT, "%s: negative count %d in the header", path, n);
-    uint64_t body = size - DATA_HEADER_BYTES, need = (uint64_t)n * elem;
+    uint64_t body = size - DATA_HEADER_BYTES, need = (uint64_t)n * f->elem;
     if (body < need)
         return regc_error(REGC_ERR_FORMAT, "%s: truncated: header says %d %s, file holds %llu",
-                          path, n, unit, (unsigned long long)(body / elem));
+                          path, n, unit, (unsigned long long)(body / f->elem));
     /* Extra bytes mean the header and the data disagree; guessing which is
      * right would silently train on the wrong data. */
     if (body > need)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: header says %d %s (%llu bytes) but %llu bytes follow the header",
                           path, n, unit, (unsigned long long)need, (unsigned long long)body);
-    *count = n;
+    *count = n, *elem = f->elem;
     return REGC_OK;
 }
 
@@ -153,7 +192,7 @@ static void files_free(file_list *f)
 static int body_take(const data_part *p, int64_t index, const unsigned char *body, int64_t n,
                      data_check_fn check, void *ctx, regc_hasher *h, size_t elem)
 {
-    int rc = check ? check(p->path, index, body, n, ctx) : REGC_OK;
+    int rc = check ? check(p->path, index, body, n, elem, ctx) : REGC_OK;
     if (rc == REGC_OK)
         regc_hasher_update(h, body, (size_t)n * elem);
     return rc;
@@ -174,10 +213,9 @@ static int file_identity(int fd, const char *path, uint64_t id[4])
 }
 
 /* Part p from the file at path: its header, then its body in chunks. */
-static int part_open(data_part *p, const char *path, int32_t magic, data_check_fn check, void *ctx,
+static int part_open(data_part *p, const char *path, data_stream *s, data_check_fn check, void *ctx,
                      regc_hasher *h, unsigned char *chunk)
 {
-    const size_t elem = elem_bytes(magic);
     if (!(p->path = strdup(path)))
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     int fd;
@@ -190,8 +228,9 @@ static int part_open(data_part *p, const char *path, int32_t magic, data_check_f
     if (rc == REGC_OK)
         rc = regc_file_pread_full(fd, path, header, head, 0, "the header");
     if (rc == REGC_OK)
-        rc = header_check(path, header, p->file_size, magic, &p->count);
-    const int64_t per_chunk = (int64_t)(CHUNK_BYTES / elem);
+        rc = header_check(path, header, p->file_size, s->magic, &p->count, &s->elem);
+    const size_t elem = s->elem;
+    const int64_t per_chunk = (int64_t)(CHUNK_BYTES / (elem ? elem : 1));
     for (int64_t i = 0; rc == REGC_OK && i < p->count; i += per_chunk) {
         const int64_t n = p->count - i < per_chunk ? p->count - i : per_chunk;
         rc = regc_file_pread_full(fd, path, chunk, (size_t)n * elem,
@@ -206,8 +245,7 @@ static int part_open(data_part *p, const char *path, int32_t magic, data_check_f
 static int stream_begin(data_stream *s, int n, int32_t magic, regc_hasher **h)
 {
     memset(s, 0, sizeof *s);
-    s->magic = magic;
-    s->elem = elem_bytes(magic);
+    s->magic = magic; /* s->elem: the first file's */
     s->parts = calloc((size_t)n, sizeof *s->parts);
     *h = regc_hasher_begin();
     if (!s->parts || !*h) {
@@ -246,7 +284,7 @@ int data_stream_open(const char *pattern, int32_t magic, data_check_fn check, vo
                : regc_error(REGC_ERR_MEMORY, "%s: out of memory", pattern);
     for (int i = 0; rc == REGC_OK && i < f.n; i++) {
         s->n = i + 1; /* so that free releases the part however far it got */
-        rc = part_open(&s->parts[i], file_at(&f, i), magic, check, ctx, h, chunk);
+        rc = part_open(&s->parts[i], file_at(&f, i), s, check, ctx, h, chunk);
     }
     free(chunk);
     files_free(&f);
@@ -267,7 +305,7 @@ int data_stream_parse(const char *source, const void *bytes, size_t size, int32_
     s->n = 1;
     data_part *p = &s->parts[0];
     p->file_size = size;
-    rc = (p->path = strdup(source)) ? header_check(source, bytes, size, magic, &p->count)
+    rc = (p->path = strdup(source)) ? header_check(source, bytes, size, magic, &p->count, &s->elem)
                                     : regc_error(REGC_ERR_MEMORY, "%s: out of memory", source);
     const size_t body = (size_t)p->count * s->elem;
     if (rc == REGC_OK && !(p->bytes = malloc(body ? body : 1)))
@@ -354,6 +392,7 @@ int data_stream_read(const data_stream *s, int64_t first, int64_t n, unsigned ch
 int data_stream_count(const char *pattern, int32_t magic, int64_t *count)
 {
     *count = 0;
+    size_t elem = 0; /* the first file's: the others' must be the same */
     file_list f;
     int rc = files_expand(pattern, &f);
     for (int i = 0; rc == REGC_OK && i < f.n; i++) {
@@ -367,7 +406,7 @@ int data_stream_count(const char *pattern, int32_t magic, int64_t *count)
         if (size >= DATA_HEADER_BYTES)
             rc = regc_file_pread_full(fd, path, header, sizeof header, 0, "the header");
         if (rc == REGC_OK)
-            rc = header_check(path, header, size, magic, &c);
+            rc = header_check(path, header, size, magic, &c, &elem);
         close(fd);
         *count += c;
     }

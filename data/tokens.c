@@ -25,33 +25,48 @@ struct regc_tokens {
     uint64_t shuffle_seed;
 };
 
+/* Token i of a body of elem-byte little-endian tokens. */
+static uint32_t token_at(const unsigned char *body, size_t elem, int64_t i)
+{
+    const unsigned char *b = body + (size_t)i * elem;
+    return elem == 2
+               ? (uint32_t)b[0] | (uint32_t)b[1] << 8
+               : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
 static int check_tokens(const char *path, int64_t index, const unsigned char *body, int64_t n,
-                        void *ctx)
+                        size_t elem, void *ctx)
 {
     const int64_t vocab = *(const int64_t *)ctx;
     if (vocab <= 0) /* no model yet: the file inspected without a bound */
         return REGC_OK;
     /* the largest first, in a loop without exits the compiler vectorises;
      * the place of a token past the vocabulary only when there is one */
-    unsigned largest = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const unsigned tok = (unsigned)body[2 * i] | (unsigned)body[2 * i + 1] << 8;
-        largest = tok > largest ? tok : largest;
-    }
+    uint32_t largest = 0;
+    if (elem == 2)
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t tok = (uint32_t)body[2 * i] | (uint32_t)body[2 * i + 1] << 8;
+            largest = tok > largest ? tok : largest;
+        }
+    else
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t tok = token_at(body, 4, i);
+            largest = tok > largest ? tok : largest;
+        }
     for (int64_t i = 0; largest >= vocab && i < n; i++) {
-        const unsigned tok = (unsigned)body[2 * i] | (unsigned)body[2 * i + 1] << 8;
+        const uint32_t tok = token_at(body, elem, i);
         if (tok >= vocab)
             return regc_error(REGC_ERR_FORMAT,
-                              "%s: token %u at position %lld is >= vocab size %lld", path, tok,
-                              (long long)(index + i), (long long)vocab);
+                              "%s: token %u at position %lld is >= vocab size %lld", path,
+                              (unsigned)tok, (long long)(index + i), (long long)vocab);
     }
     return REGC_OK;
 }
 
 static int check_mask(const char *path, int64_t index, const unsigned char *body, int64_t n,
-                      void *ctx)
+                      size_t elem, void *ctx)
 {
-    (void)ctx;
+    (void)ctx, (void)elem;
     for (int64_t i = 0; i < n; i++)
         if (body[i] > 1)
             return regc_error(REGC_ERR_FORMAT, "%s: byte %lld is %u (a mask holds 0 or 1)", path,
@@ -153,6 +168,19 @@ int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
     return rc;
 }
 
+int regc_tokens_write32(const char *path, const uint32_t *tokens, int64_t n)
+{
+    unsigned char *body = malloc(n > 0 ? 4 * (size_t)n : 1);
+    if (!body)
+        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    for (int64_t i = 0; i < n; i++) /* little-endian whatever the host is */
+        for (int b = 0; b < 4; b++)
+            body[4 * i + b] = (unsigned char)(tokens[i] >> (8 * b));
+    int rc = write_file(path, DATA_TOKENS32_MAGIC, body, n, 4);
+    free(body);
+    return rc;
+}
+
 int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n)
 {
     return write_file(path, DATA_MASK_MAGIC, mask, n, 1);
@@ -242,30 +270,32 @@ static int64_t shuffled_row(uint64_t seed, int64_t e, int64_t i, int64_t n)
 
 /* Inputs [n] = tokens p .. p+n-1 and targets [n] = the tokens after each
  * (-1 where the mask says a target does not count): rows that lie one
- * after another in the data, read at once. raw: 3 n + 2 bytes. */
+ * after another in the data, read at once. raw: (elem + 1) (n + 1) bytes. */
 static int rows_from(const regc_tokens *t, int64_t p, int64_t n, unsigned char *raw,
                      int32_t *inputs, int32_t *targets)
 {
-    unsigned char *counts = raw + 2 * (size_t)n + 2; /* [n]: does target i count */
+    const size_t elem = t->tokens.elem;
+    unsigned char *counts = raw + elem * (size_t)(n + 1); /* [n]: does target i count */
     int rc = data_stream_read(&t->tokens, p, n + 1, raw);
     if (rc == REGC_OK && t->mask.n)
         rc = data_stream_read(&t->mask, p + 1, n, counts);
+    const int64_t bound = t->vocab > 0 ? t->vocab : (int64_t)INT32_MAX + 1;
     for (int64_t i = 0; i <= n && rc == REGC_OK; i++) {
-        const int32_t tok = raw[2 * i] | raw[2 * i + 1] << 8;
+        const uint32_t tok = token_at(raw, elem, i);
         /* checked at open; a file rewritten since (and not told by its
          * size, inode and times) must not index past the embedding */
-        if (t->vocab > 0 && tok >= t->vocab) {
+        if (tok >= bound) {
             const data_part *part = data_stream_part_at(&t->tokens, p + i);
             return regc_error(REGC_ERR_FORMAT,
-                              "%s: token %d at position %lld is >= vocab size %lld: the file "
+                              "%s: token %u at position %lld is >= vocab size %lld: the file "
                               "changed since it was opened",
-                              part->path, tok, (long long)(p + i - part->first),
-                              (long long)t->vocab);
+                              part->path, (unsigned)tok, (long long)(p + i - part->first),
+                              (long long)bound);
         }
         if (i < n)
-            inputs[i] = tok;
+            inputs[i] = (int32_t)tok;
         if (i > 0)
-            targets[i - 1] = t->mask.n && !counts[i - 1] ? -1 : tok;
+            targets[i - 1] = t->mask.n && !counts[i - 1] ? -1 : (int32_t)tok;
     }
     return rc;
 }
@@ -297,7 +327,8 @@ int regc_tokens_rows(const regc_tokens *t, int64_t k, int64_t batch, int64_t row
     /* llm.c's order reads the rows as one run of the data, shuffled rows
      * one run each */
     const int64_t run = t->shuffle ? seq : rows * seq;
-    unsigned char *raw = malloc(3 * (size_t)run + 2); /* the run's tokens as bytes, its mask */
+    /* the run's tokens as the files' bytes, then its mask */
+    unsigned char *raw = malloc((t->tokens.elem + 1) * (size_t)(run + 1));
     if (!raw)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory for %lld tokens", t->source,
                           (long long)run);

@@ -4,7 +4,8 @@
  * - prepare_data.py packs JSONL examples as prompt · response · end of text,
  *   masked 0 · 1 · 1, byte for byte; in shards (--shard-tokens) the same
  *   tokens and mask, an earlier run's extra shards removed (and its masks
- *   by a text run), a failed run leaving the shards as they were.
+ *   by a text run), a failed run leaving the shards as they were; in
+ *   llm.c's Llama 3 format (uint32) the same tokens.
  * - The mask decides which targets count: for the same first batch, the
  *   loss over the masked targets and the loss over the others, weighted by
  *   their counts, add up to the loss over all of them.
@@ -165,6 +166,38 @@ static void test_prepare_in_shards(void **state)
     free(before), free(after), free(staged), free(mask0);
 }
 
+/* --format llama-3: llm.c's uint32 tokens, which regc reads as the uint16
+ * file's, batch for batch. */
+static void test_prepare_llama3_format(void **state)
+{
+    fixture *f = *state;
+    prepare(f);
+    char *wide = regc_test_join(f->dir, "wide"), *wide_bin = regc_test_join(f->dir, "wide.bin");
+    regc_test_proc p;
+    const char *argv[] = {PYTHON, SCRIPT,     "--jsonl", f->jsonl, "--out",
+                          wide,   "--format", "llama-3", NULL};
+    if (regc_test_run_argv(argv, &p) != 0)
+        fail_msg("prepare_data.py --format llama-3 failed: %s", p.err);
+    assert_non_null(strstr(p.out, "llm.c's llama-3 format"));
+    regc_test_proc_free(&p);
+    regc_tokens *a = NULL, *b = NULL;
+    assert_int_equal(regc_tokens_open(f->bin, 256, &a), REGC_OK);
+    assert_int_equal(regc_tokens_open(wide_bin, 256, &b), REGC_OK);
+    const int64_t n = regc_tokens_count(a);
+    assert_int_equal(regc_tokens_count(b), n);
+    size_t size;
+    char *bytes = regc_test_read_file(wide_bin, &size);
+    assert_non_null(bytes);
+    assert_int_equal(size, HEADER + 4 * (size_t)n);
+    int32_t in[2][16], tg[2][16];
+    assert_int_equal(regc_tokens_batch(a, 1, 1, 16, in[0], tg[0]), REGC_OK);
+    assert_int_equal(regc_tokens_batch(b, 1, 1, 16, in[1], tg[1]), REGC_OK);
+    assert_memory_equal(in[0], in[1], sizeof in[0]);
+    assert_memory_equal(tg[0], tg[1], sizeof tg[0]);
+    regc_tokens_free(a), regc_tokens_free(b);
+    free(wide), free(wide_bin), free(bytes);
+}
+
 static void test_prepare_packs_and_masks(void **state)
 {
     fixture *f = *state;
@@ -300,6 +333,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_prepare_packs_and_masks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_in_shards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepare_llama3_format, setup, teardown),
         cmocka_unit_test_setup_teardown(test_masked_losses_add_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accumulation_weighs_by_targets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_masks_and_data, setup, teardown),

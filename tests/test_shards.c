@@ -13,7 +13,8 @@
  *   rewritten in place or removed after open (a batch then fails in one
  *   line; nothing is read from a file it was not checked as).
  * - A name holding * ? [ that a file has is that file, not a pattern.
- * - Through `regc train`: a pattern trains as the joined file does, its
+ * - Through `regc train`: a pattern trains as the joined file does (and as
+ *   the same tokens in llm.c's Llama 3 format of uint32 do), its
  *   epochs counted over every shard, the run says how many files and
  *   tokens it read, and a pattern a shell expanded into several arguments
  *   is refused with the quoting that fixes it. */
@@ -279,6 +280,13 @@ static void test_train_on_a_pattern(void **state)
     double shards[TOTAL], whole[TOTAL];
     assert_int_equal(train(f, "shard_*.bin", "--steps", "4", shards, TOTAL), 4);
     assert_int_equal(train(f, "whole.bin", "--steps", "4", whole, TOTAL), 4);
+    assert_memory_equal(shards, whole, 4 * sizeof *whole);
+    /* the same tokens in llm.c's Llama 3 format (uint32): the same run */
+    uint32_t wide[TOTAL];
+    for (int64_t i = 0; i < TOTAL; i++)
+        wide[i] = token_at(i);
+    assert_int_equal(regc_tokens_write32(regc_test_path_in(f, "wide.bin"), wide, TOTAL), REGC_OK);
+    assert_int_equal(train(f, "wide.bin", "--steps", "4", shards, TOTAL), 4);
     assert_memory_equal(shards, whole, 4 * sizeof *whole);
     /* one epoch of every shard: (202 - 1) / 32 = 6 batches */
     assert_int_equal(train(f, "shard_*.bin", "--num-train-epochs", "1", shards, TOTAL),

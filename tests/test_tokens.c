@@ -1,5 +1,6 @@
 /* test_tokens.c — llm.c token files: round trip, batch order (including
- * the wrap-around), every error message, and the built-in corpus. */
+ * the wrap-around), llm.c's Llama 3 format of uint32 tokens, every error
+ * message, and the built-in corpus. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -187,8 +188,64 @@ static void test_error_bad_magic(void **state)
 static void test_error_unsupported_version(void **state)
 {
     regc_test_dir *f = *state;
-    write_raw(f->path, 20240520, 2, 10, 10, 1024); /* llm.c's uint32 (LLaMA 3) files */
+    write_raw(f->path, 20240520, 2, 10, 10, 1024); /* llm.c's Llama 3 files have their own magic */
     expect_open_error(f->path, 50257, REGC_ERR_UNSUPPORTED, "unsupported version 2");
+    write_raw(f->path, 20240801, 1, 10, 10, 1024);
+    expect_open_error(f->path, 50257, REGC_ERR_UNSUPPORTED,
+                      "unsupported version 1 (regc reads version 7 of magic 20240801)");
+}
+
+/* llm.c's Llama 3 files (magic 20240801, version 7, uint32 tokens): ids
+ * past 65,535 read back as written, the same small tokens give the uint16
+ * file's batches, and a token past the vocabulary is named. */
+static void test_llama3_format(void **state)
+{
+    regc_test_dir *f = *state;
+    enum { N = 500, VOCAB3 = 128256 };
+    uint32_t wide[N];
+    for (int i = 0; i < N; i++)
+        wide[i] = (uint32_t)((i * 9973u + 65530u) % VOCAB3);
+    assert_int_equal(regc_tokens_write32(f->path, wide, N), REGC_OK);
+    regc_tokens *t = NULL;
+    assert_int_equal(regc_tokens_open(f->path, VOCAB3, &t), REGC_OK);
+    assert_int_equal(regc_tokens_count(t), N);
+    int32_t in[4 * 16], tg[4 * 16];
+    assert_int_equal(regc_tokens_batch(t, 2, 4, 16, in, tg), REGC_OK);
+    for (int i = 0; i < 4 * 16; i++) {
+        assert_int_equal(in[i], (int32_t)wide[2 * 64 + i]);
+        assert_int_equal(tg[i], (int32_t)wide[2 * 64 + i + 1]);
+    }
+    regc_tokens_free(t);
+    expect_open_error(f->path, 100000, REGC_ERR_FORMAT, "is >= vocab size 100000");
+
+    /* small ids in either format: the same batches, shuffled too */
+    uint16_t narrow[N];
+    for (int i = 0; i < N; i++)
+        wide[i] %= 1000, narrow[i] = (uint16_t)wide[i];
+    char *other = regc_test_join(f->dir, "narrow.bin");
+    assert_int_equal(regc_tokens_write32(f->path, wide, N), REGC_OK);
+    assert_int_equal(regc_tokens_write(other, narrow, N), REGC_OK);
+    regc_tokens *a = NULL, *b = NULL;
+    assert_int_equal(regc_tokens_open(f->path, 1000, &a), REGC_OK);
+    assert_int_equal(regc_tokens_open(other, 1000, &b), REGC_OK);
+    int32_t in2[4 * 16], tg2[4 * 16];
+    for (int shuffled = 0; shuffled < 2; shuffled++)
+        for (int64_t k = 0; k < 12; k++) {
+            regc_tokens_set_shuffle(a, shuffled, 3), regc_tokens_set_shuffle(b, shuffled, 3);
+            assert_int_equal(regc_tokens_batch(a, k, 4, 16, in, tg), REGC_OK);
+            assert_int_equal(regc_tokens_batch(b, k, 4, 16, in2, tg2), REGC_OK);
+            assert_memory_equal(in, in2, sizeof in);
+            assert_memory_equal(tg, tg2, sizeof tg);
+        }
+    regc_tokens_free(a), regc_tokens_free(b);
+    /* a pattern of both formats: one format a stream */
+    char *both = regc_test_join(f->dir, "*.bin");
+    a = (regc_tokens *)0x1;
+    assert_int_equal(regc_tokens_open(both, 1000, &a), REGC_ERR_FORMAT);
+    assert_null(a);
+    regc_test_expect_error("tokens.bin: llm.c's Llama 3 format (uint32 tokens)",
+                           "the files before it are of 2-byte tokens");
+    free(other), free(both);
 }
 
 static void test_error_truncated_body(void **state)
@@ -353,6 +410,7 @@ int main(void)
         regc_test_in_dir(test_error_truncated_header, setup),
         regc_test_in_dir(test_error_bad_magic, setup),
         regc_test_in_dir(test_error_unsupported_version, setup),
+        regc_test_in_dir(test_llama3_format, setup),
         regc_test_in_dir(test_error_truncated_body, setup),
         regc_test_in_dir(test_error_trailing_bytes, setup),
         regc_test_in_dir(test_error_token_out_of_vocab, setup),

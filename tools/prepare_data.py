@@ -5,9 +5,10 @@
     tools/prepare_data.py --text corpus.txt --tokenizer tokenizer.json --out data/corpus
 
 writes OUT.bin (llm.c's format: a 256-int32 header with magic 20240520, version
-1 and the token count, then uint16 tokens) and, for JSONL, OUT.mask.bin (the
-same header with magic 20240601, then one byte per token: 1 when predicting
-that token counts toward the loss). Train with
+1 and the token count, then uint16 tokens; for a vocabulary past 65,536 tokens,
+as Llama 3's, its other format: magic 20240801, version 7, uint32 tokens) and,
+for JSONL, OUT.mask.bin (the same header with magic 20240601, then one byte per
+token: 1 when predicting that token counts toward the loss). Train with
 
     regc train --model ... --data OUT.bin --loss-mask OUT.mask.bin
 
@@ -52,16 +53,18 @@ import tempfile
 TOKENS_MAGIC = 20240520
 MASK_MAGIC = 20240601
 VERSION = 1
+# llm.c's token formats: (magic, version, array typecode of the tokens)
+FORMATS = {"gpt-2": (TOKENS_MAGIC, 1, "H"), "llama-3": (20240801, 7, "I")}
 
 
 class DataError(Exception):
     pass
 
 
-def write_atomic(path, header_magic, count, body):
+def write_atomic(path, header_magic, count, body, version=VERSION):
     """The header and body to path through a temporary file and a rename,
     so a killed run leaves no half-written file under the real name."""
-    header = struct.pack("<3i", header_magic, VERSION, count) + bytes(256 * 4 - 12)
+    header = struct.pack("<3i", header_magic, version, count) + bytes(256 * 4 - 12)
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=os.path.basename(path) + ".tmp.")
     try:
@@ -100,9 +103,6 @@ class HFTokenizer:
         except Exception as e:  # the package's own exceptions vary
             raise DataError("%s: not a tokenizer.json: %s" % (path, str(e).splitlines()[0]))
         self.vocab = self.tok.get_vocab_size()
-        if self.vocab > 65536:
-            raise DataError("%s: vocabulary of %d tokens does not fit uint16 token ids"
-                            % (path, self.vocab))
         self.eos = self.tok.token_to_id(eos_token)
         if self.eos is None:
             raise DataError("%s: no token %r for the end of text (--eos)" % (path, eos_token))
@@ -159,10 +159,17 @@ class Writer:
     the earlier run's extra shards removed then, so a failed run leaves OUT's
     shards as they were rather than a mix of two runs'."""
 
-    def __init__(self, out, shard_tokens, has_mask):
+    def __init__(self, out, shard_tokens, has_mask, fmt):
         self.out, self.shard, self.has_mask = out, shard_tokens, has_mask
-        self.tokens, self.mask = array.array("H"), bytearray()
+        self.magic, self.version, self.typecode = FORMATS[fmt]
+        self.tokens, self.mask = self._new_tokens(), bytearray()
         self.total = self.counted = self.shards = 0
+
+    def _new_tokens(self):
+        a = array.array(self.typecode)
+        if self.typecode == "I" and a.itemsize != 4:  # an unsigned int of another width
+            a = array.array("L" if array.array("L").itemsize == 4 else "I")
+        return a
 
     def _path(self, index, mask):
         if not self.shard:
@@ -176,11 +183,11 @@ class Writer:
         n, staged = len(self.tokens), STAGED if self.shard else ""
         if sys.byteorder != "little":
             self.tokens.byteswap()
-        write_atomic(self._path(self.shards, False) + staged, TOKENS_MAGIC, n,
-                     self.tokens.tobytes())
+        write_atomic(self._path(self.shards, False) + staged, self.magic, n,
+                     self.tokens.tobytes(), self.version)
         if self.has_mask:
             write_atomic(self._path(self.shards, True) + staged, MASK_MAGIC, n, bytes(self.mask))
-        self.tokens, self.mask = array.array("H"), bytearray()
+        self.tokens, self.mask = self._new_tokens(), bytearray()
         self.shards += 1
 
     def add(self, tokens, mask):
@@ -245,6 +252,9 @@ def main(argv):
     ap.add_argument("--out", required=True, help="writes OUT.bin and, for JSONL, OUT.mask.bin")
     ap.add_argument("--shard-tokens", type=int, default=0,
                     help="shards of N tokens, OUT_000000.bin, ..., as llm.c's datasets come")
+    ap.add_argument("--format", choices=sorted(FORMATS),
+                    help="llm.c's token format: gpt-2 (uint16) or llama-3 (uint32); default: "
+                    "llama-3 where the vocabulary passes 65,536 tokens, else gpt-2")
     args = ap.parse_args(argv)
     source = args.jsonl or args.text
     try:
@@ -257,7 +267,11 @@ def main(argv):
         if not 0 <= args.shard_tokens <= 2**31 - 1:
             raise DataError("--shard-tokens: %d is not a token count (0: one file; "
                             "else 1 .. 2^31 - 1)" % args.shard_tokens)
-        w = Writer(args.out, args.shard_tokens, bool(args.jsonl))
+        fmt = args.format or ("llama-3" if tok.vocab > 65536 else "gpt-2")
+        if fmt == "gpt-2" and tok.vocab > 65536:
+            raise DataError("--format gpt-2: a vocabulary of %d tokens does not fit its uint16 "
+                            "ids (llama-3's uint32 do)" % tok.vocab)
+        w = Writer(args.out, args.shard_tokens, bool(args.jsonl), fmt)
         try:
             for tokens, mask in (from_jsonl if args.jsonl else from_text)(source, tok):
                 w.add(tokens, mask)
@@ -273,8 +287,8 @@ def main(argv):
         return 1
     where = "%s.bin" % args.out if not args.shard_tokens else \
         "%s_??????.bin (%d shards)" % (args.out, w.shards)
-    print("%s: %d tokens, %d counted toward the loss; end of text %d"
-          % (where, w.total, w.counted, tok.eos))
+    print("%s: %d tokens, %d counted toward the loss; end of text %d; llm.c's %s format"
+          % (where, w.total, w.counted, tok.eos, fmt))
     return 0
 
 
