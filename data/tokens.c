@@ -154,31 +154,32 @@ static int write_file(const char *path, int32_t magic, const unsigned char *body
     return rc;
 }
 
-int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
+/* A token file of n tokens, from narrow (uint16, llm.c's GPT-2 format) or
+ * wide (uint32, its Llama 3 format), little-endian whatever the host is. */
+static int write_tokens(const char *path, const uint16_t *narrow, const uint32_t *wide, int64_t n)
 {
-    unsigned char *body = malloc(n > 0 ? 2 * (size_t)n : 1);
+    const size_t elem = wide ? 4 : 2;
+    unsigned char *body = malloc(n > 0 ? elem * (size_t)n : 1);
     if (!body)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    for (int64_t i = 0; i < n; i++) { /* little-endian whatever the host is */
-        body[2 * i] = (unsigned char)(tokens[i] & 0xff);
-        body[2 * i + 1] = (unsigned char)(tokens[i] >> 8);
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t v = wide ? wide[i] : narrow[i];
+        for (size_t b = 0; b < elem; b++)
+            body[elem * (size_t)i + b] = (unsigned char)(v >> (8 * b));
     }
-    int rc = write_file(path, DATA_TOKENS_MAGIC, body, n, 2);
+    int rc = write_file(path, wide ? DATA_TOKENS32_MAGIC : DATA_TOKENS_MAGIC, body, n, elem);
     free(body);
     return rc;
 }
 
+int regc_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
+{
+    return write_tokens(path, tokens, NULL, n);
+}
+
 int regc_tokens_write32(const char *path, const uint32_t *tokens, int64_t n)
 {
-    unsigned char *body = malloc(n > 0 ? 4 * (size_t)n : 1);
-    if (!body)
-        return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    for (int64_t i = 0; i < n; i++) /* little-endian whatever the host is */
-        for (int b = 0; b < 4; b++)
-            body[4 * i + b] = (unsigned char)(tokens[i] >> (8 * b));
-    int rc = write_file(path, DATA_TOKENS32_MAGIC, body, n, 4);
-    free(body);
-    return rc;
+    return write_tokens(path, NULL, tokens, n);
 }
 
 int regc_tokens_write_mask(const char *path, const uint8_t *mask, int64_t n)
