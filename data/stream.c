@@ -18,6 +18,7 @@
  * held open, as a dataset of a thousand shards would pass the limit of
  * open files. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,14 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* glob's report of a directory it could not read: one that is not there
+ * (a pattern naming no file) is no error, any other is. */
+static int glob_error(const char *path, int error)
+{
+    (void)path;
+    return error != ENOENT && error != ENOTDIR;
+}
+
 static int files_expand(const char *pattern, file_list *f)
 {
     memset(f, 0, sizeof *f);
@@ -158,10 +167,11 @@ static int files_expand(const char *pattern, file_list *f)
         f->n = 1;
         return REGC_OK;
     }
-    /* GLOB_ERR: a directory the pattern cannot read is an error, not fewer
-     * shards; sorted here by strcmp, the byte order of the names (glob's
-     * own order follows the locale), which numbered shards' names follow */
-    int rc = glob(pattern, GLOB_ERR | GLOB_NOSORT, NULL, &f->g);
+    /* a directory the pattern cannot read is an error, not fewer shards
+     * (glob_error); sorted here by strcmp, the byte order of the names
+     * (glob's own order follows the locale), which numbered shards' names
+     * follow */
+    int rc = glob(pattern, GLOB_NOSORT, glob_error, &f->g);
     if (rc != 0 || f->g.gl_pathc > INT32_MAX) {
         globfree(&f->g);
         return rc == GLOB_NOMATCH
@@ -199,16 +209,16 @@ static int body_take(const data_part *p, int64_t index, const unsigned char *bod
 }
 
 /* What tells a file from another of its size: its device and inode (a
- * file renamed over it), its modification and change times (one
- * rewritten in place). */
-static int file_identity(int fd, const char *path, uint64_t id[4])
+ * file renamed over it) and its modification time (one rewritten in
+ * place). Not the change time: a chmod or a backup's hard link moves it
+ * with the data the same. */
+static int file_identity(int fd, const char *path, uint64_t id[3])
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
         return regc_error(REGC_ERR_IO, "%s: cannot stat the file", path);
     id[0] = (uint64_t)st.st_dev, id[1] = (uint64_t)st.st_ino;
     id[2] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-    id[3] = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
     return REGC_OK;
 }
 
@@ -329,16 +339,22 @@ static int part_read(const data_part *p, size_t elem, int64_t first, int64_t n, 
         return REGC_OK;
     }
     int fd;
-    uint64_t size, identity[4];
+    uint64_t size, identity[3];
     int rc = regc_file_open_regular(p->path, REGC_TOKEN_FILE_MAX, &fd, &size);
     if (rc)
         return rc;
     if ((rc = file_identity(fd, p->path, identity)) == REGC_OK &&
         (size != p->file_size || memcmp(identity, p->identity, sizeof identity) != 0))
-        rc = regc_error(REGC_ERR_IO,
-                        "%s: changed since it was opened (%llu bytes then, %llu now; the run "
-                        "reads its data again each batch)",
-                        p->path, (unsigned long long)p->file_size, (unsigned long long)size);
+        rc = size != p->file_size
+                 ? regc_error(REGC_ERR_IO,
+                              "%s: changed since it was opened (%llu bytes then, %llu now; the "
+                              "run reads its data again each batch)",
+                              p->path, (unsigned long long)p->file_size, (unsigned long long)size)
+                 : regc_error(REGC_ERR_IO,
+                              "%s: changed since it was opened (replaced or rewritten: another "
+                              "inode or modification time; the run reads its data again each "
+                              "batch)",
+                              p->path);
     else if (rc == REGC_OK)
         rc = regc_file_pread_full(fd, p->path, out, bytes,
                                   DATA_HEADER_BYTES + (uint64_t)first * elem, "the data");
@@ -411,6 +427,8 @@ int data_stream_count(const char *pattern, int32_t magic, int64_t *count)
         *count += c;
     }
     files_free(&f);
+    if (rc)
+        *count = 0;
     return rc;
 }
 

@@ -19,7 +19,7 @@ typedef struct {
     char *path;           /* the file, or the name of a memory image: errors name it */
     unsigned char *bytes; /* the body when held in memory; NULL: read from path */
     uint64_t file_size;   /* the size it was checked at: a read finding another is refused */
-    uint64_t identity[4]; /* device, inode, modified and changed (ns): likewise */
+    uint64_t identity[3]; /* device, inode, modification time (ns): likewise */
     int64_t first, count; /* its elements' place in the stream */
 } data_part;
 

@@ -287,11 +287,16 @@ static int rows_from(const regc_tokens *t, int64_t p, int64_t n, unsigned char *
          * size, inode and times) must not index past the embedding */
         if (tok >= bound) {
             const data_part *part = data_stream_part_at(&t->tokens, p + i);
-            return regc_error(REGC_ERR_FORMAT,
-                              "%s: token %u at position %lld is >= vocab size %lld: the file "
-                              "changed since it was opened",
-                              part->path, (unsigned)tok, (long long)(p + i - part->first),
-                              (long long)bound);
+            return t->vocab > 0
+                       ? regc_error(REGC_ERR_FORMAT,
+                                    "%s: token %u at position %lld is >= vocab size %lld: the "
+                                    "file changed since it was opened",
+                                    part->path, (unsigned)tok, (long long)(p + i - part->first),
+                                    (long long)bound)
+                       : regc_error(REGC_ERR_FORMAT,
+                                    "%s: token %u at position %lld does not fit a model's int32 "
+                                    "ids",
+                                    part->path, (unsigned)tok, (long long)(p + i - part->first));
         }
         if (i < n)
             inputs[i] = (int32_t)tok;

@@ -113,8 +113,12 @@ static void test_prepare_in_shards(void **state)
     prepare(f);
     char *stale = regc_test_join(f->dir, "sft_000099.bin"),
          *other = regc_test_join(f->dir, "sft_notes.bin");
+    /* and a killed run's staged shard, which no later run publishes */
+    char *leftover = regc_test_join(f->dir, "sft_000050.bin.staged"),
+         *published = regc_test_join(f->dir, "sft_000050.bin");
     assert_int_equal(regc_test_write_file(stale, "x", 1), 0);
     assert_int_equal(regc_test_write_file(other, "x", 1), 0);
+    assert_int_equal(regc_test_write_file(leftover, "x", 1), 0);
     regc_test_proc p;
     const char *argv[] = {PYTHON,    SCRIPT,           "--jsonl", f->jsonl, "--out",
                           f->prefix, "--shard-tokens", "7",       NULL};
@@ -123,6 +127,8 @@ static void test_prepare_in_shards(void **state)
     regc_test_proc_free(&p);
     assert_false(regc_test_is_file(stale));
     assert_true(regc_test_is_file(other));
+    assert_false(regc_test_is_file(leftover) || regc_test_is_file(published));
+    free(leftover), free(published);
 
     char *tokens = regc_test_join(f->dir, "sft_??????.bin"),
          *masks = regc_test_join(f->dir, "sft_??????.mask.bin"),

@@ -19,6 +19,7 @@
  *   tokens it read, and a pattern a shell expanded into several arguments
  *   is refused with the quoting that fixes it. */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -204,12 +205,21 @@ static void test_shard_changed_after_open(void **state)
     t = open_tokens(f, "shard_*.bin", "shard_*.mask");
     struct timespec pause = {0, 20 * 1000 * 1000}; /* past the file system's time grain */
     nanosleep(&pause, NULL);
+    struct stat before;
+    assert_int_equal(stat(path, &before), 0);
     FILE *w = fopen(path, "r+b");
     assert_non_null(w);
-    assert_int_equal(fseek(w, 1024 + 2 * 40, SEEK_SET), 0);
-    assert_int_equal(fputc(0x0f, w), 0x0f); /* token 40 past the vocabulary */
+    assert_int_equal(fseek(w, 1024 + 2 * 40 + 1, SEEK_SET), 0);
+    assert_int_equal(fputc(0x0f, w), 0x0f); /* token 40's high byte: past the vocabulary */
     assert_int_equal(fclose(w), 0);
-    expect_batch_error(t, "shard_03.bin", "changed since it was opened");
+    expect_batch_error(t, "shard_03.bin", "replaced or rewritten");
+    /* the same, its modification time set back: the token itself is
+     * refused, named by its file and its place there */
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+    expect_batch_error(
+        t, "shard_03.bin: token ",
+        " at position 40 is >= vocab size 256: the file changed since it was opened");
     assert_int_equal(remove(path), 0);
     expect_batch_error(t, "shard_03.bin", "cannot open");
     regc_tokens_free(t);

@@ -245,6 +245,17 @@ static void test_llama3_format(void **state)
     assert_null(a);
     regc_test_expect_error("tokens.bin: llm.c's Llama 3 format (uint32 tokens)",
                            "the files before it are of 2-byte tokens");
+    int64_t count = -1;
+    assert_int_equal(regc_tokens_count_files(both, &count), REGC_ERR_FORMAT);
+    assert_int_equal(count, 0);
+    /* inspected without a vocabulary, an id past int32 is still refused */
+    wide[3] = 0x80000001u;
+    assert_int_equal(regc_tokens_write32(f->path, wide, N), REGC_OK);
+    assert_int_equal(regc_tokens_open(f->path, 0, &a), REGC_OK);
+    assert_int_equal(regc_tokens_batch(a, 0, 1, 8, in, tg), REGC_ERR_FORMAT);
+    regc_test_expect_error("tokens.bin: token 2147483649 at position 3",
+                           "does not fit a model's int32 ids");
+    regc_tokens_free(a);
     free(other), free(both);
 }
 

@@ -8,6 +8,7 @@
  *
  * The best of three passes over N batches counts. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,11 @@ int main(int argc, char **argv)
         return 1;
     }
     const double open_ms = regc_time_ms() - t0;
+    if (batch > INT32_MAX / seq) {
+        fprintf(stderr, "bench_tokens: a batch of %lld x %lld is too large\n", (long long)batch,
+                (long long)seq);
+        return 2;
+    }
     const int64_t count = regc_tokens_count(t);
     int32_t *in = malloc((size_t)(batch * seq) * sizeof *in),
             *tg = malloc((size_t)(batch * seq) * sizeof *tg);
@@ -72,8 +78,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tokens: out of memory\n");
         return 1;
     }
-    printf("%s: %lld tokens opened (checked and hashed) in %.1f ms, %.2f GB/s\n", path,
-           (long long)count, open_ms, 2.0 * (double)count / (open_ms * 1e6));
+    printf("%s: %lld tokens opened (checked and hashed) in %.1f ms, %.0f M tokens/s\n", path,
+           (long long)count, open_ms, (double)count / (open_ms * 1e3));
     printf("batch of %lld x %lld: llm.c's order %.1f us, shuffled %.1f us (best of 3 x %lld "
            "batches)\n",
            (long long)batch, (long long)seq, time_batches(t, 0, batch, seq, batches, in, tg),

@@ -164,12 +164,14 @@ class Writer:
         self.magic, self.version, self.typecode = FORMATS[fmt]
         self.tokens, self.mask = self._new_tokens(), bytearray()
         self.total = self.counted = self.shards = 0
+        self.abandon()  # a killed run's staged shards: never this run's to publish
 
     def _new_tokens(self):
-        a = array.array(self.typecode)
-        if self.typecode == "I" and a.itemsize != 4:  # an unsigned int of another width
-            a = array.array("L" if array.array("L").itemsize == 4 else "I")
-        return a
+        want = 2 if self.typecode == "H" else 4
+        for code in (self.typecode, "I", "L"):  # the C type of that width on this host
+            if array.array(code).itemsize == want:
+                return array.array(code)
+        raise DataError("this Python has no %d-byte unsigned array type" % want)
 
     def _path(self, index, mask):
         if not self.shard:
@@ -216,7 +218,8 @@ class Writer:
                 yield int(rest[:6]), path, staged, kind == ".mask.bin"
 
     def abandon(self):
-        """A failed run: its staged shards removed, OUT's own left alone."""
+        """Staged shards removed (a failed run's, or a killed one's), OUT's
+        own left alone."""
         for _, path, staged, _ in list(self._own_shards()) if self.shard else []:
             if staged:
                 os.unlink(path)
@@ -247,7 +250,8 @@ def main(argv):
     src.add_argument("--jsonl", help='examples {"prompt": ..., "response": ...}, one per line')
     src.add_argument("--text", help="plain UTF-8 text, every token counted")
     ap.add_argument("--tokenizer", help="a Hugging Face tokenizer.json (default: bytes)")
-    ap.add_argument("--eos", default="<|endoftext|>", help="the tokenizer's end-of-text token")
+    ap.add_argument("--eos", default="<|endoftext|>",
+                    help="the tokenizer's end-of-text token (Llama 3's: <|end_of_text|>)")
     ap.add_argument("--eos-id", type=int, default=0, help="byte-level end of text (0..255)")
     ap.add_argument("--out", required=True, help="writes OUT.bin and, for JSONL, OUT.mask.bin")
     ap.add_argument("--shard-tokens", type=int, default=0,
