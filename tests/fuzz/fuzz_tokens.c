@@ -1,7 +1,8 @@
 /* fuzz_tokens.c — token files and loss masks in llm.c's format
  * (data/tokens.c) on arbitrary bytes: the header, the count against the
  * length, every token against the vocabulary; an accepted file is read as
- * a batch, in llm.c's order and shuffled. The same bytes are then read as
+ * a batch, in llm.c's order and shuffled; the same bytes again under the
+ * header of llm.c's Llama 3 files (uint32 tokens). The same bytes are then read as
  * a loss mask for a token file of the count the header claims. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,7 +15,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define VOCAB 300 /* a byte-level vocabulary and a few more */
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* The bytes as a token file, read in llm.c's order and shuffled: every
+ * token the batches hold is in the vocabulary. */
+static void read_tokens(const uint8_t *data, size_t size)
 {
     regc_tokens *t = NULL;
     int rc = regc_tokens_parse("t.bin", data, size, VOCAB, &t);
@@ -37,8 +40,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         regc_tokens_free(t);
     }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    read_tokens(data, size);
+    /* the same bytes under the header of llm.c's Llama 3 files (magic
+     * 20240801, version 7: uint32 tokens), so that every input reaches
+     * the 4-byte reader too */
+    if (size >= 8) {
+        uint8_t *wide = malloc(size);
+        if (!wide)
+            abort();
+        memcpy(wide, data, size);
+        const int32_t head[2] = {20240801, 7};
+        memcpy(wide, head, sizeof head);
+        read_tokens(wide, size);
+        free(wide);
+    }
 
     /* as a mask: tokens of the count the header says, when it is small */
+    regc_tokens *t = NULL;
+    int rc;
     int32_t count = 0;
     if (size >= 12)
         memcpy(&count, data + 8, 4);
