@@ -83,8 +83,6 @@ void data_header_put(unsigned char *header, int32_t magic, int32_t count)
     write_le32(header + 8, count);
 }
 
-size_t data_elem_bytes(int32_t magic) { return format_of(magic)->elem; }
-
 /* The count of a file of `size` bytes whose first min(size, header) bytes
  * are `header`, a file of `kind` (DATA_TOKENS_MAGIC: either token format),
  * checked against the size; *elem its element's bytes, or, when *elem is
@@ -127,6 +125,18 @@ static int header_check(const char *path, const unsigned char *header, uint64_t 
                           path, n, unit, (unsigned long long)need, (unsigned long long)body);
     *count = n, *elem = f->elem;
     return REGC_OK;
+}
+
+/* header_check on the file open at fd (of size bytes): magic, version and
+ * count are all it reads. */
+static int file_header(int fd, const char *path, uint64_t size, int32_t kind, int64_t *count,
+                       size_t *elem)
+{
+    unsigned char header[12];
+    int rc = size >= DATA_HEADER_BYTES
+                 ? regc_file_pread_full(fd, path, header, sizeof header, 0, "the header")
+                 : REGC_OK;
+    return rc ? rc : header_check(path, header, size, kind, count, elem);
 }
 
 /* The files a pattern names. */
@@ -232,13 +242,9 @@ static int part_open(data_part *p, const char *path, data_stream *s, data_check_
     int rc = regc_file_open_regular(path, REGC_TOKEN_FILE_MAX, &fd, &p->file_size);
     if (rc)
         return rc;
-    unsigned char header[DATA_HEADER_BYTES];
-    size_t head = p->file_size < DATA_HEADER_BYTES ? (size_t)p->file_size : DATA_HEADER_BYTES;
     rc = file_identity(fd, path, p->identity);
     if (rc == REGC_OK)
-        rc = regc_file_pread_full(fd, path, header, head, 0, "the header");
-    if (rc == REGC_OK)
-        rc = header_check(path, header, p->file_size, s->magic, &p->count, &s->elem);
+        rc = file_header(fd, path, p->file_size, s->magic, &p->count, &s->elem);
     const size_t elem = s->elem;
     const int64_t per_chunk = (int64_t)(CHUNK_BYTES / (elem ? elem : 1));
     for (int64_t i = 0; rc == REGC_OK && i < p->count; i += per_chunk) {
@@ -415,14 +421,10 @@ int data_stream_count(const char *pattern, int32_t magic, int64_t *count)
         const char *path = file_at(&f, i);
         int fd;
         uint64_t size;
-        unsigned char header[12]; /* magic, version, count: all header_check reads */
         int64_t c = 0;
         if ((rc = regc_file_open_regular(path, REGC_TOKEN_FILE_MAX, &fd, &size)))
             break;
-        if (size >= DATA_HEADER_BYTES)
-            rc = regc_file_pread_full(fd, path, header, sizeof header, 0, "the header");
-        if (rc == REGC_OK)
-            rc = header_check(path, header, size, magic, &c, &elem);
+        rc = file_header(fd, path, size, magic, &c, &elem);
         close(fd);
         *count += c;
     }

@@ -55,9 +55,7 @@ const data_part *data_stream_part_at(const data_stream *s, int64_t i);
 int data_stream_count(const char *pattern, int32_t magic, int64_t *count);
 void data_stream_free(data_stream *s);
 
-/* The header of a file of `count` elements with `magic`, and the bytes of
- * one of its elements. */
+/* The header of a file of `count` elements with `magic`. */
 void data_header_put(unsigned char *header, int32_t magic, int32_t count);
-size_t data_elem_bytes(int32_t magic);
 
 #endif
