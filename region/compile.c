@@ -638,6 +638,7 @@ static int compile_step(step_source *s, const regc_compile_options *o, regc_prog
     if (!st)
         st = &local;
     memset(st, 0, sizeof *st);
+    st->fit_least = -1;
     regc_bytes canon = {0};
     regc_graph *g = NULL;
     int64_t *param_offset = NULL;

@@ -20,7 +20,10 @@
 #include "serial.h"
 #include "validate.h"
 
-int regc_compile_uses_cache(const regc_compile_options *o) { return o->cache && !o->dump_dir; }
+int regc_compile_uses_cache(const regc_compile_options *o)
+{
+    return o->cache && !o->dump_dir && !o->fit_check; /* fit_check's answer is no step */
+}
 
 static const char *target(const regc_compile_options *o) { return o->device ? o->device : "cpu"; }
 

@@ -10,10 +10,14 @@
  * since the chunks change the head's gradient in its last bits). A budget
  * nothing reaches is refused naming the least any probe held. Each probe
  * is a compile of a copy of the graph, counted in the stats' fit_probes
- * and fit_ms. Asked only whether something fits (fit_check), the search
- * tries the same probes in the same order but stops at the first that
- * fits: nothing recomputed, then everything, and the same in chunks, never
- * the bisections between. */
+ * and fit_ms. Every probe keeps ZeRO-3's least schedule: whether a choice
+ * fits does not depend on which units the room left keeps gathered, which
+ * only the compile kept decides. Asked only whether something fits
+ * (fit_check), the ends of the search's ranges answer (nothing or
+ * everything recomputed, the logits whole or in chunks), never the
+ * bisections between, and the least they hold goes to the stats'
+ * fit_least, by which a search over sizes (`regc plan --fit`) steers. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,14 +46,19 @@ typedef struct {
     int offloaded;
 } probed;
 
-/* Compile a copy of g as o says and weigh it against the budgets: 1 fits,
- * 0 does not (the message kept), or an error; *r what it holds. */
+/* Compile a copy of g as o says, with ZeRO-3's least schedule (fit_check:
+ * whether a choice fits does not depend on what the room left then keeps
+ * gathered, which the compile kept chooses), and weigh it against the
+ * budgets: 1 fits, 0 does not (the message kept), or an error; *r what it
+ * holds. */
 static int probe(const regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
                  regc_compile_stats *st, probed *r)
 {
     *r = (probed){.total = -1};
     regc_program *p = NULL;
-    int rc = compile_probe(g, param_offset, o, &p, st);
+    regc_compile_options least = *o;
+    least.fit_check = 1;
+    int rc = compile_probe(g, param_offset, &least, &p, st);
     if (rc == REGC_OK) {
         regc_device_memory a;
         regc_fit_plan f;
@@ -131,7 +140,7 @@ static int least_ratio(const regc_graph *g, const int64_t *param_offset,
     a.recompute_ratio = n > 0 ? v[hi] : -1.0;
     fit = probe(g, param_offset, &a, st, &r);
     *least = r.total, *flop = r.flop;
-    while (fit > 0 && hi - lo > 1 && !o->fit_check) {
+    while (fit > 0 && hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         a.recompute_ratio = v[mid];
         const int ok = probe(g, param_offset, &a, st, &r);
@@ -228,6 +237,58 @@ static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_
     return 1;
 }
 
+/* fit_check's answer: whether any choice of the search fits, from the
+ * ends of its ranges only, each with ZeRO-3's least schedule
+ * (zero3_budget.c): every candidate recomputed or none, the logits whole
+ * or in the budget's chunks (unless the options chunk them), and with
+ * offload on every activation that qualifies offloaded. Each choice
+ * between the ends holds at least what one end holds; the ends do not
+ * order among themselves (an offloaded activation costs the device
+ * nothing, its recomputation a layer's replay), so each is tried, the
+ * likeliest to fit first, until one fits. The least any held goes to
+ * st->fit_least; REGC_OK when one fits, else REGC_ERR_BUDGET naming the
+ * least (or another error). */
+static int least_choice(const regc_graph *g, const int64_t *param_offset,
+                        const regc_compile_options *o, regc_compile_stats *st)
+{
+    const int64_t chunk =
+        o->logits_chunk_rows > 0 ? o->logits_chunk_rows : budget_chunk_rows(g, o->budget_bytes);
+    /* chunked first; with offload on, nothing recomputed first */
+    const double ratio[2] = {o->offload_activation ? -1.0 : HUGE_VAL,
+                             o->offload_activation ? HUGE_VAL : -1.0};
+    const int64_t rows[2] = {chunk, o->logits_chunk_rows};
+    int64_t least = -1, host = -1;
+    int fit = 0;
+    for (int c = 0; c < 2 && fit == 0; c++)
+        for (int k = 0; k < 2 && fit == 0 && (c == 0 || rows[1] != rows[0]); k++) {
+            regc_compile_options a = *o;
+            a.offload_limit = -1, a.recompute_ratio = ratio[k], a.logits_chunk_rows = rows[c];
+            probed r;
+            fit = probe(g, param_offset, &a, st, &r);
+            if (r.total >= 0 && (least < 0 || r.total < least))
+                least = r.total, host = r.host;
+        }
+    st->fit_least = least;
+    if (fit > 0) {
+        regc_error_clear();
+        return REGC_OK;
+    }
+    if (fit < 0 || least < 0) /* an error, or a schedule pass's own message */
+        return fit < 0 ? fit : REGC_ERR_BUDGET;
+    if (least > o->budget_bytes)
+        return regc_error(REGC_ERR_BUDGET,
+                          "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
+                          "least (recomputing%s%s what can be); the budget is %.1f MiB",
+                          (double)least / (1 << 20),
+                          o->offload_activation ? (chunk > 0 ? ", offloading" : " and offloading")
+                                                : "",
+                          chunk > 0 ? " and chunking" : "", (double)o->budget_bytes / (1 << 20));
+    return regc_error(REGC_ERR_BUDGET,
+                      "compile.host_memory_mb: the step holds %.1f MiB per rank on the host at "
+                      "its least device memory; the limit is %.1f MiB",
+                      (double)host / (1 << 20), (double)o->host_budget_bytes / (1 << 20));
+}
+
 int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_compile_options *o,
                          regc_program **out, regc_compile_stats *st)
 {
@@ -236,13 +297,13 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
     double ratio = -1.0, flop = 0.0;
     int64_t least = -1, offloaded = -1; /* the least any probe held; offloading alone */
     int fit = host_floor(g, param_offset, &a, st);
+    if (fit == REGC_OK && o->fit_check) {
+        fit = least_choice(g, param_offset, &a, st);
+        regc_graph_free(g);
+        return fit;
+    }
     if (fit == REGC_OK && o->offload_activation)
         fit = least_offload(g, param_offset, &a, st, &offloaded);
-    if (fit > 0 && o->fit_check) {
-        regc_error_clear();
-        regc_graph_free(g);
-        return REGC_OK;
-    }
     if (fit > 0) { /* offloading fits it: nothing recomputed */
         regc_error_clear();
         a.cache = o->cache, a.dump_dir = o->dump_dir;
@@ -251,8 +312,7 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
     if (fit == 0)
         fit = least_ratio(g, param_offset, &a, st, &ratio, &flop, &least);
     const int64_t chunk = budget_chunk_rows(g, o->budget_bytes);
-    if (fit >= 0 && (fit == 0 || (ratio >= 0.0 && !o->fit_check)) && o->logits_chunk_rows == 0 &&
-        chunk > 0) {
+    if (fit >= 0 && (fit == 0 || ratio >= 0.0) && o->logits_chunk_rows == 0 && chunk > 0) {
         /* Whether to chunk is weighed in FLOPs, whatever ranks the
          * recomputation: the chunks change the head weight's gradient in
          * its last bits, so measured times, which vary from run to run,
@@ -297,9 +357,7 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
                         chunked ? " and chunking" : "", (double)o->budget_bytes / (1 << 20));
     else if (fit == 0)
         rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
-    if (rc == REGC_OK && o->fit_check) {
-        regc_error_clear();
-    } else if (rc == REGC_OK) {
+    if (rc == REGC_OK) {
         regc_error_clear(); /* a probe that did not fit left its message */
         a.cache = o->cache, a.dump_dir = o->dump_dir;
         a.recompute_ratio = ratio;

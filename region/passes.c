@@ -195,9 +195,10 @@ int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_fla
         rc = regc_program_link(p, param_offset, inline_flat, st);
     }
     free(s.resident), free(s.frozen_resident);
-    /* a pass after the one that fitted a budget may have undone the fit */
-    int64_t budget = o->budget_bytes;
-    for (int i = 0; i < o->passes.n; i++)
+    /* a pass after the one that fitted a budget may have undone the fit
+     * (under fit_check, the caller weighs what the step holds) */
+    int64_t budget = o->fit_check ? 0 : o->budget_bytes;
+    for (int i = 0; i < o->passes.n && !o->fit_check; i++)
         if (o->passes.pass[i].budget_bytes > 0 &&
             (budget <= 0 || o->passes.pass[i].budget_bytes < budget))
             budget = o->passes.pass[i].budget_bytes;

@@ -224,11 +224,14 @@ typedef struct {
      * step is keyed by the budget); a library user may set it to skip the
      * search */
     double recompute_ratio;
-    /* Under budget_bytes with recompute auto: only whether some choice
-     * fits. The search stops at its first probe that fits, with *out left
-     * NULL and REGC_OK; none fitting is REGC_ERR_BUDGET naming the least,
-     * as without it. The same answer in a fraction of the compiles: what
-     * `regc plan --fit` asks of every size it tries. */
+    /* Only whether the step can fit budget_bytes, what `regc plan --fit`
+     * asks of every size it tries. Under recompute auto: the search's ends
+     * only (compile_fit.c), *out left NULL, REGC_OK when one fits, else
+     * REGC_ERR_BUDGET naming the least, the same answer as the search's;
+     * the stats' fit_least holds the least they held. Otherwise *out is
+     * the step with ZeRO-3's least schedule (no prefetch, nothing kept
+     * gathered beyond the persistent units), whatever it holds, for the
+     * caller to weigh. Never cached. */
     int fit_check;
 } regc_compile_options;
 
@@ -280,6 +283,10 @@ typedef struct {
      * fields above, which are the kept compile's) */
     int fit_probes;
     double fit_ms;
+    /* with fit_check under recompute auto: the least device bytes per rank
+     * its compiles held (when one fits, the least before it stopped); -1
+     * when none could say */
+    int64_t fit_least;
     /* kernels whose measured cost ranked auto's recomputation (kernel_cost) */
     int measured_kernels;
 } regc_compile_stats;

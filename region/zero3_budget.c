@@ -22,7 +22,11 @@
  *     gathers, and the trained units' come first as their gradients'
  *     reduce-scatters already load the backward's communication.
  * Units the schedule already keeps (the persistent ones) stay resident in
- * every candidate. Without a budget the pass changes nothing. */
+ * every candidate. Without a budget the pass changes nothing. Asked only
+ * whether the budget can be met (compile.fit_check), it links the least
+ * schedule once (on demand, nothing more resident) and leaves the
+ * comparison with the budget to the caller, who also reads what it holds:
+ * every deeper or more resident schedule holds at least as much. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,7 +128,8 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
         rc = sort_units(fl, NULL, frozen_order);
     fitter f = {in, s, kept, order, frozen_kept, frozen_order};
     static const int64_t depths[] = {-4, -2, -1, 0};
-    const int first = s->prefetch_floats != 0 ? 0 : 3;
+    const int least_only = in->options && in->options->fit_check;
+    const int first = s->prefetch_floats != 0 && !least_only ? 0 : 3;
     const int64_t budget = in->budget_bytes;
     int64_t total = 0, prefetch = 0;
     int fits = 0;
@@ -138,7 +143,7 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
         n_kept += kept[u] != 0;
     for (size_t u = 0; rc == REGC_OK && u < nf; u++)
         n_kept += frozen_kept[u] != 0;
-    if (rc == REGC_OK && !fits)
+    if (rc == REGC_OK && !fits && !least_only)
         rc = regc_error(REGC_ERR_BUDGET,
                         "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
                         "least (each unit gathered where it is needed, %s resident); the "
@@ -146,10 +151,10 @@ int regc_pass_selective_gather(const regc_pass_input *in, regc_comm_schedule *s,
                         (double)total / (1 << 20), n_kept ? "only the persistent ones" : "none",
                         (double)budget / (1 << 20));
     /* the most resident units that fit, then the most frozen ones with them */
-    int k = 0, k_frozen = 0;
-    if (rc == REGC_OK)
+    int k = 0, k_frozen = 0; /* least_only: the least schedule, whatever it holds */
+    if (rc == REGC_OK && !least_only)
         rc = most_that_fit(&f, prefetch, l->n_units, -1, &k);
-    if (rc == REGC_OK && nf)
+    if (rc == REGC_OK && nf && !least_only)
         rc = most_that_fit(&f, prefetch, (int)nf, k, &k_frozen);
     if (rc == REGC_OK) { /* the schedule decided; the driver links it */
         s->prefetch_floats = prefetch;

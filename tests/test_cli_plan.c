@@ -247,6 +247,75 @@ static void test_plan_fit_finds_the_longest(void **state)
     regc_test_proc_free(&p);
 }
 
+/* regc plan on llama-tiny, ZeRO-3 over 2 ranks, within budget_mb: the
+ * exit status of the plan at --<what> size, or with fit (size NULL) the
+ * size --fit finds (-1 when it refuses). */
+static long long plan_llama(const char *what, const char *size, const char *budget_mb)
+{
+    char flag[16];
+    snprintf(flag, sizeof flag, "--%s", what);
+    const char *argv[] = {REGC_BIN,
+                          "plan",
+                          "--model",
+                          "llama-tiny",
+                          "--ranks",
+                          "2",
+                          "--zero-stage",
+                          "3",
+                          size ? flag : "--fit",
+                          size ? size : what,
+                          size ? "--memory-budget-mb" : "--device-memory-mb",
+                          budget_mb,
+                          NULL};
+    regc_test_proc p;
+    const int status = regc_test_run_argv(argv, &p);
+    long long found = -1;
+    char want[64];
+    snprintf(want, sizeof want, "--fit %s: %s ", what, what);
+    const char *at = strstr(p.out, want);
+    if (!size && status == 0 && at)
+        found = atoll(at + strlen(want));
+    if (!size && status == 0 && !strstr(p.out, "sizes tried in"))
+        fail_msg("the fit does not say how many sizes it tried:\n%s", p.out);
+    regc_test_proc_free(&p);
+    return size ? status : found;
+}
+
+/* --fit's search steers by what each size's least choice holds, but only
+ * whether a size fits decides: under ZeRO-3, where the budget's room is
+ * then filled with gathered units, the size found fits the budget as a
+ * plan of it compiles, and one more does not, for sequences and batches
+ * at budgets from tight to the model's positions. */
+static void test_plan_fit_is_the_boundary(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what, *budget_mb;
+    } cases[] = {{"seq", "12"}, {"seq", "20"}, {"batch", "12"}, {"batch", "20"}, {"seq", "40"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const long long t = plan_llama(cases[i].what, NULL, cases[i].budget_mb);
+        char at[32], next[32];
+        snprintf(at, sizeof at, "%lld", t);
+        snprintf(next, sizeof next, "%lld", t + 1);
+        const long long fits = t >= 1 ? plan_llama(cases[i].what, at, cases[i].budget_mb) : -1;
+        const long long over = t >= 1 ? plan_llama(cases[i].what, next, cases[i].budget_mb) : -1;
+        if (fits != 0 || over != 1)
+            fail_msg("--fit %s within %s MiB found %lld: its plan exits %lld, one more %lld",
+                     cases[i].what, cases[i].budget_mb, t, fits, over);
+    }
+    /* past the positions: the size that does not fit is the first the
+     * model refuses, and the line says why */
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "llama-tiny", "--ranks", "2",
+                                        "--zero-stage", "3", "--fit", "seq", "--device-memory-mb",
+                                        "400", NULL),
+                     0);
+    if (!strstr(p.out, "seq 256 is the most that fits 400 MiB per rank (257 does not; seq 257: "
+                       "sequence length 257 exceeds max_position_embeddings 256"))
+        fail_msg("expected the positions to end the search:\n%s", p.out);
+    regc_test_proc_free(&p);
+}
+
 /* The sequence regc plan --fit finds for gpt2-tiny offloading activations
  * within 18 MiB of device memory, and `host` MiB of host memory (NULL: no
  * limit). */
@@ -327,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_plan_recompute_flags),
         cmocka_unit_test(test_train_memory_flags),
         cmocka_unit_test(test_plan_fit_finds_the_longest),
+        cmocka_unit_test(test_plan_fit_is_the_boundary),
         cmocka_unit_test(test_plan_fit_host_memory),
         cmocka_unit_test(test_plan_host_memory),
     };

@@ -263,37 +263,66 @@ static void test_auto_fits_the_budget(void **state)
 }
 
 /* fit_check answers as the whole search does, at budgets from below the
- * least to above what nothing recomputed holds, offloading or not, in
- * fewer compiles where the search has ratios to bisect. */
+ * least to above what nothing recomputed holds, offloading or not, one
+ * process and ZeRO-3 over 2 ranks (where the search's compiles keep the
+ * least schedule and the one kept fills the budget's room), in fewer
+ * compiles where the search has ratios to bisect; what it says the least
+ * choice holds is within the budget exactly when it fits. */
 static void test_fit_check_answers_as_the_search(void **state)
 {
     (void)state;
-    regc_train_options o = base_options();
-    int64_t hi, lo;
-    budget_bracket(o, 1, &hi, &lo);
-    o.compile.recompute = REGC_RECOMPUTE_AUTO;
     regc_model *m = NULL;
     assert_int_equal(regc_model_load_shapes("gpt2-tiny", &m), REGC_OK);
     int fewer = 0, fits = 0, refused = 0;
-    for (int offload = 0; offload < 2; offload++)
-        for (int i = -1; i <= 8; i++) {
+    for (int stage = 0; stage <= 3; stage += 3) {
+        regc_train_options o = base_options();
+        o.compile.zero_stage = stage, o.compile.ranks = stage ? 2 : 1;
+        int64_t hi, lo;
+        budget_bracket(o, 1, &hi, &lo);
+        o.compile.recompute = REGC_RECOMPUTE_AUTO;
+        for (int offload = 0; offload < 2; offload++) {
+            /* the least any choice holds, as fit_check finds it: the
+             * search reaches it and nothing less */
             regc_compile_options c = o.compile;
             c.recompute_ratio = -1.0, c.logits_chunk_rows = 0, c.offload_activation = offload;
-            c.budget_bytes = i < 0 ? lo / 2 : lo + (hi - lo) * i / 8;
-            regc_compile_stats whole, check;
-            regc_program *p = NULL, *q = NULL;
-            const int rc = regc_program_compile(m, o.batch, o.seq, &c, &p, &whole);
-            c.fit_check = 1;
-            const int rc_check = regc_program_compile(m, o.batch, o.seq, &c, &q, &check);
-            if ((rc == REGC_OK) != (rc_check == REGC_OK) || q ||
-                (rc != REGC_OK && rc != REGC_ERR_BUDGET) ||
-                (rc_check != REGC_OK && rc_check != REGC_ERR_BUDGET))
-                fail_msg("offload %d, budget %lld: the search %d, fit_check %d (program %p)",
-                         offload, (long long)c.budget_bytes, rc, rc_check, (void *)q);
-            fewer |= check.fit_probes < whole.fit_probes;
-            fits += rc == REGC_OK, refused += rc != REGC_OK;
-            regc_program_free(p);
+            c.budget_bytes = 1, c.fit_check = 1;
+            regc_compile_stats st;
+            regc_program *none = NULL;
+            assert_int_equal(regc_program_compile(m, o.batch, o.seq, &c, &none, &st),
+                             REGC_ERR_BUDGET);
+            const int64_t least = st.fit_least;
+            assert_true(least > 0 && least <= lo);
+            for (int i = -3; i <= 8; i++) {
+                c.budget_bytes = i == -3   ? least / 2
+                                 : i == -2 ? least - 1
+                                 : i == -1 ? least
+                                           : lo + (hi - lo) * i / 8;
+                c.fit_check = 0;
+                regc_compile_stats whole, check;
+                regc_program *p = NULL, *q = NULL;
+                const int rc = regc_program_compile(m, o.batch, o.seq, &c, &p, &whole);
+                c.fit_check = 1;
+                const int rc_check = regc_program_compile(m, o.batch, o.seq, &c, &q, &check);
+                if ((rc == REGC_OK) != (rc_check == REGC_OK) || q ||
+                    (rc != REGC_OK && rc != REGC_ERR_BUDGET) ||
+                    (rc_check != REGC_OK && rc_check != REGC_ERR_BUDGET) || check.fit_least < 0 ||
+                    (check.fit_least <= c.budget_bytes) != (rc_check == REGC_OK))
+                    fail_msg("stage %d, offload %d, budget %lld: the search %d, fit_check %d "
+                             "(program %p, the least %lld)",
+                             stage, offload, (long long)c.budget_bytes, rc, rc_check, (void *)q,
+                             (long long)check.fit_least);
+                if (p && total_of(p) > c.budget_bytes)
+                    fail_msg("stage %d, offload %d: %lld bytes over the budget of %lld", stage,
+                             offload, (long long)total_of(p), (long long)c.budget_bytes);
+                fewer |= check.fit_probes < whole.fit_probes;
+                fits += rc == REGC_OK, refused += rc != REGC_OK;
+                if ((i < -1 && rc == REGC_OK) || (i >= -1 && rc != REGC_OK))
+                    fail_msg("stage %d, offload %d: a budget of %lld against the least %lld: %d",
+                             stage, offload, (long long)c.budget_bytes, (long long)least, rc);
+                regc_program_free(p);
+            }
         }
+    }
     if (!fewer || !fits || !refused)
         fail_msg("fit_check: fewer compiles %d, budgets that fit %d, that did not %d", fewer, fits,
                  refused);

@@ -222,32 +222,55 @@ static int compile_plan(const plan_args *a, const regc_model *m, int64_t budget,
     return regc_program_compile(m, a->batch, a->seq, &co, p, st);
 }
 
-/* Does the step at *size (a's seq or batch) fit the budget? 1 yes, 0 no
- * (a budget error), or another error. The budget's search only answers
- * whether (fit_check): the plan of the size found is compiled in full. */
-static int fits_at(plan_args *a, const regc_model *m, long long size, int64_t budget)
+/* Does the step at size (a's seq or batch) fit the budget? 1 yes, 0 no
+ * (a budget error), or another error; *least what the step holds at its
+ * least (-1: not known). The compile only answers whether (fit_check):
+ * the plan of the size found is compiled in full. */
+static int fits_at(plan_args *a, const regc_model *m, long long size, int64_t budget,
+                   int64_t *least)
 {
     *(strcmp(a->f.fit, "seq") ? &a->batch : &a->seq) = size;
     regc_program *p = NULL;
     regc_compile_stats st;
     int rc = compile_plan(a, m, budget, 1, &p, &st);
     int fit = rc == REGC_OK;
+    *least = rc == REGC_OK || rc == REGC_ERR_BUDGET ? st.fit_least : -1;
     if (fit && p) { /* no search (recompute not auto): the program itself */
         regc_device_memory mem;
         regc_program_device_memory(p, &mem);
-        fit = mem.total <= budget;
+        fit = mem.total <= budget, *least = mem.total;
     }
     regc_program_free(p);
     return rc == REGC_OK || rc == REGC_ERR_BUDGET ? fit : rc;
 }
 
-/* --fit: the largest size that fits, by doubling then bisecting; a size
- * the model cannot take (its positions) ends the doubling. a's size is
- * left at the answer. */
+/* The largest size at which the line through (x0, y0) and (x1, y1) stays
+ * within budget; -1 when a point is unknown or the line does not rise. */
+static long long line_size(long long x0, int64_t y0, long long x1, int64_t y1, int64_t budget)
+{
+    if (x0 < 1 || y0 < 0 || y1 < 0 || x1 <= x0 || y1 <= y0)
+        return -1;
+    const double x = (double)x0 + (double)(budget - y0) * (double)(x1 - x0) / (double)(y1 - y0);
+    return x < 1.0 ? 1 : x > 1e15 ? (long long)1e15 : (long long)x;
+}
+
+/* --fit: the largest size that fits, a's size left at it. The least a
+ * step holds grows with its size nearly along a line (the activations
+ * with the tokens, the logits' chunks fixed), so each size tried is where
+ * the line through two sizes already tried meets the budget: beyond the
+ * largest known to fit (at most 64 times it, or twice it while no line
+ * rises), then within the bracket, one above the line's answer after a
+ * size that fit and at it after one that did not, so that a straight line
+ * is settled by two compiles; two moves of the same end in a row bisect
+ * instead, which bounds the search by twice the bisection's. Only whether
+ * each size fits decides; the line only chooses the next size. A size the
+ * model cannot take (its positions) counts as one that does not fit. */
 static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
 {
     const char *what = a->f.fit;
-    int rc = fits_at(a, m, 1, budget);
+    const double t0 = regc_time_ms();
+    int64_t l_lo = -1, l_hi = -1, l_prev = -1, l;
+    int rc = fits_at(a, m, 1, budget, &l_lo);
     if (rc < 0)
         return rc;
     if (rc == 0) {
@@ -261,32 +284,39 @@ static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
                      (double)mem.total / (1 << 20));
         }
         regc_program_free(p);
-        fits_at(a, m, 1, budget); /* the budget's own message, naming the least */
+        fits_at(a, m, 1, budget, &l); /* the budget's own message, naming the least */
         return regc_error(REGC_ERR_BUDGET,
                           "regc plan --fit %s: even %s 1 does not fit %lld MiB per rank: %s%s",
                           what, what, a->f.device_mb, regc_error_message(), least);
     }
-    long long lo = 1, hi = -1; /* lo fits; hi does not, or -1: unknown */
+    /* lo fits, prev is the size that fit before it (-1: none); hi does not
+     * (-1: none known yet); run probes in a row moved the end last moved */
+    long long lo = 1, hi = -1, prev = -1;
+    int run = 0, last = 0, tried = 1;
     char stop[300] = "";
-    while (hi < 0) {
-        const long long next = lo * 2;
-        rc = fits_at(a, m, next, budget);
-        if (rc < 0) { /* beyond what the model takes */
-            snprintf(stop, sizeof stop, "; %s %lld: %s", what, next, regc_error_message());
-            hi = next;
-        } else if (rc) {
-            lo = next;
+    while (hi < 0 || hi - lo > 1) {
+        long long t;
+        if (hi < 0) {
+            const long long p = line_size(prev, l_prev, lo, l_lo, budget);
+            t = p > lo ? (p < 64 * lo ? p + 1 : 64 * lo) : 2 * lo;
         } else {
-            hi = next;
+            const long long p = run < 2 ? line_size(lo, l_lo, hi, l_hi, budget) : -1;
+            t = p < 0 ? lo + (hi - lo) / 2 : last > 0 ? p + 1 : p;
+            t = t <= lo ? lo + 1 : t >= hi ? hi - 1 : t;
         }
-    }
-    while (hi - lo > 1) {
-        const long long mid = lo + (hi - lo) / 2;
-        rc = fits_at(a, m, mid, budget);
-        if (rc > 0)
-            lo = mid;
-        else
-            hi = mid;
+        rc = fits_at(a, m, t, budget, &l);
+        tried++;
+        const int side = rc > 0 ? 1 : -1;
+        run = side == last ? run + 1 : 1, last = side;
+        if (rc > 0) {
+            prev = lo, l_prev = l_lo, lo = t, l_lo = l;
+        } else {
+            hi = t, l_hi = rc < 0 ? -1 : l;
+            if (rc < 0) /* beyond what the model takes */
+                snprintf(stop, sizeof stop, "; %s %lld: %s", what, t, regc_error_message());
+            else
+                stop[0] = 0;
+        }
     }
     *(strcmp(what, "seq") ? &a->batch : &a->seq) = lo;
     char host[64] = "";
@@ -294,8 +324,8 @@ static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
         snprintf(host, sizeof host, " and %lld MiB of host memory",
                  (long long)(a->s->train.compile.host_budget_bytes >> 20));
     printf("regc plan --fit %s: %s %lld is the most that fits %lld MiB per rank%s (%lld does "
-           "not%s)\n",
-           what, what, lo, a->f.device_mb, host, hi, stop);
+           "not%s); %d sizes tried in %.0f ms\n",
+           what, what, lo, a->f.device_mb, host, hi, stop, tried, regc_time_ms() - t0);
     regc_error_clear();
     return REGC_OK;
 }
