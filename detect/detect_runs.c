@@ -12,7 +12,9 @@
 
 #include "detect_internal.h"
 
-#define MAX_PERIODS 12 /* candidate periods tried per round */
+#define MAX_SPAN_LAYERS 8 /* the longest pattern of layers looked for */
+/* candidate periods tried per round: 8 single gaps, 4 doubled, one per span */
+#define MAX_PERIODS (12 + MAX_SPAN_LAYERS - 2)
 
 static void detect_run_free(run_t *r)
 {
@@ -148,8 +150,22 @@ static int cmp_label_pos(const void *pa, const void *pb)
     return (a->pos > b->pos) - (a->pos < b->pos);
 }
 
-/* The most frequent gaps between equal labels among unowned nodes, plus
- * twice the most frequent few (alternating layers). */
+/* Add gap g to the candidates unless it is there already. */
+static void add_period(int *periods, int *n, int g)
+{
+    for (int k = 0; k < *n; k++)
+        if (periods[k] == g)
+            return;
+    periods[(*n)++] = g;
+}
+
+/* Candidate periods from the gaps between equal labels among unowned
+ * nodes: the most frequent gaps to the next equal label (a layer's
+ * length), twice the most frequent few (layers that alternate), and the
+ * most frequent gap to the k-th next equal label for k up to
+ * MAX_SPAN_LAYERS: a pattern of layers of different lengths (three with
+ * RoPE, then one without) repeats at the sum of k of them, a gap no single
+ * step shows. */
 static int candidate_periods(detector *d, int *periods)
 {
     const detect_ctx *c = &d->c;
@@ -181,7 +197,19 @@ static int candidate_periods(detector *d, int *periods)
     }
     for (int k = 0, top = n_periods; k < top && k < 4; k++)
         if (2 * periods[k] <= n / 2)
-            periods[n_periods++] = 2 * periods[k];
+            add_period(periods, &n_periods, 2 * periods[k]);
+    for (int span = 3; span <= MAX_SPAN_LAYERS; span++) {
+        memset(count, 0, ((size_t)n + 1) * sizeof *count);
+        for (int k = span; k < m; k++)
+            if (lp[k].label == lp[k - span].label && lp[k].pos - lp[k - span].pos <= n / 2)
+                count[lp[k].pos - lp[k - span].pos]++;
+        int best = 0;
+        for (int g = 2; g <= n / 2; g++)
+            if (count[g] > count[best])
+                best = g;
+        if (count[best] > 0)
+            add_period(periods, &n_periods, best);
+    }
     free(lp), free(count);
     return n_periods;
 }

@@ -38,6 +38,7 @@ enum { MLP_GELU, MLP_GATED };
 typedef struct {
     int64_t inner; /* MLP width */
     int mlp;       /* MLP_GELU or MLP_GATED */
+    int scaled_q;  /* q scaled before attention: one op more than a layer without */
 } layer_spec;
 
 #define B 2
@@ -73,6 +74,8 @@ static regc_graph *build_stack(int n, const layer_spec *layers, int shared_bias)
         int h = T(regc_graph_rmsnorm(g, x, param(g, &k, 1, C, 0), 1e-5f)); /* [B, S, C] */
         h = T(regc_graph_matmul(g, h, param(g, &k, 2, C, 3 * C), 0, 0));   /* [B, S, 3C] */
         T(regc_graph_split(g, h, 3, qkv));                                 /* 3 x [B, S, C] */
+        if (layers[l].scaled_q)
+            qkv[0] = T(regc_graph_scale(g, qkv[0], 0.5f)); /* [B, S, C] */
         h = bias >= 0 ? T(regc_graph_attention_bias(g, qkv[0], qkv[1], qkv[2], bias, 2, 2, 1, 0.5f))
                       : T(regc_graph_attention(g, qkv[0], qkv[1], qkv[2], 2, 2, 1, 0.5f));
         h = T(regc_graph_matmul(g, h, param(g, &k, 2, C, C), 0, 0));   /* [B, S, C] */
@@ -101,7 +104,7 @@ static regc_graph *build_uniform(int n, int64_t inner, int mlp, int shared_bias)
     layer_spec *l = calloc((size_t)n + 1, sizeof *l);
     assert_non_null(l);
     for (int i = 0; i < n; i++)
-        l[i] = (layer_spec){inner, mlp};
+        l[i] = (layer_spec){inner, mlp, 0};
     regc_graph *g = build_stack(n, l, shared_bias);
     free(l);
     return g;
@@ -336,7 +339,7 @@ static void test_alternating_layers(void **state)
     /* even layers one MLP width, odd layers another: a two-layer super-block */
     layer_spec l[8];
     for (int i = 0; i < 8; i++)
-        l[i] = (layer_spec){i % 2 ? 24 : 40, MLP_GELU};
+        l[i] = (layer_spec){i % 2 ? 24 : 40, MLP_GELU, 0};
     regc_graph *g = build_stack(8, l, 0);
     regc_blocks *b = detect(g);
     check_program(g, b);
@@ -351,7 +354,7 @@ static void test_alternating_layers(void **state)
 
     /* alternating MLP kinds (gated and not): also one super-block */
     for (int i = 0; i < 8; i++)
-        l[i] = (layer_spec){32, i % 2 ? MLP_GATED : MLP_GELU};
+        l[i] = (layer_spec){32, i % 2 ? MLP_GATED : MLP_GELU, 0};
     g = build_stack(8, l, 0);
     b = detect(g);
     check_program(g, b);
@@ -362,13 +365,47 @@ static void test_alternating_layers(void **state)
     regc_graph_free(g);
 }
 
+/* A pattern of layers of different lengths, repeated: three layers then
+ * one with an op fewer and none of its own (SmolLM3's three RoPE layers
+ * and a NoPE one), or five then one (as Gemma 3 repeats its layers): no
+ * single layer's length, nor twice it, is the period; the pattern is one
+ * super-block per repeat, and what the last repeat lacks (26 layers: four
+ * patterns of six, then two) a kind of its own. */
+static void test_layer_patterns(void **state)
+{
+    (void)state;
+    static const struct {
+        int n_layers, every, kinds, instances, layers_per_instance;
+    } cases[] = {{12, 4, 1, 3, 4}, {16, 4, 1, 4, 4}, {18, 6, 1, 3, 6}, {26, 6, 2, 4, 6}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        layer_spec l[32];
+        for (int i = 0; i < cases[c].n_layers; i++)
+            l[i] = (layer_spec){32, MLP_GATED, (i + 1) % cases[c].every != 0};
+        regc_graph *g = build_stack(cases[c].n_layers, l, 0);
+        regc_blocks *b = detect(g);
+        check_program(g, b);
+        const regc_region_kind *k = regc_blocks_n_kinds(b) > 0 ? regc_blocks_kind(b, 0) : NULL;
+        /* 14 nodes a layer scaling q, 13 one that does not */
+        const int want_nodes = 14 * (cases[c].layers_per_instance - 1) + 13;
+        if (regc_blocks_n_kinds(b) != cases[c].kinds || !k ||
+            k->n_instances != cases[c].instances || k->n_nodes != want_nodes)
+            fail_msg("%d layers, one without the scale in %d: %d kinds, the first %d x %d nodes "
+                     "(want %d x "
+                     "%d)",
+                     cases[c].n_layers, cases[c].every, regc_blocks_n_kinds(b),
+                     k ? k->n_instances : 0, k ? k->n_nodes : 0, cases[c].instances, want_nodes);
+        regc_blocks_free(b);
+        regc_graph_free(g);
+    }
+}
+
 static void test_odd_first_layers(void **state)
 {
     (void)state;
     /* the first 3 layers dense-GELU, the other 5 gated: two kinds in order */
     layer_spec l[8];
     for (int i = 0; i < 8; i++)
-        l[i] = (layer_spec){32, i < 3 ? MLP_GELU : MLP_GATED};
+        l[i] = (layer_spec){32, i < 3 ? MLP_GELU : MLP_GATED, 0};
     regc_graph *g = build_stack(8, l, 0);
     regc_blocks *b = detect(g);
     check_program(g, b);
@@ -390,7 +427,7 @@ static void test_odd_first_layers(void **state)
 
     /* one odd first layer: it stays in the prologue */
     for (int i = 0; i < 8; i++)
-        l[i] = (layer_spec){i == 0 ? 48 : 32, MLP_GELU};
+        l[i] = (layer_spec){i == 0 ? 48 : 32, MLP_GELU, 0};
     g = build_stack(8, l, 0);
     b = detect(g);
     check_program(g, b);
@@ -407,7 +444,7 @@ static void test_near_miss(void **state)
     /* layer 3 of 7 has another MLP width: reported, never merged */
     layer_spec l[7];
     for (int i = 0; i < 7; i++)
-        l[i] = (layer_spec){i == 3 ? 48 : 32, MLP_GELU};
+        l[i] = (layer_spec){i == 3 ? 48 : 32, MLP_GELU, 0};
     regc_graph *g = build_stack(7, l, 0);
     regc_blocks *b = detect(g);
     check_program(g, b);
@@ -451,7 +488,7 @@ static void test_invariance(void **state)
     (void)state;
     layer_spec l[9];
     for (int i = 0; i < 9; i++)
-        l[i] = (layer_spec){i < 2 ? 24 : 32, i < 2 ? MLP_GELU : MLP_GATED};
+        l[i] = (layer_spec){i < 2 ? 24 : 32, i < 2 ? MLP_GELU : MLP_GATED, 0};
     regc_graph *g = build_stack(9, l, 1);
     regc_blocks *b = detect(g);
     int *map = malloc((size_t)regc_graph_n_nodes(g) * sizeof *map);
@@ -740,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_uniform_stack),
         cmocka_unit_test(test_shared_input),
         cmocka_unit_test(test_alternating_layers),
+        cmocka_unit_test(test_layer_patterns),
         cmocka_unit_test(test_odd_first_layers),
         cmocka_unit_test(test_near_miss),
         cmocka_unit_test(test_no_repetition),
