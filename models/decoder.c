@@ -1,7 +1,8 @@
 /* decoder.c — the decoder-only families of Hugging Face Transformers that
  * share Llama's layer (LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM,
- * Gemma2ForCausalLM, Gemma3ForCausalLM): one description of the layer
+ * Gemma2ForCausalLM, Gemma3ForCausalLM, SmolLM3ForCausalLM): one
+ * description of the layer
  * (decoder.h's decoder_family) whose variations a family fixes or
  * config.json chooses, the table of each family's config.json keys, its
  * parameters in checkpoint order (any family's, GPT-2's included, by its
@@ -130,6 +131,18 @@ static const decoder_family family_gemma3 = {.architecture = "Gemma3ForCausalLM"
                                              .pad_default = 0,
                                              .tied_default = 1};
 
+/* Llama's layer, with RoPE left out of every no_rope_layer_interval-th
+ * layer (those may slide); a tied head and pad id 128004 by default */
+static const decoder_family family_smollm3 = {.architecture = "SmolLM3ForCausalLM",
+                                              .slots = slots_llama,
+                                              .bias_key = 1,
+                                              .mlp_bias_key = 1,
+                                              .nope = 1,
+                                              .act_key = "hidden_act",
+                                              .window = WINDOW_NOPE,
+                                              .pad_default = 128004,
+                                              .tied_default = 1};
+
 /* ---- config.json's keys (model_load.c checks every key against these
  * tables and those every architecture shares before parse_config) */
 static const regc_config_key keys_decoder[] = {
@@ -202,6 +215,14 @@ static const regc_config_key keys_gemma3[] = {
      "rope_parameters)"},
     {"sliding_window_pattern", REGC_KEY_APPLIED, NULL, NULL},
     {"_sliding_window_pattern", REGC_KEY_APPLIED, NULL, NULL},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key keys_smollm3[] = {
+    {"mlp_bias", REGC_KEY_APPLIED, NULL, NULL},
+    {"use_sliding_window", REGC_KEY_APPLIED, NULL, NULL},
+    {"layer_types", REGC_KEY_APPLIED, NULL, NULL},
+    {"no_rope_layers", REGC_KEY_APPLIED, NULL, NULL},
+    {"no_rope_layer_interval", REGC_KEY_APPLIED, NULL, NULL},
     {NULL, 0, NULL, NULL},
 };
 static const regc_config_key keys_phi3[] = {
@@ -364,9 +385,11 @@ static const regc_config_key *const tables_gemma2[] = {keys_gemma, keys_gemma2, 
                                                        keys_attention_bias, NULL};
 static const regc_config_key *const tables_gemma3[] = {keys_gemma, keys_gemma3, keys_decoder,
                                                        keys_attention_bias, NULL};
+static const regc_config_key *const tables_smollm3[] = {keys_decoder, keys_attention_bias,
+                                                        keys_window, keys_smollm3, NULL};
 
 /* PEFT's default target_modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING;
- * it has none for OLMo 2 and Phi-3) */
+ * it has none for OLMo 2, Phi-3 and SmolLM3) */
 const regc_arch regc_arch_llama =
     DECODER_ARCH("llama", family_llama, tables_llama, "q_proj,v_proj", llama_preset_config);
 const regc_arch regc_arch_mistral =
@@ -381,3 +404,5 @@ const regc_arch regc_arch_gemma2 =
     DECODER_ARCH("gemma2", family_gemma2, tables_gemma2, "q_proj,v_proj", NULL);
 const regc_arch regc_arch_gemma3 =
     DECODER_ARCH("gemma3_text", family_gemma3, tables_gemma3, "q_proj,v_proj", NULL);
+const regc_arch regc_arch_smollm3 =
+    DECODER_ARCH("smollm3", family_smollm3, tables_smollm3, NULL, NULL);

@@ -57,7 +57,12 @@ typedef enum {
     WINDOW_ALL,    /* sliding_window, when set, on every layer (Mistral, Phi-3) */
     WINDOW_LAYERS, /* layer_types, or use_sliding_window and max_window_layers (Qwen) */
     WINDOW_GEMMA,  /* layer_types, or every `pattern`-th layer full (Gemma) */
+    WINDOW_NOPE,   /* use_sliding_window gates; layer_types, or the layers without RoPE (SmolLM3) */
 } window_kind;
+
+/* A layer's variations (decoder_config's layer[]): a window to slide by,
+ * and attention without RoPE (SmolLM3's NoPE layers). */
+enum { LAYER_SLIDING = 1, LAYER_NOPE = 2 };
 
 /* The activations the MLP's gate may take: hidden_act's values. */
 typedef enum { ACT_SILU, ACT_GELU_TANH, ACT_GELU, ACT_RELU } act_kind;
@@ -93,6 +98,7 @@ typedef struct {
     int gemma;             /* query_pre_attn_scalar and the soft-capping keys */
     int local_rope;        /* sliding layers rotate with their own base (Gemma 3) */
     int phi3_rope;         /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
+    int nope;              /* no_rope_layers: some layers attend without RoPE (SmolLM3) */
     const char *act_key;   /* "hidden_act", or Gemma's "hidden_activation" */
     const char *n_pos_key; /* the longest sequence's key; NULL: max_position_embeddings */
     act_kind act_default;  /* when act_key is absent */
@@ -115,19 +121,22 @@ typedef struct {
     int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */
     double query_scalar;     /* Gemma's query_pre_attn_scalar: scores scaled by its -1/2 power */
     double attn_softcap, final_softcap; /* Gemma 2's soft-capping; 0: none */
-    int use_sliding_window;             /* Qwen's switch, written back as read */
+    int use_sliding_window;             /* Qwen's and SmolLM3's switch, written back as read */
     int64_t max_window_layers;
-    int64_t window_pattern;  /* Gemma's sliding_window_pattern, written back as read */
-    int64_t window;          /* sliding_window; 0: none */
-    int n_slots;             /* the layer's parameters */
-    int slot_at[N_SLOTS];    /* a slot's index among them, or -1 */
-    unsigned char sliding[]; /* [n_layer] the layer slides (its window is `window`) */
+    int64_t window_pattern; /* Gemma's sliding_window_pattern, written back as read */
+    int64_t window;         /* sliding_window; 0: none */
+    int64_t nope_interval;  /* SmolLM3's no_rope_layer_interval, written back as read */
+    int n_slots;            /* the layer's parameters */
+    int slot_at[N_SLOTS];   /* a slot's index among them, or -1 */
+    /* [n_layer] LAYER_SLIDING (the layer's window is `window`), LAYER_NOPE */
+    unsigned char layer[];
 } decoder_config;
 
-/* decoder_config.c: c into m's config (a copy, with the layers' windows
- * from sliding, or every layer sliding when NULL and c has a window), and
- * the regc_arch entries that read, write and describe config.json */
-int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned char *sliding);
+/* decoder_config.c: c into m's config (a copy, with the layers'
+ * variations from layer, or every layer sliding when NULL and c has a
+ * window), and the regc_arch entries that read, write and describe
+ * config.json */
+int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned char *layer);
 int decoder_parse_config(regc_model *m, const cJSON *root, const char *path);
 cJSON *decoder_write_config(const regc_model *m);
 void decoder_describe(const regc_model *m, char *buf, size_t cap);

@@ -1,7 +1,8 @@
 /* decoder_config.c — a decoder family's config.json: read (every key its
  * tables in decoder.c apply: sizes, norms' epsilon, RoPE — Gemma 3's per
- * layer type —, biases, the gate's activation, the pad token, Gemma's
- * scale and soft-capping, which layers slide and by how much) into a
+ * layer type, SmolLM3's layers without it —, biases, the gate's
+ * activation, the pad token, Gemma's scale and soft-capping, which layers
+ * slide and by how much) into a
  * decoder_config, written back as Transformers 5 spells it (so that
  * Transformers loads a saved model, and the key reads back the same
  * model), and described. */
@@ -16,14 +17,14 @@
 
 #define DECODER_MAX_DIM 2147483647 /* ids are i32 and heads are int */
 
-int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned char *sliding)
+int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned char *layer)
 {
     decoder_config *copy = malloc(sizeof *copy + (size_t)c->n_layer);
     if (!copy)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
     *copy = *c;
     for (int64_t l = 0; l < c->n_layer; l++)
-        copy->sliding[l] = sliding ? sliding[l] : (c->window > 0);
+        copy->layer[l] = layer ? layer[l] : c->window > 0 ? LAYER_SLIDING : 0;
     /* the layer's slots: the family's, less the optional ones the config leaves out */
     copy->n_slots = 0;
     for (int s = 0; s < N_SLOTS; s++)
@@ -52,11 +53,17 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
 /* The family a model_type names (its regc_arch's description). */
 static const decoder_family *family_of(const regc_model *m) { return m->arch->family; }
 
-/* layer_types, when config.json gives it: sliding[l] for each
- * "sliding_attention" (and a window to slide by); *given says whether it
+/* Layer l slides, or not. */
+static void decoder_set_sliding(unsigned char *layer, int64_t l, int on)
+{
+    layer[l] = (unsigned char)(on ? layer[l] | LAYER_SLIDING : layer[l] & ~LAYER_SLIDING);
+}
+
+/* layer_types, when config.json gives it: layer l slides for each
+ * "sliding_attention" (with a window to slide by); *given says whether it
  * was there. */
 static int decoder_parse_layer_types(const cJSON *root, const char *path, const decoder_config *c,
-                                     unsigned char *sliding, int *given)
+                                     unsigned char *layer, int *given)
 {
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     *given = types && !cJSON_IsNull(types);
@@ -75,18 +82,52 @@ static int decoder_parse_layer_types(const cJSON *root, const char *path, const 
                               "%s: key \"layer_types\" entry %" PRId64
                               " is not \"full_attention\" or \"sliding_attention\"",
                               path, l);
-        sliding[l] = c->window > 0 && s[0] == 's';
+        decoder_set_sliding(layer, l, c->window > 0 && s[0] == 's');
     }
     return REGC_OK;
 }
 
-/* The sliding windows: which layers slide, and by how much (0: none). */
+/* SmolLM3's layers without RoPE: no_rope_layers, one 1 (RoPE) or 0 (none)
+ * per layer, or else every no_rope_layer_interval-th layer without. */
+static int decoder_parse_nope(const cJSON *root, const char *path, decoder_config *c,
+                              unsigned char *layer)
+{
+    int rc = regc_cfg_int(root, path, "no_rope_layer_interval", 0, 4, 1, DECODER_MAX_DIM,
+                          &c->nope_interval);
+    if (rc < 0)
+        return rc;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "no_rope_layers");
+    if (!list || cJSON_IsNull(list)) {
+        for (int64_t l = 0; l < c->n_layer; l++)
+            if ((l + 1) % c->nope_interval == 0)
+                layer[l] |= LAYER_NOPE;
+        return REGC_OK;
+    }
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != c->n_layer)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"no_rope_layers\" must be a list of num_hidden_layers (%" PRId64
+                          ") 0s and 1s",
+                          path, c->n_layer);
+    int64_t l = 0;
+    for (const cJSON *x = list->child; x; x = x->next, l++) {
+        if (!cJSON_IsNumber(x) || (x->valuedouble != 0.0 && x->valuedouble != 1.0))
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: key \"no_rope_layers\" entry %" PRId64
+                              " is not 0 (no RoPE) or 1 (RoPE)",
+                              path, l);
+        if (x->valuedouble == 0.0)
+            layer[l] |= LAYER_NOPE;
+    }
+    return REGC_OK;
+}
+
+/* The sliding windows: which layers slide, and by how much (0: none);
+ * after decoder_parse_nope, which SmolLM3's windows follow. */
 static int decoder_parse_windows(const cJSON *root, const char *path, decoder_config *c,
-                                 unsigned char *sliding)
+                                 unsigned char *layer)
 {
     const decoder_family *f = c->family;
     int rc, given;
-    memset(sliding, 0, (size_t)c->n_layer);
     if (f->window == WINDOW_NONE)
         return REGC_OK;
     /* null is no window; absent, Gemma's default of 4096 */
@@ -96,21 +137,29 @@ static int decoder_parse_windows(const cJSON *root, const char *path, decoder_co
                            INT64_MAX, &c->window)) < 0)
         return rc;
     switch (f->window) {
-    case WINDOW_ALL: memset(sliding, c->window > 0, (size_t)c->n_layer); return REGC_OK;
+    case WINDOW_ALL:
+        for (int64_t l = 0; l < c->n_layer; l++)
+            decoder_set_sliding(layer, l, c->window > 0);
+        return REGC_OK;
     case WINDOW_LAYERS:
-        /* Qwen: use_sliding_window gates the window; layer_types, or else
-         * the layers from max_window_layers on, say which layers slide */
+    case WINDOW_NOPE:
+        /* Qwen, SmolLM3: use_sliding_window gates the window; layer_types,
+         * or else the layers from max_window_layers on (Qwen) or those
+         * without RoPE (SmolLM3), say which layers slide */
         if ((rc = regc_cfg_bool(root, path, "use_sliding_window", 0, 0, &c->use_sliding_window)) <
                 0 ||
-            (rc = regc_cfg_int(root, path, "max_window_layers", 0, 28, 0, INT64_MAX,
-                               &c->max_window_layers)) < 0)
+            (f->window == WINDOW_LAYERS &&
+             (rc = regc_cfg_int(root, path, "max_window_layers", 0, 28, 0, INT64_MAX,
+                                &c->max_window_layers)) < 0))
             return rc;
         if (!c->use_sliding_window)
             c->window = 0;
-        if ((rc = decoder_parse_layer_types(root, path, c, sliding, &given)) < 0 || given)
+        if ((rc = decoder_parse_layer_types(root, path, c, layer, &given)) < 0 || given)
             return rc;
-        for (int64_t l = c->max_window_layers; c->window > 0 && l < c->n_layer; l++)
-            sliding[l] = 1;
+        for (int64_t l = 0; c->window > 0 && l < c->n_layer; l++)
+            decoder_set_sliding(layer, l,
+                                f->window == WINDOW_LAYERS ? l >= c->max_window_layers
+                                                           : (layer[l] & LAYER_NOPE) != 0);
         return REGC_OK;
     case WINDOW_GEMMA:
         /* layer_types, or every pattern-th layer full (Gemma 3's
@@ -122,10 +171,10 @@ static int decoder_parse_windows(const cJSON *root, const char *path, decoder_co
              (rc = regc_cfg_int(root, path, "sliding_window_pattern", 0, c->window_pattern, 1,
                                 INT64_MAX, &c->window_pattern)) < 0))
             return rc;
-        if ((rc = decoder_parse_layer_types(root, path, c, sliding, &given)) < 0 || given)
+        if ((rc = decoder_parse_layer_types(root, path, c, layer, &given)) < 0 || given)
             return rc;
         for (int64_t l = 0; c->window > 0 && l < c->n_layer; l++)
-            sliding[l] = (l + 1) % c->window_pattern != 0;
+            decoder_set_sliding(layer, l, (l + 1) % c->window_pattern != 0);
         return REGC_OK;
     case WINDOW_NONE: break;
     }
@@ -364,13 +413,15 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
                           "%s: the projections (num_attention_heads * head_dim, "
                           "intermediate_size) are too large",
                           path);
-    unsigned char *sliding = malloc((size_t)c.n_layer);
-    if (!sliding)
+    unsigned char *layer = calloc((size_t)c.n_layer, 1);
+    if (!layer)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
-    rc = decoder_parse_windows(root, path, &c, sliding);
+    rc = c.family->nope ? decoder_parse_nope(root, path, &c, layer) : REGC_OK;
     if (rc == REGC_OK)
-        rc = decoder_set_config(m, &c, sliding);
-    free(sliding);
+        rc = decoder_parse_windows(root, path, &c, layer);
+    if (rc == REGC_OK)
+        rc = decoder_set_config(m, &c, layer);
+    free(layer);
     return rc;
 }
 
@@ -413,15 +464,29 @@ static int decoder_write_windows(const decoder_config *c, cJSON *o)
                            : cJSON_AddNullToObject(o, "sliding_window") != NULL;
     if (f->window == WINDOW_ALL)
         return ok;
-    if (f->window == WINDOW_LAYERS) {
+    if (f->window == WINDOW_LAYERS || f->window == WINDOW_NOPE)
         ok = ok && cJSON_AddBoolToObject(o, "use_sliding_window", c->use_sliding_window);
+    if (f->window == WINDOW_LAYERS)
         ok = ok && cJSON_AddNumberToObject(o, "max_window_layers", (double)c->max_window_layers);
-    }
     cJSON *types = ok ? cJSON_AddArrayToObject(o, "layer_types") : NULL;
     ok = types != NULL;
     for (int64_t l = 0; ok && l < c->n_layer; l++) {
-        cJSON *s = cJSON_CreateString(c->sliding[l] ? "sliding_attention" : "full_attention");
+        cJSON *s = cJSON_CreateString(c->layer[l] & LAYER_SLIDING ? "sliding_attention"
+                                                                  : "full_attention");
         ok = s && cJSON_AddItemToArray(types, s);
+    }
+    return ok;
+}
+
+/* SmolLM3's layers without RoPE, as read. */
+static int decoder_write_nope(const decoder_config *c, cJSON *o)
+{
+    cJSON *list = cJSON_AddArrayToObject(o, "no_rope_layers");
+    int ok = list &&
+             cJSON_AddNumberToObject(o, "no_rope_layer_interval", (double)c->nope_interval) != NULL;
+    for (int64_t l = 0; ok && l < c->n_layer; l++) {
+        cJSON *x = cJSON_CreateNumber(c->layer[l] & LAYER_NOPE ? 0 : 1);
+        ok = x && cJSON_AddItemToArray(list, x);
     }
     return ok;
 }
@@ -482,6 +547,8 @@ cJSON *decoder_write_config(const regc_model *m)
         ok = ok && cJSON_AddBoolToObject(o, "mlp_bias", c->mlp_bias);
     if (f->resid_dropout)
         ok = ok && cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_dropout);
+    if (f->nope)
+        ok = ok && decoder_write_nope(c, o);
     ok = ok && decoder_write_windows(c, o);
     ok = ok && cJSON_AddNumberToObject(o, "attention_dropout", c->attn_dropout);
     ok = ok && cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tied);
@@ -538,10 +605,17 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
         decoder_append(extra, sizeof extra, ", attn_logit_softcapping %g", c->attn_softcap);
     if (c->final_softcap > 0.0)
         decoder_append(extra, sizeof extra, ", final_logit_softcapping %g", c->final_softcap);
+    if (f->nope) {
+        int64_t n = 0;
+        for (int64_t l = 0; l < c->n_layer; l++)
+            n += (c->layer[l] & LAYER_NOPE) != 0;
+        decoder_append(extra, sizeof extra, ", no RoPE on %" PRId64 " of %" PRId64 " layers", n,
+                       c->n_layer);
+    }
     if (c->window > 0) {
         int64_t n = 0;
         for (int64_t l = 0; l < c->n_layer; l++)
-            n += c->sliding[l];
+            n += (c->layer[l] & LAYER_SLIDING) != 0;
         decoder_append(extra, sizeof extra,
                        ", sliding_window %" PRId64 " on %" PRId64 " of %" PRId64 " layers",
                        c->window, n, c->n_layer);

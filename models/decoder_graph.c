@@ -10,7 +10,8 @@
  *                                     split in three equal parts or sliced)
  *     q, k = qk_norm(q), qk_norm(k)  (per head: Qwen 3, Gemma 3; whole: OLMo 2)
  *     q, k = rope(q), rope(k)        (a sliding layer's own tables: Gemma 3;
- *                                     none with learned positions)
+ *                                     none with learned positions, nor on
+ *                                     SmolLM3's NoPE layers)
  *     a = attention(q, k, v) Wo + bo (scale, soft-capping, sliding window)
  *     x = x + a                      (NORMS_AFTER, NORMS_BOTH: x + norm(a))
  *     m = down(act(gate(h')) * up(h'))    (fused: one gate_up_proj, halved;
@@ -148,12 +149,13 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
     else if (f->learned_positions)
         G(pos = regc_graph_add_constant(g, "position_ids", REGC_I32, 1, tt));
     G(targets = regc_graph_add_tensor(g, "targets", REGC_I32, REGC_ROLE_INPUT, 2, bt));
-    int any_sliding = 0;
+    int any_sliding = 0, any_rope = 0;
     for (int64_t l = 0; l < c->n_layer; l++)
-        any_sliding |= c->sliding[l];
-    /* One rotary table for every layer (a second for the sliding ones when
-     * they rotate with their own base), filled per batch (decoder_fill_inputs). */
-    if (!f->learned_positions) {
+        any_sliding |= c->layer[l] & LAYER_SLIDING, any_rope |= !(c->layer[l] & LAYER_NOPE);
+    /* One rotary table for every layer that rotates (a second for the
+     * sliding ones when they rotate with their own base), filled per batch
+     * (decoder_fill_inputs). */
+    if (!f->learned_positions && any_rope) {
         G(cos = regc_graph_add_constant(g, "rope_cos", REGC_F32, 2, rot));
         G(sin = regc_graph_add_constant(g, "rope_sin", REGC_F32, 2, rot));
     }
@@ -190,10 +192,11 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         for (int s = 0; s < N_SLOTS; s++)
             w[s] = c->slot_at[s] < 0 ? -1 : p[n + c->slot_at[s]];
         n += c->n_slots;
-        const int local = cos_local >= 0 && c->sliding[l];
+        const int sliding = (c->layer[l] & LAYER_SLIDING) != 0;
+        const int local = cos_local >= 0 && sliding;
         /* a window as long as the sequence masks nothing: left out, so the
          * layer is the full ones' twin and detect/ sees one kind */
-        attn.window = c->sliding[l] && c->window < T ? c->window : 0;
+        attn.window = sliding && c->window < T ? c->window : 0;
         /* attention */
         if (f->norms == NORMS_AFTER)
             h = x;
@@ -222,7 +225,7 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
             G(q = decoder_head_norm(g, c, q, w[S_Q_NORM], B, T, H));   /* [B, T, QD] */
             G(k = decoder_head_norm(g, c, k, w[S_K_NORM], B, T, Hkv)); /* [B, T, KD] */
         }
-        if (!f->learned_positions) {
+        if (!f->learned_positions && !(c->layer[l] & LAYER_NOPE)) {
             G(q = regc_graph_rope(g, q, local ? cos_local : cos, local ? sin_local : sin, H));
             G(k = regc_graph_rope(g, k, local ? cos_local : cos, local ? sin_local : sin, Hkv));
         }

@@ -1,9 +1,10 @@
 /* test_decoder_families.c — the decoder families of models/decoder.c
- * (Llama with biases, Mistral, Qwen 2, Qwen 3, OLMo 2, Phi-3): each
- * family's layer parameters in its checkpoint order and shapes, one region
- * kind repeated per layer for detect/, save and reload, the sliding
- * windows (refused past the window, accepted within it), Phi-3's residual
- * dropout, PEFT's default LoRA targets; and every architecture's table of
+ * (Llama with biases, Mistral, Qwen 2, Qwen 3, OLMo 2, Phi-3, Gemma 2 and
+ * 3, SmolLM3): each family's layer parameters in its checkpoint order and
+ * shapes, one region kind repeated per layer for detect/, save and reload,
+ * the sliding windows (refused past the window, accepted within it),
+ * SmolLM3's layers without RoPE, Phi-3's residual dropout, PEFT's default
+ * LoRA targets; and every architecture's table of
  * config.json keys, key by key: an applied key's bad value refused by
  * name, an inert key accepted with any value, a refused key refused, an
  * unknown key refused. The families' training against Transformers is
@@ -125,6 +126,13 @@ static const family_case families[] = {
      {"self_attn.o_proj.weight:24x24", "self_attn.qkv_proj.weight:40x24",
       "mlp.gate_up_proj.weight:80x24", "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
       "post_attention_layernorm.weight:24"}},
+    {"smollm3",
+     "\"mlp_bias\": true",
+     {"self_attn.q_proj.weight:24x24", "self_attn.k_proj.weight:8x24",
+      "self_attn.v_proj.weight:8x24", "self_attn.o_proj.weight:24x24", "mlp.gate_proj.weight:40x24",
+      "mlp.gate_proj.bias:40", "mlp.up_proj.weight:40x24", "mlp.up_proj.bias:40",
+      "mlp.down_proj.weight:24x40", "mlp.down_proj.bias:24", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24"}},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -146,9 +154,10 @@ static void test_params(void **state)
         const family_case *c = &families[i];
         regc_model *m = load(f, c->model_type, c->extra);
         assert_string_equal(regc_model_arch(m), c->model_type);
-        /* qwen2's tied here; Gemma ties by default */
-        const int per_layer = count_params(c),
-                  tied = !strcmp(c->model_type, "qwen2") || strstr(c->model_type, "gemma");
+        /* qwen2's tied here; Gemma and SmolLM3 tie by default */
+        const int per_layer = count_params(c), tied = !strcmp(c->model_type, "qwen2") ||
+                                                      strstr(c->model_type, "gemma") ||
+                                                      !strcmp(c->model_type, "smollm3");
         assert_int_equal(regc_model_n_params(m), 1 + 3 * per_layer + 1 + !tied);
         assert_string_equal(regc_model_param_name(m, 0), "model.embed_tokens.weight");
         for (int p = 0; p < per_layer; p++) {
@@ -677,6 +686,129 @@ static void test_key_tables(void **state)
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "key \"model_type\" must be a string");
 }
 
+/* Which of the 3 layers rotate q and k (their RoPE ops before their
+ * attention), as "101"; and whether the graph holds the rotary tables. */
+static void expect_rope_layers(regc_model *m, const char *want, int tables)
+{
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 1, 8, &g), REGC_OK);
+    char got[8] = "";
+    int n = 0, ropes = 0, has_tables = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *nd = regc_graph_node(g, i);
+        ropes += nd->op == REGC_OP_ROPE;
+        if (nd->op == REGC_OP_ROPE && !strcmp(regc_graph_tensor(g, nd->in[1])->name, "rope_cos"))
+            has_tables = 1;
+        if (nd->op == REGC_OP_ATTENTION && n < 7) {
+            if (ropes != 0 && ropes != 2)
+                fail_msg("%s: layer %d rotates %d of q and k", regc_model_arch(m), n, ropes);
+            got[n++] = ropes ? '1' : '0', ropes = 0;
+        }
+    }
+    if (strcmp(got, want) != 0 || has_tables != tables)
+        fail_msg("%s: RoPE on layers %s (tables %d), want %s (%d)", regc_model_arch(m), got,
+                 has_tables, want, tables);
+    regc_graph_free(g);
+    regc_model_free(m);
+}
+
+/* SmolLM3 leaves RoPE out of each no_rope_layer_interval-th layer, or of
+ * those no_rope_layers marks 0; with use_sliding_window those slide unless
+ * layer_types says otherwise; both are written back and read again; the
+ * pattern of a RoPE and a NoPE layer is one kind for detect/; bad lists
+ * are refused by name. */
+static void test_smollm3_nope(void **state)
+{
+    regc_test_dir *f = *state;
+    expect_rope_layers(load(f, "smollm3", NULL), "111", 1); /* every 4th: none of 3 */
+    expect_rope_layers(load(f, "smollm3", "\"no_rope_layer_interval\": 2"), "101", 1);
+    expect_rope_layers(
+        load(f, "smollm3", "\"no_rope_layer_interval\": 2, \"no_rope_layers\": [0, 1, 0]"), "010",
+        1);
+    expect_rope_layers(load(f, "smollm3", "\"no_rope_layers\": [0, 0, 0]"), "000", 0);
+    /* windows: none without use_sliding_window; else the NoPE layers, or layer_types */
+    expect_windows(load(f, "smollm3", "\"no_rope_layer_interval\": 2, \"sliding_window\": 4"), 0, 0,
+                   0);
+    expect_windows(load(f, "smollm3",
+                        "\"no_rope_layer_interval\": 2, \"sliding_window\": 4, "
+                        "\"use_sliding_window\": true"),
+                   0, 4, 0);
+    expect_windows(load(f, "smollm3",
+                        "\"no_rope_layer_interval\": 2, \"sliding_window\": 4, "
+                        "\"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
+                        "\"full_attention\", \"full_attention\"]"),
+                   4, 0, 0);
+    /* written back as read */
+    regc_model *m = load(f, "smollm3",
+                         "\"no_rope_layers\": [1, 0, 0], \"sliding_window\": 4, "
+                         "\"use_sliding_window\": true");
+    char out[1200];
+    snprintf(out, sizeof out, "%s/smollm3-nope", f->dir);
+    assert_int_equal(regc_model_init_random(m, 9), REGC_OK);
+    assert_int_equal(regc_model_save(m, out), REGC_OK);
+    regc_model_free(m);
+    assert_int_equal(regc_model_load(out, &m), REGC_OK);
+    expect_windows(m, 0, 4, 4);
+    assert_int_equal(regc_model_load(out, &m), REGC_OK);
+    expect_rope_layers(m, "100", 1);
+    /* RoPE and NoPE layers in turn: detect/ covers them */
+    m = load(f, "smollm3", "\"num_hidden_layers\": 4, \"no_rope_layer_interval\": 2");
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
+    regc_blocks *b = NULL;
+    assert_int_equal(regc_detect_blocks(g, &b), REGC_OK);
+    print_message("smollm3, 4 layers, NoPE every 2nd: %d kinds, coverage %.3f\n",
+                  regc_blocks_n_kinds(b), regc_blocks_coverage(b));
+    assert_int_equal(regc_blocks_n_kinds(b), 1); /* the pair, one kind */
+    assert_true(regc_blocks_coverage(b) > 0.9);
+    regc_blocks_free(b);
+    regc_graph_free(g);
+    regc_model_free(m);
+    write_config(f, "smollm3", "\"no_rope_layers\": [1, 2, 1]");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"no_rope_layers\" entry 1 is not 0 (no RoPE) or 1");
+    write_config(f, "smollm3", "\"no_rope_layers\": [1, 0]");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"no_rope_layers\" must be a list of num_hidden_layers (3)");
+    write_config(f, "smollm3", "\"no_rope_layer_interval\": 0");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "\"no_rope_layer_interval\"");
+}
+
+/* SmolLM3's 8 layers, three RoPE layers and a NoPE one (sliding by 4 of
+ * 16 positions) twice: compiled as one region of four layers, trained
+ * regional and whole, at O1 and O0, the same bits. */
+static void test_smollm3_regional_equals_full(void **state)
+{
+    regc_test_dir *f = *state;
+    const char *extra = "\"num_hidden_layers\": 8, \"use_sliding_window\": true, "
+                        "\"sliding_window\": 4, \"vocab_size\": 256"; /* the built-in corpus's */
+    regc_model *m = load(f, "smollm3", extra);
+    regc_train_options o = regc_test_train_options(2, 16, 5);
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    assert_int_equal(regc_program_compile(m, o.batch, o.seq, &o.compile, &p, &st), REGC_OK);
+    if (st.region_compiles != 1)
+        fail_msg("smollm3, 8 layers: %d regions compiled", st.region_compiles);
+    regc_program_free(p);
+    regc_model_free(m);
+    for (int level = 0; level < 2; level++) {
+        regc_test_losses l[2];
+        regc_model *trained[2];
+        for (int regional = 0; regional < 2; regional++) {
+            trained[regional] = load(f, "smollm3", extra);
+            o.compile.regional = regional;
+            o.compile.level = level ? REGC_LEVEL_O1 : REGC_LEVEL_O0;
+            regc_test_train_model(trained[regional], &o, &l[regional]);
+        }
+        if (memcmp(l[0].loss, l[1].loss, sizeof l[0].loss) != 0)
+            fail_msg("smollm3 at O%d: regional %.9g, whole %.9g at step 0", level, l[1].loss[0],
+                     l[0].loss[0]);
+        regc_test_assert_same_weights(trained[0], trained[1]);
+        regc_model_free(trained[0]);
+        regc_model_free(trained[1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -685,6 +817,8 @@ int main(void)
         regc_test_in_dir(test_alternating_layers, setup),
         regc_test_in_dir(test_save_reload, setup),
         regc_test_in_dir(test_sliding_windows, setup),
+        regc_test_in_dir(test_smollm3_nope, setup),
+        regc_test_in_dir(test_smollm3_regional_equals_full, setup),
         regc_test_in_dir(test_gemma, setup),
         regc_test_in_dir(test_phi3_dropout, setup),
         regc_test_in_dir(test_phi3_rope, setup),

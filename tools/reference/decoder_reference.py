@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch reference losses for regc's end-to-end training of decoder-only
 Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3 (with LongRoPE
-too), Llama with biases and with dynamic RoPE, Gemma 2 and Gemma 3 (text).
+too), Llama with biases and with dynamic RoPE, Gemma 2, Gemma 3 (text) and
+SmolLM3.
 
 For small models with deliberately odd sizes, this script builds the weights
 and the token stream with the SAME counter-based RNG as common/rng.c, trains
@@ -51,6 +52,12 @@ layer_types defaults to sliding every layer but each 2nd (Gemma 2) or 6th
 for query i where i - sliding_window < j <= i. Gemma 3's rope_parameters has
 one entry per layer type. pad_token_id defaults to 0 for both, and the head
 is tied by default. Gemma 3's config.json also carries "_sliding_window_pattern".
+
+SmolLM3 is Llama's layer in which the layers no_rope_layers marks 0 (by
+default each no_rope_layer_interval-th) attend without rotating q and k;
+with use_sliding_window and a sliding_window, layer_types (derived, when
+absent, as sliding for exactly those layers) says which layers slide. Its
+head is tied by default.
 
 The float64 runs (the noise floor) use a float64 copy of the model, keeping
 the float32 casts Transformers writes into its RMSNorms, softmax and rotary
@@ -256,6 +263,23 @@ CASES = [
                        full_attention=dict(rope_type="default", rope_theta=10000.0),
                        sliding_attention=dict(rope_type="default", rope_theta=10000.0)))),
                   ("sliding_window 16 (= T)", dict(sliding_window=16))]),
+    # SmolLM3: Llama's layer with RoPE left out of every 2nd layer
+    # (no_rope_layer_interval; the config derives no_rope_layers), those
+    # layers sliding (use_sliding_window; layer_types derived too) by a
+    # window (5) shorter than the sequence (12); GQA; tied (SmolLM3's
+    # default); pad_token_id 11 (the default 128004 is past this
+    # vocabulary), in the batches; SmolLM3's rope_theta.
+    dict(name="smollm3_nope_window", model_type="smollm3", seed=3405,
+         config=dict(vocab_size=149, hidden_size=48, intermediate_size=96,
+                     num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=32, no_rope_layer_interval=2,
+                     use_sliding_window=True, sliding_window=5, pad_token_id=11,
+                     rope_parameters=dict(rope_type="default", rope_theta=2000000.0)),
+         batch=2, seq=12, lr=3e-3, weight_decay=0.01, n_tokens=300, windowed=True,
+         pad_check=True,
+         effects=[("RoPE on every layer", dict(no_rope_layers=[1, 1, 1, 1],
+                                               layer_types=["sliding_attention"] * 4)),
+                  ("use_sliding_window false", dict(use_sliding_window=False))]),
 ]
 for _c in CASES:
     _c.setdefault("steps", STEPS)
