@@ -1,9 +1,9 @@
 /* decoder.c — the decoder-only families of Hugging Face Transformers that
  * share Llama's layer (LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM,
- * Gemma2ForCausalLM, Gemma3ForCausalLM, SmolLM3ForCausalLM): one
- * description of the layer
- * (decoder.h's decoder_family) whose variations a family fixes or
+ * Gemma2ForCausalLM, Gemma3ForCausalLM, GraniteForCausalLM,
+ * SmolLM3ForCausalLM): one description of the layer (decoder.h's
+ * decoder_family) whose variations a family fixes or
  * config.json chooses, the table of each family's config.json keys, its
  * parameters in checkpoint order (any family's, GPT-2's included, by its
  * names), and the presets. decoder_config.c reads and writes config.json,
@@ -131,6 +131,15 @@ static const decoder_family family_gemma3 = {.architecture = "Gemma3ForCausalLM"
                                              .pad_default = 0,
                                              .tied_default = 1};
 
+/* Llama's layer, scaled at four places by config.json's multipliers */
+static const decoder_family family_granite = {.architecture = "GraniteForCausalLM",
+                                              .slots = slots_llama,
+                                              .bias_key = 1,
+                                              .mlp_bias_key = 1,
+                                              .granite = 1,
+                                              .act_key = "hidden_act",
+                                              .pad_default = -1};
+
 /* Llama's layer, with RoPE left out of every no_rope_layer_interval-th
  * layer (those may slide); a tied head and pad id 128004 by default */
 static const decoder_family family_smollm3 = {.architecture = "SmolLM3ForCausalLM",
@@ -223,6 +232,14 @@ static const regc_config_key keys_smollm3[] = {
     {"layer_types", REGC_KEY_APPLIED, NULL, NULL},
     {"no_rope_layers", REGC_KEY_APPLIED, NULL, NULL},
     {"no_rope_layer_interval", REGC_KEY_APPLIED, NULL, NULL},
+    {NULL, 0, NULL, NULL},
+};
+static const regc_config_key keys_granite[] = {
+    {"mlp_bias", REGC_KEY_APPLIED, NULL, NULL},
+    {"embedding_multiplier", REGC_KEY_APPLIED, NULL, NULL},
+    {"residual_multiplier", REGC_KEY_APPLIED, NULL, NULL},
+    {"attention_multiplier", REGC_KEY_APPLIED, NULL, NULL},
+    {"logits_scaling", REGC_KEY_APPLIED, NULL, NULL},
     {NULL, 0, NULL, NULL},
 };
 static const regc_config_key keys_phi3[] = {
@@ -385,11 +402,13 @@ static const regc_config_key *const tables_gemma2[] = {keys_gemma, keys_gemma2, 
                                                        keys_attention_bias, NULL};
 static const regc_config_key *const tables_gemma3[] = {keys_gemma, keys_gemma3, keys_decoder,
                                                        keys_attention_bias, NULL};
+static const regc_config_key *const tables_granite[] = {keys_decoder, keys_attention_bias,
+                                                        keys_granite, NULL};
 static const regc_config_key *const tables_smollm3[] = {keys_decoder, keys_attention_bias,
                                                         keys_window, keys_smollm3, NULL};
 
 /* PEFT's default target_modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING;
- * it has none for OLMo 2, Phi-3 and SmolLM3) */
+ * it has none for OLMo 2, Phi-3, Granite and SmolLM3) */
 const regc_arch regc_arch_llama =
     DECODER_ARCH("llama", family_llama, tables_llama, "q_proj,v_proj", llama_preset_config);
 const regc_arch regc_arch_mistral =
@@ -404,5 +423,7 @@ const regc_arch regc_arch_gemma2 =
     DECODER_ARCH("gemma2", family_gemma2, tables_gemma2, "q_proj,v_proj", NULL);
 const regc_arch regc_arch_gemma3 =
     DECODER_ARCH("gemma3_text", family_gemma3, tables_gemma3, "q_proj,v_proj", NULL);
+const regc_arch regc_arch_granite =
+    DECODER_ARCH("granite", family_granite, tables_granite, NULL, NULL);
 const regc_arch regc_arch_smollm3 =
     DECODER_ARCH("smollm3", family_smollm3, tables_smollm3, NULL, NULL);

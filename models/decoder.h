@@ -99,6 +99,8 @@ typedef struct {
     int local_rope;        /* sliding layers rotate with their own base (Gemma 3) */
     int phi3_rope;         /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
     int nope;              /* no_rope_layers: some layers attend without RoPE (SmolLM3) */
+    int granite;           /* Granite's embedding, residual and attention multipliers and
+                              logits_scaling */
     const char *act_key;   /* "hidden_act", or Gemma's "hidden_activation" */
     const char *n_pos_key; /* the longest sequence's key; NULL: max_position_embeddings */
     act_kind act_default;  /* when act_key is absent */
@@ -121,7 +123,11 @@ typedef struct {
     int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */
     double query_scalar;     /* Gemma's query_pre_attn_scalar: scores scaled by its -1/2 power */
     double attn_softcap, final_softcap; /* Gemma 2's soft-capping; 0: none */
-    int use_sliding_window;             /* Qwen's and SmolLM3's switch, written back as read */
+    /* Granite's: the embeddings times embedding_mult, each block's output
+     * times resid_mult before the residual add, the scores times
+     * attn_mult (in place of head_dim^-1/2), the logits over logits_scaling */
+    double embed_mult, resid_mult, attn_mult, logits_scaling;
+    int use_sliding_window; /* Qwen's and SmolLM3's switch, written back as read */
     int64_t max_window_layers;
     int64_t window_pattern; /* Gemma's sliding_window_pattern, written back as read */
     int64_t window;         /* sliding_window; 0: none */

@@ -342,6 +342,22 @@ static int decoder_parse_pad(const cJSON *root, const char *path, decoder_config
     return regc_cfg_pad_token(root, path, c->family->pad_default, c->vocab, &c->pad);
 }
 
+/* Granite's multipliers: each a positive number, 1 when absent. */
+static int decoder_parse_granite(const cJSON *root, const char *path, decoder_config *c)
+{
+    int rc;
+    if ((rc = regc_cfg_double(root, path, "embedding_multiplier", 0, 1.0, 1e-30, 1e30,
+                              &c->embed_mult)) < 0 ||
+        (rc = regc_cfg_double(root, path, "residual_multiplier", 0, 1.0, 1e-30, 1e30,
+                              &c->resid_mult)) < 0 ||
+        (rc = regc_cfg_double(root, path, "attention_multiplier", 0, 1.0, 1e-30, 1e30,
+                              &c->attn_mult)) < 0 ||
+        (rc = regc_cfg_double(root, path, "logits_scaling", 0, 1.0, 1e-30, 1e30,
+                              &c->logits_scaling)) < 0)
+        return rc;
+    return REGC_OK;
+}
+
 /* Gemma 3's sliding layers' RoPE against the head, named as such. */
 static int decoder_check_local_rope(const decoder_config *c, const char *path)
 {
@@ -394,6 +410,8 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = regc_cfg_dropout(root, path, "resid_pdrop", 0.0, &c.resid_dropout)) < 0)
         return rc;
     if (c.family->gemma && (rc = decoder_parse_gemma(root, path, &c)) < 0)
+        return rc;
+    if (c.family->granite && (rc = decoder_parse_granite(root, path, &c)) < 0)
         return rc;
     if (c.n_head % c.n_kv_head != 0)
         return regc_error(REGC_ERR_FORMAT,
@@ -549,6 +567,11 @@ cJSON *decoder_write_config(const regc_model *m)
         ok = ok && cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_dropout);
     if (f->nope)
         ok = ok && decoder_write_nope(c, o);
+    if (f->granite)
+        ok = ok && decoder_add_float(o, "embedding_multiplier", c->embed_mult) &&
+             decoder_add_float(o, "residual_multiplier", c->resid_mult) &&
+             decoder_add_float(o, "attention_multiplier", c->attn_mult) &&
+             decoder_add_float(o, "logits_scaling", c->logits_scaling);
     ok = ok && decoder_write_windows(c, o);
     ok = ok && cJSON_AddNumberToObject(o, "attention_dropout", c->attn_dropout);
     ok = ok && cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tied);
@@ -605,6 +628,11 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
         decoder_append(extra, sizeof extra, ", attn_logit_softcapping %g", c->attn_softcap);
     if (c->final_softcap > 0.0)
         decoder_append(extra, sizeof extra, ", final_logit_softcapping %g", c->final_softcap);
+    if (f->granite)
+        decoder_append(extra, sizeof extra,
+                       ", embedding_multiplier %g, residual_multiplier %g, attention_multiplier "
+                       "%g, logits_scaling %g",
+                       c->embed_mult, c->resid_mult, c->attn_mult, c->logits_scaling);
     if (f->nope) {
         int64_t n = 0;
         for (int64_t l = 0; l < c->n_layer; l++)

@@ -2,7 +2,8 @@
  * description of the layer, as decoder.c or gpt2.c read it from
  * config.json) and the rotary tables it reads.
  *
- * The embeddings: x = embed(ids) (times sqrt(C): Gemma), plus a learned
+ * The embeddings: x = embed(ids) (times sqrt(C): Gemma; times
+ * embedding_multiplier: Granite), plus a learned
  * position embedding (GPT-2), then dropout (GPT-2's embd_pdrop). The
  * layer, x [B, T, C] in and out (norms as the family places them):
  *     h = norm(x)                    (NORMS_BEFORE, NORMS_BOTH; else h = x)
@@ -13,18 +14,19 @@
  *                                     none with learned positions, nor on
  *                                     SmolLM3's NoPE layers)
  *     a = attention(q, k, v) Wo + bo (scale, soft-capping, sliding window)
- *     x = x + a                      (NORMS_AFTER, NORMS_BOTH: x + norm(a))
+ *     x = x + a                      (NORMS_AFTER, NORMS_BOTH: x + norm(a);
+ *                                     Granite: x + a * residual_multiplier)
  *     m = down(act(gate(h')) * up(h'))    (fused: one gate_up_proj, halved;
  *                                     plain: down(act(up(h'))), GPT-2)
  *     x = x + m                      (likewise)
  * with h' = norm(x) before the MLP under NORMS_BEFORE and NORMS_BOTH; then
  * the final norm, the head (tied or not), Gemma 2's soft-capping of the
- * logits, and the cross-entropy. A norm is an RMSNorm, or a LayerNorm with
- * a bias (GPT-2); a Gemma norm multiplies by 1 + w, made as its own op on
- * the weight so the norm kernel stays Llama's. A weight is nn.Linear's
- * [out, in] or Conv1D's [in, out] (GPT-2), read as stored. The graph is
- * flat: layer structure is left for detect/ to discover from the ops
- * alone. */
+ * logits (Granite's division by logits_scaling), and the cross-entropy. A
+ * norm is an RMSNorm, or a LayerNorm with a bias (GPT-2); a Gemma norm
+ * multiplies by 1 + w, made as its own op on the weight so the norm kernel
+ * stays Llama's. A weight is nn.Linear's [out, in] or Conv1D's [in, out]
+ * (GPT-2), read as stored. The graph is flat: layer structure is left for
+ * detect/ to discover from the ops alone. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -171,7 +173,9 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
     regc_attrs attn = {.n_head = H,
                        .n_kv_head = Hkv,
                        .causal = 1,
-                       .scale = (float)pow(f->gemma ? c->query_scalar : (double)D, -0.5),
+                       .scale = f->granite
+                                    ? (float)c->attn_mult
+                                    : (float)pow(f->gemma ? c->query_scalar : (double)D, -0.5),
                        .softcap = (float)c->attn_softcap};
     if (c->pad >= 0)
         G(x = regc_graph_embedding_padded(g, ids, embed, c->pad)); /* [B, T, C] */
@@ -179,6 +183,8 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         G(x = regc_graph_embedding(g, ids, embed)); /* [B, T, C] */
     if (f->embed_scale) /* sqrt(hidden_size) as a float32 tensor, as Transformers holds it */
         G(x = regc_graph_scale(g, x, (float)sqrt((double)c->hidden))); /* [B, T, C] */
+    if (f->granite && c->embed_mult != 1.0)
+        G(x = regc_graph_scale(g, x, (float)c->embed_mult)); /* [B, T, C] */
     if (f->learned_positions && m->reset_positions) {
         G(h = regc_graph_embedding(g, pos, positions)); /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                 /* [B, T, C] */
@@ -234,6 +240,8 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         if (f->norms != NORMS_BEFORE)
             G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
         G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
+        if (f->granite && c->resid_mult != 1.0)
+            G(h = regc_graph_scale(g, h, (float)c->resid_mult)); /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
         /* the MLP */
         if (f->norms == NORMS_AFTER)
@@ -247,6 +255,8 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         if (f->norms != NORMS_BEFORE)
             G(h = decoder_norm(g, c, h, w[S_POST_FF_NORM], -1)); /* [B, T, C] */
         G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
+        if (f->granite && c->resid_mult != 1.0)
+            G(h = regc_graph_scale(g, h, (float)c->resid_mult)); /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
     }
     const int norm = p[n++];
@@ -257,7 +267,9 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
     G(logits = regc_graph_matmul(g, x, head, 0, 1)); /* [B, T, V] */
     if (c->final_softcap > 0.0)
         G(logits = decoder_softcap(g, logits, c->final_softcap)); /* [B, T, V] */
-    G(loss = regc_graph_cross_entropy(g, logits, targets));       /* [] */
+    if (f->granite && c->logits_scaling != 1.0) /* HF divides: one rounding of 1/s apart */
+        G(logits = regc_graph_scale(g, logits, (float)(1.0 / c->logits_scaling))); /* [B, T, V] */
+    G(loss = regc_graph_cross_entropy(g, logits, targets));                        /* [] */
     G(regc_graph_mark_output(g, loss));
     free(p);
     *out = g;

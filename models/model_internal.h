@@ -167,6 +167,7 @@ extern const regc_arch regc_arch_phi3;
 extern const regc_arch regc_arch_gemma2;
 extern const regc_arch regc_arch_gemma3;
 extern const regc_arch regc_arch_smollm3;
+extern const regc_arch regc_arch_granite;
 extern const regc_arch regc_arch_t5;
 extern const regc_arch regc_arch_bert;
 /* Models read from a regc graph JSON file (graph_model.c); not in the

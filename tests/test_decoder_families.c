@@ -1,9 +1,10 @@
 /* test_decoder_families.c — the decoder families of models/decoder.c
  * (Llama with biases, Mistral, Qwen 2, Qwen 3, OLMo 2, Phi-3, Gemma 2 and
- * 3, SmolLM3): each family's layer parameters in its checkpoint order and
- * shapes, one region kind repeated per layer for detect/, save and reload,
- * the sliding windows (refused past the window, accepted within it),
- * SmolLM3's layers without RoPE, Phi-3's residual dropout, PEFT's default
+ * 3, Granite, SmolLM3): each family's layer parameters in its checkpoint
+ * order and shapes, one region kind repeated per layer for detect/, save
+ * and reload, the sliding windows (refused past the window, accepted
+ * within it), Granite's multipliers, SmolLM3's layers without RoPE,
+ * Phi-3's residual dropout, PEFT's default
  * LoRA targets; and every architecture's table of
  * config.json keys, key by key: an applied key's bad value refused by
  * name, an inert key accepted with any value, a refused key refused, an
@@ -125,6 +126,13 @@ static const family_case families[] = {
      NULL,
      {"self_attn.o_proj.weight:24x24", "self_attn.qkv_proj.weight:40x24",
       "mlp.gate_up_proj.weight:80x24", "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
+      "post_attention_layernorm.weight:24"}},
+    {"granite",
+     "\"attention_bias\": true, \"embedding_multiplier\": 12.0, \"logits_scaling\": 8.0",
+     {"self_attn.q_proj.weight:24x24", "self_attn.q_proj.bias:24", "self_attn.k_proj.weight:8x24",
+      "self_attn.k_proj.bias:8", "self_attn.v_proj.weight:8x24", "self_attn.v_proj.bias:8",
+      "self_attn.o_proj.weight:24x24", "self_attn.o_proj.bias:24", "mlp.gate_proj.weight:40x24",
+      "mlp.up_proj.weight:40x24", "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
       "post_attention_layernorm.weight:24"}},
     {"smollm3",
      "\"mlp_bias\": true",
@@ -686,6 +694,47 @@ static void test_key_tables(void **state)
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "key \"model_type\" must be a string");
 }
 
+/* Granite's multipliers where Transformers applies them: the embeddings,
+ * each block's output before its residual add (two a layer), the logits
+ * (by the reciprocal of logits_scaling), and the scores' scale in place
+ * of head_dim^-1/2; none where they are 1; a multiplier that is not
+ * positive refused by name. */
+static void test_granite_multipliers(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = load(f, "granite",
+                         "\"embedding_multiplier\": 12.0, \"residual_multiplier\": 0.22, "
+                         "\"attention_multiplier\": 0.0078125, \"logits_scaling\": 8.0");
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 1, 8, &g), REGC_OK);
+    float scales[16];
+    int n = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *nd = regc_graph_node(g, i);
+        if (nd->op == REGC_OP_SCALE && n < 16)
+            scales[n++] = nd->attrs.value;
+        if (nd->op == REGC_OP_ATTENTION)
+            assert_true(nd->attrs.scale == 0.0078125f);
+    }
+    const float want[] = {12.0f, 0.22f, 0.22f, 0.22f, 0.22f, 0.22f, 0.22f, 0.125f};
+    assert_int_equal(n, 8);
+    assert_memory_equal(scales, want, sizeof want);
+    regc_graph_free(g);
+    regc_model_free(m);
+    m = load(f, "granite", NULL);
+    assert_int_equal(regc_model_build_graph(m, 1, 8, &g), REGC_OK);
+    assert_int_equal(count_ops(g, REGC_OP_SCALE), 0);
+    for (int i = 0; i < regc_graph_n_nodes(g); i++)
+        if (regc_graph_node(g, i)->op == REGC_OP_ATTENTION)
+            assert_true(regc_graph_node(g, i)->attrs.scale == 1.0f); /* Granite's default */
+    regc_graph_free(g);
+    regc_model_free(m);
+    write_config(f, "granite", "\"logits_scaling\": 0");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "\"logits_scaling\"");
+    write_config(f, "granite", "\"residual_multiplier\": -0.5");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "\"residual_multiplier\"");
+}
+
 /* Which of the 3 layers rotate q and k (their RoPE ops before their
  * attention), as "101"; and whether the graph holds the rotary tables. */
 static void expect_rope_layers(regc_model *m, const char *want, int tables)
@@ -817,6 +866,7 @@ int main(void)
         regc_test_in_dir(test_alternating_layers, setup),
         regc_test_in_dir(test_save_reload, setup),
         regc_test_in_dir(test_sliding_windows, setup),
+        regc_test_in_dir(test_granite_multipliers, setup),
         regc_test_in_dir(test_smollm3_nope, setup),
         regc_test_in_dir(test_smollm3_regional_equals_full, setup),
         regc_test_in_dir(test_gemma, setup),

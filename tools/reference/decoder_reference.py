@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch reference losses for regc's end-to-end training of decoder-only
 Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3 (with LongRoPE
-too), Llama with biases and with dynamic RoPE, Gemma 2, Gemma 3 (text) and
-SmolLM3.
+too), Llama with biases and with dynamic RoPE, Gemma 2, Gemma 3 (text),
+Granite and SmolLM3.
 
 For small models with deliberately odd sizes, this script builds the weights
 and the token stream with the SAME counter-based RNG as common/rng.c, trains
@@ -52,6 +52,12 @@ layer_types defaults to sliding every layer but each 2nd (Gemma 2) or 6th
 for query i where i - sliding_window < j <= i. Gemma 3's rope_parameters has
 one entry per layer type. pad_token_id defaults to 0 for both, and the head
 is tied by default. Gemma 3's config.json also carries "_sliding_window_pattern".
+
+Granite is Llama's layer with four multipliers: the embeddings times
+embedding_multiplier, each attention and MLP output times
+residual_multiplier before its residual add, the scores times
+attention_multiplier (its whole scale), and the logits divided by
+logits_scaling (regc multiplies by its float32 reciprocal).
 
 SmolLM3 is Llama's layer in which the layers no_rope_layers marks 0 (by
 default each no_rope_layer_interval-th) attend without rotating q and k;
@@ -263,6 +269,24 @@ CASES = [
                        full_attention=dict(rope_type="default", rope_theta=10000.0),
                        sliding_attention=dict(rope_type="default", rope_theta=10000.0)))),
                   ("sliding_window 16 (= T)", dict(sliding_window=16))]),
+    # Granite: Llama's layer with the embeddings times embedding_multiplier,
+    # each block's output times residual_multiplier before its residual add,
+    # the scores times attention_multiplier (not head_dim**-0.5 = 0.289) and
+    # the logits divided by logits_scaling; values none of which is a power
+    # of two; GQA, biases on q, k, v, o; untied.
+    dict(name="granite_multipliers", model_type="granite", seed=3506,
+         config=dict(vocab_size=173, hidden_size=48, intermediate_size=88,
+                     num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=32, attention_bias=True,
+                     embedding_multiplier=4.5, residual_multiplier=0.37,
+                     attention_multiplier=0.21, logits_scaling=2.5,
+                     rope_parameters=dict(rope_type="default", rope_theta=10000000.0)),
+         batch=2, seq=14, lr=3e-3, weight_decay=0.01, n_tokens=300,
+         effects=[("embedding_multiplier 1", dict(embedding_multiplier=1.0)),
+                  ("residual_multiplier 1", dict(residual_multiplier=1.0)),
+                  ("attention_multiplier 1/sqrt(head_dim)",
+                   dict(attention_multiplier=12 ** -0.5)),
+                  ("logits_scaling 1", dict(logits_scaling=1.0))]),
     # SmolLM3: Llama's layer with RoPE left out of every 2nd layer
     # (no_rope_layer_interval; the config derives no_rope_layers), those
     # layers sliding (use_sliding_window; layer_types derived too) by a
