@@ -12,9 +12,11 @@
 
 #include "detect_internal.h"
 
+#define MAX_SINGLE 8      /* the most frequent gaps to the next equal label tried */
+#define MAX_DOUBLED 4     /* ... of which twice the first few too */
 #define MAX_SPAN_LAYERS 8 /* the longest pattern of layers looked for */
-/* candidate periods tried per round: 8 single gaps, 4 doubled, one per span */
-#define MAX_PERIODS (12 + MAX_SPAN_LAYERS - 2)
+/* candidate periods tried per round: one per span from 2 on */
+#define MAX_PERIODS (MAX_SINGLE + MAX_DOUBLED + MAX_SPAN_LAYERS - 1)
 
 static void detect_run_free(run_t *r)
 {
@@ -150,22 +152,31 @@ static int cmp_label_pos(const void *pa, const void *pb)
     return (a->pos > b->pos) - (a->pos < b->pos);
 }
 
-/* Add gap g to the candidates unless it is there already. */
+/* Is gap g among the n candidates? */
+static int has_period(const int *periods, int n, int g)
+{
+    for (int k = 0; k < n; k++)
+        if (periods[k] == g)
+            return 1;
+    return 0;
+}
+
+/* Add gap g to the candidates unless it is there already (or they are
+ * full, which the limits above rule out). */
 static void add_period(int *periods, int *n, int g)
 {
-    for (int k = 0; k < *n; k++)
-        if (periods[k] == g)
-            return;
-    periods[(*n)++] = g;
+    if (!has_period(periods, *n, g) && *n < MAX_PERIODS)
+        periods[(*n)++] = g;
 }
 
 /* Candidate periods from the gaps between equal labels among unowned
  * nodes: the most frequent gaps to the next equal label (a layer's
  * length), twice the most frequent few (layers that alternate), and the
- * most frequent gap to the k-th next equal label for k up to
- * MAX_SPAN_LAYERS: a pattern of layers of different lengths (three with
- * RoPE, then one without) repeats at the sum of k of them, a gap no single
- * step shows. */
+ * most frequent new gap to the k-th next equal label for k up to
+ * MAX_SPAN_LAYERS: a pattern of k layers of different lengths (three with
+ * RoPE, then one without) repeats at the sum of them, a gap no single step
+ * shows. New, because a label a layer holds twice (two projections of one
+ * shape) recurs at half that span, a gap an earlier span gave already. */
 static int candidate_periods(detector *d, int *periods)
 {
     const detect_ctx *c = &d->c;
@@ -185,7 +196,7 @@ static int candidate_periods(detector *d, int *periods)
         if (lp[k].label == lp[k - 1].label)
             count[lp[k].pos - lp[k - 1].pos]++;
     int n_periods = 0;
-    for (int round = 0; round < MAX_PERIODS - 4; round++) {
+    for (int round = 0; round < MAX_SINGLE; round++) {
         int best = 0;
         for (int g = 2; g <= n / 2; g++)
             if (count[g] > count[best])
@@ -195,17 +206,17 @@ static int candidate_periods(detector *d, int *periods)
         periods[n_periods++] = best;
         count[best] = 0;
     }
-    for (int k = 0, top = n_periods; k < top && k < 4; k++)
+    for (int k = 0, top = n_periods; k < top && k < MAX_DOUBLED; k++)
         if (2 * periods[k] <= n / 2)
             add_period(periods, &n_periods, 2 * periods[k]);
-    for (int span = 3; span <= MAX_SPAN_LAYERS; span++) {
+    for (int span = 2; span <= MAX_SPAN_LAYERS; span++) {
         memset(count, 0, ((size_t)n + 1) * sizeof *count);
         for (int k = span; k < m; k++)
             if (lp[k].label == lp[k - span].label && lp[k].pos - lp[k - span].pos <= n / 2)
                 count[lp[k].pos - lp[k - span].pos]++;
         int best = 0;
         for (int g = 2; g <= n / 2; g++)
-            if (count[g] > count[best])
+            if (count[g] > count[best] && !has_period(periods, n_periods, g))
                 best = g;
         if (count[best] > 0)
             add_period(periods, &n_periods, best);

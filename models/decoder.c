@@ -73,20 +73,23 @@ static const decoder_family family_mistral = {.architecture = "MistralForCausalL
                                               .slots = slots_llama,
                                               .act_key = "hidden_act",
                                               .window = WINDOW_ALL,
-                                              .pad_default = -1};
+                                              .pad_default = -1,
+                                              .n_pos_default = 131072};
 static const decoder_family family_qwen2 = {.architecture = "Qwen2ForCausalLM",
                                             .slots = slots_llama,
                                             .qkv_bias = 1,
                                             .act_key = "hidden_act",
                                             .window = WINDOW_LAYERS,
-                                            .pad_default = -1};
+                                            .pad_default = -1,
+                                            .n_pos_default = 32768};
 static const decoder_family family_qwen3 = {.architecture = "Qwen3ForCausalLM",
                                             .slots = slots_llama,
                                             .qk_norm = QK_NORM_HEAD,
                                             .bias_key = 1,
                                             .act_key = "hidden_act",
                                             .window = WINDOW_LAYERS,
-                                            .pad_default = -1};
+                                            .pad_default = -1,
+                                            .n_pos_default = 32768};
 static const decoder_family family_olmo2 = {.architecture = "Olmo2ForCausalLM",
                                             .slots = slots_olmo2,
                                             .qk_norm = QK_NORM_WHOLE,
@@ -101,7 +104,8 @@ static const decoder_family family_phi3 = {.architecture = "Phi3ForCausalLM",
                                            .phi3_rope = 1,
                                            .act_key = "hidden_act",
                                            .window = WINDOW_ALL,
-                                           .pad_default = 32000};
+                                           .pad_default = 32000,
+                                           .n_pos_default = 4096};
 static const decoder_family family_gemma2 = {.architecture = "Gemma2ForCausalLM",
                                              .slots = slots_gemma,
                                              .norms = NORMS_BOTH,
@@ -114,6 +118,7 @@ static const decoder_family family_gemma2 = {.architecture = "Gemma2ForCausalLM"
                                              .window = WINDOW_GEMMA,
                                              .window_pattern = 2,
                                              .pad_default = 0,
+                                             .n_pos_default = 8192,
                                              .tied_default = 1};
 static const decoder_family family_gemma3 = {.architecture = "Gemma3ForCausalLM",
                                              .slots = slots_gemma,
@@ -129,6 +134,7 @@ static const decoder_family family_gemma3 = {.architecture = "Gemma3ForCausalLM"
                                              .window = WINDOW_GEMMA,
                                              .window_pattern = 6,
                                              .pad_default = 0,
+                                             .n_pos_default = 131072,
                                              .tied_default = 1};
 
 /* Llama's layer, scaled at four places by config.json's multipliers */
@@ -141,7 +147,8 @@ static const decoder_family family_granite = {.architecture = "GraniteForCausalL
                                               .pad_default = -1};
 
 /* Llama's layer, with RoPE left out of every no_rope_layer_interval-th
- * layer (those may slide); a tied head and pad id 128004 by default */
+ * layer (those may slide); by default a tied head, pad id 128004, 32768
+ * positions and RoPE at 2,000,000 */
 static const decoder_family family_smollm3 = {.architecture = "SmolLM3ForCausalLM",
                                               .slots = slots_llama,
                                               .bias_key = 1,
@@ -150,6 +157,8 @@ static const decoder_family family_smollm3 = {.architecture = "SmolLM3ForCausalL
                                               .act_key = "hidden_act",
                                               .window = WINDOW_NOPE,
                                               .pad_default = 128004,
+                                              .n_pos_default = 32768,
+                                              .theta_default = 2000000.0,
                                               .tied_default = 1};
 
 /* ---- config.json's keys (model_load.c checks every key against these
@@ -232,6 +241,9 @@ static const regc_config_key keys_smollm3[] = {
     {"layer_types", REGC_KEY_APPLIED, NULL, NULL},
     {"no_rope_layers", REGC_KEY_APPLIED, NULL, NULL},
     {"no_rope_layer_interval", REGC_KEY_APPLIED, NULL, NULL},
+    {"max_window_layers", REGC_KEY_INERT, NULL,
+     "Transformers 5's SmolLM3 never reads it (its windows follow layer_types)"},
+    {"pretraining_tp", REGC_KEY_INERT, NULL, "Transformers 5's SmolLM3 never reads it"},
     {NULL, 0, NULL, NULL},
 };
 static const regc_config_key keys_granite[] = {

@@ -107,6 +107,8 @@ typedef struct {
     window_kind window;
     int64_t window_pattern; /* WINDOW_GEMMA without layer_types: every n-th layer is full */
     int64_t pad_default;    /* pad_token_id when config.json has none; -1: none */
+    int64_t n_pos_default;  /* max_position_embeddings when absent (Transformers'); 0: 2048 */
+    double theta_default;   /* rope_theta when absent; 0: 10000 */
     int tied_default;       /* tie_word_embeddings when config.json has none (Gemma's true) */
 } decoder_family;
 

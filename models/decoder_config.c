@@ -87,35 +87,38 @@ static int decoder_parse_layer_types(const cJSON *root, const char *path, const 
     return REGC_OK;
 }
 
-/* SmolLM3's layers without RoPE: no_rope_layers, one 1 (RoPE) or 0 (none)
- * per layer, or else every no_rope_layer_interval-th layer without. */
+/* SmolLM3's layers without RoPE: no_rope_layers, an entry per layer (or
+ * more) that Transformers reads as true (RoPE) or false (none): a number
+ * or a boolean; or else every no_rope_layer_interval-th layer without
+ * (the interval unused, and free, when the list is given). */
 static int decoder_parse_nope(const cJSON *root, const char *path, decoder_config *c,
                               unsigned char *layer)
 {
-    int rc = regc_cfg_int(root, path, "no_rope_layer_interval", 0, 4, 1, DECODER_MAX_DIM,
-                          &c->nope_interval);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "no_rope_layers");
+    const int given = list && !cJSON_IsNull(list);
+    int rc = regc_cfg_int(root, path, "no_rope_layer_interval", 0, 4, given ? 0 : 1,
+                          DECODER_MAX_DIM, &c->nope_interval);
     if (rc < 0)
         return rc;
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "no_rope_layers");
-    if (!list || cJSON_IsNull(list)) {
+    if (!given) {
         for (int64_t l = 0; l < c->n_layer; l++)
             if ((l + 1) % c->nope_interval == 0)
                 layer[l] |= LAYER_NOPE;
         return REGC_OK;
     }
-    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != c->n_layer)
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < c->n_layer)
         return regc_error(REGC_ERR_FORMAT,
-                          "%s: key \"no_rope_layers\" must be a list of num_hidden_layers (%" PRId64
-                          ") 0s and 1s",
+                          "%s: key \"no_rope_layers\" must be a list of at least "
+                          "num_hidden_layers (%" PRId64 ") entries, 1 (RoPE) or 0 (none)",
                           path, c->n_layer);
     int64_t l = 0;
-    for (const cJSON *x = list->child; x; x = x->next, l++) {
-        if (!cJSON_IsNumber(x) || (x->valuedouble != 0.0 && x->valuedouble != 1.0))
+    for (const cJSON *x = list->child; x && l < c->n_layer; x = x->next, l++) {
+        if (!cJSON_IsNumber(x) && !cJSON_IsBool(x))
             return regc_error(REGC_ERR_FORMAT,
                               "%s: key \"no_rope_layers\" entry %" PRId64
-                              " is not 0 (no RoPE) or 1 (RoPE)",
+                              " is not a number or a boolean (RoPE when true or nonzero)",
                               path, l);
-        if (x->valuedouble == 0.0)
+        if (cJSON_IsFalse(x) || (cJSON_IsNumber(x) && x->valuedouble == 0.0))
             layer[l] |= LAYER_NOPE;
     }
     return REGC_OK;
@@ -143,23 +146,26 @@ static int decoder_parse_windows(const cJSON *root, const char *path, decoder_co
         return REGC_OK;
     case WINDOW_LAYERS:
     case WINDOW_NOPE:
-        /* Qwen, SmolLM3: use_sliding_window gates the window; layer_types,
-         * or else the layers from max_window_layers on (Qwen) or those
-         * without RoPE (SmolLM3), say which layers slide */
+        /* Qwen: use_sliding_window gates the window (Qwen2Config drops it
+         * without); layer_types, or else the layers from max_window_layers
+         * on, say which layers slide. SmolLM3: layer_types says, or else,
+         * with use_sliding_window, the layers without RoPE slide (its
+         * config derives layer_types so; its attention follows them) */
         if ((rc = regc_cfg_bool(root, path, "use_sliding_window", 0, 0, &c->use_sliding_window)) <
                 0 ||
             (f->window == WINDOW_LAYERS &&
              (rc = regc_cfg_int(root, path, "max_window_layers", 0, 28, 0, INT64_MAX,
                                 &c->max_window_layers)) < 0))
             return rc;
-        if (!c->use_sliding_window)
+        if (!c->use_sliding_window && f->window == WINDOW_LAYERS)
             c->window = 0;
         if ((rc = decoder_parse_layer_types(root, path, c, layer, &given)) < 0 || given)
             return rc;
         for (int64_t l = 0; c->window > 0 && l < c->n_layer; l++)
             decoder_set_sliding(layer, l,
-                                f->window == WINDOW_LAYERS ? l >= c->max_window_layers
-                                                           : (layer[l] & LAYER_NOPE) != 0);
+                                f->window == WINDOW_LAYERS
+                                    ? l >= c->max_window_layers
+                                    : c->use_sliding_window && (layer[l] & LAYER_NOPE) != 0);
         return REGC_OK;
     case WINDOW_GEMMA:
         /* layer_types, or every pattern-th layer full (Gemma 3's
@@ -280,7 +286,7 @@ static int decoder_parse_rope_of(const cJSON *sub, double theta, const char *pat
         ok = cJSON_AddStringToObject(dict, "rope_type", "default") != NULL;
     if (ok && !cJSON_GetObjectItemCaseSensitive(dict, "rope_theta"))
         ok = cJSON_AddNumberToObject(dict, "rope_theta", theta) != NULL;
-    int rc = ok ? regc_rope_parse(root, where, n_pos, r)
+    int rc = ok ? regc_rope_parse(root, where, n_pos, theta, r)
              : sub && !cJSON_IsObject(sub)
                  ? regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be an object", path, which)
                  : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
@@ -342,19 +348,25 @@ static int decoder_parse_pad(const cJSON *root, const char *path, decoder_config
     return regc_cfg_pad_token(root, path, c->family->pad_default, c->vocab, &c->pad);
 }
 
-/* Granite's multipliers: each a positive number, 1 when absent. */
+/* Granite's multipliers: any float32 number, 1 when absent; the logits
+ * are divided by logits_scaling, which therefore may not be 0. */
 static int decoder_parse_granite(const cJSON *root, const char *path, decoder_config *c)
 {
     int rc;
-    if ((rc = regc_cfg_double(root, path, "embedding_multiplier", 0, 1.0, 1e-30, 1e30,
+    if ((rc = regc_cfg_double(root, path, "embedding_multiplier", 0, 1.0, -1e30, 1e30,
                               &c->embed_mult)) < 0 ||
-        (rc = regc_cfg_double(root, path, "residual_multiplier", 0, 1.0, 1e-30, 1e30,
+        (rc = regc_cfg_double(root, path, "residual_multiplier", 0, 1.0, -1e30, 1e30,
                               &c->resid_mult)) < 0 ||
-        (rc = regc_cfg_double(root, path, "attention_multiplier", 0, 1.0, 1e-30, 1e30,
+        (rc = regc_cfg_double(root, path, "attention_multiplier", 0, 1.0, -1e30, 1e30,
                               &c->attn_mult)) < 0 ||
-        (rc = regc_cfg_double(root, path, "logits_scaling", 0, 1.0, 1e-30, 1e30,
+        (rc = regc_cfg_double(root, path, "logits_scaling", 0, 1.0, -1e30, 1e30,
                               &c->logits_scaling)) < 0)
         return rc;
+    if ((float)(1.0 / c->logits_scaling) == 0.0f || isinf((float)(1.0 / c->logits_scaling)))
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"logits_scaling\" is %g: the logits are divided by it, so it "
+                          "must be a nonzero float32 with a float32 reciprocal",
+                          path, c->logits_scaling);
     return REGC_OK;
 }
 
@@ -391,12 +403,16 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
                           path, c.hidden, c.n_head);
     if ((rc = regc_cfg_int(root, path, "head_dim", 0, c.hidden / c.n_head, 1, DECODER_MAX_DIM,
                            &c.head_dim)) < 0 ||
-        (rc = regc_cfg_int(root, path, "max_position_embeddings", 0, 2048, 1, DECODER_MAX_DIM,
-                           &c.n_pos)) < 0 ||
+        (rc = regc_cfg_int(root, path, "max_position_embeddings", 0,
+                           c.family->n_pos_default ? c.family->n_pos_default : 2048, 1,
+                           DECODER_MAX_DIM, &c.n_pos)) < 0 ||
         (rc = regc_cfg_double(root, path, "rms_norm_eps", 0, 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
-        (rc = c.family->local_rope  ? decoder_parse_gemma3_rope(root, path, &c)
-              : c.family->phi3_rope ? regc_rope_parse_phi3(root, path, c.n_pos, &c.rope)
-                                    : regc_rope_parse(root, path, c.n_pos, &c.rope)) < 0 ||
+        (rc = c.family->local_rope ? decoder_parse_gemma3_rope(root, path, &c)
+              : c.family->phi3_rope
+                  ? regc_rope_parse_phi3(root, path, c.n_pos, &c.rope)
+                  : regc_rope_parse(root, path, c.n_pos,
+                                    c.family->theta_default ? c.family->theta_default : 10000.0,
+                                    &c.rope)) < 0 ||
         (rc = regc_rope_check_head(&c.rope, c.head_dim, path)) < 0 ||
         (c.family->local_rope && (rc = decoder_check_local_rope(&c, path)) < 0) ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,

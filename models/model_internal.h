@@ -308,9 +308,11 @@ typedef struct {
     double long_factor[REGC_ROPE_MAX_FACTORS], short_factor[REGC_ROPE_MAX_FACTORS];
 } regc_rope;
 /* Read rope_parameters, or rope_scaling and rope_theta, from config.json
- * (`path` in messages; max_pos is max_position_embeddings): refuses by
- * name every type and key regc does not apply. */
-int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r);
+ * (`path` in messages; max_pos is max_position_embeddings; theta the
+ * architecture's rope_theta where the file gives none): refuses by name
+ * every type and key regc does not apply. */
+int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, double theta,
+                    regc_rope *r);
 /* The same as Phi3Config reads it: "su" and "yarn" mean longrope, only
  * default and longrope are taken, and the top-level
  * original_max_position_embeddings (default 4096) is longrope's. */

@@ -7,7 +7,8 @@
  * Spellings. Transformers 5 writes "rope_parameters": {"rope_type", "rope_theta", ...};
  * older configs give a top-level "rope_theta" and "rope_scaling": {"rope_type" or
  * "type", ...}. Transformers reads rope_scaling when it is given, takes
- * rope_theta from the dictionary before the top level (default 10000) and
+ * rope_theta from the dictionary before the top level (default the
+ * architecture's: 10000 for most, SmolLM3's 2,000,000) and
  * original_max_position_embeddings from the dictionary (default
  * max_position_embeddings). regc reads the same, refusing the ambiguous
  * cases Transformers resolves silently (both dictionaries, two different
@@ -230,9 +231,10 @@ static int rope_parse_type(const cJSON *d, const char *path, const char *dn, int
     return REGC_OK;
 }
 
-int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r)
+int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, double theta,
+                    regc_rope *r)
 {
-    *r = (regc_rope){.type = REGC_ROPE_DEFAULT, .theta = 10000.0, .max_pos = max_pos};
+    *r = (regc_rope){.type = REGC_ROPE_DEFAULT, .theta = theta, .max_pos = max_pos};
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     static const char *const names[2] = {"rope_parameters", "rope_scaling"};
@@ -253,12 +255,12 @@ int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, regc_r
     const char *dn = dicts[1] ? names[1] : names[0];
     r->dict = dn;
 
-    /* theta: the dictionary's, else the top level's, else 10000 */
+    /* theta: the dictionary's, else the top level's, else the architecture's */
     double top = 0.0, own = 0.0;
     int has_top = 0, has_own = 0, rc;
     const cJSON *tt = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
     if (tt && !cJSON_IsNull(tt)) {
-        if ((rc = regc_cfg_double(root, path, "rope_theta", 0, 10000.0, -1e300, 1e300, &top)) < 0)
+        if ((rc = regc_cfg_double(root, path, "rope_theta", 0, theta, -1e300, 1e300, &top)) < 0)
             return rc;
         has_top = 1;
         r->theta = top;
@@ -602,7 +604,7 @@ int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, r
                  NULL;
         }
     }
-    rc = ok ? regc_rope_parse(copy, path, max_pos, r)
+    rc = ok ? regc_rope_parse(copy, path, max_pos, 10000.0, r)
             : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     cJSON_Delete(copy);
     r->original_max_pos = original; /* written back whatever the type */

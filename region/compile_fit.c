@@ -65,7 +65,7 @@ static int probe(const regc_graph *g, const int64_t *param_offset, const regc_co
         regc_program_device_memory(p, &a);
         regc_program_fit_plan(p, &f);
         *r = (probed){a.total, a.host, f.replay_flop, f.offloaded};
-        rc = a.total <= o->budget_bytes &&
+        rc = a.total <= regc_compile_least_budget(o) &&
              (o->host_budget_bytes <= 0 || a.host <= o->host_budget_bytes);
     } else if (rc == REGC_ERR_BUDGET) {
         rc = 0;
@@ -89,6 +89,7 @@ static int candidate_ratios(const regc_graph *g, const int64_t *param_offset,
 {
     regc_compile_options c = *o;
     c.budget_bytes = 0, c.recompute_ratio = 0.0;
+    c.fit_check = 1; /* no pass's own budget either: the ratios are all it is for */
     regc_program *p = NULL;
     int rc = compile_probe(g, param_offset, &c, &p, st);
     int n = 0;
@@ -275,14 +276,14 @@ static int least_choice(const regc_graph *g, const int64_t *param_offset,
     }
     if (fit < 0 || least < 0) /* an error, or a schedule pass's own message */
         return fit < 0 ? fit : REGC_ERR_BUDGET;
-    if (least > o->budget_bytes)
-        return regc_error(REGC_ERR_BUDGET,
-                          "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
-                          "least (recomputing%s%s what can be); the budget is %.1f MiB",
-                          (double)least / (1 << 20),
-                          o->offload_activation ? (chunk > 0 ? ", offloading" : " and offloading")
-                                                : "",
-                          chunk > 0 ? " and chunking" : "", (double)o->budget_bytes / (1 << 20));
+    if (least > regc_compile_least_budget(o))
+        return regc_error(
+            REGC_ERR_BUDGET,
+            "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
+            "least (recomputing%s%s what can be); the budget is %.1f MiB",
+            (double)least / (1 << 20),
+            o->offload_activation ? (chunk > 0 ? ", offloading" : " and offloading") : "",
+            chunk > 0 ? " and chunking" : "", (double)regc_compile_least_budget(o) / (1 << 20));
     return regc_error(REGC_ERR_BUDGET,
                       "compile.host_memory_mb: the step holds %.1f MiB per rank on the host at "
                       "its least device memory; the limit is %.1f MiB",
@@ -354,7 +355,8 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
                         "(recomputing%s%s what can be); the budget is %.1f MiB",
                         (double)least / (1 << 20),
                         o->offload_activation ? (chunked ? ", offloading" : " and offloading") : "",
-                        chunked ? " and chunking" : "", (double)o->budget_bytes / (1 << 20));
+                        chunked ? " and chunking" : "",
+                        (double)regc_compile_least_budget(o) / (1 << 20));
     else if (fit == 0)
         rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
     if (rc == REGC_OK) {

@@ -93,6 +93,16 @@ static const pass_entry *find(const char *name)
 
 int regc_pass_known(const char *name) { return name && find(name) != NULL; }
 
+int64_t regc_compile_least_budget(const regc_compile_options *o)
+{
+    int64_t budget = o->budget_bytes;
+    for (int i = 0; i < o->passes.n; i++)
+        if (o->passes.pass[i].budget_bytes > 0 &&
+            (budget <= 0 || o->passes.pass[i].budget_bytes < budget))
+            budget = o->passes.pass[i].budget_bytes;
+    return budget;
+}
+
 int regc_pass_register(const char *name, regc_pass_fn fn, void *user)
 {
     if (!name || !name[0] || strlen(name) >= REGC_PASS_NAME || !fn)
@@ -197,11 +207,7 @@ int regc_passes_run(regc_program *p, const int64_t *param_offset, int inline_fla
     free(s.resident), free(s.frozen_resident);
     /* a pass after the one that fitted a budget may have undone the fit
      * (under fit_check, the caller weighs what the step holds) */
-    int64_t budget = o->fit_check ? 0 : o->budget_bytes;
-    for (int i = 0; i < o->passes.n && !o->fit_check; i++)
-        if (o->passes.pass[i].budget_bytes > 0 &&
-            (budget <= 0 || o->passes.pass[i].budget_bytes < budget))
-            budget = o->passes.pass[i].budget_bytes;
+    const int64_t budget = o->fit_check ? 0 : regc_compile_least_budget(o);
     regc_device_memory a;
     if (rc == REGC_OK && l && budget > 0 && (regc_program_device_memory(p, &a), a.total > budget))
         rc = regc_error(REGC_ERR_BUDGET,

@@ -345,6 +345,9 @@ typedef struct {
 } regc_pass_input;
 
 typedef int (*regc_pass_fn)(const regc_pass_input *in, regc_comm_schedule *s, void *user);
+/* The least device memory per rank o asks the step to fit: budget_bytes
+ * or a pass's own budget, whichever is smaller; 0: none. */
+int64_t regc_compile_least_budget(const regc_compile_options *o);
 /* Add a pass (or replace the one of that name) for every later compile;
  * REGC_ERR_ARG for a bad name or a full registry. Not thread-safe: register
  * before compiling. */

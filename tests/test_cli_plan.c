@@ -285,7 +285,8 @@ static long long plan_llama(const char *what, const char *size, const char *budg
  * whether a size fits decides: under ZeRO-3, where the budget's room is
  * then filled with gathered units, the size found fits the budget as a
  * plan of it compiles, and one more does not, for sequences and batches
- * at budgets from tight to the model's positions. */
+ * at budgets from tight to the model's positions; a pass's own smaller
+ * budget is the one fitted. */
 static void test_plan_fit_is_the_boundary(void **state)
 {
     (void)state;
@@ -303,6 +304,21 @@ static void test_plan_fit_is_the_boundary(void **state)
             fail_msg("--fit %s within %s MiB found %lld: its plan exits %lld, one more %lld",
                      cases[i].what, cases[i].budget_mb, t, fits, over);
     }
+    /* a pass's own budget, below --device-memory-mb, is the one to fit:
+     * the same size as that budget alone */
+    regc_test_proc q;
+    assert_int_equal(regc_test_run_regc(&q, "plan", "--model", "llama-tiny", "--ranks", "2",
+                                        "--zero-stage", "3", "--fit", "seq", "--device-memory-mb",
+                                        "40", "--passes",
+                                        "prefetch,overlap_reduce,selective_gather@12", NULL),
+                     0);
+    const char *at = strstr(q.out, "--fit seq: seq ");
+    assert_non_null(at);
+    const long long with_pass = atoll(at + strlen("--fit seq: seq "));
+    regc_test_proc_free(&q);
+    if (with_pass != plan_llama("seq", NULL, "12"))
+        fail_msg("--fit within 40 MiB and selective_gather@12 found %lld, within 12 MiB %lld",
+                 with_pass, plan_llama("seq", NULL, "12"));
     /* past the positions: the size that does not fit is the first the
      * model refuses, and the line says why */
     regc_test_proc p;

@@ -235,6 +235,35 @@ static void test_alternating_layers(void **state)
     regc_model_free(m);
 }
 
+/* Gemma 3 at its 1B model's depth (26 layers) with a window shorter than
+ * the sequence: five sliding layers and a full one are one super-block,
+ * four times, and the two sliding layers left a kind of their own (the
+ * graph offers the detector the most candidate periods of any family). */
+static void test_gemma3_pattern(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = load(f, "gemma3_text",
+                         "\"num_hidden_layers\": 26, \"sliding_window\": 16, "
+                         "\"max_position_embeddings\": 64");
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 1, 64, &g), REGC_OK);
+    regc_blocks *b = NULL;
+    assert_int_equal(regc_detect_blocks(g, &b), REGC_OK);
+    int layers[2] = {0, 0};
+    for (int s = 0; s < regc_blocks_n_segments(b); s++) {
+        const regc_segment *sg = regc_blocks_segment(b, s);
+        if (sg->type == REGC_SEGMENT_RUN && sg->kind < 2)
+            layers[sg->kind] += sg->count;
+    }
+    if (regc_blocks_n_kinds(b) != 2 || layers[0] != 4 || layers[1] != 2 ||
+        !(regc_blocks_coverage(b) > 0.95))
+        fail_msg("gemma3, 26 layers: %d kinds, %d and %d instances, coverage %.3f",
+                 regc_blocks_n_kinds(b), layers[0], layers[1], regc_blocks_coverage(b));
+    regc_blocks_free(b);
+    regc_graph_free(g);
+    regc_model_free(m);
+}
+
 /* Saved and loaded back: the same model_type, parameters and weights, and
  * a config.json that passes its own key table. */
 static void test_save_reload(void **state)
@@ -729,10 +758,15 @@ static void test_granite_multipliers(void **state)
             assert_true(regc_graph_node(g, i)->attrs.scale == 1.0f); /* Granite's default */
     regc_graph_free(g);
     regc_model_free(m);
+    /* any number, as Transformers multiplies by it; but the logits are divided */
+    m = load(f, "granite", "\"residual_multiplier\": -0.5");
+    assert_int_equal(regc_model_build_graph(m, 1, 8, &g), REGC_OK);
+    assert_int_equal(count_ops(g, REGC_OP_SCALE), 6);
+    regc_graph_free(g);
+    regc_model_free(m);
     write_config(f, "granite", "\"logits_scaling\": 0");
-    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "\"logits_scaling\"");
-    write_config(f, "granite", "\"residual_multiplier\": -0.5");
-    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "\"residual_multiplier\"");
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"logits_scaling\" is 0: the logits are divided by it");
 }
 
 /* Which of the 3 layers rotate q and k (their RoPE ops before their
@@ -762,19 +796,26 @@ static void expect_rope_layers(regc_model *m, const char *want, int tables)
 }
 
 /* SmolLM3 leaves RoPE out of each no_rope_layer_interval-th layer, or of
- * those no_rope_layers marks 0; with use_sliding_window those slide unless
- * layer_types says otherwise; both are written back and read again; the
- * pattern of a RoPE and a NoPE layer is one kind for detect/; bad lists
- * are refused by name. */
+ * those no_rope_layers marks false (0), as Transformers reads the list;
+ * with use_sliding_window those slide, and layer_types, when given, says
+ * which slide whatever use_sliding_window says (the attention follows it);
+ * both are written back and read again; Transformers' defaults (32768
+ * positions, RoPE at 2e6); the pattern of a RoPE and a NoPE layer is one
+ * kind for detect/; lists Transformers could not read are refused by name. */
 static void test_smollm3_nope(void **state)
 {
     regc_test_dir *f = *state;
+    regc_model *m = NULL;
     expect_rope_layers(load(f, "smollm3", NULL), "111", 1); /* every 4th: none of 3 */
     expect_rope_layers(load(f, "smollm3", "\"no_rope_layer_interval\": 2"), "101", 1);
     expect_rope_layers(
         load(f, "smollm3", "\"no_rope_layer_interval\": 2, \"no_rope_layers\": [0, 1, 0]"), "010",
         1);
     expect_rope_layers(load(f, "smollm3", "\"no_rope_layers\": [0, 0, 0]"), "000", 0);
+    expect_rope_layers(load(f, "smollm3",
+                            "\"no_rope_layers\": [true, 2, false, 0], "
+                            "\"no_rope_layer_interval\": 0"),
+                       "110", 1);
     /* windows: none without use_sliding_window; else the NoPE layers, or layer_types */
     expect_windows(load(f, "smollm3", "\"no_rope_layer_interval\": 2, \"sliding_window\": 4"), 0, 0,
                    0);
@@ -787,10 +828,22 @@ static void test_smollm3_nope(void **state)
                         "\"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
                         "\"full_attention\", \"full_attention\"]"),
                    4, 0, 0);
+    expect_windows(load(f, "smollm3",
+                        "\"sliding_window\": 4, \"layer_types\": [\"sliding_attention\", "
+                        "\"full_attention\", \"sliding_attention\"]"),
+                   4, 0, 4);
+    /* Transformers' defaults where config.json is silent */
+    write_config_omit(f, "smollm3", NULL, "max_position_embeddings");
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
+    char d[1024];
+    regc_model_describe(m, d, sizeof d);
+    if (!strstr(d, "max_position_embeddings 32768") || !strstr(d, "rope_theta 2e+06"))
+        fail_msg("smollm3's defaults: %s", d);
+    regc_model_free(m);
     /* written back as read */
-    regc_model *m = load(f, "smollm3",
-                         "\"no_rope_layers\": [1, 0, 0], \"sliding_window\": 4, "
-                         "\"use_sliding_window\": true");
+    m = load(f, "smollm3",
+             "\"no_rope_layers\": [1, 0, 0], \"sliding_window\": 4, "
+             "\"use_sliding_window\": true");
     char out[1200];
     snprintf(out, sizeof out, "%s/smollm3-nope", f->dir);
     assert_int_equal(regc_model_init_random(m, 9), REGC_OK);
@@ -813,12 +866,13 @@ static void test_smollm3_nope(void **state)
     regc_blocks_free(b);
     regc_graph_free(g);
     regc_model_free(m);
-    write_config(f, "smollm3", "\"no_rope_layers\": [1, 2, 1]");
+    write_config(f, "smollm3", "\"no_rope_layers\": [1, \"no\", 1]");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
-                                  "key \"no_rope_layers\" entry 1 is not 0 (no RoPE) or 1");
+                                  "key \"no_rope_layers\" entry 1 is not a number or a boolean");
     write_config(f, "smollm3", "\"no_rope_layers\": [1, 0]");
-    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
-                                  "key \"no_rope_layers\" must be a list of num_hidden_layers (3)");
+    regc_test_expect_config_error(
+        f->path, REGC_ERR_FORMAT,
+        "key \"no_rope_layers\" must be a list of at least num_hidden_layers (3)");
     write_config(f, "smollm3", "\"no_rope_layer_interval\": 0");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT, "\"no_rope_layer_interval\"");
 }
@@ -864,6 +918,7 @@ int main(void)
         regc_test_in_dir(test_params, setup),
         regc_test_in_dir(test_one_kind_per_layer, setup),
         regc_test_in_dir(test_alternating_layers, setup),
+        regc_test_in_dir(test_gemma3_pattern, setup),
         regc_test_in_dir(test_save_reload, setup),
         regc_test_in_dir(test_sliding_windows, setup),
         regc_test_in_dir(test_granite_multipliers, setup),

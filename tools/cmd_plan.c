@@ -235,10 +235,13 @@ static int fits_at(plan_args *a, const regc_model *m, long long size, int64_t bu
     int rc = compile_plan(a, m, budget, 1, &p, &st);
     int fit = rc == REGC_OK;
     *least = rc == REGC_OK || rc == REGC_ERR_BUDGET ? st.fit_least : -1;
-    if (fit && p) { /* no search (recompute not auto): the program itself */
+    if (fit && p) { /* no search (recompute not auto): the program itself, against the
+                       least budget (a pass may have its own) */
+        regc_compile_options co = a->s->train.compile;
+        co.budget_bytes = budget;
         regc_device_memory mem;
         regc_program_device_memory(p, &mem);
-        fit = mem.total <= budget, *least = mem.total;
+        fit = mem.total <= regc_compile_least_budget(&co), *least = mem.total;
     }
     regc_program_free(p);
     return rc == REGC_OK || rc == REGC_ERR_BUDGET ? fit : rc;
@@ -258,17 +261,21 @@ static long long line_size(long long x0, int64_t y0, long long x1, int64_t y1, i
  * step holds grows with its size nearly along a line (the activations
  * with the tokens, the logits' chunks fixed), so each size tried is where
  * the line through two sizes already tried meets the budget: beyond the
- * largest known to fit (at most 64 times it, or twice it while no line
- * rises), then within the bracket, one above the line's answer after a
- * size that fit and at it after one that did not, so that a straight line
- * is settled by two compiles; two moves of the same end in a row bisect
- * instead, which bounds the search by twice the bisection's. Only whether
- * each size fits decides; the line only chooses the next size. A size the
- * model cannot take (its positions) counts as one that does not fit. */
+ * largest known to fit (each step at least twice the one before, at most
+ * to 64 times it), then within the bracket, one above the line's answer
+ * after a size that fit and at it after one that did not, so that a
+ * straight line is settled by two compiles. Two sizes that do not halve
+ * the bracket are followed by a bisection, so it halves at least every
+ * three sizes. Only whether each size fits decides; the line only chooses
+ * the next size. A size the model refuses (its positions) counts as one
+ * that does not fit, and the line printed says why. */
 static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
 {
     const char *what = a->f.fit;
     const double t0 = regc_time_ms();
+    regc_compile_options co = a->s->train.compile;
+    co.budget_bytes = budget;
+    const int64_t target = regc_compile_least_budget(&co); /* a pass may ask for less */
     int64_t l_lo = -1, l_hi = -1, l_prev = -1, l;
     int rc = fits_at(a, m, 1, budget, &l_lo);
     if (rc < 0)
@@ -290,29 +297,37 @@ static int fit_size(plan_args *a, const regc_model *m, int64_t budget)
                           what, what, a->f.device_mb, regc_error_message(), least);
     }
     /* lo fits, prev is the size that fit before it (-1: none); hi does not
-     * (-1: none known yet); run probes in a row moved the end last moved */
-    long long lo = 1, hi = -1, prev = -1;
-    int run = 0, last = 0, tried = 1;
+     * (-1: none known yet); width the bracket's width when last checked,
+     * since the sizes tried in it since; last the side the last size fell on */
+    long long lo = 1, hi = -1, prev = -1, width = 0;
+    int since = 0, last = 0, tried = 1;
     char stop[300] = "";
     while (hi < 0 || hi - lo > 1) {
         long long t;
-        if (hi < 0) {
-            const long long p = line_size(prev, l_prev, lo, l_lo, budget);
-            t = p > lo ? (p < 64 * lo ? p + 1 : 64 * lo) : 2 * lo;
+        if (hi < 0) { /* each step at least twice the last, at most to 64 times lo */
+            const long long p = line_size(prev, l_prev, lo, l_lo, target);
+            const long long step = prev > 0 ? 2 * (lo - prev) : lo;
+            t = p > lo ? p + 1 : lo + step;
+            t = t < lo + step ? lo + step : t > 64 * lo ? 64 * lo : t;
         } else {
-            const long long p = run < 2 ? line_size(lo, l_lo, hi, l_hi, budget) : -1;
+            int halve = 0; /* two sizes that did not halve the bracket: bisect */
+            if (since == 2)
+                halve = hi - lo > width / 2, width = hi - lo, since = 0;
+            const long long p = halve ? -1 : line_size(lo, l_lo, hi, l_hi, target);
             t = p < 0 ? lo + (hi - lo) / 2 : last > 0 ? p + 1 : p;
             t = t <= lo ? lo + 1 : t >= hi ? hi - 1 : t;
+            since++;
         }
         rc = fits_at(a, m, t, budget, &l);
         tried++;
-        const int side = rc > 0 ? 1 : -1;
-        run = side == last ? run + 1 : 1, last = side;
+        last = rc > 0 ? 1 : -1;
         if (rc > 0) {
             prev = lo, l_prev = l_lo, lo = t, l_lo = l;
         } else {
+            if (hi < 0) /* the bracket found */
+                width = t - lo, since = 0;
             hi = t, l_hi = rc < 0 ? -1 : l;
-            if (rc < 0) /* beyond what the model takes */
+            if (rc < 0) /* beyond what the model takes, or another refusal: said */
                 snprintf(stop, sizeof stop, "; %s %lld: %s", what, t, regc_error_message());
             else
                 stop[0] = 0;
