@@ -726,8 +726,8 @@ static void test_key_tables(void **state)
 /* Granite's multipliers where Transformers applies them: the embeddings,
  * each block's output before its residual add (two a layer), the logits
  * (by the reciprocal of logits_scaling), and the scores' scale in place
- * of head_dim^-1/2; none where they are 1; a multiplier that is not
- * positive refused by name. */
+ * of head_dim^-1/2; none where they are 1; any number Transformers
+ * multiplies by taken, a logits_scaling of 0 refused by name. */
 static void test_granite_multipliers(void **state)
 {
     regc_test_dir *f = *state;

@@ -1,9 +1,9 @@
 /* test_detect.c — the block detector: the presets of every architecture,
  * synthetic stacks (alternating layers, patterns of unequal layers, odd
  * first layers, a near miss, no repetition, a tensor every layer shares),
- * invariance under scrambled
- * parameter names and under another valid topological order, and the
- * program it returns (every node exactly once, in an order that can run).
+ * invariance under scrambled parameter names and under another valid
+ * topological order, and the program it returns (every node exactly once,
+ * in an order that can run).
  * `regc detect` is checked through the real binary, bad graph files
  * included. */
 #include <setjmp.h>
