@@ -2,7 +2,9 @@
  * share Llama's layer (LlamaForCausalLM, MistralForCausalLM,
  * Qwen2ForCausalLM, Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM,
  * Gemma2ForCausalLM, Gemma3ForCausalLM, GraniteForCausalLM,
- * SmolLM3ForCausalLM): one description of the layer (decoder.h's
+ * SmolLM3ForCausalLM) or vary it (PhiForCausalLM: attention and a plain
+ * MLP in parallel from one LayerNorm, RoPE on part of each head, a head
+ * with a bias): one description of the layer (decoder.h's
  * decoder_family) whose variations a family fixes or
  * config.json chooses, the table of each family's config.json keys, its
  * parameters in checkpoint order (any family's, GPT-2's included, by its
@@ -50,6 +52,35 @@ static const decoder_names llama_names = {.embed = "model.embed_tokens.weight",
                                           .norm = "model.norm.weight",
                                           .slot_suffix = llama_slot_suffix};
 
+/* Phi's names (PhiForCausalLM; Phi-1, Phi-1.5, Phi-2) */
+static const char *const phi_slot_suffix[N_SLOTS] = {
+    [S_Q] = "self_attn.q_proj.weight",
+    [S_Q_BIAS] = "self_attn.q_proj.bias",
+    [S_K] = "self_attn.k_proj.weight",
+    [S_K_BIAS] = "self_attn.k_proj.bias",
+    [S_V] = "self_attn.v_proj.weight",
+    [S_V_BIAS] = "self_attn.v_proj.bias",
+    [S_O] = "self_attn.dense.weight",
+    [S_O_BIAS] = "self_attn.dense.bias",
+    [S_Q_NORM] = "self_attn.q_layernorm.weight",
+    [S_Q_NORM_BIAS] = "self_attn.q_layernorm.bias",
+    [S_K_NORM] = "self_attn.k_layernorm.weight",
+    [S_K_NORM_BIAS] = "self_attn.k_layernorm.bias",
+    [S_UP] = "mlp.fc1.weight",
+    [S_UP_BIAS] = "mlp.fc1.bias",
+    [S_DOWN] = "mlp.fc2.weight",
+    [S_DOWN_BIAS] = "mlp.fc2.bias",
+    [S_INPUT_NORM] = "input_layernorm.weight",
+    [S_INPUT_NORM_BIAS] = "input_layernorm.bias",
+};
+
+static const decoder_names phi_names = {.embed = "model.embed_tokens.weight",
+                                        .layer = "model.layers.%" PRId64 ".",
+                                        .norm = "model.final_layernorm.weight",
+                                        .norm_bias = "model.final_layernorm.bias",
+                                        .head_bias = "lm_head.bias",
+                                        .slot_suffix = phi_slot_suffix};
+
 /* The families' layers, each a list of slots in its checkpoint order. */
 #define SLOTS_ATTENTION S_Q, S_Q_BIAS, S_K, S_K_BIAS, S_V, S_V_BIAS, S_O, S_O_BIAS
 #define SLOTS_MLP S_GATE, S_GATE_BIAS, S_UP, S_UP_BIAS, S_DOWN, S_DOWN_BIAS
@@ -60,6 +91,9 @@ static const int slots_olmo2[] = {SLOTS_ATTENTION,  S_Q_NORM,       S_K_NORM, SL
 static const int slots_gemma[] = {SLOTS_ATTENTION, S_Q_NORM,       S_K_NORM,
                                   SLOTS_MLP,       S_INPUT_NORM,   S_POST_ATTN_NORM,
                                   S_PRE_FF_NORM,   S_POST_FF_NORM, -1};
+static const int slots_phi[] = {SLOTS_ATTENTION, S_Q_NORM,     S_Q_NORM_BIAS,     S_K_NORM,
+                                S_K_NORM_BIAS,   S_UP,         S_UP_BIAS,         S_DOWN,
+                                S_DOWN_BIAS,     S_INPUT_NORM, S_INPUT_NORM_BIAS, -1};
 /* Phi3Attention defines o_proj before qkv_proj */
 static const int slots_phi3[] = {S_O, S_QKV, S_GATE_UP, S_DOWN, S_INPUT_NORM, S_POST_ATTN_NORM, -1};
 
@@ -161,6 +195,27 @@ static const decoder_family family_smollm3 = {.architecture = "SmolLM3ForCausalL
                                               .theta_default = 2000000.0,
                                               .tied_default = 1};
 
+/* Attention and a plain MLP side by side from one LayerNorm, every
+ * projection and the head with a bias, RoPE on the first
+ * partial_rotary_factor (0.5) of each head, optional per-head q/k
+ * LayerNorms; gelu_new, an untied head and 2048 positions by default */
+static const decoder_family family_phi = {.architecture = "PhiForCausalLM",
+                                          .slots = slots_phi,
+                                          .names = &phi_names,
+                                          .layernorm = 1,
+                                          .plain_mlp = 1,
+                                          .parallel = 1,
+                                          .head_bias = 1,
+                                          .all_bias = 1,
+                                          .resid_dropout = 1,
+                                          .embed_dropout = 1,
+                                          .qk_norm_key = "qk_layernorm",
+                                          .partial_default = 0.5,
+                                          .eps_key = "layer_norm_eps",
+                                          .act_key = "hidden_act",
+                                          .act_default = ACT_GELU_TANH,
+                                          .pad_default = -1};
+
 /* ---- config.json's keys (model_load.c checks every key against these
  * tables and those every architecture shares before parse_config) */
 static const regc_config_key keys_decoder[] = {
@@ -261,6 +316,17 @@ static const regc_config_key keys_phi3[] = {
     {NULL, 0, NULL, NULL},
 };
 
+/* Phi's own, listed before keys_decoder: its norms' epsilon, q/k norms and
+ * dropouts; the RMSNorm's key is not its */
+static const regc_config_key keys_phi[] = {
+    {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
+    {"qk_layernorm", REGC_KEY_APPLIED, NULL, NULL},
+    {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
+    {"embd_pdrop", REGC_KEY_APPLIED, NULL, NULL},
+    {"rms_norm_eps", REGC_KEY_INERT, NULL, "Phi's norms are LayerNorms (layer_norm_eps)"},
+    {NULL, 0, NULL, NULL},
+};
+
 static int llama_preset_config(regc_model *m, const char *preset)
 {
     decoder_config c = {.family = &family_llama,
@@ -302,7 +368,7 @@ static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, fl
 {
     const int64_t C = c->hidden, F = c->inter;
     const int64_t QD = c->n_head * c->head_dim, KD = c->n_kv_head * c->head_dim;
-    const int head_norm = c->family->qk_norm == QK_NORM_HEAD;
+    const int head_norm = c->qk_norm == QK_NORM_HEAD;
     const int64_t out[N_SLOTS] = {
         [S_Q] = QD,
         [S_Q_BIAS] = QD,
@@ -315,7 +381,9 @@ static void slot_shape(const decoder_config *c, int s, int *ndim, int64_t *d, fl
         [S_O] = C,
         [S_O_BIAS] = C,
         [S_Q_NORM] = head_norm ? c->head_dim : QD,
+        [S_Q_NORM_BIAS] = c->head_dim,
         [S_K_NORM] = head_norm ? c->head_dim : KD,
+        [S_K_NORM_BIAS] = c->head_dim,
         [S_GATE] = F,
         [S_GATE_BIAS] = F,
         [S_UP] = F,
@@ -383,7 +451,11 @@ int decoder_list_params(regc_model *m)
     if (c->family->layernorm &&
         (rc = regc_model_add_2d(m, names->norm_bias, 1, C, 0, 0.0f, 0.0f)) < 0)
         return rc;
-    if (!c->tied && (rc = regc_model_add_2d(m, "lm_head.weight", 2, V, C, 0.0f, w)) < 0)
+    if (!c->tied && (rc = regc_model_add_2d(m, names->head ? names->head : "lm_head.weight", 2, V,
+                                            C, 0.0f, w)) < 0)
+        return rc;
+    if (c->family->head_bias &&
+        (rc = regc_model_add_2d(m, names->head_bias, 1, V, 0, 0.0f, 0.0f)) < 0)
         return rc;
     return REGC_OK;
 }
@@ -418,9 +490,12 @@ static const regc_config_key *const tables_granite[] = {keys_decoder, keys_atten
                                                         keys_granite, NULL};
 static const regc_config_key *const tables_smollm3[] = {keys_decoder, keys_attention_bias,
                                                         keys_window, keys_smollm3, NULL};
+static const regc_config_key *const tables_phi[] = {keys_phi, keys_decoder, NULL};
 
 /* PEFT's default target_modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING;
  * it has none for OLMo 2, Phi-3, Granite and SmolLM3) */
+const regc_arch regc_arch_phi =
+    DECODER_ARCH("phi", family_phi, tables_phi, "q_proj,v_proj,fc1,fc2", NULL);
 const regc_arch regc_arch_llama =
     DECODER_ARCH("llama", family_llama, tables_llama, "q_proj,v_proj", llama_preset_config);
 const regc_arch regc_arch_mistral =

@@ -24,7 +24,9 @@ enum {
     S_O,
     S_O_BIAS,
     S_Q_NORM,
+    S_Q_NORM_BIAS, /* a LayerNorm's (Phi's qk_layernorm) */
     S_K_NORM,
+    S_K_NORM_BIAS,
     S_GATE,
     S_GATE_BIAS,
     S_UP,
@@ -74,6 +76,8 @@ typedef struct {
     const char *layer;              /* a layer's prefix: a printf format of its index (int64_t) */
     const char *norm;               /* the final norm's weight, */
     const char *norm_bias;          /* and its bias (layernorm) */
+    const char *head;               /* the LM head's weight; NULL: lm_head.weight */
+    const char *head_bias;          /* its bias (head_bias) */
     const char *const *slot_suffix; /* [N_SLOTS] each slot's name after the layer's prefix */
 } decoder_names;
 
@@ -84,7 +88,9 @@ typedef struct {
     int layernorm;              /* LayerNorms with biases (GPT-2), else RMSNorms */
     int learned_positions;      /* a position embedding added to the tokens' (GPT-2), else RoPE */
     int plain_mlp;              /* down(act(up(h))) (GPT-2), else the gated MLP */
-    int conv1d;                 /* weights stored [in, out] (GPT-2's Conv1D), else nn.Linear's */
+    int parallel;  /* x + attn(h) + mlp(h) from one norm h (Phi), else one block after the other */
+    int head_bias; /* the LM head has a bias (Phi) */
+    int conv1d;    /* weights stored [in, out] (GPT-2's Conv1D), else nn.Linear's */
     int scaled_init; /* o and down drawn with std / sqrt(2 n_layer), as GPT-2 initialises */
     qk_norm_kind qk_norm;
     norm_place norms;
@@ -92,18 +98,24 @@ typedef struct {
     int embed_scale; /* Gemma: the embeddings times sqrt(hidden_size) */
     int fused;       /* qkv_proj, and gate_up_proj in a gated MLP */
     int qkv_bias;    /* q, k and v always have biases (Qwen 2) */
+    int all_bias;    /* every projection has a bias (Phi) */
     int bias_key;    /* attention_bias adds biases to q, k, v and o */
     int mlp_bias_key;
-    int resid_dropout;     /* resid_pdrop after attention and the MLP (Phi-3) */
-    int gemma;             /* query_pre_attn_scalar and the soft-capping keys */
-    int local_rope;        /* sliding layers rotate with their own base (Gemma 3) */
-    int phi3_rope;         /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
-    int nope;              /* no_rope_layers: some layers attend without RoPE (SmolLM3) */
-    int granite;           /* Granite's embedding, residual and attention multipliers and
-                              logits_scaling */
-    const char *act_key;   /* "hidden_act", or Gemma's "hidden_activation" */
-    const char *n_pos_key; /* the longest sequence's key; NULL: max_position_embeddings */
-    act_kind act_default;  /* when act_key is absent */
+    int resid_dropout;       /* resid_pdrop after attention and the MLP (Phi-3) */
+    int embed_dropout;       /* embd_pdrop on the embeddings (Phi) */
+    int gemma;               /* query_pre_attn_scalar and the soft-capping keys */
+    int local_rope;          /* sliding layers rotate with their own base (Gemma 3) */
+    int phi3_rope;           /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
+    int nope;                /* no_rope_layers: some layers attend without RoPE (SmolLM3) */
+    int granite;             /* Granite's embedding, residual and attention multipliers and
+                                logits_scaling */
+    const char *qk_norm_key; /* a boolean key choosing qk_norm (Phi's qk_layernorm); NULL: fixed */
+    double partial_default;  /* partial_rotary_factor when absent; 0: the whole head, the key
+                                refused (rope.c) */
+    const char *eps_key;     /* the norms' epsilon; NULL: rms_norm_eps */
+    const char *act_key;     /* "hidden_act", or Gemma's "hidden_activation" */
+    const char *n_pos_key;   /* the longest sequence's key; NULL: max_position_embeddings */
+    act_kind act_default;    /* when act_key is absent */
     window_kind window;
     int64_t window_pattern; /* WINDOW_GEMMA without layer_types: every n-th layer is full */
     int64_t pad_default;    /* pad_token_id when config.json has none; -1: none */
@@ -119,7 +131,8 @@ typedef struct {
     regc_rope rope;       /* rope_theta and its scaling (rope.c); a sliding layer's... */
     regc_rope rope_local; /* ... when the family's local_rope is set */
     act_kind act;
-    char act_name[24]; /* the activation as config.json spells it, where a family keeps that */
+    qk_norm_kind qk_norm; /* the family's, or as its qk_norm_key chooses */
+    char act_name[24];    /* the activation as config.json spells it, where a family keeps that */
     int tied;
     int64_t pad;             /* pad_token_id: the embedding row that takes no gradient; -1: none */
     int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */

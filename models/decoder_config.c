@@ -23,6 +23,8 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
     if (!copy)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory", m->source);
     *copy = *c;
+    if (!c->family->qk_norm_key) /* fixed by the family; else as config.json chose */
+        copy->qk_norm = c->family->qk_norm;
     for (int64_t l = 0; l < c->n_layer; l++)
         copy->layer[l] = layer ? layer[l] : c->window > 0 ? LAYER_SLIDING : 0;
     /* the layer's slots: the family's, less the optional ones the config leaves out */
@@ -38,7 +40,9 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
         else if (*s == S_GATE_BIAS || *s == S_UP_BIAS || *s == S_DOWN_BIAS)
             present = c->mlp_bias;
         else if (*s == S_Q_NORM || *s == S_K_NORM)
-            present = c->family->qk_norm != QK_NORM_NONE;
+            present = copy->qk_norm != QK_NORM_NONE;
+        else if (*s == S_Q_NORM_BIAS || *s == S_K_NORM_BIAS)
+            present = copy->qk_norm != QK_NORM_NONE && c->family->layernorm;
         else if (*s == S_INPUT_NORM_BIAS || *s == S_POST_ATTN_NORM_BIAS)
             present = c->family->layernorm;
         if (present)
@@ -209,6 +213,7 @@ static int decoder_parse_act(const cJSON *root, const char *path, decoder_config
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
         if (!strcmp(name, acts[i].name)) {
             c->act = acts[i].act;
+            snprintf(c->act_name, sizeof c->act_name, "%s", acts[i].name); /* written back */
             return REGC_OK;
         }
     return regc_error(REGC_ERR_UNSUPPORTED,
@@ -286,7 +291,7 @@ static int decoder_parse_rope_of(const cJSON *sub, double theta, const char *pat
         ok = cJSON_AddStringToObject(dict, "rope_type", "default") != NULL;
     if (ok && !cJSON_GetObjectItemCaseSensitive(dict, "rope_theta"))
         ok = cJSON_AddNumberToObject(dict, "rope_theta", theta) != NULL;
-    int rc = ok ? regc_rope_parse(root, where, n_pos, theta, r)
+    int rc = ok ? regc_rope_parse(root, where, n_pos, theta, 0.0, r)
              : sub && !cJSON_IsObject(sub)
                  ? regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be an object", path, which)
                  : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
@@ -332,6 +337,8 @@ static int decoder_parse_gemma3_rope(const cJSON *root, const char *path, decode
 static int decoder_parse_biases(const cJSON *root, const char *path, decoder_config *c)
 {
     int rc;
+    if (c->family->all_bias)
+        c->attn_bias = c->mlp_bias = 1;
     if (c->family->bias_key &&
         (rc = regc_cfg_bool(root, path, "attention_bias", 0, 0, &c->attn_bias)) < 0)
         return rc;
@@ -378,6 +385,32 @@ static int decoder_check_local_rope(const decoder_config *c, const char *path)
     return regc_rope_check_head(&c->rope_local, c->head_dim, where);
 }
 
+/* The norms' epsilon's key: rms_norm_eps, or the family's (Phi's
+ * layer_norm_eps). */
+static const char *decoder_eps_key(const decoder_family *f)
+{
+    return f->eps_key ? f->eps_key : "rms_norm_eps";
+}
+
+/* A q/k norm per head chosen by a key (Phi's qk_layernorm): a LayerNorm
+ * sized hidden_size / num_attention_heads, as Transformers sizes it, so
+ * the heads must be that wide. */
+static int decoder_parse_qk_norm(const cJSON *root, const char *path, decoder_config *c)
+{
+    const char *key = c->family->qk_norm_key;
+    int on, rc = regc_cfg_bool(root, path, key, 0, 0, &on);
+    if (rc < 0)
+        return rc;
+    c->qk_norm = on ? QK_NORM_HEAD : QK_NORM_NONE;
+    if (on && c->head_dim * c->n_head != c->hidden)
+        return regc_error(REGC_ERR_UNSUPPORTED,
+                          "%s: key \"%s\" with head_dim %" PRId64
+                          ": Transformers sizes those norms hidden_size / num_attention_heads "
+                          "(%" PRId64 "), which its heads must then be",
+                          path, key, c->head_dim, c->hidden / c->n_head);
+    return REGC_OK;
+}
+
 int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
 {
     decoder_config c = {.family = family_of(m)};
@@ -406,13 +439,14 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 0,
                            c.family->n_pos_default ? c.family->n_pos_default : 2048, 1,
                            DECODER_MAX_DIM, &c.n_pos)) < 0 ||
-        (rc = regc_cfg_double(root, path, "rms_norm_eps", 0, 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
+        (rc = regc_cfg_double(root, path, decoder_eps_key(c.family), 0,
+                              c.family->eps_key ? 1e-5 : 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
         (rc = c.family->local_rope ? decoder_parse_gemma3_rope(root, path, &c)
               : c.family->phi3_rope
                   ? regc_rope_parse_phi3(root, path, c.n_pos, &c.rope)
                   : regc_rope_parse(root, path, c.n_pos,
                                     c.family->theta_default ? c.family->theta_default : 10000.0,
-                                    &c.rope)) < 0 ||
+                                    c.family->partial_default, &c.rope)) < 0 ||
         (rc = regc_rope_check_head(&c.rope, c.head_dim, path)) < 0 ||
         (c.family->local_rope && (rc = decoder_check_local_rope(&c, path)) < 0) ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,
@@ -424,6 +458,11 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         return rc;
     if (c.family->resid_dropout &&
         (rc = regc_cfg_dropout(root, path, "resid_pdrop", 0.0, &c.resid_dropout)) < 0)
+        return rc;
+    if (c.family->embed_dropout &&
+        (rc = regc_cfg_dropout(root, path, "embd_pdrop", 0.0, &c.embed_dropout)) < 0)
+        return rc;
+    if (c.family->qk_norm_key && (rc = decoder_parse_qk_norm(root, path, &c)) < 0)
         return rc;
     if (c.family->gemma && (rc = decoder_parse_gemma(root, path, &c)) < 0)
         return rc;
@@ -439,8 +478,8 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         return regc_error(REGC_ERR_FORMAT, "%s: key \"head_dim\" is %" PRId64 ", must be even",
                           path, c.head_dim);
     if ((float)c.eps <= 0.0f)
-        return regc_error(REGC_ERR_FORMAT, "%s: key \"rms_norm_eps\" is %g, must be positive", path,
-                          c.eps);
+        return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is %g, must be positive", path,
+                          decoder_eps_key(c.family), c.eps);
     if (c.n_head * c.head_dim + 2 * c.n_kv_head * c.head_dim > DECODER_MAX_DIM ||
         2 * c.inter > DECODER_MAX_DIM)
         return regc_error(REGC_ERR_FORMAT,
@@ -565,14 +604,15 @@ cJSON *decoder_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_head);
     ok = ok && cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
     ok = ok && cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->n_pos);
-    ok = ok && cJSON_AddNumberToObject(o, "rms_norm_eps", c->eps);
+    ok = ok && cJSON_AddNumberToObject(o, decoder_eps_key(f), c->eps);
     if (!f->local_rope)
         ok = ok && regc_rope_write_config(&c->rope, o);
     /* Phi3Config takes longrope's original length from the top level */
     if (f->phi3_rope)
         ok = ok && cJSON_AddNumberToObject(o, "original_max_position_embeddings",
                                            (double)c->rope.original_max_pos);
-    ok = ok && cJSON_AddStringToObject(o, f->act_key, decoder_act_name(c->act));
+    ok = ok && cJSON_AddStringToObject(o, f->act_key,
+                                       c->act_name[0] ? c->act_name : decoder_act_name(c->act));
     if (f->gemma)
         ok = ok && decoder_write_gemma(c, o);
     if (f->bias_key)
@@ -581,6 +621,10 @@ cJSON *decoder_write_config(const regc_model *m)
         ok = ok && cJSON_AddBoolToObject(o, "mlp_bias", c->mlp_bias);
     if (f->resid_dropout)
         ok = ok && cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_dropout);
+    if (f->embed_dropout)
+        ok = ok && cJSON_AddNumberToObject(o, "embd_pdrop", c->embed_dropout);
+    if (f->qk_norm_key)
+        ok = ok && cJSON_AddBoolToObject(o, f->qk_norm_key, c->qk_norm != QK_NORM_NONE);
     if (f->nope)
         ok = ok && decoder_write_nope(c, o);
     if (f->granite)
@@ -628,9 +672,17 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
         decoder_append(extra, sizeof extra, ", %s biases", c->attn_bias ? "q/k/v/o" : "q/k/v");
     if (c->mlp_bias)
         decoder_append(extra, sizeof extra, ", MLP biases");
-    if (f->qk_norm != QK_NORM_NONE)
+    if (c->qk_norm != QK_NORM_NONE)
         decoder_append(extra, sizeof extra, ", q/k norm %s",
-                       f->qk_norm == QK_NORM_HEAD ? "per head" : "over the projection");
+                       c->qk_norm == QK_NORM_HEAD ? "per head" : "over the projection");
+    if (regc_rope_dim(&c->rope, c->head_dim) != c->head_dim)
+        decoder_append(extra, sizeof extra,
+                       ", RoPE on %" PRId64 " of each head's %" PRId64 " dimensions",
+                       regc_rope_dim(&c->rope, c->head_dim), c->head_dim);
+    if (f->parallel)
+        decoder_append(extra, sizeof extra, ", attention and MLP in parallel");
+    if (f->head_bias)
+        decoder_append(extra, sizeof extra, ", head bias");
     if (f->norms != NORMS_BEFORE)
         decoder_append(extra, sizeof extra, ", norms %s each block",
                        f->norms == NORMS_AFTER ? "after" : "before and after");
@@ -668,15 +720,18 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
         decoder_append(extra, sizeof extra, ", pad_token_id %" PRId64 " (no gradient)", c->pad);
     char drop[96] = "";
     if (f->resid_dropout)
-        snprintf(drop, sizeof drop, ", resid_pdrop %g", c->resid_dropout);
+        decoder_append(drop, sizeof drop, ", resid_pdrop %g", c->resid_dropout);
+    if (f->embed_dropout)
+        decoder_append(drop, sizeof drop, ", embd_pdrop %g", c->embed_dropout);
     snprintf(buf, cap,
              "%s %s: vocab %" PRId64 ", max_position_embeddings %" PRId64 ", hidden_size %" PRId64
              ", intermediate_size %" PRId64 ", num_hidden_layers %" PRId64
              ", num_attention_heads %" PRId64 ", num_key_value_heads %" PRId64 ", head_dim %" PRId64
-             ", rms_norm_eps %g, rope_theta %g%s, %s%s, %s embeddings, %s parameters%s; "
+             ", %s %g, rope_theta %g%s, %s%s, %s embeddings, %s parameters%s; "
              "attention_dropout %g%s %s",
              m->arch->model_type, m->source, c->vocab, c->n_pos, c->hidden, c->inter, c->n_layer,
-             c->n_head, c->n_kv_head, c->head_dim, c->eps, c->rope.theta, rope,
-             decoder_act_name(c->act), extra, c->tied ? "tied" : "untied", count,
-             m->weights ? "" : " (shape only)", c->attn_dropout, drop, regc_model_dropout_note(m));
+             c->n_head, c->n_kv_head, c->head_dim, decoder_eps_key(f), c->eps, c->rope.theta, rope,
+             c->act_name[0] ? c->act_name : decoder_act_name(c->act), extra,
+             c->tied ? "tied" : "untied", count, m->weights ? "" : " (shape only)", c->attn_dropout,
+             drop, regc_model_dropout_note(m));
 }

@@ -9,18 +9,22 @@
  *     h = norm(x)                    (NORMS_BEFORE, NORMS_BOTH; else h = x)
  *     q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (fused: one qkv_proj,
  *                                     split in three equal parts or sliced)
- *     q, k = qk_norm(q), qk_norm(k)  (per head: Qwen 3, Gemma 3; whole: OLMo 2)
+ *     q, k = qk_norm(q), qk_norm(k)  (per head: Qwen 3, Gemma 3, Phi's
+ *                                     LayerNorms; whole: OLMo 2)
  *     q, k = rope(q), rope(k)        (a sliding layer's own tables: Gemma 3;
  *                                     none with learned positions, nor on
- *                                     SmolLM3's NoPE layers)
+ *                                     SmolLM3's NoPE layers; on the first
+ *                                     dimensions of each head only: Phi)
  *     a = attention(q, k, v) Wo + bo (scale, soft-capping, sliding window)
  *     x = x + a                      (NORMS_AFTER, NORMS_BOTH: x + norm(a);
  *                                     Granite: x + a * residual_multiplier)
  *     m = down(act(gate(h')) * up(h'))    (fused: one gate_up_proj, halved;
  *                                     plain: down(act(up(h'))), GPT-2)
  *     x = x + m                      (likewise)
- * with h' = norm(x) before the MLP under NORMS_BEFORE and NORMS_BOTH; then
- * the final norm, the head (tied or not), Gemma 2's soft-capping of the
+ * with h' = norm(x) before the MLP under NORMS_BEFORE and NORMS_BOTH. A
+ * parallel layer (Phi) reads one norm h for both blocks: x = x + (a + m),
+ * with m = mlp(h), summed as Transformers sums them. Then the final norm,
+ * the head (tied or not; Phi's with a bias), Gemma 2's soft-capping of the
  * logits (Granite's division by logits_scaling), and the cross-entropy. A
  * norm is an RMSNorm, or a LayerNorm with a bias (GPT-2); a Gemma norm
  * multiplies by 1 + w, made as its own op on the weight so the norm kernel
@@ -62,14 +66,39 @@ static int decoder_norm(regc_graph *g, const decoder_config *c, int x, int w, in
     return regc_graph_rmsnorm(g, x, w, (float)c->eps);
 }
 
-/* A q/k norm over each head's D values, weight [D] (Qwen 3, Gemma 3). */
-static int decoder_head_norm(regc_graph *g, const decoder_config *c, int x, int w, int64_t B,
+/* A q/k norm over each head's D values, weight [D] (Qwen 3, Gemma 3; a
+ * LayerNorm with its bias b [D]: Phi). */
+static int decoder_head_norm(regc_graph *g, const decoder_config *c, int x, int w, int b, int64_t B,
                              int64_t T, int64_t heads)
 {
     const int64_t D = c->head_dim, split[] = {B, T, heads, D}, whole[] = {B, T, heads * D};
     int rc, y;
     if ((rc = y = regc_graph_reshape(g, x, 4, split)) < 0 || /* [B, T, heads, D] */
-        (rc = y = decoder_norm(g, c, y, w, -1)) < 0)         /* [B, T, heads, D] */
+        (rc = y = decoder_norm(g, c, y, w, b)) < 0)          /* [B, T, heads, D] */
+        return rc;
+    return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
+}
+
+/* RoPE on x [B, T, heads*D] by the tables cos and sin [T, R/2]: the whole
+ * of each head (R = D), or its first R dimensions with the rest passed
+ * through (Phi's partial rotation: the rotated part sliced out, rotated
+ * and joined again, as Transformers does). */
+static int decoder_rope(regc_graph *g, const decoder_config *c, int x, int cos, int sin, int64_t B,
+                        int64_t T, int64_t heads)
+{
+    const int64_t D = c->head_dim, R = regc_rope_dim(&c->rope, D);
+    if (R == D)
+        return regc_graph_rope(g, x, cos, sin, (int)heads); /* [B, T, heads*D] */
+    const int64_t split[] = {B, T, heads, D}, flat[] = {B, T, heads * R};
+    const int64_t part[] = {B, T, heads, R}, whole[] = {B, T, heads * D};
+    int rc, y, parts[2];
+    if ((rc = y = regc_graph_reshape(g, x, 4, split)) < 0 ||              /* [B, T, heads, D] */
+        (rc = parts[0] = regc_graph_slice(g, y, 3, 0, R)) < 0 ||          /* [B, T, heads, R] */
+        (rc = parts[1] = regc_graph_slice(g, y, 3, R, D - R)) < 0 ||      /* [.., D - R] */
+        (rc = parts[0] = regc_graph_reshape(g, parts[0], 3, flat)) < 0 || /* [B, T, heads*R] */
+        (rc = parts[0] = regc_graph_rope(g, parts[0], cos, sin, (int)heads)) < 0 ||
+        (rc = parts[0] = regc_graph_reshape(g, parts[0], 4, part)) < 0 || /* [B, T, heads, R] */
+        (rc = y = regc_graph_concat(g, 2, parts)) < 0)                    /* [B, T, heads, D] */
         return rc;
     return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
 }
@@ -142,7 +171,7 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
     const int64_t D = c->head_dim, QD = H * D, KD = Hkv * D;
     int rc, ids, pos = -1, targets, cos = -1, sin = -1, cos_local = -1, sin_local = -1, x, h, q, k,
                  v, u, n = 0;
-    const int64_t bt[] = {B, T}, tt[] = {T}, rot[] = {T, D / 2};
+    const int64_t bt[] = {B, T}, tt[] = {T}, rot[] = {T, regc_rope_dim(&c->rope, D) / 2};
     G(ids = regc_graph_add_tensor(g, "input_ids", REGC_I32, REGC_ROLE_INPUT, 2, bt));
     /* learned positions: 0 .. T-1 (regc_model_fill_lm_inputs), or per row,
      * from each document's start (train.reset_position_ids) */
@@ -208,6 +237,7 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
             h = x;
         else
             G(h = decoder_norm(g, c, x, w[S_INPUT_NORM], w[S_INPUT_NORM_BIAS])); /* [B, T, C] */
+        const int n_in = h; /* [B, T, C] what a parallel MLP reads */
         if (f->fused) {
             G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, QD + 2 KD] */
             if (QD == KD) { /* three equal parts: one split */
@@ -224,22 +254,31 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
             G(k = decoder_linear(g, c, h, w[S_K], w[S_K_BIAS])); /* [B, T, KD] */
             G(v = decoder_linear(g, c, h, w[S_V], w[S_V_BIAS])); /* [B, T, KD] */
         }
-        if (f->qk_norm == QK_NORM_WHOLE) {
+        if (c->qk_norm == QK_NORM_WHOLE) {
             G(q = decoder_norm(g, c, q, w[S_Q_NORM], -1)); /* [B, T, QD] */
             G(k = decoder_norm(g, c, k, w[S_K_NORM], -1)); /* [B, T, KD] */
-        } else if (f->qk_norm == QK_NORM_HEAD) {
-            G(q = decoder_head_norm(g, c, q, w[S_Q_NORM], B, T, H));   /* [B, T, QD] */
-            G(k = decoder_head_norm(g, c, k, w[S_K_NORM], B, T, Hkv)); /* [B, T, KD] */
+        } else if (c->qk_norm == QK_NORM_HEAD) {
+            G(q = decoder_head_norm(g, c, q, w[S_Q_NORM], w[S_Q_NORM_BIAS], B, T, H)); /* QD */
+            G(k = decoder_head_norm(g, c, k, w[S_K_NORM], w[S_K_NORM_BIAS], B, T, Hkv));
         }
         if (!f->learned_positions && !(c->layer[l] & LAYER_NOPE)) {
-            G(q = regc_graph_rope(g, q, local ? cos_local : cos, local ? sin_local : sin, H));
-            G(k = regc_graph_rope(g, k, local ? cos_local : cos, local ? sin_local : sin, Hkv));
+            const int lc = local ? cos_local : cos, ls = local ? sin_local : sin;
+            G(q = decoder_rope(g, c, q, lc, ls, B, T, H));   /* [B, T, QD] */
+            G(k = decoder_rope(g, c, k, lc, ls, B, T, Hkv)); /* [B, T, KD] */
         }
         G(regc_model_attention(m, g, q, k, v, -1, &attn, c->attn_dropout, &h)); /* [B, T, QD] */
         G(h = decoder_linear(g, c, h, w[S_O], w[S_O_BIAS]));                    /* [B, T, C] */
         if (f->norms != NORMS_BEFORE)
             G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
         G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
+        if (f->parallel) { /* x + (a + mlp(norm(x))), the MLP reading the same norm */
+            G(u = decoder_mlp_hidden(g, c, n_in, w));                  /* [B, T, F] */
+            G(u = decoder_linear(g, c, u, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */
+            G(regc_model_dropout(m, g, u, u, c->resid_dropout, &u));   /* [B, T, C] */
+            G(h = regc_graph_add(g, h, u));                            /* [B, T, C] */
+            G(x = regc_graph_add(g, h, x));                            /* [B, T, C] */
+            continue;
+        }
         if (f->granite && c->resid_mult != 1.0)
             G(h = regc_graph_scale(g, h, (float)c->resid_mult)); /* [B, T, C] */
         G(x = regc_graph_add(g, x, h));                          /* [B, T, C] */
@@ -262,9 +301,12 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
     const int norm = p[n++];
     const int norm_bias = f->layernorm ? p[n++] : -1;
     const int head = c->tied ? embed : p[n++];
+    const int head_bias = f->head_bias ? p[n++] : -1;
     int logits, loss;
     G(x = decoder_norm(g, c, x, norm, norm_bias));   /* [B, T, C] */
     G(logits = regc_graph_matmul(g, x, head, 0, 1)); /* [B, T, V] */
+    if (head_bias >= 0)
+        G(logits = regc_graph_bias_add(g, logits, head_bias)); /* [B, T, V] */
     if (c->final_softcap > 0.0)
         G(logits = decoder_softcap(g, logits, c->final_softcap)); /* [B, T, V] */
     if (f->granite && c->logits_scaling != 1.0) /* HF divides: one rounding of 1/s apart */
@@ -286,13 +328,15 @@ int64_t decoder_compute_rope(const regc_model *m, int64_t seq, float *inv_freq, 
                              float *scaling)
 {
     const decoder_config *c = m->cfg;
+    const int64_t dim = regc_rope_dim(&c->rope, c->head_dim);
     if (inv_freq)
-        regc_rope_inv_freq(&c->rope, c->head_dim, seq, inv_freq, scaling);
+        regc_rope_inv_freq(&c->rope, dim, seq, inv_freq, scaling);
     (void)n;
-    return c->head_dim / 2;
+    return dim / 2;
 }
 
-/* One pair of rotary tables [T, D/2] (either may be absent), rounded
+/* One pair of rotary tables [T, R/2] (R: the dimensions rotated of a
+ * head; either table may be absent), rounded
  * exactly as HF's rotary embeddings round them: inv_freq as Transformers'
  * initialiser for the rope_type computes it (rope.c) for positions
  * 0..T-1 (dynamic's and longrope's depend on T), the angle t *
@@ -306,7 +350,7 @@ static int decoder_fill_rope(const regc_model *m, const regc_rope *rope, regc_in
     const decoder_config *c = m->cfg;
     if ((!cos || cos->filled) && (!sin || sin->filled))
         return REGC_OK; /* absent, or filled for an earlier batch */
-    const int64_t half = c->head_dim / 2, numel = T * half;
+    const int64_t dim = regc_rope_dim(rope, c->head_dim), half = dim / 2, numel = T * half;
     const regc_input *tabs[2] = {cos, sin};
     for (int i = 0; i < 2; i++)
         if (tabs[i] &&
@@ -318,7 +362,7 @@ static int decoder_fill_rope(const regc_model *m, const regc_rope *rope, regc_in
     if (!inv_freq)
         return regc_error(REGC_ERR_MEMORY, "%s: out of memory for the rotary tables", m->source);
     float scaling;
-    regc_rope_inv_freq(rope, c->head_dim, T, inv_freq, &scaling);
+    regc_rope_inv_freq(rope, dim, T, inv_freq, &scaling);
     float *cs = cos ? cos->host : NULL, *sn = sin ? sin->host : NULL;
     for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < half; j++) {

@@ -167,6 +167,7 @@ extern const regc_arch regc_arch_phi3;
 extern const regc_arch regc_arch_gemma2;
 extern const regc_arch regc_arch_gemma3;
 extern const regc_arch regc_arch_smollm3;
+extern const regc_arch regc_arch_phi;
 extern const regc_arch regc_arch_granite;
 extern const regc_arch regc_arch_t5;
 extern const regc_arch regc_arch_bert;
@@ -304,28 +305,36 @@ typedef struct {
     double mscale, mscale_all_dim; /* yarn: 0 when absent */
     int truncate;                  /* yarn */
     int n_factors;                 /* longrope: the length of both lists */
+    double partial;   /* partial_rotary_factor: the share of a head rotated (1, or 0: all) */
+    int partial_key;  /* the family reads partial_rotary_factor (written back) */
     const char *dict; /* the dictionary read ("rope_parameters", "rope_scaling"), for messages */
     double long_factor[REGC_ROPE_MAX_FACTORS], short_factor[REGC_ROPE_MAX_FACTORS];
 } regc_rope;
 /* Read rope_parameters, or rope_scaling and rope_theta, from config.json
  * (`path` in messages; max_pos is max_position_embeddings; theta the
- * architecture's rope_theta where the file gives none): refuses by name
- * every type and key regc does not apply. */
+ * architecture's rope_theta where the file gives none; partial its
+ * partial_rotary_factor, or 0 where it rotates the whole head and refuses
+ * the key): refuses by name every type and key regc does not apply. */
 int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, double theta,
-                    regc_rope *r);
+                    double partial, regc_rope *r);
+/* The dimensions of a head of head_dim that r rotates, as Transformers
+ * takes them: int(head_dim * partial_rotary_factor). */
+int64_t regc_rope_dim(const regc_rope *r, int64_t head_dim);
 /* The same as Phi3Config reads it: "su" and "yarn" mean longrope, only
  * default and longrope are taken, and the top-level
  * original_max_position_embeddings (default 4096) is longrope's. */
 int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r);
-/* REGC_OK when r's per-frequency lists fit a head of head_dim, else an
- * error naming `path` and the keys. */
+/* REGC_OK when r rotates an even, nonzero part of a head of head_dim and
+ * its per-frequency lists fit that part, else an error naming `path` and
+ * the keys. */
 int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path);
-/* inv_freq[head_dim / 2] and the factor on cos and sin, as Transformers'
- * initialisers compute them in float32, for a model trained on sequences
- * of seq tokens (0: as initialised; dynamic and longrope compute them again
- * when positions reach past max_position_embeddings or the original
- * length, as Transformers' forward does). */
-void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, int64_t seq, float *inv_freq,
+/* inv_freq[dim / 2] for the dim dimensions rotated (regc_rope_dim's)
+ * and the factor on cos and sin, as Transformers' initialisers compute
+ * them in float32, for a model trained on sequences of seq tokens (0: as
+ * initialised; dynamic and longrope compute them again when positions
+ * reach past max_position_embeddings or the original length, as
+ * Transformers' forward does). */
+void regc_rope_inv_freq(const regc_rope *r, int64_t dim, int64_t seq, float *inv_freq,
                         float *attention_scaling);
 /* Add rope_theta and rope_scaling (null for the default type) to a
  * config.json object; 0 when out of memory. */

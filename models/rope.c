@@ -22,8 +22,13 @@
  * original length; a training step sees positions 0..T-1, so regc computes
  * them for T (regc_rope_inv_freq's seq), as that forward would. Refused by
  * name: every other rope_type (proportional, ...), partial_rotary_factor
- * other than 1 (Transformers' Llama rotates the whole head), and any key
- * of the dictionary the type does not use.
+ * other than 1 where the family rotates the whole head (Llama's lineage),
+ * and any key of the dictionary the type does not use.
+ *
+ * Partial rotation (Phi): the first int(head_dim * partial_rotary_factor)
+ * dimensions of a head rotate, the rest pass through; every type's
+ * frequencies are those of a head of that many dimensions. The factor is
+ * the dictionary's, else the top level's, else the family's default.
  *
  * Arithmetic. Transformers computes inv_freq on the CPU in float32 torch
  * ops, Python scalars (theta, factor, ...) rounded to float32 where they
@@ -231,10 +236,53 @@ static int rope_parse_type(const cJSON *d, const char *path, const char *dn, int
     return REGC_OK;
 }
 
-int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, double theta,
-                    regc_rope *r)
+/* partial_rotary_factor at the top level and in the dictionary d (dn):
+ * refused unless 1 where the family rotates whole heads (partial 0), else
+ * a share in (0, 1], the dictionary's before the top level's (two that
+ * differ refused), the family's default when neither is given. */
+static int rope_parse_partial(const cJSON *root, const cJSON *d, const char *path, const char *dn,
+                              double partial, regc_rope *r)
 {
-    *r = (regc_rope){.type = REGC_ROPE_DEFAULT, .theta = theta, .max_pos = max_pos};
+    static const char *const key = "partial_rotary_factor";
+    r->partial = partial > 0.0 ? partial : 1.0;
+    r->partial_key = partial > 0.0;
+    int given = 0;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *where = i ? d : root;
+        const cJSON *p = where ? cJSON_GetObjectItemCaseSensitive(where, key) : NULL;
+        if (!p || cJSON_IsNull(p))
+            continue;
+        const char *dot = i ? "." : "", *in = i ? dn : "";
+        if (partial <= 0.0 && !(cJSON_IsNumber(p) && p->valuedouble == 1.0))
+            return regc_error(REGC_ERR_UNSUPPORTED,
+                              "%s: key \"%s%s%s\" is not 1: this family rotates the whole head",
+                              path, in, dot, key);
+        if (!cJSON_IsNumber(p) || !(p->valuedouble > 0.0 && p->valuedouble <= 1.0))
+            return regc_error(REGC_ERR_FORMAT, "%s: key \"%s%s%s\" must be a number in (0, 1]",
+                              path, in, dot, key);
+        if (given && p->valuedouble != r->partial)
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: keys \"%s\" (%g) and \"%s.%s\" (%g) differ (Transformers takes "
+                              "the latter): give one",
+                              path, key, r->partial, dn, key, p->valuedouble);
+        given = 1;
+        if (partial > 0.0)
+            r->partial = p->valuedouble;
+    }
+    return REGC_OK;
+}
+
+int64_t regc_rope_dim(const regc_rope *r, int64_t head_dim)
+{
+    if (!(r->partial > 0.0)) /* a regc_rope built by hand (a preset's): the whole head */
+        return head_dim;
+    return (int64_t)((double)head_dim * r->partial); /* Python's int(): toward zero */
+}
+
+int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, double theta,
+                    double partial, regc_rope *r)
+{
+    *r = (regc_rope){.type = REGC_ROPE_DEFAULT, .theta = theta, .max_pos = max_pos, .partial = 1.0};
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     static const char *const names[2] = {"rope_parameters", "rope_scaling"};
@@ -281,18 +329,8 @@ int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, double
                     : "rope_theta",
             r->theta);
 
-    /* partial rotation: Transformers' Llama ignores it for the default type
-     * and fails for the others; regc rotates the whole head */
-    for (int i = 0; i < 2; i++) {
-        const cJSON *where = i ? d : root;
-        const cJSON *p =
-            where ? cJSON_GetObjectItemCaseSensitive(where, "partial_rotary_factor") : NULL;
-        if (p && !cJSON_IsNull(p) && !(cJSON_IsNumber(p) && p->valuedouble == 1.0))
-            return regc_error(REGC_ERR_UNSUPPORTED,
-                              "%s: key \"%s%spartial_rotary_factor\" is not 1: regc's Llama "
-                              "rotates the whole head",
-                              path, i ? dn : "", i ? "." : "");
-    }
+    if ((rc = rope_parse_partial(root, d, path, dn, partial, r)) < 0)
+        return rc;
     if (!d)
         return REGC_OK;
 
@@ -392,19 +430,19 @@ static float rope_longrope_scaling(const regc_rope *r)
     return (float)sqrt(1.0 + log(r->factor) / log((double)r->original_max_pos));
 }
 
-void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, int64_t seq, float *inv_freq,
+void regc_rope_inv_freq(const regc_rope *r, int64_t dim, int64_t seq, float *inv_freq,
                         float *attention_scaling)
 {
-    const int64_t half = head_dim / 2;
+    const int64_t half = dim / 2;
     const float base =
-        r->type == REGC_ROPE_DYNAMIC ? rope_dynamic_base(r, head_dim, seq) : (float)r->theta;
-    const float dim = (float)head_dim, factor = (float)r->factor;
+        r->type == REGC_ROPE_DYNAMIC ? rope_dynamic_base(r, dim, seq) : (float)r->theta;
+    const float dimf = (float)dim, factor = (float)r->factor;
     /* longrope: past the original length, the long factors */
     const double *ext = seq > r->original_max_pos ? r->long_factor : r->short_factor;
     *attention_scaling = r->type == REGC_ROPE_LONGROPE ? rope_longrope_scaling(r) : 1.0f;
     /* base ** (arange(0, dim, 2).float() / dim), then 1 / that */
     for (int64_t j = 0; j < half; j++) {
-        const float pos = rope_powf(base, rope_f32((double)(float)(2 * j) / (double)dim));
+        const float pos = rope_powf(base, rope_f32((double)(float)(2 * j) / (double)dimf));
         inv_freq[j] = rope_f32(1.0 / (double)pos);
         if (r->type == REGC_ROPE_LONGROPE) /* 1 / (ext · pos) */
             inv_freq[j] = rope_f32(1.0 / (double)rope_f32((double)(float)ext[j] * (double)pos));
@@ -448,17 +486,17 @@ void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, int64_t seq, float
         /* _compute_yarn_parameters: a linear ramp over the dimensions
          * between the correction range's ends blends interpolation (low
          * frequencies) into extrapolation (high frequencies) */
-        double low = rope_correction_dim(r->beta_fast, head_dim, r->theta, r->original_max_pos);
-        double high = rope_correction_dim(r->beta_slow, head_dim, r->theta, r->original_max_pos);
+        double low = rope_correction_dim(r->beta_fast, dim, r->theta, r->original_max_pos);
+        double high = rope_correction_dim(r->beta_slow, dim, r->theta, r->original_max_pos);
         if (r->truncate)
             low = floor(low), high = ceil(high);
         low = low > 0.0 ? low : 0.0;
-        high = high < (double)(head_dim - 1) ? high : (double)(head_dim - 1);
+        high = high < (double)(dim - 1) ? high : (double)(dim - 1);
         if (low == high)
             high += 0.001; /* Transformers' guard against a zero-width ramp */
         const float lo = (float)low, width = (float)(high - low);
         for (int64_t j = 0; j < half; j++) {
-            const float pos = rope_powf(base, rope_f32((double)(float)(2 * j) / (double)dim));
+            const float pos = rope_powf(base, rope_f32((double)(float)(2 * j) / (double)dimf));
             const float extra = rope_f32(1.0 / (double)pos), inter = inv_freq[j];
             float ramp = rope_f32((double)rope_f32((double)(float)j - (double)lo) / (double)width);
             ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
@@ -480,6 +518,8 @@ void regc_rope_inv_freq(const regc_rope *r, int64_t head_dim, int64_t seq, float
 int regc_rope_write_config(const regc_rope *r, cJSON *o)
 {
     int ok = cJSON_AddNumberToObject(o, "rope_theta", r->theta) != NULL;
+    if (r->partial_key)
+        ok = ok && cJSON_AddNumberToObject(o, "partial_rotary_factor", r->partial) != NULL;
     if (r->type == REGC_ROPE_DEFAULT)
         return ok && cJSON_AddNullToObject(o, "rope_scaling");
     /* the older spelling: Transformers 4 reads it and 5 converts it */
@@ -552,13 +592,19 @@ void regc_rope_describe(const regc_rope *r, char *buf, size_t cap)
 
 int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path)
 {
-    if (r->type == REGC_ROPE_LONGROPE && r->n_factors != head_dim / 2)
+    const int64_t dim = regc_rope_dim(r, head_dim);
+    if (r->partial_key && (dim < 2 || dim % 2 != 0)) /* whole heads: the caller checks */
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: key \"partial_rotary_factor\" %g rotates %lld of a head's %lld "
+                          "dimensions: the rotated part must be even and not empty",
+                          path, r->partial, (long long)dim, (long long)head_dim);
+    if (r->type == REGC_ROPE_LONGROPE && r->n_factors != dim / 2)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: keys \"%s.long_factor\" and \"%s.short_factor\" have %d values; "
                           "a head of %lld rotates %lld frequencies",
                           path, r->dict ? r->dict : "rope_parameters",
                           r->dict ? r->dict : "rope_parameters", r->n_factors, (long long)head_dim,
-                          (long long)(head_dim / 2));
+                          (long long)(dim / 2));
     return REGC_OK;
 }
 
@@ -604,7 +650,7 @@ int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, r
                  NULL;
         }
     }
-    rc = ok ? regc_rope_parse(copy, path, max_pos, 10000.0, r)
+    rc = ok ? regc_rope_parse(copy, path, max_pos, 10000.0, 0.0, r)
             : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     cJSON_Delete(copy);
     r->original_max_pos = original; /* written back whatever the type */

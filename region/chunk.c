@@ -5,16 +5,18 @@
  * Cross-Entropy's way: the backward computes each chunk's logits again).
  *
  * The pattern, as lowering leaves it:
- *   forward   L = H · W (a plain GEMM: no bias, no accumulation, H not
- *             transposed); then elementwise steps over the whole [rows,
- *             vocab], if any (Gemma 2's soft-capping: S = cap·tanh(L/cap),
- *             unfused at O0, one fused chain at O1); loss, lse =
+ *   forward   L = H · W (+ b) (a GEMM with no accumulation, H not
+ *             transposed, no epilogue but a bias); then elementwise steps
+ *             over the whole [rows, vocab], if any (Gemma 2's soft-capping:
+ *             S = cap·tanh(L/cap), unfused at O0, one fused chain at O1;
+ *             a head's bias added as its own step at O0: Phi); loss, lse =
  *             cross_entropy(S, targets)
  *   backward  dS = cross_entropy_bwd(dloss, S, targets, lse); elementwise
  *             steps from dS and the forward's slots to dL, if any; then
- *             only GEMMs read dL as their A: dH = dL · W (rows split) and
+ *             only GEMMs and row sums read dL: dH = dL · W (rows split),
  *             dW (+)= dLᵀ · H (the sum over rows split, each chunk after
- *             the first accumulating)
+ *             the first accumulating) and a head bias's db = Σ rows of dL
+ *             (each chunk's sum after the first added to it)
  * and nothing else touches L, S, dS, dL or the steps' other slots. An
  * elementwise step does the same arithmetic on each element, so on a
  * chunk of rows it gives those rows' bits. It becomes:
@@ -27,8 +29,8 @@
  *             dL on the chunk
  * with one chunk of each slot as temporaries. The
  * loss and lse keep their bits (the per-row log-sum-exp and the serial
- * mean are the same arithmetic); dW sums its rows chunk by chunk, so it
- * differs in the last bits. The chunks' GEMMs and steps of the backward's
+ * mean are the same arithmetic); dW and db sum their rows chunk by chunk,
+ * so they differ in the last bits. The chunks' GEMMs and steps of the backward's
  * forward are recomputation (regc_instr.replay), counted as such by plans.
  * The head's input H is read by the backward's chunks: it is kept for the
  * backward (saved) even where no weight gradient reads it (a frozen head).
@@ -50,8 +52,9 @@ typedef struct {
     int fchain[MAX_CHAIN], n_fchain; /* forward: the steps from L to the loss's input */
     int ce_bwd;                      /* backward: the loss's gradient */
     int bchain[MAX_CHAIN], n_bchain; /* backward: the steps from it to dL */
-    int readers[8];                  /* backward: the GEMMs that read dL */
+    int readers[8];                  /* backward: the GEMMs and row sums that read dL */
     int n_readers;
+    int bias_sum;                 /* a row sum (a head bias's db) reads dL */
     int logits, ce_in;            /* slots: L, and what the loss reads (L, or the chain's last) */
     int dlogits, dfinal;          /* slots: the loss's gradient, and dL (what the GEMMs read) */
     int slot[MAX_SLOTS], n_slots; /* every [rows, vocab] slot of the pattern */
@@ -150,6 +153,15 @@ static int rowwise(const head *h, const regc_instr *in)
     return 1;
 }
 
+/* A head bias's own step (O0): out = x + b over the whole [rows, vocab],
+ * b [vocab] no slot of the pattern. */
+static int bias_step(const head *h, const regc_instr *in)
+{
+    return in->kernel == K_BIAS_ADD && in->d[0] == h->rows && in->d[1] == h->vocab &&
+           in->refs[0].buf >= 0 && in->refs[0].off == 0 && in->refs[1].buf >= 0 &&
+           in->refs[1].off == 0 && slot_index(h, in->refs[2].buf) < 0;
+}
+
 /* The forward's part: from the loss back through elementwise steps (Gemma
  * 2's soft-capping of the logits) to the head's GEMM; each step's inputs
  * join the pattern, and its outputs are the pattern's alone. */
@@ -171,9 +183,10 @@ static int find_forward(head *h)
             h->gemm = i, h->logits = in->refs[0].buf;
             continue;
         }
-        if (!rowwise(h, in) || h->n_fchain == MAX_CHAIN)
+        const int bias = bias_step(h, in);
+        if ((!bias && !rowwise(h, in)) || h->n_fchain == MAX_CHAIN)
             return 0;
-        for (int k = 0; k < in->n_refs; k++)
+        for (int k = 0; k < (bias ? 2 : in->n_refs); k++) /* a bias is not the pattern's */
             if (!add_slot(h, in->refs[k].buf, 0))
                 return 0;
         h->fchain[h->n_fchain++] = i;
@@ -200,7 +213,8 @@ static int find_forward(head *h)
             return 0;
     }
     const regc_instr *g = &r->fwd[h->gemm];
-    if (g->epilogue != REGC_EPI_NONE || g->accumulate || g->trans_a || g->refs[0].off != 0 ||
+    if ((g->epilogue != REGC_EPI_NONE && g->epilogue != REGC_EPI_BIAS) || g->accumulate ||
+        g->trans_a || g->refs[0].off != 0 || slot_index(h, g->refs[3].buf) >= 0 ||
         g->d[0] != h->rows || g->d[1] != h->vocab || crosses(h, 1, r->fwd, h->gemm + 1, h->ce, g))
         return 0;
     for (int k = 0; k < h->n_fchain; k++)
@@ -229,6 +243,17 @@ static int find_backward(head *h)
         }
         if (h->ce_bwd < 0)
             return 0;
+        if (in->kernel == K_SUM_ROWS) { /* db: dL's rows summed, whole */
+            const int s = in->refs[1].buf, j = slot_index(h, s);
+            if (j < 0 || !h->grad[j] || (h->n_readers > 0 && s != h->dfinal) ||
+                in->refs[1].off != 0 || slot_index(h, in->refs[0].buf) >= 0 ||
+                in->d[0] != h->rows || in->d[1] != h->vocab || h->bias_sum ||
+                h->n_readers == (int)(sizeof h->readers / sizeof *h->readers))
+                return 0;
+            h->dfinal = s, h->bias_sum = 1;
+            h->readers[h->n_readers++] = i;
+            continue;
+        }
         if (in->kernel == K_GEMM) {
             /* dL whole as A, rows split or summed over */
             const int s = in->refs[1].buf, j = slot_index(h, s);
@@ -325,9 +350,10 @@ static regc_instr gemm_rows(const regc_instr *g, int out, int64_t r0, int64_t n)
 static regc_instr step_rows(const head *h, const regc_instr *in, const int *at, int64_t n)
 {
     regc_instr x = *in;
-    for (int k = 0; k < in->n_refs; k++)
+    const int bias = in->kernel == K_BIAS_ADD; /* its bias stays whole */
+    for (int k = 0; k < (bias ? 2 : in->n_refs); k++)
         x.refs[k] = (regc_ref){at[slot_index(h, in->refs[k].buf)], 0};
-    x.d[0] = n * h->vocab;
+    x.d[0] = bias ? n : n * h->vocab;
     return x;
 }
 
@@ -385,7 +411,26 @@ static int emit_forward(const head *h, int64_t chunk, const int *at, int picked,
     return rc;
 }
 
-static int emit_backward(const head *h, int64_t chunk, const int *at, list *out)
+/* db's part of the chunk of n rows from r0: the first chunk's row sum
+ * straight into db (the reader m's output), each later one's into the
+ * temporary part and then added to db. */
+static int bias_rows(const regc_instr *m, int dl, int part, int64_t r0, int64_t n, list *out)
+{
+    regc_instr x = *m;
+    x.refs[1] = (regc_ref){dl, 0};
+    x.d[0] = n;
+    if (r0 == 0)
+        return put(out, &x);
+    x.refs[0] = (regc_ref){part, 0};
+    int rc = put(out, &x);
+    regc_instr add = *m; /* db = db + part */
+    add.kernel = K_ADD, add.n_out = 1, add.n_refs = 3;
+    add.refs[1] = m->refs[0], add.refs[2] = (regc_ref){part, 0};
+    add.d[0] = m->d[1], add.d[1] = 0;
+    return rc ? rc : put(out, &add);
+}
+
+static int emit_backward(const head *h, int64_t chunk, const int *at, int part, list *out)
 {
     const regc_compiled_region *r = h->r;
     const regc_instr *cb = &r->bwd[h->ce_bwd];
@@ -415,6 +460,10 @@ static int emit_backward(const head *h, int64_t chunk, const int *at, list *out)
             }
             for (int k = 0; k < h->n_readers && rc == REGC_OK; k++) {
                 regc_instr m = r->bwd[h->readers[k]];
+                if (m.kernel == K_SUM_ROWS) {
+                    rc = bias_rows(&m, at[slot_index(h, h->dfinal)], part, r0, n, out);
+                    continue;
+                }
                 m.refs[1] = (regc_ref){at[slot_index(h, h->dfinal)], 0};
                 if (!m.trans_a) { /* its rows: C's rows */
                     m.refs[0].off += r0 * m.d[1] * F32;
@@ -451,11 +500,14 @@ int regc_region_chunk_logits(regc_compiled_region *r, int64_t chunk_rows, int he
     const int picked = regc_region_add_temp(r, h.logits, h.rows * F32);
     if (picked < 0)
         return picked;
+    const int part = h.bias_sum ? regc_region_add_temp(r, h.logits, h.vocab * F32) : -1;
+    if (h.bias_sum && part < 0)
+        return part;
     const int hin = r->fwd[h.gemm].refs[1].buf; /* H, the head's input */
     list f = {0}, b = {0};
     int rc = emit_forward(&h, chunk_rows, fwd_at, picked, &f);
     if (rc == REGC_OK && h.ce_bwd >= 0)
-        rc = emit_backward(&h, chunk_rows, bwd_at, &b);
+        rc = emit_backward(&h, chunk_rows, bwd_at, part, &b);
     if (rc == REGC_OK && h.ce_bwd < 0)
         for (int i = 0; i < r->n_bwd && rc == REGC_OK; i++)
             rc = put(&b, &r->bwd[i]);

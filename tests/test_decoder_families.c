@@ -1,6 +1,7 @@
 /* test_decoder_families.c — the decoder families of models/decoder.c
  * (Llama with biases, Mistral, Qwen 2, Qwen 3, OLMo 2, Phi-3, Gemma 2 and
- * 3, Granite, SmolLM3): each family's layer parameters in its checkpoint
+ * 3, Granite, SmolLM3, Phi; Phi's own variations are test_phi.c's): each
+ * family's layer parameters in its checkpoint
  * order and shapes, one region kind repeated per layer for detect/, save
  * and reload, the sliding windows (refused past the window, accepted
  * within it), Granite's multipliers, SmolLM3's layers without RoPE,
@@ -134,6 +135,15 @@ static const family_case families[] = {
       "self_attn.o_proj.weight:24x24", "self_attn.o_proj.bias:24", "mlp.gate_proj.weight:40x24",
       "mlp.up_proj.weight:40x24", "mlp.down_proj.weight:24x40", "input_layernorm.weight:24",
       "post_attention_layernorm.weight:24"}},
+    {"phi",
+     "\"qk_layernorm\": true",
+     {"self_attn.q_proj.weight:24x24", "self_attn.q_proj.bias:24", "self_attn.k_proj.weight:8x24",
+      "self_attn.k_proj.bias:8", "self_attn.v_proj.weight:8x24", "self_attn.v_proj.bias:8",
+      "self_attn.dense.weight:24x24", "self_attn.dense.bias:24", "self_attn.q_layernorm.weight:4",
+      "self_attn.q_layernorm.bias:4", "self_attn.k_layernorm.weight:4",
+      "self_attn.k_layernorm.bias:4", "mlp.fc1.weight:40x24", "mlp.fc1.bias:40",
+      "mlp.fc2.weight:24x40", "mlp.fc2.bias:24", "input_layernorm.weight:24",
+      "input_layernorm.bias:24"}},
     {"smollm3",
      "\"mlp_bias\": true",
      {"self_attn.q_proj.weight:24x24", "self_attn.k_proj.weight:8x24",
@@ -154,7 +164,7 @@ static int count_params(const family_case *c)
 
 /* Layer 0's names and shapes in order, the same count in every layer, and
  * the embedding, final norm and head (tied for qwen2 here, and Gemma's by
- * default) around them. */
+ * default; Phi's a LayerNorm and a head with biases) around them. */
 static void test_params(void **state)
 {
     regc_test_dir *f = *state;
@@ -166,7 +176,8 @@ static void test_params(void **state)
         const int per_layer = count_params(c), tied = !strcmp(c->model_type, "qwen2") ||
                                                       strstr(c->model_type, "gemma") ||
                                                       !strcmp(c->model_type, "smollm3");
-        assert_int_equal(regc_model_n_params(m), 1 + 3 * per_layer + 1 + !tied);
+        const int phi = !strcmp(c->model_type, "phi");
+        assert_int_equal(regc_model_n_params(m), 1 + 3 * per_layer + (phi ? 4 : 1 + !tied));
         assert_string_equal(regc_model_param_name(m, 0), "model.embed_tokens.weight");
         for (int p = 0; p < per_layer; p++) {
             char name[128], want[128];
@@ -188,7 +199,12 @@ static void test_params(void **state)
                      c->params[p]);
             assert_string_equal(regc_model_param_name(m, 1 + per_layer + p), next);
         }
-        assert_string_equal(regc_model_param_name(m, 1 + 3 * per_layer), "model.norm.weight");
+        assert_string_equal(regc_model_param_name(m, 1 + 3 * per_layer),
+                            phi ? "model.final_layernorm.weight" : "model.norm.weight");
+        if (phi) {
+            assert_string_equal(regc_model_param_name(m, 3 + 3 * per_layer), "lm_head.weight");
+            assert_string_equal(regc_model_param_name(m, 4 + 3 * per_layer), "lm_head.bias");
+        }
         regc_model_free(m);
     }
 }

@@ -10,10 +10,11 @@
  *    gradient, the chunks' rows cover the loss's once each, in order;
  *    Gemma 2's soft-capped logits (elementwise steps between the head and
  *    the loss, forward and backward) are chunked too, at O0 and O1 (in
- *    bf16 with held activations they stay whole); a frozen head (LoRA)
- *    keeps its input for the backward's chunks; every region valid; a
- *    chunk as large as the loss leaves the step as it was; BERT's head (a
- *    bias, whose gradient sums every row) is left whole.
+ *    bf16 with held activations they stay whole); so are BERT's and Phi's
+ *    heads with a bias (whose gradient sums every row, chunk by chunk),
+ *    training alike; a frozen head (LoRA) keeps its input for the
+ *    backward's chunks; every region valid; a chunk as large as the loss
+ *    leaves the step as it was.
  *  - Less memory, as planned: the arena is smaller, and the run's device
  *    peak is the plan's total within 1%; the forward-only step (validation)
  *    is chunked too.
@@ -169,11 +170,11 @@ static void test_logits_never_whole(void **state)
     assert_int_equal(regc_program_validate(p), REGC_OK);
     regc_program_free(p);
     co.forward_only = 0;
-    /* a chunk as large as the loss, and BERT's biased head: as they were */
+    /* a chunk as large as the loss: as it was */
     static const struct {
         const char *preset;
         int64_t chunk;
-    } same[] = {{"gpt2-tiny", 32}, {"gpt2-tiny", 1000}, {"bert-tiny", CHUNK}};
+    } same[] = {{"gpt2-tiny", 32}, {"gpt2-tiny", 1000}};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
         regc_compile_options whole;
         regc_compile_options_default(&whole);
@@ -185,6 +186,31 @@ static void test_logits_never_whole(void **state)
                      (long long)same[i].chunk);
         regc_program_free(a), regc_program_free(b);
     }
+}
+
+/* The same training of two draws of one model, mw with the logits whole
+ * and mc with o's chunks: the first loss and gradient norm within 1e-6,
+ * the next losses within 1e-4 (see test_chunks_train_alike). */
+static void check_trains_alike(const char *what, regc_model *mw, regc_model *mc,
+                               const regc_train_options *o)
+{
+    regc_train_options ow = *o;
+    ow.compile.logits_chunk_rows = 0;
+    regc_test_losses whole, chunked;
+    regc_test_train_model(mw, &ow, &whole);
+    regc_test_train_model(mc, o, &chunked);
+    for (int k = 0; k < STEPS; k++) {
+        const double rel =
+            fabs((double)chunked.loss[k] - (double)whole.loss[k]) / fabs((double)whole.loss[k]);
+        if (!(rel <= (k ? 1e-4 : 1e-6)))
+            fail_msg("%s, step %d: %.9g in chunks, %.9g whole (%.2e relative)", what, k,
+                     chunked.loss[k], whole.loss[k], rel);
+    }
+    const double g = fabs((double)chunked.grad_norm[0] - (double)whole.grad_norm[0]) /
+                     fabs((double)whole.grad_norm[0]);
+    if (!(g <= 1e-6))
+        fail_msg("%s: the first gradient's norm %.9g in chunks, %.9g whole", what,
+                 chunked.grad_norm[0], whole.grad_norm[0]);
 }
 
 /* ---- steps between the head and the loss --------------------------------- */
@@ -251,28 +277,14 @@ static void test_softcapped_logits_in_chunks(void **state)
         regc_program_free(p);
 
         regc_train_options o = base_options();
-        o.compile.level = levels[l];
+        o.compile.level = levels[l], o.compile.logits_chunk_rows = CHUNK;
         o.max_grad_norm = 1e9;
-        regc_test_losses whole, chunked;
         regc_model *mw = NULL, *mc = NULL; /* each its own draw of the init */
         assert_int_equal(regc_model_load_config(d->dir, &mw), REGC_OK);
         assert_int_equal(regc_model_load_config(d->dir, &mc), REGC_OK);
-        regc_test_train_model(mw, &o, &whole);
-        o.compile.logits_chunk_rows = CHUNK;
-        regc_test_train_model(mc, &o, &chunked);
+        check_trains_alike(levels[l] == REGC_LEVEL_O0 ? "gemma2 at O0" : "gemma2 at O1", mw, mc,
+                           &o);
         regc_model_free(mw), regc_model_free(mc);
-        for (int k = 0; k < STEPS; k++) {
-            const double rel =
-                fabs((double)chunked.loss[k] - (double)whole.loss[k]) / fabs((double)whole.loss[k]);
-            if (!(rel <= (k ? 1e-4 : 1e-6)))
-                fail_msg("O%zu, step %d: %.9g in chunks, %.9g whole (%.2e relative)", l, k,
-                         chunked.loss[k], whole.loss[k], rel);
-        }
-        const double g = fabs((double)chunked.grad_norm[0] - (double)whole.grad_norm[0]) /
-                         fabs((double)whole.grad_norm[0]);
-        if (!(g <= 1e-6))
-            fail_msg("O%zu: the first gradient's norm %.9g in chunks, %.9g whole", l,
-                     chunked.grad_norm[0], whole.grad_norm[0]);
     }
     /* in bf16, where the tanh the backward reads is held in bf16, the
      * steps stay whole (chunked, they would not be held): the same
@@ -290,6 +302,77 @@ static void test_softcapped_logits_in_chunks(void **state)
     check_never_whole(a, 32, 300, 1);
     regc_program_free(a);
     regc_model_free(m);
+}
+
+/* ---- a head with a bias ------------------------------------------------- */
+
+/* BERT's and Phi's heads add a bias to the logits (the GEMM's epilogue at
+ * O1, a step of its own at O0), whose gradient sums every row of the
+ * logits' gradient: it is summed chunk by chunk, the first chunk's sum
+ * written and each later one's added, no row sum over the whole logits;
+ * the training is the one with the logits whole. */
+static void test_biased_head_in_chunks(void **state)
+{
+    const regc_test_dir *d = *state;
+    static const char *const keys[][2] = {
+        {"vocab_size", "300"},
+        {"hidden_size", "32"},
+        {"intermediate_size", "48"},
+        {"num_hidden_layers", "2"},
+        {"num_attention_heads", "4"},
+        {"num_key_value_heads", "2"},
+        {"max_position_embeddings", "32"},
+        {"partial_rotary_factor", "0.5"},
+    };
+    regc_test_write_config(d->dir, "\"model_type\": \"phi\"", keys, sizeof keys / sizeof keys[0],
+                           NULL, NULL);
+    static const regc_level levels[] = {REGC_LEVEL_O0, REGC_LEVEL_O1};
+    for (int phi = 0; phi < 2; phi++)
+        for (size_t l = 0; l < 2; l++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s at O%zu", phi ? "phi" : "bert-tiny", l);
+            regc_model *m[2] = {NULL, NULL}; /* each its own draw of the init */
+            for (int k = 0; k < 2; k++)
+                assert_int_equal(phi ? regc_model_load_config(d->dir, &m[k])
+                                     : regc_model_load("bert-tiny", &m[k]),
+                                 REGC_OK);
+            const int64_t vocab = regc_model_vocab(m[0]);
+            regc_compile_options co;
+            regc_compile_options_default(&co);
+            co.level = levels[l], co.logits_chunk_rows = CHUNK;
+            regc_program *p = NULL;
+            assert_int_equal(regc_program_compile(m[0], 2, 16, &co, &p, NULL), REGC_OK);
+            assert_int_equal(regc_program_validate(p), REGC_OK);
+            check_regions(p);
+            if (levels[l] == REGC_LEVEL_O1)
+                check_never_whole(p, 32, vocab, 1);
+            /* the bias's gradient: a row sum per chunk in the loss's region,
+             * none over more rows (BERT's layers sum rows as wide, too) */
+            int sums = 0;
+            for (int k = 0; k < regc_program_n_regions(p); k++) {
+                const regc_compiled_region *r = regc_program_region(p, k);
+                int loss = 0;
+                for (int i = 0; i < r->n_fwd; i++)
+                    loss |= r->fwd[i].kernel == K_CE_ROWS;
+                for (int i = 0; loss && i < r->n_bwd; i++) {
+                    const regc_instr *in = &r->bwd[i];
+                    if (in->kernel != K_SUM_ROWS || in->d[1] != vocab)
+                        continue;
+                    if (in->d[0] > CHUNK)
+                        fail_msg("%s: a row sum of %lld rows of the logits' gradient", what,
+                                 (long long)in->d[0]);
+                    sums++;
+                }
+            }
+            if (sums != (32 + CHUNK - 1) / CHUNK)
+                fail_msg("%s: %d row sums of the logits' gradient", what, sums);
+            regc_program_free(p);
+            regc_train_options o = base_options();
+            o.compile.level = levels[l], o.compile.logits_chunk_rows = CHUNK;
+            o.max_grad_norm = 1e9;
+            check_trains_alike(what, m[0], m[1], &o);
+            regc_model_free(m[0]), regc_model_free(m[1]);
+        }
 }
 
 /* ---- a frozen head ------------------------------------------------------ */
@@ -403,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_chunks_train_alike),
         cmocka_unit_test(test_logits_never_whole),
         regc_test_in_dir(test_softcapped_logits_in_chunks, setup),
+        regc_test_in_dir(test_biased_head_in_chunks, setup),
         cmocka_unit_test(test_frozen_head_in_chunks),
         cmocka_unit_test(test_memory_as_planned),
         cmocka_unit_test(test_auto_takes_chunks),

@@ -2,7 +2,7 @@
 """PyTorch reference losses for regc's end-to-end training of decoder-only
 Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3 (with LongRoPE
 too), Llama with biases and with dynamic RoPE, Gemma 2, Gemma 3 (text),
-Granite and SmolLM3.
+Granite, SmolLM3 and Phi.
 
 For small models with deliberately odd sizes, this script builds the weights
 and the token stream with the SAME counter-based RNG as common/rng.c, trains
@@ -64,6 +64,12 @@ default each no_rope_layer_interval-th) attend without rotating q and k;
 with use_sliding_window and a sliding_window, layer_types (derived, when
 absent, as sliding for exactly those layers) says which layers slide. Its
 head is tied by default.
+
+Phi runs attention and a plain MLP side by side from one LayerNorm: x +
+attn(h) + mlp(h), every projection and the head with a bias; RoPE turns the
+first int(head_dim * partial_rotary_factor) dimensions of each head, the
+rest passing through; qk_layernorm adds LayerNorms over each head of q and k
+before RoPE.
 
 The float64 runs (the noise floor) use a float64 copy of the model, keeping
 the float32 casts Transformers writes into its RMSNorms, softmax and rotary
@@ -304,6 +310,32 @@ CASES = [
          effects=[("RoPE on every layer", dict(no_rope_layers=[1, 1, 1, 1],
                                                layer_types=["sliding_attention"] * 4)),
                   ("use_sliding_window false", dict(use_sliding_window=False))]),
+    # Phi: attention and a plain gelu_new MLP side by side from one
+    # LayerNorm (x + attn(h) + mlp(h)), biases on every projection and on
+    # the untied head, RoPE on the first half of each head's 12 dimensions
+    # (partial_rotary_factor's default 0.5); GQA.
+    dict(name="phi_parallel_partial", model_type="phi", seed=3607,
+         config=dict(vocab_size=181, hidden_size=48, intermediate_size=104,
+                     num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=32, resid_pdrop=0.0, embd_pdrop=0.0,
+                     rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                          partial_rotary_factor=0.5)),
+         batch=2, seq=14, lr=3e-3, weight_decay=0.01, n_tokens=300,
+         effects=[("partial_rotary_factor 1", dict(rope_parameters=dict(
+             rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0)))]),
+    # Phi with per-head q/k LayerNorms (qk_layernorm, biases too), RoPE on
+    # 4 of each head's 10 dimensions (0.4, as Phi-2 rotates 32 of 80), a
+    # tied head (its bias still its own), pad_token_id 46 in the batches.
+    dict(name="phi_qk_layernorm_tied", model_type="phi", seed=3708,
+         config=dict(vocab_size=157, hidden_size=40, intermediate_size=88,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                     max_position_embeddings=32, qk_layernorm=True, tie_word_embeddings=True,
+                     pad_token_id=46, resid_pdrop=0.0, embd_pdrop=0.0,
+                     rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                          partial_rotary_factor=0.4)),
+         batch=2, seq=12, lr=3e-3, weight_decay=0.01, n_tokens=300, pad_check=True,
+         effects=[("partial_rotary_factor 0.8", dict(rope_parameters=dict(
+             rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.8)))]),
 ]
 for _c in CASES:
     _c.setdefault("steps", STEPS)
