@@ -4,7 +4,9 @@
  * Gemma2ForCausalLM, Gemma3ForCausalLM, GraniteForCausalLM,
  * SmolLM3ForCausalLM) or vary it (PhiForCausalLM: attention and a plain
  * MLP in parallel from one LayerNorm, RoPE on part of each head, a head
- * with a bias): one description of the layer (decoder.h's
+ * with a bias; GPTNeoXForCausalLM: the same side by side from two
+ * LayerNorms, q, k and v fused head by head): one description of the
+ * layer (decoder.h's
  * decoder_family) whose variations a family fixes or
  * config.json chooses, the table of each family's config.json keys, its
  * parameters in checkpoint order (any family's, GPT-2's included, by its
@@ -81,6 +83,31 @@ static const decoder_names phi_names = {.embed = "model.embed_tokens.weight",
                                         .head_bias = "lm_head.bias",
                                         .slot_suffix = phi_slot_suffix};
 
+/* GPT-NeoX's names (GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B); its head is
+ * saved as embed_out, the name Transformers 5 gives it in memory
+ * (lm_head) read too (gpt_neox_legacy_name) */
+static const char *const gpt_neox_slot_suffix[N_SLOTS] = {
+    [S_INPUT_NORM] = "input_layernorm.weight",
+    [S_INPUT_NORM_BIAS] = "input_layernorm.bias",
+    [S_POST_ATTN_NORM] = "post_attention_layernorm.weight",
+    [S_POST_ATTN_NORM_BIAS] = "post_attention_layernorm.bias",
+    [S_QKV] = "attention.query_key_value.weight",
+    [S_QKV_BIAS] = "attention.query_key_value.bias",
+    [S_O] = "attention.dense.weight",
+    [S_O_BIAS] = "attention.dense.bias",
+    [S_UP] = "mlp.dense_h_to_4h.weight",
+    [S_UP_BIAS] = "mlp.dense_h_to_4h.bias",
+    [S_DOWN] = "mlp.dense_4h_to_h.weight",
+    [S_DOWN_BIAS] = "mlp.dense_4h_to_h.bias",
+};
+
+static const decoder_names gpt_neox_names = {.embed = "gpt_neox.embed_in.weight",
+                                             .layer = "gpt_neox.layers.%" PRId64 ".",
+                                             .norm = "gpt_neox.final_layer_norm.weight",
+                                             .norm_bias = "gpt_neox.final_layer_norm.bias",
+                                             .head = "embed_out.weight",
+                                             .slot_suffix = gpt_neox_slot_suffix};
+
 /* The families' layers, each a list of slots in its checkpoint order. */
 #define SLOTS_ATTENTION S_Q, S_Q_BIAS, S_K, S_K_BIAS, S_V, S_V_BIAS, S_O, S_O_BIAS
 #define SLOTS_MLP S_GATE, S_GATE_BIAS, S_UP, S_UP_BIAS, S_DOWN, S_DOWN_BIAS
@@ -94,6 +121,19 @@ static const int slots_gemma[] = {SLOTS_ATTENTION, S_Q_NORM,       S_K_NORM,
 static const int slots_phi[] = {SLOTS_ATTENTION, S_Q_NORM,     S_Q_NORM_BIAS,     S_K_NORM,
                                 S_K_NORM_BIAS,   S_UP,         S_UP_BIAS,         S_DOWN,
                                 S_DOWN_BIAS,     S_INPUT_NORM, S_INPUT_NORM_BIAS, -1};
+static const int slots_gpt_neox[] = {S_INPUT_NORM,
+                                     S_INPUT_NORM_BIAS,
+                                     S_POST_ATTN_NORM,
+                                     S_POST_ATTN_NORM_BIAS,
+                                     S_QKV,
+                                     S_QKV_BIAS,
+                                     S_O,
+                                     S_O_BIAS,
+                                     S_UP,
+                                     S_UP_BIAS,
+                                     S_DOWN,
+                                     S_DOWN_BIAS,
+                                     -1};
 /* Phi3Attention defines o_proj before qkv_proj */
 static const int slots_phi3[] = {S_O, S_QKV, S_GATE_UP, S_DOWN, S_INPUT_NORM, S_POST_ATTN_NORM, -1};
 
@@ -134,7 +174,7 @@ static const decoder_family family_olmo2 = {.architecture = "Olmo2ForCausalLM",
 static const decoder_family family_phi3 = {.architecture = "Phi3ForCausalLM",
                                            .slots = slots_phi3,
                                            .fused = 1,
-                                           .resid_dropout = 1,
+                                           .resid_dropout_key = "resid_pdrop",
                                            .phi3_rope = 1,
                                            .act_key = "hidden_act",
                                            .window = WINDOW_ALL,
@@ -204,17 +244,49 @@ static const decoder_family family_phi = {.architecture = "PhiForCausalLM",
                                           .names = &phi_names,
                                           .layernorm = 1,
                                           .plain_mlp = 1,
-                                          .parallel = 1,
+                                          .parallel = PARALLEL_ONE_NORM,
                                           .head_bias = 1,
-                                          .all_bias = 1,
-                                          .resid_dropout = 1,
-                                          .embed_dropout = 1,
+                                          .bias_default = 1,
+                                          .mlp_bias_default = 1,
+                                          .resid_dropout_key = "resid_pdrop",
+                                          .embed_dropout_key = "embd_pdrop",
                                           .qk_norm_key = "qk_layernorm",
                                           .partial_default = 0.5,
                                           .eps_key = "layer_norm_eps",
                                           .act_key = "hidden_act",
                                           .act_default = ACT_GELU_TANH,
                                           .pad_default = -1};
+
+/* Attention and a plain MLP side by side, each from its own LayerNorm
+ * (use_parallel_residual, by default; else one after the other), q, k
+ * and v in one projection head by head, biases (attention_bias, by
+ * default) and the MLP's always, RoPE on the first rotary_pct (0.25) of
+ * each head at rotary_emb_base, hidden_dropout on the embeddings and both
+ * blocks; the exact GELU, an untied head and 2048 positions by default;
+ * no padding index */
+static const decoder_family family_gpt_neox = {.architecture = "GPTNeoXForCausalLM",
+                                               .slots = slots_gpt_neox,
+                                               .names = &gpt_neox_names,
+                                               .layernorm = 1,
+                                               .plain_mlp = 1,
+                                               .fused = 1,
+                                               .qkv_per_head = 1,
+                                               .fixed_heads = 1,
+                                               .parallel = PARALLEL_TWO_NORMS,
+                                               .parallel_key = "use_parallel_residual",
+                                               .bias_key = 1,
+                                               .bias_default = 1,
+                                               .mlp_bias_default = 1,
+                                               .resid_dropout_key = "hidden_dropout",
+                                               .embed_dropout_key = "hidden_dropout",
+                                               .theta_key = "rotary_emb_base",
+                                               .partial_key = "rotary_pct",
+                                               .partial_default = 0.25,
+                                               .eps_key = "layer_norm_eps",
+                                               .act_key = "hidden_act",
+                                               .act_default = ACT_GELU,
+                                               .pad_unused = 1,
+                                               .pad_default = -1};
 
 /* ---- config.json's keys (model_load.c checks every key against these
  * tables and those every architecture shares before parse_config) */
@@ -324,6 +396,43 @@ static const regc_config_key keys_phi[] = {
     {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"embd_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"rms_norm_eps", REGC_KEY_INERT, NULL, "Phi's norms are LayerNorms (layer_norm_eps)"},
+    {NULL, 0, NULL, NULL},
+};
+
+/* GPT-NeoX's: its sizes (no num_key_value_heads or head_dim: its heads
+ * are hidden_size / num_attention_heads wide), RoPE by its own names,
+ * its one dropout and the parallel switch; pad_token_id is the shared
+ * table's (inert: its embedding has no padding index) */
+static const regc_config_key keys_gpt_neox[] = {
+    {"vocab_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"intermediate_size", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_hidden_layers", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_attention_heads", REGC_KEY_APPLIED, NULL, NULL},
+    {"max_position_embeddings", REGC_KEY_APPLIED, NULL, NULL},
+    {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
+    {"rope_parameters", REGC_KEY_APPLIED, NULL, NULL},
+    {"rope_scaling", REGC_KEY_APPLIED, NULL, NULL},
+    {"rotary_emb_base", REGC_KEY_APPLIED, NULL, NULL},
+    {"rotary_pct", REGC_KEY_APPLIED, NULL, NULL},
+    {"tie_word_embeddings", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_act", REGC_KEY_APPLIED, NULL, NULL},
+    {"attention_dropout", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_dropout", REGC_KEY_APPLIED, NULL, NULL},
+    {"attention_bias", REGC_KEY_APPLIED, NULL, NULL},
+    {"use_parallel_residual", REGC_KEY_APPLIED, NULL, NULL},
+    {"rope_theta", REGC_KEY_INERT, NULL,
+     "Transformers' GPT-NeoX reads rotary_emb_base (or rope_parameters) instead"},
+    {"partial_rotary_factor", REGC_KEY_INERT, NULL,
+     "Transformers' GPT-NeoX reads rotary_pct (or rope_parameters) instead"},
+    {"classifier_dropout", REGC_KEY_INERT, NULL,
+     "the sequence- and token-classification heads', which a causal LM has not"},
+    {"is_decoder", REGC_KEY_INERT, NULL,
+     "Transformers' GPT-NeoX never reads it: its causal LM attends causally"},
+    {"attention_probs_dropout_prob", REGC_KEY_INERT, NULL,
+     "an older name Transformers' GPT-NeoX no longer reads (attention_dropout is read)"},
+    {"hidden_dropout_prob", REGC_KEY_INERT, NULL,
+     "an older name Transformers' GPT-NeoX no longer reads (hidden_dropout is read)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -491,11 +600,42 @@ static const regc_config_key *const tables_granite[] = {keys_decoder, keys_atten
 static const regc_config_key *const tables_smollm3[] = {keys_decoder, keys_attention_bias,
                                                         keys_window, keys_smollm3, NULL};
 static const regc_config_key *const tables_phi[] = {keys_phi, keys_decoder, NULL};
+static const regc_config_key *const tables_gpt_neox[] = {keys_gpt_neox, NULL};
+
+/* The head under the name Transformers 5 gives it in memory. */
+static int gpt_neox_legacy_name(const char *name, char *buf, size_t cap)
+{
+    if (strcmp(name, "embed_out.weight") != 0)
+        return 0;
+    snprintf(buf, cap, "lm_head.weight");
+    return 1;
+}
+
+/* a tied head under either name, and the buffers older checkpoints saved
+ * (the causal mask, its fill value, the rotary frequencies) */
+static const char *const gpt_neox_ignored[] = {"embed_out.weight",      "lm_head.weight",
+                                               "*.attention.bias",      "*.attention.masked_bias",
+                                               "*.rotary_emb.inv_freq", NULL};
 
 /* PEFT's default target_modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING;
  * it has none for OLMo 2, Phi-3, Granite and SmolLM3) */
 const regc_arch regc_arch_phi =
     DECODER_ARCH("phi", family_phi, tables_phi, "q_proj,v_proj,fc1,fc2", NULL);
+const regc_arch regc_arch_gpt_neox = {
+    .model_type = "gpt_neox",
+    .family = &family_gpt_neox,
+    .config_keys = tables_gpt_neox,
+    .peft_targets = "query_key_value",
+    .legacy_name = gpt_neox_legacy_name,
+    .ignored_tensors = gpt_neox_ignored,
+    .parse_config = decoder_parse_config,
+    .list_params = decoder_list_params,
+    .build_graph = decoder_build_graph,
+    .write_config = decoder_write_config,
+    .describe = decoder_describe,
+    .fill_inputs = decoder_fill_inputs,
+    .compute_rope = decoder_compute_rope,
+};
 const regc_arch regc_arch_llama =
     DECODER_ARCH("llama", family_llama, tables_llama, "q_proj,v_proj", llama_preset_config);
 const regc_arch regc_arch_mistral =

@@ -19,7 +19,7 @@ enum {
     S_K_BIAS,
     S_V,
     S_V_BIAS,
-    S_QKV, /* Phi-3, GPT-2: [q; k; v] in one projection */
+    S_QKV, /* Phi-3, GPT-2: [q; k; v] in one projection; GPT-NeoX: head by head */
     S_QKV_BIAS,
     S_O,
     S_O_BIAS,
@@ -52,6 +52,14 @@ typedef enum {
     NORMS_BOTH,   /* before and after each (Gemma): input, post_attention, pre_ and post_feedforward
                    */
 } norm_place;
+
+/* Attention and the MLP one after the other, or side by side from the
+ * layer's input: x + attn(norm(x)) + mlp(norm'(x)). */
+typedef enum {
+    PARALLEL_NONE,
+    PARALLEL_ONE_NORM,  /* both blocks read one norm (Phi) */
+    PARALLEL_TWO_NORMS, /* each its own: input_ and post_attention_layernorm (GPT-NeoX) */
+} parallel_kind;
 
 /* How a family reads its sliding windows. */
 typedef enum {
@@ -88,9 +96,13 @@ typedef struct {
     int layernorm;              /* LayerNorms with biases (GPT-2), else RMSNorms */
     int learned_positions;      /* a position embedding added to the tokens' (GPT-2), else RoPE */
     int plain_mlp;              /* down(act(up(h))) (GPT-2), else the gated MLP */
-    int parallel;  /* x + attn(h) + mlp(h) from one norm h (Phi), else one block after the other */
-    int head_bias; /* the LM head has a bias (Phi) */
-    int conv1d;    /* weights stored [in, out] (GPT-2's Conv1D), else nn.Linear's */
+    parallel_kind parallel;     /* the blocks side by side (as parallel_key chooses, if any) */
+    const char *parallel_key;   /* a boolean key choosing parallel or not (GPT-NeoX's) */
+    int head_bias;              /* the LM head has a bias (Phi) */
+    int qkv_per_head;           /* the fused projection's rows q, k, v head by head (GPT-NeoX) */
+    int fixed_heads;            /* no num_key_value_heads or head_dim keys: heads hidden_size /
+                                   num_attention_heads wide, as many for k and v (GPT-NeoX) */
+    int conv1d;                 /* weights stored [in, out] (GPT-2's Conv1D), else nn.Linear's */
     int scaled_init; /* o and down drawn with std / sqrt(2 n_layer), as GPT-2 initialises */
     qk_norm_kind qk_norm;
     norm_place norms;
@@ -98,11 +110,18 @@ typedef struct {
     int embed_scale; /* Gemma: the embeddings times sqrt(hidden_size) */
     int fused;       /* qkv_proj, and gate_up_proj in a gated MLP */
     int qkv_bias;    /* q, k and v always have biases (Qwen 2) */
-    int all_bias;    /* every projection has a bias (Phi) */
     int bias_key;    /* attention_bias adds biases to q, k, v and o */
     int mlp_bias_key;
-    int resid_dropout;       /* resid_pdrop after attention and the MLP (Phi-3) */
-    int embed_dropout;       /* embd_pdrop on the embeddings (Phi) */
+    int bias_default;     /* attention_bias's default, or the biases without the key (Phi) */
+    int mlp_bias_default; /* likewise the MLP's (Phi, GPT-NeoX: always) */
+    /* the dropouts' keys (NULL: none): after attention and the MLP
+     * (Phi-3's and Phi's resid_pdrop, GPT-NeoX's hidden_dropout), and on
+     * the embeddings (Phi's embd_pdrop, GPT-NeoX's hidden_dropout again) */
+    const char *resid_dropout_key;
+    const char *embed_dropout_key;
+    /* RoPE's own keys (GPT-NeoX's rotary_emb_base and rotary_pct), read
+     * as rope_theta and partial_rotary_factor are; NULL: those */
+    const char *theta_key, *partial_key;
     int gemma;               /* query_pre_attn_scalar and the soft-capping keys */
     int local_rope;          /* sliding layers rotate with their own base (Gemma 3) */
     int phi3_rope;           /* RoPE read as Phi3Config reads it (regc_rope_parse_phi3) */
@@ -119,6 +138,7 @@ typedef struct {
     window_kind window;
     int64_t window_pattern; /* WINDOW_GEMMA without layer_types: every n-th layer is full */
     int64_t pad_default;    /* pad_token_id when config.json has none; -1: none */
+    int pad_unused;         /* pad_token_id is no padding index (GPT-NeoX's embedding has none) */
     int64_t n_pos_default;  /* max_position_embeddings when absent (Transformers'); 0: 2048 */
     double theta_default;   /* rope_theta when absent; 0: 10000 */
     int tied_default;       /* tie_word_embeddings when config.json has none (Gemma's true) */
@@ -131,8 +151,9 @@ typedef struct {
     regc_rope rope;       /* rope_theta and its scaling (rope.c); a sliding layer's... */
     regc_rope rope_local; /* ... when the family's local_rope is set */
     act_kind act;
-    qk_norm_kind qk_norm; /* the family's, or as its qk_norm_key chooses */
-    char act_name[24];    /* the activation as config.json spells it, where a family keeps that */
+    qk_norm_kind qk_norm;   /* the family's, or as its qk_norm_key chooses */
+    parallel_kind parallel; /* the family's, or as its parallel_key chooses */
+    char act_name[24];      /* the activation as config.json spells it, where a family keeps that */
     int tied;
     int64_t pad;             /* pad_token_id: the embedding row that takes no gradient; -1: none */
     int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */

@@ -25,6 +25,8 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
     *copy = *c;
     if (!c->family->qk_norm_key) /* fixed by the family; else as config.json chose */
         copy->qk_norm = c->family->qk_norm;
+    if (!c->family->parallel_key)
+        copy->parallel = c->family->parallel;
     for (int64_t l = 0; l < c->n_layer; l++)
         copy->layer[l] = layer ? layer[l] : c->window > 0 ? LAYER_SLIDING : 0;
     /* the layer's slots: the family's, less the optional ones the config leaves out */
@@ -336,14 +338,14 @@ static int decoder_parse_gemma3_rope(const cJSON *root, const char *path, decode
 
 static int decoder_parse_biases(const cJSON *root, const char *path, decoder_config *c)
 {
+    const decoder_family *f = c->family;
     int rc;
-    if (c->family->all_bias)
-        c->attn_bias = c->mlp_bias = 1;
-    if (c->family->bias_key &&
-        (rc = regc_cfg_bool(root, path, "attention_bias", 0, 0, &c->attn_bias)) < 0)
+    c->attn_bias = f->bias_default, c->mlp_bias = f->mlp_bias_default;
+    if (f->bias_key &&
+        (rc = regc_cfg_bool(root, path, "attention_bias", 0, f->bias_default, &c->attn_bias)) < 0)
         return rc;
-    if (c->family->mlp_bias_key &&
-        (rc = regc_cfg_bool(root, path, "mlp_bias", 0, 0, &c->mlp_bias)) < 0)
+    if (f->mlp_bias_key &&
+        (rc = regc_cfg_bool(root, path, "mlp_bias", 0, f->mlp_bias_default, &c->mlp_bias)) < 0)
         return rc;
     return REGC_OK;
 }
@@ -352,6 +354,10 @@ static int decoder_parse_biases(const cJSON *root, const char *path, decoder_con
  * row takes no gradient; null means none, absent the family's default. */
 static int decoder_parse_pad(const cJSON *root, const char *path, decoder_config *c)
 {
+    if (c->family->pad_unused) { /* the key inert, written back as read */
+        c->pad = -1;
+        return REGC_OK;
+    }
     return regc_cfg_pad_token(root, path, c->family->pad_default, c->vocab, &c->pad);
 }
 
@@ -411,6 +417,83 @@ static int decoder_parse_qk_norm(const cJSON *root, const char *path, decoder_co
     return REGC_OK;
 }
 
+/* RoPE's base and rotated share under a family's own keys (GPT-NeoX's
+ * rotary_emb_base, rotary_pct), checked by their names, then read on a
+ * copy of config.json as rope_theta and partial_rotary_factor are (the
+ * family ignores those two, and they are left out of the copy); a
+ * dictionary's value that differs is refused as rope.c refuses it. */
+static int decoder_parse_own_rope(const cJSON *root, const char *path, decoder_config *c,
+                                  double theta)
+{
+    const decoder_family *f = c->family;
+    static const char *const std[2] = {"rope_theta", "partial_rotary_factor"};
+    const char *own[2] = {f->theta_key, f->partial_key};
+    const cJSON *dict = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (!cJSON_IsObject(dict))
+        dict = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    double v;
+    int rc;
+    if ((rc = regc_cfg_double(root, path, own[0], 0, theta, 1e-30, 1e30, &v)) < 0)
+        return rc;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, own[i]);
+        if (!it || cJSON_IsNull(it))
+            continue;
+        if (!cJSON_IsNumber(it) || (i == 1 && !(it->valuedouble > 0.0 && it->valuedouble <= 1.0)))
+            return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be a number%s", path, own[i],
+                              i ? " in (0, 1]" : "");
+        const cJSON *d =
+            cJSON_IsObject(dict) ? cJSON_GetObjectItemCaseSensitive(dict, std[i]) : NULL;
+        if (cJSON_IsNumber(d) && d->valuedouble != it->valuedouble)
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: keys \"%s\" (%g) and \"%s.%s\" (%g) differ (Transformers "
+                              "takes the latter): give one",
+                              path, own[i], it->valuedouble, dict->string, std[i], d->valuedouble);
+    }
+    cJSON *copy = cJSON_Duplicate(root, 1);
+    int ok = copy != NULL;
+    for (int i = 0; i < 2 && ok; i++) {
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, std[i]);
+        cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(copy, own[i]);
+        if (it && !cJSON_IsNull(it))
+            ok = cJSON_AddItemToObject(copy, std[i], it);
+        else
+            cJSON_Delete(it);
+    }
+    rc = ok ? regc_rope_parse(copy, path, c->n_pos, theta, f->partial_default, &c->rope)
+            : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
+    cJSON_Delete(copy);
+    return rc;
+}
+
+/* RoPE as the family reads it. */
+static int decoder_parse_rope(const cJSON *root, const char *path, decoder_config *c)
+{
+    const decoder_family *f = c->family;
+    const double theta = f->theta_default ? f->theta_default : 10000.0;
+    if (f->local_rope)
+        return decoder_parse_gemma3_rope(root, path, c);
+    if (f->phi3_rope)
+        return regc_rope_parse_phi3(root, path, c->n_pos, &c->rope);
+    if (f->theta_key)
+        return decoder_parse_own_rope(root, path, c, theta);
+    return regc_rope_parse(root, path, c->n_pos, theta, f->partial_default, &c->rope);
+}
+
+/* The dropouts a family reads, by its keys. */
+static int decoder_parse_dropouts(const cJSON *root, const char *path, decoder_config *c)
+{
+    const decoder_family *f = c->family;
+    int rc;
+    if (f->resid_dropout_key &&
+        (rc = regc_cfg_dropout(root, path, f->resid_dropout_key, 0.0, &c->resid_dropout)) < 0)
+        return rc;
+    if (f->embed_dropout_key &&
+        (rc = regc_cfg_dropout(root, path, f->embed_dropout_key, 0.0, &c->embed_dropout)) < 0)
+        return rc;
+    return REGC_OK;
+}
+
 int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
 {
     decoder_config c = {.family = family_of(m)};
@@ -432,8 +515,9 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
     if ((!hd || cJSON_IsNull(hd)) && c.hidden % c.n_head != 0)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: hidden_size %" PRId64 " is not divisible by num_attention_heads "
-                          "%" PRId64 " (give \"head_dim\" explicitly)",
-                          path, c.hidden, c.n_head);
+                          "%" PRId64 "%s",
+                          path, c.hidden, c.n_head,
+                          c.family->fixed_heads ? "" : " (give \"head_dim\" explicitly)");
     if ((rc = regc_cfg_int(root, path, "head_dim", 0, c.hidden / c.n_head, 1, DECODER_MAX_DIM,
                            &c.head_dim)) < 0 ||
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 0,
@@ -441,12 +525,7 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
                            DECODER_MAX_DIM, &c.n_pos)) < 0 ||
         (rc = regc_cfg_double(root, path, decoder_eps_key(c.family), 0,
                               c.family->eps_key ? 1e-5 : 1e-6, 0.0, 1.0, &c.eps)) < 0 ||
-        (rc = c.family->local_rope ? decoder_parse_gemma3_rope(root, path, &c)
-              : c.family->phi3_rope
-                  ? regc_rope_parse_phi3(root, path, c.n_pos, &c.rope)
-                  : regc_rope_parse(root, path, c.n_pos,
-                                    c.family->theta_default ? c.family->theta_default : 10000.0,
-                                    c.family->partial_default, &c.rope)) < 0 ||
+        (rc = decoder_parse_rope(root, path, &c)) < 0 ||
         (rc = regc_rope_check_head(&c.rope, c.head_dim, path)) < 0 ||
         (c.family->local_rope && (rc = decoder_check_local_rope(&c, path)) < 0) ||
         (rc = regc_cfg_bool(root, path, "tie_word_embeddings", 0, c.family->tied_default,
@@ -456,14 +535,15 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = decoder_parse_biases(root, path, &c)) < 0 ||
         (rc = decoder_parse_pad(root, path, &c)) < 0)
         return rc;
-    if (c.family->resid_dropout &&
-        (rc = regc_cfg_dropout(root, path, "resid_pdrop", 0.0, &c.resid_dropout)) < 0)
+    if ((rc = decoder_parse_dropouts(root, path, &c)) < 0 ||
+        (c.family->qk_norm_key && (rc = decoder_parse_qk_norm(root, path, &c)) < 0))
         return rc;
-    if (c.family->embed_dropout &&
-        (rc = regc_cfg_dropout(root, path, "embd_pdrop", 0.0, &c.embed_dropout)) < 0)
-        return rc;
-    if (c.family->qk_norm_key && (rc = decoder_parse_qk_norm(root, path, &c)) < 0)
-        return rc;
+    if (c.family->parallel_key) {
+        int on;
+        if ((rc = regc_cfg_bool(root, path, c.family->parallel_key, 0, 1, &on)) < 0)
+            return rc;
+        c.parallel = on ? c.family->parallel : PARALLEL_NONE;
+    }
     if (c.family->gemma && (rc = decoder_parse_gemma(root, path, &c)) < 0)
         return rc;
     if (c.family->granite && (rc = decoder_parse_granite(root, path, &c)) < 0)
@@ -498,6 +578,9 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
     return rc;
 }
 
+/* Two keys that are one (GPT-NeoX's hidden_dropout serves both dropouts). */
+static int decoder_same_key(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
 /* A float as JSON that reads back as a float (Transformers' strict
  * configs refuse 50 where they want 50.0). */
 static int decoder_add_float(cJSON *o, const char *key, double v)
@@ -520,6 +603,9 @@ static cJSON *decoder_rope_dict(const regc_rope *r)
             !cJSON_AddStringToObject(dict, "rope_type", "default"))
             cJSON_Delete(dict), dict = NULL;
         if (dict && !cJSON_AddNumberToObject(dict, "rope_theta", r->theta))
+            cJSON_Delete(dict), dict = NULL;
+        if (dict && r->partial_key &&
+            !cJSON_AddNumberToObject(dict, "partial_rotary_factor", r->partial))
             cJSON_Delete(dict), dict = NULL;
     }
     cJSON_Delete(tmp);
@@ -601,12 +687,20 @@ cJSON *decoder_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "intermediate_size", (double)c->inter);
     ok = ok && cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layer);
     ok = ok && cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->n_head);
-    ok = ok && cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_head);
-    ok = ok && cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    if (!f->fixed_heads) {
+        ok = ok && cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_head);
+        ok = ok && cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    }
     ok = ok && cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->n_pos);
     ok = ok && cJSON_AddNumberToObject(o, decoder_eps_key(f), c->eps);
-    if (!f->local_rope)
+    if (c->rope.partial_key) { /* the share with the rest, where every such family reads it */
+        cJSON *params = decoder_rope_dict(&c->rope);
+        ok = ok && params && cJSON_AddItemToObject(o, "rope_parameters", params);
+        if (!ok)
+            cJSON_Delete(params);
+    } else if (!f->local_rope) {
         ok = ok && regc_rope_write_config(&c->rope, o);
+    }
     /* Phi3Config takes longrope's original length from the top level */
     if (f->phi3_rope)
         ok = ok && cJSON_AddNumberToObject(o, "original_max_position_embeddings",
@@ -619,12 +713,14 @@ cJSON *decoder_write_config(const regc_model *m)
         ok = ok && cJSON_AddBoolToObject(o, "attention_bias", c->attn_bias);
     if (f->mlp_bias_key)
         ok = ok && cJSON_AddBoolToObject(o, "mlp_bias", c->mlp_bias);
-    if (f->resid_dropout)
-        ok = ok && cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_dropout);
-    if (f->embed_dropout)
-        ok = ok && cJSON_AddNumberToObject(o, "embd_pdrop", c->embed_dropout);
+    if (f->resid_dropout_key)
+        ok = ok && cJSON_AddNumberToObject(o, f->resid_dropout_key, c->resid_dropout);
+    if (f->embed_dropout_key && !decoder_same_key(f->embed_dropout_key, f->resid_dropout_key))
+        ok = ok && cJSON_AddNumberToObject(o, f->embed_dropout_key, c->embed_dropout);
     if (f->qk_norm_key)
         ok = ok && cJSON_AddBoolToObject(o, f->qk_norm_key, c->qk_norm != QK_NORM_NONE);
+    if (f->parallel_key)
+        ok = ok && cJSON_AddBoolToObject(o, f->parallel_key, c->parallel != PARALLEL_NONE);
     if (f->nope)
         ok = ok && decoder_write_nope(c, o);
     if (f->granite)
@@ -635,8 +731,9 @@ cJSON *decoder_write_config(const regc_model *m)
     ok = ok && decoder_write_windows(c, o);
     ok = ok && cJSON_AddNumberToObject(o, "attention_dropout", c->attn_dropout);
     ok = ok && cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tied);
-    ok = ok && (c->pad >= 0 ? cJSON_AddNumberToObject(o, "pad_token_id", (double)c->pad)
-                            : cJSON_AddNullToObject(o, "pad_token_id"));
+    if (!f->pad_unused)
+        ok = ok && (c->pad >= 0 ? cJSON_AddNumberToObject(o, "pad_token_id", (double)c->pad)
+                                : cJSON_AddNullToObject(o, "pad_token_id"));
     ok = ok && cJSON_AddNumberToObject(o, "initializer_range", 0.02);
     ok = ok && cJSON_AddStringToObject(o, "torch_dtype", "float32");
     if (!ok) {
@@ -679,8 +776,10 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
         decoder_append(extra, sizeof extra,
                        ", RoPE on %" PRId64 " of each head's %" PRId64 " dimensions",
                        regc_rope_dim(&c->rope, c->head_dim), c->head_dim);
-    if (f->parallel)
+    if (c->parallel != PARALLEL_NONE)
         decoder_append(extra, sizeof extra, ", attention and MLP in parallel");
+    if (f->qkv_per_head)
+        decoder_append(extra, sizeof extra, ", q/k/v fused head by head");
     if (f->head_bias)
         decoder_append(extra, sizeof extra, ", head bias");
     if (f->norms != NORMS_BEFORE)
@@ -719,10 +818,10 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
     if (c->pad >= 0)
         decoder_append(extra, sizeof extra, ", pad_token_id %" PRId64 " (no gradient)", c->pad);
     char drop[96] = "";
-    if (f->resid_dropout)
-        decoder_append(drop, sizeof drop, ", resid_pdrop %g", c->resid_dropout);
-    if (f->embed_dropout)
-        decoder_append(drop, sizeof drop, ", embd_pdrop %g", c->embed_dropout);
+    if (f->resid_dropout_key)
+        decoder_append(drop, sizeof drop, ", %s %g", f->resid_dropout_key, c->resid_dropout);
+    if (f->embed_dropout_key && !decoder_same_key(f->embed_dropout_key, f->resid_dropout_key))
+        decoder_append(drop, sizeof drop, ", %s %g", f->embed_dropout_key, c->embed_dropout);
     snprintf(buf, cap,
              "%s %s: vocab %" PRId64 ", max_position_embeddings %" PRId64 ", hidden_size %" PRId64
              ", intermediate_size %" PRId64 ", num_hidden_layers %" PRId64

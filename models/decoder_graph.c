@@ -8,7 +8,8 @@
  * layer, x [B, T, C] in and out (norms as the family places them):
  *     h = norm(x)                    (NORMS_BEFORE, NORMS_BOTH; else h = x)
  *     q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (fused: one qkv_proj,
- *                                     split in three equal parts or sliced)
+ *                                     split in three equal parts or sliced;
+ *                                     GPT-NeoX's head by head)
  *     q, k = qk_norm(q), qk_norm(k)  (per head: Qwen 3, Gemma 3, Phi's
  *                                     LayerNorms; whole: OLMo 2)
  *     q, k = rope(q), rope(k)        (a sliding layer's own tables: Gemma 3;
@@ -22,8 +23,9 @@
  *                                     plain: down(act(up(h'))), GPT-2)
  *     x = x + m                      (likewise)
  * with h' = norm(x) before the MLP under NORMS_BEFORE and NORMS_BOTH. A
- * parallel layer (Phi) reads one norm h for both blocks: x = x + (a + m),
- * with m = mlp(h), summed as Transformers sums them. Then the final norm,
+ * parallel layer reads x for both blocks: x = x + (a + m), m = mlp(h)
+ * from the attention's norm (Phi) or mlp(h') from its own norm of x
+ * (GPT-NeoX), summed as Transformers sums them. Then the final norm,
  * the head (tied or not; Phi's with a bias), Gemma 2's soft-capping of the
  * logits (Granite's division by logits_scaling), and the cross-entropy. A
  * norm is an RMSNorm, or a LayerNorm with a bias (GPT-2); a Gemma norm
@@ -237,8 +239,18 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
             h = x;
         else
             G(h = decoder_norm(g, c, x, w[S_INPUT_NORM], w[S_INPUT_NORM_BIAS])); /* [B, T, C] */
-        const int n_in = h; /* [B, T, C] what a parallel MLP reads */
-        if (f->fused) {
+        const int n_in = h;                /* [B, T, C] what Phi's parallel MLP reads too */
+        if (f->fused && f->qkv_per_head) { /* each head's q, k and v in turn (GPT-NeoX) */
+            const int64_t heads3[] = {B, T, H, 3 * D}, flat[] = {B, T, QD};
+            G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, 3 QD] */
+            G(u = regc_graph_reshape(g, u, 4, heads3));              /* [B, T, H, 3D] */
+            G(q = regc_graph_slice(g, u, 3, 0, D));                  /* [B, T, H, D] */
+            G(k = regc_graph_slice(g, u, 3, D, D));                  /* [B, T, H, D] */
+            G(v = regc_graph_slice(g, u, 3, 2 * D, D));              /* [B, T, H, D] */
+            G(q = regc_graph_reshape(g, q, 3, flat));                /* [B, T, QD] */
+            G(k = regc_graph_reshape(g, k, 3, flat));                /* [B, T, QD] */
+            G(v = regc_graph_reshape(g, v, 3, flat));                /* [B, T, QD] */
+        } else if (f->fused) {
             G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, QD + 2 KD] */
             if (QD == KD) { /* three equal parts: one split */
                 int qkv[3];
@@ -271,8 +283,12 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         if (f->norms != NORMS_BEFORE)
             G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
         G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
-        if (f->parallel) { /* x + (a + mlp(norm(x))), the MLP reading the same norm */
-            G(u = decoder_mlp_hidden(g, c, n_in, w));                  /* [B, T, F] */
+        if (c->parallel != PARALLEL_NONE) {                      /* x + (a + mlp(norm(x))) */
+            if (c->parallel == PARALLEL_TWO_NORMS) /* the MLP's own norm of x (GPT-NeoX) */
+                G(u = decoder_norm(g, c, x, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
+            else                                                       /* the attention's (Phi) */
+                u = n_in;                                              /* [B, T, C] */
+            G(u = decoder_mlp_hidden(g, c, u, w));                     /* [B, T, F] */
             G(u = decoder_linear(g, c, u, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */
             G(regc_model_dropout(m, g, u, u, c->resid_dropout, &u));   /* [B, T, C] */
             G(h = regc_graph_add(g, h, u));                            /* [B, T, C] */

@@ -168,6 +168,7 @@ extern const regc_arch regc_arch_gemma2;
 extern const regc_arch regc_arch_gemma3;
 extern const regc_arch regc_arch_smollm3;
 extern const regc_arch regc_arch_phi;
+extern const regc_arch regc_arch_gpt_neox;
 extern const regc_arch regc_arch_granite;
 extern const regc_arch regc_arch_t5;
 extern const regc_arch regc_arch_bert;
@@ -306,7 +307,7 @@ typedef struct {
     int truncate;                  /* yarn */
     int n_factors;                 /* longrope: the length of both lists */
     double partial;   /* partial_rotary_factor: the share of a head rotated (1, or 0: all) */
-    int partial_key;  /* the family reads partial_rotary_factor (written back) */
+    int partial_key;  /* the family reads partial_rotary_factor (its writer writes it back) */
     const char *dict; /* the dictionary read ("rope_parameters", "rope_scaling"), for messages */
     double long_factor[REGC_ROPE_MAX_FACTORS], short_factor[REGC_ROPE_MAX_FACTORS];
 } regc_rope;

@@ -518,8 +518,6 @@ void regc_rope_inv_freq(const regc_rope *r, int64_t dim, int64_t seq, float *inv
 int regc_rope_write_config(const regc_rope *r, cJSON *o)
 {
     int ok = cJSON_AddNumberToObject(o, "rope_theta", r->theta) != NULL;
-    if (r->partial_key)
-        ok = ok && cJSON_AddNumberToObject(o, "partial_rotary_factor", r->partial) != NULL;
     if (r->type == REGC_ROPE_DEFAULT)
         return ok && cJSON_AddNullToObject(o, "rope_scaling");
     /* the older spelling: Transformers 4 reads it and 5 converts it */

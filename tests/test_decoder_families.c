@@ -660,6 +660,11 @@ static void write_any_config(regc_test_dir *f, const char *type, const char *ext
     static const char *const t5[][2] = {{"vocab_size", "64"}, {"d_model", "24"},
                                         {"d_kv", "6"},        {"d_ff", "40"},
                                         {"num_layers", "2"},  {"num_heads", "4"}};
+    /* no num_key_value_heads: GPT-NeoX's heads are all alike */
+    static const char *const gpt_neox[][2] = {
+        {"vocab_size", "64"},         {"hidden_size", "24"},
+        {"intermediate_size", "40"},  {"num_hidden_layers", "2"},
+        {"num_attention_heads", "3"}, {"max_position_embeddings", "16"}};
     char head[96];
     snprintf(head, sizeof head, "\"model_type\": \"%s\"", type);
     if (!strcmp(type, "gpt2"))
@@ -668,6 +673,9 @@ static void write_any_config(regc_test_dir *f, const char *type, const char *ext
         regc_test_write_config(f->path, head, bert, sizeof bert / sizeof *bert, extra, NULL);
     else if (!strcmp(type, "t5"))
         regc_test_write_config(f->path, head, t5, sizeof t5 / sizeof *t5, extra, NULL);
+    else if (!strcmp(type, "gpt_neox"))
+        regc_test_write_config(f->path, head, gpt_neox, sizeof gpt_neox / sizeof *gpt_neox, extra,
+                               NULL);
     else
         write_config(f, type, extra);
 }

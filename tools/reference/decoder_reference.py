@@ -2,7 +2,7 @@
 """PyTorch reference losses for regc's end-to-end training of decoder-only
 Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3 (with LongRoPE
 too), Llama with biases and with dynamic RoPE, Gemma 2, Gemma 3 (text),
-Granite, SmolLM3 and Phi.
+Granite, SmolLM3, Phi and GPT-NeoX.
 
 For small models with deliberately odd sizes, this script builds the weights
 and the token stream with the SAME counter-based RNG as common/rng.c, trains
@@ -71,6 +71,14 @@ first int(head_dim * partial_rotary_factor) dimensions of each head, the
 rest passing through; qk_layernorm adds LayerNorms over each head of q and k
 before RoPE.
 
+GPT-NeoX (Pythia) runs attention and a plain MLP side by side from two
+LayerNorms of x (use_parallel_residual; else one after the other), its
+fused query_key_value holding each head's q, k and v in turn, RoPE on the
+first rotary_pct of each head at rotary_emb_base (Transformers 5 reads those
+into rope_parameters), the exact GELU. Transformers 5 calls its head lm_head
+in memory and saves it as embed_out.weight: "params" holds the saved name
+(SAVED_AS), the forward the other.
+
 The float64 runs (the noise floor) use a float64 copy of the model, keeping
 the float32 casts Transformers writes into its RMSNorms, softmax and rotary
 tables; they differ from the float32 losses by at most ~1.7e-7 relative. The
@@ -119,6 +127,9 @@ CHECK_STEP = 3  # --check-regc: the step whose loss the saved directory must giv
 RTOL = 1e-5
 NORM, WEIGHT = (1.0, 0.2), (0.0, 0.1)  # (center, halfwidth) of norm weights, of the rest
 GEMMA_NORM = (0.0, 0.2)  # Gemma's norms scale by 1 + w (Transformers initialises w at 0)
+# parameters a family saves under another name than its module's: {in memory: saved}
+SAVED_AS = {"gpt_neox": {"lm_head.weight": "embed_out.weight"}}
+IN_MEMORY = {saved: name for names in SAVED_AS.values() for name, saved in names.items()}
 
 # ---------------------------------------------------------------------------
 # The cases: "config" holds the family's config arguments (the rest are
@@ -336,6 +347,27 @@ CASES = [
          batch=2, seq=12, lr=3e-3, weight_decay=0.01, n_tokens=300, pad_check=True,
          effects=[("partial_rotary_factor 0.8", dict(rope_parameters=dict(
              rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.8)))]),
+    # GPT-NeoX: attention and the exact-GELU MLP side by side from two
+    # LayerNorms of x, q/k/v fused head by head, RoPE on the first quarter
+    # of each head's 16 dimensions (the default rotary_pct); biases.
+    dict(name="gpt_neox_parallel", model_type="gpt_neox", seed=3809,
+         config=dict(vocab_size=199, hidden_size=64, intermediate_size=136,
+                     num_hidden_layers=3, num_attention_heads=4,
+                     max_position_embeddings=32, hidden_dropout=0.0, attention_dropout=0.0),
+         batch=2, seq=13, lr=3e-3, weight_decay=0.01, n_tokens=300,
+         effects=[("use_parallel_residual false", dict(use_parallel_residual=False))]),
+    # One block after the other (use_parallel_residual false), the older
+    # spelling of RoPE (rotary_pct 0.5, rotary_emb_base 1000), no attention
+    # biases (the MLP's stay); pad_token_id 11 (its embedding has no
+    # padding index: the id's row trains like any other).
+    dict(name="gpt_neox_sequential", model_type="gpt_neox", seed=3910,
+         config=dict(vocab_size=173, hidden_size=48, intermediate_size=104,
+                     num_hidden_layers=2, num_attention_heads=4,
+                     max_position_embeddings=32, use_parallel_residual=False,
+                     attention_bias=False, rotary_pct=0.5, rotary_emb_base=1000.0,
+                     pad_token_id=11, hidden_dropout=0.0, attention_dropout=0.0),
+         batch=2, seq=12, lr=3e-3, weight_decay=0.01, n_tokens=300,
+         effects=[("rotary_pct 1", dict(rotary_pct=1.0))]),
 ]
 for _c in CASES:
     _c.setdefault("steps", STEPS)
@@ -399,10 +431,11 @@ def param_specs(case):
     shapes must be those save_pretrained writes to model.safetensors."""
     model = model_for(case, torch.float32)
     norm = case.get("norm_init", NORM)
-    specs = [(name, tuple(p.shape)) + (norm if "norm" in name else WEIGHT)
+    saved_as = SAVED_AS.get(case["model_type"], {})
+    specs = [(saved_as.get(name, name), tuple(p.shape)) + (norm if "norm" in name else WEIGHT)
              for name, p in model.named_parameters()]
-    state = [k for k in model.state_dict() if not (k == "lm_head.weight" and
-                                                    model.config.tie_word_embeddings)]
+    state = [saved_as.get(k, k) for k in model.state_dict()
+             if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
     assert [s[0] for s in specs] == state
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
@@ -417,7 +450,8 @@ def param_specs(case):
 def model_loss(model, p, idx, targets):
     """Mean next-token cross-entropy of `model` with parameters p (all of
     them, strictly; a tied head reads the embedding through the tie)."""
-    tensors = dict(p, **{n: b for n, b in model.named_buffers()})
+    tensors = dict({IN_MEMORY.get(n, n): t for n, t in p.items()},
+                   **{n: b for n, b in model.named_buffers()})
     logits = torch.func.functional_call(model, tensors, (idx,), {"use_cache": False},
                                         strict=True).logits
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
@@ -470,7 +504,7 @@ def check_case(case, specs, config):
     idx, targets = get_batch(tokens, 0, case["batch"], case["seq"])
     fresh = build_model(config)
     tied = fresh.config.tie_word_embeddings
-    state = {n: torch.from_numpy(a) for n, a in init.items()}
+    state = {IN_MEMORY.get(n, n): torch.from_numpy(a) for n, a in init.items()}
     missing, unexpected = fresh.load_state_dict(state, strict=False)
     assert not unexpected and missing == (["lm_head.weight"] if tied else []), missing
     assert (fresh.get_output_embeddings().weight is fresh.get_input_embeddings().weight) == tied
@@ -484,7 +518,9 @@ def check_case(case, specs, config):
     assert rel <= 1e-7, (case["name"], loss.item(), want)
     assert all(t.grad is not None and t.grad.abs().max() > 0 for t in p.values())
     pad, note = config.get("pad_token_id"), ""
-    assert fresh.get_input_embeddings().padding_idx == pad
+    # GPT-NeoX's embedding takes no padding index
+    assert fresh.get_input_embeddings().padding_idx == (
+        None if case["model_type"] == "gpt_neox" else pad)
     if case.get("pad_check"):  # batch 0 has the pad id; its embedding row takes nothing
         assert pad is not None and (idx == pad).any(), "the pad id is not in batch 0"
         if tied:  # ... from the lookup: the head's gradient still reaches it
