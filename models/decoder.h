@@ -176,10 +176,14 @@ typedef struct {
 
 /* decoder_config.c: c into m's config (a copy, with the layers'
  * variations from layer, or every layer sliding when NULL and c has a
- * window), and the regc_arch entries that read, write and describe
- * config.json */
+ * window), the regc_arch entry that reads config.json, and the norms'
+ * epsilon's key (rms_norm_eps, or the family's eps_key) */
 int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned char *layer);
 int decoder_parse_config(regc_model *m, const cJSON *root, const char *path);
+const char *decoder_eps_key(const decoder_family *f);
+
+/* decoder_write.c: the regc_arch entries that write config.json back and
+ * describe the model */
 cJSON *decoder_write_config(const regc_model *m);
 void decoder_describe(const regc_model *m, char *buf, size_t cap);
 
