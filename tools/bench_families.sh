@@ -4,15 +4,16 @@
 # each one's median step over Llama's says what its own pieces cost (biases,
 # q/k norms, Gemma's extra norms and soft-capping, Phi-3's fused
 # projections and their slices, Granite's multipliers, SmolLM3's layers
-# without RoPE, Phi's parallel blocks, LayerNorms, biases and half-rotated
-# heads; its plain MLP 3,072 wide, so that its two GEMMs match the gated
-# MLP's three of 2,048).
+# without RoPE, Phi's and GPT-NeoX's parallel blocks, LayerNorms, biases
+# and partly rotated heads; their plain MLPs 3,072 wide, so that two GEMMs
+# match the gated MLP's three of 2,048; GPT-NeoX has no grouped-query
+# attention: its k and v are twice as wide).
 #
 #   tools/bench_families.sh [STEPS]     STEPS >= 2, default 8
 #
 # Environment: PYTHON (a Python with torch and transformers >= 5, which makes
 # each family's random checkpoint; default python3), THREADS (default 2),
-# REGC (the binary, default build/regc), FAMILIES (default all eleven, the
+# REGC (the binary, default build/regc), FAMILIES (default all twelve, the
 # first the one the others are compared with), ROUNDS (default 3).
 # B=4, T=64, fp32; the first step is a warm-up.
 set -euo pipefail
@@ -24,7 +25,7 @@ THREADS="${THREADS:-2}"
 ROUNDS="${ROUNDS:-3}"
 PYTHON="${PYTHON:-python3}"
 REGC="${REGC:-build/regc}"
-FAMILIES="${FAMILIES:-llama mistral qwen2 qwen3 olmo2 phi3 gemma2 gemma3_text granite smollm3 phi}"
+FAMILIES="${FAMILIES:-llama mistral qwen2 qwen3 olmo2 phi3 gemma2 gemma3_text granite smollm3 phi gpt_neox}"
 [[ "$STEPS" =~ ^[0-9]+$ && "$STEPS" -ge 2 ]] || { echo "bench_families.sh: STEPS >= 2" >&2; exit 2; }
 [ -x "$REGC" ] || { echo "bench_families.sh: no binary at $REGC (build first)" >&2; exit 2; }
 
@@ -51,8 +52,10 @@ if family.startswith("gemma"):  # its default scale is head_dim's
 if family == "granite":  # Granite 3's multipliers (its defaults of 1 would be Llama)
     shape.update(embedding_multiplier=12.0, residual_multiplier=0.22,
                  attention_multiplier=0.015625, logits_scaling=8.0)
-if family == "phi":  # the same MLP FLOPs in two GEMMs
+if family in ("phi", "gpt_neox"):  # the same MLP FLOPs in two GEMMs
     shape.update(intermediate_size=3072)
+if family == "gpt_neox":  # its heads are all alike, hidden_size / num_attention_heads wide
+    del shape["num_key_value_heads"], shape["head_dim"]
 cfg = transformers.AutoConfig.for_model(family, **shape)
 torch.manual_seed(0)
 transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(out)

@@ -214,15 +214,35 @@ def tied_names(model):
     return {n: ns for ns in names.values() for n in ns}
 
 
+def saved_names(model):
+    """{name: the name Transformers saves that parameter under} for the
+    parameters its save renames (GPT-NeoX's head, lm_head in memory, is
+    saved as embed_out); {} where nothing is renamed or Transformers has no
+    such mapping."""
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:
+        return {}
+    params = dict(model.named_parameters())
+    try:
+        saved = revert_weight_conversion(model, dict(params))
+    except Exception:  # a model Transformers' mappings do not describe: names as they are
+        return {}
+    by_id = {id(v): k for k, v in saved.items()}
+    return {n: by_id[id(p)] for n, p in params.items() if by_id.get(id(p), n) != n}
+
+
 def name_params(ex, model, held):
     """Each of the graph's parameters by the name the weights give it: of a
-    tied parameter's names, the first the checkpoint holds (held:
-    checkpoint_shapes'), else the first in the model."""
-    tied = tied_names(model)
+    tied parameter's names and the names Transformers saves them under, the
+    first the checkpoint holds (held: checkpoint_shapes'), else the first in
+    the model."""
+    tied, renamed = tied_names(model), saved_names(model)
     for t in ex.g.leaves:
         if t.role != "param":
             continue
         names = tied.get(t.name, [t.name])
+        names = names + [renamed[n] for n in names if n in renamed]
         name = next((n for n in names if n in held), names[0])
         if name != t.name:
             ex.params[name] = ex.params.pop(t.name)

@@ -85,6 +85,13 @@ CASES = [
     # export reads no weights, regc trains from the shards as they are
     dict(name="llama_sharded", arch="Llama", seed=23, dtype=torch.bfloat16, shard="16KB",
          config=DECODER),
+    # Phi: attention and the MLP side by side from one LayerNorm, half of
+    # each head rotated (sliced off and joined again in the exported graph)
+    dict(name="phi", arch="Phi", seed=24, config=DECODER),
+    # GPT-NeoX: each block from its own LayerNorm, q/k/v fused head by head,
+    # a quarter of each head rotated
+    dict(name="gpt_neox", arch="GPTNeoX", seed=25,
+         config={k: v for k, v in DECODER.items() if k != "num_key_value_heads"}),
 ]
 CASES = [dict(STEP, **c) for c in CASES]
 
