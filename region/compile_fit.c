@@ -238,6 +238,19 @@ static int least_offload(const regc_graph *g, const int64_t *param_offset, regc_
     return 1;
 }
 
+/* The refusal of a budget below the least any choice held (least bytes),
+ * naming what the search could do to reach it. */
+static int refuse_budget(const regc_compile_options *o, int64_t least, int chunked)
+{
+    return regc_error(REGC_ERR_BUDGET,
+                      "compile.memory_budget_mb: the step needs %.1f MiB per rank at the least "
+                      "(recomputing%s%s what can be); the budget is %.1f MiB",
+                      (double)least / (1 << 20),
+                      o->offload_activation ? (chunked ? ", offloading" : " and offloading") : "",
+                      chunked ? " and chunking" : "",
+                      (double)regc_compile_least_budget(o) / (1 << 20));
+}
+
 /* fit_check's answer: whether any choice of the search fits, from the
  * ends of its ranges only, each with ZeRO-3's least schedule
  * (zero3_budget.c): every candidate recomputed or none, the logits whole
@@ -277,13 +290,7 @@ static int least_choice(const regc_graph *g, const int64_t *param_offset,
     if (fit < 0 || least < 0) /* an error, or a schedule pass's own message */
         return fit < 0 ? fit : REGC_ERR_BUDGET;
     if (least > regc_compile_least_budget(o))
-        return regc_error(
-            REGC_ERR_BUDGET,
-            "compile.memory_budget_mb: the step needs %.1f MiB per rank at the "
-            "least (recomputing%s%s what can be); the budget is %.1f MiB",
-            (double)least / (1 << 20),
-            o->offload_activation ? (chunk > 0 ? ", offloading" : " and offloading") : "",
-            chunk > 0 ? " and chunking" : "", (double)regc_compile_least_budget(o) / (1 << 20));
+        return refuse_budget(o, least, chunk > 0);
     return regc_error(REGC_ERR_BUDGET,
                       "compile.host_memory_mb: the step holds %.1f MiB per rank on the host at "
                       "its least device memory; the limit is %.1f MiB",
@@ -348,15 +355,8 @@ int regc_compile_fitting(regc_graph *g, const int64_t *param_offset, const regc_
     int rc = fit < 0 ? fit : REGC_OK;
     if (offloaded >= 0 && (least < 0 || offloaded < least))
         least = offloaded;
-    const int chunked = o->logits_chunk_rows > 0 || chunk > 0;
     if (fit == 0 && least >= 0)
-        rc = regc_error(REGC_ERR_BUDGET,
-                        "compile.memory_budget_mb: the step needs %.1f MiB per rank at the least "
-                        "(recomputing%s%s what can be); the budget is %.1f MiB",
-                        (double)least / (1 << 20),
-                        o->offload_activation ? (chunked ? ", offloading" : " and offloading") : "",
-                        chunked ? " and chunking" : "",
-                        (double)regc_compile_least_budget(o) / (1 << 20));
+        rc = refuse_budget(o, least, o->logits_chunk_rows > 0 || chunk > 0);
     else if (fit == 0)
         rc = REGC_ERR_BUDGET; /* the schedule pass's message says what it needs */
     if (rc == REGC_OK) {
