@@ -353,13 +353,24 @@ static long long fit_offloading(const char *host)
 }
 
 /* --host-memory-mb bounds what offloading may put on the host: with 1 MiB
- * the longest sequence that fits is shorter than offloading freely finds. */
+ * the longest sequence that fits is shorter than offloading freely finds;
+ * where the optimizer's state alone is more than the host takes, even one
+ * token is refused naming the host's limit and what it would hold. */
 static void test_plan_fit_host_memory(void **state)
 {
     (void)state;
     const long long free_fit = fit_offloading(NULL), host_fit = fit_offloading("1");
     if (!(host_fit >= 1 && host_fit < free_fit))
         fail_msg("seq %lld within 1 MiB of host memory, %lld without a limit", host_fit, free_fit);
+    regc_test_proc p;
+    assert_int_equal(regc_test_run_regc(&p, "plan", "--model", "gpt2-tiny", "--ranks", "1",
+                                        "--zero-stage", "0", "--fit", "seq", "--device-memory-mb",
+                                        "64", "--offload-optimizer", "cpu", "--host-memory-mb", "1",
+                                        NULL),
+                     1);
+    regc_test_expect_one_line_error(&p, -1, "compile.host_memory_mb: the step holds",
+                                    "on the host at its least device memory; the limit is 1.0 MiB");
+    regc_test_proc_free(&p);
 }
 
 /* regc plan says what the host holds: offloaded activations, the
