@@ -176,6 +176,7 @@ static const decoder_family family_phi3 = {.architecture = "Phi3ForCausalLM",
                                            .fused = 1,
                                            .resid_dropout_key = "resid_pdrop",
                                            .phi3_rope = 1,
+                                           .partial_default = 1.0, /* Phi-4-mini's 0.75 */
                                            .act_key = "hidden_act",
                                            .window = WINDOW_ALL,
                                            .pad_default = 32000,

@@ -458,7 +458,7 @@ static int decoder_parse_rope(const cJSON *root, const char *path, decoder_confi
     if (f->local_rope)
         return decoder_parse_gemma3_rope(root, path, c);
     if (f->phi3_rope)
-        return regc_rope_parse_phi3(root, path, c->n_pos, &c->rope);
+        return regc_rope_parse_phi3(root, path, c->n_pos, f->partial_default, &c->rope);
     if (f->theta_key)
         return decoder_parse_own_rope(root, path, c, theta);
     return regc_rope_parse(root, path, c->n_pos, theta, f->partial_default, &c->rope);

@@ -323,8 +323,10 @@ int regc_rope_parse(const cJSON *root, const char *path, int64_t max_pos, double
 int64_t regc_rope_dim(const regc_rope *r, int64_t head_dim);
 /* The same as Phi3Config reads it: "su" and "yarn" mean longrope, only
  * default and longrope are taken, and the top-level
- * original_max_position_embeddings (default 4096) is longrope's. */
-int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r);
+ * original_max_position_embeddings (default 4096) is longrope's; partial
+ * as regc_rope_parse's (Phi-4-mini rotates 0.75 of each head). */
+int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, double partial,
+                         regc_rope *r);
 /* REGC_OK when r rotates an even, nonzero part of a head of head_dim and
  * its per-frequency lists fit that part, else an error naming `path` and
  * the keys. */

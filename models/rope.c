@@ -613,7 +613,8 @@ int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path)
  * dictionary before it renames "su", so it fails (KeyError) on an "su"
  * dictionary without a length of its own; regc reads it as it reads
  * "yarn" there. */
-int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, regc_rope *r)
+int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, double partial,
+                         regc_rope *r)
 {
     int64_t original = 0;
     int rc = regc_cfg_int(root, path, "original_max_position_embeddings", 0, 4096, 1, 2147483647,
@@ -648,7 +649,7 @@ int regc_rope_parse_phi3(const cJSON *root, const char *path, int64_t max_pos, r
                  NULL;
         }
     }
-    rc = ok ? regc_rope_parse(copy, path, max_pos, 10000.0, 0.0, r)
+    rc = ok ? regc_rope_parse(copy, path, max_pos, 10000.0, partial, r)
             : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     cJSON_Delete(copy);
     r->original_max_pos = original; /* written back whatever the type */

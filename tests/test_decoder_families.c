@@ -496,7 +496,8 @@ static void test_phi3_dropout(void **state)
 
 /* Phi-3's RoPE as Phi3Config reads it: "su" (and "yarn") mean longrope,
  * whose original length is the top-level key (default 4096, whatever the
- * dictionary says); past it, the long factors; only default and longrope.
+ * dictionary says); past it, the long factors; only default and longrope;
+ * a share of each head rotated, its lists as long as its frequencies.
  * Heads of 4: two frequencies, theta 10000 gives 1 and 1/100 before the
  * factors. */
 static void test_phi3_rope(void **state)
@@ -547,6 +548,17 @@ static void test_phi3_rope(void **state)
     regc_test_expect_config_error(
         f->path, REGC_ERR_FORMAT,
         "(the sliding layers' RoPE): keys \"rope_parameters.long_factor\"");
+    /* a share of each head rotated (Phi-4-mini's 0.75): the lists, one
+     * factor per frequency of that share */
+    m = load(f, "phi3", "\"partial_rotary_factor\": 0.5");
+    assert_int_equal(regc_model_compute_rope(m, 0, NULL, 0, NULL), 1);
+    regc_model_free(m);
+    snprintf(extra, sizeof extra,
+             "\"partial_rotary_factor\": 0.5, \"rope_scaling\": {\"type\": \"longrope\", %s}",
+             lists);
+    write_config(f, "phi3", extra);
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "have 2 values; a head of 4 rotates 1 frequencies");
     /* Phi3Config refuses the other types */
     write_config(f, "phi3", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}");
     regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,

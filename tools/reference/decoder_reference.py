@@ -210,6 +210,24 @@ CASES = [
          effects=[("long_factor = short_factor", dict(rope_scaling=dict(
              type="longrope", short_factor=[1.0, 1.02, 1.1, 1.3, 1.9, 2.6],
              long_factor=[1.0, 1.02, 1.1, 1.3, 1.9, 2.6])))]),
+    # Phi-4-mini's shape of RoPE (a Phi3ForCausalLM): LongRoPE on the first
+    # 0.75 of each head's 16 dimensions (six factors each), trained past the
+    # original length; GQA, tied, no pad id.
+    dict(name="phi3_partial_longrope", model_type="phi3", seed=3011,
+         config=dict(vocab_size=229, hidden_size=64, intermediate_size=96,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=64, original_max_position_embeddings=16,
+                     sliding_window=None, eos_token_id=2, pad_token_id=None,
+                     tie_word_embeddings=True, partial_rotary_factor=0.75,
+                     rope_scaling=dict(type="longrope",
+                                       short_factor=[1.0, 1.05, 1.2, 1.5, 2.2, 3.0],
+                                       long_factor=[1.2, 1.9, 3.1, 5.5, 9.0, 15.0])),
+         batch=2, seq=20, lr=3e-3, weight_decay=0.01, n_tokens=250,
+         effects=[("partial_rotary_factor 1 (lists of eight)", dict(
+             partial_rotary_factor=1.0,
+             rope_scaling=dict(type="longrope",
+                               short_factor=[1.0, 1.05, 1.2, 1.5, 2.2, 3.0, 3.5, 4.0],
+                               long_factor=[1.2, 1.9, 3.1, 5.5, 9.0, 15.0, 18.0, 20.0])))]),
     # Dynamic NTK scaling trained past max_position_embeddings (16 < 24):
     # Transformers' forward computes a larger base for 24 positions, in
     # float32 tensor arithmetic.
