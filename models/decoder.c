@@ -386,6 +386,17 @@ static const regc_config_key keys_phi3[] = {
     {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"embd_pdrop", REGC_KEY_INERT, NULL, "Transformers 5's Phi3Model never applies it"},
     {"original_max_position_embeddings", REGC_KEY_APPLIED, NULL, NULL}, /* longrope's */
+    /* Phi-4-mini's config.json carries its remote code's keys at values
+     * that change nothing; Transformers' Phi-3 reads none of them */
+    {"attention_bias", REGC_KEY_REFUSED, "false",
+     "Transformers' Phi-3 builds its projections without biases"},
+    {"mlp_bias", REGC_KEY_REFUSED, "false", "Transformers' Phi-3 builds its MLP without biases"},
+    {"lm_head_bias", REGC_KEY_REFUSED, "false",
+     "Transformers' Phi-3 builds its head without a bias"},
+    {"full_attn_mod", REGC_KEY_REFUSED, "1",
+     "Transformers' Phi-3 attends as sliding_window says on every layer"},
+    {"interpolate_factor", REGC_KEY_REFUSED, "1",
+     "Transformers' Phi-3 interpolates no positions beyond its RoPE type"},
     {NULL, 0, NULL, NULL},
 };
 

@@ -549,10 +549,16 @@ static void test_phi3_rope(void **state)
         f->path, REGC_ERR_FORMAT,
         "(the sliding layers' RoPE): keys \"rope_parameters.long_factor\"");
     /* a share of each head rotated (Phi-4-mini's 0.75): the lists, one
-     * factor per frequency of that share */
-    m = load(f, "phi3", "\"partial_rotary_factor\": 0.5");
+     * factor per frequency of that share; its config.json's keys of its
+     * remote code at their neutral values taken, others refused */
+    m = load(f, "phi3",
+             "\"partial_rotary_factor\": 0.5, \"attention_bias\": false, \"mlp_bias\": false, "
+             "\"lm_head_bias\": false, \"full_attn_mod\": 1, \"interpolate_factor\": 1");
     assert_int_equal(regc_model_compute_rope(m, 0, NULL, 0, NULL), 1);
     regc_model_free(m);
+    write_config(f, "phi3", "\"attention_bias\": true");
+    regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
+                                  "key \"attention_bias\" is not supported: Transformers' Phi-3");
     snprintf(extra, sizeof extra,
              "\"partial_rotary_factor\": 0.5, \"rope_scaling\": {\"type\": \"longrope\", %s}",
              lists);
