@@ -5,8 +5,9 @@
  * SmolLM3ForCausalLM) or vary it (PhiForCausalLM: attention and a plain
  * MLP in parallel from one LayerNorm, RoPE on part of each head, a head
  * with a bias; GPTNeoXForCausalLM: the same side by side from two
- * LayerNorms, q, k and v fused head by head): one description of the
- * layer (decoder.h's
+ * LayerNorms, q, k and v fused head by head; StableLmForCausalLM: Llama's
+ * layer with LayerNorms and part of each head rotated, side by side or
+ * not): one description of the layer (decoder.h's
  * decoder_family) whose variations a family fixes or
  * config.json chooses, the table of each family's config.json keys, its
  * parameters in checkpoint order (any family's, GPT-2's included, by its
@@ -83,6 +84,30 @@ static const decoder_names phi_names = {.embed = "model.embed_tokens.weight",
                                         .head_bias = "lm_head.bias",
                                         .slot_suffix = phi_slot_suffix};
 
+/* StableLM's: Llama's, its LayerNorms' biases beside their weights */
+static const char *const stablelm_slot_suffix[N_SLOTS] = {
+    [S_Q] = "self_attn.q_proj.weight",
+    [S_Q_BIAS] = "self_attn.q_proj.bias",
+    [S_K] = "self_attn.k_proj.weight",
+    [S_K_BIAS] = "self_attn.k_proj.bias",
+    [S_V] = "self_attn.v_proj.weight",
+    [S_V_BIAS] = "self_attn.v_proj.bias",
+    [S_O] = "self_attn.o_proj.weight",
+    [S_GATE] = "mlp.gate_proj.weight",
+    [S_UP] = "mlp.up_proj.weight",
+    [S_DOWN] = "mlp.down_proj.weight",
+    [S_INPUT_NORM] = "input_layernorm.weight",
+    [S_INPUT_NORM_BIAS] = "input_layernorm.bias",
+    [S_POST_ATTN_NORM] = "post_attention_layernorm.weight",
+    [S_POST_ATTN_NORM_BIAS] = "post_attention_layernorm.bias",
+};
+
+static const decoder_names stablelm_names = {.embed = "model.embed_tokens.weight",
+                                             .layer = "model.layers.%" PRId64 ".",
+                                             .norm = "model.norm.weight",
+                                             .norm_bias = "model.norm.bias",
+                                             .slot_suffix = stablelm_slot_suffix};
+
 /* GPT-NeoX's names (GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B); its head is
  * saved as embed_out, the name Transformers 5 gives it in memory
  * (lm_head) read too (gpt_neox_legacy_name) */
@@ -133,6 +158,21 @@ static const int slots_gpt_neox[] = {S_INPUT_NORM,
                                      S_UP_BIAS,
                                      S_DOWN,
                                      S_DOWN_BIAS,
+                                     -1};
+static const int slots_stablelm[] = {S_Q,
+                                     S_Q_BIAS,
+                                     S_K,
+                                     S_K_BIAS,
+                                     S_V,
+                                     S_V_BIAS,
+                                     S_O,
+                                     S_GATE,
+                                     S_UP,
+                                     S_DOWN,
+                                     S_INPUT_NORM,
+                                     S_INPUT_NORM_BIAS,
+                                     S_POST_ATTN_NORM,
+                                     S_POST_ATTN_NORM_BIAS,
                                      -1};
 /* Phi3Attention defines o_proj before qkv_proj */
 static const int slots_phi3[] = {S_O, S_QKV, S_GATE_UP, S_DOWN, S_INPUT_NORM, S_POST_ATTN_NORM, -1};
@@ -272,9 +312,11 @@ static const decoder_family family_gpt_neox = {.architecture = "GPTNeoXForCausal
                                                .plain_mlp = 1,
                                                .fused = 1,
                                                .qkv_per_head = 1,
-                                               .fixed_heads = 1,
+                                               .no_head_dim = 1,
+                                               .no_kv_heads = 1,
                                                .parallel = PARALLEL_TWO_NORMS,
                                                .parallel_key = "use_parallel_residual",
+                                               .parallel_default = 1,
                                                .bias_key = 1,
                                                .bias_default = 1,
                                                .mlp_bias_default = 1,
@@ -288,6 +330,28 @@ static const decoder_family family_gpt_neox = {.architecture = "GPTNeoXForCausal
                                                .act_default = ACT_GELU,
                                                .pad_unused = 1,
                                                .pad_default = -1};
+
+/* Llama's layer with LayerNorms (biases too), q/k/v biases as
+ * use_qkv_bias says, RoPE on the first partial_rotary_factor (0.25) of
+ * each head, hidden_dropout after the MLP alone; side by side from one
+ * LayerNorm, summed (x + a) + m, as use_parallel_residual says (not by
+ * default); 4096 positions by default */
+static const decoder_family family_stablelm = {.architecture = "StableLmForCausalLM",
+                                               .slots = slots_stablelm,
+                                               .names = &stablelm_names,
+                                               .layernorm = 1,
+                                               .parallel = PARALLEL_ONE_NORM,
+                                               .parallel_key = "use_parallel_residual",
+                                               .residual_first = 1,
+                                               .no_head_dim = 1,
+                                               .qkv_bias_key = "use_qkv_bias",
+                                               .resid_dropout_key = "hidden_dropout",
+                                               .mlp_dropout_only = 1,
+                                               .partial_default = 0.25,
+                                               .eps_key = "layer_norm_eps",
+                                               .act_key = "hidden_act",
+                                               .pad_default = -1,
+                                               .n_pos_default = 4096};
 
 /* ---- config.json's keys (model_load.c checks every key against these
  * tables and those every architecture shares before parse_config) */
@@ -408,6 +472,21 @@ static const regc_config_key keys_phi[] = {
     {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"embd_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"rms_norm_eps", REGC_KEY_INERT, NULL, "Phi's norms are LayerNorms (layer_norm_eps)"},
+    {NULL, 0, NULL, NULL},
+};
+
+/* StableLM's own, listed before keys_decoder */
+static const regc_config_key keys_stablelm[] = {
+    {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
+    {"use_qkv_bias", REGC_KEY_APPLIED, NULL, NULL},
+    {"use_parallel_residual", REGC_KEY_APPLIED, NULL, NULL},
+    {"hidden_dropout", REGC_KEY_APPLIED, NULL, NULL},
+    {"qk_layernorm", REGC_KEY_REFUSED, "false",
+     "StableLM normalises each head of q and k with a LayerNorm of its own; regc's q/k norms "
+     "share one across the heads"},
+    {"head_dim", REGC_KEY_REFUSED, NULL,
+     "Transformers' StableLM makes its heads hidden_size / num_attention_heads wide"},
+    {"rms_norm_eps", REGC_KEY_INERT, NULL, "StableLM's norms are LayerNorms (layer_norm_eps)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -613,6 +692,7 @@ static const regc_config_key *const tables_smollm3[] = {keys_decoder, keys_atten
                                                         keys_window, keys_smollm3, NULL};
 static const regc_config_key *const tables_phi[] = {keys_phi, keys_decoder, NULL};
 static const regc_config_key *const tables_gpt_neox[] = {keys_gpt_neox, NULL};
+static const regc_config_key *const tables_stablelm[] = {keys_stablelm, keys_decoder, NULL};
 
 /* The head under the name Transformers 5 gives it in memory. */
 static int gpt_neox_legacy_name(const char *name, char *buf, size_t cap)
@@ -633,6 +713,8 @@ static const char *const gpt_neox_ignored[] = {"embed_out.weight",      "lm_head
  * it has none for OLMo 2, Phi-3, Granite and SmolLM3) */
 const regc_arch regc_arch_phi =
     DECODER_ARCH("phi", family_phi, tables_phi, "q_proj,v_proj,fc1,fc2", NULL);
+const regc_arch regc_arch_stablelm =
+    DECODER_ARCH("stablelm", family_stablelm, tables_stablelm, "q_proj,v_proj", NULL);
 const regc_arch regc_arch_gpt_neox = {
     .model_type = "gpt_neox",
     .family = &family_gpt_neox,

@@ -98,19 +98,23 @@ typedef struct {
     int plain_mlp;              /* down(act(up(h))) (GPT-2), else the gated MLP */
     parallel_kind parallel;     /* the blocks side by side (as parallel_key chooses, if any) */
     const char *parallel_key;   /* a boolean key choosing parallel or not (GPT-NeoX's) */
+    int parallel_default;       /* parallel_key's default */
+    int residual_first;         /* side by side, summed (x + a) + m (StableLM); else x + (a + m) */
     int head_bias;              /* the LM head has a bias (Phi) */
     int qkv_per_head;           /* the fused projection's rows q, k, v head by head (GPT-NeoX) */
-    int fixed_heads;            /* no num_key_value_heads or head_dim keys: heads hidden_size /
-                                   num_attention_heads wide, as many for k and v (GPT-NeoX) */
-    int conv1d;                 /* weights stored [in, out] (GPT-2's Conv1D), else nn.Linear's */
+    int no_head_dim; /* no head_dim key: heads hidden_size / num_attention_heads wide (GPT-NeoX,
+                        StableLM) */
+    int no_kv_heads; /* no num_key_value_heads key: k and v as many heads as q (GPT-NeoX) */
+    int conv1d;      /* weights stored [in, out] (GPT-2's Conv1D), else nn.Linear's */
     int scaled_init; /* o and down drawn with std / sqrt(2 n_layer), as GPT-2 initialises */
     qk_norm_kind qk_norm;
     norm_place norms;
-    int norm_offset; /* Gemma: a norm multiplies by 1 + w */
-    int embed_scale; /* Gemma: the embeddings times sqrt(hidden_size) */
-    int fused;       /* qkv_proj, and gate_up_proj in a gated MLP */
-    int qkv_bias;    /* q, k and v always have biases (Qwen 2) */
-    int bias_key;    /* attention_bias adds biases to q, k, v and o */
+    int norm_offset;          /* Gemma: a norm multiplies by 1 + w */
+    int embed_scale;          /* Gemma: the embeddings times sqrt(hidden_size) */
+    int fused;                /* qkv_proj, and gate_up_proj in a gated MLP */
+    int qkv_bias;             /* q, k and v always have biases (Qwen 2) */
+    const char *qkv_bias_key; /* a boolean key giving q, k and v biases (StableLM's use_qkv_bias) */
+    int bias_key;             /* attention_bias adds biases to q, k, v and o */
     int mlp_bias_key;
     int bias_default;     /* attention_bias's default, or the biases without the key (Phi) */
     int mlp_bias_default; /* likewise the MLP's (Phi, GPT-NeoX: always) */
@@ -119,6 +123,7 @@ typedef struct {
      * the embeddings (Phi's embd_pdrop, GPT-NeoX's hidden_dropout again) */
     const char *resid_dropout_key;
     const char *embed_dropout_key;
+    int mlp_dropout_only; /* resid_dropout_key's dropout after the MLP alone (StableLM) */
     /* RoPE's own keys (GPT-NeoX's rotary_emb_base and rotary_pct), read
      * as rope_theta and partial_rotary_factor are; NULL: those */
     const char *theta_key, *partial_key;
@@ -157,6 +162,7 @@ typedef struct {
     int tied;
     int64_t pad;             /* pad_token_id: the embedding row that takes no gradient; -1: none */
     int attn_bias, mlp_bias; /* attention_bias (q, k, v, o), mlp_bias (gate, up, down) */
+    int qkv_bias;            /* q, k and v biases without o's (the family's, or its key's) */
     double query_scalar;     /* Gemma's query_pre_attn_scalar: scores scaled by its -1/2 power */
     double attn_softcap, final_softcap; /* Gemma 2's soft-capping; 0: none */
     /* Granite's: the embeddings times embedding_mult, each block's output

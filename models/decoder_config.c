@@ -25,6 +25,8 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
         copy->qk_norm = c->family->qk_norm;
     if (!c->family->parallel_key)
         copy->parallel = c->family->parallel;
+    if (!c->family->qkv_bias_key)
+        copy->qkv_bias = c->family->qkv_bias;
     for (int64_t l = 0; l < c->n_layer; l++)
         copy->layer[l] = layer ? layer[l] : c->window > 0 ? LAYER_SLIDING : 0;
     /* the layer's slots: the family's, less the optional ones the config leaves out */
@@ -34,7 +36,7 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
     for (const int *s = c->family->slots; *s >= 0; s++) {
         int present = 1;
         if (*s == S_Q_BIAS || *s == S_K_BIAS || *s == S_V_BIAS || *s == S_QKV_BIAS)
-            present = c->family->qkv_bias || c->attn_bias;
+            present = copy->qkv_bias || c->attn_bias;
         else if (*s == S_O_BIAS)
             present = c->attn_bias;
         else if (*s == S_GATE_BIAS || *s == S_UP_BIAS || *s == S_DOWN_BIAS)
@@ -43,8 +45,12 @@ int decoder_set_config(regc_model *m, const decoder_config *c, const unsigned ch
             present = copy->qk_norm != QK_NORM_NONE;
         else if (*s == S_Q_NORM_BIAS || *s == S_K_NORM_BIAS)
             present = copy->qk_norm != QK_NORM_NONE && c->family->layernorm;
-        else if (*s == S_INPUT_NORM_BIAS || *s == S_POST_ATTN_NORM_BIAS)
+        else if (*s == S_INPUT_NORM_BIAS)
             present = c->family->layernorm;
+        else if (*s == S_POST_ATTN_NORM ||
+                 *s == S_POST_ATTN_NORM_BIAS) /* one norm for both: none */
+            present = copy->parallel != PARALLEL_ONE_NORM &&
+                      (*s == S_POST_ATTN_NORM || c->family->layernorm);
         if (present)
             copy->slot_at[*s] = copy->n_slots++;
     }
@@ -501,7 +507,7 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
                           "%s: hidden_size %" PRId64 " is not divisible by num_attention_heads "
                           "%" PRId64 "%s",
                           path, c.hidden, c.n_head,
-                          c.family->fixed_heads ? "" : " (give \"head_dim\" explicitly)");
+                          c.family->no_head_dim ? "" : " (give \"head_dim\" explicitly)");
     if ((rc = regc_cfg_int(root, path, "head_dim", 0, c.hidden / c.n_head, 1, DECODER_MAX_DIM,
                            &c.head_dim)) < 0 ||
         (rc = regc_cfg_int(root, path, "max_position_embeddings", 0,
@@ -519,12 +525,16 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
         (rc = decoder_parse_biases(root, path, &c)) < 0 ||
         (rc = decoder_parse_pad(root, path, &c)) < 0)
         return rc;
+    if (c.family->qkv_bias_key &&
+        (rc = regc_cfg_bool(root, path, c.family->qkv_bias_key, 0, 0, &c.qkv_bias)) < 0)
+        return rc;
     if ((rc = decoder_parse_dropouts(root, path, &c)) < 0 ||
         (c.family->qk_norm_key && (rc = decoder_parse_qk_norm(root, path, &c)) < 0))
         return rc;
     if (c.family->parallel_key) {
         int on;
-        if ((rc = regc_cfg_bool(root, path, c.family->parallel_key, 0, 1, &on)) < 0)
+        if ((rc = regc_cfg_bool(root, path, c.family->parallel_key, 0, c.family->parallel_default,
+                                &on)) < 0)
             return rc;
         c.parallel = on ? c.family->parallel : PARALLEL_NONE;
     }

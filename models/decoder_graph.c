@@ -24,8 +24,9 @@
  *     x = x + m                      (likewise)
  * with h' = norm(x) before the MLP under NORMS_BEFORE and NORMS_BOTH. A
  * parallel layer reads x for both blocks: x = x + (a + m), m = mlp(h)
- * from the attention's norm (Phi) or mlp(h') from its own norm of x
- * (GPT-NeoX), summed as Transformers sums them. Then the final norm,
+ * from the attention's norm (Phi, StableLM) or mlp(h') from its own norm
+ * of x (GPT-NeoX), summed as Transformers sums them ((x + a) + m:
+ * StableLM). Then the final norm,
  * the head (tied or not; Phi's with a bias), Gemma 2's soft-capping of the
  * logits (Granite's division by logits_scaling), and the cross-entropy. A
  * norm is an RMSNorm, or a LayerNorm with a bias (GPT-2); a Gemma norm
@@ -282,8 +283,9 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         G(h = decoder_linear(g, c, h, w[S_O], w[S_O_BIAS]));                    /* [B, T, C] */
         if (f->norms != NORMS_BEFORE)
             G(h = decoder_norm(g, c, h, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
-        G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
-        if (c->parallel != PARALLEL_NONE) {                      /* x + (a + mlp(norm(x))) */
+        if (!f->mlp_dropout_only)
+            G(regc_model_dropout(m, g, h, h, c->resid_dropout, &h)); /* [B, T, C] */
+        if (c->parallel != PARALLEL_NONE) {                          /* x + a + mlp(norm(x)) */
             if (c->parallel == PARALLEL_TWO_NORMS) /* the MLP's own norm of x (GPT-NeoX) */
                 G(u = decoder_norm(g, c, x, w[S_POST_ATTN_NORM], w[S_POST_ATTN_NORM_BIAS]));
             else                                                       /* the attention's (Phi) */
@@ -291,8 +293,13 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
             G(u = decoder_mlp_hidden(g, c, u, w));                     /* [B, T, F] */
             G(u = decoder_linear(g, c, u, w[S_DOWN], w[S_DOWN_BIAS])); /* [B, T, C] */
             G(regc_model_dropout(m, g, u, u, c->resid_dropout, &u));   /* [B, T, C] */
-            G(h = regc_graph_add(g, h, u));                            /* [B, T, C] */
-            G(x = regc_graph_add(g, h, x));                            /* [B, T, C] */
+            if (f->residual_first) {                                   /* (x + a) + m */
+                G(x = regc_graph_add(g, x, h));                        /* [B, T, C] */
+                G(x = regc_graph_add(g, x, u));                        /* [B, T, C] */
+            } else {                                                   /* x + (a + m) */
+                G(h = regc_graph_add(g, h, u));                        /* [B, T, C] */
+                G(x = regc_graph_add(g, h, x));                        /* [B, T, C] */
+            }
             continue;
         }
         if (f->granite && c->resid_mult != 1.0)

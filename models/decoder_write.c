@@ -131,10 +131,10 @@ cJSON *decoder_write_config(const regc_model *m)
     ok = ok && cJSON_AddNumberToObject(o, "intermediate_size", (double)c->inter);
     ok = ok && cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layer);
     ok = ok && cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->n_head);
-    if (!f->fixed_heads) {
+    if (!f->no_kv_heads)
         ok = ok && cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_head);
+    if (!f->no_head_dim)
         ok = ok && cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
-    }
     ok = ok && cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->n_pos);
     ok = ok && cJSON_AddNumberToObject(o, decoder_eps_key(f), c->eps);
     if (c->rope.partial_key) { /* the share with the rest, where every such family reads it */
@@ -165,6 +165,8 @@ cJSON *decoder_write_config(const regc_model *m)
         ok = ok && cJSON_AddBoolToObject(o, f->qk_norm_key, c->qk_norm != QK_NORM_NONE);
     if (f->parallel_key)
         ok = ok && cJSON_AddBoolToObject(o, f->parallel_key, c->parallel != PARALLEL_NONE);
+    if (f->qkv_bias_key)
+        ok = ok && cJSON_AddBoolToObject(o, f->qkv_bias_key, c->qkv_bias);
     if (f->nope)
         ok = ok && decoder_write_nope(c, o);
     if (f->granite)
@@ -209,7 +211,7 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
     regc_rope_describe(&c->rope, rope, sizeof rope);
     if (f->local_rope)
         decoder_append(rope, sizeof rope, " (sliding layers %g)", c->rope_local.theta);
-    if (f->qkv_bias || c->attn_bias)
+    if (c->qkv_bias || c->attn_bias)
         decoder_append(extra, sizeof extra, ", %s biases", c->attn_bias ? "q/k/v/o" : "q/k/v");
     if (c->mlp_bias)
         decoder_append(extra, sizeof extra, ", MLP biases");

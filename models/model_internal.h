@@ -169,6 +169,7 @@ extern const regc_arch regc_arch_gemma3;
 extern const regc_arch regc_arch_smollm3;
 extern const regc_arch regc_arch_phi;
 extern const regc_arch regc_arch_gpt_neox;
+extern const regc_arch regc_arch_stablelm;
 extern const regc_arch regc_arch_granite;
 extern const regc_arch regc_arch_t5;
 extern const regc_arch regc_arch_bert;

@@ -15,10 +15,10 @@
 
 /* The architectures a config.json's model_type selects. */
 static const regc_arch *const model_archs[] = {
-    &regc_arch_gpt2,     &regc_arch_llama,   &regc_arch_mistral, &regc_arch_qwen2,
-    &regc_arch_qwen3,    &regc_arch_olmo2,   &regc_arch_phi3,    &regc_arch_gemma2,
-    &regc_arch_gemma3,   &regc_arch_granite, &regc_arch_smollm3, &regc_arch_phi,
-    &regc_arch_gpt_neox, &regc_arch_bert,    &regc_arch_t5};
+    &regc_arch_gpt2,     &regc_arch_llama,    &regc_arch_mistral, &regc_arch_qwen2,
+    &regc_arch_qwen3,    &regc_arch_olmo2,    &regc_arch_phi3,    &regc_arch_gemma2,
+    &regc_arch_gemma3,   &regc_arch_granite,  &regc_arch_smollm3, &regc_arch_phi,
+    &regc_arch_gpt_neox, &regc_arch_stablelm, &regc_arch_bert,    &regc_arch_t5};
 #define N_ARCHS (sizeof model_archs / sizeof model_archs[0])
 
 /* The presets and the architecture each belongs to. */

@@ -43,6 +43,15 @@ static void write_any_config(regc_test_dir *f, const char *type, const char *ext
                                              {"num_key_value_heads", "2"},
                                              {"max_position_embeddings", "16"},
                                              {"pad_token_id", "null"}};
+    /* StableLM's: half of each head of 4 rotated (its default quarter is 1) */
+    static const char *const stablelm[][2] = {{"vocab_size", "64"},
+                                              {"hidden_size", "24"},
+                                              {"intermediate_size", "40"},
+                                              {"num_hidden_layers", "3"},
+                                              {"num_attention_heads", "6"},
+                                              {"num_key_value_heads", "2"},
+                                              {"max_position_embeddings", "16"},
+                                              {"partial_rotary_factor", "0.5"}};
     /* no num_key_value_heads: GPT-NeoX's heads are all alike */
     static const char *const gpt_neox[][2] = {
         {"vocab_size", "64"},         {"hidden_size", "24"},
@@ -56,6 +65,9 @@ static void write_any_config(regc_test_dir *f, const char *type, const char *ext
         regc_test_write_config(f->path, head, bert, sizeof bert / sizeof *bert, extra, NULL);
     else if (!strcmp(type, "t5"))
         regc_test_write_config(f->path, head, t5, sizeof t5 / sizeof *t5, extra, NULL);
+    else if (!strcmp(type, "stablelm"))
+        regc_test_write_config(f->path, head, stablelm, sizeof stablelm / sizeof *stablelm, extra,
+                               NULL);
     else if (!strcmp(type, "gpt_neox"))
         regc_test_write_config(f->path, head, gpt_neox, sizeof gpt_neox / sizeof *gpt_neox, extra,
                                NULL);

@@ -13,9 +13,14 @@
  *    hidden_dropout on the embeddings and both blocks; its parameters in
  *    checkpoint order, the head read under either name; pad_token_id no
  *    padding index, written back as read; regional == whole.
- * Training against Transformers is tests/data/decoder_reference.json's phi
- * and gpt_neox cases (test_train_reference); Phi's parameters, saving and
- * every key table are test_decoder_families.c's. */
+ *  - StableLM (StableLmForCausalLM): Llama's layer with LayerNorms, side by
+ *    side from one of them (summed (x + a) + m, no post-attention norm) or
+ *    not (use_parallel_residual), use_qkv_bias, hidden_dropout after the MLP
+ *    alone, its per-head q/k norms and head_dim refused by name;
+ *    regional == whole.
+ * Training against Transformers is tests/data/decoder_reference.json's phi,
+ * gpt_neox and stablelm cases (test_train_reference); Phi's parameters and
+ * saving are test_decoder_families.c's, every key table test_config_keys.c's. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -64,10 +69,14 @@ static int count_ops(const regc_graph *g, regc_op op)
     return n;
 }
 
-/* The node that produces tensor t. */
+/* The node that produces tensor t; the test fails where none does (a
+ * parameter, an input). */
 static const regc_node *producer(const regc_graph *g, int t)
 {
-    return regc_graph_node(g, regc_graph_tensor(g, t)->producer);
+    const int at = regc_graph_tensor(g, t)->producer;
+    if (at < 0)
+        fail_msg("tensor %s: no node produces it", regc_graph_tensor(g, t)->name);
+    return regc_graph_node(g, at);
 }
 
 /* One LayerNorm a layer, read by q, k, v and the MLP's fc1 alike; the
@@ -567,6 +576,133 @@ static void test_neox_regional_equals_full(void **state)
     regc_model_free(m);
 }
 
+/* ---- StableLM ------------------------------------------------------------ */
+
+static regc_model *load_stablelm(regc_test_dir *f, const char *extra)
+{
+    static const char *const keys[][2] = {
+        {"vocab_size", "256"},
+        {"hidden_size", "64"},
+        {"intermediate_size", "80"},
+        {"num_hidden_layers", "3"},
+        {"num_attention_heads", "4"},
+        {"num_key_value_heads", "2"},
+        {"max_position_embeddings", "32"},
+    };
+    regc_test_write_config(f->path, "\"model_type\": \"stablelm\"", keys,
+                           sizeof keys / sizeof *keys, extra, NULL);
+    regc_model *m = NULL;
+    if (regc_model_load_config(f->path, &m) != REGC_OK)
+        fail_msg("stablelm with %s: %s", extra ? extra : "its defaults", regc_error_message());
+    return m;
+}
+
+/* The layer's parameters (q/k/v biases with use_qkv_bias; no
+ * post-attention norm side by side); side by side, the sum (x + a) + m
+ * and one LayerNorm a layer; hidden_dropout after the MLP alone. */
+static void test_stablelm_layer(void **state)
+{
+    regc_test_dir *f = *state;
+    regc_model *m = load_stablelm(f, NULL);
+    assert_int_equal(regc_model_n_params(m), 1 + 3 * 11 + 3); /* 11 a layer; norm, bias, head */
+    assert_string_equal(regc_model_param_name(m, 9), "model.layers.0.input_layernorm.bias");
+    assert_string_equal(regc_model_param_name(m, 11),
+                        "model.layers.0.post_attention_layernorm.bias");
+    regc_model_free(m);
+    m = load_stablelm(f, "\"use_qkv_bias\": true, \"use_parallel_residual\": true, "
+                         "\"hidden_dropout\": 0.1");
+    assert_int_equal(regc_model_n_params(m), 1 + 3 * 12 + 3); /* +3 biases, -2 norm */
+    assert_string_equal(regc_model_param_name(m, 2), "model.layers.0.self_attn.q_proj.bias");
+    assert_string_equal(regc_model_param_name(m, 12), "model.layers.0.input_layernorm.bias");
+    assert_string_equal(regc_model_param_name(m, 13), "model.layers.1.self_attn.q_proj.weight");
+    regc_graph *g = NULL;
+    assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
+    assert_int_equal(count_ops(g, REGC_OP_LAYERNORM), 3 + 1);
+    /* (x + a) + m: an add of the residual sum and the MLP's down projection */
+    int sums = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
+        const regc_node *n = regc_graph_node(g, i);
+        if (n->op != REGC_OP_ADD)
+            continue;
+        const regc_node *mlp = producer(g, n->in[1]);
+        sums += producer(g, n->in[0])->op == REGC_OP_ADD && mlp->op == REGC_OP_MATMUL &&
+                strstr(regc_graph_tensor(g, mlp->in[1])->name, "down_proj") != NULL;
+    }
+    assert_int_equal(sums, 3);
+    regc_graph_free(g);
+    regc_model_set_dropout(m, 1);
+    assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
+    assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 3);
+    regc_graph_free(g);
+    char d[2048];
+    regc_model_describe(m, d, sizeof d);
+    if (!strstr(d, "q/k/v biases") || !strstr(d, "attention and MLP in parallel") ||
+        !strstr(d, "RoPE on 4 of each head's 16 dimensions") || !strstr(d, "hidden_dropout 0.1"))
+        fail_msg("%s", d);
+    /* saved and read back: the same model (no head_dim written, which it refuses) */
+    char out[1200], back_d[2048];
+    snprintf(out, sizeof out, "%s/saved", f->dir);
+    assert_int_equal(regc_model_init_random(m, 4), REGC_OK);
+    assert_int_equal(regc_model_save(m, out), REGC_OK);
+    regc_model *back = NULL;
+    if (regc_model_load(out, &back) != REGC_OK)
+        fail_msg("%s: %s", out, regc_error_message());
+    regc_test_assert_same_weights(m, back);
+    regc_model_describe(m, d, sizeof d);
+    regc_model_describe(back, back_d, sizeof back_d);
+    *strchr(d, ';') = *strchr(back_d, ';') = '\0'; /* the run's dropout apart */
+    assert_string_equal(strchr(d, ':'), strchr(back_d, ':'));
+    regc_model_free(back);
+    regc_model_free(m);
+    /* what regc does not build, by name */
+    write_neox(f, NULL); /* a directory to overwrite */
+    static const char *const keys[][2] = {
+        {"vocab_size", "256"},      {"hidden_size", "64"},        {"intermediate_size", "80"},
+        {"num_hidden_layers", "3"}, {"num_attention_heads", "4"}, {"max_position_embeddings", "32"},
+    };
+    regc_test_write_config(f->path, "\"model_type\": \"stablelm\"", keys,
+                           sizeof keys / sizeof *keys, "\"qk_layernorm\": true", NULL);
+    regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
+                                  "key \"qk_layernorm\" is not supported: StableLM normalises");
+    regc_test_write_config(f->path, "\"model_type\": \"stablelm\"", keys,
+                           sizeof keys / sizeof *keys, "\"head_dim\": 16", NULL);
+    regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
+                                  "key \"head_dim\" is not supported");
+}
+
+/* Side by side over six layers: one region, regional == whole at O0 and
+ * O1. */
+static void test_stablelm_regional_equals_full(void **state)
+{
+    regc_test_dir *f = *state;
+    const char *extra = "\"num_hidden_layers\": 6, \"use_parallel_residual\": true";
+    regc_model *m = load_stablelm(f, extra);
+    regc_train_options o = regc_test_train_options(2, 16, 5);
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    assert_int_equal(regc_program_compile(m, o.batch, o.seq, &o.compile, &p, &st), REGC_OK);
+    if (st.region_compiles != 1)
+        fail_msg("stablelm, 6 layers: %d regions compiled", st.region_compiles);
+    regc_program_free(p);
+    regc_model_free(m);
+    for (int level = 0; level < 2; level++) {
+        regc_test_losses l[2];
+        regc_model *trained[2];
+        for (int regional = 0; regional < 2; regional++) {
+            trained[regional] = load_stablelm(f, extra);
+            o.compile.regional = regional;
+            o.compile.level = level ? REGC_LEVEL_O1 : REGC_LEVEL_O0;
+            regc_test_train_model(trained[regional], &o, &l[regional]);
+        }
+        if (memcmp(l[0].loss, l[1].loss, sizeof l[0].loss) != 0)
+            fail_msg("stablelm at O%d: regional %.9g, whole %.9g at step 0", level, l[1].loss[0],
+                     l[0].loss[0]);
+        regc_test_assert_same_weights(trained[0], trained[1]);
+        regc_model_free(trained[0]);
+        regc_model_free(trained[1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -581,6 +717,8 @@ int main(void)
         regc_test_in_dir(test_neox_rope, setup),
         regc_test_in_dir(test_neox_head_names, setup),
         regc_test_in_dir(test_neox_regional_equals_full, setup),
+        regc_test_in_dir(test_stablelm_layer, setup),
+        regc_test_in_dir(test_stablelm_regional_equals_full, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

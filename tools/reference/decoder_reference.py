@@ -2,7 +2,7 @@
 """PyTorch reference losses for regc's end-to-end training of decoder-only
 Hugging Face families: Mistral, Qwen2, Qwen3, OLMo 2, Phi-3 (with LongRoPE
 too), Llama with biases and with dynamic RoPE, Gemma 2, Gemma 3 (text),
-Granite, SmolLM3, Phi and GPT-NeoX.
+Granite, SmolLM3, Phi, GPT-NeoX and StableLM.
 
 For small models with deliberately odd sizes, this script builds the weights
 and the token stream with the SAME counter-based RNG as common/rng.c, trains
@@ -78,6 +78,11 @@ first rotary_pct of each head at rotary_emb_base (Transformers 5 reads those
 into rope_parameters), the exact GELU. Transformers 5 calls its head lm_head
 in memory and saves it as embed_out.weight: "params" holds the saved name
 (SAVED_AS), the forward the other.
+
+StableLM is Llama's layer with LayerNorms, part of each head rotated
+(partial_rotary_factor, 0.25 by default) and, with use_parallel_residual,
+attention and the MLP side by side from one LayerNorm, summed as
+(x + attn) + mlp.
 
 The float64 runs (the noise floor) use a float64 copy of the model, keeping
 the float32 casts Transformers writes into its RMSNorms, softmax and rotary
@@ -386,6 +391,27 @@ CASES = [
                      pad_token_id=11, hidden_dropout=0.0, attention_dropout=0.0),
          batch=2, seq=12, lr=3e-3, weight_decay=0.01, n_tokens=300,
          effects=[("rotary_pct 1", dict(rotary_pct=1.0))]),
+    # StableLM: Llama's gated MLP and grouped-query attention with
+    # LayerNorms (biases too), q/k/v biases (use_qkv_bias), RoPE on the
+    # first quarter of each head's 16 dimensions (the default), one block
+    # after the other (the default).
+    dict(name="stablelm_qkv_bias", model_type="stablelm", seed=4011,
+         config=dict(vocab_size=211, hidden_size=64, intermediate_size=120,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=32, use_qkv_bias=True, hidden_dropout=0.0),
+         batch=2, seq=13, lr=3e-3, weight_decay=0.01, n_tokens=300,
+         effects=[("partial_rotary_factor 0.5", dict(partial_rotary_factor=0.5))]),
+    # StableLM side by side from one LayerNorm (use_parallel_residual, as
+    # StableLM 2 12B), summed (x + a) + m, half of each head's 12
+    # dimensions rotated, tied, pad_token_id 46 in the batches.
+    dict(name="stablelm_parallel_tied", model_type="stablelm", seed=4112,
+         config=dict(vocab_size=163, hidden_size=48, intermediate_size=96,
+                     num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                     max_position_embeddings=32, use_parallel_residual=True,
+                     tie_word_embeddings=True, pad_token_id=46, partial_rotary_factor=0.5,
+                     hidden_dropout=0.0),
+         batch=2, seq=12, lr=3e-3, weight_decay=0.01, n_tokens=300, pad_check=True,
+         effects=[("partial_rotary_factor 1", dict(partial_rotary_factor=1.0))]),
 ]
 for _c in CASES:
     _c.setdefault("steps", STEPS)
