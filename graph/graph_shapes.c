@@ -398,10 +398,13 @@ int regc_graph_infer_outputs(regc_op op, const regc_attrs *a, int n_in, const re
             return regc_error(REGC_ERR_ARG, "%s: n_head %d must be positive", name, a->n_head);
         if (a->inverse != 0 && a->inverse != 1)
             return regc_error(REGC_ERR_ARG, "%s: inverse must be 0 or 1", name);
-        /* the head dimension splits into two halves, so it must be even */
-        if (x[0]->ndim != 3 || x[0]->shape[2] % (2 * a->n_head))
-            return bad(op, x[0], "expected [B, T, n_head * head_dim] with an even head_dim");
-        int64_t cs[2] = {x[0]->shape[1], x[0]->shape[2] / a->n_head / 2};
+        /* the tables' width is half the part of a head rotated: all of it,
+         * or its first part (Phi's, GPT-NeoX's), the rest passing through */
+        if (x[0]->ndim != 3 || x[0]->shape[2] % a->n_head)
+            return bad(op, x[0], "expected [B, T, n_head * head_dim]");
+        int64_t cs[2] = {x[0]->shape[1], x[1]->ndim == 2 ? x[1]->shape[1] : -1};
+        if (!(cs[1] >= 1 && 2 * cs[1] <= x[0]->shape[2] / a->n_head))
+            return bad(op, x[1], "expected [T, rot_dim / 2] tables, rot_dim within head_dim");
         if (want_shape(op, x[1], 2, cs) || want_shape(op, x[2], 2, cs))
             return REGC_ERR_SHAPE;
         spec_like(&o[0], x[0]);

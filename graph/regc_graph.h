@@ -57,11 +57,13 @@ typedef enum { REGC_ROLE_INPUT, REGC_ROLE_PARAM, REGC_ROLE_ACT, REGC_ROLE_COUNT 
  *   CROSS_ENTROPY (logits [..., V], targets i32 [...])    -> loss [] (mean), lse [...]
  *   RMSNORM       (x [..., C], w [C]) eps                  -> y, rstd [...]
  *                 y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps)
- *   ROPE          (x [B, T, H*D], cos [T, D/2], sin [T, D/2]) n_head, inverse -> x's shape
- *                 per head, halves x1 = x[:D/2], x2 = x[D/2:] (HF Llama's
- *                 rotate_half): y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin;
- *                 inverse = 1 negates sin (the backward rotation). cos and
- *                 sin are constants: autodiff gives them no gradient
+ *   ROPE          (x [B, T, H*D], cos [T, R/2], sin [T, R/2]) n_head, inverse -> x's shape
+ *                 per head, over its first R <= D values (all of it, or
+ *                 Phi's and GPT-NeoX's part), halves x1 = x[:R/2], x2 =
+ *                 x[R/2:R] (HF Llama's rotate_half): y1 = x1 cos - x2 sin,
+ *                 y2 = x2 cos + x1 sin, and y = x past R; inverse = 1 negates
+ *                 sin (the backward rotation). cos and sin are constants:
+ *                 autodiff gives them no gradient
  *   SILU          (x) x * sigmoid(x)                       -> x's shape
  *   GELU_ERF      (x) exact form 0.5 x (1 + erf(x / sqrt 2)) -> x's shape
  *   RELU          (x) max(x, 0)                            -> x's shape

@@ -168,14 +168,16 @@ static inline int regc_transpose_check(int ndim, const int64_t *shape, const int
     return REGC_OK;
 }
 
-/* A rotary embedding's shape: head_dim even (its two halves rotate). */
-static inline int regc_rope_check(int64_t batch, int64_t t, int n_head, int head_dim)
+/* A rotary embedding's shape: the rotated part of each head (its first
+ * rot_dim values) even, its two halves rotating, and within the head. */
+static inline int regc_rope_check(int64_t batch, int64_t t, int n_head, int head_dim, int rot_dim)
 {
-    if (batch < 0 || t < 0 || n_head <= 0 || head_dim <= 0 || head_dim % 2)
-        return regc_error(
-            REGC_ERR_SHAPE,
-            "rope: bad shape batch=%lld t=%lld n_head=%d head_dim=%d (head_dim must be even)",
-            (long long)batch, (long long)t, n_head, head_dim);
+    if (batch < 0 || t < 0 || n_head <= 0 || head_dim <= 0 || rot_dim < 2 || rot_dim % 2 ||
+        rot_dim > head_dim)
+        return regc_error(REGC_ERR_SHAPE,
+                          "rope: bad shape batch=%lld t=%lld n_head=%d head_dim=%d rot_dim=%d "
+                          "(rot_dim must be even and within head_dim)",
+                          (long long)batch, (long long)t, n_head, head_dim, rot_dim);
     return REGC_OK;
 }
 

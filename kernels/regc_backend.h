@@ -401,13 +401,16 @@ struct regc_backend {
                         int64_t rows, int64_t cols, float eps, int y_bf16);
     void (*rmsnorm_bwd)(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,
                         const float *w, const float *rstd, int64_t rows, int64_t cols);
-    /* rotary embedding, HF Llama's rotate_half: x, y [batch, t, n_head * head_dim],
-     * cos, sin [t, head_dim / 2]; per head y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin
-     * over the halves x1 = x[:head_dim/2], x2 = x[head_dim/2:]; inverse = 1
-     * negates sin (the backward). head_dim is even. y_bf16: y is held in
-     * bf16 (regc_bf16_bits), each value rounded as it is stored. */
+    /* rotary embedding, HF Llama's rotate_half on the first rot_dim values
+     * of each head (all of it, or Phi's and GPT-NeoX's part): x, y [batch,
+     * t, n_head * head_dim], cos, sin [t, rot_dim / 2]; per head y1 = x1 cos
+     * - x2 sin, y2 = x2 cos + x1 sin over the halves x1 = x[:rot_dim/2], x2
+     * = x[rot_dim/2:rot_dim], and y = x past rot_dim; inverse = 1 negates
+     * sin (the backward). rot_dim is even and at most head_dim. y_bf16: y
+     * is held in bf16 (regc_bf16_bits), each value rounded as it is stored. */
     void (*rope)(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
-                 int64_t batch, int64_t t, int n_head, int head_dim, int inverse, int y_bf16);
+                 int64_t batch, int64_t t, int n_head, int head_dim, int rot_dim, int inverse,
+                 int y_bf16);
     /* silu(x) = x * sigmoid(x) */
     void (*silu_fwd)(regc_backend *be, float *y, const float *x, int64_t n);
     void (*silu_bwd)(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);

@@ -423,11 +423,15 @@ static int decoder_parse_own_rope(const cJSON *root, const char *path, decoder_c
         dict = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     double v;
     int rc;
+    for (int i = 0; i < 2; i++) /* Transformers fails on None */
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, own[i])))
+            return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" is null: give a number", path,
+                              own[i]);
     if ((rc = regc_cfg_double(root, path, own[0], 0, theta, 1e-30, 1e30, &v)) < 0)
         return rc;
     for (int i = 0; i < 2; i++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, own[i]);
-        if (!it || cJSON_IsNull(it))
+        if (!it)
             continue;
         if (!cJSON_IsNumber(it) || (i == 1 && !(it->valuedouble > 0.0 && it->valuedouble <= 1.0)))
             return regc_error(REGC_ERR_FORMAT, "%s: key \"%s\" must be a number%s", path, own[i],
@@ -453,6 +457,10 @@ static int decoder_parse_own_rope(const cJSON *root, const char *path, decoder_c
     rc = ok ? regc_rope_parse(copy, path, c->n_pos, theta, f->partial_default, &c->rope)
             : regc_error(REGC_ERR_MEMORY, "%s: out of memory", path);
     cJSON_Delete(copy);
+    /* the share named as the file names it: the family's own key, where
+     * that gave it rather than a dictionary */
+    if (rc == REGC_OK && c->rope.partial_name && !strchr(c->rope.partial_name, '.'))
+        c->rope.partial_name = f->partial_key;
     return rc;
 }
 

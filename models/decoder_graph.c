@@ -15,7 +15,8 @@
  *     q, k = rope(q), rope(k)        (a sliding layer's own tables: Gemma 3;
  *                                     none with learned positions, nor on
  *                                     SmolLM3's NoPE layers; on the first
- *                                     dimensions of each head only: Phi)
+ *                                     dimensions of each head only, as wide
+ *                                     as the tables: Phi, GPT-NeoX)
  *     a = attention(q, k, v) Wo + bo (scale, soft-capping, sliding window)
  *     x = x + a                      (NORMS_AFTER, NORMS_BOTH: x + norm(a);
  *                                     Granite: x + a * residual_multiplier)
@@ -78,30 +79,6 @@ static int decoder_head_norm(regc_graph *g, const decoder_config *c, int x, int 
     int rc, y;
     if ((rc = y = regc_graph_reshape(g, x, 4, split)) < 0 || /* [B, T, heads, D] */
         (rc = y = decoder_norm(g, c, y, w, b)) < 0)          /* [B, T, heads, D] */
-        return rc;
-    return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
-}
-
-/* RoPE on x [B, T, heads*D] by the tables cos and sin [T, R/2]: the whole
- * of each head (R = D), or its first R dimensions with the rest passed
- * through (Phi's partial rotation: the rotated part sliced out, rotated
- * and joined again, as Transformers does). */
-static int decoder_rope(regc_graph *g, const decoder_config *c, int x, int cos, int sin, int64_t B,
-                        int64_t T, int64_t heads)
-{
-    const int64_t D = c->head_dim, R = regc_rope_dim(&c->rope, D);
-    if (R == D)
-        return regc_graph_rope(g, x, cos, sin, (int)heads); /* [B, T, heads*D] */
-    const int64_t split[] = {B, T, heads, D}, flat[] = {B, T, heads * R};
-    const int64_t part[] = {B, T, heads, R}, whole[] = {B, T, heads * D};
-    int rc, y, parts[2];
-    if ((rc = y = regc_graph_reshape(g, x, 4, split)) < 0 ||              /* [B, T, heads, D] */
-        (rc = parts[0] = regc_graph_slice(g, y, 3, 0, R)) < 0 ||          /* [B, T, heads, R] */
-        (rc = parts[1] = regc_graph_slice(g, y, 3, R, D - R)) < 0 ||      /* [.., D - R] */
-        (rc = parts[0] = regc_graph_reshape(g, parts[0], 3, flat)) < 0 || /* [B, T, heads*R] */
-        (rc = parts[0] = regc_graph_rope(g, parts[0], cos, sin, (int)heads)) < 0 ||
-        (rc = parts[0] = regc_graph_reshape(g, parts[0], 4, part)) < 0 || /* [B, T, heads, R] */
-        (rc = y = regc_graph_concat(g, 2, parts)) < 0)                    /* [B, T, heads, D] */
         return rc;
     return regc_graph_reshape(g, y, 3, whole); /* [B, T, heads*D] */
 }
@@ -240,17 +217,21 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
             h = x;
         else
             G(h = decoder_norm(g, c, x, w[S_INPUT_NORM], w[S_INPUT_NORM_BIAS])); /* [B, T, C] */
-        const int n_in = h;                /* [B, T, C] what Phi's parallel MLP reads too */
-        if (f->fused && f->qkv_per_head) { /* each head's q, k and v in turn (GPT-NeoX) */
-            const int64_t heads3[] = {B, T, H, 3 * D}, flat[] = {B, T, QD};
+        const int n_in = h; /* [B, T, C] what Phi's parallel MLP reads too */
+        if (f->fused && f->qkv_per_head) {
+            /* each head's q, k and v in turn (GPT-NeoX): regrouped as
+             * [q; k; v] and split, so that q, k and v are each a tensor of
+             * their own (as a fused projection's split gives them), not a
+             * view, which the compiler would not hold in bf16 */
+            const int64_t heads3[] = {B, T, H, 3, D}, whole[] = {B, T, 3 * QD};
+            const int perm[] = {0, 1, 3, 2, 4};
+            int qkv[3];
             G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, 3 QD] */
-            G(u = regc_graph_reshape(g, u, 4, heads3));              /* [B, T, H, 3D] */
-            G(q = regc_graph_slice(g, u, 3, 0, D));                  /* [B, T, H, D] */
-            G(k = regc_graph_slice(g, u, 3, D, D));                  /* [B, T, H, D] */
-            G(v = regc_graph_slice(g, u, 3, 2 * D, D));              /* [B, T, H, D] */
-            G(q = regc_graph_reshape(g, q, 3, flat));                /* [B, T, QD] */
-            G(k = regc_graph_reshape(g, k, 3, flat));                /* [B, T, QD] */
-            G(v = regc_graph_reshape(g, v, 3, flat));                /* [B, T, QD] */
+            G(u = regc_graph_reshape(g, u, 5, heads3));              /* [B, T, H, 3, D] */
+            G(u = regc_graph_transpose(g, u, perm));                 /* [B, T, 3, H, D] */
+            G(u = regc_graph_reshape(g, u, 3, whole));               /* [B, T, 3 QD] */
+            G(regc_graph_split(g, u, 3, qkv));                       /* 3 x [B, T, QD] */
+            q = qkv[0], k = qkv[1], v = qkv[2];
         } else if (f->fused) {
             G(u = decoder_linear(g, c, h, w[S_QKV], w[S_QKV_BIAS])); /* [B, T, QD + 2 KD] */
             if (QD == KD) { /* three equal parts: one split */
@@ -276,8 +257,9 @@ int decoder_build_graph(const regc_model *m, int64_t B, int64_t T, regc_graph **
         }
         if (!f->learned_positions && !(c->layer[l] & LAYER_NOPE)) {
             const int lc = local ? cos_local : cos, ls = local ? sin_local : sin;
-            G(q = decoder_rope(g, c, q, lc, ls, B, T, H));   /* [B, T, QD] */
-            G(k = decoder_rope(g, c, k, lc, ls, B, T, Hkv)); /* [B, T, KD] */
+            /* the tables' width says how much of each head rotates */
+            G(q = regc_graph_rope(g, q, lc, ls, H));   /* [B, T, QD] */
+            G(k = regc_graph_rope(g, k, lc, ls, Hkv)); /* [B, T, KD] */
         }
         G(regc_model_attention(m, g, q, k, v, -1, &attn, c->attn_dropout, &h)); /* [B, T, QD] */
         G(h = decoder_linear(g, c, h, w[S_O], w[S_O_BIAS]));                    /* [B, T, C] */

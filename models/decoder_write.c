@@ -234,7 +234,7 @@ void decoder_describe(const regc_model *m, char *buf, size_t cap)
     if (f->norm_offset)
         decoder_append(extra, sizeof extra, ", norms by 1 + w, embeddings times sqrt(hidden_size)");
     if (f->fused)
-        decoder_append(extra, sizeof extra, ", fused qkv and gate_up");
+        decoder_append(extra, sizeof extra, ", fused qkv%s", f->plain_mlp ? "" : " and gate_up");
     if (f->gemma)
         decoder_append(extra, sizeof extra, ", query_pre_attn_scalar %g", c->query_scalar);
     if (c->attn_softcap > 0.0)

@@ -307,8 +307,9 @@ typedef struct {
     double mscale, mscale_all_dim; /* yarn: 0 when absent */
     int truncate;                  /* yarn */
     int n_factors;                 /* longrope: the length of both lists */
-    double partial;   /* partial_rotary_factor: the share of a head rotated (1, or 0: all) */
-    int partial_key;  /* the family reads partial_rotary_factor (its writer writes it back) */
+    double partial;  /* partial_rotary_factor: the share of a head rotated (1, or 0: all) */
+    int partial_key; /* the family reads partial_rotary_factor (its writer writes it back) */
+    const char *partial_name; /* the key that gave the share, for messages; NULL: the default */
     const char *dict; /* the dictionary read ("rope_parameters", "rope_scaling"), for messages */
     double long_factor[REGC_ROPE_MAX_FACTORS], short_factor[REGC_ROPE_MAX_FACTORS];
 } regc_rope;

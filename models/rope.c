@@ -244,15 +244,22 @@ static int rope_parse_partial(const cJSON *root, const cJSON *d, const char *pat
                               double partial, regc_rope *r)
 {
     static const char *const key = "partial_rotary_factor";
+    static const char *const in_dict[2] = {"rope_parameters.partial_rotary_factor",
+                                           "rope_scaling.partial_rotary_factor"};
     r->partial = partial > 0.0 ? partial : 1.0;
     r->partial_key = partial > 0.0;
+    r->partial_name = NULL;
     int given = 0;
     for (int i = 0; i < 2; i++) {
         const cJSON *where = i ? d : root;
         const cJSON *p = where ? cJSON_GetObjectItemCaseSensitive(where, key) : NULL;
+        const char *dot = i ? "." : "", *in = i ? dn : "";
+        if (p && cJSON_IsNull(p) && partial > 0.0) /* Transformers fails on None */
+            return regc_error(REGC_ERR_FORMAT,
+                              "%s: key \"%s%s%s\" is null: give a number in (0, 1]", path, in, dot,
+                              key);
         if (!p || cJSON_IsNull(p))
             continue;
-        const char *dot = i ? "." : "", *in = i ? dn : "";
         if (partial <= 0.0 && !(cJSON_IsNumber(p) && p->valuedouble == 1.0))
             return regc_error(REGC_ERR_UNSUPPORTED,
                               "%s: key \"%s%s%s\" is not 1: this family rotates the whole head",
@@ -268,6 +275,7 @@ static int rope_parse_partial(const cJSON *root, const cJSON *d, const char *pat
         given = 1;
         if (partial > 0.0)
             r->partial = p->valuedouble;
+        r->partial_name = i ? in_dict[strcmp(dn, "rope_scaling") == 0] : key;
     }
     return REGC_OK;
 }
@@ -591,11 +599,22 @@ void regc_rope_describe(const regc_rope *r, char *buf, size_t cap)
 int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path)
 {
     const int64_t dim = regc_rope_dim(r, head_dim);
+    char what[96];
+    if (r->partial_name)
+        snprintf(what, sizeof what, "key \"%s\" %g", r->partial_name, r->partial);
+    else
+        snprintf(what, sizeof what, "the default share of a head rotated, %g,", r->partial);
     if (r->partial_key && (dim < 2 || dim % 2 != 0)) /* whole heads: the caller checks */
         return regc_error(REGC_ERR_FORMAT,
-                          "%s: key \"partial_rotary_factor\" %g rotates %lld of a head's %lld "
-                          "dimensions: the rotated part must be even and not empty",
-                          path, r->partial, (long long)dim, (long long)head_dim);
+                          "%s: %s rotates %lld of a head's %lld dimensions: the rotated part must "
+                          "be even and not empty",
+                          path, what, (long long)dim, (long long)head_dim);
+    /* dynamic's base raises to dim / (dim - 2) (Transformers divides by 0) */
+    if (r->type == REGC_ROPE_DYNAMIC && dim == 2)
+        return regc_error(REGC_ERR_FORMAT,
+                          "%s: rope_type \"dynamic\" with 2 of each head's %lld dimensions "
+                          "rotated: it needs more (its base's exponent divides by dim - 2)",
+                          path, (long long)head_dim);
     if (r->type == REGC_ROPE_LONGROPE && r->n_factors != dim / 2)
         return regc_error(REGC_ERR_FORMAT,
                           "%s: keys \"%s.long_factor\" and \"%s.short_factor\" have %d values; "

@@ -273,7 +273,7 @@ int regc_instr_run(regc_backend *be, const regc_instr *in, void *const *p)
         return REGC_OK;
     case K_ROPE:
         NEED(rope);
-        be->rope(be, P(0), C(1), C(2), C(3), d[0], d[1], (int)d[2], (int)d[3], (int)d[4],
+        be->rope(be, P(0), C(1), C(2), C(3), d[0], d[1], (int)d[2], (int)d[3], (int)d[5], (int)d[4],
                  regc_instr_ref_bf16(in, 0));
         return REGC_OK;
     case K_UNARY:

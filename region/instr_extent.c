@@ -360,14 +360,14 @@ int regc_instr_extent_of(const regc_instr *in, int ranks, regc_instr_extent *e)
         need(&r, 0, rc, F32), need(&r, 1, cols, F32), need(&r, 2, rc, F32);
         need(&r, 3, rc, F32), need(&r, 4, cols, F32), need(&r, 5, rows, F32);
         break;
-    case K_ROPE: { /* y, x [batch, t, heads x head_dim]; cos, sin [t, head_dim / 2] */
-        int64_t b = dim(&r, 0), t = dim(&r, 1), h = dim(&r, 2), hd = dim(&r, 3);
-        if (t < 1 || h < 1 || h > INT32_MAX || hd < 2 || hd % 2 || hd > INT32_MAX ||
-            (d[4] != 0 && d[4] != 1))
+    case K_ROPE: { /* y, x [batch, t, heads x head_dim]; cos, sin [t, rot / 2] (d5: rot) */
+        int64_t b = dim(&r, 0), t = dim(&r, 1), h = dim(&r, 2), hd = dim(&r, 3), rot = d[5];
+        if (t < 1 || h < 1 || h > INT32_MAX || hd < 2 || hd > INT32_MAX || rot < 2 || rot % 2 ||
+            rot > hd || (d[4] != 0 && d[4] != 1))
             fail(&r, "inconsistent rotary shape");
         int64_t n = mul(&r, mul(&r, b, t), mul(&r, h, hd));
         need(&r, 0, n, F32), need(&r, 1, n, F32);
-        need(&r, 2, mul(&r, t, hd / 2), F32), need(&r, 3, mul(&r, t, hd / 2), F32);
+        need(&r, 2, mul(&r, t, rot / 2), F32), need(&r, 3, mul(&r, t, rot / 2), F32);
         break;
     }
     case K_UNARY:

@@ -400,6 +400,7 @@ static int lower_node(lower_ctx *c, int i)
         EMIT(K_ROPE, 1, o[0], in[0], in[1], in[2]);
         x->d[0] = t->shape[0], x->d[1] = t->shape[1], x->d[2] = n->attrs.n_head;
         x->d[3] = t->shape[2] / n->attrs.n_head, x->d[4] = n->attrs.inverse;
+        x->d[5] = 2 * T(c, in[1])->shape[1]; /* rotated: all of a head, or its first part */
         break;
     }
     case REGC_OP_GELU:

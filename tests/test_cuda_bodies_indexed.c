@@ -54,10 +54,14 @@ static float *cpu_download(const float *dev, size_t n) { return regc_test_downlo
 
 /* ---- rotary embedding ------------------------------------------------------------------- */
 
-static void check_rope(int64_t batch, int64_t t, int n_head, int head_dim, int inverse,
+/* The body over every item (rotated pairs and values passed through) of
+ * [batch, t, n_head, head_dim] against the CPU's kernel, rotating the first
+ * rot_dim values of each head: the same bits, in fp32 and y in bf16; an fma
+ * in the rotation and the other direction are both caught. */
+static void check_rope(int64_t batch, int64_t t, int n_head, int head_dim, int rot_dim, int inverse,
                        int in_place)
 {
-    const int half = head_dim / 2;
+    const int half = rot_dim / 2;
     const size_t n = (size_t)(batch * t * n_head * head_dim), nt = (size_t)(t * half);
     float *hx = regc_test_spread_edges(n, 60 + (uint64_t)head_dim, 0.0f, 3.0f);
     float *hc = regc_test_spread_edges(nt, 61, 0.0f, 1.0f),
@@ -65,37 +69,47 @@ static void check_rope(int64_t batch, int64_t t, int n_head, int head_dim, int i
     float *x = regc_test_upload(cpu, hx, n);
     float *y = in_place ? x : regc_test_dev_nan(cpu, n);
     const float *cs = regc_test_upload(cpu, hc, nt), *sn = regc_test_upload(cpu, hs, nt);
-    cpu->rope(cpu, y, x, cs, sn, batch, t, n_head, head_dim, inverse, 0);
+    cpu->rope(cpu, y, x, cs, sn, batch, t, n_head, head_dim, rot_dim, inverse, 0);
     const float *want = cpu_download(y, n);
     const float sign = inverse ? -1.0f : 1.0f;
     float *got = regc_test_host_floats(n);
     if (in_place)
         memcpy(got, hx, n * sizeof(float));
-    const int64_t pairs = batch * t * n_head * half;
-    for (int64_t i = 0; i < pairs; i++)
-        cuda_body_rope(i, got, in_place ? got : hx, hc, hs, t, n_head, head_dim, sign, 0);
-    char what[128];
-    snprintf(what, sizeof what, "rope%s%s batch=%lld t=%lld n_head=%d head_dim=%d",
+    const int64_t items = batch * t * n_head * (head_dim - half);
+    for (int64_t i = 0; i < items; i++)
+        cuda_body_rope(i, got, in_place ? got : hx, hc, hs, t, n_head, head_dim, rot_dim, sign, 0);
+    char what[160];
+    snprintf(what, sizeof what, "rope%s%s batch=%lld t=%lld n_head=%d head_dim=%d rot_dim=%d",
              inverse ? " inverse" : "", in_place ? " in place" : "", (long long)batch, (long long)t,
-             n_head, head_dim);
+             n_head, head_dim, rot_dim);
     regc_test_expect_bits(what, got, want, n);
     if (!in_place) { /* y held in bf16: the fp32 values rounded, by the CPU and the body */
         float *y16 = regc_test_dev_nan(cpu, (n + 1) / 2);
-        cpu->rope(cpu, y16, x, cs, sn, batch, t, n_head, head_dim, inverse, 1);
+        cpu->rope(cpu, y16, x, cs, sn, batch, t, n_head, head_dim, rot_dim, inverse, 1);
         const uint16_t *cpu16 = (const uint16_t *)cpu_download(y16, (n + 1) / 2);
         uint16_t *body16 = (uint16_t *)regc_test_host_floats((n + 1) / 2);
-        for (int64_t i = 0; i < batch * t * n_head * half; i++)
-            cuda_body_rope(i, (float *)body16, hx, hc, hs, t, n_head, head_dim, sign, 1);
+        for (int64_t i = 0; i < items; i++)
+            cuda_body_rope(i, (float *)body16, hx, hc, hs, t, n_head, head_dim, rot_dim, sign, 1);
         for (size_t i = 0; i < n; i++)
             if (cpu16[i] != regc_bf16_bits(want[i]) || body16[i] != cpu16[i])
                 fail_msg("%s, y in bf16: [%zu] is 0x%04x on the CPU, 0x%04x in the body; %.9g "
                          "rounds to 0x%04x",
                          what, i, cpu16[i], body16[i], (double)want[i], regc_bf16_bits(want[i]));
     }
+    /* the part past rot_dim passes through unchanged */
+    const int64_t ld = (int64_t)n_head * head_dim;
+    for (int64_t r = 0; r < batch * t; r++)
+        for (int h = 0; h < n_head; h++)
+            for (int j = rot_dim; j < head_dim; j++) {
+                const int64_t a = r * ld + (int64_t)h * head_dim + j;
+                if (memcmp(&want[a], &hx[a], sizeof(float)) != 0)
+                    fail_msg("%s: [%lld] past the rotated part is %.9g, not x's %.9g", what,
+                             (long long)a, (double)want[a], (double)hx[a]);
+            }
 
     /* an fma in the rotation, and the other direction, are both caught */
     float *var = regc_test_host_floats(n), *other = regc_test_host_floats(n);
-    const int64_t ld = (int64_t)n_head * head_dim;
+    memcpy(var, hx, n * sizeof(float));
     for (int64_t r = 0; r < batch * t; r++)
         for (int h = 0; h < n_head; h++)
             for (int j = 0; j < half; j++) {
@@ -104,20 +118,25 @@ static void check_rope(int64_t batch, int64_t t, int n_head, int head_dim, int i
                 var[a] = fmaf(hx[a], c, -(hx[b] * s));
                 var[b] = fmaf(hx[b], c, hx[a] * s);
             }
-    for (int64_t i = 0; i < pairs; i++)
-        cuda_body_rope(i, other, hx, hc, hs, t, n_head, head_dim, -sign, 0);
+    for (int64_t i = 0; i < items; i++)
+        cuda_body_rope(i, other, hx, hc, hs, t, n_head, head_dim, rot_dim, -sign, 0);
     regc_test_expect_caught(what, var, want, n);
     regc_test_expect_caught(what, other, want, n);
 }
 
+/* Whole heads, and the first part of each (Phi's, GPT-NeoX's: a quarter,
+ * 0.4, 0.75). */
 static void test_rope_body(void **state)
 {
     (void)state;
     for (int inverse = 0; inverse < 2; inverse++)
         for (int in_place = 0; in_place < 2; in_place++) {
-            check_rope(2, 5, 3, 8, inverse, in_place);
-            check_rope(3, 7, 4, 64, inverse, in_place);
-            check_rope(1, 33, 2, 6, inverse, in_place);
+            check_rope(2, 5, 3, 8, 8, inverse, in_place);
+            check_rope(3, 7, 4, 64, 64, inverse, in_place);
+            check_rope(1, 33, 2, 6, 6, inverse, in_place);
+            check_rope(2, 5, 3, 16, 4, inverse, in_place);
+            check_rope(1, 9, 2, 80, 32, inverse, in_place);
+            check_rope(2, 3, 4, 128, 96, inverse, in_place);
         }
 }
 

@@ -524,8 +524,8 @@ static void test_rope_reference(void **state)
     float *cs = regc_test_upload(be, cos_h, nc), *sn = regc_test_upload(be, sin_h, nc);
     float *x = ref_input(c, "x", n), *dy = ref_input(c, "dy", n);
     float *y = regc_test_dev_nan(be, n), *dx = regc_test_dev_nan(be, n);
-    be->rope(be, y, x, cs, sn, batch, t, n_head, head_dim, 0, 0);
-    be->rope(be, dx, dy, cs, sn, batch, t, n_head, head_dim, 1, 0); /* backward: inverse rotation */
+    be->rope(be, y, x, cs, sn, batch, t, n_head, head_dim, head_dim, 0, 0);
+    be->rope(be, dx, dy, cs, sn, batch, t, n_head, head_dim, head_dim, 1, 0); /* the backward */
     assert_int_equal(be->sync(be), REGC_OK);
     ref_check(c, "y", y, n, "rope");
     ref_check(c, "dx", dx, n, "rope");

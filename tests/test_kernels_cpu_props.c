@@ -489,8 +489,8 @@ static void test_llama_bert_ops_match_naive(void **state)
         }
     float *cs = regc_test_upload(be, hc, nt), *sn = regc_test_upload(be, hs, nt);
     float *back = regc_test_dev_nan(be, nr);
-    be->rope(be, y, x, cs, sn, B, T, H, D, 0, 0);
-    be->rope(be, back, y, cs, sn, B, T, H, D, 1, 0);
+    be->rope(be, y, x, cs, sn, B, T, H, D, D, 0, 0);
+    be->rope(be, back, y, cs, sn, B, T, H, D, D, 1, 0);
     assert_int_equal(be->sync(be), REGC_OK);
     for (int64_t r = 0; r < B * T; r++)
         for (int h = 0; h < H; h++)
@@ -503,6 +503,36 @@ static void test_llama_bert_ops_match_naive(void **state)
             }
     regc_test_assert_close("rope", regc_test_download(be, y, nr), wy, nr, 2e-6, 2e-6);
     regc_test_assert_close("rope inverse", regc_test_download(be, back, nr), wdx, nr, 1e-5, 1e-5);
+
+    /* the first R of each head's D rotated (Phi's, GPT-NeoX's part), the
+     * rest passed through as it is, both ways */
+    const int R = 24, rh = R / 2;
+    const size_t ntr = (size_t)(T * rh);
+    float *pc = regc_test_host_floats(ntr), *ps = regc_test_host_floats(ntr);
+    for (int64_t t = 0; t < T; t++)
+        for (int i = 0; i < rh; i++) {
+            const double ang = (double)t * pow(10000.0, -2.0 * i / R);
+            pc[t * rh + i] = (float)cos(ang);
+            ps[t * rh + i] = (float)sin(ang);
+        }
+    float *pcs = regc_test_upload(be, pc, ntr), *psn = regc_test_upload(be, ps, ntr);
+    be->rope(be, y, x, pcs, psn, B, T, H, D, R, 0, 0);
+    be->rope(be, back, y, pcs, psn, B, T, H, D, R, 1, 0);
+    assert_int_equal(be->sync(be), REGC_OK);
+    for (int64_t r = 0; r < B * T; r++)
+        for (int h = 0; h < H; h++) {
+            const int64_t at = r * H * D + (int64_t)h * D, t = (r % T) * rh;
+            for (int i = 0; i < D; i++)
+                wy[at + i] = wdx[at + i] = hx[at + i];
+            for (int i = 0; i < rh; i++) {
+                wy[at + i] = (double)hx[at + i] * pc[t + i] - (double)hx[at + i + rh] * ps[t + i];
+                wy[at + i + rh] =
+                    (double)hx[at + i + rh] * pc[t + i] + (double)hx[at + i] * ps[t + i];
+            }
+        }
+    regc_test_assert_close("partial rope", regc_test_download(be, y, nr), wy, nr, 2e-6, 2e-6);
+    regc_test_assert_close("partial rope inverse", regc_test_download(be, back, nr), wdx, nr, 1e-5,
+                           1e-5);
 }
 
 int main(void)

@@ -18,8 +18,9 @@
  *  - Less memory, as planned: the arena is smaller, and the run's device
  *    peak is the plan's total within 1%; the forward-only step (validation)
  *    is chunked too.
- *  - Under a budget that only chunks meet, recompute auto takes them; below
- *    what they reach, the refusal says so. */
+ *  - Under a budget that only chunks meet, recompute auto takes them (GPT-2's
+ *    head and BERT's, with its bias); below what they reach, the refusal
+ *    says so. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -445,39 +446,55 @@ static void test_memory_as_planned(void **state)
 
 /* ---- auto under a budget ------------------------------------------------- */
 
+/* The device bytes of preset's step at [1, 128] with everything that can
+ * be recomputed, the logits in chunks of `chunk` rows (0: whole). */
+static int64_t most_recomputed(const char *preset, int64_t chunk)
+{
+    regc_compile_options co;
+    regc_compile_options_default(&co);
+    co.recompute_ratio = 1e30, co.logits_chunk_rows = chunk;
+    regc_program *p = regc_test_compile(preset, 1, 128, &co, NULL);
+    regc_device_memory m;
+    regc_program_device_memory(p, &m);
+    regc_program_free(p);
+    return m.total;
+}
+
 static void test_auto_takes_chunks(void **state)
 {
     (void)state;
     /* GPT-2 124M's 50257-word vocabulary at one sequence of 128: the logits
-     * are most of what the step's activations hold */
+     * are most of what the step's activations hold; BERT's 30522, its head
+     * with a bias */
+    static const char *const presets[] = {"gpt2-124m", "bert-base"};
+    int64_t whole = 0, chunked = 0;
     regc_compile_options co;
-    regc_compile_options_default(&co);
-    co.recompute_ratio = 1e30; /* everything that can be recomputed */
-    regc_program *most = regc_test_compile("gpt2-124m", 1, 128, &co, NULL);
-    co.logits_chunk_rows = 16;
-    regc_program *chunked = regc_test_compile("gpt2-124m", 1, 128, &co, NULL);
-    regc_device_memory a, b;
-    regc_program_device_memory(most, &a), regc_program_device_memory(chunked, &b);
-    assert_true(b.total < a.total);
-    /* between the two: only chunks fit */
-    regc_compile_options_default(&co);
-    co.budget_bytes = (a.total + b.total) / 2;
-    regc_program *p = regc_test_compile("gpt2-124m", 1, 128, &co, NULL);
-    regc_fit_plan r;
-    regc_program_fit_plan(p, &r);
-    assert_true(r.logits_chunks > 1);
-    regc_device_memory c;
-    regc_program_device_memory(p, &c);
-    assert_true(c.total <= co.budget_bytes);
-    regc_program_free(p);
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        whole = most_recomputed(presets[i], 0), chunked = most_recomputed(presets[i], 16);
+        assert_true(chunked < whole);
+        /* between the two: only chunks fit */
+        regc_compile_options_default(&co);
+        co.budget_bytes = (whole + chunked) / 2;
+        regc_program *p = regc_test_compile(presets[i], 1, 128, &co, NULL);
+        regc_fit_plan r;
+        regc_program_fit_plan(p, &r);
+        if (!(r.logits_chunks > 1))
+            fail_msg("%s: auto kept the logits whole under %lld bytes", presets[i],
+                     (long long)co.budget_bytes);
+        regc_device_memory c;
+        regc_program_device_memory(p, &c);
+        assert_true(c.total <= co.budget_bytes);
+        regc_program_free(p);
+    }
+    const int64_t b_total = most_recomputed("gpt2-124m", 16);
     /* below what the chunks reach: refused, saying so */
-    co.budget_bytes = b.total / 2;
+    regc_compile_options_default(&co);
+    co.budget_bytes = b_total / 2;
     int rc;
     assert_null(regc_test_compile("gpt2-124m", 1, 128, &co, &rc));
     assert_int_equal(rc, REGC_ERR_BUDGET);
     /* offloading is off: the message says what was tried */
     assert_non_null(strstr(regc_error_message(), "(recomputing and chunking what can be)"));
-    regc_program_free(most), regc_program_free(chunked);
 }
 
 int main(void)

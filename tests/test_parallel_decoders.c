@@ -122,8 +122,9 @@ static void test_phi_layer(void **state)
     regc_model_free(m);
 }
 
-/* The ROPE ops of m's graph: each over heads of `rotated` dimensions
- * (its tables [T, rotated / 2]), the first `rotated` of each head. */
+/* The ROPE ops of m's graph: each over whole heads of 8, its tables
+ * [T, rotated / 2] (the first `rotated` of each head turn, the kernel
+ * passes the rest through). */
 static void expect_rotated(regc_model *m, int64_t rotated)
 {
     const int64_t T = 8;
@@ -139,12 +140,12 @@ static void expect_rotated(regc_model *m, int64_t rotated)
         if (n->op != REGC_OP_ROPE)
             continue;
         const regc_tensor *x = regc_graph_tensor(g, n->in[0]);
-        assert_int_equal(x->shape[2], (int64_t)n->attrs.n_head * rotated);
+        assert_int_equal(x->shape[2], (int64_t)n->attrs.n_head * 8);
+        assert_int_equal(regc_graph_tensor(g, n->in[1])->shape[1], rotated / 2);
         ropes++;
     }
     assert_int_equal(ropes, 2 * 3);
-    /* partial: the rest of each head sliced off and joined again */
-    assert_int_equal(count_ops(g, REGC_OP_CONCAT), rotated < 8 ? 2 * 3 : 0);
+    assert_int_equal(count_ops(g, REGC_OP_SLICE) + count_ops(g, REGC_OP_CONCAT), 0);
     float inv[4], s;
     assert_int_equal(regc_model_compute_rope(m, 0, NULL, 0, NULL), rotated / 2);
     assert_int_equal(regc_model_compute_rope(m, T, inv, rotated / 2, &s), rotated / 2);
@@ -209,6 +210,8 @@ static void test_phi_partial_rope(void **state)
          "key \"partial_rotary_factor\" 0.375 rotates 3 of a head's 8 dimensions", REGC_ERR_FORMAT},
         {"\"partial_rotary_factor\": 0.1",
          "key \"partial_rotary_factor\" 0.1 rotates 0 of a head's 8 dimensions", REGC_ERR_FORMAT},
+        {"\"partial_rotary_factor\": null", "key \"partial_rotary_factor\" is null",
+         REGC_ERR_FORMAT},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_phi(f, bad[i].extra);
@@ -355,34 +358,37 @@ static void test_neox_params(void **state)
     regc_model_free(m);
 }
 
-/* The fused projection's rows head by head: q, k and v are the three
- * thirds of each head's 3D rows ([B, T, H, 3D] sliced on its last axis). */
+/* The fused projection's rows head by head: regrouped [B, T, H, 3, D] ->
+ * [B, T, 3, H, D] and split in three, q, k and v are tensors of their own
+ * (no views, which bf16 would not hold). */
 static void test_neox_qkv_per_head(void **state)
 {
     regc_test_dir *f = *state;
     regc_model *m = load_neox(f, NULL);
     regc_graph *g = NULL;
     assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-    int64_t starts[3];
     int n = 0;
-    for (int i = 0; i < regc_graph_n_nodes(g) && n < 3; i++) {
+    for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *nd = regc_graph_node(g, i);
-        if (nd->op != REGC_OP_SLICE)
+        if (nd->op != REGC_OP_TRANSPOSE)
             continue;
         const regc_tensor *x = regc_graph_tensor(g, nd->in[0]);
-        assert_int_equal(x->ndim, 4);
-        assert_int_equal(x->shape[2], 4);  /* heads */
-        assert_int_equal(x->shape[3], 48); /* each head's q, k and v */
-        assert_int_equal(nd->attrs.axis, 3);
-        starts[n++] = nd->attrs.start;
+        const int64_t want[] = {2, 8, 4, 3, 16}; /* B, T, heads, q/k/v, D */
+        const int perm[] = {0, 1, 3, 2, 4};
+        assert_int_equal(x->ndim, 5);
+        assert_memory_equal(x->shape, want, sizeof want);
+        assert_memory_equal(nd->attrs.perm, perm, sizeof perm);
+        n++;
     }
     assert_int_equal(n, 3);
-    assert_true(starts[0] == 0 && starts[1] == 16 && starts[2] == 32);
+    assert_int_equal(count_ops(g, REGC_OP_SPLIT), 3);
+    assert_int_equal(count_ops(g, REGC_OP_SLICE), 0);
     regc_graph_free(g);
     char d[2048];
     regc_model_describe(m, d, sizeof d);
     if (!strstr(d, "q/k/v fused head by head") || !strstr(d, "attention and MLP in parallel") ||
-        !strstr(d, "RoPE on 4 of each head's 16 dimensions") || !strstr(d, ", gelu,"))
+        strstr(d, "gate_up") || !strstr(d, "RoPE on 4 of each head's 16 dimensions") ||
+        !strstr(d, ", gelu,"))
         fail_msg("%s", d);
     regc_model_free(m);
 }
@@ -480,7 +486,13 @@ static void test_neox_rope(void **state)
         {"\"rotary_emb_base\": 100, \"rope_scaling\": {\"rope_type\": \"linear\", "
          "\"factor\": 2.0, \"rope_theta\": 10.0}",
          "keys \"rotary_emb_base\" (100) and \"rope_scaling.rope_theta\" (10) differ"},
-        {"\"rotary_pct\": 0.1875", "key \"partial_rotary_factor\" 0.1875 rotates 3 of a head's 16"},
+        {"\"rotary_pct\": 0.1875", "key \"rotary_pct\" 0.1875 rotates 3 of a head's 16"},
+        {"\"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.1875}",
+         "key \"rope_parameters.partial_rotary_factor\" 0.1875 rotates 3"},
+        {"\"rotary_pct\": null", "key \"rotary_pct\" is null"},
+        {"\"rotary_emb_base\": null", "key \"rotary_emb_base\" is null"},
+        {"\"rotary_pct\": 0.125, \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}",
+         "rope_type \"dynamic\" with 2 of each head's 16 dimensions rotated"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_neox(f, bad[i].extra);
@@ -703,6 +715,44 @@ static void test_stablelm_regional_equals_full(void **state)
     }
 }
 
+/* ---- bf16 ---------------------------------------------------------------- */
+
+/* In bf16, O0 and O1 give the same bits for each family here: q, k and v
+ * are tensors of their own (partial RoPE in one kernel, GPT-NeoX's q/k/v
+ * split rather than sliced views), so both levels hold the same saved
+ * values in bf16. */
+static void test_bf16_levels_alike(void **state)
+{
+    regc_test_dir *f = *state;
+    static const char *const extra[] = {
+        "\"model_type\": \"phi\", \"num_key_value_heads\": 2",
+        "\"model_type\": \"gpt_neox\"",
+        "\"model_type\": \"stablelm\", \"num_key_value_heads\": 2, "
+        "\"use_parallel_residual\": true",
+    };
+    static const char *const keys[][2] = {
+        {"vocab_size", "256"},      {"hidden_size", "64"},        {"intermediate_size", "80"},
+        {"num_hidden_layers", "2"}, {"num_attention_heads", "4"}, {"max_position_embeddings", "32"},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) {
+        regc_test_write_config(f->path, extra[i], keys, sizeof keys / sizeof *keys, NULL, NULL);
+        regc_train_options o = regc_test_train_options(2, 16, 3);
+        o.compile.precision = REGC_PRECISION_BF16;
+        regc_test_losses l[2];
+        regc_model *m[2];
+        for (int level = 0; level < 2; level++) {
+            assert_int_equal(regc_model_load_config(f->path, &m[level]), REGC_OK);
+            o.compile.level = level ? REGC_LEVEL_O1 : REGC_LEVEL_O0;
+            regc_test_train_model(m[level], &o, &l[level]);
+        }
+        if (memcmp(l[0].loss, l[1].loss, sizeof l[0].loss) != 0)
+            fail_msg("%s in bf16: O0 %.9g, O1 %.9g at step 0", extra[i], l[0].loss[0],
+                     l[1].loss[0]);
+        regc_test_assert_same_weights(m[0], m[1]);
+        regc_model_free(m[0]), regc_model_free(m[1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -719,6 +769,7 @@ int main(void)
         regc_test_in_dir(test_neox_regional_equals_full, setup),
         regc_test_in_dir(test_stablelm_layer, setup),
         regc_test_in_dir(test_stablelm_regional_equals_full, setup),
+        regc_test_in_dir(test_bf16_levels_alike, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,16 +4,17 @@
 # each one's median step over Llama's says what its own pieces cost (biases,
 # q/k norms, Gemma's extra norms and soft-capping, Phi-3's fused
 # projections and their slices, Granite's multipliers, SmolLM3's layers
-# without RoPE, Phi's and GPT-NeoX's parallel blocks, LayerNorms, biases
-# and partly rotated heads; their plain MLPs 3,072 wide, so that two GEMMs
-# match the gated MLP's three of 2,048; GPT-NeoX has no grouped-query
-# attention: its k and v are twice as wide).
+# without RoPE, Phi's, GPT-NeoX's and StableLM's LayerNorms and partly
+# rotated heads, the first two's parallel blocks and biases; their plain
+# MLPs 3,072 wide, so that two GEMMs match the gated MLP's three of
+# 2,048; GPT-NeoX has no grouped-query attention: its k and v are twice
+# as wide).
 #
 #   tools/bench_families.sh [STEPS]     STEPS >= 2, default 8
 #
 # Environment: PYTHON (a Python with torch and transformers >= 5, which makes
 # each family's random checkpoint; default python3), THREADS (default 2),
-# REGC (the binary, default build/regc), FAMILIES (default all twelve, the
+# REGC (the binary, default build/regc), FAMILIES (default all thirteen, the
 # first the one the others are compared with), ROUNDS (default 3).
 # B=4, T=64, fp32; the first step is a warm-up.
 set -euo pipefail
@@ -25,7 +26,7 @@ THREADS="${THREADS:-2}"
 ROUNDS="${ROUNDS:-3}"
 PYTHON="${PYTHON:-python3}"
 REGC="${REGC:-build/regc}"
-FAMILIES="${FAMILIES:-llama mistral qwen2 qwen3 olmo2 phi3 gemma2 gemma3_text granite smollm3 phi gpt_neox}"
+FAMILIES="${FAMILIES:-llama mistral qwen2 qwen3 olmo2 phi3 gemma2 gemma3_text granite smollm3 phi gpt_neox stablelm}"
 [[ "$STEPS" =~ ^[0-9]+$ && "$STEPS" -ge 2 ]] || { echo "bench_families.sh: STEPS >= 2" >&2; exit 2; }
 [ -x "$REGC" ] || { echo "bench_families.sh: no binary at $REGC (build first)" >&2; exit 2; }
 

@@ -292,7 +292,8 @@ void regc_cpu_rmsnorm_fwd(regc_backend *be, void *y, float *rstd, const float *x
 void regc_cpu_rmsnorm_bwd(regc_backend *be, float *dx, float *dw, const float *dy, const float *x,
                           const float *w, const float *rstd, int64_t rows, int64_t cols);
 void regc_cpu_rope(regc_backend *be, float *y, const float *x, const float *cos, const float *sin,
-                   int64_t batch, int64_t t, int n_head, int head_dim, int inverse, int y_bf16);
+                   int64_t batch, int64_t t, int n_head, int head_dim, int rot_dim, int inverse,
+                   int y_bf16);
 void regc_cpu_silu_fwd(regc_backend *be, float *y, const float *x, int64_t n);
 void regc_cpu_silu_bwd(regc_backend *be, float *dx, const float *dy, const float *x, int64_t n);
 void regc_cpu_mul_arrays(regc_backend *be, float *out, const float *a, const float *b, int64_t n);

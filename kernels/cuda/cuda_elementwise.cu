@@ -230,33 +230,33 @@ static void cuda_relu_bwd(regc_backend *be, float *dx, const float *dy, const fl
     cuda_note(be, cudaGetLastError(), "relu_bwd");
 }
 
-/* ---- rotary embedding: one thread per rotated pair */
+/* ---- rotary embedding: one thread per rotated pair or value passed through */
 
 __global__ void cuda_rope_kernel(float *y, const float *x, const float *cos, const float *sin,
-                                 int64_t t, int n_head, int head_dim, float sign, int y_bf16,
-                                 int64_t pairs)
-/* y, x: [batch, t, n_head * head_dim] (y in bf16 where y_bf16); cos, sin: [t, head_dim / 2] */
+                                 int64_t t, int n_head, int head_dim, int rot_dim, float sign,
+                                 int y_bf16, int64_t items)
+/* y, x: [batch, t, n_head * head_dim] (y in bf16 where y_bf16); cos, sin: [t, rot_dim / 2] */
 {
-    CUDA_GRID_LOOP(i, pairs)
+    CUDA_GRID_LOOP(i, items)
     {
-        cuda_body_rope(i, y, x, cos, sin, t, n_head, head_dim, sign, y_bf16);
+        cuda_body_rope(i, y, x, cos, sin, t, n_head, head_dim, rot_dim, sign, y_bf16);
     }
 }
 
 static void cuda_rope(regc_backend *be, float *y, const float *x, const float *cos,
                       const float *sin, int64_t batch, int64_t t, int n_head, int head_dim,
-                      int inverse, int y_bf16)
+                      int rot_dim, int inverse, int y_bf16)
 {
-    if (regc_rope_check(batch, t, n_head, head_dim) != REGC_OK) {
+    if (regc_rope_check(batch, t, n_head, head_dim, rot_dim) != REGC_OK) {
         cuda_note_failure(be, regc_error_message());
         return;
     }
-    const int64_t pairs = batch * t * n_head * (head_dim / 2);
-    if (pairs == 0)
+    const int64_t items = batch * t * n_head * (head_dim - rot_dim / 2);
+    if (items == 0)
         return;
     const float sign = inverse ? -1.0f : 1.0f;
-    cuda_rope_kernel<<<cuda_grid_for(pairs), CUDA_THREADS, 0, cuda_stream(be)>>>(
-        y, x, cos, sin, t, n_head, head_dim, sign, y_bf16, pairs);
+    cuda_rope_kernel<<<cuda_grid_for(items), CUDA_THREADS, 0, cuda_stream(be)>>>(
+        y, x, cos, sin, t, n_head, head_dim, rot_dim, sign, y_bf16, items);
     cuda_note(be, cudaGetLastError(), "rope");
 }
 

@@ -116,13 +116,20 @@ static inline REGC_HD void cuda_body_relu_bwd(int64_t i, float *dx, const float 
  * multiplies sin as the CPU does (exact: a sign flip). */
 static inline REGC_HD void cuda_body_rope(int64_t i, float *y, const float *x, const float *cos,
                                           const float *sin, int64_t t, int n_head, int head_dim,
-                                          float sign, int y_bf16)
-/* y, x: [batch, t, n_head * head_dim] (y in bf16 where y_bf16); cos, sin: [t, head_dim / 2] */
+                                          int rot_dim, float sign, int y_bf16)
+/* y, x: [batch, t, n_head * head_dim] (y in bf16 where y_bf16); cos, sin: [t, rot_dim / 2].
+ * Item i of a head's head_dim - rot_dim / 2: a rotated pair below rot_dim / 2,
+ * else one value past rot_dim passed through. */
 {
-    const int64_t half = head_dim / 2;
-    const int64_t j = i % half, head_row = i / half; /* head_row = row * n_head + head */
+    const int64_t half = rot_dim / 2, items = head_dim - half;
+    const int64_t j = i % items, head_row = i / items; /* head_row = row * n_head + head */
     const int64_t row = head_row / n_head, pos = row % t;
     const int64_t base = head_row * head_dim; /* row * n_head * head_dim + head * head_dim */
+    if (j >= half) {                          /* the part not rotated */
+        const int64_t e = base + rot_dim + (j - half);
+        regc_store_f32_or_bf16(y, y_bf16, e, x[e]);
+        return;
+    }
     const float c = cos[pos * half + j], s = sign * sin[pos * half + j];
     float y1, y2;
     regc_rope_pair(&y1, &y2, x[base + j], x[base + j + half], c, s);
