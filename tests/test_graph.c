@@ -156,10 +156,15 @@ static void test_new_op_shape_errors(void **state)
     assert_true(regc_graph_rmsnorm(g, x, w5, 1e-6f) < 0);
     assert_non_null(strstr(regc_error_message(), "rmsnorm"));
     assert_non_null(strstr(regc_error_message(), "w5 [5]"));
-    assert_true(regc_graph_rope(g, x, cs, cs, 2) < 0); /* head_dim 3 is odd */
-    assert_non_null(strstr(regc_error_message(), "even head_dim"));
-    assert_true(regc_graph_rope(g, x, cs, cs, 1) < 0); /* tables must be [4, 3] */
-    assert_non_null(strstr(regc_error_message(), "cos [4, 1]"));
+    /* the tables' width is half the part of each head rotated: [4, 2]
+     * turns 4 values, more than heads of 3 hold */
+    int cs2 = regc_graph_add_tensor(g, "cos2", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){4, 2});
+    assert_true(regc_graph_rope(g, x, cs2, cs2, 2) < 0);
+    assert_non_null(strstr(regc_error_message(), "rot_dim within head_dim"));
+    int cs3 = regc_graph_add_tensor(g, "cos3", REGC_F32, REGC_ROLE_INPUT, 2, (int64_t[]){3, 1});
+    assert_true(regc_graph_rope(g, x, cs3, cs3, 1) < 0); /* 3 positions, not 4 */
+    assert_non_null(strstr(regc_error_message(), "cos3 [3, 1]"));
+    assert_true(regc_graph_rope(g, x, cs2, cs, 1) < 0); /* the two tables differ */
     assert_true(regc_graph_mul(g, x, cs) < 0);
     assert_non_null(strstr(regc_error_message(), "mul"));
     assert_true(regc_graph_attention_bias(g, x, x, x, bias, 2, 2, 0, 1.0f) < 0);

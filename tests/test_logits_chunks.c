@@ -311,7 +311,8 @@ static void test_softcapped_logits_in_chunks(void **state)
  * O1, a step of its own at O0), whose gradient sums every row of the
  * logits' gradient: it is summed chunk by chunk, the first chunk's sum
  * written and each later one's added, no row sum over the whole logits;
- * the training is the one with the logits whole. */
+ * the training is the one with the logits whole, at O0 and O1, at stage 3
+ * and over two micro-batches a step. */
 static void test_biased_head_in_chunks(void **state)
 {
     const regc_test_dir *d = *state;
@@ -374,6 +375,23 @@ static void test_biased_head_in_chunks(void **state)
             check_trains_alike(what, m[0], m[1], &o);
             regc_model_free(m[0]), regc_model_free(m[1]);
         }
+    /* Phi's at stage 3 (the bias's gradient a gathered unit's) and over two
+     * micro-batches a step (each chunk's sums after the first step's added
+     * to the gradient block) */
+    for (int way = 0; way < 2; way++) {
+        regc_model *m[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(regc_model_load_config(d->dir, &m[k]), REGC_OK);
+        regc_train_options o = base_options();
+        o.compile.logits_chunk_rows = CHUNK, o.max_grad_norm = 1e9;
+        if (way == 0)
+            o.compile.zero_stage = 3;
+        else
+            o.grad_accum = 2;
+        check_trains_alike(way ? "phi, two micro-batches a step" : "phi at stage 3", m[0], m[1],
+                           &o);
+        regc_model_free(m[0]), regc_model_free(m[1]);
+    }
 }
 
 /* ---- a frozen head ------------------------------------------------------ */
