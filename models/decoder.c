@@ -45,7 +45,9 @@ static const char *const llama_slot_suffix[N_SLOTS] = {
     [S_DOWN] = "mlp.down_proj.weight",
     [S_DOWN_BIAS] = "mlp.down_proj.bias",
     [S_INPUT_NORM] = "input_layernorm.weight",
+    [S_INPUT_NORM_BIAS] = "input_layernorm.bias", /* StableLM's LayerNorms */
     [S_POST_ATTN_NORM] = "post_attention_layernorm.weight",
+    [S_POST_ATTN_NORM_BIAS] = "post_attention_layernorm.bias",
     [S_PRE_FF_NORM] = "pre_feedforward_layernorm.weight",
     [S_POST_FF_NORM] = "post_feedforward_layernorm.weight",
 };
@@ -84,29 +86,12 @@ static const decoder_names phi_names = {.embed = "model.embed_tokens.weight",
                                         .head_bias = "lm_head.bias",
                                         .slot_suffix = phi_slot_suffix};
 
-/* StableLM's: Llama's, its LayerNorms' biases beside their weights */
-static const char *const stablelm_slot_suffix[N_SLOTS] = {
-    [S_Q] = "self_attn.q_proj.weight",
-    [S_Q_BIAS] = "self_attn.q_proj.bias",
-    [S_K] = "self_attn.k_proj.weight",
-    [S_K_BIAS] = "self_attn.k_proj.bias",
-    [S_V] = "self_attn.v_proj.weight",
-    [S_V_BIAS] = "self_attn.v_proj.bias",
-    [S_O] = "self_attn.o_proj.weight",
-    [S_GATE] = "mlp.gate_proj.weight",
-    [S_UP] = "mlp.up_proj.weight",
-    [S_DOWN] = "mlp.down_proj.weight",
-    [S_INPUT_NORM] = "input_layernorm.weight",
-    [S_INPUT_NORM_BIAS] = "input_layernorm.bias",
-    [S_POST_ATTN_NORM] = "post_attention_layernorm.weight",
-    [S_POST_ATTN_NORM_BIAS] = "post_attention_layernorm.bias",
-};
-
+/* StableLM's: Llama's, its final LayerNorm's bias too */
 static const decoder_names stablelm_names = {.embed = "model.embed_tokens.weight",
                                              .layer = "model.layers.%" PRId64 ".",
                                              .norm = "model.norm.weight",
                                              .norm_bias = "model.norm.bias",
-                                             .slot_suffix = stablelm_slot_suffix};
+                                             .slot_suffix = llama_slot_suffix};
 
 /* GPT-NeoX's names (GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B); its head is
  * saved as embed_out, the name Transformers 5 gives it in memory
