@@ -475,28 +475,23 @@ static const regc_config_key keys_stablelm[] = {
     {NULL, 0, NULL, NULL},
 };
 
-/* GPT-NeoX's: its sizes (no num_key_value_heads or head_dim: its heads
- * are hidden_size / num_attention_heads wide), RoPE by its own names,
- * its one dropout and the parallel switch; pad_token_id is the shared
- * table's (inert: its embedding has no padding index) */
+/* GPT-NeoX's own, listed before keys_decoder: RoPE by its own names, its
+ * one dropout and the parallel switch; keys_decoder's heads refused, its
+ * RMSNorm's epsilon, pad id and RoPE spellings inert to it */
 static const regc_config_key keys_gpt_neox[] = {
-    {"vocab_size", REGC_KEY_APPLIED, NULL, NULL},
-    {"hidden_size", REGC_KEY_APPLIED, NULL, NULL},
-    {"intermediate_size", REGC_KEY_APPLIED, NULL, NULL},
-    {"num_hidden_layers", REGC_KEY_APPLIED, NULL, NULL},
-    {"num_attention_heads", REGC_KEY_APPLIED, NULL, NULL},
-    {"max_position_embeddings", REGC_KEY_APPLIED, NULL, NULL},
     {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
-    {"rope_parameters", REGC_KEY_APPLIED, NULL, NULL},
-    {"rope_scaling", REGC_KEY_APPLIED, NULL, NULL},
     {"rotary_emb_base", REGC_KEY_APPLIED, NULL, NULL},
     {"rotary_pct", REGC_KEY_APPLIED, NULL, NULL},
-    {"tie_word_embeddings", REGC_KEY_APPLIED, NULL, NULL},
-    {"hidden_act", REGC_KEY_APPLIED, NULL, NULL},
-    {"attention_dropout", REGC_KEY_APPLIED, NULL, NULL},
     {"hidden_dropout", REGC_KEY_APPLIED, NULL, NULL},
     {"attention_bias", REGC_KEY_APPLIED, NULL, NULL},
     {"use_parallel_residual", REGC_KEY_APPLIED, NULL, NULL},
+    {"num_key_value_heads", REGC_KEY_REFUSED, NULL,
+     "Transformers' GPT-NeoX gives k and v as many heads as q"},
+    {"head_dim", REGC_KEY_REFUSED, NULL,
+     "Transformers' GPT-NeoX makes its heads hidden_size / num_attention_heads wide"},
+    {"rms_norm_eps", REGC_KEY_INERT, NULL, "GPT-NeoX's norms are LayerNorms (layer_norm_eps)"},
+    {"pad_token_id", REGC_KEY_INERT, NULL,
+     "padding's: Transformers' GPT-NeoX gives its embedding no padding index"},
     {"rope_theta", REGC_KEY_INERT, NULL,
      "Transformers' GPT-NeoX reads rotary_emb_base (or rope_parameters) instead"},
     {"partial_rotary_factor", REGC_KEY_INERT, NULL,
@@ -676,7 +671,7 @@ static const regc_config_key *const tables_granite[] = {keys_decoder, keys_atten
 static const regc_config_key *const tables_smollm3[] = {keys_decoder, keys_attention_bias,
                                                         keys_window, keys_smollm3, NULL};
 static const regc_config_key *const tables_phi[] = {keys_phi, keys_decoder, NULL};
-static const regc_config_key *const tables_gpt_neox[] = {keys_gpt_neox, NULL};
+static const regc_config_key *const tables_gpt_neox[] = {keys_gpt_neox, keys_decoder, NULL};
 static const regc_config_key *const tables_stablelm[] = {keys_stablelm, keys_decoder, NULL};
 
 /* The head under the name Transformers 5 gives it in memory. */
