@@ -55,8 +55,10 @@ if family == "granite":  # Granite 3's multipliers (its defaults of 1 would be L
                  attention_multiplier=0.015625, logits_scaling=8.0)
 if family in ("phi", "gpt_neox"):  # the same MLP FLOPs in two GEMMs
     shape.update(intermediate_size=3072)
-if family == "gpt_neox":  # its heads are all alike, hidden_size / num_attention_heads wide
-    del shape["num_key_value_heads"], shape["head_dim"]
+if family in ("gpt_neox", "stablelm"):  # heads hidden_size / num_attention_heads wide
+    del shape["head_dim"]
+if family == "gpt_neox":  # its k and v as many heads as q
+    del shape["num_key_value_heads"]
 cfg = transformers.AutoConfig.for_model(family, **shape)
 torch.manual_seed(0)
 transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
