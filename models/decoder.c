@@ -336,6 +336,7 @@ static const decoder_family family_stablelm = {.architecture = "StableLmForCausa
                                                .eps_key = "layer_norm_eps",
                                                .act_key = "hidden_act",
                                                .pad_default = -1,
+                                               .kv_heads_default = 32, /* Transformers' */
                                                .n_pos_default = 4096};
 
 /* ---- config.json's keys (model_load.c checks every key against these

@@ -141,12 +141,13 @@ typedef struct {
     const char *n_pos_key;   /* the longest sequence's key; NULL: max_position_embeddings */
     act_kind act_default;    /* when act_key is absent */
     window_kind window;
-    int64_t window_pattern; /* WINDOW_GEMMA without layer_types: every n-th layer is full */
-    int64_t pad_default;    /* pad_token_id when config.json has none; -1: none */
-    int pad_unused;         /* pad_token_id is no padding index (GPT-NeoX's embedding has none) */
-    int64_t n_pos_default;  /* max_position_embeddings when absent (Transformers'); 0: 2048 */
-    double theta_default;   /* rope_theta when absent; 0: 10000 */
-    int tied_default;       /* tie_word_embeddings when config.json has none (Gemma's true) */
+    int64_t window_pattern;   /* WINDOW_GEMMA without layer_types: every n-th layer is full */
+    int64_t pad_default;      /* pad_token_id when config.json has none; -1: none */
+    int64_t kv_heads_default; /* num_key_value_heads when absent (StableLM's 32); 0: q's */
+    int pad_unused;           /* pad_token_id is no padding index (GPT-NeoX's embedding has none) */
+    int64_t n_pos_default;    /* max_position_embeddings when absent (Transformers'); 0: 2048 */
+    double theta_default;     /* rope_theta when absent; 0: 10000 */
+    int tied_default;         /* tie_word_embeddings when config.json has none (Gemma's true) */
 } decoder_family;
 
 typedef struct {

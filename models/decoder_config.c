@@ -504,8 +504,9 @@ int decoder_parse_config(regc_model *m, const cJSON *root, const char *path)
             0 ||
         (rc = regc_cfg_int(root, path, "num_attention_heads", 1, 0, 1, DECODER_MAX_DIM,
                            &c.n_head)) < 0 ||
-        (rc = regc_cfg_int(root, path, "num_key_value_heads", 0, c.n_head, 1, DECODER_MAX_DIM,
-                           &c.n_kv_head)) < 0)
+        (rc = regc_cfg_int(root, path, "num_key_value_heads", 0,
+                           c.family->kv_heads_default ? c.family->kv_heads_default : c.n_head, 1,
+                           DECODER_MAX_DIM, &c.n_kv_head)) < 0)
         return rc;
     /* HF derives head_dim when it is absent; a hidden size the heads do not
      * divide would then drop columns, so that needs an explicit head_dim. */

@@ -603,7 +603,7 @@ int regc_rope_check_head(const regc_rope *r, int64_t head_dim, const char *path)
     if (r->partial_name)
         snprintf(what, sizeof what, "key \"%s\" %g", r->partial_name, r->partial);
     else
-        snprintf(what, sizeof what, "the default share of a head rotated, %g,", r->partial);
+        snprintf(what, sizeof what, "the default partial_rotary_factor, %g,", r->partial);
     if (r->partial_key && (dim < 2 || dim % 2 != 0)) /* whole heads: the caller checks */
         return regc_error(REGC_ERR_FORMAT,
                           "%s: %s rotates %lld of a head's %lld dimensions: the rotated part must "

@@ -20,33 +20,34 @@
 /* ---------------------------------------------------------------- instructions */
 
 typedef enum {
-    K_FILL,       /* out; f = value; d0 = n */
-    K_COPY,       /* out, x; d0 = bytes */
-    K_COPY_2D,    /* dst, src; d0 = rows, d1 = cols, d2 = ld_dst, d3 = ld_src */
-    K_TRANSPOSE,  /* out, x; d0 = ndim, shape in d[1..], perm */
-    K_GEMM,       /* c, a, b, bias, aux, bias_grad; see flags */
-    K_EMBED_FWD,  /* out, ids, table; d0 = rows, d1 = cols */
-    K_EMBED_BWD,  /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab, d3 = 1 + the padding
-                     id (0: none); accumulate */
-    K_ADD,        /* out, a, b; d0 = n */
-    K_BIAS_ADD,   /* out, x, b; d0 = rows, d1 = cols */
-    K_SUM_ROWS,   /* out, x; d0 = rows, d1 = cols */
-    K_LN_FWD,     /* y, mean, rstd, x, w, b; d0 = rows, d1 = cols; f = eps */
-    K_LN_BWD,     /* dx, dw, db, dy, x, w, mean, rstd; d0 = rows, d1 = cols */
-    K_RMS_FWD,    /* y, rstd, x, w; d0 = rows, d1 = cols; f = eps */
-    K_RMS_BWD,    /* dx, dw, dy, x, w, rstd */
-    K_ROPE,       /* y, x, cos, sin; d0 = batch, d1 = t, d2 = n_head, d3 = head_dim, d4 = inverse */
-    K_UNARY,      /* y, x; d0 = n; unary = which (gelu, silu, ...); f = SCALE's value */
-    K_BINARY,     /* out, a, b; d0 = n; unary = which (mul or an elementwise backward) */
-    K_ATTN_FWD,   /* out, lse, q, k, v, bias, site, draw, doc_start; f = the dropout's p */
-    K_ATTN_BWD,   /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse, site, draw, doc_start */
-    K_CE_FWD,     /* loss, lse, logits, targets; d0 = rows, d1 = cols */
-    K_CE_BWD,     /* dlogits, dloss, logits, targets [d3], lse; d0 = rows, d1 = cols, d2 = the
-                     first row's index in targets, d3 = the loss's rows */
-    K_ROW_SUM,    /* out, x; d0 = rows, d1 = cols, d2 = mean (else the sum) */
-    K_SOFTMAX,    /* y, lse, x; d0 = rows, d1 = cols, d2 = log (log-softmax) */
-    K_EW,         /* fused elementwise: outs then ins; ew program; d0 = n */
-    K_ADD_LN_FWD, /* sum, y, mean, rstd, a, b, w, bias; d0 = rows, d1 = cols; f = eps */
+    K_FILL,        /* out; f = value; d0 = n */
+    K_COPY,        /* out, x; d0 = bytes */
+    K_COPY_2D,     /* dst, src; d0 = rows, d1 = cols, d2 = ld_dst, d3 = ld_src */
+    K_TRANSPOSE,   /* out, x; d0 = ndim, shape in d[1..], perm */
+    K_GEMM,        /* c, a, b, bias, aux, bias_grad; see flags */
+    K_EMBED_FWD,   /* out, ids, table; d0 = rows, d1 = cols */
+    K_EMBED_BWD,   /* dtable, ids, dout; d0 = rows, d1 = cols, d2 = vocab, d3 = 1 + the padding
+                      id (0: none); accumulate */
+    K_ADD,         /* out, a, b; d0 = n */
+    K_BIAS_ADD,    /* out, x, b; d0 = rows, d1 = cols */
+    K_SUM_ROWS,    /* out, x; d0 = rows, d1 = cols */
+    K_LN_FWD,      /* y, mean, rstd, x, w, b; d0 = rows, d1 = cols; f = eps */
+    K_LN_BWD,      /* dx, dw, db, dy, x, w, mean, rstd; d0 = rows, d1 = cols */
+    K_RMS_FWD,     /* y, rstd, x, w; d0 = rows, d1 = cols; f = eps */
+    K_RMS_BWD,     /* dx, dw, dy, x, w, rstd */
+    K_ROPE,        /* y, x, cos, sin; d0 = batch, d1 = t, d2 = n_head, d3 = head_dim, d4 = inverse,
+                      d5 = the rotated part of a head (head_dim, or Phi's and GPT-NeoX's first part) */
+    K_UNARY,       /* y, x; d0 = n; unary = which (gelu, silu, ...); f = SCALE's value */
+    K_BINARY,      /* out, a, b; d0 = n; unary = which (mul or an elementwise backward) */
+    K_ATTN_FWD,    /* out, lse, q, k, v, bias, site, draw, doc_start; f = the dropout's p */
+    K_ATTN_BWD,    /* dq, dk, dv, dbias, dout, q, k, v, bias, out, lse, site, draw, doc_start */
+    K_CE_FWD,      /* loss, lse, logits, targets; d0 = rows, d1 = cols */
+    K_CE_BWD,      /* dlogits, dloss, logits, targets [d3], lse; d0 = rows, d1 = cols, d2 = the
+                      first row's index in targets, d3 = the loss's rows */
+    K_ROW_SUM,     /* out, x; d0 = rows, d1 = cols, d2 = mean (else the sum) */
+    K_SOFTMAX,     /* y, lse, x; d0 = rows, d1 = cols, d2 = log (log-softmax) */
+    K_EW,          /* fused elementwise: outs then ins; ew program; d0 = n */
+    K_ADD_LN_FWD,  /* sum, y, mean, rstd, a, b, w, bias; d0 = rows, d1 = cols; f = eps */
     K_ADD_RMS_FWD, /* sum, y, rstd, a, b, w */
     K_LN_BWD_ADD,  /* dx, dw, db, dres, dy, x, w, mean, rstd */
     K_RMS_BWD_ADD, /* dx, dw, dres, dy, x, w, rstd */

@@ -665,6 +665,19 @@ static void test_stablelm_layer(void **state)
                            sizeof keys / sizeof *keys, "\"head_dim\": 16", NULL);
     regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
                                   "key \"head_dim\" is not supported");
+    /* num_key_value_heads absent: Transformers' StableLM takes 32, whatever
+     * the heads (4 here: refused; 64: k and v of 32 heads) */
+    regc_test_write_config(f->path, "\"model_type\": \"stablelm\"", keys,
+                           sizeof keys / sizeof *keys, NULL, NULL);
+    regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
+                                  "key \"num_key_value_heads\" is 32, which does not divide");
+    regc_test_write_config(f->path, "\"model_type\": \"stablelm\"", keys,
+                           sizeof keys / sizeof *keys,
+                           "\"hidden_size\": 1024, \"num_attention_heads\": 64", NULL);
+    m = NULL;
+    assert_int_equal(regc_model_load_config(f->path, &m), REGC_OK);
+    regc_test_assert_param_shape(m, "model.layers.0.self_attn.k_proj.weight", 2, 512, 1024);
+    regc_model_free(m);
 }
 
 /* Side by side over six layers: one region, regional == whole at O0 and

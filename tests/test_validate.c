@@ -169,6 +169,33 @@ static void test_attention_dropout_operands(void **state)
     regc_model_free(m);
 }
 
+/* A rope's rotated part (d5): even, 2 or more, within the head (d3); the
+ * tables it reads are [t, d5 / 2]. */
+static void test_rope_rotated_part(void **state)
+{
+    (void)state;
+    regc_compile_options o;
+    regc_compile_options_default(&o);
+    regc_program *p = regc_test_compile("llama-tiny", 2, 16, &o, NULL);
+    regc_instr *rope = NULL;
+    for (int i = 0; i < p->n_instr && !rope; i++)
+        rope = p->instr[i].kernel == K_ROPE ? &p->instr[i] : NULL;
+    assert_non_null(rope);
+    assert_int_equal(rope->d[5], rope->d[3]); /* Llama turns the whole head */
+    const int64_t rot = rope->d[5];
+    const int64_t bad[] = {0, 3, -2, rot + 2};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        rope->d[5] = bad[k];
+        assert_int_equal(regc_program_validate(p), REGC_ERR_FORMAT);
+        assert_non_null(strstr(regc_error_message(), "inconsistent rotary shape"));
+    }
+    rope->d[5] = rot - 2; /* a part of the head: its tables are read less far */
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    rope->d[5] = rot;
+    assert_int_equal(regc_program_validate(p), REGC_OK);
+    regc_program_free(p);
+}
+
 /* The rule of each kernel honours a bf16 mark only where the kernel can:
  * an all-gather in bf16 spans half the bytes and moves an even count (its
  * values travel in pairs); a GEMM's C in bf16 cannot accumulate. */
@@ -210,6 +237,7 @@ int main(void)
         regc_test_in_dir(test_offloaded_update_stays_on_the_host, setup),
         cmocka_unit_test(test_frozen_shards_validate),
         cmocka_unit_test(test_attention_dropout_operands),
+        cmocka_unit_test(test_rope_rotated_part),
         cmocka_unit_test(test_bf16_marks_in_the_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -111,9 +111,10 @@ static inline REGC_HD void cuda_body_relu_bwd(int64_t i, float *dx, const float 
 }
 
 /* ---- rotary embedding: thread i rotates one pair (x[j], x[j + half]) of
- * one head, i = ((row * n_head) + head) * half + j. Both values are read
- * before either is written, so y may be x. sign is -1 for the inverse and
- * multiplies sin as the CPU does (exact: a sign flip). */
+ * one head, or passes one value past rot_dim through: i = ((row * n_head)
+ * + head) * (head_dim - half) + j, half = rot_dim / 2. Each thread reads
+ * its values before writing them, so y may be x. sign is -1 for the
+ * inverse and multiplies sin as the CPU does (exact: a sign flip). */
 static inline REGC_HD void cuda_body_rope(int64_t i, float *y, const float *x, const float *cos,
                                           const float *sin, int64_t t, int n_head, int head_dim,
                                           int rot_dim, float sign, int y_bf16)
