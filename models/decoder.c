@@ -450,29 +450,38 @@ static const regc_config_key keys_phi3[] = {
     {NULL, 0, NULL, NULL},
 };
 
-/* Phi's own, listed before keys_decoder: its norms' epsilon, q/k norms and
- * dropouts; the RMSNorm's key is not its */
-static const regc_config_key keys_phi[] = {
+/* The families with LayerNorms (Phi, GPT-NeoX, StableLM), listed before
+ * keys_decoder: their epsilon's key, the RMSNorm's not theirs */
+static const regc_config_key keys_layernorm[] = {
     {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
+    {"rms_norm_eps", REGC_KEY_INERT, NULL, "this family's norms are LayerNorms (layer_norm_eps)"},
+    {NULL, 0, NULL, NULL},
+};
+/* The families whose heads are hidden_size / num_attention_heads wide
+ * whatever config.json says (GPT-NeoX, StableLM; decoder_family's
+ * no_head_dim), listed before keys_decoder */
+static const regc_config_key keys_no_head_dim[] = {
+    {"head_dim", REGC_KEY_REFUSED, NULL,
+     "Transformers makes this family's heads hidden_size / num_attention_heads wide"},
+    {NULL, 0, NULL, NULL},
+};
+
+/* Phi's own: its q/k norms and dropouts */
+static const regc_config_key keys_phi[] = {
     {"qk_layernorm", REGC_KEY_APPLIED, NULL, NULL},
     {"resid_pdrop", REGC_KEY_APPLIED, NULL, NULL},
     {"embd_pdrop", REGC_KEY_APPLIED, NULL, NULL},
-    {"rms_norm_eps", REGC_KEY_INERT, NULL, "Phi's norms are LayerNorms (layer_norm_eps)"},
     {NULL, 0, NULL, NULL},
 };
 
 /* StableLM's own, listed before keys_decoder */
 static const regc_config_key keys_stablelm[] = {
-    {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
     {"use_qkv_bias", REGC_KEY_APPLIED, NULL, NULL},
     {"use_parallel_residual", REGC_KEY_APPLIED, NULL, NULL},
     {"hidden_dropout", REGC_KEY_APPLIED, NULL, NULL},
     {"qk_layernorm", REGC_KEY_REFUSED, "false",
      "StableLM normalises each head of q and k with a LayerNorm of its own; regc's q/k norms "
      "share one across the heads"},
-    {"head_dim", REGC_KEY_REFUSED, NULL,
-     "Transformers' StableLM makes its heads hidden_size / num_attention_heads wide"},
-    {"rms_norm_eps", REGC_KEY_INERT, NULL, "StableLM's norms are LayerNorms (layer_norm_eps)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -480,7 +489,6 @@ static const regc_config_key keys_stablelm[] = {
  * one dropout and the parallel switch; keys_decoder's heads refused, its
  * RMSNorm's epsilon, pad id and RoPE spellings inert to it */
 static const regc_config_key keys_gpt_neox[] = {
-    {"layer_norm_eps", REGC_KEY_APPLIED, NULL, NULL},
     {"rotary_emb_base", REGC_KEY_APPLIED, NULL, NULL},
     {"rotary_pct", REGC_KEY_APPLIED, NULL, NULL},
     {"hidden_dropout", REGC_KEY_APPLIED, NULL, NULL},
@@ -488,9 +496,6 @@ static const regc_config_key keys_gpt_neox[] = {
     {"use_parallel_residual", REGC_KEY_APPLIED, NULL, NULL},
     {"num_key_value_heads", REGC_KEY_REFUSED, NULL,
      "Transformers' GPT-NeoX gives k and v as many heads as q"},
-    {"head_dim", REGC_KEY_REFUSED, NULL,
-     "Transformers' GPT-NeoX makes its heads hidden_size / num_attention_heads wide"},
-    {"rms_norm_eps", REGC_KEY_INERT, NULL, "GPT-NeoX's norms are LayerNorms (layer_norm_eps)"},
     {"pad_token_id", REGC_KEY_INERT, NULL,
      "padding's: Transformers' GPT-NeoX gives its embedding no padding index"},
     {"rope_theta", REGC_KEY_INERT, NULL,
@@ -671,9 +676,11 @@ static const regc_config_key *const tables_granite[] = {keys_decoder, keys_atten
                                                         keys_granite, NULL};
 static const regc_config_key *const tables_smollm3[] = {keys_decoder, keys_attention_bias,
                                                         keys_window, keys_smollm3, NULL};
-static const regc_config_key *const tables_phi[] = {keys_phi, keys_decoder, NULL};
-static const regc_config_key *const tables_gpt_neox[] = {keys_gpt_neox, keys_decoder, NULL};
-static const regc_config_key *const tables_stablelm[] = {keys_stablelm, keys_decoder, NULL};
+static const regc_config_key *const tables_phi[] = {keys_phi, keys_layernorm, keys_decoder, NULL};
+static const regc_config_key *const tables_gpt_neox[] = {keys_gpt_neox, keys_layernorm,
+                                                         keys_no_head_dim, keys_decoder, NULL};
+static const regc_config_key *const tables_stablelm[] = {keys_stablelm, keys_layernorm,
+                                                         keys_no_head_dim, keys_decoder, NULL};
 
 /* The head under the name Transformers 5 gives it in memory. */
 static int gpt_neox_legacy_name(const char *name, char *buf, size_t cap)

@@ -153,6 +153,10 @@ static int rowwise(const head *h, const regc_instr *in)
     return 1;
 }
 
+/* The operands of a step that are the pattern's: all of them, but a head
+ * bias's b (K_BIAS_ADD's third), which stays whole. */
+static int step_refs(const regc_instr *in) { return in->kernel == K_BIAS_ADD ? 2 : in->n_refs; }
+
 /* A head bias's own step (O0): out = x + b over the whole [rows, vocab],
  * b [vocab] no slot of the pattern. */
 static int bias_step(const head *h, const regc_instr *in)
@@ -186,7 +190,7 @@ static int find_forward(head *h)
         const int bias = bias_step(h, in);
         if ((!bias && !rowwise(h, in)) || h->n_fchain == MAX_CHAIN)
             return 0;
-        for (int k = 0; k < (bias ? 2 : in->n_refs); k++) /* a bias is not the pattern's */
+        for (int k = 0; k < step_refs(in); k++)
             if (!add_slot(h, in->refs[k].buf, 0))
                 return 0;
         h->fchain[h->n_fchain++] = i;
@@ -350,10 +354,9 @@ static regc_instr gemm_rows(const regc_instr *g, int out, int64_t r0, int64_t n)
 static regc_instr step_rows(const head *h, const regc_instr *in, const int *at, int64_t n)
 {
     regc_instr x = *in;
-    const int bias = in->kernel == K_BIAS_ADD; /* its bias stays whole */
-    for (int k = 0; k < (bias ? 2 : in->n_refs); k++)
+    for (int k = 0; k < step_refs(in); k++)
         x.refs[k] = (regc_ref){at[slot_index(h, in->refs[k].buf)], 0};
-    x.d[0] = bias ? n : n * h->vocab;
+    x.d[0] = in->kernel == K_BIAS_ADD ? n : n * h->vocab; /* rows, or elements */
     return x;
 }
 
