@@ -6,7 +6,8 @@
 #                               (default ARGS: --model gpt2-tiny --steps 20)
 #   tools/setup.sh test         check the formatting, build, ctest (everything but the
 #                               gpu label), the same built without -march=native in
-#                               build-portable, then the ASan/UBSan build in
+#                               build-portable (and its weights against the
+#                               native build's), then the ASan/UBSan build in
 #                               build-sanitize and its ctest, then every libFuzzer
 #                               harness for 30 s (tools/fuzz.sh, clang, build-fuzz)
 #
@@ -82,10 +83,13 @@ cmd_test() {
     log "ctest --preset default"
     ctest --preset default
 
-    # without -march=native: the kernels' portable paths (OpenBLAS's GEMM)
+    # without -march=native: one binary for every x86-64 CPU, its GEMM and
+    # vector loops chosen at run time, and the native build's bits
     build_preset portable
     log "ctest --preset portable"
     ctest --preset portable
+    log "tools/check_portable_bits.sh"
+    bash tools/check_portable_bits.sh build/regc build-portable/regc
 
     build_preset sanitize
     log "ctest --preset sanitize"
