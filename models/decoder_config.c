@@ -198,16 +198,18 @@ static int decoder_parse_windows(const cJSON *root, const char *path, decoder_co
 }
 
 /* The gate's activation from the family's key (hidden_act, or Gemma's
- * hidden_activation): the forms regc's kernels compute exactly. */
+ * hidden_activation): the functions regc's kernels compute, under each of
+ * Transformers' names for them (gelu_new, gelu_pytorch_tanh and gelu_fast
+ * are the tanh form, in other orders of the same float operations;
+ * gelu_python is the erf form, as gelu). */
 static int decoder_parse_act(const cJSON *root, const char *path, decoder_config *c)
 {
     static const struct {
         const char *name;
         act_kind act;
-    } acts[] = {{"silu", ACT_SILU},
-                {"gelu_pytorch_tanh", ACT_GELU_TANH},
-                {"gelu_new", ACT_GELU_TANH},
-                {"gelu", ACT_GELU},
+    } acts[] = {{"silu", ACT_SILU},          {"gelu_pytorch_tanh", ACT_GELU_TANH},
+                {"gelu_new", ACT_GELU_TANH}, {"gelu_fast", ACT_GELU_TANH},
+                {"gelu", ACT_GELU},          {"gelu_python", ACT_GELU},
                 {"relu", ACT_RELU}};
     const char *key = c->family->act_key, *name = NULL;
     int rc = regc_cfg_string(root, path, key, 0, NULL, &name);
@@ -224,7 +226,7 @@ static int decoder_parse_act(const cJSON *root, const char *path, decoder_config
         }
     return regc_error(REGC_ERR_UNSUPPORTED,
                       "%s: key \"%s\" is \"%s\" (supported: silu, gelu_pytorch_tanh, gelu_new, "
-                      "gelu, relu)",
+                      "gelu_fast, gelu, gelu_python, relu)",
                       path, key, name);
 }
 

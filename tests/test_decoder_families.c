@@ -450,9 +450,9 @@ static void test_gemma(void **state)
     write_config(f, "gemma2", "\"final_logit_softcapping\": 0");
     regc_test_expect_config_error(f->path, REGC_ERR_FORMAT,
                                   "key \"final_logit_softcapping\" is 0, must be positive");
-    write_config(f, "gemma2", "\"hidden_activation\": \"gelu_fast\"");
+    write_config(f, "gemma2", "\"hidden_activation\": \"quick_gelu\"");
     regc_test_expect_config_error(f->path, REGC_ERR_UNSUPPORTED,
-                                  "key \"hidden_activation\" is \"gelu_fast\"");
+                                  "key \"hidden_activation\" is \"quick_gelu\"");
 }
 
 static int count_ops(const regc_graph *g, regc_op op)
@@ -621,6 +621,8 @@ static void test_activations(void **state)
         {"llama", "hidden_act", "silu", REGC_OP_SILU},
         {"qwen2", "hidden_act", "gelu_pytorch_tanh", REGC_OP_GELU},
         {"phi3", "hidden_act", "gelu_new", REGC_OP_GELU},
+        {"qwen3", "hidden_act", "gelu_fast", REGC_OP_GELU}, /* GPT-NeoX-20B's */
+        {"llama", "hidden_act", "gelu_python", REGC_OP_GELU_ERF},
         {"mistral", "hidden_act", "gelu", REGC_OP_GELU_ERF},
         {"olmo2", "hidden_act", "relu", REGC_OP_RELU},
         {"gemma2", "hidden_activation", "gelu", REGC_OP_GELU_ERF},

@@ -286,9 +286,9 @@ static void test_config_errors(void **state)
                         "key \"num_key_value_heads\" is 100000, above the bound of 16384");
 
     /* Options regc does not implement are refused by name. */
-    expect_config_error(f, "\"hidden_act\": \"gelu_fast\"", REGC_ERR_UNSUPPORTED,
-                        "key \"hidden_act\" is \"gelu_fast\" (supported: silu, gelu_pytorch_tanh, "
-                        "gelu_new, gelu, relu)");
+    expect_config_error(f, "\"hidden_act\": \"quick_gelu\"", REGC_ERR_UNSUPPORTED,
+                        "key \"hidden_act\" is \"quick_gelu\" (supported: silu, gelu_pytorch_tanh, "
+                        "gelu_new, gelu_fast, gelu, gelu_python, relu)");
     expect_config_error(f, "\"hidden_act\": 3", REGC_ERR_FORMAT,
                         "key \"hidden_act\" must be a string");
     expect_config_error(f, "\"sliding_window\": 4096", REGC_ERR_UNSUPPORTED,
