@@ -61,14 +61,6 @@ static regc_model *load_phi(regc_test_dir *f, const char *extra)
     return m;
 }
 
-static int count_ops(const regc_graph *g, regc_op op)
-{
-    int n = 0;
-    for (int i = 0; i < regc_graph_n_nodes(g); i++)
-        n += regc_graph_node(g, i)->op == op;
-    return n;
-}
-
 /* The node that produces tensor t; the test fails where none does (a
  * parameter, an input). */
 static const regc_node *producer(const regc_graph *g, int t)
@@ -89,8 +81,8 @@ static void test_phi_layer(void **state)
     regc_model *m = load_phi(f, "\"resid_pdrop\": 0.1, \"embd_pdrop\": 0.2");
     regc_graph *g = NULL;
     assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-    assert_int_equal(count_ops(g, REGC_OP_LAYERNORM), 3 + 1); /* a layer's, the final */
-    assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 0);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_LAYERNORM), 3 + 1); /* a layer's, the final */
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_DROPOUT), 0);
     int norm_out = -1, readers = 0, blocks = 0;
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *n = regc_graph_node(g, i);
@@ -112,7 +104,7 @@ static void test_phi_layer(void **state)
     regc_graph_free(g);
     regc_model_set_dropout(m, 1);
     assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-    assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 2 * 3 + 1);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_DROPOUT), 2 * 3 + 1);
     regc_graph_free(g);
     char d[2048];
     regc_model_describe(m, d, sizeof d);
@@ -145,7 +137,8 @@ static void expect_rotated(regc_model *m, int64_t rotated)
         ropes++;
     }
     assert_int_equal(ropes, 2 * 3);
-    assert_int_equal(count_ops(g, REGC_OP_SLICE) + count_ops(g, REGC_OP_CONCAT), 0);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_SLICE) + regc_test_count_ops(g, REGC_OP_CONCAT),
+                     0);
     float inv[4], s;
     assert_int_equal(regc_model_compute_rope(m, 0, NULL, 0, NULL), rotated / 2);
     assert_int_equal(regc_model_compute_rope(m, T, inv, rotated / 2, &s), rotated / 2);
@@ -228,7 +221,7 @@ static void test_phi_qk_layernorm(void **state)
     regc_model *m = load_phi(f, "\"qk_layernorm\": true");
     regc_graph *g = NULL;
     assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-    assert_int_equal(count_ops(g, REGC_OP_LAYERNORM), 3 * 3 + 1);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_LAYERNORM), 3 * 3 + 1);
     int before_rope = 0;
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
         const regc_node *n = regc_graph_node(g, i);
@@ -391,8 +384,8 @@ static void test_neox_qkv_per_head(void **state)
         n++;
     }
     assert_int_equal(n, 3);
-    assert_int_equal(count_ops(g, REGC_OP_SPLIT), 3);
-    assert_int_equal(count_ops(g, REGC_OP_SLICE), 0);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_SPLIT), 3);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_SLICE), 0);
     regc_graph_free(g);
     char d[2048];
     regc_model_describe(m, d, sizeof d);
@@ -413,7 +406,7 @@ static void test_neox_parallel(void **state)
             load_neox(f, parallel ? "\"hidden_dropout\": 0.1" : "\"use_parallel_residual\": false");
         regc_graph *g = NULL;
         assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-        assert_int_equal(count_ops(g, REGC_OP_LAYERNORM), 2 * 3 + 1);
+        assert_int_equal(regc_test_count_ops(g, REGC_OP_LAYERNORM), 2 * 3 + 1);
         /* layer 0's two norms: the first reads the embeddings; the second
          * the same (parallel) or the attention's residual sum */
         int norms[2], n = 0;
@@ -429,7 +422,7 @@ static void test_neox_parallel(void **state)
         if (parallel) {
             regc_model_set_dropout(m, 1);
             assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-            assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 2 * 3 + 1);
+            assert_int_equal(regc_test_count_ops(g, REGC_OP_DROPOUT), 2 * 3 + 1);
             regc_graph_free(g);
         }
         regc_model_free(m);
@@ -614,7 +607,7 @@ static void test_stablelm_layer(void **state)
     assert_string_equal(regc_model_param_name(m, 13), "model.layers.1.self_attn.q_proj.weight");
     regc_graph *g = NULL;
     assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-    assert_int_equal(count_ops(g, REGC_OP_LAYERNORM), 3 + 1);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_LAYERNORM), 3 + 1);
     /* (x + a) + m: an add of the residual sum and the MLP's down projection */
     int sums = 0;
     for (int i = 0; i < regc_graph_n_nodes(g); i++) {
@@ -629,7 +622,7 @@ static void test_stablelm_layer(void **state)
     regc_graph_free(g);
     regc_model_set_dropout(m, 1);
     assert_int_equal(regc_model_build_graph(m, 2, 8, &g), REGC_OK);
-    assert_int_equal(count_ops(g, REGC_OP_DROPOUT), 3);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_DROPOUT), 3);
     regc_graph_free(g);
     char d[2048];
     regc_model_describe(m, d, sizeof d);

@@ -392,14 +392,6 @@ static void test_seq2seq_inputs(void **state)
 
 /* --------------------------------------------------------------- graph */
 
-static int count_ops(const regc_graph *g, regc_op op)
-{
-    int k = 0;
-    for (int i = 0; i < regc_graph_n_nodes(g); i++)
-        k += regc_graph_node(g, i)->op == op;
-    return k;
-}
-
 static void test_graph_tiny(void **state)
 {
     (void)state;
@@ -430,9 +422,9 @@ static void test_graph_tiny(void **state)
     assert_int_equal(eb->shape[0], 7);
     assert_int_equal(eb->shape[1], 7);
     assert_true(regc_graph_find_tensor(g, "decoder_input_ids") >= 0);
-    assert_int_equal(count_ops(g, REGC_OP_RMSNORM), 2 * 2 + 2 * 3 + 2);
-    assert_int_equal(count_ops(g, REGC_OP_RELU), 4);
-    assert_int_equal(count_ops(g, REGC_OP_LAYERNORM), 0);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_RMSNORM), 2 * 2 + 2 * 3 + 2);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_RELU), 4);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_LAYERNORM), 0);
     /* attention: unscaled; encoder self (bias, not causal), decoder self
      * (bias, causal), cross (no bias, keys from the encoder) */
     int attn = 0;
@@ -475,10 +467,10 @@ static void test_graph_gated_untied(void **state)
                                    "\"tie_word_embeddings\": false, \"num_decoder_layers\": 1");
     regc_graph *g;
     assert_int_equal(regc_model_build_graph(m, 1, 4, &g), REGC_OK);
-    assert_int_equal(count_ops(g, REGC_OP_GELU), 3);
-    assert_int_equal(count_ops(g, REGC_OP_MUL), 3);
-    assert_int_equal(count_ops(g, REGC_OP_RELU), 0);
-    assert_int_equal(count_ops(g, REGC_OP_SCALE), 0); /* an untied head is not rescaled */
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_GELU), 3);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_MUL), 3);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_RELU), 0);
+    assert_int_equal(regc_test_count_ops(g, REGC_OP_SCALE), 0); /* an untied head is not rescaled */
     const regc_node *head = regc_graph_node(g, regc_graph_n_nodes(g) - 2);
     assert_string_equal(regc_graph_tensor(g, head->in[1])->name, "lm_head.weight");
     regc_graph_free(g);

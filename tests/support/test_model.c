@@ -60,6 +60,32 @@ void regc_test_assert_param_shape(const regc_model *m, const char *name, int ndi
         assert_int_equal(shape[1], d1);
 }
 
+void regc_test_write_decoder_config(const char *dir, const char *model_type, const char *extra,
+                                    const char *omit)
+{
+    static const char *const keys[][2] = {
+        {"vocab_size", "64"},
+        {"hidden_size", "24"},
+        {"intermediate_size", "40"},
+        {"num_hidden_layers", "3"},
+        {"num_attention_heads", "6"},
+        {"num_key_value_heads", "2"},
+        {"max_position_embeddings", "16"},
+        {"pad_token_id", "null"},
+    };
+    char head[96];
+    snprintf(head, sizeof head, "\"model_type\": \"%s\"", model_type);
+    regc_test_write_config(dir, head, keys, sizeof keys / sizeof keys[0], extra, omit);
+}
+
+int regc_test_count_ops(const regc_graph *g, regc_op op)
+{
+    int n = 0;
+    for (int i = 0; i < regc_graph_n_nodes(g); i++)
+        n += regc_graph_node(g, i)->op == op;
+    return n;
+}
+
 regc_model *regc_test_load_config(const char *dir, uint64_t seed)
 {
     regc_model *m;

@@ -18,6 +18,13 @@
  * would read the first of two). */
 void regc_test_write_config(const char *dir, const char *head, const char *const (*keys)[2],
                             size_t n_keys, const char *extra, const char *omit);
+/* A decoder family's dir/config.json (models/decoder.c) at one small
+ * shape: C 24, 6 heads of 4 over 2 kv heads, 3 layers, a vocabulary of 64,
+ * 16 positions, no pad token; extra and omit as above. */
+void regc_test_write_decoder_config(const char *dir, const char *model_type, const char *extra,
+                                    const char *omit);
+/* The nodes of g whose op is `op`. */
+int regc_test_count_ops(const regc_graph *g, regc_op op);
 /* The same parameter names, in order, and bit-identical weights. */
 void regc_test_assert_same_weights(regc_model *a, regc_model *b);
 /* Index of the parameter called `name`, or -1. */
