@@ -34,15 +34,6 @@ static void write_any_config(regc_test_dir *f, const char *type, const char *ext
     static const char *const t5[][2] = {{"vocab_size", "64"}, {"d_model", "24"},
                                         {"d_kv", "6"},        {"d_ff", "40"},
                                         {"num_layers", "2"},  {"num_heads", "4"}};
-    /* Llama's and its relatives' (test_decoder_families.c's shape) */
-    static const char *const decoder[][2] = {{"vocab_size", "64"},
-                                             {"hidden_size", "24"},
-                                             {"intermediate_size", "40"},
-                                             {"num_hidden_layers", "3"},
-                                             {"num_attention_heads", "6"},
-                                             {"num_key_value_heads", "2"},
-                                             {"max_position_embeddings", "16"},
-                                             {"pad_token_id", "null"}};
     /* StableLM's: half of each head of 4 rotated (its default quarter is 1) */
     static const char *const stablelm[][2] = {{"vocab_size", "64"},
                                               {"hidden_size", "24"},
@@ -71,9 +62,8 @@ static void write_any_config(regc_test_dir *f, const char *type, const char *ext
     else if (!strcmp(type, "gpt_neox"))
         regc_test_write_config(f->path, head, gpt_neox, sizeof gpt_neox / sizeof *gpt_neox, extra,
                                NULL);
-    else
-        regc_test_write_config(f->path, head, decoder, sizeof decoder / sizeof *decoder, extra,
-                               NULL);
+    else /* Llama and its relatives */
+        regc_test_write_decoder_config(f->path, type, extra, NULL);
 }
 
 /* An earlier table names key too (an architecture's own entry comes

@@ -189,39 +189,21 @@ static void test_granite_multipliers(void **state)
                                   "key \"logits_scaling\" is 0: the logits are divided by it");
 }
 
+static regc_model *load_smollm3(regc_test_dir *f, const char *extra)
+{
+    return load(f, "smollm3", extra);
+}
+
 /* SmolLM3's 8 layers, three RoPE layers and a NoPE one (sliding by 4 of
  * 16 positions) twice: compiled as one region of four layers, trained
  * regional and whole, at O1 and O0, the same bits. */
 static void test_smollm3_regional_equals_full(void **state)
 {
-    regc_test_dir *f = *state;
-    const char *extra = "\"num_hidden_layers\": 8, \"use_sliding_window\": true, "
-                        "\"sliding_window\": 4, \"vocab_size\": 256"; /* the built-in corpus's */
-    regc_model *m = load(f, "smollm3", extra);
-    regc_train_options o = regc_test_train_options(2, 16, 5);
-    regc_program *p = NULL;
-    regc_compile_stats st;
-    assert_int_equal(regc_program_compile(m, o.batch, o.seq, &o.compile, &p, &st), REGC_OK);
-    if (st.region_compiles != 1)
-        fail_msg("smollm3, 8 layers: %d regions compiled", st.region_compiles);
-    regc_program_free(p);
-    regc_model_free(m);
-    for (int level = 0; level < 2; level++) {
-        regc_test_losses l[2];
-        regc_model *trained[2];
-        for (int regional = 0; regional < 2; regional++) {
-            trained[regional] = load(f, "smollm3", extra);
-            o.compile.regional = regional;
-            o.compile.level = level ? REGC_LEVEL_O1 : REGC_LEVEL_O0;
-            regc_test_train_model(trained[regional], &o, &l[regional]);
-        }
-        if (memcmp(l[0].loss, l[1].loss, sizeof l[0].loss) != 0)
-            fail_msg("smollm3 at O%d: regional %.9g, whole %.9g at step 0", level, l[1].loss[0],
-                     l[0].loss[0]);
-        regc_test_assert_same_weights(trained[0], trained[1]);
-        regc_model_free(trained[0]);
-        regc_model_free(trained[1]);
-    }
+    regc_test_expect_regional_equals_full(
+        *state, load_smollm3,
+        "\"num_hidden_layers\": 8, \"use_sliding_window\": true, "
+        "\"sliding_window\": 4, \"vocab_size\": 256", /* the built-in corpus's */
+        "smollm3, 8 layers");
 }
 
 int main(void)

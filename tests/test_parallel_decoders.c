@@ -237,47 +237,12 @@ static void test_phi_qk_layernorm(void **state)
                                   "key \"qk_layernorm\" with head_dim 12");
 }
 
-/* A family's loader: its config.json with `extra` keys, shapes only. */
-typedef regc_model *(*loader)(regc_test_dir *f, const char *extra);
-
-/* Six layers of `what` (extra's): compiled as one region, trained
- * regional and whole at O1 and O0, the same bits. */
-static void expect_regional_equals_full(regc_test_dir *f, loader load, const char *extra,
-                                        const char *what)
-{
-    regc_model *m = load(f, extra);
-    regc_train_options o = regc_test_train_options(2, 16, 5);
-    regc_program *p = NULL;
-    regc_compile_stats st;
-    assert_int_equal(regc_program_compile(m, o.batch, o.seq, &o.compile, &p, &st), REGC_OK);
-    if (st.region_compiles != 1)
-        fail_msg("%s: %d regions compiled", what, st.region_compiles);
-    regc_program_free(p);
-    regc_model_free(m);
-    for (int level = 0; level < 2; level++) {
-        regc_test_losses l[2];
-        regc_model *trained[2];
-        for (int regional = 0; regional < 2; regional++) {
-            trained[regional] = load(f, extra);
-            o.compile.regional = regional;
-            o.compile.level = level ? REGC_LEVEL_O1 : REGC_LEVEL_O0;
-            regc_test_train_model(trained[regional], &o, &l[regional]);
-        }
-        if (memcmp(l[0].loss, l[1].loss, sizeof l[0].loss) != 0)
-            fail_msg("%s at O%d: regional %.9g, whole %.9g at step 0", what, level, l[1].loss[0],
-                     l[0].loss[0]);
-        regc_test_assert_same_weights(trained[0], trained[1]);
-        regc_model_free(trained[0]);
-        regc_model_free(trained[1]);
-    }
-}
-
 /* Six layers in parallel form: compiled as one region, trained regional
  * and whole at O1 and O0, the same bits. */
 static void test_phi_regional_equals_full(void **state)
 {
-    expect_regional_equals_full(*state, load_phi,
-                                "\"num_hidden_layers\": 6, \"qk_layernorm\": true", "phi");
+    regc_test_expect_regional_equals_full(
+        *state, load_phi, "\"num_hidden_layers\": 6, \"qk_layernorm\": true", "phi");
 }
 
 /* PEFT's default target_modules for phi: q_proj, v_proj, fc1, fc2. */
@@ -555,7 +520,7 @@ static void test_neox_head_names(void **state)
 static void test_neox_regional_equals_full(void **state)
 {
     regc_test_dir *f = *state;
-    expect_regional_equals_full(f, load_neox, "\"num_hidden_layers\": 6", "gpt_neox");
+    regc_test_expect_regional_equals_full(f, load_neox, "\"num_hidden_layers\": 6", "gpt_neox");
     regc_model *m = load_neox(f, NULL);
     const regc_lora_config lora = {.r = 2};
     assert_int_equal(regc_model_add_lora(m, &lora), REGC_OK);
@@ -677,9 +642,9 @@ static void test_stablelm_layer(void **state)
  * O1. */
 static void test_stablelm_regional_equals_full(void **state)
 {
-    expect_regional_equals_full(*state, load_stablelm,
-                                "\"num_hidden_layers\": 6, \"use_parallel_residual\": true",
-                                "stablelm");
+    regc_test_expect_regional_equals_full(
+        *state, load_stablelm, "\"num_hidden_layers\": 6, \"use_parallel_residual\": true",
+        "stablelm");
 }
 
 /* ---- bf16 ---------------------------------------------------------------- */

@@ -282,3 +282,33 @@ int64_t regc_test_embedding_padding(regc_model *m)
     regc_model_free(m);
     return pad;
 }
+
+void regc_test_expect_regional_equals_full(regc_test_dir *f, regc_test_loader load,
+                                           const char *extra, const char *what)
+{
+    regc_model *m = load(f, extra);
+    regc_train_options o = regc_test_train_options(2, 16, 5);
+    regc_program *p = NULL;
+    regc_compile_stats st;
+    assert_int_equal(regc_program_compile(m, o.batch, o.seq, &o.compile, &p, &st), REGC_OK);
+    if (st.region_compiles != 1)
+        fail_msg("%s: %d regions compiled", what, st.region_compiles);
+    regc_program_free(p);
+    regc_model_free(m);
+    for (int level = 0; level < 2; level++) {
+        regc_test_losses l[2];
+        regc_model *trained[2];
+        for (int regional = 0; regional < 2; regional++) {
+            trained[regional] = load(f, extra);
+            o.compile.regional = regional;
+            o.compile.level = level ? REGC_LEVEL_O1 : REGC_LEVEL_O0;
+            regc_test_train_model(trained[regional], &o, &l[regional]);
+        }
+        if (memcmp(l[0].loss, l[1].loss, sizeof l[0].loss) != 0)
+            fail_msg("%s at O%d: regional %.9g, whole %.9g at step 0", what, level, l[1].loss[0],
+                     l[0].loss[0]);
+        regc_test_assert_same_weights(trained[0], trained[1]);
+        regc_model_free(trained[0]);
+        regc_model_free(trained[1]);
+    }
+}

@@ -10,6 +10,7 @@
 
 #include "regc_backend.h"
 #include "regc_train.h"
+#include "test_util.h"
 
 /* Write dir/config.json (making dir): "{" head, then each default key
  * (keys[i] = {name, JSON value}) that `extra` does not name and that is not
@@ -88,6 +89,13 @@ regc_train_options regc_test_train_options(int64_t batch, int64_t seq, int steps
 regc_model *regc_test_train(const char *preset, const regc_train_options *o, regc_test_losses *l);
 /* The same for a model loaded already (a shape-only one draws its init). */
 void regc_test_train_model(regc_model *m, const regc_train_options *o, regc_test_losses *l);
+/* A family's loader: its config.json in f with `extra` keys, shapes only. */
+typedef regc_model *(*regc_test_loader)(regc_test_dir *f, const char *extra);
+/* load(f, extra)'s model compiled as one region, and trained regional and
+ * whole at O1 and O0 to the same losses and weights; `what` names it in a
+ * failure. */
+void regc_test_expect_regional_equals_full(regc_test_dir *f, regc_test_loader load,
+                                           const char *extra, const char *what);
 /* The padding_idx of the first node of m's graph, its (word) embedding, or
  * -1 for none; frees m. */
 int64_t regc_test_embedding_padding(regc_model *m);
