@@ -482,7 +482,8 @@ static void test_pad_token(void **state)
     assert_int_equal(regc_test_embedding_padding(m), 7);
 }
 
-/* hidden_act (Gemma's hidden_activation) chooses the gate's op. */
+/* hidden_act (Gemma's hidden_activation) chooses the gate's op, and is
+ * saved under the name it was given. */
 static void test_activations(void **state)
 {
     regc_test_dir *f = *state;
@@ -513,6 +514,19 @@ static void test_activations(void **state)
                 fail_msg("%s with %s: %d ops %d", acts[i].type, extra,
                          regc_test_count_ops(g, (regc_op)others[k]), others[k]);
         regc_graph_free(g);
+        /* saved as it was named (Gemma 3's hidden_act is inert and kept too) */
+        assert_int_equal(regc_model_init_random(m, 1), REGC_OK);
+        char out[1200], want[160];
+        snprintf(out, sizeof out, "%s/saved-act", f->dir);
+        assert_int_equal(regc_model_save(m, out), REGC_OK);
+        char *path = regc_test_join(out, "config.json");
+        char *text = regc_test_read_file(path, NULL);
+        assert_non_null(text);
+        snprintf(want, sizeof want, "\"%s\":\t\"%s\"", acts[i].key, acts[i].name);
+        if (!strstr(text, want))
+            fail_msg("%s with %s: %s lacks %s", acts[i].type, extra, path, want);
+        free(text);
+        free(path);
         regc_model_free(m);
     }
 }

@@ -4,19 +4,21 @@
 #
 #   tools/check_portable_bits.sh [NATIVE_REGC [PORTABLE_REGC]]
 #                                   default build/regc, build-portable/regc
+#                                   (relative paths from where it is run)
 #
 # Both pick the same GEMM by CPUID; the portable one builds its other
 # vector-bound loops several times (target_clones) and the loader picks one,
 # where the native one is built for this CPU alone. Every lane computes the
 # same operations whatever the vectors, so the weights after a few steps of
 # each architecture, in fp32 and in bf16, must be byte for byte the same.
-# Exits 1 naming the first model and precision that differ.
+# This compares the clones this CPU's loader picks (x86-64-v4's on an
+# AVX-512 CPU, v3's on an AVX2 one), not the others. Exits 1 naming the
+# first model and precision that differ.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
-NATIVE="${1:-build/regc}"
-PORTABLE="${2:-build-portable/regc}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NATIVE="${1:-$ROOT/build/regc}"
+PORTABLE="${2:-$ROOT/build-portable/regc}"
 for bin in "$NATIVE" "$PORTABLE"; do
     [ -x "$bin" ] || { echo "check_portable_bits.sh: $bin is not an executable" >&2; exit 2; }
 done

@@ -175,7 +175,7 @@ typedef enum {
     CPU_ACT_GELU_ERF_BWD,
 } cpu_act;
 
-/* Elements per parallel task of an activation */
+/* Elements per parallel task of an activation, at most */
 #define CPU_ACT_SPAN 4096
 
 /* One span of an activation, in the widest vectors the CPU has
@@ -220,11 +220,16 @@ REGC_CPU_WIDE_VECTORS static void cpu_act_span(cpu_act act, float *y, const floa
 static void cpu_act_run(regc_backend *be, cpu_act act, float *y, const float *dy, const float *x,
                         int64_t n)
 {
-    const int64_t spans = (n + CPU_ACT_SPAN - 1) / CPU_ACT_SPAN;
-#pragma omp parallel for num_threads(regc_cpu_threads(be)) if (n >= regc_cpu_par_min(be) / 8)      \
-    schedule(static)
+    const int threads = regc_cpu_threads(be);
+    /* a span a thread at least, where n is short of a whole one each */
+    const int64_t span =
+        n >= (int64_t)CPU_ACT_SPAN * threads ? CPU_ACT_SPAN : (n + threads - 1) / threads;
+    if (span == 0)
+        return;
+    const int64_t spans = (n + span - 1) / span;
+#pragma omp parallel for num_threads(threads) if (n >= regc_cpu_par_min(be) / 8) schedule(static)
     for (int64_t sp = 0; sp < spans; sp++) {
-        const int64_t i0 = sp * CPU_ACT_SPAN, len = n - i0 < CPU_ACT_SPAN ? n - i0 : CPU_ACT_SPAN;
+        const int64_t i0 = sp * span, len = n - i0 < span ? n - i0 : span;
         cpu_act_span(act, y + i0, dy ? dy + i0 : NULL, x + i0, len);
     }
 }
