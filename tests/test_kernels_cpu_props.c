@@ -476,63 +476,46 @@ static void test_llama_bert_ops_match_naive(void **state)
         wy[i] = (double)hx[i] * hdy[i];
     regc_test_assert_close("mul", regc_test_download(be, y, n), wy, n, 1e-7, 0.0);
 
-    /* rope: x as [3, 100, 4 heads * 64] (n elements = 76800 < rows * cols) */
+    /* rope: x as [3, 100, 4 heads * 64] (n elements = 76800 < rows * cols),
+     * the whole of each head turned, then its first R (Phi's, GPT-NeoX's
+     * part) with the rest passed through as it is; both ways */
     const int64_t B = 3, T = 100;
-    const int H = 4, D = 64, half = D / 2;
-    const size_t nr = (size_t)(B * T * H * D), nt = (size_t)(T * half);
-    float *hc = regc_test_host_floats(nt), *hs = regc_test_host_floats(nt);
-    for (int64_t t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            const double ang = (double)t * pow(10000.0, -2.0 * i / D);
-            hc[t * half + i] = (float)cos(ang);
-            hs[t * half + i] = (float)sin(ang);
-        }
-    float *cs = regc_test_upload(be, hc, nt), *sn = regc_test_upload(be, hs, nt);
+    const int H = 4, D = 64;
+    const size_t nr = (size_t)(B * T * H * D);
     float *back = regc_test_dev_nan(be, nr);
-    be->rope(be, y, x, cs, sn, B, T, H, D, D, 0, 0);
-    be->rope(be, back, y, cs, sn, B, T, H, D, D, 1, 0);
-    assert_int_equal(be->sync(be), REGC_OK);
-    for (int64_t r = 0; r < B * T; r++)
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < half; i++) {
-                const int64_t o = r * H * D + (int64_t)h * D + i, t = (r % T) * half + i;
-                wy[o] = (double)hx[o] * hc[t] - (double)hx[o + half] * hs[t];
-                wy[o + half] = (double)hx[o + half] * hc[t] + (double)hx[o] * hs[t];
-                wdx[o] = hx[o];
-                wdx[o + half] = hx[o + half];
-            }
-    regc_test_assert_close("rope", regc_test_download(be, y, nr), wy, nr, 2e-6, 2e-6);
-    regc_test_assert_close("rope inverse", regc_test_download(be, back, nr), wdx, nr, 1e-5, 1e-5);
-
-    /* the first R of each head's D rotated (Phi's, GPT-NeoX's part), the
-     * rest passed through as it is, both ways */
-    const int R = 24, rh = R / 2;
-    const size_t ntr = (size_t)(T * rh);
-    float *pc = regc_test_host_floats(ntr), *ps = regc_test_host_floats(ntr);
-    for (int64_t t = 0; t < T; t++)
-        for (int i = 0; i < rh; i++) {
-            const double ang = (double)t * pow(10000.0, -2.0 * i / R);
-            pc[t * rh + i] = (float)cos(ang);
-            ps[t * rh + i] = (float)sin(ang);
-        }
-    float *pcs = regc_test_upload(be, pc, ntr), *psn = regc_test_upload(be, ps, ntr);
-    be->rope(be, y, x, pcs, psn, B, T, H, D, R, 0, 0);
-    be->rope(be, back, y, pcs, psn, B, T, H, D, R, 1, 0);
-    assert_int_equal(be->sync(be), REGC_OK);
-    for (int64_t r = 0; r < B * T; r++)
-        for (int h = 0; h < H; h++) {
-            const int64_t at = r * H * D + (int64_t)h * D, t = (r % T) * rh;
-            for (int i = 0; i < D; i++)
-                wy[at + i] = wdx[at + i] = hx[at + i];
+    static const int rotated[2] = {64, 24};
+    for (int k = 0; k < 2; k++) {
+        const int R = rotated[k], rh = R / 2;
+        const size_t nt = (size_t)(T * rh);
+        float *hc = regc_test_host_floats(nt), *hs = regc_test_host_floats(nt); /* [T, R/2] */
+        for (int64_t t = 0; t < T; t++)
             for (int i = 0; i < rh; i++) {
-                wy[at + i] = (double)hx[at + i] * pc[t + i] - (double)hx[at + i + rh] * ps[t + i];
-                wy[at + i + rh] =
-                    (double)hx[at + i + rh] * pc[t + i] + (double)hx[at + i] * ps[t + i];
+                const double ang = (double)t * pow(10000.0, -2.0 * i / R);
+                hc[t * rh + i] = (float)cos(ang);
+                hs[t * rh + i] = (float)sin(ang);
             }
-        }
-    regc_test_assert_close("partial rope", regc_test_download(be, y, nr), wy, nr, 2e-6, 2e-6);
-    regc_test_assert_close("partial rope inverse", regc_test_download(be, back, nr), wdx, nr, 1e-5,
-                           1e-5);
+        float *cs = regc_test_upload(be, hc, nt), *sn = regc_test_upload(be, hs, nt);
+        be->rope(be, y, x, cs, sn, B, T, H, D, R, 0, 0);
+        be->rope(be, back, y, cs, sn, B, T, H, D, R, 1, 0);
+        assert_int_equal(be->sync(be), REGC_OK);
+        for (int64_t r = 0; r < B * T; r++)
+            for (int h = 0; h < H; h++) {
+                const int64_t at = r * H * D + (int64_t)h * D, t = (r % T) * rh;
+                for (int i = 0; i < D; i++)
+                    wy[at + i] = wdx[at + i] = hx[at + i];
+                for (int i = 0; i < rh; i++) {
+                    wy[at + i] =
+                        (double)hx[at + i] * hc[t + i] - (double)hx[at + i + rh] * hs[t + i];
+                    wy[at + i + rh] =
+                        (double)hx[at + i + rh] * hc[t + i] + (double)hx[at + i] * hs[t + i];
+                }
+            }
+        char what[48];
+        snprintf(what, sizeof what, "rope, %d of %d turned", R, D);
+        regc_test_assert_close(what, regc_test_download(be, y, nr), wy, nr, 2e-6, 2e-6);
+        snprintf(what, sizeof what, "rope inverse, %d of %d turned", R, D);
+        regc_test_assert_close(what, regc_test_download(be, back, nr), wdx, nr, 1e-5, 1e-5);
+    }
 }
 
 int main(void)
